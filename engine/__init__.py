@@ -1,0 +1,1 @@
+"""Model-agnostic serving engine: lifecycle, scheduling, paged KV, worker, async client."""

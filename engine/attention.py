@@ -1,0 +1,114 @@
+"""Attention over the paged KV cache, behind one interface.
+
+The model calls `attn.forward(layer, q, k, v)` for all tokens of the step at once; the backend
+writes k/v into the cache at the step's slots and attends each token to its own request's
+context. Backends: `SdpaBackend` (torch SDPA; CPU and the fallback everywhere) and, on NVIDIA
+GPUs, a FlashInfer backend implementing the same interface.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class StepLayout:
+    """Where the step's tokens sit, computed on the host from block tables (pure integers)."""
+
+    query_lens: list[int]  # tokens of each request in this step
+    context_lens: list[int]  # tokens of each request in the cache after this step
+    slot_mapping: list[int]  # [T] cache slot each new token's k/v goes to
+    block_tables: list[list[int]]  # per request: its KV pages, in order
+    block_size: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.slot_mapping)
+
+
+class KVCache:
+    """One k and one v tensor per layer: [num_blocks * block_size, kv_heads, head_dim]."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        shape = (num_blocks * block_size, num_kv_heads, head_dim)
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @staticmethod
+    def bytes_per_block(
+        num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * num_layers * block_size * num_kv_heads * head_dim * itemsize
+
+
+class AttentionBackend(abc.ABC):
+    name: str
+
+    def __init__(self, cache: KVCache) -> None:
+        self.cache = cache
+
+    @abc.abstractmethod
+    def prepare(self, layout: StepLayout) -> None:
+        """Once per step, before the forward: turn the layout into device-side metadata."""
+
+    @abc.abstractmethod
+    def forward(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """q: [T, Hq, D]; k, v: [T, Hkv, D] for the step's new tokens → out [T, Hq, D]."""
+
+
+class SdpaBackend(AttentionBackend):
+    name = "sdpa"
+
+    def prepare(self, layout: StepLayout) -> None:
+        device = self.cache.k[0].device
+        self._slots = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
+        within = torch.arange(layout.block_size, device=device)
+        self._context = []  # per request: cache slots of its whole context, in order
+        for table, ctx_len in zip(layout.block_tables, layout.context_lens, strict=True):
+            pages = torch.tensor(table, dtype=torch.long, device=device)
+            slots = (pages[:, None] * layout.block_size + within[None, :]).flatten()
+            self._context.append(slots[:ctx_len])
+        self._query_lens = layout.query_lens
+        self._masks: list[torch.Tensor | None] = []
+        for q_len, ctx_len in zip(layout.query_lens, layout.context_lens, strict=True):
+            if q_len == 1:
+                self._masks.append(None)  # a single newest query sees the whole context
+                continue
+            q_pos = torch.arange(ctx_len - q_len, ctx_len, device=device)
+            k_pos = torch.arange(ctx_len, device=device)
+            self._masks.append(k_pos[None, :] <= q_pos[:, None])  # [q_len, ctx_len]
+
+    def forward(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        k_cache, v_cache = self.cache.k[layer], self.cache.v[layer]
+        k_cache.index_copy_(0, self._slots, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, self._slots, v.to(v_cache.dtype))
+        out = torch.empty_like(q)
+        start = 0
+        for q_len, ctx, mask in zip(self._query_lens, self._context, self._masks, strict=True):
+            qi = q[start : start + q_len].transpose(0, 1)[None]  # [1, Hq, q_len, D]
+            ki = k_cache[ctx].transpose(0, 1)[None]  # [1, Hkv, ctx_len, D]
+            vi = v_cache[ctx].transpose(0, 1)[None]
+            oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
+            out[start : start + q_len] = oi[0].transpose(0, 1)
+            start += q_len
+        return out

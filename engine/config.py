@@ -1,0 +1,45 @@
+"""Typed, validated engine settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.request import ConfigError
+
+POLICIES = ("slack", "fcfs")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    policy: str = "slack"
+    block_size: int = 16  # tokens per KV page
+    num_kv_blocks: int | None = None  # None: size from kv_memory_fraction / kv_cache_mb
+    kv_cache_mb: int = 512  # CPU default pool size; GPUs use kv_memory_fraction
+    kv_memory_fraction: float = 0.85  # of free GPU memory after weights
+    max_num_seqs: int = 128  # requests advanced per LLM step
+    max_batch_tokens: int = 4096  # prefill + decode tokens per LLM step
+    max_detok_batch: int = 64  # streams decoded per detokenizer call
+    device: str | None = None  # None: cuda when available, else cpu
+    dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
+    attention: str | None = None  # None: flashinfer on cuda when installed, else sdpa
+    # A request whose buffered audio exceeds this is not decoded this step: the listener does
+    # not need it yet, and the batch slot is better spent on someone closer to a gap.
+    max_lead_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.block_size not in (8, 16, 32, 64):
+            raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
+            raise ConfigError(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
+        if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:
+            raise ConfigError("max_num_seqs, max_batch_tokens and max_detok_batch must be >= 1")
+        if not 0.05 <= self.kv_memory_fraction <= 0.98:
+            raise ConfigError(f"kv_memory_fraction must be in [0.05, 0.98], got {self.kv_memory_fraction}")
+        if self.dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.attention not in (None, "sdpa", "flashinfer"):
+            raise ConfigError(f"attention must be sdpa or flashinfer, got {self.attention!r}")
+        if self.max_lead_s <= 0:
+            raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")

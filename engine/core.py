@@ -1,0 +1,199 @@
+"""The step loop: schedule → LLM step → detokenizer → events. Single-threaded by design; the
+async client runs it in its own thread."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import torch
+
+from engine.attention import KVCache
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.outputs import (
+    AudioChunk,
+    EngineEvent,
+    EngineStats,
+    Finished,
+    FinishReason,
+    SpeechRequest,
+    StepTiming,
+)
+from engine.request import Request, RequestStatus
+from engine.scheduler import ChunkingFacts, Scheduler
+from engine.worker import Worker
+from models.base import ModelInputError, SpeechModel
+
+log = logging.getLogger("voxgate.engine")
+
+_REASONS = {
+    RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
+    RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
+    RequestStatus.FINISHED_CANCELLED: FinishReason.CANCELLED,
+    RequestStatus.FINISHED_FAILED: FinishReason.FAILED,
+}
+
+
+class EngineOverloaded(RuntimeError):
+    """No room for another request now; the message says why. Callers answer 'try later'."""
+
+
+def _ema(old: float, new: float, weight: float = 0.2) -> float:
+    return (1 - weight) * old + weight * new
+
+
+class EngineCore:
+    def __init__(
+        self,
+        model: SpeechModel,
+        config: EngineConfig,
+        device: torch.device,
+        attention: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.clock = clock
+        num_blocks = config.num_kv_blocks or self._size_kv_pool(device)
+        shape = model.shape
+        cache = KVCache(
+            shape.num_layers, num_blocks, config.block_size, shape.num_kv_heads, shape.head_dim,
+            shape.dtype, device,
+        )
+        self.blocks = BlockManager(num_blocks, config.block_size)
+        facts = model.facts
+        self.scheduler = Scheduler(
+            config,
+            self.blocks,
+            ChunkingFacts(facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token),
+        )
+        self.worker = Worker(model, cache, attention, device)
+        self.steps = 0
+        self.last_timing = StepTiming()
+        log.info(
+            "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s",
+            facts.name, attention, num_blocks, config.block_size, config.policy,
+        )
+
+    def _size_kv_pool(self, device: torch.device) -> int:
+        s = self.model.shape
+        per_block = KVCache.bytes_per_block(
+            s.num_layers, self.config.block_size, s.num_kv_heads, s.head_dim, s.dtype
+        )
+        if device.type == "cuda":
+            free, _total = torch.cuda.mem_get_info(device)
+            budget = int(free * self.config.kv_memory_fraction)
+        else:
+            budget = self.config.kv_cache_mb * 2**20
+        return max(2, budget // per_block)
+
+    # --- requests --------------------------------------------------------------------------------
+    def add_request(self, spec: SpeechRequest) -> Request:
+        prompt = self.model.preprocess(spec.text, spec.voice)
+        total = len(prompt.token_ids) + spec.sampling.max_tokens
+        if total > self.model.facts.max_context:
+            raise ModelInputError(
+                f"prompt ({len(prompt.token_ids)} tokens) plus max_tokens "
+                f"({spec.sampling.max_tokens}) exceeds the model's context of "
+                f"{self.model.facts.max_context}; shorten the text or lower max_tokens"
+            )
+        request = Request(prompt.token_ids, spec.sampling, arrival_time=self.clock())
+        if spec.request_id:
+            if spec.request_id in self.scheduler.requests:
+                raise ModelInputError(f"request id {spec.request_id!r} is already in use")
+            request.request_id = spec.request_id
+        decision = self.scheduler.admit(request)
+        if not decision.ok:
+            raise EngineOverloaded(decision.reason)
+        self.worker.add_request(request)
+        return request
+
+    def cancel(self, request_id: str) -> list[EngineEvent]:
+        request = self.scheduler.remove(request_id)
+        if request is None:
+            return []
+        self.worker.drop_request(request_id)
+        request.status = RequestStatus.FINISHED_CANCELLED
+        return [Finished(request_id, FinishReason.CANCELLED, len(request.output_ids))]
+
+    def report_playback(self, request_id: str, played_s: float) -> None:
+        request = self.scheduler.requests.get(request_id)
+        if request is not None and played_s >= 0:
+            request.played_s = played_s
+            request.played_report_time = self.clock()
+
+    def has_work(self) -> bool:
+        return bool(self.scheduler.requests)
+
+    def stats(self, stepping: bool = True) -> EngineStats:
+        return EngineStats(
+            running=self.scheduler.num_running,
+            waiting=self.scheduler.num_waiting,
+            kv_blocks_total=self.blocks.num_blocks,
+            kv_blocks_used=self.blocks.num_used,
+            steps=self.steps,
+            last_step=self.last_timing,
+            stepping=stepping,
+        )
+
+    # --- the step --------------------------------------------------------------------------------
+    def step(self) -> list[EngineEvent]:
+        t0 = self.clock()
+        plan = self.scheduler.schedule(t0)
+        events: list[EngineEvent] = []
+        timing = StepTiming(batch_size=len(plan.chunks), num_tokens=plan.num_tokens)
+        if plan.chunks:
+            t1 = self.clock()
+            tokens = self.worker.run_llm(plan.chunks, self.config.block_size)
+            timing.llm_s = self.clock() - t1
+            self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, timing.llm_s)
+            self._apply_tokens(plan.chunks, tokens)
+        if plan.detokenize:
+            t2 = self.clock()
+            events.extend(self._detokenize(plan.detokenize))
+            timing.detok_s = self.clock() - t2
+            self.scheduler.detok_time_s = _ema(self.scheduler.detok_time_s, timing.detok_s)
+        timing.host_s = max(0.0, self.clock() - t0 - timing.llm_s - timing.detok_s)
+        self.steps += 1
+        self.last_timing = timing
+        return events
+
+    def _apply_tokens(self, chunks, tokens: list[int]) -> None:
+        sampled = iter(tokens)
+        stop_ids = self.model.facts.stop_token_ids
+        for chunk in chunks:
+            request = chunk.request
+            request.num_computed = chunk.start + chunk.num_tokens
+            if not chunk.samples:
+                continue
+            token = next(sampled)
+            request.output_ids.append(token)
+            request.status = RequestStatus.RUNNING
+            n = len(request.output_ids)
+            if token in stop_ids and n > request.sampling.min_tokens:
+                self.scheduler.finish_generation(request, RequestStatus.FINISHED_STOPPED)
+            elif n >= request.sampling.max_tokens:
+                self.scheduler.finish_generation(request, RequestStatus.FINISHED_LENGTH)
+
+    def _detokenize(self, requests: list[Request]) -> list[EngineEvent]:
+        stop_ids = self.model.facts.stop_token_ids
+        audio = self.worker.detokenize(requests, stop_ids)
+        now = self.clock()
+        events: list[EngineEvent] = []
+        rate = self.model.facts.sample_rate
+        for request, pcm in zip(requests, audio, strict=True):
+            if len(pcm):
+                if request.first_audio_time is None:
+                    request.first_audio_time = now
+                request.audio_emitted_s += len(pcm) / rate
+                events.append(AudioChunk(request.request_id, pcm, rate))
+            if request.finished:
+                request.detok_done = True
+                self.scheduler.remove(request.request_id)
+                self.worker.drop_request(request.request_id)
+                events.append(
+                    Finished(request.request_id, _REASONS[request.status], len(request.output_ids))
+                )
+        return events

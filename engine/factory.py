@@ -1,0 +1,66 @@
+"""From names and settings to a running engine: device, dtype and attention backend choice."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from engine.client import AsyncEngine
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.request import ConfigError
+from models.base import SpeechModel
+from models.registry import DEFAULT_MODEL, load_model
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(config: EngineConfig) -> torch.device:
+    if config.device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {config.device!r} asked for, but no CUDA GPU is visible")
+    return device
+
+
+def resolve_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
+    if config.dtype is not None:
+        return _DTYPES[config.dtype]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def resolve_attention(config: EngineConfig, device: torch.device) -> str:
+    has_flashinfer = importlib.util.find_spec("flashinfer") is not None
+    if config.attention == "flashinfer":
+        if device.type != "cuda" or not has_flashinfer:
+            raise ConfigError(
+                "attention 'flashinfer' needs an NVIDIA GPU and the gpu extra "
+                "(pip install 'voxgate[gpu]'); use --attention sdpa"
+            )
+        return "flashinfer"
+    if config.attention == "sdpa":
+        return "sdpa"
+    return "flashinfer" if device.type == "cuda" and has_flashinfer else "sdpa"
+
+
+def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -> EngineCore:
+    return EngineCore(model, config, device, resolve_attention(config, device))
+
+
+def build_engine(
+    model: str = DEFAULT_MODEL,
+    codec: str | None = None,
+    config: EngineConfig | None = None,
+    progress: bool = False,
+    random_weights: bool = False,
+) -> AsyncEngine:
+    """Load the model and start the engine loop; returns the running AsyncEngine."""
+    config = config or EngineConfig()
+    device = resolve_device(config)
+    dtype = resolve_dtype(config, device)
+    speech_model = load_model(model, codec, device, dtype, progress, random_weights)
+    engine = AsyncEngine(build_core(speech_model, config, device))
+    engine.start()
+    return engine

@@ -1,0 +1,100 @@
+"""Typed values that cross the engine's internal and external boundaries (no torch)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.request import Request, SamplingParams
+
+
+# --- scheduler → worker ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """`num_tokens` tokens of `request`, starting at position `start`, run through the LLM.
+    A chunk that reaches the end of the known sequence produces a sampled token."""
+
+    request: Request
+    start: int
+    num_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        return self.start + self.num_tokens == self.request.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)  # prefills first, then decodes
+    detokenize: list[Request] = field(default_factory=list)
+    finished_final_detok: list[Request] = field(default_factory=list)  # flush these streams
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def empty(self) -> bool:
+        return not self.chunks and not self.detokenize
+
+
+@dataclass
+class StepTiming:
+    llm_s: float = 0.0
+    detok_s: float = 0.0
+    host_s: float = 0.0
+    batch_size: int = 0
+    num_tokens: int = 0
+
+
+# --- engine → callers ----------------------------------------------------------------------
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """What a caller asks the engine for."""
+
+    text: str
+    voice: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    request_id: str
+    pcm: np.ndarray  # float32 [n_samples], mono, at `sample_rate`
+    sample_rate: int
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / self.sample_rate
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    reason: FinishReason
+    num_tokens: int
+    error: str | None = None
+
+
+EngineEvent = AudioChunk | Finished
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    running: int
+    waiting: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    steps: int
+    last_step: StepTiming
+    stepping: bool  # the loop is alive and has not failed

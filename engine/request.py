@@ -1,0 +1,129 @@
+"""The lifecycle object of one generation request, and the parameters it carries.
+
+Everything here is plain Python (no torch) so that the scheduler and the block manager can be
+unit-tested with fake model outputs.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A user-supplied value is out of range; the message says what would be accepted."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 0  # 0: no top-k cut
+    repetition_penalty: float = 1.1
+    seed: int | None = None
+    max_tokens: int = 1200
+    min_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 10.0:
+            raise ConfigError(f"temperature must be in [0, 10], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.5 <= self.repetition_penalty <= 5.0:
+            raise ConfigError(f"repetition_penalty must be in [0.5, 5], got {self.repetition_penalty}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ConfigError(
+                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class RequestStatus(enum.IntEnum):
+    """Ordered: every status after RUNNING is a finished one."""
+
+    WAITING = 0  # admitted, prompt not (fully) prefilled yet
+    RUNNING = 1  # decoding
+    FINISHED_STOPPED = 2  # a stop token came
+    FINISHED_LENGTH = 3  # max_tokens reached
+    FINISHED_CANCELLED = 4
+    FINISHED_FAILED = 5
+
+    @property
+    def finished(self) -> bool:
+        return self >= RequestStatus.FINISHED_STOPPED
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Request:
+    """One request from admission to its last audio chunk.
+
+    Token bookkeeping follows nano-vllm: `prompt_ids + output_ids` is the sequence; the first
+    `num_computed` of them have KV in the cache. Audio bookkeeping feeds the slack policy.
+    """
+
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    arrival_time: float
+    request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
+    output_ids: list[int] = field(default_factory=list)
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed: int = 0
+    block_table: list[int] = field(default_factory=list)
+    # Audio side, in seconds of audio.
+    audio_emitted_s: float = 0.0
+    first_audio_time: float | None = None
+    played_s: float | None = None  # from the client's `playback` report, when it sends one
+    played_report_time: float | None = None
+    # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
+    num_detokenized: int = 0
+    detok_done: bool = False
+    error: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def prefilled(self) -> bool:
+        return self.num_computed >= self.num_prompt_tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.status.finished
+
+    @property
+    def ttfa_critical(self) -> bool:
+        """No audio has reached the listener yet: time to first audio is what matters."""
+        return self.first_audio_time is None
+
+    @property
+    def pending_detok_tokens(self) -> int:
+        return len(self.output_ids) - self.num_detokenized
+
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    def buffered_audio_s(self, now: float) -> float:
+        """Audio delivered but not yet played: how long the listener can go without more."""
+        if self.first_audio_time is None:
+            return 0.0
+        if self.played_s is not None and self.played_report_time is not None:
+            played = self.played_s + (now - self.played_report_time)
+        else:
+            played = now - self.first_audio_time
+        return self.audio_emitted_s - min(played, self.audio_emitted_s)

@@ -1,0 +1,156 @@
+"""Deadline-aware scheduling of LLM steps and detokenizer chunks (no torch).
+
+Each step `schedule(now)` decides (a) which requests advance the LLM — prefill chunks and
+single-token decodes mixed under a token budget — and (b) which requests' buffered tokens go
+to the detokenizer. Policies:
+
+- `fcfs`: earliest arrival first, for both.
+- `slack` (default): requests that have produced no audio yet (TTFA-critical) first, earliest
+  arrival first; then the rest in ascending slack, where slack = audio buffered at the
+  listener − time until this request's next chunk can be ready. A request with ample slack
+  can be left out of a full batch without an audible gap, which is what frees room for new
+  arrivals. Requests more than `max_lead_s` ahead of their listener are not decoded at all.
+
+KV pages are reserved for a request's whole length (prompt + max_tokens) at admission, so a
+running request never has to be preempted: preempting a stream would be an audible gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.block_manager import Admission, BlockManager
+from engine.config import EngineConfig
+from engine.outputs import ScheduledChunk, SchedulerOutput
+from engine.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class ChunkingFacts:
+    """The model facts the scheduler needs, without importing the model."""
+
+    first_chunk_tokens: int
+    chunk_tokens: int
+    seconds_per_token: float
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, blocks: BlockManager, facts: ChunkingFacts) -> None:
+        self.config = config
+        self.blocks = blocks
+        self.facts = facts
+        self.requests: dict[str, Request] = {}  # live requests, in arrival order
+        self._reserved_blocks = 0
+        self._holding_kv: set[str] = set()  # requests whose KV reservation is still held
+        # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
+        self.step_time_s = 0.02
+        self.detok_time_s = 0.01
+
+    # --- admission and removal -------------------------------------------------------------------
+    def _reservation(self, request: Request) -> int:
+        return self.blocks.blocks_for(request.num_prompt_tokens + request.sampling.max_tokens)
+
+    def admit(self, request: Request) -> Admission:
+        decision = self.blocks.can_admit(
+            request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
+        )
+        if decision.ok:
+            self._reserved_blocks += self._reservation(request)
+            self._holding_kv.add(request.request_id)
+            self.requests[request.request_id] = request
+        return decision
+
+    def finish_generation(self, request: Request, status: RequestStatus) -> None:
+        """The LLM is done with `request`: its KV pages go back to the pool at once. It stays
+        live until the detokenizer has flushed its last audio."""
+        request.status = status
+        self._release_kv(request)
+
+    def remove(self, request_id: str) -> Request | None:
+        request = self.requests.pop(request_id, None)
+        if request is not None:
+            self._release_kv(request)
+        return request
+
+    def _release_kv(self, request: Request) -> None:
+        if request.request_id in self._holding_kv:
+            self._holding_kv.discard(request.request_id)
+            self.blocks.free(request.request_id)
+            self._reserved_blocks -= self._reservation(request)
+            request.block_table = []
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(1 for r in self.requests.values() if r.status == RequestStatus.WAITING)
+
+    @property
+    def num_running(self) -> int:
+        return sum(1 for r in self.requests.values() if r.status == RequestStatus.RUNNING)
+
+    # --- priorities ------------------------------------------------------------------------------
+    def slack(self, request: Request, now: float) -> float:
+        """Seconds the listener can wait before this request's next chunk would be late."""
+        need = (
+            self.facts.first_chunk_tokens if request.ttfa_critical else self.facts.chunk_tokens
+        ) - request.pending_detok_tokens
+        ready_in = max(need, 0) * self.step_time_s + self.detok_time_s
+        return request.buffered_audio_s(now) - ready_in
+
+    def _priority(self, request: Request, now: float) -> tuple:
+        if self.config.policy == "fcfs" or request.ttfa_critical:
+            return (0, request.arrival_time)
+        return (1, self.slack(request, now))
+
+    # --- the step ----------------------------------------------------------------------------------
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        self._schedule_llm(now, out)
+        self._schedule_detok(now, out)
+        return out
+
+    def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
+        live = [r for r in self.requests.values() if not r.finished]
+        if self.config.policy == "slack":
+            live = [
+                r for r in live
+                if r.ttfa_critical or r.buffered_audio_s(now) <= self.config.max_lead_s
+            ]
+        live.sort(key=lambda r: self._priority(r, now))
+        chosen = live[: self.config.max_num_seqs]
+        # One token is set aside for every chosen decode, so that prefills of new arrivals can
+        # never starve a request that is about to run dry.
+        decode_reserve = sum(1 for r in chosen if r.prefilled)
+        budget = self.config.max_batch_tokens
+        prefills: list[ScheduledChunk] = []
+        decodes: list[ScheduledChunk] = []
+        for request in chosen:
+            if request.prefilled:
+                decodes.append(ScheduledChunk(request, request.num_computed, 1))
+                continue
+            room = budget - decode_reserve
+            if room <= 0:
+                continue
+            n = min(request.num_tokens - request.num_computed, room)
+            prefills.append(ScheduledChunk(request, request.num_computed, n))
+            budget -= n
+        decodes = decodes[: max(budget, 0)]
+        for chunk in prefills + decodes:
+            # Cannot fail: admission reserved the request's whole length.
+            grown = self.blocks.ensure(chunk.request.request_id, chunk.start + chunk.num_tokens)
+            if not grown:
+                raise RuntimeError("KV reservation violated: block pool ran out mid-request")
+            chunk.request.block_table = self.blocks.table(chunk.request.request_id)
+        out.chunks = prefills + decodes
+
+    def _detok_ready(self, request: Request) -> bool:
+        if request.detok_done:
+            return False
+        if request.finished:
+            return True  # flush whatever is left, even nothing: it closes the stream
+        need = self.facts.first_chunk_tokens if request.ttfa_critical else self.facts.chunk_tokens
+        return request.pending_detok_tokens >= need
+
+    def _schedule_detok(self, now: float, out: SchedulerOutput) -> None:
+        ready = [r for r in self.requests.values() if self._detok_ready(r)]
+        ready.sort(key=lambda r: self._priority(r, now))
+        out.detokenize = ready[: self.config.max_detok_batch]

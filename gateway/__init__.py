@@ -1,0 +1,1 @@
+"""The network edge: WebSocket sessions, audio codecs, pacing, auth, metrics, the CLI."""

@@ -1,0 +1,1 @@
+"""Model families: everything model-specific, nothing about serving."""

@@ -1,0 +1,115 @@
+"""The four-stage model interface the engine drives, and the facts a model declares.
+
+Stages (DESIGN.md): preprocess (prompt → token ids), forward (backbone over the batch on the
+engine's paged KV cache), sample (logits constraint + optional depth stage; the generic
+temperature/top-k/top-p work is the engine's), postprocess (tokens → waveform chunks, with
+explicit per-request streaming state).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class ModelInputError(ValueError):
+    """The request cannot be served by this model (bad voice, empty text, audio to a TTS model…)."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    name: str
+    sample_rate: int  # Hz of the waveform postprocess returns
+    token_rate_hz: float  # LLM tokens per second of audio
+    n_codebooks: int
+    stop_token_ids: tuple[int, ...]
+    first_chunk_tokens: int  # tokens needed before the first audio chunk can be decoded
+    chunk_tokens: int  # tokens per steady-state detokenizer chunk
+    accepts_text: bool = True
+    accepts_audio: bool = False
+    full_duplex: bool = False
+    voices: tuple[str, ...] = ()
+    default_voice: str | None = None
+    max_context: int = 4096
+
+    @property
+    def seconds_per_token(self) -> float:
+        return 1.0 / self.token_rate_hz
+
+
+@dataclass(frozen=True)
+class BackboneShape:
+    """What the engine needs to size the paged KV cache."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    num_q_heads: int
+    dtype: torch.dtype
+
+
+@dataclass
+class Prompt:
+    token_ids: list[int]
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class StreamState(abc.ABC):
+    """Per-request detokenizer state (buffered codes, cached conv state…), owned by the model."""
+
+
+class SpeechModel(abc.ABC):
+    facts: ModelFacts
+    shape: BackboneShape
+
+    # 1. preprocess ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def preprocess(self, text: str, voice: str | None) -> Prompt:
+        """Format and tokenise the prompt. Raises ModelInputError for input it cannot serve."""
+
+    # 2. forward ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
+        """input_ids, positions: [T] (all scheduled tokens of the step, flattened).
+        `attn` is the engine's attention context for this step. Returns hidden [T, H]."""
+
+    @abc.abstractmethod
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, H] → logits [N, V] (float32)."""
+
+    # 3. sample -------------------------------------------------------------------------------
+    def constrain_logits(
+        self, logits: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> torch.Tensor:
+        """Mask tokens that are invalid at each row's output position. Default: only forbid
+        stop tokens where `allow_stop` is False (min_tokens not reached)."""
+        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
+        if blocked:
+            rows = torch.tensor(blocked, device=logits.device)
+            stops = torch.tensor(self.facts.stop_token_ids, device=logits.device)
+            logits[rows[:, None], stops[None, :]] = float("-inf")
+        return logits
+
+    def depth_stage(self, hidden: torch.Tensor, first_tokens: torch.Tensor) -> torch.Tensor | None:
+        """Optional: models that emit several codebooks per step (CSM, Moshi) run their depth
+        transformer here, batched across requests. Returns [N, n_codebooks] or None."""
+        return None
+
+    # 4. postprocess --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def new_stream_state(self) -> StreamState: ...
+
+    @abc.abstractmethod
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
+    ) -> list[np.ndarray]:
+        """Feed each request's newly generated tokens into its stream state and return the
+        audio now decodable (float32 mono at facts.sample_rate, possibly empty). With
+        `final`, flush everything. Chunked output must equal whole-utterance decoding."""
+
+    def release(self) -> None:  # noqa: B027 - optional hook
+        """Free model resources (GPU memory) on shutdown."""

@@ -1,0 +1,1 @@
+"""Transformer building blocks written for the engine's paged KV cache."""

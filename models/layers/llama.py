@@ -1,0 +1,197 @@
+"""A compact Llama decoder on the engine's paged KV cache, loading HF Llama weights by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.checkpoint_errors import CheckpointError
+from models.layers.rope import RopeSpec, Rotary, apply_rotary
+
+
+@dataclass(frozen=True)
+class LlamaArgs:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope: RopeSpec
+    tie_word_embeddings: bool
+    max_positions: int
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict) -> LlamaArgs:
+        try:
+            heads = int(cfg["num_attention_heads"])
+            hidden = int(cfg["hidden_size"])
+            return cls(
+                vocab_size=int(cfg["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(cfg["intermediate_size"]),
+                num_layers=int(cfg["num_hidden_layers"]),
+                num_heads=heads,
+                num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                head_dim=int(cfg.get("head_dim") or hidden // heads),
+                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+                rope=RopeSpec.from_hf_config(cfg),
+                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                max_positions=int(cfg.get("max_position_embeddings", 8192)),
+            )
+        except KeyError as missing:
+            raise CheckpointError(f"config.json lacks the Llama field {missing}") from None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 as the reference does, then cast back.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: LlamaArgs, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.h, self.kvh, self.d = args.num_heads, args.num_kv_heads, args.head_dim
+        self.qkv_proj = nn.Linear(args.hidden_size, (self.h + 2 * self.kvh) * self.d, bias=False)
+        self.o_proj = nn.Linear(self.h * self.d, args.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1)
+        q = apply_rotary(q.view(t, self.h, self.d), cos, sin)
+        k = apply_rotary(k.view(t, self.kvh, self.d), cos, sin)
+        out = attn.forward(self.layer, q, k, v.view(t, self.kvh, self.d))
+        return self.o_proj(out.reshape(t, self.h * self.d))
+
+
+class MLP(nn.Module):
+    def __init__(self, args: LlamaArgs) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * args.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: LlamaArgs, layer: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.self_attn = Attention(args, layer)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.mlp = MLP(args)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+# HF checkpoint names that we store fused: (our parameter, shard index within it).
+_FUSED = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
+
+
+class LlamaForCausalLM(nn.Module):
+    """Parameter names follow HF's `LlamaForCausalLM` except for the fused projections."""
+
+    def __init__(self, args: LlamaArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(args.num_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.rotary = Rotary(args.rope, args.head_dim)
+        self.lm_head = None if args.tie_word_embeddings else nn.Linear(
+            args.hidden_size, args.vocab_size, bias=False
+        )
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
+        """input_ids, positions: [T] → hidden [T, H] (after the final norm)."""
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, attn)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    # --- loading ---------------------------------------------------------------------------------
+    def _split_sizes(self, fused: str) -> list[int]:
+        a = self.args
+        if fused == "qkv_proj":
+            return [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
+        return [a.intermediate_size, a.intermediate_size]
+
+    def load_hf_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF Llama tensors in by name; raise CheckpointError naming anything missing,
+        unexpected or of the wrong shape."""
+        params = dict(self.named_parameters())
+        expected: set[str] = set()
+        for name in params:
+            module, _, leaf = name.rpartition(".")
+            stem, _, kind = module.rpartition(".")
+            if kind in ("qkv_proj", "gate_up_proj"):
+                parts = ["q_proj", "k_proj", "v_proj"] if kind == "qkv_proj" else ["gate_proj", "up_proj"]
+                expected.update(f"model.{stem}.{p}.{leaf}" for p in parts)
+            elif name == "lm_head.weight":
+                expected.add(name)
+            else:
+                expected.add(f"model.{name}")
+        seen: set[str] = set()
+        with torch.no_grad():
+            for hf_name, tensor in weights:
+                if hf_name not in expected:
+                    if hf_name == "lm_head.weight" and self.lm_head is None:
+                        continue  # some tied checkpoints still store the head; it equals the embedding
+                    if hf_name.endswith("rotary_emb.inv_freq"):
+                        continue
+                    raise CheckpointError(f"unexpected tensor {hf_name!r} in the checkpoint")
+                self._copy_in(params, hf_name, tensor)
+                seen.add(hf_name)
+        missing = sorted(expected - seen)
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" … ({len(missing)} in all)" if len(missing) > 5 else "")
+            raise CheckpointError(f"checkpoint is missing tensors: {shown}")
+
+    def _copy_in(self, params: dict[str, nn.Parameter], hf_name: str, tensor: torch.Tensor) -> None:
+        name = hf_name.removeprefix("model.")
+        module, _, leaf = name.rpartition(".")
+        stem, _, kind = module.rpartition(".")
+        if kind in _FUSED:
+            fused, index = _FUSED[kind]
+            target = params[f"{stem}.{fused}.{leaf}"]
+            sizes = self._split_sizes(fused)
+            offset = sum(sizes[:index])
+            target = target.narrow(0, offset, sizes[index])
+        else:
+            target = params[name]
+        if tuple(target.shape) != tuple(tensor.shape):
+            raise CheckpointError(
+                f"tensor {hf_name!r} has shape {tuple(tensor.shape)}, the config implies "
+                f"{tuple(target.shape)}: checkpoint and config.json do not match"
+            )
+        target.copy_(tensor)
