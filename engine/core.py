@@ -150,9 +150,10 @@ class EngineCore:
             timing.llm_s = self.clock() - t1
             self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, timing.llm_s)
             self._apply_tokens(plan.chunks, tokens)
-        if plan.detokenize:
+        detok = self.scheduler.schedule_detok(self.clock())
+        if detok:
             t2 = self.clock()
-            events.extend(self._detokenize(plan.detokenize))
+            events.extend(self._detokenize(detok))
             timing.detok_s = self.clock() - t2
             self.scheduler.detok_time_s = _ema(self.scheduler.detok_time_s, timing.detok_s)
         timing.host_s = max(0.0, self.clock() - t0 - timing.llm_s - timing.detok_s)

@@ -28,16 +28,10 @@ class ScheduledChunk:
 @dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)  # prefills first, then decodes
-    detokenize: list[Request] = field(default_factory=list)
-    finished_final_detok: list[Request] = field(default_factory=list)  # flush these streams
 
     @property
     def num_tokens(self) -> int:
         return sum(c.num_tokens for c in self.chunks)
-
-    @property
-    def empty(self) -> bool:
-        return not self.chunks and not self.detokenize
 
 
 @dataclass

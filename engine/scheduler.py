@@ -103,9 +103,9 @@ class Scheduler:
 
     # --- the step ----------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
+        """The LLM part of a step."""
         out = SchedulerOutput()
         self._schedule_llm(now, out)
-        self._schedule_detok(now, out)
         return out
 
     def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
@@ -150,7 +150,9 @@ class Scheduler:
         need = self.facts.first_chunk_tokens if request.ttfa_critical else self.facts.chunk_tokens
         return request.pending_detok_tokens >= need
 
-    def _schedule_detok(self, now: float, out: SchedulerOutput) -> None:
+    def schedule_detok(self, now: float) -> list[Request]:
+        """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so
+        a chunk completed by this step's token is decoded in this step."""
         ready = [r for r in self.requests.values() if self._detok_ready(r)]
         ready.sort(key=lambda r: self._priority(r, now))
-        out.detokenize = ready[: self.config.max_detok_batch]
+        return ready[: self.config.max_detok_batch]

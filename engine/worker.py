@@ -83,10 +83,9 @@ class Worker:
         last_rows = torch.tensor(
             [sum(c.num_tokens for c in chunks[: i + 1]) - 1 for i in sampling], device=self.device
         )
-        logits = self.model.compute_logits(hidden[last_rows])
         reqs = [chunks[i].request for i in sampling]
-        logits = self.model.constrain_logits(
-            logits,
+        cands = self.model.candidate_logits(
+            hidden[last_rows],
             [len(r.output_ids) for r in reqs],
             [len(r.output_ids) >= r.sampling.min_tokens for r in reqs],
         )
@@ -95,7 +94,7 @@ class Worker:
             generators=[self._generators.get(r.request_id) for r in reqs],
             context_ids=[r.all_ids() for r in reqs],
         )
-        return sample(logits, batch, self._default_gen)
+        return sample(cands, batch, self._default_gen)
 
     # --- detokenizer ----------------------------------------------------------------------------
     @torch.inference_mode()

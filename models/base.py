@@ -35,6 +35,8 @@ class ModelFacts:
     voices: tuple[str, ...] = ()
     default_voice: str | None = None
     max_context: int = 4096
+    # Sampling values the model was trained/tuned with; callers' own values override them.
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
 
     @property
     def seconds_per_token(self) -> float:
@@ -58,6 +60,12 @@ class Prompt:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Candidates:
+    logits: torch.Tensor  # [N, K] float32
+    token_ids: torch.Tensor | None  # [N, K] vocabulary id of each column; None: column == id
+
+
 class StreamState(abc.ABC):
     """Per-request detokenizer state (buffered codes, cached conv state…), owned by the model."""
 
@@ -79,20 +87,23 @@ class SpeechModel(abc.ABC):
 
     @abc.abstractmethod
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [N, H] → logits [N, V] (float32)."""
+        """hidden [N, H] → logits over the whole vocabulary [N, V] (float32)."""
 
     # 3. sample -------------------------------------------------------------------------------
-    def constrain_logits(
-        self, logits: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
-    ) -> torch.Tensor:
-        """Mask tokens that are invalid at each row's output position. Default: only forbid
-        stop tokens where `allow_stop` is False (min_tokens not reached)."""
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        """The logits the sampler chooses among, one row per request, with tokens invalid at
+        each row's output position masked to -inf (stop tokens before min_tokens, at least).
+        Models whose valid set is small return just those columns and their token ids, which
+        makes top-p and the repetition penalty cheap. Default: the whole vocabulary."""
+        logits = self.compute_logits(hidden)
         blocked = [i for i, ok in enumerate(allow_stop) if not ok]
         if blocked:
             rows = torch.tensor(blocked, device=logits.device)
             stops = torch.tensor(self.facts.stop_token_ids, device=logits.device)
             logits[rows[:, None], stops[None, :]] = float("-inf")
-        return logits
+        return Candidates(logits, None)
 
     def depth_stage(self, hidden: torch.Tensor, first_tokens: torch.Tensor) -> torch.Tensor | None:
         """Optional: models that emit several codebooks per step (CSM, Moshi) run their depth

@@ -135,9 +135,20 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, cos, sin, attn)
         return self.norm(x)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [N, H] → float32 logits [N, V], or [N, len(rows)] for just those vocabulary rows."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        if rows is not None:
+            weight = self._head_rows(weight, rows)
         return F.linear(hidden, weight).float()
+
+    def _head_rows(self, weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        # The sub-matrix is cached: gathering it every step would cost more than it saves.
+        key = (id(rows), weight.data_ptr(), weight._version)
+        cached = getattr(self, "_head_cache", None)
+        if cached is None or cached[0] != key:
+            self._head_cache = (key, weight.index_select(0, rows).contiguous())
+        return self._head_cache[1]
 
     # --- loading ---------------------------------------------------------------------------------
     def _split_sizes(self, fused: str) -> list[int]:

@@ -1,0 +1,38 @@
+"""Shared fixtures: the tiny presets live in one temporary cache per test session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Keep test runs from writing into the user's real cache; one folder per session.
+    if "VOXGATE_CACHE" not in os.environ:
+        import tempfile
+
+        os.environ["VOXGATE_CACHE"] = tempfile.mkdtemp(prefix="voxgate-test-cache-")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (marker `gpu`); run on the GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_orpheus_dirs():
+    """(model folder, codec folder) of the tiny-orpheus preset, in the published layouts."""
+    from models.orpheus.presets import ensure_tiny_orpheus
+
+    return ensure_tiny_orpheus()

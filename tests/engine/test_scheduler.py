@@ -1,0 +1,162 @@
+"""Scheduler behaviour with fake model outputs: no torch, a fake clock, integer bookkeeping."""
+
+from __future__ import annotations
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.request import Request, RequestStatus, SamplingParams
+from engine.scheduler import ChunkingFacts, Scheduler
+
+FACTS = ChunkingFacts(first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82)
+
+
+def make_scheduler(policy: str = "slack", **overrides) -> Scheduler:
+    config = EngineConfig(policy=policy, **overrides)
+    return Scheduler(config, BlockManager(num_blocks=512, block_size=16), FACTS)
+
+
+def admit(sched: Scheduler, prompt_len: int, arrival: float, max_tokens: int = 400) -> Request:
+    req = Request(list(range(prompt_len)), SamplingParams(max_tokens=max_tokens), arrival)
+    assert sched.admit(req).ok
+    return req
+
+
+def fake_step(sched: Scheduler, now: float) -> None:
+    """Apply one step the way the engine core does, with a dummy sampled token."""
+    plan = sched.schedule(now)
+    for chunk in plan.chunks:
+        req = chunk.request
+        req.num_computed = chunk.start + chunk.num_tokens
+        if chunk.samples:
+            req.output_ids.append(7)
+            req.status = RequestStatus.RUNNING
+            if len(req.output_ids) >= req.sampling.max_tokens:
+                sched.finish_generation(req, RequestStatus.FINISHED_LENGTH)
+    for req in sched.schedule_detok(now):
+        seconds = req.pending_detok_tokens * FACTS.seconds_per_token
+        req.num_detokenized = len(req.output_ids)
+        if seconds and req.first_audio_time is None:
+            req.first_audio_time = now
+        req.audio_emitted_s += seconds
+        if req.finished:
+            sched.remove(req.request_id)
+
+
+def make_steady(sched: Scheduler, arrival: float, buffered_s: float, now: float) -> Request:
+    """A request that has been streaming and has `buffered_s` of audio at the listener."""
+    req = admit(sched, prompt_len=10, arrival=arrival)
+    req.num_computed = 10
+    req.output_ids = [7] * 100
+    req.num_computed = 10 + 99
+    req.status = RequestStatus.RUNNING
+    req.num_detokenized = 100
+    req.first_audio_time = now - 1.0
+    req.audio_emitted_s = 1.0 + buffered_s
+    sched.blocks.ensure(req.request_id, req.num_tokens)
+    req.block_table = sched.blocks.table(req.request_id)
+    return req
+
+
+def test_request_about_to_underrun_is_served_before_one_with_seconds_buffered():
+    now = 100.0
+    sched = make_scheduler("slack", max_num_seqs=1)
+    relaxed = make_steady(sched, arrival=1.0, buffered_s=5.0, now=now)
+    urgent = make_steady(sched, arrival=2.0, buffered_s=0.05, now=now)
+    assert sched.slack(urgent, now) < 0.1 < sched.slack(relaxed, now)
+    plan = sched.schedule(now)
+    assert [c.request for c in plan.chunks] == [urgent]
+
+    # fcfs ignores the buffers and serves the earlier arrival: the baseline the policy beats.
+    fcfs = make_scheduler("fcfs", max_num_seqs=1)
+    relaxed = make_steady(fcfs, arrival=1.0, buffered_s=5.0, now=now)
+    make_steady(fcfs, arrival=2.0, buffered_s=0.05, now=now)
+    assert [c.request for c in fcfs.schedule(now).chunks] == [relaxed]
+
+
+def test_detokenizer_serves_the_emptiest_buffer_first():
+    now = 50.0
+    sched = make_scheduler("slack", max_detok_batch=1)
+    full = make_steady(sched, arrival=1.0, buffered_s=4.0, now=now)
+    dry = make_steady(sched, arrival=2.0, buffered_s=0.02, now=now)
+    for req in (full, dry):
+        req.output_ids += [7] * FACTS.chunk_tokens  # a chunk ready for each
+    assert sched.schedule_detok(now) == [dry]
+
+
+def test_new_arrival_gets_first_audio_before_steady_requests_with_slack():
+    """Batch room for 2: two streaming requests with seconds of slack and one newcomer. Under
+    slack the newcomer's prefill and decodes go first; its first chunk is out within
+    first_chunk_tokens steps, and the steady ones never run dry meanwhile."""
+    dt = 0.02
+    now = 10.0
+    sched = make_scheduler("slack", max_num_seqs=2)
+    steady = [make_steady(sched, arrival=1.0 + i, buffered_s=3.0, now=now) for i in range(2)]
+    newcomer = admit(sched, prompt_len=30, arrival=now)
+    steps = 0
+    while newcomer.first_audio_time is None:
+        plan_requests = {c.request.request_id for c in sched.schedule(now).chunks}
+        assert newcomer.request_id in plan_requests
+        fake_step(sched, now)
+        now += dt
+        steps += 1
+        assert all(r.buffered_audio_s(now) > 0 for r in steady)
+    assert steps == FACTS.first_chunk_tokens  # one prefill step, then one decode per token
+
+    fcfs = make_scheduler("fcfs", max_num_seqs=2)
+    now = 10.0
+    for i in range(2):
+        make_steady(fcfs, arrival=1.0 + i, buffered_s=3.0, now=now)
+    late = admit(fcfs, prompt_len=30, arrival=now)
+    assert late.request_id not in {c.request.request_id for c in fcfs.schedule(now).chunks}
+
+
+def test_prefills_of_several_arrivals_share_a_step_under_the_token_budget():
+    sched = make_scheduler("slack", max_batch_tokens=100)
+    a = admit(sched, prompt_len=40, arrival=1.0)
+    b = admit(sched, prompt_len=40, arrival=2.0)
+    c = admit(sched, prompt_len=40, arrival=3.0)
+    plan = sched.schedule(5.0)
+    assert [(ch.request, ch.num_tokens) for ch in plan.chunks] == [(a, 40), (b, 40), (c, 20)]
+    assert not plan.chunks[2].samples  # c's prompt is only partly computed: no token yet
+
+
+def test_prefill_never_takes_the_token_a_running_decode_needs():
+    now = 20.0
+    sched = make_scheduler("slack", max_batch_tokens=32)
+    running = make_steady(sched, arrival=1.0, buffered_s=0.3, now=now)
+    newcomer = admit(sched, prompt_len=200, arrival=now)
+    plan = sched.schedule(now)
+    sizes = {ch.request.request_id: ch.num_tokens for ch in plan.chunks}
+    assert sizes == {newcomer.request_id: 31, running.request_id: 1}
+
+
+def test_requests_far_ahead_of_their_listener_are_not_decoded():
+    now = 30.0
+    sched = make_scheduler("slack", max_lead_s=2.0)
+    ahead = make_steady(sched, arrival=1.0, buffered_s=10.0, now=now)
+    behind = make_steady(sched, arrival=2.0, buffered_s=1.0, now=now)
+    assert [c.request for c in sched.schedule(now).chunks] == [behind]
+    assert ahead.status == RequestStatus.RUNNING
+
+
+def test_playback_reports_replace_the_wall_clock_estimate():
+    req = Request([1, 2], SamplingParams(), arrival_time=0.0)
+    req.first_audio_time = 1.0
+    req.audio_emitted_s = 4.0
+    assert abs(req.buffered_audio_s(3.0) - 2.0) < 1e-9  # 2 s played by wall clock
+    req.played_s, req.played_report_time = 0.5, 3.0  # the client stalled: only 0.5 s played
+    assert abs(req.buffered_audio_s(3.0) - 3.5) < 1e-9
+
+
+def test_kv_reservation_is_released_on_finish_and_on_removal():
+    sched = make_scheduler("slack")
+    free_before = sched.blocks.num_free
+    a = admit(sched, prompt_len=20, arrival=1.0, max_tokens=30)
+    b = admit(sched, prompt_len=20, arrival=2.0, max_tokens=30)
+    fake_step(sched, 1.0)
+    assert sched.blocks.num_free < free_before
+    sched.remove(b.request_id)  # cancellation path
+    for i in range(40):
+        fake_step(sched, 1.0 + i * 0.01)
+    assert a.request_id not in sched.requests
+    assert sched.blocks.num_free == free_before and sched._reserved_blocks == 0
