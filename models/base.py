@@ -66,7 +66,7 @@ class Candidates:
     token_ids: torch.Tensor | None  # [N, K] vocabulary id of each column; None: column == id
 
 
-class StreamState(abc.ABC):
+class StreamState:
     """Per-request detokenizer state (buffered codes, cached conv state…), owned by the model."""
 
 

@@ -37,7 +37,7 @@ def load_model(
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
     random weights instead of reading a checkpoint (benchmarks without the download)."""
     from models.orpheus import configs
-    from models.orpheus.loading import is_orpheus_config, load_orpheus, random_orpheus
+    from models.orpheus.loading import is_orpheus_config, load_orpheus
     from models.orpheus.presets import ensure_tiny_orpheus
 
     device = torch.device(device)

@@ -8,7 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.base import BackboneShape, Candidates, ModelFacts, ModelInputError, Prompt, SpeechModel, StreamState
+from models.base import (
+    BackboneShape,
+    Candidates,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    SpeechModel,
+    StreamState,
+)
 from models.codecs.snac import SnacDetokenizer, SnacStream
 from models.layers.llama import LlamaForCausalLM
 from models.orpheus import tokens as T
