@@ -31,7 +31,11 @@ class StepLayout:
 
 
 class KVCache:
-    """One k and one v tensor per layer: [num_blocks * block_size, kv_heads, head_dim]."""
+    """One k and one v tensor per layer: [(num_blocks + 1) * block_size, kv_heads, head_dim].
+
+    The extra last block is scratch: padded rows of a captured CUDA graph write their k/v
+    there, so padding never touches a live request's pages. The block manager never hands it
+    out."""
 
     def __init__(
         self,
@@ -43,9 +47,12 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device,
     ) -> None:
-        shape = (num_blocks * block_size, num_kv_heads, head_dim)
+        shape = ((num_blocks + 1) * block_size, num_kv_heads, head_dim)
         self.block_size = block_size
         self.num_blocks = num_blocks
+        self.scratch_block = num_blocks
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
@@ -63,9 +70,12 @@ class AttentionBackend(abc.ABC):
     def __init__(self, cache: KVCache) -> None:
         self.cache = cache
 
+    supports_graphs = False
+
     @abc.abstractmethod
-    def prepare(self, layout: StepLayout) -> None:
-        """Once per step, before the forward: turn the layout into device-side metadata."""
+    def prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
+        """Once per step, before the forward: turn the layout into device-side metadata.
+        `graph_batch`: the layout is a decode step padded to this captured batch size."""
 
     @abc.abstractmethod
     def forward(
@@ -77,7 +87,7 @@ class AttentionBackend(abc.ABC):
 class SdpaBackend(AttentionBackend):
     name = "sdpa"
 
-    def prepare(self, layout: StepLayout) -> None:
+    def prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
         device = self.cache.k[0].device
         self._slots = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
         within = torch.arange(layout.block_size, device=device)

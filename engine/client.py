@@ -89,6 +89,7 @@ class AsyncEngine:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10.0)
             self._thread = None
+        self.core.close()
 
     @property
     def ready(self) -> bool:

@@ -22,6 +22,10 @@ class EngineConfig:
     device: str | None = None  # None: cuda when available, else cpu
     dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
     attention: str | None = None  # None: flashinfer on cuda when installed, else sdpa
+    # CUDA graphs for decode steps (flashinfer on cuda only); False forces eager mode.
+    cuda_graphs: bool = True
+    # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
+    async_detok: bool = True
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0

@@ -12,6 +12,7 @@ import torch
 from engine.attention import KVCache
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.detok_pipeline import DetokJob, InlineDetokenizer, ThreadedDetokenizer
 from engine.outputs import (
     AudioChunk,
     EngineEvent,
@@ -70,7 +71,16 @@ class EngineCore:
             ChunkingFacts(facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token),
         )
         self.worker = Worker(model, cache, attention, device)
+        if device.type == "cuda" and config.cuda_graphs and self.worker.attn.supports_graphs:
+            self.worker.capture_graphs(
+                shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
+            )
+        if device.type == "cuda" and config.async_detok:
+            self.detok = ThreadedDetokenizer(model, clock, device)
+        else:
+            self.detok = InlineDetokenizer(model, clock)
         self.steps = 0
+        self._last_detok_s = 0.0
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s",
@@ -88,6 +98,9 @@ class EngineCore:
         else:
             budget = self.config.kv_cache_mb * 2**20
         return max(2, budget // per_block)
+
+    def close(self) -> None:
+        self.detok.close()
 
     # --- requests --------------------------------------------------------------------------------
     def add_request(self, spec: SpeechRequest) -> Request:
@@ -125,7 +138,7 @@ class EngineCore:
             request.played_report_time = self.clock()
 
     def has_work(self) -> bool:
-        return bool(self.scheduler.requests)
+        return bool(self.scheduler.requests) or self.detok.in_flight > 0
 
     def stats(self, stepping: bool = True) -> EngineStats:
         return EngineStats(
@@ -141,8 +154,8 @@ class EngineCore:
     # --- the step --------------------------------------------------------------------------------
     def step(self) -> list[EngineEvent]:
         t0 = self.clock()
+        events = self._collect_audio(self.detok.poll())
         plan = self.scheduler.schedule(t0)
-        events: list[EngineEvent] = []
         timing = StepTiming(batch_size=len(plan.chunks), num_tokens=plan.num_tokens)
         if plan.chunks:
             t1 = self.clock()
@@ -150,13 +163,14 @@ class EngineCore:
             timing.llm_s = self.clock() - t1
             self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, timing.llm_s)
             self._apply_tokens(plan.chunks, tokens)
-        detok = self.scheduler.schedule_detok(self.clock())
-        if detok:
-            t2 = self.clock()
-            events.extend(self._detokenize(detok))
-            timing.detok_s = self.clock() - t2
-            self.scheduler.detok_time_s = _ema(self.scheduler.detok_time_s, timing.detok_s)
-        timing.host_s = max(0.0, self.clock() - t0 - timing.llm_s - timing.detok_s)
+        ready = self.scheduler.schedule_detok(self.clock())
+        if ready:
+            self.detok.submit(self.worker.detok_job(ready, self.model.facts.stop_token_ids))
+        # Inline jobs are done already; a threaded one is waited for only when the LLM had
+        # nothing to do, so the loop does not spin.
+        events += self._collect_audio(self.detok.poll(wait_s=0.0 if plan.chunks else 0.005))
+        timing.detok_s = self._last_detok_s
+        timing.host_s = max(0.0, self.clock() - t0 - timing.llm_s - (timing.detok_s if ready else 0))
         self.steps += 1
         self.last_timing = timing
         return events
@@ -178,23 +192,29 @@ class EngineCore:
             elif n >= request.sampling.max_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_LENGTH)
 
-    def _detokenize(self, requests: list[Request]) -> list[EngineEvent]:
-        stop_ids = self.model.facts.stop_token_ids
-        audio = self.worker.detokenize(requests, stop_ids)
-        now = self.clock()
+    def _collect_audio(self, jobs: list[DetokJob]) -> list[EngineEvent]:
         events: list[EngineEvent] = []
+        now = self.clock()
         rate = self.model.facts.sample_rate
-        for request, pcm in zip(requests, audio, strict=True):
-            if len(pcm):
-                if request.first_audio_time is None:
-                    request.first_audio_time = now
-                request.audio_emitted_s += len(pcm) / rate
-                events.append(AudioChunk(request.request_id, pcm, rate))
-            if request.finished:
-                request.detok_done = True
-                self.scheduler.remove(request.request_id)
-                self.worker.drop_request(request.request_id)
-                events.append(
-                    Finished(request.request_id, _REASONS[request.status], len(request.output_ids))
-                )
+        for job in jobs:
+            self._last_detok_s = job.seconds
+            self.scheduler.detok_time_s = _ema(self.scheduler.detok_time_s, job.seconds)
+            if job.error is not None:
+                raise RuntimeError(f"detokenizer failed: {job.error}") from job.error
+            for request, pcm, final in zip(job.requests, job.audio, job.final, strict=True):
+                request.detok_in_flight = False
+                if request.request_id not in self.scheduler.requests:
+                    continue  # cancelled while its chunk was being decoded
+                if len(pcm):
+                    if request.first_audio_time is None:
+                        request.first_audio_time = now
+                    request.audio_emitted_s += len(pcm) / rate
+                    events.append(AudioChunk(request.request_id, pcm, rate))
+                if final:
+                    request.detok_done = True
+                    self.scheduler.remove(request.request_id)
+                    self.worker.drop_request(request.request_id)
+                    events.append(
+                        Finished(request.request_id, _REASONS[request.status], len(request.output_ids))
+                    )
         return events

@@ -31,8 +31,10 @@ def resolve_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def resolve_attention(config: EngineConfig, device: torch.device) -> str:
+def resolve_attention(config: EngineConfig, device: torch.device, head_dim: int = 128) -> str:
     has_flashinfer = importlib.util.find_spec("flashinfer") is not None
+    if head_dim not in (64, 128, 256) and config.attention is None:
+        return "sdpa"  # FlashInfer has no kernels for this head size
     if config.attention == "flashinfer":
         if device.type != "cuda" or not has_flashinfer:
             raise ConfigError(
@@ -46,7 +48,7 @@ def resolve_attention(config: EngineConfig, device: torch.device) -> str:
 
 
 def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -> EngineCore:
-    return EngineCore(model, config, device, resolve_attention(config, device))
+    return EngineCore(model, config, device, resolve_attention(config, device, model.shape.head_dim))
 
 
 def build_engine(

@@ -88,6 +88,7 @@ class Request:
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
     num_detokenized: int = 0
     detok_done: bool = False
+    detok_in_flight: bool = False  # a detokenizer job holds this request's stream state
     error: str | None = None
 
     @property

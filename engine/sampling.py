@@ -1,11 +1,19 @@
-"""Batched sampling with per-request parameters and per-request seeded generators.
+"""Batched sampling with per-request parameters, all on the device in a fixed number of kernels.
 
 Works on the model's candidate columns (models.base.Candidates): the whole vocabulary for
 most models, or the few thousand tokens valid at each row's position for constrained ones.
+
+- Repetition penalty (HF/CTRL rule, over prompt + output tokens) reads a per-request
+  presence table kept on the device and updated by one scatter per step, instead of
+  uploading every request's history every step.
+- Randomness is counter-based: the exponential-race noise for (seed, output position, token)
+  is a hash of those three integers. A seeded request therefore draws the same tokens
+  whatever else shares its batch, and the whole batch's noise is one vectorised expression.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
@@ -13,40 +21,111 @@ import torch
 from engine.request import SamplingParams
 from models.base import Candidates
 
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xor-shift-multiply), on int64 tensors holding values < 2**32."""
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    return (x >> 16) ^ x
+
+
+def race_noise(seeds: torch.Tensor, steps: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Exp(1) noise [N, K] as a pure function of (seed [N], step [N], token id [N, K])."""
+    row_key = _mix32((_mix32(seeds & _M32) + steps * 0x9E3779B1) & _M32)  # [N]
+    key = _mix32((row_key[:, None] ^ (token_ids & _M32)) & _M32)
+    uniform = (key.double() + 0.5) / 2.0**32  # in (0, 1)
+    return -torch.log(uniform).float()
+
 
 @dataclass
-class SamplingBatch:
-    """One row per request that samples this step."""
+class SamplingRow:
+    """What the sampler needs of one request this step."""
 
-    params: list[SamplingParams]
-    generators: list[torch.Generator | None]  # None: the engine's shared generator
-    context_ids: list[list[int]]  # tokens the repetition penalty looks at (prompt + output)
-
-
-def _seen_mask(cands: Candidates, batch: SamplingBatch, rows: list[int]) -> torch.Tensor:
-    logits = cands.logits
-    seen = torch.zeros_like(logits, dtype=torch.bool)
-    for i in rows:
-        ids = torch.tensor(batch.context_ids[i], dtype=torch.long, device=logits.device)
-        if cands.token_ids is None:
-            seen[i, ids] = True
-        else:
-            seen[i] = torch.isin(cands.token_ids[i], ids)
-    return seen
+    request_id: str
+    params: SamplingParams
+    step: int  # output tokens so far: the position of the token being drawn
 
 
-def apply_repetition_penalty(cands: Candidates, batch: SamplingBatch) -> torch.Tensor:
-    """HF/CTRL rule: a seen token's logit is divided by the penalty if positive, else multiplied."""
-    logits = cands.logits
-    rows = [i for i, p in enumerate(batch.params) if p.repetition_penalty != 1.0]
-    if not rows:
-        return logits
-    seen = _seen_mask(cands, batch, rows)
-    penalty = torch.tensor(
-        [p.repetition_penalty for p in batch.params], dtype=logits.dtype, device=logits.device
-    )[:, None]
-    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
-    return torch.where(seen, penalised, logits)
+class Sampler:
+    def __init__(self, vocab_size: int, device: torch.device, rows: int = 64) -> None:
+        self.vocab_size = vocab_size
+        self.device = device
+        self._seen = torch.zeros(rows, vocab_size, dtype=torch.bool, device=device)
+        self._row_of: dict[str, int] = {}
+        self._free = list(range(rows - 1, -1, -1))
+        self._seed_of: dict[str, int] = {}
+
+    # --- per-request state -----------------------------------------------------------------------
+    def add_request(self, request_id: str, params: SamplingParams, prompt_ids: list[int]) -> None:
+        if not self._free:
+            self._grow()
+        row = self._free.pop()
+        self._row_of[request_id] = row
+        self._seed_of[request_id] = params.seed if params.seed is not None else random.getrandbits(31)
+        self._seen[row].zero_()
+        ids = torch.tensor(prompt_ids, dtype=torch.long).to(self.device, non_blocking=True)
+        self._seen[row, ids] = True
+
+    def drop_request(self, request_id: str) -> None:
+        row = self._row_of.pop(request_id, None)
+        self._seed_of.pop(request_id, None)
+        if row is not None:
+            self._free.append(row)
+
+    def _grow(self) -> None:
+        old = self._seen.shape[0]
+        grown = torch.zeros(2 * old, self.vocab_size, dtype=torch.bool, device=self.device)
+        grown[:old] = self._seen
+        self._seen = grown
+        self._free = list(range(2 * old - 1, old - 1, -1))
+
+    # --- the step --------------------------------------------------------------------------------
+    def sample(self, cands: Candidates, rows: list[SamplingRow]) -> list[int]:
+        """One token per row; records it in the presence table."""
+        device = cands.logits.device
+        n, k = cands.logits.shape
+        table_rows = torch.tensor([self._row_of[r.request_id] for r in rows], device=device)
+        token_ids = (
+            cands.token_ids
+            if cands.token_ids is not None
+            else torch.arange(k, device=device).expand(n, k)
+        )
+        logits = self._penalise(cands.logits, token_ids, table_rows, rows)
+        chosen = logits.argmax(dim=-1)
+        stochastic = [i for i, r in enumerate(rows) if not r.params.greedy]
+        if stochastic:
+            chosen = self._draw(logits, token_ids, rows, stochastic, chosen)
+        tokens = token_ids.gather(1, chosen[:, None])[:, 0]
+        self._seen[table_rows, tokens] = True
+        return tokens.tolist()
+
+    def _penalise(self, logits, token_ids, table_rows, rows: list[SamplingRow]) -> torch.Tensor:
+        if all(r.params.repetition_penalty == 1.0 for r in rows):
+            return logits
+        penalty = torch.tensor(
+            [r.params.repetition_penalty for r in rows], dtype=logits.dtype, device=logits.device
+        )[:, None]
+        seen = self._seen[table_rows[:, None], token_ids]  # [N, K]
+        penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+        return torch.where(seen, penalised, logits)
+
+    def _draw(self, logits, token_ids, rows, stochastic: list[int], chosen) -> torch.Tensor:
+        device = logits.device
+        idx = torch.tensor(stochastic, device=device)
+        sub = [rows[i] for i in stochastic]
+        temp = torch.tensor([r.params.temperature for r in sub], device=device)
+        top_k = torch.tensor([r.params.top_k for r in sub], device=device)
+        top_p = torch.tensor([r.params.top_p for r in sub], device=device)
+        probs = _top_k_top_p(logits[idx] / temp[:, None], top_k, top_p).softmax(dim=-1)
+        seeds = torch.tensor([self._seed_of[r.request_id] for r in sub], device=device)
+        steps = torch.tensor([r.step for r in sub], device=device)
+        noise = race_noise(seeds, steps, token_ids[idx])
+        # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p.
+        chosen = chosen.clone()
+        chosen[idx] = (probs / noise).argmax(dim=-1)
+        return chosen
 
 
 def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -60,27 +139,3 @@ def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor)
     drop |= before > top_p[:, None]
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
-
-
-def sample(cands: Candidates, batch: SamplingBatch, default_gen: torch.Generator | None) -> list[int]:
-    """One token per row."""
-    logits = apply_repetition_penalty(cands, batch)
-    columns = logits.argmax(dim=-1)
-    stochastic = [i for i, p in enumerate(batch.params) if not p.greedy]
-    if stochastic:
-        device = logits.device
-        rows = torch.tensor(stochastic, device=device)
-        temp = torch.tensor([batch.params[i].temperature for i in stochastic], device=device)
-        top_k = torch.tensor([batch.params[i].top_k for i in stochastic], device=device)
-        top_p = torch.tensor([batch.params[i].top_p for i in stochastic], device=device)
-        probs = _top_k_top_p(logits[rows] / temp[:, None], top_k, top_p).softmax(dim=-1)
-        # Exponential race: argmax(p / E), E ~ Exp(1), draws from p. Each row's noise comes from
-        # its own generator, so a seeded request samples the same tokens whatever else shares
-        # its batch.
-        noise = torch.empty_like(probs)
-        for j, i in enumerate(stochastic):
-            noise[j].exponential_(generator=batch.generators[i] or default_gen)
-        columns[rows] = (probs / noise).argmax(dim=-1)
-    if cands.token_ids is not None:
-        columns = cands.token_ids.gather(1, columns[:, None])[:, 0]
-    return columns.tolist()

@@ -143,7 +143,7 @@ class Scheduler:
         out.chunks = prefills + decodes
 
     def _detok_ready(self, request: Request) -> bool:
-        if request.detok_done:
+        if request.detok_done or request.detok_in_flight:
             return False
         if request.finished:
             return True  # flush whatever is left, even nothing: it closes the stream

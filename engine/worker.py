@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import torch
 
 from engine.attention import AttentionBackend, KVCache, SdpaBackend, StepLayout
+from engine.detok_pipeline import DetokJob
 from engine.outputs import ScheduledChunk
 from engine.request import Request
-from engine.sampling import SamplingBatch, sample
+from engine.sampling import Sampler, SamplingRow
 from models.base import SpeechModel, StreamState
 
 log = logging.getLogger("voxgate.worker")
 
 
-def make_attention_backend(name: str, cache: KVCache) -> AttentionBackend:
+def make_attention_backend(name: str, cache: KVCache, num_q_heads: int) -> AttentionBackend:
     if name == "sdpa":
         return SdpaBackend(cache)
     if name == "flashinfer":
         from engine.flashinfer_backend import FlashInferBackend  # optional GPU extra
 
-        return FlashInferBackend(cache)
+        return FlashInferBackend(cache, num_q_heads)
     raise ValueError(f"unknown attention backend {name!r}")
 
 
@@ -33,22 +33,28 @@ class Worker:
         self.model = model
         self.cache = cache
         self.device = device
-        self.attn = make_attention_backend(attention, cache)
-        self._generators: dict[str, torch.Generator] = {}
+        self.attn = make_attention_backend(attention, cache, model.shape.num_q_heads)
+        self.graphs = None  # DecodeGraphs once capture_graphs() ran
+        self.sampler = Sampler(model.shape.vocab_size, device)
         self._streams: dict[str, StreamState] = {}
-        self._default_gen = torch.Generator(device=device)
-        self._default_gen.seed()
+
+    def capture_graphs(self, hidden_size: int, block_size: int, max_batch: int) -> None:
+        from engine.cuda_graphs import DEFAULT_BUCKETS, DecodeGraphs
+
+        buckets = tuple(b for b in DEFAULT_BUCKETS if b < max_batch) + (max_batch,)
+        self.graphs = DecodeGraphs(
+            self.model.forward, self.attn, hidden_size, self.model.shape.dtype, self.device,
+            block_size, buckets,
+        )
+        self.graphs.capture()
 
     # --- per-request state -----------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
-        if request.sampling.seed is not None:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(request.sampling.seed)
-            self._generators[request.request_id] = gen
+        self.sampler.add_request(request.request_id, request.sampling, request.prompt_ids)
         self._streams[request.request_id] = self.model.new_stream_state()
 
     def drop_request(self, request_id: str) -> None:
-        self._generators.pop(request_id, None)
+        self.sampler.drop_request(request_id)
         self._streams.pop(request_id, None)
 
     # --- LLM ----------------------------------------------------------------------------------------
@@ -73,10 +79,14 @@ class Worker:
             block_tables=[c.request.block_table for c in chunks],
             block_size=block_size,
         )
-        self.attn.prepare(layout)
-        input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
-        pos_t = torch.tensor(positions, dtype=torch.long, device=self.device)
-        hidden = self.model.forward(input_ids, pos_t, self.attn)
+        decode_only = len(ids) == len(chunks)
+        if self.graphs is not None and decode_only and len(ids) <= self.graphs.max_batch:
+            hidden = self.graphs.run(ids, positions, layout)
+        else:
+            self.attn.prepare(layout)
+            input_ids = torch.tensor(ids, dtype=torch.long).to(self.device, non_blocking=True)
+            pos_t = torch.tensor(positions, dtype=torch.long).to(self.device, non_blocking=True)
+            hidden = self.model.forward(input_ids, pos_t, self.attn)
         sampling = [i for i, c in enumerate(chunks) if c.samples]
         if not sampling:
             return []
@@ -89,20 +99,17 @@ class Worker:
             [len(r.output_ids) for r in reqs],
             [len(r.output_ids) >= r.sampling.min_tokens for r in reqs],
         )
-        batch = SamplingBatch(
-            params=[r.sampling for r in reqs],
-            generators=[self._generators.get(r.request_id) for r in reqs],
-            context_ids=[r.all_ids() for r in reqs],
-        )
-        return sample(cands, batch, self._default_gen)
+        rows = [SamplingRow(r.request_id, r.sampling, len(r.output_ids)) for r in reqs]
+        return self.sampler.sample(cands, rows)
 
     # --- detokenizer ----------------------------------------------------------------------------
-    @torch.inference_mode()
-    def detokenize(self, requests: list[Request], stop_ids: tuple[int, ...]) -> list[np.ndarray]:
+    def detok_job(self, requests: list[Request], stop_ids: tuple[int, ...]) -> DetokJob:
+        """Snapshot the tokens each request has produced since its last chunk."""
         new_tokens = []
         for r in requests:
             fresh = r.output_ids[r.num_detokenized :]
             r.num_detokenized = len(r.output_ids)
+            r.detok_in_flight = True
             new_tokens.append([t for t in fresh if t not in stop_ids])
         states = [self._streams[r.request_id] for r in requests]
-        return self.model.detokenize(states, new_tokens, [r.finished for r in requests])
+        return DetokJob(requests, states, new_tokens, [r.finished for r in requests])

@@ -48,6 +48,8 @@ class BackboneShape:
     """What the engine needs to size the paged KV cache."""
 
     num_layers: int
+    hidden_size: int
+    vocab_size: int
     num_kv_heads: int
     head_dim: int
     num_q_heads: int

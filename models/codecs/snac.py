@@ -238,9 +238,10 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
 
 def positional_normal(
     seed: torch.Tensor, salt: int, start: torch.Tensor, length: int
-) -> torch.Tensor:  # salt: which noise block
-    """Standard-normal noise that is a pure function of (seed, salt, absolute position).
-    seed, start: [B] int64; returns [B, length] float32 for positions start .. start+length-1."""
+) -> torch.Tensor:
+    """Standard-normal noise that is a pure function of (seed, salt, absolute position); salt
+    tells the decoder's noise blocks apart. seed, start: [B] int64; returns [B, length] float32
+    for positions start .. start+length-1."""
     pos = start[:, None] + torch.arange(length, device=start.device)  # [B, length]
     stream_key = _hash32((_hash32(seed[:, None] & _M32) + salt) & _M32)  # [B, 1]
     key = _hash32(stream_key ^ (pos & _M32))  # distinct per position within a 2**32 period

@@ -70,6 +70,8 @@ class OrpheusModel(SpeechModel):
         )
         self.shape = BackboneShape(
             num_layers=args.num_layers,
+            hidden_size=args.hidden_size,
+            vocab_size=args.vocab_size,
             num_kv_heads=args.num_kv_heads,
             head_dim=args.head_dim,
             num_q_heads=args.num_heads,

@@ -1,0 +1,93 @@
+"""Decode step time per batch size against the weight-read floor (GPU).
+
+    python bench/step_time.py --model orpheus-3b --random-weights --batches 1,8,32,64,128
+
+Prints JSON: copy bandwidth, parameter bytes, floor, and per batch size the LLM step time
+(graph replay + logits + sampling), the detokenizer time per chunk batch, and host overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from engine.config import EngineConfig
+from engine.factory import build_core, resolve_attention
+from engine.outputs import SpeechRequest
+from engine.request import SamplingParams
+from models.registry import load_model
+
+
+def copy_bandwidth(device: torch.device, gib: float = 4.0) -> float:
+    """Bytes moved per second (read + write) by a device-to-device copy."""
+    n = int(gib * 2**30)
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    reps = 10
+    for _ in range(reps):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    return 2 * n * reps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="orpheus-3b")
+    ap.add_argument("--random-weights", action="store_true")
+    ap.add_argument("--batches", default="1,8,16,32,64,128")
+    ap.add_argument("--context", type=int, default=400, help="tokens already in each request's KV")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--eager", action="store_true")
+    args = ap.parse_args()
+    device = torch.device("cuda")
+    batches = [int(b) for b in args.batches.split(",")]
+    model = load_model(args.model, device=device, dtype=torch.bfloat16, random_weights=args.random_weights)
+    params = sum(p.numel() * p.element_size() for p in model.llm.parameters())
+    bw = copy_bandwidth(device)
+    config = EngineConfig(max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192)
+    core = build_core(model, config, device)
+    results = []
+    for batch in batches:
+        core_reqs = []
+        for i in range(batch):
+            n = args.context + args.steps + 64
+            core_reqs.append(core.add_request(SpeechRequest(
+                f"Request {i} speaks a sentence.", sampling=SamplingParams(max_tokens=n, min_tokens=n, seed=i))))
+        # Prefill and run up to the target context length.
+        while min(len(r.output_ids) for r in core_reqs) < args.context:
+            core.step()
+        torch.cuda.synchronize()
+        llm, detok, host, steps = 0.0, 0.0, 0.0, 0
+        for _ in range(args.steps):
+            core.step()
+            t = core.last_timing
+            if t.batch_size == batch:
+                llm += t.llm_s
+                detok += t.detok_s
+                host += t.host_s
+                steps += 1
+        for r in core_reqs:
+            core.cancel(r.request_id)
+        results.append({
+            "batch": batch, "llm_step_ms": 1e3 * llm / max(steps, 1),
+            "detok_ms_per_step": 1e3 * detok / max(steps, 1), "host_ms": 1e3 * host / max(steps, 1),
+            "tokens_per_s": batch * steps / max(llm + detok + host, 1e-9),
+        })
+        print(json.dumps(results[-1]), flush=True)
+    floor_ms = 1e3 * params / bw
+    print(json.dumps({
+        "model": args.model, "attention": resolve_attention(config, device),
+        "gpu": torch.cuda.get_device_name(), "param_bytes": params, "copy_bandwidth_GBps": bw / 1e9,
+        "weight_read_floor_ms": floor_ms, "context": args.context, "results": results,
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""CUDA graphs for decode steps: static buffers, batch buckets, one memory pool, eager switch.
+
+A decode step of n requests is padded to the smallest captured bucket ≥ n (padding rows read
+token 0 at position 0 and write their k/v to the KV cache's scratch page), the attention
+backend plans for that bucket outside the graph, and the graph replays the whole backbone in
+one launch. Steps with prefill, or larger than the biggest bucket, run eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+
+from engine.attention import AttentionBackend, StepLayout
+
+log = logging.getLogger("voxgate.graphs")
+
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)
+
+Forward = Callable[[torch.Tensor, torch.Tensor, AttentionBackend], torch.Tensor]
+
+
+class DecodeGraphs:
+    def __init__(
+        self,
+        forward: Forward,
+        attn: AttentionBackend,
+        hidden_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        block_size: int,
+        buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+    ) -> None:
+        if not attn.supports_graphs:
+            raise ValueError(f"attention backend {attn.name!r} cannot be captured in CUDA graphs")
+        self.forward = forward
+        self.attn = attn
+        self.block_size = block_size
+        self.buckets = tuple(sorted(buckets))
+        self.max_batch = self.buckets[-1]
+        self._ids = torch.zeros(self.max_batch, dtype=torch.long, device=device)  # [B]
+        self._pos = torch.zeros(self.max_batch, dtype=torch.long, device=device)  # [B]
+        self._out = torch.zeros(self.max_batch, hidden_size, dtype=dtype, device=device)  # [B, H]
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool = None
+
+    def bucket_for(self, n: int) -> int | None:
+        return next((b for b in self.buckets if b >= n), None)
+
+    def _dummy_layout(self, batch: int) -> StepLayout:
+        scratch = self.attn.cache.scratch_block
+        return StepLayout(
+            query_lens=[1] * batch, context_lens=[1] * batch,
+            slot_mapping=[scratch * self.block_size] * batch,
+            block_tables=[[scratch]] * batch, block_size=self.block_size,
+        )
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Largest bucket first so smaller ones reuse its pool memory."""
+        for batch in reversed(self.buckets):
+            self.attn.prepare(self._dummy_layout(batch), graph_batch=batch)
+            ids, pos = self._ids[:batch], self._pos[:batch]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm up kernels and allocator outside capture
+                    self.forward(ids, pos, self.attn)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                self._out[:batch] = self.forward(ids, pos, self.attn)
+            if self._pool is None:
+                self._pool = graph.pool()
+            self._graphs[batch] = graph
+        torch.cuda.synchronize()
+        log.info("captured decode graphs for batch sizes %s", list(self.buckets))
+
+    def run(self, input_ids: list[int], positions: list[int], layout: StepLayout) -> torch.Tensor:
+        """Replay the decode graph for len(input_ids) requests; returns hidden [n, H]."""
+        n = len(input_ids)
+        batch = self.bucket_for(n)
+        if batch is None or batch not in self._graphs:
+            raise ValueError(f"no captured graph for a batch of {n}")
+        pad = batch - n
+        self._ids[:batch].copy_(torch.tensor(input_ids + [0] * pad), non_blocking=True)
+        self._pos[:batch].copy_(torch.tensor(positions + [0] * pad), non_blocking=True)
+        self.attn.prepare(layout, graph_batch=batch)
+        self._graphs[batch].replay()
+        return self._out[:n]
