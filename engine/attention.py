@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from models.device_util import upload
+
 
 @dataclass
 class StepLayout:
@@ -89,11 +91,11 @@ class SdpaBackend(AttentionBackend):
 
     def prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
         device = self.cache.k[0].device
-        self._slots = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
+        self._slots = upload(layout.slot_mapping, torch.long, device)
         within = torch.arange(layout.block_size, device=device)
         self._context = []  # per request: cache slots of its whole context, in order
         for table, ctx_len in zip(layout.block_tables, layout.context_lens, strict=True):
-            pages = torch.tensor(table, dtype=torch.long, device=device)
+            pages = upload(table, torch.long, device)
             slots = (pages[:, None] * layout.block_size + within[None, :]).flatten()
             self._context.append(slots[:ctx_len])
         self._query_lens = layout.query_lens

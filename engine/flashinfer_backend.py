@@ -86,8 +86,9 @@ class FlashInferBackend(AttentionBackend):
                     wrapper = self._graph_decoders[graph_batch] = self._new_decode_wrapper(graph_batch)
             else:
                 wrapper = self._decode
+            # Host tensors: plan() reads them on the CPU anyway, and device ones would sync.
             wrapper.plan(
-                indptr.to(self.device), indices.to(self.device), last.to(self.device),
+                indptr, indices, last,
                 self.num_q_heads, self.cache.num_kv_heads, self.cache.head_dim, layout.block_size,
                 q_data_type=dtype, kv_data_type=dtype,
             )
@@ -99,8 +100,7 @@ class FlashInferBackend(AttentionBackend):
                 qo.append(qo[-1] + n)
             wrapper = self._prefill
             wrapper.plan(
-                torch.tensor(qo, dtype=torch.int32, device=self.device),
-                indptr.to(self.device), indices.to(self.device), last.to(self.device),
+                torch.tensor(qo, dtype=torch.int32), indptr, indices, last,
                 self.num_q_heads, self.cache.num_kv_heads, self.cache.head_dim, layout.block_size,
                 causal=True, q_data_type=dtype, kv_data_type=dtype,
             )

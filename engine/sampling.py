@@ -20,6 +20,7 @@ import torch
 
 from engine.request import SamplingParams
 from models.base import Candidates
+from models.device_util import upload
 
 _M32 = 0xFFFFFFFF
 
@@ -65,7 +66,7 @@ class Sampler:
         self._row_of[request_id] = row
         self._seed_of[request_id] = params.seed if params.seed is not None else random.getrandbits(31)
         self._seen[row].zero_()
-        ids = torch.tensor(prompt_ids, dtype=torch.long).to(self.device, non_blocking=True)
+        ids = upload(prompt_ids, torch.long, self.device)
         self._seen[row, ids] = True
 
     def drop_request(self, request_id: str) -> None:
@@ -86,7 +87,7 @@ class Sampler:
         """One token per row; records it in the presence table."""
         device = cands.logits.device
         n, k = cands.logits.shape
-        table_rows = torch.tensor([self._row_of[r.request_id] for r in rows], device=device)
+        table_rows = upload([self._row_of[r.request_id] for r in rows], torch.long, device)
         token_ids = (
             cands.token_ids
             if cands.token_ids is not None
@@ -104,23 +105,21 @@ class Sampler:
     def _penalise(self, logits, token_ids, table_rows, rows: list[SamplingRow]) -> torch.Tensor:
         if all(r.params.repetition_penalty == 1.0 for r in rows):
             return logits
-        penalty = torch.tensor(
-            [r.params.repetition_penalty for r in rows], dtype=logits.dtype, device=logits.device
-        )[:, None]
+        penalty = upload([r.params.repetition_penalty for r in rows], logits.dtype, logits.device)[:, None]
         seen = self._seen[table_rows[:, None], token_ids]  # [N, K]
         penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
         return torch.where(seen, penalised, logits)
 
     def _draw(self, logits, token_ids, rows, stochastic: list[int], chosen) -> torch.Tensor:
         device = logits.device
-        idx = torch.tensor(stochastic, device=device)
+        idx = upload(stochastic, torch.long, device)
         sub = [rows[i] for i in stochastic]
-        temp = torch.tensor([r.params.temperature for r in sub], device=device)
-        top_k = torch.tensor([r.params.top_k for r in sub], device=device)
-        top_p = torch.tensor([r.params.top_p for r in sub], device=device)
+        temp = upload([r.params.temperature for r in sub], torch.float32, device)
+        top_k = upload([r.params.top_k for r in sub], torch.long, device)
+        top_p = upload([r.params.top_p for r in sub], torch.float32, device)
         probs = _top_k_top_p(logits[idx] / temp[:, None], top_k, top_p).softmax(dim=-1)
-        seeds = torch.tensor([self._seed_of[r.request_id] for r in sub], device=device)
-        steps = torch.tensor([r.step for r in sub], device=device)
+        seeds = upload([self._seed_of[r.request_id] for r in sub], torch.long, device)
+        steps = upload([r.step for r in sub], torch.long, device)
         noise = race_noise(seeds, steps, token_ids[idx])
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p.
         chosen = chosen.clone()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import torch
@@ -12,6 +13,7 @@ from engine.outputs import ScheduledChunk
 from engine.request import Request
 from engine.sampling import Sampler, SamplingRow
 from models.base import SpeechModel, StreamState
+from models.device_util import upload
 
 log = logging.getLogger("voxgate.worker")
 
@@ -84,15 +86,14 @@ class Worker:
             hidden = self.graphs.run(ids, positions, layout)
         else:
             self.attn.prepare(layout)
-            input_ids = torch.tensor(ids, dtype=torch.long).to(self.device, non_blocking=True)
-            pos_t = torch.tensor(positions, dtype=torch.long).to(self.device, non_blocking=True)
+            input_ids = upload(ids, torch.long, self.device)
+            pos_t = upload(positions, torch.long, self.device)
             hidden = self.model.forward(input_ids, pos_t, self.attn)
         sampling = [i for i, c in enumerate(chunks) if c.samples]
         if not sampling:
             return []
-        last_rows = torch.tensor(
-            [sum(c.num_tokens for c in chunks[: i + 1]) - 1 for i in sampling], device=self.device
-        )
+        ends = list(itertools.accumulate(c.num_tokens for c in chunks))
+        last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
         reqs = [chunks[i].request for i in sampling]
         cands = self.model.candidate_logits(
             hidden[last_rows],

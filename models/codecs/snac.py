@@ -303,6 +303,18 @@ def install_positional_noise(model: SNAC) -> NoiseContext:
     return ctx
 
 
+def fold_weight_norm(model: nn.Module) -> None:
+    """Bake every weight-norm parametrisation into a plain weight. Decoding then reads one
+    tensor per conv instead of recomputing g·v/|v| (hundreds of small kernels) on every call;
+    the outputs are the same up to float rounding. Do this after loading: the folded module's
+    state-dict names are no longer the published ones."""
+    from torch.nn.utils import parametrize
+
+    for module in model.modules():
+        if parametrize.is_parametrized(module, "weight"):
+            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+
+
 # Streaming ------------------------------------------------------------------------------------
 
 
@@ -369,6 +381,7 @@ class SnacDetokenizer:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         self.model = model.eval()
         self.noise = install_positional_noise(model)
+        fold_weight_norm(model)
         self.left = left_context_frames
         self.right = lookahead_frames
         self.chunk = chunk_frames

@@ -18,6 +18,7 @@ from models.base import (
     StreamState,
 )
 from models.codecs.snac import SnacDetokenizer, SnacStream
+from models.device_util import upload
 from models.layers.llama import LlamaForCausalLM
 from models.orpheus import tokens as T
 
@@ -111,14 +112,14 @@ class OrpheusModel(SpeechModel):
             return super().candidate_logits(hidden, num_generated, allow_stop)
         device = hidden.device
         audio = self.llm.compute_logits(hidden, rows=self._audio_rows(device))  # [N, 7*4096 + 1]
-        positions = torch.tensor([n % T.CODES_PER_FRAME for n in num_generated], device=device)
+        positions = upload([n % T.CODES_PER_FRAME for n in num_generated], torch.long, device)
         columns = positions[:, None] * T.CODEBOOK_SIZE + self._code_range(device)[None, :]
         stop_column = torch.full_like(positions, T.CODES_PER_FRAME * T.CODEBOOK_SIZE)[:, None]
         columns = torch.cat([columns, stop_column], dim=1)  # [N, 4097]
         logits = audio.gather(1, columns)
-        stop_ok = torch.tensor(
+        stop_ok = upload(
             [ok and n % T.CODES_PER_FRAME == 0 for n, ok in zip(num_generated, allow_stop, strict=True)],
-            device=device,
+            torch.bool, device,
         )
         logits[:, -1] = torch.where(stop_ok, logits[:, -1], float("-inf"))
         token_ids = torch.where(columns < T.CODES_PER_FRAME * T.CODEBOOK_SIZE, columns + T.AUDIO_BASE, T.END_OF_SPEECH)
