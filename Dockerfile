@@ -1,0 +1,12 @@
+# GPU image: CUDA torch from the PyTorch base image, FlashInfer from the `gpu` extra.
+FROM pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY engine engine
+COPY models models
+COPY gateway gateway
+COPY web_demo web_demo
+# Editable: the gateway serves web_demo/ from beside its package.
+RUN pip install --no-cache-dir -e '.[gpu]'
+EXPOSE 8000
+CMD ["voxgate", "serve", "--host", "0.0.0.0", "--port", "8000"]
