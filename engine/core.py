@@ -71,10 +71,14 @@ class EngineCore:
             ChunkingFacts(facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token),
         )
         self.worker = Worker(model, cache, attention, device)
-        if device.type == "cuda" and config.cuda_graphs and self.worker.attn.supports_graphs:
-            self.worker.capture_graphs(
-                shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
-            )
+        if device.type == "cuda" and config.cuda_graphs:
+            if self.worker.attn.supports_graphs:
+                self.worker.capture_graphs(
+                    shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
+                )
+            from engine.cuda_graphs import CallableGraphs
+
+            model.enable_cuda_graphs(CallableGraphs(device))
         if device.type == "cuda" and config.async_detok:
             self.detok = ThreadedDetokenizer(model, clock, device)
         else:

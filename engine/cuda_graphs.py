@@ -90,3 +90,46 @@ class DecodeGraphs:
         self.attn.prepare(layout, graph_batch=batch)
         self._graphs[batch].replay()
         return self._out[:n]
+
+
+class CallableGraphs:
+    """Captured graphs of arbitrary fixed-shape callables (the detokenizer's windows), sharing
+    one memory pool. A model captures the shapes it uses most at start-up (`capture`) and
+    calls `run`, which replays when the key was captured and runs eagerly otherwise.
+
+    Capture uses thread-local mode: the detokenizer captures and replays on its own thread and
+    stream while the LLM's graphs replay on the engine thread."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._pool = torch.cuda.graph_pool_handle()
+        self._graphs: dict[object, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._graphs
+
+    @torch.inference_mode()
+    def capture(self, key: object, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> None:
+        static = [t.clone() for t in inputs]
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn(*static)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            out = fn(*static)
+        self._graphs[key] = (graph, static, out)
+
+    def run(self, key: object, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
+        """fn(*inputs); the result of a replay is a view of the graph's output buffer, valid
+        until the next replay of the same key."""
+        entry = self._graphs.get(key)
+        if entry is None:
+            return fn(*inputs)
+        graph, static, out = entry
+        for buffer, value in zip(static, inputs, strict=True):
+            buffer.copy_(value, non_blocking=True)
+        graph.replay()
+        return out

@@ -124,5 +124,8 @@ class SpeechModel(abc.ABC):
         audio now decodable (float32 mono at facts.sample_rate, possibly empty). With
         `final`, flush everything. Chunked output must equal whole-utterance decoding."""
 
+    def enable_cuda_graphs(self, graphs: Any) -> None:  # noqa: B027 - optional hook
+        """Optional: capture the detokenizer's common shapes with the engine's CallableGraphs."""
+
     def release(self) -> None:  # noqa: B027 - optional hook
         """Free model resources (GPU memory) on shutdown."""

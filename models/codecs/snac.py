@@ -388,6 +388,7 @@ class SnacDetokenizer:
         self.first_chunk = first_chunk_frames
         self.latent_per_frame = strides[0]  # 4 latent steps of 512 samples
         self.device = next(model.parameters()).device
+        self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
 
     @property
     def samples_per_frame(self) -> int:
@@ -478,19 +479,65 @@ class SnacDetokenizer:
     def _decode_group(self, streams: list[SnacStream], group: list[_Window]) -> list[np.ndarray]:
         """One SNAC.decode over windows of equal length; returns each window's emitted samples."""
         frames = np.stack([streams[w.row].window(w.lo, w.hi) for w in group])  # [B, T, 7]
-        codes = torch.from_numpy(frames).to(self.device)
-        levels = [codes[:, :, 0], codes[:, :, 1:3], codes[:, :, 3:7]]  # [B,T] [B,T,2] [B,T,4]
-        levels = [c.reshape(len(group), -1) for c in levels]  # [B, T] [B, 2T] [B, 4T]
-        offsets = [w.lo * self.latent_per_frame for w in group]
-        self.noise.latent_offset = torch.tensor(offsets, device=self.device)
-        self.noise.seed = torch.tensor([streams[w.row].seed for w in group], device=self.device)
-        try:
-            audio = self.model.decode(levels)  # [B, 1, T * samples_per_frame]
-        finally:
-            self.noise.latent_offset = self.noise.seed = None
-        audio = audio[:, 0].float().cpu().numpy()
+        offsets = np.array([w.lo * self.latent_per_frame for w in group], dtype=np.int64)
+        seeds = np.array([streams[w.row].seed for w in group], dtype=np.int64)
+        n, length = len(group), frames.shape[1]
+        bucket = self._graph_bucket(n, length)
+        if bucket is not None:  # pad with copies of row 0 up to the captured batch size
+            pad = [0] * (bucket - n)
+            frames, offsets, seeds = (np.concatenate([a, a[pad]]) for a in (frames, offsets, seeds))
+        inputs = [torch.from_numpy(a).to(self.device, non_blocking=True) for a in (frames, offsets, seeds)]
+        if bucket is not None:
+            audio = self.graphs.run(("snac", bucket, length), self._decode_codes, inputs)[:n]
+        else:
+            audio = self._decode_codes(*inputs)
+        audio = audio.float().cpu().numpy()
         spf = self.samples_per_frame
         return [
             a[(w.start - w.lo) * spf : (w.end - w.lo) * spf]
             for a, w in zip(audio, group, strict=True)
         ]
+
+    def _decode_codes(self, frames: torch.Tensor, offsets: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+        """frames [B, T, 7] → audio [B, T * samples_per_frame]; traceable into a CUDA graph."""
+        b = frames.shape[0]
+        levels = [frames[:, :, 0], frames[:, :, 1:3], frames[:, :, 3:7]]  # [B,T] [B,T,2] [B,T,4]
+        levels = [c.reshape(b, -1) for c in levels]  # [B, T] [B, 2T] [B, 4T]
+        self.noise.latent_offset, self.noise.seed = offsets, seeds
+        try:
+            return self.model.decode(levels)[:, 0]
+        finally:
+            self.noise.latent_offset = self.noise.seed = None
+
+    # --- CUDA graphs ------------------------------------------------------------------------------
+    # The window lengths of the chunk schedule (1, 1, 2, 4, 4 … frames with their context) at a
+    # few batch sizes are captured; other shapes (final flushes) run eagerly.
+    GRAPH_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+    def enable_cuda_graphs(self, graphs) -> None:
+        """Capture the steady-state window shapes with the engine's CallableGraphs."""
+        self.graphs = graphs
+        lengths = sorted({hi - lo for lo, hi in self._schedule_windows(12)})
+        with torch.inference_mode():
+            for batch in self.GRAPH_BATCHES:
+                for length in lengths:
+                    inputs = [
+                        torch.zeros(batch, length, 7, dtype=torch.int64, device=self.device),
+                        torch.zeros(batch, dtype=torch.int64, device=self.device),
+                        torch.zeros(batch, dtype=torch.int64, device=self.device),
+                    ]
+                    graphs.capture(("snac", batch, length), self._decode_codes, inputs)
+
+    def _schedule_windows(self, n_chunks: int) -> list[tuple[int, int]]:
+        """(lo, hi) of the first n_chunks non-final windows of a long stream."""
+        stream = SnacStream(frames=np.zeros((10_000, 7), dtype=np.int64))
+        return [
+            (max(0, start - self.left), end + self.right)
+            for start, end in self._chunks(stream, final=False)[:n_chunks]
+        ]
+
+    def _graph_bucket(self, n: int, length: int) -> int | None:
+        if self.graphs is None:
+            return None
+        bucket = next((b for b in self.GRAPH_BATCHES if b >= n), None)
+        return bucket if bucket is not None and ("snac", bucket, length) in self.graphs else None

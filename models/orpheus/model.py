@@ -134,6 +134,9 @@ class OrpheusModel(SpeechModel):
     def _code_range(self, device: torch.device) -> torch.Tensor:
         return torch.arange(T.CODEBOOK_SIZE, device=device)
 
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        self.detok.enable_cuda_graphs(graphs)
+
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> OrpheusStream:
         return OrpheusStream(snac=self.detok.new_stream())

@@ -131,3 +131,28 @@ def test_flashinfer_graph_engine_equals_eager_sdpa_engine_in_bf16(gpu_tiny_dirs)
     # bf16 kernels sum in different orders; a near-tie can flip one argmax and the rest of that
     # sequence follows it, so demand agreement on the vast majority rather than bitwise identity.
     assert agree / total > 0.9, (eager, fast)
+
+
+def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs):
+    from engine.cuda_graphs import CallableGraphs
+
+    eager = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
+    graphed = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
+    graphed.enable_cuda_graphs(CallableGraphs(CUDA))
+    gen = torch.Generator().manual_seed(11)
+    outputs = []
+    for detok in (eager, graphed):
+        streams = [detok.new_stream(seed=i) for i in range(3)]
+        pieces = [[] for _ in streams]
+        for step in range(8):
+            for i, s in enumerate(streams):
+                frames = torch.randint(0, 4096, (2 + i, 7), generator=gen).tolist()
+                detok.push(s, frames)
+            final = [step == 7] * 3
+            for i, audio in enumerate(detok.decode(streams, final)):
+                pieces[i].append(torch.from_numpy(audio))
+        outputs.append([torch.cat(p) for p in pieces])
+        gen.manual_seed(11)
+    for a, b in zip(*outputs, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
