@@ -103,8 +103,18 @@ class AsyncEngine:
         stream = ResponseStream(asyncio.get_running_loop())
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._send(_Submit(request, future, stream))
-        stream.request_id = await asyncio.wrap_future(future)
+        try:
+            stream.request_id = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # The caller gave up: never leave an admitted request running with no listener.
+            future.add_done_callback(self._cancel_orphan)
+            future.cancel()
+            raise
         return stream
+
+    def _cancel_orphan(self, future: concurrent.futures.Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.cancel(future.result())
 
     def cancel(self, request_id: str) -> None:
         self._send(_Cancel(request_id))
@@ -142,6 +152,10 @@ class AsyncEngine:
             except queue.Empty:
                 return
             if isinstance(command, _Submit):
+                # A caller that gave up waiting (its task was cancelled) must not get a request
+                # it no longer owns; and a running future can no longer be cancelled under us.
+                if not command.future.set_running_or_notify_cancel():
+                    continue
                 try:
                     req = self.core.add_request(command.request)
                 except Exception as exc:  # handed to the caller, who reports it to its client

@@ -150,6 +150,7 @@ class EngineCore:
             waiting=self.scheduler.num_waiting,
             kv_blocks_total=self.blocks.num_blocks,
             kv_blocks_used=self.blocks.num_used,
+            kv_blocks_reserved=self.scheduler.reserved_blocks,
             steps=self.steps,
             last_step=self.last_timing,
             stepping=stepping,

@@ -92,3 +92,4 @@ class EngineStats:
     steps: int
     last_step: StepTiming
     stepping: bool  # the loop is alive and has not failed
+    kv_blocks_reserved: int = 0  # promised to admitted requests (admission control uses this)

@@ -80,6 +80,10 @@ class Scheduler:
             request.block_table = []
 
     @property
+    def reserved_blocks(self) -> int:
+        return self._reserved_blocks
+
+    @property
     def num_waiting(self) -> int:
         return sum(1 for r in self.requests.values() if r.status == RequestStatus.WAITING)
 

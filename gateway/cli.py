@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING …")
     sub = parser.add_subparsers(dest="command", required=True)
     add_synth_parser(sub)
+    __import__("gateway.bench.cli", fromlist=["add_bench_parser"]).add_bench_parser(sub)  # `bench`
     # `serve` is added here by gateway.serve_cli (the gateway's own options live with it).
     try:
         from gateway.serve_cli import add_serve_parser

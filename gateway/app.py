@@ -1,0 +1,168 @@
+"""The Starlette app: routes, lifespan, and the WebSocket handshake (auth, origin, caps).
+
+`create_app(settings, engine=None)` builds everything; nothing happens at import. Without an
+engine the lifespan loads one from the settings (and shuts it down at exit); tests and embedders
+pass a running engine and keep ownership of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from engine.client import AsyncEngine
+from engine.outputs import EngineStats
+from gateway.auth import Authenticator, Denial, SessionSlots, select_subprotocol
+from gateway.config import GatewaySettings
+from gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.protocol import ErrorEvent, encode_event
+from gateway.session import Session
+
+log = logging.getLogger("voxgate.gateway")
+
+_NO_DEMO = """<!doctype html><meta charset="utf-8"><title>Voxgate</title>
+<h1>Voxgate</h1><p>The gateway is running; the web demo folder was not found at {path}.</p>
+<p>WebSocket endpoint: <code>/v1/stream</code> · <a href="/health">/health</a> ·
+<a href="/ready">/ready</a> · <a href="/metrics">/metrics</a></p>"""
+
+
+class Gateway:
+    """What the routes share: settings, the engine (once loaded), auth, slots, metrics."""
+
+    def __init__(self, settings: GatewaySettings, engine: AsyncEngine | None) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.auth = Authenticator(settings.api_keys, settings.allowed_origins)
+        self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
+        self.metrics = GatewayMetrics(self.engine_stats)
+
+    def engine_stats(self) -> EngineStats | None:
+        return self.engine.stats() if self.engine is not None else None
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None and self.engine.ready
+
+    # --- routes ----------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready_route(self, request: Request) -> Response:
+        if self.ready:
+            return JSONResponse({"status": "ready", "model": self.engine.facts.name})
+        return JSONResponse({"status": "not ready"}, status_code=503)
+
+    async def metrics_route(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def stream(self, ws: WebSocket) -> None:
+        verdict = self.auth.check(ws.headers, ws.scope.get("subprotocols", []))
+        if isinstance(verdict, Denial):
+            await self._deny(ws, verdict)
+            return
+        if self.engine is None:  # only before the lifespan has loaded it
+            await self._deny(ws, Denial(503, "the engine is not loaded yet"))
+            return
+        await ws.accept(subprotocol=select_subprotocol(ws.scope.get("subprotocols", [])))
+        refusal = self.slots.acquire(verdict)
+        if refusal is not None:
+            self.metrics.errors.labels(refusal.code.value).inc()
+            log.info("session refused key=%s: %s", verdict.label, refusal.message)
+            try:
+                await ws.send_text(
+                    encode_event(ErrorEvent(refusal.code, refusal.message, fatal=True))
+                )
+                await ws.close(refusal.close_code, refusal.code.value)
+            except (WebSocketDisconnect, OSError):
+                pass  # the client left first; nothing was allocated for it
+            return
+        try:
+            await Session(ws, self.engine, self.settings, self.metrics, verdict.label).run()
+        finally:
+            self.slots.release(verdict)
+
+    async def _deny(self, ws: WebSocket, denial: Denial) -> None:
+        self.metrics.handshakes_refused.labels(str(denial.status)).inc()
+        log.info("handshake refused status=%d: %s", denial.status, denial.message)
+        if "websocket.http.response" in ws.scope.get("extensions", {}):
+            await ws.send_denial_response(
+                PlainTextResponse(denial.message, status_code=denial.status)
+            )
+        else:  # servers without the denial extension answer a pre-accept close with 403
+            await ws.close()
+
+
+def _static_routes(settings: GatewaySettings) -> list:
+    folder = settings.web_demo_dir
+    if (folder / "index.html").is_file():
+        return [Mount("/", app=StaticFiles(directory=folder, html=True), name="web_demo")]
+    note = _NO_DEMO.format(path=folder)
+
+    async def no_demo(request: Request) -> Response:
+        return HTMLResponse(note)
+
+    return [Route("/", no_demo)]
+
+
+def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> Starlette:
+    gateway = Gateway(settings, engine)
+    owns_engine = engine is None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if owns_engine:
+            gateway.engine = await asyncio.to_thread(_build_engine, settings)
+        try:
+            yield
+        finally:
+            if owns_engine and gateway.engine is not None:
+                await gateway.engine.shutdown()
+
+    routes = [
+        Route("/health", gateway.health),
+        Route("/ready", gateway.ready_route),
+        Route("/metrics", gateway.metrics_route),
+        WebSocketRoute("/v1/stream", gateway.stream),
+        *_static_routes(settings),  # last: "/" must not shadow the routes above
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = gateway
+    return app
+
+
+def _build_engine(settings: GatewaySettings) -> AsyncEngine:
+    from engine.factory import build_engine
+    from models.registry import DEFAULT_MODEL
+
+    return build_engine(
+        settings.model or DEFAULT_MODEL,
+        settings.codec,
+        settings.engine,
+        progress=True,
+        random_weights=settings.random_weights,
+    )
+
+
+def uvicorn_config(app: Starlette, settings: GatewaySettings, **overrides) -> uvicorn.Config:
+    """The one place the server's transport options are set (the CLI and the tests use it)."""
+    options = dict(
+        host=settings.host,
+        port=settings.port,
+        ws_max_size=settings.ws_max_size,
+        # Opus does not deflate; compression would only cost CPU on every frame.
+        ws_per_message_deflate=False,
+        log_level="info",
+        lifespan="on",
+    )
+    options.update(overrides)
+    return uvicorn.Config(app, **options)

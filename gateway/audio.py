@@ -1,0 +1,145 @@
+"""Output audio: model PCM in, wire frames out (Opus packets, pcm16 or μ-law chunks).
+
+Resampling is libswresample and the codecs are libopus / libavcodec, both through PyAV: none of
+it is hand-written. An encoder belongs to one response; it keeps the resampler's filter history
+and the Opus state across the response's engine chunks (and across its sentence segments, so
+they join without clicks), and is flushed once at the end.
+
+Every frame an encoder returns holds exactly `spec.frame_ms` of audio: the resampler cuts fixed
+frames, and the last, partial one is padded with silence. Clients can then size jitter buffers
+in frames, and `audio_ms` is simply frames × frame_ms.
+"""
+
+from __future__ import annotations
+
+import abc
+import fractions
+
+import av
+import numpy as np
+
+from gateway.protocol import AudioFormat, AudioSpec
+
+
+class AudioEncoder(abc.ABC):
+    # libavcodec sample format the codec consumes
+    sample_format = "s16"
+
+    def __init__(self, spec: AudioSpec, source_rate: int) -> None:
+        self.spec = spec
+        self.source_rate = source_rate
+        self.frame_ms = spec.frame_ms
+        self._samples_in = 0
+        self._samples_out = 0
+        self._resampler = av.AudioResampler(
+            format=self.sample_format,
+            layout="mono",
+            rate=spec.sample_rate,
+            frame_size=spec.samples_per_frame,
+        )
+
+    def encode(self, pcm: np.ndarray) -> list[bytes]:
+        """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
+        if len(pcm) == 0:
+            return []
+        # A diverging model can emit NaN/inf; libswresample would turn them into full-scale noise.
+        clean = np.clip(np.nan_to_num(pcm.astype(np.float32, copy=False)), -1.0, 1.0)
+        frame = av.AudioFrame.from_ndarray(clean[None, :], format="flt", layout="mono")
+        frame.sample_rate = self.source_rate
+        frame.time_base = fractions.Fraction(1, self.source_rate)
+        frame.pts = self._samples_in
+        self._samples_in += len(clean)
+        packets: list[bytes] = []
+        for out in self._resampler.resample(frame):
+            packets.extend(self._encode_frame(out))
+        return packets
+
+    def flush(self) -> list[bytes]:
+        """The rest of the response: resampler tail padded to a whole frame, codec tail."""
+        packets: list[bytes] = []
+        for out in self._resampler.resample(None):
+            packets.extend(self._encode_frame(self._padded(out)))
+        packets.extend(self._drain())
+        return packets
+
+    def _padded(self, frame: av.AudioFrame) -> av.AudioFrame:
+        want = self.spec.samples_per_frame
+        if frame.samples == want:
+            return frame
+        samples = frame.to_ndarray()  # [1, n]
+        padded = np.zeros((1, want), dtype=samples.dtype)
+        padded[:, : samples.shape[1]] = samples
+        out = av.AudioFrame.from_ndarray(padded, format=self.sample_format, layout="mono")
+        out.sample_rate = self.spec.sample_rate
+        return out
+
+    def _next_pts(self, frame: av.AudioFrame) -> int:
+        pts = self._samples_out
+        self._samples_out += frame.samples
+        return pts
+
+    @abc.abstractmethod
+    def _encode_frame(self, frame: av.AudioFrame) -> list[bytes]:
+        """One whole frame at the wire rate → zero or more wire frames."""
+
+    def _drain(self) -> list[bytes]:
+        return []
+
+
+class Pcm16Encoder(AudioEncoder):
+    def _encode_frame(self, frame: av.AudioFrame) -> list[bytes]:
+        # libavcodec's s16 is host-endian; the wire is little-endian whatever the host.
+        return [frame.to_ndarray().astype("<i2", copy=False).tobytes()]
+
+
+class _CodecEncoder(AudioEncoder):
+    codec_name = ""
+
+    def __init__(self, spec: AudioSpec, source_rate: int) -> None:
+        super().__init__(spec, source_rate)
+        self._codec = av.CodecContext.create(self.codec_name, "w")
+        self._codec.sample_rate = spec.sample_rate
+        self._codec.layout = "mono"
+        self._codec.format = self.sample_format
+        self._codec.time_base = fractions.Fraction(1, spec.sample_rate)
+        self._configure(self._codec)
+        self._codec.open()
+
+    def _configure(self, codec: av.CodecContext) -> None:  # noqa: B027 - optional hook
+        pass
+
+    def _encode_frame(self, frame: av.AudioFrame) -> list[bytes]:
+        frame.pts = self._next_pts(frame)
+        frame.time_base = self._codec.time_base
+        return [bytes(p) for p in self._codec.encode(frame)]
+
+    def _drain(self) -> list[bytes]:
+        return [bytes(p) for p in self._codec.encode(None)]
+
+
+class MulawEncoder(_CodecEncoder):
+    codec_name = "pcm_mulaw"
+
+
+class OpusEncoder(_CodecEncoder):
+    """One raw Opus packet (no Ogg) per wire frame, 48 kHz mono."""
+
+    codec_name = "libopus"
+    sample_format = "flt"
+
+    def __init__(self, spec: AudioSpec, source_rate: int, bitrate: int = 32000) -> None:
+        self._bitrate = bitrate
+        super().__init__(spec, source_rate)
+
+    def _configure(self, codec: av.CodecContext) -> None:
+        codec.bit_rate = self._bitrate
+        # frame_duration sets the packet length; the resampler hands over frames of that size.
+        codec.options = {"frame_duration": str(self.spec.frame_ms), "application": "audio"}
+
+
+def make_encoder(spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000) -> AudioEncoder:
+    if spec.format is AudioFormat.OPUS:
+        return OpusEncoder(spec, source_rate, opus_bitrate)
+    if spec.format is AudioFormat.PCM16:
+        return Pcm16Encoder(spec, source_rate)
+    return MulawEncoder(spec, source_rate)

@@ -1,0 +1,104 @@
+"""Prometheus metrics, one registry per app (two apps in one process, as in the tests, never
+share or collide). Gateway events are counted as they happen; engine figures are read from
+`engine.stats()` at scrape time, so the engine thread never calls into prometheus_client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.outputs import EngineStats
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_TTFA_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class EngineCollector(Collector):
+    """Engine gauges from `stats()`; nothing is yielded while no engine is attached yet."""
+
+    def __init__(self, stats: Callable[[], EngineStats | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        if stats is None:
+            return
+        step = stats.last_step
+        gauges = {
+            "voxgate_engine_running_requests": ("Requests decoding", stats.running),
+            "voxgate_engine_waiting_requests": (
+                "Requests admitted, not yet prefilled",
+                stats.waiting,
+            ),
+            "voxgate_engine_kv_blocks_used": ("KV cache pages in use", stats.kv_blocks_used),
+            "voxgate_engine_kv_blocks_total": ("KV cache pages in the pool", stats.kv_blocks_total),
+            "voxgate_engine_batch_size": ("Requests in the last engine step", step.batch_size),
+            "voxgate_engine_step_tokens": ("Tokens in the last engine step", step.num_tokens),
+            "voxgate_engine_step_llm_seconds": ("LLM time of the last step", step.llm_s),
+            "voxgate_engine_step_detok_seconds": (
+                "Detokenizer time of the last step",
+                step.detok_s,
+            ),
+            "voxgate_engine_step_host_seconds": ("Host overhead of the last step", step.host_s),
+            "voxgate_engine_step_seconds": (
+                "Wall time of the last engine step",
+                step.llm_s + step.detok_s + step.host_s,
+            ),
+            "voxgate_engine_up": ("1 while the engine loop runs", int(stats.stepping)),
+        }
+        for name, (doc, value) in gauges.items():
+            yield GaugeMetricFamily(name, doc, value=value)
+        yield CounterMetricFamily("voxgate_engine_steps", "Engine steps run", value=stats.steps)
+
+
+class GatewayMetrics:
+    def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sessions = Gauge("voxgate_sessions", "Open WebSocket sessions", registry=r)
+        self.sessions_closed = Counter(
+            "voxgate_sessions_closed", "Sessions ended, by close code", ["code"], registry=r
+        )
+        self.handshakes_refused = Counter(
+            "voxgate_handshakes_refused",
+            "Handshakes refused, by HTTP status",
+            ["status"],
+            registry=r,
+        )
+        self.responses = Counter(
+            "voxgate_responses", "Responses finished, by status", ["status"], registry=r
+        )
+        self.errors = Counter("voxgate_errors", "Error events sent, by code", ["code"], registry=r)
+        self.ttfa = Histogram(
+            "voxgate_ttfa_seconds",
+            "Time from a response's first text to its first audio frame",
+            buckets=_TTFA_BUCKETS,
+            registry=r,
+        )
+        self.underruns = Counter(
+            "voxgate_underruns",
+            "Frames sent after the client's buffer had run dry (late frames)",
+            registry=r,
+        )
+        self.audio_sent = Counter(
+            "voxgate_audio_sent_seconds", "Seconds of audio sent to clients", registry=r
+        )
+        self.slow_clients = Counter(
+            "voxgate_slow_client_closes",
+            "Sessions closed because the client stopped reading",
+            registry=r,
+        )
+        r.register(EngineCollector(engine_stats))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

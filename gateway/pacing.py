@@ -1,0 +1,136 @@
+"""Pacing and backpressure: when a frame may leave, and how much may wait for the socket.
+
+Two stages stand between the engine and the client:
+
+1. `PlaybackClock` releases a response's frames no faster than real time plus a fixed lead
+   (the client's jitter buffer). The engine usually runs faster than real time; the audio it is
+   ahead by waits upstream of the clock, where `response.cancel` can still drop it.
+2. `SendQueue` holds what the clock released (and every JSON event) until the socket takes it.
+   A client that reads keeps it near empty. One that stops reading stalls the socket, the
+   queue fills at real-time speed, and past its bound `put` raises `SendQueueFull`: the session
+   then closes with 1008 instead of buffering without end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class PlaybackClock:
+    """The client's playback position, assumed to start when the first frame is sent.
+
+    A frame may be sent once `sent_s - played_s <= lead_s`. If a frame is only ready after the
+    client has played everything sent before it, the client ran dry (an underrun): playback
+    restarts from the late frame, so the clock moves its origin forward by the gap.
+    """
+
+    def __init__(self, lead_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.lead_s = lead_s
+        self.sent_s = 0.0
+        self.underruns = 0
+        self._clock = clock
+        self._origin: float | None = None  # wall time at which playback position 0 plays
+
+    @property
+    def started(self) -> bool:
+        return self._origin is not None
+
+    def delay(self) -> float:
+        """Seconds to wait before the next frame may be sent."""
+        if self._origin is None:
+            return 0.0
+        return max(0.0, self._origin + self.sent_s - self.lead_s - self._clock())
+
+    def mark_sent(self, duration_s: float) -> bool:
+        """Account for one frame handed to the socket. Returns True when it came late."""
+        now = self._clock()
+        late = False
+        if self._origin is None:
+            self._origin = now
+        elif now > self._origin + self.sent_s:
+            late = True
+            self.underruns += 1
+            self._origin = now - self.sent_s
+        self.sent_s += duration_s
+        return late
+
+    async def wait(self) -> None:
+        delay = self.delay()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+@dataclass(frozen=True)
+class OutText:
+    text: str
+
+
+@dataclass(frozen=True)
+class OutAudio:
+    data: bytes
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class OutClose:
+    code: int
+    reason: str = ""
+
+
+OutItem = OutText | OutAudio | OutClose
+
+
+class SendQueueFull(Exception):
+    """The client is not taking what it is sent; the item was not queued."""
+
+
+class SendQueue:
+    """FIFO between the session and its writer task, bounded in audio time and event count."""
+
+    def __init__(self, max_audio_ms: int, max_events: int) -> None:
+        self.max_audio_ms = max_audio_ms
+        self.max_events = max_events
+        self._items: collections.deque[OutItem] = collections.deque()
+        self._ready = asyncio.Event()
+        self.audio_ms = 0
+        self.events = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: OutItem) -> None:
+        """Queue `item`, or raise SendQueueFull when the bound would be passed."""
+        if isinstance(item, OutAudio) and self.audio_ms + item.duration_ms > self.max_audio_ms:
+            raise SendQueueFull(f"{self.audio_ms} ms of audio not taken by the client")
+        if isinstance(item, OutText) and self.events >= self.max_events:
+            raise SendQueueFull(f"{self.events} events not taken by the client")
+        self.put_final(item)
+
+    def put_final(self, item: OutItem) -> None:
+        """Queue without the bound: the last events of a closing session."""
+        self._items.append(item)
+        if isinstance(item, OutAudio):
+            self.audio_ms += item.duration_ms
+        elif isinstance(item, OutText):
+            self.events += 1
+        self._ready.set()
+
+    async def get(self) -> OutItem:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        if isinstance(item, OutAudio):
+            self.audio_ms -= item.duration_ms
+        elif isinstance(item, OutText):
+            self.events -= 1
+        return item
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.audio_ms = 0
+        self.events = 0

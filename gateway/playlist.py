@@ -1,0 +1,161 @@
+"""A session's responses, in order: the one playing and the ones waiting behind it.
+
+`text` events land here. The newest response takes text while its input is open; text after a
+`final` opens the next response, which plays when the current one is done (responses never
+overlap: one voice, one playback timeline). A barge-in stops the playing response and drops
+the waiting ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import uuid
+
+from engine.client import AsyncEngine
+from gateway.config import GatewaySettings
+from gateway.metrics import GatewayMetrics
+from gateway.protocol import ErrorCode, ErrorEvent, TextInput
+from gateway.response import (
+    Emitter,
+    EngineUnavailable,
+    Response,
+    ResponseRunner,
+    SpeechOptions,
+    cancel_and_wait,
+)
+from gateway.segmenter import SentenceSegmenter
+
+
+class ResponseQueue:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: GatewaySettings,
+        emit: Emitter,
+        metrics: GatewayMetrics,
+        log: logging.LoggerAdapter,
+    ) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._emit = emit
+        self._metrics = metrics
+        self._log = log
+        self._waiting: collections.deque[Response] = collections.deque()
+        self._ready = asyncio.Event()
+        self._runner: ResponseRunner | None = None
+        self._runner_task: asyncio.Task | None = None
+        self.opened = 0
+        self.last_played = time.monotonic()
+        self.options = SpeechOptions()  # session.start replaces it
+
+    @property
+    def busy(self) -> bool:
+        """A response is playing or waiting (the session is not idle)."""
+        return self._runner is not None or bool(self._waiting)
+
+    # --- from the reader -------------------------------------------------------------------
+    def add_text(self, event: TextInput) -> None:
+        s = self._settings
+        if len(event.text) > s.max_text_chars:
+            self._error(
+                ErrorCode.TOO_LARGE, f"one text event is limited to {s.max_text_chars} characters"
+            )
+            return
+        response = self._open_response()
+        if response is None:
+            if not event.text.strip():
+                self._error(ErrorCode.BAD_FIELD, "`text` is empty")
+                return
+            behind = len(self._waiting) + (self._runner is not None) - 1  # behind the one playing
+            if behind >= s.max_queued_responses:
+                self._error(
+                    ErrorCode.RATE_LIMITED, f"at most {s.max_queued_responses} responses may wait"
+                )
+                return
+            response = self._new_response()
+        if response.text_chars + len(event.text) > s.max_response_text_chars:
+            self._error(
+                ErrorCode.TOO_LARGE,
+                f"a response is limited to {s.max_response_text_chars} characters",
+            )
+            return
+        response.add_text(event.text, event.final)
+
+    def report_playback(self, played_ms: float) -> None:
+        if self._runner is not None:
+            self._runner.report_playback(played_ms)
+
+    async def cancel(self) -> None:
+        """Barge-in: drop the waiting responses, stop the playing one (`response.done`
+        cancelled, its engine requests freed). A no-op when nothing plays."""
+        self._waiting.clear()
+        runner, task = self._runner, self._runner_task
+        if runner is None or task is None or task.done():
+            return
+        runner.cancel_requested = True
+        runner.response.close_input()  # text that follows the cancel starts a new response
+        task.cancel()
+        await asyncio.wait({task})
+
+    async def stop(self) -> None:
+        """Session teardown: free everything, tell the client nothing."""
+        self._waiting.clear()
+        await cancel_and_wait(self._runner_task)  # its `finally` cancels the engine requests
+
+    # --- the player task -------------------------------------------------------------------
+    async def play(self) -> None:
+        """Play responses as they come, until cancelled. Raises what a runner raised
+        (SendQueueFull, bugs) and EngineUnavailable once the engine has died."""
+        while True:
+            while not self._waiting:
+                self._ready.clear()
+                await self._ready.wait()
+            response = self._waiting.popleft()
+            self._runner = ResponseRunner(
+                response,
+                self._engine,
+                self._settings,
+                self.options,
+                self._emit,
+                self._metrics,
+                self._log,
+            )
+            self._runner_task = asyncio.create_task(self._runner.run())
+            try:
+                # Not `await task`: a barge-in cancels the runner, not this loop.
+                await asyncio.wait({self._runner_task})
+                if not self._runner_task.cancelled() and self._runner_task.exception():
+                    raise self._runner_task.exception()
+                if not self._engine.ready:
+                    raise EngineUnavailable("the engine loop stopped")
+            finally:
+                self._runner = None
+                self.last_played = time.monotonic()
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _open_response(self) -> Response | None:
+        """The response that text now appends to: the newest one, while its input is open."""
+        if self._waiting:
+            newest = self._waiting[-1]
+        elif self._runner is not None:
+            newest = self._runner.response
+        else:
+            return None
+        return None if newest.input_closed else newest
+
+    def _new_response(self) -> Response:
+        s = self._settings
+        self.opened += 1
+        response = Response(
+            f"resp_{uuid.uuid4().hex[:12]}",
+            SentenceSegmenter(s.min_segment_chars, s.max_segment_chars),
+        )
+        self._waiting.append(response)
+        self._ready.set()
+        return response
+
+    def _error(self, code: ErrorCode, message: str) -> None:
+        self._emit.event(ErrorEvent(code, message, fatal=False))

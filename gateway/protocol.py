@@ -1,0 +1,434 @@
+"""The native protocol, version 1 (PROTOCOL.md), as data.
+
+Every event is a frozen dataclass; `decode_text_frame` turns a client's JSON text frame into one
+of them (or raises `ProtocolError` carrying the error code to answer with), `encode_event` turns
+a server event into its JSON text. Handlers never see raw dicts or string literals: the codes
+and names live here, once.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+SUBPROTOCOL = "voxgate.v1"
+# Browsers cannot set headers on a WebSocket, so a key may ride in an offered subprotocol.
+BEARER_SUBPROTOCOL_PREFIX = "bearer."
+
+
+class ClientEventType(enum.StrEnum):
+    SESSION_START = "session.start"
+    TEXT = "text"
+    RESPONSE_CANCEL = "response.cancel"
+    PLAYBACK = "playback"
+    SESSION_END = "session.end"
+    INPUT_COMMIT = "input.commit"
+
+
+class ServerEventType(enum.StrEnum):
+    SESSION_STARTED = "session.started"
+    RESPONSE_STARTED = "response.started"
+    TRANSCRIPT_DELTA = "transcript.delta"
+    SPEECH_STARTED = "input.speech_started"
+    SPEECH_STOPPED = "input.speech_stopped"
+    RESPONSE_DONE = "response.done"
+    ERROR = "error"
+    SESSION_ENDED = "session.ended"
+
+
+class ErrorCode(enum.StrEnum):
+    BAD_JSON = "bad_json"
+    UNKNOWN_TYPE = "unknown_type"
+    BAD_FIELD = "bad_field"
+    NOT_STARTED = "not_started"
+    ALREADY_STARTED = "already_started"
+    UNSUPPORTED_AUDIO = "unsupported_audio"
+    UNSUPPORTED_INPUT = "unsupported_input"
+    TOO_LARGE = "too_large"
+    RATE_LIMITED = "rate_limited"
+    OVERLOADED = "overloaded"
+    MODEL_ERROR = "model_error"
+    INTERNAL = "internal"
+
+
+class CloseCode(enum.IntEnum):
+    NORMAL = 1000
+    UNSUPPORTED_DATA = 1003
+    INVALID_PAYLOAD = 1007
+    POLICY = 1008
+    TOO_BIG = 1009
+    INTERNAL_ERROR = 1011
+    TRY_AGAIN_LATER = 1013
+
+
+class ResponseStatus(enum.StrEnum):
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    LENGTH = "length"
+    FAILED = "failed"
+
+
+class EndReason(enum.StrEnum):
+    """`session.ended` reasons (PROTOCOL.md leaves the values open; docs/gateway.md lists them)."""
+
+    CLIENT_ENDED = "client_ended"
+    IDLE_TIMEOUT = "idle_timeout"
+
+
+class AudioFormat(enum.StrEnum):
+    OPUS = "opus"
+    PCM16 = "pcm16"
+    MULAW = "mulaw"
+
+
+class TurnDetectionType(enum.StrEnum):
+    VAD = "vad"
+    NONE = "none"
+
+
+FRAME_MS = (10, 20, 40, 60)
+DEFAULT_FRAME_MS = 20
+SAMPLE_RATES: Mapping[AudioFormat, tuple[int, ...]] = {
+    AudioFormat.OPUS: (48000,),
+    AudioFormat.PCM16: (8000, 16000, 24000, 48000),
+    AudioFormat.MULAW: (8000,),
+}
+# pcm16 defaults to 24 kHz: the native rate of most TTS codecs (SNAC, Mimi), so no resampling.
+DEFAULT_SAMPLE_RATE: Mapping[AudioFormat, int] = {
+    AudioFormat.OPUS: 48000,
+    AudioFormat.PCM16: 24000,
+    AudioFormat.MULAW: 8000,
+}
+SAMPLING_FIELDS: Mapping[str, type] = {
+    "temperature": float,
+    "top_p": float,
+    "top_k": int,
+    "repetition_penalty": float,
+    "seed": int,
+    "max_tokens": int,
+    "min_tokens": int,
+}
+
+
+class ProtocolError(Exception):
+    """A client frame the server cannot honour; `code` is the error code to answer with."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- shared values ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AudioSpec:
+    format: AudioFormat = AudioFormat.OPUS
+    sample_rate: int = 48000
+    frame_ms: int = DEFAULT_FRAME_MS
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.sample_rate * self.frame_ms // 1000
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    type: TurnDetectionType = TurnDetectionType.VAD
+    silence_ms: int = 500
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The caps and timeouts in force, stated in `session.started`."""
+
+    max_text_chars: int
+    max_response_text_chars: int
+    max_frame_bytes: int
+    max_message_bytes: int
+    max_queued_responses: int
+    start_timeout_ms: int
+    idle_timeout_ms: int
+    lead_ms: int
+    max_send_queue_ms: int
+
+
+# --- client → server --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SessionStart:
+    model: str | None = None
+    voice: str | None = None
+    input_audio: AudioSpec | None = None
+    output_audio: AudioSpec | None = None
+    sampling: Mapping[str, float | int | None] = field(default_factory=dict)
+    turn_detection: TurnDetection | None = None
+
+
+@dataclass(frozen=True)
+class TextInput:
+    text: str
+    final: bool = True
+
+
+@dataclass(frozen=True)
+class ResponseCancel:
+    pass
+
+
+@dataclass(frozen=True)
+class Playback:
+    played_ms: float
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    pass
+
+
+@dataclass(frozen=True)
+class InputCommit:
+    pass
+
+
+@dataclass(frozen=True)
+class AudioInput:
+    """A binary frame: user audio in the session's `input_audio` format."""
+
+    data: bytes
+
+
+ClientEvent = (
+    SessionStart | TextInput | ResponseCancel | Playback | SessionEnd | InputCommit | AudioInput
+)
+
+
+# --- server → client --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SessionStarted:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.SESSION_STARTED
+    session_id: str
+    model: str
+    input_audio: AudioSpec | None  # None: the model takes no audio input
+    output_audio: AudioSpec
+    limits: Limits
+
+
+@dataclass(frozen=True)
+class ResponseStarted:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.RESPONSE_STARTED
+    response_id: str
+
+
+@dataclass(frozen=True)
+class TranscriptDelta:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.TRANSCRIPT_DELTA
+    response_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.SPEECH_STARTED
+    audio_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.SPEECH_STOPPED
+    audio_ms: int
+
+
+@dataclass(frozen=True)
+class ResponseDone:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.RESPONSE_DONE
+    response_id: str
+    status: ResponseStatus
+    audio_ms: int
+    ttfa_ms: int | None  # None: the response ended before any audio was sent
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.ERROR
+    code: ErrorCode
+    message: str
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class SessionEnded:
+    TYPE: ClassVar[ServerEventType] = ServerEventType.SESSION_ENDED
+    reason: EndReason
+
+
+ServerEvent = (
+    SessionStarted
+    | ResponseStarted
+    | TranscriptDelta
+    | SpeechStarted
+    | SpeechStopped
+    | ResponseDone
+    | ErrorEvent
+    | SessionEnded
+)
+
+
+def encode_event(event: ServerEvent) -> str:
+    """The JSON text frame of a server event (StrEnum values serialise as their strings)."""
+    return json.dumps({"type": event.TYPE.value, **asdict(event)}, separators=(",", ":"))
+
+
+# --- decoding ---------------------------------------------------------------------------------
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_text_frame(text: str) -> ClientEvent:
+    """Parse one client text frame. Raises ProtocolError (bad_json, unknown_type, bad_field,
+    unsupported_audio) with a message that says what would have been accepted."""
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(ErrorCode.BAD_JSON, f"text frames must be JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(ErrorCode.BAD_JSON, "a text frame must hold one JSON object")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(ErrorCode.BAD_FIELD, "every event needs a string field `type`")
+    try:
+        event_type = ClientEventType(kind)
+    except ValueError:
+        known = ", ".join(t.value for t in ClientEventType)
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_TYPE, f"unknown event type {kind[:64]!r}; known: {known}"
+        ) from None
+    return _DECODERS[event_type](obj)
+
+
+def _decode_session_start(obj: dict[str, Any]) -> SessionStart:
+    return SessionStart(
+        model=_optional(obj, "model", str),
+        voice=_optional(obj, "voice", str),
+        input_audio=_audio_spec(obj, "input_audio"),
+        output_audio=_audio_spec(obj, "output_audio"),
+        sampling=_sampling(obj),
+        turn_detection=_turn_detection(obj),
+    )
+
+
+def _decode_text(obj: dict[str, Any]) -> TextInput:
+    text = obj.get("text")
+    if not isinstance(text, str):
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`text` must be a string")
+    final = _optional(obj, "final", bool)
+    return TextInput(text=text, final=True if final is None else final)
+
+
+def _decode_playback(obj: dict[str, Any]) -> Playback:
+    played = obj.get("played_ms")
+    if not _is_number(played) or played < 0 or not math.isfinite(played):
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`played_ms` must be a number >= 0")
+    return Playback(played_ms=float(played))
+
+
+_DECODERS = {
+    ClientEventType.SESSION_START: _decode_session_start,
+    ClientEventType.TEXT: _decode_text,
+    ClientEventType.RESPONSE_CANCEL: lambda _obj: ResponseCancel(),
+    ClientEventType.PLAYBACK: _decode_playback,
+    ClientEventType.SESSION_END: lambda _obj: SessionEnd(),
+    ClientEventType.INPUT_COMMIT: lambda _obj: InputCommit(),
+}
+
+
+def _is_number(value: object) -> bool:
+    # bool is an int in Python but never a number on the wire.
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(obj: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = obj.get(name)
+    if value is None:
+        return None
+    ok = _is_int(value) if kind is int else isinstance(value, kind)
+    if not ok:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be a {kind.__name__}")
+    return value
+
+
+def _audio_spec(obj: Mapping[str, Any], name: str) -> AudioSpec | None:
+    raw = obj.get(name)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be an object")
+    fmt_name = raw.get("format", AudioFormat.OPUS.value)
+    try:
+        fmt = AudioFormat(fmt_name)
+    except ValueError:
+        formats = ", ".join(f.value for f in AudioFormat)
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_AUDIO, f"`{name}.format` must be one of {formats}"
+        ) from None
+    rate = raw.get("sample_rate", DEFAULT_SAMPLE_RATE[fmt])
+    if not _is_int(rate) or rate not in SAMPLE_RATES[fmt]:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_AUDIO,
+            f"`{name}.sample_rate` for {fmt.value} must be one of {SAMPLE_RATES[fmt]}",
+        )
+    frame_ms = raw.get("frame_ms", DEFAULT_FRAME_MS)
+    if not _is_int(frame_ms) or frame_ms not in FRAME_MS:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_AUDIO, f"`{name}.frame_ms` must be one of {FRAME_MS}"
+        )
+    return AudioSpec(format=fmt, sample_rate=rate, frame_ms=frame_ms)
+
+
+def _sampling(obj: Mapping[str, Any]) -> dict[str, float | int | None]:
+    raw = obj.get("sampling")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`sampling` must be an object")
+    out: dict[str, float | int | None] = {}
+    for key, value in raw.items():
+        kind = SAMPLING_FIELDS.get(key)
+        if kind is None:
+            known = ", ".join(SAMPLING_FIELDS)
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"unknown sampling field {key[:64]!r}; known: {known}"
+            )
+        if value is None and key == "seed":
+            out[key] = None
+        elif kind is int and _is_int(value):
+            out[key] = value
+        elif kind is float and _is_number(value) and math.isfinite(value):
+            out[key] = float(value)
+        else:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"`sampling.{key}` must be a {kind.__name__}")
+    return out
+
+
+def _turn_detection(obj: Mapping[str, Any]) -> TurnDetection | None:
+    raw = obj.get("turn_detection")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`turn_detection` must be an object")
+    try:
+        kind = TurnDetectionType(raw.get("type", TurnDetectionType.VAD.value))
+    except ValueError:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD, "`turn_detection.type` must be vad or none"
+        ) from None
+    silence = raw.get("silence_ms", TurnDetection.silence_ms)
+    if not _is_int(silence) or not 0 < silence <= 10_000:
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`turn_detection.silence_ms` must be in 1..10000")
+    return TurnDetection(type=kind, silence_ms=silence)

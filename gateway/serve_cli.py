@@ -1,0 +1,189 @@
+"""`voxgate serve`: the gateway's command-line options, turned into GatewaySettings.
+
+Imports stay light so `voxgate --help` and `voxgate synth` never pay for the server stack
+(uvicorn, Starlette, PyAV, torch); the app is imported when `serve` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_serve_parser(subparsers) -> None:
+    from gateway.config import GatewaySettings  # light: no torch, no server stack
+
+    d = GatewaySettings()  # the help shows the real defaults
+    p = subparsers.add_parser("serve", help="run the WebSocket gateway (and the web demo at /)")
+    g = p.add_argument_group("model and engine")
+    g.add_argument(
+        "--model",
+        default=None,
+        help="preset name, checkpoint folder or HF repo id (default: tiny-orpheus)",
+    )
+    g.add_argument("--codec", default=None, help="codec repo id or folder (default: the model's)")
+    g.add_argument(
+        "--random-weights", action="store_true", help="a preset's real config with random weights"
+    )
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if present)")
+    g.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="(default: bfloat16 on GPU, float32 on CPU)",
+    )
+    g.add_argument(
+        "--policy",
+        default=d.engine.policy,
+        choices=["slack", "fcfs"],
+        help="scheduler policy (default: %(default)s)",
+    )
+    g.add_argument(
+        "--kv-cache-mb",
+        type=int,
+        default=d.engine.kv_cache_mb,
+        help="KV pool size on CPU (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=d.engine.max_num_seqs,
+        help="requests advanced per engine step (default: %(default)s)",
+    )
+
+    g = p.add_argument_group("network and security")
+    g.add_argument("--host", default=d.host, help="(default: %(default)s)")
+    g.add_argument("--port", type=int, default=d.port, help="(default: %(default)s)")
+    g.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="accept this API key (repeatable; also $VOXGATE_API_KEYS, comma-separated); "
+        "without any key the server is open",
+    )
+    g.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="browser Origin allowed to connect, e.g. https://app.example.com (repeatable); "
+        "without any, every Origin is allowed",
+    )
+    g.add_argument(
+        "--max-sessions-per-key",
+        type=int,
+        default=d.max_sessions_per_key,
+        help="open sessions per API key, 0 for no cap (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-sessions",
+        type=int,
+        default=d.max_sessions,
+        help="open sessions on this server (default: %(default)s)",
+    )
+
+    g = p.add_argument_group("streaming and limits")
+    g.add_argument(
+        "--lead-ms",
+        type=int,
+        default=d.lead_ms,
+        help="how far audio may be sent ahead of playback (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-send-queue-ms",
+        type=int,
+        default=d.max_send_queue_ms,
+        help="unread audio after which a client is closed with 1008 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--opus-bitrate", type=int, default=d.opus_bitrate, help="bit/s (default: %(default)s)"
+    )
+    g.add_argument(
+        "--start-timeout",
+        type=float,
+        default=d.start_timeout_s,
+        help="seconds allowed until session.start (default: %(default)s)",
+    )
+    g.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=d.idle_timeout_s,
+        help="seconds without messages or audio before a session ends (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-text-chars",
+        type=int,
+        default=d.max_text_chars,
+        help="characters in one text event (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=d.max_message_bytes,
+        help="bytes in any one frame; larger closes with 1009 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--segment-pipeline-depth",
+        type=int,
+        default=d.segment_pipeline_depth,
+        help="sentence segments of a response generating at once (default: %(default)s)",
+    )
+    p.set_defaults(func=run_serve)
+
+
+def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None):
+    """argparse values → validated GatewaySettings (raises ConfigError, a ValueError)."""
+    from engine.config import EngineConfig
+    from gateway.config import GatewaySettings, keys_from_env
+
+    engine = EngineConfig(
+        policy=args.policy,
+        kv_cache_mb=args.kv_cache_mb,
+        max_num_seqs=args.max_num_seqs,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(environ)]))  # dedupe, keep order
+    return GatewaySettings(
+        model=args.model,
+        codec=args.codec,
+        random_weights=args.random_weights,
+        engine=engine,
+        host=args.host,
+        port=args.port,
+        api_keys=keys,
+        allowed_origins=tuple(args.allowed_origin),
+        max_sessions_per_key=args.max_sessions_per_key,
+        max_sessions=args.max_sessions,
+        lead_ms=args.lead_ms,
+        max_send_queue_ms=args.max_send_queue_ms,
+        opus_bitrate=args.opus_bitrate,
+        start_timeout_s=args.start_timeout,
+        idle_timeout_s=args.idle_timeout,
+        max_text_chars=args.max_text_chars,
+        max_message_bytes=args.max_message_bytes,
+        segment_pipeline_depth=args.segment_pipeline_depth,
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from gateway.app import create_app, uvicorn_config
+
+    settings = settings_from_args(args)
+    log = logging.getLogger("voxgate.gateway")
+    if settings.auth_enabled:
+        log.info("API keys: %d configured (values are never logged)", len(settings.api_keys))
+    else:
+        log.warning(
+            "no API keys configured: anyone who can reach %s:%d may connect",
+            settings.host,
+            settings.port,
+        )
+    app = create_app(settings)
+    config = uvicorn_config(app, settings, log_level=getattr(args, "log_level", "info").lower())
+    uvicorn.Server(config).run()
+    return 0

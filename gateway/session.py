@@ -1,0 +1,385 @@
+"""One WebSocket connection: an explicit state machine with a reader, a writer and a player.
+
+    AWAITING_START ─session.start─▶ ACTIVE ─session.end / idle / fatal─▶ CLOSING ─▶ CLOSED
+          │                                                            ▲
+          └──── start timeout / bad first message / disconnect ────────┘
+
+- The reader decodes client frames (gateway.protocol) and acts on them at once, so control
+  (`response.cancel`, `session.end`) overtakes audio still waiting for its pacing slot.
+- The player plays queued responses one after another (gateway.playlist, gateway.response).
+- The writer is the only task that writes to the socket; it drains the bounded send queue.
+
+Every way out (client close, network drop, timeout, slow reader, engine failure) ends in the
+same teardown, which cancels the session's engine requests. Disconnect is an event, not a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from starlette.types import Message
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from engine.client import AsyncEngine
+from gateway.config import GatewaySettings
+from gateway.metrics import GatewayMetrics
+from gateway.pacing import OutAudio, OutClose, OutItem, OutText, SendQueue, SendQueueFull
+from gateway.playlist import ResponseQueue
+from gateway.protocol import (
+    AudioSpec,
+    ClientEvent,
+    CloseCode,
+    EndReason,
+    ErrorCode,
+    ErrorEvent,
+    InputCommit,
+    Playback,
+    ProtocolError,
+    ResponseCancel,
+    ServerEvent,
+    SessionEnd,
+    SessionEnded,
+    SessionStart,
+    SessionStarted,
+    TextInput,
+    decode_text_frame,
+    encode_event,
+)
+from gateway.response import Emitter, EngineUnavailable, cancel_and_wait
+from gateway.session_start import admission_refusal, resolve_options
+
+log = logging.getLogger("voxgate.gateway")
+
+# Before `session.start` every error is fatal; the close code says which kind it was.
+_START_CLOSE_CODES = {
+    ErrorCode.BAD_JSON: CloseCode.INVALID_PAYLOAD,
+    ErrorCode.BAD_FIELD: CloseCode.INVALID_PAYLOAD,
+    ErrorCode.UNSUPPORTED_AUDIO: CloseCode.UNSUPPORTED_DATA,
+}
+
+
+class SessionState(enum.IntEnum):
+    AWAITING_START = 0
+    ACTIVE = 1
+    CLOSING = 2
+    CLOSED = 3
+
+
+@dataclass(frozen=True)
+class CloseRequest:
+    code: CloseCode
+    reason: str
+    drain: bool  # False: the socket is stuck, send nothing more before the close frame
+
+
+class SessionLog(logging.LoggerAdapter):
+    """Every line names its session (`session=<id>`, also `record.session_id` for JSON logs)."""
+
+    def process(self, msg, kwargs):
+        session_id = self.extra["session_id"] if self.extra else "-"
+        kwargs.setdefault("extra", {})["session_id"] = session_id
+        return f"session={session_id} {msg}", kwargs
+
+
+class Session:
+    def __init__(
+        self,
+        ws: WebSocket,
+        engine: AsyncEngine,
+        settings: GatewaySettings,
+        metrics: GatewayMetrics,
+        principal_label: str = "anonymous",
+    ) -> None:
+        self.session_id = f"sess_{uuid.uuid4().hex[:16]}"
+        self.state = SessionState.AWAITING_START
+        self.log = SessionLog(log, {"session_id": self.session_id})
+        self._ws = ws
+        self._engine = engine
+        self._settings = settings
+        self._metrics = metrics
+        self._principal = principal_label
+        self._sendq = SendQueue(settings.max_send_queue_ms, settings.max_send_queue_events)
+        self._close: CloseRequest | None = None
+        self._closing = asyncio.Event()
+        self._disconnected = False
+        self._opened_at = time.monotonic()
+        self._last_activity = self._opened_at
+        self._responses = ResponseQueue(
+            engine, settings, Emitter(self._emit_event, self._emit_audio), metrics, self.log
+        )
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the (already accepted) socket until the session ends, however it ends."""
+        self._metrics.sessions.inc()
+        self.log.info("session open key=%s", self._principal)
+        reader = asyncio.create_task(self._read_loop(), name=f"{self.session_id}-reader")
+        writer = asyncio.create_task(self._write_loop(), name=f"{self.session_id}-writer")
+        player = asyncio.create_task(self._responses.play(), name=f"{self.session_id}-player")
+        closing = asyncio.create_task(self._closing.wait())
+        try:
+            await asyncio.wait(
+                {reader, writer, player, closing}, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in (reader, writer, player):
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    self._task_failed(task.exception())
+        finally:
+            closing.cancel()
+            await self._teardown(reader, writer, player)
+            self._metrics.sessions.dec()
+
+    def _task_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, SendQueueFull):
+            return  # already turned into a 1008 close by _put
+        if isinstance(exc, EngineUnavailable):
+            self.log.error("engine unavailable: %s", exc)
+            message = f"the engine stopped: {exc}"
+        else:
+            self.log.error("session task failed", exc_info=exc)
+            message = "internal error"
+        self._begin_close(
+            CloseCode.INTERNAL_ERROR,
+            "internal error",
+            ErrorEvent(ErrorCode.INTERNAL, message, True),
+        )
+
+    def _begin_close(
+        self,
+        code: CloseCode,
+        reason: str,
+        error: ErrorEvent | None = None,
+        ended: EndReason | None = None,
+        drain: bool = True,
+    ) -> None:
+        """Decide how the session ends; the first decision wins. Nothing is queued after the
+        final events, so they are the last thing the client reads before the close frame."""
+        if self._close is not None:
+            return
+        self._close = CloseRequest(code, reason, drain)
+        self.state = SessionState.CLOSING
+        if drain and error is not None:
+            self._metrics.errors.labels(error.code.value).inc()
+            self._sendq.put_final(OutText(encode_event(error)))
+        if drain and ended is not None:
+            self._sendq.put_final(OutText(encode_event(SessionEnded(ended))))
+        self._closing.set()
+
+    async def _teardown(
+        self, reader: asyncio.Task, writer: asyncio.Task, player: asyncio.Task
+    ) -> None:
+        self.state = SessionState.CLOSING
+        await cancel_and_wait(reader)
+        await self._responses.stop()  # cancels the session's engine requests
+        await cancel_and_wait(player)
+        close = self._close
+        if self._disconnected or close is None:
+            await cancel_and_wait(writer)
+        elif close.drain:
+            self._sendq.put_final(OutClose(close.code, close.reason))
+            done, _ = await asyncio.wait({writer}, timeout=self._settings.close_timeout_s)
+            if not done:
+                await cancel_and_wait(writer)
+        else:
+            self._sendq.clear()
+            await cancel_and_wait(writer)  # it may be blocked in a send that will never finish
+            await self._close_stuck_socket(close)
+        code = close.code if close and not self._disconnected else "disconnect"
+        self._metrics.sessions_closed.labels(str(code)).inc()
+        self.state = SessionState.CLOSED
+        self.log.info(
+            "session closed code=%s duration_s=%.1f responses=%d",
+            code,
+            time.monotonic() - self._opened_at,
+            self._responses.opened,
+        )
+
+    async def _close_stuck_socket(self, close: CloseRequest) -> None:
+        # The close frame waits behind everything the client has not read; if it never reads
+        # again, give up after close_timeout (the engine work is already freed).
+        try:
+            async with asyncio.timeout(self._settings.close_timeout_s):
+                await self._ws.close(close.code, close.reason)
+        except (TimeoutError, WebSocketDisconnect, OSError):
+            self.log.info("close frame not delivered: the client is not reading")
+
+    # --- writer ----------------------------------------------------------------------------
+    async def _write_loop(self) -> None:
+        while True:
+            item = await self._sendq.get()
+            try:
+                if isinstance(item, OutClose):
+                    await self._ws.close(item.code, item.reason)
+                    return
+                if isinstance(item, OutText):
+                    await self._ws.send_text(item.text)
+                else:
+                    await self._ws.send_bytes(item.data)
+            except (WebSocketDisconnect, OSError):
+                self._disconnected = True
+                return
+
+    def _put(self, item: OutItem) -> None:
+        if self.state >= SessionState.CLOSING:
+            return  # the session is ending: only its final events go out
+        try:
+            self._sendq.put(item)
+        except SendQueueFull as exc:
+            self.log.warning("client is not reading (%s): closing", exc)
+            self._metrics.slow_clients.inc()
+            self._begin_close(CloseCode.POLICY, "client is not reading", drain=False)
+            raise
+
+    def _emit_event(self, event: ServerEvent) -> None:
+        if isinstance(event, ErrorEvent):
+            self._metrics.errors.labels(event.code.value).inc()
+        self._put(OutText(encode_event(event)))
+
+    def _emit_audio(self, data: bytes, duration_ms: int) -> None:
+        self._put(OutAudio(data, duration_ms))
+
+    def _error(self, code: ErrorCode, message: str) -> None:
+        self._emit_event(ErrorEvent(code, message, fatal=False))
+
+    def _fatal(self, code: ErrorCode, message: str, close: CloseCode) -> None:
+        self.log.info("fatal %s: %s", code.value, message)
+        self._begin_close(close, code.value, ErrorEvent(code, message, fatal=True))
+
+    # --- reader ----------------------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        while self.state < SessionState.CLOSING:
+            message = await self._receive()
+            if message is None:
+                return
+            if message["type"] == "websocket.disconnect":
+                self._disconnected = True
+                self.log.info("client disconnected code=%s", message.get("code"))
+                return
+            self._last_activity = time.monotonic()
+            await self._on_frame(message)
+
+    async def _receive(self) -> Message | None:
+        """The next ASGI message, or None once a timeout has ended the session."""
+        while True:
+            if self.state is SessionState.AWAITING_START:
+                deadline = self._opened_at + self._settings.start_timeout_s
+            else:
+                deadline = self._idle_since() + self._settings.idle_timeout_s
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    return await self._ws.receive()
+            except TimeoutError:
+                pass
+            if self.state is SessionState.AWAITING_START:
+                limit = self._settings.start_timeout_s
+                self._fatal(
+                    ErrorCode.NOT_STARTED, f"no session.start within {limit:g} s", CloseCode.POLICY
+                )
+                return None
+            if time.monotonic() - self._idle_since() >= self._settings.idle_timeout_s:
+                self._begin_close(CloseCode.NORMAL, "idle", ended=EndReason.IDLE_TIMEOUT)
+                return None
+
+    def _idle_since(self) -> float:
+        """Idle means no client message and nothing playing; playing audio is not idling."""
+        if self._responses.busy:
+            return time.monotonic()
+        return max(self._last_activity, self._responses.last_played)
+
+    async def _on_frame(self, message: Message) -> None:
+        text, data = message.get("text"), message.get("bytes")
+        size = len(data) if data is not None else len(text.encode()) if text is not None else 0
+        if size > self._settings.max_message_bytes:
+            limit = self._settings.max_message_bytes
+            self._fatal(
+                ErrorCode.TOO_LARGE, f"frames are limited to {limit} bytes", CloseCode.TOO_BIG
+            )
+            return
+        if data is not None:
+            self._on_binary(data)
+            return
+        try:
+            event = decode_text_frame(text or "")
+        except ProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        await self._dispatch(event)
+
+    def _protocol_error(self, exc: ProtocolError) -> None:
+        if self.state is SessionState.AWAITING_START:
+            self._fatal(exc.code, exc.message, _START_CLOSE_CODES.get(exc.code, CloseCode.POLICY))
+        else:
+            self._error(exc.code, exc.message)
+
+    def _on_binary(self, data: bytes) -> None:
+        if self.state is SessionState.AWAITING_START:
+            self._fatal(
+                ErrorCode.NOT_STARTED, "the first message must be session.start", CloseCode.POLICY
+            )
+        elif len(data) > self._settings.max_frame_bytes:
+            self._error(
+                ErrorCode.TOO_LARGE,
+                f"audio frames are limited to {self._settings.max_frame_bytes} bytes",
+            )
+        elif not self._engine.facts.accepts_audio:
+            self._error(
+                ErrorCode.UNSUPPORTED_INPUT, f"{self._engine.facts.name} takes text only, not audio"
+            )
+        else:
+            self._error(
+                ErrorCode.UNSUPPORTED_INPUT, "audio input is not served by this gateway version"
+            )
+
+    async def _dispatch(self, event: ClientEvent) -> None:
+        if isinstance(event, SessionStart):
+            self._on_start(event)
+        elif self.state is SessionState.AWAITING_START:
+            self._fatal(
+                ErrorCode.NOT_STARTED, "the first message must be session.start", CloseCode.POLICY
+            )
+        elif isinstance(event, TextInput):
+            self._responses.add_text(event)
+        elif isinstance(event, ResponseCancel):
+            await self._responses.cancel()
+        elif isinstance(event, Playback):
+            self._responses.report_playback(event.played_ms)
+        elif isinstance(event, SessionEnd):
+            await self._responses.cancel()
+            self._begin_close(CloseCode.NORMAL, "session ended", ended=EndReason.CLIENT_ENDED)
+        elif isinstance(event, InputCommit):
+            self._error(ErrorCode.UNSUPPORTED_INPUT, "input.commit is for speech-to-speech models")
+
+    # --- session.start ---------------------------------------------------------------------
+    def _on_start(self, event: SessionStart) -> None:
+        if self.state is not SessionState.AWAITING_START:
+            self._error(ErrorCode.ALREADY_STARTED, "session.start may be sent once")
+            return
+        facts = self._engine.facts
+        try:
+            self._responses.options = resolve_options(event, facts, self._settings.model)
+        except ProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        refusal = admission_refusal(self._engine, self._settings)
+        if refusal is not None:
+            self._fatal(ErrorCode.OVERLOADED, refusal, CloseCode.TRY_AGAIN_LATER)
+            return
+        self.state = SessionState.ACTIVE
+        input_audio = (event.input_audio or AudioSpec()) if facts.accepts_audio else None
+        options = self._responses.options
+        out = options.output
+        self._emit_event(
+            SessionStarted(self.session_id, facts.name, input_audio, out, self._settings.limits())
+        )
+        self.log.info(
+            "session started output=%s/%d/%dms voice=%s",
+            out.format.value,
+            out.sample_rate,
+            out.frame_ms,
+            options.voice,
+        )

@@ -1,0 +1,44 @@
+"""What a `session.start` means for this server: the options it selects, and whether the
+engine can take another session at all. Pure functions of the event, the model's facts and
+the engine's stats, so the session's state machine only has to act on the answer."""
+
+from __future__ import annotations
+
+from engine.client import AsyncEngine
+from engine.request import ConfigError, SamplingParams
+from gateway.config import GatewaySettings
+from gateway.protocol import AudioSpec, ErrorCode, ProtocolError, SessionStart
+from gateway.response import SpeechOptions
+from models.base import ModelFacts
+
+
+def resolve_options(
+    event: SessionStart, facts: ModelFacts, served_model: str | None
+) -> SpeechOptions:
+    """The session's speech options, or ProtocolError(bad_field) naming what is accepted."""
+    if event.model is not None and event.model not in (facts.name, served_model):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"this server serves model {facts.name!r}")
+    if event.voice is not None and facts.voices and event.voice not in facts.voices:
+        voices = ", ".join(facts.voices)
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"voice must be one of {voices}")
+    try:
+        # The model's recommended sampling, overridden field by field by the client's.
+        sampling = SamplingParams(**{**facts.sampling_defaults, **event.sampling})
+    except ConfigError as exc:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
+    return SpeechOptions(
+        sampling, event.voice or facts.default_voice, event.output_audio or AudioSpec()
+    )
+
+
+def admission_refusal(engine: AsyncEngine, settings: GatewaySettings) -> str | None:
+    """Why the engine cannot take another session now (answered with 1013), or None: the
+    server would rather refuse a session than make every session stutter."""
+    if not engine.ready:
+        return "the engine is not ready; try again later"
+    stats = engine.stats()
+    if max(stats.kv_blocks_used, stats.kv_blocks_reserved) >= stats.kv_blocks_total:
+        return "the engine's KV cache is fully committed; try again later"
+    if stats.waiting >= settings.max_engine_waiting:
+        return f"{stats.waiting} requests are waiting for the engine; try again later"
+    return None

@@ -1,0 +1,52 @@
+"""The async client: the engine loop survives callers that give up, and frees their work."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.config import EngineConfig
+from engine.factory import build_engine
+from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
+from engine.request import SamplingParams
+
+
+async def wait_idle(engine, timeout_s: float = 30.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        stats = engine.stats()
+        if stats.running == 0 and stats.waiting == 0 and stats.kv_blocks_used == 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"engine did not go idle: {engine.stats()}")
+
+
+async def test_cancelled_submit_neither_kills_the_loop_nor_orphans_work():
+    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
+    try:
+        long = SpeechRequest("Hello there.", sampling=SamplingParams(max_tokens=2000, min_tokens=2000))
+        for delay in (0, 0.001, 0.01):  # cancel before, around and after admission
+            task = asyncio.create_task(engine.submit(long))
+            await asyncio.sleep(delay)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await wait_idle(engine)
+            assert engine.ready
+        stream = await engine.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=21, min_tokens=21)))
+        events = [e async for e in stream]
+        assert isinstance(events[-1], Finished) and events[-1].reason == FinishReason.LENGTH
+        assert sum(len(e.pcm) for e in events if isinstance(e, AudioChunk)) == 3 * 2048
+    finally:
+        await engine.shutdown()
+
+
+async def test_cancel_ends_the_stream_with_cancelled():
+    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
+    try:
+        stream = await engine.submit(SpeechRequest("Hello.", sampling=SamplingParams(max_tokens=2000)))
+        first = await stream.get()
+        assert isinstance(first, AudioChunk)
+        engine.cancel(stream.request_id)
+        rest = [e async for e in stream]
+        assert rest[-1].reason == FinishReason.CANCELLED
+        await wait_idle(engine)
+    finally:
+        await engine.shutdown()

@@ -1,0 +1,49 @@
+"""Gateway test fixtures: the real tiny-orpheus engine behind real uvicorn servers on 127.0.0.1.
+
+One engine serves every server of the test session (building it costs seconds); each distinct
+GatewaySettings gets its own server, in its own thread and event loop, as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from gateway_testkit import Server, start_server
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+
+    eng = build_engine("tiny-orpheus", config=EngineConfig(kv_cache_mb=64))
+    yield eng
+    asyncio.run(eng.shutdown())
+
+
+@pytest.fixture(scope="session")
+def make_server(engine) -> Iterator:
+    """make_server(**settings_overrides) → a running Server (one per distinct settings)."""
+    from gateway.config import GatewaySettings
+
+    servers: dict[tuple, Server] = {}
+
+    def make(**overrides) -> Server:
+        key = tuple(sorted((k, repr(v)) for k, v in overrides.items()))
+        if key not in servers:
+            settings = replace(GatewaySettings(model="tiny-orpheus"), **overrides)
+            servers[key] = start_server(settings, engine)
+        return servers[key]
+
+    yield make
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def server(make_server) -> Server:
+    """The default server: no auth, default limits."""
+    return make_server()

@@ -1,0 +1,159 @@
+"""Helpers for the gateway tests: a real uvicorn server in a thread, a small `websockets`
+client that speaks PROTOCOL.md, and PyAV helpers to check the audio that comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import av
+import numpy as np
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+# Random weights never emit the stop token: every request ends at max_tokens. 60 tokens is
+# about 0.7 s of audio at tiny-orpheus' 82 tokens/s; temperature 0 keeps runs repeatable.
+FAST_SAMPLING = {"temperature": 0.0, "max_tokens": 60}
+
+
+@dataclass
+class Server:
+    url: str  # ws://127.0.0.1:PORT/v1/stream
+    http: str  # http://127.0.0.1:PORT
+    server: object
+    thread: threading.Thread
+    sock: socket.socket
+    app: object
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+
+
+def start_server(settings, engine, sndbuf: int | None = None) -> Server:
+    """uvicorn in a thread on an ephemeral port. `sndbuf` caps the kernel send buffer of the
+    accepted sockets (they inherit it from the listener), standing in for a slow network path:
+    on loopback, autotuning would otherwise let megabytes vanish into the kernel."""
+    import uvicorn
+
+    from gateway.app import create_app, uvicorn_config
+
+    app = create_app(settings, engine=engine)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sndbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the gateway did not start")
+        time.sleep(0.02)
+    return Server(
+        f"ws://127.0.0.1:{port}/v1/stream", f"http://127.0.0.1:{port}", server, thread, sock, app
+    )
+
+
+# --- client helpers ---------------------------------------------------------------------------
+@dataclass
+class Played:
+    """What the client received for one response."""
+
+    started: dict
+    done: dict
+    frames: list[bytes] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)  # other JSON events in between
+
+
+async def recv_json(ws: ClientConnection, timeout: float = 30) -> dict:
+    """The next text frame (binary frames in between are a test failure)."""
+    message = await asyncio.wait_for(ws.recv(), timeout)
+    assert isinstance(message, str), f"expected a JSON event, got {len(message)} bytes of audio"
+    return json.loads(message)
+
+
+async def send(ws: ClientConnection, **event) -> None:
+    await ws.send(json.dumps(event))
+
+
+async def start_session(ws: ClientConnection, **fields) -> dict:
+    fields.setdefault("sampling", FAST_SAMPLING)
+    await send(ws, type="session.start", **fields)
+    started = await recv_json(ws)
+    assert started["type"] == "session.started", started
+    return started
+
+
+async def collect_response(ws: ClientConnection, timeout: float = 60) -> Played:
+    """Read one response: response.started, binary frames, response.done."""
+    started = await recv_json(ws, timeout)
+    assert started["type"] == "response.started", started
+    played = Played(started=started, done={})
+    deadline = time.monotonic() + timeout
+    while True:
+        message = await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic()))
+        if isinstance(message, bytes):
+            played.frames.append(message)
+            continue
+        event = json.loads(message)
+        if event["type"] == "response.done":
+            assert event["response_id"] == started["response_id"]
+            played.done = event
+            return played
+        played.events.append(event)
+
+
+async def expect_close(ws: ClientConnection, timeout: float = 10) -> tuple[int | None, list]:
+    """Read until the server closes; returns (close code, messages read before it)."""
+    messages = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for message in ws:
+                messages.append(json.loads(message) if isinstance(message, str) else message)
+    except websockets.ConnectionClosed:
+        pass
+    return ws.close_code, messages
+
+
+async def wait_engine_idle(engine, timeout: float = 10) -> None:
+    """Until the engine holds no request and no KV page (what a freed session leaves)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = engine.stats()
+        if stats.kv_blocks_used == 0 and stats.running == 0 and stats.waiting == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"engine still busy: {stats}")
+        await asyncio.sleep(0.05)
+
+
+# --- audio checks -----------------------------------------------------------------------------
+def resample(pcm: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """libswresample, as the gateway uses it, applied to a whole signal at once."""
+    frame = av.AudioFrame.from_ndarray(pcm[None, :].astype(np.float32), format="flt", layout="mono")
+    frame.sample_rate = src
+    rs = av.AudioResampler(format="flt", layout="mono", rate=dst)
+    out = [f.to_ndarray()[0] for f in rs.resample(frame) + rs.resample(None)]
+    return np.concatenate(out)
+
+
+def decode_opus(packets: list[bytes]) -> np.ndarray:
+    """Raw Opus packets (one per frame) → float32 PCM at 48 kHz."""
+    dec = av.CodecContext.create("libopus", "r")
+    dec.sample_rate = 48000
+    dec.layout = "mono"
+    out = np.concatenate(
+        [f.to_ndarray().reshape(-1) for p in packets for f in dec.decode(av.Packet(p))]
+    )
+    if out.dtype == np.int16:  # libopus decodes to s16
+        return out.astype(np.float32) / 32768
+    return out.astype(np.float32)

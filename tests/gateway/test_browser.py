@@ -1,0 +1,187 @@
+"""The web demo, end to end in headless Chromium: a real uvicorn server with the real app and the
+tiny-orpheus engine, the page loaded from `/`, text typed, Speak clicked, and the page's own
+counters (`window.voxgateStats`) read back: frames received, decoded and played, no JavaScript
+errors. Runs on CPU; skipped when Debian's Chromium or playwright is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
+# The random-weight model never emits its stop token: a small max_tokens ends each response
+# (96 tokens: about 1 s of audio) and greedy sampling keeps the run repeatable.
+PAGE_QUERY = "?max_tokens=96&temperature=0"
+SPEAK_TIMEOUT_MS = 30_000
+
+if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+
+
+@pytest.fixture(scope="module")
+def server_url(server) -> str:
+    """The page's address on the shared test gateway (tests/gateway/conftest.py): real uvicorn,
+    real app, the tiny-orpheus engine."""
+    return server.http + "/"
+
+
+@pytest.fixture(scope="module")
+def browser_context(tmp_path_factory: pytest.TempPathFactory):
+    """Chromium with a fresh profile."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1000, "height": 1100},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+class PageProblems:
+    """Console errors, uncaught exceptions and failed requests of one page."""
+
+    def __init__(self, page) -> None:
+        self.items: list[str] = []
+        page.on("console", lambda m: m.type == "error" and self.items.append(f"console: {m.text}"))
+        page.on("pageerror", lambda e: self.items.append(f"pageerror: {e}"))
+        page.on("requestfailed", lambda r: self.items.append(f"request failed: {r.url}"))
+
+
+def open_demo(context, url: str, init_script: str | None = None):
+    page = context.new_page()
+    problems = PageProblems(page)
+    if init_script:
+        page.add_init_script(init_script)
+    page.goto(url)
+    page.wait_for_function("window.voxgateStats && window.voxgateStats.ready", timeout=10_000)
+    # The page connects by itself; session.started turns the pill "open".
+    page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
+    return page, problems
+
+
+def speak_and_wait(page, text: str) -> dict:
+    page.fill("#text", text)
+    page.click("#speak")
+    # Done, and everything that arrived has played out of the jitter buffer.
+    page.wait_for_function(
+        """() => { const s = window.voxgateStats;
+                   return s.responses.length > 0 && s.samplesPlayed > 0 && s.drained }""",
+        timeout=SPEAK_TIMEOUT_MS,
+    )
+    return page.evaluate("window.voxgateStats")
+
+
+def assert_played(stats: dict, problems: PageProblems, output_format: str) -> None:
+    assert stats["errors"] == [], stats["errors"]
+    assert problems.items == [], problems.items
+    assert stats["serverErrors"] == [], stats["serverErrors"]
+    assert stats["closes"] == [], f"the socket closed: {stats['closes']}"
+    assert stats["outputFormat"] == output_format
+    done = stats["responses"][0]
+    assert done["status"] in ("completed", "length"), done
+    assert stats["framesReceived"] > 0
+    # Every received frame was decoded (Opus: one AudioData per packet; PCM: one chunk each).
+    assert stats["framesDecoded"] == stats["framesReceived"]
+    assert stats["samplesPlayed"] > 0
+    # Played audio matches what the server says it sent, to within one frame of rounding.
+    played_ms = stats["samplesPlayed"] / 48
+    assert abs(played_ms - done["audio_ms"]) <= 20, (played_ms, done)
+    assert stats["ttfaMs"] is not None and stats["ttfaMs"] > 0
+
+
+def test_demo_speaks_opus(server_url: str, browser_context, tmp_path: Path) -> None:
+    page, problems = open_demo(browser_context, server_url + PAGE_QUERY)
+    has_webcodecs = page.evaluate("typeof AudioDecoder === 'function'")
+    assert has_webcodecs, "Chromium on http://127.0.0.1 should offer WebCodecs AudioDecoder"
+    # The tiny model takes text only: the microphone is shown, disabled, with a note.
+    assert page.is_disabled("#mic")
+    assert "text only" in page.inner_text("#mic-note")
+
+    stats = speak_and_wait(page, "Hello from the browser test.")
+    assert_played(stats, problems, "opus")
+    assert page.inner_text("#stat-played") == str(stats["framesPlayed"])
+
+    shot = Path(os.environ.get("VOXGATE_BROWSER_SCREENSHOT", tmp_path / "web_demo.png"))
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    page.close()
+
+
+def test_demo_pcm_fallback_without_webcodecs(server_url: str, browser_context) -> None:
+    # A browser without WebCodecs: the page asks for pcm16 at 48 kHz and plays it directly.
+    no_webcodecs = (
+        "delete window.AudioDecoder; delete window.AudioEncoder; delete window.AudioData;"
+    )
+    page, problems = open_demo(browser_context, server_url + PAGE_QUERY, no_webcodecs)
+    assert page.input_value("#format") == "pcm16"
+    assert "PCM16" in page.inner_text("#notices")
+
+    stats = speak_and_wait(page, "No codecs here.")
+    assert_played(stats, problems, "pcm16")
+    page.close()
+
+
+def test_demo_stop_cancels(server_url: str, browser_context) -> None:
+    # Long enough not to end by itself before Stop is pressed.
+    page, problems = open_demo(browser_context, server_url + "?max_tokens=2000&temperature=0")
+    page.fill("#text", "This response is interrupted.")
+    page.click("#speak")
+    page.wait_for_function("window.voxgateStats.framesReceived > 0", timeout=SPEAK_TIMEOUT_MS)
+    page.click("#stop")
+    page.wait_for_function("window.voxgateStats.responses.length > 0", timeout=10_000)
+    stats = page.evaluate("window.voxgateStats")
+    assert stats["responses"][0]["status"] == "cancelled"
+    assert stats["bufferedMs"] < 50  # the jitter buffer was flushed at once
+    assert stats["errors"] == [] and problems.items == []
+    page.wait_for_selector("#speak:not([disabled])", timeout=2_000)
+    page.close()
+
+
+def test_demo_api_key_subprotocol(make_server, browser_context) -> None:
+    # Browsers cannot set headers: the key rides in the offered subprotocol bearer.<key>.
+    srv = make_server(api_keys=("demo-key-1",))
+    page = browser_context.new_page()
+    problems = PageProblems(page)
+    page.goto(srv.http + "/?autoconnect=0")
+    page.wait_for_function("window.voxgateStats && window.voxgateStats.ready", timeout=10_000)
+    page.click("#advanced > summary")
+
+    page.fill("#api-key", "wrong-key")
+    page.click("#connect")
+    page.wait_for_selector("#conn-state[data-state=closed]", timeout=10_000)
+    # A refused handshake reaches a page only as 1006; the notice says what to check.
+    assert "1006" in page.inner_text("#notices") and "API key" in page.inner_text("#notices")
+
+    page.fill("#api-key", "demo-key-1")
+    page.click("#connect")
+    page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
+    stats = page.evaluate("window.voxgateStats")
+    assert [c["code"] for c in stats["closes"]] == [1006]
+    assert stats["errors"] == []
+    # Chromium logs the refused handshake itself; nothing else may be wrong.
+    assert all("WebSocket connection" in p for p in problems.items), problems.items
+    page.close()

@@ -1,0 +1,65 @@
+"""/health, /ready, /metrics, the web demo at /, and the app building its own engine."""
+
+from __future__ import annotations
+
+import httpx
+import websockets
+from gateway_testkit import collect_response, send, start_session
+from starlette.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.config import GatewaySettings
+
+
+async def test_health_ready_and_metrics(server):
+    async with websockets.connect(server.url) as ws:
+        await start_session(ws)
+        await send(ws, type="text", text="Count me in the metrics.")
+        await collect_response(ws)
+    async with httpx.AsyncClient(base_url=server.http) as client:
+        assert (await client.get("/health")).json() == {"status": "ok"}
+        ready = await client.get("/ready")
+        assert ready.status_code == 200 and ready.json()["model"] == "tiny-orpheus"
+        metrics = await client.get("/metrics")
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain")
+    text = metrics.text
+    for name in [
+        "voxgate_sessions ",
+        'voxgate_responses_total{status="length"}',
+        "voxgate_ttfa_seconds_bucket",
+        "voxgate_underruns_total",
+        "voxgate_audio_sent_seconds_total",
+        "voxgate_engine_kv_blocks_used",
+        "voxgate_engine_kv_blocks_total",
+        "voxgate_engine_step_seconds",
+        "voxgate_engine_batch_size",
+        "voxgate_engine_steps_total",
+    ]:
+        assert name in text, name
+
+
+async def test_web_demo_is_served_at_root(server):
+    async with httpx.AsyncClient(base_url=server.http) as client:
+        page = await client.get("/")
+        health = await client.get("/health")  # the static mount does not shadow the routes
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "<html" in page.text.lower()
+    assert health.json() == {"status": "ok"}
+
+
+def test_missing_web_demo_folder_serves_a_note(tmp_path, engine):
+    app = create_app(GatewaySettings(web_demo_dir=tmp_path / "nowhere"), engine=engine)
+    with TestClient(app) as client:
+        page = client.get("/")
+    assert page.status_code == 200 and "/v1/stream" in page.text
+
+
+def test_lifespan_builds_and_stops_its_own_engine():
+    settings = GatewaySettings(model="tiny-orpheus")
+    app = create_app(settings)
+    with TestClient(app) as client:
+        assert client.get("/ready").status_code == 200
+        engine = app.state.gateway.engine
+        assert engine is not None and engine.ready
+    assert not engine.ready  # shut down with the app

@@ -1,0 +1,111 @@
+"""Output encoders: exact frame sizes, and Opus that decodes back to what went in."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+from gateway_testkit import decode_opus, resample
+
+from gateway.audio import make_encoder
+from gateway.protocol import AudioFormat, AudioSpec
+
+SOURCE_RATE = 24000
+
+
+def tone(seconds: float, rate: int = SOURCE_RATE) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.4 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * 1250 * t)).astype(
+        np.float32
+    )
+
+
+def encode_all(spec: AudioSpec, pcm: np.ndarray, pieces: int = 9) -> list[bytes]:
+    enc = make_encoder(spec, SOURCE_RATE)
+    frames: list[bytes] = []
+    for piece in np.array_split(pcm, pieces):  # uneven engine chunks, as in production
+        frames += enc.encode(piece)
+    return frames + enc.flush()
+
+
+def best_alignment(
+    decoded: np.ndarray, reference: np.ndarray, max_lag: int = 2000
+) -> tuple[float, float]:
+    """(correlation, SNR dB) of decoded vs reference at the lag that fits best (Opus delays its
+    output by its lookahead, ~6.5 ms)."""
+    best = (-1.0, -np.inf)
+    n = len(reference) - max_lag
+    for lag in range(0, max_lag):
+        a = decoded[lag : lag + n]
+        b = reference[:n]
+        if len(a) < n:
+            break
+        corr = float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+        if corr > best[0]:
+            snr = 10 * np.log10(np.sum(b**2) / (np.sum((a - b) ** 2) + 1e-12))
+            best = (corr, snr)
+    return best
+
+
+@pytest.mark.parametrize(
+    "spec, frame_bytes",
+    [
+        (AudioSpec(AudioFormat.PCM16, 8000, 20), 320),
+        (AudioSpec(AudioFormat.PCM16, 16000, 20), 640),
+        (AudioSpec(AudioFormat.PCM16, 24000, 10), 480),
+        (AudioSpec(AudioFormat.PCM16, 48000, 60), 5760),
+        (AudioSpec(AudioFormat.MULAW, 8000, 20), 160),
+        (AudioSpec(AudioFormat.MULAW, 8000, 40), 320),
+    ],
+)
+def test_pcm_frames_have_exact_sizes(spec, frame_bytes):
+    seconds = 1.013  # not a whole number of frames: the last one is padded
+    frames = encode_all(spec, tone(seconds))
+    assert {len(f) for f in frames} == {frame_bytes}
+    assert len(frames) == int(np.ceil(seconds * 1000 / spec.frame_ms))
+
+
+def test_pcm16_is_the_resampled_signal():
+    pcm = tone(0.5)
+    frames = encode_all(AudioSpec(AudioFormat.PCM16, 16000, 20), pcm)
+    got = np.frombuffer(b"".join(frames), dtype="<i2").astype(np.float32) / 32768
+    want = resample(pcm, SOURCE_RATE, 16000)
+    n = len(want) - 100
+    assert np.max(np.abs(got[:n] - want[:n])) < 2e-3  # only s16 rounding apart
+
+
+def test_mulaw_decodes_back():
+    pcm = tone(0.5)
+    frames = encode_all(AudioSpec(AudioFormat.MULAW, 8000, 20), pcm)
+    dec = av.CodecContext.create("pcm_mulaw", "r")
+    dec.sample_rate = 8000
+    dec.layout = "mono"
+    got = np.concatenate(
+        [f.to_ndarray().reshape(-1) for f in dec.decode(av.Packet(b"".join(frames)))]
+    )
+    want = resample(pcm, SOURCE_RATE, 8000)
+    n = len(want) - 100
+    # μ-law keeps ~8 bits of log-scaled precision: a few percent of full scale at most.
+    assert np.max(np.abs(got[:n].astype(np.float32) / 32768 - want[:n])) < 0.03
+
+
+@pytest.mark.parametrize("frame_ms", [10, 20, 40, 60])
+def test_opus_one_packet_per_frame_and_round_trip(frame_ms):
+    pcm = tone(1.0)
+    packets = encode_all(AudioSpec(AudioFormat.OPUS, 48000, frame_ms), pcm)
+    # One packet per frame_ms of audio, plus the codec's lookahead flushed at the end.
+    frames = -(-1000 // frame_ms)  # the partial last frame is padded to a whole one
+    assert len(packets) in (frames, frames + 1)
+    decoded = decode_opus(packets)
+    assert len(decoded) == len(packets) * 48 * frame_ms
+    corr, snr = best_alignment(decoded, resample(pcm, SOURCE_RATE, 48000))
+    assert corr > 0.98 and snr > 12, (corr, snr)
+
+
+def test_non_finite_samples_are_sanitised():
+    pcm = tone(0.1)
+    pcm[10:20] = np.nan
+    pcm[30] = np.inf
+    frames = encode_all(AudioSpec(AudioFormat.PCM16, 24000, 20), pcm)
+    got = np.frombuffer(b"".join(frames), dtype="<i2")
+    assert np.all(np.abs(got) <= 32767)

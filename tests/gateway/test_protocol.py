@@ -1,0 +1,142 @@
+"""Pure encode/decode of the native protocol (no server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.protocol import (
+    AudioFormat,
+    AudioSpec,
+    ErrorCode,
+    ErrorEvent,
+    Limits,
+    Playback,
+    ProtocolError,
+    ResponseCancel,
+    ResponseDone,
+    ResponseStatus,
+    SessionEnd,
+    SessionStart,
+    SessionStarted,
+    TextInput,
+    decode_text_frame,
+    encode_event,
+)
+
+
+def decode(obj) -> object:
+    return decode_text_frame(json.dumps(obj))
+
+
+def test_session_start_defaults_and_fields():
+    assert decode({"type": "session.start"}) == SessionStart()
+    start = decode(
+        {
+            "type": "session.start",
+            "voice": "tara",
+            "output_audio": {"format": "pcm16", "sample_rate": 16000, "frame_ms": 40},
+            "sampling": {"temperature": 0, "max_tokens": 80, "seed": 3},
+        }
+    )
+    assert start.voice == "tara"
+    assert start.output_audio == AudioSpec(AudioFormat.PCM16, 16000, 40)
+    assert start.sampling == {"temperature": 0.0, "max_tokens": 80, "seed": 3}
+
+
+def test_audio_defaults_per_format():
+    assert decode(
+        {"type": "session.start", "output_audio": {"format": "mulaw"}}
+    ).output_audio == AudioSpec(AudioFormat.MULAW, 8000, 20)
+    assert decode({"type": "session.start", "output_audio": {}}).output_audio == AudioSpec()
+
+
+def test_client_events():
+    assert decode({"type": "text", "text": "hi"}) == TextInput("hi", True)
+    assert decode({"type": "text", "text": "hi", "final": False}) == TextInput("hi", False)
+    assert decode({"type": "response.cancel"}) == ResponseCancel()
+    assert decode({"type": "playback", "played_ms": 120}) == Playback(120.0)
+    assert decode({"type": "session.end", "extra": 1}) == SessionEnd()  # unknown fields ignored
+
+
+@pytest.mark.parametrize(
+    "frame, code",
+    [
+        ("{not json", ErrorCode.BAD_JSON),
+        ("[1, 2]", ErrorCode.BAD_JSON),
+        ('{"type": "text", "text": NaN}', ErrorCode.BAD_JSON),
+        ('{"text": "hi"}', ErrorCode.BAD_FIELD),
+        ('{"type": 7}', ErrorCode.BAD_FIELD),
+        ('{"type": "speak"}', ErrorCode.UNKNOWN_TYPE),
+        ('{"type": "text"}', ErrorCode.BAD_FIELD),
+        ('{"type": "text", "text": 5}', ErrorCode.BAD_FIELD),
+        ('{"type": "text", "text": "a", "final": "yes"}', ErrorCode.BAD_FIELD),
+        ('{"type": "playback", "played_ms": -1}', ErrorCode.BAD_FIELD),
+        ('{"type": "playback", "played_ms": true}', ErrorCode.BAD_FIELD),
+        ('{"type": "session.start", "voice": 3}', ErrorCode.BAD_FIELD),
+        ('{"type": "session.start", "sampling": {"temprature": 1}}', ErrorCode.BAD_FIELD),
+        ('{"type": "session.start", "sampling": {"max_tokens": 1.5}}', ErrorCode.BAD_FIELD),
+        ('{"type": "session.start", "sampling": []}', ErrorCode.BAD_FIELD),
+        ('{"type": "session.start", "output_audio": "opus"}', ErrorCode.BAD_FIELD),
+        (
+            '{"type": "session.start", "output_audio": {"format": "mp3"}}',
+            ErrorCode.UNSUPPORTED_AUDIO,
+        ),
+        (
+            '{"type": "session.start", "output_audio": {"format": "opus", "sample_rate": 16000}}',
+            ErrorCode.UNSUPPORTED_AUDIO,
+        ),
+        (
+            '{"type": "session.start", "output_audio": {"format": "pcm16", "sample_rate": 22050}}',
+            ErrorCode.UNSUPPORTED_AUDIO,
+        ),
+        (
+            '{"type": "session.start", "output_audio": {"format": "opus", "frame_ms": 25}}',
+            ErrorCode.UNSUPPORTED_AUDIO,
+        ),
+        (
+            '{"type": "session.start", "input_audio": {"format": "mulaw", "sample_rate": 16000}}',
+            ErrorCode.UNSUPPORTED_AUDIO,
+        ),
+        ('{"type": "session.start", "turn_detection": {"type": "push"}}', ErrorCode.BAD_FIELD),
+    ],
+)
+def test_malformed_frames(frame, code):
+    with pytest.raises(ProtocolError) as info:
+        decode_text_frame(frame)
+    assert info.value.code is code
+    assert info.value.message
+
+
+def test_encode_events():
+    limits = Limits(1, 2, 3, 4, 5, 6, 7, 8, 9)
+    started = json.loads(encode_event(SessionStarted("s1", "tiny", None, AudioSpec(), limits)))
+    assert started == {
+        "type": "session.started",
+        "session_id": "s1",
+        "model": "tiny",
+        "input_audio": None,
+        "output_audio": {"format": "opus", "sample_rate": 48000, "frame_ms": 20},
+        "limits": {
+            "max_text_chars": 1,
+            "max_response_text_chars": 2,
+            "max_frame_bytes": 3,
+            "max_message_bytes": 4,
+            "max_queued_responses": 5,
+            "start_timeout_ms": 6,
+            "idle_timeout_ms": 7,
+            "lead_ms": 8,
+            "max_send_queue_ms": 9,
+        },
+    }
+    done = json.loads(encode_event(ResponseDone("r1", ResponseStatus.CANCELLED, 400, None)))
+    assert done == {
+        "type": "response.done",
+        "response_id": "r1",
+        "status": "cancelled",
+        "audio_ms": 400,
+        "ttfa_ms": None,
+    }
+    error = json.loads(encode_event(ErrorEvent(ErrorCode.TOO_LARGE, "big", True)))
+    assert error == {"type": "error", "code": "too_large", "message": "big", "fatal": True}

@@ -1,0 +1,133 @@
+"""`voxgate serve`: options → settings, clear errors, and the real command in a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+from gateway_testkit import collect_response, expect_close, send, start_session
+
+from gateway.cli import build_parser, main
+from gateway.serve_cli import settings_from_args
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(["serve", *argv])
+
+
+def test_options_become_settings():
+    args = parse(
+        "--port",
+        "9001",
+        "--api-key",
+        "k-one",
+        "--api-key",
+        "k-two",
+        "--allowed-origin",
+        "https://app.example.com",
+        "--max-sessions-per-key",
+        "3",
+        "--lead-ms",
+        "400",
+        "--device",
+        "cpu",
+    )
+    settings = settings_from_args(args, environ={"VOXGATE_API_KEYS": "k-two,k-three"})
+    assert settings.port == 9001
+    assert settings.api_keys == ("k-one", "k-two", "k-three")
+    assert settings.allowed_origins == ("https://app.example.com",)
+    assert settings.max_sessions_per_key == 3 and settings.lead_ms == 400
+    assert settings.engine.device == "cpu"
+
+
+def test_synth_is_still_there():
+    assert build_parser().parse_args(["synth", "--text", "hi", "--out", "x.wav"]).command == "synth"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--port", "70000"], "port must be"),
+        (["--api-key", "has space"], "API keys"),
+        (["--allowed-origin", "app.example.com"], "allowed origin"),
+        (["--lead-ms", "-5"], "lead_ms"),
+        (["--policy", "slack", "--max-num-seqs", "0"], "max_num_seqs"),
+    ],
+)
+def test_bad_options_fail_clearly(argv, words, capsys):
+    assert main(["serve", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_voxgate_serve_runs_end_to_end():
+    port = free_port()
+    env = {**os.environ, "VOXGATE_API_KEYS": "cli-test-key"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "--log-level",
+            "warning",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            "--kv-cache-mb",
+            "16",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            while True:
+                assert proc.poll() is None, proc.stdout.read()
+                try:
+                    if (await client.get("/ready")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "voxgate serve did not become ready"
+                await asyncio.sleep(0.2)
+        url = f"ws://127.0.0.1:{port}/v1/stream"
+        headers = {"Authorization": "Bearer cli-test-key"}
+        async with websockets.connect(url, additional_headers=headers) as ws:
+            await start_session(ws)
+            await send(ws, type="text", text="Served from the command line.")
+            played = await collect_response(ws)
+            assert played.frames
+            await send(ws, type="session.end")
+            assert (await expect_close(ws))[0] == 1000
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (0, 130, -signal.SIGINT)

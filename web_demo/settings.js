@@ -1,0 +1,94 @@
+// The session settings the user (or the page's URL) chooses, turned into a session.start.
+// URL query parameters prefill them, so a test or a shared link can say e.g.
+// ?max_tokens=80&seed=1&format=pcm16 ; min_tokens, top_p, top_k and repetition_penalty
+// exist only as query parameters.
+
+import * as P from "./protocol.js";
+import { $ } from "./ui.js";
+
+const DEFAULT_PREBUFFER_MS = 80;
+
+export class Settings {
+  constructor(params) {
+    this.params = params;
+    this.voiceSelect = $("voice-select");
+    this.voiceText = $("voice-text");
+    this.format = $("format");
+    this.apiKey = $("api-key");
+    this.maxTokens = $("max-tokens");
+    this.temperature = $("temperature");
+    this.seed = $("seed");
+    this.prebuffer = $("prebuffer");
+    this.turn = $("turn");
+    this.prefill();
+  }
+
+  prefill() {
+    const fields = { max_tokens: this.maxTokens, temperature: this.temperature, seed: this.seed,
+      prebuffer_ms: this.prebuffer, turn: this.turn, text: $("text"), voice: this.voiceText };
+    for (const [name, field] of Object.entries(fields)) {
+      if (this.params.has(name)) field.value = this.params.get(name);
+    }
+    if (this.params.get("format") === P.FORMAT.PCM16) this.format.value = P.FORMAT.PCM16;
+  }
+
+  /** Calls `fn` when a setting that belongs in session.start changes. */
+  onSessionChange(fn) {
+    for (const field of [this.voiceSelect, this.voiceText, this.format, this.apiKey,
+      this.maxTokens, this.temperature, this.seed, this.turn]) {
+      field.addEventListener("change", fn);
+    }
+  }
+
+  /** Opus unavailable: play PCM16 and say so in the format menu. */
+  forcePcm() {
+    this.format.value = P.FORMAT.PCM16;
+    this.format.querySelector(`option[value="${P.FORMAT.OPUS}"]`).disabled = true;
+  }
+
+  prebufferMs() {
+    return num(this.prebuffer) ?? DEFAULT_PREBUFFER_MS;
+  }
+
+  voice() {
+    return (this.voiceSelect.hidden ? this.voiceText.value : this.voiceSelect.value).trim();
+  }
+
+  get pushToTalk() {
+    return this.turn.value === P.TURN.NONE;
+  }
+
+  /** The arguments of P.sessionStart. `inputAudio`: declared only once the mic is wanted. */
+  sessionConfig(inputAudio) {
+    const q = (name) => (this.params.has(name) ? Number(this.params.get(name)) : undefined);
+    const output = this.format.value === P.FORMAT.PCM16
+      ? P.audioFormat(P.FORMAT.PCM16, 48000) // the AudioContext's rate: no resampling
+      : P.audioFormat(P.FORMAT.OPUS, P.OPUS_RATE);
+    return {
+      model: this.params.get("model") || undefined,
+      voice: this.voice() || undefined,
+      outputAudio: output,
+      inputAudio,
+      sampling: {
+        max_tokens: num(this.maxTokens), temperature: num(this.temperature), seed: num(this.seed),
+        min_tokens: q("min_tokens"), top_p: q("top_p"), top_k: q("top_k"),
+        repetition_penalty: q("repetition_penalty"),
+      },
+      turnDetection: this.turn.value ? { type: this.turn.value } : undefined,
+    };
+  }
+
+  /** Turn the free-text voice field into a menu once the server names the voices. */
+  fillVoices(voices, defaultVoice) {
+    if (voices.length === 0) return;
+    const wanted = this.voice() || defaultVoice;
+    this.voiceSelect.replaceChildren(...voices.map((v) => new Option(v, v, false, v === wanted)));
+    this.voiceSelect.hidden = false;
+    this.voiceText.hidden = true;
+    $("voice-label").htmlFor = "voice-select";
+  }
+}
+
+function num(field) {
+  return field.value.trim() === "" ? undefined : Number(field.value);
+}
