@@ -119,6 +119,16 @@ class Request:
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
 
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """Tokens [start, end) of prompt + output, without copying the whole history (a decode
+        step needs only the newest token, and the step runs for hundreds of requests)."""
+        n = len(self.prompt_ids)
+        if end <= n:
+            return self.prompt_ids[start:end]
+        if start >= n:
+            return self.output_ids[start - n : end - n]
+        return self.prompt_ids[start:] + self.output_ids[: end - n]
+
     def buffered_audio_s(self, now: float) -> float:
         """Audio delivered but not yet played: how long the listener can go without more."""
         if self.first_audio_time is None:

@@ -68,9 +68,8 @@ class Worker:
         positions: list[int] = []
         slots: list[int] = []
         for c in chunks:
-            seq = c.request.all_ids()
             table = c.request.block_table
-            ids.extend(seq[c.start : c.start + c.num_tokens])
+            ids.extend(c.request.token_slice(c.start, c.start + c.num_tokens))
             for pos in range(c.start, c.start + c.num_tokens):
                 positions.append(pos)
                 slots.append(table[pos // block_size] * block_size + pos % block_size)

@@ -49,6 +49,19 @@ def add_serve_parser(subparsers) -> None:
         default=d.engine.max_num_seqs,
         help="requests advanced per engine step (default: %(default)s)",
     )
+    g.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=d.engine.max_batch_tokens,
+        help="prefill + decode tokens per engine step (default: %(default)s)",
+    )
+    g.add_argument(
+        "--attention",
+        default=None,
+        choices=["sdpa", "flashinfer"],
+        help="default: flashinfer on NVIDIA GPUs when installed, else sdpa",
+    )
+    g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
 
     g = p.add_argument_group("network and security")
     g.add_argument("--host", default=d.host, help="(default: %(default)s)")
@@ -140,8 +153,11 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         policy=args.policy,
         kv_cache_mb=args.kv_cache_mb,
         max_num_seqs=args.max_num_seqs,
+        max_batch_tokens=args.max_batch_tokens,
         device=args.device,
         dtype=args.dtype,
+        attention=args.attention,
+        cuda_graphs=not args.eager,
     )
     keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(environ)]))  # dedupe, keep order
     return GatewaySettings(
