@@ -150,6 +150,7 @@ def _build_engine(settings: GatewaySettings) -> AsyncEngine:
         settings.engine,
         progress=True,
         random_weights=settings.random_weights,
+        voices_dir=settings.voices_dir,
     )
 
 

@@ -1,4 +1,5 @@
-"""The `voxgate` command line: `serve` and `synth`."""
+"""The `voxgate` command line: `serve`, `synth` and `bench`. Each subcommand's module keeps
+its imports light, so `voxgate --help` never loads torch or the server stack."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import argparse
 import logging
 import sys
 
+from gateway.bench.cli import add_bench_parser
+from gateway.serve_cli import add_serve_parser
 from gateway.synth import add_synth_parser
 
 
@@ -13,15 +16,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxgate", description="Real-time voice gateway for SpeechLMs")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING …")
     sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(sub)
     add_synth_parser(sub)
-    __import__("gateway.bench.cli", fromlist=["add_bench_parser"]).add_bench_parser(sub)  # `bench`
-    # `serve` is added here by gateway.serve_cli (the gateway's own options live with it).
-    try:
-        from gateway.serve_cli import add_serve_parser
-    except ImportError:  # the gateway's server part is not installed in this build
-        pass
-    else:
-        add_serve_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 

@@ -37,6 +37,7 @@ class GatewaySettings:
     model: str | None = None  # None: the engine's default preset
     codec: str | None = None
     random_weights: bool = False
+    voices_dir: str | None = None  # reference clips for voice prompting (CSM models)
     engine: EngineConfig = field(default_factory=EngineConfig)
     # --- network ---
     host: str = "127.0.0.1"

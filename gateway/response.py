@@ -19,6 +19,7 @@ Cancelling the runner's task (barge-in, disconnect) cancels every engine request
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import time
@@ -53,6 +54,13 @@ _STATUS = {
 }
 
 
+def share_tokens(sampling: SamplingParams, share: float) -> SamplingParams:
+    """The part of a response's token budget that one of its sentence segments gets."""
+    max_tokens = max(1, round(sampling.max_tokens * share))
+    min_tokens = min(round(sampling.min_tokens * share), max_tokens)
+    return dataclasses.replace(sampling, max_tokens=max_tokens, min_tokens=min_tokens)
+
+
 class EngineUnavailable(Exception):
     """The engine loop is gone: no session can be served, so the session closes with 1011
     (after the failed response has had its `response.done`)."""
@@ -67,12 +75,19 @@ class Response:
         self.input_closed = False
         self._segmenter = segmenter
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()  # None: input closed
+        self.token_shares: list[float] | None = None  # per segment, when known up front
 
     def add_text(self, text: str, final: bool) -> None:
+        single_shot = final and self.text_chars == 0
         self.text_chars += len(text)
         segments = self._segmenter.push(text)
         if final:
             segments += self._segmenter.finish()
+        if single_shot and len(segments) > 1:
+            # The whole text came at once, so the token budget can be shared out: a response's
+            # min/max_tokens then mean the same whether or not the text split into sentences.
+            total = sum(len(s) for s in segments)
+            self.token_shares = [len(s) / total for s in segments]
         for segment in segments:
             self._segments.put_nowait(segment)
         if final:
@@ -241,7 +256,11 @@ class ResponseRunner:
             if self._first_submit is None:
                 self._first_submit = time.monotonic()
             opts = self._options
-            request = SpeechRequest(text, opts.voice, opts.sampling, segment.request_id)
+            sampling = opts.sampling
+            shares = self.response.token_shares
+            if shares is not None:
+                sampling = share_tokens(sampling, shares[len(self.segments) - 1])
+            request = SpeechRequest(text, opts.voice, sampling, segment.request_id)
             # Shielded: cancelling this task (barge-in, disconnect) must not abandon a submit
             # the engine thread is about to answer; cancel_engine_requests waits for it instead.
             segment.submit = asyncio.ensure_future(self._engine.submit(request))

@@ -24,6 +24,13 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument(
         "--random-weights", action="store_true", help="a preset's real config with random weights"
     )
+    g.add_argument(
+        "--voices-dir",
+        default=None,
+        metavar="DIR",
+        help="reference clips for voice prompting (CSM): NAME.wav + NAME.txt (its transcript); "
+        "clients pick one with session.start voice=NAME",
+    )
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if present)")
     g.add_argument(
         "--dtype",
@@ -164,6 +171,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         model=args.model,
         codec=args.codec,
         random_weights=args.random_weights,
+        voices_dir=args.voices_dir,
         engine=engine,
         host=args.host,
         port=args.port,

@@ -146,3 +146,25 @@ def test_settings_refuse_bad_values_clearly(field, value, words):
 def test_keys_from_env():
     assert keys_from_env({"VOXGATE_API_KEYS": "a1, b2 ,,c3"}) == ("a1", "b2", "c3")
     assert keys_from_env({}) == ()
+
+
+def test_a_single_shot_text_shares_its_token_budget_among_segments():
+    from engine.request import SamplingParams
+    from gateway.response import Response, share_tokens
+    from gateway.segmenter import SentenceSegmenter
+
+    response = Response("r1", SentenceSegmenter())
+    first = "This first sentence is long enough to stand alone. "
+    second = "And so is this second one, a bit longer than the first."
+    response.add_text(first + second, final=True)
+    shares = response.token_shares
+    assert shares is not None and len(shares) == 2 and abs(sum(shares) - 1) < 1e-9
+    budget = SamplingParams(max_tokens=700, min_tokens=700)
+    parts = [share_tokens(budget, s) for s in shares]
+    assert abs(sum(p.max_tokens for p in parts) - 700) <= 1
+    assert all(p.min_tokens == p.max_tokens for p in parts)
+
+    streamed = Response("r2", SentenceSegmenter())
+    streamed.add_text(first, final=False)
+    streamed.add_text(second, final=True)
+    assert streamed.token_shares is None  # the future was unknown: each segment gets it all

@@ -1,0 +1,235 @@
+"""`voxgate bench`: goodput, TTFA, streaming viability and throughput RTF of the system under
+test and of the per-request Hugging Face baseline, in one run (BENCHMARK.md).
+
+Imports stay light (argparse only) so `voxgate --help` never pays for the benchmark's stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"rates must be comma-separated numbers, got {text!r}"
+        ) from None
+    if any(r <= 0 for r in rates):
+        raise argparse.ArgumentTypeError("rates must be > 0")
+    return rates
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def add_bench_parser(subparsers) -> None:
+    from gateway.bench.workload import DEFAULT_WORKLOAD, ORPHEUS_TOKEN_RATE
+
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark goodput / TTFA / viability / RTF against the HF baseline",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("system under test")
+    target = g.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="ws://HOST:PORT/v1/stream of a running server")
+    target.add_argument(
+        "--serve", action="store_true", help="start `voxgate serve` (and --baseline) here"
+    )
+    g.add_argument("--model", default="tiny-orpheus", help="preset or checkpoint (with --serve)")
+    g.add_argument(
+        "--random-weights", action="store_true", help="a preset's real config, random weights"
+    )
+    g.add_argument(
+        "--device", default=None, help="passed to the servers (default: cuda if present)"
+    )
+    g.add_argument(
+        "--policies",
+        "--policy",
+        dest="policies",
+        type=_policies,
+        default=("slack",),
+        help="scheduler policies to run, comma-separated (slack,fcfs: the ablation)",
+    )
+    g.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra `voxgate serve` argument, e.g. --server-arg=--max-num-seqs=256 (repeatable)",
+    )
+    g.add_argument(
+        "--baseline", action="store_true", help="also start and measure the HF baseline (--serve)"
+    )
+    g.add_argument(
+        "--baseline-url", default=None, help="ws://… of a running baseline server (with --url)"
+    )
+    g.add_argument("--api-key", default=None, help="bearer key for servers started with API keys")
+    g.add_argument(
+        "--startup-timeout", type=float, default=900.0, help="seconds to wait for /ready"
+    )
+
+    g = p.add_argument_group("rate points and goodput search")
+    g.add_argument(
+        "--rates", type=_rates, default=(), help="explicit rates, e.g. 2,4,8 (default: doubling)"
+    )
+    g.add_argument(
+        "--start-rate", type=float, default=1.0, help="first rate of the doubling search"
+    )
+    g.add_argument("--max-rate", type=float, default=128.0)
+    g.add_argument(
+        "--baseline-rates", type=_rates, default=(), help="explicit rates for the baseline"
+    )
+    g.add_argument("--baseline-start-rate", type=float, default=0.125)
+    g.add_argument("--bisect-steps", type=int, default=2, help="bisections after the doubling/list")
+    g.add_argument("--max-points", type=int, default=10, help="rate points per system at most")
+    g.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        help="seconds of arrivals per point (BENCHMARK.md: 60)",
+    )
+    g.add_argument(
+        "--min-requests",
+        type=int,
+        default=400,
+        help="requests per point at least (BENCHMARK.md: 400)",
+    )
+    g.add_argument(
+        "--baseline-min-requests",
+        type=int,
+        default=8,
+        help="requests per baseline point at least (it serves one at a time)",
+    )
+    g.add_argument(
+        "--drain-timeout", type=float, default=60.0, help="seconds after the last arrival"
+    )
+    g.add_argument(
+        "--no-early-stop",
+        dest="early_stop",
+        action="store_false",
+        help="run failing points to the end (default: stop once they cannot pass)",
+    )
+    g.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="seconds for the whole run; "
+        "later points/systems are skipped (recorded) rather than overrun it",
+    )
+    g.add_argument("--settle", type=float, default=1.0, help="seconds between points")
+    g.add_argument(
+        "--warmup", type=int, default=2, help="~1 s requests sent before the first point"
+    )
+
+    g = p.add_argument_group("requests and metrics")
+    g.add_argument("--workload", type=Path, default=DEFAULT_WORKLOAD)
+    g.add_argument(
+        "--max-audio-seconds", type=float, default=None, help="cap each request (smoke tests)"
+    )
+    g.add_argument(
+        "--token-rate",
+        type=float,
+        default=ORPHEUS_TOKEN_RATE,
+        help="model tokens per audio second: min_tokens = max_tokens = round(audio_seconds × this)",
+    )
+    g.add_argument("--format", dest="audio_format", choices=["opus", "pcm16"], default="opus")
+    g.add_argument("--frame-ms", type=int, default=20)
+    g.add_argument("--sample-rate", type=int, default=None, help="default: 48000 opus, 24000 pcm16")
+    g.add_argument("--initial-buffer-ms", type=float, default=0.0, help="client playback buffer b")
+    g.add_argument("--slo-ttfa-ms", type=float, default=500.0, help="p90 TTFA bound")
+    g.add_argument("--slo-viability", type=float, default=0.99)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--client-procs", type=int, default=1, help="load-generator processes")
+
+    g = p.add_argument_group("throughput and output")
+    g.add_argument(
+        "--throughput",
+        type=int,
+        default=0,
+        metavar="N",
+        help="RTF with N requests at once (0: skip)",
+    )
+    g.add_argument(
+        "--baseline-throughput",
+        type=int,
+        default=4,
+        metavar="N",
+        help="the same for the baseline, which serves one at a time",
+    )
+    g.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
+    g.add_argument("--commit", default=None, help="record this commit (a checkout without .git)")
+    p.set_defaults(func=run_bench)
+
+
+def config_from_args(args: argparse.Namespace):
+    from gateway.bench.config import BenchConfig
+    from gateway.bench.metrics import Slo
+
+    return BenchConfig(
+        url=args.url,
+        serve=args.serve,
+        baseline=args.baseline,
+        baseline_url=args.baseline_url,
+        model=args.model,
+        random_weights=args.random_weights,
+        device=args.device,
+        policies=args.policies,
+        server_args=tuple(args.server_arg),
+        rates=args.rates,
+        baseline_rates=args.baseline_rates,
+        start_rate=args.start_rate,
+        baseline_start_rate=args.baseline_start_rate,
+        max_rate=args.max_rate,
+        bisect_steps=args.bisect_steps,
+        max_points=args.max_points,
+        duration_s=args.duration,
+        min_requests=args.min_requests,
+        baseline_min_requests=args.baseline_min_requests,
+        drain_timeout_s=args.drain_timeout,
+        initial_buffer_ms=args.initial_buffer_ms,
+        slo=Slo(args.slo_ttfa_ms, args.slo_viability),
+        audio_format=args.audio_format,
+        frame_ms=args.frame_ms,
+        sample_rate=args.sample_rate,
+        throughput=args.throughput,
+        baseline_throughput=args.baseline_throughput,
+        workload=args.workload,
+        max_audio_seconds=args.max_audio_seconds,
+        token_rate=args.token_rate,
+        seed=args.seed,
+        client_procs=args.client_procs,
+        warmup=args.warmup,
+        early_stop=args.early_stop,
+        settle_s=args.settle,
+        startup_timeout_s=args.startup_timeout,
+        time_budget_s=args.time_budget,
+        api_key=args.api_key,
+        commit=args.commit,
+        out_dir=args.out,
+    )
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from gateway.bench.runner import BenchRun
+
+    run = BenchRun(config_from_args(args), argv=["voxgate", *sys.argv[1:]])
+    path = run.run()
+    data = json.loads(path.read_text())
+    print(f"results: {path}")
+    print(
+        f"goodput: {data['goodput_req_s']} req/s (baseline {data['baseline_goodput_req_s']}), "
+        f"ttfa_ms at {data['at_rate_req_s']} req/s: {data['ttfa_ms']}, "
+        f"viability {data['viability']}, rtf {data['rtf']} (baseline {data['baseline_rtf']})"
+    )
+    for note in data.get("deviations", []):
+        print(f"deviation: {note}")
+    return 0

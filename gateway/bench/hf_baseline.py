@@ -1,0 +1,344 @@
+"""The per-request Hugging Face baseline of BENCHMARK.md, behind the engine surface the gateway
+uses (`facts`, `ready`, `start`, `submit` → event stream, `cancel`, `report_playback`,
+`stats`, `shutdown`), so `gateway.app.create_app(settings, engine=HFBaseline(...))` serves it
+over the very same WebSocket protocol, pacing and Opus path as the system under test.
+
+What a model card shows, one request at a time: transformers `LlamaForCausalLM.generate` with
+a streamer, and Orpheus's reference decoding scheme (orpheus_tts/decoder.py) run on the
+streamed tokens as they come: every 7 new audio tokens once at least 28 exist, SNAC decodes
+the last 4 frames and samples 2048:4096 (the 2nd frame) are kept. Requests wait in a FIFO and
+are served one at a time by a worker thread.
+
+Equal work: the same prompt layout and tokenizer as the engine, the same sampling parameters
+(min_tokens = max_tokens), and the same audio-token constraint (random weights would
+otherwise sample text tokens that decode to nothing), applied as a `LogitsProcessor` over
+the full-vocabulary logits that `generate` computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import torch
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+from engine.outputs import (
+    AudioChunk,
+    EngineEvent,
+    EngineStats,
+    Finished,
+    FinishReason,
+    SpeechRequest,
+    StepTiming,
+)
+from engine.request import SamplingParams
+from gateway.bench.orpheus_reference import (
+    WINDOW_TOKENS,
+    AudioTokenMask,
+    ReferenceStreamer,
+    snac_reference_decoder,
+)
+from models.base import ModelFacts, ModelInputError
+from models.orpheus import tokens as T
+from models.orpheus.model import MAX_TEXT_CHARS, VOICES
+
+log = logging.getLogger("voxgate.bench.baseline")
+
+# Orpheus's own server defaults (as models.orpheus.model declares them for the engine).
+ORPHEUS_SAMPLING = {"temperature": 0.6, "top_p": 0.8, "repetition_penalty": 1.3}
+_ids = itertools.count()
+
+
+def baseline_facts(name: str, sample_rate: int = 24000, max_context: int = 4096) -> ModelFacts:
+    frames_per_s = sample_rate / 2048
+    return ModelFacts(
+        name=name,
+        sample_rate=sample_rate,
+        token_rate_hz=frames_per_s * T.CODES_PER_FRAME,
+        n_codebooks=3,
+        stop_token_ids=(T.END_OF_SPEECH,),
+        first_chunk_tokens=WINDOW_TOKENS,
+        chunk_tokens=T.CODES_PER_FRAME,
+        voices=VOICES,
+        default_voice="tara",
+        max_context=max_context,
+        sampling_defaults=dict(ORPHEUS_SAMPLING),
+    )
+
+
+# --- the engine surface -------------------------------------------------------------------------
+class _Cancelled(StoppingCriteria):
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs
+    ) -> torch.BoolTensor:
+        return torch.full(
+            (input_ids.shape[0],), self.job.cancelled, dtype=torch.bool, device=input_ids.device
+        )
+
+
+class BaselineStream:
+    """Audio chunks then exactly one `Finished`, pushed from the worker thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, request_id: str) -> None:
+        self.request_id = request_id
+        self._loop = loop
+        self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+
+    def push(self, event: EngineEvent) -> None:
+        # RuntimeError: the consumer's loop is gone, nobody is listening any more.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    async def get(self) -> EngineEvent:
+        return await self._queue.get()
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        while True:
+            event = await self._queue.get()
+            yield event
+            if isinstance(event, Finished):
+                return
+
+
+@dataclass(eq=False)
+class _Job:
+    request_id: str
+    prompt: list[int]
+    sampling: SamplingParams
+    stream: BaselineStream
+    cancelled: bool = False
+
+
+class HFBaseline:
+    def __init__(self, llm, tokenizer, snac, name: str, device: torch.device) -> None:
+        self.llm = llm.eval()
+        self.tokenizer = tokenizer  # tokenizers.Tokenizer (the checkpoint's tokenizer.json)
+        self.device = device
+        sample_rate = int(snac.sampling_rate)
+        self.facts = baseline_facts(name, sample_rate, int(llm.config.max_position_embeddings))
+        self._decode = snac_reference_decoder(snac, device)
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._jobs: dict[str, _Job] = {}
+        self._cv = threading.Condition()
+        self._current: _Job | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._tokens = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="hf-baseline", daemon=True)
+            self._thread.start()
+
+    async def shutdown(self) -> None:
+        with self._cv:
+            self._stop = True
+            for job in self._jobs.values():
+                job.cancelled = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 30.0)
+            self._thread = None
+
+    @property
+    def ready(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # --- commands --------------------------------------------------------------------------
+    async def submit(self, request: SpeechRequest) -> BaselineStream:
+        if not self.ready:
+            raise RuntimeError("the baseline is not running")
+        prompt = self.prompt_ids(request.text, request.voice)
+        request_id = request.request_id or f"hf-{next(_ids)}"
+        job = _Job(
+            request_id,
+            prompt,
+            request.sampling,
+            BaselineStream(asyncio.get_running_loop(), request_id),
+        )
+        with self._cv:
+            self._jobs[request_id] = job
+            self._queue.append(job)
+            self._cv.notify()
+        return job.stream
+
+    def prompt_ids(self, text: str, voice: str | None) -> list[int]:
+        """The engine's Orpheus prompt: "{voice}: {text}" between the speaker-turn tokens."""
+        text = text.strip()
+        if not text:
+            raise ModelInputError("text is empty: give the model something to say")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        voice = voice or self.facts.default_voice
+        if voice not in VOICES:
+            raise ModelInputError(f"unknown voice {voice!r}; choose one of {', '.join(VOICES)}")
+        ids = self.tokenizer.encode(f"{voice}: {text}").ids
+        if not ids or ids[0] != T.BEGIN_OF_TEXT:
+            ids = [T.BEGIN_OF_TEXT, *ids]
+        return T.prompt_ids(ids)
+
+    def cancel(self, request_id: str) -> None:
+        with self._cv:
+            job = self._jobs.get(request_id)
+            if job is None:
+                return
+            job.cancelled = True  # the running one stops at its next token
+            if job is not self._current:
+                self._queue.remove(job)
+                self._finish(job, FinishReason.CANCELLED, 0)
+
+    def report_playback(self, request_id: str, played_s: float) -> None:
+        """generate() has no scheduler to tell."""
+
+    def stats(self) -> EngineStats:
+        busy = int(self._current is not None)
+        return EngineStats(
+            running=busy,
+            waiting=len(self._queue),
+            kv_blocks_total=1,
+            kv_blocks_used=0,
+            steps=self._tokens,
+            last_step=StepTiming(batch_size=busy, num_tokens=busy),
+            stepping=self.ready,
+        )
+
+    # --- the worker thread -----------------------------------------------------------------
+    def _finish(
+        self, job: _Job, reason: FinishReason, tokens: int, error: str | None = None
+    ) -> None:
+        self._jobs.pop(job.request_id, None)
+        job.stream.push(Finished(job.request_id, reason, tokens, error))
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._stop:
+                    self._cv.wait()
+                if self._stop:
+                    for job in list(self._jobs.values()):
+                        self._finish(job, FinishReason.CANCELLED, 0)
+                    return
+                self._current = job = self._queue.popleft()
+            error = None
+            try:
+                reason, tokens = self._generate(job)
+            except Exception as exc:  # one bad request must not end the server
+                log.exception("baseline generation failed")
+                reason, tokens, error = FinishReason.FAILED, 0, f"{type(exc).__name__}: {exc}"
+            with self._cv:
+                self._current = None
+                self._finish(job, reason, tokens, error)
+
+    def _generate(self, job: _Job) -> tuple[FinishReason, int]:
+        s = job.sampling
+        sample_rate = self.facts.sample_rate
+        streamer = ReferenceStreamer(
+            self._decode, lambda pcm: job.stream.push(AudioChunk(job.request_id, pcm, sample_rate))
+        )
+        ids = torch.tensor([job.prompt], device=self.device)
+        options: dict = {"do_sample": not s.greedy}
+        if not s.greedy:
+            options.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+        if s.seed is not None:
+            torch.manual_seed(s.seed)
+        started = time.monotonic()
+        with torch.inference_mode():
+            out = self.llm.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=s.max_tokens,
+                min_new_tokens=s.min_tokens,
+                repetition_penalty=s.repetition_penalty,
+                eos_token_id=T.END_OF_SPEECH,
+                pad_token_id=T.END_OF_SPEECH,
+                logits_processor=LogitsProcessorList(
+                    [AudioTokenMask(len(job.prompt), s.min_tokens)]
+                ),
+                stopping_criteria=StoppingCriteriaList([_Cancelled(job)]),
+                streamer=streamer,
+                **options,
+            )
+        generated = out.shape[1] - len(job.prompt)
+        self._tokens += generated
+        log.debug("%s: %d tokens in %.2f s", job.request_id, generated, time.monotonic() - started)
+        if job.cancelled:
+            return FinishReason.CANCELLED, generated
+        return (FinishReason.LENGTH if generated >= s.max_tokens else FinishReason.STOP), generated
+
+
+# --- building it ----------------------------------------------------------------------------
+def random_hf_llama(cfg: dict, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """transformers' LlamaForCausalLM of a published config with its own random init (normal
+    0.02, unit norms), built on `device` in `dtype`: real shapes, no download."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(
+        **{k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")}
+    )
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+
+
+def load_baseline(
+    model: str, device: str | None = None, random_weights: bool = False
+) -> HFBaseline:
+    """The baseline for a preset (`tiny-orpheus`, `orpheus-3b`) or an Orpheus checkpoint
+    folder / repo id, loaded the way a model card does; started and ready to serve."""
+    from tokenizers import Tokenizer
+    from transformers import LlamaForCausalLM
+
+    from models.codecs.snac import install_positional_noise, load_snac
+    from models.loader import resolve_source
+    from models.orpheus import configs
+    from models.orpheus.presets import ensure_tiny_orpheus
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    tiny_model, tiny_codec = ensure_tiny_orpheus()
+    if model == "tiny-orpheus":
+        folder, codec = tiny_model, str(tiny_codec)
+    elif model == "orpheus-3b" and random_weights:
+        from snac import SNAC
+
+        from models.codecs.snac import snac_24khz_config
+
+        llm = random_hf_llama(configs.ORPHEUS_3B, dev, dtype)
+        torch.manual_seed(0)  # the engine's random SNAC (models.registry) is built the same way
+        snac = SNAC(**snac_24khz_config()).to(dev).eval()
+        install_positional_noise(snac)
+        # As the engine does: the tiny preset's tokenizer has Llama 3's special ids.
+        tokenizer = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+        return _started(HFBaseline(llm, tokenizer, snac, model, dev))
+    elif random_weights:
+        raise ValueError("--random-weights works with the presets tiny-orpheus and orpheus-3b only")
+    else:
+        source = configs.REPO_ID if model == "orpheus-3b" else model
+        folder, codec = (
+            resolve_source(source, ("config.json", "tokenizer.json")),
+            configs.CODEC_REPO_ID,
+        )
+    llm = LlamaForCausalLM.from_pretrained(folder, dtype=dtype).to(dev)
+    snac = load_snac(codec, device=dev)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    return _started(HFBaseline(llm, tokenizer, snac, model, dev))
+
+
+def _started(baseline: HFBaseline) -> HFBaseline:
+    baseline.start()
+    return baseline

@@ -1,0 +1,170 @@
+"""Throughput RTF: seconds of audio produced per wall second with every request submitted at
+once and no streaming constraint (BENCHMARK.md).
+
+Measured through the engine surface directly (`submit` → event stream), in its own process,
+for the engine and for the HF baseline alike: the gateway's pacing (audio released at most
+`lead_ms` ahead of real time) would otherwise cap what a client can observe, and per-frame
+Opus encoding would be measured instead of the model. Wall time runs from the first submit to
+the last `Finished`; a short warm-up comes first.
+
+`python -m gateway.bench.throughput --system voxgate|hf-baseline …` prints / writes one JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.bench.metrics import distribution
+from gateway.bench.workload import DEFAULT_WORKLOAD, PlannedRequest, burst_plan, load_workload
+
+_RETRY_S = 0.05
+
+
+async def _submit(engine, request) -> Any:
+    """Submit, waiting while the engine has no room (its KV pool is finite)."""
+    from engine.core import EngineOverloaded
+
+    while True:
+        try:
+            return await engine.submit(request)
+        except EngineOverloaded:
+            await asyncio.sleep(_RETRY_S)
+
+
+async def _drain(stream, t0: float) -> dict[str, Any]:
+    from engine.outputs import AudioChunk
+
+    audio_s, first, reason = 0.0, None, None
+    async for event in stream:
+        if isinstance(event, AudioChunk):
+            audio_s += event.duration_s
+            if first is None:
+                first = time.monotonic() - t0
+        else:
+            reason = event.reason.value
+    return {
+        "audio_s": audio_s,
+        "first_audio_s": first,
+        "done_s": time.monotonic() - t0,
+        "finish": reason,
+    }
+
+
+def _request(engine, plan: PlannedRequest, tokens: int | None = None):
+    from engine.outputs import SpeechRequest
+    from engine.request import SamplingParams
+
+    n = tokens or plan.tokens
+    sampling = SamplingParams(
+        **{**engine.facts.sampling_defaults, "min_tokens": n, "max_tokens": n}
+    )
+    return SpeechRequest(plan.item.text, None, sampling)
+
+
+async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> dict[str, Any]:
+    """Submit every request of `plan` at once; total audio seconds / wall seconds."""
+    warm_tokens = round(engine.facts.token_rate_hz)  # ~1 s of audio each
+    for p in plan[:warmup]:
+        await _drain(await _submit(engine, _request(engine, p, warm_tokens)), time.monotonic())
+    t0 = time.monotonic()
+    streams = [await _submit(engine, _request(engine, p)) for p in plan]
+    results = await asyncio.gather(*(_drain(s, t0) for s in streams))
+    wall = time.monotonic() - t0
+    audio = sum(r["audio_s"] for r in results)
+    finishes: dict[str, int] = {}
+    for r in results:
+        finishes[r["finish"]] = finishes.get(r["finish"], 0) + 1
+    return {
+        "requests": len(plan),
+        "audio_s": round(audio, 3),
+        "wall_s": round(wall, 3),
+        "rtf": round(audio / wall, 3) if wall > 0 else None,
+        "tokens": sum(p.tokens for p in plan),
+        "tokens_per_s": round(sum(p.tokens for p in plan) / wall, 1) if wall > 0 else None,
+        "first_audio_ms": distribution(
+            [r["first_audio_s"] * 1000 for r in results if r["first_audio_s"] is not None]
+        ),
+        "finish": finishes,
+        "per_request": [
+            {
+                "workload_id": p.item.id,
+                "tokens": p.tokens,
+                **{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()},
+            }
+            for p, r in zip(plan, results, strict=True)
+        ],
+    }
+
+
+def _build(args: argparse.Namespace):
+    if args.system == "hf-baseline":
+        from gateway.bench.hf_baseline import load_baseline
+
+        return load_baseline(args.model, args.device, args.random_weights)
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+
+    config = EngineConfig(policy=args.policy, device=args.device)
+    return build_engine(args.model, None, config, random_weights=args.random_weights)
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    items = load_workload(args.workload, args.max_audio_seconds)
+    started = time.monotonic()
+    engine = await asyncio.to_thread(_build, args)
+    load_s = time.monotonic() - started
+    try:
+        plan = burst_plan(items, args.requests, engine.facts.token_rate_hz, args.seed)
+        result = await measure_rtf(engine, plan, args.warmup)
+    finally:
+        await engine.shutdown()
+    return {
+        "system": args.system,
+        "model": args.model,
+        "policy": args.policy if args.system == "voxgate" else None,
+        "method": "engine surface, in process (no WebSocket, no pacing)",
+        "load_s": round(load_s, 1),
+        **result,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m gateway.bench.throughput", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--system", choices=["voxgate", "hf-baseline"], default="voxgate")
+    p.add_argument("--model", default="tiny-orpheus")
+    p.add_argument("--random-weights", action="store_true")
+    p.add_argument("--policy", default="slack")
+    p.add_argument("--device", default=None)
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--workload", type=Path, default=DEFAULT_WORKLOAD)
+    p.add_argument("--max-audio-seconds", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="write the JSON here (default: stdout)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.requests < 1:
+        print("error: --requests must be >= 1", file=sys.stderr)
+        return 2
+    result = asyncio.run(_main(args))
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
