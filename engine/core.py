@@ -22,7 +22,7 @@ from engine.outputs import (
     SpeechRequest,
     StepTiming,
 )
-from engine.request import Request, RequestStatus
+from engine.request import Request, RequestStatus, Token
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.worker import Worker
 from models.base import ModelInputError, SpeechModel
@@ -68,7 +68,10 @@ class EngineCore:
         self.scheduler = Scheduler(
             config,
             self.blocks,
-            ChunkingFacts(facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token),
+            ChunkingFacts(
+                facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token,
+                facts.frame_tokens,
+            ),
         )
         self.worker = Worker(model, cache, attention, device)
         if device.type == "cuda" and config.cuda_graphs:
@@ -180,9 +183,8 @@ class EngineCore:
         self.last_timing = timing
         return events
 
-    def _apply_tokens(self, chunks, tokens: list[int]) -> None:
+    def _apply_tokens(self, chunks, tokens: list[Token]) -> None:
         sampled = iter(tokens)
-        stop_ids = self.model.facts.stop_token_ids
         for chunk in chunks:
             request = chunk.request
             request.num_computed = chunk.start + chunk.num_tokens
@@ -192,7 +194,7 @@ class EngineCore:
             request.output_ids.append(token)
             request.status = RequestStatus.RUNNING
             n = len(request.output_ids)
-            if token in stop_ids and n > request.sampling.min_tokens:
+            if self.model.is_stop(token) and n > request.sampling.min_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_STOPPED)
             elif n >= request.sampling.max_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_LENGTH)

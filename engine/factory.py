@@ -57,12 +57,13 @@ def build_engine(
     config: EngineConfig | None = None,
     progress: bool = False,
     random_weights: bool = False,
+    voices_dir: str | None = None,
 ) -> AsyncEngine:
     """Load the model and start the engine loop; returns the running AsyncEngine."""
     config = config or EngineConfig()
     device = resolve_device(config)
     dtype = resolve_dtype(config, device)
-    speech_model = load_model(model, codec, device, dtype, progress, random_weights)
+    speech_model = load_model(model, codec, device, dtype, progress, random_weights, voices_dir)
     engine = AsyncEngine(build_core(speech_model, config, device))
     engine.start()
     return engine

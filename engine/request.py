@@ -10,6 +10,10 @@ import enum
 import itertools
 from dataclasses import dataclass, field
 
+# One step's token: a vocabulary id, or a row of ids for models with a depth stage (CSM: a
+# frame's codebooks plus a text column). Same alias as models.base.Token (no torch here).
+Token = int | tuple[int, ...]
+
 
 class ConfigError(ValueError):
     """A user-supplied value is out of range; the message says what would be accepted."""
@@ -72,11 +76,11 @@ class Request:
     `num_computed` of them have KV in the cache. Audio bookkeeping feeds the slack policy.
     """
 
-    prompt_ids: list[int]
+    prompt_ids: list[Token]
     sampling: SamplingParams
     arrival_time: float
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
-    output_ids: list[int] = field(default_factory=list)
+    output_ids: list[Token] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
@@ -116,10 +120,10 @@ class Request:
     def pending_detok_tokens(self) -> int:
         return len(self.output_ids) - self.num_detokenized
 
-    def all_ids(self) -> list[int]:
+    def all_ids(self) -> list[Token]:
         return self.prompt_ids + self.output_ids
 
-    def token_slice(self, start: int, end: int) -> list[int]:
+    def token_slice(self, start: int, end: int) -> list[Token]:
         """Tokens [start, end) of prompt + output, without copying the whole history (a decode
         step needs only the newest token, and the step runs for hundreds of requests)."""
         n = len(self.prompt_ids)

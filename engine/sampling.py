@@ -82,9 +82,16 @@ class Sampler:
         self._seen = grown
         self._free = list(range(2 * old - 1, old - 1, -1))
 
+    def seed_of(self, request_id: str) -> int:
+        return self._seed_of[request_id]
+
     # --- the step --------------------------------------------------------------------------------
     def sample(self, cands: Candidates, rows: list[SamplingRow]) -> list[int]:
         """One token per row; records it in the presence table."""
+        return self.sample_on_device(cands, rows).tolist()
+
+    def sample_on_device(self, cands: Candidates, rows: list[SamplingRow]) -> torch.Tensor:
+        """sample(), leaving the tokens [N] on the device (a depth stage consumes them there)."""
         device = cands.logits.device
         n, k = cands.logits.shape
         table_rows = upload([self._row_of[r.request_id] for r in rows], torch.long, device)
@@ -100,7 +107,7 @@ class Sampler:
             chosen = self._draw(logits, token_ids, rows, stochastic, chosen)
         tokens = token_ids.gather(1, chosen[:, None])[:, 0]
         self._seen[table_rows, tokens] = True
-        return tokens.tolist()
+        return tokens
 
     def _penalise(self, logits, token_ids, table_rows, rows: list[SamplingRow]) -> torch.Tensor:
         if all(r.params.repetition_penalty == 1.0 for r in rows):

@@ -32,6 +32,7 @@ class ChunkingFacts:
     first_chunk_tokens: int
     chunk_tokens: int
     seconds_per_token: float
+    frame_tokens: int = 1  # the smallest number of new tokens the codec can turn into audio
 
 
 class Scheduler:
@@ -146,17 +147,24 @@ class Scheduler:
             chunk.request.block_table = self.blocks.table(chunk.request.request_id)
         out.chunks = prefills + decodes
 
-    def _detok_ready(self, request: Request) -> bool:
+    def _detok_ready(self, request: Request, now: float) -> bool:
         if request.detok_done or request.detok_in_flight:
             return False
         if request.finished:
             return True  # flush whatever is left, even nothing: it closes the stream
-        need = self.facts.first_chunk_tokens if request.ttfa_critical else self.facts.chunk_tokens
-        return request.pending_detok_tokens >= need
+        pending = request.pending_detok_tokens
+        if request.ttfa_critical:
+            return pending >= self.facts.first_chunk_tokens
+        if pending >= self.facts.chunk_tokens:
+            return True
+        # Waiting for a full chunk would leave this listener without audio: decode the whole
+        # frames there are now. Full chunks stay the rule while buffers are comfortable, since
+        # each codec call pays for its window's context frames.
+        return pending >= self.facts.frame_tokens and self.slack(request, now) < self.detok_time_s
 
     def schedule_detok(self, now: float) -> list[Request]:
         """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so
         a chunk completed by this step's token is decoded in this step."""
-        ready = [r for r in self.requests.values() if self._detok_ready(r)]
+        ready = [r for r in self.requests.values() if self._detok_ready(r, now)]
         ready.sort(key=lambda r: self._priority(r, now))
         return ready[: self.config.max_detok_batch]

@@ -8,9 +8,10 @@ import logging
 import torch
 
 from engine.attention import AttentionBackend, KVCache, SdpaBackend, StepLayout
+from engine.code_sampling import DeviceCodeSampler
 from engine.detok_pipeline import DetokJob
 from engine.outputs import ScheduledChunk
-from engine.request import Request
+from engine.request import Request, Token
 from engine.sampling import Sampler, SamplingRow
 from models.base import SpeechModel, StreamState
 from models.device_util import upload
@@ -39,9 +40,14 @@ class Worker:
         self.graphs = None  # DecodeGraphs once capture_graphs() ran
         self.sampler = Sampler(model.shape.vocab_size, device)
         self._streams: dict[str, StreamState] = {}
+        self.row_width = model.facts.row_width  # > 0: tokens are rows, with a depth stage
 
     def capture_graphs(self, hidden_size: int, block_size: int, max_batch: int) -> None:
         from engine.cuda_graphs import DEFAULT_BUCKETS, DecodeGraphs
+
+        if self.row_width:  # DecodeGraphs' static inputs are one id per request
+            log.info("decode graphs not captured: %s steps rows of tokens", self.model.facts.name)
+            return
 
         buckets = tuple(b for b in DEFAULT_BUCKETS if b < max_batch) + (max_batch,)
         self.graphs = DecodeGraphs(
@@ -52,7 +58,10 @@ class Worker:
 
     # --- per-request state -----------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
-        self.sampler.add_request(request.request_id, request.sampling, request.prompt_ids)
+        history = request.prompt_ids
+        if self.row_width:  # the sampler draws (and penalises) column 0 of each row
+            history = [row[0] for row in history if row[0] >= 0]
+        self.sampler.add_request(request.request_id, request.sampling, history)
         self._streams[request.request_id] = self.model.new_stream_state()
 
     def drop_request(self, request_id: str) -> None:
@@ -61,10 +70,10 @@ class Worker:
 
     # --- LLM ----------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def run_llm(self, chunks: list[ScheduledChunk], block_size: int) -> list[int]:
+    def run_llm(self, chunks: list[ScheduledChunk], block_size: int) -> list[Token]:
         """One forward over every scheduled token; returns a token for each chunk that samples
         (in chunk order)."""
-        ids: list[int] = []
+        ids: list[Token] = []
         positions: list[int] = []
         slots: list[int] = []
         for c in chunks:
@@ -100,7 +109,15 @@ class Worker:
             [len(r.output_ids) >= r.sampling.min_tokens for r in reqs],
         )
         rows = [SamplingRow(r.request_id, r.sampling, len(r.output_ids)) for r in reqs]
-        return self.sampler.sample(cands, rows)
+        if not self.row_width:
+            return self.sampler.sample(cands, rows)
+        # Column 0 from the engine's sampler, the rest from the model's depth stage, all on the
+        # device: one host synchronisation for the whole step, as for single tokens.
+        first = self.sampler.sample_on_device(cands, rows)
+        seeds = [self.sampler.seed_of(r.request_id) for r in reqs]
+        sample_codes = DeviceCodeSampler(rows, seeds, self.device)
+        frames = self.model.depth_stage(hidden[last_rows], first, sample_codes)
+        return [tuple(frame) for frame in frames.tolist()]
 
     # --- detokenizer ----------------------------------------------------------------------------
     def detok_job(self, requests: list[Request], stop_ids: tuple[int, ...]) -> DetokJob:

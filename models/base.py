@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
+
+# A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
+# frame's codebooks then a text column; negative = absent). Same alias as engine.request.Token.
+Token = int | tuple[int, ...]
 
 
 class ModelInputError(ValueError):
@@ -29,6 +33,9 @@ class ModelFacts:
     stop_token_ids: tuple[int, ...]
     first_chunk_tokens: int  # tokens needed before the first audio chunk can be decoded
     chunk_tokens: int  # tokens per steady-state detokenizer chunk
+    # The fewest new tokens that decode to more audio (Orpheus: one 7-code frame); the
+    # scheduler decodes this little when a listener would otherwise run dry.
+    frame_tokens: int = 1
     accepts_text: bool = True
     accepts_audio: bool = False
     full_duplex: bool = False
@@ -37,6 +44,9 @@ class ModelFacts:
     max_context: int = 4096
     # Sampling values the model was trained/tuned with; callers' own values override them.
     sampling_defaults: dict[str, float] = field(default_factory=dict)
+    # 0: each token is one id. W > 0: each token is a row of W ids (see Token); column 0 is the
+    # one the engine's sampler draws from candidate_logits, the depth stage fills the rest.
+    row_width: int = 0
 
     @property
     def seconds_per_token(self) -> float:
@@ -58,7 +68,7 @@ class BackboneShape:
 
 @dataclass
 class Prompt:
-    token_ids: list[int]
+    token_ids: list[Token]
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,6 +76,14 @@ class Prompt:
 class Candidates:
     logits: torch.Tensor  # [N, K] float32
     token_ids: torch.Tensor | None  # [N, K] vocabulary id of each column; None: column == id
+
+
+class CodeSampler(Protocol):
+    """Handed to a depth stage by the engine: draws one code per request from `logits` [N, V]
+    (float32, column = code) for codebook `index`, with each request's own temperature, top-k,
+    top-p and seed, on the device and without synchronising with the host. Returns [N] int64."""
+
+    def __call__(self, logits: torch.Tensor, index: int) -> torch.Tensor: ...
 
 
 class StreamState:
@@ -84,7 +102,8 @@ class SpeechModel(abc.ABC):
     # 2. forward ------------------------------------------------------------------------------
     @abc.abstractmethod
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
-        """input_ids, positions: [T] (all scheduled tokens of the step, flattened).
+        """input_ids, positions: [T] (all scheduled tokens of the step, flattened); input_ids is
+        [T, row_width] for models whose tokens are rows.
         `attn` is the engine's attention context for this step. Returns hidden [T, H]."""
 
     @abc.abstractmethod
@@ -107,10 +126,17 @@ class SpeechModel(abc.ABC):
             logits[rows[:, None], stops[None, :]] = float("-inf")
         return Candidates(logits, None)
 
-    def depth_stage(self, hidden: torch.Tensor, first_tokens: torch.Tensor) -> torch.Tensor | None:
-        """Optional: models that emit several codebooks per step (CSM, Moshi) run their depth
-        transformer here, batched across requests. Returns [N, n_codebooks] or None."""
-        return None
+    def depth_stage(
+        self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
+    ) -> torch.Tensor:
+        """Models whose tokens are rows (row_width > 0: CSM, Moshi): hidden [N, H] of the
+        sampling rows, first_tokens [N] the column-0 ids the engine drew → the step's full rows
+        [N, row_width] on the device, the depth transformer batched across requests."""
+        raise NotImplementedError(f"{type(self).__name__} declares row tokens but no depth stage")
+
+    def is_stop(self, token: Token) -> bool:
+        """Whether `token` ends generation (the engine honours it after min_tokens)."""
+        return token in self.facts.stop_token_ids
 
     # 4. postprocess --------------------------------------------------------------------------
     @abc.abstractmethod
@@ -118,7 +144,7 @@ class SpeechModel(abc.ABC):
 
     @abc.abstractmethod
     def detokenize(
-        self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
+        self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
     ) -> list[np.ndarray]:
         """Feed each request's newly generated tokens into its stream state and return the
         audio now decodable (float32 mono at facts.sample_rate, possibly empty). With

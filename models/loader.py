@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -79,3 +79,24 @@ def iter_safetensors(folder: Path, device: str | torch.device = "cpu") -> Iterat
                     yield name, f.get_tensor(name)
         except SafetensorError as exc:
             raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from None
+
+
+def copy_into(
+    targets: dict[str, torch.Tensor], weights: Iterable[tuple[str, torch.Tensor]], where: str
+) -> set[str]:
+    """Copy checkpoint tensors into `targets` (checkpoint name → our tensor or slice of one)
+    with a shape check; returns the names copied. A name not in `targets` raises."""
+    seen: set[str] = set()
+    with torch.no_grad():
+        for name, tensor in weights:
+            target = targets.get(name)
+            if target is None:
+                raise CheckpointError(f"unexpected tensor {name!r} in {where}")
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise CheckpointError(
+                    f"tensor {name!r} in {where} has shape {tuple(tensor.shape)}, the config "
+                    f"implies {tuple(target.shape)}: checkpoint and config.json do not match"
+                )
+            target.copy_(tensor)
+            seen.add(name)
+    return seen

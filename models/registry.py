@@ -22,6 +22,10 @@ class Preset:
 PRESETS = {
     "tiny-orpheus": Preset("tiny-orpheus", "Orpheus architecture scaled down, seeded random weights (noise)"),
     "orpheus-3b": Preset("orpheus-3b", "canopylabs/orpheus-3b-0.1-ft with SNAC 24 kHz"),
+    "tiny-csm": Preset(
+        "tiny-csm", "CSM architecture scaled down (Mimi included), seeded random weights (noise)"
+    ),
+    "csm-1b": Preset("csm-1b", "sesame/csm-1b (transformers layout) with its Mimi codec"),
 }
 
 
@@ -32,15 +36,22 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     progress: bool = False,
     random_weights: bool = False,
+    voices_dir: str | None = None,
 ) -> SpeechModel:
     """Load `model` (preset name, folder or repo id). `codec` overrides the model's default codec
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
-    random weights instead of reading a checkpoint (benchmarks without the download)."""
+    random weights instead of reading a checkpoint (benchmarks without the download).
+    `voices_dir`: reference clips for voice prompting (CSM; see models/csm/voices.py)."""
     from models.orpheus import configs
     from models.orpheus.loading import is_orpheus_config, load_orpheus
     from models.orpheus.presets import ensure_tiny_orpheus
 
     device = torch.device(device)
+    csm = _load_csm(model, codec, device, dtype, progress, random_weights, voices_dir)
+    if csm is not None:
+        return csm
+    if voices_dir is not None:
+        raise CheckpointError("--voices-dir works with CSM models only (tiny-csm, csm-1b)")
     if model == "tiny-orpheus":
         model_dir, codec_dir = ensure_tiny_orpheus()
         return load_orpheus(str(model_dir), codec or str(codec_dir), device, dtype, progress, name=model)
@@ -55,8 +66,32 @@ def load_model(
         return load_orpheus(model, codec or configs.CODEC_REPO_ID, device, dtype, progress)
     raise CheckpointError(
         f"{model!r} is not a model Voxgate knows: presets are {', '.join(PRESETS)}; a folder or "
-        "repo id must hold a supported checkpoint (Orpheus: Llama config with the audio vocabulary)"
+        "repo id must hold a supported checkpoint (Orpheus: Llama config with the audio "
+        "vocabulary; CSM: transformers' CsmConfig)"
     )
+
+
+def _load_csm(
+    model: str, codec, device, dtype, progress, random_weights, voices_dir
+) -> SpeechModel | None:
+    """The CSM family, or None when `model` is not a CSM preset or checkpoint."""
+    from models.csm import configs
+    from models.csm.loading import is_csm_config, load_csm
+    from models.csm.presets import ensure_tiny_csm
+
+    if model in ("tiny-csm", "csm-1b"):
+        if random_weights:
+            raise CheckpointError("--random-weights is not available for CSM presets yet")
+        if codec:
+            raise CheckpointError("CSM checkpoints carry their own Mimi codec; drop --codec")
+        source = str(ensure_tiny_csm()) if model == "tiny-csm" else configs.REPO_ID
+        return load_csm(source, device, dtype, progress, name=model, voices_dir=voices_dir)
+    if model in PRESETS or random_weights:
+        return None
+    folder = resolve_source(model)
+    if not is_csm_config(read_config(folder)):
+        return None
+    return load_csm(str(folder), device, dtype, progress, voices_dir=voices_dir)
 
 
 def _random_orpheus_3b(codec: str | None, device: torch.device, dtype: torch.dtype) -> SpeechModel:

@@ -36,3 +36,11 @@ def tiny_orpheus_dirs():
     from models.orpheus.presets import ensure_tiny_orpheus
 
     return ensure_tiny_orpheus()
+
+
+@pytest.fixture(scope="session")
+def tiny_csm_dir():
+    """The tiny-csm preset's folder, in transformers' sesame/csm-1b layout (Mimi included)."""
+    from models.csm.presets import ensure_tiny_csm
+
+    return ensure_tiny_csm()

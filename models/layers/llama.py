@@ -206,3 +206,27 @@ class LlamaForCausalLM(nn.Module):
                 f"{tuple(target.shape)}: checkpoint and config.json do not match"
             )
         target.copy_(tensor)
+
+
+def hf_layer_targets(
+    layers: nn.ModuleList, args: LlamaArgs, prefix: str
+) -> dict[str, torch.Tensor]:
+    """For models that embed Llama decoder layers under other names (CSM's backbone and depth
+    decoder): each HF tensor name `{prefix}{i}.self_attn.q_proj.weight` … → the part of our
+    (fused) parameter it fills, to be copied into with a shape check."""
+    q, kv = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
+    splits = {"qkv_proj": [q, kv, kv], "gate_up_proj": [args.intermediate_size] * 2}
+    targets: dict[str, torch.Tensor] = {}
+    for i, layer in enumerate(layers):
+        for name, param in layer.named_parameters():
+            module, _, leaf = name.rpartition(".")
+            stem, _, kind = module.rpartition(".")
+            if kind not in splits:
+                targets[f"{prefix}{i}.{name}"] = param
+                continue
+            parts = [hf for hf, (fused, _) in _FUSED.items() if fused == kind]
+            offset = 0
+            for part, size in zip(parts, splits[kind], strict=True):
+                targets[f"{prefix}{i}.{stem}.{part}.{leaf}"] = param.narrow(0, offset, size)
+                offset += size
+    return targets

@@ -63,6 +63,7 @@ class OrpheusModel(SpeechModel):
             stop_token_ids=(T.END_OF_SPEECH,),
             first_chunk_tokens=T.CODES_PER_FRAME * detok.first_audio_frames,
             chunk_tokens=T.CODES_PER_FRAME * detok.chunk,
+            frame_tokens=T.CODES_PER_FRAME,
             voices=VOICES,
             default_voice="tara",
             max_context=args.max_positions,

@@ -29,12 +29,15 @@ def _byte_alphabet() -> list[str]:
     return chars
 
 
-def write_tiny_tokenizer(folder: Path) -> None:
+def write_tiny_tokenizer(folder: Path, specials: dict[int, str] | None = None) -> None:
+    """`specials` renames reserved special tokens (offset from <|begin_of_text|> → name), as
+    models built on Llama 3 do (CSM: 2 → <|AUDIO|>, 3 → <|audio_eos|>)."""
+    names = {**_SPECIALS, **(specials or {})}
     vocab = {ch: i for i, ch in enumerate(_byte_alphabet())}
     vocab.update({f"<|placeholder_{i}|>": i for i in range(256, T.BEGIN_OF_TEXT)})
     added = []
     for k in range(256):
-        content = _SPECIALS.get(k, f"<|reserved_special_token_{k}|>")
+        content = names.get(k, f"<|reserved_special_token_{k}|>")
         added.append({
             "id": T.BEGIN_OF_TEXT + k, "content": content, "single_word": False,
             "lstrip": False, "rstrip": False, "normalized": False, "special": True,

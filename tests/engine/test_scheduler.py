@@ -7,7 +7,7 @@ from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 
-FACTS = ChunkingFacts(first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82)
+FACTS = ChunkingFacts(first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82, frame_tokens=7)
 
 
 def make_scheduler(policy: str = "slack", **overrides) -> Scheduler:
@@ -81,6 +81,20 @@ def test_detokenizer_serves_the_emptiest_buffer_first():
     for req in (full, dry):
         req.output_ids += [7] * FACTS.chunk_tokens  # a chunk ready for each
     assert sched.schedule_detok(now) == [dry]
+
+
+def test_a_listener_about_to_run_dry_gets_the_frames_there_are():
+    """Short of a full chunk, a request whose buffer would empty before the chunk filled is
+    decoded at once (one frame); one with seconds buffered waits for the full, cheaper chunk."""
+    now = 40.0
+    sched = make_scheduler("slack")
+    dry = make_steady(sched, arrival=1.0, buffered_s=0.05, now=now)
+    comfortable = make_steady(sched, arrival=2.0, buffered_s=3.0, now=now)
+    for req in (dry, comfortable):
+        req.output_ids += [7] * FACTS.frame_tokens
+    assert sched.schedule_detok(now) == [dry]
+    dry.output_ids = dry.output_ids[:-1]  # less than a frame: nothing to decode yet
+    assert sched.schedule_detok(now) == []
 
 
 def test_new_arrival_gets_first_audio_before_steady_requests_with_slack():

@@ -1,0 +1,190 @@
+"""CSM through the four-stage interface: prompt rows → backbone on paged KV → codebook 0 from the
+engine's sampler → depth decoder for codebooks 1..31 → streaming Mimi audio."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    BackboneShape,
+    Candidates,
+    CodeSampler,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    SpeechModel,
+    StreamState,
+    Token,
+)
+from models.codecs.mimi import MimiDetokenizer, MimiStream
+from models.csm import prompt as P
+from models.csm.backbone import CsmBackbone
+from models.csm.depth import CsmDepthDecoder
+from models.device_util import upload
+
+SPEAKERS = ("0", "1")  # the conversational speaker ids Sesame's examples use
+MAX_TEXT_CHARS = 4000
+_VOICE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass
+class CsmStream(StreamState):
+    mimi: MimiStream
+    dropped_frames: int = 0  # frames with a code the codec cannot decode (unconstrained sampling)
+
+
+class CsmModel(SpeechModel):
+    def __init__(
+        self,
+        backbone: CsmBackbone,
+        depth: CsmDepthDecoder,
+        tokenizer: Any,  # tokenizers.Tokenizer
+        detok: MimiDetokenizer,
+        eos_code: int = 0,
+        name: str = "csm",
+        constrain_codes: bool = True,
+    ) -> None:
+        self.backbone = backbone
+        self.depth = depth
+        self.tokenizer = tokenizer
+        self.detok = detok
+        self.num_codebooks = backbone.num_codebooks
+        if detok.num_codebooks != self.num_codebooks:
+            raise ModelInputError(
+                f"the codec decodes {detok.num_codebooks} codebooks but the model emits "
+                f"{self.num_codebooks}; config.json's codec_config does not match the model"
+            )
+        self.eos_code = eos_code
+        # Each codebook's vocabulary has 3 ids beyond the codec's codes (2051 vs 2048); a
+        # trained model should never pick them, and restricting sampling to the codes makes
+        # sure every frame decodes. False samples the whole vocabulary, as transformers does.
+        self.code_limit = detok.codebook_size if constrain_codes else self.depth.vocab
+        self._voices: dict[str, P.VoicePrompt] = {}
+        args = backbone.args
+        self.facts = ModelFacts(
+            name=name,
+            sample_rate=detok.sample_rate,
+            token_rate_hz=detok.frame_rate,
+            n_codebooks=self.num_codebooks,
+            stop_token_ids=(),  # a stop is a frame (is_stop), not one id
+            first_chunk_tokens=detok.first_chunk,
+            chunk_tokens=detok.chunk,
+            voices=SPEAKERS,
+            default_voice=SPEAKERS[0],
+            max_context=args.max_positions,
+            # Sesame's generator defaults (temperature 0.9, top-k 50); no repetition penalty.
+            sampling_defaults={
+                "temperature": 0.9,
+                "top_k": 50,
+                "top_p": 1.0,
+                "repetition_penalty": 1.0,
+            },
+            row_width=self.num_codebooks + 1,
+        )
+        self.shape = BackboneShape(
+            num_layers=args.num_layers,
+            hidden_size=args.hidden_size,
+            vocab_size=depth.vocab,
+            num_kv_heads=args.num_kv_heads,
+            head_dim=args.head_dim,
+            num_q_heads=args.num_heads,
+            dtype=next(backbone.parameters()).dtype,
+        )
+
+    # --- voices ----------------------------------------------------------------------------------
+    def add_voice(self, name: str, text: str, audio: np.ndarray, speaker: int = 0) -> None:
+        """Register a voice prompt: a context turn of `speaker` saying `text` in `audio`
+        (float32 mono at facts.sample_rate). Its Mimi codes are computed once, here, and every
+        request with `voice=name` reuses them. Register voices before an engine serves this
+        model: its clients read the model's facts (the voice list) once, at start."""
+        if not _VOICE_NAME.match(name) or name in SPEAKERS:
+            raise ModelInputError(
+                f"voice name {name!r} must start with a letter and use letters, digits, '_', '.' "
+                f"or '-' (at most 64), and must not be a speaker id ({', '.join(SPEAKERS)})"
+            )
+        if speaker < 0 or not text.strip():
+            raise ModelInputError(f"voice {name!r} needs a transcript and a speaker id >= 0")
+        codes = self.detok.encode(audio)
+        self._voices[name] = P.VoicePrompt(speaker, text.strip(), codes)
+        self.facts = replace(self.facts, voices=SPEAKERS + tuple(sorted(self._voices)))
+
+    # 1. preprocess ---------------------------------------------------------------------------
+    def preprocess(self, text: str, voice: str | None) -> Prompt:
+        """`voice` is a speaker id ("0", "1") or the name of a registered voice prompt, whose
+        context turn (transcript + reference audio codes) precedes the text."""
+        text = text.strip()
+        if not text:
+            raise ModelInputError("text is empty: give the model something to say")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        voice = voice or self.facts.default_voice
+        if voice in SPEAKERS:
+            speaker, context = int(voice), []
+        elif voice in self._voices:
+            prompt = self._voices[voice]
+            speaker, context = prompt.speaker, [prompt]
+        else:
+            raise ModelInputError(
+                f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
+            )
+        rows = P.prompt_rows(
+            self.tokenizer, speaker, text, context, self.num_codebooks, self.eos_code
+        )
+        return Prompt(rows)
+
+    # 2. forward ------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
+        return self.backbone(input_ids, positions, attn)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.backbone.compute_logits(hidden)
+
+    # 3. sample -------------------------------------------------------------------------------
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        """Codebook 0's logits over the codec's codes. Before min_tokens codebook 0 may not be
+        the end-of-audio code, so no frame can be the end frame (as a stop token is masked)."""
+        logits = self.compute_logits(hidden)[:, : self.code_limit]
+        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
+        if blocked:
+            logits[upload(blocked, torch.long, logits.device), self.eos_code] = float("-inf")
+        return Candidates(logits, None)
+
+    def depth_stage(
+        self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
+    ) -> torch.Tensor:
+        codes = self.depth.generate(hidden, first_tokens, sample, self.code_limit)  # [N, K]
+        text = torch.full_like(codes[:, :1], P.ABSENT)
+        return torch.cat([codes, text], dim=1)
+
+    def is_stop(self, token: Token) -> bool:
+        """transformers' CSM rule: a frame whose codebooks, all but the last, are the EOS code."""
+        return all(c == self.eos_code for c in token[: self.num_codebooks - 1])
+
+    # 4. postprocess --------------------------------------------------------------------------
+    def new_stream_state(self) -> CsmStream:
+        return CsmStream(mimi=self.detok.new_stream())
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
+    ) -> list[np.ndarray]:
+        k, limit = self.num_codebooks, self.detok.codebook_size
+        for state, rows in zip(states, new_tokens, strict=True):
+            assert isinstance(state, CsmStream)
+            frames = []
+            for row in rows:
+                if self.is_stop(row):
+                    continue  # the end frame is a marker, not audio
+                codes = list(row[:k])
+                if max(codes) >= limit:
+                    state.dropped_frames += 1
+                    continue
+                frames.append(codes)
+            self.detok.push(state.mimi, frames)
+        return self.detok.decode([s.mimi for s in states])  # type: ignore[attr-defined]

@@ -1,0 +1,54 @@
+"""The `tiny-csm` preset: the sesame/csm-1b layout (transformers format, Mimi included), scaled
+down, with seeded random weights, written once to a cache folder so that it loads through the
+real loader like any checkpoint."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from models.codecs.mimi import require_transformers
+from models.csm.configs import TINY_CSM
+from models.orpheus.presets import cache_root
+from models.orpheus.tiny_tokenizer import write_tiny_tokenizer
+
+TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+CSM_SPECIALS = {2: "<|AUDIO|>", 3: "<|audio_eos|>"}  # offsets from <|begin_of_text|>
+
+
+def write_csm_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
+    """What `CsmForConditionalGeneration.save_pretrained` writes, plus a Llama-3-shaped
+    tokenizer. transformers' own init, except Mimi's codebooks: they start as zeros (learned
+    by EMA), which would make every code decode alike; random centroids make codes matter."""
+    require_transformers()
+    from transformers import CsmConfig, CsmForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = CsmForConditionalGeneration(CsmConfig.from_dict(cfg)).eval()
+    with torch.no_grad():
+        for name, buffer in model.codec_model.named_buffers():
+            if name.endswith("codebook.embed_sum"):
+                buffer.normal_()
+            elif name.endswith("codebook.cluster_usage"):
+                buffer.fill_(1.0)
+    model.save_pretrained(str(folder))
+    write_tiny_tokenizer(folder, CSM_SPECIALS)
+
+
+def ensure_tiny_csm(root: Path | None = None) -> Path:
+    """The tiny preset's folder, created on first use in a temporary folder renamed into
+    place, so concurrent first uses never see half a checkpoint."""
+    target = (root or cache_root()) / f"tiny-csm-{TINY_VERSION}"
+    if not (target / "done").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-csm-"))
+        write_csm_checkpoint(staging / "model", TINY_CSM, seed=2024)
+        (staging / "done").write_text("ok\n")
+        try:
+            staging.rename(target)
+        except OSError:  # another process won the race; its copy is identical
+            shutil.rmtree(staging, ignore_errors=True)
+    return target / "model"
