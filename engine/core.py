@@ -22,7 +22,7 @@ from engine.outputs import (
     SpeechRequest,
     StepTiming,
 )
-from engine.request import Request, RequestStatus, Token
+from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.worker import Worker
 from models.base import ModelInputError, SpeechModel
@@ -108,6 +108,18 @@ class EngineCore:
 
     def close(self) -> None:
         self.detok.close()
+
+    def warm_up(self) -> None:
+        """Run one short request through every stage before serving: kernels that compile on
+        first use (FlashInfer's JIT, cuBLAS heuristics, lazily built graphs) must not land on
+        the first real listener's time to first audio. Leaves the engine empty."""
+        facts = self.model.facts
+        n = facts.first_chunk_tokens + facts.chunk_tokens
+        params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
+        request = self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
+        while request.request_id in self.scheduler.requests or self.detok.in_flight:
+            self.step()
+        self.steps = 0
 
     # --- requests --------------------------------------------------------------------------------
     def add_request(self, spec: SpeechRequest) -> Request:

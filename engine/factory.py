@@ -64,6 +64,8 @@ def build_engine(
     device = resolve_device(config)
     dtype = resolve_dtype(config, device)
     speech_model = load_model(model, codec, device, dtype, progress, random_weights, voices_dir)
-    engine = AsyncEngine(build_core(speech_model, config, device))
+    core = build_core(speech_model, config, device)
+    core.warm_up()
+    engine = AsyncEngine(core)
     engine.start()
     return engine

@@ -50,3 +50,14 @@ async def test_cancel_ends_the_stream_with_cancelled():
         await wait_idle(engine)
     finally:
         await engine.shutdown()
+
+
+async def test_build_engine_warms_up_and_leaves_the_engine_empty():
+    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=64))
+    try:
+        stats = engine.stats()
+        assert engine.ready and stats.kv_blocks_used == 0 and stats.kv_blocks_reserved == 0
+        assert stats.running == 0 and stats.waiting == 0
+        assert engine.core.scheduler.detok_time_s > 0  # the warm-up ran the codec too
+    finally:
+        await engine.shutdown()
