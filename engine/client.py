@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -43,13 +44,16 @@ class _Playback:
 class ResponseStream:
     """Audio chunks then exactly one `Finished`, for one request."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.request_id = ""
+    def __init__(self, loop: asyncio.AbstractEventLoop, request_id: str = "") -> None:
+        self.request_id = request_id  # set on admission when not known up front
         self._loop = loop
         self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
 
-    def _push_threadsafe(self, event: EngineEvent) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+    def push(self, event: EngineEvent) -> None:
+        """Deliver from any thread. A consumer whose event loop has closed is simply gone: that
+        must never raise into (and stop) the engine thread."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
     async def get(self) -> EngineEvent:
         return await self._queue.get()
@@ -175,11 +179,11 @@ class AsyncEngine:
             return
         if isinstance(event, Finished):
             del self._streams[event.request_id]
-        stream._push_threadsafe(event)
+        stream.push(event)
 
     def _fail_all(self, message: str) -> None:
         from engine.outputs import FinishReason
 
         for request_id, stream in list(self._streams.items()):
-            stream._push_threadsafe(Finished(request_id, FinishReason.FAILED, 0, message))
+            stream.push(Finished(request_id, FinishReason.FAILED, 0, message))
         self._streams.clear()

@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
+from engine.client import ResponseStream
 from engine.outputs import (
     AudioChunk,
-    EngineEvent,
     EngineStats,
     Finished,
     FinishReason,
@@ -46,9 +44,9 @@ from gateway.bench.orpheus_reference import (
     ReferenceStreamer,
     snac_reference_decoder,
 )
-from models.base import ModelFacts, ModelInputError
+from models.base import ModelFacts
 from models.orpheus import tokens as T
-from models.orpheus.model import MAX_TEXT_CHARS, VOICES
+from models.orpheus.model import VOICES, orpheus_prompt
 
 log = logging.getLogger("voxgate.bench.baseline")
 
@@ -87,39 +85,13 @@ class _Cancelled(StoppingCriteria):
         )
 
 
-class BaselineStream:
-    """Audio chunks then exactly one `Finished`, pushed from the worker thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, request_id: str) -> None:
-        self.request_id = request_id
-        self._loop = loop
-        self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
-
-    def push(self, event: EngineEvent) -> None:
-        # RuntimeError: the consumer's loop is gone, nobody is listening any more.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-
-    async def get(self) -> EngineEvent:
-        return await self._queue.get()
-
-    def __aiter__(self) -> AsyncIterator[EngineEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[EngineEvent]:
-        while True:
-            event = await self._queue.get()
-            yield event
-            if isinstance(event, Finished):
-                return
-
 
 @dataclass(eq=False)
 class _Job:
     request_id: str
     prompt: list[int]
     sampling: SamplingParams
-    stream: BaselineStream
+    stream: ResponseStream
     cancelled: bool = False
 
 
@@ -160,7 +132,7 @@ class HFBaseline:
         return self._thread is not None and self._thread.is_alive()
 
     # --- commands --------------------------------------------------------------------------
-    async def submit(self, request: SpeechRequest) -> BaselineStream:
+    async def submit(self, request: SpeechRequest) -> ResponseStream:
         if not self.ready:
             raise RuntimeError("the baseline is not running")
         prompt = self.prompt_ids(request.text, request.voice)
@@ -169,7 +141,7 @@ class HFBaseline:
             request_id,
             prompt,
             request.sampling,
-            BaselineStream(asyncio.get_running_loop(), request_id),
+            ResponseStream(asyncio.get_running_loop(), request_id),
         )
         with self._cv:
             self._jobs[request_id] = job
@@ -179,18 +151,7 @@ class HFBaseline:
 
     def prompt_ids(self, text: str, voice: str | None) -> list[int]:
         """The engine's Orpheus prompt: "{voice}: {text}" between the speaker-turn tokens."""
-        text = text.strip()
-        if not text:
-            raise ModelInputError("text is empty: give the model something to say")
-        if len(text) > MAX_TEXT_CHARS:
-            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        voice = voice or self.facts.default_voice
-        if voice not in VOICES:
-            raise ModelInputError(f"unknown voice {voice!r}; choose one of {', '.join(VOICES)}")
-        ids = self.tokenizer.encode(f"{voice}: {text}").ids
-        if not ids or ids[0] != T.BEGIN_OF_TEXT:
-            ids = [T.BEGIN_OF_TEXT, *ids]
-        return T.prompt_ids(ids)
+        return orpheus_prompt(self.tokenizer, text, voice or self.facts.default_voice)
 
     def cancel(self, request_id: str) -> None:
         with self._cv:

@@ -26,6 +26,22 @@ VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
 MAX_TEXT_CHARS = 4000
 
 
+def orpheus_prompt(tokenizer: Any, text: str, voice: str) -> list[int]:
+    """Prompt token ids for `text` in `voice`; ModelInputError for text or a voice Orpheus
+    cannot take. Shared by the engine model and the per-request baseline."""
+    text = text.strip()
+    if not text:
+        raise ModelInputError("text is empty: give the model something to say")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+    if voice not in VOICES:
+        raise ModelInputError(f"unknown voice {voice!r}; choose one of {', '.join(VOICES)}")
+    text_ids = tokenizer.encode(f"{voice}: {text}").ids
+    if not text_ids or text_ids[0] != T.BEGIN_OF_TEXT:
+        text_ids = [T.BEGIN_OF_TEXT, *text_ids]
+    return T.prompt_ids(text_ids)
+
+
 @dataclass
 class OrpheusStream(StreamState):
     snac: SnacStream
@@ -82,18 +98,7 @@ class OrpheusModel(SpeechModel):
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:
-        text = text.strip()
-        if not text:
-            raise ModelInputError("text is empty: give the model something to say")
-        if len(text) > MAX_TEXT_CHARS:
-            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        voice = voice or self.facts.default_voice
-        if voice not in VOICES:
-            raise ModelInputError(f"unknown voice {voice!r}; choose one of {', '.join(VOICES)}")
-        text_ids = self.tokenizer.encode(f"{voice}: {text}").ids
-        if not text_ids or text_ids[0] != T.BEGIN_OF_TEXT:
-            text_ids = [T.BEGIN_OF_TEXT, *text_ids]
-        return Prompt(T.prompt_ids(text_ids))
+        return Prompt(orpheus_prompt(self.tokenizer, text, voice or self.facts.default_voice))
 
     # 2. forward ------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
