@@ -116,7 +116,11 @@ class EngineCore:
         facts = self.model.facts
         n = facts.first_chunk_tokens + facts.chunk_tokens
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
-        request = self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
+        try:
+            request = self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
+        except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
+            log.warning("KV pool too small to warm the engine up; first requests may be slower")
+            return
         while request.request_id in self.scheduler.requests or self.detok.in_flight:
             self.step()
         self.steps = 0

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.config import normalize_origin
-from gateway.protocol import BEARER_SUBPROTOCOL_PREFIX, SUBPROTOCOL, CloseCode, ErrorCode
+from gateway.protocol_codes import BEARER_SUBPROTOCOL_PREFIX, SUBPROTOCOL, CloseCode, ErrorCode
 
 
 @dataclass(frozen=True)

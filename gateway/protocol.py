@@ -3,115 +3,78 @@
 Every event is a frozen dataclass; `decode_text_frame` turns a client's JSON text frame into one
 of them (or raises `ProtocolError` carrying the error code to answer with), `encode_event` turns
 a server event into its JSON text. Handlers never see raw dicts or string literals: the codes
-and names live here, once.
+and names live in gateway.protocol_codes, once, and are re-exported here so that handlers import
+the whole protocol from one module.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-SUBPROTOCOL = "voxgate.v1"
-# Browsers cannot set headers on a WebSocket, so a key may ride in an offered subprotocol.
-BEARER_SUBPROTOCOL_PREFIX = "bearer."
+from gateway.protocol_codes import (
+    BEARER_SUBPROTOCOL_PREFIX,
+    DEFAULT_FRAME_MS,
+    DEFAULT_SAMPLE_RATE,
+    FRAME_MS,
+    SAMPLE_RATES,
+    SAMPLING_FIELDS,
+    SUBPROTOCOL,
+    AudioFormat,
+    ClientEventType,
+    CloseCode,
+    EndReason,
+    ErrorCode,
+    ResponseStatus,
+    ServerEventType,
+    TurnDetectionType,
+)
 
-
-class ClientEventType(enum.StrEnum):
-    SESSION_START = "session.start"
-    TEXT = "text"
-    RESPONSE_CANCEL = "response.cancel"
-    PLAYBACK = "playback"
-    SESSION_END = "session.end"
-    INPUT_COMMIT = "input.commit"
-
-
-class ServerEventType(enum.StrEnum):
-    SESSION_STARTED = "session.started"
-    RESPONSE_STARTED = "response.started"
-    TRANSCRIPT_DELTA = "transcript.delta"
-    SPEECH_STARTED = "input.speech_started"
-    SPEECH_STOPPED = "input.speech_stopped"
-    RESPONSE_DONE = "response.done"
-    ERROR = "error"
-    SESSION_ENDED = "session.ended"
-
-
-class ErrorCode(enum.StrEnum):
-    BAD_JSON = "bad_json"
-    UNKNOWN_TYPE = "unknown_type"
-    BAD_FIELD = "bad_field"
-    NOT_STARTED = "not_started"
-    ALREADY_STARTED = "already_started"
-    UNSUPPORTED_AUDIO = "unsupported_audio"
-    UNSUPPORTED_INPUT = "unsupported_input"
-    TOO_LARGE = "too_large"
-    RATE_LIMITED = "rate_limited"
-    OVERLOADED = "overloaded"
-    MODEL_ERROR = "model_error"
-    INTERNAL = "internal"
-
-
-class CloseCode(enum.IntEnum):
-    NORMAL = 1000
-    UNSUPPORTED_DATA = 1003
-    INVALID_PAYLOAD = 1007
-    POLICY = 1008
-    TOO_BIG = 1009
-    INTERNAL_ERROR = 1011
-    TRY_AGAIN_LATER = 1013
-
-
-class ResponseStatus(enum.StrEnum):
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    LENGTH = "length"
-    FAILED = "failed"
-
-
-class EndReason(enum.StrEnum):
-    """`session.ended` reasons (PROTOCOL.md leaves the values open; docs/gateway.md lists them)."""
-
-    CLIENT_ENDED = "client_ended"
-    IDLE_TIMEOUT = "idle_timeout"
-
-
-class AudioFormat(enum.StrEnum):
-    OPUS = "opus"
-    PCM16 = "pcm16"
-    MULAW = "mulaw"
-
-
-class TurnDetectionType(enum.StrEnum):
-    VAD = "vad"
-    NONE = "none"
-
-
-FRAME_MS = (10, 20, 40, 60)
-DEFAULT_FRAME_MS = 20
-SAMPLE_RATES: Mapping[AudioFormat, tuple[int, ...]] = {
-    AudioFormat.OPUS: (48000,),
-    AudioFormat.PCM16: (8000, 16000, 24000, 48000),
-    AudioFormat.MULAW: (8000,),
-}
-# pcm16 defaults to 24 kHz: the native rate of most TTS codecs (SNAC, Mimi), so no resampling.
-DEFAULT_SAMPLE_RATE: Mapping[AudioFormat, int] = {
-    AudioFormat.OPUS: 48000,
-    AudioFormat.PCM16: 24000,
-    AudioFormat.MULAW: 8000,
-}
-SAMPLING_FIELDS: Mapping[str, type] = {
-    "temperature": float,
-    "top_p": float,
-    "top_k": int,
-    "repetition_penalty": float,
-    "seed": int,
-    "max_tokens": int,
-    "min_tokens": int,
-}
+__all__ = [
+    # re-exported vocabulary (gateway.protocol_codes)
+    "BEARER_SUBPROTOCOL_PREFIX",
+    "DEFAULT_FRAME_MS",
+    "DEFAULT_SAMPLE_RATE",
+    "FRAME_MS",
+    "SAMPLE_RATES",
+    "SAMPLING_FIELDS",
+    "SUBPROTOCOL",
+    "AudioFormat",
+    "ClientEventType",
+    "CloseCode",
+    "EndReason",
+    "ErrorCode",
+    "ResponseStatus",
+    "ServerEventType",
+    "TurnDetectionType",
+    # defined here
+    "ProtocolError",
+    "AudioSpec",
+    "TurnDetection",
+    "Limits",
+    "SessionStart",
+    "TextInput",
+    "ResponseCancel",
+    "Playback",
+    "SessionEnd",
+    "InputCommit",
+    "AudioInput",
+    "ClientEvent",
+    "SessionStarted",
+    "ResponseStarted",
+    "TranscriptDelta",
+    "SpeechStarted",
+    "SpeechStopped",
+    "ResponseDone",
+    "ErrorEvent",
+    "SessionEnded",
+    "ServerEvent",
+    "encode_event",
+    "decode_text_frame",
+]
 
 
 class ProtocolError(Exception):

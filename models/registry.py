@@ -98,7 +98,8 @@ def _random_orpheus_3b(codec: str | None, device: torch.device, dtype: torch.dty
     from snac import SNAC
     from tokenizers import Tokenizer
 
-    from models.codecs.snac import install_positional_noise, load_snac, snac_24khz_config
+    from models.codecs.snac_checkpoint import load_snac, snac_24khz_config
+    from models.codecs.snac_noise import install_positional_noise
     from models.orpheus import configs
     from models.orpheus.loading import random_orpheus
     from models.orpheus.presets import ensure_tiny_orpheus

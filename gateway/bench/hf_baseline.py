@@ -264,7 +264,8 @@ def load_baseline(
     from tokenizers import Tokenizer
     from transformers import LlamaForCausalLM
 
-    from models.codecs.snac import install_positional_noise, load_snac
+    from models.codecs.snac_checkpoint import load_snac
+    from models.codecs.snac_noise import install_positional_noise
     from models.loader import resolve_source
     from models.orpheus import configs
     from models.orpheus.presets import ensure_tiny_orpheus
@@ -277,7 +278,7 @@ def load_baseline(
     elif model == "orpheus-3b" and random_weights:
         from snac import SNAC
 
-        from models.codecs.snac import snac_24khz_config
+        from models.codecs.snac_checkpoint import snac_24khz_config
 
         llm = random_hf_llama(configs.ORPHEUS_3B, dev, dtype)
         torch.manual_seed(0)  # the engine's random SNAC (models.registry) is built the same way

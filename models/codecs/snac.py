@@ -1,10 +1,11 @@
 """SNAC 24 kHz (hubertsiuzdak/snac_24khz) as a batched, streaming detokenizer.
 
-The architecture is the `snac` package's `SNAC`; this module loads and saves it in the published
-layout, makes its decoder's noise deterministic, and decodes per-request code streams in windows.
-A frame is 7 codes in SNAC hierarchical order `[l0, l1a, l1b, l2a, l2b, l2c, l2d]` (one level-0,
-two level-1, four level-2 codes) and decodes to 2048 samples (4 latent steps of 512). Orpheus
-interleaves its 7 tokens differently; reordering them is the Orpheus model's job.
+The architecture is the `snac` package's `SNAC`; snac_checkpoint loads and saves it in the
+published layout, snac_noise makes its decoder's noise deterministic, and this module decodes
+per-request code streams in windows. A frame is 7 codes in SNAC hierarchical order
+`[l0, l1a, l1b, l2a, l2b, l2c, l2d]` (one level-0, two level-1, four level-2 codes) and decodes to
+2048 samples (4 latent steps of 512). Orpheus interleaves its 7 tokens differently; reordering
+them is the Orpheus model's job.
 
 Windows: to emit frames [s, e) the decoder runs on frames [max(0, s-L), min(n, e+R)) and the
 samples of [s, e) are cut out. A stream's first window starts at frame 0 and its final one ends at
@@ -30,292 +31,49 @@ re-measure with the trained checkpoint before tightening the defaults.
 
 from __future__ import annotations
 
-import json
-import pickle
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
-from huggingface_hub import snapshot_download
 from snac import SNAC
-from snac.layers import DecoderBlock, NoiseBlock
-from torch import nn
 
-from models.checkpoint_errors import CheckpointError
+# Loading/saving and the positional noise live in their own modules; their public names are
+# re-exported so that `from models.codecs.snac import …` still reaches every SNAC name.
+from models.codecs.snac_checkpoint import (
+    CONFIG_FILE,
+    DEFAULT_REPO,
+    WEIGHTS_FILE,
+    fold_weight_norm,
+    load_snac,
+    save_snac,
+    snac_24khz_config,
+    snac_config,
+    tiny_snac_config,
+)
+from models.codecs.snac_noise import (
+    NoiseContext,
+    PositionalNoise,
+    install_positional_noise,
+    positional_normal,
+)
 
-DEFAULT_REPO = "hubertsiuzdak/snac_24khz"
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "pytorch_model.bin"
-
-
-def snac_24khz_config() -> dict:
-    """Constructor arguments of the published hubertsiuzdak/snac_24khz config.json."""
-    return {
-        "sampling_rate": 24000,
-        "encoder_dim": 48,
-        "encoder_rates": [2, 4, 8, 8],
-        "decoder_dim": 1024,
-        "decoder_rates": [8, 8, 4, 2],
-        "attn_window_size": None,
-        "codebook_size": 4096,
-        "codebook_dim": 8,
-        "vq_strides": [4, 2, 1],
-        "noise": True,
-        "depthwise": True,
-    }
-
-
-def tiny_snac_config() -> dict:
-    """snac_24khz scaled down in width only: same rates, strides, kernels and codebooks, so the
-    same hop (512), frame (7 codes → 2048 samples) and receptive field; fast enough for tests."""
-    return {**snac_24khz_config(), "encoder_dim": 16, "decoder_dim": 64}
-
-
-# Loading and saving -----------------------------------------------------------------------------
-
-
-def load_snac(
-    source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
-) -> SNAC:
-    """Load SNAC from a folder in the published layout (config.json + pytorch_model.bin) or a
-    Hugging Face repo id such as `hubertsiuzdak/snac_24khz`. Raises CheckpointError naming the
-    file or tensor at fault. The decoder's noise is made positional (see PositionalNoise)."""
-    folder = _resolve(source)
-    config_path = folder / CONFIG_FILE
-    config = _read_config(config_path)
-    try:
-        model = SNAC(**config)
-    except TypeError as e:
-        raise CheckpointError(
-            f"{config_path} does not hold SNAC constructor arguments ({e}); "
-            f"compare it with the config.json of {DEFAULT_REPO}"
-        ) from e
-    weights_path = folder / WEIGHTS_FILE
-    state = _modern_weight_norm_names(_read_weights(weights_path))
-    _check_tensors(model, state, weights_path)
-    model.load_state_dict(state, strict=True)
-    install_positional_noise(model)
-    return model.to(device=device, dtype=dtype).eval()
-
-
-def save_snac(model: SNAC, folder: str | Path) -> Path:
-    """Write `model` in the published layout, which `load_snac` reads back."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG_FILE).write_text(json.dumps(snac_config(model), indent=2) + "\n")
-    state = {name: t.detach().to("cpu") for name, t in model.state_dict().items()}
-    torch.save(state, folder / WEIGHTS_FILE)
-    return folder
-
-
-def snac_config(model: SNAC) -> dict:
-    """The constructor arguments of `model`. SNAC keeps most as attributes; `noise` and
-    `depthwise` are read off the decoder's structure. latent_dim is written only when it is not
-    the derived default, as in the published configs."""
-    config = {
-        "sampling_rate": int(model.sampling_rate),
-        "encoder_dim": int(model.encoder_dim),
-        "encoder_rates": [int(r) for r in model.encoder_rates],
-        "decoder_dim": int(model.decoder_dim),
-        "decoder_rates": [int(r) for r in model.decoder_rates],
-        "attn_window_size": model.attn_window_size,
-        "codebook_size": int(model.codebook_size),
-        "codebook_dim": int(model.codebook_dim),
-        "vq_strides": [int(s) for s in model.vq_strides],
-        "noise": any(isinstance(m, NoiseBlock | PositionalNoise) for m in model.decoder.modules()),
-        "depthwise": model.decoder.model[0].groups > 1,
-    }
-    if model.latent_dim != model.encoder_dim * 2 ** len(model.encoder_rates):
-        config["latent_dim"] = int(model.latent_dim)
-    return config
-
-
-def _resolve(source: str) -> Path:
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise CheckpointError(
-            f"{source} is a file; pass the folder holding {CONFIG_FILE} and {WEIGHTS_FILE}"
-        )
-    if source.startswith((".", "/", "~")):
-        raise CheckpointError(
-            f"SNAC checkpoint folder {source} does not exist; pass a folder with {CONFIG_FILE} "
-            f"and {WEIGHTS_FILE} (the layout of {DEFAULT_REPO}) or a Hugging Face repo id"
-        )
-    try:
-        return Path(snapshot_download(source, allow_patterns=[CONFIG_FILE, WEIGHTS_FILE]))
-    except (OSError, ValueError) as e:  # hub HTTP/offline errors are OSError, bad ids ValueError
-        raise CheckpointError(
-            f"could not fetch {source!r} from the Hugging Face Hub ({e}). Without network, "
-            f"download it where there is (`hf download {source} --local-dir DIR`) and pass DIR"
-        ) from e
-
-
-def _read_config(path: Path) -> dict:
-    if not path.is_file():
-        raise CheckpointError(
-            f"{path} is missing; a SNAC checkpoint folder needs {CONFIG_FILE} and {WEIGHTS_FILE} "
-            f"(the layout of {DEFAULT_REPO})"
-        )
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path} is not valid JSON ({e}); re-download it") from e
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} must hold a JSON object of SNAC constructor arguments")
-    return config
-
-
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise CheckpointError(
-            f"{path} is missing; a SNAC checkpoint folder needs {CONFIG_FILE} and {WEIGHTS_FILE} "
-            f"(the layout of {DEFAULT_REPO})"
-        )
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as e:
-        raise CheckpointError(
-            f"{path} is not a readable torch state dict ({e}); re-download it"
-        ) from e
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise CheckpointError(f"{path} must hold a flat state dict of tensors")
-    return state
-
-
-def _modern_weight_norm_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The published snac_24khz pytorch_model.bin (269 tensors) already uses the parametrization
-    names `<conv>.parametrizations.weight.original0/1` of torch.nn.utils.parametrizations
-    .weight_norm, which the snac package builds. Checkpoints saved with the older
-    torch.nn.utils.weight_norm name the same tensors `<conv>.weight_g/weight_v` (same shapes:
-    magnitude, direction); rename those so both load."""
-    renamed = {}
-    for name, tensor in state.items():
-        for old, new in (("weight_g", "original0"), ("weight_v", "original1")):
-            if name.endswith("." + old):
-                name = f"{name[: -len(old)]}parametrizations.weight.{new}"
-        renamed[name] = tensor
-    return renamed
-
-
-def _check_tensors(model: SNAC, state: dict[str, torch.Tensor], path: Path) -> None:
-    """load_state_dict(strict=True) would also refuse, but in one long RuntimeError; name the
-    first few offenders and say what to do."""
-    expected = model.state_dict()
-    missing = [n for n in expected if n not in state]
-    unexpected = [n for n in state if n not in expected]
-    wrong = [
-        f"{n} {tuple(state[n].shape)} (config wants {tuple(t.shape)})"
-        for n, t in expected.items()
-        if n in state and state[n].shape != t.shape
-    ]
-    problems = [
-        f"{what}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''} ({len(names)} in all)"
-        for what, names in (("missing", missing), ("unexpected", unexpected), ("shape", wrong))
-        if names
-    ]
-    if problems:
-        raise CheckpointError(
-            f"{path} does not match the SNAC built from {CONFIG_FILE}: {'; '.join(problems)}. "
-            "Check that config.json belongs to these weights, or re-download the folder."
-        )
-
-
-# Deterministic noise --------------------------------------------------------------------------
-
-_M32 = 0xFFFFFFFF
-_MIX = 0x45D9F3B  # < 2**27, so (uint32 * _MIX) never overflows int64
-
-
-def _hash32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer mixer (xorshift-multiply) on int64 tensors holding uint32 values."""
-    x = ((x >> 16) ^ x) * _MIX & _M32
-    x = ((x >> 16) ^ x) * _MIX & _M32
-    return (x >> 16) ^ x
-
-
-def positional_normal(
-    seed: torch.Tensor, salt: int, start: torch.Tensor, length: int
-) -> torch.Tensor:
-    """Standard-normal noise that is a pure function of (seed, salt, absolute position); salt
-    tells the decoder's noise blocks apart. seed, start: [B] int64; returns [B, length] float32
-    for positions start .. start+length-1."""
-    pos = start[:, None] + torch.arange(length, device=start.device)  # [B, length]
-    stream_key = _hash32((_hash32(seed[:, None] & _M32) + salt) & _M32)  # [B, 1]
-    key = _hash32(stream_key ^ (pos & _M32))  # distinct per position within a 2**32 period
-    u1 = ((_hash32(key ^ 0x68E31DA4) >> 8).float() + 0.5) * 2.0**-24  # in (0, 1)
-    u2 = (_hash32(key ^ 0x1B56C4E9) >> 8).float() * 2.0**-24
-    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * torch.pi * u2)  # Box-Muller
-
-
-@dataclass
-class NoiseContext:
-    """Per-call input to every PositionalNoise of one model: where each batch row starts in its
-    stream and which seed it uses. SNAC.decode takes only codes, so it travels beside the call;
-    None means offset 0 and seed 0 (a whole-utterance decode)."""
-
-    latent_offset: torch.Tensor | None = None  # [B] int64, latent steps before the window
-    seed: torch.Tensor | None = None  # [B] int64
-
-    def rows(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        zeros = torch.zeros(batch, dtype=torch.int64, device=device)
-        offset = zeros if self.latent_offset is None else self.latent_offset.to(device)
-        seed = zeros if self.seed is None else self.seed.to(device)
-        return offset, seed
-
-
-class PositionalNoise(nn.Module):
-    """Drop-in for snac's NoiseBlock (x + N(0,1) · linear(x)) whose noise is a function of the
-    absolute sample position in the stream instead of torch.randn. Why: with randn every decode
-    differs, so a streamed window could never equal the whole decode and tests could not pin the
-    output. Keeping noise (rather than switching it off) keeps the decoder on the distribution it
-    was trained with; positional noise keeps the same N(0,1) statistics, is reproducible per
-    stream seed, and is identical wherever a window overlaps the whole decode."""
-
-    def __init__(self, linear: nn.Module, salt: int, samples_per_latent: int, ctx: NoiseContext):
-        super().__init__()
-        self.linear = linear  # the original weight-normed conv: state-dict names are unchanged
-        self.salt = salt
-        self.samples_per_latent = samples_per_latent  # time steps per latent step at this block
-        self.ctx = ctx
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, C, T]
-        offset, seed = self.ctx.rows(x.shape[0], x.device)
-        noise = positional_normal(seed, self.salt, offset * self.samples_per_latent, x.shape[-1])
-        return x + noise[:, None, :].to(x.dtype) * self.linear(x)
-
-
-def install_positional_noise(model: SNAC) -> NoiseContext:
-    """Swap every decoder NoiseBlock for PositionalNoise (idempotent); return the shared context."""
-    for module in model.decoder.modules():
-        if isinstance(module, PositionalNoise):
-            return module.ctx
-    ctx = NoiseContext()
-    upsampling = 1
-    blocks = [layer for layer in model.decoder.model if isinstance(layer, DecoderBlock)]
-    for index, block in enumerate(blocks):
-        upsampling *= block.block[1].stride[0]  # block = [Snake1d, ConvTranspose1d, NoiseBlock?, …]
-        for i, sub in enumerate(block.block):
-            if isinstance(sub, NoiseBlock):
-                block.block[i] = PositionalNoise(sub.linear, index, upsampling, ctx)
-    return ctx
-
-
-def fold_weight_norm(model: nn.Module) -> None:
-    """Bake every weight-norm parametrisation into a plain weight. Decoding then reads one
-    tensor per conv instead of recomputing g·v/|v| (hundreds of small kernels) on every call;
-    the outputs are the same up to float rounding. Do this after loading: the folded module's
-    state-dict names are no longer the published ones."""
-    from torch.nn.utils import parametrize
-
-    for module in model.modules():
-        if parametrize.is_parametrized(module, "weight"):
-            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
-
-
-# Streaming ------------------------------------------------------------------------------------
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_REPO",
+    "WEIGHTS_FILE",
+    "NoiseContext",
+    "PositionalNoise",
+    "SnacDetokenizer",
+    "SnacStream",
+    "fold_weight_norm",
+    "install_positional_noise",
+    "load_snac",
+    "positional_normal",
+    "save_snac",
+    "snac_24khz_config",
+    "snac_config",
+    "tiny_snac_config",
+]
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from models.codecs.snac import save_snac, tiny_snac_config
+from models.codecs.snac_checkpoint import save_snac, tiny_snac_config
 from models.layers.llama import LlamaArgs
 from models.orpheus.configs import TINY_ORPHEUS
 from models.orpheus.tiny_tokenizer import write_tiny_tokenizer

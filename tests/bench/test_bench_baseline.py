@@ -62,7 +62,7 @@ def test_audio_token_mask_keeps_the_position_range_and_stop_at_frame_boundaries(
 
 
 def test_reference_decoder_keeps_the_second_of_four_frames(tiny_orpheus_dirs):
-    from models.codecs.snac import load_snac
+    from models.codecs.snac_checkpoint import load_snac
 
     snac = load_snac(str(tiny_orpheus_dirs[1]))
     codes = [(7 * f + i) % 4096 for f in range(4) for i in range(7)]

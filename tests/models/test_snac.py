@@ -9,7 +9,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from snac import SNAC
 
 from models.checkpoint_errors import CheckpointError
-from models.codecs import snac as snac_codec
+from models.codecs import snac_checkpoint
 from models.codecs.snac import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -139,7 +139,7 @@ def test_hub_failure_explains_offline_use(monkeypatch):
     def offline(*args, **kwargs):
         raise LocalEntryNotFoundError("no network")
 
-    monkeypatch.setattr(snac_codec, "snapshot_download", offline)
+    monkeypatch.setattr(snac_checkpoint, "snapshot_download", offline)
     with pytest.raises(CheckpointError, match="hf download hubertsiuzdak/snac_24khz"):
         load_snac("hubertsiuzdak/snac_24khz")
 
