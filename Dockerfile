@@ -1,5 +1,7 @@
 # GPU image: CUDA torch from the PyTorch base image, FlashInfer from the `gpu` extra.
-FROM pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime
+# A devel image: FlashInfer compiles its kernels with nvcc on first use (the warm-up does it
+# before /ready). Any CUDA 12.4+ PyTorch image with nvcc works.
+FROM pytorch/pytorch:2.11.0-cuda13.0-cudnn9-devel
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY engine engine
