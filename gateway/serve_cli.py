@@ -7,6 +7,7 @@ Imports stay light so `voxgate --help` and `voxgate synth` never pay for the ser
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_serve_parser(subparsers) -> None:
@@ -69,6 +70,14 @@ def add_serve_parser(subparsers) -> None:
         help="default: flashinfer on NVIDIA GPUs when installed, else sdpa",
     )
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
+    g.add_argument(
+        "--gil-switch-ms",
+        type=float,
+        default=0.5,
+        help="Python's thread switch interval: the engine thread waits up to this long for the "
+        "GIL after every blocking torch call while the event loop is busy (bench/gil_probe.py; "
+        "Python's default is 5 ms) (default: %(default)s)",
+    )
 
     g = p.add_argument_group("network and security")
     g.add_argument("--host", default=d.host, help="(default: %(default)s)")
@@ -207,6 +216,10 @@ def run_serve(args: argparse.Namespace) -> int:
             settings.host,
             settings.port,
         )
+    if not 0.05 <= args.gil_switch_ms <= 50:
+        raise ValueError(f"--gil-switch-ms must be in [0.05, 50], got {args.gil_switch_ms}")
+    # The engine loop shares this interpreter with the event loop (and the codec thread).
+    sys.setswitchinterval(args.gil_switch_ms / 1000)
     app = create_app(settings)
     config = uvicorn_config(app, settings, log_level=getattr(args, "log_level", "info").lower())
     uvicorn.Server(config).run()

@@ -63,6 +63,7 @@ def test_synth_is_still_there():
         (["--allowed-origin", "app.example.com"], "allowed origin"),
         (["--lead-ms", "-5"], "lead_ms"),
         (["--policy", "slack", "--max-num-seqs", "0"], "max_num_seqs"),
+        (["--gil-switch-ms", "0"], "--gil-switch-ms must be in"),
     ],
 )
 def test_bad_options_fail_clearly(argv, words, capsys):
