@@ -59,8 +59,15 @@ def build_engine(
     random_weights: bool = False,
     voices_dir: str | None = None,
 ) -> AsyncEngine:
-    """Load the model and start the engine loop; returns the running AsyncEngine."""
+    """Load the model and start the engine loop; returns the running AsyncEngine (or, with
+    `config.engine_process`, a ProcessEngine with the same surface)."""
     config = config or EngineConfig()
+    if config.engine_process:
+        from engine.process_engine import EngineSpec, ProcessEngine
+
+        engine = ProcessEngine(EngineSpec(model, codec, config, random_weights, voices_dir))
+        engine.start()
+        return engine
     device = resolve_device(config)
     dtype = resolve_dtype(config, device)
     speech_model = load_model(model, codec, device, dtype, progress, random_weights, voices_dir)

@@ -71,6 +71,11 @@ def add_serve_parser(subparsers) -> None:
     )
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
     g.add_argument(
+        "--engine-process",
+        action="store_true",
+        help="run the engine loop in its own process (no GIL shared with the gateway)",
+    )
+    g.add_argument(
         "--gil-switch-ms",
         type=float,
         default=0.5,
@@ -174,6 +179,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         dtype=args.dtype,
         attention=args.attention,
         cuda_graphs=not args.eager,
+        engine_process=args.engine_process,
     )
     keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(environ)]))  # dedupe, keep order
     return GatewaySettings(

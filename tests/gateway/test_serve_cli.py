@@ -77,7 +77,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_voxgate_serve_runs_end_to_end():
+@pytest.mark.parametrize("engine_args", [[], ["--engine-process"]], ids=["thread", "process"])
+async def test_voxgate_serve_runs_end_to_end(engine_args):
     port = free_port()
     env = {**os.environ, "VOXGATE_API_KEYS": "cli-test-key"}
     proc = subprocess.Popen(
@@ -96,6 +97,7 @@ async def test_voxgate_serve_runs_end_to_end():
             "cpu",
             "--kv-cache-mb",
             "16",
+            *engine_args,
         ],
         cwd=REPO,
         env=env,

@@ -1,0 +1,54 @@
+"""The engine in a process of its own: same results and the same contract as the thread one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.factory import build_engine
+from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
+from engine.request import SamplingParams
+from models.base import ModelInputError
+
+SEEDED = SpeechRequest("Hello there.", sampling=SamplingParams(seed=3, max_tokens=42, min_tokens=42))
+
+
+async def collect(engine, request: SpeechRequest) -> tuple[np.ndarray, Finished]:
+    stream = await engine.submit(request)
+    events = [e async for e in stream]
+    audio = np.concatenate([e.pcm for e in events if isinstance(e, AudioChunk)])
+    return audio, events[-1]
+
+
+async def test_process_engine_matches_the_thread_engine():
+    threaded = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
+    try:
+        want, _ = await collect(threaded, SEEDED)
+    finally:
+        await threaded.shutdown()
+    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256, engine_process=True))
+    try:
+        assert engine.ready and engine.facts.sample_rate == 24000
+        got, finished = await collect(engine, SEEDED)
+        assert finished.reason == FinishReason.LENGTH and finished.num_tokens == 42
+        np.testing.assert_array_equal(got, want)
+
+        with pytest.raises(ModelInputError, match="empty"):
+            await engine.submit(SpeechRequest("   "))
+
+        long = await engine.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=3000)))
+        assert isinstance(await long.get(), AudioChunk)
+        engine.cancel(long.request_id)
+        rest = [e async for e in long]
+        assert rest[-1].reason == FinishReason.CANCELLED
+        for _ in range(100):  # stats arrive every 50 ms
+            if engine.stats().kv_blocks_used == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.stats().kv_blocks_used == 0 and engine.stats().stepping
+    finally:
+        await engine.shutdown()
+    assert not engine.ready
