@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.checkpoint_errors import CheckpointError
+from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.mimi_streaming import State, StreamingMimiDecoder
 from models.device_util import upload
 
@@ -74,24 +74,7 @@ def load_mimi_weights(mimi, tensors: Iterable[tuple[str, torch.Tensor]], where: 
     """Copy flat-layout tensors (names without any `codec_model.` prefix) into `mimi`; raise
     CheckpointError naming missing, unexpected or mis-shaped tensors."""
     state = {_module_name(name): t for name, t in tensors}
-    expected = mimi.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [
-        f"{n} {tuple(state[n].shape)} (config wants {tuple(t.shape)})"
-        for n, t in expected.items()
-        if n in state and state[n].shape != t.shape
-    ]
-    problems = [
-        f"{what}: {', '.join(names[:4])}{' …' if len(names) > 4 else ''} ({len(names)} in all)"
-        for what, names in (("missing", missing), ("unexpected", unexpected), ("shape", wrong))
-        if names
-    ]
-    if problems:
-        raise CheckpointError(
-            f"the Mimi tensors of {where} do not match its codec config: {'; '.join(problems)}. "
-            "Check that config.json belongs to these weights, or re-download the checkpoint."
-        )
+    check_state_dict(mimi.state_dict(), state, f"the Mimi tensors of {where}")
     mimi.load_state_dict(state, strict=True)
 
 

@@ -14,7 +14,7 @@ from snac import SNAC
 from snac.layers import NoiseBlock
 from torch import nn
 
-from models.checkpoint_errors import CheckpointError
+from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.snac_noise import PositionalNoise, install_positional_noise
 
 DEFAULT_REPO = "hubertsiuzdak/snac_24khz"
@@ -171,26 +171,7 @@ def _modern_weight_norm_names(state: dict[str, torch.Tensor]) -> dict[str, torch
 
 
 def _check_tensors(model: SNAC, state: dict[str, torch.Tensor], path: Path) -> None:
-    """load_state_dict(strict=True) would also refuse, but in one long RuntimeError; name the
-    first few offenders and say what to do."""
-    expected = model.state_dict()
-    missing = [n for n in expected if n not in state]
-    unexpected = [n for n in state if n not in expected]
-    wrong = [
-        f"{n} {tuple(state[n].shape)} (config wants {tuple(t.shape)})"
-        for n, t in expected.items()
-        if n in state and state[n].shape != t.shape
-    ]
-    problems = [
-        f"{what}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''} ({len(names)} in all)"
-        for what, names in (("missing", missing), ("unexpected", unexpected), ("shape", wrong))
-        if names
-    ]
-    if problems:
-        raise CheckpointError(
-            f"{path} does not match the SNAC built from {CONFIG_FILE}: {'; '.join(problems)}. "
-            "Check that config.json belongs to these weights, or re-download the folder."
-        )
+    check_state_dict(model.state_dict(), state, f"the tensors of {path}")
 
 
 def fold_weight_norm(model: nn.Module) -> None:
