@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
+    ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
     args = ap.parse_args()
     device = torch.device("cuda")
     batches = [int(b) for b in args.batches.split(",")]
@@ -86,7 +87,11 @@ def main() -> None:
         detok = core.scheduler.detok_time_s
         if profiler is not None:
             profiler.stop()
-            print(profiler.key_averages().table(sort_by="cpu_time_total", row_limit=25), flush=True)
+            averages = profiler.key_averages()
+            print(averages.table(sort_by="cpu_time_total", row_limit=25), flush=True)
+            print(averages.table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
+            if args.trace:
+                profiler.export_chrome_trace(args.trace)
         for r in core_reqs:
             core.cancel(r.request_id)
         results.append({
