@@ -24,6 +24,8 @@ class EngineConfig:
     attention: str | None = None  # None: flashinfer on cuda when installed, else sdpa
     # CUDA graphs for decode steps (flashinfer on cuda only); False forces eager mode.
     cuda_graphs: bool = True
+    # With FlashInfer attention, also its fused RMSNorm/RoPE/SiLU kernels in the backbone.
+    fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
     async_detok: bool = True
     # Run the engine loop in a process of its own (see engine/process_engine.py) instead of a
@@ -32,6 +34,12 @@ class EngineConfig:
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0
+    # The first chunk holds enough audio to cover generating and decoding the next chunk, times
+    # this margin (the listener plays from the first frame on) ...
+    first_audio_margin: float = 1.5
+    # ... unless the request has waited this long since arrival: then whatever whole frames
+    # exist go out, so load never pushes time to first audio far past this.
+    first_audio_budget_s: float = 0.3
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -48,5 +56,7 @@ class EngineConfig:
             raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attention not in (None, "sdpa", "flashinfer"):
             raise ConfigError(f"attention must be sdpa or flashinfer, got {self.attention!r}")
+        if self.first_audio_margin < 0 or self.first_audio_budget_s < 0:
+            raise ConfigError("first_audio_margin and first_audio_budget_s must be >= 0")
         if self.max_lead_s <= 0:
             raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")

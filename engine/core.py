@@ -73,6 +73,8 @@ class EngineCore:
                 facts.frame_tokens,
             ),
         )
+        if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
+            log.info("backbone uses FlashInfer's fused norm/RoPE/activation kernels")
         self.worker = Worker(model, cache, attention, device)
         if device.type == "cuda" and config.cuda_graphs:
             if self.worker.attn.supports_graphs:

@@ -57,6 +57,9 @@ class Sampler:
         self._row_of: dict[str, int] = {}
         self._free = list(range(rows - 1, -1, -1))
         self._seed_of: dict[str, int] = {}
+        # Marking with a device scalar: `table[i, j] = True` uploads the Python bool from
+        # pageable memory, which waits for the GPU to drain and stalls the step.
+        self._true = torch.ones((), dtype=torch.bool, device=device)
 
     # --- per-request state -----------------------------------------------------------------------
     def add_request(self, request_id: str, params: SamplingParams, prompt_ids: list[int]) -> None:
@@ -67,7 +70,7 @@ class Sampler:
         self._seed_of[request_id] = params.seed if params.seed is not None else random.getrandbits(31)
         self._seen[row].zero_()
         ids = upload(prompt_ids, torch.long, self.device)
-        self._seen[row, ids] = True
+        self._seen[row].index_put_((ids,), self._true)
 
     def drop_request(self, request_id: str) -> None:
         row = self._row_of.pop(request_id, None)
@@ -106,7 +109,7 @@ class Sampler:
         if stochastic:
             chosen = self._draw(logits, token_ids, rows, stochastic, chosen)
         tokens = token_ids.gather(1, chosen[:, None])[:, 0]
-        self._seen[table_rows, tokens] = True
+        self._seen.index_put_((table_rows, tokens), self._true)
         return tokens
 
     def _penalise(self, logits, token_ids, table_rows, rows: list[SamplingRow]) -> torch.Tensor:

@@ -154,13 +154,29 @@ class Scheduler:
             return True  # flush whatever is left, even nothing: it closes the stream
         pending = request.pending_detok_tokens
         if request.ttfa_critical:
-            return pending >= self.facts.first_chunk_tokens
+            return self._first_chunk_ready(request, now)
         if pending >= self.facts.chunk_tokens:
             return True
         # Waiting for a full chunk would leave this listener without audio: decode the whole
         # frames there are now. Full chunks stay the rule while buffers are comfortable, since
         # each codec call pays for its window's context frames.
         return pending >= self.facts.frame_tokens and self.slack(request, now) < self.detok_time_s
+
+    def first_chunk_cover_s(self) -> float:
+        """Audio the first chunk should hold: enough to play while the next chunk is generated
+        and decoded, with a margin. The listener starts playing at the first frame (no client
+        buffer), so a first chunk shorter than this is followed by a gap under load."""
+        next_chunk_s = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
+        return self.config.first_audio_margin * next_chunk_s
+
+    def _first_chunk_ready(self, request: Request, now: float) -> bool:
+        pending = request.pending_detok_tokens
+        if pending < self.facts.first_chunk_tokens:
+            return False
+        if now - request.arrival_time >= self.config.first_audio_budget_s:
+            return True  # time to first audio matters more than the cover from here on
+        frames = pending - pending % self.facts.frame_tokens
+        return frames * self.facts.seconds_per_token >= self.first_chunk_cover_s()
 
     def schedule_detok(self, now: float) -> list[Request]:
         """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so

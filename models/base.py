@@ -150,6 +150,11 @@ class SpeechModel(abc.ABC):
         audio now decodable (float32 mono at facts.sample_rate, possibly empty). With
         `final`, flush everything. Chunked output must equal whole-utterance decoding."""
 
+    def use_fused_kernels(self) -> bool:
+        """Optional: switch the backbone to fused GPU kernels (FlashInfer's norm/RoPE/activation)
+        where they apply; returns whether it did. Called by the engine with FlashInfer attention."""
+        return False
+
     def enable_cuda_graphs(self, graphs: Any) -> None:  # noqa: B027 - optional hook
         """Optional: capture the detokenizer's common shapes with the engine's CallableGraphs."""
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.checkpoint_errors import CheckpointError
+from models.layers.fused_kernels import FlashInferLlamaKernels, fused_kernels_available
 from models.layers.rope import RopeSpec, Rotary, apply_rotary
 
 
@@ -78,6 +79,16 @@ class Attention(nn.Module):
         out = attn.forward(self.layer, q, k, v.view(t, self.kvh, self.d))
         return self.o_proj(out.reshape(t, self.h * self.d))
 
+    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, kernels, attn) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1)
+        kernels.rope_(q, k, positions)
+        out = attn.forward(
+            self.layer, q.view(t, self.h, self.d), k.view(t, self.kvh, self.d),
+            v.view(t, self.kvh, self.d),
+        )
+        return self.o_proj(out.reshape(t, self.h * self.d))
+
 
 class MLP(nn.Module):
     def __init__(self, args: LlamaArgs) -> None:
@@ -101,6 +112,21 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_fused(
+        self, h: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor, kernels, attn
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same block with the residual carried apart (vLLM's layout), so that each residual
+        add fuses into the RMSNorm after it. Returns (this block's output, residual before it)."""
+        eps = self.input_layernorm.eps
+        if residual is None:
+            residual, h = h, kernels.rmsnorm(h, self.input_layernorm.weight, eps)
+        else:
+            h, residual = kernels.add_rmsnorm(h, residual, self.input_layernorm.weight, eps)
+        h = self.self_attn.forward_fused(h, positions, kernels, attn)
+        h, residual = kernels.add_rmsnorm(h, residual, self.post_attention_layernorm.weight, eps)
+        mlp = self.mlp
+        return mlp.down_proj(kernels.silu_mul(mlp.gate_up_proj(h))), residual
 
 
 # HF checkpoint names that we store fused: (our parameter, shard index within it).
@@ -126,28 +152,54 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = None if args.tie_word_embeddings else nn.Linear(
             args.hidden_size, args.vocab_size, bias=False
         )
+        self.kernels = None  # FlashInferLlamaKernels once use_fused_kernels() ran
+
+    def use_fused_kernels(self) -> bool:
+        """Switch to FlashInfer's fused norm/RoPE/activation kernels where they apply (CUDA,
+        bf16/fp16, `gpu` extra installed); returns whether it did."""
+        weight = self.embed_tokens.weight
+        if not fused_kernels_available(weight.device, weight.dtype):
+            return False
+        self.kernels = FlashInferLlamaKernels(
+            self.rotary, self.args.max_positions, self.args.head_dim, weight.device
+        )
+        return True
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """input_ids, positions: [T] → hidden [T, H] (after the final norm)."""
+        if self.kernels is not None:
+            return self._forward_fused(input_ids, positions, attn)
         x = self.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin, attn)
         return self.norm(x)
 
+    def _forward_fused(self, input_ids: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
+        h, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            h, residual = layer.forward_fused(h, residual, positions, self.kernels, attn)
+        h, _ = self.kernels.add_rmsnorm(h, residual, self.norm.weight, self.norm.eps)
+        return h
+
     def compute_logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [N, H] → float32 logits [N, V], or [N, len(rows)] for just those vocabulary rows."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        if rows is not None:
-            weight = self._head_rows(weight, rows)
-        return F.linear(hidden, weight).float()
+        if rows is None:
+            return F.linear(hidden, weight).float()
+        return F.linear(hidden, self._head_rows(weight, rows))[:, : rows.numel()].float()
 
     def _head_rows(self, weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        # The sub-matrix is cached: gathering it every step would cost more than it saves.
+        # The sub-matrix is cached: gathering it every step would cost more than it saves. It
+        # is padded with zero rows to a multiple of 64: an output row of an odd width (Orpheus:
+        # 28,673) is not 16-byte aligned, and cuBLAS then falls back to a kernel ~5x slower.
         key = (id(rows), weight.data_ptr(), weight._version)
         cached = getattr(self, "_head_cache", None)
         if cached is None or cached[0] != key:
-            self._head_cache = (key, weight.index_select(0, rows).contiguous())
+            n = rows.numel()
+            padded = weight.new_zeros(-(-n // 64) * 64, weight.shape[1])
+            padded[:n] = weight.index_select(0, rows)
+            self._head_cache = (key, padded)
         return self._head_cache[1]
 
     # --- loading ---------------------------------------------------------------------------------

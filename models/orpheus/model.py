@@ -140,6 +140,9 @@ class OrpheusModel(SpeechModel):
     def _code_range(self, device: torch.device) -> torch.Tensor:
         return torch.arange(T.CODEBOOK_SIZE, device=device)
 
+    def use_fused_kernels(self) -> bool:
+        return self.llm.use_fused_kernels()
+
     def enable_cuda_graphs(self, graphs: Any) -> None:
         self.detok.enable_cuda_graphs(graphs)
 

@@ -174,3 +174,37 @@ def test_kv_reservation_is_released_on_finish_and_on_removal():
         fake_step(sched, 1.0 + i * 0.01)
     assert a.request_id not in sched.requests
     assert sched.blocks.num_free == free_before and sched._reserved_blocks == 0
+
+
+def _run_until_first_audio(sched: Scheduler, req: Request, now: float, dt: float) -> float:
+    while req.first_audio_time is None:
+        fake_step(sched, now)
+        now += dt
+    return req.audio_emitted_s
+
+
+def test_first_chunk_covers_the_time_to_the_next_chunk():
+    """Under load (slow steps) the first chunk grows past first_chunk_tokens, to whole frames
+    that play at least as long as producing the next chunk takes, times the margin."""
+    sched = make_scheduler("slack", first_audio_budget_s=10.0)
+    sched.step_time_s, sched.detok_time_s = 0.01, 0.01
+    req = admit(sched, prompt_len=10, arrival=0.0)
+    first_s = _run_until_first_audio(sched, req, now=0.0, dt=0.001)
+    cover = 1.5 * (FACTS.chunk_tokens * 0.01 + 0.01)
+    assert first_s >= cover
+    assert first_s < cover + FACTS.frame_tokens * FACTS.seconds_per_token  # no more than needed
+    assert round(first_s / FACTS.seconds_per_token) % FACTS.frame_tokens == 0
+
+    fast = make_scheduler("slack", first_audio_budget_s=10.0)
+    fast.step_time_s, fast.detok_time_s = 0.001, 0.001
+    quick = admit(fast, prompt_len=10, arrival=0.0)
+    assert round(_run_until_first_audio(fast, quick, 0.0, 0.001) * 82) == FACTS.first_chunk_tokens
+
+
+def test_first_audio_budget_caps_the_wait_for_cover():
+    sched = make_scheduler("slack", first_audio_budget_s=0.3)
+    sched.step_time_s = 0.05  # the cover would take seconds of audio
+    req = admit(sched, prompt_len=10, arrival=0.0)
+    first_s = _run_until_first_audio(sched, req, now=0.0, dt=0.01)
+    assert abs(req.first_audio_time - 0.3) < 0.011
+    assert first_s < sched.first_chunk_cover_s()

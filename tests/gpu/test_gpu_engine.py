@@ -156,3 +156,33 @@ def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs):
     for a, b in zip(*outputs, strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+@needs_flashinfer
+def test_fused_llama_kernels_match_the_reference_block(gpu_tiny_dirs):
+    """FlashInfer's fused norm/RoPE/SiLU path against the plain torch block, same weights, a
+    mixed prefill + decode step through the same attention backend (bf16 rounding apart)."""
+    from engine.flashinfer_backend import FlashInferBackend
+
+    model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
+    shape = model.shape
+    layout = random_layout([9, 1, 17, 1], [9, 40, 20, 77], 16, 64, torch.Generator().manual_seed(4))
+    ids = torch.randint(128266, 128266 + 7 * 4096, (sum(layout.query_lens),), device=CUDA)
+    positions = torch.tensor(
+        [p for q, c in zip(layout.query_lens, layout.context_lens, strict=True) for p in range(c - q, c)],
+        device=CUDA,
+    )
+    outs = []
+    for fused in (False, True):
+        torch.manual_seed(2)
+        cache = KVCache(shape.num_layers, 64, 16, shape.num_kv_heads, shape.head_dim, shape.dtype, CUDA)
+        for t in cache.k + cache.v:
+            t.normal_()
+        attn = FlashInferBackend(cache, shape.num_q_heads)
+        if fused:
+            assert model.use_fused_kernels()
+        with torch.inference_mode():
+            attn.prepare(layout)
+            outs.append(model.llm.forward(ids, positions, attn).float())
+    reference, fused_out = outs
+    assert ((fused_out - reference).norm() / reference.norm()).item() < 2e-2
