@@ -70,7 +70,7 @@ class EngineCore:
             self.blocks,
             ChunkingFacts(
                 facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token,
-                facts.frame_tokens,
+                facts.frame_tokens, facts.held_back_tokens,
             ),
         )
         if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():

@@ -33,6 +33,9 @@ class ChunkingFacts:
     chunk_tokens: int
     seconds_per_token: float
     frame_tokens: int = 1  # the smallest number of new tokens the codec can turn into audio
+    # Tokens the codec holds back as look-ahead: the first chunk's audio is that much shorter
+    # than its tokens (Orpheus: 2 SNAC frames = 14 tokens).
+    held_back_tokens: int = 0
 
 
 class Scheduler:
@@ -175,8 +178,8 @@ class Scheduler:
             return False
         if now - request.arrival_time >= self.config.first_audio_budget_s:
             return True  # time to first audio matters more than the cover from here on
-        frames = pending - pending % self.facts.frame_tokens
-        return frames * self.facts.seconds_per_token >= self.first_chunk_cover_s()
+        audible = pending - pending % self.facts.frame_tokens - self.facts.held_back_tokens
+        return audible * self.facts.seconds_per_token >= self.first_chunk_cover_s()
 
     def schedule_detok(self, now: float) -> list[Request]:
         """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so

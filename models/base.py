@@ -36,6 +36,9 @@ class ModelFacts:
     # The fewest new tokens that decode to more audio (Orpheus: one 7-code frame); the
     # scheduler decodes this little when a listener would otherwise run dry.
     frame_tokens: int = 1
+    # Tokens the detokenizer keeps as look-ahead before it emits their audio (see
+    # engine.scheduler.ChunkingFacts.held_back_tokens).
+    held_back_tokens: int = 0
     accepts_text: bool = True
     accepts_audio: bool = False
     full_duplex: bool = False

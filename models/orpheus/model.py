@@ -80,6 +80,7 @@ class OrpheusModel(SpeechModel):
             first_chunk_tokens=T.CODES_PER_FRAME * detok.first_audio_frames,
             chunk_tokens=T.CODES_PER_FRAME * detok.chunk,
             frame_tokens=T.CODES_PER_FRAME,
+            held_back_tokens=T.CODES_PER_FRAME * detok.right,
             voices=VOICES,
             default_voice="tara",
             max_context=args.max_positions,

@@ -208,3 +208,15 @@ def test_first_audio_budget_caps_the_wait_for_cover():
     first_s = _run_until_first_audio(sched, req, now=0.0, dt=0.01)
     assert abs(req.first_audio_time - 0.3) < 0.011
     assert first_s < sched.first_chunk_cover_s()
+
+
+def test_first_chunk_cover_discounts_the_codecs_look_ahead():
+    """A codec that holds back look-ahead frames (Orpheus' SNAC: 2 frames) plays less than the
+    tokens it was handed: the first chunk waits for cover plus that look-ahead."""
+    facts = ChunkingFacts(21, 28, 1 / 82, 7, held_back_tokens=14)
+    sched = Scheduler(EngineConfig(first_audio_budget_s=10.0), BlockManager(512, 16), facts)
+    sched.step_time_s, sched.detok_time_s = 0.005, 0.01
+    req = admit(sched, prompt_len=10, arrival=0.0)
+    tokens = round(_run_until_first_audio(sched, req, now=0.0, dt=0.001) * 82)
+    cover_tokens = sched.first_chunk_cover_s() * 82
+    assert tokens - 14 >= cover_tokens > tokens - 14 - 7
