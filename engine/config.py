@@ -32,6 +32,11 @@ class EngineConfig:
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0
+    # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before
+    # the oldest are dropped, and how many frame periods the tick grid may run late before it
+    # resyncs to now.
+    duplex_max_input_frames: int = 3
+    duplex_max_catch_up_frames: int = 2
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -48,5 +53,7 @@ class EngineConfig:
             raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attention not in (None, "sdpa", "flashinfer"):
             raise ConfigError(f"attention must be sdpa or flashinfer, got {self.attention!r}")
+        if self.duplex_max_input_frames < 1 or self.duplex_max_catch_up_frames < 0:
+            raise ConfigError("duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0")
         if self.max_lead_s <= 0:
             raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")
