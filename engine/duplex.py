@@ -136,9 +136,11 @@ class DuplexEngine:
     def reserved_blocks(self) -> int:
         return self._reserved
 
-    def seconds_until_due(self, now: float) -> float | None:
+    def seconds_until_due(self, now: float) -> float:
+        """How long the loop may sleep: until the next tick, or a frame when no session is
+        ready (new input wakes the loop anyway)."""
         due = self.scheduler.next_due()
-        return None if due is None else max(0.0, due - now)
+        return self.scheduler.frame_s if due is None else max(0.0, due - now)
 
     # --- the tick ----------------------------------------------------------------------------------
     def step(self, now: float) -> list[EngineEvent]:
