@@ -15,6 +15,7 @@ so there is no later step to overlap it with.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ from engine.worker import Worker
 from models.base import ModelInputError, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
+_RECENT = 1024
 
 
 class DuplexOverloaded(RuntimeError):
@@ -73,6 +75,8 @@ class DuplexEngine:
         self._reserved = 0
         self._silence = np.zeros(self.samples_per_frame, np.float32)
         self.last_batch = 0
+        # Frame accounting of the last sessions that ended (benchmarks and tests read it).
+        self.recent_stats: OrderedDict[str, FrameSessionStats] = OrderedDict()
 
     # --- sessions --------------------------------------------------------------------------------
     def add_session(self, spec: SpeechRequest) -> Request:
@@ -114,7 +118,11 @@ class DuplexEngine:
         live = self.sessions.pop(session_id, None)
         if live is None:
             return []
-        self.scheduler.leave(session_id)
+        stats = self.scheduler.leave(session_id)
+        if stats is not None:
+            self.recent_stats[session_id] = stats
+            while len(self.recent_stats) > _RECENT:
+                self.recent_stats.popitem(last=False)
         self.worker.drop_request(session_id)
         request = live.request
         self.blocks.free(session_id)
