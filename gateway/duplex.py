@@ -25,7 +25,7 @@ import numpy as np
 from engine.client import AsyncEngine, ResponseStream
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
 from gateway.audio import make_encoder
-from gateway.audio_in import AudioDecoder, UndecodableAudio
+from gateway.audio_in import AudioDecoder
 from gateway.protocol import (
     AudioSpec,
     ErrorCode,

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 import websockets
-from gateway_testkit import expect_close, recv_json, send, start_session
+from gateway_testkit import expect_close, send, start_session
 
 from gateway.audio import make_encoder
 from gateway.protocol import AudioSpec
