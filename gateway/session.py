@@ -375,6 +375,9 @@ class Session:
                 await self._duplex.finish(self._settings.close_timeout_s)
             await self._responses.cancel()
             self._begin_close(CloseCode.NORMAL, "session ended", ended=EndReason.CLIENT_ENDED)
+        elif isinstance(event, InputCommit) and self._duplex is not None:
+            # Full duplex: the user is done talking; the conversation ends (completed).
+            await self._duplex.finish(self._settings.close_timeout_s)
         elif isinstance(event, InputCommit):
             self._error(ErrorCode.UNSUPPORTED_INPUT, "input.commit is for speech-to-speech models")
 
