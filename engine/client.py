@@ -17,6 +17,8 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from engine.core import EngineCore
 from engine.outputs import EngineEvent, EngineStats, Finished, SpeechRequest
 
@@ -39,6 +41,17 @@ class _Cancel:
 class _Playback:
     request_id: str
     played_s: float
+
+
+@dataclass
+class _Audio:
+    request_id: str
+    pcm: np.ndarray
+
+
+@dataclass
+class _End:
+    request_id: str
 
 
 class ResponseStream:
@@ -126,6 +139,14 @@ class AsyncEngine:
     def report_playback(self, request_id: str, played_s: float) -> None:
         self._send(_Playback(request_id, played_s))
 
+    def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
+        """User audio for a full-duplex session (float32 mono at the model's rate)."""
+        self._send(_Audio(request_id, pcm))
+
+    def end_session(self, request_id: str) -> None:
+        """The user of a full-duplex session left: it ends between frames (`Finished` stop)."""
+        self._send(_End(request_id))
+
     def stats(self) -> EngineStats:
         return self.core.stats(stepping=self.ready)
 
@@ -140,6 +161,11 @@ class AsyncEngine:
                 self._apply_commands()
                 if not self.core.has_work():
                     self._wake.wait(timeout=0.5)
+                    self._wake.clear()
+                    continue
+                wait = self.core.seconds_until_due()  # full duplex: the next frame's tick
+                if wait is not None and wait > 0:
+                    self._wake.wait(timeout=min(wait, 0.5))
                     self._wake.clear()
                     continue
                 for event in self.core.step():
@@ -172,6 +198,11 @@ class AsyncEngine:
                     self._dispatch(event)
             elif isinstance(command, _Playback):
                 self.core.report_playback(command.request_id, command.played_s)
+            elif isinstance(command, _Audio):
+                self.core.push_audio(command.request_id, command.pcm)
+            elif isinstance(command, _End):
+                for event in self.core.end_session(command.request_id):
+                    self._dispatch(event)
 
     def _dispatch(self, event: EngineEvent) -> None:
         stream = self._streams.get(event.request_id)

@@ -40,6 +40,11 @@ class EngineConfig:
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
     first_audio_budget_s: float = 0.3
+    # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before
+    # the oldest are dropped, and how many frame periods the tick grid may run late before it
+    # resyncs to now.
+    duplex_max_input_frames: int = 3
+    duplex_max_catch_up_frames: int = 2
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -58,5 +63,7 @@ class EngineConfig:
             raise ConfigError(f"attention must be sdpa or flashinfer, got {self.attention!r}")
         if self.first_audio_margin < 0 or self.first_audio_budget_s < 0:
             raise ConfigError("first_audio_margin and first_audio_budget_s must be >= 0")
+        if self.duplex_max_input_frames < 1 or self.duplex_max_catch_up_frames < 0:
+            raise ConfigError("duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0")
         if self.max_lead_s <= 0:
             raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")

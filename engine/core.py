@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from engine.attention import KVCache
@@ -76,6 +77,12 @@ class EngineCore:
         if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
             log.info("backbone uses FlashInfer's fused norm/RoPE/activation kernels")
         self.worker = Worker(model, cache, attention, device)
+        # Full-duplex models step all their sessions together once per frame instead.
+        self.duplex = None
+        if facts.full_duplex:
+            from engine.duplex import DuplexEngine
+
+            self.duplex = DuplexEngine(model, self.worker, self.blocks, config, clock)
         if device.type == "cuda" and config.cuda_graphs:
             if self.worker.attn.supports_graphs:
                 self.worker.capture_graphs(
@@ -116,6 +123,9 @@ class EngineCore:
         first use (FlashInfer's JIT, cuBLAS heuristics, lazily built graphs) must not land on
         the first real listener's time to first audio. Leaves the engine empty."""
         facts = self.model.facts
+        if self.duplex is not None:
+            self._warm_up_duplex()
+            return
         n = facts.first_chunk_tokens + facts.chunk_tokens
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         try:
@@ -127,8 +137,32 @@ class EngineCore:
             self.step()
         self.steps = 0
 
+    def _warm_up_duplex(self) -> None:
+        """A session primed and stepped on three frames of silence, ticks forced by a clock
+        far ahead (the grid restarts with the first real session)."""
+        duplex = self.duplex
+        params = SamplingParams(max_tokens=4, min_tokens=0, seed=0)
+        try:
+            request = duplex.add_session(SpeechRequest("", None, params))
+        except Exception:  # noqa: BLE001 - a pool too small: serve cold rather than fail
+            log.warning("KV pool too small to warm the engine up; first sessions may be slower")
+            return
+        duplex.push_audio(request.request_id, np.zeros(3 * duplex.samples_per_frame, np.float32))
+        far = self.clock() + 1e6
+        for tick in range(4):
+            duplex.step(far + tick * self.model.facts.seconds_per_token)
+        duplex.end(request.request_id)
+        self.steps = 0
+
     # --- requests --------------------------------------------------------------------------------
     def add_request(self, spec: SpeechRequest) -> Request:
+        if self.duplex is not None:
+            from engine.duplex import DuplexOverloaded
+
+            try:
+                return self.duplex.add_session(spec)
+            except DuplexOverloaded as exc:
+                raise EngineOverloaded(str(exc)) from None
         prompt = self.model.preprocess(spec.text, spec.voice)
         total = len(prompt.token_ids) + spec.sampling.max_tokens
         if total > self.model.facts.max_context:
@@ -148,7 +182,23 @@ class EngineCore:
         self.worker.add_request(request)
         return request
 
+    def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
+        """User audio for a full-duplex session (float32 mono at the model's rate)."""
+        if self.duplex is None:
+            raise ModelInputError(f"{self.model.facts.name} takes no streamed audio input")
+        self.duplex.push_audio(request_id, pcm)
+
+    def end_session(self, request_id: str) -> list[EngineEvent]:
+        """A full-duplex session's user hung up: it ends between frames (status stop)."""
+        return [] if self.duplex is None else self.duplex.end(request_id)
+
+    def seconds_until_due(self) -> float | None:
+        """Full-duplex engines: how long the loop may sleep before the next tick."""
+        return None if self.duplex is None else self.duplex.seconds_until_due(self.clock())
+
     def cancel(self, request_id: str) -> list[EngineEvent]:
+        if self.duplex is not None:
+            return self.duplex.end(request_id, FinishReason.CANCELLED)
         request = self.scheduler.remove(request_id)
         if request is None:
             return []
@@ -163,9 +213,25 @@ class EngineCore:
             request.played_report_time = self.clock()
 
     def has_work(self) -> bool:
+        if self.duplex is not None:
+            return bool(self.duplex.sessions)
         return bool(self.scheduler.requests) or self.detok.in_flight > 0
 
     def stats(self, stepping: bool = True) -> EngineStats:
+        if self.duplex is not None:
+            totals = self.duplex.scheduler.totals
+            return EngineStats(
+                running=len(self.duplex.sessions),
+                waiting=0,
+                kv_blocks_total=self.blocks.num_blocks,
+                kv_blocks_used=self.blocks.num_used,
+                kv_blocks_reserved=self.duplex.reserved_blocks,
+                steps=self.steps,
+                last_step=self.last_timing,
+                stepping=stepping,
+                frames_out=totals.frames_out,
+                frames_on_time=totals.on_time,
+            )
         return EngineStats(
             running=self.scheduler.num_running,
             waiting=self.scheduler.num_waiting,
@@ -180,6 +246,16 @@ class EngineCore:
     # --- the step --------------------------------------------------------------------------------
     def step(self) -> list[EngineEvent]:
         t0 = self.clock()
+        if self.duplex is not None:
+            events = self.duplex.step(t0)
+            if self.duplex.last_batch:
+                self.last_timing = StepTiming(
+                    llm_s=self.clock() - t0, batch_size=self.duplex.last_batch,
+                    num_tokens=self.duplex.last_batch,
+                )
+                self.duplex.last_batch = 0
+                self.steps += 1
+            return events
         events = self._collect_audio(self.detok.poll())
         plan = self.scheduler.schedule(t0)
         timing = StepTiming(batch_size=len(plan.chunks), num_tokens=plan.num_tokens)

@@ -80,7 +80,15 @@ class Finished:
     error: str | None = None
 
 
-EngineEvent = AudioChunk | Finished
+@dataclass(frozen=True)
+class TextDelta:
+    """Text the model produced alongside its audio (Moshi's inner monologue)."""
+
+    request_id: str
+    text: str
+
+
+EngineEvent = AudioChunk | Finished | TextDelta
 
 
 @dataclass(frozen=True)
@@ -93,3 +101,6 @@ class EngineStats:
     last_step: StepTiming
     stepping: bool  # the loop is alive and has not failed
     kv_blocks_reserved: int = 0  # promised to admitted requests (admission control uses this)
+    # Full-duplex engines: output frames so far, and how many were on time (frame_scheduler).
+    frames_out: int = 0
+    frames_on_time: int = 0

@@ -70,10 +70,12 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
     last_stats = 0.0
     try:
         while True:
-            block = not core.has_work()
+            wait = core.seconds_until_due()  # full duplex: sleep until the next frame's tick
+            block = not core.has_work() or (wait is not None and wait > 0)
             while True:
                 try:
-                    command = commands.get(timeout=0.05) if block else commands.get_nowait()
+                    timeout = 0.05 if wait is None else min(max(wait, 0.001), 0.05)
+                    command = commands.get(timeout=timeout) if block else commands.get_nowait()
                 except queue.Empty:
                     break
                 block = False
@@ -108,6 +110,11 @@ def _apply(core, command: tuple, events: mp.Queue) -> None:
             events.put(("event", event))
     elif kind == "playback":
         core.report_playback(command[1], command[2])
+    elif kind == "audio":
+        core.push_audio(command[1], command[2])
+    elif kind == "end":
+        for event in core.end_session(command[1]):
+            events.put(("event", event))
 
 
 class ProcessEngine:
@@ -183,6 +190,12 @@ class ProcessEngine:
 
     def report_playback(self, request_id: str, played_s: float) -> None:
         self._commands.put(("playback", request_id, played_s))
+
+    def push_audio(self, request_id: str, pcm) -> None:
+        self._commands.put(("audio", request_id, pcm))
+
+    def end_session(self, request_id: str) -> None:
+        self._commands.put(("end", request_id))
 
     def stats(self) -> EngineStats:
         stats = self._stats or EngineStats(0, 0, 0, 0, 0, StepTiming(), False)

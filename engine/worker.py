@@ -60,9 +60,14 @@ class Worker:
     def add_request(self, request: Request) -> None:
         history = request.prompt_ids
         if self.row_width:  # the sampler draws (and penalises) column 0 of each row
-            history = [row[0] for row in history if row[0] >= 0]
+            # (ids outside its vocabulary, such as Moshi's initial text token, are not drawable)
+            vocab = self.model.shape.vocab_size
+            history = [row[0] for row in history if 0 <= row[0] < vocab]
         self.sampler.add_request(request.request_id, request.sampling, history)
         self._streams[request.request_id] = self.model.new_stream_state()
+
+    def stream_state(self, request_id: str) -> StreamState:
+        return self._streams[request_id]
 
     def drop_request(self, request_id: str) -> None:
         self.sampler.drop_request(request_id)

@@ -26,7 +26,9 @@ from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.client import AsyncEngine
+from gateway.audio_in import UndecodableAudio
 from gateway.config import GatewaySettings
+from gateway.duplex import DuplexConversation
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import OutAudio, OutClose, OutItem, OutText, SendQueue, SendQueueFull
 from gateway.playlist import ResponseQueue
@@ -112,6 +114,15 @@ class Session:
         self._responses = ResponseQueue(
             engine, settings, Emitter(self._emit_event, self._emit_audio), metrics, self.log
         )
+        # Full-duplex models (Moshi): one continuous conversation instead of text responses.
+        self._duplex = (
+            DuplexConversation(
+                engine, Emitter(self._emit_event, self._emit_audio), metrics, self.log,
+                settings.opus_bitrate,
+            )
+            if engine.facts.full_duplex
+            else None
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -120,7 +131,8 @@ class Session:
         self.log.info("session open key=%s", self._principal)
         reader = asyncio.create_task(self._read_loop(), name=f"{self.session_id}-reader")
         writer = asyncio.create_task(self._write_loop(), name=f"{self.session_id}-writer")
-        player = asyncio.create_task(self._responses.play(), name=f"{self.session_id}-player")
+        play = self._duplex.run() if self._duplex is not None else self._responses.play()
+        player = asyncio.create_task(play, name=f"{self.session_id}-player")
         closing = asyncio.create_task(self._closing.wait())
         try:
             await asyncio.wait(
@@ -176,6 +188,8 @@ class Session:
         self.state = SessionState.CLOSING
         await cancel_and_wait(reader)
         await self._responses.stop()  # cancels the session's engine requests
+        if self._duplex is not None:
+            self._duplex.stop()
         await cancel_and_wait(player)
         close = self._close
         if self._disconnected or close is None:
@@ -287,9 +301,10 @@ class Session:
 
     def _idle_since(self) -> float:
         """Idle means no client message and nothing playing; playing audio is not idling."""
-        if self._responses.busy:
+        if self._responses.busy or (self._duplex is not None and self._duplex.busy):
             return time.monotonic()
-        return max(self._last_activity, self._responses.last_played)
+        played = self._duplex.last_played if self._duplex is not None else 0.0
+        return max(self._last_activity, self._responses.last_played, played)
 
     async def _on_frame(self, message: Message) -> None:
         text, data = message.get("text"), message.get("bytes")
@@ -326,6 +341,11 @@ class Session:
                 ErrorCode.TOO_LARGE,
                 f"audio frames are limited to {self._settings.max_frame_bytes} bytes",
             )
+        elif self._duplex is not None:
+            try:
+                self._duplex.push(data)
+            except UndecodableAudio as exc:
+                self._error(ErrorCode.UNSUPPORTED_AUDIO, str(exc))
         elif not self._engine.facts.accepts_audio:
             self._error(
                 ErrorCode.UNSUPPORTED_INPUT, f"{self._engine.facts.name} takes text only, not audio"
@@ -345,12 +365,19 @@ class Session:
         elif isinstance(event, TextInput):
             self._responses.add_text(event)
         elif isinstance(event, ResponseCancel):
+            if self._duplex is not None:
+                await self._duplex.cancel()
             await self._responses.cancel()
         elif isinstance(event, Playback):
             self._responses.report_playback(event.played_ms)
         elif isinstance(event, SessionEnd):
+            if self._duplex is not None:  # its response.done comes before session.ended
+                await self._duplex.finish(self._settings.close_timeout_s)
             await self._responses.cancel()
             self._begin_close(CloseCode.NORMAL, "session ended", ended=EndReason.CLIENT_ENDED)
+        elif isinstance(event, InputCommit) and self._duplex is not None:
+            # Full duplex: the user is done talking; the conversation ends (completed).
+            await self._duplex.finish(self._settings.close_timeout_s)
         elif isinstance(event, InputCommit):
             self._error(ErrorCode.UNSUPPORTED_INPUT, "input.commit is for speech-to-speech models")
 
@@ -372,6 +399,8 @@ class Session:
         self.state = SessionState.ACTIVE
         input_audio = (event.input_audio or AudioSpec()) if facts.accepts_audio else None
         options = self._responses.options
+        if self._duplex is not None:
+            self._duplex.start(options, input_audio or AudioSpec())
         out = options.output
         self._emit_event(
             SessionStarted(self.session_id, facts.name, input_audio, out, self._settings.limits())

@@ -26,6 +26,10 @@ PRESETS = {
         "tiny-csm", "CSM architecture scaled down (Mimi included), seeded random weights (noise)"
     ),
     "csm-1b": Preset("csm-1b", "sesame/csm-1b (transformers layout) with its Mimi codec"),
+    "tiny-moshi": Preset(
+        "tiny-moshi", "Moshi architecture scaled down (Mimi included), seeded random weights (noise)"
+    ),
+    "moshi-7b": Preset("moshi-7b", "kmhf/hf-moshiko (transformers layout), full duplex"),
 }
 
 
@@ -47,6 +51,9 @@ def load_model(
     from models.orpheus.presets import ensure_tiny_orpheus
 
     device = torch.device(device)
+    moshi = _load_moshi(model, codec, device, dtype, progress, random_weights, voices_dir)
+    if moshi is not None:
+        return moshi
     csm = _load_csm(model, codec, device, dtype, progress, random_weights, voices_dir)
     if csm is not None:
         return csm
@@ -69,6 +76,31 @@ def load_model(
         "repo id must hold a supported checkpoint (Orpheus: Llama config with the audio "
         "vocabulary; CSM: transformers' CsmConfig)"
     )
+
+
+def _load_moshi(
+    model: str, codec, device, dtype, progress, random_weights, voices_dir
+) -> SpeechModel | None:
+    """The Moshi family, or None when `model` is not a Moshi preset or checkpoint."""
+    from models.moshi import configs
+    from models.moshi.loading import is_moshi_config, load_moshi
+    from models.moshi.presets import ensure_tiny_moshi, random_moshi_7b
+
+    is_preset = model in ("tiny-moshi", "moshi-7b")
+    if not is_preset and (model in PRESETS or random_weights):
+        return None
+    if not is_preset and not is_moshi_config(read_config(resolve_source(model))):
+        return None
+    if codec or voices_dir:
+        raise CheckpointError("Moshi checkpoints carry their own Mimi codec and one voice; drop --codec / --voices-dir")
+    if model == "moshi-7b" and random_weights:
+        return random_moshi_7b(device, dtype)
+    if random_weights:
+        raise CheckpointError("--random-weights works with moshi-7b (tiny-moshi is random already)")
+    if model == "tiny-moshi":
+        return load_moshi(str(ensure_tiny_moshi()), device, dtype, progress, name=model)
+    source = configs.REPO_ID if model == "moshi-7b" else model
+    return load_moshi(source, device, dtype, progress, name=model if is_preset else None)
 
 
 def _load_csm(

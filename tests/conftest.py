@@ -44,3 +44,11 @@ def tiny_csm_dir():
     from models.csm.presets import ensure_tiny_csm
 
     return ensure_tiny_csm()
+
+
+@pytest.fixture(scope="session")
+def tiny_moshi_dir():
+    """The tiny-moshi preset's folder, in transformers' kmhf/hf-moshiko layout (Mimi included)."""
+    from models.moshi.presets import ensure_tiny_moshi
+
+    return ensure_tiny_moshi()

@@ -310,8 +310,10 @@ async function toggleMic() {
     if (mic && mic.active) {
       await mic.stop();
       setMicButton(false);
+      // Turn-based models: the end of the user's turn. Full-duplex models (Moshi): the end of
+      // the conversation, whose response.done then arrives.
+      if (ws && (settings.pushToTalk || model.acceptsAudio)) send(P.inputCommit());
       if (settings.pushToTalk && ws) {
-        send(P.inputCommit());
         Object.assign(turn, { t0: performance.now(), awaitingFirst: true });
       }
       return;

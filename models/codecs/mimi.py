@@ -118,7 +118,11 @@ class MimiDetokenizer:
     """Per-request Mimi code streams → audio chunks; streams with the same number of pending
     frames share one decoder call."""
 
-    def __init__(self, mimi, first_chunk_frames: int = 1, chunk_frames: int = 2) -> None:
+    def __init__(
+        self, mimi, first_chunk_frames: int = 1, chunk_frames: int = 2, num_codebooks: int | None = None
+    ) -> None:
+        """`num_codebooks`: codes per frame when a model uses fewer than the codec's
+        `num_quantizers` (Moshi: the first 8 of 32)."""
         for name, value in (
             ("first_chunk_frames", first_chunk_frames),
             ("chunk_frames", chunk_frames),
@@ -128,7 +132,7 @@ class MimiDetokenizer:
         self.model = mimi.eval()
         self.decoder = StreamingMimiDecoder(mimi)
         cfg = mimi.config
-        self.num_codebooks = int(cfg.num_quantizers)
+        self.num_codebooks = int(num_codebooks or cfg.num_quantizers)
         self.codebook_size = int(cfg.codebook_size)
         self.sample_rate = int(cfg.sampling_rate)
         self.frame_rate = float(cfg.frame_rate)

@@ -68,17 +68,8 @@ class StreamingMimiDecoder(nn.Module):
         conv_cls, convt_cls, _ = _mimi_classes()
         decoder = mimi.decoder
         self.upsample = decoder.upsample
-        self.transformer = decoder.decoder_transformer
+        self.transformer = StreamingTransformer(decoder.decoder_transformer, mimi.config)
         self.seanet = decoder.decoder_seanet
-        cfg = mimi.config
-        self.window = int(cfg.sliding_window) if cfg.sliding_window else None
-        if self.window is not None and self.window < 2:
-            raise ValueError(f"Mimi's sliding_window must be >= 2, got {self.window}")
-        self.context = (self.window - 1) if self.window else int(cfg.max_position_embeddings)
-        self.num_heads = int(cfg.num_attention_heads)
-        self.num_kv_heads = int(cfg.num_key_value_heads)
-        self.head_dim = int(cfg.head_dim)
-        self.rotary = Rotary(RopeSpec.from_hf_config(cfg.to_dict()), self.head_dim)
         # The SEANet decoder's stateful convolutions; module order is forward order here.
         self._convs = [m for m in self.seanet.modules() if isinstance(m, conv_cls | convt_cls)]
         for m in self._convs:
@@ -93,11 +84,7 @@ class StreamingMimiDecoder(nn.Module):
         state: State = []
         if self.upsample is not None:
             state.append(self._tail_zeros(self.upsample, batch, device, dtype))
-        ctx, hidden = self.context, self.num_kv_heads * self.head_dim
-        for _ in self.transformer.layers:
-            state.append(torch.zeros(batch, ctx, hidden, device=device, dtype=dtype))  # keys
-            state.append(torch.zeros(batch, ctx, hidden, device=device, dtype=dtype))  # values
-        state.append(torch.full((batch, ctx), -1, dtype=torch.long, device=device))  # positions
+        state += self.transformer.initial_state(batch, device, dtype)
         for m in self._convs:
             if isinstance(m, conv_cls):
                 pad = (m.conv.kernel_size[0] - 1) * m.conv.dilation[0]
@@ -125,7 +112,7 @@ class StreamingMimiDecoder(nn.Module):
         x = latents
         if self.upsample is not None:
             x = _conv_transpose_step(self.upsample.conv, x, next(states), new)
-        x = self._transformer_step(x.transpose(1, 2), step0, states, new).transpose(1, 2)
+        x = self.transformer.step(x.transpose(1, 2), step0, states, new).transpose(1, 2)
         x = self._seanet_step(self.seanet.layers, x, states, new)
         return x, new
 
@@ -144,7 +131,33 @@ class StreamingMimiDecoder(nn.Module):
                 x = layer(x)
         return x
 
-    def _transformer_step(
+
+class StreamingTransformer(nn.Module):
+    """One of Mimi's windowed transformers (the decoder's, or the encoder's) run step by step:
+    its state is the keys/values and absolute positions of the last `window - 1` steps."""
+
+    def __init__(self, transformer, cfg) -> None:
+        super().__init__()
+        self.layers = transformer.layers
+        self.window = int(cfg.sliding_window) if cfg.sliding_window else None
+        if self.window is not None and self.window < 2:
+            raise ValueError(f"Mimi's sliding_window must be >= 2, got {self.window}")
+        self.context = (self.window - 1) if self.window else int(cfg.max_position_embeddings)
+        self.num_heads = int(cfg.num_attention_heads)
+        self.num_kv_heads = int(cfg.num_key_value_heads)
+        self.head_dim = int(cfg.head_dim)
+        self.rotary = Rotary(RopeSpec.from_hf_config(cfg.to_dict()), self.head_dim)
+
+    def initial_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> State:
+        ctx, hidden = self.context, self.num_kv_heads * self.head_dim
+        state: State = []
+        for _ in self.layers:
+            state.append(torch.zeros(batch, ctx, hidden, device=device, dtype=dtype))  # keys
+            state.append(torch.zeros(batch, ctx, hidden, device=device, dtype=dtype))  # values
+        state.append(torch.full((batch, ctx), -1, dtype=torch.long, device=device))  # positions
+        return state
+
+    def step(
         self, x: torch.Tensor, step0: torch.Tensor, states, new: State
     ) -> torch.Tensor:
         """x [B, m, D] at steps step0 .. step0+m-1 of each stream."""
@@ -152,7 +165,7 @@ class StreamingMimiDecoder(nn.Module):
         positions = step0[:, None] + torch.arange(m, device=x.device)  # [B, m]
         cos, sin = self.rotary.cos_sin(positions.reshape(-1), x.dtype)
         cos, sin = cos.view(b, m, -1), sin.view(b, m, -1)
-        layers = self.transformer.layers
+        layers = self.layers
         kv = [(next(states), next(states)) for _ in layers]
         past_pos = next(states)  # [B, ctx]
         key_pos = torch.cat([past_pos, positions], dim=1)  # [B, ctx + m]
@@ -187,6 +200,7 @@ class StreamingMimiDecoder(nn.Module):
             enable_gqa=hq != hk,
         )
         return attn.o_proj(out.transpose(1, 2).reshape(b, m, hq * d)), keys, values
+
 
 
 def _conv_step(conv: nn.Conv1d, x: torch.Tensor, past: torch.Tensor, new: State) -> torch.Tensor:

@@ -1,0 +1,63 @@
+"""Input audio: wire frames in (Opus packets, pcm16 or μ-law chunks), model PCM out.
+
+The mirror of `gateway/audio.py`: libopus / libavcodec decode and libswresample resample, both
+through PyAV. A decoder belongs to one session and keeps the codec and resampler state across
+its frames, so a stream decoded packet by packet is one continuous signal.
+"""
+
+from __future__ import annotations
+
+import fractions
+
+import av
+import numpy as np
+
+from gateway.protocol import AudioFormat, AudioSpec
+
+
+class UndecodableAudio(ValueError):
+    """A frame the session's input format cannot decode; the message says why."""
+
+
+class AudioDecoder:
+    def __init__(self, spec: AudioSpec, target_rate: int) -> None:
+        self.spec = spec
+        self.target_rate = target_rate
+        self._codec = None
+        if spec.format is AudioFormat.OPUS:
+            self._codec = av.CodecContext.create("libopus", "r")
+        elif spec.format is AudioFormat.MULAW:
+            self._codec = av.CodecContext.create("pcm_mulaw", "r")
+        if self._codec is not None:
+            self._codec.sample_rate = spec.sample_rate
+            self._codec.layout = "mono"
+        self._resampler = av.AudioResampler(format="flt", layout="mono", rate=target_rate)
+        self._pts = 0
+
+    def decode(self, data: bytes) -> np.ndarray:
+        """One wire frame → float32 mono samples at `target_rate` (possibly empty: the
+        resampler holds a few samples back until the next frame)."""
+        if not data:
+            return np.zeros(0, np.float32)
+        if self._codec is None:  # pcm16
+            if len(data) % 2:
+                raise UndecodableAudio(
+                    "pcm16 frames hold whole 16-bit samples (an even byte count)"
+                )
+            samples = np.frombuffer(data, dtype="<i2").astype(np.int16)[None, :]
+            frames = [av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")]
+            frames[0].sample_rate = self.spec.sample_rate
+        else:
+            try:
+                frames = self._codec.decode(av.Packet(data))
+            except (av.error.FFmpegError, ValueError) as exc:
+                raise UndecodableAudio(
+                    f"undecodable {self.spec.format.value} frame: {exc}"
+                ) from None
+        out = []
+        for frame in frames:
+            frame.pts = self._pts
+            frame.time_base = fractions.Fraction(1, frame.sample_rate)
+            self._pts += frame.samples
+            out.extend(r.to_ndarray()[0] for r in self._resampler.resample(frame))
+        return np.concatenate(out).astype(np.float32) if out else np.zeros(0, np.float32)

@@ -1,0 +1,172 @@
+"""A full-duplex conversation on one WebSocket session (Moshi).
+
+How it maps onto PROTOCOL v1 (docs/gateway.md): the user's first binary audio frame opens a
+response — `response.started` — which lasts as long as the conversation: the model's audio
+flows out as binary frames continuously, its text as `transcript.delta`, while the user's
+audio keeps flowing in. `session.end` (or the socket closing) ends it between frames:
+`response.done` with `completed`; `response.cancel` ends it at once with `cancelled`; the
+model's context running out ends it with `length`. Audio sent after a response is done opens
+the next one, a fresh conversation.
+
+Output is not paced here: the engine emits one 80 ms frame per session every 80 ms, on its own
+audio clock, so frames are sent as they come (the send queue's bound still closes a client
+that stops reading).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import replace
+
+import numpy as np
+
+from engine.client import AsyncEngine, ResponseStream
+from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
+from gateway.audio import make_encoder
+from gateway.audio_in import AudioDecoder
+from gateway.protocol import (
+    AudioSpec,
+    ErrorCode,
+    ErrorEvent,
+    ResponseDone,
+    ResponseStarted,
+    ResponseStatus,
+    TranscriptDelta,
+)
+from gateway.response import Emitter, SpeechOptions
+
+_STATUS = {
+    FinishReason.STOP: ResponseStatus.COMPLETED,
+    FinishReason.LENGTH: ResponseStatus.LENGTH,
+    FinishReason.CANCELLED: ResponseStatus.CANCELLED,
+    FinishReason.FAILED: ResponseStatus.FAILED,
+}
+
+
+class DuplexConversation:
+    def __init__(self, engine: AsyncEngine, emit: Emitter, metrics, log, opus_bitrate: int) -> None:
+        self._engine, self._emit, self._metrics, self._log = engine, emit, metrics, log
+        self._opus_bitrate = opus_bitrate
+        self._options: SpeechOptions | None = None
+        self._decoder: AudioDecoder | None = None
+        self._pending: list[np.ndarray] = []  # audio before the engine admitted the session
+        self._audio_in = asyncio.Event()
+        self._stream: ResponseStream | None = None
+        self._ending = False
+        self.busy = False
+        self.last_played = time.monotonic()
+        self._idle = asyncio.Event()  # set while no conversation is open
+        self._idle.set()
+
+    def start(self, options: SpeechOptions, input_audio: AudioSpec) -> None:
+        facts = self._engine.facts
+        sampling = options.sampling
+        if sampling.max_tokens == type(sampling)().max_tokens:
+            # No budget asked for: a conversation may use the model's whole context.
+            sampling = replace(sampling, max_tokens=facts.max_context - 1)
+        self._options = replace(options, sampling=sampling)
+        self._decoder = AudioDecoder(input_audio, facts.sample_rate)
+
+    # --- input (the session's reader) ----------------------------------------------------------
+    def push(self, data: bytes) -> None:
+        """One binary frame of user audio; raises UndecodableAudio for a bad frame."""
+        if self._decoder is None:
+            return
+        pcm = self._decoder.decode(data)
+        if self._stream is not None and not self._ending:
+            self._engine.push_audio(self._stream.request_id, pcm)
+        else:
+            self._pending.append(pcm)
+            self._audio_in.set()
+
+    async def finish(self, timeout_s: float) -> None:
+        """The user is done: the conversation ends between frames, and its `response.done`
+        (`completed`) is sent before this returns (or `timeout_s` passes)."""
+        self._pending.clear()
+        if self._stream is not None and not self._ending:
+            self._ending = True
+            self._engine.end_session(self._stream.request_id)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+        except TimeoutError:
+            self._log.warning("conversation did not end within %.1f s", timeout_s)
+
+    async def cancel(self) -> None:
+        if self._stream is not None and not self._ending:
+            self._ending = True
+            self._engine.cancel(self._stream.request_id)
+
+    def stop(self) -> None:
+        """The session is going away: free the engine session without a word to the client."""
+        if self._stream is not None:
+            self._engine.cancel(self._stream.request_id)
+            self._stream = None
+
+    # --- the conversation loop (the session's player task) -------------------------------------
+    async def run(self) -> None:
+        while True:
+            await self._audio_in.wait()
+            self._audio_in.clear()
+            if not self._pending:
+                continue
+            await self._converse()
+
+    async def _converse(self) -> None:
+        options = self._options
+        response_id = f"resp_{uuid.uuid4().hex[:16]}"
+        started = time.monotonic()
+        try:
+            self._stream = await self._engine.submit(SpeechRequest("", None, options.sampling))
+        except Exception as exc:  # noqa: BLE001 - refused: say why, stay usable
+            self._pending.clear()
+            code = (
+                ErrorCode.OVERLOADED
+                if "overload" in type(exc).__name__.lower()
+                else ErrorCode.MODEL_ERROR
+            )
+            self._emit.event(ErrorEvent(code, str(exc), fatal=False))
+            return
+        self.busy, self._ending = True, False
+        self._idle.clear()
+        self._emit.event(ResponseStarted(response_id))
+        for pcm in self._pending:
+            self._engine.push_audio(self._stream.request_id, pcm)
+        self._pending.clear()
+        encoder = make_encoder(options.output, self._engine.facts.sample_rate, self._opus_bitrate)
+        frame_ms = options.output.frame_ms
+        audio_ms, ttfa_ms, status = 0, None, ResponseStatus.FAILED
+        try:
+            async for event in self._stream:
+                if isinstance(event, AudioChunk):
+                    frames = encoder.encode(event.pcm)
+                elif isinstance(event, TextDelta):
+                    self._emit.event(TranscriptDelta(response_id, event.text))
+                    continue
+                else:
+                    assert isinstance(event, Finished)
+                    status = _STATUS[event.reason]
+                    if status is ResponseStatus.FAILED:
+                        self._emit.event(
+                            ErrorEvent(ErrorCode.MODEL_ERROR, event.error or "generation failed")
+                        )
+                    frames = encoder.flush()
+                for frame in frames:
+                    self._emit.audio(frame, frame_ms)
+                    audio_ms += frame_ms
+                    self._metrics.audio_sent.inc(frame_ms / 1000)
+                    if ttfa_ms is None:
+                        ttfa_ms = round((time.monotonic() - started) * 1000)
+                        self._metrics.ttfa.observe(ttfa_ms / 1000)
+        finally:
+            self._stream = None
+            self.busy = False
+            self.last_played = time.monotonic()
+        self._metrics.responses.labels(status.value).inc()
+        self._emit.event(ResponseDone(response_id, status, audio_ms, ttfa_ms))
+        self._idle.set()
+        self._log.info(
+            "conversation done id=%s status=%s audio_ms=%d", response_id, status.value, audio_ms
+        )

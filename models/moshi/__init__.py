@@ -1,0 +1,1 @@
+"""Moshi (kyutai): full-duplex speech-to-speech with a temporal and a depth transformer."""

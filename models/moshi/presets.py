@@ -1,0 +1,108 @@
+"""Moshi presets: `tiny-moshi` (the kmhf/hf-moshiko layout scaled down, seeded random weights,
+written once to the cache folder so it loads through the real loader), and `moshi-7b` with
+random weights of the real shape (benchmarks without the download)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from models.codecs.mimi import require_transformers
+from models.moshi.configs import MOSHI_7B, TINY_MOSHI
+from models.orpheus.presets import cache_root
+
+TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def randomize_codebooks(mimi, gen: torch.Generator | None = None) -> None:
+    """Mimi's codebooks start as zeros in transformers (learned by EMA), which would make every
+    code decode alike; random centroids make codes matter."""
+    with torch.no_grad():
+        for name, buffer in mimi.named_buffers():
+            if name.endswith("codebook.embed_sum"):
+                buffer.copy_(torch.randn(buffer.shape, generator=gen).to(buffer))
+            elif name.endswith("codebook.cluster_usage"):
+                buffer.fill_(1.0)
+
+
+def write_moshi_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
+    """What `MoshiForConditionalGeneration.save_pretrained` writes, plus a tokenizer.json."""
+    require_transformers()
+    from transformers import MoshiConfig, MoshiForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = MoshiForConditionalGeneration(MoshiConfig.from_dict(dict(cfg))).eval()
+    randomize_codebooks(model.audio_encoder)
+    model.save_pretrained(str(folder))
+    write_tiny_tokenizer(folder, int(cfg["vocab_size"]))
+
+
+def write_tiny_tokenizer(folder: Path, vocab_size: int) -> None:
+    """A SentencePiece-shaped vocabulary (ids 0..3 special, pieces with '▁' word starts) of
+    Moshi's size; only id → piece is ever used, for transcripts."""
+    specials = ["<unk>", "<s>", "</s>", "<pad>"]
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    for i in range(len(specials), vocab_size):
+        syllable = _SYLLABLES[i % len(_SYLLABLES)]
+        piece = ("\u2581" if i % 3 == 0 else "") + syllable + (str(i) if i >= 500 else "")
+        vocab.setdefault(piece, i)
+        if vocab[piece] != i:
+            vocab[f"<extra_{i}>"] = i
+    spec = {
+        "version": "1.0",
+        "added_tokens": [
+            {
+                "id": i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i, t in enumerate(specials)
+        ],
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+
+
+def ensure_tiny_moshi(root: Path | None = None) -> Path:
+    """The tiny preset's folder, created on first use in a temporary folder renamed into
+    place, so concurrent first uses never see half a checkpoint."""
+    target = (root or cache_root()) / f"tiny-moshi-{TINY_VERSION}"
+    if not (target / "done").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-moshi-"))
+        write_moshi_checkpoint(staging / "model", TINY_MOSHI, seed=2025)
+        (staging / "done").write_text("ok\n")
+        try:
+            staging.rename(target)
+        except OSError:  # another process won the race; its copy is identical
+            shutil.rmtree(staging, ignore_errors=True)
+    return target / "model"
+
+
+def random_moshi_7b(device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """The real Moshi-7B shapes with seeded random weights (N(0, 0.02), unit norms), built on
+    the device: for capacity benchmarks, no checkpoint needed."""
+    from models.moshi.loading import assemble, build_moshi, complete_config
+
+    cfg = complete_config(MOSHI_7B, "the moshi-7b preset")
+    torch.manual_seed(seed)
+    temporal, depth, mimi = build_moshi(cfg, device, dtype)
+    with torch.no_grad():
+        for module in (temporal, depth):
+            for name, param in module.named_parameters():
+                if "norm" in name:
+                    param.fill_(1.0)
+                else:
+                    param.normal_(0.0, 0.02)
+    randomize_codebooks(mimi)
+    return assemble(cfg, temporal, depth, mimi, None, device, "moshi-7b")
