@@ -3,6 +3,7 @@ flow-matching + HiFT audio, conditioned per request on its voice."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,24 @@ class CosyVoice2Model(SpeechModel):
             num_q_heads=args.num_heads,
             dtype=next(llm.parameters()).dtype,
         )
+
+    # voices ------------------------------------------------------------------------------------
+    def add_voice(self, name: str, text: str, audio16k: np.ndarray, audio24k: np.ndarray) -> None:
+        """A voice prompt: the reference clip (at 16 kHz and 24 kHz) and its transcript, encoded
+        once; requests with voice=name continue its speech in its voice."""
+        self.voices.add_voice(name, self.text_ids(text), audio16k, audio24k)
+        self.facts = dataclasses.replace(
+            self.facts, voices=self.voices.names, default_voice=self.voices.default
+        )
+
+    def add_voices_dir(self, folder: str) -> None:
+        """`NAME.wav` + `NAME.txt` pairs, as for CSM (models/csm/voices.py)."""
+        from models.csm.voices import read_voices
+
+        for clip16, clip24 in zip(
+            read_voices(folder, 16000), read_voices(folder, 24000), strict=True
+        ):
+            self.add_voice(clip16.name, clip16.text, clip16.audio, clip24.audio)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def text_ids(self, text: str) -> list[int]:

@@ -76,3 +76,26 @@ def ensure_tiny_cosyvoice2(root: Path | None = None) -> Path:
         except OSError:  # another process won the race; its copy is identical
             shutil.rmtree(staging, ignore_errors=True)
     return target / "model"
+
+
+def ensure_real_config(root: Path | None = None) -> Path:
+    """CosyVoice2-0.5B's configuration without its weights (for `--random-weights`): the real
+    YAML and Qwen2-0.5B config.json, with the tiny byte tokenizer standing in for Qwen2's (text
+    ids mean nothing to random weights)."""
+    target = (root or cache_root()) / f"cosyvoice2-0.5b-config-{TINY_VERSION}"
+    if not (target / "done").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".cosyvoice2-config-"))
+        folder = staging / "model"
+        (folder / configs.QWEN_FOLDER).mkdir(parents=True)
+        (folder / CONFIG_FILE).write_text(configs.cosyvoice2_yaml(configs.REAL_SIZES))
+        (folder / configs.QWEN_FOLDER / "config.json").write_text(
+            json.dumps(configs.QWEN2_0_5B, indent=2)
+        )
+        write_byte_tokenizer(folder / configs.QWEN_FOLDER)
+        (staging / "done").write_text("ok\n")
+        try:
+            staging.rename(target)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target / "model"
