@@ -120,9 +120,11 @@ def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> Speech
     from models.cosyvoice2.loading import is_cosyvoice2_folder, load_cosyvoice2
     from models.cosyvoice2.presets import ensure_real_config, ensure_tiny_cosyvoice2
 
-    if model not in ("tiny-cosyvoice2", "cosyvoice2-0.5b"):
-        if model in PRESETS or random_weights or not is_cosyvoice2_folder(Path(model).expanduser()):
-            return None
+    preset = model in ("tiny-cosyvoice2", "cosyvoice2-0.5b")
+    if not preset and (
+        model in PRESETS or random_weights or not is_cosyvoice2_folder(Path(model).expanduser())
+    ):
+        return None
     if codec:
         raise CheckpointError(
             "CosyVoice 2 checkpoints carry their own flow + HiFT codec; drop --codec"
