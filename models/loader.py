@@ -34,11 +34,7 @@ def _download(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(
-            snapshot_download(
-                repo_id, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model", "*.txt"]
-            )
-        )
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model", "*.txt"]))
     except Exception as exc:  # offline, gated or missing repo: say which and how to fix it
         raise CheckpointError(
             f"could not fetch {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}: {exc}). "
@@ -72,9 +68,7 @@ def safetensors_files(folder: Path) -> list[Path]:
     )
 
 
-def iter_safetensors(
-    folder: Path, device: str | torch.device = "cpu"
-) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_safetensors(folder: Path, device: str | torch.device = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
     from safetensors import SafetensorError
     from safetensors.torch import safe_open
 

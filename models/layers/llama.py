@@ -77,9 +77,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(
-            [self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1
-        )
+        q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1)
         q = apply_rotary(q.view(t, self.h, self.d), cos, sin)
         k = apply_rotary(k.view(t, self.kvh, self.d), cos, sin)
         out = attn.forward(self.layer, q, k, v.view(t, self.kvh, self.d))
@@ -130,10 +128,8 @@ class LlamaForCausalLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rotary = Rotary(args.rope, args.head_dim)
-        self.lm_head = (
-            None
-            if args.tie_word_embeddings
-            else nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.lm_head = None if args.tie_word_embeddings else nn.Linear(
+            args.hidden_size, args.vocab_size, bias=False
         )
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
@@ -147,9 +143,7 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, cos, sin, attn)
         return self.norm(x)
 
-    def compute_logits(
-        self, hidden: torch.Tensor, rows: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [N, H] → float32 logits [N, V], or [N, len(rows)] for just those vocabulary rows."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         if rows is not None:
@@ -168,11 +162,7 @@ class LlamaForCausalLM(nn.Module):
     def _split_sizes(self, fused: str) -> list[int]:
         a = self.args
         if fused == "qkv_proj":
-            return [
-                a.num_heads * a.head_dim,
-                a.num_kv_heads * a.head_dim,
-                a.num_kv_heads * a.head_dim,
-            ]
+            return [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
         return [a.intermediate_size, a.intermediate_size]
 
     def load_hf_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -184,11 +174,7 @@ class LlamaForCausalLM(nn.Module):
             module, _, leaf = name.rpartition(".")
             stem, _, kind = module.rpartition(".")
             if kind in ("qkv_proj", "gate_up_proj"):
-                parts = (
-                    ["q_proj", "k_proj", "v_proj"]
-                    if kind == "qkv_proj"
-                    else ["gate_proj", "up_proj"]
-                )
+                parts = ["q_proj", "k_proj", "v_proj"] if kind == "qkv_proj" else ["gate_proj", "up_proj"]
                 expected.update(f"model.{stem}.{p}.{leaf}" for p in parts)
             elif name == "lm_head.weight":
                 expected.add(name)
@@ -207,9 +193,7 @@ class LlamaForCausalLM(nn.Module):
                 seen.add(hf_name)
         missing = sorted(expected - seen)
         if missing:
-            shown = ", ".join(missing[:5]) + (
-                f" … ({len(missing)} in all)" if len(missing) > 5 else ""
-            )
+            shown = ", ".join(missing[:5]) + (f" … ({len(missing)} in all)" if len(missing) > 5 else "")
             raise CheckpointError(f"checkpoint is missing tensors: {shown}")
 
     def _copy_in(self, params: dict[str, nn.Parameter], hf_name: str, tensor: torch.Tensor) -> None:

@@ -50,6 +50,8 @@ async def test_cosyvoice2_session_streams_the_engine_audio(cv_server, cv_engine)
     got = np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
     params = SamplingParams(**{**cv_engine.facts.sampling_defaults, **SAMPLING})
     stream = await cv_engine.submit(SpeechRequest(TEXT, "guide", params))
-    want = np.clip(np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)]), -1, 1)
+    want = np.clip(
+        np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)]), -1, 1
+    )
     assert len(want) == 30 * 2 * 480
     assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # s16 rounding apart
