@@ -171,7 +171,9 @@ class EngineCore:
                 f"({spec.sampling.max_tokens}) exceeds the model's context of "
                 f"{self.model.facts.max_context}; shorten the text or lower max_tokens"
             )
-        request = Request(prompt.token_ids, spec.sampling, arrival_time=self.clock())
+        request = Request(
+            prompt.token_ids, spec.sampling, arrival_time=self.clock(), extras=prompt.extras
+        )
         if spec.request_id:
             if spec.request_id in self.scheduler.requests:
                 raise ModelInputError(f"request id {spec.request_id!r} is already in use")

@@ -94,6 +94,9 @@ class Request:
     detok_done: bool = False
     detok_in_flight: bool = False  # a detokenizer job holds this request's stream state
     error: str | None = None
+    # What the model's preprocess attached for its later stages (models.base.Prompt.extras:
+    # CosyVoice 2's voice conditioning for the detokenizer).
+    extras: dict = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:

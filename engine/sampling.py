@@ -6,6 +6,9 @@ most models, or the few thousand tokens valid at each row's position for constra
 - Repetition penalty (HF/CTRL rule, over prompt + output tokens) reads a per-request
   presence table kept on the device and updated by one scatter per step, instead of
   uploading every request's history every step.
+- A model may declare repetition-aware sampling (models.base.RepetitionAwareSampling,
+  CosyVoice 2's rule): a drawn token repeated too often in the request's recent window is
+  drawn again from the whole distribution, with noise of its own.
 - Randomness is counter-based: the exponential-race noise for (seed, output position, token)
   is a hash of those three integers. A seeded request therefore draws the same tokens
   whatever else shares its batch, and the whole batch's noise is one vectorised expression.
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.request import SamplingParams
-from models.base import Candidates
+from models.base import Candidates, RepetitionAwareSampling
 from models.device_util import upload
 
 _M32 = 0xFFFFFFFF
@@ -47,11 +50,20 @@ class SamplingRow:
     request_id: str
     params: SamplingParams
     step: int  # output tokens so far: the position of the token being drawn
+    # The request's last output tokens, for repetition-aware sampling (empty otherwise).
+    recent: tuple[int, ...] = ()
 
 
 class Sampler:
-    def __init__(self, vocab_size: int, device: torch.device, rows: int = 64) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        device: torch.device,
+        rows: int = 64,
+        repetition_aware: RepetitionAwareSampling | None = None,
+    ) -> None:
         self.vocab_size = vocab_size
+        self.repetition_aware = repetition_aware
         self.device = device
         self._seen = torch.zeros(rows, vocab_size, dtype=torch.bool, device=device)
         self._row_of: dict[str, int] = {}
@@ -132,9 +144,28 @@ class Sampler:
         steps = upload([r.step for r in sub], torch.long, device)
         noise = race_noise(seeds, steps, token_ids[idx])
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p.
+        drawn = (probs / noise).argmax(dim=-1)
+        if self.repetition_aware is not None:
+            drawn = self._redraw_repeats(logits[idx] / temp[:, None], token_ids[idx], sub, drawn, seeds, steps)
         chosen = chosen.clone()
-        chosen[idx] = (probs / noise).argmax(dim=-1)
+        chosen[idx] = drawn
         return chosen
+
+    def _redraw_repeats(self, logits, token_ids, rows: list[SamplingRow], drawn, seeds, steps):
+        """RAS: rows whose drawn token occurs max_repeats times or more in their recent window
+        take a draw from the whole (temperature-scaled) distribution instead, with noise keyed
+        apart from the first draw's so the two draws are independent."""
+        ras = self.repetition_aware
+        device = logits.device
+        recent = upload(
+            [list(r.recent[-ras.window :]) + [-1] * (ras.window - len(r.recent[-ras.window :])) for r in rows],
+            torch.long, device,
+        ).view(len(rows), ras.window)  # [N, W], -1 = no token yet
+        first = token_ids.gather(1, drawn[:, None])  # [N, 1]
+        repeats = (recent == first).sum(dim=1)
+        noise = race_noise(seeds ^ 0x5A5A5A5, steps, token_ids)
+        fallback = (logits.softmax(dim=-1) / noise).argmax(dim=-1)
+        return torch.where(repeats >= ras.max_repeats, fallback, drawn)
 
 
 def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

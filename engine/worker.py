@@ -38,7 +38,10 @@ class Worker:
         self.device = device
         self.attn = make_attention_backend(attention, cache, model.shape.num_q_heads)
         self.graphs = None  # DecodeGraphs once capture_graphs() ran
-        self.sampler = Sampler(model.shape.vocab_size, device)
+        self.repetition_aware = model.facts.repetition_aware
+        self.sampler = Sampler(
+            model.shape.vocab_size, device, repetition_aware=self.repetition_aware
+        )
         self._streams: dict[str, StreamState] = {}
         self.row_width = model.facts.row_width  # > 0: tokens are rows, with a depth stage
 
@@ -64,7 +67,7 @@ class Worker:
             vocab = self.model.shape.vocab_size
             history = [row[0] for row in history if 0 <= row[0] < vocab]
         self.sampler.add_request(request.request_id, request.sampling, history)
-        self._streams[request.request_id] = self.model.new_stream_state()
+        self._streams[request.request_id] = self.model.stream_state_for(request.extras)
 
     def stream_state(self, request_id: str) -> StreamState:
         return self._streams[request_id]
@@ -113,7 +116,14 @@ class Worker:
             [len(r.output_ids) for r in reqs],
             [len(r.output_ids) >= r.sampling.min_tokens for r in reqs],
         )
-        rows = [SamplingRow(r.request_id, r.sampling, len(r.output_ids)) for r in reqs]
+        window = self.repetition_aware.window if self.repetition_aware else 0
+        rows = [
+            SamplingRow(
+                r.request_id, r.sampling, len(r.output_ids),
+                tuple(r.output_ids[-window:]) if window else (),
+            )
+            for r in reqs
+        ]
         if not self.row_width:
             return self.sampler.sample(cands, rows)
         # Column 0 from the engine's sampler, the rest from the model's depth stage, all on the

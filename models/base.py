@@ -25,6 +25,22 @@ class ModelInputError(ValueError):
 
 
 @dataclass(frozen=True)
+class RepetitionAwareSampling:
+    """CosyVoice 2's sampling rule (RAS): draw from the top-k/top-p nucleus as usual, but when
+    the drawn token already occurs `window * tau_r` times or more among the request's last
+    `window` output tokens, draw again from the whole distribution. It breaks the loops a
+    nucleus sampler falls into on speech tokens without penalising every repeat."""
+
+    window: int = 10
+    tau_r: float = 0.1
+
+    @property
+    def max_repeats(self) -> float:
+        """A drawn token seen this many times (or more) in the window is drawn again."""
+        return self.window * self.tau_r
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     name: str
     sample_rate: int  # Hz of the waveform postprocess returns
@@ -50,6 +66,8 @@ class ModelFacts:
     # 0: each token is one id. W > 0: each token is a row of W ids (see Token); column 0 is the
     # one the engine's sampler draws from candidate_logits, the depth stage fills the rest.
     row_width: int = 0
+    # The model's own sampling rule on top of temperature/top-k/top-p, when it has one.
+    repetition_aware: RepetitionAwareSampling | None = None
 
     @property
     def seconds_per_token(self) -> float:
@@ -144,6 +162,12 @@ class SpeechModel(abc.ABC):
     # 4. postprocess --------------------------------------------------------------------------
     @abc.abstractmethod
     def new_stream_state(self) -> StreamState: ...
+
+    def stream_state_for(self, extras: dict[str, Any]) -> StreamState:
+        """The stream state of a request whose preprocess returned Prompt.extras `extras`; models
+        whose codec is conditioned per request (CosyVoice 2: the voice's prompt mel, tokens and
+        speaker embedding) override this. Default: new_stream_state()."""
+        return self.new_stream_state()
 
     @abc.abstractmethod
     def detokenize(

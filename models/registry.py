@@ -20,7 +20,9 @@ class Preset:
 
 
 PRESETS = {
-    "tiny-orpheus": Preset("tiny-orpheus", "Orpheus architecture scaled down, seeded random weights (noise)"),
+    "tiny-orpheus": Preset(
+        "tiny-orpheus", "Orpheus architecture scaled down, seeded random weights (noise)"
+    ),
     "orpheus-3b": Preset("orpheus-3b", "canopylabs/orpheus-3b-0.1-ft with SNAC 24 kHz"),
     "tiny-csm": Preset(
         "tiny-csm", "CSM architecture scaled down (Mimi included), seeded random weights (noise)"
@@ -30,6 +32,13 @@ PRESETS = {
         "tiny-moshi", "Moshi architecture scaled down (Mimi included), seeded random weights (noise)"
     ),
     "moshi-7b": Preset("moshi-7b", "kmhf/hf-moshiko (transformers layout), full duplex"),
+    "tiny-cosyvoice2": Preset(
+        "tiny-cosyvoice2",
+        "CosyVoice 2 scaled down (flow + HiFT, ONNX stand-ins), seeded random weights",
+    ),
+    "cosyvoice2-0.5b": Preset(
+        "cosyvoice2-0.5b", "FunAudioLLM/CosyVoice2-0.5B (Qwen2 LM, flow matching, HiFT)"
+    ),
 }
 
 
@@ -45,7 +54,7 @@ def load_model(
     """Load `model` (preset name, folder or repo id). `codec` overrides the model's default codec
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
     random weights instead of reading a checkpoint (benchmarks without the download).
-    `voices_dir`: reference clips for voice prompting (CSM; see models/csm/voices.py)."""
+    `voices_dir`: reference clips for voice prompting (CSM, CosyVoice 2; see models/csm/voices.py)."""
     from models.orpheus import configs
     from models.orpheus.loading import is_orpheus_config, load_orpheus
     from models.orpheus.presets import ensure_tiny_orpheus
@@ -54,18 +63,27 @@ def load_model(
     moshi = _load_moshi(model, codec, device, dtype, progress, random_weights, voices_dir)
     if moshi is not None:
         return moshi
+    cosyvoice = _load_cosyvoice2(model, codec, device, dtype, random_weights)
+    if cosyvoice is not None:
+        if voices_dir is not None:
+            cosyvoice.add_voices_dir(voices_dir)
+        return cosyvoice
     csm = _load_csm(model, codec, device, dtype, progress, random_weights, voices_dir)
     if csm is not None:
         return csm
     if voices_dir is not None:
-        raise CheckpointError("--voices-dir works with CSM models only (tiny-csm, csm-1b)")
+        raise CheckpointError("--voices-dir works with CSM and CosyVoice 2 models only")
     if model == "tiny-orpheus":
         model_dir, codec_dir = ensure_tiny_orpheus()
-        return load_orpheus(str(model_dir), codec or str(codec_dir), device, dtype, progress, name=model)
+        return load_orpheus(
+            str(model_dir), codec or str(codec_dir), device, dtype, progress, name=model
+        )
     if model == "orpheus-3b" and random_weights:
         return _random_orpheus_3b(codec, device, dtype)
     if model == "orpheus-3b":
-        return load_orpheus(configs.REPO_ID, codec or configs.CODEC_REPO_ID, device, dtype, progress, name=model)
+        return load_orpheus(
+            configs.REPO_ID, codec or configs.CODEC_REPO_ID, device, dtype, progress, name=model
+        )
     if random_weights:
         raise CheckpointError(f"--random-weights works with presets only ({', '.join(PRESETS)})")
     cfg = read_config(resolve_source(model))
@@ -126,6 +144,38 @@ def _load_csm(
     return load_csm(str(folder), device, dtype, progress, voices_dir=voices_dir)
 
 
+def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> SpeechModel | None:
+    """The CosyVoice 2 family, or None when `model` is not a CosyVoice 2 preset or folder."""
+    from pathlib import Path
+
+    from models.cosyvoice2 import configs
+    from models.cosyvoice2.loading import is_cosyvoice2_folder, load_cosyvoice2
+    from models.cosyvoice2.presets import ensure_real_config, ensure_tiny_cosyvoice2
+
+    preset = model in ("tiny-cosyvoice2", "cosyvoice2-0.5b")
+    if not preset and (
+        model in PRESETS or random_weights or not is_cosyvoice2_folder(Path(model).expanduser())
+    ):
+        return None
+    if codec:
+        raise CheckpointError(
+            "CosyVoice 2 checkpoints carry their own flow + HiFT codec; drop --codec"
+        )
+    if model == "tiny-cosyvoice2":
+        if random_weights:
+            raise CheckpointError(
+                "tiny-cosyvoice2 has random weights already; drop --random-weights"
+            )
+        return load_cosyvoice2(str(ensure_tiny_cosyvoice2()), device, dtype, name=model)
+    if model == "cosyvoice2-0.5b":
+        if random_weights:  # the real configuration, nothing downloaded
+            return load_cosyvoice2(
+                str(ensure_real_config()), device, dtype, name=model, random_weights=True
+            )
+        return load_cosyvoice2(configs.REPO_ID, device, dtype, name=model)
+    return load_cosyvoice2(model, device, dtype)
+
+
 def _random_orpheus_3b(codec: str | None, device: torch.device, dtype: torch.dtype) -> SpeechModel:
     from snac import SNAC
     from tokenizers import Tokenizer
@@ -146,4 +196,6 @@ def _random_orpheus_3b(codec: str | None, device: torch.device, dtype: torch.dty
     # mean nothing anyway.
     model_dir, _ = ensure_tiny_orpheus()
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    return random_orpheus(configs.ORPHEUS_3B, snac, tokenizer, device, dtype, seed=0, name="orpheus-3b")
+    return random_orpheus(
+        configs.ORPHEUS_3B, snac, tokenizer, device, dtype, seed=0, name="orpheus-3b"
+    )

@@ -27,6 +27,8 @@ class LlamaArgs:
     rope: RopeSpec
     tie_word_embeddings: bool
     max_positions: int
+    # Qwen2 puts biases on q/k/v (not on o_proj); Llama has none.
+    attention_bias: bool = False
 
     @classmethod
     def from_hf_config(cls, cfg: dict) -> LlamaArgs:
@@ -45,6 +47,7 @@ class LlamaArgs:
                 rope=RopeSpec.from_hf_config(cfg),
                 tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                 max_positions=int(cfg.get("max_position_embeddings", 8192)),
+                attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
             )
         except KeyError as missing:
             raise CheckpointError(f"config.json lacks the Llama field {missing}") from None
@@ -68,7 +71,9 @@ class Attention(nn.Module):
         super().__init__()
         self.layer = layer
         self.h, self.kvh, self.d = args.num_heads, args.num_kv_heads, args.head_dim
-        self.qkv_proj = nn.Linear(args.hidden_size, (self.h + 2 * self.kvh) * self.d, bias=False)
+        self.qkv_proj = nn.Linear(
+            args.hidden_size, (self.h + 2 * self.kvh) * self.d, bias=args.attention_bias
+        )
         self.o_proj = nn.Linear(self.h * self.d, args.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
@@ -167,16 +172,19 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """input_ids, positions: [T] → hidden [T, H] (after the final norm)."""
+        return self.forward_embeddings(self.embed_tokens(input_ids), positions, attn)
+
+    def forward_embeddings(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
+        """x [T, H] already embedded (models that mix text and audio embeddings) → hidden [T, H]."""
         if self.kernels is not None:
-            return self._forward_fused(input_ids, positions, attn)
-        x = self.embed_tokens(input_ids)
+            return self._forward_fused(x, positions, attn)
         cos, sin = self.rotary.cos_sin(positions, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin, attn)
         return self.norm(x)
 
-    def _forward_fused(self, input_ids: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
-        h, residual = self.embed_tokens(input_ids), None
+    def _forward_fused(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
+        h, residual = x.clone(), None  # the residual stream is updated in place: not the caller's x
         for layer in self.layers:
             h, residual = layer.forward_fused(h, residual, positions, self.kernels, attn)
         h, _ = self.kernels.add_rmsnorm(h, residual, self.norm.weight, self.norm.eps)

@@ -1,0 +1,122 @@
+"""CosyVoice's `CausalMaskedDiffWithXvec` + `CausalConditionalCFM`: speech tokens → mel.
+
+Tokens are embedded and encoded (2 mel frames per token), projected to mel space as the flow's
+condition `mu`; the mel is then integrated from noise by Euler steps over a cosine time
+schedule, each step evaluating the estimator twice (conditional and unconditional, one batch)
+and mixing them by classifier-free guidance. Parameter names follow flow.pt."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.codecs.flow_hift.encoder import UpsampleConformerEncoder
+from models.codecs.flow_hift.estimator import CausalConditionalDecoder
+
+# CausalConditionalCFM draws its noise once, with torch's seed 0, and indexes it by frame: a
+# frame's starting noise is the same in every call, which is what lets a chunk be re-decoded
+# with the same result. 15000 frames = 300 s at 50 Hz.
+NOISE_FRAMES = 15000
+
+
+def fixed_noise(n_mels: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn([1, n_mels, NOISE_FRAMES], generator=generator)
+
+
+class FlowDecoder(nn.Module):
+    """`decoder.*` of flow.pt: the CFM wrapper holds only the estimator's weights."""
+
+    def __init__(self, estimator: CausalConditionalDecoder) -> None:
+        super().__init__()
+        self.estimator = estimator
+
+
+class CausalFlow(nn.Module):
+    def __init__(self, cfg) -> None:  # cfg: models.cosyvoice2.config.FlowConfig
+        super().__init__()
+        enc, est = cfg.encoder, cfg.estimator
+        self.cfg = cfg
+        self.token_mel_ratio = cfg.token_mel_ratio
+        self.input_embedding = nn.Embedding(cfg.vocab_size, cfg.input_size)
+        self.spk_embed_affine_layer = nn.Linear(cfg.spk_embed_dim, cfg.output_size)
+        self.encoder = UpsampleConformerEncoder(
+            enc.output_size,
+            enc.attention_heads,
+            enc.linear_units,
+            enc.num_blocks,
+            enc.num_up_blocks,
+            enc.static_chunk_size,
+            cfg.pre_lookahead_len,
+        )
+        self.encoder_proj = nn.Linear(enc.output_size, cfg.output_size)
+        self.decoder = FlowDecoder(
+            CausalConditionalDecoder(
+                est.in_channels,
+                est.out_channels,
+                est.channels,
+                est.attention_head_dim,
+                est.n_blocks,
+                est.num_mid_blocks,
+                est.num_heads,
+                est.static_chunk_size,
+            )
+        )
+        self.register_buffer("noise", fixed_noise(cfg.output_size), persistent=False)
+        t = torch.linspace(0, 1, cfg.n_timesteps + 1)
+        if cfg.t_scheduler == "cosine":
+            t = 1 - torch.cos(t * 0.5 * torch.pi)
+        self.register_buffer("t_span", t, persistent=False)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        out_lengths: torch.Tensor,
+        prompt_mel: torch.Tensor,
+        prompt_frames: torch.Tensor,
+        speaker: torch.Tensor,
+        streaming: bool = True,
+    ) -> torch.Tensor:
+        """tokens [B, T] (prompt tokens then generated ones, zero-padded), `lengths` real tokens
+        per row, `out_lengths` tokens to decode (lengths minus the look-ahead context when not
+        final); prompt_mel [B, P, M] with `prompt_frames` real frames per row; speaker [B, E]
+        (CAM++ x-vectors). → mel [B, M, 2T], valid up to 2*out_lengths per row."""
+        b, t = tokens.shape
+        present = torch.arange(t, device=tokens.device)[None, :] < lengths[:, None]
+        x = self.input_embedding(tokens.clamp(min=0)) * present[..., None]
+        mu = self.encoder_proj(self.encoder(x, lengths, out_lengths, streaming)).transpose(1, 2)
+        frames = mu.shape[-1]
+        if frames > NOISE_FRAMES:
+            raise ValueError(f"utterance of {frames} mel frames exceeds the flow's {NOISE_FRAMES}")
+        frame_idx = torch.arange(frames, device=tokens.device)
+        mask = (frame_idx[None, :] < self.token_mel_ratio * out_lengths[:, None])[:, None].to(
+            mu.dtype
+        )
+        cond = torch.zeros_like(mu)
+        p = min(prompt_mel.shape[1], frames)
+        in_prompt = (frame_idx[None, :p] < prompt_frames[:, None])[:, None]
+        cond[:, :, :p] = prompt_mel[:, :p].transpose(1, 2) * in_prompt
+        spks = self.spk_embed_affine_layer(F.normalize(speaker, dim=1))
+        z = self.noise[:, :, :frames].to(mu.dtype).expand(b, -1, -1)
+        return self.solve_euler(z, mu, mask, spks, cond, streaming)
+
+    def solve_euler(self, x, mu, mask, spks, cond, streaming: bool) -> torch.Tensor:
+        """Euler steps over t_span; each step runs the conditional and the unconditional
+        (mu, speaker and cond zeroed) estimate as one batch and mixes them by CFG."""
+        rate = self.cfg.inference_cfg_rate
+        estimator = self.decoder.estimator
+        b = x.shape[0]
+        mask2 = torch.cat([mask, mask])
+        mu2 = torch.cat([mu, torch.zeros_like(mu)])
+        spks2 = torch.cat([spks, torch.zeros_like(spks)])
+        cond2 = torch.cat([cond, torch.zeros_like(cond)])
+        t_span = self.t_span.to(x.dtype)
+        for step in range(1, len(t_span)):
+            t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
+            v = estimator(torch.cat([x, x]), mask2, mu2, t.expand(2 * b), spks2, cond2, streaming)
+            v_cond, v_uncond = v[:b], v[b:]
+            x = x + dt * ((1.0 + rate) * v_cond - rate * v_uncond)
+        return x.float()

@@ -1,0 +1,187 @@
+"""Streaming flow + HiFT decode with explicit per-request state, batched across requests.
+
+Flow: CosyVoice 2's encoder and estimator attend in chunks (25 tokens / 50 frames) to their
+own chunk and every earlier one, and their convolutions are causal apart from the encoder's
+3-token look-ahead. So once a chunk's tokens and the 3 after them exist, its mel is final:
+decoding the utterance chunk by chunk gives the mel of decoding it whole in streaming mode.
+Each call re-runs encoder and estimator over the request's whole history (voice prompt
+included) and keeps only the new chunks' frames, as CosyVoice's own streaming does; per-layer
+caches for every ODE step would cost ~1 MB per frame. The noise is indexed by frame
+(flow.fixed_noise), so re-running a frame starts it from the same noise.
+
+HiFT is not causal: a window of mel is vocoded with `left` frames of context before the frames
+it emits and `right` frames after them (the look-ahead that delays audio, as the reference's
+8-frame mel cache and cross-fade do), and the sine excitation's phase is carried from call to
+call. Emitted audio differs from a whole-utterance vocoding only by what falls outside the
+context windows of HiFT's receptive field (tests/models/test_flow_hift.py measures it).
+
+Shapes: the flow batch is padded to a multiple of the chunk; HiFT windows are grouped by length
+(steady-state windows all have left + chunk + right frames), each group one batched call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from models.codecs.flow_hift.flow import CausalFlow
+from models.codecs.flow_hift.hift import HiFTGenerator
+
+
+@dataclass
+class FlowHiftStream:
+    prompt_tokens: list[int]  # the voice prompt's speech tokens, a multiple of the chunk
+    prompt_mel: torch.Tensor  # [2 * len(prompt_tokens), M]
+    speaker: torch.Tensor  # [E] CAM++ x-vector
+    tokens: list[int] = field(default_factory=list)  # generated speech codes
+    tokens_decoded: int = 0  # generated tokens whose mel is made
+    mel: torch.Tensor | None = None  # [M, n] generated frames kept for HiFT, from mel_start
+    mel_start: int = 0
+    emitted_frames: int = 0  # generated frames already turned into audio
+    phase: torch.Tensor | None = None  # [H] float64 sine cycles run before frame emitted_frames
+
+    @property
+    def mel_frames(self) -> int:
+        return self.mel_start + (0 if self.mel is None else self.mel.shape[1])
+
+
+class FlowHiftDetokenizer:
+    def __init__(
+        self,
+        flow: CausalFlow,
+        hift: HiFTGenerator,
+        chunk_tokens: int,
+        left: int = 8,
+        right: int = 8,
+    ) -> None:
+        self.flow = flow
+        self.hift = hift
+        self.chunk = chunk_tokens
+        self.lookahead = flow.cfg.pre_lookahead_len
+        self.ratio = flow.token_mel_ratio
+        self.left, self.right = left, right
+        self.sample_rate = hift.cfg.sampling_rate
+        self.samples_per_frame = hift.cfg.samples_per_frame
+        self.n_harmonics = hift.cfg.nb_harmonics + 1
+        self.device = next(flow.parameters()).device
+
+    def new_stream(
+        self, prompt_tokens: list[int], prompt_mel: torch.Tensor, speaker: torch.Tensor
+    ) -> FlowHiftStream:
+        if len(prompt_tokens) % self.chunk:
+            raise ValueError(
+                f"prompt tokens ({len(prompt_tokens)}) must be a multiple of the chunk {self.chunk}"
+            )
+        return FlowHiftStream(
+            list(prompt_tokens), prompt_mel.to(self.device), speaker.to(self.device)
+        )
+
+    @staticmethod
+    def push(state: FlowHiftStream, codes: list[int]) -> None:
+        state.tokens.extend(codes)
+
+    # --- the batched call --------------------------------------------------------------------------
+    @torch.inference_mode()
+    def decode(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
+        self._flow_step(states, final)
+        return self._hift_step(states, final)
+
+    def _ready_tokens(self, state: FlowHiftStream, final: bool) -> tuple[int, int]:
+        """(generated tokens whose mel can be made now, look-ahead tokens to pass with them)."""
+        n = len(state.tokens)
+        if final:
+            return n, 0
+        return max(0, (n - self.lookahead) // self.chunk * self.chunk), self.lookahead
+
+    def _flow_step(self, states: list[FlowHiftStream], final: list[bool]) -> None:
+        rows = []
+        for state, fin in zip(states, final, strict=True):
+            k, ctx = self._ready_tokens(state, fin)
+            if k > state.tokens_decoded:
+                rows.append((state, k, ctx))
+        if not rows:
+            return
+        seqs = [s.prompt_tokens + s.tokens[: k + ctx] for s, k, ctx in rows]
+        width = -(-max(len(q) for q in seqs) // self.chunk) * self.chunk
+        tokens = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, q in enumerate(seqs):
+            tokens[i, : len(q)] = torch.tensor(q)
+        dev = self.device
+        lengths = torch.tensor([len(q) for q in seqs], device=dev)
+        out_lengths = torch.tensor([len(s.prompt_tokens) + k for s, k, _ in rows], device=dev)
+        p_max = max(s.prompt_mel.shape[0] for s, _, _ in rows)
+        n_mels = self.flow.cfg.output_size
+        prompt_mel = torch.zeros(len(rows), p_max, n_mels, device=dev)
+        for i, (s, _, _) in enumerate(rows):
+            prompt_mel[i, : s.prompt_mel.shape[0]] = s.prompt_mel
+        prompt_frames = torch.tensor([s.prompt_mel.shape[0] for s, _, _ in rows], device=dev)
+        speaker = torch.stack([s.speaker for s, _, _ in rows])
+        dtype = next(self.flow.parameters()).dtype
+        mel = self.flow(
+            tokens.to(dev),
+            lengths,
+            out_lengths,
+            prompt_mel.to(dtype),
+            prompt_frames,
+            speaker.to(dtype),
+        )
+        for i, (s, k, _) in enumerate(rows):
+            p = len(s.prompt_tokens)
+            new = mel[i, :, self.ratio * (p + s.tokens_decoded) : self.ratio * (p + k)].float()
+            s.mel = new if s.mel is None else torch.cat([s.mel, new], dim=1)
+            s.tokens_decoded = k
+
+    def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
+        audio = [np.zeros(0, dtype=np.float32)] * len(states)
+        groups: dict[int, list[tuple[int, int, int, int]]] = {}
+        for i, (s, fin) in enumerate(zip(states, final, strict=True)):
+            end = s.mel_frames if fin else s.mel_frames - self.right
+            if end <= s.emitted_frames:
+                continue
+            start = max(0, s.emitted_frames - self.left)
+            stop = min(s.mel_frames, end + self.right)
+            groups.setdefault(stop - start, []).append((i, start, end, stop))
+        for rows in groups.values():
+            for i, pcm in self._vocode(states, rows):
+                audio[i] = pcm
+        return audio
+
+    def _vocode(self, states, rows):
+        up, dev = self.samples_per_frame, self.device
+        mel = torch.stack(
+            [
+                states[i].mel[:, a - states[i].mel_start : c - states[i].mel_start]
+                for i, a, _, c in rows
+            ]
+        )
+        f0 = self.hift.f0_predictor(mel)
+        src = self.hift.m_source
+        phase0 = []
+        for (i, a, _, _), f0_row in zip(rows, f0, strict=True):
+            s = states[i]
+            carried = (
+                s.phase
+                if s.phase is not None
+                else torch.zeros(self.n_harmonics, dtype=torch.float64, device=dev)
+            )
+            # Cycles before the window = cycles before the first emitted frame minus those of
+            # the window's context frames.
+            context = src.frame_cycles(f0_row[None], s.emitted_frames - a)[0]
+            phase0.append((carried - context) % 1)
+        start = torch.tensor([a * up for _, a, _, _ in rows], device=dev)
+        source = src(f0, torch.stack(phase0), start)
+        wav = self.hift.decode(mel, source)
+        out = []
+        for (i, a, e, _), row, f0_row in zip(rows, wav, f0, strict=True):
+            s = states[i]
+            first = s.emitted_frames - a
+            emitted = src.frame_cycles(f0_row[None, first:], e - s.emitted_frames)[0]
+            s.phase = ((s.phase if s.phase is not None else 0) + emitted) % 1
+            out.append((i, row[first * up : (e - a) * up].float().cpu().numpy()))
+            s.emitted_frames = e
+            keep_from = max(0, e - self.left)
+            s.mel = s.mel[:, keep_from - s.mel_start :]
+            s.mel_start = keep_from
+        return out

@@ -1,0 +1,185 @@
+"""Build a CosyVoice2Model from FunAudioLLM/CosyVoice2-0.5B's layout:
+
+cosyvoice2.yaml             HyperPyYAML config (config.py reads it as data)
+llm.pt                      Qwen2LM state dict (llm.model.model.* = Qwen2, + speech head)
+flow.pt                     CausalMaskedDiffWithXvec state dict
+hift.pt                     HiFTGenerator state dict
+CosyVoice-BlankEN/          Qwen2 config.json and tokenizer files
+speech_tokenizer_v2.onnx    prompt audio → speech tokens   (voice prompts only)
+campplus.onnx               prompt audio → x-vector        (voice prompts only)
+spk2info.pt                 optional preset speakers
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.codecs.flow_hift.flow import CausalFlow
+from models.codecs.flow_hift.hift import HiFTGenerator
+from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
+from models.cosyvoice2.config import CONFIG_FILE, CosyVoice2Config, load_config
+from models.cosyvoice2.configs import QWEN_FOLDER
+from models.cosyvoice2.llm import SpeechLM
+from models.cosyvoice2.model import CosyVoice2Model
+from models.cosyvoice2.voices import (
+    SPEAKER_ENCODER,
+    SPEECH_TOKENIZER,
+    PromptEncoder,
+    VoiceBank,
+    read_spk2info,
+)
+from models.layers.llama import LlamaArgs
+
+REQUIRED = (CONFIG_FILE, "llm.pt", "flow.pt", "hift.pt", f"{QWEN_FOLDER}/config.json")
+# CosyVoice2Tokenizer's additions to Qwen2's vocabulary, in its order (their ids follow it).
+SPECIAL_TOKENS = [
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endofprompt|>",
+    "[breath]",
+    "<strong>",
+    "</strong>",
+    "[noise]",
+    "[laughter]",
+    "[cough]",
+    "[clucking]",
+    "[accent]",
+    "[quick_breath]",
+    "<laughter>",
+    "</laughter>",
+    "[hissing]",
+    "[sigh]",
+    "[vocalized-noise]",
+    "[lipsmack]",
+    "[mn]",
+]
+
+
+def is_cosyvoice2_folder(folder: Path) -> bool:
+    return (folder / CONFIG_FILE).exists()
+
+
+def resolve_folder(source: str) -> Path:
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        if source.count("/") != 1 or source.startswith((".", "/", "~")):
+            raise CheckpointError(f"no CosyVoice 2 checkpoint folder at {source!r}")
+        path = _download(source)
+    missing = [name for name in REQUIRED if not (path / name).exists()]
+    if missing:
+        raise CheckpointError(f"CosyVoice 2 checkpoint folder {path} lacks {', '.join(missing)}")
+    return path
+
+
+def _download(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(
+                repo_id, allow_patterns=["*.yaml", "*.pt", "*.onnx", f"{QWEN_FOLDER}/*"]
+            )
+        )
+    except Exception as exc:  # offline, gated or missing repo: say which and how to fix it
+        raise CheckpointError(
+            f"could not fetch {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}: {exc}). "
+            "Download it elsewhere and pass the local folder instead."
+        ) from exc
+
+
+def _torch_load(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"could not read {path}: {exc}") from exc
+
+
+def qwen_args(folder: Path) -> LlamaArgs:
+    cfg = json.loads((folder / QWEN_FOLDER / "config.json").read_text())
+    # The text head is never used, so the backbone is built as if tied (no lm_head).
+    return dataclasses.replace(LlamaArgs.from_hf_config(cfg), tie_word_embeddings=True)
+
+
+def load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder / QWEN_FOLDER))
+    except Exception as exc:
+        raise CheckpointError(
+            f"could not load the Qwen2 tokenizer in {folder / QWEN_FOLDER}: {exc}"
+        ) from exc
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS})
+    return tokenizer
+
+
+def hift_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """hift.pt as HiFTGenerator names it: no `generator.` prefix (HiFiGan training wrapper),
+    torch's parametrized weight norm (`weight_g`/`weight_v` in older saves)."""
+    out = {}
+    for name, tensor in state.items():
+        name = name.removeprefix("generator.")
+        if name.endswith(".weight_g"):
+            name = name[: -len("weight_g")] + "parametrizations.weight.original0"
+        elif name.endswith(".weight_v"):
+            name = name[: -len("weight_v")] + "parametrizations.weight.original1"
+        out[name] = tensor
+    return out
+
+
+def build_parts(cfg: CosyVoice2Config, args: LlamaArgs):
+    return SpeechLM(args, cfg.llm.speech_token_size), CausalFlow(cfg.flow), HiFTGenerator(cfg.hift)
+
+
+def load_cosyvoice2(
+    source: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    name: str | None = None,
+    random_weights: bool = False,
+    seed: int = 0,
+) -> CosyVoice2Model:
+    """`random_weights`: the folder's config and tokenizer, seeded random weights (benchmarks)."""
+    folder = resolve_folder(source) if not random_weights else Path(source)
+    cfg = load_config(folder)
+    torch.manual_seed(seed)
+    llm, flow, hift = build_parts(cfg, qwen_args(folder))
+    if random_weights:
+        _randomise(llm)
+    else:
+        llm.load_llm_pt(_torch_load(folder / "llm.pt"))
+        flow_sd = _torch_load(folder / "flow.pt")
+        check_state_dict(flow.state_dict(), flow_sd, "flow.pt's tensors")
+        flow.load_state_dict(flow_sd)
+        hift_sd = hift_state(_torch_load(folder / "hift.pt"))
+        check_state_dict(hift.state_dict(), hift_sd, "hift.pt's tensors")
+        hift.load_state_dict(hift_sd)
+    hift.fold_weight_norm()
+    llm = llm.to(device=device, dtype=dtype).eval()
+    flow = flow.to(device=device, dtype=dtype).eval()
+    hift = hift.to(device=device).eval()  # float32: the iSTFT and the sine phase want it
+    encoder = None
+    if (folder / SPEECH_TOKENIZER).exists() and (folder / SPEAKER_ENCODER).exists():
+        encoder = PromptEncoder(folder)
+    voices = VoiceBank(
+        read_spk2info(folder / "spk2info.pt", cfg.flow.spk_embed_dim),
+        cfg.chunk_size,
+        cfg.flow.spk_embed_dim,
+        encoder,
+    )
+    detok = FlowHiftDetokenizer(flow, hift, cfg.chunk_size)
+    return CosyVoice2Model(cfg, llm, load_tokenizer(folder), detok, voices, name or folder.name)
+
+
+def _randomise(llm: SpeechLM) -> None:
+    with torch.no_grad():
+        for pname, p in llm.named_parameters():
+            if "norm" in pname:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)

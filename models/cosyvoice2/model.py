@@ -1,0 +1,162 @@
+"""CosyVoice 2 through the four-stage interface: prompt → Qwen2 speech-token LM on paged KV →
+flow-matching + HiFT audio, conditioned per request on its voice."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    BackboneShape,
+    Candidates,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    RepetitionAwareSampling,
+    SpeechModel,
+    StreamState,
+)
+from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
+from models.cosyvoice2.config import CosyVoice2Config
+from models.cosyvoice2.llm import SpeechLM
+from models.cosyvoice2.voices import Voice, VoiceBank
+
+MAX_TEXT_CHARS = 4000
+
+
+class CosyVoice2Stream(StreamState):
+    def __init__(self, flow: FlowHiftStream, ids) -> None:
+        self.flow = flow
+        self.ids = ids
+        self.dropped_tokens = 0  # generated tokens that were not speech codes
+
+
+class CosyVoice2Model(SpeechModel):
+    def __init__(
+        self,
+        cfg: CosyVoice2Config,
+        llm: SpeechLM,
+        tokenizer: Any,
+        detok: FlowHiftDetokenizer,
+        voices: VoiceBank,
+        name: str = "cosyvoice2",
+    ) -> None:
+        self.cfg = cfg
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.detok = detok
+        self.voices = voices
+        self.ids = llm.ids
+        args = llm.qwen.args
+        chunk = cfg.chunk_size
+        self.facts = ModelFacts(
+            name=name,
+            sample_rate=detok.sample_rate,
+            token_rate_hz=float(cfg.token_frame_rate),
+            n_codebooks=1,
+            stop_token_ids=self.ids.stop_ids,
+            # A chunk's mel needs its 25 tokens and the 3 look-ahead tokens after it.
+            first_chunk_tokens=chunk + cfg.flow.pre_lookahead_len,
+            chunk_tokens=chunk,
+            frame_tokens=chunk,
+            voices=voices.names,
+            default_voice=voices.default,
+            max_context=args.max_positions,
+            # ras_sampling's nucleus; CosyVoice applies no temperature and no penalty.
+            sampling_defaults={
+                "temperature": 1.0,
+                "top_p": cfg.llm.top_p,
+                "top_k": cfg.llm.top_k,
+                "repetition_penalty": 1.0,
+            },
+            repetition_aware=RepetitionAwareSampling(cfg.llm.win_size, cfg.llm.tau_r),
+        )
+        self.shape = BackboneShape(
+            num_layers=args.num_layers,
+            hidden_size=args.hidden_size,
+            vocab_size=self.ids.vocab_size,
+            num_kv_heads=args.num_kv_heads,
+            head_dim=args.head_dim,
+            num_q_heads=args.num_heads,
+            dtype=next(llm.parameters()).dtype,
+        )
+
+    # voices ------------------------------------------------------------------------------------
+    def add_voice(self, name: str, text: str, audio16k: np.ndarray, audio24k: np.ndarray) -> None:
+        """A voice prompt: the reference clip (at 16 kHz and 24 kHz) and its transcript, encoded
+        once; requests with voice=name continue its speech in its voice."""
+        self.voices.add_voice(name, self.text_ids(text), audio16k, audio24k)
+        self.facts = dataclasses.replace(
+            self.facts, voices=self.voices.names, default_voice=self.voices.default
+        )
+
+    def add_voices_dir(self, folder: str) -> None:
+        """`NAME.wav` + `NAME.txt` pairs, as for CSM (models/csm/voices.py)."""
+        from models.csm.voices import read_voices
+
+        for clip16, clip24 in zip(
+            read_voices(folder, 16000), read_voices(folder, 24000), strict=True
+        ):
+            self.add_voice(clip16.name, clip16.text, clip16.audio, clip24.audio)
+
+    # 1. preprocess ---------------------------------------------------------------------------
+    def text_ids(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def preprocess(self, text: str, voice: str | None) -> Prompt:
+        """CosyVoice 2's layout: sos, prompt text + text, task_id, the prompt's speech tokens.
+        The answer then continues the prompt's speech."""
+        text = text.strip()
+        if not text:
+            raise ModelInputError("text is empty: give the model something to say")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        v = self.voices.get(voice)
+        ids = self.ids
+        tokens = [ids.sos, *v.text_ids, *self.text_ids(text), ids.task_id]
+        tokens += [ids.speech(s) for s in v.llm_tokens]
+        return Prompt(tokens, extras={"voice": v})
+
+    # 2. forward ------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
+        return self.llm(input_ids, positions, attn)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the speech head's rows (the only tokens CosyVoice 2 generates)."""
+        return self.llm.speech_logits(hidden)
+
+    # 3. sample -------------------------------------------------------------------------------
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        logits = self.llm.speech_logits(hidden)  # [N, S + 3]
+        n, k = logits.shape
+        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
+        if blocked:
+            rows = torch.tensor(blocked, device=logits.device)
+            logits[rows, self.ids.speech_token_size :] = float("-inf")
+        ids = torch.arange(self.ids.speech_base, self.ids.speech_base + k, device=logits.device)
+        return Candidates(logits, ids.expand(n, k))
+
+    # 4. postprocess --------------------------------------------------------------------------
+    def new_stream_state(self) -> CosyVoice2Stream:
+        return self.stream_state_for({"voice": self.voices.get(None)})
+
+    def stream_state_for(self, extras: dict[str, Any]) -> CosyVoice2Stream:
+        v: Voice = extras["voice"]
+        return CosyVoice2Stream(self.detok.new_stream(v.flow_tokens, v.mel, v.embedding), self.ids)
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
+    ) -> list[np.ndarray]:
+        flows = []
+        for state, toks in zip(states, new_tokens, strict=True):
+            assert isinstance(state, CosyVoice2Stream)
+            codes = [c for c in map(self.ids.code_of, toks) if c is not None]
+            state.dropped_tokens += len(toks) - len(codes)
+            self.detok.push(state.flow, codes)
+            flows.append(state.flow)
+        return self.detok.decode(flows, final)

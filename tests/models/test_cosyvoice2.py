@@ -1,0 +1,180 @@
+"""CosyVoice 2's LLM stage through the engine against a transformers Qwen2ForCausalLM decode on
+the same weights (the published llm.pt), prompt layout, RAS and checkpoint errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
+from engine.request import SamplingParams
+from models.base import ModelInputError, RepetitionAwareSampling
+from models.checkpoint_errors import CheckpointError
+from models.cosyvoice2 import configs
+from models.cosyvoice2.loading import load_cosyvoice2
+from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
+
+TEXTS = ["Hello there.", "The quick brown fox.", "Hi!", "One, two, three."]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cosyvoice2") / "model"
+    write_cosyvoice2_checkpoint(folder, configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(tiny_dir):
+    m = load_cosyvoice2(str(tiny_dir), torch.device("cpu"), torch.float32, name="tiny-cosyvoice2")
+    rng = np.random.default_rng(3)
+    m.add_voice(
+        "clip",
+        "This is me.",
+        0.1 * rng.standard_normal(32000).astype(np.float32),
+        0.1 * rng.standard_normal(48000).astype(np.float32),
+    )
+    return m
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_dir):
+    """Qwen2ForCausalLM holding llm.pt's backbone, and llm.pt's speech embedding and head."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    state = torch.load(tiny_dir / "llm.pt", weights_only=True)
+    qwen = Qwen2ForCausalLM(Qwen2Config.from_dict(configs.TINY_QWEN2)).eval()
+    qwen.load_state_dict(
+        {k.removeprefix("llm.model."): v for k, v in state.items() if k.startswith("llm.model.")}
+    )
+    return qwen, state
+
+
+def reference_decode(reference, text_ids: list[int], speech_prompt: list[int], n: int) -> list[int]:
+    """Qwen2LM.inference's loop (sos, text, task_id, prompt speech; last hidden state → llm_decoder),
+    greedy, with the stop rows masked for the first n tokens as the engine's min_tokens does."""
+    qwen, state = reference
+    s = 6561
+    emb = qwen.model.embed_tokens
+    x = torch.cat(
+        [
+            state["llm_embedding.weight"][0:1],
+            emb(torch.tensor(text_ids)),
+            state["llm_embedding.weight"][1:2],
+            state["speech_embedding.weight"][torch.tensor(speech_prompt, dtype=torch.long)],
+        ]
+    )[None]
+    out, cache = [], None
+    with torch.no_grad():
+        for _ in range(n):
+            res = qwen(inputs_embeds=x, cache=cache, use_cache=True, output_hidden_states=True)
+            cache = res.past_key_values  # transformers 5: passed back as `cache`
+            logits = torch.nn.functional.linear(
+                res.hidden_states[-1][0, -1], state["llm_decoder.weight"], state["llm_decoder.bias"]
+            )
+            logits[s:] = float("-inf")
+            top = int(logits.argmax())
+            out.append(top)
+            x = state["speech_embedding.weight"][top][None, None]
+    return out
+
+
+def run(core: EngineCore, specs: list[SpeechRequest]):
+    pending, requests, audio, finished, peak = list(specs), [], {}, {}, 0
+    while pending or core.has_work():
+        for _ in range(min(2, len(pending))):
+            requests.append(core.add_request(pending.pop(0)))
+        for event in core.step():
+            if isinstance(event, AudioChunk):
+                audio.setdefault(event.request_id, []).append(event.pcm)
+            elif isinstance(event, Finished):
+                finished[event.request_id] = event
+        peak = max(peak, core.last_timing.batch_size)
+    return requests, audio, finished, peak
+
+
+def test_greedy_speech_tokens_equal_qwen2_reference_batched(model, reference):
+    config = EngineConfig(max_num_seqs=8, max_batch_tokens=64, num_kv_blocks=64, block_size=16)
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+    lengths = [9, 6, 8, 7]
+    voices = ["narrator", "clip", "guide", "clip"]
+    specs = [
+        SpeechRequest(
+            t,
+            v,
+            SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=n, min_tokens=n),
+        )
+        for t, v, n in zip(TEXTS, voices, lengths, strict=True)
+    ]
+    requests, audio, finished, peak = run(core, specs)
+    assert peak == 4
+    ids = model.ids
+    for req, text, voice, n in zip(requests, TEXTS, voices, lengths, strict=True):
+        v = model.voices.get(voice)
+        want = reference_decode(reference, v.text_ids + model.text_ids(text), v.llm_tokens, n)
+        got = [ids.code_of(t) for t in req.output_ids]
+        assert got == want, req.request_id
+        assert finished[req.request_id].reason == FinishReason.LENGTH
+        # Final flush: every token's two mel frames become 480 samples each.
+        assert sum(len(c) for c in audio[req.request_id]) == n * 2 * 480
+    assert core.blocks.num_used == 0
+
+
+def test_prompt_layout(model):
+    ids = model.ids
+    plain = model.preprocess("Hi!", "narrator").token_ids
+    assert plain == [ids.sos, *model.text_ids("Hi!"), ids.task_id]
+    v = model.voices.get("clip")
+    cloned = model.preprocess("Hi!", "clip").token_ids
+    assert cloned == [
+        ids.sos,
+        *model.text_ids("This is me."),
+        *model.text_ids("Hi!"),
+        ids.task_id,
+        *[ids.speech(s) for s in v.llm_tokens],
+    ]
+    assert len(v.flow_tokens) % 25 == 0 and v.mel.shape == (2 * len(v.flow_tokens), 80)
+    with pytest.raises(ModelInputError, match="unknown voice"):
+        model.preprocess("Hi!", "nobody")
+    with pytest.raises(ModelInputError, match="empty"):
+        model.preprocess("  ", None)
+
+
+def test_repetition_aware_sampling_redraws_repeats():
+    from engine.request import SamplingParams as SP
+    from engine.sampling import Sampler, SamplingRow
+    from models.base import Candidates
+
+    ras = RepetitionAwareSampling(window=10, tau_r=0.1)
+    sampler = Sampler(8, torch.device("cpu"), repetition_aware=ras)
+    params = SP(temperature=1.0, top_k=1, top_p=1.0, repetition_penalty=1.0, seed=1)
+    logits = torch.tensor([[5.0, 4.9, 4.8, 4.7, 4.6, 4.5, 4.4, 4.3]])
+    draws = {True: [], False: []}
+    for repeated in (False, True):
+        sampler.add_request("r", params, [])
+        for step in range(40):
+            recent = (0,) if repeated else (3,)
+            row = SamplingRow("r", params, step, recent)
+            draws[repeated].append(sampler.sample(Candidates(logits.clone(), None), [row])[0])
+        sampler.drop_request("r")
+    assert set(draws[False]) == {0}  # top-1 nucleus, no repeat in the window: always token 0
+    assert len(set(draws[True])) > 1  # token 0 repeats: redrawn from the whole distribution
+
+
+def test_missing_file_is_named(tiny_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_dir, broken)
+    (broken / "flow.pt").unlink()
+    with pytest.raises(CheckpointError, match="flow.pt"):
+        load_cosyvoice2(str(broken), torch.device("cpu"), torch.float32)
+    state = torch.load(tiny_dir / "hift.pt", weights_only=True)
+    state.pop("conv_post.bias")
+    (broken / "flow.pt").write_bytes((tiny_dir / "flow.pt").read_bytes())
+    torch.save(state, broken / "hift.pt")
+    with pytest.raises(CheckpointError, match="conv_post.bias"):
+        load_cosyvoice2(str(broken), torch.device("cpu"), torch.float32)
