@@ -36,10 +36,10 @@ class EngineConfig:
     max_lead_s: float = 30.0
     # The first chunk holds enough audio to cover generating and decoding the next chunk, times
     # this margin (the listener plays from the first frame on) ...
-    first_audio_margin: float = 1.5
+    first_audio_margin: float = 2.0
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
-    first_audio_budget_s: float = 0.3
+    first_audio_budget_s: float = 0.35
     # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before
     # the oldest are dropped, and how many frame periods the tick grid may run late before it
     # resyncs to now.

@@ -97,6 +97,7 @@ class EngineCore:
             self.detok = InlineDetokenizer(model, clock)
         self.steps = 0
         self._last_detok_s = 0.0
+        self._last_llm_start: float | None = None
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s",
@@ -265,7 +266,7 @@ class EngineCore:
             t1 = self.clock()
             tokens = self.worker.run_llm(plan.chunks, self.config.block_size)
             timing.llm_s = self.clock() - t1
-            self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, timing.llm_s)
+            self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, self._token_interval(t0, timing.llm_s))
             self._apply_tokens(plan.chunks, tokens)
         ready = self.scheduler.schedule_detok(self.clock())
         if ready:
@@ -278,6 +279,15 @@ class EngineCore:
         self.steps += 1
         self.last_timing = timing
         return events
+
+    def _token_interval(self, step_start: float, llm_s: float) -> float:
+        """How often a running request gets a token: the time between consecutive LLM steps
+        while the loop is busy (the detokenizer's hand-offs, event dispatch and commands
+        included), not just the forward pass, which under load is a good deal shorter."""
+        last, self._last_llm_start = self._last_llm_start, step_start
+        if last is None or step_start - last > 4 * max(llm_s, self.scheduler.step_time_s):
+            return llm_s  # the loop was idle in between: the gap says nothing about the cadence
+        return step_start - last
 
     def _apply_tokens(self, chunks, tokens: list[Token]) -> None:
         sampled = iter(tokens)

@@ -45,15 +45,28 @@ _FLAT_TO_MODULE = (
 )
 
 
+MIN_TRANSFORMERS = "5.21"
+
+
 def require_transformers():
     """Import transformers' Mimi, or say how to get it."""
     try:
         from transformers import MimiConfig, MimiModel
+        from transformers.models.mimi import modeling_mimi
     except ImportError as exc:
         raise CheckpointError(
-            "Mimi-based models (CSM) need the `transformers` package (>= 5): "
+            f"Mimi-based models (CSM, Moshi) need the `transformers` package (>= {MIN_TRANSFORMERS}): "
             "pip install 'voxgate[csm]'"
         ) from exc
+    # The streaming decoder drives transformers' module layout, which moved the upsampling
+    # and decoder transformer under `decoder` (MimiDecoderModel) in 5.21.
+    if not hasattr(modeling_mimi, "MimiDecoderModel"):
+        import transformers
+
+        raise CheckpointError(
+            f"Mimi-based models (CSM, Moshi) need transformers >= {MIN_TRANSFORMERS}, found "
+            f"{transformers.__version__}: pip install -U 'transformers>={MIN_TRANSFORMERS}'"
+        )
     return MimiConfig, MimiModel
 
 

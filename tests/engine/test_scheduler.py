@@ -190,7 +190,7 @@ def test_first_chunk_covers_the_time_to_the_next_chunk():
     sched.step_time_s, sched.detok_time_s = 0.01, 0.01
     req = admit(sched, prompt_len=10, arrival=0.0)
     first_s = _run_until_first_audio(sched, req, now=0.0, dt=0.001)
-    cover = 1.5 * (FACTS.chunk_tokens * 0.01 + 0.01)
+    cover = sched.config.first_audio_margin * (FACTS.chunk_tokens * 0.01 + 0.01)
     assert first_s >= cover
     assert first_s < cover + FACTS.frame_tokens * FACTS.seconds_per_token  # no more than needed
     assert round(first_s / FACTS.seconds_per_token) % FACTS.frame_tokens == 0
