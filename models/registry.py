@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -26,6 +27,9 @@ PRESETS = {
         "tiny-csm", "CSM architecture scaled down (Mimi included), seeded random weights (noise)"
     ),
     "csm-1b": Preset("csm-1b", "sesame/csm-1b (transformers layout) with its Mimi codec"),
+    "voxgate-tiny": Preset(
+        "voxgate-tiny", "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)"
+    ),
 }
 
 
@@ -47,6 +51,9 @@ def load_model(
     from models.orpheus.presets import ensure_tiny_orpheus
 
     device = torch.device(device)
+    tiny = _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir)
+    if tiny is not None:
+        return tiny
     csm = _load_csm(model, codec, device, dtype, progress, random_weights, voices_dir)
     if csm is not None:
         return csm
@@ -69,6 +76,28 @@ def load_model(
         "repo id must hold a supported checkpoint (Orpheus: Llama config with the audio "
         "vocabulary; CSM: transformers' CsmConfig)"
     )
+
+
+def _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir) -> SpeechModel | None:
+    """The voxgate-tiny family, or None when `model` is neither its preset nor its checkpoint."""
+    from models.voxgate_tiny.loading import (
+        is_voxgate_tiny_config,
+        load_voxgate_tiny,
+        shipped_weights,
+    )
+    from models.voxgate_tiny.presets import ensure_random_voxgate_tiny
+
+    if model != "voxgate-tiny":
+        if model in PRESETS or random_weights or not Path(model).expanduser().is_dir():
+            return None
+        if not is_voxgate_tiny_config(read_config(Path(model).expanduser())):
+            return None
+    if codec or voices_dir:
+        raise CheckpointError("voxgate-tiny carries its own codec and one voice; drop --codec / --voices-dir")
+    if model == "voxgate-tiny":
+        source = ensure_random_voxgate_tiny() if random_weights else shipped_weights()
+        return load_voxgate_tiny(source, device, dtype, name=model)
+    return load_voxgate_tiny(model, device, dtype)
 
 
 def _load_csm(

@@ -126,7 +126,9 @@ def train(args: argparse.Namespace) -> None:
         if budget.step % args.log_every == 0 or budget.done():
             parts = " ".join(f"{k} {v.item():.3f}" for k, v in losses.items())
             log_line(log, f"step {budget.step} t {budget.elapsed:.0f}s lr {lr:.2e} {parts}")
-    save_voxcodec(codec.eval(), out)
+    # bfloat16, as the shipped checkpoint stores it (and under the 16 MiB a file may travel);
+    # `encode` then reads these very weights, so tokens and shipped decoder agree.
+    save_voxcodec(codec.eval(), out, torch.bfloat16)
     log_line(log, f"codec saved to {out} after {budget.step} steps")
 
 

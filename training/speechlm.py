@@ -169,6 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--sanity", type=int, default=0, help="speak this many held-out sentences at the end"
+    )
     args = p.parse_args(argv)
 
     device = pick_device(args.device)
@@ -240,6 +243,39 @@ def main(argv: list[str] | None = None) -> None:
     log_line(
         log, "wrote " + ", ".join(f"{f.name} ({f.stat().st_size / 2**20:.1f} MiB)" for f in written)
     )
+    if args.sanity:
+        try:
+            sanity_check(out, device, args.sanity, log)
+        except Exception as exc:  # the checkpoint is written; a failed check must not lose it
+            log_line(log, f"sanity check failed: {type(exc).__name__}: {exc}")
+
+
+def sanity_check(folder: Path, device: torch.device, count: int, log: Path | None) -> None:
+    """Reload the written checkpoint through the real loader and speak `count` held-out
+    sentences through the engine: does each stop, after about as many frames as the text
+    needs (~14 characters a second)?"""
+    from engine.config import EngineConfig
+    from engine.core import EngineCore
+    from engine.outputs import Finished, SpeechRequest
+    from engine.request import SamplingParams
+    from models.voxgate_tiny.loading import load_voxgate_tiny
+    from training.sentences import heldout_sentences
+
+    model = load_voxgate_tiny(folder, device, torch.float32)
+    config = EngineConfig(cuda_graphs=False, async_detok=False, kv_memory_fraction=0.05)
+    core = EngineCore(model, config, device, "sdpa")
+    texts = heldout_sentences(count)
+    params = SamplingParams(**{**model.facts.sampling_defaults, "seed": 0, "max_tokens": 1000})
+    ids = {core.add_request(SpeechRequest(t, None, params)).request_id: t for t in texts}
+    while core.has_work():
+        for event in core.step():
+            if isinstance(event, Finished):
+                text = ids[event.request_id]
+                log_line(
+                    log,
+                    f"sanity: {event.reason.value} after {event.num_tokens} frames "
+                    f"({event.num_tokens / 50:.1f} s; the text suggests ~{len(text) / 14:.1f} s): {text}",
+                )
 
 
 if __name__ == "__main__":

@@ -36,14 +36,38 @@ MEAN_SECONDS = 2.7  # measured mean utterance length of the generated sentences 
 
 
 def unpack_debs(debs: Path, root: Path) -> Path:
-    """dpkg -x every .deb in `debs` into `root`; returns root."""
+    """dpkg -x every .deb in `debs` into `root` (a .deb is an ar archive holding
+    data.tar.*; without dpkg, Python unpacks that); returns root."""
     files = sorted(debs.glob("*.deb"))
     if not files:
         raise SystemExit(f"no .deb files in {debs}: run `make teacher-debs` first")
     root.mkdir(parents=True, exist_ok=True)
     for deb in files:
-        subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+        if shutil.which("dpkg"):
+            subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+        else:
+            _extract_deb_data(deb, root)
     return root
+
+
+def _extract_deb_data(deb: Path, root: Path) -> None:
+    import io
+    import tarfile
+
+    blob = deb.read_bytes()
+    pos = 8  # after "!<arch>\n"
+    while pos < len(blob):
+        name, size = (
+            blob[pos : pos + 16].decode().strip().rstrip("/"),
+            int(blob[pos + 48 : pos + 58]),
+        )
+        body = blob[pos + 60 : pos + 60 + size]
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+                tar.extractall(root, filter="tar")
+            return
+        pos += 60 + size + (size % 2)
+    raise SystemExit(f"{deb} holds no data.tar member")
 
 
 def flite_command(root: Path | None) -> tuple[list[str], dict[str, str]]:

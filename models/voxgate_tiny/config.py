@@ -20,7 +20,7 @@ class VoxgateTinyConfig:
     text_vocab_size: int
     depth_inner: int
     codec: VoxCodecConfig
-    sampling: dict[str, float]
+    sampling: dict[str, float | int]
     raw: dict
 
     @classmethod
@@ -40,7 +40,10 @@ class VoxgateTinyConfig:
                 text_vocab_size=int(cfg["text_vocab_size"]),
                 depth_inner=int(cfg["depth_intermediate_size"]),
                 codec=codec,
-                sampling={k: float(v) for k, v in (cfg.get("sampling") or {}).items()},
+                sampling={
+                    k: int(v) if k == "top_k" else float(v)
+                    for k, v in (cfg.get("sampling") or {}).items()
+                },
                 raw=cfg,
             )
         except KeyError as missing:
