@@ -55,7 +55,21 @@ class Utterance:
         return len(self.text_ids) + len(self.codes)
 
 
-def load_tokens(folder: Path, tokenizer: CharTokenizer) -> list[Utterance]:
+def group_frames(codes: np.ndarray, frames_per_row: int) -> np.ndarray:
+    """Codec frames [n, K] → rows [ceil(n / f), f·K]: f consecutive frames a row. An odd
+    tail repeats the last frame (the trimmed teacher audio ends in silence)."""
+    short = -len(codes) % frames_per_row
+    if short:
+        codes = np.concatenate([codes, np.repeat(codes[-1:], short, axis=0)])
+    return codes.reshape(len(codes) // frames_per_row, -1)
+
+
+def model_rows_per_s(config: dict) -> float:
+    codec = config["codec_config"]
+    return codec["sample_rate"] / codec["hop_length"] / config["frames_per_row"]
+
+
+def load_tokens(folder: Path, tokenizer: CharTokenizer, frames_per_row: int = 1) -> list[Utterance]:
     files = sorted(Path(folder).glob("tokens-*.npz"))
     if not files:
         raise SystemExit(
@@ -66,7 +80,8 @@ def load_tokens(folder: Path, tokenizer: CharTokenizer) -> list[Utterance]:
         d = np.load(path)
         texts = json.loads(str(d["texts"]))
         for text, off, n in zip(texts, d["offsets"], d["lengths"], strict=True):
-            out.append(Utterance(tokenizer.encode(text), d["codes"][off : off + n]))
+            rows = group_frames(d["codes"][off : off + n], frames_per_row)
+            out.append(Utterance(tokenizer.encode(text), rows))
     return out
 
 
@@ -188,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, param in lm.named_parameters():
             if "norm" not in name:
                 torch.nn.init.normal_(param, 0.0, 0.02)
-    utts = load_tokens(Path(args.tokens), tokenizer)
+    utts = load_tokens(Path(args.tokens), tokenizer, config["frames_per_row"])
     longest = config["max_position_embeddings"]
     utts = [u for u in utts if len(u) + 1 <= longest]
     rng.shuffle(utts)
@@ -198,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     n_params = sum(p.numel() for p in lm.parameters())
     log_line(
         log,
-        f"speechlm: {len(train)} utterances ({frames / 50 / 3600:.2f} h), {n_params / 1e6:.1f}M params, device {device}",
+        f"speechlm: {len(train)} utterances ({frames / model_rows_per_s(config) / 3600:.2f} h), {n_params / 1e6:.1f}M params, device {device}",
     )
     decay = [p for n, p in lm.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in lm.named_parameters() if p.ndim < 2]
@@ -274,7 +289,7 @@ def sanity_check(folder: Path, device: torch.device, count: int, log: Path | Non
                 log_line(
                     log,
                     f"sanity: {event.reason.value} after {event.num_tokens} frames "
-                    f"({event.num_tokens / 50:.1f} s; the text suggests ~{len(text) / 14:.1f} s): {text}",
+                    f"({event.num_tokens / model.facts.token_rate_hz:.1f} s; the text suggests ~{len(text) / 14:.1f} s): {text}",
                 )
 
 

@@ -15,8 +15,9 @@ MODEL_TYPE = "voxgate_tiny"
 @dataclass(frozen=True)
 class VoxgateTinyConfig:
     llama: LlamaArgs
-    num_codebooks: int
+    num_codebooks: int  # codes per row: the codec's codebooks × frames_per_row
     codebook_size: int
+    frames_per_row: int  # codec frames one backbone step emits
     text_vocab_size: int
     depth_inner: int
     codec: VoxCodecConfig
@@ -37,6 +38,7 @@ class VoxgateTinyConfig:
                 ),
                 num_codebooks=int(cfg["num_codebooks"]),
                 codebook_size=int(cfg["codebook_size"]),
+                frames_per_row=int(cfg.get("frames_per_row", 1)),
                 text_vocab_size=int(cfg["text_vocab_size"]),
                 depth_inner=int(cfg["depth_intermediate_size"]),
                 codec=codec,
@@ -48,10 +50,12 @@ class VoxgateTinyConfig:
             )
         except KeyError as missing:
             raise CheckpointError(f"{where} lacks the voxgate_tiny field {missing}") from None
-        if (out.num_codebooks, out.codebook_size) != (codec.num_codebooks, codec.codebook_size):
+        per_row = codec.num_codebooks * out.frames_per_row
+        if (out.num_codebooks, out.codebook_size) != (per_row, codec.codebook_size):
             raise CheckpointError(
-                f"{where}: the model emits {out.num_codebooks} codebooks of {out.codebook_size} but "
-                f"the codec has {codec.num_codebooks} of {codec.codebook_size}"
+                f"{where}: the model emits rows of {out.num_codebooks} codes of {out.codebook_size} "
+                f"but {out.frames_per_row} frame(s) of the codec are {per_row} codes of "
+                f"{codec.codebook_size}"
             )
         return out
 
@@ -66,6 +70,7 @@ def tiny_config_dict(
     intermediate: int = 768,
     depth_intermediate: int = 512,
     max_positions: int = 2048,
+    frames_per_row: int = 2,
     sampling: dict[str, float] | None = None,
 ) -> dict:
     """The config.json of a voxgate-tiny model. Defaults: the shipped size, about 11M
@@ -83,8 +88,9 @@ def tiny_config_dict(
         "rope_theta": 10000.0,
         "max_position_embeddings": max_positions,
         "tie_word_embeddings": False,
-        "num_codebooks": codec.num_codebooks,
+        "num_codebooks": codec.num_codebooks * frames_per_row,
         "codebook_size": codec.codebook_size,
+        "frames_per_row": frames_per_row,
         "text_vocab_size": text_vocab_size,
         "depth_intermediate_size": depth_intermediate,
         "sampling": sampling

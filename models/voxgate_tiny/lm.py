@@ -2,7 +2,9 @@
 cache, and a small depth stage for the other codebooks of a frame. The same modules train
 (training/speechlm.py, with `DenseCausalAttention`) and serve (the engine's backends).
 
-A step's token is a row of `K + 1` ids: the frame's K codec codes, then a text column; -1 marks
+A step's token is a row of `K + 1` ids: K codec codes (`frames_per_row` consecutive codec
+frames: two 20 ms frames a row halve the backbone's steps per second of audio, which is what a
+CPU pays for), then a text column; -1 marks
 an absent column. Prompt rows carry text only (`<bos>`, characters, `<audio>`), generated rows
 codes only. The backbone embeds a row as the sum of its present columns' embeddings.
 

@@ -41,5 +41,10 @@ def load_voxgate_tiny(
         )
     config, lm, codec, tokenizer = load_checkpoint(folder, device, dtype)
     return VoxgateTinyModel(
-        lm, tokenizer, VoxCodecDetokenizer(codec), config.sampling, name=name or folder.name
+        lm,
+        tokenizer,
+        VoxCodecDetokenizer(codec),
+        config.sampling,
+        name=name or folder.name,
+        frames_per_row=config.frames_per_row,
     )

@@ -44,26 +44,31 @@ class VoxgateTinyModel(SpeechModel):
         detok: VoxCodecDetokenizer,
         sampling: dict[str, float],
         name: str = "voxgate-tiny",
-        first_chunk_frames: int = 2,
-        chunk_frames: int = 5,
+        frames_per_row: int = 1,
+        first_chunk_rows: int = 1,
+        chunk_rows: int = 3,
     ) -> None:
         self.lm = lm
         self.tokenizer = tokenizer
         self.detok = detok
         self.k = lm.num_codebooks
-        if (detok.num_codebooks, detok.codebook_size) != (self.k, lm.codebook_size):
+        self.frames_per_row = frames_per_row
+        if (detok.num_codebooks * frames_per_row, detok.codebook_size) != (
+            self.k,
+            lm.codebook_size,
+        ):
             raise ModelInputError("the codec's codebooks do not match the model's")
         args = lm.args
         self.facts = ModelFacts(
             name=name,
             sample_rate=detok.sample_rate,
-            token_rate_hz=detok.frame_rate,
-            n_codebooks=self.k,
+            token_rate_hz=detok.frame_rate / frames_per_row,
+            n_codebooks=detok.num_codebooks,
             stop_token_ids=(),  # a stop is a row whose codebook 0 is end-of-audio (is_stop)
-            # The decoder is causal: audio can start after any frame. Two frames (40 ms) first,
-            # five (100 ms) a chunk after that, so that CPU decoder calls stay few.
-            first_chunk_tokens=first_chunk_frames,
-            chunk_tokens=chunk_frames,
+            # The decoder is causal: audio can start after any row. One row (40 ms at two
+            # frames a row) first, three (120 ms) a chunk after that: few CPU decoder calls.
+            first_chunk_tokens=first_chunk_rows,
+            chunk_tokens=chunk_rows,
             voices=(VOICE,),
             default_voice=VOICE,
             max_context=args.max_positions,
@@ -133,6 +138,12 @@ class VoxgateTinyModel(SpeechModel):
     ) -> list[np.ndarray]:
         for state, rows in zip(states, new_tokens, strict=True):
             assert isinstance(state, VoxgateTinyStream)
-            frames = [list(row[: self.k]) for row in rows if not self.is_stop(row)]  # type: ignore[index]
+            n = self.detok.num_codebooks
+            frames = [
+                list(row[i : i + n])  # type: ignore[index]
+                for row in rows
+                if not self.is_stop(row)
+                for i in range(0, self.k, n)
+            ]
             self.detok.push(state.codec, frames)
         return self.detok.decode([s.codec for s in states])  # type: ignore[attr-defined]

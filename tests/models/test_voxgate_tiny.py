@@ -120,7 +120,7 @@ def test_engine_greedy_rows_equal_transformers_reference(checkpoint):
         expected = reference_greedy(hf, model.lm, model.prompt_rows(text), n)
         assert req.output_ids == expected
         pcm = np.concatenate(audio[req.request_id])
-        assert pcm.shape == (n * CODEC.hop_length,) and np.isfinite(pcm).all()
+        assert pcm.shape == (2 * n * CODEC.hop_length,) and np.isfinite(pcm).all()
 
 
 def test_training_forward_equals_transformers(checkpoint):
@@ -130,7 +130,9 @@ def test_training_forward_equals_transformers(checkpoint):
     hf = hf_backbone(checkpoint, lm)
     rng = np.random.default_rng(0)
     utts = [
-        Utterance(tokenizer.encode(t), rng.integers(0, 1000, (n, 4)).astype(np.uint16))
+        Utterance(
+            tokenizer.encode(t), rng.integers(0, 1000, (n, lm.num_codebooks)).astype(np.uint16)
+        )
         for t, n in (("hi there.", 5), ("a longer one, see?", 9))
     ]
     batch = make_batch(utts, lm.num_codebooks, lm.eos)
@@ -154,11 +156,16 @@ def test_training_forward_equals_transformers(checkpoint):
 
 def test_stop_row_ends_generation_and_is_not_decoded(checkpoint):
     model = load_voxgate_tiny(checkpoint, torch.device("cpu"), torch.float32)
-    stop = (model.lm.eos, 0, 0, 0, -1)
-    assert model.is_stop(stop) and not model.is_stop((1, 2, 3, 4, -1))
+    frame_pair = (1, 2, 3, 4, 5, 6, 7, 8, -1)  # two codec frames a row
+    stop = (model.lm.eos, *frame_pair[1:])
+    assert model.is_stop(stop) and not model.is_stop(frame_pair)
     state = model.new_stream_state()
-    audio = model.detokenize([state], [[(1, 2, 3, 4, -1), stop]], [True])
-    assert audio[0].shape == (CODEC.hop_length,)
+    audio = model.detokenize([state], [[frame_pair, stop]], [True])
+    assert audio[0].shape == (2 * CODEC.hop_length,)
+    from training.speechlm import group_frames
+
+    rows = group_frames(np.arange(12).reshape(3, 4), 2)
+    assert rows.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 8, 9, 10, 11]]
 
 
 def test_bad_inputs_and_checkpoints_say_what_is_wrong(checkpoint, tmp_path):

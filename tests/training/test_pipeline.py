@@ -93,7 +93,7 @@ def test_toy_pipeline_end_to_end(tmp_path):
         ]
     )
     model = load_model(str(tmp_path / "ckpt"))
-    assert model.facts.sample_rate == 24000 and model.facts.token_rate_hz == 50
+    assert model.facts.sample_rate == 24000 and model.facts.token_rate_hz == 25
 
     from engine.config import EngineConfig
     from engine.core import EngineCore
@@ -107,4 +107,4 @@ def test_toy_pipeline_end_to_end(tmp_path):
     samples = 0
     while core.has_work():
         samples += sum(len(e.pcm) for e in core.step() if isinstance(e, AudioChunk))
-    assert samples == 480 * len([r for r in request.output_ids if not model.is_stop(r)]) > 0
+    assert samples == 2 * 480 * len([r for r in request.output_ids if not model.is_stop(r)]) > 0
