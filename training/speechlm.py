@@ -288,7 +288,7 @@ def sanity_check(folder: Path, device: torch.device, count: int, log: Path | Non
                 text = ids[event.request_id]
                 log_line(
                     log,
-                    f"sanity: {event.reason.value} after {event.num_tokens} frames "
+                    f"sanity: {event.reason.value} after {event.num_tokens} rows "
                     f"({event.num_tokens / model.facts.token_rate_hz:.1f} s; the text suggests ~{len(text) / 14:.1f} s): {text}",
                 )
 

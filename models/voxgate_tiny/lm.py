@@ -147,7 +147,9 @@ class DenseCausalAttention:
         def heads(x: torch.Tensor) -> torch.Tensor:
             return x.view(b, n, *x.shape[1:]).transpose(1, 2)  # [B, H, L, D]
 
-        out = F.scaled_dot_product_attention(
-            heads(q), heads(k), heads(v), is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
-        )
+        # Shared KV heads repeated explicitly: the flash kernel then takes the call on any torch
+        # version (enable_gqa may fall back to the slow math kernel).
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
         return out.transpose(1, 2).reshape(q.shape)
