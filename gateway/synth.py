@@ -19,7 +19,7 @@ def add_synth_parser(subparsers) -> None:
     p.add_argument("--text", required=True, help="what to say")
     p.add_argument("--out", required=True, type=Path, help="output .wav path")
     p.add_argument("--voice", default=None)
-    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--temperature", type=float, default=None, help="(default: the model's)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--max-tokens", type=int, default=1200)
     p.add_argument("--min-tokens", type=int, default=0)
@@ -60,14 +60,16 @@ def run_synth(args: argparse.Namespace) -> int:
     from engine.request import SamplingParams
     from models.registry import DEFAULT_MODEL
 
-    sampling = SamplingParams(
-        temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens,
-        min_tokens=args.min_tokens,
-    )
     start = time.monotonic()
     engine = build_engine(
         args.model or DEFAULT_MODEL, args.codec, EngineConfig(device=args.device),
         progress=True, random_weights=args.random_weights,
+    )
+    # The model's tuned sampling (as the gateway uses), with what the command line sets on top.
+    given = {"temperature": args.temperature, "seed": args.seed, "max_tokens": args.max_tokens,
+             "min_tokens": args.min_tokens}
+    sampling = SamplingParams(
+        **{**engine.facts.sampling_defaults, **{k: v for k, v in given.items() if v is not None}}
     )
     audio, finished = asyncio.run(_synthesize(engine, args.text, args.voice, sampling))
     if finished is None or finished.reason.value == "failed":

@@ -1,0 +1,149 @@
+"""voxgate-tiny through the four-stage interface: normalised characters → Llama backbone on the
+engine's paged KV → codebook 0 from the engine's sampler → depth stage for codebooks 1..K-1 →
+streaming VoxCodec audio at 24 kHz."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    BackboneShape,
+    Candidates,
+    CodeSampler,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    SpeechModel,
+    StreamState,
+    Token,
+)
+from models.codecs.voxcodec_stream import VoxCodecDetokenizer, VoxCodecStream
+from models.device_util import upload
+from models.voxgate_tiny.lm import VoxgateTinyLM
+from models.voxgate_tiny.text import CharTokenizer, normalize
+
+VOICE = "slt"  # the teacher voice it learned (CMU ARCTIC slt through Flite)
+MAX_TEXT_CHARS = 600  # normalised characters; it was trained on sentences of up to ~250
+ABSENT = -1
+
+
+@dataclass
+class VoxgateTinyStream(StreamState):
+    codec: VoxCodecStream
+
+
+class VoxgateTinyModel(SpeechModel):
+    def __init__(
+        self,
+        lm: VoxgateTinyLM,
+        tokenizer: CharTokenizer,
+        detok: VoxCodecDetokenizer,
+        sampling: dict[str, float],
+        name: str = "voxgate-tiny",
+        frames_per_row: int = 1,
+        first_chunk_rows: int = 1,
+        chunk_rows: int = 3,
+    ) -> None:
+        self.lm = lm
+        self.tokenizer = tokenizer
+        self.detok = detok
+        self.k = lm.num_codebooks
+        self.frames_per_row = frames_per_row
+        if (detok.num_codebooks * frames_per_row, detok.codebook_size) != (
+            self.k,
+            lm.codebook_size,
+        ):
+            raise ModelInputError("the codec's codebooks do not match the model's")
+        args = lm.args
+        self.facts = ModelFacts(
+            name=name,
+            sample_rate=detok.sample_rate,
+            token_rate_hz=detok.frame_rate / frames_per_row,
+            n_codebooks=detok.num_codebooks,
+            stop_token_ids=(),  # a stop is a row whose codebook 0 is end-of-audio (is_stop)
+            # The decoder is causal: audio can start after any row. One row (40 ms at two
+            # frames a row) first, three (120 ms) a chunk after that: few CPU decoder calls.
+            first_chunk_tokens=first_chunk_rows,
+            chunk_tokens=chunk_rows,
+            voices=(VOICE,),
+            default_voice=VOICE,
+            max_context=args.max_positions,
+            sampling_defaults=dict(sampling),
+            row_width=self.k + 1,
+        )
+        self.shape = BackboneShape(
+            num_layers=args.num_layers,
+            hidden_size=args.hidden_size,
+            vocab_size=lm.codebook_size + 1,
+            num_kv_heads=args.num_kv_heads,
+            head_dim=args.head_dim,
+            num_q_heads=args.num_heads,
+            dtype=next(lm.parameters()).dtype,
+        )
+
+    # 1. preprocess ---------------------------------------------------------------------------
+    def prompt_rows(self, text: str) -> list[tuple[int, ...]]:
+        """Text → prompt rows (<bos>, characters, <audio>), each (-1 × K, text id)."""
+        said = normalize(text)
+        if not said:
+            raise ModelInputError("text has nothing speakable: give the model some words")
+        if len(said) > MAX_TEXT_CHARS:
+            raise ModelInputError(
+                f"text is {len(said)} characters once normalised; the limit is {MAX_TEXT_CHARS} "
+                "(send one sentence per request)"
+            )
+        return [(ABSENT,) * self.k + (t,) for t in self.tokenizer.encode(said)]
+
+    def preprocess(self, text: str, voice: str | None) -> Prompt:
+        if voice not in (None, VOICE):
+            raise ModelInputError(f"unknown voice {voice!r}; this model has one voice, {VOICE!r}")
+        return Prompt(self.prompt_rows(text))
+
+    # 2. forward ------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
+        return self.lm(input_ids, positions, attn)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm.first_logits(hidden)
+
+    # 3. sample -------------------------------------------------------------------------------
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        logits = self.compute_logits(hidden)
+        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
+        if blocked:
+            logits[upload(blocked, torch.long, logits.device), self.lm.eos] = float("-inf")
+        return Candidates(logits, None)
+
+    def depth_stage(
+        self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
+    ) -> torch.Tensor:
+        codes = self.lm.depth.generate(hidden, first_tokens, sample)  # [N, K]
+        return torch.cat([codes, torch.full_like(codes[:, :1], ABSENT)], dim=1)
+
+    def is_stop(self, token: Token) -> bool:
+        return token[0] == self.lm.eos  # type: ignore[index]
+
+    # 4. postprocess --------------------------------------------------------------------------
+    def new_stream_state(self) -> VoxgateTinyStream:
+        return VoxgateTinyStream(codec=self.detok.new_stream())
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
+    ) -> list[np.ndarray]:
+        for state, rows in zip(states, new_tokens, strict=True):
+            assert isinstance(state, VoxgateTinyStream)
+            n = self.detok.num_codebooks
+            frames = [
+                list(row[i : i + n])  # type: ignore[index]
+                for row in rows
+                if not self.is_stop(row)
+                for i in range(0, self.k, n)
+            ]
+            self.detok.push(state.codec, frames)
+        return self.detok.decode([s.codec for s in states])  # type: ignore[attr-defined]

@@ -1,0 +1,31 @@
+"""The `voxgate-tiny` preset: the trained weights shipped in the package, or (for benchmarks
+before they exist, `--random-weights`) the same configuration with seeded random weights,
+written once to `$VOXGATE_CACHE` in the published layout and loaded through the real loader."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from models.codecs.voxcodec import VoxCodecConfig
+from models.orpheus.presets import cache_root
+from models.voxgate_tiny.checkpoint import write_random_checkpoint
+from models.voxgate_tiny.config import tiny_config_dict
+from models.voxgate_tiny.text import CharTokenizer
+
+RANDOM_VERSION = "v2"  # bump when the default config or the random recipe changes
+
+
+def ensure_random_voxgate_tiny(root: Path | None = None) -> Path:
+    target = (root or cache_root()) / f"voxgate-tiny-random-{RANDOM_VERSION}"
+    if not (target / "config.json").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".voxgate-tiny-"))
+        config = tiny_config_dict(VoxCodecConfig(), CharTokenizer().vocab_size)
+        write_random_checkpoint(staging, config, seed=1234)
+        try:
+            staging.rename(target)
+        except OSError:  # another process won the race; its copy is identical
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,110 @@
+"""The training recipe end to end at toy scale: teacher speech (Flite) → codec training →
+codec tokens → SpeechLM training → the exported checkpoint loads through the registry and
+speaks through the engine. Each stage is the same command the GPU runs, with tiny budgets."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from training.judge import edit_distance, word_error_rate, words
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def teacher_args() -> list[str]:
+    debs = REPO / ".teacher"
+    if any(debs.glob("flite_*.deb")):
+        return ["--debs", str(debs)]
+    if shutil.which("flite"):
+        return []
+    pytest.skip("no teacher: apt-get install flite, or `make teacher-debs`")
+
+
+def test_word_error_rate_normalises_before_counting():
+    assert words("Dr. Smith paid $3.") == ["doctor", "smith", "paid", "three", "dollars"]
+    assert edit_distance(["a", "b", "c"], ["a", "x", "c", "d"]) == 2
+    assert word_error_rate(["It costs 3 dollars."], ["it costs three dollars"]) == 0.0
+    assert word_error_rate(["one two three four"], ["one two four"]) == 0.25
+
+
+def test_toy_pipeline_end_to_end(tmp_path):
+    from models.registry import load_model
+    from training import codec, speechlm, teacher
+
+    args = teacher_args()
+    teacher.main([*args, "--out", str(tmp_path / "teacher"), "--hours", "0.004", "--workers", "2"])
+    codec.main(
+        [
+            "train",
+            "--teacher",
+            str(tmp_path / "teacher"),
+            "--out",
+            str(tmp_path / "codec"),
+            "--config",
+            "toy",
+            "--max-steps",
+            "3",
+            "--batch",
+            "2",
+            "--crop-frames",
+            "16",
+            "--device",
+            "cpu",
+        ]
+    )
+    codec.main(
+        [
+            "encode",
+            "--teacher",
+            str(tmp_path / "teacher"),
+            "--codec",
+            str(tmp_path / "codec"),
+            "--out",
+            str(tmp_path / "tokens"),
+            "--device",
+            "cpu",
+        ]
+    )
+    tokens = np.load(next((tmp_path / "tokens").glob("tokens-*.npz")))
+    assert tokens["codes"].shape[1] == 4 and tokens["lengths"].sum() == len(tokens["codes"])
+    speechlm.main(
+        [
+            "--tokens",
+            str(tmp_path / "tokens"),
+            "--codec",
+            str(tmp_path / "codec"),
+            "--out",
+            str(tmp_path / "ckpt"),
+            "--size",
+            "toy",
+            "--max-steps",
+            "3",
+            "--warmup",
+            "2",
+            "--batch-tokens",
+            "2000",
+            "--device",
+            "cpu",
+        ]
+    )
+    model = load_model(str(tmp_path / "ckpt"))
+    assert model.facts.sample_rate == 24000 and model.facts.token_rate_hz == 25
+
+    from engine.config import EngineConfig
+    from engine.core import EngineCore
+    from engine.outputs import AudioChunk, SpeechRequest
+    from engine.request import SamplingParams
+
+    core = EngineCore(model, EngineConfig(num_kv_blocks=64), torch.device("cpu"), "sdpa")
+    request = core.add_request(
+        SpeechRequest("Hello there.", None, SamplingParams(max_tokens=6, seed=0))
+    )
+    samples = 0
+    while core.has_work():
+        samples += sum(len(e.pcm) for e in core.step() if isinstance(e, AudioChunk))
+    assert samples == 2 * 480 * len([r for r in request.output_ids if not model.is_stop(r)]) > 0

@@ -1,0 +1,297 @@
+"""Stage 3: train the voxgate-tiny SpeechLM on the codec-token corpus and export the published
+checkpoint (codec included) as safetensors shards under 15 MiB.
+
+    python -m training.speechlm --tokens TOKENS --codec CODEC --out CKPT [--seconds 390]
+
+A training sequence is exactly what the engine will see: `<bos>`, characters, `<audio>` (text
+rows), then one row per codec frame. Position p is scored on row p+1: codebook 0 (or the
+end-of-audio id after the last frame) from the backbone's head, codebooks 1..K-1 from the depth
+stage, teacher-forced with the true codes of that frame. Text rows are not scored.
+
+Batches hold sequences of similar length (length-sorted buckets, shuffled), padded on the right
+(causal attention never looks at the padding). bf16 autocast on GPUs, AdamW, linear warm-up and
+cosine decay over a wall-clock budget (training/common.py), so the run ends on time on any GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from models.codecs.voxcodec_stream import load_voxcodec
+from models.voxgate_tiny.checkpoint import build_lm, save_checkpoint
+from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
+from models.voxgate_tiny.lm import DenseCausalAttention, VoxgateTinyLM
+from models.voxgate_tiny.text import CharTokenizer
+from training.common import TimeBudget, autocast, log_line, pick_device
+
+SIZES = {
+    "default": {},
+    "toy": {
+        "hidden": 64,
+        "layers": 2,
+        "heads": 2,
+        "kv_heads": 1,
+        "intermediate": 128,
+        "depth_intermediate": 64,
+    },
+}
+IGNORE = -100
+
+
+@dataclass
+class Utterance:
+    text_ids: list[int]
+    codes: np.ndarray  # [frames, K] uint16
+
+    def __len__(self) -> int:
+        return len(self.text_ids) + len(self.codes)
+
+
+def group_frames(codes: np.ndarray, frames_per_row: int) -> np.ndarray:
+    """Codec frames [n, K] → rows [ceil(n / f), f·K]: f consecutive frames a row. An odd
+    tail repeats the last frame (the trimmed teacher audio ends in silence)."""
+    short = -len(codes) % frames_per_row
+    if short:
+        codes = np.concatenate([codes, np.repeat(codes[-1:], short, axis=0)])
+    return codes.reshape(len(codes) // frames_per_row, -1)
+
+
+def model_rows_per_s(config: dict) -> float:
+    codec = config["codec_config"]
+    return codec["sample_rate"] / codec["hop_length"] / config["frames_per_row"]
+
+
+def load_tokens(folder: Path, tokenizer: CharTokenizer, frames_per_row: int = 1) -> list[Utterance]:
+    files = sorted(Path(folder).glob("tokens-*.npz"))
+    if not files:
+        raise SystemExit(
+            f"no tokens-*.npz in {folder}: run `python -m training.codec encode` first"
+        )
+    out = []
+    for path in files:
+        d = np.load(path)
+        texts = json.loads(str(d["texts"]))
+        for text, off, n in zip(texts, d["offsets"], d["lengths"], strict=True):
+            rows = group_frames(d["codes"][off : off + n], frames_per_row)
+            out.append(Utterance(tokenizer.encode(text), rows))
+    return out
+
+
+def make_batch(utts: list[Utterance], k: int, eos: int) -> dict[str, torch.Tensor]:
+    """Rows [B, L, K+1] and targets: `first` [B, L] (codebook 0 / eos / IGNORE) and `codes`
+    [B, L, K] (the next frame's codes where the next row is a frame, else IGNORE)."""
+    length = max(len(u) for u in utts)
+    b = len(utts)
+    rows = np.full((b, length, k + 1), -1, np.int64)
+    first = np.full((b, length), IGNORE, np.int64)
+    codes = np.full((b, length, k), IGNORE, np.int64)
+    for i, u in enumerate(utts):
+        t, n = len(u.text_ids), len(u.codes)
+        rows[i, :t, k] = u.text_ids
+        rows[i, t : t + n, :k] = u.codes
+        # Row p predicts row p+1: the last text row predicts frame 0, the last frame predicts eos.
+        first[i, t - 1 : t - 1 + n] = u.codes[:, 0]
+        first[i, t - 1 + n] = eos
+        codes[i, t - 1 : t - 1 + n] = u.codes
+    return {
+        "rows": torch.from_numpy(rows),
+        "first": torch.from_numpy(first),
+        "codes": torch.from_numpy(codes),
+    }
+
+
+def batches(
+    utts: list[Utterance], tokens_per_batch: int, rng: random.Random
+) -> list[list[Utterance]]:
+    """Length-sorted buckets of about `tokens_per_batch` rows (padding included), shuffled."""
+    order = sorted(range(len(utts)), key=lambda i: (len(utts[i]), rng.random()))
+    out, current = [], []
+    for i in order:
+        longest = len(utts[i])  # sorted: the newest is the longest
+        if current and (len(current) + 1) * longest > tokens_per_batch:
+            out.append(current)
+            current = []
+        current.append(utts[i])
+    if current:
+        out.append(current)
+    rng.shuffle(out)
+    return out
+
+
+def losses(
+    lm: VoxgateTinyLM, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    rows = batch["rows"]
+    b, length, width = rows.shape
+    positions = torch.arange(length, device=rows.device).repeat(b)
+    hidden = lm(rows.view(b * length, width), positions, DenseCausalAttention(b, length))
+    first = batch["first"].view(-1)
+    scored = first != IGNORE
+    loss0 = F.cross_entropy(lm.first_logits(hidden[scored]), first[scored])
+    codes = batch["codes"].view(b * length, -1)
+    framed = codes[:, 0] != IGNORE
+    depth_logits = lm.depth.teacher_forced_logits(
+        hidden[framed], codes[framed]
+    ).float()  # [N, K-1, V]
+    depth = F.cross_entropy(
+        depth_logits.transpose(1, 2), codes[framed][:, 1:], reduction="none"
+    ).mean(0)
+    total = (loss0 + depth.sum()) / lm.num_codebooks
+    parts = {"cb0": loss0.item(), **{f"cb{j + 1}": v.item() for j, v in enumerate(depth)}}
+    return total, parts
+
+
+@torch.no_grad()
+def validate(
+    lm: VoxgateTinyLM, utts: list[Utterance], device: torch.device, tokens: int
+) -> dict[str, float]:
+    lm.eval()
+    sums: dict[str, float] = {}
+    groups = batches(utts, tokens, random.Random(0))
+    for group in groups:
+        batch = {k: v.to(device) for k, v in make_batch(group, lm.num_codebooks, lm.eos).items()}
+        with autocast(device):
+            _, parts = losses(lm, batch)
+        for key, value in parts.items():
+            sums[key] = sums.get(key, 0.0) + value / len(groups)
+    lm.train()
+    return sums
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--tokens", required=True, help="folder of tokens-NN.npz (training.codec encode)"
+    )
+    p.add_argument("--codec", required=True, help="codec folder (training.codec train)")
+    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--size", choices=sorted(SIZES), default="default")
+    p.add_argument("--seconds", type=float, default=390.0, help="wall-clock training budget")
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--batch-tokens", type=int, default=40_000)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=100)
+    p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--sanity", type=int, default=0, help="speak this many held-out sentences at the end"
+    )
+    args = p.parse_args(argv)
+
+    device = pick_device(args.device)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out.parent / f"{out.name}_train_log.txt"
+    tokenizer = CharTokenizer()
+    codec = load_voxcodec(args.codec)
+    config = tiny_config_dict(codec.config, tokenizer.vocab_size, **SIZES[args.size])
+    lm = build_lm(VoxgateTinyConfig.from_dict(config)).to(device).train()
+    with torch.no_grad():
+        for name, param in lm.named_parameters():
+            if "norm" not in name:
+                torch.nn.init.normal_(param, 0.0, 0.02)
+    utts = load_tokens(Path(args.tokens), tokenizer, config["frames_per_row"])
+    longest = config["max_position_embeddings"]
+    utts = [u for u in utts if len(u) + 1 <= longest]
+    rng.shuffle(utts)
+    n_val = max(1, len(utts) // 100)
+    val, train = utts[:n_val], utts[n_val:]
+    frames = sum(len(u.codes) for u in train)
+    n_params = sum(p.numel() for p in lm.parameters())
+    log_line(
+        log,
+        f"speechlm: {len(train)} utterances ({frames / model_rows_per_s(config) / 3600:.2f} h), {n_params / 1e6:.1f}M params, device {device}",
+    )
+    decay = [p for n, p in lm.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in lm.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        fused=device.type == "cuda",
+    )
+    budget = TimeBudget(args.seconds, args.lr, args.warmup, args.max_steps)
+    epoch = 0
+    while not budget.done():
+        epoch += 1
+        for group in batches(train, args.batch_tokens, rng):
+            batch = {
+                k: v.to(device, non_blocking=True)
+                for k, v in make_batch(group, lm.num_codebooks, lm.eos).items()
+            }
+            lr = budget.apply(opt)
+            with autocast(device):
+                loss, parts = losses(lm, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+            opt.step()
+            if budget.step % args.log_every == 0:
+                shown = " ".join(f"{k} {v:.3f}" for k, v in parts.items())
+                log_line(
+                    log,
+                    f"epoch {epoch} step {budget.step} t {budget.elapsed:.0f}s lr {lr:.2e} {shown}",
+                )
+            if budget.done():
+                break
+    shown = " ".join(
+        f"{k} {v:.3f}" for k, v in validate(lm, val, device, args.batch_tokens).items()
+    )
+    log_line(
+        log,
+        f"done: {budget.step} steps, {epoch} epochs, {budget.elapsed:.0f}s; held-out loss {shown}",
+    )
+    written = save_checkpoint(out, config, lm.eval(), codec, tokenizer, torch.bfloat16)
+    log_line(
+        log, "wrote " + ", ".join(f"{f.name} ({f.stat().st_size / 2**20:.1f} MiB)" for f in written)
+    )
+    if args.sanity:
+        try:
+            sanity_check(out, device, args.sanity, log)
+        except Exception as exc:  # the checkpoint is written; a failed check must not lose it
+            log_line(log, f"sanity check failed: {type(exc).__name__}: {exc}")
+
+
+def sanity_check(folder: Path, device: torch.device, count: int, log: Path | None) -> None:
+    """Reload the written checkpoint through the real loader and speak `count` held-out
+    sentences through the engine: does each stop, after about as many frames as the text
+    needs (~14 characters a second)?"""
+    from engine.config import EngineConfig
+    from engine.core import EngineCore
+    from engine.outputs import Finished, SpeechRequest
+    from engine.request import SamplingParams
+    from models.voxgate_tiny.loading import load_voxgate_tiny
+    from training.sentences import heldout_sentences
+
+    model = load_voxgate_tiny(folder, device, torch.float32)
+    config = EngineConfig(cuda_graphs=False, async_detok=False, kv_memory_fraction=0.05)
+    core = EngineCore(model, config, device, "sdpa")
+    texts = heldout_sentences(count)
+    params = SamplingParams(**{**model.facts.sampling_defaults, "seed": 0, "max_tokens": 1000})
+    ids = {core.add_request(SpeechRequest(t, None, params)).request_id: t for t in texts}
+    while core.has_work():
+        for event in core.step():
+            if isinstance(event, Finished):
+                text = ids[event.request_id]
+                log_line(
+                    log,
+                    f"sanity: {event.reason.value} after {event.num_tokens} rows "
+                    f"({event.num_tokens / model.facts.token_rate_hz:.1f} s; the text suggests ~{len(text) / 14:.1f} s): {text}",
+                )
+
+
+if __name__ == "__main__":
+    main()
