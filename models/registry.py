@@ -29,7 +29,6 @@ PRESETS = {
         "tiny-csm", "CSM architecture scaled down (Mimi included), seeded random weights (noise)"
     ),
     "csm-1b": Preset("csm-1b", "sesame/csm-1b (transformers layout) with its Mimi codec"),
-<<<<<<< HEAD
     "tiny-moshi": Preset(
         "tiny-moshi", "Moshi architecture scaled down (Mimi included), seeded random weights (noise)"
     ),
@@ -40,10 +39,9 @@ PRESETS = {
     ),
     "cosyvoice2-0.5b": Preset(
         "cosyvoice2-0.5b", "FunAudioLLM/CosyVoice2-0.5B (Qwen2 LM, flow matching, HiFT)"
-=======
+    ),
     "voxgate-tiny": Preset(
         "voxgate-tiny", "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)"
->>>>>>> issue-voice
     ),
 }
 
@@ -66,7 +64,6 @@ def load_model(
     from models.orpheus.presets import ensure_tiny_orpheus
 
     device = torch.device(device)
-<<<<<<< HEAD
     moshi = _load_moshi(model, codec, device, dtype, progress, random_weights, voices_dir)
     if moshi is not None:
         return moshi
@@ -75,11 +72,9 @@ def load_model(
         if voices_dir is not None:
             cosyvoice.add_voices_dir(voices_dir)
         return cosyvoice
-=======
     tiny = _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir)
     if tiny is not None:
         return tiny
->>>>>>> issue-voice
     csm = _load_csm(model, codec, device, dtype, progress, random_weights, voices_dir)
     if csm is not None:
         return csm
@@ -108,7 +103,6 @@ def load_model(
     )
 
 
-<<<<<<< HEAD
 def _load_moshi(
     model: str, codec, device, dtype, progress, random_weights, voices_dir
 ) -> SpeechModel | None:
@@ -132,7 +126,8 @@ def _load_moshi(
         return load_moshi(str(ensure_tiny_moshi()), device, dtype, progress, name=model)
     source = configs.REPO_ID if model == "moshi-7b" else model
     return load_moshi(source, device, dtype, progress, name=model if is_preset else None)
-=======
+
+
 def _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir) -> SpeechModel | None:
     """The voxgate-tiny family, or None when `model` is neither its preset nor its checkpoint."""
     from models.voxgate_tiny.loading import (
@@ -153,7 +148,6 @@ def _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir) 
         source = ensure_random_voxgate_tiny() if random_weights else shipped_weights()
         return load_voxgate_tiny(source, device, dtype, name=model)
     return load_voxgate_tiny(model, device, dtype)
->>>>>>> issue-voice
 
 
 def _load_csm(
