@@ -29,8 +29,9 @@ class EngineConfig:
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
     async_detok: bool = True
     # Run the engine loop in a process of its own (see engine/process_engine.py) instead of a
-    # thread of the caller's: no GIL shared with the gateway. Off until measured on GPUs.
-    engine_process: bool = False
+    # thread of the caller's: no GIL shared with the gateway. Measured on the H200: goodput
+    # 0 -> 1 req/s from this alone (BENCHMARKS.md), hence the GPU default.
+    engine_process: bool | None = None  # None: a process on CUDA, a thread on the CPU
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0

@@ -51,6 +51,12 @@ def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -
     return EngineCore(model, config, device, resolve_attention(config, device, model.shape.head_dim))
 
 
+def uses_engine_process(config: EngineConfig) -> bool:
+    if config.engine_process is not None:
+        return config.engine_process
+    return resolve_device(config).type == "cuda"
+
+
 def build_engine(
     model: str = DEFAULT_MODEL,
     codec: str | None = None,
@@ -62,7 +68,7 @@ def build_engine(
     """Load the model and start the engine loop; returns the running AsyncEngine (or, with
     `config.engine_process`, a ProcessEngine with the same surface)."""
     config = config or EngineConfig()
-    if config.engine_process:
+    if uses_engine_process(config):
         from engine.process_engine import EngineSpec, ProcessEngine
 
         engine = ProcessEngine(EngineSpec(model, codec, config, random_weights, voices_dir))

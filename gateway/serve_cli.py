@@ -72,8 +72,10 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
     g.add_argument(
         "--engine-process",
-        action="store_true",
-        help="run the engine loop in its own process (no GIL shared with the gateway)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the engine loop in its own process, no GIL shared with the gateway "
+        "(default: on with CUDA, off on the CPU; --no-engine-process forces the thread)",
     )
     g.add_argument(
         "--gil-switch-ms",

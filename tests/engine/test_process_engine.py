@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
+import torch
 
 from engine.config import EngineConfig
 from engine.factory import build_engine
@@ -52,3 +53,13 @@ async def test_process_engine_matches_the_thread_engine():
     finally:
         await engine.shutdown()
     assert not engine.ready
+
+
+def test_engine_process_is_the_default_on_cuda_only():
+    from engine.factory import uses_engine_process
+
+    assert not uses_engine_process(EngineConfig(device="cpu"))
+    assert uses_engine_process(EngineConfig(device="cpu", engine_process=True))
+    assert not uses_engine_process(EngineConfig(device="cuda", engine_process=False))
+    if torch.cuda.is_available():
+        assert uses_engine_process(EngineConfig(device="cuda"))
