@@ -100,3 +100,32 @@ def copy_into(
             target.copy_(tensor)
             seen.add(name)
     return seen
+
+
+def load_with_codec(
+    folder: Path, targets: dict[str, torch.Tensor], codec_prefix: str, progress: bool
+) -> tuple[set[str], list[tuple[str, torch.Tensor]]]:
+    """The transformers layouts that bundle their codec (CSM, Moshi): copy the model's tensors
+    into `targets` and return the names copied plus the codec's tensors (prefix stripped) for
+    the codec loader."""
+    codec: list[tuple[str, torch.Tensor]] = []
+
+    def model_tensors():
+        for name, tensor in iter_safetensors(folder):
+            if name.startswith(codec_prefix):
+                codec.append((name[len(codec_prefix) :], tensor))
+            elif not name.endswith("rotary_emb.inv_freq"):
+                yield name, tensor
+
+    weights = model_tensors()
+    if progress:
+        from tqdm import tqdm
+
+        weights = tqdm(weights, desc=f"loading {folder.name}", unit="tensor")
+    return copy_into(targets, weights, str(folder)), codec
+
+
+def raise_missing(missing: list[str], where: str) -> None:
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" … ({len(missing)} in all)" if len(missing) > 5 else "")
+        raise CheckpointError(f"checkpoint {where} is missing tensors: {shown}")

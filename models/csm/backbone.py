@@ -7,7 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.layers.llama import DecoderLayer, LlamaArgs, RMSNorm, hf_layer_targets
+from models.layers.llama import (
+    DecoderLayer,
+    LlamaArgs,
+    RMSNorm,
+    hf_layer_targets,
+    run_decoder_stack,
+)
 from models.layers.rope import Rotary
 
 
@@ -43,11 +49,7 @@ class CsmBackbone(nn.Module):
 
     def forward(self, rows: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """rows [T, K+1], positions [T] → hidden [T, H] after the final norm."""
-        x = self.embed(rows)
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, attn)
-        return self.norm(x)
+        return run_decoder_stack(self.embed(rows), positions, self.layers, self.rotary, self.norm, attn)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, H] → codebook-0 logits [N, vocab] (float32)."""

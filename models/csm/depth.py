@@ -18,7 +18,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.base import CodeSampler
-from models.layers.llama import DecoderLayer, LlamaArgs, RMSNorm, hf_layer_targets
+from models.layers.llama import (
+    DecoderLayer,
+    LlamaArgs,
+    RMSNorm,
+    hf_layer_targets,
+    run_decoder_stack,
+)
 from models.layers.rope import Rotary
 
 
@@ -97,10 +103,8 @@ class CsmDepthDecoder(nn.Module):
         self.attn.at(start, n)
         x = self.projector(inputs).reshape(b * n, -1)
         positions = torch.arange(start, start + n, device=x.device).repeat(b)
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, self.attn)
-        return self.norm(x).view(b, n, -1)[:, -1]
+        x = run_decoder_stack(x, positions, self.layers, self.rotary, self.norm, self.attn)
+        return x.view(b, n, -1)[:, -1]
 
     def generate(
         self, hidden: torch.Tensor, first: torch.Tensor, sample: CodeSampler, code_limit: int

@@ -14,7 +14,12 @@ from models.csm.backbone import CsmBackbone
 from models.csm.depth import CsmDepthDecoder
 from models.csm.model import CsmModel
 from models.layers.llama import LlamaArgs
-from models.loader import copy_into, iter_safetensors, read_config, resolve_source
+from models.loader import (
+    load_with_codec,
+    raise_missing,
+    read_config,
+    resolve_source,
+)
 
 CODEC_PREFIX = "codec_model."
 _TIED = (
@@ -108,28 +113,12 @@ def _build(cfg: dict, device: torch.device, dtype: torch.dtype):
 
 def _load_weights(folder: Path, backbone, depth, mimi, tied: bool, progress: bool) -> None:
     targets = {**backbone.hf_targets(), **depth.hf_targets()}
-    codec: list[tuple[str, torch.Tensor]] = []
-
-    def model_tensors():
-        for tensor_name, tensor in iter_safetensors(folder):
-            if tensor_name.startswith(CODEC_PREFIX):
-                codec.append((tensor_name[len(CODEC_PREFIX) :], tensor))
-            elif not tensor_name.endswith("rotary_emb.inv_freq"):
-                yield tensor_name, tensor
-
-    weights = model_tensors()
-    if progress:
-        from tqdm import tqdm
-
-        weights = tqdm(weights, desc=f"loading {folder.name}", unit="tensor")
-    seen = copy_into(targets, weights, str(folder))
+    seen, codec = load_with_codec(folder, targets, CODEC_PREFIX, progress)
     required = set(targets) - set(_TIED) if tied else set(targets)
     missing = sorted(required - seen)
     if tied and not seen & set(_TIED):
         missing.append(" or ".join(_TIED))
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" … ({len(missing)} in all)" if len(missing) > 5 else "")
-        raise CheckpointError(f"checkpoint {folder} is missing tensors: {shown}")
+    raise_missing(missing, str(folder))
     if not codec:
         raise CheckpointError(
             f"checkpoint {folder} has no {CODEC_PREFIX}* tensors: the transformers layout of "

@@ -134,6 +134,18 @@ class DecoderLayer(nn.Module):
         return mlp.down_proj(kernels.silu_mul(mlp.gate_up_proj(h))), residual
 
 
+def run_decoder_stack(
+    x: torch.Tensor, positions: torch.Tensor, layers: Iterable[DecoderLayer], rotary: Rotary,
+    norm: RMSNorm, attn,
+) -> torch.Tensor:
+    """Embedded tokens x [T, H] at `positions` [T] through Llama blocks and the final norm: the
+    backbone of every family built from these blocks (Orpheus, CSM, Moshi, voxgate-tiny)."""
+    cos, sin = rotary.cos_sin(positions, x.dtype)
+    for layer in layers:
+        x = layer(x, cos, sin, attn)
+    return norm(x)
+
+
 # HF checkpoint names that we store fused: (our parameter, shard index within it).
 _FUSED = {
     "q_proj": ("qkv_proj", 0),
@@ -178,10 +190,7 @@ class LlamaForCausalLM(nn.Module):
         """x [T, H] already embedded (models that mix text and audio embeddings) → hidden [T, H]."""
         if self.kernels is not None:
             return self._forward_fused(x, positions, attn)
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, attn)
-        return self.norm(x)
+        return run_decoder_stack(x, positions, self.layers, self.rotary, self.norm, attn)
 
     def _forward_fused(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         h, residual = x.clone(), None  # the residual stream is updated in place: not the caller's x

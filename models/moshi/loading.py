@@ -12,7 +12,12 @@ import torch
 from models.checkpoint_errors import CheckpointError
 from models.codecs.mimi import MimiDetokenizer, build_mimi, load_mimi_weights, require_transformers
 from models.codecs.mimi_encoder_streaming import MimiStreamEncoder
-from models.loader import copy_into, iter_safetensors, read_config, resolve_source
+from models.loader import (
+    load_with_codec,
+    raise_missing,
+    read_config,
+    resolve_source,
+)
 from models.moshi.depth import MoshiDepth
 from models.moshi.model import MoshiModel
 from models.moshi.temporal import MoshiTemporal, llama_args
@@ -88,25 +93,8 @@ def load_moshi(
 
 def _load_weights(folder: Path, temporal, depth, mimi, progress: bool) -> None:
     targets = {**temporal.hf_targets(), **depth.hf_targets()}
-    codec: list[tuple[str, torch.Tensor]] = []
-
-    def model_tensors():
-        for tensor_name, tensor in iter_safetensors(folder):
-            if tensor_name.startswith(CODEC_PREFIX):
-                codec.append((tensor_name[len(CODEC_PREFIX) :], tensor))
-            elif not tensor_name.endswith("rotary_emb.inv_freq"):
-                yield tensor_name, tensor
-
-    weights = model_tensors()
-    if progress:
-        from tqdm import tqdm
-
-        weights = tqdm(weights, desc=f"loading {folder.name}", unit="tensor")
-    seen = copy_into(targets, weights, str(folder))
-    missing = sorted(set(targets) - seen)
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" … ({len(missing)} in all)" if len(missing) > 5 else "")
-        raise CheckpointError(f"checkpoint {folder} is missing tensors: {shown}")
+    seen, codec = load_with_codec(folder, targets, CODEC_PREFIX, progress)
+    raise_missing(sorted(set(targets) - seen), str(folder))
     if not codec:
         raise CheckpointError(
             f"checkpoint {folder} has no {CODEC_PREFIX}* tensors: the transformers layout of "

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.base import CodeSampler
-from models.layers.llama import DecoderLayer, LlamaArgs, RMSNorm
+from models.layers.llama import DecoderLayer, LlamaArgs, RMSNorm, run_decoder_stack
 from models.layers.rope import Rotary
 
 
@@ -121,11 +121,7 @@ class VoxgateTinyLM(nn.Module):
 
     def forward(self, rows: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """rows [T, K+1], positions [T] → hidden [T, H] after the final norm."""
-        x = self.embed(rows)
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, attn)
-        return self.norm(x)
+        return run_decoder_stack(self.embed(rows), positions, self.layers, self.rotary, self.norm, attn)
 
     def first_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, H] → codebook-0 / end-of-audio logits [N, V+1] (float32)."""
