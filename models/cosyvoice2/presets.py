@@ -5,8 +5,6 @@ weights, written once to a cache folder so it loads through the real loader."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -14,7 +12,7 @@ import torch
 from models.cosyvoice2 import configs
 from models.cosyvoice2.config import CONFIG_FILE, parse_config, read_yaml
 from models.cosyvoice2.stand_ins import write_byte_tokenizer, write_campplus, write_speech_tokenizer
-from models.orpheus.presets import cache_root
+from models.preset_cache import materialise
 
 TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
 TINY_SPEAKERS = ("narrator", "guide")
@@ -63,29 +61,17 @@ def write_cosyvoice2_checkpoint(folder: Path, sizes: dict, qwen: dict, seed: int
 def ensure_tiny_cosyvoice2(root: Path | None = None) -> Path:
     """The tiny preset's folder, created on first use in a temporary folder renamed into
     place, so concurrent first uses never see half a checkpoint."""
-    target = (root or cache_root()) / f"tiny-cosyvoice2-{TINY_VERSION}"
-    if not (target / "done").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-cosyvoice2-"))
-        write_cosyvoice2_checkpoint(
-            staging / "model", configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025
-        )
-        (staging / "done").write_text("ok\n")
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(staging, ignore_errors=True)
-    return target / "model"
+    def write(folder: Path) -> None:
+        write_cosyvoice2_checkpoint(folder / "model", configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
+
+    return materialise(f"tiny-cosyvoice2-{TINY_VERSION}", write, root) / "model"
 
 
 def ensure_real_config(root: Path | None = None) -> Path:
     """CosyVoice2-0.5B's configuration without its weights (for `--random-weights`): the real
     YAML and Qwen2-0.5B config.json, with the tiny byte tokenizer standing in for Qwen2's (text
     ids mean nothing to random weights)."""
-    target = (root or cache_root()) / f"cosyvoice2-0.5b-config-{TINY_VERSION}"
-    if not (target / "done").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".cosyvoice2-config-"))
+    def write(staging: Path) -> None:
         folder = staging / "model"
         (folder / configs.QWEN_FOLDER).mkdir(parents=True)
         (folder / CONFIG_FILE).write_text(configs.cosyvoice2_yaml(configs.REAL_SIZES))
@@ -93,9 +79,5 @@ def ensure_real_config(root: Path | None = None) -> Path:
             json.dumps(configs.QWEN2_0_5B, indent=2)
         )
         write_byte_tokenizer(folder / configs.QWEN_FOLDER)
-        (staging / "done").write_text("ok\n")
-        try:
-            staging.rename(target)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-    return target / "model"
+
+    return materialise(f"cosyvoice2-0.5b-config-{TINY_VERSION}", write, root) / "model"

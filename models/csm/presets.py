@@ -4,16 +4,14 @@ real loader like any checkpoint."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from models.codecs.mimi import require_transformers
 from models.csm.configs import TINY_CSM
-from models.orpheus.presets import cache_root
 from models.orpheus.tiny_tokenizer import write_tiny_tokenizer
+from models.preset_cache import materialise
 
 TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
 CSM_SPECIALS = {2: "<|AUDIO|>", 3: "<|audio_eos|>"}  # offsets from <|begin_of_text|>
@@ -41,14 +39,5 @@ def write_csm_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
 def ensure_tiny_csm(root: Path | None = None) -> Path:
     """The tiny preset's folder, created on first use in a temporary folder renamed into
     place, so concurrent first uses never see half a checkpoint."""
-    target = (root or cache_root()) / f"tiny-csm-{TINY_VERSION}"
-    if not (target / "done").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-csm-"))
-        write_csm_checkpoint(staging / "model", TINY_CSM, seed=2024)
-        (staging / "done").write_text("ok\n")
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(staging, ignore_errors=True)
-    return target / "model"
+    write = lambda folder: write_csm_checkpoint(folder / "model", TINY_CSM, seed=2024)  # noqa: E731
+    return materialise(f"tiny-csm-{TINY_VERSION}", write, root) / "model"

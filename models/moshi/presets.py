@@ -5,15 +5,13 @@ random weights of the real shape (benchmarks without the download)."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from models.codecs.mimi import require_transformers
 from models.moshi.configs import MOSHI_7B, TINY_MOSHI
-from models.orpheus.presets import cache_root
+from models.preset_cache import materialise
 
 TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
 _SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
@@ -76,17 +74,8 @@ def write_tiny_tokenizer(folder: Path, vocab_size: int) -> None:
 def ensure_tiny_moshi(root: Path | None = None) -> Path:
     """The tiny preset's folder, created on first use in a temporary folder renamed into
     place, so concurrent first uses never see half a checkpoint."""
-    target = (root or cache_root()) / f"tiny-moshi-{TINY_VERSION}"
-    if not (target / "done").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-moshi-"))
-        write_moshi_checkpoint(staging / "model", TINY_MOSHI, seed=2025)
-        (staging / "done").write_text("ok\n")
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(staging, ignore_errors=True)
-    return target / "model"
+    write = lambda folder: write_moshi_checkpoint(folder / "model", TINY_MOSHI, seed=2025)  # noqa: E731
+    return materialise(f"tiny-moshi-{TINY_VERSION}", write, root) / "model"
 
 
 def random_moshi_7b(device: torch.device, dtype: torch.dtype, seed: int = 0):

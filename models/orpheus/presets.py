@@ -4,9 +4,6 @@ written once to a cache folder so that it loads through the real loader like any
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -16,12 +13,9 @@ from models.codecs.snac_checkpoint import save_snac, tiny_snac_config
 from models.layers.llama import LlamaArgs
 from models.orpheus.configs import TINY_ORPHEUS
 from models.orpheus.tiny_tokenizer import write_tiny_tokenizer
+from models.preset_cache import materialise
 
 TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("VOXGATE_CACHE", Path.home() / ".cache" / "voxgate"))
 
 
 def random_llama_state(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
@@ -70,15 +64,10 @@ def ensure_tiny_orpheus(root: Path | None = None) -> tuple[Path, Path]:
     """(model folder, codec folder) of the tiny preset, created on first use. Creation happens
     in a temporary folder renamed into place, so concurrent first uses never see half a
     checkpoint."""
-    target = (root or cache_root()) / f"tiny-orpheus-{TINY_VERSION}"
-    if not (target / "done").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-orpheus-"))
-        write_orpheus_checkpoint(staging / "model", TINY_ORPHEUS, seed=1234)
-        write_tiny_snac(staging / "codec", seed=4321)
-        (staging / "done").write_text("ok\n")
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(staging, ignore_errors=True)
+
+    def write(folder: Path) -> None:
+        write_orpheus_checkpoint(folder / "model", TINY_ORPHEUS, seed=1234)
+        write_tiny_snac(folder / "codec", seed=4321)
+
+    target = materialise(f"tiny-orpheus-{TINY_VERSION}", write, root)
     return target / "model", target / "codec"

@@ -4,12 +4,10 @@ written once to `$VOXGATE_CACHE` in the published layout and loaded through the 
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 from models.codecs.voxcodec import VoxCodecConfig
-from models.orpheus.presets import cache_root
+from models.preset_cache import materialise
 from models.voxgate_tiny.checkpoint import write_random_checkpoint
 from models.voxgate_tiny.config import tiny_config_dict
 from models.voxgate_tiny.text import CharTokenizer
@@ -18,14 +16,8 @@ RANDOM_VERSION = "v2"  # bump when the default config or the random recipe chang
 
 
 def ensure_random_voxgate_tiny(root: Path | None = None) -> Path:
-    target = (root or cache_root()) / f"voxgate-tiny-random-{RANDOM_VERSION}"
-    if not (target / "config.json").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".voxgate-tiny-"))
+    def write(folder: Path) -> None:
         config = tiny_config_dict(VoxCodecConfig(), CharTokenizer().vocab_size)
-        write_random_checkpoint(staging, config, seed=1234)
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+        write_random_checkpoint(folder, config, seed=1234)
+
+    return materialise(f"voxgate-tiny-random-{RANDOM_VERSION}", write, root)
