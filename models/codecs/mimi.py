@@ -29,6 +29,7 @@ import torch
 
 from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.mimi_streaming import State, StreamingMimiDecoder
+from models.codecs.stream_batching import decode_by_length, split_states, stack_states
 from models.device_util import upload
 
 DEFAULT_REPO = "kyutai/mimi"
@@ -179,30 +180,20 @@ class MimiDetokenizer:
     def decode(self, streams: list[MimiStream]) -> list[np.ndarray]:
         """Decode every stream's pending frames (float32 mono, possibly empty) and advance it.
         No flush is ever needed: a causal decoder has nothing held back."""
-        groups: dict[int, list[int]] = {}
-        for i, s in enumerate(streams):
-            if s.pending:
-                groups.setdefault(len(s.pending), []).append(i)
-        out = [np.zeros(0, np.float32) for _ in streams]
-        for rows in groups.values():
-            for i, audio in zip(rows, self._decode_group([streams[i] for i in rows]), strict=True):
-                out[i] = audio
-        return out
+        return decode_by_length(streams, self._decode_group)
 
     def _decode_group(self, group: list[MimiStream]) -> list[np.ndarray]:
         codes = upload([s.pending for s in group], torch.long, self.device)  # [B, n, K]
         latents = self.model.quantizer.decode(codes.transpose(1, 2)).to(self.dtype)  # [B, D, n]
         fresh = self._fresh_state()
-        state = [
-            torch.stack(parts) for parts in zip(*[s.state or fresh for s in group], strict=True)
-        ]
+        state = stack_states(group, fresh)
         steps = upload(
             [s.frames_decoded * self.steps_per_frame for s in group], torch.long, self.device
         )
         audio, state = self.decoder.decode_step(latents, steps, state)
         audio = audio[:, 0].float().cpu().numpy()  # mono: channel 0
-        for i, s in enumerate(group):
-            s.state = [t[i] for t in state]
+        split_states(group, state)
+        for s in group:
             s.frames_decoded += len(s.pending)
             s.pending = []
         return list(audio)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.codecs.stream_batching import decode_by_length, split_states, stack_states
 from models.codecs.voxcodec import VoxCodec, VoxCodecConfig
 from models.device_util import upload
 
@@ -96,26 +97,16 @@ class VoxCodecDetokenizer:
     @torch.inference_mode()
     def decode(self, streams: list[VoxCodecStream]) -> list[np.ndarray]:
         """Decode every stream's pending frames (float32 mono, possibly empty)."""
-        groups: dict[int, list[int]] = {}
-        for i, s in enumerate(streams):
-            if s.pending:
-                groups.setdefault(len(s.pending), []).append(i)
-        out = [np.zeros(0, np.float32) for _ in streams]
-        for rows in groups.values():
-            for i, audio in zip(rows, self._decode_group([streams[i] for i in rows]), strict=True):
-                out[i] = audio
-        return out
+        return decode_by_length(streams, self._decode_group)
 
     def _decode_group(self, group: list[VoxCodecStream]) -> list[np.ndarray]:
         codes = upload([s.pending for s in group], torch.long, self.device)  # [B, n, K]
         fresh = self._fresh_state()
-        state = [
-            torch.stack(parts) for parts in zip(*[s.state or fresh for s in group], strict=True)
-        ]
+        state = stack_states(group, fresh)
         audio, state = self.codec.decode(codes, state)
         audio = audio.float().clamp(-1.0, 1.0).cpu().numpy()
-        for i, s in enumerate(group):
-            s.state = [t[i] for t in state]
+        split_states(group, state)
+        for s in group:
             s.pending = []
         return list(audio)
 

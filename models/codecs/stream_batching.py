@@ -1,0 +1,42 @@
+"""Batching per-stream codec state: streams with the same number of pending frames decode in
+one call, their cached states stacked on a batch dimension and split back afterwards. Shared by
+the causal streaming codecs (Mimi, VoxCodec), whose state is a list of per-layer tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+import torch
+
+
+class PendingStream(Protocol):
+    pending: list  # frames received and not yet decoded
+    state: list[torch.Tensor] | None  # per-layer cache, None before the first call
+
+
+def decode_by_length(
+    streams: Sequence[PendingStream], decode_group: Callable[[list], list[np.ndarray]]
+) -> list[np.ndarray]:
+    """decode_group(streams with equal pending lengths) for each such group; returns every
+    stream's audio in order (empty where nothing was pending)."""
+    groups: dict[int, list[int]] = {}
+    for i, s in enumerate(streams):
+        if s.pending:
+            groups.setdefault(len(s.pending), []).append(i)
+    out = [np.zeros(0, np.float32) for _ in streams]
+    for rows in groups.values():
+        for i, audio in zip(rows, decode_group([streams[i] for i in rows]), strict=True):
+            out[i] = audio
+    return out
+
+
+def stack_states(group: Sequence[PendingStream], fresh: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-layer state tensors [B, ...] of the group (a fresh state for new streams)."""
+    return [torch.stack(parts) for parts in zip(*[s.state or fresh for s in group], strict=True)]
+
+
+def split_states(group: Sequence[PendingStream], state: list[torch.Tensor]) -> None:
+    for i, s in enumerate(group):
+        s.state = [t[i] for t in state]
