@@ -173,6 +173,17 @@ def _load_csm(
     return load_csm(str(folder), device, dtype, progress, voices_dir=voices_dir)
 
 
+def _require_cosyvoice2_extra() -> None:
+    import importlib.util
+
+    missing = [m for m in ("transformers", "yaml", "onnxruntime") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CheckpointError(
+            f"CosyVoice 2 needs {', '.join(missing)} (its tokenizer, YAML config and ONNX voice "
+            "encoders): pip install 'voxgate[cosyvoice2]'"
+        )
+
+
 def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> SpeechModel | None:
     """The CosyVoice 2 family, or None when `model` is not a CosyVoice 2 preset or folder."""
     from pathlib import Path
@@ -186,6 +197,7 @@ def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> Speech
         model in PRESETS or random_weights or not is_cosyvoice2_folder(Path(model).expanduser())
     ):
         return None
+    _require_cosyvoice2_extra()
     if codec:
         raise CheckpointError(
             "CosyVoice 2 checkpoints carry their own flow + HiFT codec; drop --codec"
