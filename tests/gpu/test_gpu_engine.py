@@ -99,7 +99,7 @@ def test_graph_replay_equals_eager(gpu_tiny_dirs):
     with torch.inference_mode():
         attn.prepare(layout)
         eager = model.forward(torch.tensor(ids, device=CUDA), torch.tensor(positions, device=CUDA), attn)
-        replay = graphs.run(ids, positions, layout).clone()
+        replay = graphs.run(torch.tensor(ids, device=CUDA), positions, layout).clone()
     torch.testing.assert_close(replay, eager, atol=1e-2, rtol=1e-2)
     assert (replay - eager).abs().max().item() < 1e-2
 
