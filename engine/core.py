@@ -143,7 +143,7 @@ class EngineCore:
         n = facts.first_chunk_tokens + facts.chunk_tokens
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         try:
-            request = self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
+            self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
         except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first requests may be slower")
             return
