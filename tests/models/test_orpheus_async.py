@@ -62,7 +62,11 @@ def specs() -> list[SpeechRequest]:
         SpeechRequest(
             text,
             sampling=SamplingParams(
-                temperature=temp, top_p=0.9, repetition_penalty=1.3, seed=i, max_tokens=hi,
+                temperature=temp,
+                top_p=0.9,
+                repetition_penalty=1.3,
+                seed=i,
+                max_tokens=hi,
                 min_tokens=lo,
             ),
             request_id=f"r{i}",
@@ -74,7 +78,10 @@ def specs() -> list[SpeechRequest]:
 def new_core(model, async_scheduling: bool) -> EngineCore:
     # A small batch and token budget: queueing, chunked prefill mixed with in-flight decodes.
     config = EngineConfig(
-        max_num_seqs=4, max_batch_tokens=40, num_kv_blocks=128, policy="fcfs",
+        max_num_seqs=4,
+        max_batch_tokens=40,
+        num_kv_blocks=128,
+        policy="fcfs",
         async_scheduling=async_scheduling,
     )
     return EngineCore(model, config, torch.device("cpu"), "sdpa", clock=lambda: 0.0)
@@ -153,12 +160,19 @@ def test_cancel_with_a_token_in_flight(stopping_model):
 
 def test_only_single_id_models_without_host_sampling_state_overlap():
     base = dict(
-        name="m", sample_rate=24000, token_rate_hz=80.0, n_codebooks=1, stop_token_ids=(0,),
-        first_chunk_tokens=8, chunk_tokens=8,
+        name="m",
+        sample_rate=24000,
+        token_rate_hz=80.0,
+        n_codebooks=1,
+        stop_token_ids=(0,),
+        first_chunk_tokens=8,
+        chunk_tokens=8,
     )
     from models.base import RepetitionAwareSampling
 
     assert ModelFacts(**base).supports_async_scheduling
     assert not ModelFacts(**base, row_width=9).supports_async_scheduling  # depth stage
-    assert not ModelFacts(**base, repetition_aware=RepetitionAwareSampling()).supports_async_scheduling
+    assert not ModelFacts(
+        **base, repetition_aware=RepetitionAwareSampling()
+    ).supports_async_scheduling
     assert not ModelFacts(**base, full_duplex=True).supports_async_scheduling
