@@ -124,7 +124,11 @@ class Worker:
             ids.extend(request.token_slice(c.start, min(end, resolved)))
             if end > resolved:  # only a decode of the newest token can get ahead of the host
                 row = previous.row_of.get(request.request_id) if previous is not None else None
-                if row is None or end != resolved + 1 or c.start != resolved:
+                if (
+                    row is None
+                    or previous.requests[row] is not request
+                    or (c.start, end) != (resolved, resolved + 1)
+                ):
                     raise RuntimeError(
                         f"request {request.request_id}: input token {resolved} is neither "
                         "resolved nor in flight from the previous step"
