@@ -1,9 +1,11 @@
 """Decode step time per batch size against the weight-read floor (GPU).
 
     python bench/step_time.py --model orpheus-3b --random-weights --batches 1,8,32,64,128
+    python bench/step_time.py ... --sync      # the synchronous step, for comparison
 
 Prints JSON: copy bandwidth, parameter bytes, floor, and per batch size the LLM step time
-(graph replay + logits + sampling), host overhead, wall time per step with the detokenizer
+(launch + waiting for the tokens; with async scheduling the wait overlaps the next step's
+host work), host overhead, wall time per step with the detokenizer
 running beside it, and the resulting tokens/s and audio seconds per wall second.
 """
 
@@ -46,15 +48,23 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=400, help="tokens already in each request's KV")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--sync", action="store_true", help="synchronous steps (async_scheduling=False)")
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
     args = ap.parse_args()
-    device = torch.device("cuda")
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     batches = [int(b) for b in args.batches.split(",")]
-    model = load_model(args.model, device=device, dtype=torch.bfloat16, random_weights=args.random_weights)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = load_model(args.model, device=device, dtype=dtype, random_weights=args.random_weights)
     params = sum(p.numel() * p.element_size() for p in model.llm.parameters())
-    bw = copy_bandwidth(device)
-    config = EngineConfig(max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192)
+    bw = copy_bandwidth(device) if cuda else None
+    config = EngineConfig(
+        max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
+        async_scheduling=not args.sync,
+    )
     core = build_core(model, config, device)
     results = []
     for batch in batches:
@@ -66,14 +76,14 @@ def main() -> None:
         # Prefill and run up to the target context length.
         while min(len(r.output_ids) for r in core_reqs) < args.context:
             core.step()
-        torch.cuda.synchronize()
+        sync()
         llm, detok, host, steps = 0.0, 0.0, 0.0, 0
         profiler = None
         if batch == args.profile:
             profiler = torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
             profiler.start()
-        torch.cuda.synchronize()
+        sync()
         wall_start = time.perf_counter()
         for _ in range(args.steps):
             core.step()
@@ -82,7 +92,7 @@ def main() -> None:
                 llm += t.llm_s
                 host += t.host_s
                 steps += 1
-        torch.cuda.synchronize()
+        sync()
         wall = time.perf_counter() - wall_start
         detok = core.scheduler.detok_time_s
         if profiler is not None:
@@ -102,10 +112,11 @@ def main() -> None:
             "audio_x_realtime": batch * steps / wall / model.facts.token_rate_hz,
         })
         print(json.dumps(results[-1]), flush=True)
-    floor_ms = 1e3 * params / bw
+    floor_ms = 1e3 * params / bw if bw else None
     print(json.dumps({
         "model": args.model, "attention": resolve_attention(config, device),
-        "gpu": torch.cuda.get_device_name(), "param_bytes": params, "copy_bandwidth_GBps": bw / 1e9,
+        "async_scheduling": core.async_scheduling,
+        "gpu": torch.cuda.get_device_name() if cuda else "cpu", "param_bytes": params, "copy_bandwidth_GBps": bw and bw / 1e9,
         "weight_read_floor_ms": floor_ms, "context": args.context, "results": results,
     }, indent=1))
 

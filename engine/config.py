@@ -28,6 +28,10 @@ class EngineConfig:
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
     async_detok: bool = True
+    # Overlap the host work of step n+1 (scheduling, input preparation, attention planning,
+    # the launch) with the device's step n, for models whose facts allow it
+    # (ModelFacts.supports_async_scheduling); False forces the synchronous step.
+    async_scheduling: bool = True
     # Run the engine loop in a process of its own (see engine/process_engine.py) instead of a
     # thread of the caller's: no GIL shared with the gateway. Measured on the H200: goodput
     # 0 -> 1 req/s from this alone (BENCHMARKS.md), hence the GPU default.

@@ -1,5 +1,15 @@
 """The step loop: schedule → LLM step → detokenizer → events. Single-threaded by design; the
-async client runs it in its own thread."""
+async client runs it in its own thread.
+
+Async scheduling (EngineConfig.async_scheduling, for models whose facts allow it): each step
+launches LLM step n+1 before it resolves step n's tokens, so the host's work (scheduling,
+input preparation, attention planning, the launch, applying tokens, detokenizer hand-offs)
+runs while the device computes. A request whose newest token is still on the device gets it
+as input there (Worker.launch); `Request.num_inflight` keeps positions right meanwhile.
+Consequences, all handled here: max_tokens is known without token values (the scheduler
+never launches past it); a stop token is seen one step late, so a stopped request has run
+one extra step whose token is discarded; a cancelled request's in-flight token is dropped.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +35,7 @@ from engine.outputs import (
 )
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.scheduler import ChunkingFacts, Scheduler
-from engine.worker import Worker
+from engine.worker import LaunchedStep, Worker
 from models.base import ModelInputError, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
@@ -95,13 +105,16 @@ class EngineCore:
             self.detok = ThreadedDetokenizer(model, clock, device)
         else:
             self.detok = InlineDetokenizer(model, clock)
+        self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
+        self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
         self._last_detok_s = 0.0
         self._last_llm_start: float | None = None
         self.last_timing = StepTiming()
         log.info(
-            "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s",
+            "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
             facts.name, attention, num_blocks, config.block_size, config.policy,
+            self.async_scheduling,
         )
 
     def _size_kv_pool(self, device: torch.device) -> int:
@@ -130,11 +143,11 @@ class EngineCore:
         n = facts.first_chunk_tokens + facts.chunk_tokens
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         try:
-            request = self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
+            self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
         except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first requests may be slower")
             return
-        while request.request_id in self.scheduler.requests or self.detok.in_flight:
+        while self.has_work():
             self.step()
         self.steps = 0
 
@@ -218,7 +231,9 @@ class EngineCore:
     def has_work(self) -> bool:
         if self.duplex is not None:
             return bool(self.duplex.sessions)
-        return bool(self.scheduler.requests) or self.detok.in_flight > 0
+        return (
+            bool(self.scheduler.requests) or self.detok.in_flight > 0 or self._in_flight is not None
+        )
 
     def stats(self, stepping: bool = True) -> EngineStats:
         if self.duplex is not None:
@@ -262,12 +277,21 @@ class EngineCore:
         events = self._collect_audio(self.detok.poll())
         plan = self.scheduler.schedule(t0)
         timing = StepTiming(batch_size=len(plan.chunks), num_tokens=plan.num_tokens)
+        launched = None
         if plan.chunks:
             t1 = self.clock()
-            tokens = self.worker.run_llm(plan.chunks, self.config.block_size)
+            launched = self.worker.launch(plan.chunks, self.config.block_size, self._in_flight)
+            self._mark_launched(plan.chunks, launched)
             timing.llm_s = self.clock() - t1
+        if self.async_scheduling:  # step n+1 is queued: now wait for step n's tokens
+            launched, self._in_flight = self._in_flight, launched
+        if launched is not None:
+            t2 = self.clock()
+            tokens = self.worker.resolve(launched)
+            timing.llm_s += self.clock() - t2
+            self._apply_tokens(launched, tokens)
+        if plan.chunks:
             self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, self._token_interval(t0, timing.llm_s))
-            self._apply_tokens(plan.chunks, tokens)
         ready = self.scheduler.schedule_detok(self.clock())
         if ready:
             self.detok.submit(self.worker.detok_job(ready, self.model.facts.stop_token_ids))
@@ -289,16 +313,26 @@ class EngineCore:
             return llm_s  # the loop was idle in between: the gap says nothing about the cadence
         return step_start - last
 
-    def _apply_tokens(self, chunks, tokens: list[Token]) -> None:
-        sampled = iter(tokens)
+    def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
+        """Bookkeeping known at launch: the KV the step writes, and one more token in flight
+        for each request that samples (resolved later by _apply_tokens)."""
         for chunk in chunks:
-            request = chunk.request
-            request.num_computed = chunk.start + chunk.num_tokens
-            if not chunk.samples:
-                continue
-            token = next(sampled)
-            request.output_ids.append(token)
+            chunk.request.num_computed = chunk.start + chunk.num_tokens
+        for request in launched.requests:
+            request.num_inflight += 1
             request.status = RequestStatus.RUNNING
+
+    def _apply_tokens(self, launched: LaunchedStep, tokens: list[Token]) -> None:
+        for request, token in zip(launched.requests, tokens, strict=True):
+            request.num_inflight -= 1
+            if request.finished:
+                # Async only: the step after a stop token (seen one step late) or a cancelled
+                # request's step. The token is discarded. Its KV write went to a page inside
+                # the request's whole-length reservation (launches never pass max_tokens);
+                # pages freed since then are reused only by steps queued after this one on
+                # the same stream, so the device runs that write before any reuse.
+                continue
+            request.output_ids.append(token)
             n = len(request.output_ids)
             if self.model.is_stop(token) and n > request.sampling.min_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_STOPPED)

@@ -78,16 +78,25 @@ class DecodeGraphs:
         torch.cuda.synchronize()
         log.info("captured decode graphs for batch sizes %s", list(self.buckets))
 
-    def run(self, input_ids: list[int], positions: list[int], layout: StepLayout) -> torch.Tensor:
-        """Replay the decode graph for len(input_ids) requests; returns hidden [n, H]."""
-        n = len(input_ids)
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        positions: list[int],
+        layout: StepLayout,
+        prepare: Callable[..., None] | None = None,
+    ) -> torch.Tensor:
+        """Replay the decode graph for n requests; input_ids [n] on the device (with async
+        scheduling some were gathered from the previous step's tokens there: nothing here
+        waits for them). `prepare` plans attention (default: the backend's own prepare).
+        Returns hidden [n, H]."""
+        n = input_ids.shape[0]
         batch = self.bucket_for(n)
         if batch is None or batch not in self._graphs:
             raise ValueError(f"no captured graph for a batch of {n}")
-        pad = batch - n
-        self._ids[:batch].copy_(torch.tensor(input_ids + [0] * pad), non_blocking=True)
-        self._pos[:batch].copy_(torch.tensor(positions + [0] * pad), non_blocking=True)
-        self.attn.prepare(layout, graph_batch=batch)
+        self._ids[:n].copy_(input_ids, non_blocking=True)
+        self._ids[n:batch].zero_()  # padding rows read token 0 at position 0
+        self._pos[:batch].copy_(torch.tensor(positions + [0] * (batch - n)), non_blocking=True)
+        (prepare or self.attn.prepare)(layout, graph_batch=batch)
         self._graphs[batch].replay()
         return self._out[:n]
 

@@ -74,13 +74,19 @@ class Request:
 
     Token bookkeeping follows nano-vllm: `prompt_ids + output_ids` is the sequence; the first
     `num_computed` of them have KV in the cache. Audio bookkeeping feeds the slack policy.
+
+    With async scheduling (engine/core.py) a sampled token can still be on the device when the
+    next step is planned: `num_inflight` counts those. Everything that positions the next
+    token (the scheduler, the model's candidate rule, the sampler's step) counts them
+    (`num_generated`, `num_tokens`); `output_ids` and the detokenizer see resolved tokens only.
     """
 
     prompt_ids: list[Token]
     sampling: SamplingParams
     arrival_time: float
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
-    output_ids: list[Token] = field(default_factory=list)
+    output_ids: list[Token] = field(default_factory=list)  # resolved tokens only
+    num_inflight: int = 0  # sampled tokens launched on the device, not resolved yet
     status: RequestStatus = RequestStatus.WAITING
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
@@ -100,7 +106,20 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+        """The sequence length as the device sees it (in-flight tokens included)."""
+        return len(self.prompt_ids) + self.num_generated
+
+    @property
+    def num_generated(self) -> int:
+        """Output tokens sampled so far, resolved or still in flight: the output position of
+        the next token drawn."""
+        return len(self.output_ids) + self.num_inflight
+
+    @property
+    def wants_tokens(self) -> bool:
+        """Whether another LLM step may be launched for this request. max_tokens is known
+        without the token values: a request whose last allowed token is in flight waits."""
+        return not self.status.finished and self.num_generated < self.sampling.max_tokens
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -128,7 +147,8 @@ class Request:
 
     def token_slice(self, start: int, end: int) -> list[Token]:
         """Tokens [start, end) of prompt + output, without copying the whole history (a decode
-        step needs only the newest token, and the step runs for hundreds of requests)."""
+        step needs only the newest token, and the step runs for hundreds of requests). Resolved
+        tokens only: the worker takes an in-flight token from the device."""
         n = len(self.prompt_ids)
         if end <= n:
             return self.prompt_ids[start:end]

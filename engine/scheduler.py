@@ -117,7 +117,7 @@ class Scheduler:
         return out
 
     def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
-        live = [r for r in self.requests.values() if not r.finished]
+        live = [r for r in self.requests.values() if r.wants_tokens]
         if self.config.policy == "slack":
             live = [
                 r for r in live

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,6 +18,24 @@ from models.base import SpeechModel, StreamState
 from models.device_util import upload
 
 log = logging.getLogger("voxgate.worker")
+
+
+@dataclass
+class LaunchedStep:
+    """One LLM step queued on the device: the requests that sample (in chunk order) and their
+    tokens, on the device and on their way to the host."""
+
+    requests: list[Request]
+    tokens: torch.Tensor | None  # [N] (or [N, W] rows) on the device; None: nothing sampled
+    host: torch.Tensor | None = None  # the same in (pinned) host memory once `copied`
+    copied: torch.cuda.Event | None = None  # None on the CPU, where host is tokens
+    row_of: dict[str, int] = field(init=False)  # request id → row of `tokens`
+    placeholder: Token = 0  # what sits in the host-side inputs where a device token goes
+
+    def __post_init__(self) -> None:
+        self.row_of = {r.request_id: i for i, r in enumerate(self.requests)}
+        if self.tokens is not None and self.tokens.dim() == 2:
+            self.placeholder = (0,) * self.tokens.shape[1]
 
 
 def make_attention_backend(name: str, cache: KVCache, num_q_heads: int) -> AttentionBackend:
@@ -44,6 +63,7 @@ class Worker:
         )
         self._streams: dict[str, StreamState] = {}
         self.row_width = model.facts.row_width  # > 0: tokens are rows, with a depth stage
+        self._staged: torch.cuda.Event | None = None  # the last plan's host → device copy
 
     def capture_graphs(self, hidden_size: int, block_size: int, max_batch: int) -> None:
         from engine.cuda_graphs import DEFAULT_BUCKETS, DecodeGraphs
@@ -77,19 +97,54 @@ class Worker:
         self._streams.pop(request_id, None)
 
     # --- LLM ----------------------------------------------------------------------------------------
-    @torch.inference_mode()
     def run_llm(self, chunks: list[ScheduledChunk], block_size: int) -> list[Token]:
         """One forward over every scheduled token; returns a token for each chunk that samples
-        (in chunk order)."""
+        (in chunk order). The synchronous step: launch, then wait for the tokens."""
+        return self.resolve(self.launch(chunks, block_size))
+
+    @torch.inference_mode()
+    def launch(
+        self,
+        chunks: list[ScheduledChunk],
+        block_size: int,
+        previous: LaunchedStep | None = None,
+    ) -> LaunchedStep:
+        """Queue one forward over every scheduled token and the sampling of each chunk that
+        samples, without waiting for the device. A request whose newest token is still in
+        flight (sampled by `previous`, not resolved) reads it from `previous.tokens` on the
+        device. Call before updating the requests' bookkeeping for this step."""
         ids: list[Token] = []
         positions: list[int] = []
         slots: list[int] = []
+        take_at: list[int] = []  # rows of `ids` whose token is on the device ...
+        take_from: list[int] = []  # ... at these rows of previous.tokens
         for c in chunks:
-            table = c.request.block_table
-            ids.extend(c.request.token_slice(c.start, c.start + c.num_tokens))
-            for pos in range(c.start, c.start + c.num_tokens):
+            request, end = c.request, c.start + c.num_tokens
+            resolved = request.num_prompt_tokens + len(request.output_ids)
+            ids.extend(request.token_slice(c.start, min(end, resolved)))
+            if end > resolved:  # only a decode of the newest token can get ahead of the host
+                row = previous.row_of.get(request.request_id) if previous is not None else None
+                if (
+                    row is None
+                    or previous.requests[row] is not request
+                    or (c.start, end) != (resolved, resolved + 1)
+                ):
+                    raise RuntimeError(
+                        f"request {request.request_id}: input token {resolved} is neither "
+                        "resolved nor in flight from the previous step"
+                    )
+                take_at.append(len(ids))
+                take_from.append(row)
+                ids.append(previous.placeholder)
+            table = request.block_table
+            for pos in range(c.start, end):
                 positions.append(pos)
                 slots.append(table[pos // block_size] * block_size + pos % block_size)
+        input_ids = upload(ids, torch.long, self.device)  # [T] or [T, W]
+        if take_at:  # gathered on the device: no wait for the previous step's tokens
+            assert previous is not None and previous.tokens is not None
+            taken = previous.tokens.index_select(0, upload(take_from, torch.long, self.device))
+            input_ids.index_copy_(0, upload(take_at, torch.long, self.device), taken)
         layout = StepLayout(
             query_lens=[c.num_tokens for c in chunks],
             context_lens=[c.start + c.num_tokens for c in chunks],
@@ -99,40 +154,70 @@ class Worker:
         )
         decode_only = len(ids) == len(chunks)
         if self.graphs is not None and decode_only and len(ids) <= self.graphs.max_batch:
-            hidden = self.graphs.run(ids, positions, layout)
+            hidden = self.graphs.run(input_ids, positions, layout, prepare=self._prepare)
         else:
-            self.attn.prepare(layout)
-            input_ids = upload(ids, torch.long, self.device)
+            self._prepare(layout)
             pos_t = upload(positions, torch.long, self.device)
             hidden = self.model.forward(input_ids, pos_t, self.attn)
         sampling = [i for i, c in enumerate(chunks) if c.samples]
+        reqs = [chunks[i].request for i in sampling]
         if not sampling:
-            return []
+            return LaunchedStep([], None)
         ends = list(itertools.accumulate(c.num_tokens for c in chunks))
         last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
-        reqs = [chunks[i].request for i in sampling]
+        # Positions count the tokens still in flight (num_generated), never only resolved ones.
         cands = self.model.candidate_logits(
             hidden[last_rows],
-            [len(r.output_ids) for r in reqs],
-            [len(r.output_ids) >= r.sampling.min_tokens for r in reqs],
+            [r.num_generated for r in reqs],
+            [r.num_generated >= r.sampling.min_tokens for r in reqs],
         )
         window = self.repetition_aware.window if self.repetition_aware else 0
         rows = [
             SamplingRow(
-                r.request_id, r.sampling, len(r.output_ids),
+                r.request_id, r.sampling, r.num_generated,
                 tuple(r.output_ids[-window:]) if window else (),
             )
             for r in reqs
         ]
-        if not self.row_width:
-            return self.sampler.sample(cands, rows)
-        # Column 0 from the engine's sampler, the rest from the model's depth stage, all on the
-        # device: one host synchronisation for the whole step, as for single tokens.
-        first = self.sampler.sample_on_device(cands, rows)
-        seeds = [self.sampler.seed_of(r.request_id) for r in reqs]
-        sample_codes = DeviceCodeSampler(rows, seeds, self.device)
-        frames = self.model.depth_stage(hidden[last_rows], first, sample_codes)
-        return [tuple(frame) for frame in frames.tolist()]
+        tokens = self.sampler.sample_on_device(cands, rows)  # [N]
+        if self.row_width:
+            # Column 0 from the engine's sampler, the rest from the model's depth stage, all
+            # on the device: one host synchronisation for the whole step, as for single tokens.
+            seeds = [self.sampler.seed_of(r.request_id) for r in reqs]
+            sample_codes = DeviceCodeSampler(rows, seeds, self.device)
+            tokens = self.model.depth_stage(hidden[last_rows], tokens, sample_codes)  # [N, W]
+        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+
+    def _prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
+        """attn.prepare, fenced: FlashInfer's plan() stages its work arrays in a page-locked
+        host buffer and copies them to the device asynchronously. With async scheduling the
+        next plan may come before the device has run the previous step's copy (it is queued
+        behind the step before), so wait for that copy (not for the step) first."""
+        if self._staged is not None:
+            self._staged.synchronize()
+        self.attn.prepare(layout, graph_batch=graph_batch)
+        if self.device.type == "cuda":
+            self._staged = torch.cuda.Event()
+            self._staged.record()
+
+    def _copy_to_host(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """Start the copy of a step's tokens to the host; on the CPU there is nothing to do."""
+        if self.device.type != "cuda":
+            return tokens, None
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)  # into pinned memory: truly asynchronous
+        copied = torch.cuda.Event()
+        copied.record()
+        return host, copied
+
+    def resolve(self, step: LaunchedStep) -> list[Token]:
+        """The launched step's tokens on the host (waits for the device to get there)."""
+        if step.tokens is None:
+            return []
+        if step.copied is not None:
+            step.copied.synchronize()
+        values = step.host.tolist()
+        return [tuple(v) for v in values] if self.row_width else values
 
     # --- detokenizer ----------------------------------------------------------------------------
     def detok_job(self, requests: list[Request], stop_ids: tuple[int, ...]) -> DetokJob:

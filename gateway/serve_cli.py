@@ -71,6 +71,11 @@ def add_serve_parser(subparsers) -> None:
     )
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
     g.add_argument(
+        "--sync-scheduling",
+        action="store_true",
+        help="no async scheduling: each step waits for its tokens before the next is planned",
+    )
+    g.add_argument(
         "--engine-process",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -181,6 +186,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         dtype=args.dtype,
         attention=args.attention,
         cuda_graphs=not args.eager,
+        async_scheduling=not args.sync_scheduling,
         engine_process=args.engine_process,
     )
     keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(environ)]))  # dedupe, keep order

@@ -73,6 +73,15 @@ class ModelFacts:
     def seconds_per_token(self) -> float:
         return 1.0 / self.token_rate_hz
 
+    @property
+    def supports_async_scheduling(self) -> bool:
+        """Whether the engine may launch step n+1 before step n's tokens reach the host (see
+        engine/core.py). It needs each step's input to be one id the device already holds
+        and sampling that reads nothing of the output but its length. Rows with a depth stage
+        (CSM, Moshi, voxgate-tiny), repetition-aware sampling (reads recent tokens on the
+        host: CosyVoice 2) and full-duplex sessions keep the synchronous step."""
+        return self.row_width == 0 and self.repetition_aware is None and not self.full_duplex
+
 
 @dataclass(frozen=True)
 class BackboneShape:

@@ -99,13 +99,15 @@ def test_graph_replay_equals_eager(gpu_tiny_dirs):
     with torch.inference_mode():
         attn.prepare(layout)
         eager = model.forward(torch.tensor(ids, device=CUDA), torch.tensor(positions, device=CUDA), attn)
-        replay = graphs.run(ids, positions, layout).clone()
+        replay = graphs.run(torch.tensor(ids, device=CUDA), positions, layout).clone()
     torch.testing.assert_close(replay, eager, atol=1e-2, rtol=1e-2)
     assert (replay - eager).abs().max().item() < 1e-2
 
 
-def greedy_tokens(model, device, attention, cuda_graphs=True):
-    config = EngineConfig(num_kv_blocks=512, max_num_seqs=8, cuda_graphs=cuda_graphs)
+def greedy_tokens(model, device, attention, cuda_graphs=True, async_scheduling=True):
+    config = EngineConfig(
+        num_kv_blocks=512, max_num_seqs=8, cuda_graphs=cuda_graphs, async_scheduling=async_scheduling
+    )
     core = EngineCore(model, config, device, attention)
     params = [SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=n, min_tokens=n)
               for n in (21, 35, 14, 28, 42, 7)]
@@ -131,6 +133,19 @@ def test_flashinfer_graph_engine_equals_eager_sdpa_engine_in_bf16(gpu_tiny_dirs)
     # bf16 kernels sum in different orders; a near-tie can flip one argmax and the rest of that
     # sequence follows it, so demand agreement on the vast majority rather than bitwise identity.
     assert agree / total > 0.9, (eager, fast)
+
+
+@pytest.mark.parametrize(
+    ("attention", "dtype"),
+    [("sdpa", torch.float32), pytest.param("flashinfer", torch.bfloat16, marks=needs_flashinfer)],
+)
+def test_async_scheduling_equals_sync_on_gpu(gpu_tiny_dirs, attention, dtype):
+    """Same steps, same batches, same kernels: bitwise the same tokens. A race between the
+    overlapped host work and the device (inputs gathered from the previous step's tokens,
+    FlashInfer's staged plans, pinned token copies) would show up here."""
+    model = load_tiny(gpu_tiny_dirs, CUDA, dtype)
+    overlapped = greedy_tokens(model, CUDA, attention, async_scheduling=True)
+    assert greedy_tokens(model, CUDA, attention, async_scheduling=False) == overlapped
 
 
 def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs):
