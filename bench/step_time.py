@@ -48,7 +48,10 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=400, help="tokens already in each request's KV")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eager", action="store_true")
-    ap.add_argument("--sync", action="store_true", help="synchronous steps (async_scheduling=False)")
+    ap.add_argument(
+        "--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+        help="force async scheduling on or off (default: the engine's default for the device)",
+    )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
@@ -63,7 +66,7 @@ def main() -> None:
     bw = copy_bandwidth(device) if cuda else None
     config = EngineConfig(
         max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
-        async_scheduling=not args.sync,
+        async_scheduling=args.async_scheduling,
     )
     core = build_core(model, config, device)
     results = []

@@ -71,9 +71,11 @@ def add_serve_parser(subparsers) -> None:
     )
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
     g.add_argument(
-        "--sync-scheduling",
-        action="store_true",
-        help="no async scheduling: each step waits for its tokens before the next is planned",
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan and launch step n+1 while the device runs step n (docs/engine.md). Default: on "
+        "on the CPU; on CUDA off until measured there (--async-scheduling turns it on)",
     )
     g.add_argument(
         "--engine-process",
@@ -186,7 +188,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         dtype=args.dtype,
         attention=args.attention,
         cuda_graphs=not args.eager,
-        async_scheduling=not args.sync_scheduling,
+        async_scheduling=args.async_scheduling,
         engine_process=args.engine_process,
     )
     keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(environ)]))  # dedupe, keep order
