@@ -81,11 +81,12 @@ class Gateway:
         wire.subprotocol = select_subprotocol(ws.scope.get("subprotocols", []))
         return wire
 
-    @staticmethod
-    def _realtime_wire(ws: WebSocket, engine: AsyncEngine) -> Wire:
+    def _realtime_wire(self, ws: WebSocket, engine: AsyncEngine) -> Wire:
         offered = ws.scope.get("subprotocols", [])
         dialect = dialect_of(ws.headers, offered)
-        return RealtimeWire(dialect, engine.facts, ws.query_params.get("model"), offered)
+        model = ws.query_params.get("model")
+        limit = self.settings.max_response_text_chars
+        return RealtimeWire(dialect, engine.facts, model, offered, max_pending_chars=limit)
 
     async def _serve(self, ws: WebSocket, make_wire) -> None:
         """Every WebSocket endpoint: the same auth, slots, metrics and session layer; only the

@@ -117,6 +117,7 @@ class RealtimeWire(Wire):
         facts: ModelFacts,
         model: str | None,
         offered_subprotocols: Sequence[str] = (),
+        max_pending_chars: int = 32768,
     ) -> None:
         self.dialect = dialect
         self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered_subprotocols else None
@@ -124,6 +125,7 @@ class RealtimeWire(Wire):
         self._model = model  # the client's `?model=`; the session refuses another model's name
         self._view: SessionView | None = None
         self._pending_text: list[str] = []  # text items since the last response.create
+        self._max_pending_chars = max_pending_chars  # a response's text limit, bounding memory
         self._last_item_id: str | None = None
         self._current: OutputItem | None = None
         self._transcript: list[str] = []
@@ -189,6 +191,13 @@ class RealtimeWire(Wire):
     def _item_create(self, event: ItemCreateEvent) -> Reply:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"
         if event.role in ("user", "assistant"):
+            pending = sum(len(t) for t in self._pending_text) + len(event.text)
+            if pending > self._max_pending_chars:
+                raise ProtocolError(
+                    ErrorCode.TOO_LARGE,
+                    f"a response is limited to {self._max_pending_chars} characters of text; "
+                    "send response.create before adding more",
+                )
             self._pending_text.append(event.text)
         # A system message has nothing to speak; it is acknowledged and otherwise ignored.
         reply = encode_item_created(
