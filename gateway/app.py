@@ -28,13 +28,18 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.session import Session
+from gateway.twilio import TwilioWire
+from gateway.twilio_protocol import ConnectStream, encode_twiml
 from gateway.wire import Wire
 
 log = logging.getLogger("voxgate.gateway")
 
+# Query parameters of the TwiML route that are passed on to the stream (gateway.twilio).
+_TWIML_PARAMETERS = ("greeting", "voice", "temperature", "top_p", "seed", "max_tokens")
+
 _NO_DEMO = """<!doctype html><meta charset="utf-8"><title>Voxgate</title>
 <h1>Voxgate</h1><p>The gateway is running; the web demo folder was not found at {path}.</p>
-<p>WebSocket endpoints: <code>/v1/stream</code>, <code>/v1/realtime</code> (OpenAI Realtime) · <a href="/health">/health</a> ·
+<p>WebSocket endpoints: <code>/v1/stream</code>, <code>/v1/realtime</code> (OpenAI Realtime), <code>/v1/twilio</code> · <a href="/health">/health</a> ·
 <a href="/ready">/ready</a> · <a href="/metrics">/metrics</a></p>"""
 
 
@@ -74,6 +79,20 @@ class Gateway:
     async def realtime(self, ws: WebSocket) -> None:
         """`/v1/realtime`: the OpenAI Realtime API, on the same session layer."""
         await self._serve(ws, self._realtime_wire)
+
+    async def twilio(self, ws: WebSocket) -> None:
+        """`/v1/twilio`: Twilio Media Streams (bidirectional), on the same session layer."""
+        await self._serve(ws, lambda ws, engine: TwilioWire(engine.facts))
+
+    async def twiml(self, request: Request) -> Response:
+        """The TwiML that connects a call to `/v1/twilio` (point a number's voice webhook here).
+        `greeting`, `voice` and sampling fields in the query string become stream parameters."""
+        secure = (
+            request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+        )
+        url = f"{'wss' if secure else 'ws'}://{request.url.netloc}/v1/twilio"
+        params = {k: v for k, v in request.query_params.items() if k in _TWIML_PARAMETERS}
+        return Response(encode_twiml(ConnectStream(url, params)), media_type="application/xml")
 
     @staticmethod
     def _native_wire(ws: WebSocket, engine: AsyncEngine) -> Wire:
@@ -160,6 +179,8 @@ def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> 
         Route("/metrics", gateway.metrics_route),
         WebSocketRoute("/v1/stream", gateway.stream),
         WebSocketRoute("/v1/realtime", gateway.realtime),
+        WebSocketRoute("/v1/twilio", gateway.twilio),
+        Route("/v1/twilio/twiml", gateway.twiml, methods=["GET", "POST"]),
         *_static_routes(settings),  # last: "/" must not shadow the routes above
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

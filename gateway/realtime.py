@@ -249,10 +249,10 @@ class RealtimeWire(Wire):
             return []  # the Realtime API has no such event: the close frame says it
         return []
 
-    def encode_audio(self, data: bytes, duration_ms: int) -> OutItem:
+    def encode_audio(self, data: bytes, duration_ms: int) -> Sequence[OutItem]:
         if self._current is None:  # audio only flows inside a response
             raise RuntimeError("audio outside a response")
-        return OutAudio(encode_audio_delta(self.dialect, self._current, data), duration_ms)
+        return (OutAudio(encode_audio_delta(self.dialect, self._current, data), duration_ms),)
 
     def _response_done(self, event: ResponseDone) -> list[str]:
         status, reason = _OUTCOMES[event.status]

@@ -263,7 +263,8 @@ class Session:
             self._put(item)
 
     def _emit_audio(self, data: bytes, duration_ms: int) -> None:
-        self._put(self._wire.encode_audio(data, duration_ms))
+        for item in self._wire.encode_audio(data, duration_ms):
+            self._put(item)
 
     def _error(self, code: ErrorCode, message: str) -> None:
         self._emit_event(ErrorEvent(code, message, fatal=False))

@@ -90,7 +90,8 @@ class Wire:
             return ()
         return (OutText(encode_event(event)),)
 
-    def encode_audio(self, data: bytes, duration_ms: int) -> OutItem:
-        """One wire frame of a response's audio. It must stay an OutAudio (whatever it holds)
-        so that the send queue bounds it in milliseconds, as backpressure requires."""
-        return OutAudio(data, duration_ms)
+    def encode_audio(self, data: bytes, duration_ms: int) -> Sequence[OutItem]:
+        """One wire frame of a response's audio (and whatever the protocol sends along). The
+        audio must stay an OutAudio (whatever it holds) so that the send queue bounds it in
+        milliseconds, as backpressure requires."""
+        return (OutAudio(data, duration_ms),)
