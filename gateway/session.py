@@ -11,6 +11,10 @@
 
 Every way out (client close, network drop, timeout, slow reader, engine failure) ends in the
 same teardown, which cancels the session's engine requests. Disconnect is an event, not a crash.
+
+The session acts on native events only; its `Wire` (gateway.wire) turns socket frames into them
+and them into socket frames: the native protocol on `/v1/stream`, adapters on `/v1/realtime`
+(OpenAI Realtime) and `/v1/twilio` (Twilio Media Streams). One session layer serves all three.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from starlette.types import Message
@@ -336,7 +341,7 @@ class Session:
             await self._act_on(inputs)
         self._wire.dispatched()
 
-    async def _act_on(self, inputs) -> None:
+    async def _act_on(self, inputs: Sequence[WireInput]) -> None:
         for item in inputs:
             if self.state >= SessionState.CLOSING:
                 return
