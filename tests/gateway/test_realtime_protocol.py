@@ -152,3 +152,57 @@ def test_error_event_parses_as_the_sdk_type():
     text = encode_error("invalid_request_error", "bad_field", "no", "ev_7")
     parsed = openai_types.RealtimeErrorEvent.model_validate_json(text)
     assert parsed.error.event_id == "ev_7" and parsed.error.code == "bad_field"
+
+
+# --- the adapter's mapping (gateway.realtime.RealtimeWire), without a server ------------------
+def _wire(max_pending_chars: int = 40, accepts_audio: bool = False):
+    from gateway.realtime import RealtimeWire
+    from models.base import ModelFacts
+
+    facts = ModelFacts(
+        "tts", 24000, 80.0, 1, (0,), 28, 28, voices=("tara",), default_voice="tara",
+        accepts_audio=accepts_audio,
+    )  # fmt: skip
+    return RealtimeWire(Dialect.GA, facts, None, max_pending_chars=max_pending_chars)
+
+
+def _item(text: str, role: str = "user") -> str:
+    content = [{"type": "input_text", "text": text}]
+    return json.dumps({"type": "conversation.item.create",
+                       "item": {"type": "message", "role": role, "content": content}})  # fmt: skip
+
+
+def test_items_are_spoken_by_the_next_response_create():
+    from gateway.protocol import TextInput
+    from gateway.wire import Reply
+
+    wire = _wire()
+    (reply,) = wire.decode_text(_item("One."))
+    assert isinstance(reply, Reply)
+    assert json.loads(reply.text)["type"] == "conversation.item.created"
+    wire.decode_text(_item("Be brief.", role="system"))  # acknowledged, not spoken
+    wire.decode_text(_item("Two."))
+    assert wire.decode_text('{"type": "response.create"}') == (TextInput("One. Two."),)
+    with pytest.raises(ProtocolError):  # nothing new to speak
+        wire.decode_text('{"type": "response.create"}')
+
+
+def test_kept_text_is_bounded():
+    wire = _wire(max_pending_chars=40)
+    wire.decode_text(_item("x" * 30))
+    with pytest.raises(ProtocolError) as err:
+        wire.decode_text(_item("y" * 11))
+    assert err.value.code == ErrorCode.TOO_LARGE
+
+
+def test_audio_events_need_a_speech_to_speech_model():
+    from gateway.protocol import AudioInput, InputCommit
+
+    audio = base64.b64encode(b"\x00\x00").decode()
+    append = json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+    with pytest.raises(ProtocolError) as err:
+        _wire().decode_text(append)
+    assert err.value.code == ErrorCode.UNSUPPORTED_INPUT and "speech-to-speech" in err.value.message
+    s2s = _wire(accepts_audio=True)  # handed to the session, which owns the audio path
+    assert s2s.decode_text(append) == (AudioInput(b"\x00\x00"),)
+    assert s2s.decode_text('{"type": "input_audio_buffer.commit"}') == (InputCommit(),)
