@@ -25,14 +25,21 @@ from engine.outputs import EngineStats
 from gateway.auth import Authenticator, Denial, SessionSlots, select_subprotocol
 from gateway.config import GatewaySettings
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.protocol import ErrorEvent, encode_event
+from gateway.protocol import ErrorEvent
+from gateway.realtime import RealtimeWire, dialect_of
 from gateway.session import Session
+from gateway.twilio import TwilioWire
+from gateway.twilio_protocol import ConnectStream, encode_twiml
+from gateway.wire import Wire
 
 log = logging.getLogger("voxgate.gateway")
 
+# Query parameters of the TwiML route that are passed on to the stream (gateway.twilio).
+_TWIML_PARAMETERS = ("greeting", "voice", "temperature", "top_p", "seed", "max_tokens")
+
 _NO_DEMO = """<!doctype html><meta charset="utf-8"><title>Voxgate</title>
 <h1>Voxgate</h1><p>The gateway is running; the web demo folder was not found at {path}.</p>
-<p>WebSocket endpoint: <code>/v1/stream</code> · <a href="/health">/health</a> ·
+<p>WebSocket endpoints: <code>/v1/stream</code>, <code>/v1/realtime</code> (OpenAI Realtime), <code>/v1/twilio</code> · <a href="/health">/health</a> ·
 <a href="/ready">/ready</a> · <a href="/metrics">/metrics</a></p>"""
 
 
@@ -66,6 +73,43 @@ class Gateway:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
     async def stream(self, ws: WebSocket) -> None:
+        """`/v1/stream`: the native protocol (PROTOCOL.md)."""
+        await self._serve(ws, self._native_wire)
+
+    async def realtime(self, ws: WebSocket) -> None:
+        """`/v1/realtime`: the OpenAI Realtime API, on the same session layer."""
+        await self._serve(ws, self._realtime_wire)
+
+    async def twilio(self, ws: WebSocket) -> None:
+        """`/v1/twilio`: Twilio Media Streams (bidirectional), on the same session layer."""
+        await self._serve(ws, lambda ws, engine: TwilioWire(engine.facts))
+
+    async def twiml(self, request: Request) -> Response:
+        """The TwiML that connects a call to `/v1/twilio` (point a number's voice webhook here).
+        `greeting`, `voice` and sampling fields in the query string become stream parameters."""
+        secure = (
+            request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+        )
+        url = f"{'wss' if secure else 'ws'}://{request.url.netloc}/v1/twilio"
+        params = {k: v for k, v in request.query_params.items() if k in _TWIML_PARAMETERS}
+        return Response(encode_twiml(ConnectStream(url, params)), media_type="application/xml")
+
+    @staticmethod
+    def _native_wire(ws: WebSocket, engine: AsyncEngine) -> Wire:
+        wire = Wire()
+        wire.subprotocol = select_subprotocol(ws.scope.get("subprotocols", []))
+        return wire
+
+    def _realtime_wire(self, ws: WebSocket, engine: AsyncEngine) -> Wire:
+        offered = ws.scope.get("subprotocols", [])
+        dialect = dialect_of(ws.headers, offered)
+        model = ws.query_params.get("model")
+        limit = self.settings.max_response_text_chars
+        return RealtimeWire(dialect, engine.facts, model, offered, max_pending_chars=limit)
+
+    async def _serve(self, ws: WebSocket, make_wire) -> None:
+        """Every WebSocket endpoint: the same auth, slots, metrics and session layer; only the
+        wire (how events look on the socket) differs."""
         verdict = self.auth.check(ws.headers, ws.scope.get("subprotocols", []))
         if isinstance(verdict, Denial):
             await self._deny(ws, verdict)
@@ -73,21 +117,22 @@ class Gateway:
         if self.engine is None:  # only before the lifespan has loaded it
             await self._deny(ws, Denial(503, "the engine is not loaded yet"))
             return
-        await ws.accept(subprotocol=select_subprotocol(ws.scope.get("subprotocols", [])))
+        wire = make_wire(ws, self.engine)
+        await ws.accept(subprotocol=wire.subprotocol)
         refusal = self.slots.acquire(verdict)
         if refusal is not None:
             self.metrics.errors.labels(refusal.code.value).inc()
             log.info("session refused key=%s: %s", verdict.label, refusal.message)
             try:
-                await ws.send_text(
-                    encode_event(ErrorEvent(refusal.code, refusal.message, fatal=True))
-                )
+                for item in wire.encode_event(ErrorEvent(refusal.code, refusal.message, True)):
+                    await ws.send_text(item.text)
                 await ws.close(refusal.close_code, refusal.code.value)
             except (WebSocketDisconnect, OSError):
                 pass  # the client left first; nothing was allocated for it
             return
         try:
-            await Session(ws, self.engine, self.settings, self.metrics, verdict.label).run()
+            session = Session(ws, self.engine, self.settings, self.metrics, verdict.label, wire)
+            await session.run()
         finally:
             self.slots.release(verdict)
 
@@ -133,6 +178,9 @@ def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> 
         Route("/ready", gateway.ready_route),
         Route("/metrics", gateway.metrics_route),
         WebSocketRoute("/v1/stream", gateway.stream),
+        WebSocketRoute("/v1/realtime", gateway.realtime),
+        WebSocketRoute("/v1/twilio", gateway.twilio),
+        Route("/v1/twilio/twiml", gateway.twiml, methods=["GET", "POST"]),
         *_static_routes(settings),  # last: "/" must not shadow the routes above
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

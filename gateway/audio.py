@@ -1,4 +1,4 @@
-"""Output audio: model PCM in, wire frames out (Opus packets, pcm16 or μ-law chunks).
+"""Output audio: model PCM in, wire frames out (Opus packets, pcm16, μ-law or A-law chunks).
 
 Resampling is libswresample and the codecs are libopus / libavcodec, both through PyAV: none of
 it is hand-written. An encoder belongs to one response; it keeps the resampler's filter history
@@ -121,6 +121,10 @@ class MulawEncoder(_CodecEncoder):
     codec_name = "pcm_mulaw"
 
 
+class AlawEncoder(_CodecEncoder):
+    codec_name = "pcm_alaw"
+
+
 class OpusEncoder(_CodecEncoder):
     """One raw Opus packet (no Ogg) per wire frame, 48 kHz mono."""
 
@@ -142,4 +146,6 @@ def make_encoder(spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000) -
         return OpusEncoder(spec, source_rate, opus_bitrate)
     if spec.format is AudioFormat.PCM16:
         return Pcm16Encoder(spec, source_rate)
+    if spec.format is AudioFormat.ALAW:
+        return AlawEncoder(spec, source_rate)
     return MulawEncoder(spec, source_rate)

@@ -1,7 +1,8 @@
 """Who may open a session: Origin allow-list, API keys, and concurrent-session caps.
 
 Keys arrive as `Authorization: Bearer <key>` or, from browsers (which cannot set headers on a
-WebSocket), as an offered subprotocol `bearer.<key>`. A key is never echoed back (only
+WebSocket), as an offered subprotocol `bearer.<key>` (or `openai-insecure-api-key.<key>`, the
+one OpenAI Realtime browser clients offer). A key is never echoed back (only
 `voxgate.v1` is ever selected) and never logged: logs name a key by its position in the
 configured list (`key-0`, `key-1` …).
 """
@@ -59,12 +60,15 @@ def _bearer_from_header(value: str | None) -> str | None:
     return token.strip()
 
 
+# Subprotocols that carry a key: ours, and the one OpenAI Realtime browser clients offer.
+KEY_SUBPROTOCOL_PREFIXES = (BEARER_SUBPROTOCOL_PREFIX, "openai-insecure-api-key.")
+
+
 def _bearer_from_subprotocols(offered: Iterable[str]) -> str | None:
     for name in offered:
-        if name.startswith(BEARER_SUBPROTOCOL_PREFIX) and len(name) > len(
-            BEARER_SUBPROTOCOL_PREFIX
-        ):
-            return name[len(BEARER_SUBPROTOCOL_PREFIX) :]
+        for prefix in KEY_SUBPROTOCOL_PREFIXES:
+            if name.startswith(prefix) and len(name) > len(prefix):
+                return name[len(prefix) :]
     return None
 
 

@@ -71,7 +71,7 @@ class OutText:
 
 @dataclass(frozen=True)
 class OutAudio:
-    data: bytes
+    data: bytes | str  # a binary frame, or a text frame carrying audio (e.g. base64 in JSON)
     duration_ms: int
 
 

@@ -20,6 +20,7 @@ from gateway.protocol_codes import (
     DEFAULT_FRAME_MS,
     DEFAULT_SAMPLE_RATE,
     FRAME_MS,
+    NATIVE_FORMATS,
     SAMPLE_RATES,
     SAMPLING_FIELDS,
     SUBPROTOCOL,
@@ -74,6 +75,7 @@ __all__ = [
     "ServerEvent",
     "encode_event",
     "decode_text_frame",
+    "decode_sampling",
 ]
 
 
@@ -335,8 +337,10 @@ def _audio_spec(obj: Mapping[str, Any], name: str) -> AudioSpec | None:
     fmt_name = raw.get("format", AudioFormat.OPUS.value)
     try:
         fmt = AudioFormat(fmt_name)
+        if fmt not in NATIVE_FORMATS:
+            raise ValueError(fmt_name)
     except ValueError:
-        formats = ", ".join(f.value for f in AudioFormat)
+        formats = ", ".join(f.value for f in NATIVE_FORMATS)
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_AUDIO, f"`{name}.format` must be one of {formats}"
         ) from None
@@ -355,7 +359,12 @@ def _audio_spec(obj: Mapping[str, Any], name: str) -> AudioSpec | None:
 
 
 def _sampling(obj: Mapping[str, Any]) -> dict[str, float | int | None]:
-    raw = obj.get("sampling")
+    return decode_sampling(obj.get("sampling"))
+
+
+def decode_sampling(raw: object) -> dict[str, float | int | None]:
+    """A `sampling` object (PROTOCOL.md) → the overrides it names, type-checked (the values'
+    ranges are SamplingParams' to check). Raises ProtocolError(bad_field)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -75,6 +75,12 @@ class AudioFormat(enum.StrEnum):
     OPUS = "opus"
     PCM16 = "pcm16"
     MULAW = "mulaw"
+    # G.711 A-law, 8 kHz: served to compatibility endpoints (OpenAI Realtime `g711_alaw`); not
+    # part of the native v1 protocol, whose decoder refuses it (NATIVE_FORMATS).
+    ALAW = "alaw"
+
+
+NATIVE_FORMATS = (AudioFormat.OPUS, AudioFormat.PCM16, AudioFormat.MULAW)
 
 
 class TurnDetectionType(enum.StrEnum):
@@ -88,12 +94,14 @@ SAMPLE_RATES: Mapping[AudioFormat, tuple[int, ...]] = {
     AudioFormat.OPUS: (48000,),
     AudioFormat.PCM16: (8000, 16000, 24000, 48000),
     AudioFormat.MULAW: (8000,),
+    AudioFormat.ALAW: (8000,),
 }
 # pcm16 defaults to 24 kHz: the native rate of most TTS codecs (SNAC, Mimi), so no resampling.
 DEFAULT_SAMPLE_RATE: Mapping[AudioFormat, int] = {
     AudioFormat.OPUS: 48000,
     AudioFormat.PCM16: 24000,
     AudioFormat.MULAW: 8000,
+    AudioFormat.ALAW: 8000,
 }
 SAMPLING_FIELDS: Mapping[str, type] = {
     "temperature": float,

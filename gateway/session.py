@@ -11,6 +11,10 @@
 
 Every way out (client close, network drop, timeout, slow reader, engine failure) ends in the
 same teardown, which cancels the session's engine requests. Disconnect is an event, not a crash.
+
+The session acts on native events only; its `Wire` (gateway.wire) turns socket frames into them
+and them into socket frames: the native protocol on `/v1/stream`, adapters on `/v1/realtime`
+(OpenAI Realtime) and `/v1/twilio` (Twilio Media Streams). One session layer serves all three.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from starlette.types import Message
@@ -30,11 +35,11 @@ from gateway.audio_in import UndecodableAudio
 from gateway.config import GatewaySettings
 from gateway.duplex import DuplexConversation
 from gateway.metrics import GatewayMetrics
-from gateway.pacing import OutAudio, OutClose, OutItem, OutText, SendQueue, SendQueueFull
+from gateway.pacing import OutClose, OutItem, OutText, SendQueue, SendQueueFull
 from gateway.playlist import ResponseQueue
 from gateway.protocol import (
+    AudioInput,
     AudioSpec,
-    ClientEvent,
     CloseCode,
     EndReason,
     ErrorCode,
@@ -43,17 +48,15 @@ from gateway.protocol import (
     Playback,
     ProtocolError,
     ResponseCancel,
-    ServerEvent,
     SessionEnd,
     SessionEnded,
     SessionStart,
     SessionStarted,
     TextInput,
-    decode_text_frame,
-    encode_event,
 )
 from gateway.response import Emitter, EngineUnavailable, cancel_and_wait
-from gateway.session_start import admission_refusal, resolve_options
+from gateway.session_start import admission_refusal, resolve_options, update_options
+from gateway.wire import Reply, SessionUpdate, SessionUpdated, Wire, WireEvent, WireInput
 
 log = logging.getLogger("voxgate.gateway")
 
@@ -96,6 +99,7 @@ class Session:
         settings: GatewaySettings,
         metrics: GatewayMetrics,
         principal_label: str = "anonymous",
+        wire: Wire | None = None,
     ) -> None:
         self.session_id = f"sess_{uuid.uuid4().hex[:16]}"
         self.state = SessionState.AWAITING_START
@@ -105,6 +109,7 @@ class Session:
         self._settings = settings
         self._metrics = metrics
         self._principal = principal_label
+        self._wire = wire if wire is not None else Wire()  # the native protocol by default
         self._sendq = SendQueue(settings.max_send_queue_ms, settings.max_send_queue_events)
         self._close: CloseRequest | None = None
         self._closing = asyncio.Event()
@@ -117,7 +122,10 @@ class Session:
         # Full-duplex models (Moshi): one continuous conversation instead of text responses.
         self._duplex = (
             DuplexConversation(
-                engine, Emitter(self._emit_event, self._emit_audio), metrics, self.log,
+                engine,
+                Emitter(self._emit_event, self._emit_audio),
+                metrics,
+                self.log,
                 settings.opus_bitrate,
             )
             if engine.facts.full_duplex
@@ -177,9 +185,11 @@ class Session:
         self.state = SessionState.CLOSING
         if drain and error is not None:
             self._metrics.errors.labels(error.code.value).inc()
-            self._sendq.put_final(OutText(encode_event(error)))
+            for item in self._wire.encode_event(error):
+                self._sendq.put_final(item)
         if drain and ended is not None:
-            self._sendq.put_final(OutText(encode_event(SessionEnded(ended))))
+            for item in self._wire.encode_event(SessionEnded(ended)):
+                self._sendq.put_final(item)
         self._closing.set()
 
     async def _teardown(
@@ -232,6 +242,8 @@ class Session:
                     return
                 if isinstance(item, OutText):
                     await self._ws.send_text(item.text)
+                elif isinstance(item.data, str):
+                    await self._ws.send_text(item.data)
                 else:
                     await self._ws.send_bytes(item.data)
             except (WebSocketDisconnect, OSError):
@@ -249,13 +261,15 @@ class Session:
             self._begin_close(CloseCode.POLICY, "client is not reading", drain=False)
             raise
 
-    def _emit_event(self, event: ServerEvent) -> None:
+    def _emit_event(self, event: WireEvent) -> None:
         if isinstance(event, ErrorEvent):
             self._metrics.errors.labels(event.code.value).inc()
-        self._put(OutText(encode_event(event)))
+        for item in self._wire.encode_event(event):
+            self._put(item)
 
     def _emit_audio(self, data: bytes, duration_ms: int) -> None:
-        self._put(OutAudio(data, duration_ms))
+        for item in self._wire.encode_audio(data, duration_ms):
+            self._put(item)
 
     def _error(self, code: ErrorCode, message: str) -> None:
         self._emit_event(ErrorEvent(code, message, fatal=False))
@@ -266,6 +280,7 @@ class Session:
 
     # --- reader ----------------------------------------------------------------------------
     async def _read_loop(self) -> None:
+        await self._act_on(self._wire.opening())
         while self.state < SessionState.CLOSING:
             message = await self._receive()
             if message is None:
@@ -315,15 +330,22 @@ class Session:
                 ErrorCode.TOO_LARGE, f"frames are limited to {limit} bytes", CloseCode.TOO_BIG
             )
             return
-        if data is not None:
-            self._on_binary(data)
-            return
         try:
-            event = decode_text_frame(text or "")
+            if data is not None:
+                inputs = self._wire.decode_binary(data)
+            else:
+                inputs = self._wire.decode_text(text or "")
         except ProtocolError as exc:
             self._protocol_error(exc)
-            return
-        await self._dispatch(event)
+        else:
+            await self._act_on(inputs)
+        self._wire.dispatched()
+
+    async def _act_on(self, inputs: Sequence[WireInput]) -> None:
+        for item in inputs:
+            if self.state >= SessionState.CLOSING:
+                return
+            await self._dispatch(item)
 
     def _protocol_error(self, exc: ProtocolError) -> None:
         if self.state is SessionState.AWAITING_START:
@@ -331,7 +353,7 @@ class Session:
         else:
             self._error(exc.code, exc.message)
 
-    def _on_binary(self, data: bytes) -> None:
+    def _on_audio(self, data: bytes) -> None:
         if self.state is SessionState.AWAITING_START:
             self._fatal(
                 ErrorCode.NOT_STARTED, "the first message must be session.start", CloseCode.POLICY
@@ -355,13 +377,19 @@ class Session:
                 ErrorCode.UNSUPPORTED_INPUT, "audio input is not served by this gateway version"
             )
 
-    async def _dispatch(self, event: ClientEvent) -> None:
-        if isinstance(event, SessionStart):
+    async def _dispatch(self, event: WireInput) -> None:
+        if isinstance(event, Reply):
+            self._put(OutText(event.text))
+        elif isinstance(event, AudioInput):
+            self._on_audio(event.data)
+        elif isinstance(event, SessionStart):
             self._on_start(event)
         elif self.state is SessionState.AWAITING_START:
             self._fatal(
                 ErrorCode.NOT_STARTED, "the first message must be session.start", CloseCode.POLICY
             )
+        elif isinstance(event, SessionUpdate):
+            self._on_update(event)
         elif isinstance(event, TextInput):
             self._responses.add_text(event)
         elif isinstance(event, ResponseCancel):
@@ -381,7 +409,16 @@ class Session:
         elif isinstance(event, InputCommit):
             self._error(ErrorCode.UNSUPPORTED_INPUT, "input.commit is for speech-to-speech models")
 
-    # --- session.start ---------------------------------------------------------------------
+    # --- session.start / update -------------------------------------------------------------
+    def _on_update(self, event: SessionUpdate) -> None:
+        try:
+            options = update_options(self._responses.options, event, self._engine.facts)
+        except ProtocolError as exc:
+            self._error(exc.code, exc.message)
+            return
+        self._responses.options = options  # responses already playing keep theirs
+        self._emit_event(SessionUpdated(options, event.echo))
+
     def _on_start(self, event: SessionStart) -> None:
         if self.state is not SessionState.AWAITING_START:
             self._error(ErrorCode.ALREADY_STARTED, "session.start may be sent once")

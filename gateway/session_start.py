@@ -4,12 +4,24 @@ the engine's stats, so the session's state machine only has to act on the answer
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING
+
 from engine.client import AsyncEngine
 from engine.request import ConfigError, SamplingParams
 from gateway.config import GatewaySettings
 from gateway.protocol import AudioSpec, ErrorCode, ProtocolError, SessionStart
 from gateway.response import SpeechOptions
 from models.base import ModelFacts
+
+if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed
+    from gateway.wire import SessionUpdate
+
+
+def _check_voice(voice: str | None, facts: ModelFacts) -> None:
+    if voice is not None and facts.voices and voice not in facts.voices:
+        voices = ", ".join(facts.voices)
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"voice must be one of {voices}")
 
 
 def resolve_options(
@@ -18,9 +30,7 @@ def resolve_options(
     """The session's speech options, or ProtocolError(bad_field) naming what is accepted."""
     if event.model is not None and event.model not in (facts.name, served_model):
         raise ProtocolError(ErrorCode.BAD_FIELD, f"this server serves model {facts.name!r}")
-    if event.voice is not None and facts.voices and event.voice not in facts.voices:
-        voices = ", ".join(facts.voices)
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"voice must be one of {voices}")
+    _check_voice(event.voice, facts)
     try:
         # The model's recommended sampling, overridden field by field by the client's.
         sampling = SamplingParams(**{**facts.sampling_defaults, **event.sampling})
@@ -42,3 +52,20 @@ def admission_refusal(engine: AsyncEngine, settings: GatewaySettings) -> str | N
     if stats.waiting >= settings.max_engine_waiting:
         return f"{stats.waiting} requests are waiting for the engine; try again later"
     return None
+
+
+def update_options(
+    options: SpeechOptions, update: SessionUpdate, facts: ModelFacts
+) -> SpeechOptions:
+    """The session's options with an update applied field by field, or ProtocolError(bad_field)
+    (then nothing changes: an update is applied whole or not at all)."""
+    _check_voice(update.voice, facts)
+    try:
+        sampling = dataclasses.replace(options.sampling, **update.sampling)
+    except (ConfigError, TypeError) as exc:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
+    return SpeechOptions(
+        sampling,
+        update.voice if update.voice is not None else options.voice,
+        update.output_audio if update.output_audio is not None else options.output,
+    )

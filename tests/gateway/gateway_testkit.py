@@ -137,6 +137,26 @@ async def wait_engine_idle(engine, timeout: float = 10) -> None:
 
 
 # --- audio checks -----------------------------------------------------------------------------
+async def engine_pcm(engine, text: str, sampling: dict) -> np.ndarray:
+    """What the engine itself produces for the request the gateway makes (same voice, the
+    model's sampling defaults overridden by the session's, greedy so it is repeatable)."""
+    from engine.outputs import AudioChunk, SpeechRequest
+    from engine.request import SamplingParams
+
+    params = SamplingParams(**{**engine.facts.sampling_defaults, **sampling})
+    stream = await engine.submit(SpeechRequest(text, engine.facts.default_voice, params))
+    return np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)])
+
+
+def decode_g711(data: bytes, codec: str) -> np.ndarray:
+    """G.711 bytes (`pcm_mulaw` / `pcm_alaw`) → float32 PCM at 8 kHz."""
+    dec = av.CodecContext.create(codec, "r")
+    dec.sample_rate = 8000
+    dec.layout = "mono"
+    frames = dec.decode(av.Packet(data))
+    return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32) / 32768
+
+
 def resample(pcm: np.ndarray, src: int, dst: int) -> np.ndarray:
     """libswresample, as the gateway uses it, applied to a whole signal at once."""
     frame = av.AudioFrame.from_ndarray(pcm[None, :].astype(np.float32), format="flt", layout="mono")

@@ -83,6 +83,10 @@ def test_client_events():
             '{"type": "session.start", "output_audio": {"format": "mp3"}}',
             ErrorCode.UNSUPPORTED_AUDIO,
         ),
+        (  # A-law is served to compatibility endpoints only, not part of v1
+            '{"type": "session.start", "output_audio": {"format": "alaw"}}',
+            ErrorCode.UNSUPPORTED_AUDIO,
+        ),
         (
             '{"type": "session.start", "output_audio": {"format": "opus", "sample_rate": 16000}}',
             ErrorCode.UNSUPPORTED_AUDIO,

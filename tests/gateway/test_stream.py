@@ -13,6 +13,7 @@ from gateway_testkit import (
     FAST_SAMPLING,
     collect_response,
     decode_opus,
+    engine_pcm,
     expect_close,
     recv_json,
     resample,
@@ -26,14 +27,6 @@ from engine.request import SamplingParams
 
 ONE_SENTENCE = "Hello from the gateway."
 OPUS_PRESKIP = 312  # libopus lookahead at 48 kHz: decoded audio starts this much late
-
-
-async def engine_pcm(engine, text: str, sampling: dict) -> np.ndarray:
-    """What the engine itself produces for the request the gateway makes (same voice, the
-    model's sampling defaults overridden by the session's, greedy so it is repeatable)."""
-    params = SamplingParams(**{**engine.facts.sampling_defaults, **sampling})
-    stream = await engine.submit(SpeechRequest(text, engine.facts.default_voice, params))
-    return np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)])
 
 
 def aligned_corr(

@@ -1,0 +1,294 @@
+"""`/v1/realtime`: the OpenAI Realtime API as an adapter onto the native session layer.
+
+A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway.wire):
+
+    on open                  → session.start (pcm16 24 kHz out)  → `session.created`
+    session.update           → SessionUpdate (voice, format, sampling) → `session.updated`
+    conversation.item.create → the text is kept (user and assistant messages are what a
+                               text-to-speech model speaks)       → `conversation.item.created`
+    response.create          → `text` (final) with the kept text  → response.created, …
+    response.cancel          → `response.cancel`                  → response.done cancelled
+    audio input events       → `error` (needs a speech-to-speech model) for TTS models
+
+Everything else — limits, pacing, backpressure, barge-in, metrics, engine requests — is the
+session's, exactly as on `/v1/stream`. Audio leaves as base64 `response.audio.delta` (beta) or
+`response.output_audio.delta` (GA) events, one per 20 ms frame.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from engine.request import SamplingParams
+from gateway.pacing import OutAudio, OutItem, OutText
+from gateway.protocol import (
+    AudioFormat,
+    AudioInput,
+    AudioSpec,
+    ErrorCode,
+    ErrorEvent,
+    InputCommit,
+    ProtocolError,
+    ResponseCancel,
+    ResponseDone,
+    ResponseStarted,
+    ResponseStatus,
+    SessionEnded,
+    SessionStart,
+    SessionStarted,
+    SpeechStarted,
+    SpeechStopped,
+    TextInput,
+    TranscriptDelta,
+    decode_sampling,
+)
+from gateway.realtime_events import (
+    OutputItem,
+    ResponseOutcome,
+    SessionView,
+    encode_audio_delta,
+    encode_error,
+    encode_item_created,
+    encode_response_done,
+    encode_response_started,
+    encode_session,
+    encode_speech_event,
+    encode_transcript_delta,
+)
+from gateway.realtime_protocol import (
+    BETA_HEADER_VALUE,
+    BETA_SUBPROTOCOL,
+    SUBPROTOCOL,
+    UNSET,
+    AudioInputEvent,
+    Dialect,
+    ItemCreateEvent,
+    RealtimeFormat,
+    ResponseCancelEvent,
+    ResponseCreateEvent,
+    SessionUpdateEvent,
+    decode_client_event,
+    event_id_of,
+)
+from gateway.wire import Reply, SessionUpdate, SessionUpdated, Wire, WireEvent, WireInput
+from models.base import ModelFacts
+
+log = logging.getLogger("voxgate.gateway")
+
+_FRAME_MS = 20
+SPECS: Mapping[RealtimeFormat, AudioSpec] = {
+    RealtimeFormat.PCM16: AudioSpec(AudioFormat.PCM16, 24000, _FRAME_MS),
+    RealtimeFormat.G711_ULAW: AudioSpec(AudioFormat.MULAW, 8000, _FRAME_MS),
+    RealtimeFormat.G711_ALAW: AudioSpec(AudioFormat.ALAW, 8000, _FRAME_MS),
+}
+_FORMAT_OF = {spec.format: fmt for fmt, spec in SPECS.items()}
+
+_OUTCOMES = {
+    ResponseStatus.COMPLETED: ("completed", None),
+    ResponseStatus.CANCELLED: ("cancelled", "client_cancelled"),
+    ResponseStatus.LENGTH: ("incomplete", "max_output_tokens"),
+    ResponseStatus.FAILED: ("failed", None),
+}
+# Errors that are the server's doing; every other code is the client's request being refused.
+_SERVER_ERRORS = {ErrorCode.INTERNAL, ErrorCode.MODEL_ERROR, ErrorCode.OVERLOADED}
+
+
+def dialect_of(headers: Mapping[str, str], subprotocols: Sequence[str]) -> Dialect:
+    """Beta clients say so (`OpenAI-Beta: realtime=v1`, or its subprotocol from browsers)."""
+    beta = BETA_HEADER_VALUE in headers.get("openai-beta", "") or BETA_SUBPROTOCOL in subprotocols
+    return Dialect.BETA if beta else Dialect.GA
+
+
+def _audio_input_refusal(kind: str, facts: ModelFacts) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.UNSUPPORTED_INPUT,
+        f"{kind}: audio input needs a speech-to-speech model, and {facts.name} is text-to-speech; "
+        "send text with conversation.item.create, then response.create",
+    )
+
+
+class RealtimeWire(Wire):
+    def __init__(
+        self,
+        dialect: Dialect,
+        facts: ModelFacts,
+        model: str | None,
+        offered_subprotocols: Sequence[str] = (),
+        max_pending_chars: int = 32768,
+    ) -> None:
+        self.dialect = dialect
+        self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered_subprotocols else None
+        self._facts = facts
+        self._model = model  # the client's `?model=`; the session refuses another model's name
+        self._view: SessionView | None = None
+        self._pending_text: list[str] = []  # text items since the last response.create
+        self._max_pending_chars = max_pending_chars  # a response's text limit, bounding memory
+        self._last_item_id: str | None = None
+        self._current: OutputItem | None = None
+        self._transcript: list[str] = []
+        self._event_id: str | None = None  # the client event being handled, for its errors
+
+    # --- client → session ------------------------------------------------------------------
+    def opening(self) -> Sequence[WireInput]:
+        # A Realtime session starts with the connection; `session.created` answers it.
+        input_audio = SPECS[RealtimeFormat.PCM16] if self._facts.accepts_audio else None
+        start = SessionStart(
+            model=self._model, output_audio=SPECS[RealtimeFormat.PCM16], input_audio=input_audio
+        )
+        return (start,)
+
+    def decode_text(self, text: str) -> Sequence[WireInput]:
+        try:
+            event = decode_client_event(text)
+        except ProtocolError:
+            self._event_id = event_id_of(text)
+            raise
+        self._event_id = event.event_id
+        if isinstance(event, SessionUpdateEvent):
+            return (self._session_update(event),)
+        if isinstance(event, ItemCreateEvent):
+            return (self._item_create(event),)
+        if isinstance(event, ResponseCreateEvent):
+            if not self._pending_text:
+                raise ProtocolError(
+                    ErrorCode.BAD_FIELD,
+                    "nothing to speak: add a user or assistant text message with "
+                    "conversation.item.create before response.create",
+                )
+            text_to_speak = " ".join(self._pending_text)
+            self._pending_text.clear()
+            return (TextInput(text_to_speak, final=True),)
+        if isinstance(event, ResponseCancelEvent):
+            return (ResponseCancel(),)
+        return self._audio_input(event)
+
+    def decode_binary(self, data: bytes) -> Sequence[WireInput]:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            "the Realtime API carries audio in JSON events (input_audio_buffer.append), "
+            "not in binary frames",
+        )
+
+    def dispatched(self) -> None:
+        self._event_id = None
+
+    def _session_update(self, event: SessionUpdateEvent) -> SessionUpdate:
+        sampling = decode_sampling(event.sampling)  # the Voxgate extension, type-checked
+        if event.temperature is not None:
+            sampling["temperature"] = event.temperature
+        if event.max_output_tokens is not None:
+            sampling["max_tokens"] = event.max_output_tokens
+        if event.instructions:
+            log.info("realtime: session instructions ignored (a text-to-speech model speaks text)")
+        output = SPECS[event.output_format] if event.output_format is not None else None
+        # What the session does not own comes back in SessionUpdated once the update is taken.
+        echo = (event.turn_detection, event.instructions)
+        return SessionUpdate(event.voice, output, sampling, echo)
+
+    def _item_create(self, event: ItemCreateEvent) -> Reply:
+        item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"
+        if event.role in ("user", "assistant"):
+            pending = sum(len(t) for t in self._pending_text) + len(event.text)
+            if pending > self._max_pending_chars:
+                raise ProtocolError(
+                    ErrorCode.TOO_LARGE,
+                    f"a response is limited to {self._max_pending_chars} characters of text; "
+                    "send response.create before adding more",
+                )
+            self._pending_text.append(event.text)
+        # A system message has nothing to speak; it is acknowledged and otherwise ignored.
+        reply = encode_item_created(
+            self.dialect, item_id, event.role, event.text, self._last_item_id
+        )
+        self._last_item_id = item_id
+        return Reply(reply)
+
+    def _audio_input(self, event: AudioInputEvent) -> Sequence[WireInput]:
+        if not self._facts.accepts_audio:
+            raise _audio_input_refusal(event.type, self._facts)
+        if event.type == "input_audio_buffer.commit":
+            return (InputCommit(),)
+        if event.type == "input_audio_buffer.append":
+            return (AudioInput(event.audio),)
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_INPUT, f"{event.type} is not served by this gateway version"
+        )
+
+    # --- session → client ------------------------------------------------------------------
+    def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
+        return [OutText(text) for text in self._encode(event)]
+
+    def _encode(self, event: WireEvent) -> list[str]:
+        if isinstance(event, SessionStarted):
+            self._view = self._started_view(event)
+            return [encode_session("session.created", self.dialect, self._view)]
+        if isinstance(event, SessionUpdated):
+            return [encode_session("session.updated", self.dialect, self._updated_view(event))]
+        if isinstance(event, ResponseStarted):
+            item_id = f"item_{uuid.uuid4().hex[:20]}"
+            self._current = OutputItem(event.response_id, item_id)
+            self._transcript = []
+            previous, self._last_item_id = self._last_item_id, item_id
+            return encode_response_started(self.dialect, self._current, previous)
+        if isinstance(event, TranscriptDelta) and self._current is not None:
+            self._transcript.append(event.text)
+            return [encode_transcript_delta(self.dialect, self._current, event.text)]
+        if isinstance(event, ResponseDone) and self._current is not None:
+            return self._response_done(event)
+        if isinstance(event, SpeechStarted | SpeechStopped):
+            kind = "started" if isinstance(event, SpeechStarted) else "stopped"
+            item = self._last_item_id or ""
+            return [encode_speech_event(f"input_audio_buffer.speech_{kind}", event.audio_ms, item)]
+        if isinstance(event, ErrorEvent):
+            error_type = "server_error" if event.code in _SERVER_ERRORS else "invalid_request_error"
+            return [encode_error(error_type, event.code.value, event.message, self._event_id)]
+        if isinstance(event, SessionEnded):
+            return []  # the Realtime API has no such event: the close frame says it
+        return []
+
+    def encode_audio(self, data: bytes, duration_ms: int) -> Sequence[OutItem]:
+        if self._current is None:  # audio only flows inside a response
+            raise RuntimeError("audio outside a response")
+        return (OutAudio(encode_audio_delta(self.dialect, self._current, data), duration_ms),)
+
+    def _response_done(self, event: ResponseDone) -> list[str]:
+        status, reason = _OUTCOMES[event.status]
+        transcript = "".join(self._transcript) if self._transcript else None
+        error = "generation failed" if event.status is ResponseStatus.FAILED else None
+        outcome = ResponseOutcome(status, reason, error, transcript)
+        out, self._current = self._current, None
+        return encode_response_done(self.dialect, out, outcome)
+
+    def _started_view(self, event: SessionStarted) -> SessionView:
+        sampling = SamplingParams(**self._facts.sampling_defaults)
+        return SessionView(
+            session_id=event.session_id,
+            model=event.model,
+            voice=self._facts.default_voice,
+            output_format=_FORMAT_OF[event.output_audio.format],
+            input_format=_FORMAT_OF[event.input_audio.format] if event.input_audio else None,
+            turn_detection=None,
+            instructions="",
+            temperature=sampling.temperature,
+            max_output_tokens=sampling.max_tokens,
+        )
+
+    def _updated_view(self, event: SessionUpdated) -> SessionView:
+        turn, instructions = event.echo if isinstance(event.echo, tuple) else (UNSET, None)
+        options = event.options
+        view = self._view
+        if view is None:  # the session acts on updates only once it has started
+            raise RuntimeError("session.updated before session.created")
+        self._view = replace(
+            view,
+            voice=options.voice,
+            output_format=_FORMAT_OF[options.output.format],
+            turn_detection=view.turn_detection if turn is UNSET else turn,
+            instructions=view.instructions if instructions is None else instructions,
+            temperature=options.sampling.temperature,
+            max_output_tokens=options.sampling.max_tokens,
+        )
+        return self._view

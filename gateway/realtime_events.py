@@ -1,0 +1,227 @@
+"""OpenAI Realtime server events, as pure functions that return the JSON text of one event
+(or the few events one native event becomes). The vocabulary (dialects, formats) lives in
+gateway.realtime_protocol; the mapping from the native session's events is gateway.realtime."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.realtime_protocol import GA_FORMAT_OBJECTS, Dialect, RealtimeFormat
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """The session resource as the client sees it (`session.created` / `session.updated`)."""
+
+    session_id: str
+    model: str
+    voice: str | None
+    output_format: RealtimeFormat
+    input_format: RealtimeFormat | None  # None: the model takes no audio
+    turn_detection: dict | None
+    instructions: str
+    temperature: float
+    max_output_tokens: int
+
+
+@dataclass(frozen=True)
+class OutputItem:
+    """The one assistant message a response produces, with its audio content part."""
+
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+
+
+@dataclass(frozen=True)
+class ResponseOutcome:
+    status: str  # completed | cancelled | incomplete | failed
+    reason: str | None = None  # client_cancelled | max_output_tokens | None
+    error: str | None = None  # the failure's message
+    transcript: str | None = None  # the text the audio says, where the model has it
+
+
+def _event(kind: str, **fields: Any) -> str:
+    body = {"type": kind, "event_id": f"event_{uuid.uuid4().hex[:20]}", **fields}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def _format(dialect: Dialect, fmt: RealtimeFormat) -> Any:
+    return GA_FORMAT_OBJECTS[fmt] if dialect is Dialect.GA else fmt.value
+
+
+def session_resource(dialect: Dialect, view: SessionView) -> dict[str, Any]:
+    common = {
+        "id": view.session_id,
+        "object": "realtime.session",
+        "model": view.model,
+        "instructions": view.instructions,
+        "tools": [],
+        "tool_choice": "auto",
+    }
+    if dialect is Dialect.BETA:
+        return {
+            **common,
+            "modalities": ["audio", "text"],
+            "voice": view.voice,
+            "input_audio_format": view.input_format.value if view.input_format else None,
+            "output_audio_format": view.output_format.value,
+            "input_audio_transcription": None,
+            "turn_detection": view.turn_detection,
+            "temperature": view.temperature,
+            "max_response_output_tokens": view.max_output_tokens,
+        }
+    audio_in = {"format": _format(dialect, view.input_format)} if view.input_format else {}
+    return {
+        **common,
+        "type": "realtime",
+        "output_modalities": ["audio"],
+        "audio": {
+            "input": {**audio_in, "turn_detection": view.turn_detection},
+            "output": {"format": _format(dialect, view.output_format), "voice": view.voice},
+        },
+        "max_output_tokens": view.max_output_tokens,
+    }
+
+
+def encode_session(kind: str, dialect: Dialect, view: SessionView) -> str:
+    """`session.created` or `session.updated`."""
+    return _event(kind, session=session_resource(dialect, view))
+
+
+def _text_part(dialect: Dialect, role: str, text: str) -> dict[str, Any]:
+    if role == "assistant":
+        kind = "text" if dialect is Dialect.BETA else "output_text"
+    else:
+        kind = "input_text"
+    return {"type": kind, "text": text}
+
+
+def encode_item_created(
+    dialect: Dialect, item_id: str, role: str, text: str, previous_item_id: str | None
+) -> str:
+    item = {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": role,
+        "status": "completed",
+        "content": [_text_part(dialect, role, text)],
+    }
+    return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
+
+
+def _audio_part(dialect: Dialect, transcript: str | None) -> dict[str, Any]:
+    kind = "audio" if dialect is Dialect.BETA else "output_audio"
+    return {"type": kind, "transcript": transcript}
+
+
+def _item(dialect: Dialect, out: OutputItem, status: str, transcript: str | None) -> dict:
+    return {
+        "id": out.item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [_audio_part(dialect, transcript)] if status != "in_progress" else [],
+    }
+
+
+def _response(dialect: Dialect, out: OutputItem, status: str, output: list, details=None) -> dict:
+    body = {
+        "id": out.response_id,
+        "object": "realtime.response",
+        "status": status,
+        "status_details": details,
+        "output": output,
+        "usage": None,
+    }
+    if dialect is Dialect.BETA:
+        body["modalities"] = ["audio"]
+    else:
+        body["output_modalities"] = ["audio"]
+    return body
+
+
+def encode_response_started(
+    dialect: Dialect, out: OutputItem, previous_item_id: str | None
+) -> list[str]:
+    item = _item(dialect, out, "in_progress", None)
+    ids = {"response_id": out.response_id, "output_index": out.output_index}
+    part_ids = {**ids, "item_id": out.item_id, "content_index": out.content_index}
+    return [
+        _event("response.created", response=_response(dialect, out, "in_progress", [])),
+        _event("response.output_item.added", item=item, **ids),
+        _event("conversation.item.created", previous_item_id=previous_item_id, item=item),
+        _event("response.content_part.added", part=_audio_part(dialect, ""), **part_ids),
+    ]
+
+
+def _names(dialect: Dialect) -> tuple[str, str]:
+    """(audio event prefix, transcript event prefix) of the dialect."""
+    if dialect is Dialect.BETA:
+        return "response.audio", "response.audio_transcript"
+    return "response.output_audio", "response.output_audio_transcript"
+
+
+def _part_ids(out: OutputItem) -> dict[str, Any]:
+    return {
+        "response_id": out.response_id,
+        "item_id": out.item_id,
+        "output_index": out.output_index,
+        "content_index": out.content_index,
+    }
+
+
+def encode_audio_delta(dialect: Dialect, out: OutputItem, audio: bytes) -> str:
+    delta = base64.b64encode(audio).decode("ascii")
+    return _event(_names(dialect)[0] + ".delta", delta=delta, **_part_ids(out))
+
+
+def encode_transcript_delta(dialect: Dialect, out: OutputItem, text: str) -> str:
+    return _event(_names(dialect)[1] + ".delta", delta=text, **_part_ids(out))
+
+
+def encode_response_done(dialect: Dialect, out: OutputItem, outcome: ResponseOutcome) -> list[str]:
+    audio, transcript = _names(dialect)
+    item_status = "completed" if outcome.status == "completed" else "incomplete"
+    item = _item(dialect, out, item_status, outcome.transcript)
+    details = None
+    if outcome.status != "completed":
+        details = {"type": outcome.status, "reason": outcome.reason}
+        if outcome.error is not None:
+            details["error"] = {"type": "server_error", "message": outcome.error}
+    events = [_event(audio + ".done", **_part_ids(out))]
+    if outcome.transcript is not None:
+        events.append(_event(transcript + ".done", transcript=outcome.transcript, **_part_ids(out)))
+    part = _audio_part(dialect, outcome.transcript)
+    events += [
+        _event("response.content_part.done", part=part, **_part_ids(out)),
+        _event(
+            "response.output_item.done",
+            item=item,
+            response_id=out.response_id,
+            output_index=out.output_index,
+        ),
+        _event("response.done", response=_response(dialect, out, outcome.status, [item], details)),
+    ]
+    return events
+
+
+def encode_speech_event(kind: str, audio_ms: int, item_id: str) -> str:
+    """`input_audio_buffer.speech_started` (audio_start_ms) / `.speech_stopped` (audio_end_ms)."""
+    field_name = "audio_start_ms" if kind.endswith("started") else "audio_end_ms"
+    return _event(kind, item_id=item_id, **{field_name: audio_ms})
+
+
+def encode_error(
+    error_type: str, code: str, message: str, event_id: str | None, param: str | None = None
+) -> str:
+    """`error`: `type` is invalid_request_error for the client's mistakes, server_error else."""
+    error = {"type": error_type, "code": code, "message": message, "param": param}
+    return _event("error", error={**error, "event_id": event_id})

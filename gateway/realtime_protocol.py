@@ -1,0 +1,258 @@
+"""The part of the OpenAI Realtime WebSocket protocol that audio clients use, as data.
+
+Client events decode into frozen dataclasses (`decode_client_event`, raising ProtocolError with
+a native error code); server events are built by pure functions that return the JSON text of one
+event. Both API dialects are spoken: the beta one (`OpenAI-Beta: realtime=v1`, event names such
+as `response.audio.delta`, flat session fields such as `output_audio_format`) and the GA one
+(`response.output_audio.delta`, `session.audio.output.format`). The names and shapes follow the
+Realtime API reference and the `openai` package's `types/realtime` and `types/beta/realtime`.
+Nothing here knows about sessions: gateway.realtime maps these onto the native session layer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.protocol import ErrorCode, ProtocolError
+
+BETA_HEADER_VALUE = "realtime=v1"  # `OpenAI-Beta` header of beta clients
+BETA_SUBPROTOCOL = "openai-beta.realtime-v1"  # what browsers offer instead of that header
+SUBPROTOCOL = "realtime"  # browsers offer it; the server selects it
+
+
+class Dialect(enum.StrEnum):
+    BETA = "beta"
+    GA = "ga"
+
+
+class RealtimeFormat(enum.StrEnum):
+    """Audio formats by their beta names; `pcm16` is 24 kHz, the G.711 ones 8 kHz."""
+
+    PCM16 = "pcm16"
+    G711_ULAW = "g711_ulaw"
+    G711_ALAW = "g711_alaw"
+
+
+# GA names the same formats with MIME-like objects: {"type": "audio/pcm", "rate": 24000}.
+_GA_FORMAT_TYPES = {
+    "audio/pcm": RealtimeFormat.PCM16,
+    "audio/pcmu": RealtimeFormat.G711_ULAW,
+    "audio/pcma": RealtimeFormat.G711_ALAW,
+}
+GA_FORMAT_OBJECTS = {
+    RealtimeFormat.PCM16: {"type": "audio/pcm", "rate": 24000},
+    RealtimeFormat.G711_ULAW: {"type": "audio/pcmu"},
+    RealtimeFormat.G711_ALAW: {"type": "audio/pcma"},
+}
+
+UNSET: Any = object()  # a field the client did not send (distinct from an explicit null)
+
+
+# --- client → server --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SessionUpdateEvent:
+    event_id: str | None
+    voice: str | None = None
+    output_format: RealtimeFormat | None = None
+    turn_detection: Any = UNSET  # dict, None (off) or UNSET
+    instructions: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    # Voxgate extension: the native `sampling` object (seed, top_p, …), for repeatable output.
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ItemCreateEvent:
+    event_id: str | None
+    item_id: str | None
+    role: str  # user | assistant | system
+    text: str  # the item's text parts, joined
+
+
+@dataclass(frozen=True)
+class ResponseCreateEvent:
+    event_id: str | None
+
+
+@dataclass(frozen=True)
+class ResponseCancelEvent:
+    event_id: str | None
+
+
+@dataclass(frozen=True)
+class AudioInputEvent:
+    """`input_audio_buffer.append` (with `audio`), `.commit`, `.clear`, and
+    `conversation.item.truncate`: the audio-input side of the protocol."""
+
+    event_id: str | None
+    type: str
+    audio: bytes = b""
+
+
+RealtimeClientEvent = (
+    SessionUpdateEvent
+    | ItemCreateEvent
+    | ResponseCreateEvent
+    | ResponseCancelEvent
+    | AudioInputEvent
+)
+
+
+def _bad(message: str, code: ErrorCode = ErrorCode.BAD_FIELD) -> ProtocolError:
+    return ProtocolError(code, message)
+
+
+def decode_client_event(text: str) -> RealtimeClientEvent:
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _bad(f"events must be JSON: {exc}", ErrorCode.BAD_JSON) from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        raise _bad("an event must be a JSON object with a string `type`", ErrorCode.BAD_JSON)
+    kind = obj["type"]
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        known = ", ".join(_DECODERS)
+        raise _bad(
+            f"unsupported event type {kind[:64]!r}; supported: {known}", ErrorCode.UNKNOWN_TYPE
+        )
+    return decoder(obj)
+
+
+def event_id_of(text: str) -> str | None:
+    """The client's `event_id`, for error replies, even from an event that does not decode."""
+    try:
+        value = json.loads(text).get("event_id")
+    except (ValueError, RecursionError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _str(obj: dict, name: str) -> str | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _bad(f"`{name}` must be a string")
+    return value
+
+
+def _decode_format(value: Any, name: str) -> RealtimeFormat | None:
+    if value is None:
+        return None
+    if isinstance(value, str):  # beta: "pcm16"
+        try:
+            return RealtimeFormat(value)
+        except ValueError:
+            pass
+    elif isinstance(value, dict) and value.get("type") in _GA_FORMAT_TYPES:  # GA
+        fmt = _GA_FORMAT_TYPES[value["type"]]
+        if fmt is RealtimeFormat.PCM16 and value.get("rate", 24000) != 24000:
+            raise _bad(f"`{name}.rate` must be 24000")
+        return fmt
+    beta = ", ".join(f.value for f in RealtimeFormat)
+    ga = ", ".join(_GA_FORMAT_TYPES)
+    raise ProtocolError(
+        ErrorCode.UNSUPPORTED_AUDIO, f"`{name}` must be one of {beta} (or type {ga})"
+    )
+
+
+def _decode_session_update(obj: dict) -> SessionUpdateEvent:
+    session = obj.get("session")
+    if not isinstance(session, dict):
+        raise _bad("`session` must be an object")
+    audio = session.get("audio") if isinstance(session.get("audio"), dict) else {}
+    out = audio.get("output") if isinstance(audio.get("output"), dict) else {}
+    inp = audio.get("input") if isinstance(audio.get("input"), dict) else {}
+    voice = _str(out, "voice") if "voice" in out else _str(session, "voice")
+    if "format" in out:
+        fmt = _decode_format(out["format"], "session.audio.output.format")
+    else:
+        fmt = _decode_format(session.get("output_audio_format"), "session.output_audio_format")
+    turn = inp.get("turn_detection", session.get("turn_detection", UNSET))
+    if turn is not UNSET and turn is not None and not isinstance(turn, dict):
+        raise _bad("`turn_detection` must be an object or null")
+    temperature = session.get("temperature")
+    if temperature is not None and (
+        not isinstance(temperature, int | float)
+        or isinstance(temperature, bool)
+        or not math.isfinite(temperature)
+    ):
+        raise _bad("`session.temperature` must be a number")
+    max_tokens = session.get("max_output_tokens", session.get("max_response_output_tokens"))
+    if max_tokens == "inf":
+        max_tokens = None
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
+        raise _bad('`max_output_tokens` must be an integer or "inf"')
+    sampling = session.get("sampling", {})
+    if not isinstance(sampling, dict):
+        raise _bad("`session.sampling` must be an object")
+    return SessionUpdateEvent(
+        event_id=_str(obj, "event_id"),
+        voice=voice,
+        output_format=fmt,
+        turn_detection=turn,
+        instructions=_str(session, "instructions"),
+        temperature=None if temperature is None else float(temperature),
+        max_output_tokens=max_tokens,
+        sampling=sampling,
+    )
+
+
+_TEXT_PARTS = ("input_text", "text", "output_text")
+
+
+def _decode_item_create(obj: dict) -> ItemCreateEvent:
+    item = obj.get("item")
+    if not isinstance(item, dict):
+        raise _bad("`item` must be an object")
+    if item.get("type", "message") != "message":
+        raise _bad("only `message` items are supported (no function calls)")
+    role = item.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise _bad("`item.role` must be user, assistant or system")
+    content = item.get("content")
+    if not isinstance(content, list) or not content:
+        raise _bad("`item.content` must be a non-empty list")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "input_audio":
+                raise ProtocolError(
+                    ErrorCode.UNSUPPORTED_INPUT,
+                    "audio items need a speech-to-speech model; send text parts (input_text)",
+                )
+            raise _bad(f"content parts must be one of {', '.join(_TEXT_PARTS)}")
+        if not isinstance(part.get("text"), str):
+            raise _bad("a text content part needs a string `text`")
+        texts.append(part["text"])
+    return ItemCreateEvent(_str(obj, "event_id"), _str(item, "id"), role, " ".join(texts))
+
+
+def _decode_append(obj: dict) -> AudioInputEvent:
+    audio = obj.get("audio")
+    if not isinstance(audio, str):
+        raise _bad("`audio` must be a base64 string")
+    try:
+        data = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad("`audio` is not valid base64") from None
+    return AudioInputEvent(_str(obj, "event_id"), obj["type"], data)
+
+
+_DECODERS = {
+    "session.update": _decode_session_update,
+    "conversation.item.create": _decode_item_create,
+    "response.create": lambda obj: ResponseCreateEvent(_str(obj, "event_id")),
+    "response.cancel": lambda obj: ResponseCancelEvent(_str(obj, "event_id")),
+    "input_audio_buffer.append": _decode_append,
+    "input_audio_buffer.commit": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
+    "input_audio_buffer.clear": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
+    "conversation.item.truncate": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
+}

@@ -1,0 +1,192 @@
+"""`/v1/twilio`: Twilio Media Streams as an adapter onto the native session layer.
+
+A `TwilioWire` translates one bidirectional stream (`<Connect><Stream>`):
+
+    connected                → nothing (the stream's identity comes with `start`)
+    start                    → session.start (μ-law 8 kHz out), then the `greeting` custom
+                               parameter, if any, as a `text` to speak
+    media (caller audio)     → buffered (InboundAudio) for the speech-to-speech path; handed to
+                               the session as audio when the model takes audio
+    mark (echoed by Twilio)  → `playback`: the caller has heard the response up to that point
+    dtmf                     → `response.cancel`: a key press interrupts what is playing
+    stop                     → `session.end`
+
+and sends back: each 20 ms audio frame as a `media` message, a `mark` named
+`<response_id>:<audio_ms>` every MARK_EVERY_MS of audio and one more, `…:end`, at the end of
+each response (its echo says the caller heard all of it), and
+`clear` when a response is cancelled (barge-in), so Twilio drops what it has buffered.
+Twilio has no error message: errors are logged and counted (metrics), never sent.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Sequence
+
+from gateway.pacing import OutAudio, OutItem, OutText
+from gateway.protocol import (
+    AudioFormat,
+    AudioInput,
+    AudioSpec,
+    ErrorCode,
+    ErrorEvent,
+    Playback,
+    ProtocolError,
+    ResponseCancel,
+    ResponseDone,
+    ResponseStarted,
+    ResponseStatus,
+    SessionEnd,
+    SessionStart,
+    TextInput,
+    decode_sampling,
+)
+from gateway.twilio_protocol import (
+    MULAW_ENCODING,
+    MULAW_RATE,
+    Connected,
+    Dtmf,
+    Mark,
+    Media,
+    Start,
+    Stop,
+    decode_twilio_message,
+    encode_clear,
+    encode_mark,
+    encode_media,
+)
+from gateway.wire import Wire, WireEvent, WireInput
+from models.base import ModelFacts
+
+log = logging.getLogger("voxgate.gateway")
+
+SPEC = AudioSpec(AudioFormat.MULAW, MULAW_RATE, 20)
+MARK_EVERY_MS = 500
+END_MARK = "end"  # the last mark of a response: `<response_id>:<audio_ms>:end`
+# Custom parameters (<Parameter name=… value=…/> in the TwiML) that set the session's sampling.
+_SAMPLING_PARAMETERS = {"temperature": float, "top_p": float, "seed": int, "max_tokens": int}
+
+
+class InboundAudio:
+    """The caller's most recent audio (μ-law bytes), bounded: kept for the speech-to-speech
+    path (issue 8), which will take the caller's turn from here."""
+
+    def __init__(self, max_seconds: float = 30.0) -> None:
+        self.max_bytes = int(max_seconds * MULAW_RATE)  # one byte a sample
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self.size = 0
+        self.received = 0  # bytes ever received
+
+    def push(self, mulaw: bytes) -> None:
+        self._chunks.append(mulaw)
+        self.size += len(mulaw)
+        self.received += len(mulaw)
+        while self.size > self.max_bytes:
+            self.size -= len(self._chunks.popleft())
+
+    def bytes(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+def _sampling_from(parameters: dict[str, str]) -> dict[str, float | int | None]:
+    raw: dict[str, float | int] = {}
+    for name, kind in _SAMPLING_PARAMETERS.items():
+        if name in parameters:
+            try:
+                raw[name] = kind(parameters[name])
+            except ValueError:
+                raise ProtocolError(
+                    ErrorCode.BAD_FIELD, f"parameter {name} must be a {kind.__name__}"
+                ) from None
+    return decode_sampling(raw)
+
+
+class TwilioWire(Wire):
+    def __init__(self, facts: ModelFacts, inbound_seconds: float = 30.0) -> None:
+        self._facts = facts
+        self.stream_sid: str | None = None
+        self.inbound = InboundAudio(inbound_seconds)
+        self._response_id: str | None = None  # the response playing, for its marks
+        self._sent_ms = 0  # of that response
+        self._since_mark_ms = 0
+
+    # --- Twilio → session ------------------------------------------------------------------
+    def decode_text(self, text: str) -> Sequence[WireInput]:
+        message = decode_twilio_message(text)
+        if isinstance(message, Connected):
+            return ()
+        if isinstance(message, Start):
+            return self._start(message)
+        if self.stream_sid is None:
+            raise ProtocolError(ErrorCode.NOT_STARTED, "the stream sends `start` before anything")
+        if message.stream_sid != self.stream_sid:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"unknown streamSid {message.stream_sid!r}")
+        if isinstance(message, Media):
+            if self._facts.accepts_audio:
+                return (AudioInput(message.payload),)
+            self.inbound.push(message.payload)
+            return ()
+        if isinstance(message, Mark):
+            return self._heard(message.name)
+        if isinstance(message, Dtmf):
+            log.info("twilio stream=%s dtmf=%s: interrupting", self.stream_sid, message.digit)
+            return (ResponseCancel(),)
+        if isinstance(message, Stop):
+            return (SessionEnd(),)
+        return ()
+
+    def decode_binary(self, data: bytes) -> Sequence[WireInput]:
+        raise ProtocolError(ErrorCode.BAD_FIELD, "Media Streams messages are JSON text frames")
+
+    def _start(self, start: Start) -> Sequence[WireInput]:
+        if self.stream_sid is not None:
+            raise ProtocolError(ErrorCode.ALREADY_STARTED, "a stream starts once")
+        if start.encoding != MULAW_ENCODING or start.sample_rate != MULAW_RATE:
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED_AUDIO,
+                f"media must be {MULAW_ENCODING} at {MULAW_RATE} Hz, got {start.encoding}",
+            )
+        self.stream_sid = start.stream_sid
+        params = start.custom_parameters
+        session = SessionStart(
+            voice=params.get("voice"),
+            input_audio=SPEC if self._facts.accepts_audio else None,
+            output_audio=SPEC,
+            sampling=_sampling_from(params),
+        )
+        greeting = params.get("greeting", "").strip()
+        return (session, TextInput(greeting)) if greeting else (session,)
+
+    def _heard(self, name: str) -> Sequence[WireInput]:
+        response_id, _, played = name.removesuffix(f":{END_MARK}").rpartition(":")
+        if response_id != self._response_id or not played.isdigit():
+            return ()  # a finished response's mark, or not one of ours
+        return (Playback(float(played)),)
+
+    # --- session → Twilio ------------------------------------------------------------------
+    def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
+        if isinstance(event, ResponseStarted):
+            self._response_id, self._sent_ms, self._since_mark_ms = event.response_id, 0, 0
+            return ()
+        if isinstance(event, ResponseDone) and self.stream_sid is not None:
+            self._response_id = None
+            if event.status is ResponseStatus.CANCELLED:
+                return (OutText(encode_clear(self.stream_sid)),)
+            name = f"{event.response_id}:{event.audio_ms}:{END_MARK}"
+            return (OutText(encode_mark(self.stream_sid, name)),)
+        if isinstance(event, ErrorEvent):
+            log.info("twilio stream=%s error %s: %s", self.stream_sid, event.code, event.message)
+        return ()
+
+    def encode_audio(self, data: bytes, duration_ms: int) -> Sequence[OutItem]:
+        if self.stream_sid is None or self._response_id is None:
+            raise RuntimeError("audio outside a response")
+        items: list[OutItem] = [OutAudio(encode_media(self.stream_sid, data), duration_ms)]
+        self._sent_ms += duration_ms
+        self._since_mark_ms += duration_ms
+        if self._since_mark_ms >= MARK_EVERY_MS:
+            self._since_mark_ms = 0
+            name = f"{self._response_id}:{self._sent_ms}"
+            items.append(OutText(encode_mark(self.stream_sid, name)))
+        return items

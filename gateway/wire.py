@@ -1,0 +1,97 @@
+"""What a session speaks on its socket: the seam between the one session layer and the
+protocols that reach it (the native protocol of PROTOCOL.md, the OpenAI Realtime API, …).
+
+A `Session` (gateway.session) runs on native events only. A `Wire` translates, per connection:
+
+    client frame ──decode_text / decode_binary──▶ native ClientEvents (+ direct Replies)
+    native ServerEvent / audio frame ──encode_event / encode_audio──▶ socket items
+
+so a compatibility endpoint is an adapter with its own small state (ids, which API dialect),
+never a second copy of the session's logic, limits, pacing or metrics.
+
+Two events exist only on this seam, for protocols that can change options mid-session (the
+native v1 protocol cannot, so its decoder never produces them): `SessionUpdate` in and
+`SessionUpdated` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from gateway.pacing import OutAudio, OutItem, OutText
+from gateway.protocol import (
+    AudioInput,
+    AudioSpec,
+    ClientEvent,
+    ServerEvent,
+    decode_text_frame,
+    encode_event,
+)
+from gateway.response import SpeechOptions
+
+
+@dataclass(frozen=True)
+class SessionUpdate:
+    """Change the options of the responses that start from now on. None: keep as is.
+    `echo` is the adapter's own data, handed back untouched in `SessionUpdated`."""
+
+    voice: str | None = None
+    output_audio: AudioSpec | None = None
+    sampling: Mapping[str, float | int | None] = field(default_factory=dict)
+    echo: object = None
+
+
+@dataclass(frozen=True)
+class SessionUpdated:
+    """The options in force after a `SessionUpdate` (never sent on the native wire)."""
+
+    TYPE: ClassVar[str] = "session.updated"
+    options: SpeechOptions
+    echo: object = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A text frame an adapter answers with directly, in order with the session's events
+    (e.g. an acknowledgement the native protocol has no event for)."""
+
+    text: str
+
+
+WireInput = ClientEvent | SessionUpdate | Reply
+WireEvent = ServerEvent | SessionUpdated
+
+
+class Wire:
+    """The native protocol (PROTOCOL.md): events are JSON text frames, audio is binary frames.
+    Adapters subclass it and override what their protocol does differently."""
+
+    subprotocol: str | None = None  # chosen by the handshake, for the app to select
+
+    def opening(self) -> Sequence[WireInput]:
+        """Events the session acts on as soon as the socket is open (before any client frame):
+        protocols whose sessions start without a client message start them here."""
+        return ()
+
+    def decode_text(self, text: str) -> Sequence[WireInput]:
+        """One client text frame → what the session does. Raises ProtocolError."""
+        return (decode_text_frame(text),)
+
+    def decode_binary(self, data: bytes) -> Sequence[WireInput]:
+        return (AudioInput(data),)
+
+    def dispatched(self) -> None:
+        """The session has acted on the last decoded frame (its synchronous errors are out)."""
+
+    def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
+        if isinstance(event, SessionUpdated):
+            return ()
+        return (OutText(encode_event(event)),)
+
+    def encode_audio(self, data: bytes, duration_ms: int) -> Sequence[OutItem]:
+        """One wire frame of a response's audio (and whatever the protocol sends along). The
+        audio must stay an OutAudio (whatever it holds) so that the send queue bounds it in
+        milliseconds, as backpressure requires."""
+        return (OutAudio(data, duration_ms),)

@@ -1,0 +1,233 @@
+"""`/v1/realtime` end to end: the official `openai` package's Realtime client (GA and beta) against
+a real uvicorn server and the real tiny-orpheus engine."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import httpx
+import numpy as np
+import pytest
+import websockets
+from gateway_testkit import decode_g711, engine_pcm, resample, wait_engine_idle
+
+openai = pytest.importorskip("openai")
+
+TEXT = "Hello from the realtime endpoint."
+# Greedy and short: standard Realtime session fields. Random weights never emit the stop token,
+# so every response ends at max_output_tokens: `incomplete`, reason max_output_tokens.
+FAST = {"temperature": 0.0, "max_output_tokens": 60}
+FAST_SAMPLING = {"temperature": 0.0, "max_tokens": 60}
+
+
+def client(server, api_key: str = "unused") -> openai.AsyncOpenAI:
+    # websocket_base_url: the beta client would otherwise always use wss://.
+    ws_base = server.url.removesuffix("/stream")
+    return openai.AsyncOpenAI(
+        base_url=server.http + "/v1", websocket_base_url=ws_base, api_key=api_key
+    )
+
+
+async def next_event(conn, timeout: float = 30):
+    return await asyncio.wait_for(conn.recv(), timeout)
+
+
+async def until(conn, kind: str, timeout: float = 60) -> tuple[object, list]:
+    """Events up to the first of type `kind`: (that event, the ones before it)."""
+    seen = []
+    async with asyncio.timeout(timeout):
+        while (event := await conn.recv()).type != kind:
+            seen.append(event)
+    return event, seen
+
+
+async def say(conn, text: str = TEXT, role: str = "user") -> None:
+    part = "input_text" if role == "user" else "output_text"
+    await conn.conversation.item.create(
+        item={"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+    )
+    created = await next_event(conn)
+    assert created.type == "conversation.item.created", created
+    assert created.item.content[0].text == text
+    await conn.response.create()
+
+
+def assert_ran_to_its_token_budget(done) -> None:
+    assert done.response.status == "incomplete", done
+    assert done.response.status_details.reason == "max_output_tokens"
+
+
+def audio_of(events, delta_type: str) -> bytes:
+    return b"".join(base64.b64decode(e.delta) for e in events if e.type == delta_type)
+
+
+async def test_ga_client_text_in_pcm16_out_equals_engine_audio(server, engine):
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        created = await next_event(conn)
+        assert created.type == "session.created"
+        assert created.session.model == "tiny-orpheus"
+        await conn.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "audio": {"output": {"format": {"type": "audio/pcm", "rate": 24000}}},
+                    **FAST,
+                },
+            }
+        )
+        updated = await next_event(conn)
+        assert updated.type == "session.updated", updated
+        assert updated.session.audio.output.format.type == "audio/pcm"
+        assert updated.session.max_output_tokens == 60
+
+        await say(conn)
+        done, events = await until(conn, "response.done")
+    kinds = [e.type for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.output_item.added",
+        "conversation.item.created",
+        "response.content_part.added",
+    ]
+    assert kinds[-3:] == [
+        "response.output_audio.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    assert "response.audio.delta" not in kinds  # GA clients get GA names only
+    assert_ran_to_its_token_budget(done)
+    assert done.response.id == events[0].response.id
+    got = np.frombuffer(audio_of(events, "response.output_audio.delta"), "<i2") / 32768
+    want = np.clip(await engine_pcm(engine, TEXT, FAST_SAMPLING), -1, 1)
+    assert len(want) <= len(got) < len(want) + 480  # the last 20 ms frame is padded
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768
+
+
+async def test_beta_client_g711_ulaw_out(server, engine):
+    async with client(server).beta.realtime.connect(model="tiny-orpheus") as conn:
+        created = await next_event(conn)
+        assert created.session.output_audio_format == "pcm16"
+        await conn.session.update(
+            session={
+                "output_audio_format": "g711_ulaw",
+                "temperature": 0.0,
+                "max_response_output_tokens": 60,
+            }
+        )
+        updated = await next_event(conn)
+        assert updated.session.output_audio_format == "g711_ulaw"
+        await say(conn, role="assistant")
+        done, events = await until(conn, "response.done")
+    assert_ran_to_its_token_budget(done)
+    kinds = {e.type for e in events}
+    assert "response.audio.done" in kinds and "response.output_audio.delta" not in kinds
+    got = decode_g711(audio_of(events, "response.audio.delta"), "pcm_mulaw")
+    want = resample(await engine_pcm(engine, TEXT, FAST_SAMPLING), 24000, 8000)
+    assert len(want) <= len(got) < len(want) + 160
+    n = len(want) - 100
+    # μ-law keeps ~8 bits of log-scaled precision: a few percent of full scale at most.
+    assert np.max(np.abs(got[:n] - np.clip(want[:n], -1, 1))) < 0.03
+
+
+async def test_g711_alaw_out(server, engine):
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        fmt = {"type": "audio/pcma"}
+        await conn.send(
+            {"type": "session.update", "session": {"audio": {"output": {"format": fmt}}, **FAST}}
+        )
+        assert (await next_event(conn)).session.audio.output.format.type == "audio/pcma"
+        await say(conn)
+        done, events = await until(conn, "response.done")
+    got = decode_g711(audio_of(events, "response.output_audio.delta"), "pcm_alaw")
+    want = resample(await engine_pcm(engine, TEXT, FAST_SAMPLING), 24000, 8000)
+    n = len(want) - 100
+    assert np.max(np.abs(got[:n] - np.clip(want[:n], -1, 1))) < 0.03
+
+
+async def test_cancel_mid_response_then_the_session_goes_on(server, engine):
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        long = {"temperature": 0.0, "max_output_tokens": 600}  # ~7 s of audio
+        await conn.send({"type": "session.update", "session": long})
+        await next_event(conn)
+        await say(conn)
+        await until(conn, "response.output_audio.delta")
+        await conn.response.cancel()
+        done, _ = await until(conn, "response.done", timeout=10)
+        assert done.response.status == "cancelled"
+        assert done.response.status_details.reason == "client_cancelled"
+        await wait_engine_idle(engine)
+
+        await conn.send({"type": "session.update", "session": FAST})
+        await next_event(conn)
+        await say(conn)
+        done, _ = await until(conn, "response.done")
+        assert_ran_to_its_token_budget(done)
+    body = httpx.get(server.http + "/metrics").text  # the same metrics as /v1/stream
+    assert 'voxgate_responses_total{status="cancelled"}' in body
+
+
+async def test_bad_events_get_error_events_and_the_session_stays_usable(server):
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        audio = base64.b64encode(bytes(960)).decode()
+        cases = [
+            ("{not json", "bad_json"),
+            (json.dumps({"type": "response.explode", "event_id": "ev_1"}), "unknown_type"),
+            (json.dumps({"type": "response.create", "event_id": "ev_2"}), "bad_field"),
+            (json.dumps({"type": "session.update", "session": {"voice": "alloy"}}), "bad_field"),
+            (
+                json.dumps({"type": "input_audio_buffer.append", "audio": audio}),
+                "unsupported_input",
+            ),
+            (json.dumps({"type": "input_audio_buffer.commit"}), "unsupported_input"),
+            (json.dumps({"type": "input_audio_buffer.clear"}), "unsupported_input"),
+            (
+                json.dumps({"type": "conversation.item.truncate", "item_id": "x"}),
+                "unsupported_input",
+            ),
+        ]
+        for raw, code in cases:
+            await conn.send_raw(raw)
+            error = await next_event(conn)
+            assert error.type == "error", (raw, error)
+            assert error.error.code == code, (raw, error)
+            assert error.error.type == "invalid_request_error"
+            if code == "unsupported_input":
+                assert "speech-to-speech" in error.error.message
+        assert error.error.event_id is None
+        await conn.send_raw(json.dumps({"type": "response.explode", "event_id": "ev_9"}))
+        assert (await next_event(conn)).error.event_id == "ev_9"
+
+        await conn.send({"type": "session.update", "session": FAST})
+        assert (await next_event(conn)).type == "session.updated"
+        await say(conn)
+        done, _ = await until(conn, "response.done")
+        assert_ran_to_its_token_budget(done)
+
+
+async def test_a_wrong_model_name_is_refused_with_an_error(server):
+    async with client(server).realtime.connect(model="gpt-realtime") as conn:
+        error = await next_event(conn)
+        assert error.type == "error" and "tiny-orpheus" in error.error.message
+
+
+async def test_auth_by_header_and_by_browser_subprotocol(make_server):
+    server = make_server(api_keys=("sekrit",))
+    async with client(server, api_key="sekrit").realtime.connect(model="tiny-orpheus") as conn:
+        assert (await next_event(conn)).type == "session.created"
+    url = server.url.replace("/v1/stream", "/v1/realtime")
+    offered = ["realtime", "openai-insecure-api-key.sekrit", "openai-beta.realtime-v1"]
+    async with websockets.connect(url, subprotocols=offered) as ws:
+        assert ws.subprotocol == "realtime"  # the key is never echoed
+        created = json.loads(await ws.recv())
+        assert created["type"] == "session.created"
+        assert created["session"]["output_audio_format"] == "pcm16"  # beta, from its subprotocol
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(url, subprotocols=["openai-insecure-api-key.wrong"]):
+            pass
+    assert refused.value.response.status_code == 403

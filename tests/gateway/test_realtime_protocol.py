@@ -1,0 +1,208 @@
+"""The OpenAI Realtime event codec (gateway.realtime_protocol / realtime_events), as pure
+functions; the shapes are checked against the `openai` package's own pydantic types."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from gateway.protocol import ErrorCode, ProtocolError
+from gateway.realtime_events import (
+    OutputItem,
+    ResponseOutcome,
+    SessionView,
+    encode_audio_delta,
+    encode_error,
+    encode_response_done,
+    encode_session,
+)
+from gateway.realtime_protocol import (
+    UNSET,
+    AudioInputEvent,
+    Dialect,
+    ItemCreateEvent,
+    RealtimeFormat,
+    SessionUpdateEvent,
+    decode_client_event,
+)
+
+openai_types = pytest.importorskip("openai.types.realtime")
+beta_types = pytest.importorskip("openai.types.beta.realtime")
+
+
+def decode(**event) -> object:
+    return decode_client_event(json.dumps(event))
+
+
+@pytest.mark.parametrize(
+    "session, fmt",
+    [
+        ({"output_audio_format": "g711_alaw"}, RealtimeFormat.G711_ALAW),
+        ({"audio": {"output": {"format": {"type": "audio/pcmu"}}}}, RealtimeFormat.G711_ULAW),
+        ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 24000}}}}, "pcm16"),
+        ({}, None),
+    ],
+)
+def test_session_update_formats_in_both_dialects(session, fmt):
+    event = decode(type="session.update", session=session)
+    assert isinstance(event, SessionUpdateEvent)
+    assert event.output_format == fmt
+    assert event.turn_detection is UNSET
+
+
+def test_session_update_fields():
+    event = decode(
+        type="session.update",
+        event_id="ev_1",
+        session={
+            "voice": "tara",
+            "turn_detection": None,
+            "instructions": "be brief",
+            "temperature": 0.7,
+            "max_response_output_tokens": "inf",
+            "sampling": {"seed": 3},
+        },
+    )
+    assert event == SessionUpdateEvent(
+        "ev_1", "tara", None, None, "be brief", 0.7, None, {"seed": 3}
+    )
+    ga = decode(type="session.update", session={"audio": {"output": {"voice": "leo"}}})
+    assert ga.voice == "leo"
+
+
+@pytest.mark.parametrize(
+    "session, code",
+    [
+        ({"output_audio_format": "mp3"}, ErrorCode.UNSUPPORTED_AUDIO),
+        ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}}, "bad_field"),
+        ({"temperature": "hot"}, ErrorCode.BAD_FIELD),
+        ({"max_output_tokens": 1.5}, ErrorCode.BAD_FIELD),
+        ({"turn_detection": "server_vad"}, ErrorCode.BAD_FIELD),
+    ],
+)
+def test_bad_session_updates(session, code):
+    with pytest.raises(ProtocolError) as err:
+        decode(type="session.update", session=session)
+    assert err.value.code == code
+
+
+def test_item_create_joins_text_parts_and_refuses_audio_parts():
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "One."}, {"type": "input_text", "text": "Two."}],
+    }
+    assert decode(type="conversation.item.create", item=item) == ItemCreateEvent(
+        None, None, "user", "One. Two."
+    )
+    item["content"] = [{"type": "input_audio", "audio": ""}]
+    with pytest.raises(ProtocolError) as err:
+        decode(type="conversation.item.create", item=item)
+    assert err.value.code == ErrorCode.UNSUPPORTED_INPUT
+
+
+def test_audio_append_decodes_base64_and_refuses_garbage():
+    audio = base64.b64encode(b"\x01\x02").decode()
+    event = decode(type="input_audio_buffer.append", audio=audio)
+    assert event == AudioInputEvent(None, "input_audio_buffer.append", b"\x01\x02")
+    with pytest.raises(ProtocolError):
+        decode(type="input_audio_buffer.append", audio="not base64!")
+
+
+def _view(fmt: RealtimeFormat = RealtimeFormat.G711_ULAW) -> SessionView:
+    return SessionView("sess_1", "tiny-orpheus", "tara", fmt, None, None, "", 0.6, 1200)
+
+
+def test_session_events_parse_as_the_sdk_types():
+    ga = openai_types.SessionUpdatedEvent.model_validate_json(
+        encode_session("session.updated", Dialect.GA, _view())
+    )
+    assert ga.session.audio.output.format.type == "audio/pcmu"
+    assert ga.session.audio.output.voice == "tara"
+    # The beta type lists OpenAI's model names as literals (the SDK parses without validating,
+    # so any name reaches the client): validate everything else.
+    body = json.loads(encode_session("session.created", Dialect.BETA, _view()))
+    assert body["session"].pop("model") == "tiny-orpheus"
+    beta = beta_types.SessionCreatedEvent.model_validate(body)
+    assert beta.session.output_audio_format == "g711_ulaw"
+    assert beta.session.max_response_output_tokens == 1200
+
+
+def test_audio_and_done_events_parse_as_the_sdk_types():
+    out = OutputItem("resp_1", "item_1")
+    ga = openai_types.ResponseAudioDeltaEvent.model_validate_json(
+        encode_audio_delta(Dialect.GA, out, b"\x00\x01")
+    )
+    assert base64.b64decode(ga.delta) == b"\x00\x01" and ga.item_id == "item_1"
+    beta = beta_types.ResponseAudioDeltaEvent.model_validate_json(
+        encode_audio_delta(Dialect.BETA, out, b"\x02")
+    )
+    assert beta.type == "response.audio.delta"
+    outcome = ResponseOutcome("cancelled", "client_cancelled")
+    *_, done = encode_response_done(Dialect.GA, out, outcome)
+    parsed = openai_types.ResponseDoneEvent.model_validate_json(done)
+    assert parsed.response.status == "cancelled"
+    assert parsed.response.status_details.reason == "client_cancelled"
+    assert parsed.response.output[0].id == "item_1"
+
+
+def test_error_event_parses_as_the_sdk_type():
+    text = encode_error("invalid_request_error", "bad_field", "no", "ev_7")
+    parsed = openai_types.RealtimeErrorEvent.model_validate_json(text)
+    assert parsed.error.event_id == "ev_7" and parsed.error.code == "bad_field"
+
+
+# --- the adapter's mapping (gateway.realtime.RealtimeWire), without a server ------------------
+def _wire(max_pending_chars: int = 40, accepts_audio: bool = False):
+    from gateway.realtime import RealtimeWire
+    from models.base import ModelFacts
+
+    facts = ModelFacts(
+        "tts", 24000, 80.0, 1, (0,), 28, 28, voices=("tara",), default_voice="tara",
+        accepts_audio=accepts_audio,
+    )  # fmt: skip
+    return RealtimeWire(Dialect.GA, facts, None, max_pending_chars=max_pending_chars)
+
+
+def _item(text: str, role: str = "user") -> str:
+    content = [{"type": "input_text", "text": text}]
+    return json.dumps({"type": "conversation.item.create",
+                       "item": {"type": "message", "role": role, "content": content}})  # fmt: skip
+
+
+def test_items_are_spoken_by_the_next_response_create():
+    from gateway.protocol import TextInput
+    from gateway.wire import Reply
+
+    wire = _wire()
+    (reply,) = wire.decode_text(_item("One."))
+    assert isinstance(reply, Reply)
+    assert json.loads(reply.text)["type"] == "conversation.item.created"
+    wire.decode_text(_item("Be brief.", role="system"))  # acknowledged, not spoken
+    wire.decode_text(_item("Two."))
+    assert wire.decode_text('{"type": "response.create"}') == (TextInput("One. Two."),)
+    with pytest.raises(ProtocolError):  # nothing new to speak
+        wire.decode_text('{"type": "response.create"}')
+
+
+def test_kept_text_is_bounded():
+    wire = _wire(max_pending_chars=40)
+    wire.decode_text(_item("x" * 30))
+    with pytest.raises(ProtocolError) as err:
+        wire.decode_text(_item("y" * 11))
+    assert err.value.code == ErrorCode.TOO_LARGE
+
+
+def test_audio_events_need_a_speech_to_speech_model():
+    from gateway.protocol import AudioInput, InputCommit
+
+    audio = base64.b64encode(b"\x00\x00").decode()
+    append = json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+    with pytest.raises(ProtocolError) as err:
+        _wire().decode_text(append)
+    assert err.value.code == ErrorCode.UNSUPPORTED_INPUT and "speech-to-speech" in err.value.message
+    s2s = _wire(accepts_audio=True)  # handed to the session, which owns the audio path
+    assert s2s.decode_text(append) == (AudioInput(b"\x00\x00"),)
+    assert s2s.decode_text('{"type": "input_audio_buffer.commit"}') == (InputCommit(),)
