@@ -2,12 +2,20 @@
 
 Flow: CosyVoice 2's encoder and estimator attend in chunks (25 tokens / 50 frames) to their
 own chunk and every earlier one, and their convolutions are causal apart from the encoder's
-3-token look-ahead. So once a chunk's tokens and the 3 after them exist, its mel is final:
-decoding the utterance chunk by chunk gives the mel of decoding it whole in streaming mode.
-Each call re-runs encoder and estimator over the request's whole history (voice prompt
-included) and keeps only the new chunks' frames, as CosyVoice's own streaming does; per-layer
-caches for every ODE step would cost ~1 MB per frame. The noise is indexed by frame
-(flow.fixed_noise), so re-running a frame starts it from the same noise.
+3-token look-ahead. So once a chunk's tokens and the 3 after them exist, its mel is final.
+CosyVoice's own streaming re-runs encoder and estimator (10 Euler steps x 2 for CFG) over the
+whole history for every chunk, so each chunk costs more than the last; per-layer caches for
+every ODE step would cost ~1 MB per frame. Here each chunk is one flow row over a bounded
+window instead: the voice prompt (its mel as the condition, as in the reference), the last
+`context_chunks` generated chunks, the chunk, and its look-ahead tokens. The window's frames are
+integrated from their own frame-indexed noise (flow.fixed_noise: a frame starts from the same
+noise wherever its row begins) exactly as the reference integrates the history, and only the
+chunk's frames are kept. So a chunk's mel is the reference's streaming-mode mel of the
+utterance with the history before its window left out; for the first `context_chunks` + 1
+chunks it is the reference's exactly. Chunk rows have one shape in steady state (prompt +
+(context_chunks + 1) chunks + look-ahead), their cost does not grow with the utterance, and a
+whole-utterance decode makes the same rows (chunked == whole). `context_chunks=None` keeps the
+reference's unbounded history (one row over everything).
 
 HiFT is not causal: a window of mel is vocoded with `left` frames of context before the frames
 it emits and `right` frames after them (the look-ahead that delays audio, as the reference's
@@ -15,7 +23,7 @@ it emits and `right` frames after them (the look-ahead that delays audio, as the
 call. Emitted audio differs from a whole-utterance vocoding only by what falls outside the
 context windows of HiFT's receptive field (tests/models/test_flow_hift.py measures it).
 
-Shapes: the flow batch is padded to a multiple of the chunk; HiFT windows are grouped by length
+Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by length
 (steady-state windows all have left + chunk + right frames), each group one batched call.
 """
 
@@ -28,6 +36,10 @@ import torch
 
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
+
+# Generated chunks of history each chunk's flow row carries besides the voice prompt (None:
+# the whole history, as CosyVoice's own streaming; cost then grows with the utterance).
+DEFAULT_CONTEXT_CHUNKS = 2
 
 
 @dataclass
@@ -47,6 +59,18 @@ class FlowHiftStream:
         return self.mel_start + (0 if self.mel is None else self.mel.shape[1])
 
 
+@dataclass
+class FlowWindow:
+    """One flow row: generated tokens [start, end + lookahead) after the voice prompt; the mel
+    of tokens [first, end) is kept (those before `first` are the chunk's context)."""
+
+    state: FlowHiftStream
+    start: int
+    first: int
+    end: int
+    lookahead: int
+
+
 class FlowHiftDetokenizer:
     def __init__(
         self,
@@ -55,6 +79,7 @@ class FlowHiftDetokenizer:
         chunk_tokens: int,
         left: int = 8,
         right: int = 8,
+        context_chunks: int | None = DEFAULT_CONTEXT_CHUNKS,
     ) -> None:
         self.flow = flow
         self.hift = hift
@@ -62,6 +87,7 @@ class FlowHiftDetokenizer:
         self.lookahead = flow.cfg.pre_lookahead_len
         self.ratio = flow.token_mel_ratio
         self.left, self.right = left, right
+        self.context_chunks = context_chunks
         self.sample_rate = hift.cfg.sampling_rate
         self.samples_per_frame = hift.cfg.samples_per_frame
         self.n_harmonics = hift.cfg.nb_harmonics + 1
@@ -88,36 +114,58 @@ class FlowHiftDetokenizer:
         self._flow_step(states, final)
         return self._hift_step(states, final)
 
-    def _ready_tokens(self, state: FlowHiftStream, final: bool) -> tuple[int, int]:
-        """(generated tokens whose mel can be made now, look-ahead tokens to pass with them)."""
+    def _ready_tokens(self, state: FlowHiftStream, final: bool) -> int:
+        """Generated tokens whose mel can be made now: every token when final, else the whole
+        chunks whose look-ahead tokens exist."""
         n = len(state.tokens)
         if final:
-            return n, 0
-        return max(0, (n - self.lookahead) // self.chunk * self.chunk), self.lookahead
+            return n
+        return max(0, (n - self.lookahead) // self.chunk * self.chunk)
+
+    def _windows(self, state: FlowHiftStream, final: bool) -> list[FlowWindow]:
+        """The flow rows that make `state`'s newly ready mel: one per chunk, each over the
+        chunk's bounded window of history (or, unbounded, one row over the whole history)."""
+        ready, n = self._ready_tokens(state, final), len(state.tokens)
+        if ready <= state.tokens_decoded:
+            return []
+        if self.context_chunks is None:
+            firsts = [state.tokens_decoded]
+        else:
+            firsts = list(range(state.tokens_decoded, ready, self.chunk))
+        windows = []
+        for i, first in enumerate(firsts):
+            end = firsts[i + 1] if i + 1 < len(firsts) else ready
+            start = 0 if self.context_chunks is None else first - self.context_chunks * self.chunk
+            # The look-ahead conv sees the tokens after `end` that exist (zeros past the end of
+            # a final utterance, as when it is decoded whole).
+            windows.append(
+                FlowWindow(state, max(0, start), first, end, min(self.lookahead, n - end))
+            )
+        return windows
 
     def _flow_step(self, states: list[FlowHiftStream], final: list[bool]) -> None:
-        rows = []
-        for state, fin in zip(states, final, strict=True):
-            k, ctx = self._ready_tokens(state, fin)
-            if k > state.tokens_decoded:
-                rows.append((state, k, ctx))
+        rows = [w for s, fin in zip(states, final, strict=True) for w in self._windows(s, fin)]
         if not rows:
             return
-        seqs = [s.prompt_tokens + s.tokens[: k + ctx] for s, k, ctx in rows]
-        width = -(-max(len(q) for q in seqs) // self.chunk) * self.chunk
+        seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
+        width = max(len(q) for q in seqs)
         tokens = torch.zeros(len(rows), width, dtype=torch.long)
         for i, q in enumerate(seqs):
             tokens[i, : len(q)] = torch.tensor(q)
         dev = self.device
         lengths = torch.tensor([len(q) for q in seqs], device=dev)
-        out_lengths = torch.tensor([len(s.prompt_tokens) + k for s, k, _ in rows], device=dev)
-        p_max = max(s.prompt_mel.shape[0] for s, _, _ in rows)
+        prompt_len = [len(w.state.prompt_tokens) for w in rows]
+        out_lengths = torch.tensor(
+            [p + w.end - w.start for p, w in zip(prompt_len, rows, strict=True)], device=dev
+        )
+        skipped = torch.tensor([w.start for w in rows], device=dev)
+        p_max = max(w.state.prompt_mel.shape[0] for w in rows)
         n_mels = self.flow.cfg.output_size
         prompt_mel = torch.zeros(len(rows), p_max, n_mels, device=dev)
-        for i, (s, _, _) in enumerate(rows):
-            prompt_mel[i, : s.prompt_mel.shape[0]] = s.prompt_mel
-        prompt_frames = torch.tensor([s.prompt_mel.shape[0] for s, _, _ in rows], device=dev)
-        speaker = torch.stack([s.speaker for s, _, _ in rows])
+        for i, w in enumerate(rows):
+            prompt_mel[i, : w.state.prompt_mel.shape[0]] = w.state.prompt_mel
+        prompt_frames = torch.tensor([w.state.prompt_mel.shape[0] for w in rows], device=dev)
+        speaker = torch.stack([w.state.speaker for w in rows])
         dtype = next(self.flow.parameters()).dtype
         mel = self.flow(
             tokens.to(dev),
@@ -126,12 +174,13 @@ class FlowHiftDetokenizer:
             prompt_mel.to(dtype),
             prompt_frames,
             speaker.to(dtype),
+            skipped=skipped,
         )
-        for i, (s, k, _) in enumerate(rows):
-            p = len(s.prompt_tokens)
-            new = mel[i, :, self.ratio * (p + s.tokens_decoded) : self.ratio * (p + k)].float()
+        for i, (p, w) in enumerate(zip(prompt_len, rows, strict=True)):
+            s, r = w.state, self.ratio
+            new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)].float()
             s.mel = new if s.mel is None else torch.cat([s.mel, new], dim=1)
-            s.tokens_decoded = k
+            s.tokens_decoded = w.end
 
     def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         audio = [np.zeros(0, dtype=np.float32)] * len(states)
