@@ -26,6 +26,12 @@ def detok(tmp_path_factory) -> FlowHiftDetokenizer:
     return FlowHiftDetokenizer(flow, hift, cfg.chunk_size)
 
 
+@pytest.fixture(scope="module")
+def unbounded(detok) -> FlowHiftDetokenizer:
+    """The same weights with CosyVoice's unbounded history: every chunk re-runs it all."""
+    return FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, context_chunks=None)
+
+
 def stream_for(detok, seed: int, prompt_chunks: int):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, 6561, (25 * prompt_chunks,), generator=g).tolist()
@@ -102,3 +108,38 @@ def test_batch_of_n_equals_n_singles(detok):
         out[k].append(pcm)
     for single, parts in zip(singles, out, strict=True):
         np.testing.assert_allclose(np.concatenate(parts), single, atol=1e-5)
+
+
+def chunk_mels(detok, state, tokens) -> torch.Tensor:
+    """The mel of streaming `tokens` one chunk (+ look-ahead) per call, then the rest final."""
+    for i in range(0, len(tokens), detok.chunk):
+        detok.push(state, tokens[i : i + detok.chunk])
+        detok._flow_step([state], [False])
+    detok._flow_step([state], [True])
+    return state.mel
+
+
+def test_bounded_window_equals_unbounded_history_until_it_is_full(detok, unbounded):
+    # 5 chunks + 10 tokens; a window holds the prompt and 2 chunks of context, so chunks 0-2
+    # see the whole history and equal CosyVoice's unbounded streaming mel.
+    tokens = codes(21, 135)
+    ours = chunk_mels(detok, stream_for(detok, 22, 1), tokens)
+    ref = chunk_mels(unbounded, stream_for(unbounded, 22, 1), tokens)
+    assert ours.shape == ref.shape == (80, 270)
+    exact = 2 * 3 * detok.chunk
+    torch.testing.assert_close(ours[:, :exact], ref[:, :exact], atol=1e-4, rtol=1e-4)
+
+
+def test_chunk_mel_does_not_depend_on_history_before_its_window(detok, unbounded):
+    # Chunk 3's window is chunks 1-3: changing chunk 0 leaves its mel as it was (the noise of
+    # its frames is still indexed by their place in the utterance), where CosyVoice's
+    # unbounded history changes it.
+    tokens = codes(23, 100)
+    other = codes(24, 25) + tokens[25:]
+    frames = slice(2 * 3 * detok.chunk, 2 * 4 * detok.chunk)
+    a = chunk_mels(detok, stream_for(detok, 25, 1), tokens)[:, frames]
+    b = chunk_mels(detok, stream_for(detok, 25, 1), other)[:, frames]
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    c = chunk_mels(unbounded, stream_for(unbounded, 25, 1), tokens)[:, frames]
+    d = chunk_mels(unbounded, stream_for(unbounded, 25, 1), other)[:, frames]
+    assert (c - d).abs().max() > 1e-3
