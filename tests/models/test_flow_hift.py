@@ -143,3 +143,43 @@ def test_chunk_mel_does_not_depend_on_history_before_its_window(detok, unbounded
     c = chunk_mels(unbounded, stream_for(unbounded, 25, 1), tokens)[:, frames]
     d = chunk_mels(unbounded, stream_for(unbounded, 25, 1), other)[:, frames]
     assert (c - d).abs().max() > 1e-3
+
+
+class EagerGraphs:
+    """engine.cuda_graphs.CallableGraphs' contract on the CPU: captured keys, and `run` calls
+    the function on the (padded) inputs it is given, as a replay would."""
+
+    def __init__(self) -> None:
+        self.keys: set = set()
+        self.shapes: list[tuple] = []
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys
+
+    def capture(self, key, fn, inputs) -> None:
+        self.keys.add(key)
+
+    def run(self, key, fn, inputs):
+        self.shapes.append(key)
+        return fn(*inputs)
+
+
+def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
+    # Three requests (prompts of 1 and 2 chunks) decoded through the graph buckets (rows
+    # padded to 4, frames to whole chunks) equal the unpadded eager solve.
+    graphed = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk)
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    setups = [(31, 1, 70), (32, 2, 64), (33, 1, 37)]
+    for final in (False, True):
+        eager = [stream_for(detok, s, p) for s, p, _ in setups]
+        padded = [stream_for(graphed, s, p) for s, p, _ in setups]
+        for a, b, (s, _, n) in zip(eager, padded, setups, strict=True):
+            detok.push(a, codes(s, n))
+            graphed.push(b, codes(s, n))
+        detok._flow_step(eager, [final] * 3)
+        graphed._flow_step(padded, [final] * 3)
+        for a, b in zip(eager, padded, strict=True):
+            torch.testing.assert_close(a.mel, b.mel, atol=1e-5, rtol=1e-5)
+    # Streamed: 5 chunk rows, the longest window 200 frames; final: 8 rows, 228 frames → 250.
+    assert graphs.shapes == [("flow", 8, 200), ("flow", 8, 250)]

@@ -70,7 +70,11 @@ class CausalFlow(nn.Module):
         self.register_buffer("t_span", t, persistent=False)
 
     @torch.inference_mode()
-    def forward(
+    def forward(self, *args, streaming: bool = True, **kwargs) -> torch.Tensor:
+        """condition(...) then the Euler solver: → mel [B, M, F]."""
+        return self.solve_euler(*self.condition(*args, streaming=streaming, **kwargs), streaming)
+
+    def condition(
         self,
         tokens: torch.Tensor,
         lengths: torch.Tensor,
@@ -80,14 +84,15 @@ class CausalFlow(nn.Module):
         speaker: torch.Tensor,
         streaming: bool = True,
         skipped: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, ...]:
         """tokens [B, T] (prompt tokens then generated ones, zero-padded), `lengths` real tokens
         per row, `out_lengths` tokens to decode (lengths minus the look-ahead context when not
         final); prompt_mel [B, P, M] with `prompt_frames` real frames per row; speaker [B, E]
         (CAM++ x-vectors); `skipped` [B] generated tokens left out between the prompt and the
         row's first generated token (a bounded window of history: they only shift which noise
-        frames the row's generated frames start from). → mel [B, M, F] with
-        F = 2 * max(out_lengths), valid up to 2*out_lengths per row."""
+        frames the row's generated frames start from). → the solver's inputs: noise z, mu and
+        cond [B, M, F] with F = 2 * max(out_lengths), mask [B, 1, F] (valid up to
+        2*out_lengths per row) and spks [B, M]."""
         b, t = tokens.shape
         present = torch.arange(t, device=tokens.device)[None, :] < lengths[:, None]
         x = self.input_embedding(tokens.clamp(min=0)) * present[..., None]
@@ -113,11 +118,13 @@ class CausalFlow(nn.Module):
         cond[:, :, :p] = prompt_mel[:, :p].transpose(1, 2) * in_prompt
         spks = self.spk_embed_affine_layer(F.normalize(speaker, dim=1))
         z = self.noise[0][:, noise_idx].transpose(0, 1).to(mu.dtype)  # [B, M, F]
-        return self.solve_euler(z, mu, mask, spks, cond, streaming)
+        return z, mu, mask, spks, cond
 
-    def solve_euler(self, x, mu, mask, spks, cond, streaming: bool) -> torch.Tensor:
+    def solve_euler(self, x, mu, mask, spks, cond, streaming: bool = True) -> torch.Tensor:
         """Euler steps over t_span; each step runs the conditional and the unconditional
-        (mu, speaker and cond zeroed) estimate as one batch and mixes them by CFG."""
+        (mu, speaker and cond zeroed) estimate as one batch and mixes them by CFG. Fixed
+        shapes and no host syncs, so it can be captured in a CUDA graph; rows and frames past
+        the valid ones (mask 0) do not change the valid ones."""
         rate = self.cfg.inference_cfg_rate
         estimator = self.decoder.estimator
         b = x.shape[0]

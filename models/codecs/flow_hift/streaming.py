@@ -88,6 +88,7 @@ class FlowHiftDetokenizer:
         self.ratio = flow.token_mel_ratio
         self.left, self.right = left, right
         self.context_chunks = context_chunks
+        self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         self.sample_rate = hift.cfg.sampling_rate
         self.samples_per_frame = hift.cfg.samples_per_frame
         self.n_harmonics = hift.cfg.nb_harmonics + 1
@@ -167,7 +168,7 @@ class FlowHiftDetokenizer:
         prompt_frames = torch.tensor([w.state.prompt_mel.shape[0] for w in rows], device=dev)
         speaker = torch.stack([w.state.speaker for w in rows])
         dtype = next(self.flow.parameters()).dtype
-        mel = self.flow(
+        inputs = self.flow.condition(
             tokens.to(dev),
             lengths,
             out_lengths,
@@ -176,11 +177,54 @@ class FlowHiftDetokenizer:
             speaker.to(dtype),
             skipped=skipped,
         )
+        mel = self._solve(*inputs)
         for i, (p, w) in enumerate(zip(prompt_len, rows, strict=True)):
             s, r = w.state, self.ratio
             new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)].float()
             s.mel = new if s.mel is None else torch.cat([s.mel, new], dim=1)
             s.tokens_decoded = w.end
+
+    # --- CUDA graphs for the flow's ODE solver ------------------------------------------------
+    # The Euler solver (20 estimator passes) is captured per (rows, frames) bucket; rows and
+    # frames are padded up to the bucket with mask 0, which leaves the valid ones unchanged.
+    # Frames are captured in whole chunks: one chunk up to the window of a voice prompt of
+    # GRAPH_PROMPT_CHUNKS chunks (presets have none); longer windows run eagerly.
+    GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64)
+    GRAPH_PROMPT_CHUNKS = 3
+
+    def graph_frames(self) -> list[int]:
+        most = (self.context_chunks or 0) + 1 + self.GRAPH_PROMPT_CHUNKS
+        return [self.ratio * self.chunk * n for n in range(1, most + 1)]
+
+    def enable_cuda_graphs(self, graphs) -> None:
+        """Capture the solver for every (rows, frames) bucket with the engine's CallableGraphs."""
+        m = self.flow.cfg.output_size
+        dtype = next(self.flow.parameters()).dtype
+        with torch.inference_mode():
+            for rows in reversed(self.GRAPH_ROWS):
+                for frames in reversed(self.graph_frames()):
+                    z = torch.zeros(rows, m, frames, dtype=dtype, device=self.device)
+                    mask = torch.zeros(rows, 1, frames, dtype=dtype, device=self.device)
+                    spks = torch.zeros(rows, m, dtype=dtype, device=self.device)
+                    inputs = [z, z.clone(), mask, spks, z.clone()]
+                    graphs.capture(("flow", rows, frames), self.flow.solve_euler, inputs)
+        self.graphs = graphs
+
+    def _solve(self, z, mu, mask, spks, cond) -> torch.Tensor:
+        """flow.solve_euler, replayed from a captured graph when a bucket fits."""
+        b, _, f = z.shape
+        rows = next((r for r in self.GRAPH_ROWS if r >= b), None)
+        frames = next((n for n in self.graph_frames() if n >= f), None)
+        key = ("flow", rows, frames)
+        if self.graphs is None or key not in self.graphs:
+            return self.flow.solve_euler(z, mu, mask, spks, cond)
+        padded = [
+            torch.nn.functional.pad(x, (0, frames - f, 0, 0, 0, rows - b)) for x in (z, mu, mask)
+        ]
+        spks = torch.nn.functional.pad(spks, (0, 0, 0, rows - b))
+        cond = torch.nn.functional.pad(cond, (0, frames - f, 0, 0, 0, rows - b))
+        out = self.graphs.run(key, self.flow.solve_euler, [*padded, spks, cond])
+        return out[:b, :, :f].clone()  # the graph's buffer is rewritten by its next replay
 
     def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         audio = [np.zeros(0, dtype=np.float32)] * len(states)
