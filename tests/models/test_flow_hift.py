@@ -65,8 +65,11 @@ def test_chunked_equals_whole_within_hift_seam_tolerance(detok):
     chunked = streamed(detok, stream_for(detok, 2, 1), tokens, [10, 20, 25, 13])
     ref = whole(detok, stream_for(detok, 2, 1), tokens)
     assert len(chunked) == len(ref) == 90 * 2 * 480
-    # The flow's mel is exact (chunk-causal attention, causal convs, frame-indexed noise, the
-    # 3-token look-ahead present before a chunk is decoded); HiFT is not causal and sees only
+    # The flow's mel is exact: a whole decode makes the same per-chunk window rows as the
+    # stream (bounded history: prompt + 2 context chunks), and within a row attention is
+    # chunk-causal, convs causal, noise frame-indexed, and the 3-token look-ahead is present
+    # before a chunk is decoded. (How the bounded window departs from CosyVoice's unbounded
+    # history is the window tests' subject below.) HiFT is not causal and sees only
     # 8 mel frames either side of what it emits, less than its receptive field, so the seams
     # carry a small error. Measured: ~1e-3 of the signal RMS at most.
     rms = np.sqrt(np.mean(ref**2))
