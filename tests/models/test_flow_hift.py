@@ -186,3 +186,22 @@ def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
             torch.testing.assert_close(a.mel, b.mel, atol=1e-5, rtol=1e-5)
     # Streamed: 5 chunk rows, the longest window 200 frames; final: 8 rows, 228 frames → 250.
     assert graphs.shapes == [("flow", 8, 200), ("flow", 8, 250)]
+
+
+def test_window_rows_start_from_the_noise_of_their_place_in_the_utterance(detok):
+    # A row of a 1-chunk prompt and generated tokens [50, 128): prompt frames start from noise
+    # frames 0-49, generated ones from frames 50 + 2*50 on, as in the whole utterance.
+    flow, g = detok.flow, torch.Generator().manual_seed(41)
+    tokens = torch.randint(0, 6561, (1, 25 + 78), generator=g)
+    z, *_ = flow.condition(
+        tokens,
+        torch.tensor([103]),
+        torch.tensor([100]),
+        torch.randn(1, 50, 80, generator=g),
+        torch.tensor([50]),
+        torch.randn(1, 192, generator=g),
+        skipped=torch.tensor([50]),
+    )
+    assert z.shape == (1, 80, 200)
+    torch.testing.assert_close(z[0, :, :50], flow.noise[0, :, :50])
+    torch.testing.assert_close(z[0, :, 50:], flow.noise[0, :, 150:300])

@@ -29,6 +29,8 @@ Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +38,8 @@ import torch
 
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
+
+log = logging.getLogger("voxgate.flow_hift")
 
 # Generated chunks of history each chunk's flow row carries besides the voice prompt (None:
 # the whole history, as CosyVoice's own streaming; cost then grows with the utterance).
@@ -200,6 +204,7 @@ class FlowHiftDetokenizer:
         """Capture the solver for every (rows, frames) bucket with the engine's CallableGraphs."""
         m = self.flow.cfg.output_size
         dtype = next(self.flow.parameters()).dtype
+        began = time.perf_counter()
         with torch.inference_mode():
             for rows in reversed(self.GRAPH_ROWS):
                 for frames in reversed(self.graph_frames()):
@@ -209,6 +214,12 @@ class FlowHiftDetokenizer:
                     inputs = [z, z.clone(), mask, spks, z.clone()]
                     graphs.capture(("flow", rows, frames), self.flow.solve_euler, inputs)
         self.graphs = graphs
+        log.info(
+            "captured the flow solver for rows %s x frames %s in %.1f s",
+            list(self.GRAPH_ROWS),
+            self.graph_frames(),
+            time.perf_counter() - began,
+        )
 
     def _solve(self, z, mu, mask, spks, cond) -> torch.Tensor:
         """flow.solve_euler, replayed from a captured graph when a bucket fits."""
