@@ -6,7 +6,8 @@ weights (no checkpoint needed), streams `--chunks` chunks of random speech token
 time of each call. A detokenizer whose cost grows with the utterance shows it here.
 
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size tiny --chunks 12
-    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 6 --device cuda
+    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
+        --device cuda --bf16 --graphs
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> None:
     ap.add_argument("--prompt-chunks", type=int, default=0, help="voice prompt length (0: preset)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
@@ -53,6 +55,12 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     detok = build(args.size, args.device, dtype)
+    if args.graphs:
+        from engine.cuda_graphs import CallableGraphs
+
+        began = time.perf_counter()
+        detok.enable_cuda_graphs(CallableGraphs(torch.device(args.device)))
+        print(f"captured the solver graphs in {time.perf_counter() - began:.1f} s")
     chunk, g = detok.chunk, torch.Generator().manual_seed(1)
     n_mels = detok.flow.cfg.output_size
     e = detok.flow.cfg.spk_embed_dim
