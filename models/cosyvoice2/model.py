@@ -141,6 +141,9 @@ class CosyVoice2Model(SpeechModel):
         ids = torch.arange(self.ids.speech_base, self.ids.speech_base + k, device=logits.device)
         return Candidates(logits, ids.expand(n, k))
 
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        self.detok.enable_cuda_graphs(graphs)
+
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> CosyVoice2Stream:
         return self.stream_state_for({"voice": self.voices.get(None)})

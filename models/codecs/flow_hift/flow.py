@@ -70,7 +70,11 @@ class CausalFlow(nn.Module):
         self.register_buffer("t_span", t, persistent=False)
 
     @torch.inference_mode()
-    def forward(
+    def forward(self, *args, streaming: bool = True, **kwargs) -> torch.Tensor:
+        """condition(...) then the Euler solver: → mel [B, M, F]."""
+        return self.solve_euler(*self.condition(*args, streaming=streaming, **kwargs), streaming)
+
+    def condition(
         self,
         tokens: torch.Tensor,
         lengths: torch.Tensor,
@@ -79,19 +83,32 @@ class CausalFlow(nn.Module):
         prompt_frames: torch.Tensor,
         speaker: torch.Tensor,
         streaming: bool = True,
-    ) -> torch.Tensor:
+        skipped: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
         """tokens [B, T] (prompt tokens then generated ones, zero-padded), `lengths` real tokens
         per row, `out_lengths` tokens to decode (lengths minus the look-ahead context when not
         final); prompt_mel [B, P, M] with `prompt_frames` real frames per row; speaker [B, E]
-        (CAM++ x-vectors). → mel [B, M, 2T], valid up to 2*out_lengths per row."""
+        (CAM++ x-vectors); `skipped` [B] generated tokens left out between the prompt and the
+        row's first generated token (a bounded window of history: they only shift which noise
+        frames the row's generated frames start from). → the solver's inputs: noise z, mu and
+        cond [B, M, F] with F = 2 * max(out_lengths), mask [B, 1, F] (valid up to
+        2*out_lengths per row) and spks [B, M]."""
         b, t = tokens.shape
         present = torch.arange(t, device=tokens.device)[None, :] < lengths[:, None]
         x = self.input_embedding(tokens.clamp(min=0)) * present[..., None]
         mu = self.encoder_proj(self.encoder(x, lengths, out_lengths, streaming)).transpose(1, 2)
-        frames = mu.shape[-1]
-        if frames > NOISE_FRAMES:
-            raise ValueError(f"utterance of {frames} mel frames exceeds the flow's {NOISE_FRAMES}")
+        # Frames past every row's out_length (the look-ahead's) are masked out of the estimator
+        # (causal convs, chunk-causal attention): dropping them saves its 20 passes over them.
+        frames = self.token_mel_ratio * int(out_lengths.max())
+        mu = mu[:, :, :frames]
         frame_idx = torch.arange(frames, device=tokens.device)
+        # The noise of a frame is fixed by its place in the utterance (prompt frames first).
+        noise_idx = frame_idx[None, :].expand(b, -1)
+        if skipped is not None:
+            generated = frame_idx[None, :] >= prompt_frames[:, None]
+            noise_idx = noise_idx + generated * (self.token_mel_ratio * skipped[:, None])
+        if int(noise_idx.max()) >= NOISE_FRAMES:
+            raise ValueError(f"utterance longer than the flow's {NOISE_FRAMES} mel frames")
         mask = (frame_idx[None, :] < self.token_mel_ratio * out_lengths[:, None])[:, None].to(
             mu.dtype
         )
@@ -100,12 +117,14 @@ class CausalFlow(nn.Module):
         in_prompt = (frame_idx[None, :p] < prompt_frames[:, None])[:, None]
         cond[:, :, :p] = prompt_mel[:, :p].transpose(1, 2) * in_prompt
         spks = self.spk_embed_affine_layer(F.normalize(speaker, dim=1))
-        z = self.noise[:, :, :frames].to(mu.dtype).expand(b, -1, -1)
-        return self.solve_euler(z, mu, mask, spks, cond, streaming)
+        z = self.noise[0][:, noise_idx].transpose(0, 1).to(mu.dtype)  # [B, M, F]
+        return z, mu, mask, spks, cond
 
-    def solve_euler(self, x, mu, mask, spks, cond, streaming: bool) -> torch.Tensor:
+    def solve_euler(self, x, mu, mask, spks, cond, streaming: bool = True) -> torch.Tensor:
         """Euler steps over t_span; each step runs the conditional and the unconditional
-        (mu, speaker and cond zeroed) estimate as one batch and mixes them by CFG."""
+        (mu, speaker and cond zeroed) estimate as one batch and mixes them by CFG. Fixed
+        shapes and no host syncs, so it can be captured in a CUDA graph; rows and frames past
+        the valid ones (mask 0) do not change the valid ones."""
         rate = self.cfg.inference_cfg_rate
         estimator = self.decoder.estimator
         b = x.shape[0]

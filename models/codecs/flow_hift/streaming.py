@@ -2,12 +2,20 @@
 
 Flow: CosyVoice 2's encoder and estimator attend in chunks (25 tokens / 50 frames) to their
 own chunk and every earlier one, and their convolutions are causal apart from the encoder's
-3-token look-ahead. So once a chunk's tokens and the 3 after them exist, its mel is final:
-decoding the utterance chunk by chunk gives the mel of decoding it whole in streaming mode.
-Each call re-runs encoder and estimator over the request's whole history (voice prompt
-included) and keeps only the new chunks' frames, as CosyVoice's own streaming does; per-layer
-caches for every ODE step would cost ~1 MB per frame. The noise is indexed by frame
-(flow.fixed_noise), so re-running a frame starts it from the same noise.
+3-token look-ahead. So once a chunk's tokens and the 3 after them exist, its mel is final.
+CosyVoice's own streaming re-runs encoder and estimator (10 Euler steps x 2 for CFG) over the
+whole history for every chunk, so each chunk costs more than the last; per-layer caches for
+every ODE step would cost ~1 MB per frame. Here each chunk is one flow row over a bounded
+window instead: the voice prompt (its mel as the condition, as in the reference), the last
+`context_chunks` generated chunks, the chunk, and its look-ahead tokens. The window's frames are
+integrated from their own frame-indexed noise (flow.fixed_noise: a frame starts from the same
+noise wherever its row begins) exactly as the reference integrates the history, and only the
+chunk's frames are kept. So a chunk's mel is the reference's streaming-mode mel of the
+utterance with the history before its window left out; for the first `context_chunks` + 1
+chunks it is the reference's exactly. Chunk rows have one shape in steady state (prompt +
+(context_chunks + 1) chunks + look-ahead), their cost does not grow with the utterance, and a
+whole-utterance decode makes the same rows (chunked == whole). `context_chunks=None` keeps the
+reference's unbounded history (one row over everything).
 
 HiFT is not causal: a window of mel is vocoded with `left` frames of context before the frames
 it emits and `right` frames after them (the look-ahead that delays audio, as the reference's
@@ -15,12 +23,14 @@ it emits and `right` frames after them (the look-ahead that delays audio, as the
 call. Emitted audio differs from a whole-utterance vocoding only by what falls outside the
 context windows of HiFT's receptive field (tests/models/test_flow_hift.py measures it).
 
-Shapes: the flow batch is padded to a multiple of the chunk; HiFT windows are grouped by length
+Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by length
 (steady-state windows all have left + chunk + right frames), each group one batched call.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +38,12 @@ import torch
 
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
+
+log = logging.getLogger("voxgate.flow_hift")
+
+# Generated chunks of history each chunk's flow row carries besides the voice prompt (None:
+# the whole history, as CosyVoice's own streaming; cost then grows with the utterance).
+DEFAULT_CONTEXT_CHUNKS = 2
 
 
 @dataclass
@@ -47,6 +63,18 @@ class FlowHiftStream:
         return self.mel_start + (0 if self.mel is None else self.mel.shape[1])
 
 
+@dataclass
+class FlowWindow:
+    """One flow row: generated tokens [start, end + lookahead) after the voice prompt; the mel
+    of tokens [first, end) is kept (those before `first` are the chunk's context)."""
+
+    state: FlowHiftStream
+    start: int
+    first: int
+    end: int
+    lookahead: int
+
+
 class FlowHiftDetokenizer:
     def __init__(
         self,
@@ -55,6 +83,7 @@ class FlowHiftDetokenizer:
         chunk_tokens: int,
         left: int = 8,
         right: int = 8,
+        context_chunks: int | None = DEFAULT_CONTEXT_CHUNKS,
     ) -> None:
         self.flow = flow
         self.hift = hift
@@ -62,6 +91,8 @@ class FlowHiftDetokenizer:
         self.lookahead = flow.cfg.pre_lookahead_len
         self.ratio = flow.token_mel_ratio
         self.left, self.right = left, right
+        self.context_chunks = context_chunks
+        self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         self.sample_rate = hift.cfg.sampling_rate
         self.samples_per_frame = hift.cfg.samples_per_frame
         self.n_harmonics = hift.cfg.nb_harmonics + 1
@@ -88,50 +119,123 @@ class FlowHiftDetokenizer:
         self._flow_step(states, final)
         return self._hift_step(states, final)
 
-    def _ready_tokens(self, state: FlowHiftStream, final: bool) -> tuple[int, int]:
-        """(generated tokens whose mel can be made now, look-ahead tokens to pass with them)."""
+    def _ready_tokens(self, state: FlowHiftStream, final: bool) -> int:
+        """Generated tokens whose mel can be made now: every token when final, else the whole
+        chunks whose look-ahead tokens exist."""
         n = len(state.tokens)
         if final:
-            return n, 0
-        return max(0, (n - self.lookahead) // self.chunk * self.chunk), self.lookahead
+            return n
+        return max(0, (n - self.lookahead) // self.chunk * self.chunk)
+
+    def _windows(self, state: FlowHiftStream, final: bool) -> list[FlowWindow]:
+        """The flow rows that make `state`'s newly ready mel: one per chunk, each over the
+        chunk's bounded window of history (or, unbounded, one row over the whole history)."""
+        ready, n = self._ready_tokens(state, final), len(state.tokens)
+        if ready <= state.tokens_decoded:
+            return []
+        if self.context_chunks is None:
+            firsts = [state.tokens_decoded]
+        else:
+            firsts = list(range(state.tokens_decoded, ready, self.chunk))
+        windows = []
+        for i, first in enumerate(firsts):
+            end = firsts[i + 1] if i + 1 < len(firsts) else ready
+            start = 0 if self.context_chunks is None else first - self.context_chunks * self.chunk
+            # The look-ahead conv sees the tokens after `end` that exist (zeros past the end of
+            # a final utterance, as when it is decoded whole).
+            windows.append(
+                FlowWindow(state, max(0, start), first, end, min(self.lookahead, n - end))
+            )
+        return windows
 
     def _flow_step(self, states: list[FlowHiftStream], final: list[bool]) -> None:
-        rows = []
-        for state, fin in zip(states, final, strict=True):
-            k, ctx = self._ready_tokens(state, fin)
-            if k > state.tokens_decoded:
-                rows.append((state, k, ctx))
+        rows = [w for s, fin in zip(states, final, strict=True) for w in self._windows(s, fin)]
         if not rows:
             return
-        seqs = [s.prompt_tokens + s.tokens[: k + ctx] for s, k, ctx in rows]
-        width = -(-max(len(q) for q in seqs) // self.chunk) * self.chunk
+        seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
+        width = max(len(q) for q in seqs)
         tokens = torch.zeros(len(rows), width, dtype=torch.long)
         for i, q in enumerate(seqs):
             tokens[i, : len(q)] = torch.tensor(q)
         dev = self.device
         lengths = torch.tensor([len(q) for q in seqs], device=dev)
-        out_lengths = torch.tensor([len(s.prompt_tokens) + k for s, k, _ in rows], device=dev)
-        p_max = max(s.prompt_mel.shape[0] for s, _, _ in rows)
+        prompt_len = [len(w.state.prompt_tokens) for w in rows]
+        out_lengths = torch.tensor(
+            [p + w.end - w.start for p, w in zip(prompt_len, rows, strict=True)], device=dev
+        )
+        skipped = torch.tensor([w.start for w in rows], device=dev)
+        p_max = max(w.state.prompt_mel.shape[0] for w in rows)
         n_mels = self.flow.cfg.output_size
         prompt_mel = torch.zeros(len(rows), p_max, n_mels, device=dev)
-        for i, (s, _, _) in enumerate(rows):
-            prompt_mel[i, : s.prompt_mel.shape[0]] = s.prompt_mel
-        prompt_frames = torch.tensor([s.prompt_mel.shape[0] for s, _, _ in rows], device=dev)
-        speaker = torch.stack([s.speaker for s, _, _ in rows])
+        for i, w in enumerate(rows):
+            prompt_mel[i, : w.state.prompt_mel.shape[0]] = w.state.prompt_mel
+        prompt_frames = torch.tensor([w.state.prompt_mel.shape[0] for w in rows], device=dev)
+        speaker = torch.stack([w.state.speaker for w in rows])
         dtype = next(self.flow.parameters()).dtype
-        mel = self.flow(
+        inputs = self.flow.condition(
             tokens.to(dev),
             lengths,
             out_lengths,
             prompt_mel.to(dtype),
             prompt_frames,
             speaker.to(dtype),
+            skipped=skipped,
         )
-        for i, (s, k, _) in enumerate(rows):
-            p = len(s.prompt_tokens)
-            new = mel[i, :, self.ratio * (p + s.tokens_decoded) : self.ratio * (p + k)].float()
+        mel = self._solve(*inputs)
+        for i, (p, w) in enumerate(zip(prompt_len, rows, strict=True)):
+            s, r = w.state, self.ratio
+            new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)].float()
             s.mel = new if s.mel is None else torch.cat([s.mel, new], dim=1)
-            s.tokens_decoded = k
+            s.tokens_decoded = w.end
+
+    # --- CUDA graphs for the flow's ODE solver ------------------------------------------------
+    # The Euler solver (20 estimator passes) is captured per (rows, frames) bucket; rows and
+    # frames are padded up to the bucket with mask 0, which leaves the valid ones unchanged.
+    # Frames are captured in whole chunks: one chunk up to the window of a voice prompt of
+    # GRAPH_PROMPT_CHUNKS chunks (presets have none); longer windows run eagerly.
+    GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64)
+    GRAPH_PROMPT_CHUNKS = 3
+
+    def graph_frames(self) -> list[int]:
+        most = (self.context_chunks or 0) + 1 + self.GRAPH_PROMPT_CHUNKS
+        return [self.ratio * self.chunk * n for n in range(1, most + 1)]
+
+    def enable_cuda_graphs(self, graphs) -> None:
+        """Capture the solver for every (rows, frames) bucket with the engine's CallableGraphs."""
+        m = self.flow.cfg.output_size
+        dtype = next(self.flow.parameters()).dtype
+        began = time.perf_counter()
+        with torch.inference_mode():
+            for rows in reversed(self.GRAPH_ROWS):
+                for frames in reversed(self.graph_frames()):
+                    z = torch.zeros(rows, m, frames, dtype=dtype, device=self.device)
+                    mask = torch.zeros(rows, 1, frames, dtype=dtype, device=self.device)
+                    spks = torch.zeros(rows, m, dtype=dtype, device=self.device)
+                    inputs = [z, z.clone(), mask, spks, z.clone()]
+                    graphs.capture(("flow", rows, frames), self.flow.solve_euler, inputs)
+        self.graphs = graphs
+        log.info(
+            "captured the flow solver for rows %s x frames %s in %.1f s",
+            list(self.GRAPH_ROWS),
+            self.graph_frames(),
+            time.perf_counter() - began,
+        )
+
+    def _solve(self, z, mu, mask, spks, cond) -> torch.Tensor:
+        """flow.solve_euler, replayed from a captured graph when a bucket fits."""
+        b, _, f = z.shape
+        rows = next((r for r in self.GRAPH_ROWS if r >= b), None)
+        frames = next((n for n in self.graph_frames() if n >= f), None)
+        key = ("flow", rows, frames)
+        if self.graphs is None or key not in self.graphs:
+            return self.flow.solve_euler(z, mu, mask, spks, cond)
+        padded = [
+            torch.nn.functional.pad(x, (0, frames - f, 0, 0, 0, rows - b)) for x in (z, mu, mask)
+        ]
+        spks = torch.nn.functional.pad(spks, (0, 0, 0, rows - b))
+        cond = torch.nn.functional.pad(cond, (0, frames - f, 0, 0, 0, rows - b))
+        out = self.graphs.run(key, self.flow.solve_euler, [*padded, spks, cond])
+        return out[:b, :, :f].clone()  # the graph's buffer is rewritten by its next replay
 
     def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         audio = [np.zeros(0, dtype=np.float32)] * len(states)

@@ -1,0 +1,94 @@
+"""Per-chunk cost of the streaming flow + HiFT detokenizer against the chunk's index.
+
+Builds CosyVoice 2's flow and HiFT from the tiny or the real configuration with seeded random
+weights (no checkpoint needed), streams `--chunks` chunks of random speech tokens through
+`FlowHiftDetokenizer` one chunk per call for `--batch` requests at once, and prints the wall
+time of each call. A detokenizer whose cost grows with the utterance shows it here.
+
+    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size tiny --chunks 12
+    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
+        --device cuda --bf16 --graphs
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from models.codecs.flow_hift.flow import CausalFlow
+from models.codecs.flow_hift.hift import HiFTGenerator
+from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
+from models.cosyvoice2.config import parse_config, read_yaml
+from models.cosyvoice2.configs import REAL_SIZES, TINY_SIZES, cosyvoice2_yaml
+
+
+def build(size: str, device: str, dtype: torch.dtype, **detok_args) -> FlowHiftDetokenizer:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cosyvoice2.yaml"
+        path.write_text(cosyvoice2_yaml(TINY_SIZES if size == "tiny" else REAL_SIZES))
+        cfg = parse_config(read_yaml(path))
+    torch.manual_seed(0)
+    flow, hift = CausalFlow(cfg.flow).eval(), HiFTGenerator(cfg.hift).eval()
+    hift.fold_weight_norm()
+    flow.to(device, dtype)
+    hift.to(device)
+    return FlowHiftDetokenizer(flow, hift, cfg.chunk_size, **detok_args)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", choices=["tiny", "real"], default="tiny")
+    ap.add_argument("--chunks", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt-chunks", type=int, default=0, help="voice prompt length (0: preset)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
+    args = ap.parse_args()
+    torch.set_grad_enabled(False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    detok = build(args.size, args.device, dtype)
+    if args.graphs:
+        from engine.cuda_graphs import CallableGraphs
+
+        began = time.perf_counter()
+        detok.enable_cuda_graphs(CallableGraphs(torch.device(args.device)))
+        print(f"captured the solver graphs in {time.perf_counter() - began:.1f} s")
+    chunk, g = detok.chunk, torch.Generator().manual_seed(1)
+    n_mels = detok.flow.cfg.output_size
+    e = detok.flow.cfg.spk_embed_dim
+    states = [
+        detok.new_stream(
+            torch.randint(0, 6561, (chunk * args.prompt_chunks,), generator=g).tolist(),
+            torch.randn(2 * chunk * args.prompt_chunks, n_mels, generator=g),
+            torch.randn(e, generator=g),
+        )
+        for _ in range(args.batch)
+    ]
+    tokens = torch.randint(0, 6561, (args.batch, chunk * args.chunks + 3), generator=g).tolist()
+    print(f"{args.size} batch {args.batch} prompt {args.prompt_chunks} chunks on {args.device}")
+    # CPU time is the steadier measure on a shared CPU (other processes stretch wall time).
+    print("chunk  wall_ms  cpu_ms")
+    for c in range(args.chunks):
+        for s, toks in zip(states, tokens, strict=True):
+            lo = 0 if c == 0 else chunk * c + 3
+            detok.push(s, toks[lo : chunk * (c + 1) + 3])
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0, c0 = time.perf_counter(), time.process_time()
+        detok.decode(states, [False] * args.batch)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(f"{c:5d}  {1000 * wall:7.0f}  {1000 * cpu:6.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
