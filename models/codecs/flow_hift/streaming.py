@@ -212,7 +212,14 @@ class FlowHiftDetokenizer:
                     mask = torch.zeros(rows, 1, frames, dtype=dtype, device=self.device)
                     spks = torch.zeros(rows, m, dtype=dtype, device=self.device)
                     inputs = [z, z.clone(), mask, spks, z.clone()]
-                    graphs.capture(("flow", rows, frames), self.flow.solve_euler, inputs)
+                    try:
+                        graphs.capture(("flow", rows, frames), self.flow.solve_euler, inputs)
+                    except RuntimeError as exc:  # not yet run on every GPU: say what to do
+                        raise RuntimeError(
+                            f"capturing the flow solver in a CUDA graph failed for {rows} rows x "
+                            f"{frames} frames ({exc}); start the server with --eager to run "
+                            "without CUDA graphs"
+                        ) from exc
         self.graphs = graphs
         log.info(
             "captured the flow solver for rows %s x frames %s in %.1f s",
