@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from urllib.parse import parse_qsl
 
 import uvicorn
 from starlette.applications import Starlette
@@ -22,7 +23,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.client import AsyncEngine
 from engine.outputs import EngineStats
-from gateway.auth import Authenticator, Denial, SessionSlots, select_subprotocol
+from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.config import GatewaySettings
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import ErrorEvent
@@ -30,6 +31,7 @@ from gateway.realtime import RealtimeWire, dialect_of
 from gateway.session import Session
 from gateway.twilio import TwilioWire
 from gateway.twilio_protocol import ConnectStream, encode_twiml
+from gateway.twilio_signature import SIGNATURE_HEADER, is_valid_twilio_signature, public_url
 from gateway.wire import Wire
 
 log = logging.getLogger("voxgate.gateway")
@@ -81,16 +83,48 @@ class Gateway:
         await self._serve(ws, self._realtime_wire)
 
     async def twilio(self, ws: WebSocket) -> None:
-        """`/v1/twilio`: Twilio Media Streams (bidirectional), on the same session layer."""
-        await self._serve(ws, lambda ws, engine: TwilioWire(engine.facts))
+        """`/v1/twilio`: Twilio Media Streams (bidirectional), on the same session layer. With a
+        Twilio auth token configured, Twilio's signature replaces the API key."""
+        signed = None
+        if self.settings.twilio_auth_token:
+            url = self._twilio_url(ws.url.scheme, ws.url.netloc, ws.url.path, ws.url.query, ws=True)
+            signature = ws.headers.get(SIGNATURE_HEADER)
+            if not is_valid_twilio_signature(self.settings.twilio_auth_token, signature, url):
+                await self._deny(ws, Denial(403, "invalid or missing X-Twilio-Signature"))
+                return
+            signed = Principal(key_id="twilio")
+        await self._serve(ws, lambda ws, engine: TwilioWire(engine.facts), principal=signed)
+
+    def _twilio_url(self, scheme: str, netloc: str, path: str, query: str, ws: bool = False) -> str:
+        """The URL as Twilio called it: `--twilio-public-url` (its https base) when a proxy
+        stands in front; the WebSocket was called on the same host with wss."""
+        base = self.settings.twilio_public_url
+        if base and ws:
+            base = base.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+        return public_url(scheme, netloc, path, query, base)
 
     async def twiml(self, request: Request) -> Response:
         """The TwiML that connects a call to `/v1/twilio` (point a number's voice webhook here).
         `greeting`, `voice` and sampling fields in the query string become stream parameters."""
+        if self.settings.twilio_auth_token:
+            # Twilio posts application/x-www-form-urlencoded; parsed here rather than through
+            # Starlette's form parser, which needs the python-multipart package.
+            body = (await request.body()).decode("utf-8", "replace") if request.method == "POST" else ""
+            form = dict(parse_qsl(body, keep_blank_values=True))
+            url = self._twilio_url(
+                request.url.scheme, request.url.netloc, request.url.path, request.url.query
+            )
+            signature = request.headers.get(SIGNATURE_HEADER)
+            if not is_valid_twilio_signature(self.settings.twilio_auth_token, signature, url, form):
+                self.metrics.handshakes_refused.labels("403").inc()
+                return PlainTextResponse("invalid or missing X-Twilio-Signature", status_code=403)
         secure = (
             request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
         )
-        url = f"{'wss' if secure else 'ws'}://{request.url.netloc}/v1/twilio"
+        if self.settings.twilio_public_url:
+            url = self._twilio_url("", "", "/v1/twilio", "", ws=True)
+        else:
+            url = f"{'wss' if secure else 'ws'}://{request.url.netloc}/v1/twilio"
         params = {k: v for k, v in request.query_params.items() if k in _TWIML_PARAMETERS}
         return Response(encode_twiml(ConnectStream(url, params)), media_type="application/xml")
 
@@ -107,10 +141,11 @@ class Gateway:
         limit = self.settings.max_response_text_chars
         return RealtimeWire(dialect, engine.facts, model, offered, max_pending_chars=limit)
 
-    async def _serve(self, ws: WebSocket, make_wire) -> None:
+    async def _serve(self, ws: WebSocket, make_wire, principal: Principal | None = None) -> None:
         """Every WebSocket endpoint: the same auth, slots, metrics and session layer; only the
-        wire (how events look on the socket) differs."""
-        verdict = self.auth.check(ws.headers, ws.scope.get("subprotocols", []))
+        wire (how events look on the socket) differs. `principal`: already authenticated by the
+        endpoint itself (Twilio's signature)."""
+        verdict = principal or self.auth.check(ws.headers, ws.scope.get("subprotocols", []))
         if isinstance(verdict, Denial):
             await self._deny(ws, verdict)
             return

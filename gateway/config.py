@@ -46,6 +46,12 @@ class GatewaySettings:
     api_keys: tuple[str, ...] = ()  # empty: no auth
     allowed_origins: tuple[str, ...] = ()  # empty: any Origin
     max_sessions_per_key: int = 16  # 0: no cap (only with api_keys)
+    # Twilio's account auth token: when set, /v1/twilio and its TwiML route accept exactly the
+    # requests Twilio signed (X-Twilio-Signature) instead of API keys, which Twilio cannot send.
+    twilio_auth_token: str | None = field(default=None, repr=False)
+    # The https base Twilio calls (e.g. https://voice.example.com) when a proxy in front of the
+    # server changes scheme or host; signatures cover the URL as Twilio saw it.
+    twilio_public_url: str | None = None
     max_sessions: int = 512  # server-wide open sessions; beyond: overloaded, close 1013
     # Refuse new sessions (1013) while this many engine requests already wait for a first step.
     max_engine_waiting: int = 64

@@ -7,6 +7,7 @@ Imports stay light so `voxgate --help` and `voxgate synth` never pay for the ser
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -105,6 +106,13 @@ def add_serve_parser(subparsers) -> None:
         "without any key the server is open",
     )
     g.add_argument(
+        "--twilio-public-url",
+        default=None,
+        metavar="URL",
+        help="the https base Twilio calls, e.g. https://voice.example.com, when a proxy changes "
+        "scheme or host (Twilio signatures are checked when $VOXGATE_TWILIO_AUTH_TOKEN is set)",
+    )
+    g.add_argument(
         "--allowed-origin",
         action="append",
         default=[],
@@ -201,6 +209,11 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         host=args.host,
         port=args.port,
         api_keys=keys,
+        # A secret: from the environment only, never the command line (visible in `ps`).
+        twilio_auth_token=(environ if environ is not None else os.environ).get(
+            "VOXGATE_TWILIO_AUTH_TOKEN"
+        ) or None,
+        twilio_public_url=args.twilio_public_url,
         allowed_origins=tuple(args.allowed_origin),
         max_sessions_per_key=args.max_sessions_per_key,
         max_sessions=args.max_sessions,

@@ -43,7 +43,9 @@ def test_options_become_settings():
         "--device",
         "cpu",
     )
-    settings = settings_from_args(args, environ={"VOXGATE_API_KEYS": "k-two,k-three"})
+    environ = {"VOXGATE_API_KEYS": "k-two,k-three", "VOXGATE_TWILIO_AUTH_TOKEN": "tw-secret"}
+    settings = settings_from_args(args, environ=environ)
+    assert settings.twilio_auth_token == "tw-secret" and "tw-secret" not in repr(settings)
     assert settings.port == 9001
     assert settings.api_keys == ("k-one", "k-two", "k-three")
     assert settings.allowed_origins == ("https://app.example.com",)
