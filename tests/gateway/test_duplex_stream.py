@@ -11,6 +11,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import websockets
 from gateway_testkit import expect_close, recv_json, send, start_session
 
@@ -128,17 +129,21 @@ def test_text_is_refused_with_a_clear_error_and_the_session_stays_usable(moshi_s
     assert "error" not in types
 
 
-def test_input_commit_while_the_engine_admits_the_conversation_still_ends_it(
-    moshi_server, moshi_engine, monkeypatch
+@pytest.mark.parametrize(
+    ("event", "handler", "status"),
+    [("input.commit", "finish", "completed"), ("response.cancel", "cancel", "cancelled")],
+)
+def test_an_end_while_the_engine_admits_the_conversation_still_ends_it(
+    moshi_server, moshi_engine, monkeypatch, event, handler, status
 ):
-    # A user who stops the microphone at once: input.commit arrives while the conversation's
-    # engine session is still being admitted. It used to be lost, and the conversation then
-    # ran on silence until the model's context ran out. Admission is held here until the
-    # commit is being handled, so the race is hit every time.
+    # A user who stops the microphone at once: input.commit (or response.cancel) arrives while
+    # the conversation's engine session is still being admitted. It used to be lost, and the
+    # conversation then ran on silence until the model's context ran out. Admission is held
+    # here until the end is being handled, so the race is hit every time.
     from gateway.duplex import DuplexConversation
 
-    submitting, finishing, release = threading.Event(), threading.Event(), threading.Event()
-    real_submit, real_finish = moshi_engine.submit, DuplexConversation.finish
+    submitting, ending, release = threading.Event(), threading.Event(), threading.Event()
+    real_submit, real_handler = moshi_engine.submit, getattr(DuplexConversation, handler)
 
     async def slow_submit(request):
         submitting.set()
@@ -146,12 +151,12 @@ def test_input_commit_while_the_engine_admits_the_conversation_still_ends_it(
             await asyncio.sleep(0.01)
         return await real_submit(request)
 
-    async def observed_finish(self, timeout_s):
-        finishing.set()
-        return await real_finish(self, timeout_s)
+    async def observed_handler(self, *args):
+        ending.set()
+        return await real_handler(self, *args)
 
     monkeypatch.setattr(moshi_engine, "submit", slow_submit)
-    monkeypatch.setattr(DuplexConversation, "finish", observed_finish)
+    monkeypatch.setattr(DuplexConversation, handler, observed_handler)
 
     async def main():
         async with websockets.connect(moshi_server.url, subprotocols=["voxgate.v1"]) as ws:
@@ -159,8 +164,8 @@ def test_input_commit_while_the_engine_admits_the_conversation_still_ends_it(
             for packet in microphone_packets(seed=3)[:10]:  # 0.2 s
                 await ws.send(packet)
             assert await asyncio.to_thread(submitting.wait, 30)
-            await send(ws, type="input.commit")
-            assert await asyncio.to_thread(finishing.wait, 30)
+            await send(ws, type=event)
+            assert await asyncio.to_thread(ending.wait, 30)
             release.set()
             started = await recv_json(ws)
             assert started["type"] == "response.started", started
@@ -170,4 +175,4 @@ def test_input_commit_while_the_engine_admits_the_conversation_still_ends_it(
                     return json.loads(message)
 
     done = asyncio.run(main())
-    assert done["status"] == "completed", done
+    assert done["status"] == status, done
