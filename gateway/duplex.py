@@ -54,8 +54,9 @@ class DuplexConversation:
         self._pending: list[np.ndarray] = []  # audio before the engine admitted the session
         self._audio_in = asyncio.Event()
         self._stream: ResponseStream | None = None
-        self._ending = False
-        self.busy = False
+        self._ending = False  # the open (or opening) conversation was told to end
+        self._end_on_open: FinishReason | None = None  # ended before the engine admitted it
+        self.busy = False  # a conversation is open, or being opened
         self.last_played = time.monotonic()
         self._idle = asyncio.Event()  # set while no conversation is open
         self._idle.set()
@@ -84,10 +85,7 @@ class DuplexConversation:
     async def finish(self, timeout_s: float) -> None:
         """The user is done: the conversation ends between frames, and its `response.done`
         (`completed`) is sent before this returns (or `timeout_s` passes)."""
-        self._pending.clear()
-        if self._stream is not None and not self._ending:
-            self._ending = True
-            self._engine.end_session(self._stream.request_id)
+        self._end(FinishReason.STOP)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._idle.wait()
@@ -95,8 +93,20 @@ class DuplexConversation:
             self._log.warning("conversation did not end within %.1f s", timeout_s)
 
     async def cancel(self) -> None:
-        if self._stream is not None and not self._ending:
-            self._ending = True
+        self._end(FinishReason.CANCELLED)
+
+    def _end(self, reason: FinishReason) -> None:
+        """End the conversation once. Audio not yet handed to the engine belongs to it and goes
+        too. While the engine is still admitting it, it ends the moment it is admitted."""
+        self._pending.clear()
+        if not self.busy or self._ending:
+            return
+        self._ending = True
+        if self._stream is None:
+            self._end_on_open = reason
+        elif reason is FinishReason.STOP:
+            self._engine.end_session(self._stream.request_id)
+        else:
             self._engine.cancel(self._stream.request_id)
 
     def stop(self) -> None:
@@ -118,10 +128,16 @@ class DuplexConversation:
         options = self._options
         response_id = f"resp_{uuid.uuid4().hex[:16]}"
         started = time.monotonic()
+        # Busy from here on, not from admission: an input.commit or response.cancel that comes
+        # while the engine admits the conversation must end it, not be lost.
+        self.busy, self._ending, self._end_on_open = True, False, None
+        self._idle.clear()
         try:
-            self._stream = await self._engine.submit(SpeechRequest("", None, options.sampling))
+            stream = await self._engine.submit(SpeechRequest("", None, options.sampling))
         except Exception as exc:  # noqa: BLE001 - refused: say why, stay usable
             self._pending.clear()
+            self.busy = False
+            self._idle.set()
             code = (
                 ErrorCode.OVERLOADED
                 if "overload" in type(exc).__name__.lower()
@@ -129,12 +145,18 @@ class DuplexConversation:
             )
             self._emit.event(ErrorEvent(code, str(exc), fatal=False))
             return
-        self.busy, self._ending = True, False
-        self._idle.clear()
+        self._stream = stream
         self._emit.event(ResponseStarted(response_id))
-        for pcm in self._pending:
-            self._engine.push_audio(self._stream.request_id, pcm)
-        self._pending.clear()
+        if self._end_on_open is None:
+            for pcm in self._pending:
+                self._engine.push_audio(stream.request_id, pcm)
+            self._pending.clear()
+        elif self._end_on_open is FinishReason.STOP:
+            # Ended while being admitted; audio still pending came after the end and opens the
+            # next conversation, as it would after any response.done.
+            self._engine.end_session(stream.request_id)
+        else:
+            self._engine.cancel(stream.request_id)
         encoder = make_encoder(options.output, self._engine.facts.sample_rate, self._opus_bitrate)
         frame_ms = options.output.frame_ms
         audio_ms, ttfa_ms, status = 0, None, ResponseStatus.FAILED

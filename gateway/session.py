@@ -390,6 +390,13 @@ class Session:
             )
         elif isinstance(event, SessionUpdate):
             self._on_update(event)
+        elif isinstance(event, TextInput) and self._duplex is not None:
+            # A full-duplex session plays no text responses: queued, the text would wait forever.
+            self._error(
+                ErrorCode.UNSUPPORTED_INPUT,
+                f"{self._engine.facts.name} is a full-duplex speech model and takes no text: "
+                "stream the user's audio as binary frames",
+            )
         elif isinstance(event, TextInput):
             self._responses.add_text(event)
         elif isinstance(event, ResponseCancel):

@@ -40,7 +40,9 @@ const settings = new Settings(params);
 const el = {
   text: $("text"), speak: $("speak"), stop: $("stop"), connect: $("connect"), conn: $("conn-state"),
   mic: $("mic"), micNote: $("mic-note"), micLevel: $("mic-level"), transcript: $("transcript"),
+  speakNote: $("speak-note"),
 };
+const SPEAK_HINT = el.speakNote.textContent;
 
 let ws = null; // the live socket, or null
 let session = null; // the session.started event of `ws`
@@ -260,6 +262,13 @@ async function speak() {
 }
 
 function stop() {
+  if (mic && mic.active && model && model.fullDuplex) {
+    // Full duplex: the microphone is the conversation. Left running, its next packet would open
+    // a new conversation right after the cancel, so it stops too, and its last packets are
+    // dropped rather than sent behind the cancel.
+    mic.stop({ discardTail: true }).catch((err) => recordError(err.message));
+    setMicButton(false);
+  }
   if (ws && (turn.pending || turn.open)) {
     send(P.responseCancel());
     turn.cancelled = true;
@@ -291,10 +300,14 @@ function updateMicAvailability() {
     note = inputFormat.format === P.FORMAT.OPUS
       ? "Start it and speak; audio is sent as Opus."
       : "Start it and speak; WebCodecs AudioEncoder is missing, so audio is sent as PCM16 16 kHz.";
-    if (settings.pushToTalk) note += " Stop it to end your turn.";
+    if (model.fullDuplex) note += " The model listens and talks at once; stop it to end the conversation.";
+    else if (settings.pushToTalk) note += " Stop it to end your turn.";
   }
   el.mic.disabled = !usable;
   el.micNote.textContent = note;
+  el.speakNote.textContent = model && model.fullDuplex
+    ? `This model (${model.name || "current model"}) converses through the microphone only: it takes no text.`
+    : SPEAK_HINT;
   if (!mic || !mic.active) setMicButton(false);
 }
 
@@ -312,7 +325,7 @@ async function toggleMic() {
       setMicButton(false);
       // Turn-based models: the end of the user's turn. Full-duplex models (Moshi): the end of
       // the conversation, whose response.done then arrives.
-      if (ws && (settings.pushToTalk || model.acceptsAudio)) send(P.inputCommit());
+      if (ws && (settings.pushToTalk || model.fullDuplex)) send(P.inputCommit());
       if (settings.pushToTalk && ws) {
         Object.assign(turn, { t0: performance.now(), awaitingFirst: true });
       }
@@ -332,6 +345,8 @@ async function toggleMic() {
     });
     await mic.start();
     setMicButton(true);
+    // Full duplex: the conversation starts now; time to first audio counts from here.
+    if (model.fullDuplex) Object.assign(turn, { t0: performance.now(), awaitingFirst: true });
   } catch (err) {
     if (!err.shown) notice(`Microphone: ${err.message}`, "error", "mic");
     setMicButton(false);
@@ -342,7 +357,7 @@ async function toggleMic() {
 
 function updateButtons() {
   const busy = turn.pending || turn.open;
-  el.speak.disabled = busy || turn.starting;
+  el.speak.disabled = busy || turn.starting || Boolean(model && model.fullDuplex);
   el.stop.disabled = !(busy || worklet.bufferedSamples > 0);
 }
 

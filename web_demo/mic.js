@@ -41,6 +41,7 @@ export class Microphone {
     this.ctx = null;
     this.encoder = null;
     this.timestampUs = 0;
+    this.discarding = false; // stop({discardTail}): packets still inside the encoder are dropped
   }
 
   get active() {
@@ -75,8 +76,10 @@ export class Microphone {
 
   openEncoder() {
     this.timestampUs = 0;
+    this.discarding = false;
     this.encoder = new AudioEncoder({
       output: (chunk) => {
+        if (this.discarding) return;
         const packet = new ArrayBuffer(chunk.byteLength);
         chunk.copyTo(packet);
         this.hooks.send(packet);
@@ -108,15 +111,21 @@ export class Microphone {
     }
   }
 
-  async stop() {
+  /**
+   * Release the microphone. The encoder's last packets are still sent, unless `discardTail`:
+   * after a barge-in they would reach the server behind the cancel and, in a full-duplex
+   * session, open a new conversation.
+   */
+  async stop({ discardTail = false } = {}) {
     const { stream, ctx, encoder } = this;
     this.stream = this.ctx = this.encoder = null;
     if (stream) for (const track of stream.getTracks()) track.stop();
+    if (discardTail) this.discarding = true;
     if (encoder && encoder.state === "configured") {
       try {
-        await encoder.flush(); // the last packets still go out
+        if (!discardTail) await encoder.flush(); // the last packets still go out
       } finally {
-        encoder.close();
+        encoder.close(); // drops whatever is still queued
       }
     }
     if (ctx) await ctx.close();

@@ -125,5 +125,9 @@ export function modelInfo(started) {
   );
   // No declaration: the model takes audio exactly when the server states an input format.
   const acceptsAudio = declared !== undefined ? declared : Boolean(started.input_audio);
-  return { name, voices: Array.isArray(voices) ? voices : [], defaultVoice, acceptsAudio };
+  // Full duplex (Moshi): one continuous conversation, audio only. This gateway version serves
+  // audio input to full-duplex models only, so without a declaration audio input means duplex.
+  const duplex = [facts.full_duplex, started.full_duplex].find((v) => typeof v === "boolean");
+  const fullDuplex = duplex !== undefined ? duplex : acceptsAudio;
+  return { name, voices: Array.isArray(voices) ? voices : [], defaultVoice, acceptsAudio, fullDuplex };
 }

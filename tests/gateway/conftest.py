@@ -1,4 +1,5 @@
-"""Gateway test fixtures: the real tiny-orpheus engine behind real uvicorn servers on 127.0.0.1.
+"""Gateway test fixtures: the real tiny-orpheus engine behind real uvicorn servers on 127.0.0.1,
+and a tiny-moshi engine behind its own server for the full-duplex tests.
 
 One engine serves every server of the test session (building it costs seconds); each distinct
 GatewaySettings gets its own server, in its own thread and event loop, as in production.
@@ -47,3 +48,23 @@ def make_server(engine) -> Iterator:
 def server(make_server) -> Server:
     """The default server: no auth, default limits."""
     return make_server()
+
+
+@pytest.fixture(scope="session")
+def moshi_engine():
+    """The full-duplex engine (tiny-moshi), shared by every full-duplex test."""
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+
+    eng = build_engine("tiny-moshi", config=EngineConfig(kv_cache_mb=64))
+    yield eng
+    asyncio.run(eng.shutdown())
+
+
+@pytest.fixture(scope="session")
+def moshi_server(moshi_engine) -> Iterator[Server]:
+    from gateway.config import GatewaySettings
+
+    server = start_server(GatewaySettings(model="tiny-moshi"), moshi_engine)
+    yield server
+    server.stop()

@@ -10,28 +10,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from browser_testkit import PageProblems, chromium_missing, launch
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required",
-]
 # The random-weight model never emits its stop token: a small max_tokens ends each response
 # (96 tokens: about 1 s of audio) and greedy sampling keeps the run repeatable.
 PAGE_QUERY = "?max_tokens=96&temperature=0"
 SPEAK_TIMEOUT_MS = 30_000
 
-if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+if chromium_missing():
+    pytest.skip(chromium_missing(), allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
 
 
@@ -47,28 +36,12 @@ def browser_context(tmp_path_factory: pytest.TempPathFactory):
     """Chromium with a fresh profile."""
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_api.sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1000, "height": 1100},
-        )
+        context = launch(pw, str(profile))
         try:
             yield context
         finally:
             context.close()
     shutil.rmtree(profile, ignore_errors=True)
-
-
-class PageProblems:
-    """Console errors, uncaught exceptions and failed requests of one page."""
-
-    def __init__(self, page) -> None:
-        self.items: list[str] = []
-        page.on("console", lambda m: m.type == "error" and self.items.append(f"console: {m.text}"))
-        page.on("pageerror", lambda e: self.items.append(f"pageerror: {e}"))
-        page.on("requestfailed", lambda r: self.items.append(f"request failed: {r.url}"))
 
 
 def open_demo(context, url: str, init_script: str | None = None):

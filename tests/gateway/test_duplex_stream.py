@@ -6,12 +6,14 @@ stream out, and every output frame is accounted for — engine frames, wire fram
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 
 import numpy as np
 import pytest
 import websockets
-from gateway_testkit import expect_close, send, start_session
+from gateway_testkit import expect_close, recv_json, send, start_session
 
 from gateway.audio import make_encoder
 from gateway.protocol import AudioSpec
@@ -20,27 +22,6 @@ SECONDS = 10.0
 PACKET_MS = 20
 FRAME_MS = 80  # one Moshi frame
 SESSIONS = 3
-
-
-@pytest.fixture(scope="module")
-def moshi_engine():
-    from engine.config import EngineConfig
-    from engine.factory import build_engine
-
-    eng = build_engine("tiny-moshi", config=EngineConfig(kv_cache_mb=64))
-    yield eng
-    asyncio.run(eng.shutdown())
-
-
-@pytest.fixture(scope="module")
-def moshi_server(moshi_engine):
-    from gateway_testkit import start_server
-
-    from gateway.config import GatewaySettings
-
-    server = start_server(GatewaySettings(model="tiny-moshi"), moshi_engine)
-    yield server
-    server.stop()
 
 
 def microphone_packets(seed: int) -> list[bytes]:
@@ -71,7 +52,7 @@ async def converse(url: str, seed: int) -> dict:
                 if isinstance(message, bytes):
                     received["frames"] += 1
                     continue
-                event = __import__("json").loads(message)
+                event = json.loads(message)
                 received["events"].append(event)
                 if event["type"] == "transcript.delta":
                     received["text"].append(event["text"])
@@ -120,3 +101,78 @@ def test_sessions_stream_both_ways_and_every_frame_is_accounted_for(moshi_server
         # How many ticks a loaded 2-core machine keeps up with is a benchmark's question
         # (bench/moshi_capacity.py), not this test's: only that the conversation ran.
         assert s.frames_out > 0
+
+
+def test_text_is_refused_with_a_clear_error_and_the_session_stays_usable(moshi_server):
+    # Text used to be queued as a text response that a full-duplex session never plays: the
+    # client waited forever for its response.started.
+    async def main():
+        async with websockets.connect(moshi_server.url, subprotocols=["voxgate.v1"]) as ws:
+            await start_session(ws, sampling={"temperature": 0.0})
+            await send(ws, type="text", text="Hello Moshi.", final=True)
+            error = await recv_json(ws)
+            assert error["type"] == "error" and error["code"] == "unsupported_input", error
+            assert not error["fatal"] and "takes no text" in error["message"]
+            # Still a conversation to be had: audio opens one, session.end ends it cleanly.
+            for packet in microphone_packets(seed=7)[:25]:  # 0.5 s
+                await ws.send(packet)
+            assert (await recv_json(ws))["type"] == "response.started"
+            await send(ws, type="session.end")
+            code, messages = await expect_close(ws, timeout=60)
+            events = [m for m in messages if isinstance(m, dict)]
+            return code, events
+
+    code, events = asyncio.run(main())
+    types = [e["type"] for e in events]
+    assert types[-2:] == ["response.done", "session.ended"]
+    assert events[-2]["status"] == "completed" and code == 1000
+    assert "error" not in types
+
+
+@pytest.mark.parametrize(
+    ("event", "handler", "status"),
+    [("input.commit", "finish", "completed"), ("response.cancel", "cancel", "cancelled")],
+)
+def test_an_end_while_the_engine_admits_the_conversation_still_ends_it(
+    moshi_server, moshi_engine, monkeypatch, event, handler, status
+):
+    # A user who stops the microphone at once: input.commit (or response.cancel) arrives while
+    # the conversation's engine session is still being admitted. It used to be lost, and the
+    # conversation then ran on silence until the model's context ran out. Admission is held
+    # here until the end is being handled, so the race is hit every time.
+    from gateway.duplex import DuplexConversation
+
+    submitting, ending, release = threading.Event(), threading.Event(), threading.Event()
+    real_submit, real_handler = moshi_engine.submit, getattr(DuplexConversation, handler)
+
+    async def slow_submit(request):
+        submitting.set()
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return await real_submit(request)
+
+    async def observed_handler(self, *args):
+        ending.set()
+        return await real_handler(self, *args)
+
+    monkeypatch.setattr(moshi_engine, "submit", slow_submit)
+    monkeypatch.setattr(DuplexConversation, handler, observed_handler)
+
+    async def main():
+        async with websockets.connect(moshi_server.url, subprotocols=["voxgate.v1"]) as ws:
+            await start_session(ws, sampling={"temperature": 0.0})
+            for packet in microphone_packets(seed=3)[:10]:  # 0.2 s
+                await ws.send(packet)
+            assert await asyncio.to_thread(submitting.wait, 30)
+            await send(ws, type=event)
+            assert await asyncio.to_thread(ending.wait, 30)
+            release.set()
+            started = await recv_json(ws)
+            assert started["type"] == "response.started", started
+            while True:  # Moshi's text and audio, until the conversation ends
+                message = await asyncio.wait_for(ws.recv(), 30)
+                if isinstance(message, str) and json.loads(message)["type"] == "response.done":
+                    return json.loads(message)
+
+    done = asyncio.run(main())
+    assert done["status"] == status, done
