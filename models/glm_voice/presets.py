@@ -1,0 +1,74 @@
+"""The `tiny-glm-voice` preset: THUDM/glm-4-voice-9b's layout (ChatGLM config.json,
+model.safetensors under the published ChatGLM names, a tokenizer with GLM-4-Voice's specials)
+scaled down with seeded random weights, written once to a cache folder so it loads through the
+real loader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from models.glm_voice import configs
+from models.glm_voice.backbone import build_glm_backbone, our_name
+from models.glm_voice.tiny_tokenizer import write_tiny_tokenizer
+from models.preset_cache import materialise
+
+TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+TINY_NUM_AUDIO = 64  # speech tokens in the tiny vocabulary (the real one has 16384)
+
+
+def chatglm_names(num_layers: int) -> list[str]:
+    """Every tensor name of a ChatGLM checkpoint with `num_layers` blocks (published layout)."""
+    names = [
+        "transformer.embedding.word_embeddings.weight",
+        "transformer.encoder.final_layernorm.weight",
+        "transformer.output_layer.weight",
+    ]
+    parts = (
+        "input_layernorm.weight",
+        "self_attention.query_key_value.weight",
+        "self_attention.query_key_value.bias",
+        "self_attention.dense.weight",
+        "post_attention_layernorm.weight",
+        "mlp.dense_h_to_4h.weight",
+        "mlp.dense_4h_to_h.weight",
+    )
+    names += [f"transformer.encoder.layers.{i}.{p}" for i in range(num_layers) for p in parts]
+    return names
+
+
+def write_glm_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
+    """config.json + model.safetensors (ChatGLM names) + tokenizer.json into `folder`."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = write_tiny_tokenizer(folder, TINY_NUM_AUDIO)
+    cfg = {**cfg, "padded_vocab_size": -(-vocab // 64) * 64}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    torch.manual_seed(seed)
+    params = dict(build_glm_backbone(cfg, torch.device("cpu"), torch.float32).named_parameters())
+    tensors = {}
+    for name in chatglm_names(int(cfg["num_layers"])):
+        shape = params[our_name(name)].shape  # type: ignore[index]
+        if "layernorm" in name:  # norms near 1, not exactly, so a mix-up of norms shows
+            tensors[name] = 1.0 + 0.1 * torch.randn(shape)
+        elif name.endswith("bias"):
+            tensors[name] = 0.1 * torch.randn(shape)
+        elif "query_key_value" in name:  # sharp attention, so positions (RoPE) steer the output
+            tensors[name] = 3.0 * torch.randn(shape) / shape[-1] ** 0.5
+        elif "word_embeddings" in name:
+            tensors[name] = torch.randn(shape)
+        else:
+            tensors[name] = torch.randn(shape) / shape[-1] ** 0.5
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def ensure_tiny_glm_voice(root: Path | None = None) -> Path:
+    """The tiny preset's backbone folder, created on first use."""
+
+    def write(folder: Path) -> None:
+        write_glm_checkpoint(folder / "glm-4-voice-9b", configs.TINY_GLM_VOICE, seed=2024)
+
+    return materialise(f"tiny-glm-voice-{TINY_VERSION}", write, root) / "glm-4-voice-9b"
