@@ -52,3 +52,48 @@ TINY_GLM_VOICE = {
     "seq_length": 4096,
     "torch_dtype": "float32",
 }
+
+# THUDM/glm-4-voice-tokenizer: whisper-large-v3's encoder cut at block 16, average-pooled by 4
+# after it (50 → 12.5 frames/s), a 16384-entry codebook, causal convolutions, block-causal
+# attention over 200-frame (4 s) blocks. The decoder fields are Whisper's and unused here.
+GLM_4_VOICE_TOKENIZER = {
+    "architectures": ["WhisperVQEncoder"],
+    "model_type": "whisper",
+    "num_mel_bins": 128,
+    "d_model": 1280,
+    "encoder_layers": 32,
+    "encoder_attention_heads": 20,
+    "encoder_ffn_dim": 5120,
+    "decoder_layers": 32,
+    "decoder_attention_heads": 20,
+    "decoder_ffn_dim": 5120,
+    "max_source_positions": 1500,
+    "activation_function": "gelu",
+    "pooling_kernel_size": 4,
+    "pooling_type": "avg",
+    "pooling_position": 16,
+    "quantize_position": 16,
+    "quantize_vocab_size": 16384,
+    "quantize_encoder_only": True,
+    "quantize_causal_encoder": False,
+    "quantize_causal_block_size": 200,
+    "encoder_causal_attention": False,
+    "encoder_causal_convolution": True,
+}
+
+# Scaled down: 3 stored blocks of which 2 run (the cut is exercised), real mel bins and pooling,
+# 16-frame attention blocks so that block-causality shows on a second of audio.
+TINY_GLM_VOICE_TOKENIZER = {
+    **GLM_4_VOICE_TOKENIZER,
+    "d_model": 32,
+    "encoder_layers": 3,
+    "encoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_layers": 1,
+    "decoder_attention_heads": 2,
+    "decoder_ffn_dim": 64,
+    "pooling_position": 2,
+    "quantize_position": 2,
+    "quantize_causal_block_size": 16,
+    # quantize_vocab_size: set to the tiny backbone's speech vocabulary by the preset writer
+}

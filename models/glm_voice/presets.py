@@ -65,10 +65,43 @@ def write_glm_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
     save_file(tensors, str(folder / "model.safetensors"))
 
 
+def write_speech_tokenizer_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
+    """THUDM/glm-4-voice-tokenizer's layout: config.json, preprocessor_config.json and
+    model.safetensors with the `model.encoder.*` names (plus tensors the loader must skip:
+    blocks past the cut, the final layer norm, embed_positions2 and a decoder tensor)."""
+    from safetensors.torch import save_file
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    WhisperFeatureExtractor(feature_size=cfg["num_mel_bins"]).save_pretrained(str(folder))
+    torch.manual_seed(seed)
+    whisper_keys = {k: v for k, v in cfg.items() if k in WhisperConfig().to_dict()}
+    encoder = WhisperEncoder(WhisperConfig(**whisper_keys))
+    with torch.no_grad():  # norms and biases off their defaults, so a mix-up shows
+        for name, p in encoder.named_parameters():
+            if "layer_norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    tensors = {f"model.encoder.{k}": v.clone() for k, v in encoder.state_dict().items()}
+    d, pooled = cfg["d_model"], -(-cfg["max_source_positions"] // cfg["pooling_kernel_size"])
+    tensors["model.encoder.codebook.weight"] = torch.randn(cfg["quantize_vocab_size"], d)
+    tensors["model.encoder.embed_positions2.weight"] = tensors[
+        "model.encoder.embed_positions.weight"
+    ][:pooled].clone()
+    tensors["model.decoder.embed_tokens.weight"] = torch.zeros(4, d)
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
 def ensure_tiny_glm_voice(root: Path | None = None) -> Path:
-    """The tiny preset's backbone folder, created on first use."""
+    """The tiny preset's folder, created on first use: `glm-4-voice-9b/` (backbone) and
+    `glm-4-voice-tokenizer/` (speech tokenizer), in the published layouts."""
 
     def write(folder: Path) -> None:
         write_glm_checkpoint(folder / "glm-4-voice-9b", configs.TINY_GLM_VOICE, seed=2024)
+        tokenizer_cfg = {**configs.TINY_GLM_VOICE_TOKENIZER, "quantize_vocab_size": TINY_NUM_AUDIO}
+        write_speech_tokenizer_checkpoint(
+            folder / "glm-4-voice-tokenizer", tokenizer_cfg, seed=2025
+        )
 
-    return materialise(f"tiny-glm-voice-{TINY_VERSION}", write, root) / "glm-4-voice-9b"
+    return materialise(f"tiny-glm-voice-{TINY_VERSION}", write, root)

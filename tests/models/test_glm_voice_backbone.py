@@ -90,7 +90,7 @@ def chatglm_to_transformers(cfg: dict, tensors: dict[str, torch.Tensor]):
 
 @pytest.fixture(scope="module")
 def glm_dir():
-    return ensure_tiny_glm_voice()
+    return ensure_tiny_glm_voice() / "glm-4-voice-9b"
 
 
 @pytest.fixture(scope="module")
