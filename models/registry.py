@@ -40,6 +40,11 @@ PRESETS = {
     "cosyvoice2-0.5b": Preset(
         "cosyvoice2-0.5b", "FunAudioLLM/CosyVoice2-0.5B (Qwen2 LM, flow matching, HiFT)"
     ),
+    "tiny-glm-voice": Preset(
+        "tiny-glm-voice",
+        "GLM-4-Voice scaled down (GLM-4 backbone + speech tokenizer; transcript only, no "
+        "speech decoder yet), seeded random weights",
+    ),
     "voxgate-tiny": Preset(
         "voxgate-tiny", "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)"
     ),
@@ -64,6 +69,8 @@ def load_model(
     from models.orpheus.presets import ensure_tiny_orpheus
 
     device = torch.device(device)
+    if model == "tiny-glm-voice":
+        return _load_tiny_glm_voice(codec, device, dtype, random_weights, voices_dir)
     moshi = _load_moshi(model, codec, device, dtype, progress, random_weights, voices_dir)
     if moshi is not None:
         return moshi
@@ -182,6 +189,25 @@ def _require_cosyvoice2_extra() -> None:
             f"CosyVoice 2 needs {', '.join(missing)} (its tokenizer, YAML config and ONNX voice "
             "encoders): pip install 'voxgate[cosyvoice2]'"
         )
+
+
+def _load_tiny_glm_voice(codec, device, dtype, random_weights, voices_dir) -> SpeechModel:
+    from models.glm_voice.loading import load_glm_voice
+    from models.glm_voice.presets import ensure_tiny_glm_voice
+
+    if codec or voices_dir or random_weights:
+        raise CheckpointError(
+            "tiny-glm-voice has one voice and random weights already; drop --codec, "
+            "--voices-dir and --random-weights"
+        )
+    root = ensure_tiny_glm_voice()
+    return load_glm_voice(
+        str(root / "glm-4-voice-9b"),
+        device,
+        dtype,
+        name="tiny-glm-voice",
+        speech_tokenizer=str(root / "glm-4-voice-tokenizer"),
+    )
 
 
 def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> SpeechModel | None:

@@ -48,7 +48,18 @@ def load_glm_voice(
     dtype: torch.dtype,
     decoder: SpeechTokenDecoder | None = None,
     name: str | None = None,
+    speech_tokenizer: str | None = None,
 ) -> GlmVoiceModel:
+    """`source`: a THUDM/glm-4-voice-9b folder or repo id; `speech_tokenizer`: a
+    THUDM/glm-4-voice-tokenizer folder or repo id (None: text turns only)."""
     folder = resolve_source(source, required=("config.json",))
     llm = load_glm_backbone(folder, device, dtype)
-    return GlmVoiceModel(llm, load_glm_tokenizer(folder), decoder, name or folder.name)
+    speech = None
+    if speech_tokenizer is not None:
+        from models.glm_voice.speech_tokenizer import load_speech_tokenizer
+
+        tok_folder = resolve_source(speech_tokenizer, required=("config.json",))
+        speech = load_speech_tokenizer(tok_folder, device, torch.float32)
+    return GlmVoiceModel(
+        llm, load_glm_tokenizer(folder), decoder, name or folder.name, speech_tokenizer=speech
+    )

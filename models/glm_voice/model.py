@@ -10,9 +10,17 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from models.base import BackboneShape, ModelFacts, Prompt, SpeechModel, StreamState, Token
+from models.base import (
+    BackboneShape,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    SpeechModel,
+    StreamState,
+    Token,
+)
 from models.glm_voice import tokens as T
-from models.glm_voice.prompt import Turn, UserTurn, conversation_ids
+from models.glm_voice.prompt import AssistantTurn, Turn, UserTurn, conversation_ids
 from models.glm_voice.tokens import GlmVoiceIds
 from models.layers.llama import LlamaForCausalLM
 
@@ -46,8 +54,10 @@ class GlmVoiceModel(SpeechModel):
         tokenizer: Any,  # tokenizers.Tokenizer
         decoder: SpeechTokenDecoder | None,
         name: str = "glm-4-voice",
+        speech_tokenizer: Any | None = None,  # speech_tokenizer.GlmSpeechTokenizer
     ) -> None:
         self.llm, self.tokenizer, self.decoder = llm, tokenizer, decoder
+        self.speech_tokenizer = speech_tokenizer
         self.ids = GlmVoiceIds.from_tokenizer(tokenizer)
         args = llm.args
         self.facts = ModelFacts(
@@ -86,6 +96,30 @@ class GlmVoiceModel(SpeechModel):
         """The whole conversation, ending with the user turn to answer. Earlier turns' ids are
         a prefix of it (see prompt.conversation_ids), for KV prefix reuse."""
         return Prompt(conversation_ids(self.tokenizer, self.ids, turns))
+
+    def user_audio_turn(self, pcm_16k: np.ndarray) -> UserTurn:
+        """A turn's buffered user audio (float32 mono, 16 kHz) → a user turn of speech tokens
+        (12.5 per second). ModelInputError when there is no speech tokenizer or no tokens."""
+        if self.speech_tokenizer is None:
+            raise ModelInputError("this GLM-4-Voice model was loaded without its speech tokenizer")
+        tokens = self.speech_tokenizer.encode(np.asarray(pcm_16k, dtype=np.float32))
+        if not tokens:
+            raise ModelInputError("the turn's audio is empty: nothing to answer")
+        return UserTurn(speech_tokens=tuple(tokens))
+
+    def heard_reply(self, output_ids: Sequence[int], heard_s: float | None) -> AssistantTurn:
+        """The assistant turn to keep in the history after a reply: all of it (heard_s None),
+        or on barge-in only what the user heard: the speech tokens of the first `heard_s`
+        seconds (12.5 per second) and the text generated before the last of them."""
+        ids = [int(t) for t in output_ids if t not in self.ids.stop_ids]
+        if heard_s is None:
+            return AssistantTurn(tuple(ids))
+        budget = int(heard_s * SPEECH_TOKEN_RATE_HZ)
+        end, audio = 0, 0
+        while end < len(ids) and audio < budget:
+            audio += self.ids.is_audio(ids[end])
+            end += 1
+        return AssistantTurn(tuple(ids[:end]))
 
     # 2. forward ------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
