@@ -105,3 +105,34 @@ def ensure_tiny_glm_voice(root: Path | None = None) -> Path:
         )
 
     return materialise(f"tiny-glm-voice-{TINY_VERSION}", write, root)
+
+
+def ensure_real_config(root: Path | None = None) -> Path:
+    """glm-4-voice-9b's config.json without its weights (for `--random-weights`), with the
+    byte-level stand-in tokenizer (16384 speech tokens) in place of the tiktoken one."""
+
+    def write(staging: Path) -> None:
+        folder = staging / "glm-4-voice-9b"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(configs.GLM_4_VOICE_9B, indent=2))
+        write_tiny_tokenizer(folder, 16384)
+
+    return materialise(f"glm-4-voice-9b-config-{TINY_VERSION}", write, root) / "glm-4-voice-9b"
+
+
+def random_glm_voice_9b(device: torch.device, dtype: torch.dtype):
+    """GLM-4-Voice-9B's real shapes with seeded random weights, nothing downloaded: for GPU
+    benchmarks of the backbone (no speech tokenizer, no decoder)."""
+    from models.glm_voice.loading import load_glm_tokenizer
+    from models.glm_voice.model import GlmVoiceModel
+
+    folder = ensure_real_config()
+    torch.manual_seed(0)
+    llm = build_glm_backbone(configs.GLM_4_VOICE_9B, device, dtype)
+    with torch.no_grad():
+        for name, p in llm.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    return GlmVoiceModel(llm.eval(), load_glm_tokenizer(folder), None, "glm-4-voice-9b")

@@ -55,3 +55,22 @@ def test_detokenize_keeps_text_and_makes_no_audio_without_a_decoder(model):
     assert state.text_ids == [5, 6] and state.audio_tokens == 1 and len(pcm[0]) == 0
     assert model.facts.accepts_audio and model.facts.sample_rate == 22050
     assert torch.equal(torch.tensor(model.facts.stop_token_ids), torch.tensor(ids.stop_ids))
+
+
+def test_real_configuration_shapes_and_preset_errors():
+    from models.checkpoint_errors import CheckpointError
+    from models.glm_voice import configs
+    from models.glm_voice.backbone import glm_args_from_chatglm_config
+    from models.glm_voice.loading import load_glm_tokenizer
+    from models.glm_voice.presets import ensure_real_config
+    from models.glm_voice.tokens import GlmVoiceIds
+
+    a = glm_args_from_chatglm_config(configs.GLM_4_VOICE_9B)
+    assert (a.num_layers, a.num_heads, a.num_kv_heads, a.head_dim) == (40, 32, 2, 128)
+    assert a.rope.rotary_fraction == 0.5 and a.rope.interleaved and a.attention_bias
+    ids = GlmVoiceIds.from_tokenizer(load_glm_tokenizer(ensure_real_config()))
+    assert ids.num_audio == 16384 and ids.audio_base + ids.num_audio <= a.vocab_size
+    with pytest.raises(CheckpointError, match="random weights already"):
+        load_model("tiny-glm-voice", random_weights=True)
+    with pytest.raises(CheckpointError, match="drop --codec"):
+        load_model("tiny-glm-voice", codec="snac")
