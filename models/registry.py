@@ -40,6 +40,15 @@ PRESETS = {
     "cosyvoice2-0.5b": Preset(
         "cosyvoice2-0.5b", "FunAudioLLM/CosyVoice2-0.5B (Qwen2 LM, flow matching, HiFT)"
     ),
+    "tiny-glm-voice": Preset(
+        "tiny-glm-voice",
+        "GLM-4-Voice scaled down (GLM-4 backbone + speech tokenizer; transcript only, no "
+        "speech decoder yet), seeded random weights",
+    ),
+    "glm-4-voice-9b": Preset(
+        "glm-4-voice-9b",
+        "THUDM/glm-4-voice-9b + glm-4-voice-tokenizer (transcript only, no speech decoder yet)",
+    ),
     "voxgate-tiny": Preset(
         "voxgate-tiny", "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)"
     ),
@@ -64,6 +73,8 @@ def load_model(
     from models.orpheus.presets import ensure_tiny_orpheus
 
     device = torch.device(device)
+    if model in ("tiny-glm-voice", "glm-4-voice-9b"):
+        return _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir)
     moshi = _load_moshi(model, codec, device, dtype, progress, random_weights, voices_dir)
     if moshi is not None:
         return moshi
@@ -182,6 +193,31 @@ def _require_cosyvoice2_extra() -> None:
             f"CosyVoice 2 needs {', '.join(missing)} (its tokenizer, YAML config and ONNX voice "
             "encoders): pip install 'voxgate[cosyvoice2]'"
         )
+
+
+def _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir) -> SpeechModel:
+    from models.glm_voice import configs
+    from models.glm_voice.loading import load_glm_voice
+    from models.glm_voice.presets import ensure_tiny_glm_voice, random_glm_voice_9b
+
+    if codec or voices_dir:
+        raise CheckpointError("GLM-4-Voice has one voice and its own decoder; drop --codec / --voices-dir")
+    if model == "glm-4-voice-9b":
+        if random_weights:  # the real backbone shapes, nothing downloaded
+            return random_glm_voice_9b(device, dtype)
+        return load_glm_voice(
+            configs.REPO_ID, device, dtype, name=model, speech_tokenizer=configs.TOKENIZER_REPO_ID
+        )
+    if random_weights:
+        raise CheckpointError("tiny-glm-voice has random weights already; drop --random-weights")
+    root = ensure_tiny_glm_voice()
+    return load_glm_voice(
+        str(root / "glm-4-voice-9b"),
+        device,
+        dtype,
+        name="tiny-glm-voice",
+        speech_tokenizer=str(root / "glm-4-voice-tokenizer"),
+    )
 
 
 def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> SpeechModel | None:

@@ -75,12 +75,13 @@ class Attention(nn.Module):
             args.hidden_size, (self.h + 2 * self.kvh) * self.d, bias=args.attention_bias
         )
         self.o_proj = nn.Linear(self.h * self.d, args.hidden_size, bias=False)
+        self.interleaved_rope = args.rope.interleaved
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1)
-        q = apply_rotary(q.view(t, self.h, self.d), cos, sin)
-        k = apply_rotary(k.view(t, self.kvh, self.d), cos, sin)
+        q = apply_rotary(q.view(t, self.h, self.d), cos, sin, self.interleaved_rope)
+        k = apply_rotary(k.view(t, self.kvh, self.d), cos, sin, self.interleaved_rope)
         out = attn.forward(self.layer, q, k, v.view(t, self.kvh, self.d))
         return self.o_proj(out.reshape(t, self.h * self.d))
 
@@ -175,6 +176,8 @@ class LlamaForCausalLM(nn.Module):
         """Switch to FlashInfer's fused norm/RoPE/activation kernels where they apply (CUDA,
         bf16/fp16, `gpu` extra installed); returns whether it did."""
         weight = self.embed_tokens.weight
+        if not self.args.rope.is_llama_layout:  # the fused RoPE kernel is set up for Llama's
+            return False
         if not fused_kernels_available(weight.device, weight.dtype):
             return False
         self.kernels = FlashInferLlamaKernels(

@@ -16,6 +16,16 @@ class RopeSpec:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_positions: int = 8192
+    # GLM/ChatGLM: only the first `rotary_fraction` of each head's dims rotate (the rest pass
+    # through), and they rotate as adjacent pairs (x0, x1), (x2, x3)… (`interleaved`) rather
+    # than Llama's halves (x_i, x_{i+D/2}).
+    rotary_fraction: float = 1.0
+    interleaved: bool = False
+
+    @property
+    def is_llama_layout(self) -> bool:
+        """Full-width, half-rotation RoPE: what the fused FlashInfer kernel path assumes."""
+        return self.rotary_fraction == 1.0 and not self.interleaved
 
     @classmethod
     def from_hf_config(cls, cfg: dict) -> RopeSpec:
@@ -38,7 +48,8 @@ class RopeSpec:
 
 
 def inverse_frequencies(spec: RopeSpec, head_dim: int) -> torch.Tensor:
-    inv = 1.0 / (spec.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    dim = int(head_dim * spec.rotary_fraction)  # the rotated dims (all of them but for GLM)
+    inv = 1.0 / (spec.theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
     if spec.kind == "default":
         return inv
     # Llama 3: long wavelengths are slowed by `factor`, short ones kept, a smooth blend between.
@@ -57,16 +68,33 @@ def inverse_frequencies(spec: RopeSpec, head_dim: int) -> torch.Tensor:
 class Rotary(torch.nn.Module):
     def __init__(self, spec: RopeSpec, head_dim: int) -> None:
         super().__init__()
+        self.interleaved = spec.interleaved
         self.register_buffer("inv_freq", inverse_frequencies(spec, head_dim), persistent=False)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
+        """cos/sin [T, R] for the R rotated dims (R = D unless the spec rotates a fraction)."""
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, R/2]
+        if self.interleaved:  # pair i is dims (2i, 2i+1): each frequency twice, side by side
+            emb = freqs.repeat_interleave(2, dim=-1)  # [T, R]
+        else:
+            emb = torch.cat((freqs, freqs), dim=-1)  # [T, R]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, H, D]; cos/sin: [T, D]. The half-rotation layout HF Llama checkpoints use."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False
+) -> torch.Tensor:
+    """x: [T, H, D]; cos/sin: [T, R], R <= D: the first R dims rotate, the rest pass through.
+    Default: the half-rotation layout HF Llama checkpoints use; `interleaved`: adjacent pairs
+    (ChatGLM / GLM-4)."""
+    rot = cos.shape[-1]
+    if rot < x.shape[-1]:
+        head, tail = x[..., :rot], x[..., rot:]
+        return torch.cat((apply_rotary(head, cos, sin, interleaved), tail), dim=-1)
+    if interleaved:
+        even, odd = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack((-odd, even), dim=-1).flatten(-2)
+    else:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos[:, None, :] + rotated * sin[:, None, :]

@@ -1,0 +1,138 @@
+"""The `tiny-glm-voice` preset: THUDM/glm-4-voice-9b's layout (ChatGLM config.json,
+model.safetensors under the published ChatGLM names, a tokenizer with GLM-4-Voice's specials)
+scaled down with seeded random weights, written once to a cache folder so it loads through the
+real loader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from models.glm_voice import configs
+from models.glm_voice.backbone import build_glm_backbone, our_name
+from models.glm_voice.tiny_tokenizer import write_tiny_tokenizer
+from models.preset_cache import materialise
+
+TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+TINY_NUM_AUDIO = 64  # speech tokens in the tiny vocabulary (the real one has 16384)
+
+
+def chatglm_names(num_layers: int) -> list[str]:
+    """Every tensor name of a ChatGLM checkpoint with `num_layers` blocks (published layout)."""
+    names = [
+        "transformer.embedding.word_embeddings.weight",
+        "transformer.encoder.final_layernorm.weight",
+        "transformer.output_layer.weight",
+    ]
+    parts = (
+        "input_layernorm.weight",
+        "self_attention.query_key_value.weight",
+        "self_attention.query_key_value.bias",
+        "self_attention.dense.weight",
+        "post_attention_layernorm.weight",
+        "mlp.dense_h_to_4h.weight",
+        "mlp.dense_4h_to_h.weight",
+    )
+    names += [f"transformer.encoder.layers.{i}.{p}" for i in range(num_layers) for p in parts]
+    return names
+
+
+def write_glm_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
+    """config.json + model.safetensors (ChatGLM names) + tokenizer.json into `folder`."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = write_tiny_tokenizer(folder, TINY_NUM_AUDIO)
+    cfg = {**cfg, "padded_vocab_size": -(-vocab // 64) * 64}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    torch.manual_seed(seed)
+    params = dict(build_glm_backbone(cfg, torch.device("cpu"), torch.float32).named_parameters())
+    tensors = {}
+    for name in chatglm_names(int(cfg["num_layers"])):
+        shape = params[our_name(name)].shape  # type: ignore[index]
+        if "layernorm" in name:  # norms near 1, not exactly, so a mix-up of norms shows
+            tensors[name] = 1.0 + 0.1 * torch.randn(shape)
+        elif name.endswith("bias"):
+            tensors[name] = 0.1 * torch.randn(shape)
+        elif "query_key_value" in name:  # sharp attention, so positions (RoPE) steer the output
+            tensors[name] = 3.0 * torch.randn(shape) / shape[-1] ** 0.5
+        elif "word_embeddings" in name:
+            tensors[name] = torch.randn(shape)
+        else:
+            tensors[name] = torch.randn(shape) / shape[-1] ** 0.5
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def write_speech_tokenizer_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
+    """THUDM/glm-4-voice-tokenizer's layout: config.json, preprocessor_config.json and
+    model.safetensors with the `model.encoder.*` names (plus tensors the loader must skip:
+    blocks past the cut, the final layer norm, embed_positions2 and a decoder tensor)."""
+    from safetensors.torch import save_file
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    WhisperFeatureExtractor(feature_size=cfg["num_mel_bins"]).save_pretrained(str(folder))
+    torch.manual_seed(seed)
+    whisper_keys = {k: v for k, v in cfg.items() if k in WhisperConfig().to_dict()}
+    encoder = WhisperEncoder(WhisperConfig(**whisper_keys))
+    with torch.no_grad():  # norms and biases off their defaults, so a mix-up shows
+        for name, p in encoder.named_parameters():
+            if "layer_norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    tensors = {f"model.encoder.{k}": v.clone() for k, v in encoder.state_dict().items()}
+    d, pooled = cfg["d_model"], -(-cfg["max_source_positions"] // cfg["pooling_kernel_size"])
+    tensors["model.encoder.codebook.weight"] = torch.randn(cfg["quantize_vocab_size"], d)
+    tensors["model.encoder.embed_positions2.weight"] = tensors[
+        "model.encoder.embed_positions.weight"
+    ][:pooled].clone()
+    tensors["model.decoder.embed_tokens.weight"] = torch.zeros(4, d)
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def ensure_tiny_glm_voice(root: Path | None = None) -> Path:
+    """The tiny preset's folder, created on first use: `glm-4-voice-9b/` (backbone) and
+    `glm-4-voice-tokenizer/` (speech tokenizer), in the published layouts."""
+
+    def write(folder: Path) -> None:
+        write_glm_checkpoint(folder / "glm-4-voice-9b", configs.TINY_GLM_VOICE, seed=2024)
+        tokenizer_cfg = {**configs.TINY_GLM_VOICE_TOKENIZER, "quantize_vocab_size": TINY_NUM_AUDIO}
+        write_speech_tokenizer_checkpoint(
+            folder / "glm-4-voice-tokenizer", tokenizer_cfg, seed=2025
+        )
+
+    return materialise(f"tiny-glm-voice-{TINY_VERSION}", write, root)
+
+
+def ensure_real_config(root: Path | None = None) -> Path:
+    """glm-4-voice-9b's config.json without its weights (for `--random-weights`), with the
+    byte-level stand-in tokenizer (16384 speech tokens) in place of the tiktoken one."""
+
+    def write(staging: Path) -> None:
+        folder = staging / "glm-4-voice-9b"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(configs.GLM_4_VOICE_9B, indent=2))
+        write_tiny_tokenizer(folder, 16384)
+
+    return materialise(f"glm-4-voice-9b-config-{TINY_VERSION}", write, root) / "glm-4-voice-9b"
+
+
+def random_glm_voice_9b(device: torch.device, dtype: torch.dtype):
+    """GLM-4-Voice-9B's real shapes with seeded random weights, nothing downloaded: for GPU
+    benchmarks of the backbone (no speech tokenizer, no decoder)."""
+    from models.glm_voice.loading import load_glm_tokenizer
+    from models.glm_voice.model import GlmVoiceModel
+
+    folder = ensure_real_config()
+    torch.manual_seed(0)
+    llm = build_glm_backbone(configs.GLM_4_VOICE_9B, device, dtype)
+    with torch.no_grad():
+        for name, p in llm.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    return GlmVoiceModel(llm.eval(), load_glm_tokenizer(folder), None, "glm-4-voice-9b")

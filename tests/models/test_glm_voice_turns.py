@@ -1,0 +1,76 @@
+"""The tiny-glm-voice preset through the registry, and what the turn machinery needs from it:
+a turn's audio → speech tokens → prompt; a reply → transcript pieces and speech tokens; a
+barged-in reply → the part the user heard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models.base import ModelInputError
+from models.glm_voice.prompt import AssistantTurn, UserTurn
+from models.registry import load_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model("tiny-glm-voice")
+
+
+def test_audio_turn_becomes_a_speech_prompt(model):
+    rng = np.random.default_rng(1)
+    pcm = (0.1 * rng.standard_normal(8000)).astype(np.float32)  # 0.5 s at 16 kHz
+    turn = model.user_audio_turn(pcm)
+    assert turn.speech_tokens == tuple(model.speech_tokenizer.encode(pcm))
+    assert len(turn.speech_tokens) == 7  # 12.5 per second, rounded up
+    ids = model.preprocess_turns([turn]).token_ids
+    ix = ids.index(model.ids.begin_of_audio)
+    speech = [t - model.ids.audio_base for t in ids[ix + 1 : ix + 8]]
+    assert tuple(speech) == turn.speech_tokens and ids[ix + 8] == model.ids.end_of_audio
+    with pytest.raises(ModelInputError, match="empty"):
+        model.user_audio_turn(np.zeros(0, np.float32))
+
+
+def test_reply_routing_and_truncation_to_what_was_heard(model):
+    ids = model.ids
+    text = model.tokenizer.encode("Hi there", add_special_tokens=False).ids
+    speech = [ids.audio_base + i for i in range(30)]
+    reply = [*text, *speech[:26], *text, *speech[26:], ids.user]
+    assert "".join(model.text_piece(t) for t in reply) == "Hi thereHi there"
+    assert [model.speech_token(t) for t in speech] == list(range(30))
+    assert model.heard_reply(reply, None) == AssistantTurn(tuple(reply[:-1]))
+    # 1 s heard = 12 speech tokens (12.5/s, floored): the first text block and 12 codes.
+    assert model.heard_reply(reply, 1.0).token_ids == tuple([*text, *speech[:12]])
+    assert model.heard_reply(reply, 0.0).token_ids == ()
+    history = [UserTurn(text="hello"), model.heard_reply(reply, 1.0), UserTurn(text="and?")]
+    first = model.preprocess_turns(history[:1]).token_ids
+    assert model.preprocess_turns(history).token_ids[: len(first)] == first
+
+
+def test_detokenize_keeps_text_and_makes_no_audio_without_a_decoder(model):
+    state = model.new_stream_state()
+    ids = model.ids
+    pcm = model.detokenize([state], [[5, ids.audio_base + 3, 6, ids.user]], [True])
+    assert state.text_ids == [5, 6] and state.audio_tokens == 1 and len(pcm[0]) == 0
+    assert model.facts.accepts_audio and model.facts.sample_rate == 22050
+    assert torch.equal(torch.tensor(model.facts.stop_token_ids), torch.tensor(ids.stop_ids))
+
+
+def test_real_configuration_shapes_and_preset_errors():
+    from models.checkpoint_errors import CheckpointError
+    from models.glm_voice import configs
+    from models.glm_voice.backbone import glm_args_from_chatglm_config
+    from models.glm_voice.loading import load_glm_tokenizer
+    from models.glm_voice.presets import ensure_real_config
+    from models.glm_voice.tokens import GlmVoiceIds
+
+    a = glm_args_from_chatglm_config(configs.GLM_4_VOICE_9B)
+    assert (a.num_layers, a.num_heads, a.num_kv_heads, a.head_dim) == (40, 32, 2, 128)
+    assert a.rope.rotary_fraction == 0.5 and a.rope.interleaved and a.attention_bias
+    ids = GlmVoiceIds.from_tokenizer(load_glm_tokenizer(ensure_real_config()))
+    assert ids.num_audio == 16384 and ids.audio_base + ids.num_audio <= a.vocab_size
+    with pytest.raises(CheckpointError, match="random weights already"):
+        load_model("tiny-glm-voice", random_weights=True)
+    with pytest.raises(CheckpointError, match="drop --codec"):
+        load_model("tiny-glm-voice", codec="snac")
