@@ -20,15 +20,13 @@ and them into socket frames: the native protocol on `/v1/stream`, adapters on `/
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from starlette.types import Message
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from engine.client import AsyncEngine
 from gateway.audio_in import UndecodableAudio
@@ -56,6 +54,8 @@ from gateway.protocol import (
 )
 from gateway.response import Emitter, EngineUnavailable, cancel_and_wait
 from gateway.session_start import admission_refusal, resolve_options, update_options
+from gateway.session_state import CloseRequest, SessionLog, SessionState
+from gateway.socket_writer import SocketWriter
 from gateway.wire import Reply, SessionUpdate, SessionUpdated, Wire, WireEvent, WireInput
 
 log = logging.getLogger("voxgate.gateway")
@@ -66,29 +66,6 @@ _START_CLOSE_CODES = {
     ErrorCode.BAD_FIELD: CloseCode.INVALID_PAYLOAD,
     ErrorCode.UNSUPPORTED_AUDIO: CloseCode.UNSUPPORTED_DATA,
 }
-
-
-class SessionState(enum.IntEnum):
-    AWAITING_START = 0
-    ACTIVE = 1
-    CLOSING = 2
-    CLOSED = 3
-
-
-@dataclass(frozen=True)
-class CloseRequest:
-    code: CloseCode
-    reason: str
-    drain: bool  # False: the socket is stuck, send nothing more before the close frame
-
-
-class SessionLog(logging.LoggerAdapter):
-    """Every line names its session (`session=<id>`, also `record.session_id` for JSON logs)."""
-
-    def process(self, msg, kwargs):
-        session_id = self.extra["session_id"] if self.extra else "-"
-        kwargs.setdefault("extra", {})["session_id"] = session_id
-        return f"session={session_id} {msg}", kwargs
 
 
 class Session:
@@ -113,7 +90,8 @@ class Session:
         self._sendq = SendQueue(settings.max_send_queue_ms, settings.max_send_queue_events)
         self._close: CloseRequest | None = None
         self._closing = asyncio.Event()
-        self._disconnected = False
+        self._writer = SocketWriter(ws, self._sendq, self.log)
+        self._peer_left = False  # the reader saw the client disconnect
         self._opened_at = time.monotonic()
         self._last_activity = self._opened_at
         self._responses = ResponseQueue(
@@ -138,7 +116,7 @@ class Session:
         self._metrics.sessions.inc()
         self.log.info("session open key=%s", self._principal)
         reader = asyncio.create_task(self._read_loop(), name=f"{self.session_id}-reader")
-        writer = asyncio.create_task(self._write_loop(), name=f"{self.session_id}-writer")
+        writer = asyncio.create_task(self._writer.run(), name=f"{self.session_id}-writer")
         play = self._duplex.run() if self._duplex is not None else self._responses.play()
         player = asyncio.create_task(play, name=f"{self.session_id}-player")
         closing = asyncio.create_task(self._closing.wait())
@@ -212,7 +190,7 @@ class Session:
         else:
             self._sendq.clear()
             await cancel_and_wait(writer)  # it may be blocked in a send that will never finish
-            await self._close_stuck_socket(close)
+            await self._writer.close_stuck(close.code, close.reason, self._settings.close_timeout_s)
         code = close.code if close and not self._disconnected else "disconnect"
         self._metrics.sessions_closed.labels(str(code)).inc()
         self.state = SessionState.CLOSED
@@ -223,33 +201,11 @@ class Session:
             self._responses.opened,
         )
 
-    async def _close_stuck_socket(self, close: CloseRequest) -> None:
-        # The close frame waits behind everything the client has not read; if it never reads
-        # again, give up after close_timeout (the engine work is already freed).
-        try:
-            async with asyncio.timeout(self._settings.close_timeout_s):
-                await self._ws.close(close.code, close.reason)
-        except (TimeoutError, WebSocketDisconnect, OSError):
-            self.log.info("close frame not delivered: the client is not reading")
+    @property
+    def _disconnected(self) -> bool:
+        return self._peer_left or self._writer.disconnected
 
-    # --- writer ----------------------------------------------------------------------------
-    async def _write_loop(self) -> None:
-        while True:
-            item = await self._sendq.get()
-            try:
-                if isinstance(item, OutClose):
-                    await self._ws.close(item.code, item.reason)
-                    return
-                if isinstance(item, OutText):
-                    await self._ws.send_text(item.text)
-                elif isinstance(item.data, str):
-                    await self._ws.send_text(item.data)
-                else:
-                    await self._ws.send_bytes(item.data)
-            except (WebSocketDisconnect, OSError):
-                self._disconnected = True
-                return
-
+    # --- output ----------------------------------------------------------------------------
     def _put(self, item: OutItem) -> None:
         if self.state >= SessionState.CLOSING:
             return  # the session is ending: only its final events go out
@@ -286,7 +242,7 @@ class Session:
             if message is None:
                 return
             if message["type"] == "websocket.disconnect":
-                self._disconnected = True
+                self._peer_left = True
                 self.log.info("client disconnected code=%s", message.get("code"))
                 return
             self._last_activity = time.monotonic()
