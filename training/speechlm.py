@@ -78,9 +78,11 @@ def load_tokens(folder: Path, tokenizer: CharTokenizer, frames_per_row: int = 1)
     out = []
     for path in files:
         d = np.load(path)
-        texts = json.loads(str(d["texts"]))
+        # Each `d[key]` decompresses the whole array again: read every array once (indexing
+        # d["codes"] per utterance made loading quadratic: minutes for a 10-hour corpus).
+        codes, texts = d["codes"], json.loads(str(d["texts"]))
         for text, off, n in zip(texts, d["offsets"], d["lengths"], strict=True):
-            rows = group_frames(d["codes"][off : off + n], frames_per_row)
+            rows = group_frames(codes[off : off + n], frames_per_row)
             out.append(Utterance(tokenizer.encode(text), rows))
     return out
 

@@ -29,6 +29,8 @@ from torch import nn
 from models.checkpoint_errors import CheckpointError
 
 MODEL_TYPE = "voxcodec"
+# Speech log-mel (natural log, floor 1e-5) is about -6 ± 3: the encoder sees it standardised.
+LOG_MEL_MEAN, LOG_MEL_STD = -6.0, 3.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,10 @@ class VoxCodec(nn.Module):
             ConvNeXtBlock(c.encoder_dim, c.kernel, False) for _ in range(c.encoder_blocks)
         )
         self.enc_down = nn.Conv1d(c.encoder_dim, c.encoder_dim, 2, stride=2)
+        # FSQ bounds its input with tanh: unnormalised latents sit in its flat tails, where the
+        # gradient vanishes and every frame rounds to the same code (the first GPU run of the
+        # recipe collapsed to one code this way). Normalising keeps the latents near unit scale.
+        self.enc_norm = nn.LayerNorm(c.encoder_dim)
         self.enc_out = nn.Linear(c.encoder_dim, latent)
         # Decoder.
         self.dec_in = nn.Linear(latent, c.decoder_dim)
@@ -209,14 +215,19 @@ class VoxCodec(nn.Module):
         self.register_buffer("window", torch.hann_window(c.istft_fft), persistent=False)
 
     # --- encoder -----------------------------------------------------------------------------------
-    def encode_latent(self, wave: torch.Tensor) -> torch.Tensor:
-        """wave [B, T] (T a multiple of hop_length) → quantised latents [B, T // hop, D]."""
+    def encode_unquantized(self, wave: torch.Tensor) -> torch.Tensor:
+        """wave [B, T] (T a multiple of hop_length) → FSQ inputs [B, T // hop, D]."""
         frames = wave.shape[-1] // self.config.hop_length
-        x = self.enc_in(self.mel(wave)[..., : 2 * frames])
+        mel = (self.mel(wave)[..., : 2 * frames] - LOG_MEL_MEAN) / LOG_MEL_STD
+        x = self.enc_in(mel)
         for block in self.enc_blocks:
             x, _ = block(x)
         x = self.enc_down(x).transpose(1, 2)
-        return self.fsq.quantize(self.enc_out(x))
+        return self.enc_out(self.enc_norm(x))
+
+    def encode_latent(self, wave: torch.Tensor) -> torch.Tensor:
+        """wave [B, T] (T a multiple of hop_length) → quantised latents [B, T // hop, D]."""
+        return self.fsq.quantize(self.encode_unquantized(wave))
 
     @torch.no_grad()
     def encode(self, wave: torch.Tensor) -> torch.Tensor:

@@ -86,3 +86,61 @@ def test_checkpoint_round_trip_and_errors(tmp_path):
     save_file(state, str(tmp_path / "codec" / "model.safetensors"))
     with pytest.raises(CheckpointError, match="head.weight"):
         load_voxcodec(tmp_path / "codec")
+
+
+def speech_like(seconds: float, seed: int = 0, rate: int = 24000) -> torch.Tensor:
+    """A voiced-sounding test signal at speech level (RMS ~0.15): harmonics of a gliding pitch
+    under a syllable-rate envelope, plus a little noise."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(int(seconds * rate)) / rate
+    pitch = 150 + 40 * torch.sin(2 * torch.pi * 0.7 * t)
+    phase = 2 * torch.pi * torch.cumsum(pitch, 0) / rate
+    voiced = sum(torch.sin(k * phase) / k for k in range(1, 12))
+    envelope = 0.5 + 0.5 * torch.sin(2 * torch.pi * 3.3 * t).clamp(min=0)
+    return 0.12 * voiced * envelope + 0.01 * torch.randn(len(t), generator=g)
+
+
+def test_encoder_latents_start_in_fsq_linear_range():
+    """FSQ bounds its input with tanh; latents far outside ±1 sit where the gradient vanishes
+    and training collapses every frame onto one code (the first GPU run of the recipe did)."""
+    torch.manual_seed(0)
+    codec = VoxCodec(VoxCodecConfig())
+    wave = speech_like(2.0).view(2, -1)
+    z = codec.encode_unquantized(wave[:, : (wave.shape[1] // 480) * 480])
+    assert z.std() < 1.0
+    assert (z.abs() > 2).float().mean() < 0.05
+
+
+def test_short_training_keeps_codes_diverse():
+    from training.codec import SpectralLoss
+
+    torch.manual_seed(0)
+    config = VoxCodecConfig(
+        encoder_dim=48,
+        encoder_blocks=2,
+        decoder_dim=48,
+        decoder_blocks=2,
+        fine_dim=32,
+        fine_blocks=1,
+    )
+    codec, loss_fn = VoxCodec(config), SpectralLoss(config.sample_rate)
+    opt = torch.optim.AdamW(codec.parameters(), lr=2e-3, betas=(0.8, 0.99))
+    audio = torch.cat([speech_like(3.0, seed) for seed in range(4)])
+    crop = 24 * config.hop_length
+    first = None
+    for _ in range(60):
+        starts = torch.randint(0, len(audio) - crop, (4,))
+        wave = audio[starts[:, None] + torch.arange(crop)[None]]
+        recon, _ = codec.decode_latent(codec.encode_latent(wave))
+        parts = loss_fn(recon, wave)
+        loss = parts["mel"] + parts["stft"] + parts["sc"]
+        first = loss.item() if first is None else first
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(codec.parameters(), 1.0)
+        opt.step()
+    assert loss.item() < 0.8 * first
+    # Before the encoder was normalised, this run (like the first GPU run) ended with every
+    # frame on one code; this signal is too simple to need many, but it needs more than one.
+    codes = codec.encode(audio[: 4 * 24000].view(4, -1))
+    assert len(torch.unique(codes.reshape(-1, config.num_codebooks), dim=0)) > 1
