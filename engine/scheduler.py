@@ -83,6 +83,12 @@ class Scheduler:
             self._reserved_blocks -= self._reservation(request)
             request.block_table = []
 
+    def end_conversation(self, conversation_id: str) -> None:
+        """A running request of the conversation frees its KV when it ends; nothing is kept."""
+        for request in self.requests.values():
+            if request.conversation_id == conversation_id:
+                request.conversation_id = None
+
     @property
     def reserved_blocks(self) -> int:
         return self._reserved_blocks

@@ -74,6 +74,7 @@ class GlmVoiceModel(SpeechModel):
             chunk_tokens=T.TEXT_TOKENS_PER_BLOCK + T.AUDIO_TOKENS_PER_BLOCK,
             accepts_text=True,
             accepts_audio=True,
+            accepts_turns=True,
             max_context=args.max_positions,
             sampling_defaults={"temperature": 0.2, "top_p": 0.8},  # the reference demo's
         )
