@@ -224,7 +224,9 @@ class TurnConversation:
 
     def _done(self, response_id: str, outcome: ReplyOutcome) -> None:
         self._metrics.responses.labels(outcome.status.value).inc()
-        self._emit.event(ResponseDone(response_id, outcome.status, outcome.audio_ms, outcome.ttfa_ms))
+        self._emit.event(
+            ResponseDone(response_id, outcome.status, outcome.audio_ms, outcome.ttfa_ms)
+        )
         heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
         self._log.info(
             "reply done id=%s status=%s audio_ms=%d ttfa_ms=%s tokens=%d heard=%s reused=%d",
