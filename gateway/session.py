@@ -455,6 +455,7 @@ class Session:
         self._responses.options = options  # responses already playing keep theirs
         if self._turns is not None:
             self._turns.options = options
+            self._turns.reconfigure(event.input_audio, event.turn_detection)
         self._emit_event(SessionUpdated(options, event.echo))
 
     def _on_start(self, event: SessionStart) -> None:

@@ -62,6 +62,7 @@ class TurnConversation:
         self._settings, self._emit, self._metrics, self._log = settings, emit, metrics, log
         self.options = SpeechOptions()  # session.start / session.update set it
         self._input: TurnInput | None = None
+        self._spec, self._detection = AudioSpec(), TurnDetection()
         self.history: list[Any] = []  # the model's turn objects, user first, alternating
         self._last_reply_ids: tuple | None = None  # the last reply's whole output, for truncate
         self._queue: collections.deque[UserAudioTurn | str] = collections.deque()
@@ -80,7 +81,17 @@ class TurnConversation:
 
     def start(self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection):
         self.options = options
+        self._spec, self._detection = input_audio, detection
         self._input = TurnInput(input_audio, detection)
+
+    def reconfigure(self, input_audio: AudioSpec | None, detection: TurnDetection | None) -> None:
+        """A new input format or turn detection (OpenAI `session.update`); audio of a turn in
+        progress is dropped with the old settings."""
+        if input_audio is None and detection is None:
+            return
+        self._spec = input_audio or self._spec
+        self._detection = detection or self._detection
+        self._input = TurnInput(self._spec, self._detection)
 
     # --- input (the session's reader) ------------------------------------------------------
     def push(self, data: bytes) -> None:

@@ -27,6 +27,7 @@ from gateway.protocol import (
     AudioSpec,
     ClientEvent,
     ServerEvent,
+    TurnDetection,
     decode_text_frame,
     encode_event,
 )
@@ -42,6 +43,9 @@ class SessionUpdate:
     output_audio: AudioSpec | None = None
     sampling: Mapping[str, float | int | None] = field(default_factory=dict)
     echo: object = None
+    # Turn-based speech-to-speech sessions: the user's audio format and turn detection.
+    input_audio: AudioSpec | None = None
+    turn_detection: TurnDetection | None = None
 
 
 @dataclass(frozen=True)
