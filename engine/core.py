@@ -281,6 +281,8 @@ class EngineCore:
             steps=self.steps,
             last_step=self.last_timing,
             stepping=stepping,
+            prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
+            kv_blocks_kept=self.blocks.num_kept_blocks,
         )
 
     # --- the step --------------------------------------------------------------------------------

@@ -78,3 +78,81 @@ async def test_turns_through_the_process_engine():
         engine.end_conversation("nobody")  # unknown conversations are fine
     finally:
         await engine.shutdown()
+
+
+# --- prefix reuse ------------------------------------------------------------------------------
+FIRST = UserTurn(text="Hello there, how are you today?")
+SECOND = UserTurn(text="And what about tomorrow?")
+
+
+def reference(model, turns, n: int) -> tuple:
+    """Greedy reply to `turns` on a fresh synchronous engine, no conversation (all prefilled)."""
+    core = make_core(model, async_scheduling=False)
+    finished = run(core, SpeechRequest("", sampling=greedy(n), turns=tuple(turns)))
+    assert finished.reused_tokens == 0
+    return finished.output_ids
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_second_turn_reuses_the_first_turns_kv_and_equals_a_fresh_prefill(model, async_scheduling):
+    core = make_core(model, async_scheduling=async_scheduling)
+    first = run(core, SpeechRequest("", sampling=greedy(12), turns=(FIRST,), conversation_id="c"))
+    prompt1 = len(model.preprocess_turns([FIRST]).token_ids)
+    # The whole prompt and every reply token but the last (sampled, never run) have KV.
+    assert core.stats().kv_blocks_kept == core.blocks.blocks_for(prompt1 + 11)
+    turns = (FIRST, model.heard_reply(first.output_ids, None), SECOND)
+    second = run(core, SpeechRequest("", sampling=greedy(10), turns=turns, conversation_id="c"))
+    assert second.reused_tokens == prompt1 + 11
+    assert core.stats().prefix_reused_tokens == prompt1 + 11
+    assert second.output_ids == reference(model, turns, 10)
+    core.end_conversation("c")
+    assert core.blocks.num_used == 0 and core.stats().kv_blocks_kept == 0
+
+
+def test_barged_in_reply_reuses_only_what_the_user_heard(model):
+    core = make_core(model)
+    request = core.add_request(
+        SpeechRequest("", sampling=greedy(200), turns=(FIRST,), conversation_id="c")
+    )
+    while len(request.output_ids) < 40:
+        core.step()
+    (cancelled,) = core.cancel(request.request_id)
+    assert cancelled.reason == FinishReason.CANCELLED
+    assert cancelled.output_ids == tuple(request.output_ids[: len(cancelled.output_ids)])
+    while core.has_work():
+        core.step()
+    heard = model.heard_reply(cancelled.output_ids, 0.3)  # 3 speech tokens' worth
+    assert 0 < len(heard.token_ids) < len(cancelled.output_ids)
+    turns = (FIRST, heard, SECOND)
+    second = run(core, SpeechRequest("", sampling=greedy(10), turns=turns, conversation_id="c"))
+    prompt1 = len(model.preprocess_turns([FIRST]).token_ids)
+    # The heard part is a prefix of the kept reply; the next user marker differs from the
+    # unheard reply token that followed it.
+    assert second.reused_tokens == prompt1 + len(heard.token_ids)
+    assert second.output_ids == reference(model, turns, 10)
+
+
+def test_idle_conversations_are_evicted_lru_under_a_small_kv_budget(model):
+    prompt1 = len(model.preprocess_turns([FIRST]).token_ids)
+    per_turn = -(-(prompt1 + 8) // 8)  # pages reserved for a first turn (block_size 8)
+    core = make_core(model, num_kv_blocks=2 * per_turn + 2)
+    replies = {}
+    for conv in ("old", "new"):
+        replies[conv] = run(
+            core, SpeechRequest("", sampling=greedy(8), turns=(FIRST,), conversation_id=conv)
+        )
+    assert core.stats().kv_blocks_kept == 2 * (core.blocks.blocks_for(prompt1 + 7))
+    # A request that fits only when an idle conversation goes: admitted, the oldest evicted.
+    other = SpeechRequest("", sampling=greedy(8), turns=(SECOND,))
+    need = core.blocks.blocks_for(len(model.preprocess_turns([SECOND]).token_ids) + 8)
+    kept_each = core.blocks.kept("old").blocks
+    assert need + 2 * len(kept_each) > core.blocks.num_blocks >= need + len(kept_each)
+    run(core, other)
+    assert core.blocks.kept("old") is None and core.blocks.kept("new") is not None
+    for conv, reused in (("new", prompt1 + 7), ("old", 0)):
+        turns = (FIRST, model.heard_reply(replies[conv].output_ids, None), SECOND)
+        second = run(
+            core, SpeechRequest("", sampling=greedy(8), turns=turns, conversation_id=conv)
+        )
+        assert second.reused_tokens == reused, conv
+        assert second.output_ids == reference(model, turns, 8)
