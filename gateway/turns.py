@@ -73,7 +73,8 @@ class TurnConversation:
         self._interrupted = False  # the user spoke again before the reply began
         self.last_played = time.monotonic()
         self.replies = 0
-        self.reused_tokens = 0  # over the session: prompt tokens the engine did not prefill
+        # Per reply: prompt tokens whose KV the engine kept from the turns before (not prefilled).
+        self.reused_tokens: list[int] = []
 
     @property
     def busy(self) -> bool:
@@ -220,7 +221,7 @@ class TurnConversation:
         self._reply = reply
         outcome = await reply.run(tuple(self.history), self._conversation_id)
         kept = self._keep_reply(outcome.output_ids, outcome.heard_s)
-        self.reused_tokens += outcome.reused_tokens
+        self.reused_tokens.append(outcome.reused_tokens)
         if not outcome.streamed_text:
             text = self._model.transcript(self._model.reply_ids(kept))
             if text:

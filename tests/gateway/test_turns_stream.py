@@ -122,14 +122,19 @@ def test_spoken_turns_barge_in_and_reuse_of_the_conversation_kv(
     (conversation,) = conversations
     history = conversation.history
     assert len(history) == 6  # user, reply, user, reply (cut), user, reply
-    assert len(history[1].token_ids) == SAMPLING["max_tokens"] or history[1].token_ids
+    assert audio_tokens(model, history[1]) > int(0.4 / SPEECH_TOKEN_S)  # a whole reply, kept
     # The interrupted reply is kept up to what was heard: 400 ms = 5 speech tokens.
     cut = history[3]
     assert audio_tokens(model, cut) == int(0.4 / SPEECH_TOKEN_S)
     assert model.ids.is_audio(cut.token_ids[-1])
-    # Turns 2 and 3 reused the KV of the conversation so far instead of prefilling it again.
-    assert conversation.reused_tokens > 0
-    assert glm_engine.stats().prefix_reused_tokens - reused_before == conversation.reused_tokens
+    # Turn 2 reused the KV of turn 1 (its prompt and reply, whole pages of it) instead of
+    # prefilling it again; turn 3 the KV up to the cut reply.
+    block = glm_engine.core.config.block_size
+    first_turn = len(model.preprocess_turns(history[:1]).token_ids) + len(history[1].token_ids)
+    reused = conversation.reused_tokens
+    assert reused[0] == 0 and first_turn - block < reused[1] <= first_turn
+    assert reused[2] > reused[1]
+    assert glm_engine.stats().prefix_reused_tokens - reused_before == sum(reused)
     asyncio.run(wait_engine_idle(glm_engine))  # the session's end freed its kept KV
 
 
