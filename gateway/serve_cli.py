@@ -212,8 +212,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         # A secret: from the environment only, never the command line (visible in `ps`).
         twilio_auth_token=(environ if environ is not None else os.environ).get(
             "VOXGATE_TWILIO_AUTH_TOKEN"
-        )
-        or None,
+        ) or None,
         twilio_public_url=args.twilio_public_url,
         allowed_origins=tuple(args.allowed_origin),
         max_sessions_per_key=args.max_sessions_per_key,

@@ -85,6 +85,7 @@ class _Cancelled(StoppingCriteria):
         )
 
 
+
 @dataclass(eq=False)
 class _Job:
     request_id: str
