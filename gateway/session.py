@@ -57,7 +57,6 @@ from gateway.response import Emitter, EngineUnavailable, cancel_and_wait
 from gateway.session_start import admission_refusal, resolve_options, update_options
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.socket_writer import SocketWriter
-from gateway.turn_model import turn_model_of
 from gateway.turns import TurnConversation
 from gateway.wire import (
     InputClear,
@@ -122,19 +121,13 @@ class Session:
             else None
         )
         # Turn-based speech-to-speech models (GLM-4-Voice): audio turns in, spoken replies out.
-        turn_model = turn_model_of(engine)
-        self._turns = (
-            TurnConversation(
-                engine,
-                turn_model,
-                self.session_id,
-                settings,
-                Emitter(self._emit_event, self._emit_audio),
-                metrics,
-                self.log,
-            )
-            if turn_model is not None
-            else None
+        self._turns = TurnConversation.for_engine(
+            engine,
+            self.session_id,
+            settings,
+            Emitter(self._emit_event, self._emit_audio),
+            metrics,
+            self.log,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -397,10 +390,11 @@ class Session:
                 f"{self._engine.facts.name} is a full-duplex speech model and takes no text: "
                 "stream the user's audio as binary frames",
             )
-        elif self._turns is not None and isinstance(
-            event, TextInput | ResponseCancel | Playback | InputCommit | InputClear | Truncate
-        ):
-            self._on_turn_event(event)
+        elif self._turns is not None and isinstance(event, TurnConversation.HANDLES):
+            try:
+                self._turns.handle(event)
+            except ProtocolError as exc:
+                self._error(exc.code, exc.message)
         elif isinstance(event, TextInput):
             self._responses.add_text(event)
         elif isinstance(event, ResponseCancel):
@@ -424,26 +418,6 @@ class Session:
                 ErrorCode.UNSUPPORTED_INPUT,
                 "audio turns (commit, clear, truncate) are for turn-based speech-to-speech models",
             )
-
-    def _on_turn_event(self, event: WireInput) -> None:
-        """What a turn-based speech-to-speech session does with the client's turn events."""
-        turns = self._turns
-        assert turns is not None
-        try:
-            if isinstance(event, TextInput):
-                turns.add_text(event)
-            elif isinstance(event, ResponseCancel):
-                turns.cancel()
-            elif isinstance(event, Playback):
-                turns.report_playback(event.played_ms)
-            elif isinstance(event, InputCommit):
-                turns.commit()
-            elif isinstance(event, InputClear):
-                turns.clear()
-            elif isinstance(event, Truncate):
-                turns.truncate(event.audio_end_ms)
-        except ProtocolError as exc:
-            self._error(exc.code, exc.message)
 
     # --- session.start / update -------------------------------------------------------------
     def _on_update(self, event: SessionUpdate) -> None:

@@ -31,7 +31,10 @@ from gateway.protocol import (
     AudioSpec,
     ErrorCode,
     ErrorEvent,
+    InputCommit,
+    Playback,
     ProtocolError,
+    ResponseCancel,
     ResponseDone,
     ResponseStatus,
     SpeechStarted,
@@ -41,13 +44,26 @@ from gateway.protocol import (
 )
 from gateway.response import Emitter, EngineUnavailable, SpeechOptions
 from gateway.turn_input import TurnInput, UserAudioTurn
-from gateway.turn_model import TurnModel
+from gateway.turn_model import TurnModel, turn_model_of
 from gateway.turn_reply import ReplyOutcome, TurnReply
-from gateway.wire import InputCleared, InputCommitted, Truncated
+from gateway.wire import InputClear, InputCleared, InputCommitted, Truncate, Truncated
 from models.base import ModelInputError
 
 
 class TurnConversation:
+    # The client events a turn-based session handles here (`handle`), besides audio frames.
+    HANDLES = (TextInput, ResponseCancel, Playback, InputCommit, InputClear, Truncate)
+
+    @classmethod
+    def for_engine(
+        cls, engine: AsyncEngine, session_id: str, settings, emit: Emitter, metrics, log
+    ) -> TurnConversation | None:
+        """The session's conversation when the engine serves a turn-based model, else None."""
+        model = turn_model_of(engine)
+        if model is None:
+            return None
+        return cls(engine, model, session_id, settings, emit, metrics, log)
+
     def __init__(
         self,
         engine: AsyncEngine,
@@ -79,6 +95,21 @@ class TurnConversation:
     @property
     def busy(self) -> bool:
         return self._answering or bool(self._queue)
+
+    def handle(self, event) -> None:
+        """One of HANDLES. Raises ProtocolError (answered as a non-fatal `error`)."""
+        if isinstance(event, TextInput):
+            self.add_text(event)
+        elif isinstance(event, ResponseCancel):
+            self.cancel()
+        elif isinstance(event, Playback):
+            self.report_playback(event.played_ms)
+        elif isinstance(event, InputCommit):
+            self.commit()
+        elif isinstance(event, InputClear):
+            self.clear()
+        elif isinstance(event, Truncate):
+            self.truncate(event.audio_end_ms)
 
     def start(self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection):
         self.options = options
