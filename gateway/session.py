@@ -406,8 +406,8 @@ class Session:
         elif isinstance(event, SessionEnd):
             if self._duplex is not None:  # its response.done comes before session.ended
                 await self._duplex.finish(self._settings.close_timeout_s)
-            if self._turns is not None:
-                self._turns.cancel()
+            if self._turns is not None:  # its response.done comes before session.ended
+                await self._turns.end(self._settings.close_timeout_s)
             await self._responses.cancel()
             self._begin_close(CloseCode.NORMAL, "session ended", ended=EndReason.CLIENT_ENDED)
         elif isinstance(event, InputCommit) and self._duplex is not None:

@@ -86,6 +86,8 @@ class TurnConversation:
         self._text: list[str] = []  # text of a user turn still streaming in (final: false)
         self._reply: TurnReply | None = None
         self._answering = False
+        self._idle = asyncio.Event()  # set while no reply is being prepared or played
+        self._idle.set()
         self._interrupted = False  # the user spoke again before the reply began
         self.last_played = time.monotonic()
         self.replies = 0
@@ -185,6 +187,17 @@ class TurnConversation:
         self.history[-1] = self._model.heard_reply(self._last_reply_ids, audio_end_ms / 1000)
         self._emit.event(Truncated(audio_end_ms))
 
+    async def end(self, timeout_s: float) -> None:
+        """`session.end`: turns still waiting are dropped, the reply playing is cancelled, and
+        its `response.done` is out before this returns (or `timeout_s` passes)."""
+        self._queue.clear()
+        self.cancel()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+        except TimeoutError:
+            self._log.warning("the reply did not end within %.1f s", timeout_s)
+
     def stop(self) -> None:
         """The session is going away: free the engine's request and the conversation's KV.
         (The session cancels the player task itself.)"""
@@ -218,11 +231,13 @@ class TurnConversation:
                 await self._ready.wait()
             turn = self._queue.popleft()
             self._answering, self._interrupted = True, False
+            self._idle.clear()
             try:
                 await self._answer(turn)
             finally:
                 self._answering, self._reply = False, None
                 self.last_played = time.monotonic()
+                self._idle.set()
 
     async def _answer(self, turn: UserAudioTurn | str) -> None:
         try:

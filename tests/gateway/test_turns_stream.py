@@ -169,6 +169,17 @@ def test_manual_turns_with_input_commit_and_bad_input(glm_server, glm_engine, tm
             await send(ws, type="response.cancel")
             events, _ = await read_until(ws, "response.done")
             assert events[-1]["status"] == "cancelled"
+            # Typed text is a user turn of the same conversation.
+            await send(ws, type="text", text="How are you?")
+            events, _ = await read_until(ws, "response.done")
+            assert "transcript.delta" in [e["type"] for e in events]
+            # session.end during a reply: its response.done, then session.ended.
+            await send(ws, type="text", text="Tell me more.")
+            await read_until(ws, "response.started")
+            await send(ws, type="session.end")
+            events, _ = await read_until(ws, "session.ended")
+            assert [e["type"] for e in events][-2:] == ["response.done", "session.ended"]
+            assert events[-2]["status"] == "cancelled"
         await wait_engine_idle(glm_engine)  # the close freed the conversation's KV
 
     asyncio.run(main())
