@@ -3,6 +3,8 @@ the reply's ids on Finished, and the KV of a conversation kept between turns (pr
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 
@@ -64,18 +66,33 @@ def test_turns_to_a_model_that_takes_none_are_a_clear_error():
     assert not core.has_work()
 
 
-async def test_turns_through_the_process_engine():
-    engine = build_engine(
-        "tiny-glm-voice", config=EngineConfig(num_kv_blocks=64, engine_process=True)
-    )
+@pytest.mark.parametrize("engine_process", [False, True])
+async def test_conversation_through_the_async_and_process_engines(engine_process):
+    config = EngineConfig(num_kv_blocks=128, block_size=8, engine_process=engine_process)
+    engine = build_engine("tiny-glm-voice", config=config)
     try:
-        turns = (UserTurn(text="Hello there."),)
-        stream = await engine.submit(SpeechRequest("", sampling=greedy(5), turns=turns))
-        events = [e async for e in stream]
-        assert isinstance(events[-1], Finished) and len(events[-1].output_ids) == 5
+        first = (UserTurn(text="Hello there."),)
+        stream = await engine.submit(
+            SpeechRequest("", sampling=greedy(5), turns=first, conversation_id="c")
+        )
+        reply = [e async for e in stream][-1]
+        assert isinstance(reply, Finished) and len(reply.output_ids) == 5
+        turns = (*first, AssistantTurn(reply.output_ids), UserTurn(text="Go on."))
+        stream = await engine.submit(
+            SpeechRequest("", sampling=greedy(5), turns=turns, conversation_id="c")
+        )
+        second = [e async for e in stream][-1]
+        assert second.reused_tokens > len(reply.output_ids)
         with pytest.raises(ModelInputError, match="must end with a user turn"):
             await engine.submit(SpeechRequest("", turns=(UserTurn(text="x"), AssistantTurn((5,)))))
-        engine.end_conversation("nobody")  # unknown conversations are fine
+        engine.end_conversation("c")
+        for _ in range(200):  # the process engine's stats arrive every 50 ms
+            stats = engine.stats()
+            if stats.kv_blocks_kept == 0 and stats.kv_blocks_used == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (stats.kv_blocks_kept, stats.kv_blocks_used) == (0, 0)
+        assert stats.prefix_reused_tokens == second.reused_tokens
     finally:
         await engine.shutdown()
 
@@ -151,8 +168,6 @@ def test_idle_conversations_are_evicted_lru_under_a_small_kv_budget(model):
     assert core.blocks.kept("old") is None and core.blocks.kept("new") is not None
     for conv, reused in (("new", prompt1 + 7), ("old", 0)):
         turns = (FIRST, model.heard_reply(replies[conv].output_ids, None), SECOND)
-        second = run(
-            core, SpeechRequest("", sampling=greedy(8), turns=turns, conversation_id=conv)
-        )
+        second = run(core, SpeechRequest("", sampling=greedy(8), turns=turns, conversation_id=conv))
         assert second.reused_tokens == reused, conv
         assert second.output_ids == reference(model, turns, 8)
