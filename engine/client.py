@@ -54,6 +54,11 @@ class _End:
     request_id: str
 
 
+@dataclass
+class _EndConversation:
+    conversation_id: str
+
+
 class ResponseStream:
     """Audio chunks then exactly one `Finished`, for one request."""
 
@@ -147,6 +152,10 @@ class AsyncEngine:
         """The user of a full-duplex session left: it ends between frames (`Finished` stop)."""
         self._send(_End(request_id))
 
+    def end_conversation(self, conversation_id: str) -> None:
+        """The conversation's session closed: free the KV kept for its next turn."""
+        self._send(_EndConversation(conversation_id))
+
     def stats(self) -> EngineStats:
         return self.core.stats(stepping=self.ready)
 
@@ -203,6 +212,8 @@ class AsyncEngine:
             elif isinstance(command, _End):
                 for event in self.core.end_session(command.request_id):
                     self._dispatch(event)
+            elif isinstance(command, _EndConversation):
+                self.core.end_conversation(command.conversation_id)
 
     def _dispatch(self, event: EngineEvent) -> None:
         stream = self._streams.get(event.request_id)

@@ -36,7 +36,7 @@ from engine.outputs import (
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.worker import LaunchedStep, Worker
-from models.base import ModelInputError, SpeechModel
+from models.base import ModelInputError, Prompt, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
 
@@ -180,7 +180,7 @@ class EngineCore:
                 return self.duplex.add_session(spec)
             except DuplexOverloaded as exc:
                 raise EngineOverloaded(str(exc)) from None
-        prompt = self.model.preprocess(spec.text, spec.voice)
+        prompt = self._prompt(spec)
         total = len(prompt.token_ids) + spec.sampling.max_tokens
         if total > self.model.facts.max_context:
             raise ModelInputError(
@@ -189,7 +189,8 @@ class EngineCore:
                 f"{self.model.facts.max_context}; shorten the text or lower max_tokens"
             )
         request = Request(
-            prompt.token_ids, spec.sampling, arrival_time=self.clock(), extras=prompt.extras
+            prompt.token_ids, spec.sampling, arrival_time=self.clock(), extras=prompt.extras,
+            conversation_id=spec.conversation_id,
         )
         if spec.request_id:
             if spec.request_id in self.scheduler.requests:
@@ -201,6 +202,18 @@ class EngineCore:
         self.worker.add_request(request)
         return request
 
+    def _prompt(self, spec: SpeechRequest) -> Prompt:
+        if spec.turns is None:
+            return self.model.preprocess(spec.text, spec.voice)
+        if not self.model.facts.accepts_turns:
+            raise ModelInputError(
+                f"{self.model.facts.name} is not a turn-based model and takes no conversation "
+                "turns; send it text"
+            )
+        if not spec.turns:
+            raise ModelInputError("the conversation is empty: end it with the user's turn")
+        return self.model.preprocess_turns(spec.turns)
+
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
         """User audio for a full-duplex session (float32 mono at the model's rate)."""
         if self.duplex is None:
@@ -211,6 +224,10 @@ class EngineCore:
         """A full-duplex session's user hung up: it ends between frames (status stop)."""
         return [] if self.duplex is None else self.duplex.end(request_id)
 
+    def end_conversation(self, conversation_id: str) -> None:
+        """Free the KV kept for `conversation_id` (its session closed)."""
+        self.scheduler.end_conversation(conversation_id)
+
     def seconds_until_due(self) -> float | None:
         """Full-duplex engines: how long the loop may sleep before the next tick."""
         return None if self.duplex is None else self.duplex.seconds_until_due(self.clock())
@@ -218,12 +235,14 @@ class EngineCore:
     def cancel(self, request_id: str) -> list[EngineEvent]:
         if self.duplex is not None:
             return self.duplex.end(request_id, FinishReason.CANCELLED)
-        request = self.scheduler.remove(request_id)
+        request = self.scheduler.requests.get(request_id)
         if request is None:
             return []
-        self.worker.drop_request(request_id)
+        # Set before the KV is released: a conversation keeps a cancelled request's KV.
         request.status = RequestStatus.FINISHED_CANCELLED
-        return [Finished(request_id, FinishReason.CANCELLED, len(request.output_ids))]
+        self.scheduler.remove(request_id)
+        self.worker.drop_request(request_id)
+        return [self._finished(request, FinishReason.CANCELLED)]
 
     def report_playback(self, request_id: str, played_s: float) -> None:
         request = self.scheduler.requests.get(request_id)
@@ -262,6 +281,8 @@ class EngineCore:
             steps=self.steps,
             last_step=self.last_timing,
             stepping=stepping,
+            prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
+            kv_blocks_kept=self.blocks.num_kept_blocks,
         )
 
     # --- the step --------------------------------------------------------------------------------
@@ -364,7 +385,12 @@ class EngineCore:
                     request.detok_done = True
                     self.scheduler.remove(request.request_id)
                     self.worker.drop_request(request.request_id)
-                    events.append(
-                        Finished(request.request_id, _REASONS[request.status], len(request.output_ids))
-                    )
+                    events.append(self._finished(request, _REASONS[request.status]))
         return events
+
+    @staticmethod
+    def _finished(request: Request, reason: FinishReason) -> Finished:
+        return Finished(
+            request.request_id, reason, len(request.output_ids),
+            output_ids=tuple(request.output_ids), reused_tokens=request.num_reused,
+        )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, Token
 
 
 # --- scheduler → worker ---------------------------------------------------------------------
@@ -53,12 +54,21 @@ class FinishReason(enum.StrEnum):
 
 @dataclass(frozen=True)
 class SpeechRequest:
-    """What a caller asks the engine for."""
+    """What a caller asks the engine for.
+
+    Turn-based speech-to-speech models (ModelFacts.accepts_turns) take `turns` instead of
+    `text`: the conversation so far as the model's own turn objects (GLM-4-Voice: UserTurn /
+    AssistantTurn), ending with the user's turn to answer. With a `conversation_id` the
+    engine keeps the request's KV when it ends and reuses the longest common prefix for the
+    next request of the same conversation (docs/engine.md, "Conversations").
+    """
 
     text: str
     voice: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     request_id: str | None = None
+    turns: tuple[Any, ...] | None = None
+    conversation_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,11 @@ class Finished:
     reason: FinishReason
     num_tokens: int
     error: str | None = None
+    # The generated tokens (resolved ones; stop token included when one came): what a
+    # turn-based caller keeps as the reply in its history (GLM-4-Voice: model.heard_reply).
+    output_ids: tuple[Token, ...] = ()
+    # Prompt tokens whose KV came from the conversation's previous request (not prefilled).
+    reused_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,3 +119,7 @@ class EngineStats:
     # Full-duplex engines: output frames so far, and how many were on time (frame_scheduler).
     frames_out: int = 0
     frames_on_time: int = 0
+    # Conversations (prefix reuse): prompt tokens not prefilled because their KV was kept
+    # from the conversation's previous request, in total; pages held by idle conversations.
+    prefix_reused_tokens: int = 0
+    kv_blocks_kept: int = 0

@@ -115,6 +115,8 @@ def _apply(core, command: tuple, events: mp.Queue) -> None:
     elif kind == "end":
         for event in core.end_session(command[1]):
             events.put(("event", event))
+    elif kind == "end_conversation":
+        core.end_conversation(command[1])
 
 
 class ProcessEngine:
@@ -196,6 +198,10 @@ class ProcessEngine:
 
     def end_session(self, request_id: str) -> None:
         self._commands.put(("end", request_id))
+
+    def end_conversation(self, conversation_id: str) -> None:
+        """The conversation's session closed: free the KV kept for its next turn."""
+        self._commands.put(("end_conversation", conversation_id))
 
     def stats(self) -> EngineStats:
         stats = self._stats or EngineStats(0, 0, 0, 0, 0, StepTiming(), False)

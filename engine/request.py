@@ -100,6 +100,10 @@ class Request:
     detok_done: bool = False
     detok_in_flight: bool = False  # a detokenizer job holds this request's stream state
     error: str | None = None
+    # Conversations (prefix reuse): the KV of this request is kept under `conversation_id`
+    # when it ends; `num_reused` prompt tokens had their KV from the previous request of it.
+    conversation_id: str | None = None
+    num_reused: int = 0
     # What the model's preprocess attached for its later stages (models.base.Prompt.extras:
     # CosyVoice 2's voice conditioning for the detokenizer).
     extras: dict = field(default_factory=dict)

@@ -24,6 +24,13 @@ from engine.config import EngineConfig
 from engine.outputs import ScheduledChunk, SchedulerOutput
 from engine.request import Request, RequestStatus
 
+# How a request of a conversation may end and still leave its KV for the next turn.
+_KEEPS_KV = (
+    RequestStatus.FINISHED_STOPPED,
+    RequestStatus.FINISHED_LENGTH,
+    RequestStatus.FINISHED_CANCELLED,
+)
+
 
 @dataclass(frozen=True)
 class ChunkingFacts:
@@ -46,6 +53,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
         self._reserved_blocks = 0
         self._holding_kv: set[str] = set()  # requests whose KV reservation is still held
+        self.prefix_reused_tokens = 0  # prompt tokens whose KV a conversation had kept
         # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
         self.step_time_s = 0.02
         self.detok_time_s = 0.01
@@ -55,11 +63,21 @@ class Scheduler:
         return self.blocks.blocks_for(request.num_prompt_tokens + request.sampling.max_tokens)
 
     def admit(self, request: Request) -> Admission:
+        """Reserve the request's whole length. Idle conversations' kept KV never stands in
+        the way: it is evicted (least recently kept first) to make room. A request of a
+        conversation starts with the KV of its prompt's common prefix with the kept one."""
         decision = self.blocks.can_admit(
             request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
         )
         if decision.ok:
+            if request.conversation_id is not None:
+                request.num_reused = self.blocks.claim(
+                    request.conversation_id, request.request_id, request.prompt_ids
+                )
+                request.num_computed = request.num_reused
+                self.prefix_reused_tokens += request.num_reused
             self._reserved_blocks += self._reservation(request)
+            self.blocks.evict_for(self._reserved_blocks)
             self._holding_kv.add(request.request_id)
             self.requests[request.request_id] = request
         return decision
@@ -77,11 +95,28 @@ class Scheduler:
         return request
 
     def _release_kv(self, request: Request) -> None:
+        """Free the request's pages, or keep them for its conversation's next request: the
+        tokens whose KV is computed and whose values are known (with async scheduling the
+        newest may still be on the device: its KV is not kept)."""
         if request.request_id in self._holding_kv:
             self._holding_kv.discard(request.request_id)
-            self.blocks.free(request.request_id)
+            if request.conversation_id is not None and request.status in _KEEPS_KV:
+                known = min(request.num_computed, request.num_prompt_tokens + len(request.output_ids))
+                self.blocks.keep(
+                    request.request_id, request.conversation_id, request.all_ids()[:known]
+                )
+            else:
+                self.blocks.free(request.request_id)
             self._reserved_blocks -= self._reservation(request)
             request.block_table = []
+
+    def end_conversation(self, conversation_id: str) -> None:
+        """The conversation's kept KV is freed; a request of it still running frees its KV
+        when it ends."""
+        self.blocks.drop_kept(conversation_id)
+        for request in self.requests.values():
+            if request.conversation_id == conversation_id:
+                request.conversation_id = None
 
     @property
     def reserved_blocks(self) -> int:

@@ -39,6 +39,13 @@ class PlaybackClock:
     def started(self) -> bool:
         return self._origin is not None
 
+    def position(self) -> float:
+        """Seconds of the response the client has played by now, as far as the server can
+        tell: time since the first frame, never more than was sent."""
+        if self._origin is None:
+            return 0.0
+        return max(0.0, min(self.sent_s, self._clock() - self._origin))
+
     def delay(self) -> float:
         """Seconds to wait before the next frame may be sent."""
         if self._origin is None:

@@ -8,6 +8,10 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
                                text-to-speech model speaks)       → `conversation.item.created`
     response.create          → `text` (final) with the kept text  → response.created, …
     response.cancel          → `response.cancel`                  → response.done cancelled
+    input_audio_buffer.append → audio (turn-based speech-to-speech models; server VAD →
+                               input_audio_buffer.speech_started / speech_stopped / committed)
+    input_audio_buffer.commit / .clear → `input.commit` / InputClear
+    conversation.item.truncate → Truncate: the reply is kept only as far as it was heard
     audio input events       → `error` (needs a speech-to-speech model) for TTS models
 
 Everything else — limits, pacing, backpressure, barge-in, metrics, engine requests — is the
@@ -43,6 +47,8 @@ from gateway.protocol import (
     SpeechStopped,
     TextInput,
     TranscriptDelta,
+    TurnDetection,
+    TurnDetectionType,
     decode_sampling,
 )
 from gateway.realtime_events import (
@@ -51,12 +57,14 @@ from gateway.realtime_events import (
     SessionView,
     encode_audio_delta,
     encode_error,
+    encode_input_event,
     encode_item_created,
     encode_response_done,
     encode_response_started,
     encode_session,
     encode_speech_event,
     encode_transcript_delta,
+    encode_user_audio_item,
 )
 from gateway.realtime_protocol import (
     BETA_HEADER_VALUE,
@@ -70,10 +78,23 @@ from gateway.realtime_protocol import (
     ResponseCancelEvent,
     ResponseCreateEvent,
     SessionUpdateEvent,
+    TruncateEvent,
     decode_client_event,
     event_id_of,
 )
-from gateway.wire import Reply, SessionUpdate, SessionUpdated, Wire, WireEvent, WireInput
+from gateway.wire import (
+    InputClear,
+    InputCleared,
+    InputCommitted,
+    Reply,
+    SessionUpdate,
+    SessionUpdated,
+    Truncate,
+    Truncated,
+    Wire,
+    WireEvent,
+    WireInput,
+)
 from models.base import ModelFacts
 
 log = logging.getLogger("voxgate.gateway")
@@ -100,6 +121,27 @@ def dialect_of(headers: Mapping[str, str], subprotocols: Sequence[str]) -> Diale
     """Beta clients say so (`OpenAI-Beta: realtime=v1`, or its subprotocol from browsers)."""
     beta = BETA_HEADER_VALUE in headers.get("openai-beta", "") or BETA_SUBPROTOCOL in subprotocols
     return Dialect.BETA if beta else Dialect.GA
+
+
+SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
+
+
+def native_turn_detection(turn: object) -> TurnDetection | None:
+    """A Realtime `turn_detection` (an object, or null: the client commits turns) → the native
+    one. `server_vad` and `semantic_vad` both mean the server's VAD; ProtocolError else."""
+    if turn is UNSET:
+        return None
+    if turn is None:
+        return TurnDetection(TurnDetectionType.NONE)
+    assert isinstance(turn, dict)
+    if turn.get("type", "server_vad") not in ("server_vad", "semantic_vad"):
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD, "`turn_detection.type` must be server_vad or semantic_vad"
+        )
+    silence = turn.get("silence_duration_ms", 500)
+    if not isinstance(silence, int) or isinstance(silence, bool) or not 0 < silence <= 10_000:
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`silence_duration_ms` must be in 1..10000")
+    return TurnDetection(TurnDetectionType.VAD, silence)
 
 
 def _audio_input_refusal(kind: str, facts: ModelFacts) -> ProtocolError:
@@ -130,6 +172,12 @@ class RealtimeWire(Wire):
         self._current: OutputItem | None = None
         self._transcript: list[str] = []
         self._event_id: str | None = None  # the client event being handled, for its errors
+        self._input_item: str | None = None  # the user audio item being spoken
+        self._last_reply_item: str | None = None  # the last assistant item, for truncate
+        self._truncating: str | None = None
+        # An audio turn was committed and is being answered: a response.create that follows
+        # (what clients send after input_audio_buffer.commit) asks for that answer.
+        self._audio_turn_answered = False
 
     # --- client → session ------------------------------------------------------------------
     def opening(self) -> Sequence[WireInput]:
@@ -152,6 +200,9 @@ class RealtimeWire(Wire):
         if isinstance(event, ItemCreateEvent):
             return (self._item_create(event),)
         if isinstance(event, ResponseCreateEvent):
+            if not self._pending_text and self._audio_turn_answered:
+                self._audio_turn_answered = False
+                return ()  # the committed audio turn is already being answered
             if not self._pending_text:
                 raise ProtocolError(
                     ErrorCode.BAD_FIELD,
@@ -163,6 +214,8 @@ class RealtimeWire(Wire):
             return (TextInput(text_to_speak, final=True),)
         if isinstance(event, ResponseCancelEvent):
             return (ResponseCancel(),)
+        if isinstance(event, TruncateEvent):
+            return self._truncate(event)
         return self._audio_input(event)
 
     def decode_binary(self, data: bytes) -> Sequence[WireInput]:
@@ -184,9 +237,13 @@ class RealtimeWire(Wire):
         if event.instructions:
             log.info("realtime: session instructions ignored (a text-to-speech model speaks text)")
         output = SPECS[event.output_format] if event.output_format is not None else None
+        input_audio = SPECS[event.input_format] if event.input_format is not None else None
+        if input_audio is not None and not self._facts.accepts_audio:
+            raise _audio_input_refusal("input_audio_format", self._facts)
+        detection = native_turn_detection(event.turn_detection)
         # What the session does not own comes back in SessionUpdated once the update is taken.
-        echo = (event.turn_detection, event.instructions)
-        return SessionUpdate(event.voice, output, sampling, echo)
+        echo = (event.turn_detection, event.instructions, event.input_format)
+        return SessionUpdate(event.voice, output, sampling, echo, input_audio, detection)
 
     def _item_create(self, event: ItemCreateEvent) -> Reply:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"
@@ -213,9 +270,21 @@ class RealtimeWire(Wire):
             return (InputCommit(),)
         if event.type == "input_audio_buffer.append":
             return (AudioInput(event.audio),)
-        raise ProtocolError(
-            ErrorCode.UNSUPPORTED_INPUT, f"{event.type} is not served by this gateway version"
-        )
+        return (InputClear(),)
+
+    def _truncate(self, event: TruncateEvent) -> Sequence[WireInput]:
+        if not self._facts.accepts_audio:
+            raise _audio_input_refusal("conversation.item.truncate", self._facts)
+        event.check()
+        assert isinstance(event.audio_end_ms, int)
+        if event.item_id != self._last_reply_item or event.content_index != 0:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "only the audio (content_index 0) of the last finished assistant item can be "
+                f"truncated; that is {self._last_reply_item!r}",
+            )
+        self._truncating = event.item_id
+        return (Truncate(event.audio_end_ms),)
 
     # --- session → client ------------------------------------------------------------------
     def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
@@ -240,8 +309,28 @@ class RealtimeWire(Wire):
             return self._response_done(event)
         if isinstance(event, SpeechStarted | SpeechStopped):
             kind = "started" if isinstance(event, SpeechStarted) else "stopped"
-            item = self._last_item_id or ""
+            if self._input_item is None:
+                self._input_item = f"item_{uuid.uuid4().hex[:20]}"
+            item = self._input_item
             return [encode_speech_event(f"input_audio_buffer.speech_{kind}", event.audio_ms, item)]
+        if isinstance(event, InputCommitted):
+            item = self._input_item or f"item_{uuid.uuid4().hex[:20]}"
+            previous, self._last_item_id, self._input_item = self._last_item_id, item, None
+            self._audio_turn_answered = True
+            return [
+                encode_input_event("input_audio_buffer.committed", item, previous),
+                encode_user_audio_item(item, previous),
+            ]
+        if isinstance(event, InputCleared):
+            self._input_item = None
+            return [encode_input_event("input_audio_buffer.cleared")]
+        if isinstance(event, Truncated):
+            item, self._truncating = self._truncating or "", None
+            return [
+                encode_input_event(
+                    "conversation.item.truncated", item, audio_end_ms=event.audio_end_ms
+                )
+            ]
         if isinstance(event, ErrorEvent):
             error_type = "server_error" if event.code in _SERVER_ERRORS else "invalid_request_error"
             return [encode_error(error_type, event.code.value, event.message, self._event_id)]
@@ -260,6 +349,7 @@ class RealtimeWire(Wire):
         error = "generation failed" if event.status is ResponseStatus.FAILED else None
         outcome = ResponseOutcome(status, reason, error, transcript)
         out, self._current = self._current, None
+        self._last_reply_item = out.item_id
         return encode_response_done(self.dialect, out, outcome)
 
     def _started_view(self, event: SessionStarted) -> SessionView:
@@ -270,14 +360,16 @@ class RealtimeWire(Wire):
             voice=self._facts.default_voice,
             output_format=_FORMAT_OF[event.output_audio.format],
             input_format=_FORMAT_OF[event.input_audio.format] if event.input_audio else None,
-            turn_detection=None,
+            turn_detection=dict(SERVER_VAD) if event.input_audio else None,
             instructions="",
             temperature=sampling.temperature,
             max_output_tokens=sampling.max_tokens,
         )
 
     def _updated_view(self, event: SessionUpdated) -> SessionView:
-        turn, instructions = event.echo if isinstance(event.echo, tuple) else (UNSET, None)
+        turn, instructions, input_format = (
+            event.echo if isinstance(event.echo, tuple) else (UNSET, None, None)
+        )
         options = event.options
         view = self._view
         if view is None:  # the session acts on updates only once it has started
@@ -286,6 +378,7 @@ class RealtimeWire(Wire):
             view,
             voice=options.voice,
             output_format=_FORMAT_OF[options.output.format],
+            input_format=view.input_format if input_format is None else input_format,
             turn_detection=view.turn_detection if turn is UNSET else turn,
             instructions=view.instructions if instructions is None else instructions,
             temperature=options.sampling.temperature,

@@ -219,6 +219,32 @@ def encode_speech_event(kind: str, audio_ms: int, item_id: str) -> str:
     return _event(kind, item_id=item_id, **{field_name: audio_ms})
 
 
+def encode_input_event(
+    kind: str, item_id: str | None = None, previous_item_id: str | None = None, **fields: Any
+) -> str:
+    """`input_audio_buffer.committed` (item_id, previous_item_id), `.cleared`, and
+    `conversation.item.truncated` (item_id, content_index, audio_end_ms)."""
+    if kind == "input_audio_buffer.committed":
+        return _event(kind, previous_item_id=previous_item_id, item_id=item_id)
+    if kind == "conversation.item.truncated":
+        return _event(kind, item_id=item_id, content_index=0, **fields)
+    return _event(kind)
+
+
+def encode_user_audio_item(item_id: str, previous_item_id: str | None) -> str:
+    """`conversation.item.created` for a committed user audio turn (no transcript: the model
+    reads the speech tokens, nothing transcribes them)."""
+    item = {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_audio", "transcript": None}],
+    }
+    return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
+
+
 def encode_error(
     error_type: str, code: str, message: str, event_id: str | None, param: str | None = None
 ) -> str:

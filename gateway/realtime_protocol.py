@@ -66,6 +66,7 @@ class SessionUpdateEvent:
     max_output_tokens: int | None = None
     # Voxgate extension: the native `sampling` object (seed, top_p, …), for repeatable output.
     sampling: dict[str, Any] = field(default_factory=dict)
+    input_format: RealtimeFormat | None = None  # turn-based speech-to-speech models
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,31 @@ class ResponseCancelEvent:
 
 @dataclass(frozen=True)
 class AudioInputEvent:
-    """`input_audio_buffer.append` (with `audio`), `.commit`, `.clear`, and
-    `conversation.item.truncate`: the audio-input side of the protocol."""
+    """`input_audio_buffer.append` (with `audio`), `.commit` and `.clear`."""
 
     event_id: str | None
     type: str
     audio: bytes = b""
+
+
+@dataclass(frozen=True)
+class TruncateEvent:
+    """`conversation.item.truncate`: the user heard only `audio_end_ms` of an assistant item."""
+
+    event_id: str | None
+    item_id: object
+    content_index: object
+    audio_end_ms: object
+
+    def check(self) -> None:
+        """ProtocolError(bad_field) unless the fields are well-formed. Separate from decoding
+        so that a text-to-speech server refuses the event as audio input first."""
+        if not isinstance(self.item_id, str) or not self.item_id:
+            raise _bad("`item_id` must name the assistant item to truncate")
+        for name in ("content_index", "audio_end_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise _bad(f"`{name}` must be an integer >= 0")
 
 
 RealtimeClientEvent = (
@@ -102,6 +122,7 @@ RealtimeClientEvent = (
     | ResponseCreateEvent
     | ResponseCancelEvent
     | AudioInputEvent
+    | TruncateEvent
 )
 
 
@@ -174,6 +195,10 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         fmt = _decode_format(out["format"], "session.audio.output.format")
     else:
         fmt = _decode_format(session.get("output_audio_format"), "session.output_audio_format")
+    if "format" in inp:
+        in_fmt = _decode_format(inp["format"], "session.audio.input.format")
+    else:
+        in_fmt = _decode_format(session.get("input_audio_format"), "session.input_audio_format")
     turn = inp.get("turn_detection", session.get("turn_detection", UNSET))
     if turn is not UNSET and turn is not None and not isinstance(turn, dict):
         raise _bad("`turn_detection` must be an object or null")
@@ -196,6 +221,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         event_id=_str(obj, "event_id"),
         voice=voice,
         output_format=fmt,
+        input_format=in_fmt,
         turn_detection=turn,
         instructions=_str(session, "instructions"),
         temperature=None if temperature is None else float(temperature),
@@ -246,6 +272,15 @@ def _decode_append(obj: dict) -> AudioInputEvent:
     return AudioInputEvent(_str(obj, "event_id"), obj["type"], data)
 
 
+def _decode_truncate(obj: dict) -> TruncateEvent:
+    return TruncateEvent(
+        _str(obj, "event_id"),
+        obj.get("item_id"),
+        obj.get("content_index", 0),
+        obj.get("audio_end_ms"),
+    )
+
+
 _DECODERS = {
     "session.update": _decode_session_update,
     "conversation.item.create": _decode_item_create,
@@ -254,5 +289,5 @@ _DECODERS = {
     "input_audio_buffer.append": _decode_append,
     "input_audio_buffer.commit": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
     "input_audio_buffer.clear": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
-    "conversation.item.truncate": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
+    "conversation.item.truncate": _decode_truncate,
 }

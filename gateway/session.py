@@ -51,12 +51,23 @@ from gateway.protocol import (
     SessionStart,
     SessionStarted,
     TextInput,
+    TurnDetection,
 )
 from gateway.response import Emitter, EngineUnavailable, cancel_and_wait
 from gateway.session_start import admission_refusal, resolve_options, update_options
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.socket_writer import SocketWriter
-from gateway.wire import Reply, SessionUpdate, SessionUpdated, Wire, WireEvent, WireInput
+from gateway.turns import TurnConversation
+from gateway.wire import (
+    InputClear,
+    Reply,
+    SessionUpdate,
+    SessionUpdated,
+    Truncate,
+    Wire,
+    WireEvent,
+    WireInput,
+)
 
 log = logging.getLogger("voxgate.gateway")
 
@@ -109,6 +120,15 @@ class Session:
             if engine.facts.full_duplex
             else None
         )
+        # Turn-based speech-to-speech models (GLM-4-Voice): audio turns in, spoken replies out.
+        self._turns = TurnConversation.for_engine(
+            engine,
+            self.session_id,
+            settings,
+            Emitter(self._emit_event, self._emit_audio),
+            metrics,
+            self.log,
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -117,7 +137,12 @@ class Session:
         self.log.info("session open key=%s", self._principal)
         reader = asyncio.create_task(self._read_loop(), name=f"{self.session_id}-reader")
         writer = asyncio.create_task(self._writer.run(), name=f"{self.session_id}-writer")
-        play = self._duplex.run() if self._duplex is not None else self._responses.play()
+        if self._duplex is not None:
+            play = self._duplex.run()
+        elif self._turns is not None:
+            play = self._turns.run()
+        else:
+            play = self._responses.play()
         player = asyncio.create_task(play, name=f"{self.session_id}-player")
         closing = asyncio.create_task(self._closing.wait())
         try:
@@ -178,6 +203,8 @@ class Session:
         await self._responses.stop()  # cancels the session's engine requests
         if self._duplex is not None:
             self._duplex.stop()
+        if self._turns is not None:
+            self._turns.stop()
         await cancel_and_wait(player)
         close = self._close
         if self._disconnected or close is None:
@@ -272,9 +299,10 @@ class Session:
 
     def _idle_since(self) -> float:
         """Idle means no client message and nothing playing; playing audio is not idling."""
-        if self._responses.busy or (self._duplex is not None and self._duplex.busy):
+        conversation = self._duplex or self._turns
+        if self._responses.busy or (conversation is not None and conversation.busy):
             return time.monotonic()
-        played = self._duplex.last_played if self._duplex is not None else 0.0
+        played = conversation.last_played if conversation is not None else 0.0
         return max(self._last_activity, self._responses.last_played, played)
 
     async def _on_frame(self, message: Message) -> None:
@@ -324,13 +352,22 @@ class Session:
                 self._duplex.push(data)
             except UndecodableAudio as exc:
                 self._error(ErrorCode.UNSUPPORTED_AUDIO, str(exc))
+        elif self._turns is not None:
+            try:
+                self._turns.push(data)
+            except UndecodableAudio as exc:
+                self._error(ErrorCode.UNSUPPORTED_AUDIO, str(exc))
+            except ProtocolError as exc:
+                self._error(exc.code, exc.message)
         elif not self._engine.facts.accepts_audio:
             self._error(
                 ErrorCode.UNSUPPORTED_INPUT, f"{self._engine.facts.name} takes text only, not audio"
             )
         else:
             self._error(
-                ErrorCode.UNSUPPORTED_INPUT, "audio input is not served by this gateway version"
+                ErrorCode.UNSUPPORTED_INPUT,
+                f"{self._engine.facts.name} takes audio turns only with the engine in the "
+                "gateway's process: restart the server without --engine-process",
             )
 
     async def _dispatch(self, event: WireInput) -> None:
@@ -353,6 +390,11 @@ class Session:
                 f"{self._engine.facts.name} is a full-duplex speech model and takes no text: "
                 "stream the user's audio as binary frames",
             )
+        elif self._turns is not None and isinstance(event, TurnConversation.HANDLES):
+            try:
+                self._turns.handle(event)
+            except ProtocolError as exc:
+                self._error(exc.code, exc.message)
         elif isinstance(event, TextInput):
             self._responses.add_text(event)
         elif isinstance(event, ResponseCancel):
@@ -364,13 +406,18 @@ class Session:
         elif isinstance(event, SessionEnd):
             if self._duplex is not None:  # its response.done comes before session.ended
                 await self._duplex.finish(self._settings.close_timeout_s)
+            if self._turns is not None:  # its response.done comes before session.ended
+                await self._turns.end(self._settings.close_timeout_s)
             await self._responses.cancel()
             self._begin_close(CloseCode.NORMAL, "session ended", ended=EndReason.CLIENT_ENDED)
         elif isinstance(event, InputCommit) and self._duplex is not None:
             # Full duplex: the user is done talking; the conversation ends (completed).
             await self._duplex.finish(self._settings.close_timeout_s)
-        elif isinstance(event, InputCommit):
-            self._error(ErrorCode.UNSUPPORTED_INPUT, "input.commit is for speech-to-speech models")
+        elif isinstance(event, InputCommit | InputClear | Truncate):
+            self._error(
+                ErrorCode.UNSUPPORTED_INPUT,
+                "audio turns (commit, clear, truncate) are for turn-based speech-to-speech models",
+            )
 
     # --- session.start / update -------------------------------------------------------------
     def _on_update(self, event: SessionUpdate) -> None:
@@ -380,6 +427,9 @@ class Session:
             self._error(exc.code, exc.message)
             return
         self._responses.options = options  # responses already playing keep theirs
+        if self._turns is not None:
+            self._turns.options = options
+            self._turns.reconfigure(event.input_audio, event.turn_detection)
         self._emit_event(SessionUpdated(options, event.echo))
 
     def _on_start(self, event: SessionStart) -> None:
@@ -401,6 +451,9 @@ class Session:
         options = self._responses.options
         if self._duplex is not None:
             self._duplex.start(options, input_audio or AudioSpec())
+        if self._turns is not None:
+            detection = event.turn_detection or TurnDetection()
+            self._turns.start(options, input_audio or AudioSpec(), detection)
         out = options.output
         self._emit_event(
             SessionStarted(self.session_id, facts.name, input_audio, out, self._settings.limits())

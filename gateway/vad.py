@@ -73,6 +73,22 @@ class TurnDetector:
                 events.append(event)
         return events
 
+    def end_turn(self) -> SpeechStopped | None:
+        """End the speech in progress now (a manual commit, or a turn grown too long): its
+        audio so far becomes the turn. None when no speech is in progress."""
+        if not self._in_speech:
+            return None
+        self._in_speech, self._voiced_run = False, 0
+        last_voiced = self._frames - 1 - self._silent_run
+        self._finished_turn = np.concatenate([f for _, f in self._history])
+        self._history = []
+        return SpeechStopped(audio_ms=(last_voiced + 1) * FRAME_MS)
+
+    @property
+    def position_ms(self) -> int:
+        """The stream's clock: audio classified so far."""
+        return self._frames * FRAME_MS
+
     def take_turn(self) -> np.ndarray | None:
         """The audio of the last finished turn (once), or None."""
         turn, self._finished_turn = self._finished_turn, None

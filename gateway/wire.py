@@ -9,9 +9,10 @@ A `Session` (gateway.session) runs on native events only. A `Wire` translates, p
 so a compatibility endpoint is an adapter with its own small state (ids, which API dialect),
 never a second copy of the session's logic, limits, pacing or metrics.
 
-Two events exist only on this seam, for protocols that can change options mid-session (the
-native v1 protocol cannot, so its decoder never produces them): `SessionUpdate` in and
-`SessionUpdated` out.
+A few events exist only on this seam, for protocols that can do what the native v1 protocol
+cannot (its decoder never produces them, its encoder drops them): `SessionUpdate` in and
+`SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
+`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gateway.protocol import (
     AudioSpec,
     ClientEvent,
     ServerEvent,
+    TurnDetection,
     decode_text_frame,
     encode_event,
 )
@@ -41,6 +43,9 @@ class SessionUpdate:
     output_audio: AudioSpec | None = None
     sampling: Mapping[str, float | int | None] = field(default_factory=dict)
     echo: object = None
+    # Turn-based speech-to-speech sessions: the user's audio format and turn detection.
+    input_audio: AudioSpec | None = None
+    turn_detection: TurnDetection | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,39 @@ class SessionUpdated:
 
 
 @dataclass(frozen=True)
+class InputClear:
+    """Drop the user audio buffered for the turn in progress (OpenAI `input_audio_buffer.clear`)."""
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """The user heard only the first `audio_end_ms` of the last reply: keep only that much of
+    it in the conversation (OpenAI `conversation.item.truncate`)."""
+
+    audio_end_ms: int
+
+
+@dataclass(frozen=True)
+class InputCommitted:
+    """A user turn was taken from the input audio (VAD end of turn or a commit); it is
+    answered next. The native protocol has no event for it (never sent there)."""
+
+    TYPE: ClassVar[str] = "input.committed"
+    audio_ms: int  # the turn's length
+
+
+@dataclass(frozen=True)
+class InputCleared:
+    TYPE: ClassVar[str] = "input.cleared"
+
+
+@dataclass(frozen=True)
+class Truncated:
+    TYPE: ClassVar[str] = "reply.truncated"
+    audio_end_ms: int
+
+
+@dataclass(frozen=True)
 class Reply:
     """A text frame an adapter answers with directly, in order with the session's events
     (e.g. an acknowledgement the native protocol has no event for)."""
@@ -60,8 +98,10 @@ class Reply:
     text: str
 
 
-WireInput = ClientEvent | SessionUpdate | Reply
-WireEvent = ServerEvent | SessionUpdated
+WireInput = ClientEvent | SessionUpdate | Reply | InputClear | Truncate
+WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated
+# Events only adapters speak; the native encoder drops them.
+_WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated)
 
 
 class Wire:
@@ -86,7 +126,7 @@ class Wire:
         """The session has acted on the last decoded frame (its synchronous errors are out)."""
 
     def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
-        if isinstance(event, SessionUpdated):
+        if isinstance(event, _WIRE_ONLY):
             return ()
         return (OutText(encode_event(event)),)
 

@@ -9,6 +9,7 @@ explicit per-request streaming state).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,6 +58,9 @@ class ModelFacts:
     held_back_tokens: int = 0
     accepts_text: bool = True
     accepts_audio: bool = False
+    # Turn-based speech-to-speech: the model answers a conversation (SpeechRequest.turns)
+    # through preprocess_turns, and heard_reply turns a reply into the history's next turn.
+    accepts_turns: bool = False
     full_duplex: bool = False
     voices: tuple[str, ...] = ()
     default_voice: str | None = None
@@ -128,6 +132,20 @@ class SpeechModel(abc.ABC):
     @abc.abstractmethod
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         """Format and tokenise the prompt. Raises ModelInputError for input it cannot serve."""
+
+    def preprocess_turns(self, turns: Sequence[Any]) -> Prompt:
+        """Turn-based models (facts.accepts_turns): the conversation so far (the model's own
+        turn objects), ending with the user's turn → the prompt to answer it. The ids of an
+        earlier part of the conversation must be a prefix of these, so that the engine can
+        reuse its KV. Raises ModelInputError for turns it cannot serve."""
+        raise ModelInputError(
+            f"{self.facts.name} does not take conversation turns; send it text instead"
+        )
+
+    def heard_reply(self, output_ids: Sequence[Token], heard_s: float | None) -> Any:
+        """Turn-based models: a reply's generated ids (Finished.output_ids) → the assistant
+        turn to keep in the history; with `heard_s`, only what the user heard (barge-in)."""
+        raise ModelInputError(f"{self.facts.name} is not a turn-based model")
 
     # 2. forward ------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -74,6 +74,7 @@ class GlmVoiceModel(SpeechModel):
             chunk_tokens=T.TEXT_TOKENS_PER_BLOCK + T.AUDIO_TOKENS_PER_BLOCK,
             accepts_text=True,
             accepts_audio=True,
+            accepts_turns=True,
             max_context=args.max_positions,
             sampling_defaults={"temperature": 0.2, "top_p": 0.8},  # the reference demo's
         )
@@ -120,6 +121,20 @@ class GlmVoiceModel(SpeechModel):
             audio += self.ids.is_audio(ids[end])
             end += 1
         return AssistantTurn(tuple(ids[:end]))
+
+    def user_text_turn(self, text: str) -> UserTurn:
+        """Typed text as the user's turn (a session may mix it with spoken turns)."""
+        if not text.strip():
+            raise ModelInputError("the user turn is empty: give it text or speech")
+        return UserTurn(text=text)
+
+    def reply_text(self, output_ids: Sequence[int]) -> str:
+        """The transcript of a reply: its text tokens decoded together (a byte-level piece
+        may split a character, so they are not decoded one by one)."""
+        text_ids = [
+            int(t) for t in output_ids if not self.ids.is_audio(t) and t not in self.ids.stop_ids
+        ]
+        return self.tokenizer.decode(text_ids, skip_special_tokens=True) if text_ids else ""
 
     # 2. forward ------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:

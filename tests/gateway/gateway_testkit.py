@@ -166,6 +166,28 @@ def resample(pcm: np.ndarray, src: int, dst: int) -> np.ndarray:
     return np.concatenate(out)
 
 
+def flite_speech(text: str, folder, rate: int) -> np.ndarray:
+    """Speech synthesized offline by Debian's flite (voice slt), float32 mono at `rate`,
+    trimmed of flite's own leading/trailing silence."""
+    import subprocess
+
+    wav = folder / f"speech-{abs(hash(text))}.wav"
+    subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", str(wav)], check=True)
+    with av.open(str(wav)) as container:
+        stream = container.streams.audio[0]
+        src = stream.rate
+        pcm = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(stream)])
+    pcm = pcm.astype(np.float32) / (32768.0 if pcm.dtype == np.int16 else 1.0)
+    loud = np.flatnonzero(np.abs(pcm) > 0.02)
+    return resample(pcm[loud[0] : loud[-1] + 1], src, rate)
+
+
+def quiet_room(seconds: float, rate: int, seed: int = 0) -> np.ndarray:
+    """Near-silence: a quiet room's noise, not digital zero."""
+    noise = np.random.default_rng(seed).standard_normal(int(seconds * rate))
+    return (noise * 1e-3).astype(np.float32)
+
+
 def decode_opus(packets: list[bytes]) -> np.ndarray:
     """Raw Opus packets (one per frame) → float32 PCM at 48 kHz."""
     dec = av.CodecContext.create("libopus", "r")

@@ -5,36 +5,24 @@ handed over once."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
-from gateway_testkit import resample
+from gateway_testkit import flite_speech, quiet_room
 
 from gateway.protocol import SpeechStarted, SpeechStopped
 from gateway.vad import VAD_RATE, TurnDetector, VadSettings
 
-pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is not installed")
-
 
 def speech(text: str, tmp_path) -> np.ndarray:
-    """Speech at 16 kHz, float32 mono, trimmed of flite's own leading/trailing silence."""
-    import av
-
-    wav = tmp_path / "speech.wav"
-    subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", str(wav)], check=True)
-    with av.open(str(wav)) as container:
-        stream = container.streams.audio[0]
-        rate = stream.rate
-        pcm = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(stream)])
-    pcm = pcm.astype(np.float32) / (32768.0 if pcm.dtype == np.int16 else 1.0)
-    loud = np.flatnonzero(np.abs(pcm) > 0.02)
-    return resample(pcm[loud[0] : loud[-1] + 1], rate, VAD_RATE)
+    return flite_speech(text, tmp_path, VAD_RATE)
 
 
 def silence(seconds: float, seed: int = 0) -> np.ndarray:
-    noise = np.random.default_rng(seed).standard_normal(int(seconds * VAD_RATE))
-    return (noise * 1e-3).astype(np.float32)  # a quiet room, not digital zero
+    return quiet_room(seconds, VAD_RATE, seed)
+
+
+pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is not installed")
 
 
 def feed_in_chunks(detector: TurnDetector, audio: np.ndarray, sizes: list[int]) -> list:

@@ -201,3 +201,67 @@ def test_fused_llama_kernels_match_the_reference_block(gpu_tiny_dirs):
             outs.append(model.llm.forward(ids, positions, attn).float())
     reference, fused_out = outs
     assert ((fused_out - reference).norm() / reference.norm()).item() < 2e-2
+
+
+@pytest.fixture(scope="module")
+def gpu_glm_dir(tmp_path_factory):
+    """tiny-glm-voice with head_dim 64 (FlashInfer has no kernels for the preset's 16)."""
+    from models.glm_voice.configs import TINY_GLM_VOICE
+    from models.glm_voice.presets import write_glm_checkpoint
+
+    folder = tmp_path_factory.mktemp("gpu-glm") / "glm-4-voice-9b"
+    cfg = {**TINY_GLM_VOICE, "hidden_size": 256, "kv_channels": 64, "ffn_hidden_size": 384}
+    write_glm_checkpoint(folder, cfg, seed=7)
+    return folder
+
+
+def second_turns(model, device, attention, reuse: bool, cuda_graphs=True, async_scheduling=True):
+    """Two conversations' first turns, then their second turns (the second one barged in
+    on), batched together: with reuse, the second turns start from the kept KV."""
+    from engine.outputs import Finished
+    from models.glm_voice.prompt import UserTurn
+
+    config = EngineConfig(
+        num_kv_blocks=512, max_num_seqs=8, block_size=16, cuda_graphs=cuda_graphs,
+        async_scheduling=async_scheduling,
+    )
+    core = EngineCore(model, config, device, attention)
+    greedy = SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=24, min_tokens=24)
+    firsts = [(UserTurn(text=t),) for t in TEXTS[:2]]
+    conv = (lambda i: f"c{i}") if reuse else (lambda i: None)
+    reqs = [core.add_request(SpeechRequest("", sampling=greedy, turns=t, conversation_id=conv(i)))
+            for i, t in enumerate(firsts)]
+    while core.has_work():
+        core.step()
+    heard = [model.heard_reply(reqs[0].output_ids, None), model.heard_reply(reqs[1].output_ids[:9], 0.0)]
+    seconds = [(*f, h, UserTurn(text=TEXTS[4])) for f, h in zip(firsts, heard, strict=True)]
+    reqs = [core.add_request(SpeechRequest("", sampling=greedy, turns=t, conversation_id=conv(i)))
+            for i, t in enumerate(seconds)]
+    finished = {}
+    while core.has_work():
+        finished.update({e.request_id: e for e in core.step() if isinstance(e, Finished)})
+    return [r.output_ids for r in reqs], [finished[r.request_id].reused_tokens for r in reqs]
+
+
+@pytest.mark.parametrize(
+    ("attention", "dtype"),
+    [("sdpa", torch.float32), pytest.param("flashinfer", torch.bfloat16, marks=needs_flashinfer)],
+)
+def test_prefix_reuse_equals_a_fresh_prefill_on_gpu(gpu_glm_dir, attention, dtype):
+    """Reused KV is only num_computed at admission: FlashInfer's plans and the decode graphs
+    see ordinary chunked prefills and decodes."""
+    from models.glm_voice.loading import load_glm_voice
+
+    model = load_glm_voice(str(gpu_glm_dir), CUDA, dtype)
+    fresh, none_reused = second_turns(model, CUDA, attention, reuse=False)
+    reused, counts = second_turns(model, CUDA, attention, reuse=True)
+    from models.glm_voice.prompt import UserTurn
+
+    prompts = [len(model.preprocess_turns([UserTurn(text=t)]).token_ids) for t in TEXTS[:2]]
+    # The whole first reply but its last token (never run) / nothing of a reply none heard.
+    assert none_reused == [0, 0] and counts == [prompts[0] + 23, prompts[1]]
+    if dtype == torch.float32:
+        assert reused == fresh
+    else:  # bf16: reused KV came from decode kernels, the fresh one from a prefill kernel
+        agree = sum(a == b for x, y in zip(fresh, reused, strict=True) for a, b in zip(x, y, strict=True))
+        assert agree / sum(len(x) for x in fresh) > 0.9, (fresh, reused)

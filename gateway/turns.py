@@ -1,0 +1,300 @@
+"""A turn-based speech-to-speech conversation on one session (GLM-4-Voice).
+
+How it maps onto PROTOCOL v1 (docs/gateway.md, "Turn-based speech-to-speech sessions"):
+
+    binary frames ──TurnInput (VAD or manual)──▶ input.speech_started / input.speech_stopped
+                                                 and the finished turn's audio
+    turn audio ──model.user_audio_turn (speech tokenizer, off the event loop)──▶ user turn
+    history + user turn ──SpeechRequest(turns, conversation_id)──▶ one reply: response.started,
+                                                 audio, transcript.delta, response.done
+
+The history lives here, one entry per turn, user and assistant alternating. The engine keeps
+the conversation's KV between turns (`conversation_id` = the session id) and reuses the
+common prefix, so a turn costs only its new tokens. Barge-in — the user starting to speak
+while a reply plays, or `response.cancel` — cancels the reply within one engine step, and the
+reply enters the history cut to what the user heard (`model.heard_reply`): the client's
+`playback` report when it sent one, else the server's own send clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+import uuid
+from typing import Any
+
+from engine.client import AsyncEngine
+from gateway.config import GatewaySettings
+from gateway.metrics import GatewayMetrics
+from gateway.protocol import (
+    AudioSpec,
+    ErrorCode,
+    ErrorEvent,
+    InputCommit,
+    Playback,
+    ProtocolError,
+    ResponseCancel,
+    ResponseDone,
+    ResponseStatus,
+    SpeechStarted,
+    TextInput,
+    TranscriptDelta,
+    TurnDetection,
+)
+from gateway.response import Emitter, EngineUnavailable, SpeechOptions
+from gateway.turn_input import TurnInput, UserAudioTurn
+from gateway.turn_model import TurnModel, turn_model_of
+from gateway.turn_reply import ReplyOutcome, TurnReply
+from gateway.wire import InputClear, InputCleared, InputCommitted, Truncate, Truncated
+from models.base import ModelInputError
+
+
+class TurnConversation:
+    # The client events a turn-based session handles here (`handle`), besides audio frames.
+    HANDLES = (TextInput, ResponseCancel, Playback, InputCommit, InputClear, Truncate)
+
+    @classmethod
+    def for_engine(
+        cls, engine: AsyncEngine, session_id: str, settings, emit: Emitter, metrics, log
+    ) -> TurnConversation | None:
+        """The session's conversation when the engine serves a turn-based model, else None."""
+        model = turn_model_of(engine)
+        if model is None:
+            return None
+        return cls(engine, model, session_id, settings, emit, metrics, log)
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        model: TurnModel,
+        conversation_id: str,
+        settings: GatewaySettings,
+        emit: Emitter,
+        metrics: GatewayMetrics,
+        log,
+    ) -> None:
+        self._engine, self._model, self._conversation_id = engine, model, conversation_id
+        self._settings, self._emit, self._metrics, self._log = settings, emit, metrics, log
+        self.options = SpeechOptions()  # session.start / session.update set it
+        self._input: TurnInput | None = None
+        self._spec, self._detection = AudioSpec(), TurnDetection()
+        self.history: list[Any] = []  # the model's turn objects, user first, alternating
+        self._last_reply_ids: tuple | None = None  # the last reply's whole output, for truncate
+        self._queue: collections.deque[UserAudioTurn | str] = collections.deque()
+        self._ready = asyncio.Event()
+        self._text: list[str] = []  # text of a user turn still streaming in (final: false)
+        self._reply: TurnReply | None = None
+        self._answering = False
+        self._idle = asyncio.Event()  # set while no reply is being prepared or played
+        self._idle.set()
+        self._interrupted = False  # the user spoke again before the reply began
+        self.last_played = time.monotonic()
+        self.replies = 0
+        # Per reply: prompt tokens whose KV the engine kept from the turns before (not prefilled).
+        self.reused_tokens: list[int] = []
+
+    @property
+    def busy(self) -> bool:
+        return self._answering or bool(self._queue)
+
+    def handle(self, event) -> None:
+        """One of HANDLES. Raises ProtocolError (answered as a non-fatal `error`)."""
+        if isinstance(event, TextInput):
+            self.add_text(event)
+        elif isinstance(event, ResponseCancel):
+            self.cancel()
+        elif isinstance(event, Playback):
+            self.report_playback(event.played_ms)
+        elif isinstance(event, InputCommit):
+            self.commit()
+        elif isinstance(event, InputClear):
+            self.clear()
+        elif isinstance(event, Truncate):
+            self.truncate(event.audio_end_ms)
+
+    def start(self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection):
+        self.options = options
+        self._spec, self._detection = input_audio, detection
+        self._input = TurnInput(input_audio, detection)
+
+    def reconfigure(self, input_audio: AudioSpec | None, detection: TurnDetection | None) -> None:
+        """A new input format or turn detection (OpenAI `session.update`); audio of a turn in
+        progress is dropped with the old settings."""
+        if input_audio is None and detection is None:
+            return
+        self._spec = input_audio or self._spec
+        self._detection = detection or self._detection
+        self._input = TurnInput(self._spec, self._detection)
+
+    # --- input (the session's reader) ------------------------------------------------------
+    def push(self, data: bytes) -> None:
+        """One binary frame of user audio; raises UndecodableAudio for a bad frame."""
+        if self._input is None:
+            return
+        for event in self._input.push(data):
+            self._on_input(event)
+
+    def commit(self) -> None:
+        """`input.commit`: the user's turn ends now. Raises ProtocolError (no audio)."""
+        if self._input is None:
+            return
+        for event in self._input.commit():
+            self._on_input(event)
+
+    def clear(self) -> None:
+        if self._input is not None:
+            self._input.clear()
+        self._emit.event(InputCleared())
+
+    def add_text(self, event: TextInput) -> None:
+        """Typed text is a user turn too; `final: false` pieces gather until `final`."""
+        s = self._settings
+        if len(event.text) > s.max_text_chars:
+            raise ProtocolError(
+                ErrorCode.TOO_LARGE, f"one text event is limited to {s.max_text_chars} characters"
+            )
+        if sum(map(len, self._text)) + len(event.text) > s.max_response_text_chars:
+            raise ProtocolError(
+                ErrorCode.TOO_LARGE, f"a turn is limited to {s.max_response_text_chars} characters"
+            )
+        self._text.append(event.text)
+        if event.final:
+            text, self._text = "".join(self._text), []
+            if not text.strip():
+                raise ProtocolError(ErrorCode.BAD_FIELD, "`text` is empty")
+            self._enqueue(text)
+
+    def cancel(self) -> None:
+        """Barge-in (`response.cancel`, or the user speaking): the reply playing stops; one
+        about to begin does not."""
+        if self._answering:
+            self._interrupted = True
+        if self._reply is not None:
+            self._reply.cancel()
+
+    def report_playback(self, played_ms: float) -> None:
+        if self._reply is not None:
+            self._reply.report_playback(played_ms)
+
+    def truncate(self, audio_end_ms: int) -> None:
+        """Keep only the first `audio_end_ms` of the last reply. Raises ProtocolError."""
+        if self._answering or self._last_reply_ids is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "nothing to truncate: only the last finished reply can be truncated",
+            )
+        self.history[-1] = self._model.heard_reply(self._last_reply_ids, audio_end_ms / 1000)
+        self._emit.event(Truncated(audio_end_ms))
+
+    async def end(self, timeout_s: float) -> None:
+        """`session.end`: turns still waiting are dropped, the reply playing is cancelled, and
+        its `response.done` is out before this returns (or `timeout_s` passes)."""
+        self._queue.clear()
+        self.cancel()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+        except TimeoutError:
+            self._log.warning("the reply did not end within %.1f s", timeout_s)
+
+    def stop(self) -> None:
+        """The session is going away: free the engine's request and the conversation's KV.
+        (The session cancels the player task itself.)"""
+        if self._reply is not None:
+            self._reply.cancel()
+        self._engine.end_conversation(self._conversation_id)
+
+    def _on_input(self, event) -> None:
+        if isinstance(event, UserAudioTurn):
+            self._emit.event(InputCommitted(event.audio_ms))
+            self._enqueue(event)
+            return
+        self._emit.event(event)
+        if isinstance(event, SpeechStarted):
+            self.cancel()
+
+    def _enqueue(self, turn: UserAudioTurn | str) -> None:
+        if len(self._queue) >= self._settings.max_queued_responses:
+            raise ProtocolError(
+                ErrorCode.RATE_LIMITED,
+                f"at most {self._settings.max_queued_responses} turns may wait for an answer",
+            )
+        self._queue.append(turn)
+        self._ready.set()
+
+    # --- the player task -------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            while not self._queue:
+                self._ready.clear()
+                await self._ready.wait()
+            turn = self._queue.popleft()
+            self._answering, self._interrupted = True, False
+            self._idle.clear()
+            try:
+                await self._answer(turn)
+            finally:
+                self._answering, self._reply = False, None
+                self.last_played = time.monotonic()
+                self._idle.set()
+
+    async def _answer(self, turn: UserAudioTurn | str) -> None:
+        try:
+            if isinstance(turn, UserAudioTurn):
+                # The speech tokenizer is model work: off the event loop, like the engine.
+                user = await asyncio.to_thread(self._model.user_audio_turn, turn.pcm)
+            else:
+                user = self._model.user_text_turn(turn)
+        except ModelInputError as exc:
+            self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
+            return
+        self.history.append(user)
+        if self._interrupted or (self._input is not None and self._input.in_speech):
+            # The user went on talking before the reply began: no reply to this turn; the
+            # next one answers the whole of it.
+            self._keep_reply((), 0.0)
+            return
+        self.replies += 1
+        reply = TurnReply(
+            f"resp_{uuid.uuid4().hex[:16]}",
+            self._engine,
+            self._settings,
+            self.options,
+            self._emit,
+            self._metrics,
+        )
+        self._reply = reply
+        outcome = await reply.run(tuple(self.history), self._conversation_id)
+        kept = self._keep_reply(outcome.output_ids, outcome.heard_s)
+        self.reused_tokens.append(outcome.reused_tokens)
+        if not outcome.streamed_text:
+            text = self._model.transcript(self._model.reply_ids(kept))
+            if text:
+                self._emit.event(TranscriptDelta(reply.response_id, text))
+        self._done(reply.response_id, outcome)
+
+    def _keep_reply(self, output_ids: tuple, heard_s: float | None) -> Any:
+        kept = self._model.heard_reply(output_ids, heard_s)
+        self.history.append(kept)
+        self._last_reply_ids = tuple(output_ids)
+        return kept
+
+    def _done(self, response_id: str, outcome: ReplyOutcome) -> None:
+        self._metrics.responses.labels(outcome.status.value).inc()
+        self._emit.event(
+            ResponseDone(response_id, outcome.status, outcome.audio_ms, outcome.ttfa_ms)
+        )
+        heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
+        self._log.info(
+            "reply done id=%s status=%s audio_ms=%d ttfa_ms=%s tokens=%d heard=%s reused=%d",
+            response_id,
+            outcome.status.value,
+            outcome.audio_ms,
+            outcome.ttfa_ms,
+            len(outcome.output_ids),
+            heard,
+            outcome.reused_tokens,
+        )
+        if outcome.status is ResponseStatus.FAILED and not self._engine.ready:
+            raise EngineUnavailable("the engine loop stopped")

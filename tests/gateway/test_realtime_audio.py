@@ -1,0 +1,117 @@
+"""`/v1/realtime` with audio in: the official `openai` package's Realtime client talks to a
+turn-based speech-to-speech model (tiny-glm-voice) with speech synthesized by flite — server
+VAD turns, truncate, manual commit + response.create, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+
+import numpy as np
+import pytest
+from gateway_testkit import flite_speech, quiet_room, wait_engine_idle
+
+openai = pytest.importorskip("openai")
+pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is not installed")
+
+RATE = 24000  # pcm16, the Realtime default
+FAST = {"temperature": 0.0, "max_output_tokens": 120}
+
+
+def client(server) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=server.http + "/v1",
+        websocket_base_url=server.url.removesuffix("/stream"),
+        api_key="unused",
+    )
+
+
+async def until(conn, kind: str, timeout: float = 60) -> tuple[object, list]:
+    seen = []
+    async with asyncio.timeout(timeout):
+        while (event := await conn.recv()).type != kind:
+            seen.append(event)
+    return event, seen
+
+
+async def speak(conn, text: str, tmp_path, seed: int) -> None:
+    """The words between stretches of quiet room, appended in 100 ms chunks."""
+    pcm = np.concatenate(
+        [
+            quiet_room(0.5, RATE, seed),
+            flite_speech(text, tmp_path, RATE),
+            quiet_room(1.0, RATE, seed + 1),
+        ]
+    )
+    data = (np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes()
+    step = RATE // 10 * 2
+    for at in range(0, len(data), step):
+        await conn.input_audio_buffer.append(audio=base64.b64encode(data[at : at + step]).decode())
+
+
+async def test_audio_in_server_vad_truncate_manual_commit_and_cancel(
+    glm_server, glm_engine, conversations, tmp_path
+):
+    model = glm_engine.core.model
+    async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+        created, _ = await until(conn, "session.created")
+        assert created.session.audio.input.turn_detection.type == "server_vad"
+        vad = {"type": "server_vad", "silence_duration_ms": 400}
+        session = {"type": "realtime", "audio": {"input": {"turn_detection": vad}}, **FAST}
+        await conn.send({"type": "session.update", "session": session})
+        await until(conn, "session.updated")
+
+        # Server VAD: speech → speech_started / stopped / committed → a spoken answer.
+        await speak(conn, "What is the weather like today?", tmp_path, 1)
+        done, seen = await until(conn, "response.done")
+        kinds = [e.type for e in seen]
+        order = [
+            "input_audio_buffer.speech_started",
+            "input_audio_buffer.speech_stopped",
+            "input_audio_buffer.committed",
+            "response.created",
+        ]
+        assert [k for k in kinds if k in order] == order
+        user_item = seen[kinds.index("input_audio_buffer.committed")].item_id
+        assert seen[0].item_id == user_item
+        created_items = [e.item for e in seen if e.type == "conversation.item.created"]
+        assert created_items[0].id == user_item and created_items[0].role == "user"
+        audio = b"".join(
+            base64.b64decode(e.delta) for e in seen if e.type == "response.output_audio.delta"
+        )
+        assert len(audio) > 0 and len(audio) % 2 == 0
+        assert "response.output_audio_transcript.delta" in kinds
+        assert done.response.status in ("completed", "incomplete")
+        reply_item = done.response.output[0].id
+
+        # The user heard 400 ms of it: the history keeps 5 speech tokens of the reply.
+        await conn.conversation.item.truncate(item_id=reply_item, content_index=0, audio_end_ms=400)
+        truncated, _ = await until(conn, "conversation.item.truncated")
+        assert truncated.item_id == reply_item and truncated.audio_end_ms == 400
+        (conversation,) = conversations
+        kept = conversation.history[-1]
+        assert sum(model.ids.is_audio(t) for t in kept.token_ids) == 5
+
+        # Turn detection off: the client commits, then asks for the response; then cancels it.
+        await conn.send(
+            {
+                "type": "session.update",
+                "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+            }
+        )
+        await until(conn, "session.updated")
+        await speak(conn, "And tomorrow?", tmp_path, 3)
+        await conn.input_audio_buffer.commit()
+        committed, seen = await until(conn, "input_audio_buffer.committed")
+        assert not any(e.type.startswith("input_audio_buffer.speech") for e in seen)
+        await conn.response.create()
+        await until(conn, "response.created")
+        await conn.response.cancel()
+        done, _ = await until(conn, "response.done")
+        assert done.response.status == "cancelled"
+        # An empty commit is the client's error; the session carries on.
+        await conn.input_audio_buffer.commit()
+        error, _ = await until(conn, "error")
+        assert error.error.type == "invalid_request_error"
+    await wait_engine_idle(glm_engine)

@@ -1,0 +1,185 @@
+"""Turn-based speech-to-speech sessions (tiny-glm-voice) through a real uvicorn server, with
+speech synthesized offline by flite: speech then silence → speech events and a spoken reply
+with transcript; speech during a reply → barge-in (cancelled, the reply kept in the history
+only as far as the user heard it); later turns reuse the conversation's KV; manual turns with
+`input.commit`; bad input answered with errors, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import numpy as np
+import pytest
+import websockets
+from gateway_testkit import (
+    expect_close,
+    flite_speech,
+    quiet_room,
+    recv_json,
+    send,
+    start_session,
+    wait_engine_idle,
+)
+
+pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is not installed")
+
+RATE = 16000
+FRAME = RATE // 50  # 20 ms
+PCM16_IN = {"format": "pcm16", "sample_rate": RATE}
+PCM16_OUT = {"format": "pcm16", "sample_rate": RATE, "frame_ms": 20}
+# Greedy; a short reply (about 2 s of speech from random weights) keeps the test quick.
+SAMPLING = {"temperature": 0.0, "max_tokens": 120}
+SPEECH_TOKEN_S = 0.08  # GLM-4-Voice: 12.5 speech tokens per second
+
+
+def frames_of(pcm: np.ndarray) -> list[bytes]:
+    data = (np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes()
+    return [data[i : i + 2 * FRAME] for i in range(0, len(data), 2 * FRAME)]
+
+
+def utterance(text: str, tmp_path, seed: int) -> list[bytes]:
+    """Half a second of room, the words, then a second of room (the end of the turn)."""
+    words = flite_speech(text, tmp_path, RATE)
+    return frames_of(
+        np.concatenate([quiet_room(0.5, RATE, seed), words, quiet_room(1.0, RATE, seed + 1)])
+    )
+
+
+async def send_frames(ws, frames: list[bytes]) -> None:
+    for frame in frames:  # faster than real time: turn detection runs on the audio's clock
+        await ws.send(frame)
+
+
+async def read_until(ws, kind: str, timeout: float = 60) -> tuple[list[dict], int]:
+    """Events up to and including the first of type `kind`, and the audio bytes in between."""
+    events, audio = [], 0
+    async with asyncio.timeout(timeout):
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                audio += len(message)
+                continue
+            events.append(json.loads(message))
+            if events[-1]["type"] == kind:
+                return events, audio
+
+
+def audio_tokens(model, turn) -> int:
+    return sum(model.ids.is_audio(t) for t in turn.token_ids)
+
+
+def test_spoken_turns_barge_in_and_reuse_of_the_conversation_kv(
+    glm_server, glm_engine, conversations, tmp_path
+):
+    model = glm_engine.core.model
+    reused_before = glm_engine.stats().prefix_reused_tokens
+
+    async def main():
+        async with websockets.connect(glm_server.url, max_size=None) as ws:
+            started = await start_session(
+                ws,
+                input_audio=PCM16_IN,
+                output_audio=PCM16_OUT,
+                turn_detection={"type": "vad", "silence_ms": 400},
+                sampling=SAMPLING,
+            )
+            assert started["input_audio"]["format"] == "pcm16"
+            # Turn 1: speech, silence → speech events, then a whole spoken reply.
+            await send_frames(ws, utterance("What is the weather like today?", tmp_path, 1))
+            events, audio = await read_until(ws, "response.done")
+            types = [e["type"] for e in events]
+            assert types[:3] == ["input.speech_started", "input.speech_stopped", "response.started"]
+            assert "transcript.delta" in types
+            assert 1000 <= events[1]["audio_ms"] - events[0]["audio_ms"] <= 3000
+            first = events[-1]
+            assert first["status"] in ("completed", "length")
+            assert first["audio_ms"] > 0 and audio == first["audio_ms"] * 2 * RATE // 1000
+
+            # Turn 2: a reply the user interrupts once 400 ms of it have played.
+            await send_frames(ws, utterance("Tell me a long story please.", tmp_path, 3))
+            events, _ = await read_until(ws, "response.started")
+            heard = 0
+            while heard < 400 * 2 * RATE // 1000:
+                message = await asyncio.wait_for(ws.recv(), 30)
+                heard += len(message) if isinstance(message, bytes) else 0
+            await send(ws, type="playback", played_ms=400)
+            await send_frames(ws, utterance("Stop. What about tomorrow?", tmp_path, 5))
+            events, _ = await read_until(ws, "response.done")
+            types = [e["type"] for e in events]
+            assert "input.speech_started" in types
+            assert types.index("input.speech_started") < types.index("response.done")
+            assert events[-1]["status"] == "cancelled"
+            # Turn 3 answers the interruption.
+            events, _ = await read_until(ws, "response.done")
+            assert events[-1]["status"] in ("completed", "length")
+            await send(ws, type="session.end")
+            code, _ = await expect_close(ws)
+            assert code == 1000
+
+    asyncio.run(main())
+    (conversation,) = conversations
+    history = conversation.history
+    assert len(history) == 6  # user, reply, user, reply (cut), user, reply
+    assert audio_tokens(model, history[1]) > int(0.4 / SPEECH_TOKEN_S)  # a whole reply, kept
+    # The interrupted reply is kept up to what was heard: 400 ms = 5 speech tokens.
+    cut = history[3]
+    assert audio_tokens(model, cut) == int(0.4 / SPEECH_TOKEN_S)
+    assert model.ids.is_audio(cut.token_ids[-1])
+    # Turn 2 reused the KV of turn 1 (its prompt and reply, whole pages of it) instead of
+    # prefilling it again; turn 3 the KV up to the cut reply.
+    block = glm_engine.core.config.block_size
+    first_turn = len(model.preprocess_turns(history[:1]).token_ids) + len(history[1].token_ids)
+    reused = conversation.reused_tokens
+    assert reused[0] == 0 and first_turn - block < reused[1] <= first_turn
+    assert reused[2] > reused[1]
+    assert glm_engine.stats().prefix_reused_tokens - reused_before == sum(reused)
+    asyncio.run(wait_engine_idle(glm_engine))  # the session's end freed its kept KV
+
+
+def test_manual_turns_with_input_commit_and_bad_input(glm_server, glm_engine, tmp_path):
+    async def main():
+        async with websockets.connect(glm_server.url, max_size=None) as ws:
+            await start_session(
+                ws,
+                input_audio=PCM16_IN,
+                output_audio=PCM16_OUT,
+                turn_detection={"type": "none"},
+                sampling=SAMPLING,
+            )
+            await send(ws, type="input.commit")  # nothing said yet
+            error = await recv_json(ws)
+            assert error["type"] == "error" and error["code"] == "bad_field"
+            assert "input.commit" in error["message"] and not error["fatal"]
+            await ws.send(b"\x01\x02\x03")  # not whole 16-bit samples
+            error = await recv_json(ws)
+            assert error["code"] == "unsupported_audio" and not error["fatal"]
+            # No turn detection: no speech events, the turn ends at the commit.
+            await send_frames(ws, utterance("Hello there.", tmp_path, 7))
+            await send(ws, type="input.commit")
+            events, audio = await read_until(ws, "response.done")
+            assert [e["type"] for e in events][0] == "response.started"
+            assert not any(e["type"].startswith("input.") for e in events)
+            assert events[-1]["status"] in ("completed", "length") and audio > 0
+            # response.cancel stops a reply like speech does.
+            await send_frames(ws, utterance("And again.", tmp_path, 9))
+            await send(ws, type="input.commit")
+            await read_until(ws, "response.started")
+            await send(ws, type="response.cancel")
+            events, _ = await read_until(ws, "response.done")
+            assert events[-1]["status"] == "cancelled"
+            # Typed text is a user turn of the same conversation.
+            await send(ws, type="text", text="How are you?")
+            events, _ = await read_until(ws, "response.done")
+            assert "transcript.delta" in [e["type"] for e in events]
+            # session.end during a reply: its response.done, then session.ended.
+            await send(ws, type="text", text="Tell me more.")
+            await read_until(ws, "response.started")
+            await send(ws, type="session.end")
+            events, _ = await read_until(ws, "session.ended")
+            assert [e["type"] for e in events][-2:] == ["response.done", "session.ended"]
+            assert events[-2]["status"] == "cancelled"
+        await wait_engine_idle(glm_engine)  # the close freed the conversation's KV
+
+    asyncio.run(main())
