@@ -165,9 +165,7 @@ class GlmVoiceDecoder:
         dev, m = self.device, self.n_mels
         tokens = torch.tensor([w.state.tokens[w.start : w.end] for w in rows], device=dev)
         cond = torch.zeros(len(rows), m, frames, device=dev)
-        noise = torch.stack(
-            [frame_noise(w.state.seed, w.f_start, frames, m) for w in rows]
-        ).to(dev)
+        noise = torch.stack([frame_noise(w.state.seed, w.f_start, frames, m) for w in rows]).to(dev)
         for i, w in enumerate(rows):
             s = w.state
             if w.f_known > w.f_start:  # the window's final frames are its prompt

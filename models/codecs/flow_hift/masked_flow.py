@@ -93,7 +93,9 @@ class MaskedDiffWithXvec(nn.Module):
             cfg.conv_kernel,
         )
         self.encoder_proj = nn.Linear(cfg.encoder_dim, cfg.output_size)
-        self.length_regulator = InterpolateRegulator(cfg.regulator_channels, len(cfg.sampling_ratios))
+        self.length_regulator = InterpolateRegulator(
+            cfg.regulator_channels, len(cfg.sampling_ratios)
+        )
         self.decoder = FlowDecoder(
             ConditionalDecoder(
                 cfg.estimator_in_channels,
