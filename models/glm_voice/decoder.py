@@ -105,6 +105,9 @@ class GlmVoiceDecoder:
         left: int = 8,
         right: int = 8,
     ) -> None:
+        if context_tokens is not None and context_tokens < OVERLAP_TOKENS:
+            # A window must reach back over the held-back frames it regenerates.
+            raise ValueError(f"context_tokens must be at least {OVERLAP_TOKENS} (or None)")
         self.flow, self.hift = flow, hift
         self.vocoder = HiftStreamer(hift, left, right)
         self.context_tokens = context_tokens
@@ -185,7 +188,7 @@ class GlmVoiceDecoder:
             out[:, :n] = out[:, :n] * fade_in + s.held * fade_out
         s.tokens_decoded, s.calls = w.end, s.calls + 1
         hold = 0 if w.final else min(self.overlap, out.shape[1])
-        s.held = out[:, out.shape[1] - hold :] if hold else None
+        s.held = out[:, out.shape[1] - hold :].clone() if hold else None
         self._finalise(s, out[:, : out.shape[1] - hold])
         # History older than this window's start is never a prompt again (starts only grow).
         if s.history is not None and w.f_start > s.history_start:
