@@ -10,16 +10,23 @@ import torch
 
 from models.checkpoint_errors import CheckpointError
 
+DEFAULT_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.model", "*.txt")
 
-def resolve_source(source: str, required: tuple[str, ...] = ("config.json",)) -> Path:
-    """A local folder as is; otherwise a Hub repo id, downloaded (or found in the local HF cache)."""
+
+def resolve_source(
+    source: str,
+    required: tuple[str, ...] = ("config.json",),
+    patterns: tuple[str, ...] = DEFAULT_PATTERNS,
+) -> Path:
+    """A local folder as is; otherwise a Hub repo id, downloaded (or found in the local HF
+    cache); `patterns`: the repo files to fetch."""
     path = Path(source).expanduser()
     if path.is_dir():
         folder = path
     elif path.exists():
         raise CheckpointError(f"{source} is a file; point at the checkpoint's folder instead")
     elif source.count("/") == 1 and not source.startswith((".", "/", "~")):
-        folder = _download(source)
+        folder = _download(source, patterns)
     else:
         raise CheckpointError(
             f"no checkpoint folder at {source!r} (and it is not a Hugging Face repo id like owner/name)"
@@ -30,11 +37,11 @@ def resolve_source(source: str, required: tuple[str, ...] = ("config.json",)) ->
     return folder
 
 
-def _download(repo_id: str) -> Path:
+def _download(repo_id: str, patterns: tuple[str, ...] = DEFAULT_PATTERNS) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model", "*.txt"]))
+        return Path(snapshot_download(repo_id, allow_patterns=list(patterns)))
     except Exception as exc:  # offline, gated or missing repo: say which and how to fix it
         raise CheckpointError(
             f"could not fetch {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}: {exc}). "

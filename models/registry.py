@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,12 +43,12 @@ PRESETS = {
     ),
     "tiny-glm-voice": Preset(
         "tiny-glm-voice",
-        "GLM-4-Voice scaled down (GLM-4 backbone + speech tokenizer; transcript only, no "
-        "speech decoder yet), seeded random weights",
+        "GLM-4-Voice scaled down (GLM-4 backbone, speech tokenizer, flow + HiFT decoder), "
+        "seeded random weights",
     ),
     "glm-4-voice-9b": Preset(
         "glm-4-voice-9b",
-        "THUDM/glm-4-voice-9b + glm-4-voice-tokenizer (transcript only, no speech decoder yet)",
+        "THUDM/glm-4-voice-9b + glm-4-voice-tokenizer + glm-4-voice-decoder (22.05 kHz)",
     ),
     "voxgate-tiny": Preset(
         "voxgate-tiny", "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)"
@@ -205,8 +206,14 @@ def _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir) -> 
     if model == "glm-4-voice-9b":
         if random_weights:  # the real backbone shapes, nothing downloaded
             return random_glm_voice_9b(device, dtype)
+        env = os.environ.get  # local folders in place of the Hub repo ids
         return load_glm_voice(
-            configs.REPO_ID, device, dtype, name=model, speech_tokenizer=configs.TOKENIZER_REPO_ID
+            env("VOXGATE_GLM_VOICE_9B", configs.REPO_ID),
+            device,
+            dtype,
+            name=model,
+            speech_tokenizer=env("VOXGATE_GLM_VOICE_TOKENIZER", configs.TOKENIZER_REPO_ID),
+            decoder=env("VOXGATE_GLM_VOICE_DECODER", configs.DECODER_REPO_ID),
         )
     if random_weights:
         raise CheckpointError("tiny-glm-voice has random weights already; drop --random-weights")
@@ -217,6 +224,7 @@ def _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir) -> 
         dtype,
         name="tiny-glm-voice",
         speech_tokenizer=str(root / "glm-4-voice-tokenizer"),
+        decoder=str(root / "glm-4-voice-decoder"),
     )
 
 

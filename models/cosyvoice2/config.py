@@ -145,6 +145,9 @@ class HiftConfig:
     lrelu_slope: float
     audio_limit: float
     f0_cond_channels: int
+    # 2: CosyVoice 2's SineGen2 (phase per frame, interpolated linearly to samples);
+    # 1: CosyVoice 1's SineGen (f0 repeated to samples, phase summed per sample).
+    sine_gen: int = 2
 
     @property
     def samples_per_frame(self) -> int:
@@ -164,11 +167,11 @@ class CosyVoice2Config:
     hift: HiftConfig
 
 
-def _field(section: dict, key: str, where: str) -> Any:
+def _field(section: dict, key: str, where: str, file: str = CONFIG_FILE) -> Any:
     try:
         return section[key]
     except (KeyError, TypeError):
-        raise CheckpointError(f"{CONFIG_FILE} lacks {where}.{key}") from None
+        raise CheckpointError(f"{file} lacks {where}.{key}") from None
 
 
 def parse_config(raw: dict) -> CosyVoice2Config:
@@ -179,8 +182,6 @@ def parse_config(raw: dict) -> CosyVoice2Config:
     est = _field(cfm, "estimator", "flow.decoder")
     cfm_params = _field(cfm, "cfm_params", "flow.decoder")
     cfm_params = cfm_params.get("content", cfm_params)  # omegaconf.DictConfig's payload
-    f0 = _field(hift, "f0_predictor", "hift")
-    istft = _field(hift, "istft_params", "hift")
     g = lambda section, key, where: _field(section, key, where)  # noqa: E731
     return CosyVoice2Config(
         sample_rate=int(raw.get("sample_rate", 24000)),
@@ -222,32 +223,39 @@ def parse_config(raw: dict) -> CosyVoice2Config:
             inference_cfg_rate=float(cfm_params.get("inference_cfg_rate", 0.7)),
             t_scheduler=str(cfm_params.get("t_scheduler", "cosine")),
         ),
-        hift=HiftConfig(
-            in_channels=int(g(hift, "in_channels", "hift")),
-            base_channels=int(g(hift, "base_channels", "hift")),
-            nb_harmonics=int(g(hift, "nb_harmonics", "hift")),
-            sampling_rate=int(g(hift, "sampling_rate", "hift")),
-            nsf_alpha=float(hift.get("nsf_alpha", 0.1)),
-            nsf_sigma=float(hift.get("nsf_sigma", 0.003)),
-            nsf_voiced_threshold=float(hift.get("nsf_voiced_threshold", 10)),
-            upsample_rates=tuple(g(hift, "upsample_rates", "hift")),
-            upsample_kernel_sizes=tuple(g(hift, "upsample_kernel_sizes", "hift")),
-            n_fft=int(g(istft, "n_fft", "hift.istft_params")),
-            hop_len=int(g(istft, "hop_len", "hift.istft_params")),
-            resblock_kernel_sizes=tuple(g(hift, "resblock_kernel_sizes", "hift")),
-            resblock_dilation_sizes=tuple(
-                tuple(d) for d in g(hift, "resblock_dilation_sizes", "hift")
-            ),
-            source_resblock_kernel_sizes=tuple(g(hift, "source_resblock_kernel_sizes", "hift")),
-            source_resblock_dilation_sizes=tuple(
-                tuple(d) for d in g(hift, "source_resblock_dilation_sizes", "hift")
-            ),
-            lrelu_slope=float(hift.get("lrelu_slope", 0.1)),
-            audio_limit=float(hift.get("audio_limit", 0.99)),
-            f0_cond_channels=int(f0.get("cond_channels", 512)),
-        ),
+        hift=parse_hift(hift),
     )
 
 
 def load_config(folder: Path) -> CosyVoice2Config:
     return parse_config(read_yaml(folder / CONFIG_FILE))
+
+
+def parse_hift(hift: dict, file: str = CONFIG_FILE, sine_gen: int = 2) -> HiftConfig:
+    """The `hift:` section (HiFTGenerator's arguments) of a CosyVoice-family YAML `file`."""
+    g = lambda section, key, where: _field(section, key, where, file)  # noqa: E731
+    f0 = g(hift, "f0_predictor", "hift")
+    istft = g(hift, "istft_params", "hift")
+    return HiftConfig(
+        in_channels=int(g(hift, "in_channels", "hift")),
+        base_channels=int(g(hift, "base_channels", "hift")),
+        nb_harmonics=int(g(hift, "nb_harmonics", "hift")),
+        sampling_rate=int(g(hift, "sampling_rate", "hift")),
+        nsf_alpha=float(hift.get("nsf_alpha", 0.1)),
+        nsf_sigma=float(hift.get("nsf_sigma", 0.003)),
+        nsf_voiced_threshold=float(hift.get("nsf_voiced_threshold", 10)),
+        upsample_rates=tuple(g(hift, "upsample_rates", "hift")),
+        upsample_kernel_sizes=tuple(g(hift, "upsample_kernel_sizes", "hift")),
+        n_fft=int(g(istft, "n_fft", "hift.istft_params")),
+        hop_len=int(g(istft, "hop_len", "hift.istft_params")),
+        resblock_kernel_sizes=tuple(g(hift, "resblock_kernel_sizes", "hift")),
+        resblock_dilation_sizes=tuple(tuple(d) for d in g(hift, "resblock_dilation_sizes", "hift")),
+        source_resblock_kernel_sizes=tuple(g(hift, "source_resblock_kernel_sizes", "hift")),
+        source_resblock_dilation_sizes=tuple(
+            tuple(d) for d in g(hift, "source_resblock_dilation_sizes", "hift")
+        ),
+        lrelu_slope=float(hift.get("lrelu_slope", 0.1)),
+        audio_limit=float(hift.get("audio_limit", 0.99)),
+        f0_cond_channels=int(f0.get("cond_channels", 512)),
+        sine_gen=sine_gen,
+    )

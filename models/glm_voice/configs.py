@@ -97,3 +97,22 @@ TINY_GLM_VOICE_TOKENIZER = {
     "quantize_causal_block_size": 16,
     # quantize_vocab_size: set to the tiny backbone's speech vocabulary by the preset writer
 }
+
+# THUDM/glm-4-voice-decoder's config.yaml sizes (decoder_config.REAL_SIZES) scaled down: narrow
+# flow and HiFT, 2 encoder layers with the real 10-token attention blocks, both U-Net levels,
+# real 80 mels, 22.05 kHz and 256-sample hop. vocab_size: the tiny speech vocabulary (preset).
+TINY_GLM_VOICE_DECODER = {
+    "input_size": 32,
+    "encoder_dim": 32,
+    "encoder_heads": 2,
+    "encoder_linear_units": 64,
+    "encoder_blocks": 2,
+    "block_size": 10,
+    "channels": [32, 32],
+    "attention_head_dim": 16,
+    "n_blocks": 1,
+    "num_mid_blocks": 1,
+    "num_heads": 2,
+    "hift_base_channels": 32,
+    "f0_cond_channels": 32,
+}

@@ -46,12 +46,13 @@ def load_glm_voice(
     source: str,
     device: torch.device,
     dtype: torch.dtype,
-    decoder: SpeechTokenDecoder | None = None,
+    decoder: SpeechTokenDecoder | str | None = None,
     name: str | None = None,
     speech_tokenizer: str | None = None,
 ) -> GlmVoiceModel:
     """`source`: a THUDM/glm-4-voice-9b folder or repo id; `speech_tokenizer`: a
-    THUDM/glm-4-voice-tokenizer folder or repo id (None: text turns only)."""
+    THUDM/glm-4-voice-tokenizer folder or repo id (None: text turns only); `decoder`: a
+    THUDM/glm-4-voice-decoder folder or repo id, or a built decoder (None: transcript only)."""
     folder = resolve_source(source, required=("config.json",))
     llm = load_glm_backbone(folder, device, dtype)
     speech = None
@@ -60,6 +61,10 @@ def load_glm_voice(
 
         tok_folder = resolve_source(speech_tokenizer, required=("config.json",))
         speech = load_speech_tokenizer(tok_folder, device, torch.float32)
+    if isinstance(decoder, str):
+        from models.glm_voice.decoder_loading import load_glm_decoder
+
+        decoder = load_glm_decoder(decoder, device, dtype)
     return GlmVoiceModel(
         llm, load_glm_tokenizer(folder), decoder, name or folder.name, speech_tokenizer=speech
     )

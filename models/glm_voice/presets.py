@@ -15,7 +15,7 @@ from models.glm_voice.backbone import build_glm_backbone, our_name
 from models.glm_voice.tiny_tokenizer import write_tiny_tokenizer
 from models.preset_cache import materialise
 
-TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
 TINY_NUM_AUDIO = 64  # speech tokens in the tiny vocabulary (the real one has 16384)
 
 
@@ -94,8 +94,10 @@ def write_speech_tokenizer_checkpoint(folder: Path, cfg: dict, seed: int) -> Non
 
 
 def ensure_tiny_glm_voice(root: Path | None = None) -> Path:
-    """The tiny preset's folder, created on first use: `glm-4-voice-9b/` (backbone) and
-    `glm-4-voice-tokenizer/` (speech tokenizer), in the published layouts."""
+    """The tiny preset's folder, created on first use: `glm-4-voice-9b/` (backbone),
+    `glm-4-voice-tokenizer/` (speech tokenizer) and `glm-4-voice-decoder/` (flow + HiFT),
+    in the published layouts."""
+    from models.glm_voice.decoder_loading import write_decoder_checkpoint
 
     def write(folder: Path) -> None:
         write_glm_checkpoint(folder / "glm-4-voice-9b", configs.TINY_GLM_VOICE, seed=2024)
@@ -103,6 +105,8 @@ def ensure_tiny_glm_voice(root: Path | None = None) -> Path:
         write_speech_tokenizer_checkpoint(
             folder / "glm-4-voice-tokenizer", tokenizer_cfg, seed=2025
         )
+        decoder_sizes = {**configs.TINY_GLM_VOICE_DECODER, "vocab_size": TINY_NUM_AUDIO}
+        write_decoder_checkpoint(folder / "glm-4-voice-decoder", decoder_sizes, seed=2026)
 
     return materialise(f"tiny-glm-voice-{TINY_VERSION}", write, root)
 

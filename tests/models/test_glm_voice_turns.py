@@ -4,6 +4,8 @@ barged-in reply → the part the user heard."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -48,13 +50,20 @@ def test_reply_routing_and_truncation_to_what_was_heard(model):
     assert model.preprocess_turns(history).token_ids[: len(first)] == first
 
 
-def test_detokenize_keeps_text_and_makes_no_audio_without_a_decoder(model):
-    state = model.new_stream_state()
+def test_detokenize_keeps_text_and_sends_speech_to_the_decoder(model):
     ids = model.ids
-    pcm = model.detokenize([state], [[5, ids.audio_base + 3, 6, ids.user]], [True])
-    assert state.text_ids == [5, 6] and state.audio_tokens == 1 and len(pcm[0]) == 0
+    reply = [[5, ids.audio_base + 3, 6], [ids.audio_base + 9, ids.user]]
+    state = model.new_stream_state()
+    pcm = [model.detokenize([state], [toks], [i == 1])[0] for i, toks in enumerate(reply)]
+    assert state.text_ids == [5, 6] and state.audio_tokens == 2 and state.decoder.tokens == [3, 9]
+    assert len(pcm[0]) == 0  # fewer than the first block's 10 tokens: nothing yet
+    assert len(pcm[1]) == model.decoder.flow.mel_frames(2) * 256  # final: all of it
     assert model.facts.accepts_audio and model.facts.sample_rate == 22050
     assert torch.equal(torch.tensor(model.facts.stop_token_ids), torch.tensor(ids.stop_ids))
+    transcript_only = copy.copy(model)
+    transcript_only.decoder = None
+    state = transcript_only.new_stream_state()
+    assert len(transcript_only.detokenize([state], reply[:1], [True])[0]) == 0
 
 
 def test_real_configuration_shapes_and_preset_errors():

@@ -121,21 +121,29 @@ class CausalFlow(nn.Module):
         return z, mu, mask, spks, cond
 
     def solve_euler(self, x, mu, mask, spks, cond, streaming: bool = True) -> torch.Tensor:
-        """Euler steps over t_span; each step runs the conditional and the unconditional
-        (mu, speaker and cond zeroed) estimate as one batch and mixes them by CFG. Fixed
-        shapes and no host syncs, so it can be captured in a CUDA graph; rows and frames past
-        the valid ones (mask 0) do not change the valid ones."""
-        rate = self.cfg.inference_cfg_rate
+        """cfg_euler with this flow's estimator, schedule and CFG rate."""
         estimator = self.decoder.estimator
-        b = x.shape[0]
-        mask2 = torch.cat([mask, mask])
-        mu2 = torch.cat([mu, torch.zeros_like(mu)])
-        spks2 = torch.cat([spks, torch.zeros_like(spks)])
-        cond2 = torch.cat([cond, torch.zeros_like(cond)])
-        t_span = self.t_span.to(x.dtype)
-        for step in range(1, len(t_span)):
-            t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
-            v = estimator(torch.cat([x, x]), mask2, mu2, t.expand(2 * b), spks2, cond2, streaming)
-            v_cond, v_uncond = v[:b], v[b:]
-            x = x + dt * ((1.0 + rate) * v_cond - rate * v_uncond)
-        return x.float()
+        return cfg_euler(
+            lambda *args: estimator(*args, streaming),
+            x, mu, mask, spks, cond,
+            self.t_span.to(x.dtype),
+            self.cfg.inference_cfg_rate,
+        )  # fmt: skip
+
+
+def cfg_euler(estimate, x, mu, mask, spks, cond, t_span, rate: float) -> torch.Tensor:
+    """Euler steps over t_span; each step runs the conditional and the unconditional (mu,
+    speaker and cond zeroed) estimate as one batch and mixes them by classifier-free guidance.
+    `estimate(x, mask, mu, t, spks, cond)` → velocity. x, mu, cond [B, M, F]; mask [B, 1, F];
+    spks [B, M]. Fixed shapes and no host syncs, so it can be captured in a CUDA graph."""
+    b = x.shape[0]
+    mask2 = torch.cat([mask, mask])
+    mu2 = torch.cat([mu, torch.zeros_like(mu)])
+    spks2 = torch.cat([spks, torch.zeros_like(spks)])
+    cond2 = torch.cat([cond, torch.zeros_like(cond)])
+    for step in range(1, len(t_span)):
+        t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
+        v = estimate(torch.cat([x, x]), mask2, mu2, t.expand(2 * b), spks2, cond2)
+        v_cond, v_uncond = v[:b], v[b:]
+        x = x + dt * ((1.0 + rate) * v_cond - rate * v_uncond)
+    return x.float()

@@ -89,7 +89,9 @@ class F0Predictor(nn.Module):
 
 
 class SourceModule(nn.Module):
-    """SourceModuleHnNSF with SineGen2: harmonics of f0 plus noise, merged by a linear + tanh."""
+    """SourceModuleHnNSF: harmonics of f0 plus noise, merged by a linear + tanh. SineGen2
+    (CosyVoice 2) or SineGen (CosyVoice 1, `cfg.sine_gen == 1`; its random per-harmonic start
+    phases are zero here, as its noise is position-hashed: streaming needs both fixed)."""
 
     def __init__(self, cfg) -> None:
         super().__init__()
@@ -107,13 +109,17 @@ class SourceModule(nn.Module):
         rad = (
             f0.double()[..., None] * harmonics / cfg.sampling_rate
         ) % 1  # [B, T, H] cycles/sample
-        # SineGen2: the phase advances by up*rad per frame; its frame values are interpolated
-        # linearly to samples (align_corners=False). Float64 and a carried offset keep the
-        # phase exact however long the utterance.
-        cycles = torch.cumsum(rad, dim=1) * up  # [B, T, H], relative to phase0
-        per_sample = F.interpolate(
-            cycles.transpose(1, 2), scale_factor=up, mode="linear"
-        ).transpose(1, 2)
+        # Float64 and a carried offset keep the phase exact however long the utterance.
+        if cfg.sine_gen == 1:
+            # SineGen (CosyVoice 1): f0 repeated to samples, the phase summed per sample.
+            per_sample = torch.cumsum(rad.repeat_interleave(up, dim=1), dim=1)
+        else:
+            # SineGen2: the phase advances by up*rad per frame; its frame values are
+            # interpolated linearly to samples (align_corners=False).
+            cycles = torch.cumsum(rad, dim=1) * up  # [B, T, H], relative to phase0
+            per_sample = F.interpolate(
+                cycles.transpose(1, 2), scale_factor=up, mode="linear"
+            ).transpose(1, 2)
         sines = (
             cfg.nsf_alpha
             * torch.sin(2 * torch.pi * ((per_sample + phase0[:, None, :]) % 1)).float()

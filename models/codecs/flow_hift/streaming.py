@@ -17,11 +17,7 @@ chunks it is the reference's exactly. Chunk rows have one shape in steady state 
 whole-utterance decode makes the same rows (chunked == whole). `context_chunks=None` keeps the
 reference's unbounded history (one row over everything).
 
-HiFT is not causal: a window of mel is vocoded with `left` frames of context before the frames
-it emits and `right` frames after them (the look-ahead that delays audio, as the reference's
-8-frame mel cache and cross-fade do), and the sine excitation's phase is carried from call to
-call. Emitted audio differs from a whole-utterance vocoding only by what falls outside the
-context windows of HiFT's receptive field (tests/models/test_flow_hift.py measures it).
+HiFT: hift_stream.HiftStreamer (`left`/`right` frames of context, carried sine phase).
 
 Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by length
 (steady-state windows all have left + chunk + right frames), each group one batched call.
@@ -38,6 +34,7 @@ import torch
 
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
+from models.codecs.flow_hift.hift_stream import HiftStreamer
 
 log = logging.getLogger("voxgate.flow_hift")
 
@@ -93,9 +90,9 @@ class FlowHiftDetokenizer:
         self.left, self.right = left, right
         self.context_chunks = context_chunks
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
+        self.vocoder = HiftStreamer(hift, left, right)
         self.sample_rate = hift.cfg.sampling_rate
         self.samples_per_frame = hift.cfg.samples_per_frame
-        self.n_harmonics = hift.cfg.nb_harmonics + 1
         self.device = next(flow.parameters()).device
 
     def new_stream(
@@ -245,54 +242,4 @@ class FlowHiftDetokenizer:
         return out[:b, :, :f].clone()  # the graph's buffer is rewritten by its next replay
 
     def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
-        audio = [np.zeros(0, dtype=np.float32)] * len(states)
-        groups: dict[int, list[tuple[int, int, int, int]]] = {}
-        for i, (s, fin) in enumerate(zip(states, final, strict=True)):
-            end = s.mel_frames if fin else s.mel_frames - self.right
-            if end <= s.emitted_frames:
-                continue
-            start = max(0, s.emitted_frames - self.left)
-            stop = min(s.mel_frames, end + self.right)
-            groups.setdefault(stop - start, []).append((i, start, end, stop))
-        for rows in groups.values():
-            for i, pcm in self._vocode(states, rows):
-                audio[i] = pcm
-        return audio
-
-    def _vocode(self, states, rows):
-        up, dev = self.samples_per_frame, self.device
-        mel = torch.stack(
-            [
-                states[i].mel[:, a - states[i].mel_start : c - states[i].mel_start]
-                for i, a, _, c in rows
-            ]
-        )
-        f0 = self.hift.f0_predictor(mel)
-        src = self.hift.m_source
-        phase0 = []
-        for (i, a, _, _), f0_row in zip(rows, f0, strict=True):
-            s = states[i]
-            carried = (
-                s.phase
-                if s.phase is not None
-                else torch.zeros(self.n_harmonics, dtype=torch.float64, device=dev)
-            )
-            # Cycles before the window = cycles before the first emitted frame minus those of
-            # the window's context frames.
-            context = src.frame_cycles(f0_row[None], s.emitted_frames - a)[0]
-            phase0.append((carried - context) % 1)
-        start = torch.tensor([a * up for _, a, _, _ in rows], device=dev)
-        source = src(f0, torch.stack(phase0), start)
-        wav = self.hift.decode(mel, source)
-        out = []
-        for (i, a, e, _), row, f0_row in zip(rows, wav, f0, strict=True):
-            s = states[i]
-            first = s.emitted_frames - a
-            emitted = src.frame_cycles(f0_row[None, first:], e - s.emitted_frames)[0]
-            s.phase = ((s.phase if s.phase is not None else 0) + emitted) % 1
-            out.append((i, row[first * up : (e - a) * up].float().cpu().numpy()))
-            s.emitted_frames = e
-            keep_from = max(0, e - self.left)
-            s.mel = s.mel[:, keep_from - s.mel_start :]
-            s.mel_start = keep_from
-        return out
+        return self.vocoder.step(states, final)

@@ -1,0 +1,89 @@
+"""THUDM/glm-4-voice-decoder's layout → a streaming GlmVoiceDecoder, and the same layout written
+with seeded random weights (the tiny preset):
+
+config.yaml   CosyVoice 1 HyperPyYAML (decoder_config.py reads it as data)
+flow.pt       MaskedDiffWithXvec state dict (input_embedding, spk_embed_affine_layer, encoder.*,
+              encoder_proj, length_regulator.model.*, decoder.estimator.*)
+hift.pt       HiFTGenerator state dict (weight-normed convs as weight_g / weight_v)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.codecs.flow_hift.hift import HiFTGenerator
+from models.codecs.flow_hift.masked_flow import MaskedDiffWithXvec
+from models.glm_voice.decoder import DEFAULT_CONTEXT_TOKENS, GlmVoiceDecoder
+from models.glm_voice.decoder_config import CONFIG_FILE, decoder_yaml, load_decoder_config
+from models.loader import resolve_source
+
+REQUIRED = (CONFIG_FILE, "flow.pt", "hift.pt")
+
+
+def _torch_load(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"could not read {path}: {exc}") from exc
+
+
+def hift_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """hift.pt's names as HiFTGenerator's: torch's parametrized weight norm in place of the
+    older `weight_g`/`weight_v` (the published file's), no `generator.` training prefix."""
+    out = {}
+    for name, tensor in state.items():
+        name = name.removeprefix("generator.")
+        if name.endswith(".weight_g"):
+            name = name[: -len("weight_g")] + "parametrizations.weight.original0"
+        elif name.endswith(".weight_v"):
+            name = name[: -len("weight_v")] + "parametrizations.weight.original1"
+        out[name] = tensor
+    return out
+
+
+def load_glm_decoder(
+    source: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    context_tokens: int | None = DEFAULT_CONTEXT_TOKENS,
+) -> GlmVoiceDecoder:
+    """`source`: a THUDM/glm-4-voice-decoder folder or repo id. The flow runs in `dtype`, HiFT
+    in float32 (its iSTFT and sine phase want it)."""
+    folder = resolve_source(source, required=REQUIRED, patterns=("*.yaml", "*.pt", "*.md"))
+    cfg = load_decoder_config(folder)
+    flow, hift = MaskedDiffWithXvec(cfg.flow), HiFTGenerator(cfg.hift)
+    flow_sd = _torch_load(folder / "flow.pt")
+    check_state_dict(flow.state_dict(), flow_sd, f"{folder / 'flow.pt'}'s tensors")
+    flow.load_state_dict(flow_sd)
+    hift_sd = hift_names(_torch_load(folder / "hift.pt"))
+    check_state_dict(hift.state_dict(), hift_sd, f"{folder / 'hift.pt'}'s tensors")
+    hift.load_state_dict(hift_sd)
+    hift.fold_weight_norm()
+    flow = flow.to(device=device, dtype=dtype).eval()
+    hift = hift.to(device=device).eval()
+    return GlmVoiceDecoder(flow, hift, context_tokens=context_tokens)
+
+
+def write_decoder_checkpoint(folder: Path, sizes: dict, seed: int) -> None:
+    """config.yaml + flow.pt + hift.pt in the published layout, seeded random weights."""
+    from models.cosyvoice2.config import read_yaml
+    from models.glm_voice.decoder_config import parse_decoder_config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG_FILE).write_text(decoder_yaml(sizes))
+    cfg = parse_decoder_config(read_yaml(folder / CONFIG_FILE))
+    torch.manual_seed(seed)
+    flow = MaskedDiffWithXvec(cfg.flow)
+    with torch.no_grad():  # off their defaults, so a mix-up of norms or biases shows
+        for name, p in flow.named_parameters():
+            if "pos_bias" in name or name.endswith("bias") or "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    torch.save(flow.state_dict(), folder / "flow.pt")
+    hift = {}
+    for name, tensor in HiFTGenerator(cfg.hift).state_dict().items():
+        name = name.replace("parametrizations.weight.original0", "weight_g")
+        hift[name.replace("parametrizations.weight.original1", "weight_v")] = tensor
+    torch.save(hift, folder / "hift.pt")
