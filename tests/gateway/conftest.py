@@ -70,33 +70,6 @@ def moshi_server(moshi_engine) -> Iterator[Server]:
     server.stop()
 
 
-class ToneDecoder:
-    """Stands in for GLM-4-Voice's flow + HiFT decoder while tiny-glm-voice has none (the
-    decoder is its own piece of issue 8): each speech token becomes 80 ms of a tone whose pitch
-    follows the token, at 22.05 kHz. A reply's audio then lasts exactly its speech tokens / 12.5
-    seconds, as the real decoder's does, which is what pacing and heard-reply truncation need."""
-
-    sample_rate = 22050
-    samples_per_token = 22050 * 2 // 25  # 80 ms
-
-    def new_stream(self) -> list[int]:
-        return []
-
-    def push(self, stream: list[int], tokens: list[int]) -> None:
-        stream.extend(tokens)
-
-    def decode(self, streams: list[list[int]], final: list[bool]):
-        import numpy as np
-
-        t = np.arange(self.samples_per_token) / self.sample_rate
-        out = []
-        for stream in streams:
-            tones = [0.2 * np.sin(2 * np.pi * (200 + 10 * tok) * t) for tok in stream]
-            stream.clear()
-            out.append(np.concatenate(tones).astype(np.float32) if tones else np.zeros(0, "f4"))
-        return out
-
-
 @pytest.fixture(scope="session")
 def glm_engine():
     """The turn-based speech-to-speech engine (tiny-glm-voice), with audio out."""
@@ -104,8 +77,9 @@ def glm_engine():
     from engine.factory import build_engine
 
     eng = build_engine("tiny-glm-voice", config=EngineConfig(kv_cache_mb=64))
-    if eng.core.model.decoder is None:
-        eng.core.model.decoder = ToneDecoder()
+    assert eng.core.model.decoder is not None, (
+        "tiny-glm-voice speaks through its flow + HiFT decoder"
+    )
     yield eng
     asyncio.run(eng.shutdown())
 
