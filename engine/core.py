@@ -32,6 +32,7 @@ from engine.outputs import (
     FinishReason,
     SpeechRequest,
     StepTiming,
+    TextDelta,
 )
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.scheduler import ChunkingFacts, Scheduler
@@ -313,7 +314,7 @@ class EngineCore:
             t2 = self.clock()
             tokens = self.worker.resolve(launched)
             timing.llm_s += self.clock() - t2
-            self._apply_tokens(launched, tokens)
+            events += self._apply_tokens(launched, tokens)
         if plan.chunks:
             self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, self._token_interval(t0, timing.llm_s))
         ready = self.scheduler.schedule_detok(self.clock())
@@ -346,7 +347,10 @@ class EngineCore:
             request.num_inflight += 1
             request.status = RequestStatus.RUNNING
 
-    def _apply_tokens(self, launched: LaunchedStep, tokens: list[Token]) -> None:
+    def _apply_tokens(self, launched: LaunchedStep, tokens: list[Token]) -> list[EngineEvent]:
+        """Resolved tokens join their requests; returns the transcript deltas of turn-based
+        models (text tokens run ahead of the audio they go with, as in Realtime APIs)."""
+        events: list[EngineEvent] = []
         for request, token in zip(launched.requests, tokens, strict=True):
             request.num_inflight -= 1
             if request.finished:
@@ -362,6 +366,20 @@ class EngineCore:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_STOPPED)
             elif n >= request.sampling.max_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_LENGTH)
+            if self.model.is_text_token(token):
+                delta = self._transcript_delta(request)
+                if delta:
+                    events.append(TextDelta(request.request_id, delta))
+        return events
+
+    def _transcript_delta(self, request: Request) -> str:
+        """The transcript text added since the last delta. Decoded from all text tokens so far
+        (byte-level pieces can split a character); a trailing partial character waits."""
+        text = self.model.reply_text(request.output_ids)
+        if len(text) <= request.transcript_chars or text.endswith("\ufffd"):
+            return ""
+        delta, request.transcript_chars = text[request.transcript_chars :], len(text)
+        return delta
 
     def _collect_audio(self, jobs: list[DetokJob]) -> list[EngineEvent]:
         events: list[EngineEvent] = []

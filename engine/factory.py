@@ -51,10 +51,16 @@ def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -
     return EngineCore(model, config, device, resolve_attention(config, device, model.shape.head_dim))
 
 
-def uses_engine_process(config: EngineConfig) -> bool:
+# Turn-based speech-to-speech models: the gateway turns the user's audio into speech tokens and
+# reads the reply's ids with the model's own tokenizer, so the model must live in the gateway's
+# process. Their engine runs as a thread there unless --engine-process is asked for explicitly.
+GATEWAY_SIDE_MODELS = frozenset({"tiny-glm-voice", "glm-4-voice-9b"})
+
+
+def uses_engine_process(config: EngineConfig, model: str | None = None) -> bool:
     if config.engine_process is not None:
         return config.engine_process
-    return resolve_device(config).type == "cuda"
+    return resolve_device(config).type == "cuda" and model not in GATEWAY_SIDE_MODELS
 
 
 def build_engine(
@@ -68,7 +74,7 @@ def build_engine(
     """Load the model and start the engine loop; returns the running AsyncEngine (or, with
     `config.engine_process`, a ProcessEngine with the same surface)."""
     config = config or EngineConfig()
-    if uses_engine_process(config):
+    if uses_engine_process(config, model):
         from engine.process_engine import EngineSpec, ProcessEngine
 
         engine = ProcessEngine(EngineSpec(model, codec, config, random_weights, voices_dir))

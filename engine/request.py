@@ -104,6 +104,7 @@ class Request:
     # when it ends; `num_reused` prompt tokens had their KV from the previous request of it.
     conversation_id: str | None = None
     num_reused: int = 0
+    transcript_chars: int = 0  # turn-based models: transcript characters sent as TextDelta
     # What the model's preprocess attached for its later stages (models.base.Prompt.extras:
     # CosyVoice 2's voice conditioning for the detokenizer).
     extras: dict = field(default_factory=dict)

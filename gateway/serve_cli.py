@@ -83,7 +83,7 @@ def add_serve_parser(subparsers) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run the engine loop in its own process, no GIL shared with the gateway "
-        "(default: on with CUDA, off on the CPU; --no-engine-process forces the thread)",
+        "(default: on with CUDA, except for turn-based speech-to-speech models, whose gateway needs the model; off on the CPU; --no-engine-process forces the thread)",
     )
     g.add_argument(
         "--gil-switch-ms",

@@ -147,6 +147,16 @@ class SpeechModel(abc.ABC):
         turn to keep in the history; with `heard_s`, only what the user heard (barge-in)."""
         raise ModelInputError(f"{self.facts.name} is not a turn-based model")
 
+    def is_text_token(self, token: Token) -> bool:
+        """Turn-based models whose replies interleave text and speech: is this generated
+        token transcript text? The engine then streams the transcript (reply_text)."""
+        return False
+
+    def reply_text(self, output_ids: Sequence[Token]) -> str:
+        """Turn-based models: the transcript of a reply so far (its text tokens decoded
+        together), streamed by the engine as TextDelta events."""
+        return ""
+
     # 2. forward ------------------------------------------------------------------------------
     @abc.abstractmethod
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:

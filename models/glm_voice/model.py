@@ -128,6 +128,9 @@ class GlmVoiceModel(SpeechModel):
             raise ModelInputError("the user turn is empty: give it text or speech")
         return UserTurn(text=text)
 
+    def is_text_token(self, token: Token) -> bool:
+        return not self.ids.is_audio(token) and token not in self.ids.stop_ids
+
     def reply_text(self, output_ids: Sequence[int]) -> str:
         """The transcript of a reply: its text tokens decoded together (a byte-level piece
         may split a character, so they are not decoded one by one)."""

@@ -11,7 +11,7 @@ import torch
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.factory import build_engine
-from engine.outputs import Finished, FinishReason, SpeechRequest
+from engine.outputs import Finished, FinishReason, SpeechRequest, TextDelta
 from engine.request import SamplingParams
 from models.base import ModelInputError
 from models.glm_voice.prompt import AssistantTurn, UserTurn
@@ -171,3 +171,23 @@ def test_idle_conversations_are_evicted_lru_under_a_small_kv_budget(model):
         second = run(core, SpeechRequest("", sampling=greedy(8), turns=turns, conversation_id=conv))
         assert second.reused_tokens == reused, conv
         assert second.output_ids == reference(model, turns, 8)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_the_transcript_streams_as_the_reply_is_generated(model, async_scheduling):
+    """TextDelta events, joined, are the reply's transcript; each arrives in the step its text
+    token resolves, ahead of the reply's end."""
+    core = make_core(model, async_scheduling=async_scheduling)
+    sampling = SamplingParams(temperature=1.0, top_k=0, max_tokens=40, min_tokens=40, seed=3)
+    request = core.add_request(SpeechRequest("", sampling=sampling, turns=(UserTurn(text="Hi!"),)))
+    deltas, finished, steps_with_text = [], None, 0
+    while core.has_work():
+        events = core.step()
+        texts = [e.text for e in events if isinstance(e, TextDelta)]
+        steps_with_text += bool(texts)
+        deltas += texts
+        finished = next((e for e in events if isinstance(e, Finished)), finished)
+    text_tokens = [t for t in request.output_ids if model.is_text_token(t)]
+    assert text_tokens and len(text_tokens) < len(request.output_ids)  # both kinds were drawn
+    assert "".join(deltas) == model.reply_text(finished.output_ids) != ""
+    assert steps_with_text > 1

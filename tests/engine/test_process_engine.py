@@ -63,3 +63,6 @@ def test_engine_process_is_the_default_on_cuda_only():
     assert not uses_engine_process(EngineConfig(device="cuda", engine_process=False))
     if torch.cuda.is_available():
         assert uses_engine_process(EngineConfig(device="cuda"))
+        # Turn-based S2S models keep their engine in the gateway's process unless asked.
+        assert not uses_engine_process(EngineConfig(device="cuda"), "glm-4-voice-9b")
+        assert uses_engine_process(EngineConfig(device="cuda", engine_process=True), "glm-4-voice-9b")
