@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.codecs.flow_hift.checkpoint import hift_state, load_pt
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
@@ -92,13 +93,6 @@ def _download(repo_id: str) -> Path:
         ) from exc
 
 
-def _torch_load(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"could not read {path}: {exc}") from exc
-
-
 def qwen_args(folder: Path) -> LlamaArgs:
     cfg = json.loads((folder / QWEN_FOLDER / "config.json").read_text())
     # The text head is never used, so the backbone is built as if tied (no lm_head).
@@ -116,20 +110,6 @@ def load_tokenizer(folder: Path):
         ) from exc
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS})
     return tokenizer
-
-
-def hift_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """hift.pt as HiFTGenerator names it: no `generator.` prefix (HiFiGan training wrapper),
-    torch's parametrized weight norm (`weight_g`/`weight_v` in older saves)."""
-    out = {}
-    for name, tensor in state.items():
-        name = name.removeprefix("generator.")
-        if name.endswith(".weight_g"):
-            name = name[: -len("weight_g")] + "parametrizations.weight.original0"
-        elif name.endswith(".weight_v"):
-            name = name[: -len("weight_v")] + "parametrizations.weight.original1"
-        out[name] = tensor
-    return out
 
 
 def build_parts(cfg: CosyVoice2Config, args: LlamaArgs):
@@ -152,11 +132,11 @@ def load_cosyvoice2(
     if random_weights:
         _randomise(llm)
     else:
-        llm.load_llm_pt(_torch_load(folder / "llm.pt"))
-        flow_sd = _torch_load(folder / "flow.pt")
+        llm.load_llm_pt(load_pt(folder / "llm.pt"))
+        flow_sd = load_pt(folder / "flow.pt")
         check_state_dict(flow.state_dict(), flow_sd, "flow.pt's tensors")
         flow.load_state_dict(flow_sd)
-        hift_sd = hift_state(_torch_load(folder / "hift.pt"))
+        hift_sd = hift_state(load_pt(folder / "hift.pt"))
         check_state_dict(hift.state_dict(), hift_sd, "hift.pt's tensors")
         hift.load_state_dict(hift_sd)
     hift.fold_weight_norm()

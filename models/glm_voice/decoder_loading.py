@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.checkpoint_errors import check_state_dict
+from models.codecs.flow_hift.checkpoint import hift_state, load_pt
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.masked_flow import MaskedDiffWithXvec
 from models.glm_voice.decoder import DEFAULT_CONTEXT_TOKENS, GlmVoiceDecoder
@@ -21,27 +22,6 @@ from models.glm_voice.decoder_config import CONFIG_FILE, decoder_yaml, load_deco
 from models.loader import resolve_source
 
 REQUIRED = (CONFIG_FILE, "flow.pt", "hift.pt")
-
-
-def _torch_load(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"could not read {path}: {exc}") from exc
-
-
-def hift_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """hift.pt's names as HiFTGenerator's: torch's parametrized weight norm in place of the
-    older `weight_g`/`weight_v` (the published file's), no `generator.` training prefix."""
-    out = {}
-    for name, tensor in state.items():
-        name = name.removeprefix("generator.")
-        if name.endswith(".weight_g"):
-            name = name[: -len("weight_g")] + "parametrizations.weight.original0"
-        elif name.endswith(".weight_v"):
-            name = name[: -len("weight_v")] + "parametrizations.weight.original1"
-        out[name] = tensor
-    return out
 
 
 def load_glm_decoder(
@@ -55,10 +35,10 @@ def load_glm_decoder(
     folder = resolve_source(source, required=REQUIRED, patterns=("*.yaml", "*.pt", "*.md"))
     cfg = load_decoder_config(folder)
     flow, hift = MaskedDiffWithXvec(cfg.flow), HiFTGenerator(cfg.hift)
-    flow_sd = _torch_load(folder / "flow.pt")
+    flow_sd = load_pt(folder / "flow.pt")
     check_state_dict(flow.state_dict(), flow_sd, f"{folder / 'flow.pt'}'s tensors")
     flow.load_state_dict(flow_sd)
-    hift_sd = hift_names(_torch_load(folder / "hift.pt"))
+    hift_sd = hift_state(load_pt(folder / "hift.pt"))
     check_state_dict(hift.state_dict(), hift_sd, f"{folder / 'hift.pt'}'s tensors")
     hift.load_state_dict(hift_sd)
     hift.fold_weight_norm()

@@ -39,12 +39,17 @@ class CausalBlock1D(nn.Module):
         return F.mish(h) * mask
 
 
-class CausalResnetBlock1D(nn.Module):
-    def __init__(self, dim: int, dim_out: int, time_dim: int) -> None:
+class ResnetBlock1D(nn.Module):
+    """Two conv blocks with the time embedding added between; `block` is CausalBlock1D here,
+    the non-causal U-Net (unet_estimator.py) passes its Block1D."""
+
+    def __init__(
+        self, dim: int, dim_out: int, time_dim: int, block: type[nn.Module] = CausalBlock1D
+    ) -> None:
         super().__init__()
         self.mlp = nn.ModuleDict({"1": nn.Linear(time_dim, dim_out)})  # "0" was Mish
-        self.block1 = CausalBlock1D(dim, dim_out)
-        self.block2 = CausalBlock1D(dim_out, dim_out)
+        self.block1 = block(dim, dim_out)
+        self.block2 = block(dim_out, dim_out)
         self.res_conv = nn.Conv1d(dim, dim_out, 1)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -121,7 +126,7 @@ class TimestepEmbedding(nn.Module):
 
 def _stage(dim_in, dim_out, time_dim, heads, head_dim, n_blocks, with_conv: bool) -> nn.ModuleList:
     parts = [
-        CausalResnetBlock1D(dim_in, dim_out, time_dim),
+        ResnetBlock1D(dim_in, dim_out, time_dim),
         nn.ModuleList(TransformerBlock(dim_out, heads, head_dim) for _ in range(n_blocks)),
     ]
     if with_conv:

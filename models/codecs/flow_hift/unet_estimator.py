@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.codecs.flow_hift.estimator import TimestepEmbedding, TransformerBlock
+from models.codecs.flow_hift.estimator import ResnetBlock1D, TimestepEmbedding, TransformerBlock
 
 
 class Block1D(nn.Module):
@@ -28,19 +28,6 @@ class Block1D(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return F.mish(self.block["1"](self.block["0"](x * mask))) * mask
-
-
-class ResnetBlock1D(nn.Module):
-    def __init__(self, dim: int, dim_out: int, time_dim: int) -> None:
-        super().__init__()
-        self.mlp = nn.ModuleDict({"1": nn.Linear(time_dim, dim_out)})  # "0" was Mish
-        self.block1 = Block1D(dim, dim_out)
-        self.block2 = Block1D(dim_out, dim_out)
-        self.res_conv = nn.Conv1d(dim, dim_out, 1)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        h = self.block1(x, mask) + self.mlp["1"](F.mish(t))[:, :, None]
-        return self.block2(h, mask) + self.res_conv(x * mask)
 
 
 class Resample(nn.Module):
@@ -56,7 +43,7 @@ class Resample(nn.Module):
 
 def _level(dim_in, dim_out, time_dim, heads, head_dim, n_blocks, resample: nn.Module):
     blocks = nn.ModuleList(TransformerBlock(dim_out, heads, head_dim) for _ in range(n_blocks))
-    return nn.ModuleList([ResnetBlock1D(dim_in, dim_out, time_dim), blocks, resample])
+    return nn.ModuleList([ResnetBlock1D(dim_in, dim_out, time_dim, Block1D), blocks, resample])
 
 
 class ConditionalDecoder(nn.Module):
