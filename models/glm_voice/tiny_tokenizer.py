@@ -48,6 +48,9 @@ _TRAINING_TEXT = (
 )
 
 
+UNREACHABLE_TOKEN = " Voxgate"
+
+
 def train_tiktoken_ranks(text: str, num_merges: int, seed: int = 0) -> dict[bytes, int]:
     """A small tiktoken vocabulary: the 256 bytes (ranks in a seeded shuffled order, as a real
     vocabulary's byte ranks are not byte order) then `num_merges` BPE merges learned on `text`
@@ -108,6 +111,9 @@ def write_tiny_tiktoken(folder: Path, num_audio: int, num_merges: int = 300) -> 
     import json
 
     ranks = train_tiktoken_ranks(_TRAINING_TEXT, num_merges)
+    # A token no chain of merges reaches, as large published vocabularies have: tiktoken
+    # takes a pre-tokenised piece that is itself a token whole, whatever the merges say.
+    ranks.setdefault(UNREACHABLE_TOKEN.encode(), len(ranks))
     lines = [
         f"{base64.b64encode(t).decode()} {r}" for t, r in sorted(ranks.items(), key=lambda x: x[1])
     ]
