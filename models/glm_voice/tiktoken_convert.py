@@ -67,7 +67,8 @@ def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
 
 
 def read_added_tokens(path: Path, num_ranks: int) -> list[dict]:
-    """`tokenizer_config.json`'s added_tokens_decoder → [{id, content, special}], by id."""
+    """`tokenizer_config.json`'s added_tokens_decoder → its entries (content, special, lstrip…)
+    with their ids, sorted by id."""
     if not path.exists():
         raise CheckpointError(
             f"{path} is missing: GLM-4's tokenizer.model needs it for the special and audio "
@@ -84,7 +85,7 @@ def read_added_tokens(path: Path, num_ranks: int) -> list[dict]:
                 f"{path}: added token {entry['content']!r} has id {i}, inside the "
                 f"{num_ranks} BPE ranks of tokenizer.model"
             )
-        added.append({"id": i, "content": entry["content"], "special": entry.get("special", True)})
+        added.append({"id": i, **entry})
     return sorted(added, key=lambda t: t["id"])
 
 
@@ -128,12 +129,14 @@ def tiktoken_to_tokenizer(model_path: Path, config_path: Path):
         ]
     )
     tok.decoder = decoders.ByteLevel()
-    specials = [t for t in added if t["special"]]
-    plain = [t for t in added if not t["special"]]
-    tok.add_special_tokens(
-        [AddedToken(t["content"], special=True, normalized=False) for t in specials]
-    )
-    tok.add_tokens([AddedToken(t["content"], special=False, normalized=False) for t in plain])
+
+    def added_token(t: dict, special: bool) -> AddedToken:
+        # The entry's own matching flags (transformers honours them the same way).
+        flags = {k: bool(t.get(k, False)) for k in ("lstrip", "rstrip", "single_word")}
+        return AddedToken(t["content"], special=special, normalized=False, **flags)
+
+    tok.add_special_tokens([added_token(t, True) for t in added if t.get("special", True)])
+    tok.add_tokens([added_token(t, False) for t in added if not t.get("special", True)])
     for t in added:  # the ids must be the published ones, or the model's embeddings mismatch
         if tok.token_to_id(t["content"]) != t["id"]:
             raise CheckpointError(
