@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 from pathlib import Path
 
 import torch
@@ -11,24 +14,50 @@ from models.glm_voice.backbone import build_glm_backbone, load_chatglm_weights
 from models.glm_voice.model import GlmVoiceModel, SpeechTokenDecoder
 from models.loader import iter_safetensors, read_config, resolve_source
 
+log = logging.getLogger(__name__)
+
 
 def is_glm_voice_config(cfg: dict) -> bool:
     return cfg.get("model_type") == "chatglm"
 
 
 def load_glm_tokenizer(folder: Path):
-    """The checkpoint's tokenizer.json. THUDM/glm-4-voice-9b publishes a tiktoken
-    `tokenizer.model` with remote code instead; convert it once with transformers
-    (AutoTokenizer.from_pretrained(..., trust_remote_code=True) then save a fast tokenizer)."""
+    """The checkpoint's tokenizer: `tokenizer.json` if the folder has one, else the published
+    tiktoken `tokenizer.model` + `tokenizer_config.json` (THUDM/glm-4-voice-9b), converted on
+    load (models/glm_voice/tiktoken_convert.py) and cached as tokenizer.json beside them when
+    the folder is writable."""
     from tokenizers import Tokenizer
 
     path = folder / "tokenizer.json"
-    if not path.exists():
+    if path.exists():
+        return Tokenizer.from_file(str(path))
+    model = folder / "tokenizer.model"
+    if not model.exists():
         raise CheckpointError(
-            f"{folder} lacks tokenizer.json; convert the published tiktoken tokenizer.model to a "
-            "tokenizer.json first (see models/glm_voice/loading.py)"
+            f"{folder} has neither tokenizer.json nor tokenizer.model; download the "
+            "checkpoint's tokenizer files (THUDM/glm-4-voice-9b: tokenizer.model, "
+            "tokenizer_config.json)"
         )
-    return Tokenizer.from_file(str(path))
+    from models.glm_voice.tiktoken_convert import tiktoken_to_tokenizer
+
+    tokenizer = tiktoken_to_tokenizer(model, folder / "tokenizer_config.json")
+    # Written under a temporary name and renamed, so a concurrent load never reads half a file.
+    # Tried rather than checked: os.access says yes to root even on a read-only mount.
+    tmp = folder / f".tokenizer.json.{os.getpid()}.tmp"
+    try:
+        tokenizer.save(str(tmp))
+        tmp.replace(path)
+        log.info("converted %s to a fast tokenizer, cached at %s", model, path)
+    except Exception as e:  # tokenizers reports I/O errors as plain Exception
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        log.info(
+            "converted %s to a fast tokenizer, kept in memory (%s is not writable: %s)",
+            model,
+            folder,
+            e,
+        )
+    return tokenizer
 
 
 def load_glm_backbone(folder: Path, device: torch.device, dtype: torch.dtype):

@@ -12,7 +12,7 @@ import torch
 
 from models.glm_voice import configs
 from models.glm_voice.backbone import build_glm_backbone, our_name
-from models.glm_voice.tiny_tokenizer import write_tiny_tokenizer
+from models.glm_voice.tiny_tokenizer import write_tiny_tiktoken, write_tiny_tokenizer
 from models.preset_cache import materialise
 
 TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
@@ -39,12 +39,21 @@ def chatglm_names(num_layers: int) -> list[str]:
     return names
 
 
-def write_glm_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
-    """config.json + model.safetensors (ChatGLM names) + tokenizer.json into `folder`."""
+def write_glm_checkpoint(
+    folder: Path, cfg: dict, seed: int, tokenizer_layout: str = "tokenizer.json"
+) -> None:
+    """config.json + model.safetensors (ChatGLM names) + the tokenizer into `folder`:
+    `tokenizer_layout` "tokenizer.json" (the byte-level stand-in) or "tiktoken" (the published
+    glm-4-voice-9b layout: tokenizer.model + tokenizer_config.json, a small trained BPE)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = write_tiny_tokenizer(folder, TINY_NUM_AUDIO)
+    if tokenizer_layout == "tiktoken":
+        vocab = write_tiny_tiktoken(folder, TINY_NUM_AUDIO)
+    elif tokenizer_layout == "tokenizer.json":
+        vocab = write_tiny_tokenizer(folder, TINY_NUM_AUDIO)
+    else:
+        raise ValueError(f"tokenizer_layout {tokenizer_layout!r}: 'tokenizer.json' or 'tiktoken'")
     cfg = {**cfg, "padded_vocab_size": -(-vocab // 64) * 64}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     torch.manual_seed(seed)
