@@ -1,0 +1,174 @@
+"""The web demo with a turn-based speech-to-speech model (tiny-glm-voice), end to end in headless
+Chromium: a real uvicorn server, Chromium's fake microphone playing flite speech then silence,
+the page loaded from `/` and used as a person would (start the microphone, speak, pause; type a
+turn; press Stop), and the page's own readouts (`window.voxgateStats`, the state pill, the
+transcript, the conversation list) and the server's conversation read back. Runs on CPU;
+skipped when Debian's Chromium, playwright or flite is missing."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+from browser_testkit import PageProblems, chromium_missing, launch
+from gateway_testkit import flite_speech, quiet_room
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+
+if chromium_missing():
+    pytest.skip(chromium_missing(), allow_module_level=True)
+if shutil.which("flite") is None:
+    pytest.skip("flite is not installed (apt-get install flite)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+
+MIC_RATE = 48000
+# Chromium loops the file for as long as the microphone runs: the silence after the words is
+# long enough that the loop never speaks a second turn within a test.
+SILENCE_AFTER_S = 40.0
+# Greedy and short: a reply of about 2 s of speech from random weights.
+PAGE_QUERY = "?temperature=0&max_tokens=120"
+WAIT_MS = 60_000  # generous: a loaded 2-core machine
+
+
+def write_microphone_wav(path: Path, folder: Path) -> Path:
+    """Half a second of room, one spoken question (flite), then a long quiet room; 48 kHz."""
+    words = flite_speech("What is the weather like today?", folder, MIC_RATE)
+    pcm = np.concatenate(
+        [quiet_room(0.5, MIC_RATE), 0.8 * words, quiet_room(SILENCE_AFTER_S, MIC_RATE, seed=1)]
+    )
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(MIC_RATE)
+        f.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def mic_context(tmp_path_factory: pytest.TempPathFactory):
+    """Chromium whose microphone speaks the question above, granted without a prompt."""
+    folder = tmp_path_factory.mktemp("chromium-turns")
+    wav = write_microphone_wav(folder / "mic.wav", folder)
+    fake_mic = (
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}",
+    )
+    with sync_api.sync_playwright() as pw:
+        context = launch(pw, str(folder / "profile"), fake_mic)
+        try:
+            yield context
+        finally:
+            context.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def open_demo(context, url: str):
+    page = context.new_page()
+    problems = PageProblems(page)
+    page.goto(url)
+    page.wait_for_function("window.voxgateStats && window.voxgateStats.ready", timeout=10_000)
+    page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
+    return page, problems
+
+
+def server_problems(caplog) -> list[str]:
+    return [
+        f"{r.levelname} {r.getMessage()}"
+        for r in caplog.records
+        if r.name.startswith("voxgate") and r.levelno >= logging.WARNING
+    ]
+
+
+def assert_clean(page, stats: dict, problems: PageProblems, caplog) -> None:
+    assert stats["errors"] == [], stats["errors"]
+    assert stats["serverErrors"] == [], stats["serverErrors"]
+    assert problems.items == [], problems.items
+    assert stats["closes"] == [], f"the socket closed: {stats['closes']}"
+    assert page.inner_text("#notices").strip() == ""
+    assert server_problems(caplog) == []
+
+
+def test_spoken_turn_gets_a_spoken_reply_with_its_transcript(
+    glm_server, conversations, mic_context, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    page, problems = open_demo(mic_context, glm_server.http + "/" + PAGE_QUERY)
+    # session.started's model_kind "turns": the microphone is on offer, and so is typing.
+    assert "tiny-glm-voice" in page.inner_text("#conn-state")
+    assert page.is_enabled("#mic"), page.inner_text("#mic-note")
+    assert "voice detection ends your turn" in page.inner_text("#mic-note")
+    assert page.is_enabled("#speak") and page.inner_text("#speak") == "Send"
+    assert page.get_attribute("#listen-state", "data-state") == "off"
+
+    page.click("#mic")
+    page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
+    # The server's VAD hears the question start, and the pill says so while it lasts.
+    page.wait_for_selector("#listen-state[data-state=speaking]", timeout=WAIT_MS)
+    page.wait_for_function("window.voxgateStats.speechStopped > 0", timeout=WAIT_MS)
+    # The reply: audio played through the jitter buffer, its transcript shown, all of it heard.
+    page.wait_for_function(
+        """() => { const s = window.voxgateStats;
+                   return s.responses.length > 0 && s.samplesPlayed > 0 && s.drained }""",
+        timeout=WAIT_MS,
+    )
+    page.wait_for_selector("#listen-state[data-state=listening]", timeout=10_000)
+    stats = page.evaluate("window.voxgateStats")
+    assert_clean(page, stats, problems, caplog)
+
+    assert stats["speechStarted"] == 1 and stats["speechStopped"] == 1, stats
+    (done,) = stats["responses"]
+    assert done["status"] in ("completed", "length"), done
+    assert stats["outputFormat"] == "opus"
+    assert stats["framesReceived"] > 0
+    assert stats["framesReceived"] * 20 == done["audio_ms"], (stats["framesReceived"], done)
+    assert stats["framesDecoded"] == stats["framesReceived"]
+    assert abs(stats["samplesPlayed"] / 48 - done["audio_ms"]) <= 20, (stats, done)
+    assert stats["ttfaMs"] is not None and stats["ttfaMs"] > 0  # from input.speech_stopped
+    assert stats["playbackReports"] > 0  # what was heard, for a barge-in's history
+    transcript = page.inner_text("#transcript").strip()
+    assert transcript != ""
+    lines = page.locator("#conversation li").all_inner_texts()
+    assert len(lines) == 2 and lines[0].startswith("You: (spoken turn"), lines
+    assert lines[1].startswith(f"tiny-glm-voice: {transcript}"), lines
+
+    # Server side: one spoken user turn (speech tokens from the page's Opus) and one reply.
+    (conversation,) = conversations
+    assert conversation.replies == 1
+    assert len(conversation.history) == 2
+
+    # Stopping the microphone in the pause sends no input.commit (no turn is in progress).
+    page.click("#mic")
+    page.wait_for_selector("#listen-state[data-state=off]", timeout=10_000)
+    page.wait_for_timeout(300)
+    assert "input.commit" not in page.inner_text("#log")
+    assert_clean(page, page.evaluate("window.voxgateStats"), problems, caplog)
+    page.close()
+
+
+def test_typed_turn_and_stop_interrupts_the_reply(
+    glm_server, conversations, mic_context, caplog
+) -> None:
+    # Typed text is a user turn; Stop cancels the reply being played (barge-in), and the
+    # server keeps in the history only what the page reported as played.
+    caplog.set_level(logging.INFO)
+    page, problems = open_demo(mic_context, glm_server.http + "/?temperature=0&max_tokens=400")
+    page.fill("#text", "Tell me a long story, please.")
+    page.click("#speak")
+    page.wait_for_function("window.voxgateStats.samplesPlayed > 4800", timeout=WAIT_MS)
+    page.click("#stop")
+    page.wait_for_function("window.voxgateStats.responses.length > 0", timeout=WAIT_MS)
+    stats = page.evaluate("window.voxgateStats")
+    assert_clean(page, stats, problems, caplog)
+    assert [r["status"] for r in stats["responses"]] == ["cancelled"], stats["responses"]
+    assert stats["bufferedMs"] < 50  # the jitter buffer was flushed
+    assert page.inner_text("#conversation li:first-child") == "You: Tell me a long story, please."
+    assert page.inner_text("#conversation li:last-child").endswith("[interrupted]")
+    (conversation,) = conversations
+    assert conversation.replies == 1 and len(conversation.history) == 2
+    assert page.is_enabled("#speak")
+    page.close()
