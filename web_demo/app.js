@@ -26,6 +26,8 @@ const stats = (window.voxgateStats = {
   speechStopped: 0,
   bargeIns: 0, // replies the user interrupted by speaking over them
   playbackReports: 0, // `playback` events sent
+  lastPlaybackMs: null, // the current response's last reported played_ms
+  bargeInHeardMs: [], // per barge-in: the interrupted reply's last reported played_ms
   listenState: "off", // the microphone card's state pill (off/listening/speaking/waiting/replying)
   ready: false,
 });
@@ -193,6 +195,7 @@ function onEvent(data, resolveStarted) {
       return onSessionStarted(ev, resolveStarted);
     case P.S.RESPONSE_STARTED:
       turn.open = true;
+      stats.lastPlaybackMs = null;
       player.beginResponse();
       if (turn.cancelled) player.cancel(); // Stop was pressed before the response began
       el.transcript.textContent = "";
@@ -246,6 +249,7 @@ function onSpeechStarted(ev) {
   // once rather than after the frames already sent (up to the server's lead) have played.
   if (turn.open && !turn.cancelled) {
     stats.bargeIns += 1;
+    stats.bargeInHeardMs.push(stats.lastPlaybackMs);
     turn.cancelled = true;
     turn.awaitingFirst = false;
     player.cancel();
@@ -361,8 +365,10 @@ function stop() {
 function reportPlayback() {
   if (!ws || ws.readyState !== WebSocket.OPEN || !turn.open || turn.cancelled) return;
   const played = worklet.gen === player.gen ? worklet.genPlayedSamples : 0;
-  ws.send(P.playback((played * 1000) / player.sampleRate)); // not logged: 4 a second
+  const playedMs = Math.round((played * 1000) / player.sampleRate);
+  ws.send(P.playback(playedMs)); // not logged: 4 a second
   stats.playbackReports += 1;
+  stats.lastPlaybackMs = playedMs;
 }
 
 // --- microphone ---------------------------------------------------------------------------------

@@ -172,3 +172,77 @@ def test_typed_turn_and_stop_interrupts_the_reply(
     assert conversation.replies == 1 and len(conversation.history) == 2
     assert page.is_enabled("#speak")
     page.close()
+
+
+# The barge-in test speaks on cue: getUserMedia answers with a stream that a test-driven
+# AudioContext plays flite speech into (`window.testMic.say(samples, rate)`), so the second
+# question comes while the reply plays however fast this machine generates it.
+CUED_MICROPHONE = """
+navigator.mediaDevices.getUserMedia = async () => {
+  const ctx = new AudioContext({ sampleRate: 48000 });
+  const dest = ctx.createMediaStreamDestination();
+  window.testMic = {
+    say(samples, rate) {
+      const buffer = ctx.createBuffer(1, samples.length, rate);
+      buffer.copyToChannel(Float32Array.from(samples), 0);
+      const source = ctx.createBufferSource();
+      source.buffer = buffer;
+      source.connect(dest);
+      source.start();
+    },
+  };
+  await ctx.resume();
+  return dest.stream;
+};
+"""
+
+
+def test_speaking_over_the_reply_interrupts_it(
+    glm_server, glm_engine, conversations, mic_context, tmp_path, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    rate = 16000
+    question = flite_speech("What is the weather like today?", tmp_path, rate)
+    samples = [round(float(x), 5) for x in 0.8 * question]
+    page = mic_context.new_page()
+    problems = PageProblems(page)
+    page.add_init_script(CUED_MICROPHONE)
+    page.goto(glm_server.http + "/?temperature=0&max_tokens=400")
+    page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
+    page.click("#mic")
+    page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
+
+    page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
+    # The reply plays (half a second of it heard, its playback reported) ...
+    page.wait_for_function(
+        "() => { const s = window.voxgateStats; return s.samplesPlayed > 24000 && s.lastPlaybackMs > 0 }",
+        timeout=WAIT_MS,
+    )
+    assert page.get_attribute("#listen-state", "data-state") == "replying"
+    # ... when the user asks again: the page falls silent, the server cancels the reply and
+    # answers the new question.
+    page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
+    page.wait_for_function(
+        """() => { const s = window.voxgateStats;
+                   return s.responses.length === 2 && s.drained }""",
+        timeout=WAIT_MS,
+    )
+    stats = page.evaluate("window.voxgateStats")
+    assert_clean(page, stats, problems, caplog)
+    assert stats["speechStarted"] == 2 and stats["speechStopped"] == 2, stats
+    assert stats["bargeIns"] == 1, stats
+    first, second = stats["responses"]
+    assert first["status"] == "cancelled", first
+    assert second["status"] in ("completed", "length"), second
+    lines = page.locator("#conversation li").all_inner_texts()
+    assert len(lines) == 4 and lines[1].endswith("[interrupted]"), lines
+
+    # The server kept the interrupted reply only as far as the page said it had played.
+    (conversation,) = conversations
+    assert conversation.replies == 2 and len(conversation.history) == 4
+    model = glm_engine.core.model
+    kept = sum(model.ids.is_audio(t) for t in conversation.history[1].token_ids)
+    (heard_ms,) = stats["bargeInHeardMs"]
+    assert heard_ms > 0
+    assert kept == int(heard_ms / 1000 * 12.5), (kept, heard_ms)  # 12.5 speech tokens a second
+    page.close()
