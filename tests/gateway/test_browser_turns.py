@@ -246,3 +246,42 @@ def test_speaking_over_the_reply_interrupts_it(
     assert heard_ms > 0
     assert kept == int(heard_ms / 1000 * 12.5), (kept, heard_ms)  # 12.5 speech tokens a second
     page.close()
+
+
+@pytest.mark.parametrize("turn_detection", ["vad", "none"])
+def test_stopping_the_microphone_ends_the_turn(
+    glm_server, conversations, mic_context, tmp_path, caplog, turn_detection
+) -> None:
+    # VAD: Stop microphone while the user is still speaking sends input.commit (the VAD has
+    # not ended the turn yet). Push-to-talk (`none`): every stop ends the turn; no VAD events.
+    caplog.set_level(logging.INFO)
+    rate = 16000
+    question = flite_speech("What is the weather like today?", tmp_path, rate)
+    samples = [round(float(x), 5) for x in 0.8 * question]
+    page = mic_context.new_page()
+    problems = PageProblems(page)
+    page.add_init_script(CUED_MICROPHONE)
+    page.goto(glm_server.http + f"/?temperature=0&max_tokens=60&turn={turn_detection}")
+    page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
+    page.click("#mic")
+    page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
+    page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
+    if turn_detection == "vad":
+        page.wait_for_selector("#listen-state[data-state=speaking]", timeout=WAIT_MS)
+    else:
+        page.wait_for_timeout(1_000)  # a second of the question
+    page.click("#mic")
+    page.wait_for_function(
+        "() => { const s = window.voxgateStats; return s.responses.length === 1 && s.drained }",
+        timeout=WAIT_MS,
+    )
+    stats = page.evaluate("window.voxgateStats")
+    assert_clean(page, stats, problems, caplog)
+    assert page.inner_text("#log").count('"type":"input.commit"') == 1
+    assert stats["responses"][0]["status"] in ("completed", "length")
+    assert stats["samplesPlayed"] > 0
+    expected_speech_events = 1 if turn_detection == "vad" else 0
+    assert stats["speechStarted"] == stats["speechStopped"] == expected_speech_events, stats
+    (conversation,) = conversations
+    assert conversation.replies == 1 and len(conversation.history) == 2
+    page.close()
