@@ -29,8 +29,10 @@ MIC_RATE = 48000
 # Chromium loops the file for as long as the microphone runs: the silence after the words is
 # long enough that the loop never speaks a second turn within a test.
 SILENCE_AFTER_S = 40.0
-# Greedy and short: a reply of about 2 s of speech from random weights.
-PAGE_QUERY = "?temperature=0&max_tokens=120"
+# Greedy and short: a reply of about 2 s of speech from random weights. min_tokens holds back
+# the stop token, so a reply is never too short for what a test does while it plays.
+PAGE_QUERY = "?temperature=0&min_tokens=40&max_tokens=120"
+LONG_REPLY_QUERY = "?temperature=0&min_tokens=300&max_tokens=400"  # some 15 s of speech
 WAIT_MS = 60_000  # generous: a loaded 2-core machine
 
 
@@ -156,7 +158,7 @@ def test_typed_turn_and_stop_interrupts_the_reply(
     # Typed text is a user turn; Stop cancels the reply being played (barge-in), and the
     # server keeps in the history only what the page reported as played.
     caplog.set_level(logging.INFO)
-    page, problems = open_demo(mic_context, glm_server.http + "/?temperature=0&max_tokens=400")
+    page, problems = open_demo(mic_context, glm_server.http + "/" + LONG_REPLY_QUERY)
     page.fill("#text", "Tell me a long story, please.")
     page.click("#speak")
     page.wait_for_function("window.voxgateStats.samplesPlayed > 4800", timeout=WAIT_MS)
@@ -207,7 +209,7 @@ def test_speaking_over_the_reply_interrupts_it(
     page = mic_context.new_page()
     problems = PageProblems(page)
     page.add_init_script(CUED_MICROPHONE)
-    page.goto(glm_server.http + "/?temperature=0&max_tokens=400")
+    page.goto(glm_server.http + "/" + LONG_REPLY_QUERY)
     page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
     page.click("#mic")
     page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
@@ -220,20 +222,23 @@ def test_speaking_over_the_reply_interrupts_it(
     )
     assert page.get_attribute("#listen-state", "data-state") == "replying"
     # ... when the user asks again: the page falls silent, the server cancels the reply and
-    # answers the new question.
+    # answers the new question (whose long reply Stop then ends).
     page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
     page.wait_for_function(
         """() => { const s = window.voxgateStats;
-                   return s.responses.length === 2 && s.drained }""",
+                   return s.responses.length === 1 && s.speechStopped === 2
+                          && s.listenState === "replying" && s.framesReceived > 0 }""",
         timeout=WAIT_MS,
     )
+    page.click("#stop")
+    page.wait_for_function("window.voxgateStats.responses.length === 2", timeout=WAIT_MS)
     stats = page.evaluate("window.voxgateStats")
     assert_clean(page, stats, problems, caplog)
     assert stats["speechStarted"] == 2 and stats["speechStopped"] == 2, stats
     assert stats["bargeIns"] == 1, stats
     first, second = stats["responses"]
     assert first["status"] == "cancelled", first
-    assert second["status"] in ("completed", "length"), second
+    assert second["status"] == "cancelled", second  # Stop
     lines = page.locator("#conversation li").all_inner_texts()
     assert len(lines) == 4 and lines[1].endswith("[interrupted]"), lines
 
@@ -261,7 +266,9 @@ def test_stopping_the_microphone_ends_the_turn(
     page = mic_context.new_page()
     problems = PageProblems(page)
     page.add_init_script(CUED_MICROPHONE)
-    page.goto(glm_server.http + f"/?temperature=0&max_tokens=60&turn={turn_detection}")
+    page.goto(
+        glm_server.http + f"/?temperature=0&min_tokens=20&max_tokens=60&turn={turn_detection}"
+    )
     page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
     page.click("#mic")
     page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
