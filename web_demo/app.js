@@ -254,6 +254,8 @@ function onSpeechStarted(ev) {
     turn.awaitingFirst = false;
     player.cancel();
     log("note", "barge-in: you spoke over the reply, so it stops");
+  } else if (turn.pending && !turn.open && model && model.turns) {
+    forgetUnansweredTurn();
   }
   updateListenState();
 }
@@ -275,8 +277,11 @@ function addToConversation(who, text) {
 /** The microphone card's pill: what the conversation is waiting for. */
 function updateListenState() {
   let state;
-  if (turn.open && !turn.cancelled) state = "replying";
-  else if (!mic || !mic.active) state = "off";
+  const micOn = Boolean(mic && mic.active);
+  // Full duplex: the whole conversation is one response, while the microphone runs.
+  if (model && model.fullDuplex && micOn) state = "listening";
+  else if (turn.open && !turn.cancelled) state = "replying";
+  else if (!micOn) state = "off";
   else if (userSpeaking) state = "speaking";
   else if (model && model.turns && (turn.pending || turn.awaitingFirst)) state = "waiting";
   else state = "listening";
@@ -287,7 +292,7 @@ function updateListenState() {
     waiting: "Waiting for the reply",
     replying: "Replying — speak to interrupt",
   };
-  if (state === "replying" && !(mic && mic.active && model && model.turns)) labels.replying = "Replying";
+  if (state === "replying" && !(micOn && model && model.turns)) labels.replying = "Replying";
   if (state === stats.listenState && el.listen.dataset.state === state) return;
   stats.listenState = state;
   el.listen.dataset.state = state;
@@ -355,11 +360,19 @@ function stop() {
   }
   if (ws && (turn.pending || turn.open)) {
     send(P.responseCancel());
-    turn.cancelled = true;
+    if (turn.open || !(model && model.turns)) turn.cancelled = true;
+    else forgetUnansweredTurn();
   }
   turn.awaitingFirst = false;
   player.cancel();
   updateButtons();
+  updateListenState();
+}
+
+/** Turn-based models: a cancel or new speech before a reply began means that reply never
+ * comes (the server answers the next turn instead), so the typed turn stops waiting for it. */
+function forgetUnansweredTurn() {
+  Object.assign(turn, { pending: false, awaitingFirst: false, cancelled: false });
 }
 
 function reportPlayback() {
@@ -396,6 +409,7 @@ function updateMicAvailability() {
   }
   el.mic.disabled = !usable;
   el.micNote.textContent = note;
+  el.listen.hidden = !usable; // the conversation's state: speech models only
   if (model && model.fullDuplex) {
     el.speakNote.textContent = `This model (${model.name || "current model"}) converses through the microphone only: it takes no text.`;
   } else if (model && model.turns) {

@@ -106,6 +106,7 @@ def test_spoken_turn_gets_a_spoken_reply_with_its_transcript(
     assert "voice detection ends your turn" in page.inner_text("#mic-note")
     assert page.is_enabled("#speak") and page.inner_text("#speak") == "Send"
     assert page.get_attribute("#listen-state", "data-state") == "off"
+    assert page.is_visible("#listen-state")
 
     page.click("#mic")
     page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
