@@ -232,7 +232,12 @@ function onEvent(data, resolveStarted) {
       stats.serverErrors.push(ev);
       notice(P.describeError(ev), "error");
       // A refused text opens no response, so nothing else will end this turn.
-      if (turn.pending && !turn.open) turn.pending = false;
+      if (turn.pending && !turn.open) {
+        turn.pending = false;
+        if (model && model.turns && el.conversation.lastElementChild) {
+          el.conversation.lastElementChild.append(" [refused]");
+        }
+      }
       return;
     default:
       return; // speech_started, session.ended and future events: the log shows them
@@ -268,7 +273,8 @@ function addToConversation(who, text) {
   item.className = who;
   const label = document.createElement("strong");
   label.textContent = who === "user" ? "You: " : `${(model && model.name) || "Model"}: `;
-  item.append(label, document.createTextNode(text));
+  const shown = text.length > 300 ? `${text.slice(0, 300)}…` : text;
+  item.append(label, document.createTextNode(shown));
   el.conversation.append(item);
   el.conversation.hidden = false;
   while (el.conversation.children.length > 40) el.conversation.firstElementChild.remove();

@@ -293,3 +293,28 @@ def test_stopping_the_microphone_ends_the_turn(
     (conversation,) = conversations
     assert conversation.replies == 1 and len(conversation.history) == 2
     page.close()
+
+
+def test_a_refused_turn_is_explained_and_the_page_stays_usable(
+    glm_server, conversations, mic_context
+) -> None:
+    # A typed turn over the server's max_text_chars is refused with a non-fatal `error`: the
+    # page shows its code, message and what to do, and Send works again.
+    from gateway.config import GatewaySettings
+
+    too_long = "a" * (GatewaySettings().max_text_chars + 1)
+    page, problems = open_demo(mic_context, glm_server.http + "/" + PAGE_QUERY)
+    page.fill("#text", too_long)
+    page.click("#speak")
+    page.wait_for_function("window.voxgateStats.serverErrors.length > 0", timeout=10_000)
+    stats = page.evaluate("window.voxgateStats")
+    assert [e["code"] for e in stats["serverErrors"]] == ["too_large"]
+    shown = page.inner_text("#notices")
+    assert "Server error (too_large)" in shown and "Send a shorter text" in shown, shown
+    page.wait_for_function("!document.getElementById('speak').disabled", timeout=5_000)
+    assert stats["responses"] == [] and stats["errors"] == [] and problems.items == []
+    assert stats["closes"] == []
+    assert page.inner_text("#conversation li:last-child").endswith("… [refused]")
+    (conversation,) = conversations
+    assert conversation.history == []  # nothing reached the conversation
+    page.close()
