@@ -5,6 +5,7 @@
 import * as P from "./protocol.js";
 import { hasOpusDecoder, hasWorklet, Player } from "./player.js";
 import { chooseInputFormat, hasMicrophone, Microphone } from "./mic.js";
+import { ConversationLog, listenState } from "./conversation.js";
 import { Settings } from "./settings.js";
 import { $, clearNotice, log, notice, Waveform } from "./ui.js";
 
@@ -48,8 +49,8 @@ const el = {
   text: $("text"), speak: $("speak"), stop: $("stop"), connect: $("connect"), conn: $("conn-state"),
   mic: $("mic"), micNote: $("mic-note"), micLevel: $("mic-level"), transcript: $("transcript"),
   speakNote: $("speak-note"), speakTitle: $("speak-title"), listen: $("listen-state"),
-  conversation: $("conversation"),
 };
+const conversationLog = new ConversationLog($("conversation"));
 const SPEAK_HINT = el.speakNote.textContent;
 
 let ws = null; // the live socket, or null
@@ -234,9 +235,7 @@ function onEvent(data, resolveStarted) {
       // A refused text opens no response, so nothing else will end this turn.
       if (turn.pending && !turn.open) {
         turn.pending = false;
-        if (model && model.turns && el.conversation.lastElementChild) {
-          el.conversation.lastElementChild.append(" [refused]");
-        }
+        if (model && model.turns) conversationLog.markLastRefused();
       }
       return;
     default:
@@ -267,42 +266,17 @@ function onSpeechStarted(ev) {
 
 const seconds = (ms) => `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
 
-/** Turn-based models: one line per turn, the user's and the model's, newest last. */
 function addToConversation(who, text) {
-  const item = document.createElement("li");
-  item.className = who;
-  const label = document.createElement("strong");
-  label.textContent = who === "user" ? "You: " : `${(model && model.name) || "Model"}: `;
-  const shown = text.length > 300 ? `${text.slice(0, 300)}…` : text;
-  item.append(label, document.createTextNode(shown));
-  el.conversation.append(item);
-  el.conversation.hidden = false;
-  while (el.conversation.children.length > 40) el.conversation.firstElementChild.remove();
+  conversationLog.add(who, model && model.name, text);
 }
 
 /** The microphone card's pill: what the conversation is waiting for. */
 function updateListenState() {
-  let state;
-  const micOn = Boolean(mic && mic.active);
-  // Full duplex: the whole conversation is one response, while the microphone runs.
-  if (model && model.fullDuplex && micOn) state = "listening";
-  else if (turn.open && !turn.cancelled) state = "replying";
-  else if (!micOn) state = "off";
-  else if (userSpeaking) state = "speaking";
-  else if (model && model.turns && (turn.pending || turn.awaitingFirst)) state = "waiting";
-  else state = "listening";
-  const labels = {
-    off: "Microphone off",
-    listening: model && model.fullDuplex ? "Conversing" : "Listening…",
-    speaking: "You are speaking",
-    waiting: "Waiting for the reply",
-    replying: "Replying — speak to interrupt",
-  };
-  if (state === "replying" && !(micOn && model && model.turns)) labels.replying = "Replying";
-  if (state === stats.listenState && el.listen.dataset.state === state) return;
+  const { state, label } = listenState({ model, micOn: Boolean(mic && mic.active), userSpeaking, turn });
+  if (state === stats.listenState && el.listen.textContent === label) return;
   stats.listenState = state;
   el.listen.dataset.state = state;
-  el.listen.textContent = labels[state];
+  el.listen.textContent = label;
 }
 
 function onSessionStarted(ev, resolveStarted) {
