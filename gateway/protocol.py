@@ -29,6 +29,7 @@ from gateway.protocol_codes import (
     CloseCode,
     EndReason,
     ErrorCode,
+    ModelKind,
     ResponseStatus,
     ServerEventType,
     TurnDetectionType,
@@ -48,6 +49,7 @@ __all__ = [
     "CloseCode",
     "EndReason",
     "ErrorCode",
+    "ModelKind",
     "ResponseStatus",
     "ServerEventType",
     "TurnDetectionType",
@@ -179,6 +181,8 @@ class SessionStarted:
     input_audio: AudioSpec | None  # None: the model takes no audio input
     output_audio: AudioSpec
     limits: Limits
+    # What the client may send: text (tts), audio and text turns (turns), audio only (full_duplex).
+    model_kind: ModelKind = ModelKind.TTS
 
 
 @dataclass(frozen=True)

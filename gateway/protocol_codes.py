@@ -83,6 +83,22 @@ class AudioFormat(enum.StrEnum):
 NATIVE_FORMATS = (AudioFormat.OPUS, AudioFormat.PCM16, AudioFormat.MULAW)
 
 
+class ModelKind(enum.StrEnum):
+    """`session.started` `model_kind`: how a client converses with the session's model (an
+    additive field of v1, docs/gateway.md "session.started"; clients ignore unknown values)."""
+
+    TTS = "tts"  # text in, speech out
+    TURNS = "turns"  # turn-based speech-to-speech: spoken (or typed) user turns, spoken replies
+    FULL_DUPLEX = "full_duplex"  # one continuous spoken conversation, audio in only
+
+    @classmethod
+    def of(cls, facts) -> ModelKind:
+        """The kind of a model, from its ModelFacts."""
+        if facts.full_duplex:
+            return cls.FULL_DUPLEX
+        return cls.TURNS if facts.accepts_turns else cls.TTS
+
+
 class TurnDetectionType(enum.StrEnum):
     VAD = "vad"
     NONE = "none"

@@ -43,6 +43,7 @@ from gateway.protocol import (
     ErrorCode,
     ErrorEvent,
     InputCommit,
+    ModelKind,
     Playback,
     ProtocolError,
     ResponseCancel,
@@ -456,7 +457,14 @@ class Session:
             self._turns.start(options, input_audio or AudioSpec(), detection)
         out = options.output
         self._emit_event(
-            SessionStarted(self.session_id, facts.name, input_audio, out, self._settings.limits())
+            SessionStarted(
+                self.session_id,
+                facts.name,
+                input_audio,
+                out,
+                self._settings.limits(),
+                ModelKind.of(facts),
+            )
         )
         self.log.info(
             "session started output=%s/%d/%dms voice=%s",

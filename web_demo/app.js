@@ -5,6 +5,7 @@
 import * as P from "./protocol.js";
 import { hasOpusDecoder, hasWorklet, Player } from "./player.js";
 import { chooseInputFormat, hasMicrophone, Microphone } from "./mic.js";
+import { ConversationLog, listenState } from "./conversation.js";
 import { Settings } from "./settings.js";
 import { $, clearNotice, log, notice, Waveform } from "./ui.js";
 
@@ -22,6 +23,13 @@ const stats = (window.voxgateStats = {
   responses: [], // response.done events
   closes: [], // {code, reason} of every socket close
   outputFormat: null,
+  speechStarted: 0, // input.speech_started events (turn-based models: the server's VAD)
+  speechStopped: 0,
+  bargeIns: 0, // replies the user interrupted by speaking over them
+  playbackReports: 0, // `playback` events sent
+  lastPlaybackMs: null, // the current response's last reported played_ms
+  bargeInHeardMs: [], // per barge-in: the interrupted reply's last reported played_ms
+  listenState: "off", // the microphone card's state pill (off/listening/speaking/waiting/replying)
   ready: false,
 });
 
@@ -40,8 +48,9 @@ const settings = new Settings(params);
 const el = {
   text: $("text"), speak: $("speak"), stop: $("stop"), connect: $("connect"), conn: $("conn-state"),
   mic: $("mic"), micNote: $("mic-note"), micLevel: $("mic-level"), transcript: $("transcript"),
-  speakNote: $("speak-note"),
+  speakNote: $("speak-note"), speakTitle: $("speak-title"), listen: $("listen-state"),
 };
+const conversationLog = new ConversationLog($("conversation"));
 const SPEAK_HINT = el.speakNote.textContent;
 
 let ws = null; // the live socket, or null
@@ -52,6 +61,7 @@ let sessionDirty = false; // a session setting changed: reconnect before the nex
 let inputFormat = null; // how the microphone would be sent (decided once per page)
 let wantInput = false; // declare input_audio in session.start (only once the mic is used)
 let mic = null;
+let userSpeaking = false; // between input.speech_started and input.speech_stopped
 let worklet = { gen: -1, genPlayedSamples: 0, bufferedSamples: 0 };
 // The current turn: text sent → response.started → frames → response.done.
 const turn = { starting: false, pending: false, open: false, t0: 0, awaitingFirst: false, cancelled: false };
@@ -145,6 +155,7 @@ function onClose(sock, ev) {
   stats.closes.push({ code: ev.code, reason: ev.reason });
   if (turn.open || turn.pending) player.endResponse(); // let what arrived play out
   Object.assign(turn, { pending: false, open: false, awaitingFirst: false, cancelled: false });
+  userSpeaking = false;
   if (mic && mic.active) mic.stop().catch((err) => recordError(err.message));
   const reason = ev.reason ? ` — “${ev.reason}”` : "";
   const text = `Connection closed: ${ev.code} ${P.describeClose(ev.code)}${reason}`;
@@ -185,34 +196,87 @@ function onEvent(data, resolveStarted) {
       return onSessionStarted(ev, resolveStarted);
     case P.S.RESPONSE_STARTED:
       turn.open = true;
+      stats.lastPlaybackMs = null;
       player.beginResponse();
       if (turn.cancelled) player.cancel(); // Stop was pressed before the response began
       el.transcript.textContent = "";
       el.transcript.hidden = true;
+      updateListenState();
       return;
     case P.S.TRANSCRIPT_DELTA:
       el.transcript.hidden = false;
       el.transcript.textContent += ev.text;
       return;
+    case P.S.SPEECH_STARTED:
+      return onSpeechStarted(ev);
     case P.S.SPEECH_STOPPED:
       // A spoken turn ended: time to first audio counts from here.
+      stats.speechStopped += 1;
+      userSpeaking = false;
       Object.assign(turn, { t0: performance.now(), awaitingFirst: true });
+      if (model && model.turns) addToConversation("user", `(spoken turn, ${seconds(ev.audio_ms - speechFromMs)})`);
+      updateListenState();
       return;
     case P.S.RESPONSE_DONE:
       if (!turn.cancelled) player.endResponse();
       stats.responses.push(ev);
+      if (model && model.turns) {
+        const said = el.transcript.textContent.trim() || "(no text)";
+        const why = { cancelled: " [interrupted]", length: " [cut at max tokens]", failed: " [failed]" };
+        addToConversation("model", said + (why[ev.status] || ""));
+      }
       Object.assign(turn, { pending: false, open: false, awaitingFirst: false, cancelled: false });
       updateButtons();
+      updateListenState();
       return;
     case P.S.ERROR:
       stats.serverErrors.push(ev);
-      notice(`Server error ${ev.code}: ${ev.message}`, "error");
+      notice(P.describeError(ev), "error");
       // A refused text opens no response, so nothing else will end this turn.
-      if (turn.pending && !turn.open) turn.pending = false;
+      if (turn.pending && !turn.open) {
+        turn.pending = false;
+        if (model && model.turns) conversationLog.markLastRefused();
+      }
       return;
     default:
       return; // speech_started, session.ended and future events: the log shows them
   }
+}
+
+let speechFromMs = 0; // audio_ms of the last input.speech_started
+
+function onSpeechStarted(ev) {
+  stats.speechStarted += 1;
+  userSpeaking = true;
+  speechFromMs = ev.audio_ms || 0;
+  // Barge-in: the server cancels the reply playing when the user speaks; silence it here at
+  // once rather than after the frames already sent (up to the server's lead) have played.
+  if (turn.open && !turn.cancelled) {
+    stats.bargeIns += 1;
+    stats.bargeInHeardMs.push(stats.lastPlaybackMs);
+    turn.cancelled = true;
+    turn.awaitingFirst = false;
+    player.cancel();
+    log("note", "barge-in: you spoke over the reply, so it stops");
+  } else if (turn.pending && !turn.open && model && model.turns) {
+    forgetUnansweredTurn();
+  }
+  updateListenState();
+}
+
+const seconds = (ms) => `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
+
+function addToConversation(who, text) {
+  conversationLog.add(who, model && model.name, text);
+}
+
+/** The microphone card's pill: what the conversation is waiting for. */
+function updateListenState() {
+  const { state, label } = listenState({ model, micOn: Boolean(mic && mic.active), userSpeaking, turn });
+  if (state === stats.listenState && el.listen.textContent === label) return;
+  stats.listenState = state;
+  el.listen.dataset.state = state;
+  el.listen.textContent = label;
 }
 
 function onSessionStarted(ev, resolveStarted) {
@@ -251,8 +315,13 @@ async function speak() {
   try {
     await player.start(settings.prebufferMs()); // inside the click: satisfies autoplay rules
     await connect();
+    if (!model.acceptsText) {
+      notice(`This model (${model.name || "current model"}) takes no text: use the microphone.`, "info", "empty");
+      return;
+    }
     Object.assign(turn, { pending: true, t0: performance.now(), awaitingFirst: true, cancelled: false });
     send(P.text(value, true));
+    if (model.turns) addToConversation("user", value);
   } catch (err) {
     if (!err.shown) recordError(err.message);
   } finally {
@@ -271,17 +340,28 @@ function stop() {
   }
   if (ws && (turn.pending || turn.open)) {
     send(P.responseCancel());
-    turn.cancelled = true;
+    if (turn.open || !(model && model.turns)) turn.cancelled = true;
+    else forgetUnansweredTurn();
   }
   turn.awaitingFirst = false;
   player.cancel();
   updateButtons();
+  updateListenState();
+}
+
+/** Turn-based models: a cancel or new speech before a reply began means that reply never
+ * comes (the server answers the next turn instead), so the typed turn stops waiting for it. */
+function forgetUnansweredTurn() {
+  Object.assign(turn, { pending: false, awaitingFirst: false, cancelled: false });
 }
 
 function reportPlayback() {
   if (!ws || ws.readyState !== WebSocket.OPEN || !turn.open || turn.cancelled) return;
   const played = worklet.gen === player.gen ? worklet.genPlayedSamples : 0;
-  ws.send(P.playback((played * 1000) / player.sampleRate)); // not logged: 4 a second
+  const playedMs = Math.round((played * 1000) / player.sampleRate);
+  ws.send(P.playback(playedMs)); // not logged: 4 a second
+  stats.playbackReports += 1;
+  stats.lastPlaybackMs = playedMs;
 }
 
 // --- microphone ---------------------------------------------------------------------------------
@@ -301,13 +381,24 @@ function updateMicAvailability() {
       ? "Start it and speak; audio is sent as Opus."
       : "Start it and speak; WebCodecs AudioEncoder is missing, so audio is sent as PCM16 16 kHz.";
     if (model.fullDuplex) note += " The model listens and talks at once; stop it to end the conversation.";
-    else if (settings.pushToTalk) note += " Stop it to end your turn.";
+    else if (settings.pushToTalk) note += " Stop it to end your turn; start it again for the next one.";
+    else if (model.turns) {
+      note += " Pause and the server's voice detection ends your turn; the model answers." +
+        " Speak over a reply to interrupt it (use headphones, so the reply does not reach the microphone).";
+    }
   }
   el.mic.disabled = !usable;
   el.micNote.textContent = note;
-  el.speakNote.textContent = model && model.fullDuplex
-    ? `This model (${model.name || "current model"}) converses through the microphone only: it takes no text.`
-    : SPEAK_HINT;
+  el.listen.hidden = !usable; // the conversation's state: speech models only
+  if (model && model.fullDuplex) {
+    el.speakNote.textContent = `This model (${model.name || "current model"}) converses through the microphone only: it takes no text.`;
+  } else if (model && model.turns) {
+    el.speakNote.textContent = "Typed text is a turn of the conversation, like a spoken one. Stop interrupts the reply.";
+  } else {
+    el.speakNote.textContent = SPEAK_HINT;
+  }
+  el.speakTitle.textContent = model && model.turns ? "Type a turn" : "Text to speech";
+  el.speak.textContent = model && model.turns ? "Send" : "Speak";
   if (!mic || !mic.active) setMicButton(false);
 }
 
@@ -323,9 +414,12 @@ async function toggleMic() {
     if (mic && mic.active) {
       await mic.stop();
       setMicButton(false);
-      // Turn-based models: the end of the user's turn. Full-duplex models (Moshi): the end of
-      // the conversation, whose response.done then arrives.
-      if (ws && (settings.pushToTalk || model.fullDuplex)) send(P.inputCommit());
+      // Turn-based models: the end of the user's turn (push-to-talk, or speech the VAD has not
+      // yet seen end). Full-duplex models (Moshi): the end of the conversation, whose
+      // response.done then arrives.
+      if (ws && (settings.pushToTalk || model.fullDuplex || userSpeaking)) send(P.inputCommit());
+      userSpeaking = false;
+      updateListenState();
       if (settings.pushToTalk && ws) {
         Object.assign(turn, { t0: performance.now(), awaitingFirst: true });
       }
@@ -345,6 +439,7 @@ async function toggleMic() {
     });
     await mic.start();
     setMicButton(true);
+    updateListenState();
     // Full duplex: the conversation starts now; time to first audio counts from here.
     if (model.fullDuplex) Object.assign(turn, { t0: performance.now(), awaitingFirst: true });
   } catch (err) {
@@ -357,7 +452,7 @@ async function toggleMic() {
 
 function updateButtons() {
   const busy = turn.pending || turn.open;
-  el.speak.disabled = busy || turn.starting || Boolean(model && model.fullDuplex);
+  el.speak.disabled = busy || turn.starting || Boolean(model && !model.acceptsText);
   el.stop.disabled = !(busy || worklet.bufferedSamples > 0);
 }
 
@@ -373,6 +468,7 @@ function render() {
   $("stat-played").textContent = String(stats.framesPlayed);
   waveform.draw(player.waveform(waveBytes) ? waveBytes : null);
   updateButtons();
+  updateListenState();
   requestAnimationFrame(render);
 }
 

@@ -113,6 +113,8 @@ export function parseEvent(data) {
   return event;
 }
 
+export const KIND = Object.freeze({ TTS: "tts", TURNS: "turns", FULL_DUPLEX: "full_duplex" });
+
 /** What session.started says about the model, tolerant of a name string or a facts object. */
 export function modelInfo(started) {
   const model = started.model;
@@ -120,14 +122,42 @@ export function modelInfo(started) {
   const name = typeof model === "string" ? model : facts.name || facts.id || "";
   const voices = started.voices || facts.voices || [];
   const defaultVoice = started.default_voice || facts.default_voice || "";
-  const declared = [facts.accepts_audio, facts.audio_input, started.accepts_audio].find(
-    (v) => typeof v === "boolean",
-  );
-  // No declaration: the model takes audio exactly when the server states an input format.
-  const acceptsAudio = declared !== undefined ? declared : Boolean(started.input_audio);
-  // Full duplex (Moshi): one continuous conversation, audio only. This gateway version serves
-  // audio input to full-duplex models only, so without a declaration audio input means duplex.
-  const duplex = [facts.full_duplex, started.full_duplex].find((v) => typeof v === "boolean");
-  const fullDuplex = duplex !== undefined ? duplex : acceptsAudio;
-  return { name, voices: Array.isArray(voices) ? voices : [], defaultVoice, acceptsAudio, fullDuplex };
+  // `model_kind` says how to converse: text (tts), spoken or typed turns, or full duplex.
+  let kind = Object.values(KIND).includes(started.model_kind) ? started.model_kind : null;
+  if (!kind) {
+    // An older server: it serves audio input to full-duplex models only, so an input format
+    // means duplex.
+    const duplex = [facts.full_duplex, started.full_duplex].find((v) => typeof v === "boolean");
+    kind = (duplex !== undefined ? duplex : Boolean(started.input_audio)) ? KIND.FULL_DUPLEX : KIND.TTS;
+  }
+  const acceptsAudio = kind !== KIND.TTS && Boolean(started.input_audio);
+  return {
+    name,
+    voices: Array.isArray(voices) ? voices : [],
+    defaultVoice,
+    kind,
+    acceptsAudio,
+    fullDuplex: kind === KIND.FULL_DUPLEX,
+    turns: kind === KIND.TURNS, // spoken turns ended by the server's VAD (or input.commit)
+    acceptsText: kind !== KIND.FULL_DUPLEX,
+  };
+}
+
+// What a user can do about each error code (PROTOCOL.md), shown after the server's message.
+const ERROR_HINTS = Object.freeze({
+  unsupported_input: "This model does not take that kind of input.",
+  unsupported_audio: "The server could not decode the microphone's audio.",
+  overloaded: "The server is busy: try again in a moment.",
+  rate_limited: "Too many turns are waiting: wait for the reply to finish.",
+  too_large: "Send a shorter text.",
+  model_error: "The model failed on this turn; the session is still usable.",
+  internal: "The server hit an internal error.",
+});
+
+/** A readable one-line description of a server `error` event. */
+export function describeError(ev) {
+  const hint = ERROR_HINTS[ev.code];
+  const base = `Server error (${ev.code || "unknown"}): ${ev.message || "no message"}`;
+  const tail = ev.fatal ? " The session has ended." : "";
+  return hint ? `${base} — ${hint}${tail}` : base + tail;
 }

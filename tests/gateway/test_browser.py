@@ -93,6 +93,8 @@ def test_demo_speaks_opus(server_url: str, browser_context, tmp_path: Path) -> N
     # The tiny model takes text only: the microphone is shown, disabled, with a note.
     assert page.is_disabled("#mic")
     assert "text only" in page.inner_text("#mic-note")
+    assert not page.is_visible("#listen-state")  # no spoken conversation with a TTS model
+    assert page.inner_text("#speak") == "Speak"
 
     stats = speak_and_wait(page, "Hello from the browser test.")
     assert_played(stats, problems, "opus")

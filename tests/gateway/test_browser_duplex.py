@@ -92,6 +92,7 @@ def test_microphone_conversation_with_moshi(moshi_server, moshi_engine, mic_cont
     )
     page.wait_for_selector("#transcript:not([hidden])", timeout=WAIT_MS)
     page.wait_for_function("document.getElementById('mic-level').value > 0", timeout=10_000)
+    assert page.inner_text("#listen-state") == "Conversing"  # one conversation, no turns
 
     page.click("#mic")  # stop: the end of the conversation
     page.wait_for_selector("#mic[aria-pressed=false]", timeout=10_000)

@@ -36,7 +36,8 @@ def microphone_packets(seed: int) -> list[bytes]:
 async def converse(url: str, seed: int) -> dict:
     packets = microphone_packets(seed)
     async with websockets.connect(url, subprotocols=["voxgate.v1"], max_size=None) as ws:
-        await start_session(ws, sampling={"temperature": 0.0})
+        started = await start_session(ws, sampling={"temperature": 0.0})
+        assert started["model_kind"] == "full_duplex"  # the page converses by microphone only
         received = {"frames": 0, "text": [], "events": []}
 
         async def speak():

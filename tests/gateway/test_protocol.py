@@ -133,6 +133,7 @@ def test_encode_events():
             "lead_ms": 8,
             "max_send_queue_ms": 9,
         },
+        "model_kind": "tts",
     }
     done = json.loads(encode_event(ResponseDone("r1", ResponseStatus.CANCELLED, 400, None)))
     assert done == {

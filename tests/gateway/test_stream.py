@@ -47,6 +47,7 @@ async def test_opus_round_trip_matches_engine_audio(server, engine):
         assert started["output_audio"] == {"format": "opus", "sample_rate": 48000, "frame_ms": 20}
         assert started["input_audio"] is None  # text-only model
         assert started["model"] == "tiny-orpheus"
+        assert started["model_kind"] == "tts"
         assert started["limits"]["lead_ms"] == 1000
         await send(ws, type="text", text=ONE_SENTENCE)
         played = await collect_response(ws)

@@ -86,6 +86,7 @@ def test_spoken_turns_barge_in_and_reuse_of_the_conversation_kv(
                 sampling=SAMPLING,
             )
             assert started["input_audio"]["format"] == "pcm16"
+            assert started["model_kind"] == "turns"
             # Turn 1: speech, silence → speech events, then a whole spoken reply.
             await send_frames(ws, utterance("What is the weather like today?", tmp_path, 1))
             events, audio = await read_until(ws, "response.done")
