@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.sampling import SamplingRow, _top_k_top_p, race_noise
+from engine.sampling import SamplingRow, race_noise, top_k_top_p
 from models.device_util import upload
 
 _M32 = 0xFFFFFFFF
@@ -38,6 +38,9 @@ class DeviceCodeSampler:
         )
         self.top_k = upload([r.params.top_k for r in rows], torch.long, device)
         self.top_p = upload([r.params.top_p for r in rows], torch.float32, device)
+        drawn = [r.params for r in rows if not r.params.greedy]
+        self.nucleus = any(p.top_p < 1.0 for p in drawn)
+        self.max_k = max(p.top_k for p in drawn)
         self.seeds = upload(seeds, torch.long, device)
         self.steps = upload([r.step for r in rows], torch.long, device)
 
@@ -46,7 +49,8 @@ class DeviceCodeSampler:
         best = logits.argmax(dim=-1)
         if not self.any_random:
             return best
-        probs = _top_k_top_p(logits / self.temperature[:, None], self.top_k, self.top_p).softmax(-1)
+        scaled = logits / self.temperature[:, None]
+        probs = top_k_top_p(scaled, self.top_k, self.top_p, self.nucleus, self.max_k).softmax(-1)
         codes = torch.arange(logits.shape[1], device=logits.device).expand_as(logits)
         seeds = (self.seeds ^ (index * _CODEBOOK_SALT)) & _M32
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p.
