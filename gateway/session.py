@@ -226,7 +226,7 @@ class Session:
             "session closed code=%s duration_s=%.1f responses=%d",
             code,
             time.monotonic() - self._opened_at,
-            self._responses.opened,
+            self._responses.opened + (self._turns.replies if self._turns is not None else 0),
         )
 
     @property
