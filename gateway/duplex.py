@@ -30,10 +30,15 @@ from gateway.protocol import (
     AudioSpec,
     ErrorCode,
     ErrorEvent,
+    InputCommit,
+    ProtocolError,
+    ResponseCancel,
     ResponseDone,
     ResponseStarted,
     ResponseStatus,
+    TextInput,
     TranscriptDelta,
+    TurnDetection,
 )
 from gateway.response import Emitter, SpeechOptions
 
@@ -46,9 +51,20 @@ _STATUS = {
 
 
 class DuplexConversation:
-    def __init__(self, engine: AsyncEngine, emit: Emitter, metrics, log, opus_bitrate: int) -> None:
+    """gateway/speech_conversation.py's SpeechConversation for full-duplex models (Moshi)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        emit: Emitter,
+        metrics,
+        log,
+        opus_bitrate: int,
+        finish_timeout_s: float,
+    ) -> None:
         self._engine, self._emit, self._metrics, self._log = engine, emit, metrics, log
-        self._opus_bitrate = opus_bitrate
+        self._opus_bitrate, self._finish_timeout_s = opus_bitrate, finish_timeout_s
+        self.replies = 0
         self._options: SpeechOptions | None = None
         self._decoder: AudioDecoder | None = None
         self._pending: list[np.ndarray] = []  # audio before the engine admitted the session
@@ -61,7 +77,10 @@ class DuplexConversation:
         self._idle = asyncio.Event()  # set while no conversation is open
         self._idle.set()
 
-    def start(self, options: SpeechOptions, input_audio: AudioSpec) -> None:
+    def start(
+        self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection | None = None
+    ) -> None:
+        """Full duplex has no turns: `detection` is accepted and ignored."""
         facts = self._engine.facts
         sampling = options.sampling
         if sampling.max_tokens == type(sampling)().max_tokens:
@@ -81,6 +100,30 @@ class DuplexConversation:
         else:
             self._pending.append(pcm)
             self._audio_in.set()
+
+    def reconfigure(
+        self, options: SpeechOptions, input_audio: AudioSpec | None, detection: TurnDetection | None
+    ) -> None:
+        """`session.update` changes nothing in a conversation already under way."""
+
+    async def handle(self, event: object) -> bool:
+        if isinstance(event, TextInput):
+            # A full-duplex session plays no text responses: queued, the text would wait forever.
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED_INPUT,
+                f"{self._engine.facts.name} is a full-duplex speech model and takes no text: "
+                "stream the user's audio as binary frames",
+            )
+        if isinstance(event, ResponseCancel):
+            await self.cancel()
+            return True
+        if isinstance(event, InputCommit):  # the user is done talking: the conversation ends
+            await self.finish(self._finish_timeout_s)
+            return True
+        return False
+
+    async def end(self, timeout_s: float) -> None:
+        await self.finish(timeout_s)
 
     async def finish(self, timeout_s: float) -> None:
         """The user is done: the conversation ends between frames, and its `response.done`
@@ -131,6 +174,7 @@ class DuplexConversation:
         # Busy from here on, not from admission: an input.commit or response.cancel that comes
         # while the engine admits the conversation must end it, not be lost.
         self.busy, self._ending, self._end_on_open = True, False, None
+        self.replies += 1
         self._idle.clear()
         try:
             stream = await self._engine.submit(SpeechRequest("", None, options.sampling))

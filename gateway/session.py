@@ -58,6 +58,7 @@ from gateway.response import Emitter, EngineUnavailable, cancel_and_wait
 from gateway.session_start import admission_refusal, resolve_options, update_options
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.socket_writer import SocketWriter
+from gateway.speech_conversation import SpeechConversation
 from gateway.turns import TurnConversation
 from gateway.wire import (
     InputClear,
@@ -109,26 +110,17 @@ class Session:
         self._responses = ResponseQueue(
             engine, settings, Emitter(self._emit_event, self._emit_audio), metrics, self.log
         )
-        # Full-duplex models (Moshi): one continuous conversation instead of text responses.
-        self._duplex = (
+        # Speech-to-speech models converse instead of playing text responses: Moshi in one
+        # continuous full-duplex conversation, GLM-4-Voice in turns (gateway/speech_conversation.py).
+        emit = Emitter(self._emit_event, self._emit_audio)
+        self._speech: SpeechConversation | None = (
             DuplexConversation(
-                engine,
-                Emitter(self._emit_event, self._emit_audio),
-                metrics,
-                self.log,
-                settings.opus_bitrate,
+                engine, emit, metrics, self.log, settings.opus_bitrate, settings.close_timeout_s
             )
             if engine.facts.full_duplex
-            else None
-        )
-        # Turn-based speech-to-speech models (GLM-4-Voice): audio turns in, spoken replies out.
-        self._turns = TurnConversation.for_engine(
-            engine,
-            self.session_id,
-            settings,
-            Emitter(self._emit_event, self._emit_audio),
-            metrics,
-            self.log,
+            else TurnConversation.for_engine(
+                engine, self.session_id, settings, emit, metrics, self.log
+            )
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -138,12 +130,7 @@ class Session:
         self.log.info("session open key=%s", self._principal)
         reader = asyncio.create_task(self._read_loop(), name=f"{self.session_id}-reader")
         writer = asyncio.create_task(self._writer.run(), name=f"{self.session_id}-writer")
-        if self._duplex is not None:
-            play = self._duplex.run()
-        elif self._turns is not None:
-            play = self._turns.run()
-        else:
-            play = self._responses.play()
+        play = self._speech.run() if self._speech is not None else self._responses.play()
         player = asyncio.create_task(play, name=f"{self.session_id}-player")
         closing = asyncio.create_task(self._closing.wait())
         try:
@@ -202,10 +189,8 @@ class Session:
         self.state = SessionState.CLOSING
         await cancel_and_wait(reader)
         await self._responses.stop()  # cancels the session's engine requests
-        if self._duplex is not None:
-            self._duplex.stop()
-        if self._turns is not None:
-            self._turns.stop()
+        if self._speech is not None:
+            self._speech.stop()
         await cancel_and_wait(player)
         close = self._close
         if self._disconnected or close is None:
@@ -226,7 +211,7 @@ class Session:
             "session closed code=%s duration_s=%.1f responses=%d",
             code,
             time.monotonic() - self._opened_at,
-            self._responses.opened + (self._turns.replies if self._turns is not None else 0),
+            self._responses.opened + (self._speech.replies if self._speech is not None else 0),
         )
 
     @property
@@ -300,7 +285,7 @@ class Session:
 
     def _idle_since(self) -> float:
         """Idle means no client message and nothing playing; playing audio is not idling."""
-        conversation = self._duplex or self._turns
+        conversation = self._speech
         if self._responses.busy or (conversation is not None and conversation.busy):
             return time.monotonic()
         played = conversation.last_played if conversation is not None else 0.0
@@ -348,14 +333,9 @@ class Session:
                 ErrorCode.TOO_LARGE,
                 f"audio frames are limited to {self._settings.max_frame_bytes} bytes",
             )
-        elif self._duplex is not None:
+        elif self._speech is not None:
             try:
-                self._duplex.push(data)
-            except UndecodableAudio as exc:
-                self._error(ErrorCode.UNSUPPORTED_AUDIO, str(exc))
-        elif self._turns is not None:
-            try:
-                self._turns.push(data)
+                self._speech.push(data)
             except UndecodableAudio as exc:
                 self._error(ErrorCode.UNSUPPORTED_AUDIO, str(exc))
             except ProtocolError as exc:
@@ -384,41 +364,33 @@ class Session:
             )
         elif isinstance(event, SessionUpdate):
             self._on_update(event)
-        elif isinstance(event, TextInput) and self._duplex is not None:
-            # A full-duplex session plays no text responses: queued, the text would wait forever.
-            self._error(
-                ErrorCode.UNSUPPORTED_INPUT,
-                f"{self._engine.facts.name} is a full-duplex speech model and takes no text: "
-                "stream the user's audio as binary frames",
-            )
-        elif self._turns is not None and isinstance(event, TurnConversation.HANDLES):
-            try:
-                self._turns.handle(event)
-            except ProtocolError as exc:
-                self._error(exc.code, exc.message)
+        elif self._speech is not None and await self._speech_handles(event):
+            pass
         elif isinstance(event, TextInput):
             self._responses.add_text(event)
         elif isinstance(event, ResponseCancel):
-            if self._duplex is not None:
-                await self._duplex.cancel()
             await self._responses.cancel()
         elif isinstance(event, Playback):
             self._responses.report_playback(event.played_ms)
         elif isinstance(event, SessionEnd):
-            if self._duplex is not None:  # its response.done comes before session.ended
-                await self._duplex.finish(self._settings.close_timeout_s)
-            if self._turns is not None:  # its response.done comes before session.ended
-                await self._turns.end(self._settings.close_timeout_s)
+            if self._speech is not None:  # its response.done comes before session.ended
+                await self._speech.end(self._settings.close_timeout_s)
             await self._responses.cancel()
             self._begin_close(CloseCode.NORMAL, "session ended", ended=EndReason.CLIENT_ENDED)
-        elif isinstance(event, InputCommit) and self._duplex is not None:
-            # Full duplex: the user is done talking; the conversation ends (completed).
-            await self._duplex.finish(self._settings.close_timeout_s)
         elif isinstance(event, InputCommit | InputClear | Truncate):
             self._error(
                 ErrorCode.UNSUPPORTED_INPUT,
                 "audio turns (commit, clear, truncate) are for turn-based speech-to-speech models",
             )
+
+    async def _speech_handles(self, event: WireInput) -> bool:
+        """Offer a client event to the speech conversation; a refusal is a non-fatal error."""
+        assert self._speech is not None
+        try:
+            return await self._speech.handle(event)
+        except ProtocolError as exc:
+            self._error(exc.code, exc.message)
+            return True
 
     # --- session.start / update -------------------------------------------------------------
     def _on_update(self, event: SessionUpdate) -> None:
@@ -428,9 +400,8 @@ class Session:
             self._error(exc.code, exc.message)
             return
         self._responses.options = options  # responses already playing keep theirs
-        if self._turns is not None:
-            self._turns.options = options
-            self._turns.reconfigure(event.input_audio, event.turn_detection)
+        if self._speech is not None:
+            self._speech.reconfigure(options, event.input_audio, event.turn_detection)
         self._emit_event(SessionUpdated(options, event.echo))
 
     def _on_start(self, event: SessionStart) -> None:
@@ -450,11 +421,9 @@ class Session:
         self.state = SessionState.ACTIVE
         input_audio = (event.input_audio or AudioSpec()) if facts.accepts_audio else None
         options = self._responses.options
-        if self._duplex is not None:
-            self._duplex.start(options, input_audio or AudioSpec())
-        if self._turns is not None:
+        if self._speech is not None:
             detection = event.turn_detection or TurnDetection()
-            self._turns.start(options, input_audio or AudioSpec(), detection)
+            self._speech.start(options, input_audio or AudioSpec(), detection)
         out = options.output
         self._emit_event(
             SessionStarted(

@@ -98,8 +98,11 @@ class TurnConversation:
     def busy(self) -> bool:
         return self._answering or bool(self._queue)
 
-    def handle(self, event) -> None:
-        """One of HANDLES. Raises ProtocolError (answered as a non-fatal `error`)."""
+    async def handle(self, event: object) -> bool:
+        """Text, cancel, playback, commit, clear and truncate are this conversation's; others
+        are the session's (False). Raises ProtocolError (answered as a non-fatal `error`)."""
+        if not isinstance(event, self.HANDLES):
+            return False
         if isinstance(event, TextInput):
             self.add_text(event)
         elif isinstance(event, ResponseCancel):
@@ -112,15 +115,19 @@ class TurnConversation:
             self.clear()
         elif isinstance(event, Truncate):
             self.truncate(event.audio_end_ms)
+        return True
 
     def start(self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection):
         self.options = options
         self._spec, self._detection = input_audio, detection
         self._input = TurnInput(input_audio, detection)
 
-    def reconfigure(self, input_audio: AudioSpec | None, detection: TurnDetection | None) -> None:
-        """A new input format or turn detection (OpenAI `session.update`); audio of a turn in
-        progress is dropped with the old settings."""
+    def reconfigure(
+        self, options: SpeechOptions, input_audio: AudioSpec | None, detection: TurnDetection | None
+    ) -> None:
+        """New options for later replies; a new input format or turn detection (OpenAI
+        `session.update`) drops the audio of a turn in progress with the old settings."""
+        self.options = options
         if input_audio is None and detection is None:
             return
         self._spec = input_audio or self._spec
