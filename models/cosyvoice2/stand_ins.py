@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.orpheus.tiny_tokenizer import _byte_alphabet
+from models.byte_level import byte_alphabet
 
 
 def write_speech_tokenizer(path: Path, codes: int, seed: int) -> None:
@@ -72,7 +72,7 @@ def write_byte_tokenizer(folder: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {ch: i for i, ch in enumerate(_byte_alphabet())}
+    vocab = {ch: i for i, ch in enumerate(byte_alphabet())}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

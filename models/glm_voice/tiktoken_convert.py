@@ -21,6 +21,7 @@ import base64
 import json
 from pathlib import Path
 
+from models.byte_level import byte_alphabet
 from models.checkpoint_errors import CheckpointError
 
 # ChatGLM4Tokenizer's split pattern (the same as Llama 3's): contractions, letters with one
@@ -29,19 +30,6 @@ GLM4_SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
     r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-
-
-def byte_alphabet() -> list[str]:
-    """GPT-2's printable stand-in character for each byte value (ByteLevel's alphabet)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    chars, extra = [], 0
-    for b in range(256):
-        if b in printable:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(256 + extra))
-            extra += 1
-    return chars
 
 
 def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:

@@ -24,9 +24,9 @@ def write_tiny_tokenizer(folder: Path, num_audio: int) -> int:
     """Writes folder/tokenizer.json; returns the vocabulary size."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    from models.orpheus.tiny_tokenizer import _byte_alphabet
+    from models.byte_level import byte_alphabet
 
-    vocab = {ch: i for i, ch in enumerate(_byte_alphabet())}
+    vocab = {ch: i for i, ch in enumerate(byte_alphabet())}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -199,3 +199,15 @@ def decode_opus(packets: list[bytes]) -> np.ndarray:
     if out.dtype == np.int16:  # libopus decodes to s16
         return out.astype(np.float32) / 32768
     return out.astype(np.float32)
+
+
+def write_wav(path, pcm: np.ndarray, rate: int):
+    """Mono float samples in [-1, 1] → a 16-bit WAV (Chromium's fake microphone reads these)."""
+    import wave
+
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(rate)
+        f.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
+    return path

@@ -7,12 +7,12 @@ accounting read back. Runs on CPU; skipped when Debian's Chromium or playwright 
 from __future__ import annotations
 
 import shutil
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 from browser_testkit import PageProblems, chromium_missing, launch
+from gateway_testkit import write_wav
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -37,12 +37,7 @@ def write_microphone_wav(path: Path) -> Path:
     voiced = sum(np.sin(2 * np.pi * 120 * k * t) / k for k in range(1, 8))
     syllables = np.clip(np.sin(2 * np.pi * 3 * t), 0, None)
     pcm = 0.25 * voiced * syllables + 0.01 * rng.standard_normal(t.size)
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(1)
-        f.setsampwidth(2)
-        f.setframerate(MIC_RATE)
-        f.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return write_wav(path, pcm, MIC_RATE)
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import shutil
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 from browser_testkit import PageProblems, chromium_missing, launch
-from gateway_testkit import flite_speech, quiet_room
+from gateway_testkit import flite_speech, quiet_room, write_wav
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -42,12 +41,7 @@ def write_microphone_wav(path: Path, folder: Path) -> Path:
     pcm = np.concatenate(
         [quiet_room(0.5, MIC_RATE), 0.8 * words, quiet_room(SILENCE_AFTER_S, MIC_RATE, seed=1)]
     )
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(1)
-        f.setsampwidth(2)
-        f.setframerate(MIC_RATE)
-        f.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return write_wav(path, pcm, MIC_RATE)
 
 
 @pytest.fixture(scope="module")
