@@ -16,6 +16,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from models.device_util import upload
+
 # A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
 # frame's codebooks then a text column; negative = absent). Same alias as engine.request.Token.
 Token = int | tuple[int, ...]
@@ -177,12 +179,7 @@ class SpeechModel(abc.ABC):
         Models whose valid set is small return just those columns and their token ids, which
         makes top-p and the repetition penalty cheap. Default: the whole vocabulary."""
         logits = self.compute_logits(hidden)
-        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
-        if blocked:
-            rows = torch.tensor(blocked, device=logits.device)
-            stops = torch.tensor(self.facts.stop_token_ids, device=logits.device)
-            logits[rows[:, None], stops[None, :]] = float("-inf")
-        return Candidates(logits, None)
+        return Candidates(block_stops(logits, allow_stop, self.facts.stop_token_ids), None)
 
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
@@ -224,3 +221,16 @@ class SpeechModel(abc.ABC):
 
     def release(self) -> None:  # noqa: B027 - optional hook
         """Free model resources (GPU memory) on shutdown."""
+
+
+def block_stops(
+    logits: torch.Tensor, allow_stop: list[bool], stop_columns: Sequence[int]
+) -> torch.Tensor:
+    """Mask (to -inf, in place) the stop columns of the rows not yet allowed to stop (before
+    their min_tokens); returns `logits`."""
+    blocked = [i for i, ok in enumerate(allow_stop) if not ok]
+    if blocked:
+        rows = upload(blocked, torch.long, logits.device)
+        stops = upload(list(stop_columns), torch.long, logits.device)
+        logits[rows[:, None], stops[None, :]] = float("-inf")
+    return logits

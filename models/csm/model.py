@@ -20,12 +20,12 @@ from models.base import (
     SpeechModel,
     StreamState,
     Token,
+    block_stops,
 )
 from models.codecs.mimi import MimiDetokenizer, MimiStream
 from models.csm import prompt as P
 from models.csm.backbone import CsmBackbone
 from models.csm.depth import CsmDepthDecoder
-from models.device_util import upload
 
 SPEAKERS = ("0", "1")  # the conversational speaker ids Sesame's examples use
 MAX_TEXT_CHARS = 4000
@@ -151,10 +151,7 @@ class CsmModel(SpeechModel):
         """Codebook 0's logits over the codec's codes. Before min_tokens codebook 0 may not be
         the end-of-audio code, so no frame can be the end frame (as a stop token is masked)."""
         logits = self.compute_logits(hidden)[:, : self.code_limit]
-        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
-        if blocked:
-            logits[upload(blocked, torch.long, logits.device), self.eos_code] = float("-inf")
-        return Candidates(logits, None)
+        return Candidates(block_stops(logits, allow_stop, [self.eos_code]), None)
 
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler

@@ -20,9 +20,9 @@ from models.base import (
     SpeechModel,
     StreamState,
     Token,
+    block_stops,
 )
 from models.codecs.voxcodec_stream import VoxCodecDetokenizer, VoxCodecStream
-from models.device_util import upload
 from models.voxgate_tiny.lm import VoxgateTinyLM
 from models.voxgate_tiny.text import CharTokenizer, normalize
 
@@ -115,10 +115,7 @@ class VoxgateTinyModel(SpeechModel):
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
         logits = self.compute_logits(hidden)
-        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
-        if blocked:
-            logits[upload(blocked, torch.long, logits.device), self.lm.eos] = float("-inf")
-        return Candidates(logits, None)
+        return Candidates(block_stops(logits, allow_stop, [self.lm.eos]), None)
 
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
