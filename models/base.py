@@ -101,6 +101,20 @@ class BackboneShape:
     num_q_heads: int
     dtype: torch.dtype
 
+    @classmethod
+    def of(cls, args: Any, module: torch.nn.Module, vocab_size: int | None = None) -> BackboneShape:
+        """From a backbone's models.layers.llama.LlamaArgs and the module holding its weights
+        (their dtype); `vocab_size` where the sampled vocabulary is not the backbone's."""
+        return cls(
+            num_layers=args.num_layers,
+            hidden_size=args.hidden_size,
+            vocab_size=args.vocab_size if vocab_size is None else vocab_size,
+            num_kv_heads=args.num_kv_heads,
+            head_dim=args.head_dim,
+            num_q_heads=args.num_heads,
+            dtype=next(module.parameters()).dtype,
+        )
+
 
 @dataclass
 class Prompt:

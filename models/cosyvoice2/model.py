@@ -74,15 +74,7 @@ class CosyVoice2Model(SpeechModel):
             },
             repetition_aware=RepetitionAwareSampling(cfg.llm.win_size, cfg.llm.tau_r),
         )
-        self.shape = BackboneShape(
-            num_layers=args.num_layers,
-            hidden_size=args.hidden_size,
-            vocab_size=self.ids.vocab_size,
-            num_kv_heads=args.num_kv_heads,
-            head_dim=args.head_dim,
-            num_q_heads=args.num_heads,
-            dtype=next(llm.parameters()).dtype,
-        )
+        self.shape = BackboneShape.of(args, llm, self.ids.vocab_size)
 
     # voices ------------------------------------------------------------------------------------
     def add_voice(self, name: str, text: str, audio16k: np.ndarray, audio24k: np.ndarray) -> None:

@@ -86,15 +86,7 @@ class CsmModel(SpeechModel):
             },
             row_width=self.num_codebooks + 1,
         )
-        self.shape = BackboneShape(
-            num_layers=args.num_layers,
-            hidden_size=args.hidden_size,
-            vocab_size=depth.vocab,
-            num_kv_heads=args.num_kv_heads,
-            head_dim=args.head_dim,
-            num_q_heads=args.num_heads,
-            dtype=next(backbone.parameters()).dtype,
-        )
+        self.shape = BackboneShape.of(args, backbone, depth.vocab)
 
     # --- voices ----------------------------------------------------------------------------------
     def add_voice(self, name: str, text: str, audio: np.ndarray, speaker: int = 0) -> None:

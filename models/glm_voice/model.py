@@ -78,15 +78,7 @@ class GlmVoiceModel(SpeechModel):
             max_context=args.max_positions,
             sampling_defaults={"temperature": 0.2, "top_p": 0.8},  # the reference demo's
         )
-        self.shape = BackboneShape(
-            num_layers=args.num_layers,
-            hidden_size=args.hidden_size,
-            vocab_size=args.vocab_size,
-            num_kv_heads=args.num_kv_heads,
-            head_dim=args.head_dim,
-            num_q_heads=args.num_heads,
-            dtype=next(llm.parameters()).dtype,
-        )
+        self.shape = BackboneShape.of(args, llm)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:

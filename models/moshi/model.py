@@ -91,15 +91,7 @@ class MoshiModel(SpeechModel):
             },
             row_width=1 + 2 * self.k,
         )
-        self.shape = BackboneShape(
-            num_layers=args.num_layers,
-            hidden_size=args.hidden_size,
-            vocab_size=text_vocab,
-            num_kv_heads=args.num_kv_heads,
-            head_dim=args.head_dim,
-            num_q_heads=args.num_heads,
-            dtype=next(temporal.parameters()).dtype,
-        )
+        self.shape = BackboneShape.of(args, temporal, text_vocab)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:

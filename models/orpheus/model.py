@@ -87,15 +87,7 @@ class OrpheusModel(SpeechModel):
             # Orpheus's own server defaults.
             sampling_defaults={"temperature": 0.6, "top_p": 0.8, "repetition_penalty": 1.3},
         )
-        self.shape = BackboneShape(
-            num_layers=args.num_layers,
-            hidden_size=args.hidden_size,
-            vocab_size=args.vocab_size,
-            num_kv_heads=args.num_kv_heads,
-            head_dim=args.head_dim,
-            num_q_heads=args.num_heads,
-            dtype=next(llm.parameters()).dtype,
-        )
+        self.shape = BackboneShape.of(args, llm)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:

@@ -75,15 +75,7 @@ class VoxgateTinyModel(SpeechModel):
             sampling_defaults=dict(sampling),
             row_width=self.k + 1,
         )
-        self.shape = BackboneShape(
-            num_layers=args.num_layers,
-            hidden_size=args.hidden_size,
-            vocab_size=lm.codebook_size + 1,
-            num_kv_heads=args.num_kv_heads,
-            head_dim=args.head_dim,
-            num_q_heads=args.num_heads,
-            dtype=next(lm.parameters()).dtype,
-        )
+        self.shape = BackboneShape.of(args, lm, lm.codebook_size + 1)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def prompt_rows(self, text: str) -> list[tuple[int, ...]]:
