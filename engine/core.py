@@ -366,7 +366,7 @@ class EngineCore:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_STOPPED)
             elif n >= request.sampling.max_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_LENGTH)
-            if self.model.is_text_token(token):
+            if self.model.facts.accepts_turns and self.model.is_text_token(token):
                 delta = self._transcript_delta(request)
                 if delta:
                     events.append(TextDelta(request.request_id, delta))
