@@ -146,7 +146,9 @@ class StreamingTransformer(nn.Module):
         self.num_heads = int(cfg.num_attention_heads)
         self.num_kv_heads = int(cfg.num_key_value_heads)
         self.head_dim = int(cfg.head_dim)
-        self.rotary = Rotary(RopeSpec.from_hf_config(cfg.to_dict()), self.head_dim)
+        # Built beside layers that may already sit on the GPU: its frequencies must follow them.
+        device = next(transformer.parameters()).device
+        self.rotary = Rotary(RopeSpec.from_hf_config(cfg.to_dict()), self.head_dim).to(device)
 
     def initial_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> State:
         ctx, hidden = self.context, self.num_kv_heads * self.head_dim
