@@ -69,10 +69,6 @@ def load_model(
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
     random weights instead of reading a checkpoint (benchmarks without the download).
     `voices_dir`: reference clips for voice prompting (CSM, CosyVoice 2; see models/csm/voices.py)."""
-    from models.orpheus import configs
-    from models.orpheus.loading import is_orpheus_config, load_orpheus
-    from models.orpheus.presets import ensure_tiny_orpheus
-
     device = torch.device(device)
     if model in ("tiny-glm-voice", "glm-4-voice-9b"):
         return _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir)
@@ -92,6 +88,11 @@ def load_model(
         return csm
     if voices_dir is not None:
         raise CheckpointError("--voices-dir works with CSM and CosyVoice 2 models only")
+    # Imported only now: Orpheus needs the `snac` package, which other families must not.
+    from models.orpheus import configs
+    from models.orpheus.loading import is_orpheus_config, load_orpheus
+    from models.orpheus.presets import ensure_tiny_orpheus
+
     if model == "tiny-orpheus":
         model_dir, codec_dir = ensure_tiny_orpheus()
         return load_orpheus(

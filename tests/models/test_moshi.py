@@ -188,3 +188,29 @@ def test_next_input_row_applies_the_delays():
     assert first == (7, 10, *[AUDIO_VOCAB] * 7, 20, *[AUDIO_VOCAB] * 7)
     later = R.next_input_row(sampled, 5, list(range(20, 28)), list(range(30, 38)), AUDIO_VOCAB)
     assert later == (7, *range(10, 18), 20, *range(31, 38))
+
+
+def test_moshi_loads_without_the_snac_package(monkeypatch):
+    """Only Orpheus needs `snac`; a GPU image without it must still serve Moshi (it did not: the
+    registry imported the Orpheus loader first, whatever the model)."""
+    import builtins
+    import sys
+
+    from models.registry import load_model
+
+    real_import = builtins.__import__
+
+    def no_snac(name, *args, **kwargs):
+        if name == "snac" or name.startswith("snac."):
+            raise ModuleNotFoundError("No module named 'snac'")
+        return real_import(name, *args, **kwargs)
+
+    for name in [
+        m
+        for m in sys.modules
+        if m == "snac" or m.startswith(("snac.", "models.orpheus", "models.codecs.snac"))
+    ]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(builtins, "__import__", no_snac)
+    model = load_model("tiny-moshi")
+    assert model.facts.token_rate_hz == 12.5
