@@ -47,7 +47,7 @@ class BenchRun:
         self.cfg = cfg
         self.items = load_workload(cfg.workload, cfg.max_audio_seconds)
         self.started = time.monotonic()
-        # Model tokens per audio second: --token-rate, else the first system's own (_resolve_token_rate).
+        # Tokens per audio second: --token-rate, else the served model's (_resolve_token_rate).
         self.token_rate: float | None = cfg.token_rate
         now = datetime.datetime.now(datetime.UTC)
         machine = report.machine_name()
