@@ -183,6 +183,9 @@ class SessionStarted:
     limits: Limits
     # What the client may send: text (tts), audio and text turns (turns), audio only (full_duplex).
     model_kind: ModelKind = ModelKind.TTS
+    # The model's LLM tokens per second of audio (additive, like model_kind): a client that sets
+    # min_tokens / max_tokens for a length of audio (`voxgate bench`) sizes them with it.
+    token_rate_hz: float | None = None
 
 
 @dataclass(frozen=True)

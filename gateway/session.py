@@ -433,6 +433,7 @@ class Session:
                 out,
                 self._settings.limits(),
                 ModelKind.of(facts),
+                facts.token_rate_hz,
             )
         )
         self.log.info(

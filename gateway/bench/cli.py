@@ -28,7 +28,7 @@ def _policies(text: str) -> tuple[str, ...]:
 
 
 def add_bench_parser(subparsers) -> None:
-    from gateway.bench.workload import DEFAULT_WORKLOAD, ORPHEUS_TOKEN_RATE
+    from gateway.bench.workload import DEFAULT_WORKLOAD
 
     p = subparsers.add_parser(
         "bench",
@@ -136,8 +136,9 @@ def add_bench_parser(subparsers) -> None:
     g.add_argument(
         "--token-rate",
         type=float,
-        default=ORPHEUS_TOKEN_RATE,
-        help="model tokens per audio second: min_tokens = max_tokens = round(audio_seconds × this)",
+        default=None,
+        help="model tokens per audio second: min_tokens = max_tokens = round(audio_seconds × "
+        "this) (default %(default)s: the rate the server states in session.started)",
     )
     g.add_argument("--format", dest="audio_format", choices=["opus", "pcm16"], default="opus")
     g.add_argument("--frame-ms", type=int, default=20)

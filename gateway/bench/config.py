@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from gateway.bench.goodput import SearchSettings
 from gateway.bench.metrics import Slo
-from gateway.bench.workload import DEFAULT_WORKLOAD, ORPHEUS_TOKEN_RATE
+from gateway.bench.workload import DEFAULT_WORKLOAD
 
 POLICIES = ("slack", "fcfs")
 
@@ -55,7 +55,9 @@ class BenchConfig:
     baseline_throughput: int = 4
     workload: Path = DEFAULT_WORKLOAD
     max_audio_seconds: float | None = None
-    token_rate: float = ORPHEUS_TOKEN_RATE
+    # Model tokens per audio second, for min_tokens = max_tokens; None: the served model's own
+    # (session.started's token_rate_hz, asked of each system before its load).
+    token_rate: float | None = None
     seed: int = 0
     client_procs: int = 1
     warmup: int = 2
@@ -82,15 +84,11 @@ class BenchConfig:
             raise ValueError(f"policies must be among {POLICIES}, got {self.policies}")
         if self.audio_format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {self.audio_format!r}")
-        for name in (
-            "duration_s",
-            "drain_timeout_s",
-            "token_rate",
-            "start_rate",
-            "baseline_start_rate",
-        ):
+        for name in ("duration_s", "drain_timeout_s", "start_rate", "baseline_start_rate"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.token_rate is not None and self.token_rate <= 0:
+            raise ValueError("token_rate must be > 0")
         if (
             min(self.min_requests, self.baseline_min_requests, self.client_procs) < 1
             or self.initial_buffer_ms < 0

@@ -106,6 +106,23 @@ def _frame_timing(spec: dict[str, Any]) -> tuple[float | None, float]:
     return float(spec.get("frame_ms", 20)), 0.0
 
 
+def _connect(opts: ClientOptions) -> connect:
+    """One `/v1/stream` connection with the bench's settings (and its API key, if any)."""
+    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else None
+    return connect(
+        opts.url,
+        subprotocols=[SUBPROTOCOL],
+        additional_headers=headers,
+        proxy=None,
+        open_timeout=opts.open_timeout_s,
+        max_size=None,
+        max_queue=1024,
+        compression=None,
+        ping_interval=None,
+        close_timeout=2,
+    )
+
+
 async def _request(
     plan: PlannedRequest, rec: RequestRecord, opts: ClientOptions, start_at: float, stop: _Stop
 ) -> None:
@@ -113,7 +130,6 @@ async def _request(
     rec.connect_s = time.monotonic() - start_at
     tracker = OnTimeTracker(opts.buffer_ms)
     late = False
-    headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else None
     start = {
         "type": "session.start",
         "output_audio": opts.output_audio,
@@ -122,18 +138,7 @@ async def _request(
     if opts.voice:
         start["voice"] = opts.voice
     try:
-        async with connect(
-            opts.url,
-            subprotocols=[SUBPROTOCOL],
-            additional_headers=headers,
-            proxy=None,
-            open_timeout=opts.open_timeout_s,
-            max_size=None,
-            max_queue=1024,
-            compression=None,
-            ping_interval=None,
-            close_timeout=2,
-        ) as ws:
+        async with _connect(opts) as ws:
             await ws.send(json.dumps(start))
             sent = 0.0
             frame_ms, bytes_per_ms = None, 0.0
@@ -182,6 +187,36 @@ async def _request(
         rec.exception = f"bad_event: {exc!r}"[:200]
     if not rec.ok and not late:
         stop.mark()
+
+
+# --- what the server says about its model ---------------------------------------------------
+async def _session_started(opts: ClientOptions) -> dict[str, Any]:
+    async with _connect(opts) as ws:
+        await ws.send(json.dumps({"type": "session.start", "output_audio": opts.output_audio}))
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                continue
+            event = json.loads(message)
+            if event.get("type") == "session.started":
+                break
+            if event.get("type") == "error" and event.get("fatal"):
+                raise RuntimeError(f"{opts.url} refused a session: {event.get('message')}")
+        await ws.send(json.dumps({"type": "session.end"}))
+        with contextlib.suppress(ConnectionClosed):
+            while True:  # session.ended, then the server's close
+                await ws.recv()
+    return event
+
+
+def probe_session(opts: ClientOptions, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The `session.started` event of one session, opened and ended cleanly (the served model's
+    facts, before any load)."""
+    try:
+        started, _ = run_async(lambda: asyncio.wait_for(_session_started(opts), timeout_s))
+    except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed, ValueError) as exc:
+        raise RuntimeError(f"could not open a session at {opts.url}: {exc!r}") from exc
+    return started
 
 
 # --- one process's share of a point -----------------------------------------------------------

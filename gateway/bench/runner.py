@@ -21,7 +21,7 @@ from typing import Any
 from gateway.bench import report, servers
 from gateway.bench.config import BenchConfig
 from gateway.bench.goodput import search_goodput
-from gateway.bench.loadgen import ClientOptions, LoadGenerator
+from gateway.bench.loadgen import ClientOptions, LoadGenerator, probe_session
 from gateway.bench.metrics import summarize
 from gateway.bench.records import RequestRecord
 from gateway.bench.workload import (
@@ -47,6 +47,8 @@ class BenchRun:
         self.cfg = cfg
         self.items = load_workload(cfg.workload, cfg.max_audio_seconds)
         self.started = time.monotonic()
+        # Tokens per audio second: --token-rate, else the served model's (_resolve_token_rate).
+        self.token_rate: float | None = cfg.token_rate
         now = datetime.datetime.now(datetime.UTC)
         machine = report.machine_name()
         self.path = report.results_path(Path(cfg.out_dir), machine, cfg.model, now)
@@ -68,6 +70,7 @@ class BenchRun:
         data["slo"] = dataclasses.asdict(c.slo)
         data["output_audio"] = c.output_audio
         data["workload_items"] = len(self.items)
+        data["token_rate_from"] = "server" if c.token_rate is None else "--token-rate"
         return data
 
     # --- the run ---------------------------------------------------------------------------
@@ -157,6 +160,7 @@ class BenchRun:
             if server:
                 entry["server"] = {"command": server.command, "startup_s": server.startup_s}
                 entry["server"]["log"] = str(server.log_path)
+            self._resolve_token_rate(url)
             self._warmup(gen, url)
             if ws_throughput_n:
                 entry["throughput"] = self._throughput_ws(gen, url, ws_throughput_n)
@@ -181,6 +185,27 @@ class BenchRun:
         finally:
             if server:
                 servers.stop_server(server)
+
+    def _resolve_token_rate(self, url: str) -> None:
+        """Without --token-rate, ask the server its model's rate (session.started token_rate_hz)
+        before its load; every system of a run must serve the same model, so the same rate."""
+        if self.cfg.token_rate is not None:
+            return
+        rate = probe_session(self._options(url)).get("token_rate_hz")
+        if not isinstance(rate, int | float) or rate <= 0:
+            raise RuntimeError(
+                f"{url} does not state its model's token rate (session.started has no "
+                "token_rate_hz: a server older than this bench); pass --token-rate, the model's "
+                "LLM tokens per second of audio (Orpheus 82.03, CosyVoice 2 25)"
+            )
+        if self.token_rate is not None and not math.isclose(rate, self.token_rate):
+            raise RuntimeError(
+                f"{url} serves a model of {rate:g} tokens/s, the run's first system one of "
+                f"{self.token_rate:g}: the systems must serve the same model"
+            )
+        if self.token_rate is None:
+            log.info("token rate: %g tokens per audio second (from %s)", rate, url)
+        self.token_rate = self.results["settings"]["token_rate"] = float(rate)
 
     def _start(self, spec: SystemSpec, reserve_s: float) -> servers.ServerProcess:
         c = self.cfg
@@ -225,8 +250,8 @@ class BenchRun:
     ) -> bool | None:
         c = self.cfg
         min_requests = c.baseline_min_requests if entry["kind"] == "hf-baseline" else c.min_requests
-        plan = poisson_plan(self.items, rate, c.duration_s, min_requests, c.token_rate, c.seed)
-        longest = max(p.tokens for p in plan) / c.token_rate
+        plan = poisson_plan(self.items, rate, c.duration_s, min_requests, self.token_rate, c.seed)
+        longest = max(p.tokens for p in plan) / self.token_rate
         if self._remaining(reserve_s) < plan[-1].offset_s + longest + 5 + c.settle_s:
             log.warning("rate %g skipped: time budget", rate)
             return None
@@ -268,10 +293,10 @@ class BenchRun:
     def _warmup(self, gen: LoadGenerator, url: str) -> None:
         if self.cfg.warmup <= 0:
             return
-        tokens = round(self.cfg.token_rate)  # ~1 s of audio each
+        tokens = round(self.token_rate)  # ~1 s of audio each
         plan = [
             dataclasses.replace(p, tokens=tokens)
-            for p in burst_plan(self.items, self.cfg.warmup, self.cfg.token_rate, -1)
+            for p in burst_plan(self.items, self.cfg.warmup, self.token_rate, -1)
         ]
         outcome = gen.run(plan, self._options(url, drain_timeout_s=300.0))
         bad = [r.failure for r in outcome.records if not r.ok]
@@ -340,7 +365,7 @@ class BenchRun:
         return {**result, "command": cmd}
 
     def _throughput_ws(self, gen: LoadGenerator, url: str, n: int) -> dict[str, Any]:
-        plan = burst_plan(self.items, n, self.cfg.token_rate, self.cfg.seed)
+        plan = burst_plan(self.items, n, self.token_rate, self.cfg.seed)
         outcome = gen.run(plan, self._options(url, drain_timeout_s=1800.0))
         return ws_throughput(outcome.records)
 

@@ -21,11 +21,8 @@ async def scripted(ws) -> None:
     The text says how: "ok", "late" (a 300 ms gap after 3 frames), "refuse", "hang" (2 s
     after 3 frames), "late_hang" (both)."""
     start = json.loads(await ws.recv())
-    assert (
-        start["type"] == "session.start"
-        and start["sampling"]["min_tokens"] == start["sampling"]["max_tokens"]
-    )
-    text_mode = None
+    assert start["type"] == "session.start"
+    # A server older than session.started's token_rate_hz: the bench must be told the rate.
     await ws.send(
         json.dumps(
             {
@@ -36,8 +33,12 @@ async def scripted(ws) -> None:
             }
         )
     )
-    text = json.loads(await ws.recv())
-    text_mode = text["text"]
+    if "sampling" not in start:  # the bench's probe session: it ends at once
+        assert json.loads(await ws.recv())["type"] == "session.end"
+        await ws.close(1000)
+        return
+    assert start["sampling"]["min_tokens"] == start["sampling"]["max_tokens"]
+    text_mode = json.loads(await ws.recv())["text"]
     if text_mode == "refuse":
         await ws.send(
             json.dumps({"type": "error", "code": "overloaded", "message": "busy", "fatal": True})
@@ -143,3 +144,49 @@ def test_worker_processes_share_the_plan(fake_url):
     assert [r.index for r in out.records] == [0, 1, 2, 3]
     assert [r.ok for r in out.records] == [True, True, True, False]
     assert out.client["procs"] == 2
+
+
+def bench_argv(url: str, out, *extra: str) -> list[str]:
+    return [
+        "--log-level",
+        "ERROR",
+        "bench",
+        "--url",
+        url,
+        "--rates",
+        "2",
+        "--bisect-steps",
+        "0",
+        "--duration",
+        "0.5",
+        "--min-requests",
+        "2",
+        "--max-audio-seconds",
+        "0.4",
+        "--warmup",
+        "0",
+        "--settle",
+        "0",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def test_bench_needs_a_token_rate_from_the_server_or_the_user(fake_url, tmp_path, capsys):
+    from gateway.cli import main
+
+    # The fake server's session.started states no token_rate_hz: stop before any load, saying why.
+    assert main(bench_argv(fake_url, tmp_path / "a")) == 2
+    assert "pass --token-rate" in capsys.readouterr().err
+    [path] = (tmp_path / "a").glob("*.json")
+    assert json.loads(path.read_text())["systems"]["voxgate"]["points"] == []
+
+    # Told the rate, the bench sizes every request with it.
+    assert main(bench_argv(fake_url, tmp_path / "b", "--token-rate", "25")) == 0
+    [path] = (tmp_path / "b").glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["settings"]["token_rate"] == 25.0
+    assert data["settings"]["token_rate_from"] == "--token-rate"
+    [point] = data["systems"]["voxgate"]["points"]
+    assert point["records"] and all(r["tokens"] == 10 for r in point["records"])  # 0.4 s × 25

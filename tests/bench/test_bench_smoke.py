@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from gateway.bench.workload import tokens_for
 from gateway.cli import main
 
 
@@ -84,6 +85,8 @@ def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys):
     settings = data["settings"]
     assert settings["duration_s"] == 1 and settings["min_requests"] == 4
     assert settings["output_audio"] == {"format": "opus", "sample_rate": 48000, "frame_ms": 20}
+    # The served model's own rate (both servers state it in session.started): tiny-orpheus's.
+    assert settings["token_rate"] == 7 * 24000 / 2048 and settings["token_rate_from"] == "server"
 
     system = data["systems"]["voxgate-slack"]
     assert [p["rate"] for p in system["points"]] == [2.0, 4.0]
@@ -98,6 +101,7 @@ def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys):
         assert s["audio_s_received"] >= 0.8 * s["audio_s_requested"]
         for rec in point["records"]:
             assert rec["done"]["status"] == "length" and rec["frame_ms"] == 20
+            assert rec["tokens"] == tokens_for(rec["audio_seconds"], settings["token_rate"])
             assert rec["arrivals_ms"] == sorted(rec["arrivals_ms"])
     assert set(data["ttfa_ms"]) == {"p50", "p90", "p99"} and data["ttfa_ms"]["p90"] > 0
 

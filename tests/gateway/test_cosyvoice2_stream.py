@@ -45,6 +45,7 @@ async def test_cosyvoice2_session_streams_the_engine_audio(cv_server, cv_engine)
         await send(ws, type="text", text=TEXT)
         played = await collect_response(ws)
     assert started["model"] == "tiny-cosyvoice2"
+    assert started["token_rate_hz"] == cv_engine.facts.token_rate_hz == 25  # not Orpheus's 82
     assert played.done["status"] == "length"
     assert played.done["audio_ms"] == 1200  # 30 tokens x 2 mel frames x 20 ms
     got = np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
@@ -55,3 +56,37 @@ async def test_cosyvoice2_session_streams_the_engine_audio(cv_server, cv_engine)
     )
     assert len(want) == 30 * 2 * 480
     assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # s16 rounding apart
+
+
+def test_bench_sizes_requests_by_the_served_models_token_rate(cv_server, tmp_path):
+    """`voxgate bench --url` asks the server its model's token rate: at CosyVoice 2's 25 tokens/s
+    each request gets the workload's audio length, not 3.3x it (Orpheus's 82 tokens/s)."""
+    from gateway.bench.config import BenchConfig
+    from gateway.bench.metrics import Slo
+    from gateway.bench.runner import BenchRun
+    from gateway.bench.workload import tokens_for
+
+    cfg = BenchConfig(
+        url=cv_server.url,
+        rates=(2.0,),
+        bisect_steps=0,
+        max_points=1,
+        duration_s=0.5,
+        min_requests=2,
+        max_audio_seconds=0.4,
+        slo=Slo(60_000, 0.0),  # this test is about the requests' size, not the CPU's speed
+        warmup=0,
+        settle_s=0.0,
+        out_dir=tmp_path,
+    )
+    run = BenchRun(cfg)
+    run.run()
+    assert run.results["settings"]["token_rate"] == 25.0
+    assert run.results["settings"]["token_rate_from"] == "server"
+    [point] = run.results["systems"]["voxgate"]["points"]
+    assert len(point["records"]) >= 2
+    for rec in point["records"]:
+        assert rec["tokens"] == tokens_for(rec["audio_seconds"], 25.0) == 10
+        assert rec["ok"], rec
+        # 40 ms of audio per token; a text of two sentences shares the budget (± rounding)
+        assert abs(rec["done"]["audio_ms"] - 400) <= 80

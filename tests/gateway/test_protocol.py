@@ -115,7 +115,9 @@ def test_malformed_frames(frame, code):
 
 def test_encode_events():
     limits = Limits(1, 2, 3, 4, 5, 6, 7, 8, 9)
-    started = json.loads(encode_event(SessionStarted("s1", "tiny", None, AudioSpec(), limits)))
+    started = json.loads(
+        encode_event(SessionStarted("s1", "tiny", None, AudioSpec(), limits, token_rate_hz=25.0))
+    )
     assert started == {
         "type": "session.started",
         "session_id": "s1",
@@ -134,6 +136,7 @@ def test_encode_events():
             "max_send_queue_ms": 9,
         },
         "model_kind": "tts",
+        "token_rate_hz": 25.0,
     }
     done = json.loads(encode_event(ResponseDone("r1", ResponseStatus.CANCELLED, 400, None)))
     assert done == {

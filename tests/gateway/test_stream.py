@@ -48,6 +48,7 @@ async def test_opus_round_trip_matches_engine_audio(server, engine):
         assert started["input_audio"] is None  # text-only model
         assert started["model"] == "tiny-orpheus"
         assert started["model_kind"] == "tts"
+        assert started["token_rate_hz"] == engine.facts.token_rate_hz == 7 * 24000 / 2048
         assert started["limits"]["lead_ms"] == 1000
         await send(ws, type="text", text=ONE_SENTENCE)
         played = await collect_response(ws)
