@@ -121,7 +121,11 @@ class VoxgateTinyLM(nn.Module):
 
     def forward(self, rows: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """rows [T, K+1], positions [T] → hidden [T, H] after the final norm."""
-        return run_decoder_stack(self.embed(rows), positions, self.layers, self.rotary, self.norm, attn)
+        return self.forward_embedded(self.embed(rows), positions, attn)
+
+    def forward_embedded(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
+        """Embedded rows x [T, H] (training adds dropout between `embed` and this) → hidden."""
+        return run_decoder_stack(x, positions, self.layers, self.rotary, self.norm, attn)
 
     def first_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, H] → codebook-0 / end-of-audio logits [N, V+1] (float32)."""
