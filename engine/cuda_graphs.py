@@ -1,7 +1,7 @@
 """CUDA graphs for decode steps: static buffers, batch buckets, one memory pool, eager switch.
 
-A decode step of n requests is padded to the smallest captured bucket ≥ n (padding rows read
-token 0 at position 0 and write their k/v to the KV cache's scratch page), the attention
+A decode step of n requests (one token, or one row of tokens, each) is padded to the smallest
+captured bucket ≥ n (padding rows read token 0 at position 0 and write their k/v to the KV cache's scratch page), the attention
 backend plans for that bucket outside the graph, and the graph replays the whole backbone in
 one launch. Steps with prefill, or larger than the biggest bucket, run eagerly.
 """
@@ -32,6 +32,7 @@ class DecodeGraphs:
         device: torch.device,
         block_size: int,
         buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+        row_width: int = 0,
     ) -> None:
         if not attn.supports_graphs:
             raise ValueError(f"attention backend {attn.name!r} cannot be captured in CUDA graphs")
@@ -40,7 +41,10 @@ class DecodeGraphs:
         self.block_size = block_size
         self.buckets = tuple(sorted(buckets))
         self.max_batch = self.buckets[-1]
-        self._ids = torch.zeros(self.max_batch, dtype=torch.long, device=device)  # [B]
+        # One id per request, or one row of ids for models whose tokens are rows (CSM, Moshi,
+        # voxgate-tiny: codebooks + text). A padding row of zeros is valid in every column.
+        ids_shape = (self.max_batch, row_width) if row_width else (self.max_batch,)
+        self._ids = torch.zeros(ids_shape, dtype=torch.long, device=device)  # [B] or [B, W]
         self._pos = torch.zeros(self.max_batch, dtype=torch.long, device=device)  # [B]
         self._out = torch.zeros(self.max_batch, hidden_size, dtype=dtype, device=device)  # [B, H]
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -85,7 +89,7 @@ class DecodeGraphs:
         layout: StepLayout,
         prepare: Callable[..., None] | None = None,
     ) -> torch.Tensor:
-        """Replay the decode graph for n requests; input_ids [n] on the device (with async
+        """Replay the decode graph for n requests; input_ids [n] or [n, W] on the device (with async
         scheduling some were gathered from the previous step's tokens there: nothing here
         waits for them). `prepare` plans attention (default: the backend's own prepare).
         Returns hidden [n, H]."""
@@ -94,7 +98,7 @@ class DecodeGraphs:
         if batch is None or batch not in self._graphs:
             raise ValueError(f"no captured graph for a batch of {n}")
         self._ids[:n].copy_(input_ids, non_blocking=True)
-        self._ids[n:batch].zero_()  # padding rows read token 0 at position 0
+        self._ids[n:batch].zero_()  # padding rows read token 0 (a row of 0s) at position 0
         self._pos[:batch].copy_(torch.tensor(positions + [0] * (batch - n)), non_blocking=True)
         (prepare or self.attn.prepare)(layout, graph_batch=batch)
         self._graphs[batch].replay()

@@ -68,16 +68,18 @@ class Worker:
     def capture_graphs(self, hidden_size: int, block_size: int, max_batch: int) -> None:
         from engine.cuda_graphs import DEFAULT_BUCKETS, DecodeGraphs
 
-        if self.row_width:  # DecodeGraphs' static inputs are one id per request
-            log.info("decode graphs not captured: %s steps rows of tokens", self.model.facts.name)
-            return
-
         buckets = tuple(b for b in DEFAULT_BUCKETS if b < max_batch) + (max_batch,)
         self.graphs = DecodeGraphs(
             self.model.forward, self.attn, hidden_size, self.model.shape.dtype, self.device,
-            block_size, buckets,
+            block_size, buckets, row_width=self.row_width,
         )
-        self.graphs.capture()
+        try:
+            self.graphs.capture()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"capturing {self.model.facts.name}'s decode step in CUDA graphs failed ({exc}); "
+                "start the server with --eager to run it without graphs"
+            ) from exc
 
     # --- per-request state -----------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
