@@ -6,7 +6,7 @@ frame period of the tick).
     python bench/moshi_capacity.py --model tiny-moshi --seconds 3 --start 1 --max-sessions 8
     # H200, the real Moshi-7B shape with random weights (about 4 minutes):
     python bench/moshi_capacity.py --model moshi-7b --random-weights --seconds 8 \
-        --start 16 --max-sessions 512 --time-budget 240
+        --start 16 --max-sessions 256 --time-budget 240
 
 Each trial runs N sessions in the engine's own loop on the wall clock: every simulated client
 pushes its microphone frames exactly in real time (80 ms of a noisy tone each), the engine
@@ -133,14 +133,17 @@ def main() -> None:
     parser.add_argument("--random-weights", action="store_true")
     parser.add_argument("--seconds", type=float, default=8.0, help="audio per session per trial")
     parser.add_argument("--start", type=int, default=1)
-    parser.add_argument("--max-sessions", type=int, default=512)
+    parser.add_argument(
+        "--max-sessions", type=int, default=256,
+        help="search ceiling; also the engine's max_num_seqs (CUDA graphs cover up to 256)",
+    )
     parser.add_argument("--time-budget", type=float, default=240.0, help="search stops after this")
     parser.add_argument("--device", default=None)
     parser.add_argument("--attention", default=None)
     parser.add_argument("--out", default=None, help="JSON path (default: bench/results/…)")
     args = parser.parse_args()
 
-    config = EngineConfig(device=args.device, attention=args.attention, max_num_seqs=1024)
+    config = EngineConfig(device=args.device, attention=args.attention, max_num_seqs=args.max_sessions)
     device = resolve_device(config)
     dtype = resolve_dtype(config, device)
     t0 = time.monotonic()

@@ -14,6 +14,8 @@ uses one there); the engine's Sampler still applies it to codebook 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from engine.sampling import SamplingRow, race_noise, top_k_top_p
@@ -23,36 +25,79 @@ _M32 = 0xFFFFFFFF
 _CODEBOOK_SALT = 0x632BE5AB  # odd: distinct codebooks give distinct seeds
 
 
+@dataclass
+class CodeSamplingInputs:
+    """One step's per-row sampling settings on the device ([N] each). Greedy rows carry a
+    harmless temperature of 1 so that one expression serves every row."""
+
+    greedy: torch.Tensor  # bool
+    temperature: torch.Tensor  # float32
+    top_k: torch.Tensor  # int64, <= 0: no top-k
+    top_p: torch.Tensor  # float32
+    seeds: torch.Tensor  # int64
+    steps: torch.Tensor  # int64: the frame index of each row (keys the noise)
+
+    @classmethod
+    def upload(
+        cls, rows: list[SamplingRow], seeds: list[int], device: torch.device
+    ) -> CodeSamplingInputs:
+        return cls(
+            upload([r.params.greedy for r in rows], torch.bool, device),
+            upload(
+                [1.0 if r.params.greedy else r.params.temperature for r in rows],
+                torch.float32,
+                device,
+            ),
+            upload([r.params.top_k for r in rows], torch.long, device),
+            upload([r.params.top_p for r in rows], torch.float32, device),
+            upload(seeds, torch.long, device),
+            upload([r.step for r in rows], torch.long, device),
+        )
+
+
+@dataclass(frozen=True)
+class CodeSamplingPlan:
+    """What the host knows about a step's rows, which picks the kernels a draw runs."""
+
+    any_random: bool  # False: every row greedy, a draw is one argmax
+    nucleus: bool  # some drawn row has top_p < 1: the full sort
+    max_k: int  # the largest top-k of the drawn rows (without a nucleus: a top-k threshold)
+
+    @classmethod
+    def of(cls, rows: list[SamplingRow]) -> CodeSamplingPlan:
+        drawn = [r.params for r in rows if not r.params.greedy]
+        return cls(
+            any_random=bool(drawn),
+            nucleus=any(p.top_p < 1.0 for p in drawn),
+            max_k=max((p.top_k for p in drawn), default=0),
+        )
+
+
 class DeviceCodeSampler:
     """models.base.CodeSampler for one engine step's sampling rows."""
 
-    def __init__(self, rows: list[SamplingRow], seeds: list[int], device: torch.device) -> None:
-        greedy = [r.params.greedy for r in rows]
-        self.any_random = not all(greedy)
-        if not self.any_random:
-            return
-        self.greedy = upload(greedy, torch.bool, device)
-        # Greedy rows take the argmax; a harmless temperature lets one expression serve all rows.
-        self.temperature = upload(
-            [1.0 if r.params.greedy else r.params.temperature for r in rows], torch.float32, device
+    def __init__(self, inputs: CodeSamplingInputs | None, plan: CodeSamplingPlan) -> None:
+        self.inputs, self.plan = inputs, plan
+
+    @classmethod
+    def for_rows(
+        cls, rows: list[SamplingRow], seeds: list[int], device: torch.device
+    ) -> DeviceCodeSampler:
+        plan = CodeSamplingPlan.of(rows)
+        return cls(
+            CodeSamplingInputs.upload(rows, seeds, device) if plan.any_random else None, plan
         )
-        self.top_k = upload([r.params.top_k for r in rows], torch.long, device)
-        self.top_p = upload([r.params.top_p for r in rows], torch.float32, device)
-        drawn = [r.params for r in rows if not r.params.greedy]
-        self.nucleus = any(p.top_p < 1.0 for p in drawn)
-        self.max_k = max(p.top_k for p in drawn)
-        self.seeds = upload(seeds, torch.long, device)
-        self.steps = upload([r.step for r in rows], torch.long, device)
 
     def __call__(self, logits: torch.Tensor, index: int) -> torch.Tensor:
         """logits [N, V] float32 (column = code) → one code per row [N] int64."""
         best = logits.argmax(dim=-1)
-        if not self.any_random:
+        x, plan = self.inputs, self.plan
+        if not plan.any_random or x is None:
             return best
-        scaled = logits / self.temperature[:, None]
-        probs = top_k_top_p(scaled, self.top_k, self.top_p, self.nucleus, self.max_k).softmax(-1)
+        scaled = logits / x.temperature[:, None]
+        probs = top_k_top_p(scaled, x.top_k, x.top_p, plan.nucleus, plan.max_k).softmax(-1)
         codes = torch.arange(logits.shape[1], device=logits.device).expand_as(logits)
-        seeds = (self.seeds ^ (index * _CODEBOOK_SALT)) & _M32
+        seeds = (x.seeds ^ (index * _CODEBOOK_SALT)) & _M32
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p.
-        drawn = (probs / race_noise(seeds, self.steps, codes)).argmax(dim=-1)
-        return torch.where(self.greedy, best, drawn)
+        drawn = (probs / race_noise(seeds, x.steps, codes)).argmax(dim=-1)
+        return torch.where(x.greedy, best, drawn)

@@ -99,6 +99,7 @@ class EngineCore:
                 self.worker.capture_graphs(
                     shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
                 )
+            self.worker.capture_depth_graphs(min(config.max_num_seqs, 256), config.max_num_seqs)
             from engine.cuda_graphs import CallableGraphs
 
             model.enable_cuda_graphs(CallableGraphs(device))

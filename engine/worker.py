@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.attention import AttentionBackend, KVCache, SdpaBackend, StepLayout
-from engine.code_sampling import DeviceCodeSampler
+from engine.code_sampling import CodeSamplingInputs, CodeSamplingPlan, DeviceCodeSampler
 from engine.detok_pipeline import DetokJob
 from engine.outputs import ScheduledChunk
 from engine.request import Request, Token
@@ -57,6 +57,7 @@ class Worker:
         self.device = device
         self.attn = make_attention_backend(attention, cache, model.shape.num_q_heads)
         self.graphs = None  # DecodeGraphs once capture_graphs() ran
+        self.depth_graphs = None  # DepthGraphs once capture_depth_graphs() ran
         self.repetition_aware = model.facts.repetition_aware
         self.sampler = Sampler(
             model.shape.vocab_size, device, repetition_aware=self.repetition_aware
@@ -70,14 +71,54 @@ class Worker:
 
         buckets = tuple(b for b in DEFAULT_BUCKETS if b < max_batch) + (max_batch,)
         self.graphs = DecodeGraphs(
-            self.model.forward, self.attn, hidden_size, self.model.shape.dtype, self.device,
-            block_size, buckets, row_width=self.row_width,
+            self.model.forward,
+            self.attn,
+            hidden_size,
+            self.model.shape.dtype,
+            self.device,
+            block_size,
+            buckets,
+            row_width=self.row_width,
         )
         try:
             self.graphs.capture()
         except RuntimeError as exc:
             raise RuntimeError(
                 f"capturing {self.model.facts.name}'s decode step in CUDA graphs failed ({exc}); "
+                "start the server with --eager to run it without graphs"
+            ) from exc
+
+    def capture_depth_graphs(self, max_batch: int, max_num_seqs: int) -> None:
+        """Graphs of a row model's depth stage (engine/depth_graphs.py), whatever the attention
+        backend. Only when no step can exceed the largest bucket: an eager step larger than
+        every warm-up would regrow the stage's own buffers under the captured graphs."""
+        from engine.cuda_graphs import DEFAULT_BUCKETS
+        from engine.depth_graphs import DepthGraphs
+
+        if not self.row_width:
+            return
+        if max_num_seqs > max_batch:
+            log.info(
+                "depth-stage graphs not captured: max_num_seqs %d exceeds the largest bucket %d",
+                max_num_seqs,
+                max_batch,
+            )
+            return
+        default_k = int(self.model.facts.sampling_defaults.get("top_k", 0))
+        buckets = tuple(b for b in DEFAULT_BUCKETS if b < max_batch) + (max_batch,)
+        self.depth_graphs = DepthGraphs(
+            self.model.depth_stage,
+            self.model.shape.hidden_size,
+            self.model.shape.dtype,
+            self.device,
+            buckets,
+            max_k=max(256, default_k),
+        )
+        try:
+            self.depth_graphs.capture()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"capturing {self.model.facts.name}'s depth stage in CUDA graphs failed ({exc}); "
                 "start the server with --eager to run it without graphs"
             ) from exc
 
@@ -176,19 +217,34 @@ class Worker:
         window = self.repetition_aware.window if self.repetition_aware else 0
         rows = [
             SamplingRow(
-                r.request_id, r.sampling, r.num_generated,
+                r.request_id,
+                r.sampling,
+                r.num_generated,
                 tuple(r.output_ids[-window:]) if window else (),
             )
             for r in reqs
         ]
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]
         if self.row_width:
-            # Column 0 from the engine's sampler, the rest from the model's depth stage, all
-            # on the device: one host synchronisation for the whole step, as for single tokens.
-            seeds = [self.sampler.seed_of(r.request_id) for r in reqs]
-            sample_codes = DeviceCodeSampler(rows, seeds, self.device)
-            tokens = self.model.depth_stage(hidden[last_rows], tokens, sample_codes)  # [N, W]
+            tokens = self._depth_stage(hidden[last_rows], tokens, reqs, rows)  # [N, W]
         return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+
+    def _depth_stage(
+        self,
+        hidden: torch.Tensor,
+        first: torch.Tensor,
+        reqs: list[Request],
+        rows: list[SamplingRow],
+    ) -> torch.Tensor:
+        """Column 0 from the engine's sampler, the rest from the model's depth stage, all on
+        the device: one host synchronisation for the whole step, as for single tokens."""
+        seeds = [self.sampler.seed_of(r.request_id) for r in reqs]
+        plan = CodeSamplingPlan.of(rows)
+        inputs = CodeSamplingInputs.upload(rows, seeds, self.device) if plan.any_random else None
+        if self.depth_graphs is not None and self.depth_graphs.fits(len(reqs), plan):
+            # A copy: the replay's output buffer is overwritten by the next step's replay.
+            return self.depth_graphs.run(hidden, first, inputs).clone()
+        return self.model.depth_stage(hidden, first, DeviceCodeSampler(inputs, plan))
 
     def _prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
         """attn.prepare, fenced: FlashInfer's plan() stages its work arrays in a page-locked

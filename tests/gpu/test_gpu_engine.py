@@ -303,3 +303,30 @@ def test_prefix_reuse_equals_a_fresh_prefill_on_gpu(gpu_glm_dir, attention, dtyp
     else:  # bf16: reused KV came from decode kernels, the fresh one from a prefill kernel
         agree = sum(a == b for x, y in zip(fresh, reused, strict=True) for a, b in zip(x, y, strict=True))
         assert agree / sum(len(x) for x in fresh) > 0.9, (fresh, reused)
+
+
+def test_depth_stage_graph_replay_equals_eager():
+    """Moshi's depth stage (8 codebooks, the device code sampler) replayed from a CUDA graph
+    equals the eager stage, for sampled and greedy rows with a padding row."""
+    from engine.code_sampling import CodeSamplingInputs, DeviceCodeSampler
+    from engine.depth_graphs import DepthGraphs
+    from engine.sampling import SamplingRow
+    from models.registry import load_model
+
+    model = load_model("tiny-moshi", None, CUDA, torch.float32)
+    params = [SamplingParams(temperature=0.8, top_k=250, top_p=1.0, seed=1),
+              SamplingParams(temperature=0.0, top_p=1.0),
+              SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=3)]
+    rows = [SamplingRow(f"r{i}", p, step=4 + i) for i, p in enumerate(params)]
+    seeds = [11, 22, 33]
+    graphs = DepthGraphs(model.depth_stage, model.shape.hidden_size, torch.float32, CUDA, (1, 4, 8), 256)
+    graphs.capture()
+    gen = torch.Generator(device=CUDA).manual_seed(0)
+    with torch.inference_mode():
+        for _ in range(3):  # several replays: static buffers refilled each time
+            hidden = torch.randn(3, model.shape.hidden_size, device=CUDA, generator=gen)
+            first = torch.randint(0, 32000, (3,), device=CUDA, generator=gen)
+            inputs = CodeSamplingInputs.upload(rows, seeds, CUDA)
+            replay = graphs.run(hidden, first, inputs).clone()
+            eager = model.depth_stage(hidden, first, DeviceCodeSampler.for_rows(rows, seeds, CUDA))
+            assert torch.equal(replay, eager)
