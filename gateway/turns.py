@@ -81,6 +81,9 @@ class TurnConversation:
         self._spec, self._detection = AudioSpec(), TurnDetection()
         self.history: list[Any] = []  # the model's turn objects, user first, alternating
         self._last_reply_ids: tuple | None = None  # the last reply's whole output, for truncate
+        # The last reply, when it was cut at barge-in and is still the newest turn: a playback
+        # report that was in flight when it was cut still moves the cut (see report_playback).
+        self._cut_reply: TurnReply | None = None
         self._queue: collections.deque[UserAudioTurn | str] = collections.deque()
         self._ready = asyncio.Event()
         self._text: list[str] = []  # text of a user turn still streaming in (final: false)
@@ -181,8 +184,15 @@ class TurnConversation:
             self._reply.cancel()
 
     def report_playback(self, played_ms: float) -> None:
-        if self._reply is not None:
-            self._reply.report_playback(played_ms)
+        """The client's playback position in the current reply; or in the last one, if it was
+        cut and no turn has followed yet: clients report every few hundred ms, so the report
+        that says how far the user really got often lands just after the barge-in cut it."""
+        reply = self._reply or self._cut_reply
+        if reply is None:
+            return
+        reply.report_playback(played_ms)
+        if reply is self._cut_reply and self._last_reply_ids is not None:
+            self.history[-1] = self._model.heard_reply(self._last_reply_ids, reply.heard_s())
 
     def truncate(self, audio_end_ms: int) -> None:
         """Keep only the first `audio_end_ms` of the last reply. Raises ProtocolError."""
@@ -192,6 +202,7 @@ class TurnConversation:
                 "nothing to truncate: only the last finished reply can be truncated",
             )
         self.history[-1] = self._model.heard_reply(self._last_reply_ids, audio_end_ms / 1000)
+        self._cut_reply = None  # the client said where it ends: later reports do not move it
         self._emit.event(Truncated(audio_end_ms))
 
     async def end(self, timeout_s: float) -> None:
@@ -256,6 +267,7 @@ class TurnConversation:
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
+        self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
         self.history.append(user)
         if self._interrupted or (self._input is not None and self._input.in_speech):
             # The user went on talking before the reply began: no reply to this turn; the
@@ -274,6 +286,7 @@ class TurnConversation:
         self._reply = reply
         outcome = await reply.run(tuple(self.history), self._conversation_id)
         kept = self._keep_reply(outcome.output_ids, outcome.heard_s)
+        self._cut_reply = reply if outcome.heard_s is not None else None
         self.reused_tokens.append(outcome.reused_tokens)
         if not outcome.streamed_text:
             text = self._model.transcript(self._model.reply_ids(kept))

@@ -106,12 +106,17 @@ def test_spoken_turns_barge_in_and_reuse_of_the_conversation_kv(
                 message = await asyncio.wait_for(ws.recv(), 30)
                 heard += len(message) if isinstance(message, bytes) else 0
             await send(ws, type="playback", played_ms=400)
-            await send_frames(ws, utterance("Stop. What about tomorrow?", tmp_path, 5))
+            interruption = utterance("Stop. What about tomorrow?", tmp_path, 5)
+            half = len(interruption) // 2  # into the words: the reply is cut, the turn goes on
+            await send_frames(ws, interruption[:half])
             events, _ = await read_until(ws, "response.done")
             types = [e["type"] for e in events]
             assert "input.speech_started" in types
             assert types.index("input.speech_started") < types.index("response.done")
             assert events[-1]["status"] == "cancelled"
+            # The report that was in flight at the cut: the user heard 480 ms, not 400.
+            await send(ws, type="playback", played_ms=480)
+            await send_frames(ws, interruption[half:])
             # Turn 3 answers the interruption.
             events, _ = await read_until(ws, "response.done")
             assert events[-1]["status"] in ("completed", "length")
@@ -124,9 +129,10 @@ def test_spoken_turns_barge_in_and_reuse_of_the_conversation_kv(
     history = conversation.history
     assert len(history) == 6  # user, reply, user, reply (cut), user, reply
     assert audio_tokens(model, history[1]) > int(0.4 / SPEECH_TOKEN_S)  # a whole reply, kept
-    # The interrupted reply is kept up to what was heard: 400 ms = 5 speech tokens.
+    # The interrupted reply is kept up to what was heard, by the last report that came before
+    # the next turn (even after the cut): 480 ms = 6 speech tokens.
     cut = history[3]
-    assert audio_tokens(model, cut) == int(0.4 / SPEECH_TOKEN_S)
+    assert audio_tokens(model, cut) == int(0.48 / SPEECH_TOKEN_S)
     assert model.ids.is_audio(cut.token_ids[-1])
     # Turn 2 reused the KV of turn 1 (its prompt and reply, whole pages of it) instead of
     # prefilling it again; turn 3 the KV up to the cut reply.
