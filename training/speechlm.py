@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.codecs.voxcodec_stream import load_voxcodec
-from models.voxgate_tiny.checkpoint import build_lm, save_checkpoint
+from models.loader import read_config
+from models.voxgate_tiny.checkpoint import build_lm, load_checkpoint, save_checkpoint
 from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
 from models.voxgate_tiny.lm import DenseCausalAttention, VoxgateTinyLM
 from models.voxgate_tiny.text import CharTokenizer
@@ -262,6 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--codec", required=True, help="codec folder (training.codec train)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--size", choices=sorted(SIZES), default="default")
+    p.add_argument(
+        "--init", help="start from this checkpoint folder (fine-tuning) instead of random weights"
+    )
     p.add_argument("--seconds", type=float, default=390.0, help="wall-clock training budget")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--batch-tokens", type=int, default=40_000)
@@ -311,12 +315,17 @@ def main(argv: list[str] | None = None) -> None:
     log = out.parent / f"{out.name}_train_log.txt"
     tokenizer = CharTokenizer()
     codec = load_voxcodec(args.codec)
-    config = tiny_config_dict(codec.config, tokenizer.vocab_size, **SIZES[args.size])
-    lm = build_lm(VoxgateTinyConfig.from_dict(config)).to(device).train()
-    with torch.no_grad():
-        for name, param in lm.named_parameters():
-            if "norm" not in name:
-                torch.nn.init.normal_(param, 0.0, 0.02)
+    if args.init:  # fine-tune: the checkpoint's own config and weights (its codec must match)
+        config = read_config(Path(args.init))
+        _, lm, _, _ = load_checkpoint(Path(args.init), device, torch.float32)
+        lm.train()
+    else:
+        config = tiny_config_dict(codec.config, tokenizer.vocab_size, **SIZES[args.size])
+        lm = build_lm(VoxgateTinyConfig.from_dict(config)).to(device).train()
+        with torch.no_grad():
+            for name, param in lm.named_parameters():
+                if "norm" not in name:
+                    torch.nn.init.normal_(param, 0.0, 0.02)
     utts = load_tokens(Path(args.tokens), tokenizer, config["frames_per_row"])
     longest = config["max_position_embeddings"]
     utts = [u for u in utts if len(u) + 1 <= longest]

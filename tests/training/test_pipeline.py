@@ -108,3 +108,35 @@ def test_toy_pipeline_end_to_end(tmp_path):
     while core.has_work():
         samples += sum(len(e.pcm) for e in core.step() if isinstance(e, AudioChunk))
     assert samples == 2 * 480 * len([r for r in request.output_ids if not model.is_stop(r)]) > 0
+
+    # Stage 3 again, fine-tuning the checkpoint just written (`--init`): it starts from those
+    # weights (one step at a tiny learning rate moves them only slightly) and writes a
+    # checkpoint the loader reads.
+    speechlm.main(
+        [
+            "--tokens",
+            str(tmp_path / "tokens"),
+            "--codec",
+            str(tmp_path / "codec"),
+            "--out",
+            str(tmp_path / "tuned"),
+            "--init",
+            str(tmp_path / "ckpt"),
+            "--max-steps",
+            "1",
+            "--warmup",
+            "1",
+            "--lr",
+            "1e-6",
+            "--batch-tokens",
+            "2000",
+            "--device",
+            "cpu",
+        ]
+    )
+    tuned = load_model(str(tmp_path / "tuned"))
+    before = dict(model.lm.named_parameters())
+    after = dict(tuned.lm.named_parameters())
+    assert before.keys() == after.keys()
+    drift = max((after[k].float() - before[k].float()).abs().max().item() for k in before)
+    assert 0 < drift < 1e-2
