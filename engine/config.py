@@ -24,6 +24,9 @@ class EngineConfig:
     attention: str | None = None  # None: flashinfer on cuda when installed, else sdpa
     # CUDA graphs for decode steps (flashinfer on cuda only); False forces eager mode.
     cuda_graphs: bool = True
+    # On the CPU, int8 Linear weights for models that offer it (SpeechModel.quantize_for_cpu,
+    # models/cpu_int8.py): about twice the streams, at int8's precision.
+    cpu_int8: bool = False
     # With FlashInfer attention, also its fused RMSNorm/RoPE/SiLU kernels in the backbone.
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).

@@ -48,7 +48,21 @@ def resolve_attention(config: EngineConfig, device: torch.device, head_dim: int 
 
 
 def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -> EngineCore:
-    return EngineCore(model, config, device, resolve_attention(config, device, model.shape.head_dim))
+    if config.cpu_int8:
+        apply_cpu_int8(model, device)
+    return EngineCore(
+        model, config, device, resolve_attention(config, device, model.shape.head_dim)
+    )
+
+
+def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:
+    """`--cpu-int8`: the model's int8 CPU weights, or an error saying why not."""
+    if device.type != "cpu":
+        raise ConfigError(f"--cpu-int8 is for CPU serving; this engine runs on {device.type}")
+    if not model.quantize_for_cpu():
+        raise ConfigError(
+            f"{model.facts.name} has no int8 CPU path (voxgate-tiny has); run without --cpu-int8"
+        )
 
 
 # Turn-based speech-to-speech models: the gateway turns the user's audio into speech tokens and

@@ -72,6 +72,12 @@ def add_serve_parser(subparsers) -> None:
     )
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
     g.add_argument(
+        "--cpu-int8",
+        action="store_true",
+        help="int8 weights on the CPU, for models that offer it (voxgate-tiny: about twice the "
+        "streams; docs/models.md)",
+    )
+    g.add_argument(
         "--async-scheduling",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -196,6 +202,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         dtype=args.dtype,
         attention=args.attention,
         cuda_graphs=not args.eager,
+        cpu_int8=args.cpu_int8,
         async_scheduling=args.async_scheduling,
         engine_process=args.engine_process,
     )
@@ -212,7 +219,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         # A secret: from the environment only, never the command line (visible in `ps`).
         twilio_auth_token=(environ if environ is not None else os.environ).get(
             "VOXGATE_TWILIO_AUTH_TOKEN"
-        ) or None,
+        )
+        or None,
         twilio_public_url=args.twilio_public_url,
         allowed_origins=tuple(args.allowed_origin),
         max_sessions_per_key=args.max_sessions_per_key,

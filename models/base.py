@@ -203,6 +203,11 @@ class SpeechModel(abc.ABC):
         [N, row_width] on the device, the depth transformer batched across requests."""
         raise NotImplementedError(f"{type(self).__name__} declares row tokens but no depth stage")
 
+    def quantize_for_cpu(self) -> bool:
+        """Switch the model to int8 weights for CPU serving (`--cpu-int8`, models/cpu_int8.py).
+        Returns False when the model has no such path (the default)."""
+        return False
+
     def is_stop(self, token: Token) -> bool:
         """Whether `token` ends generation (the engine honours it after min_tokens)."""
         return token in self.facts.stop_token_ids

@@ -115,6 +115,14 @@ class VoxgateTinyModel(SpeechModel):
         codes = self.lm.depth.generate(hidden, first_tokens, sample)  # [N, K]
         return torch.cat([codes, torch.full_like(codes[:, :1], ABSENT)], dim=1)
 
+    def quantize_for_cpu(self) -> bool:
+        """int8 Linear weights for the backbone, its head and the depth stage (models/
+        cpu_int8.py); the codec and the embedding tables stay fp32."""
+        from models.cpu_int8 import quantize_linears_int8
+
+        self.lm = quantize_linears_int8(self.lm)
+        return True
+
     def is_stop(self, token: Token) -> bool:
         return token[0] == self.lm.eos  # type: ignore[index]
 
