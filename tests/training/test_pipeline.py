@@ -34,7 +34,7 @@ def test_word_error_rate_normalises_before_counting():
 
 def test_toy_pipeline_end_to_end(tmp_path):
     from models.registry import load_model
-    from training import codec, speechlm, teacher
+    from training import codec, teacher
 
     args = teacher_args()
     teacher.main([*args, "--out", str(tmp_path / "teacher"), "--hours", "0.004", "--workers", "2"])
@@ -72,26 +72,7 @@ def test_toy_pipeline_end_to_end(tmp_path):
     )
     tokens = np.load(next((tmp_path / "tokens").glob("tokens-*.npz")))
     assert tokens["codes"].shape[1] == 4 and tokens["lengths"].sum() == len(tokens["codes"])
-    speechlm.main(
-        [
-            "--tokens",
-            str(tmp_path / "tokens"),
-            "--codec",
-            str(tmp_path / "codec"),
-            "--out",
-            str(tmp_path / "ckpt"),
-            "--size",
-            "toy",
-            "--max-steps",
-            "3",
-            "--warmup",
-            "2",
-            "--batch-tokens",
-            "2000",
-            "--device",
-            "cpu",
-        ]
-    )
+    train_lm(tmp_path, "ckpt", "--size", "toy", "--max-steps", "3", "--warmup", "2")
     model = load_model(str(tmp_path / "ckpt"))
     assert model.facts.sample_rate == 24000 and model.facts.token_rate_hz == 25
 
@@ -112,27 +93,17 @@ def test_toy_pipeline_end_to_end(tmp_path):
     # Stage 3 again, fine-tuning the checkpoint just written (`--init`): it starts from those
     # weights (one step at a tiny learning rate moves them only slightly) and writes a
     # checkpoint the loader reads.
-    speechlm.main(
-        [
-            "--tokens",
-            str(tmp_path / "tokens"),
-            "--codec",
-            str(tmp_path / "codec"),
-            "--out",
-            str(tmp_path / "tuned"),
-            "--init",
-            str(tmp_path / "ckpt"),
-            "--max-steps",
-            "1",
-            "--warmup",
-            "1",
-            "--lr",
-            "1e-6",
-            "--batch-tokens",
-            "2000",
-            "--device",
-            "cpu",
-        ]
+    train_lm(
+        tmp_path,
+        "tuned",
+        "--init",
+        str(tmp_path / "ckpt"),
+        "--max-steps",
+        "1",
+        "--warmup",
+        "1",
+        "--lr",
+        "1e-6",
     )
     tuned = load_model(str(tmp_path / "tuned"))
     before = dict(model.lm.named_parameters())
@@ -140,3 +111,25 @@ def test_toy_pipeline_end_to_end(tmp_path):
     assert before.keys() == after.keys()
     drift = max((after[k].float() - before[k].float()).abs().max().item() for k in before)
     assert 0 < drift < 1e-2
+
+
+def train_lm(tmp_path, out: str, *args: str) -> None:
+    """Stage 3 on the toy corpus and codec under tmp_path, writing checkpoint tmp_path/out."""
+    from training import speechlm
+
+    tokens, codec = str(tmp_path / "tokens"), str(tmp_path / "codec")
+    speechlm.main(
+        [
+            "--tokens",
+            tokens,
+            "--codec",
+            codec,
+            "--out",
+            str(tmp_path / out),
+            *args,
+            "--batch-tokens",
+            "2000",
+            "--device",
+            "cpu",
+        ]
+    )
