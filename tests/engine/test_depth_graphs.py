@@ -90,3 +90,44 @@ def test_steps_the_captured_sampler_cannot_serve_run_eagerly(moshi):
         graphs.run_static(
             torch.zeros(9, moshi.shape.hidden_size), torch.zeros(9, dtype=torch.long), None
         )
+
+
+def test_the_worker_routes_fitting_steps_through_the_graphs_and_others_eagerly():
+    """The engine wiring (Worker._depth_stage): with depth graphs present, a step whose plan
+    fits replays them (here `run_static`, the CPU stand-in for a replay) and gets the very
+    tokens the eager stage gives; a step with a nucleus row runs eagerly."""
+    from models.registry import load_model
+
+    model = load_model("voxgate-tiny", random_weights=True)
+
+    def generate(params: list[SamplingParams], graphs: bool) -> tuple[list[tuple], int]:
+        from engine.config import EngineConfig
+        from engine.core import EngineCore
+        from engine.outputs import SpeechRequest
+
+        core = EngineCore(model, EngineConfig(num_kv_blocks=128), CPU, "sdpa")
+        replays = 0
+        if graphs:
+            depth = _graphs(model)
+
+            def replay(hidden, first, inputs):
+                nonlocal replays
+                replays += 1
+                return depth.run_static(hidden, first, inputs)
+
+            depth.run = replay
+            core.worker.depth_graphs = depth
+        requests = [core.add_request(SpeechRequest("Hello there.", None, p)) for p in params]
+        while core.has_work():
+            core.step()
+        return [tuple(map(tuple, r.output_ids)) for r in requests], replays
+
+    top_k = [
+        SamplingParams(temperature=0.7, top_k=40, top_p=1.0, max_tokens=6, min_tokens=6, seed=i)
+        for i in range(3)
+    ] + [SamplingParams(temperature=0.0, top_p=1.0, max_tokens=6, min_tokens=6)]
+    eager, _ = generate(top_k, graphs=False)
+    graphed, replays = generate(top_k, graphs=True)
+    assert graphed == eager and replays >= 6  # every decode step replayed
+    nucleus = [SamplingParams(temperature=0.7, top_k=40, top_p=0.9, max_tokens=4, seed=1)]
+    assert generate(nucleus, graphs=True)[1] == 0  # a nucleus: the eager stage
