@@ -143,7 +143,8 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
         bottom.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     top.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     top.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    top.legend(fontsize=8, title="hollow: stopped early (partial)", title_fontsize=7)
+    if rates:  # a run that stopped before its first point has nothing to label
+        top.legend(fontsize=8, title="hollow: stopped early (partial)", title_fontsize=7)
     commit = (results.get("commit") or "")[:10]
     top.set_title(f"{results['model']} on {results['machine']} · {commit}", fontsize=10)
     for ax in (top, bottom):
