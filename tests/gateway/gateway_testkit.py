@@ -124,6 +124,16 @@ async def expect_close(ws: ClientConnection, timeout: float = 10) -> tuple[int |
     return ws.close_code, messages
 
 
+async def until_event(conn, kind: str, timeout: float = 60) -> tuple[object, list]:
+    """Realtime (openai client) events up to the first of type `kind`: (that event, the ones
+    before it)."""
+    seen = []
+    async with asyncio.timeout(timeout):
+        while (event := await conn.recv()).type != kind:
+            seen.append(event)
+    return event, seen
+
+
 async def wait_engine_idle(engine, timeout: float = 10) -> None:
     """Until the engine holds no request and no KV page (what a freed session leaves)."""
     deadline = time.monotonic() + timeout

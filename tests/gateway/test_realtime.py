@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 import websockets
-from gateway_testkit import decode_g711, engine_pcm, resample, wait_engine_idle
+from gateway_testkit import decode_g711, engine_pcm, resample, until_event, wait_engine_idle
 
 openai = pytest.importorskip("openai")
 
@@ -32,15 +32,6 @@ def client(server, api_key: str = "unused") -> openai.AsyncOpenAI:
 
 async def next_event(conn, timeout: float = 30):
     return await asyncio.wait_for(conn.recv(), timeout)
-
-
-async def until(conn, kind: str, timeout: float = 60) -> tuple[object, list]:
-    """Events up to the first of type `kind`: (that event, the ones before it)."""
-    seen = []
-    async with asyncio.timeout(timeout):
-        while (event := await conn.recv()).type != kind:
-            seen.append(event)
-    return event, seen
 
 
 async def say(conn, text: str = TEXT, role: str = "user") -> None:
@@ -84,7 +75,7 @@ async def test_ga_client_text_in_pcm16_out_equals_engine_audio(server, engine):
         assert updated.session.max_output_tokens == 60
 
         await say(conn)
-        done, events = await until(conn, "response.done")
+        done, events = await until_event(conn, "response.done")
     kinds = [e.type for e in events]
     assert kinds[:4] == [
         "response.created",
@@ -120,7 +111,7 @@ async def test_beta_client_g711_ulaw_out(server, engine):
         updated = await next_event(conn)
         assert updated.session.output_audio_format == "g711_ulaw"
         await say(conn, role="assistant")
-        done, events = await until(conn, "response.done")
+        done, events = await until_event(conn, "response.done")
     assert_ran_to_its_token_budget(done)
     kinds = {e.type for e in events}
     assert "response.audio.done" in kinds and "response.output_audio.delta" not in kinds
@@ -141,7 +132,7 @@ async def test_g711_alaw_out(server, engine):
         )
         assert (await next_event(conn)).session.audio.output.format.type == "audio/pcma"
         await say(conn)
-        done, events = await until(conn, "response.done")
+        done, events = await until_event(conn, "response.done")
     got = decode_g711(audio_of(events, "response.output_audio.delta"), "pcm_alaw")
     want = resample(await engine_pcm(engine, TEXT, FAST_SAMPLING), 24000, 8000)
     n = len(want) - 100
@@ -155,9 +146,9 @@ async def test_cancel_mid_response_then_the_session_goes_on(server, engine):
         await conn.send({"type": "session.update", "session": long})
         await next_event(conn)
         await say(conn)
-        await until(conn, "response.output_audio.delta")
+        await until_event(conn, "response.output_audio.delta")
         await conn.response.cancel()
-        done, _ = await until(conn, "response.done", timeout=10)
+        done, _ = await until_event(conn, "response.done", timeout=10)
         assert done.response.status == "cancelled"
         assert done.response.status_details.reason == "client_cancelled"
         await wait_engine_idle(engine)
@@ -165,7 +156,7 @@ async def test_cancel_mid_response_then_the_session_goes_on(server, engine):
         await conn.send({"type": "session.update", "session": FAST})
         await next_event(conn)
         await say(conn)
-        done, _ = await until(conn, "response.done")
+        done, _ = await until_event(conn, "response.done")
         assert_ran_to_its_token_budget(done)
     body = httpx.get(server.http + "/metrics").text  # the same metrics as /v1/stream
     assert 'voxgate_responses_total{status="cancelled"}' in body
@@ -206,7 +197,7 @@ async def test_bad_events_get_error_events_and_the_session_stays_usable(server):
         await conn.send({"type": "session.update", "session": FAST})
         assert (await next_event(conn)).type == "session.updated"
         await say(conn)
-        done, _ = await until(conn, "response.done")
+        done, _ = await until_event(conn, "response.done")
         assert_ran_to_its_token_budget(done)
 
 

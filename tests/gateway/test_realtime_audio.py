@@ -4,13 +4,12 @@ VAD turns, truncate, manual commit + response.create, cancel."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import shutil
 
 import numpy as np
 import pytest
-from gateway_testkit import flite_speech, quiet_room, wait_engine_idle
+from gateway_testkit import flite_speech, quiet_room, until_event, wait_engine_idle
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is not installed")
@@ -25,14 +24,6 @@ def client(server) -> openai.AsyncOpenAI:
         websocket_base_url=server.url.removesuffix("/stream"),
         api_key="unused",
     )
-
-
-async def until(conn, kind: str, timeout: float = 60) -> tuple[object, list]:
-    seen = []
-    async with asyncio.timeout(timeout):
-        while (event := await conn.recv()).type != kind:
-            seen.append(event)
-    return event, seen
 
 
 async def speak(conn, text: str, tmp_path, seed: int) -> None:
@@ -55,16 +46,16 @@ async def test_audio_in_server_vad_truncate_manual_commit_and_cancel(
 ):
     model = glm_engine.core.model
     async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
-        created, _ = await until(conn, "session.created")
+        created, _ = await until_event(conn, "session.created")
         assert created.session.audio.input.turn_detection.type == "server_vad"
         vad = {"type": "server_vad", "silence_duration_ms": 400}
         session = {"type": "realtime", "audio": {"input": {"turn_detection": vad}}, **FAST}
         await conn.send({"type": "session.update", "session": session})
-        await until(conn, "session.updated")
+        await until_event(conn, "session.updated")
 
         # Server VAD: speech → speech_started / stopped / committed → a spoken answer.
         await speak(conn, "What is the weather like today?", tmp_path, 1)
-        done, seen = await until(conn, "response.done")
+        done, seen = await until_event(conn, "response.done")
         kinds = [e.type for e in seen]
         order = [
             "input_audio_buffer.speech_started",
@@ -87,7 +78,7 @@ async def test_audio_in_server_vad_truncate_manual_commit_and_cancel(
 
         # The user heard 400 ms of it: the history keeps 5 speech tokens of the reply.
         await conn.conversation.item.truncate(item_id=reply_item, content_index=0, audio_end_ms=400)
-        truncated, _ = await until(conn, "conversation.item.truncated")
+        truncated, _ = await until_event(conn, "conversation.item.truncated")
         assert truncated.item_id == reply_item and truncated.audio_end_ms == 400
         (conversation,) = conversations
         kept = conversation.history[-1]
@@ -100,18 +91,18 @@ async def test_audio_in_server_vad_truncate_manual_commit_and_cancel(
                 "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
             }
         )
-        await until(conn, "session.updated")
+        await until_event(conn, "session.updated")
         await speak(conn, "And tomorrow?", tmp_path, 3)
         await conn.input_audio_buffer.commit()
-        committed, seen = await until(conn, "input_audio_buffer.committed")
+        committed, seen = await until_event(conn, "input_audio_buffer.committed")
         assert not any(e.type.startswith("input_audio_buffer.speech") for e in seen)
         await conn.response.create()
-        await until(conn, "response.created")
+        await until_event(conn, "response.created")
         await conn.response.cancel()
-        done, _ = await until(conn, "response.done")
+        done, _ = await until_event(conn, "response.done")
         assert done.response.status == "cancelled"
         # An empty commit is the client's error; the session carries on.
         await conn.input_audio_buffer.commit()
-        error, _ = await until(conn, "error")
+        error, _ = await until_event(conn, "error")
         assert error.error.type == "invalid_request_error"
     await wait_engine_idle(glm_engine)
