@@ -194,22 +194,34 @@ navigator.mediaDevices.getUserMedia = async () => {
 """
 
 
-def test_speaking_over_the_reply_interrupts_it(
-    glm_server, glm_engine, conversations, mic_context, tmp_path, caplog
-) -> None:
-    caplog.set_level(logging.INFO)
+def cued_microphone_page(mic_context, url: str, folder: Path):
+    """A page on `url` with the cued microphone on and the connection open: (page, its
+    problems, say()), where say() speaks the flite question into the microphone once."""
     rate = 16000
-    question = flite_speech("What is the weather like today?", tmp_path, rate)
+    question = flite_speech("What is the weather like today?", folder, rate)
     samples = [round(float(x), 5) for x in 0.8 * question]
     page = mic_context.new_page()
     problems = PageProblems(page)
     page.add_init_script(CUED_MICROPHONE)
-    page.goto(glm_server.http + "/" + LONG_REPLY_QUERY)
+    page.goto(url)
     page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
     page.click("#mic")
     page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
 
-    page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
+    def say() -> None:
+        page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
+
+    return page, problems, say
+
+
+def test_speaking_over_the_reply_interrupts_it(
+    glm_server, glm_engine, conversations, mic_context, tmp_path, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    page, problems, say = cued_microphone_page(
+        mic_context, glm_server.http + "/" + LONG_REPLY_QUERY, tmp_path
+    )
+    say()
     # The reply plays (half a second of it heard, its playback reported) ...
     page.wait_for_function(
         "() => { const s = window.voxgateStats; return s.samplesPlayed > 24000 && s.lastPlaybackMs > 0 }",
@@ -218,7 +230,7 @@ def test_speaking_over_the_reply_interrupts_it(
     assert page.get_attribute("#listen-state", "data-state") == "replying"
     # ... when the user asks again: the page falls silent, the server cancels the reply and
     # answers the new question (whose long reply Stop then ends).
-    page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
+    say()
     page.wait_for_function(
         """() => { const s = window.voxgateStats;
                    return s.responses.length === 1 && s.speechStopped === 2
@@ -257,19 +269,9 @@ def test_stopping_the_microphone_ends_the_turn(
     # VAD: Stop microphone while the user is still speaking sends input.commit (the VAD has
     # not ended the turn yet). Push-to-talk (`none`): every stop ends the turn; no VAD events.
     caplog.set_level(logging.INFO)
-    rate = 16000
-    question = flite_speech("What is the weather like today?", tmp_path, rate)
-    samples = [round(float(x), 5) for x in 0.8 * question]
-    page = mic_context.new_page()
-    problems = PageProblems(page)
-    page.add_init_script(CUED_MICROPHONE)
-    page.goto(
-        glm_server.http + f"/?temperature=0&min_tokens=20&max_tokens=60&turn={turn_detection}"
-    )
-    page.wait_for_selector("#conn-state[data-state=open]", timeout=10_000)
-    page.click("#mic")
-    page.wait_for_selector("#mic[aria-pressed=true]", timeout=10_000)
-    page.evaluate("([s, r]) => window.testMic.say(s, r)", [samples, rate])
+    query = f"/?temperature=0&min_tokens=20&max_tokens=60&turn={turn_detection}"
+    page, problems, say = cued_microphone_page(mic_context, glm_server.http + query, tmp_path)
+    say()
     if turn_detection == "vad":
         page.wait_for_selector("#listen-state[data-state=speaking]", timeout=WAIT_MS)
     else:
