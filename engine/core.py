@@ -142,6 +142,7 @@ class EngineCore:
         first use (FlashInfer's JIT, cuBLAS heuristics, lazily built graphs) must not land on
         the first real listener's time to first audio. Leaves the engine empty."""
         facts = self.model.facts
+        self.model.warm_up_batches(self.config.max_num_seqs)
         if self.duplex is not None:
             self._warm_up_duplex()
             return

@@ -238,6 +238,10 @@ class SpeechModel(abc.ABC):
     def enable_cuda_graphs(self, graphs: Any) -> None:  # noqa: B027 - optional hook
         """Optional: capture the detokenizer's common shapes with the engine's CallableGraphs."""
 
+    def warm_up_batches(self, max_batch: int) -> None:  # noqa: B027 - optional hook
+        """Optional: run the codec once at every batch shape it takes for up to `max_batch`
+        streams, so first-use setup (cuDNN plans) is paid before serving, not by a listener."""
+
     def release(self) -> None:  # noqa: B027 - optional hook
         """Free model resources (GPU memory) on shutdown."""
 

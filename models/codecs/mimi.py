@@ -29,7 +29,13 @@ import torch
 
 from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.mimi_streaming import State, StreamingMimiDecoder
-from models.codecs.stream_batching import decode_by_length, split_states, stack_states
+from models.codecs.stream_batching import (
+    buckets_up_to,
+    decode_by_length,
+    padded_batch,
+    split_states,
+    stack_states,
+)
 from models.device_util import upload
 
 DEFAULT_REPO = "kyutai/mimi"
@@ -160,6 +166,8 @@ class MimiDetokenizer:
         param = next(mimi.parameters())
         self.device, self.dtype = param.device, param.dtype
         self._fresh: State | None = None
+        # Pad each call to a batch bucket (models/codecs/stream_batching.py says why).
+        self.pad_batches = self.device.type == "cuda"
 
     def new_stream(self) -> MimiStream:
         return MimiStream()
@@ -183,6 +191,13 @@ class MimiDetokenizer:
         return decode_by_length(streams, self._decode_group)
 
     def _decode_group(self, group: list[MimiStream]) -> list[np.ndarray]:
+        real = len(group)
+        if self.pad_batches:  # silent streams, decoded and dropped, fill the bucket
+            frames = len(group[0].pending)
+            group = group + [
+                MimiStream(pending=[[0] * self.num_codebooks] * frames)
+                for _ in range(padded_batch(real) - real)
+            ]
         codes = upload([s.pending for s in group], torch.long, self.device)  # [B, n, K]
         latents = self.model.quantizer.decode(codes.transpose(1, 2)).to(self.dtype)  # [B, D, n]
         fresh = self._fresh_state()
@@ -196,7 +211,20 @@ class MimiDetokenizer:
         for s in group:
             s.frames_decoded += len(s.pending)
             s.pending = []
-        return list(audio)
+        return list(audio[:real])
+
+    @torch.inference_mode()
+    def warm_up_batches(self, max_batch: int, frames: tuple[int, ...] = (1,)) -> None:
+        """Decode once at every padded batch shape up to `max_batch` streams, for each number
+        of frames per call, so no serving tick pays cuDNN's first-use plan building."""
+        if not self.pad_batches:
+            return
+        for batch in buckets_up_to(max_batch):
+            for n in frames:
+                streams = [self.new_stream() for _ in range(batch)]
+                for stream in streams:
+                    self.push(stream, [[0] * self.num_codebooks] * n)
+                self.decode(streams)
 
     def _fresh_state(self) -> State:
         if self._fresh is None:

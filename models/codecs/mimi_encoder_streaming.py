@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.codecs.mimi_streaming import State, StreamingTransformer
+from models.codecs.stream_batching import buckets_up_to, padded_batch
 from models.device_util import upload
 
 
@@ -146,6 +147,8 @@ class MimiStreamEncoder:
         param = next(mimi.parameters())
         self.device, self.dtype = param.device, param.dtype
         self._fresh: State | None = None
+        # Pad each call to a batch bucket (models/codecs/stream_batching.py says why).
+        self.pad_batches = self.device.type == "cuda"
 
     def new_stream(self) -> EncoderStream:
         return EncoderStream()
@@ -160,19 +163,33 @@ class MimiStreamEncoder:
         for n, rows in groups.items():
             if n == 0:
                 continue
-            waves = torch.from_numpy(np.stack([audio[i] for i in rows]).astype(np.float32))
-            waves = waves.to(self.device, self.dtype)[:, None]  # [B, 1, n]
-            fresh = self._fresh_state()
             group = [streams[i] for i in rows]
+            waves = np.stack([audio[i] for i in rows]).astype(np.float32)
+            if self.pad_batches:  # fresh silent streams, encoded and dropped, fill the bucket
+                pad = padded_batch(len(rows)) - len(rows)
+                group = group + [EncoderStream() for _ in range(pad)]
+                waves = np.concatenate([waves, np.zeros((pad, n), np.float32)])
+            waves = torch.from_numpy(waves).to(self.device, self.dtype)[:, None]  # [B, 1, n]
+            fresh = self._fresh_state()
             state = [torch.stack(p) for p in zip(*[s.state or fresh for s in group], strict=True)]
             steps = upload([s.steps for s in group], torch.long, self.device)
             codes, state = self.encoder.encode_step(waves, steps, state, self.num_quantizers)
             codes = codes.transpose(1, 2).cpu().numpy()  # [B, frames, K]
-            for j, (i, s) in enumerate(zip(rows, group, strict=True)):
+            for j, (i, s) in enumerate(zip(rows, group[: len(rows)], strict=True)):
                 s.state = [t[j] for t in state]
                 s.steps += n // self.encoder.hop
                 out[i] = codes[j]
         return out
+
+    @torch.inference_mode()
+    def warm_up_batches(self, max_batch: int) -> None:
+        """Encode one frame at every padded batch shape up to `max_batch` streams, so no
+        serving tick pays cuDNN's first-use plan building."""
+        if not self.pad_batches:
+            return
+        silence = np.zeros(self.samples_per_frame, np.float32)
+        for batch in buckets_up_to(max_batch):
+            self.encode([self.new_stream() for _ in range(batch)], [silence] * batch)
 
     def _fresh_state(self) -> State:
         if self._fresh is None:

@@ -1,6 +1,13 @@
 """Batching per-stream codec state: streams with the same number of pending frames decode in
 one call, their cached states stacked on a batch dimension and split back afterwards. Shared by
-the causal streaming codecs (Mimi, VoxCodec), whose state is a list of per-layer tensors."""
+the causal streaming codecs (Mimi, VoxCodec), whose state is a list of per-layer tensors.
+
+On CUDA the streaming Mimi halves pad each call's batch up to a bucket (`padded_batch`):
+cuDNN builds an execution plan the first time it sees a convolution shape (about 0.3 s for a
+Mimi pass on an H200), so a batch size never seen before stalled every session of that tick
+by a frame or more. With buckets there are nine shapes, all run once at start-up
+(`warm_up_batches`). The GPU is launch-bound at these sizes, so padding costs little there; on
+the CPU it would cost compute and there is no plan to build, so CPU calls are not padded."""
 
 from __future__ import annotations
 
@@ -14,6 +21,25 @@ import torch
 class PendingStream(Protocol):
     pending: list  # frames received and not yet decoded
     state: list[torch.Tensor] | None  # per-layer cache, None before the first call
+
+
+# Batch sizes the streaming codecs pad to on CUDA (beyond the last: multiples of it).
+PAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def padded_batch(n: int) -> int:
+    """The smallest bucket that holds `n` streams."""
+    for bucket in PAD_BUCKETS:
+        if bucket >= n:
+            return bucket
+    step = PAD_BUCKETS[-1]
+    return -(-n // step) * step
+
+
+def buckets_up_to(max_batch: int) -> list[int]:
+    """Every batch size padded calls of up to `max_batch` streams can take."""
+    top = padded_batch(max_batch)
+    return [b for b in PAD_BUCKETS if b < top] + [top]
 
 
 def decode_by_length(

@@ -157,6 +157,11 @@ class CsmModel(SpeechModel):
         return all(c == self.eos_code for c in token[: self.num_codebooks - 1])
 
     # 4. postprocess --------------------------------------------------------------------------
+    def warm_up_batches(self, max_batch: int) -> None:
+        # A call carries a first chunk, a steady chunk, or a final flush of fewer frames.
+        most = max(self.detok.first_chunk, self.detok.chunk)
+        self.detok.warm_up_batches(max_batch, frames=tuple(range(1, most + 1)))
+
     def new_stream_state(self) -> CsmStream:
         return CsmStream(mimi=self.detok.new_stream())
 

@@ -155,6 +155,10 @@ class MoshiModel(SpeechModel):
         return piece.replace("\u2581", " ")
 
     # 4. postprocess --------------------------------------------------------------------------
+    def warm_up_batches(self, max_batch: int) -> None:
+        self.encoder.warm_up_batches(max_batch)
+        self.detok.warm_up_batches(max_batch, frames=(1,))
+
     def new_stream_state(self) -> MoshiStream:
         return MoshiStream(mimi=self.detok.new_stream())
 

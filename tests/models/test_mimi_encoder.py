@@ -32,8 +32,11 @@ def whole_codes(mimi, audio: np.ndarray) -> np.ndarray:
         return mimi.encode(wave, num_quantizers=K).audio_codes[0].T.numpy()  # [frames, K]
 
 
-def test_chunked_encode_equals_whole_encode(mimi):
+@pytest.mark.parametrize("pad", [False, True], ids=["exact-batch", "padded-batch"])
+def test_chunked_encode_equals_whole_encode(mimi, pad):
+    """Padded (as on CUDA): calls of 3 streams run as 4 with a silent fresh stream."""
     encoder = MimiStreamEncoder(mimi, K)
+    encoder.pad_batches = pad
     lengths = (14, 11, 9)  # frames; the tiny window (8 steps = 4 frames) slides in all of them
     clips = [speechlike(n, seed=i) for i, n in enumerate(lengths)]
     streams = [encoder.new_stream() for _ in clips]
