@@ -49,8 +49,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eager", action="store_true")
     ap.add_argument(
-        "--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
-        help="force async scheduling on or off (default: the engine's default for the device)",
+        "--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
+        help="async scheduling on (the engine's default) or off",
     )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")

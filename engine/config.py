@@ -33,10 +33,10 @@ class EngineConfig:
     async_detok: bool = True
     # Overlap the host work of step n+1 (scheduling, input preparation, attention planning,
     # the launch) with the device's step n, for models whose facts allow it
-    # (ModelFacts.supports_async_scheduling); False forces the synchronous step. None: on the
-    # CPU (where its equality with the synchronous step is tested in CI), off on CUDA until
-    # the H200 run of tests/gpu and bench/step_time.py confirms it there.
-    async_scheduling: bool | None = None
+    # (ModelFacts.supports_async_scheduling); False forces the synchronous step. Equal to the
+    # synchronous step in CI (CPU) and on the H200 (tests/gpu), and 16-24 % faster per step
+    # there at batch 16-64 (BENCHMARKS.md, 2026-11-30).
+    async_scheduling: bool = True
     # Run the engine loop in a process of its own (see engine/process_engine.py) instead of a
     # thread of the caller's: no GIL shared with the gateway. Measured on the H200: goodput
     # 0 -> 1 req/s from this alone (BENCHMARKS.md), hence the GPU default.

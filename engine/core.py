@@ -107,10 +107,7 @@ class EngineCore:
             self.detok = ThreadedDetokenizer(model, clock, device)
         else:
             self.detok = InlineDetokenizer(model, clock)
-        wanted = config.async_scheduling
-        if wanted is None:
-            wanted = device.type != "cuda"
-        self.async_scheduling = wanted and facts.supports_async_scheduling
+        self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
         self._last_detok_s = 0.0

@@ -80,9 +80,9 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument(
         "--async-scheduling",
         action=argparse.BooleanOptionalAction,
-        default=None,
-        help="plan and launch step n+1 while the device runs step n (docs/engine.md). Default: on "
-        "on the CPU; on CUDA off until measured there (--async-scheduling turns it on)",
+        default=True,
+        help="plan and launch step n+1 while the device runs step n (docs/engine.md; default on; "
+        "--no-async-scheduling plans each step after the previous step's tokens are back)",
     )
     g.add_argument(
         "--engine-process",
