@@ -8,6 +8,11 @@ rows), then one row per codec frame. Position p is scored on row p+1: codebook 0
 end-of-audio id after the last frame) from the backbone's head, codebooks 1..K-1 from the depth
 stage, teacher-forced with the true codes of that frame. Text rows are not scored.
 
+`--reading` (needs `align-NN.npz` beside each `tokens-NN.npz`: `python -m training.aligner
+align`) trains the reading column of models/voxgate_tiny/lm.py: each frame row's text column
+holds its reading position (the aligned character and whether it began in the row), as input
+and, from the depth stage, as a target.
+
 Batches hold sequences of similar length (length-sorted buckets, shuffled), padded on the right
 (causal attention never looks at the padding). bf16 autocast on GPUs, AdamW, linear warm-up and
 cosine decay over a wall-clock budget (training/common.py), so the run ends on time on any GPU.
@@ -52,10 +57,28 @@ IGNORE = -100
 @dataclass
 class Utterance:
     text_ids: list[int]
-    codes: np.ndarray  # [frames, K] uint16
+    codes: np.ndarray  # [rows, K] uint16
+    reading: np.ndarray | None = None  # [rows] reading class 2·char + began (reading_rows)
 
     def __len__(self) -> int:
         return len(self.text_ids) + len(self.codes)
+
+
+def reading_rows(text_ids: list[int], char_index: np.ndarray, frames_per_row: int) -> np.ndarray:
+    """The aligner's character index per codec frame (into the text's characters, i.e.
+    `text_ids` without `<bos>`/`<audio>`) → each row's reading class `2·char + began`: the
+    character at the row's last frame, and whether the position moved on since the row before
+    (the first row counts as moved on). A flag, not just the character, so that a double
+    letter ("ll") reads as two positions."""
+    chars = np.asarray(text_ids[1:-1], np.int64)
+    n = len(char_index)
+    last = np.minimum(np.arange(frames_per_row - 1, n + frames_per_row - 1, frames_per_row), n - 1)
+    pointer = np.asarray(char_index, np.int64)[last]
+    if len(chars) == 0 or pointer.min() < 0 or pointer.max() >= len(chars):
+        raise ValueError(f"alignment points outside the text's {len(chars)} characters")
+    began = np.ones(len(pointer), np.int64)
+    began[1:] = pointer[1:] != pointer[:-1]
+    return 2 * chars[pointer] + began
 
 
 def group_frames(codes: np.ndarray, frames_per_row: int) -> np.ndarray:
@@ -72,7 +95,9 @@ def model_rows_per_s(config: dict) -> float:
     return codec["sample_rate"] / codec["hop_length"] / config["frames_per_row"]
 
 
-def load_tokens(folder: Path, tokenizer: CharTokenizer, frames_per_row: int = 1) -> list[Utterance]:
+def load_tokens(
+    folder: Path, tokenizer: CharTokenizer, frames_per_row: int = 1, reading: bool = False
+) -> list[Utterance]:
     files = sorted(Path(folder).glob("tokens-*.npz"))
     if not files:
         raise SystemExit(
@@ -84,20 +109,40 @@ def load_tokens(folder: Path, tokenizer: CharTokenizer, frames_per_row: int = 1)
         # Each `d[key]` decompresses the whole array again: read every array once (indexing
         # d["codes"] per utterance made loading quadratic: minutes for a 10-hour corpus).
         codes, texts = d["codes"], json.loads(str(d["texts"]))
+        index = _char_index(path) if reading else None
         for text, off, n in zip(texts, d["offsets"], d["lengths"], strict=True):
+            ids = tokenizer.encode(text)
             rows = group_frames(codes[off : off + n], frames_per_row)
-            out.append(Utterance(tokenizer.encode(text), rows))
+            read = None
+            if index is not None:
+                read = reading_rows(ids, index[off : off + n], frames_per_row)
+            out.append(Utterance(ids, rows, read))
     return out
 
 
-def make_batch(utts: list[Utterance], k: int, eos: int) -> dict[str, torch.Tensor]:
-    """Rows [B, L, K+1] and targets: `first` [B, L] (codebook 0 / eos / IGNORE) and `codes`
-    [B, L, K] (the next frame's codes where the next row is a frame, else IGNORE)."""
+def _char_index(tokens: Path) -> np.ndarray:
+    path = tokens.with_name(tokens.name.replace("tokens-", "align-", 1))
+    if not path.exists():
+        raise SystemExit(
+            f"--reading needs {path.name} beside {tokens.name}: run `python -m training.aligner "
+            f"align --tokens {tokens.parent} --aligner <aligner folder>` first"
+        )
+    return np.load(path)["char_index"]
+
+
+def make_batch(
+    utts: list[Utterance], k: int, eos: int, text_vocab: int = 0
+) -> dict[str, torch.Tensor]:
+    """Rows [B, L, K+1] and targets: `first` [B, L] (codebook 0 / eos / IGNORE), `codes`
+    [B, L, K] (the next frame's codes where the next row is a frame, else IGNORE) and `read`
+    [B, L] (the next frame's reading class, IGNORE without reading). With reading, a frame
+    row's text column is `text_vocab` + its reading class."""
     length = max(len(u) for u in utts)
     b = len(utts)
     rows = np.full((b, length, k + 1), -1, np.int64)
     first = np.full((b, length), IGNORE, np.int64)
     codes = np.full((b, length, k), IGNORE, np.int64)
+    read = np.full((b, length), IGNORE, np.int64)
     for i, u in enumerate(utts):
         t, n = len(u.text_ids), len(u.codes)
         rows[i, :t, k] = u.text_ids
@@ -106,10 +151,14 @@ def make_batch(utts: list[Utterance], k: int, eos: int) -> dict[str, torch.Tenso
         first[i, t - 1 : t - 1 + n] = u.codes[:, 0]
         first[i, t - 1 + n] = eos
         codes[i, t - 1 : t - 1 + n] = u.codes
+        if u.reading is not None:
+            rows[i, t : t + n, k] = text_vocab + u.reading
+            read[i, t - 1 : t - 1 + n] = u.reading
     return {
         "rows": torch.from_numpy(rows),
         "first": torch.from_numpy(first),
         "codes": torch.from_numpy(codes),
+        "read": torch.from_numpy(read),
     }
 
 
@@ -144,6 +193,9 @@ class Regularisers:
 
     code_noise: float = 0.0
     embed_dropout: float = 0.0
+    # Share of input reading positions replaced by random ones: served, the model reads its own
+    # (greedy) predictions, which can be wrong; it must not trust one blindly.
+    read_noise: float = 0.0
     guided_weight: float = 0.0  # training/guided_attention.py; 0 turns it off
     guided_layers: frozenset[int] = frozenset()
     guided_heads: int = 0
@@ -159,6 +211,16 @@ def corrupt_codes(rows: torch.Tensor, k: int, vocab: int, share: float) -> torch
     return torch.cat([noisy, rows[..., k:]], dim=-1)
 
 
+def corrupt_reading(rows: torch.Tensor, k: int, text_vocab: int, share: float) -> torch.Tensor:
+    """rows [B, L, K+1] with `share` of the frame rows' reading positions made random."""
+    if share <= 0:
+        return rows
+    text = rows[..., k]
+    hit = (text >= text_vocab) & (torch.rand(text.shape, device=rows.device) < share)
+    noisy = torch.where(hit, text_vocab + torch.randint_like(text, 2 * text_vocab), text)
+    return torch.cat([rows[..., :k], noisy[..., None]], dim=-1)
+
+
 def losses(
     lm: VoxgateTinyLM, batch: dict[str, torch.Tensor], reg: Regularisers = Regularisers()
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -166,12 +228,13 @@ def losses(
     b, length, width = rows.shape
     k = lm.num_codebooks
     guided = lm.training and reg.guided_weight > 0 and reg.guided_heads > 0
+    framed_rows = rows[..., 0] >= 0
     if guided:
         attn: DenseCausalAttention = GuidedAttention(
             b,
             length,
-            (rows[..., k] >= 0).sum(1),
-            (rows[..., 0] >= 0).sum(1),
+            ((rows[..., k] >= 0) & ~framed_rows).sum(1),  # frame rows may carry reading ids
+            framed_rows.sum(1),
             reg.guided_layers,
             reg.guided_heads,
         )
@@ -179,6 +242,8 @@ def losses(
         attn = DenseCausalAttention(b, length)
     if lm.training:
         rows = corrupt_codes(rows, lm.num_codebooks, lm.codebook_size, reg.code_noise)
+        if lm.reading:
+            rows = corrupt_reading(rows, k, lm.text_vocab, reg.read_noise)
     positions = torch.arange(length, device=rows.device).repeat(b)
     x = lm.embed(rows.view(b * length, width))
     if lm.training and reg.embed_dropout > 0:
@@ -189,14 +254,16 @@ def losses(
     loss0 = F.cross_entropy(lm.first_logits(hidden[scored]), first[scored])
     codes = batch["codes"].view(b * length, -1)
     framed = codes[:, 0] != IGNORE
-    depth_logits = lm.depth.teacher_forced_logits(
-        hidden[framed], codes[framed]
-    ).float()  # [N, K-1, V]
+    depth_logits, read_logits = lm.depth.teacher_forced_logits(hidden[framed], codes[framed])
     depth = F.cross_entropy(
-        depth_logits.transpose(1, 2), codes[framed][:, 1:], reduction="none"
+        depth_logits.float().transpose(1, 2), codes[framed][:, 1:], reduction="none"
     ).mean(0)
     total = (loss0 + depth.sum()) / lm.num_codebooks
     parts = {"cb0": loss0.item(), **{f"cb{j + 1}": v.item() for j, v in enumerate(depth)}}
+    if read_logits is not None:  # weighted as one more codebook
+        read = F.cross_entropy(read_logits.float(), batch["read"].view(-1)[framed])
+        total = total + read / lm.num_codebooks
+        parts["read"] = read.item()
     if guided and attn.terms:  # type: ignore[attr-defined]
         penalty = attn.penalty  # type: ignore[attr-defined]
         total = total + reg.guided_weight * penalty
@@ -212,7 +279,8 @@ def validate(
     sums: dict[str, float] = {}
     groups = batches(utts, tokens, random.Random(0))
     for group in groups:
-        batch = {k: v.to(device) for k, v in make_batch(group, lm.num_codebooks, lm.eos).items()}
+        made = make_batch(group, lm.num_codebooks, lm.eos, lm.text_vocab)
+        batch = {k: v.to(device) for k, v in made.items()}
         with autocast(device):
             _, parts = losses(lm, batch)
         for key, value in parts.items():
@@ -280,6 +348,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--code-noise", type=float, default=0.15, help="share of input codes randomised")
     p.add_argument("--embed-dropout", type=float, default=0.1)
     p.add_argument(
+        "--reading",
+        action="store_true",
+        help="train the reading column from align-NN.npz (training/aligner.py); a new model only",
+    )
+    p.add_argument(
+        "--read-noise", type=float, default=0.05, help="share of input reading positions randomised"
+    )
+    p.add_argument(
         "--guided-weight",
         type=float,
         default=1.0,
@@ -302,6 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     reg = Regularisers(
         args.code_noise,
         args.embed_dropout,
+        args.read_noise,
         args.guided_weight,
         frozenset(int(x) for x in args.guided_layers.split(",") if x.strip()),
         args.guided_heads,
@@ -320,13 +397,18 @@ def main(argv: list[str] | None = None) -> None:
         _, lm, _, _ = load_checkpoint(Path(args.init), device, torch.float32)
         lm.train()
     else:
-        config = tiny_config_dict(codec.config, tokenizer.vocab_size, **SIZES[args.size])
+        config = tiny_config_dict(
+            codec.config, tokenizer.vocab_size, reading=args.reading, **SIZES[args.size]
+        )
         lm = build_lm(VoxgateTinyConfig.from_dict(config)).to(device).train()
         with torch.no_grad():
             for name, param in lm.named_parameters():
                 if "norm" not in name:
                     torch.nn.init.normal_(param, 0.0, 0.02)
-    utts = load_tokens(Path(args.tokens), tokenizer, config["frames_per_row"])
+    reading = bool(config.get("reading", False))
+    if args.reading and not reading:
+        raise SystemExit(f"--reading: {args.init} was trained without the reading column")
+    utts = load_tokens(Path(args.tokens), tokenizer, config["frames_per_row"], reading)
     longest = config["max_position_embeddings"]
     utts = [u for u in utts if len(u) + 1 <= longest]
     rng.shuffle(utts)
@@ -354,7 +436,7 @@ def main(argv: list[str] | None = None) -> None:
         for group in batches(train, args.batch_tokens, rng):
             batch = {
                 k: v.to(device, non_blocking=True)
-                for k, v in make_batch(group, lm.num_codebooks, lm.eos).items()
+                for k, v in make_batch(group, lm.num_codebooks, lm.eos, lm.text_vocab).items()
             }
             lr = budget.apply(opt)
             with autocast(device):

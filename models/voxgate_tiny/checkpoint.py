@@ -36,6 +36,7 @@ def build_lm(config: VoxgateTinyConfig) -> VoxgateTinyLM:
         config.codebook_size,
         config.text_vocab_size,
         config.depth_inner,
+        reading=config.reading,
     )
 
 

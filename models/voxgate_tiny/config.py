@@ -20,6 +20,7 @@ class VoxgateTinyConfig:
     frames_per_row: int  # codec frames one backbone step emits
     text_vocab_size: int
     depth_inner: int
+    reading: bool  # generated rows carry the reading position (lm.py)
     codec: VoxCodecConfig
     sampling: dict[str, float | int]
     raw: dict
@@ -41,6 +42,7 @@ class VoxgateTinyConfig:
                 frames_per_row=int(cfg.get("frames_per_row", 1)),
                 text_vocab_size=int(cfg["text_vocab_size"]),
                 depth_inner=int(cfg["depth_intermediate_size"]),
+                reading=bool(cfg.get("reading", False)),
                 codec=codec,
                 sampling={
                     k: int(v) if k == "top_k" else float(v)
@@ -72,6 +74,7 @@ def tiny_config_dict(
     max_positions: int = 2048,
     frames_per_row: int = 2,
     sampling: dict[str, float] | None = None,
+    reading: bool = False,
 ) -> dict:
     """The config.json of a voxgate-tiny model. Defaults: the shipped size, about 11M
     parameters besides the codec, of which about 9M are read per decode step: small enough
@@ -93,6 +96,7 @@ def tiny_config_dict(
         "frames_per_row": frames_per_row,
         "text_vocab_size": text_vocab_size,
         "depth_intermediate_size": depth_intermediate,
+        "reading": reading,
         "sampling": sampling
         or {"temperature": 0.7, "top_k": 40, "top_p": 1.0, "repetition_penalty": 1.0},
         "codec_config": codec.to_dict(),

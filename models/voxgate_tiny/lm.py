@@ -8,6 +8,14 @@ CPU pays for), then a text column; -1 marks
 an absent column. Prompt rows carry text only (`<bos>`, characters, `<audio>`), generated rows
 codes only. The backbone embeds a row as the sum of its present columns' embeddings.
 
+With `reading` (checkpoints trained on character alignments, training/aligner.py), a generated
+row's text column is not absent but the model's own **reading position**: the character being
+spoken in the row's frames and whether it began there (id `text_vocab + 2·char + began`).
+Fed back as the next row's input, it tells the backbone exactly where in the text it is, so
+it no longer has to rediscover its place by attention alone — without it, the model read the
+first words and then drifted into the corpus's sentence templates (training/README.md). The
+depth stage predicts it after the frame's last code (greedy: it is a position, not a sound).
+
 The backbone's head predicts codebook 0 of the next frame, or the end-of-audio id
 (`codebook_size`). Codebooks 1..K-1 come from the depth stage: starting from the backbone's
 hidden state, each step adds the embedding of the code just drawn, runs a residual MLP and
@@ -43,44 +51,62 @@ class DepthBlock(nn.Module):
 
 class DepthStage(nn.Module):
     def __init__(
-        self, hidden: int, inner: int, num_codebooks: int, codebook_size: int, eps: float
+        self,
+        hidden: int,
+        inner: int,
+        num_codebooks: int,
+        codebook_size: int,
+        eps: float,
+        read_classes: int = 0,
     ) -> None:
+        """`read_classes` > 0: one more step after the last code reads the row's reading
+        position (see the module docstring) off `read_head`."""
         super().__init__()
         self.k, self.v = num_codebooks, codebook_size
-        # The code of codebook j (j < K-1) feeding step j+1 sits at j·V + code.
-        self.embed = nn.Embedding((num_codebooks - 1) * codebook_size, hidden)
-        self.blocks = nn.ModuleList(
-            DepthBlock(hidden, inner, eps) for _ in range(num_codebooks - 1)
-        )
+        steps = num_codebooks - 1 + (1 if read_classes else 0)
+        # The code of codebook j feeding step j+1 sits at j·V + code.
+        self.embed = nn.Embedding(steps * codebook_size, hidden)
+        self.blocks = nn.ModuleList(DepthBlock(hidden, inner, eps) for _ in range(steps))
         self.heads = nn.ModuleList(
             nn.Linear(hidden, codebook_size, bias=False) for _ in range(num_codebooks - 1)
         )
+        self.read_head = nn.Linear(hidden, read_classes, bias=False) if read_classes else None
 
     def _next(
         self, z: torch.Tensor, code: torch.Tensor, j: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed codebook j's code; return (state, logits of codebook j+1)."""
+        """Feed codebook j's code; return (state, logits of codebook j+1, or of the reading
+        position after the last codebook)."""
         z = z + self.embed(code.clamp(0, self.v - 1) + j * self.v)
         z, feats = self.blocks[j](z)
-        return z, self.heads[j](feats)
+        head = self.heads[j] if j < self.k - 1 else self.read_head
+        return z, head(feats)
 
-    def teacher_forced_logits(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        """hidden [N, H], the frame's true codes [N, K] → logits of codebooks 1..K-1 [N, K-1, V]."""
+    def teacher_forced_logits(
+        self, hidden: torch.Tensor, codes: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden [N, H], the frame's true codes [N, K] → logits of codebooks 1..K-1
+        [N, K-1, V], and of the reading position [N, read_classes] (None without reading)."""
         z, out = hidden, []
         for j in range(self.k - 1):
             z, logits = self._next(z, codes[:, j], j)
             out.append(logits)
-        return torch.stack(out, dim=1)
+        read = self._next(z, codes[:, -1], self.k - 1)[1] if self.read_head is not None else None
+        return torch.stack(out, dim=1), read
 
     def generate(
         self, hidden: torch.Tensor, first: torch.Tensor, sample: CodeSampler
-    ) -> torch.Tensor:
-        """hidden [N, H], codebook 0 [N] → codes [N, K], each drawn with the engine's sampler."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden [N, H], codebook 0 [N] → codes [N, K], each drawn with the engine's sampler,
+        and the reading position [N] (greedy; None without reading)."""
         z, codes = hidden, [first]
         for j in range(self.k - 1):
             z, logits = self._next(z, codes[-1], j)
             codes.append(sample(logits.float(), j + 1))
-        return torch.stack(codes, dim=1)
+        read = None
+        if self.read_head is not None:
+            read = self._next(z, codes[-1], self.k - 1)[1].argmax(-1)
+        return torch.stack(codes, dim=1), read
 
 
 class VoxgateTinyLM(nn.Module):
@@ -91,13 +117,16 @@ class VoxgateTinyLM(nn.Module):
         codebook_size: int,
         text_vocab: int,
         depth_inner: int,
+        reading: bool = False,
     ) -> None:
         super().__init__()
         self.args = args
         self.num_codebooks, self.codebook_size = num_codebooks, codebook_size
+        self.text_vocab, self.reading = text_vocab, reading
         self.eos = codebook_size  # codebook-0 id that ends the audio
         h = args.hidden_size
-        self.embed_text = nn.Embedding(text_vocab, h)
+        # Characters, then (with reading) the 2·text_vocab reading positions.
+        self.embed_text = nn.Embedding(text_vocab * (3 if reading else 1), h)
         # Every codebook's embeddings in one table; codebook k's code c sits at k·V + c.
         self.embed_audio = nn.Embedding(num_codebooks * codebook_size, h)
         self.register_buffer(
@@ -107,7 +136,14 @@ class VoxgateTinyLM(nn.Module):
         self.norm = RMSNorm(h, args.rms_norm_eps)
         self.rotary = Rotary(args.rope, args.head_dim)
         self.head = nn.Linear(h, codebook_size + 1, bias=False)  # codebook 0 + end of audio
-        self.depth = DepthStage(h, depth_inner, num_codebooks, codebook_size, args.rms_norm_eps)
+        self.depth = DepthStage(
+            h,
+            depth_inner,
+            num_codebooks,
+            codebook_size,
+            args.rms_norm_eps,
+            read_classes=2 * text_vocab if reading else 0,
+        )
 
     def embed(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [T, K+1] → [T, H]: the sum of the embeddings of each row's present columns."""

@@ -112,8 +112,9 @@ class VoxgateTinyModel(SpeechModel):
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
     ) -> torch.Tensor:
-        codes = self.lm.depth.generate(hidden, first_tokens, sample)  # [N, K]
-        return torch.cat([codes, torch.full_like(codes[:, :1], ABSENT)], dim=1)
+        codes, read = self.lm.depth.generate(hidden, first_tokens, sample)  # [N, K], [N]
+        text = torch.full_like(codes[:, 0], ABSENT) if read is None else read + self.lm.text_vocab
+        return torch.cat([codes, text[:, None]], dim=1)
 
     def quantize_for_cpu(self) -> bool:
         """int8 Linear weights for the backbone, its head and the depth stage (models/

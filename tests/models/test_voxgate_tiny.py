@@ -28,8 +28,9 @@ CODEC = VoxCodecConfig(
 TEXTS = ["Hello there.", "The train leaves at 7:30, so hurry!", "Would you like some tea?"]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "reading"])
+def checkpoint(tmp_path_factory, request):
+    """A random model of each layout: without and with the reading column (lm.py)."""
     folder = tmp_path_factory.mktemp("voxgate-tiny")
     config = tiny_config_dict(
         CODEC,
@@ -41,6 +42,7 @@ def checkpoint(tmp_path_factory):
         intermediate=96,
         depth_intermediate=48,
         max_positions=256,
+        reading=request.param,
     )
     files = write_random_checkpoint(folder, config, seed=7)
     assert {f.name for f in files} >= {"config.json", "tokenizer.json", "model.safetensors"}
@@ -85,8 +87,9 @@ def reference_greedy(hf, lm, prompt: list[tuple[int, ...]], n: int) -> list[tupl
         h = hf(inputs_embeds=lm.embed(torch.tensor(rows))[None]).last_hidden_state[0, -1:]
         logits = lm.first_logits(h)
         logits[:, lm.eos] = float("-inf")  # min_tokens: no stop
-        codes = lm.depth.generate(h, logits.argmax(-1), lambda lg, i: lg.argmax(-1))
-        row = (*codes[0].tolist(), -1)
+        codes, read = lm.depth.generate(h, logits.argmax(-1), lambda lg, i: lg.argmax(-1))
+        text = -1 if read is None else int(read[0]) + lm.text_vocab
+        row = (*codes[0].tolist(), text)
         out.append(row)
         rows.append(row)
     return out
