@@ -17,6 +17,11 @@ chunks it is the reference's exactly. Chunk rows have one shape in steady state 
 whole-utterance decode makes the same rows (chunked == whole). `context_chunks=None` keeps the
 reference's unbounded history (one row over everything).
 
+First chunk: `first_hop` tokens (<= the chunk) rather than a whole chunk, for time to first
+audio. The chunk grid starts with it: the flow attends to the first hop as a chunk of its own
+and to 25-token chunks after it (encoder.chunk_ids), so its mel is final once first_hop + 3
+tokens exist, and everything above holds on the shifted grid.
+
 HiFT: hift_stream.HiftStreamer (`left`/`right` frames of context, carried sine phase).
 
 Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by length
