@@ -50,6 +50,9 @@ class EngineConfig:
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
     first_audio_budget_s: float = 0.35
+    # CosyVoice 2: generated tokens in the first audio chunk (the flow's first attention
+    # chunk; the rest are its 25-token chunks). None: the model's default (docs/models.md).
+    first_hop_tokens: int | None = None
     # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before
     # the oldest are dropped, and how many frame periods the tick grid may run late before it
     # resyncs to now.
@@ -75,5 +78,7 @@ class EngineConfig:
             raise ConfigError("first_audio_margin and first_audio_budget_s must be >= 0")
         if self.duplex_max_input_frames < 1 or self.duplex_max_catch_up_frames < 0:
             raise ConfigError("duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0")
+        if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
+            raise ConfigError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
         if self.max_lead_s <= 0:
             raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")

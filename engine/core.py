@@ -82,7 +82,7 @@ class EngineCore:
             self.blocks,
             ChunkingFacts(
                 facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token,
-                facts.frame_tokens, facts.held_back_tokens,
+                facts.frame_tokens, facts.held_back_tokens, facts.lookahead_tokens,
             ),
         )
         if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
@@ -316,7 +316,13 @@ class EngineCore:
             events += self._apply_tokens(launched, tokens)
         if plan.chunks:
             self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, self._token_interval(t0, timing.llm_s))
-        ready = self.scheduler.schedule_detok(self.clock())
+        # One detokenizer job at a time: chunks that became ready meanwhile wait here rather
+        # than queue behind it, so the next job takes the most urgent of them (first chunks
+        # first) and batches them all; a codec call of flat cost (CosyVoice 2's flow) would
+        # otherwise run once per request, and a first chunk wait for every job queued ahead.
+        if not self.detok.has_room:  # the job may have finished while the LLM stepped
+            events += self._collect_audio(self.detok.poll())
+        ready = self.scheduler.schedule_detok(self.clock()) if self.detok.has_room else []
         if ready:
             self.detok.submit(self.worker.detok_job(ready, self.model.facts.stop_token_ids))
         # Inline jobs are done already; a threaded one is waited for only when the LLM had

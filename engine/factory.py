@@ -96,7 +96,9 @@ def build_engine(
         return engine
     device = resolve_device(config)
     dtype = resolve_dtype(config, device)
-    speech_model = load_model(model, codec, device, dtype, progress, random_weights, voices_dir)
+    speech_model = load_model(
+        model, codec, device, dtype, progress, random_weights, voices_dir, config.first_hop_tokens
+    )
     core = build_core(speech_model, config, device)
     core.warm_up()
     engine = AsyncEngine(core)

@@ -72,6 +72,15 @@ def add_serve_parser(subparsers) -> None:
     )
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (debugging)")
     g.add_argument(
+        "--first-hop-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CosyVoice 2: speech tokens in the first audio chunk, 5-25 (default: 20; 25 = "
+        "CosyVoice's own streaming). Smaller: sooner first audio, less of it to cover the next "
+        "chunk (docs/models.md)",
+    )
+    g.add_argument(
         "--cpu-int8",
         action="store_true",
         help="int8 weights on the CPU, for models that offer it (voxgate-tiny: about twice the "
@@ -205,6 +214,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         cpu_int8=args.cpu_int8,
         async_scheduling=args.async_scheduling,
         engine_process=args.engine_process,
+        first_hop_tokens=args.first_hop_tokens,
     )
     keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(environ)]))  # dedupe, keep order
     return GatewaySettings(

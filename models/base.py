@@ -58,6 +58,10 @@ class ModelFacts:
     # Tokens the detokenizer keeps as look-ahead before it emits their audio (see
     # engine.scheduler.ChunkingFacts.held_back_tokens).
     held_back_tokens: int = 0
+    # Tokens after a chunk the detokenizer reads before it can decode the chunk (CosyVoice 2's
+    # flow: its 3-token look-ahead conv). first_chunk_tokens counts them; the chunk's audio
+    # does not (see engine.scheduler.ChunkingFacts.lookahead_tokens).
+    lookahead_tokens: int = 0
     accepts_text: bool = True
     accepts_audio: bool = False
     # Turn-based speech-to-speech: the model answers a conversation (SpeechRequest.turns)

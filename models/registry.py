@@ -64,22 +64,28 @@ def load_model(
     progress: bool = False,
     random_weights: bool = False,
     voices_dir: str | None = None,
+    first_hop_tokens: int | None = None,
 ) -> SpeechModel:
     """Load `model` (preset name, folder or repo id). `codec` overrides the model's default codec
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
     random weights instead of reading a checkpoint (benchmarks without the download).
-    `voices_dir`: reference clips for voice prompting (CSM, CosyVoice 2; see models/csm/voices.py)."""
+    `voices_dir`: reference clips for voice prompting (CSM, CosyVoice 2; see models/csm/voices.py).
+    `first_hop_tokens`: CosyVoice 2's first audio chunk in tokens (None: its default)."""
     device = torch.device(device)
+    cosyvoice = _load_cosyvoice2(model, codec, device, dtype, random_weights, first_hop_tokens)
+    if cosyvoice is not None:
+        if voices_dir is not None:
+            cosyvoice.add_voices_dir(voices_dir)
+        return cosyvoice
+    if first_hop_tokens is not None:
+        raise CheckpointError(
+            "--first-hop-tokens sizes CosyVoice 2's first chunk; other models take no such option"
+        )
     if model in ("tiny-glm-voice", "glm-4-voice-9b"):
         return _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir)
     moshi = _load_moshi(model, codec, device, dtype, progress, random_weights, voices_dir)
     if moshi is not None:
         return moshi
-    cosyvoice = _load_cosyvoice2(model, codec, device, dtype, random_weights)
-    if cosyvoice is not None:
-        if voices_dir is not None:
-            cosyvoice.add_voices_dir(voices_dir)
-        return cosyvoice
     tiny = _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir)
     if tiny is not None:
         return tiny
@@ -229,7 +235,9 @@ def _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir) -> 
     )
 
 
-def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> SpeechModel | None:
+def _load_cosyvoice2(
+    model: str, codec, device, dtype, random_weights, first_hop: int | None = None
+) -> SpeechModel | None:
     """The CosyVoice 2 family, or None when `model` is not a CosyVoice 2 preset or folder."""
     from pathlib import Path
 
@@ -252,14 +260,17 @@ def _load_cosyvoice2(model: str, codec, device, dtype, random_weights) -> Speech
             raise CheckpointError(
                 "tiny-cosyvoice2 has random weights already; drop --random-weights"
             )
-        return load_cosyvoice2(str(ensure_tiny_cosyvoice2()), device, dtype, name=model)
+        return load_cosyvoice2(
+            str(ensure_tiny_cosyvoice2()), device, dtype, name=model, first_hop=first_hop
+        )
     if model == "cosyvoice2-0.5b":
         if random_weights:  # the real configuration, nothing downloaded
             return load_cosyvoice2(
-                str(ensure_real_config()), device, dtype, name=model, random_weights=True
+                str(ensure_real_config()), device, dtype, name=model, random_weights=True,
+                first_hop=first_hop,
             )
-        return load_cosyvoice2(configs.REPO_ID, device, dtype, name=model)
-    return load_cosyvoice2(model, device, dtype)
+        return load_cosyvoice2(configs.REPO_ID, device, dtype, name=model, first_hop=first_hop)
+    return load_cosyvoice2(model, device, dtype, first_hop=first_hop)
 
 
 def _random_orpheus_3b(codec: str | None, device: torch.device, dtype: torch.dtype) -> SpeechModel:

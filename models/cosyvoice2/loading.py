@@ -36,6 +36,11 @@ from models.cosyvoice2.voices import (
 )
 from models.layers.llama import LlamaArgs
 
+# Generated tokens in the first audio chunk (CosyVoice's own streaming: a whole 25-token flow
+# chunk). 20 tokens plus the 3 of look-ahead: 5 decode steps sooner, and still 0.64 s of audio
+# (HiFT holds 4 tokens back) to play while the next chunk is made. docs/models.md says why.
+DEFAULT_FIRST_HOP = 20
+
 REQUIRED = (CONFIG_FILE, "llm.pt", "flow.pt", "hift.pt", f"{QWEN_FOLDER}/config.json")
 # CosyVoice2Tokenizer's additions to Qwen2's vocabulary, in its order (their ids follow it).
 SPECIAL_TOKENS = [
@@ -123,8 +128,10 @@ def load_cosyvoice2(
     name: str | None = None,
     random_weights: bool = False,
     seed: int = 0,
+    first_hop: int | None = None,
 ) -> CosyVoice2Model:
-    """`random_weights`: the folder's config and tokenizer, seeded random weights (benchmarks)."""
+    """`random_weights`: the folder's config and tokenizer, seeded random weights (benchmarks).
+    `first_hop`: tokens in the first audio chunk (None: DEFAULT_FIRST_HOP; docs/models.md)."""
     folder = resolve_folder(source) if not random_weights else Path(source)
     cfg = load_config(folder)
     torch.manual_seed(seed)
@@ -152,7 +159,9 @@ def load_cosyvoice2(
         cfg.flow.spk_embed_dim,
         encoder,
     )
-    detok = FlowHiftDetokenizer(flow, hift, cfg.chunk_size)
+    if first_hop is None:
+        first_hop = min(DEFAULT_FIRST_HOP, cfg.chunk_size)
+    detok = FlowHiftDetokenizer(flow, hift, cfg.chunk_size, first_hop=first_hop)
     return CosyVoice2Model(cfg, llm, load_tokenizer(folder), detok, voices, name or folder.name)
 
 

@@ -51,17 +51,23 @@ class CosyVoice2Model(SpeechModel):
         self.voices = voices
         self.ids = llm.ids
         args = llm.qwen.args
-        chunk = cfg.chunk_size
+        chunk, lookahead = detok.chunk, detok.lookahead
         self.facts = ModelFacts(
             name=name,
             sample_rate=detok.sample_rate,
             token_rate_hz=float(cfg.token_frame_rate),
             n_codebooks=1,
             stop_token_ids=self.ids.stop_ids,
-            # A chunk's mel needs its 25 tokens and the 3 look-ahead tokens after it.
-            first_chunk_tokens=chunk + cfg.flow.pre_lookahead_len,
+            # A chunk's mel needs its tokens and the 3 look-ahead tokens after it. The first
+            # chunk is detok.first_hop tokens (docs/models.md: shorter than the flow's 25-token
+            # chunk, for time to first audio), the rest are whole flow chunks.
+            first_chunk_tokens=detok.first_hop + lookahead,
             chunk_tokens=chunk,
             frame_tokens=chunk,
+            lookahead_tokens=lookahead,
+            # HiFT emits a chunk's audio but for its right-context frames, which wait for the
+            # next chunk (or the end).
+            held_back_tokens=-(-detok.right // detok.ratio),
             voices=voices.names,
             default_voice=voices.default,
             max_context=args.max_positions,

@@ -202,11 +202,14 @@ def test_first_chunk_covers_the_time_to_the_next_chunk():
 
 
 def test_first_audio_budget_caps_the_wait_for_cover():
+    """The budget is for the audio to be out: the chunk goes to the codec when the codec's own
+    time is all that is left of it."""
     sched = make_scheduler("slack", first_audio_budget_s=0.3)
     sched.step_time_s = 0.05  # the cover would take seconds of audio
+    sched.detok_time_s = 0.1
     req = admit(sched, prompt_len=10, arrival=0.0)
     first_s = _run_until_first_audio(sched, req, now=0.0, dt=0.01)
-    assert abs(req.first_audio_time - 0.3) < 0.011
+    assert abs(req.first_audio_time - 0.2) < 0.011
     assert first_s < sched.first_chunk_cover_s()
 
 
@@ -220,3 +223,22 @@ def test_first_chunk_cover_discounts_the_codecs_look_ahead():
     tokens = round(_run_until_first_audio(sched, req, now=0.0, dt=0.001) * 82)
     cover_tokens = sched.first_chunk_cover_s() * 82
     assert tokens - 14 >= cover_tokens > tokens - 14 - 7
+
+
+def test_first_chunk_audio_discounts_the_codecs_read_ahead():
+    """CosyVoice 2: a first hop of 20 tokens is decoded once its 3 look-ahead tokens exist,
+    HiFT holds 4 tokens back, and later audio comes in whole 25-token chunks."""
+    cosy = ChunkingFacts(23, 25, 1 / 25, 25, held_back_tokens=4, lookahead_tokens=3)
+    assert [cosy.first_chunk_audio_tokens(n) for n in (23, 47, 48, 73)] == [16, 16, 41, 66]
+    # Without look-ahead the rule is the former one: whole frames less the held-back tokens.
+    snac = ChunkingFacts(21, 28, 1 / 82, 7, held_back_tokens=14)
+    assert all(snac.first_chunk_audio_tokens(n) == n - n % 7 - 14 for n in range(21, 90))
+    sched = Scheduler(EngineConfig(first_audio_budget_s=10.0), BlockManager(512, 16), cosy)
+    sched.detok_time_s = 0.1
+    for step_s, released_at in ((0.004, 23), (0.01, 48)):  # 0.64 s covers 2 x 0.2 s, not 2 x 0.35 s
+        sched.step_time_s = step_s
+        req = admit(sched, prompt_len=10, arrival=0.0)
+        req.output_ids = [7] * (released_at - 1)
+        assert not sched._first_chunk_ready(req, now=0.0)
+        req.output_ids.append(7)
+        assert sched._first_chunk_ready(req, now=0.0)

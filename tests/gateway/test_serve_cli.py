@@ -42,6 +42,8 @@ def test_options_become_settings():
         "400",
         "--device",
         "cpu",
+        "--first-hop-tokens",
+        "12",
     )
     environ = {"VOXGATE_API_KEYS": "k-two,k-three", "VOXGATE_TWILIO_AUTH_TOKEN": "tw-secret"}
     settings = settings_from_args(args, environ=environ)
@@ -50,7 +52,7 @@ def test_options_become_settings():
     assert settings.api_keys == ("k-one", "k-two", "k-three")
     assert settings.allowed_origins == ("https://app.example.com",)
     assert settings.max_sessions_per_key == 3 and settings.lead_ms == 400
-    assert settings.engine.device == "cpu"
+    assert settings.engine.device == "cpu" and settings.engine.first_hop_tokens == 12
 
 
 def test_synth_is_still_there():
@@ -66,6 +68,7 @@ def test_synth_is_still_there():
         (["--lead-ms", "-5"], "lead_ms"),
         (["--policy", "slack", "--max-num-seqs", "0"], "max_num_seqs"),
         (["--gil-switch-ms", "0"], "--gil-switch-ms must be in"),
+        (["--first-hop-tokens", "0"], "first_hop_tokens must be >= 1"),
     ],
 )
 def test_bad_options_fail_clearly(argv, words, capsys):

@@ -18,6 +18,7 @@ from models.checkpoint_errors import CheckpointError
 from models.cosyvoice2 import configs
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
+from models.registry import load_model
 
 TEXTS = ["Hello there.", "The quick brown fox.", "Hi!", "One, two, three."]
 
@@ -178,3 +179,17 @@ def test_missing_file_is_named(tiny_dir, tmp_path):
     torch.save(state, broken / "hift.pt")
     with pytest.raises(CheckpointError, match="conv_post.bias"):
         load_cosyvoice2(str(broken), torch.device("cpu"), torch.float32)
+
+
+def test_first_hop_sets_the_first_chunk_and_is_validated():
+    """The first audio chunk is first_hop speech tokens plus the flow's 3 look-ahead ones; HiFT
+    holds 4 tokens (8 mel frames) back. A hop outside [5, 25] is refused at load, saying why."""
+    model = load_model("tiny-cosyvoice2", first_hop_tokens=9)
+    facts = model.facts
+    assert (facts.first_chunk_tokens, facts.chunk_tokens, facts.lookahead_tokens) == (12, 25, 3)
+    assert facts.held_back_tokens == 4 and model.detok.first_hop == 9
+    assert load_model("tiny-cosyvoice2").facts.first_chunk_tokens == 20 + 3  # the default
+    with pytest.raises(ValueError, match=r"first_hop_tokens must be in \[5, 25\]"):
+        load_model("tiny-cosyvoice2", first_hop_tokens=30)
+    with pytest.raises(CheckpointError, match="CosyVoice 2's first chunk"):
+        load_model("tiny-orpheus", first_hop_tokens=9)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.codecs.flow_hift.encoder import chunk_ids, chunk_mask
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
@@ -205,3 +206,119 @@ def test_window_rows_start_from_the_noise_of_their_place_in_the_utterance(detok)
     assert z.shape == (1, 80, 200)
     torch.testing.assert_close(z[0, :, :50], flow.noise[0, :, :50])
     torch.testing.assert_close(z[0, :, 50:], flow.noise[0, :, 150:300])
+
+
+# --- a short first chunk (first_hop < chunk) -------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=[7, 16])
+def short_first(request, detok) -> FlowHiftDetokenizer:
+    """The same weights with a first audio chunk of `first_hop` tokens."""
+    return FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, first_hop=request.param)
+
+
+def test_chunk_ids_give_a_short_first_chunk_its_own_chunk():
+    # Prompt of 2 chunks (4 tokens each here), first generated chunk of 3, then chunks of 4.
+    ids = chunk_ids(16, 4, "cpu", first_end=torch.tensor([11]), short_by=1)
+    assert ids.tolist() == [[0] * 4 + [1] * 4 + [2] * 3 + [3] * 4 + [4]]
+    mask = chunk_mask(torch.ones(1, 16, dtype=torch.bool), ids)[0]
+    assert mask[8, 10] and not mask[8, 11] and mask[11, 14] and not mask[10, 11]
+    every = torch.ones(1, 16, dtype=torch.bool)
+    assert torch.equal(chunk_mask(every, chunk_ids(16, 4, "cpu")), chunk_mask(every, 4))
+
+
+def test_short_first_chunk_streamed_equals_whole(short_first):
+    d, hop = short_first, short_first.first_hop
+    tokens = codes(51, 90)
+    # The first push is the first chunk and its look-ahead exactly, as the engine hands it.
+    chunked = streamed(d, stream_for(d, 52, 1), tokens, [hop + 3, 25, 20, 9])
+    ref = whole(d, stream_for(d, 52, 1), tokens)
+    assert len(chunked) == len(ref) == 90 * 2 * 480
+    rms = np.sqrt(np.mean(ref**2))
+    err = np.abs(chunked - ref)
+    assert err.max() <= 0.02 * rms  # HiFT's seams, as for whole chunks above
+    assert np.sqrt(np.mean(err**2)) <= 0.005 * rms
+
+
+def test_short_first_chunk_mel_is_exact_and_final_after_its_look_ahead(short_first):
+    d, hop = short_first, short_first.first_hop
+    tokens = codes(53, 80)
+    a, b = stream_for(d, 54, 2), stream_for(d, 54, 2)
+    d.push(a, tokens[: hop + 2])
+    d._flow_step([a], [False])
+    assert a.tokens_decoded == 0  # the look-ahead is not all there yet
+    d.push(a, tokens[hop + 2 : hop + 3])
+    d._flow_step([a], [False])
+    assert a.tokens_decoded == hop and a.mel.shape[1] == 2 * hop
+    d.push(a, tokens[hop + 3 : hop + 27])
+    d._flow_step([a], [False])
+    assert a.tokens_decoded == hop  # the second chunk is 25 tokens after the first
+    d.push(a, tokens[hop + 27 :])
+    d._flow_step([a], [True])
+    d.push(b, tokens)
+    d._flow_step([b], [True])
+    torch.testing.assert_close(a.mel, b.mel, atol=1e-4, rtol=1e-4)
+
+
+def test_short_first_chunk_bounded_window_equals_unbounded_until_full(short_first):
+    # CosyVoice's unbounded history decodes the utterance as one row, chunk-masked on the same
+    # grid (first hop, then whole chunks): its mel of the first hop and the two chunks after
+    # it equals the bounded rows'. This is what pins the grid: a first chunk attending to the
+    # rest of a whole 25-token chunk would differ here.
+    d = short_first
+    unbounded = FlowHiftDetokenizer(
+        d.flow, d.hift, d.chunk, context_chunks=None, first_hop=d.first_hop
+    )
+    tokens = codes(55, 120)
+    ours, ref = stream_for(d, 56, 1), stream_for(unbounded, 56, 1)
+    for state, det in ((ours, d), (ref, unbounded)):
+        det.push(state, tokens)
+        det._flow_step([state], [True])
+    exact = 2 * (d.first_hop + 2 * d.chunk)
+    torch.testing.assert_close(ours.mel[:, :exact], ref.mel[:, :exact], atol=1e-4, rtol=1e-4)
+    assert (ours.mel[:, exact:] - ref.mel[:, exact:]).abs().max() > 1e-4  # bounded after
+
+
+def test_short_first_chunk_batch_of_n_equals_n_singles(short_first):
+    # In one call a request makes its first chunk, another a steady chunk, a third both.
+    d, hop = short_first, short_first.first_hop
+    setups = [(61, 1, 70, [hop + 3, 28]), (62, 2, 60, [hop + 30, 10]), (63, 1, 45, [hop + 1, 30])]
+    singles = [streamed(d, stream_for(d, s, p), codes(s, n), pushes) for s, p, n, pushes in setups]
+    states = [stream_for(d, s, p) for s, p, _, _ in setups]
+    tokens = [codes(s, n) for s, _, n, _ in setups]
+    out = [[] for _ in setups]
+    for step in range(2):
+        for st, toks, (_, _, _, pushes) in zip(states, tokens, setups, strict=True):
+            d.push(st, toks[sum(pushes[:step]) : sum(pushes[: step + 1])])
+        for k, pcm in enumerate(d.decode(states, [False] * 3)):
+            out[k].append(pcm)
+    for st, toks, (_, _, _, pushes) in zip(states, tokens, setups, strict=True):
+        d.push(st, toks[sum(pushes) :])
+    for k, pcm in enumerate(d.decode(states, [True] * 3)):
+        out[k].append(pcm)
+    for single, parts in zip(singles, out, strict=True):
+        np.testing.assert_allclose(np.concatenate(parts), single, atol=1e-5)
+
+
+def test_short_first_chunk_has_its_own_graph_bucket(short_first):
+    d, hop = short_first, short_first.first_hop
+    graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=hop)
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    assert ("flow", 8, 2 * (25 + hop)) in graphs and ("flow", 16, 2 * (25 + hop)) not in graphs
+    eager = [stream_for(d, s, 1) for s in (71, 72)]
+    padded = [stream_for(graphed, s, 1) for s in (71, 72)]
+    for a, b, s in zip(eager, padded, (71, 72), strict=True):
+        d.push(a, codes(s, hop + 3))
+        graphed.push(b, codes(s, hop + 3))
+    d._flow_step(eager, [False] * 2)
+    graphed._flow_step(padded, [False] * 2)
+    assert graphs.shapes == [("flow", 2, 2 * (25 + hop))]  # the first chunks' rows, unpadded
+    for a, b in zip(eager, padded, strict=True):
+        torch.testing.assert_close(a.mel, b.mel, atol=1e-5, rtol=1e-5)
+
+
+def test_first_hop_out_of_range_is_refused_clearly(detok):
+    for bad in (4, 26):
+        with pytest.raises(ValueError, match=r"first_hop_tokens must be in \[5, 25\]"):
+            FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, first_hop=bad)

@@ -11,16 +11,35 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def chunk_mask(valid: torch.Tensor, chunk: int) -> torch.Tensor:
+def chunk_mask(valid: torch.Tensor, chunk: int | torch.Tensor) -> torch.Tensor:
     """valid [B, T] bool → attention mask [B, T, T]: query i sees key j when j is valid and j's
     chunk is not after i's (every left chunk; CosyVoice's num_decoding_left_chunks = -1).
-    chunk 0: full attention."""
+    `chunk`: the chunk length (0: full attention), or each position's chunk index [B or 1, T]
+    (chunk_ids) when the chunks are not all one length."""
     t = valid.shape[1]
     mask = valid[:, None, :].expand(-1, t, -1)
-    if chunk > 0:
-        pos = torch.arange(t, device=valid.device)
-        mask = mask & (pos[None, :] < ((pos // chunk + 1) * chunk)[:, None])[None]
-    return mask
+    if isinstance(chunk, int):
+        if chunk == 0:
+            return mask
+        chunk = chunk_ids(t, chunk, valid.device)
+    return mask & (chunk[:, None, :] <= chunk[:, :, None])
+
+
+def chunk_ids(
+    t: int,
+    chunk: int,
+    device,
+    first_end: torch.Tensor | None = None,
+    short_by: int = 0,
+) -> torch.Tensor:
+    """Each of T positions' attention chunk → [1, T] (or [B, T] with first_end) long.
+    Chunks are `chunk` long from position 0, except that a row may hold a first generated chunk
+    `short_by` positions shorter (a short first audio chunk, FlowHiftDetokenizer.first_hop):
+    it ends at that row's `first_end` [B], and the grid after it continues `chunk` long."""
+    pos = torch.arange(t, device=device)[None, :]
+    if first_end is not None and short_by:
+        pos = pos + short_by * (pos >= first_end[:, None])
+    return torch.div(pos, chunk, rounding_mode="floor")
 
 
 def rel_position_table(t: int, d: int, device, dtype) -> torch.Tensor:
@@ -158,21 +177,32 @@ class UpsampleConformerEncoder(nn.Module):
         self.after_norm = nn.LayerNorm(dim, eps=1e-5)
 
     def forward(
-        self, x: torch.Tensor, lengths: torch.Tensor, out_lengths: torch.Tensor, streaming: bool
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor,
+        out_lengths: torch.Tensor,
+        streaming: bool,
+        first_end: torch.Tensor | None = None,
+        short_by: int = 0,
     ) -> torch.Tensor:
         """x [B, T, D] token embeddings, `lengths` real tokens per row (look-ahead context
         included), `out_lengths` tokens to encode per row (lengths minus the context, or
-        lengths when the utterance is final and the look-ahead sees zeros). → [B, 2T, D]."""
+        lengths when the utterance is final and the look-ahead sees zeros). `first_end` [B] /
+        `short_by`: a row's short first generated chunk (chunk_ids). → [B, 2T, D]."""
         t = x.shape[1]
         pos_idx = torch.arange(t, device=x.device)
         present = (pos_idx[None, :] < lengths[:, None])[..., None]
         # Rows end in zeros, as CosyVoice's look-ahead padding, whatever the batch's padding.
         x = self.pre_lookahead_layer(self.embed(x) * present)
         valid = pos_idx[None, :] < out_lengths[:, None]
-        x = self._layers(self.encoders, x, valid, self.chunk if streaming else 0)
+        chunks = chunk_ids(t, self.chunk, x.device, first_end, short_by) if streaming else 0
+        x = self._layers(self.encoders, x, valid, chunks)
         x = self.embed_up(x)
         valid = torch.arange(2 * t, device=x.device)[None, :] < 2 * out_lengths[:, None]
-        x = self._layers(self.up_encoders, x, valid, 2 * self.chunk if streaming else 0)
+        if streaming:
+            ends = None if first_end is None else 2 * first_end
+            chunks = chunk_ids(2 * t, 2 * self.chunk, x.device, ends, 2 * short_by)
+        x = self._layers(self.up_encoders, x, valid, chunks)
         return self.after_norm(x)
 
     def embed_up(self, x: torch.Tensor) -> torch.Tensor:

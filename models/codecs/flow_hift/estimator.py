@@ -164,13 +164,16 @@ class CausalConditionalDecoder(nn.Module):
         self.final_block = CausalBlock1D(ch, ch)
         self.final_proj = nn.Conv1d(ch, out_channels, 1)
 
-    def forward(self, x, mask, mu, t, spks, cond, streaming: bool) -> torch.Tensor:
-        """x, mu, cond [B, M, T]; mask [B, 1, T]; t [B]; spks [B, M] → velocity [B, M, T]."""
+    def forward(self, x, mask, mu, t, spks, cond, streaming: bool, chunks=None) -> torch.Tensor:
+        """x, mu, cond [B, M, T]; mask [B, 1, T]; t [B]; spks [B, M]; chunks [B, T] each
+        frame's attention chunk when streaming (None: frame // chunk; encoder.chunk_ids)
+        → velocity [B, M, T]."""
         temb = self.time_mlp(t)
         x = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], dim=1)
         valid = mask[:, 0].bool()
+        grid = (self.chunk if chunks is None else chunks) if streaming else 0
         # mask_to_bias: a large negative bias rather than -inf, as the reference.
-        bias = (1.0 - chunk_mask(valid, self.chunk if streaming else 0).to(x.dtype)) * -1.0e10
+        bias = (1.0 - chunk_mask(valid, grid).to(x.dtype)) * -1.0e10
         skips = []
         for resnet, blocks, conv in self.down_blocks:
             x = self._transform(resnet(x, mask, temb), blocks, bias)

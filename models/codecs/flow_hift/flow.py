@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.codecs.flow_hift.encoder import UpsampleConformerEncoder
+from models.codecs.flow_hift.encoder import UpsampleConformerEncoder, chunk_ids
 from models.codecs.flow_hift.estimator import CausalConditionalDecoder
 
 # CausalConditionalCFM draws its noise once, with torch's seed 0, and indexes it by frame: a
@@ -72,7 +72,8 @@ class CausalFlow(nn.Module):
     @torch.inference_mode()
     def forward(self, *args, streaming: bool = True, **kwargs) -> torch.Tensor:
         """condition(...) then the Euler solver: → mel [B, M, F]."""
-        return self.solve_euler(*self.condition(*args, streaming=streaming, **kwargs), streaming)
+        inputs = self.condition(*args, streaming=streaming, **kwargs)
+        return self.solve_euler(*inputs, streaming=streaming)
 
     def condition(
         self,
@@ -84,19 +85,24 @@ class CausalFlow(nn.Module):
         speaker: torch.Tensor,
         streaming: bool = True,
         skipped: torch.Tensor | None = None,
+        first_end: torch.Tensor | None = None,
+        short_by: int = 0,
     ) -> tuple[torch.Tensor, ...]:
         """tokens [B, T] (prompt tokens then generated ones, zero-padded), `lengths` real tokens
         per row, `out_lengths` tokens to decode (lengths minus the look-ahead context when not
         final); prompt_mel [B, P, M] with `prompt_frames` real frames per row; speaker [B, E]
         (CAM++ x-vectors); `skipped` [B] generated tokens left out between the prompt and the
         row's first generated token (a bounded window of history: they only shift which noise
-        frames the row's generated frames start from). → the solver's inputs: noise z, mu and
+        frames the row's generated frames start from). `first_end` [B] / `short_by`: where a
+        row's first generated chunk ends when it is `short_by` tokens shorter than the chunk
+        (encoder.chunk_ids; a short first audio chunk). → the solver's inputs: noise z, mu and
         cond [B, M, F] with F = 2 * max(out_lengths), mask [B, 1, F] (valid up to
-        2*out_lengths per row) and spks [B, M]."""
+        2*out_lengths per row), spks [B, M] and chunks [B, F] (each frame's attention chunk)."""
         b, t = tokens.shape
         present = torch.arange(t, device=tokens.device)[None, :] < lengths[:, None]
         x = self.input_embedding(tokens.clamp(min=0)) * present[..., None]
-        mu = self.encoder_proj(self.encoder(x, lengths, out_lengths, streaming)).transpose(1, 2)
+        encoded = self.encoder(x, lengths, out_lengths, streaming, first_end, short_by)
+        mu = self.encoder_proj(encoded).transpose(1, 2)
         # Frames past every row's out_length (the look-ahead's) are masked out of the estimator
         # (causal convs, chunk-causal attention): dropping them saves its 20 passes over them.
         frames = self.token_mel_ratio * int(out_lengths.max())
@@ -118,13 +124,20 @@ class CausalFlow(nn.Module):
         cond[:, :, :p] = prompt_mel[:, :p].transpose(1, 2) * in_prompt
         spks = self.spk_embed_affine_layer(F.normalize(speaker, dim=1))
         z = self.noise[0][:, noise_idx].transpose(0, 1).to(mu.dtype)  # [B, M, F]
-        return z, mu, mask, spks, cond
+        r = self.token_mel_ratio
+        ends = None if first_end is None else r * first_end
+        chunks = chunk_ids(frames, self.decoder.estimator.chunk, mu.device, ends, r * short_by)
+        return z, mu, mask, spks, cond, chunks.expand(b, -1)
 
-    def solve_euler(self, x, mu, mask, spks, cond, streaming: bool = True) -> torch.Tensor:
-        """cfg_euler with this flow's estimator, schedule and CFG rate."""
+    def solve_euler(
+        self, x, mu, mask, spks, cond, chunks=None, streaming: bool = True
+    ) -> torch.Tensor:
+        """cfg_euler with this flow's estimator, schedule and CFG rate; chunks [B, F] each
+        frame's attention chunk (None: frame // chunk)."""
         estimator = self.decoder.estimator
+        chunks2 = None if chunks is None else torch.cat([chunks, chunks])  # CFG's two halves
         return cfg_euler(
-            lambda *args: estimator(*args, streaming),
+            lambda *args: estimator(*args, streaming, chunks2),
             x, mu, mask, spks, cond,
             self.t_span.to(x.dtype),
             self.cfg.inference_cfg_rate,

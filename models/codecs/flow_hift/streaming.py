@@ -17,6 +17,11 @@ chunks it is the reference's exactly. Chunk rows have one shape in steady state 
 whole-utterance decode makes the same rows (chunked == whole). `context_chunks=None` keeps the
 reference's unbounded history (one row over everything).
 
+First chunk: `first_hop` tokens (<= the chunk) rather than a whole chunk, for time to first
+audio. The chunk grid starts with it: the flow attends to the first hop as a chunk of its own
+and to 25-token chunks after it (encoder.chunk_ids), so its mel is final once first_hop + 3
+tokens exist, and everything above holds on the shifted grid.
+
 HiFT: hift_stream.HiftStreamer (`left`/`right` frames of context, carried sine phase).
 
 Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by length
@@ -81,12 +86,22 @@ class FlowHiftDetokenizer:
         left: int = 8,
         right: int = 8,
         context_chunks: int | None = DEFAULT_CONTEXT_CHUNKS,
+        first_hop: int | None = None,
     ) -> None:
         self.flow = flow
         self.hift = hift
         self.chunk = chunk_tokens
         self.lookahead = flow.cfg.pre_lookahead_len
         self.ratio = flow.token_mel_ratio
+        self.first_hop = chunk_tokens if first_hop is None else first_hop
+        # The first chunk must leave HiFT some frames to emit past its right context.
+        least = right // self.ratio + 1
+        if not least <= self.first_hop <= chunk_tokens:
+            raise ValueError(
+                f"first_hop_tokens must be in [{least}, {chunk_tokens}], got {self.first_hop}: "
+                f"the first chunk is at most one flow chunk ({chunk_tokens} tokens) and must hold "
+                f"more than HiFT's {right}-frame look-ahead"
+            )
         self.left, self.right = left, right
         self.context_chunks = context_chunks
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
@@ -116,13 +131,24 @@ class FlowHiftDetokenizer:
         self._flow_step(states, final)
         return self._hift_step(states, final)
 
+    # The chunk grid over the generated tokens: a first chunk of `first_hop` tokens, then
+    # `chunk`-token chunks. The flow attends within it (encoder.chunk_ids), so a chunk's mel is
+    # final once the chunk and its look-ahead tokens exist, whatever the first hop.
+    def _chunk_start(self, k: int) -> int:
+        """Generated token where chunk k starts."""
+        return 0 if k == 0 else self.first_hop + (k - 1) * self.chunk
+
+    def _chunk_index(self, token: int) -> int:
+        """The chunk holding generated token `token`."""
+        return 0 if token < self.first_hop else 1 + (token - self.first_hop) // self.chunk
+
     def _ready_tokens(self, state: FlowHiftStream, final: bool) -> int:
         """Generated tokens whose mel can be made now: every token when final, else the whole
         chunks whose look-ahead tokens exist."""
         n = len(state.tokens)
         if final:
             return n
-        return max(0, (n - self.lookahead) // self.chunk * self.chunk)
+        return self._chunk_start(self._chunk_index(max(0, n - self.lookahead)))
 
     def _windows(self, state: FlowHiftStream, final: bool) -> list[FlowWindow]:
         """The flow rows that make `state`'s newly ready mel: one per chunk, each over the
@@ -130,18 +156,22 @@ class FlowHiftDetokenizer:
         ready, n = self._ready_tokens(state, final), len(state.tokens)
         if ready <= state.tokens_decoded:
             return []
+        first_k = self._chunk_index(state.tokens_decoded)  # tokens_decoded is on the grid
         if self.context_chunks is None:
-            firsts = [state.tokens_decoded]
+            ks = [first_k]
         else:
-            firsts = list(range(state.tokens_decoded, ready, self.chunk))
+            ks = list(range(first_k, self._chunk_index(ready - 1) + 1))
         windows = []
-        for i, first in enumerate(firsts):
-            end = firsts[i + 1] if i + 1 < len(firsts) else ready
-            start = 0 if self.context_chunks is None else first - self.context_chunks * self.chunk
+        for i, k in enumerate(ks):
+            end = self._chunk_start(ks[i + 1]) if i + 1 < len(ks) else ready
+            if self.context_chunks is None:
+                start = 0
+            else:
+                start = self._chunk_start(max(0, k - self.context_chunks))
             # The look-ahead conv sees the tokens after `end` that exist (zeros past the end of
             # a final utterance, as when it is decoded whole).
             windows.append(
-                FlowWindow(state, max(0, start), first, end, min(self.lookahead, n - end))
+                FlowWindow(state, start, self._chunk_start(k), end, min(self.lookahead, n - end))
             )
         return windows
 
@@ -169,6 +199,15 @@ class FlowHiftDetokenizer:
         prompt_frames = torch.tensor([w.state.prompt_mel.shape[0] for w in rows], device=dev)
         speaker = torch.stack([w.state.speaker for w in rows])
         dtype = next(self.flow.parameters()).dtype
+        # Rows that hold the short first chunk shift the grid after it; rows starting later
+        # sit on the plain grid (their start is a chunk start after the first hop).
+        first_end = torch.tensor(
+            [
+                p + self.first_hop if w.start == 0 else width
+                for p, w in zip(prompt_len, rows, strict=True)
+            ],
+            device=dev,
+        )
         inputs = self.flow.condition(
             tokens.to(dev),
             lengths,
@@ -177,6 +216,8 @@ class FlowHiftDetokenizer:
             prompt_frames,
             speaker.to(dtype),
             skipped=skipped,
+            first_end=first_end,
+            short_by=self.chunk - self.first_hop,
         )
         mel = self._solve(*inputs)
         for i, (p, w) in enumerate(zip(prompt_len, rows, strict=True)):
@@ -189,13 +230,22 @@ class FlowHiftDetokenizer:
     # The Euler solver (20 estimator passes) is captured per (rows, frames) bucket; rows and
     # frames are padded up to the bucket with mask 0, which leaves the valid ones unchanged.
     # Frames are captured in whole chunks: one chunk up to the window of a voice prompt of
-    # GRAPH_PROMPT_CHUNKS chunks (presets have none); longer windows run eagerly.
+    # GRAPH_PROMPT_CHUNKS chunks (presets have none); longer windows run eagerly. A short first
+    # chunk (first_hop) adds its own row length (prompt + first hop) for up to
+    # GRAPH_FIRST_ROWS rows: a request's first chunk often runs alone, and it is the one time
+    # to first audio waits for; batched with steady rows it takes their bucket.
     GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64)
     GRAPH_PROMPT_CHUNKS = 3
+    GRAPH_FIRST_ROWS = 8
 
-    def graph_frames(self) -> list[int]:
+    def graph_frames(self, rows: int | None = None) -> list[int]:
+        """The frame buckets captured for `rows` rows (None: every row bucket's)."""
         most = (self.context_chunks or 0) + 1 + self.GRAPH_PROMPT_CHUNKS
-        return [self.ratio * self.chunk * n for n in range(1, most + 1)]
+        frames = {self.ratio * self.chunk * n for n in range(1, most + 1)}
+        if self.first_hop < self.chunk and (rows is None or rows <= self.GRAPH_FIRST_ROWS):
+            prompts = range(self.GRAPH_PROMPT_CHUNKS + 1)
+            frames |= {self.ratio * (self.chunk * p + self.first_hop) for p in prompts}
+        return sorted(frames)
 
     def enable_cuda_graphs(self, graphs) -> None:
         """Capture the solver for every (rows, frames) bucket with the engine's CallableGraphs."""
@@ -204,11 +254,12 @@ class FlowHiftDetokenizer:
         began = time.perf_counter()
         with torch.inference_mode():
             for rows in reversed(self.GRAPH_ROWS):
-                for frames in reversed(self.graph_frames()):
+                for frames in reversed(self.graph_frames(rows)):
                     z = torch.zeros(rows, m, frames, dtype=dtype, device=self.device)
                     mask = torch.zeros(rows, 1, frames, dtype=dtype, device=self.device)
                     spks = torch.zeros(rows, m, dtype=dtype, device=self.device)
-                    inputs = [z, z.clone(), mask, spks, z.clone()]
+                    chunks = torch.zeros(rows, frames, dtype=torch.long, device=self.device)
+                    inputs = [z, z.clone(), mask, spks, z.clone(), chunks]
                     try:
                         graphs.capture(("flow", rows, frames), self.flow.solve_euler, inputs)
                     except RuntimeError as exc:  # not yet run on every GPU: say what to do
@@ -225,20 +276,22 @@ class FlowHiftDetokenizer:
             time.perf_counter() - began,
         )
 
-    def _solve(self, z, mu, mask, spks, cond) -> torch.Tensor:
+    def _solve(self, z, mu, mask, spks, cond, chunks) -> torch.Tensor:
         """flow.solve_euler, replayed from a captured graph when a bucket fits."""
         b, _, f = z.shape
         rows = next((r for r in self.GRAPH_ROWS if r >= b), None)
-        frames = next((n for n in self.graph_frames() if n >= f), None)
+        frames = next((n for n in self.graph_frames(rows) if n >= f), None)
         key = ("flow", rows, frames)
         if self.graphs is None or key not in self.graphs:
-            return self.flow.solve_euler(z, mu, mask, spks, cond)
+            return self.flow.solve_euler(z, mu, mask, spks, cond, chunks)
         padded = [
             torch.nn.functional.pad(x, (0, frames - f, 0, 0, 0, rows - b)) for x in (z, mu, mask)
         ]
         spks = torch.nn.functional.pad(spks, (0, 0, 0, rows - b))
         cond = torch.nn.functional.pad(cond, (0, frames - f, 0, 0, 0, rows - b))
-        out = self.graphs.run(key, self.flow.solve_euler, [*padded, spks, cond])
+        # Padded frames are masked out as keys; their own chunk index is immaterial.
+        chunks = torch.nn.functional.pad(chunks, (0, frames - f, 0, rows - b))
+        out = self.graphs.run(key, self.flow.solve_euler, [*padded, spks, cond, chunks])
         return out[:b, :, :f].clone()  # the graph's buffer is rewritten by its next replay
 
     def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
