@@ -1,7 +1,7 @@
 """Stage 2c: align every training utterance's characters to its codec frames.
 
     python -m training.aligner train --tokens DIR [DIR ...] --out ALIGNER [--seconds 90]
-    python -m training.aligner align --tokens DIR --aligner ALIGNER
+    python -m training.aligner align --tokens DIR --aligner ALIGNER [--out DIR]
 
 `train` fits a small CTC character recogniser over codec frames (training/aligner_model.py)
 under a wall-clock budget (bf16 autocast on GPUs, AdamW, length-bucketed batches, 1 % of the
@@ -240,6 +240,8 @@ def train(args: argparse.Namespace) -> None:
 def align(args: argparse.Namespace) -> None:
     device = pick_device(args.device)
     model = load_aligner(Path(args.aligner), device)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
     tokenizer = CharTokenizer()
     for path in shard_paths(Path(args.tokens)):
         start = time.monotonic()
@@ -259,7 +261,7 @@ def align(args: argparse.Namespace) -> None:
             for i, r in enumerate(rows):
                 off, n = shard.offsets[r], shard.lengths[r]
                 char_index[off : off + n] = index[i, :n]
-        target = path.with_name(path.name.replace("tokens-", "align-"))
+        target = Path(args.out or path.parent) / path.name.replace("tokens-", "align-")
         np.savez_compressed(target, char_index=char_index, score=score, lengths=shard.lengths)
         bad = ~np.isfinite(score)
         print(
@@ -293,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     a = sub.add_parser("align", help="write align-NN.npz next to each tokens-NN.npz")
     a.add_argument("--tokens", required=True)
     a.add_argument("--aligner", required=True)
+    a.add_argument(
+        "--out", help="write align-NN.npz here instead of next to the tokens (read-only copies)"
+    )
     a.add_argument("--batch-frames", type=int, default=64_000)
     a.add_argument("--device", default="auto")
     args = p.parse_args(argv)

@@ -39,6 +39,8 @@ class AlignerConfig:
 
 SIZES = {
     "default": {},
+    # CPU sanity runs on real tokens (~3x cheaper a frame than default).
+    "small": {"dim": 128, "layers": 2, "ff": 384},
     # CPU tests and smoke runs: same layout, a fraction of the width.
     "toy": {"dim": 64, "conv_layers": 1, "layers": 1, "heads": 2, "ff": 128, "dropout": 0.0},
 }

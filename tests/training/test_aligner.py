@@ -106,13 +106,23 @@ def toy_corpus(rng: np.random.Generator, count: int):
     return codes, texts, starts
 
 
-def test_trained_toy_aligner_finds_character_boundaries(tmp_path):
+@pytest.fixture
+def one_thread():
+    """The toy model is too small to gain from threads; on a shared 2-core machine a second
+    OpenMP thread waits on a busy core and made this test 7x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_trained_toy_aligner_finds_character_boundaries(tmp_path, one_thread):
     torch.manual_seed(0)
     codes, texts, starts = toy_corpus(np.random.default_rng(0), 240)
     write_tokens(tmp_path / "tokens", codes, texts, max_shard_mb=14)
     aligner.main(
         ["train", "--tokens", str(tmp_path / "tokens"), "--out", str(tmp_path / "aligner"),
-         "--max-steps", "200", "--batch-frames", "1500", "--lr", "3e-3", "--warmup", "30",
+         "--max-steps", "150", "--batch-frames", "1500", "--lr", "3e-3", "--warmup", "30",
          "--size", "toy", "--val-every", "0", "--device", "cpu"]
     )  # fmt: skip
     aligner.main(
