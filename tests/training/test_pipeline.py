@@ -90,6 +90,47 @@ def test_toy_pipeline_end_to_end(tmp_path):
         samples += sum(len(e.pcm) for e in core.step() if isinstance(e, AudioChunk))
     assert samples == 2 * 480 * len([r for r in request.output_ids if not model.is_stop(r)]) > 0
 
+    # Stage 2c and the reading column: --reading refuses tokens without alignments, then the
+    # aligner aligns them and the model trained with them feeds its reading positions back.
+    with pytest.raises(SystemExit, match="training.aligner align"):
+        train_lm(tmp_path, "reading", "--size", "toy", "--max-steps", "1", "--reading")
+    from training import aligner
+
+    tok = str(tmp_path / "tokens")
+    aligner.main(
+        [
+            "train",
+            "--tokens",
+            tok,
+            "--out",
+            str(tmp_path / "aligner"),
+            "--size",
+            "toy",
+            "--max-steps",
+            "3",
+            "--warmup",
+            "1",
+            "--batch-frames",
+            "2000",
+            "--device",
+            "cpu",
+        ]
+    )
+    aligner.main(
+        ["align", "--tokens", tok, "--aligner", str(tmp_path / "aligner"), "--device", "cpu"]
+    )
+    train_lm(tmp_path, "reading", "--size", "toy", "--max-steps", "3", "--warmup", "2", "--reading")
+    reader = load_model(str(tmp_path / "reading"))
+    assert reader.lm.reading
+    core = EngineCore(reader, EngineConfig(num_kv_blocks=64), torch.device("cpu"), "sdpa")
+    request = core.add_request(
+        SpeechRequest("Hello there.", None, SamplingParams(max_tokens=4, min_tokens=4, seed=0))
+    )
+    while core.has_work():
+        core.step()
+    text_vocab = reader.lm.text_vocab
+    assert all(text_vocab <= row[-1] < 3 * text_vocab for row in request.output_ids)
+
     # Stage 3 again, fine-tuning the checkpoint just written (`--init`): it starts from those
     # weights (one step at a tiny learning rate moves them only slightly) and writes a
     # checkpoint the loader reads.
