@@ -365,6 +365,7 @@ class EngineCore:
                 # pages freed since then are reused only by steps queued after this one on
                 # the same stream, so the device runs that write before any reuse.
                 continue
+            token = self.model.follow_row(request.prompt_ids, request.output_ids, token)
             request.output_ids.append(token)
             n = len(request.output_ids)
             if self.model.is_stop(token) and n > request.sampling.min_tokens:

@@ -212,6 +212,13 @@ class SpeechModel(abc.ABC):
         Returns False when the model has no such path (the default)."""
         return False
 
+    def follow_row(self, prompt: Sequence[Token], output: Sequence[Token], token: Token) -> Token:
+        """The sampled `token` as it joins the output and is fed back: a model may complete it
+        on the host from the request's prompt and output so far (voxgate-tiny's reading
+        pointer writes the characters it points at). Default: unchanged. Models that change it
+        must keep the synchronous step (rows do: ModelFacts.supports_async_scheduling)."""
+        return token
+
     def is_stop(self, token: Token) -> bool:
         """Whether `token` ends generation (the engine honours it after min_tokens)."""
         return token in self.facts.stop_token_ids

@@ -9,9 +9,9 @@ end-of-audio id after the last frame) from the backbone's head, codebooks 1..K-1
 stage, teacher-forced with the true codes of that frame. Text rows are not scored.
 
 `--reading` (needs `align-NN.npz` beside each `tokens-NN.npz`: `python -m training.aligner
-align`) trains the reading column of models/voxgate_tiny/lm.py: each frame row's text column
-holds its reading position (the aligned character and whether it began in the row), as input
-and, from the depth stage, as a target.
+align`) trains the reading pointer of models/voxgate_tiny/lm.py: each frame row carries the
+aligned character at its last frame and the next one as input, and the depth stage learns how
+far the pointer moved in the row.
 
 Batches hold sequences of similar length (length-sorted buckets, shuffled), padded on the right
 (causal attention never looks at the padding). bf16 autocast on GPUs, AdamW, linear warm-up and
@@ -35,7 +35,7 @@ from models.codecs.voxcodec_stream import load_voxcodec
 from models.loader import read_config
 from models.voxgate_tiny.checkpoint import build_lm, load_checkpoint, save_checkpoint
 from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
-from models.voxgate_tiny.lm import DenseCausalAttention, VoxgateTinyLM
+from models.voxgate_tiny.lm import READ_ADVANCES, DenseCausalAttention, VoxgateTinyLM
 from models.voxgate_tiny.text import CharTokenizer
 from training.common import TimeBudget, autocast, log_line, pick_device
 from training.guided_attention import GuidedAttention
@@ -58,7 +58,7 @@ IGNORE = -100
 class Utterance:
     text_ids: list[int]
     codes: np.ndarray  # [rows, K] uint16
-    reading: np.ndarray | None = None  # [rows] reading class 2·char + began (reading_rows)
+    pointer: np.ndarray | None = None  # [rows] aligned character index (reading_rows)
 
     def __len__(self) -> int:
         return len(self.text_ids) + len(self.codes)
@@ -66,19 +66,35 @@ class Utterance:
 
 def reading_rows(text_ids: list[int], char_index: np.ndarray, frames_per_row: int) -> np.ndarray:
     """The aligner's character index per codec frame (into the text's characters, i.e.
-    `text_ids` without `<bos>`/`<audio>`) → each row's reading class `2·char + began`: the
-    character at the row's last frame, and whether the position moved on since the row before
-    (the first row counts as moved on). A flag, not just the character, so that a double
-    letter ("ll") reads as two positions."""
-    chars = np.asarray(text_ids[1:-1], np.int64)
+    `text_ids` without `<bos>`/`<audio>`) → each row's pointer: the character at its last
+    frame."""
+    n_chars = len(text_ids) - 2
     n = len(char_index)
     last = np.minimum(np.arange(frames_per_row - 1, n + frames_per_row - 1, frames_per_row), n - 1)
     pointer = np.asarray(char_index, np.int64)[last]
-    if len(chars) == 0 or pointer.min() < 0 or pointer.max() >= len(chars):
-        raise ValueError(f"alignment points outside the text's {len(chars)} characters")
-    began = np.ones(len(pointer), np.int64)
-    began[1:] = pointer[1:] != pointer[:-1]
-    return 2 * chars[pointer] + began
+    if n_chars <= 0 or pointer.min() < 0 or pointer.max() >= n_chars:
+        raise ValueError(f"alignment points outside the text's {n_chars} characters")
+    return pointer
+
+
+def reading_columns(
+    text_ids: list[int], pointer: np.ndarray, text_vocab: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows' pointers → their three reading columns [rows, 3] (the character, the next one or
+    past-the-end, the pointer: as VoxgateTinyModel.follow_row writes them when served) and the
+    advance targets [rows] (characters moved since the row before, from 0; at most 3)."""
+    chars = np.asarray(text_ids[1:-1], np.int64)
+    following = np.append(chars, -1)[pointer + 1]
+    columns = np.stack(
+        [
+            text_vocab + chars[pointer],
+            np.where(following >= 0, 2 * text_vocab + following, 3 * text_vocab),
+            pointer,
+        ],
+        axis=1,
+    )
+    advance = np.diff(pointer, prepend=0).clip(0, READ_ADVANCES - 1)
+    return columns, advance
 
 
 def group_frames(codes: np.ndarray, frames_per_row: int) -> np.ndarray:
@@ -113,10 +129,10 @@ def load_tokens(
         for text, off, n in zip(texts, d["offsets"], d["lengths"], strict=True):
             ids = tokenizer.encode(text)
             rows = group_frames(codes[off : off + n], frames_per_row)
-            read = None
+            pointer = None
             if index is not None:
-                read = reading_rows(ids, index[off : off + n], frames_per_row)
-            out.append(Utterance(ids, rows, read))
+                pointer = reading_rows(ids, index[off : off + n], frames_per_row)
+            out.append(Utterance(ids, rows, pointer))
     return out
 
 
@@ -133,13 +149,14 @@ def _char_index(tokens: Path) -> np.ndarray:
 def make_batch(
     utts: list[Utterance], k: int, eos: int, text_vocab: int = 0
 ) -> dict[str, torch.Tensor]:
-    """Rows [B, L, K+1] and targets: `first` [B, L] (codebook 0 / eos / IGNORE), `codes`
+    """Rows [B, L, W] and targets: `first` [B, L] (codebook 0 / eos / IGNORE), `codes`
     [B, L, K] (the next frame's codes where the next row is a frame, else IGNORE) and `read`
-    [B, L] (the next frame's reading class, IGNORE without reading). With reading, a frame
-    row's text column is `text_vocab` + its reading class."""
+    [B, L] (the next frame's pointer advance, IGNORE without reading). W is K+1, or K+3 when
+    the utterances carry pointers (frame rows then hold reading_columns)."""
     length = max(len(u) for u in utts)
     b = len(utts)
-    rows = np.full((b, length, k + 1), -1, np.int64)
+    reading = any(u.pointer is not None for u in utts)
+    rows = np.full((b, length, k + (3 if reading else 1)), -1, np.int64)
     first = np.full((b, length), IGNORE, np.int64)
     codes = np.full((b, length, k), IGNORE, np.int64)
     read = np.full((b, length), IGNORE, np.int64)
@@ -151,9 +168,10 @@ def make_batch(
         first[i, t - 1 : t - 1 + n] = u.codes[:, 0]
         first[i, t - 1 + n] = eos
         codes[i, t - 1 : t - 1 + n] = u.codes
-        if u.reading is not None:
-            rows[i, t : t + n, k] = text_vocab + u.reading
-            read[i, t - 1 : t - 1 + n] = u.reading
+        if u.pointer is not None:
+            columns, advance = reading_columns(u.text_ids, u.pointer, text_vocab)
+            rows[i, t : t + n, k:] = columns
+            read[i, t - 1 : t - 1 + n] = advance
     return {
         "rows": torch.from_numpy(rows),
         "first": torch.from_numpy(first),
@@ -193,32 +211,19 @@ class Regularisers:
 
     code_noise: float = 0.0
     embed_dropout: float = 0.0
-    # Share of input reading positions replaced by random ones: served, the model reads its own
-    # (greedy) predictions, which can be wrong; it must not trust one blindly.
-    read_noise: float = 0.0
     guided_weight: float = 0.0  # training/guided_attention.py; 0 turns it off
     guided_layers: frozenset[int] = frozenset()
     guided_heads: int = 0
 
 
 def corrupt_codes(rows: torch.Tensor, k: int, vocab: int, share: float) -> torch.Tensor:
-    """rows [B, L, K+1] with `share` of the present code entries replaced by random codes."""
+    """rows [B, L, W] with `share` of the present code entries replaced by random codes."""
     if share <= 0:
         return rows
     codes = rows[..., :k]
     hit = (codes >= 0) & (torch.rand(codes.shape, device=rows.device) < share)
     noisy = torch.where(hit, torch.randint_like(codes, vocab), codes)
     return torch.cat([noisy, rows[..., k:]], dim=-1)
-
-
-def corrupt_reading(rows: torch.Tensor, k: int, text_vocab: int, share: float) -> torch.Tensor:
-    """rows [B, L, K+1] with `share` of the frame rows' reading positions made random."""
-    if share <= 0:
-        return rows
-    text = rows[..., k]
-    hit = (text >= text_vocab) & (torch.rand(text.shape, device=rows.device) < share)
-    noisy = torch.where(hit, text_vocab + torch.randint_like(text, 2 * text_vocab), text)
-    return torch.cat([rows[..., :k], noisy[..., None]], dim=-1)
 
 
 def losses(
@@ -242,8 +247,6 @@ def losses(
         attn = DenseCausalAttention(b, length)
     if lm.training:
         rows = corrupt_codes(rows, lm.num_codebooks, lm.codebook_size, reg.code_noise)
-        if lm.reading:
-            rows = corrupt_reading(rows, k, lm.text_vocab, reg.read_noise)
     positions = torch.arange(length, device=rows.device).repeat(b)
     x = lm.embed(rows.view(b * length, width))
     if lm.training and reg.embed_dropout > 0:
@@ -352,9 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="train the reading column from align-NN.npz (training/aligner.py); a new model only",
     )
-    p.add_argument(
-        "--read-noise", type=float, default=0.05, help="share of input reading positions randomised"
-    )
+
     p.add_argument(
         "--guided-weight",
         type=float,
@@ -378,7 +379,6 @@ def main(argv: list[str] | None = None) -> None:
     reg = Regularisers(
         args.code_noise,
         args.embed_dropout,
-        args.read_noise,
         args.guided_weight,
         frozenset(int(x) for x in args.guided_layers.split(",") if x.strip()),
         args.guided_heads,

@@ -8,13 +8,17 @@ CPU pays for), then a text column; -1 marks
 an absent column. Prompt rows carry text only (`<bos>`, characters, `<audio>`), generated rows
 codes only. The backbone embeds a row as the sum of its present columns' embeddings.
 
-With `reading` (checkpoints trained on character alignments, training/aligner.py), a generated
-row's text column is not absent but the model's own **reading position**: the character being
-spoken in the row's frames and whether it began there (id `text_vocab + 2·char + began`).
-Fed back as the next row's input, it tells the backbone exactly where in the text it is, so
-it no longer has to rediscover its place by attention alone — without it, the model read the
-first words and then drifted into the corpus's sentence templates (training/README.md). The
-depth stage predicts it after the frame's last code (greedy: it is a position, not a sound).
+With `reading` (checkpoints trained on character alignments, training/aligner.py), rows are
+`K + 3` wide and a generated row carries the model's **reading pointer** into the text: column
+K the character being spoken (`text_vocab + char`), column K+1 the next one
+(`2·text_vocab + char`, or `3·text_vocab` past the end), column K+2 the pointer itself (host
+bookkeeping, not embedded). After the frame's last code the depth stage predicts how far the
+pointer moves in this row (0–3 characters, greedy); the model's `follow_row` then moves it and
+writes the characters from the prompt on the host (models/voxgate_tiny/model.py). So the
+backbone is always told where in the text it is and what comes next, and the pointer can only
+walk forward through the real text. Without it the model read the first words and then drifted
+into the corpus's templates; a first version that let the model *predict* the character it read
+drifted the same way after a few words (training/README.md, run 4).
 
 The backbone's head predicts codebook 0 of the next frame, or the end-of-audio id
 (`codebook_size`). Codebooks 1..K-1 come from the depth stage: starting from the backbone's
@@ -33,6 +37,9 @@ from torch import nn
 from models.base import CodeSampler
 from models.layers.llama import DecoderLayer, LlamaArgs, RMSNorm, run_decoder_stack
 from models.layers.rope import Rotary
+
+# Pointer advances a row can predict: 0-3 characters in 40 ms (two frames).
+READ_ADVANCES = 4
 
 
 class DepthBlock(nn.Module):
@@ -59,8 +66,8 @@ class DepthStage(nn.Module):
         eps: float,
         read_classes: int = 0,
     ) -> None:
-        """`read_classes` > 0: one more step after the last code reads the row's reading
-        position (see the module docstring) off `read_head`."""
+        """`read_classes` > 0: one more step after the last code reads the row's pointer
+        advance (see the module docstring) off `read_head`."""
         super().__init__()
         self.k, self.v = num_codebooks, codebook_size
         steps = num_codebooks - 1 + (1 if read_classes else 0)
@@ -86,7 +93,7 @@ class DepthStage(nn.Module):
         self, hidden: torch.Tensor, codes: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden [N, H], the frame's true codes [N, K] → logits of codebooks 1..K-1
-        [N, K-1, V], and of the reading position [N, read_classes] (None without reading)."""
+        [N, K-1, V], and of the pointer advance [N, read_classes] (None without reading)."""
         z, out = hidden, []
         for j in range(self.k - 1):
             z, logits = self._next(z, codes[:, j], j)
@@ -98,7 +105,7 @@ class DepthStage(nn.Module):
         self, hidden: torch.Tensor, first: torch.Tensor, sample: CodeSampler
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden [N, H], codebook 0 [N] → codes [N, K], each drawn with the engine's sampler,
-        and the reading position [N] (greedy; None without reading)."""
+        and the pointer advance [N] (greedy; None without reading)."""
         z, codes = hidden, [first]
         for j in range(self.k - 1):
             z, logits = self._next(z, codes[-1], j)
@@ -125,8 +132,9 @@ class VoxgateTinyLM(nn.Module):
         self.text_vocab, self.reading = text_vocab, reading
         self.eos = codebook_size  # codebook-0 id that ends the audio
         h = args.hidden_size
-        # Characters, then (with reading) the 2·text_vocab reading positions.
-        self.embed_text = nn.Embedding(text_vocab * (3 if reading else 1), h)
+        # Prompt characters, then (with reading) the pointer's character and the next one
+        # (or past-the-end).
+        self.embed_text = nn.Embedding(3 * text_vocab + 1 if reading else text_vocab, h)
         # Every codebook's embeddings in one table; codebook k's code c sits at k·V + c.
         self.embed_audio = nn.Embedding(num_codebooks * codebook_size, h)
         self.register_buffer(
@@ -142,18 +150,24 @@ class VoxgateTinyLM(nn.Module):
             num_codebooks,
             codebook_size,
             args.rms_norm_eps,
-            read_classes=2 * text_vocab if reading else 0,
+            read_classes=READ_ADVANCES if reading else 0,
         )
 
+    @property
+    def row_width(self) -> int:
+        return self.num_codebooks + (3 if self.reading else 1)
+
     def embed(self, rows: torch.Tensor) -> torch.Tensor:
-        """rows [T, K+1] → [T, H]: the sum of the embeddings of each row's present columns."""
+        """rows [T, W] → [T, H]: the sum of the embeddings of each row's present columns (the
+        K codes, the text column, and with reading the next-character column)."""
         k = self.num_codebooks
-        codes, text = rows[:, :k], rows[:, k]
+        codes = rows[:, :k]
         present = (codes >= 0) & (codes < self.codebook_size)
         audio = self.embed_audio(torch.where(present, codes, 0) + self.offsets)  # [T, K, H]
-        audio = (audio * present[..., None].to(audio.dtype)).sum(dim=1)
-        words = self.embed_text(text.clamp(min=0)) * (text >= 0)[:, None].to(audio.dtype)
-        return audio + words
+        out = (audio * present[..., None].to(audio.dtype)).sum(dim=1)
+        for text in rows[:, k : k + (2 if self.reading else 1)].unbind(1):
+            out = out + self.embed_text(text.clamp(min=0)) * (text >= 0)[:, None].to(out.dtype)
+        return out
 
     def forward(self, rows: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """rows [T, K+1], positions [T] → hidden [T, H] after the final norm."""

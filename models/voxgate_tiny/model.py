@@ -4,6 +4,7 @@ streaming VoxCodec audio at 24 kHz."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +74,14 @@ class VoxgateTinyModel(SpeechModel):
             default_voice=VOICE,
             max_context=args.max_positions,
             sampling_defaults=dict(sampling),
-            row_width=self.k + 1,
+            row_width=lm.row_width,
         )
         self.shape = BackboneShape.of(args, lm, lm.codebook_size + 1)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def prompt_rows(self, text: str) -> list[tuple[int, ...]]:
-        """Text → prompt rows (<bos>, characters, <audio>), each (-1 × K, text id)."""
+        """Text → prompt rows (<bos>, characters, <audio>), each (-1 × K, text id) and, with
+        reading, two absent pointer columns."""
         said = normalize(text)
         if not said:
             raise ModelInputError("text has nothing speakable: give the model some words")
@@ -88,7 +90,8 @@ class VoxgateTinyModel(SpeechModel):
                 f"text is {len(said)} characters once normalised; the limit is {MAX_TEXT_CHARS} "
                 "(send one sentence per request)"
             )
-        return [(ABSENT,) * self.k + (t,) for t in self.tokenizer.encode(said)]
+        pad = (ABSENT,) * (self.lm.row_width - self.k - 1)
+        return [(ABSENT,) * self.k + (t,) + pad for t in self.tokenizer.encode(said)]
 
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         if voice not in (None, VOICE):
@@ -112,9 +115,25 @@ class VoxgateTinyModel(SpeechModel):
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
     ) -> torch.Tensor:
-        codes, read = self.lm.depth.generate(hidden, first_tokens, sample)  # [N, K], [N]
-        text = torch.full_like(codes[:, 0], ABSENT) if read is None else read + self.lm.text_vocab
-        return torch.cat([codes, text[:, None]], dim=1)
+        codes, advance = self.lm.depth.generate(hidden, first_tokens, sample)  # [N, K], [N]
+        rest = torch.full_like(codes[:, :1], ABSENT).expand(-1, self.lm.row_width - self.k)
+        if advance is None:
+            return torch.cat([codes, rest], dim=1)
+        # The advance waits in the text column for follow_row to turn it into the pointer.
+        return torch.cat([codes, advance[:, None], rest[:, 1:]], dim=1)
+
+    def follow_row(self, prompt: Sequence[Token], output: Sequence[Token], token: Token) -> Token:
+        """With reading: move the pointer by the sampled advance (never past the last
+        character) and write the characters it points at (lm.py's module docstring)."""
+        if not self.lm.reading:
+            return token
+        assert isinstance(token, tuple)
+        k, vocab = self.k, self.lm.text_vocab
+        chars = [row[k] for row in prompt[1:-1]]  # type: ignore[index]
+        before = output[-1][k + 2] if output else 0  # type: ignore[index]
+        at = min(before + token[k], len(chars) - 1)
+        after = 2 * vocab + chars[at + 1] if at + 1 < len(chars) else 3 * vocab
+        return (*token[:k], vocab + chars[at], after, at)
 
     def quantize_for_cpu(self) -> bool:
         """int8 Linear weights for the backbone, its head and the depth stage (models/

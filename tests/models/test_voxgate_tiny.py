@@ -80,16 +80,20 @@ def hf_backbone(folder, lm):
 
 
 @torch.no_grad()
-def reference_greedy(hf, lm, prompt: list[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
-    """Every step recomputes the whole sequence with transformers' Llama: no KV cache at all."""
+def reference_greedy(hf, model, prompt: list[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
+    """Every step recomputes the whole sequence with transformers' Llama: no KV cache at all.
+    With reading, the sampled advance moves the pointer as the model's follow_row does."""
+    lm = model.lm
     rows, out = list(prompt), []
     for _ in range(n):
         h = hf(inputs_embeds=lm.embed(torch.tensor(rows))[None]).last_hidden_state[0, -1:]
         logits = lm.first_logits(h)
         logits[:, lm.eos] = float("-inf")  # min_tokens: no stop
-        codes, read = lm.depth.generate(h, logits.argmax(-1), lambda lg, i: lg.argmax(-1))
-        text = -1 if read is None else int(read[0]) + lm.text_vocab
-        row = (*codes[0].tolist(), text)
+        codes, advance = lm.depth.generate(h, logits.argmax(-1), lambda lg, i: lg.argmax(-1))
+        if advance is None:
+            row = (*codes[0].tolist(), -1)
+        else:
+            row = model.follow_row(prompt, out, (*codes[0].tolist(), int(advance[0]), -1, -1))
         out.append(row)
         rows.append(row)
     return out
@@ -120,7 +124,7 @@ def test_engine_greedy_rows_equal_transformers_reference(checkpoint):
                 audio.setdefault(event.request_id, []).append(event.pcm)
         step += 1
     for req, text, n in zip(requests, TEXTS, lengths, strict=True):
-        expected = reference_greedy(hf, model.lm, model.prompt_rows(text), n)
+        expected = reference_greedy(hf, model, model.prompt_rows(text), n)
         assert req.output_ids == expected
         pcm = np.concatenate(audio[req.request_id])
         assert pcm.shape == (2 * n * CODEC.hop_length,) and np.isfinite(pcm).all()

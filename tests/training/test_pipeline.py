@@ -128,8 +128,11 @@ def test_toy_pipeline_end_to_end(tmp_path):
     )
     while core.has_work():
         core.step()
-    text_vocab = reader.lm.text_vocab
-    assert all(text_vocab <= row[-1] < 3 * text_vocab for row in request.output_ids)
+    # Every row points into the text, walking forward, and carries the character it points at.
+    k, chars = reader.k, reader.tokenizer.encode("hello there.")[1:-1]
+    pointers = [row[k + 2] for row in request.output_ids]
+    assert pointers == sorted(pointers) and pointers[0] >= 0 and pointers[-1] < len(chars)
+    assert all(row[k] == reader.lm.text_vocab + chars[row[k + 2]] for row in request.output_ids)
 
     # Stage 3 again, fine-tuning the checkpoint just written (`--init`): it starts from those
     # weights (one step at a tiny learning rate moves them only slightly) and writes a

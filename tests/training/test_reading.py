@@ -1,54 +1,64 @@
-"""The reading column (models/voxgate_tiny/lm.py): aligned characters become each frame row's
-reading class, sit in the rows' text column as input and in `read` as the depth stage's
-target, and the loss trains the reading head (CPU, toy sizes)."""
+"""The reading pointer (models/voxgate_tiny/lm.py): aligned characters become each frame row's
+pointer, its reading columns (as the served model's follow_row writes them) and the advance
+targets; the loss trains the advance head; served, the pointer walks forward through the real
+text and never past its end (CPU, toy sizes)."""
 
 import numpy as np
 import pytest
 import torch
 
-from models.codecs.voxcodec import VoxCodecConfig
+from models.codecs.voxcodec import VoxCodec, VoxCodecConfig
+from models.codecs.voxcodec_stream import VoxCodecDetokenizer
 from models.voxgate_tiny.checkpoint import build_lm
 from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
+from models.voxgate_tiny.model import VoxgateTinyModel
 from models.voxgate_tiny.text import CharTokenizer
 from training.speechlm import (
     IGNORE,
     Regularisers,
     Utterance,
-    corrupt_reading,
     losses,
     make_batch,
+    reading_columns,
     reading_rows,
 )
 
 TOK = CharTokenizer()
+V = TOK.vocab_size
 
 
-def test_reading_rows_take_the_last_frame_and_flag_every_new_position():
-    ids = TOK.encode("all")  # <bos> a l l <audio>: a double letter
-    a, ell = ids[1], ids[2]
-    # 9 frames: a a | l l | l l | l (tail) — the second "l" begins inside row 2.
-    char_index = np.array([0, 0, 1, 1, 1, 2, 2, 2, 2])
-    got = reading_rows(ids, char_index, frames_per_row=2)
-    # Rows end on frames 1, 3, 5, 7, 8 → positions 0, 1, 2, 2, 2.
-    assert got.tolist() == [2 * a + 1, 2 * ell + 1, 2 * ell + 1, 2 * ell, 2 * ell]
-    one = reading_rows(ids, char_index, frames_per_row=1)
-    assert one.tolist()[:3] == [2 * a + 1, 2 * a, 2 * ell + 1]
+def test_reading_rows_take_each_rows_last_frame():
+    ids = TOK.encode("all")  # <bos> a l l <audio>
+    char_index = np.array([0, 0, 1, 1, 1, 2, 2, 2, 2])  # 9 frames, rows end on 1, 3, 5, 7, 8
+    assert reading_rows(ids, char_index, frames_per_row=2).tolist() == [0, 1, 2, 2, 2]
+    assert reading_rows(ids, char_index, frames_per_row=1).tolist() == char_index.tolist()
     with pytest.raises(ValueError, match="outside"):
         reading_rows(ids, np.array([0, 3]), 1)
 
 
+def test_reading_columns_hold_the_character_the_next_one_and_the_advance():
+    ids = TOK.encode("hey")
+    h, e, y = ids[1:4]
+    columns, advance = reading_columns(ids, np.array([0, 0, 2, 2]), V)
+    assert columns.tolist() == [
+        [V + h, 2 * V + e, 0],
+        [V + h, 2 * V + e, 0],
+        [V + y, 3 * V, 2],  # past the end after the last character
+        [V + y, 3 * V, 2],
+    ]
+    assert advance.tolist() == [0, 0, 2, 0]
+    assert reading_columns(ids, np.array([0, 2]), V)[1].tolist() == [0, 2]
+
+
+CODEC = VoxCodecConfig(
+    encoder_dim=16, encoder_blocks=1, decoder_dim=16, decoder_blocks=1, fine_dim=8, fine_blocks=1
+)
+
+
 def _lm(reading: bool):
-    codec = VoxCodecConfig(
-        encoder_dim=16,
-        encoder_blocks=1,
-        decoder_dim=16,
-        decoder_blocks=1,
-        fine_dim=8,
-        fine_blocks=1,
-    )
     cfg = tiny_config_dict(
-        codec,
-        TOK.vocab_size,
+        CODEC,
+        V,
         hidden=32,
         layers=2,
         heads=2,
@@ -62,18 +72,19 @@ def _lm(reading: bool):
     return build_lm(VoxgateTinyConfig.from_dict(cfg))
 
 
-def test_batch_puts_reading_in_the_text_column_and_the_targets():
+def test_batch_and_loss_train_the_advance_head():
     lm = _lm(reading=True)
-    k, v = lm.num_codebooks, lm.text_vocab
+    k = lm.num_codebooks
     rng = np.random.default_rng(0)
     ids = TOK.encode("hi")
-    reading = reading_rows(ids, np.array([0, 0, 1, 1, 1, 1]), 2)  # 3 rows
-    utt = Utterance(ids, rng.integers(0, 1000, (3, k)).astype(np.uint16), reading)
-    batch = make_batch([utt], k, lm.eos, v)
+    pointer = np.array([0, 1, 1])
+    utt = Utterance(ids, rng.integers(0, 1000, (3, k)).astype(np.uint16), pointer)
+    batch = make_batch([utt], k, lm.eos, V)
     t = len(ids)
-    assert batch["rows"][0, :t, k].tolist() == ids
-    assert batch["rows"][0, t:, k].tolist() == (v + reading).tolist()
-    assert batch["read"][0, t - 1 : t + 2].tolist() == reading.tolist()
+    assert batch["rows"].shape[-1] == lm.row_width == k + 3
+    assert batch["rows"][0, :t, k].tolist() == ids and (batch["rows"][0, :t, k + 1 :] == -1).all()
+    assert batch["rows"][0, t:, k:].tolist() == reading_columns(ids, pointer, V)[0].tolist()
+    assert batch["read"][0, t - 1 : t + 2].tolist() == [0, 1, 0]
     assert (batch["read"][0, : t - 1] == IGNORE).all() and batch["read"][0, t + 2] == IGNORE
 
     lm.train()
@@ -81,25 +92,34 @@ def test_batch_puts_reading_in_the_text_column_and_the_targets():
     assert "read" in parts and np.isfinite(parts["read"])
     total.backward()
     assert lm.depth.read_head.weight.grad.abs().sum() > 0
-    assert lm.embed_text.weight.grad[v:].abs().sum() > 0  # the reading ids are embedded
+    assert lm.embed_text.weight.grad[V:].abs().sum() > 0  # the reading columns are embedded
 
 
-def test_plain_model_has_no_reading_and_ignores_the_column():
+def test_plain_model_has_no_reading():
     lm = _lm(reading=False)
-    assert lm.depth.read_head is None and lm.embed_text.num_embeddings == TOK.vocab_size
+    assert lm.depth.read_head is None and lm.embed_text.num_embeddings == V
     utt = Utterance(TOK.encode("hi"), np.zeros((3, lm.num_codebooks), np.uint16))
-    _, parts = losses(lm, make_batch([utt], lm.num_codebooks, lm.eos, lm.text_vocab))
-    assert "read" not in parts
+    batch = make_batch([utt], lm.num_codebooks, lm.eos, V)
+    assert batch["rows"].shape[-1] == lm.num_codebooks + 1
+    assert "read" not in losses(lm, batch)[1]
 
 
-def test_reading_noise_touches_only_frame_rows_reading_ids():
-    torch.manual_seed(0)
-    v = 10
-    rows = torch.full((1, 8, 3), -1, dtype=torch.long)
-    rows[0, :3, 2] = torch.tensor([1, 2, 3])  # text rows
-    rows[0, 3:, :2] = 5
-    rows[0, 3:, 2] = v + torch.arange(5)
-    noisy = corrupt_reading(rows, k=2, text_vocab=v, share=0.6)
-    assert torch.equal(noisy[..., :2], rows[..., :2]) and torch.equal(noisy[0, :3], rows[0, :3])
-    assert (noisy[0, 3:, 2] != rows[0, 3:, 2]).any()
-    assert ((noisy[0, 3:, 2] >= v) & (noisy[0, 3:, 2] < 3 * v)).all()
+def test_served_pointer_walks_the_text_and_stops_at_its_end():
+    lm = _lm(reading=True)
+
+    model = VoxgateTinyModel(
+        lm, TOK, VoxCodecDetokenizer(VoxCodec(CODEC).eval()), {}, frames_per_row=2
+    )
+    prompt = model.prompt_rows("Hi!")  # h i !
+    h, i, bang = (row[lm.num_codebooks] for row in prompt[1:-1])
+    out: list[tuple[int, ...]] = []
+    k = lm.num_codebooks
+    for advance in (0, 1, 3, 0):  # the last advance would run past the end: it stops there
+        out.append(model.follow_row(prompt, out, (*range(k), advance, -1, -1)))
+    assert [row[k:] for row in out] == [
+        (V + h, 2 * V + i, 0),
+        (V + i, 2 * V + bang, 1),
+        (V + bang, 3 * V, 2),
+        (V + bang, 3 * V, 2),
+    ]
+    assert all(row[:k] == tuple(range(k)) for row in out)  # codes are left alone
