@@ -353,7 +353,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--reading",
         action="store_true",
-        help="train the reading column from align-NN.npz (training/aligner.py); a new model only",
+        help="train the reading pointer from align-NN.npz (training/aligner.py); with --init "
+        "of a model without one, it is added (with_reading)",
     )
 
     p.add_argument(
@@ -395,6 +396,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.init:  # fine-tune: the checkpoint's own config and weights (its codec must match)
         config = read_config(Path(args.init))
         _, lm, _, _ = load_checkpoint(Path(args.init), device, torch.float32)
+        if args.reading and not lm.reading:  # add the pointer to a model trained without it
+            config = {**config, "reading": True}
+            lm = with_reading(lm, build_lm(VoxgateTinyConfig.from_dict(config)).to(device))
         lm.train()
     else:
         config = tiny_config_dict(
@@ -406,8 +410,6 @@ def main(argv: list[str] | None = None) -> None:
                 if "norm" not in name:
                     torch.nn.init.normal_(param, 0.0, 0.02)
     reading = bool(config.get("reading", False))
-    if args.reading and not reading:
-        raise SystemExit(f"--reading: {args.init} was trained without the reading column")
     utts = load_tokens(Path(args.tokens), tokenizer, config["frames_per_row"], reading)
     longest = config["max_position_embeddings"]
     utts = [u for u in utts if len(u) + 1 <= longest]
@@ -477,6 +479,28 @@ def main(argv: list[str] | None = None) -> None:
             sanity_check(out, device, args.sanity, log)
         except Exception as exc:  # the checkpoint is written; a failed check must not lose it
             log_line(log, f"sanity check failed: {type(exc).__name__}: {exc}")
+
+
+def with_reading(plain: VoxgateTinyLM, reader: VoxgateTinyLM) -> VoxgateTinyLM:
+    """`reader` (a new model with the reading pointer) starting from `plain`'s weights: every
+    tensor of the same shape, and the leading rows of the two tables the pointer extends (the
+    prompt characters' embeddings, the depth stage's code embeddings); the pointer's own
+    embeddings, the extra depth step and the advance head keep their fresh initialisation."""
+    theirs = plain.state_dict()
+    with torch.no_grad():
+        for name, mine in reader.state_dict().items():
+            old = theirs.get(name)
+            if old is None:
+                if "norm" not in name:
+                    mine.normal_(0.0, 0.02)
+            elif old.shape == mine.shape:
+                mine.copy_(old)
+            elif name in ("embed_text.weight", "depth.embed.weight"):
+                mine.normal_(0.0, 0.02)
+                mine[: len(old)] = old
+            else:
+                raise ValueError(f"{name}: {tuple(old.shape)} cannot start {tuple(mine.shape)}")
+    return reader
 
 
 def sanity_check(folder: Path, device: torch.device, count: int, log: Path | None) -> None:

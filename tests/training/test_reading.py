@@ -11,6 +11,7 @@ from models.codecs.voxcodec import VoxCodec, VoxCodecConfig
 from models.codecs.voxcodec_stream import VoxCodecDetokenizer
 from models.voxgate_tiny.checkpoint import build_lm
 from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
+from models.voxgate_tiny.lm import DenseCausalAttention
 from models.voxgate_tiny.model import VoxgateTinyModel
 from models.voxgate_tiny.text import CharTokenizer
 from training.speechlm import (
@@ -21,6 +22,7 @@ from training.speechlm import (
     make_batch,
     reading_columns,
     reading_rows,
+    with_reading,
 )
 
 TOK = CharTokenizer()
@@ -123,3 +125,21 @@ def test_served_pointer_walks_the_text_and_stops_at_its_end():
         (V + bang, 3 * V, 2),
     ]
     assert all(row[:k] == tuple(range(k)) for row in out)  # codes are left alone
+
+
+def test_a_plain_model_gains_the_pointer_with_its_weights_kept():
+    plain, fresh = _lm(reading=False), _lm(reading=True)
+    reader = with_reading(plain, fresh)
+    k = plain.num_codebooks
+    prompt = torch.tensor([[-1] * k + [t] for t in TOK.encode("hi there")])
+    rows = torch.cat([prompt, torch.full((len(prompt), 2), -1)], dim=1)  # pointer columns absent
+    positions = torch.arange(len(prompt))
+    with torch.no_grad():
+        attn = DenseCausalAttention(1, len(prompt))
+        want = plain.first_logits(plain(prompt, positions, attn))
+        got = reader.first_logits(reader(rows, positions, attn))
+    torch.testing.assert_close(got, want)  # the prompt reads exactly as before
+    assert reader.depth.read_head is not None
+    assert torch.equal(
+        reader.depth.embed.weight[: len(plain.depth.embed.weight)], plain.depth.embed.weight
+    )
