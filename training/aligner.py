@@ -40,7 +40,7 @@ from training.aligner_model import (
     load_aligner,
     save_aligner,
 )
-from training.common import TimeBudget, autocast, log_line, pick_device
+from training.common import TimeBudget, autocast, descend, log_line, pick_device
 from training.ctc_viterbi import forced_align, greedy_decode, min_frames
 from training.judge import edit_distance
 
@@ -211,10 +211,7 @@ def train(args: argparse.Namespace) -> None:
             lr = budget.apply(opt)
             with autocast(device):
                 loss = ctc_loss(model(batch.codes, batch.lengths), batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            descend(opt, loss, model)
             if budget.step % args.log_every == 0:
                 log_line(
                     log,

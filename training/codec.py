@@ -25,7 +25,15 @@ import torch.nn.functional as F
 
 from models.codecs.voxcodec import LogMel, VoxCodec, VoxCodecConfig
 from models.codecs.voxcodec_stream import load_voxcodec, save_voxcodec
-from training.common import TeacherCorpus, TimeBudget, autocast, log_line, pick_device, resample
+from training.common import (
+    TeacherCorpus,
+    TimeBudget,
+    autocast,
+    descend,
+    log_line,
+    pick_device,
+    resample,
+)
 
 CONFIGS = {
     "default": VoxCodecConfig(),
@@ -119,10 +127,7 @@ def train(args: argparse.Namespace) -> None:
             recon, _ = codec.decode_latent(codec.encode_latent(wave))
         losses = loss_fn(recon[:, warm:], wave[:, warm:])
         loss = losses["mel"] + losses["stft"] + losses["sc"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(codec.parameters(), 1.0)
-        opt.step()
+        descend(opt, loss, codec)
         if budget.step % args.log_every == 0 or budget.done():
             parts = " ".join(f"{k} {v.item():.3f}" for k, v in losses.items())
             log_line(log, f"step {budget.step} t {budget.elapsed:.0f}s lr {lr:.2e} {parts}")

@@ -120,3 +120,11 @@ def log_line(path: Path | None, text: str) -> None:
     if path is not None:
         with open(path, "a") as f:
             f.write(text + "\n")
+
+
+def descend(opt: torch.optim.Optimizer, loss: torch.Tensor, module: torch.nn.Module) -> None:
+    """One optimiser step on `loss`, the gradient norm clipped to 1 (every stage trains so)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+    opt.step()

@@ -37,7 +37,7 @@ from models.voxgate_tiny.checkpoint import build_lm, load_checkpoint, save_check
 from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
 from models.voxgate_tiny.lm import READ_ADVANCES, DenseCausalAttention, VoxgateTinyLM
 from models.voxgate_tiny.text import CharTokenizer
-from training.common import TimeBudget, autocast, log_line, pick_device
+from training.common import TimeBudget, autocast, descend, log_line, pick_device
 from training.guided_attention import GuidedAttention
 
 SIZES = {
@@ -443,10 +443,7 @@ def main(argv: list[str] | None = None) -> None:
             lr = budget.apply(opt)
             with autocast(device):
                 loss, parts = losses(lm, batch, reg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
-            opt.step()
+            descend(opt, loss, lm)
             if budget.step % args.log_every == 0:
                 log_line(
                     log,
