@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import platform
 import time
@@ -43,8 +44,46 @@ def client_audio(seconds: float, rate: int, seed: int) -> np.ndarray:
     return (tone + 0.02 * rng.standard_normal(t.size)).astype(np.float32)
 
 
+class GcPauses:
+    """Python's garbage-collection pauses during a trial (gc.callbacks): single slow frame
+    steps above 100 sessions are suspected to be full collections."""
+
+    def __init__(self) -> None:
+        self.count = self.full = 0
+        self.total_s = self.max_s = 0.0
+        self._began: float | None = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self._began is not None:
+            took = time.perf_counter() - self._began
+            self.count += 1
+            self.full += int(info.get("generation") == 2)
+            self.total_s += took
+            self.max_s = max(self.max_s, took)
+
+    def report(self) -> dict:
+        return {
+            "collections": self.count,
+            "full": self.full,
+            "max_ms": round(1000 * self.max_s, 1),
+            "total_ms": round(1000 * self.total_s, 1),
+        }
+
+
 def trial(core, n: int, seconds: float) -> dict:
     """N sessions for `seconds` of audio each, all starting together."""
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    try:
+        result = _trial(core, n, seconds)
+    finally:
+        gc.callbacks.remove(pauses)
+    return {**result, "gc": pauses.report()}
+
+
+def _trial(core, n: int, seconds: float) -> dict:
     model = core.model
     frame_s = model.facts.seconds_per_token
     spf = core.duplex.samples_per_frame
@@ -136,16 +175,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="audio per session per trial")
     parser.add_argument("--start", type=int, default=1)
     parser.add_argument(
-        "--max-sessions", type=int, default=256,
+        "--max-sessions",
+        type=int,
+        default=256,
         help="search ceiling; also the engine's max_num_seqs (CUDA graphs cover up to 256)",
     )
     parser.add_argument("--time-budget", type=float, default=240.0, help="search stops after this")
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() after warm-up: weights, graphs and buffers leave the collector's sight",
+    )
     parser.add_argument("--device", default=None)
     parser.add_argument("--attention", default=None)
     parser.add_argument("--out", default=None, help="JSON path (default: bench/results/…)")
     args = parser.parse_args()
 
-    config = EngineConfig(device=args.device, attention=args.attention, max_num_seqs=args.max_sessions)
+    config = EngineConfig(
+        device=args.device, attention=args.attention, max_num_seqs=args.max_sessions
+    )
     device = resolve_device(config)
     dtype = resolve_dtype(config, device)
     t0 = time.monotonic()
@@ -155,6 +203,9 @@ def main() -> None:
     core = build_core(model, config, device)
     load_s = time.monotonic() - t0
     core.warm_up()
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
     warm_up_s = time.monotonic() - t0 - load_s
     best, trials = search(core, args)
     name = (
@@ -174,6 +225,7 @@ def main() -> None:
         "max_sessions_on_time": best,
         "load_s": round(load_s, 1),
         "warm_up_s": round(warm_up_s, 1),
+        "gc_freeze": args.gc_freeze,
         "trials": trials,
     }
     stamp = datetime.date.today().isoformat()
