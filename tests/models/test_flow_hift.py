@@ -92,26 +92,34 @@ def test_flow_mel_chunked_equals_whole(detok):
     torch.testing.assert_close(a.mel, b.mel, atol=1e-4, rtol=1e-4)
 
 
-def test_batch_of_n_equals_n_singles(detok):
-    setups = [(11, 1, 70, [30, 30]), (12, 2, 55, [28, 10]), (13, 1, 40, [40])]
+def assert_batch_equals_singles(detok, setups) -> None:
+    """setups: (seed, prompt chunks, tokens, pushes) per request. The requests streamed
+    together (every push round in one decode call, then the rest final) give each the audio it
+    gets streamed alone with the same pushes."""
     singles = [
         streamed(detok, stream_for(detok, s, p), codes(s, n), pushes) for s, p, n, pushes in setups
     ]
     states = [stream_for(detok, s, p) for s, p, _, _ in setups]
     tokens = [codes(s, n) for s, _, n, _ in setups]
     out = [[] for _ in setups]
-    for step in range(2):
+    for step in range(max(len(pushes) for *_, pushes in setups)):
         for st, toks, (_, _, _, pushes) in zip(states, tokens, setups, strict=True):
             if step < len(pushes):
                 detok.push(st, toks[sum(pushes[:step]) : sum(pushes[: step + 1])])
-        for k, pcm in enumerate(detok.decode(states, [False] * 3)):
+        for k, pcm in enumerate(detok.decode(states, [False] * len(setups))):
             out[k].append(pcm)
     for st, toks, (_, _, _, pushes) in zip(states, tokens, setups, strict=True):
         detok.push(st, toks[sum(pushes) :])
-    for k, pcm in enumerate(detok.decode(states, [True] * 3)):
+    for k, pcm in enumerate(detok.decode(states, [True] * len(setups))):
         out[k].append(pcm)
     for single, parts in zip(singles, out, strict=True):
         np.testing.assert_allclose(np.concatenate(parts), single, atol=1e-5)
+
+
+def test_batch_of_n_equals_n_singles(detok):
+    assert_batch_equals_singles(
+        detok, [(11, 1, 70, [30, 30]), (12, 2, 55, [28, 10]), (13, 1, 40, [40])]
+    )
 
 
 def chunk_mels(detok, state, tokens) -> torch.Tensor:
@@ -283,21 +291,7 @@ def test_short_first_chunk_batch_of_n_equals_n_singles(short_first):
     # In one call a request makes its first chunk, another a steady chunk, a third both.
     d, hop = short_first, short_first.first_hop
     setups = [(61, 1, 70, [hop + 3, 28]), (62, 2, 60, [hop + 30, 10]), (63, 1, 45, [hop + 1, 30])]
-    singles = [streamed(d, stream_for(d, s, p), codes(s, n), pushes) for s, p, n, pushes in setups]
-    states = [stream_for(d, s, p) for s, p, _, _ in setups]
-    tokens = [codes(s, n) for s, _, n, _ in setups]
-    out = [[] for _ in setups]
-    for step in range(2):
-        for st, toks, (_, _, _, pushes) in zip(states, tokens, setups, strict=True):
-            d.push(st, toks[sum(pushes[:step]) : sum(pushes[: step + 1])])
-        for k, pcm in enumerate(d.decode(states, [False] * 3)):
-            out[k].append(pcm)
-    for st, toks, (_, _, _, pushes) in zip(states, tokens, setups, strict=True):
-        d.push(st, toks[sum(pushes) :])
-    for k, pcm in enumerate(d.decode(states, [True] * 3)):
-        out[k].append(pcm)
-    for single, parts in zip(singles, out, strict=True):
-        np.testing.assert_allclose(np.concatenate(parts), single, atol=1e-5)
+    assert_batch_equals_singles(d, setups)
 
 
 def test_short_first_chunk_has_its_own_graph_bucket(short_first):
