@@ -75,7 +75,9 @@ def safetensors_files(folder: Path) -> list[Path]:
     )
 
 
-def iter_safetensors(folder: Path, device: str | torch.device = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
+def iter_safetensors(
+    folder: Path, device: str | torch.device = "cpu"
+) -> Iterator[tuple[str, torch.Tensor]]:
     from safetensors import SafetensorError
     from safetensors.torch import safe_open
 

@@ -31,7 +31,8 @@ PRESETS = {
     ),
     "csm-1b": Preset("csm-1b", "sesame/csm-1b (transformers layout) with its Mimi codec"),
     "tiny-moshi": Preset(
-        "tiny-moshi", "Moshi architecture scaled down (Mimi included), seeded random weights (noise)"
+        "tiny-moshi",
+        "Moshi architecture scaled down (Mimi included), seeded random weights (noise)",
     ),
     "moshi-7b": Preset("moshi-7b", "kmhf/hf-moshiko (transformers layout), full duplex"),
     "tiny-cosyvoice2": Preset(
@@ -51,7 +52,8 @@ PRESETS = {
         "THUDM/glm-4-voice-9b + glm-4-voice-tokenizer + glm-4-voice-decoder (22.05 kHz)",
     ),
     "voxgate-tiny": Preset(
-        "voxgate-tiny", "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)"
+        "voxgate-tiny",
+        "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)",
     ),
 }
 
@@ -136,7 +138,9 @@ def _load_moshi(
     if not is_preset and not is_moshi_config(read_config(resolve_source(model))):
         return None
     if codec or voices_dir:
-        raise CheckpointError("Moshi checkpoints carry their own Mimi codec and one voice; drop --codec / --voices-dir")
+        raise CheckpointError(
+            "Moshi checkpoints carry their own Mimi codec and one voice; drop --codec / --voices-dir"
+        )
     if model == "moshi-7b" and random_weights:
         return random_moshi_7b(device, dtype)
     if random_weights:
@@ -147,7 +151,9 @@ def _load_moshi(
     return load_moshi(source, device, dtype, progress, name=model if is_preset else None)
 
 
-def _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir) -> SpeechModel | None:
+def _load_voxgate_tiny(
+    model, codec, device, dtype, random_weights, voices_dir
+) -> SpeechModel | None:
     """The voxgate-tiny family, or None when `model` is neither its preset nor its checkpoint."""
     from models.voxgate_tiny.loading import (
         is_voxgate_tiny_config,
@@ -162,7 +168,9 @@ def _load_voxgate_tiny(model, codec, device, dtype, random_weights, voices_dir) 
         if not is_voxgate_tiny_config(read_config(Path(model).expanduser())):
             return None
     if codec or voices_dir:
-        raise CheckpointError("voxgate-tiny carries its own codec and one voice; drop --codec / --voices-dir")
+        raise CheckpointError(
+            "voxgate-tiny carries its own codec and one voice; drop --codec / --voices-dir"
+        )
     if model == "voxgate-tiny":
         source = ensure_random_voxgate_tiny() if random_weights else shipped_weights()
         return load_voxgate_tiny(source, device, dtype, name=model)
@@ -195,7 +203,9 @@ def _load_csm(
 def _require_cosyvoice2_extra() -> None:
     import importlib.util
 
-    missing = [m for m in ("transformers", "yaml", "onnxruntime") if importlib.util.find_spec(m) is None]
+    missing = [
+        m for m in ("transformers", "yaml", "onnxruntime") if importlib.util.find_spec(m) is None
+    ]
     if missing:
         raise CheckpointError(
             f"CosyVoice 2 needs {', '.join(missing)} (its tokenizer, YAML config and ONNX voice "
@@ -209,7 +219,9 @@ def _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir) -> 
     from models.glm_voice.presets import ensure_tiny_glm_voice, random_glm_voice_9b
 
     if codec or voices_dir:
-        raise CheckpointError("GLM-4-Voice has one voice and its own decoder; drop --codec / --voices-dir")
+        raise CheckpointError(
+            "GLM-4-Voice has one voice and its own decoder; drop --codec / --voices-dir"
+        )
     if model == "glm-4-voice-9b":
         if random_weights:  # the real backbone shapes, nothing downloaded
             return random_glm_voice_9b(device, dtype)
@@ -266,7 +278,11 @@ def _load_cosyvoice2(
     if model == "cosyvoice2-0.5b":
         if random_weights:  # the real configuration, nothing downloaded
             return load_cosyvoice2(
-                str(ensure_real_config()), device, dtype, name=model, random_weights=True,
+                str(ensure_real_config()),
+                device,
+                dtype,
+                name=model,
+                random_weights=True,
                 first_hop=first_hop,
             )
         return load_cosyvoice2(configs.REPO_ID, device, dtype, name=model, first_hop=first_hop)

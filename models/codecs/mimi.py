@@ -139,7 +139,11 @@ class MimiDetokenizer:
     frames share one decoder call."""
 
     def __init__(
-        self, mimi, first_chunk_frames: int = 1, chunk_frames: int = 2, num_codebooks: int | None = None
+        self,
+        mimi,
+        first_chunk_frames: int = 1,
+        chunk_frames: int = 2,
+        num_codebooks: int | None = None,
     ) -> None:
         """`num_codebooks`: codes per frame when a model uses fewer than the codec's
         `num_quantizers` (Moshi: the first 8 of 32)."""

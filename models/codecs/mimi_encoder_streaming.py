@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.codecs.mimi_streaming import State, StreamingTransformer
-from models.codecs.stream_batching import buckets_up_to, padded_batch
+from models.codecs.stream_batching import buckets_up_to, padded_batch, split_states, stack_states
 from models.device_util import upload
 
 
@@ -170,13 +170,12 @@ class MimiStreamEncoder:
                 group = group + [EncoderStream() for _ in range(pad)]
                 waves = np.concatenate([waves, np.zeros((pad, n), np.float32)])
             waves = torch.from_numpy(waves).to(self.device, self.dtype)[:, None]  # [B, 1, n]
-            fresh = self._fresh_state()
-            state = [torch.stack(p) for p in zip(*[s.state or fresh for s in group], strict=True)]
+            state = stack_states(group, self._fresh_state())
             steps = upload([s.steps for s in group], torch.long, self.device)
             codes, state = self.encoder.encode_step(waves, steps, state, self.num_quantizers)
             codes = codes.transpose(1, 2).cpu().numpy()  # [B, frames, K]
+            split_states(group, state)
             for j, (i, s) in enumerate(zip(rows, group[: len(rows)], strict=True)):
-                s.state = [t[j] for t in state]
                 s.steps += n // self.encoder.hop
                 out[i] = codes[j]
         return out

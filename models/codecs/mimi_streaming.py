@@ -159,9 +159,7 @@ class StreamingTransformer(nn.Module):
         state.append(torch.full((batch, ctx), -1, dtype=torch.long, device=device))  # positions
         return state
 
-    def step(
-        self, x: torch.Tensor, step0: torch.Tensor, states, new: State
-    ) -> torch.Tensor:
+    def step(self, x: torch.Tensor, step0: torch.Tensor, states, new: State) -> torch.Tensor:
         """x [B, m, D] at steps step0 .. step0+m-1 of each stream."""
         b, m, _ = x.shape
         positions = step0[:, None] + torch.arange(m, device=x.device)  # [B, m]
@@ -202,7 +200,6 @@ class StreamingTransformer(nn.Module):
             enable_gqa=hq != hk,
         )
         return attn.o_proj(out.transpose(1, 2).reshape(b, m, hq * d)), keys, values
-
 
 
 def _conv_step(conv: nn.Conv1d, x: torch.Tensor, past: torch.Tensor, new: State) -> torch.Tensor:

@@ -244,7 +244,9 @@ class SnacDetokenizer:
         if bucket is not None:  # pad with copies of row 0 up to the captured batch size
             pad = [0] * (bucket - n)
             frames, offsets, seeds = (np.concatenate([a, a[pad]]) for a in (frames, offsets, seeds))
-        inputs = [torch.from_numpy(a).to(self.device, non_blocking=True) for a in (frames, offsets, seeds)]
+        inputs = [
+            torch.from_numpy(a).to(self.device, non_blocking=True) for a in (frames, offsets, seeds)
+        ]
         if bucket is not None:
             audio = self.graphs.run(("snac", bucket, length), self._decode_codes, inputs)[:n]
         else:
@@ -256,7 +258,9 @@ class SnacDetokenizer:
             for a, w in zip(audio, group, strict=True)
         ]
 
-    def _decode_codes(self, frames: torch.Tensor, offsets: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    def _decode_codes(
+        self, frames: torch.Tensor, offsets: torch.Tensor, seeds: torch.Tensor
+    ) -> torch.Tensor:
         """frames [B, T, 7] → audio [B, T * samples_per_frame]; traceable into a CUDA graph."""
         b = frames.shape[0]
         levels = [frames[:, :, 0], frames[:, :, 1:3], frames[:, :, 3:7]]  # [B,T] [B,T,2] [B,T,4]

@@ -18,9 +18,12 @@ import numpy as np
 import torch
 
 
-class PendingStream(Protocol):
-    pending: list  # frames received and not yet decoded
+class StatefulStream(Protocol):
     state: list[torch.Tensor] | None  # per-layer cache, None before the first call
+
+
+class PendingStream(StatefulStream, Protocol):
+    pending: list  # frames received and not yet decoded
 
 
 # Batch sizes the streaming codecs pad to on CUDA (beyond the last: multiples of it).
@@ -58,11 +61,11 @@ def decode_by_length(
     return out
 
 
-def stack_states(group: Sequence[PendingStream], fresh: list[torch.Tensor]) -> list[torch.Tensor]:
+def stack_states(group: Sequence[StatefulStream], fresh: list[torch.Tensor]) -> list[torch.Tensor]:
     """Per-layer state tensors [B, ...] of the group (a fresh state for new streams)."""
     return [torch.stack(parts) for parts in zip(*[s.state or fresh for s in group], strict=True)]
 
 
-def split_states(group: Sequence[PendingStream], state: list[torch.Tensor]) -> None:
+def split_states(group: Sequence[StatefulStream], state: list[torch.Tensor]) -> None:
     for i, s in enumerate(group):
         s.state = [t[i] for t in state]

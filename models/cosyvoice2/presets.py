@@ -61,8 +61,11 @@ def write_cosyvoice2_checkpoint(folder: Path, sizes: dict, qwen: dict, seed: int
 def ensure_tiny_cosyvoice2(root: Path | None = None) -> Path:
     """The tiny preset's folder, created on first use in a temporary folder renamed into
     place, so concurrent first uses never see half a checkpoint."""
+
     def write(folder: Path) -> None:
-        write_cosyvoice2_checkpoint(folder / "model", configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
+        write_cosyvoice2_checkpoint(
+            folder / "model", configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025
+        )
 
     return materialise(f"tiny-cosyvoice2-{TINY_VERSION}", write, root) / "model"
 
@@ -71,6 +74,7 @@ def ensure_real_config(root: Path | None = None) -> Path:
     """CosyVoice2-0.5B's configuration without its weights (for `--random-weights`): the real
     YAML and Qwen2-0.5B config.json, with the tiny byte tokenizer standing in for Qwen2's (text
     ids mean nothing to random weights)."""
+
     def write(staging: Path) -> None:
         folder = staging / "model"
         (folder / configs.QWEN_FOLDER).mkdir(parents=True)

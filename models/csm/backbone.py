@@ -49,7 +49,9 @@ class CsmBackbone(nn.Module):
 
     def forward(self, rows: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """rows [T, K+1], positions [T] → hidden [T, H] after the final norm."""
-        return run_decoder_stack(self.embed(rows), positions, self.layers, self.rotary, self.norm, attn)
+        return run_decoder_stack(
+            self.embed(rows), positions, self.layers, self.rotary, self.norm, attn
+        )
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, H] → codebook-0 logits [N, vocab] (float32)."""

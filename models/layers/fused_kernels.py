@@ -20,7 +20,9 @@ from models.layers.rope import Rotary
 
 
 class FlashInferLlamaKernels:
-    def __init__(self, rotary: Rotary, max_positions: int, head_dim: int, device: torch.device) -> None:
+    def __init__(
+        self, rotary: Rotary, max_positions: int, head_dim: int, device: torch.device
+    ) -> None:
         # The CUDA JIT kernels, not FlashInfer's CuTe-DSL ones, which need another package.
         os.environ.setdefault("FLASHINFER_USE_CUDA_NORM", "1")
         import flashinfer  # the optional `gpu` extra

@@ -79,18 +79,26 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1)
+        q, k, v = self.qkv_proj(x).split(
+            [self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1
+        )
         q = apply_rotary(q.view(t, self.h, self.d), cos, sin, self.interleaved_rope)
         k = apply_rotary(k.view(t, self.kvh, self.d), cos, sin, self.interleaved_rope)
         out = attn.forward(self.layer, q, k, v.view(t, self.kvh, self.d))
         return self.o_proj(out.reshape(t, self.h * self.d))
 
-    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, kernels, attn) -> torch.Tensor:
+    def forward_fused(
+        self, x: torch.Tensor, positions: torch.Tensor, kernels, attn
+    ) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1)
+        q, k, v = self.qkv_proj(x).split(
+            [self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1
+        )
         kernels.rope_(q, k, positions)
         out = attn.forward(
-            self.layer, q.view(t, self.h, self.d), k.view(t, self.kvh, self.d),
+            self.layer,
+            q.view(t, self.h, self.d),
+            k.view(t, self.kvh, self.d),
             v.view(t, self.kvh, self.d),
         )
         return self.o_proj(out.reshape(t, self.h * self.d))
@@ -136,8 +144,12 @@ class DecoderLayer(nn.Module):
 
 
 def run_decoder_stack(
-    x: torch.Tensor, positions: torch.Tensor, layers: Iterable[DecoderLayer], rotary: Rotary,
-    norm: RMSNorm, attn,
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    layers: Iterable[DecoderLayer],
+    rotary: Rotary,
+    norm: RMSNorm,
+    attn,
 ) -> torch.Tensor:
     """Embedded tokens x [T, H] at `positions` [T] through Llama blocks and the final norm: the
     backbone of every family built from these blocks (Orpheus, CSM, Moshi, voxgate-tiny)."""
@@ -167,8 +179,10 @@ class LlamaForCausalLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rotary = Rotary(args.rope, args.head_dim)
-        self.lm_head = None if args.tie_word_embeddings else nn.Linear(
-            args.hidden_size, args.vocab_size, bias=False
+        self.lm_head = (
+            None
+            if args.tie_word_embeddings
+            else nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         )
         self.kernels = None  # FlashInferLlamaKernels once use_fused_kernels() ran
 
@@ -202,7 +216,9 @@ class LlamaForCausalLM(nn.Module):
         h, _ = self.kernels.add_rmsnorm(h, residual, self.norm.weight, self.norm.eps)
         return h
 
-    def compute_logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def compute_logits(
+        self, hidden: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """hidden [N, H] → float32 logits [N, V], or [N, len(rows)] for just those vocabulary rows."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         if rows is None:
@@ -226,7 +242,11 @@ class LlamaForCausalLM(nn.Module):
     def _split_sizes(self, fused: str) -> list[int]:
         a = self.args
         if fused == "qkv_proj":
-            return [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
+            return [
+                a.num_heads * a.head_dim,
+                a.num_kv_heads * a.head_dim,
+                a.num_kv_heads * a.head_dim,
+            ]
         return [a.intermediate_size, a.intermediate_size]
 
     def load_hf_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -238,7 +258,11 @@ class LlamaForCausalLM(nn.Module):
             module, _, leaf = name.rpartition(".")
             stem, _, kind = module.rpartition(".")
             if kind in ("qkv_proj", "gate_up_proj"):
-                parts = ["q_proj", "k_proj", "v_proj"] if kind == "qkv_proj" else ["gate_proj", "up_proj"]
+                parts = (
+                    ["q_proj", "k_proj", "v_proj"]
+                    if kind == "qkv_proj"
+                    else ["gate_proj", "up_proj"]
+                )
                 expected.update(f"model.{stem}.{p}.{leaf}" for p in parts)
             elif name == "lm_head.weight":
                 expected.add(name)
@@ -257,7 +281,9 @@ class LlamaForCausalLM(nn.Module):
                 seen.add(hf_name)
         missing = sorted(expected - seen)
         if missing:
-            shown = ", ".join(missing[:5]) + (f" … ({len(missing)} in all)" if len(missing) > 5 else "")
+            shown = ", ".join(missing[:5]) + (
+                f" … ({len(missing)} in all)" if len(missing) > 5 else ""
+            )
             raise CheckpointError(f"checkpoint is missing tensors: {shown}")
 
     def _copy_in(self, params: dict[str, nn.Parameter], hf_name: str, tensor: torch.Tensor) -> None:

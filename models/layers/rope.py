@@ -71,7 +71,9 @@ class Rotary(torch.nn.Module):
         self.interleaved = spec.interleaved
         self.register_buffer("inv_freq", inverse_frequencies(spec, head_dim), persistent=False)
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [T, R] for the R rotated dims (R = D unless the spec rotates a fraction)."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]  # [T, R/2]
         if self.interleaved:  # pair i is dims (2i, 2i+1): each frequency twice, side by side

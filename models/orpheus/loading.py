@@ -59,7 +59,9 @@ def load_orpheus(
     if progress:
         from tqdm import tqdm
 
-        weights = tqdm(weights, total=_count_tensors(folder), desc=f"loading {folder.name}", unit="tensor")
+        weights = tqdm(
+            weights, total=_count_tensors(folder), desc=f"loading {folder.name}", unit="tensor"
+        )
     llm.load_hf_weights(weights)
     tokenizer = _load_tokenizer(folder)
     detok = SnacDetokenizer(load_snac(codec, device=device))
@@ -74,7 +76,13 @@ def _build_llm(cfg: dict, device: torch.device, dtype: torch.dtype) -> LlamaForC
 
 
 def random_orpheus(
-    cfg: dict, codec_model, tokenizer, device: torch.device, dtype: torch.dtype, seed: int, name: str
+    cfg: dict,
+    codec_model,
+    tokenizer,
+    device: torch.device,
+    dtype: torch.dtype,
+    seed: int,
+    name: str,
 ) -> OrpheusModel:
     """Real shapes, seeded random weights, nothing read from disk: for benchmarks of the real
     configuration where the weights cannot be downloaded."""

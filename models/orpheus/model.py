@@ -117,11 +117,17 @@ class OrpheusModel(SpeechModel):
         columns = torch.cat([columns, stop_column], dim=1)  # [N, 4097]
         logits = audio.gather(1, columns)
         stop_ok = upload(
-            [ok and n % T.CODES_PER_FRAME == 0 for n, ok in zip(num_generated, allow_stop, strict=True)],
-            torch.bool, device,
+            [
+                ok and n % T.CODES_PER_FRAME == 0
+                for n, ok in zip(num_generated, allow_stop, strict=True)
+            ],
+            torch.bool,
+            device,
         )
         logits[:, -1] = torch.where(stop_ok, logits[:, -1], float("-inf"))
-        token_ids = torch.where(columns < T.CODES_PER_FRAME * T.CODEBOOK_SIZE, columns + T.AUDIO_BASE, T.END_OF_SPEECH)
+        token_ids = torch.where(
+            columns < T.CODES_PER_FRAME * T.CODEBOOK_SIZE, columns + T.AUDIO_BASE, T.END_OF_SPEECH
+        )
         return Candidates(logits, token_ids)
 
     def _audio_rows(self, device: torch.device) -> torch.Tensor:

@@ -49,7 +49,9 @@ def write_orpheus_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
     """The canopylabs/orpheus-3b-0.1-ft file layout: config.json, model.safetensors, tokenizer."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    save_file(random_llama_state(cfg, seed), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        random_llama_state(cfg, seed), str(folder / "model.safetensors"), metadata={"format": "pt"}
+    )
     write_tiny_tokenizer(folder)
 
 

@@ -129,11 +129,12 @@ class VoxgateTinyModel(SpeechModel):
             return token
         assert isinstance(token, tuple)
         k, vocab = self.k, self.lm.text_vocab
-        chars = [row[k] for row in prompt[1:-1]]  # type: ignore[index]
+        last = len(prompt) - 3  # the prompt is <bos>, characters 0..last, <audio>
         before = output[-1][k + 2] if output else 0  # type: ignore[index]
-        at = min(before + token[k], len(chars) - 1)
-        after = 2 * vocab + chars[at + 1] if at + 1 < len(chars) else 3 * vocab
-        return (*token[:k], vocab + chars[at], after, at)
+        at = min(before + token[k], last)
+        char = prompt[1 + at][k]  # type: ignore[index]
+        after = 2 * vocab + prompt[2 + at][k] if at < last else 3 * vocab  # type: ignore[index]
+        return (*token[:k], vocab + char, after, at)
 
     def quantize_for_cpu(self) -> bool:
         """int8 Linear weights for the backbone, its head and the depth stage (models/
