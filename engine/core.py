@@ -320,9 +320,9 @@ class EngineCore:
         # than queue behind it, so the next job takes the most urgent of them (first chunks
         # first) and batches them all; a codec call of flat cost (CosyVoice 2's flow) would
         # otherwise run once per request, and a first chunk wait for every job queued ahead.
-        if not self.detok.has_room:  # the job may have finished while the LLM stepped
+        if self.detok.in_flight:  # the job may have finished while the LLM stepped
             events += self._collect_audio(self.detok.poll())
-        ready = self.scheduler.schedule_detok(self.clock()) if self.detok.has_room else []
+        ready = [] if self.detok.in_flight else self.scheduler.schedule_detok(self.clock())
         if ready:
             self.detok.submit(self.worker.detok_job(ready, self.model.facts.stop_token_ids))
         # Inline jobs are done already; a threaded one is waited for only when the LLM had

@@ -2,7 +2,7 @@
 that the codec decodes step n's chunks while the LLM computes step n+1.
 
 A job snapshots the tokens it covers on the engine thread; only the model's decode runs
-elsewhere. One job is in flight at a time (`has_room`), so a request's stream state is never
+elsewhere. One job is in flight at a time (the engine submits only when `in_flight` is 0), so a request's stream state is never
 touched by two threads at once, its chunks come back in order, and the engine picks each job's
 requests by priority when the codec is free rather than queueing jobs first come first served.
 """
@@ -51,10 +51,6 @@ class InlineDetokenizer:
     def in_flight(self) -> int:
         return 0
 
-    @property
-    def has_room(self) -> bool:
-        return True
-
     def submit(self, job: DetokJob) -> None:
         self._done.append(run_job(self.model, job, self.clock))
 
@@ -82,11 +78,6 @@ class ThreadedDetokenizer:
     @property
     def in_flight(self) -> int:
         return self._pending
-
-    @property
-    def has_room(self) -> bool:
-        """Whether a job may be submitted now: only when none is in flight (engine/core.py)."""
-        return self._pending == 0
 
     def submit(self, job: DetokJob) -> None:
         self._pending += 1

@@ -30,12 +30,8 @@ class HeldDetokenizer:
     def in_flight(self) -> int:
         return int(self.held is not None) + len(self.done)
 
-    @property
-    def has_room(self) -> bool:
-        return self.in_flight == 0
-
     def submit(self, job: DetokJob) -> None:
-        assert self.has_room, "a job was submitted while another was in flight"
+        assert self.in_flight == 0, "a job was submitted while another was in flight"
         self.jobs.append([r.request_id for r in job.requests])
         self.held = job
 
