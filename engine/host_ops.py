@@ -5,7 +5,7 @@ is one launch however many kernels it holds. For tests and benches of host cost
 
     with HostOpCounter() as ops:
         detok.decode(states, final)
-    ops.total, ops.counts.most_common(5), ops.counts["_local_scalar_dense"]  # .item() reads
+    ops.total, ops.counts.most_common(5), ops.device_reads  # .item(), int(t)
 
 `CountedGraphs` wraps the engine's CallableGraphs (or, with none, stands in for it on the CPU)
 so that a replay counts as one op and what it replays is not counted."""
@@ -44,6 +44,12 @@ class HostOpCounter(TorchDispatchMode):
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+    @property
+    def device_reads(self) -> int:
+        """Scalars read back to the host (.item(), int(t), float(t)): each waits for the
+        device. (.tolist() and .numpy() bypass the dispatcher and are not counted.)"""
+        return self.counts["item"] + self.counts["_local_scalar_dense"]
 
 
 class CountedGraphs:
