@@ -26,6 +26,12 @@ HiFT: hift_stream.HiftStreamer (`left`/`right` frames of context, carried sine p
 
 Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by length
 (steady-state windows all have left + chunk + right frames), each group one batched call.
+
+Host cost: a job is one call of `flow_rows` (encoder + solver) and one `vocode_windows` per
+HiFT window length, each with fixed shapes and no host syncs, replayed from CUDA graphs at
+(rows, frames) buckets once `enable_cuda_graphs` ran. Their integer inputs are built on the
+host in one pinned buffer per call and uploaded by one asynchronous copy; nothing is read back
+but the audio, once per job.
 """
 
 from __future__ import annotations
