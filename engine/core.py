@@ -401,9 +401,7 @@ class EngineCore:
                 if request.request_id not in self.scheduler.requests:
                     continue  # cancelled while its chunk was being decoded
                 if len(pcm):
-                    if request.first_audio_time is None:
-                        request.first_audio_time = now
-                    request.audio_emitted_s += len(pcm) / rate
+                    self.scheduler.audio_out(request, now, len(pcm) / rate)
                     events.append(AudioChunk(request.request_id, pcm, rate))
                 if final:
                     request.detok_done = True

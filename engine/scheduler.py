@@ -69,6 +69,11 @@ class Scheduler:
         # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
         self.step_time_s = 0.02
         self.detok_time_s = 0.01
+        # Measured (engine clock): how long after a request's first chunk its second came out,
+        # the gap a first chunk must cover. It takes in what the estimate from step and codec
+        # times leaves out: waiting for a codec job already in flight, the async pipeline's
+        # step of lag, a busy loop. 0 until a request has had two chunks.
+        self.second_chunk_gap_s = 0.0
 
     # --- admission and removal -------------------------------------------------------------------
     def _reservation(self, request: Request) -> int:
@@ -113,7 +118,9 @@ class Scheduler:
         if request.request_id in self._holding_kv:
             self._holding_kv.discard(request.request_id)
             if request.conversation_id is not None and request.status in _KEEPS_KV:
-                known = min(request.num_computed, request.num_prompt_tokens + len(request.output_ids))
+                known = min(
+                    request.num_computed, request.num_prompt_tokens + len(request.output_ids)
+                )
                 self.blocks.keep(
                     request.request_id, request.conversation_id, request.all_ids()[:known]
                 )
@@ -167,7 +174,8 @@ class Scheduler:
         live = [r for r in self.requests.values() if r.wants_tokens]
         if self.config.policy == "slack":
             live = [
-                r for r in live
+                r
+                for r in live
                 if r.ttfa_critical or r.buffered_audio_s(now) <= self.config.max_lead_s
             ]
         live.sort(key=lambda r: self._priority(r, now))
@@ -215,9 +223,24 @@ class Scheduler:
     def first_chunk_cover_s(self) -> float:
         """Audio the first chunk should hold: enough to play while the next chunk is generated
         and decoded, with a margin. The listener starts playing at the first frame (no client
-        buffer), so a first chunk shorter than this is followed by a gap under load."""
-        next_chunk_s = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
-        return self.config.first_audio_margin * next_chunk_s
+        buffer), so a first chunk shorter than this is followed by a gap under load. The
+        estimate from step and codec times is a floor; the measured gap replaces it when
+        longer (on the H200 at 2-8 req/s, Orpheus first chunks sized by the estimate alone
+        were followed by gaps of up to 217 ms after 160 ms of audio: BENCHMARKS.md)."""
+        estimate = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
+        return self.config.first_audio_margin * max(estimate, self.second_chunk_gap_s)
+
+    def audio_out(self, request: Request, now: float, seconds: float) -> None:
+        """Book a chunk of `seconds` of audio leaving for the listener; the second chunk of a
+        request measures the gap its first had to cover."""
+        if request.first_audio_time is None:
+            request.first_audio_time = now
+        elif request.audio_chunks_out == 1:
+            gap = now - request.first_audio_time
+            old = self.second_chunk_gap_s
+            self.second_chunk_gap_s = gap if old == 0.0 else 0.8 * old + 0.2 * gap
+        request.audio_chunks_out += 1
+        request.audio_emitted_s += seconds
 
     def _first_chunk_ready(self, request: Request, now: float) -> bool:
         pending = request.pending_detok_tokens

@@ -35,9 +35,8 @@ def fake_step(sched: Scheduler, now: float) -> None:
     for req in sched.schedule_detok(now):
         seconds = req.pending_detok_tokens * FACTS.seconds_per_token
         req.num_detokenized = len(req.output_ids)
-        if seconds and req.first_audio_time is None:
-            req.first_audio_time = now
-        req.audio_emitted_s += seconds
+        if seconds:
+            sched.audio_out(req, now, seconds)
         if req.finished:
             sched.remove(req.request_id)
 
@@ -199,6 +198,28 @@ def test_first_chunk_covers_the_time_to_the_next_chunk():
     fast.step_time_s, fast.detok_time_s = 0.001, 0.001
     quick = admit(fast, prompt_len=10, arrival=0.0)
     assert round(_run_until_first_audio(fast, quick, 0.0, 0.001) * 82) == FACTS.first_chunk_tokens
+
+
+def test_measured_gap_to_the_second_chunk_lengthens_later_first_chunks():
+    """What the step and codec estimates leave out (a codec job already in flight, the async
+    pipeline's lag) shows in how long second chunks really take: the first chunks of later
+    requests cover that gap, and the estimate stays the floor when the gap is shorter."""
+    sched = make_scheduler("slack", first_audio_budget_s=10.0)
+    sched.step_time_s, sched.detok_time_s = 0.001, 0.001
+    early = admit(sched, prompt_len=10, arrival=0.0)
+    assert round(_run_until_first_audio(sched, early, 0.0, 0.001) * 82) == FACTS.first_chunk_tokens
+    sched.audio_out(early, early.first_audio_time + 0.3, 0.3)  # its second chunk, 0.3 s later
+    sched.audio_out(early, early.first_audio_time + 0.9, 0.3)  # later chunks do not count
+    assert abs(sched.second_chunk_gap_s - 0.3) < 1e-9
+    late = admit(sched, prompt_len=10, arrival=1.0)
+    first_s = _run_until_first_audio(sched, late, 1.0, 0.001)
+    assert first_s >= sched.config.first_audio_margin * 0.3
+    assert first_s < sched.config.first_audio_margin * 0.3 + FACTS.frame_tokens / 82
+
+    sched.second_chunk_gap_s = 0.0001  # shorter than the estimate: the estimate rules
+    sched.step_time_s = 0.01
+    estimate = FACTS.chunk_tokens * 0.01 + 0.001
+    assert sched.first_chunk_cover_s() == sched.config.first_audio_margin * estimate
 
 
 def test_first_audio_budget_caps_the_wait_for_cover():
