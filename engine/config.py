@@ -44,6 +44,10 @@ class EngineConfig:
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0
+    # ... nor is one with this many chunks of tokens still waiting for the codec (backpressure):
+    # more tokens would not reach the listener sooner, and a codec that fell behind would get
+    # jobs of several chunks a request, beyond its captured shapes (slower still).
+    max_undecoded_chunks: int = 2
     # The first chunk holds enough audio to cover generating and decoding the next chunk, times
     # this margin (the listener plays from the first frame on). 3, not 2: on the H200 the
     # listener saw second chunks up to 1.6x the engine's median gap (delivery jitter the engine
@@ -72,7 +76,9 @@ class EngineConfig:
         if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:
             raise ConfigError("max_num_seqs, max_batch_tokens and max_detok_batch must be >= 1")
         if not 0.05 <= self.kv_memory_fraction <= 0.98:
-            raise ConfigError(f"kv_memory_fraction must be in [0.05, 0.98], got {self.kv_memory_fraction}")
+            raise ConfigError(
+                f"kv_memory_fraction must be in [0.05, 0.98], got {self.kv_memory_fraction}"
+            )
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attention not in (None, "sdpa", "flashinfer"):
@@ -80,8 +86,12 @@ class EngineConfig:
         if self.first_audio_margin < 0 or self.first_audio_budget_s < 0:
             raise ConfigError("first_audio_margin and first_audio_budget_s must be >= 0")
         if self.duplex_max_input_frames < 1 or self.duplex_max_catch_up_frames < 0:
-            raise ConfigError("duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0")
+            raise ConfigError(
+                "duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0"
+            )
         if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
             raise ConfigError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
         if self.max_lead_s <= 0:
             raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")
+        if self.max_undecoded_chunks < 1:
+            raise ConfigError(f"max_undecoded_chunks must be >= 1, got {self.max_undecoded_chunks}")

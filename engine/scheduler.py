@@ -9,7 +9,9 @@ to the detokenizer. Policies:
   arrival first; then the rest in ascending slack, where slack = audio buffered at the
   listener − time until this request's next chunk can be ready. A request with ample slack
   can be left out of a full batch without an audible gap, which is what frees room for new
-  arrivals. Requests more than `max_lead_s` ahead of their listener are not decoded at all.
+  arrivals. Requests more than `max_lead_s` ahead of their listener are not decoded at all,
+  nor are those with `max_undecoded_chunks` chunks of tokens waiting for the codec
+  (backpressure from a codec that falls behind).
 
 KV pages are reserved for a request's whole length (prompt + max_tokens) at admission, so a
 running request never has to be preempted: preempting a stream would be an audible gap.
@@ -173,10 +175,15 @@ class Scheduler:
     def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
         live = [r for r in self.requests.values() if r.wants_tokens]
         if self.config.policy == "slack":
+            undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
             live = [
                 r
                 for r in live
-                if r.ttfa_critical or r.buffered_audio_s(now) <= self.config.max_lead_s
+                if r.ttfa_critical
+                or (
+                    r.buffered_audio_s(now) <= self.config.max_lead_s
+                    and r.pending_detok_tokens < undecoded
+                )
             ]
         live.sort(key=lambda r: self._priority(r, now))
         chosen = live[: self.config.max_num_seqs]

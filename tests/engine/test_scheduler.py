@@ -152,6 +152,27 @@ def test_requests_far_ahead_of_their_listener_are_not_decoded():
     assert ahead.status == RequestStatus.RUNNING
 
 
+def test_requests_whose_codec_fell_behind_wait_for_it():
+    """Backpressure: a request with max_undecoded_chunks chunks of tokens not yet handed to the
+    codec sits out until the codec takes them; one with less keeps decoding."""
+    now = 30.0
+    sched = make_scheduler("slack", max_undecoded_chunks=2)
+    backlog = make_steady(sched, arrival=1.0, buffered_s=0.5, now=now)
+    backlog.output_ids += [7] * (2 * FACTS.chunk_tokens)  # two chunks waiting for the codec
+    backlog.num_computed += 2 * FACTS.chunk_tokens
+    sched.blocks.ensure(backlog.request_id, backlog.num_tokens)
+    fine = make_steady(sched, arrival=2.0, buffered_s=1.0, now=now)
+    fine.output_ids += [7] * (2 * FACTS.chunk_tokens - 1)
+    fine.num_computed += 2 * FACTS.chunk_tokens - 1
+    sched.blocks.ensure(fine.request_id, fine.num_tokens)
+    assert [c.request for c in sched.schedule(now).chunks] == [fine]
+    assert [r.request_id for r in sched.schedule_detok(now)] == [backlog.request_id, fine.request_id]
+    backlog.num_detokenized = len(backlog.output_ids)  # the codec took them
+    assert {c.request.request_id for c in sched.schedule(now).chunks} == {
+        backlog.request_id, fine.request_id
+    }
+
+
 def test_playback_reports_replace_the_wall_clock_estimate():
     req = Request([1, 2], SamplingParams(), arrival_time=0.0)
     req.first_audio_time = 1.0
