@@ -72,6 +72,9 @@ class Scheduler:
         # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
         self.step_time_s = 0.02
         self.detok_time_s = 0.01
+        # The same cadence, but only since the engine was last idle (None: no step since), so
+        # that real-time admission never judges a new burst by the last one's load.
+        self.busy_step_s: float | None = None
 
     # --- admission and removal -------------------------------------------------------------------
     def _reservation(self, request: Request) -> int:
@@ -103,17 +106,19 @@ class Scheduler:
         """With `realtime_admission`: whether the engine keeps up with one more stream. Every
         generating request gets a token a step, so once the step cadence (measured, codec
         included) is within 10 % of a token's playback time, one more stream would push every
-        stream behind real time; the newcomer is refused instead (the client may retry)."""
+        stream behind real time; the newcomer is refused instead (the client may retry). The
+        cadence is the one measured since the engine was last idle (`busy_step_s`)."""
         if not self.config.realtime_admission:
             return Admission(True)
         generating = sum(1 for r in self.requests.values() if r.wants_tokens)
         limit = REALTIME_ADMISSION_LOAD * self.facts.seconds_per_token
-        if generating == 0 or self.step_time_s <= limit:
+        cadence = self.busy_step_s
+        if generating == 0 or cadence is None or cadence <= limit:
             return Admission(True)
         return Admission(
             False,
-            f"no real-time capacity: {generating} streams already take a step every "
-            f"{1000 * self.step_time_s:.0f} ms for {1000 * self.facts.seconds_per_token:.0f} ms "
+            f"no real-time capacity: {generating} stream(s) already take a step every "
+            f"{1000 * cadence:.0f} ms for {1000 * self.facts.seconds_per_token:.0f} ms "
             "of audio each; try again shortly",
         )
 
@@ -127,6 +132,8 @@ class Scheduler:
         request = self.requests.pop(request_id, None)
         if request is not None:
             self._release_kv(request)
+        if not self.requests:
+            self.busy_step_s = None
         return request
 
     def _release_kv(self, request: Request) -> None:
