@@ -72,8 +72,9 @@ class Scheduler:
         # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
         self.step_time_s = 0.02
         self.detok_time_s = 0.01
-        # The same cadence, but only since the engine was last idle (None: no step since), so
-        # that real-time admission never judges a new burst by the last one's load.
+        # The cadence of decode-only steps since the engine was last idle (None: none since),
+        # so that real-time admission never judges a new burst by the last one's load, nor
+        # the streams' steady cadence by a newcomer's one-off prefill.
         self.busy_step_s: float | None = None
 
     # --- admission and removal -------------------------------------------------------------------
