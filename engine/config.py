@@ -25,8 +25,12 @@ class EngineConfig:
     # CUDA graphs for decode steps (flashinfer on cuda only); False forces eager mode.
     cuda_graphs: bool = True
     # On the CPU, int8 Linear weights for models that offer it (SpeechModel.quantize_for_cpu,
-    # models/cpu_int8.py): about twice the streams, at int8's precision.
-    cpu_int8: bool = False
+    # models/cpu_int8.py): about twice the streams, at int8's precision. None: on for
+    # voxgate-tiny on the CPU, off otherwise (engine/factory.py, serving_defaults).
+    cpu_int8: bool | None = None
+    # torch's intra-op threads for the engine on the CPU. None: torch's default (every core),
+    # except voxgate-tiny: half the cores, the rest left to the gateway (serving_defaults).
+    cpu_threads: int | None = None
     # With FlashInfer attention, also its fused RMSNorm/RoPE/SiLU kernels in the backbone.
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
@@ -40,7 +44,14 @@ class EngineConfig:
     # Run the engine loop in a process of its own (see engine/process_engine.py) instead of a
     # thread of the caller's: no GIL shared with the gateway. Measured on the H200: goodput
     # 0 -> 1 req/s from this alone (BENCHMARKS.md), hence the GPU default.
-    engine_process: bool | None = None  # None: a process on CUDA, a thread on the CPU
+    # None: a process on CUDA (not for turn-based speech-to-speech models) and for
+    # voxgate-tiny on the CPU; a thread otherwise (engine/factory.py, serving_defaults).
+    engine_process: bool | None = None
+    # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) while the
+    # engine's steps already come within 10 % of the audio each step adds to every stream, so
+    # that one stream too many is turned away instead of making every stream fall behind
+    # (engine/scheduler.py). None: on for voxgate-tiny on the CPU, off otherwise.
+    realtime_admission: bool | None = None
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0
@@ -91,6 +102,8 @@ class EngineConfig:
             )
         if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
             raise ConfigError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ConfigError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if self.max_lead_s <= 0:
             raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")
         if self.max_undecoded_chunks < 1:

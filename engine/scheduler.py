@@ -26,6 +26,9 @@ from engine.config import EngineConfig
 from engine.outputs import ScheduledChunk, SchedulerOutput
 from engine.request import Request, RequestStatus
 
+# Real-time admission refuses a stream once a step takes this share of a token's playback time.
+REALTIME_ADMISSION_LOAD = 0.9
+
 # How a request of a conversation may end and still leave its KV for the next turn.
 _KEEPS_KV = (
     RequestStatus.FINISHED_STOPPED,
@@ -76,6 +79,10 @@ class Scheduler:
         # times leaves out: waiting for a codec job already in flight, the async pipeline's
         # step of lag, a busy loop. 0 until a request has had two chunks.
         self.second_chunk_gap_s = 0.0
+        # The cadence of decode-only steps since the engine was last idle (None: none since),
+        # so that real-time admission never judges a new burst by the last one's load, nor
+        # the streams' steady cadence by a newcomer's one-off prefill.
+        self.busy_step_s: float | None = None
 
     # --- admission and removal -------------------------------------------------------------------
     def _reservation(self, request: Request) -> int:
@@ -85,9 +92,11 @@ class Scheduler:
         """Reserve the request's whole length. Idle conversations' kept KV never stands in
         the way: it is evicted (least recently kept first) to make room. A request of a
         conversation starts with the KV of its prompt's common prefix with the kept one."""
-        decision = self.blocks.can_admit(
-            request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
-        )
+        decision = self.real_time_room()
+        if decision.ok:
+            decision = self.blocks.can_admit(
+                request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
+            )
         if decision.ok:
             if request.conversation_id is not None:
                 request.num_reused = self.blocks.claim(
@@ -101,6 +110,26 @@ class Scheduler:
             self.requests[request.request_id] = request
         return decision
 
+    def real_time_room(self) -> Admission:
+        """With `realtime_admission`: whether the engine keeps up with one more stream. Every
+        generating request gets a token a step, so once the step cadence (measured, codec
+        included) is within 10 % of a token's playback time, one more stream would push every
+        stream behind real time; the newcomer is refused instead (the client may retry). The
+        cadence is the one measured since the engine was last idle (`busy_step_s`)."""
+        if not self.config.realtime_admission:
+            return Admission(True)
+        generating = sum(1 for r in self.requests.values() if r.wants_tokens)
+        limit = REALTIME_ADMISSION_LOAD * self.facts.seconds_per_token
+        cadence = self.busy_step_s
+        if generating == 0 or cadence is None or cadence <= limit:
+            return Admission(True)
+        return Admission(
+            False,
+            f"no real-time capacity: {generating} stream(s) already take a step every "
+            f"{1000 * cadence:.0f} ms for {1000 * self.facts.seconds_per_token:.0f} ms "
+            "of audio each; try again shortly",
+        )
+
     def finish_generation(self, request: Request, status: RequestStatus) -> None:
         """The LLM is done with `request`: its KV pages go back to the pool at once. It stays
         live until the detokenizer has flushed its last audio."""
@@ -111,6 +140,8 @@ class Scheduler:
         request = self.requests.pop(request_id, None)
         if request is not None:
             self._release_kv(request)
+        if not self.requests:
+            self.busy_step_s = None
         return request
 
     def _release_kv(self, request: Request) -> None:

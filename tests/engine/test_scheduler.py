@@ -284,3 +284,35 @@ def test_first_chunk_audio_discounts_the_codecs_read_ahead():
         assert not sched._first_chunk_ready(req, now=0.0)
         req.output_ids.append(7)
         assert sched._first_chunk_ready(req, now=0.0)
+
+
+def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
+    """Every generating request gets a token a step: once a step takes 90 % of a token's
+    playback time, a newcomer is refused (and reserves nothing); finished streams make room,
+    and an engine gone idle forgets the cadence of its last burst."""
+    sched = make_scheduler("slack", realtime_admission=True)
+    token_s = FACTS.seconds_per_token
+    sched.busy_step_s = 2 * token_s  # overloaded, but nothing is running: admit
+    first = admit(sched, prompt_len=20, arrival=0.0, max_tokens=30)
+    sched.busy_step_s = 0.85 * token_s  # within the limit
+    second = admit(sched, prompt_len=20, arrival=0.1, max_tokens=30)
+    sched.busy_step_s = 0.95 * token_s
+    reserved = sched.reserved_blocks
+    late = Request(list(range(20)), SamplingParams(max_tokens=30), 0.2)
+    decision = sched.admit(late)
+    assert not decision.ok and "real-time capacity" in decision.reason
+    assert "2 stream(s)" in decision.reason
+    assert sched.reserved_blocks == reserved and late.request_id not in sched.requests
+    for request in (first, second):
+        sched.finish_generation(request, RequestStatus.FINISHED_LENGTH)
+    assert sched.admit(late).ok  # nothing generates any more
+    for request in (first, second, late):
+        sched.remove(request.request_id)
+    assert sched.busy_step_s is None  # idle: the next burst is judged by its own steps
+    admit(sched, prompt_len=20, arrival=1.0)
+    admit(sched, prompt_len=20, arrival=1.1)
+    # Off (every model's default but voxgate-tiny's on the CPU): only the KV pool decides.
+    off = make_scheduler("slack")
+    admit(off, prompt_len=20, arrival=0.0)
+    off.busy_step_s = 10 * token_s
+    admit(off, prompt_len=20, arrival=0.1)
