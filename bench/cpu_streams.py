@@ -6,7 +6,8 @@ each is generated against real time, and where a step's time goes.
 Each request speaks the same text (a workload item's, default the 179-character tts-1311) for
 exactly `--rows` engine steps. Per-stream real-time factor = audio seconds / wall seconds /
 streams; ≥ 1 means every stream keeps up. The engine runs in this process on `--threads` torch
-threads, without the gateway (the served figures come from `voxgate bench --device cpu`).
+threads (default 1, what `voxgate serve` gives voxgate-tiny on 2 cores), without the gateway
+(the served figures come from `voxgate bench --device cpu`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def main() -> None:
     p.add_argument("--streams", type=int, default=4)
     p.add_argument("--rows", type=int, default=150, help="engine steps (tokens) per request")
     p.add_argument("--workload-id", default="tts-1311")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads (voxgate serve: half the cores)"
+    )
     p.add_argument("--cpu-int8", action="store_true")
     args = p.parse_args()
 

@@ -25,8 +25,12 @@ class EngineConfig:
     # CUDA graphs for decode steps (flashinfer on cuda only); False forces eager mode.
     cuda_graphs: bool = True
     # On the CPU, int8 Linear weights for models that offer it (SpeechModel.quantize_for_cpu,
-    # models/cpu_int8.py): about twice the streams, at int8's precision.
-    cpu_int8: bool = False
+    # models/cpu_int8.py): about twice the streams, at int8's precision. None: on for
+    # voxgate-tiny on the CPU, off otherwise (engine/factory.py, serving_defaults).
+    cpu_int8: bool | None = None
+    # torch's intra-op threads for the engine on the CPU. None: torch's default (every core),
+    # except voxgate-tiny: half the cores, the rest left to the gateway (serving_defaults).
+    cpu_threads: int | None = None
     # With FlashInfer attention, also its fused RMSNorm/RoPE/SiLU kernels in the backbone.
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
@@ -40,13 +44,27 @@ class EngineConfig:
     # Run the engine loop in a process of its own (see engine/process_engine.py) instead of a
     # thread of the caller's: no GIL shared with the gateway. Measured on the H200: goodput
     # 0 -> 1 req/s from this alone (BENCHMARKS.md), hence the GPU default.
-    engine_process: bool | None = None  # None: a process on CUDA, a thread on the CPU
+    # None: a process on CUDA (not for turn-based speech-to-speech models) and for
+    # voxgate-tiny on the CPU; a thread otherwise (engine/factory.py, serving_defaults).
+    engine_process: bool | None = None
+    # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) while the
+    # engine's steps already come within 10 % of the audio each step adds to every stream, so
+    # that one stream too many is turned away instead of making every stream fall behind
+    # (engine/scheduler.py). None: on for voxgate-tiny on the CPU, off otherwise.
+    realtime_admission: bool | None = None
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0
+    # ... nor is one with this many chunks of tokens still waiting for the codec (backpressure):
+    # more tokens would not reach the listener sooner, and a codec that fell behind would get
+    # jobs of several chunks a request, beyond its captured shapes (slower still).
+    max_undecoded_chunks: int = 2
     # The first chunk holds enough audio to cover generating and decoding the next chunk, times
-    # this margin (the listener plays from the first frame on) ...
-    first_audio_margin: float = 2.0
+    # this margin (the listener plays from the first frame on). 3, not 2: on the H200 the
+    # listener saw second chunks up to 1.6x the engine's median gap (delivery jitter the engine
+    # cannot see), and a bigger first chunk is cheap, since streams generate ~3x faster than
+    # real time (Orpheus: one more 85 ms SNAC frame is 7 tokens, ~25 ms) ...
+    first_audio_margin: float = 3.0
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
     first_audio_budget_s: float = 0.35
@@ -69,7 +87,9 @@ class EngineConfig:
         if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:
             raise ConfigError("max_num_seqs, max_batch_tokens and max_detok_batch must be >= 1")
         if not 0.05 <= self.kv_memory_fraction <= 0.98:
-            raise ConfigError(f"kv_memory_fraction must be in [0.05, 0.98], got {self.kv_memory_fraction}")
+            raise ConfigError(
+                f"kv_memory_fraction must be in [0.05, 0.98], got {self.kv_memory_fraction}"
+            )
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attention not in (None, "sdpa", "flashinfer"):
@@ -77,8 +97,14 @@ class EngineConfig:
         if self.first_audio_margin < 0 or self.first_audio_budget_s < 0:
             raise ConfigError("first_audio_margin and first_audio_budget_s must be >= 0")
         if self.duplex_max_input_frames < 1 or self.duplex_max_catch_up_frames < 0:
-            raise ConfigError("duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0")
+            raise ConfigError(
+                "duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0"
+            )
         if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
             raise ConfigError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ConfigError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if self.max_lead_s <= 0:
             raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")
+        if self.max_undecoded_chunks < 1:
+            raise ConfigError(f"max_undecoded_chunks must be >= 1, got {self.max_undecoded_chunks}")

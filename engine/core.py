@@ -315,7 +315,12 @@ class EngineCore:
             timing.llm_s += self.clock() - t2
             events += self._apply_tokens(launched, tokens)
         if plan.chunks:
-            self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, self._token_interval(t0, timing.llm_s))
+            interval = self._token_interval(t0, timing.llm_s)
+            self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, interval)
+            # Real-time admission's cadence: decode steps only, a prompt's prefill is a one-off.
+            if plan.num_tokens == len(plan.chunks):
+                busy = self.scheduler.busy_step_s
+                self.scheduler.busy_step_s = interval if busy is None else _ema(busy, interval)
         # One detokenizer job at a time: chunks that became ready meanwhile wait here rather
         # than queue behind it, so the next job takes the most urgent of them (first chunks
         # first) and batches them all; a codec call of flat cost (CosyVoice 2's flow) would
@@ -401,9 +406,7 @@ class EngineCore:
                 if request.request_id not in self.scheduler.requests:
                     continue  # cancelled while its chunk was being decoded
                 if len(pcm):
-                    if request.first_audio_time is None:
-                        request.first_audio_time = now
-                    request.audio_emitted_s += len(pcm) / rate
+                    self.scheduler.audio_out(request, now, len(pcm) / rate)
                     events.append(AudioChunk(request.request_id, pcm, rate))
                 if final:
                     request.detok_done = True

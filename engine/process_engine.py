@@ -53,12 +53,13 @@ def _error_kind(exc: Exception) -> str:
 
 
 def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
-    from engine.factory import build_core, resolve_device, resolve_dtype
+    from engine.factory import apply_cpu_threads, build_core, resolve_device, resolve_dtype
     from models.registry import load_model
 
     try:
         device = resolve_device(spec.config)
         dtype = resolve_dtype(spec.config, device)
+        apply_cpu_threads(spec.config, device)
         model = load_model(spec.model, spec.codec, device, dtype, False, spec.random_weights,
                            spec.voices_dir, spec.config.first_hop_tokens)
         core = build_core(model, spec.config, device)

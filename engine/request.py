@@ -93,6 +93,7 @@ class Request:
     # Audio side, in seconds of audio.
     audio_emitted_s: float = 0.0
     first_audio_time: float | None = None
+    audio_chunks_out: int = 0
     played_s: float | None = None  # from the client's `playback` report, when it sends one
     played_report_time: float | None = None
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).

@@ -9,7 +9,9 @@ to the detokenizer. Policies:
   arrival first; then the rest in ascending slack, where slack = audio buffered at the
   listener − time until this request's next chunk can be ready. A request with ample slack
   can be left out of a full batch without an audible gap, which is what frees room for new
-  arrivals. Requests more than `max_lead_s` ahead of their listener are not decoded at all.
+  arrivals. Requests more than `max_lead_s` ahead of their listener are not decoded at all,
+  nor are those with `max_undecoded_chunks` chunks of tokens waiting for the codec
+  (backpressure from a codec that falls behind).
 
 KV pages are reserved for a request's whole length (prompt + max_tokens) at admission, so a
 running request never has to be preempted: preempting a stream would be an audible gap.
@@ -23,6 +25,9 @@ from engine.block_manager import Admission, BlockManager
 from engine.config import EngineConfig
 from engine.outputs import ScheduledChunk, SchedulerOutput
 from engine.request import Request, RequestStatus
+
+# Real-time admission refuses a stream once a step takes this share of a token's playback time.
+REALTIME_ADMISSION_LOAD = 0.9
 
 # How a request of a conversation may end and still leave its KV for the next turn.
 _KEEPS_KV = (
@@ -69,6 +74,15 @@ class Scheduler:
         # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
         self.step_time_s = 0.02
         self.detok_time_s = 0.01
+        # Measured (engine clock): how long after a request's first chunk its second came out,
+        # the gap a first chunk must cover. It takes in what the estimate from step and codec
+        # times leaves out: waiting for a codec job already in flight, the async pipeline's
+        # step of lag, a busy loop. 0 until a request has had two chunks.
+        self.second_chunk_gap_s = 0.0
+        # The cadence of decode-only steps since the engine was last idle (None: none since),
+        # so that real-time admission never judges a new burst by the last one's load, nor
+        # the streams' steady cadence by a newcomer's one-off prefill.
+        self.busy_step_s: float | None = None
 
     # --- admission and removal -------------------------------------------------------------------
     def _reservation(self, request: Request) -> int:
@@ -78,9 +92,11 @@ class Scheduler:
         """Reserve the request's whole length. Idle conversations' kept KV never stands in
         the way: it is evicted (least recently kept first) to make room. A request of a
         conversation starts with the KV of its prompt's common prefix with the kept one."""
-        decision = self.blocks.can_admit(
-            request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
-        )
+        decision = self.real_time_room()
+        if decision.ok:
+            decision = self.blocks.can_admit(
+                request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
+            )
         if decision.ok:
             if request.conversation_id is not None:
                 request.num_reused = self.blocks.claim(
@@ -94,6 +110,26 @@ class Scheduler:
             self.requests[request.request_id] = request
         return decision
 
+    def real_time_room(self) -> Admission:
+        """With `realtime_admission`: whether the engine keeps up with one more stream. Every
+        generating request gets a token a step, so once the step cadence (measured, codec
+        included) is within 10 % of a token's playback time, one more stream would push every
+        stream behind real time; the newcomer is refused instead (the client may retry). The
+        cadence is the one measured since the engine was last idle (`busy_step_s`)."""
+        if not self.config.realtime_admission:
+            return Admission(True)
+        generating = sum(1 for r in self.requests.values() if r.wants_tokens)
+        limit = REALTIME_ADMISSION_LOAD * self.facts.seconds_per_token
+        cadence = self.busy_step_s
+        if generating == 0 or cadence is None or cadence <= limit:
+            return Admission(True)
+        return Admission(
+            False,
+            f"no real-time capacity: {generating} stream(s) already take a step every "
+            f"{1000 * cadence:.0f} ms for {1000 * self.facts.seconds_per_token:.0f} ms "
+            "of audio each; try again shortly",
+        )
+
     def finish_generation(self, request: Request, status: RequestStatus) -> None:
         """The LLM is done with `request`: its KV pages go back to the pool at once. It stays
         live until the detokenizer has flushed its last audio."""
@@ -104,6 +140,8 @@ class Scheduler:
         request = self.requests.pop(request_id, None)
         if request is not None:
             self._release_kv(request)
+        if not self.requests:
+            self.busy_step_s = None
         return request
 
     def _release_kv(self, request: Request) -> None:
@@ -113,7 +151,9 @@ class Scheduler:
         if request.request_id in self._holding_kv:
             self._holding_kv.discard(request.request_id)
             if request.conversation_id is not None and request.status in _KEEPS_KV:
-                known = min(request.num_computed, request.num_prompt_tokens + len(request.output_ids))
+                known = min(
+                    request.num_computed, request.num_prompt_tokens + len(request.output_ids)
+                )
                 self.blocks.keep(
                     request.request_id, request.conversation_id, request.all_ids()[:known]
                 )
@@ -166,9 +206,15 @@ class Scheduler:
     def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
         live = [r for r in self.requests.values() if r.wants_tokens]
         if self.config.policy == "slack":
+            undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
             live = [
-                r for r in live
-                if r.ttfa_critical or r.buffered_audio_s(now) <= self.config.max_lead_s
+                r
+                for r in live
+                if r.ttfa_critical
+                or (
+                    r.buffered_audio_s(now) <= self.config.max_lead_s
+                    and r.pending_detok_tokens < undecoded
+                )
             ]
         live.sort(key=lambda r: self._priority(r, now))
         chosen = live[: self.config.max_num_seqs]
@@ -215,9 +261,24 @@ class Scheduler:
     def first_chunk_cover_s(self) -> float:
         """Audio the first chunk should hold: enough to play while the next chunk is generated
         and decoded, with a margin. The listener starts playing at the first frame (no client
-        buffer), so a first chunk shorter than this is followed by a gap under load."""
-        next_chunk_s = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
-        return self.config.first_audio_margin * next_chunk_s
+        buffer), so a first chunk shorter than this is followed by a gap under load. The
+        estimate from step and codec times is a floor; the measured gap replaces it when
+        longer (on the H200 at 2-8 req/s, Orpheus first chunks sized by the estimate alone
+        were followed by gaps of up to 217 ms after 160 ms of audio: BENCHMARKS.md)."""
+        estimate = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
+        return self.config.first_audio_margin * max(estimate, self.second_chunk_gap_s)
+
+    def audio_out(self, request: Request, now: float, seconds: float) -> None:
+        """Book a chunk of `seconds` of audio leaving for the listener; the second chunk of a
+        request measures the gap its first had to cover."""
+        if request.first_audio_time is None:
+            request.first_audio_time = now
+        elif request.audio_chunks_out == 1:
+            gap = now - request.first_audio_time
+            old = self.second_chunk_gap_s
+            self.second_chunk_gap_s = gap if old == 0.0 else 0.8 * old + 0.2 * gap
+        request.audio_chunks_out += 1
+        request.audio_emitted_s += seconds
 
     def _first_chunk_ready(self, request: Request, now: float) -> bool:
         pending = request.pending_detok_tokens

@@ -82,9 +82,26 @@ def add_serve_parser(subparsers) -> None:
     )
     g.add_argument(
         "--cpu-int8",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="int8 weights on the CPU, for models that offer it (voxgate-tiny: about twice the "
-        "streams; docs/models.md)",
+        "streams; docs/models.md). Default: on for voxgate-tiny on the CPU, off otherwise",
+    )
+    g.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads of the engine on the CPU (default: half the cores for voxgate-tiny, "
+        "leaving the rest to the gateway; torch's default, every core, for other models)",
+    )
+    g.add_argument(
+        "--realtime-admission",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="refuse a new stream (error `overloaded`) while the engine's steps already take 90 "
+        "%% of the audio they make, rather than let every stream fall behind (default: on for "
+        "voxgate-tiny on the CPU, off otherwise; docs/engine.md)",
     )
     g.add_argument(
         "--async-scheduling",
@@ -98,7 +115,9 @@ def add_serve_parser(subparsers) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run the engine loop in its own process, no GIL shared with the gateway "
-        "(default: on with CUDA, except for turn-based speech-to-speech models, whose gateway needs the model; off on the CPU; --no-engine-process forces the thread)",
+        "(default: on with CUDA, except for turn-based speech-to-speech models, whose gateway "
+        "needs the model; on the CPU for voxgate-tiny only; --no-engine-process forces the "
+        "thread)",
     )
     g.add_argument(
         "--gil-switch-ms",
@@ -212,6 +231,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         attention=args.attention,
         cuda_graphs=not args.eager,
         cpu_int8=args.cpu_int8,
+        cpu_threads=args.cpu_threads,
+        realtime_admission=args.realtime_admission,
         async_scheduling=args.async_scheduling,
         engine_process=args.engine_process,
         first_hop_tokens=args.first_hop_tokens,

@@ -26,8 +26,10 @@ def add_synth_parser(subparsers) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if present)")
     p.add_argument(
         "--cpu-int8",
-        action="store_true",
-        help="int8 weights on the CPU (voxgate-tiny: about twice as fast; see docs/models.md)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="int8 weights on the CPU (voxgate-tiny: about twice as fast, its default on the "
+        "CPU; see docs/models.md)",
     )
     p.add_argument(
         "--random-weights", action="store_true", help="real config, random weights (presets)"

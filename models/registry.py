@@ -58,6 +58,21 @@ PRESETS = {
 }
 
 
+def is_voxgate_tiny(model: str) -> bool:
+    """Whether `model` names voxgate-tiny (its preset or a local checkpoint folder of it),
+    without loading it: the engine's CPU defaults (engine/factory.py) are chosen for it."""
+    if model == "voxgate-tiny":
+        return True
+    if model in PRESETS or not Path(model).expanduser().is_dir():
+        return False
+    from models.voxgate_tiny.loading import is_voxgate_tiny_config
+
+    try:
+        return is_voxgate_tiny_config(read_config(Path(model).expanduser()))
+    except CheckpointError:
+        return False
+
+
 def load_model(
     model: str = DEFAULT_MODEL,
     codec: str | None = None,

@@ -110,7 +110,8 @@ def _build(args: argparse.Namespace):
     from engine.config import EngineConfig
     from engine.factory import build_engine
 
-    config = EngineConfig(policy=args.policy, device=args.device)
+    # Throughput, not real time: real-time admission would cap the burst at what plays live.
+    config = EngineConfig(policy=args.policy, device=args.device, realtime_admission=False)
     return build_engine(args.model, None, config, random_weights=args.random_weights)
 
 

@@ -23,6 +23,7 @@ from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStrea
 from models.cosyvoice2.config import CosyVoice2Config
 from models.cosyvoice2.llm import SpeechLM
 from models.cosyvoice2.voices import Voice, VoiceBank
+from models.device_util import upload
 
 MAX_TEXT_CHARS = 4000
 
@@ -132,10 +133,11 @@ class CosyVoice2Model(SpeechModel):
     ) -> Candidates:
         logits = self.llm.speech_logits(hidden)  # [N, S + 3]
         n, k = logits.shape
-        blocked = [i for i, ok in enumerate(allow_stop) if not ok]
-        if blocked:
-            rows = torch.tensor(blocked, device=logits.device)
-            logits[rows, self.ids.speech_token_size :] = float("-inf")
+        if not all(allow_stop):
+            # A mask and masked_fill_, not `logits[rows, S:] = -inf`: indexing with a host list
+            # and assigning a Python scalar upload from pageable memory and wait for the GPU.
+            blocked = upload([not ok for ok in allow_stop], torch.bool, logits.device)
+            logits[:, self.ids.speech_token_size :].masked_fill_(blocked[:, None], float("-inf"))
         ids = torch.arange(self.ids.speech_base, self.ids.speech_base + k, device=logits.device)
         return Candidates(logits, ids.expand(n, k))
 

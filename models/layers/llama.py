@@ -60,6 +60,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and x.device.type == "cpu":
+            # One call instead of six, bit-identical in float32 on the CPU (checked against the
+            # lines below in tests/models/test_llama_layers.py): a CPU step of a small model
+            # pays ~10 µs of dispatch per op, and its depth stage runs two norms a codebook.
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # Normalise in float32 as the reference does, then cast back.
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)

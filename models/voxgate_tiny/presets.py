@@ -12,7 +12,7 @@ from models.voxgate_tiny.checkpoint import write_random_checkpoint
 from models.voxgate_tiny.config import tiny_config_dict
 from models.voxgate_tiny.text import CharTokenizer
 
-RANDOM_VERSION = "v2"  # bump when the default config or the random recipe changes
+RANDOM_VERSION = "v3"  # bump when the default config or the random recipe changes
 
 
 def ensure_random_voxgate_tiny(root: Path | None = None) -> Path:

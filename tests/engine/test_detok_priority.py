@@ -58,8 +58,11 @@ def greedy(n: int) -> SamplingParams:
 
 def test_chunks_ready_during_a_job_wait_and_go_together_first_chunks_first(model):
     ticks = itertools.count()
-    clock = lambda: next(ticks) * 1e-3  # noqa: E731 - steps of 1 ms: the first chunk is covered
-    core = EngineCore(model, EngineConfig(num_kv_blocks=64), torch.device("cpu"), "sdpa", clock)
+    clock = lambda: next(ticks) * 1e-3  # noqa: E731 - a fake clock, 1 ms a reading
+    # No cover margin: the first chunk goes out at first_chunk_tokens (the cover rule has its
+    # own tests in test_scheduler.py).
+    config = EngineConfig(num_kv_blocks=64, first_audio_margin=0.0)
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa", clock)
     held = HeldDetokenizer(model, clock)
     core.detok = held
     audio: dict[str, int] = {}

@@ -55,14 +55,52 @@ async def test_process_engine_matches_the_thread_engine():
     assert not engine.ready
 
 
-def test_engine_process_is_the_default_on_cuda_only():
+def test_engine_process_is_the_default_on_cuda_and_for_voxgate_tiny_on_the_cpu(tmp_path):
     from engine.factory import uses_engine_process
 
     assert not uses_engine_process(EngineConfig(device="cpu"))
+    assert not uses_engine_process(EngineConfig(device="cpu"), "tiny-orpheus")
+    assert uses_engine_process(EngineConfig(device="cpu"), "voxgate-tiny")
+    assert not uses_engine_process(EngineConfig(device="cpu", engine_process=False), "voxgate-tiny")
     assert uses_engine_process(EngineConfig(device="cpu", engine_process=True))
     assert not uses_engine_process(EngineConfig(device="cuda", engine_process=False))
+    # A checkpoint folder is recognised by its config; other folders are not.
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text('{"model_type": "voxgate_tiny"}')
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text('{"model_type": "llama"}')
+    assert uses_engine_process(EngineConfig(device="cpu"), str(tmp_path / "tiny"))
+    assert not uses_engine_process(EngineConfig(device="cpu"), str(tmp_path / "other"))
+    assert not uses_engine_process(EngineConfig(device="cpu"), str(tmp_path / "missing"))
     if torch.cuda.is_available():
         assert uses_engine_process(EngineConfig(device="cuda"))
         # Turn-based S2S models keep their engine in the gateway's process unless asked.
         assert not uses_engine_process(EngineConfig(device="cuda"), "glm-4-voice-9b")
         assert uses_engine_process(EngineConfig(device="cuda", engine_process=True), "glm-4-voice-9b")
+
+
+def test_serving_defaults_for_voxgate_tiny_on_the_cpu(monkeypatch):
+    """voxgate-tiny on the CPU: engine process, int8, half the cores, real-time admission; what
+    is set explicitly
+    stays; other models keep torch's and the device's defaults."""
+    from engine import factory
+
+    monkeypatch.setattr(factory, "half_the_cores", lambda: 3)
+    tiny = factory.serving_defaults(EngineConfig(device="cpu"), "voxgate-tiny")
+    assert tiny.engine_process and tiny.cpu_int8 and tiny.realtime_admission
+    assert tiny.cpu_threads == 3
+    mine = factory.serving_defaults(
+        EngineConfig(
+            device="cpu",
+            engine_process=False,
+            cpu_int8=False,
+            cpu_threads=2,
+            realtime_admission=False,
+        ),
+        "voxgate-tiny",
+    )
+    assert not (mine.engine_process or mine.cpu_int8 or mine.realtime_admission)
+    assert mine.cpu_threads == 2
+    other = factory.serving_defaults(EngineConfig(device="cpu"), "tiny-orpheus")
+    assert (other.engine_process, other.cpu_int8, other.cpu_threads) == (False, False, None)
+    assert other.realtime_admission is False

@@ -23,3 +23,31 @@ def test_top_k_threshold_keeps_ties_and_masked_rows():
     logits = torch.tensor([[3.0, 2.0, 2.0, 1.0, float("-inf")]])
     out = top_k_top_p(logits, torch.tensor([2]), torch.ones(1), nucleus=False, max_k=2)
     assert out[0].isfinite().tolist() == [True, True, True, False, False]  # the tie at k stays
+
+
+def test_depth_sampler_draws_equal_one_noise_pass_per_codebook():
+    """DeviceCodeSampler computes the noise of NOISE_BLOCK codebooks in one pass; each draw must
+    equal the draw made with that codebook's noise alone (race_noise keyed by the seed mixed
+    with the codebook index), greedy rows their argmax."""
+    from engine.code_sampling import _CODEBOOK_SALT, NOISE_BLOCK, DeviceCodeSampler
+    from engine.request import SamplingParams
+    from engine.sampling import SamplingRow, race_noise
+
+    params = [
+        SamplingParams(temperature=0.8, top_k=5),
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=1.3, top_k=0, top_p=0.9),
+    ]
+    rows = [SamplingRow(str(i), p, step=7 + i) for i, p in enumerate(params)]
+    seeds = [11, 22, 33]
+    sampler = DeviceCodeSampler.for_rows(rows, seeds, torch.device("cpu"))
+    x, plan = sampler.inputs, sampler.plan
+    torch.manual_seed(0)
+    for index in range(1, 2 * NOISE_BLOCK + 2):  # across block boundaries
+        logits = torch.randn(3, 50) * 3
+        scaled = logits / x.temperature[:, None]
+        probs = top_k_top_p(scaled, x.top_k, x.top_p, plan.nucleus, plan.max_k).softmax(-1)
+        codes = torch.arange(50).expand(3, 50)
+        noise = race_noise((x.seeds ^ (index * _CODEBOOK_SALT)) & 0xFFFFFFFF, x.steps, codes)
+        want = torch.where(x.greedy, logits.argmax(-1), (probs / noise).argmax(-1))
+        assert torch.equal(sampler(logits, index), want)

@@ -35,9 +35,8 @@ def fake_step(sched: Scheduler, now: float) -> None:
     for req in sched.schedule_detok(now):
         seconds = req.pending_detok_tokens * FACTS.seconds_per_token
         req.num_detokenized = len(req.output_ids)
-        if seconds and req.first_audio_time is None:
-            req.first_audio_time = now
-        req.audio_emitted_s += seconds
+        if seconds:
+            sched.audio_out(req, now, seconds)
         if req.finished:
             sched.remove(req.request_id)
 
@@ -153,6 +152,27 @@ def test_requests_far_ahead_of_their_listener_are_not_decoded():
     assert ahead.status == RequestStatus.RUNNING
 
 
+def test_requests_whose_codec_fell_behind_wait_for_it():
+    """Backpressure: a request with max_undecoded_chunks chunks of tokens not yet handed to the
+    codec sits out until the codec takes them; one with less keeps decoding."""
+    now = 30.0
+    sched = make_scheduler("slack", max_undecoded_chunks=2)
+    backlog = make_steady(sched, arrival=1.0, buffered_s=0.5, now=now)
+    backlog.output_ids += [7] * (2 * FACTS.chunk_tokens)  # two chunks waiting for the codec
+    backlog.num_computed += 2 * FACTS.chunk_tokens
+    sched.blocks.ensure(backlog.request_id, backlog.num_tokens)
+    fine = make_steady(sched, arrival=2.0, buffered_s=1.0, now=now)
+    fine.output_ids += [7] * (2 * FACTS.chunk_tokens - 1)
+    fine.num_computed += 2 * FACTS.chunk_tokens - 1
+    sched.blocks.ensure(fine.request_id, fine.num_tokens)
+    assert [c.request for c in sched.schedule(now).chunks] == [fine]
+    assert [r.request_id for r in sched.schedule_detok(now)] == [backlog.request_id, fine.request_id]
+    backlog.num_detokenized = len(backlog.output_ids)  # the codec took them
+    assert {c.request.request_id for c in sched.schedule(now).chunks} == {
+        backlog.request_id, fine.request_id
+    }
+
+
 def test_playback_reports_replace_the_wall_clock_estimate():
     req = Request([1, 2], SamplingParams(), arrival_time=0.0)
     req.first_audio_time = 1.0
@@ -201,6 +221,28 @@ def test_first_chunk_covers_the_time_to_the_next_chunk():
     assert round(_run_until_first_audio(fast, quick, 0.0, 0.001) * 82) == FACTS.first_chunk_tokens
 
 
+def test_measured_gap_to_the_second_chunk_lengthens_later_first_chunks():
+    """What the step and codec estimates leave out (a codec job already in flight, the async
+    pipeline's lag) shows in how long second chunks really take: the first chunks of later
+    requests cover that gap, and the estimate stays the floor when the gap is shorter."""
+    sched = make_scheduler("slack", first_audio_budget_s=10.0)
+    sched.step_time_s, sched.detok_time_s = 0.001, 0.001
+    early = admit(sched, prompt_len=10, arrival=0.0)
+    assert round(_run_until_first_audio(sched, early, 0.0, 0.001) * 82) == FACTS.first_chunk_tokens
+    sched.audio_out(early, early.first_audio_time + 0.3, 0.3)  # its second chunk, 0.3 s later
+    sched.audio_out(early, early.first_audio_time + 0.9, 0.3)  # later chunks do not count
+    assert abs(sched.second_chunk_gap_s - 0.3) < 1e-9
+    late = admit(sched, prompt_len=10, arrival=1.0)
+    first_s = _run_until_first_audio(sched, late, 1.0, 0.001)
+    assert first_s >= sched.config.first_audio_margin * 0.3
+    assert first_s < sched.config.first_audio_margin * 0.3 + FACTS.frame_tokens / 82
+
+    sched.second_chunk_gap_s = 0.0001  # shorter than the estimate: the estimate rules
+    sched.step_time_s = 0.01
+    estimate = FACTS.chunk_tokens * 0.01 + 0.001
+    assert sched.first_chunk_cover_s() == sched.config.first_audio_margin * estimate
+
+
 def test_first_audio_budget_caps_the_wait_for_cover():
     """The budget is for the audio to be out: the chunk goes to the codec when the codec's own
     time is all that is left of it."""
@@ -242,3 +284,35 @@ def test_first_chunk_audio_discounts_the_codecs_read_ahead():
         assert not sched._first_chunk_ready(req, now=0.0)
         req.output_ids.append(7)
         assert sched._first_chunk_ready(req, now=0.0)
+
+
+def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
+    """Every generating request gets a token a step: once a step takes 90 % of a token's
+    playback time, a newcomer is refused (and reserves nothing); finished streams make room,
+    and an engine gone idle forgets the cadence of its last burst."""
+    sched = make_scheduler("slack", realtime_admission=True)
+    token_s = FACTS.seconds_per_token
+    sched.busy_step_s = 2 * token_s  # overloaded, but nothing is running: admit
+    first = admit(sched, prompt_len=20, arrival=0.0, max_tokens=30)
+    sched.busy_step_s = 0.85 * token_s  # within the limit
+    second = admit(sched, prompt_len=20, arrival=0.1, max_tokens=30)
+    sched.busy_step_s = 0.95 * token_s
+    reserved = sched.reserved_blocks
+    late = Request(list(range(20)), SamplingParams(max_tokens=30), 0.2)
+    decision = sched.admit(late)
+    assert not decision.ok and "real-time capacity" in decision.reason
+    assert "2 stream(s)" in decision.reason
+    assert sched.reserved_blocks == reserved and late.request_id not in sched.requests
+    for request in (first, second):
+        sched.finish_generation(request, RequestStatus.FINISHED_LENGTH)
+    assert sched.admit(late).ok  # nothing generates any more
+    for request in (first, second, late):
+        sched.remove(request.request_id)
+    assert sched.busy_step_s is None  # idle: the next burst is judged by its own steps
+    admit(sched, prompt_len=20, arrival=1.0)
+    admit(sched, prompt_len=20, arrival=1.1)
+    # Off (every model's default but voxgate-tiny's on the CPU): only the KV pool decides.
+    off = make_scheduler("slack")
+    admit(off, prompt_len=20, arrival=0.0)
+    off.busy_step_s = 10 * token_s
+    admit(off, prompt_len=20, arrival=0.1)

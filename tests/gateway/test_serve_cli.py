@@ -55,6 +55,27 @@ def test_options_become_settings():
     assert settings.engine.device == "cpu" and settings.engine.first_hop_tokens == 12
 
 
+def test_cpu_options_are_left_to_the_model_unless_given():
+    """--cpu-int8 / --cpu-threads / --engine-process: None lets engine/factory.py pick per model
+    (voxgate-tiny on the CPU: on, half the cores, a process); --no-… turns each off."""
+    engine = settings_from_args(parse("--device", "cpu"), environ={}).engine
+    assert (engine.cpu_int8, engine.cpu_threads, engine.engine_process) == (None, None, None)
+    assert engine.realtime_admission is None
+    engine = settings_from_args(
+        parse(
+            "--no-cpu-int8",
+            "--cpu-threads",
+            "2",
+            "--no-engine-process",
+            "--no-realtime-admission",
+        ),
+        environ={},
+    ).engine
+    assert (engine.cpu_int8, engine.cpu_threads, engine.engine_process) == (False, 2, False)
+    assert engine.realtime_admission is False
+    assert settings_from_args(parse("--cpu-int8"), environ={}).engine.cpu_int8 is True
+
+
 def test_synth_is_still_there():
     assert build_parser().parse_args(["synth", "--text", "hi", "--out", "x.wav"]).command == "synth"
 
@@ -69,6 +90,7 @@ def test_synth_is_still_there():
         (["--policy", "slack", "--max-num-seqs", "0"], "max_num_seqs"),
         (["--gil-switch-ms", "0"], "--gil-switch-ms must be in"),
         (["--first-hop-tokens", "0"], "first_hop_tokens must be >= 1"),
+        (["--cpu-threads", "0"], "cpu_threads must be >= 1"),
     ],
 )
 def test_bad_options_fail_clearly(argv, words, capsys):
