@@ -7,7 +7,9 @@ from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 
-FACTS = ChunkingFacts(first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82, frame_tokens=7)
+FACTS = ChunkingFacts(
+    first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82, frame_tokens=7
+)
 
 
 def make_scheduler(policy: str = "slack", **overrides) -> Scheduler:
@@ -166,10 +168,14 @@ def test_requests_whose_codec_fell_behind_wait_for_it():
     fine.num_computed += 2 * FACTS.chunk_tokens - 1
     sched.blocks.ensure(fine.request_id, fine.num_tokens)
     assert [c.request for c in sched.schedule(now).chunks] == [fine]
-    assert [r.request_id for r in sched.schedule_detok(now)] == [backlog.request_id, fine.request_id]
+    assert [r.request_id for r in sched.schedule_detok(now)] == [
+        backlog.request_id,
+        fine.request_id,
+    ]
     backlog.num_detokenized = len(backlog.output_ids)  # the codec took them
     assert {c.request.request_id for c in sched.schedule(now).chunks} == {
-        backlog.request_id, fine.request_id
+        backlog.request_id,
+        fine.request_id,
     }
 
 
