@@ -60,11 +60,13 @@ class EngineConfig:
     # jobs of several chunks a request, beyond its captured shapes (slower still).
     max_undecoded_chunks: int = 2
     # The first chunk holds enough audio to cover generating and decoding the next chunk, times
-    # this margin (the listener plays from the first frame on). 3, not 2: on the H200 the
-    # listener saw second chunks up to 1.6x the engine's median gap (delivery jitter the engine
-    # cannot see), and a bigger first chunk is cheap, since streams generate ~3x faster than
-    # real time (Orpheus: one more 85 ms SNAC frame is 7 tokens, ~25 ms) ...
-    first_audio_margin: float = 3.0
+    # this margin (the listener plays from the first frame on). None: 3 with a threaded codec
+    # (CUDA), 2 with an inline one (CPU). On the H200 the listener saw second chunks up to 1.6x
+    # the engine's median gap (a codec job in flight, the async step of lag, delivery jitter)
+    # and a bigger first chunk is cheap there (Orpheus streams run ~3x real time: one more
+    # 85 ms SNAC frame is ~25 ms); on a CPU the inline codec has none of that latency, and
+    # streams run ~1.5x real time, so 3 would cost voxgate-tiny 150 -> 360 ms of first audio ...
+    first_audio_margin: float | None = None
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
     first_audio_budget_s: float = 0.35
@@ -76,6 +78,12 @@ class EngineConfig:
     # resyncs to now.
     duplex_max_input_frames: int = 3
     duplex_max_catch_up_frames: int = 2
+
+    def first_audio_margin_for(self, threaded_codec: bool) -> float:
+        """first_audio_margin, or its default for the engine's kind of codec pipeline."""
+        if self.first_audio_margin is not None:
+            return self.first_audio_margin
+        return 3.0 if threaded_codec else 2.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -94,7 +102,7 @@ class EngineConfig:
             raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attention not in (None, "sdpa", "flashinfer"):
             raise ConfigError(f"attention must be sdpa or flashinfer, got {self.attention!r}")
-        if self.first_audio_margin < 0 or self.first_audio_budget_s < 0:
+        if (self.first_audio_margin or 0) < 0 or self.first_audio_budget_s < 0:
             raise ConfigError("first_audio_margin and first_audio_budget_s must be >= 0")
         if self.duplex_max_input_frames < 1 or self.duplex_max_catch_up_frames < 0:
             raise ConfigError(

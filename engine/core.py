@@ -77,6 +77,7 @@ class EngineCore:
         )
         self.blocks = BlockManager(num_blocks, config.block_size)
         facts = model.facts
+        threaded_codec = device.type == "cuda" and config.async_detok
         self.scheduler = Scheduler(
             config,
             self.blocks,
@@ -84,6 +85,7 @@ class EngineCore:
                 facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token,
                 facts.frame_tokens, facts.held_back_tokens, facts.lookahead_tokens,
             ),
+            threaded_codec=threaded_codec,
         )
         if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
             log.info("backbone uses FlashInfer's fused norm/RoPE/activation kernels")
@@ -103,7 +105,7 @@ class EngineCore:
             from engine.cuda_graphs import CallableGraphs
 
             model.enable_cuda_graphs(CallableGraphs(device))
-        if device.type == "cuda" and config.async_detok:
+        if threaded_codec:
             self.detok = ThreadedDetokenizer(model, clock, device)
         else:
             self.detok = InlineDetokenizer(model, clock)

@@ -63,8 +63,15 @@ class ChunkingFacts:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, blocks: BlockManager, facts: ChunkingFacts) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        blocks: BlockManager,
+        facts: ChunkingFacts,
+        threaded_codec: bool = False,
+    ) -> None:
         self.config = config
+        self.first_audio_margin = config.first_audio_margin_for(threaded_codec)
         self.blocks = blocks
         self.facts = facts
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
@@ -266,7 +273,7 @@ class Scheduler:
         longer (on the H200 at 2-8 req/s, Orpheus first chunks sized by the estimate alone
         were followed by gaps of up to 217 ms after 160 ms of audio: BENCHMARKS.md)."""
         estimate = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
-        return self.config.first_audio_margin * max(estimate, self.second_chunk_gap_s)
+        return self.first_audio_margin * max(estimate, self.second_chunk_gap_s)
 
     def audio_out(self, request: Request, now: float, seconds: float) -> None:
         """Book a chunk of `seconds` of audio leaving for the listener; the second chunk of a

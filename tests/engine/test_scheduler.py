@@ -7,7 +7,9 @@ from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 
-FACTS = ChunkingFacts(first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82, frame_tokens=7)
+FACTS = ChunkingFacts(
+    first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82, frame_tokens=7
+)
 
 
 def make_scheduler(policy: str = "slack", **overrides) -> Scheduler:
@@ -166,10 +168,14 @@ def test_requests_whose_codec_fell_behind_wait_for_it():
     fine.num_computed += 2 * FACTS.chunk_tokens - 1
     sched.blocks.ensure(fine.request_id, fine.num_tokens)
     assert [c.request for c in sched.schedule(now).chunks] == [fine]
-    assert [r.request_id for r in sched.schedule_detok(now)] == [backlog.request_id, fine.request_id]
+    assert [r.request_id for r in sched.schedule_detok(now)] == [
+        backlog.request_id,
+        fine.request_id,
+    ]
     backlog.num_detokenized = len(backlog.output_ids)  # the codec took them
     assert {c.request.request_id for c in sched.schedule(now).chunks} == {
-        backlog.request_id, fine.request_id
+        backlog.request_id,
+        fine.request_id,
     }
 
 
@@ -210,7 +216,7 @@ def test_first_chunk_covers_the_time_to_the_next_chunk():
     sched.step_time_s, sched.detok_time_s = 0.01, 0.01
     req = admit(sched, prompt_len=10, arrival=0.0)
     first_s = _run_until_first_audio(sched, req, now=0.0, dt=0.001)
-    cover = sched.config.first_audio_margin * (FACTS.chunk_tokens * 0.01 + 0.01)
+    cover = sched.first_audio_margin * (FACTS.chunk_tokens * 0.01 + 0.01)
     assert first_s >= cover
     assert first_s < cover + FACTS.frame_tokens * FACTS.seconds_per_token  # no more than needed
     assert round(first_s / FACTS.seconds_per_token) % FACTS.frame_tokens == 0
@@ -234,13 +240,23 @@ def test_measured_gap_to_the_second_chunk_lengthens_later_first_chunks():
     assert abs(sched.second_chunk_gap_s - 0.3) < 1e-9
     late = admit(sched, prompt_len=10, arrival=1.0)
     first_s = _run_until_first_audio(sched, late, 1.0, 0.001)
-    assert first_s >= sched.config.first_audio_margin * 0.3
-    assert first_s < sched.config.first_audio_margin * 0.3 + FACTS.frame_tokens / 82
+    assert first_s >= sched.first_audio_margin * 0.3
+    assert first_s < sched.first_audio_margin * 0.3 + FACTS.frame_tokens / 82
 
     sched.second_chunk_gap_s = 0.0001  # shorter than the estimate: the estimate rules
     sched.step_time_s = 0.01
     estimate = FACTS.chunk_tokens * 0.01 + 0.001
-    assert sched.first_chunk_cover_s() == sched.config.first_audio_margin * estimate
+    assert sched.first_chunk_cover_s() == sched.first_audio_margin * estimate
+
+
+def test_cover_margin_defaults_to_the_codec_pipeline():
+    """A threaded codec (CUDA: a job in flight, the async step of lag) gets margin 3, an
+    inline one (CPU) 2; an explicit margin wins either way."""
+    blocks = BlockManager(num_blocks=64, block_size=16)
+    assert Scheduler(EngineConfig(), blocks, FACTS).first_audio_margin == 2.0
+    assert Scheduler(EngineConfig(), blocks, FACTS, threaded_codec=True).first_audio_margin == 3.0
+    explicit = EngineConfig(first_audio_margin=1.5)
+    assert Scheduler(explicit, blocks, FACTS, threaded_codec=True).first_audio_margin == 1.5
 
 
 def test_first_audio_budget_caps_the_wait_for_cover():
