@@ -35,7 +35,7 @@ from engine.outputs import (
     TextDelta,
 )
 from engine.request import Request, RequestStatus, SamplingParams, Token
-from engine.scheduler import ChunkingFacts, Scheduler
+from engine.scheduler import ChunkingFacts, Scheduler, ema
 from engine.worker import LaunchedStep, Worker
 from models.base import ModelInputError, Prompt, SpeechModel
 
@@ -51,10 +51,6 @@ _REASONS = {
 
 class EngineOverloaded(RuntimeError):
     """No room for another request now; the message says why. Callers answer 'try later'."""
-
-
-def _ema(old: float, new: float, weight: float = 0.2) -> float:
-    return (1 - weight) * old + weight * new
 
 
 class EngineCore:
@@ -318,11 +314,11 @@ class EngineCore:
             events += self._apply_tokens(launched, tokens)
         if plan.chunks:
             interval = self._token_interval(t0, timing.llm_s)
-            self.scheduler.step_time_s = _ema(self.scheduler.step_time_s, interval)
+            self.scheduler.step_time_s = ema(self.scheduler.step_time_s, interval)
             # Real-time admission's cadence: decode steps only, a prompt's prefill is a one-off.
             if plan.num_tokens == len(plan.chunks):
                 busy = self.scheduler.busy_step_s
-                self.scheduler.busy_step_s = interval if busy is None else _ema(busy, interval)
+                self.scheduler.busy_step_s = interval if busy is None else ema(busy, interval)
         # One detokenizer job at a time: chunks that became ready meanwhile wait here rather
         # than queue behind it, so the next job takes the most urgent of them (first chunks
         # first) and batches them all; a codec call of flat cost (CosyVoice 2's flow) would
@@ -400,7 +396,7 @@ class EngineCore:
         rate = self.model.facts.sample_rate
         for job in jobs:
             self._last_detok_s = job.seconds
-            self.scheduler.detok_time_s = _ema(self.scheduler.detok_time_s, job.seconds)
+            self.scheduler.detok_time_s = ema(self.scheduler.detok_time_s, job.seconds)
             if job.error is not None:
                 raise RuntimeError(f"detokenizer failed: {job.error}") from job.error
             for request, pcm, final in zip(job.requests, job.audio, job.final, strict=True):

@@ -37,6 +37,11 @@ _KEEPS_KV = (
 )
 
 
+def ema(old: float, new: float, weight: float = 0.2) -> float:
+    """The running estimates' update (step cadence, codec time, second-chunk gap)."""
+    return (1 - weight) * old + weight * new
+
+
 @dataclass(frozen=True)
 class ChunkingFacts:
     """The model facts the scheduler needs, without importing the model."""
@@ -283,7 +288,7 @@ class Scheduler:
         elif request.audio_chunks_out == 1:
             gap = now - request.first_audio_time
             old = self.second_chunk_gap_s
-            self.second_chunk_gap_s = gap if old == 0.0 else 0.8 * old + 0.2 * gap
+            self.second_chunk_gap_s = gap if old == 0.0 else ema(old, gap)
         request.audio_chunks_out += 1
         request.audio_emitted_s += seconds
 

@@ -10,7 +10,17 @@ parametric voice. The first `warmup` frames of each crop are decoded but not sco
 starts mid-utterance while the decoder's causal state starts from silence.
 
 Encoding: one utterance at a time in length-sorted batches → `tokens-NN.npz` files (each under
-15 MiB): `codes` uint16 [frames, K], `offsets`/`lengths` in frames, `texts`.
+15 MiB): `codes` uint16 [frames, K], `offsets`/`lengths` in frames, `texts`. When the teacher
+corpus has phones (training/teacher.py), a `phones-NN.npz` goes next to each tokens file, laid
+out like training/aligner.py's align-NN.npz but exact (from the teacher's own phone durations):
+  phone_index  int16 [total frames]: per frame, the index (0..phone_counts[u]-1) of the phone
+               sounding at the frame's centre (training/phones.py frame_phone_index);
+               concatenated per utterance exactly like `codes` (same offsets and lengths).
+  phones       int16 [total phones]: training/phones.py PHONE_INVENTORY id of each phone,
+               utterances back to back; utterance u's are phones[phone_offsets[u]:][:phone_counts[u]]
+  phone_offsets, phone_counts  int64 [utterances]
+  lengths      int64 [utterances]: copy of the tokens file's, to check the pairing.
+  inventory    JSON list of the phone names, the ids' meaning.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from training.common import (
     pick_device,
     resample,
 )
+from training.phones import PHONE_INVENTORY, frame_phone_index, phone_ids
 
 CONFIGS = {
     "default": VoxCodecConfig(),
@@ -158,7 +169,9 @@ def encode(args: argparse.Namespace) -> None:
             batch_codes = codec.encode(wave).cpu().numpy()
         for i, r in enumerate(rows):
             codes[r] = batch_codes[i, : frames[r]].astype(np.uint16)
-    write_tokens(Path(args.out), codes, corpus.texts, args.max_shard_mb)  # type: ignore[arg-type]
+    shards = write_tokens(Path(args.out), codes, corpus.texts, args.max_shard_mb)  # type: ignore[arg-type]
+    if corpus.phones is not None:
+        write_phones(Path(args.out), shards, corpus, frames, config.frame_rate)
     total = int(frames.sum())
     print(
         f"encoded {len(codes)} utterances, {total} frames ({total / config.frame_rate / 3600:.2f} h) → {args.out}",
@@ -168,8 +181,10 @@ def encode(args: argparse.Namespace) -> None:
 
 def write_tokens(
     folder: Path, codes: list[np.ndarray], texts: list[str], max_shard_mb: float
-) -> None:
+) -> list[list[int]]:
+    """Writes tokens-NN.npz; returns the utterance indices each shard holds, in order."""
     folder.mkdir(parents=True, exist_ok=True)
+    written: list[list[int]] = []
     limit = max_shard_mb * 2**20
     shard, size, index = [], 0, 0
 
@@ -183,6 +198,7 @@ def write_tokens(
             lengths=lengths,
             texts=np.array(json.dumps([texts[i] for i in shard])),
         )
+        written.append(shard)
         shard, size, index = [], 0, index + 1
 
     for i, c in enumerate(codes):
@@ -192,6 +208,32 @@ def write_tokens(
         size += c.nbytes
     if shard:
         flush()
+    return written
+
+
+def write_phones(
+    folder: Path,
+    shards: list[list[int]],
+    corpus: TeacherCorpus,
+    frames: np.ndarray,
+    frame_rate: float,
+) -> None:
+    """phones-NN.npz next to each tokens-NN.npz (layout in the module docstring)."""
+    assert corpus.phones is not None and corpus.phone_ends is not None
+    for index, shard in enumerate(shards):
+        ids = [phone_ids(corpus.phones[u]) for u in shard]
+        counts = np.array([len(p) for p in ids], np.int64)
+        np.savez_compressed(
+            folder / f"phones-{index:02d}.npz",
+            phone_index=np.concatenate(
+                [frame_phone_index(corpus.phone_ends[u], int(frames[u]), frame_rate) for u in shard]
+            ),
+            phones=np.concatenate(ids),
+            phone_offsets=np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
+            phone_counts=counts,
+            lengths=frames[shard].astype(np.int64),
+            inventory=np.array(json.dumps(PHONE_INVENTORY)),
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -92,6 +92,11 @@ class TeacherCorpus:
     lengths: np.ndarray  # int64 samples
     texts: list[str]  # normalised text of each utterance
     rate: int = 16000
+    # Flite's phones of each utterance and their end times in seconds from the utterance's first
+    # STORED sample (trim already applied; phones trimmed away end before 0). None for corpora
+    # made before the teacher recorded phones (or when any shard lacks them).
+    phones: list[list[str]] | None = None
+    phone_ends: list[np.ndarray] | None = None  # float64 [phones] per utterance
 
     @classmethod
     def load(cls, folder: Path) -> TeacherCorpus:
@@ -101,6 +106,8 @@ class TeacherCorpus:
                 f"no teacher shards in {folder}: run `python -m training.teacher` first"
             )
         audio, offsets, lengths, texts, base = [], [], [], [], 0
+        phones: list[list[str]] | None = []
+        phone_ends: list[np.ndarray] = []
         for path in shards:
             d = np.load(path)
             audio.append(d["audio"])
@@ -108,7 +115,24 @@ class TeacherCorpus:
             lengths.append(d["lengths"])
             texts += json.loads(str(d["texts"]))
             base += len(d["audio"])
-        return cls(np.concatenate(audio), np.concatenate(offsets), np.concatenate(lengths), texts)
+            if phones is None or "phones" not in d.files:
+                phones = None
+                continue
+            phones += json.loads(str(d["phones"]))
+            shift = d["trim_starts"] / cls.rate  # seconds trim_silence cut from the front
+            starts = np.concatenate([[0], np.cumsum(d["phone_counts"])])
+            ends = d["phone_ends"].astype(np.float64)
+            phone_ends += [
+                ends[a:b] - s for a, b, s in zip(starts[:-1], starts[1:], shift, strict=True)
+            ]
+        return cls(
+            np.concatenate(audio),
+            np.concatenate(offsets),
+            np.concatenate(lengths),
+            texts,
+            phones=phones,
+            phone_ends=phone_ends if phones is not None else None,
+        )
 
     @property
     def hours(self) -> float:

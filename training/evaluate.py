@@ -33,7 +33,8 @@ def teacher_audio(texts: list[str], debs: str | None) -> list[np.ndarray]:
         root = unpack_debs(Path(debs), Path(tmp) / "root") if debs else None
         cmd, env = flite_command(root)
         return [
-            trim_silence(synthesize(cmd, env, normalize(t), Path(tmp))).astype(np.float32) / 32768
+            trim_silence(synthesize(cmd, env, normalize(t), Path(tmp)).audio).astype(np.float32)
+            / 32768
             for t in texts
         ]
 

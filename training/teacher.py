@@ -7,7 +7,15 @@ libasound2(+data) and wamerican (the word list), fetched with `make teacher-debs
 `--debs`, `flite` and /usr/share/dict/words are taken from the system.
 
 Output: `OUT/shard-NN.npz`, one per worker: `audio` (int16, 16 kHz, utterances back to back),
-`offsets`/`lengths` (samples) and `texts` (the normalised text each utterance says).
+`offsets`/`lengths` (samples) and `texts` (the normalised text each utterance says), and the
+phones the teacher synthesised (the same Flite call prints them with `-psdur`):
+  phones       JSON list per utterance of Flite phone names (training/phones.py's inventory)
+  phone_ends   float32 [all phones]: each phone's end in seconds from the start of the UNTRIMMED
+               audio Flite wrote, utterances back to back (phone_counts says where each starts)
+  phone_counts int64 [utterances]
+  trim_starts  int64 [utterances]: samples trim_silence cut from the front; a phone's end in the
+               stored audio is phone_end - trim_start / 16000 (TeacherCorpus.load shifts them)
+Shards written before the phones existed have none of these four; they still load (no phones).
 
     python -m training.teacher --debs .teacher --out /tmp/vox/teacher --hours 8.5 --workers 16
 """
@@ -23,16 +31,21 @@ import subprocess
 import tempfile
 import time
 import wave
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from models.voxgate_tiny.text import normalize
+from training.phones import parse_psdur
 from training.sentences import read_wordlist, training_sentences
 
 TEACHER_RATE = 16000
 VOICE = "slt"
 MEAN_SECONDS = 2.7  # measured mean utterance length of the generated sentences after trimming
+# Flite's last phone end vs the samples it wrote: measured within 5 ms; more means the phones
+# no longer describe this audio.
+PHONE_END_TOLERANCE_S = 0.03
 
 
 def unpack_debs(debs: Path, root: Path) -> Path:
@@ -82,35 +95,58 @@ def flite_command(root: Path | None) -> tuple[list[str], dict[str, str]]:
     return [str(root / "usr/bin/flite")], env
 
 
-def trim_silence(audio: np.ndarray, rate: int = TEACHER_RATE) -> np.ndarray:
-    """Cut leading/trailing silence to 50 ms before the first and 150 ms after the last 10 ms
-    window louder than 2% of the peak: shorter sequences, same speech."""
+def trim_bounds(audio: np.ndarray, rate: int = TEACHER_RATE) -> tuple[int, int]:
+    """(start, end) samples that keep 50 ms before the first and 150 ms after the last 10 ms
+    window louder than 2% of the peak; (0, 0) for silence."""
     win = rate // 100
     n = len(audio) // win
     if n == 0:
-        return audio
+        return 0, len(audio)
     energy = np.abs(audio[: n * win].astype(np.float32)).reshape(n, win).max(axis=1)
     loud = np.flatnonzero(energy > 0.02 * max(energy.max(), 1.0))
     if not len(loud):
-        return audio[:0]
+        return 0, 0
     start = max(0, loud[0] * win - rate // 20)
     end = min(len(audio), (loud[-1] + 1) * win + rate * 3 // 20)
+    return int(start), int(end)
+
+
+def trim_silence(audio: np.ndarray, rate: int = TEACHER_RATE) -> np.ndarray:
+    """Cut leading/trailing silence (trim_bounds): shorter sequences, same speech."""
+    start, end = trim_bounds(audio, rate)
     return audio[start:end]
 
 
-def synthesize(cmd: list[str], env: dict[str, str], text: str, tmp: Path) -> np.ndarray:
+@dataclass
+class Synthesis:
+    audio: np.ndarray  # int16 [samples] at TEACHER_RATE, untrimmed
+    phones: list[str]  # Flite phone names, in order
+    phone_ends: np.ndarray  # float64 [phones] end of each phone, seconds from audio[0]
+
+
+def synthesize(cmd: list[str], env: dict[str, str], text: str, tmp: Path) -> Synthesis:
+    """One Flite call writes the audio and prints (-psdur) the phones of that very audio."""
     path = tmp / "out.wav"
-    subprocess.run(
-        [*cmd, "-voice", VOICE, "-t", text, "-o", str(path)],
+    run = subprocess.run(
+        [*cmd, "-voice", VOICE, "-t", text, "-psdur", "-o", str(path)],
         env=env,
         check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
     )
     with wave.open(str(path)) as w:
         if w.getframerate() != TEACHER_RATE or w.getsampwidth() != 2:
             raise RuntimeError(f"flite wrote {w.getframerate()} Hz / {w.getsampwidth()} bytes")
-        return np.frombuffer(w.readframes(w.getnframes()), np.int16)
+        audio = np.frombuffer(w.readframes(w.getnframes()), np.int16)
+    phones, ends = parse_psdur(run.stdout)
+    seconds = len(audio) / TEACHER_RATE
+    if not phones or abs(ends[-1] - seconds) > PHONE_END_TOLERANCE_S:
+        last = f"{ends[-1]:.3f} s" if phones else "no phones"
+        raise RuntimeError(
+            f"flite's phones end at {last} but its audio lasts {seconds:.3f} s for {text!r}: "
+            "is this a flite whose -psdur prints something else?"
+        )
+    return Synthesis(audio, phones, ends)
 
 
 def _worker(
@@ -118,15 +154,21 @@ def _worker(
 ) -> tuple[int, float]:
     index, texts, cmd, env, out, budget_s = args
     audio, offsets, lengths, kept = [], [], [], []
+    phones, phone_ends, trim_starts = [], [], []
     total = 0
     with tempfile.TemporaryDirectory() as tmp:
         for text in texts:
             said = normalize(text)
             if not said:
                 continue
-            pcm = trim_silence(synthesize(cmd, env, said, Path(tmp)))
+            spoken = synthesize(cmd, env, said, Path(tmp))
+            start, end = trim_bounds(spoken.audio)
+            pcm = spoken.audio[start:end]
             if len(pcm) < TEACHER_RATE // 4:
                 continue
+            phones.append(spoken.phones)
+            phone_ends.append(spoken.phone_ends)
+            trim_starts.append(start)
             offsets.append(total)
             lengths.append(len(pcm))
             audio.append(pcm)
@@ -140,6 +182,10 @@ def _worker(
         offsets=np.array(offsets, np.int64),
         lengths=np.array(lengths, np.int64),
         texts=np.array(json.dumps(kept)),
+        phones=np.array(json.dumps(phones)),
+        phone_ends=(np.concatenate(phone_ends) if phone_ends else np.zeros(0)).astype(np.float32),
+        phone_counts=np.array([len(p) for p in phones], np.int64),
+        trim_starts=np.array(trim_starts, np.int64),
     )
     return len(kept), total / TEACHER_RATE
 

@@ -101,8 +101,10 @@ def test_spoken_turns_barge_in_and_reuse_of_the_conversation_kv(
             # Turn 2: a reply the user interrupts once 400 ms of it have played.
             await send_frames(ws, utterance("Tell me a long story please.", tmp_path, 3))
             events, _ = await read_until(ws, "response.started")
+            # Receive 480 ms before cutting in, so that the 480 ms reported below exist on
+            # every machine (a slow one may not have made a sixth token by the cut otherwise).
             heard = 0
-            while heard < 400 * 2 * RATE // 1000:
+            while heard < 480 * 2 * RATE // 1000:
                 message = await asyncio.wait_for(ws.recv(), 30)
                 heard += len(message) if isinstance(message, bytes) else 0
             await send(ws, type="playback", played_ms=400)
