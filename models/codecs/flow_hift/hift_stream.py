@@ -17,6 +17,8 @@ uploads its per-row integers in one pinned buffer and waits once for all of its 
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from typing import Protocol
 
 import numpy as np
@@ -24,6 +26,16 @@ import torch
 import torch.nn.functional as F
 
 from models.codecs.flow_hift.hift import HiFTGenerator
+
+log = logging.getLogger("voxgate.flow_hift")
+
+
+def note_eager(counts: Counter, shape: tuple) -> None:
+    """Count a call that found no captured graph (shape: (stage, rows, frames)); say so the
+    first time each shape runs eagerly, since each such call costs hundreds of launches."""
+    if not counts[shape]:
+        log.info("no CUDA graph for %s %d rows x %d frames: running it eagerly", *shape)
+    counts[shape] += 1
 
 
 class VocoderState(Protocol):
@@ -50,6 +62,7 @@ class HiftStreamer:
         self.dtype = next(hift.parameters()).dtype
         self.pinned = self.device.type == "cuda"  # pinned host buffers, async copies
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
+        self.eager_calls: Counter = Counter()  # (stage, rows, frames) of calls no graph fitted
         self._zero_phase = torch.zeros(self.n_harmonics, dtype=torch.float64, device=self.device)
 
     @torch.inference_mode()
@@ -120,6 +133,8 @@ class HiftStreamer:
             carried = F.pad(carried, (0, 0, 0, r - n))
         inputs = [mel.to(self.dtype), carried, ints]
         if key is None:
+            if self.graphs is not None:
+                note_eager(self.eager_calls, ("hift", n, frames))
             wav, phase = self.vocode_windows(*inputs)
         else:
             wav, phase = self.graphs.run(key, self.vocode_windows, inputs)

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
-from models.codecs.flow_hift.hift_stream import HiftStreamer
+from models.codecs.flow_hift.hift_stream import HiftStreamer, note_eager
 
 log = logging.getLogger("voxgate.flow_hift")
 
@@ -113,6 +113,9 @@ class FlowHiftDetokenizer:
         self.context_chunks = context_chunks
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         self.vocoder = HiftStreamer(hift, left, right)
+        # Calls that found no captured graph (rows or frames past the buckets): each one is
+        # a few hundred eager launches, so a growing count means jobs are outgrowing the buckets.
+        self.eager_calls = self.vocoder.eager_calls
         self.sample_rate = hift.cfg.sampling_rate
         self.samples_per_frame = hift.cfg.samples_per_frame
         self.device = next(flow.parameters()).device
@@ -204,6 +207,8 @@ class FlowHiftDetokenizer:
             width = frames // self.ratio + self.lookahead
         inputs = self._flow_inputs(rows, seqs, out_lengths, padded_rows, frames, width)
         if key is None:
+            if self.graphs is not None:
+                note_eager(self.eager_calls, ("flow", n, frames))
             mel = self.flow_rows(*inputs)
         else:
             mel = self.graphs.run(key, self.flow_rows, inputs)
