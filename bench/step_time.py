@@ -114,6 +114,10 @@ def main() -> None:
             "tokens_per_s": batch * steps / wall,
             "audio_x_realtime": batch * steps / wall / model.facts.token_rate_hz,
         })
+        eager = getattr(getattr(model, "detok", None), "eager_calls", None)
+        if eager:  # detokenizer calls that found no CUDA graph, by (stage, rows, frames)
+            results[-1]["detok_eager_calls"] = {"/".join(map(str, k)): v for k, v in eager.items()}
+            eager.clear()
         print(json.dumps(results[-1]), flush=True)
     floor_ms = 1e3 * params / bw if bw else None
     print(json.dumps({

@@ -7,10 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
+from engine.host_ops import REPLAY, CountedGraphs, HostOpCounter
 from models.codecs.flow_hift.encoder import chunk_ids, chunk_mask
 from models.codecs.flow_hift.flow import CausalFlow
-from models.codecs.flow_hift.hift import HiFTGenerator
+from models.codecs.flow_hift.hift import HiFTGenerator, istft
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.config import parse_config, read_yaml
 from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
@@ -316,3 +318,89 @@ def test_first_hop_out_of_range_is_refused_clearly(detok):
     for bad in (4, 26):
         with pytest.raises(ValueError, match=r"first_hop_tokens must be in \[5, 25\]"):
             FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, first_hop=bad)
+
+
+# --- host cost: graph buckets for the whole job, no host syncs, few host ops -----------------
+
+
+def test_istft_equals_torchs():
+    window = torch.hann_window(16, periodic=True)
+    g = torch.Generator().manual_seed(81)
+    spec = torch.polar(torch.rand(2, 9, 50, generator=g).exp(), torch.randn(2, 9, 50, generator=g))
+    ref = torch.istft(spec, 16, 4, 16, window=window)
+    torch.testing.assert_close(istft(spec, 4, window), ref, atol=1e-6, rtol=1e-5)
+
+
+def test_graph_functions_make_no_host_syncs(detok):
+    # A device read (.item(), torch.equal, a data-dependent shape) fails a CUDA graph capture
+    # and stalls an eager job. Fake tensors have no data: such a read raises here.
+    # (torch.istft checks its window on the host, hence hift.istft.)
+    m = detok.flow.cfg.output_size
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        mel = detok.flow_rows(
+            torch.zeros(2, 50 + 3 + 5, dtype=torch.long),  # 50 tokens, look-ahead, 5 ints
+            torch.zeros(2, 100, m),
+            torch.zeros(2, detok.flow.cfg.spk_embed_dim),
+        )
+        assert mel.shape == (2, m, 100)
+        wav, phase = detok.vocoder.vocode_windows(
+            torch.zeros(2, m, 66),
+            torch.zeros(2, detok.vocoder.n_harmonics, dtype=torch.float64),
+            torch.zeros(2, 3, dtype=torch.long),
+        )
+        assert wav.shape == (2, 66 * 480) and phase.shape == (2, detok.vocoder.n_harmonics)
+        with pytest.raises(DataDependentOutputException):
+            window = torch.hann_window(16)
+            torch.istft(torch.zeros(1, 9, 5, dtype=torch.complex64), 16, 4, 16, window=window)
+
+
+def test_graphed_job_streams_the_same_audio_as_eager(short_first):
+    # Flow rows padded to graph buckets (3 → 4 rows, tokens and frames to whole chunks) and
+    # HiFT windows padded to 4 rows leave every request's audio as eager decoding makes it.
+    d, hop = short_first, short_first.first_hop
+    graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=hop)
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    setups = [
+        (91, 1, 70, [hop + 3, 25, 25]),
+        (92, 0, 60, [hop + 3, 25, 10]),
+        (93, 1, 45, [hop + 3, 25, 5]),
+    ]
+    assert_batch_equals_singles(graphed, setups)  # graphed batch of 3 == graphed singles
+    eager = [streamed(d, stream_for(d, s, p), codes(s, n), pushes) for s, p, n, pushes in setups]
+    shapes = len(graphs.shapes)
+    ours = [
+        streamed(graphed, stream_for(graphed, s, p), codes(s, n), pushes)
+        for s, p, n, pushes in setups
+    ]
+    for a, b in zip(eager, ours, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5)
+    assert ("hift", 1, 2 * d.chunk + 16) in graphs.shapes[shapes:]  # steady, left + chunk + right
+    assert ("hift", 4, 2 * hop) in graphs.shapes and ("flow", 4, 2 * (25 + hop)) in graphs.shapes
+
+
+def test_graphed_steady_job_dispatches_a_few_host_ops_per_row(detok):
+    # One steady job (every request's next chunk): eager, the flow's encoder and 20 estimator
+    # passes and HiFT are thousands of ops (kernel launches on a GPU); graphed, two replays and
+    # the packing of inputs and unpacking of outputs. No job reads the device (.item()).
+    counter = HostOpCounter()
+    graphed = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk)
+    graphed.enable_cuda_graphs(CountedGraphs(counter))
+    totals = {}
+    for name, d in (("eager", detok), ("graphed", graphed)):
+        for rows in (1, 3):
+            states = [stream_for(d, 100 + i, 1) for i in range(rows)]
+            for size in (28, 25):
+                for s in states:
+                    d.push(s, codes(size, size))
+                d.decode(states, [False] * rows)
+            for s in states:
+                d.push(s, codes(7, 25))
+            counter.counts.clear()
+            with counter:
+                d.decode(states, [False] * rows)
+            assert counter.device_reads == 0
+            assert counter.counts[REPLAY] == (2 if name == "graphed" else 0)
+            totals[name, rows] = counter.total
+    assert totals["graphed", 1] * 30 < totals["eager", 1]
+    assert totals["graphed", 3] - totals["graphed", 1] <= 2 * 10  # ~6 ops per row

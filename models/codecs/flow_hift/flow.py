@@ -87,16 +87,19 @@ class CausalFlow(nn.Module):
         skipped: torch.Tensor | None = None,
         first_end: torch.Tensor | None = None,
         short_by: int = 0,
+        frames: int | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """tokens [B, T] (prompt tokens then generated ones, zero-padded), `lengths` real tokens
         per row, `out_lengths` tokens to decode (lengths minus the look-ahead context when not
         final); prompt_mel [B, P, M] with `prompt_frames` real frames per row; speaker [B, E]
-        (CAM++ x-vectors); `skipped` [B] generated tokens left out between the prompt and the
+        (CAM++ x-vectors); `frames`: the mel frames to make, >= 2 * max(out_lengths) (None:
+        that, read from the device; given, nothing here waits for the device, and the caller
+        checks that every row's valid frames have noise); `skipped` [B] generated tokens left out between the prompt and the
         row's first generated token (a bounded window of history: they only shift which noise
         frames the row's generated frames start from). `first_end` [B] / `short_by`: where a
         row's first generated chunk ends when it is `short_by` tokens shorter than the chunk
         (encoder.chunk_ids; a short first audio chunk). → the solver's inputs: noise z, mu and
-        cond [B, M, F] with F = 2 * max(out_lengths), mask [B, 1, F] (valid up to
+        cond [B, M, F] with F = frames, mask [B, 1, F] (valid up to
         2*out_lengths per row), spks [B, M] and chunks [B, F] (each frame's attention chunk)."""
         b, t = tokens.shape
         present = torch.arange(t, device=tokens.device)[None, :] < lengths[:, None]
@@ -105,7 +108,9 @@ class CausalFlow(nn.Module):
         mu = self.encoder_proj(encoded).transpose(1, 2)
         # Frames past every row's out_length (the look-ahead's) are masked out of the estimator
         # (causal convs, chunk-causal attention): dropping them saves its 20 passes over them.
-        frames = self.token_mel_ratio * int(out_lengths.max())
+        checked = frames is not None
+        if frames is None:
+            frames = self.token_mel_ratio * int(out_lengths.max())
         mu = mu[:, :, :frames]
         frame_idx = torch.arange(frames, device=tokens.device)
         # The noise of a frame is fixed by its place in the utterance (prompt frames first).
@@ -113,7 +118,9 @@ class CausalFlow(nn.Module):
         if skipped is not None:
             generated = frame_idx[None, :] >= prompt_frames[:, None]
             noise_idx = noise_idx + generated * (self.token_mel_ratio * skipped[:, None])
-        if int(noise_idx.max()) >= NOISE_FRAMES:
+        if checked:  # only padded frames can be past the noise; they are masked out
+            noise_idx = noise_idx.clamp(max=NOISE_FRAMES - 1)
+        elif int(noise_idx.max()) >= NOISE_FRAMES:
             raise ValueError(f"utterance longer than the flow's {NOISE_FRAMES} mel frames")
         mask = (frame_idx[None, :] < self.token_mel_ratio * out_lengths[:, None])[:, None].to(
             mu.dtype

@@ -98,6 +98,12 @@ class SourceModule(nn.Module):
         self.cfg = cfg
         self.l_linear = nn.Linear(cfg.nb_harmonics + 1, 1)
 
+    def cycle_rates(self, f0: torch.Tensor) -> torch.Tensor:
+        """f0 [B, T] → each harmonic's cycles per sample [B, T, H] (float64, mod 1)."""
+        cfg = self.cfg
+        harmonics = torch.arange(1, cfg.nb_harmonics + 2, device=f0.device, dtype=torch.float64)
+        return (f0.double()[..., None] * harmonics / cfg.sampling_rate) % 1
+
     def forward(
         self, f0: torch.Tensor, phase0: torch.Tensor, start_sample: torch.Tensor
     ) -> torch.Tensor:
@@ -105,10 +111,7 @@ class SourceModule(nn.Module):
         start_sample [B] absolute index of the window's first sample → source [B, 1, T*up]."""
         cfg = self.cfg
         up = cfg.samples_per_frame
-        harmonics = torch.arange(1, cfg.nb_harmonics + 2, device=f0.device, dtype=torch.float64)
-        rad = (
-            f0.double()[..., None] * harmonics / cfg.sampling_rate
-        ) % 1  # [B, T, H] cycles/sample
+        rad = self.cycle_rates(f0)  # [B, T, H] cycles/sample
         # Float64 and a carried offset keep the phase exact however long the utterance.
         if cfg.sine_gen == 1:
             # SineGen (CosyVoice 1): f0 repeated to samples, the phase summed per sample.
@@ -134,10 +137,7 @@ class SourceModule(nn.Module):
 
     def frame_cycles(self, f0: torch.Tensor, frames: int) -> torch.Tensor:
         """Phase cycles [B, H] (float64, mod 1) the first `frames` frames of f0 [B, T] run."""
-        cfg = self.cfg
-        harmonics = torch.arange(1, cfg.nb_harmonics + 2, device=f0.device, dtype=torch.float64)
-        rad = (f0[:, :frames].double()[..., None] * harmonics / cfg.sampling_rate) % 1
-        return (rad.sum(dim=1) * cfg.samples_per_frame) % 1
+        return (self.cycle_rates(f0[:, :frames]).sum(dim=1) * self.cfg.samples_per_frame) % 1
 
 
 class HiFTGenerator(nn.Module):
@@ -222,7 +222,20 @@ class HiFTGenerator(nn.Module):
         bins = cfg.n_fft // 2 + 1
         magnitude = torch.exp(x[:, :bins]).float().clamp(max=1e2)
         phase = torch.sin(x[:, bins:]).float()
-        audio = torch.istft(
-            torch.polar(magnitude, phase), cfg.n_fft, cfg.hop_len, cfg.n_fft, window=self.window
-        )
+        audio = istft(torch.polar(magnitude, phase), cfg.hop_len, self.window)
         return audio.clamp(-cfg.audio_limit, cfg.audio_limit)
+
+
+def istft(spec: torch.Tensor, hop: int, window: torch.Tensor) -> torch.Tensor:
+    """torch.istft(spec, n_fft, hop, n_fft, window) (centered, one-sided) without its host
+    syncs (it checks the window envelope on the host), so HiFT can be captured in a CUDA graph.
+    spec [B, n_fft/2 + 1, N] complex → [B, hop * (N - 1)]: inverse FFT per frame, windowed,
+    overlap-added and divided by the overlap-added squared window."""
+    n_fft, n = window.shape[0], spec.shape[-1]
+    frames = torch.fft.irfft(spec, n=n_fft, dim=1) * window[None, :, None]  # [B, n_fft, N]
+    length = n_fft + hop * (n - 1)
+    fold = dict(output_size=(1, length), kernel_size=(1, n_fft), stride=(1, hop))
+    signal = F.fold(frames, **fold)[:, 0, 0]  # [B, length]
+    envelope = F.fold((window**2)[None, :, None].expand(1, -1, n), **fold)[:, 0, 0]  # [1, length]
+    trim = n_fft // 2  # the centring pad of torch.stft
+    return (signal / envelope)[:, trim : length - trim]

@@ -26,6 +26,12 @@ HiFT: hift_stream.HiftStreamer (`left`/`right` frames of context, carried sine p
 
 Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by length
 (steady-state windows all have left + chunk + right frames), each group one batched call.
+
+Host cost: a job is one call of `flow_rows` (encoder + solver) and one `vocode_windows` per
+HiFT window length, each with fixed shapes and no host syncs, replayed from CUDA graphs at
+(rows, frames) buckets once `enable_cuda_graphs` ran. Their integer inputs are built on the
+host in one pinned buffer per call and uploaded by one asynchronous copy; nothing is read back
+but the audio, once per job.
 """
 
 from __future__ import annotations
@@ -36,10 +42,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from models.codecs.flow_hift.flow import CausalFlow
+from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
-from models.codecs.flow_hift.hift_stream import HiftStreamer
+from models.codecs.flow_hift.hift_stream import HiftStreamer, note_eager
 
 log = logging.getLogger("voxgate.flow_hift")
 
@@ -106,9 +113,14 @@ class FlowHiftDetokenizer:
         self.context_chunks = context_chunks
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         self.vocoder = HiftStreamer(hift, left, right)
+        # Calls that found no captured graph (rows or frames past the buckets): each one is
+        # a few hundred eager launches, so a growing count means jobs are outgrowing the buckets.
+        self.eager_calls = self.vocoder.eager_calls
         self.sample_rate = hift.cfg.sampling_rate
         self.samples_per_frame = hift.cfg.samples_per_frame
         self.device = next(flow.parameters()).device
+        self.dtype = next(flow.parameters()).dtype
+        self.pinned = self.device.type == "cuda"  # pinned host buffers, async uploads
 
     def new_stream(
         self, prompt_tokens: list[int], prompt_mel: torch.Tensor, speaker: torch.Tensor
@@ -180,60 +192,101 @@ class FlowHiftDetokenizer:
         if not rows:
             return
         seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
-        width = max(len(q) for q in seqs)
-        tokens = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, q in enumerate(seqs):
-            tokens[i, : len(q)] = torch.tensor(q)
-        dev = self.device
-        lengths = torch.tensor([len(q) for q in seqs], device=dev)
-        prompt_len = [len(w.state.prompt_tokens) for w in rows]
-        out_lengths = torch.tensor(
-            [p + w.end - w.start for p, w in zip(prompt_len, rows, strict=True)], device=dev
-        )
-        skipped = torch.tensor([w.start for w in rows], device=dev)
-        p_max = max(w.state.prompt_mel.shape[0] for w in rows)
-        n_mels = self.flow.cfg.output_size
-        prompt_mel = torch.zeros(len(rows), p_max, n_mels, device=dev)
-        for i, w in enumerate(rows):
-            prompt_mel[i, : w.state.prompt_mel.shape[0]] = w.state.prompt_mel
-        prompt_frames = torch.tensor([w.state.prompt_mel.shape[0] for w in rows], device=dev)
+        prompts = [len(w.state.prompt_tokens) for w in rows]
+        out_lengths = [p + w.end - w.start for p, w in zip(prompts, rows, strict=True)]
+        for w, out in zip(rows, out_lengths, strict=True):
+            # A row's last frame starts from noise frame 2 * (its tokens + those skipped).
+            if self.ratio * (out + w.start) > NOISE_FRAMES:
+                raise ValueError(f"utterance longer than the flow's {NOISE_FRAMES} mel frames")
+        frames = self.ratio * max(out_lengths)
+        n, key = len(rows), self._flow_bucket(len(rows), frames)
+        if key is None:
+            padded_rows, width = n, max(len(q) for q in seqs)
+        else:
+            _, padded_rows, frames = key
+            width = frames // self.ratio + self.lookahead
+        inputs = self._flow_inputs(rows, seqs, out_lengths, padded_rows, frames, width)
+        if key is None:
+            if self.graphs is not None:
+                note_eager(self.eager_calls, ("flow", n, frames))
+            mel = self.flow_rows(*inputs)
+        else:
+            mel = self.graphs.run(key, self.flow_rows, inputs)
+        for i, (p, w) in enumerate(zip(prompts, rows, strict=True)):
+            s, r = w.state, self.ratio
+            new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)]
+            # A copy either way: a replay's output buffer is rewritten by the next one.
+            s.mel = new.clone() if s.mel is None else torch.cat([s.mel, new], dim=1)
+            s.tokens_decoded = w.end
+
+    def _flow_inputs(
+        self,
+        rows: list[FlowWindow],
+        seqs: list[list[int]],
+        out_lengths: list[int],
+        padded_rows: int,
+        frames: int,
+        width: int,
+    ) -> list[torch.Tensor]:
+        """flow_rows' inputs on the device: the rows' integers built on the host in one
+        (pinned) buffer and uploaded by one asynchronous copy, the prompt mels and speakers
+        gathered on the device. Rows past len(rows) are padding (no tokens, all masked)."""
+        ints = torch.zeros(padded_rows, width + 5, dtype=torch.long, pin_memory=self.pinned)
+        table = ints.numpy()
+        for i, (q, out, w) in enumerate(zip(seqs, out_lengths, rows, strict=True)):
+            prompt = len(w.state.prompt_tokens)
+            # Rows that hold the short first chunk shift the grid after it; rows starting later
+            # sit on the plain grid (their start is a chunk start after the first hop).
+            first_end = prompt + self.first_hop if w.start == 0 else width
+            table[i, : len(q)] = q
+            table[i, width:] = (len(q), out, w.state.prompt_mel.shape[0], w.start, first_end)
+        ints = ints.to(self.device, non_blocking=True)
+        mels = [w.state.prompt_mel for w in rows]
+        longest = max(m.shape[0] for m in mels)
+        mels = [
+            F.pad(m, (0, 0, 0, longest - m.shape[0])) if m.shape[0] < longest else m for m in mels
+        ]
+        pad_rows = padded_rows - len(rows)
+        prompt_mel = F.pad(torch.stack(mels), (0, 0, 0, frames - longest, 0, pad_rows))
         speaker = torch.stack([w.state.speaker for w in rows])
-        dtype = next(self.flow.parameters()).dtype
-        # Rows that hold the short first chunk shift the grid after it; rows starting later
-        # sit on the plain grid (their start is a chunk start after the first hop).
-        first_end = torch.tensor(
-            [
-                p + self.first_hop if w.start == 0 else width
-                for p, w in zip(prompt_len, rows, strict=True)
-            ],
-            device=dev,
-        )
+        if pad_rows:
+            speaker = F.pad(speaker, (0, 0, 0, pad_rows))
+        return [ints, prompt_mel, speaker]
+
+    def flow_rows(
+        self, ints: torch.Tensor, prompt_mel: torch.Tensor, speaker: torch.Tensor
+    ) -> torch.Tensor:
+        """The flow (condition + Euler solver) over packed rows: ints [R, T + 5] long, each row
+        its T tokens (prompt then generated, zero-padded), then its token count, tokens to
+        decode, prompt mel frames, generated tokens skipped before its window and where its
+        short first chunk ends (flow.condition's arguments); prompt_mel [R, F, M]; speaker
+        [R, E]. → mel [R, M, F] float32. Fixed shapes and no host syncs: capturable."""
+        width = ints.shape[1] - 5
+        lengths, out_lengths, prompt_frames, skipped, first_end = ints[:, width:].unbind(1)
         inputs = self.flow.condition(
-            tokens.to(dev),
+            ints[:, :width],
             lengths,
             out_lengths,
-            prompt_mel.to(dtype),
+            prompt_mel.to(self.dtype),
             prompt_frames,
-            speaker.to(dtype),
+            speaker.to(self.dtype),
             skipped=skipped,
             first_end=first_end,
             short_by=self.chunk - self.first_hop,
+            frames=prompt_mel.shape[1],
         )
-        mel = self._solve(*inputs)
-        for i, (p, w) in enumerate(zip(prompt_len, rows, strict=True)):
-            s, r = w.state, self.ratio
-            new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)].float()
-            s.mel = new if s.mel is None else torch.cat([s.mel, new], dim=1)
-            s.tokens_decoded = w.end
+        return self.flow.solve_euler(*inputs)
 
-    # --- CUDA graphs for the flow's ODE solver ------------------------------------------------
-    # The Euler solver (20 estimator passes) is captured per (rows, frames) bucket; rows and
-    # frames are padded up to the bucket with mask 0, which leaves the valid ones unchanged.
-    # Frames are captured in whole chunks: one chunk up to the window of a voice prompt of
-    # GRAPH_PROMPT_CHUNKS chunks (presets have none); longer windows run eagerly. A short first
-    # chunk (first_hop) adds its own row length (prompt + first hop) for up to
-    # GRAPH_FIRST_ROWS rows: a request's first chunk often runs alone, and it is the one time
-    # to first audio waits for; batched with steady rows it takes their bucket.
+    # --- CUDA graphs --------------------------------------------------------------------------
+    # The whole flow of a job (conditioning encoder + Euler solver's 20 estimator passes) is
+    # captured per (rows, frames) bucket; rows and frames (and tokens, frames / 2 + look-ahead)
+    # are padded up to the bucket with lengths that mask them out (attention masks, causal
+    # convolutions), which leaves the valid ones unchanged. Frames are captured in whole
+    # chunks: one chunk up to the window of a voice prompt of GRAPH_PROMPT_CHUNKS chunks
+    # (presets have none); longer windows run eagerly. A short first chunk (first_hop) adds its
+    # own row length (prompt + first hop) for up to GRAPH_FIRST_ROWS rows: a request's first
+    # chunk often runs alone, and it is the one time to first audio waits for; batched with
+    # steady rows it takes their bucket. HiFT's windows are captured too (hift_stream).
     GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64)
     GRAPH_PROMPT_CHUNKS = 3
     GRAPH_FIRST_ROWS = 8
@@ -247,52 +300,55 @@ class FlowHiftDetokenizer:
             frames |= {self.ratio * (self.chunk * p + self.first_hop) for p in prompts}
         return sorted(frames)
 
+    def hift_frames(self) -> list[int]:
+        """HiFT's window lengths in steady streaming: a request's first window (its first
+        chunk's frames), the second when the first left fewer than `left` frames of context,
+        and then left + chunk + right frames. Others (the end of an utterance) run eagerly."""
+        first = self.ratio * self.first_hop
+        frames = {first, self.left + self.ratio * self.chunk + self.right}
+        if first - self.right < self.left:
+            frames.add(first + self.ratio * self.chunk)
+        return sorted(frames)
+
+    def _flow_bucket(self, n: int, frames: int) -> tuple | None:
+        """The captured graph's key for n rows of up to `frames` frames, or None (eager)."""
+        rows = next((r for r in self.GRAPH_ROWS if r >= n), None)
+        padded = next((f for f in self.graph_frames(rows) if f >= frames), None)
+        key = ("flow", rows, padded)
+        return key if self.graphs is not None and key in self.graphs else None
+
     def enable_cuda_graphs(self, graphs) -> None:
-        """Capture the solver for every (rows, frames) bucket with the engine's CallableGraphs."""
-        m = self.flow.cfg.output_size
-        dtype = next(self.flow.parameters()).dtype
+        """Capture the flow for every (rows, frames) bucket and HiFT for every (rows, window)
+        bucket with the engine's CallableGraphs."""
+        m, e = self.flow.cfg.output_size, self.flow.cfg.spk_embed_dim
+        dev = self.device
         began = time.perf_counter()
         with torch.inference_mode():
             for rows in reversed(self.GRAPH_ROWS):
                 for frames in reversed(self.graph_frames(rows)):
-                    z = torch.zeros(rows, m, frames, dtype=dtype, device=self.device)
-                    mask = torch.zeros(rows, 1, frames, dtype=dtype, device=self.device)
-                    spks = torch.zeros(rows, m, dtype=dtype, device=self.device)
-                    chunks = torch.zeros(rows, frames, dtype=torch.long, device=self.device)
-                    inputs = [z, z.clone(), mask, spks, z.clone(), chunks]
+                    width = frames // self.ratio + self.lookahead
+                    ints = torch.zeros(rows, width + 5, dtype=torch.long, device=dev)
+                    prompt_mel = torch.zeros(rows, frames, m, device=dev)
+                    speaker = torch.zeros(rows, e, device=dev)
                     try:
-                        graphs.capture(("flow", rows, frames), self.flow.solve_euler, inputs)
+                        graphs.capture(
+                            ("flow", rows, frames), self.flow_rows, [ints, prompt_mel, speaker]
+                        )
                     except RuntimeError as exc:  # not yet run on every GPU: say what to do
                         raise RuntimeError(
-                            f"capturing the flow solver in a CUDA graph failed for {rows} rows x "
+                            f"capturing the flow in a CUDA graph failed for {rows} rows x "
                             f"{frames} frames ({exc}); start the server with --eager to run "
                             "without CUDA graphs"
                         ) from exc
+        self.vocoder.enable_cuda_graphs(graphs, self.hift_frames())
         self.graphs = graphs
         log.info(
-            "captured the flow solver for rows %s x frames %s in %.1f s",
+            "captured the flow for rows %s x frames %s and HiFT for windows of %s frames in %.1f s",
             list(self.GRAPH_ROWS),
             self.graph_frames(),
+            self.hift_frames(),
             time.perf_counter() - began,
         )
-
-    def _solve(self, z, mu, mask, spks, cond, chunks) -> torch.Tensor:
-        """flow.solve_euler, replayed from a captured graph when a bucket fits."""
-        b, _, f = z.shape
-        rows = next((r for r in self.GRAPH_ROWS if r >= b), None)
-        frames = next((n for n in self.graph_frames(rows) if n >= f), None)
-        key = ("flow", rows, frames)
-        if self.graphs is None or key not in self.graphs:
-            return self.flow.solve_euler(z, mu, mask, spks, cond, chunks)
-        padded = [
-            torch.nn.functional.pad(x, (0, frames - f, 0, 0, 0, rows - b)) for x in (z, mu, mask)
-        ]
-        spks = torch.nn.functional.pad(spks, (0, 0, 0, rows - b))
-        cond = torch.nn.functional.pad(cond, (0, frames - f, 0, 0, 0, rows - b))
-        # Padded frames are masked out as keys; their own chunk index is immaterial.
-        chunks = torch.nn.functional.pad(chunks, (0, frames - f, 0, rows - b))
-        out = self.graphs.run(key, self.flow.solve_euler, [*padded, spks, cond, chunks])
-        return out[:b, :, :f].clone()  # the graph's buffer is rewritten by its next replay
 
     def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         return self.vocoder.step(states, final)

@@ -1,0 +1,94 @@
+"""CosyVoice 2's detokenizer in CUDA graphs: each captured graph's replay equals the eager call
+on the same inputs, and a graphed stream's audio equals the eager one's.
+
+Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.cuda_graphs import CallableGraphs
+from models.codecs.flow_hift.flow import CausalFlow
+from models.codecs.flow_hift.hift import HiFTGenerator
+from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
+from models.cosyvoice2.config import parse_config, read_yaml
+from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+class ComparedGraphs(CallableGraphs):
+    """CallableGraphs that also runs every replayed function eagerly on the same inputs and
+    keeps (key, replayed, eager) outputs."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.compared: list[tuple] = []
+
+    def run(self, key, fn, inputs):
+        if key not in self:
+            return fn(*inputs)
+        eager = fn(*[t.clone() for t in inputs])
+        replayed = super().run(key, fn, inputs)
+        pair = (replayed, eager) if isinstance(eager, torch.Tensor) else (replayed[0], eager[0])
+        self.compared.append((key, pair[0].clone(), pair[1].clone()))
+        return replayed
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("flow_hift_gpu")
+    (folder / "cosyvoice2.yaml").write_text(cosyvoice2_yaml(TINY_SIZES))
+    cfg = parse_config(read_yaml(folder / "cosyvoice2.yaml"))
+    torch.manual_seed(5)
+    flow, hift = CausalFlow(cfg.flow).eval(), HiFTGenerator(cfg.hift).eval()
+    hift.fold_weight_norm()
+    return flow.to(CUDA), hift.to(CUDA), cfg.chunk_size
+
+
+def stream(detok, requests: int, pushes: list[int]) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    states = [
+        detok.new_stream(
+            torch.randint(0, 6561, (25,), generator=g).tolist(),
+            torch.randn(50, 80, generator=g),
+            torch.randn(192, generator=g),
+        )
+        for _ in range(requests)
+    ]
+    pieces = [[] for _ in states]
+    for step, size in enumerate([*pushes, 0]):
+        for s in states:
+            detok.push(s, torch.randint(0, 6561, (size,), generator=g).tolist())
+        for i, audio in enumerate(detok.decode(states, [step == len(pushes)] * requests)):
+            pieces[i].append(torch.from_numpy(audio))
+    return [torch.cat(p) for p in pieces]
+
+
+@pytest.mark.parametrize("first_hop", [7, 20])
+def test_each_detokenizer_graph_replays_as_eager(parts, first_hop):
+    flow, hift, chunk = parts
+    detok = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
+    graphs = ComparedGraphs(CUDA)
+    detok.enable_cuda_graphs(graphs)
+    stream(detok, 3, [first_hop + 3, 25, 25, 25])
+    kinds = {key[0] for key, *_ in graphs.compared}
+    assert kinds == {"flow", "hift"}
+    for key, replayed, eager in graphs.compared:
+        torch.testing.assert_close(
+            replayed, eager, atol=1e-4, rtol=1e-4, msg=lambda m, k=key: f"{k}: {m}"
+        )
+
+
+@pytest.mark.parametrize("first_hop", [7, 20])
+def test_graphed_stream_equals_eager_stream(parts, first_hop):
+    flow, hift, chunk = parts
+    eager = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
+    graphed = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
+    graphed.enable_cuda_graphs(CallableGraphs(CUDA))
+    pushes = [first_hop + 3, 25, 25, 30, 10]
+    for a, b in zip(stream(eager, 5, pushes), stream(graphed, 5, pushes), strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
