@@ -65,6 +65,15 @@ def add_serve_parser(subparsers) -> None:
         help="prefill + decode tokens per engine step (default: %(default)s)",
     )
     g.add_argument(
+        "--max-detok-batch",
+        type=int,
+        default=d.engine.max_detok_batch,
+        metavar="N",
+        help="streams decoded per detokenizer job, most urgent first (first chunks, then the "
+        "least buffered). Smaller jobs end sooner, so a new stream's first chunk waits less "
+        "behind one; each costs more per stream (default: %(default)s)",
+    )
+    g.add_argument(
         "--attention",
         default=None,
         choices=["sdpa", "flashinfer"],
@@ -226,6 +235,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         kv_cache_mb=args.kv_cache_mb,
         max_num_seqs=args.max_num_seqs,
         max_batch_tokens=args.max_batch_tokens,
+        max_detok_batch=args.max_detok_batch,
         device=args.device,
         dtype=args.dtype,
         attention=args.attention,

@@ -44,6 +44,8 @@ def test_options_become_settings():
         "cpu",
         "--first-hop-tokens",
         "12",
+        "--max-detok-batch",
+        "8",
     )
     environ = {"VOXGATE_API_KEYS": "k-two,k-three", "VOXGATE_TWILIO_AUTH_TOKEN": "tw-secret"}
     settings = settings_from_args(args, environ=environ)
@@ -53,6 +55,7 @@ def test_options_become_settings():
     assert settings.allowed_origins == ("https://app.example.com",)
     assert settings.max_sessions_per_key == 3 and settings.lead_ms == 400
     assert settings.engine.device == "cpu" and settings.engine.first_hop_tokens == 12
+    assert settings.engine.max_detok_batch == 8
 
 
 def test_cpu_options_are_left_to_the_model_unless_given():
@@ -90,6 +93,7 @@ def test_synth_is_still_there():
         (["--policy", "slack", "--max-num-seqs", "0"], "max_num_seqs"),
         (["--gil-switch-ms", "0"], "--gil-switch-ms must be in"),
         (["--first-hop-tokens", "0"], "first_hop_tokens must be >= 1"),
+        (["--max-detok-batch", "0"], "max_detok_batch must be >= 1"),
         (["--cpu-threads", "0"], "cpu_threads must be >= 1"),
     ],
 )
