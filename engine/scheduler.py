@@ -297,15 +297,8 @@ class Scheduler:
         if pending < self.facts.first_chunk_tokens:
             return False
         # The budget is for the audio to be out, so the codec's own time counts against it
-        # (CosyVoice 2's flow + HiFT chunk: ~0.1 s on the H200). Holding for more cover pays
-        # only if the next piece of audio (a frame; CosyVoice 2: a whole 25-token chunk) can
-        # still be generated and decoded within the budget; otherwise the wait would end at
-        # the budget with the same audio (on the H200 at 4 req/s, CosyVoice first chunks sat
-        # out the whole 0.35 s that way).
-        frame = self.facts.frame_tokens
-        more = frame - (pending - self.facts.first_chunk_tokens) % frame  # tokens to more audio
-        done_by = now - request.arrival_time + more * self.step_time_s + self.detok_time_s
-        if done_by >= self.config.first_audio_budget_s:
+        # (CosyVoice 2's flow + HiFT chunk: ~0.1 s on the H200).
+        if now - request.arrival_time + self.detok_time_s >= self.config.first_audio_budget_s:
             return True  # time to first audio matters more than the cover from here on
         audible = self.facts.first_chunk_audio_tokens(pending)
         return audible * self.facts.seconds_per_token >= self.first_chunk_cover_s()

@@ -271,29 +271,6 @@ def test_first_audio_budget_caps_the_wait_for_cover():
     assert first_s < sched.first_chunk_cover_s()
 
 
-def test_first_chunk_is_not_held_for_audio_that_cannot_come_within_the_budget():
-    """Waiting for cover pays only while the next piece of audio can still be generated and
-    decoded within the budget: CosyVoice 2's next piece is a whole 25-token chunk, so under
-    load its first chunk goes at once rather than at the budget with the same audio; Orpheus'
-    next piece is a 7-token frame, held for until that frame would no longer make it."""
-    cosy = ChunkingFacts(23, 25, 1 / 25, 25, held_back_tokens=4, lookahead_tokens=3)
-    sched = Scheduler(EngineConfig(first_audio_budget_s=0.35), BlockManager(512, 16), cosy)
-    sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s = 0.0075, 0.15, 0.34
-    assert sched.first_chunk_cover_s() > 16 / 25  # the first chunk does not cover the gap
-    req = admit(sched, prompt_len=10, arrival=0.0)
-    req.output_ids = [7] * 23
-    assert sched._first_chunk_ready(req, now=0.17)  # 0.17 + 25 x 0.0075 + 0.15 > 0.35
-
-    sched = make_scheduler("slack", first_audio_budget_s=0.35)
-    sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s = 0.01, 0.01, 1.0
-    req = admit(sched, prompt_len=10, arrival=0.0)
-    req.output_ids = [7] * 21
-    assert not sched._first_chunk_ready(req, now=0.26)  # 0.26 + 7 x 0.01 + 0.01 < 0.35
-    assert sched._first_chunk_ready(req, now=0.28)
-    req.output_ids = [7] * 24  # 4 tokens to the next frame: 0.3 + 0.04 + 0.01 = 0.35
-    assert sched._first_chunk_ready(req, now=0.3)
-
-
 def test_first_chunk_cover_discounts_the_codecs_look_ahead():
     """A codec that holds back look-ahead frames (Orpheus' SNAC: 2 frames) plays less than the
     tokens it was handed: the first chunk waits for cover plus that look-ahead."""
