@@ -579,6 +579,7 @@ def sanity_check(
             except KeyError:
                 continue
         texts = sayable[:count]
+        log_line(log, f"sanity: {len(texts)} held-out sentences sayable with the lexicon")
     config = EngineConfig(cuda_graphs=False, async_detok=False, kv_memory_fraction=0.05)
     core = EngineCore(model, config, device, "sdpa")
     params = SamplingParams(**{**model.facts.sampling_defaults, "seed": 0, "max_tokens": 1000})

@@ -220,3 +220,20 @@ def phone_sequence_words(text: str) -> list[str]:
     from models.voxgate_tiny.phone_text import MARKS, text_items
 
     return [w for w in text_items(text) if w not in MARKS]
+
+
+def test_tokenizer_json_type_picks_the_tokenizer(tmp_path):
+    from models.checkpoint_errors import CheckpointError
+    from models.voxgate_tiny.text import CharTokenizer, load_tokenizer
+
+    CharTokenizer().save(tmp_path)
+    assert load_tokenizer(tmp_path) == CharTokenizer()
+    PhoneTokenizer().save(tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    assert isinstance(loaded, PhoneTokenizer) and loaded.symbols == PHONE_SYMBOLS
+    with pytest.raises(CheckpointError, match="not a 'voxgate-chars'"):
+        CharTokenizer.load(tmp_path)
+    doc = json.loads((tmp_path / "tokenizer.json").read_text())
+    (tmp_path / "tokenizer.json").write_text(json.dumps({**doc, "type": "voxgate-bytes"}))
+    with pytest.raises(CheckpointError, match="'voxgate-chars' or 'voxgate-phones'"):
+        load_tokenizer(tmp_path)
