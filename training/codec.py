@@ -21,6 +21,8 @@ out like training/aligner.py's align-NN.npz but exact (from the teacher's own ph
   phone_offsets, phone_counts  int64 [utterances]
   lengths      int64 [utterances]: copy of the tokens file's, to check the pairing.
   inventory    JSON list of the phone names, the ids' meaning.
+An utterance with phone_counts 0 has no phones (training/phones_backfill.py refused it: its
+re-synthesis did not match the tokens) and phone_index -1 on its frames.
 """
 
 from __future__ import annotations
@@ -73,8 +75,18 @@ def corpus_24k(
         pieces.append(resample(chunk.to(device), corpus.rate, rate).half())
     audio = torch.cat(pieces)
     offsets = np.round(corpus.offsets * ratio).astype(np.int64)
-    lengths = np.floor(corpus.lengths * ratio).astype(np.int64)
-    return audio, offsets, lengths
+    return audio, offsets, resampled_lengths(corpus.lengths, corpus.rate, rate)
+
+
+def resampled_lengths(samples: np.ndarray, orig: int, rate: int) -> np.ndarray:
+    """Utterance lengths in samples at `orig` Hz → at `rate` Hz, as corpus_24k resamples them."""
+    return np.floor(np.asarray(samples) * (rate / orig)).astype(np.int64)
+
+
+def encoded_frames(samples: np.ndarray, orig: int, config: VoxCodecConfig) -> np.ndarray:
+    """Teacher utterance lengths (samples at `orig` Hz) → the codec frames `encode` gives them:
+    resampled to the codec's rate, the last partial frame padded."""
+    return -(-resampled_lengths(samples, orig, config.sample_rate) // config.hop_length)
 
 
 class SpectralLoss(torch.nn.Module):
@@ -156,7 +168,7 @@ def encode(args: argparse.Namespace) -> None:
     corpus = TeacherCorpus.load(Path(args.teacher))
     audio, offsets, lengths = corpus_24k(corpus, device, config.sample_rate)
     hop = config.hop_length
-    frames = -(-lengths // hop)  # ceil: the last partial frame is padded with silence
+    frames = encoded_frames(corpus.lengths, corpus.rate, config)
     order = np.argsort(frames)
     codes: list[np.ndarray | None] = [None] * len(order)
     for start in range(0, len(order), args.batch):
@@ -221,19 +233,41 @@ def write_phones(
     """phones-NN.npz next to each tokens-NN.npz (layout in the module docstring)."""
     assert corpus.phones is not None and corpus.phone_ends is not None
     for index, shard in enumerate(shards):
-        ids = [phone_ids(corpus.phones[u]) for u in shard]
-        counts = np.array([len(p) for p in ids], np.int64)
-        np.savez_compressed(
+        write_phones_file(
             folder / f"phones-{index:02d}.npz",
-            phone_index=np.concatenate(
-                [frame_phone_index(corpus.phone_ends[u], int(frames[u]), frame_rate) for u in shard]
-            ),
-            phones=np.concatenate(ids),
-            phone_offsets=np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
-            phone_counts=counts,
-            lengths=frames[shard].astype(np.int64),
-            inventory=np.array(json.dumps(PHONE_INVENTORY)),
+            [corpus.phones[u] for u in shard],
+            [corpus.phone_ends[u] for u in shard],
+            frames[shard],
+            frame_rate,
         )
+
+
+def write_phones_file(
+    path: Path,
+    phones: list[list[str] | None],
+    phone_ends: list[np.ndarray | None],
+    frames: np.ndarray,
+    frame_rate: float,
+) -> None:
+    """One phones-NN.npz (layout in the module docstring) for the utterances of one tokens file:
+    their phone names, end times (seconds from the first encoded sample) and frame counts. An
+    utterance without phones (None: training/phones_backfill.py refused it) gets phone_count 0
+    and phone_index -1 on its frames; readers skip it."""
+    ids = [phone_ids(p) if p is not None else np.zeros(0, np.int16) for p in phones]
+    counts = np.array([len(p) for p in ids], np.int64)
+    index = [
+        frame_phone_index(e, int(n), frame_rate) if p is not None else np.full(int(n), -1, np.int16)
+        for p, e, n in zip(phones, phone_ends, frames, strict=True)
+    ]
+    np.savez_compressed(
+        path,
+        phone_index=np.concatenate(index).astype(np.int16),
+        phones=np.concatenate(ids).astype(np.int16),
+        phone_offsets=np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
+        phone_counts=counts,
+        lengths=np.asarray(frames, np.int64),
+        inventory=np.array(json.dumps(PHONE_INVENTORY)),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

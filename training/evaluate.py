@@ -8,6 +8,10 @@ held-out everyday sentences (training/sentences.py: never in any training set) f
 plus the model's real-time factor on this machine for that batch.
 
     python -m training.evaluate --model voxgate-tiny [--count 50] [--debs .teacher] [--out eval.json]
+
+A phone-reading checkpoint ("voxgate-phones") says its words with the serving G2P
+(models/voxgate_tiny/g2p.py), or with `--lexicon FILE` (the training lexicon) where that G2P is
+not installed; sentences it cannot say are left out of every system's score, and counted.
 """
 
 from __future__ import annotations
@@ -79,6 +83,32 @@ def model_audio(model, texts: list[str], max_num_seqs: int) -> tuple[list[np.nda
     return [np.concatenate(pieces[i]) if pieces[i] else np.zeros(0, np.float32) for i in ids], wall
 
 
+def sayable(model, texts: list[str], lexicon: str | None) -> list[str]:
+    """The sentences a phone-reading model can turn into its phones (all, for a character model),
+    with the training lexicon in place of the G2P when `lexicon` is given."""
+    from models.voxgate_tiny.phone_text import PhoneTokenizer
+    from models.voxgate_tiny.text import normalize
+
+    tokenizer = getattr(model, "tokenizer", None)
+    if not isinstance(tokenizer, PhoneTokenizer):
+        return texts
+    if lexicon:
+        from training.phone_reading import read_lexicon
+
+        words = read_lexicon(Path(lexicon))
+        model.tokenizer = PhoneTokenizer(tokenizer.symbols, word_phones=words.__getitem__)
+    kept = []
+    for text in texts:
+        try:
+            model.tokenizer.encode(normalize(text))
+            kept.append(text)
+        except (KeyError, ValueError):
+            continue
+    if len(kept) < len(texts):
+        print(f"phones: {len(texts) - len(kept)} of {len(texts)} sentences left out (unsayable)")
+    return kept
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -89,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", help="write per-sentence results as JSON here")
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--lexicon", help="phone checkpoints: say words with this lexicon, not the G2P")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -97,6 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     texts = heldout_sentences(args.count)
     judge = WhisperJudge(args.threads)
     model = load_model(args.model)
+    texts = sayable(model, texts, args.lexicon)
     systems: dict[str, tuple[list[np.ndarray], int]] = {}
     teacher = teacher_audio(texts, args.debs)
     systems["teacher (flite slt)"] = (teacher, 16000)

@@ -10,16 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-# Flite's US English phoneset (lang/usenglish/us_phoneset.c), without stress: the order is the
-# id stored in phones-NN.npz, so only ever append to it.
-PHONE_INVENTORY: tuple[str, ...] = (
-    "pau",
-    "aa", "ae", "ah", "ao", "aw", "ax", "axr", "ay", "b", "ch", "d", "dh", "dx", "eh", "el",
-    "em", "en", "er", "ey", "f", "g", "hh", "hv", "ih", "iy", "jh", "k", "l", "m", "n", "nx",
-    "ng", "ow", "oy", "p", "r", "s", "sh", "t", "th", "uh", "uw", "v", "w", "y", "z", "zh",
-    "h#", "brth",
-)  # fmt: skip
-PHONE_ID = {p: i for i, p in enumerate(PHONE_INVENTORY)}
+# The inventory lives with the model (serving reads it too); re-exported for training code.
+from models.voxgate_tiny.phones import PHONE_ID, PHONE_INVENTORY  # noqa: F401
 
 
 def parse_psdur(output: str) -> tuple[list[str], np.ndarray]:

@@ -13,6 +13,12 @@ align`) trains the reading pointer of models/voxgate_tiny/lm.py: each frame row 
 aligned character at its last frame and the next one as input, and the depth stage learns how
 far the pointer moved in the row.
 
+`--phones --lexicon FILE` (needs `phones-NN.npz` beside each `tokens-NN.npz`: `codec encode` or
+`training.phones_backfill`) reads PHONES instead of characters (models/voxgate_tiny/
+phone_text.py: the lexicon's phones of each word, word boundaries, punctuation), with the
+reading pointer from the teacher's own phone times (training/phone_reading.py), and exports a
+"voxgate-phones" tokenizer (config.json `text_input`: "phones").
+
 Batches hold sequences of similar length (length-sorted buckets, shuffled), padded on the right
 (causal attention never looks at the padding). bf16 autocast on GPUs, AdamW, linear warm-up and
 cosine decay over a wall-clock budget (training/common.py), so the run ends on time on any GPU.
@@ -36,9 +42,11 @@ from models.loader import read_config
 from models.voxgate_tiny.checkpoint import build_lm, load_checkpoint, save_checkpoint
 from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
 from models.voxgate_tiny.lm import READ_ADVANCES, DenseCausalAttention, VoxgateTinyLM
+from models.voxgate_tiny.phone_text import PhoneTokenizer
 from models.voxgate_tiny.text import CharTokenizer
 from training.common import TimeBudget, autocast, descend, log_line, pick_device
 from training.guided_attention import GuidedAttention
+from training.phone_reading import read_lexicon, shard_inputs
 
 SIZES = {
     "default": {},
@@ -112,27 +120,48 @@ def model_rows_per_s(config: dict) -> float:
 
 
 def load_tokens(
-    folder: Path, tokenizer: CharTokenizer, frames_per_row: int = 1, reading: bool = False
+    folder: Path,
+    tokenizer: CharTokenizer | PhoneTokenizer,
+    frames_per_row: int = 1,
+    reading: bool = False,
+    lexicon: dict[str, tuple[str, ...]] | None = None,
+    log: Path | None = None,
 ) -> list[Utterance]:
+    """Every tokens-NN.npz of `folder`. With `lexicon` (phone input): the phone sequences and
+    pointers of training/phone_reading.py; utterances without phones or with a word outside
+    the lexicon are dropped (counted in the log)."""
     files = sorted(Path(folder).glob("tokens-*.npz"))
     if not files:
         raise SystemExit(
             f"no tokens-*.npz in {folder}: run `python -m training.codec encode` first"
         )
     out = []
+    skipped: dict[str, int] = {}
     for path in files:
         d = np.load(path)
         # Each `d[key]` decompresses the whole array again: read every array once (indexing
         # d["codes"] per utterance made loading quadratic: minutes for a 10-hour corpus).
         codes, texts = d["codes"], json.loads(str(d["texts"]))
+        offsets, lengths = d["offsets"], d["lengths"]
+        if lexicon is not None:
+            inputs = shard_inputs(path, lengths, texts, tokenizer, lexicon, skipped)
+            for item, off, n in zip(inputs, offsets, lengths, strict=True):
+                if item is not None:
+                    ids, index = item
+                    rows = group_frames(codes[off : off + n], frames_per_row)
+                    out.append(Utterance(ids, rows, reading_rows(ids, index, frames_per_row)))
+            continue
         index = _char_index(path) if reading else None
-        for text, off, n in zip(texts, d["offsets"], d["lengths"], strict=True):
+        for text, off, n in zip(texts, offsets, lengths, strict=True):
             ids = tokenizer.encode(text)
             rows = group_frames(codes[off : off + n], frames_per_row)
             pointer = None
             if index is not None:
                 pointer = reading_rows(ids, index[off : off + n], frames_per_row)
             out.append(Utterance(ids, rows, pointer))
+    if lexicon is not None:
+        shown = ", ".join(f"{n} {why}" for why, n in skipped.items()) or "none"
+        log_line(log, f"phones: {len(out)} utterances read as phones; dropped: {shown}")
     return out
 
 
@@ -356,7 +385,13 @@ def main(argv: list[str] | None = None) -> None:
         help="train the reading pointer from align-NN.npz (training/aligner.py); with --init "
         "of a model without one, it is added (with_reading)",
     )
-
+    p.add_argument(
+        "--phones",
+        action="store_true",
+        help="read phones, not characters (phones-NN.npz beside the tokens; needs --lexicon); "
+        "implies the reading pointer",
+    )
+    p.add_argument("--lexicon", help="word TAB phones file (.gz ok) for --phones")
     p.add_argument(
         "--guided-weight",
         type=float,
@@ -385,24 +420,34 @@ def main(argv: list[str] | None = None) -> None:
         args.guided_heads,
     )
 
+    if args.phones and not args.lexicon:
+        p.error("--phones needs --lexicon FILE (models/voxgate_tiny/lexicon.tsv.gz)")
+    lexicon = read_lexicon(Path(args.lexicon)) if args.phones else None
+
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}_train_log.txt"
-    tokenizer = CharTokenizer()
+    tokenizer: CharTokenizer | PhoneTokenizer = PhoneTokenizer() if args.phones else CharTokenizer()
     codec = load_voxcodec(args.codec)
     if args.init:  # fine-tune: the checkpoint's own config and weights (its codec must match)
         config = read_config(Path(args.init))
-        _, lm, _, _ = load_checkpoint(Path(args.init), device, torch.float32)
+        if (config.get("text_input", "chars") == "phones") != args.phones:
+            p.error(f"--init {args.init} reads {config.get('text_input', 'chars')}: match --phones")
+        _, lm, _, tokenizer = load_checkpoint(Path(args.init), device, torch.float32)
         if args.reading and not lm.reading:  # add the pointer to a model trained without it
             config = {**config, "reading": True}
             lm = with_reading(lm, build_lm(VoxgateTinyConfig.from_dict(config)).to(device))
         lm.train()
     else:
         config = tiny_config_dict(
-            codec.config, tokenizer.vocab_size, reading=args.reading, **SIZES[args.size]
+            codec.config,
+            tokenizer.vocab_size,
+            reading=args.reading or args.phones,
+            text_input="phones" if args.phones else "chars",
+            **SIZES[args.size],
         )
         lm = build_lm(VoxgateTinyConfig.from_dict(config)).to(device).train()
         with torch.no_grad():
@@ -410,7 +455,9 @@ def main(argv: list[str] | None = None) -> None:
                 if "norm" not in name:
                     torch.nn.init.normal_(param, 0.0, 0.02)
     reading = bool(config.get("reading", False))
-    utts = load_tokens(Path(args.tokens), tokenizer, config["frames_per_row"], reading)
+    utts = load_tokens(
+        Path(args.tokens), tokenizer, config["frames_per_row"], reading, lexicon, log
+    )
     longest = config["max_position_embeddings"]
     utts = [u for u in utts if len(u) + 1 <= longest]
     rng.shuffle(utts)
@@ -473,7 +520,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.sanity:
         try:
-            sanity_check(out, device, args.sanity, log)
+            sanity_check(out, device, args.sanity, log, lexicon)
         except Exception as exc:  # the checkpoint is written; a failed check must not lose it
             log_line(log, f"sanity check failed: {type(exc).__name__}: {exc}")
 
@@ -500,21 +547,41 @@ def with_reading(plain: VoxgateTinyLM, reader: VoxgateTinyLM) -> VoxgateTinyLM:
     return reader
 
 
-def sanity_check(folder: Path, device: torch.device, count: int, log: Path | None) -> None:
+def sanity_check(
+    folder: Path,
+    device: torch.device,
+    count: int,
+    log: Path | None,
+    lexicon: dict[str, tuple[str, ...]] | None = None,
+) -> None:
     """Reload the written checkpoint through the real loader and speak `count` held-out
     sentences through the engine: does each stop, after about as many frames as the text
-    needs (~14 characters a second)?"""
+    needs (~14 characters a second)? A phone checkpoint says its words with `lexicon` (the
+    training one; the serving G2P may not be installed here), skipping sentences it lacks."""
     from engine.config import EngineConfig
     from engine.core import EngineCore
     from engine.outputs import Finished, SpeechRequest
     from engine.request import SamplingParams
     from models.voxgate_tiny.loading import load_voxgate_tiny
+    from models.voxgate_tiny.text import normalize
     from training.sentences import heldout_sentences
 
     model = load_voxgate_tiny(folder, device, torch.float32)
+    texts = heldout_sentences(count)
+    if lexicon is not None and isinstance(model.tokenizer, PhoneTokenizer):
+        model.tokenizer = PhoneTokenizer(model.tokenizer.symbols, word_phones=lexicon.__getitem__)
+        texts = heldout_sentences(4 * count)
+        sayable = []
+        for text in texts:
+            try:
+                model.tokenizer.encode(normalize(text))
+                sayable.append(text)
+            except KeyError:
+                continue
+        texts = sayable[:count]
+        log_line(log, f"sanity: {len(texts)} held-out sentences sayable with the lexicon")
     config = EngineConfig(cuda_graphs=False, async_detok=False, kv_memory_fraction=0.05)
     core = EngineCore(model, config, device, "sdpa")
-    texts = heldout_sentences(count)
     params = SamplingParams(**{**model.facts.sampling_defaults, "seed": 0, "max_tokens": 1000})
     ids = {core.add_request(SpeechRequest(t, None, params)).request_id: t for t in texts}
     while core.has_work():

@@ -1,7 +1,8 @@
 """voxgate-tiny's published layout, read and written.
 
-    config.json                      VoxgateTinyConfig (+ codec_config)
-    tokenizer.json                   the character vocabulary and normaliser name (text.py)
+    config.json                      VoxgateTinyConfig (+ codec_config; `text_input` chars/phones)
+    tokenizer.json                   the character (text.py) or phone (phone_text.py) vocabulary
+                                     and the normaliser's name
     model.safetensors                or model-0000i-of-0000N.safetensors + model.safetensors.index.json
     MODEL_CARD.md                    (shipped weights only)
 
@@ -24,7 +25,8 @@ from models.codecs.voxcodec import VoxCodec
 from models.layers.llama import hf_layer_targets
 from models.voxgate_tiny.config import VoxgateTinyConfig
 from models.voxgate_tiny.lm import VoxgateTinyLM
-from models.voxgate_tiny.text import CharTokenizer
+from models.voxgate_tiny.phone_text import PhoneTokenizer
+from models.voxgate_tiny.text import CharTokenizer, load_tokenizer
 
 SHARD_BYTES = 15 * 2**20
 
@@ -73,7 +75,7 @@ def save_checkpoint(
     config: dict,
     lm: VoxgateTinyLM,
     codec: VoxCodec,
-    tokenizer: CharTokenizer,
+    tokenizer: CharTokenizer | PhoneTokenizer,
     dtype: torch.dtype = torch.bfloat16,
 ) -> list[Path]:
     """Write the published layout; returns the files written."""
@@ -112,7 +114,7 @@ def save_checkpoint(
 
 def load_checkpoint(
     folder: Path, device: torch.device, dtype: torch.dtype
-) -> tuple[VoxgateTinyConfig, VoxgateTinyLM, VoxCodec, CharTokenizer]:
+) -> tuple[VoxgateTinyConfig, VoxgateTinyLM, VoxCodec, CharTokenizer | PhoneTokenizer]:
     """Read the published layout; CheckpointError names any missing, unexpected or mis-shaped
     tensor. The LM runs in `dtype`; the codec in float32 on the CPU (bfloat16 convolutions are
     slow there), in `dtype` elsewhere."""
@@ -120,7 +122,7 @@ def load_checkpoint(
     from models.loader import copy_into, iter_safetensors, read_config
 
     config = VoxgateTinyConfig.from_dict(read_config(folder), f"{folder}/config.json")
-    tokenizer = CharTokenizer.load(folder)
+    tokenizer = load_tokenizer(folder)
     if tokenizer.vocab_size != config.text_vocab_size:
         raise CheckpointError(
             f"{folder}: tokenizer.json has {tokenizer.vocab_size} symbols, config.json says "
@@ -145,7 +147,11 @@ def load_checkpoint(
 
 
 def write_random_checkpoint(
-    folder: Path, config: dict, seed: int = 0, dtype: torch.dtype = torch.float32
+    folder: Path,
+    config: dict,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    tokenizer: CharTokenizer | PhoneTokenizer | None = None,
 ) -> list[Path]:
     """A seeded random-weight model of `config` in the published layout: tests and speed
     measurements of the real code path before (or without) trained weights."""
@@ -158,4 +164,4 @@ def write_random_checkpoint(
         for name, p in lm.named_parameters():
             if "norm" not in name:
                 p.normal_(0.0, 0.02)
-    return save_checkpoint(folder, config, lm, codec, CharTokenizer(), dtype)
+    return save_checkpoint(folder, config, lm, codec, tokenizer or CharTokenizer(), dtype)

@@ -75,6 +75,7 @@ def tiny_config_dict(
     frames_per_row: int = 2,
     sampling: dict[str, float] | None = None,
     reading: bool = False,
+    text_input: str = "chars",
 ) -> dict:
     """The config.json of a voxgate-tiny model. Defaults: the shipped size, about 11M
     parameters besides the codec, of which about 9M are read per decode step: small enough
@@ -97,6 +98,9 @@ def tiny_config_dict(
         "text_vocab_size": text_vocab_size,
         "depth_intermediate_size": depth_intermediate,
         "reading": reading,
+        # What the prompt's text ids are: "chars" (text.py) or "phones" (phone_text.py); the
+        # tokenizer.json type says the same, this is for people reading the config.
+        "text_input": text_input,
         # Run 6's held-out WER: 58 % at temperature 0.7 / top-k 40, 50 % at 0.4 / 20, 54 % at
         # 0.2 / 5 (training/README.md): sharper than 0.7, not greedy.
         "sampling": sampling

@@ -1,4 +1,5 @@
-"""voxgate-tiny through the four-stage interface: normalised characters → Llama backbone on the
+"""voxgate-tiny through the four-stage interface: normalised characters (or their phones, for a
+"voxgate-phones" checkpoint: phone_text.py) → Llama backbone on the
 engine's paged KV → codebook 0 from the engine's sampler → depth stage for codebooks 1..K-1 →
 streaming VoxCodec audio at 24 kHz."""
 
@@ -25,6 +26,7 @@ from models.base import (
 )
 from models.codecs.voxcodec_stream import VoxCodecDetokenizer, VoxCodecStream
 from models.voxgate_tiny.lm import VoxgateTinyLM
+from models.voxgate_tiny.phone_text import PhoneTokenizer
 from models.voxgate_tiny.text import CharTokenizer, normalize
 
 VOICE = "slt"  # the teacher voice it learned (CMU ARCTIC slt through Flite)
@@ -41,7 +43,7 @@ class VoxgateTinyModel(SpeechModel):
     def __init__(
         self,
         lm: VoxgateTinyLM,
-        tokenizer: CharTokenizer,
+        tokenizer: CharTokenizer | PhoneTokenizer,
         detok: VoxCodecDetokenizer,
         sampling: dict[str, float],
         name: str = "voxgate-tiny",
@@ -91,7 +93,11 @@ class VoxgateTinyModel(SpeechModel):
                 "(send one sentence per request)"
             )
         pad = (ABSENT,) * (self.lm.row_width - self.k - 1)
-        return [(ABSENT,) * self.k + (t,) + pad for t in self.tokenizer.encode(said)]
+        try:
+            ids = self.tokenizer.encode(said)
+        except (KeyError, ValueError) as exc:  # a phone model whose G2P cannot say a word
+            raise ModelInputError(f"cannot turn {said!r} into this model's phones: {exc}") from None
+        return [(ABSENT,) * self.k + (t,) + pad for t in ids]
 
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         if voice not in (None, VOICE):

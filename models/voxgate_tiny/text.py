@@ -1,5 +1,6 @@
 """voxgate-tiny's text front end: a normaliser that spells out what a character model cannot read
-(digits, symbols, abbreviations), and the character vocabulary of `tokenizer.json`.
+(digits, symbols, abbreviations), and the character vocabulary of `tokenizer.json` (the phone
+vocabulary of phone-reading checkpoints is phone_text.py's; `load_tokenizer` picks either).
 
 The same normaliser runs before the teacher voice (training data) and before the model
 (serving), so both see exactly the words the model was trained to say. It is versioned by name
@@ -212,20 +213,34 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, folder: Path) -> CharTokenizer:
-        path = folder / "tokenizer.json"
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise CheckpointError(f"checkpoint folder {folder} lacks tokenizer.json") from None
-        except json.JSONDecodeError as exc:
-            raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
-        if doc.get("type") != "voxgate-chars" or doc.get("normalizer") != NORMALIZER:
-            raise CheckpointError(
-                f"{path} is a {doc.get('type')!r} tokenizer with normaliser "
-                f"{doc.get('normalizer')!r}; this Voxgate reads 'voxgate-chars' with "
-                f"{NORMALIZER!r}: update Voxgate or use a matching checkpoint"
-            )
-        symbols = tuple(doc["symbols"])
-        if symbols[: len(SPECIALS)] != SPECIALS:
-            raise CheckpointError(f"{path}: the first symbols must be {SPECIALS}")
-        return cls(symbols)
+        tokenizer = load_tokenizer(folder)
+        if not isinstance(tokenizer, CharTokenizer):
+            raise CheckpointError(f"{folder}/tokenizer.json is not a 'voxgate-chars' tokenizer")
+        return tokenizer
+
+
+def load_tokenizer(folder: Path):
+    """tokenizer.json → the tokenizer it names: CharTokenizer ("voxgate-chars") or
+    phone_text.PhoneTokenizer ("voxgate-phones"); both need this Voxgate's normaliser."""
+    path = folder / "tokenizer.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint folder {folder} lacks tokenizer.json") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+    kinds = ("voxgate-chars", "voxgate-phones")
+    if doc.get("type") not in kinds or doc.get("normalizer") != NORMALIZER:
+        raise CheckpointError(
+            f"{path} is a {doc.get('type')!r} tokenizer with normaliser "
+            f"{doc.get('normalizer')!r}; this Voxgate reads {' or '.join(map(repr, kinds))} with "
+            f"{NORMALIZER!r}: update Voxgate or use a matching checkpoint"
+        )
+    if doc["type"] == "voxgate-phones":
+        from models.voxgate_tiny.phone_text import PhoneTokenizer
+
+        return PhoneTokenizer.from_doc(doc, path)
+    symbols = tuple(doc["symbols"])
+    if symbols[: len(SPECIALS)] != SPECIALS:
+        raise CheckpointError(f"{path}: the first symbols must be {SPECIALS}")
+    return CharTokenizer(symbols)
