@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 
 from models.voxgate_tiny.lts import LetterToSound
-from training.phones import PHONE_ID
+from models.voxgate_tiny.phones import PHONE_ID
 
 HERE = Path(__file__).resolve().parent
 LEXICON_PATH = HERE / "lexicon.tsv.gz"
