@@ -8,7 +8,9 @@ most models, or the few thousand tokens valid at each row's position for constra
   uploading every request's history every step.
 - A model may declare repetition-aware sampling (models.base.RepetitionAwareSampling,
   CosyVoice 2's rule): a drawn token repeated too often in the request's recent window is
-  drawn again from the whole distribution, with noise of its own.
+  drawn again from the whole distribution, with noise of its own. The window is a ring of the
+  request's last drawn tokens kept on the device (written by the step that draws them), so
+  the rule reads nothing from the host and async scheduling can launch the next step first.
 - Randomness is counter-based: the exponential-race noise for (seed, output position, token)
   is a hash of those three integers. A seeded request therefore draws the same tokens
   whatever else shares its batch, and the whole batch's noise is one vectorised expression.
@@ -50,8 +52,6 @@ class SamplingRow:
     request_id: str
     params: SamplingParams
     step: int  # output tokens so far: the position of the token being drawn
-    # The request's last output tokens, for repetition-aware sampling (empty otherwise).
-    recent: tuple[int, ...] = ()
 
 
 class Sampler:
@@ -66,6 +66,10 @@ class Sampler:
         self.repetition_aware = repetition_aware
         self.device = device
         self._seen = torch.zeros(rows, vocab_size, dtype=torch.bool, device=device)
+        # Repetition-aware sampling's window: the token drawn at output position p sits in
+        # column p % window of the request's row (-1: nothing drawn there yet).
+        window = repetition_aware.window if repetition_aware else 0
+        self._recent = torch.full((rows, window), -1, dtype=torch.long, device=device)
         self._row_of: dict[str, int] = {}
         self._free = list(range(rows - 1, -1, -1))
         self._seed_of: dict[str, int] = {}
@@ -83,6 +87,7 @@ class Sampler:
             params.seed if params.seed is not None else random.getrandbits(31)
         )
         self._seen[row].zero_()
+        self._recent[row].fill_(-1)
         ids = upload(prompt_ids, torch.long, self.device)
         self._seen[row].index_put_((ids,), self._true)
 
@@ -97,6 +102,11 @@ class Sampler:
         grown = torch.zeros(2 * old, self.vocab_size, dtype=torch.bool, device=self.device)
         grown[:old] = self._seen
         self._seen = grown
+        recent = torch.full(
+            (2 * old, self._recent.shape[1]), -1, dtype=torch.long, device=self.device
+        )
+        recent[:old] = self._recent
+        self._recent = recent
         self._free = list(range(2 * old - 1, old - 1, -1))
 
     def seed_of(self, request_id: str) -> int:
@@ -121,9 +131,14 @@ class Sampler:
         chosen = logits.argmax(dim=-1)
         stochastic = [i for i, r in enumerate(rows) if not r.params.greedy]
         if stochastic:
-            chosen = self._draw(logits, token_ids, rows, stochastic, chosen)
+            chosen = self._draw(logits, token_ids, table_rows, rows, stochastic, chosen)
         tokens = token_ids.gather(1, chosen[:, None])[:, 0]
         self._seen.index_put_((table_rows, tokens), self._true)
+        if self.repetition_aware is not None:  # after the draw read the window: now it's in it
+            columns = upload(
+                [r.step % self.repetition_aware.window for r in rows], torch.long, device
+            )
+            self._recent.index_put_((table_rows, columns), tokens)
         return tokens
 
     def _penalise(self, logits, token_ids, table_rows, rows: list[SamplingRow]) -> torch.Tensor:
@@ -136,7 +151,9 @@ class Sampler:
         penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
         return torch.where(seen, penalised, logits)
 
-    def _draw(self, logits, token_ids, rows, stochastic: list[int], chosen) -> torch.Tensor:
+    def _draw(
+        self, logits, token_ids, table_rows, rows, stochastic: list[int], chosen
+    ) -> torch.Tensor:
         device = logits.device
         idx = upload(stochastic, torch.long, device)
         sub = [rows[i] for i in stochastic]
@@ -154,32 +171,24 @@ class Sampler:
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p.
         drawn = (probs / noise).argmax(dim=-1)
         if self.repetition_aware is not None:
+            recent = self._recent[table_rows[idx]]  # [S, window]
             drawn = self._redraw_repeats(
-                logits[idx] / temp[:, None], token_ids[idx], sub, drawn, seeds, steps
+                logits[idx] / temp[:, None], token_ids[idx], recent, drawn, seeds, steps
             )
         chosen = chosen.clone()
         chosen[idx] = drawn
         return chosen
 
-    def _redraw_repeats(self, logits, token_ids, rows: list[SamplingRow], drawn, seeds, steps):
+    def _redraw_repeats(self, logits, token_ids, recent, drawn, seeds, steps):
         """RAS: rows whose drawn token occurs max_repeats times or more in their recent window
-        take a draw from the whole (temperature-scaled) distribution instead, with noise keyed
-        apart from the first draw's so the two draws are independent."""
-        ras = self.repetition_aware
-        device = logits.device
-        recent = upload(
-            [
-                list(r.recent[-ras.window :]) + [-1] * (ras.window - len(r.recent[-ras.window :]))
-                for r in rows
-            ],
-            torch.long,
-            device,
-        ).view(len(rows), ras.window)  # [N, W], -1 = no token yet
+        (recent [N, window], -1 where nothing was drawn yet) take a draw from the whole
+        (temperature-scaled) distribution instead, with noise keyed apart from the first
+        draw's so the two draws are independent."""
         first = token_ids.gather(1, drawn[:, None])  # [N, 1]
         repeats = (recent == first).sum(dim=1)
         noise = race_noise(seeds ^ 0x5A5A5A5, steps, token_ids)
         fallback = (logits.softmax(dim=-1) / noise).argmax(dim=-1)
-        return torch.where(repeats >= ras.max_repeats, fallback, drawn)
+        return torch.where(repeats >= self.repetition_aware.max_repeats, fallback, drawn)
 
 
 def top_k_top_p(

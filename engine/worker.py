@@ -214,16 +214,7 @@ class Worker:
             [r.num_generated for r in reqs],
             [r.num_generated >= r.sampling.min_tokens for r in reqs],
         )
-        window = self.repetition_aware.window if self.repetition_aware else 0
-        rows = [
-            SamplingRow(
-                r.request_id,
-                r.sampling,
-                r.num_generated,
-                tuple(r.output_ids[-window:]) if window else (),
-            )
-            for r in reqs
-        ]
+        rows = [SamplingRow(r.request_id, r.sampling, r.num_generated) for r in reqs]
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]
         if self.row_width:
             tokens = self._depth_stage(hidden[last_rows], tokens, reqs, rows)  # [N, W]

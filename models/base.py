@@ -87,10 +87,11 @@ class ModelFacts:
     def supports_async_scheduling(self) -> bool:
         """Whether the engine may launch step n+1 before step n's tokens reach the host (see
         engine/core.py). It needs each step's input to be one id the device already holds
-        and sampling that reads nothing of the output but its length. Rows with a depth stage
-        (CSM, Moshi, voxgate-tiny), repetition-aware sampling (reads recent tokens on the
-        host: CosyVoice 2) and full-duplex sessions keep the synchronous step."""
-        return self.row_width == 0 and self.repetition_aware is None and not self.full_duplex
+        and sampling that reads nothing of the output on the host but its length (CosyVoice
+        2's repetition-aware window is a ring on the device: engine/sampling.py). Rows with a
+        depth stage (CSM, Moshi, voxgate-tiny) and full-duplex sessions keep the synchronous
+        step."""
+        return self.row_width == 0 and not self.full_duplex
 
 
 @dataclass(frozen=True)

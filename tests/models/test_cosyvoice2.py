@@ -3,6 +3,7 @@ the same weights (the published llm.pt), prompt layout, RAS and checkpoint error
 
 from __future__ import annotations
 
+import copy
 import shutil
 
 import numpy as np
@@ -126,6 +127,33 @@ def test_greedy_speech_tokens_equal_qwen2_reference_batched(model, reference):
     assert core.blocks.num_used == 0
 
 
+def test_async_scheduling_equals_the_synchronous_step(model):
+    """CosyVoice 2 samples with its repetition-aware rule, whose window is a ring on the device,
+    so it runs with async scheduling (step n+1 launched before step n's tokens reach the
+    host) and gives the same seeded tokens and audio as the synchronous step."""
+    specs = [
+        SpeechRequest(t, v, SamplingParams(seed=i, max_tokens=n, min_tokens=n))
+        for i, (t, v, n) in enumerate(
+            zip(TEXTS, ["narrator", "clip", "guide", "clip"], [30, 12, 26, 18], strict=True)
+        )
+    ]
+    results = {}
+    for overlapped in (False, True):
+        config = EngineConfig(
+            max_num_seqs=4, max_batch_tokens=64, num_kv_blocks=64, async_scheduling=overlapped
+        )
+        core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+        assert core.async_scheduling == overlapped
+        requests, audio, finished, _ = run(core, copy.deepcopy(specs))
+        results[overlapped] = [
+            (r.output_ids, np.concatenate(audio[r.request_id])) for r in requests
+        ]
+        assert core.blocks.num_used == 0
+    for (tokens, pcm), (a_tokens, a_pcm) in zip(results[False], results[True], strict=True):
+        assert a_tokens == tokens
+        np.testing.assert_allclose(a_pcm, pcm, atol=1e-5)
+
+
 def test_prompt_layout(model):
     ids = model.ids
     plain = model.preprocess("Hi!", "narrator").token_ids
@@ -147,24 +175,34 @@ def test_prompt_layout(model):
 
 
 def test_repetition_aware_sampling_redraws_repeats():
+    """A top-1 draw whose token already fills max_repeats places of the request's recent window
+    (a ring on the device, written by each step) is drawn again from the whole distribution;
+    the window holds only the last `window` draws and starts empty for a new request."""
     from engine.request import SamplingParams as SP
     from engine.sampling import Sampler, SamplingRow
     from models.base import Candidates
 
-    ras = RepetitionAwareSampling(window=10, tau_r=0.1)
+    ras = RepetitionAwareSampling(window=3, tau_r=0.5)  # redraw at 2 repeats in 3 draws
     sampler = Sampler(8, torch.device("cpu"), repetition_aware=ras)
     params = SP(temperature=1.0, top_k=1, top_p=1.0, repetition_penalty=1.0, seed=1)
     logits = torch.tensor([[5.0, 4.9, 4.8, 4.7, 4.6, 4.5, 4.4, 4.3]])
-    draws = {True: [], False: []}
-    for repeated in (False, True):
+    for _ in range(2):  # the second request reuses the first one's row: its window starts empty
         sampler.add_request("r", params, [])
-        for step in range(40):
-            recent = (0,) if repeated else (3,)
-            row = SamplingRow("r", params, step, recent)
-            draws[repeated].append(sampler.sample(Candidates(logits.clone(), None), [row])[0])
+        draws = []
+        for step in range(60):
+            row = SamplingRow("r", params, step)
+            draws.append(sampler.sample(Candidates(logits.clone(), None), [row])[0])
+            window = draws[-4:-1]  # the draws this one could see
+            if window.count(0) < 2:
+                assert draws[-1] == 0  # top-1, not repeated enough: kept
+        assert draws[:2] == [0, 0]
+        assert len(set(draws)) > 1  # token 0 repeats: redrawn from the whole distribution
         sampler.drop_request("r")
-    assert set(draws[False]) == {0}  # top-1 nucleus, no repeat in the window: always token 0
-    assert len(set(draws[True])) > 1  # token 0 repeats: redrawn from the whole distribution
+
+    plain = Sampler(8, torch.device("cpu"))
+    plain.add_request("p", params, [])
+    rows = [SamplingRow("p", params, step) for step in range(20)]
+    assert {plain.sample(Candidates(logits.clone(), None), [r])[0] for r in rows} == {0}
 
 
 def test_missing_file_is_named(tiny_dir, tmp_path):
