@@ -62,15 +62,19 @@ def _cost(said: str, symbol: str) -> float:
 def align_said(said: list[str], symbols: list[str]) -> np.ndarray:
     """Each said phone's input symbol index (int64 [len(said)], monotone, 0..len(symbols)-1).
 
-    Fast path: the said phones without pauses are the input's phones one for one (same count;
-    substitutions only), which is the common case; otherwise a full edit alignment."""
+    Fast path: the said phones without pauses are the input's phones one for one (same count,
+    a few substitutions), which is the common case; otherwise (or when many differ: a deletion
+    and an insertion that cancel out shift everything between them) a full edit alignment."""
     phone_at = [j for j, s in enumerate(symbols) if s not in (BOUNDARY, *MARKS)]
     spoken = [i for i, p in enumerate(said) if p != PAUSE]
     out = np.full(len(said), -1, np.int64)
-    if len(spoken) == len(phone_at):
-        out[spoken] = phone_at
-    else:
+    differ = len(spoken) != len(phone_at) or sum(
+        said[i] != symbols[j] for i, j in zip(spoken, phone_at, strict=True)
+    ) > max(2, len(spoken) // 10)
+    if differ:
         out = _edit_align(said, symbols)
+    else:
+        out[spoken] = phone_at
     _place_pauses(said, symbols, out)
     return out
 

@@ -5,8 +5,8 @@ cache, and a small depth stage for the other codebooks of a frame. The same modu
 A step's token is a row of `K + 1` ids: K codec codes (`frames_per_row` consecutive codec
 frames: two 20 ms frames a row halve the backbone's steps per second of audio, which is what a
 CPU pays for), then a text column; -1 marks
-an absent column. Prompt rows carry text only (`<bos>`, characters, `<audio>`), generated rows
-codes only. The backbone embeds a row as the sum of its present columns' embeddings.
+an absent column. Prompt rows carry text only (`<bos>`, characters, `<audio>`; a phone-reading
+checkpoint has phone_text.py's symbols in place of characters), generated rows codes only. The backbone embeds a row as the sum of its present columns' embeddings.
 
 With `reading` (checkpoints trained on character alignments, training/aligner.py), rows are
 `K + 3` wide and a generated row carries the model's **reading pointer** into the text: column
