@@ -93,7 +93,7 @@ def sayable(model, texts: list[str], lexicon: str | None) -> list[str]:
     if not isinstance(tokenizer, PhoneTokenizer):
         return texts
     if lexicon:
-        from training.phone_reading import read_lexicon
+        from models.voxgate_tiny.g2p import read_lexicon
 
         words = read_lexicon(Path(lexicon))
         model.tokenizer = PhoneTokenizer(tokenizer.symbols, word_phones=words.__getitem__)

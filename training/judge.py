@@ -23,7 +23,8 @@ def words(text: str) -> list[str]:
     return re.sub(r"[^a-z' ]", " ", normalize(text)).split()
 
 
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
+def edit_distance(ref: list[str] | tuple[str, ...], hyp: list[str] | tuple[str, ...]) -> int:
+    """Levenshtein distance between two token sequences (words, characters, phones)."""
     row = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         prev, row[0] = row[0], i

@@ -16,7 +16,6 @@ word accuracy and phone error rate (edit distance / reference phones) on them.
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import time
 from collections import Counter
@@ -25,15 +24,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.voxgate_tiny.lts import ALPHABET, LetterToSound, edit_distance
+from models.voxgate_tiny.g2p import read_lexicon
+from models.voxgate_tiny.lts import ALPHABET, LetterToSound
+from training.judge import edit_distance
 from training.lts_align import align
 
 MIN_CHUNK_COUNT = 3  # rarer chunks are alignment noise: their letters are not trained on
 
 
-def read_lexicon(path: Path) -> list[tuple[str, list[str]]]:
-    with gzip.open(path, "rt") as f:
-        return [(w, p.split()) for w, p in (line.rstrip("\n").split("\t") for line in f)]
+def lexicon_pairs(path: Path) -> list[tuple[str, list[str]]]:
+    """The lexicon as (word, phones) pairs, in its (sorted) order."""
+    return [(word, list(phones)) for word, phones in read_lexicon(path).items()]
 
 
 def is_heldout(word: str) -> bool:
@@ -143,7 +144,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    pairs = read_lexicon(args.lexicon)
+    pairs = lexicon_pairs(args.lexicon)
     train_pairs = [wp for wp in pairs if not is_heldout(wp[0])][: args.limit]
     heldout = [wp for wp in pairs if is_heldout(wp[0])]
     print(f"{len(train_pairs)} training words, {len(heldout)} held out")

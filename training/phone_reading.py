@@ -22,7 +22,6 @@ monotone, from the first symbol (the leading pause) to the last. The lexicon is 
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -32,22 +31,6 @@ from models.voxgate_tiny.phone_text import BOUNDARY, MARKS, PhoneSequence, phone
 from models.voxgate_tiny.phones import PAUSE, PHONE_INVENTORY
 
 _SUBSTITUTE, _SKIP_INPUT_PHONE, _INSERT, _PAU_ON_PHONE = 1.0, 1.0, 1.0, 1.5
-
-
-def read_lexicon(path: Path) -> dict[str, tuple[str, ...]]:
-    """word TAB phones (space-separated) per line → {word: phones}."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    lexicon = {}
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            word, sep, phones = line.partition("\t")
-            if not sep:
-                raise ValueError(f"{path}:{number}: expected WORD<TAB>PHONES, got {line!r}")
-            lexicon[word] = tuple(phones.split())
-    return lexicon
 
 
 def _cost(said: str, symbol: str) -> float:

@@ -41,12 +41,13 @@ from models.codecs.voxcodec_stream import load_voxcodec
 from models.loader import read_config
 from models.voxgate_tiny.checkpoint import build_lm, load_checkpoint, save_checkpoint
 from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
+from models.voxgate_tiny.g2p import read_lexicon
 from models.voxgate_tiny.lm import READ_ADVANCES, DenseCausalAttention, VoxgateTinyLM
 from models.voxgate_tiny.phone_text import PhoneTokenizer
 from models.voxgate_tiny.text import CharTokenizer
 from training.common import TimeBudget, autocast, descend, log_line, pick_device
 from training.guided_attention import GuidedAttention
-from training.phone_reading import read_lexicon, shard_inputs
+from training.phone_reading import shard_inputs
 
 SIZES = {
     "default": {},

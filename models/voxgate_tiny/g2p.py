@@ -54,11 +54,18 @@ def _require(path: Path, how: str) -> Path:
 
 
 def read_lexicon(path: Path) -> dict[str, tuple[str, ...]]:
-    """`word TAB phones` lines (gzip) → {word: phones}."""
+    """`word TAB phones` lines (gzip when the name ends in .gz) → {word: phones}; the one
+    reader of the lexicon, for serving and training alike."""
+    opener = gzip.open if str(path).endswith(".gz") else open
     out = {}
-    with gzip.open(_require(path, "python -m training.lexicon --debs .teacher"), "rt") as f:
-        for line in f:
-            word, _, phones = line.rstrip("\n").partition("\t")
+    with opener(_require(path, "python -m training.lexicon --debs .teacher"), "rt") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            word, sep, phones = line.partition("\t")
+            if not sep:
+                raise ValueError(f"{path}:{number}: expected WORD<TAB>PHONES, got {line!r}")
             out[word] = tuple(phones.split())
     return out
 

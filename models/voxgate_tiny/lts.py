@@ -74,13 +74,3 @@ class LetterToSound:
                 raise ValueError(f"{path} is a {z['format']} LTS model; this reads {FORMAT}")
             arrays = {k: z[k].astype(np.float32) for k in ("w1", "b1", "w2", "b2", "w3", "b3")}
             return cls(int(z["context"]), tuple(str(c) for c in z["chunks"]), **arrays)
-
-
-def edit_distance(a: list[str] | tuple[str, ...], b: list[str] | tuple[str, ...]) -> int:
-    """Levenshtein distance between two phone sequences."""
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
-    return row[-1]

@@ -19,15 +19,13 @@ as reduced vowels); training points the reading pointer into this very sequence
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import ClassVar
 
-from models.checkpoint_errors import CheckpointError
 from models.voxgate_tiny.phones import PAUSE, PHONE_INVENTORY
-from models.voxgate_tiny.text import NORMALIZER, SPECIALS
+from models.voxgate_tiny.text import SPECIALS, SymbolTokenizer
 
 TOKENIZER_TYPE = "voxgate-phones"
 BOUNDARY = " "
@@ -92,27 +90,12 @@ def _serving_g2p(word: str) -> Sequence[str]:
 
 
 @dataclass(frozen=True)
-class PhoneTokenizer:
+class PhoneTokenizer(SymbolTokenizer):
     """Normalised text → `<bos>` + phone-sequence ids + `<audio>` (CharTokenizer's interface)."""
 
+    kind: ClassVar[str] = TOKENIZER_TYPE
     symbols: tuple[str, ...] = PHONE_SYMBOLS
-    normalizer: str = NORMALIZER
     word_phones: WordPhones = field(default=_serving_g2p, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_ids", {s: i for i, s in enumerate(self.symbols)})
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.symbols)
-
-    @property
-    def bos(self) -> int:
-        return self._ids["<bos>"]
-
-    @property
-    def audio(self) -> int:
-        return self._ids["<audio>"]
 
     def ids(self, symbols: Sequence[str]) -> list[int]:
         """Symbols → `<bos>` + ids + `<audio>`; a symbol outside the vocabulary is an error
@@ -124,14 +107,3 @@ class PhoneTokenizer:
 
     def encode(self, normalized: str) -> list[int]:
         return self.ids(phone_sequence(normalized, self.word_phones).symbols)
-
-    def save(self, folder: Path) -> None:
-        doc = {"type": TOKENIZER_TYPE, "normalizer": self.normalizer, "symbols": list(self.symbols)}
-        (folder / "tokenizer.json").write_text(json.dumps(doc, indent=1) + "\n")
-
-    @classmethod
-    def from_doc(cls, doc: dict, path: Path) -> PhoneTokenizer:
-        symbols = tuple(doc["symbols"])
-        if symbols[: len(SPECIALS)] != SPECIALS:
-            raise CheckpointError(f"{path}: the first symbols must be {SPECIALS}")
-        return cls(symbols)

@@ -14,6 +14,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from models.checkpoint_errors import CheckpointError
 
@@ -176,10 +177,13 @@ def normalize(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class CharTokenizer:
-    """Characters → ids of `symbols`; `<bos>` opens the text, `<audio>` closes it."""
+class SymbolTokenizer:
+    """A tokenizer.json vocabulary: `symbols` (the specials first) → ids; `<bos>` opens the
+    text, `<audio>` closes it. Subclasses say what a symbol is (`kind`: the tokenizer.json
+    type) and how text becomes symbols (`encode`)."""
 
-    symbols: tuple[str, ...] = SYMBOLS
+    kind: ClassVar[str] = ""
+    symbols: tuple[str, ...] = ()
     normalizer: str = NORMALIZER
 
     def __post_init__(self) -> None:
@@ -197,19 +201,30 @@ class CharTokenizer:
     def audio(self) -> int:
         return self._ids["<audio>"]
 
+    def save(self, folder: Path) -> None:
+        doc = {"type": self.kind, "normalizer": self.normalizer, "symbols": list(self.symbols)}
+        (folder / "tokenizer.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+    @classmethod
+    def from_doc(cls, doc: dict, path: Path):
+        symbols = tuple(doc["symbols"])
+        if symbols[: len(SPECIALS)] != SPECIALS:
+            raise CheckpointError(f"{path}: the first symbols must be {SPECIALS}")
+        return cls(symbols)
+
+
+@dataclass(frozen=True)
+class CharTokenizer(SymbolTokenizer):
+    """Characters → ids of `symbols`."""
+
+    kind: ClassVar[str] = "voxgate-chars"
+    symbols: tuple[str, ...] = SYMBOLS
+
     def encode(self, normalized: str) -> list[int]:
         """Normalised text → `<bos>` + character ids + `<audio>` (characters outside the
         vocabulary are dropped; `normalize` never produces any)."""
         ids = [self._ids[c] for c in normalized if c in self._ids and len(c) == 1]
         return [self.bos, *ids, self.audio]
-
-    def save(self, folder: Path) -> None:
-        doc = {
-            "type": "voxgate-chars",
-            "normalizer": self.normalizer,
-            "symbols": list(self.symbols),
-        }
-        (folder / "tokenizer.json").write_text(json.dumps(doc, indent=1) + "\n")
 
     @classmethod
     def load(cls, folder: Path) -> CharTokenizer:
@@ -240,7 +255,4 @@ def load_tokenizer(folder: Path):
         from models.voxgate_tiny.phone_text import PhoneTokenizer
 
         return PhoneTokenizer.from_doc(doc, path)
-    symbols = tuple(doc["symbols"])
-    if symbols[: len(SPECIALS)] != SPECIALS:
-        raise CheckpointError(f"{path}: the first symbols must be {SPECIALS}")
-    return CharTokenizer(symbols)
+    return CharTokenizer.from_doc(doc, path)

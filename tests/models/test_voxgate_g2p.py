@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from models.voxgate_tiny import g2p
-from models.voxgate_tiny.lts import LetterToSound, edit_distance
+from models.voxgate_tiny.lts import LetterToSound
+from training.judge import edit_distance
 from training.lexicon import T2P, as_word
-from training.lts import evaluate, is_heldout, read_lexicon, train
+from training.lts import evaluate, is_heldout, lexicon_pairs, train
 from training.lts_align import viterbi
 from training.phones import PHONE_ID
 from training.teacher import unpack_debs
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def lexicon() -> list[tuple[str, list[str]]]:
-    return read_lexicon(g2p.LEXICON_PATH)
+    return lexicon_pairs(g2p.LEXICON_PATH)
 
 
 @pytest.fixture(scope="module")

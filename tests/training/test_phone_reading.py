@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import torch
 
+from models.voxgate_tiny.g2p import read_lexicon
 from models.voxgate_tiny.phone_text import PHONE_SYMBOLS, PhoneTokenizer, phone_sequence
 from models.voxgate_tiny.phones import PHONE_INVENTORY
-from training.phone_reading import align_said, read_lexicon
+from training.phone_reading import align_said
 from training.phones import PHONE_ID
 
 REPO = Path(__file__).resolve().parents[2]
