@@ -131,7 +131,7 @@ def test_engine_greedy_rows_equal_transformers_reference(checkpoint):
 
 
 def test_training_forward_equals_transformers(checkpoint):
-    from training.speechlm import Utterance, make_batch
+    from training.speechlm_data import Utterance, make_batch
 
     _, lm, _, tokenizer = load_checkpoint(checkpoint, torch.device("cpu"), torch.float32)
     hf = hf_backbone(checkpoint, lm)
@@ -169,7 +169,7 @@ def test_stop_row_ends_generation_and_is_not_decoded(checkpoint):
     state = model.new_stream_state()
     audio = model.detokenize([state], [[frame_pair, stop]], [True])
     assert audio[0].shape == (2 * CODEC.hop_length,)
-    from training.speechlm import group_frames
+    from training.speechlm_data import group_frames
 
     rows = group_frames(np.arange(12).reshape(3, 4), 2)
     assert rows.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 8, 9, 10, 11]]

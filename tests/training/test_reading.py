@@ -14,16 +14,8 @@ from models.voxgate_tiny.config import VoxgateTinyConfig, tiny_config_dict
 from models.voxgate_tiny.lm import DenseCausalAttention
 from models.voxgate_tiny.model import VoxgateTinyModel
 from models.voxgate_tiny.text import CharTokenizer
-from training.speechlm import (
-    IGNORE,
-    Regularisers,
-    Utterance,
-    losses,
-    make_batch,
-    reading_columns,
-    reading_rows,
-    with_reading,
-)
+from training.speechlm import Regularisers, losses, with_reading
+from training.speechlm_data import IGNORE, Utterance, make_batch, reading_columns, reading_rows
 
 TOK = CharTokenizer()
 V = TOK.vocab_size
