@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--tokens", nargs="+", required=True, help="folders of tokens-NN.npz")
-    p.add_argument("--debs", required=True, help="the teacher's .deb folder (make teacher-debs)")
+    p.add_argument(
+        "--debs",
+        help="the teacher's .deb folder (make teacher-debs); default: the system's flite, which "
+        "must be the same Flite version the teacher ran",
+    )
     p.add_argument("--out", help="write phones-NN.npz here instead of next to the tokens")
     p.add_argument("--codec", help="codec folder (its config.json); default VoxCodec's defaults")
     p.add_argument("--workers", type=int, default=2)
@@ -127,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
             json.loads((Path(args.codec) / "config.json").read_text())
         )
     with tempfile.TemporaryDirectory() as tmp:
-        cmd, env = flite_command(unpack_debs(Path(args.debs), Path(tmp) / "root"))
+        root = unpack_debs(Path(args.debs), Path(tmp) / "root") if args.debs else None
+        cmd, env = flite_command(root)
         with mp.get_context("spawn").Pool(args.workers, _init, (cmd, env)) as pool:
             total = refused = 0
             for folder in args.tokens:
