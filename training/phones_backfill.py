@@ -61,7 +61,10 @@ def resynthesize(text: str, config: VoxCodecConfig) -> Resynthesis:
         spoken = synthesize(cmd, env, text, Path(tmp))
     start, end = trim_bounds(spoken.audio)
     frames = int(encoded_frames(np.array([end - start]), TEACHER_RATE, config)[0])
-    return Resynthesis(spoken.phones, spoken.phone_ends - start / TEACHER_RATE, frames)
+    # Through float32 as the teacher's shard stores them (TeacherCorpus.load reads them back
+    # as float64): a frame centre right on a phone boundary then falls on the same side.
+    ends = spoken.phone_ends.astype(np.float32).astype(np.float64)
+    return Resynthesis(spoken.phones, ends - start / TEACHER_RATE, frames)
 
 
 def _job(args: tuple[str, VoxCodecConfig]) -> Resynthesis:
