@@ -8,10 +8,9 @@ training/lexicon.py), then, for words it lacks (names, new words), the letter-to
 Phones are PHONE_INVENTORY names without stress, never `pau`. Both files ship in this folder,
 load once on first use (~0.3 s) and are pure Python/numpy.
 
-`word_phones` is a word alone. `text_phones` reads normalised text as the teacher does: within
-a phrase (no , . ? ! between) Flite says "the" as "dh iy" before a vowel and "a" as "ax" before
-any word (alone: "dh ax", "ey"). Its other context effect, part-of-speech homographs ("lives"),
-is not modelled.
+`word_phones` is a word alone, as the model reads it (models/voxgate_tiny/phone_text.py): what
+Flite changes in running text ("the" before a vowel is "dh iy", "a" before a word "ax") the
+model learned from the teacher's audio, not from its input.
 """
 
 from __future__ import annotations
@@ -29,11 +28,6 @@ HERE = Path(__file__).resolve().parent
 LEXICON_PATH = HERE / "lexicon.tsv.gz"
 LTS_PATH = HERE / "lts.npz"
 WORD = re.compile(r"^[a-z']+$")
-VOWELS = frozenset((  # Flite's US vowels: "the" before one is "dh iy"
-    "aa", "ae", "ah", "ao", "aw", "ax", "axr", "ay", "eh",
-    "er", "ey", "ih", "iy", "ow", "oy", "uh", "uw",
-))  # fmt: skip
-PHRASE_END = ",.?!"
 
 _lock = threading.Lock()
 _lexicon: dict[str, tuple[str, ...]] | None = None
@@ -98,25 +92,3 @@ def word_phones(word: str) -> tuple[str, ...]:
 
 def in_lexicon(word: str) -> bool:
     return word in _load()[0]
-
-
-def text_phones(normalized: str) -> list[tuple[str, tuple[str, ...]]]:
-    """Normalised text (models/voxgate_tiny/text.py `normalize`) → (word, phones) per word, with
-    Flite's in-phrase forms of "the" and "a" (module doc). Punctuation ends a phrase."""
-    tokens = normalized.split()
-    words = [t.strip(PHRASE_END) for t in tokens]
-    phones = [word_phones(w) if w else () for w in words]
-    out = []
-    for i, (token, word) in enumerate(zip(tokens, words, strict=True)):
-        if not word:
-            continue
-        said = phones[i]
-        follows = i + 1 < len(words) and not token.endswith(tuple(PHRASE_END))
-        if follows and words[i + 1]:
-            nxt = phones[i + 1]
-            if word == "the" and nxt and nxt[0] in VOWELS:
-                said = ("dh", "iy")
-            elif word == "a":
-                said = ("ax",)
-        out.append((word, said))
-    return out

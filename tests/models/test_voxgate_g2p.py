@@ -114,28 +114,3 @@ def test_lexicon_file_is_sorted_unique_and_small():
     with gzip.open(g2p.LEXICON_PATH, "rt") as f:
         words = [line.split("\t")[0] for line in f]
     assert words == sorted(set(words)) and len(words) > 90_000
-
-
-def test_text_phones_reads_the_and_a_as_flite_does_in_a_phrase():
-    said = dict(enumerate(ph for _, ph in g2p.text_phones("a, the apple. the end, a cat the one")))
-    assert said[0] == ("ey",)  # "a" before a comma: alone
-    assert said[1] == said[3] == ("dh", "iy")  # "the" before a vowel
-    assert said[5] == ("ax",)  # "a" before a word
-    assert said[7] == ("dh", "ax")  # "the" before w
-    assert [w for w, _ in g2p.text_phones("hello, world!")] == ["hello", "world"]
-
-
-def test_text_phones_match_flite_running_text(t2p):
-    """The teacher reads whole sentences; per sentence, g2p's phones must be Flite's but for
-    part-of-speech homographs ("lives" as a verb), which g2p does not model."""
-    from models.voxgate_tiny.text import normalize
-    from training.sentences import training_sentences
-
-    errors = phones = 0
-    for sentence in training_sentences(150, seed=7):
-        text = normalize(sentence)
-        ref = [p for p in t2p.raw(text) if p != "pau"]
-        ref = [p.rstrip("0123456789") for p in ref]
-        errors += edit_distance([p for _, ph in g2p.text_phones(text) for p in ph], ref)
-        phones += len(ref)
-    assert errors / phones < 0.01, errors / phones
