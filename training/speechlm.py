@@ -48,6 +48,7 @@ from training.common import TimeBudget, autocast, descend, log_line, pick_device
 from training.guided_attention import GuidedAttention
 from training.speechlm_data import (
     IGNORE,
+    ShardFeed,
     Utterance,
     batches,
     load_tokens,
@@ -234,6 +235,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--lexicon", help="word TAB phones file (.gz ok) for --phones")
     p.add_argument(
+        "--grow",
+        help="folder whose finished token folders (training/grow_data.sh) join the training "
+        "set at each epoch's start while the run goes on; the held-out set stays --tokens'",
+    )
+    p.add_argument(
         "--guided-weight",
         type=float,
         default=1.0,
@@ -296,11 +302,13 @@ def main(argv: list[str] | None = None) -> None:
                 if "norm" not in name:
                     torch.nn.init.normal_(param, 0.0, 0.02)
     reading = bool(config.get("reading", False))
-    utts = load_tokens(
-        Path(args.tokens), tokenizer, config["frames_per_row"], reading, lexicon, log
-    )
     longest = config["max_position_embeddings"]
-    utts = [u for u in utts if len(u) + 1 <= longest]
+
+    def read_folder(folder: Path) -> list[Utterance]:
+        utts = load_tokens(folder, tokenizer, config["frames_per_row"], reading, lexicon, log)
+        return [u for u in utts if len(u) + 1 <= longest]
+
+    utts = read_folder(Path(args.tokens))
     rng.shuffle(utts)
     n_val = max(1, len(utts) // 100)
     val, train = utts[:n_val], utts[n_val:]
@@ -321,8 +329,17 @@ def main(argv: list[str] | None = None) -> None:
     budget = TimeBudget(args.seconds, args.lr, args.warmup, args.max_steps)
     best = BestWeights()
     epoch = 0
+    feed = ShardFeed(Path(args.grow), read_folder) if args.grow else None
     while not budget.done() and not best.stale(args.patience):
         epoch += 1
+        for folder, fresh in feed.take() if feed else []:
+            train += fresh
+            frames += sum(len(u.codes) for u in fresh)
+            log_line(
+                log,
+                f"grow: +{len(fresh)} utterances from {folder.name} at step {budget.step}; "
+                f"training set {frames / model_rows_per_s(config) / 3600:.2f} h",
+            )
         for group in batches(train, args.batch_tokens, rng):
             batch = {
                 k: v.to(device, non_blocking=True)

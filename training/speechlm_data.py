@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,33 @@ def load_tokens(
         shown = ", ".join(f"{n} {why}" for why, n in skipped.items()) or "none"
         log_line(log, f"phones: {len(out)} utterances read as phones; dropped: {shown}")
     return out
+
+
+class ShardFeed:
+    """Token folders that another process finishes while the model trains (the teacher loop of
+    training/grow_data.sh): a deterministic teacher makes every utterance learnable, so the
+    model memorises a fixed corpus (run 7 overfit at 30 h), and fresh speech made on the GPU
+    machine's idle CPU cores during training lifts that limit without carrying it there.
+
+    A folder counts once it is whole: the writer fills `NAME.tmp` and renames it to `NAME`, so
+    names ending in `.tmp` are skipped until then. Each folder is read once, in name order."""
+
+    def __init__(self, folder: Path, read: Callable[[Path], list[Utterance]]) -> None:
+        self.folder = Path(folder)
+        self.read = read
+        self._taken: set[str] = set()
+
+    def take(self) -> list[tuple[Path, list[Utterance]]]:
+        """The folders finished since the last call, with their utterances."""
+        if not self.folder.is_dir():
+            return []
+        fresh = [
+            d
+            for d in sorted(self.folder.iterdir())
+            if d.is_dir() and not d.name.endswith(".tmp") and d.name not in self._taken
+        ]
+        self._taken.update(d.name for d in fresh)
+        return [(d, self.read(d)) for d in fresh]
 
 
 def _char_index(tokens: Path) -> np.ndarray:

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from models.voxgate_tiny.g2p import read_lexicon
-from models.voxgate_tiny.phone_text import PHONE_SYMBOLS, PhoneTokenizer, phone_sequence
+from models.voxgate_tiny.phone_text import PHONE_SYMBOLS, PhoneTokenizer, phone_sequence, text_items
 from models.voxgate_tiny.phones import PHONE_INVENTORY
 from training.phone_reading import align_said
 from training.phones import PHONE_ID
@@ -244,3 +244,30 @@ def test_tokenizer_json_type_picks_the_tokenizer(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps({**doc, "type": "voxgate-bytes"}))
     with pytest.raises(CheckpointError, match="'voxgate-chars' or 'voxgate-phones'"):
         load_tokenizer(tmp_path)
+
+
+def test_speechlm_grows_its_training_set_from_finished_feed_folders(toy_corpus, tmp_path):
+    """`--grow`: folders finished while the run goes on join the training set once each;
+    a folder still being written (NAME.tmp) does not."""
+    from training import speechlm
+
+    tmp, _ = toy_corpus
+    texts = json.loads(str(np.load(tmp / "tokens/tokens-00.npz")["texts"]))
+    words = {w for t in texts for w in text_items(t) if w not in ",.?!"}
+    lexicon_path = flite_lexicon(words, tmp_path / "lexicon.tsv.gz")
+    grow = tmp_path / "grow"
+    for name in ("00", "01.tmp"):
+        shutil.copytree(tmp / "tokens", grow / name)
+    out = tmp_path / "ckpt"
+    speechlm.main(
+        ["--tokens", str(tmp / "tokens"), "--codec", str(tmp / "codec"), "--out", str(out)]
+        + ["--phones", "--lexicon", str(lexicon_path), "--size", "toy", "--max-steps", "8"]
+        + ["--batch-tokens", "2000", "--val-every", "0", "--device", "cpu", "--sanity", "0"]
+        + ["--grow", str(grow)]
+    )
+    grown = re.findall(
+        r"grow: \+(\d+) utterances from (\S+) at step",
+        (tmp_path / "ckpt_train_log.txt").read_text(),
+    )
+    assert [name for _, name in grown] == ["00"]
+    assert int(grown[0][0]) == len(texts)
