@@ -5,8 +5,12 @@
 # carried (64 MiB a call), so the GPU machine's idle CPU cores make it during the run:
 # training/grow_data.sh writes CHUNK_HOURS chunks in the background and `speechlm --grow` adds
 # each finished one at the next epoch's start. The held-out set stays the carried corpus's 1 %.
-# Budget: as gpu_call6.sh; the teacher loop adds ~40 h over a 450 s run (12 synthesis workers
-# beside the trainer's one core).
+#
+# SIZES (speechlm --size names, default "default") train side by side on the one GPU (a model
+# this small leaves most of it idle) from the same data; the one with the lowest summed
+# held-out loss comes back as $OUT/voxgate-tiny (a call returns at most 8 files), and every
+# run's log as $OUT/voxgate-tiny_train_log.txt.
+# Budget: as gpu_call6.sh; the teacher loop adds ~40 h over a 450 s run.
 set -euo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
@@ -14,11 +18,28 @@ DATA=${DATA:-.voxdata}
 WORK=${WORK:-/tmp/voxwork}
 GROW=$WORK/grow
 PY=${PY:-python3}
-mkdir -p "$GROW"
+mkdir -p "$GROW" "$OUT"
 GROW=$GROW DATA=$DATA WORK=$WORK PY=$PY bash training/grow_data.sh > "$WORK/grow.log" 2>&1 &
-"$PY" -m training.speechlm --tokens "$DATA/tokens-phones" --codec "$DATA/codec" \
-    --out "$OUT/voxgate-tiny" --phones --lexicon models/voxgate_tiny/lexicon.tsv.gz \
-    --grow "$GROW" --seconds "${LM_SECONDS:-450}" --sanity "${SANITY:-6}" ${LM_ARGS:-}
+trainers=()
+for size in ${SIZES:-default}; do
+    "$PY" -m training.speechlm --tokens "$DATA/tokens-phones" --codec "$DATA/codec" \
+        --out "$WORK/lm-$size/voxgate-tiny" --phones --lexicon models/voxgate_tiny/lexicon.tsv.gz \
+        --grow "$GROW" --size "$size" --seconds "${LM_SECONDS:-450}" --sanity "${SANITY:-6}" \
+        ${LM_ARGS:-} > "$WORK/lm-$size.out" 2>&1 &
+    trainers+=($!)
+done
+for pid in "${trainers[@]}"; do wait "$pid" || echo "a trainer failed (exit $?): see its log"; done
 touch "$GROW/STOP"
+best="" best_loss=""
+for size in ${SIZES:-default}; do
+    log="$WORK/lm-$size/voxgate-tiny_train_log.txt"
+    { echo "=== size $size"; cat "$log"; } >> "$OUT/voxgate-tiny_train_log.txt" || continue
+    loss=$(sed -n 's/^done: .*held-out loss //p' "$log" | awk '{s = 0; for (i = 2; i <= NF; i += 2) s += $i; print s}')
+    echo "size $size: summed held-out loss ${loss:-none}"
+    if [ -n "$loss" ] && { [ -z "$best" ] || awk "BEGIN {exit !($loss < $best_loss)}"; }; then
+        best=$size best_loss=$loss
+    fi
+done
+[ -n "$best" ] && cp -r "$WORK/lm-$best/voxgate-tiny" "$OUT/voxgate-tiny" && echo "returned: size $best"
 grep "^teacher:" "$WORK/grow.log" || tail -5 "$WORK/grow.log"
 ls -la "$OUT"/*
