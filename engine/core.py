@@ -98,9 +98,11 @@ class EngineCore:
                     shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
                 )
             self.worker.capture_depth_graphs(min(config.max_num_seqs, 256), config.max_num_seqs)
+        if self.duplex is not None and device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CallableGraphs
 
-            model.enable_cuda_graphs(CallableGraphs(device))
+            model.enable_cuda_graphs(CallableGraphs(device))  # its codec runs on this thread
+        # The codec's graphs are captured by make_detokenizer, on the thread that replays them.
         self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
         self.lane_jobs = 0  # first-chunk lane jobs done, and their decode time (EMA)
         self.lane_job_s = 0.0

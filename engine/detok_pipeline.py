@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -122,6 +123,7 @@ class _CodecThread:
         done: queue.SimpleQueue,
         name: str,
         priority: int = 0,
+        setup: Callable[[], None] | None = None,
     ) -> None:
         self.codec = codec
         self.clock = clock
@@ -131,8 +133,14 @@ class _CodecThread:
         self.hand_over_to: Any = None  # the lane's: the steady thread's stream
         self._jobs: queue.SimpleQueue[DetokJob | None] = queue.SimpleQueue()
         self._done = done
+        self._setup = setup
+        self._ready = threading.Event()
+        self._setup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        self._ready.wait()
+        if self._setup_error is not None:
+            raise self._setup_error
 
     def submit(self, job: DetokJob) -> None:
         self._jobs.put(job)
@@ -143,6 +151,14 @@ class _CodecThread:
     def _run(self) -> None:
         on_stream = nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
         with on_stream:
+            try:
+                if self._setup is not None:
+                    self._setup()
+            except BaseException as exc:  # raised by the constructor, on the engine thread
+                self._setup_error = exc
+                return
+            finally:
+                self._ready.set()
             while (job := self._jobs.get()) is not None:
                 try:
                     run_job(self.codec, job, self.clock)
@@ -161,19 +177,37 @@ class ThreadedDetokenizer(Detokenizer):
     queue, so the engine can wait for whichever ends first."""
 
     def __init__(
-        self, model: Codec, clock, device: torch.device, lane: LaneCodec | None = None
+        self,
+        model: Codec,
+        clock,
+        device: torch.device,
+        lane: LaneCodec | None = None,
+        capture_graphs: bool = False,
     ) -> None:
         self.model = model
         self.clock = clock
         self.device = device
         self._done: queue.SimpleQueue[DetokJob] = queue.SimpleQueue()
         self._pending = {False: 0, True: 0}  # jobs in flight by DetokJob.lane
-        self._steady = _CodecThread(model, clock, device, self._done, "voxgate-detok")
+        self._steady = _CodecThread(
+            model,
+            clock,
+            device,
+            self._done,
+            "voxgate-detok",
+            setup=_graph_capture(model, device) if capture_graphs else None,
+        )
         self.lane = lane
         self._lane = None
         if lane is not None:
             self._lane = _CodecThread(
-                lane, clock, device, self._done, "voxgate-detok-lane", LANE_STREAM_PRIORITY
+                lane,
+                clock,
+                device,
+                self._done,
+                "voxgate-detok-lane",
+                LANE_STREAM_PRIORITY,
+                setup=_graph_capture(lane, device) if capture_graphs else None,
             )
             self._lane.hand_over_to = self._steady.stream
 
@@ -222,21 +256,36 @@ class ThreadedDetokenizer(Detokenizer):
             self._lane.close()
 
 
+def _graph_capture(codec, device: torch.device) -> Callable[[], None]:
+    """Capture `codec`'s CUDA graphs with a CallableGraphs of their own (their own memory
+    pool), run on the worker thread that replays them: a thread's own cuBLAS handle gives its
+    graphs a cuBLAS workspace of their own. Graphs captured on one thread share the workspace
+    of its handle and torch's one default capture stream, and two of them replayed at once on
+    two streams (steady and lane, or the LLM's decode step beside a codec job) would race in
+    it."""
+
+    def capture() -> None:
+        from engine.cuda_graphs import CallableGraphs
+
+        codec.enable_cuda_graphs(CallableGraphs(device))
+
+    return capture
+
+
 def make_detokenizer(
     model: SpeechModel, config: EngineConfig, clock, device: torch.device, threaded: bool
 ) -> Detokenizer:
     """Inline, or threaded with the model's first-chunk lane when the model offers one
-    (ModelFacts.first_chunk_lane) and config.first_chunk_lane allows it; on CUDA the lane's
-    graphs are captured here with a CallableGraphs of their own (their own memory pool)."""
+    (ModelFacts.first_chunk_lane) and config.first_chunk_lane allows it. On CUDA with graphs,
+    each codec's graphs are captured here (_graph_capture), the steady one's then the lane's."""
+    graphs = device.type == "cuda" and config.cuda_graphs
     if not threaded:
+        if graphs:
+            _graph_capture(model, device)()
         return InlineDetokenizer(model, clock)
     lane = None
     if config.first_chunk_lane and model.facts.first_chunk_lane:
         lane = model.first_chunk_lane_codec()
     if lane is not None:
-        if device.type == "cuda" and config.cuda_graphs:
-            from engine.cuda_graphs import CallableGraphs
-
-            lane.enable_cuda_graphs(CallableGraphs(device))
         log.info("first-chunk detokenizer lane on (up to %d first chunks a job)", lane.max_rows)
-    return ThreadedDetokenizer(model, clock, device, lane)
+    return ThreadedDetokenizer(model, clock, device, lane, capture_graphs=graphs)
