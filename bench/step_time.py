@@ -2,11 +2,15 @@
 
     python bench/step_time.py --model orpheus-3b --random-weights --batches 1,8,32,64,128
     python bench/step_time.py ... --sync      # the synchronous step, for comparison
+    python bench/step_time.py --model cosyvoice2-0.5b --random-weights --batches 8,32 \
+        --no-first-chunk-lane                  # first chunks wait for the steady job (A/B)
 
 Prints JSON: copy bandwidth, parameter bytes, floor, and per batch size the LLM step time
 (launch + waiting for the tokens; with async scheduling the wait overlaps the next step's
 host work), host overhead, wall time per step with the detokenizer
-running beside it, and the resulting tokens/s and audio seconds per wall second.
+running beside it, and the resulting tokens/s and audio seconds per wall second. Models with
+a first-chunk detokenizer lane (CosyVoice 2) also report its jobs (the batch's first chunks,
+decoded during the ramp up to --context): how many and their decode time.
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ def main() -> None:
         "--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
         help="async scheduling on (the engine's default) or off",
     )
+    ap.add_argument(
+        "--first-chunk-lane", action=argparse.BooleanOptionalAction, default=True,
+        help="the first-chunk detokenizer lane on (the engine's default) or off",
+    )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
@@ -66,11 +74,13 @@ def main() -> None:
     bw = copy_bandwidth(device) if cuda else None
     config = EngineConfig(
         max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
-        async_scheduling=args.async_scheduling,
+        async_scheduling=args.async_scheduling, first_chunk_lane=args.first_chunk_lane,
     )
     core = build_core(model, config, device)
+    lane = getattr(core.detok, "lane", None)  # the first-chunk lane's codec, when there is one
     results = []
     for batch in batches:
+        lane_jobs_before = core.lane_jobs
         core_reqs = []
         for i in range(batch):
             n = args.context + args.steps + 64
@@ -114,6 +124,15 @@ def main() -> None:
             "tokens_per_s": batch * steps / wall,
             "audio_x_realtime": batch * steps / wall / model.facts.token_rate_hz,
         })
+        if lane is not None:  # first chunks of this batch (decoded during the ramp)
+            results[-1]["lane_jobs"] = core.lane_jobs - lane_jobs_before
+            results[-1]["lane_job_ms"] = 1e3 * core.lane_job_s  # EMA over the lane's jobs
+            lane_eager = getattr(getattr(lane, "detok", None), "eager_calls", None)
+            if lane_eager:
+                results[-1]["lane_eager_calls"] = {
+                    "/".join(map(str, k)): v for k, v in lane_eager.items()
+                }
+                lane_eager.clear()
         eager = getattr(getattr(model, "detok", None), "eager_calls", None)
         if eager:  # detokenizer calls that found no CUDA graph, by (stage, rows, frames)
             results[-1]["detok_eager_calls"] = {"/".join(map(str, k)): v for k, v in eager.items()}

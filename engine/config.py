@@ -35,6 +35,11 @@ class EngineConfig:
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
     async_detok: bool = True
+    # With async_detok, for models that offer it (ModelFacts.first_chunk_lane: CosyVoice 2):
+    # a second detokenizer thread, high-priority CUDA stream and set of CUDA graphs that
+    # decodes requests' first chunks at once, beside the steady job in flight, instead of
+    # after it (docs/engine.md). False: every chunk waits for the one steady job (A/B).
+    first_chunk_lane: bool = True
     # Overlap the host work of step n+1 (scheduling, input preparation, attention planning,
     # the launch) with the device's step n, for models whose facts allow it
     # (ModelFacts.supports_async_scheduling); False forces the synchronous step. Equal to the

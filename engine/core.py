@@ -23,7 +23,7 @@ import torch
 from engine.attention import KVCache
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.detok_pipeline import DetokJob, InlineDetokenizer, ThreadedDetokenizer
+from engine.detok_pipeline import Detokenizer, DetokJob, make_detokenizer
 from engine.outputs import (
     AudioChunk,
     EngineEvent,
@@ -98,13 +98,14 @@ class EngineCore:
                     shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
                 )
             self.worker.capture_depth_graphs(min(config.max_num_seqs, 256), config.max_num_seqs)
+        if self.duplex is not None and device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CallableGraphs
 
-            model.enable_cuda_graphs(CallableGraphs(device))
-        if threaded_codec:
-            self.detok = ThreadedDetokenizer(model, clock, device)
-        else:
-            self.detok = InlineDetokenizer(model, clock)
+            model.enable_cuda_graphs(CallableGraphs(device))  # its codec runs on this thread
+        # The codec's graphs are captured by make_detokenizer, on the thread that replays them.
+        self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
+        self.lane_jobs = 0  # first-chunk lane jobs done, and their decode time (EMA)
+        self.lane_job_s = 0.0
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
@@ -319,15 +320,15 @@ class EngineCore:
             if plan.num_tokens == len(plan.chunks):
                 busy = self.scheduler.busy_step_s
                 self.scheduler.busy_step_s = interval if busy is None else ema(busy, interval)
-        # One detokenizer job at a time: chunks that became ready meanwhile wait here rather
-        # than queue behind it, so the next job takes the most urgent of them (first chunks
-        # first) and batches them all; a codec call of flat cost (CosyVoice 2's flow) would
-        # otherwise run once per request, and a first chunk wait for every job queued ahead.
-        if self.detok.in_flight:  # the job may have finished while the LLM stepped
+        # One steady detokenizer job at a time: chunks that became ready meanwhile wait here
+        # rather than queue behind it, so the next job takes the most urgent of them (first
+        # chunks first) and batches them all; a codec call of flat cost (CosyVoice 2's flow)
+        # would otherwise run once per request, and a first chunk wait for every job queued
+        # ahead. With a first-chunk lane, first chunks go out at once as a small job of their
+        # own beside the steady one (one lane job at a time too).
+        if self.detok.in_flight:  # a job may have finished while the LLM stepped
             events += self._collect_audio(self.detok.poll())
-        ready = [] if self.detok.in_flight else self.scheduler.schedule_detok(self.clock())
-        if ready:
-            self.detok.submit(self.worker.detok_job(ready, self.model.facts.stop_token_ids))
+        ready = self._submit_detok()
         # Inline jobs are done already; a threaded one is waited for only when the LLM had
         # nothing to do, so the loop does not spin.
         events += self._collect_audio(self.detok.poll(wait_s=0.0 if plan.chunks else 0.005))
@@ -336,6 +337,20 @@ class EngineCore:
         self.steps += 1
         self.last_timing = timing
         return events
+
+    def _submit_detok(self) -> bool:
+        """Submit this step's detokenizer jobs; returns whether any went out."""
+        steady_free = not self.detok.steady_in_flight
+        lane_room = self.detok.lane_room
+        if not (steady_free or lane_room):
+            return False
+        plan = self.scheduler.schedule_detok_jobs(self.clock(), steady_free, lane_room)
+        stops = self.model.facts.stop_token_ids
+        if plan.lane:
+            self.detok.submit_lane(self.worker.detok_job(plan.lane, stops))
+        if plan.steady:
+            self.detok.submit(self.worker.detok_job(plan.steady, stops))
+        return bool(plan.lane or plan.steady)
 
     def _token_interval(self, step_start: float, llm_s: float) -> float:
         """How often a running request gets a token: the time between consecutive LLM steps
@@ -395,8 +410,13 @@ class EngineCore:
         now = self.clock()
         rate = self.model.facts.sample_rate
         for job in jobs:
-            self._last_detok_s = job.seconds
-            self.scheduler.detok_time_s = ema(self.scheduler.detok_time_s, job.seconds)
+            if job.lane:  # the steady estimate (slack, cover, first-audio budget) stays steady
+                self.lane_jobs += 1
+                first = self.lane_jobs == 1
+                self.lane_job_s = job.seconds if first else ema(self.lane_job_s, job.seconds)
+            else:
+                self._last_detok_s = job.seconds
+                self.scheduler.detok_time_s = ema(self.scheduler.detok_time_s, job.seconds)
             if job.error is not None:
                 raise RuntimeError(f"detokenizer failed: {job.error}") from job.error
             for request, pcm, final in zip(job.requests, job.audio, job.final, strict=True):

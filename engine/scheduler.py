@@ -19,7 +19,7 @@ running request never has to be preempted: preempting a stream would be an audib
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.block_manager import Admission, BlockManager
 from engine.config import EngineConfig
@@ -306,6 +306,39 @@ class Scheduler:
     def schedule_detok(self, now: float) -> list[Request]:
         """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so
         a chunk completed by this step's token is decoded in this step."""
-        ready = [r for r in self.requests.values() if self._detok_ready(r, now)]
-        ready.sort(key=lambda r: self._priority(r, now))
-        return ready[: self.config.max_detok_batch]
+        return self.schedule_detok_jobs(now, steady_free=True).steady
+
+    def schedule_detok_jobs(self, now: float, steady_free: bool, lane_room: int = 0) -> DetokPlan:
+        """schedule_detok with a first-chunk lane: `lane_room` first chunks (requests never
+        decoded yet) may go out now as a lane job of their own (0: no lane, or its job is in
+        flight), whether or not the steady job is free; the steady job, when `steady_free`,
+        takes the rest as schedule_detok does (first chunks the lane had no room for
+        included). A request is in at most one job (Request.detok_in_flight: _detok_ready),
+        and one never decoded has no earlier chunk that could come back after its first."""
+        plan = DetokPlan()
+        if lane_room > 0:
+            fresh = [
+                r
+                for r in self.requests.values()
+                if r.num_detokenized == 0 and r.ttfa_critical and self._detok_ready(r, now)
+            ]
+            fresh.sort(key=lambda r: self._priority(r, now))
+            plan.lane = fresh[:lane_room]
+        if steady_free:
+            taken = {id(r) for r in plan.lane}
+            ready = [
+                r
+                for r in self.requests.values()
+                if id(r) not in taken and self._detok_ready(r, now)
+            ]
+            ready.sort(key=lambda r: self._priority(r, now))
+            plan.steady = ready[: self.config.max_detok_batch]
+        return plan
+
+
+@dataclass
+class DetokPlan:
+    """The detokenizer jobs to submit this step: a first-chunk lane job and a steady one."""
+
+    lane: list[Request] = field(default_factory=list)
+    steady: list[Request] = field(default_factory=list)

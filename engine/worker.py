@@ -273,6 +273,10 @@ class Worker:
         """Snapshot the tokens each request has produced since its last chunk."""
         new_tokens = []
         for r in requests:
+            if r.detok_in_flight:  # its stream state belongs to a job in flight (another thread)
+                raise RuntimeError(
+                    f"request {r.request_id} already has a detokenizer job in flight"
+                )
             fresh = r.output_ids[r.num_detokenized :]
             r.num_detokenized = len(r.output_ids)
             r.detok_in_flight = True

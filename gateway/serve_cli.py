@@ -120,6 +120,14 @@ def add_serve_parser(subparsers) -> None:
         "--no-async-scheduling plans each step after the previous step's tokens are back)",
     )
     g.add_argument(
+        "--first-chunk-lane",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CosyVoice 2 on CUDA: decode requests' first chunks on a detokenizer lane of their "
+        "own while a steady job runs, for time to first audio (docs/engine.md; default on; "
+        "--no-first-chunk-lane makes them wait for the steady job, for A/B)",
+    )
+    g.add_argument(
         "--engine-process",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -244,6 +252,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         cpu_threads=args.cpu_threads,
         realtime_admission=args.realtime_admission,
         async_scheduling=args.async_scheduling,
+        first_chunk_lane=args.first_chunk_lane,
         engine_process=args.engine_process,
         first_hop_tokens=args.first_hop_tokens,
     )

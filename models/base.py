@@ -78,6 +78,11 @@ class ModelFacts:
     row_width: int = 0
     # The model's own sampling rule on top of temperature/top-k/top-p, when it has one.
     repetition_aware: RepetitionAwareSampling | None = None
+    # The model offers a second detokenizer context (SpeechModel.first_chunk_lane_codec) that
+    # may decode requests' first chunks on another thread and stream while a steady job runs
+    # (the engine's first-chunk lane, docs/engine.md). Its stream states must be plain data
+    # that either context can continue.
+    first_chunk_lane: bool = False
 
     @property
     def seconds_per_token(self) -> float:
@@ -143,6 +148,32 @@ class CodeSampler(Protocol):
 
 class StreamState:
     """Per-request detokenizer state (buffered codes, cached conv state…), owned by the model."""
+
+
+class LaneCodec(Protocol):
+    """A second detokenizer context for the engine's first-chunk lane (ModelFacts.
+    first_chunk_lane): the model's weights, but buffers, CUDA graphs and graph memory of its
+    own, so that its `detokenize` may run on another thread and CUDA stream at the same time
+    as the model's. The engine gives it only requests that have never been decoded."""
+
+    max_rows: int  # requests per job its captured shapes hold (larger jobs still work)
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
+    ) -> list[np.ndarray]:
+        """As SpeechModel.detokenize."""
+        ...
+
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        """Capture its shapes with a CallableGraphs of its own (its own memory pool: graphs of
+        one pool replayed at once on two streams would overwrite each other's memory)."""
+        ...
+
+    def hand_over(self, states: list[StreamState], stream: Any) -> None:
+        """After a job (its stream synchronized): the states' device memory, allocated on the
+        lane's stream, is read on `stream` (the steady detokenizer's) from now on; record it so
+        the allocator does not reuse it while that stream may still read it. No-op on CPU."""
+        ...
 
 
 class SpeechModel(abc.ABC):
@@ -249,6 +280,11 @@ class SpeechModel(abc.ABC):
 
     def enable_cuda_graphs(self, graphs: Any) -> None:  # noqa: B027 - optional hook
         """Optional: capture the detokenizer's common shapes with the engine's CallableGraphs."""
+
+    def first_chunk_lane_codec(self) -> LaneCodec | None:
+        """Models with facts.first_chunk_lane: a new second detokenizer context for the engine's
+        first-chunk lane (LaneCodec). Default: None (no lane)."""
+        return None
 
     def warm_up_batches(self, max_batch: int) -> None:  # noqa: B027 - optional hook
         """Optional: run the codec once at every batch shape it takes for up to `max_batch`

@@ -80,6 +80,9 @@ class CosyVoice2Model(SpeechModel):
                 "repetition_penalty": 1.0,
             },
             repetition_aware=RepetitionAwareSampling(cfg.llm.win_size, cfg.llm.tau_r),
+            # First chunks may be decoded by a twin detokenizer beside the steady job
+            # (first_chunk_lane_codec): streams are plain data either one continues.
+            first_chunk_lane=True,
         )
         self.shape = BackboneShape.of(args, llm, self.ids.vocab_size)
 
@@ -155,11 +158,52 @@ class CosyVoice2Model(SpeechModel):
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
     ) -> list[np.ndarray]:
-        flows = []
-        for state, toks in zip(states, new_tokens, strict=True):
+        return _decode(self.detok, self.ids, states, new_tokens, final)
+
+    def first_chunk_lane_codec(self) -> FirstChunkLane:
+        return FirstChunkLane(self)
+
+
+def _decode(
+    detok: FlowHiftDetokenizer,
+    ids,
+    states: list[StreamState],
+    new_tokens: list[list[int]],
+    final: list[bool],
+) -> list[np.ndarray]:
+    """Speech tokens → codes pushed into each stream, then one batched flow + HiFT call."""
+    flows = []
+    for state, toks in zip(states, new_tokens, strict=True):
+        assert isinstance(state, CosyVoice2Stream)
+        codes = [c for c in map(ids.code_of, toks) if c is not None]
+        state.dropped_tokens += len(toks) - len(codes)
+        detok.push(state.flow, codes)
+        flows.append(state.flow)
+    return detok.decode(flows, final)
+
+
+class FirstChunkLane:
+    """The engine's first-chunk lane codec (models.base.LaneCodec): a twin of the model's flow
+    + HiFT detokenizer over the same weights, with CUDA graphs of its own for first-chunk jobs
+    of up to LANE_GRAPH_ROWS[-1] rows (a first chunk is one flow row, two when the first-audio
+    cover asks for the next grid point; more rows replay in several calls)."""
+
+    LANE_GRAPH_ROWS = (1, 2, 4, 8)
+
+    def __init__(self, model: CosyVoice2Model) -> None:
+        self.detok = model.detok.twin(self.LANE_GRAPH_ROWS)
+        self.ids = model.ids
+        self.max_rows = self.LANE_GRAPH_ROWS[-1]
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
+    ) -> list[np.ndarray]:
+        return _decode(self.detok, self.ids, states, new_tokens, final)
+
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        self.detok.enable_cuda_graphs(graphs)
+
+    def hand_over(self, states: list[StreamState], stream: Any) -> None:
+        for state in states:
             assert isinstance(state, CosyVoice2Stream)
-            codes = [c for c in map(self.ids.code_of, toks) if c is not None]
-            state.dropped_tokens += len(toks) - len(codes)
-            self.detok.push(state.flow, codes)
-            flows.append(state.flow)
-        return self.detok.decode(flows, final)
+            state.flow.record_stream(stream)

@@ -11,13 +11,13 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.detok_pipeline import DetokJob, run_job
+from engine.detok_pipeline import Detokenizer, DetokJob, run_job
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
 
 
-class HeldDetokenizer:
+class HeldDetokenizer(Detokenizer):
     """ThreadedDetokenizer's contract on the CPU: a job stays in flight until `release`."""
 
     def __init__(self, model, clock) -> None:

@@ -53,8 +53,16 @@ class VocoderState(Protocol):
 class HiftStreamer:
     GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64)
 
-    def __init__(self, hift: HiFTGenerator, left: int = 8, right: int = 8) -> None:
+    def __init__(
+        self,
+        hift: HiFTGenerator,
+        left: int = 8,
+        right: int = 8,
+        graph_rows: tuple[int, ...] | None = None,
+    ) -> None:
         self.hift = hift
+        # Row buckets captured; with graphs, larger groups are split into calls of the largest.
+        self.graph_rows = tuple(sorted(graph_rows or self.GRAPH_ROWS))
         self.left, self.right = left, right
         self.samples_per_frame = hift.cfg.samples_per_frame
         self.n_harmonics = hift.cfg.nb_harmonics + 1
@@ -69,34 +77,41 @@ class HiftStreamer:
     def step(self, states: list, final: list[bool]) -> list[np.ndarray]:
         """Vocode every state's mel that has `right` frames after it (all of it when final)."""
         audio = [np.zeros(0, dtype=np.float32)] * len(states)
-        groups: dict[int, list[tuple[int, int, int, int]]] = {}
+        by_width: dict[int, list[tuple[int, int, int, int]]] = {}
         for i, (s, fin) in enumerate(zip(states, final, strict=True)):
             end = s.mel_frames if fin else s.mel_frames - self.right
             if end <= s.emitted_frames:
                 continue
             start = max(0, s.emitted_frames - self.left)
             stop = min(s.mel_frames, end + self.right)
-            groups.setdefault(stop - start, []).append((i, start, end, stop))
+            by_width.setdefault(stop - start, []).append((i, start, end, stop))
+        # (window frames, rows) per call; with graphs, at most the largest bucket's rows each.
+        most = self.graph_rows[-1] if self.graphs is not None else len(states)
+        groups = [
+            (w, rows[at : at + most])
+            for w, rows in by_width.items()
+            for at in range(0, len(rows), most)
+        ]
         if not groups:
             return audio
         # Each group's rows padded to its graph bucket (or not, eagerly), one after another in
         # one host buffer of (first emitted frame, frames emitted, first sample) per row.
-        padded = {w: self._bucket(len(rows), w)[0] for w, rows in groups.items()}
-        ints = torch.zeros(sum(padded.values()), 3, dtype=torch.long, pin_memory=self.pinned)
+        padded = [self._bucket(len(rows), w)[0] for w, rows in groups]
+        ints = torch.zeros(sum(padded), 3, dtype=torch.long, pin_memory=self.pinned)
         table, at = ints.numpy(), 0
-        for w, rows in groups.items():
+        for (_, rows), size in zip(groups, padded, strict=True):
             for k, (i, a, e, _) in enumerate(rows):
                 s = states[i]
                 first = s.emitted_frames - a
                 table[at + k] = (first, e - s.emitted_frames, a * self.samples_per_frame)
-            at += padded[w]
+            at += size
         ints = ints.to(self.device, non_blocking=True)
         pending, at = [], 0
-        for w, rows in groups.items():
+        for (w, rows), size in zip(groups, padded, strict=True):
             firsts = table[at : at + len(rows), 0].tolist()
-            wav = self._vocode(states, rows, w, ints[at : at + padded[w]])
+            wav = self._vocode(states, rows, w, ints[at : at + size])
             pending.append((rows, firsts, wav))
-            at += padded[w]
+            at += size
         if self.pinned:
             torch.cuda.current_stream(self.device).synchronize()  # the job's one wait for audio
         up = self.samples_per_frame
@@ -109,7 +124,7 @@ class HiftStreamer:
     def _bucket(self, n: int, frames: int) -> tuple[int, tuple | None]:
         """(rows to pad n rows of `frames`-frame windows to, the graph key) — (n, None) when
         no captured graph fits."""
-        rows = next((r for r in self.GRAPH_ROWS if r >= n), None)
+        rows = next((r for r in self.graph_rows if r >= n), None)
         key = ("hift", rows, frames)
         if self.graphs is None or rows is None or key not in self.graphs:
             return n, None
@@ -179,10 +194,10 @@ class HiftStreamer:
 
     # --- CUDA graphs --------------------------------------------------------------------------
     def enable_cuda_graphs(self, graphs, frames: list[int]) -> None:
-        """Capture vocode_windows for every GRAPH_ROWS bucket x window length in `frames`."""
+        """Capture vocode_windows for every graph_rows bucket x window length in `frames`."""
         m = self.hift.cfg.in_channels
         with torch.inference_mode():
-            for rows in reversed(self.GRAPH_ROWS):
+            for rows in reversed(self.graph_rows):
                 for w in sorted(frames, reverse=True):
                     mel = torch.zeros(rows, m, w, dtype=self.dtype, device=self.device)
                     carried = torch.zeros(

@@ -71,6 +71,14 @@ class FlowHiftStream:
     def mel_frames(self) -> int:
         return self.mel_start + (0 if self.mel is None else self.mel.shape[1])
 
+    def record_stream(self, stream) -> None:
+        """This state's generated mel and phase (made on one CUDA stream) are read on `stream`
+        from now on: the allocator must not reuse their memory before that stream is done
+        with them (a first-chunk lane hands states over to the steady stream)."""
+        for t in (self.mel, self.phase):
+            if t is not None and t.device.type == "cuda":
+                t.record_stream(stream)
+
 
 @dataclass
 class FlowWindow:
@@ -94,6 +102,7 @@ class FlowHiftDetokenizer:
         right: int = 8,
         context_chunks: int | None = DEFAULT_CONTEXT_CHUNKS,
         first_hop: int | None = None,
+        graph_rows: tuple[int, ...] | None = None,
     ) -> None:
         self.flow = flow
         self.hift = hift
@@ -112,7 +121,9 @@ class FlowHiftDetokenizer:
         self.left, self.right = left, right
         self.context_chunks = context_chunks
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
-        self.vocoder = HiftStreamer(hift, left, right)
+        # Row buckets captured; with graphs, larger calls are split into calls of the largest.
+        self.graph_rows = tuple(sorted(graph_rows or self.GRAPH_ROWS))
+        self.vocoder = HiftStreamer(hift, left, right, self.graph_rows)
         # Calls that found no captured graph (rows or frames past the buckets): each one is
         # a few hundred eager launches, so a growing count means jobs are outgrowing the buckets.
         self.eager_calls = self.vocoder.eager_calls
@@ -121,6 +132,22 @@ class FlowHiftDetokenizer:
         self.device = next(flow.parameters()).device
         self.dtype = next(flow.parameters()).dtype
         self.pinned = self.device.type == "cuda"  # pinned host buffers, async uploads
+
+    def twin(self, graph_rows: tuple[int, ...]) -> FlowHiftDetokenizer:
+        """A second detokenizer over the same weights and streaming settings, with buffers and
+        CUDA graphs of its own (capture them with a CallableGraphs of their own), so that it may
+        decode on another thread and stream while this one does: the engine's first-chunk lane.
+        Streams are plain data: either one can continue a stream the other began."""
+        return FlowHiftDetokenizer(
+            self.flow,
+            self.hift,
+            self.chunk,
+            self.left,
+            self.right,
+            self.context_chunks,
+            self.first_hop,
+            graph_rows,
+        )
 
     def new_stream(
         self, prompt_tokens: list[int], prompt_mel: torch.Tensor, speaker: torch.Tensor
@@ -189,8 +216,13 @@ class FlowHiftDetokenizer:
 
     def _flow_step(self, states: list[FlowHiftStream], final: list[bool]) -> None:
         rows = [w for s, fin in zip(states, final, strict=True) for w in self._windows(s, fin)]
-        if not rows:
-            return
+        # With graphs, more rows than the largest bucket go as several replays, not eagerly
+        # (a state's windows are in order, so its mel still grows in order).
+        most = self.graph_rows[-1] if self.graphs is not None else max(len(rows), 1)
+        for at in range(0, len(rows), most):
+            self._flow_call(rows[at : at + most])
+
+    def _flow_call(self, rows: list[FlowWindow]) -> None:
         seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
         prompts = [len(w.state.prompt_tokens) for w in rows]
         out_lengths = [p + w.end - w.start for p, w in zip(prompts, rows, strict=True)]
@@ -312,7 +344,7 @@ class FlowHiftDetokenizer:
 
     def _flow_bucket(self, n: int, frames: int) -> tuple | None:
         """The captured graph's key for n rows of up to `frames` frames, or None (eager)."""
-        rows = next((r for r in self.GRAPH_ROWS if r >= n), None)
+        rows = next((r for r in self.graph_rows if r >= n), None)
         padded = next((f for f in self.graph_frames(rows) if f >= frames), None)
         key = ("flow", rows, padded)
         return key if self.graphs is not None and key in self.graphs else None
@@ -324,7 +356,7 @@ class FlowHiftDetokenizer:
         dev = self.device
         began = time.perf_counter()
         with torch.inference_mode():
-            for rows in reversed(self.GRAPH_ROWS):
+            for rows in reversed(self.graph_rows):
                 for frames in reversed(self.graph_frames(rows)):
                     width = frames // self.ratio + self.lookahead
                     ints = torch.zeros(rows, width + 5, dtype=torch.long, device=dev)
@@ -344,7 +376,7 @@ class FlowHiftDetokenizer:
         self.graphs = graphs
         log.info(
             "captured the flow for rows %s x frames %s and HiFT for windows of %s frames in %.1f s",
-            list(self.GRAPH_ROWS),
+            list(self.graph_rows),
             self.graph_frames(),
             self.hift_frames(),
             time.perf_counter() - began,

@@ -1,0 +1,174 @@
+"""The scheduler's side of the first-chunk detokenizer lane (Scheduler.schedule_detok_jobs): no
+torch, a fake clock, fake jobs that finish in any order."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.request import Request, RequestStatus, SamplingParams
+from engine.scheduler import ChunkingFacts, Scheduler
+
+FACTS = ChunkingFacts(
+    first_chunk_tokens=23,
+    chunk_tokens=25,
+    seconds_per_token=0.04,
+    frame_tokens=25,
+    held_back_tokens=4,
+    lookahead_tokens=3,
+)  # CosyVoice 2's shape: first hop 20 + 3 look-ahead, 25-token chunks
+
+
+def make_scheduler(**overrides) -> Scheduler:
+    # No cover margin: a first chunk is ready at first_chunk_tokens (the release rule has its
+    # own tests in test_scheduler.py).
+    config = EngineConfig(first_audio_margin=0.0, **overrides)
+    return Scheduler(config, BlockManager(num_blocks=1024, block_size=16), FACTS)
+
+
+def admit(sched: Scheduler, arrival: float, max_tokens: int = 400) -> Request:
+    req = Request(list(range(8)), SamplingParams(max_tokens=max_tokens), arrival)
+    assert sched.admit(req).ok
+    return req
+
+
+def generate(sched: Scheduler, req: Request, n: int) -> None:
+    """n more resolved tokens for `req`, as if decoded."""
+    req.output_ids += [7] * n
+    req.num_computed = req.num_prompt_tokens + len(req.output_ids)
+    req.status = RequestStatus.RUNNING
+
+
+def streaming(sched: Scheduler, now: float) -> Request:
+    """A request past its first audio with a whole chunk of tokens waiting for the codec."""
+    req = admit(sched, arrival=now - 5.0)
+    generate(sched, req, 100)
+    req.num_detokenized = 75
+    req.first_audio_time = now - 4.0
+    req.audio_emitted_s = 3.0
+    return req
+
+
+def test_a_first_chunk_goes_to_the_lane_while_a_steady_job_is_in_flight():
+    now = 10.0
+    sched = make_scheduler()
+    busy = streaming(sched, now)
+    busy.detok_in_flight = True  # its chunk is in the steady job
+    waiting = streaming(sched, now)  # a steady chunk ready too
+    new = admit(sched, arrival=now - 0.2)
+    generate(sched, new, FACTS.first_chunk_tokens)
+    plan = sched.schedule_detok_jobs(now, steady_free=False, lane_room=8)
+    assert plan.lane == [new] and plan.steady == []
+    # Without a lane (or with its job in flight) the first chunk waits for the steady job, and
+    # then rides it first, as before: schedule_detok is the steady job's pick.
+    assert sched.schedule_detok_jobs(now, steady_free=False, lane_room=0).lane == []
+    assert sched.schedule_detok_jobs(now, steady_free=True).steady == [new, waiting]
+    assert sched.schedule_detok(now) == [new, waiting]
+
+
+def test_with_both_free_first_chunks_take_the_lane_and_the_steady_job_the_rest():
+    now = 10.0
+    sched = make_scheduler()
+    steady = streaming(sched, now)
+    firsts = [admit(sched, arrival=now - 0.3 + 0.01 * i) for i in range(3)]
+    for req in firsts:
+        generate(sched, req, FACTS.first_chunk_tokens)
+    plan = sched.schedule_detok_jobs(now, steady_free=True, lane_room=2)
+    # The lane's room goes to the earliest arrivals; the first chunk it has no room for falls
+    # back to the steady job, ahead of the steady chunk.
+    assert plan.lane == firsts[:2]
+    assert plan.steady == [firsts[2], steady]
+
+
+def test_only_never_decoded_requests_go_to_the_lane():
+    now = 10.0
+    sched = make_scheduler()
+    # Decoded once already (its first job made no audio, say): not a lane request any more,
+    # though it still waits for first audio. Its next chunk must follow the first in order.
+    req = admit(sched, arrival=now - 1.0)
+    generate(sched, req, 2 * FACTS.first_chunk_tokens)
+    req.num_detokenized = 1
+    assert req.ttfa_critical
+    assert sched.schedule_detok_jobs(now, steady_free=False, lane_room=8).lane == []
+    assert sched.schedule_detok_jobs(now, steady_free=True, lane_room=8).steady == [req]
+
+
+def run_fake_engine(seed: int, lane_room: int, steps: int = 500):
+    """Requests arrive, gain a token a step, and their ready chunks go out as jobs that take a
+    random number of steps (lane jobs short, steady ones long), so jobs finish in every order.
+    Each job's rows are checked against the jobs in flight. Returns the scheduler, requests,
+    each request's decoded token ranges in the order their jobs came back, and the jobs."""
+    rng = random.Random(seed)
+    sched = make_scheduler(max_detok_batch=4)
+    requests: list[Request] = []
+    in_flight: list[tuple[int, bool, list]] = []  # (step it finishes, lane, rows)
+    returned: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    jobs: list[tuple[int, int, bool]] = []  # (submitted at, finished at, lane)
+    for step in range(steps):
+        now = step * 0.01
+        if step % 12 == 0 and step < steps // 2:
+            requests.append(admit(sched, now, max_tokens=rng.randint(30, 110)))
+        for chunk in sched.schedule(now).chunks:
+            req = chunk.request
+            req.num_computed = chunk.start + chunk.num_tokens
+            if chunk.samples:
+                req.output_ids.append(7)
+                req.status = RequestStatus.RUNNING
+                if len(req.output_ids) >= req.sampling.max_tokens:
+                    sched.finish_generation(req, RequestStatus.FINISHED_LENGTH)
+        for job in [j for j in in_flight if j[0] <= step]:
+            in_flight.remove(job)
+            for req, start, end, final in job[2]:
+                req.detok_in_flight = False
+                returned[req.request_id].append((start, end))
+                if end > start:
+                    sched.audio_out(req, now, (end - start) * FACTS.seconds_per_token)
+                if final:
+                    req.detok_done = True
+                    sched.remove(req.request_id)
+        steady_free = not any(not lane for _, lane, _ in in_flight)
+        lane_free = not any(lane for _, lane, _ in in_flight)
+        plan = sched.schedule_detok_jobs(now, steady_free, lane_room if lane_free else 0)
+        for lane, picked in ((True, plan.lane), (False, plan.steady)):
+            if not picked:
+                continue
+            assert len(picked) <= (lane_room if lane else 4)
+            rows = []
+            for req in picked:
+                assert not req.detok_in_flight, "a request was put in two jobs at once"
+                assert not lane or req.num_detokenized == 0
+                rows.append((req, req.num_detokenized, len(req.output_ids), req.finished))
+                req.num_detokenized = len(req.output_ids)
+                req.detok_in_flight = True
+            done = step + (rng.randint(1, 3) if lane else rng.randint(2, 12))
+            in_flight.append((done, lane, rows))
+            jobs.append((step, done, lane))
+    return sched, requests, returned, jobs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_chunks_of_every_request_come_back_once_and_in_order(seed):
+    sched, requests, returned, jobs = run_fake_engine(seed, lane_room=2)
+    assert not sched.requests, "every request was flushed and removed"
+    for req in requests:
+        ranges = returned[req.request_id]
+        # Contiguous from token 0 to the last: nothing decoded twice, skipped or reordered.
+        assert ranges[0][0] == 0 and ranges[-1][1] == len(req.output_ids)
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    lane_jobs = [j for j in jobs if j[2]]
+    steady_jobs = [j for j in jobs if not j[2]]
+    assert lane_jobs and steady_jobs
+    # The lane ran beside the steady job: some lane job was submitted while one was in flight.
+    assert any(s0 <= l0 < s1 for l0, _, _ in lane_jobs for s0, s1, _ in steady_jobs)
+
+
+def test_without_a_lane_every_chunk_takes_the_steady_job():
+    sched, requests, returned, jobs = run_fake_engine(0, lane_room=0)
+    assert not sched.requests
+    assert jobs and not any(lane for *_, lane in jobs)
+    for req in requests:
+        assert returned[req.request_id][-1][1] == len(req.output_ids)

@@ -1,0 +1,150 @@
+"""CosyVoice 2's first-chunk detokenizer lane on the GPU: the lane's own graphs (rows 1, 2, 4, 8;
+larger jobs split into several replays) replay as eager, and through the engine — lane and
+steady graphs from two pools replayed on two threads and streams at once — every request's
+audio equals an eager decode of the same pushes.
+
+    pytest tests/gpu -k lane
+
+Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.cuda_graphs import CallableGraphs
+from engine.detok_pipeline import ThreadedDetokenizer
+from engine.outputs import AudioChunk, SpeechRequest
+from engine.request import SamplingParams
+from models.codecs.flow_hift.flow import CausalFlow
+from models.codecs.flow_hift.hift import HiFTGenerator
+from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
+from models.cosyvoice2 import configs
+from models.cosyvoice2.config import parse_config, read_yaml
+from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
+from models.cosyvoice2.loading import load_cosyvoice2
+from models.cosyvoice2.model import FirstChunkLane
+from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
+from tests.models.test_cosyvoice2_lane import LoggedCodec
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+class ComparedGraphs(CallableGraphs):
+    """CallableGraphs that also runs every replayed function eagerly on the same inputs and
+    keeps (key, replayed, eager) outputs."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.compared: list[tuple] = []
+
+    def run(self, key, fn, inputs):
+        if key not in self:
+            return fn(*inputs)
+        eager = fn(*[t.clone() for t in inputs])
+        replayed = super().run(key, fn, inputs)
+        pair = (replayed, eager) if isinstance(eager, torch.Tensor) else (replayed[0], eager[0])
+        self.compared.append((key, pair[0].clone(), pair[1].clone()))
+        return replayed
+
+
+@pytest.mark.parametrize("first_hop", [7, 20])
+def test_lane_graphs_replay_as_eager_for_every_lane_bucket(tmp_path, first_hop):
+    (tmp_path / "cosyvoice2.yaml").write_text(cosyvoice2_yaml(TINY_SIZES))
+    cfg = parse_config(read_yaml(tmp_path / "cosyvoice2.yaml"))
+    torch.manual_seed(5)
+    flow, hift = CausalFlow(cfg.flow).eval(), HiFTGenerator(cfg.hift).eval()
+    hift.fold_weight_norm()
+    steady = FlowHiftDetokenizer(flow.to(CUDA), hift.to(CUDA), cfg.chunk_size, first_hop=first_hop)
+    lane = steady.twin(FirstChunkLane.LANE_GRAPH_ROWS)
+    graphs = ComparedGraphs(CUDA)
+    lane.enable_cuda_graphs(graphs)
+    g = torch.Generator().manual_seed(3)
+    # First chunks of 1..11 requests (11: split into 8 + 3 rows), one flow chunk each or two
+    # (the cover rule's next grid point).
+    for n in (1, 2, 3, 5, 8, 11):
+        for tokens in (first_hop + 3, first_hop + cfg.chunk_size + 3):
+            states = [
+                lane.new_stream(
+                    torch.randint(0, 6561, (25,), generator=g).tolist(),
+                    torch.randn(50, 80, generator=g),
+                    torch.randn(192, generator=g),
+                )
+                for _ in range(n)
+            ]
+            for s in states:
+                lane.push(s, torch.randint(0, 6561, (tokens,), generator=g).tolist())
+            lane.decode(states, [False] * n)
+    assert {key[0] for key, *_ in graphs.compared} == {"flow", "hift"}
+    assert {key[1] for key, *_ in graphs.compared} == set(FirstChunkLane.LANE_GRAPH_ROWS)
+    assert not [k for k in lane.eager_calls if k[0] == "flow"], lane.eager_calls
+    for key, replayed, eager in graphs.compared:
+        torch.testing.assert_close(
+            replayed, eager, atol=1e-4, rtol=1e-4, msg=lambda m, k=key: f"{k}: {m}"
+        )
+
+
+def spec(i: int, n: int) -> SpeechRequest:
+    text = ["Hello there.", "The quick brown fox.", "Hi!", "One, two, three."][i % 4]
+    return SpeechRequest(text, None, SamplingParams(seed=i, max_tokens=n, min_tokens=n))
+
+
+def run_staggered(core: EngineCore, lengths: list[int], every: int = 6):
+    """Requests arriving every `every` steps, so that first chunks become ready while steady
+    jobs run. Returns the requests and their audio."""
+    requests, audio, step = [], {}, 0
+    while len(requests) < len(lengths) or core.has_work():
+        if step % every == 0 and len(requests) < len(lengths):
+            requests.append(core.add_request(spec(len(requests), lengths[len(requests)])))
+            audio[requests[-1].request_id] = []
+        for event in core.step():
+            if isinstance(event, AudioChunk):
+                audio[event.request_id].append(event.pcm)
+        step += 1
+    return requests, audio
+
+
+def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path):
+    folder = tmp_path / "model"
+    write_cosyvoice2_checkpoint(folder, configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
+    model = load_cosyvoice2(str(folder), CUDA, torch.float32, name="tiny-cosyvoice2")
+    config = dataclasses.replace(
+        EngineConfig(max_num_seqs=8, max_batch_tokens=256, num_kv_blocks=256),
+        first_audio_margin=0.0,
+    )
+    lengths = [90, 60, 75, 40, 85, 50, 70, 65]
+    core = EngineCore(model, config, CUDA, "sdpa")
+    lane = core.detok.lane  # captured by the engine with a CallableGraphs (pool) of its own
+    assert isinstance(lane, FirstChunkLane) and lane.detok.graphs is not None
+    core.detok.close()
+    pushes: list[tuple] = []
+    core.detok = ThreadedDetokenizer(
+        LoggedCodec(model, pushes, lane=False), core.clock, CUDA, LoggedCodec(lane, pushes, True)
+    )
+    state_ids: dict[str, int] = {}
+    original_add = core.add_request
+
+    def add(s):
+        r = original_add(s)
+        state_ids[r.request_id] = id(core.worker.stream_state(r.request_id))
+        return r
+
+    core.add_request = add
+    try:
+        requests, audio = run_staggered(core, lengths)
+    finally:
+        core.close()
+    assert core.lane_jobs >= 1
+    eager = FirstChunkLane(model)  # a twin without graphs: the eager decode
+    for r in requests:
+        mine = [(t, fin) for sid, t, fin, _ in pushes if sid == state_ids[r.request_id]]
+        assert sum(len(t) for t, _ in mine) == len(r.output_ids)
+        state = model.stream_state_for(r.extras)
+        expected = np.concatenate([eager.detokenize([state], [t], [fin])[0] for t, fin in mine])
+        np.testing.assert_allclose(np.concatenate(audio[r.request_id]), expected, atol=1e-4)

@@ -1,0 +1,144 @@
+"""CosyVoice 2's first-chunk detokenizer lane through the engine on the CPU: a threaded
+detokenizer (the GPU's pipeline, without streams) whose steady job is held while new requests'
+first chunks go out on the lane beside it, on the lane's own twin detokenizer. The audio equals
+the model's own detokenizer fed the same pushes one request at a time."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.detok_pipeline import InlineDetokenizer, ThreadedDetokenizer, make_detokenizer
+from engine.outputs import AudioChunk, SpeechRequest
+from engine.request import SamplingParams
+from models.cosyvoice2.model import FirstChunkLane
+from models.registry import load_model
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model("tiny-cosyvoice2")
+
+
+class LoggedCodec:
+    """A codec that logs each call's pushes as (state id, tokens, final, lane) and, when
+    gated, holds every call until the gate opens (a steady job kept in flight)."""
+
+    def __init__(self, codec, log: list, lane: bool, gated: bool = False) -> None:
+        self.codec, self.log, self.lane = codec, log, lane
+        self.gate = threading.Event()
+        if not gated:
+            self.gate.set()
+        self.max_rows = getattr(codec, "max_rows", 0)
+
+    def detokenize(self, states, new_tokens, final):
+        if not self.gate.wait(timeout=120):
+            raise TimeoutError("the test never opened the steady codec's gate")
+        for state, toks, fin in zip(states, new_tokens, final, strict=True):
+            self.log.append((id(state), list(toks), fin, self.lane))
+        return self.codec.detokenize(states, new_tokens, final)
+
+    def hand_over(self, states, stream) -> None:
+        self.codec.hand_over(states, stream)
+
+
+def spec(text: str, n: int, seed: int) -> SpeechRequest:
+    return SpeechRequest(text, None, SamplingParams(seed=seed, max_tokens=n, min_tokens=n))
+
+
+def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model):
+    config = EngineConfig(num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64)
+    config = dataclasses.replace(config, first_audio_margin=0.0)  # first chunk at 23 tokens
+    core = EngineCore(model, config, CPU, "sdpa")
+    pushes: list[tuple] = []
+    steady = LoggedCodec(model, pushes, lane=False, gated=True)
+    lane = LoggedCodec(model.first_chunk_lane_codec(), pushes, lane=True)
+    core.detok = ThreadedDetokenizer(steady, core.clock, CPU, lane)
+    audio: dict[str, list[np.ndarray]] = {}
+    request_of: dict[int, str] = {}  # id of a stream state -> its request
+
+    def add(s: SpeechRequest):
+        r = core.add_request(s)
+        request_of[id(core.worker.stream_state(r.request_id))] = r.request_id
+        audio[r.request_id] = []
+        return r
+
+    def step_until(done, limit: int = 3000) -> None:
+        for _ in range(limit):
+            if done():
+                return
+            for event in core.step():
+                if isinstance(event, AudioChunk):
+                    audio[event.request_id].append(event.pcm)
+        raise AssertionError("the engine never got there")
+
+    try:
+        a = add(spec("Hello there.", 80, seed=1))
+        # A's first chunk goes out on the lane although the steady codec is shut.
+        step_until(lambda: a.first_audio_time is not None)
+        # A's second chunk goes to the steady job, which is held.
+        step_until(lambda: core.detok.steady_in_flight == 1)
+        b = add(spec("A newcomer.", 40, seed=2))
+        step_until(lambda: b.first_audio_time is not None)
+        # B's first audio came out while A's steady job was still in flight.
+        assert core.detok.steady_in_flight == 1 and a.audio_chunks_out == 1
+        steady.gate.set()
+        step_until(lambda: not core.has_work())
+    finally:
+        steady.gate.set()
+        core.close()
+
+    assert core.lane_jobs == 2
+    lane_rows = [(request_of[sid], fin) for sid, _, fin, on_lane in pushes if on_lane]
+    assert lane_rows == [(a.request_id, False), (b.request_id, False)]
+    # Every request's audio equals the model's detokenizer given the same pushes alone.
+    for r in (a, b):
+        mine = [(toks, fin) for sid, toks, fin, _ in pushes if request_of[sid] == r.request_id]
+        assert sum(len(toks) for toks, _ in mine) == len(r.output_ids)  # each token once
+        state = model.stream_state_for(r.extras)
+        expected = [model.detokenize([state], [toks], [fin])[0] for toks, fin in mine]
+        got = np.concatenate(audio[r.request_id])
+        # The tolerance of the batch-of-N == N singles test (tests/models/test_flow_hift.py).
+        np.testing.assert_allclose(got, np.concatenate(expected), atol=1e-5)
+
+    # The same seeded requests without the lane (inline codec): the same tokens.
+    plain = EngineCore(model, config, CPU, "sdpa")
+    ra = plain.add_request(spec("Hello there.", 80, seed=1))
+    rb = plain.add_request(spec("A newcomer.", 40, seed=2))
+    while plain.has_work():
+        plain.step()
+    assert (ra.output_ids, rb.output_ids) == (a.output_ids, b.output_ids)
+
+
+def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
+    clock = time.monotonic
+    on = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)
+    off = make_detokenizer(model, EngineConfig(first_chunk_lane=False), clock, CPU, threaded=True)
+
+    class NoLane:  # a model without the capability: its lane codec is never asked for
+        facts = dataclasses.replace(model.facts, first_chunk_lane=False)
+        detokenize = model.detokenize
+
+        def first_chunk_lane_codec(self):
+            raise AssertionError("asked a model without a first-chunk lane for one")
+
+    without = make_detokenizer(NoLane(), EngineConfig(), clock, CPU, threaded=True)
+    inline = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=False)
+    try:
+        assert on.lane_room == FirstChunkLane.LANE_GRAPH_ROWS[-1]
+        assert off.lane_room == without.lane_room == inline.lane_room == 0
+        assert isinstance(inline, InlineDetokenizer)
+        with pytest.raises(RuntimeError, match="no first-chunk lane"):
+            without.submit_lane(None)
+    finally:
+        for d in (on, off, without, inline):
+            d.close()
