@@ -45,7 +45,7 @@ def write_speech_tokenizer(path: Path, codes: int, seed: int) -> None:
         ],
         initializer=[numpy_helper.from_array(proj, "proj")],
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(_model(graph, opset=17), str(path))
 
 
 def write_campplus(path: Path, dim: int, seed: int) -> None:
@@ -65,7 +65,7 @@ def write_campplus(path: Path, dim: int, seed: int) -> None:
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, dim])],
         initializer=[numpy_helper.from_array(proj, "proj")],
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    onnx.save(_model(graph, opset=13), str(path))
 
 
 def write_byte_tokenizer(folder: Path) -> None:
@@ -80,3 +80,19 @@ def write_byte_tokenizer(folder: Path) -> None:
         tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>"
     )
     fast.save_pretrained(str(folder))
+
+
+# The IR version onnx writes by default follows the onnx package (IR 14 with onnx 1.21), and an
+# onnxruntime older than that package refuses the file ("Unsupported model IR version"), as the
+# GPU machine's onnxruntime did. The stand-ins use no newer IR feature: write IR 10 (onnxruntime
+# >= 1.17 reads it).
+STAND_IN_IR_VERSION = 10
+
+
+def _model(graph, opset: int):
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = STAND_IN_IR_VERSION
+    return model
+
