@@ -3,7 +3,7 @@
     python bench/step_time.py --model orpheus-3b --random-weights --batches 1,8,32,64,128
     python bench/step_time.py ... --sync      # the synchronous step, for comparison
     python bench/step_time.py --model cosyvoice2-0.5b --random-weights --batches 8,32 \
-        --no-first-chunk-lane                  # first chunks wait for the steady job (A/B)
+        --first-chunk-lane                     # first chunks on a detokenizer lane (A/B)
 
 Prints JSON: copy bandwidth, parameter bytes, floor, and per batch size the LLM step time
 (launch + waiting for the tokens; with async scheduling the wait overlaps the next step's
@@ -57,8 +57,8 @@ def main() -> None:
         help="async scheduling on (the engine's default) or off",
     )
     ap.add_argument(
-        "--first-chunk-lane", action=argparse.BooleanOptionalAction, default=True,
-        help="the first-chunk detokenizer lane on (the engine's default) or off",
+        "--first-chunk-lane", action=argparse.BooleanOptionalAction, default=False,
+        help="the first-chunk detokenizer lane on or off (the engine's default)",
     )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")

@@ -122,10 +122,10 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument(
         "--first-chunk-lane",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help="CosyVoice 2 on CUDA: decode requests' first chunks on a detokenizer lane of their "
-        "own while a steady job runs, for time to first audio (docs/engine.md; default on; "
-        "--no-first-chunk-lane makes them wait for the steady job, for A/B)",
+        "own while a steady job runs (docs/engine.md; default off: it lowers time to first audio "
+        "but a stream's second chunk can then arrive late; measured in BENCHMARKS.md)",
     )
     g.add_argument(
         "--engine-process",

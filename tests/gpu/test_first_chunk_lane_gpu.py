@@ -115,7 +115,9 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path):
     write_cosyvoice2_checkpoint(folder, configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
     model = load_cosyvoice2(str(folder), CUDA, torch.float32, name="tiny-cosyvoice2")
     config = dataclasses.replace(
-        EngineConfig(max_num_seqs=8, max_batch_tokens=256, num_kv_blocks=256),
+        EngineConfig(
+            max_num_seqs=8, max_batch_tokens=256, num_kv_blocks=256, first_chunk_lane=True
+        ),
         first_audio_margin=0.0,
     )
     lengths = [90, 60, 75, 40, 85, 50, 70, 65]

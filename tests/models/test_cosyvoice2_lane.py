@@ -56,7 +56,9 @@ def spec(text: str, n: int, seed: int) -> SpeechRequest:
 
 
 def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model):
-    config = EngineConfig(num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64)
+    config = EngineConfig(
+        num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True
+    )
     config = dataclasses.replace(config, first_audio_margin=0.0)  # first chunk at 23 tokens
     core = EngineCore(model, config, CPU, "sdpa")
     pushes: list[tuple] = []
@@ -121,8 +123,8 @@ def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model)
 
 def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
     clock = time.monotonic
-    on = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)
-    off = make_detokenizer(model, EngineConfig(first_chunk_lane=False), clock, CPU, threaded=True)
+    on = make_detokenizer(model, EngineConfig(first_chunk_lane=True), clock, CPU, threaded=True)
+    off = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)  # off by default
 
     class NoLane:  # a model without the capability: its lane codec is never asked for
         facts = dataclasses.replace(model.facts, first_chunk_lane=False)
@@ -131,8 +133,12 @@ def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
         def first_chunk_lane_codec(self):
             raise AssertionError("asked a model without a first-chunk lane for one")
 
-    without = make_detokenizer(NoLane(), EngineConfig(), clock, CPU, threaded=True)
-    inline = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=False)
+    without = make_detokenizer(
+        NoLane(), EngineConfig(first_chunk_lane=True), clock, CPU, threaded=True
+    )
+    inline = make_detokenizer(
+        model, EngineConfig(first_chunk_lane=True), clock, CPU, threaded=False
+    )
     try:
         assert on.lane_room == FirstChunkLane.LANE_GRAPH_ROWS[-1]
         assert off.lane_room == without.lane_room == inline.lane_room == 0
