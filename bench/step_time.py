@@ -126,7 +126,7 @@ def main() -> None:
         })
         if lane is not None:  # first chunks of this batch (decoded during the ramp)
             results[-1]["lane_jobs"] = core.lane_jobs - lane_jobs_before
-            results[-1]["lane_job_ms"] = 1e3 * core.lane_job_s  # EMA over the lane's jobs
+            results[-1]["lane_job_ms"] = 1e3 * (core.scheduler.lane_time_s or 0.0)  # EMA
             lane_eager = getattr(getattr(lane, "detok", None), "eager_calls", None)
             if lane_eager:
                 results[-1]["lane_eager_calls"] = {

@@ -68,8 +68,13 @@ class EngineCore:
         num_blocks = config.num_kv_blocks or self._size_kv_pool(device)
         shape = model.shape
         cache = KVCache(
-            shape.num_layers, num_blocks, config.block_size, shape.num_kv_heads, shape.head_dim,
-            shape.dtype, device,
+            shape.num_layers,
+            num_blocks,
+            config.block_size,
+            shape.num_kv_heads,
+            shape.head_dim,
+            shape.dtype,
+            device,
         )
         self.blocks = BlockManager(num_blocks, config.block_size)
         facts = model.facts
@@ -78,8 +83,12 @@ class EngineCore:
             config,
             self.blocks,
             ChunkingFacts(
-                facts.first_chunk_tokens, facts.chunk_tokens, facts.seconds_per_token,
-                facts.frame_tokens, facts.held_back_tokens, facts.lookahead_tokens,
+                facts.first_chunk_tokens,
+                facts.chunk_tokens,
+                facts.seconds_per_token,
+                facts.frame_tokens,
+                facts.held_back_tokens,
+                facts.lookahead_tokens,
             ),
             threaded_codec=threaded_codec,
         )
@@ -104,8 +113,7 @@ class EngineCore:
             model.enable_cuda_graphs(CallableGraphs(device))  # its codec runs on this thread
         # The codec's graphs are captured by make_detokenizer, on the thread that replays them.
         self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
-        self.lane_jobs = 0  # first-chunk lane jobs done, and their decode time (EMA)
-        self.lane_job_s = 0.0
+        self.lane_jobs = 0  # first-chunk lane jobs done (their time: scheduler.lane_time_s)
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
@@ -114,7 +122,11 @@ class EngineCore:
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
-            facts.name, attention, num_blocks, config.block_size, config.policy,
+            facts.name,
+            attention,
+            num_blocks,
+            config.block_size,
+            config.policy,
             self.async_scheduling,
         )
 
@@ -188,7 +200,10 @@ class EngineCore:
                 f"{self.model.facts.max_context}; shorten the text or lower max_tokens"
             )
         request = Request(
-            prompt.token_ids, spec.sampling, arrival_time=self.clock(), extras=prompt.extras,
+            prompt.token_ids,
+            spec.sampling,
+            arrival_time=self.clock(),
+            extras=prompt.extras,
             conversation_id=spec.conversation_id,
         )
         if spec.request_id:
@@ -291,7 +306,8 @@ class EngineCore:
             events = self.duplex.step(t0)
             if self.duplex.last_batch:
                 self.last_timing = StepTiming(
-                    llm_s=self.clock() - t0, batch_size=self.duplex.last_batch,
+                    llm_s=self.clock() - t0,
+                    batch_size=self.duplex.last_batch,
                     num_tokens=self.duplex.last_batch,
                 )
                 self.duplex.last_batch = 0
@@ -333,7 +349,9 @@ class EngineCore:
         # nothing to do, so the loop does not spin.
         events += self._collect_audio(self.detok.poll(wait_s=0.0 if plan.chunks else 0.005))
         timing.detok_s = self._last_detok_s
-        timing.host_s = max(0.0, self.clock() - t0 - timing.llm_s - (timing.detok_s if ready else 0))
+        timing.host_s = max(
+            0.0, self.clock() - t0 - timing.llm_s - (timing.detok_s if ready else 0)
+        )
         self.steps += 1
         self.last_timing = timing
         return events
@@ -412,8 +430,10 @@ class EngineCore:
         for job in jobs:
             if job.lane:  # the steady estimate (slack, cover, first-audio budget) stays steady
                 self.lane_jobs += 1
-                first = self.lane_jobs == 1
-                self.lane_job_s = job.seconds if first else ema(self.lane_job_s, job.seconds)
+                lane_s = self.scheduler.lane_time_s
+                self.scheduler.lane_time_s = (
+                    job.seconds if lane_s is None else ema(lane_s, job.seconds)
+                )
             else:
                 self._last_detok_s = job.seconds
                 self.scheduler.detok_time_s = ema(self.scheduler.detok_time_s, job.seconds)
@@ -436,6 +456,9 @@ class EngineCore:
     @staticmethod
     def _finished(request: Request, reason: FinishReason) -> Finished:
         return Finished(
-            request.request_id, reason, len(request.output_ids),
-            output_ids=tuple(request.output_ids), reused_tokens=request.num_reused,
+            request.request_id,
+            reason,
+            len(request.output_ids),
+            output_ids=tuple(request.output_ids),
+            reused_tokens=request.num_reused,
         )

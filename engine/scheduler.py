@@ -86,6 +86,10 @@ class Scheduler:
         # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
         self.step_time_s = 0.02
         self.detok_time_s = 0.01
+        # The first-chunk lane's job time (None: no lane job measured yet). A first chunk bound
+        # for the lane is out after this, not after a steady job, so its first-audio budget
+        # leaves it that much more time to build its cover.
+        self.lane_time_s: float | None = None
         # Measured (engine clock): how long after a request's first chunk its second came out,
         # the gap a first chunk must cover. It takes in what the estimate from step and codec
         # times leaves out: waiting for a codec job already in flight, the async pipeline's
@@ -255,14 +259,17 @@ class Scheduler:
             chunk.request.block_table = self.blocks.table(chunk.request.request_id)
         out.chunks = prefills + decodes
 
-    def _detok_ready(self, request: Request, now: float) -> bool:
+    def _detok_ready(self, request: Request, now: float, codec_s: float | None = None) -> bool:
+        """Whether `request` has a chunk to decode now; `codec_s`: the decode time of the job
+        it would ride (default: a steady job's)."""
         if request.detok_done or request.detok_in_flight:
             return False
         if request.finished:
             return True  # flush whatever is left, even nothing: it closes the stream
         pending = request.pending_detok_tokens
         if request.ttfa_critical:
-            return self._first_chunk_ready(request, now)
+            codec_s = self.detok_time_s if codec_s is None else codec_s
+            return self._first_chunk_ready(request, now, codec_s)
         if pending >= self.facts.chunk_tokens:
             return True
         # Waiting for a full chunk would leave this listener without audio: decode the whole
@@ -292,13 +299,13 @@ class Scheduler:
         request.audio_chunks_out += 1
         request.audio_emitted_s += seconds
 
-    def _first_chunk_ready(self, request: Request, now: float) -> bool:
+    def _first_chunk_ready(self, request: Request, now: float, codec_s: float) -> bool:
         pending = request.pending_detok_tokens
         if pending < self.facts.first_chunk_tokens:
             return False
         # The budget is for the audio to be out, so the codec's own time counts against it
-        # (CosyVoice 2's flow + HiFT chunk: ~0.1 s on the H200).
-        if now - request.arrival_time + self.detok_time_s >= self.config.first_audio_budget_s:
+        # (CosyVoice 2's flow + HiFT chunk: ~0.1 s on the H200; its lane job: less).
+        if now - request.arrival_time + codec_s >= self.config.first_audio_budget_s:
             return True  # time to first audio matters more than the cover from here on
         audible = self.facts.first_chunk_audio_tokens(pending)
         return audible * self.facts.seconds_per_token >= self.first_chunk_cover_s()
@@ -317,10 +324,11 @@ class Scheduler:
         and one never decoded has no earlier chunk that could come back after its first."""
         plan = DetokPlan()
         if lane_room > 0:
+            lane_s = self.detok_time_s if self.lane_time_s is None else self.lane_time_s
             fresh = [
                 r
                 for r in self.requests.values()
-                if r.num_detokenized == 0 and r.ttfa_critical and self._detok_ready(r, now)
+                if r.num_detokenized == 0 and r.ttfa_critical and self._detok_ready(r, now, lane_s)
             ]
             fresh.sort(key=lambda r: self._priority(r, now))
             plan.lane = fresh[:lane_room]

@@ -70,6 +70,25 @@ def test_a_first_chunk_goes_to_the_lane_while_a_steady_job_is_in_flight():
     assert sched.schedule_detok(now) == [new, waiting]
 
 
+def test_a_lane_bound_first_chunk_spends_the_budget_the_faster_lane_leaves_on_its_cover():
+    """The first-audio budget counts the codec's own time: a steady job's for the steady path,
+    the lane's (measured, shorter) for the lane, so a lane-bound first chunk keeps building
+    its cover for the difference instead of leaving early with a shorter one."""
+    now = 10.0
+    sched = make_scheduler()
+    sched.first_audio_margin = 3.0  # a cover the first chunk has not reached
+    sched.detok_time_s, sched.lane_time_s = 0.16, 0.04
+    budget = sched.config.first_audio_budget_s
+    new = admit(sched, arrival=now - (budget - 0.1))  # 0.1 s of budget left
+    generate(sched, new, FACTS.first_chunk_tokens)
+    assert sched.schedule_detok_jobs(now, steady_free=True, lane_room=0).steady == [new]
+    assert sched.schedule_detok_jobs(now, steady_free=False, lane_room=8).lane == []
+    later = now + 0.07  # 0.03 s left: the lane's job still fits, barely
+    assert sched.schedule_detok_jobs(later, steady_free=False, lane_room=8).lane == [new]
+    sched.lane_time_s = None  # no lane job measured yet: the steady estimate stands in
+    assert sched.schedule_detok_jobs(now, steady_free=False, lane_room=8).lane == [new]
+
+
 def test_with_both_free_first_chunks_take_the_lane_and_the_steady_job_the_rest():
     now = 10.0
     sched = make_scheduler()

@@ -297,9 +297,9 @@ def test_first_chunk_audio_discounts_the_codecs_read_ahead():
         sched.step_time_s = step_s
         req = admit(sched, prompt_len=10, arrival=0.0)
         req.output_ids = [7] * (released_at - 1)
-        assert not sched._first_chunk_ready(req, now=0.0)
+        assert not sched._first_chunk_ready(req, now=0.0, codec_s=sched.detok_time_s)
         req.output_ids.append(7)
-        assert sched._first_chunk_ready(req, now=0.0)
+        assert sched._first_chunk_ready(req, now=0.0, codec_s=sched.detok_time_s)
 
 
 def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
