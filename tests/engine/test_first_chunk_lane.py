@@ -12,6 +12,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
+from tests.engine.test_scheduler import apply_llm_step
 
 FACTS = ChunkingFacts(
     first_chunk_tokens=23,
@@ -131,14 +132,7 @@ def run_fake_engine(seed: int, lane_room: int, steps: int = 500):
         now = step * 0.01
         if step % 12 == 0 and step < steps // 2:
             requests.append(admit(sched, now, max_tokens=rng.randint(30, 110)))
-        for chunk in sched.schedule(now).chunks:
-            req = chunk.request
-            req.num_computed = chunk.start + chunk.num_tokens
-            if chunk.samples:
-                req.output_ids.append(7)
-                req.status = RequestStatus.RUNNING
-                if len(req.output_ids) >= req.sampling.max_tokens:
-                    sched.finish_generation(req, RequestStatus.FINISHED_LENGTH)
+        apply_llm_step(sched, now)
         for job in [j for j in in_flight if j[0] <= step]:
             in_flight.remove(job)
             for req, start, end, final in job[2]:

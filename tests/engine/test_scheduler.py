@@ -23,10 +23,9 @@ def admit(sched: Scheduler, prompt_len: int, arrival: float, max_tokens: int = 4
     return req
 
 
-def fake_step(sched: Scheduler, now: float) -> None:
-    """Apply one step the way the engine core does, with a dummy sampled token."""
-    plan = sched.schedule(now)
-    for chunk in plan.chunks:
+def apply_llm_step(sched: Scheduler, now: float) -> None:
+    """Schedule and apply one LLM step the way the engine core does, with a dummy token."""
+    for chunk in sched.schedule(now).chunks:
         req = chunk.request
         req.num_computed = chunk.start + chunk.num_tokens
         if chunk.samples:
@@ -34,6 +33,11 @@ def fake_step(sched: Scheduler, now: float) -> None:
             req.status = RequestStatus.RUNNING
             if len(req.output_ids) >= req.sampling.max_tokens:
                 sched.finish_generation(req, RequestStatus.FINISHED_LENGTH)
+
+
+def fake_step(sched: Scheduler, now: float) -> None:
+    """Apply one step the way the engine core does, with a dummy sampled token."""
+    apply_llm_step(sched, now)
     for req in sched.schedule_detok(now):
         seconds = req.pending_detok_tokens * FACTS.seconds_per_token
         req.num_detokenized = len(req.output_ids)

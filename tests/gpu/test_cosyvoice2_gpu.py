@@ -5,20 +5,14 @@ Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.outputs import SpeechRequest
-from engine.request import SamplingParams
 from models.cosyvoice2 import configs
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
-from tests.models.test_cosyvoice2 import TEXTS, run
+from tests.models.test_cosyvoice2 import async_and_sync_runs
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -41,25 +35,7 @@ def test_cosyvoice2_async_scheduling_equals_sync_on_gpu(tmp_path, no_tf32):
     folder = tmp_path / "model"
     write_cosyvoice2_checkpoint(folder, configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
     model = load_cosyvoice2(str(folder), CUDA, torch.float32, name="tiny-cosyvoice2")
-    specs = [
-        SpeechRequest(t, v, SamplingParams(seed=i, max_tokens=n, min_tokens=n))
-        for i, (t, v, n) in enumerate(
-            zip(TEXTS, ["narrator", "guide", "narrator", "guide"], [30, 12, 26, 18], strict=True)
-        )
-    ]
-    results = {}
-    for overlapped in (False, True):
-        config = EngineConfig(
-            max_num_seqs=4, max_batch_tokens=64, num_kv_blocks=64, async_scheduling=overlapped
-        )
-        core = EngineCore(model, config, CUDA, "sdpa")
-        assert core.async_scheduling == overlapped
-        requests, audio, _, _ = run(core, copy.deepcopy(specs))
-        results[overlapped] = [
-            (r.output_ids, np.concatenate(audio[r.request_id])) for r in requests
-        ]
-        assert core.blocks.num_used == 0
-    sync_tokens = [tokens for tokens, _ in results[False]]
-    assert [tokens for tokens, _ in results[True]] == sync_tokens
-    for (_, pcm), (_, a_pcm) in zip(results[False], results[True], strict=True):
+    sync, overlapped = async_and_sync_runs(model, CUDA, ["narrator", "guide", "narrator", "guide"])
+    assert [tokens for tokens, _ in overlapped] == [tokens for tokens, _ in sync]
+    for (_, pcm), (_, a_pcm) in zip(sync, overlapped, strict=True):
         np.testing.assert_allclose(a_pcm, pcm, atol=1e-4)

@@ -17,51 +17,25 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.cuda_graphs import CallableGraphs
 from engine.detok_pipeline import ThreadedDetokenizer
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
-from models.codecs.flow_hift.flow import CausalFlow
-from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2 import configs
-from models.cosyvoice2.config import parse_config, read_yaml
-from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.model import FirstChunkLane
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
+from tests.gpu.graph_compare import ComparedGraphs
 from tests.models.test_cosyvoice2_lane import LoggedCodec
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
 
 
-class ComparedGraphs(CallableGraphs):
-    """CallableGraphs that also runs every replayed function eagerly on the same inputs and
-    keeps (key, replayed, eager) outputs."""
-
-    def __init__(self, device: torch.device) -> None:
-        super().__init__(device)
-        self.compared: list[tuple] = []
-
-    def run(self, key, fn, inputs):
-        if key not in self:
-            return fn(*inputs)
-        eager = fn(*[t.clone() for t in inputs])
-        replayed = super().run(key, fn, inputs)
-        pair = (replayed, eager) if isinstance(eager, torch.Tensor) else (replayed[0], eager[0])
-        self.compared.append((key, pair[0].clone(), pair[1].clone()))
-        return replayed
-
-
 @pytest.mark.parametrize("first_hop", [7, 20])
-def test_lane_graphs_replay_as_eager_for_every_lane_bucket(tmp_path, first_hop):
-    (tmp_path / "cosyvoice2.yaml").write_text(cosyvoice2_yaml(TINY_SIZES))
-    cfg = parse_config(read_yaml(tmp_path / "cosyvoice2.yaml"))
-    torch.manual_seed(5)
-    flow, hift = CausalFlow(cfg.flow).eval(), HiFTGenerator(cfg.hift).eval()
-    hift.fold_weight_norm()
-    steady = FlowHiftDetokenizer(flow.to(CUDA), hift.to(CUDA), cfg.chunk_size, first_hop=first_hop)
+def test_lane_graphs_replay_as_eager_for_every_lane_bucket(parts, first_hop):
+    flow, hift, chunk_size = parts
+    steady = FlowHiftDetokenizer(flow, hift, chunk_size, first_hop=first_hop)
     lane = steady.twin(FirstChunkLane.LANE_GRAPH_ROWS)
     graphs = ComparedGraphs(CUDA)
     lane.enable_cuda_graphs(graphs)
@@ -69,7 +43,7 @@ def test_lane_graphs_replay_as_eager_for_every_lane_bucket(tmp_path, first_hop):
     # First chunks of 1..11 requests (11: split into 8 + 3 rows), one flow chunk each or two
     # (the cover rule's next grid point).
     for n in (1, 2, 3, 5, 8, 11):
-        for tokens in (first_hop + 3, first_hop + cfg.chunk_size + 3):
+        for tokens in (first_hop + 3, first_hop + chunk_size + 3):
             states = [
                 lane.new_stream(
                     torch.randint(0, 6561, (25,), generator=g).tolist(),

@@ -9,43 +9,11 @@ import pytest
 import torch
 
 from engine.cuda_graphs import CallableGraphs
-from models.codecs.flow_hift.flow import CausalFlow
-from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
-from models.cosyvoice2.config import parse_config, read_yaml
-from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
+from tests.gpu.graph_compare import ComparedGraphs
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
-
-
-class ComparedGraphs(CallableGraphs):
-    """CallableGraphs that also runs every replayed function eagerly on the same inputs and
-    keeps (key, replayed, eager) outputs."""
-
-    def __init__(self, device: torch.device) -> None:
-        super().__init__(device)
-        self.compared: list[tuple] = []
-
-    def run(self, key, fn, inputs):
-        if key not in self:
-            return fn(*inputs)
-        eager = fn(*[t.clone() for t in inputs])
-        replayed = super().run(key, fn, inputs)
-        pair = (replayed, eager) if isinstance(eager, torch.Tensor) else (replayed[0], eager[0])
-        self.compared.append((key, pair[0].clone(), pair[1].clone()))
-        return replayed
-
-
-@pytest.fixture(scope="module")
-def parts(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("flow_hift_gpu")
-    (folder / "cosyvoice2.yaml").write_text(cosyvoice2_yaml(TINY_SIZES))
-    cfg = parse_config(read_yaml(folder / "cosyvoice2.yaml"))
-    torch.manual_seed(5)
-    flow, hift = CausalFlow(cfg.flow).eval(), HiFTGenerator(cfg.hift).eval()
-    hift.fold_weight_norm()
-    return flow.to(CUDA), hift.to(CUDA), cfg.chunk_size
 
 
 def stream(detok, requests: int, pushes: list[int]) -> list[torch.Tensor]:
