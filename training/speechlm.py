@@ -54,6 +54,7 @@ from training.speechlm_data import (
     load_tokens,
     make_batch,
     model_rows_per_s,
+    prefetched_batches,
 )
 
 SIZES = {
@@ -102,7 +103,9 @@ def corrupt_codes(rows: torch.Tensor, k: int, vocab: int, share: float) -> torch
 
 def losses(
     lm: VoxgateTinyLM, batch: dict[str, torch.Tensor], reg: Regularisers = Regularisers()
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The training loss and its parts per codebook (detached 0-dim tensors: reading them on
+    the host waits for the device, so the loop does that only when it logs)."""
     rows = batch["rows"]
     b, length, width = rows.shape
     k = lm.num_codebooks
@@ -136,15 +139,15 @@ def losses(
         depth_logits.float().transpose(1, 2), codes[framed][:, 1:], reduction="none"
     ).mean(0)
     total = (loss0 + depth.sum()) / lm.num_codebooks
-    parts = {"cb0": loss0.item(), **{f"cb{j + 1}": v.item() for j, v in enumerate(depth)}}
+    parts = {"cb0": loss0.detach(), **{f"cb{j + 1}": v.detach() for j, v in enumerate(depth)}}
     if read_logits is not None:  # weighted as one more codebook
         read = F.cross_entropy(read_logits.float(), batch["read"].view(-1)[framed])
         total = total + read / lm.num_codebooks
-        parts["read"] = read.item()
+        parts["read"] = read.detach()
     if guided and attn.terms:  # type: ignore[attr-defined]
         penalty = attn.penalty  # type: ignore[attr-defined]
         total = total + reg.guided_weight * penalty
-        parts["guide"] = penalty.item()
+        parts["guide"] = penalty.detach()
     return total, parts
 
 
@@ -161,13 +164,13 @@ def validate(
         with autocast(device):
             _, parts = losses(lm, batch)
         for key, value in parts.items():
-            sums[key] = sums.get(key, 0.0) + value / len(groups)
+            sums[key] = sums.get(key, 0.0) + float(value) / len(groups)
     lm.train()
     return sums
 
 
-def _shown(parts: dict[str, float]) -> str:
-    return " ".join(f"{k} {v:.3f}" for k, v in parts.items())
+def _shown(parts: dict[str, float] | dict[str, torch.Tensor]) -> str:
+    return " ".join(f"{k} {float(v):.3f}" for k, v in parts.items())
 
 
 class BestWeights:
@@ -237,6 +240,12 @@ def main(argv: list[str] | None = None) -> None:
         "implies the reading pointer",
     )
     p.add_argument("--lexicon", help="word TAB phones file (.gz ok) for --phones")
+    p.add_argument(
+        "--loader-workers",
+        type=int,
+        default=-1,
+        help="processes making batches ahead of the step (default: 2 on a GPU, 0 on a CPU)",
+    )
     p.add_argument(
         "--grow",
         help="folder whose finished token folders (training/grow_data.sh) join the training "
@@ -333,6 +342,9 @@ def main(argv: list[str] | None = None) -> None:
     best = BestWeights()
     epoch = 0
     feed = ShardFeed(Path(args.grow), read_folder) if args.grow else None
+    loader_workers = (
+        args.loader_workers if args.loader_workers >= 0 else (2 if device.type == "cuda" else 0)
+    )
     while not budget.done() and not best.stale(args.patience):
         epoch += 1
         for folder, fresh in feed.take() if feed else []:
@@ -343,11 +355,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"grow: +{len(fresh)} utterances from {folder.name} at step {budget.step}; "
                 f"training set {frames / model_rows_per_s(config) / 3600:.2f} h",
             )
-        for group in batches(train, args.batch_tokens, rng):
-            batch = {
-                k: v.to(device, non_blocking=True)
-                for k, v in make_batch(group, lm.num_codebooks, lm.eos, lm.text_vocab).items()
-            }
+        groups = batches(train, args.batch_tokens, rng)
+        made = prefetched_batches(
+            groups, lm.num_codebooks, lm.eos, lm.text_vocab, loader_workers, device.type == "cuda"
+        )
+        for cpu_batch in made:
+            batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
             lr = budget.apply(opt)
             with autocast(device):
                 loss, parts = losses(lm, batch, reg)
