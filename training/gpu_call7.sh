@@ -6,10 +6,10 @@
 # training/grow_data.sh writes CHUNK_HOURS chunks in the background and `speechlm --grow` adds
 # each finished one at the next epoch's start. The held-out set stays the carried corpus's 1 %.
 #
-# SIZES (speechlm --size names, default "default") train side by side on the one GPU (a model
-# this small leaves most of it idle) from the same data; the one with the lowest summed
-# held-out loss comes back as $OUT/voxgate-tiny (a call returns at most 8 files), and every
-# run's log as $OUT/voxgate-tiny_train_log.txt.
+# SIZES (speechlm --size names, default "default") train side by side from the same data, on
+# the machine's GPUs in turn (several on one GPU: a model this small leaves most of it idle);
+# the one with the lowest summed held-out loss comes back as $OUT/voxgate-tiny (a call returns
+# at most 8 files), and every run's log as $OUT/voxgate-tiny_train_log.txt.
 # Budget: as gpu_call6.sh; the teacher loop adds ~40 h over a 450 s run.
 set -euo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -20,13 +20,17 @@ GROW=$WORK/grow
 PY=${PY:-python3}
 mkdir -p "$GROW" "$OUT"
 GROW=$GROW DATA=$DATA WORK=$WORK PY=$PY bash training/grow_data.sh > "$WORK/grow.log" 2>&1 &
-trainers=()
+# Trainers take the machine's GPUs in turn (nvidia-h200-x2: one each, and twice the CPU cores
+# for WORKERS): each is its own process, so nothing is shared but the teacher's chunks.
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)  # 0 without nvidia-smi
+trainers=() i=0
 for size in ${SIZES:-default}; do
-    "$PY" -m training.speechlm --tokens "$DATA/tokens-phones" --codec "$DATA/codec" \
-        --out "$WORK/lm-$size/voxgate-tiny" --phones --lexicon models/voxgate_tiny/lexicon.tsv.gz \
+    CUDA_VISIBLE_DEVICES=$((i % (gpus > 0 ? gpus : 1))) "$PY" -m training.speechlm \
+        --tokens "$DATA/tokens-phones" --codec "$DATA/codec" --out "$WORK/lm-$size/voxgate-tiny" \
+        --phones --lexicon models/voxgate_tiny/lexicon.tsv.gz \
         --grow "$GROW" --size "$size" --seconds "${LM_SECONDS:-450}" --sanity "${SANITY:-6}" \
         ${LM_ARGS:-} > "$WORK/lm-$size.out" 2>&1 &
-    trainers+=($!)
+    trainers+=($!) i=$((i + 1))
 done
 for pid in "${trainers[@]}"; do wait "$pid" || echo "a trainer failed (exit $?): see its log"; done
 touch "$GROW/STOP"
