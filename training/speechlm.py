@@ -62,6 +62,7 @@ SIZES = {
     # 1.4x the default's backbone (hidden 384, MLP 896): for runs with more data than run 7's
     # 30 h, which the default size overfit; its CPU cost is measured before it ships.
     "wide": {"hidden": 384, "heads": 6, "intermediate": 896},
+    "deep": {"hidden": 384, "heads": 6, "intermediate": 896, "layers": 10},  # wide + 2 layers
     "toy": {
         "hidden": 64,
         "layers": 2,
