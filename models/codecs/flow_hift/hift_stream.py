@@ -38,6 +38,13 @@ def note_eager(counts: Counter, shape: tuple) -> None:
     counts[shape] += 1
 
 
+def graph_calls(rows: list, graph_rows: tuple[int, ...], graphed: bool) -> list[list]:
+    """`rows` in calls of at most the largest captured bucket (with graphs: a larger call
+    would run eagerly, a few hundred launches), in order; one call without graphs."""
+    most = graph_rows[-1] if graphed else max(len(rows), 1)
+    return [rows[at : at + most] for at in range(0, len(rows), most)]
+
+
 class VocoderState(Protocol):
     """What a request's stream state carries for HiftStreamer (FlowHiftStream, GLM's stream)."""
 
@@ -86,11 +93,11 @@ class HiftStreamer:
             stop = min(s.mel_frames, end + self.right)
             by_width.setdefault(stop - start, []).append((i, start, end, stop))
         # (window frames, rows) per call; with graphs, at most the largest bucket's rows each.
-        most = self.graph_rows[-1] if self.graphs is not None else len(states)
+        graphed = self.graphs is not None
         groups = [
-            (w, rows[at : at + most])
+            (w, call)
             for w, rows in by_width.items()
-            for at in range(0, len(rows), most)
+            for call in graph_calls(rows, self.graph_rows, graphed)
         ]
         if not groups:
             return audio

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
-from models.codecs.flow_hift.hift_stream import HiftStreamer, note_eager
+from models.codecs.flow_hift.hift_stream import HiftStreamer, graph_calls, note_eager
 
 log = logging.getLogger("voxgate.flow_hift")
 
@@ -218,9 +218,8 @@ class FlowHiftDetokenizer:
         rows = [w for s, fin in zip(states, final, strict=True) for w in self._windows(s, fin)]
         # With graphs, more rows than the largest bucket go as several replays, not eagerly
         # (a state's windows are in order, so its mel still grows in order).
-        most = self.graph_rows[-1] if self.graphs is not None else max(len(rows), 1)
-        for at in range(0, len(rows), most):
-            self._flow_call(rows[at : at + most])
+        for call in graph_calls(rows, self.graph_rows, self.graphs is not None):
+            self._flow_call(call)
 
     def _flow_call(self, rows: list[FlowWindow]) -> None:
         seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
