@@ -90,7 +90,8 @@ def codec_facts(log: Path) -> dict[str, str]:
     }
 
 
-def judge_facts(report: dict) -> dict[str, str]:
+def judged(report: dict) -> tuple[dict, dict, dict]:
+    """The report's teacher, codec-resynthesis and model entries (training.evaluate names)."""
     systems = report.get("systems", {})
     teacher = next((v for k, v in systems.items() if k.startswith("teacher")), None)
     codec = systems.get("codec resynthesis")
@@ -100,6 +101,11 @@ def judge_facts(report: dict) -> dict[str, str]:
             "the judge's report needs the teacher's, the codec's and the model's WER: run "
             "`python -m training.evaluate` without --model-only"
         )
+    return teacher, codec, model
+
+
+def judge_facts(report: dict) -> dict[str, str]:
+    teacher, codec, model = judged(report)
     count = len(report["sentences"])
     if count < MIN_SENTENCES:
         raise ShipError(f"the report judged {count} sentences; the card needs >= {MIN_SENTENCES}")
@@ -113,11 +119,10 @@ def judge_facts(report: dict) -> dict[str, str]:
 
 
 def meets_target(report: dict) -> tuple[bool, str]:
-    systems = report["systems"]
-    teacher = next(v["wer"] for k, v in systems.items() if k.startswith("teacher"))
-    model = next(v["wer"] for k, v in systems.items() if k.startswith("model"))
-    limit = min(WER_TARGET, TEACHER_RATIO * teacher)
-    return model <= limit, f"model WER {100 * model:.1f} % against a limit of {100 * limit:.1f} %"
+    teacher, _, model = judged(report)
+    limit = min(WER_TARGET, TEACHER_RATIO * teacher["wer"])
+    wer = model["wer"]
+    return wer <= limit, f"model WER {100 * wer:.1f} % against a limit of {100 * limit:.1f} %"
 
 
 def checkpoint_facts(folder: Path) -> dict[str, str]:
