@@ -23,3 +23,15 @@ class ComparedGraphs(CallableGraphs):
         pair = (replayed, eager) if isinstance(eager, torch.Tensor) else (replayed[0], eager[0])
         self.compared.append((key, pair[0].clone(), pair[1].clone()))
         return replayed
+
+
+def random_streams(detok, n: int, g: torch.Generator) -> list:
+    """n new flow + HiFT streams with random prompt tokens, prompt mel and speaker."""
+    return [
+        detok.new_stream(
+            torch.randint(0, 6561, (25,), generator=g).tolist(),
+            torch.randn(50, 80, generator=g),
+            torch.randn(192, generator=g),
+        )
+        for _ in range(n)
+    ]

@@ -25,7 +25,7 @@ from models.cosyvoice2 import configs
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.model import FirstChunkLane
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
-from tests.gpu.graph_compare import ComparedGraphs
+from tests.gpu.graph_compare import ComparedGraphs, random_streams
 from tests.models.test_cosyvoice2_lane import LoggedCodec
 
 pytestmark = pytest.mark.gpu
@@ -44,14 +44,7 @@ def test_lane_graphs_replay_as_eager_for_every_lane_bucket(parts, first_hop):
     # (the cover rule's next grid point).
     for n in (1, 2, 3, 5, 8, 11):
         for tokens in (first_hop + 3, first_hop + chunk_size + 3):
-            states = [
-                lane.new_stream(
-                    torch.randint(0, 6561, (25,), generator=g).tolist(),
-                    torch.randn(50, 80, generator=g),
-                    torch.randn(192, generator=g),
-                )
-                for _ in range(n)
-            ]
+            states = random_streams(lane, n, g)
             for s in states:
                 lane.push(s, torch.randint(0, 6561, (tokens,), generator=g).tolist())
             lane.decode(states, [False] * n)

@@ -10,7 +10,7 @@ import torch
 
 from engine.cuda_graphs import CallableGraphs
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
-from tests.gpu.graph_compare import ComparedGraphs
+from tests.gpu.graph_compare import ComparedGraphs, random_streams
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -18,14 +18,7 @@ CUDA = torch.device("cuda")
 
 def stream(detok, requests: int, pushes: list[int]) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(3)
-    states = [
-        detok.new_stream(
-            torch.randint(0, 6561, (25,), generator=g).tolist(),
-            torch.randn(50, 80, generator=g),
-            torch.randn(192, generator=g),
-        )
-        for _ in range(requests)
-    ]
+    states = random_streams(detok, requests, g)
     pieces = [[] for _ in states]
     for step, size in enumerate([*pushes, 0]):
         for s in states:

@@ -17,7 +17,8 @@ from engine.request import SamplingParams
 
 pytestmark = pytest.mark.gpu
 needs_flashinfer = pytest.mark.skipif(
-    importlib.util.find_spec("flashinfer") is None, reason="flashinfer (the gpu extra) is not installed"
+    importlib.util.find_spec("flashinfer") is None,
+    reason="flashinfer (the gpu extra) is not installed",
 )
 
 
@@ -35,11 +36,18 @@ def _mimi_transformers() -> bool:
 # The tiny Moshi of the row-model and depth-stage tests needs transformers' Mimi (>= 5.21); an
 # older transformers (the GPU machine's image has 5.17) skips them rather than failing them.
 needs_mimi = pytest.mark.skipif(
-    not _mimi_transformers(), reason="tiny-moshi needs transformers >= 5.21 (pip install -U transformers)"
+    not _mimi_transformers(),
+    reason="tiny-moshi needs transformers >= 5.21 (pip install -U transformers)",
 )
 CUDA = torch.device("cuda")
-TEXTS = ["Hello there.", "The quick brown fox jumps over the lazy dog.", "Hi!", "One, two, three.",
-         "Good morning, how can I help you today?", "Okay."]
+TEXTS = [
+    "Hello there.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Hi!",
+    "One, two, three.",
+    "Good morning, how can I help you today?",
+    "Okay.",
+]
 
 
 def random_layout(query_lens, context_lens, block_size, num_blocks, gen):
@@ -104,7 +112,9 @@ def test_graph_replay_equals_eager(gpu_tiny_dirs):
     model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
     shape = model.shape
     gen = torch.Generator().manual_seed(3)
-    cache = KVCache(shape.num_layers, 128, 16, shape.num_kv_heads, shape.head_dim, shape.dtype, CUDA)
+    cache = KVCache(
+        shape.num_layers, 128, 16, shape.num_kv_heads, shape.head_dim, shape.dtype, CUDA
+    )
     for t in cache.k + cache.v:
         t.normal_()
     attn = FlashInferBackend(cache, shape.num_q_heads)
@@ -116,7 +126,9 @@ def test_graph_replay_equals_eager(gpu_tiny_dirs):
     positions = [c - 1 for c in ctx]
     with torch.inference_mode():
         attn.prepare(layout)
-        eager = model.forward(torch.tensor(ids, device=CUDA), torch.tensor(positions, device=CUDA), attn)
+        eager = model.forward(
+            torch.tensor(ids, device=CUDA), torch.tensor(positions, device=CUDA), attn
+        )
         replay = graphs.run(torch.tensor(ids, device=CUDA), positions, layout).clone()
     torch.testing.assert_close(replay, eager, atol=1e-2, rtol=1e-2)
     assert (replay - eager).abs().max().item() < 1e-2
@@ -133,8 +145,13 @@ def test_row_model_graph_replay_equals_eager():
     from models.moshi.loading import build_moshi, complete_config
 
     cfg = complete_config(
-        {**TINY_MOSHI, "hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
-         "head_dim": 64},
+        {
+            **TINY_MOSHI,
+            "hidden_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "head_dim": 64,
+        },
         "a test config",
     )
     torch.manual_seed(0)
@@ -143,11 +160,15 @@ def test_row_model_graph_replay_equals_eager():
         for name, param in temporal.named_parameters():
             param.fill_(1.0) if "norm" in name else param.normal_(0.0, 0.02)
     args = temporal.args
-    cache = KVCache(args.num_layers, 128, 16, args.num_kv_heads, args.head_dim, torch.bfloat16, CUDA)
+    cache = KVCache(
+        args.num_layers, 128, 16, args.num_kv_heads, args.head_dim, torch.bfloat16, CUDA
+    )
     for t in cache.k + cache.v:
         t.normal_()
     attn = FlashInferBackend(cache, args.num_heads)
-    graphs = DecodeGraphs(temporal, attn, args.hidden_size, torch.bfloat16, CUDA, 16, (4, 8), row_width=17)
+    graphs = DecodeGraphs(
+        temporal, attn, args.hidden_size, torch.bfloat16, CUDA, 16, (4, 8), row_width=17
+    )
     graphs.capture()
     gen = torch.Generator().manual_seed(5)
     ctx = [5, 40, 17, 90, 33]
@@ -163,19 +184,28 @@ def test_row_model_graph_replay_equals_eager():
 
 def greedy_tokens(model, device, attention, cuda_graphs=True, async_scheduling=True):
     config = EngineConfig(
-        num_kv_blocks=512, max_num_seqs=8, cuda_graphs=cuda_graphs, async_scheduling=async_scheduling
+        num_kv_blocks=512,
+        max_num_seqs=8,
+        cuda_graphs=cuda_graphs,
+        async_scheduling=async_scheduling,
     )
     core = EngineCore(model, config, device, attention)
-    params = [SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=n, min_tokens=n)
-              for n in (21, 35, 14, 28, 42, 7)]
-    reqs = [core.add_request(SpeechRequest(t, sampling=p)) for t, p in zip(TEXTS, params, strict=True)]
+    params = [
+        SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=n, min_tokens=n)
+        for n in (21, 35, 14, 28, 42, 7)
+    ]
+    reqs = [
+        core.add_request(SpeechRequest(t, sampling=p)) for t, p in zip(TEXTS, params, strict=True)
+    ]
     while core.has_work():
         core.step()
     return [r.output_ids for r in reqs]
 
 
 def test_gpu_engine_greedy_tokens_equal_cpu_engine(gpu_tiny_dirs):
-    cpu = greedy_tokens(load_tiny(gpu_tiny_dirs, torch.device("cpu"), torch.float32), torch.device("cpu"), "sdpa")
+    cpu = greedy_tokens(
+        load_tiny(gpu_tiny_dirs, torch.device("cpu"), torch.float32), torch.device("cpu"), "sdpa"
+    )
     gpu = greedy_tokens(load_tiny(gpu_tiny_dirs, CUDA, torch.float32), CUDA, "sdpa")
     assert gpu == cpu
 
@@ -241,13 +271,19 @@ def test_fused_llama_kernels_match_the_reference_block(gpu_tiny_dirs):
     layout = random_layout([9, 1, 17, 1], [9, 40, 20, 77], 16, 64, torch.Generator().manual_seed(4))
     ids = torch.randint(128266, 128266 + 7 * 4096, (sum(layout.query_lens),), device=CUDA)
     positions = torch.tensor(
-        [p for q, c in zip(layout.query_lens, layout.context_lens, strict=True) for p in range(c - q, c)],
+        [
+            p
+            for q, c in zip(layout.query_lens, layout.context_lens, strict=True)
+            for p in range(c - q, c)
+        ],
         device=CUDA,
     )
     outs = []
     for fused in (False, True):
         torch.manual_seed(2)
-        cache = KVCache(shape.num_layers, 64, 16, shape.num_kv_heads, shape.head_dim, shape.dtype, CUDA)
+        cache = KVCache(
+            shape.num_layers, 64, 16, shape.num_kv_heads, shape.head_dim, shape.dtype, CUDA
+        )
         for t in cache.k + cache.v:
             t.normal_()
         attn = FlashInferBackend(cache, shape.num_q_heads)
@@ -279,21 +315,31 @@ def second_turns(model, device, attention, reuse: bool, cuda_graphs=True, async_
     from models.glm_voice.prompt import UserTurn
 
     config = EngineConfig(
-        num_kv_blocks=512, max_num_seqs=8, block_size=16, cuda_graphs=cuda_graphs,
+        num_kv_blocks=512,
+        max_num_seqs=8,
+        block_size=16,
+        cuda_graphs=cuda_graphs,
         async_scheduling=async_scheduling,
     )
     core = EngineCore(model, config, device, attention)
     greedy = SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=24, min_tokens=24)
     firsts = [(UserTurn(text=t),) for t in TEXTS[:2]]
     conv = (lambda i: f"c{i}") if reuse else (lambda i: None)
-    reqs = [core.add_request(SpeechRequest("", sampling=greedy, turns=t, conversation_id=conv(i)))
-            for i, t in enumerate(firsts)]
+    reqs = [
+        core.add_request(SpeechRequest("", sampling=greedy, turns=t, conversation_id=conv(i)))
+        for i, t in enumerate(firsts)
+    ]
     while core.has_work():
         core.step()
-    heard = [model.heard_reply(reqs[0].output_ids, None), model.heard_reply(reqs[1].output_ids[:9], 0.0)]
+    heard = [
+        model.heard_reply(reqs[0].output_ids, None),
+        model.heard_reply(reqs[1].output_ids[:9], 0.0),
+    ]
     seconds = [(*f, h, UserTurn(text=TEXTS[4])) for f, h in zip(firsts, heard, strict=True)]
-    reqs = [core.add_request(SpeechRequest("", sampling=greedy, turns=t, conversation_id=conv(i)))
-            for i, t in enumerate(seconds)]
+    reqs = [
+        core.add_request(SpeechRequest("", sampling=greedy, turns=t, conversation_id=conv(i)))
+        for i, t in enumerate(seconds)
+    ]
     finished = {}
     while core.has_work():
         finished.update({e.request_id: e for e in core.step() if isinstance(e, Finished)})
@@ -320,7 +366,9 @@ def test_prefix_reuse_equals_a_fresh_prefill_on_gpu(gpu_glm_dir, attention, dtyp
     if dtype == torch.float32:
         assert reused == fresh
     else:  # bf16: reused KV came from decode kernels, the fresh one from a prefill kernel
-        agree = sum(a == b for x, y in zip(fresh, reused, strict=True) for a, b in zip(x, y, strict=True))
+        agree = sum(
+            a == b for x, y in zip(fresh, reused, strict=True) for a, b in zip(x, y, strict=True)
+        )
         assert agree / sum(len(x) for x in fresh) > 0.9, (fresh, reused)
 
 
@@ -334,12 +382,16 @@ def test_depth_stage_graph_replay_equals_eager():
     from models.registry import load_model
 
     model = load_model("tiny-moshi", None, CUDA, torch.float32)
-    params = [SamplingParams(temperature=0.8, top_k=250, top_p=1.0, seed=1),
-              SamplingParams(temperature=0.0, top_p=1.0),
-              SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=3)]
+    params = [
+        SamplingParams(temperature=0.8, top_k=250, top_p=1.0, seed=1),
+        SamplingParams(temperature=0.0, top_p=1.0),
+        SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=3),
+    ]
     rows = [SamplingRow(f"r{i}", p, step=4 + i) for i, p in enumerate(params)]
     seeds = [11, 22, 33]
-    graphs = DepthGraphs(model.depth_stage, model.shape.hidden_size, torch.float32, CUDA, (1, 4, 8), 256)
+    graphs = DepthGraphs(
+        model.depth_stage, model.shape.hidden_size, torch.float32, CUDA, (1, 4, 8), 256
+    )
     graphs.capture()
     gen = torch.Generator(device=CUDA).manual_seed(0)
     with torch.inference_mode():
