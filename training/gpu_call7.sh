@@ -10,6 +10,9 @@
 # the machine's GPUs in turn (several on one GPU: a model this small leaves most of it idle);
 # the one with the lowest summed held-out loss comes back as $OUT/voxgate-tiny (a call returns
 # at most 8 files), and every run's log as $OUT/voxgate-tiny_train_log.txt.
+# An entry SIZE@TAG trains that size with the extra speechlm arguments in $ARGS_TAG, for A/B
+# runs of a recipe change: SIZES="wide wide@run8" ARGS_run8="--pointer-positions 0
+# --guided-target diagonal" trains the wide size with and without run 9's pointer changes.
 # Budget: as gpu_call6.sh; the teacher loop adds ~40 h over a 450 s run.
 set -euo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -25,11 +28,13 @@ GROW=$GROW DATA=$DATA WORK=$WORK PY=$PY bash training/grow_data.sh > "$WORK/grow
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)  # 0 without nvidia-smi
 trainers=() i=0
 for size in ${SIZES:-default}; do
+    extra=""
+    if [[ $size == *@* ]]; then extra_var="ARGS_${size#*@}" extra=${!extra_var:-}; fi
     CUDA_VISIBLE_DEVICES=$((i % (gpus > 0 ? gpus : 1))) "$PY" -m training.speechlm \
         --tokens "$DATA/tokens-phones" --codec "$DATA/codec" --out "$WORK/lm-$size/voxgate-tiny" \
         --phones --lexicon models/voxgate_tiny/lexicon.tsv.gz \
-        --grow "$GROW" --size "$size" --seconds "${LM_SECONDS:-450}" --sanity "${SANITY:-6}" \
-        ${LM_ARGS:-} > "$WORK/lm-$size.out" 2>&1 &
+        --grow "$GROW" --size "${size%@*}" --seconds "${LM_SECONDS:-450}" --sanity "${SANITY:-6}" \
+        ${LM_ARGS:-} $extra > "$WORK/lm-$size.out" 2>&1 &
     trainers+=($!) i=$((i + 1))
 done
 for pid in "${trainers[@]}"; do wait "$pid" || echo "a trainer failed (exit $?): see its log"; done

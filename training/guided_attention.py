@@ -42,6 +42,21 @@ def diagonal_penalty_weights(
     return w * (is_query[:, :, None] & is_key[:, None, :])
 
 
+def pointer_penalty_weights(
+    text_len: torch.Tensor, pointer: torch.Tensor, width: float = 1.5
+) -> torch.Tensor:
+    """[B, L, L] weights for a reading model, whose frame rows know the symbol they say:
+    W[b, query, key] = 1 - exp(-(key - 1 - pointer)² / 2w²) (w in symbols; key 1 + i is symbol
+    i's prompt row, after <bos>) for frame queries (pointer[b, query] ≥ 0) and text keys; 0
+    elsewhere. pointer [B, L]: each row's pointer, -1 on rows that are not frames."""
+    length = pointer.shape[1]
+    pos = torch.arange(length, device=pointer.device).float()
+    target = 1.0 + pointer.float()  # [B, L]
+    w = 1.0 - torch.exp(-((pos[None, None, :] - target[:, :, None]) ** 2) / (2 * width**2))
+    is_key = torch.arange(length, device=pointer.device)[None, :] < text_len[:, None]
+    return w * ((pointer >= 0)[:, :, None] & is_key[:, None, :])
+
+
 def off_diagonal_mass(
     probs: torch.Tensor, weights: torch.Tensor, query_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -65,14 +80,20 @@ class GuidedAttention(DenseCausalAttention):
         layers: frozenset[int],
         heads: int,
         width: float = 0.2,
+        pointer: torch.Tensor | None = None,
     ) -> None:
+        """`pointer` [B, L] (a reading model's frame rows' pointers, -1 elsewhere): guide each
+        frame to the prompt row of the symbol it says (pointer_penalty_weights) rather than to
+        the diagonal, which is only where that symbol is on average."""
         super().__init__(batch, length)
         self.layers, self.heads = layers, heads
         self.text_len = text_len
         self.keys = int(text_len.max())  # text rows sit first: only these keys are scored
-        self.weights = diagonal_penalty_weights(text_len, audio_len, length, width)[
-            :, :, : self.keys
-        ]
+        if pointer is not None:
+            weights = pointer_penalty_weights(text_len, pointer)
+        else:
+            weights = diagonal_penalty_weights(text_len, audio_len, length, width)
+        self.weights = weights[:, :, : self.keys]
         pos = torch.arange(length, device=text_len.device)
         self.query_mask = (
             (pos[None, :] >= text_len[:, None]) & (pos[None, :] < (text_len + audio_len)[:, None])

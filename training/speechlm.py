@@ -90,6 +90,9 @@ class Regularisers:
     guided_weight: float = 0.0  # training/guided_attention.py; 0 turns it off
     guided_layers: frozenset[int] = frozenset()
     guided_heads: int = 0
+    # "pointer": a reading model's frames are guided to the symbol they say; "diagonal": to
+    # n/N of the text (the only choice without a pointer).
+    guided_target: str = "pointer"
 
 
 def corrupt_codes(rows: torch.Tensor, k: int, vocab: int, share: float) -> torch.Tensor:
@@ -120,6 +123,11 @@ def losses(
             framed_rows.sum(1),
             reg.guided_layers,
             reg.guided_heads,
+            pointer=(
+                torch.where(framed_rows, rows[..., k + 2], -1)
+                if reg.guided_target == "pointer" and width == k + 3
+                else None
+            ),
         )
     else:
         attn = DenseCausalAttention(b, length)
@@ -263,6 +271,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--guided-heads", type=int, default=2, help="guided heads per guided layer")
     p.add_argument(
+        "--guided-target",
+        choices=("pointer", "diagonal"),
+        default="pointer",
+        help="where guided heads should look: a reading model's frames at the symbol they say "
+        "(pointer), or n/N of the text (diagonal; run 8 and before)",
+    )
+    p.add_argument(
+        "--pointer-positions",
+        type=int,
+        default=768,
+        help="new reading models: embed the pointer's symbol index from a table this long "
+        "(models/voxgate_tiny/lm.py; 0: off, as run 8 and before)",
+    )
+    p.add_argument(
         "--val-every", type=int, default=250, help="steps between held-out checks (0: end only)"
     )
     p.add_argument(
@@ -278,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
         args.guided_weight,
         frozenset(int(x) for x in args.guided_layers.split(",") if x.strip()),
         args.guided_heads,
+        args.guided_target,
     )
 
     if args.phones and not args.lexicon:
@@ -307,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
             tokenizer.vocab_size,
             reading=args.reading or args.phones,
             text_input="phones" if args.phones else "chars",
+            pointer_positions=args.pointer_positions if args.reading or args.phones else 0,
             **SIZES[args.size],
         )
         lm = build_lm(VoxgateTinyConfig.from_dict(config)).to(device).train()

@@ -196,7 +196,8 @@ def make_batch(
     """Rows [B, L, W] and targets: `first` [B, L] (codebook 0 / eos / IGNORE), `codes`
     [B, L, K] (the next frame's codes where the next row is a frame, else IGNORE) and `read`
     [B, L] (the next frame's pointer advance, IGNORE without reading). W is K+1, or K+3 when
-    the utterances carry pointers (frame rows then hold reading_columns)."""
+    the utterances carry pointers (frame rows then hold reading_columns, text rows their symbol
+    index in the last column, as VoxgateTinyModel.prompt_rows writes them)."""
     length = max(len(u) for u in utts)
     b = len(utts)
     reading = any(u.pointer is not None for u in utts)
@@ -213,6 +214,7 @@ def make_batch(
         first[i, t - 1 + n] = eos
         codes[i, t - 1 : t - 1 + n] = u.codes
         if u.pointer is not None:
+            rows[i, 1 : t - 1, k + 2] = np.arange(t - 2)  # symbols' own index (prompt_rows)
             columns, advance = reading_columns(u.text_ids, u.pointer, text_vocab)
             rows[i, t : t + n, k:] = columns
             read[i, t - 1 : t - 1 + n] = advance

@@ -8,7 +8,7 @@
 
 Tensor names: the backbone's decoder layers use HF Llama names (`model.layers.{i}.self_attn.q_proj`
 … unfused, so the backbone reads like any Llama), then `model.embed_text`, `model.embed_audio`,
-`model.norm`, `lm_head` (codebook 0 + end of audio), `depth.*` (the depth stage's own module
+`model.embed_position` (with pointer_positions), `model.norm`, `lm_head` (codebook 0 + end of audio), `depth.*` (the depth stage's own module
 names) and `codec.*` (VoxCodec's module names). Shards stay under 15 MiB each so that each one
 travels as a single file from the training machine.
 """
@@ -39,6 +39,7 @@ def build_lm(config: VoxgateTinyConfig) -> VoxgateTinyLM:
         config.text_vocab_size,
         config.depth_inner,
         reading=config.reading,
+        pointer_positions=config.pointer_positions,
     )
 
 
@@ -53,6 +54,8 @@ def lm_targets(lm: VoxgateTinyLM) -> dict[str, torch.Tensor]:
             "lm_head.weight": lm.head.weight,
         }
     )
+    if lm.embed_position is not None:
+        targets["model.embed_position.weight"] = lm.embed_position.weight
     targets.update({f"depth.{name}": p for name, p in lm.depth.named_parameters()})
     return targets
 

@@ -21,6 +21,7 @@ class VoxgateTinyConfig:
     text_vocab_size: int
     depth_inner: int
     reading: bool  # generated rows carry the reading position (lm.py)
+    pointer_positions: int  # size of the symbol-index embedding (lm.py); 0: not embedded
     codec: VoxCodecConfig
     sampling: dict[str, float | int]
     raw: dict
@@ -43,6 +44,7 @@ class VoxgateTinyConfig:
                 text_vocab_size=int(cfg["text_vocab_size"]),
                 depth_inner=int(cfg["depth_intermediate_size"]),
                 reading=bool(cfg.get("reading", False)),
+                pointer_positions=int(cfg.get("pointer_positions", 0)),
                 codec=codec,
                 sampling={
                     k: int(v) if k == "top_k" else float(v)
@@ -59,6 +61,8 @@ class VoxgateTinyConfig:
                 f"but {out.frames_per_row} frame(s) of the codec are {per_row} codes of "
                 f"{codec.codebook_size}"
             )
+        if out.pointer_positions and not out.reading:
+            raise CheckpointError(f'{where}: pointer_positions needs "reading": true')
         return out
 
 
@@ -76,6 +80,7 @@ def tiny_config_dict(
     sampling: dict[str, float] | None = None,
     reading: bool = False,
     text_input: str = "chars",
+    pointer_positions: int = 0,
 ) -> dict:
     """The config.json of a voxgate-tiny model. Defaults: the shipped size, about 11M
     parameters besides the codec, of which about 9M are read per decode step: small enough
@@ -98,6 +103,8 @@ def tiny_config_dict(
         "text_vocab_size": text_vocab_size,
         "depth_intermediate_size": depth_intermediate,
         "reading": reading,
+        # Text symbols the pointer can index with an embedding of its own (lm.py); 0: none.
+        "pointer_positions": pointer_positions,
         # What the prompt's text ids are: "chars" (text.py) or "phones" (phone_text.py); the
         # tokenizer.json type says the same, this is for people reading the config.
         "text_input": text_input,

@@ -20,6 +20,13 @@ walk forward through the real text. Without it the model read the first words an
 into the corpus's templates; a first version that let the model *predict* the character it read
 drifted the same way after a few words (training/README.md, run 4).
 
+With `pointer_positions` (config.json; 0 = off, as in checkpoints before run 9) the pointer
+column is embedded too, from the same table as the prompt symbols' own index (prompt rows carry
+it in column K+2): a frame row and the prompt row of the symbol it is saying then share a
+vector, so attention can fetch that symbol's context (its word, its neighbours, the phrase
+around it) by content. Without it only the two symbols' identities reach the frame row, and
+finding their place in the prompt needs counting (a phone occurs many times in a sentence).
+
 The backbone's head predicts codebook 0 of the next frame, or the end-of-audio id
 (`codebook_size`). Codebooks 1..K-1 come from the depth stage: starting from the backbone's
 hidden state, each step adds the embedding of the code just drawn, runs a residual MLP and
@@ -125,8 +132,11 @@ class VoxgateTinyLM(nn.Module):
         text_vocab: int,
         depth_inner: int,
         reading: bool = False,
+        pointer_positions: int = 0,
     ) -> None:
         super().__init__()
+        if pointer_positions and not reading:
+            raise ValueError("pointer_positions embeds the reading pointer: it needs reading")
         self.args = args
         self.num_codebooks, self.codebook_size = num_codebooks, codebook_size
         self.text_vocab, self.reading = text_vocab, reading
@@ -137,6 +147,9 @@ class VoxgateTinyLM(nn.Module):
         self.embed_text = nn.Embedding(3 * text_vocab + 1 if reading else text_vocab, h)
         # Every codebook's embeddings in one table; codebook k's code c sits at k·V + c.
         self.embed_audio = nn.Embedding(num_codebooks * codebook_size, h)
+        # Symbol index in the text: prompt rows' own, frame rows' pointer (module docstring).
+        self.pointer_positions = pointer_positions
+        self.embed_position = nn.Embedding(pointer_positions, h) if pointer_positions else None
         self.register_buffer(
             "offsets", torch.arange(num_codebooks) * codebook_size, persistent=False
         )
@@ -159,7 +172,8 @@ class VoxgateTinyLM(nn.Module):
 
     def embed(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [T, W] → [T, H]: the sum of the embeddings of each row's present columns (the
-        K codes, the text column, and with reading the next-character column)."""
+        K codes, the text column, with reading the next-character column, and with
+        pointer_positions the symbol index column)."""
         k = self.num_codebooks
         codes = rows[:, :k]
         present = (codes >= 0) & (codes < self.codebook_size)
@@ -167,6 +181,12 @@ class VoxgateTinyLM(nn.Module):
         out = (audio * present[..., None].to(audio.dtype)).sum(dim=1)
         for text in rows[:, k : k + (2 if self.reading else 1)].unbind(1):
             out = out + self.embed_text(text.clamp(min=0)) * (text >= 0)[:, None].to(out.dtype)
+        if self.embed_position is not None and rows.shape[1] > k + 2:  # narrower: no pointers
+            index = rows[:, k + 2]
+            # Past the table (never, for a text that passed the model's length check): the
+            # last entry, not an index error.
+            vec = self.embed_position(index.clamp(0, self.pointer_positions - 1))
+            out = out + vec * (index >= 0)[:, None].to(out.dtype)
         return out
 
     def forward(self, rows: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:

@@ -83,7 +83,8 @@ class VoxgateTinyModel(SpeechModel):
     # 1. preprocess ---------------------------------------------------------------------------
     def prompt_rows(self, text: str) -> list[tuple[int, ...]]:
         """Text → prompt rows (<bos>, characters, <audio>), each (-1 × K, text id) and, with
-        reading, two absent pointer columns."""
+        reading, an absent next-symbol column and the symbol's own index (absent on <bos> and
+        <audio>): the index a frame row's pointer holds while saying it (lm.py)."""
         said = normalize(text)
         if not said:
             raise ModelInputError("text has nothing speakable: give the model some words")
@@ -92,12 +93,23 @@ class VoxgateTinyModel(SpeechModel):
                 f"text is {len(said)} characters once normalised; the limit is {MAX_TEXT_CHARS} "
                 "(send one sentence per request)"
             )
-        pad = (ABSENT,) * (self.lm.row_width - self.k - 1)
         try:
             ids = self.tokenizer.encode(said)
         except (KeyError, ValueError) as exc:  # a phone model whose G2P cannot say a word
             raise ModelInputError(f"cannot turn {said!r} into this model's phones: {exc}") from None
-        return [(ABSENT,) * self.k + (t,) + pad for t in ids]
+        if not self.lm.reading:
+            return [(ABSENT,) * self.k + (t,) for t in ids]
+        positions = self.lm.pointer_positions
+        if positions and len(ids) - 2 > positions:
+            raise ModelInputError(
+                f"text is {len(ids) - 2} symbols once read; this model knows {positions} "
+                "positions (send a shorter sentence)"
+            )
+        last = len(ids) - 1
+        return [
+            (ABSENT,) * self.k + (t, ABSENT, i - 1 if 0 < i < last else ABSENT)
+            for i, t in enumerate(ids)
+        ]
 
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         if voice not in (None, VOICE):

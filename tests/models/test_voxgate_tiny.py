@@ -28,9 +28,14 @@ CODEC = VoxCodecConfig(
 TEXTS = ["Hello there.", "The train leaves at 7:30, so hurry!", "Would you like some tea?"]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["plain", "reading"])
+@pytest.fixture(
+    scope="module",
+    params=[(False, 0), (True, 0), (True, 64)],
+    ids=["plain", "reading", "positions"],
+)
 def checkpoint(tmp_path_factory, request):
-    """A random model of each layout: without and with the reading column (lm.py)."""
+    """A random model of each layout: without and with the reading column, and with the
+    pointer's symbol index embedded (lm.py)."""
     folder = tmp_path_factory.mktemp("voxgate-tiny")
     config = tiny_config_dict(
         CODEC,
@@ -42,7 +47,8 @@ def checkpoint(tmp_path_factory, request):
         intermediate=96,
         depth_intermediate=48,
         max_positions=256,
-        reading=request.param,
+        reading=request.param[0],
+        pointer_positions=request.param[1],
     )
     files = write_random_checkpoint(folder, config, seed=7)
     assert {f.name for f in files} >= {"config.json", "tokenizer.json", "model.safetensors"}

@@ -8,6 +8,7 @@ from training.guided_attention import (
     GuidedAttention,
     diagonal_penalty_weights,
     off_diagonal_mass,
+    pointer_penalty_weights,
 )
 
 
@@ -71,3 +72,26 @@ def test_guidance_scores_without_changing_the_output_and_its_gradient_reaches_qu
     grad = q.grad.view(b, length, heads, d)
     assert grad[:, :, :2].abs().sum() > 0  # the guided heads get a gradient
     assert grad[:, :, 2:].abs().sum() == 0  # the free heads do not
+
+
+def test_pointer_guidance_aims_each_frame_at_the_symbol_it_says():
+    # One sequence: <bos> s0 s1 s2 <audio> (5 text rows), then 4 frames saying s0 s0 s1 s2.
+    text_len, length = torch.tensor([5]), 10
+    pointer = torch.tensor([[-1] * 5 + [0, 0, 1, 2, -1]])  # the last row is padding
+    w = pointer_penalty_weights(text_len, pointer)
+    for query, said in zip(range(5, 9), (0, 0, 1, 2), strict=True):
+        assert w[0, query, 1 + said] == 0  # its symbol's prompt row: no penalty
+        by_distance = sorted(range(5), key=lambda key: abs(key - 1 - said))
+        row = w[0, query, by_distance]
+        assert (row[1:] >= row[:-1]).all() and row[-1] > 0.5  # grows with the distance
+    assert (w[0, :5] == 0).all() and (w[0, 9] == 0).all()  # only frame rows are queries
+    assert (w[0, :, 5:] == 0).all()  # only text rows are keys
+
+    on_target = torch.zeros(1, length, length)
+    off_target = torch.zeros(1, length, length)
+    mask = (pointer >= 0).float()
+    for query, said in zip(range(5, 9), (0, 0, 1, 2), strict=True):
+        on_target[0, query, 1 + said] = 1.0
+        off_target[0, query, 4 - said] = 1.0  # the text read backwards
+    assert off_diagonal_mass(on_target, w, mask) == 0
+    assert off_diagonal_mass(off_target, w, mask) > 0.5

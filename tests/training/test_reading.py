@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from models.base import ModelInputError
+from models.checkpoint_errors import CheckpointError
 from models.codecs.voxcodec import VoxCodec, VoxCodecConfig
 from models.codecs.voxcodec_stream import VoxCodecDetokenizer
 from models.voxgate_tiny.checkpoint import build_lm
@@ -49,7 +51,7 @@ CODEC = VoxCodecConfig(
 )
 
 
-def _lm(reading: bool):
+def _lm(reading: bool, pointer_positions: int = 0):
     cfg = tiny_config_dict(
         CODEC,
         V,
@@ -61,6 +63,7 @@ def _lm(reading: bool):
         depth_intermediate=32,
         max_positions=128,
         reading=reading,
+        pointer_positions=pointer_positions,
     )
     torch.manual_seed(0)
     return build_lm(VoxgateTinyConfig.from_dict(cfg))
@@ -76,7 +79,9 @@ def test_batch_and_loss_train_the_advance_head():
     batch = make_batch([utt], k, lm.eos, V)
     t = len(ids)
     assert batch["rows"].shape[-1] == lm.row_width == k + 3
-    assert batch["rows"][0, :t, k].tolist() == ids and (batch["rows"][0, :t, k + 1 :] == -1).all()
+    assert batch["rows"][0, :t, k].tolist() == ids and (batch["rows"][0, :t, k + 1] == -1).all()
+    # Text rows carry their symbol's index (absent on <bos> and <audio>), as prompt_rows does.
+    assert batch["rows"][0, :t, k + 2].tolist() == [-1, 0, 1, -1]
     assert batch["rows"][0, t:, k:].tolist() == reading_columns(ids, pointer, V)[0].tolist()
     assert batch["read"][0, t - 1 : t + 2].tolist() == [0, 1, 0]
     assert (batch["read"][0, : t - 1] == IGNORE).all() and batch["read"][0, t + 2] == IGNORE
@@ -135,3 +140,34 @@ def test_a_plain_model_gains_the_pointer_with_its_weights_kept():
     assert torch.equal(
         reader.depth.embed.weight[: len(plain.depth.embed.weight)], plain.depth.embed.weight
     )
+
+
+def test_pointer_positions_tie_each_frame_to_its_symbols_prompt_row():
+    lm = _lm(reading=True, pointer_positions=16)
+    k = lm.num_codebooks
+    model = VoxgateTinyModel(
+        lm, TOK, VoxCodecDetokenizer(VoxCodec(CODEC).eval()), {}, frames_per_row=2
+    )
+    ids = TOK.encode("hey")
+    utt = Utterance(ids, np.zeros((4, k), np.uint16), np.array([0, 0, 2, 2]))
+    batch = make_batch([utt], k, lm.eos, V)
+    served = model.prompt_rows("hey")
+    assert batch["rows"][0, : len(ids)].tolist() == [list(r) for r in served]  # same layout
+
+    # A row holding only an index embeds as that index's vector, in prompt and frame rows alike.
+    only = torch.full((3, lm.row_width), -1)
+    only[:, k + 2] = torch.tensor([0, 2, 40])  # 40: past the table, read as its last entry
+    with torch.no_grad():
+        got = lm.embed(only)
+    torch.testing.assert_close(got, lm.embed_position.weight[[0, 2, 15]])
+
+    lm.train()
+    losses(lm, batch, Regularisers())[0].backward()
+    grad = lm.embed_position.weight.grad.abs().sum(1)
+    assert (grad[:3] > 0).all() and (grad[3:] == 0).all()  # "hey": symbols 0-2 only
+
+    with pytest.raises(ModelInputError, match="16 positions"):
+        model.prompt_rows("a sentence far longer than sixteen characters")
+    assert _lm(reading=True).embed_position is None  # 0 (run 8 and before): no table
+    with pytest.raises(CheckpointError, match="needs"):
+        _lm(reading=False, pointer_positions=16)
