@@ -198,7 +198,10 @@ def main(argv: list[str] | None = None) -> None:
     card = model_card(facts)
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(source, dest)
+    # Contents only, not modes: a folder fetched from the GPU machine is read-only, and the
+    # next ship (or a git checkout over it) must be able to replace it.
+    shutil.copytree(source, dest, copy_function=shutil.copyfile)
+    dest.chmod(0o755)
     (dest / "MODEL_CARD.md").write_text(card)
     print(f"shipped {source} to {dest} ({facts['size_mb']} MB; {why}); commit that folder")
 

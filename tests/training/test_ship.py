@@ -4,6 +4,7 @@ preset's weights folder with a filled-in model card, or a clear refusal."""
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 import torch
@@ -87,8 +88,13 @@ def args(tmp, eval_name: str, *extra: str) -> list[str]:
 
 def test_a_checkpoint_that_meets_the_target_ships_with_its_card(inputs):
     (inputs / "eval.json").write_text(json.dumps(report(0.10, 0.12, count=60)))
+    for path in [*(inputs / "ckpt").iterdir(), inputs / "ckpt"]:
+        path.chmod(0o500 if path.is_dir() else 0o400)  # as fetched from the GPU machine
     ship.main(args(inputs, "eval.json"))
+    ship.main(args(inputs, "eval.json"))  # shipping again replaces the copy
     shipped = inputs / "shipped"
+    # Mode bits, not os.access: root (CI) may write to anything.
+    assert all(p.stat().st_mode & stat.S_IWUSR for p in [shipped, *shipped.iterdir()])
     model = load_voxgate_tiny(shipped, torch.device("cpu"), torch.float32)
     assert isinstance(model.tokenizer, PhoneTokenizer)
     card = (shipped / "MODEL_CARD.md").read_text()
