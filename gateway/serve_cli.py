@@ -20,7 +20,7 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument(
         "--model",
         default=None,
-        help="preset name, checkpoint folder or HF repo id (default: tiny-orpheus)",
+        help="preset name, checkpoint folder or HF repo id (default: voxgate-tiny)",
     )
     g.add_argument("--codec", default=None, help="codec repo id or folder (default: the model's)")
     g.add_argument(

@@ -12,7 +12,7 @@ from models.base import SpeechModel
 from models.checkpoint_errors import CheckpointError
 from models.loader import read_config, resolve_source
 
-DEFAULT_MODEL = "tiny-orpheus"
+DEFAULT_MODEL = "voxgate-tiny"  # the trained voice shipped in models/voxgate_tiny/weights
 
 
 @dataclass(frozen=True)
