@@ -57,7 +57,7 @@ def main() -> None:
         help="async scheduling on (the engine's default) or off",
     )
     ap.add_argument(
-        "--first-chunk-lane", action=argparse.BooleanOptionalAction, default=False,
+        "--first-chunk-lane", action=argparse.BooleanOptionalAction, default=True,
         help="the first-chunk detokenizer lane on or off (the engine's default)",
     )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")

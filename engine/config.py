@@ -38,10 +38,10 @@ class EngineConfig:
     # With async_detok, for models that offer it (ModelFacts.first_chunk_lane: CosyVoice 2):
     # a second detokenizer thread, high-priority CUDA stream and set of CUDA graphs that
     # decodes requests' first chunks at once, beside the steady job in flight, instead of
-    # after it (docs/engine.md). Off by default: on the H200 it lowered p90 time to first
-    # audio at 4 req/s (568 -> 487 ms) but made a second chunk late at 3 and 4 req/s, which the
-    # one-steady-job path never did (BENCHMARKS.md, 2026-11-30 fifth session).
-    first_chunk_lane: bool = False
+    # after it (docs/engine.md). On by default since the sixth session's same-commit A/B on the
+    # H200 (BENCHMARKS.md): with it 2 req/s kept every stream viable, without it one came late
+    # at 2 req/s and two at 3. Models without the capability and the CPU are unaffected.
+    first_chunk_lane: bool = True
     # Overlap the host work of step n+1 (scheduling, input preparation, attention planning,
     # the launch) with the device's step n, for models whose facts allow it
     # (ModelFacts.supports_async_scheduling); False forces the synchronous step. Equal to the

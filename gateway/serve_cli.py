@@ -122,10 +122,10 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument(
         "--first-chunk-lane",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=True,
         help="CosyVoice 2 on CUDA: decode requests' first chunks on a detokenizer lane of their "
-        "own while a steady job runs (docs/engine.md; default off: it lowers time to first audio "
-        "but a stream's second chunk can then arrive late; measured in BENCHMARKS.md)",
+        "own while a steady job runs (docs/engine.md; default on: measured in BENCHMARKS.md; "
+        "--no-first-chunk-lane decodes them in the steady job)",
     )
     g.add_argument(
         "--engine-process",

@@ -124,7 +124,8 @@ def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model)
 def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
     clock = time.monotonic
     on = make_detokenizer(model, EngineConfig(first_chunk_lane=True), clock, CPU, threaded=True)
-    off = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)  # off by default
+    off = make_detokenizer(model, EngineConfig(first_chunk_lane=False), clock, CPU, threaded=True)
+    default = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)  # on by default
 
     class NoLane:  # a model without the capability: its lane codec is never asked for
         facts = dataclasses.replace(model.facts, first_chunk_lane=False)
@@ -140,7 +141,7 @@ def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
         model, EngineConfig(first_chunk_lane=True), clock, CPU, threaded=False
     )
     try:
-        assert on.lane_room == FirstChunkLane.LANE_GRAPH_ROWS[-1]
+        assert on.lane_room == default.lane_room == FirstChunkLane.LANE_GRAPH_ROWS[-1]
         assert off.lane_room == without.lane_room == inline.lane_room == 0
         assert isinstance(inline, InlineDetokenizer)
         with pytest.raises(RuntimeError, match="no first-chunk lane"):
