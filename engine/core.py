@@ -23,7 +23,8 @@ import torch
 from engine.attention import KVCache
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.detok_pipeline import Detokenizer, DetokJob, make_detokenizer
+from engine.detok_job import Detokenizer, DetokJob
+from engine.detok_pipeline import make_detokenizer
 from engine.outputs import (
     AudioChunk,
     EngineEvent,

@@ -10,7 +10,7 @@ import torch
 
 from engine.attention import AttentionBackend, KVCache, SdpaBackend, StepLayout
 from engine.code_sampling import CodeSamplingInputs, CodeSamplingPlan, DeviceCodeSampler
-from engine.detok_pipeline import DetokJob
+from engine.detok_job import DetokJob
 from engine.outputs import ScheduledChunk
 from engine.request import Request, Token
 from engine.sampling import Sampler, SamplingRow

@@ -11,7 +11,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.detok_pipeline import Detokenizer, DetokJob, run_job
+from engine.detok_job import Detokenizer, DetokJob, run_job
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model

@@ -17,7 +17,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.detok_pipeline import ThreadedDetokenizer
+from engine.detok_threads import ThreadedDetokenizer
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer

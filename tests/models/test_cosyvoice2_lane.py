@@ -15,7 +15,8 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.detok_pipeline import InlineDetokenizer, ThreadedDetokenizer, make_detokenizer
+from engine.detok_pipeline import InlineDetokenizer, make_detokenizer
+from engine.detok_threads import ThreadedDetokenizer
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
 from models.cosyvoice2.model import FirstChunkLane
