@@ -29,8 +29,10 @@ def test_shipped_voice_is_intelligible_through_the_engine():
     from training.sentences import heldout_sentences
 
     model = load_model("voxgate-tiny")
-    texts = heldout_sentences(4)
-    audio, _ = model_audio(model, texts, max_num_seqs=4)
+    texts = heldout_sentences(6)  # 37 words
+    audio, _ = model_audio(model, texts, max_num_seqs=6)
     judge = WhisperJudge(threads=2)
     hyps = [judge.transcribe(a, model.facts.sample_rate) for a in audio]
-    assert word_error_rate(texts, hyps) <= 0.25, list(zip(texts, hyps, strict=True))
+    # The issue's target, 15 %: run 9's weights score 8.1 % here (3 words), 10.6 % on the 200
+    # sentences of the model card; run 8's scored 41 %.
+    assert word_error_rate(texts, hyps) <= 0.15, list(zip(texts, hyps, strict=True))
