@@ -171,3 +171,19 @@ def test_pointer_positions_tie_each_frame_to_its_symbols_prompt_row():
     assert _lm(reading=True).embed_position is None  # 0 (run 8 and before): no table
     with pytest.raises(CheckpointError, match="needs"):
         _lm(reading=False, pointer_positions=16)
+
+
+def test_guided_heads_of_a_reading_model_aim_at_the_symbol_being_said():
+    lm = _lm(reading=True, pointer_positions=16).train()
+    k = lm.num_codebooks
+    ids = TOK.encode("hey")
+    utt = Utterance(ids, np.zeros((4, k), np.uint16), np.array([0, 0, 2, 2]))
+    batch = make_batch([utt], k, lm.eos, V)
+    guided = dict(guided_weight=1.0, guided_layers=frozenset({0}), guided_heads=1)
+    torch.manual_seed(0)
+    aimed = losses(lm, batch, Regularisers(**guided))[1]["guide"]
+    torch.manual_seed(0)
+    diagonal = losses(lm, batch, Regularisers(**guided, guided_target="diagonal"))[1]["guide"]
+    # Same forward pass (same seed: same input noise), two targets: two penalties.
+    assert 0 < float(aimed) < 1 and 0 < float(diagonal) < 1
+    assert float(aimed) != float(diagonal)
