@@ -160,3 +160,39 @@ def test_demo_api_key_subprotocol(make_server, browser_context) -> None:
     # Chromium logs the refused handshake itself; nothing else may be wrong.
     assert all("WebSocket connection" in p for p in problems.items), problems.items
     page.close()
+
+
+@pytest.fixture(scope="module")
+def default_voice_server():
+    """What `make demo` serves: the default model (the shipped voxgate-tiny voice), with the
+    serving defaults `voxgate serve` gives it on a CPU (its own engine process included)."""
+    import asyncio
+
+    from gateway_testkit import start_server
+
+    from engine.factory import build_engine
+    from gateway.config import GatewaySettings
+    from models.registry import DEFAULT_MODEL
+    from models.voxgate_tiny.loading import SHIPPED_WEIGHTS
+
+    if not (SHIPPED_WEIGHTS / "config.json").exists():
+        pytest.skip("voxgate-tiny weights not shipped (training/README.md)")
+    engine = build_engine(DEFAULT_MODEL)
+    server = start_server(GatewaySettings(), engine)
+    try:
+        yield server
+    finally:
+        server.stop()
+        asyncio.run(engine.shutdown())
+
+
+def test_demo_speaks_with_the_default_voice(default_voice_server, browser_context) -> None:
+    page, problems = open_demo(browser_context, default_voice_server.http + "/")
+    stats = speak_and_wait(page, "Please call me back when you get home tonight.")
+    assert_played(stats, problems, "opus")
+    done = stats["responses"][0]
+    # A trained voice ends the sentence itself (random weights run to max_tokens: "length"),
+    # after about as long as the teacher takes to say it (~2.6 s).
+    assert done["status"] == "completed", done
+    assert 1500 <= done["audio_ms"] <= 5000, done
+    page.close()
