@@ -212,7 +212,11 @@ class Worker:
         cands = self.model.candidate_logits(
             hidden[last_rows],
             [r.num_generated for r in reqs],
-            [r.num_generated >= r.sampling.min_tokens for r in reqs],
+            [
+                r.num_generated >= r.sampling.min_tokens
+                and self.model.may_stop(r.prompt_ids, r.output_ids)
+                for r in reqs
+            ],
         )
         rows = [SamplingRow(r.request_id, r.sampling, r.num_generated) for r in reqs]
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]

@@ -1,4 +1,10 @@
-"""`voxgate synth`: offline synthesis of one text to a WAV file through the real engine."""
+"""`voxgate synth`: offline synthesis of one text to a WAV file through the real engine.
+
+The text is cut into sentence segments by the gateway's own rules (gateway/segmenter.py,
+GatewaySettings' segment lengths), each one engine request with its share of the token budget,
+all submitted at once so that the engine batches them, and their audio joined in order: a
+paragraph is said as the WebSocket gateway would say it (a model trained on single sentences,
+as voxgate-tiny is, reads each one best alone)."""
 
 from __future__ import annotations
 
@@ -47,33 +53,58 @@ def write_wav(path: Path, pcm: np.ndarray, sample_rate: int) -> None:
         w.writeframes((clipped * 32767.0).astype("<i2").tobytes())
 
 
-async def _synthesize(engine, text: str, voice, sampling) -> tuple[np.ndarray, object]:
+def sentence_segments(text: str) -> list[str]:
+    """`text` cut as the gateway cuts a response's text (gateway/segmenter.py)."""
+    from gateway.config import GatewaySettings
+    from gateway.segmenter import SentenceSegmenter
+
+    settings = GatewaySettings()
+    segmenter = SentenceSegmenter(settings.min_segment_chars, settings.max_segment_chars)
+    return segmenter.push(text) + segmenter.finish()
+
+
+async def _synthesize(engine, texts: list[str], voice, samplings: list) -> tuple[np.ndarray, list]:
+    """Every segment at once (the engine batches them); audio joined in order, and each
+    segment's Finished (None if its stream ended without one)."""
     from engine.outputs import AudioChunk, SpeechRequest
 
-    stream = await engine.submit(SpeechRequest(text=text, voice=voice, sampling=sampling))
-    pieces: list[np.ndarray] = []
-    finished = None
-    async for event in stream:
-        if isinstance(event, AudioChunk):
-            pieces.append(event.pcm)
-        else:
-            finished = event
-    await engine.shutdown()
+    async def one(text: str, sampling) -> tuple[list[np.ndarray], object]:
+        stream = await engine.submit(SpeechRequest(text=text, voice=voice, sampling=sampling))
+        pieces: list[np.ndarray] = []
+        finished = None
+        async for event in stream:
+            if isinstance(event, AudioChunk):
+                pieces.append(event.pcm)
+            else:
+                finished = event
+        return pieces, finished
+
+    try:
+        results = await asyncio.gather(*(one(t, s) for t, s in zip(texts, samplings, strict=True)))
+    finally:
+        await engine.shutdown()
+    pieces = [p for segment, _ in results for p in segment]
     audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-    return audio, finished
+    return audio, [finished for _, finished in results]
 
 
 def run_synth(args: argparse.Namespace) -> int:
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from engine.request import SamplingParams
+    from gateway.response import share_tokens
     from models.registry import DEFAULT_MODEL
 
+    segments = sentence_segments(args.text)
+    if not segments:
+        print("error: --text has nothing to say", file=sys.stderr)
+        return 2
     start = time.monotonic()
     engine = build_engine(
         args.model or DEFAULT_MODEL,
         args.codec,
-        EngineConfig(device=args.device, cpu_int8=args.cpu_int8),
+        # Offline: no listener to keep up with, so no stream is refused for real time.
+        EngineConfig(device=args.device, cpu_int8=args.cpu_int8, realtime_admission=False),
         progress=True,
         random_weights=args.random_weights,
     )
@@ -87,17 +118,23 @@ def run_synth(args: argparse.Namespace) -> int:
     sampling = SamplingParams(
         **{**engine.facts.sampling_defaults, **{k: v for k, v in given.items() if v is not None}}
     )
-    audio, finished = asyncio.run(_synthesize(engine, args.text, args.voice, sampling))
-    if finished is None or finished.reason.value == "failed":
+    # max/min_tokens are the whole text's, shared out by length as the gateway shares them.
+    total = sum(len(s) for s in segments)
+    samplings = [share_tokens(sampling, len(s) / total) for s in segments]
+    audio, finished = asyncio.run(_synthesize(engine, segments, args.voice, samplings))
+    failed = [f for f in finished if f is None or f.reason.value == "failed"]
+    if failed:
         print(
-            f"error: synthesis failed: {getattr(finished, 'error', 'no result')}", file=sys.stderr
+            f"error: synthesis failed: {getattr(failed[0], 'error', None) or 'no result'}",
+            file=sys.stderr,
         )
         return 1
     write_wav(args.out, audio, engine.facts.sample_rate)
     seconds = len(audio) / engine.facts.sample_rate
+    reasons = sorted({f.reason.value for f in finished})
     print(
         f"wrote {args.out} ({seconds:.2f} s of audio at {engine.facts.sample_rate} Hz, "
-        f"{finished.num_tokens} tokens, finish={finished.reason.value}, "
-        f"{time.monotonic() - start:.1f} s wall)"
+        f"{len(segments)} sentence segment(s), {sum(f.num_tokens for f in finished)} tokens, "
+        f"finish={'/'.join(reasons)}, {time.monotonic() - start:.1f} s wall)"
     )
     return 0

@@ -251,6 +251,12 @@ class SpeechModel(abc.ABC):
         must keep the synchronous step (rows do: ModelFacts.supports_async_scheduling)."""
         return token
 
+    def may_stop(self, prompt: Sequence[Token], output: Sequence[Token]) -> bool:
+        """Whether the request may end after `output` (besides min_tokens, which the engine
+        checks): voxgate-tiny's reading pointer must have reached the last sound of its text.
+        Called on the host for every sampling request of every step. Default: True."""
+        return True
+
     def is_stop(self, token: Token) -> bool:
         """Whether `token` ends generation (the engine honours it after min_tokens)."""
         return token in self.facts.stop_token_ids

@@ -30,6 +30,9 @@ from models.voxgate_tiny.phone_text import PhoneTokenizer
 from models.voxgate_tiny.text import CharTokenizer, normalize
 
 VOICE = "slt"  # the teacher voice it learned (CMU ARCTIC slt through Flite)
+# Text symbols that make no sound of their own: a text that ends in them is said once the
+# pointer has passed its last other symbol.
+SILENT_SYMBOLS = (" ", ",", ".", "?", "!")
 MAX_TEXT_CHARS = 600  # normalised characters; it was trained on sentences of up to ~250
 ABSENT = -1
 
@@ -56,6 +59,9 @@ class VoxgateTinyModel(SpeechModel):
         self.detok = detok
         self.k = lm.num_codebooks
         self.frames_per_row = frames_per_row
+        self._silent_ids = frozenset(
+            i for i, s in enumerate(tokenizer.symbols) if s in SILENT_SYMBOLS
+        )
         if (detok.num_codebooks * frames_per_row, detok.codebook_size) != (
             self.k,
             lm.codebook_size,
@@ -153,6 +159,21 @@ class VoxgateTinyModel(SpeechModel):
         char = prompt[1 + at][k]  # type: ignore[index]
         after = 2 * vocab + prompt[2 + at][k] if at < last else 3 * vocab  # type: ignore[index]
         return (*token[:k], vocab + char, after, at)
+
+    def may_stop(self, prompt: Sequence[Token], output: Sequence[Token]) -> bool:
+        """With reading: not before the pointer reaches the text's last sound. Trained on one
+        sentence an utterance, the model ends its audio at a sentence's final mark; with more
+        than one sentence in a request (`voxgate synth`, or short sentences the gateway joins)
+        it would stop after the first and drop the rest."""
+        if not self.lm.reading:
+            return True
+        k = self.k
+        symbols = [row[k] for row in prompt[1:-1]]  # type: ignore[index]
+        last_sound = max(
+            (i for i, s in enumerate(symbols) if s not in self._silent_ids), default=0
+        )
+        at = output[-1][k + 2] if output else 0  # type: ignore[index]
+        return at >= last_sound
 
     def quantize_for_cpu(self) -> bool:
         """int8 Linear weights for the backbone, its head and the depth stage (models/

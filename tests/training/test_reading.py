@@ -20,6 +20,7 @@ from training.speechlm import Regularisers, losses, with_reading
 from training.speechlm_data import IGNORE, Utterance, make_batch, reading_columns, reading_rows
 
 TOK = CharTokenizer()
+CPU = torch.device("cpu")
 V = TOK.vocab_size
 
 
@@ -187,3 +188,53 @@ def test_guided_heads_of_a_reading_model_aim_at_the_symbol_being_said():
     # Same forward pass (same seed: same input noise), two targets: two penalties.
     assert 0 < float(aimed) < 1 and 0 < float(diagonal) < 1
     assert float(aimed) != float(diagonal)
+
+
+def _eager_to_stop(model: VoxgateTinyModel) -> None:
+    """Make the model want to end its audio at every row and read one symbol a row."""
+    lm = model.lm
+
+    def first_logits(hidden):
+        logits = torch.zeros(len(hidden), lm.codebook_size + 1)
+        logits[:, lm.eos] = 50.0
+        return logits
+
+    generate = lm.depth.generate
+
+    def one_symbol_a_row(hidden, first, sample):
+        codes, advance = generate(hidden, first, sample)
+        return codes, torch.ones_like(advance)
+
+    lm.first_logits = first_logits
+    lm.depth.generate = one_symbol_a_row
+
+
+def test_a_reading_model_ends_its_audio_only_after_the_last_sound_of_its_text():
+    from engine.config import EngineConfig
+    from engine.core import EngineCore
+    from engine.outputs import SpeechRequest
+    from engine.request import SamplingParams
+
+    model = VoxgateTinyModel(
+        _lm(reading=True), TOK, VoxCodecDetokenizer(VoxCodec(CODEC).eval()), {}, frames_per_row=2
+    )
+    _eager_to_stop(model)
+    k = model.k
+    prompt = model.prompt_rows("Hi. Go!")  # h i . ␣ g o !: the last sound is "o", symbol 5
+    assert not model.may_stop(prompt, [])
+    assert not model.may_stop(prompt, [(0,) * k + (-1, -1, 2)])  # at the first "."
+    assert model.may_stop(prompt, [(0,) * k + (-1, -1, 5)])
+
+    def rows_before_stop(text: str) -> list:
+        core = EngineCore(model, EngineConfig(num_kv_blocks=32, block_size=16), CPU, "sdpa")
+        params = SamplingParams(temperature=0.0, max_tokens=50)
+        request = core.add_request(SpeechRequest(text, None, params))
+        while core.has_work():
+            core.step()
+        return [row for row in request.output_ids if not model.is_stop(row)]
+
+    said = rows_before_stop("Hi. Go!")
+    # One symbol a row from "h": rows point at i, ., ␣, g, o, then the stop is allowed.
+    assert [row[k + 2] for row in said] == [1, 2, 3, 4, 5]
+    model.may_stop = lambda prompt, output: True  # as before: the first row already stops
+    assert rows_before_stop("Hi. Go!") == []
