@@ -167,6 +167,7 @@ def default_voice_server():
     """What `make demo` serves: the default model (the shipped voxgate-tiny voice), with the
     serving defaults `voxgate serve` gives it on a CPU (its own engine process included)."""
     import asyncio
+    import threading
 
     from gateway_testkit import start_server
 
@@ -183,7 +184,11 @@ def default_voice_server():
         yield server
     finally:
         server.stop()
-        asyncio.run(engine.shutdown())
+        # On a thread of its own: pytest-asyncio may have an event loop running on this one
+        # when a module-scoped fixture is torn down, and asyncio.run refuses to nest.
+        closer = threading.Thread(target=asyncio.run, args=(engine.shutdown(),))
+        closer.start()
+        closer.join(timeout=60)
 
 
 def test_demo_speaks_with_the_default_voice(default_voice_server, browser_context) -> None:
