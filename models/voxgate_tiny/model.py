@@ -33,6 +33,10 @@ VOICE = "slt"  # the teacher voice it learned (CMU ARCTIC slt through Flite)
 # Text symbols that make no sound of their own: a text that ends in them is said once the
 # pointer has passed its last other symbol.
 SILENT_SYMBOLS = (" ", ",", ".", "?", "!")
+# Rows (2 s at two frames a row) with the pointer standing still after which a reading model
+# may stop anyway: its pauses last well under a second, so it is stuck, and holding the stop
+# back would only make noise up to max_tokens.
+STALLED_ROWS = 50
 MAX_TEXT_CHARS = 600  # normalised characters; it was trained on sentences of up to ~250
 ABSENT = -1
 
@@ -164,16 +168,18 @@ class VoxgateTinyModel(SpeechModel):
         """With reading: not before the pointer reaches the text's last sound. Trained on one
         sentence an utterance, the model ends its audio at a sentence's final mark; with more
         than one sentence in a request (`voxgate synth`, or short sentences the gateway joins)
-        it would stop after the first and drop the rest."""
+        it would stop after the first and drop the rest. A pointer stalled for STALLED_ROWS
+        may stop wherever it is."""
         if not self.lm.reading:
             return True
         k = self.k
+        recent = [row[k + 2] for row in output[-1 - STALLED_ROWS :]]  # type: ignore[index]
+        at = recent[-1] if recent else 0
+        if len(recent) > STALLED_ROWS and recent[0] == at:
+            return True  # stalled
         symbols = [row[k] for row in prompt[1:-1]]  # type: ignore[index]
-        last_sound = max(
-            (i for i, s in enumerate(symbols) if s not in self._silent_ids), default=0
-        )
-        at = output[-1][k + 2] if output else 0  # type: ignore[index]
-        return at >= last_sound
+        sounds = [i for i, s in enumerate(symbols) if s not in self._silent_ids]
+        return at >= (sounds[-1] if sounds else 0)
 
     def quantize_for_cpu(self) -> bool:
         """int8 Linear weights for the backbone, its head and the depth stage (models/

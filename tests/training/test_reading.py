@@ -238,3 +238,17 @@ def test_a_reading_model_ends_its_audio_only_after_the_last_sound_of_its_text():
     assert [row[k + 2] for row in said] == [1, 2, 3, 4, 5]
     model.may_stop = lambda prompt, output: True  # as before: the first row already stops
     assert rows_before_stop("Hi. Go!") == []
+
+
+def test_a_stalled_pointer_may_stop_where_it_is():
+    from models.voxgate_tiny.model import STALLED_ROWS
+
+    model = VoxgateTinyModel(
+        _lm(reading=True), TOK, VoxCodecDetokenizer(VoxCodec(CODEC).eval()), {}, frames_per_row=2
+    )
+    k = model.k
+    prompt = model.prompt_rows("Hi. Go!")
+    row_at = [(0,) * k + (-1, -1, at) for at in (1, 2)]
+    moving = [row_at[0]] + [row_at[1]] * STALLED_ROWS  # at the "." for STALLED_ROWS rows
+    assert not model.may_stop(prompt, moving)
+    assert model.may_stop(prompt, moving + [row_at[1]])  # one more: stalled, so it may stop
