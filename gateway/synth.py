@@ -2,7 +2,8 @@
 
 The text is cut into sentence segments by the gateway's own rules (gateway/segmenter.py,
 GatewaySettings' segment lengths), each one engine request with its share of the token budget,
-all submitted at once so that the engine batches them, and their audio joined in order: a
+all submitted at once so that the engine batches them (one after another with --seed, so that
+the output repeats), and their audio joined in order: a
 paragraph is said as the WebSocket gateway would say it (a model trained on single sentences,
 as voxgate-tiny is, reads each one best alone)."""
 
@@ -26,7 +27,14 @@ def add_synth_parser(subparsers) -> None:
     p.add_argument("--out", required=True, type=Path, help="output .wav path")
     p.add_argument("--voice", default=None)
     p.add_argument("--temperature", type=float, default=None, help="(default: the model's)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="repeatable output (to a rounding bit of the audio): with a seed the sentences "
+        "are synthesized one after another "
+        "(batched together, their numerics would depend on when each joined the batch)",
+    )
     p.add_argument("--max-tokens", type=int, default=1200)
     p.add_argument("--min-tokens", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if present)")
@@ -63,9 +71,12 @@ def sentence_segments(text: str) -> list[str]:
     return segmenter.push(text) + segmenter.finish()
 
 
-async def _synthesize(engine, texts: list[str], voice, samplings: list) -> tuple[np.ndarray, list]:
-    """Every segment at once (the engine batches them); audio joined in order, and each
-    segment's Finished (None if its stream ended without one)."""
+async def _synthesize(
+    engine, texts: list[str], voice, samplings: list, together: bool = True
+) -> tuple[np.ndarray, list]:
+    """Every segment at once (`together`: the engine batches them) or one after another;
+    audio joined in order, and each segment's Finished (None if its stream ended without
+    one)."""
     from engine.outputs import AudioChunk, SpeechRequest
 
     async def one(text: str, sampling) -> tuple[list[np.ndarray], object]:
@@ -80,7 +91,11 @@ async def _synthesize(engine, texts: list[str], voice, samplings: list) -> tuple
         return pieces, finished
 
     try:
-        results = await asyncio.gather(*(one(t, s) for t, s in zip(texts, samplings, strict=True)))
+        pairs = list(zip(texts, samplings, strict=True))
+        if together:
+            results = await asyncio.gather(*(one(t, s) for t, s in pairs))
+        else:
+            results = [await one(t, s) for t, s in pairs]
     finally:
         await engine.shutdown()
     pieces = [p for segment, _ in results for p in segment]
@@ -121,7 +136,9 @@ def run_synth(args: argparse.Namespace) -> int:
     # max/min_tokens are the whole text's, shared out by length as the gateway shares them.
     total = sum(len(s) for s in segments)
     samplings = [share_tokens(sampling, len(s) / total) for s in segments]
-    audio, finished = asyncio.run(_synthesize(engine, segments, args.voice, samplings))
+    audio, finished = asyncio.run(
+        _synthesize(engine, segments, args.voice, samplings, together=args.seed is None)
+    )
     failed = [f for f in finished if f is None or f.reason.value == "failed"]
     if failed:
         print(

@@ -78,3 +78,23 @@ def test_synth_says_every_sentence_of_a_paragraph_with_the_default_voice(tmp_pat
     for sentence in sentences:
         said = words(sentence)
         assert sum(w in heard_words for w in said) >= len(said) / 2, (sentence, heard)
+
+
+def test_synth_with_a_seed_repeats_itself(tmp_path):
+    """--seed: the same text gives the same audio, to the rounding of the codec's chunks (its
+    sentences then go one after another, not batched as they happen to arrive)."""
+    import numpy as np
+
+    text = "Hello there, my friend. How are you doing today?"
+    clips = []
+    for name in ("a.wav", "b.wav"):
+        result = run_cli(
+            "synth", "--model", "tiny-orpheus", "--text", text, "--out", str(tmp_path / name),
+            "--max-tokens", "84", "--seed", "5",
+        )
+        assert result.returncode == 0, result.stderr
+        assert "2 sentence segment(s)" in result.stdout
+        with wave.open(str(tmp_path / name)) as w:
+            clips.append(np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(int))
+    assert len(clips[0]) == len(clips[1]) > 0
+    assert np.abs(clips[0] - clips[1]).max() <= 1
