@@ -26,13 +26,14 @@ from models.base import (
 )
 from models.codecs.voxcodec_stream import VoxCodecDetokenizer, VoxCodecStream
 from models.voxgate_tiny.lm import VoxgateTinyLM
-from models.voxgate_tiny.phone_text import PhoneTokenizer
+from models.voxgate_tiny.phone_text import BOUNDARY, MARKS, PhoneTokenizer
 from models.voxgate_tiny.text import CharTokenizer, normalize
 
 VOICE = "slt"  # the teacher voice it learned (CMU ARCTIC slt through Flite)
-# Text symbols that make no sound of their own: a text that ends in them is said once the
+# Text symbols that make no sound of their own (the word boundary and the marks phone_text.py
+# reads, which the character vocabulary shares): a text that ends in them is said once the
 # pointer has passed its last other symbol.
-SILENT_SYMBOLS = (" ", ",", ".", "?", "!")
+SILENT_SYMBOLS = (BOUNDARY, *MARKS)
 # Rows (2 s at two frames a row) with the pointer standing still after which a reading model
 # may stop anyway: its pauses last well under a second, so it is stuck, and holding the stop
 # back would only make noise up to max_tokens.
