@@ -61,6 +61,12 @@ def share_tokens(sampling: SamplingParams, share: float) -> SamplingParams:
     return dataclasses.replace(sampling, max_tokens=max_tokens, min_tokens=min_tokens)
 
 
+def length_shares(segments: list[str]) -> list[float]:
+    """Each segment's share of a whole text's token budget: its share of the characters."""
+    total = sum(len(s) for s in segments)
+    return [len(s) / total for s in segments]
+
+
 class EngineUnavailable(Exception):
     """The engine loop is gone: no session can be served, so the session closes with 1011
     (after the failed response has had its `response.done`)."""
@@ -86,8 +92,7 @@ class Response:
         if single_shot and len(segments) > 1:
             # The whole text came at once, so the token budget can be shared out: a response's
             # min/max_tokens then mean the same whether or not the text split into sentences.
-            total = sum(len(s) for s in segments)
-            self.token_shares = [len(s) / total for s in segments]
+            self.token_shares = length_shares(segments)
         for segment in segments:
             self._segments.put_nowait(segment)
         if final:

@@ -107,7 +107,7 @@ def run_synth(args: argparse.Namespace) -> int:
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from engine.request import SamplingParams
-    from gateway.response import share_tokens
+    from gateway.response import length_shares, share_tokens
     from models.registry import DEFAULT_MODEL
 
     segments = sentence_segments(args.text)
@@ -134,8 +134,7 @@ def run_synth(args: argparse.Namespace) -> int:
         **{**engine.facts.sampling_defaults, **{k: v for k, v in given.items() if v is not None}}
     )
     # max/min_tokens are the whole text's, shared out by length as the gateway shares them.
-    total = sum(len(s) for s in segments)
-    samplings = [share_tokens(sampling, len(s) / total) for s in segments]
+    samplings = [share_tokens(sampling, share) for share in length_shares(segments)]
     audio, finished = asyncio.run(
         _synthesize(engine, segments, args.voice, samplings, together=args.seed is None)
     )
