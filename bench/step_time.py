@@ -60,6 +60,10 @@ def main() -> None:
         "--first-chunk-lane", action=argparse.BooleanOptionalAction, default=True,
         help="the first-chunk detokenizer lane on or off (the engine's default)",
     )
+    ap.add_argument(
+        "--llm-priority", action=argparse.BooleanOptionalAction, default=True,
+        help="the LLM's steps on a high-priority CUDA stream (the engine's default) or not (A/B)",
+    )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
@@ -75,6 +79,7 @@ def main() -> None:
     config = EngineConfig(
         max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
         async_scheduling=args.async_scheduling, first_chunk_lane=args.first_chunk_lane,
+        llm_stream_priority=args.llm_priority,
     )
     core = build_core(model, config, device)
     lane = getattr(core.detok, "lane", None)  # the first-chunk lane's codec, when there is one
@@ -141,7 +146,7 @@ def main() -> None:
     floor_ms = 1e3 * params / bw if bw else None
     print(json.dumps({
         "model": args.model, "attention": resolve_attention(config, device),
-        "async_scheduling": core.async_scheduling,
+        "async_scheduling": core.async_scheduling, "llm_stream_priority": core.on_llm_stream.priority,
         "gpu": torch.cuda.get_device_name() if cuda else "cpu", "param_bytes": params, "copy_bandwidth_GBps": bw and bw / 1e9,
         "weight_read_floor_ms": floor_ms, "context": args.context, "results": results,
     }, indent=1))

@@ -42,6 +42,12 @@ class EngineConfig:
     # H200 (BENCHMARKS.md): with it 2 req/s kept every stream viable, without it one came late
     # at 2 req/s and two at 3. Models without the capability and the CPU are unaffected.
     first_chunk_lane: bool = True
+    # Run the LLM's steps on a CUDA stream of the highest priority (cuda only). The codec's
+    # jobs run beside them on streams of their own; at equal priority their kernels (CosyVoice
+    # 2's flow: thousands a job) take the SMs as often as the step's, and every stream's next
+    # token waits. With priority the block scheduler hands freed SMs to the step first, so a
+    # step costs about what it costs alone and the codec fills the gaps (docs/engine.md).
+    llm_stream_priority: bool = True
     # Overlap the host work of step n+1 (scheduling, input preparation, attention planning,
     # the launch) with the device's step n, for models whose facts allow it
     # (ModelFacts.supports_async_scheduling); False forces the synchronous step. Equal to the

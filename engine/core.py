@@ -25,6 +25,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detok_job import Detokenizer, DetokJob
 from engine.detok_pipeline import make_detokenizer
+from engine.llm_stream import LlmStream
 from engine.outputs import (
     AudioChunk,
     EngineEvent,
@@ -96,6 +97,8 @@ class EngineCore:
         if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
             log.info("backbone uses FlashInfer's fused norm/RoPE/activation kernels")
         self.worker = Worker(model, cache, attention, device)
+        # The engine thread's device work (steps, admissions, warm-up) goes on this stream.
+        self.on_llm_stream = LlmStream(device, config.llm_stream_priority)
         # Full-duplex models step all their sessions together once per frame instead.
         self.duplex = None
         if facts.full_duplex:
@@ -150,6 +153,10 @@ class EngineCore:
         """Run one short request through every stage before serving: kernels that compile on
         first use (FlashInfer's JIT, cuBLAS heuristics, lazily built graphs) must not land on
         the first real listener's time to first audio. Leaves the engine empty."""
+        with self.on_llm_stream():
+            self._warm_up()
+
+    def _warm_up(self) -> None:
         facts = self.model.facts
         self.model.warm_up_batches(self.config.max_num_seqs)
         if self.duplex is not None:
@@ -185,6 +192,10 @@ class EngineCore:
 
     # --- requests --------------------------------------------------------------------------------
     def add_request(self, spec: SpeechRequest) -> Request:
+        with self.on_llm_stream():
+            return self._add_request(spec)
+
+    def _add_request(self, spec: SpeechRequest) -> Request:
         if self.duplex is not None:
             from engine.duplex import DuplexOverloaded
 
@@ -231,6 +242,10 @@ class EngineCore:
 
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
         """User audio for a full-duplex session (float32 mono at the model's rate)."""
+        with self.on_llm_stream():
+            self._push_audio(request_id, pcm)
+
+    def _push_audio(self, request_id: str, pcm: np.ndarray) -> None:
         if self.duplex is None:
             raise ModelInputError(f"{self.model.facts.name} takes no streamed audio input")
         self.duplex.push_audio(request_id, pcm)
@@ -302,6 +317,12 @@ class EngineCore:
 
     # --- the step --------------------------------------------------------------------------------
     def step(self) -> list[EngineEvent]:
+        """One turn of the loop: collect finished codec jobs, run an LLM step (or a duplex
+        frame), hand ready chunks to the codec; returns the events for the listeners."""
+        with self.on_llm_stream():
+            return self._step()
+
+    def _step(self) -> list[EngineEvent]:
         t0 = self.clock()
         if self.duplex is not None:
             events = self.duplex.step(t0)

@@ -128,6 +128,13 @@ def add_serve_parser(subparsers) -> None:
         "--no-first-chunk-lane decodes them in the steady job)",
     )
     g.add_argument(
+        "--llm-priority",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CUDA: run the LLM's steps on a high-priority stream, ahead of the codec's kernels "
+        "(docs/engine.md; default on; --no-llm-priority shares the GPU evenly)",
+    )
+    g.add_argument(
         "--engine-process",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -253,6 +260,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         realtime_admission=args.realtime_admission,
         async_scheduling=args.async_scheduling,
         first_chunk_lane=args.first_chunk_lane,
+        llm_stream_priority=args.llm_priority,
         engine_process=args.engine_process,
         first_hop_tokens=args.first_hop_tokens,
     )
