@@ -9,10 +9,11 @@ jobs first come first served.
 First-chunk lane (models with ModelFacts.first_chunk_lane): a second worker thread with its own
 high-priority CUDA stream and its own detokenizer context (LaneCodec: CUDA graphs and graph
 memory of its own) decodes requests' FIRST chunks while a steady job runs, one lane job at a
-time, so time to first audio never waits behind a steady job. A request is in at most one job
+time, so time to first audio never waits behind a steady job; and chunks whose listener would
+run dry waiting for the steady job (Scheduler.lane_urgent). A request is in at most one job
 (Request.detok_in_flight), so its stream state is never touched by two threads at once and its
-chunks come back in order; after a lane job its states' memory is handed over to the steady
-stream (LaneCodec.hand_over).
+chunks come back in order; its states' memory is handed to each stream that goes on to use it
+(LaneCodec.hand_over), before a lane job and after it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import torch
 from engine.detok_job import Codec, Detokenizer, DetokJob, graph_capture, run_job
 from models.base import LaneCodec
 
-# CUDA stream priority of the lane (lower is higher; torch clamps it to the device's range).
+# CUDA stream priority of the lane (lower is higher; torch clamps it to the device's range):
+# above the steady job (0), below the LLM's steps (engine/llm_stream.py) where the device has
+# that many levels.
 LANE_STREAM_PRIORITY = -1
 
 
@@ -81,6 +84,11 @@ class _CodecThread:
                 self._ready.set()
             while (job := self._jobs.get()) is not None:
                 try:
+                    if self.hand_over_to is not None:
+                        # The lane continues streams the steady job began too (urgent chunks):
+                        # what it frees of their memory, made on the steady stream, must not
+                        # be reused there before this stream has read it.
+                        self.codec.hand_over(job.states, self.stream)
                     run_job(self.codec, job, self.clock)
                     if self.stream is not None:
                         self.stream.synchronize()

@@ -316,22 +316,26 @@ class Scheduler:
         return self.schedule_detok_jobs(now, steady_free=True).steady
 
     def schedule_detok_jobs(self, now: float, steady_free: bool, lane_room: int = 0) -> DetokPlan:
-        """schedule_detok with a first-chunk lane: `lane_room` first chunks (requests never
-        decoded yet) may go out now as a lane job of their own (0: no lane, or its job is in
-        flight), whether or not the steady job is free; the steady job, when `steady_free`,
-        takes the rest as schedule_detok does (first chunks the lane had no room for
-        included). A request is in at most one job (Request.detok_in_flight: _detok_ready),
-        and one never decoded has no earlier chunk that could come back after its first."""
+        """schedule_detok with a first-chunk lane: up to `lane_room` requests (0: no lane, or
+        its job is in flight) go out now as a lane job of their own, whether or not the steady
+        job is free: first chunks first, then chunks whose listener would run dry waiting for
+        a steady job (lane_urgent). The steady job, when `steady_free`, takes the rest as
+        schedule_detok does. A request is in at most one job (Request.detok_in_flight:
+        _detok_ready), so its chunks come back in order whichever job takes them."""
         plan = DetokPlan()
         if lane_room > 0:
             lane_s = self.detok_time_s if self.lane_time_s is None else self.lane_time_s
-            fresh = [
-                r
-                for r in self.requests.values()
-                if r.num_detokenized == 0 and r.ttfa_critical and self._detok_ready(r, now, lane_s)
-            ]
+            fresh, urgent = [], []
+            for r in self.requests.values():
+                if not self._detok_ready(r, now, lane_s):
+                    continue
+                if r.num_detokenized == 0 and r.ttfa_critical:
+                    fresh.append(r)
+                elif not r.ttfa_critical and self.lane_urgent(r, now):
+                    urgent.append(r)
             fresh.sort(key=lambda r: self._priority(r, now))
-            plan.lane = fresh[:lane_room]
+            urgent.sort(key=lambda r: self.slack(r, now))
+            plan.lane = (fresh + urgent)[:lane_room]
         if steady_free:
             taken = {id(r) for r in plan.lane}
             ready = [
@@ -343,10 +347,19 @@ class Scheduler:
             plan.steady = ready[: self.config.max_detok_batch]
         return plan
 
+    def lane_urgent(self, request: Request, now: float) -> bool:
+        """Whether a playing request's ready chunk belongs on the lane: its listener's buffer
+        would not last, with the first-audio margin, through a steady job in flight and then
+        its own (two steady jobs). On the H200 at 3-4 req/s the streams that came late were
+        second chunks that waited so (BENCHMARKS.md, sixth session)."""
+        wait = 2 * self.detok_time_s * self.first_audio_margin
+        return request.buffered_audio_s(now) < wait
+
 
 @dataclass
 class DetokPlan:
-    """The detokenizer jobs to submit this step: a first-chunk lane job and a steady one."""
+    """The detokenizer jobs to submit this step: a lane job (first and urgent chunks) and a
+    steady one."""
 
     lane: list[Request] = field(default_factory=list)
     steady: list[Request] = field(default_factory=list)

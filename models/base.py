@@ -154,7 +154,8 @@ class LaneCodec(Protocol):
     """A second detokenizer context for the engine's first-chunk lane (ModelFacts.
     first_chunk_lane): the model's weights, but buffers, CUDA graphs and graph memory of its
     own, so that its `detokenize` may run on another thread and CUDA stream at the same time
-    as the model's. The engine gives it only requests that have never been decoded."""
+    as the model's. The engine gives it requests' first chunks, and chunks whose listener
+    would run dry waiting for the model's own job (streams either one began)."""
 
     max_rows: int  # requests per job its captured shapes hold (larger jobs still work)
 
@@ -170,9 +171,10 @@ class LaneCodec(Protocol):
         ...
 
     def hand_over(self, states: list[StreamState], stream: Any) -> None:
-        """After a job (its stream synchronized): the states' device memory, allocated on the
-        lane's stream, is read on `stream` (the steady detokenizer's) from now on; record it so
-        the allocator does not reuse it while that stream may still read it. No-op on CPU."""
+        """The states' device memory, allocated on another stream, is used on `stream` from
+        now on (after a lane job: the steady detokenizer's; before one: the lane's own); record
+        it so the allocator does not reuse it while that stream may still read it. No-op on
+        CPU."""
         ...
 
 

@@ -184,9 +184,10 @@ def _decode(
 
 class FirstChunkLane:
     """The engine's first-chunk lane codec (models.base.LaneCodec): a twin of the model's flow
-    + HiFT detokenizer over the same weights, with CUDA graphs of its own for first-chunk jobs
-    of up to LANE_GRAPH_ROWS[-1] rows (a first chunk is one flow row, two when the first-audio
-    cover asks for the next grid point; more rows replay in several calls)."""
+    + HiFT detokenizer over the same weights, with CUDA graphs of its own for lane jobs of up
+    to LANE_GRAPH_ROWS[-1] rows: first chunks (one flow row, two when the first-audio cover
+    asks for the next grid point) and urgent steady chunks (one row each); more rows replay in
+    several calls."""
 
     LANE_GRAPH_ROWS = (1, 2, 4, 8)
 

@@ -1,5 +1,6 @@
-"""The scheduler's side of the first-chunk detokenizer lane (Scheduler.schedule_detok_jobs): no
-torch, a fake clock, fake jobs that finish in any order."""
+"""The scheduler's side of the first-chunk detokenizer lane (Scheduler.schedule_detok_jobs): first
+chunks and chunks about to be late go there; no torch, a fake clock, fake jobs that finish in
+any order."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ FACTS = ChunkingFacts(
 def make_scheduler(**overrides) -> Scheduler:
     # No cover margin: a first chunk is ready at first_chunk_tokens (the release rule has its
     # own tests in test_scheduler.py).
-    config = EngineConfig(first_audio_margin=0.0, **overrides)
+    config = EngineConfig(**{"first_audio_margin": 0.0, **overrides})
     return Scheduler(config, BlockManager(num_blocks=1024, block_size=16), FACTS)
 
 
@@ -104,7 +105,34 @@ def test_with_both_free_first_chunks_take_the_lane_and_the_steady_job_the_rest()
     assert plan.steady == [firsts[2], steady]
 
 
-def test_only_never_decoded_requests_go_to_the_lane():
+def test_a_playing_request_about_to_run_dry_takes_the_lane_after_first_chunks():
+    """A chunk whose listener would not last through a steady job in flight and its own (x the
+    margin) goes out on the lane; one with a comfortable buffer waits for the steady job."""
+    now = 10.0
+    sched = make_scheduler()
+    sched.first_audio_margin = 1.5
+    sched.detok_time_s = 0.15  # urgent below 2 x 0.15 x 1.5 = 0.45 s of buffered audio
+    sched.lane_time_s = 0.1
+    comfortable = streaming(sched, now)  # 3.0 s emitted, 4.0 s since first audio: 0 left...
+    comfortable.audio_emitted_s = 5.0  # ... now 1.0 s buffered
+    short = streaming(sched, now)
+    short.audio_emitted_s = 4.3  # 0.3 s buffered
+    shorter = streaming(sched, now)
+    shorter.audio_emitted_s = 4.1  # 0.1 s buffered
+    new = admit(sched, arrival=now - 0.3)  # its first-audio budget is spent: it goes now
+    generate(sched, new, FACTS.first_chunk_tokens)
+    assert sched.lane_urgent(short, now) and not sched.lane_urgent(comfortable, now)
+    plan = sched.schedule_detok_jobs(now, steady_free=False, lane_room=8)
+    assert plan.lane == [new, shorter, short]  # first chunks first, then the least slack
+    plan = sched.schedule_detok_jobs(now, steady_free=True, lane_room=2)
+    assert plan.lane == [new, shorter]
+    assert plan.steady == [short, comfortable]
+    # With steady jobs this short nothing is urgent.
+    sched.detok_time_s = 0.01
+    assert sched.schedule_detok_jobs(now, steady_free=False, lane_room=8).lane == [new]
+
+
+def test_a_request_decoded_once_but_still_silent_stays_off_the_lane():
     now = 10.0
     sched = make_scheduler()
     # Decoded once already (its first job made no audio, say): not a lane request any more,
@@ -117,19 +145,23 @@ def test_only_never_decoded_requests_go_to_the_lane():
     assert sched.schedule_detok_jobs(now, steady_free=True, lane_room=8).steady == [req]
 
 
-def run_fake_engine(seed: int, lane_room: int, steps: int = 500):
-    """Requests arrive, gain a token a step, and their ready chunks go out as jobs that take a
-    random number of steps (lane jobs short, steady ones long), so jobs finish in every order.
+def run_fake_engine(
+    seed: int, lane_room: int, steps: int = 500, margin: float = 0.0, step_s: float = 0.01
+):
+    """Requests arrive, gain a token a step (of `step_s`; a token is 0.04 s of audio), and
+    their ready chunks go out as jobs that take a random number of steps (lane jobs short,
+    steady ones long), so jobs finish in every order.
     Each job's rows are checked against the jobs in flight. Returns the scheduler, requests,
     each request's decoded token ranges in the order their jobs came back, and the jobs."""
     rng = random.Random(seed)
-    sched = make_scheduler(max_detok_batch=4)
+    sched = make_scheduler(max_detok_batch=4, first_audio_margin=margin)
+    sched.detok_time_s = 0.06  # the steady job's estimate, which lane_urgent compares with
     requests: list[Request] = []
     in_flight: list[tuple[int, bool, list]] = []  # (step it finishes, lane, rows)
     returned: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    jobs: list[tuple[int, int, bool]] = []  # (submitted at, finished at, lane)
+    jobs: list[tuple[int, int, bool, bool]] = []  # (submitted at, finished at, lane, urgent)
     for step in range(steps):
-        now = step * 0.01
+        now = step * step_s
         if step % 12 == 0 and step < steps // 2:
             requests.append(admit(sched, now, max_tokens=rng.randint(30, 110)))
         apply_llm_step(sched, now)
@@ -150,22 +182,26 @@ def run_fake_engine(seed: int, lane_room: int, steps: int = 500):
             if not picked:
                 continue
             assert len(picked) <= (lane_room if lane else 4)
-            rows = []
+            rows, urgent = [], False
             for req in picked:
                 assert not req.detok_in_flight, "a request was put in two jobs at once"
-                assert not lane or req.num_detokenized == 0
+                if lane and req.num_detokenized > 0:  # only a chunk about to be late
+                    assert not req.ttfa_critical and sched.lane_urgent(req, now)
+                    urgent = True
                 rows.append((req, req.num_detokenized, len(req.output_ids), req.finished))
                 req.num_detokenized = len(req.output_ids)
                 req.detok_in_flight = True
             done = step + (rng.randint(1, 3) if lane else rng.randint(2, 12))
             in_flight.append((done, lane, rows))
-            jobs.append((step, done, lane))
+            jobs.append((step, done, lane, urgent))
     return sched, requests, returned, jobs
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_chunks_of_every_request_come_back_once_and_in_order(seed):
-    sched, requests, returned, jobs = run_fake_engine(seed, lane_room=2)
+@pytest.mark.parametrize("seed,margin", [(0, 0.0), (1, 0.0), (2, 3.0), (3, 3.0)])
+def test_chunks_of_every_request_come_back_once_and_in_order(seed, margin):
+    # With a margin, tokens come barely faster than real time, so buffers run thin.
+    step_s = 0.01 if margin == 0 else 0.035
+    sched, requests, returned, jobs = run_fake_engine(seed, 2, margin=margin, step_s=step_s)
     assert not sched.requests, "every request was flushed and removed"
     for req in requests:
         ranges = returned[req.request_id]
@@ -176,12 +212,15 @@ def test_chunks_of_every_request_come_back_once_and_in_order(seed):
     steady_jobs = [j for j in jobs if not j[2]]
     assert lane_jobs and steady_jobs
     # The lane ran beside the steady job: some lane job was submitted while one was in flight.
-    assert any(s0 <= l0 < s1 for l0, _, _ in lane_jobs for s0, s1, _ in steady_jobs)
+    assert any(s0 <= l0 < s1 for l0, *_ in lane_jobs for s0, s1, *_ in steady_jobs)
+    # With a margin, playing requests whose chunk would come late took the lane too (and still
+    # came back in order, above); without one, only first chunks did.
+    assert any(urgent for *_, urgent in lane_jobs) == (margin > 0)
 
 
 def test_without_a_lane_every_chunk_takes_the_steady_job():
     sched, requests, returned, jobs = run_fake_engine(0, lane_room=0)
     assert not sched.requests
-    assert jobs and not any(lane for *_, lane in jobs)
+    assert jobs and not any(lane for _, _, lane, _ in jobs)
     for req in requests:
         assert returned[req.request_id][-1][1] == len(req.output_ids)

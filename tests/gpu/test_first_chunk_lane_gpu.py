@@ -77,7 +77,10 @@ def run_staggered(core: EngineCore, lengths: list[int], every: int = 6):
     return requests, audio
 
 
-def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path):
+@pytest.mark.parametrize("urgent", [False, True])
+def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urgent):
+    """urgent: every playing request's ready chunk counts as about to be late, so the lane
+    takes chunks of streams the steady job began (and hands them back) whenever it is free."""
     folder = tmp_path / "model"
     write_cosyvoice2_checkpoint(folder, configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
     model = load_cosyvoice2(str(folder), CUDA, torch.float32, name="tiny-cosyvoice2")
@@ -89,6 +92,9 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path):
     )
     lengths = [90, 60, 75, 40, 85, 50, 70, 65]
     core = EngineCore(model, config, CUDA, "sdpa")
+    assert core.on_llm_stream.priority < 0  # the LLM's steps ran on a high-priority stream
+    if urgent:
+        core.scheduler.lane_urgent = lambda request, now: True
     lane = core.detok.lane  # captured by the engine with a CallableGraphs (pool) of its own
     assert isinstance(lane, FirstChunkLane) and lane.detok.graphs is not None
     core.detok.close()
@@ -110,6 +116,12 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path):
     finally:
         core.close()
     assert core.lane_jobs >= 1
+    continued = [
+        lane_push
+        for i, (sid, *_, lane_push) in enumerate(pushes)
+        if any(earlier[0] == sid for earlier in pushes[:i])
+    ]
+    assert any(continued) == urgent  # the lane continued streams only when asked to
     eager = FirstChunkLane(model)  # a twin without graphs: the eager decode
     for r in requests:
         mine = [(t, fin) for sid, t, fin, _ in pushes if sid == state_ids[r.request_id]]

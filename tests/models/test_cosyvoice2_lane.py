@@ -122,6 +122,56 @@ def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model)
     assert (ra.output_ids, rb.output_ids) == (a.output_ids, b.output_ids)
 
 
+def test_chunks_about_to_be_late_take_the_lane_while_the_steady_job_is_held(model):
+    """Scheduler.lane_urgent: a playing stream's chunk that would come late behind the steady
+    job goes out on the lane, even a stream the lane did not begin; its audio stays in order and
+    equals the model's own detokenizer fed the same pushes."""
+    config = dataclasses.replace(
+        EngineConfig(num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True),
+        first_audio_margin=0.0,
+    )
+    core = EngineCore(model, config, CPU, "sdpa")
+    pushes: list[tuple] = []
+    steady = LoggedCodec(model, pushes, lane=False, gated=True)
+    core.detok = ThreadedDetokenizer(
+        steady, core.clock, CPU, LoggedCodec(model.first_chunk_lane_codec(), pushes, lane=True)
+    )
+    audio: dict[str, list[np.ndarray]] = {}
+    state_of: dict[str, int] = {}
+
+    def step_until(done, limit: int = 3000) -> None:
+        for _ in range(limit):
+            if done():
+                return
+            for event in core.step():
+                if isinstance(event, AudioChunk):
+                    audio.setdefault(event.request_id, []).append(event.pcm)
+        raise AssertionError("the engine never got there")
+
+    try:
+        held = core.add_request(spec("Hello there.", 80, seed=1))
+        step_until(lambda: core.detok.steady_in_flight == 1)  # its second chunk, held
+        core.scheduler.lane_urgent = lambda request, now: True  # every listener runs thin
+        a = core.add_request(spec("A newcomer with more to say.", 90, seed=2))
+        state_of[a.request_id] = id(core.worker.stream_state(a.request_id))
+        step_until(lambda: a.detok_done)  # all of it while the steady job stayed held
+        assert core.detok.steady_in_flight == 1 and held.audio_chunks_out == 1
+        steady.gate.set()
+        step_until(lambda: not core.has_work())
+    finally:
+        steady.gate.set()
+        core.close()
+
+    mine = [(toks, fin, lane) for sid, toks, fin, lane in pushes if sid == state_of[a.request_id]]
+    assert len(mine) >= 3 and all(lane for *_, lane in mine)
+    assert sum(len(toks) for toks, *_ in mine) == len(a.output_ids)
+    state = model.stream_state_for(a.extras)
+    expected = [model.detokenize([state], [toks], [fin])[0] for toks, fin, _ in mine]
+    np.testing.assert_allclose(
+        np.concatenate(audio[a.request_id]), np.concatenate(expected), atol=1e-5
+    )
+
+
 def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
     clock = time.monotonic
     on = make_detokenizer(model, EngineConfig(first_chunk_lane=True), clock, CPU, threaded=True)
