@@ -37,6 +37,10 @@ _KEEPS_KV = (
 )
 
 
+# Scheduler.lane_urgent's margin over the time a chunk would wait for the steady job.
+LANE_URGENT_MARGIN = 1.5
+
+
 def ema(old: float, new: float, weight: float = 0.2) -> float:
     """The running estimates' update (step cadence, codec time, second-chunk gap)."""
     return (1 - weight) * old + weight * new
@@ -349,12 +353,11 @@ class Scheduler:
 
     def lane_urgent(self, request: Request, now: float) -> bool:
         """Whether a playing request's ready chunk belongs on the lane: its listener's buffer
-        would not last, with the first-audio margin, through a steady job in flight and then
-        its own (two steady jobs). On the H200 at 3-4 req/s the streams that came late were
-        second chunks that waited so (BENCHMARKS.md, sixth session)."""
-        wait = 2 * self.detok_time_s * self.first_audio_margin
-        return request.buffered_audio_s(now) < wait
-
+        would not last, with LANE_URGENT_MARGIN, through a steady job in flight and then its
+        own (two steady jobs). On the H200 at 3-4 req/s the streams that came late were second
+        chunks that waited so (BENCHMARKS.md, sixth session). The margin is kept small so that
+        the lane stays free for first chunks, which it is for."""
+        return request.buffered_audio_s(now) < 2 * self.detok_time_s * LANE_URGENT_MARGIN
 
 @dataclass
 class DetokPlan:

@@ -12,7 +12,7 @@ import pytest
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.scheduler import ChunkingFacts, Scheduler
+from engine.scheduler import LANE_URGENT_MARGIN, ChunkingFacts, Scheduler
 from tests.engine.test_scheduler import apply_llm_step
 
 FACTS = ChunkingFacts(
@@ -46,12 +46,13 @@ def generate(sched: Scheduler, req: Request, n: int) -> None:
 
 
 def streaming(sched: Scheduler, now: float) -> Request:
-    """A request past its first audio with a whole chunk of tokens waiting for the codec."""
+    """A request past its first audio with a whole chunk of tokens waiting for the codec and
+    a comfortable 1 s of audio at its listener."""
     req = admit(sched, arrival=now - 5.0)
     generate(sched, req, 100)
     req.num_detokenized = 75
     req.first_audio_time = now - 4.0
-    req.audio_emitted_s = 3.0
+    req.audio_emitted_s = 5.0
     return req
 
 
@@ -110,17 +111,16 @@ def test_a_playing_request_about_to_run_dry_takes_the_lane_after_first_chunks():
     margin) goes out on the lane; one with a comfortable buffer waits for the steady job."""
     now = 10.0
     sched = make_scheduler()
-    sched.first_audio_margin = 1.5
-    sched.detok_time_s = 0.15  # urgent below 2 x 0.15 x 1.5 = 0.45 s of buffered audio
+    sched.detok_time_s = 0.15  # urgent below 2 x 0.15 x LANE_URGENT_MARGIN = 0.45 s buffered
     sched.lane_time_s = 0.1
-    comfortable = streaming(sched, now)  # 3.0 s emitted, 4.0 s since first audio: 0 left...
-    comfortable.audio_emitted_s = 5.0  # ... now 1.0 s buffered
+    comfortable = streaming(sched, now)  # 1.0 s buffered
     short = streaming(sched, now)
     short.audio_emitted_s = 4.3  # 0.3 s buffered
     shorter = streaming(sched, now)
     shorter.audio_emitted_s = 4.1  # 0.1 s buffered
     new = admit(sched, arrival=now - 0.3)  # its first-audio budget is spent: it goes now
     generate(sched, new, FACTS.first_chunk_tokens)
+    assert LANE_URGENT_MARGIN == 1.5
     assert sched.lane_urgent(short, now) and not sched.lane_urgent(comfortable, now)
     plan = sched.schedule_detok_jobs(now, steady_free=False, lane_room=8)
     assert plan.lane == [new, shorter, short]  # first chunks first, then the least slack
@@ -145,17 +145,15 @@ def test_a_request_decoded_once_but_still_silent_stays_off_the_lane():
     assert sched.schedule_detok_jobs(now, steady_free=True, lane_room=8).steady == [req]
 
 
-def run_fake_engine(
-    seed: int, lane_room: int, steps: int = 500, margin: float = 0.0, step_s: float = 0.01
-):
+def run_fake_engine(seed: int, lane_room: int, steps: int = 500, step_s: float = 0.01):
     """Requests arrive, gain a token a step (of `step_s`; a token is 0.04 s of audio), and
     their ready chunks go out as jobs that take a random number of steps (lane jobs short,
     steady ones long), so jobs finish in every order.
     Each job's rows are checked against the jobs in flight. Returns the scheduler, requests,
     each request's decoded token ranges in the order their jobs came back, and the jobs."""
     rng = random.Random(seed)
-    sched = make_scheduler(max_detok_batch=4, first_audio_margin=margin)
-    sched.detok_time_s = 0.06  # the steady job's estimate, which lane_urgent compares with
+    sched = make_scheduler(max_detok_batch=4)
+    sched.detok_time_s = 0.1  # the steady job's estimate, which lane_urgent compares with
     requests: list[Request] = []
     in_flight: list[tuple[int, bool, list]] = []  # (step it finishes, lane, rows)
     returned: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -197,11 +195,11 @@ def run_fake_engine(
     return sched, requests, returned, jobs
 
 
-@pytest.mark.parametrize("seed,margin", [(0, 0.0), (1, 0.0), (2, 3.0), (3, 3.0)])
-def test_chunks_of_every_request_come_back_once_and_in_order(seed, margin):
-    # With a margin, tokens come barely faster than real time, so buffers run thin.
-    step_s = 0.01 if margin == 0 else 0.035
-    sched, requests, returned, jobs = run_fake_engine(seed, 2, margin=margin, step_s=step_s)
+@pytest.mark.parametrize("seed,step_s", [(0, 0.01), (1, 0.01), (2, 0.035), (3, 0.035)])
+def test_chunks_of_every_request_come_back_once_and_in_order(seed, step_s):
+    # Tokens at 4x real time (0.01 s a step) build deep buffers; at 0.035 s, barely faster
+    # than real time, buffers run thin and chunks about to be late take the lane.
+    sched, requests, returned, jobs = run_fake_engine(seed, 2, step_s=step_s)
     assert not sched.requests, "every request was flushed and removed"
     for req in requests:
         ranges = returned[req.request_id]
@@ -213,9 +211,9 @@ def test_chunks_of_every_request_come_back_once_and_in_order(seed, margin):
     assert lane_jobs and steady_jobs
     # The lane ran beside the steady job: some lane job was submitted while one was in flight.
     assert any(s0 <= l0 < s1 for l0, *_ in lane_jobs for s0, s1, *_ in steady_jobs)
-    # With a margin, playing requests whose chunk would come late took the lane too (and still
-    # came back in order, above); without one, only first chunks did.
-    assert any(urgent for *_, urgent in lane_jobs) == (margin > 0)
+    # With thin buffers, playing requests whose chunk would come late took the lane too (and
+    # still came back in order, above); with deep ones only first chunks did.
+    assert any(urgent for *_, urgent in lane_jobs) == (step_s > 0.01)
 
 
 def test_without_a_lane_every_chunk_takes_the_steady_job():
