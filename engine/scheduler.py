@@ -37,10 +37,6 @@ _KEEPS_KV = (
 )
 
 
-# Scheduler.lane_urgent's margin over the time a chunk would wait for the steady job.
-LANE_URGENT_MARGIN = 1.5
-
-
 def ema(old: float, new: float, weight: float = 0.2) -> float:
     """The running estimates' update (step cadence, codec time, second-chunk gap)."""
     return (1 - weight) * old + weight * new
@@ -353,11 +349,12 @@ class Scheduler:
 
     def lane_urgent(self, request: Request, now: float) -> bool:
         """Whether a playing request's ready chunk belongs on the lane: its listener's buffer
-        would not last, with LANE_URGENT_MARGIN, through a steady job in flight and then its
-        own (two steady jobs). On the H200 at 3-4 req/s the streams that came late were second
-        chunks that waited so (BENCHMARKS.md, sixth session). The margin is kept small so that
-        the lane stays free for first chunks, which it is for."""
-        return request.buffered_audio_s(now) < 2 * self.detok_time_s * LANE_URGENT_MARGIN
+        would not last, with the first-audio margin, through a steady job in flight and then
+        its own (two steady jobs). On the H200 the streams that came late were second chunks
+        that waited so (BENCHMARKS.md, sixth session). With the margin (3 on CUDA) most second
+        chunks take the lane: at 4 and 6 req/s no stream of 107 came late; with 1.5 in its
+        place one of 15 did at 6 req/s and one of 23 at 3 (seventh session)."""
+        return request.buffered_audio_s(now) < 2 * self.detok_time_s * self.first_audio_margin
 
 @dataclass
 class DetokPlan:

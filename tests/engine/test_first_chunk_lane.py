@@ -12,7 +12,7 @@ import pytest
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.scheduler import LANE_URGENT_MARGIN, ChunkingFacts, Scheduler
+from engine.scheduler import ChunkingFacts, Scheduler
 from tests.engine.test_scheduler import apply_llm_step
 
 FACTS = ChunkingFacts(
@@ -111,7 +111,8 @@ def test_a_playing_request_about_to_run_dry_takes_the_lane_after_first_chunks():
     margin) goes out on the lane; one with a comfortable buffer waits for the steady job."""
     now = 10.0
     sched = make_scheduler()
-    sched.detok_time_s = 0.15  # urgent below 2 x 0.15 x LANE_URGENT_MARGIN = 0.45 s buffered
+    sched.first_audio_margin = 1.5
+    sched.detok_time_s = 0.15  # urgent below 2 x 0.15 x 1.5 = 0.45 s of buffered audio
     sched.lane_time_s = 0.1
     comfortable = streaming(sched, now)  # 1.0 s buffered
     short = streaming(sched, now)
@@ -120,7 +121,6 @@ def test_a_playing_request_about_to_run_dry_takes_the_lane_after_first_chunks():
     shorter.audio_emitted_s = 4.1  # 0.1 s buffered
     new = admit(sched, arrival=now - 0.3)  # its first-audio budget is spent: it goes now
     generate(sched, new, FACTS.first_chunk_tokens)
-    assert LANE_URGENT_MARGIN == 1.5
     assert sched.lane_urgent(short, now) and not sched.lane_urgent(comfortable, now)
     plan = sched.schedule_detok_jobs(now, steady_free=False, lane_room=8)
     assert plan.lane == [new, shorter, short]  # first chunks first, then the least slack
@@ -152,7 +152,7 @@ def run_fake_engine(seed: int, lane_room: int, steps: int = 500, step_s: float =
     Each job's rows are checked against the jobs in flight. Returns the scheduler, requests,
     each request's decoded token ranges in the order their jobs came back, and the jobs."""
     rng = random.Random(seed)
-    sched = make_scheduler(max_detok_batch=4)
+    sched = make_scheduler(max_detok_batch=4, first_audio_margin=1.5)
     sched.detok_time_s = 0.1  # the steady job's estimate, which lane_urgent compares with
     requests: list[Request] = []
     in_flight: list[tuple[int, bool, list]] = []  # (step it finishes, lane, rows)
