@@ -48,6 +48,9 @@ class EngineConfig:
     # token waits. With priority the block scheduler hands freed SMs to the step first, so a
     # step costs about what it costs alone and the codec fills the gaps (docs/engine.md).
     llm_stream_priority: bool = True
+    # Append each finished request's timeline (queue, steps to its first chunk, cover wait,
+    # codec wait and job, gaps) to this JSON-lines file (engine/request_trace.py). None: off.
+    trace_path: str | None = None
     # Overlap the host work of step n+1 (scheduling, input preparation, attention planning,
     # the launch) with the device's step n, for models whose facts allow it
     # (ModelFacts.supports_async_scheduling); False forces the synchronous step. Equal to the

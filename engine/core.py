@@ -37,6 +37,7 @@ from engine.outputs import (
     TextDelta,
 )
 from engine.request import Request, RequestStatus, SamplingParams, Token
+from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler, ema
 from engine.worker import LaunchedStep, Worker
 from models.base import ModelInputError, Prompt, SpeechModel
@@ -123,6 +124,8 @@ class EngineCore:
         self.steps = 0
         self._last_detok_s = 0.0
         self._last_llm_start: float | None = None
+        # Finished requests' timelines, when asked for (engine/request_trace.py).
+        self.traces = TraceWriter(config.trace_path) if config.trace_path else None
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
@@ -148,6 +151,8 @@ class EngineCore:
 
     def close(self) -> None:
         self.detok.close()
+        if self.traces is not None:
+            self.traces.close()
 
     def warm_up(self) -> None:
         """Run one short request through every stage before serving: kernels that compile on
@@ -226,6 +231,8 @@ class EngineCore:
         if not decision.ok:
             raise EngineOverloaded(decision.reason)
         self.worker.add_request(request)
+        if self.traces is not None:
+            request.trace = RequestTrace(request.arrival_time, request.num_prompt_tokens)
         return request
 
     def _prompt(self, spec: SpeechRequest) -> Prompt:
@@ -272,6 +279,7 @@ class EngineCore:
         request.status = RequestStatus.FINISHED_CANCELLED
         self.scheduler.remove(request_id)
         self.worker.drop_request(request_id)
+        self._write_trace(request)
         return [self._finished(request, FinishReason.CANCELLED)]
 
     def report_playback(self, request_id: str, played_s: float) -> None:
@@ -384,12 +392,20 @@ class EngineCore:
         lane_room = self.detok.lane_room
         if not (steady_free or lane_room):
             return False
-        plan = self.scheduler.schedule_detok_jobs(self.clock(), steady_free, lane_room)
+        now = self.clock()
+        plan = self.scheduler.schedule_detok_jobs(now, steady_free, lane_room)
         stops = self.model.facts.stop_token_ids
-        if plan.lane:
-            self.detok.submit_lane(self.worker.detok_job(plan.lane, stops))
-        if plan.steady:
-            self.detok.submit(self.worker.detok_job(plan.steady, stops))
+        for lane, requests in ((True, plan.lane), (False, plan.steady)):
+            if not requests:
+                continue
+            job = self.worker.detok_job(requests, stops)
+            for request, tokens in zip(requests, job.new_tokens, strict=True):
+                if request.trace is not None:
+                    request.trace.submitted(now, len(tokens), lane, len(requests))
+            if lane:
+                self.detok.submit_lane(job)
+            else:
+                self.detok.submit(job)
         return bool(plan.lane or plan.steady)
 
     def _token_interval(self, step_start: float, llm_s: float) -> float:
@@ -425,6 +441,8 @@ class EngineCore:
                 continue
             token = self.model.follow_row(request.prompt_ids, request.output_ids, token)
             request.output_ids.append(token)
+            if request.trace is not None:
+                request.trace.first_token(self.clock())
             n = len(request.output_ids)
             if self.model.is_stop(token) and n > request.sampling.min_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_STOPPED)
@@ -465,6 +483,8 @@ class EngineCore:
                 request.detok_in_flight = False
                 if request.request_id not in self.scheduler.requests:
                     continue  # cancelled while its chunk was being decoded
+                if request.trace is not None:
+                    request.trace.out(now, job.started, len(pcm) / rate, request.audio_lead_s(now))
                 if len(pcm):
                     self.scheduler.audio_out(request, now, len(pcm) / rate)
                     events.append(AudioChunk(request.request_id, pcm, rate))
@@ -472,8 +492,15 @@ class EngineCore:
                     request.detok_done = True
                     self.scheduler.remove(request.request_id)
                     self.worker.drop_request(request.request_id)
+                    self._write_trace(request)
                     events.append(self._finished(request, _REASONS[request.status]))
         return events
+
+    def _write_trace(self, request: Request) -> None:
+        if self.traces is not None and request.trace is not None:
+            request.trace.tokens = len(request.output_ids)
+            request.trace.status = request.status.name.lower()
+            self.traces.write(request.request_id, request.trace)
 
     @staticmethod
     def _finished(request: Request, reason: FinishReason) -> Finished:

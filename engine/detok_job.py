@@ -36,10 +36,11 @@ class DetokJob:
     seconds: float = 0.0  # decode wall time, for the scheduler's estimate
     error: BaseException | None = None
     lane: bool = False  # a first-chunk lane job (else a steady one)
+    started: float | None = None  # when the codec began it (engine clock)
 
 
 def run_job(codec: Codec, job: DetokJob, clock) -> DetokJob:
-    start = clock()
+    job.started = start = clock()
     with torch.inference_mode():
         job.audio = codec.detokenize(job.states, job.new_tokens, job.final)
     job.seconds = clock() - start

@@ -9,6 +9,10 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.request_trace import RequestTrace
 
 # One step's token: a vocabulary id, or a row of ids for models with a depth stage (CSM: a
 # frame's codebooks plus a text column). Same alias as models.base.Token (no torch here).
@@ -37,7 +41,9 @@ class SamplingParams:
         if self.top_k < 0:
             raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.5 <= self.repetition_penalty <= 5.0:
-            raise ConfigError(f"repetition_penalty must be in [0.5, 5], got {self.repetition_penalty}")
+            raise ConfigError(
+                f"repetition_penalty must be in [0.5, 5], got {self.repetition_penalty}"
+            )
         if self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0 <= self.min_tokens <= self.max_tokens:
@@ -109,6 +115,8 @@ class Request:
     # What the model's preprocess attached for its later stages (models.base.Prompt.extras:
     # CosyVoice 2's voice conditioning for the detokenizer).
     extras: dict = field(default_factory=dict)
+    # The request's timeline when the engine traces requests (engine/request_trace.py).
+    trace: RequestTrace | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -164,10 +172,15 @@ class Request:
 
     def buffered_audio_s(self, now: float) -> float:
         """Audio delivered but not yet played: how long the listener can go without more."""
+        return max(self.audio_lead_s(now), 0.0)
+
+    def audio_lead_s(self, now: float) -> float:
+        """buffered_audio_s, negative once the listener has run dry: by how long, if playback
+        had not paused (exact for a stream's first gap; later ones count the earlier too)."""
         if self.first_audio_time is None:
             return 0.0
         if self.played_s is not None and self.played_report_time is not None:
             played = self.played_s + (now - self.played_report_time)
         else:
             played = now - self.first_audio_time
-        return self.audio_emitted_s - min(played, self.audio_emitted_s)
+        return self.audio_emitted_s - played

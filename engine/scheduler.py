@@ -303,6 +303,8 @@ class Scheduler:
         pending = request.pending_detok_tokens
         if pending < self.facts.first_chunk_tokens:
             return False
+        if request.trace is not None:
+            request.trace.first_chunk_ready(now)
         # The budget is for the audio to be out, so the codec's own time counts against it
         # (CosyVoice 2's flow + HiFT chunk: ~0.1 s on the H200; its lane job: less).
         if now - request.arrival_time + codec_s >= self.config.first_audio_budget_s:
@@ -355,6 +357,7 @@ class Scheduler:
         chunks take the lane: at 4 and 6 req/s no stream of 107 came late; with 1.5 in its
         place one of 15 did at 6 req/s and one of 23 at 3 (seventh session)."""
         return request.buffered_audio_s(now) < 2 * self.detok_time_s * self.first_audio_margin
+
 
 @dataclass
 class DetokPlan:

@@ -98,6 +98,14 @@ def add_serve_parser(subparsers) -> None:
         "%(default)s)",
     )
     g.add_argument(
+        "--trace-requests",
+        default=None,
+        metavar="FILE",
+        help="append each finished request's timeline to FILE as a JSON line: time to its first "
+        "token and first chunk, the first-chunk rule's hold, codec wait and job, gaps "
+        "(engine/request_trace.py; `voxgate bench --serve` turns it on)",
+    )
+    g.add_argument(
         "--first-hop-tokens",
         type=int,
         default=None,
@@ -282,6 +290,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         first_hop_tokens=args.first_hop_tokens,
         first_audio_margin=args.first_audio_margin,
         first_audio_budget_s=args.first_audio_budget,
+        trace_path=args.trace_requests,
     )
     keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(environ)]))  # dedupe, keep order
     return GatewaySettings(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.request_trace import read_traces
+from engine.request_trace import summarize as summarize_traces
 from gateway.bench import report, servers
 from gateway.bench.config import BenchConfig
 from gateway.bench.goodput import search_goodput
@@ -49,6 +51,8 @@ class BenchRun:
         self.started = time.monotonic()
         # Tokens per audio second: --token-rate, else the served model's (_resolve_token_rate).
         self.token_rate: float | None = cfg.token_rate
+        # The engine's request timelines of the server this bench started and is measuring.
+        self._trace_path: Path | None = None
         now = datetime.datetime.now(datetime.UTC)
         machine = report.machine_name()
         self.path = report.results_path(Path(cfg.out_dir), machine, cfg.model, now)
@@ -149,6 +153,7 @@ class BenchRun:
         reserve_s: float,
         ws_throughput_n: int,
     ) -> None:
+        self._trace_path = None  # set by _start for a server of ours
         try:
             server = self._start(spec, reserve_s) if spec.url is None else None
         except RuntimeError as exc:  # recorded; the other systems still run
@@ -212,11 +217,17 @@ class BenchRun:
         port = servers.free_port()
         if spec.kind == "hf-baseline":
             cmd = servers.baseline_command(c.model, c.random_weights, c.device, port)
-        else:
-            cmd = servers.serve_command(
-                c.model, c.random_weights, spec.policy, c.device, port, list(c.server_args)
-            )
         log_path = self.path.with_name(f"{self.path.stem}.{spec.name}.log")
+        self._trace_path = None
+        if spec.kind != "hf-baseline":
+            # The engine's per-request timelines: each point's summary says where its time to
+            # first audio and its gaps went (engine/request_trace.py).
+            self._trace_path = log_path.with_suffix(".trace.jsonl")
+            self._trace_path.unlink(missing_ok=True)
+            extra = [*c.server_args, "--trace-requests", str(self._trace_path)]
+            cmd = servers.serve_command(
+                c.model, c.random_weights, spec.policy, c.device, port, extra
+            )
         timeout = min(c.startup_timeout_s, max(30.0, self._remaining(reserve_s)))
         return servers.start_server(spec.name, cmd, port, log_path, timeout)
 
@@ -257,7 +268,9 @@ class BenchRun:
             return None
         stop = c.early_stop and early_stop
         stop_after = math.floor((1 - c.slo.viability) * len(plan)) if stop else None
+        began = time.monotonic()  # the engine's clock too (same machine): its traces' arrivals
         outcome = gen.run(plan, self._options(url), stop_after)
+        ended = time.monotonic()
         summary = summarize(outcome.records, c.initial_buffer_ms, c.slo, rate)
         if outcome.stopped_early:
             summary["passes"] = False
@@ -287,6 +300,25 @@ class BenchRun:
         self._save()
         if http:
             servers.wait_idle(http)
+        trace = self._trace_path
+        if trace is not None and http and trace.exists():
+            # Every request of the point has finished or been cancelled by now (idle server).
+            traces = read_traces(trace, began, ended)
+            entry["points"][-1]["engine_trace"] = engine = summarize_traces(traces)
+            self._save()
+            p50 = {k: (v or {}).get("p50") for k, v in engine.items() if isinstance(v, dict | None)}
+            log.info(
+                "  engine p50 ms: first token %s, +steps to first chunk %s, +held %s, "
+                "+codec wait %s, +codec %s = first audio %s; second chunk %s later; gaps %s",
+                p50["to_first_token"],
+                p50["to_first_chunk_tokens"],
+                p50["held"],
+                p50["codec_wait"],
+                p50["codec"],
+                p50["first_audio"],
+                p50["second_after_first"],
+                engine["gaps_ms"] or "none",
+            )
         time.sleep(c.settle_s)
         return bool(summary["passes"])
 

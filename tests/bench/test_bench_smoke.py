@@ -103,10 +103,17 @@ def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys):
             assert rec["done"]["status"] == "length" and rec["frame_ms"] == 20
             assert rec["tokens"] == tokens_for(rec["audio_seconds"], settings["token_rate"])
             assert rec["arrivals_ms"] == sorted(rec["arrivals_ms"])
+        # The engine's side of the same requests (its traces, this point's arrivals only; a
+        # text of two sentences is two engine requests): first audio before the client's.
+        engine = point["engine_trace"]
+        assert engine["requests"] >= 4 and engine["first_audio"]["n"] == engine["requests"]
+        assert engine["first_audio"]["p50"] <= ttfa["p99"]
+        assert engine["to_first_token"]["max"] <= engine["first_audio"]["max"]
     assert set(data["ttfa_ms"]) == {"p50", "p90", "p99"} and data["ttfa_ms"]["p90"] > 0
 
     baseline = data["systems"]["hf-baseline"]
     assert baseline["points"] and "throughput" not in baseline
+    assert "engine_trace" not in baseline["points"][0]  # not a Voxgate engine
     assert len(baseline["points"][0]["records"]) >= 2
     assert all(r["ok"] for r in baseline["points"][0]["records"])
     assert data["baseline_rtf"] is None and data["baseline_goodput_req_s"] == 2.0

@@ -46,6 +46,13 @@ def test_options_become_settings():
         "12",
         "--max-detok-batch",
         "8",
+        "--first-audio-margin",
+        "2.5",
+        "--first-audio-budget",
+        "0.4",
+        "--no-llm-priority",
+        "--trace-requests",
+        "/tmp/trace.jsonl",
     )
     environ = {"VOXGATE_API_KEYS": "k-two,k-three", "VOXGATE_TWILIO_AUTH_TOKEN": "tw-secret"}
     settings = settings_from_args(args, environ=environ)
@@ -56,6 +63,12 @@ def test_options_become_settings():
     assert settings.max_sessions_per_key == 3 and settings.lead_ms == 400
     assert settings.engine.device == "cpu" and settings.engine.first_hop_tokens == 12
     assert settings.engine.max_detok_batch == 8
+    assert settings.engine.first_audio_margin == 2.5 and settings.engine.first_audio_budget_s == 0.4
+    assert not settings.engine.llm_stream_priority
+    assert settings.engine.trace_path == "/tmp/trace.jsonl"
+    defaults = settings_from_args(parse(), environ={}).engine
+    assert defaults.llm_stream_priority and defaults.trace_path is None
+    assert defaults.first_audio_margin is None and defaults.first_audio_budget_s == 0.35
 
 
 def test_cpu_options_are_left_to_the_model_unless_given():

@@ -1,0 +1,177 @@
+"""Per-request timelines, written as one JSON line per finished request when
+`EngineConfig.trace_path` is set (`voxgate serve --trace-requests FILE`; `voxgate bench --serve`
+turns it on and summarises each rate point with `summarize`).
+
+Why: the bench sees a stream from the outside (time to first audio, gaps), not where the time
+went. A request's time to first audio is its wait for a first token (queue and prefill), the
+steps until its first chunk has its tokens, the time the first-chunk rule holds the chunk back
+to build cover, the wait for a codec job to start and the job itself. A gap is a chunk that came
+out after the listener's buffer ran dry. Each of those is a different fix (BENCHMARKS.md).
+
+Times are the engine's clock (time.monotonic, the same clock across the machine's processes):
+`arrival` is absolute, every other time is milliseconds after it. Plain data, no torch: the
+scheduler and core fill it in; nothing here changes what they decide.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+@dataclass
+class ChunkTrace:
+    """One codec job's part of a request: its new tokens and when they went through."""
+
+    tokens: int  # new tokens this job decoded for the request
+    submitted_ms: float  # the job left the engine thread
+    lane: bool  # the first-chunk lane's job (else the steady one)
+    rows: int  # requests in the job
+    started_ms: float | None = None  # the codec began the job (after any job ahead of it)
+    out_ms: float | None = None  # its audio reached the engine thread's events
+    audio_ms: float = 0.0
+    # The listener's audio left when this chunk came out (engine view, before adding it):
+    # negative is a gap of that length.
+    buffered_ms: float | None = None
+
+
+@dataclass
+class RequestTrace:
+    arrival: float  # engine clock, seconds
+    prompt_tokens: int
+    first_token_ms: float | None = None  # the first generated token was on the host
+    first_chunk_ready_ms: float | None = None  # the first chunk's tokens all existed
+    chunks: list[ChunkTrace] = field(default_factory=list)
+    tokens: int = 0
+    status: str = ""
+
+    def ms(self, now: float) -> float:
+        return round(1e3 * (now - self.arrival), 2)
+
+    def first_token(self, now: float) -> None:
+        if self.first_token_ms is None:
+            self.first_token_ms = self.ms(now)
+
+    def first_chunk_ready(self, now: float) -> None:
+        if self.first_chunk_ready_ms is None:
+            self.first_chunk_ready_ms = self.ms(now)
+
+    def submitted(self, now: float, tokens: int, lane: bool, rows: int) -> None:
+        self.chunks.append(ChunkTrace(tokens, self.ms(now), lane, rows))
+
+    def out(self, now: float, started: float | None, audio_s: float, buffered_s: float) -> None:
+        """The newest chunk came back: `started` the job's start (engine clock, None if
+        unknown), `buffered_s` the listener's audio left before this chunk's."""
+        if not self.chunks:
+            return
+        chunk = self.chunks[-1]
+        chunk.started_ms = None if started is None else self.ms(started)
+        chunk.out_ms = self.ms(now)
+        chunk.audio_ms = round(1e3 * audio_s, 2)
+        chunk.buffered_ms = round(1e3 * buffered_s, 2)
+
+    def to_json(self, request_id: str) -> str:
+        return json.dumps({"request_id": request_id, **asdict(self)}, separators=(",", ":"))
+
+
+class TraceWriter:
+    """Appends finished requests' timelines to a JSON-lines file, a line at a time."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = open(self.path, "a", buffering=1)  # noqa: SIM115 - kept open
+
+    def write(self, request_id: str, trace: RequestTrace) -> None:
+        if self._file is not None:
+            self._file.write(trace.to_json(request_id) + "\n")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_traces(path: str | Path, since: float = -math.inf, until: float = math.inf) -> list[dict]:
+    """The timelines in `path` of requests that arrived in [since, until) (engine clock)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                trace = json.loads(line)
+                if since <= trace["arrival"] < until:
+                    out.append(trace)
+    return out
+
+
+def _percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    v = sorted(values)
+
+    def q(p: float) -> float:
+        return round(v[min(len(v) - 1, int(p * len(v)))], 1)
+
+    return {"p50": q(0.5), "p90": q(0.9), "max": round(v[-1], 1), "n": len(v)}
+
+
+def summarize(traces: list[dict]) -> dict:
+    """Where time to first audio and the second chunk's wait went, as percentiles (ms):
+    `to_first_token` (queue + prefill), `to_first_chunk_tokens` (decode steps after it),
+    `held` (the first-chunk rule building cover), `codec_wait` (a job ahead of it),
+    `codec` (its job), `first_audio`; the same for the second chunk after the first came out;
+    the lane's share of chunks; and each stream's first gap the engine saw (a chunk out after
+    the listener's buffer ran dry, by the engine's playback estimate)."""
+    parts: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "to_first_token",
+            "to_first_chunk_tokens",
+            "held",
+            "codec_wait",
+            "codec",
+            "first_audio",
+            "second_after_first",
+            "second_codec_wait",
+            "second_codec",
+        )
+    }
+    gaps, chunks, lane_chunks, first_on_lane = [], 0, 0, 0
+    for t in traces:
+        done = [c for c in t["chunks"] if c.get("out_ms") is not None]
+        chunks += len(done)
+        lane_chunks += sum(c["lane"] for c in done)
+        # A stream's first gap (later values would count it again: request.audio_lead_s).
+        late = [-c["buffered_ms"] for c in done[1:] if (c["buffered_ms"] or 0) < 0]
+        gaps += late[:1]
+        audible = [c for c in done if c["audio_ms"] > 0]
+        if t["first_token_ms"] is not None:
+            parts["to_first_token"].append(t["first_token_ms"])
+        if not audible:
+            continue
+        first = audible[0]
+        first_on_lane += first["lane"]
+        ready = t["first_chunk_ready_ms"]
+        if ready is not None and t["first_token_ms"] is not None:
+            parts["to_first_chunk_tokens"].append(ready - t["first_token_ms"])
+            parts["held"].append(first["submitted_ms"] - ready)
+        if first["started_ms"] is not None:
+            parts["codec_wait"].append(first["started_ms"] - first["submitted_ms"])
+            parts["codec"].append(first["out_ms"] - first["started_ms"])
+        parts["first_audio"].append(first["out_ms"])
+        if len(audible) > 1:
+            second = audible[1]
+            parts["second_after_first"].append(second["out_ms"] - first["out_ms"])
+            if second["started_ms"] is not None:
+                parts["second_codec_wait"].append(second["started_ms"] - second["submitted_ms"])
+                parts["second_codec"].append(second["out_ms"] - second["started_ms"])
+    out: dict = {k: _percentiles(v) for k, v in parts.items()}
+    out["requests"] = len(traces)
+    out["chunks"] = chunks
+    out["lane_share"] = round(lane_chunks / chunks, 3) if chunks else None
+    out["first_chunks_on_lane"] = first_on_lane
+    out["gaps_ms"] = sorted(round(g, 1) for g in gaps)
+    return out

@@ -1,0 +1,100 @@
+"""Per-request timelines (engine/request_trace.py): the summary's arithmetic on hand-made
+timelines, and the engine on the CPU writing one line per finished or cancelled request whose
+times are in order and whose chunks add up to what the listener got."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.outputs import AudioChunk, SpeechRequest
+from engine.request import SamplingParams
+from engine.request_trace import RequestTrace, TraceWriter, read_traces, summarize
+from models.registry import load_model
+
+
+def timeline(arrival: float, first_token: float, ready: float, chunks: list[tuple]) -> dict:
+    """chunks: (submitted, started, out, audio_s, buffered_s) in seconds after arrival."""
+    t = RequestTrace(arrival, prompt_tokens=10)
+    t.first_token(arrival + first_token)
+    t.first_token(arrival + first_token + 1.0)  # only the first counts
+    t.first_chunk_ready(arrival + ready)
+    for submitted, started, out, audio_s, buffered_s in chunks:
+        t.submitted(arrival + submitted, tokens=25, lane=submitted < 0.5, rows=4)
+        t.out(arrival + out, arrival + started, audio_s, buffered_s)
+    return json.loads(t.to_json("r"))
+
+
+def test_summary_splits_time_to_first_audio_and_finds_gaps(tmp_path):
+    a = timeline(100.0, 0.05, 0.20, [(0.30, 0.32, 0.36, 0.6, 0.0), (0.60, 0.70, 0.80, 1.0, 0.16)])
+    b = timeline(101.0, 0.10, 0.25, [(0.25, 0.25, 0.30, 0.6, 0.0), (0.90, 1.00, 1.05, 1.0, -0.15)])
+    assert a["first_token_ms"] == 50.0 and a["chunks"][0]["started_ms"] == 320.0
+    s = summarize([a, b])
+    assert s["requests"] == 2 and s["chunks"] == 4
+    assert s["to_first_token"]["max"] == 100.0
+    assert sorted([s["to_first_chunk_tokens"]["p50"], s["to_first_chunk_tokens"]["max"]]) == [
+        150.0,
+        150.0,
+    ]
+    assert s["held"]["max"] == 100.0  # a: ready at 200 ms, submitted at 300
+    assert s["codec_wait"]["max"] == 20.0 and s["codec"]["max"] == 50.0
+    assert s["first_audio"]["max"] == 360.0
+    assert s["second_after_first"]["max"] == 750.0  # b: 1050 - 300
+    assert s["second_codec_wait"]["max"] == 100.0
+    assert s["gaps_ms"] == [150.0]  # b's second chunk came 150 ms after its listener ran dry
+    assert s["lane_share"] == 0.5 and s["first_chunks_on_lane"] == 2
+
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(path)
+    for arrival in (5.0, 6.0, 7.0):
+        writer.write(f"r{arrival}", RequestTrace(arrival, 3))
+    writer.close()
+    assert [t["arrival"] for t in read_traces(path, 5.5, 7.0)] == [6.0]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model("tiny-cosyvoice2")
+
+
+def test_the_engine_writes_each_requests_timeline(model, tmp_path):
+    path = tmp_path / "trace.jsonl"
+    config = EngineConfig(
+        num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, trace_path=str(path)
+    )
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=70, min_tokens=70)
+    kept = core.add_request(SpeechRequest("Hello there, how are you?", None, params))
+    dropped = core.add_request(SpeechRequest("Never mind.", None, params))
+    audio: list[np.ndarray] = []
+    for _ in range(5):
+        core.step()
+    core.cancel(dropped.request_id)
+    while core.has_work():
+        for event in core.step():
+            if isinstance(event, AudioChunk) and event.request_id == kept.request_id:
+                audio.append(event.pcm)
+    core.close()
+
+    lines = {t["request_id"]: t for t in read_traces(path)}
+    assert set(lines) == {kept.request_id, dropped.request_id}
+    assert lines[dropped.request_id]["status"] == "finished_cancelled"
+    t = lines[kept.request_id]
+    assert t["status"] == "finished_length" and t["tokens"] == 70
+    assert t["arrival"] == kept.arrival_time and t["prompt_tokens"] == kept.num_prompt_tokens
+    first = t["chunks"][0]
+    assert 0 <= t["first_token_ms"] <= t["first_chunk_ready_ms"] <= first["submitted_ms"]
+    for c in t["chunks"]:
+        assert c["submitted_ms"] <= c["started_ms"] <= c["out_ms"] and not c["lane"]
+    assert [c["out_ms"] for c in t["chunks"]] == sorted(c["out_ms"] for c in t["chunks"])
+    assert sum(c["tokens"] for c in t["chunks"]) <= 70
+    heard_ms = 1e3 * sum(len(pcm) for pcm in audio) / model.facts.sample_rate
+    assert sum(c["audio_ms"] for c in t["chunks"]) == pytest.approx(heard_ms, abs=0.1)
+    assert first["buffered_ms"] == 0.0  # nothing was playing before the first chunk
+    s = summarize(list(lines.values()))
+    assert s["requests"] == 2 and s["first_audio"]["n"] == 1
