@@ -21,16 +21,15 @@ import numpy as np
 import torch
 
 from engine.attention import KVCache
+from engine.audio_out import AudioOut
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.detok_job import Detokenizer, DetokJob
+from engine.detok_job import Detokenizer
 from engine.detok_pipeline import make_detokenizer
 from engine.llm_stream import LlmStream
 from engine.outputs import (
-    AudioChunk,
     EngineEvent,
     EngineStats,
-    Finished,
     FinishReason,
     SpeechRequest,
     StepTiming,
@@ -43,13 +42,6 @@ from engine.worker import LaunchedStep, Worker
 from models.base import ModelInputError, Prompt, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
-
-_REASONS = {
-    RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
-    RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
-    RequestStatus.FINISHED_CANCELLED: FinishReason.CANCELLED,
-    RequestStatus.FINISHED_FAILED: FinishReason.FAILED,
-}
 
 
 class EngineOverloaded(RuntimeError):
@@ -118,14 +110,13 @@ class EngineCore:
             model.enable_cuda_graphs(CallableGraphs(device))  # its codec runs on this thread
         # The codec's graphs are captured by make_detokenizer, on the thread that replays them.
         self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
-        self.lane_jobs = 0  # first-chunk lane jobs done (their time: scheduler.lane_time_s)
+        # Jobs out to it and events back, with finished requests' timelines when asked for.
+        traces = TraceWriter(config.trace_path) if config.trace_path else None
+        self.audio = AudioOut(model, self.scheduler, self.worker, clock, traces)
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
-        self._last_detok_s = 0.0
         self._last_llm_start: float | None = None
-        # Finished requests' timelines, when asked for (engine/request_trace.py).
-        self.traces = TraceWriter(config.trace_path) if config.trace_path else None
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
@@ -151,8 +142,12 @@ class EngineCore:
 
     def close(self) -> None:
         self.detok.close()
-        if self.traces is not None:
-            self.traces.close()
+        self.audio.close()
+
+    @property
+    def lane_jobs(self) -> int:
+        """First-chunk lane jobs done (their time: scheduler.lane_time_s)."""
+        return self.audio.lane_jobs
 
     def warm_up(self) -> None:
         """Run one short request through every stage before serving: kernels that compile on
@@ -231,7 +226,7 @@ class EngineCore:
         if not decision.ok:
             raise EngineOverloaded(decision.reason)
         self.worker.add_request(request)
-        if self.traces is not None:
+        if self.audio.traces is not None:
             request.trace = RequestTrace(request.arrival_time, request.num_prompt_tokens)
         return request
 
@@ -279,8 +274,7 @@ class EngineCore:
         request.status = RequestStatus.FINISHED_CANCELLED
         self.scheduler.remove(request_id)
         self.worker.drop_request(request_id)
-        self._write_trace(request)
-        return [self._finished(request, FinishReason.CANCELLED)]
+        return [self.audio.finished(request, FinishReason.CANCELLED)]
 
     def report_playback(self, request_id: str, played_s: float) -> None:
         request = self.scheduler.requests.get(request_id)
@@ -343,7 +337,7 @@ class EngineCore:
                 self.duplex.last_batch = 0
                 self.steps += 1
             return events
-        events = self._collect_audio(self.detok.poll())
+        events = self.audio.collect(self.detok.poll())
         plan = self.scheduler.schedule(t0)
         timing = StepTiming(batch_size=len(plan.chunks), num_tokens=plan.num_tokens)
         launched = None
@@ -373,40 +367,18 @@ class EngineCore:
         # ahead. With a first-chunk lane, first chunks go out at once as a small job of their
         # own beside the steady one (one lane job at a time too).
         if self.detok.in_flight:  # a job may have finished while the LLM stepped
-            events += self._collect_audio(self.detok.poll())
-        ready = self._submit_detok()
+            events += self.audio.collect(self.detok.poll())
+        ready = self.audio.submit(self.detok)
         # Inline jobs are done already; a threaded one is waited for only when the LLM had
         # nothing to do, so the loop does not spin.
-        events += self._collect_audio(self.detok.poll(wait_s=0.0 if plan.chunks else 0.005))
-        timing.detok_s = self._last_detok_s
+        events += self.audio.collect(self.detok.poll(wait_s=0.0 if plan.chunks else 0.005))
+        timing.detok_s = self.audio.last_job_s
         timing.host_s = max(
             0.0, self.clock() - t0 - timing.llm_s - (timing.detok_s if ready else 0)
         )
         self.steps += 1
         self.last_timing = timing
         return events
-
-    def _submit_detok(self) -> bool:
-        """Submit this step's detokenizer jobs; returns whether any went out."""
-        steady_free = not self.detok.steady_in_flight
-        lane_room = self.detok.lane_room
-        if not (steady_free or lane_room):
-            return False
-        now = self.clock()
-        plan = self.scheduler.schedule_detok_jobs(now, steady_free, lane_room)
-        stops = self.model.facts.stop_token_ids
-        for lane, requests in ((True, plan.lane), (False, plan.steady)):
-            if not requests:
-                continue
-            job = self.worker.detok_job(requests, stops)
-            for request, tokens in zip(requests, job.new_tokens, strict=True):
-                if request.trace is not None:
-                    request.trace.submitted(now, len(tokens), lane, len(requests))
-            if lane:
-                self.detok.submit_lane(job)
-            else:
-                self.detok.submit(job)
-        return bool(plan.lane or plan.steady)
 
     def _token_interval(self, step_start: float, llm_s: float) -> float:
         """How often a running request gets a token: the time between consecutive LLM steps
@@ -462,52 +434,3 @@ class EngineCore:
             return ""
         delta, request.transcript_chars = text[request.transcript_chars :], len(text)
         return delta
-
-    def _collect_audio(self, jobs: list[DetokJob]) -> list[EngineEvent]:
-        events: list[EngineEvent] = []
-        now = self.clock()
-        rate = self.model.facts.sample_rate
-        for job in jobs:
-            if job.lane:  # the steady estimate (slack, cover, first-audio budget) stays steady
-                self.lane_jobs += 1
-                lane_s = self.scheduler.lane_time_s
-                self.scheduler.lane_time_s = (
-                    job.seconds if lane_s is None else ema(lane_s, job.seconds)
-                )
-            else:
-                self._last_detok_s = job.seconds
-                self.scheduler.detok_time_s = ema(self.scheduler.detok_time_s, job.seconds)
-            if job.error is not None:
-                raise RuntimeError(f"detokenizer failed: {job.error}") from job.error
-            for request, pcm, final in zip(job.requests, job.audio, job.final, strict=True):
-                request.detok_in_flight = False
-                if request.request_id not in self.scheduler.requests:
-                    continue  # cancelled while its chunk was being decoded
-                if request.trace is not None:
-                    request.trace.out(now, job.started, len(pcm) / rate, request.audio_lead_s(now))
-                if len(pcm):
-                    self.scheduler.audio_out(request, now, len(pcm) / rate)
-                    events.append(AudioChunk(request.request_id, pcm, rate))
-                if final:
-                    request.detok_done = True
-                    self.scheduler.remove(request.request_id)
-                    self.worker.drop_request(request.request_id)
-                    self._write_trace(request)
-                    events.append(self._finished(request, _REASONS[request.status]))
-        return events
-
-    def _write_trace(self, request: Request) -> None:
-        if self.traces is not None and request.trace is not None:
-            request.trace.tokens = len(request.output_ids)
-            request.trace.status = request.status.name.lower()
-            self.traces.write(request.request_id, request.trace)
-
-    @staticmethod
-    def _finished(request: Request, reason: FinishReason) -> Finished:
-        return Finished(
-            request.request_id,
-            reason,
-            len(request.output_ids),
-            output_ids=tuple(request.output_ids),
-            reused_tokens=request.num_reused,
-        )
