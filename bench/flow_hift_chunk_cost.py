@@ -8,6 +8,10 @@ time of each call. A detokenizer whose cost grows with the utterance shows it he
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size tiny --chunks 12
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
         --device cuda --bf16 --graphs
+    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 4 --stages
+
+`--stages` (eager only) splits each call into the flow's conditioning encoder, its Euler
+solver (10 steps x 2 estimator passes for CFG) and HiFT: what a cheaper detokenizer must cut.
 """
 
 from __future__ import annotations
@@ -49,7 +53,10 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
+    ap.add_argument("--stages", action="store_true", help="time encoder, solver, HiFT (eager)")
     args = ap.parse_args()
+    if args.stages and args.graphs:
+        ap.error("--stages times the eager stages; a graph replay runs them as one")
     torch.set_grad_enabled(False)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -61,6 +68,7 @@ def main() -> None:
         began = time.perf_counter()
         detok.enable_cuda_graphs(CallableGraphs(torch.device(args.device)))
         print(f"captured the solver graphs in {time.perf_counter() - began:.1f} s")
+    stages = timed_stages(detok, args.device) if args.stages else None
     chunk, g = detok.chunk, torch.Generator().manual_seed(1)
     n_mels = detok.flow.cfg.output_size
     e = detok.flow.cfg.spk_embed_dim
@@ -75,7 +83,7 @@ def main() -> None:
     tokens = torch.randint(0, 6561, (args.batch, chunk * args.chunks + 3), generator=g).tolist()
     print(f"{args.size} batch {args.batch} prompt {args.prompt_chunks} chunks on {args.device}")
     # CPU time is the steadier measure on a shared CPU (other processes stretch wall time).
-    print("chunk  wall_ms  cpu_ms")
+    print("chunk  wall_ms  cpu_ms" + ("  encoder_ms  solver_ms  hift_ms" if stages else ""))
     for c in range(args.chunks):
         for s, toks in zip(states, tokens, strict=True):
             lo = 0 if c == 0 else chunk * c + 3
@@ -87,7 +95,36 @@ def main() -> None:
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        print(f"{c:5d}  {1000 * wall:7.0f}  {1000 * cpu:6.0f}", flush=True)
+        line = f"{c:5d}  {1000 * wall:7.0f}  {1000 * cpu:6.0f}"
+        if stages is not None:
+            line += "".join(f"  {1000 * stages.pop(k, 0.0):10.0f}" for k in ("encoder", "solver"))
+            line += f"  {1000 * stages.pop('hift', 0.0):7.0f}"
+        print(line, flush=True)
+
+
+def timed_stages(detok: FlowHiftDetokenizer, device: str) -> dict[str, float]:
+    """Wrap the detokenizer's three stages so each call adds its wall time (synchronized on a
+    GPU) to the returned dict, under encoder / solver / hift."""
+    totals: dict[str, float] = {}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def wrap(owner, name: str, key: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*a, **k):
+            sync()
+            t0 = time.perf_counter()
+            out = inner(*a, **k)
+            sync()
+            totals[key] = totals.get(key, 0.0) + time.perf_counter() - t0
+            return out
+
+        setattr(owner, name, timed)
+
+    wrap(detok.flow, "condition", "encoder")
+    wrap(detok.flow, "solve_euler", "solver")
+    wrap(detok, "_hift_step", "hift")
+    return totals
 
 
 if __name__ == "__main__":

@@ -414,7 +414,10 @@ class EngineCore:
             token = self.model.follow_row(request.prompt_ids, request.output_ids, token)
             request.output_ids.append(token)
             if request.trace is not None:
-                request.trace.first_token(self.clock())
+                now = self.clock()
+                request.trace.first_token(now)
+                if request.pending_detok_tokens >= self.model.facts.first_chunk_tokens:
+                    request.trace.first_chunk_ready(now)
             n = len(request.output_ids)
             if self.model.is_stop(token) and n > request.sampling.min_tokens:
                 self.scheduler.finish_generation(request, RequestStatus.FINISHED_STOPPED)

@@ -4,8 +4,8 @@ turns it on and summarises each rate point with `summarize`).
 
 Why: the bench sees a stream from the outside (time to first audio, gaps), not where the time
 went. A request's time to first audio is its wait for a first token (queue and prefill), the
-steps until its first chunk has its tokens, the time the first-chunk rule holds the chunk back
-to build cover, the wait for a codec job to start and the job itself. A gap is a chunk that came
+steps until its first chunk has its tokens, the time the chunk is held (the first-chunk rule
+building cover, or both codec workers busy), the wait for its job to start and the job itself. A gap is a chunk that came
 out after the listener's buffer ran dry. Each of those is a different fix (BENCHMARKS.md).
 
 Times are the engine's clock (time.monotonic, the same clock across the machine's processes):
@@ -43,7 +43,7 @@ class RequestTrace:
     arrival: float  # engine clock, seconds
     prompt_tokens: int
     first_token_ms: float | None = None  # the first generated token was on the host
-    first_chunk_ready_ms: float | None = None  # the first chunk's tokens all existed
+    first_chunk_ready_ms: float | None = None  # the first chunk's tokens all existed (host)
     chunks: list[ChunkTrace] = field(default_factory=list)
     tokens: int = 0
     status: str = ""
@@ -121,8 +121,8 @@ def _percentiles(values: list[float]) -> dict[str, float] | None:
 def summarize(traces: list[dict]) -> dict:
     """Where time to first audio and the second chunk's wait went, as percentiles (ms):
     `to_first_token` (queue + prefill), `to_first_chunk_tokens` (decode steps after it),
-    `held` (the first-chunk rule building cover), `codec_wait` (a job ahead of it),
-    `codec` (its job), `first_audio`; the same for the second chunk after the first came out;
+    `held` (the first-chunk rule building cover, or no codec free to take a job),
+    `codec_wait` (a job ahead of it on its worker), `codec` (its job), `first_audio`; the same for the second chunk after the first came out;
     the lane's share of chunks; and each stream's first gap the engine saw (a chunk out after
     the listener's buffer ran dry, by the engine's playback estimate)."""
     parts: dict[str, list[float]] = {

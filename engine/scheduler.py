@@ -303,8 +303,6 @@ class Scheduler:
         pending = request.pending_detok_tokens
         if pending < self.facts.first_chunk_tokens:
             return False
-        if request.trace is not None:
-            request.trace.first_chunk_ready(now)
         # The budget is for the audio to be out, so the codec's own time counts against it
         # (CosyVoice 2's flow + HiFT chunk: ~0.1 s on the H200; its lane job: less).
         if now - request.arrival_time + codec_s >= self.config.first_audio_budget_s:
