@@ -54,14 +54,19 @@ def main() -> None:
     ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     ap.add_argument("--stages", action="store_true", help="time encoder, solver, HiFT (eager)")
+    ap.add_argument(
+        "--estimator-cache",
+        action="store_true",
+        help="each chunk's solve over cached context (cached_flow.py) instead of its window",
+    )
     args = ap.parse_args()
-    if args.stages and args.graphs:
-        ap.error("--stages times the eager stages; a graph replay runs them as one")
+    if args.stages and (args.graphs or args.estimator_cache):
+        ap.error("--stages times the window's eager stages; a graph replay runs them as one")
     torch.set_grad_enabled(False)
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
-    detok = build(args.size, args.device, dtype)
+    detok = build(args.size, args.device, dtype, estimator_cache=args.estimator_cache)
     if args.graphs:
         from engine.cuda_graphs import CallableGraphs
 

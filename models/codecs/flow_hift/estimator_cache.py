@@ -10,9 +10,8 @@ frames and each causal convolution's last input frames. Kept per stream (`FlowCa
 `PassCache` per Euler step, both CFG halves in its batch), a chunk costs its own frames only,
 and the result equals the whole-utterance streaming solve (tests/models/test_estimator_cache.py).
 
-Not yet wired into FlowHiftDetokenizer: batching rows of different context lengths, the cache
-pools CUDA graphs need and the bounded context (dropping the oldest chunks: `PassCache.keep_last`)
-come with that (next session's plan). This module uses the estimator's own modules and weights;
+The detokenizer drives it from cached_flow.py (`FlowHiftDetokenizer(..., estimator_cache=True)`),
+eagerly so far: the cache pools CUDA graphs need are the next step. This module uses the estimator's own modules and weights;
 it only runs them in a different order of frames.
 """
 
@@ -44,6 +43,16 @@ class PassCache:
     @property
     def frames(self) -> int:
         return self.keys[0].shape[1] if self.keys else 0
+
+    def prompt_and_last(self, prompt: int, last: int) -> PassCache:
+        """The first `prompt` frames (a voice prompt) and the last `last` ones: a bounded left
+        context that always keeps the prompt (the estimator has no positions: key order is
+        free)."""
+
+        def cut(t: torch.Tensor) -> torch.Tensor:
+            return torch.cat([t[:, :prompt], t[:, t.shape[1] - last :]], dim=1)
+
+        return PassCache([cut(k) for k in self.keys], [cut(v) for v in self.values], self.convs)
 
     def keep_last(self, frames: int) -> PassCache:
         """The same context less all but its last `frames` frames of keys and values (a

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from models.codecs.flow_hift.cached_flow import flow_call_cached
 from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.hift_stream import HiftStreamer, graph_calls, note_eager
@@ -66,6 +67,8 @@ class FlowHiftStream:
     mel_start: int = 0
     emitted_frames: int = 0  # generated frames already turned into audio
     phase: torch.Tensor | None = None  # [H] float64 sine cycles run before frame emitted_frames
+    # With estimator_cache: per Euler step, the estimator's context (cached_flow.py).
+    flow_cache: list | None = None
 
     @property
     def mel_frames(self) -> int:
@@ -75,7 +78,8 @@ class FlowHiftStream:
         """This state's generated mel and phase (made on one CUDA stream) are read on `stream`
         from now on: the allocator must not reuse their memory before that stream is done
         with them (a first-chunk lane hands states over to the steady stream)."""
-        for t in (self.mel, self.phase):
+        cached = [t for c in self.flow_cache or () for t in (*c.keys, *c.values, *c.convs)]
+        for t in (self.mel, self.phase, *cached):
             if t is not None and t.device.type == "cuda":
                 t.record_stream(stream)
 
@@ -103,8 +107,12 @@ class FlowHiftDetokenizer:
         context_chunks: int | None = DEFAULT_CONTEXT_CHUNKS,
         first_hop: int | None = None,
         graph_rows: tuple[int, ...] | None = None,
+        estimator_cache: bool = False,
     ) -> None:
         self.flow = flow
+        # Each chunk's solve over the stream's cached estimator context (cached_flow.py)
+        # instead of re-integrating its context chunks; eager only so far.
+        self.estimator_cache = estimator_cache
         self.hift = hift
         self.chunk = chunk_tokens
         self.lookahead = flow.cfg.pre_lookahead_len
@@ -147,6 +155,7 @@ class FlowHiftDetokenizer:
             self.context_chunks,
             self.first_hop,
             graph_rows,
+            self.estimator_cache,
         )
 
     def new_stream(
@@ -196,7 +205,7 @@ class FlowHiftDetokenizer:
         if ready <= state.tokens_decoded:
             return []
         first_k = self._chunk_index(state.tokens_decoded)  # tokens_decoded is on the grid
-        if self.context_chunks is None:
+        if self.context_chunks is None and not self.estimator_cache:
             ks = [first_k]
         else:
             ks = list(range(first_k, self._chunk_index(ready - 1) + 1))
@@ -216,6 +225,10 @@ class FlowHiftDetokenizer:
 
     def _flow_step(self, states: list[FlowHiftStream], final: list[bool]) -> None:
         rows = [w for s, fin in zip(states, final, strict=True) for w in self._windows(s, fin)]
+        if self.estimator_cache:
+            if rows:
+                flow_call_cached(self, rows)
+            return
         # With graphs, more rows than the largest bucket go as several replays, not eagerly
         # (a state's windows are in order, so its mel still grows in order).
         for call in graph_calls(rows, self.graph_rows, self.graphs is not None):
@@ -355,7 +368,8 @@ class FlowHiftDetokenizer:
         dev = self.device
         began = time.perf_counter()
         with torch.inference_mode():
-            for rows in reversed(self.graph_rows):
+            # The cached estimator's shapes are not captured yet: its flow runs eagerly.
+            for rows in () if self.estimator_cache else reversed(self.graph_rows):
                 for frames in reversed(self.graph_frames(rows)):
                     width = frames // self.ratio + self.lookahead
                     ints = torch.zeros(rows, width + 5, dtype=torch.long, device=dev)
