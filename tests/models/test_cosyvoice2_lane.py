@@ -52,6 +52,17 @@ class LoggedCodec:
         self.codec.hand_over(states, stream)
 
 
+def run_until(core: EngineCore, done, audio: dict, limit: int = 3000) -> None:
+    """Step the engine until done(), collecting each request's audio chunks into `audio`."""
+    for _ in range(limit):
+        if done():
+            return
+        for event in core.step():
+            if isinstance(event, AudioChunk):
+                audio.setdefault(event.request_id, []).append(event.pcm)
+    raise AssertionError("the engine never got there")
+
+
 def spec(text: str, n: int, seed: int) -> SpeechRequest:
     return SpeechRequest(text, None, SamplingParams(seed=seed, max_tokens=n, min_tokens=n))
 
@@ -75,14 +86,8 @@ def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model)
         audio[r.request_id] = []
         return r
 
-    def step_until(done, limit: int = 3000) -> None:
-        for _ in range(limit):
-            if done():
-                return
-            for event in core.step():
-                if isinstance(event, AudioChunk):
-                    audio[event.request_id].append(event.pcm)
-        raise AssertionError("the engine never got there")
+    def step_until(done) -> None:
+        run_until(core, done, audio)
 
     try:
         a = add(spec("Hello there.", 80, seed=1))
@@ -139,14 +144,8 @@ def test_chunks_about_to_be_late_take_the_lane_while_the_steady_job_is_held(mode
     audio: dict[str, list[np.ndarray]] = {}
     state_of: dict[str, int] = {}
 
-    def step_until(done, limit: int = 3000) -> None:
-        for _ in range(limit):
-            if done():
-                return
-            for event in core.step():
-                if isinstance(event, AudioChunk):
-                    audio.setdefault(event.request_id, []).append(event.pcm)
-        raise AssertionError("the engine never got there")
+    def step_until(done) -> None:
+        run_until(core, done, audio)
 
     try:
         held = core.add_request(spec("Hello there.", 80, seed=1))

@@ -42,19 +42,7 @@ def flow_call_cached(detok: FlowHiftDetokenizer, rows: list[FlowWindow]) -> None
     ints, prompt_mel, speaker = detok._flow_inputs(
         rows, seqs, out_lengths, len(rows), frames, width
     )
-    lengths, out_tokens, prompt_frames, skipped, first_end = ints[:, width:].unbind(1)
-    z, mu, _, spks, cond, _ = detok.flow.condition(
-        ints[:, :width],
-        lengths,
-        out_tokens,
-        prompt_mel.to(detok.dtype),
-        prompt_frames,
-        speaker.to(detok.dtype),
-        skipped=skipped,
-        first_end=first_end,
-        short_by=detok.chunk - detok.first_hop,
-        frames=frames,
-    )
+    z, mu, _, spks, cond, _ = detok.condition_rows(ints, prompt_mel, speaker)
     # A stream's rows are its successive chunks: each needs the cache the one before left, so
     # they go in waves (the first row of every stream, then the second, ...).
     waves: list[list[int]] = []

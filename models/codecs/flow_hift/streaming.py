@@ -305,9 +305,16 @@ class FlowHiftDetokenizer:
         decode, prompt mel frames, generated tokens skipped before its window and where its
         short first chunk ends (flow.condition's arguments); prompt_mel [R, F, M]; speaker
         [R, E]. → mel [R, M, F] float32. Fixed shapes and no host syncs: capturable."""
+        return self.flow.solve_euler(*self.condition_rows(ints, prompt_mel, speaker))
+
+    def condition_rows(
+        self, ints: torch.Tensor, prompt_mel: torch.Tensor, speaker: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """flow_rows' first half: flow.condition over the packed rows → the solver's inputs
+        (noise z, mu, mask, spks, cond, chunks), F = prompt_mel's frames."""
         width = ints.shape[1] - 5
         lengths, out_lengths, prompt_frames, skipped, first_end = ints[:, width:].unbind(1)
-        inputs = self.flow.condition(
+        return self.flow.condition(
             ints[:, :width],
             lengths,
             out_lengths,
@@ -319,7 +326,6 @@ class FlowHiftDetokenizer:
             short_by=self.chunk - self.first_hop,
             frames=prompt_mel.shape[1],
         )
-        return self.flow.solve_euler(*inputs)
 
     # --- CUDA graphs --------------------------------------------------------------------------
     # The whole flow of a job (conditioning encoder + Euler solver's 20 estimator passes) is
