@@ -34,9 +34,7 @@ if TYPE_CHECKING:
 def flow_call_cached(detok: FlowHiftDetokenizer, rows: list[FlowWindow]) -> None:
     """Make the rows' chunks' mel (each row one chunk) and extend their streams' caches."""
     r = detok.ratio
-    prompts = [len(w.state.prompt_tokens) for w in rows]
-    seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
-    out_lengths = [p + w.end - w.start for p, w in zip(prompts, rows, strict=True)]
+    seqs, prompts, out_lengths = detok.row_tokens(rows)
     frames = r * max(out_lengths)
     width = max(len(q) for q in seqs)
     ints, prompt_mel, speaker = detok._flow_inputs(

@@ -235,13 +235,7 @@ class FlowHiftDetokenizer:
             self._flow_call(call)
 
     def _flow_call(self, rows: list[FlowWindow]) -> None:
-        seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
-        prompts = [len(w.state.prompt_tokens) for w in rows]
-        out_lengths = [p + w.end - w.start for p, w in zip(prompts, rows, strict=True)]
-        for w, out in zip(rows, out_lengths, strict=True):
-            # A row's last frame starts from noise frame 2 * (its tokens + those skipped).
-            if self.ratio * (out + w.start) > NOISE_FRAMES:
-                raise ValueError(f"utterance longer than the flow's {NOISE_FRAMES} mel frames")
+        seqs, prompts, out_lengths = self.row_tokens(rows)
         frames = self.ratio * max(out_lengths)
         n, key = len(rows), self._flow_bucket(len(rows), frames)
         if key is None:
@@ -262,6 +256,18 @@ class FlowHiftDetokenizer:
             # A copy either way: a replay's output buffer is rewritten by the next one.
             s.mel = new.clone() if s.mel is None else torch.cat([s.mel, new], dim=1)
             s.tokens_decoded = w.end
+
+    def row_tokens(self, rows: list[FlowWindow]) -> tuple[list[list[int]], list[int], list[int]]:
+        """Each row's tokens (prompt, then its window and look-ahead), prompt length and tokens
+        to decode; raises ValueError for an utterance past the flow's fixed noise."""
+        seqs = [w.state.prompt_tokens + w.state.tokens[w.start : w.end + w.lookahead] for w in rows]
+        prompts = [len(w.state.prompt_tokens) for w in rows]
+        out_lengths = [p + w.end - w.start for p, w in zip(prompts, rows, strict=True)]
+        for w, out in zip(rows, out_lengths, strict=True):
+            # A row's last frame starts from noise frame 2 * (its tokens + those skipped).
+            if self.ratio * (out + w.start) > NOISE_FRAMES:
+                raise ValueError(f"utterance longer than the flow's {NOISE_FRAMES} mel frames")
+        return seqs, prompts, out_lengths
 
     def _flow_inputs(
         self,
