@@ -175,3 +175,28 @@ def summarize(traces: list[dict]) -> dict:
     out["first_chunks_on_lane"] = first_on_lane
     out["gaps_ms"] = sorted(round(g, 1) for g in gaps)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m engine.request_trace FILE [--since T] [--until T]`: a trace file's summary."""
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m engine.request_trace",
+        description="Summarise a `voxgate serve --trace-requests` file: where time to first "
+        "audio and gaps went (milliseconds; p50 / p90 / max).",
+    )
+    ap.add_argument("file")
+    ap.add_argument("--since", type=float, default=-math.inf, help="engine clock, seconds")
+    ap.add_argument("--until", type=float, default=math.inf, help="engine clock, seconds")
+    args = ap.parse_args(argv)
+    try:
+        traces = read_traces(args.file, args.since, args.until)
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        ap.exit(2, f"error: cannot read {args.file} as a request trace file: {exc}\n")
+    print(json.dumps(summarize(traces), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
-from engine.request_trace import RequestTrace, TraceWriter, read_traces, summarize
+from engine.request_trace import RequestTrace, TraceWriter, main, read_traces, summarize
 from models.registry import load_model
 
 
@@ -55,6 +55,21 @@ def test_summary_splits_time_to_first_audio_and_finds_gaps(tmp_path):
         writer.write(f"r{arrival}", RequestTrace(arrival, 3))
     writer.close()
     assert [t["arrival"] for t in read_traces(path, 5.5, 7.0)] == [6.0]
+
+
+def test_the_command_line_summarises_a_file_and_refuses_a_wrong_one(tmp_path, capsys):
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(path)
+    writer.write("r", RequestTrace(5.0, 3))
+    writer.close()
+    assert main([str(path), "--since", "4"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 1
+    bad = tmp_path / "not-a-trace.jsonl"
+    bad.write_text("hello\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(bad)])
+    assert exit_info.value.code == 2
+    assert "cannot read" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
