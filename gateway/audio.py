@@ -13,7 +13,9 @@ in frames, and `audio_ms` is simply frames × frame_ms.
 from __future__ import annotations
 
 import abc
+import asyncio
 import fractions
+import threading
 
 import av
 import numpy as np
@@ -149,3 +151,39 @@ def make_encoder(spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000) -
     if spec.format is AudioFormat.ALAW:
         return AlawEncoder(spec, source_rate)
     return MulawEncoder(spec, source_rate)
+
+
+class OffLoopEncoder:
+    """An encoder whose work runs on a worker thread, not on the event loop.
+
+    Why: Opus at its default complexity costs ~20 ms of CPU per second of audio (2 CPU cores
+    here: `bench/gateway_encode_load.py`), so a gateway streaming 46 audio-seconds a second
+    (CosyVoice 2 at 6 req/s on the H200) would spend about a whole core encoding, in ~20 ms
+    slices that each hold up every other session's pacing, handshakes and first frames. PyAV
+    releases the GIL while libopus and libswresample run, so the work spreads over the cores.
+    One call at a time per encoder (its state is sequential): a lock also covers a call whose
+    awaiting task was cancelled (barge-in) while its thread still runs."""
+
+    def __init__(self, encoder: AudioEncoder) -> None:
+        self.encoder = encoder
+        self.frame_ms = encoder.frame_ms
+        self._lock = threading.Lock()
+
+    async def encode(self, pcm: np.ndarray) -> list[bytes]:
+        if len(pcm) == 0:
+            return []
+        return await asyncio.to_thread(self._locked, self.encoder.encode, pcm)
+
+    async def flush(self) -> list[bytes]:
+        return await asyncio.to_thread(self._locked, self.encoder.flush)
+
+    def _locked(self, call, *args) -> list[bytes]:
+        with self._lock:
+            return call(*args)
+
+
+def make_off_loop_encoder(
+    spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000
+) -> OffLoopEncoder:
+    """make_encoder's encoder, run off the event loop (what the gateway's sessions use)."""
+    return OffLoopEncoder(make_encoder(spec, source_rate, opus_bitrate))

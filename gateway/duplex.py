@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.client import AsyncEngine, ResponseStream
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
-from gateway.audio import make_encoder
+from gateway.audio import make_off_loop_encoder
 from gateway.audio_in import AudioDecoder
 from gateway.protocol import (
     AudioSpec,
@@ -201,13 +201,15 @@ class DuplexConversation:
             self._engine.end_session(stream.request_id)
         else:
             self._engine.cancel(stream.request_id)
-        encoder = make_encoder(options.output, self._engine.facts.sample_rate, self._opus_bitrate)
+        encoder = make_off_loop_encoder(
+            options.output, self._engine.facts.sample_rate, self._opus_bitrate
+        )
         frame_ms = options.output.frame_ms
         audio_ms, ttfa_ms, status = 0, None, ResponseStatus.FAILED
         try:
             async for event in self._stream:
                 if isinstance(event, AudioChunk):
-                    frames = encoder.encode(event.pcm)
+                    frames = await encoder.encode(event.pcm)
                 elif isinstance(event, TextDelta):
                     self._emit.event(TranscriptDelta(response_id, event.text))
                     continue
@@ -218,7 +220,7 @@ class DuplexConversation:
                         self._emit.event(
                             ErrorEvent(ErrorCode.MODEL_ERROR, event.error or "generation failed")
                         )
-                    frames = encoder.flush()
+                    frames = await encoder.flush()
                 for frame in frames:
                     self._emit.audio(frame, frame_ms)
                     audio_ms += frame_ms

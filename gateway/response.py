@@ -30,7 +30,7 @@ from engine.client import AsyncEngine, ResponseStream
 from engine.core import EngineOverloaded
 from engine.outputs import AudioChunk, EngineEvent, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
-from gateway.audio import make_encoder
+from gateway.audio import make_off_loop_encoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
@@ -207,7 +207,7 @@ class ResponseRunner:
         ends with `response.done` cancelled; any other cancel is the session going away and
         propagates without a word to the client."""
         self._emit.event(ResponseStarted(self.response.response_id))
-        encoder = make_encoder(
+        encoder = make_off_loop_encoder(
             self._options.output, self._engine.facts.sample_rate, self._settings.opus_bitrate
         )
         self._spawn(self._submit_all())
@@ -215,7 +215,7 @@ class ResponseRunner:
             while (segment := await self._ordered.get()) is not None:
                 if await self._play_segment(segment, encoder) is _Outcome.STOP:
                     break
-            await self._send_frames(encoder.flush())
+            await self._send_frames(await encoder.flush())
         except asyncio.CancelledError:
             if not self.cancel_requested:
                 raise
@@ -314,7 +314,7 @@ class ResponseRunner:
             event = await segment.events.get()
             if isinstance(event, AudioChunk):
                 self._model_audio_s += event.duration_s
-                await self._send_frames(encoder.encode(event.pcm))
+                await self._send_frames(await encoder.encode(event.pcm))
                 continue
             return self._segment_finished(segment, event)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from engine.client import AsyncEngine
 from engine.core import EngineOverloaded
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
-from gateway.audio import make_encoder
+from gateway.audio import make_off_loop_encoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
@@ -114,7 +114,7 @@ class TurnReply:
             message = str(exc) or type(exc).__name__
             self._emit.event(ErrorEvent(code, message))
             return self._outcome(Finished(self.response_id, FinishReason.FAILED, 0), 0, None)
-        encoder = make_encoder(
+        encoder = make_off_loop_encoder(
             self._options.output, self._engine.facts.sample_rate, self._settings.opus_bitrate
         )
         audio_ms, ttfa_ms, streamed_text = 0, None, False
@@ -123,7 +123,7 @@ class TurnReply:
             async for event in stream:
                 if isinstance(event, Finished):
                     finished = event
-                    frames = encoder.flush()
+                    frames = await encoder.flush()
                 elif self.cancelled:
                     continue  # barge-in: what is still coming is dropped
                 elif isinstance(event, TextDelta):
@@ -132,7 +132,7 @@ class TurnReply:
                     continue
                 else:
                     assert isinstance(event, AudioChunk)
-                    frames = encoder.encode(event.pcm)
+                    frames = await encoder.encode(event.pcm)
                 for frame in frames:
                     if not await self._paced():
                         break
