@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 def add_serve_parser(subparsers) -> None:
@@ -270,6 +271,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
     from engine.config import EngineConfig
     from gateway.config import GatewaySettings, keys_from_env
 
+    if args.trace_requests:
+        _check_writable(args.trace_requests)
     engine = EngineConfig(
         policy=args.policy,
         kv_cache_mb=args.kv_cache_mb,
@@ -347,3 +350,19 @@ def run_serve(args: argparse.Namespace) -> int:
     config = uvicorn_config(app, settings, log_level=getattr(args, "log_level", "info").lower())
     uvicorn.Server(config).run()
     return 0
+
+
+def _check_writable(path: str) -> None:
+    """--trace-requests must name a file the engine can append to: say so now, in one line,
+    rather than when the engine process starts."""
+    from engine.request import ConfigError
+
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--trace-requests {path}: cannot write there ({exc.strerror or exc}); "
+            "give a file in a writable folder"
+        ) from None

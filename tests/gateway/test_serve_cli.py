@@ -26,7 +26,7 @@ def parse(*argv: str):
     return build_parser().parse_args(["serve", *argv])
 
 
-def test_options_become_settings():
+def test_options_become_settings(tmp_path):
     args = parse(
         "--port",
         "9001",
@@ -52,7 +52,7 @@ def test_options_become_settings():
         "0.4",
         "--no-llm-priority",
         "--trace-requests",
-        "/tmp/trace.jsonl",
+        str(tmp_path / "trace.jsonl"),
     )
     environ = {"VOXGATE_API_KEYS": "k-two,k-three", "VOXGATE_TWILIO_AUTH_TOKEN": "tw-secret"}
     settings = settings_from_args(args, environ=environ)
@@ -65,10 +65,17 @@ def test_options_become_settings():
     assert settings.engine.max_detok_batch == 8
     assert settings.engine.first_audio_margin == 2.5 and settings.engine.first_audio_budget_s == 0.4
     assert not settings.engine.llm_stream_priority
-    assert settings.engine.trace_path == "/tmp/trace.jsonl"
+    assert settings.engine.trace_path == str(tmp_path / "trace.jsonl")
     defaults = settings_from_args(parse(), environ={}).engine
     assert defaults.llm_stream_priority and defaults.trace_path is None
     assert defaults.first_audio_margin is None and defaults.first_audio_budget_s == 0.35
+
+
+def test_an_unwritable_trace_file_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="--trace-requests .*cannot write there"):
+        settings_from_args(parse("--trace-requests", str(blocker / "trace.jsonl")), environ={})
 
 
 def test_cpu_options_are_left_to_the_model_unless_given():
