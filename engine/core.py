@@ -13,6 +13,7 @@ one extra step whose token is discarded; a cancelled request's in-flight token i
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -42,6 +43,18 @@ from engine.worker import LaunchedStep, Worker
 from models.base import ModelInputError, Prompt, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
+
+
+def _on_llm_stream(method):
+    """Run an EngineCore method with the LLM's stream current on the calling thread
+    (engine/llm_stream.py): its device work then stays in order on that one stream."""
+
+    @functools.wraps(method)
+    def on_stream(self, *args, **kwargs):
+        with self.on_llm_stream():
+            return method(self, *args, **kwargs)
+
+    return on_stream
 
 
 class EngineOverloaded(RuntimeError):
@@ -149,14 +162,11 @@ class EngineCore:
         """First-chunk lane jobs done (their time: scheduler.lane_time_s)."""
         return self.audio.lane_jobs
 
+    @_on_llm_stream
     def warm_up(self) -> None:
         """Run one short request through every stage before serving: kernels that compile on
         first use (FlashInfer's JIT, cuBLAS heuristics, lazily built graphs) must not land on
         the first real listener's time to first audio. Leaves the engine empty."""
-        with self.on_llm_stream():
-            self._warm_up()
-
-    def _warm_up(self) -> None:
         facts = self.model.facts
         self.model.warm_up_batches(self.config.max_num_seqs)
         if self.duplex is not None:
@@ -191,11 +201,8 @@ class EngineCore:
         self.steps = 0
 
     # --- requests --------------------------------------------------------------------------------
+    @_on_llm_stream
     def add_request(self, spec: SpeechRequest) -> Request:
-        with self.on_llm_stream():
-            return self._add_request(spec)
-
-    def _add_request(self, spec: SpeechRequest) -> Request:
         if self.duplex is not None:
             from engine.duplex import DuplexOverloaded
 
@@ -242,12 +249,9 @@ class EngineCore:
             raise ModelInputError("the conversation is empty: end it with the user's turn")
         return self.model.preprocess_turns(spec.turns)
 
+    @_on_llm_stream
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
         """User audio for a full-duplex session (float32 mono at the model's rate)."""
-        with self.on_llm_stream():
-            self._push_audio(request_id, pcm)
-
-    def _push_audio(self, request_id: str, pcm: np.ndarray) -> None:
         if self.duplex is None:
             raise ModelInputError(f"{self.model.facts.name} takes no streamed audio input")
         self.duplex.push_audio(request_id, pcm)
@@ -318,13 +322,10 @@ class EngineCore:
         )
 
     # --- the step --------------------------------------------------------------------------------
+    @_on_llm_stream
     def step(self) -> list[EngineEvent]:
         """One turn of the loop: collect finished codec jobs, run an LLM step (or a duplex
         frame), hand ready chunks to the codec; returns the events for the listeners."""
-        with self.on_llm_stream():
-            return self._step()
-
-    def _step(self) -> list[EngineEvent]:
         t0 = self.clock()
         if self.duplex is not None:
             events = self.duplex.step(t0)
