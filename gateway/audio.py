@@ -166,7 +166,6 @@ class OffLoopEncoder:
 
     def __init__(self, encoder: AudioEncoder) -> None:
         self.encoder = encoder
-        self.frame_ms = encoder.frame_ms
         self._lock = threading.Lock()
 
     async def encode(self, pcm: np.ndarray) -> list[bytes]:

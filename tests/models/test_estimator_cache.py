@@ -65,7 +65,7 @@ def test_a_bounded_context_changes_only_the_chunks_past_it(flow):
                 flow, z[:, :, s], mu[:, :, s], spks, cond[:, :, s], caches
             )
             if keep is not None:
-                caches = [p.keep_last(keep) for p in caches]
+                caches = [p.prompt_and_last(0, keep) for p in caches]
             parts.append(mel)
         return torch.cat(parts, dim=2)
 

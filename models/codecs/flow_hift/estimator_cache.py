@@ -54,13 +54,6 @@ class PassCache:
 
         return PassCache([cut(k) for k in self.keys], [cut(v) for v in self.values], self.convs)
 
-    def keep_last(self, frames: int) -> PassCache:
-        """The same context less all but its last `frames` frames of keys and values (a
-        bounded left context); the convolutions' states are unchanged."""
-        return PassCache(
-            [k[:, -frames:] for k in self.keys], [v[:, -frames:] for v in self.values], self.convs
-        )
-
 
 def empty_pass_cache(estimator: CausalConditionalDecoder, batch: int, device, dtype) -> PassCache:
     """The context before the first frame: no keys, and zeros as the convolutions' history (the
