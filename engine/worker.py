@@ -55,6 +55,10 @@ class Worker:
         self.model = model
         self.cache = cache
         self.device = device
+        # The model's may_stop hook, or None when it keeps the default (True): then no Python
+        # call per sampling row per step.
+        overridden = type(model).may_stop is not SpeechModel.may_stop
+        self._may_stop = model.may_stop if overridden else None
         self.attn = make_attention_backend(attention, cache, model.shape.num_q_heads)
         self.graphs = None  # DecodeGraphs once capture_graphs() ran
         self.depth_graphs = None  # DepthGraphs once capture_depth_graphs() ran
@@ -214,7 +218,7 @@ class Worker:
             [r.num_generated for r in reqs],
             [
                 r.num_generated >= r.sampling.min_tokens
-                and self.model.may_stop(r.prompt_ids, r.output_ids)
+                and (self._may_stop is None or self._may_stop(r.prompt_ids, r.output_ids))
                 for r in reqs
             ],
         )

@@ -218,7 +218,6 @@ class BenchRun:
         if spec.kind == "hf-baseline":
             cmd = servers.baseline_command(c.model, c.random_weights, c.device, port)
         log_path = self.path.with_name(f"{self.path.stem}.{spec.name}.log")
-        self._trace_path = None
         if spec.kind != "hf-baseline":
             # The engine's per-request timelines: each point's summary says where its time to
             # first audio and its gaps went (engine/request_trace.py).
