@@ -5,24 +5,17 @@ context changes later chunks only."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from models.codecs.flow_hift.estimator_cache import solve_euler_cached
 from models.codecs.flow_hift.flow import CausalFlow
-from models.cosyvoice2.config import parse_config, read_yaml
-from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
+from tests.models.test_flow_hift import detok as detok  # noqa: F401 - the fixture
 
 
 @pytest.fixture(scope="module")
-def flow(tmp_path_factory) -> CausalFlow:
-    folder: Path = tmp_path_factory.mktemp("estimator_cache")
-    (folder / "cosyvoice2.yaml").write_text(cosyvoice2_yaml(TINY_SIZES))
-    cfg = parse_config(read_yaml(folder / "cosyvoice2.yaml"))
-    torch.manual_seed(11)
-    return CausalFlow(cfg.flow).eval()
+def flow(detok) -> CausalFlow:  # noqa: F811 - test_flow_hift's tiny flow + HiFT, seeded
+    return detok.flow
 
 
 def inputs(flow: CausalFlow, rows: int, frames: int, seed: int):
