@@ -52,7 +52,7 @@ class AudioOut:
         if not (steady_free or lane_room):
             return False
         now = self.clock()
-        plan = self.scheduler.schedule_detok_jobs(now, steady_free, lane_room)
+        plan = self.scheduler.schedule_detok_jobs(now, steady_free, lane_room, detok.has_lane)
         stops = self.model.facts.stop_token_ids
         for lane, requests in ((True, plan.lane), (False, plan.steady)):
             if not requests:

@@ -64,6 +64,11 @@ class Detokenizer:
     def lane_room(self) -> int:
         return 0
 
+    @property
+    def has_lane(self) -> bool:
+        """Whether first chunks have a lane at all (busy or not)."""
+        return False
+
     def submit(self, job: DetokJob) -> None:
         raise NotImplementedError
 

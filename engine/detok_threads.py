@@ -148,6 +148,10 @@ class ThreadedDetokenizer(Detokenizer):
         return self._pending[False]
 
     @property
+    def has_lane(self) -> bool:
+        return self.lane is not None
+
+    @property
     def lane_room(self) -> int:
         if self.lane is None or self._pending[True]:
             return 0

@@ -106,6 +106,35 @@ def test_with_both_free_first_chunks_take_the_lane_and_the_steady_job_the_rest()
     assert plan.steady == [firsts[2], steady]
 
 
+def test_first_chunks_wait_for_a_busy_lane_when_steady_jobs_are_slower():
+    """With a lane whose job (in flight, then its own) beats a steady job, a first chunk
+    skips the steady job and waits for the lane; when steady jobs are as quick, it rides the
+    steady job as before. Other chunks ride the steady job either way."""
+    now = 10.0
+    sched = make_scheduler()
+    playing = streaming(sched, now)
+    new = admit(sched, arrival=now - 0.3)
+    generate(sched, new, FACTS.first_chunk_tokens)
+    sched.detok_time_s, sched.lane_time_s = 0.2, 0.05  # steady 200 ms, lane 50 ms
+    assert sched.first_chunk_waits_for_lane(sched.lane_time_s)
+    busy = sched.schedule_detok_jobs(now, steady_free=True, lane_room=0, has_lane=True)
+    assert busy.steady == [playing] and busy.lane == []
+    # More first chunks than the free lane has room for: the rest wait for the next lane job.
+    other = admit(sched, arrival=now - 0.29)
+    generate(sched, other, FACTS.first_chunk_tokens)
+    plan = sched.schedule_detok_jobs(now, steady_free=True, lane_room=1, has_lane=True)
+    assert plan.lane == [new] and plan.steady == [playing]
+    # Steady jobs within twice the lane's time: first chunks ride them again.
+    sched.detok_time_s = 0.09
+    assert not sched.first_chunk_waits_for_lane(sched.lane_time_s)
+    quick = sched.schedule_detok_jobs(now, steady_free=True, lane_room=0, has_lane=True)
+    assert quick.steady == [new, other, playing]
+    # No lane at all: the steady job is the only way out, however slow.
+    sched.detok_time_s = 0.2
+    alone = sched.schedule_detok_jobs(now, steady_free=True, lane_room=0, has_lane=False)
+    assert alone.steady == [new, other, playing]
+
+
 def test_a_playing_request_about_to_run_dry_takes_the_lane_after_first_chunks():
     """A chunk whose listener would not last through a steady job in flight and its own (x the
     margin) goes out on the lane; one with a comfortable buffer waits for the steady job."""
@@ -154,6 +183,7 @@ def run_fake_engine(seed: int, lane_room: int, steps: int = 500, step_s: float =
     rng = random.Random(seed)
     sched = make_scheduler(max_detok_batch=4, first_audio_margin=1.5)
     sched.detok_time_s = 0.1  # the steady job's estimate, which lane_urgent compares with
+    sched.lane_time_s = 0.03  # lane jobs are quicker: first chunks wait for the lane
     requests: list[Request] = []
     in_flight: list[tuple[int, bool, list]] = []  # (step it finishes, lane, rows)
     returned: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -175,7 +205,9 @@ def run_fake_engine(seed: int, lane_room: int, steps: int = 500, step_s: float =
                     sched.remove(req.request_id)
         steady_free = not any(not lane for _, lane, _ in in_flight)
         lane_free = not any(lane for _, lane, _ in in_flight)
-        plan = sched.schedule_detok_jobs(now, steady_free, lane_room if lane_free else 0)
+        plan = sched.schedule_detok_jobs(
+            now, steady_free, lane_room if lane_free else 0, has_lane=lane_room > 0
+        )
         for lane, picked in ((True, plan.lane), (False, plan.steady)):
             if not picked:
                 continue
@@ -183,6 +215,8 @@ def run_fake_engine(seed: int, lane_room: int, steps: int = 500, step_s: float =
             rows, urgent = [], False
             for req in picked:
                 assert not req.detok_in_flight, "a request was put in two jobs at once"
+                # With a lane this much quicker, no first chunk rides a steady job.
+                assert lane or not lane_room or req.num_detokenized > 0
                 if lane and req.num_detokenized > 0:  # only a chunk about to be late
                     assert not req.ttfa_critical and sched.lane_urgent(req, now)
                     urgent = True

@@ -13,6 +13,7 @@ from engine.host_ops import REPLAY, CountedGraphs, HostOpCounter
 from models.codecs.flow_hift.encoder import chunk_ids, chunk_mask
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator, istft
+from models.codecs.flow_hift.hift_stream import HiftStreamer
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.config import parse_config, read_yaml
 from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
@@ -377,6 +378,31 @@ def test_graphed_job_streams_the_same_audio_as_eager(short_first):
         np.testing.assert_allclose(b, a, atol=1e-5)
     assert ("hift", 1, 2 * d.chunk + 16) in graphs.shapes[shapes:]  # steady, left + chunk + right
     assert ("hift", 4, 2 * hop) in graphs.shapes and ("flow", 4, 2 * (25 + hop)) in graphs.shapes
+
+
+def test_last_and_part_chunk_windows_widen_to_a_captured_width(short_first):
+    # An utterance's last window and a part-chunk flush are shorter than a steady window:
+    # they take more left context (frames kept for it) up to a standard width, so they replay
+    # a captured graph instead of running eagerly, and their audio still matches a
+    # whole-utterance decode as closely as steady windows do.
+    d, hop = short_first, short_first.first_hop
+    graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=hop)
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    widths = graphed.hift_frames()
+    pushes = [hop + 3, 25, 11]  # the third push flushes part of a chunk (a final job)
+    tokens = codes(95, hop + 3 + 25 + 11 + 9)
+    ours = streamed(graphed, stream_for(graphed, 95, 1), tokens, pushes)
+    used = [w for stage, _, w in graphs.shapes if stage == "hift"]
+    assert used and set(used) <= set(widths)
+    assert len(set(used)) > 1  # not only steady windows: the last one widened
+    assert not graphed.eager_calls
+    ref = whole(d, stream_for(d, 95, 1), tokens)
+    rms = np.sqrt(np.mean(ref**2))
+    assert np.abs(ours - ref).max() <= 0.02 * rms
+    # Without standard widths (GLM-4-Voice's streamer) windows keep `left` frames of context.
+    plain = HiftStreamer(d.hift, d.left, d.right)
+    assert plain.widths == () and graphed.vocoder.widths == widths
 
 
 def test_graphed_steady_job_dispatches_a_few_host_ops_per_row(detok):

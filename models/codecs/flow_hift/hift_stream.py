@@ -12,8 +12,12 @@ Everything a window needs from its request (carried phase, where it starts, whic
 emits) is an input tensor, so a group's call has fixed shapes and no host syncs: with
 `enable_cuda_graphs` it replays from a CUDA graph per (rows, frames) bucket. Rows are padded up
 to the bucket (rows are independent); frames are not (HiFT is not causal, padding frames would
-change the last ones), so only the window lengths of steady streaming are captured. A call
-uploads its per-row integers in one pinned buffer and waits once for all of its audio."""
+change the last ones). Instead, a window shorter than one of the standard `widths` (an
+utterance's last window, a part-chunk flush) takes more left context, already vocoded frames
+kept for it, up to the next standard width: its emitted frames see more of the utterance, as
+in a whole-utterance vocoding, and its call replays the graph of that width rather than
+running hundreds of eager launches. A call uploads its per-row integers in one pinned buffer
+and waits once for all of its audio."""
 
 from __future__ import annotations
 
@@ -66,8 +70,13 @@ class HiftStreamer:
         left: int = 8,
         right: int = 8,
         graph_rows: tuple[int, ...] | None = None,
+        widths: tuple[int, ...] = (),
     ) -> None:
         self.hift = hift
+        # Standard window lengths (frames): shorter windows widen their left context to the
+        # next one when the frames are kept (see the module's note). () keeps every window
+        # at `left` frames of context.
+        self.widths = tuple(sorted(widths))
         # Row buckets captured; with graphs, larger groups are split into calls of the largest.
         self.graph_rows = tuple(sorted(graph_rows or self.GRAPH_ROWS))
         self.left, self.right = left, right
@@ -89,8 +98,8 @@ class HiftStreamer:
             end = s.mel_frames if fin else s.mel_frames - self.right
             if end <= s.emitted_frames:
                 continue
-            start = max(0, s.emitted_frames - self.left)
             stop = min(s.mel_frames, end + self.right)
+            start = self._window_start(s, stop)
             by_width.setdefault(stop - start, []).append((i, start, end, stop))
         # (window frames, rows) per call; with graphs, at most the largest bucket's rows each.
         graphed = self.graphs is not None
@@ -127,6 +136,15 @@ class HiftStreamer:
             for k, ((i, a, e, _), first) in enumerate(zip(rows, firsts, strict=True)):
                 audio[i] = pcm[k, first * up : (e - a) * up]
         return audio
+
+    def _window_start(self, state, stop: int) -> int:
+        """Where the window ending at `stop` starts: `left` frames before the first frame to
+        emit, or earlier, to the next standard width, when the frames are kept."""
+        start = max(0, state.emitted_frames - self.left)
+        width = next((w for w in self.widths if w >= stop - start), None)
+        if width is not None and stop - width >= state.mel_start:
+            return stop - width
+        return start
 
     def _bucket(self, n: int, frames: int) -> tuple[int, tuple | None]:
         """(rows to pad n rows of `frames`-frame windows to, the graph key) — (n, None) when
@@ -168,7 +186,8 @@ class HiftStreamer:
             s = states[i]
             s.phase = phase[k]
             s.emitted_frames = e
-            keep_from = max(0, e - self.left)
+            # A later window may widen to the widest standard width: keep its frames.
+            keep_from = max(0, e - max((self.left, *self.widths)))
             s.mel = s.mel[:, keep_from - s.mel_start :]
             s.mel_start = keep_from
         return host

@@ -131,7 +131,7 @@ class FlowHiftDetokenizer:
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         # Row buckets captured; with graphs, larger calls are split into calls of the largest.
         self.graph_rows = tuple(sorted(graph_rows or self.GRAPH_ROWS))
-        self.vocoder = HiftStreamer(hift, left, right, self.graph_rows)
+        self.vocoder = HiftStreamer(hift, left, right, self.graph_rows, self.hift_frames())
         # Calls that found no captured graph (rows or frames past the buckets): each one is
         # a few hundred eager launches, so a growing count means jobs are outgrowing the buckets.
         self.eager_calls = self.vocoder.eager_calls
@@ -356,15 +356,20 @@ class FlowHiftDetokenizer:
             frames |= {self.ratio * (self.chunk * p + self.first_hop) for p in prompts}
         return sorted(frames)
 
-    def hift_frames(self) -> list[int]:
-        """HiFT's window lengths in steady streaming: a request's first window (its first
-        chunk's frames), the second when the first left fewer than `left` frames of context,
-        and then left + chunk + right frames. Others (the end of an utterance) run eagerly."""
+    def hift_frames(self) -> tuple[int, ...]:
+        """HiFT's standard window lengths: a request's first window (its first chunk's
+        frames), the second when the first left fewer than `left` frames of context, then
+        left + chunk + right frames, and an utterance's last window (its last chunk with the
+        look-ahead tokens after it, and the `right` frames held back before it). Shorter
+        windows widen to one of these (hift_stream.HiftStreamer); longer ones (a flush of
+        several chunks) run eagerly."""
         first = self.ratio * self.first_hop
-        frames = {first, self.left + self.ratio * self.chunk + self.right}
+        steady = self.left + self.ratio * self.chunk + self.right
+        last = steady + self.ratio * self.lookahead
+        frames = {first, steady, last}
         if first - self.right < self.left:
             frames.add(first + self.ratio * self.chunk)
-        return sorted(frames)
+        return tuple(sorted(frames))
 
     def _flow_bucket(self, n: int, frames: int) -> tuple | None:
         """The captured graph's key for n rows of up to `frames` frames, or None (eager)."""
