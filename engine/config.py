@@ -77,7 +77,8 @@ class EngineConfig:
     max_undecoded_chunks: int = 2
     # The first chunk holds enough audio to cover generating and decoding the next chunk, times
     # this margin (the listener plays from the first frame on). None: 3 with a threaded codec
-    # (CUDA), 2 with an inline one (CPU). On the H200 the listener saw second chunks up to 1.6x
+    # (CUDA; a model may measure its own, ModelFacts.first_audio_margin: CosyVoice 2 uses 2),
+    # 2 with an inline one (CPU). On the H200 the listener saw second chunks up to 1.6x
     # the engine's median gap (a codec job in flight, the async step of lag, delivery jitter)
     # and a bigger first chunk is cheap there (Orpheus streams run ~3x real time: one more
     # 85 ms SNAC frame is ~25 ms); on a CPU the inline codec has none of that latency, and
@@ -95,11 +96,17 @@ class EngineConfig:
     duplex_max_input_frames: int = 3
     duplex_max_catch_up_frames: int = 2
 
-    def first_audio_margin_for(self, threaded_codec: bool) -> float:
-        """first_audio_margin, or its default for the engine's kind of codec pipeline."""
+    def first_audio_margin_for(
+        self, threaded_codec: bool, model_margin: float | None = None
+    ) -> float:
+        """first_audio_margin, or its default for the engine's kind of codec pipeline: with a
+        threaded codec, the model's own measured margin (ModelFacts.first_audio_margin) if it
+        has one."""
         if self.first_audio_margin is not None:
             return self.first_audio_margin
-        return 3.0 if threaded_codec else 2.0
+        if not threaded_codec:
+            return 2.0
+        return 3.0 if model_margin is None else model_margin
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -97,6 +97,7 @@ class EngineCore:
                 facts.frame_tokens,
                 facts.held_back_tokens,
                 facts.lookahead_tokens,
+                facts.first_audio_margin,
             ),
             threaded_codec=threaded_codec,
         )

@@ -56,6 +56,8 @@ class ChunkingFacts:
     # Tokens after a chunk that the codec reads before it decodes the chunk, as look-ahead
     # (CosyVoice 2's flow: 3). first_chunk_tokens includes them; its audio does not.
     lookahead_tokens: int = 0
+    # The model's own first-audio margin with a threaded codec (ModelFacts), None: the engine's.
+    first_audio_margin: float | None = None
 
     def first_chunk_audio_tokens(self, pending: int) -> int:
         """Tokens of audio the first detokenizer call makes from `pending` tokens (at least
@@ -76,7 +78,9 @@ class Scheduler:
         threaded_codec: bool = False,
     ) -> None:
         self.config = config
-        self.first_audio_margin = config.first_audio_margin_for(threaded_codec)
+        self.first_audio_margin = config.first_audio_margin_for(
+            threaded_codec, facts.first_audio_margin
+        )
         self.blocks = blocks
         self.facts = facts
         self.requests: dict[str, Request] = {}  # live requests, in arrival order

@@ -83,6 +83,9 @@ class ModelFacts:
     # (the engine's first-chunk lane, docs/engine.md). Its stream states must be plain data
     # that either context can continue.
     first_chunk_lane: bool = False
+    # The first-audio margin (EngineConfig.first_audio_margin) this model measured best with a
+    # threaded codec (CUDA); None: the engine's default, 3.
+    first_audio_margin: float | None = None
 
     @property
     def seconds_per_token(self) -> float:

@@ -83,6 +83,13 @@ class CosyVoice2Model(SpeechModel):
             # First chunks may be decoded by a twin detokenizer beside the steady job
             # (first_chunk_lane_codec): streams are plain data either one continues.
             first_chunk_lane=True,
+            # Its first chunk is 640 ms and the next grid point 1.62 s, so a margin that 640 ms
+            # does not cover holds the first chunk until the first-audio budget. On the H200,
+            # with first and urgent chunks on the lane, second chunks came at most 529 ms
+            # after the first (p90 ~300 ms) at 4-7 req/s, and margin 2 played 234 streams
+            # without a gap while 3 failed time to first audio at 4 req/s (BENCHMARKS.md,
+            # eighth session).
+            first_audio_margin=2.0,
         )
         self.shape = BackboneShape.of(args, llm, self.ids.vocab_size)
 

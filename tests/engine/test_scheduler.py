@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
@@ -261,6 +263,13 @@ def test_cover_margin_defaults_to_the_codec_pipeline():
     assert Scheduler(EngineConfig(), blocks, FACTS, threaded_codec=True).first_audio_margin == 3.0
     explicit = EngineConfig(first_audio_margin=1.5)
     assert Scheduler(explicit, blocks, FACTS, threaded_codec=True).first_audio_margin == 1.5
+    # A model's own measured margin (CosyVoice 2: 2) replaces the threaded default only.
+    own = dataclasses.replace(FACTS, first_audio_margin=2.0)
+    assert Scheduler(EngineConfig(), blocks, own, threaded_codec=True).first_audio_margin == 2.0
+    assert Scheduler(EngineConfig(), blocks, own).first_audio_margin == 2.0
+    assert Scheduler(explicit, blocks, own, threaded_codec=True).first_audio_margin == 1.5
+    slow = dataclasses.replace(FACTS, first_audio_margin=4.0)
+    assert Scheduler(EngineConfig(), blocks, slow).first_audio_margin == 2.0
 
 
 def test_first_audio_budget_caps_the_wait_for_cover():

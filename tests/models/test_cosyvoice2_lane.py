@@ -71,6 +71,11 @@ def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model)
     config = EngineConfig(
         num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True
     )
+    # CosyVoice 2's own margin reaches the scheduler (it applies with a threaded codec, on
+    # CUDA, unless the config sets one, as here).
+    default = EngineCore(model, dataclasses.replace(config, num_kv_blocks=8), CPU, "sdpa")
+    assert default.scheduler.facts.first_audio_margin == model.facts.first_audio_margin == 2.0
+    default.close()
     config = dataclasses.replace(config, first_audio_margin=0.0)  # first chunk at 23 tokens
     core = EngineCore(model, config, CPU, "sdpa")
     pushes: list[tuple] = []
