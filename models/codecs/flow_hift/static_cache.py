@@ -1,0 +1,211 @@
+"""The cached flow estimator with fixed shapes: one chunk's Euler solve over a batch of streams'
+cached context, capturable in a CUDA graph (no host syncs, no data-dependent shapes).
+
+estimator_cache.py runs a chunk over each stream's context eagerly: its caches grow by
+concatenation and each group of rows has its own shapes, so every job is thousands of kernel
+launches. Here the same math runs on tensors of fixed shape per (rows R, context frames L)
+bucket:
+
+- `ctx_k`, `ctx_v` [S, A, 2R, L, D]: per Euler step (S) and attention layer (A), the keys and
+  values of each row's context frames (CFG's conditional rows 0..R-1, unconditional R..2R-1),
+  with `ctx_valid` [2R, L] saying which of the L slots hold a frame. The estimator has no
+  positional encoding, so key order is free: a stream's context can be a ring.
+- the chunk's new frames, T of them, of which `n_new` [R] are real: padding frames after them
+  are masked out as keys and dropped from the convolution history (the convolutions are
+  causal, so they cannot reach the real frames), which lets a short first chunk or an
+  utterance's last part-chunk replay the graph of a whole chunk.
+- `conv` [S, 2R, W]: per Euler step, each causal convolution's last kernel-1 input frames,
+  packed side by side (`ConvLayout`).
+
+It returns the chunk's mel and what the context gains: the new frames' keys and values and the
+convolutions' new history. tests/models/test_static_cache.py checks it against
+estimator_cache.solve_euler_cached, row by row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from models.codecs.flow_hift.estimator import CausalConditionalDecoder, TransformerBlock
+from models.codecs.flow_hift.estimator_cache import PassCache, _causal_convs
+
+
+@dataclass(frozen=True)
+class ConvLayout:
+    """Where each causal convolution's history sits in a packed [.., W] row: convolution i
+    holds channels[i] x history[i] values from offsets[i] (channel-major)."""
+
+    channels: tuple[int, ...]
+    history: tuple[int, ...]  # kernel - 1 frames
+    offsets: tuple[int, ...]
+    width: int
+
+    @classmethod
+    def of(cls, estimator: CausalConditionalDecoder) -> ConvLayout:
+        convs = _causal_convs(estimator)
+        channels = tuple(c.in_channels for c in convs)
+        history = tuple(c.kernel_size[0] - 1 for c in convs)
+        offsets, at = [], 0
+        for c, h in zip(channels, history, strict=True):
+            offsets.append(at)
+            at += c * h
+        return cls(channels, history, tuple(offsets), at)
+
+    def unpack(self, packed: torch.Tensor, i: int) -> torch.Tensor:
+        """Convolution i's history [B, C, kernel - 1] from packed [B, W]."""
+        lo = self.offsets[i]
+        return packed[:, lo : lo + self.channels[i] * self.history[i]].view(
+            -1, self.channels[i], self.history[i]
+        )
+
+    def pack(self, states: list[torch.Tensor]) -> torch.Tensor:
+        """[B, C_i, kernel_i - 1] for each convolution → packed [B, W]."""
+        return torch.cat([s.reshape(s.shape[0], -1) for s in states], dim=1)
+
+
+def attention_shape(estimator: CausalConditionalDecoder) -> tuple[int, int]:
+    """(attention layers, key width heads x head_dim) of the estimator."""
+    blocks = [m for m in estimator.modules() if isinstance(m, TransformerBlock)]
+    return len(blocks), blocks[0].attn1.h * blocks[0].attn1.d
+
+
+def pass_cache_to_static(
+    caches: list[PassCache], layout: ConvLayout
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """estimator_cache's per-step PassCaches (one batch) → (keys, values [S, A, B, L, D],
+    packed convolution history [S, B, W]): the eager cache in the static layout."""
+    keys = torch.stack([torch.stack(c.keys) for c in caches])
+    values = torch.stack([torch.stack(c.values) for c in caches])
+    convs = torch.stack([layout.pack(c.convs) for c in caches])
+    return keys, values, convs
+
+
+class _StaticRun:
+    """One estimator pass over fixed-shape context (one Euler step's slice of the inputs)."""
+
+    def __init__(
+        self,
+        ctx_k: torch.Tensor,  # [A, 2R, L, D]
+        ctx_v: torch.Tensor,
+        key_mask: torch.Tensor,  # [2R, 1, 1, L + T] bool: the context's and new frames' keys
+        conv: torch.Tensor,  # [2R, W]
+        layout: ConvLayout,
+        history_at: torch.Tensor,  # [2R] first frame of the new history in cat(history, x)
+    ) -> None:
+        self.ctx_k, self.ctx_v, self.key_mask = ctx_k, ctx_v, key_mask
+        self.conv_in, self.layout, self.history_at = conv, layout, history_at
+        self.layer = 0
+        self.conv_i = 0
+        self.new_k: list[torch.Tensor] = []
+        self.new_v: list[torch.Tensor] = []
+        self.new_conv: list[torch.Tensor] = []
+
+    def conv(self, conv: torch.nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+        i = self.conv_i
+        self.conv_i += 1
+        state = self.layout.unpack(self.conv_in, i)
+        x = torch.cat([state, x], dim=-1)
+        # The new history is the last kernel-1 frames up to the last real one (per row).
+        h = self.layout.history[i]
+        index = self.history_at[:, None, None] + torch.arange(h, device=x.device)
+        self.new_conv.append(torch.gather(x, 2, index.expand(-1, x.shape[1], -1)))
+        return F.conv1d(x, conv.weight, conv.bias)
+
+    def block(self, block, x: torch.Tensor) -> torch.Tensor:
+        return F.mish(block.block["2"](self.conv(block.block["0"], x)))
+
+    def resnet(self, resnet, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        h = self.block(resnet.block1, x) + resnet.mlp["1"](F.mish(temb))[:, :, None]
+        return self.block(resnet.block2, h) + resnet.res_conv(x)
+
+    def transformer(self, x: torch.Tensor, blocks) -> torch.Tensor:
+        h = x.transpose(1, 2)
+        for block in blocks:
+            h = self.attention_block(block, h)
+        return h.transpose(1, 2)
+
+    def attention_block(self, block: TransformerBlock, x: torch.Tensor) -> torch.Tensor:
+        attn = block.attn1
+        b, t, _ = x.shape
+        n = block.norm1(x)
+        q, k, v = attn.to_q(n), attn.to_k(n), attn.to_v(n)
+        self.new_k.append(k)
+        self.new_v.append(v)
+        keys = torch.cat([self.ctx_k[self.layer], k], dim=1)
+        values = torch.cat([self.ctx_v[self.layer], v], dim=1)
+        self.layer += 1
+        heads = (b, -1, attn.h, attn.d)
+        out = F.scaled_dot_product_attention(
+            q.view(b, t, attn.h, attn.d).transpose(1, 2),
+            keys.view(*heads).transpose(1, 2),
+            values.view(*heads).transpose(1, 2),
+            attn_mask=self.key_mask,
+        )
+        x = x + attn.to_out[0](out.transpose(1, 2).reshape(b, t, attn.h * attn.d))
+        h = block.norm3(x)
+        for module in block.ff["net"]:
+            h = module(h)
+        return x + h
+
+
+def _static_estimate(estimator, x, mu, t, spks, cond, run: _StaticRun) -> torch.Tensor:
+    """cached_estimate's pass over `run`'s fixed-shape context."""
+    temb = estimator.time_mlp(t)
+    h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], dim=1)
+    skips = []
+    for resnet, blocks, conv in estimator.down_blocks:
+        h = run.transformer(run.resnet(resnet, h, temb), blocks)
+        skips.append(h)
+        h = run.conv(conv, h)
+    for resnet, blocks in estimator.mid_blocks:
+        h = run.transformer(run.resnet(resnet, h, temb), blocks)
+    for resnet, blocks, conv in estimator.up_blocks:
+        h = torch.cat([h, skips.pop()], dim=1)
+        h = run.transformer(run.resnet(resnet, h, temb), blocks)
+        h = run.conv(conv, h)
+    h = run.block(estimator.final_block, h)
+    return estimator.final_proj(h)
+
+
+def static_cached_solve(
+    flow,
+    z: torch.Tensor,
+    mu: torch.Tensor,
+    spks: torch.Tensor,
+    cond: torch.Tensor,
+    n_new: torch.Tensor,
+    ctx_k: torch.Tensor,
+    ctx_v: torch.Tensor,
+    ctx_valid: torch.Tensor,
+    conv: torch.Tensor,
+    layout: ConvLayout,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """flow.cfg_euler for one chunk of T frames per row over fixed-shape context: z, mu, cond
+    [R, M, T]; spks [R, M]; n_new [R] long, the real frames of each row (>= 1); ctx_k, ctx_v
+    [S, A, 2R, L, D]; ctx_valid [2R, L] bool; conv [S, 2R, W] → (mel [R, M, T] float32, new
+    keys and values [S, A, 2R, T, D], new convolution history [S, 2R, W]). Frames past n_new
+    are padding: their mel is garbage and their keys must not enter the context."""
+    estimator = flow.decoder.estimator
+    r, t_frames, dtype = z.shape[0], z.shape[2], mu.dtype
+    t_span = flow.t_span.to(dtype)
+    rate = flow.cfg.inference_cfg_rate
+    mu2 = torch.cat([mu, torch.zeros_like(mu)])
+    spks2 = torch.cat([spks, torch.zeros_like(spks)])
+    cond2 = torch.cat([cond, torch.zeros_like(cond)])
+    n2 = torch.cat([n_new, n_new])
+    new_valid = torch.arange(t_frames, device=z.device)[None, :] < n2[:, None]
+    key_mask = torch.cat([ctx_valid, new_valid], dim=1)[:, None, None, :]
+    x = z
+    keys, values, convs = [], [], []
+    for step in range(1, len(t_span)):
+        t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
+        run = _StaticRun(ctx_k[step - 1], ctx_v[step - 1], key_mask, conv[step - 1], layout, n2)
+        v = _static_estimate(estimator, torch.cat([x, x]), mu2, t.expand(2 * r), spks2, cond2, run)
+        keys.append(torch.stack(run.new_k))
+        values.append(torch.stack(run.new_v))
+        convs.append(layout.pack(run.new_conv))
+        x = x + dt * ((1.0 + rate) * v[:r] - rate * v[r:])
+    return x.float(), torch.stack(keys), torch.stack(values), torch.stack(convs)
