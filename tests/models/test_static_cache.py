@@ -14,6 +14,7 @@ from models.codecs.flow_hift.estimator_cache import solve_euler_cached
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.static_cache import (
     ConvLayout,
+    DenseContext,
     attention_shape,
     pass_cache_to_static,
     static_cached_solve,
@@ -84,8 +85,9 @@ def test_a_padded_bucket_equals_each_rows_eager_solve(flow):
     ctx_k[:, :, 0], ctx_v[:, :, 0] = ctx_k[:, :, 0, order], ctx_v[:, :, 0, order]
     ctx_k[:, :, rows], ctx_v[:, :, rows] = ctx_k[:, :, rows, order], ctx_v[:, :, rows, order]
 
+    context = DenseContext(ctx_k, ctx_v, ctx_valid, conv)
     mel, new_k, new_v, new_conv = static_cached_solve(
-        flow, z, mu, spks, cond, n_new, ctx_k, ctx_v, ctx_valid, conv, layout
+        flow, z, mu, spks, cond, n_new, context, layout
     )
     assert mel.shape == (rows, m, chunk) and new_k.shape == (steps, layers, 2 * rows, chunk, width)
     for i, (n, frames, ref_mel, ref_k, ref_v, ref_conv) in enumerate(expected):
@@ -117,10 +119,12 @@ def test_the_static_solve_makes_no_host_syncs(flow):
             torch.zeros(rows, m),
             torch.zeros(rows, m, chunk),
             torch.full((rows,), chunk),
-            torch.zeros(steps, layers, 2 * rows, bucket_l, width),
-            torch.zeros(steps, layers, 2 * rows, bucket_l, width),
-            F.pad(torch.ones(2 * rows, 1, dtype=torch.bool), (0, bucket_l - 1)),
-            torch.zeros(steps, 2 * rows, layout.width),
+            DenseContext(
+                torch.zeros(steps, layers, 2 * rows, bucket_l, width),
+                torch.zeros(steps, layers, 2 * rows, bucket_l, width),
+                F.pad(torch.ones(2 * rows, 1, dtype=torch.bool), (0, bucket_l - 1)),
+                torch.zeros(steps, 2 * rows, layout.width),
+            ),
             layout,
         )
         assert mel.shape == (rows, m, chunk) and new_conv.shape == (steps, 2 * rows, layout.width)

@@ -6,16 +6,17 @@ concatenation and each group of rows has its own shapes, so every job is thousan
 launches. Here the same math runs on tensors of fixed shape per (rows R, context frames L)
 bucket:
 
-- `ctx_k`, `ctx_v` [S, A, 2R, L, D]: per Euler step (S) and attention layer (A), the keys and
-  values of each row's context frames (CFG's conditional rows 0..R-1, unconditional R..2R-1),
-  with `ctx_valid` [2R, L] saying which of the L slots hold a frame. The estimator has no
+- the context: per Euler step (S) and attention layer (A), the keys and values [2R, L, D] of
+  each row's context frames (CFG's conditional rows 0..R-1, unconditional R..2R-1), with a
+  mask [2R, L] saying which of the L slots hold a frame, handed over whole (`DenseContext`)
+  or read from the streams' slots of a pool (cache_pool.py). The estimator has no
   positional encoding, so key order is free: a stream's context can be a ring.
 - the chunk's new frames, T of them, of which `n_new` [R] are real: padding frames after them
   are masked out as keys and dropped from the convolution history (the convolutions are
   causal, so they cannot reach the real frames), which lets a short first chunk or an
   utterance's last part-chunk replay the graph of a whole chunk.
-- `conv` [S, 2R, W]: per Euler step, each causal convolution's last kernel-1 input frames,
-  packed side by side (`ConvLayout`).
+- per Euler step [2R, W]: each causal convolution's last kernel-1 input frames, packed side
+  by side (`ConvLayout`).
 
 It returns the chunk's mel and what the context gains: the new frames' keys and values and the
 convolutions' new history. tests/models/test_static_cache.py checks it against
@@ -83,20 +84,36 @@ def pass_cache_to_static(
     return keys, values, convs
 
 
+class DenseContext:
+    """Context handed over as whole tensors: keys and values [S, A, 2R, L, D], valid [2R, L],
+    conv [S, 2R, W] (cache_pool.PoolContext reads a pool instead)."""
+
+    def __init__(self, keys, values, valid, conv) -> None:
+        self._keys, self._values, self.valid, self._conv = keys, values, valid, conv
+
+    def keys(self, step: int, layer: int) -> torch.Tensor:
+        return self._keys[step, layer]
+
+    def values(self, step: int, layer: int) -> torch.Tensor:
+        return self._values[step, layer]
+
+    def conv(self, step: int) -> torch.Tensor:
+        return self._conv[step]
+
+
 class _StaticRun:
-    """One estimator pass over fixed-shape context (one Euler step's slice of the inputs)."""
+    """One estimator pass (Euler step `step`) over fixed-shape context."""
 
     def __init__(
         self,
-        ctx_k: torch.Tensor,  # [A, 2R, L, D]
-        ctx_v: torch.Tensor,
+        context,  # DenseContext or cache_pool.PoolContext
+        step: int,
         key_mask: torch.Tensor,  # [2R, 1, 1, L + T] bool: the context's and new frames' keys
-        conv: torch.Tensor,  # [2R, W]
         layout: ConvLayout,
         history_at: torch.Tensor,  # [2R] first frame of the new history in cat(history, x)
     ) -> None:
-        self.ctx_k, self.ctx_v, self.key_mask = ctx_k, ctx_v, key_mask
-        self.conv_in, self.layout, self.history_at = conv, layout, history_at
+        self.context, self.step, self.key_mask = context, step, key_mask
+        self.conv_in, self.layout, self.history_at = context.conv(step), layout, history_at
         self.layer = 0
         self.conv_i = 0
         self.new_k: list[torch.Tensor] = []
@@ -134,8 +151,8 @@ class _StaticRun:
         q, k, v = attn.to_q(n), attn.to_k(n), attn.to_v(n)
         self.new_k.append(k)
         self.new_v.append(v)
-        keys = torch.cat([self.ctx_k[self.layer], k], dim=1)
-        values = torch.cat([self.ctx_v[self.layer], v], dim=1)
+        keys = torch.cat([self.context.keys(self.step, self.layer), k], dim=1)
+        values = torch.cat([self.context.values(self.step, self.layer), v], dim=1)
         self.layer += 1
         heads = (b, -1, attn.h, attn.d)
         out = F.scaled_dot_product_attention(
@@ -177,17 +194,15 @@ def static_cached_solve(
     spks: torch.Tensor,
     cond: torch.Tensor,
     n_new: torch.Tensor,
-    ctx_k: torch.Tensor,
-    ctx_v: torch.Tensor,
-    ctx_valid: torch.Tensor,
-    conv: torch.Tensor,
+    context,
     layout: ConvLayout,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """flow.cfg_euler for one chunk of T frames per row over fixed-shape context: z, mu, cond
-    [R, M, T]; spks [R, M]; n_new [R] long, the real frames of each row (>= 1); ctx_k, ctx_v
-    [S, A, 2R, L, D]; ctx_valid [2R, L] bool; conv [S, 2R, W] → (mel [R, M, T] float32, new
-    keys and values [S, A, 2R, T, D], new convolution history [S, 2R, W]). Frames past n_new
-    are padding: their mel is garbage and their keys must not enter the context."""
+    [R, M, T]; spks [R, M]; n_new [R] long, the real frames of each row (>= 1); `context`
+    (DenseContext, cache_pool.PoolContext): per step and layer the keys and values [2R, L, D],
+    `valid` [2R, L] bool, per step the conv history [2R, W] → (mel [R, M, T] float32, new keys
+    and values [S, A, 2R, T, D], new convolution history [S, 2R, W]). Frames past n_new are
+    padding: their mel is garbage and their keys must not enter the context."""
     estimator = flow.decoder.estimator
     r, t_frames, dtype = z.shape[0], z.shape[2], mu.dtype
     t_span = flow.t_span.to(dtype)
@@ -197,12 +212,12 @@ def static_cached_solve(
     cond2 = torch.cat([cond, torch.zeros_like(cond)])
     n2 = torch.cat([n_new, n_new])
     new_valid = torch.arange(t_frames, device=z.device)[None, :] < n2[:, None]
-    key_mask = torch.cat([ctx_valid, new_valid], dim=1)[:, None, None, :]
+    key_mask = torch.cat([context.valid, new_valid], dim=1)[:, None, None, :]
     x = z
     keys, values, convs = [], [], []
     for step in range(1, len(t_span)):
         t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
-        run = _StaticRun(ctx_k[step - 1], ctx_v[step - 1], key_mask, conv[step - 1], layout, n2)
+        run = _StaticRun(context, step - 1, key_mask, layout, n2)
         v = _static_estimate(estimator, torch.cat([x, x]), mu2, t.expand(2 * r), spks2, cond2, run)
         keys.append(torch.stack(run.new_k))
         values.append(torch.stack(run.new_v))

@@ -44,7 +44,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.codecs.flow_hift.cached_flow import flow_call_cached
+from models.codecs.flow_hift.cache_pool import FlowCachePool, PoolSlot
+from models.codecs.flow_hift.cached_flow import (
+    flow_call_cached,
+    pool_call_inputs,
+    release_finished,
+)
 from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.hift_stream import HiftStreamer, graph_calls, note_eager
@@ -67,8 +72,10 @@ class FlowHiftStream:
     mel_start: int = 0
     emitted_frames: int = 0  # generated frames already turned into audio
     phase: torch.Tensor | None = None  # [H] float64 sine cycles run before frame emitted_frames
-    # With estimator_cache: per Euler step, the estimator's context (cached_flow.py).
+    # With estimator_cache: per Euler step, the estimator's context (cached_flow.py), or the
+    # stream's slot of the detokenizer's cache pool (cache_pool.py).
     flow_cache: list | None = None
+    pool_slot: PoolSlot | None = None
 
     @property
     def mel_frames(self) -> int:
@@ -108,10 +115,12 @@ class FlowHiftDetokenizer:
         first_hop: int | None = None,
         graph_rows: tuple[int, ...] | None = None,
         estimator_cache: bool = False,
+        cache_slots: int = 0,
+        cache_pool: FlowCachePool | None = None,
     ) -> None:
         self.flow = flow
         # Each chunk's solve over the stream's cached estimator context (cached_flow.py)
-        # instead of re-integrating its context chunks; eager only so far.
+        # instead of re-integrating its context chunks.
         self.estimator_cache = estimator_cache
         self.hift = hift
         self.chunk = chunk_tokens
@@ -128,6 +137,19 @@ class FlowHiftDetokenizer:
             )
         self.left, self.right = left, right
         self.context_chunks = context_chunks
+        # With the estimator cache and a bounded context: `cache_slots` streams' contexts in one
+        # fixed pool (cache_pool.py), whose solve CUDA graphs capture; a twin shares it.
+        if cache_pool is None and estimator_cache and cache_slots and context_chunks is not None:
+            frames = flow.token_mel_ratio * chunk_tokens
+            cache_pool = FlowCachePool(
+                flow,
+                cache_slots,
+                prompt_cap=frames * self.GRAPH_PROMPT_CHUNKS,
+                ring=frames * context_chunks,
+                device=next(flow.parameters()).device,
+                dtype=next(flow.parameters()).dtype,
+            )
+        self.cache_pool = cache_pool
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         # Row buckets captured; with graphs, larger calls are split into calls of the largest.
         self.graph_rows = tuple(sorted(graph_rows or self.GRAPH_ROWS))
@@ -156,6 +178,7 @@ class FlowHiftDetokenizer:
             self.first_hop,
             graph_rows,
             self.estimator_cache,
+            cache_pool=self.cache_pool,
         )
 
     def new_stream(
@@ -177,7 +200,10 @@ class FlowHiftDetokenizer:
     @torch.inference_mode()
     def decode(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         self._flow_step(states, final)
-        return self._hift_step(states, final)
+        audio = self._hift_step(states, final)
+        if self.cache_pool is not None:
+            release_finished(self, states, final)
+        return audio
 
     # The chunk grid over the generated tokens: a first chunk of `first_hop` tokens, then
     # `chunk`-token chunks. The flow attends within it (encoder.chunk_ids), so a chunk's mel is
@@ -371,11 +397,12 @@ class FlowHiftDetokenizer:
             frames.add(first + self.ratio * self.chunk)
         return tuple(sorted(frames))
 
-    def _flow_bucket(self, n: int, frames: int) -> tuple | None:
-        """The captured graph's key for n rows of up to `frames` frames, or None (eager)."""
+    def _flow_bucket(self, n: int, frames: int, stage: str = "flow") -> tuple | None:
+        """The captured graph's key for n rows of up to `frames` frames, or None (eager);
+        stage "cond" is the conditioning alone (the cached estimator's jobs)."""
         rows = next((r for r in self.graph_rows if r >= n), None)
         padded = next((f for f in self.graph_frames(rows) if f >= frames), None)
-        key = ("flow", rows, padded)
+        key = (stage, rows, padded)
         return key if self.graphs is not None and key in self.graphs else None
 
     def enable_cuda_graphs(self, graphs) -> None:
@@ -384,24 +411,23 @@ class FlowHiftDetokenizer:
         m, e = self.flow.cfg.output_size, self.flow.cfg.spk_embed_dim
         dev = self.device
         began = time.perf_counter()
+        # The windowed flow (conditioning + solve) per (rows, frames); with the estimator
+        # cache, the conditioning alone per (rows, frames) and, with a pool, the pooled solve
+        # per rows (its shapes do not depend on the context).
+        stage, fn = (
+            ("cond", self.condition_rows) if self.estimator_cache else ("flow", self.flow_rows)
+        )
         with torch.inference_mode():
-            # The cached estimator's shapes are not captured yet: its flow runs eagerly.
-            for rows in () if self.estimator_cache else reversed(self.graph_rows):
+            for rows in reversed(self.graph_rows):
                 for frames in reversed(self.graph_frames(rows)):
                     width = frames // self.ratio + self.lookahead
                     ints = torch.zeros(rows, width + 5, dtype=torch.long, device=dev)
                     prompt_mel = torch.zeros(rows, frames, m, device=dev)
                     speaker = torch.zeros(rows, e, device=dev)
-                    try:
-                        graphs.capture(
-                            ("flow", rows, frames), self.flow_rows, [ints, prompt_mel, speaker]
-                        )
-                    except RuntimeError as exc:  # not yet run on every GPU: say what to do
-                        raise RuntimeError(
-                            f"capturing the flow in a CUDA graph failed for {rows} rows x "
-                            f"{frames} frames ({exc}); start the server with --eager to run "
-                            "without CUDA graphs"
-                        ) from exc
+                    self._capture(graphs, (stage, rows, frames), fn, [ints, prompt_mel, speaker])
+                if self.cache_pool is not None:
+                    inputs = pool_call_inputs(self, rows)
+                    self._capture(graphs, ("pool", rows), self.cache_pool.solve, inputs)
         self.vocoder.enable_cuda_graphs(graphs, self.hift_frames())
         self.graphs = graphs
         log.info(
@@ -411,6 +437,16 @@ class FlowHiftDetokenizer:
             self.hift_frames(),
             time.perf_counter() - began,
         )
+
+    @staticmethod
+    def _capture(graphs, key: tuple, fn, inputs: list[torch.Tensor]) -> None:
+        try:
+            graphs.capture(key, fn, inputs)
+        except RuntimeError as exc:  # not yet run on every GPU: say what to do
+            raise RuntimeError(
+                f"capturing the flow in a CUDA graph failed for {key} ({exc}); start the "
+                "server with --eager to run without CUDA graphs"
+            ) from exc
 
     def _hift_step(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         return self.vocoder.step(states, final)
