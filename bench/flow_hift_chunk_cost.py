@@ -9,6 +9,8 @@ time of each call. A detokenizer whose cost grows with the utterance shows it he
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
         --device cuda --bf16 --graphs
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 4 --stages
+    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
+        --device cuda --bf16 --graphs --estimator-cache --cache-slots 8   # the pooled cache
 
 `--stages` (eager only) splits each call into the flow's conditioning encoder, its Euler
 solver (10 steps x 2 estimator passes for CFG) and HiFT: what a cheaper detokenizer must cut.
@@ -59,6 +61,13 @@ def main() -> None:
         action="store_true",
         help="each chunk's solve over cached context (cached_flow.py) instead of its window",
     )
+    ap.add_argument(
+        "--cache-slots",
+        type=int,
+        default=0,
+        help="with --estimator-cache: streams' contexts in a pool of this many slots "
+        "(cache_pool.py; what --graphs captures), 0: the eager PassCaches",
+    )
     args = ap.parse_args()
     if args.stages and (args.graphs or args.estimator_cache):
         ap.error("--stages times the window's eager stages; a graph replay runs them as one")
@@ -66,7 +75,15 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
-    detok = build(args.size, args.device, dtype, estimator_cache=args.estimator_cache)
+    if args.cache_slots and not args.estimator_cache:
+        ap.error("--cache-slots keeps the estimator cache's context: add --estimator-cache")
+    detok = build(
+        args.size,
+        args.device,
+        dtype,
+        estimator_cache=args.estimator_cache,
+        cache_slots=args.cache_slots,
+    )
     if args.graphs:
         from engine.cuda_graphs import CallableGraphs
 

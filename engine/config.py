@@ -90,6 +90,10 @@ class EngineConfig:
     # CosyVoice 2: generated tokens in the first audio chunk (the flow's first attention
     # chunk; the rest are its 25-token chunks). None: the model's default (docs/models.md).
     first_hop_tokens: int | None = None
+    # CosyVoice 2: > 0 runs the flow's estimator over each stream's cached context, kept in a
+    # pool of this many streams (docs/models.md, "The cached flow estimator"); 0: each chunk
+    # re-integrates its window of context chunks (the default, measured on the H200).
+    flow_cache_slots: int = 0
     # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before
     # the oldest are dropped, and how many frame periods the tick grid may run late before it
     # resyncs to now.
@@ -115,6 +119,8 @@ class EngineConfig:
             raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ConfigError(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
+        if self.flow_cache_slots < 0:
+            raise ConfigError(f"flow_cache_slots must be >= 0, got {self.flow_cache_slots}")
         if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:
             raise ConfigError("max_num_seqs, max_batch_tokens and max_detok_batch must be >= 1")
         if not 0.05 <= self.kv_memory_fraction <= 0.98:

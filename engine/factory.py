@@ -142,7 +142,15 @@ def build_engine(
     dtype = resolve_dtype(config, device)
     apply_cpu_threads(config, device)
     speech_model = load_model(
-        model, codec, device, dtype, progress, random_weights, voices_dir, config.first_hop_tokens
+        model,
+        codec,
+        device,
+        dtype,
+        progress,
+        random_weights,
+        voices_dir,
+        config.first_hop_tokens,
+        config.flow_cache_slots,
     )
     core = build_core(speech_model, config, device)
     core.warm_up()

@@ -82,14 +82,19 @@ def load_model(
     random_weights: bool = False,
     voices_dir: str | None = None,
     first_hop_tokens: int | None = None,
+    flow_cache_slots: int = 0,
 ) -> SpeechModel:
     """Load `model` (preset name, folder or repo id). `codec` overrides the model's default codec
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
     random weights instead of reading a checkpoint (benchmarks without the download).
     `voices_dir`: reference clips for voice prompting (CSM, CosyVoice 2; see models/csm/voices.py).
-    `first_hop_tokens`: CosyVoice 2's first audio chunk in tokens (None: its default)."""
+    `first_hop_tokens`: CosyVoice 2's first audio chunk in tokens (None: its default).
+    `flow_cache_slots`: CosyVoice 2's cached flow estimator with a pool of that many streams'
+    contexts (0: the windowed flow; docs/models.md)."""
     device = torch.device(device)
-    cosyvoice = _load_cosyvoice2(model, codec, device, dtype, random_weights, first_hop_tokens)
+    cosyvoice = _load_cosyvoice2(
+        model, codec, device, dtype, random_weights, first_hop_tokens, flow_cache_slots
+    )
     if cosyvoice is not None:
         if voices_dir is not None:
             cosyvoice.add_voices_dir(voices_dir)
@@ -97,6 +102,10 @@ def load_model(
     if first_hop_tokens is not None:
         raise CheckpointError(
             "--first-hop-tokens sizes CosyVoice 2's first chunk; other models take no such option"
+        )
+    if flow_cache_slots:
+        raise CheckpointError(
+            "--flow-cache-slots sets CosyVoice 2's flow cache; other models take no such option"
         )
     if model in ("tiny-glm-voice", "glm-4-voice-9b"):
         return _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir)
@@ -263,7 +272,13 @@ def _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir) -> 
 
 
 def _load_cosyvoice2(
-    model: str, codec, device, dtype, random_weights, first_hop: int | None = None
+    model: str,
+    codec,
+    device,
+    dtype,
+    random_weights,
+    first_hop: int | None = None,
+    cache_slots: int = 0,
 ) -> SpeechModel | None:
     """The CosyVoice 2 family, or None when `model` is not a CosyVoice 2 preset or folder."""
     from pathlib import Path
@@ -288,7 +303,12 @@ def _load_cosyvoice2(
                 "tiny-cosyvoice2 has random weights already; drop --random-weights"
             )
         return load_cosyvoice2(
-            str(ensure_tiny_cosyvoice2()), device, dtype, name=model, first_hop=first_hop
+            str(ensure_tiny_cosyvoice2()),
+            device,
+            dtype,
+            name=model,
+            first_hop=first_hop,
+            flow_cache_slots=cache_slots,
         )
     if model == "cosyvoice2-0.5b":
         if random_weights:  # the real configuration, nothing downloaded
@@ -299,9 +319,17 @@ def _load_cosyvoice2(
                 name=model,
                 random_weights=True,
                 first_hop=first_hop,
+                flow_cache_slots=cache_slots,
             )
-        return load_cosyvoice2(configs.REPO_ID, device, dtype, name=model, first_hop=first_hop)
-    return load_cosyvoice2(model, device, dtype, first_hop=first_hop)
+        return load_cosyvoice2(
+            configs.REPO_ID,
+            device,
+            dtype,
+            name=model,
+            first_hop=first_hop,
+            flow_cache_slots=cache_slots,
+        )
+    return load_cosyvoice2(model, device, dtype, first_hop=first_hop, flow_cache_slots=cache_slots)
 
 
 def _random_orpheus_3b(codec: str | None, device: torch.device, dtype: torch.dtype) -> SpeechModel:

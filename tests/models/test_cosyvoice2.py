@@ -238,3 +238,15 @@ def test_first_hop_sets_the_first_chunk_and_is_validated():
         load_model("tiny-cosyvoice2", first_hop_tokens=30)
     with pytest.raises(CheckpointError, match="CosyVoice 2's first chunk"):
         load_model("tiny-orpheus", first_hop_tokens=9)
+
+
+def test_flow_cache_slots_give_the_model_and_its_lane_one_pool():
+    """--flow-cache-slots N: the flow's estimator over cached context, N streams' contexts in
+    one pool that the first-chunk lane's twin shares (a stream moves between them)."""
+    model = load_model("tiny-cosyvoice2", flow_cache_slots=3)
+    assert model.detok.estimator_cache and model.detok.cache_pool.slots == 3
+    assert model.first_chunk_lane_codec().detok.cache_pool is model.detok.cache_pool
+    plain = load_model("tiny-cosyvoice2")
+    assert not plain.detok.estimator_cache and plain.detok.cache_pool is None
+    with pytest.raises(CheckpointError, match="CosyVoice 2's flow cache"):
+        load_model("tiny-orpheus", flow_cache_slots=2)
