@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
+from tests.models.test_cached_flow import cached, flow_state
 from tests.models.test_flow_hift import (
     EagerGraphs,
     assert_batch_equals_singles,
@@ -23,22 +23,6 @@ from tests.models.test_flow_hift import (
 from tests.models.test_flow_hift import (
     detok as detok,  # noqa: F401 - the module's fixture: tiny flow + HiFT, seeded
 )
-
-
-def cached(detok, **kw) -> FlowHiftDetokenizer:
-    return FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, estimator_cache=True, **kw)
-
-
-def flow_state(d: FlowHiftDetokenizer, seed: int, prompt_chunks: int, tokens, pushes):
-    state = stream_for(d, seed, prompt_chunks)
-    i = 0
-    for size in pushes:
-        d.push(state, tokens[i : i + size])
-        i += size
-        d._flow_step([state], [False])
-    d.push(state, tokens[i:])
-    d._flow_step([state], [True])
-    return state
 
 
 @pytest.mark.parametrize("first_hop", [None, 7])

@@ -23,7 +23,8 @@ def cached(detok, **kw) -> FlowHiftDetokenizer:
     return FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, estimator_cache=True, **kw)
 
 
-def flow_mel(d: FlowHiftDetokenizer, seed: int, prompt_chunks: int, tokens, pushes):
+def flow_state(d: FlowHiftDetokenizer, seed: int, prompt_chunks: int, tokens, pushes):
+    """A stream after its flow steps (the pushes, then the rest final)."""
     state = stream_for(d, seed, prompt_chunks)
     i = 0
     for size in pushes:
@@ -32,7 +33,11 @@ def flow_mel(d: FlowHiftDetokenizer, seed: int, prompt_chunks: int, tokens, push
         d._flow_step([state], [False])
     d.push(state, tokens[i:])
     d._flow_step([state], [True])
-    return state.mel
+    return state
+
+
+def flow_mel(d: FlowHiftDetokenizer, seed: int, prompt_chunks: int, tokens, pushes):
+    return flow_state(d, seed, prompt_chunks, tokens, pushes).mel
 
 
 @pytest.mark.parametrize("first_hop", [None, 7])

@@ -85,19 +85,18 @@ def _causal_convs(estimator: CausalConditionalDecoder) -> list[torch.nn.Conv1d]:
     return convs
 
 
-class _Run:
-    """One cached estimator pass: consumes the old context in order, collects the new."""
-
-    def __init__(self, cache: PassCache) -> None:
-        self.layers: Iterator = iter(zip(cache.keys, cache.values, strict=True))
-        self.conv_states: Iterator = iter(cache.convs)
-        self.out = PassCache([], [], [])
+class ChunkRun:
+    """One estimator pass over a chunk's frames whose context comes from elsewhere: a subclass
+    says where a causal convolution's history comes from (`conv`) and which keys and values
+    the attention sees (`attend`); the rest of the pass is the estimator's own."""
 
     def conv(self, conv: torch.nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
-        state = next(self.conv_states)
-        x = torch.cat([state, x], dim=-1)
-        self.out.convs.append(x[:, :, x.shape[-1] - state.shape[-1] :])
-        return F.conv1d(x, conv.weight, conv.bias)
+        raise NotImplementedError
+
+    def attend(self, attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention of the chunk's queries q [B, T, H*D] given its own keys and values → the
+        heads' output [B, T, H*D] (before to_out)."""
+        raise NotImplementedError
 
     def block(self, block: CausalBlock1D, x: torch.Tensor) -> torch.Tensor:
         return F.mish(block.block["2"](self.conv(block.block["0"], x)))
@@ -114,25 +113,67 @@ class _Run:
 
     def attention_block(self, block: TransformerBlock, x: torch.Tensor) -> torch.Tensor:
         attn = block.attn1
-        b, t, _ = x.shape
         n = block.norm1(x)
-        q, k, v = attn.to_q(n), attn.to_k(n), attn.to_v(n)
-        old_k, old_v = next(self.layers)
-        k, v = torch.cat([old_k, k], dim=1), torch.cat([old_v, v], dim=1)
-        self.out.keys.append(k)
-        self.out.values.append(v)
-        heads = (b, -1, attn.h, attn.d)
-        # The new frames are one attention chunk: each sees all of it and every earlier frame.
-        out = F.scaled_dot_product_attention(
-            q.view(b, t, attn.h, attn.d).transpose(1, 2),
-            k.view(*heads).transpose(1, 2),
-            v.view(*heads).transpose(1, 2),
-        )
-        x = x + attn.to_out[0](out.transpose(1, 2).reshape(b, t, attn.h * attn.d))
+        x = x + attn.to_out[0](self.attend(attn, attn.to_q(n), attn.to_k(n), attn.to_v(n)))
         h = block.norm3(x)
         for module in block.ff["net"]:
             h = module(h)
         return x + h
+
+
+def heads_attention(attn, q, keys, values, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Multi-head attention of q [B, T, H*D] over keys, values [B, L, H*D] → [B, T, H*D]."""
+    b, t, _ = q.shape
+    heads = (b, -1, attn.h, attn.d)
+    out = F.scaled_dot_product_attention(
+        q.view(b, t, attn.h, attn.d).transpose(1, 2),
+        keys.view(*heads).transpose(1, 2),
+        values.view(*heads).transpose(1, 2),
+        attn_mask=mask,
+    )
+    return out.transpose(1, 2).reshape(b, t, attn.h * attn.d)
+
+
+def run_estimator(estimator: CausalConditionalDecoder, x, mu, t, spks, cond, run: ChunkRun):
+    """The estimator's U-Net over one chunk's frames with `run`'s context → velocity."""
+    temb = estimator.time_mlp(t)
+    h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], dim=1)
+    skips = []
+    for resnet, blocks, conv in estimator.down_blocks:
+        h = run.transformer(run.resnet(resnet, h, temb), blocks)
+        skips.append(h)
+        h = run.conv(conv, h)
+    for resnet, blocks in estimator.mid_blocks:
+        h = run.transformer(run.resnet(resnet, h, temb), blocks)
+    for resnet, blocks, conv in estimator.up_blocks:
+        h = torch.cat([h, skips.pop()], dim=1)
+        h = run.transformer(run.resnet(resnet, h, temb), blocks)
+        h = run.conv(conv, h)
+    h = run.block(estimator.final_block, h)
+    return estimator.final_proj(h)
+
+
+class _Run(ChunkRun):
+    """One cached estimator pass: consumes the old context in order, collects the new."""
+
+    def __init__(self, cache: PassCache) -> None:
+        self.layers: Iterator = iter(zip(cache.keys, cache.values, strict=True))
+        self.conv_states: Iterator = iter(cache.convs)
+        self.out = PassCache([], [], [])
+
+    def conv(self, conv: torch.nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+        state = next(self.conv_states)
+        x = torch.cat([state, x], dim=-1)
+        self.out.convs.append(x[:, :, x.shape[-1] - state.shape[-1] :])
+        return F.conv1d(x, conv.weight, conv.bias)
+
+    def attend(self, attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        old_k, old_v = next(self.layers)
+        k, v = torch.cat([old_k, k], dim=1), torch.cat([old_v, v], dim=1)
+        self.out.keys.append(k)
+        self.out.values.append(v)
+        # The new frames are one attention chunk: each sees all of it and every earlier frame.
+        return heads_attention(attn, q, k, v)
 
 
 def cached_estimate(
@@ -148,21 +189,7 @@ def cached_estimate(
     cond [B, M, T]; t [B]; spks [B, M]; `cache` the context of the frames before them →
     (velocity [B, M, T], the context including them)."""
     run = _Run(cache)
-    temb = estimator.time_mlp(t)
-    h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], dim=1)
-    skips = []
-    for resnet, blocks, conv in estimator.down_blocks:
-        h = run.transformer(run.resnet(resnet, h, temb), blocks)
-        skips.append(h)
-        h = run.conv(conv, h)
-    for resnet, blocks in estimator.mid_blocks:
-        h = run.transformer(run.resnet(resnet, h, temb), blocks)
-    for resnet, blocks, conv in estimator.up_blocks:
-        h = torch.cat([h, skips.pop()], dim=1)
-        h = run.transformer(run.resnet(resnet, h, temb), blocks)
-        h = run.conv(conv, h)
-    h = run.block(estimator.final_block, h)
-    return estimator.final_proj(h), run.out
+    return run_estimator(estimator, x, mu, t, spks, cond, run), run.out
 
 
 def solve_euler_cached(

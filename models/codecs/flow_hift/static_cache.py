@@ -31,7 +31,13 @@ import torch
 import torch.nn.functional as F
 
 from models.codecs.flow_hift.estimator import CausalConditionalDecoder, TransformerBlock
-from models.codecs.flow_hift.estimator_cache import PassCache, _causal_convs
+from models.codecs.flow_hift.estimator_cache import (
+    ChunkRun,
+    PassCache,
+    _causal_convs,
+    heads_attention,
+    run_estimator,
+)
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,7 @@ class DenseContext:
         return self._conv[step]
 
 
-class _StaticRun:
+class _StaticRun(ChunkRun):
     """One estimator pass (Euler step `step`) over fixed-shape context."""
 
     def __init__(
@@ -131,60 +137,13 @@ class _StaticRun:
         self.new_conv.append(torch.gather(x, 2, index.expand(-1, x.shape[1], -1)))
         return F.conv1d(x, conv.weight, conv.bias)
 
-    def block(self, block, x: torch.Tensor) -> torch.Tensor:
-        return F.mish(block.block["2"](self.conv(block.block["0"], x)))
-
-    def resnet(self, resnet, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
-        h = self.block(resnet.block1, x) + resnet.mlp["1"](F.mish(temb))[:, :, None]
-        return self.block(resnet.block2, h) + resnet.res_conv(x)
-
-    def transformer(self, x: torch.Tensor, blocks) -> torch.Tensor:
-        h = x.transpose(1, 2)
-        for block in blocks:
-            h = self.attention_block(block, h)
-        return h.transpose(1, 2)
-
-    def attention_block(self, block: TransformerBlock, x: torch.Tensor) -> torch.Tensor:
-        attn = block.attn1
-        b, t, _ = x.shape
-        n = block.norm1(x)
-        q, k, v = attn.to_q(n), attn.to_k(n), attn.to_v(n)
+    def attend(self, attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.new_k.append(k)
         self.new_v.append(v)
         keys = torch.cat([self.context.keys(self.step, self.layer), k], dim=1)
         values = torch.cat([self.context.values(self.step, self.layer), v], dim=1)
         self.layer += 1
-        heads = (b, -1, attn.h, attn.d)
-        out = F.scaled_dot_product_attention(
-            q.view(b, t, attn.h, attn.d).transpose(1, 2),
-            keys.view(*heads).transpose(1, 2),
-            values.view(*heads).transpose(1, 2),
-            attn_mask=self.key_mask,
-        )
-        x = x + attn.to_out[0](out.transpose(1, 2).reshape(b, t, attn.h * attn.d))
-        h = block.norm3(x)
-        for module in block.ff["net"]:
-            h = module(h)
-        return x + h
-
-
-def _static_estimate(estimator, x, mu, t, spks, cond, run: _StaticRun) -> torch.Tensor:
-    """cached_estimate's pass over `run`'s fixed-shape context."""
-    temb = estimator.time_mlp(t)
-    h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], dim=1)
-    skips = []
-    for resnet, blocks, conv in estimator.down_blocks:
-        h = run.transformer(run.resnet(resnet, h, temb), blocks)
-        skips.append(h)
-        h = run.conv(conv, h)
-    for resnet, blocks in estimator.mid_blocks:
-        h = run.transformer(run.resnet(resnet, h, temb), blocks)
-    for resnet, blocks, conv in estimator.up_blocks:
-        h = torch.cat([h, skips.pop()], dim=1)
-        h = run.transformer(run.resnet(resnet, h, temb), blocks)
-        h = run.conv(conv, h)
-    h = run.block(estimator.final_block, h)
-    return estimator.final_proj(h)
+        return heads_attention(attn, q, keys, values, self.key_mask)
 
 
 def static_cached_solve(
@@ -218,7 +177,7 @@ def static_cached_solve(
     for step in range(1, len(t_span)):
         t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
         run = _StaticRun(context, step - 1, key_mask, layout, n2)
-        v = _static_estimate(estimator, torch.cat([x, x]), mu2, t.expand(2 * r), spks2, cond2, run)
+        v = run_estimator(estimator, torch.cat([x, x]), mu2, t.expand(2 * r), spks2, cond2, run)
         keys.append(torch.stack(run.new_k))
         values.append(torch.stack(run.new_v))
         convs.append(layout.pack(run.new_conv))
