@@ -91,7 +91,7 @@ class EngineConfig:
     # chunk; the rest are its 25-token chunks). None: the model's default (docs/models.md).
     first_hop_tokens: int | None = None
     # CosyVoice 2: > 0 runs the flow's estimator over each stream's cached context, kept in a
-    # pool of this many streams (docs/models.md, "The cached flow estimator"); 0: each chunk
+    # pool of this many streams (docs/models.md, "The cached estimator in a pool"); 0: each chunk
     # re-integrates its window of context chunks (the default, measured on the H200).
     flow_cache_slots: int = 0
     # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before

@@ -36,8 +36,13 @@ def hf_llama(tiny_orpheus_dirs):
 
 def load(tiny_orpheus_dirs, constrain: bool):
     model_dir, codec_dir = tiny_orpheus_dirs
-    return load_orpheus(str(model_dir), str(codec_dir), torch.device("cpu"), torch.float32,
-                        constrain_audio_tokens=constrain)
+    return load_orpheus(
+        str(model_dir),
+        str(codec_dir),
+        torch.device("cpu"),
+        torch.float32,
+        constrain_audio_tokens=constrain,
+    )
 
 
 def run_staggered(core: EngineCore, specs: list[SpeechRequest], join_every: int = 3):
@@ -58,10 +63,14 @@ def run_staggered(core: EngineCore, specs: list[SpeechRequest], join_every: int 
 
 def hf_generate(hf_llama, prompt: list[int], n: int, **kwargs) -> list[int]:
     out = hf_llama.generate(
-        torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-        pad_token_id=0, **kwargs,
+        torch.tensor([prompt]),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        pad_token_id=0,
+        **kwargs,
     )
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def test_greedy_engine_tokens_equal_transformers_generate(tiny_orpheus_dirs, hf_llama):
@@ -71,8 +80,12 @@ def test_greedy_engine_tokens_equal_transformers_generate(tiny_orpheus_dirs, hf_
     core = EngineCore(model, config, torch.device("cpu"), "sdpa")
     lengths = [12, 30, 7, 25, 18, 9, 33, 14, 21]
     specs = [
-        SpeechRequest(text, sampling=SamplingParams(temperature=0.0, repetition_penalty=1.0,
-                                                    max_tokens=n, min_tokens=n))
+        SpeechRequest(
+            text,
+            sampling=SamplingParams(
+                temperature=0.0, repetition_penalty=1.0, max_tokens=n, min_tokens=n
+            ),
+        )
         for text, n in zip(TEXTS, lengths, strict=True)
     ]
     requests, finished = run_staggered(core, specs)
@@ -101,24 +114,34 @@ def test_constrained_greedy_with_repetition_penalty_equals_reference(tiny_orpheu
     from transformers import LogitsProcessorList
 
     model = load(tiny_orpheus_dirs, constrain=True)
-    core = EngineCore(model, EngineConfig(max_num_seqs=3, num_kv_blocks=128), torch.device("cpu"), "sdpa")
+    core = EngineCore(
+        model, EngineConfig(max_num_seqs=3, num_kv_blocks=128), torch.device("cpu"), "sdpa"
+    )
     lengths = [21, 35, 14, 28]
     specs = [
-        SpeechRequest(text, sampling=SamplingParams(temperature=0.0, repetition_penalty=1.3,
-                                                    max_tokens=n, min_tokens=n))
+        SpeechRequest(
+            text,
+            sampling=SamplingParams(
+                temperature=0.0, repetition_penalty=1.3, max_tokens=n, min_tokens=n
+            ),
+        )
         for text, n in zip(TEXTS, lengths, strict=False)
     ]
     requests, _ = run_staggered(core, specs, join_every=2)
     for req, n in zip(requests, lengths, strict=True):
         rule = LogitsProcessorList([OrpheusPositionRule(len(req.prompt_ids))])
-        expected = hf_generate(hf_llama, req.prompt_ids, n, repetition_penalty=1.3, logits_processor=rule)
+        expected = hf_generate(
+            hf_llama, req.prompt_ids, n, repetition_penalty=1.3, logits_processor=rule
+        )
         assert req.output_ids == expected
         assert all(T.code_of(t, i) is not None for i, t in enumerate(req.output_ids))
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(tiny_orpheus_dirs):
     model = load(tiny_orpheus_dirs, constrain=True)
-    params = SamplingParams(temperature=0.8, top_p=0.9, top_k=50, seed=7, max_tokens=14, min_tokens=14)
+    params = SamplingParams(
+        temperature=0.8, top_p=0.9, top_k=50, seed=7, max_tokens=14, min_tokens=14
+    )
 
     def tokens_with_company(n_others: int) -> list[int]:
         core = EngineCore(model, EngineConfig(num_kv_blocks=128), torch.device("cpu"), "sdpa")
@@ -137,7 +160,9 @@ def test_seeded_sampling_is_reproducible_whatever_the_batch(tiny_orpheus_dirs):
 def test_cancel_frees_pages_at_once_and_finishes_the_stream(tiny_orpheus_dirs):
     model = load(tiny_orpheus_dirs, constrain=True)
     core = EngineCore(model, EngineConfig(num_kv_blocks=64), torch.device("cpu"), "sdpa")
-    keep = core.add_request(SpeechRequest("Hello there.", sampling=SamplingParams(max_tokens=20, min_tokens=20)))
+    keep = core.add_request(
+        SpeechRequest("Hello there.", sampling=SamplingParams(max_tokens=20, min_tokens=20))
+    )
     drop = core.add_request(SpeechRequest(TEXTS[5], sampling=SamplingParams(max_tokens=200)))
     for _ in range(3):
         core.step()

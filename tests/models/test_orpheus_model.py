@@ -69,7 +69,9 @@ def test_missing_tensor_is_named(checkpoint, tiny_orpheus_dirs):
     state = load_file(str(checkpoint / "model.safetensors"))
     del state["model.layers.1.mlp.up_proj.weight"]
     save_file(state, str(checkpoint / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"missing tensors: model\.layers\.1\.mlp\.up_proj\.weight"):
+    with pytest.raises(
+        CheckpointError, match=r"missing tensors: model\.layers\.1\.mlp\.up_proj\.weight"
+    ):
         load(checkpoint, tiny_orpheus_dirs[1])
 
 
@@ -84,7 +86,10 @@ def test_config_weight_mismatch_is_named(checkpoint, tiny_orpheus_dirs):
 def test_sharded_checkpoint_with_a_lost_shard(checkpoint, tiny_orpheus_dirs):
     state = load_file(str(checkpoint / "model.safetensors"))
     names = sorted(state)
-    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    halves = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
     for shard, keys in halves.items():
         save_file({k: state[k] for k in keys}, str(checkpoint / shard))
     (checkpoint / "model.safetensors").unlink()
@@ -141,8 +146,11 @@ def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs):
     core = EngineCore(model, config, CPU, "sdpa")
     lengths = [70, 49, 91]
     requests = [
-        core.add_request(SpeechRequest(f"Sentence number {i}.", sampling=SamplingParams(
-            seed=i, max_tokens=n, min_tokens=n)))
+        core.add_request(
+            SpeechRequest(
+                f"Sentence number {i}.", sampling=SamplingParams(seed=i, max_tokens=n, min_tokens=n)
+            )
+        )
         for i, n in enumerate(lengths)
     ]
     audio: dict[str, list[np.ndarray]] = {r.request_id: [] for r in requests}
@@ -155,8 +163,9 @@ def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs):
         chunks = audio[req.request_id]
         assert len(chunks) >= 2  # really streamed, not one blob
         streamed = np.concatenate(chunks)
-        frames = np.array([T.frame_to_snac(req.output_ids[i:i + 7]) for i in range(0, n, 7)]) - np.array(
-            [T.AUDIO_BASE + p * T.CODEBOOK_SIZE for p in T.SNAC_ORDER])
+        frames = np.array(
+            [T.frame_to_snac(req.output_ids[i : i + 7]) for i in range(0, n, 7)]
+        ) - np.array([T.AUDIO_BASE + p * T.CODEBOOK_SIZE for p in T.SNAC_ORDER])
         codes = [
             torch.from_numpy(frames[:, :1].reshape(1, -1)),
             torch.from_numpy(frames[:, 1:3].reshape(1, -1)),

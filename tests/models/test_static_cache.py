@@ -86,9 +86,8 @@ def test_a_padded_bucket_equals_each_rows_eager_solve(flow):
     ctx_k[:, :, rows], ctx_v[:, :, rows] = ctx_k[:, :, rows, order], ctx_v[:, :, rows, order]
 
     context = DenseContext(ctx_k, ctx_v, ctx_valid, conv)
-    mel, new_k, new_v, new_conv = static_cached_solve(
-        flow, z, mu, spks, cond, n_new, context, layout
-    )
+    mel, new_conv = static_cached_solve(flow, z, mu, spks, cond, n_new, context, layout)
+    new_k, new_v = context.new_keys, context.new_values
     assert mel.shape == (rows, m, chunk) and new_k.shape == (steps, layers, 2 * rows, chunk, width)
     for i, (n, frames, ref_mel, ref_k, ref_v, ref_conv) in enumerate(expected):
         torch.testing.assert_close(mel[i, :, :n], ref_mel[0], atol=1e-5, rtol=1e-5)
@@ -112,20 +111,21 @@ def test_the_static_solve_makes_no_host_syncs(flow):
     layers, width = attention_shape(flow.decoder.estimator)
     steps, m, rows, bucket_l = flow.cfg.n_timesteps, flow.cfg.output_size, 2, 2 * chunk
     with torch.inference_mode(), FakeTensorMode(allow_non_fake_inputs=True):
-        mel, new_k, _, new_conv = static_cached_solve(
+        context = DenseContext(
+            torch.zeros(steps, layers, 2 * rows, bucket_l, width),
+            torch.zeros(steps, layers, 2 * rows, bucket_l, width),
+            F.pad(torch.ones(2 * rows, 1, dtype=torch.bool), (0, bucket_l - 1)),
+            torch.zeros(steps, 2 * rows, layout.width),
+        )
+        mel, new_conv = static_cached_solve(
             flow,
             torch.zeros(rows, m, chunk),
             torch.zeros(rows, m, chunk),
             torch.zeros(rows, m),
             torch.zeros(rows, m, chunk),
             torch.full((rows,), chunk),
-            DenseContext(
-                torch.zeros(steps, layers, 2 * rows, bucket_l, width),
-                torch.zeros(steps, layers, 2 * rows, bucket_l, width),
-                F.pad(torch.ones(2 * rows, 1, dtype=torch.bool), (0, bucket_l - 1)),
-                torch.zeros(steps, 2 * rows, layout.width),
-            ),
+            context,
             layout,
         )
         assert mel.shape == (rows, m, chunk) and new_conv.shape == (steps, 2 * rows, layout.width)
-        assert new_k.shape == (steps, layers, 2 * rows, chunk, width)
+        assert context.new_keys.shape == (steps, layers, 2 * rows, chunk, width)

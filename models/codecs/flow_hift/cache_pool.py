@@ -3,9 +3,10 @@
 Each stream owns a slot of the pool: per Euler step, attention layer and CFG half, the keys and
 values of up to `prompt_cap` voice-prompt frames and of its last `ring` generated frames (a
 ring: the estimator has no positional encoding, so key order is free), a validity mask, and its
-convolutions' history. `PoolSolver.solve` reads the rows' slots (one gather per layer and pass),
-runs static_cache's fixed-shape solve and writes the chunk's keys, values and history back into
-the slots (two scatters), all on the device with indices the host computed: a job's shapes
+convolutions' history. `FlowCachePool.solve` reads the rows' slots (one gather per layer and pass),
+runs static_cache's fixed-shape solve and writes the chunk's keys and values (one scatter per
+layer and pass, as soon as the layer has read its context) and history back into the slots,
+all on the device with indices the host computed: a job's shapes
 depend only on its number of rows, so one graph per row bucket serves every job.
 
 Frame column `cap` (= prompt_cap + ring) of every slot is scratch: a row's padding frames are
@@ -40,8 +41,9 @@ class PoolContext:
     """static_cache's context read from the rows' slots: CFG's conditional rows are the slots'
     half 0, the unconditional rows half 1."""
 
-    def __init__(self, pool: FlowCachePool, slots: torch.Tensor) -> None:
-        self.pool, self.slots = pool, slots
+    def __init__(self, pool: FlowCachePool, slots: torch.Tensor, columns: torch.Tensor) -> None:
+        self.pool, self.slots, self.columns = pool, slots, columns
+        self._halves = torch.arange(2, device=slots.device)[:, None, None]
         valid = pool.valid[slots]  # [R, cap + 1]
         self.valid = torch.cat([valid, valid])
         conv = pool.convs[slots]  # [R, S, 2, W]
@@ -59,6 +61,15 @@ class PoolContext:
 
     def conv(self, step: int) -> torch.Tensor:
         return self._conv[step]
+
+    def keep(self, step: int, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write the chunk's keys and values [2R, T, D] into the rows' slots at (step, layer):
+        half h of row r at the columns the host chose (`columns` [R, T]; padding frames go to
+        the scratch column)."""
+        r = self.slots.shape[0]
+        index = (self.slots[None, :, None], self._halves, self.columns[None])
+        self.pool.keys[:, step, layer].index_put_(index, k.view(2, r, *k.shape[1:]))
+        self.pool.values[:, step, layer].index_put_(index, v.view(2, r, *v.shape[1:]))
 
 
 class FlowCachePool:
@@ -86,9 +97,6 @@ class FlowCachePool:
         self.valid = torch.zeros(slots + 1, self.cap + 1, dtype=torch.bool, device=device)
         self._free = list(range(slots - 1, -1, -1))
         self._lock = threading.Lock()  # slots come back from whichever thread drops a stream
-        self._steps = torch.arange(steps, device=device)[:, None, None, None, None]
-        self._layers = torch.arange(layers, device=device)[None, :, None, None, None]
-        self._halves = torch.arange(2, device=device)[None, None, :, None, None]
 
     @property
     def scratch(self) -> int:
@@ -139,22 +147,10 @@ class FlowCachePool:
         its slot, then the column each of its T frames goes to. → mel [R, M, T] float32.
         Fixed shapes, no host syncs: capturable."""
         n_new, slots, columns = ints[:, 0], ints[:, 1], ints[:, 2:]
-        context = PoolContext(self, slots)
-        mel, keys, values, convs = static_cached_solve(
-            self.flow, z, mu, spks, cond, n_new, context, self.layout
-        )
+        context = PoolContext(self, slots, columns)  # reads the valid mask before any write
+        mel, convs = static_cached_solve(self.flow, z, mu, spks, cond, n_new, context, self.layout)
         r, t = columns.shape
-        s, a = keys.shape[:2]
-        # keys [S, A, 2R, T, D] → [S, A, 2, R, T, D], written at (slot, step, layer, half, column).
-        index = (
-            slots[None, None, None, :, None],
-            self._steps,
-            self._layers,
-            self._halves,
-            columns[None, None, None, :, :],
-        )
-        self.keys.index_put_(index, keys.view(s, a, 2, r, t, -1))
-        self.values.index_put_(index, values.view(s, a, 2, r, t, -1))
+        s = convs.shape[0]
         real = torch.arange(t, device=z.device)[None, :] < n_new[:, None]
         self.valid.index_put_((slots[:, None], columns), real)
         # convs [S, 2R, W] → [R, S, 2, W]

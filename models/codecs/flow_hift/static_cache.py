@@ -18,8 +18,9 @@ bucket:
 - per Euler step [2R, W]: each causal convolution's last kernel-1 input frames, packed side
   by side (`ConvLayout`).
 
-It returns the chunk's mel and what the context gains: the new frames' keys and values and the
-convolutions' new history. tests/models/test_static_cache.py checks it against
+It returns the chunk's mel and the convolutions' new history, and hands each layer's new keys and
+values to the context as soon as that layer has read its own (a pool writes them into its slots
+there, so no call holds all S x A layers' of them). tests/models/test_static_cache.py checks it against
 estimator_cache.solve_euler_cached, row by row.
 """
 
@@ -92,10 +93,32 @@ def pass_cache_to_static(
 
 class DenseContext:
     """Context handed over as whole tensors: keys and values [S, A, 2R, L, D], valid [2R, L],
-    conv [S, 2R, W] (cache_pool.PoolContext reads a pool instead)."""
+    conv [S, 2R, W]; the chunk's own keys and values are collected (`new_keys`, `new_values`
+    [S, A, 2R, T, D]). cache_pool.PoolContext reads a pool instead and writes them into it."""
 
     def __init__(self, keys, values, valid, conv) -> None:
         self._keys, self._values, self.valid, self._conv = keys, values, valid, conv
+        self._new: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def keep(self, step: int, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The chunk's keys and values [2R, T, D] at (step, layer), once that layer has read
+        its context."""
+        self._new[step, layer] = (k, v)
+
+    def _stacked(self, which: int) -> torch.Tensor:
+        steps = 1 + max(s for s, _ in self._new)
+        layers = 1 + max(a for _, a in self._new)
+        return torch.stack(
+            [torch.stack([self._new[s, a][which] for a in range(layers)]) for s in range(steps)]
+        )
+
+    @property
+    def new_keys(self) -> torch.Tensor:
+        return self._stacked(0)
+
+    @property
+    def new_values(self) -> torch.Tensor:
+        return self._stacked(1)
 
     def keys(self, step: int, layer: int) -> torch.Tensor:
         return self._keys[step, layer]
@@ -122,8 +145,6 @@ class _StaticRun(ChunkRun):
         self.conv_in, self.layout, self.history_at = context.conv(step), layout, history_at
         self.layer = 0
         self.conv_i = 0
-        self.new_k: list[torch.Tensor] = []
-        self.new_v: list[torch.Tensor] = []
         self.new_conv: list[torch.Tensor] = []
 
     def conv(self, conv: torch.nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
@@ -138,10 +159,11 @@ class _StaticRun(ChunkRun):
         return F.conv1d(x, conv.weight, conv.bias)
 
     def attend(self, attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        self.new_k.append(k)
-        self.new_v.append(v)
         keys = torch.cat([self.context.keys(self.step, self.layer), k], dim=1)
         values = torch.cat([self.context.values(self.step, self.layer), v], dim=1)
+        # Kept at once (a pool writes them into its slots): no step or layer reads this one's
+        # context again in this call, and holding every layer's would take S x A of them.
+        self.context.keep(self.step, self.layer, k, v)
         self.layer += 1
         return heads_attention(attn, q, keys, values, self.key_mask)
 
@@ -155,13 +177,14 @@ def static_cached_solve(
     n_new: torch.Tensor,
     context,
     layout: ConvLayout,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """flow.cfg_euler for one chunk of T frames per row over fixed-shape context: z, mu, cond
     [R, M, T]; spks [R, M]; n_new [R] long, the real frames of each row (>= 1); `context`
     (DenseContext, cache_pool.PoolContext): per step and layer the keys and values [2R, L, D],
-    `valid` [2R, L] bool, per step the conv history [2R, W] → (mel [R, M, T] float32, new keys
-    and values [S, A, 2R, T, D], new convolution history [S, 2R, W]). Frames past n_new are
-    padding: their mel is garbage and their keys must not enter the context."""
+    `valid` [2R, L] bool, per step the conv history [2R, W], and `keep(step, layer, k, v)` for
+    the chunk's own keys and values [2R, T, D] → (mel [R, M, T] float32, the new convolution
+    history [S, 2R, W]). Frames past n_new are padding: their mel is garbage and their keys
+    must not enter the context."""
     estimator = flow.decoder.estimator
     r, t_frames, dtype = z.shape[0], z.shape[2], mu.dtype
     t_span = flow.t_span.to(dtype)
@@ -173,13 +196,11 @@ def static_cached_solve(
     new_valid = torch.arange(t_frames, device=z.device)[None, :] < n2[:, None]
     key_mask = torch.cat([context.valid, new_valid], dim=1)[:, None, None, :]
     x = z
-    keys, values, convs = [], [], []
+    convs = []
     for step in range(1, len(t_span)):
         t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
         run = _StaticRun(context, step - 1, key_mask, layout, n2)
         v = run_estimator(estimator, torch.cat([x, x]), mu2, t.expand(2 * r), spks2, cond2, run)
-        keys.append(torch.stack(run.new_k))
-        values.append(torch.stack(run.new_v))
         convs.append(layout.pack(run.new_conv))
         x = x + dt * ((1.0 + rate) * v[:r] - rate * v[r:])
-    return x.float(), torch.stack(keys), torch.stack(values), torch.stack(convs)
+    return x.float(), torch.stack(convs)
