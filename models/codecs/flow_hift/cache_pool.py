@@ -18,6 +18,7 @@ Memory: per slot S x A x 2 (CFG) x 2 (K, V) x (cap + 1) x D elements; the real c
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 
@@ -91,6 +92,13 @@ class FlowCachePool:
         self.cap = prompt_cap + ring
         self.slots = slots
         shape = (slots + 1, steps, layers, 2, self.cap + 1, width)
+        need = 2 * math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        if device.type == "cuda" and need > torch.cuda.mem_get_info(device)[0]:
+            raise ValueError(
+                f"--flow-cache-slots {slots} needs {need / 2**30:.1f} GiB for the flow's cached "
+                f"context (~{need / (slots + 1) / 2**20:.0f} MiB a stream) and the GPU has "
+                f"{torch.cuda.mem_get_info(device)[0] / 2**30:.1f} GiB free: use fewer slots"
+            )
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.convs = torch.zeros(slots + 1, steps, 2, self.layout.width, device=device, dtype=dtype)
