@@ -149,8 +149,8 @@ def build_engine(
         progress,
         random_weights,
         voices_dir,
-        config.first_hop_tokens,
-        config.flow_cache_slots,
+        first_hop_tokens=config.first_hop_tokens,
+        flow_cache_slots=config.flow_cache_slots,
     )
     core = build_core(speech_model, config, device)
     core.warm_up()

@@ -61,8 +61,8 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         dtype = resolve_dtype(spec.config, device)
         apply_cpu_threads(spec.config, device)
         model = load_model(spec.model, spec.codec, device, dtype, False, spec.random_weights,
-                           spec.voices_dir, spec.config.first_hop_tokens,
-                           spec.config.flow_cache_slots)
+                           spec.voices_dir, first_hop_tokens=spec.config.first_hop_tokens,
+                           flow_cache_slots=spec.config.flow_cache_slots)
         core = build_core(model, spec.config, device)
         core.warm_up()
     except Exception as exc:  # reported to the parent, which raises it from start()

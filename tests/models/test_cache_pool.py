@@ -129,3 +129,15 @@ def test_the_engine_streams_the_same_audio_whether_a_stream_has_a_slot_or_not():
     for (tokens_a, pcm_a), (tokens_b, pcm_b) in zip(*results, strict=True):
         assert tokens_a == tokens_b and len(pcm_a) == len(pcm_b) > 0
         np.testing.assert_allclose(pcm_b, pcm_a, atol=1e-5)
+
+
+def test_a_stream_decoded_after_its_last_chunk_is_refused(detok):  # noqa: F811
+    # Its slot went back to the pool at its last chunk and may be another stream's now.
+    d = cached(detok, cache_slots=1)
+    s = stream_for(d, 61, 0)
+    d.push(s, codes(62, 30))
+    d.decode([s], [True])
+    assert s.pool_slot.released and d.cache_pool.free_slots == 1
+    d.push(s, codes(63, 25))
+    with pytest.raises(RuntimeError, match="after its last chunk"):
+        d.decode([s], [True])

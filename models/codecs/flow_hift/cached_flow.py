@@ -106,6 +106,9 @@ def _pool_slot(detok, state, prompt: int):
     """The stream's pool slot, taking one for a new stream when the pool has room (freed when
     the stream is dropped); None: the eager PassCache path."""
     pool = detok.cache_pool
+    if state.pool_slot is not None and state.pool_slot.released:
+        # Its slot may hold another stream's context by now: decoding on would corrupt both.
+        raise RuntimeError("a flow stream was decoded after its last chunk")
     if state.pool_slot is None and state.flow_cache is None and pool is not None:
         slot = pool.alloc(detok.ratio * prompt)
         if slot is not None:
