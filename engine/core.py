@@ -130,6 +130,7 @@ class EngineCore:
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
+        self.llm_steps = 0  # LLM steps whose tokens were resolved (request traces' step time)
         self._last_llm_start: float | None = None
         self.last_timing = StepTiming()
         log.info(
@@ -354,6 +355,7 @@ class EngineCore:
             t2 = self.clock()
             tokens = self.worker.resolve(launched)
             timing.llm_s += self.clock() - t2
+            self.llm_steps += 1
             events += self._apply_tokens(launched, tokens)
         if plan.chunks:
             interval = self._token_interval(t0, timing.llm_s)
@@ -417,7 +419,7 @@ class EngineCore:
             request.output_ids.append(token)
             if request.trace is not None:
                 now = self.clock()
-                request.trace.first_token(now)
+                request.trace.token(now, self.llm_steps)
                 if request.pending_detok_tokens >= self.model.facts.first_chunk_tokens:
                     request.trace.first_chunk_ready(now)
             n = len(request.output_ids)

@@ -43,6 +43,11 @@ class RequestTrace:
     arrival: float  # engine clock, seconds
     prompt_tokens: int
     first_token_ms: float | None = None  # the first generated token was on the host
+    # The newest token, and the engine's LLM step count at the first and newest: their ratio
+    # is the step time while the request generated (summarize's `step_ms`).
+    last_token_ms: float | None = None
+    first_token_step: int | None = None
+    last_token_step: int | None = None
     first_chunk_ready_ms: float | None = None  # the first chunk's tokens all existed (host)
     chunks: list[ChunkTrace] = field(default_factory=list)
     tokens: int = 0
@@ -51,9 +56,11 @@ class RequestTrace:
     def ms(self, now: float) -> float:
         return round(1e3 * (now - self.arrival), 2)
 
-    def first_token(self, now: float) -> None:
+    def token(self, now: float, llm_steps: int) -> None:
+        """A generated token reached the host; `llm_steps` the engine's LLM steps so far."""
         if self.first_token_ms is None:
-            self.first_token_ms = self.ms(now)
+            self.first_token_ms, self.first_token_step = self.ms(now), llm_steps
+        self.last_token_ms, self.last_token_step = self.ms(now), llm_steps
 
     def first_chunk_ready(self, now: float) -> None:
         if self.first_chunk_ready_ms is None:
@@ -123,6 +130,8 @@ def summarize(traces: list[dict]) -> dict:
     `to_first_token` (queue + prefill), `to_first_chunk_tokens` (decode steps after it),
     `held` (the first-chunk rule building cover, or no codec free to take a job),
     `codec_wait` (a job ahead of it on its worker), `codec` (its job), `first_audio`; the same for the second chunk after the first came out;
+    `step_ms`, the engine's LLM step time while each request generated (all requests' steps,
+    not only its own: the load it saw);
     the lane's share of chunks; and each stream's first gap the engine saw (a chunk out after
     the listener's buffer ran dry, by the engine's playback estimate)."""
     parts: dict[str, list[float]] = {
@@ -137,6 +146,7 @@ def summarize(traces: list[dict]) -> dict:
             "second_after_first",
             "second_codec_wait",
             "second_codec",
+            "step_ms",
         )
     }
     gaps, chunks, lane_chunks, first_on_lane = [], 0, 0, 0
@@ -150,6 +160,9 @@ def summarize(traces: list[dict]) -> dict:
         audible = [c for c in done if c["audio_ms"] > 0]
         if t["first_token_ms"] is not None:
             parts["to_first_token"].append(t["first_token_ms"])
+        steps = (t.get("last_token_step") or 0) - (t.get("first_token_step") or 0)
+        if steps > 0:
+            parts["step_ms"].append((t["last_token_ms"] - t["first_token_ms"]) / steps)
         if not audible:
             continue
         first = audible[0]

@@ -308,7 +308,8 @@ class BenchRun:
             p50 = {k: (v or {}).get("p50") for k, v in engine.items() if isinstance(v, dict | None)}
             log.info(
                 "  engine p50 ms: first token %s, +steps to first chunk %s, +held %s, "
-                "+codec wait %s, +codec %s = first audio %s; second chunk %s later; gaps %s",
+                "+codec wait %s, +codec %s = first audio %s; second chunk %s later; "
+                "LLM step %s; gaps %s",
                 p50["to_first_token"],
                 p50["to_first_chunk_tokens"],
                 p50["held"],
@@ -316,6 +317,7 @@ class BenchRun:
                 p50["codec"],
                 p50["first_audio"],
                 p50["second_after_first"],
+                p50["step_ms"],
                 engine["gaps_ms"] or "none",
             )
         time.sleep(c.settle_s)

@@ -18,11 +18,14 @@ from engine.request_trace import RequestTrace, TraceWriter, main, read_traces, s
 from models.registry import load_model
 
 
-def timeline(arrival: float, first_token: float, ready: float, chunks: list[tuple]) -> dict:
-    """chunks: (submitted, started, out, audio_s, buffered_s) in seconds after arrival."""
+def timeline(
+    arrival: float, first_token: float, ready: float, chunks: list[tuple], step_s: float = 0.01
+) -> dict:
+    """chunks: (submitted, started, out, audio_s, buffered_s) in seconds after arrival; the
+    request's tokens come at the engine's steps 3 and 103, `step_s` apart."""
     t = RequestTrace(arrival, prompt_tokens=10)
-    t.first_token(arrival + first_token)
-    t.first_token(arrival + first_token + 1.0)  # only the first counts
+    t.token(arrival + first_token, 3)
+    t.token(arrival + first_token + 100 * step_s, 103)  # only the first counts as first
     t.first_chunk_ready(arrival + ready)
     for submitted, started, out, audio_s, buffered_s in chunks:
         t.submitted(arrival + submitted, tokens=25, lane=submitted < 0.5, rows=4)
@@ -32,7 +35,9 @@ def timeline(arrival: float, first_token: float, ready: float, chunks: list[tupl
 
 def test_summary_splits_time_to_first_audio_and_finds_gaps(tmp_path):
     a = timeline(100.0, 0.05, 0.20, [(0.30, 0.32, 0.36, 0.6, 0.0), (0.60, 0.70, 0.80, 1.0, 0.16)])
-    b = timeline(101.0, 0.10, 0.25, [(0.25, 0.25, 0.30, 0.6, 0.0), (0.90, 1.00, 1.05, 1.0, -0.15)])
+    b = timeline(
+        101.0, 0.10, 0.25, [(0.25, 0.25, 0.30, 0.6, 0.0), (0.90, 1.00, 1.05, 1.0, -0.15)], 0.02
+    )
     assert a["first_token_ms"] == 50.0 and a["chunks"][0]["started_ms"] == 320.0
     s = summarize([a, b])
     assert s["requests"] == 2 and s["chunks"] == 4
@@ -48,6 +53,8 @@ def test_summary_splits_time_to_first_audio_and_finds_gaps(tmp_path):
     assert s["second_codec_wait"]["max"] == 100.0
     assert s["gaps_ms"] == [150.0]  # b's second chunk came 150 ms after its listener ran dry
     assert s["lane_share"] == 0.5 and s["first_chunks_on_lane"] == 2
+    assert (s["step_ms"]["p50"], s["step_ms"]["max"]) == (20.0, 20.0)  # b's 100 steps in 2 s
+    assert sorted([s["step_ms"]["max"], summarize([a])["step_ms"]["max"]]) == [10.0, 20.0]
 
     path = tmp_path / "trace.jsonl"
     writer = TraceWriter(path)
@@ -111,5 +118,8 @@ def test_the_engine_writes_each_requests_timeline(model, tmp_path):
     heard_ms = 1e3 * sum(len(pcm) for pcm in audio) / model.facts.sample_rate
     assert sum(c["audio_ms"] for c in t["chunks"]) == pytest.approx(heard_ms, abs=0.1)
     assert first["buffered_ms"] == 0.0  # nothing was playing before the first chunk
+    # 70 tokens, one a step: the engine's LLM steps between the first and the last token.
+    assert t["last_token_step"] - t["first_token_step"] == 69
+    assert t["first_token_ms"] < t["last_token_ms"] <= t["chunks"][-1]["submitted_ms"]
     s = summarize(list(lines.values()))
     assert s["requests"] == 2 and s["first_audio"]["n"] == 1
