@@ -130,7 +130,10 @@ def test_demo_stop_cancels(server_url: str, browser_context) -> None:
     page.wait_for_function("window.voxgateStats.responses.length > 0", timeout=10_000)
     stats = page.evaluate("window.voxgateStats")
     assert stats["responses"][0]["status"] == "cancelled"
-    assert stats["bufferedMs"] < 50  # the jitter buffer was flushed at once
+    # The jitter buffer was flushed at once. Its level reaches the page in the audio thread's
+    # next report (every ~21 ms; later on a loaded machine), so wait a little for it: far less
+    # than playing out what was buffered would take (a CI run once read a stale 271 ms).
+    page.wait_for_function("window.voxgateStats.bufferedMs < 50", timeout=150)
     assert stats["errors"] == [] and problems.items == []
     page.wait_for_selector("#speak:not([disabled])", timeout=2_000)
     page.close()
