@@ -385,14 +385,15 @@ class FlowHiftDetokenizer:
     def hift_frames(self) -> tuple[int, ...]:
         """HiFT's standard window lengths: a request's first window (its first chunk's
         frames), the second when the first left fewer than `left` frames of context, then
-        left + chunk + right frames, and an utterance's last window (its last chunk with the
-        look-ahead tokens after it, and the `right` frames held back before it). Shorter
-        windows widen to one of these (hift_stream.HiftStreamer); longer ones (a flush of
-        several chunks) run eagerly."""
+        left + chunk + right frames, an utterance's last window (its last chunk with the
+        look-ahead tokens after it, and the `right` frames held back before it), and the same
+        with a second chunk (tokens that came while the request's previous job was in
+        flight: a last flush of 30 tokens is 76 frames). Shorter windows widen to one of these
+        (hift_stream.HiftStreamer); longer ones (a flush of more chunks) run eagerly."""
         first = self.ratio * self.first_hop
         steady = self.left + self.ratio * self.chunk + self.right
         last = steady + self.ratio * self.lookahead
-        frames = {first, steady, last}
+        frames = {first, steady, last, last + self.ratio * self.chunk}
         if first - self.right < self.left:
             frames.add(first + self.ratio * self.chunk)
         return tuple(sorted(frames))
