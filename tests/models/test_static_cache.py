@@ -10,17 +10,61 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from models.codecs.flow_hift.estimator_cache import solve_euler_cached
+from models.codecs.flow_hift.estimator_cache import PassCache, solve_euler_cached
 from models.codecs.flow_hift.flow import CausalFlow
-from models.codecs.flow_hift.static_cache import (
-    ConvLayout,
-    DenseContext,
-    attention_shape,
-    pass_cache_to_static,
-    static_cached_solve,
-)
+from models.codecs.flow_hift.static_cache import ConvLayout, attention_shape, static_cached_solve
 from tests.models.test_estimator_cache import inputs
 from tests.models.test_flow_hift import detok as detok  # noqa: F401 - the fixture
+
+
+def pass_cache_to_static(
+    caches: list[PassCache], layout: ConvLayout
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """estimator_cache's per-step PassCaches (one batch) → (keys, values [S, A, B, L, D],
+    packed convolution history [S, B, W]): the eager cache in the static layout."""
+    keys = torch.stack([torch.stack(c.keys) for c in caches])
+    values = torch.stack([torch.stack(c.values) for c in caches])
+    convs = torch.stack([layout.pack(c.convs) for c in caches])
+    return keys, values, convs
+
+
+class DenseContext:
+    """Context handed over as whole tensors: keys and values [S, A, 2R, L, D], valid [2R, L],
+    conv [S, 2R, W]; the chunk's own keys and values are collected (`new_keys`, `new_values`
+    [S, A, 2R, T, D]). (The engine's context, cache_pool.PoolContext, reads a pool and writes them into it.)"""
+
+    def __init__(self, keys, values, valid, conv) -> None:
+        self._keys, self._values, self.valid, self._conv = keys, values, valid, conv
+        self._new: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def keep(self, step: int, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The chunk's keys and values [2R, T, D] at (step, layer), once that layer has read
+        its context."""
+        self._new[step, layer] = (k, v)
+
+    def _stacked(self, which: int) -> torch.Tensor:
+        steps = 1 + max(s for s, _ in self._new)
+        layers = 1 + max(a for _, a in self._new)
+        return torch.stack(
+            [torch.stack([self._new[s, a][which] for a in range(layers)]) for s in range(steps)]
+        )
+
+    @property
+    def new_keys(self) -> torch.Tensor:
+        return self._stacked(0)
+
+    @property
+    def new_values(self) -> torch.Tensor:
+        return self._stacked(1)
+
+    def keys(self, step: int, layer: int) -> torch.Tensor:
+        return self._keys[step, layer]
+
+    def values(self, step: int, layer: int) -> torch.Tensor:
+        return self._values[step, layer]
+
+    def conv(self, step: int) -> torch.Tensor:
+        return self._conv[step]
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,7 @@ from models.codecs.flow_hift.static_cache import ConvLayout, attention_shape, st
 class PoolSlot:
     """A stream's slot and where its next generated frames go (host bookkeeping)."""
 
-    index: int
-    prompt_frames: int  # voice-prompt frames, kept in columns [0, prompt_frames)
+    index: int  # the voice prompt's frames are kept in its first columns
     generated: int = 0  # generated frames written so far (the ring holds the last `ring`)
     entered: bool = False  # the voice prompt's frames are in the slot
     released: bool = False  # back in the pool (the stream ended, or was dropped)
@@ -125,7 +124,7 @@ class FlowCachePool:
             index = self._free.pop()
         self.valid[index] = False
         self.convs[index] = 0  # the causal convolutions' zero padding before the first frame
-        return PoolSlot(index, prompt_frames)
+        return PoolSlot(index)
 
     def release(self, slot: PoolSlot) -> None:
         """Give the slot back, once: when its stream's last chunk is solved, or when the stream

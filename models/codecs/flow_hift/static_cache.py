@@ -8,8 +8,8 @@ bucket:
 
 - the context: per Euler step (S) and attention layer (A), the keys and values [2R, L, D] of
   each row's context frames (CFG's conditional rows 0..R-1, unconditional R..2R-1), with a
-  mask [2R, L] saying which of the L slots hold a frame, handed over whole (`DenseContext`)
-  or read from the streams' slots of a pool (cache_pool.py). The estimator has no
+  mask [2R, L] saying which of the L slots hold a frame, read from the streams' slots of a
+  pool (cache_pool.PoolContext; the tests hand it over whole). The estimator has no
   positional encoding, so key order is free: a stream's context can be a ring.
 - the chunk's new frames, T of them, of which `n_new` [R] are real: padding frames after them
   are masked out as keys and dropped from the convolution history (the convolutions are
@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from models.codecs.flow_hift.estimator import CausalConditionalDecoder, TransformerBlock
 from models.codecs.flow_hift.estimator_cache import (
     ChunkRun,
-    PassCache,
     _causal_convs,
     heads_attention,
     run_estimator,
@@ -80,62 +79,12 @@ def attention_shape(estimator: CausalConditionalDecoder) -> tuple[int, int]:
     return len(blocks), blocks[0].attn1.h * blocks[0].attn1.d
 
 
-def pass_cache_to_static(
-    caches: list[PassCache], layout: ConvLayout
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """estimator_cache's per-step PassCaches (one batch) → (keys, values [S, A, B, L, D],
-    packed convolution history [S, B, W]): the eager cache in the static layout."""
-    keys = torch.stack([torch.stack(c.keys) for c in caches])
-    values = torch.stack([torch.stack(c.values) for c in caches])
-    convs = torch.stack([layout.pack(c.convs) for c in caches])
-    return keys, values, convs
-
-
-class DenseContext:
-    """Context handed over as whole tensors: keys and values [S, A, 2R, L, D], valid [2R, L],
-    conv [S, 2R, W]; the chunk's own keys and values are collected (`new_keys`, `new_values`
-    [S, A, 2R, T, D]). cache_pool.PoolContext reads a pool instead and writes them into it."""
-
-    def __init__(self, keys, values, valid, conv) -> None:
-        self._keys, self._values, self.valid, self._conv = keys, values, valid, conv
-        self._new: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def keep(self, step: int, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """The chunk's keys and values [2R, T, D] at (step, layer), once that layer has read
-        its context."""
-        self._new[step, layer] = (k, v)
-
-    def _stacked(self, which: int) -> torch.Tensor:
-        steps = 1 + max(s for s, _ in self._new)
-        layers = 1 + max(a for _, a in self._new)
-        return torch.stack(
-            [torch.stack([self._new[s, a][which] for a in range(layers)]) for s in range(steps)]
-        )
-
-    @property
-    def new_keys(self) -> torch.Tensor:
-        return self._stacked(0)
-
-    @property
-    def new_values(self) -> torch.Tensor:
-        return self._stacked(1)
-
-    def keys(self, step: int, layer: int) -> torch.Tensor:
-        return self._keys[step, layer]
-
-    def values(self, step: int, layer: int) -> torch.Tensor:
-        return self._values[step, layer]
-
-    def conv(self, step: int) -> torch.Tensor:
-        return self._conv[step]
-
-
 class _StaticRun(ChunkRun):
     """One estimator pass (Euler step `step`) over fixed-shape context."""
 
     def __init__(
         self,
-        context,  # DenseContext or cache_pool.PoolContext
+        context,  # cache_pool.PoolContext (or the tests' DenseContext)
         step: int,
         key_mask: torch.Tensor,  # [2R, 1, 1, L + T] bool: the context's and new frames' keys
         layout: ConvLayout,
@@ -180,7 +129,7 @@ def static_cached_solve(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """flow.cfg_euler for one chunk of T frames per row over fixed-shape context: z, mu, cond
     [R, M, T]; spks [R, M]; n_new [R] long, the real frames of each row (>= 1); `context`
-    (DenseContext, cache_pool.PoolContext): per step and layer the keys and values [2R, L, D],
+    (cache_pool.PoolContext): per step and layer the keys and values [2R, L, D],
     `valid` [2R, L] bool, per step the conv history [2R, W], and `keep(step, layer, k, v)` for
     the chunk's own keys and values [2R, T, D] → (mel [R, M, T] float32, the new convolution
     history [S, 2R, W]). Frames past n_new are padding: their mel is garbage and their keys
