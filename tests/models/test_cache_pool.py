@@ -128,7 +128,9 @@ def test_the_engine_streams_the_same_audio_whether_a_stream_has_a_slot_or_not():
         assert model.detok.cache_pool.free_slots == slots
     for (tokens_a, pcm_a), (tokens_b, pcm_b) in zip(*results, strict=True):
         assert tokens_a == tokens_b and len(pcm_a) == len(pcm_b) > 0
-        np.testing.assert_allclose(pcm_b, pcm_a, atol=1e-5)
+        # Which streams share a job depends on thread timing, and batch composition moves
+        # float32 sums by ~1e-5; a wrong context would move the audio by its own scale (~3e-2).
+        np.testing.assert_allclose(pcm_b, pcm_a, atol=1e-4)
 
 
 def test_a_stream_decoded_after_its_last_chunk_is_refused(detok):  # noqa: F811
