@@ -68,8 +68,13 @@ class _CodecThread:
     def submit(self, job: DetokJob) -> None:
         self._jobs.put(job)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop after the job in hand. Joined, so that the interpreter never exits with the
+        thread inside a torch call (which aborts the process: "terminate called without an
+        active exception")."""
         self._jobs.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         on_stream = nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
