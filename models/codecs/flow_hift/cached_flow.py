@@ -74,28 +74,19 @@ def _condition(detok, rows, seqs, out_lengths) -> tuple[list, list, list, list]:
     """flow.condition over each row's window → per row z, mu, cond [M, F_row] and spks [M]:
     in calls of at most the largest row bucket, each replayed from the ("cond", rows, frames)
     graph when one was captured."""
-    r, n = detok.ratio, len(rows)
+    n = len(rows)
     z, mu, spks, cond = [None] * n, [None] * n, [None] * n, [None] * n
     graphed = detok.graphs is not None
     for call in graph_calls(list(range(n)), detok.graph_rows, graphed):
-        sub_seqs, sub_out = [seqs[i] for i in call], [out_lengths[i] for i in call]
-        frames = r * max(sub_out)
-        key = detok._flow_bucket(len(call), frames, "cond")
-        if key is None:
-            padded, width = len(call), max(len(q) for q in sub_seqs)
-        else:
-            _, padded, frames = key
-            width = frames // r + detok.lookahead
-        inputs = detok._flow_inputs(
-            [rows[i] for i in call], sub_seqs, sub_out, padded, frames, width
+        out = detok.run_bucketed(
+            "cond",
+            detok.condition_rows,
+            [rows[i] for i in call],
+            [seqs[i] for i in call],
+            [out_lengths[i] for i in call],
         )
-        if key is None:
-            if graphed:
-                note_eager(detok.eager_calls, ("cond", len(call), frames))
-            out = detok.condition_rows(*inputs)
-        else:
-            # A replay's outputs are rewritten by the next one (another call of this job).
-            out = [t.clone() for t in detok.graphs.run(key, detok.condition_rows, inputs)]
+        if graphed:  # a replay's outputs are rewritten by the next one (another call here)
+            out = [t.clone() for t in out]
         zc, muc, _, spc, condc, _ = out
         for j, i in enumerate(call):
             z[i], mu[i], spks[i], cond[i] = zc[j], muc[j], spc[j], condc[j]

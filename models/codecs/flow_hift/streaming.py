@@ -262,8 +262,20 @@ class FlowHiftDetokenizer:
 
     def _flow_call(self, rows: list[FlowWindow]) -> None:
         seqs, prompts, out_lengths = self.row_tokens(rows)
+        mel = self.run_bucketed("flow", self.flow_rows, rows, seqs, out_lengths)
+        for i, (p, w) in enumerate(zip(prompts, rows, strict=True)):
+            s, r = w.state, self.ratio
+            new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)]
+            # A copy either way: a replay's output buffer is rewritten by the next one.
+            s.mel = new.clone() if s.mel is None else torch.cat([s.mel, new], dim=1)
+            s.tokens_decoded = w.end
+
+    def run_bucketed(self, stage: str, fn, rows, seqs, out_lengths):
+        """fn (flow_rows, or condition_rows for stage "cond") over the rows' packed inputs,
+        padded to the captured (rows, frames) bucket and replayed from its graph when there is
+        one, else eagerly at their own size. A replay's outputs are rewritten by its next one."""
         frames = self.ratio * max(out_lengths)
-        n, key = len(rows), self._flow_bucket(len(rows), frames)
+        n, key = len(rows), self._flow_bucket(len(rows), frames, stage)
         if key is None:
             padded_rows, width = n, max(len(q) for q in seqs)
         else:
@@ -272,16 +284,9 @@ class FlowHiftDetokenizer:
         inputs = self._flow_inputs(rows, seqs, out_lengths, padded_rows, frames, width)
         if key is None:
             if self.graphs is not None:
-                note_eager(self.eager_calls, ("flow", n, frames))
-            mel = self.flow_rows(*inputs)
-        else:
-            mel = self.graphs.run(key, self.flow_rows, inputs)
-        for i, (p, w) in enumerate(zip(prompts, rows, strict=True)):
-            s, r = w.state, self.ratio
-            new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)]
-            # A copy either way: a replay's output buffer is rewritten by the next one.
-            s.mel = new.clone() if s.mel is None else torch.cat([s.mel, new], dim=1)
-            s.tokens_decoded = w.end
+                note_eager(self.eager_calls, (stage, n, frames))
+            return fn(*inputs)
+        return self.graphs.run(key, fn, inputs)
 
     def row_tokens(self, rows: list[FlowWindow]) -> tuple[list[list[int]], list[int], list[int]]:
         """Each row's tokens (prompt, then its window and look-ahead), prompt length and tokens
