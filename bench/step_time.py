@@ -16,6 +16,7 @@ decoded during the ramp up to --context): how many and their decode time.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 
@@ -64,6 +65,11 @@ def main() -> None:
         "--llm-priority", action=argparse.BooleanOptionalAction, default=True,
         help="the LLM's steps on a high-priority CUDA stream (the engine's default) or not (A/B)",
     )
+    ap.add_argument(
+        "--codec-sms", default="0",
+        help="confine the steady codec job to this many SMs (engine/sm_partition.py; 0: all); "
+        "a comma list measures each in turn on one loaded model",
+    )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
@@ -76,12 +82,32 @@ def main() -> None:
     model = load_model(args.model, device=device, dtype=dtype, random_weights=args.random_weights)
     params = sum(p.numel() * p.element_size() for p in model.llm.parameters())
     bw = copy_bandwidth(device) if cuda else None
-    config = EngineConfig(
-        max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
-        async_scheduling=args.async_scheduling, first_chunk_lane=args.first_chunk_lane,
-        llm_stream_priority=args.llm_priority,
-    )
-    core = build_core(model, config, device)
+    results = []
+    for codec_sms in [int(n) for n in args.codec_sms.split(",")]:
+        config = EngineConfig(
+            max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
+            async_scheduling=args.async_scheduling, first_chunk_lane=args.first_chunk_lane,
+            llm_stream_priority=args.llm_priority, codec_sms=codec_sms,
+        )
+        core = build_core(model, config, device)
+        results += measure(core, model, batches, args, sync)
+        async_scheduling, priority = core.async_scheduling, core.on_llm_stream.priority
+        core.close()
+        del core  # its KV cache took a share of the free memory: free it for the next
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    floor_ms = 1e3 * params / bw if bw else None
+    print(json.dumps({
+        "model": args.model, "attention": resolve_attention(config, device),
+        "async_scheduling": async_scheduling, "llm_stream_priority": priority,
+        "gpu": torch.cuda.get_device_name() if cuda else "cpu", "param_bytes": params, "copy_bandwidth_GBps": bw and bw / 1e9,
+        "weight_read_floor_ms": floor_ms, "context": args.context, "results": results,
+    }, indent=1))
+
+
+def measure(core, model, batches: list[int], args, sync) -> list[dict]:
+    """Each batch size's step and codec figures on one engine core."""
     lane = getattr(core.detok, "lane", None)  # the first-chunk lane's codec, when there is one
     results = []
     for batch in batches:
@@ -123,7 +149,7 @@ def main() -> None:
         for r in core_reqs:
             core.cancel(r.request_id)
         results.append({
-            "batch": batch, "llm_step_ms": 1e3 * llm / max(steps, 1),
+            "batch": batch, "codec_sms": core.config.codec_sms, "llm_step_ms": 1e3 * llm / max(steps, 1),
             "host_ms": 1e3 * host / max(steps, 1), "wall_ms_per_step": 1e3 * wall / args.steps,
             "detok_job_ms": 1e3 * detok,  # one batched codec call (runs beside the LLM on its stream)
             "tokens_per_s": batch * steps / wall,
@@ -143,13 +169,7 @@ def main() -> None:
             results[-1]["detok_eager_calls"] = {"/".join(map(str, k)): v for k, v in eager.items()}
             eager.clear()
         print(json.dumps(results[-1]), flush=True)
-    floor_ms = 1e3 * params / bw if bw else None
-    print(json.dumps({
-        "model": args.model, "attention": resolve_attention(config, device),
-        "async_scheduling": core.async_scheduling, "llm_stream_priority": core.on_llm_stream.priority,
-        "gpu": torch.cuda.get_device_name() if cuda else "cpu", "param_bytes": params, "copy_bandwidth_GBps": bw and bw / 1e9,
-        "weight_read_floor_ms": floor_ms, "context": args.context, "results": results,
-    }, indent=1))
+    return results
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ class EngineConfig:
     # token waits. With priority the block scheduler hands freed SMs to the step first, so a
     # step costs about what it costs alone and the codec fills the gaps (docs/engine.md).
     llm_stream_priority: bool = True
+    # With async_detok on CUDA: > 0 confines the steady codec job's kernels to this many SMs
+    # (a CUDA green context, engine/sm_partition.py), so they never fill the SMs the LLM's
+    # step needs; priority alone does not pre-empt running blocks. 0: every SM.
+    codec_sms: int = 0
     # Append each finished request's timeline (queue, steps to its first chunk, cover wait,
     # codec wait and job, gaps) to this JSON-lines file (engine/request_trace.py). None: off.
     trace_path: str | None = None
@@ -119,6 +123,8 @@ class EngineConfig:
             raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ConfigError(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
+        if self.codec_sms < 0:
+            raise ConfigError(f"codec_sms must be >= 0 (0: every SM), got {self.codec_sms}")
         if self.flow_cache_slots < 0:
             raise ConfigError(f"flow_cache_slots must be >= 0, got {self.flow_cache_slots}")
         if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:

@@ -124,14 +124,23 @@ class CallableGraphs:
     @torch.inference_mode()
     def capture(self, key: object, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> None:
         static = [t.clone() for t in inputs]
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
+        current = torch.cuda.current_stream(self.device)
+        # A worker thread's own stream is the capture stream: a captured kernel keeps the
+        # context it was captured in, and a codec confined to part of the SMs
+        # (engine/sm_partition.py) must replay its graphs there. On the default stream, which
+        # cannot capture, a side stream and torch's capture stream serve.
+        own = current != torch.cuda.default_stream(self.device)
+        stream = current if own else torch.cuda.Stream(self.device)
+        stream.wait_stream(current)
         with torch.cuda.stream(stream):
             for _ in range(2):
                 fn(*static)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
+        current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(
+            graph, pool=self._pool, stream=stream if own else None,
+            capture_error_mode="thread_local",
+        ):
             out = fn(*static)
         self._graphs[key] = (graph, static, out)
 

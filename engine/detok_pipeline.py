@@ -50,4 +50,6 @@ def make_detokenizer(
         lane = model.first_chunk_lane_codec()
     if lane is not None:
         log.info("first-chunk detokenizer lane on (up to %d first chunks a job)", lane.max_rows)
-    return ThreadedDetokenizer(model, clock, device, lane, capture_graphs=graphs)
+    return ThreadedDetokenizer(
+        model, clock, device, lane, capture_graphs=graphs, steady_sms=config.codec_sms
+    )

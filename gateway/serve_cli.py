@@ -170,6 +170,14 @@ def add_serve_parser(subparsers) -> None:
         "(docs/engine.md; default on; --no-llm-priority shares the GPU evenly)",
     )
     g.add_argument(
+        "--codec-sms",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CUDA: confine the steady codec job to N SMs (a green context; CUDA 12.4+ driver), "
+        "so the LLM's steps never wait behind its kernels (docs/engine.md; default 0: every SM)",
+    )
+    g.add_argument(
         "--engine-process",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -298,6 +306,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         async_scheduling=args.async_scheduling,
         first_chunk_lane=args.first_chunk_lane,
         llm_stream_priority=args.llm_priority,
+        codec_sms=args.codec_sms,
         engine_process=args.engine_process,
         first_hop_tokens=args.first_hop_tokens,
         flow_cache_slots=args.flow_cache_slots,
