@@ -23,7 +23,7 @@ import time
 import torch
 
 from engine.config import EngineConfig
-from engine.factory import build_core, resolve_attention
+from engine.factory import apply_gil_switch, build_core, resolve_attention
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
@@ -70,6 +70,11 @@ def main() -> None:
         help="confine the steady codec job to this many SMs (engine/sm_partition.py; 0: all); "
         "a comma list measures each in turn on one loaded model",
     )
+    ap.add_argument(
+        "--gil-switch-ms", default=str(EngineConfig.gil_switch_ms),
+        help="Python's switch interval in ms (EngineConfig.gil_switch_ms); a comma list "
+        "measures each (with each --codec-sms)",
+    )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
@@ -83,12 +88,18 @@ def main() -> None:
     params = sum(p.numel() * p.element_size() for p in model.llm.parameters())
     bw = copy_bandwidth(device) if cuda else None
     results = []
-    for codec_sms in [int(n) for n in args.codec_sms.split(",")]:
+    variants = [
+        (int(sms), float(ms)) for sms in args.codec_sms.split(",")
+        for ms in args.gil_switch_ms.split(",")
+    ]
+    for codec_sms, gil_switch_ms in variants:
         config = EngineConfig(
             max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
             async_scheduling=args.async_scheduling, first_chunk_lane=args.first_chunk_lane,
             llm_stream_priority=args.llm_priority, codec_sms=codec_sms,
+            gil_switch_ms=gil_switch_ms,
         )
+        apply_gil_switch(config)
         core = build_core(model, config, device)
         results += measure(core, model, batches, args, sync)
         async_scheduling, priority = core.async_scheduling, core.on_llm_stream.priority
@@ -149,7 +160,8 @@ def measure(core, model, batches: list[int], args, sync) -> list[dict]:
         for r in core_reqs:
             core.cancel(r.request_id)
         results.append({
-            "batch": batch, "codec_sms": core.config.codec_sms, "llm_step_ms": 1e3 * llm / max(steps, 1),
+            "batch": batch, "codec_sms": core.config.codec_sms,
+            "gil_switch_ms": core.config.gil_switch_ms, "llm_step_ms": 1e3 * llm / max(steps, 1),
             "host_ms": 1e3 * host / max(steps, 1), "wall_ms_per_step": 1e3 * wall / args.steps,
             "detok_job_ms": 1e3 * detok,  # one batched codec call (runs beside the LLM on its stream)
             "tokens_per_s": batch * steps / wall,

@@ -31,6 +31,12 @@ class EngineConfig:
     # torch's intra-op threads for the engine on the CPU. None: torch's default (every core),
     # except voxgate-tiny: half the cores, the rest left to the gateway (serving_defaults).
     cpu_threads: int | None = None
+    # Python's thread switch interval in the engine's process (sys.setswitchinterval). The
+    # engine loop shares its interpreter with the codec threads (and the gateway's event loop,
+    # or the child's queue feeder): after every blocking torch call it waits for the GIL, up to
+    # one interval while another thread runs Python (bench/gil_probe.py). Python's 5 ms is
+    # a whole LLM step.
+    gil_switch_ms: float = 0.5
     # With FlashInfer attention, also its fused RMSNorm/RoPE/SiLU kernels in the backbone.
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
@@ -145,6 +151,8 @@ class EngineConfig:
             )
         if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
             raise ConfigError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
+        if not 0.05 <= self.gil_switch_ms <= 50:
+            raise ConfigError(f"gil_switch_ms must be in [0.05, 50], got {self.gil_switch_ms}")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if self.max_lead_s <= 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import replace
 
 import torch
@@ -115,6 +116,13 @@ def serving_defaults(config: EngineConfig, model: str) -> EngineConfig:
     )
 
 
+def apply_gil_switch(config: EngineConfig) -> None:
+    """The engine's thread switch interval for this process (EngineConfig.gil_switch_ms says
+    why). Called in each process an engine loop runs in: the gateway's, or the engine's own
+    (a spawned child starts with Python's 5 ms)."""
+    sys.setswitchinterval(config.gil_switch_ms / 1000)
+
+
 def apply_cpu_threads(config: EngineConfig, device: torch.device) -> None:
     """torch's intra-op threads for this process, when the engine on the CPU asks for a number."""
     if device.type == "cpu" and config.cpu_threads is not None:
@@ -132,6 +140,7 @@ def build_engine(
     """Load the model and start the engine loop; returns the running AsyncEngine (or, with
     `config.engine_process`, a ProcessEngine with the same surface)."""
     config = serving_defaults(config or EngineConfig(), model)
+    apply_gil_switch(config)  # this process's threads too, where the engine runs in a child
     if config.engine_process:
         from engine.process_engine import EngineSpec, ProcessEngine
 

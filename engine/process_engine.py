@@ -53,12 +53,19 @@ def _error_kind(exc: Exception) -> str:
 
 
 def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
-    from engine.factory import apply_cpu_threads, build_core, resolve_device, resolve_dtype
+    from engine.factory import (
+        apply_cpu_threads,
+        apply_gil_switch,
+        build_core,
+        resolve_device,
+        resolve_dtype,
+    )
     from models.registry import load_model
 
     try:
         device = resolve_device(spec.config)
         dtype = resolve_dtype(spec.config, device)
+        apply_gil_switch(spec.config)  # a spawned interpreter starts with Python's 5 ms
         apply_cpu_threads(spec.config, device)
         model = load_model(spec.model, spec.codec, device, dtype, False, spec.random_weights,
                            spec.voices_dir, first_hop_tokens=spec.config.first_hop_tokens,

@@ -46,16 +46,23 @@ def partition_size(requested: int, total: int, major: int) -> int | None:
 
 @dataclass
 class PartitionedStream:
-    """A stream and the green context it belongs to (kept alive as long as the stream is
-    used: destroying the context would leave the stream dangling)."""
+    """A stream and the green context it belongs to, if any."""
 
     stream: Any  # torch.cuda.Stream
     sms: int | None  # None: the whole device (no partition)
     context: Any = None
 
 
+# Green contexts by (device index, SMs), made once and kept for the life of the process:
+# torch's caching allocator and cuBLAS keep events and workspaces keyed by the stream after its
+# user is gone, and a destroyed context fails them ("context is destroyed", seen on the H200
+# when a second engine core was built in one process).
+_GREEN: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
 def codec_stream(device: torch.device, sms: int, priority: int = 0) -> PartitionedStream:
-    """A new stream on `device` whose kernels run on at most `sms` SMs (0: all of them)."""
+    """A stream on `device` whose kernels run on at most `sms` SMs (0: all of them; a new
+    plain stream). A partition's stream is made once and handed to each caller after."""
     props = torch.cuda.get_device_properties(device)
     size = partition_size(sms, props.multi_processor_count, props.major)
     if size is None:
@@ -74,11 +81,17 @@ def codec_stream(device: torch.device, sms: int, priority: int = 0) -> Partition
 
 
 def _green_stream(device: torch.device, sms: int) -> tuple[Any, Any]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if (index, sms) not in _GREEN:
+        _GREEN[index, sms] = _new_green_stream(index, sms)
+    return _GREEN[index, sms]
+
+
+def _new_green_stream(index: int, sms: int) -> tuple[Any, Any]:
     from torch.cuda import green_contexts
 
     if not getattr(green_contexts, "SUPPORTED", True):
         raise RuntimeError("this torch build has no CUDA green contexts")
-    index = device.index if device.index is not None else torch.cuda.current_device()
     try:  # torch >= 2.12: keywords only
         context = green_contexts.GreenContext.create(num_sms=sms, device_id=index)
     except TypeError:  # torch 2.10/2.11: create(num_sms, device_id)
@@ -88,7 +101,7 @@ def _green_stream(device: torch.device, sms: int) -> tuple[Any, Any]:
     # Older API: the green context's stream is the one current while it is set.
     context.set_context()
     try:
-        stream = torch.cuda.current_stream(device)
+        stream = torch.cuda.current_stream(index)
     finally:
         context.pop_context()
     return context, stream
