@@ -97,6 +97,10 @@ class EngineConfig:
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
     first_audio_budget_s: float = 0.35
+    # With a first-chunk lane: a steady codec job waits until this many streams have a chunk
+    # ready, unless a listener needs one soon (Scheduler.steady_job_waits). None: the model's
+    # own (ModelFacts.steady_batch_rows: CosyVoice 2 16, others 0); 0: never waits.
+    steady_batch_rows: int | None = None
     # CosyVoice 2: generated tokens in the first audio chunk (the flow's first attention
     # chunk; the rest are its 25-token chunks). None: the model's default (docs/models.md).
     first_hop_tokens: int | None = None
@@ -129,6 +133,8 @@ class EngineConfig:
             raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ConfigError(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
+        if self.steady_batch_rows is not None and self.steady_batch_rows < 0:
+            raise ConfigError(f"steady_batch_rows must be >= 0, got {self.steady_batch_rows}")
         if self.codec_sms < 0:
             raise ConfigError(f"codec_sms must be >= 0 (0: every SM), got {self.codec_sms}")
         if self.flow_cache_slots < 0:

@@ -98,6 +98,7 @@ class EngineCore:
                 facts.held_back_tokens,
                 facts.lookahead_tokens,
                 facts.first_audio_margin,
+                facts.steady_batch_rows,
             ),
             threaded_codec=threaded_codec,
         )

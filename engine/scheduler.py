@@ -58,6 +58,8 @@ class ChunkingFacts:
     lookahead_tokens: int = 0
     # The model's own first-audio margin with a threaded codec (ModelFacts), None: the engine's.
     first_audio_margin: float | None = None
+    # ModelFacts.steady_batch_rows: with a lane, steady jobs wait for this many rows (0: never).
+    steady_batch_rows: int = 0
 
     def first_chunk_audio_tokens(self, pending: int) -> int:
         """Tokens of audio the first detokenizer call makes from `pending` tokens (at least
@@ -83,6 +85,11 @@ class Scheduler:
         )
         self.blocks = blocks
         self.facts = facts
+        self.steady_batch_rows = (
+            facts.steady_batch_rows
+            if config.steady_batch_rows is None
+            else config.steady_batch_rows
+        )
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
         self._reserved_blocks = 0
         self._holding_kv: set[str] = set()  # requests whose KV reservation is still held
@@ -355,8 +362,29 @@ class Scheduler:
                 and self._detok_ready(r, now)
             ]
             ready.sort(key=lambda r: self._priority(r, now))
-            plan.steady = ready[: self.config.max_detok_batch]
+            if not (has_lane and self.steady_job_waits(ready, now)):
+                plan.steady = ready[: self.config.max_detok_batch]
         return plan
+
+    def steady_job_waits(self, ready: list[Request], now: float) -> bool:
+        """Whether the steady job holds back its `ready` requests for more rows: fewer than
+        steady_batch_rows are ready and none is due (a first chunk, or a listener whose audio
+        would last less than twice the lane's urgency line, lane_urgent, with a margin of at
+        least 1), and other streams are still generating. So a held chunk goes out in a steady
+        job well before it would need the lane, and the last chunks go when no more will come.
+
+        Why: a job of CosyVoice 2's flow + HiFT is thousands of small kernels whatever its rows
+        (on the H200: ~50 ms at 1 row, 66 ms at 8, 163 ms at 32). At 8 req/s steady jobs ran
+        back to back with 3 rows at the median while listeners held 1.9 s of audio, and their
+        kernels slowed the LLM's every step (ninth session). A few large jobs leave the GPU to
+        the LLM in between. Only with a lane, which takes first chunks and any chunk that comes
+        due while a large steady job runs."""
+        if not ready or len(ready) >= self.steady_batch_rows:
+            return False
+        if not any(r.wants_tokens for r in self.requests.values()):
+            return False  # no stream is generating: no more rows will come
+        due_s = 4 * self.detok_time_s * max(self.first_audio_margin, 1.0)
+        return all(not r.ttfa_critical and r.buffered_audio_s(now) >= due_s for r in ready)
 
     def first_chunk_waits_for_lane(self, lane_s: float) -> bool:
         """Whether first chunks skip the steady job and wait for the lane: the lane delivers

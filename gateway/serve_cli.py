@@ -169,6 +169,14 @@ def add_serve_parser(subparsers) -> None:
         "(docs/engine.md; default on; --no-llm-priority shares the GPU evenly)",
     )
     g.add_argument(
+        "--steady-batch-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with a first-chunk lane: a steady codec job waits for N streams' chunks unless a "
+        "listener needs one soon (docs/engine.md; default: the model's, CosyVoice 2 16; 0: never)",
+    )
+    g.add_argument(
         "--codec-sms",
         type=int,
         default=0,
@@ -307,6 +315,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         first_chunk_lane=args.first_chunk_lane,
         llm_stream_priority=args.llm_priority,
         codec_sms=args.codec_sms,
+        steady_batch_rows=args.steady_batch_rows,
         gil_switch_ms=args.gil_switch_ms,
         engine_process=args.engine_process,
         first_hop_tokens=args.first_hop_tokens,

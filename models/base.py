@@ -86,6 +86,10 @@ class ModelFacts:
     # The first-audio margin (EngineConfig.first_audio_margin) this model measured best with a
     # threaded codec (CUDA); None: the engine's default, 3.
     first_audio_margin: float | None = None
+    # With a first-chunk lane: a steady detokenizer job waits (while no listener needs it soon)
+    # until this many streams have a chunk ready (EngineConfig.steady_batch_rows), for codecs
+    # whose job costs about the same at 1 row as at 16 (CosyVoice 2's flow + HiFT); 0: never.
+    steady_batch_rows: int = 0
 
     @property
     def seconds_per_token(self) -> float:

@@ -90,6 +90,11 @@ class CosyVoice2Model(SpeechModel):
             # without a gap while 3 failed time to first audio at 4 req/s (BENCHMARKS.md,
             # eighth session).
             first_audio_margin=2.0,
+            # A steady job's cost is mostly its ~14,000 kernel launches, whatever its rows: on
+            # the H200, 66 ms at 8 rows and 163 ms at 32, against ~50 ms at 1. At 8 req/s
+            # steady jobs ran back to back with 3 rows at the median while listeners held 1.9 s
+            # of audio (BENCHMARKS.md, ninth session); batching them frees the GPU for the LLM.
+            steady_batch_rows=16,
         )
         self.shape = BackboneShape.of(args, llm, self.ids.vocab_size)
 

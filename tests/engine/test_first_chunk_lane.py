@@ -174,14 +174,44 @@ def test_a_request_decoded_once_but_still_silent_stays_off_the_lane():
     assert sched.schedule_detok_jobs(now, steady_free=True, lane_room=8).steady == [req]
 
 
-def run_fake_engine(seed: int, lane_room: int, steps: int = 500, step_s: float = 0.01):
+def test_a_steady_job_waits_for_rows_while_no_listener_needs_audio_soon():
+    """With steady_batch_rows and a lane, ready chunks of comfortable listeners wait for more
+    rows; a full batch, a listener near the due line, or a first chunk riding the steady job
+    sends them all at once. Without a lane they never wait."""
+    now = 10.0
+    sched = make_scheduler(steady_batch_rows=3, first_audio_margin=2.0)
+    sched.detok_time_s, sched.lane_time_s = 0.1, 0.09  # due under 4 x 0.1 x 2 = 0.8 s
+    a, b = streaming(sched, now), streaming(sched, now)  # 1.0 s buffered each
+    held = sched.schedule_detok_jobs(now, steady_free=True, lane_room=8, has_lane=True)
+    assert held.steady == [] and held.lane == []
+    assert sched.schedule_detok_jobs(now, steady_free=True).steady == [a, b]  # no lane
+    c = streaming(sched, now)  # the third row: the batch is full
+    full = sched.schedule_detok_jobs(now, steady_free=True, lane_room=8, has_lane=True)
+    assert full.steady == [a, b, c]
+    sched.remove(c.request_id)
+    b.audio_emitted_s = 4.7  # 0.7 s buffered: due (not yet lane-urgent, under 0.4 s)
+    due = sched.schedule_detok_jobs(now, steady_free=True, lane_room=8, has_lane=True)
+    assert due.lane == [] and due.steady == [b, a]
+    b.audio_emitted_s = 5.0
+    # A first chunk rides the steady job when the lane is no quicker: it goes, with the rest.
+    new = admit(sched, arrival=now - 0.3)
+    generate(sched, new, FACTS.first_chunk_tokens)
+    ride = sched.schedule_detok_jobs(now, steady_free=True, lane_room=0, has_lane=True)
+    assert ride.steady == [new, a, b]
+
+
+def run_fake_engine(
+    seed: int, lane_room: int, steps: int = 500, step_s: float = 0.01, steady_batch_rows: int = 0
+):
     """Requests arrive, gain a token a step (of `step_s`; a token is 0.04 s of audio), and
     their ready chunks go out as jobs that take a random number of steps (lane jobs short,
     steady ones long), so jobs finish in every order.
     Each job's rows are checked against the jobs in flight. Returns the scheduler, requests,
     each request's decoded token ranges in the order their jobs came back, and the jobs."""
     rng = random.Random(seed)
-    sched = make_scheduler(max_detok_batch=4, first_audio_margin=1.5)
+    sched = make_scheduler(
+        max_detok_batch=4, first_audio_margin=1.5, steady_batch_rows=steady_batch_rows
+    )
     sched.detok_time_s = 0.1  # the steady job's estimate, which lane_urgent compares with
     sched.lane_time_s = 0.03  # lane jobs are quicker: first chunks wait for the lane
     requests: list[Request] = []
@@ -248,6 +278,20 @@ def test_chunks_of_every_request_come_back_once_and_in_order(seed, step_s):
     # With thin buffers, playing requests whose chunk would come late took the lane too (and
     # still came back in order, above); with deep ones only first chunks did.
     assert any(urgent for *_, urgent in lane_jobs) == (step_s > 0.01)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_held_steady_jobs_are_fewer_and_every_chunk_still_comes_back_in_order(seed):
+    runs = {}
+    for rows in (0, 4):
+        sched, requests, returned, jobs = run_fake_engine(seed, 2, steady_batch_rows=rows)
+        assert not sched.requests, "every request was flushed and removed"
+        for req in requests:
+            ranges = returned[req.request_id]
+            assert ranges[0][0] == 0 and ranges[-1][1] == len(req.output_ids)
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        runs[rows] = [j for j in jobs if not j[2]]
+    assert len(runs[4]) < len(runs[0])  # fewer, larger steady jobs
 
 
 def test_without_a_lane_every_chunk_takes_the_steady_job():

@@ -116,6 +116,7 @@ def test_synth_is_still_there():
         (["--policy", "slack", "--max-num-seqs", "0"], "max_num_seqs"),
         (["--gil-switch-ms", "0"], "gil_switch_ms must be in"),
         (["--codec-sms", "-8"], "codec_sms must be >= 0"),
+        (["--steady-batch-rows", "-1"], "steady_batch_rows must be >= 0"),
         (["--first-hop-tokens", "0"], "first_hop_tokens must be >= 1"),
         (["--max-detok-batch", "0"], "max_detok_batch must be >= 1"),
         (["--flow-cache-slots", "-1"], "flow_cache_slots must be >= 0"),
