@@ -75,6 +75,10 @@ def main() -> None:
         help="Python's switch interval in ms (EngineConfig.gil_switch_ms); a comma list "
         "measures each (with each --codec-sms)",
     )
+    ap.add_argument(
+        "--codec-pacing", action="store_true",
+        help="codec threads wait between a job's graphs (EngineConfig.codec_pacing)",
+    )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
@@ -97,7 +101,7 @@ def main() -> None:
             max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
             async_scheduling=args.async_scheduling, first_chunk_lane=args.first_chunk_lane,
             llm_stream_priority=args.llm_priority, codec_sms=codec_sms,
-            gil_switch_ms=gil_switch_ms,
+            gil_switch_ms=gil_switch_ms, codec_pacing=args.codec_pacing,
         )
         apply_gil_switch(config)
         core = build_core(model, config, device)

@@ -58,6 +58,11 @@ class EngineConfig:
     # (a CUDA green context, engine/sm_partition.py), so they never fill the SMs the LLM's
     # step needs; priority alone does not pre-empt running blocks. 0: every SM.
     codec_sms: int = 0
+    # With async_detok on CUDA: the codec threads wait for each graph of a job to run before
+    # they queue the next (CallableGraphs.pace; CosyVoice 2's flow: one per Euler step), so
+    # the GPU never holds a whole job of codec kernels ahead of the LLM's. Off until measured
+    # on the H200 (BENCHMARKS.md, "Next GPU session").
+    codec_pacing: bool = False
     # Append each finished request's timeline (queue, steps to its first chunk, cover wait,
     # codec wait and job, gaps) to this JSON-lines file (engine/request_trace.py). None: off.
     trace_path: str | None = None

@@ -53,7 +53,7 @@ class HostOpCounter(TorchDispatchMode):
 
 
 class CountedGraphs:
-    """CallableGraphs' contract (`capture`, `in`, `run`) around `graphs`; with graphs=None a
+    """CallableGraphs' contract (`capture`, `in`, `run`, `pace`) around `graphs`; with graphs=None a
     CPU stand-in whose captures only record the key and whose `run` calls the function on the
     padded inputs (as a replay computes). Either way a run of a captured key counts its copies
     into the graph's inputs and one replay on `counter`, and nothing of what it replays."""
@@ -62,14 +62,24 @@ class CountedGraphs:
         self.counter = counter
         self.graphs = graphs
         self.keys: set = set()
+        self.borrowed: dict[object, int] = {}  # inputs a run copies nothing into, by key
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys
 
-    def capture(self, key: object, fn: Callable, inputs: list[torch.Tensor]) -> None:
-        if self.graphs is not None:
-            self.graphs.capture(key, fn, inputs)
+    def capture(
+        self, key: object, fn: Callable, inputs: list[torch.Tensor], borrow: tuple[int, ...] = ()
+    ):
         self.keys.add(key)
+        self.borrowed[key] = len(borrow)
+        if self.graphs is not None:
+            return self.graphs.capture(key, fn, inputs, borrow)
+        with self.counter.paused():
+            return fn(*inputs)
+
+    def pace(self) -> None:
+        if self.graphs is not None:
+            self.graphs.pace()
 
     def run(self, key: object, fn: Callable, inputs: list[torch.Tensor]):
         if key not in self.keys:
@@ -77,7 +87,7 @@ class CountedGraphs:
         if self.graphs is not None:  # the real copies are counted; the replay is no ATen op
             self.counter.counts[REPLAY] += 1
             return self.graphs.run(key, fn, inputs)
-        self.counter.counts["copy_"] += len(inputs)
+        self.counter.counts["copy_"] += len(inputs) - self.borrowed[key]
         self.counter.counts[REPLAY] += 1
         with self.counter.paused():
             return fn(*inputs)

@@ -177,6 +177,13 @@ def add_serve_parser(subparsers) -> None:
         "listener needs one soon (docs/engine.md; default: the model's, CosyVoice 2 16; 0: never)",
     )
     g.add_argument(
+        "--codec-pacing",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="CUDA, experimental: codec threads wait for each graph of a job before queueing "
+        "the next, so the GPU never holds a whole codec job ahead of the LLM (docs/engine.md)",
+    )
+    g.add_argument(
         "--codec-sms",
         type=int,
         default=0,
@@ -315,6 +322,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         first_chunk_lane=args.first_chunk_lane,
         llm_stream_priority=args.llm_priority,
         codec_sms=args.codec_sms,
+        codec_pacing=args.codec_pacing,
         steady_batch_rows=args.steady_batch_rows,
         gil_switch_ms=args.gil_switch_ms,
         engine_process=args.engine_process,

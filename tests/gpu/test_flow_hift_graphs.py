@@ -36,19 +36,20 @@ def test_each_detokenizer_graph_replays_as_eager(parts, first_hop):
     detok.enable_cuda_graphs(graphs)
     stream(detok, 3, [first_hop + 3, 25, 25, 25])
     kinds = {key[0] for key, *_ in graphs.compared}
-    assert kinds == {"flow", "hift"}
+    assert kinds == {"prep", "euler", "hift"}
     for key, replayed, eager in graphs.compared:
         torch.testing.assert_close(
             replayed, eager, atol=1e-4, rtol=1e-4, msg=lambda m, k=key: f"{k}: {m}"
         )
 
 
-@pytest.mark.parametrize("first_hop", [7, 20])
-def test_graphed_stream_equals_eager_stream(parts, first_hop):
+@pytest.mark.parametrize("first_hop,paced", [(7, False), (20, False), (20, True)])
+def test_graphed_stream_equals_eager_stream(parts, first_hop, paced):
+    """paced: the codec thread waits after each Euler step's graph (EngineConfig.codec_pacing)."""
     flow, hift, chunk = parts
     eager = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
     graphed = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
-    graphed.enable_cuda_graphs(CallableGraphs(CUDA))
+    graphed.enable_cuda_graphs(CallableGraphs(CUDA, paced=paced))
     pushes = [first_hop + 3, 25, 25, 30, 10]
     for a, b in zip(stream(eager, 5, pushes), stream(graphed, 5, pushes), strict=True):
         assert a.shape == b.shape

@@ -69,7 +69,8 @@ def spec(text: str, n: int, seed: int) -> SpeechRequest:
 
 def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model):
     config = EngineConfig(
-        num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True
+        num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True,
+        steady_batch_rows=0,  # a steady job for one row (the hold has its own tests)
     )
     # CosyVoice 2's own margin reaches the scheduler (it applies with a threaded codec, on
     # CUDA, unless the config sets one, as here).
@@ -137,7 +138,10 @@ def test_chunks_about_to_be_late_take_the_lane_while_the_steady_job_is_held(mode
     job goes out on the lane, even a stream the lane did not begin; its audio stays in order and
     equals the model's own detokenizer fed the same pushes."""
     config = dataclasses.replace(
-        EngineConfig(num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True),
+        EngineConfig(
+            num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True,
+            steady_batch_rows=0,
+        ),
         first_audio_margin=0.0,
     )
     core = EngineCore(model, config, CPU, "sdpa")

@@ -167,16 +167,21 @@ class EagerGraphs:
     def __init__(self) -> None:
         self.keys: set = set()
         self.shapes: list[tuple] = []
+        self.paces = 0
 
     def __contains__(self, key) -> bool:
         return key in self.keys
 
-    def capture(self, key, fn, inputs) -> None:
+    def capture(self, key, fn, inputs, borrow=()):
         self.keys.add(key)
+        return fn(*inputs)
 
     def run(self, key, fn, inputs):
         self.shapes.append(key)
         return fn(*inputs)
+
+    def pace(self) -> None:
+        self.paces += 1
 
 
 def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
@@ -197,7 +202,12 @@ def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
         for a, b in zip(eager, padded, strict=True):
             torch.testing.assert_close(a.mel, b.mel, atol=1e-5, rtol=1e-5)
     # Streamed: 5 chunk rows, the longest window 200 frames; final: 8 rows, 228 frames → 250.
-    assert graphs.shapes == [("flow", 8, 200), ("flow", 8, 250)]
+    # Each flow call: the "prep" graph, then one Euler step's graph per step, paced after each.
+    steps = detok.flow.cfg.n_timesteps
+    assert graphs.shapes == [
+        ("prep", 8, 200), *[("euler", 8, 200)] * steps, ("prep", 8, 250), *[("euler", 8, 250)] * steps
+    ]
+    assert graphs.paces == 2 * steps
 
 
 def test_window_rows_start_from_the_noise_of_their_place_in_the_utterance(detok):
@@ -302,7 +312,8 @@ def test_short_first_chunk_has_its_own_graph_bucket(short_first):
     graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=hop)
     graphs = EagerGraphs()
     graphed.enable_cuda_graphs(graphs)
-    assert ("flow", 8, 2 * (25 + hop)) in graphs and ("flow", 16, 2 * (25 + hop)) not in graphs
+    assert ("prep", 8, 2 * (25 + hop)) in graphs and ("prep", 16, 2 * (25 + hop)) not in graphs
+    assert ("euler", 8, 2 * (25 + hop)) in graphs
     eager = [stream_for(d, s, 1) for s in (71, 72)]
     padded = [stream_for(graphed, s, 1) for s in (71, 72)]
     for a, b, s in zip(eager, padded, (71, 72), strict=True):
@@ -310,7 +321,8 @@ def test_short_first_chunk_has_its_own_graph_bucket(short_first):
         graphed.push(b, codes(s, hop + 3))
     d._flow_step(eager, [False] * 2)
     graphed._flow_step(padded, [False] * 2)
-    assert graphs.shapes == [("flow", 2, 2 * (25 + hop))]  # the first chunks' rows, unpadded
+    # The first chunks' rows, unpadded: the prep graph and the steps'.
+    assert set(graphs.shapes) == {("prep", 2, 2 * (25 + hop)), ("euler", 2, 2 * (25 + hop))}
     for a, b in zip(eager, padded, strict=True):
         torch.testing.assert_close(a.mel, b.mel, atol=1e-5, rtol=1e-5)
 
@@ -377,7 +389,7 @@ def test_graphed_job_streams_the_same_audio_as_eager(short_first):
     for a, b in zip(eager, ours, strict=True):
         np.testing.assert_allclose(b, a, atol=1e-5)
     assert ("hift", 1, 2 * d.chunk + 16) in graphs.shapes[shapes:]  # steady, left + chunk + right
-    assert ("hift", 4, 2 * hop) in graphs.shapes and ("flow", 4, 2 * (25 + hop)) in graphs.shapes
+    assert ("hift", 4, 2 * hop) in graphs.shapes and ("prep", 4, 2 * (25 + hop)) in graphs.shapes
 
 
 def test_last_and_part_chunk_windows_widen_to_a_captured_width(short_first):
@@ -407,8 +419,8 @@ def test_last_and_part_chunk_windows_widen_to_a_captured_width(short_first):
 
 def test_graphed_steady_job_dispatches_a_few_host_ops_per_row(detok):
     # One steady job (every request's next chunk): eager, the flow's encoder and 20 estimator
-    # passes and HiFT are thousands of ops (kernel launches on a GPU); graphed, two replays and
-    # the packing of inputs and unpacking of outputs. No job reads the device (.item()).
+    # passes and HiFT are thousands of ops (kernel launches on a GPU); graphed, a dozen replays
+    # and the packing of inputs and unpacking of outputs. No job reads the device (.item()).
     counter = HostOpCounter()
     graphed = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk)
     graphed.enable_cuda_graphs(CountedGraphs(counter))
@@ -426,7 +438,9 @@ def test_graphed_steady_job_dispatches_a_few_host_ops_per_row(detok):
             with counter:
                 d.decode(states, [False] * rows)
             assert counter.device_reads == 0
-            assert counter.counts[REPLAY] == (2 if name == "graphed" else 0)
+            # Graphed: the flow's prep, its Euler step once per step, HiFT.
+            replays = 1 + d.flow.cfg.n_timesteps + 1
+            assert counter.counts[REPLAY] == (replays if name == "graphed" else 0)
             totals[name, rows] = counter.total
     assert totals["graphed", 1] * 30 < totals["eager", 1]
     assert totals["graphed", 3] - totals["graphed", 1] <= 2 * 10  # ~6 ops per row

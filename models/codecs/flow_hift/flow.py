@@ -150,20 +150,55 @@ class CausalFlow(nn.Module):
             self.cfg.inference_cfg_rate,
         )  # fmt: skip
 
+    # The solver step by step (the CUDA-graphed path: one graph per step's shape, replayed
+    # n_timesteps times, so the codec's thread can wait between steps; streaming.py).
+    def solver_inputs(self, z, mu, mask, spks, cond, chunks) -> tuple[torch.Tensor, ...]:
+        """condition's outputs → (x0, then cfg_halves' doubled inputs and chunks) for
+        euler_step."""
+        return (z, *cfg_halves(mu, mask, spks, cond), torch.cat([chunks, chunks]))
+
+    def euler_steps(self, dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(t, dt) of each Euler step as 0-d tensors on the flow's device, as cfg_euler
+        computes them."""
+        t_span = self.t_span.to(dtype)
+        return [(t_span[i - 1], t_span[i] - t_span[i - 1]) for i in range(1, len(t_span))]
+
+    def euler_step(self, x, mask2, mu2, spks2, cond2, chunks2, t, dt) -> torch.Tensor:
+        """One of cfg_euler's steps (streaming attention chunks)."""
+        estimator = self.decoder.estimator
+        return cfg_step(
+            lambda *args: estimator(*args, True, chunks2),
+            x, mask2, mu2, spks2, cond2, t, dt, self.cfg.inference_cfg_rate,
+        )  # fmt: skip
+
+
+def cfg_halves(mu, mask, spks, cond) -> tuple[torch.Tensor, ...]:
+    """The estimator's inputs for both CFG halves at once: (mask, mu, spks, cond) doubled
+    along the batch, the unconditional half with mu, speaker and cond zeroed."""
+    return (
+        torch.cat([mask, mask]),
+        torch.cat([mu, torch.zeros_like(mu)]),
+        torch.cat([spks, torch.zeros_like(spks)]),
+        torch.cat([cond, torch.zeros_like(cond)]),
+    )
+
+
+def cfg_step(estimate, x, mask2, mu2, spks2, cond2, t, dt, rate: float) -> torch.Tensor:
+    """x after one Euler step of dt at time t: the conditional and unconditional estimates as
+    one batch, mixed by classifier-free guidance."""
+    b = x.shape[0]
+    v = estimate(torch.cat([x, x]), mask2, mu2, t.expand(2 * b), spks2, cond2)
+    v_cond, v_uncond = v[:b], v[b:]
+    return x + dt * ((1.0 + rate) * v_cond - rate * v_uncond)
+
 
 def cfg_euler(estimate, x, mu, mask, spks, cond, t_span, rate: float) -> torch.Tensor:
     """Euler steps over t_span; each step runs the conditional and the unconditional (mu,
     speaker and cond zeroed) estimate as one batch and mixes them by classifier-free guidance.
     `estimate(x, mask, mu, t, spks, cond)` → velocity. x, mu, cond [B, M, F]; mask [B, 1, F];
     spks [B, M]. Fixed shapes and no host syncs, so it can be captured in a CUDA graph."""
-    b = x.shape[0]
-    mask2 = torch.cat([mask, mask])
-    mu2 = torch.cat([mu, torch.zeros_like(mu)])
-    spks2 = torch.cat([spks, torch.zeros_like(spks)])
-    cond2 = torch.cat([cond, torch.zeros_like(cond)])
+    mask2, mu2, spks2, cond2 = cfg_halves(mu, mask, spks, cond)
     for step in range(1, len(t_span)):
         t, dt = t_span[step - 1], t_span[step] - t_span[step - 1]
-        v = estimate(torch.cat([x, x]), mask2, mu2, t.expand(2 * b), spks2, cond2)
-        v_cond, v_uncond = v[:b], v[b:]
-        x = x + dt * ((1.0 + rate) * v_cond - rate * v_uncond)
+        x = cfg_step(estimate, x, mask2, mu2, spks2, cond2, t, dt, rate)
     return x.float()

@@ -29,7 +29,8 @@ Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by
 
 Host cost: a job is one call of `flow_rows` (encoder + solver) and one `vocode_windows` per
 HiFT window length, each with fixed shapes and no host syncs, replayed from CUDA graphs at
-(rows, frames) buckets once `enable_cuda_graphs` ran. Their integer inputs are built on the
+(rows, frames) buckets once `enable_cuda_graphs` ran (the flow as a "prep" graph and one Euler
+step's graph replayed per step, so a paced codec thread can wait between steps). Their integer inputs are built on the
 host in one pinned buffer per call and uploaded by one asynchronous copy; nothing is read back
 but the audio, once per job.
 """
@@ -151,6 +152,7 @@ class FlowHiftDetokenizer:
             )
         self.cache_pool = cache_pool
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
+        self._steps: list | None = None  # the solver's (t, dt) on the device (_euler_steps)
         # Row buckets captured; with graphs, larger calls are split into calls of the largest.
         self.graph_rows = tuple(sorted(graph_rows or self.GRAPH_ROWS))
         self.vocoder = HiftStreamer(hift, left, right, self.graph_rows, self.hift_frames())
@@ -286,7 +288,31 @@ class FlowHiftDetokenizer:
             if self.graphs is not None:
                 note_eager(self.eager_calls, (stage, n, frames))
             return fn(*inputs)
+        if stage == "flow":
+            return self._replay_flow(key, inputs)
         return self.graphs.run(key, fn, inputs)
+
+    def _replay_flow(self, key: tuple, inputs: list[torch.Tensor]) -> torch.Tensor:
+        """flow_rows from graphs: the conditioning and the CFG inputs ("prep"), then one
+        Euler step's graph ("euler") per step. Between steps the graphs may `pace` the
+        thread: wait for the step to run, so the GPU never holds a whole job of this codec's
+        kernels ahead of the LLM's (EngineConfig.codec_pacing)."""
+        _, rows, frames = key
+        x, *fixed = self.graphs.run(("prep", rows, frames), self.prep_rows, inputs)
+        for t, dt in self._euler_steps():
+            x = self.graphs.run(("euler", rows, frames), self.flow.euler_step, [x, *fixed, t, dt])
+            self.graphs.pace()
+        return x.float()
+
+    def prep_rows(self, ints, prompt_mel, speaker) -> tuple[torch.Tensor, ...]:
+        """condition_rows, then the solver's doubled inputs (flow.solver_inputs)."""
+        return self.flow.solver_inputs(*self.condition_rows(ints, prompt_mel, speaker))
+
+    def _euler_steps(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if self._steps is None:
+            with torch.inference_mode(False):  # plain tensors: usable in and out of it
+                self._steps = self.flow.euler_steps(self.dtype)
+        return self._steps
 
     def row_tokens(self, rows: list[FlowWindow]) -> tuple[list[list[int]], list[int], list[int]]:
         """Each row's tokens (prompt, then its window and look-ahead), prompt length and tokens
@@ -365,8 +391,9 @@ class FlowHiftDetokenizer:
         )
 
     # --- CUDA graphs --------------------------------------------------------------------------
-    # The whole flow of a job (conditioning encoder + Euler solver's 20 estimator passes) is
-    # captured per (rows, frames) bucket; rows and frames (and tokens, frames / 2 + look-ahead)
+    # The flow of a job is captured per (rows, frames) bucket as two graphs: the conditioning
+    # encoder with the solver's inputs ("prep"), and one Euler step (2 estimator passes, CFG's
+    # halves batched: "euler"), replayed for each of the 10 steps; rows and frames (and tokens, frames / 2 + look-ahead)
     # are padded up to the bucket with lengths that mask them out (attention masks, causal
     # convolutions), which leaves the valid ones unchanged. Frames are captured in whole
     # chunks: one chunk up to the window of a voice prompt of GRAPH_PROMPT_CHUNKS chunks
@@ -409,7 +436,8 @@ class FlowHiftDetokenizer:
         rows = next((r for r in self.graph_rows if r >= n), None)
         padded = next((f for f in self.graph_frames(rows) if f >= frames), None)
         key = (stage, rows, padded)
-        return key if self.graphs is not None and key in self.graphs else None
+        captured = ("prep", rows, padded) if stage == "flow" else key  # _replay_flow's
+        return key if self.graphs is not None and captured in self.graphs else None
 
     def enable_cuda_graphs(self, graphs) -> None:
         """Capture the flow for every (rows, frames) bucket and HiFT for every (rows, window)
@@ -420,9 +448,7 @@ class FlowHiftDetokenizer:
         # The windowed flow (conditioning + solve) per (rows, frames); with the estimator
         # cache, the conditioning alone per (rows, frames) and, with a pool, the pooled solve
         # per rows (its shapes do not depend on the context).
-        stage, fn = (
-            ("cond", self.condition_rows) if self.estimator_cache else ("flow", self.flow_rows)
-        )
+        stage, fn = ("cond", self.condition_rows) if self.estimator_cache else ("prep", self.prep_rows)
         with torch.inference_mode():
             for rows in reversed(self.graph_rows):
                 for frames in reversed(self.graph_frames(rows)):
@@ -430,7 +456,17 @@ class FlowHiftDetokenizer:
                     ints = torch.zeros(rows, width + 5, dtype=torch.long, device=dev)
                     prompt_mel = torch.zeros(rows, frames, m, device=dev)
                     speaker = torch.zeros(rows, e, device=dev)
-                    self._capture(graphs, (stage, rows, frames), fn, [ints, prompt_mel, speaker])
+                    inputs = [ints, prompt_mel, speaker]
+                    out = self._capture(graphs, (stage, rows, frames), fn, inputs)
+                    if stage == "prep":  # one Euler step's graph, replayed for every step
+                        # Its fixed inputs are the prep graph's outputs themselves: a step's
+                        # replay copies in only x, t and dt.
+                        x, *fixed = out
+                        step = [x, *fixed, *self._euler_steps()[0]]
+                        borrow = tuple(range(1, 1 + len(fixed)))
+                        self._capture(
+                            graphs, ("euler", rows, frames), self.flow.euler_step, step, borrow
+                        )
                 if self.cache_pool is not None:
                     inputs = pool_call_inputs(self, rows)
                     self._capture(graphs, ("pool", rows), self.cache_pool.solve, inputs)
@@ -445,9 +481,9 @@ class FlowHiftDetokenizer:
         )
 
     @staticmethod
-    def _capture(graphs, key: tuple, fn, inputs: list[torch.Tensor]) -> None:
+    def _capture(graphs, key: tuple, fn, inputs: list[torch.Tensor], borrow=()):
         try:
-            graphs.capture(key, fn, inputs)
+            return graphs.capture(key, fn, inputs, borrow)
         except RuntimeError as exc:  # not yet run on every GPU: say what to do
             raise RuntimeError(
                 f"capturing the flow in a CUDA graph failed for {key} ({exc}); start the "
