@@ -370,8 +370,9 @@ class Scheduler:
         """Whether the steady job holds back its `ready` requests for more rows: fewer than
         steady_batch_rows are ready and none is due (a first chunk, or a listener whose audio
         would last less than twice the lane's urgency line, lane_urgent, with a margin of at
-        least 1), and other streams are still generating. So a held chunk goes out in a steady
-        job well before it would need the lane, and the last chunks go when no more will come.
+        least 1), and enough streams are live (generating, or ready) to fill the batch. So a
+        held chunk goes out in a steady job well before it would need the lane, and under light
+        load, or once no stream is generating, nothing waits.
 
         Why: a job of CosyVoice 2's flow + HiFT is thousands of small kernels whatever its rows
         (on the H200: ~50 ms at 1 row, 66 ms at 8, 163 ms at 32). At 8 req/s steady jobs ran
@@ -381,8 +382,11 @@ class Scheduler:
         due while a large steady job runs."""
         if not ready or len(ready) >= self.steady_batch_rows:
             return False
-        if not any(r.wants_tokens for r in self.requests.values()):
-            return False  # no stream is generating: no more rows will come
+        live = {id(r) for r in ready} | {id(r) for r in self.requests.values() if r.wants_tokens}
+        if len(live) < self.steady_batch_rows:
+            # Too few streams to fill a batch (light load, the codec mostly idle): waiting
+            # would only thin the listeners' buffers. Also when none is generating any more.
+            return False
         due_s = 4 * self.detok_time_s * max(self.first_audio_margin, 1.0)
         return all(not r.ttfa_critical and r.buffered_audio_s(now) >= due_s for r in ready)
 

@@ -182,13 +182,21 @@ def test_a_steady_job_waits_for_rows_while_no_listener_needs_audio_soon():
     sched = make_scheduler(steady_batch_rows=3, first_audio_margin=2.0)
     sched.detok_time_s, sched.lane_time_s = 0.1, 0.09  # due under 4 x 0.1 x 2 = 0.8 s
     a, b = streaming(sched, now), streaming(sched, now)  # 1.0 s buffered each
+    # Two live streams cannot fill a batch of 3: nothing waits (light load).
+    light = sched.schedule_detok_jobs(now, steady_free=True, lane_room=8, has_lane=True)
+    assert light.steady == [a, b]
+    midway = streaming(sched, now)  # a third stream, generating, its next chunk not ready
+    midway.num_detokenized = 90
     held = sched.schedule_detok_jobs(now, steady_free=True, lane_room=8, has_lane=True)
     assert held.steady == [] and held.lane == []
     assert sched.schedule_detok_jobs(now, steady_free=True).steady == [a, b]  # no lane
+    sched.remove(midway.request_id)
     c = streaming(sched, now)  # the third row: the batch is full
     full = sched.schedule_detok_jobs(now, steady_free=True, lane_room=8, has_lane=True)
     assert full.steady == [a, b, c]
     sched.remove(c.request_id)
+    midway = streaming(sched, now)
+    midway.num_detokenized = 90
     b.audio_emitted_s = 4.7  # 0.7 s buffered: due (not yet lane-urgent, under 0.4 s)
     due = sched.schedule_detok_jobs(now, steady_free=True, lane_room=8, has_lane=True)
     assert due.lane == [] and due.steady == [b, a]
