@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.request import ConfigError
 from models.base import SpeechModel
-from models.registry import DEFAULT_MODEL, is_voxgate_tiny, load_model
+from models.registry import DEFAULT_MODEL, CosyVoiceOptions, is_voxgate_tiny, load_model
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -116,6 +116,11 @@ def serving_defaults(config: EngineConfig, model: str) -> EngineConfig:
     )
 
 
+def cosyvoice_options(config: EngineConfig) -> CosyVoiceOptions:
+    """The load-time options the engine config carries for CosyVoice 2."""
+    return CosyVoiceOptions(config.first_hop_tokens, config.flow_cache_slots)
+
+
 def apply_gil_switch(config: EngineConfig) -> None:
     """The engine's thread switch interval for this process (EngineConfig.gil_switch_ms says
     why). Called in each process an engine loop runs in: the gateway's, or the engine's own
@@ -158,8 +163,7 @@ def build_engine(
         progress,
         random_weights,
         voices_dir,
-        first_hop_tokens=config.first_hop_tokens,
-        flow_cache_slots=config.flow_cache_slots,
+        cosyvoice_options(config),
     )
     core = build_core(speech_model, config, device)
     core.warm_up()

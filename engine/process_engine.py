@@ -57,6 +57,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         apply_cpu_threads,
         apply_gil_switch,
         build_core,
+        cosyvoice_options,
         resolve_device,
         resolve_dtype,
     )
@@ -68,8 +69,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         apply_gil_switch(spec.config)  # a spawned interpreter starts with Python's 5 ms
         apply_cpu_threads(spec.config, device)
         model = load_model(spec.model, spec.codec, device, dtype, False, spec.random_weights,
-                           spec.voices_dir, first_hop_tokens=spec.config.first_hop_tokens,
-                           flow_cache_slots=spec.config.flow_cache_slots)
+                           spec.voices_dir, cosyvoice_options(spec.config))
         core = build_core(model, spec.config, device)
         core.warm_up()
     except Exception as exc:  # reported to the parent, which raises it from start()

@@ -73,6 +73,15 @@ def is_voxgate_tiny(model: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class CosyVoiceOptions:
+    """CosyVoice 2's load-time options (docs/models.md); other models refuse any but these
+    defaults."""
+
+    first_hop_tokens: int | None = None  # the first audio chunk in tokens (None: its default)
+    flow_cache_slots: int = 0  # the cached flow estimator's pool of streams (0: the window)
+
+
 def load_model(
     model: str = DEFAULT_MODEL,
     codec: str | None = None,
@@ -81,29 +90,25 @@ def load_model(
     progress: bool = False,
     random_weights: bool = False,
     voices_dir: str | None = None,
-    first_hop_tokens: int | None = None,
-    flow_cache_slots: int = 0,
+    cosyvoice: CosyVoiceOptions | None = None,
 ) -> SpeechModel:
     """Load `model` (preset name, folder or repo id). `codec` overrides the model's default codec
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
     random weights instead of reading a checkpoint (benchmarks without the download).
     `voices_dir`: reference clips for voice prompting (CSM, CosyVoice 2; see models/csm/voices.py).
-    `first_hop_tokens`: CosyVoice 2's first audio chunk in tokens (None: its default).
-    `flow_cache_slots`: CosyVoice 2's cached flow estimator with a pool of that many streams'
-    contexts (0: the windowed flow; docs/models.md)."""
+    `cosyvoice`: CosyVoice 2's options (first chunk, flow cache)."""
     device = torch.device(device)
-    cosyvoice = _load_cosyvoice2(
-        model, codec, device, dtype, random_weights, first_hop_tokens, flow_cache_slots
-    )
-    if cosyvoice is not None:
+    options = cosyvoice or CosyVoiceOptions()
+    loaded = _load_cosyvoice2(model, codec, device, dtype, random_weights, options)
+    if loaded is not None:
         if voices_dir is not None:
-            cosyvoice.add_voices_dir(voices_dir)
-        return cosyvoice
-    if first_hop_tokens is not None:
+            loaded.add_voices_dir(voices_dir)
+        return loaded
+    if options.first_hop_tokens is not None:
         raise CheckpointError(
             "--first-hop-tokens sizes CosyVoice 2's first chunk; other models take no such option"
         )
-    if flow_cache_slots:
+    if options.flow_cache_slots:
         raise CheckpointError(
             "--flow-cache-slots sets CosyVoice 2's flow cache; other models take no such option"
         )
@@ -277,10 +282,10 @@ def _load_cosyvoice2(
     device,
     dtype,
     random_weights,
-    first_hop: int | None = None,
-    cache_slots: int = 0,
+    options: CosyVoiceOptions,
 ) -> SpeechModel | None:
     """The CosyVoice 2 family, or None when `model` is not a CosyVoice 2 preset or folder."""
+    first_hop, cache_slots = options.first_hop_tokens, options.flow_cache_slots
     from pathlib import Path
 
     from models.cosyvoice2 import configs

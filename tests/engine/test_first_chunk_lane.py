@@ -267,17 +267,21 @@ def run_fake_engine(
     return sched, requests, returned, jobs
 
 
-@pytest.mark.parametrize("seed,step_s", [(0, 0.01), (1, 0.01), (2, 0.035), (3, 0.035)])
-def test_chunks_of_every_request_come_back_once_and_in_order(seed, step_s):
-    # Tokens at 4x real time (0.01 s a step) build deep buffers; at 0.035 s, barely faster
-    # than real time, buffers run thin and chunks about to be late take the lane.
-    sched, requests, returned, jobs = run_fake_engine(seed, 2, step_s=step_s)
+def assert_every_chunk_came_back_once_in_order(sched, requests, returned) -> None:
     assert not sched.requests, "every request was flushed and removed"
     for req in requests:
         ranges = returned[req.request_id]
         # Contiguous from token 0 to the last: nothing decoded twice, skipped or reordered.
         assert ranges[0][0] == 0 and ranges[-1][1] == len(req.output_ids)
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+@pytest.mark.parametrize("seed,step_s", [(0, 0.01), (1, 0.01), (2, 0.035), (3, 0.035)])
+def test_chunks_of_every_request_come_back_once_and_in_order(seed, step_s):
+    # Tokens at 4x real time (0.01 s a step) build deep buffers; at 0.035 s, barely faster
+    # than real time, buffers run thin and chunks about to be late take the lane.
+    sched, requests, returned, jobs = run_fake_engine(seed, 2, step_s=step_s)
+    assert_every_chunk_came_back_once_in_order(sched, requests, returned)
     lane_jobs = [j for j in jobs if j[2]]
     steady_jobs = [j for j in jobs if not j[2]]
     assert lane_jobs and steady_jobs
@@ -293,11 +297,7 @@ def test_held_steady_jobs_are_fewer_and_every_chunk_still_comes_back_in_order(se
     runs = {}
     for rows in (0, 4):
         sched, requests, returned, jobs = run_fake_engine(seed, 2, steady_batch_rows=rows)
-        assert not sched.requests, "every request was flushed and removed"
-        for req in requests:
-            ranges = returned[req.request_id]
-            assert ranges[0][0] == 0 and ranges[-1][1] == len(req.output_ids)
-            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert_every_chunk_came_back_once_in_order(sched, requests, returned)
         runs[rows] = [j for j in jobs if not j[2]]
     assert len(runs[4]) < len(runs[0])  # fewer, larger steady jobs
 

@@ -100,14 +100,14 @@ def test_the_engine_streams_the_same_audio_whether_a_stream_has_a_slot_or_not():
     from engine.detok_threads import ThreadedDetokenizer
     from engine.outputs import SpeechRequest
     from engine.request import SamplingParams
-    from models.registry import load_model
+    from models.registry import CosyVoiceOptions, load_model
     from tests.models.test_cosyvoice2_lane import run_until
 
     cpu = torch.device("cpu")
     texts = ["Hello there.", "A second voice.", "And a third one, longer than the rest."]
     results = []
     for slots in (3, 1):
-        model = load_model("tiny-cosyvoice2", flow_cache_slots=slots)
+        model = load_model("tiny-cosyvoice2", cosyvoice=CosyVoiceOptions(flow_cache_slots=slots))
         config = EngineConfig(num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64)
         core = EngineCore(model, config, cpu, "sdpa")
         core.detok = ThreadedDetokenizer(model, core.clock, cpu, model.first_chunk_lane_codec())
