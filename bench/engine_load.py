@@ -10,7 +10,11 @@ token rate tokens, as `voxgate bench` asks) arriving at each of `--rates` per se
 engine does. Prints, for decode-only steps and for steps that prefill an arrival, the step's
 wall time (p50 / p90) and its batch size, and with `--profile-at T` a torch profile of
 `--profile-steps` steps from T seconds into the last rate (host and device time by op): what `voxgate bench`'s
-"LLM step" figure is made of.
+"LLM step" figure is made of. Each step's host time is split into launching the next step
+(`launch_ms`: inputs, attention plan, graph replay or eager forward, head and sampling; long
+when launches wait for room in the device's queues) and waiting for the previous step's tokens
+(`resolve_ms`: the device's time). `--pacing-ab` runs each rate again with the codec's graphs
+paced (EngineConfig.codec_pacing), in the same process.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ def main() -> None:
     ap.add_argument("--profile-at", type=float, default=0.0, help="seconds in (0: no profile)")
     ap.add_argument("--profile-steps", type=int, default=100)
     ap.add_argument("--trace", default="", help="with --profile-at: a Chrome trace (.json.gz)")
+    ap.add_argument("--pacing-ab", action="store_true", help="each rate also with codec pacing")
+    ap.add_argument("--sampling-ab", action="store_true",
+                    help="each rate also with eager sampling (no head + sampling graphs)")
     args = ap.parse_args()
     config = serving_defaults(EngineConfig(device=args.device), args.model)
     apply_gil_switch(config)
@@ -56,14 +63,61 @@ def main() -> None:
     )
     core = build_core(model, config, device)
     core.warm_up()
+    host = HostSplit(core.worker)
+    sampling_graphs = core.worker.sampling_graphs
     rates = [float(r) for r in args.rates.split(",")]
     for i, rate in enumerate(rates):
         profile_at = args.profile_at if i == len(rates) - 1 else 0.0
-        run_rate(core, model, rate, args, profile_at)
+        for paced in (False, True) if args.pacing_ab else (config.codec_pacing,):
+            for graphs in codec_graphs(model, core):
+                graphs.paced = paced
+            for sampling in (sampling_graphs, None) if args.sampling_ab else (sampling_graphs,):
+                core.worker.sampling_graphs = sampling
+                first = paced == config.codec_pacing and sampling is sampling_graphs
+                run_rate(core, model, rate, args, profile_at if first else 0.0, host, paced)
     core.close()
 
 
-def run_rate(core, model, rate: float, args, profile_at: float) -> None:
+class HostSplit:
+    """Times the worker's launch (queue a step) and resolve (wait for its tokens) calls."""
+
+    def __init__(self, worker) -> None:
+        self.launch_s: list[float] = []
+        self.resolve_s: list[float] = []
+        for name, sink in (("launch", self.launch_s), ("resolve", self.resolve_s)):
+            setattr(worker, name, self._timed(getattr(worker, name), sink))
+
+    @staticmethod
+    def _timed(fn, sink: list[float]):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sink.append(time.perf_counter() - t0)
+
+        return timed
+
+    def take(self) -> dict:
+        out = {}
+        for name, values in (("launch", self.launch_s), ("resolve", self.resolve_s)):
+            ms = [1e3 * v for v in values]
+            if ms:
+                out[f"{name}_ms_p50"] = percentile(ms, 50)
+                out[f"{name}_ms_p90"] = percentile(ms, 90)
+                out[f"{name}_ms_mean"] = statistics.fmean(ms)
+            values.clear()
+        return out
+
+
+def codec_graphs(model, core) -> list:
+    """The CallableGraphs of the model's codec and of its first-chunk lane, if captured."""
+    codecs = [getattr(model, "detok", None), getattr(getattr(core.detok, "lane", None), "detok", None)]
+    return [c.graphs for c in codecs if c is not None and getattr(c, "graphs", None) is not None]
+
+
+def run_rate(core, model, rate: float, args, profile_at: float, host: HostSplit,
+             paced: bool) -> None:
     plan = poisson_plan(
         load_workload(args.workload), rate, args.duration, 1, model.facts.token_rate_hz
     )
@@ -94,8 +148,10 @@ def run_rate(core, model, rate: float, args, profile_at: float) -> None:
             if profiled == args.profile_steps:
                 profiler.stop()
                 profiled = -1
-    report = {"model": args.model, "rate": rate, "requests": len(plan),
-              "seconds": time.perf_counter() - start, "lane_jobs": core.lane_jobs}
+    report = {"model": args.model, "rate": rate, "codec_paced": paced,
+              "sampling_graphs": core.worker.sampling_graphs is not None, "requests": len(plan),
+              "seconds": time.perf_counter() - start, "lane_jobs": core.lane_jobs,
+              "host": host.take()}
     for name, prefilled in (("decode", False), ("prefill", True)):
         walls = [1e3 * w for p, _, w in steps if p == prefilled]
         batches = [b for p, b, _ in steps if p == prefilled]

@@ -12,7 +12,11 @@ Variants (environment set before CUDA starts, so each runs in a child process):
   queues_4x          CUDA_SCALE_LAUNCH_QUEUES=4x (larger; the ninth session's served A/B)
   green_96           the codec's stream in a green context of 96 SMs (engine/sm_partition.py)
 
-Prints per variant the short graph's wall time alone and beside the codec (p50 / p90 ms).
+Prints per variant, p50 / p90 ms: the short graph's wall time alone, beside the codec
+replaying one long graph per job, and beside a paced codec (the job as 10 graphs with a wait
+after each, EngineConfig.codec_pacing); and the same for an "eager step" of 100 separately
+launched small kernels (the shape of the LLM step's sampling and input uploads, which run
+outside its graph): whether launches block behind the codec's queued work.
 """
 
 from __future__ import annotations
@@ -60,36 +64,60 @@ def measure(reps: int) -> dict:
     codec = codec_stream(torch.device("cuda"), green).stream
     step = chain_graph(torch, llm_stream, 300, 64 * 1024)  # ~300 short kernels
     job = chain_graph(torch, codec, 6000, 4 * 2**20)  # thousands of longer ones
+    job_step = chain_graph(torch, codec, 600, 4 * 2**20)  # a tenth of it: one paced graph
+    small = torch.ones(64 * 1024, device="cuda")
     torch.cuda.synchronize()
 
-    def timed() -> list[float]:
+    def graph_step() -> None:
+        step.replay()
+
+    def eager_step() -> None:
+        for _ in range(100):
+            small.mul_(1.0001)
+
+    def timed(fn) -> list[float]:
         out = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            step.replay()
-            llm_stream.synchronize()
-            out.append(1e3 * (time.perf_counter() - t0))
+        with torch.cuda.stream(llm_stream):
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                llm_stream.synchronize()
+                out.append(1e3 * (time.perf_counter() - t0))
         return out
 
-    alone = timed()
-    stop = threading.Event()
+    def beside(fn, paced: bool) -> list[float]:
+        stop = threading.Event()
 
-    def codec_loop() -> None:
-        while not stop.is_set():
-            job.replay()
-            codec.synchronize()
+        def codec_loop() -> None:
+            while not stop.is_set():
+                if paced:
+                    for _ in range(10):
+                        job_step.replay()
+                        codec.synchronize()
+                else:
+                    job.replay()
+                    codec.synchronize()
 
-    thread = threading.Thread(target=codec_loop, daemon=True)
-    thread.start()
-    time.sleep(0.2)
-    beside = timed()
-    stop.set()
-    thread.join()
+        thread = threading.Thread(target=codec_loop, daemon=True)
+        thread.start()
+        time.sleep(0.2)
+        try:
+            return timed(fn)
+        finally:
+            stop.set()
+            thread.join()
 
     def q(v: list[float]) -> dict:
-        return {"p50": statistics.median(v), "p90": statistics.quantiles(v, n=10)[-1]}
+        return {"p50": round(statistics.median(v), 3), "p90": round(statistics.quantiles(v, n=10)[-1], 3)}
 
-    return {"alone_ms": q(alone), "beside_codec_ms": q(beside)}
+    report = {}
+    for name, fn in (("graph_step", graph_step), ("eager_step", eager_step)):
+        report[name] = {
+            "alone_ms": q(timed(fn)),
+            "beside_codec_ms": q(beside(fn, paced=False)),
+            "beside_paced_codec_ms": q(beside(fn, paced=True)),
+        }
+    return report
 
 
 def main() -> None:
@@ -107,7 +135,8 @@ def main() -> None:
             [sys.executable, __file__, "--variant", "one", "--reps", str(args.reps)],
             env=env, capture_output=True, text=True, timeout=120,
         )
-        line = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-300:]
+        errors = run.stderr.strip().splitlines() or ["no output"]
+        line = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else errors[-1][-300:]
         print(f"{name}: {line}", flush=True)
 
 
