@@ -118,6 +118,8 @@ class EngineCore:
                 self.worker.capture_graphs(
                     shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
                 )
+            if config.sampling_graphs:
+                self.worker.capture_sampling_graphs()
             self.worker.capture_depth_graphs(min(config.max_num_seqs, 256), config.max_num_seqs)
         if self.duplex is not None and device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CallableGraphs

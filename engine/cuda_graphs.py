@@ -53,6 +53,12 @@ class DecodeGraphs:
     def bucket_for(self, n: int) -> int | None:
         return next((b for b in self.buckets if b >= n), None)
 
+    @property
+    def hidden_buffer(self) -> torch.Tensor:
+        """[max_batch, H]: where each replay leaves its rows' hidden states (a graph of the
+        step's head and sampling reads them here: engine/sampling_graphs.py)."""
+        return self._out
+
     def _dummy_layout(self, batch: int) -> StepLayout:
         scratch = self.attn.cache.scratch_block
         return StepLayout(

@@ -54,6 +54,28 @@ class SamplingRow:
     step: int  # output tokens so far: the position of the token being drawn
 
 
+@dataclass
+class FixedSampling:
+    """A step's per-row sampling settings on the device ([B] each, B a graph bucket), for
+    `Sampler.sample_fixed`: one expression serves greedy and drawn rows alike. Padding rows
+    are greedy and point at the sampler's scratch row."""
+
+    table_rows: torch.Tensor  # int64: each row's row of the presence / recent tables
+    greedy: torch.Tensor  # bool
+    temperature: torch.Tensor  # float32; 1 for greedy rows
+    top_k: torch.Tensor  # int64, <= 0: no top-k
+    top_p: torch.Tensor  # float32
+    penalty: torch.Tensor  # float32 repetition penalty (1: none)
+    seeds: torch.Tensor  # int64
+    steps: torch.Tensor  # int64: the output position being drawn (keys the noise)
+
+    INTS = ("table_rows", "top_k", "seeds", "steps", "greedy")  # packed host-side as int64
+    FLOATS = ("temperature", "top_p", "penalty")  # packed as float32
+
+    def rows(self, n: int) -> FixedSampling:
+        return FixedSampling(*(getattr(self, f)[:n] for f in self.__dataclass_fields__))
+
+
 class Sampler:
     def __init__(
         self,
@@ -72,6 +94,9 @@ class Sampler:
         self._recent = torch.full((rows, window), -1, dtype=torch.long, device=device)
         self._row_of: dict[str, int] = {}
         self._free = list(range(rows - 1, -1, -1))
+        # Bumped when the tables are reallocated: graphs that captured them are then stale.
+        self.generation = 0
+        self.scratch_row: int | None = None  # a row no request owns (reserve_scratch)
         self._seed_of: dict[str, int] = {}
         # Marking with a device scalar: `table[i, j] = True` uploads the Python bool from
         # pageable memory, which waits for the GPU to drain and stalls the step.
@@ -97,17 +122,33 @@ class Sampler:
         if row is not None:
             self._free.append(row)
 
-    def _grow(self) -> None:
+    def _grow(self, size: int | None = None) -> None:
+        """Reallocate the tables with `size` rows (default: twice as many)."""
         old = self._seen.shape[0]
-        grown = torch.zeros(2 * old, self.vocab_size, dtype=torch.bool, device=self.device)
+        size = 2 * old if size is None else size
+        grown = torch.zeros(size, self.vocab_size, dtype=torch.bool, device=self.device)
         grown[:old] = self._seen
         self._seen = grown
-        recent = torch.full(
-            (2 * old, self._recent.shape[1]), -1, dtype=torch.long, device=self.device
-        )
+        recent = torch.full((size, self._recent.shape[1]), -1, dtype=torch.long, device=self.device)
         recent[:old] = self._recent
         self._recent = recent
-        self._free = list(range(2 * old - 1, old - 1, -1))
+        self._free = list(range(size - 1, old - 1, -1)) + self._free
+        self.generation += 1
+
+    def reserve(self, rows: int) -> None:
+        """Make room for `rows` requests at once (so captured graphs see tables that last)
+        and set aside a scratch row for graph padding rows to write to."""
+        if self._seen.shape[0] < rows + 1:
+            self._grow(rows + 1)
+        if self.scratch_row is None:
+            self.scratch_row = self._free.pop()
+
+    @property
+    def capacity(self) -> int:
+        return self._seen.shape[0]
+
+    def row_of(self, request_id: str) -> int:
+        return self._row_of[request_id]
 
     def seed_of(self, request_id: str) -> int:
         return self._seed_of[request_id]
@@ -189,6 +230,39 @@ class Sampler:
         noise = race_noise(seeds ^ 0x5A5A5A5, steps, token_ids)
         fallback = (logits.softmax(dim=-1) / noise).argmax(dim=-1)
         return torch.where(repeats >= self.repetition_aware.max_repeats, fallback, drawn)
+
+
+    def sample_fixed(self, cands: Candidates, x: FixedSampling) -> torch.Tensor:
+        """sample_on_device for a fixed batch with no host branches (a CUDA graph captures
+        it: engine/sampling_graphs.py). Every row takes the penalty (1: none) and the nucleus
+        path; greedy rows then take the argmax. It draws what sample_on_device draws for
+        the same rows whenever some drawn row there has top_p < 1 (its nucleus path) or
+        none is drawn; steps whose drawn rows all keep top_p = 1 stay eager."""
+        device = cands.logits.device
+        n, k = cands.logits.shape
+        token_ids = (
+            cands.token_ids
+            if cands.token_ids is not None
+            else torch.arange(k, device=device).expand(n, k)
+        )
+        logits = cands.logits
+        seen = self._seen[x.table_rows[:, None], token_ids]  # [N, K]
+        penalty = x.penalty[:, None]
+        logits = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+        best = logits.argmax(dim=-1)
+        scaled = logits / x.temperature[:, None]
+        probs = top_k_top_p(scaled, x.top_k, x.top_p).softmax(dim=-1)
+        drawn = (probs / race_noise(x.seeds, x.steps, token_ids)).argmax(dim=-1)
+        if self.repetition_aware is not None:
+            recent = self._recent[x.table_rows]
+            drawn = self._redraw_repeats(scaled, token_ids, recent, drawn, x.seeds, x.steps)
+        chosen = torch.where(x.greedy, best, drawn)
+        tokens = token_ids.gather(1, chosen[:, None])[:, 0]
+        self._seen.index_put_((x.table_rows, tokens), self._true)
+        if self.repetition_aware is not None:
+            columns = x.steps % self.repetition_aware.window
+            self._recent.index_put_((x.table_rows, columns), tokens)
+        return tokens
 
 
 def top_k_top_p(

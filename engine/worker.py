@@ -61,6 +61,7 @@ class Worker:
         self._may_stop = model.may_stop if overridden else None
         self.attn = make_attention_backend(attention, cache, model.shape.num_q_heads)
         self.graphs = None  # DecodeGraphs once capture_graphs() ran
+        self.sampling_graphs = None  # SamplingGraphs once capture_sampling_graphs() ran
         self.depth_graphs = None  # DepthGraphs once capture_depth_graphs() ran
         self.repetition_aware = model.facts.repetition_aware
         self.sampler = Sampler(
@@ -90,6 +91,30 @@ class Worker:
             raise RuntimeError(
                 f"capturing {self.model.facts.name}'s decode step in CUDA graphs failed ({exc}); "
                 "start the server with --eager to run it without graphs"
+            ) from exc
+
+    def capture_sampling_graphs(self) -> None:
+        """Graphs of the decode step's head and sampling per decode bucket
+        (engine/sampling_graphs.py), for models whose candidates need no host lists."""
+        from engine.sampling_graphs import SamplingGraphs
+
+        if self.graphs is None or self.row_width:
+            return
+        probe = torch.zeros(1, self.model.shape.hidden_size, dtype=self.model.shape.dtype,
+                            device=self.device)
+        if self.model.device_candidates(probe, torch.ones(1, dtype=torch.bool,
+                                                          device=self.device)) is None:
+            return
+        self.sampling_graphs = SamplingGraphs(
+            self.model.device_candidates, self.sampler, self.graphs.hidden_buffer,
+            self.graphs.buckets, self.device,
+        )
+        try:
+            self.sampling_graphs.capture()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"capturing {self.model.facts.name}'s head and sampling in CUDA graphs failed "
+                f"({exc}); start the server with --no-sampling-graphs (or --eager)"
             ) from exc
 
     def capture_depth_graphs(self, max_batch: int, max_num_seqs: int) -> None:
@@ -200,7 +225,8 @@ class Worker:
             block_size=block_size,
         )
         decode_only = len(ids) == len(chunks)
-        if self.graphs is not None and decode_only and len(ids) <= self.graphs.max_batch:
+        graphed = self.graphs is not None and decode_only and len(ids) <= self.graphs.max_batch
+        if graphed:
             hidden = self.graphs.run(input_ids, positions, layout, prepare=self._prepare)
         else:
             self._prepare(layout)
@@ -210,19 +236,23 @@ class Worker:
         reqs = [chunks[i].request for i in sampling]
         if not sampling:
             return LaunchedStep([], None)
+        allow_stop = [
+            r.num_generated >= r.sampling.min_tokens
+            and (self._may_stop is None or self._may_stop(r.prompt_ids, r.output_ids))
+            for r in reqs
+        ]
+        # Positions count the tokens still in flight (num_generated), never only resolved ones.
+        rows = [SamplingRow(r.request_id, r.sampling, r.num_generated) for r in reqs]
+        sg = self.sampling_graphs
+        if graphed and len(sampling) == len(chunks) and sg is not None and sg.fits(len(rows), rows):
+            # The decode graph left the rows' hidden states where this graph reads them.
+            tokens = sg.run(rows, allow_stop)
+            return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
         ends = list(itertools.accumulate(c.num_tokens for c in chunks))
         last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
-        # Positions count the tokens still in flight (num_generated), never only resolved ones.
         cands = self.model.candidate_logits(
-            hidden[last_rows],
-            [r.num_generated for r in reqs],
-            [
-                r.num_generated >= r.sampling.min_tokens
-                and (self._may_stop is None or self._may_stop(r.prompt_ids, r.output_ids))
-                for r in reqs
-            ],
+            hidden[last_rows], [r.num_generated for r in reqs], allow_stop
         )
-        rows = [SamplingRow(r.request_id, r.sampling, r.num_generated) for r in reqs]
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]
         if self.row_width:
             tokens = self._depth_stage(hidden[last_rows], tokens, reqs, rows)  # [N, W]

@@ -179,9 +179,17 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument(
         "--codec-pacing",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="CUDA, experimental: codec threads wait for each graph of a job before queueing "
-        "the next, so the GPU never holds a whole codec job ahead of the LLM (docs/engine.md)",
+        default=True,
+        help="CUDA: codec threads wait for each graph of a job before queueing the next, so the "
+        "GPU never holds a whole codec job ahead of the LLM (docs/engine.md; default on; "
+        "--no-codec-pacing queues whole jobs)",
+    )
+    g.add_argument(
+        "--sampling-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CUDA: replay a decode step's head and sampling as one graph (CosyVoice 2; "
+        "docs/engine.md; default on; --no-sampling-graphs samples with eager launches)",
     )
     g.add_argument(
         "--codec-sms",
@@ -323,6 +331,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         llm_stream_priority=args.llm_priority,
         codec_sms=args.codec_sms,
         codec_pacing=args.codec_pacing,
+        sampling_graphs=args.sampling_graphs,
         steady_batch_rows=args.steady_batch_rows,
         gil_switch_ms=args.gil_switch_ms,
         engine_process=args.engine_process,

@@ -240,6 +240,13 @@ class SpeechModel(abc.ABC):
         logits = self.compute_logits(hidden)
         return Candidates(block_stops(logits, allow_stop, self.facts.stop_token_ids), None)
 
+    def device_candidates(self, hidden: torch.Tensor, allow_stop: torch.Tensor) -> Candidates | None:
+        """candidate_logits from device tensors alone (allow_stop [N] bool), with fixed shapes
+        and no host synchronisation, so that the engine can capture a decode step's head and
+        sampling in one CUDA graph (engine/sampling_graphs.py). None (the default): this
+        model's candidates need the host, and its steps sample eagerly."""
+        return None
+
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
     ) -> torch.Tensor:

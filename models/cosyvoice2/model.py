@@ -146,13 +146,15 @@ class CosyVoice2Model(SpeechModel):
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
-        logits = self.llm.speech_logits(hidden)  # [N, S + 3]
+        return self.device_candidates(hidden, upload(allow_stop, torch.bool, hidden.device))
+
+    def device_candidates(self, hidden: torch.Tensor, allow_stop: torch.Tensor) -> Candidates:
+        """The speech head's logits [N, S + 3], the stop columns masked (a device mask and
+        masked_fill_, never indexing with host lists: no upload from pageable memory, no
+        wait) in rows not yet allowed to stop."""
+        logits = self.llm.speech_logits(hidden)
         n, k = logits.shape
-        if not all(allow_stop):
-            # A mask and masked_fill_, not `logits[rows, S:] = -inf`: indexing with a host list
-            # and assigning a Python scalar upload from pageable memory and wait for the GPU.
-            blocked = upload([not ok for ok in allow_stop], torch.bool, logits.device)
-            logits[:, self.ids.speech_token_size :].masked_fill_(blocked[:, None], float("-inf"))
+        logits[:, self.ids.speech_token_size :].masked_fill_(~allow_stop[:, None], float("-inf"))
         ids = torch.arange(self.ids.speech_base, self.ids.speech_base + k, device=logits.device)
         return Candidates(logits, ids.expand(n, k))
 

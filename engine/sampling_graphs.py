@@ -1,0 +1,183 @@
+"""CUDA graphs for a decode step's head and sampling (models with `device_candidates`).
+
+The decode graph (engine/cuda_graphs.py) replays the backbone in one launch, but the head and
+the sampler after it were ~100 small eager launches a step: temperature, top-k/top-p sort,
+the counter-based noise hash, repetition-aware redraws, the presence and recent-window
+updates. Under load the codec's kernels fill the device's queues and each eager launch can
+wait for room, so those launches, not the GPU's work, made most of CosyVoice 2's LLM step
+(tenth session: the step's host time was all launch, the wait for its tokens ~0).
+
+Here each decode bucket's head + `Sampler.sample_fixed` is one graph. Its input is the decode
+graph's own output buffer (no copy) and one step's per-row settings, packed on the host into
+two pinned buffers and uploaded by two asynchronous copies. A step replays only when every
+row samples and its drawn rows use the nucleus path (some top_p < 1, as CosyVoice 2's
+defaults) or none is drawn, so the tokens are the eager sampler's exactly; other steps, and
+any step after the sampler's tables were reallocated, sample eagerly.
+
+`run_static` does what a replay does, eagerly, on the same static buffers: the CPU tests check
+it against the eager sampler, so the buffer handling is tested where no GPU is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from engine.sampling import FixedSampling, Sampler, SamplingRow
+from models.base import Candidates
+
+log = logging.getLogger("voxgate.graphs")
+
+Head = Callable[[torch.Tensor, torch.Tensor], Candidates]  # (hidden, allow_stop) → candidates
+
+
+class SamplingGraphs:
+    LIVE_ROWS = 512  # at least this many live requests' sampler rows are reserved
+
+    def __init__(
+        self,
+        head: Head,
+        sampler: Sampler,
+        hidden: torch.Tensor,
+        buckets: tuple[int, ...],
+        device: torch.device,
+    ) -> None:
+        """`hidden` [B, H]: the buffer the decode step leaves its hidden states in (the decode
+        graphs' output), read by every bucket's graph in place."""
+        self.head = head
+        self.sampler = sampler
+        self.buckets = tuple(sorted(buckets))
+        self.max_batch = self.buckets[-1]
+        self.device = device
+        # Requests hold a table row from arrival until their audio is out, so more of them
+        # than a batch are live; past this many the tables regrow and steps sample eagerly.
+        sampler.reserve(max(4 * self.max_batch, self.LIVE_ROWS))
+        self.generation = sampler.generation
+        self._stale_told = False
+        b = self.max_batch
+        self._hidden = hidden
+        self._ints = torch.zeros(b, len(FixedSampling.INTS) + 1, dtype=torch.long, device=device)
+        self._floats = torch.ones(b, len(FixedSampling.FLOATS), dtype=torch.float32, device=device)
+        # Columns: FixedSampling.INTS then allow_stop; FixedSampling.FLOATS.
+        # Host staging, two of each: with async scheduling a step is filled while the previous
+        # step's upload may still be queued (each waits for its own buffer's last copy).
+        pin = device.type == "cuda"
+        self._host = [
+            (
+                torch.zeros(b, self._ints.shape[1], dtype=torch.long, pin_memory=pin),
+                torch.ones(b, self._floats.shape[1], dtype=torch.float32, pin_memory=pin),
+            )
+            for _ in range(2)
+        ]
+        self._uploaded: list[torch.cuda.Event | None] = [None, None]
+        self._turn = 0
+        self._out: dict[int, torch.Tensor] = {}
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.replays = 0
+
+    def bucket_for(self, n: int) -> int | None:
+        return next((b for b in self.buckets if b >= n), None)
+
+    def fits(self, n: int, rows: list[SamplingRow]) -> bool:
+        """Whether a decode step of n rows, all sampling, replays (else it samples eagerly)."""
+        if self.sampler.generation != self.generation:
+            if not self._stale_told:
+                log.warning(
+                    "more live requests than the sampler rows the sampling graphs captured "
+                    "(%d): steps sample eagerly from now on", self.sampler.capacity - 1
+                )
+                self._stale_told = True
+            return False
+        if self.bucket_for(n) is None:
+            return False
+        drawn = [r.params for r in rows if not r.params.greedy]
+        return not drawn or any(p.top_p < 1.0 for p in drawn)
+
+    def _inputs(self, batch: int) -> FixedSampling:
+        ints, floats = self._ints[:batch], self._floats[:batch]
+        cols = {name: ints[:, i] for i, name in enumerate(FixedSampling.INTS)}
+        cols["greedy"] = cols["greedy"] != 0
+        cols.update({name: floats[:, i] for i, name in enumerate(FixedSampling.FLOATS)})
+        return FixedSampling(**{f: cols[f] for f in FixedSampling.__dataclass_fields__})
+
+    def _call(self, batch: int) -> torch.Tensor:
+        allow_stop = self._ints[:batch, len(FixedSampling.INTS)] != 0
+        cands = self.head(self._hidden[:batch], allow_stop)
+        return self.sampler.sample_fixed(cands, self._inputs(batch))
+
+    def _fill(self, rows: list[SamplingRow], allow_stop: list[bool]) -> int:
+        n = len(rows)
+        batch = self.bucket_for(n)
+        if batch is None:
+            raise ValueError(f"no sampling graph bucket for a batch of {n}")
+        host_ints, host_floats = self._host[self._turn]
+        if self._uploaded[self._turn] is not None:
+            self._uploaded[self._turn].synchronize()
+        sampler = self.sampler
+        ints, floats = host_ints.numpy(), host_floats.numpy()
+        ints[:batch] = 0
+        ints[:batch, 0] = sampler.scratch_row  # padding rows: greedy, the scratch row, no stop
+        ints[:batch, 4] = 1
+        ints[:batch, 5] = 1
+        floats[:batch] = 1.0
+        ints[:n] = np.array(
+            [
+                (sampler.row_of(r.request_id), r.params.top_k, sampler.seed_of(r.request_id),
+                 r.step, r.params.greedy, ok)
+                for r, ok in zip(rows, allow_stop, strict=True)
+            ],
+            dtype=np.int64,
+        ).reshape(n, -1)
+        floats[:n] = np.array(
+            [
+                (1.0 if r.params.greedy else r.params.temperature, r.params.top_p,
+                 r.params.repetition_penalty)
+                for r in rows
+            ],
+            dtype=np.float32,
+        ).reshape(n, -1)
+        self._ints[:batch].copy_(host_ints[:batch], non_blocking=True)
+        self._floats[:batch].copy_(host_floats[:batch], non_blocking=True)
+        if self.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+            self._uploaded[self._turn] = event
+        self._turn ^= 1
+        return batch
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Largest bucket first, so smaller graphs reuse its pool memory."""
+        pool = None
+        current = torch.cuda.current_stream(self.device)
+        self._ints[:, 0] = self.sampler.scratch_row
+        for batch in reversed(self.buckets):
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._call(batch)
+            current.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self._out[batch] = self._call(batch)
+            pool = graph.pool() if pool is None else pool
+            self._graphs[batch] = graph
+        torch.cuda.synchronize(self.device)
+        log.info("captured head + sampling graphs for batch sizes %s", list(self.buckets))
+
+    def run(self, rows: list[SamplingRow], allow_stop: list[bool]) -> torch.Tensor:
+        """The step's tokens [n] for the n rows whose hidden states the decode step just left
+        in the hidden buffer's first n rows; a view of the graph's output, valid until the
+        next replay of the same bucket (the caller copies it to the host at once)."""
+        batch = self._fill(rows, allow_stop)
+        self._graphs[batch].replay()
+        self.replays += 1
+        return self._out[batch][: len(rows)]
+
+    def run_static(self, rows: list[SamplingRow], allow_stop: list[bool]) -> torch.Tensor:
+        """What `run` computes, run eagerly on the static buffers (any device)."""
+        return self._call(self._fill(rows, allow_stop))[: len(rows)]
