@@ -229,6 +229,7 @@ class EngineCore:
             arrival_time=self.clock(),
             extras=prompt.extras,
             conversation_id=spec.conversation_id,
+            delivery_hold_s=spec.delivery_hold_s,
         )
         if spec.request_id:
             if spec.request_id in self.scheduler.requests:

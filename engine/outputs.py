@@ -69,6 +69,11 @@ class SpeechRequest:
     request_id: str | None = None
     turns: tuple[Any, ...] | None = None
     conversation_id: str | None = None
+    # Audio of each chunk the listener only gets with the next one: the gateway's encoder
+    # sends whole frames, and its resampler holds the chunk's last, partial frame back until
+    # more audio comes. Up to one output frame (the session's frame_ms; 0: none). The engine
+    # counts it as not yet delivered when it judges a listener's buffer.
+    delivery_hold_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,7 @@ class Request:
     audio_emitted_s: float = 0.0
     first_audio_time: float | None = None
     audio_chunks_out: int = 0
+    delivery_hold_s: float = 0.0  # SpeechRequest.delivery_hold_s
     played_s: float | None = None  # from the client's `playback` report, when it sends one
     played_report_time: float | None = None
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
@@ -176,11 +177,12 @@ class Request:
 
     def audio_lead_s(self, now: float) -> float:
         """buffered_audio_s, negative once the listener has run dry: by how long, if playback
-        had not paused (exact for a stream's first gap; later ones count the earlier too)."""
+        had not paused (exact for a stream's first gap; later ones count the earlier too).
+        Audio the gateway holds back (delivery_hold_s) is not the listener's yet."""
         if self.first_audio_time is None:
             return 0.0
         if self.played_s is not None and self.played_report_time is not None:
             played = self.played_s + (now - self.played_report_time)
         else:
             played = now - self.first_audio_time
-        return self.audio_emitted_s - played
+        return self.audio_emitted_s - self.delivery_hold_s - played

@@ -319,7 +319,8 @@ class Scheduler:
         if now - request.arrival_time + codec_s >= self.config.first_audio_budget_s:
             return True  # time to first audio matters more than the cover from here on
         audible = self.facts.first_chunk_audio_tokens(pending)
-        return audible * self.facts.seconds_per_token >= self.first_chunk_cover_s()
+        heard = audible * self.facts.seconds_per_token - request.delivery_hold_s
+        return heard >= self.first_chunk_cover_s()
 
     def schedule_detok(self, now: float) -> list[Request]:
         """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so

@@ -265,7 +265,10 @@ class ResponseRunner:
             shares = self.response.token_shares
             if shares is not None:
                 sampling = share_tokens(sampling, shares[len(self.segments) - 1])
-            request = SpeechRequest(text, opts.voice, sampling, segment.request_id)
+            request = SpeechRequest(
+                text, opts.voice, sampling, segment.request_id,
+                delivery_hold_s=opts.output.frame_ms / 1000,
+            )
             # Shielded: cancelling this task (barge-in, disconnect) must not abandon a submit
             # the engine thread is about to answer; cancel_engine_requests waits for it instead.
             segment.submit = asyncio.ensure_future(self._engine.submit(request))

@@ -99,6 +99,7 @@ class TurnReply:
             self.response_id,
             turns=turns,
             conversation_id=conversation_id,
+            delivery_hold_s=self._options.output.frame_ms / 1000,
         )
         started = time.monotonic()
         if self.cancelled:  # interrupted before the engine saw it

@@ -194,6 +194,25 @@ def test_playback_reports_replace_the_wall_clock_estimate():
     assert abs(req.buffered_audio_s(3.0) - 3.5) < 1e-9
 
 
+def test_audio_the_gateway_holds_back_is_not_the_listeners_yet():
+    """A chunk's last, partial output frame reaches the listener only with the next chunk
+    (SpeechRequest.delivery_hold_s): the buffer and the first chunk's cover leave it out."""
+    req = Request([1, 2], SamplingParams(), arrival_time=0.0, delivery_hold_s=0.02)
+    req.first_audio_time, req.audio_emitted_s = 1.0, 4.0
+    assert abs(req.buffered_audio_s(3.0) - 1.98) < 1e-9
+
+    def first_chunk_tokens(hold_s: float) -> int:
+        sched = make_scheduler("slack", first_audio_budget_s=10.0)
+        sched.step_time_s, sched.detok_time_s = 0.005, 0.01
+        req = Request(list(range(10)), SamplingParams(max_tokens=400), 0.0, delivery_hold_s=hold_s)
+        assert sched.admit(req).ok
+        return round(_run_until_first_audio(sched, req, now=0.0, dt=0.001) * 82)
+
+    plain, held = first_chunk_tokens(0.0), first_chunk_tokens(0.06)
+    assert held > plain  # 60 ms (five tokens) more before the first chunk covers the gap
+    assert held - plain <= 7 * 2  # whole frames: at most the next frame or two
+
+
 def test_kv_reservation_is_released_on_finish_and_on_removal():
     sched = make_scheduler("slack")
     free_before = sched.blocks.num_free
