@@ -111,6 +111,32 @@ class DecodeGraphs:
         return self._out[:n]
 
 
+def capture_per_bucket(
+    buckets: tuple[int, ...], call: Callable[[int], torch.Tensor], device: torch.device
+) -> tuple[dict[int, torch.cuda.CUDAGraph], dict[int, torch.Tensor]]:
+    """Capture call(batch) for every bucket, largest first: its eager warm-up (twice, on a side
+    stream) allocates a stage's own buffers outside any graph, and the smaller graphs reuse
+    its pool. Returns the graphs and their output buffers by bucket."""
+    graphs: dict[int, torch.cuda.CUDAGraph] = {}
+    outs: dict[int, torch.Tensor] = {}
+    pool = None
+    current = torch.cuda.current_stream(device)
+    for batch in sorted(buckets, reverse=True):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                call(batch)
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            outs[batch] = call(batch)
+        pool = graph.pool() if pool is None else pool
+        graphs[batch] = graph
+    torch.cuda.synchronize(device)
+    return graphs, outs
+
+
 class CallableGraphs:
     """Captured graphs of arbitrary fixed-shape callables (the detokenizer's windows), sharing
     one memory pool. A model captures the shapes it uses most at start-up (`capture`) and

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 from engine.code_sampling import CodeSamplingInputs, CodeSamplingPlan, DeviceCodeSampler
+from engine.cuda_graphs import capture_per_bucket
 
 log = logging.getLogger("voxgate.graphs")
 
@@ -121,20 +122,7 @@ class DepthGraphs:
     def capture(self) -> None:
         """Largest bucket first: warm-up there allocates the stage's own buffers (the depth
         attention's frame k/v) outside any graph, and smaller graphs reuse the pool."""
-        pool = None
-        for batch in reversed(self.buckets):
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._call(batch)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._out[batch] = self._call(batch)
-            pool = graph.pool() if pool is None else pool
-            self._graphs[batch] = graph
-        torch.cuda.synchronize(self.device)
+        self._graphs, self._out = capture_per_bucket(self.buckets, self._call, self.device)
         log.info("captured depth-stage graphs for batch sizes %s", list(self.buckets))
 
     def run(

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from engine.cuda_graphs import capture_per_bucket
 from engine.sampling import FixedSampling, Sampler, SamplingRow
 from models.base import Candidates
 
@@ -151,22 +152,8 @@ class SamplingGraphs:
     @torch.inference_mode()
     def capture(self) -> None:
         """Largest bucket first, so smaller graphs reuse its pool memory."""
-        pool = None
-        current = torch.cuda.current_stream(self.device)
-        self._ints[:, 0] = self.sampler.scratch_row
-        for batch in reversed(self.buckets):
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(current)
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._call(batch)
-            current.wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._out[batch] = self._call(batch)
-            pool = graph.pool() if pool is None else pool
-            self._graphs[batch] = graph
-        torch.cuda.synchronize(self.device)
+        self._ints[:, 0] = self.sampler.scratch_row  # warm-up rows write the scratch row
+        self._graphs, self._out = capture_per_bucket(self.buckets, self._call, self.device)
         log.info("captured head + sampling graphs for batch sizes %s", list(self.buckets))
 
     def run(self, rows: list[SamplingRow], allow_stop: list[bool]) -> torch.Tensor:
