@@ -11,6 +11,8 @@ time of each call. A detokenizer whose cost grows with the utterance shows it he
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 4 --stages
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
         --device cuda --bf16 --graphs --estimator-cache --cache-slots 8   # the pooled cache
+    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
+        --device cuda --bf16 --graphs --compile   # the Euler step through torch.compile first
 
 `--stages` (eager only) splits each call into the flow's conditioning encoder, its Euler
 solver (10 steps x 2 estimator passes for CFG) and HiFT: what a cheaper detokenizer must cut.
@@ -54,6 +56,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
+    ap.add_argument(
+        "--compile", action="store_true",
+        help="with --graphs: the Euler step through torch.compile before capture (--compile-codec)",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     ap.add_argument("--stages", action="store_true", help="time encoder, solver, HiFT (eager)")
     ap.add_argument(
@@ -75,6 +81,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
+    if args.compile and not args.graphs:
+        ap.error("--compile compiles what --graphs captures: add --graphs")
     if args.cache_slots and not args.estimator_cache:
         ap.error("--cache-slots keeps the estimator cache's context: add --estimator-cache")
     detok = build(
@@ -88,7 +96,7 @@ def main() -> None:
         from engine.cuda_graphs import CallableGraphs
 
         began = time.perf_counter()
-        detok.enable_cuda_graphs(CallableGraphs(torch.device(args.device)))
+        detok.enable_cuda_graphs(CallableGraphs(torch.device(args.device), compiled=args.compile))
         print(f"captured the solver graphs in {time.perf_counter() - began:.1f} s")
     stages = timed_stages(detok, args.device) if args.stages else None
     chunk, g = detok.chunk, torch.Generator().manual_seed(1)

@@ -69,6 +69,10 @@ class EngineConfig:
     # per bucket (engine/sampling_graphs.py) instead of ~100 eager launches, each of which can
     # wait behind the codec's queued kernels. Tokens are the same either way.
     sampling_graphs: bool = True
+    # Experimental, CUDA with graphs: the codec's marked functions (CosyVoice 2's Euler step)
+    # go through torch.compile (Inductor) before capture, so a replay holds fewer, fused
+    # kernels. Compiling costs minutes at start; not yet measured on a GPU.
+    compile_codec: bool = False
     # Append each finished request's timeline (queue, steps to its first chunk, cover wait,
     # codec wait and job, gaps) to this JSON-lines file (engine/request_trace.py). None: off.
     trace_path: str | None = None

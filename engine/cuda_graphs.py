@@ -137,6 +137,16 @@ def capture_per_bucket(
     return graphs, outs
 
 
+def compile_for_graphs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """fn through torch.compile (Inductor) for capture in a CUDA graph afterwards: one graph
+    (`fullgraph`: a graph break would split the fused kernels back up) over dynamic shapes,
+    so the buckets of a detokenizer share one compiled program (a bucket of one row, which
+    Inductor specialises, and some frame counts recompile). Inductor fuses what eager torch
+    launches one by one (layer norms with their residual adds, masks, activations), so a
+    replay holds fewer, larger kernels."""
+    return torch.compile(fn, fullgraph=True, dynamic=True)
+
+
 class CallableGraphs:
     """Captured graphs of arbitrary fixed-shape callables (the detokenizer's windows), sharing
     one memory pool. A model captures the shapes it uses most at start-up (`capture`) and
@@ -145,9 +155,11 @@ class CallableGraphs:
     Capture uses thread-local mode: the detokenizer captures and replays on its own thread and
     stream while the LLM's graphs replay on the engine thread."""
 
-    def __init__(self, device: torch.device, paced: bool = False) -> None:
+    def __init__(self, device: torch.device, paced: bool = False, compiled: bool = False) -> None:
         self.device = device
         self.paced = paced
+        self.compiled = compiled  # `fused` compiles what a codec marks for it before capture
+        self._fused: dict[object, Callable[..., torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[object, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]] = {}
 
@@ -187,6 +199,16 @@ class CallableGraphs:
             out = fn(*static)
         self._graphs[key] = (graph, static, out)
         return out
+
+    def fused(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        """The function a codec should capture for `fn`: compile_for_graphs(fn) when this set
+        was made `compiled` (EngineConfig.compile_codec, experimental), else fn itself.
+        Compiled once per function; the first capture pays the compile time."""
+        if not self.compiled:
+            return fn
+        if fn not in self._fused:
+            self._fused[fn] = compile_for_graphs(fn)
+        return self._fused[fn]
 
     def pace(self) -> None:
         """With `paced`, wait (GIL released) until the work queued on this thread's stream has

@@ -82,17 +82,20 @@ class Detokenizer:
         pass
 
 
-def graph_capture(codec, device: torch.device, paced: bool = False) -> Callable[[], None]:
+def graph_capture(
+    codec, device: torch.device, paced: bool = False, compiled: bool = False
+) -> Callable[[], None]:
     """Capture `codec`'s CUDA graphs with a CallableGraphs of their own (their own memory
     pool), run on the worker thread that replays them: a thread's own cuBLAS handle gives its
     graphs a cuBLAS workspace of their own. Graphs captured on one thread share the workspace
     of its handle and torch's one default capture stream, and two of them replayed at once on
     two streams (steady and lane, or the LLM's decode step beside a codec job) would race in
-    it. `paced`: the graphs' `pace` waits between the graphs of a job (CallableGraphs.pace)."""
+    it. `paced`: the graphs' `pace` waits between the graphs of a job (CallableGraphs.pace);
+    `compiled`: the codec's marked functions go through torch.compile first (CallableGraphs.fused)."""
 
     def capture() -> None:
         from engine.cuda_graphs import CallableGraphs
 
-        codec.enable_cuda_graphs(CallableGraphs(device, paced))
+        codec.enable_cuda_graphs(CallableGraphs(device, paced, compiled))
 
     return capture

@@ -43,7 +43,7 @@ def make_detokenizer(
     graphs = device.type == "cuda" and config.cuda_graphs
     if not threaded:
         if graphs:
-            graph_capture(model, device)()
+            graph_capture(model, device, compiled=config.compile_codec)()
         return InlineDetokenizer(model, clock)
     lane = None
     if config.first_chunk_lane and model.facts.first_chunk_lane:
@@ -52,5 +52,5 @@ def make_detokenizer(
         log.info("first-chunk detokenizer lane on (up to %d first chunks a job)", lane.max_rows)
     return ThreadedDetokenizer(
         model, clock, device, lane, capture_graphs=graphs, steady_sms=config.codec_sms,
-        paced=config.codec_pacing,
+        paced=config.codec_pacing, compiled=config.compile_codec,
     )

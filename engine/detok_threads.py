@@ -114,7 +114,8 @@ class ThreadedDetokenizer(Detokenizer):
     `steady_sms` > 0 confines the steady job's kernels to that many SMs (a CUDA green context),
     so the LLM's step always finds SMs free of them; the lane keeps the whole device, its
     one-row first chunks being the time to first audio. `paced`: both threads wait between
-    the graphs of a job (CallableGraphs.pace)."""
+    the graphs of a job (CallableGraphs.pace); `compiled`: their graphs capture Inductor's
+    kernels where the codec marks a function for it (CallableGraphs.fused)."""
 
     def __init__(
         self,
@@ -125,6 +126,7 @@ class ThreadedDetokenizer(Detokenizer):
         capture_graphs: bool = False,
         steady_sms: int = 0,
         paced: bool = False,
+        compiled: bool = False,
     ) -> None:
         self.model = model
         self.clock = clock
@@ -137,7 +139,7 @@ class ThreadedDetokenizer(Detokenizer):
             device,
             self._done,
             "voxgate-detok",
-            setup=graph_capture(model, device, paced) if capture_graphs else None,
+            setup=graph_capture(model, device, paced, compiled) if capture_graphs else None,
             sms=steady_sms,
         )
         self.lane = lane
@@ -150,7 +152,7 @@ class ThreadedDetokenizer(Detokenizer):
                 self._done,
                 "voxgate-detok-lane",
                 LANE_STREAM_PRIORITY,
-                setup=graph_capture(lane, device, paced) if capture_graphs else None,
+                setup=graph_capture(lane, device, paced, compiled) if capture_graphs else None,
             )
             self._lane.hand_over_to = self._steady.stream
 

@@ -53,7 +53,7 @@ class HostOpCounter(TorchDispatchMode):
 
 
 class CountedGraphs:
-    """CallableGraphs' contract (`capture`, `in`, `run`, `pace`) around `graphs`; with graphs=None a
+    """CallableGraphs' contract (`capture`, `in`, `run`, `pace`, `fused`) around `graphs`; with graphs=None a
     CPU stand-in whose captures only record the key and whose `run` calls the function on the
     padded inputs (as a replay computes). Either way a run of a captured key counts its copies
     into the graph's inputs and one replay on `counter`, and nothing of what it replays."""
@@ -80,6 +80,9 @@ class CountedGraphs:
     def pace(self) -> None:
         if self.graphs is not None:
             self.graphs.pace()
+
+    def fused(self, fn: Callable) -> Callable:
+        return fn if self.graphs is None else self.graphs.fused(fn)
 
     def run(self, key: object, fn: Callable, inputs: list[torch.Tensor]):
         if key not in self.keys:

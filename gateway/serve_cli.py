@@ -192,6 +192,14 @@ def add_serve_parser(subparsers) -> None:
         "docs/engine.md; default on; --no-sampling-graphs samples with eager launches)",
     )
     g.add_argument(
+        "--compile-codec",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="CUDA, experimental (not yet measured): compile the codec's Euler step with "
+        "torch.compile before capturing it, for fewer, fused kernels (CosyVoice 2; "
+        "docs/engine.md; minutes more at start)",
+    )
+    g.add_argument(
         "--codec-sms",
         type=int,
         default=0,
@@ -332,6 +340,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         codec_sms=args.codec_sms,
         codec_pacing=args.codec_pacing,
         sampling_graphs=args.sampling_graphs,
+        compile_codec=args.compile_codec,
         steady_batch_rows=args.steady_batch_rows,
         gil_switch_ms=args.gil_switch_ms,
         engine_process=args.engine_process,

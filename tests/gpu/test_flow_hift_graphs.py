@@ -43,13 +43,16 @@ def test_each_detokenizer_graph_replays_as_eager(parts, first_hop):
         )
 
 
-@pytest.mark.parametrize("first_hop,paced", [(7, False), (20, False), (20, True)])
-def test_graphed_stream_equals_eager_stream(parts, first_hop, paced):
-    """paced: the codec thread waits after each Euler step's graph (EngineConfig.codec_pacing)."""
+@pytest.mark.parametrize(
+    "first_hop,paced,compiled", [(7, False, False), (20, False, False), (20, True, False), (20, True, True)]
+)
+def test_graphed_stream_equals_eager_stream(parts, first_hop, paced, compiled):
+    """paced: the codec thread waits after each Euler step's graph (EngineConfig.codec_pacing);
+    compiled: the Euler step's graphs capture Inductor's kernels (EngineConfig.compile_codec)."""
     flow, hift, chunk = parts
     eager = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
     graphed = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
-    graphed.enable_cuda_graphs(CallableGraphs(CUDA, paced=paced))
+    graphed.enable_cuda_graphs(CallableGraphs(CUDA, paced=paced, compiled=compiled))
     pushes = [first_hop + 3, 25, 25, 30, 10]
     for a, b in zip(stream(eager, 5, pushes), stream(graphed, 5, pushes), strict=True):
         assert a.shape == b.shape

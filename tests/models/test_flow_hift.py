@@ -183,6 +183,9 @@ class EagerGraphs:
     def pace(self) -> None:
         self.paces += 1
 
+    def fused(self, fn):
+        return fn
+
 
 def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
     # Three requests (prompts of 1 and 2 chunks) decoded through the graph buckets (rows
@@ -444,3 +447,27 @@ def test_graphed_steady_job_dispatches_a_few_host_ops_per_row(detok):
             totals[name, rows] = counter.total
     assert totals["graphed", 1] * 30 < totals["eager", 1]
     assert totals["graphed", 3] - totals["graphed", 1] <= 2 * 10  # ~6 ops per row
+
+
+def test_the_euler_step_compiles_whole_and_equals_eager(detok):
+    """--compile-codec's torch.compile of the flow's Euler step (engine.cuda_graphs
+    .compile_for_graphs): one graph (a graph break, such as a host read in the estimator,
+    fails here), over the detokenizer's real inputs, equal to the eager step."""
+    from engine.cuda_graphs import compile_for_graphs
+
+    detok_steps = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk)
+    states = [stream_for(detok_steps, seed, 1) for seed in (41, 42)]
+    for seed, state, n in zip((41, 42), states, (40, 64), strict=True):
+        detok_steps.push(state, codes(seed, n))
+    rows = [w for s in states for w in detok_steps._windows(s, False)]
+    seqs, _, out_lengths = detok_steps.row_tokens(rows)
+    frames = detok_steps.ratio * max(out_lengths)
+    width = max(len(q) for q in seqs)
+    with torch.inference_mode():
+        inputs = detok_steps._flow_inputs(rows, seqs, out_lengths, len(rows), frames, width)
+        x, *fixed = detok_steps.prep_rows(*inputs)
+        t, dt = detok_steps._euler_steps()[4]
+        compiled = compile_for_graphs(detok.flow.euler_step)
+        got = compiled(x, *fixed, t, dt)
+        want = detok.flow.euler_step(x, *fixed, t, dt)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -299,8 +299,9 @@ class FlowHiftDetokenizer:
         kernels ahead of the LLM's (EngineConfig.codec_pacing)."""
         _, rows, frames = key
         x, *fixed = self.graphs.run(("prep", rows, frames), self.prep_rows, inputs)
+        step = self.graphs.fused(self.flow.euler_step)
         for t, dt in self._euler_steps():
-            x = self.graphs.run(("euler", rows, frames), self.flow.euler_step, [x, *fixed, t, dt])
+            x = self.graphs.run(("euler", rows, frames), step, [x, *fixed, t, dt])
             self.graphs.pace()
         return x.float()
 
@@ -464,9 +465,8 @@ class FlowHiftDetokenizer:
                         x, *fixed = out
                         step = [x, *fixed, *self._euler_steps()[0]]
                         borrow = tuple(range(1, 1 + len(fixed)))
-                        self._capture(
-                            graphs, ("euler", rows, frames), self.flow.euler_step, step, borrow
-                        )
+                        euler = graphs.fused(self.flow.euler_step)  # Inductor's, if asked
+                        self._capture(graphs, ("euler", rows, frames), euler, step, borrow)
                 if self.cache_pool is not None:
                     inputs = pool_call_inputs(self, rows)
                     self._capture(graphs, ("pool", rows), self.cache_pool.solve, inputs)
