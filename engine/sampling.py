@@ -72,9 +72,6 @@ class FixedSampling:
     INTS = ("table_rows", "top_k", "seeds", "steps", "greedy")  # packed host-side as int64
     FLOATS = ("temperature", "top_p", "penalty")  # packed as float32
 
-    def rows(self, n: int) -> FixedSampling:
-        return FixedSampling(*(getattr(self, f)[:n] for f in self.__dataclass_fields__))
-
 
 class Sampler:
     def __init__(
@@ -96,7 +93,7 @@ class Sampler:
         self._free = list(range(rows - 1, -1, -1))
         # Bumped when the tables are reallocated: graphs that captured them are then stale.
         self.generation = 0
-        self.scratch_row: int | None = None  # a row no request owns (reserve_scratch)
+        self.scratch_row: int | None = None  # a row no request owns (reserve)
         self._seed_of: dict[str, int] = {}
         # Marking with a device scalar: `table[i, j] = True` uploads the Python bool from
         # pageable memory, which waits for the GPU to drain and stalls the step.
@@ -161,13 +158,8 @@ class Sampler:
     def sample_on_device(self, cands: Candidates, rows: list[SamplingRow]) -> torch.Tensor:
         """sample(), leaving the tokens [N] on the device (a depth stage consumes them there)."""
         device = cands.logits.device
-        n, k = cands.logits.shape
         table_rows = upload([self._row_of[r.request_id] for r in rows], torch.long, device)
-        token_ids = (
-            cands.token_ids
-            if cands.token_ids is not None
-            else torch.arange(k, device=device).expand(n, k)
-        )
+        token_ids = _token_ids(cands)
         logits = self._penalise(cands.logits, token_ids, table_rows, rows)
         chosen = logits.argmax(dim=-1)
         stochastic = [i for i, r in enumerate(rows) if not r.params.greedy]
@@ -188,6 +180,10 @@ class Sampler:
         penalty = upload([r.params.repetition_penalty for r in rows], logits.dtype, logits.device)[
             :, None
         ]
+        return self._penalised(logits, token_ids, table_rows, penalty)
+
+    def _penalised(self, logits, token_ids, table_rows, penalty) -> torch.Tensor:
+        """The HF/CTRL repetition penalty [N, 1] on the tokens each row's request has seen."""
         seen = self._seen[table_rows[:, None], token_ids]  # [N, K]
         penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
         return torch.where(seen, penalised, logits)
@@ -231,24 +227,14 @@ class Sampler:
         fallback = (logits.softmax(dim=-1) / noise).argmax(dim=-1)
         return torch.where(repeats >= self.repetition_aware.max_repeats, fallback, drawn)
 
-
     def sample_fixed(self, cands: Candidates, x: FixedSampling) -> torch.Tensor:
         """sample_on_device for a fixed batch with no host branches (a CUDA graph captures
         it: engine/sampling_graphs.py). Every row takes the penalty (1: none) and the nucleus
         path; greedy rows then take the argmax. It draws what sample_on_device draws for
         the same rows whenever some drawn row there has top_p < 1 (its nucleus path) or
         none is drawn; steps whose drawn rows all keep top_p = 1 stay eager."""
-        device = cands.logits.device
-        n, k = cands.logits.shape
-        token_ids = (
-            cands.token_ids
-            if cands.token_ids is not None
-            else torch.arange(k, device=device).expand(n, k)
-        )
-        logits = cands.logits
-        seen = self._seen[x.table_rows[:, None], token_ids]  # [N, K]
-        penalty = x.penalty[:, None]
-        logits = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+        token_ids = _token_ids(cands)
+        logits = self._penalised(cands.logits, token_ids, x.table_rows, x.penalty[:, None])
         best = logits.argmax(dim=-1)
         scaled = logits / x.temperature[:, None]
         probs = top_k_top_p(scaled, x.top_k, x.top_p).softmax(dim=-1)
@@ -263,6 +249,14 @@ class Sampler:
             columns = x.steps % self.repetition_aware.window
             self._recent.index_put_((x.table_rows, columns), tokens)
         return tokens
+
+
+def _token_ids(cands: Candidates) -> torch.Tensor:
+    """[N, K] vocabulary id of each candidate column."""
+    if cands.token_ids is not None:
+        return cands.token_ids
+    n, k = cands.logits.shape
+    return torch.arange(k, device=cands.logits.device).expand(n, k)
 
 
 def top_k_top_p(

@@ -33,6 +33,9 @@ from models.base import Candidates
 log = logging.getLogger("voxgate.graphs")
 
 Head = Callable[[torch.Tensor, torch.Tensor], Candidates]  # (hidden, allow_stop) → candidates
+# Columns of the packed integer inputs: FixedSampling.INTS, then whether the row may stop.
+_TABLE_ROW, _GREEDY = FixedSampling.INTS.index("table_rows"), FixedSampling.INTS.index("greedy")
+_ALLOW_STOP = len(FixedSampling.INTS)
 
 
 class SamplingGraphs:
@@ -62,7 +65,6 @@ class SamplingGraphs:
         self._hidden = hidden
         self._ints = torch.zeros(b, len(FixedSampling.INTS) + 1, dtype=torch.long, device=device)
         self._floats = torch.ones(b, len(FixedSampling.FLOATS), dtype=torch.float32, device=device)
-        # Columns: FixedSampling.INTS then allow_stop; FixedSampling.FLOATS.
         # Host staging, two of each: with async scheduling a step is filled while the previous
         # step's upload may still be queued (each waits for its own buffer's last copy).
         pin = device.type == "cuda"
@@ -105,7 +107,7 @@ class SamplingGraphs:
         return FixedSampling(**{f: cols[f] for f in FixedSampling.__dataclass_fields__})
 
     def _call(self, batch: int) -> torch.Tensor:
-        allow_stop = self._ints[:batch, len(FixedSampling.INTS)] != 0
+        allow_stop = self._ints[:batch, _ALLOW_STOP] != 0
         cands = self.head(self._hidden[:batch], allow_stop)
         return self.sampler.sample_fixed(cands, self._inputs(batch))
 
@@ -119,10 +121,9 @@ class SamplingGraphs:
             self._uploaded[self._turn].synchronize()
         sampler = self.sampler
         ints, floats = host_ints.numpy(), host_floats.numpy()
-        ints[:batch] = 0
-        ints[:batch, 0] = sampler.scratch_row  # padding rows: greedy, the scratch row, no stop
-        ints[:batch, 4] = 1
-        ints[:batch, 5] = 1
+        ints[:batch] = 0  # padding rows: greedy, on the scratch row, free to stop
+        ints[:batch, _TABLE_ROW] = sampler.scratch_row
+        ints[:batch, _GREEDY] = ints[:batch, _ALLOW_STOP] = 1
         floats[:batch] = 1.0
         ints[:n] = np.array(
             [
@@ -152,7 +153,7 @@ class SamplingGraphs:
     @torch.inference_mode()
     def capture(self) -> None:
         """Largest bucket first, so smaller graphs reuse its pool memory."""
-        self._ints[:, 0] = self.sampler.scratch_row  # warm-up rows write the scratch row
+        self._ints[:, _TABLE_ROW] = self.sampler.scratch_row  # warm-up writes the scratch row
         self._graphs, self._out = capture_per_bucket(self.buckets, self._call, self.device)
         log.info("captured head + sampling graphs for batch sizes %s", list(self.buckets))
 

@@ -98,12 +98,8 @@ class Worker:
         (engine/sampling_graphs.py), for models whose candidates need no host lists."""
         from engine.sampling_graphs import SamplingGraphs
 
-        if self.graphs is None or self.row_width:
-            return
-        probe = torch.zeros(1, self.model.shape.hidden_size, dtype=self.model.shape.dtype,
-                            device=self.device)
-        if self.model.device_candidates(probe, torch.ones(1, dtype=torch.bool,
-                                                          device=self.device)) is None:
+        capturable = type(self.model).device_candidates is not SpeechModel.device_candidates
+        if self.graphs is None or self.row_width or not capturable:
             return
         self.sampling_graphs = SamplingGraphs(
             self.model.device_candidates, self.sampler, self.graphs.hidden_buffer,

@@ -243,8 +243,9 @@ class SpeechModel(abc.ABC):
     def device_candidates(self, hidden: torch.Tensor, allow_stop: torch.Tensor) -> Candidates | None:
         """candidate_logits from device tensors alone (allow_stop [N] bool), with fixed shapes
         and no host synchronisation, so that the engine can capture a decode step's head and
-        sampling in one CUDA graph (engine/sampling_graphs.py). None (the default): this
-        model's candidates need the host, and its steps sample eagerly."""
+        sampling in one CUDA graph (engine/sampling_graphs.py). Models that can override it;
+        the engine captures only overrides. The default (None) keeps eager sampling, for
+        candidates that need the host."""
         return None
 
     def depth_stage(

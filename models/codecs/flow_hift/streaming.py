@@ -30,9 +30,9 @@ Shapes: flow rows are padded to the batch's longest; HiFT windows are grouped by
 Host cost: a job is one call of `flow_rows` (encoder + solver) and one `vocode_windows` per
 HiFT window length, each with fixed shapes and no host syncs, replayed from CUDA graphs at
 (rows, frames) buckets once `enable_cuda_graphs` ran (the flow as a "prep" graph and one Euler
-step's graph replayed per step, so a paced codec thread can wait between steps). Their integer inputs are built on the
-host in one pinned buffer per call and uploaded by one asynchronous copy; nothing is read back
-but the audio, once per job.
+step's graph replayed per step, so a paced codec thread can wait between steps). Their
+integer inputs are built on the host in one pinned buffer per call and uploaded by one
+asynchronous copy; nothing is read back but the audio, once per job.
 """
 
 from __future__ import annotations
@@ -394,8 +394,8 @@ class FlowHiftDetokenizer:
     # --- CUDA graphs --------------------------------------------------------------------------
     # The flow of a job is captured per (rows, frames) bucket as two graphs: the conditioning
     # encoder with the solver's inputs ("prep"), and one Euler step (2 estimator passes, CFG's
-    # halves batched: "euler"), replayed for each of the 10 steps; rows and frames (and tokens, frames / 2 + look-ahead)
-    # are padded up to the bucket with lengths that mask them out (attention masks, causal
+    # halves batched: "euler"), replayed for each of the 10 steps; rows and frames (and
+    # tokens, frames / 2 + look-ahead) are padded up to the bucket with lengths that mask them out (attention masks, causal
     # convolutions), which leaves the valid ones unchanged. Frames are captured in whole
     # chunks: one chunk up to the window of a voice prompt of GRAPH_PROMPT_CHUNKS chunks
     # (presets have none); longer windows run eagerly. A short first chunk (first_hop) adds its
