@@ -12,7 +12,7 @@ time of each call. A detokenizer whose cost grows with the utterance shows it he
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
         --device cuda --bf16 --graphs --estimator-cache --cache-slots 8   # the pooled cache
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
-        --device cuda --bf16 --graphs --compile   # the Euler step through torch.compile first
+        --device cuda --bf16 --graphs --compile   # the estimator's blocks through torch.compile first
 
 `--stages` (eager only) splits each call into the flow's conditioning encoder, its Euler
 solver (10 steps x 2 estimator passes for CFG) and HiFT: what a cheaper detokenizer must cut.
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
     ap.add_argument(
         "--compile", action="store_true",
-        help="with --graphs: the Euler step through torch.compile before capture (--compile-codec)",
+        help="with --graphs: the estimator's blocks through torch.compile before capture (--compile-codec)",
     )
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     ap.add_argument("--stages", action="store_true", help="time encoder, solver, HiFT (eager)")

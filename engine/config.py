@@ -69,9 +69,9 @@ class EngineConfig:
     # per bucket (engine/sampling_graphs.py) instead of ~100 eager launches, each of which can
     # wait behind the codec's queued kernels. Tokens are the same either way.
     sampling_graphs: bool = True
-    # Experimental, CUDA with graphs: the codec's marked functions (CosyVoice 2's Euler step)
-    # go through torch.compile (Inductor) before capture, so a replay holds fewer, fused
-    # kernels. Compiling costs minutes at start; not yet measured on a GPU.
+    # Experimental, CUDA with graphs: the blocks a codec names (CosyVoice 2's flow estimator's
+    # ResNet and transformer blocks) go through torch.compile (Inductor) before capture, so a
+    # replay holds fewer, fused kernels (cuda_graphs.compile_regions).
     compile_codec: bool = False
     # Append each finished request's timeline (queue, steps to its first chunk, cover wait,
     # codec wait and job, gaps) to this JSON-lines file (engine/request_trace.py). None: off.

@@ -9,7 +9,9 @@ one launch. Steps with prefill, or larger than the biggest bucket, run eagerly.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -137,14 +139,27 @@ def capture_per_bucket(
     return graphs, outs
 
 
-def compile_for_graphs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """fn through torch.compile (Inductor) for capture in a CUDA graph afterwards: one graph
-    (`fullgraph`: a graph break would split the fused kernels back up) over dynamic shapes,
-    so the buckets of a detokenizer share one compiled program (a bucket of one row, which
-    Inductor specialises, and some frame counts recompile). Inductor fuses what eager torch
-    launches one by one (layer norms with their residual adds, masks, activations), so a
-    replay holds fewer, larger kernels."""
-    return torch.compile(fn, fullgraph=True, dynamic=True)
+# Modules already handed to compile_regions by any CallableGraphs (a model's lane and steady
+# codec capture on two threads at start-up).
+_COMPILED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+_COMPILED_LOCK = threading.Lock()
+
+
+def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
+    """Regional compilation for capture in CUDA graphs afterwards: each module's forward
+    through torch.compile (Inductor) in place. Pass a model's *repeated* blocks: modules of
+    one class share one compiled program (their weights are the program's inputs), so the
+    compile costs one block of each kind, not the model's depth. Compiling a whole deep
+    model as one graph did not finish in 550 s on the H200 (CosyVoice 2's flow estimator,
+    56 transformer blocks; eleventh session). `fullgraph`: a graph break would split the
+    fused kernels back up; dynamic shapes: every bucket of rows and frames shares the
+    program. Inductor fuses what eager torch launches one by one (layer norms with their
+    residual adds, masks, activations), so a replay holds fewer, larger kernels."""
+    # A program is cached per code object and guarded per block kind and shape: allow a
+    # few kinds of block beyond dynamo's default of 8 before it falls back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    for module in modules:
+        module.compile(fullgraph=True, dynamic=True)
 
 
 class CallableGraphs:
@@ -158,8 +173,7 @@ class CallableGraphs:
     def __init__(self, device: torch.device, paced: bool = False, compiled: bool = False) -> None:
         self.device = device
         self.paced = paced
-        self.compiled = compiled  # `fused` compiles what a codec marks for it before capture
-        self._fused: dict[object, Callable[..., torch.Tensor]] = {}
+        self.compiled = compiled  # compile_regions compiles what a codec names before capture
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[object, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]] = {}
 
@@ -200,15 +214,17 @@ class CallableGraphs:
         self._graphs[key] = (graph, static, out)
         return out
 
-    def fused(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        """The function a codec should capture for `fn`: compile_for_graphs(fn) when this set
-        was made `compiled` (EngineConfig.compile_codec, experimental), else fn itself.
-        Compiled once per function; the first capture pays the compile time."""
+    def compile_regions(self, modules: Iterable[torch.nn.Module]) -> None:
+        """With `compiled` (EngineConfig.compile_codec, experimental), compile the blocks a
+        codec names before it captures them (module-level compile_regions); each once, so a
+        lane and the steady codec sharing a model share the programs. The first capture
+        pays the compile time."""
         if not self.compiled:
-            return fn
-        if fn not in self._fused:
-            self._fused[fn] = compile_for_graphs(fn)
-        return self._fused[fn]
+            return
+        with _COMPILED_LOCK:
+            fresh = [m for m in modules if m not in _COMPILED]
+            _COMPILED.update(fresh)
+        compile_regions(fresh)
 
     def pace(self) -> None:
         """With `paced`, wait (GIL released) until the work queued on this thread's stream has

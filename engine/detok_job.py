@@ -91,7 +91,7 @@ def graph_capture(
     of its handle and torch's one default capture stream, and two of them replayed at once on
     two streams (steady and lane, or the LLM's decode step beside a codec job) would race in
     it. `paced`: the graphs' `pace` waits between the graphs of a job (CallableGraphs.pace);
-    `compiled`: the codec's marked functions go through torch.compile first (CallableGraphs.fused)."""
+    `compiled`: the blocks the codec names go through torch.compile first (CallableGraphs.compile_regions)."""
 
     def capture() -> None:
         from engine.cuda_graphs import CallableGraphs

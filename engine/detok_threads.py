@@ -115,7 +115,7 @@ class ThreadedDetokenizer(Detokenizer):
     so the LLM's step always finds SMs free of them; the lane keeps the whole device, its
     one-row first chunks being the time to first audio. `paced`: both threads wait between
     the graphs of a job (CallableGraphs.pace); `compiled`: their graphs capture Inductor's
-    kernels where the codec marks a function for it (CallableGraphs.fused)."""
+    kernels in the blocks the codec names for it (CallableGraphs.compile_regions)."""
 
     def __init__(
         self,

@@ -81,8 +81,9 @@ class CountedGraphs:
         if self.graphs is not None:
             self.graphs.pace()
 
-    def fused(self, fn: Callable) -> Callable:
-        return fn if self.graphs is None else self.graphs.fused(fn)
+    def compile_regions(self, modules) -> None:
+        if self.graphs is not None:
+            self.graphs.compile_regions(modules)
 
     def run(self, key: object, fn: Callable, inputs: list[torch.Tensor]):
         if key not in self.keys:

@@ -195,9 +195,9 @@ def add_serve_parser(subparsers) -> None:
         "--compile-codec",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="CUDA, experimental (not yet measured): compile the codec's Euler step with "
-        "torch.compile before capturing it, for fewer, fused kernels (CosyVoice 2; "
-        "docs/engine.md; minutes more at start)",
+        help="CUDA, experimental: compile the codec's repeated blocks with torch.compile "
+        "before capturing them, for fewer, fused kernels (CosyVoice 2's flow estimator; "
+        "docs/engine.md; longer start)",
     )
     g.add_argument(
         "--codec-sms",

@@ -183,8 +183,8 @@ class EagerGraphs:
     def pace(self) -> None:
         self.paces += 1
 
-    def fused(self, fn):
-        return fn
+    def compile_regions(self, modules) -> None:
+        pass
 
 
 def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
@@ -449,11 +449,17 @@ def test_graphed_steady_job_dispatches_a_few_host_ops_per_row(detok):
     assert totals["graphed", 3] - totals["graphed", 1] <= 2 * 10  # ~6 ops per row
 
 
-def test_the_euler_step_compiles_whole_and_equals_eager(detok):
-    """--compile-codec's torch.compile of the flow's Euler step (engine.cuda_graphs
-    .compile_for_graphs): one graph (a graph break, such as a host read in the estimator,
-    fails here), over the detokenizer's real inputs, equal to the eager step."""
-    from engine.cuda_graphs import compile_for_graphs
+def test_the_estimators_blocks_compile_once_per_kind_and_equal_eager(detok):
+    """--compile-codec's regional compile (engine.cuda_graphs.compile_regions) of the flow
+    estimator's repeated blocks: each block compiles whole (`fullgraph`: a graph break, such
+    as a host read in a block, fails here); blocks of one kind and shape share one program,
+    so the compile time does not grow with the estimator's depth; another bucket of rows
+    reuses them (dynamic shapes); and the Euler step equals eager."""
+    import copy
+
+    from torch._dynamo.utils import counters
+
+    from engine.cuda_graphs import compile_regions
 
     detok_steps = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk)
     states = [stream_for(detok_steps, seed, 1) for seed in (41, 42)]
@@ -463,11 +469,22 @@ def test_the_euler_step_compiles_whole_and_equals_eager(detok):
     seqs, _, out_lengths = detok_steps.row_tokens(rows)
     frames = detok_steps.ratio * max(out_lengths)
     width = max(len(q) for q in seqs)
+    compiled = copy.deepcopy(detok.flow)  # compiling is in place; the fixture stays eager
+    blocks = compiled.decoder.estimator.repeated_blocks()
+    kinds = {(type(b), tuple(p.shape for p in b.parameters())) for b in blocks}
+    assert len(blocks) > len(kinds)  # blocks repeat: what the sharing is about
+    torch._dynamo.reset()
+    counters.clear()
+    compile_regions(blocks)
     with torch.inference_mode():
         inputs = detok_steps._flow_inputs(rows, seqs, out_lengths, len(rows), frames, width)
         x, *fixed = detok_steps.prep_rows(*inputs)
         t, dt = detok_steps._euler_steps()[4]
-        compiled = compile_for_graphs(detok.flow.euler_step)
-        got = compiled(x, *fixed, t, dt)
-        want = detok.flow.euler_step(x, *fixed, t, dt)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        b = len(rows)
+        for n in (b, 1):  # two buckets of rows: the second reuses the programs
+            # The doubled inputs hold the conditional rows, then the unconditional ones.
+            part = [x[:n], *(torch.cat([f[:n], f[b : b + n]]) for f in fixed)]
+            got = compiled.euler_step(*part, t, dt)
+            want = detok.flow.euler_step(*part, t, dt)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            assert 0 < counters["stats"]["unique_graphs"] <= len(kinds)

@@ -189,6 +189,11 @@ class CausalConditionalDecoder(nn.Module):
         x = self.final_block(x, mask)
         return self.final_proj(x * mask) * mask
 
+    def repeated_blocks(self) -> list[nn.Module]:
+        """The blocks the estimator repeats (its ResNet and transformer blocks): what
+        --compile-codec compiles, one program per kind (cuda_graphs.compile_regions)."""
+        return [m for m in self.modules() if isinstance(m, (ResnetBlock1D, TransformerBlock))]
+
     @staticmethod
     def _transform(x: torch.Tensor, blocks: nn.ModuleList, bias: torch.Tensor) -> torch.Tensor:
         h = x.transpose(1, 2)

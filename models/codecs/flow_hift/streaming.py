@@ -299,9 +299,8 @@ class FlowHiftDetokenizer:
         kernels ahead of the LLM's (EngineConfig.codec_pacing)."""
         _, rows, frames = key
         x, *fixed = self.graphs.run(("prep", rows, frames), self.prep_rows, inputs)
-        step = self.graphs.fused(self.flow.euler_step)
         for t, dt in self._euler_steps():
-            x = self.graphs.run(("euler", rows, frames), step, [x, *fixed, t, dt])
+            x = self.graphs.run(("euler", rows, frames), self.flow.euler_step, [x, *fixed, t, dt])
             self.graphs.pace()
         return x.float()
 
@@ -450,6 +449,8 @@ class FlowHiftDetokenizer:
         # cache, the conditioning alone per (rows, frames) and, with a pool, the pooled solve
         # per rows (its shapes do not depend on the context).
         stage, fn = ("cond", self.condition_rows) if self.estimator_cache else ("prep", self.prep_rows)
+        if stage == "prep":  # Inductor's kernels for the estimator's blocks, if asked
+            graphs.compile_regions(self.flow.decoder.estimator.repeated_blocks())
         with torch.inference_mode():
             for rows in reversed(self.graph_rows):
                 for frames in reversed(self.graph_frames(rows)):
@@ -465,8 +466,8 @@ class FlowHiftDetokenizer:
                         x, *fixed = out
                         step = [x, *fixed, *self._euler_steps()[0]]
                         borrow = tuple(range(1, 1 + len(fixed)))
-                        euler = graphs.fused(self.flow.euler_step)  # Inductor's, if asked
-                        self._capture(graphs, ("euler", rows, frames), euler, step, borrow)
+                        key = ("euler", rows, frames)
+                        self._capture(graphs, key, self.flow.euler_step, step, borrow)
                 if self.cache_pool is not None:
                     inputs = pool_call_inputs(self, rows)
                     self._capture(graphs, ("pool", rows), self.cache_pool.solve, inputs)
