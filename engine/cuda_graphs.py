@@ -162,6 +162,38 @@ def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
         module.compile(fullgraph=True, dynamic=True)
 
 
+def uncompile_regions(modules: Iterable[torch.nn.Module]) -> None:
+    """Undo compile_regions: the modules run their eager forward again (nn.Module.compile
+    keeps the compiled call in `_compiled_call_impl`; None is eager)."""
+    for module in modules:
+        module._compiled_call_impl = None
+
+
+def warm_up(fn: Callable, inputs: list[torch.Tensor], regions: list[torch.nn.Module]) -> bool:
+    """Run fn(*inputs) twice before a capture (allocations, library handles, and the first
+    call of compiled `regions`, which compiles them). A compile that fails (no working
+    Triton or C compiler on this machine, an Inductor bug) must not stop the server: the
+    regions go back to eager with a warning and the warm-up runs again. Returns whether it
+    fell back."""
+    try:
+        for _ in range(2):
+            fn(*inputs)
+        return False
+    except Exception as error:
+        if not regions:
+            raise
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        log.warning(
+            "compiling the codec's blocks failed (%s: %s); capturing them uncompiled, "
+            "which serves fewer streams on a GPU. --no-compile-codec skips the attempt.",
+            type(error).__name__, first_line,
+        )  # fmt: skip
+        uncompile_regions(regions)
+        for _ in range(2):
+            fn(*inputs)
+        return True
+
+
 class CallableGraphs:
     """Captured graphs of arbitrary fixed-shape callables (the detokenizer's windows), sharing
     one memory pool. A model captures the shapes it uses most at start-up (`capture`) and
@@ -174,6 +206,7 @@ class CallableGraphs:
         self.device = device
         self.paced = paced
         self.compiled = compiled  # compile_regions compiles what a codec names before capture
+        self._regions: list[torch.nn.Module] = []  # compiled blocks a capture may call
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[object, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]] = {}
 
@@ -202,8 +235,8 @@ class CallableGraphs:
         stream = current if own else torch.cuda.Stream(self.device)
         stream.wait_stream(current)
         with torch.cuda.stream(stream):
-            for _ in range(2):
-                fn(*static)
+            if warm_up(fn, static, self._regions):
+                self._regions = []  # compiling failed: these graphs capture eager kernels
         current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(
@@ -221,10 +254,12 @@ class CallableGraphs:
         pays the compile time."""
         if not self.compiled:
             return
+        modules = list(modules)
         with _COMPILED_LOCK:
             fresh = [m for m in modules if m not in _COMPILED]
             _COMPILED.update(fresh)
         compile_regions(fresh)
+        self._regions = modules
 
     def pace(self) -> None:
         """With `paced`, wait (GIL released) until the work queued on this thread's stream has

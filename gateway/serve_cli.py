@@ -194,10 +194,11 @@ def add_serve_parser(subparsers) -> None:
     g.add_argument(
         "--compile-codec",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="CUDA, experimental: compile the codec's repeated blocks with torch.compile "
-        "before capturing them, for fewer, fused kernels (CosyVoice 2's flow estimator; "
-        "docs/engine.md; longer start)",
+        default=True,
+        help="CUDA: compile the codec's repeated blocks with torch.compile before capturing "
+        "them, for fewer, fused kernels (CosyVoice 2's flow estimator: 7 -> 12 req/s on an "
+        "H200; ~45 s more at a cold start; docs/engine.md; default on, falls back to eager kernels "
+        "with a warning if compiling fails)",
     )
     g.add_argument(
         "--codec-sms",

@@ -288,9 +288,10 @@ class BenchRun:
             }
         )
         log.info(
-            "rate %g req/s: %d requests, p90 TTFA %s ms, viability %.1f%%, %s%s",
+            "rate %g req/s: %d requests (%s req/s as sent), p90 TTFA %s ms, viability %.1f%%, %s%s",
             rate,
             summary["requests"],
+            summary.get("achieved_rate", "?"),
             summary["ttfa_ms"]["p90"],
             100 * summary["viability"],
             "PASS" if summary["passes"] else "fail",
