@@ -40,7 +40,10 @@ VARIANTS = {
 
 
 def chain_graph(torch, stream, n_kernels: int, numel: int):
-    """A graph of `n_kernels` dependent in-place elementwise kernels over `numel` floats."""
+    """A graph of `n_kernels` dependent in-place elementwise kernels over `numel` floats, and
+    the buffer it writes: the caller keeps both, since a replay writes the buffer's address.
+    (The script used to drop the buffer; the likely cause of the illegal memory access it
+    hit in the eleventh session, not yet rerun on a GPU.)"""
     x = torch.ones(numel, device="cuda")
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -51,7 +54,7 @@ def chain_graph(torch, stream, n_kernels: int, numel: int):
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(n_kernels):
             x.mul_(1.0001)
-    return graph
+    return graph, x
 
 
 def measure(reps: int) -> dict:
@@ -62,9 +65,9 @@ def measure(reps: int) -> dict:
     llm_stream = torch.cuda.Stream(priority=-8)
     green = int(os.environ.get("VOXGATE_BENCH_GREEN_SMS", "0"))
     codec = codec_stream(torch.device("cuda"), green).stream
-    step = chain_graph(torch, llm_stream, 300, 64 * 1024)  # ~300 short kernels
-    job = chain_graph(torch, codec, 6000, 4 * 2**20)  # thousands of longer ones
-    job_step = chain_graph(torch, codec, 600, 4 * 2**20)  # a tenth of it: one paced graph
+    step, _step_buffer = chain_graph(torch, llm_stream, 300, 64 * 1024)  # ~300 short kernels
+    job, _job_buffer = chain_graph(torch, codec, 6000, 4 * 2**20)  # thousands of longer ones
+    job_step, _paced_buffer = chain_graph(torch, codec, 600, 4 * 2**20)  # one paced graph
     small = torch.ones(64 * 1024, device="cuda")
     torch.cuda.synchronize()
 
