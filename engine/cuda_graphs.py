@@ -24,7 +24,17 @@ DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)
 Forward = Callable[[torch.Tensor, torch.Tensor, AttentionBackend], torch.Tensor]
 
 
-class DecodeGraphs:
+class PerBucketGraphs:
+    """Graphs captured per batch bucket (`buckets`, ascending): a step of n rows replays the
+    smallest bucket that holds it, padded; None when n exceeds them all (run eagerly)."""
+
+    buckets: tuple[int, ...]
+
+    def bucket_for(self, n: int) -> int | None:
+        return next((b for b in self.buckets if b >= n), None)
+
+
+class DecodeGraphs(PerBucketGraphs):
     def __init__(
         self,
         forward: Forward,
@@ -51,9 +61,6 @@ class DecodeGraphs:
         self._out = torch.zeros(self.max_batch, hidden_size, dtype=dtype, device=device)  # [B, H]
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._pool = None
-
-    def bucket_for(self, n: int) -> int | None:
-        return next((b for b in self.buckets if b >= n), None)
 
     @property
     def hidden_buffer(self) -> torch.Tensor:
@@ -260,6 +267,12 @@ class CallableGraphs:
             _COMPILED.update(fresh)
         compile_regions(fresh)
         self._regions = modules
+
+    @property
+    def compiled_blocks(self) -> int:
+        """How many blocks this set's graphs run compiled (0: none named, or compiling
+        failed and they run eager kernels)."""
+        return len(self._regions)
 
     def pace(self) -> None:
         """With `paced`, wait (GIL released) until the work queued on this thread's stream has

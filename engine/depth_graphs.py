@@ -24,14 +24,14 @@ from collections.abc import Callable
 import torch
 
 from engine.code_sampling import CodeSamplingInputs, CodeSamplingPlan, DeviceCodeSampler
-from engine.cuda_graphs import capture_per_bucket
+from engine.cuda_graphs import PerBucketGraphs, capture_per_bucket
 
 log = logging.getLogger("voxgate.graphs")
 
 DepthStage = Callable[[torch.Tensor, torch.Tensor, DeviceCodeSampler], torch.Tensor]
 
 
-class DepthGraphs:
+class DepthGraphs(PerBucketGraphs):
     def __init__(
         self,
         depth_stage: DepthStage,
@@ -63,9 +63,6 @@ class DepthGraphs:
         )
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
-
-    def bucket_for(self, n: int) -> int | None:
-        return next((b for b in self.buckets if b >= n), None)
 
     def fits(self, n: int, plan: CodeSamplingPlan) -> bool:
         """Whether a step of n rows with this plan replays (else it runs eagerly)."""

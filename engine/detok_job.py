@@ -7,6 +7,7 @@ chunk; only the model's decode runs elsewhere.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,6 +17,8 @@ import torch
 
 from engine.request import Request
 from models.base import StreamState, Token
+
+log = logging.getLogger("voxgate.detok")
 
 
 class Codec(Protocol):
@@ -96,6 +99,12 @@ def graph_capture(
     def capture() -> None:
         from engine.cuda_graphs import CallableGraphs
 
-        codec.enable_cuda_graphs(CallableGraphs(device, paced, compiled))
+        graphs = CallableGraphs(device, paced, compiled)
+        codec.enable_cuda_graphs(graphs)
+        if compiled and graphs.compiled_blocks == 0:
+            log.info(
+                "compile-codec: %s's graphs run no compiled blocks (it names none, or "
+                "compiling failed: see the warning above)", type(codec).__name__,
+            )  # fmt: skip
 
     return capture

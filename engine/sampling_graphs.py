@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine.cuda_graphs import capture_per_bucket
+from engine.cuda_graphs import PerBucketGraphs, capture_per_bucket
 from engine.sampling import FixedSampling, Sampler, SamplingRow
 from models.base import Candidates
 
@@ -38,7 +38,7 @@ _TABLE_ROW, _GREEDY = FixedSampling.INTS.index("table_rows"), FixedSampling.INTS
 _ALLOW_STOP = len(FixedSampling.INTS)
 
 
-class SamplingGraphs:
+class SamplingGraphs(PerBucketGraphs):
     LIVE_ROWS = 512  # at least this many live requests' sampler rows are reserved
 
     def __init__(
@@ -80,9 +80,6 @@ class SamplingGraphs:
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.replays = 0
-
-    def bucket_for(self, n: int) -> int | None:
-        return next((b for b in self.buckets if b >= n), None)
 
     def fits(self, n: int, rows: list[SamplingRow]) -> bool:
         """Whether a decode step of n rows, all sampling, replays (else it samples eagerly)."""

@@ -100,6 +100,12 @@ class Worker:
 
         capturable = type(self.model).device_candidates is not SpeechModel.device_candidates
         if self.graphs is None or self.row_width or not capturable:
+            if self.graphs is not None:  # say so: the flag is on, but this model samples eagerly
+                log.info(
+                    "sampling graphs: not for %s (its candidates need host lists or its "
+                    "tokens are rows); its head and sampler run eagerly",
+                    self.model.facts.name,
+                )
             return
         self.sampling_graphs = SamplingGraphs(
             self.model.device_candidates, self.sampler, self.graphs.hidden_buffer,
