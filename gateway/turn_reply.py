@@ -120,28 +120,32 @@ class TurnReply:
         )
         audio_ms, ttfa_ms, streamed_text = 0, None, False
         finished: Finished | None = None
+
+        async def play(frames: list[bytes]) -> None:
+            nonlocal audio_ms, ttfa_ms
+            for frame in frames:
+                if not await self._paced():
+                    return
+                self._emit.audio(frame, self._options.output.frame_ms)
+                audio_ms += self._options.output.frame_ms
+                if ttfa_ms is None:
+                    ttfa_ms = round((time.monotonic() - started) * 1000)
+                    self._metrics.ttfa.observe(ttfa_ms / 1000)
+
         try:
             async for event in stream:
                 if isinstance(event, Finished):
                     finished = event
-                    frames = await encoder.flush()
+                    await play(await encoder.flush())
                 elif self.cancelled:
                     continue  # barge-in: what is still coming is dropped
                 elif isinstance(event, TextDelta):
                     streamed_text = True
                     self._emit.event(TranscriptDelta(self.response_id, event.text))
-                    continue
                 else:
                     assert isinstance(event, AudioChunk)
-                    frames = await encoder.encode(event.pcm)
-                for frame in frames:
-                    if not await self._paced():
-                        break
-                    self._emit.audio(frame, self._options.output.frame_ms)
-                    audio_ms += self._options.output.frame_ms
-                    if ttfa_ms is None:
-                        ttfa_ms = round((time.monotonic() - started) * 1000)
-                        self._metrics.ttfa.observe(ttfa_ms / 1000)
+                    async for frames in encoder.encode_parts(event.pcm, head_first=audio_ms == 0):
+                        await play(frames)
         finally:
             self._finished = True
             if finished is None:  # the session is going away mid-reply

@@ -151,3 +151,33 @@ def test_the_off_loop_encoder_gives_the_same_frames_and_serialises_its_calls():
         len(ran.flush()),
         len(make_encoder(spec, 24000).flush()),
     )
+
+
+@pytest.mark.parametrize("fmt", list(AudioFormat))
+def test_a_first_chunk_yields_its_head_first_with_the_same_bytes(fmt):
+    """encode_parts(head_first=True), how a response's first audio is encoded: the first
+    frames come alone, at least two (40 ms of playback to cover the rest's encoding), and
+    head plus rest are byte for byte what one encode gives."""
+    import asyncio
+
+    from gateway.audio import HEAD_FRAMES, make_off_loop_encoder
+
+    pcm = (np.random.default_rng(3).standard_normal(24000 * 64 // 100) * 0.1).astype(np.float32)
+
+    async def frames(head_first: bool) -> list[list[bytes]]:
+        encoder = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
+        parts = [part async for part in encoder.encode_parts(pcm, head_first)]
+        return [*parts, await encoder.flush()]
+
+    whole, split = asyncio.run(frames(False)), asyncio.run(frames(True))
+    assert len(whole) == 2 and len(split) == 3
+    assert 2 <= len(split[0]) <= HEAD_FRAMES
+    assert [f for part in split for f in part] == [f for part in whole for f in part]
+    # A chunk no longer than the head is encoded in one go.
+    short = pcm[: 24000 * HEAD_FRAMES * AudioSpec().frame_ms // 1000]
+
+    async def short_parts() -> int:
+        encoder = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
+        return len([part async for part in encoder.encode_parts(short, True)])
+
+    assert asyncio.run(short_parts()) == 1
