@@ -51,14 +51,19 @@ def main() -> None:
     ap.add_argument("--profile-steps", type=int, default=100)
     ap.add_argument("--trace", default="", help="with --profile-at: a Chrome trace (.json.gz)")
     ap.add_argument("--pacing-ab", action="store_true", help="each rate also with codec pacing")
-    ap.add_argument("--sampling-ab", action="store_true",
-                    help="each rate also with eager sampling (no head + sampling graphs)")
+    ap.add_argument(
+        "--sampling-ab",
+        action="store_true",
+        help="each rate also with eager sampling (no head + sampling graphs)",
+    )
     args = ap.parse_args()
     config = serving_defaults(EngineConfig(device=args.device), args.model)
     apply_gil_switch(config)
     device = torch.device(args.device)
     model = load_model(
-        args.model, device=device, dtype=resolve_dtype(config, device),
+        args.model,
+        device=device,
+        dtype=resolve_dtype(config, device),
         random_weights=args.random_weights,
     )
     core = build_core(model, config, device)
@@ -112,12 +117,16 @@ class HostSplit:
 
 def codec_graphs(model, core) -> list:
     """The CallableGraphs of the model's codec and of its first-chunk lane, if captured."""
-    codecs = [getattr(model, "detok", None), getattr(getattr(core.detok, "lane", None), "detok", None)]
+    codecs = [
+        getattr(model, "detok", None),
+        getattr(getattr(core.detok, "lane", None), "detok", None),
+    ]
     return [c.graphs for c in codecs if c is not None and getattr(c, "graphs", None) is not None]
 
 
-def run_rate(core, model, rate: float, args, profile_at: float, host: HostSplit,
-             paced: bool) -> None:
+def run_rate(
+    core, model, rate: float, args, profile_at: float, host: HostSplit, paced: bool
+) -> None:
     plan = poisson_plan(
         load_workload(args.workload), rate, args.duration, 1, model.facts.token_rate_hz
     )
@@ -129,13 +138,19 @@ def run_rate(core, model, rate: float, args, profile_at: float, host: HostSplit,
         now = time.perf_counter() - start
         while pending and pending[0].offset_s <= now:
             p = pending.pop(0)
-            core.add_request(SpeechRequest(
-                p.item.text, sampling=SamplingParams(seed=p.index, max_tokens=p.tokens,
-                                                     min_tokens=p.tokens),
-            ))
+            core.add_request(
+                SpeechRequest(
+                    p.item.text,
+                    sampling=SamplingParams(seed=p.index, max_tokens=p.tokens, min_tokens=p.tokens),
+                )
+            )
         if profile_at and profiler is None and now >= profile_at:
-            profiler = torch.profiler.profile(activities=[
-                torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+            profiler = torch.profiler.profile(
+                activities=[
+                    torch.profiler.ProfilerActivity.CPU,
+                    torch.profiler.ProfilerActivity.CUDA,
+                ]
+            )
             profiler.start()
         t0 = time.perf_counter()
         core.step()
@@ -148,18 +163,27 @@ def run_rate(core, model, rate: float, args, profile_at: float, host: HostSplit,
             if profiled == args.profile_steps:
                 profiler.stop()
                 profiled = -1
-    report = {"model": args.model, "rate": rate, "codec_paced": paced,
-              "sampling_graphs": core.worker.sampling_graphs is not None, "requests": len(plan),
-              "seconds": time.perf_counter() - start, "lane_jobs": core.lane_jobs,
-              "host": host.take()}
+    report = {
+        "model": args.model,
+        "rate": rate,
+        "codec_paced": paced,
+        "sampling_graphs": core.worker.sampling_graphs is not None,
+        "requests": len(plan),
+        "seconds": time.perf_counter() - start,
+        "lane_jobs": core.lane_jobs,
+        "host": host.take(),
+    }
     for name, prefilled in (("decode", False), ("prefill", True)):
         walls = [1e3 * w for p, _, w in steps if p == prefilled]
         batches = [b for p, b, _ in steps if p == prefilled]
         if walls:
             report[name] = {
-                "steps": len(walls), "wall_ms_p50": percentile(walls, 50),
-                "wall_ms_p90": percentile(walls, 90), "wall_ms_mean": statistics.fmean(walls),
-                "batch_p50": percentile(batches, 50), "batch_max": max(batches),
+                "steps": len(walls),
+                "wall_ms_p50": percentile(walls, 50),
+                "wall_ms_p90": percentile(walls, 90),
+                "wall_ms_mean": statistics.fmean(walls),
+                "batch_p50": percentile(batches, 50),
+                "batch_max": max(batches),
             }
     print(json.dumps(report, indent=1), flush=True)
     if profiler is not None and profiled == -1:
@@ -168,6 +192,7 @@ def run_rate(core, model, rate: float, args, profile_at: float, host: HostSplit,
         print(averages.table(sort_by="self_cuda_time_total", row_limit=30))
         if args.trace:
             profiler.export_chrome_trace(args.trace)
+
 
 if __name__ == "__main__":
     main()

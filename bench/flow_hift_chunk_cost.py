@@ -57,7 +57,8 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
     ap.add_argument(
-        "--compile", action="store_true",
+        "--compile",
+        action="store_true",
         help="with --graphs: the estimator's blocks through torch.compile before capture (--compile-codec)",
     )
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")

@@ -26,8 +26,11 @@ from models.registry import load_model
 
 def step_ms(core, steps: int) -> float:
     reqs = [
-        core.add_request(SpeechRequest(f"Request {i}.", sampling=SamplingParams(
-            max_tokens=400, min_tokens=400, seed=i)))
+        core.add_request(
+            SpeechRequest(
+                f"Request {i}.", sampling=SamplingParams(max_tokens=400, min_tokens=400, seed=i)
+            )
+        )
         for i in range(8)
     ]
     for _ in range(5):
@@ -48,7 +51,9 @@ def main() -> None:
     args = ap.parse_args()
     sys.setswitchinterval(args.switch_interval)
     torch.set_num_threads(1)
-    core = build_core(load_model("tiny-orpheus"), EngineConfig(num_kv_blocks=2048), torch.device("cpu"))
+    core = build_core(
+        load_model("tiny-orpheus"), EngineConfig(num_kv_blocks=2048), torch.device("cpu")
+    )
     alone = step_ms(core, args.steps)
     stop = threading.Event()
 
@@ -63,8 +68,10 @@ def main() -> None:
     finally:
         stop.set()
         thread.join()
-    print(f"switch interval {args.switch_interval * 1e3:.2f} ms: {alone:.1f} ms/step alone, "
-          f"{contended:.1f} ms/step beside one busy Python thread")
+    print(
+        f"switch interval {args.switch_interval * 1e3:.2f} ms: {alone:.1f} ms/step alone, "
+        f"{contended:.1f} ms/step beside one busy Python thread"
+    )
 
 
 if __name__ == "__main__":

@@ -54,34 +54,45 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eager", action="store_true")
     ap.add_argument(
-        "--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="async scheduling on (the engine's default) or off",
     )
     ap.add_argument(
-        "--first-chunk-lane", action=argparse.BooleanOptionalAction, default=True,
+        "--first-chunk-lane",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="the first-chunk detokenizer lane on or off (the engine's default)",
     )
     ap.add_argument(
-        "--llm-priority", action=argparse.BooleanOptionalAction, default=True,
+        "--llm-priority",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="the LLM's steps on a high-priority CUDA stream (the engine's default) or not (A/B)",
     )
     ap.add_argument(
-        "--codec-sms", default="0",
+        "--codec-sms",
+        default="0",
         help="confine the steady codec job to this many SMs (engine/sm_partition.py; 0: all); "
         "a comma list measures each in turn on one loaded model",
     )
     ap.add_argument(
-        "--gil-switch-ms", default=str(EngineConfig.gil_switch_ms),
+        "--gil-switch-ms",
+        default=str(EngineConfig.gil_switch_ms),
         help="Python's switch interval in ms (EngineConfig.gil_switch_ms); a comma list "
         "measures each (with each --codec-sms)",
     )
     ap.add_argument(
-        "--codec-pacing", action="store_true",
+        "--codec-pacing",
+        action="store_true",
         help="codec threads wait between a job's graphs (EngineConfig.codec_pacing)",
     )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
-    ap.add_argument("--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)")
+    ap.add_argument(
+        "--trace", default="", help="with --profile: also write a Chrome trace here (.json.gz)"
+    )
     args = ap.parse_args()
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -93,15 +104,21 @@ def main() -> None:
     bw = copy_bandwidth(device) if cuda else None
     results = []
     variants = [
-        (int(sms), float(ms)) for sms in args.codec_sms.split(",")
+        (int(sms), float(ms))
+        for sms in args.codec_sms.split(",")
         for ms in args.gil_switch_ms.split(",")
     ]
     for codec_sms, gil_switch_ms in variants:
         config = EngineConfig(
-            max_num_seqs=max(batches), cuda_graphs=not args.eager, max_batch_tokens=8192,
-            async_scheduling=args.async_scheduling, first_chunk_lane=args.first_chunk_lane,
-            llm_stream_priority=args.llm_priority, codec_sms=codec_sms,
-            gil_switch_ms=gil_switch_ms, codec_pacing=args.codec_pacing,
+            max_num_seqs=max(batches),
+            cuda_graphs=not args.eager,
+            max_batch_tokens=8192,
+            async_scheduling=args.async_scheduling,
+            first_chunk_lane=args.first_chunk_lane,
+            llm_stream_priority=args.llm_priority,
+            codec_sms=codec_sms,
+            gil_switch_ms=gil_switch_ms,
+            codec_pacing=args.codec_pacing,
         )
         apply_gil_switch(config)
         core = build_core(model, config, device)
@@ -113,12 +130,23 @@ def main() -> None:
         if cuda:
             torch.cuda.empty_cache()
     floor_ms = 1e3 * params / bw if bw else None
-    print(json.dumps({
-        "model": args.model, "attention": resolve_attention(config, device),
-        "async_scheduling": async_scheduling, "llm_stream_priority": priority,
-        "gpu": torch.cuda.get_device_name() if cuda else "cpu", "param_bytes": params, "copy_bandwidth_GBps": bw and bw / 1e9,
-        "weight_read_floor_ms": floor_ms, "context": args.context, "results": results,
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "attention": resolve_attention(config, device),
+                "async_scheduling": async_scheduling,
+                "llm_stream_priority": priority,
+                "gpu": torch.cuda.get_device_name() if cuda else "cpu",
+                "param_bytes": params,
+                "copy_bandwidth_GBps": bw and bw / 1e9,
+                "weight_read_floor_ms": floor_ms,
+                "context": args.context,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
 
 
 def measure(core, model, batches: list[int], args, sync) -> list[dict]:
@@ -130,8 +158,14 @@ def measure(core, model, batches: list[int], args, sync) -> list[dict]:
         core_reqs = []
         for i in range(batch):
             n = args.context + args.steps + 64
-            core_reqs.append(core.add_request(SpeechRequest(
-                f"Request {i} speaks a sentence.", sampling=SamplingParams(max_tokens=n, min_tokens=n, seed=i))))
+            core_reqs.append(
+                core.add_request(
+                    SpeechRequest(
+                        f"Request {i} speaks a sentence.",
+                        sampling=SamplingParams(max_tokens=n, min_tokens=n, seed=i),
+                    )
+                )
+            )
         # Prefill and run up to the target context length.
         while min(len(r.output_ids) for r in core_reqs) < args.context:
             core.step()
@@ -140,7 +174,11 @@ def measure(core, model, batches: list[int], args, sync) -> list[dict]:
         profiler = None
         if batch == args.profile:
             profiler = torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+                activities=[
+                    torch.profiler.ProfilerActivity.CPU,
+                    torch.profiler.ProfilerActivity.CUDA,
+                ]
+            )
             profiler.start()
         sync()
         wall_start = time.perf_counter()
@@ -163,14 +201,20 @@ def measure(core, model, batches: list[int], args, sync) -> list[dict]:
                 profiler.export_chrome_trace(args.trace)
         for r in core_reqs:
             core.cancel(r.request_id)
-        results.append({
-            "batch": batch, "codec_sms": core.config.codec_sms,
-            "gil_switch_ms": core.config.gil_switch_ms, "llm_step_ms": 1e3 * llm / max(steps, 1),
-            "host_ms": 1e3 * host / max(steps, 1), "wall_ms_per_step": 1e3 * wall / args.steps,
-            "detok_job_ms": 1e3 * detok,  # one batched codec call (runs beside the LLM on its stream)
-            "tokens_per_s": batch * steps / wall,
-            "audio_x_realtime": batch * steps / wall / model.facts.token_rate_hz,
-        })
+        results.append(
+            {
+                "batch": batch,
+                "codec_sms": core.config.codec_sms,
+                "gil_switch_ms": core.config.gil_switch_ms,
+                "llm_step_ms": 1e3 * llm / max(steps, 1),
+                "host_ms": 1e3 * host / max(steps, 1),
+                "wall_ms_per_step": 1e3 * wall / args.steps,
+                "detok_job_ms": 1e3
+                * detok,  # one batched codec call (runs beside the LLM on its stream)
+                "tokens_per_s": batch * steps / wall,
+                "audio_x_realtime": batch * steps / wall / model.facts.token_rate_hz,
+            }
+        )
         if lane is not None:  # first chunks of this batch (decoded during the ramp)
             results[-1]["lane_jobs"] = core.lane_jobs - lane_jobs_before
             results[-1]["lane_job_ms"] = 1e3 * (core.scheduler.lane_time_s or 0.0)  # EMA

@@ -111,7 +111,10 @@ def measure(reps: int) -> dict:
             thread.join()
 
     def q(v: list[float]) -> dict:
-        return {"p50": round(statistics.median(v), 3), "p90": round(statistics.quantiles(v, n=10)[-1], 3)}
+        return {
+            "p50": round(statistics.median(v), 3),
+            "p90": round(statistics.quantiles(v, n=10)[-1], 3),
+        }
 
     report = {}
     for name, fn in (("graph_step", graph_step), ("eager_step", eager_step)):
@@ -136,7 +139,10 @@ def main() -> None:
         env = {**os.environ, **VARIANTS[name]}
         run = subprocess.run(
             [sys.executable, __file__, "--variant", "one", "--reps", str(args.reps)],
-            env=env, capture_output=True, text=True, timeout=120,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         errors = run.stderr.strip().splitlines() or ["no output"]
         line = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else errors[-1][-300:]

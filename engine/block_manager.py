@@ -77,7 +77,9 @@ class BlockManager:
                 f"only {self.num_blocks}; lower max_tokens or give the engine more KV memory",
             )
         if need + reserved_blocks > self.num_blocks:
-            return Admission(False, "the KV cache is fully committed to running requests; retry later")
+            return Admission(
+                False, "the KV cache is fully committed to running requests; retry later"
+            )
         return Admission(True)
 
     # --- mutations -------------------------------------------------------------------------------

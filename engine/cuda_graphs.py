@@ -71,9 +71,11 @@ class DecodeGraphs(PerBucketGraphs):
     def _dummy_layout(self, batch: int) -> StepLayout:
         scratch = self.attn.cache.scratch_block
         return StepLayout(
-            query_lens=[1] * batch, context_lens=[1] * batch,
+            query_lens=[1] * batch,
+            context_lens=[1] * batch,
             slot_mapping=[scratch * self.block_size] * batch,
-            block_tables=[[scratch]] * batch, block_size=self.block_size,
+            block_tables=[[scratch]] * batch,
+            block_size=self.block_size,
         )
 
     @torch.inference_mode()
@@ -215,7 +217,9 @@ class CallableGraphs:
         self.compiled = compiled  # compile_regions compiles what a codec names before capture
         self._regions: list[torch.nn.Module] = []  # compiled blocks a capture may call
         self._pool = torch.cuda.graph_pool_handle()
-        self._graphs: dict[object, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]] = {}
+        self._graphs: dict[
+            object, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]
+        ] = {}
 
     def __contains__(self, key: object) -> bool:
         return key in self._graphs
@@ -247,7 +251,9 @@ class CallableGraphs:
         current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(
-            graph, pool=self._pool, stream=stream if own else None,
+            graph,
+            pool=self._pool,
+            stream=stream if own else None,
             capture_error_mode="thread_local",
         ):
             out = fn(*static)
@@ -284,7 +290,9 @@ class CallableGraphs:
         if self.paced:
             torch.cuda.current_stream(self.device).synchronize()
 
-    def run(self, key: object, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
+    def run(
+        self, key: object, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]
+    ) -> torch.Tensor:
         """fn(*inputs); the result of a replay is a view of the graph's output buffer, valid
         until the next replay of the same key."""
         entry = self._graphs.get(key)

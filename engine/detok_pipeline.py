@@ -51,6 +51,12 @@ def make_detokenizer(
     if lane is not None:
         log.info("first-chunk detokenizer lane on (up to %d first chunks a job)", lane.max_rows)
     return ThreadedDetokenizer(
-        model, clock, device, lane, capture_graphs=graphs, steady_sms=config.codec_sms,
-        paced=config.codec_pacing, compiled=config.compile_codec,
+        model,
+        clock,
+        device,
+        lane,
+        capture_graphs=graphs,
+        steady_sms=config.codec_sms,
+        paced=config.codec_pacing,
+        compiled=config.compile_codec,
     )

@@ -49,7 +49,10 @@ class FlashInferBackend(AttentionBackend):
             )
         max_pages = self.cache.num_blocks + 1
         return self._fi.BatchDecodeWithPagedKVCacheWrapper(
-            self._workspace, "NHD", use_cuda_graph=True, use_tensor_cores=tensor_cores,
+            self._workspace,
+            "NHD",
+            use_cuda_graph=True,
+            use_tensor_cores=tensor_cores,
             paged_kv_indptr_buffer=torch.zeros(batch + 1, dtype=torch.int32, device=self.device),
             paged_kv_indices_buffer=torch.zeros(max_pages, dtype=torch.int32, device=self.device),
             paged_kv_last_page_len_buffer=torch.zeros(batch, dtype=torch.int32, device=self.device),
@@ -83,14 +86,22 @@ class FlashInferBackend(AttentionBackend):
             if graph_batch is not None:
                 wrapper = self._graph_decoders.get(graph_batch)
                 if wrapper is None:
-                    wrapper = self._graph_decoders[graph_batch] = self._new_decode_wrapper(graph_batch)
+                    wrapper = self._graph_decoders[graph_batch] = self._new_decode_wrapper(
+                        graph_batch
+                    )
             else:
                 wrapper = self._decode
             # Host tensors: plan() reads them on the CPU anyway, and device ones would sync.
             wrapper.plan(
-                indptr, indices, last,
-                self.num_q_heads, self.cache.num_kv_heads, self.cache.head_dim, layout.block_size,
-                q_data_type=dtype, kv_data_type=dtype,
+                indptr,
+                indices,
+                last,
+                self.num_q_heads,
+                self.cache.num_kv_heads,
+                self.cache.head_dim,
+                layout.block_size,
+                q_data_type=dtype,
+                kv_data_type=dtype,
             )
         else:
             if graph_batch is not None:
@@ -100,9 +111,17 @@ class FlashInferBackend(AttentionBackend):
                 qo.append(qo[-1] + n)
             wrapper = self._prefill
             wrapper.plan(
-                torch.tensor(qo, dtype=torch.int32), indptr, indices, last,
-                self.num_q_heads, self.cache.num_kv_heads, self.cache.head_dim, layout.block_size,
-                causal=True, q_data_type=dtype, kv_data_type=dtype,
+                torch.tensor(qo, dtype=torch.int32),
+                indptr,
+                indices,
+                last,
+                self.num_q_heads,
+                self.cache.num_kv_heads,
+                self.cache.head_dim,
+                layout.block_size,
+                causal=True,
+                q_data_type=dtype,
+                kv_data_type=dtype,
             )
         self._active = wrapper
 

@@ -68,8 +68,16 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         dtype = resolve_dtype(spec.config, device)
         apply_gil_switch(spec.config)  # a spawned interpreter starts with Python's 5 ms
         apply_cpu_threads(spec.config, device)
-        model = load_model(spec.model, spec.codec, device, dtype, False, spec.random_weights,
-                           spec.voices_dir, cosyvoice_options(spec.config))
+        model = load_model(
+            spec.model,
+            spec.codec,
+            device,
+            dtype,
+            False,
+            spec.random_weights,
+            spec.voices_dir,
+            cosyvoice_options(spec.config),
+        )
         core = build_core(model, spec.config, device)
         core.warm_up()
     except Exception as exc:  # reported to the parent, which raises it from start()
@@ -136,8 +144,10 @@ class ProcessEngine:
         self._commands = ctx.Queue()
         self._events = ctx.Queue()
         self._process = ctx.Process(
-            target=_child_main, args=(spec, self._commands, self._events),
-            name="voxgate-engine", daemon=True,
+            target=_child_main,
+            args=(spec, self._commands, self._events),
+            name="voxgate-engine",
+            daemon=True,
         )
         self._tokens = itertools.count()
         self._pending: dict[int, tuple[concurrent.futures.Future, ResponseStream]] = {}
@@ -161,7 +171,9 @@ class ProcessEngine:
             self._process.join(5)
             raise RuntimeError(f"the engine process failed to start: {message[1]}")
         _, self.facts, self._stats = message
-        self._reader = threading.Thread(target=self._read, name="voxgate-engine-events", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read, name="voxgate-engine-events", daemon=True
+        )
         self._reader.start()
 
     async def shutdown(self) -> None:

@@ -87,7 +87,8 @@ class SamplingGraphs(PerBucketGraphs):
             if not self._stale_told:
                 log.warning(
                     "more live requests than the sampler rows the sampling graphs captured "
-                    "(%d): steps sample eagerly from now on", self.sampler.capacity - 1
+                    "(%d): steps sample eagerly from now on",
+                    self.sampler.capacity - 1,
                 )
                 self._stale_told = True
             return False
@@ -124,16 +125,25 @@ class SamplingGraphs(PerBucketGraphs):
         floats[:batch] = 1.0
         ints[:n] = np.array(
             [
-                (sampler.row_of(r.request_id), r.params.top_k, sampler.seed_of(r.request_id),
-                 r.step, r.params.greedy, ok)
+                (
+                    sampler.row_of(r.request_id),
+                    r.params.top_k,
+                    sampler.seed_of(r.request_id),
+                    r.step,
+                    r.params.greedy,
+                    ok,
+                )
                 for r, ok in zip(rows, allow_stop, strict=True)
             ],
             dtype=np.int64,
         ).reshape(n, -1)
         floats[:n] = np.array(
             [
-                (1.0 if r.params.greedy else r.params.temperature, r.params.top_p,
-                 r.params.repetition_penalty)
+                (
+                    1.0 if r.params.greedy else r.params.temperature,
+                    r.params.top_p,
+                    r.params.repetition_penalty,
+                )
                 for r in rows
             ],
             dtype=np.float32,

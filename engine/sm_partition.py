@@ -73,7 +73,10 @@ def codec_stream(device: torch.device, sms: int, priority: int = 0) -> Partition
         log.warning(
             "cannot confine the codec to %d of %d SMs (%s: %s); it shares every SM with the "
             "LLM. Use a CUDA 12.4+ driver and a torch with green contexts, or drop --codec-sms.",
-            size, props.multi_processor_count, type(exc).__name__, exc,
+            size,
+            props.multi_processor_count,
+            type(exc).__name__,
+            exc,
         )
         return PartitionedStream(torch.cuda.Stream(device, priority=priority), None)
     log.info("steady codec confined to %d of %d SMs", size, props.multi_processor_count)

@@ -108,8 +108,11 @@ class Worker:
                 )
             return
         self.sampling_graphs = SamplingGraphs(
-            self.model.device_candidates, self.sampler, self.graphs.hidden_buffer,
-            self.graphs.buckets, self.device,
+            self.model.device_candidates,
+            self.sampler,
+            self.graphs.hidden_buffer,
+            self.graphs.buckets,
+            self.device,
         )
         try:
             self.sampling_graphs.capture()

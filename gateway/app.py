@@ -109,7 +109,11 @@ class Gateway:
         if self.settings.twilio_auth_token:
             # Twilio posts application/x-www-form-urlencoded; parsed here rather than through
             # Starlette's form parser, which needs the python-multipart package.
-            body = (await request.body()).decode("utf-8", "replace") if request.method == "POST" else ""
+            body = (
+                (await request.body()).decode("utf-8", "replace")
+                if request.method == "POST"
+                else ""
+            )
             form = dict(parse_qsl(body, keep_blank_values=True))
             url = self._twilio_url(
                 request.url.scheme, request.url.netloc, request.url.path, request.url.query

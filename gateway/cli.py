@@ -13,7 +13,9 @@ from gateway.synth import add_synth_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="voxgate", description="Real-time voice gateway for SpeechLMs")
+    parser = argparse.ArgumentParser(
+        prog="voxgate", description="Real-time voice gateway for SpeechLMs"
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING …")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
@@ -24,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -266,7 +266,10 @@ class ResponseRunner:
             if shares is not None:
                 sampling = share_tokens(sampling, shares[len(self.segments) - 1])
             request = SpeechRequest(
-                text, opts.voice, sampling, segment.request_id,
+                text,
+                opts.voice,
+                sampling,
+                segment.request_id,
                 delivery_hold_s=opts.output.frame_ms / 1000,
             )
             # Shielded: cancelling this task (barge-in, disconnect) must not abandon a submit

@@ -240,7 +240,9 @@ class SpeechModel(abc.ABC):
         logits = self.compute_logits(hidden)
         return Candidates(block_stops(logits, allow_stop, self.facts.stop_token_ids), None)
 
-    def device_candidates(self, hidden: torch.Tensor, allow_stop: torch.Tensor) -> Candidates | None:
+    def device_candidates(
+        self, hidden: torch.Tensor, allow_stop: torch.Tensor
+    ) -> Candidates | None:
         """candidate_logits from device tensors alone (allow_stop [N] bool), with fixed shapes
         and no host synchronisation, so that the engine can capture a decode step's head and
         sampling in one CUDA graph (engine/sampling_graphs.py). Models that can override it;

@@ -11,15 +11,29 @@ import wave
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "gateway.cli", *args],
-        capture_output=True, text=True, timeout=300, env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
     )
 
 
 def test_synth_writes_a_wav_of_the_expected_length(tmp_path):
     out = tmp_path / "x.wav"
     result = run_cli(
-        "synth", "--model", "tiny-orpheus", "--text", "Hello there.", "--out", str(out),
-        "--max-tokens", "70", "--min-tokens", "70", "--seed", "1",
+        "synth",
+        "--model",
+        "tiny-orpheus",
+        "--text",
+        "Hello there.",
+        "--out",
+        str(out),
+        "--max-tokens",
+        "70",
+        "--min-tokens",
+        "70",
+        "--seed",
+        "1",
     )
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout
@@ -31,14 +45,24 @@ def test_synth_writes_a_wav_of_the_expected_length(tmp_path):
 
 
 def test_synth_reports_a_bad_model_path_clearly(tmp_path):
-    result = run_cli("synth", "--model", str(tmp_path / "missing"), "--text", "Hi", "--out", str(tmp_path / "y.wav"))
+    result = run_cli(
+        "synth",
+        "--model",
+        str(tmp_path / "missing"),
+        "--text",
+        "Hi",
+        "--out",
+        str(tmp_path / "y.wav"),
+    )
     assert result.returncode == 2
     assert "error:" in result.stderr and "no checkpoint folder" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_synth_rejects_bad_sampling_values(tmp_path):
-    result = run_cli("synth", "--text", "Hi", "--out", str(tmp_path / "z.wav"), "--temperature", "-1")
+    result = run_cli(
+        "synth", "--text", "Hi", "--out", str(tmp_path / "z.wav"), "--temperature", "-1"
+    )
     assert result.returncode == 2 and "temperature must be in" in result.stderr
 
 
@@ -89,8 +113,17 @@ def test_synth_with_a_seed_repeats_itself(tmp_path):
     clips = []
     for name in ("a.wav", "b.wav"):
         result = run_cli(
-            "synth", "--model", "tiny-orpheus", "--text", text, "--out", str(tmp_path / name),
-            "--max-tokens", "84", "--seed", "5",
+            "synth",
+            "--model",
+            "tiny-orpheus",
+            "--text",
+            text,
+            "--out",
+            str(tmp_path / name),
+            "--max-tokens",
+            "84",
+            "--seed",
+            "5",
         )
         assert result.returncode == 0, result.stderr
         assert "2 sentence segment(s)" in result.stdout

@@ -85,7 +85,6 @@ class _Cancelled(StoppingCriteria):
         )
 
 
-
 @dataclass(eq=False)
 class _Job:
     request_id: str

@@ -95,4 +95,3 @@ def _model(graph, opset: int):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = STAND_IN_IR_VERSION
     return model
-

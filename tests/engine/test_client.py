@@ -22,7 +22,9 @@ async def wait_idle(engine, timeout_s: float = 30.0) -> None:
 async def test_cancelled_submit_neither_kills_the_loop_nor_orphans_work():
     engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
     try:
-        long = SpeechRequest("Hello there.", sampling=SamplingParams(max_tokens=2000, min_tokens=2000))
+        long = SpeechRequest(
+            "Hello there.", sampling=SamplingParams(max_tokens=2000, min_tokens=2000)
+        )
         for delay in (0, 0.001, 0.01):  # cancel before, around and after admission
             task = asyncio.create_task(engine.submit(long))
             await asyncio.sleep(delay)
@@ -34,7 +36,9 @@ async def test_cancelled_submit_neither_kills_the_loop_nor_orphans_work():
                 engine.cancel(outcome.request_id)
             await wait_idle(engine)
             assert engine.ready
-        stream = await engine.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=21, min_tokens=21)))
+        stream = await engine.submit(
+            SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=21, min_tokens=21))
+        )
         events = [e async for e in stream]
         assert isinstance(events[-1], Finished) and events[-1].reason == FinishReason.LENGTH
         assert sum(len(e.pcm) for e in events if isinstance(e, AudioChunk)) == 3 * 2048
@@ -45,7 +49,9 @@ async def test_cancelled_submit_neither_kills_the_loop_nor_orphans_work():
 async def test_cancel_ends_the_stream_with_cancelled():
     engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
     try:
-        stream = await engine.submit(SpeechRequest("Hello.", sampling=SamplingParams(max_tokens=2000)))
+        stream = await engine.submit(
+            SpeechRequest("Hello.", sampling=SamplingParams(max_tokens=2000))
+        )
         first = await stream.get()
         assert isinstance(first, AudioChunk)
         engine.cancel(stream.request_id)

@@ -14,7 +14,9 @@ from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
 from models.base import ModelInputError
 
-SEEDED = SpeechRequest("Hello there.", sampling=SamplingParams(seed=3, max_tokens=42, min_tokens=42))
+SEEDED = SpeechRequest(
+    "Hello there.", sampling=SamplingParams(seed=3, max_tokens=42, min_tokens=42)
+)
 
 
 async def collect(engine, request: SpeechRequest) -> tuple[np.ndarray, Finished]:
@@ -30,7 +32,9 @@ async def test_process_engine_matches_the_thread_engine():
         want, _ = await collect(threaded, SEEDED)
     finally:
         await threaded.shutdown()
-    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256, engine_process=True))
+    engine = build_engine(
+        "tiny-orpheus", config=EngineConfig(num_kv_blocks=256, engine_process=True)
+    )
     try:
         assert engine.ready and engine.facts.sample_rate == 24000
         got, finished = await collect(engine, SEEDED)
@@ -76,7 +80,9 @@ def test_engine_process_is_the_default_on_cuda_and_for_voxgate_tiny_on_the_cpu(t
         assert uses_engine_process(EngineConfig(device="cuda"))
         # Turn-based S2S models keep their engine in the gateway's process unless asked.
         assert not uses_engine_process(EngineConfig(device="cuda"), "glm-4-voice-9b")
-        assert uses_engine_process(EngineConfig(device="cuda", engine_process=True), "glm-4-voice-9b")
+        assert uses_engine_process(
+            EngineConfig(device="cuda", engine_process=True), "glm-4-voice-9b"
+        )
 
 
 def test_serving_defaults_for_voxgate_tiny_on_the_cpu(monkeypatch):

@@ -34,7 +34,10 @@ def test_public_url_replaces_scheme_and_host_only():
     assert public_url("ws", "10.0.0.5:8000", "/v1/twilio", "", "wss://voice.example.com/") == (
         "wss://voice.example.com/v1/twilio"
     )
-    assert public_url("http", "h:1", "/v1/twilio/twiml", "a=1", None) == "http://h:1/v1/twilio/twiml?a=1"
+    assert (
+        public_url("http", "h:1", "/v1/twilio/twiml", "a=1", None)
+        == "http://h:1/v1/twilio/twiml?a=1"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,4 +74,6 @@ def test_twiml_webhook_needs_twilios_signature_over_url_and_form(signed_server):
     reply = httpx.post(url, data=form, headers={"X-Twilio-Signature": signature})
     assert reply.status_code == 200 and "<Stream" in reply.text
     tampered = {**form, "From": "+15550199"}
-    assert httpx.post(url, data=tampered, headers={"X-Twilio-Signature": signature}).status_code == 403
+    assert (
+        httpx.post(url, data=tampered, headers={"X-Twilio-Signature": signature}).status_code == 403
+    )

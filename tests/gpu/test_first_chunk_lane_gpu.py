@@ -86,7 +86,10 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urge
     model = load_cosyvoice2(str(folder), CUDA, torch.float32, name="tiny-cosyvoice2")
     config = dataclasses.replace(
         EngineConfig(
-            max_num_seqs=8, max_batch_tokens=256, num_kv_blocks=256, first_chunk_lane=True,
+            max_num_seqs=8,
+            max_batch_tokens=256,
+            num_kv_blocks=256,
+            first_chunk_lane=True,
             steady_batch_rows=0,  # steady jobs of any size: the lane's hand-overs are the test
         ),
         first_audio_margin=0.0,

@@ -30,15 +30,22 @@ pytestmark = [
 ]
 CUDA = torch.device("cuda")
 # The tiny backbone with FlashInfer's smallest head size (64): decode graphs need FlashInfer.
-QWEN2_HEAD_64 = {**configs.TINY_QWEN2, "hidden_size": 128, "num_attention_heads": 2,
-                 "num_key_value_heads": 1, "intermediate_size": 256}
+QWEN2_HEAD_64 = {
+    **configs.TINY_QWEN2,
+    "hidden_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "intermediate_size": 256,
+}
 SIZES_HEAD_64 = {**configs.TINY_SIZES, "llm_size": 128}
 
 
 def test_sampling_graphs_draw_the_eager_samplers_tokens(tmp_path):
     folder = tmp_path / "model"
     write_cosyvoice2_checkpoint(folder, SIZES_HEAD_64, QWEN2_HEAD_64, seed=2025)
-    model = load_cosyvoice2(str(folder), CUDA, torch.bfloat16, name="tiny-cosyvoice2")  # FlashInfer: no fp32
+    model = load_cosyvoice2(
+        str(folder), CUDA, torch.bfloat16, name="tiny-cosyvoice2"
+    )  # FlashInfer: no fp32
     voices = ["narrator", "guide", "narrator", "guide"]
     specs = [
         SpeechRequest(t, v, SamplingParams(seed=i, max_tokens=n, min_tokens=n - 4))
@@ -47,7 +54,10 @@ def test_sampling_graphs_draw_the_eager_samplers_tokens(tmp_path):
     tokens = {}
     for graphed in (True, False):
         config = EngineConfig(
-            max_num_seqs=8, max_batch_tokens=64, num_kv_blocks=64, sampling_graphs=graphed,
+            max_num_seqs=8,
+            max_batch_tokens=64,
+            num_kv_blocks=64,
+            sampling_graphs=graphed,
             async_scheduling=True,
         )
         core = EngineCore(model, config, CUDA, "flashinfer")

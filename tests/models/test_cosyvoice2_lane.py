@@ -69,7 +69,10 @@ def spec(text: str, n: int, seed: int) -> SpeechRequest:
 
 def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model):
     config = EngineConfig(
-        num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True,
+        num_kv_blocks=64,
+        max_num_seqs=4,
+        max_batch_tokens=64,
+        first_chunk_lane=True,
         steady_batch_rows=0,  # a steady job for one row (the hold has its own tests)
     )
     # CosyVoice 2's own margin reaches the scheduler (it applies with a threaded codec, on
@@ -139,7 +142,10 @@ def test_chunks_about_to_be_late_take_the_lane_while_the_steady_job_is_held(mode
     equals the model's own detokenizer fed the same pushes."""
     config = dataclasses.replace(
         EngineConfig(
-            num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64, first_chunk_lane=True,
+            num_kv_blocks=64,
+            max_num_seqs=4,
+            max_batch_tokens=64,
+            first_chunk_lane=True,
             steady_batch_rows=0,
         ),
         first_audio_margin=0.0,

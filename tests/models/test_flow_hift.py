@@ -208,7 +208,10 @@ def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
     # Each flow call: the "prep" graph, then one Euler step's graph per step, paced after each.
     steps = detok.flow.cfg.n_timesteps
     assert graphs.shapes == [
-        ("prep", 8, 200), *[("euler", 8, 200)] * steps, ("prep", 8, 250), *[("euler", 8, 250)] * steps
+        ("prep", 8, 200),
+        *[("euler", 8, 200)] * steps,
+        ("prep", 8, 250),
+        *[("euler", 8, 250)] * steps,
     ]
     assert graphs.paces == 2 * steps
 

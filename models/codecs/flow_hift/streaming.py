@@ -448,7 +448,9 @@ class FlowHiftDetokenizer:
         # The windowed flow (conditioning + solve) per (rows, frames); with the estimator
         # cache, the conditioning alone per (rows, frames) and, with a pool, the pooled solve
         # per rows (its shapes do not depend on the context).
-        stage, fn = ("cond", self.condition_rows) if self.estimator_cache else ("prep", self.prep_rows)
+        stage, fn = (
+            ("cond", self.condition_rows) if self.estimator_cache else ("prep", self.prep_rows)
+        )
         if stage == "prep":  # Inductor's kernels for the estimator's blocks, if asked
             graphs.compile_regions(self.flow.decoder.estimator.repeated_blocks())
         with torch.inference_mode():
