@@ -73,8 +73,8 @@ class EngineConfig:
     # transformer blocks) go through torch.compile (Inductor) before capture, so a replay
     # holds fewer, fused kernels (cuda_graphs.compile_regions): a 32-row steady job 164 ->
     # 134 ms on the H200, CosyVoice 2's goodput 7 -> 12 req/s. ~45 s more at a cold start
-    # (Inductor's on-disk cache shortens the next); a failed
-    # compile falls back to eager kernels with a warning.
+    # (Inductor's on-disk cache shortens the next); a failed compile falls back to eager
+    # kernels with a warning.
     compile_codec: bool = True
     # Append each finished request's timeline (queue, steps to its first chunk, cover wait,
     # codec wait and job, gaps) to this JSON-lines file (engine/request_trace.py). None: off.
