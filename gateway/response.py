@@ -320,7 +320,7 @@ class ResponseRunner:
             event = await segment.events.get()
             if isinstance(event, AudioChunk):
                 self._model_audio_s += event.duration_s
-                async for frames in encoder.encode_parts(event.pcm, head_first=self._audio_ms == 0):
+                async for frames in encoder.encode_parts(event.pcm):
                     await self._send_frames(frames)
                 continue
             return self._segment_finished(segment, event)

@@ -144,7 +144,7 @@ class TurnReply:
                     self._emit.event(TranscriptDelta(self.response_id, event.text))
                 else:
                     assert isinstance(event, AudioChunk)
-                    async for frames in encoder.encode_parts(event.pcm, head_first=audio_ms == 0):
+                    async for frames in encoder.encode_parts(event.pcm):
                         await play(frames)
         finally:
             self._finished = True

@@ -154,30 +154,28 @@ def test_the_off_loop_encoder_gives_the_same_frames_and_serialises_its_calls():
 
 
 @pytest.mark.parametrize("fmt", list(AudioFormat))
-def test_a_first_chunk_yields_its_head_first_with_the_same_bytes(fmt):
-    """encode_parts(head_first=True), how a response's first audio is encoded: the first
-    frames come alone, at least two (40 ms of playback to cover the rest's encoding), and
-    head plus rest are byte for byte what one encode gives."""
+def test_a_chunk_is_encoded_in_growing_pieces_with_the_same_bytes(fmt):
+    """encode_parts, how responses encode their chunks: a head of at most HEAD_FRAMES frames
+    (at least two: 40 ms of playback to cover the next piece's encoding), then pieces that
+    grow, and all of them byte for byte what one encode gives."""
     import asyncio
 
     from gateway.audio import HEAD_FRAMES, make_off_loop_encoder
 
-    pcm = (np.random.default_rng(3).standard_normal(24000 * 64 // 100) * 0.1).astype(np.float32)
+    rng = np.random.default_rng(3)
+    pcm = (rng.standard_normal(24000 * 128 // 100) * 0.1).astype(np.float32)  # 1.28 s
 
-    async def frames(head_first: bool) -> list[list[bytes]]:
-        encoder = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
-        parts = [part async for part in encoder.encode_parts(pcm, head_first)]
-        return [*parts, await encoder.flush()]
+    async def pieces(chunk: np.ndarray) -> tuple[list[list[bytes]], list[bytes]]:
+        parts = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
+        whole = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
+        split = [part async for part in parts.encode_parts(chunk)] + [await parts.flush()]
+        return split, await whole.encode(chunk) + await whole.flush()
 
-    whole, split = asyncio.run(frames(False)), asyncio.run(frames(True))
-    assert len(whole) == 2 and len(split) == 3
+    split, whole = asyncio.run(pieces(pcm))
     assert 2 <= len(split[0]) <= HEAD_FRAMES
-    assert [f for part in split for f in part] == [f for part in whole for f in part]
-    # A chunk no longer than the head is encoded in one go.
-    short = pcm[: 24000 * HEAD_FRAMES * AudioSpec().frame_ms // 1000]
-
-    async def short_parts() -> int:
-        encoder = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
-        return len([part async for part in encoder.encode_parts(short, True)])
-
-    assert asyncio.run(short_parts()) == 1
+    sizes = [len(part) for part in split[:-1]]
+    assert len(sizes) >= 3 and sizes[1] > sizes[0] and sizes[-1] > sizes[1]
+    assert [f for part in split for f in part] == whole
+    # A chunk no longer than two heads is encoded in one go.
+    short, _ = asyncio.run(pieces(pcm[: 24000 * 2 * HEAD_FRAMES * AudioSpec().frame_ms // 1000]))
+    assert len(short) == 2  # the chunk, then the flush
