@@ -4,6 +4,7 @@ flow-matching + HiFT audio, conditioned per request on its voice."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from models.cosyvoice2.config import CosyVoice2Config
 from models.cosyvoice2.llm import SpeechLM
 from models.cosyvoice2.voices import Voice, VoiceBank
 from models.device_util import upload
+
+log = logging.getLogger("voxgate.cosyvoice2")
 
 MAX_TEXT_CHARS = 4000
 
@@ -102,7 +105,15 @@ class CosyVoice2Model(SpeechModel):
     def add_voice(self, name: str, text: str, audio16k: np.ndarray, audio24k: np.ndarray) -> None:
         """A voice prompt: the reference clip (at 16 kHz and 24 kHz) and its transcript, encoded
         once; requests with voice=name continue its speech in its voice."""
-        self.voices.add_voice(name, self.text_ids(text), audio16k, audio24k)
+        voice = self.voices.add_voice(name, self.text_ids(text), audio16k, audio24k)
+        chunks = len(voice.flow_tokens) // self.detok.chunk
+        if not self.detok.cover_prompt(chunks):  # its windows join the CUDA graphs' buckets
+            log.warning(
+                "voice %r: its prompt of %d chunks (%d speech tokens each, 25 a second) is past "
+                "the %d the CUDA graphs cover; its streams' codec jobs run eagerly, slow on a "
+                "GPU: use a shorter clip",
+                name, chunks, self.detok.chunk, self.detok.MAX_GRAPH_PROMPT_CHUNKS,
+            )  # fmt: skip
         self.facts = dataclasses.replace(
             self.facts, voices=self.voices.names, default_voice=self.voices.default
         )

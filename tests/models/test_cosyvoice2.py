@@ -250,3 +250,26 @@ def test_flow_cache_slots_give_the_model_and_its_lane_one_pool():
     assert not plain.detok.estimator_cache and plain.detok.cache_pool is None
     with pytest.raises(CheckpointError, match="CosyVoice 2's flow cache"):
         load_model("tiny-orpheus", cosyvoice=CosyVoiceOptions(flow_cache_slots=2))
+
+
+def test_a_long_voice_clip_joins_the_graph_buckets(tiny_dir, caplog):
+    """A voice clip of 4 s or more: its prompt's windows are captured with the others
+    (FlowHiftDetokenizer.cover_prompt), so its streams' codec jobs replay graphs; a clip past
+    what the graphs cover is loaded with a warning that says so."""
+    m = load_cosyvoice2(str(tiny_dir), torch.device("cpu"), torch.float32, name="tiny-cosyvoice2")
+    rng = np.random.default_rng(5)
+
+    def clip(seconds: float) -> tuple[np.ndarray, np.ndarray]:
+        return tuple(
+            (0.1 * rng.standard_normal(int(rate * seconds))).astype(np.float32)
+            for rate in (16000, 24000)
+        )
+
+    m.add_voice("long", "A longer clip of speech.", *clip(6))
+    chunks = len(m.voices.get("long").flow_tokens) // m.detok.chunk
+    assert chunks > m.detok.GRAPH_PROMPT_CHUNKS
+    assert m.detok.long_prompts == {chunks}
+    assert m.first_chunk_lane_codec().detok.long_prompts == {chunks}  # the lane's twin too
+    m.detok.MAX_GRAPH_PROMPT_CHUNKS = chunks - 1  # as if the clip were past the cap
+    m.add_voice("longer", "A longer clip of speech.", *clip(6))
+    assert "past the" in caplog.text and m.detok.long_prompts == {chunks}

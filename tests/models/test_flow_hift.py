@@ -216,6 +216,35 @@ def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
     assert graphs.paces == 2 * steps
 
 
+def test_a_long_voice_prompt_replays_graphs_once_covered(detok):
+    """A voice prompt longer than GRAPH_PROMPT_CHUNKS (a clip of 4 s or more): without
+    cover_prompt (what CosyVoice2Model.add_voice calls) its flow jobs find no captured bucket
+    and run eagerly; covered, every flow call replays, with the eager detokenizer's audio,
+    and the lane's twin covers it too. Past MAX_GRAPH_PROMPT_CHUNKS it is refused."""
+    long = detok.GRAPH_PROMPT_CHUNKS + 3  # its first window already tops the default buckets
+    tokens = codes(61, detok.chunk + detok.lookahead + 6)
+    pushes = [detok.chunk + detok.lookahead]
+    want = streamed(detok, stream_for(detok, 61, long), tokens, pushes)
+
+    def graphed_audio(cover: bool) -> tuple[np.ndarray, int]:
+        # One row bucket: "capturing" on the CPU runs every bucket once.
+        graphed = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, graph_rows=(1,))
+        if cover:
+            assert graphed.cover_prompt(long)
+            assert graphed.twin((1,)).long_prompts == {long}
+        graphed.enable_cuda_graphs(EagerGraphs())
+        audio = streamed(graphed, stream_for(graphed, 61, long), tokens, pushes)
+        return audio, sum(n for (stage, *_), n in graphed.eager_calls.items() if stage == "flow")
+
+    uncovered, eager_flow_calls = graphed_audio(False)
+    assert eager_flow_calls > 0
+    covered, eager_flow_calls = graphed_audio(True)
+    assert eager_flow_calls == 0
+    np.testing.assert_allclose(covered, want, atol=1e-4)
+    np.testing.assert_allclose(uncovered, want, atol=1e-4)
+    assert not detok.cover_prompt(detok.MAX_GRAPH_PROMPT_CHUNKS + 1)
+
+
 def test_window_rows_start_from_the_noise_of_their_place_in_the_utterance(detok):
     # A row of a 1-chunk prompt and generated tokens [50, 128): prompt frames start from noise
     # frames 0-49, generated ones from frames 50 + 2*50 on, as in the whole utterance.

@@ -152,6 +152,9 @@ class FlowHiftDetokenizer:
             )
         self.cache_pool = cache_pool
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
+        # Voice prompts longer than GRAPH_PROMPT_CHUNKS whose windows are captured too, in
+        # chunks (cover_prompt).
+        self.long_prompts: set[int] = set()
         self._steps: list | None = None  # the solver's (t, dt) on the device (_euler_steps)
         # Row buckets captured; with graphs, larger calls are split into calls of the largest.
         self.graph_rows = tuple(sorted(graph_rows or self.GRAPH_ROWS))
@@ -169,8 +172,9 @@ class FlowHiftDetokenizer:
         """A second detokenizer over the same weights and streaming settings, with buffers and
         CUDA graphs of its own (capture them with a CallableGraphs of their own), so that it may
         decode on another thread and stream while this one does: the engine's first-chunk lane.
-        Streams are plain data: either one can continue a stream the other began."""
-        return FlowHiftDetokenizer(
+        Streams are plain data: either one can continue a stream the other began. It covers
+        the prompt lengths this one covers so far."""
+        twin = FlowHiftDetokenizer(
             self.flow,
             self.hift,
             self.chunk,
@@ -182,6 +186,8 @@ class FlowHiftDetokenizer:
             self.estimator_cache,
             cache_pool=self.cache_pool,
         )
+        twin.long_prompts = set(self.long_prompts)
+        return twin
 
     def new_stream(
         self, prompt_tokens: list[int], prompt_mel: torch.Tensor, speaker: torch.Tensor
@@ -397,21 +403,40 @@ class FlowHiftDetokenizer:
     # tokens, frames / 2 + look-ahead) are padded up to the bucket with lengths that mask them out (attention masks, causal
     # convolutions), which leaves the valid ones unchanged. Frames are captured in whole
     # chunks: one chunk up to the window of a voice prompt of GRAPH_PROMPT_CHUNKS chunks
-    # (presets have none); longer windows run eagerly. A short first chunk (first_hop) adds its
+    # (presets have none), and the windows of the longer prompts the model's voices have
+    # (cover_prompt, up to MAX_GRAPH_PROMPT_CHUNKS); longer windows run eagerly. A short first chunk (first_hop) adds its
     # own row length (prompt + first hop) for up to GRAPH_FIRST_ROWS rows: a request's first
     # chunk often runs alone, and it is the one time to first audio waits for; batched with
     # steady rows it takes their bucket. HiFT's windows are captured too (hift_stream).
     GRAPH_ROWS = (1, 2, 4, 8, 16, 32, 64)
     GRAPH_PROMPT_CHUNKS = 3
+    MAX_GRAPH_PROMPT_CHUNKS = 12  # a 12 s voice clip; past it, the long prompt's jobs run eagerly
     GRAPH_FIRST_ROWS = 8
 
+    def cover_prompt(self, chunks: int) -> bool:
+        """Capture the windows of a voice prompt of `chunks` chunks too (the model calls this
+        for each voice it registers, before the graphs are captured): a prompt longer than
+        GRAPH_PROMPT_CHUNKS (a voice clip of 4 s or more) would otherwise run every job of its
+        streams eagerly, hundreds of milliseconds on a GPU. Each length adds its windows'
+        frame buckets, not every length up to it. Returns False past MAX_GRAPH_PROMPT_CHUNKS."""
+        if chunks > self.MAX_GRAPH_PROMPT_CHUNKS:
+            return False
+        if chunks > self.GRAPH_PROMPT_CHUNKS:
+            self.long_prompts.add(chunks)
+        return True
+
+    def _graph_prompts(self) -> list[int]:
+        return [*range(self.GRAPH_PROMPT_CHUNKS + 1), *sorted(self.long_prompts)]
+
     def graph_frames(self, rows: int | None = None) -> list[int]:
-        """The frame buckets captured for `rows` rows (None: every row bucket's)."""
-        most = (self.context_chunks or 0) + 1 + self.GRAPH_PROMPT_CHUNKS
-        frames = {self.ratio * self.chunk * n for n in range(1, most + 1)}
+        """The frame buckets captured for `rows` rows (None: every row bucket's): every window
+        of each prompt length covered (its prompt, then 1 up to the context + 1 chunks). A
+        batch pads to its longest row, which is one of these."""
+        window = (self.context_chunks or 0) + 1
+        unit = self.ratio * self.chunk
+        frames = {unit * (p + n) for p in self._graph_prompts() for n in range(1, window + 1)}
         if self.first_hop < self.chunk and (rows is None or rows <= self.GRAPH_FIRST_ROWS):
-            prompts = range(self.GRAPH_PROMPT_CHUNKS + 1)
-            frames |= {self.ratio * (self.chunk * p + self.first_hop) for p in prompts}
+            frames |= {unit * p + self.ratio * self.first_hop for p in self._graph_prompts()}
         return sorted(frames)
 
     def hift_frames(self) -> tuple[int, ...]:
