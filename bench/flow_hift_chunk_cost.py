@@ -96,6 +96,7 @@ def main() -> None:
     if args.graphs:
         from engine.cuda_graphs import CallableGraphs
 
+        detok.cover_prompt(args.prompt_chunks)  # as a voice of this length does at load
         began = time.perf_counter()
         detok.enable_cuda_graphs(CallableGraphs(torch.device(args.device), compiled=args.compile))
         print(f"captured the solver graphs in {time.perf_counter() - began:.1f} s")

@@ -25,12 +25,13 @@ class ComparedGraphs(CallableGraphs):
         return replayed
 
 
-def random_streams(detok, n: int, g: torch.Generator) -> list:
-    """n new flow + HiFT streams with random prompt tokens, prompt mel and speaker."""
+def random_streams(detok, n: int, g: torch.Generator, prompt_chunks: int = 1) -> list:
+    """n new flow + HiFT streams with random prompt tokens (`prompt_chunks` chunks of 25),
+    prompt mel and speaker."""
     return [
         detok.new_stream(
-            torch.randint(0, 6561, (25,), generator=g).tolist(),
-            torch.randn(50, 80, generator=g),
+            torch.randint(0, 6561, (25 * prompt_chunks,), generator=g).tolist(),
+            torch.randn(50 * prompt_chunks, 80, generator=g),
             torch.randn(192, generator=g),
         )
         for _ in range(n)

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
 
 
-def stream(detok, requests: int, pushes: list[int]) -> list[torch.Tensor]:
+def stream(detok, requests: int, pushes: list[int], prompt_chunks: int = 1) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(3)
-    states = random_streams(detok, requests, g)
+    states = random_streams(detok, requests, g, prompt_chunks)
     pieces = [[] for _ in states]
     for step, size in enumerate([*pushes, 0]):
         for s in states:
@@ -61,4 +61,20 @@ def test_graphed_stream_equals_eager_stream(parts, first_hop, paced, compiled):
     pushes = [first_hop + 3, 25, 25, 30, 10]
     for a, b in zip(stream(eager, 5, pushes), stream(graphed, 5, pushes), strict=True):
         assert a.shape == b.shape
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+def test_a_long_voice_prompt_replays_its_covered_buckets(parts):
+    """A voice prompt of 6 chunks (a 6 s clip), past the default buckets: covered
+    (cover_prompt, what CosyVoice2Model.add_voice calls), its flow jobs replay graphs, with
+    the eager stream's audio."""
+    flow, hift, chunk = parts
+    eager = FlowHiftDetokenizer(flow, hift, chunk, first_hop=20)
+    graphed = FlowHiftDetokenizer(flow, hift, chunk, first_hop=20, graph_rows=(1, 2, 4))
+    assert graphed.cover_prompt(6)
+    graphed.enable_cuda_graphs(CallableGraphs(CUDA))
+    pushes = [23, 25, 25, 10]
+    want, got = stream(eager, 3, pushes, prompt_chunks=6), stream(graphed, 3, pushes, 6)
+    assert not [key for key in graphed.eager_calls if key[0] == "flow"]
+    for a, b in zip(want, got, strict=True):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
