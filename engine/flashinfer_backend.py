@@ -82,6 +82,12 @@ class FlashInferBackend(AttentionBackend):
         slots = list(layout.slot_mapping)
         slots += [self.cache.scratch_block * layout.block_size] * (rows - len(layout.query_lens))
         self._slots[: len(slots)].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        # The paged KV's layout, as both wrappers' plan() take it. Host tensors: plan() reads
+        # them on the CPU anyway, and device ones would sync.
+        paged = (
+            indptr, indices, last, self.num_q_heads, self.cache.num_kv_heads,
+            self.cache.head_dim, layout.block_size,
+        )  # fmt: skip
         if decode_only:
             if graph_batch is not None:
                 wrapper = self._graph_decoders.get(graph_batch)
@@ -91,18 +97,7 @@ class FlashInferBackend(AttentionBackend):
                     )
             else:
                 wrapper = self._decode
-            # Host tensors: plan() reads them on the CPU anyway, and device ones would sync.
-            wrapper.plan(
-                indptr,
-                indices,
-                last,
-                self.num_q_heads,
-                self.cache.num_kv_heads,
-                self.cache.head_dim,
-                layout.block_size,
-                q_data_type=dtype,
-                kv_data_type=dtype,
-            )
+            wrapper.plan(*paged, q_data_type=dtype, kv_data_type=dtype)
         else:
             if graph_batch is not None:
                 raise ValueError("only decode steps are captured in CUDA graphs")
@@ -110,19 +105,8 @@ class FlashInferBackend(AttentionBackend):
             for n in layout.query_lens:
                 qo.append(qo[-1] + n)
             wrapper = self._prefill
-            wrapper.plan(
-                torch.tensor(qo, dtype=torch.int32),
-                indptr,
-                indices,
-                last,
-                self.num_q_heads,
-                self.cache.num_kv_heads,
-                self.cache.head_dim,
-                layout.block_size,
-                causal=True,
-                q_data_type=dtype,
-                kv_data_type=dtype,
-            )
+            qo_indptr = torch.tensor(qo, dtype=torch.int32)
+            wrapper.plan(qo_indptr, *paged, causal=True, q_data_type=dtype, kv_data_type=dtype)
         self._active = wrapper
 
     def forward(
