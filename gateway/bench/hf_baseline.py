@@ -17,33 +17,20 @@ the full-vocabulary logits that `generate` computes.
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import itertools
 import logging
-import threading
 import time
-from dataclasses import dataclass
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from engine.client import ResponseStream
-from engine.outputs import (
-    AudioChunk,
-    EngineStats,
-    Finished,
-    FinishReason,
-    SpeechRequest,
-    StepTiming,
-)
-from engine.request import SamplingParams
+from engine.outputs import AudioChunk, FinishReason
 from gateway.bench.orpheus_reference import (
     WINDOW_TOKENS,
     AudioTokenMask,
     ReferenceStreamer,
     snac_reference_decoder,
 )
+from gateway.bench.per_request import Job, PerRequestBaseline
 from models.base import ModelFacts
 from models.orpheus import tokens as T
 from models.orpheus.model import VOICES, orpheus_prompt
@@ -52,7 +39,6 @@ log = logging.getLogger("voxgate.bench.baseline")
 
 # Orpheus's own server defaults (as models.orpheus.model declares them for the engine).
 ORPHEUS_SAMPLING = {"temperature": 0.6, "top_p": 0.8, "repetition_penalty": 1.3}
-_ids = itertools.count()
 
 
 def baseline_facts(name: str, sample_rate: int = 24000, max_context: int = 4096) -> ModelFacts:
@@ -74,7 +60,7 @@ def baseline_facts(name: str, sample_rate: int = 24000, max_context: int = 4096)
 
 # --- the engine surface -------------------------------------------------------------------------
 class _Cancelled(StoppingCriteria):
-    def __init__(self, job: _Job) -> None:
+    def __init__(self, job: Job) -> None:
         self.job = job
 
     def __call__(
@@ -85,126 +71,21 @@ class _Cancelled(StoppingCriteria):
         )
 
 
-@dataclass(eq=False)
-class _Job:
-    request_id: str
-    prompt: list[int]
-    sampling: SamplingParams
-    stream: ResponseStream
-    cancelled: bool = False
-
-
-class HFBaseline:
+class HFBaseline(PerRequestBaseline):
     def __init__(self, llm, tokenizer, snac, name: str, device: torch.device) -> None:
+        super().__init__()
         self.llm = llm.eval()
         self.tokenizer = tokenizer  # tokenizers.Tokenizer (the checkpoint's tokenizer.json)
         self.device = device
         sample_rate = int(snac.sampling_rate)
         self.facts = baseline_facts(name, sample_rate, int(llm.config.max_position_embeddings))
         self._decode = snac_reference_decoder(snac, device)
-        self._queue: collections.deque[_Job] = collections.deque()
-        self._jobs: dict[str, _Job] = {}
-        self._cv = threading.Condition()
-        self._current: _Job | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = False
-        self._tokens = 0
-
-    # --- lifecycle -------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="hf-baseline", daemon=True)
-            self._thread.start()
-
-    async def shutdown(self) -> None:
-        with self._cv:
-            self._stop = True
-            for job in self._jobs.values():
-                job.cancelled = True
-            self._cv.notify_all()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, 30.0)
-            self._thread = None
-
-    @property
-    def ready(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    # --- commands --------------------------------------------------------------------------
-    async def submit(self, request: SpeechRequest) -> ResponseStream:
-        if not self.ready:
-            raise RuntimeError("the baseline is not running")
-        prompt = self.prompt_ids(request.text, request.voice)
-        request_id = request.request_id or f"hf-{next(_ids)}"
-        job = _Job(
-            request_id,
-            prompt,
-            request.sampling,
-            ResponseStream(asyncio.get_running_loop(), request_id),
-        )
-        with self._cv:
-            self._jobs[request_id] = job
-            self._queue.append(job)
-            self._cv.notify()
-        return job.stream
 
     def prompt_ids(self, text: str, voice: str | None) -> list[int]:
         """The engine's Orpheus prompt: "{voice}: {text}" between the speaker-turn tokens."""
         return orpheus_prompt(self.tokenizer, text, voice or self.facts.default_voice)
 
-    def cancel(self, request_id: str) -> None:
-        with self._cv:
-            job = self._jobs.get(request_id)
-            if job is None:
-                return
-            job.cancelled = True  # the running one stops at its next token
-            if job is not self._current:
-                self._queue.remove(job)
-                self._finish(job, FinishReason.CANCELLED, 0)
-
-    def report_playback(self, request_id: str, played_s: float) -> None:
-        """generate() has no scheduler to tell."""
-
-    def stats(self) -> EngineStats:
-        busy = int(self._current is not None)
-        return EngineStats(
-            running=busy,
-            waiting=len(self._queue),
-            kv_blocks_total=1,
-            kv_blocks_used=0,
-            steps=self._tokens,
-            last_step=StepTiming(batch_size=busy, num_tokens=busy),
-            stepping=self.ready,
-        )
-
-    # --- the worker thread -----------------------------------------------------------------
-    def _finish(
-        self, job: _Job, reason: FinishReason, tokens: int, error: str | None = None
-    ) -> None:
-        self._jobs.pop(job.request_id, None)
-        job.stream.push(Finished(job.request_id, reason, tokens, error))
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._queue and not self._stop:
-                    self._cv.wait()
-                if self._stop:
-                    for job in list(self._jobs.values()):
-                        self._finish(job, FinishReason.CANCELLED, 0)
-                    return
-                self._current = job = self._queue.popleft()
-            error = None
-            try:
-                reason, tokens = self._generate(job)
-            except Exception as exc:  # one bad request must not end the server
-                log.exception("baseline generation failed")
-                reason, tokens, error = FinishReason.FAILED, 0, f"{type(exc).__name__}: {exc}"
-            with self._cv:
-                self._current = None
-                self._finish(job, reason, tokens, error)
-
-    def _generate(self, job: _Job) -> tuple[FinishReason, int]:
+    def _generate(self, job: Job) -> tuple[FinishReason, int]:
         s = job.sampling
         sample_rate = self.facts.sample_rate
         streamer = ReferenceStreamer(
@@ -234,7 +115,6 @@ class HFBaseline:
                 **options,
             )
         generated = out.shape[1] - len(job.prompt)
-        self._tokens += generated
         log.debug("%s: %d tokens in %.2f s", job.request_id, generated, time.monotonic() - started)
         if job.cancelled:
             return FinishReason.CANCELLED, generated
