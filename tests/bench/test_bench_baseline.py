@@ -8,6 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 import torch
+from baseline_testkit import assert_cancels_a_running_request
 
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
@@ -127,12 +128,7 @@ async def test_baseline_serves_one_request_at_a_time_and_cancels(baseline):
     # 42 tokens = 6 frames; the reference scheme emits one frame per 7 tokens from the 28th on.
     assert finished.reason is FinishReason.LENGTH and finished.num_tokens == 42
     assert samples == (6 - 3) * 2048
-    long = await baseline.submit(SpeechRequest("Hello.", sampling=_sampling(2000), request_id="c"))
-    await asyncio.sleep(0.3)
-    baseline.cancel("c")  # running: stops at its next token
-    events = [e async for e in long]
-    assert events[-1].reason is FinishReason.CANCELLED and events[-1].num_tokens < 2000
-    assert baseline.stats().waiting == 0 and baseline.stats().running == 0
+    await assert_cancels_a_running_request(baseline, _sampling(2000))
 
 
 async def test_baseline_refuses_bad_input(baseline):

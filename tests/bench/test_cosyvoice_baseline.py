@@ -8,6 +8,7 @@ import asyncio
 
 import numpy as np
 import pytest
+from baseline_testkit import assert_cancels_a_running_request
 
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
@@ -97,9 +98,4 @@ async def test_the_baseline_cancels_and_refuses_bad_input(baseline):
         await baseline.submit(SpeechRequest("hi", voice="nobody"))
     with pytest.raises(ModelInputError):
         await baseline.submit(SpeechRequest("   "))
-    long = await baseline.submit(SpeechRequest("Hello.", sampling=greedy(2000), request_id="long"))
-    await asyncio.sleep(0.3)
-    baseline.cancel("long")  # running: stops at its next token
-    events = [e async for e in long]
-    assert events[-1].reason is FinishReason.CANCELLED and events[-1].num_tokens < 2000
-    assert baseline.stats().waiting == 0 and baseline.stats().running == 0
+    await assert_cancels_a_running_request(baseline, greedy(2000))

@@ -1,0 +1,19 @@
+"""What every per-request baseline's tests check the same way."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.outputs import FinishReason, SpeechRequest
+from engine.request import SamplingParams
+
+
+async def assert_cancels_a_running_request(baseline, sampling: SamplingParams) -> None:
+    """A long request, cancelled while it runs, stops at its next token with CANCELLED and
+    leaves the baseline idle. `sampling` asks for 2000 tokens."""
+    long = await baseline.submit(SpeechRequest("Hello.", sampling=sampling, request_id="long"))
+    await asyncio.sleep(0.3)
+    baseline.cancel("long")
+    events = [e async for e in long]
+    assert events[-1].reason is FinishReason.CANCELLED and events[-1].num_tokens < 2000
+    assert baseline.stats().waiting == 0 and baseline.stats().running == 0
