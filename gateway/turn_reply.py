@@ -146,6 +146,8 @@ class TurnReply:
                     assert isinstance(event, AudioChunk)
                     async for frames in encoder.encode_parts(event.pcm):
                         await play(frames)
+                        if self.cancelled:  # barge-in: encode no more of it
+                            break
         finally:
             self._finished = True
             if finished is None:  # the session is going away mid-reply
