@@ -178,6 +178,12 @@ def uncompile_regions(modules: Iterable[torch.nn.Module]) -> None:
         module._compiled_call_impl = None
 
 
+def compiled_of(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Those of `modules` that run compiled now (a failed compile may have undone them,
+    through any CallableGraphs sharing them)."""
+    return [m for m in modules if m._compiled_call_impl is not None]
+
+
 def warm_up(fn: Callable, inputs: list[torch.Tensor], regions: list[torch.nn.Module]) -> bool:
     """Run fn(*inputs) twice before a capture (allocations, library handles, and the first
     call of compiled `regions`, which compiles them). A compile that fails (no working
@@ -215,7 +221,7 @@ class CallableGraphs:
         self.device = device
         self.paced = paced
         self.compiled = compiled  # compile_regions compiles what a codec names before capture
-        self._regions: list[torch.nn.Module] = []  # compiled blocks a capture may call
+        self._regions: list[torch.nn.Module] = []  # blocks named for compiling
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[
             object, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]
@@ -246,8 +252,7 @@ class CallableGraphs:
         stream = current if own else torch.cuda.Stream(self.device)
         stream.wait_stream(current)
         with torch.cuda.stream(stream):
-            if warm_up(fn, static, self._regions):
-                self._regions = []  # compiling failed: these graphs capture eager kernels
+            warm_up(fn, static, compiled_of(self._regions))
         current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(
@@ -272,13 +277,13 @@ class CallableGraphs:
             fresh = [m for m in modules if m not in _COMPILED]
             _COMPILED.update(fresh)
         compile_regions(fresh)
-        self._regions = modules
+        self._regions = modules  # named for compiling; compiled_of says which still are
 
     @property
     def compiled_blocks(self) -> int:
         """How many blocks this set's graphs run compiled (0: none named, or compiling
         failed and they run eager kernels)."""
-        return len(self._regions)
+        return len(compiled_of(self._regions))
 
     def pace(self) -> None:
         """With `paced`, wait (GIL released) until the work queued on this thread's stream has

@@ -59,7 +59,7 @@ class PerRequestBaseline(abc.ABC):
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="hf-baseline", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="baseline", daemon=True)
             self._thread.start()
 
     async def shutdown(self) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.cuda_graphs import compile_regions, uncompile_regions, warm_up
+from engine.cuda_graphs import compile_regions, compiled_of, uncompile_regions, warm_up
 
 
 class HostBranch(nn.Module):
@@ -36,6 +36,7 @@ def test_a_failed_compile_falls_back_to_eager_with_a_warning(caplog):
         assert warm_up(block, [x], [block])
     assert "--no-compile-codec" in caplog.text
     torch.testing.assert_close(block(x), x * 2)  # eager again
+    assert compiled_of([block]) == []
 
 
 def test_an_error_outside_compiled_blocks_still_raises():
@@ -58,6 +59,8 @@ def test_a_working_compile_is_kept_and_uncompile_undoes_it():
     graphs = counters["stats"]["unique_graphs"]
     assert graphs == 1
     torch.testing.assert_close(block(x), torch.relu(x) + 1)
+    assert compiled_of([block, Plain()]) == [block]
     uncompile_regions([block])
+    assert compiled_of([block]) == []
     block(torch.randn(5, 2))  # a new shape: eager, so nothing compiles
     assert counters["stats"]["unique_graphs"] == graphs

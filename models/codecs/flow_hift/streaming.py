@@ -172,8 +172,8 @@ class FlowHiftDetokenizer:
         """A second detokenizer over the same weights and streaming settings, with buffers and
         CUDA graphs of its own (capture them with a CallableGraphs of their own), so that it may
         decode on another thread and stream while this one does: the engine's first-chunk lane.
-        Streams are plain data: either one can continue a stream the other began. It covers
-        the prompt lengths this one covers so far."""
+        Streams are plain data: either one can continue a stream the other began. Both cover
+        the same voice prompt lengths."""
         twin = FlowHiftDetokenizer(
             self.flow,
             self.hift,
@@ -186,7 +186,7 @@ class FlowHiftDetokenizer:
             self.estimator_cache,
             cache_pool=self.cache_pool,
         )
-        twin.long_prompts = set(self.long_prompts)
+        twin.long_prompts = self.long_prompts  # one set: a voice added later covers both
         return twin
 
     def new_stream(
@@ -404,7 +404,8 @@ class FlowHiftDetokenizer:
     # convolutions), which leaves the valid ones unchanged. Frames are captured in whole
     # chunks: one chunk up to the window of a voice prompt of GRAPH_PROMPT_CHUNKS chunks
     # (presets have none), and the windows of the longer prompts the model's voices have
-    # (cover_prompt, up to MAX_GRAPH_PROMPT_CHUNKS); longer windows run eagerly. A short first chunk (first_hop) adds its
+    # (cover_prompt, up to MAX_GRAPH_PROMPT_CHUNKS); longer windows run eagerly. A short
+    # first chunk (first_hop) adds its
     # own row length (prompt + first hop) for up to GRAPH_FIRST_ROWS rows: a request's first
     # chunk often runs alone, and it is the one time to first audio waits for; batched with
     # steady rows it takes their bucket. HiFT's windows are captured too (hift_stream).
