@@ -12,6 +12,7 @@ import torch
 from engine.client import AsyncEngine
 from engine.config import EngineConfig
 from engine.core import EngineCore
+from engine.gc_pauses import freeze_loaded
 from engine.request import ConfigError
 from models.base import SpeechModel
 from models.registry import DEFAULT_MODEL, CosyVoiceOptions, is_voxgate_tiny, load_model
@@ -151,6 +152,7 @@ def build_engine(
 
         engine = ProcessEngine(EngineSpec(model, codec, config, random_weights, voices_dir))
         engine.start()
+        freeze_loaded()  # the child freezes its own; this process holds the gateway's
         return engine
     device = resolve_device(config)
     dtype = resolve_dtype(config, device)
@@ -167,6 +169,7 @@ def build_engine(
     )
     core = build_core(speech_model, config, device)
     core.warm_up()
+    freeze_loaded()  # before serving: full collections would walk the whole model each time
     engine = AsyncEngine(core)
     engine.start()
     return engine

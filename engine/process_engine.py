@@ -61,6 +61,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         resolve_device,
         resolve_dtype,
     )
+    from engine.gc_pauses import freeze_loaded
     from models.registry import load_model
 
     try:
@@ -80,6 +81,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         )
         core = build_core(model, spec.config, device)
         core.warm_up()
+        freeze_loaded()
     except Exception as exc:  # reported to the parent, which raises it from start()
         events.put(("failed", f"{type(exc).__name__}: {exc}"))
         return

@@ -154,8 +154,13 @@ def make_encoder(spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000) -
     return MulawEncoder(spec, source_rate)
 
 
-# Frames' worth of audio a chunk's first piece encodes (OffLoopEncoder.encode_parts).
-HEAD_FRAMES = 3
+# Frames' worth of audio a chunk's first piece encodes (OffLoopEncoder.encode_parts). The
+# resampler keeps the piece's last frame back, so a first chunk's listener holds HEAD_FRAMES - 1
+# frames while the next piece is encoded and sent: with 3 (40 ms of cover) the twelfth
+# session's 60-s run had streams whose third frame came 10-30 ms late whenever the process
+# stalled (a full garbage collection, a burst of GIL hand-offs); 6 gives 100 ms for ~1 ms more
+# before the first frame.
+HEAD_FRAMES = 6
 
 
 class OffLoopEncoder:
@@ -183,8 +188,8 @@ class OffLoopEncoder:
 
     async def encode_parts(self, pcm: np.ndarray) -> AsyncIterator[list[bytes]]:
         """encode(pcm) in pieces whose frames are sent while the next piece is encoded: the
-        first HEAD_FRAMES frames' worth, then pieces twice as long as the one before, each
-        covered many times over by the playback of what went before it. Why: a chunk often
+        first HEAD_FRAMES frames' worth, then pieces twice as long as the one before, so each
+        is covered by the playback of what went before it. Why: a chunk often
         comes when its listener's audio is nearly out (the scheduler serves the closest to
         running dry first), and one encode of the whole chunk would hold every frame back
         for all of it: a 1.28 s chunk's 64 frames take ~15-20 ms, its head's 1-2 ms, and the

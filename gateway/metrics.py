@@ -14,9 +14,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from engine.gc_pauses import GC_PAUSES, PAUSE_BUCKETS_S, GcPauses
 from engine.outputs import EngineStats
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -61,6 +67,29 @@ class EngineCollector(Collector):
         yield CounterMetricFamily("voxgate_engine_steps", "Engine steps run", value=stats.steps)
 
 
+class GcPauseCollector(Collector):
+    """`voxgate_gc_pause_seconds{generation}`: how long this process's garbage collections
+    held the GIL (the gateway's loop, the engine thread and the codec stop meanwhile)."""
+
+    def __init__(self, pauses: GcPauses) -> None:
+        self._pauses = pauses
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "voxgate_gc_pause_seconds",
+            "Garbage collections of the gateway's process, by generation, and how long each held "
+            "the GIL",
+            labels=["generation"],
+        )
+        for generation, pauses in self._pauses.snapshot().items():
+            buckets = [
+                (str(bound), count)
+                for bound, count in zip(PAUSE_BUCKETS_S, pauses.le_counts, strict=True)
+            ]
+            family.add_metric([str(generation)], [*buckets, ("+Inf", pauses.count)], pauses.total_s)
+        yield family
+
+
 class GatewayMetrics:
     def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
         self.registry = CollectorRegistry()
@@ -99,6 +128,7 @@ class GatewayMetrics:
             registry=r,
         )
         r.register(EngineCollector(engine_stats))
+        r.register(GcPauseCollector(GC_PAUSES.install()))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -192,6 +192,52 @@ def wait_idle(http: str, timeout_s: float = 30.0) -> bool:
     return False
 
 
+# What a full collection pause has to exceed to matter: one 20-ms frame of a listener's cover.
+GC_PAUSE_THRESHOLD = "0.02"
+
+
+def full_gc_pauses(http: str) -> dict[str, float] | None:
+    """The server's full (generation-2) garbage collections so far, from /metrics: how many,
+    how many took longer than GC_PAUSE_THRESHOLD seconds, and their total milliseconds. None
+    when the server has no such metric (a baseline) or does not answer."""
+    try:
+        status, body = http_get(f"{http}/metrics")
+    except OSError:
+        return None
+    return parse_full_gc_pauses(body) if status == 200 else None
+
+
+def parse_full_gc_pauses(body: str) -> dict[str, float] | None:
+    """full_gc_pauses from a /metrics body."""
+    found: dict[str, float] = {}
+    prefix = "voxgate_gc_pause_seconds_"
+    for line in body.splitlines():
+        if not line.startswith(prefix) or 'generation="2"' not in line:
+            continue
+        name, _, value = line.rpartition(" ")
+        kind = name[len(prefix) :].partition("{")[0]
+        if kind == "count":
+            found["collections"] = float(value)
+        elif kind == "sum":
+            found["pause_ms"] = 1000 * float(value)
+        elif kind == "bucket" and f'le="{GC_PAUSE_THRESHOLD}"' in name:
+            found["within"] = float(value)
+    if len(found) < 3:
+        return None
+    return {
+        "collections": found["collections"],
+        "over_20ms": found["collections"] - found["within"],
+        "pause_ms": found["pause_ms"],
+    }
+
+
+def gc_pauses_between(before: dict | None, after: dict | None) -> dict[str, float] | None:
+    """What full_gc_pauses counted between two readings (one rate point)."""
+    if before is None or after is None:
+        return None
+    return {key: round(after[key] - before[key], 1) for key in after}
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -35,6 +35,7 @@ async def test_health_ready_and_metrics(server):
         "voxgate_engine_step_seconds",
         "voxgate_engine_batch_size",
         "voxgate_engine_steps_total",
+        'voxgate_gc_pause_seconds_count{generation="2"}',
     ]:
         assert name in text, name
 

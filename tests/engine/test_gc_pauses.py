@@ -1,0 +1,70 @@
+"""The garbage collector in a serving process: start-up objects frozen out of full collections
+(and thawed again by the next engine's start-up), and every collection timed for /metrics."""
+
+import gc
+import weakref
+
+import pytest
+
+from engine.gc_pauses import PAUSE_BUCKETS_S, GcPauses, freeze_loaded
+from gateway.bench.servers import gc_pauses_between, parse_full_gc_pauses
+from gateway.metrics import GatewayMetrics
+
+
+class Node:
+    """An object in a reference cycle: only the collector can free it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def thawed():
+    yield
+    gc.unfreeze()  # leave the test process as it was
+
+
+def test_freeze_keeps_start_up_objects_out_of_full_collections_until_the_next_freeze(thawed):
+    node = Node()
+    alive = weakref.ref(node)
+    assert freeze_loaded() >= 1 and gc.get_freeze_count() >= 1
+    del node  # now garbage, but frozen: a full collection no longer looks at it
+    gc.collect()
+    assert alive() is not None
+    # The next engine's start-up thaws the old one's objects first, so their cycles go.
+    freeze_loaded()
+    assert alive() is None
+
+
+def test_every_collection_is_timed_by_generation():
+    pauses = GcPauses().install()
+    try:
+        before = pauses.snapshot()
+        for _ in range(3):
+            Node()
+            gc.collect()
+        after = pauses.snapshot()
+    finally:
+        pauses.uninstall()
+    full = after[2]
+    assert full.count >= before[2].count + 3
+    assert full.total_s > before[2].total_s and 0 < full.max_s <= full.total_s
+    # Cumulative per bound, never more than all collections.
+    assert full.le_counts == sorted(full.le_counts) and full.le_counts[-1] <= full.count
+    assert len(full.le_counts) == len(PAUSE_BUCKETS_S)
+    gc.collect()  # uninstalled: no longer counted
+    assert pauses.snapshot()[2].count == full.count
+
+
+def test_metrics_show_full_collections_and_the_bench_reads_them_back():
+    metrics = GatewayMetrics(lambda: None)
+    first = parse_full_gc_pauses(metrics.render().decode())
+    assert first is not None
+    for _ in range(2):
+        gc.collect()
+    second = parse_full_gc_pauses(metrics.render().decode())
+    between = gc_pauses_between(first, second)
+    assert between["collections"] >= 2 and between["pause_ms"] > 0
+    assert 0 <= between["over_20ms"] <= between["collections"]
+    assert parse_full_gc_pauses("voxgate_sessions 0\n") is None  # a server without the metric
+    assert gc_pauses_between(None, second) is None
