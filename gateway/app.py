@@ -25,6 +25,7 @@ from engine.client import AsyncEngine
 from engine.outputs import EngineStats
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.config import GatewaySettings
+from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
@@ -206,9 +207,11 @@ def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if owns_engine:
             gateway.engine = await asyncio.to_thread(_build_engine, settings)
+        probe = asyncio.create_task(probe_loop_lag(gateway.metrics.loop_lag))
         try:
             yield
         finally:
+            probe.cancel()
             if owns_engine and gateway.engine is not None:
                 await gateway.engine.shutdown()
 

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from engine.gc_pauses import GC_PAUSES, PAUSE_BUCKETS_S, GcPauses
 from engine.outputs import EngineStats
+from gateway.loop_lag import LAG_BUCKETS_S
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _TTFA_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
@@ -125,6 +126,12 @@ class GatewayMetrics:
         self.slow_clients = Counter(
             "voxgate_slow_client_closes",
             "Sessions closed because the client stopped reading",
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "voxgate_event_loop_lag_seconds",
+            "How late the gateway's event loop woke for a timer (gateway.loop_lag)",
+            buckets=LAG_BUCKETS_S,
             registry=r,
         )
         r.register(EngineCollector(engine_stats))

@@ -267,7 +267,7 @@ class BenchRun:
             return None
         stop = c.early_stop and early_stop
         stop_after = math.floor((1 - c.slo.viability) * len(plan)) if stop else None
-        gc_before = servers.full_gc_pauses(http) if http else None
+        pauses_before = servers.server_pauses(http) if http else None
         began = time.monotonic()  # the engine's clock too (same machine): its traces' arrivals
         outcome = gen.run(plan, self._options(url), stop_after)
         ended = time.monotonic()
@@ -301,15 +301,19 @@ class BenchRun:
         self._save()
         if http:
             servers.wait_idle(http)
-            gc = servers.gc_pauses_between(gc_before, servers.full_gc_pauses(http))
-            entry["points"][-1]["server_gc"] = gc
-            if gc is not None:
-                log.info(
-                    "  server: %d full garbage collections, %d over 20 ms, %.0f ms in all",
-                    gc["collections"],
-                    gc["over_20ms"],
-                    gc["pause_ms"],
-                )
+            pauses = servers.pauses_between(pauses_before, servers.server_pauses(http))
+            entry["points"][-1]["server_pauses"] = pauses
+            for key, what in (("loop_lag", "event-loop lag samples"), ("full_gc", "full GCs")):
+                if pauses and key in pauses:
+                    p = pauses[key]
+                    log.info(
+                        "  server %s: %d, %d over 20 ms, %d over 100 ms, %.0f ms in all",
+                        what,
+                        p["count"],
+                        p["over_20ms"],
+                        p["over_100ms"],
+                        p["ms"],
+                    )
         trace = self._trace_path
         if trace is not None and http and trace.exists():
             # Every request of the point has finished or been cancelled by now (idle server).

@@ -192,50 +192,63 @@ def wait_idle(http: str, timeout_s: float = 30.0) -> bool:
     return False
 
 
-# What a full collection pause has to exceed to matter: one 20-ms frame of a listener's cover.
-GC_PAUSE_THRESHOLD = "0.02"
+# Pauses counted by length: over one 20-ms frame (a first chunk's cover starts at a few
+# frames), and over 100 ms.
+PAUSE_THRESHOLDS = {"over_20ms": "0.02", "over_100ms": "0.1"}
+_HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' label filter
+    "full_gc": ("voxgate_gc_pause_seconds", 'generation="2"'),
+    "loop_lag": ("voxgate_event_loop_lag_seconds", ""),
+}
 
 
-def full_gc_pauses(http: str) -> dict[str, float] | None:
-    """The server's full (generation-2) garbage collections so far, from /metrics: how many,
-    how many took longer than GC_PAUSE_THRESHOLD seconds, and their total milliseconds. None
-    when the server has no such metric (a baseline) or does not answer."""
+def server_pauses(http: str) -> dict[str, dict[str, float]] | None:
+    """From the server's /metrics, so far: its full (generation-2) garbage collections and
+    its event loop's lag samples, each as how many, how many over each of PAUSE_THRESHOLDS,
+    and their total milliseconds. None when the server does not answer."""
     try:
         status, body = http_get(f"{http}/metrics")
     except OSError:
         return None
-    return parse_full_gc_pauses(body) if status == 200 else None
+    return parse_server_pauses(body) if status == 200 else None
 
 
-def parse_full_gc_pauses(body: str) -> dict[str, float] | None:
-    """full_gc_pauses from a /metrics body."""
-    found: dict[str, float] = {}
-    prefix = "voxgate_gc_pause_seconds_"
-    for line in body.splitlines():
-        if not line.startswith(prefix) or 'generation="2"' not in line:
-            continue
-        name, _, value = line.rpartition(" ")
-        kind = name[len(prefix) :].partition("{")[0]
-        if kind == "count":
-            found["collections"] = float(value)
-        elif kind == "sum":
-            found["pause_ms"] = 1000 * float(value)
-        elif kind == "bucket" and f'le="{GC_PAUSE_THRESHOLD}"' in name:
-            found["within"] = float(value)
-    if len(found) < 3:
-        return None
-    return {
-        "collections": found["collections"],
-        "over_20ms": found["collections"] - found["within"],
-        "pause_ms": found["pause_ms"],
-    }
+def parse_server_pauses(body: str) -> dict[str, dict[str, float]]:
+    """server_pauses from a /metrics body; a histogram the server lacks is left out."""
+    found: dict[str, dict[str, float]] = {}
+    for key, (metric, labels) in _HISTOGRAMS.items():
+        values: dict[str, float] = {}
+        for line in body.splitlines():
+            if not line.startswith(metric + "_") or labels not in line:
+                continue
+            name, _, value = line.rpartition(" ")
+            kind = name[len(metric) + 1 :].partition("{")[0]
+            if kind == "count":
+                values["count"] = float(value)
+            elif kind == "sum":
+                values["ms"] = 1000 * float(value)
+            elif kind == "bucket":
+                for over, bound in PAUSE_THRESHOLDS.items():
+                    if f'le="{bound}"' in name:
+                        values[over] = float(value)
+        if len(values) == 2 + len(PAUSE_THRESHOLDS):
+            count = values["count"]
+            found[key] = {
+                "count": count,
+                **{over: count - values[over] for over in PAUSE_THRESHOLDS},
+                "ms": values["ms"],
+            }
+    return found
 
 
-def gc_pauses_between(before: dict | None, after: dict | None) -> dict[str, float] | None:
-    """What full_gc_pauses counted between two readings (one rate point)."""
+def pauses_between(before: dict | None, after: dict | None) -> dict[str, dict[str, float]] | None:
+    """What server_pauses counted between two readings (one rate point)."""
     if before is None or after is None:
         return None
-    return {key: round(after[key] - before[key], 1) for key in after}
+    return {
+        key: {k: round(v - before[key][k], 1) for k, v in now.items()}
+        for key, now in after.items()
+        if key in before
+    }
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -7,7 +7,7 @@ import weakref
 import pytest
 
 from engine.gc_pauses import PAUSE_BUCKETS_S, GcPauses, freeze_loaded
-from gateway.bench.servers import gc_pauses_between, parse_full_gc_pauses
+from gateway.bench.servers import parse_server_pauses, pauses_between
 from gateway.metrics import GatewayMetrics
 
 
@@ -58,13 +58,15 @@ def test_every_collection_is_timed_by_generation():
 
 def test_metrics_show_full_collections_and_the_bench_reads_them_back():
     metrics = GatewayMetrics(lambda: None)
-    first = parse_full_gc_pauses(metrics.render().decode())
-    assert first is not None
+    first = parse_server_pauses(metrics.render().decode())
     for _ in range(2):
         gc.collect()
-    second = parse_full_gc_pauses(metrics.render().decode())
-    between = gc_pauses_between(first, second)
-    assert between["collections"] >= 2 and between["pause_ms"] > 0
-    assert 0 <= between["over_20ms"] <= between["collections"]
-    assert parse_full_gc_pauses("voxgate_sessions 0\n") is None  # a server without the metric
-    assert gc_pauses_between(None, second) is None
+    metrics.loop_lag.observe(0.03)  # what gateway.loop_lag's probe records
+    metrics.loop_lag.observe(0.15)
+    between = pauses_between(first, parse_server_pauses(metrics.render().decode()))
+    full = between["full_gc"]
+    assert full["count"] >= 2 and full["ms"] > 0
+    assert 0 <= full["over_100ms"] <= full["over_20ms"] <= full["count"]
+    assert between["loop_lag"] == {"count": 2, "over_20ms": 2, "over_100ms": 1, "ms": 180.0}
+    assert parse_server_pauses("voxgate_sessions 0\n") == {}  # a server without them
+    assert pauses_between(None, first) is None

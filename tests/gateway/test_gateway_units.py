@@ -61,6 +61,28 @@ def test_playback_clock_paces_to_the_lead():
     assert pc.delay() == 0.0
 
 
+def test_a_full_lead_releases_frames_in_groups():
+    """Once the lead is full, the clock waits until release_s more has played, and the frames
+    then go together: never more than the lead ahead, never less than lead - release_s - a frame."""
+    clock = FakeClock()
+    pc = PlaybackClock(lead_s=1.0, clock=clock, release_s=0.1)
+    wakes = 0
+    for _ in range(500):  # 10 s of audio
+        pause = pc.wait_s()
+        if pause > 0:
+            wakes += 1
+            clock.now += pause
+        ahead = pc.sent_s - pc.position()
+        assert ahead <= 1.0 + 1e-9
+        if pc.sent_s > 1.0:
+            assert ahead >= 1.0 - 0.1 - 0.02 - 1e-9
+        assert not pc.mark_sent(0.02)
+    assert 9.0 / 0.12 <= wakes <= 9.0 / 0.1 + 1  # one per ~100 ms played, not one per frame
+    # Never more than half the lead: a 100-ms lead releases 50 ms at a time, lead 0 frame by frame.
+    assert PlaybackClock(lead_s=0.1).release_s == pytest.approx(0.05)
+    assert PlaybackClock(lead_s=0.0).release_s == 0.0
+
+
 def test_playback_clock_counts_underruns_and_rebases():
     clock = FakeClock()
     pc = PlaybackClock(lead_s=0.1, clock=clock)
