@@ -16,7 +16,8 @@ import abc
 import asyncio
 import fractions
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 import av
 import numpy as np
@@ -156,11 +157,12 @@ def make_encoder(spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000) -
 
 # Frames' worth of audio a chunk's first piece encodes (OffLoopEncoder.encode_parts). The
 # resampler keeps the piece's last frame back, so a first chunk's listener holds HEAD_FRAMES - 1
-# frames while the next piece is encoded and sent: with 3 (40 ms of cover) the twelfth
-# session's 60-s run had streams whose third frame came 10-30 ms late whenever the process
-# stalled (a full garbage collection, a burst of GIL hand-offs); 6 gives 100 ms for ~1 ms more
-# before the first frame.
-HEAD_FRAMES = 6
+# frames while the rest is encoded and sent: 9 gives 160 ms of cover for ~1.5 ms more before
+# the first frame. The twelfth session's 60-s runs at 12 req/s found 3 (40 ms) and then 6 (100
+# ms) too few: at the load's peaks an encode waited 40-190 ms for a worker thread.
+HEAD_FRAMES = 9
+# Why an encode waits that long, in seconds (queue: submitted, not started; run: the encode).
+EncodeObserver = Callable[[float, float], None]
 
 
 class OffLoopEncoder:
@@ -174,42 +176,55 @@ class OffLoopEncoder:
     One call at a time per encoder (its state is sequential): a lock also covers a call whose
     awaiting task was cancelled (barge-in) while its thread still runs."""
 
-    def __init__(self, encoder: AudioEncoder) -> None:
+    def __init__(self, encoder: AudioEncoder, observe: EncodeObserver | None = None) -> None:
         self.encoder = encoder
         self._lock = threading.Lock()
+        self._observe = observe
 
     async def encode(self, pcm: np.ndarray) -> list[bytes]:
         if len(pcm) == 0:
             return []
-        return await asyncio.to_thread(self._locked, self.encoder.encode, pcm)
+        return await self._off_loop(self.encoder.encode, pcm)
 
     async def flush(self) -> list[bytes]:
-        return await asyncio.to_thread(self._locked, self.encoder.flush)
+        return await self._off_loop(self.encoder.flush)
 
     async def encode_parts(self, pcm: np.ndarray) -> AsyncIterator[list[bytes]]:
-        """encode(pcm) in pieces whose frames are sent while the next piece is encoded: the
-        first HEAD_FRAMES frames' worth, then pieces twice as long as the one before, so each
-        is covered by the playback of what went before it. Why: a chunk often
+        """encode(pcm) in two pieces whose frames are sent as each is done: the first
+        HEAD_FRAMES frames' worth, then the rest, while the head plays. Why: a chunk often
         comes when its listener's audio is nearly out (the scheduler serves the closest to
-        running dry first), and one encode of the whole chunk would hold every frame back
-        for all of it: a 1.28 s chunk's 64 frames take ~15-20 ms, its head's 1-2 ms, and the
+        running dry first), and one encode of the whole chunk would hold every frame back for
+        all of it: a 1.28 s chunk's 64 frames take ~15-20 ms, its head's 1-2 ms, and the
         previous chunk's last frame, which the resampler holds back, comes out only with the
-        next encode (the eleventh session's late frames at 14 req/s were that frame, 10-20
-        ms late, while the engine counted no gap). The frames are the same bytes as one
-        encode gives."""
+        next encode (the eleventh session's late frames at 14 req/s were that frame). Not
+        more pieces: each is a trip through the worker threads, which at 100 streams is what
+        costs (a version with pieces doubling in length made three or four trips a chunk,
+        and the twelfth session's first chunks came late at the piece boundaries). The frames
+        are the same bytes as one encode gives."""
         size = HEAD_FRAMES * self.encoder.source_rate * self.encoder.spec.frame_ms // 1000
-        while len(pcm) > 2 * size:
+        if len(pcm) > 2 * size:
             yield await self.encode(pcm[:size])
-            pcm, size = pcm[size:], 2 * size
+            pcm = pcm[size:]
         yield await self.encode(pcm)
 
-    def _locked(self, call, *args) -> list[bytes]:
+    async def _off_loop(self, call, *args) -> list[bytes]:
+        return await asyncio.to_thread(self._locked, time.perf_counter(), call, *args)
+
+    def _locked(self, submitted: float, call, *args) -> list[bytes]:
         with self._lock:
-            return call(*args)
+            started = time.perf_counter()
+            out = call(*args)
+        if self._observe is not None:
+            self._observe(started - submitted, time.perf_counter() - started)
+        return out
 
 
 def make_off_loop_encoder(
-    spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000
+    spec: AudioSpec,
+    source_rate: int,
+    opus_bitrate: int = 32000,
+    observe: EncodeObserver | None = None,
 ) -> OffLoopEncoder:
-    """make_encoder's encoder, run off the event loop (what the gateway's sessions use)."""
-    return OffLoopEncoder(make_encoder(spec, source_rate, opus_bitrate))
+    """make_encoder's encoder, run off the event loop (what the gateway's sessions use);
+    `observe` gets each encode's seconds queued and running (the gateway's metrics)."""
+    return OffLoopEncoder(make_encoder(spec, source_rate, opus_bitrate), observe)

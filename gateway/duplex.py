@@ -202,7 +202,10 @@ class DuplexConversation:
         else:
             self._engine.cancel(stream.request_id)
         encoder = make_off_loop_encoder(
-            options.output, self._engine.facts.sample_rate, self._opus_bitrate
+            options.output,
+            self._engine.facts.sample_rate,
+            self._opus_bitrate,
+            self._metrics.observe_encode,
         )
         frame_ms = options.output.frame_ms
         audio_ms, ttfa_ms, status = 0, None, ResponseStatus.FAILED

@@ -134,8 +134,25 @@ class GatewayMetrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
+        self.encode_wait = Histogram(
+            "voxgate_encode_queue_seconds",
+            "How long an output-audio encode waited for a worker thread",
+            buckets=LAG_BUCKETS_S,
+            registry=r,
+        )
+        self.encode_run = Histogram(
+            "voxgate_encode_run_seconds",
+            "How long an output-audio encode ran on its worker thread",
+            buckets=LAG_BUCKETS_S,
+            registry=r,
+        )
         r.register(EngineCollector(engine_stats))
         r.register(GcPauseCollector(GC_PAUSES.install()))
+
+    def observe_encode(self, queued_s: float, run_s: float) -> None:
+        """An encode's time queued and running (gateway.audio.EncodeObserver; any thread)."""
+        self.encode_wait.observe(queued_s)
+        self.encode_run.observe(run_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -208,7 +208,10 @@ class ResponseRunner:
         propagates without a word to the client."""
         self._emit.event(ResponseStarted(self.response.response_id))
         encoder = make_off_loop_encoder(
-            self._options.output, self._engine.facts.sample_rate, self._settings.opus_bitrate
+            self._options.output,
+            self._engine.facts.sample_rate,
+            self._settings.opus_bitrate,
+            self._metrics.observe_encode,
         )
         self._spawn(self._submit_all())
         try:

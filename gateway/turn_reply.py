@@ -116,7 +116,10 @@ class TurnReply:
             self._emit.event(ErrorEvent(code, message))
             return self._outcome(Finished(self.response_id, FinishReason.FAILED, 0), 0, None)
         encoder = make_off_loop_encoder(
-            self._options.output, self._engine.facts.sample_rate, self._settings.opus_bitrate
+            self._options.output,
+            self._engine.facts.sample_rate,
+            self._settings.opus_bitrate,
+            self._metrics.observe_encode,
         )
         audio_ms, ttfa_ms, streamed_text = 0, None, False
         finished: Finished | None = None

@@ -303,7 +303,12 @@ class BenchRun:
             servers.wait_idle(http)
             pauses = servers.pauses_between(pauses_before, servers.server_pauses(http))
             entry["points"][-1]["server_pauses"] = pauses
-            for key, what in (("loop_lag", "event-loop lag samples"), ("full_gc", "full GCs")):
+            for key, what in (
+                ("loop_lag", "event-loop lag samples"),
+                ("full_gc", "full GCs"),
+                ("encode_queue", "encodes queued"),
+                ("encode_run", "encodes run"),
+            ):
                 if pauses and key in pauses:
                     p = pauses[key]
                     log.info(

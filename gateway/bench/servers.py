@@ -198,12 +198,14 @@ PAUSE_THRESHOLDS = {"over_20ms": "0.02", "over_100ms": "0.1"}
 _HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' label filter
     "full_gc": ("voxgate_gc_pause_seconds", 'generation="2"'),
     "loop_lag": ("voxgate_event_loop_lag_seconds", ""),
+    "encode_queue": ("voxgate_encode_queue_seconds", ""),
+    "encode_run": ("voxgate_encode_run_seconds", ""),
 }
 
 
 def server_pauses(http: str) -> dict[str, dict[str, float]] | None:
-    """From the server's /metrics, so far: its full (generation-2) garbage collections and
-    its event loop's lag samples, each as how many, how many over each of PAUSE_THRESHOLDS,
+    """From the server's /metrics, so far: its full (generation-2) garbage collections, its
+    event loop's lag samples, and its output encodes' time queued and running, each as how many, how many over each of PAUSE_THRESHOLDS,
     and their total milliseconds. None when the server does not answer."""
     try:
         status, body = http_get(f"{http}/metrics")

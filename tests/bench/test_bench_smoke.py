@@ -109,10 +109,11 @@ def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys):
         assert engine["requests"] >= 4 and engine["first_audio"]["n"] == engine["requests"]
         assert engine["first_audio"]["p50"] <= ttfa["p99"]
         assert engine["to_first_token"]["max"] <= engine["first_audio"]["max"]
-        # The server's full garbage collections and event-loop lag during the point, read from
-        # its /metrics (the lag probe wakes every 50 ms: the point and its drain take > 1 s).
+        # The server's full garbage collections, event-loop lag and encodes during the point,
+        # from its /metrics (the lag probe wakes every 50 ms: the point and its drain take > 1 s).
         pauses = point["server_pauses"]
-        assert set(pauses) == {"full_gc", "loop_lag"}
+        assert set(pauses) == {"full_gc", "loop_lag", "encode_queue", "encode_run"}
+        assert pauses["encode_run"]["count"] >= 4 and pauses["encode_run"]["ms"] > 0
         for p in pauses.values():
             assert set(p) == {"count", "over_20ms", "over_100ms", "ms"}
             assert 0 <= p["over_100ms"] <= p["over_20ms"] <= p["count"] and p["ms"] >= 0

@@ -154,29 +154,31 @@ def test_the_off_loop_encoder_gives_the_same_frames_and_serialises_its_calls():
 
 
 @pytest.mark.parametrize("fmt", list(AudioFormat))
-def test_a_chunk_is_encoded_in_growing_pieces_with_the_same_bytes(fmt):
+def test_a_chunk_is_encoded_head_first_with_the_same_bytes(fmt):
     """encode_parts, how responses encode their chunks: a head of at most HEAD_FRAMES frames
     (at least HEAD_FRAMES - 1, the resampler keeping one back: the playback that covers the
-    next piece's encoding), then pieces that grow, and all of them byte for byte what one
-    encode gives."""
+    rest's encoding), then the rest in one piece, byte for byte what one encode gives; and
+    every encode's time queued and running reaches the observer (the gateway's metrics)."""
     import asyncio
 
     from gateway.audio import HEAD_FRAMES, make_off_loop_encoder
 
     rng = np.random.default_rng(3)
     pcm = (rng.standard_normal(24000 * 128 // 100) * 0.1).astype(np.float32)  # 1.28 s
+    timings: list[tuple[float, float]] = []
 
     async def pieces(chunk: np.ndarray) -> tuple[list[list[bytes]], list[bytes]]:
-        parts = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
-        whole = make_off_loop_encoder(AudioSpec(format=fmt), 24000)
+        spec = AudioSpec(format=fmt)
+        parts = make_off_loop_encoder(spec, 24000, observe=lambda q, r: timings.append((q, r)))
+        whole = make_off_loop_encoder(spec, 24000)
         split = [part async for part in parts.encode_parts(chunk)] + [await parts.flush()]
         return split, await whole.encode(chunk) + await whole.flush()
 
     split, whole = asyncio.run(pieces(pcm))
     assert HEAD_FRAMES - 1 <= len(split[0]) <= HEAD_FRAMES
-    sizes = [len(part) for part in split[:-1]]
-    assert len(sizes) >= 3 and sizes[1] > sizes[0] and sizes[-1] > sizes[1]
+    assert len(split) == 3 and len(split[1]) > len(split[0])  # head, rest, flush
     assert [f for part in split for f in part] == whole
+    assert len(timings) == 3 and all(q >= 0 and r > 0 for q, r in timings)
     # A chunk no longer than two heads is encoded in one go.
     short, _ = asyncio.run(pieces(pcm[: 24000 * 2 * HEAD_FRAMES * AudioSpec().frame_ms // 1000]))
     assert len(short) == 2  # the chunk, then the flush
