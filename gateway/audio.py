@@ -1,7 +1,9 @@
 """Output audio: model PCM in, wire frames out (Opus packets, pcm16, μ-law or A-law chunks).
 
-Resampling is libswresample and the codecs are libopus / libavcodec, both through PyAV: none of
-it is hand-written. An encoder belongs to one response; it keeps the resampler's filter history
+Resampling is libswresample and the codecs are libopus / libavcodec, through PyAV, except that
+Opus from a rate it takes as it is (the models' 24 kHz) calls libopus directly
+(`DirectOpusEncoder`, gateway.opus_lib says why): none of it is hand-written. An encoder
+belongs to one response; it keeps the resampler's filter history
 and the Opus state across the response's engine chunks (and across its sentence segments, so
 they join without clicks), and is flushed once at the end.
 
@@ -14,14 +16,17 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import ctypes
 import fractions
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 
 import av
 import numpy as np
 
+from gateway.opus_lib import MAX_PACKET, NATIVE_RATES, OpusLib, load_opus
 from gateway.protocol import AudioFormat, AudioSpec
 
 
@@ -145,8 +150,51 @@ class OpusEncoder(_CodecEncoder):
         codec.options = {"frame_duration": str(self.spec.frame_ms), "application": "audio"}
 
 
-def make_encoder(spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000) -> AudioEncoder:
+class DirectOpusEncoder:
+    """Opus straight from the model's rate, through libopus itself (gateway.opus_lib): one
+    foreign call per frame, which releases the GIL for all of it, and no resampler, so a
+    chunk's frames all come out of its own encode (none held back for the next). Same wire
+    format as OpusEncoder: one raw packet per frame, decoded at 48 kHz by the client."""
+
+    def __init__(self, spec: AudioSpec, source_rate: int, bitrate: int, lib: OpusLib) -> None:
+        self.spec = spec
+        self.source_rate = source_rate
+        self.frame_ms = spec.frame_ms
+        self._lib = lib
+        self._encoder = lib.create(source_rate, bitrate)
+        weakref.finalize(self, lib.destroy, self._encoder)
+        self._out = ctypes.create_string_buffer(MAX_PACKET)
+        self._frame = source_rate * spec.frame_ms // 1000
+        self._pending = np.zeros(0, np.float32)  # less than a frame, kept for the next call
+
+    def encode(self, pcm: np.ndarray) -> list[bytes]:
+        """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
+        if len(pcm) == 0:
+            return []
+        clean = np.clip(np.nan_to_num(pcm.astype(np.float32, copy=False)), -1.0, 1.0)
+        samples = np.concatenate([self._pending, clean]) if len(self._pending) else clean
+        whole = len(samples) // self._frame * self._frame
+        frames = np.ascontiguousarray(samples[:whole]).reshape(-1, self._frame)
+        self._pending = samples[whole:].copy()
+        return [self._lib.encode(self._encoder, frame, self._out) for frame in frames]
+
+    def flush(self) -> list[bytes]:
+        """The rest of the response, padded with silence to a whole frame."""
+        if len(self._pending) == 0:
+            return []
+        last = np.zeros(self._frame, np.float32)
+        last[: len(self._pending)] = self._pending
+        self._pending = np.zeros(0, np.float32)
+        return [self._lib.encode(self._encoder, last, self._out)]
+
+
+def make_encoder(
+    spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000
+) -> AudioEncoder | DirectOpusEncoder:
     if spec.format is AudioFormat.OPUS:
+        lib = load_opus() if source_rate in NATIVE_RATES else None
+        if lib is not None:
+            return DirectOpusEncoder(spec, source_rate, opus_bitrate, lib)
         return OpusEncoder(spec, source_rate, opus_bitrate)
     if spec.format is AudioFormat.PCM16:
         return Pcm16Encoder(spec, source_rate)
@@ -155,9 +203,9 @@ def make_encoder(spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000) -
     return MulawEncoder(spec, source_rate)
 
 
-# Frames' worth of audio a chunk's first piece encodes (OffLoopEncoder.encode_parts). The
-# resampler keeps the piece's last frame back, so a first chunk's listener holds HEAD_FRAMES - 1
-# frames while the rest is encoded and sent: 9 gives 160 ms of cover for ~1.5 ms more before
+# Frames' worth of audio a chunk's first piece encodes (OffLoopEncoder.encode_parts). A first
+# chunk's listener holds these HEAD_FRAMES frames (HEAD_FRAMES - 1 where a resampler keeps the
+# last one back) while the rest is encoded and sent: 9 gives 160 ms of cover for ~1.5 ms more before
 # the first frame. The twelfth session's 60-s runs at 12 req/s found 3 (40 ms) and then 6 (100
 # ms) too few: at the load's peaks an encode waited 40-190 ms for a worker thread.
 HEAD_FRAMES = 9
@@ -176,7 +224,9 @@ class OffLoopEncoder:
     One call at a time per encoder (its state is sequential): a lock also covers a call whose
     awaiting task was cancelled (barge-in) while its thread still runs."""
 
-    def __init__(self, encoder: AudioEncoder, observe: EncodeObserver | None = None) -> None:
+    def __init__(
+        self, encoder: AudioEncoder | DirectOpusEncoder, observe: EncodeObserver | None = None
+    ) -> None:
         self.encoder = encoder
         self._lock = threading.Lock()
         self._observe = observe
@@ -194,8 +244,8 @@ class OffLoopEncoder:
         HEAD_FRAMES frames' worth, then the rest, while the head plays. Why: a chunk often
         comes when its listener's audio is nearly out (the scheduler serves the closest to
         running dry first), and one encode of the whole chunk would hold every frame back for
-        all of it: a 1.28 s chunk's 64 frames take ~15-20 ms, its head's 1-2 ms, and the
-        previous chunk's last frame, which the resampler holds back, comes out only with the
+        all of it: a 1.28 s chunk's 64 frames take ~15-20 ms, its head's 1-2 ms, and where a
+        resampler holds the previous chunk's last frame back, it comes out only with the
         next encode (the eleventh session's late frames at 14 req/s were that frame). Not
         more pieces: each is a trip through the worker threads, which at 100 streams is what
         costs (a version with pieces doubling in length made three or four trips a chunk,

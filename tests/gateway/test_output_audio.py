@@ -102,6 +102,37 @@ def test_opus_one_packet_per_frame_and_round_trip(frame_ms):
     assert corr > 0.98 and snr > 12, (corr, snr)
 
 
+def test_opus_from_a_native_rate_calls_libopus_directly_and_holds_no_frame_back(monkeypatch):
+    """24 kHz (the models' rate) goes straight into libopus (gateway.opus_lib): a chunk's
+    frames all come out of its own encode. A rate Opus does not take goes through the
+    resampler, which keeps its last frame back; both decode to what went in. Without a usable
+    libopus, the PyAV encoder takes over."""
+    from gateway import opus_lib
+    from gateway.audio import DirectOpusEncoder, OpusEncoder
+
+    spec = AudioSpec(AudioFormat.OPUS, 48000, 20)
+    direct = make_encoder(spec, 24000)
+    assert isinstance(direct, DirectOpusEncoder)
+    assert len(direct.encode(tone(0.64))) == 32  # all of the chunk's 20-ms frames
+    assert len(direct.encode(tone(0.01))) == 0 and len(direct.flush()) == 1  # padded tail
+    resampled = make_encoder(spec, 22050)
+    assert isinstance(resampled, OpusEncoder)
+    assert len(resampled.encode(tone(0.64, 22050))) == 31
+    pcm = tone(1.0, 22050)
+    packets = resampled.encode(pcm) + resampled.flush()
+    corr, snr = best_alignment(decode_opus(packets), resample(pcm, 22050, 48000))
+    assert corr > 0.98 and snr > 12, (corr, snr)
+
+    monkeypatch.setattr(opus_lib, "_candidates", lambda: ["/nonexistent/libopus.so"])
+    opus_lib.load_opus.cache_clear()
+    try:
+        assert opus_lib.load_opus() is None
+        assert isinstance(make_encoder(spec, 24000), OpusEncoder)
+    finally:
+        monkeypatch.undo()
+        opus_lib.load_opus.cache_clear()
+
+
 def test_non_finite_samples_are_sanitised():
     pcm = tone(0.1)
     pcm[10:20] = np.nan

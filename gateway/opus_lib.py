@@ -1,0 +1,134 @@
+"""libopus's encoder, called directly (ctypes) instead of through libavcodec.
+
+Why: the gateway encodes every stream's audio on worker threads that share the GIL with its
+event loop, and each time a thread comes back from C it waits up to a switch interval for
+the GIL. PyAV goes back and forth several times per 20-ms frame (a resampled AudioFrame, the
+codec's send and receive, a Packet object), so in a busy gateway a 640-ms chunk's encode took
+~40 ms instead of ~7 (bench/encode_convoy.py, one busy Python thread beside it; at 11 req/s
+of CosyVoice 2 on the H200 the encodes averaged 29 ms, twelfth session). Here each frame is
+one foreign call, which releases the GIL for the whole frame's encode, and Opus takes 8, 12,
+16, 24 and 48 kHz input as it is, so the models' 24 kHz audio needs no resampler either.
+
+The library is the libopus PyAV's wheel bundles (the same one libavcodec used), or the
+system's. `load_opus()` returns None where neither can be loaded or the variadic control
+call does not work through ctypes; the caller then keeps the PyAV encoder."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import glob
+import logging
+import os
+
+import numpy as np
+
+log = logging.getLogger("voxgate.gateway")
+
+# Input rates Opus encodes as they are (anything else is resampled to 48 kHz first).
+NATIVE_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
+# From opus_defines.h.
+_APPLICATION_AUDIO = 2049
+_SET_BITRATE = 4002
+_GET_BITRATE = 4003
+# An Opus packet is at most 1275 bytes per frame (RFC 6716, 3.2.1).
+MAX_PACKET = 1275
+
+
+class OpusError(RuntimeError):
+    pass
+
+
+class OpusLib:
+    """The few libopus calls the encoder needs, typed."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        lib.opus_encoder_create.restype = ctypes.c_void_p
+        lib.opus_encoder_create.argtypes = [
+            ctypes.c_int32,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int),
+        ]
+        lib.opus_encode_float.restype = ctypes.c_int32
+        lib.opus_encode_float.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int32,
+        ]
+        lib.opus_encoder_destroy.restype = None
+        lib.opus_encoder_destroy.argtypes = [ctypes.c_void_p]
+        lib.opus_strerror.restype = ctypes.c_char_p
+        lib.opus_strerror.argtypes = [ctypes.c_int]
+        # opus_encoder_ctl is variadic: left untyped, ctypes passes the ints as C varargs.
+        # Whether that works on this platform is checked once, by load_opus.
+
+    def error(self, code: int) -> str:
+        return self._lib.opus_strerror(code).decode()
+
+    def create(self, rate: int, bitrate: int) -> ctypes.c_void_p:
+        """A mono encoder for `rate` Hz input at `bitrate` bits/s (application "audio", as
+        libavcodec's libopus encoder sets it; VBR and complexity 10 are libopus's defaults)."""
+        err = ctypes.c_int()
+        handle = self._lib.opus_encoder_create(rate, 1, _APPLICATION_AUDIO, ctypes.byref(err))
+        if err.value != 0 or not handle:
+            raise OpusError(f"opus_encoder_create({rate} Hz): {self.error(err.value)}")
+        encoder = ctypes.c_void_p(handle)
+        code = self._lib.opus_encoder_ctl(
+            encoder, ctypes.c_int(_SET_BITRATE), ctypes.c_int(bitrate)
+        )
+        got = ctypes.c_int32()
+        self._lib.opus_encoder_ctl(encoder, ctypes.c_int(_GET_BITRATE), ctypes.byref(got))
+        if code != 0 or got.value != bitrate:
+            self.destroy(encoder)
+            raise OpusError(f"opus_encoder_ctl could not set the bitrate to {bitrate}")
+        return encoder
+
+    def encode(self, encoder: ctypes.c_void_p, frame: np.ndarray, out: ctypes.Array) -> bytes:
+        """One frame (float32, C-contiguous, a length Opus allows) → one packet."""
+        n = self._lib.opus_encode_float(encoder, frame.ctypes.data, len(frame), out, len(out))
+        if n < 0:
+            raise OpusError(f"opus_encode_float: {self.error(n)}")
+        return out.raw[:n]
+
+    def destroy(self, encoder: ctypes.c_void_p) -> None:
+        self._lib.opus_encoder_destroy(encoder)
+
+
+def _candidates() -> list[str]:
+    import av
+
+    bundled = os.path.join(os.path.dirname(av.__file__), os.pardir, "av.libs")
+    found = sorted(glob.glob(os.path.join(bundled, "libopus*.so*")))
+    found += sorted(glob.glob(os.path.join(os.path.dirname(av.__file__), ".dylibs", "libopus*")))
+    system = ctypes.util.find_library("opus")
+    return found + ([system] if system else [])
+
+
+@functools.cache
+def load_opus() -> OpusLib | None:
+    """libopus, checked to work (an encoder made, its bitrate set and read back, a frame
+    encoded), or None."""
+    for path in _candidates():
+        try:
+            lib = OpusLib(ctypes.CDLL(path))
+            encoder = lib.create(24000, 32000)
+            try:
+                lib.encode(
+                    encoder, np.zeros(480, np.float32), ctypes.create_string_buffer(MAX_PACKET)
+                )
+            finally:
+                lib.destroy(encoder)
+        except (OSError, AttributeError, OpusError) as exc:
+            log.debug("libopus at %s not usable: %s", path, exc)
+            continue
+        return lib
+    log.warning(
+        "libopus could not be called directly; Opus output goes through PyAV's encoder, "
+        "which costs the gateway more GIL time per frame"
+    )
+    return None
