@@ -23,11 +23,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.client import AsyncEngine
 from engine.outputs import EngineStats
+from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.config import GatewaySettings
+from gateway.encode_workers import EncodeWorkers
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.protocol import ErrorEvent
+from gateway.protocol import AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.session import Session
 from gateway.twilio import TwilioWire
@@ -55,6 +57,13 @@ class Gateway:
         self.auth = Authenticator(settings.api_keys, settings.allowed_origins)
         self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
         self.metrics = GatewayMetrics(self.engine_stats)
+        self.encode_workers: EncodeWorkers | None = None  # the lifespan starts them, if asked
+
+    def open_encoder(self, spec: AudioSpec, source_rate: int) -> ChunkEncoder:
+        """A response's output encoder (gateway.audio.OpenEncoder): on this process's worker
+        threads, or in the encoder processes with --encode-processes."""
+        opened = self.encode_workers.open if self.encode_workers else make_off_loop_encoder
+        return opened(spec, source_rate, self.settings.opus_bitrate, self.metrics.observe_encode)
 
     def engine_stats(self) -> EngineStats | None:
         return self.engine.stats() if self.engine is not None else None
@@ -171,7 +180,15 @@ class Gateway:
                 pass  # the client left first; nothing was allocated for it
             return
         try:
-            session = Session(ws, self.engine, self.settings, self.metrics, verdict.label, wire)
+            session = Session(
+                ws,
+                self.engine,
+                self.settings,
+                self.metrics,
+                self.open_encoder,
+                verdict.label,
+                wire,
+            )
             await session.run()
         finally:
             self.slots.release(verdict)
@@ -207,11 +224,16 @@ def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if owns_engine:
             gateway.engine = await asyncio.to_thread(_build_engine, settings)
+        if settings.encode_processes:
+            workers = EncodeWorkers(settings.encode_processes)
+            gateway.encode_workers = await asyncio.to_thread(workers.start)
         probe = asyncio.create_task(probe_loop_lag(gateway.metrics.loop_lag))
         try:
             yield
         finally:
             probe.cancel()
+            if gateway.encode_workers is not None:
+                await asyncio.to_thread(gateway.encode_workers.close)
             if owns_engine and gateway.engine is not None:
                 await gateway.engine.shutdown()
 

@@ -213,31 +213,23 @@ HEAD_FRAMES = 9
 EncodeObserver = Callable[[float, float], None]
 
 
-class OffLoopEncoder:
-    """An encoder whose work runs on a worker thread, not on the event loop.
+class ChunkEncoder(abc.ABC):
+    """A response's encoder as the event loop sees it: awaitable, its work never on the loop
+    (OffLoopEncoder: worker threads of this process; gateway.encode_workers: processes)."""
 
-    Why: Opus at its default complexity costs ~20 ms of CPU per second of audio (2 CPU cores
-    here: `bench/gateway_encode_load.py`), so a gateway streaming 46 audio-seconds a second
-    (CosyVoice 2 at 6 req/s on the H200) would spend about a whole core encoding, in ~20 ms
-    slices that each hold up every other session's pacing, handshakes and first frames. PyAV
-    releases the GIL while libopus and libswresample run, so the work spreads over the cores.
-    One call at a time per encoder (its state is sequential): a lock also covers a call whose
-    awaiting task was cancelled (barge-in) while its thread still runs."""
+    source_rate: int
+    spec: AudioSpec
 
-    def __init__(
-        self, encoder: AudioEncoder | DirectOpusEncoder, observe: EncodeObserver | None = None
-    ) -> None:
-        self.encoder = encoder
-        self._lock = threading.Lock()
-        self._observe = observe
-
+    @abc.abstractmethod
     async def encode(self, pcm: np.ndarray) -> list[bytes]:
-        if len(pcm) == 0:
-            return []
-        return await self._off_loop(self.encoder.encode, pcm)
+        """AudioEncoder.encode, off the loop."""
 
+    @abc.abstractmethod
     async def flush(self) -> list[bytes]:
-        return await self._off_loop(self.encoder.flush)
+        """AudioEncoder.flush, off the loop."""
+
+    def close(self) -> None:  # noqa: B027 - only encoders holding outside resources need it
+        """Free what the encoder holds outside this process (nothing, by default)."""
 
     async def encode_parts(self, pcm: np.ndarray) -> AsyncIterator[list[bytes]]:
         """encode(pcm) in two pieces whose frames are sent as each is done: the first
@@ -251,11 +243,40 @@ class OffLoopEncoder:
         costs (a version with pieces doubling in length made three or four trips a chunk,
         and the twelfth session's first chunks came late at the piece boundaries). The frames
         are the same bytes as one encode gives."""
-        size = HEAD_FRAMES * self.encoder.source_rate * self.encoder.spec.frame_ms // 1000
+        size = HEAD_FRAMES * self.source_rate * self.spec.frame_ms // 1000
         if len(pcm) > 2 * size:
             yield await self.encode(pcm[:size])
             pcm = pcm[size:]
         yield await self.encode(pcm)
+
+
+class OffLoopEncoder(ChunkEncoder):
+    """An encoder whose work runs on a worker thread, not on the event loop.
+
+    Why: Opus at its default complexity costs ~20 ms of CPU per second of audio (2 CPU cores
+    here: `bench/gateway_encode_load.py`), so a gateway streaming 46 audio-seconds a second
+    (CosyVoice 2 at 6 req/s on the H200) would spend about a whole core encoding, in ~20 ms
+    slices that each hold up every other session's pacing, handshakes and first frames. The
+    codecs release the GIL while they run, so the work spreads over the cores. One call at a
+    time per encoder (its state is sequential): a lock also covers a call whose awaiting task
+    was cancelled (barge-in) while its thread still runs."""
+
+    def __init__(
+        self, encoder: AudioEncoder | DirectOpusEncoder, observe: EncodeObserver | None = None
+    ) -> None:
+        self.encoder = encoder
+        self.source_rate = encoder.source_rate
+        self.spec = encoder.spec
+        self._lock = threading.Lock()
+        self._observe = observe
+
+    async def encode(self, pcm: np.ndarray) -> list[bytes]:
+        if len(pcm) == 0:
+            return []
+        return await self._off_loop(self.encoder.encode, pcm)
+
+    async def flush(self) -> list[bytes]:
+        return await self._off_loop(self.encoder.flush)
 
     async def _off_loop(self, call, *args) -> list[bytes]:
         return await asyncio.to_thread(self._locked, time.perf_counter(), call, *args)
@@ -267,6 +288,11 @@ class OffLoopEncoder:
         if self._observe is not None:
             self._observe(started - submitted, time.perf_counter() - started)
         return out
+
+
+# What sessions make their encoders with: (output spec, the model's sample rate) → encoder.
+# The gateway binds the bitrate, the metrics and the backend (threads or processes) once.
+OpenEncoder = Callable[[AudioSpec, int], ChunkEncoder]
 
 
 def make_off_loop_encoder(

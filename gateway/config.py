@@ -75,6 +75,9 @@ class GatewaySettings:
     segment_pipeline_depth: int = 2  # segments of one response generating at once
     # --- audio ---
     opus_bitrate: int = 32000
+    # Output encoding on worker threads of the gateway's process (0) or in this many processes
+    # of its own (gateway/encode_workers.py: out of reach of the gateway's GIL).
+    encode_processes: int = 0
     web_demo_dir: Path = _WEB_DEMO
 
     def __post_init__(self) -> None:
@@ -111,6 +114,7 @@ class GatewaySettings:
         self._check_range("max_segment_chars", self.max_segment_chars, 16, 100_000)
         self._check_range("segment_pipeline_depth", self.segment_pipeline_depth, 1, 16)
         self._check_range("opus_bitrate", self.opus_bitrate, 6000, 510_000)
+        self._check_range("encode_processes", self.encode_processes, 0, 64)
 
     @staticmethod
     def _check_range(name: str, value: float, low: float, high: float | None = None) -> None:

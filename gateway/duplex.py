@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.client import AsyncEngine, ResponseStream
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
-from gateway.audio import make_off_loop_encoder
+from gateway.audio import OpenEncoder
 from gateway.audio_in import AudioDecoder
 from gateway.protocol import (
     AudioSpec,
@@ -58,12 +58,12 @@ class DuplexConversation:
         engine: AsyncEngine,
         emit: Emitter,
         metrics,
+        open_encoder: OpenEncoder,
         log,
-        opus_bitrate: int,
         finish_timeout_s: float,
     ) -> None:
         self._engine, self._emit, self._metrics, self._log = engine, emit, metrics, log
-        self._opus_bitrate, self._finish_timeout_s = opus_bitrate, finish_timeout_s
+        self._open_encoder, self._finish_timeout_s = open_encoder, finish_timeout_s
         self.replies = 0
         self._options: SpeechOptions | None = None
         self._decoder: AudioDecoder | None = None
@@ -201,12 +201,7 @@ class DuplexConversation:
             self._engine.end_session(stream.request_id)
         else:
             self._engine.cancel(stream.request_id)
-        encoder = make_off_loop_encoder(
-            options.output,
-            self._engine.facts.sample_rate,
-            self._opus_bitrate,
-            self._metrics.observe_encode,
-        )
+        encoder = self._open_encoder(options.output, self._engine.facts.sample_rate)
         frame_ms = options.output.frame_ms
         audio_ms, ttfa_ms, status = 0, None, ResponseStatus.FAILED
         try:
@@ -232,6 +227,7 @@ class DuplexConversation:
                         ttfa_ms = round((time.monotonic() - started) * 1000)
                         self._metrics.ttfa.observe(ttfa_ms / 1000)
         finally:
+            encoder.close()
             self._stream = None
             self.busy = False
             self.last_played = time.monotonic()

@@ -15,6 +15,7 @@ import time
 import uuid
 
 from engine.client import AsyncEngine
+from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorCode, ErrorEvent, TextInput
@@ -36,12 +37,14 @@ class ResponseQueue:
         settings: GatewaySettings,
         emit: Emitter,
         metrics: GatewayMetrics,
+        open_encoder: OpenEncoder,
         log: logging.LoggerAdapter,
     ) -> None:
         self._engine = engine
         self._settings = settings
         self._emit = emit
         self._metrics = metrics
+        self._open_encoder = open_encoder
         self._log = log
         self._waiting: collections.deque[Response] = collections.deque()
         self._ready = asyncio.Event()
@@ -121,6 +124,7 @@ class ResponseQueue:
                 self.options,
                 self._emit,
                 self._metrics,
+                self._open_encoder,
                 self._log,
             )
             self._runner_task = asyncio.create_task(self._runner.run())

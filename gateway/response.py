@@ -30,8 +30,9 @@ from engine.client import AsyncEngine, ResponseStream
 from engine.core import EngineOverloaded
 from engine.outputs import AudioChunk, EngineEvent, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
-from gateway.audio import make_off_loop_encoder
+from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
+from gateway.encode_workers import EncoderProcessFailed
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
 from gateway.protocol import (
@@ -152,6 +153,7 @@ class ResponseRunner:
         options: SpeechOptions,
         emit: Emitter,
         metrics: GatewayMetrics,
+        open_encoder: OpenEncoder,
         log: logging.LoggerAdapter,
     ) -> None:
         self.response = response
@@ -160,6 +162,7 @@ class ResponseRunner:
         self._options = options
         self._emit = emit
         self._metrics = metrics
+        self._open_encoder = open_encoder
         self._log = log
         self.segments: list[Segment] = []
         self.cancel_requested = False
@@ -207,18 +210,18 @@ class ResponseRunner:
         ends with `response.done` cancelled; any other cancel is the session going away and
         propagates without a word to the client."""
         self._emit.event(ResponseStarted(self.response.response_id))
-        encoder = make_off_loop_encoder(
-            self._options.output,
-            self._engine.facts.sample_rate,
-            self._settings.opus_bitrate,
-            self._metrics.observe_encode,
-        )
-        self._spawn(self._submit_all())
+        encoder: ChunkEncoder | None = None
         try:
+            encoder = self._open_encoder(self._options.output, self._engine.facts.sample_rate)
+            self._spawn(self._submit_all())
             while (segment := await self._ordered.get()) is not None:
                 if await self._play_segment(segment, encoder) is _Outcome.STOP:
                     break
             await self._send_frames(await encoder.flush())
+        except EncoderProcessFailed as exc:  # --encode-processes: its worker is gone
+            self._log.error("response %s: %s", self.response.response_id, exc)
+            self._emit.event(ErrorEvent(ErrorCode.INTERNAL, str(exc)))
+            self._status = ResponseStatus.FAILED
         except asyncio.CancelledError:
             if not self.cancel_requested:
                 raise
@@ -227,6 +230,8 @@ class ResponseRunner:
                 task.uncancel()
             self._status = ResponseStatus.CANCELLED
         finally:
+            if encoder is not None:
+                encoder.close()
             self.response.close_input()  # later text opens a new response, never this one
             self.cancel_engine_requests()
             for task in self._tasks:

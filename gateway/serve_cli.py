@@ -283,6 +283,13 @@ def add_serve_parser(subparsers) -> None:
         "--opus-bitrate", type=int, default=d.opus_bitrate, help="bit/s (default: %(default)s)"
     )
     g.add_argument(
+        "--encode-processes",
+        type=int,
+        default=d.encode_processes,
+        help="encode output audio in this many processes of its own instead of on the "
+        "gateway's worker threads (0); for many streams on one gateway (default: %(default)s)",
+    )
+    g.add_argument(
         "--start-timeout",
         type=float,
         default=d.start_timeout_s,
@@ -373,6 +380,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         lead_ms=args.lead_ms,
         max_send_queue_ms=args.max_send_queue_ms,
         opus_bitrate=args.opus_bitrate,
+        encode_processes=args.encode_processes,
         start_timeout_s=args.start_timeout,
         idle_timeout_s=args.idle_timeout,
         max_text_chars=args.max_text_chars,

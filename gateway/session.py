@@ -29,6 +29,7 @@ from starlette.types import Message
 from starlette.websockets import WebSocket
 
 from engine.client import AsyncEngine
+from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
 from gateway.config import GatewaySettings
 from gateway.duplex import DuplexConversation
@@ -88,6 +89,7 @@ class Session:
         engine: AsyncEngine,
         settings: GatewaySettings,
         metrics: GatewayMetrics,
+        open_encoder: OpenEncoder,
         principal_label: str = "anonymous",
         wire: Wire | None = None,
     ) -> None:
@@ -108,18 +110,23 @@ class Session:
         self._opened_at = time.monotonic()
         self._last_activity = self._opened_at
         self._responses = ResponseQueue(
-            engine, settings, Emitter(self._emit_event, self._emit_audio), metrics, self.log
+            engine,
+            settings,
+            Emitter(self._emit_event, self._emit_audio),
+            metrics,
+            open_encoder,
+            self.log,
         )
         # Speech-to-speech models converse instead of playing text responses: Moshi in one
         # continuous full-duplex conversation, GLM-4-Voice in turns (gateway/speech_conversation.py).
         emit = Emitter(self._emit_event, self._emit_audio)
         self._speech: SpeechConversation | None = (
             DuplexConversation(
-                engine, emit, metrics, self.log, settings.opus_bitrate, settings.close_timeout_s
+                engine, emit, metrics, open_encoder, self.log, settings.close_timeout_s
             )
             if engine.facts.full_duplex
             else TurnConversation.for_engine(
-                engine, self.session_id, settings, emit, metrics, self.log
+                engine, self.session_id, settings, emit, metrics, open_encoder, self.log
             )
         )
 

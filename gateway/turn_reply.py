@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from engine.client import AsyncEngine
 from engine.core import EngineOverloaded
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
-from gateway.audio import make_off_loop_encoder
+from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
@@ -58,10 +58,11 @@ class TurnReply:
         options: SpeechOptions,
         emit: Emitter,
         metrics: GatewayMetrics,
+        open_encoder: OpenEncoder,
     ) -> None:
         self.response_id = response_id
         self._engine, self._settings, self._options = engine, settings, options
-        self._emit, self._metrics = emit, metrics
+        self._emit, self._metrics, self._open_encoder = emit, metrics, open_encoder
         self._clock = PlaybackClock(settings.lead_ms / 1000)
         self._stopped = asyncio.Event()  # barge-in: stop sending now
         self._submitted = False
@@ -115,12 +116,7 @@ class TurnReply:
             message = str(exc) or type(exc).__name__
             self._emit.event(ErrorEvent(code, message))
             return self._outcome(Finished(self.response_id, FinishReason.FAILED, 0), 0, None)
-        encoder = make_off_loop_encoder(
-            self._options.output,
-            self._engine.facts.sample_rate,
-            self._settings.opus_bitrate,
-            self._metrics.observe_encode,
-        )
+        encoder = self._open_encoder(self._options.output, self._engine.facts.sample_rate)
         audio_ms, ttfa_ms, streamed_text = 0, None, False
         finished: Finished | None = None
 
@@ -152,6 +148,7 @@ class TurnReply:
                         if self.cancelled:  # barge-in: encode no more of it
                             break
         finally:
+            encoder.close()
             self._finished = True
             if finished is None:  # the session is going away mid-reply
                 self._engine.cancel(self.response_id)

@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 from engine.client import AsyncEngine
+from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
@@ -56,13 +57,20 @@ class TurnConversation:
 
     @classmethod
     def for_engine(
-        cls, engine: AsyncEngine, session_id: str, settings, emit: Emitter, metrics, log
+        cls,
+        engine: AsyncEngine,
+        session_id: str,
+        settings,
+        emit: Emitter,
+        metrics,
+        open_encoder: OpenEncoder,
+        log,
     ) -> TurnConversation | None:
         """The session's conversation when the engine serves a turn-based model, else None."""
         model = turn_model_of(engine)
         if model is None:
             return None
-        return cls(engine, model, session_id, settings, emit, metrics, log)
+        return cls(engine, model, session_id, settings, emit, metrics, open_encoder, log)
 
     def __init__(
         self,
@@ -72,10 +80,12 @@ class TurnConversation:
         settings: GatewaySettings,
         emit: Emitter,
         metrics: GatewayMetrics,
+        open_encoder: OpenEncoder,
         log,
     ) -> None:
         self._engine, self._model, self._conversation_id = engine, model, conversation_id
         self._settings, self._emit, self._metrics, self._log = settings, emit, metrics, log
+        self._open_encoder = open_encoder
         self.options = SpeechOptions()  # session.start / session.update set it
         self._input: TurnInput | None = None
         self._spec, self._detection = AudioSpec(), TurnDetection()
@@ -282,6 +292,7 @@ class TurnConversation:
             self.options,
             self._emit,
             self._metrics,
+            self._open_encoder,
         )
         self._reply = reply
         outcome = await reply.run(tuple(self.history), self._conversation_id)

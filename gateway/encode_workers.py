@@ -1,0 +1,257 @@
+"""Output encoding in processes of its own (`voxgate serve --encode-processes N`).
+
+Why: on worker threads (`audio.OffLoopEncoder`) encodes share the gateway's GIL with its event
+loop and the engine-event reader, and each return from C waits for it. In the twelfth
+session's 60-s runs of CosyVoice 2 on the H200, encodes that take 1-4 ms alone ran 29 ms on
+average at 11 req/s (171 of 2,138 over 100 ms), and first chunks' frames came late while the
+engine was on time (BENCHMARKS.md). A process has its own interpreter: there a chunk's encode
+runs at the codec's speed, and the gateway's side of it is one message out and one back.
+
+Each response's encoder lives in one worker process for its whole life (its state is
+sequential), chosen round-robin; a pipe per worker carries the messages in order, so calls of
+one encoder run in the order they were made, and one whose awaiting task was cancelled
+(barge-in) still runs before the next, as on threads. A sender thread per worker keeps the
+event loop from blocking on a full pipe; a reader thread resolves the futures. If a worker
+dies, its calls in flight and any later call on its encoders raise `EncoderProcessFailed`;
+new encoders go to the workers still alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing as mp
+import queue
+import threading
+import time
+import weakref
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from gateway.audio import ChunkEncoder, EncodeObserver, make_encoder
+from gateway.protocol import AudioSpec
+
+log = logging.getLogger("voxgate.gateway")
+START_TIMEOUT_S = 60.0
+
+
+class EncoderProcessFailed(RuntimeError):
+    """The encoder's worker process is gone, or the encode failed there."""
+
+
+def _worker_main(conn: Connection) -> None:
+    """A worker process: encoders by id, messages in order, until "stop" or a closed pipe."""
+    encoders: dict[int, object] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        op = message[0]
+        if op == "stop":
+            return
+        if op == "ping":  # start-up: imports done, ready to encode
+            conn.send(("pong",))
+            continue
+        if op == "open":
+            _, eid, spec, source_rate, bitrate = message
+            try:
+                encoders[eid] = make_encoder(spec, source_rate, bitrate)
+            except Exception as exc:  # reported by the encoder's first call
+                encoders[eid] = exc
+            continue
+        if op == "close":
+            encoders.pop(message[1], None)
+            continue
+        _, eid, seq, pcm = message
+        started = time.perf_counter()
+        try:
+            encoder = encoders[eid]
+            if isinstance(encoder, Exception):
+                raise encoder
+            out = encoder.encode(pcm) if op == "encode" else encoder.flush()
+            reply = ("ok", seq, out, time.perf_counter() - started)
+        except Exception as exc:
+            reply = ("error", seq, f"{type(exc).__name__}: {exc}", 0.0)
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
+
+
+class _Worker:
+    """One worker process and the two threads that talk to it."""
+
+    def __init__(self, ctx: mp.context.BaseContext, index: int) -> None:
+        self.name = f"voxgate-encoder-{index}"
+        ours, theirs = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(theirs,), name=self.name, daemon=True)
+        self.process.start()
+        theirs.close()
+        self._conn = ours
+        # Wait for the worker's imports, so the first response does not pay for them.
+        ours.send(("ping",))
+        if not ours.poll(START_TIMEOUT_S):
+            self.process.terminate()
+            raise EncoderProcessFailed(f"{self.name} did not start in {START_TIMEOUT_S:.0f} s")
+        ours.recv()
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future, float]] = {}
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+        self.failure: str | None = None
+        threading.Thread(target=self._send_loop, name=f"{self.name}-send", daemon=True).start()
+        threading.Thread(target=self._read_loop, name=f"{self.name}-read", daemon=True).start()
+
+    def post(self, message: tuple) -> None:
+        """A message that wants no answer (open, close, stop)."""
+        self._outbox.put(message)
+
+    def call(self, op: str, eid: int, pcm: np.ndarray | None) -> asyncio.Future:
+        """encode / flush on encoder `eid`; resolves to (frames, seconds queued, seconds run)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:
+            if self.failure is not None:
+                future.set_exception(EncoderProcessFailed(self.failure))
+                return future
+            seq = next(self._seq)
+            self._pending[seq] = (loop, future, time.perf_counter())
+        self._outbox.put((op, eid, seq, pcm))
+        return future
+
+    def stop(self, timeout_s: float) -> None:
+        self._outbox.put(("stop",))
+        self.process.join(timeout_s)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout_s)
+        self._outbox.put(None)  # ends the sender thread
+
+    def _send_loop(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            try:
+                self._conn.send(message)
+            except (OSError, ValueError):
+                return  # the reader sees the pipe close and fails what is pending
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                status, seq, value, run_s = self._conn.recv()
+            except (EOFError, OSError):
+                self._fail(f"output encoder process {self.name} exited")
+                return
+            with self._lock:
+                entry = self._pending.pop(seq, None)
+            if entry is None:
+                continue
+            loop, future, sent = entry
+            if status == "ok":
+                result = (value, time.perf_counter() - sent - run_s, run_s)
+                _resolve_from_thread(loop, future, result, None)
+            else:
+                _resolve_from_thread(loop, future, None, EncoderProcessFailed(value))
+
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            self.failure = reason
+            pending, self._pending = self._pending, {}
+        for loop, future, _ in pending.values():
+            _resolve_from_thread(loop, future, None, EncoderProcessFailed(reason))
+
+
+def _resolve_from_thread(loop, future, result, error: Exception | None) -> None:
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+        loop.call_soon_threadsafe(_resolve, future, result, error)
+
+
+def _resolve(future: asyncio.Future, result, error: Exception | None) -> None:
+    if future.done():  # its awaiting task was cancelled (barge-in, disconnect)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class PooledEncoder(ChunkEncoder):
+    """A response's encoder in a worker process (EncodeWorkers.open)."""
+
+    def __init__(
+        self,
+        worker: _Worker,
+        eid: int,
+        spec: AudioSpec,
+        source_rate: int,
+        observe: EncodeObserver | None,
+    ) -> None:
+        self.spec = spec
+        self.source_rate = source_rate
+        self._worker = worker
+        self._eid = eid
+        self._observe = observe
+        # The worker's encoder goes with this object, however the response ends.
+        self._closer = weakref.finalize(self, worker.post, ("close", eid))
+
+    async def encode(self, pcm: np.ndarray) -> list[bytes]:
+        if len(pcm) == 0:
+            return []
+        return await self._call("encode", pcm)
+
+    async def flush(self) -> list[bytes]:
+        return await self._call("flush", None)
+
+    def close(self) -> None:
+        self._closer()
+
+    async def _call(self, op: str, pcm: np.ndarray | None) -> list[bytes]:
+        frames, queued_s, run_s = await self._worker.call(op, self._eid, pcm)
+        if self._observe is not None:
+            self._observe(max(0.0, queued_s), run_s)
+        return frames
+
+
+class EncodeWorkers:
+    """N encoder processes; `open` is an encoder factory like `audio.make_off_loop_encoder`."""
+
+    def __init__(self, processes: int) -> None:
+        if processes < 1:
+            raise ValueError(f"encode processes must be at least 1, got {processes}")
+        self.processes = processes
+        self._workers: list[_Worker] = []
+        self._ids = itertools.count()
+        self._turn = itertools.count()
+
+    def start(self) -> EncodeWorkers:
+        # spawn, not fork: the gateway's process has threads (and CUDA, in tests and embedders).
+        ctx = mp.get_context("spawn")
+        self._workers = [_Worker(ctx, i) for i in range(self.processes)]
+        log.info("output encoding in %d worker processes", self.processes)
+        return self
+
+    def open(
+        self,
+        spec: AudioSpec,
+        source_rate: int,
+        opus_bitrate: int = 32000,
+        observe: EncodeObserver | None = None,
+    ) -> PooledEncoder:
+        alive = [w for w in self._workers if w.failure is None]
+        if not alive:
+            raise EncoderProcessFailed(
+                "no output encoder process is running; restart the server "
+                "(or serve without --encode-processes)"
+            )
+        worker = alive[next(self._turn) % len(alive)]
+        eid = next(self._ids)
+        worker.post(("open", eid, spec, source_rate, opus_bitrate))
+        return PooledEncoder(worker, eid, spec, source_rate, observe)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        for worker in self._workers:
+            worker.stop(timeout_s)
+        self._workers = []

@@ -1,0 +1,128 @@
+"""Output encoding in worker processes (`--encode-processes`): the same frames as on threads,
+each encoder's calls in order beside others on the same worker, a dead worker an error (never
+a hang), and a served session streaming through them."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+
+import numpy as np
+import pytest
+import websockets
+from gateway_testkit import (
+    collect_response,
+    decode_opus,
+    send,
+    start_server,
+    start_session,
+)
+
+from gateway.audio import make_off_loop_encoder
+from gateway.encode_workers import EncoderProcessFailed, EncodeWorkers
+from gateway.protocol import AudioFormat, AudioSpec
+
+RATE = 24000
+
+
+def noise(seconds: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (0.1 * rng.standard_normal(int(RATE * seconds))).astype(np.float32)
+
+
+async def frames_of(encoder, chunks: list[np.ndarray]) -> list[bytes]:
+    out: list[bytes] = []
+    for chunk in chunks:
+        async for part in encoder.encode_parts(chunk):
+            out += part
+    return out + await encoder.flush()
+
+
+@pytest.fixture(scope="module")
+def workers():
+    pool = EncodeWorkers(2).start()
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("fmt", [AudioFormat.OPUS, AudioFormat.PCM16, AudioFormat.MULAW])
+async def test_workers_give_the_threads_frames_in_order_for_interleaved_encoders(workers, fmt):
+    spec = AudioSpec(format=fmt)
+    timings: list[tuple[float, float]] = []
+    # Three responses on two workers: two of them share one, their calls interleaved.
+    pooled = [workers.open(spec, RATE, observe=lambda q, r: timings.append((q, r))) for _ in "abc"]
+    chunks = {i: [noise(0.64, 10 * i + k) for k in range(3)] for i in range(3)}
+    got = await asyncio.gather(*(frames_of(enc, chunks[i]) for i, enc in enumerate(pooled)))
+    for i in range(3):
+        expected = await frames_of(make_off_loop_encoder(spec, RATE), chunks[i])
+        assert got[i] == expected, i
+    assert len(timings) == 3 * (3 * 2 + 1)  # each chunk a head and a rest, then the flush
+    assert all(q >= 0 and r > 0 for q, r in timings)
+    for enc in pooled:
+        enc.close()
+
+
+async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():
+    pool = EncodeWorkers(2).start()
+    try:
+        first, second = pool.open(AudioSpec(), RATE), pool.open(AudioSpec(), RATE)
+        assert await first.encode(noise(0.1, 1))  # both workers answer
+        assert await second.encode(noise(0.1, 2))
+        dead = pool._workers[0]
+        dead.process.kill()
+        with pytest.raises(EncoderProcessFailed, match="exited"):
+            await asyncio.wait_for(first.encode(noise(0.1, 3)), 10)
+        # New encoders go to the worker still alive, and work.
+        for _ in range(3):
+            assert await pool.open(AudioSpec(), RATE).encode(noise(0.1, 4))
+        pool._workers[1].process.kill()
+        with pytest.raises(EncoderProcessFailed, match="exited"):
+            await asyncio.wait_for(second.encode(noise(0.1, 5)), 10)
+        with pytest.raises(EncoderProcessFailed, match="no output encoder process"):
+            pool.open(AudioSpec(), RATE)
+    finally:
+        pool.close()
+
+
+async def test_a_session_streams_through_encoder_processes(engine):
+    from dataclasses import replace
+
+    from gateway.config import GatewaySettings
+
+    settings = replace(GatewaySettings(model="tiny-orpheus"), encode_processes=1)
+    before = set(multiprocessing.active_children())
+    server = start_server(settings, engine)
+    try:
+        async with websockets.connect(server.url) as ws:
+            await start_session(ws, sampling={"temperature": 0.0, "max_tokens": 60})
+            await send(ws, type="text", text="Encoded elsewhere, heard here.")
+            played = await collect_response(ws)
+        assert played.done["audio_ms"] == 20 * len(played.frames) > 0
+        assert len(decode_opus(played.frames)) == 960 * len(played.frames)
+        # It was the worker process that encoded them: kill it, and the next response fails
+        # with an error event that says why, instead of hanging; the session stays usable.
+        [worker] = set(multiprocessing.active_children()) - before
+        worker.kill()
+        worker.join(10)
+        async with websockets.connect(server.url) as ws:
+            await start_session(ws, sampling={"temperature": 0.0, "max_tokens": 60})
+            await send(ws, type="text", text="Nobody left to encode this.")
+            failed = [await collect_response(ws)]
+            await send(ws, type="text", text="Still here?")  # the session goes on
+            failed.append(await collect_response(ws))
+        for response in failed:
+            assert response.done["status"] == "failed" and not response.frames
+            [error] = [e for e in response.events if e["type"] == "error"]
+            assert error["code"] == "internal" and "encoder process" in error["message"]
+            assert not error.get("fatal")
+    finally:
+        server.stop()
+
+
+def test_settings_refuse_a_negative_count():
+    from gateway.config import GatewaySettings
+
+    with pytest.raises(ValueError, match="encode_processes"):
+        GatewaySettings(encode_processes=-1)
+    with pytest.raises(ValueError, match="at least 1"):
+        EncodeWorkers(0)
