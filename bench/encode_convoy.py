@@ -1,8 +1,10 @@
-"""How long one 640-ms chunk takes to encode to 20-ms Opus frames on a worker thread, alone
-and beside threads that keep the GIL busy (as the gateway's event loop and engine-event reader
-do under load): PyAV's encoder (resampler, libavcodec) against libopus called directly
-(`gateway.opus_lib`). Each time a worker comes back from C it waits for the GIL, so the cost
-of a busy process grows with how often an encoder goes back and forth.
+"""How long the event loop waits for one 640-ms chunk's 20-ms Opus frames, alone and beside
+threads that keep the GIL busy (as the gateway's event loop and engine-event reader do under
+load), for each way the gateway can encode: worker threads with PyAV's encoder (resampler,
+libavcodec), worker threads with libopus called directly (`gateway.opus_lib`, the default for
+24 kHz), and a worker process (`--encode-processes`). On a thread, each return from C waits
+for the GIL, so a busy process slows the encode with every return it makes; a process has a
+GIL of its own.
 
     PYTHONPATH=$PWD python bench/encode_convoy.py --busy 0,1 --chunks 60
 """
@@ -10,13 +12,15 @@ of a busy process grows with how often an encoder goes back and forth.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import threading
 import time
 
 import numpy as np
 
-from gateway.audio import AudioEncoder, OpusEncoder, make_encoder
+from gateway.audio import OffLoopEncoder, OpusEncoder, make_off_loop_encoder
+from gateway.encode_workers import EncodeWorkers
 from gateway.protocol import AudioSpec
 
 RATE = 24000
@@ -31,27 +35,38 @@ def spin(stop: threading.Event) -> None:
             x += 1
 
 
-def encode_ms(encoder: AudioEncoder, chunks: int, busy: int) -> list[float]:
+async def encode_ms(encoder, chunks: int, busy: int) -> list[float]:
     pcm = (0.1 * np.random.default_rng(0).standard_normal(int(RATE * CHUNK_S))).astype(np.float32)
     stop = threading.Event()
     spinners = [threading.Thread(target=spin, args=(stop,)) for _ in range(busy)]
     for t in spinners:
         t.start()
     took: list[float] = []
-
-    def work() -> None:
+    try:
         for _ in range(chunks):
             t0 = time.perf_counter()
-            encoder.encode(pcm)
+            await encoder.encode(pcm)
             took.append(1000 * (time.perf_counter() - t0))
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    worker.join()
-    stop.set()
-    for t in spinners:
-        t.join()
+    finally:
+        stop.set()
+        for t in spinners:
+            t.join()
     return sorted(took)
+
+
+async def run(args: argparse.Namespace, workers: EncodeWorkers) -> None:
+    for busy in (int(b) for b in args.busy.split(",")):
+        for name, encoder in (
+            ("threads, PyAV", OffLoopEncoder(OpusEncoder(AudioSpec(), RATE))),
+            ("threads, libopus", make_off_loop_encoder(AudioSpec(), RATE)),
+            ("process", workers.open(AudioSpec(), RATE)),
+        ):
+            await encoder.encode(np.zeros(RATE // 10, np.float32))  # warm
+            took = await encode_ms(encoder, args.chunks, busy)
+            print(
+                f"busy threads {busy}, {name:16s}: 640-ms chunk p50 {took[len(took) // 2]:.1f} "
+                f"ms, p90 {took[int(0.9 * len(took))]:.1f} ms"
+            )
 
 
 def main() -> None:
@@ -61,16 +76,11 @@ def main() -> None:
     ap.add_argument("--switch-ms", type=float, default=0.5, help="the gateway's --gil-switch-ms")
     args = ap.parse_args()
     sys.setswitchinterval(args.switch_ms / 1000)
-    for busy in (int(b) for b in args.busy.split(",")):
-        for name, encoder in (
-            ("pyav", OpusEncoder(AudioSpec(), RATE)),
-            ("direct", make_encoder(AudioSpec(), RATE)),
-        ):
-            took = encode_ms(encoder, args.chunks, busy)
-            print(
-                f"busy threads {busy} {name:6s} 640-ms chunk: p50 {took[len(took) // 2]:.1f} ms, "
-                f"p90 {took[int(0.9 * len(took))]:.1f} ms"
-            )
+    workers = EncodeWorkers(1).start()
+    try:
+        asyncio.run(run(args, workers))
+    finally:
+        workers.close()
 
 
 if __name__ == "__main__":
