@@ -203,13 +203,13 @@ def make_encoder(
     return MulawEncoder(spec, source_rate)
 
 
-# Frames' worth of audio a chunk's first piece encodes (OffLoopEncoder.encode_parts). A first
-# chunk's listener holds these HEAD_FRAMES frames (HEAD_FRAMES - 1 where a resampler keeps the
-# last one back) while the rest is encoded and sent: 9 gives 160 ms of cover for ~1.5 ms more before
-# the first frame. The twelfth session's 60-s runs at 12 req/s found 3 (40 ms) and then 6 (100
-# ms) too few: at the load's peaks an encode waited 40-190 ms for a worker thread.
+# Frames' worth of audio a chunk's first piece encodes (ChunkEncoder.encode_parts). A first
+# chunk's listener holds these frames (one fewer where a resampler keeps the last back) while
+# the rest is encoded and sent: 9 give 160 ms of cover, for ~1.5 ms more before the first
+# frame. The twelfth session's 60-s runs at 12 req/s found 3 (40 ms) and then 6 (100 ms) too
+# few: at the load's peaks a piece took 40-190 ms to come back from the worker threads.
 HEAD_FRAMES = 9
-# Why an encode waits that long, in seconds (queue: submitted, not started; run: the encode).
+# What each encode cost, in seconds: queued (submitted, not yet started), then running.
 EncodeObserver = Callable[[float, float], None]
 
 
