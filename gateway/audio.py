@@ -30,6 +30,12 @@ from gateway.opus_lib import MAX_PACKET, NATIVE_RATES, OpusLib, load_opus
 from gateway.protocol import AudioFormat, AudioSpec
 
 
+def sanitized(pcm: np.ndarray) -> np.ndarray:
+    """Model audio as float32 within [-1, 1]. A diverging model can emit NaN/inf, which a
+    resampler or codec would turn into full-scale noise."""
+    return np.clip(np.nan_to_num(pcm.astype(np.float32, copy=False)), -1.0, 1.0)
+
+
 class AudioEncoder(abc.ABC):
     # libavcodec sample format the codec consumes
     sample_format = "s16"
@@ -37,7 +43,6 @@ class AudioEncoder(abc.ABC):
     def __init__(self, spec: AudioSpec, source_rate: int) -> None:
         self.spec = spec
         self.source_rate = source_rate
-        self.frame_ms = spec.frame_ms
         self._samples_in = 0
         self._samples_out = 0
         self._resampler = av.AudioResampler(
@@ -51,8 +56,7 @@ class AudioEncoder(abc.ABC):
         """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
         if len(pcm) == 0:
             return []
-        # A diverging model can emit NaN/inf; libswresample would turn them into full-scale noise.
-        clean = np.clip(np.nan_to_num(pcm.astype(np.float32, copy=False)), -1.0, 1.0)
+        clean = sanitized(pcm)
         frame = av.AudioFrame.from_ndarray(clean[None, :], format="flt", layout="mono")
         frame.sample_rate = self.source_rate
         frame.time_base = fractions.Fraction(1, self.source_rate)
@@ -159,7 +163,6 @@ class DirectOpusEncoder:
     def __init__(self, spec: AudioSpec, source_rate: int, bitrate: int, lib: OpusLib) -> None:
         self.spec = spec
         self.source_rate = source_rate
-        self.frame_ms = spec.frame_ms
         self._lib = lib
         self._encoder = lib.create(source_rate, bitrate)
         weakref.finalize(self, lib.destroy, self._encoder)
@@ -171,7 +174,7 @@ class DirectOpusEncoder:
         """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
         if len(pcm) == 0:
             return []
-        clean = np.clip(np.nan_to_num(pcm.astype(np.float32, copy=False)), -1.0, 1.0)
+        clean = sanitized(pcm)
         samples = np.concatenate([self._pending, clean]) if len(self._pending) else clean
         whole = len(samples) // self._frame * self._frame
         frames = np.ascontiguousarray(samples[:whole]).reshape(-1, self._frame)

@@ -229,7 +229,12 @@ class EncodeWorkers:
     def start(self) -> EncodeWorkers:
         # spawn, not fork: the gateway's process has threads (and CUDA, in tests and embedders).
         ctx = mp.get_context("spawn")
-        self._workers = [_Worker(ctx, i) for i in range(self.processes)]
+        try:
+            for i in range(self.processes):
+                self._workers.append(_Worker(ctx, i))
+        except BaseException:
+            self.close()  # the ones that did start
+            raise
         log.info("output encoding in %d worker processes", self.processes)
         return self
 

@@ -134,15 +134,15 @@ class GatewayMetrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
-        self.encode_wait = Histogram(
+        self.encode_queue = Histogram(
             "voxgate_encode_queue_seconds",
-            "How long an output-audio encode waited for a worker thread",
+            "How long an output-audio encode waited for its worker (thread or process)",
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
         self.encode_run = Histogram(
             "voxgate_encode_run_seconds",
-            "How long an output-audio encode ran on its worker thread",
+            "How long an output-audio encode ran on its worker (thread or process)",
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
@@ -151,7 +151,7 @@ class GatewayMetrics:
 
     def observe_encode(self, queued_s: float, run_s: float) -> None:
         """An encode's time queued and running (gateway.audio.EncodeObserver; any thread)."""
-        self.encode_wait.observe(queued_s)
+        self.encode_queue.observe(queued_s)
         self.encode_run.observe(run_s)
 
     def render(self) -> bytes:

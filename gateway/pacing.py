@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 # Once a response's lead is full, its frames are released in groups this long, not one by
 # one. Why: frame by frame, a gateway streaming 100 responses wakes 5,000 times a second to send
-# each 20-ms frame on its own timer, and each wake also wakes that session's writer task; in the
-# twelfth session's 60-s run at 12 req/s (CosyVoice 2, H200) the event loop then fell 100-300
-# ms behind the engine at the load's peaks, and first chunks' frames came late. Grouping five
-# frames cuts those wakes five-fold; the client's buffer stays within 100 ms of the lead.
+# each 20-ms frame on its own timer, and each wake also wakes that session's writer task.
+# Grouping five frames cuts those wakes five-fold, and the client's buffer stays within 100 ms
+# of the lead. (It was a suspect for the twelfth session's late frames at 12 req/s; the
+# loop-lag probe then showed the loop on time, and the encoders to blame: BENCHMARKS.md.)
 RELEASE_S = 0.1
 
 

@@ -205,8 +205,9 @@ _HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' lab
 
 def server_pauses(http: str) -> dict[str, dict[str, float]] | None:
     """From the server's /metrics, so far: its full (generation-2) garbage collections, its
-    event loop's lag samples, and its output encodes' time queued and running, each as how many, how many over each of PAUSE_THRESHOLDS,
-    and their total milliseconds. None when the server does not answer."""
+    event loop's lag samples, and its output encodes' time queued and running, each as how
+    many, how many over each of PAUSE_THRESHOLDS, and their total milliseconds. None when
+    the server does not answer."""
     try:
         status, body = http_get(f"{http}/metrics")
     except OSError:
