@@ -26,7 +26,7 @@ from engine.outputs import EngineStats
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.config import GatewaySettings
-from gateway.encode_workers import EncodeWorkers
+from gateway.encode_workers import EncodeWorkers, process_count
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import AudioSpec, ErrorEvent
@@ -224,8 +224,9 @@ def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if owns_engine:
             gateway.engine = await asyncio.to_thread(_build_engine, settings)
-        if settings.encode_processes:
-            workers = EncodeWorkers(settings.encode_processes)
+        processes = process_count(settings.encode_processes, settings.engine.device)
+        if processes:
+            workers = EncodeWorkers(processes)
             gateway.encode_workers = await asyncio.to_thread(workers.start)
         probe = asyncio.create_task(probe_loop_lag(gateway.metrics.loop_lag))
         try:

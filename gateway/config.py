@@ -76,8 +76,9 @@ class GatewaySettings:
     # --- audio ---
     opus_bitrate: int = 32000
     # Output encoding on worker threads of the gateway's process (0) or in this many processes
-    # of its own (gateway/encode_workers.py: out of reach of the gateway's GIL).
-    encode_processes: int = 0
+    # of its own (gateway/encode_workers.py: out of reach of the gateway's GIL). None: 4 when
+    # the engine runs on a CUDA GPU, else 0 (encode_workers.process_count).
+    encode_processes: int | None = None
     web_demo_dir: Path = _WEB_DEMO
 
     def __post_init__(self) -> None:
@@ -114,7 +115,8 @@ class GatewaySettings:
         self._check_range("max_segment_chars", self.max_segment_chars, 16, 100_000)
         self._check_range("segment_pipeline_depth", self.segment_pipeline_depth, 1, 16)
         self._check_range("opus_bitrate", self.opus_bitrate, 6000, 510_000)
-        self._check_range("encode_processes", self.encode_processes, 0, 64)
+        if self.encode_processes is not None:
+            self._check_range("encode_processes", self.encode_processes, 0, 64)
 
     @staticmethod
     def _check_range(name: str, value: float, low: float, high: float | None = None) -> None:

@@ -1,4 +1,5 @@
-"""Output encoding in processes of its own (`voxgate serve --encode-processes N`).
+"""Output encoding in processes of its own (`voxgate serve --encode-processes N`; by default
+4 when the engine runs on a CUDA GPU, none on a CPU).
 
 Why: on worker threads (`audio.OffLoopEncoder`) encodes share the gateway's GIL with its event
 loop and the engine-event reader, and each return from C waits for it. In the twelfth
@@ -36,6 +37,28 @@ from gateway.protocol import AudioSpec
 
 log = logging.getLogger("voxgate.gateway")
 START_TIMEOUT_S = 60.0
+# Worker processes when --encode-processes is not given and the engine runs on a CUDA GPU. The
+# thirteenth session's H200 runs (BENCHMARKS.md): CosyVoice 2 at 12 req/s for 60 s, 4 workers
+# kept every encode under 20 ms (mean 3.1 ms) and 692/692 streams on time; the threads, 159
+# encodes over 20 ms (mean 5.2 ms) and 3 streams late. On a CPU-only machine the engine needs
+# the cores, and its few streams never convoy, so threads stay the default there.
+GPU_DEFAULT_PROCESSES = 4
+
+
+def process_count(asked: int | None, device: str | None) -> int:
+    """How many encoder processes to start: `asked` if given, else the default for `device`
+    (the engine's `--device`; None means CUDA if a GPU is visible)."""
+    if asked is not None:
+        return asked
+    return GPU_DEFAULT_PROCESSES if _runs_on_cuda(device) else 0
+
+
+def _runs_on_cuda(device: str | None) -> bool:
+    if device is not None:
+        return device.startswith("cuda")
+    import torch  # the engine has imported it already; here only when the gateway builds one
+
+    return torch.cuda.is_available()
 
 
 class EncoderProcessFailed(RuntimeError):

@@ -286,8 +286,9 @@ def add_serve_parser(subparsers) -> None:
         "--encode-processes",
         type=int,
         default=d.encode_processes,
-        help="encode output audio in this many processes of its own instead of on the "
-        "gateway's worker threads (0); for many streams on one gateway (default: %(default)s)",
+        help="encode output audio in this many processes of their own, or on the gateway's "
+        "worker threads (0); processes keep encodes clear of the gateway's GIL with many "
+        "streams (default: 4 when the engine runs on a CUDA GPU, else 0)",
     )
     g.add_argument(
         "--start-timeout",

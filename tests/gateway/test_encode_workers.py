@@ -126,3 +126,18 @@ def test_settings_refuse_a_negative_count():
         GatewaySettings(encode_processes=-1)
     with pytest.raises(ValueError, match="at least 1"):
         EncodeWorkers(0)
+
+
+def test_processes_by_default_only_beside_a_cuda_engine(monkeypatch):
+    import torch
+
+    from gateway.encode_workers import GPU_DEFAULT_PROCESSES, process_count
+
+    assert process_count(None, "cuda") == process_count(None, "cuda:1") == GPU_DEFAULT_PROCESSES
+    assert process_count(None, "cpu") == 0
+    assert process_count(0, "cuda") == 0 and process_count(2, "cpu") == 2  # asked: as asked
+    # No --device: the engine takes CUDA when a GPU is visible, and so do the encoders.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert process_count(None, None) == GPU_DEFAULT_PROCESSES
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert process_count(None, None) == 0
