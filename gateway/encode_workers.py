@@ -13,8 +13,10 @@ sequential), chosen round-robin; a pipe per worker carries the messages in order
 one encoder run in the order they were made, and one whose awaiting task was cancelled
 (barge-in) still runs before the next, as on threads. A sender thread per worker keeps the
 event loop from blocking on a full pipe; a reader thread resolves the futures. If a worker
-dies, its calls in flight and any later call on its encoders raise `EncoderProcessFailed`;
-new encoders go to the workers still alive.
+dies, its calls in flight and any later call on its encoders raise `EncoderProcessFailed`
+(their state died with it); new encoders go to the workers still alive, and a successor is
+started in its place after a pause that doubles while its slot keeps dying (a worker that
+crashes on every encode must not become a busy loop of spawns).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -37,6 +40,11 @@ from gateway.protocol import AudioSpec
 
 log = logging.getLogger("voxgate.gateway")
 START_TIMEOUT_S = 60.0
+# A successor replaces a dead worker after this pause, doubled for each death of the same slot
+# less than RESTART_WINDOW_S after its last restart, up to MAX_RESTART_DELAY_S.
+RESTART_DELAY_S = 1.0
+RESTART_WINDOW_S = 60.0
+MAX_RESTART_DELAY_S = 60.0
 # Worker processes when --encode-processes is not given and the engine runs on a CUDA GPU. The
 # thirteenth session's H200 runs (BENCHMARKS.md): CosyVoice 2 at 12 req/s for 60 s, 4 workers
 # kept every encode under 20 ms (mean 3.1 ms) and 692/692 streams on time; the threads, 159
@@ -106,10 +114,18 @@ def _worker_main(conn: Connection) -> None:
 
 
 class _Worker:
-    """One worker process and the two threads that talk to it."""
+    """One worker process and the two threads that talk to it. `on_exit` runs on the reader
+    thread once the process is gone and its calls have failed."""
 
-    def __init__(self, ctx: mp.context.BaseContext, index: int) -> None:
+    def __init__(
+        self,
+        ctx: mp.context.BaseContext,
+        index: int,
+        on_exit: Callable[[_Worker], None] | None = None,
+    ) -> None:
+        self.index = index
         self.name = f"voxgate-encoder-{index}"
+        self._on_exit = on_exit
         ours, theirs = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(theirs,), name=self.name, daemon=True)
         self.process.start()
@@ -167,6 +183,8 @@ class _Worker:
                 status, seq, value, run_s = self._conn.recv()
             except (EOFError, OSError):
                 self._fail(f"output encoder process {self.name} exited")
+                if self._on_exit is not None:
+                    self._on_exit(self)
                 return
             with self._lock:
                 entry = self._pending.pop(seq, None)
@@ -241,25 +259,68 @@ class PooledEncoder(ChunkEncoder):
 class EncodeWorkers:
     """N encoder processes; `open` is an encoder factory like `audio.make_off_loop_encoder`."""
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, restart_delay_s: float = RESTART_DELAY_S) -> None:
         if processes < 1:
             raise ValueError(f"encode processes must be at least 1, got {processes}")
         self.processes = processes
+        self.restart_delay_s = restart_delay_s
+        self.restarts = 0  # successors started so far
         self._workers: list[_Worker] = []
         self._ids = itertools.count()
         self._turn = itertools.count()
+        self._lock = threading.Lock()
+        self._closing = False
+        self._deaths: dict[int, tuple[int, float]] = {}  # slot → (deaths in a row, last restart)
+        self._ctx: mp.context.BaseContext | None = None
 
     def start(self) -> EncodeWorkers:
         # spawn, not fork: the gateway's process has threads (and CUDA, in tests and embedders).
-        ctx = mp.get_context("spawn")
+        self._ctx = mp.get_context("spawn")
         try:
             for i in range(self.processes):
-                self._workers.append(_Worker(ctx, i))
+                self._workers.append(_Worker(self._ctx, i, self._replace))
         except BaseException:
             self.close()  # the ones that did start
             raise
         log.info("output encoding in %d worker processes", self.processes)
         return self
+
+    @property
+    def alive(self) -> int:
+        return sum(w.failure is None for w in self._workers)
+
+    def _replace(self, dead: _Worker) -> None:
+        """On the dead worker's reader thread: start a successor in its slot, after a pause."""
+        if self._closing or self._ctx is None:
+            return
+        delay = self._restart_delay(dead.index)
+        log.warning(
+            "output encoder process %s exited; its responses failed; a successor starts in %.0f s",
+            dead.name,
+            delay,
+        )
+        time.sleep(delay)
+        if self._closing:
+            return
+        try:
+            successor = _Worker(self._ctx, dead.index, self._replace)
+        except Exception as exc:  # cannot start one: the slot stays empty, the others serve
+            log.error("could not restart output encoder process %s: %s", dead.name, exc)
+            return
+        with self._lock:
+            if self._closing:
+                successor.stop(1.0)
+                return
+            self._workers[dead.index] = successor
+            self.restarts += 1
+
+    def _restart_delay(self, slot: int) -> float:
+        now = time.monotonic()
+        deaths, last = self._deaths.get(slot, (0, -RESTART_WINDOW_S))
+        deaths = deaths + 1 if now - last < RESTART_WINDOW_S else 1
+        delay = min(MAX_RESTART_DELAY_S, self.restart_delay_s * 2 ** (deaths - 1))
+        self._deaths[slot] = (deaths, now + delay)
+        return delay
 
     def open(
         self,
@@ -271,8 +332,8 @@ class EncodeWorkers:
         alive = [w for w in self._workers if w.failure is None]
         if not alive:
             raise EncoderProcessFailed(
-                "no output encoder process is running; restart the server "
-                "(or serve without --encode-processes)"
+                "no output encoder process is running (successors are starting; if this "
+                "persists, see the server log, or serve with --encode-processes 0)"
             )
         worker = alive[next(self._turn) % len(alive)]
         eid = next(self._ids)
@@ -280,6 +341,8 @@ class EncodeWorkers:
         return PooledEncoder(worker, eid, spec, source_rate, observe)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        for worker in self._workers:
+        with self._lock:
+            self._closing = True
+            workers, self._workers = self._workers, []
+        for worker in workers:
             worker.stop(timeout_s)
-        self._workers = []

@@ -63,7 +63,7 @@ async def test_workers_give_the_threads_frames_in_order_for_interleaved_encoders
 
 
 async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():
-    pool = EncodeWorkers(2).start()
+    pool = EncodeWorkers(2, restart_delay_s=600).start()  # no successor within this test
     try:
         first, second = pool.open(AudioSpec(), RATE), pool.open(AudioSpec(), RATE)
         assert await first.encode(noise(0.1, 1))  # both workers answer
@@ -80,8 +80,42 @@ async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():
             await asyncio.wait_for(second.encode(noise(0.1, 5)), 10)
         with pytest.raises(EncoderProcessFailed, match="no output encoder process"):
             pool.open(AudioSpec(), RATE)
+        assert pool.alive == 0 and pool.restarts == 0
     finally:
         pool.close()
+
+
+async def test_a_successor_takes_a_dead_workers_place():
+    pool = EncodeWorkers(2, restart_delay_s=0.01).start()
+    try:
+        doomed = pool.open(AudioSpec(), RATE)
+        assert await doomed.encode(noise(0.1, 1))
+        pid = pool._workers[0].process.pid
+        pool._workers[0].process.kill()
+        with pytest.raises(EncoderProcessFailed, match="exited"):
+            await asyncio.wait_for(doomed.encode(noise(0.1, 2)), 10)
+        for _ in range(600):  # the successor spawns and imports: seconds on a busy machine
+            if pool.restarts == 1 and pool.alive == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert pool.restarts == 1 and pool.alive == 2
+        assert pool._workers[0].process.pid != pid
+        # Both slots take new encoders, and each gives the threads' frames.
+        chunk = noise(0.64, 3)
+        expected = await frames_of(make_off_loop_encoder(AudioSpec(), RATE), [chunk])
+        for _ in range(2):
+            assert await frames_of(pool.open(AudioSpec(), RATE), [chunk]) == expected
+        processes = [w.process for w in pool._workers]
+    finally:
+        pool.close()
+    assert not any(p.is_alive() for p in processes)  # close stops the successor too
+
+
+def test_a_slot_that_keeps_dying_waits_longer_each_time():
+    pool = EncodeWorkers(1, restart_delay_s=1.0)  # not started: the back-off alone
+    assert [pool._restart_delay(0) for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
+    assert pool._restart_delay(1) == 1.0  # another slot has its own count
+    assert max(pool._restart_delay(0) for _ in range(10)) == 60.0  # capped
 
 
 async def test_a_session_streams_through_encoder_processes(engine):
@@ -100,21 +134,27 @@ async def test_a_session_streams_through_encoder_processes(engine):
         assert played.done["audio_ms"] == 20 * len(played.frames) > 0
         assert len(decode_opus(played.frames)) == 960 * len(played.frames)
         # It was the worker process that encoded them: kill it, and the next response fails
-        # with an error event that says why, instead of hanging; the session stays usable.
+        # with an error event that says why, instead of hanging; the session stays usable,
+        # and once the successor is up, responses play again.
         [worker] = set(multiprocessing.active_children()) - before
         worker.kill()
         worker.join(10)
         async with websockets.connect(server.url) as ws:
             await start_session(ws, sampling={"temperature": 0.0, "max_tokens": 60})
             await send(ws, type="text", text="Nobody left to encode this.")
-            failed = [await collect_response(ws)]
-            await send(ws, type="text", text="Still here?")  # the session goes on
-            failed.append(await collect_response(ws))
-        for response in failed:
-            assert response.done["status"] == "failed" and not response.frames
-            [error] = [e for e in response.events if e["type"] == "error"]
+            failed = await collect_response(ws)
+            assert failed.done["status"] == "failed" and not failed.frames
+            [error] = [e for e in failed.events if e["type"] == "error"]
             assert error["code"] == "internal" and "encoder process" in error["message"]
             assert not error.get("fatal")
+            for _ in range(60):  # the session goes on; the successor comes within seconds
+                await send(ws, type="text", text="Still here?")
+                again = await collect_response(ws)
+                if again.done["status"] != "failed":
+                    break
+                await asyncio.sleep(0.5)
+            assert again.done["status"] != "failed", again.done
+            assert len(decode_opus(again.frames)) == 960 * len(again.frames) > 0
     finally:
         server.stop()
 
