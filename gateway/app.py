@@ -228,6 +228,7 @@ def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> 
         if processes:
             workers = EncodeWorkers(processes)
             gateway.encode_workers = await asyncio.to_thread(workers.start)
+            gateway.metrics.watch_encode_workers(gateway.encode_workers)
         probe = asyncio.create_task(probe_loop_lag(gateway.metrics.loop_lag))
         try:
             yield

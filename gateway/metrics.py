@@ -5,6 +5,7 @@ share or collide). Gateway events are counted as they happen; engine figures are
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -25,6 +26,9 @@ from prometheus_client.registry import Collector
 from engine.gc_pauses import GC_PAUSES, PAUSE_BUCKETS_S, GcPauses
 from engine.outputs import EngineStats
 from gateway.loop_lag import LAG_BUCKETS_S
+
+if TYPE_CHECKING:
+    from gateway.encode_workers import EncodeWorkers
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _TTFA_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
@@ -91,6 +95,26 @@ class GcPauseCollector(Collector):
         yield family
 
 
+class EncodeWorkersCollector(Collector):
+    """The output encoder processes (`--encode-processes`): how many are alive, how many
+    successors replaced dead ones (gateway.encode_workers)."""
+
+    def __init__(self, workers: EncodeWorkers) -> None:
+        self._workers = workers
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "voxgate_encoder_processes_alive",
+            "Output encoder processes running",
+            value=self._workers.alive,
+        )
+        yield CounterMetricFamily(
+            "voxgate_encoder_process_restarts",
+            "Output encoder processes started in place of dead ones",
+            value=self._workers.restarts,
+        )
+
+
 class GatewayMetrics:
     def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
         self.registry = CollectorRegistry()
@@ -148,6 +172,9 @@ class GatewayMetrics:
         )
         r.register(EngineCollector(engine_stats))
         r.register(GcPauseCollector(GC_PAUSES.install()))
+
+    def watch_encode_workers(self, workers: EncodeWorkers) -> None:
+        self.registry.register(EncodeWorkersCollector(workers))
 
     def observe_encode(self, queued_s: float, run_s: float) -> None:
         """An encode's time queued and running (gateway.audio.EncodeObserver; any thread)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 
+import httpx
 import numpy as np
 import pytest
 import websockets
@@ -155,6 +156,9 @@ async def test_a_session_streams_through_encoder_processes(engine):
                 await asyncio.sleep(0.5)
             assert again.done["status"] != "failed", again.done
             assert len(decode_opus(again.frames)) == 960 * len(again.frames) > 0
+        metrics = httpx.get(server.http + "/metrics").text
+        assert "voxgate_encoder_process_restarts_total 1.0" in metrics
+        assert "voxgate_encoder_processes_alive 1.0" in metrics
     finally:
         server.stop()
 
