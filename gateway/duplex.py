@@ -24,8 +24,9 @@ import numpy as np
 
 from engine.client import AsyncEngine, ResponseStream
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
-from gateway.audio import OpenEncoder
+from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.audio_in import AudioDecoder
+from gateway.encode_workers import EncoderProcessFailed
 from gateway.protocol import (
     AudioSpec,
     ErrorCode,
@@ -201,10 +202,11 @@ class DuplexConversation:
             self._engine.end_session(stream.request_id)
         else:
             self._engine.cancel(stream.request_id)
-        encoder = self._open_encoder(options.output, self._engine.facts.sample_rate)
         frame_ms = options.output.frame_ms
         audio_ms, ttfa_ms, status = 0, None, ResponseStatus.FAILED
+        encoder: ChunkEncoder | None = None
         try:
+            encoder = self._open_encoder(options.output, self._engine.facts.sample_rate)
             async for event in self._stream:
                 if isinstance(event, AudioChunk):
                     frames = await encoder.encode(event.pcm)
@@ -226,8 +228,14 @@ class DuplexConversation:
                     if ttfa_ms is None:
                         ttfa_ms = round((time.monotonic() - started) * 1000)
                         self._metrics.ttfa.observe(ttfa_ms / 1000)
+        except EncoderProcessFailed as exc:  # its worker process is gone: this conversation
+            self._log.error("conversation %s: %s", response_id, exc)
+            self._engine.cancel(stream.request_id)
+            self._emit.event(ErrorEvent(ErrorCode.INTERNAL, str(exc)))
+            status = ResponseStatus.FAILED
         finally:
-            encoder.close()
+            if encoder is not None:
+                encoder.close()
             self._stream = None
             self.busy = False
             self.last_played = time.monotonic()

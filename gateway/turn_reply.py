@@ -10,14 +10,16 @@ the engine's `Finished`, whose `output_ids` the history needs to keep what was h
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
 from engine.client import AsyncEngine
 from engine.core import EngineOverloaded
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
-from gateway.audio import OpenEncoder
+from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
+from gateway.encode_workers import EncoderProcessFailed
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
 from gateway.protocol import (
@@ -29,6 +31,8 @@ from gateway.protocol import (
 )
 from gateway.response import Emitter, SpeechOptions
 from models.base import ModelInputError
+
+log = logging.getLogger("voxgate.gateway")
 
 _STATUS = {
     FinishReason.STOP: ResponseStatus.COMPLETED,
@@ -116,9 +120,9 @@ class TurnReply:
             message = str(exc) or type(exc).__name__
             self._emit.event(ErrorEvent(code, message))
             return self._outcome(Finished(self.response_id, FinishReason.FAILED, 0), 0, None)
-        encoder = self._open_encoder(self._options.output, self._engine.facts.sample_rate)
         audio_ms, ttfa_ms, streamed_text = 0, None, False
         finished: Finished | None = None
+        encoder: ChunkEncoder | None = None
 
         async def play(frames: list[bytes]) -> None:
             nonlocal audio_ms, ttfa_ms
@@ -132,6 +136,7 @@ class TurnReply:
                     self._metrics.ttfa.observe(ttfa_ms / 1000)
 
         try:
+            encoder = self._open_encoder(self._options.output, self._engine.facts.sample_rate)
             async for event in stream:
                 if isinstance(event, Finished):
                     finished = event
@@ -147,10 +152,16 @@ class TurnReply:
                         await play(frames)
                         if self.cancelled:  # barge-in: encode no more of it
                             break
+        except EncoderProcessFailed as exc:  # its worker process is gone: this reply alone
+            log.error("reply %s: %s", self.response_id, exc)
+            self._emit.event(ErrorEvent(ErrorCode.INTERNAL, str(exc)))
+            failed = Finished(self.response_id, FinishReason.FAILED, 0)
+            return self._outcome(failed, audio_ms, ttfa_ms, streamed_text)
         finally:
-            encoder.close()
+            if encoder is not None:
+                encoder.close()
             self._finished = True
-            if finished is None:  # the session is going away mid-reply
+            if finished is None:  # the session is going away mid-reply, or the encoder failed
                 self._engine.cancel(self.response_id)
         assert finished is not None
         if finished.reason is FinishReason.FAILED:

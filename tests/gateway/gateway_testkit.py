@@ -221,3 +221,38 @@ def write_wav(path, pcm: np.ndarray, rate: int):
         f.setframerate(rate)
         f.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
     return path
+
+
+def fail_first_encoder(monkeypatch) -> list[str]:
+    """The next response's output encoder behaves as one whose encoder process died (every
+    call raises EncoderProcessFailed); later responses get real ones. Returns the failures
+    raised, so a test can check the dead encoder was reached."""
+    from gateway.app import Gateway
+    from gateway.audio import ChunkEncoder
+    from gateway.encode_workers import EncoderProcessFailed
+
+    raised: list[str] = []
+    real_open = Gateway.open_encoder
+
+    class DeadEncoder(ChunkEncoder):
+        def __init__(self, spec, source_rate) -> None:
+            self.spec, self.source_rate = spec, source_rate
+
+        async def encode(self, pcm) -> list[bytes]:
+            raised.append("encode")
+            raise EncoderProcessFailed("output encoder process voxgate-encoder-0 exited")
+
+        async def flush(self) -> list[bytes]:
+            raised.append("flush")
+            raise EncoderProcessFailed("output encoder process voxgate-encoder-0 exited")
+
+    given = []
+
+    def open_encoder(self, spec, source_rate):
+        if given:
+            return real_open(self, spec, source_rate)
+        given.append(True)
+        return DeadEncoder(spec, source_rate)
+
+    monkeypatch.setattr(Gateway, "open_encoder", open_encoder)
+    return raised

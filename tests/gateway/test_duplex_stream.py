@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 import websockets
-from gateway_testkit import expect_close, recv_json, send, start_session
+from gateway_testkit import expect_close, fail_first_encoder, recv_json, send, start_session
 
 from gateway.audio import make_encoder
 from gateway.protocol import AudioSpec
@@ -177,3 +177,40 @@ def test_an_end_while_the_engine_admits_the_conversation_still_ends_it(
 
     done = asyncio.run(main())
     assert done["status"] == status, done
+
+
+def test_a_conversation_whose_encoder_process_died_fails_alone(
+    moshi_server, moshi_engine, monkeypatch
+):
+    # Its encoder's worker process is gone: the conversation ends failed with an error that
+    # says so (not the session with 1011), and the next audio opens a new one that plays.
+    raised = fail_first_encoder(monkeypatch)
+    packets = microphone_packets(seed=11)
+
+    async def main():
+        async with websockets.connect(moshi_server.url, subprotocols=["voxgate.v1"]) as ws:
+            await start_session(ws, sampling={"temperature": 0.0})
+            for packet in packets[:25]:  # 0.5 s
+                await ws.send(packet)
+            first = []
+            while not first or first[-1]["type"] != "response.done":
+                message = await asyncio.wait_for(ws.recv(), 30)
+                if isinstance(message, str):
+                    first.append(json.loads(message))
+            for packet in packets[25:75]:  # 1 s more, in real time: a new conversation
+                await ws.send(packet)
+                await asyncio.sleep(PACKET_MS / 1000)
+            await asyncio.sleep(0.3)  # the last frames reach the engine
+            await send(ws, type="session.end")
+            code, messages = await expect_close(ws, timeout=60)
+            frames = sum(isinstance(m, bytes) for m in messages)
+            return first, [m for m in messages if isinstance(m, dict)], frames, code
+
+    first, second, frames, code = asyncio.run(main())
+    [error] = [e for e in first if e["type"] == "error"]
+    assert error["code"] == "internal" and "encoder process" in error["message"]
+    assert not error["fatal"] and first[-1]["status"] == "failed"
+    assert [e["type"] for e in second][-2:] == ["response.done", "session.ended"]
+    assert second[0]["type"] == "response.started" and second[-2]["status"] == "completed"
+    assert frames > 0 and second[-2]["audio_ms"] == 20 * frames  # 20-ms Opus frames out
+    assert code == 1000 and raised

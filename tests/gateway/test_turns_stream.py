@@ -15,6 +15,7 @@ import pytest
 import websockets
 from gateway_testkit import (
     expect_close,
+    fail_first_encoder,
     flite_speech,
     quiet_room,
     recv_json,
@@ -192,3 +193,29 @@ def test_manual_turns_with_input_commit_and_bad_input(glm_server, glm_engine, tm
         await wait_engine_idle(glm_engine)  # the close freed the conversation's KV
 
     asyncio.run(main())
+
+
+def test_a_reply_whose_encoder_process_died_fails_alone(glm_server, glm_engine, monkeypatch):
+    # With --encode-processes a reply's encoder lives in a worker process; if that dies, the
+    # reply fails with an error that says so, and the conversation goes on.
+    raised = fail_first_encoder(monkeypatch)
+
+    async def main():
+        async with websockets.connect(glm_server.url, max_size=None) as ws:
+            await start_session(
+                ws, output_audio=PCM16_OUT, turn_detection={"type": "none"}, sampling=SAMPLING
+            )
+            await send(ws, type="text", text="Hello there.")
+            events, audio = await read_until(ws, "response.done")
+            [error] = [e for e in events if e["type"] == "error"]
+            assert error["code"] == "internal" and "encoder process" in error["message"]
+            assert not error["fatal"]
+            assert events[-1]["status"] == "failed" and audio == 0
+            await send(ws, type="text", text="How are you?")
+            events, audio = await read_until(ws, "response.done")
+            assert events[-1]["status"] in ("completed", "length") and audio > 0
+            assert "error" not in [e["type"] for e in events]
+        await wait_engine_idle(glm_engine)  # the failed reply's engine request was freed too
+
+    asyncio.run(main())
+    assert raised  # the dead encoder was the one the first reply used
