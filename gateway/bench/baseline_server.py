@@ -34,7 +34,7 @@ async def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from gateway.app import create_app, uvicorn_config
-    from gateway.bench.hf_baseline import load_baseline
+    from gateway.bench.baselines import load_baseline
     from gateway.config import GatewaySettings
 
     baseline = await asyncio.to_thread(load_baseline, args.model, args.device, args.random_weights)

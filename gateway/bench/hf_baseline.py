@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -136,12 +135,11 @@ def random_hf_llama(cfg: dict, device: torch.device, dtype: torch.dtype, seed: i
         return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
 
 
-def load_baseline(
-    model: str, device: str | None = None, random_weights: bool = False
-) -> PerRequestBaseline:
-    """The baseline for a preset (`tiny-orpheus`, `orpheus-3b`, `tiny-cosyvoice2`,
-    `cosyvoice2-0.5b`) or an Orpheus or CosyVoice 2 checkpoint folder / repo id, loaded the way
-    a model card does; started and ready to serve."""
+def load_orpheus_baseline(
+    model: str, dev: torch.device, dtype: torch.dtype, random_weights: bool = False
+) -> HFBaseline:
+    """Orpheus's baseline for `tiny-orpheus`, `orpheus-3b` or an Orpheus checkpoint folder /
+    repo id, loaded the way its model card does; started and ready to serve."""
     from tokenizers import Tokenizer
     from transformers import LlamaForCausalLM
 
@@ -151,12 +149,6 @@ def load_baseline(
     from models.orpheus import configs
     from models.orpheus.presets import ensure_tiny_orpheus
 
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    if _is_cosyvoice2(model):
-        from gateway.bench.cosyvoice_baseline import load_cosyvoice_baseline
-
-        return load_cosyvoice_baseline(model, dev, dtype, random_weights)
     tiny_model, tiny_codec = ensure_tiny_orpheus()
     if model == "tiny-orpheus":
         folder, codec = tiny_model, str(tiny_codec)
@@ -184,14 +176,6 @@ def load_baseline(
     snac = load_snac(codec, device=dev)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     return _started(HFBaseline(llm, tokenizer, snac, model, dev))
-
-
-def _is_cosyvoice2(model: str) -> bool:
-    from models.cosyvoice2.loading import is_cosyvoice2_folder
-
-    if model in ("tiny-cosyvoice2", "cosyvoice2-0.5b"):
-        return True
-    return Path(model).expanduser().is_dir() and is_cosyvoice2_folder(Path(model).expanduser())
 
 
 def _started(baseline: HFBaseline) -> HFBaseline:

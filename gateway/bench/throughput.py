@@ -104,7 +104,7 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
 
 def _build(args: argparse.Namespace):
     if args.system == "hf-baseline":
-        from gateway.bench.hf_baseline import load_baseline
+        from gateway.bench.baselines import load_baseline
 
         return load_baseline(args.model, args.device, args.random_weights)
     from engine.config import EngineConfig

@@ -12,8 +12,9 @@ from baseline_testkit import assert_cancels_a_running_request
 
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
+from gateway.bench.baselines import load_baseline
 from gateway.bench.config import BenchConfig
-from gateway.bench.hf_baseline import baseline_facts, load_baseline
+from gateway.bench.hf_baseline import baseline_facts
 from gateway.bench.orpheus_reference import (
     AudioTokenMask,
     ReferenceStreamer,

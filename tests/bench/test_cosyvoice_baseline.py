@@ -12,7 +12,7 @@ from baseline_testkit import assert_cancels_a_running_request
 
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
-from gateway.bench.hf_baseline import load_baseline
+from gateway.bench.baselines import load_baseline
 from models.base import ModelInputError
 
 
