@@ -303,22 +303,8 @@ class BenchRun:
             servers.wait_idle(http)
             pauses = servers.pauses_between(pauses_before, servers.server_pauses(http))
             entry["points"][-1]["server_pauses"] = pauses
-            for key, what in (
-                ("loop_lag", "event-loop lag samples"),
-                ("full_gc", "full GCs"),
-                ("encode_queue", "encodes queued"),
-                ("encode_run", "encodes run"),
-            ):
-                if pauses and key in pauses:
-                    p = pauses[key]
-                    log.info(
-                        "  server %s: %d, %d over 20 ms, %d over 100 ms, %.0f ms in all",
-                        what,
-                        p["count"],
-                        p["over_20ms"],
-                        p["over_100ms"],
-                        p["ms"],
-                    )
+            for line in servers.describe_pauses(pauses):
+                log.info("  %s", line)
         trace = self._trace_path
         if trace is not None and http and trace.exists():
             # Every request of the point has finished or been cancelled by now (idle server).

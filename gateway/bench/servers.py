@@ -195,11 +195,12 @@ def wait_idle(http: str, timeout_s: float = 30.0) -> bool:
 # Pauses counted by length: over one 20-ms frame (a first chunk's cover starts at a few
 # frames), and over 100 ms.
 PAUSE_THRESHOLDS = {"over_20ms": "0.02", "over_100ms": "0.1"}
-_HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' label filter
-    "full_gc": ("voxgate_gc_pause_seconds", 'generation="2"'),
-    "loop_lag": ("voxgate_event_loop_lag_seconds", ""),
-    "encode_queue": ("voxgate_encode_queue_seconds", ""),
-    "encode_run": ("voxgate_encode_run_seconds", ""),
+_HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' label filter, and
+    # what the bench's log calls it
+    "loop_lag": ("voxgate_event_loop_lag_seconds", "", "event-loop lag samples"),
+    "full_gc": ("voxgate_gc_pause_seconds", 'generation="2"', "full GCs"),
+    "encode_queue": ("voxgate_encode_queue_seconds", "", "encodes queued"),
+    "encode_run": ("voxgate_encode_run_seconds", "", "encodes run"),
 }
 
 
@@ -218,7 +219,7 @@ def server_pauses(http: str) -> dict[str, dict[str, float]] | None:
 def parse_server_pauses(body: str) -> dict[str, dict[str, float]]:
     """server_pauses from a /metrics body; a histogram the server lacks is left out."""
     found: dict[str, dict[str, float]] = {}
-    for key, (metric, labels) in _HISTOGRAMS.items():
+    for key, (metric, labels, _) in _HISTOGRAMS.items():
         values: dict[str, float] = {}
         for line in body.splitlines():
             if not line.startswith(metric + "_") or labels not in line:
@@ -252,6 +253,16 @@ def pauses_between(before: dict | None, after: dict | None) -> dict[str, dict[st
         for key, now in after.items()
         if key in before
     }
+
+
+def describe_pauses(pauses: dict[str, dict[str, float]] | None) -> list[str]:
+    """server_pauses (or pauses_between) as log lines, one a histogram."""
+    return [
+        f"server {what}: {p['count']:.0f}, {p['over_20ms']:.0f} over 20 ms, "
+        f"{p['over_100ms']:.0f} over 100 ms, {p['ms']:.0f} ms in all"
+        for key, (_, _, what) in _HISTOGRAMS.items()
+        if pauses and (p := pauses.get(key)) is not None
+    ]
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -7,7 +7,7 @@ import weakref
 import pytest
 
 from engine.gc_pauses import PAUSE_BUCKETS_S, GcPauses, freeze_loaded
-from gateway.bench.servers import parse_server_pauses, pauses_between
+from gateway.bench.servers import describe_pauses, parse_server_pauses, pauses_between
 from gateway.metrics import GatewayMetrics
 
 
@@ -68,5 +68,10 @@ def test_metrics_show_full_collections_and_the_bench_reads_them_back():
     assert full["count"] >= 2 and full["ms"] > 0
     assert 0 <= full["over_100ms"] <= full["over_20ms"] <= full["count"]
     assert between["loop_lag"] == {"count": 2, "over_20ms": 2, "over_100ms": 1, "ms": 180.0}
+    lines = describe_pauses(between)  # the bench's log, a line a histogram
+    assert (
+        lines[0] == "server event-loop lag samples: 2, 2 over 20 ms, 1 over 100 ms, 180 ms in all"
+    )
+    assert len(lines) == 4 and describe_pauses(None) == []
     assert parse_server_pauses("voxgate_sessions 0\n") == {}  # a server without them
     assert pauses_between(None, first) is None
