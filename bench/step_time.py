@@ -197,6 +197,8 @@ def measure(core, model, batches: list[int], args, sync) -> list[dict]:
             averages = profiler.key_averages()
             print(averages.table(sort_by="cpu_time_total", row_limit=25), flush=True)
             print(averages.table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
+            if sync is torch.cuda.synchronize:  # the device's own time, kernel by kernel
+                print(averages.table(sort_by="self_cuda_time_total", row_limit=25), flush=True)
             if args.trace:
                 profiler.export_chrome_trace(args.trace)
         for r in core_reqs:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.detok_job import Detokenizer, DetokJob
-from engine.outputs import AudioChunk, EngineEvent, Finished, FinishReason
+from engine.outputs import AudioChunk, EngineEvent, Finished, FinishReason, LoopTotals
 from engine.request import Request, RequestStatus
 from engine.request_trace import TraceWriter
 from engine.scheduler import Scheduler, ema
@@ -43,6 +43,7 @@ class AudioOut:
         self.traces = traces
         self.lane_jobs = 0  # first-chunk lane jobs done (their time: scheduler.lane_time_s)
         self.last_job_s = 0.0  # the last steady job's decode time
+        self.totals = LoopTotals()  # the loop's counters; the core adds its own to them
 
     def submit(self, detok: Detokenizer) -> bool:
         """This step's jobs, if the detokenizer has room: the scheduler picks a lane job and
@@ -73,6 +74,7 @@ class AudioOut:
         now = self.clock()
         rate = self.model.facts.sample_rate
         for job in jobs:
+            self._count(job)
             if job.lane:  # the steady estimate (slack, cover, first-audio budget) stays steady
                 self.lane_jobs += 1
                 lane_s = self.scheduler.lane_time_s
@@ -92,6 +94,7 @@ class AudioOut:
                     request.trace.out(now, job.started, len(pcm) / rate, request.audio_lead_s(now))
                 if len(pcm):
                     self.scheduler.audio_out(request, now, len(pcm) / rate)
+                    self.totals.audio_s += len(pcm) / rate
                     events.append(AudioChunk(request.request_id, pcm, rate))
                 if final:
                     request.detok_done = True
@@ -99,6 +102,17 @@ class AudioOut:
                     self.worker.drop_request(request.request_id)
                     events.append(self.finished(request, REASONS[request.status]))
         return events
+
+    def _count(self, job: DetokJob) -> None:
+        t = self.totals
+        if job.lane:
+            t.lane_jobs += 1
+            t.lane_rows += len(job.requests)
+            t.lane_s += job.seconds
+        else:
+            t.codec_jobs += 1
+            t.codec_rows += len(job.requests)
+            t.codec_s += job.seconds
 
     def finished(self, request: Request, reason: FinishReason) -> Finished:
         """The request's `Finished` event; its timeline goes to the trace file now."""

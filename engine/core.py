@@ -13,6 +13,7 @@ one extra step whose token is discarded; a cancelled request's in-flight token i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -32,6 +33,7 @@ from engine.outputs import (
     EngineEvent,
     EngineStats,
     FinishReason,
+    SchedulerOutput,
     SpeechRequest,
     StepTiming,
     TextDelta,
@@ -325,6 +327,7 @@ class EngineCore:
             stepping=stepping,
             prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
             kv_blocks_kept=self.blocks.num_kept_blocks,
+            totals=dataclasses.replace(self.audio.totals),  # a snapshot: the loop goes on
         )
 
     # --- the step --------------------------------------------------------------------------------
@@ -346,6 +349,7 @@ class EngineCore:
             return events
         events = self.audio.collect(self.detok.poll())
         plan = self.scheduler.schedule(t0)
+        self._count_plan(plan)
         timing = StepTiming(batch_size=len(plan.chunks), num_tokens=plan.num_tokens)
         launched = None
         if plan.chunks:
@@ -386,7 +390,25 @@ class EngineCore:
         )
         self.steps += 1
         self.last_timing = timing
+        totals = self.audio.totals
+        totals.loop_turns += 1
+        totals.loop_s += self.clock() - t0
+        totals.llm_s += timing.llm_s
         return events
+
+    def _count_plan(self, plan: SchedulerOutput) -> None:
+        """The LLM step's share of the loop's counters (EngineStats.totals)."""
+        if not plan.chunks:
+            return
+        totals = self.audio.totals
+        rows = len(plan.chunks)
+        totals.llm_steps += 1
+        totals.rows += rows
+        totals.tokens += plan.num_tokens
+        totals.prefill_steps += plan.num_tokens > rows
+        totals.capped_steps += (
+            rows >= self.config.max_num_seqs and len(self.scheduler.requests) > rows
+        )
 
     def _token_interval(self, step_start: float, llm_s: float) -> float:
         """How often a running request gets a token: the time between consecutive LLM steps

@@ -44,6 +44,33 @@ class StepTiming:
     num_tokens: int = 0
 
 
+@dataclass
+class LoopTotals:
+    """Where the engine loop's time went since it started: cumulative counters, so a reader
+    (the bench, a dashboard) takes the difference of two snapshots for any window.
+
+    A loop turn (`loop_s`) is the LLM's launch and wait (`llm_s`), the codec's hand-offs and
+    event bookkeeping (the rest). Codec jobs run beside the loop on their own streams
+    (`codec_s` is their decode time, not loop time). `capped_steps` counts LLM steps that left
+    live requests out because `max_num_seqs` was full."""
+
+    loop_turns: int = 0
+    loop_s: float = 0.0
+    llm_steps: int = 0
+    llm_s: float = 0.0
+    rows: int = 0  # requests advanced, summed over LLM steps
+    tokens: int = 0  # prefill + decode tokens, summed over LLM steps
+    prefill_steps: int = 0  # LLM steps that ran any prompt tokens
+    capped_steps: int = 0
+    codec_jobs: int = 0  # steady jobs
+    codec_rows: int = 0
+    codec_s: float = 0.0
+    lane_jobs: int = 0  # first-chunk lane jobs
+    lane_rows: int = 0
+    lane_s: float = 0.0
+    audio_s: float = 0.0  # audio handed to listeners
+
+
 # --- engine → callers ----------------------------------------------------------------------
 class FinishReason(enum.StrEnum):
     STOP = "stop"
@@ -128,3 +155,4 @@ class EngineStats:
     # from the conversation's previous request, in total; pages held by idle conversations.
     prefix_reused_tokens: int = 0
     kv_blocks_kept: int = 0
+    totals: LoopTotals = field(default_factory=LoopTotals)

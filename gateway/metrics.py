@@ -70,6 +70,35 @@ class EngineCollector(Collector):
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=value)
         yield CounterMetricFamily("voxgate_engine_steps", "Engine steps run", value=stats.steps)
+        yield from loop_total_counters(stats)
+
+
+# The engine loop's cumulative counters (EngineStats.totals): metric name → (help, field).
+LOOP_TOTALS = {
+    "voxgate_engine_loop_turns": ("Engine loop turns", "loop_turns"),
+    "voxgate_engine_loop_seconds": ("Time inside engine loop turns", "loop_s"),
+    "voxgate_engine_llm_steps": ("LLM steps run", "llm_steps"),
+    "voxgate_engine_llm_seconds": ("LLM launch and wait time", "llm_s"),
+    "voxgate_engine_llm_rows": ("Requests advanced, summed over LLM steps", "rows"),
+    "voxgate_engine_llm_tokens": ("Tokens run, summed over LLM steps", "tokens"),
+    "voxgate_engine_prefill_steps": ("LLM steps that ran prompt tokens", "prefill_steps"),
+    "voxgate_engine_capped_steps": (
+        "LLM steps that left live requests out at max_num_seqs",
+        "capped_steps",
+    ),
+    "voxgate_engine_codec_jobs": ("Steady codec jobs done", "codec_jobs"),
+    "voxgate_engine_codec_rows": ("Streams in steady codec jobs", "codec_rows"),
+    "voxgate_engine_codec_seconds": ("Decode time of steady codec jobs", "codec_s"),
+    "voxgate_engine_lane_jobs": ("First-chunk lane jobs done", "lane_jobs"),
+    "voxgate_engine_lane_rows": ("Streams in first-chunk lane jobs", "lane_rows"),
+    "voxgate_engine_lane_seconds": ("Decode time of first-chunk lane jobs", "lane_s"),
+    "voxgate_engine_audio_seconds": ("Audio the engine handed out", "audio_s"),
+}
+
+
+def loop_total_counters(stats: EngineStats) -> Iterator[Metric]:
+    for name, (doc, attr) in LOOP_TOTALS.items():
+        yield CounterMetricFamily(name, doc, value=getattr(stats.totals, attr))
 
 
 class GcPauseCollector(Collector):

@@ -22,6 +22,7 @@ from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
 from gateway.bench import report, servers
 from gateway.bench.config import BenchConfig
+from gateway.bench.engine_loop import describe_loop, loop_profile, read_loop_totals
 from gateway.bench.goodput import search_goodput
 from gateway.bench.loadgen import ClientOptions, LoadGenerator, probe_session
 from gateway.bench.metrics import summarize
@@ -268,9 +269,11 @@ class BenchRun:
         stop = c.early_stop and early_stop
         stop_after = math.floor((1 - c.slo.viability) * len(plan)) if stop else None
         pauses_before = servers.server_pauses(http) if http else None
+        loop_before = read_loop_totals(http) if http else None
         began = time.monotonic()  # the engine's clock too (same machine): its traces' arrivals
         outcome = gen.run(plan, self._options(url), stop_after)
         ended = time.monotonic()
+        loop_after = read_loop_totals(http) if http else None
         summary = summarize(outcome.records, c.initial_buffer_ms, c.slo, rate)
         if outcome.stopped_early:
             summary["passes"] = False
@@ -285,6 +288,7 @@ class BenchRun:
                 "planned_requests": len(plan),
                 "planned_span_s": round(plan[-1].offset_s, 2),
                 "client": {**outcome.client, "saturated": lag_p99 > _CLIENT_LAG_WARN_MS},
+                "engine_loop": loop_profile(loop_before, loop_after, ended - began),
                 "records": [r.to_json() for r in outcome.records],
             }
         )
@@ -298,6 +302,8 @@ class BenchRun:
             "PASS" if summary["passes"] else "fail",
             " (stopped early)" if outcome.stopped_early else "",
         )
+        for line in describe_loop(entry["points"][-1]["engine_loop"]):
+            log.info("  %s", line)
         self._save()
         if http:
             servers.wait_idle(http)

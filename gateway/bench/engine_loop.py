@@ -1,0 +1,84 @@
+"""Where the served engine's time went during a bench point, from its /metrics.
+
+The engine keeps cumulative loop counters (`EngineStats.totals`, exported as
+`voxgate_engine_*_total`, gateway/metrics.py LOOP_TOTALS). Two readings around a point give
+its profile: how busy the loop was, how long an LLM step took and how many rows it carried,
+how often steps ran into `max_num_seqs`, and what the codec's jobs cost — the split between
+the step and the socket that client-side figures alone cannot show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.bench.servers import http_get
+from gateway.metrics import LOOP_TOTALS
+
+
+def read_loop_totals(http: str) -> dict[str, float] | None:
+    """The engine's loop counters now (field → value); None when the server does not answer
+    or has no engine counters."""
+    try:
+        status, body = http_get(f"{http}/metrics")
+    except OSError:
+        return None
+    return parse_loop_totals(body) if status == 200 else None
+
+
+def parse_loop_totals(body: str) -> dict[str, float] | None:
+    fields = {f"{name}_total": attr for name, (_, attr) in LOOP_TOTALS.items()}
+    found: dict[str, float] = {}
+    for line in body.splitlines():
+        name, _, value = line.partition(" ")
+        if name in fields:
+            found[fields[name]] = float(value)
+    return found if len(found) == len(fields) else None
+
+
+def _per(total: float, count: float, scale: float = 1.0) -> float | None:
+    return round(scale * total / count, 2) if count else None
+
+
+def loop_profile(
+    before: dict[str, float] | None, after: dict[str, float] | None, wall_s: float
+) -> dict[str, Any] | None:
+    """The point's engine profile from two readings `wall_s` seconds apart."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    d = {k: after[k] - before[k] for k in after if k in before}
+    return {
+        "wall_s": round(wall_s, 2),
+        "loop_busy": round(d["loop_s"] / wall_s, 3),  # the rest: idle, commands, event sends
+        "llm_busy": round(d["llm_s"] / wall_s, 3),
+        "llm_steps_per_s": round(d["llm_steps"] / wall_s, 1),
+        "llm_step_ms": _per(d["llm_s"], d["llm_steps"], 1e3),
+        "loop_turn_ms": _per(d["loop_s"], d["loop_turns"], 1e3),
+        "rows_per_step": _per(d["rows"], d["llm_steps"]),
+        "tokens_per_s": round(d["tokens"] / wall_s, 1),
+        "prefill_steps": int(d["prefill_steps"]),
+        "capped_steps": int(d["capped_steps"]),
+        "codec_jobs": int(d["codec_jobs"]),
+        "codec_job_ms": _per(d["codec_s"], d["codec_jobs"], 1e3),
+        "codec_rows_per_job": _per(d["codec_rows"], d["codec_jobs"]),
+        "codec_busy": round(d["codec_s"] / wall_s, 3),
+        "lane_jobs": int(d["lane_jobs"]),
+        "lane_job_ms": _per(d["lane_s"], d["lane_jobs"], 1e3),
+        "audio_x_realtime": round(d["audio_s"] / wall_s, 2),
+    }
+
+
+def describe_loop(profile: dict[str, Any] | None) -> list[str]:
+    """The profile as log lines."""
+    if not profile:
+        return []
+    p = profile
+    return [
+        f"engine loop: busy {100 * p['loop_busy']:.0f} % (LLM {100 * p['llm_busy']:.0f} %), "
+        f"{p['llm_steps_per_s']} LLM steps/s of {p['llm_step_ms']} ms and "
+        f"{p['rows_per_step']} rows, turn {p['loop_turn_ms']} ms, "
+        f"{p['prefill_steps']} with prefill, {p['capped_steps']} capped at max_num_seqs",
+        f"engine codec: {p['codec_jobs']} jobs of {p['codec_job_ms']} ms and "
+        f"{p['codec_rows_per_job']} rows (busy {100 * p['codec_busy']:.0f} %), "
+        f"{p['lane_jobs']} lane jobs of {p['lane_job_ms']} ms; audio out "
+        f"{p['audio_x_realtime']}x real time",
+    ]
