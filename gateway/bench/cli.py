@@ -23,6 +23,18 @@ def _rates(text: str) -> tuple[float, ...]:
     return rates
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(n) for n in text.split(",") if n.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"listener counts must be comma-separated whole numbers, got {text!r}"
+        ) from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("listener counts must be >= 1")
+    return counts
+
+
 def _policies(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
@@ -149,6 +161,24 @@ def add_bench_parser(subparsers) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--client-procs", type=int, default=1, help="load-generator processes")
 
+    g = p.add_argument_group(
+        "capacity mode (instead of the goodput search: gateway/bench/capacity.py)"
+    )
+    g.add_argument(
+        "--capacity",
+        type=_counts,
+        default=None,
+        metavar="N1,N2,…",
+        help="concurrent listeners per point, e.g. 48,96,144: how many real-time streams hold",
+    )
+    g.add_argument("--stagger", type=float, default=10.0, help="seconds the listeners start over")
+    g.add_argument(
+        "--stream-seconds", type=float, default=30.0, help="audio each listener asks for"
+    )
+    g.add_argument(
+        "--min-on-time", type=float, default=0.999, help="share of frames on time to hold"
+    )
+
     g = p.add_argument_group("throughput and output")
     g.add_argument(
         "--throughput",
@@ -217,8 +247,54 @@ def config_from_args(args: argparse.Namespace):
     )
 
 
+def capacity_config_from_args(args: argparse.Namespace):
+    from gateway.bench.capacity import CapacityConfig
+
+    bench = config_from_args(args)  # the shared options, validated once
+    return CapacityConfig(
+        counts=args.capacity,
+        model=bench.model,
+        url=bench.url,
+        random_weights=bench.random_weights,
+        device=bench.device,
+        policies=bench.policies,
+        server_args=bench.server_args,
+        stagger_s=args.stagger,
+        stream_s=args.stream_seconds,
+        min_on_time=args.min_on_time,
+        p90_ttfa_ms=bench.slo.p90_ttfa_ms,
+        buffer_ms=bench.initial_buffer_ms,
+        output_audio=tuple(bench.output_audio.items()),
+        workload=bench.workload,
+        token_rate=bench.token_rate,
+        seed=bench.seed,
+        client_procs=bench.client_procs,
+        drain_timeout_s=bench.drain_timeout_s,
+        startup_timeout_s=bench.startup_timeout_s,
+        api_key=bench.api_key,
+        out_dir=bench.out_dir,
+        commit=bench.commit,
+    )
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    import json
+
+    from gateway.bench.capacity import CapacityRun
+
+    path = CapacityRun(capacity_config_from_args(args), ["voxgate", *sys.argv[1:]]).run()
+    data = json.loads(path.read_text())
+    print(f"results: {path}")
+    for name, system in data["systems"].items():
+        print(f"{name}: capacity {system.get('capacity', 0)} listeners")
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
     import json
+
+    if args.capacity:
+        return run_capacity(args)
 
     from gateway.bench.runner import BenchRun
 

@@ -87,6 +87,21 @@ class OnTimeTracker:
         return on_time
 
 
+def frame_lateness(
+    arrivals_ms: Sequence[float], durations_ms: Sequence[float], buffer_ms: float
+) -> list[float]:
+    """Each frame's arrival minus its deadline t0 + b + o (ms; > 0: late)."""
+    _check(arrivals_ms, durations_ms)
+    if not arrivals_ms:
+        return []
+    deadline = arrivals_ms[0] + buffer_ms
+    out = []
+    for arrival, duration in zip(arrivals_ms, durations_ms, strict=True):
+        out.append(arrival - deadline)
+        deadline += duration
+    return out
+
+
 def late_frames(
     arrivals_ms: Sequence[float], durations_ms: Sequence[float], buffer_ms: float
 ) -> int:

@@ -97,3 +97,27 @@ def burst_plan(
         PlannedRequest(i, it, tokens_for(it.audio_seconds, token_rate), 0.0)
         for i, it in enumerate(items[order[i % len(order)]] for i in range(count))
     ]
+
+
+def staggered_plan(
+    items: list[WorkItem],
+    count: int,
+    stagger_s: float,
+    audio_seconds: float,
+    token_rate: float,
+    seed: int = 0,
+) -> list[PlannedRequest]:
+    """`count` listeners starting evenly over `stagger_s` seconds, each asking for
+    `audio_seconds` of audio (the capacity mode: how many real-time streams hold at once)."""
+    if count < 1 or stagger_s < 0 or audio_seconds <= 0:
+        raise ValueError("count must be >= 1, stagger_s >= 0 and audio_seconds > 0")
+    rng = random.Random(f"{seed}/staggered")
+    order = list(range(len(items)))
+    rng.shuffle(order)
+    tokens = tokens_for(audio_seconds, token_rate)
+    plan = []
+    for i in range(count):
+        item = items[order[i % len(order)]]
+        listener = WorkItem(item.id, item.text, audio_seconds)
+        plan.append(PlannedRequest(i, listener, tokens, i * stagger_s / count))
+    return plan

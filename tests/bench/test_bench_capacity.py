@@ -1,0 +1,133 @@
+"""`voxgate bench --capacity`: the staggered plan, the per-point verdict (frames on time over
+what the listeners asked for, refusals, TTFA), the engine-loop profile read from /metrics, and
+one served ladder end to end on the CPU with tiny-orpheus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.bench.capacity import capacity_of, summarize_capacity
+from gateway.bench.engine_loop import loop_profile, parse_loop_totals
+from gateway.bench.metrics import frame_lateness
+from gateway.bench.records import RequestRecord
+from gateway.bench.workload import WorkItem, staggered_plan, tokens_for
+from gateway.cli import main
+from gateway.metrics import LOOP_TOTALS
+
+ITEMS = [WorkItem(f"s{i}", f"sentence {i}", 3.0 + i) for i in range(5)]
+
+
+def test_staggered_plan_spreads_listeners_evenly_with_one_length():
+    plan = staggered_plan(ITEMS, 8, 10.0, 30.0, 82.0, seed=3)
+    assert [p.offset_s for p in plan] == pytest.approx([i * 1.25 for i in range(8)])
+    assert {p.tokens for p in plan} == {tokens_for(30.0, 82.0)}
+    assert {p.item.audio_seconds for p in plan} == {30.0}
+    assert {p.item.id for p in plan} == {i.id for i in ITEMS}  # 8 listeners cycle the 5 texts
+    assert plan == staggered_plan(ITEMS, 8, 10.0, 30.0, 82.0, seed=3)  # deterministic
+    with pytest.raises(ValueError):
+        staggered_plan(ITEMS, 0, 10.0, 30.0, 82.0)
+
+
+def _record(index, arrivals, audio_seconds=0.1, done=True, errors=(), close=None):
+    rec = RequestRecord(index, "w", audio_seconds, 8, 0.0, frame_ms=20.0)
+    rec.arrivals_ms = list(arrivals)
+    rec.done = {"status": "length", "audio_ms": 20 * len(arrivals)} if done else None
+    rec.errors = list(errors)
+    rec.close_code = close
+    return rec
+
+
+def test_frame_lateness_against_the_first_frame_clock():
+    assert frame_lateness([100, 110, 150, 160], [20] * 4, 0) == [0, -10, 10, 0]
+    assert frame_lateness([100, 150], [20, 20], 40) == [-40, -10]
+
+
+def test_summarize_capacity_holds_only_when_every_listener_plays_on_time():
+    on_time = [_record(i, [100 + i, 110 + i, 130 + i, 150 + i, 170 + i]) for i in range(4)]
+    s = summarize_capacity(on_time, 0.0, 0.999, 500.0)
+    assert s["holds"] and s["on_time"] == 1.0 and s["frames_expected"] == 20
+    assert s["late_streams"] == 0 and s["refused"] == 0 and s["ttfa_ms"]["p90"] < 500
+
+    late = [*on_time[:3], _record(3, [100, 150, 170, 190, 210])]  # second frame 30 ms late
+    s = summarize_capacity(late, 0.0, 0.999, 500.0)
+    assert not s["holds"] and s["late_streams"] == 1
+    assert s["frames_on_time"] == 16 and s["late_ms"]["max"] == pytest.approx(30.0)
+    assert summarize_capacity(late, 40.0, 0.999, 500.0)["holds"]  # a 40-ms buffer covers it
+
+    refused = [*on_time[:3], _record(3, [], done=False, close=1013)]
+    s = summarize_capacity(refused, 0.0, 0.5, 500.0)
+    assert s["refused"] == 1 and s["failed"] == 0 and not s["holds"]
+    assert s["frames_expected"] == 15 + 5  # the refused listener's 100 ms count as missing
+
+    slow_start = [_record(i, [900 + i, 920 + i, 940 + i, 960 + i, 980 + i]) for i in range(4)]
+    assert not summarize_capacity(slow_start, 0.0, 0.999, 500.0)["holds"]  # TTFA over the SLO
+
+
+def test_capacity_is_the_largest_count_that_held():
+    def point(n, holds):
+        return {"listeners": n, "summary": {"holds": holds}}
+
+    assert capacity_of([point(8, True), point(16, True), point(24, False)]) == 16
+    assert capacity_of([point(8, False)]) == 0
+
+
+def test_loop_profile_from_two_metrics_readings():
+    def body(scale):
+        lines = [f"{name}_total {scale * (i + 1)}" for i, name in enumerate(LOOP_TOTALS)]
+        return "\n".join(["# HELP x", *lines, "voxgate_engine_steps_total 3"])
+
+    before, after = parse_loop_totals(body(1.0)), parse_loop_totals(body(3.0))
+    assert before is not None and set(before) == {attr for _, attr in LOOP_TOTALS.values()}
+    profile = loop_profile(before, after, 2.0)
+    d = {k: after[k] - before[k] for k in after}
+    assert profile["llm_step_ms"] == pytest.approx(1e3 * d["llm_s"] / d["llm_steps"], abs=0.01)
+    assert profile["loop_busy"] == pytest.approx(d["loop_s"] / 2.0, abs=1e-3)
+    assert parse_loop_totals("voxgate_engine_steps_total 3") is None  # an older server
+    assert loop_profile(None, after, 2.0) is None
+
+
+@pytest.mark.timeout(300)
+def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
+    argv = [
+        "--log-level",
+        "WARNING",
+        "bench",
+        "--serve",
+        "--model",
+        "tiny-orpheus",
+        "--device",
+        "cpu",
+        "--capacity",
+        "1,2",
+        "--stagger",
+        "0.5",
+        "--stream-seconds",
+        "1",
+        # A shared 2-core machine need not stream in real time: the figures must be sane.
+        "--min-on-time",
+        "0.01",
+        "--slo-ttfa-ms",
+        "60000",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    assert "capacity" in capsys.readouterr().out
+    [path] = tmp_path.glob("*.json")
+    assert path.name.endswith("-tiny-orpheus-capacity.json")
+    assert path.with_suffix(".png").stat().st_size > 10_000
+    data = json.loads(path.read_text())
+    system = data["systems"]["voxgate-slack"]
+    assert [p["listeners"] for p in system["points"]] == [1, 2]
+    for point in system["points"]:
+        s = point["summary"]
+        assert s["listeners"] == len(point["records"]) and s["refused"] == s["failed"] == 0
+        assert s["frames_expected"] >= 40 * s["listeners"]  # ~1 s of 20-ms frames each
+        assert 0 < s["frames_on_time"] <= s["frames_expected"]
+        loop = point["engine_loop"]
+        assert loop["llm_steps_per_s"] > 0 and loop["rows_per_step"] >= 1
+        assert loop["codec_jobs"] > 0 and loop["audio_x_realtime"] > 0
+        assert point["engine_trace"]["requests"] >= s["listeners"]
+    assert system["capacity"] == 2  # both held under the relaxed bar
