@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine.attention import KVCache
+from engine.attention import KVCache, kv_storage_dtype
 from engine.audio_out import AudioOut
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -45,6 +45,8 @@ from engine.worker import LaunchedStep, Worker
 from models.base import ModelInputError, Prompt, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
+# Decode steps of up to this many rows replay a captured graph (larger ones run eagerly).
+MAX_GRAPH_BATCH = 512
 
 
 def _on_llm_stream(method):
@@ -83,8 +85,9 @@ class EngineCore:
             config.block_size,
             shape.num_kv_heads,
             shape.head_dim,
-            shape.dtype,
+            kv_storage_dtype(config.kv_cache_dtype, shape.dtype),
             device,
+            compute_dtype=shape.dtype,
         )
         self.blocks = BlockManager(num_blocks, config.block_size)
         facts = model.facts
@@ -118,11 +121,13 @@ class EngineCore:
         if device.type == "cuda" and config.cuda_graphs:
             if self.worker.attn.supports_graphs:
                 self.worker.capture_graphs(
-                    shape.hidden_size, config.block_size, min(config.max_num_seqs, 256)
+                    shape.hidden_size, config.block_size, min(config.max_num_seqs, MAX_GRAPH_BATCH)
                 )
             if config.sampling_graphs:
                 self.worker.capture_sampling_graphs()
-            self.worker.capture_depth_graphs(min(config.max_num_seqs, 256), config.max_num_seqs)
+            self.worker.capture_depth_graphs(
+                min(config.max_num_seqs, MAX_GRAPH_BATCH), config.max_num_seqs
+            )
         if self.duplex is not None and device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CallableGraphs
 
@@ -139,19 +144,21 @@ class EngineCore:
         self._last_llm_start: float | None = None
         self.last_timing = StepTiming()
         log.info(
-            "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
+            "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens (%s) policy=%s async=%s",
             facts.name,
             attention,
             num_blocks,
             config.block_size,
+            cache.k[0].dtype,
             config.policy,
             self.async_scheduling,
         )
 
     def _size_kv_pool(self, device: torch.device) -> int:
         s = self.model.shape
+        kv_dtype = kv_storage_dtype(self.config.kv_cache_dtype, s.dtype)
         per_block = KVCache.bytes_per_block(
-            s.num_layers, self.config.block_size, s.num_kv_heads, s.head_dim, s.dtype
+            s.num_layers, self.config.block_size, s.num_kv_heads, s.head_dim, kv_dtype
         )
         if device.type == "cuda":
             free, _total = torch.cuda.mem_get_info(device)
@@ -391,9 +398,12 @@ class EngineCore:
         self.steps += 1
         self.last_timing = timing
         totals = self.audio.totals
+        turn_s = self.clock() - t0
         totals.loop_turns += 1
-        totals.loop_s += self.clock() - t0
+        totals.loop_s += turn_s
         totals.llm_s += timing.llm_s
+        if plan.num_tokens > len(plan.chunks):
+            totals.prefill_turn_s += turn_s
         return events
 
     def _count_plan(self, plan: SchedulerOutput) -> None:

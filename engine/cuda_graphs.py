@@ -19,7 +19,7 @@ from engine.attention import AttentionBackend, StepLayout
 
 log = logging.getLogger("voxgate.graphs")
 
-DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
 
 Forward = Callable[[torch.Tensor, torch.Tensor, AttentionBackend], torch.Tensor]
 

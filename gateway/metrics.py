@@ -82,6 +82,10 @@ LOOP_TOTALS = {
     "voxgate_engine_llm_rows": ("Requests advanced, summed over LLM steps", "rows"),
     "voxgate_engine_llm_tokens": ("Tokens run, summed over LLM steps", "tokens"),
     "voxgate_engine_prefill_steps": ("LLM steps that ran prompt tokens", "prefill_steps"),
+    "voxgate_engine_prefill_turn_seconds": (
+        "Engine loop turns that launched a prefill step",
+        "prefill_turn_s",
+    ),
     "voxgate_engine_capped_steps": (
         "LLM steps that left live requests out at max_num_seqs",
         "capped_steps",

@@ -53,6 +53,19 @@ def add_serve_parser(subparsers) -> None:
         help="KV pool size on CPU (default: %(default)s)",
     )
     g.add_argument(
+        "--kv-cache-dtype",
+        default=d.engine.kv_cache_dtype,
+        choices=["auto", "fp8"],
+        help="KV cache storage: the model's dtype, or fp8 (half the bytes per decode step, "
+        "twice the tokens; K/V rounded) (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-lead-s",
+        type=float,
+        default=d.engine.max_lead_s,
+        help="a stream this far ahead of its listener sits out LLM steps (default: %(default)s)",
+    )
+    g.add_argument(
         "--max-num-seqs",
         type=int,
         default=d.engine.max_num_seqs,
@@ -333,6 +346,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
     engine = EngineConfig(
         policy=args.policy,
         kv_cache_mb=args.kv_cache_mb,
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_lead_s=args.max_lead_s,
         max_num_seqs=args.max_num_seqs,
         max_batch_tokens=args.max_batch_tokens,
         max_detok_batch=args.max_detok_batch,
