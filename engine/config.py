@@ -104,6 +104,11 @@ class EngineConfig:
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0
+    # ... and while some listener is short of audio (waiting for its first chunk, or with less
+    # than urgent_buffer_s buffered), neither is one more than contended_lead_s ahead: the
+    # steps then come round sooner for those who need them (Scheduler._lead_cap).
+    contended_lead_s: float = 2.0
+    urgent_buffer_s: float = 1.0
     # ... nor is one with this many chunks of tokens still waiting for the codec (backpressure):
     # more tokens would not reach the listener sooner, and a codec that fell behind would get
     # jobs of several chunks a request, beyond its captured shapes (slower still).
@@ -186,7 +191,10 @@ class EngineConfig:
             raise ConfigError(f"gil_switch_ms must be in [0.05, 50], got {self.gil_switch_ms}")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
-        if self.max_lead_s <= 0:
-            raise ConfigError(f"max_lead_s must be > 0, got {self.max_lead_s}")
+        if min(self.max_lead_s, self.contended_lead_s) <= 0 or self.urgent_buffer_s < 0:
+            raise ConfigError(
+                "max_lead_s and contended_lead_s must be > 0 and urgent_buffer_s >= 0, got "
+                f"{self.max_lead_s}, {self.contended_lead_s}, {self.urgent_buffer_s}"
+            )
         if self.max_undecoded_chunks < 1:
             raise ConfigError(f"max_undecoded_chunks must be >= 1, got {self.max_undecoded_chunks}")

@@ -234,14 +234,12 @@ class Scheduler:
         live = [r for r in self.requests.values() if r.wants_tokens]
         if self.config.policy == "slack":
             undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
+            lead = self._lead_cap(live, now)
             live = [
                 r
                 for r in live
                 if r.ttfa_critical
-                or (
-                    r.buffered_audio_s(now) <= self.config.max_lead_s
-                    and r.pending_detok_tokens < undecoded
-                )
+                or (r.buffered_audio_s(now) <= lead and r.pending_detok_tokens < undecoded)
             ]
         live.sort(key=lambda r: self._priority(r, now))
         chosen = live[: self.config.max_num_seqs]
@@ -269,6 +267,23 @@ class Scheduler:
                 raise RuntimeError("KV reservation violated: block pool ran out mid-request")
             chunk.request.block_table = self.blocks.table(chunk.request.request_id)
         out.chunks = prefills + decodes
+
+    def _lead_cap(self, live: list[Request], now: float) -> float:
+        """How far ahead of its listener a stream may be and still decode this step.
+
+        While some listener is short of audio — a request waiting for its first chunk, or one
+        with less than `urgent_buffer_s` buffered — streams more than `contended_lead_s` ahead
+        sit out: each step then carries fewer rows (and less KV to read) and comes round sooner
+        for those who need it, at no loss to the comfortable streams. Otherwise every stream
+        runs, up to `max_lead_s`, so a load with no one short (a batch of offline requests)
+        runs at full speed."""
+        urgent = self.config.urgent_buffer_s
+        short = any(r.ttfa_critical or r.buffered_audio_s(now) < urgent for r in live)
+        return (
+            min(self.config.contended_lead_s, self.config.max_lead_s)
+            if short
+            else (self.config.max_lead_s)
+        )
 
     def _detok_ready(self, request: Request, now: float, codec_s: float | None = None) -> bool:
         """Whether `request` has a chunk to decode now; `codec_s`: the decode time of the job

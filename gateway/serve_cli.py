@@ -66,6 +66,12 @@ def add_serve_parser(subparsers) -> None:
         help="a stream this far ahead of its listener sits out LLM steps (default: %(default)s)",
     )
     g.add_argument(
+        "--contended-lead-s",
+        type=float,
+        default=d.engine.contended_lead_s,
+        help="... this far ahead while another listener is short of audio (default: %(default)s)",
+    )
+    g.add_argument(
         "--max-num-seqs",
         type=int,
         default=d.engine.max_num_seqs,
@@ -348,6 +354,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         kv_cache_mb=args.kv_cache_mb,
         kv_cache_dtype=args.kv_cache_dtype,
         max_lead_s=args.max_lead_s,
+        contended_lead_s=args.contended_lead_s,
         max_num_seqs=args.max_num_seqs,
         max_batch_tokens=args.max_batch_tokens,
         max_detok_batch=args.max_detok_batch,

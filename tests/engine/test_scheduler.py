@@ -160,6 +160,22 @@ def test_requests_far_ahead_of_their_listener_are_not_decoded():
     assert ahead.status == RequestStatus.RUNNING
 
 
+def test_comfortable_streams_sit_out_while_another_listener_is_short():
+    """Contention: a listener below urgent_buffer_s (or a request waiting for its first chunk)
+    makes streams more than contended_lead_s ahead sit out; with no one short, they all run."""
+    now = 30.0
+    sched = make_scheduler("slack", contended_lead_s=2.0, urgent_buffer_s=1.0)
+    ahead = make_steady(sched, arrival=1.0, buffered_s=5.0, now=now)
+    fine = make_steady(sched, arrival=2.0, buffered_s=1.5, now=now)
+    assert {c.request for c in sched.schedule(now).chunks} == {ahead, fine}  # no one short
+    short = make_steady(sched, arrival=3.0, buffered_s=0.4, now=now)
+    assert {c.request for c in sched.schedule(now).chunks} == {fine, short}
+    short.audio_emitted_s += 1.0  # topped up: no one is short any more
+    assert {c.request for c in sched.schedule(now).chunks} == {ahead, fine, short}
+    newcomer = admit(sched, prompt_len=10, arrival=now)  # waiting for its first chunk
+    assert {c.request for c in sched.schedule(now).chunks} == {fine, short, newcomer}
+
+
 def test_requests_whose_codec_fell_behind_wait_for_it():
     """Backpressure: a request with max_undecoded_chunks chunks of tokens not yet handed to the
     codec sits out until the codec takes them; one with less keeps decoding."""
