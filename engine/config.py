@@ -16,11 +16,6 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # None: size from kv_memory_fraction / kv_cache_mb
     kv_cache_mb: int = 512  # CPU default pool size; GPUs use kv_memory_fraction
     kv_memory_fraction: float = 0.85  # of free GPU memory after weights
-    # The KV cache's storage: "auto" (the model's dtype) or "fp8" (float8 e4m3, scale 1): half
-    # the bytes each decode step reads, and twice the tokens the pool holds. Long streams'
-    # decode steps are bound by reading their KV, so fp8 raises how many real-time streams a
-    # GPU holds; attention then sees K/V rounded to 3 mantissa bits (tokens may differ).
-    kv_cache_dtype: str = "auto"
     max_num_seqs: int = 128  # requests advanced per LLM step
     max_batch_tokens: int = 4096  # prefill + decode tokens per LLM step
     max_detok_batch: int = 64  # streams decoded per detokenizer call
@@ -157,8 +152,6 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.kv_cache_dtype not in ("auto", "fp8"):
-            raise ConfigError(f"kv_cache_dtype must be auto or fp8, got {self.kv_cache_dtype!r}")
         if self.block_size not in (8, 16, 32, 64):
             raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:

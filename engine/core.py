@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine.attention import KVCache, kv_storage_dtype
+from engine.attention import KVCache
 from engine.audio_out import AudioOut
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -85,9 +85,8 @@ class EngineCore:
             config.block_size,
             shape.num_kv_heads,
             shape.head_dim,
-            kv_storage_dtype(config.kv_cache_dtype, shape.dtype),
+            shape.dtype,
             device,
-            compute_dtype=shape.dtype,
         )
         self.blocks = BlockManager(num_blocks, config.block_size)
         facts = model.facts
@@ -144,21 +143,19 @@ class EngineCore:
         self._last_llm_start: float | None = None
         self.last_timing = StepTiming()
         log.info(
-            "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens (%s) policy=%s async=%s",
+            "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
             facts.name,
             attention,
             num_blocks,
             config.block_size,
-            cache.k[0].dtype,
             config.policy,
             self.async_scheduling,
         )
 
     def _size_kv_pool(self, device: torch.device) -> int:
         s = self.model.shape
-        kv_dtype = kv_storage_dtype(self.config.kv_cache_dtype, s.dtype)
         per_block = KVCache.bytes_per_block(
-            s.num_layers, self.config.block_size, s.num_kv_heads, s.head_dim, kv_dtype
+            s.num_layers, self.config.block_size, s.num_kv_heads, s.head_dim, s.dtype
         )
         if device.type == "cuda":
             free, _total = torch.cuda.mem_get_info(device)

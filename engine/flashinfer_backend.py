@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv
+from engine.attention import AttentionBackend, KVCache, StepLayout
 
 WORKSPACE_BYTES = 256 * 2**20
 HEAD_DIMS = (64, 128, 256)  # what FlashInfer's paged kernels are built for
@@ -78,7 +78,7 @@ class FlashInferBackend(AttentionBackend):
         decode_only = all(n == 1 for n in layout.query_lens)
         rows = graph_batch or len(layout.query_lens)
         indptr, indices, last = self._csr(layout, rows)
-        q_dtype, kv_dtype = self.cache.compute_dtype, self.cache.k[0].dtype
+        dtype = self.cache.k[0].dtype
         slots = list(layout.slot_mapping)
         slots += [self.cache.scratch_block * layout.block_size] * (rows - len(layout.query_lens))
         self._slots[: len(slots)].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
@@ -97,7 +97,7 @@ class FlashInferBackend(AttentionBackend):
                     )
             else:
                 wrapper = self._decode
-            wrapper.plan(*paged, q_data_type=q_dtype, kv_data_type=kv_dtype)
+            wrapper.plan(*paged, q_data_type=dtype, kv_data_type=dtype)
         else:
             if graph_batch is not None:
                 raise ValueError("only decode steps are captured in CUDA graphs")
@@ -106,7 +106,7 @@ class FlashInferBackend(AttentionBackend):
                 qo.append(qo[-1] + n)
             wrapper = self._prefill
             qo_indptr = torch.tensor(qo, dtype=torch.int32)
-            wrapper.plan(qo_indptr, *paged, causal=True, q_data_type=q_dtype, kv_data_type=kv_dtype)
+            wrapper.plan(qo_indptr, *paged, causal=True, q_data_type=dtype, kv_data_type=dtype)
         self._active = wrapper
 
     def forward(
@@ -114,8 +114,8 @@ class FlashInferBackend(AttentionBackend):
     ) -> torch.Tensor:
         slots = self._slots[: q.shape[0]]
         k_cache, v_cache = self.cache.k[layer], self.cache.v[layer]
-        store_kv(k_cache, slots, k)
-        store_kv(v_cache, slots, v)
+        k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
         bs = self.cache.block_size
         paged = (
             k_cache.view(self._pages_view, bs, self.cache.num_kv_heads, self.cache.head_dim),

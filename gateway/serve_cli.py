@@ -53,13 +53,6 @@ def add_serve_parser(subparsers) -> None:
         help="KV pool size on CPU (default: %(default)s)",
     )
     g.add_argument(
-        "--kv-cache-dtype",
-        default=d.engine.kv_cache_dtype,
-        choices=["auto", "fp8"],
-        help="KV cache storage: the model's dtype, or fp8 (half the bytes per decode step, "
-        "twice the tokens; K/V rounded) (default: %(default)s)",
-    )
-    g.add_argument(
         "--max-lead-s",
         type=float,
         default=d.engine.max_lead_s,
@@ -352,7 +345,6 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
     engine = EngineConfig(
         policy=args.policy,
         kv_cache_mb=args.kv_cache_mb,
-        kv_cache_dtype=args.kv_cache_dtype,
         max_lead_s=args.max_lead_s,
         contended_lead_s=args.contended_lead_s,
         max_num_seqs=args.max_num_seqs,

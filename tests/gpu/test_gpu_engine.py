@@ -62,11 +62,8 @@ def random_layout(query_lens, context_lens, block_size, num_blocks, gen):
 
 
 @needs_flashinfer
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
 @pytest.mark.parametrize("query_lens", [[1, 1, 1, 1, 1], [7, 1, 30, 1, 3]])
-def test_flashinfer_equals_sdpa(query_lens, kv_dtype):
-    """Decode and mixed prefill steps, from a bf16 or an fp8 cache (--kv-cache-dtype fp8):
-    FlashInfer's kernels read the same pages as the SDPA reference."""
+def test_flashinfer_equals_sdpa(query_lens):
     from engine.flashinfer_backend import FlashInferBackend
 
     gen = torch.Generator().manual_seed(0)
@@ -76,9 +73,9 @@ def test_flashinfer_equals_sdpa(query_lens, kv_dtype):
     outs = []
     for backend_cls in (SdpaBackend, FlashInferBackend):
         torch.manual_seed(1)
-        cache = KVCache(1, 64, bs, hkv, d, kv_dtype, CUDA, compute_dtype=torch.bfloat16)
-        for pages in (cache.k[0], cache.v[0]):
-            pages.copy_(torch.randn(pages.shape, device=CUDA).to(kv_dtype))
+        cache = KVCache(1, 64, bs, hkv, d, torch.bfloat16, CUDA)
+        cache.k[0].normal_()
+        cache.v[0].normal_()
         backend = backend_cls(cache) if backend_cls is SdpaBackend else backend_cls(cache, hq)
         t = sum(query_lens)
         q = torch.randn(t, hq, d, device=CUDA, dtype=torch.bfloat16, generator=None)
