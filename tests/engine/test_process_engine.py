@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.api import TurnFromText
 from engine.config import EngineConfig
 from engine.factory import build_engine
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
@@ -43,6 +44,11 @@ async def test_process_engine_matches_the_thread_engine():
 
         with pytest.raises(ModelInputError, match="empty"):
             await engine.submit(SpeechRequest("   "))
+        # Commands go through the same `apply` as in the thread engine: a bad one is refused
+        # there too, and a turn command answers across the process boundary.
+        engine.push_audio("nobody", np.zeros(160, np.float32))
+        with pytest.raises(ModelInputError, match="not a turn-based model"):
+            await engine.prepare_turn(TurnFromText("Hello."))
 
         long = await engine.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=3000)))
         assert isinstance(await long.get(), AudioChunk)
@@ -78,10 +84,11 @@ def test_engine_process_is_the_default_on_cuda_and_for_voxgate_tiny_on_the_cpu(t
     assert not uses_engine_process(EngineConfig(device="cpu"), str(tmp_path / "missing"))
     if torch.cuda.is_available():
         assert uses_engine_process(EngineConfig(device="cuda"))
-        # Turn-based S2S models keep their engine in the gateway's process unless asked.
-        assert not uses_engine_process(EngineConfig(device="cuda"), "glm-4-voice-9b")
-        assert uses_engine_process(
-            EngineConfig(device="cuda", engine_process=True), "glm-4-voice-9b"
+        # Every model, turn-based speech-to-speech ones included (their turns are prepared
+        # over the engine's contract, gateway/turns.py).
+        assert uses_engine_process(EngineConfig(device="cuda"), "glm-4-voice-9b")
+        assert not uses_engine_process(
+            EngineConfig(device="cuda", engine_process=False), "glm-4-voice-9b"
         )
 
 
