@@ -56,6 +56,7 @@ class AsyncEngine(ClientBase):
             await asyncio.to_thread(self._thread.join, 10.0)
             self._thread = None
         self.core.close()
+        self._fail_all("the engine was shut down")
 
     @property
     def ready(self) -> bool:

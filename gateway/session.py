@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from starlette.types import Message
 from starlette.websockets import WebSocket
 
-from engine.api import EngineClient
+from engine.api import EngineClient, EngineDead
 from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
 from gateway.config import GatewaySettings
@@ -155,7 +155,7 @@ class Session:
     def _task_failed(self, exc: BaseException) -> None:
         if isinstance(exc, SendQueueFull):
             return  # already turned into a 1008 close by _put
-        if isinstance(exc, EngineUnavailable):
+        if isinstance(exc, EngineUnavailable | EngineDead):
             self.log.error("engine unavailable: %s", exc)
             message = f"the engine stopped: {exc}"
         else:

@@ -299,8 +299,6 @@ class TurnConversation:
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        except EngineDead as exc:
-            raise EngineUnavailable(str(exc)) from None
         self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
         self.history.append(user)
         if self._interrupted or (self._input is not None and self._input.in_speech):
