@@ -112,11 +112,11 @@ class DuplexEngine:
         self.model.warm_up_batches(self.config.max_num_seqs)
         params = SamplingParams(max_tokens=4, min_tokens=0, seed=0)
         try:
-            request = self._add_session(SpeechRequest("", None, params))
+            request = self.add_request(SpeechRequest("", None, params))
         except EngineOverloaded:  # a pool too small: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first sessions may be slower")
             return
-        self._push_audio(request.request_id, np.zeros(3 * self.samples_per_frame, np.float32))
+        self.push_audio(request.request_id, np.zeros(3 * self.samples_per_frame, np.float32))
         far = self.clock() + 1e6
         for tick in range(4):
             self._tick(far + tick * self.model.facts.seconds_per_token)
@@ -128,9 +128,6 @@ class DuplexEngine:
     def add_request(self, spec: SpeechRequest) -> Request:
         """A new session. Raises ModelInputError (too long) or EngineOverloaded (no KV room
         for its whole length)."""
-        return self._add_session(spec)
-
-    def _add_session(self, spec: SpeechRequest) -> Request:
         prompt = self.model.preprocess(spec.text, spec.voice)
         frames = spec.sampling.max_tokens
         total = len(prompt.token_ids) + frames
@@ -155,9 +152,6 @@ class DuplexEngine:
 
     @on_llm_stream
     def push_audio(self, session_id: str, pcm: np.ndarray) -> None:
-        self._push_audio(session_id, pcm)
-
-    def _push_audio(self, session_id: str, pcm: np.ndarray) -> None:
         """The user's audio (float32 mono at the model's rate), any length; whole frames are
         queued for the scheduler, the remainder waits for the next push."""
         live = self.sessions.get(session_id)
