@@ -86,7 +86,7 @@ def trial(core, n: int, seconds: float) -> dict:
 def _trial(core, n: int, seconds: float) -> dict:
     model = core.model
     frame_s = model.facts.seconds_per_token
-    spf = core.duplex.samples_per_frame
+    spf = core.samples_per_frame
     frames = int(round(seconds / frame_s))
     params = SamplingParams(
         temperature=0.8, top_k=250, top_p=1.0, repetition_penalty=1.0, max_tokens=frames + 2, seed=0
@@ -117,7 +117,7 @@ def _trial(core, n: int, seconds: float) -> dict:
         core.step()
         if core.last_timing.batch_size:
             step_s.append(time.monotonic() - t0)
-    stats = [core.duplex.recent_stats[r.request_id] for r in sessions]
+    stats = [core.recent_stats[r.request_id] for r in sessions]
     out = sum(s.frames_out for s in stats)
     on_time = sum(s.on_time for s in stats)
     steps = np.array(step_s or [0.0])
@@ -129,7 +129,7 @@ def _trial(core, n: int, seconds: float) -> dict:
         "max_late_ms": round(1000 * max(s.max_late_s for s in stats), 1),
         "input_late": sum(s.input_late for s in stats),
         "input_dropped": sum(s.input_dropped for s in stats),
-        "resyncs": core.duplex.scheduler.resyncs,
+        "resyncs": core.scheduler.resyncs,
         "step_ms_p50": round(1000 * float(np.percentile(steps, 50)), 2),
         "step_ms_p99": round(1000 * float(np.percentile(steps, 99)), 2),
         # Which step was slowest (0: the priming tick): a one-off stall shows here.
@@ -144,7 +144,7 @@ def search(core, args) -> tuple[int, list[dict]]:
     n = args.start
 
     def run(n: int) -> bool:
-        core.duplex.scheduler.resyncs = 0
+        core.scheduler.resyncs = 0
         result = trial(core, n, args.seconds)
         result["passed"] = result["on_time_fraction"] >= TARGET
         trials.append(result)

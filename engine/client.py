@@ -1,99 +1,43 @@
-"""The async face of the engine that the gateway (and `voxgate synth`) use.
+"""The engine loop in a thread of the caller's process (`EngineClient`, engine/api.py).
 
-The engine loop runs in its own thread, off the caller's event loop: model work releases the
-GIL inside torch, so the gateway's Python keeps serving sockets while the GPU/CPU steps.
-Commands (submit, cancel, playback) cross into the loop through a queue and are applied
-between steps; events cross back with `loop.call_soon_threadsafe`.
+The loop runs off the caller's event loop: model work releases the GIL inside torch, so the
+gateway's Python keeps serving sockets while the GPU/CPU steps. Commands cross into the loop
+through a queue and are applied between steps (engine/loop.py:apply); events cross back with
+`loop.call_soon_threadsafe` (engine/client_base.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
-
-from engine.core import EngineCore
-from engine.outputs import EngineEvent, EngineStats, Finished, SpeechRequest
+from engine.api import (
+    Command,
+    EngineDead,
+    ModelFacts,
+    ResponseStream,
+    TurnCommand,
+    TurnFromSpeech,
+)
+from engine.client_base import ClientBase
+from engine.loop import EngineLoop, apply
+from engine.outputs import EngineStats
 
 log = logging.getLogger("voxgate.engine")
 
-
-@dataclass
-class _Submit:
-    request: SpeechRequest
-    future: concurrent.futures.Future
-    events: ResponseStream
+__all__ = ["AsyncEngine", "ResponseStream"]
 
 
-@dataclass
-class _Cancel:
-    request_id: str
-
-
-@dataclass
-class _Playback:
-    request_id: str
-    played_s: float
-
-
-@dataclass
-class _Audio:
-    request_id: str
-    pcm: np.ndarray
-
-
-@dataclass
-class _End:
-    request_id: str
-
-
-@dataclass
-class _EndConversation:
-    conversation_id: str
-
-
-class ResponseStream:
-    """Audio chunks then exactly one `Finished`, for one request."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, request_id: str = "") -> None:
-        self.request_id = request_id  # set on admission when not known up front
-        self._loop = loop
-        self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
-
-    def push(self, event: EngineEvent) -> None:
-        """Deliver from any thread. A consumer whose event loop has closed is simply gone: that
-        must never raise into (and stop) the engine thread."""
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-
-    async def get(self) -> EngineEvent:
-        return await self._queue.get()
-
-    def __aiter__(self) -> AsyncIterator[EngineEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[EngineEvent]:
-        while True:
-            event = await self._queue.get()
-            yield event
-            if isinstance(event, Finished):
-                return
-
-
-class AsyncEngine:
-    def __init__(self, core: EngineCore) -> None:
+class AsyncEngine(ClientBase):
+    def __init__(self, core: EngineLoop) -> None:
+        super().__init__()
         self.core = core
-        self.facts = core.model.facts
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self.facts: ModelFacts = core.model.facts
+        self._commands: queue.SimpleQueue[tuple[Command, int | None]] = queue.SimpleQueue()
         self._wake = threading.Event()
-        self._streams: dict[str, ResponseStream] = {}
         self._thread: threading.Thread | None = None
         self._stop = False
         self.failure: BaseException | None = None
@@ -112,55 +56,26 @@ class AsyncEngine:
             await asyncio.to_thread(self._thread.join, 10.0)
             self._thread = None
         self.core.close()
+        self._fail_all("the engine was shut down")
 
     @property
     def ready(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self.failure is None
 
-    # --- commands --------------------------------------------------------------------------------
-    async def submit(self, request: SpeechRequest) -> ResponseStream:
-        """Admit a request. Raises ModelInputError (bad input) or EngineOverloaded (no room)."""
-        if not self.ready:
-            raise RuntimeError("the engine is not running")
-        stream = ResponseStream(asyncio.get_running_loop())
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._send(_Submit(request, future, stream))
-        try:
-            stream.request_id = await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            # The caller gave up: never leave an admitted request running with no listener.
-            future.add_done_callback(self._cancel_orphan)
-            future.cancel()
-            raise
-        return stream
-
-    def _cancel_orphan(self, future: concurrent.futures.Future) -> None:
-        if not future.cancelled() and future.exception() is None:
-            self.cancel(future.result())
-
-    def cancel(self, request_id: str) -> None:
-        self._send(_Cancel(request_id))
-
-    def report_playback(self, request_id: str, played_s: float) -> None:
-        self._send(_Playback(request_id, played_s))
-
-    def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
-        """User audio for a full-duplex session (float32 mono at the model's rate)."""
-        self._send(_Audio(request_id, pcm))
-
-    def end_session(self, request_id: str) -> None:
-        """The user of a full-duplex session left: it ends between frames (`Finished` stop)."""
-        self._send(_End(request_id))
-
-    def end_conversation(self, conversation_id: str) -> None:
-        """The conversation's session closed: free the KV kept for its next turn."""
-        self._send(_EndConversation(conversation_id))
-
     def stats(self) -> EngineStats:
         return self.core.stats(stepping=self.ready)
 
-    def _send(self, command: object) -> None:
-        self._commands.put(command)
+    async def prepare_turn(self, command: TurnCommand) -> Any:
+        """Turn preparation touches the model alone, so it runs here, not on the engine thread:
+        the speech tokenizer off the event loop (it is model work), the rest at once."""
+        if not self.ready:
+            raise EngineDead("the engine is not running")
+        if isinstance(command, TurnFromSpeech):
+            return (await asyncio.to_thread(apply, self.core, command)).value
+        return apply(self.core, command).value
+
+    def _send(self, command: Command, token: int | None) -> None:
+        self._commands.put((command, token))
         self._wake.set()
 
     # --- the loop (engine thread) ----------------------------------------------------------------
@@ -178,7 +93,7 @@ class AsyncEngine:
                     self._wake.clear()
                     continue
                 for event in self.core.step():
-                    self._dispatch(event)
+                    self._deliver(event)
         except BaseException as exc:  # the loop must never die silently
             log.exception("engine loop failed")
             self.failure = exc
@@ -187,45 +102,16 @@ class AsyncEngine:
     def _apply_commands(self) -> None:
         while True:
             try:
-                command = self._commands.get_nowait()
+                command, token = self._commands.get_nowait()
             except queue.Empty:
                 return
-            if isinstance(command, _Submit):
-                # A caller that gave up waiting (its task was cancelled) must not get a request
-                # it no longer owns; and a running future can no longer be cancelled under us.
-                if not command.future.set_running_or_notify_cancel():
-                    continue
-                try:
-                    req = self.core.add_request(command.request)
-                except Exception as exc:  # handed to the caller, who reports it to its client
-                    command.future.set_exception(exc)
-                    continue
-                self._streams[req.request_id] = command.events
-                command.future.set_result(req.request_id)
-            elif isinstance(command, _Cancel):
-                for event in self.core.cancel(command.request_id):
-                    self._dispatch(event)
-            elif isinstance(command, _Playback):
-                self.core.report_playback(command.request_id, command.played_s)
-            elif isinstance(command, _Audio):
-                self.core.push_audio(command.request_id, command.pcm)
-            elif isinstance(command, _End):
-                for event in self.core.end_session(command.request_id):
-                    self._dispatch(event)
-            elif isinstance(command, _EndConversation):
-                self.core.end_conversation(command.conversation_id)
-
-    def _dispatch(self, event: EngineEvent) -> None:
-        stream = self._streams.get(event.request_id)
-        if stream is None:
-            return
-        if isinstance(event, Finished):
-            del self._streams[event.request_id]
-        stream.push(event)
-
-    def _fail_all(self, message: str) -> None:
-        from engine.outputs import FinishReason
-
-        for request_id, stream in list(self._streams.items()):
-            stream.push(Finished(request_id, FinishReason.FAILED, 0, message))
-        self._streams.clear()
+            # A caller that gave up waiting (its task was cancelled) must not get a request
+            # it no longer owns.
+            if token is not None and not self._wanted(token):
+                continue
+            try:
+                applied = apply(self.core, command)
+            except Exception as exc:  # handed to the caller, who reports it to its client
+                self._refuse(token, exc)
+                continue
+            self._answer(token, applied)

@@ -14,7 +14,6 @@ one extra step whose token is discarded; a cancelled request's in-flight token i
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -22,13 +21,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine.attention import KVCache
+from engine.api import EngineOverloaded
 from engine.audio_out import AudioOut
-from engine.block_manager import BlockManager
+from engine.backbone import build_backbone, on_llm_stream
 from engine.config import EngineConfig
 from engine.detok_job import Detokenizer
 from engine.detok_pipeline import make_detokenizer
-from engine.llm_stream import LlmStream
 from engine.outputs import (
     EngineEvent,
     EngineStats,
@@ -41,28 +39,10 @@ from engine.outputs import (
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler, ema
-from engine.worker import LaunchedStep, Worker
+from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
-# Decode steps of up to this many rows replay a captured graph (larger ones run eagerly).
-MAX_GRAPH_BATCH = 512
-
-
-def _on_llm_stream(method):
-    """Run an EngineCore method with the LLM's stream current on the calling thread
-    (engine/llm_stream.py): its device work then stays in order on that one stream."""
-
-    @functools.wraps(method)
-    def on_stream(self, *args, **kwargs):
-        with self.on_llm_stream():
-            return method(self, *args, **kwargs)
-
-    return on_stream
-
-
-class EngineOverloaded(RuntimeError):
-    """No room for another request now; the message says why. Callers answer 'try later'."""
 
 
 class EngineCore:
@@ -74,21 +54,18 @@ class EngineCore:
         attention: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if model.facts.full_duplex:
+            raise ValueError(
+                f"{model.facts.name} is a full-duplex model: its loop is engine/duplex.py's "
+                "DuplexEngine (engine/factory.py:build_core picks the loop for a model)"
+            )
         self.model = model
         self.config = config
         self.clock = clock
-        num_blocks = config.num_kv_blocks or self._size_kv_pool(device)
-        shape = model.shape
-        cache = KVCache(
-            shape.num_layers,
-            num_blocks,
-            config.block_size,
-            shape.num_kv_heads,
-            shape.head_dim,
-            shape.dtype,
-            device,
-        )
-        self.blocks = BlockManager(num_blocks, config.block_size)
+        backbone = build_backbone(model, config, device, attention)
+        self.blocks, self.worker = backbone.blocks, backbone.worker
+        self.on_llm_stream = backbone.on_llm_stream
+        num_blocks = backbone.num_blocks
         facts = model.facts
         threaded_codec = device.type == "cuda" and config.async_detok
         self.scheduler = Scheduler(
@@ -106,31 +83,6 @@ class EngineCore:
             ),
             threaded_codec=threaded_codec,
         )
-        if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
-            log.info("backbone uses FlashInfer's fused norm/RoPE/activation kernels")
-        self.worker = Worker(model, cache, attention, device)
-        # The engine thread's device work (steps, admissions, warm-up) goes on this stream.
-        self.on_llm_stream = LlmStream(device, config.llm_stream_priority)
-        # Full-duplex models step all their sessions together once per frame instead.
-        self.duplex = None
-        if facts.full_duplex:
-            from engine.duplex import DuplexEngine
-
-            self.duplex = DuplexEngine(model, self.worker, self.blocks, config, clock)
-        if device.type == "cuda" and config.cuda_graphs:
-            if self.worker.attn.supports_graphs:
-                self.worker.capture_graphs(
-                    shape.hidden_size, config.block_size, min(config.max_num_seqs, MAX_GRAPH_BATCH)
-                )
-            if config.sampling_graphs:
-                self.worker.capture_sampling_graphs()
-            self.worker.capture_depth_graphs(
-                min(config.max_num_seqs, MAX_GRAPH_BATCH), config.max_num_seqs
-            )
-        if self.duplex is not None and device.type == "cuda" and config.cuda_graphs:
-            from engine.cuda_graphs import CallableGraphs
-
-            model.enable_cuda_graphs(CallableGraphs(device))  # its codec runs on this thread
         # The codec's graphs are captured by make_detokenizer, on the thread that replays them.
         self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
         # Jobs out to it and events back, with finished requests' timelines when asked for.
@@ -152,18 +104,6 @@ class EngineCore:
             self.async_scheduling,
         )
 
-    def _size_kv_pool(self, device: torch.device) -> int:
-        s = self.model.shape
-        per_block = KVCache.bytes_per_block(
-            s.num_layers, self.config.block_size, s.num_kv_heads, s.head_dim, s.dtype
-        )
-        if device.type == "cuda":
-            free, _total = torch.cuda.mem_get_info(device)
-            budget = int(free * self.config.kv_memory_fraction)
-        else:
-            budget = self.config.kv_cache_mb * 2**20
-        return max(2, budget // per_block)
-
     def close(self) -> None:
         self.detok.close()
         self.audio.close()
@@ -173,16 +113,13 @@ class EngineCore:
         """First-chunk lane jobs done (their time: scheduler.lane_time_s)."""
         return self.audio.lane_jobs
 
-    @_on_llm_stream
+    @on_llm_stream
     def warm_up(self) -> None:
         """Run one short request through every stage before serving: kernels that compile on
         first use (FlashInfer's JIT, cuBLAS heuristics, lazily built graphs) must not land on
         the first real listener's time to first audio. Leaves the engine empty."""
         facts = self.model.facts
         self.model.warm_up_batches(self.config.max_num_seqs)
-        if self.duplex is not None:
-            self._warm_up_duplex()
-            return
         n = facts.first_chunk_tokens + facts.chunk_tokens
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         try:
@@ -194,33 +131,9 @@ class EngineCore:
             self.step()
         self.steps = 0
 
-    def _warm_up_duplex(self) -> None:
-        """A session primed and stepped on three frames of silence, ticks forced by a clock
-        far ahead (the grid restarts with the first real session)."""
-        duplex = self.duplex
-        params = SamplingParams(max_tokens=4, min_tokens=0, seed=0)
-        try:
-            request = duplex.add_session(SpeechRequest("", None, params))
-        except Exception:  # noqa: BLE001 - a pool too small: serve cold rather than fail
-            log.warning("KV pool too small to warm the engine up; first sessions may be slower")
-            return
-        duplex.push_audio(request.request_id, np.zeros(3 * duplex.samples_per_frame, np.float32))
-        far = self.clock() + 1e6
-        for tick in range(4):
-            duplex.step(far + tick * self.model.facts.seconds_per_token)
-        duplex.end(request.request_id)
-        self.steps = 0
-
     # --- requests --------------------------------------------------------------------------------
-    @_on_llm_stream
+    @on_llm_stream
     def add_request(self, spec: SpeechRequest) -> Request:
-        if self.duplex is not None:
-            from engine.duplex import DuplexOverloaded
-
-            try:
-                return self.duplex.add_session(spec)
-            except DuplexOverloaded as exc:
-                raise EngineOverloaded(str(exc)) from None
         prompt = self._prompt(spec)
         total = len(prompt.token_ids) + spec.sampling.max_tokens
         if total > self.model.facts.max_context:
@@ -261,28 +174,22 @@ class EngineCore:
             raise ModelInputError("the conversation is empty: end it with the user's turn")
         return self.model.preprocess_turns(spec.turns)
 
-    @_on_llm_stream
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
-        """User audio for a full-duplex session (float32 mono at the model's rate)."""
-        if self.duplex is None:
-            raise ModelInputError(f"{self.model.facts.name} takes no streamed audio input")
-        self.duplex.push_audio(request_id, pcm)
+        raise ModelInputError(f"{self.model.facts.name} takes no streamed audio input")
 
     def end_session(self, request_id: str) -> list[EngineEvent]:
-        """A full-duplex session's user hung up: it ends between frames (status stop)."""
-        return [] if self.duplex is None else self.duplex.end(request_id)
+        """Only full-duplex sessions end this way (engine/duplex.py); nothing to end here."""
+        return []
 
     def end_conversation(self, conversation_id: str) -> None:
         """Free the KV kept for `conversation_id` (its session closed)."""
         self.scheduler.end_conversation(conversation_id)
 
     def seconds_until_due(self) -> float | None:
-        """Full-duplex engines: how long the loop may sleep before the next tick."""
-        return None if self.duplex is None else self.duplex.seconds_until_due(self.clock())
+        """None: a step is due whenever there is work (only full-duplex loops keep a grid)."""
+        return None
 
     def cancel(self, request_id: str) -> list[EngineEvent]:
-        if self.duplex is not None:
-            return self.duplex.end(request_id, FinishReason.CANCELLED)
         request = self.scheduler.requests.get(request_id)
         if request is None:
             return []
@@ -299,27 +206,11 @@ class EngineCore:
             request.played_report_time = self.clock()
 
     def has_work(self) -> bool:
-        if self.duplex is not None:
-            return bool(self.duplex.sessions)
         return (
             bool(self.scheduler.requests) or self.detok.in_flight > 0 or self._in_flight is not None
         )
 
     def stats(self, stepping: bool = True) -> EngineStats:
-        if self.duplex is not None:
-            totals = self.duplex.scheduler.totals
-            return EngineStats(
-                running=len(self.duplex.sessions),
-                waiting=0,
-                kv_blocks_total=self.blocks.num_blocks,
-                kv_blocks_used=self.blocks.num_used,
-                kv_blocks_reserved=self.duplex.reserved_blocks,
-                steps=self.steps,
-                last_step=self.last_timing,
-                stepping=stepping,
-                frames_out=totals.frames_out,
-                frames_on_time=totals.on_time,
-            )
         return EngineStats(
             running=self.scheduler.num_running,
             waiting=self.scheduler.num_waiting,
@@ -335,22 +226,11 @@ class EngineCore:
         )
 
     # --- the step --------------------------------------------------------------------------------
-    @_on_llm_stream
+    @on_llm_stream
     def step(self) -> list[EngineEvent]:
-        """One turn of the loop: collect finished codec jobs, run an LLM step (or a duplex
-        frame), hand ready chunks to the codec; returns the events for the listeners."""
+        """One turn of the loop: collect finished codec jobs, run an LLM step, hand ready
+        chunks to the codec; returns the events for the listeners."""
         t0 = self.clock()
-        if self.duplex is not None:
-            events = self.duplex.step(t0)
-            if self.duplex.last_batch:
-                self.last_timing = StepTiming(
-                    llm_s=self.clock() - t0,
-                    batch_size=self.duplex.last_batch,
-                    num_tokens=self.duplex.last_batch,
-                )
-                self.duplex.last_batch = 0
-                self.steps += 1
-            return events
         events = self.audio.collect(self.detok.poll())
         plan = self.scheduler.schedule(t0)
         self._count_plan(plan)

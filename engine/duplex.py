@@ -1,4 +1,7 @@
-"""Full-duplex sessions in the engine: the torch side of frame-synchronous stepping.
+"""The engine loop of full-duplex models (Moshi): every session stepped together, once per
+frame. It serves the same loop interface as engine/core.py's EngineCore (engine/loop.py), so
+the clients drive either the same way; `seconds_until_due` tells them when the next frame's
+tick is.
 
 Each tick (`engine/frame_scheduler.py` decides when, and what each session's input is), for
 every session in the tick at once: the user's newest audio frame (or silence) is encoded, each
@@ -15,34 +18,34 @@ so there is no later step to overlap it with.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
-from engine.block_manager import BlockManager
+from engine.api import EngineOverloaded
+from engine.backbone import build_backbone, on_llm_stream
 from engine.config import EngineConfig
 from engine.frame_scheduler import FramePlan, FrameScheduler, FrameSessionStats
 from engine.outputs import (
     AudioChunk,
     EngineEvent,
+    EngineStats,
     Finished,
     FinishReason,
     ScheduledChunk,
     SpeechRequest,
+    StepTiming,
     TextDelta,
 )
-from engine.request import Request, RequestStatus
-from engine.worker import Worker
+from engine.request import Request, RequestStatus, SamplingParams
 from models.base import ModelInputError, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
 _RECENT = 1024
-
-
-class DuplexOverloaded(RuntimeError):
-    """No KV room for another session's whole length."""
 
 
 @dataclass(eq=False)
@@ -58,13 +61,24 @@ class DuplexEngine:
     def __init__(
         self,
         model: SpeechModel,
-        worker: Worker,
-        blocks: BlockManager,
         config: EngineConfig,
-        clock: Callable[[], float],
+        device: torch.device,
+        attention: str,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.model, self.worker, self.blocks = model, worker, blocks
-        self.config, self.clock = config, clock
+        if not model.facts.full_duplex:
+            raise ValueError(
+                f"{model.facts.name} is not a full-duplex model: its loop is engine/core.py's "
+                "EngineCore (engine/factory.py:build_core picks the loop for a model)"
+            )
+        self.model, self.config, self.clock = model, config, clock
+        backbone = build_backbone(model, config, device, attention)
+        self.blocks, self.worker = backbone.blocks, backbone.worker
+        self.on_llm_stream = backbone.on_llm_stream
+        if device.type == "cuda" and config.cuda_graphs:
+            from engine.cuda_graphs import CallableGraphs
+
+            model.enable_cuda_graphs(CallableGraphs(device))  # its codec runs on this thread
         self.samples_per_frame: int = model.samples_per_frame  # type: ignore[attr-defined]
         self.scheduler = FrameScheduler(
             model.facts.seconds_per_token,
@@ -75,11 +89,45 @@ class DuplexEngine:
         self._reserved = 0
         self._silence = np.zeros(self.samples_per_frame, np.float32)
         self.last_batch = 0
+        self.steps = 0
+        self.last_timing = StepTiming()
         # Frame accounting of the last sessions that ended (benchmarks and tests read it).
         self.recent_stats: OrderedDict[str, FrameSessionStats] = OrderedDict()
+        log.info(
+            "engine ready: model=%s (full duplex) attention=%s kv_blocks=%d x %d tokens",
+            model.facts.name,
+            attention,
+            backbone.num_blocks,
+            config.block_size,
+        )
+
+    def close(self) -> None:
+        """Nothing to stop: the codec runs inline, on the loop's thread."""
+
+    @on_llm_stream
+    def warm_up(self) -> None:
+        """A session primed and stepped on three frames of silence, ticks forced by a clock
+        far ahead (the grid restarts with the first real session), so that kernels compiled on
+        first use do not land on the first real session. Leaves the engine empty."""
+        self.model.warm_up_batches(self.config.max_num_seqs)
+        params = SamplingParams(max_tokens=4, min_tokens=0, seed=0)
+        try:
+            request = self.add_request(SpeechRequest("", None, params))
+        except EngineOverloaded:  # a pool too small: serve cold rather than fail
+            log.warning("KV pool too small to warm the engine up; first sessions may be slower")
+            return
+        self.push_audio(request.request_id, np.zeros(3 * self.samples_per_frame, np.float32))
+        far = self.clock() + 1e6
+        for tick in range(4):
+            self._tick(far + tick * self.model.facts.seconds_per_token)
+        self.end_session(request.request_id)
+        self.steps = 0
 
     # --- sessions --------------------------------------------------------------------------------
-    def add_session(self, spec: SpeechRequest) -> Request:
+    @on_llm_stream
+    def add_request(self, spec: SpeechRequest) -> Request:
+        """A new session. Raises ModelInputError (too long) or EngineOverloaded (no KV room
+        for its whole length)."""
         prompt = self.model.preprocess(spec.text, spec.voice)
         frames = spec.sampling.max_tokens
         total = len(prompt.token_ids) + frames
@@ -92,7 +140,7 @@ class DuplexEngine:
             raise ModelInputError(f"request id {spec.request_id!r} is already in use")
         decision = self.blocks.can_admit(total, self._reserved)
         if not decision.ok:
-            raise DuplexOverloaded(decision.reason)
+            raise EngineOverloaded(decision.reason)
         request = Request(prompt.token_ids, spec.sampling, arrival_time=self.clock())
         if spec.request_id:
             request.request_id = spec.request_id
@@ -102,6 +150,7 @@ class DuplexEngine:
         self.scheduler.join(request.request_id)
         return request
 
+    @on_llm_stream
     def push_audio(self, session_id: str, pcm: np.ndarray) -> None:
         """The user's audio (float32 mono at the model's rate), any length; whole frames are
         queued for the scheduler, the remainder waits for the next push."""
@@ -113,7 +162,20 @@ class DuplexEngine:
         live.buffered += len(pcm)
         self.scheduler.push_frames(session_id, live.buffered // self.samples_per_frame - before)
 
-    def end(self, session_id: str, reason: FinishReason = FinishReason.STOP) -> list[EngineEvent]:
+    def end_session(self, session_id: str) -> list[EngineEvent]:
+        """The user hung up: the session ends between frames (status stop)."""
+        return self._end(session_id, FinishReason.STOP)
+
+    def cancel(self, session_id: str) -> list[EngineEvent]:
+        return self._end(session_id, FinishReason.CANCELLED)
+
+    def report_playback(self, request_id: str, played_s: float) -> None:
+        """Frames go out on the grid, whatever the listener has played: nothing to do."""
+
+    def end_conversation(self, conversation_id: str) -> None:
+        """A session keeps no KV past its end: nothing to free."""
+
+    def _end(self, session_id: str, reason: FinishReason) -> list[EngineEvent]:
         """The session leaves between frames: its KV pages go back at once."""
         live = self.sessions.pop(session_id, None)
         if live is None:
@@ -144,14 +206,45 @@ class DuplexEngine:
     def reserved_blocks(self) -> int:
         return self._reserved
 
-    def seconds_until_due(self, now: float) -> float:
+    def has_work(self) -> bool:
+        return bool(self.sessions)
+
+    def seconds_until_due(self) -> float:
         """How long the loop may sleep: until the next tick, or a frame when no session is
         ready (new input wakes the loop anyway)."""
         due = self.scheduler.next_due()
-        return self.scheduler.frame_s if due is None else max(0.0, due - now)
+        return self.scheduler.frame_s if due is None else max(0.0, due - self.clock())
+
+    def stats(self, stepping: bool = True) -> EngineStats:
+        totals = self.scheduler.totals
+        return EngineStats(
+            running=len(self.sessions),
+            waiting=0,
+            kv_blocks_total=self.blocks.num_blocks,
+            kv_blocks_used=self.blocks.num_used,
+            kv_blocks_reserved=self._reserved,
+            steps=self.steps,
+            last_step=self.last_timing,
+            stepping=stepping,
+            frames_out=totals.frames_out,
+            frames_on_time=totals.on_time,
+        )
 
     # --- the tick ----------------------------------------------------------------------------------
-    def step(self, now: float) -> list[EngineEvent]:
+    @on_llm_stream
+    def step(self) -> list[EngineEvent]:
+        """Run the frame that is due, if one is: every session in it at once."""
+        t0 = self.clock()
+        events = self._tick(t0)
+        if self.last_batch:
+            self.last_timing = StepTiming(
+                llm_s=self.clock() - t0, batch_size=self.last_batch, num_tokens=self.last_batch
+            )
+            self.last_batch = 0
+            self.steps += 1
+        return events
+
+    def _tick(self, now: float) -> list[EngineEvent]:
         plan = self.scheduler.plan(now)
         if plan is None:
             return []
@@ -196,7 +289,7 @@ class DuplexEngine:
                 request.audio_emitted_s += len(pcm) / rate
                 events.append(AudioChunk(request.request_id, pcm, rate))
             if len(request.output_ids) >= request.sampling.max_tokens:
-                events += self.end(request.request_id, FinishReason.LENGTH)
+                events += self._end(request.request_id, FinishReason.LENGTH)
         return events
 
     def _take_frame(self, live: _Live, use_input: bool, drop: int) -> np.ndarray:

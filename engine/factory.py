@@ -12,7 +12,9 @@ import torch
 from engine.client import AsyncEngine
 from engine.config import EngineConfig
 from engine.core import EngineCore
+from engine.duplex import DuplexEngine
 from engine.gc_pauses import freeze_loaded
+from engine.loop import EngineLoop
 from engine.request import ConfigError
 from models.base import SpeechModel
 from models.registry import DEFAULT_MODEL, CosyVoiceOptions, is_voxgate_tiny, load_model
@@ -51,14 +53,15 @@ def resolve_attention(config: EngineConfig, device: torch.device, head_dim: int 
     return "flashinfer" if device.type == "cuda" and has_flashinfer else "sdpa"
 
 
-def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -> EngineCore:
-    """The engine loop for a loaded model. `cpu_int8` None counts as off here: the per-model
-    defaults are settled by `serving_defaults`, which knows the model's name."""
+def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -> EngineLoop:
+    """The engine loop for a loaded model: full-duplex models step all their sessions once per
+    frame (DuplexEngine), the others batch requests continuously (EngineCore). `cpu_int8`
+    None counts as off here: the per-model defaults are settled by `serving_defaults`, which
+    knows the model's name."""
     if config.cpu_int8:
         apply_cpu_int8(model, device)
-    return EngineCore(
-        model, config, device, resolve_attention(config, device, model.shape.head_dim)
-    )
+    loop = DuplexEngine if model.facts.full_duplex else EngineCore
+    return loop(model, config, device, resolve_attention(config, device, model.shape.head_dim))
 
 
 def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:
@@ -71,19 +74,13 @@ def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:
         )
 
 
-# Turn-based speech-to-speech models: the gateway turns the user's audio into speech tokens and
-# reads the reply's ids with the model's own tokenizer, so the model must live in the gateway's
-# process. Their engine runs as a thread there unless --engine-process is asked for explicitly.
-GATEWAY_SIDE_MODELS = frozenset({"tiny-glm-voice", "glm-4-voice-9b"})
-
-
 def uses_engine_process(config: EngineConfig, model: str | None = None) -> bool:
     if config.engine_process is not None:
         return config.engine_process
     device = resolve_device(config).type
     if device == "cpu":
         return model is not None and is_voxgate_tiny(model)
-    return device == "cuda" and model not in GATEWAY_SIDE_MODELS
+    return device == "cuda"
 
 
 def half_the_cores() -> int:

@@ -1,30 +1,38 @@
-"""The engine loop in a process of its own, behind the same surface as `AsyncEngine`.
+"""The engine loop in a process of its own (`EngineClient`, engine/api.py).
 
 Why: in a thread, the engine shares the GIL with the gateway's event loop and the codec
 thread, and every blocking torch call can cost it a whole switch interval
-(`bench/gil_probe.py`). A child process has its own interpreter. Commands go down one
-multiprocessing queue, engine events (audio as numpy arrays) and stats snapshots come back on
-another, read by one thread here that hands them to the right `ResponseStream`.
+(`bench/gil_probe.py`). A child process has its own interpreter. Commands (engine/api.py's
+values, with the token of the caller awaiting the answer) go down one multiprocessing queue
+and are applied there between steps (engine/loop.py:apply); engine events (audio as numpy
+arrays), answers and stats snapshots come back on another, read by one thread here
+(engine/client_base.py hands them out). Turn preparation (the speech tokenizer ...) runs in
+the child on a thread of its own, beside the loop, as the thread client runs it beside its.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import itertools
 import logging
 import multiprocessing as mp
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from engine.client import ResponseStream
+from engine.api import (
+    Command,
+    ConfigError,
+    EngineOverloaded,
+    ModelFacts,
+    ModelInputError,
+    TurnCommand,
+)
+from engine.client_base import ClientBase
 from engine.config import EngineConfig
-from engine.core import EngineOverloaded
-from engine.outputs import EngineStats, Finished, FinishReason, SpeechRequest, StepTiming
-from engine.request import ConfigError
-from models.base import ModelInputError
+from engine.loop import Applied, EngineLoop, apply
+from engine.outputs import AudioChunk, EngineStats, Finished, StepTiming, TextDelta
 
 log = logging.getLogger("voxgate.engine")
 
@@ -43,6 +51,36 @@ class EngineSpec:
     config: EngineConfig
     random_weights: bool = False
     voices_dir: str | None = None
+
+
+# --- what the child sends back (besides engine events and stats snapshots) ----------------------
+@dataclass(frozen=True)
+class _Ready:
+    facts: ModelFacts
+    stats: EngineStats
+
+
+@dataclass(frozen=True)
+class _StartFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Answered:
+    token: int | None
+    applied: Applied
+
+
+@dataclass(frozen=True)
+class _Refused:
+    token: int | None
+    kind: str  # a key of _ERRORS
+    message: str
+
+
+@dataclass(frozen=True)
+class _Crashed:
+    reason: str
 
 
 def _error_kind(exc: Exception) -> str:
@@ -83,9 +121,10 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         core.warm_up()
         freeze_loaded()
     except Exception as exc:  # reported to the parent, which raises it from start()
-        events.put(("failed", f"{type(exc).__name__}: {exc}"))
+        events.put(_StartFailed(f"{type(exc).__name__}: {exc}"))
         return
-    events.put(("ready", model.facts, core.stats()))
+    events.put(_Ready(model.facts, core.stats()))
+    turns = ThreadPoolExecutor(1, thread_name_prefix="voxgate-turns")
     last_stats = 0.0
     try:
         while True:
@@ -94,52 +133,44 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
             while True:
                 try:
                     timeout = 0.05 if wait is None else min(max(wait, 0.001), 0.05)
-                    command = commands.get(timeout=timeout) if block else commands.get_nowait()
+                    message = commands.get(timeout=timeout) if block else commands.get_nowait()
                 except queue.Empty:
                     break
                 block = False
-                if command[0] == "stop":
+                if message is None:  # stop
                     return
-                _apply(core, command, events)
+                command, token = message
+                if isinstance(command, TurnCommand):
+                    turns.submit(_apply, core, command, token, events)
+                else:
+                    _apply(core, command, token, events)
             if core.has_work():
                 for event in core.step():
-                    events.put(("event", event))
+                    events.put(event)
             if time.monotonic() - last_stats > STATS_EVERY_S:
-                events.put(("stats", core.stats()))
+                events.put(core.stats())
                 last_stats = time.monotonic()
     except BaseException as exc:  # never die silently: every stream gets a failure
-        events.put(("crashed", f"engine failure: {exc}"))
+        events.put(_Crashed(f"engine failure: {exc}"))
         raise
     finally:
+        turns.shutdown(wait=False, cancel_futures=True)
         core.close()
 
 
-def _apply(core, command: tuple, events: mp.Queue) -> None:
-    kind = command[0]
-    if kind == "submit":
-        _, token, request = command
-        try:
-            req = core.add_request(request)
-        except Exception as exc:  # handed to the caller, as the thread engine does
-            events.put(("refused", token, _error_kind(exc), str(exc)))
-        else:
-            events.put(("admitted", token, req.request_id))
-    elif kind == "cancel":
-        for event in core.cancel(command[1]):
-            events.put(("event", event))
-    elif kind == "playback":
-        core.report_playback(command[1], command[2])
-    elif kind == "audio":
-        core.push_audio(command[1], command[2])
-    elif kind == "end":
-        for event in core.end_session(command[1]):
-            events.put(("event", event))
-    elif kind == "end_conversation":
-        core.end_conversation(command[1])
+def _apply(core: EngineLoop, command: Command, token: int | None, events: mp.Queue) -> None:
+    try:
+        applied = apply(core, command)
+    except Exception as exc:  # handed to the caller, as the thread engine does
+        events.put(_Refused(token, _error_kind(exc), str(exc)))
+        return
+    if token is not None or applied.events:
+        events.put(_Answered(token, applied))
 
 
-class ProcessEngine:
+class ProcessEngine(ClientBase):
     def __init__(self, spec: EngineSpec, start_timeout_s: float = 600.0) -> None:
+        super().__init__()
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         ctx = mp.get_context("spawn")  # CUDA cannot be forked
@@ -151,13 +182,9 @@ class ProcessEngine:
             name="voxgate-engine",
             daemon=True,
         )
-        self._tokens = itertools.count()
-        self._pending: dict[int, tuple[concurrent.futures.Future, ResponseStream]] = {}
-        self._streams: dict[str, ResponseStream] = {}
-        self._lock = threading.Lock()
         self._reader: threading.Thread | None = None
         self._stats: EngineStats | None = None
-        self.facts = None
+        self.facts: ModelFacts | None = None
         self.failure: str | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -169,10 +196,10 @@ class ProcessEngine:
         except queue.Empty:
             self._process.kill()
             raise RuntimeError("the engine process did not become ready in time") from None
-        if message[0] != "ready":
+        if not isinstance(message, _Ready):
             self._process.join(5)
-            raise RuntimeError(f"the engine process failed to start: {message[1]}")
-        _, self.facts, self._stats = message
+            raise RuntimeError(f"the engine process failed to start: {message.reason}")
+        self.facts, self._stats = message.facts, message.stats
         self._reader = threading.Thread(
             target=self._read, name="voxgate-engine-events", daemon=True
         )
@@ -180,7 +207,7 @@ class ProcessEngine:
 
     async def shutdown(self) -> None:
         if self._process.is_alive():
-            self._commands.put(("stop",))
+            self._commands.put(None)
             await asyncio.to_thread(self._process.join, 10.0)
         if self._process.is_alive():
             self._process.kill()
@@ -190,45 +217,12 @@ class ProcessEngine:
     def ready(self) -> bool:
         return self.facts is not None and self._process.is_alive() and self.failure is None
 
-    # --- commands --------------------------------------------------------------------------------
-    async def submit(self, request: SpeechRequest) -> ResponseStream:
-        if not self.ready:
-            raise RuntimeError("the engine is not running")
-        stream = ResponseStream(asyncio.get_running_loop())
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        token = next(self._tokens)
-        with self._lock:
-            self._pending[token] = (future, stream)
-        self._commands.put(("submit", token, request))
-        try:
-            stream.request_id = await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            # The caller gave up: cancel the request if the child admits it.
-            future.add_done_callback(
-                lambda f: None if f.cancelled() or f.exception() else self.cancel(f.result())
-            )
-            raise
-        return stream
-
-    def cancel(self, request_id: str) -> None:
-        self._commands.put(("cancel", request_id))
-
-    def report_playback(self, request_id: str, played_s: float) -> None:
-        self._commands.put(("playback", request_id, played_s))
-
-    def push_audio(self, request_id: str, pcm) -> None:
-        self._commands.put(("audio", request_id, pcm))
-
-    def end_session(self, request_id: str) -> None:
-        self._commands.put(("end", request_id))
-
-    def end_conversation(self, conversation_id: str) -> None:
-        """The conversation's session closed: free the KV kept for its next turn."""
-        self._commands.put(("end_conversation", conversation_id))
-
     def stats(self) -> EngineStats:
         stats = self._stats or EngineStats(0, 0, 0, 0, 0, StepTiming(), False)
         return EngineStats(**{**stats.__dict__, "stepping": self.ready})
+
+    def _send(self, command: Command, token: int | None) -> None:
+        self._commands.put((command, token))
 
     # --- the reader thread -------------------------------------------------------------------------
     def _read(self) -> None:
@@ -245,41 +239,17 @@ class ProcessEngine:
                 return
             self._handle(message)
 
-    def _handle(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "event":
-            event = message[1]
-            with self._lock:
-                stream = self._streams.get(event.request_id)
-                if isinstance(event, Finished):
-                    self._streams.pop(event.request_id, None)
-            if stream is not None:
-                stream.push(event)
-        elif kind == "stats":
-            self._stats = message[1]
-        elif kind in ("admitted", "refused"):
-            with self._lock:
-                future, stream = self._pending.pop(message[1])
-                if kind == "admitted":
-                    self._streams[message[2]] = stream
-            if kind == "admitted":
-                if not future.set_running_or_notify_cancel():
-                    self.cancel(message[2])  # nobody waits for it any more
-                    return
-                future.set_result(message[2])
-            elif future.set_running_or_notify_cancel():
-                future.set_exception(_ERRORS[message[2]](message[3]))
-        elif kind == "crashed":
-            self.failure = message[1]
-            log.error("%s", message[1])
-            self._fail_all(message[1])
-
-    def _fail_all(self, reason: str) -> None:
-        with self._lock:
-            streams, self._streams = self._streams, {}
-            pending, self._pending = self._pending, {}
-        for request_id, stream in streams.items():
-            stream.push(Finished(request_id, FinishReason.FAILED, 0, reason))
-        for future, _ in pending.values():
-            if future.set_running_or_notify_cancel():
-                future.set_exception(RuntimeError(reason))
+    def _handle(self, message: object) -> None:
+        match message:
+            case AudioChunk() | TextDelta() | Finished():
+                self._deliver(message)
+            case EngineStats():
+                self._stats = message
+            case _Answered(token, applied):
+                self._answer(token, applied)
+            case _Refused(token, kind, text):
+                self._refuse(token, _ERRORS[kind](text))
+            case _Crashed(reason):
+                self.failure = reason
+                log.error("%s", reason)
+                self._fail_all(reason)

@@ -21,8 +21,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from engine.client import AsyncEngine
-from engine.outputs import EngineStats
+from engine.api import EngineClient, EngineStats
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.config import GatewaySettings
@@ -51,7 +50,7 @@ _NO_DEMO = """<!doctype html><meta charset="utf-8"><title>Voxgate</title>
 class Gateway:
     """What the routes share: settings, the engine (once loaded), auth, slots, metrics."""
 
-    def __init__(self, settings: GatewaySettings, engine: AsyncEngine | None) -> None:
+    def __init__(self, settings: GatewaySettings, engine: EngineClient | None) -> None:
         self.settings = settings
         self.engine = engine
         self.auth = Authenticator(settings.api_keys, settings.allowed_origins)
@@ -143,12 +142,12 @@ class Gateway:
         return Response(encode_twiml(ConnectStream(url, params)), media_type="application/xml")
 
     @staticmethod
-    def _native_wire(ws: WebSocket, engine: AsyncEngine) -> Wire:
+    def _native_wire(ws: WebSocket, engine: EngineClient) -> Wire:
         wire = Wire()
         wire.subprotocol = select_subprotocol(ws.scope.get("subprotocols", []))
         return wire
 
-    def _realtime_wire(self, ws: WebSocket, engine: AsyncEngine) -> Wire:
+    def _realtime_wire(self, ws: WebSocket, engine: EngineClient) -> Wire:
         offered = ws.scope.get("subprotocols", [])
         dialect = dialect_of(ws.headers, offered)
         model = ws.query_params.get("model")
@@ -216,7 +215,7 @@ def _static_routes(settings: GatewaySettings) -> list:
     return [Route("/", no_demo)]
 
 
-def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> Starlette:
+def create_app(settings: GatewaySettings, engine: EngineClient | None = None) -> Starlette:
     gateway = Gateway(settings, engine)
     owns_engine = engine is None
 
@@ -254,7 +253,7 @@ def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> 
     return app
 
 
-def _build_engine(settings: GatewaySettings) -> AsyncEngine:
+def _build_engine(settings: GatewaySettings) -> EngineClient:
     from engine.factory import build_engine
     from models.registry import DEFAULT_MODEL
 

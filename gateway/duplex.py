@@ -22,8 +22,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.client import AsyncEngine, ResponseStream
-from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
+from engine.api import (
+    AudioChunk,
+    EngineClient,
+    Finished,
+    FinishReason,
+    ResponseStream,
+    SpeechRequest,
+    TextDelta,
+)
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.audio_in import AudioDecoder
 from gateway.encode_workers import EncoderProcessFailed
@@ -56,7 +63,7 @@ class DuplexConversation:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: EngineClient,
         emit: Emitter,
         metrics,
         open_encoder: OpenEncoder,

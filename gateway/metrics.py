@@ -23,8 +23,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from engine.api import EngineStats
 from engine.gc_pauses import GC_PAUSES, PAUSE_BUCKETS_S, GcPauses
-from engine.outputs import EngineStats
 from gateway.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:

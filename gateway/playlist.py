@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 
-from engine.client import AsyncEngine
+from engine.api import EngineClient
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
@@ -33,7 +33,7 @@ from gateway.segmenter import SentenceSegmenter
 class ResponseQueue:
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: EngineClient,
         settings: GatewaySettings,
         emit: Emitter,
         metrics: GatewayMetrics,

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from engine.request import SamplingParams
+from engine.api import ModelFacts, SamplingParams
 from gateway.pacing import OutAudio, OutItem, OutText
 from gateway.protocol import (
     AudioFormat,
@@ -95,7 +95,6 @@ from gateway.wire import (
     WireEvent,
     WireInput,
 )
-from models.base import ModelFacts
 
 log = logging.getLogger("voxgate.gateway")
 

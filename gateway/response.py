@@ -26,10 +26,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.client import AsyncEngine, ResponseStream
-from engine.core import EngineOverloaded
-from engine.outputs import AudioChunk, EngineEvent, Finished, FinishReason, SpeechRequest
-from engine.request import SamplingParams
+from engine.api import (
+    AudioChunk,
+    EngineClient,
+    EngineEvent,
+    EngineOverloaded,
+    Finished,
+    FinishReason,
+    ModelInputError,
+    ResponseStream,
+    SamplingParams,
+    SpeechRequest,
+)
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.encode_workers import EncoderProcessFailed
@@ -45,7 +53,6 @@ from gateway.protocol import (
     ServerEvent,
 )
 from gateway.segmenter import SentenceSegmenter
-from models.base import ModelInputError
 
 _STATUS = {
     FinishReason.STOP: ResponseStatus.COMPLETED,
@@ -148,7 +155,7 @@ class ResponseRunner:
     def __init__(
         self,
         response: Response,
-        engine: AsyncEngine,
+        engine: EngineClient,
         settings: GatewaySettings,
         options: SpeechOptions,
         emit: Emitter,

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from starlette.types import Message
 from starlette.websockets import WebSocket
 
-from engine.client import AsyncEngine
+from engine.api import EngineClient, EngineDead
 from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
 from gateway.config import GatewaySettings
@@ -86,7 +86,7 @@ class Session:
     def __init__(
         self,
         ws: WebSocket,
-        engine: AsyncEngine,
+        engine: EngineClient,
         settings: GatewaySettings,
         metrics: GatewayMetrics,
         open_encoder: OpenEncoder,
@@ -155,7 +155,7 @@ class Session:
     def _task_failed(self, exc: BaseException) -> None:
         if isinstance(exc, SendQueueFull):
             return  # already turned into a 1008 close by _put
-        if isinstance(exc, EngineUnavailable):
+        if isinstance(exc, EngineUnavailable | EngineDead):
             self.log.error("engine unavailable: %s", exc)
             message = f"the engine stopped: {exc}"
         else:
@@ -347,15 +347,9 @@ class Session:
                 self._error(ErrorCode.UNSUPPORTED_AUDIO, str(exc))
             except ProtocolError as exc:
                 self._error(exc.code, exc.message)
-        elif not self._engine.facts.accepts_audio:
+        else:  # audio-in models converse (above); this one reads text
             self._error(
                 ErrorCode.UNSUPPORTED_INPUT, f"{self._engine.facts.name} takes text only, not audio"
-            )
-        else:
-            self._error(
-                ErrorCode.UNSUPPORTED_INPUT,
-                f"{self._engine.facts.name} takes audio turns only with the engine in the "
-                "gateway's process: restart the server without --engine-process",
             )
 
     async def _dispatch(self, event: WireInput) -> None:

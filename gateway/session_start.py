@@ -7,12 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from engine.client import AsyncEngine
-from engine.request import ConfigError, SamplingParams
+from engine.api import ConfigError, EngineClient, ModelFacts, SamplingParams
 from gateway.config import GatewaySettings
 from gateway.protocol import AudioSpec, ErrorCode, ProtocolError, SessionStart
 from gateway.response import SpeechOptions
-from models.base import ModelFacts
 
 if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed
     from gateway.wire import SessionUpdate
@@ -41,7 +39,7 @@ def resolve_options(
     )
 
 
-def admission_refusal(engine: AsyncEngine, settings: GatewaySettings) -> str | None:
+def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> str | None:
     """Why the engine cannot take another session now (answered with 1013), or None: the
     server would rather refuse a session than make every session stutter."""
     if not engine.ready:

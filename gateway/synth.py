@@ -77,7 +77,7 @@ async def _synthesize(
     """Every segment at once (`together`: the engine batches them) or one after another;
     audio joined in order, and each segment's Finished (None if its stream ended without
     one)."""
-    from engine.outputs import AudioChunk, SpeechRequest
+    from engine.api import AudioChunk, SpeechRequest
 
     async def one(text: str, sampling) -> tuple[list[np.ndarray], object]:
         stream = await engine.submit(SpeechRequest(text=text, voice=voice, sampling=sampling))
@@ -104,9 +104,9 @@ async def _synthesize(
 
 
 def run_synth(args: argparse.Namespace) -> int:
+    from engine.api import SamplingParams
     from engine.config import EngineConfig
     from engine.factory import build_engine
-    from engine.request import SamplingParams
     from gateway.response import length_shares, share_tokens
     from models.registry import DEFAULT_MODEL
 

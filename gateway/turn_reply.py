@@ -14,9 +14,16 @@ import logging
 import time
 from dataclasses import dataclass
 
-from engine.client import AsyncEngine
-from engine.core import EngineOverloaded
-from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
+from engine.api import (
+    AudioChunk,
+    EngineClient,
+    EngineOverloaded,
+    Finished,
+    FinishReason,
+    ModelInputError,
+    SpeechRequest,
+    TextDelta,
+)
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.encode_workers import EncoderProcessFailed
@@ -30,7 +37,6 @@ from gateway.protocol import (
     TranscriptDelta,
 )
 from gateway.response import Emitter, SpeechOptions
-from models.base import ModelInputError
 
 log = logging.getLogger("voxgate.gateway")
 
@@ -57,7 +63,7 @@ class TurnReply:
     def __init__(
         self,
         response_id: str,
-        engine: AsyncEngine,
+        engine: EngineClient,
         settings: GatewaySettings,
         options: SpeechOptions,
         emit: Emitter,

@@ -4,7 +4,7 @@ How it maps onto PROTOCOL v1 (docs/gateway.md, "Turn-based speech-to-speech sess
 
     binary frames ──TurnInput (VAD or manual)──▶ input.speech_started / input.speech_stopped
                                                  and the finished turn's audio
-    turn audio ──model.user_audio_turn (speech tokenizer, off the event loop)──▶ user turn
+    turn audio ──TurnFromSpeech (the model's speech tokenizer, in the engine)──▶ user turn
     history + user turn ──SpeechRequest(turns, conversation_id)──▶ one reply: response.started,
                                                  audio, transcript.delta, response.done
 
@@ -12,19 +12,31 @@ The history lives here, one entry per turn, user and assistant alternating. The 
 the conversation's KV between turns (`conversation_id` = the session id) and reuses the
 common prefix, so a turn costs only its new tokens. Barge-in — the user starting to speak
 while a reply plays, or `response.cancel` — cancels the reply within one engine step, and the
-reply enters the history cut to what the user heard (`model.heard_reply`): the client's
+reply enters the history cut to what the user heard (`HeardReply`): the client's
 `playback` report when it sent one, else the server's own send clock.
+
+The history holds the model's own turn objects, opaque here: the engine makes them
+(engine/api.py's turn commands, run where the model is loaded, in whichever process).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 import uuid
 from typing import Any
 
-from engine.client import AsyncEngine
+from engine.api import (
+    EngineClient,
+    EngineDead,
+    HeardReply,
+    ModelInputError,
+    ReplyTranscript,
+    TurnFromSpeech,
+    TurnFromText,
+)
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
@@ -45,10 +57,8 @@ from gateway.protocol import (
 )
 from gateway.response import Emitter, EngineUnavailable, SpeechOptions
 from gateway.turn_input import TurnInput, UserAudioTurn
-from gateway.turn_model import TurnModel, turn_model_of
 from gateway.turn_reply import ReplyOutcome, TurnReply
 from gateway.wire import InputClear, InputCleared, InputCommitted, Truncate, Truncated
-from models.base import ModelInputError
 
 
 class TurnConversation:
@@ -58,7 +68,7 @@ class TurnConversation:
     @classmethod
     def for_engine(
         cls,
-        engine: AsyncEngine,
+        engine: EngineClient,
         session_id: str,
         settings,
         emit: Emitter,
@@ -67,15 +77,13 @@ class TurnConversation:
         log,
     ) -> TurnConversation | None:
         """The session's conversation when the engine serves a turn-based model, else None."""
-        model = turn_model_of(engine)
-        if model is None:
+        if not engine.facts.accepts_turns or engine.facts.full_duplex:
             return None
-        return cls(engine, model, session_id, settings, emit, metrics, open_encoder, log)
+        return cls(engine, session_id, settings, emit, metrics, open_encoder, log)
 
     def __init__(
         self,
-        engine: AsyncEngine,
-        model: TurnModel,
+        engine: EngineClient,
         conversation_id: str,
         settings: GatewaySettings,
         emit: Emitter,
@@ -83,7 +91,7 @@ class TurnConversation:
         open_encoder: OpenEncoder,
         log,
     ) -> None:
-        self._engine, self._model, self._conversation_id = engine, model, conversation_id
+        self._engine, self._conversation_id = engine, conversation_id
         self._settings, self._emit, self._metrics, self._log = settings, emit, metrics, log
         self._open_encoder = open_encoder
         self.options = SpeechOptions()  # session.start / session.update set it
@@ -94,6 +102,7 @@ class TurnConversation:
         # The last reply, when it was cut at barge-in and is still the newest turn: a playback
         # report that was in flight when it was cut still moves the cut (see report_playback).
         self._cut_reply: TurnReply | None = None
+        self._playback_reports = 0  # the client's playback reports so far
         self._queue: collections.deque[UserAudioTurn | str] = collections.deque()
         self._ready = asyncio.Event()
         self._text: list[str] = []  # text of a user turn still streaming in (final: false)
@@ -121,13 +130,13 @@ class TurnConversation:
         elif isinstance(event, ResponseCancel):
             self.cancel()
         elif isinstance(event, Playback):
-            self.report_playback(event.played_ms)
+            await self.report_playback(event.played_ms)
         elif isinstance(event, InputCommit):
             self.commit()
         elif isinstance(event, InputClear):
             self.clear()
         elif isinstance(event, Truncate):
-            self.truncate(event.audio_end_ms)
+            await self.truncate(event.audio_end_ms)
         return True
 
     def start(self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection):
@@ -193,25 +202,38 @@ class TurnConversation:
         if self._reply is not None:
             self._reply.cancel()
 
-    def report_playback(self, played_ms: float) -> None:
+    async def report_playback(self, played_ms: float) -> None:
         """The client's playback position in the current reply; or in the last one, if it was
         cut and no turn has followed yet: clients report every few hundred ms, so the report
         that says how far the user really got often lands just after the barge-in cut it."""
         reply = self._reply or self._cut_reply
         if reply is None:
             return
+        self._playback_reports += 1
         reply.report_playback(played_ms)
-        if reply is self._cut_reply and self._last_reply_ids is not None:
-            self.history[-1] = self._model.heard_reply(self._last_reply_ids, reply.heard_s())
+        if reply is self._cut_reply:
+            await self._recut(reply)
 
-    def truncate(self, audio_end_ms: int) -> None:
+    async def _recut(self, reply: TurnReply) -> None:
+        """The cut reply's turn in the history (the newest one), cut again to what the user has
+        heard by now, unless a newer turn has come meanwhile (its cut is final then)."""
+        if self._last_reply_ids is None:
+            return
+        index = len(self.history) - 1
+        kept = await self._engine.prepare_turn(HeardReply(self._last_reply_ids, reply.heard_s()))
+        if self._cut_reply is reply:
+            self.history[index] = kept
+
+    async def truncate(self, audio_end_ms: int) -> None:
         """Keep only the first `audio_end_ms` of the last reply. Raises ProtocolError."""
         if self._answering or self._last_reply_ids is None:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
                 "nothing to truncate: only the last finished reply can be truncated",
             )
-        self.history[-1] = self._model.heard_reply(self._last_reply_ids, audio_end_ms / 1000)
+        index = len(self.history) - 1
+        cut = HeardReply(self._last_reply_ids, audio_end_ms / 1000)
+        self.history[index] = await self._engine.prepare_turn(cut)
         self._cut_reply = None  # the client said where it ends: later reports do not move it
         self._emit.event(Truncated(audio_end_ms))
 
@@ -270,10 +292,10 @@ class TurnConversation:
     async def _answer(self, turn: UserAudioTurn | str) -> None:
         try:
             if isinstance(turn, UserAudioTurn):
-                # The speech tokenizer is model work: off the event loop, like the engine.
-                user = await asyncio.to_thread(self._model.user_audio_turn, turn.pcm)
+                # The speech tokenizer is model work: the engine runs it, off the event loop.
+                user = await self._engine.prepare_turn(TurnFromSpeech(turn.pcm))
             else:
-                user = self._model.user_text_turn(turn)
+                user = await self._engine.prepare_turn(TurnFromText(turn))
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
@@ -282,7 +304,7 @@ class TurnConversation:
         if self._interrupted or (self._input is not None and self._input.in_speech):
             # The user went on talking before the reply began: no reply to this turn; the
             # next one answers the whole of it.
-            self._keep_reply((), 0.0)
+            await self._keep_reply((), 0.0)
             return
         self.replies += 1
         reply = TurnReply(
@@ -296,20 +318,30 @@ class TurnConversation:
         )
         self._reply = reply
         outcome = await reply.run(tuple(self.history), self._conversation_id)
-        kept = self._keep_reply(outcome.output_ids, outcome.heard_s)
-        self._cut_reply = reply if outcome.heard_s is not None else None
         self.reused_tokens.append(outcome.reused_tokens)
-        if not outcome.streamed_text:
-            text = self._model.transcript(self._model.reply_ids(kept))
-            if text:
-                self._emit.event(TranscriptDelta(reply.response_id, text))
+        # An engine that died with the reply makes no cut: _done says so, and the session ends.
+        with contextlib.suppress(EngineDead):
+            await self._keep(reply, outcome)
         self._done(reply.response_id, outcome)
 
-    def _keep_reply(self, output_ids: tuple, heard_s: float | None) -> Any:
-        kept = self._model.heard_reply(output_ids, heard_s)
+    async def _keep(self, reply: TurnReply, outcome: ReplyOutcome) -> None:
+        """The reply into the history, cut to what the user heard; and its transcript, when
+        the engine streamed none."""
+        reports = self._playback_reports
+        await self._keep_reply(outcome.output_ids, outcome.heard_s)
+        self._cut_reply = reply if outcome.heard_s is not None else None
+        if self._cut_reply is reply and self._playback_reports != reports:
+            await self._recut(reply)  # a report came while the engine made the cut
+        if not outcome.streamed_text:
+            transcript = ReplyTranscript(outcome.output_ids, outcome.heard_s)
+            text = await self._engine.prepare_turn(transcript)
+            if text:
+                self._emit.event(TranscriptDelta(reply.response_id, text))
+
+    async def _keep_reply(self, output_ids: tuple, heard_s: float | None) -> None:
+        kept = await self._engine.prepare_turn(HeardReply(tuple(output_ids), heard_s))
         self.history.append(kept)
         self._last_reply_ids = tuple(output_ids)
-        return kept
 
     def _done(self, response_id: str, outcome: ReplyOutcome) -> None:
         self._metrics.responses.labels(outcome.status.value).inc()

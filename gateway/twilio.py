@@ -24,6 +24,7 @@ import collections
 import logging
 from collections.abc import Sequence
 
+from engine.api import ModelFacts
 from gateway.pacing import OutAudio, OutItem, OutText
 from gateway.protocol import (
     AudioFormat,
@@ -57,7 +58,6 @@ from gateway.twilio_protocol import (
     encode_media,
 )
 from gateway.wire import Wire, WireEvent, WireInput
-from models.base import ModelFacts
 
 log = logging.getLogger("voxgate.gateway")
 

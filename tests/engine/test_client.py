@@ -71,3 +71,35 @@ async def test_build_engine_warms_up_and_leaves_the_engine_empty():
         assert engine.core.scheduler.detok_time_s > 0  # the warm-up ran the codec too
     finally:
         await engine.shutdown()
+
+
+async def test_bad_commands_are_refused_and_a_dead_engine_fails_its_callers(monkeypatch):
+    import numpy as np
+    import pytest
+
+    from engine.api import EngineDead, ModelInputError, TurnFromText
+
+    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
+    try:
+        # Streamed audio for a text-to-speech engine is refused, and the loop goes on.
+        engine.push_audio("nobody", np.zeros(160, np.float32))
+        with pytest.raises(ModelInputError, match="not a turn-based model"):
+            await engine.prepare_turn(TurnFromText("Hello."))
+        stream = await engine.submit(
+            SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=2000, min_tokens=2000))
+        )
+        assert isinstance(await stream.get(), AudioChunk) and engine.ready
+
+        def broken_step():
+            raise RuntimeError("device lost")
+
+        monkeypatch.setattr(engine.core, "step", broken_step)
+        rest = [e async for e in stream]
+        assert rest[-1].reason == FinishReason.FAILED and "device lost" in rest[-1].error
+        assert not engine.ready
+        with pytest.raises(EngineDead):
+            await engine.submit(SpeechRequest("Hi."))
+        with pytest.raises(EngineDead):
+            await engine.prepare_turn(TurnFromText("Hello."))
+    finally:
+        await engine.shutdown()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.api import TurnFromText
 from engine.config import EngineConfig
 from engine.factory import build_engine
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
@@ -43,6 +44,11 @@ async def test_process_engine_matches_the_thread_engine():
 
         with pytest.raises(ModelInputError, match="empty"):
             await engine.submit(SpeechRequest("   "))
+        # Commands go through the same `apply` as in the thread engine: a bad one is refused
+        # there too, and a turn command answers across the process boundary.
+        engine.push_audio("nobody", np.zeros(160, np.float32))
+        with pytest.raises(ModelInputError, match="not a turn-based model"):
+            await engine.prepare_turn(TurnFromText("Hello."))
 
         long = await engine.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=3000)))
         assert isinstance(await long.get(), AudioChunk)
@@ -78,10 +84,11 @@ def test_engine_process_is_the_default_on_cuda_and_for_voxgate_tiny_on_the_cpu(t
     assert not uses_engine_process(EngineConfig(device="cpu"), str(tmp_path / "missing"))
     if torch.cuda.is_available():
         assert uses_engine_process(EngineConfig(device="cuda"))
-        # Turn-based S2S models keep their engine in the gateway's process unless asked.
-        assert not uses_engine_process(EngineConfig(device="cuda"), "glm-4-voice-9b")
-        assert uses_engine_process(
-            EngineConfig(device="cuda", engine_process=True), "glm-4-voice-9b"
+        # Every model, turn-based speech-to-speech ones included (their turns are prepared
+        # over the engine's contract, gateway/turns.py).
+        assert uses_engine_process(EngineConfig(device="cuda"), "glm-4-voice-9b")
+        assert not uses_engine_process(
+            EngineConfig(device="cuda", engine_process=False), "glm-4-voice-9b"
         )
 
 
@@ -110,3 +117,34 @@ def test_serving_defaults_for_voxgate_tiny_on_the_cpu(monkeypatch):
     other = factory.serving_defaults(EngineConfig(device="cpu"), "tiny-orpheus")
     assert (other.engine_process, other.cpu_int8, other.cpu_threads) == (False, False, None)
     assert other.realtime_admission is False
+
+
+async def test_a_full_duplex_session_in_the_engine_process():
+    """The duplex loop behind the same process transport: a session fed frame by frame speaks
+    a frame per frame, and ends `stop` when its user leaves."""
+    engine = build_engine("tiny-moshi", config=EngineConfig(kv_cache_mb=64, engine_process=True))
+    try:
+        facts = engine.facts
+        assert facts.full_duplex
+        frame = int(round(facts.seconds_per_token * facts.sample_rate))
+        stream = await engine.submit(SpeechRequest("", sampling=SamplingParams(max_tokens=500)))
+        rng = np.random.default_rng(0)
+        chunks = []
+        for _ in range(4):
+            engine.push_audio(stream.request_id, rng.normal(0, 0.1, frame).astype(np.float32))
+            while True:
+                event = await asyncio.wait_for(stream.get(), 30)
+                if isinstance(event, AudioChunk):
+                    chunks.append(event)
+                    break
+        assert all(len(c.pcm) == frame for c in chunks)
+        engine.end_session(stream.request_id)
+        rest = [e async for e in stream]
+        assert rest[-1].reason == FinishReason.STOP
+        for _ in range(100):  # stats arrive every 50 ms
+            if engine.stats().kv_blocks_used == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.stats().kv_blocks_used == 0 and engine.stats().running == 0
+    finally:
+        await engine.shutdown()

@@ -61,7 +61,7 @@ def mic_context(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_microphone_conversation_with_moshi(moshi_server, moshi_engine, mic_context) -> None:
-    duplex = moshi_engine.core.duplex
+    duplex = moshi_engine.core
     ended_before = set(duplex.recent_stats)
     page = mic_context.new_page()
     problems = PageProblems(page)
@@ -147,7 +147,7 @@ def test_stop_ends_the_conversation_and_the_microphone(moshi_server, moshi_engin
     assert [r["status"] for r in stats["responses"]] == ["cancelled"]
     assert page.inner_text("#log").count("response.started") == 1
     assert stats["bufferedMs"] < 50  # the jitter buffer was flushed
-    assert not moshi_engine.core.duplex.sessions, "no conversation is left in the engine"
+    assert not moshi_engine.core.sessions, "no conversation is left in the engine"
     assert stats["errors"] == [] and stats["serverErrors"] == [] and problems.items == []
     assert page.is_enabled("#mic")
     page.close()
@@ -156,7 +156,7 @@ def test_stop_ends_the_conversation_and_the_microphone(moshi_server, moshi_engin
 def test_microphone_without_webcodecs_sends_pcm16(moshi_server, moshi_engine, mic_context) -> None:
     # A browser without WebCodecs: the page asks for PCM16 in (16 kHz, reconnecting with that
     # input_audio) and out (48 kHz), and the conversation works the same.
-    duplex = moshi_engine.core.duplex
+    duplex = moshi_engine.core
     ended_before = set(duplex.recent_stats)
     page = mic_context.new_page()
     problems = PageProblems(page)

@@ -72,7 +72,7 @@ def test_sessions_stream_both_ways_and_every_frame_is_accounted_for(moshi_server
         return await asyncio.gather(*(converse(moshi_server.url, seed) for seed in range(SESSIONS)))
 
     results = asyncio.run(main())
-    duplex = moshi_engine.core.duplex
+    duplex = moshi_engine.core
     ended = list(duplex.recent_stats.values())[-SESSIONS:]
     assert len(ended) == SESSIONS
     for got in results:

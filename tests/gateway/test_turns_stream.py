@@ -20,6 +20,7 @@ from gateway_testkit import (
     quiet_room,
     recv_json,
     send,
+    start_server,
     start_session,
     wait_engine_idle,
 )
@@ -219,3 +220,91 @@ def test_a_reply_whose_encoder_process_died_fails_alone(glm_server, glm_engine, 
 
     asyncio.run(main())
     assert raised  # the dead encoder was the one the first reply used
+
+
+@pytest.fixture(scope="module")
+def glm_process_server():
+    """tiny-glm-voice with the engine in a process of its own (the GPU default)."""
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+    from engine.process_engine import ProcessEngine
+    from gateway.config import GatewaySettings
+
+    engine = build_engine(
+        "tiny-glm-voice", config=EngineConfig(kv_cache_mb=64, engine_process=True)
+    )
+    assert isinstance(engine, ProcessEngine)
+    server = start_server(GatewaySettings(model="tiny-glm-voice"), engine)
+    yield server, engine
+    server.stop()
+    asyncio.run(engine.shutdown())
+
+
+async def typed_turn(url: str, text: str) -> tuple[dict, int, str]:
+    """One typed turn on a new session: its response.done, audio bytes and transcript."""
+    async with websockets.connect(url, max_size=None) as ws:
+        await start_session(
+            ws, output_audio=PCM16_OUT, turn_detection={"type": "none"}, sampling=SAMPLING
+        )
+        await send(ws, type="text", text=text)
+        events, audio = await read_until(ws, "response.done")
+    transcript = "".join(e["text"] for e in events if e["type"] == "transcript.delta")
+    return events[-1], audio, transcript
+
+
+def test_turns_with_the_engine_in_its_own_process(
+    glm_process_server, glm_server, glm_engine, conversations, tmp_path
+):
+    """The turns' model work (the speech tokenizer, a reply's cut to what was heard) is asked
+    of the engine over its contract, so the engine may run in a process of its own: a spoken
+    turn is heard and answered, a barge-in keeps what was heard, and a typed turn gets the very
+    reply the thread engine gives."""
+    server, engine = glm_process_server
+    model = glm_engine.core.model  # the same tiny checkpoint, loaded here to count tokens
+
+    async def main():
+        async with websockets.connect(server.url, max_size=None) as ws:
+            await start_session(
+                ws,
+                input_audio=PCM16_IN,
+                output_audio=PCM16_OUT,
+                turn_detection={"type": "vad", "silence_ms": 400},
+                sampling=SAMPLING,
+            )
+            await send_frames(ws, utterance("What is the weather like today?", tmp_path, 1))
+            events, audio = await read_until(ws, "response.done")
+            types = [e["type"] for e in events]
+            assert types[:3] == ["input.speech_started", "input.speech_stopped", "response.started"]
+            assert "transcript.delta" in types
+            assert events[-1]["status"] in ("completed", "length") and audio > 0
+            # A reply cancelled once 400 ms of it have played.
+            await send(ws, type="text", text="Tell me a long story please.")
+            await read_until(ws, "response.started")
+            heard = 0
+            while heard < 480 * 2 * RATE // 1000:
+                message = await asyncio.wait_for(ws.recv(), 30)
+                heard += len(message) if isinstance(message, bytes) else 0
+            await send(ws, type="playback", played_ms=400)
+            await send(ws, type="response.cancel")
+            events, _ = await read_until(ws, "response.done")
+            assert events[-1]["status"] == "cancelled"
+            await send(ws, type="session.end")
+            code, _ = await expect_close(ws)
+            assert code == 1000
+        await wait_engine_idle(engine)  # the session's end freed its kept KV
+
+    asyncio.run(main())
+    (conversation,) = conversations
+    spoken, reply, typed, cut = conversation.history
+    assert spoken.speech_tokens and audio_tokens(model, reply) > 0
+    assert typed.text == "Tell me a long story please."
+    assert audio_tokens(model, cut) == int(0.4 / SPEECH_TOKEN_S)
+
+    async def both():
+        return await typed_turn(server.url, "How are you?"), await typed_turn(
+            glm_server.url, "How are you?"
+        )
+
+    (done, audio, transcript), (want_done, want_audio, want_transcript) = asyncio.run(both())
+    assert done["status"] == want_done["status"] and done["audio_ms"] == want_done["audio_ms"]
+    assert audio == want_audio > 0 and transcript == want_transcript != ""

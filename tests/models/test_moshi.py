@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from engine.config import EngineConfig
-from engine.core import EngineCore
+from engine.duplex import DuplexEngine
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
 from engine.request import SamplingParams
 from models.base import ModelInputError
@@ -102,7 +102,7 @@ def test_sessions_through_the_engine_equal_transformers_stepped(model, hf_moshi)
     """Five sessions of 6-11 frames: joining on different ticks, one ended by its user, the
     others by their frame budget; every tick runs all live sessions as one batch."""
     clock = FakeClock()
-    core = EngineCore(
+    core = DuplexEngine(
         model, EngineConfig(num_kv_blocks=64, block_size=16), torch.device("cpu"), "sdpa", clock
     )
     lengths = [8, 6, 11, 7, 9]
@@ -140,8 +140,8 @@ def test_sessions_through_the_engine_equal_transformers_stepped(model, hf_moshi)
                 finished[event.request_id] = event
         clock.now += FRAME_S
     assert not core.has_work() and peak >= 4
-    assert core.blocks.num_used == 0 and core.duplex.reserved_blocks == 0
-    totals = core.duplex.scheduler.totals
+    assert core.blocks.num_used == 0 and core.reserved_blocks == 0
+    totals = core.scheduler.totals
     assert totals.input_late == 0 and totals.input_dropped == 0
     for i, request in requests.items():
         rid = request.request_id

@@ -1,0 +1,229 @@
+"""The engine's contract with its callers: what the gateway (and `voxgate synth`) may ask of a
+running engine, and every value and error that crosses.
+
+Two clients implement `EngineClient`: `engine/client.py` (the engine loop in a thread of the
+caller's process) and `engine/process_engine.py` (in a process of its own). Each call becomes
+one of the command values below; `engine/loop.py:apply` executes a command against the engine
+loop, the same way for both clients, which keep only their transport. Callers import this
+module alone, never the engine's insides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine.outputs import (
+    AudioChunk,
+    EngineEvent,
+    EngineStats,
+    Finished,
+    FinishReason,
+    SpeechRequest,
+    StepTiming,
+    TextDelta,
+)
+from engine.request import ConfigError, SamplingParams
+from models.base import ModelFacts, ModelInputError
+
+__all__ = [
+    "AudioChunk",
+    "Cancel",
+    "Command",
+    "ConfigError",
+    "EndConversation",
+    "EndSession",
+    "EngineClient",
+    "EngineDead",
+    "EngineEvent",
+    "EngineOverloaded",
+    "EngineStats",
+    "Finished",
+    "FinishReason",
+    "HeardReply",
+    "LoopCommand",
+    "ModelFacts",
+    "ModelInputError",
+    "PushAudio",
+    "ReplyTranscript",
+    "ReportPlayback",
+    "ResponseStream",
+    "SamplingParams",
+    "SpeechRequest",
+    "StepTiming",
+    "Submit",
+    "TextDelta",
+    "TurnCommand",
+    "TurnFromSpeech",
+    "TurnFromText",
+]
+
+
+# --- errors --------------------------------------------------------------------------------------
+class EngineOverloaded(RuntimeError):
+    """No room for another request now; the message says why. Callers answer 'try later'."""
+
+
+class EngineDead(RuntimeError):
+    """The engine loop is not running (not started, shut down, or failed): nothing more can be
+    served until the server restarts. The message says why."""
+
+
+# --- commands: the engine loop's --------------------------------------------------------------
+@dataclass(frozen=True)
+class Submit:
+    """Admit a request. Answer: its request id. Raises ModelInputError or EngineOverloaded."""
+
+    request: SpeechRequest
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop a request (or a full-duplex session) now: it finishes `cancelled`."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class ReportPlayback:
+    """How much of a request's audio the listener has played (real-time admission uses it)."""
+
+    request_id: str
+    played_s: float
+
+
+@dataclass(frozen=True)
+class PushAudio:
+    """User audio for a full-duplex session (float32 mono at the model's rate)."""
+
+    request_id: str
+    pcm: np.ndarray = field(compare=False)
+
+
+@dataclass(frozen=True)
+class EndSession:
+    """The user of a full-duplex session left: it ends between frames (`Finished` stop)."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class EndConversation:
+    """The conversation's session closed: free the KV kept for its next turn."""
+
+    conversation_id: str
+
+
+LoopCommand = Submit | Cancel | ReportPlayback | PushAudio | EndSession | EndConversation
+
+
+# --- commands: turn preparation (turn-based speech-to-speech models) ---------------------------
+# A turn-based conversation (ModelFacts.accepts_turns) keeps its history as the model's own
+# turn objects, opaque to the caller, and hands them back in `SpeechRequest.turns`. Making them
+# is the model's work, so it is asked for here and runs where the model is loaded.
+@dataclass(frozen=True)
+class TurnFromSpeech:
+    """The user's spoken turn (float32 mono, 16 kHz) → the model's user turn. Runs the model's
+    speech tokenizer. Raises ModelInputError (no speech in it)."""
+
+    pcm_16k: np.ndarray = field(compare=False)
+
+
+@dataclass(frozen=True)
+class TurnFromText:
+    """Typed text → the model's user turn. Raises ModelInputError (empty)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class HeardReply:
+    """A reply's generated ids → the model's assistant turn for the history: all of it
+    (`heard_s` None), or only what the user heard of it (barge-in)."""
+
+    output_ids: tuple
+    heard_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ReplyTranscript:
+    """The text a reply's ids carry, of what the user heard of it (`heard_s` as HeardReply)."""
+
+    output_ids: tuple
+    heard_s: float | None = None
+
+
+TurnCommand = TurnFromSpeech | TurnFromText | HeardReply | ReplyTranscript
+Command = LoopCommand | TurnCommand
+
+
+# --- the response stream -----------------------------------------------------------------------
+class ResponseStream:
+    """Audio chunks (and text deltas) then exactly one `Finished`, for one request."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, request_id: str = "") -> None:
+        self.request_id = request_id  # set on admission when not known up front
+        self._loop = loop
+        self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+
+    def push(self, event: EngineEvent) -> None:
+        """Deliver from any thread. A consumer whose event loop has closed is simply gone: that
+        must never raise into (and stop) the thread delivering it."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    async def get(self) -> EngineEvent:
+        return await self._queue.get()
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        while True:
+            event = await self._queue.get()
+            yield event
+            if isinstance(event, Finished):
+                return
+
+
+# --- the client ----------------------------------------------------------------------------------
+class EngineClient(Protocol):
+    """A running engine, as its callers see it. Methods that return nothing only queue their
+    command: it is applied between two engine steps, in the order sent."""
+
+    @property
+    def facts(self) -> ModelFacts: ...
+
+    @property
+    def ready(self) -> bool:
+        """The loop is running and has not failed."""
+        ...
+
+    async def submit(self, request: SpeechRequest) -> ResponseStream:
+        """Admit a request. Raises ModelInputError (bad input), EngineOverloaded (no room) or
+        EngineDead."""
+        ...
+
+    def cancel(self, request_id: str) -> None: ...
+
+    def report_playback(self, request_id: str, played_s: float) -> None: ...
+
+    def push_audio(self, request_id: str, pcm: np.ndarray) -> None: ...
+
+    def end_session(self, request_id: str) -> None: ...
+
+    def end_conversation(self, conversation_id: str) -> None: ...
+
+    async def prepare_turn(self, command: TurnCommand) -> Any:
+        """Run a turn-preparation command on the model and return its value (a turn object,
+        or a transcript). Raises ModelInputError or EngineDead."""
+        ...
+
+    def stats(self) -> EngineStats: ...
+
+    async def shutdown(self) -> None: ...

@@ -1,0 +1,87 @@
+"""The paged LLM both engine loops step (engine/core.py, engine/duplex.py): the KV pool and its
+block manager, the worker that runs the model on it, the CUDA stream its steps go on, and the
+LLM's CUDA graphs."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from engine.attention import KVCache
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.llm_stream import LlmStream
+from engine.worker import Worker
+from models.base import SpeechModel
+
+log = logging.getLogger("voxgate.engine")
+# Decode steps of up to this many rows replay a captured graph (larger ones run eagerly).
+MAX_GRAPH_BATCH = 512
+
+
+@dataclass(frozen=True)
+class Backbone:
+    blocks: BlockManager
+    worker: Worker
+    # The loop thread's device work (steps, admissions, warm-up) goes on this stream.
+    on_llm_stream: LlmStream
+    num_blocks: int
+
+
+def build_backbone(
+    model: SpeechModel, config: EngineConfig, device: torch.device, attention: str
+) -> Backbone:
+    num_blocks = config.num_kv_blocks or size_kv_pool(model, config, device)
+    shape = model.shape
+    cache = KVCache(
+        shape.num_layers,
+        num_blocks,
+        config.block_size,
+        shape.num_kv_heads,
+        shape.head_dim,
+        shape.dtype,
+        device,
+    )
+    blocks = BlockManager(num_blocks, config.block_size)
+    if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
+        log.info("backbone uses FlashInfer's fused norm/RoPE/activation kernels")
+    worker = Worker(model, cache, attention, device)
+    on_llm_stream = LlmStream(device, config.llm_stream_priority)
+    if device.type == "cuda" and config.cuda_graphs:
+        if worker.attn.supports_graphs:
+            worker.capture_graphs(
+                shape.hidden_size, config.block_size, min(config.max_num_seqs, MAX_GRAPH_BATCH)
+            )
+        if config.sampling_graphs:
+            worker.capture_sampling_graphs()
+        worker.capture_depth_graphs(min(config.max_num_seqs, MAX_GRAPH_BATCH), config.max_num_seqs)
+    return Backbone(blocks, worker, on_llm_stream, num_blocks)
+
+
+def size_kv_pool(model: SpeechModel, config: EngineConfig, device: torch.device) -> int:
+    s = model.shape
+    per_block = KVCache.bytes_per_block(
+        s.num_layers, config.block_size, s.num_kv_heads, s.head_dim, s.dtype
+    )
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        budget = int(free * config.kv_memory_fraction)
+    else:
+        budget = config.kv_cache_mb * 2**20
+    return max(2, budget // per_block)
+
+
+def on_llm_stream(method):
+    """Run a loop's method with the LLM's stream current on the calling thread
+    (engine/llm_stream.py): its device work then stays in order on that one stream. The loop
+    keeps its LlmStream as `self.on_llm_stream`."""
+
+    @functools.wraps(method)
+    def on_stream(self, *args, **kwargs):
+        with self.on_llm_stream():
+            return method(self, *args, **kwargs)
+
+    return on_stream

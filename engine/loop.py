@@ -1,0 +1,125 @@
+"""The engine loop's interface, and `apply`: how a command of the contract (engine/api.py) is
+executed against it, the same way for the thread client and the process client.
+
+Two loops implement `EngineLoop`: `engine/core.py:EngineCore` (text-to-speech and turn-based
+models: continuous batching, an LLM step at a time) and `engine/duplex.py:DuplexEngine`
+(full-duplex models: every session stepped together once per frame). The factory picks one
+by the model's facts (`engine/factory.py:build_core`); the clients drive either the same way:
+
+    while running:
+        apply each queued command
+        sleep while not has_work(), or until seconds_until_due()
+        deliver the events of step()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine.api import (
+    Cancel,
+    Command,
+    EndConversation,
+    EndSession,
+    HeardReply,
+    PushAudio,
+    ReplyTranscript,
+    ReportPlayback,
+    Submit,
+    TurnFromSpeech,
+    TurnFromText,
+)
+from engine.outputs import EngineEvent, EngineStats, SpeechRequest
+from engine.request import Request
+from models.base import ModelInputError, SpeechModel
+
+
+class EngineLoop(Protocol):
+    model: SpeechModel
+
+    def add_request(self, spec: SpeechRequest) -> Request:
+        """Raises ModelInputError (bad input) or EngineOverloaded (no room now)."""
+        ...
+
+    def cancel(self, request_id: str) -> list[EngineEvent]: ...
+
+    def report_playback(self, request_id: str, played_s: float) -> None: ...
+
+    def push_audio(self, request_id: str, pcm: np.ndarray) -> None: ...
+
+    def end_session(self, request_id: str) -> list[EngineEvent]: ...
+
+    def end_conversation(self, conversation_id: str) -> None: ...
+
+    def has_work(self) -> bool: ...
+
+    def seconds_until_due(self) -> float | None:
+        """How long the loop may sleep before its next step is due (None: step at once)."""
+        ...
+
+    def step(self) -> list[EngineEvent]: ...
+
+    def stats(self, stepping: bool = True) -> EngineStats: ...
+
+    def warm_up(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a command gave back: `value` for its caller (Submit: the admitted request's id; a
+    turn command: its turn or transcript) and `events` for the request streams."""
+
+    value: Any = None
+    events: tuple[EngineEvent, ...] = ()
+
+
+def apply(loop: EngineLoop, command: Command) -> Applied:
+    """Execute one command. Raises what the loop raises (ModelInputError, EngineOverloaded),
+    for the client to hand to its caller. Turn commands touch the model alone, not the loop's
+    state: a client may run them off the loop's thread."""
+    match command:
+        case Submit(request):
+            return Applied(loop.add_request(request).request_id)
+        case Cancel(request_id):
+            return Applied(events=tuple(loop.cancel(request_id)))
+        case ReportPlayback(request_id, played_s):
+            loop.report_playback(request_id, played_s)
+        case PushAudio(request_id, pcm):
+            loop.push_audio(request_id, pcm)
+        case EndSession(request_id):
+            return Applied(events=tuple(loop.end_session(request_id)))
+        case EndConversation(conversation_id):
+            loop.end_conversation(conversation_id)
+        case TurnFromSpeech() | TurnFromText() | HeardReply() | ReplyTranscript():
+            return Applied(prepare_turn(loop.model, command))
+        case _:
+            raise TypeError(f"not an engine command: {command!r}")
+    return Applied()
+
+
+# The turn interface of a turn-based model (models/glm_voice/model.py), duck-typed.
+_TURN_METHODS = ("user_audio_turn", "user_text_turn", "heard_reply", "reply_text")
+
+
+def prepare_turn(
+    model: SpeechModel, command: TurnFromSpeech | TurnFromText | HeardReply | ReplyTranscript
+) -> Any:
+    facts = model.facts
+    if not facts.accepts_turns or not all(hasattr(model, m) for m in _TURN_METHODS):
+        raise ModelInputError(f"{facts.name} is not a turn-based model: it takes no turns")
+    turns: Any = model
+    match command:
+        case TurnFromSpeech(pcm):
+            return turns.user_audio_turn(pcm)
+        case TurnFromText(text):
+            return turns.user_text_turn(text)
+        case HeardReply(output_ids, heard_s):
+            return turns.heard_reply(output_ids, heard_s)
+        case ReplyTranscript(output_ids, heard_s):
+            kept = turns.heard_reply(output_ids, heard_s)
+            return turns.reply_text(tuple(kept.token_ids))
