@@ -11,7 +11,7 @@ from engine.client import AsyncEngine
 from engine.request import ConfigError, SamplingParams
 from gateway.config import GatewaySettings
 from gateway.protocol import AudioSpec, ErrorCode, ProtocolError, SessionStart
-from gateway.response import SpeechOptions
+from gateway.reply import SpeechOptions
 from models.base import ModelFacts
 
 if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed

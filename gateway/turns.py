@@ -36,17 +36,15 @@ from gateway.protocol import (
     Playback,
     ProtocolError,
     ResponseCancel,
-    ResponseDone,
-    ResponseStatus,
     SpeechStarted,
     TextInput,
     TranscriptDelta,
     TurnDetection,
 )
-from gateway.response import Emitter, EngineUnavailable, SpeechOptions
+from gateway.reply import Emitter, SpeechOptions
 from gateway.turn_input import TurnInput, UserAudioTurn
 from gateway.turn_model import TurnModel, turn_model_of
-from gateway.turn_reply import ReplyOutcome, TurnReply
+from gateway.turn_reply import TurnReply
 from gateway.wire import InputClear, InputCleared, InputCommitted, Truncate, Truncated
 from models.base import ModelInputError
 
@@ -293,6 +291,7 @@ class TurnConversation:
             self._emit,
             self._metrics,
             self._open_encoder,
+            self._log,
         )
         self._reply = reply
         outcome = await reply.run(tuple(self.history), self._conversation_id)
@@ -303,29 +302,11 @@ class TurnConversation:
             text = self._model.transcript(self._model.reply_ids(kept))
             if text:
                 self._emit.event(TranscriptDelta(reply.response_id, text))
-        self._done(reply.response_id, outcome)
+        heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
+        reply.done(f"tokens={len(outcome.output_ids)} heard={heard} reused={outcome.reused_tokens}")
 
     def _keep_reply(self, output_ids: tuple, heard_s: float | None) -> Any:
         kept = self._model.heard_reply(output_ids, heard_s)
         self.history.append(kept)
         self._last_reply_ids = tuple(output_ids)
         return kept
-
-    def _done(self, response_id: str, outcome: ReplyOutcome) -> None:
-        self._metrics.responses.labels(outcome.status.value).inc()
-        self._emit.event(
-            ResponseDone(response_id, outcome.status, outcome.audio_ms, outcome.ttfa_ms)
-        )
-        heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
-        self._log.info(
-            "reply done id=%s status=%s audio_ms=%d ttfa_ms=%s tokens=%d heard=%s reused=%d",
-            response_id,
-            outcome.status.value,
-            outcome.audio_ms,
-            outcome.ttfa_ms,
-            len(outcome.output_ids),
-            heard,
-            outcome.reused_tokens,
-        )
-        if outcome.status is ResponseStatus.FAILED and not self._engine.ready:
-            raise EngineUnavailable("the engine loop stopped")
