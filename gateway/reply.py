@@ -10,7 +10,7 @@
 Between the two events a `ReplyLifecycle`:
 
 - submits the reply's engine requests (`submit`) and says why one was refused: `overloaded`,
-  `bad_field` for bad input, else `internal`; the error is non-fatal and the reply `failed`;
+  `bad_field` for bad input, else `internal` (non-fatal; the reply ends `failed`);
 - maps each request's end to the reply's status (`finished`: FinishReason → ResponseStatus,
   `model_error` for a failed generation); the first `cancelled` or `failed` is final, and one
   request cut at `max_tokens` makes the whole reply `length`;
@@ -191,8 +191,9 @@ class ReplyLifecycle:
     # --- engine requests ---------------------------------------------------------------------
     async def submit(self, request: SpeechRequest) -> ResponseStream | None:
         """Submit one of the reply's requests (its `request_id` set). None when it was not
-        admitted: the engine refused it (the client got a non-fatal `error` and the reply is
-        `failed`), or the reply was cancelled before it was sent."""
+        admitted: the engine refused it (the client gets a non-fatal `error` now), or the reply
+        was cancelled before it was sent. Either way the caller ends the request with
+        `finished(Finished(request_id, FAILED, 0))` when its end is due, which adds no error."""
         request_id = request.request_id
         assert request_id is not None, "a reply's requests carry their id"
         if self.cancelled:
@@ -223,7 +224,7 @@ class ReplyLifecycle:
         code = submit_error(exc)
         if code is ErrorCode.INTERNAL and self._engine.ready:
             self._log.exception("engine submit failed")
-        self.fail(code, str(exc) or type(exc).__name__)
+        self._emit.event(ErrorEvent(code, str(exc) or type(exc).__name__))
 
     def generating(self, request_id: str) -> bool:
         """The request is admitted and still generating (not finished, not cancelled)."""
@@ -241,9 +242,9 @@ class ReplyLifecycle:
 
     def finished(self, event: Finished) -> ResponseStatus:
         """One request's end: its status (returned), folded into the reply's. A failed
-        generation is told to the client (`model_error`), unless it is a refused request whose
-        `error` the client already has."""
-        told = self._requests.get(event.request_id) is RequestState.REFUSED
+        generation is told to the client (`model_error`); a request that was refused (the
+        client has its `error`) or never sent ends without a word."""
+        told = self._requests.get(event.request_id) in (RequestState.REFUSED, None)
         self.request_ended(event.request_id)
         status = STATUS_OF[event.reason]
         if status is ResponseStatus.FAILED and not told:

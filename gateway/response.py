@@ -199,12 +199,10 @@ class ResponseRunner:
                 delivery_hold_s=opts.output.frame_ms / 1000,
             )
             stream = await self.reply.submit(request)
-            if stream is None:
+            if stream is None:  # refused (the client was told why): it fails in its turn
                 slots.release()
-                if not self.reply.cancelled:  # refused, and the client was told why
-                    failed = Finished(segment.request_id, FinishReason.FAILED, 0)
-                    segment.events.put_nowait(failed)
-                    self._ordered.put_nowait(segment)
+                segment.events.put_nowait(Finished(segment.request_id, FinishReason.FAILED, 0))
+                self._ordered.put_nowait(segment)
                 break
             self._log.debug("segment %s submitted chars=%d", segment.request_id, len(text))
             self._spawn(self._collect(segment, stream, slots))

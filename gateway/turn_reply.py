@@ -106,6 +106,7 @@ class TurnReply:
     async def _play(self, request: SpeechRequest, encoder: ChunkEncoder) -> None:
         stream = await self.reply.submit(request)
         if stream is None:  # refused (the client was told why), or cut before it was sent
+            self.reply.finished(Finished(self.response_id, FinishReason.FAILED, 0))
             return
         # A barge-in does not end this loop: the engine's Finished still comes (within one
         # step), and its output_ids are what the history keeps of what was heard.

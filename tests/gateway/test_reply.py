@@ -192,6 +192,22 @@ async def test_a_refused_submit_says_why_once_and_the_reply_fails(refusal, code)
     assert ("cancel", "resp_test") not in engine.commands  # never admitted: nothing to free
 
 
+async def test_a_barge_in_before_a_refused_segment_is_reached_ends_the_reply_cancelled():
+    # A TTS response plays its first segment while its second was refused: the refusal's
+    # error is out at once, but the response fails only when the player reaches that segment.
+    engine, client, metrics = RecordingEngine(), Client(), GatewayMetrics(lambda: None)
+    reply = make_reply(engine, client, metrics)
+    reply.start()
+    assert await reply.submit(request("s0")) is not None
+    engine.refusal = EngineOverloaded("no KV pages free")
+    assert await reply.submit(request("s1")) is None
+    assert reply.status is ResponseStatus.COMPLETED
+    reply.cancel()
+    assert reply.done() is ResponseStatus.CANCELLED
+    assert engine.commands[-1] == ("cancel", "s0")
+    assert [type(e) for e in client.events] == [ResponseStarted, ErrorEvent, ResponseDone]
+
+
 async def test_a_dead_encoder_fails_that_reply_alone_and_frees_its_request():
     engine, client, metrics = RecordingEngine(), Client(), GatewayMetrics(lambda: None)
     encoders: list[DeadEncoder] = []
