@@ -16,6 +16,7 @@ that stops reading).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import replace
@@ -26,6 +27,7 @@ from engine.client import AsyncEngine, ResponseStream
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.audio_in import AudioDecoder
+from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
     AudioSpec,
     ErrorCode,
@@ -46,9 +48,9 @@ class DuplexConversation:
         self,
         engine: AsyncEngine,
         emit: Emitter,
-        metrics,
+        metrics: GatewayMetrics,
         open_encoder: OpenEncoder,
-        log,
+        log: logging.LoggerAdapter,
         finish_timeout_s: float,
     ) -> None:
         self._engine, self._emit, self._metrics, self._log = engine, emit, metrics, log

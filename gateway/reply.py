@@ -192,8 +192,8 @@ class ReplyLifecycle:
     async def submit(self, request: SpeechRequest) -> ResponseStream | None:
         """Submit one of the reply's requests (its `request_id` set). None when it was not
         admitted: the engine refused it (the client gets a non-fatal `error` now), or the reply
-        was cancelled before it was sent. Either way the caller ends the request with
-        `finished(Finished(request_id, FAILED, 0))` when its end is due, which adds no error."""
+        was cancelled before it was sent. A reply that goes on ends that request with
+        `finished(Finished(request_id, FAILED, 0))` when its end is due (no second error)."""
         request_id = request.request_id
         assert request_id is not None, "a reply's requests carry their id"
         if self.cancelled:
