@@ -16,6 +16,7 @@ that stops reading).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import replace
@@ -33,29 +34,18 @@ from engine.api import (
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.audio_in import AudioDecoder
-from gateway.encode_workers import EncoderProcessFailed
+from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
     AudioSpec,
     ErrorCode,
-    ErrorEvent,
     InputCommit,
     ProtocolError,
     ResponseCancel,
-    ResponseDone,
-    ResponseStarted,
-    ResponseStatus,
     TextInput,
     TranscriptDelta,
     TurnDetection,
 )
-from gateway.response import Emitter, SpeechOptions
-
-_STATUS = {
-    FinishReason.STOP: ResponseStatus.COMPLETED,
-    FinishReason.LENGTH: ResponseStatus.LENGTH,
-    FinishReason.CANCELLED: ResponseStatus.CANCELLED,
-    FinishReason.FAILED: ResponseStatus.FAILED,
-}
+from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
 
 
 class DuplexConversation:
@@ -65,9 +55,9 @@ class DuplexConversation:
         self,
         engine: EngineClient,
         emit: Emitter,
-        metrics,
+        metrics: GatewayMetrics,
         open_encoder: OpenEncoder,
-        log,
+        log: logging.LoggerAdapter,
         finish_timeout_s: float,
     ) -> None:
         self._engine, self._emit, self._metrics, self._log = engine, emit, metrics, log
@@ -77,9 +67,10 @@ class DuplexConversation:
         self._decoder: AudioDecoder | None = None
         self._pending: list[np.ndarray] = []  # audio before the engine admitted the session
         self._audio_in = asyncio.Event()
+        self._reply: ReplyLifecycle | None = None  # the conversation open (or opening)
         self._stream: ResponseStream | None = None
         self._ending = False  # the open (or opening) conversation was told to end
-        self._end_on_open: FinishReason | None = None  # ended before the engine admitted it
+        self._end_on_open = False  # finished before the engine admitted it
         self.busy = False  # a conversation is open, or being opened
         self.last_played = time.monotonic()
         self._idle = asyncio.Event()  # set while no conversation is open
@@ -150,21 +141,21 @@ class DuplexConversation:
         """End the conversation once. Audio not yet handed to the engine belongs to it and goes
         too. While the engine is still admitting it, it ends the moment it is admitted."""
         self._pending.clear()
-        if not self.busy or self._ending:
+        if not self.busy or self._ending or self._reply is None:
             return
         self._ending = True
-        if self._stream is None:
-            self._end_on_open = reason
-        elif reason is FinishReason.STOP:
-            self._engine.end_session(self._stream.request_id)
+        if reason is not FinishReason.STOP:
+            self._reply.cancel()  # also a conversation still being admitted, once it is
+        elif self._stream is None:
+            self._end_on_open = True
         else:
-            self._engine.cancel(self._stream.request_id)
+            self._engine.end_session(self._stream.request_id)
 
     def stop(self) -> None:
         """The session is going away: free the engine session without a word to the client."""
-        if self._stream is not None:
-            self._engine.cancel(self._stream.request_id)
-            self._stream = None
+        if self._reply is not None:
+            self._reply.cancel_engine_requests()
+        self._stream = None
 
     # --- the conversation loop (the session's player task) -------------------------------------
     async def run(self) -> None:
@@ -177,78 +168,57 @@ class DuplexConversation:
 
     async def _converse(self) -> None:
         options = self._options
-        response_id = f"resp_{uuid.uuid4().hex[:16]}"
-        started = time.monotonic()
+        reply = ReplyLifecycle(
+            f"resp_{uuid.uuid4().hex[:16]}",
+            self._engine,
+            options.output,
+            self._emit,
+            self._metrics,
+            self._open_encoder,
+            self._log,
+            kind="conversation",
+        )
         # Busy from here on, not from admission: an input.commit or response.cancel that comes
         # while the engine admits the conversation must end it, not be lost.
-        self.busy, self._ending, self._end_on_open = True, False, None
+        self._reply, self.busy, self._ending, self._end_on_open = reply, True, False, False
         self.replies += 1
         self._idle.clear()
         try:
-            stream = await self._engine.submit(SpeechRequest("", None, options.sampling))
-        except Exception as exc:  # noqa: BLE001 - refused: say why, stay usable
-            self._pending.clear()
-            self.busy = False
-            self._idle.set()
-            code = (
-                ErrorCode.OVERLOADED
-                if "overload" in type(exc).__name__.lower()
-                else ErrorCode.MODEL_ERROR
-            )
-            self._emit.event(ErrorEvent(code, str(exc), fatal=False))
-            return
-        self._stream = stream
-        self._emit.event(ResponseStarted(response_id))
-        if self._end_on_open is None:
-            for pcm in self._pending:
-                self._engine.push_audio(stream.request_id, pcm)
-            self._pending.clear()
-        elif self._end_on_open is FinishReason.STOP:
-            # Ended while being admitted; audio still pending came after the end and opens the
-            # next conversation, as it would after any response.done.
-            self._engine.end_session(stream.request_id)
-        else:
-            self._engine.cancel(stream.request_id)
-        frame_ms = options.output.frame_ms
-        audio_ms, ttfa_ms, status = 0, None, ResponseStatus.FAILED
-        encoder: ChunkEncoder | None = None
-        try:
-            encoder = self._open_encoder(options.output, self._engine.facts.sample_rate)
-            async for event in self._stream:
-                if isinstance(event, AudioChunk):
-                    frames = await encoder.encode(event.pcm)
-                elif isinstance(event, TextDelta):
-                    self._emit.event(TranscriptDelta(response_id, event.text))
-                    continue
-                else:
-                    assert isinstance(event, Finished)
-                    status = _STATUS[event.reason]
-                    if status is ResponseStatus.FAILED:
-                        self._emit.event(
-                            ErrorEvent(ErrorCode.MODEL_ERROR, event.error or "generation failed")
-                        )
-                    frames = await encoder.flush()
-                for frame in frames:
-                    self._emit.audio(frame, frame_ms)
-                    audio_ms += frame_ms
-                    self._metrics.audio_sent.inc(frame_ms / 1000)
-                    if ttfa_ms is None:
-                        ttfa_ms = round((time.monotonic() - started) * 1000)
-                        self._metrics.ttfa.observe(ttfa_ms / 1000)
-        except EncoderProcessFailed as exc:  # its worker process is gone: this conversation
-            self._log.error("conversation %s: %s", response_id, exc)
-            self._engine.cancel(stream.request_id)
-            self._emit.event(ErrorEvent(ErrorCode.INTERNAL, str(exc)))
-            status = ResponseStatus.FAILED
+            request = SpeechRequest("", None, options.sampling, reply.response_id)
+            stream = await reply.submit(request)
+            if stream is not None:
+                self._stream = stream
+                reply.start()
+                if self._end_on_open:
+                    # Finished while being admitted; audio still pending came after the end
+                    # and opens the next conversation, as it would after any response.done.
+                    self._engine.end_session(stream.request_id)
+                elif not reply.cancelled:
+                    for pcm in self._pending:
+                        self._engine.push_audio(stream.request_id, pcm)
+                    self._pending.clear()
+                await reply.play(lambda encoder: self._play(reply, stream, encoder))
+            else:  # refused (the client was told why): its audio goes with it
+                self._pending.clear()
         finally:
-            if encoder is not None:
-                encoder.close()
-            self._stream = None
+            self._reply, self._stream = None, None
             self.busy = False
             self.last_played = time.monotonic()
-        self._metrics.responses.labels(status.value).inc()
-        self._emit.event(ResponseDone(response_id, status, audio_ms, ttfa_ms))
-        self._idle.set()
-        self._log.info(
-            "conversation done id=%s status=%s audio_ms=%d", response_id, status.value, audio_ms
-        )
+        try:
+            reply.done()
+        finally:
+            self._idle.set()
+
+    async def _play(
+        self, reply: ReplyLifecycle, stream: ResponseStream, encoder: ChunkEncoder
+    ) -> None:
+        """The conversation's output, sent as it comes: the engine's frame clock paces it."""
+        async for event in stream:
+            if isinstance(event, AudioChunk):
+                await reply.send(await encoder.encode(event.pcm))
+            elif isinstance(event, TextDelta):
+                self._emit.event(TranscriptDelta(reply.response_id, event.text))
+            else:
+                assert isinstance(event, Finished)
+                reply.finished(event)
+                await reply.send(await encoder.flush())

@@ -19,14 +19,8 @@ from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorCode, ErrorEvent, TextInput
-from gateway.response import (
-    Emitter,
-    EngineUnavailable,
-    Response,
-    ResponseRunner,
-    SpeechOptions,
-    cancel_and_wait,
-)
+from gateway.reply import Emitter, SpeechOptions
+from gateway.response import Response, ResponseRunner, cancel_and_wait
 from gateway.segmenter import SentenceSegmenter
 
 
@@ -98,8 +92,7 @@ class ResponseQueue:
         runner, task = self._runner, self._runner_task
         if runner is None or task is None or task.done():
             return
-        runner.cancel_requested = True
-        runner.response.close_input()  # text that follows the cancel starts a new response
+        runner.cancel()
         task.cancel()
         await asyncio.wait({task})
 
@@ -132,9 +125,7 @@ class ResponseQueue:
                 # Not `await task`: a barge-in cancels the runner, not this loop.
                 await asyncio.wait({self._runner_task})
                 if not self._runner_task.cancelled() and self._runner_task.exception():
-                    raise self._runner_task.exception()
-                if not self._engine.ready:
-                    raise EngineUnavailable("the engine loop stopped")
+                    raise self._runner_task.exception()  # EngineUnavailable among them
             finally:
                 self._runner = None
                 self.last_played = time.monotonic()

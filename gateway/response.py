@@ -12,8 +12,10 @@ comes, a `ResponseRunner` plays it:
        ▼
     player ────── segments strictly in order → one encoder → PlaybackClock → send queue
 
-so the segments sound back-to-back inside one `response.started` … `response.done`.
-Cancelling the runner's task (barge-in, disconnect) cancels every engine request it started.
+so the segments sound back-to-back inside one `response.started` … `response.done`. What every
+reply shares (those two events, the status, encoder, pacing, engine-request cancelling,
+metrics) is the runner's `ReplyLifecycle` (gateway/reply.py). Cancelling the runner's task
+(barge-in, disconnect) cancels every engine request it started.
 """
 
 from __future__ import annotations
@@ -22,44 +24,24 @@ import asyncio
 import dataclasses
 import enum
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.api import (
     AudioChunk,
     EngineClient,
     EngineEvent,
-    EngineOverloaded,
     Finished,
     FinishReason,
-    ModelInputError,
     ResponseStream,
     SamplingParams,
     SpeechRequest,
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
-from gateway.encode_workers import EncoderProcessFailed
 from gateway.metrics import GatewayMetrics
-from gateway.pacing import PlaybackClock
-from gateway.protocol import (
-    AudioSpec,
-    ErrorCode,
-    ErrorEvent,
-    ResponseDone,
-    ResponseStarted,
-    ResponseStatus,
-    ServerEvent,
-)
+from gateway.protocol import ResponseStatus
+from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
 from gateway.segmenter import SentenceSegmenter
-
-_STATUS = {
-    FinishReason.STOP: ResponseStatus.COMPLETED,
-    FinishReason.LENGTH: ResponseStatus.LENGTH,
-    FinishReason.CANCELLED: ResponseStatus.CANCELLED,
-    FinishReason.FAILED: ResponseStatus.FAILED,
-}
 
 
 def share_tokens(sampling: SamplingParams, share: float) -> SamplingParams:
@@ -73,11 +55,6 @@ def length_shares(segments: list[str]) -> list[float]:
     """Each segment's share of a whole text's token budget: its share of the characters."""
     total = sum(len(s) for s in segments)
     return [len(s) / total for s in segments]
-
-
-class EngineUnavailable(Exception):
-    """The engine loop is gone: no session can be served, so the session closes with 1011
-    (after the failed response has had its `response.done`)."""
 
 
 class Response:
@@ -123,27 +100,7 @@ class Segment:
 
     request_id: str
     events: asyncio.Queue[EngineEvent] = field(default_factory=asyncio.Queue)
-    finished: Finished | None = None  # set when the engine has finished generating it
     start_s: float | None = None  # its offset in the response's audio, once it plays
-    error_sent: bool = False  # the submitter already told the client why it failed
-    submit: asyncio.Task | None = None  # the engine.submit call, while it is in flight
-
-
-@dataclass(frozen=True)
-class Emitter:
-    """Where a runner puts its output: the session's send queue (may raise SendQueueFull)."""
-
-    event: Callable[[ServerEvent], None]
-    audio: Callable[[bytes, int], None]  # (wire frame, its duration in ms)
-
-
-@dataclass(frozen=True)
-class SpeechOptions:
-    """What `session.start` chose, for every response of the session."""
-
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    voice: str | None = None
-    output: AudioSpec = field(default_factory=AudioSpec)
 
 
 class _Outcome(enum.Enum):
@@ -164,23 +121,24 @@ class ResponseRunner:
         log: logging.LoggerAdapter,
     ) -> None:
         self.response = response
-        self._engine = engine
         self._settings = settings
         self._options = options
-        self._emit = emit
-        self._metrics = metrics
-        self._open_encoder = open_encoder
         self._log = log
+        self.reply = ReplyLifecycle(
+            response.response_id,
+            engine,
+            options.output,
+            emit,
+            metrics,
+            open_encoder,
+            log,
+            kind="response",
+            lead_s=settings.lead_ms / 1000,
+        )
         self.segments: list[Segment] = []
-        self.cancel_requested = False
         self._ordered: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
-        self._clock = PlaybackClock(settings.lead_ms / 1000)
-        self._status = ResponseStatus.COMPLETED
-        self._audio_ms = 0
         self._model_audio_s = 0.0
-        self._first_submit: float | None = None
-        self._ttfa_ms: int | None = None
 
     # --- control, from the session ---------------------------------------------------------
     def report_playback(self, played_ms: float) -> None:
@@ -188,78 +146,40 @@ class ResponseRunner:
         played_s = played_ms / 1000
         for segment in reversed(self.segments):
             if segment.start_s is not None and played_s >= segment.start_s:
-                if segment.finished is None:
-                    self._engine.report_playback(segment.request_id, played_s - segment.start_s)
+                self.reply.report_playback(segment.request_id, played_s - segment.start_s)
                 return
 
-    def cancel_engine_requests(self) -> None:
-        """Free every request still generating; safe to call more than once."""
-        for segment in self.segments:
-            if segment.finished is not None:
-                continue
-            segment.finished = Finished(segment.request_id, FinishReason.CANCELLED, 0)
-            if segment.submit is not None and not segment.submit.done():
-                # Not admitted yet: cancel once it is (a cancel sent now could overtake it).
-                segment.submit.add_done_callback(self._cancel_when_admitted(segment.request_id))
-            else:
-                self._engine.cancel(segment.request_id)
-
-    def _cancel_when_admitted(self, request_id: str) -> Callable[[asyncio.Task], None]:
-        def callback(task: asyncio.Task) -> None:
-            if not task.cancelled() and task.exception() is None:
-                self._engine.cancel(request_id)
-
-        return callback
+    def cancel(self) -> None:
+        """Barge-in: the response ends `cancelled`; the caller then cancels the runner's task,
+        which `run` answers with `response.done` (any other cancel of the task is the session
+        going away and propagates without a word to the client)."""
+        self.reply.cancel()
+        self.response.close_input()  # text that follows the cancel starts a new response
 
     # --- the run ---------------------------------------------------------------------------
     async def run(self) -> ResponseStatus:
-        """Play the response to its end. A cancel with `cancel_requested` set is a barge-in and
-        ends with `response.done` cancelled; any other cancel is the session going away and
-        propagates without a word to the client."""
-        self._emit.event(ResponseStarted(self.response.response_id))
-        encoder: ChunkEncoder | None = None
+        """Play the response to its end, or to its barge-in (`cancel`)."""
+        self.reply.start()
         try:
-            encoder = self._open_encoder(self._options.output, self._engine.facts.sample_rate)
-            self._spawn(self._submit_all())
-            while (segment := await self._ordered.get()) is not None:
-                if await self._play_segment(segment, encoder) is _Outcome.STOP:
-                    break
-            await self._send_frames(await encoder.flush())
-        except EncoderProcessFailed as exc:  # --encode-processes: its worker is gone
-            self._log.error("response %s: %s", self.response.response_id, exc)
-            self._emit.event(ErrorEvent(ErrorCode.INTERNAL, str(exc)))
-            self._status = ResponseStatus.FAILED
+            await self.reply.play(self._play)
         except asyncio.CancelledError:
-            if not self.cancel_requested:
+            if not self.reply.cancelled:
                 raise
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            self._status = ResponseStatus.CANCELLED
         finally:
-            if encoder is not None:
-                encoder.close()
             self.response.close_input()  # later text opens a new response, never this one
-            self.cancel_engine_requests()
             for task in self._tasks:
                 task.cancel()
-        self._finish()
-        return self._status
+        return self.reply.done(f"segments={len(self.segments)}")
 
-    def _finish(self) -> None:
-        self._metrics.responses.labels(self._status.value).inc()
-        self._emit.event(
-            ResponseDone(self.response.response_id, self._status, self._audio_ms, self._ttfa_ms)
-        )
-        self._log.info(
-            "response done id=%s status=%s audio_ms=%d ttfa_ms=%s segments=%d underruns=%d",
-            self.response.response_id,
-            self._status.value,
-            self._audio_ms,
-            self._ttfa_ms,
-            len(self.segments),
-            self._clock.underruns,
-        )
+    async def _play(self, encoder: ChunkEncoder) -> None:
+        self._spawn(self._submit_all())
+        while (segment := await self._ordered.get()) is not None:
+            if await self._play_segment(segment, encoder) is _Outcome.STOP:
+                break
+        await self.reply.send(await encoder.flush())
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -273,8 +193,6 @@ class ResponseRunner:
             await slots.acquire()
             segment = Segment(f"{self.response.response_id}-s{len(self.segments)}")
             self.segments.append(segment)
-            if self._first_submit is None:
-                self._first_submit = time.monotonic()
             opts = self._options
             sampling = opts.sampling
             shares = self.response.token_shares
@@ -287,85 +205,42 @@ class ResponseRunner:
                 segment.request_id,
                 delivery_hold_s=opts.output.frame_ms / 1000,
             )
-            # Shielded: cancelling this task (barge-in, disconnect) must not abandon a submit
-            # the engine thread is about to answer; cancel_engine_requests waits for it instead.
-            segment.submit = asyncio.ensure_future(self._engine.submit(request))
-            try:
-                stream = await asyncio.shield(segment.submit)
-            except Exception as exc:
+            stream = await self.reply.submit(request)
+            if stream is None:  # refused (the client was told why): it fails in its turn
                 slots.release()
-                self._submit_failed(segment, exc)
+                segment.events.put_nowait(Finished(segment.request_id, FinishReason.FAILED, 0))
+                self._ordered.put_nowait(segment)
                 break
             self._log.debug("segment %s submitted chars=%d", segment.request_id, len(text))
             self._spawn(self._collect(segment, stream, slots))
             self._ordered.put_nowait(segment)
         self._ordered.put_nowait(None)
 
-    def _submit_failed(self, segment: Segment, exc: Exception) -> None:
-        if isinstance(exc, EngineOverloaded):
-            code = ErrorCode.OVERLOADED
-        elif isinstance(exc, ModelInputError | ValueError):
-            code = ErrorCode.BAD_FIELD
-        elif not self._engine.ready:
-            code = ErrorCode.INTERNAL
-        else:
-            self._log.exception("engine submit failed")
-            code = ErrorCode.INTERNAL
-        message = str(exc) or type(exc).__name__
-        segment.finished = Finished(segment.request_id, FinishReason.FAILED, 0, message)
-        segment.events.put_nowait(segment.finished)
-        segment.error_sent = True
-        self._emit.event(ErrorEvent(code, message))
-        self._ordered.put_nowait(segment)
-
-    @staticmethod
-    async def _collect(segment: Segment, stream: ResponseStream, slots: asyncio.Semaphore) -> None:
+    async def _collect(
+        self, segment: Segment, stream: ResponseStream, slots: asyncio.Semaphore
+    ) -> None:
         try:
             async for event in stream:
                 if isinstance(event, Finished):
-                    segment.finished = event
+                    self.reply.request_ended(segment.request_id)
                 segment.events.put_nowait(event)
         finally:
             slots.release()
 
     # --- player ----------------------------------------------------------------------------
-    async def _play_segment(self, segment: Segment, encoder) -> _Outcome:
+    async def _play_segment(self, segment: Segment, encoder: ChunkEncoder) -> _Outcome:
         segment.start_s = self._model_audio_s
         while True:
             event = await segment.events.get()
             if isinstance(event, AudioChunk):
                 self._model_audio_s += event.duration_s
                 async for frames in encoder.encode_parts(event.pcm):
-                    await self._send_frames(frames)
+                    await self.reply.send(frames)
                 continue
-            return self._segment_finished(segment, event)
-
-    def _segment_finished(self, segment: Segment, event: Finished) -> _Outcome:
-        status = _STATUS[event.reason]
-        if status is ResponseStatus.LENGTH:
-            self._status = status  # one truncated segment makes the response `length`
-            return _Outcome.NEXT
-        if status is ResponseStatus.COMPLETED:
-            return _Outcome.NEXT
-        self._status = status
-        if status is ResponseStatus.FAILED and not segment.error_sent:
-            self._emit.event(ErrorEvent(ErrorCode.MODEL_ERROR, event.error or "generation failed"))
-        return _Outcome.STOP
-
-    async def _send_frames(self, frames: list[bytes]) -> None:
-        frame_ms = self._options.output.frame_ms
-        for frame in frames:
-            await self._clock.wait()
-            if self._clock.mark_sent(frame_ms / 1000):
-                self._metrics.underruns.inc()
-            self._emit.audio(frame, frame_ms)
-            self._audio_ms += frame_ms
-            self._metrics.audio_sent.inc(frame_ms / 1000)
-            if self._ttfa_ms is None:
-                start = self._first_submit if self._first_submit is not None else time.monotonic()
-                ttfa_s = time.monotonic() - start
-                self._ttfa_ms = round(ttfa_s * 1000)
-                self._metrics.ttfa.observe(ttfa_s)
+            status = self.reply.finished(event)  # one `length` segment makes the response so
+            if status in (ResponseStatus.COMPLETED, ResponseStatus.LENGTH):
+                return _Outcome.NEXT
+            return _Outcome.STOP
 
 
 async def cancel_and_wait(task: asyncio.Task | None) -> None:

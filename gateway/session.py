@@ -55,7 +55,8 @@ from gateway.protocol import (
     TextInput,
     TurnDetection,
 )
-from gateway.response import Emitter, EngineUnavailable, cancel_and_wait
+from gateway.reply import Emitter, EngineUnavailable
+from gateway.response import cancel_and_wait
 from gateway.session_start import admission_refusal, resolve_options, update_options
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.socket_writer import SocketWriter

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from engine.api import ConfigError, EngineClient, ModelFacts, SamplingParams
 from gateway.config import GatewaySettings
 from gateway.protocol import AudioSpec, ErrorCode, ProtocolError, SessionStart
-from gateway.response import SpeechOptions
+from gateway.reply import SpeechOptions
 
 if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed
     from gateway.wire import SessionUpdate

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gateway.protocol import AudioSpec, TurnDetection
-from gateway.response import SpeechOptions
+from gateway.reply import SpeechOptions
 
 
 class SpeechConversation(Protocol):

@@ -9,43 +9,15 @@ the engine's `Finished`, whose `output_ids` the history needs to keep what was h
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from dataclasses import dataclass
 
-from engine.api import (
-    AudioChunk,
-    EngineClient,
-    EngineOverloaded,
-    Finished,
-    FinishReason,
-    ModelInputError,
-    SpeechRequest,
-    TextDelta,
-)
+from engine.api import AudioChunk, EngineClient, Finished, FinishReason, SpeechRequest, TextDelta
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
-from gateway.encode_workers import EncoderProcessFailed
 from gateway.metrics import GatewayMetrics
-from gateway.pacing import PlaybackClock
-from gateway.protocol import (
-    ErrorCode,
-    ErrorEvent,
-    ResponseStarted,
-    ResponseStatus,
-    TranscriptDelta,
-)
-from gateway.response import Emitter, SpeechOptions
-
-log = logging.getLogger("voxgate.gateway")
-
-_STATUS = {
-    FinishReason.STOP: ResponseStatus.COMPLETED,
-    FinishReason.LENGTH: ResponseStatus.LENGTH,
-    FinishReason.CANCELLED: ResponseStatus.CANCELLED,
-    FinishReason.FAILED: ResponseStatus.FAILED,
-}
+from gateway.protocol import ResponseStatus, TranscriptDelta
+from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
 
 
 @dataclass(frozen=True)
@@ -53,8 +25,6 @@ class ReplyOutcome:
     status: ResponseStatus
     output_ids: tuple  # the generated tokens (Finished.output_ids)
     heard_s: float | None  # None: the user heard all of it; else how much (barge-in, failure)
-    audio_ms: int
-    ttfa_ms: int | None
     streamed_text: bool  # transcript deltas came from the engine as it generated
     reused_tokens: int  # prompt tokens whose KV came from the conversation's previous turn
 
@@ -69,141 +39,92 @@ class TurnReply:
         emit: Emitter,
         metrics: GatewayMetrics,
         open_encoder: OpenEncoder,
+        log: logging.LoggerAdapter | logging.Logger,
     ) -> None:
         self.response_id = response_id
-        self._engine, self._settings, self._options = engine, settings, options
-        self._emit, self._metrics, self._open_encoder = emit, metrics, open_encoder
-        self._clock = PlaybackClock(settings.lead_ms / 1000)
-        self._stopped = asyncio.Event()  # barge-in: stop sending now
-        self._submitted = False
-        self._finished = False
+        self._options, self._emit = options, emit
+        self.reply = ReplyLifecycle(
+            response_id,
+            engine,
+            options.output,
+            emit,
+            metrics,
+            open_encoder,
+            log,
+            kind="reply",
+            lead_s=settings.lead_ms / 1000,
+        )
         self._played_s: float | None = None  # the client's own playback report
-        self.cancelled = False
+        self._finished: Finished | None = None
+        self._streamed_text = False
 
     # --- control, from the session's reader ------------------------------------------------
+    @property
+    def cancelled(self) -> bool:
+        return self.reply.cancelled
+
     def cancel(self) -> None:
         """Barge-in: the engine request ends within one step; no more audio is sent."""
-        if self.cancelled:
-            return
-        self.cancelled = True
-        self._stopped.set()
-        if self._submitted and not self._finished:
-            self._engine.cancel(self.response_id)
+        self.reply.cancel()
 
     def report_playback(self, played_ms: float) -> None:
         self._played_s = played_ms / 1000
-        if self._submitted and not self._finished:
-            self._engine.report_playback(self.response_id, self._played_s)
+        self.reply.report_playback(self.response_id, self._played_s)
 
     def heard_s(self) -> float:
         """What the user has heard: their report when they sent one, else the send clock."""
-        sent = self._clock.sent_s
-        return min(self._played_s, sent) if self._played_s is not None else self._clock.position()
+        return self.reply.heard_s(self._played_s)
 
     # --- the run ---------------------------------------------------------------------------
     async def run(self, turns: tuple, conversation_id: str) -> ReplyOutcome:
-        self._emit.event(ResponseStarted(self.response_id))
-        request = SpeechRequest(
-            "",
-            None,
-            self._options.sampling,
-            self.response_id,
-            turns=turns,
-            conversation_id=conversation_id,
-            delivery_hold_s=self._options.output.frame_ms / 1000,
-        )
-        started = time.monotonic()
-        if self.cancelled:  # interrupted before the engine saw it
-            return self._outcome(Finished(self.response_id, FinishReason.CANCELLED, 0), 0, None)
-        try:
-            self._submitted = True
-            stream = await self._engine.submit(request)
-        except Exception as exc:  # noqa: BLE001 - refused: say why, the session stays usable
-            self._submitted = False
-            code = ErrorCode.OVERLOADED if isinstance(exc, EngineOverloaded) else ErrorCode.INTERNAL
-            if isinstance(exc, ModelInputError | ValueError):
-                code = ErrorCode.BAD_FIELD
-            message = str(exc) or type(exc).__name__
-            self._emit.event(ErrorEvent(code, message))
-            return self._outcome(Finished(self.response_id, FinishReason.FAILED, 0), 0, None)
-        audio_ms, ttfa_ms, streamed_text = 0, None, False
-        finished: Finished | None = None
-        encoder: ChunkEncoder | None = None
-
-        async def play(frames: list[bytes]) -> None:
-            nonlocal audio_ms, ttfa_ms
-            for frame in frames:
-                if not await self._paced():
-                    return
-                self._emit.audio(frame, self._options.output.frame_ms)
-                audio_ms += self._options.output.frame_ms
-                if ttfa_ms is None:
-                    ttfa_ms = round((time.monotonic() - started) * 1000)
-                    self._metrics.ttfa.observe(ttfa_ms / 1000)
-
-        try:
-            encoder = self._open_encoder(self._options.output, self._engine.facts.sample_rate)
-            async for event in stream:
-                if isinstance(event, Finished):
-                    finished = event
-                    await play(await encoder.flush())
-                elif self.cancelled:
-                    continue  # barge-in: what is still coming is dropped
-                elif isinstance(event, TextDelta):
-                    streamed_text = True
-                    self._emit.event(TranscriptDelta(self.response_id, event.text))
-                else:
-                    assert isinstance(event, AudioChunk)
-                    async for frames in encoder.encode_parts(event.pcm):
-                        await play(frames)
-                        if self.cancelled:  # barge-in: encode no more of it
-                            break
-        except EncoderProcessFailed as exc:  # its worker process is gone: this reply alone
-            log.error("reply %s: %s", self.response_id, exc)
-            self._emit.event(ErrorEvent(ErrorCode.INTERNAL, str(exc)))
-            failed = Finished(self.response_id, FinishReason.FAILED, 0)
-            return self._outcome(failed, audio_ms, ttfa_ms, streamed_text)
-        finally:
-            if encoder is not None:
-                encoder.close()
-            self._finished = True
-            if finished is None:  # the session is going away mid-reply, or the encoder failed
-                self._engine.cancel(self.response_id)
-        assert finished is not None
-        if finished.reason is FinishReason.FAILED:
-            message = finished.error or "generation failed"
-            self._emit.event(ErrorEvent(ErrorCode.MODEL_ERROR, message))
-        return self._outcome(finished, audio_ms, ttfa_ms, streamed_text)
-
-    async def _paced(self) -> bool:
-        """Wait for the frame's slot; False once a barge-in stopped the reply."""
-        if self._stopped.is_set():
-            return False
-        delay = self._clock.delay()
-        if delay > 0:
-            try:
-                async with asyncio.timeout(delay):
-                    await self._stopped.wait()
-                return False
-            except TimeoutError:
-                pass
-        frame_s = self._options.output.frame_ms / 1000
-        if self._clock.mark_sent(frame_s):
-            self._metrics.underruns.inc()
-        self._metrics.audio_sent.inc(frame_s)
-        return True
-
-    def _outcome(
-        self, finished: Finished, audio_ms: int, ttfa_ms: int | None, streamed: bool = False
-    ) -> ReplyOutcome:
-        status = ResponseStatus.CANCELLED if self.cancelled else _STATUS[finished.reason]
+        """Play the reply to its end and say what the history keeps of it. The caller ends it
+        with `done` (after any transcript of its own)."""
+        self.reply.start()
+        if not self.cancelled:  # interrupted before the engine saw it: nothing to play
+            request = SpeechRequest(
+                "",
+                None,
+                self._options.sampling,
+                self.response_id,
+                turns=turns,
+                conversation_id=conversation_id,
+                delivery_hold_s=self._options.output.frame_ms / 1000,
+            )
+            await self.reply.play(lambda encoder: self._play(request, encoder))
+        finished = self._finished or Finished(self.response_id, FinishReason.CANCELLED, 0)
+        status = self.reply.status
         whole = status in (ResponseStatus.COMPLETED, ResponseStatus.LENGTH)
         return ReplyOutcome(
             status,
             tuple(finished.output_ids),
             None if whole else self.heard_s(),
-            audio_ms,
-            ttfa_ms,
-            streamed,
+            self._streamed_text,
             finished.reused_tokens,
         )
+
+    async def _play(self, request: SpeechRequest, encoder: ChunkEncoder) -> None:
+        stream = await self.reply.submit(request)
+        if stream is None:  # refused (the client was told why), or cut before it was sent
+            self.reply.finished(Finished(self.response_id, FinishReason.FAILED, 0))
+            return
+        # A barge-in does not end this loop: the engine's Finished still comes (within one
+        # step), and its output_ids are what the history keeps of what was heard.
+        async for event in stream:
+            if isinstance(event, Finished):
+                self._finished = event
+                self.reply.finished(event)
+                await self.reply.send(await encoder.flush())
+            elif self.cancelled:
+                continue  # barge-in: what is still coming is dropped
+            elif isinstance(event, TextDelta):
+                self._streamed_text = True
+                self._emit.event(TranscriptDelta(self.response_id, event.text))
+            else:
+                assert isinstance(event, AudioChunk)
+                async for frames in encoder.encode_parts(event.pcm):
+                    if not await self.reply.send(frames):
+                        break  # barge-in: encode no more of it
+
+    def done(self, details: str) -> ResponseStatus:
+        """`response.done`; raises EngineUnavailable when the engine loop has stopped."""
+        return self.reply.done(details)

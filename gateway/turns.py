@@ -48,14 +48,12 @@ from gateway.protocol import (
     Playback,
     ProtocolError,
     ResponseCancel,
-    ResponseDone,
-    ResponseStatus,
     SpeechStarted,
     TextInput,
     TranscriptDelta,
     TurnDetection,
 )
-from gateway.response import Emitter, EngineUnavailable, SpeechOptions
+from gateway.reply import Emitter, SpeechOptions
 from gateway.turn_input import TurnInput, UserAudioTurn
 from gateway.turn_reply import ReplyOutcome, TurnReply
 from gateway.wire import InputClear, InputCleared, InputCommitted, Truncate, Truncated
@@ -315,14 +313,16 @@ class TurnConversation:
             self._emit,
             self._metrics,
             self._open_encoder,
+            self._log,
         )
         self._reply = reply
         outcome = await reply.run(tuple(self.history), self._conversation_id)
         self.reused_tokens.append(outcome.reused_tokens)
-        # An engine that died with the reply makes no cut: _done says so, and the session ends.
+        # An engine that died with the reply makes no cut: done() says so, and the session ends.
         with contextlib.suppress(EngineDead):
             await self._keep(reply, outcome)
-        self._done(reply.response_id, outcome)
+        heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
+        reply.done(f"tokens={len(outcome.output_ids)} heard={heard} reused={outcome.reused_tokens}")
 
     async def _keep(self, reply: TurnReply, outcome: ReplyOutcome) -> None:
         """The reply into the history, cut to what the user heard; and its transcript, when
@@ -342,22 +342,4 @@ class TurnConversation:
         kept = await self._engine.prepare_turn(HeardReply(tuple(output_ids), heard_s))
         self.history.append(kept)
         self._last_reply_ids = tuple(output_ids)
-
-    def _done(self, response_id: str, outcome: ReplyOutcome) -> None:
-        self._metrics.responses.labels(outcome.status.value).inc()
-        self._emit.event(
-            ResponseDone(response_id, outcome.status, outcome.audio_ms, outcome.ttfa_ms)
-        )
-        heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
-        self._log.info(
-            "reply done id=%s status=%s audio_ms=%d ttfa_ms=%s tokens=%d heard=%s reused=%d",
-            response_id,
-            outcome.status.value,
-            outcome.audio_ms,
-            outcome.ttfa_ms,
-            len(outcome.output_ids),
-            heard,
-            outcome.reused_tokens,
-        )
-        if outcome.status is ResponseStatus.FAILED and not self._engine.ready:
-            raise EngineUnavailable("the engine loop stopped")
+        return kept

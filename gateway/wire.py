@@ -31,7 +31,7 @@ from gateway.protocol import (
     decode_text_frame,
     encode_event,
 )
-from gateway.response import SpeechOptions
+from gateway.reply import SpeechOptions
 
 
 @dataclass(frozen=True)
