@@ -158,9 +158,9 @@ def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     """Regional compilation for capture in CUDA graphs afterwards: each module's forward
     through torch.compile (Inductor) in place. Pass a model's *repeated* blocks: modules of
     one class share one compiled program (their weights are the program's inputs), so the
-    compile costs one block of each kind, not the model's depth. Compiling a whole deep
-    model as one graph did not finish in 550 s on the H200 (CosyVoice 2's flow estimator,
-    56 transformer blocks; eleventh session). `fullgraph`: a graph break would split the
+    compile costs one block of each kind, not the model's depth: a whole deep model as one
+    graph (CosyVoice 2's flow estimator, 56 transformer blocks) does not finish compiling in
+    550 s on an H200. `fullgraph`: a graph break would split the
     fused kernels back up; dynamic shapes: every bucket of rows and frames shares the
     program. Inductor fuses what eager torch launches one by one (layer norms with their
     residual adds, masks, activations), so a replay holds fewer, larger kernels."""
@@ -290,8 +290,8 @@ class CallableGraphs:
         run. A caller that replays a job as several graphs calls it between them, so the GPU
         never holds a whole job of its kernels at once: kernels queued ahead of another
         stream's in the device's shared work queues delay that stream too, stream priority
-        notwithstanding (the ninth session: 4x larger launch queues made CosyVoice 2's LLM
-        step slower under load, 13.3 -> 16.7 ms)."""
+        notwithstanding (which is also why larger launch queues make CosyVoice 2's LLM step
+        under load slower, not faster)."""
         if self.paced:
             torch.cuda.current_stream(self.device).synchronize()
 

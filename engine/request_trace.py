@@ -6,7 +6,7 @@ Why: the bench sees a stream from the outside (time to first audio, gaps), not w
 went. A request's time to first audio is its wait for a first token (queue and prefill), the
 steps until its first chunk has its tokens, the time the chunk is held (the first-chunk rule
 building cover, or both codec workers busy), the wait for its job to start and the job itself. A gap is a chunk that came
-out after the listener's buffer ran dry. Each of those is a different fix (BENCHMARKS.md).
+out after the listener's buffer ran dry. Each of those is a different fix.
 
 Times are the engine's clock (time.monotonic, the same clock across the machine's processes):
 `arrival` is absolute, every other time is milliseconds after it. Plain data, no torch: the

@@ -1,11 +1,11 @@
 """CUDA graphs for a decode step's head and sampling (models with `device_candidates`).
 
 The decode graph (engine/cuda_graphs.py) replays the backbone in one launch, but the head and
-the sampler after it were ~100 small eager launches a step: temperature, top-k/top-p sort,
+the sampler after it are ~100 small eager launches a step: temperature, top-k/top-p sort,
 the counter-based noise hash, repetition-aware redraws, the presence and recent-window
 updates. Under load the codec's kernels fill the device's queues and each eager launch can
-wait for room, so those launches, not the GPU's work, made most of CosyVoice 2's LLM step
-(tenth session: the step's host time was all launch, the wait for its tokens ~0).
+wait for room, so those launches, not the GPU's work, make most of CosyVoice 2's LLM step
+(its host time under load is all launch; the wait for its tokens is ~0).
 
 Here each decode bucket's head + `Sampler.sample_fixed` is one graph. Its input is the decode
 graph's own output buffer (no copy) and one step's per-row settings, packed on the host into

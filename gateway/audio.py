@@ -209,8 +209,8 @@ def make_encoder(
 # Frames' worth of audio a chunk's first piece encodes (ChunkEncoder.encode_parts). A first
 # chunk's listener holds these frames (one fewer where a resampler keeps the last back) while
 # the rest is encoded and sent: 9 give 160 ms of cover, for ~1.5 ms more before the first
-# frame. The twelfth session's 60-s runs at 12 req/s found 3 (40 ms) and then 6 (100 ms) too
-# few: at the load's peaks a piece took 40-190 ms to come back from the worker threads.
+# frame. 3 (40 ms) and 6 (100 ms) are too few under a GPU engine's load: at its peaks a piece
+# can take 40-190 ms to come back from the worker threads.
 HEAD_FRAMES = 9
 # What each encode cost, in seconds: queued (submitted, not yet started), then running.
 EncodeObserver = Callable[[float, float], None]
@@ -241,11 +241,10 @@ class ChunkEncoder(abc.ABC):
         running dry first), and one encode of the whole chunk would hold every frame back for
         all of it: a 1.28 s chunk's 64 frames take ~15-20 ms, its head's 1-2 ms, and where a
         resampler holds the previous chunk's last frame back, it comes out only with the
-        next encode (the eleventh session's late frames at 14 req/s were that frame). Not
-        more pieces: each is a trip through the worker threads, which at 100 streams is what
-        costs (a version with pieces doubling in length made three or four trips a chunk,
-        and the twelfth session's first chunks came late at the piece boundaries). The frames
-        are the same bytes as one encode gives."""
+        next encode, and under load that frame is the one that comes late. Not more pieces:
+        each is a trip through the worker threads, which at 100 streams is what costs (pieces
+        doubling in length make three or four trips a chunk, and first chunks then come late
+        at the piece boundaries). The frames are the same bytes as one encode gives."""
         size = HEAD_FRAMES * self.source_rate * self.spec.frame_ms // 1000
         if len(pcm) > 2 * size:
             yield await self.encode(pcm[:size])

@@ -2,11 +2,11 @@
 4 when the engine runs on a CUDA GPU, none on a CPU).
 
 Why: on worker threads (`audio.OffLoopEncoder`) encodes share the gateway's GIL with its event
-loop and the engine-event reader, and each return from C waits for it. In the twelfth
-session's 60-s runs of CosyVoice 2 on the H200, encodes that take 1-4 ms alone ran 29 ms on
-average at 11 req/s (171 of 2,138 over 100 ms), and first chunks' frames came late while the
-engine was on time (BENCHMARKS.md). A process has its own interpreter: there a chunk's encode
-runs at the codec's speed, and the gateway's side of it is one message out and one back.
+loop and the engine-event reader, and each return from C waits for it. Under a GPU engine's
+load (a hundred streams and more), encodes that take 1-4 ms alone then run tens of ms, and
+first chunks' frames come late while the engine is on time. A process has its own
+interpreter: there a chunk's encode runs at the codec's speed, and the gateway's side of it is
+one message out and one back.
 
 Each response's encoder lives in one worker process for its whole life (its state is
 sequential), chosen round-robin; a pipe per worker carries the messages in order, so calls of
@@ -45,11 +45,10 @@ START_TIMEOUT_S = 60.0
 RESTART_DELAY_S = 1.0
 RESTART_WINDOW_S = 60.0
 MAX_RESTART_DELAY_S = 60.0
-# Worker processes when --encode-processes is not given and the engine runs on a CUDA GPU. The
-# thirteenth session's H200 runs (BENCHMARKS.md): CosyVoice 2 at 12 req/s for 60 s, 4 workers
-# kept every encode under 20 ms (mean 3.1 ms) and 692/692 streams on time; the threads, 159
-# encodes over 20 ms (mean 5.2 ms) and 3 streams late. On a CPU-only machine the engine needs
-# the cores, and its few streams never convoy, so threads stay the default there.
+# Worker processes when --encode-processes is not given and the engine runs on a CUDA GPU: 4
+# keep every encode under 20 ms with CosyVoice 2 at its 12 req/s on an H200, where threads let
+# some run longer and a few streams come late (BENCHMARKS.md). On a CPU-only machine the engine
+# needs the cores, and its few streams never convoy, so threads stay the default there.
 GPU_DEFAULT_PROCESSES = 4
 
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 # one. Why: frame by frame, a gateway streaming 100 responses wakes 5,000 times a second to send
 # each 20-ms frame on its own timer, and each wake also wakes that session's writer task.
 # Grouping five frames cuts those wakes five-fold, and the client's buffer stays within 100 ms
-# of the lead. (It was a suspect for the twelfth session's late frames at 12 req/s; the
-# loop-lag probe then showed the loop on time, and the encoders to blame: BENCHMARKS.md.)
+# of the lead.
 RELEASE_S = 0.1
 
 

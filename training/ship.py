@@ -125,6 +125,15 @@ def meets_target(report: dict) -> tuple[bool, str]:
     return wer <= limit, f"model WER {100 * wer:.1f} % against a limit of {100 * limit:.1f} %"
 
 
+def stored_dtypes(folder: Path) -> str:
+    """The precision the checkpoint's tensors are stored in ("bfloat16", or several joined
+    with " + "), for the card: the loader upcasts them to the serving dtype either way."""
+    from models.loader import iter_safetensors
+
+    dtypes = sorted({str(t.dtype).removeprefix("torch.") for _, t in iter_safetensors(folder)})
+    return " + ".join(dtypes)
+
+
 def checkpoint_facts(folder: Path) -> dict[str, str]:
     """Architecture and sizes, from the checkpoint as the engine loads it."""
     model = load_voxgate_tiny(folder, torch.device("cpu"), torch.float32)
@@ -149,6 +158,7 @@ def checkpoint_facts(folder: Path) -> dict[str, str]:
         "codec_params": f"{sum(p.numel() for p in codec.parameters()) / 1e6:.1f}",
         "decoder_params": f"{decoder / 1e6:.1f}",
         "size_mb": f"{total / 1e6:.1f}",
+        "weights_dtype": stored_dtypes(folder),
         "temperature": str(sampling.get("temperature", "")),
         "top_k": str(sampling.get("top_k", "")),
     }

@@ -4,8 +4,8 @@ the causal streaming codecs (Mimi, VoxCodec), whose state is a list of per-layer
 
 On CUDA the streaming Mimi halves pad each call's batch up to a bucket (`padded_batch`):
 cuDNN builds an execution plan the first time it sees a convolution shape (about 0.3 s for a
-Mimi pass on an H200), so a batch size never seen before stalled every session of that tick
-by a frame or more. With buckets there are nine shapes, all run once at start-up
+Mimi pass on an H200), so a batch size never seen before would stall every session of that
+tick by a frame or more. With buckets there are nine shapes, all run once at start-up
 (`warm_up_batches`). The GPU is launch-bound at these sizes, so padding costs little there; on
 the CPU it would cost compute and there is no plan to build, so CPU calls are not padded."""
 

@@ -197,8 +197,8 @@ class VoxCodec(nn.Module):
         )
         self.enc_down = nn.Conv1d(c.encoder_dim, c.encoder_dim, 2, stride=2)
         # FSQ bounds its input with tanh: unnormalised latents sit in its flat tails, where the
-        # gradient vanishes and every frame rounds to the same code (the first GPU run of the
-        # recipe collapsed to one code this way). Normalising keeps the latents near unit scale.
+        # gradient vanishes and every frame rounds to the same code (training collapses to one
+        # code this way). Normalising keeps the latents near unit scale.
         self.enc_norm = nn.LayerNorm(c.encoder_dim)
         self.enc_out = nn.Linear(c.encoder_dim, latent)
         # Decoder.

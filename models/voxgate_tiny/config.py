@@ -82,9 +82,10 @@ def tiny_config_dict(
     text_input: str = "chars",
     pointer_positions: int = 0,
 ) -> dict:
-    """The config.json of a voxgate-tiny model. Defaults: the shipped size, about 11M
-    parameters besides the codec, of which about 9M are read per decode step: small enough
-    that a laptop CPU's caches hold most of it (measured on CPU: BENCHMARKS.md)."""
+    """The config.json of a voxgate-tiny model. Defaults: `training.speechlm --size default`,
+    about 11M parameters besides the codec, of which about 9M are read per decode step: small
+    enough that a laptop CPU's caches hold most of it. The shipped weights are `--size wide`
+    (hidden 384, MLP 896); their CPU figures are in BENCHMARKS.md."""
     return {
         "model_type": MODEL_TYPE,
         "hidden_size": hidden,
@@ -108,8 +109,8 @@ def tiny_config_dict(
         # What the prompt's text ids are: "chars" (text.py) or "phones" (phone_text.py); the
         # tokenizer.json type says the same, this is for people reading the config.
         "text_input": text_input,
-        # Run 6's held-out WER: 58 % at temperature 0.7 / top-k 40, 50 % at 0.4 / 20, 54 % at
-        # 0.2 / 5 (training/README.md): sharper than 0.7, not greedy.
+        # Sharper than 0.7, not greedy: held-out WER of one checkpoint was 58 % at temperature
+        # 0.7 / top-k 40, 50 % at 0.4 / 20 and 54 % at 0.2 / 5 (training/README.md).
         "sampling": sampling
         or {"temperature": 0.4, "top_k": 20, "top_p": 1.0, "repetition_penalty": 1.0},
         "codec_config": codec.to_dict(),

@@ -16,11 +16,11 @@ bookkeeping, not embedded). After the frame's last code the depth stage predicts
 pointer moves in this row (0–3 characters, greedy); the model's `follow_row` then moves it and
 writes the characters from the prompt on the host (models/voxgate_tiny/model.py). So the
 backbone is always told where in the text it is and what comes next, and the pointer can only
-walk forward through the real text. Without it the model read the first words and then drifted
-into the corpus's templates; a first version that let the model *predict* the character it read
-drifted the same way after a few words (training/README.md, run 4).
+walk forward through the real text. Without it the model reads the first words and then drifts
+into the corpus's templates; a model that *predicts* the character it reads drifts the same way
+after a few words (training/README.md).
 
-With `pointer_positions` (config.json; 0 = off, as in checkpoints before run 9) the pointer
+With `pointer_positions` (config.json; 0 = off, as in older checkpoints) the pointer
 column is embedded too, from the same table as the prompt symbols' own index (prompt rows carry
 it in column K+2): a frame row and the prompt row of the symbol it is saying then share a
 vector, so attention can fetch that symbol's context (its word, its neighbours, the phrase

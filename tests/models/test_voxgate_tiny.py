@@ -235,3 +235,32 @@ def test_cpu_int8_stays_close_to_fp32_and_serves_through_the_engine(checkpoint):
 
     with pytest.raises(ConfigError, match="no int8 CPU path"):
         build_core(load_model("tiny-orpheus"), EngineConfig(cpu_int8=True), torch.device("cpu"))
+
+
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16])
+def test_a_16_bit_checkpoint_loads_upcast_to_the_serving_dtype(tmp_path, stored):
+    """Weights are shipped in 16 bits and served in the engine's dtype: on the CPU every
+    parameter is float32 and holds exactly the stored value."""
+    config = tiny_config_dict(CODEC, CharTokenizer().vocab_size, hidden=64, layers=2, heads=4)
+    write_random_checkpoint(tmp_path / "fp32", config, seed=7, dtype=torch.float32)
+    write_random_checkpoint(tmp_path / "half", config, seed=7, dtype=stored)
+    full = load_voxgate_tiny(tmp_path / "fp32", torch.device("cpu"), torch.float32)
+    half = load_voxgate_tiny(tmp_path / "half", torch.device("cpu"), torch.float32)
+    for module_full, module_half in ((full.lm, half.lm), (full.detok.codec, half.detok.codec)):
+        pairs = zip(module_full.state_dict().items(), module_half.state_dict().items(), strict=True)
+        for (name, a), (_, b) in pairs:
+            assert b.dtype == a.dtype, name
+            if a.is_floating_point():
+                assert torch.equal(b, a.to(stored).to(a.dtype)), name
+
+
+def test_the_shipped_weights_are_stored_in_16_bits_within_the_budget():
+    from models.loader import iter_safetensors
+    from models.voxgate_tiny.loading import SHIPPED_WEIGHTS
+
+    if not (SHIPPED_WEIGHTS / "config.json").exists():
+        pytest.skip("voxgate-tiny weights not shipped yet (training/README.md)")
+    dtypes = {tensor.dtype for _, tensor in iter_safetensors(SHIPPED_WEIGHTS)}
+    assert dtypes <= {torch.bfloat16, torch.float16}, dtypes
+    total = sum(f.stat().st_size for f in SHIPPED_WEIGHTS.iterdir())
+    assert total <= 60 * 10**6  # training/ship.py's budget

@@ -100,6 +100,7 @@ def test_a_checkpoint_that_meets_the_target_ships_with_its_card(inputs):
     card = (shipped / "MODEL_CARD.md").read_text()
     assert "{" not in card and "<!--" not in card
     assert "phone-reading Llama backbone (2 layers, width 64" in card
+    assert "| weights | float32 safetensors" in card  # as written, not a fixed claim
     assert "2.85 hours (1,900 sentences)" in card  # the toy run's, grown, not the default's
     assert "12 steps (2 epochs) | held-out CE cb0 2.125 / cb1–3 2.250/2.375/2.500" in card
     assert "200 steps | mel L1 0.875" in card

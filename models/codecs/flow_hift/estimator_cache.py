@@ -1,5 +1,5 @@
 """CosyVoice 2's flow estimator run one attention chunk at a time over cached context: the math
-of a cached detokenizer (BENCHMARKS.md, "What bounds CosyVoice 2").
+of a cached detokenizer (cached_flow.py; docs/models.md, "Cached estimator").
 
 Why: the streaming detokenizer (streaming.py) re-integrates each chunk's context chunks with it,
 so every steady chunk's 20 estimator passes run over 3x the frames they keep; the solver is ~90 %
