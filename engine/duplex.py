@@ -17,6 +17,7 @@ so there is no later step to overlap it with.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -36,6 +37,7 @@ from engine.outputs import (
     EngineStats,
     Finished,
     FinishReason,
+    LoopTotals,
     ScheduledChunk,
     SpeechRequest,
     StepTiming,
@@ -89,6 +91,7 @@ class DuplexEngine:
         self._reserved = 0
         self._silence = np.zeros(self.samples_per_frame, np.float32)
         self.last_batch = 0
+        self.loop_totals = LoopTotals()
         self.steps = 0
         self.last_timing = StepTiming()
         # Frame accounting of the last sessions that ended (benchmarks and tests read it).
@@ -228,6 +231,7 @@ class DuplexEngine:
             stepping=stepping,
             frames_out=totals.frames_out,
             frames_on_time=totals.on_time,
+            totals=dataclasses.replace(self.loop_totals),  # a snapshot: the loop goes on
         )
 
     # --- the tick ----------------------------------------------------------------------------------
@@ -236,12 +240,23 @@ class DuplexEngine:
         """Run the frame that is due, if one is: every session in it at once."""
         t0 = self.clock()
         events = self._tick(t0)
+        took = self.clock() - t0
+        loop = self.loop_totals
+        loop.loop_turns += 1
+        loop.loop_s += took
         if self.last_batch:
+            # A frame's step is the LLM, its depth stage and the codec together: all of it
+            # counts as the LLM's in the loop counters (EngineStats.totals).
+            loop.llm_steps += 1
+            loop.llm_s += took
+            loop.rows += self.last_batch
+            loop.tokens += self.last_batch
             self.last_timing = StepTiming(
-                llm_s=self.clock() - t0, batch_size=self.last_batch, num_tokens=self.last_batch
+                llm_s=took, batch_size=self.last_batch, num_tokens=self.last_batch
             )
             self.last_batch = 0
             self.steps += 1
+        loop.audio_s += sum(e.duration_s for e in events if isinstance(e, AudioChunk))
         return events
 
     def _tick(self, now: float) -> list[EngineEvent]:

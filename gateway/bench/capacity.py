@@ -13,6 +13,7 @@ frames and TTFA.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import math
@@ -20,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
@@ -32,6 +35,8 @@ from gateway.bench.workload import DEFAULT_WORKLOAD, burst_plan, load_workload, 
 
 log = logging.getLogger("voxgate.bench")
 SCHEMA = "voxgate-capacity/1"
+# What a talking listener sends: Opus packets of 20 ms at 48 kHz (the protocol's default).
+MIC_AUDIO = {"format": "opus", "sample_rate": 48000, "frame_ms": 20}
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,24 @@ class CapacityConfig:
             raise ValueError("--min-on-time must be in (0, 1]")
         if self.url is not None and len(self.policies) > 1:
             raise ValueError("several --policies need --serve (each policy is its own server)")
+
+
+def microphone_packets(seconds: float = 4.0, seed: int = 0) -> tuple[bytes, ...]:
+    """A talking listener's microphone as Opus packets (MIC_AUDIO): a wavering tone in noise,
+    encoded once and cycled by every listener (random-weight models answer noise anyway)."""
+    from gateway.audio import OpusEncoder
+    from gateway.protocol import AudioFormat, AudioSpec
+
+    rate = 24000
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    pitch = 180 + 40 * np.sin(2 * np.pi * 0.7 * t)
+    pcm = 0.2 * np.sin(2 * np.pi * np.cumsum(pitch) / rate) + 0.02 * rng.standard_normal(t.size)
+    spec = AudioSpec(
+        AudioFormat(MIC_AUDIO["format"]), MIC_AUDIO["sample_rate"], MIC_AUDIO["frame_ms"]
+    )
+    encoder = OpusEncoder(spec, rate)
+    return tuple(encoder.encode(pcm.astype(np.float32)) + encoder.flush())
 
 
 # --- one point's verdict ----------------------------------------------------------------------
@@ -138,6 +161,7 @@ class CapacityRun:
         base = report.results_path(Path(cfg.out_dir), machine, f"{cfg.model}-capacity", now)
         self.path = base
         self.token_rate = cfg.token_rate
+        self.mic_packets: tuple[bytes, ...] = ()  # set for full-duplex models
         self.results: dict[str, Any] = {
             "schema": SCHEMA,
             "model": cfg.model,
@@ -199,11 +223,20 @@ class CapacityRun:
             c.buffer_ms,
             api_key=c.api_key,
             drain_timeout_s=drain_timeout_s or c.drain_timeout_s,
+            input_audio=dict(MIC_AUDIO) if self.mic_packets else None,
+            mic_packets=self.mic_packets,
+            mic_frame_ms=MIC_AUDIO["frame_ms"],
         )
 
     def _resolve_token_rate(self, url: str) -> None:
+        """The served model's token rate (its requests' lengths) and kind: a full-duplex model
+        (Moshi) is measured with listeners that talk (Opus microphone packets) instead of text."""
+        started = probe_session(self._options(url))
+        if started.get("model_kind") == "full_duplex" and not self.mic_packets:
+            self.mic_packets = microphone_packets()
+            self.results["settings"]["listeners_talk"] = True
         if self.token_rate is None:
-            rate = probe_session(self._options(url)).get("token_rate_hz")
+            rate = started.get("token_rate_hz")
             if not isinstance(rate, int | float) or rate <= 0:
                 raise RuntimeError(f"{url} does not state its token rate; pass --token-rate")
             self.token_rate = float(rate)
@@ -211,6 +244,10 @@ class CapacityRun:
 
     def _warm_up(self, gen: LoadGenerator, url: str) -> None:
         plan = burst_plan(self.items, 2, self.token_rate, -1)
+        plan = [
+            dataclasses.replace(p, item=dataclasses.replace(p.item, audio_seconds=1.0))
+            for p in plan
+        ]
         gen.run(plan, self._options(url, drain_timeout_s=300.0))
 
     def _ladder(self, gen, url: str, http: str, trace: Path | None, entry: dict) -> None:

@@ -49,6 +49,12 @@ class ClientOptions:
     connect_ahead_s: float = 0.5
     open_timeout_s: float = 30.0
     drain_timeout_s: float = 60.0  # after the last planned send, how long to wait for the rest
+    # Full-duplex listeners (Moshi): instead of text, each session streams these microphone
+    # packets (in `input_audio`'s format, one every `mic_frame_ms`, cycled) in real time for
+    # the request's audio_seconds, then `input.commit`; TTFA counts from the first packet.
+    input_audio: dict[str, Any] | None = None
+    mic_packets: tuple[bytes, ...] = ()
+    mic_frame_ms: float = 20.0
 
 
 @dataclass
@@ -130,13 +136,18 @@ async def _request(
     rec.connect_s = time.monotonic() - start_at
     tracker = OnTimeTracker(opts.buffer_ms)
     late = False
-    start = {
-        "type": "session.start",
-        "output_audio": opts.output_audio,
-        "sampling": {**opts.sampling, "min_tokens": plan.tokens, "max_tokens": plan.tokens},
-    }
+    start: dict[str, Any] = {"type": "session.start", "output_audio": opts.output_audio}
+    if opts.mic_packets:
+        start["input_audio"] = opts.input_audio
+    else:
+        start["sampling"] = {
+            **opts.sampling,
+            "min_tokens": plan.tokens,
+            "max_tokens": plan.tokens,
+        }
     if opts.voice:
         start["voice"] = opts.voice
+    mic: asyncio.Task | None = None
     try:
         async with _connect(opts) as ws:
             await ws.send(json.dumps(start))
@@ -167,9 +178,12 @@ async def _request(
                     await _sleep_until(start_at + plan.offset_s)
                     sent = time.monotonic()
                     rec.sent_s = sent - start_at
-                    await ws.send(
-                        json.dumps({"type": "text", "text": plan.item.text, "final": True})
-                    )
+                    if opts.mic_packets:
+                        mic = asyncio.create_task(_speak(ws, opts, plan.item.audio_seconds, sent))
+                    else:
+                        await ws.send(
+                            json.dumps({"type": "text", "text": plan.item.text, "final": True})
+                        )
                 elif kind == "response.done":
                     rec.done = {k: event.get(k) for k in ("status", "audio_ms", "ttfa_ms")}
                     break
@@ -185,8 +199,23 @@ async def _request(
         rec.exception = f"{type(exc).__name__}: {exc}"[:200]
     except (ValueError, KeyError, TypeError) as exc:  # a server event the client cannot read
         rec.exception = f"bad_event: {exc!r}"[:200]
+    finally:
+        if mic is not None:
+            mic.cancel()
     if not rec.ok and not late:
         stop.mark()
+
+
+async def _speak(ws, opts: ClientOptions, seconds: float, began: float) -> None:
+    """A full-duplex listener's microphone: `seconds` of packets on the real-time clock from
+    `began`, then `input.commit` (the server then ends the response, `completed`)."""
+    period = opts.mic_frame_ms / 1000
+    count = max(1, round(seconds / period))
+    with contextlib.suppress(ConnectionClosed):
+        for i in range(count):
+            await _sleep_until(began + i * period)
+            await ws.send(opts.mic_packets[i % len(opts.mic_packets)])
+        await ws.send(json.dumps({"type": "input.commit"}))
 
 
 # --- what the server says about its model ---------------------------------------------------

@@ -131,3 +131,57 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
         assert loop["codec_jobs"] > 0 and loop["audio_x_realtime"] > 0
         assert point["engine_trace"]["requests"] >= s["listeners"]
     assert system["capacity"] == 2  # both held under the relaxed bar
+
+
+def test_microphone_packets_are_opus_at_the_protocols_default():
+    import av
+
+    from gateway.bench.capacity import MIC_AUDIO, microphone_packets
+
+    packets = microphone_packets(seconds=1.0)
+    assert 49 <= len(packets) <= 51 and all(0 < len(p) < 1500 for p in packets)
+    codec = av.CodecContext.create("opus", "r")
+    codec.sample_rate, codec.layout = MIC_AUDIO["sample_rate"], "mono"
+    samples = sum(f.samples for p in packets for f in codec.decode(av.Packet(p)))
+    assert abs(samples - MIC_AUDIO["sample_rate"]) <= 2 * 960  # ~1 s of 48 kHz audio
+
+
+@pytest.mark.timeout(300)
+def test_full_duplex_listeners_talk_on_the_cpu(tmp_path, capsys):
+    """A full-duplex model (tiny-moshi): each listener streams Opus microphone packets in real
+    time and hears the model's audio; the point's verdict and the duplex loop's profile."""
+    argv = [
+        "--log-level",
+        "WARNING",
+        "bench",
+        "--serve",
+        "--model",
+        "tiny-moshi",
+        "--device",
+        "cpu",
+        "--capacity",
+        "1",
+        "--stream-seconds",
+        "2",
+        "--initial-buffer-ms",
+        "80",
+        "--min-on-time",
+        "0.01",
+        "--slo-ttfa-ms",
+        "60000",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    [path] = tmp_path.glob("*-tiny-moshi-capacity.json")
+    data = json.loads(path.read_text())
+    assert data["settings"]["listeners_talk"] is True
+    [point] = data["systems"]["voxgate-slack"]["points"]
+    [record] = point["records"]
+    assert record["done"]["status"] == "completed"  # ended by the client's input.commit
+    s = point["summary"]
+    assert s["failed"] == 0 and s["frames_on_time"] > 0
+    assert 1.2 <= s["frames_expected"] * 20 / 1000 <= 3.0  # ~2 s of talk, ~2 s of answer
+    loop = point["engine_loop"]
+    assert loop["llm_steps_per_s"] > 5 and loop["rows_per_step"] >= 1  # 12.5 frames a second
+    assert loop["audio_x_realtime"] > 0
