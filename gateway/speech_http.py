@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.auth import Denial, Principal
 from gateway.protocol import AudioFormat, AudioSpec, ErrorCode, ErrorEvent, ServerEvent
-from gateway.reply import Emitter, SpeechOptions
+from gateway.reply import Emitter, EngineUnavailable, SpeechOptions
 from gateway.response import Response as TextResponse
 from gateway.response import ResponseRunner, cancel_and_wait
 from gateway.segmenter import SentenceSegmenter
@@ -107,6 +107,11 @@ class SpeechStream:
     async def _run(self) -> None:
         try:
             await self.runner.run()
+        except EngineUnavailable as exc:  # the engine loop stopped: nothing can be served
+            self._event(ErrorEvent(ErrorCode.OVERLOADED, f"{exc}; try again later"))
+        except Exception:  # noqa: BLE001 - a bug must fail this request, not hang it
+            log.exception("speech %s failed", self.response_id)
+            self._event(ErrorEvent(ErrorCode.INTERNAL, "internal error"))
         finally:
             self._frames.put_nowait(None)
 
