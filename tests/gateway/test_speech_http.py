@@ -191,6 +191,14 @@ def test_bad_input_gets_an_openai_400(client, voice, fields, param, says):
     assert says in error["message"]
 
 
+def test_a_request_the_engine_refuses_gets_its_error_before_any_audio(client, voice, engine):
+    with pytest.raises(openai.BadRequestError) as info:
+        speak(client, voice, response_format="pcm", extra_body={"max_tokens": 100_000})
+    error = info.value.response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert f"context of {engine.facts.max_context}" in error["message"]
+
+
 def test_body_that_is_not_json_gets_a_400(server):
     response = httpx.post(f"{server.http}/v1/audio/speech", content=b"{not json", timeout=10)
     assert response.status_code == 400
