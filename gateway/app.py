@@ -31,6 +31,7 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.session import Session
+from gateway.speech_http import SpeechEndpoint
 from gateway.twilio import TwilioWire
 from gateway.twilio_protocol import ConnectStream, encode_twiml
 from gateway.twilio_signature import SIGNATURE_HEADER, is_valid_twilio_signature, public_url
@@ -246,6 +247,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/twilio", gateway.twilio),
         Route("/v1/twilio/twiml", gateway.twiml, methods=["GET", "POST"]),
+        Route("/v1/audio/speech", SpeechEndpoint(gateway).create, methods=["POST"]),
         *_static_routes(settings),  # last: "/" must not shadow the routes above
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

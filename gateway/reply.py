@@ -145,6 +145,7 @@ class ReplyLifecycle:
         self.status = ResponseStatus.COMPLETED
         self.audio_ms = 0
         self.ttfa_ms: int | None = None
+        self.generated_tokens = 0  # by the reply's engine requests, as they finish
         self._engine, self._output, self._emit = engine, output, emit
         self._metrics, self._open_encoder, self._log = metrics, open_encoder, log
         self._clock = PlaybackClock(lead_s) if lead_s is not None else None
@@ -251,6 +252,7 @@ class ReplyLifecycle:
         client has its `error`) or never sent ends without a word."""
         told = self._requests.get(event.request_id) in (RequestState.REFUSED, None)
         self.request_ended(event.request_id)
+        self.generated_tokens += event.num_tokens
         status = STATUS_OF[event.reason]
         if status is ResponseStatus.FAILED and not told:
             self._emit.event(ErrorEvent(ErrorCode.MODEL_ERROR, event.error or "generation failed"))

@@ -119,6 +119,8 @@ class ResponseRunner:
         metrics: GatewayMetrics,
         open_encoder: OpenEncoder,
         log: logging.LoggerAdapter,
+        *,
+        paced: bool = True,  # False: audio goes out as it is made (HTTP, where TCP paces it)
     ) -> None:
         self.response = response
         self._settings = settings
@@ -133,7 +135,7 @@ class ResponseRunner:
             open_encoder,
             log,
             kind="response",
-            lead_s=settings.lead_ms / 1000,
+            lead_s=settings.lead_ms / 1000 if paced else None,
         )
         self.segments: list[Segment] = []
         self._ordered: asyncio.Queue[Segment | None] = asyncio.Queue()

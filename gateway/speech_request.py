@@ -1,0 +1,218 @@
+"""The body of `POST /v1/audio/speech`, checked: OpenAI's fields (and Voxgate's sampling
+extensions) → a `SpeechCall`, or a `SpeechHttpError` naming the field and what is accepted.
+
+Pure: a function of the JSON body, the model's facts and the settings, so every rule is
+testable without a server. What each field does here (docs/gateway.md says the same):
+
+- `model`: the served model's name, or one of OpenAI's TTS model names (a drop-in client's
+  `tts-1` then reaches the model this server serves).
+- `input`: 1 to `max_text_chars` characters (4096 by default, OpenAI's limit too).
+- `voice`: one of the model's voices (a string, or OpenAI's `{"id": ...}` form).
+- `response_format`: mp3 (OpenAI's default), opus, aac, flac, wav, pcm, where this PyAV build
+  has the encoder (gateway/speech_formats.py).
+- `speed`: OpenAI's range 0.25-4.0; no served model changes its speaking rate, so only 1.0 is
+  accepted, and anything else is refused rather than silently played at 1.0.
+- `instructions`: no served model takes a style prompt, so they are accepted but not applied;
+  the response says so in its `Voxgate-Ignored-Fields` header.
+- `stream_format`: `audio` (the file's bytes as they are made; default) or `sse`.
+- `temperature`, `top_p`, `seed`, `max_tokens`: Voxgate's sampling fields (the openai client
+  sends them with `extra_body`), checked as `session.start`'s are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.api import ConfigError, ModelFacts, SamplingParams
+from gateway.config import GatewaySettings
+from gateway.speech_formats import SpeechFormat
+
+OPENAI_TTS_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
+OPENAI_FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed")
+STREAM_FORMATS = ("audio", "sse")
+DEFAULT_FORMAT = "mp3"  # OpenAI's default
+SPEED_RANGE = (0.25, 4.0)
+
+
+class SpeechHttpError(Exception):
+    """An answer in OpenAI's error shape: `{"error": {message, type, param, code}}`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.kind = kind
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def bad(param: str | None, message: str, code: str | None = "invalid_value") -> SpeechHttpError:
+    return SpeechHttpError(400, message, param, code=code)
+
+
+@dataclass(frozen=True)
+class SpeechCall:
+    """A checked request."""
+
+    text: str
+    voice: str | None
+    format: SpeechFormat
+    stream_format: str
+    sampling: SamplingParams
+    ignored: tuple[str, ...] = field(default=())  # fields accepted but not applied
+
+
+def _string(body: dict, name: str, required: bool = False) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise bad(name, f"'{name}' is required", "missing_required_parameter")
+        return None
+    if not isinstance(value, str):
+        raise bad(name, f"'{name}' must be a string, got {type(value).__name__}")
+    return value
+
+
+def _model(body: dict, facts: ModelFacts, settings: GatewaySettings) -> None:
+    model = _string(body, "model", required=True)
+    served = {facts.name, *([settings.model] if settings.model else []), *OPENAI_TTS_MODELS}
+    if model not in served:
+        raise bad(
+            "model",
+            f"this server serves model {facts.name!r} (OpenAI's TTS model names reach it too); "
+            f"got {model!r}",
+            "model_not_found",
+        )
+    if facts.full_duplex or facts.accepts_turns:
+        raise bad(
+            "model",
+            f"{facts.name} is a speech-to-speech model, not text-to-speech; "
+            "talk to it over /v1/stream or /v1/realtime",
+            "unsupported_model",
+        )
+
+
+def _text(body: dict, name: str, limit: int, required: bool) -> str | None:
+    text = _string(body, name, required)
+    if text is None:
+        return None
+    if required and not text.strip():
+        raise bad(name, f"'{name}' is empty; send the text to speak")
+    if len(text) > limit:
+        raise bad(name, f"'{name}' is {len(text)} characters; the limit is {limit}")
+    return text
+
+
+def _voice(body: dict, facts: ModelFacts) -> str | None:
+    value = body.get("voice")
+    if isinstance(value, dict):
+        if set(value) != {"id"}:
+            raise bad("voice", 'a voice object is {"id": "<voice>"}')
+        value = value["id"]
+    if value is None:
+        raise bad("voice", "'voice' is required", "missing_required_parameter")
+    if not isinstance(value, str) or not value:
+        raise bad("voice", "'voice' must be a voice name")
+    if facts.voices and value not in facts.voices:
+        raise bad(
+            "voice", f"voice {value!r} is not one of {facts.name}'s: {', '.join(facts.voices)}"
+        )
+    return value if facts.voices else facts.default_voice
+
+
+def _format(body: dict, formats: dict[str, SpeechFormat]) -> SpeechFormat:
+    name = _string(body, "response_format") or DEFAULT_FORMAT
+    if name not in formats:
+        raise bad(
+            "response_format",
+            f"response_format {name!r} is not available here; use one of {', '.join(formats)}",
+        )
+    return formats[name]
+
+
+def _speed(body: dict, facts: ModelFacts) -> None:
+    speed = body.get("speed")
+    if speed is None:
+        return
+    low, high = SPEED_RANGE
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not math.isfinite(speed):
+        raise bad("speed", f"'speed' must be a number in [{low}, {high}]")
+    if not low <= speed <= high:
+        raise bad("speed", f"'speed' must be in [{low}, {high}], got {speed}")
+    if speed != 1.0:
+        raise bad(
+            "speed",
+            f"{facts.name} speaks at one rate: only speed 1.0 is supported (got {speed}); "
+            "omit it or send 1.0",
+            "unsupported_value",
+        )
+
+
+def _stream_format(body: dict) -> str:
+    value = _string(body, "stream_format") or "audio"
+    if value not in STREAM_FORMATS:
+        raise bad("stream_format", f"stream_format must be one of {', '.join(STREAM_FORMATS)}")
+    return value
+
+
+def _sampling(body: dict, facts: ModelFacts) -> SamplingParams:
+    chosen = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
+    for name, value in chosen.items():
+        whole = name in ("seed", "max_tokens")
+        if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+            kind = "an integer" if whole else "a number"
+            raise bad(name, f"'{name}' must be {kind}")
+    try:
+        return SamplingParams(**{**facts.sampling_defaults, **chosen})
+    except ConfigError as exc:
+        raise bad(next(iter(chosen), None), str(exc)) from None
+
+
+def parse_speech_request(
+    body: object,
+    facts: ModelFacts,
+    settings: GatewaySettings,
+    formats: dict[str, SpeechFormat],
+) -> SpeechCall:
+    """The checked request, or SpeechHttpError(400) for the first bad field."""
+    if not isinstance(body, dict):
+        raise bad(None, "the body must be a JSON object", None)
+    unknown = sorted(set(body) - {*OPENAI_FIELDS, "stream_format", *SAMPLING_FIELDS})
+    if unknown:
+        raise bad(unknown[0], f"unrecognized request argument supplied: {unknown[0]}", None)
+    _model(body, facts, settings)
+    text = _text(body, "input", settings.max_text_chars, required=True)
+    voice = _voice(body, facts)
+    fmt = _format(body, formats)
+    _speed(body, facts)
+    instructions = _text(body, "instructions", settings.max_text_chars, required=False)
+    return SpeechCall(
+        text=text,
+        voice=voice,
+        format=fmt,
+        stream_format=_stream_format(body),
+        sampling=_sampling(body, facts),
+        ignored=("instructions",) if instructions and instructions.strip() else (),
+    )

@@ -1,0 +1,292 @@
+"""`POST /v1/audio/speech` with the official `openai` client against a real server on loopback
+serving tiny-orpheus: every response format decodes to the audio the engine made, SSE events
+parse, bad input gets OpenAI-shaped 400s, auth and admission are enforced, and a client that
+disconnects frees its engine request."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+
+import av
+import httpx
+import numpy as np
+import openai
+import pytest
+from gateway_testkit import FAST_SAMPLING, engine_pcm, wait_engine_idle
+
+TEXT = "Hello there, this is a short test."  # one sentence: one engine request
+MODEL = "tiny-orpheus"
+KEY = "speech-key-0001"
+LONG_SAMPLING = {"temperature": 0.0, "max_tokens": 3000}  # ~37 s of audio: still going
+
+
+def make_client(server, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.http}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return make_client(server)
+
+
+@pytest.fixture(scope="module")
+def voice(engine) -> str:
+    return engine.facts.default_voice
+
+
+@pytest.fixture(scope="module")
+def expected_s(engine) -> float:
+    """The length of what the engine itself makes for TEXT with FAST_SAMPLING."""
+    pcm = asyncio.run(engine_pcm(engine, TEXT, FAST_SAMPLING))
+    return len(pcm) / engine.facts.sample_rate
+
+
+def speak(client: openai.OpenAI, voice: str, **fields) -> tuple[bytes, httpx.Headers]:
+    extra = fields.pop("extra_body", FAST_SAMPLING)
+    with client.audio.speech.with_streaming_response.create(
+        model=MODEL, input=TEXT, voice=voice, extra_body=extra, **fields
+    ) as response:
+        return response.read(), response.headers
+
+
+def decoded(data: bytes) -> tuple[np.ndarray, int]:
+    """A response file decoded by PyAV: (mono samples, rate)."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        pcm = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(stream)])
+        return pcm, stream.rate
+
+
+# mp3 and aac add their encoder's priming and padding (~50-70 ms); the gateway pads the last
+# frame to 20 ms.
+TOLERANCE_S = 0.1
+
+
+@pytest.mark.parametrize(
+    ("fmt", "content_type"),
+    [
+        ("mp3", "audio/mpeg"),
+        ("opus", "audio/ogg"),
+        ("aac", "audio/aac"),
+        ("flac", "audio/flac"),
+        ("wav", "audio/wav"),
+    ],
+)
+def test_each_format_decodes_to_the_audio_made(client, voice, expected_s, fmt, content_type):
+    data, headers = speak(client, voice, response_format=fmt)
+    assert headers["content-type"] == content_type
+    pcm, rate = decoded(data)
+    assert abs(len(pcm) / rate - expected_s) < TOLERANCE_S, (len(pcm) / rate, expected_s)
+    assert np.abs(pcm.astype(np.float32)).max() > 0  # audio, not a silent file
+
+
+def test_pcm_is_24khz_s16le(client, voice, expected_s):
+    data, headers = speak(client, voice, response_format="pcm")
+    assert headers["content-type"] == "audio/pcm"
+    assert len(data) % 2 == 0
+    assert abs(len(data) / 2 / 24000 - expected_s) < TOLERANCE_S
+
+
+def test_default_format_is_mp3(client, voice, expected_s):
+    data, headers = speak(client, voice)
+    assert headers["content-type"] == "audio/mpeg"
+    pcm, rate = decoded(data)
+    assert abs(len(pcm) / rate - expected_s) < TOLERANCE_S
+
+
+def test_sse_events_carry_the_audio(client, voice, expected_s):
+    with client.audio.speech.with_streaming_response.create(
+        model=MODEL,
+        input=TEXT,
+        voice=voice,
+        response_format="pcm",
+        stream_format="sse",
+        extra_body=FAST_SAMPLING,
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [
+            json.loads(line.removeprefix("data: "))
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        ]
+    *deltas, done = events
+    assert deltas and all(e["type"] == "speech.audio.delta" for e in deltas)
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    assert abs(len(pcm) / 2 / 24000 - expected_s) < TOLERANCE_S
+    assert done["type"] == "speech.audio.done"
+    assert done["usage"]["output_tokens"] == FAST_SAMPLING["max_tokens"]
+    assert done["usage"]["total_tokens"] >= done["usage"]["output_tokens"]
+
+
+def test_sse_opus_deltas_join_into_one_file(client, voice, expected_s):
+    with client.audio.speech.with_streaming_response.create(
+        model=MODEL,
+        input=TEXT,
+        voice=voice,
+        response_format="opus",
+        stream_format="sse",
+        extra_body=FAST_SAMPLING,
+    ) as response:
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
+    data = b"".join(base64.b64decode(e["audio"]) for e in events if "audio" in e)
+    pcm, rate = decoded(data)
+    assert abs(len(pcm) / rate - expected_s) < TOLERANCE_S
+
+
+def test_instructions_are_accepted_and_said_to_be_ignored(client, voice):
+    data, headers = speak(client, voice, response_format="pcm", instructions="Speak cheerfully.")
+    assert len(data) > 0
+    assert headers["voxgate-ignored-fields"] == "instructions"
+    _, plain = speak(client, voice, response_format="pcm")
+    assert "voxgate-ignored-fields" not in plain
+
+
+def test_openai_model_names_and_voice_objects_are_accepted(client, voice):
+    data, _ = speak(client, voice, response_format="pcm")
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1",
+        input=TEXT,
+        voice={"id": voice},
+        response_format="pcm",
+        speed=1.0,
+        extra_body=FAST_SAMPLING,
+    ) as response:
+        assert response.read() == data  # greedy: the same audio, whichever name
+
+
+# --- bad input --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fields", "param", "says"),
+    [
+        ({"input": ""}, "input", "empty"),
+        ({"input": "   "}, "input", "empty"),
+        ({"input": "a" * 4097}, "input", "4096"),
+        ({"voice": "alloy"}, "voice", "not one of"),
+        ({"voice": 7}, "voice", "voice name"),
+        ({"response_format": "ogg"}, "response_format", "mp3, opus, aac, flac, wav, pcm"),
+        ({"speed": 5.0}, "speed", "[0.25, 4.0]"),
+        ({"speed": 0.1}, "speed", "[0.25, 4.0]"),
+        ({"speed": "fast"}, "speed", "number"),
+        ({"speed": 1.5}, "speed", "only speed 1.0"),
+        ({"stream_format": "chunks"}, "stream_format", "audio, sse"),
+        ({"model": "whisper-1"}, "model", "tiny-orpheus"),
+        ({"instructions": "x" * 4097}, "instructions", "4096"),
+        ({"extra_body": {"max_tokens": 0}}, "max_tokens", "max_tokens"),
+        ({"extra_body": {"temperature": "hot"}}, "temperature", "number"),
+        ({"extra_body": {"volume": 2}}, "volume", "unrecognized"),
+    ],
+)
+def test_bad_input_gets_an_openai_400(client, voice, fields, param, says):
+    request = {"model": MODEL, "input": TEXT, "voice": voice, **fields}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.audio.speech.create(**request)
+    error = info.value.response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert says in error["message"]
+
+
+def test_a_request_the_engine_refuses_gets_its_error_before_any_audio(client, voice, engine):
+    with pytest.raises(openai.BadRequestError) as info:
+        speak(client, voice, response_format="pcm", extra_body={"max_tokens": 100_000})
+    error = info.value.response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert f"context of {engine.facts.max_context}" in error["message"]
+
+
+def test_body_that_is_not_json_gets_a_400(server):
+    response = httpx.post(f"{server.http}/v1/audio/speech", content=b"{not json", timeout=10)
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["error"]["message"]
+
+
+def test_oversized_body_gets_a_413(server):
+    body = json.dumps({"model": MODEL, "input": "a" * 300_000, "voice": "x"})
+    response = httpx.post(f"{server.http}/v1/audio/speech", content=body, timeout=10)
+    assert response.status_code == 413
+    assert "bytes" in response.json()["error"]["message"]
+
+
+# --- auth and admission ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def secured(make_server):
+    return make_server(api_keys=(KEY,), max_sessions_per_key=1)
+
+
+def test_auth_is_enforced(secured, voice):
+    with pytest.raises(openai.PermissionDeniedError) as info:
+        speak(make_client(secured, "wrong-key"), voice, response_format="pcm")
+    assert info.value.response.json()["error"]["code"] == "invalid_api_key"
+    no_key = httpx.post(
+        f"{secured.http}/v1/audio/speech",
+        json={"model": MODEL, "input": TEXT, "voice": voice},
+        timeout=10,
+    )
+    assert no_key.status_code == 401
+    assert no_key.json()["error"]["type"] == "authentication_error"
+    data, _ = speak(make_client(secured, KEY), voice, response_format="pcm")
+    assert len(data) > 0
+
+
+def _open_stream(server, voice: str, key: str | None = None) -> tuple[httpx.Client, httpx.Response]:
+    """A long speech request whose first audio has arrived (the rest left unread)."""
+    http = httpx.Client(timeout=30)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"model": MODEL, "input": TEXT, "voice": voice, "response_format": "pcm"}
+    request = http.build_request(
+        "POST", f"{server.http}/v1/audio/speech", json={**body, **LONG_SAMPLING}, headers=headers
+    )
+    response = http.send(request, stream=True)
+    assert response.status_code == 200
+    # Kept: a dropped iterator closes the response (a disconnect) when it is collected.
+    response.chunks = response.iter_raw()
+    next(response.chunks)
+    return http, response
+
+
+def test_a_key_over_its_cap_gets_429_with_retry_after(secured, engine, voice):
+    http, response = _open_stream(secured, voice, KEY)
+    try:
+        with pytest.raises(openai.RateLimitError) as info:
+            speak(make_client(secured, KEY), voice, response_format="pcm")
+        assert info.value.response.headers["retry-after"] == "1"
+        assert "open sessions" in info.value.response.json()["error"]["message"]
+    finally:
+        response.close()
+        http.close()
+    asyncio.run(wait_engine_idle(engine))
+
+
+def test_a_full_server_gets_503_with_retry_after(make_server, engine, voice):
+    full = make_server(max_sessions=1)
+    http, response = _open_stream(full, voice)
+    try:
+        with pytest.raises(openai.InternalServerError) as info:
+            speak(make_client(full), voice, response_format="pcm")
+        assert info.value.status_code == 503
+        assert info.value.response.headers["retry-after"] == "1"
+        assert info.value.response.json()["error"]["type"] == "server_error"
+    finally:
+        response.close()
+        http.close()
+    asyncio.run(wait_engine_idle(engine))
+
+
+def test_disconnect_cancels_the_engine_request(server, engine, voice):
+    tokens_before = engine.stats().totals.tokens
+    http, response = _open_stream(server, voice)
+    assert engine.stats().running + engine.stats().waiting == 1
+    started = time.monotonic()
+    response.close()
+    http.close()
+    asyncio.run(wait_engine_idle(engine, timeout=10))
+    # The request would have run to 3000 tokens (over half a minute of audio); cancelled, it
+    # stopped within moments of the disconnect, its KV pages freed.
+    assert time.monotonic() - started < 10
+    assert engine.stats().totals.tokens - tokens_before < LONG_SAMPLING["max_tokens"]
+    assert engine.stats().kv_blocks_used == 0
