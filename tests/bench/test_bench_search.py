@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from gateway.bench.config import BenchConfig
-from gateway.bench.goodput import SearchSettings, goodput_of, nice_rate, search_goodput
-from gateway.bench.report import headline, results_path, slug
-from gateway.bench.workload import (
+from voxbench.config import BenchConfig
+from voxbench.goodput import SearchSettings, goodput_of, nice_rate, search_goodput
+from voxbench.report import headline, results_path, slug
+from voxbench.workload import (
     ORPHEUS_TOKEN_RATE,
     WorkItem,
     burst_plan,

@@ -14,7 +14,7 @@ from pathlib import Path
 # 7 SNAC codes per frame × 24000 / 2048 frames per second (Orpheus, tiny-orpheus). The bench
 # takes the served model's rate from session.started (token_rate_hz) unless told (`--token-rate`).
 ORPHEUS_TOKEN_RATE = 7 * 24000 / 2048
-DEFAULT_WORKLOAD = Path(__file__).resolve().parents[2] / "bench" / "tts_workload.jsonl"
+DEFAULT_WORKLOAD = Path(__file__).resolve().parents[1] / "bench" / "tts_workload.jsonl"
 
 
 @dataclass(frozen=True)
