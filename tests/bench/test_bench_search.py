@@ -122,6 +122,8 @@ def test_burst_plan_and_workload_file(tmp_path):
     path.write_text('{"id": 1}\n')
     with pytest.raises(ValueError, match="w.jsonl:1"):
         load_workload(path)
+    with pytest.raises(ValueError, match="not found: pass --workload FILE"):
+        load_workload(tmp_path / "missing.jsonl")
 
 
 def test_the_shipped_workload_loads():
