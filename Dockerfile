@@ -7,6 +7,7 @@ COPY pyproject.toml README.md ./
 COPY engine engine
 COPY models models
 COPY gateway gateway
+COPY voxbench voxbench
 COPY web_demo web_demo
 COPY training training
 COPY bench bench

@@ -46,13 +46,13 @@ teacher-debs:
 	mkdir -p .teacher && cd .teacher && apt-get download flite libflite1 libasound2 libasound2-data wamerican
 
 test: setup browser-deps teacher-deps
-	$(BIN)/ruff check gateway engine models training tests bench
-	$(BIN)/ruff format --check gateway engine models training tests bench
+	$(BIN)/ruff check gateway engine models training voxbench tests bench
+	$(BIN)/ruff format --check gateway engine models training voxbench tests bench
 	$(BIN)/python -m pytest -q -m "not gpu" tests
 
 lint: setup
-	$(BIN)/ruff check gateway engine models training tests bench
-	$(BIN)/ruff format --check gateway engine models training tests bench
+	$(BIN)/ruff check gateway engine models training voxbench tests bench
+	$(BIN)/ruff format --check gateway engine models training voxbench tests bench
 
 demo: setup
 	@echo "Voxgate demo: open http://$(HOST):$(PORT)/ in a browser once the model has loaded."

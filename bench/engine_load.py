@@ -31,8 +31,8 @@ from engine.config import EngineConfig
 from engine.factory import apply_gil_switch, build_core, resolve_dtype, serving_defaults
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
-from gateway.bench.workload import load_workload, poisson_plan
 from models.registry import load_model
+from voxbench.workload import load_workload, poisson_plan
 
 
 def percentile(values: list[float], q: float) -> float:

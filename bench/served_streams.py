@@ -5,7 +5,7 @@
 
 Starts `voxgate serve` (the server's own defaults plus any --server-arg), then for each round
 sends `--streams` workload requests at the same instant, each on its own WebSocket session
-(the bench client's code: gateway/bench/loadgen.py), and waits for all of them. The goodput
+(the bench client's code: voxbench/loadgen.py), and waits for all of them. The goodput
 search of `voxgate bench` spreads Poisson arrivals over a rate; this asks the capacity question
 directly: N concurrent listeners, all starting together (the hardest start for TTFA), with no
 client-side buffer. Per round: late frames, stall time, TTFA and refusals (`overloaded`).
@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway.bench import servers
-from gateway.bench.loadgen import ClientOptions, LoadGenerator, probe_session
-from gateway.bench.metrics import Slo, summarize
-from gateway.bench.workload import DEFAULT_WORKLOAD, burst_plan, load_workload
+from voxbench import servers
+from voxbench.loadgen import ClientOptions, LoadGenerator, probe_session
+from voxbench.metrics import Slo, summarize
+from voxbench.workload import DEFAULT_WORKLOAD, burst_plan, load_workload
 
 
 def main() -> None:

@@ -85,7 +85,7 @@ class Gateway:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
     async def stream(self, ws: WebSocket) -> None:
-        """`/v1/stream`: the native protocol (PROTOCOL.md)."""
+        """`/v1/stream`: the native protocol (docs/protocol.md)."""
         await self._serve(ws, self._native_wire)
 
     async def realtime(self, ws: WebSocket) -> None:

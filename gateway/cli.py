@@ -1,5 +1,9 @@
 """The `voxgate` command line: `serve`, `synth` and `bench`. Each subcommand's module keeps
-its imports light, so `voxgate --help` never loads torch or the server stack."""
+its imports light, so `voxgate --help` never loads torch or the server stack.
+
+`bench` is implemented by the `voxbench` package, which imports the gateway, never the other
+way round: this entry point is the one place that names it, and only when it builds the
+parser."""
 
 from __future__ import annotations
 
@@ -7,12 +11,13 @@ import argparse
 import logging
 import sys
 
-from gateway.bench.cli import add_bench_parser
 from gateway.serve_cli import add_serve_parser
 from gateway.synth import add_synth_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from voxbench.cli import add_bench_parser
+
     parser = argparse.ArgumentParser(
         prog="voxgate", description="Real-time voice gateway for SpeechLMs"
     )

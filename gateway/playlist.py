@@ -20,8 +20,9 @@ from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorCode, ErrorEvent, TextInput
 from gateway.reply import Emitter, SpeechOptions
-from gateway.response import Response, ResponseRunner, cancel_and_wait
+from gateway.response import Response, ResponseRunner
 from gateway.segmenter import SentenceSegmenter
+from gateway.tasks import cancel_and_wait
 
 
 class ResponseQueue:
@@ -104,7 +105,7 @@ class ResponseQueue:
     # --- the player task -------------------------------------------------------------------
     async def play(self) -> None:
         """Play responses as they come, until cancelled. Raises what a runner raised
-        (SendQueueFull, bugs) and EngineUnavailable once the engine has died."""
+        (SendQueueFull, bugs) and EngineDead once the engine has died."""
         while True:
             while not self._waiting:
                 self._ready.clear()
@@ -125,7 +126,7 @@ class ResponseQueue:
                 # Not `await task`: a barge-in cancels the runner, not this loop.
                 await asyncio.wait({self._runner_task})
                 if not self._runner_task.cancelled() and self._runner_task.exception():
-                    raise self._runner_task.exception()  # EngineUnavailable among them
+                    raise self._runner_task.exception()  # EngineDead among them
             finally:
                 self._runner = None
                 self.last_played = time.monotonic()

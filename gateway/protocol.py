@@ -1,4 +1,4 @@
-"""The native protocol, version 1 (PROTOCOL.md), as data.
+"""The native protocol, version 1 (docs/protocol.md), as data.
 
 Every event is a frozen dataclass; `decode_text_frame` turns a client's JSON text frame into one
 of them (or raises `ProtocolError` carrying the error code to answer with), `encode_event` turns
@@ -370,7 +370,7 @@ def _sampling(obj: Mapping[str, Any]) -> dict[str, float | int | None]:
 
 
 def decode_sampling(raw: object) -> dict[str, float | int | None]:
-    """A `sampling` object (PROTOCOL.md) → the overrides it names, type-checked (the values'
+    """A `sampling` object (docs/protocol.md) → the overrides it names, type-checked (the values'
     ranges are SamplingParams' to check). Raises ProtocolError(bad_field)."""
     if raw is None:
         return {}

@@ -1,4 +1,4 @@
-"""The native protocol's vocabulary (PROTOCOL.md): the subprotocol name, event types, error and
+"""The native protocol's vocabulary (docs/protocol.md): the subprotocol name, event types, error and
 close codes, statuses, audio formats and the values each field may take. These are the names and
 numbers on the wire; gateway.protocol builds the events out of them and re-exports them all."""
 
@@ -65,7 +65,8 @@ class ResponseStatus(enum.StrEnum):
 
 
 class EndReason(enum.StrEnum):
-    """`session.ended` reasons (PROTOCOL.md leaves the values open; docs/gateway.md lists them)."""
+    """`session.ended` reasons (docs/protocol.md leaves the values open; docs/gateway.md lists
+    them)."""
 
     CLIENT_ENDED = "client_ended"
     IDLE_TIMEOUT = "idle_timeout"

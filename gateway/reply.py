@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from engine.api import (
     EngineClient,
+    EngineDead,
     EngineOverloaded,
     Finished,
     FinishReason,
@@ -67,11 +68,6 @@ STATUS_OF: dict[FinishReason, ResponseStatus] = {
 
 # A reply in one of these states has ended for good: nothing that comes later changes it.
 FINAL = (ResponseStatus.CANCELLED, ResponseStatus.FAILED)
-
-
-class EngineUnavailable(Exception):
-    """The engine loop is gone: no session can be served, so the session closes with 1011
-    (after the reply that found out has had its `response.done`)."""
 
 
 @dataclass(frozen=True)
@@ -171,8 +167,8 @@ class ReplyLifecycle:
 
     def done(self, details: str = "") -> ResponseStatus:
         """`response.done` with the reply's status, counted and logged (`details`: what the
-        reply adds to the log line). Raises EngineUnavailable afterwards if the engine loop
-        has stopped, which ends the session."""
+        reply adds to the log line). Raises EngineDead afterwards if the engine loop has
+        stopped: no session can be served, so the session closes with 1011."""
         started = self.state is ReplyState.STARTED
         self.state = ReplyState.DONE
         if started:
@@ -191,7 +187,7 @@ class ReplyLifecycle:
                 f" {details}" if details else "",
             )
         if not self._engine.ready:
-            raise EngineUnavailable("the engine loop stopped")
+            raise EngineDead("the engine loop stopped")
         return self.status
 
     # --- engine requests ---------------------------------------------------------------------

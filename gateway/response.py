@@ -243,16 +243,3 @@ class ResponseRunner:
             if status in (ResponseStatus.COMPLETED, ResponseStatus.LENGTH):
                 return _Outcome.NEXT
             return _Outcome.STOP
-
-
-async def cancel_and_wait(task: asyncio.Task | None) -> None:
-    """Cancel a task and wait for it to unwind (its `finally` frees engine requests)."""
-    if task is None or task.done():
-        return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise  # we are being cancelled ourselves: do not swallow that

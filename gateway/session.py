@@ -55,12 +55,12 @@ from gateway.protocol import (
     TextInput,
     TurnDetection,
 )
-from gateway.reply import Emitter, EngineUnavailable
-from gateway.response import cancel_and_wait
+from gateway.reply import Emitter
 from gateway.session_start import admission_refusal, resolve_options, update_options
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.socket_writer import SocketWriter
 from gateway.speech_conversation import SpeechConversation
+from gateway.tasks import cancel_and_wait
 from gateway.turns import TurnConversation
 from gateway.wire import (
     InputClear,
@@ -156,7 +156,7 @@ class Session:
     def _task_failed(self, exc: BaseException) -> None:
         if isinstance(exc, SendQueueFull):
             return  # already turned into a 1008 close by _put
-        if isinstance(exc, EngineUnavailable | EngineDead):
+        if isinstance(exc, EngineDead):
             self.log.error("engine unavailable: %s", exc)
             message = f"the engine stopped: {exc}"
         else:

@@ -1,7 +1,7 @@
 """A turn-based session's microphone: wire audio frames in, voice-activity events and finished
 user turns out (16 kHz float32, what a speech tokenizer reads).
 
-Two modes (PROTOCOL.md `turn_detection`):
+Two modes (docs/protocol.md `turn_detection`):
 
 - `vad`: every frame goes through the session's TurnDetector (gateway/vad.py); speech starts
   and stops on its own, and the turn's audio is handed over at `input.speech_stopped`. A

@@ -126,5 +126,5 @@ class TurnReply:
                         break  # barge-in: encode no more of it
 
     def done(self, details: str) -> ResponseStatus:
-        """`response.done`; raises EngineUnavailable when the engine loop has stopped."""
+        """`response.done`; raises EngineDead when the engine loop has stopped."""
         return self.reply.done(details)

@@ -1,5 +1,5 @@
 """Voice activity and end of turn on a session's input audio (webrtcvad), for turn-based
-speech-to-speech sessions: `input.speech_started` / `input.speech_stopped` (PROTOCOL.md), the
+speech-to-speech sessions: `input.speech_started` / `input.speech_stopped` (docs/protocol.md), the
 OpenAI Realtime server-VAD events, and the audio of each turn to hand to the model.
 
 webrtcvad classifies 20 ms frames of 16 kHz 16-bit mono as voiced or not. A single frame is
@@ -26,7 +26,7 @@ FRAME = VAD_RATE * FRAME_MS // 1000  # samples per classified frame
 
 @dataclass(frozen=True)
 class VadSettings:
-    silence_ms: int = 500  # PROTOCOL.md `turn_detection.silence_ms`
+    silence_ms: int = 500  # docs/protocol.md `turn_detection.silence_ms`
     aggressiveness: int = 2  # webrtcvad 0 (least) .. 3 (most eager to call audio non-speech)
     start_ms: int = 60
     prefix_ms: int = 300

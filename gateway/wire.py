@@ -1,5 +1,5 @@
 """What a session speaks on its socket: the seam between the one session layer and the
-protocols that reach it (the native protocol of PROTOCOL.md, the OpenAI Realtime API, …).
+protocols that reach it (the native protocol of docs/protocol.md, the OpenAI Realtime API, …).
 
 A `Session` (gateway.session) runs on native events only. A `Wire` translates, per connection:
 
@@ -105,7 +105,7 @@ _WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated)
 
 
 class Wire:
-    """The native protocol (PROTOCOL.md): events are JSON text frames, audio is binary frames.
+    """The native protocol (docs/protocol.md): events are JSON text frames, audio is binary frames.
     Adapters subclass it and override what their protocol does differently."""
 
     subprotocol: str | None = None  # chosen by the handshake, for the app to select

@@ -1,4 +1,4 @@
-// The Voxgate demo page: one WebSocket session (PROTOCOL.md), text or microphone in, streamed
+// The Voxgate demo page: one WebSocket session (docs/protocol.md), text or microphone in, streamed
 // audio out through a jitter buffer, live readouts. Counters are mirrored on
 // window.voxgateStats for the browser test.
 

@@ -1,4 +1,4 @@
-// The Voxgate native WebSocket protocol, version 1 (shared/PROTOCOL.md), as data.
+// The Voxgate native WebSocket protocol, version 1 (docs/protocol.md), as data.
 // Every event name, close code and message shape the page speaks lives here, so the rest of
 // the page never spells a wire string itself.
 
@@ -143,7 +143,7 @@ export function modelInfo(started) {
   };
 }
 
-// What a user can do about each error code (PROTOCOL.md), shown after the server's message.
+// What a user can do about each error code (docs/protocol.md), shown after the server's message.
 const ERROR_HINTS = Object.freeze({
   unsupported_input: "This model does not take that kind of input.",
   unsupported_audio: "The server could not decode the microphone's audio.",

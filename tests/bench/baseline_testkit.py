@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.outputs import FinishReason, SpeechRequest
-from engine.request import SamplingParams
+from engine.api import FinishReason, SamplingParams, SpeechRequest
 
 
 async def assert_cancels_a_running_request(baseline, sampling: SamplingParams) -> None:

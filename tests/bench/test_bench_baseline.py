@@ -10,17 +10,16 @@ import pytest
 import torch
 from baseline_testkit import assert_cancels_a_running_request
 
-from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
-from engine.request import SamplingParams
-from gateway.bench.baselines import load_baseline
-from gateway.bench.config import BenchConfig
-from gateway.bench.hf_baseline import baseline_facts
-from gateway.bench.orpheus_reference import (
+from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
+from models.orpheus import tokens as T
+from voxbench.baselines import load_baseline
+from voxbench.config import BenchConfig
+from voxbench.hf_baseline import baseline_facts
+from voxbench.orpheus_reference import (
     AudioTokenMask,
     ReferenceStreamer,
     snac_reference_decoder,
 )
-from models.orpheus import tokens as T
 
 
 def audio_tokens(n: int, start: int = 0) -> list[int]:
@@ -142,8 +141,8 @@ async def test_baseline_refuses_bad_input(baseline):
 
 
 async def test_baseline_throughput_through_the_engine_surface(baseline):
-    from gateway.bench.throughput import measure_rtf
-    from gateway.bench.workload import burst_plan, load_workload
+    from voxbench.throughput import measure_rtf
+    from voxbench.workload import burst_plan, load_workload
 
     items = load_workload(BenchConfig(serve=True).workload, max_audio_seconds=0.5)
     result = await measure_rtf(

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from gateway.bench.capacity import capacity_of, summarize_capacity
-from gateway.bench.engine_loop import loop_profile, parse_loop_totals
-from gateway.bench.metrics import frame_lateness
-from gateway.bench.records import RequestRecord
-from gateway.bench.workload import WorkItem, staggered_plan, tokens_for
 from gateway.cli import main
 from gateway.metrics import LOOP_TOTALS
+from voxbench.capacity import capacity_of, summarize_capacity
+from voxbench.engine_loop import loop_profile, parse_loop_totals
+from voxbench.metrics import frame_lateness
+from voxbench.records import RequestRecord
+from voxbench.workload import WorkItem, staggered_plan, tokens_for
 
 ITEMS = [WorkItem(f"s{i}", f"sentence {i}", 3.0 + i) for i in range(5)]
 

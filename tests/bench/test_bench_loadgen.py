@@ -10,8 +10,8 @@ import threading
 import pytest
 from websockets.asyncio.server import serve
 
-from gateway.bench.loadgen import ClientOptions, LoadGenerator
-from gateway.bench.workload import PlannedRequest, WorkItem
+from voxbench.loadgen import ClientOptions, LoadGenerator
+from voxbench.workload import PlannedRequest, WorkItem
 
 PCM_FRAME = b"\x00\x00" * 480  # 20 ms of pcm16 at 24 kHz
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from gateway.bench.metrics import (
+from voxbench.metrics import (
     OnTimeTracker,
     Slo,
     distribution,
@@ -19,7 +19,7 @@ from gateway.bench.metrics import (
     timeline_viable,
     underrun,
 )
-from gateway.bench.records import RequestRecord
+from voxbench.records import RequestRecord
 
 F = 20.0  # ms per frame
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from gateway.bench.config import BenchConfig
-from gateway.bench.goodput import SearchSettings, goodput_of, nice_rate, search_goodput
-from gateway.bench.report import headline, results_path, slug
-from gateway.bench.workload import (
+from voxbench.config import BenchConfig
+from voxbench.goodput import SearchSettings, goodput_of, nice_rate, search_goodput
+from voxbench.report import headline, results_path, slug
+from voxbench.workload import (
     ORPHEUS_TOKEN_RATE,
     WorkItem,
     burst_plan,
@@ -122,6 +122,8 @@ def test_burst_plan_and_workload_file(tmp_path):
     path.write_text('{"id": 1}\n')
     with pytest.raises(ValueError, match="w.jsonl:1"):
         load_workload(path)
+    with pytest.raises(ValueError, match="not found: pass --workload FILE"):
+        load_workload(tmp_path / "missing.jsonl")
 
 
 def test_the_shipped_workload_loads():

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from gateway.bench.workload import tokens_for
 from gateway.cli import main
+from voxbench.workload import tokens_for
 
 
 @pytest.mark.timeout(300)

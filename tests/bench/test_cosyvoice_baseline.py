@@ -1,4 +1,4 @@
-"""The CosyVoice 2 per-request baseline (gateway/bench/cosyvoice_baseline.py) on
+"""The CosyVoice 2 per-request baseline (voxbench/cosyvoice_baseline.py) on
 tiny-cosyvoice2: transformers' Qwen2 token by token, CosyVoice's own streaming, the engine
 surface the gateway drives."""
 
@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 from baseline_testkit import assert_cancels_a_running_request
 
-from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
-from engine.request import SamplingParams
-from gateway.bench.baselines import load_baseline
+from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
 from models.base import ModelInputError
+from voxbench.baselines import load_baseline
 
 
 @pytest.fixture(scope="module")

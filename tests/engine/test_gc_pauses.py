@@ -7,8 +7,8 @@ import weakref
 import pytest
 
 from engine.gc_pauses import PAUSE_BUCKETS_S, GcPauses, freeze_loaded
-from gateway.bench.servers import describe_pauses, parse_server_pauses, pauses_between
 from gateway.metrics import GatewayMetrics
+from voxbench.servers import describe_pauses, parse_server_pauses, pauses_between
 
 
 class Node:

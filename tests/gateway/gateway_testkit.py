@@ -1,5 +1,5 @@
 """Helpers for the gateway tests: a real uvicorn server in a thread, a small `websockets`
-client that speaks PROTOCOL.md, and PyAV helpers to check the audio that comes back."""
+client that speaks docs/protocol.md, and PyAV helpers to check the audio that comes back."""
 
 from __future__ import annotations
 

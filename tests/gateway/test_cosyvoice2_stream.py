@@ -61,10 +61,10 @@ async def test_cosyvoice2_session_streams_the_engine_audio(cv_server, cv_engine)
 def test_bench_sizes_requests_by_the_served_models_token_rate(cv_server, tmp_path):
     """`voxgate bench --url` asks the server its model's token rate: at CosyVoice 2's 25 tokens/s
     each request gets the workload's audio length, not 3.3x it (Orpheus's 82 tokens/s)."""
-    from gateway.bench.config import BenchConfig
-    from gateway.bench.metrics import Slo
-    from gateway.bench.runner import BenchRun
-    from gateway.bench.workload import tokens_for
+    from voxbench.config import BenchConfig
+    from voxbench.metrics import Slo
+    from voxbench.runner import BenchRun
+    from voxbench.workload import tokens_for
 
     cfg = BenchConfig(
         url=cv_server.url,

@@ -10,9 +10,15 @@ import logging
 import numpy as np
 import pytest
 
-from engine.client import ResponseStream
-from engine.core import EngineOverloaded
-from engine.outputs import Finished, FinishReason, SpeechRequest
+from engine.api import (
+    EngineDead,
+    EngineOverloaded,
+    Finished,
+    FinishReason,
+    ModelInputError,
+    ResponseStream,
+    SpeechRequest,
+)
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.encode_workers import EncoderProcessFailed
 from gateway.metrics import GatewayMetrics
@@ -28,12 +34,10 @@ from gateway.protocol import (
 from gateway.reply import (
     STATUS_OF,
     Emitter,
-    EngineUnavailable,
     ReplyLifecycle,
     ReplyState,
     combined,
 )
-from models.base import ModelInputError
 
 RATE = 24000
 PCM16 = AudioSpec(AudioFormat.PCM16, RATE, 20)
@@ -355,7 +359,7 @@ async def test_the_end_of_a_reply_with_the_engine_gone_ends_the_session():
     reply = make_reply(engine, client, metrics)
     reply.start()
     engine.ready = False
-    with pytest.raises(EngineUnavailable):
+    with pytest.raises(EngineDead):
         reply.done()
     assert isinstance(client.events[-1], ResponseDone)  # the reply's end is told first
     assert reply.state is ReplyState.DONE

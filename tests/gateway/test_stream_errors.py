@@ -1,4 +1,4 @@
-"""Every error code and close code of PROTOCOL.md, provoked over a real socket.
+"""Every error code and close code of docs/protocol.md, provoked over a real socket.
 
 Before `session.start` an error ends the connection (the close code says which kind); after it,
 errors are non-fatal and the session keeps working, which each test proves by finishing with a

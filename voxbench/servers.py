@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 log = logging.getLogger("voxgate.bench")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -71,7 +71,7 @@ def baseline_command(model: str, random_weights: bool, device: str | None, port:
     cmd = [
         sys.executable,
         "-m",
-        "gateway.bench.baseline_server",
+        "voxbench.baseline_server",
         "--model",
         model,
         "--host",

@@ -23,17 +23,16 @@ import time
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from engine.outputs import AudioChunk, FinishReason
-from gateway.bench.orpheus_reference import (
+from engine.api import AudioChunk, FinishReason, ModelFacts
+from models.orpheus import tokens as T
+from models.orpheus.model import VOICES, orpheus_prompt
+from voxbench.orpheus_reference import (
     WINDOW_TOKENS,
     AudioTokenMask,
     ReferenceStreamer,
     snac_reference_decoder,
 )
-from gateway.bench.per_request import Job, PerRequestBaseline
-from models.base import ModelFacts
-from models.orpheus import tokens as T
-from models.orpheus.model import VOICES, orpheus_prompt
+from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.servers import REPO_ROOT
+from voxbench.servers import REPO_ROOT
 
 SCHEMA = "voxgate-bench/1"
 

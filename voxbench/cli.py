@@ -40,7 +40,7 @@ def _policies(text: str) -> tuple[str, ...]:
 
 
 def add_bench_parser(subparsers) -> None:
-    from gateway.bench.workload import DEFAULT_WORKLOAD
+    from voxbench.workload import DEFAULT_WORKLOAD
 
     p = subparsers.add_parser(
         "bench",
@@ -161,9 +161,7 @@ def add_bench_parser(subparsers) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--client-procs", type=int, default=1, help="load-generator processes")
 
-    g = p.add_argument_group(
-        "capacity mode (instead of the goodput search: gateway/bench/capacity.py)"
-    )
+    g = p.add_argument_group("capacity mode (instead of the goodput search: voxbench/capacity.py)")
     g.add_argument(
         "--capacity",
         type=_counts,
@@ -200,8 +198,8 @@ def add_bench_parser(subparsers) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from gateway.bench.config import BenchConfig
-    from gateway.bench.metrics import Slo
+    from voxbench.config import BenchConfig
+    from voxbench.metrics import Slo
 
     return BenchConfig(
         url=args.url,
@@ -248,7 +246,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def capacity_config_from_args(args: argparse.Namespace):
-    from gateway.bench.capacity import CapacityConfig
+    from voxbench.capacity import CapacityConfig
 
     bench = config_from_args(args)  # the shared options, validated once
     return CapacityConfig(
@@ -280,7 +278,7 @@ def capacity_config_from_args(args: argparse.Namespace):
 def run_capacity(args: argparse.Namespace) -> int:
     import json
 
-    from gateway.bench.capacity import CapacityRun
+    from voxbench.capacity import CapacityRun
 
     path = CapacityRun(capacity_config_from_args(args), ["voxgate", *sys.argv[1:]]).run()
     data = json.loads(path.read_text())
@@ -296,7 +294,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.capacity:
         return run_capacity(args)
 
-    from gateway.bench.runner import BenchRun
+    from voxbench.runner import BenchRun
 
     run = BenchRun(config_from_args(args), argv=["voxgate", *sys.argv[1:]])
     path = run.run()

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.bench.records import RequestRecord
+from voxbench.records import RequestRecord
 
 # Records keep arrival times to 0.01 ms; comparisons allow that rounding, so re-evaluating a
 # saved record always gives the verdict of the live run.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.bench.servers import http_get
 from gateway.metrics import LOOP_TOTALS
+from voxbench.servers import http_get
 
 
 def read_loop_totals(http: str) -> dict[str, float] | None:

@@ -1,13 +1,13 @@
 """Which per-request baseline (BENCHMARK.md) serves a model: CosyVoice 2's
-(gateway/bench/cosyvoice_baseline.py) for its presets and checkpoint folders, Orpheus's
-(gateway/bench/hf_baseline.py) for the rest. `voxgate bench --baseline` and
-`python -m gateway.bench.baseline_server` start theirs here."""
+(voxbench/cosyvoice_baseline.py) for its presets and checkpoint folders, Orpheus's
+(voxbench/hf_baseline.py) for the rest. `voxgate bench --baseline` and
+`python -m voxbench.baseline_server` start theirs here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.bench.per_request import PerRequestBaseline
+from voxbench.per_request import PerRequestBaseline
 
 
 def load_baseline(
@@ -21,10 +21,10 @@ def load_baseline(
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     if is_cosyvoice2(model):
-        from gateway.bench.cosyvoice_baseline import load_cosyvoice_baseline
+        from voxbench.cosyvoice_baseline import load_cosyvoice_baseline
 
         return load_cosyvoice_baseline(model, dev, dtype, random_weights)
-    from gateway.bench.hf_baseline import load_orpheus_baseline
+    from voxbench.hf_baseline import load_orpheus_baseline
 
     return load_orpheus_baseline(model, dev, dtype, random_weights)
 

@@ -14,7 +14,9 @@ from pathlib import Path
 # 7 SNAC codes per frame × 24000 / 2048 frames per second (Orpheus, tiny-orpheus). The bench
 # takes the served model's rate from session.started (token_rate_hz) unless told (`--token-rate`).
 ORPHEUS_TOKEN_RATE = 7 * 24000 / 2048
-DEFAULT_WORKLOAD = Path(__file__).resolve().parents[2] / "bench" / "tts_workload.jsonl"
+# The workload lives beside the other benchmark data in the checkout's bench/ folder, which an
+# install does not carry: an installed `voxgate bench` is given one with `--workload`.
+DEFAULT_WORKLOAD = Path(__file__).resolve().parents[1] / "bench" / "tts_workload.jsonl"
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,10 @@ def load_workload(path: Path | str, max_audio_seconds: float | None = None) -> l
     """Read the JSONL workload; `max_audio_seconds` caps each item's length (smoke tests)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"workload {path} not found (expected bench/tts_workload.jsonl)")
+        raise ValueError(
+            f"workload {path} not found: pass --workload FILE, a JSONL of id, text and "
+            "audio_seconds rows (a Voxgate checkout has one in bench/tts_workload.jsonl)"
+        )
     items = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():

@@ -1,4 +1,4 @@
-"""`python -m gateway.bench.baseline_server`: the HF baseline behind the real gateway app.
+"""`python -m voxbench.baseline_server`: the HF baseline behind the real gateway app.
 
 The app, session, pacing, Opus and admission code are the gateway's own (`create_app` with the
 baseline passed as its engine); only what produces the audio differs from `voxgate serve`.
@@ -14,7 +14,7 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m gateway.bench.baseline_server",
+        prog="python -m voxbench.baseline_server",
         description="Serve the per-request Hugging Face baseline over /v1/stream",
     )
     p.add_argument(
@@ -34,8 +34,8 @@ async def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from gateway.app import create_app, uvicorn_config
-    from gateway.bench.baselines import load_baseline
     from gateway.config import GatewaySettings
+    from voxbench.baselines import load_baseline
 
     baseline = await asyncio.to_thread(load_baseline, args.model, args.device, args.random_weights)
     settings = GatewaySettings(model=args.model, host=args.host, port=args.port)

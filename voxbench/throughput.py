@@ -7,7 +7,7 @@ for the engine and for the HF baseline alike: the gateway's pacing (audio releas
 Opus encoding would be measured instead of the model. Wall time runs from the first submit to
 the last `Finished`; a short warm-up comes first.
 
-`python -m gateway.bench.throughput --system voxgate|hf-baseline …` prints / writes one JSON.
+`python -m voxbench.throughput --system voxgate|hf-baseline …` prints / writes one JSON.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.metrics import distribution
-from gateway.bench.workload import DEFAULT_WORKLOAD, PlannedRequest, burst_plan, load_workload
+from voxbench.metrics import distribution
+from voxbench.workload import DEFAULT_WORKLOAD, PlannedRequest, burst_plan, load_workload
 
 _RETRY_S = 0.05
 
 
 async def _submit(engine, request) -> Any:
     """Submit, waiting while the engine has no room (its KV pool is finite)."""
-    from engine.core import EngineOverloaded
+    from engine.api import EngineOverloaded
 
     while True:
         try:
@@ -38,7 +38,7 @@ async def _submit(engine, request) -> Any:
 
 
 async def _drain(stream, t0: float) -> dict[str, Any]:
-    from engine.outputs import AudioChunk
+    from engine.api import AudioChunk
 
     audio_s, first, reason = 0.0, None, None
     async for event in stream:
@@ -57,8 +57,7 @@ async def _drain(stream, t0: float) -> dict[str, Any]:
 
 
 def _request(engine, plan: PlannedRequest, tokens: int | None = None):
-    from engine.outputs import SpeechRequest
-    from engine.request import SamplingParams
+    from engine.api import SamplingParams, SpeechRequest
 
     n = tokens or plan.tokens
     sampling = SamplingParams(
@@ -104,7 +103,7 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
 
 def _build(args: argparse.Namespace):
     if args.system == "hf-baseline":
-        from gateway.bench.baselines import load_baseline
+        from voxbench.baselines import load_baseline
 
         return load_baseline(args.model, args.device, args.random_weights)
     from engine.config import EngineConfig
@@ -137,7 +136,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m gateway.bench.throughput", description=__doc__.split("\n\n")[0]
+        prog="python -m voxbench.throughput", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--system", choices=["voxgate", "hf-baseline"], default="voxgate")
     p.add_argument("--model", default="tiny-orpheus")

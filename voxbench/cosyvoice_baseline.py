@@ -24,12 +24,11 @@ from pathlib import Path
 
 import torch
 
-from engine.outputs import AudioChunk, FinishReason
-from engine.request import SamplingParams
-from gateway.bench.per_request import Job, PerRequestBaseline
+from engine.api import AudioChunk, FinishReason, SamplingParams
 from models.base import RepetitionAwareSampling
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.model import CosyVoice2Model
+from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
 

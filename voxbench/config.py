@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gateway.bench.goodput import SearchSettings
-from gateway.bench.metrics import Slo
-from gateway.bench.workload import DEFAULT_WORKLOAD
+from voxbench.goodput import SearchSettings
+from voxbench.metrics import Slo
+from voxbench.workload import DEFAULT_WORKLOAD
 
 POLICIES = ("slack", "fcfs")
 

@@ -28,9 +28,9 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from gateway.bench.metrics import OnTimeTracker, distribution
-from gateway.bench.records import RequestRecord
-from gateway.bench.workload import PlannedRequest
+from voxbench.metrics import OnTimeTracker, distribution
+from voxbench.records import RequestRecord
+from voxbench.workload import PlannedRequest
 
 SUBPROTOCOL = "voxgate.v1"
 _STOP_POLL_S = 0.05

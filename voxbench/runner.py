@@ -20,14 +20,14 @@ from typing import Any
 
 from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
-from gateway.bench import report, servers
-from gateway.bench.config import BenchConfig
-from gateway.bench.engine_loop import describe_loop, loop_profile, read_loop_totals
-from gateway.bench.goodput import search_goodput
-from gateway.bench.loadgen import ClientOptions, LoadGenerator, probe_session
-from gateway.bench.metrics import summarize
-from gateway.bench.records import RequestRecord
-from gateway.bench.workload import (
+from voxbench import report, servers
+from voxbench.config import BenchConfig
+from voxbench.engine_loop import describe_loop, loop_profile, read_loop_totals
+from voxbench.goodput import search_goodput
+from voxbench.loadgen import ClientOptions, LoadGenerator, probe_session
+from voxbench.metrics import summarize
+from voxbench.records import RequestRecord
+from voxbench.workload import (
     burst_plan,
     load_workload,
     poisson_plan,
@@ -359,7 +359,7 @@ class BenchRun:
         cmd = [
             sys.executable,
             "-m",
-            "gateway.bench.throughput",
+            "voxbench.throughput",
             "--system",
             spec.kind,
             "--model",

@@ -5,7 +5,7 @@ For each N (ascending), N listeners start evenly over `--stagger` seconds, each 
 frame with no buffer. A point **holds** when no listener was refused or failed, at least
 `--min-on-time` of all frames (99.9 %) arrived by their deadline, and p90 time to first audio
 is within the SLO (500 ms). The largest N that holds is the capacity. Each point also records
-the server's side: the engine loop's profile (gateway/bench/engine_loop.py), its request
+the server's side: the engine loop's profile (voxbench/engine_loop.py), its request
 traces, and its pauses (GC, event-loop lag, encodes). Results go to
 `bench/results/<date>-<machine>-<model>-capacity.json` with a plot of N against on-time
 frames and TTFA.
@@ -26,12 +26,12 @@ import numpy as np
 
 from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
-from gateway.bench import report, servers
-from gateway.bench.engine_loop import describe_loop, loop_profile, read_loop_totals
-from gateway.bench.loadgen import ClientOptions, LoadGenerator, probe_session
-from gateway.bench.metrics import EPS_MS, distribution, frame_lateness, percentile
-from gateway.bench.records import RequestRecord
-from gateway.bench.workload import DEFAULT_WORKLOAD, burst_plan, load_workload, staggered_plan
+from voxbench import report, servers
+from voxbench.engine_loop import describe_loop, loop_profile, read_loop_totals
+from voxbench.loadgen import ClientOptions, LoadGenerator, probe_session
+from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
+from voxbench.records import RequestRecord
+from voxbench.workload import DEFAULT_WORKLOAD, burst_plan, load_workload, staggered_plan
 
 log = logging.getLogger("voxgate.bench")
 SCHEMA = "voxgate-capacity/1"

@@ -2,8 +2,8 @@
 drives (`facts`, `ready`, `start`, `submit` → event stream, `cancel`, `report_playback`,
 `stats`, `shutdown`) over a FIFO of requests that one worker thread serves one at a time, the
 way a model card's example code runs. A model's baseline says how to build a prompt
-(`prompt_ids`) and how to generate one request (`_generate`): gateway/bench/hf_baseline.py
-(Orpheus: transformers `generate` + SNAC) and gateway/bench/cosyvoice_baseline.py."""
+(`prompt_ids`) and how to generate one request (`_generate`): voxbench/hf_baseline.py
+(Orpheus: transformers `generate` + SNAC) and voxbench/cosyvoice_baseline.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,16 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from engine.client import ResponseStream
-from engine.outputs import EngineStats, Finished, FinishReason, SpeechRequest, StepTiming
-from engine.request import SamplingParams
-from models.base import ModelFacts
+from engine.api import (
+    EngineStats,
+    Finished,
+    FinishReason,
+    ModelFacts,
+    ResponseStream,
+    SamplingParams,
+    SpeechRequest,
+    StepTiming,
+)
 
 log = logging.getLogger("voxgate.bench.baseline")
 
