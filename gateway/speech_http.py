@@ -31,15 +31,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from engine.api import EngineDead
 from gateway.auth import Denial, Principal
 from gateway.protocol import AudioFormat, AudioSpec, ErrorCode, ErrorEvent, ServerEvent
-from gateway.reply import Emitter, EngineUnavailable, SpeechOptions
+from gateway.reply import Emitter, SpeechOptions
 from gateway.response import Response as TextResponse
-from gateway.response import ResponseRunner, cancel_and_wait
+from gateway.response import ResponseRunner
 from gateway.segmenter import SentenceSegmenter
 from gateway.session_start import admission_refusal
 from gateway.speech_formats import SPEECH_RATE, available_formats, open_writer
 from gateway.speech_request import SpeechCall, SpeechHttpError, bad, parse_speech_request
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("voxgate.gateway")
 RETRY_AFTER_S = 1
@@ -107,7 +109,7 @@ class SpeechStream:
     async def _run(self) -> None:
         try:
             await self.runner.run()
-        except EngineUnavailable as exc:  # the engine loop stopped: nothing can be served
+        except EngineDead as exc:  # the engine loop stopped: nothing can be served
             self._event(ErrorEvent(ErrorCode.OVERLOADED, f"{exc}; try again later"))
         except Exception:  # noqa: BLE001 - a bug must fail this request, not hang it
             log.exception("speech %s failed", self.response_id)

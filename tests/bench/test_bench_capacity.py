@@ -136,7 +136,7 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
 def test_microphone_packets_are_opus_at_the_protocols_default():
     import av
 
-    from gateway.bench.capacity import MIC_AUDIO, microphone_packets
+    from voxbench.capacity import MIC_AUDIO, microphone_packets
 
     packets = microphone_packets(seconds=1.0)
     assert 49 <= len(packets) <= 51 and all(0 < len(p) < 1500 for p in packets)
