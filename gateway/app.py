@@ -32,6 +32,7 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.session import Session
+from gateway.supervisor import RestartPolicy, SupervisedEngine
 from gateway.twilio import TwilioWire
 from gateway.twilio_protocol import ConnectStream, encode_twiml
 from gateway.twilio_signature import SIGNATURE_HEADER, is_valid_twilio_signature, public_url
@@ -74,12 +75,21 @@ class Gateway:
 
     # --- routes ----------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
+        """Liveness: fails only when the server cannot recover on its own (the supervisor gave
+        up on an engine that kept dying); an engine being restarted is not a liveness failure."""
+        engine = self.engine
+        if isinstance(engine, SupervisedEngine) and not engine.healthy:
+            reason = engine.record.last_reason
+            return JSONResponse({"status": "unhealthy", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def ready_route(self, request: Request) -> Response:
+        """Readiness: the engine serves now."""
         if self.ready:
             return JSONResponse({"status": "ready", "model": self.engine.facts.name})
-        return JSONResponse({"status": "not ready"}, status_code=503)
+        restarting = isinstance(self.engine, SupervisedEngine) and self.engine.restarting
+        status = "restarting" if restarting else "not ready"
+        return JSONResponse({"status": status}, status_code=503)
 
     async def metrics_route(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -216,14 +226,26 @@ def _static_routes(settings: GatewaySettings) -> list:
     return [Route("/", no_demo)]
 
 
-def create_app(settings: GatewaySettings, engine: AsyncEngine | None = None) -> Starlette:
+def create_app(
+    settings: GatewaySettings,
+    engine: AsyncEngine | SupervisedEngine | None = None,
+    restart_policy: RestartPolicy | None = None,
+) -> Starlette:
+    """The app. Without `engine`, the lifespan builds a supervised one from the settings
+    (restarted by `restart_policy` when it dies); a given engine is the caller's to own, and
+    is supervised only if it is a SupervisedEngine."""
     gateway = Gateway(settings, engine)
     owns_engine = engine is None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if owns_engine:
-            gateway.engine = await asyncio.to_thread(_build_engine, settings)
+            # A dead engine is rebuilt from the settings, as at start-up (gateway.supervisor).
+            gateway.engine = await SupervisedEngine.start(
+                lambda: _build_engine(settings), restart_policy
+            )
+        if isinstance(gateway.engine, SupervisedEngine):
+            gateway.metrics.watch_supervisor(gateway.engine)
         processes = process_count(settings.encode_processes, settings.engine.device)
         if processes:
             workers = EncodeWorkers(processes)
