@@ -242,10 +242,12 @@ def create_app(
         if owns_engine:
             # A dead engine is rebuilt from the settings, as at start-up (gateway.supervisor).
             gateway.engine = await SupervisedEngine.start(
-                lambda: _build_engine(settings), restart_policy
+                lambda: build_engine_for(settings), restart_policy
             )
-        if isinstance(gateway.engine, SupervisedEngine):
-            gateway.metrics.watch_supervisor(gateway.engine)
+        supervised = gateway.engine if isinstance(gateway.engine, SupervisedEngine) else None
+        if supervised is not None:
+            supervised.watch()  # on this loop, for as long as the app serves
+            gateway.metrics.watch_supervisor(supervised)
         processes = process_count(settings.encode_processes, settings.engine.device)
         if processes:
             workers = EncodeWorkers(processes)
@@ -258,6 +260,8 @@ def create_app(
             probe.cancel()
             if gateway.encode_workers is not None:
                 await asyncio.to_thread(gateway.encode_workers.close)
+            if supervised is not None:
+                await supervised.stop_watching()
             if owns_engine and gateway.engine is not None:
                 await gateway.engine.shutdown()
 
@@ -276,7 +280,8 @@ def create_app(
     return app
 
 
-def _build_engine(settings: GatewaySettings) -> AsyncEngine:
+def build_engine_for(settings: GatewaySettings) -> AsyncEngine:
+    """A started, warmed-up engine for the settings (the supervisor's factory)."""
     from engine.factory import build_engine
     from models.registry import DEFAULT_MODEL
 

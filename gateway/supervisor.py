@@ -117,7 +117,7 @@ class SupervisedEngine:
         return supervised
 
     def watch(self) -> None:
-        """Start the watcher on the running event loop (start() does)."""
+        """Start the watcher on the running event loop (start() and an app's lifespan do)."""
         if self._watcher is None:
             self._watcher = asyncio.create_task(self._watch(), name="voxgate-engine-supervisor")
 
@@ -173,11 +173,15 @@ class SupervisedEngine:
             raise AttributeError(name)
         return getattr(self._engine, name)
 
-    async def shutdown(self) -> None:
+    async def stop_watching(self) -> None:
+        """Stop the watcher (an app's lifespan ends; the engine itself keeps running)."""
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
             self._watcher = None
+
+    async def shutdown(self) -> None:
+        await self.stop_watching()
         await self._engine.shutdown()
 
     # --- the watcher ---------------------------------------------------------------------------
