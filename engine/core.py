@@ -392,6 +392,7 @@ class EngineCore:
             stepping=stepping,
             prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
             kv_blocks_kept=self.blocks.num_kept_blocks,
+            realtime_room=self.scheduler.real_time_room().ok,
         )
 
     # --- the step --------------------------------------------------------------------------------

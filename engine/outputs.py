@@ -128,3 +128,6 @@ class EngineStats:
     # from the conversation's previous request, in total; pages held by idle conversations.
     prefix_reused_tokens: int = 0
     kv_blocks_kept: int = 0
+    # Whether real-time admission would take one more stream now (engine/realtime_capacity.py);
+    # the gateway refuses a new session with 1013 while it would not.
+    realtime_room: bool = True

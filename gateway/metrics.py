@@ -4,6 +4,7 @@ share or collide). Gateway events are counted as they happen; engine figures are
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -150,6 +151,13 @@ class SupervisorCollector(Collector):
             yield info
 
 
+def _loop_tasks() -> int:
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # scraped off the event loop (no loop running in this thread)
+        return 0
+
+
 class GatewayMetrics:
     def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
         self.registry = CollectorRegistry()
@@ -205,6 +213,12 @@ class GatewayMetrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
+        # Tasks on the serving event loop (read at scrape time, on that loop): sessions that
+        # ended leave none behind.
+        self.loop_tasks = Gauge(
+            "voxgate_event_loop_tasks", "Tasks alive on the gateway's event loop", registry=r
+        )
+        self.loop_tasks.set_function(_loop_tasks)
         r.register(EngineCollector(engine_stats))
         r.register(GcPauseCollector(GC_PAUSES.install()))
 

@@ -20,6 +20,7 @@ for any engine kind the factory builds: a thread of this process or a process of
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import time
@@ -197,7 +198,9 @@ class SupervisedEngine:
         try:
             self.record.last_reason = reason
             log.error("engine died (%s); restarting it", reason)
-            await self._dispose(self._engine)
+            dead, self._engine = self._engine, _Stopped(self.facts, self._engine.stats(), reason)
+            await self._dispose(dead)
+            del dead  # its memory (a KV cache on the GPU) must be free before the next one sizes
             while True:
                 now = self._clock()
                 self._crashes.record(now)
@@ -212,6 +215,7 @@ class SupervisedEngine:
                     )
                     return
                 await asyncio.sleep(self._crashes.backoff_s(now))
+                gc.collect()  # cycles that still held the dead engine's memory
                 try:
                     engine = await asyncio.to_thread(self._factory)
                 except Exception as exc:  # noqa: BLE001 - counted as a failure, retried
@@ -227,13 +231,55 @@ class SupervisedEngine:
             self._restarting = False
 
     async def _dispose(self, engine: Any) -> None:
-        """Shut the dead engine down (its open streams end `failed`), and let go of its memory
-        before the next one sizes its KV cache from what is free."""
+        """Shut the dead engine down (its open streams end `failed`)."""
         try:
             await asyncio.wait_for(engine.shutdown(), self.policy.shutdown_timeout_s)
         except Exception:  # noqa: BLE001 - a dead engine may fail to shut down; it is dropped
             log.warning("the dead engine did not shut down cleanly", exc_info=True)
-        gc.collect()
+
+
+class _Stopped:
+    """Stands in for the engine between a death and the next start: not ready, its last
+    stats, and nothing to cancel (the dead engine's requests are gone with it)."""
+
+    def __init__(self, facts: Any, last_stats: Any, reason: str) -> None:
+        self.facts = facts
+        self.failure = reason
+        self._stats = dataclasses.replace(
+            last_stats,
+            stepping=False,
+            running=0,
+            waiting=0,
+            kv_blocks_used=0,
+            kv_blocks_reserved=0,
+            kv_blocks_kept=0,
+        )
+
+    ready = False
+
+    async def submit(self, request):
+        raise RuntimeError("the engine is not running: it is being restarted")
+
+    def cancel(self, request_id: str) -> None:
+        pass
+
+    def report_playback(self, request_id: str, played_s: float) -> None:
+        pass
+
+    def push_audio(self, request_id: str, pcm) -> None:
+        pass
+
+    def end_session(self, request_id: str) -> None:
+        pass
+
+    def end_conversation(self, conversation_id: str) -> None:
+        pass
+
+    def stats(self):
+        return self._stats
+
+    async def shutdown(self) -> None:
+        pass
 
 
 def _death_reason(engine: Any) -> str:
