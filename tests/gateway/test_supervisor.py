@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -86,19 +87,36 @@ async def test_a_dead_thread_engine_is_replaced_and_serves_again():
         await supervised.shutdown()
 
 
+def _engine_processes() -> set[int]:
+    """This process's spawned children (engine processes), found as an operator would."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, NotADirectoryError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"spawn_main" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
 async def test_a_killed_engine_process_is_replaced_and_serves_again():
+    before = _engine_processes()
     supervised = await SupervisedEngine.start(lambda: _tiny(engine_process=True), FAST)
     try:
         first = supervised.engine
+        (pid,) = _engine_processes() - before
         stream = await supervised.submit(LONG)
         assert isinstance(await stream.get(), AudioChunk)
-        os.kill(first._process.pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         told = time.monotonic()
         finished = [e async for e in stream][-1]
         assert finished.reason == FinishReason.FAILED
         assert time.monotonic() - told < 1.0  # the listener hears of it at once
         await _until(lambda: supervised.ready)
         assert supervised.engine is not first and supervised.record.restarts == 1
+        assert len(_engine_processes() - before - {pid}) == 1  # a new process serves
         await _speaks(supervised)
     finally:
         await supervised.shutdown()

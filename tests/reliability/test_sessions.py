@@ -54,6 +54,12 @@ async def test_many_sessions_each_complete_or_are_refused(tiny_server):
     )
     completed = outcomes.count("completed")
     refused = outcomes.count("refused") + outcomes.count("overloaded")
+    late = await metrics(server)
+    late_frames = late.get("voxgate_underruns_total", 0) - before.get("voxgate_underruns_total", 0)
+    print(
+        f"reliability: {SIZES.sessions} sessions: {completed} completed, {refused} refused, "
+        f"{late_frames:.0f} late frames"
+    )
     assert completed + refused == SIZES.sessions
     assert completed >= 1
     # More sessions than two cores carry in real time: admission turned some away.
