@@ -172,7 +172,8 @@ class Scheduler:
         process taking the cores). Streams admitted but not yet prefilled count too."""
         if not self.realtime_admission or self.calibrating:
             return Admission(True)
-        generating = sum(1 for r in self.requests.values() if r.wants_tokens)
+        # A copy: EngineCore.stats() asks from the gateway's thread while the engine's adds.
+        generating = sum(1 for r in list(self.requests.values()) if r.wants_tokens)
         verdict = self.capacity.room_for(generating + 1)
         if not verdict.ok:
             return Admission(False, verdict.reason)
