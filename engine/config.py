@@ -91,11 +91,13 @@ class EngineConfig:
     # None: a process on CUDA (not for turn-based speech-to-speech models) and for
     # voxgate-tiny on the CPU; a thread otherwise (engine/factory.py, serving_defaults).
     engine_process: bool | None = None
-    # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) while the
-    # engine's steps already come within 10 % of the audio each step adds to every stream, so
-    # that one stream too many is turned away instead of making every stream fall behind
-    # (engine/scheduler.py). None: on for voxgate-tiny on the CPU, off otherwise.
-    realtime_admission: bool | None = None
+    # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) when the step
+    # and codec costs measured at the batch size it would make (calibrated at warm-up, refined
+    # by live steps), or the cadence measured now, come within 10 % of the audio each step
+    # adds to every stream: one stream too many is turned away instead of making every stream
+    # fall behind (engine/realtime_capacity.py). On for every model and device; None (the
+    # command line's "not given") counts as on; False turns it off.
+    realtime_admission: bool | None = True
     # A request whose buffered audio exceeds this is not decoded this step: the listener does
     # not need it yet, and the batch slot is better spent on someone closer to a gap.
     max_lead_s: float = 30.0

@@ -36,6 +36,7 @@ from engine.outputs import (
     StepTiming,
     TextDelta,
 )
+from engine.realtime_capacity import REALTIME_LOAD
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler, ema
@@ -129,7 +130,73 @@ class EngineCore:
             return
         while self.has_work():
             self.step()
+        if self.scheduler.realtime_admission:
+            self._calibrate_realtime()
         self.steps = 0
+
+    def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
+        """Real-time admission's step costs (engine/realtime_capacity.py) at batch sizes
+        1, 2, 4, … up to max_num_seqs: each a burst of requests stepped to their end (the
+        codec's chunks included), its mean token interval recorded. Stops at the first size
+        that already falls behind real time (larger ones are refused anyway), when the KV pool
+        cannot hold the burst, or after `budget_s`. Live steps refine the figures."""
+        facts = self.model.facts
+        n = facts.first_chunk_tokens + facts.chunk_tokens
+        limit = REALTIME_LOAD * facts.seconds_per_token
+        sizes = sorted({min(2**i, self.config.max_num_seqs) for i in range(12)})
+        deadline = self.clock() + budget_s
+        sched = self.scheduler
+        # The bursts must not move the estimates that size first chunks and slack.
+        kept = (sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s, sched.lane_time_s)
+        sched.calibrating = True
+        try:
+            for size in sizes:
+                interval = self._calibration_burst(size, n)
+                if interval is None:
+                    break
+                sched.capacity.steps.set(size, interval)
+                log.info(
+                    "real-time admission: batch %d takes %.1f ms a token", size, 1e3 * interval
+                )
+                if interval > limit or self.clock() > deadline:
+                    break
+        finally:
+            sched.calibrating = False
+            sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s, sched.lane_time_s = (
+                kept
+            )
+            self._last_llm_start = None
+        one = sched.capacity.token_interval(1)
+        if one is not None and one > limit:
+            log.warning(
+                "%s cannot keep even one stream in real time on this device (%.1f ms a token "
+                "for %.1f ms of audio): each stream is served alone, and will stutter",
+                facts.name,
+                1e3 * one,
+                1e3 * facts.seconds_per_token,
+            )
+
+    def _calibration_burst(self, size: int, n: int) -> float | None:
+        """`size` requests of `n` tokens stepped together to their end: the mean time between
+        decode steps (prefill excluded), or None when the pool cannot hold them all."""
+        params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
+        admitted = []
+        try:
+            for _ in range(size):
+                spec = SpeechRequest("Warming up.", self.model.facts.default_voice, params)
+                admitted.append(self.add_request(spec).request_id)
+        except EngineOverloaded:
+            for request_id in admitted:
+                self.cancel(request_id)
+            while self.has_work():
+                self.step()
+            return None
+        self.step()  # the prefill
+        start, decode_steps = self.clock(), 0
+        while self.has_work():
+            self.step()
+            decode_steps += 1
+        return (self.clock() - start) / max(decode_steps, 1)
 
     # --- requests --------------------------------------------------------------------------------
     @on_llm_stream
@@ -223,6 +290,7 @@ class EngineCore:
             prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
             kv_blocks_kept=self.blocks.num_kept_blocks,
             totals=dataclasses.replace(self.audio.totals),  # a snapshot: the loop goes on
+            realtime_room=self.scheduler.real_time_room().ok,
         )
 
     # --- the step --------------------------------------------------------------------------------
@@ -254,8 +322,7 @@ class EngineCore:
             self.scheduler.step_time_s = ema(self.scheduler.step_time_s, interval)
             # Real-time admission's cadence: decode steps only, a prompt's prefill is a one-off.
             if plan.num_tokens == len(plan.chunks):
-                busy = self.scheduler.busy_step_s
-                self.scheduler.busy_step_s = interval if busy is None else ema(busy, interval)
+                self.scheduler.observe_step(len(plan.chunks), interval)
         # One steady detokenizer job at a time: chunks that became ready meanwhile wait here
         # rather than queue behind it, so the next job takes the most urgent of them (first
         # chunks first) and batches them all; a codec call of flat cost (CosyVoice 2's flow)

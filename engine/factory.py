@@ -99,18 +99,14 @@ def serving_defaults(config: EngineConfig, model: str) -> EngineConfig:
     on CPU") each of these lifted it: the engine in its own process (no GIL shared with the
     gateway: 2x the served goodput), int8 weights (~1.7x the streams of fp32) and one torch
     thread per two cores (a step of its small matrices is no faster on two threads than on one,
-    and the second core is then free for the gateway's Opus encoding and event loop); and,
-    since two cores carry only a handful of streams, real-time admission (engine/scheduler.py).
-    Other models keep torch's and the device's defaults."""
+    and the second core is then free for the gateway's Opus encoding and event loop).
+    Real-time admission is on for every model (EngineConfig.realtime_admission). Other models keep torch's and the device's defaults."""
     cpu_tiny = resolve_device(config).type == "cpu" and is_voxgate_tiny(model)
     return replace(
         config,
         engine_process=uses_engine_process(config, model),
         cpu_int8=config.cpu_int8 if config.cpu_int8 is not None else cpu_tiny,
         cpu_threads=config.cpu_threads or (half_the_cores() if cpu_tiny else None),
-        realtime_admission=(
-            config.realtime_admission if config.realtime_admission is not None else cpu_tiny
-        ),
     )
 
 

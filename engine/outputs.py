@@ -159,3 +159,6 @@ class EngineStats:
     prefix_reused_tokens: int = 0
     kv_blocks_kept: int = 0
     totals: LoopTotals = field(default_factory=LoopTotals)
+    # Whether real-time admission would take one more stream now (engine/realtime_capacity.py);
+    # the gateway refuses a new session with 1013 while it would not.
+    realtime_room: bool = True

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from engine.block_manager import Admission, BlockManager
 from engine.config import EngineConfig
 from engine.outputs import ScheduledChunk, SchedulerOutput
+from engine.realtime_capacity import REALTIME_LOAD, RealtimeCapacity
 from engine.request import Request, RequestStatus
 
 # Real-time admission refuses a stream once a step takes this share of a token's playback time.
-REALTIME_ADMISSION_LOAD = 0.9
+REALTIME_ADMISSION_LOAD = REALTIME_LOAD
 
 # How a request of a conversation may end and still leave its KV for the next turn.
 _KEEPS_KV = (
@@ -110,6 +111,31 @@ class Scheduler:
         # so that real-time admission never judges a new burst by the last one's load, nor
         # the streams' steady cadence by a newcomer's one-off prefill.
         self.busy_step_s: float | None = None
+        # Real-time admission's measured costs by batch size (engine/realtime_capacity.py):
+        # calibrated at warm-up, refined by every decode step.
+        self.capacity = RealtimeCapacity(
+            facts.seconds_per_token,
+            facts.chunk_tokens,
+            config.max_num_seqs,
+            config.max_detok_batch,
+            threaded_codec,
+        )
+        self.calibrating = False  # the core's warm-up measures costs: nothing is refused
+
+    @property
+    def realtime_admission(self) -> bool:
+        """On unless turned off (None, the command line's 'not given', counts as on)."""
+        return self.config.realtime_admission is not False
+
+    def observe_step(self, batch_size: int, interval_s: float) -> None:
+        """A decode-only step's token interval at its batch size (the core reports each)."""
+        busy = self.busy_step_s
+        self.busy_step_s = interval_s if busy is None else ema(busy, interval_s)
+        self.capacity.steps.observe(batch_size, interval_s)
+
+    def observe_codec_job(self, rows: int, seconds: float) -> None:
+        """A steady codec job's time at its number of rows (threaded codecs' budget)."""
+        self.capacity.codec.observe(rows, seconds)
 
     # --- admission and removal -------------------------------------------------------------------
     def _reservation(self, request: Request) -> int:
@@ -138,14 +164,19 @@ class Scheduler:
         return decision
 
     def real_time_room(self) -> Admission:
-        """With `realtime_admission`: whether the engine keeps up with one more stream. Every
-        generating request gets a token a step, so once the step cadence (measured, codec
-        included) is within 10 % of a token's playback time, one more stream would push every
-        stream behind real time; the newcomer is refused instead (the client may retry). The
-        cadence is the one measured since the engine was last idle (`busy_step_s`)."""
-        if not self.config.realtime_admission:
+        """With real-time admission: whether every stream stays in real time with one more.
+        Judged twice: by the step and codec costs measured at each batch size
+        (`capacity`, calibrated at warm-up), so a burst of arrivals is refused at the size
+        that would fall behind rather than after it has; and by the cadence measured since
+        the engine was last idle (`busy_step_s`), which sees what the table cannot (another
+        process taking the cores). Streams admitted but not yet prefilled count too."""
+        if not self.realtime_admission or self.calibrating:
             return Admission(True)
-        generating = sum(1 for r in self.requests.values() if r.wants_tokens)
+        # A copy: EngineCore.stats() asks from the gateway's thread while the engine's adds.
+        generating = sum(1 for r in list(self.requests.values()) if r.wants_tokens)
+        verdict = self.capacity.room_for(generating + 1)
+        if not verdict.ok:
+            return Admission(False, verdict.reason)
         limit = REALTIME_ADMISSION_LOAD * self.facts.seconds_per_token
         cadence = self.busy_step_s
         if generating == 0 or cadence is None or cadence <= limit:

@@ -32,6 +32,7 @@ from gateway.protocol import AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.session import Session
 from gateway.speech_http import SpeechEndpoint
+from gateway.supervisor import RestartPolicy, SupervisedEngine
 from gateway.twilio import TwilioWire
 from gateway.twilio_protocol import ConnectStream, encode_twiml
 from gateway.twilio_signature import SIGNATURE_HEADER, is_valid_twilio_signature, public_url
@@ -74,12 +75,21 @@ class Gateway:
 
     # --- routes ----------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
+        """Liveness: fails only when the server cannot recover on its own (the supervisor gave
+        up on an engine that kept dying); an engine being restarted is not a liveness failure."""
+        engine = self.engine
+        if isinstance(engine, SupervisedEngine) and not engine.healthy:
+            reason = engine.record.last_reason
+            return JSONResponse({"status": "unhealthy", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def ready_route(self, request: Request) -> Response:
+        """Readiness: the engine serves now."""
         if self.ready:
             return JSONResponse({"status": "ready", "model": self.engine.facts.name})
-        return JSONResponse({"status": "not ready"}, status_code=503)
+        restarting = isinstance(self.engine, SupervisedEngine) and self.engine.restarting
+        status = "restarting" if restarting else "not ready"
+        return JSONResponse({"status": status}, status_code=503)
 
     async def metrics_route(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -216,14 +226,28 @@ def _static_routes(settings: GatewaySettings) -> list:
     return [Route("/", no_demo)]
 
 
-def create_app(settings: GatewaySettings, engine: EngineClient | None = None) -> Starlette:
+def create_app(
+    settings: GatewaySettings,
+    engine: EngineClient | SupervisedEngine | None = None,
+    restart_policy: RestartPolicy | None = None,
+) -> Starlette:
+    """The app. Without `engine`, the lifespan builds a supervised one from the settings
+    (restarted by `restart_policy` when it dies); a given engine is the caller's to own, and
+    is supervised only if it is a SupervisedEngine."""
     gateway = Gateway(settings, engine)
     owns_engine = engine is None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if owns_engine:
-            gateway.engine = await asyncio.to_thread(_build_engine, settings)
+            # A dead engine is rebuilt from the settings, as at start-up (gateway.supervisor).
+            gateway.engine = await SupervisedEngine.start(
+                lambda: build_engine_for(settings), restart_policy
+            )
+        supervised = gateway.engine if isinstance(gateway.engine, SupervisedEngine) else None
+        if supervised is not None:
+            supervised.watch()  # on this loop, for as long as the app serves
+            gateway.metrics.watch_supervisor(supervised)
         processes = process_count(settings.encode_processes, settings.engine.device)
         if processes:
             workers = EncodeWorkers(processes)
@@ -236,6 +260,8 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
             probe.cancel()
             if gateway.encode_workers is not None:
                 await asyncio.to_thread(gateway.encode_workers.close)
+            if supervised is not None:
+                await supervised.stop_watching()
             if owns_engine and gateway.engine is not None:
                 await gateway.engine.shutdown()
 
@@ -255,7 +281,8 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     return app
 
 
-def _build_engine(settings: GatewaySettings) -> EngineClient:
+def build_engine_for(settings: GatewaySettings) -> EngineClient:
+    """A started, warmed-up engine for the settings (the supervisor's factory)."""
     from engine.factory import build_engine
     from models.registry import DEFAULT_MODEL
 

@@ -4,6 +4,7 @@ share or collide). Gateway events are counted as they happen; engine figures are
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from gateway.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
     from gateway.encode_workers import EncodeWorkers
+    from gateway.supervisor import SupervisedEngine
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _TTFA_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
@@ -148,6 +150,47 @@ class EncodeWorkersCollector(Collector):
         )
 
 
+class SupervisorCollector(Collector):
+    """Engine supervision (gateway.supervisor): restarts, the serving engine's age, why the
+    last one died, and whether the supervisor still tries."""
+
+    def __init__(self, supervisor: SupervisedEngine) -> None:
+        self._supervisor = supervisor
+
+    def collect(self) -> Iterator[Metric]:
+        record = self._supervisor.record
+        yield CounterMetricFamily(
+            "voxgate_engine_restarts",
+            "Engines built in place of a dead one",
+            value=record.restarts,
+        )
+        yield GaugeMetricFamily(
+            "voxgate_engine_seconds_since_restart",
+            "Seconds since the engine serving now became ready (its start, or the last restart)",
+            value=self._supervisor.seconds_since_start(),
+        )
+        yield GaugeMetricFamily(
+            "voxgate_engine_healthy",
+            "0 once the supervisor has given up restarting a crash-looping engine",
+            value=int(record.healthy),
+        )
+        if record.last_reason:
+            info = GaugeMetricFamily(
+                "voxgate_engine_last_death",
+                "Why the last engine died (label reason); 1 once one has",
+                labels=["reason"],
+            )
+            info.add_metric([record.last_reason[:200]], 1)
+            yield info
+
+
+def _loop_tasks() -> int:
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # scraped off the event loop (no loop running in this thread)
+        return 0
+
+
 class GatewayMetrics:
     def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
         self.registry = CollectorRegistry()
@@ -203,11 +246,20 @@ class GatewayMetrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
+        # Tasks on the serving event loop (read at scrape time, on that loop): sessions that
+        # ended leave none behind.
+        self.loop_tasks = Gauge(
+            "voxgate_event_loop_tasks", "Tasks alive on the gateway's event loop", registry=r
+        )
+        self.loop_tasks.set_function(_loop_tasks)
         r.register(EngineCollector(engine_stats))
         r.register(GcPauseCollector(GC_PAUSES.install()))
 
     def watch_encode_workers(self, workers: EncodeWorkers) -> None:
         self.registry.register(EncodeWorkersCollector(workers))
+
+    def watch_supervisor(self, supervisor: SupervisedEngine) -> None:
+        self.registry.register(SupervisorCollector(supervisor))
 
     def observe_encode(self, queued_s: float, run_s: float) -> None:
         """An encode's time queued and running (gateway.audio.EncodeObserver; any thread)."""

@@ -407,9 +407,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
 def run_serve(args: argparse.Namespace) -> int:
     import logging
 
-    import uvicorn
-
-    from gateway.app import create_app, uvicorn_config
+    from gateway.startup import serve
 
     settings = settings_from_args(args)
     log = logging.getLogger("voxgate.gateway")
@@ -421,10 +419,8 @@ def run_serve(args: argparse.Namespace) -> int:
             settings.host,
             settings.port,
         )
-    app = create_app(settings)
-    config = uvicorn_config(app, settings, log_level=getattr(args, "log_level", "info").lower())
-    uvicorn.Server(config).run()
-    return 0
+    # Port, model, weights and KV cache are checked before serving; a bad one is one line.
+    return serve(settings, getattr(args, "log_level", "info").lower())
 
 
 def _check_writable(path: str) -> None:

@@ -49,6 +49,8 @@ def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> str | 
         return "the engine's KV cache is fully committed; try again later"
     if stats.waiting >= settings.max_engine_waiting:
         return f"{stats.waiting} requests are waiting for the engine; try again later"
+    if not stats.realtime_room:
+        return "the engine has no real-time capacity for another stream now; try again later"
     return None
 
 

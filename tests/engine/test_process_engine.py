@@ -116,7 +116,7 @@ def test_serving_defaults_for_voxgate_tiny_on_the_cpu(monkeypatch):
     assert mine.cpu_threads == 2
     other = factory.serving_defaults(EngineConfig(device="cpu"), "tiny-orpheus")
     assert (other.engine_process, other.cpu_int8, other.cpu_threads) == (False, False, None)
-    assert other.realtime_admission is False
+    assert other.realtime_admission is True  # every model's default (EngineConfig)
 
 
 async def test_a_full_duplex_session_in_the_engine_process():

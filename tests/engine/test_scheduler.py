@@ -375,8 +375,8 @@ def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
     assert sched.busy_step_s is None  # idle: the next burst is judged by its own steps
     admit(sched, prompt_len=20, arrival=1.0)
     admit(sched, prompt_len=20, arrival=1.1)
-    # Off (every model's default but voxgate-tiny's on the CPU): only the KV pool decides.
-    off = make_scheduler("slack")
+    # Off (realtime_admission=False; on is every model's default): only the KV pool decides.
+    off = make_scheduler("slack", realtime_admission=False)
     admit(off, prompt_len=20, arrival=0.0)
     off.busy_step_s = 10 * token_s
     admit(off, prompt_len=20, arrival=0.1)

@@ -3,6 +3,8 @@ and a tiny-moshi engine behind its own server for the full-duplex tests.
 
 One engine serves every server of the test session (building it costs seconds); each distinct
 GatewaySettings gets its own server, in its own thread and event loop, as in production.
+Real-time admission is off in them: these tests are about the protocol, and a shared CI core
+does not carry even two tiny-orpheus streams in real time (tests/reliability tests admission).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ def engine():
     from engine.config import EngineConfig
     from engine.factory import build_engine
 
-    eng = build_engine("tiny-orpheus", config=EngineConfig(kv_cache_mb=64))
+    eng = build_engine(
+        "tiny-orpheus", config=EngineConfig(kv_cache_mb=64, realtime_admission=False)
+    )
     yield eng
     asyncio.run(eng.shutdown())
 
@@ -76,7 +80,9 @@ def glm_engine():
     from engine.config import EngineConfig
     from engine.factory import build_engine
 
-    eng = build_engine("tiny-glm-voice", config=EngineConfig(kv_cache_mb=64))
+    eng = build_engine(
+        "tiny-glm-voice", config=EngineConfig(kv_cache_mb=64, realtime_admission=False)
+    )
     assert eng.core.model.decoder is not None, (
         "tiny-glm-voice speaks through its flow + HiFT decoder"
     )

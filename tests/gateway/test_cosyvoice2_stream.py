@@ -23,7 +23,9 @@ def cv_engine():
     from engine.config import EngineConfig
     from engine.factory import build_engine
 
-    eng = build_engine("tiny-cosyvoice2", config=EngineConfig(kv_cache_mb=64))
+    eng = build_engine(
+        "tiny-cosyvoice2", config=EngineConfig(kv_cache_mb=64, realtime_admission=False)
+    )
     yield eng
     asyncio.run(eng.shutdown())
 

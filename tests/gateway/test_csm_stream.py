@@ -38,7 +38,11 @@ def csm_engine(voices_dir):
     from engine.config import EngineConfig
     from engine.factory import build_engine
 
-    eng = build_engine("tiny-csm", config=EngineConfig(kv_cache_mb=64), voices_dir=str(voices_dir))
+    eng = build_engine(
+        "tiny-csm",
+        config=EngineConfig(kv_cache_mb=64, realtime_admission=False),
+        voices_dir=str(voices_dir),
+    )
     yield eng
     asyncio.run(eng.shutdown())
 

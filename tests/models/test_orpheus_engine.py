@@ -76,7 +76,13 @@ def hf_generate(hf_llama, prompt: list[int], n: int, **kwargs) -> list[int]:
 def test_greedy_engine_tokens_equal_transformers_generate(tiny_orpheus_dirs, hf_llama):
     model = load(tiny_orpheus_dirs, constrain=False)
     # A small batch and token budget force queueing, chunked prefill and mixed steps.
-    config = EngineConfig(max_num_seqs=4, max_batch_tokens=48, num_kv_blocks=256, block_size=16)
+    config = EngineConfig(
+        max_num_seqs=4,
+        max_batch_tokens=48,
+        num_kv_blocks=256,
+        block_size=16,
+        realtime_admission=False,  # numerics, not capacity: every request is admitted
+    )
     core = EngineCore(model, config, torch.device("cpu"), "sdpa")
     lengths = [12, 30, 7, 25, 18, 9, 33, 14, 21]
     specs = [
@@ -115,7 +121,10 @@ def test_constrained_greedy_with_repetition_penalty_equals_reference(tiny_orpheu
 
     model = load(tiny_orpheus_dirs, constrain=True)
     core = EngineCore(
-        model, EngineConfig(max_num_seqs=3, num_kv_blocks=128), torch.device("cpu"), "sdpa"
+        model,
+        EngineConfig(max_num_seqs=3, num_kv_blocks=128, realtime_admission=False),
+        torch.device("cpu"),
+        "sdpa",
     )
     lengths = [21, 35, 14, 28]
     specs = [

@@ -110,7 +110,9 @@ def test_engine_greedy_rows_equal_transformers_reference(checkpoint):
     hf = hf_backbone(checkpoint, model.lm)
     core = EngineCore(
         model,
-        EngineConfig(max_batch_tokens=24, num_kv_blocks=64, block_size=16),
+        EngineConfig(
+            max_batch_tokens=24, num_kv_blocks=64, block_size=16, realtime_admission=False
+        ),
         torch.device("cpu"),
         "sdpa",
     )

@@ -1,0 +1,92 @@
+"""`voxgate serve` from settings to a listening server, where a bad configuration ends with one
+line saying what to do instead of a traceback.
+
+The port is checked and the first engine is built *before* uvicorn starts, so the failures an
+operator can fix (a port in use, an unknown model, weights that cannot be read, a GPU without
+room for the KV cache) surface here, not inside uvicorn's lifespan (which prints tracebacks).
+The engine then serves under the supervisor (gateway/supervisor.py), which rebuilds it the
+same way when it dies. Anything not mapped here is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import sys
+from collections.abc import Callable
+
+from gateway.config import GatewaySettings
+
+# What the engine's own process reports as "<ExceptionType>: <message>" (process_engine.py).
+_CHILD_FAILURE = "the engine process failed to start: "
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise the OSError that binding `host:port` would raise, before anything is loaded."""
+    if port == 0:
+        return  # any free port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        probe.bind((host, port))
+
+
+def explain(exc: BaseException, settings: GatewaySettings) -> str | None:
+    """One line saying what went wrong and what to do, or None: not a configuration error."""
+    name, text = type(exc).__name__, str(exc)
+    if isinstance(exc, RuntimeError) and text.startswith(_CHILD_FAILURE):
+        name, _, text = text.removeprefix(_CHILD_FAILURE).partition(": ")
+    first = text.strip().splitlines()[0] if text.strip() else name
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {settings.port} on {settings.host} is already in use: stop the server "
+            "that holds it, or pass another --port"
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.EACCES and exc.filename is None:
+        return f"no permission to listen on port {settings.port}: use a port above 1023"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {settings.host}: it is not an address of this machine (--host)"
+    if "OutOfMemoryError" in name or "out of memory" in first.lower():
+        return (
+            "the GPU ran out of memory loading the model or its KV cache: lower "
+            "--max-num-seqs, free the GPU of other processes, or serve a smaller model "
+            f"({first})"
+        )
+    if isinstance(exc, PermissionError | IsADirectoryError | FileNotFoundError) or name in (
+        "PermissionError",
+        "IsADirectoryError",
+        "FileNotFoundError",
+    ):
+        where = getattr(exc, "filename", None) or first
+        return f"cannot read the model's files ({where}): check --model's path and its permissions"
+    if isinstance(exc, ValueError) or name in ("CheckpointError", "ConfigError"):
+        return first  # configuration and checkpoint errors already say what to do
+    return None
+
+
+def serve(settings: GatewaySettings, log_level: str) -> int:
+    """Check the port, build and supervise the engine, serve until stopped; 2 with one line on
+    stderr for a bad configuration."""
+    import uvicorn
+
+    from gateway.app import build_engine_for, create_app, uvicorn_config
+    from gateway.supervisor import SupervisedEngine
+
+    factory: Callable = lambda: build_engine_for(settings)  # noqa: E731 - rebuilt on restart
+    try:
+        check_port(settings.host, settings.port)
+        engine = SupervisedEngine(factory, factory())
+    except Exception as exc:  # noqa: BLE001 - mapped to one line, or raised again
+        line = explain(exc, settings)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+    try:
+        uvicorn.Server(
+            uvicorn_config(create_app(settings, engine), settings, log_level=log_level)
+        ).run()
+    finally:
+        asyncio.run(engine.shutdown())
+    return 0

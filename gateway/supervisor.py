@@ -1,0 +1,287 @@
+"""Engine supervision: a dead engine is replaced by a fresh one, with backoff, and a crash loop
+is bounded.
+
+`SupervisedEngine` stands where the engine stands (the gateway's routes and sessions hold it)
+and forwards every call to the engine it holds now. A watcher on the gateway's event loop
+polls `engine.ready`; once the engine has died (its process killed, its loop raised), it shuts
+the dead one down, waits out the backoff and builds a new one with the factory it was given,
+which loads the model and warms it up as at start-up. Meanwhile `ready` is False, so new
+sessions are refused with 1013 and `/ready` answers 503; sessions that were mid-response were
+already told by the dead engine (every open stream ends `failed`) and end with `internal`, 1011.
+
+After `max_failures` deaths (or failed rebuilds) within `window_s` the supervisor stops
+trying and `healthy` turns False, so `/health` fails and an orchestrator restarts the whole
+server: a crash loop that a restart in place does not cure is the orchestrator's to handle.
+
+It knows the engine only by its public surface (`ready`, `failure`, `shutdown`), so it works
+for any engine kind the factory builds: a thread of this process or a process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("voxgate.supervisor")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How a dead engine is restarted. The first restart waits `backoff_s`, each further
+    failure within `window_s` doubles the wait, up to `max_backoff_s`; the `max_failures`-th
+    failure within `window_s` ends the attempts."""
+
+    backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    max_failures: int = 5
+    window_s: float = 300.0
+    poll_s: float = 0.05  # how often the watcher looks at the engine
+    shutdown_timeout_s: float = 15.0  # for the dead engine's teardown
+
+
+class CrashLoop:
+    """The failures of the last `window_s` seconds: how long to back off before the next
+    restart, and whether to stop trying. Pure bookkeeping on a clock the caller passes."""
+
+    def __init__(self, policy: RestartPolicy) -> None:
+        self.policy = policy
+        self._failures: deque[float] = deque()
+
+    def record(self, now: float) -> None:
+        self._failures.append(now)
+        self._forget(now)
+
+    def recent(self, now: float) -> int:
+        self._forget(now)
+        return len(self._failures)
+
+    def gave_up(self, now: float) -> bool:
+        return self.recent(now) >= self.policy.max_failures
+
+    def backoff_s(self, now: float) -> float:
+        """The wait before the next restart: doubling with each recent failure."""
+        n = max(self.recent(now), 1)
+        return min(self.policy.max_backoff_s, self.policy.backoff_s * 2 ** (n - 1))
+
+    def _forget(self, now: float) -> None:
+        while self._failures and now - self._failures[0] > self.policy.window_s:
+            self._failures.popleft()
+
+
+@dataclass
+class RestartRecord:
+    """What `/metrics` shows of the supervisor."""
+
+    restarts: int = 0  # engines built in place of a dead one
+    started_at: float = 0.0  # when the engine serving now became ready (clock of the supervisor)
+    last_reason: str = ""  # why the last engine died ("" before any death)
+    healthy: bool = True  # False once the supervisor has given up
+
+
+class SupervisedEngine:
+    """The engine the gateway serves from, restarted when it dies. Build it with
+    `await SupervisedEngine.start(factory)`; `factory()` (run on a worker thread) returns a
+    started, warmed-up engine or raises."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        engine: Any,
+        policy: RestartPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory = factory
+        self._engine = engine
+        self.policy = policy or RestartPolicy()
+        self._clock = clock
+        self._crashes = CrashLoop(self.policy)
+        self.record = RestartRecord(started_at=clock())
+        self._restarting = False
+        self._watcher: asyncio.Task | None = None
+        self.facts = engine.facts
+
+    @classmethod
+    async def start(
+        cls, factory: Callable[[], Any], policy: RestartPolicy | None = None
+    ) -> SupervisedEngine:
+        """Build the first engine (its failure is the caller's: a start-up error) and watch it."""
+        engine = await asyncio.to_thread(factory)
+        supervised = cls(factory, engine, policy)
+        supervised.watch()
+        return supervised
+
+    def watch(self) -> None:
+        """Start the watcher on the running event loop (start() and an app's lifespan do)."""
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch(), name="voxgate-engine-supervisor")
+
+    # --- what the gateway reads ---------------------------------------------------------------
+    @property
+    def engine(self) -> Any:
+        """The engine serving now (or the dead one, until it is replaced)."""
+        return self._engine
+
+    @property
+    def ready(self) -> bool:
+        return not self._restarting and self.record.healthy and self._engine.ready
+
+    @property
+    def healthy(self) -> bool:
+        """False once the supervisor has given up: the server cannot recover on its own."""
+        return self.record.healthy
+
+    @property
+    def restarting(self) -> bool:
+        return self._restarting
+
+    def seconds_since_start(self) -> float:
+        """Seconds since the engine serving now became ready (its first start, or the last
+        restart)."""
+        return self._clock() - self.record.started_at
+
+    # --- the engine's surface, forwarded -------------------------------------------------------
+    async def submit(self, request):
+        return await self._engine.submit(request)
+
+    def cancel(self, request_id: str) -> None:
+        self._engine.cancel(request_id)
+
+    def report_playback(self, request_id: str, played_s: float) -> None:
+        self._engine.report_playback(request_id, played_s)
+
+    def push_audio(self, request_id: str, pcm) -> None:
+        self._engine.push_audio(request_id, pcm)
+
+    def end_session(self, request_id: str) -> None:
+        self._engine.end_session(request_id)
+
+    def end_conversation(self, conversation_id: str) -> None:
+        self._engine.end_conversation(conversation_id)
+
+    def stats(self):
+        return self._engine.stats()
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else of the engine's surface (e.g. `core` of an in-process engine).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+    async def stop_watching(self) -> None:
+        """Stop the watcher (an app's lifespan ends; the engine itself keeps running)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
+
+    async def shutdown(self) -> None:
+        await self.stop_watching()
+        await self._engine.shutdown()
+
+    # --- the watcher ---------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        while self.record.healthy:
+            await asyncio.sleep(self.policy.poll_s)
+            if not self._engine.ready:
+                await self._recover(_death_reason(self._engine))
+
+    async def _recover(self, reason: str) -> None:
+        """Replace the dead engine, backing off between attempts; give up in a crash loop."""
+        self._restarting = True
+        try:
+            self.record.last_reason = reason
+            log.error("engine died (%s); restarting it", reason)
+            dead, self._engine = self._engine, _Stopped(self.facts, self._engine.stats(), reason)
+            await self._dispose(dead)
+            del dead  # its memory (a KV cache on the GPU) must be free before the next one sizes
+            while True:
+                now = self._clock()
+                self._crashes.record(now)
+                if self._crashes.gave_up(now):
+                    self.record.healthy = False
+                    log.error(
+                        "engine failed %d times in %.0f s; not restarting it again (last: %s). "
+                        "/health now fails: restart the server",
+                        self.policy.max_failures,
+                        self.policy.window_s,
+                        self.record.last_reason,
+                    )
+                    return
+                await asyncio.sleep(self._crashes.backoff_s(now))
+                gc.collect()  # cycles that still held the dead engine's memory
+                try:
+                    engine = await asyncio.to_thread(self._factory)
+                except Exception as exc:  # noqa: BLE001 - counted as a failure, retried
+                    self.record.last_reason = f"restart failed: {type(exc).__name__}: {exc}"
+                    log.error("%s", self.record.last_reason)
+                    continue
+                self._engine = engine
+                self.record.restarts += 1
+                self.record.started_at = self._clock()
+                log.warning("engine restarted (%d so far); serving again", self.record.restarts)
+                return
+        finally:
+            self._restarting = False
+
+    async def _dispose(self, engine: Any) -> None:
+        """Shut the dead engine down (its open streams end `failed`)."""
+        try:
+            await asyncio.wait_for(engine.shutdown(), self.policy.shutdown_timeout_s)
+        except Exception:  # noqa: BLE001 - a dead engine may fail to shut down; it is dropped
+            log.warning("the dead engine did not shut down cleanly", exc_info=True)
+
+
+class _Stopped:
+    """Stands in for the engine between a death and the next start: not ready, its last
+    stats, and nothing to cancel (the dead engine's requests are gone with it)."""
+
+    def __init__(self, facts: Any, last_stats: Any, reason: str) -> None:
+        self.facts = facts
+        self.failure = reason
+        self._stats = dataclasses.replace(
+            last_stats,
+            stepping=False,
+            running=0,
+            waiting=0,
+            kv_blocks_used=0,
+            kv_blocks_reserved=0,
+            kv_blocks_kept=0,
+        )
+
+    ready = False
+
+    async def submit(self, request):
+        raise RuntimeError("the engine is not running: it is being restarted")
+
+    def cancel(self, request_id: str) -> None:
+        pass
+
+    def report_playback(self, request_id: str, played_s: float) -> None:
+        pass
+
+    def push_audio(self, request_id: str, pcm) -> None:
+        pass
+
+    def end_session(self, request_id: str) -> None:
+        pass
+
+    def end_conversation(self, conversation_id: str) -> None:
+        pass
+
+    def stats(self):
+        return self._stats
+
+    async def shutdown(self) -> None:
+        pass
+
+
+def _death_reason(engine: Any) -> str:
+    failure = getattr(engine, "failure", None)
+    return str(failure) if failure else "the engine stopped"

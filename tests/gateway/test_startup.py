@@ -1,0 +1,82 @@
+"""`voxgate serve` with a bad configuration ends with one line saying what to do, never a
+traceback (gateway/startup.py)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gateway.config import GatewaySettings
+from gateway.startup import check_port, explain
+from models.checkpoint_errors import CheckpointError
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = GatewaySettings(host="127.0.0.1", port=8123)
+
+
+def serve(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def assert_one_line(result: subprocess.CompletedProcess, *words: str) -> str:
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    for word in words:
+        assert word in errors[0], errors[0]
+    return errors[0]
+
+
+def test_a_port_in_use_is_one_line_before_any_model_loads():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(OSError) as raised:
+            check_port("127.0.0.1", port)
+        result = serve("--model", "tiny-orpheus", "--port", str(port))
+    assert raised.value.errno == errno.EADDRINUSE
+    assert_one_line(result, f"port {port}", "already in use", "--port")
+    assert "engine ready" not in result.stderr  # refused before loading anything
+
+
+def test_an_unknown_model_is_one_line():
+    result = serve("--model", "no-such-model", "--port", "0")
+    assert_one_line(result, "no-such-model", "Hugging Face repo id")
+
+
+def test_unreadable_weights_and_a_full_gpu_say_what_to_do():
+    denied = PermissionError(errno.EACCES, "Permission denied", "/models/x/model.safetensors")
+    assert "cannot read the model's files (/models/x/model.safetensors)" in explain(
+        denied, SETTINGS
+    )
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    line = explain(oom, SETTINGS)
+    assert "GPU ran out of memory" in line and "--max-num-seqs" in line
+    # The same failures, reported by an engine in its own process, read the same.
+    child = RuntimeError("the engine process failed to start: OutOfMemoryError: CUDA out of memory")
+    assert "GPU ran out of memory" in explain(child, SETTINGS)
+    child = RuntimeError("the engine process failed to start: CheckpointError: bad folder x")
+    assert explain(child, SETTINGS) == "bad folder x"
+    assert explain(CheckpointError("no config.json in x"), SETTINGS) == "no config.json in x"
+    in_use = OSError(errno.EADDRINUSE, "Address already in use")
+    assert "port 8123 on 127.0.0.1 is already in use" in explain(in_use, SETTINGS)
+    # A bug is not a configuration error: it keeps its traceback.
+    assert explain(KeyError("slot"), SETTINGS) is None
+    assert explain(RuntimeError("shape mismatch"), SETTINGS) is None

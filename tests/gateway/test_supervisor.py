@@ -1,0 +1,148 @@
+"""Engine supervision (gateway/supervisor.py): the crash-loop bookkeeping on a fake clock, and
+real engines (a thread, a process) killed and brought back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.factory import build_engine
+from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
+from engine.request import SamplingParams
+from gateway.supervisor import CrashLoop, RestartPolicy, SupervisedEngine
+
+FAST = RestartPolicy(backoff_s=0.05, max_backoff_s=0.2, max_failures=3, window_s=60, poll_s=0.02)
+LONG = SpeechRequest("Hello there.", sampling=SamplingParams(max_tokens=3000, seed=1))
+
+
+def test_backoff_doubles_within_the_window_and_a_crash_loop_gives_up():
+    loop = CrashLoop(RestartPolicy(backoff_s=1, max_backoff_s=5, max_failures=4, window_s=100))
+    loop.record(0)
+    assert loop.backoff_s(0) == 1 and not loop.gave_up(0)
+    loop.record(10)
+    assert loop.backoff_s(10) == 2
+    loop.record(20)
+    assert loop.backoff_s(20) == 4
+    # The first failure leaves the window: two recent ones, and the wait shrinks with them.
+    assert loop.recent(105) == 2 and loop.backoff_s(105) == 2
+    loop.record(106)
+    loop.record(107)
+    assert loop.recent(107) == 4 and loop.gave_up(107)
+    assert loop.backoff_s(107) == 5  # capped at max_backoff_s
+    assert not loop.gave_up(1000)  # failures far apart never add up to a crash loop
+
+
+async def _until(predicate, timeout: float = 60.0) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - start
+
+
+async def _speaks(engine) -> None:
+    request = SpeechRequest("Back again.", sampling=SamplingParams(max_tokens=40, seed=2))
+    events = [e async for e in await engine.submit(request)]
+    assert any(isinstance(e, AudioChunk) for e in events)
+    assert events[-1].reason == FinishReason.LENGTH
+
+
+def _tiny(**config):
+    return build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256, **config))
+
+
+async def test_a_dead_thread_engine_is_replaced_and_serves_again():
+    builds = []
+
+    def factory():
+        builds.append(_tiny(engine_process=False))
+        return builds[-1]
+
+    supervised = await SupervisedEngine.start(factory, FAST)
+    try:
+        stream = await supervised.submit(LONG)
+        assert isinstance(await stream.get(), AudioChunk)
+
+        def broken_step():
+            raise RuntimeError("a bug in a model's code")
+
+        builds[0].core.step = broken_step  # the loop's next step raises and the loop ends
+        finished = [e async for e in stream][-1]
+        assert isinstance(finished, Finished) and finished.reason == FinishReason.FAILED
+        assert not supervised.ready
+        await _until(lambda: supervised.ready)
+        assert len(builds) == 2 and supervised.engine is builds[1]
+        assert supervised.record.restarts == 1 and supervised.healthy
+        assert "a bug in a model's code" in supervised.record.last_reason
+        await _speaks(supervised)
+        assert supervised.stats().kv_blocks_used == 0
+    finally:
+        await supervised.shutdown()
+
+
+def _engine_processes() -> set[int]:
+    """This process's spawned children (engine processes), found as an operator would."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, NotADirectoryError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"spawn_main" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+async def test_a_killed_engine_process_is_replaced_and_serves_again():
+    before = _engine_processes()
+    supervised = await SupervisedEngine.start(lambda: _tiny(engine_process=True), FAST)
+    try:
+        first = supervised.engine
+        (pid,) = _engine_processes() - before
+        stream = await supervised.submit(LONG)
+        assert isinstance(await stream.get(), AudioChunk)
+        os.kill(pid, signal.SIGKILL)
+        told = time.monotonic()
+        finished = [e async for e in stream][-1]
+        assert finished.reason == FinishReason.FAILED
+        assert time.monotonic() - told < 1.0  # the listener hears of it at once
+        await _until(lambda: supervised.ready)
+        assert supervised.engine is not first and supervised.record.restarts == 1
+        assert len(_engine_processes() - before - {pid}) == 1  # a new process serves
+        await _speaks(supervised)
+    finally:
+        await supervised.shutdown()
+
+
+async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts():
+    attempts = []
+
+    def factory():
+        attempts.append(time.monotonic())
+        if len(attempts) > 1:
+            raise RuntimeError("CUDA out of memory")
+        return _tiny(engine_process=False)
+
+    supervised = await SupervisedEngine.start(factory, FAST)
+    try:
+        supervised.engine.core.step = lambda: 1 / 0
+        await supervised.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=20)))
+        await _until(lambda: not supervised.healthy, timeout=30)
+        assert not supervised.ready and supervised.record.restarts == 0
+        assert "CUDA out of memory" in supervised.record.last_reason
+        # The death and two failed rebuilds make three failures; then nothing more is tried.
+        assert len(attempts) == 1 + FAST.max_failures - 1
+        await asyncio.sleep(0.3)
+        assert len(attempts) == FAST.max_failures
+        with pytest.raises(RuntimeError, match="not running"):
+            await supervised.submit(SpeechRequest("Hi."))
+    finally:
+        await supervised.shutdown()
