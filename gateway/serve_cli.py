@@ -115,15 +115,6 @@ def add_serve_parser(subparsers) -> None:
         "chunk (docs/models.md)",
     )
     g.add_argument(
-        "--flow-cache-slots",
-        type=int,
-        default=0,
-        metavar="N",
-        help="CosyVoice 2 (experimental): each chunk's flow solve over its stream's cached "
-        "context, kept for up to N streams at once (~287 MB each in bf16); 0: the windowed "
-        "flow (docs/models.md)",
-    )
-    g.add_argument(
         "--cpu-int8",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -353,8 +344,9 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
         steady_batch_rows=args.steady_batch_rows,
         gil_switch_ms=args.gil_switch_ms,
         engine_process=args.engine_process,
-        first_hop_tokens=args.first_hop_tokens,
-        flow_cache_slots=args.flow_cache_slots,
+        model_options={}
+        if args.first_hop_tokens is None
+        else {"first_hop_tokens": args.first_hop_tokens},
         first_audio_margin=args.first_audio_margin,
         first_audio_budget_s=args.first_audio_budget,
         trace_path=args.trace_requests,
