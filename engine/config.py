@@ -10,36 +10,125 @@ from engine.request import ConfigError
 from models.families import check_options
 
 POLICIES = ("slack", "fcfs")
+MODEL = "model"  # the `voxgate serve --help` group of the options that pick and place the model
+
+
+def cli(
+    flag: str,
+    help: str,
+    group: str = "engine",
+    expert: bool | None = None,
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    switch: bool = False,
+    invert: bool = False,
+    env: str | None = None,
+    merge: bool = False,
+) -> dict:
+    """A settings field's `voxgate serve` option (gateway/settings.py reads it): its flag and help,
+    its --help group and whether it is an expert knob (default: every group but the model's
+    and the network's), choices, metavar; `switch`: a store-true flag rather than --x/--no-x;
+    `invert`: the flag sets the field to False; `env`: its environment variable when not
+    VOXGATE_<KEY>; `merge`: values from every source add up rather than the first winning."""
+    if expert is None:
+        expert = group not in (MODEL, "network and security")
+    return dict(
+        flag=flag,
+        help=help,
+        group=group,
+        expert=expert,
+        choices=choices,
+        metavar=metavar,
+        switch=switch,
+        invert=invert,
+        env=env,
+        merge=merge,
+    )
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     """What every model's engine shares. A None is settled before the engine starts: by the
-    device, or by the model family's serving defaults (engine/factory.py, serving_defaults)."""
+    device, or by the model family's serving defaults (engine/factory.py, serving_defaults).
+    A field with `cli(...)` metadata is also a `voxgate serve` option (gateway/settings.py)."""
 
-    policy: str = "slack"  # scheduler policy (engine/scheduler.py)
+    # Scheduler policy (engine/scheduler.py).
+    policy: str = field(
+        default="slack", metadata=cli("--policy", "scheduler policy", choices=POLICIES)
+    )
     block_size: int = 16  # tokens per KV page
     num_kv_blocks: int | None = None  # None: size from kv_memory_fraction / kv_cache_mb
-    kv_cache_mb: int = 512  # CPU default pool size; GPUs use kv_memory_fraction
+    kv_cache_mb: int = field(
+        default=512,
+        metadata=cli("--kv-cache-mb", "KV pool size on the CPU (GPUs size it from free memory)"),
+    )
     kv_memory_fraction: float = 0.85  # of free GPU memory after weights
-    max_num_seqs: int = 128  # requests advanced per LLM step
-    max_batch_tokens: int = 4096  # prefill + decode tokens per LLM step
-    max_detok_batch: int = 64  # streams decoded per detokenizer call
-    device: str | None = None  # None: cuda when available, else cpu
-    dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
-    attention: str | None = None  # None: flashinfer on cuda when installed, else sdpa
+    max_num_seqs: int = field(
+        default=128, metadata=cli("--max-num-seqs", "requests advanced per engine step")
+    )
+    max_batch_tokens: int = field(
+        default=4096, metadata=cli("--max-batch-tokens", "prefill + decode tokens per engine step")
+    )
+    # Smaller detokenizer jobs end sooner, so a new stream's first chunk waits less behind one;
+    # each costs more per stream.
+    max_detok_batch: int = field(
+        default=64,
+        metadata=cli(
+            "--max-detok-batch",
+            "streams decoded per detokenizer job, most urgent first",
+            metavar="N",
+        ),
+    )
+    device: str | None = field(
+        default=None,
+        metadata=cli("--device", "cpu, cuda, cuda:1 … (default: cuda if present)", group=MODEL),
+    )
+    dtype: str | None = field(
+        default=None,
+        metadata=cli(
+            "--dtype",
+            "(default: bfloat16 on GPU, float32 on CPU)",
+            group=MODEL,
+            choices=("float32", "bfloat16", "float16"),
+        ),
+    )
+    attention: str | None = field(
+        default=None,
+        metadata=cli(
+            "--attention",
+            "default: flashinfer on NVIDIA GPUs when installed, else sdpa",
+            choices=("sdpa", "flashinfer"),
+        ),
+    )
     # CUDA graphs for decode steps (flashinfer on cuda only); False forces eager mode.
-    cuda_graphs: bool = True
-    # On the CPU, int8 Linear weights for models that offer them (SpeechModel.quantize_for_cpu).
-    # None: the model family's default.
-    cpu_int8: bool | None = None
-    # torch's intra-op threads for the engine on the CPU. None: the family's default (torch's,
-    # every core, unless it asks for half, leaving the rest to the gateway).
-    cpu_threads: int | None = None
-    # Python's thread switch interval in the engine's process: after every blocking torch call
-    # the engine loop waits up to this long for the GIL while another thread runs Python
-    # (bench/gil_probe.py); Python's 5 ms is a whole LLM step.
-    gil_switch_ms: float = 0.5
+    cuda_graphs: bool = field(
+        default=True,
+        metadata=cli("--eager", "no CUDA graphs (debugging)", switch=True, invert=True),
+    )
+    # int8 Linear weights on the CPU for models that offer them (SpeechModel.quantize_for_cpu).
+    cpu_int8: bool | None = field(
+        default=None,
+        metadata=cli(
+            "--cpu-int8",
+            "int8 weights on the CPU, for models that offer them (default: the model family's; "
+            "on for voxgate-tiny on the CPU)",
+        ),
+    )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata=cli(
+            "--cpu-threads",
+            "torch threads of the engine on the CPU (default: the model family's; voxgate-tiny "
+            "takes half the cores, leaving the rest to the gateway; others every core)",
+            metavar="N",
+        ),
+    )
+    # After every blocking torch call the engine loop waits up to this long for the GIL while
+    # another thread runs Python (bench/gil_probe.py); Python's 5 ms is a whole LLM step.
+    gil_switch_ms: float = field(
+        default=0.5,
+        metadata=cli("--gil-switch-ms", "Python's thread switch interval in the engine's process"),
+    )
     # With FlashInfer attention, also its fused RMSNorm/RoPE/SiLU kernels in the backbone.
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
@@ -47,37 +136,89 @@ class EngineConfig:
     # With async_detok, for models that offer it (ModelFacts.first_chunk_lane): a second
     # detokenizer thread, stream and set of graphs that decodes first chunks at once instead of
     # after the steady job in flight (docs/engine.md).
-    first_chunk_lane: bool = True
+    first_chunk_lane: bool = field(
+        default=True,
+        metadata=cli(
+            "--first-chunk-lane",
+            "CUDA: decode first chunks on a detokenizer lane of their own while a steady job "
+            "runs, for models that offer it (CosyVoice 2)",
+        ),
+    )
     # The LLM's steps on the highest-priority CUDA stream, so the codec's kernels beside them
     # take the SMs only when a step leaves them free (docs/engine.md).
-    llm_stream_priority: bool = True
-    # > 0 confines the steady codec job's kernels to this many SMs (a CUDA green context,
-    # engine/sm_partition.py), since priority alone does not pre-empt running blocks. 0: all.
-    codec_sms: int = 0
+    llm_stream_priority: bool = field(
+        default=True,
+        metadata=cli("--llm-priority", "CUDA: the LLM's steps on a high-priority stream"),
+    )
+    # Priority alone does not pre-empt running blocks: > 0 confines the steady codec job's
+    # kernels to this many SMs (a CUDA green context, engine/sm_partition.py). 0: every SM.
+    codec_sms: int = field(
+        default=0,
+        metadata=cli(
+            "--codec-sms",
+            "CUDA: confine the steady codec job to N SMs (CUDA 12.4+ driver; 0: every SM)",
+            metavar="N",
+        ),
+    )
     # The codec threads wait for each graph of a job to run before queueing the next
     # (CallableGraphs.pace), so the GPU never holds a whole codec job ahead of the LLM's step.
-    codec_pacing: bool = True
-    # With CUDA graphs, models whose candidates need no host lists (models.base
-    # .device_candidates) replay a decode step's head and sampling as one graph per bucket
-    # (engine/sampling_graphs.py) instead of ~100 eager launches. Tokens are the same.
-    sampling_graphs: bool = True
-    # CUDA with graphs: the blocks a codec names go through torch.compile before capture, for
-    # fewer, fused kernels (cuda_graphs.compile_regions); costs ~45 s at a cold start, and a
-    # failed compile falls back to eager kernels with a warning.
-    compile_codec: bool = True
-    # Append each finished request's timeline to this JSON-lines file
-    # (engine/request_trace.py). None: off.
-    trace_path: str | None = None
+    codec_pacing: bool = field(
+        default=True,
+        metadata=cli("--codec-pacing", "CUDA: codec threads queue a job's graphs one at a time"),
+    )
+    # Models whose candidates need no host lists (models.base.device_candidates) replay a
+    # decode step's head and sampling as one graph per bucket (engine/sampling_graphs.py)
+    # instead of ~100 eager launches. Tokens are the same.
+    sampling_graphs: bool = field(
+        default=True,
+        metadata=cli("--sampling-graphs", "CUDA: a decode step's head and sampling as one graph"),
+    )
+    # The blocks a codec names go through torch.compile before capture, for fewer, fused
+    # kernels (cuda_graphs.compile_regions); a failed compile falls back to eager kernels.
+    compile_codec: bool = field(
+        default=True,
+        metadata=cli(
+            "--compile-codec",
+            "CUDA: compile the codec's repeated blocks before capturing them (~45 s more at a "
+            "cold start)",
+        ),
+    )
+    trace_path: str | None = field(
+        default=None,
+        metadata=cli(
+            "--trace-requests",
+            "append each finished request's timeline to FILE as a JSON line "
+            "(engine/request_trace.py; default: off)",
+            metavar="FILE",
+        ),
+    )
     # Overlap the host work of step n+1 with the device's step n, for models whose facts allow
     # it (ModelFacts.supports_async_scheduling); False forces the synchronous step.
-    async_scheduling: bool = True
-    # Run the engine loop in a process of its own (engine/process_engine.py): no GIL shared
-    # with the gateway. None: a process on CUDA, and on the CPU where the family asks for it.
-    engine_process: bool | None = None
+    async_scheduling: bool = field(
+        default=True,
+        metadata=cli("--async-scheduling", "plan and launch step n+1 while the device runs step n"),
+    )
+    # The engine loop in a process of its own (engine/process_engine.py): no GIL shared with
+    # the gateway.
+    engine_process: bool | None = field(
+        default=None,
+        metadata=cli(
+            "--engine-process",
+            "run the engine loop in its own process (default: on with CUDA, except for "
+            "turn-based speech-to-speech models; on the CPU where the model family asks for it)",
+        ),
+    )
     # Refuse a new request (EngineOverloaded) while the engine's steps already come within 10 %
     # of the audio each step adds to every stream (engine/scheduler.py), so one stream too many
-    # is turned away instead of every stream falling behind. None: the family's default.
-    realtime_admission: bool | None = None
+    # is turned away instead of every stream falling behind.
+    realtime_admission: bool | None = field(
+        default=None,
+        metadata=cli(
+            "--realtime-admission",
+            "refuse a new stream (error `overloaded`) while the engine's steps already take 90 % "
+            "of the audio they make (default: the model family's; on for voxgate-tiny on the CPU)",
+        ),
+    )
     # A request whose buffered audio exceeds this is not decoded this step: the batch slot is
     # better spent on someone closer to a gap.
     max_lead_s: float = 30.0
@@ -87,14 +228,36 @@ class EngineConfig:
     # The first chunk holds enough audio to cover generating and decoding the next chunk, times
     # this margin. None: 3 with a threaded codec (or the model's own,
     # ModelFacts.first_audio_margin), 2 with an inline one (CPU), whose latency is lower.
-    first_audio_margin: float | None = None
+    first_audio_margin: float | None = field(
+        default=None,
+        metadata=cli(
+            "--first-audio-margin",
+            "a first chunk holds X times the audio the next chunk takes to arrive (default: 3 on "
+            "CUDA, or the model's own, 2 on the CPU)",
+            metavar="X",
+        ),
+    )
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
-    first_audio_budget_s: float = 0.35
+    first_audio_budget_s: float = field(
+        default=0.35,
+        metadata=cli(
+            "--first-audio-budget",
+            "seconds after arrival when a first chunk goes out whatever its cover",
+            metavar="S",
+        ),
+    )
     # With a first-chunk lane: a steady codec job waits until this many streams have a chunk
-    # ready, unless a listener needs one soon (Scheduler.steady_job_waits). None: the model's
-    # own (ModelFacts.steady_batch_rows); 0: never waits.
-    steady_batch_rows: int | None = None
+    # ready, unless a listener needs one soon (Scheduler.steady_job_waits).
+    steady_batch_rows: int | None = field(
+        default=None,
+        metadata=cli(
+            "--steady-batch-rows",
+            "with a first-chunk lane: a steady codec job waits for N streams' chunks (default: "
+            "the model's, CosyVoice 2 16; 0: never waits)",
+            metavar="N",
+        ),
+    )
     # The model family's own load-time options the user set, name → value (models/families.py;
     # e.g. CosyVoice 2's first_hop_tokens). Checked here, handed to the family at load.
     model_options: Mapping[str, Any] = field(default_factory=dict)

@@ -24,10 +24,14 @@ class NoOptions:
     """The options of a family that takes none."""
 
 
-def option(default: Any, flag: str, help: str, metavar: str | None = None) -> Any:
+def option(
+    default: Any, flag: str, help: str, metavar: str | None = None, expert: bool = True
+) -> Any:
     """A field of a family's options dataclass: its command-line flag and help travel with it,
-    so `voxgate serve` offers it (gateway/settings.py) without a second definition."""
-    return field(default=default, metadata={"flag": flag, "help": help, "metavar": metavar})
+    so `voxgate serve` offers it (gateway/settings.py; also as a voxgate.toml key and a
+    VOXGATE_* variable) without a second definition. `expert`: listed apart in --help."""
+    meta = {"flag": flag, "help": help, "metavar": metavar, "expert": expert}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
