@@ -10,7 +10,10 @@ from engine.request import ConfigError
 from models.families import check_options
 
 POLICIES = ("slack", "fcfs")
-MODEL = "model"  # the `voxgate serve --help` group of the options that pick and place the model
+# `voxgate serve --help` groups whose options a user needs first: picking and placing the model,
+# and the network; the others are listed apart as expert knobs.
+MODEL = "model"
+NETWORK = "network and security"
 
 
 def cli(
@@ -31,7 +34,7 @@ def cli(
     `invert`: the flag sets the field to False; `env`: its environment variable when not
     VOXGATE_<KEY>; `merge`: values from every source add up rather than the first winning."""
     if expert is None:
-        expert = group not in (MODEL, "network and security")
+        expert = group not in (MODEL, NETWORK)
     return dict(
         flag=flag,
         help=help,

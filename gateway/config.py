@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import MODEL, EngineConfig, cli
+from engine.config import MODEL, NETWORK, EngineConfig, cli
 from engine.request import ConfigError
 from gateway.protocol import Limits
 
@@ -31,7 +31,6 @@ def keys_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
     return tuple(k for k in re.split(r"[,\s]+", raw) if k)
 
 
-NETWORK = "network and security"
 LIMITS = "streaming and limits"
 
 

@@ -121,8 +121,9 @@ class ModelFamily:
         for name in given:
             if name not in self.option_names():
                 owner, spec = option_owner(name)
+                what = spec.metadata["help"].split(". ")[0]
                 raise CheckpointError(
-                    f"{spec.metadata['flag']} is for {owner.name} models ({spec.metadata['help']}); "
+                    f"{spec.metadata['flag']} is for {owner.name} models ({what}); "
                     f"{model} is a {self.name} model, which takes no such option"
                 )
         return self.options(**given)
