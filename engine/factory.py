@@ -70,9 +70,7 @@ def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:
     if device.type != "cpu":
         raise ConfigError(f"--cpu-int8 is for CPU serving; this engine runs on {device.type}")
     if not model.quantize_for_cpu():
-        raise ConfigError(
-            f"{model.facts.name} has no int8 CPU path (voxgate-tiny has); run without --cpu-int8"
-        )
+        raise ConfigError(f"{model.facts.name} has no int8 CPU path; run without --cpu-int8")
 
 
 # Turn-based speech-to-speech models: the gateway turns the user's audio into speech tokens and
