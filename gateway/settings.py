@@ -195,7 +195,7 @@ def read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     values = {}
     for option in options():
         raw = environ.get(option.env)
-        if raw is None or (raw == "" and option.kind is not str):
+        if not raw:  # unset, or set empty (as compose files leave them): not given
             continue
         values[option.key] = _parsed(option, raw)
     return values
