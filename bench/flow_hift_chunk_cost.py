@@ -10,8 +10,6 @@ time of each call. A detokenizer whose cost grows with the utterance shows it he
         --device cuda --bf16 --graphs
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 4 --stages
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
-        --device cuda --bf16 --graphs --estimator-cache --cache-slots 8   # the pooled cache
-    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
         --device cuda --bf16 --graphs --compile   # the estimator's blocks through torch.compile first
 
 `--stages` (eager only) splits each call into the flow's conditioning encoder, its Euler
@@ -63,20 +61,8 @@ def main() -> None:
     )
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
     ap.add_argument("--stages", action="store_true", help="time encoder, solver, HiFT (eager)")
-    ap.add_argument(
-        "--estimator-cache",
-        action="store_true",
-        help="each chunk's solve over cached context (cached_flow.py) instead of its window",
-    )
-    ap.add_argument(
-        "--cache-slots",
-        type=int,
-        default=0,
-        help="with --estimator-cache: streams' contexts in a pool of this many slots "
-        "(cache_pool.py; what --graphs captures), 0: the eager PassCaches",
-    )
     args = ap.parse_args()
-    if args.stages and (args.graphs or args.estimator_cache):
+    if args.stages and args.graphs:
         ap.error("--stages times the window's eager stages; a graph replay runs them as one")
     torch.set_grad_enabled(False)
     if args.threads:
@@ -84,15 +70,7 @@ def main() -> None:
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     if args.compile and not args.graphs:
         ap.error("--compile compiles what --graphs captures: add --graphs")
-    if args.cache_slots and not args.estimator_cache:
-        ap.error("--cache-slots keeps the estimator cache's context: add --estimator-cache")
-    detok = build(
-        args.size,
-        args.device,
-        dtype,
-        estimator_cache=args.estimator_cache,
-        cache_slots=args.cache_slots,
-    )
+    detok = build(args.size, args.device, dtype)
     if args.graphs:
         from engine.cuda_graphs import CallableGraphs
 

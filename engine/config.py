@@ -2,137 +2,292 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from engine.request import ConfigError
+from models.families import check_options
 
 POLICIES = ("slack", "fcfs")
+# `voxgate serve --help` groups whose options a user needs first: picking and placing the model,
+# and the network; the others are listed apart as expert knobs.
+MODEL = "model"
+NETWORK = "network and security"
+
+
+def cli(
+    flag: str,
+    help: str,
+    group: str = "engine",
+    expert: bool | None = None,
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    switch: bool = False,
+    invert: bool = False,
+    env: str | None = None,
+    merge: bool = False,
+) -> dict:
+    """A settings field's `voxgate serve` option (gateway/settings.py reads it): its flag and help,
+    its --help group and whether it is an expert knob (default: every group but the model's
+    and the network's), choices, metavar; `switch`: a store-true flag rather than --x/--no-x;
+    `invert`: the flag sets the field to False; `env`: its environment variable when not
+    VOXGATE_<KEY>; `merge`: values from every source add up rather than the first winning."""
+    if expert is None:
+        expert = group not in (MODEL, NETWORK)
+    return dict(
+        flag=flag,
+        help=help,
+        group=group,
+        expert=expert,
+        choices=choices,
+        metavar=metavar,
+        switch=switch,
+        invert=invert,
+        env=env,
+        merge=merge,
+    )
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    policy: str = "slack"
+    """What every model's engine shares. A None is settled before the engine starts: by the
+    device, or by the model family's serving defaults (engine/factory.py, serving_defaults).
+    A field with `cli(...)` metadata is also a `voxgate serve` option (gateway/settings.py)."""
+
+    # Scheduler policy (engine/scheduler.py).
+    policy: str = field(
+        default="slack", metadata=cli("--policy", "scheduler policy", choices=POLICIES)
+    )
     block_size: int = 16  # tokens per KV page
     num_kv_blocks: int | None = None  # None: size from kv_memory_fraction / kv_cache_mb
-    kv_cache_mb: int = 512  # CPU default pool size; GPUs use kv_memory_fraction
+    kv_cache_mb: int = field(
+        default=512,
+        metadata=cli("--kv-cache-mb", "KV pool size on the CPU (GPUs size it from free memory)"),
+    )
     kv_memory_fraction: float = 0.85  # of free GPU memory after weights
-    max_num_seqs: int = 128  # requests advanced per LLM step
-    max_batch_tokens: int = 4096  # prefill + decode tokens per LLM step
-    max_detok_batch: int = 64  # streams decoded per detokenizer call
-    device: str | None = None  # None: cuda when available, else cpu
-    dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
-    attention: str | None = None  # None: flashinfer on cuda when installed, else sdpa
+    max_num_seqs: int = field(
+        default=128, metadata=cli("--max-num-seqs", "requests advanced per engine step")
+    )
+    max_batch_tokens: int = field(
+        default=4096, metadata=cli("--max-batch-tokens", "prefill + decode tokens per engine step")
+    )
+    # Smaller detokenizer jobs end sooner, so a new stream's first chunk waits less behind one;
+    # each costs more per stream.
+    max_detok_batch: int = field(
+        default=64,
+        metadata=cli(
+            "--max-detok-batch",
+            "streams decoded per detokenizer job, most urgent first",
+            metavar="N",
+        ),
+    )
+    device: str | None = field(
+        default=None,
+        metadata=cli("--device", "cpu, cuda, cuda:1 … (default: cuda if present)", group=MODEL),
+    )
+    dtype: str | None = field(
+        default=None,
+        metadata=cli(
+            "--dtype",
+            "(default: bfloat16 on GPU, float32 on CPU)",
+            group=MODEL,
+            choices=("float32", "bfloat16", "float16"),
+        ),
+    )
+    attention: str | None = field(
+        default=None,
+        metadata=cli(
+            "--attention",
+            "default: flashinfer on NVIDIA GPUs when installed, else sdpa",
+            choices=("sdpa", "flashinfer"),
+        ),
+    )
     # CUDA graphs for decode steps (flashinfer on cuda only); False forces eager mode.
-    cuda_graphs: bool = True
-    # On the CPU, int8 Linear weights for models that offer it (SpeechModel.quantize_for_cpu,
-    # models/cpu_int8.py): about twice the streams, at int8's precision. None: on for
-    # voxgate-tiny on the CPU, off otherwise (engine/factory.py, serving_defaults).
-    cpu_int8: bool | None = None
-    # torch's intra-op threads for the engine on the CPU. None: torch's default (every core),
-    # except voxgate-tiny: half the cores, the rest left to the gateway (serving_defaults).
-    cpu_threads: int | None = None
-    # Python's thread switch interval in the engine's process (sys.setswitchinterval). The
-    # engine loop shares its interpreter with the codec threads (and the gateway's event loop,
-    # or the child's queue feeder): after every blocking torch call it waits for the GIL, up to
-    # one interval while another thread runs Python (bench/gil_probe.py). Python's 5 ms is
-    # a whole LLM step.
-    gil_switch_ms: float = 0.5
+    cuda_graphs: bool = field(
+        default=True,
+        metadata=cli("--eager", "no CUDA graphs (debugging)", switch=True, invert=True),
+    )
+    # int8 Linear weights on the CPU for models that offer them (SpeechModel.quantize_for_cpu).
+    cpu_int8: bool | None = field(
+        default=None,
+        metadata=cli(
+            "--cpu-int8",
+            "int8 weights on the CPU, for models that offer them (default: the model family's; "
+            "on for voxgate-tiny on the CPU)",
+        ),
+    )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata=cli(
+            "--cpu-threads",
+            "torch threads of the engine on the CPU (default: the model family's; voxgate-tiny "
+            "takes half the cores, leaving the rest to the gateway; others every core)",
+            metavar="N",
+        ),
+    )
+    # After every blocking torch call the engine loop waits up to this long for the GIL while
+    # another thread runs Python (bench/gil_probe.py); Python's 5 ms is a whole LLM step.
+    gil_switch_ms: float = field(
+        default=0.5,
+        metadata=cli("--gil-switch-ms", "Python's thread switch interval in the engine's process"),
+    )
     # With FlashInfer attention, also its fused RMSNorm/RoPE/SiLU kernels in the backbone.
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
     async_detok: bool = True
-    # With async_detok, for models that offer it (ModelFacts.first_chunk_lane: CosyVoice 2):
-    # a second detokenizer thread, high-priority CUDA stream and set of CUDA graphs that
-    # decodes requests' first chunks at once, beside the steady job in flight, instead of
-    # after it (docs/engine.md). On by default since the sixth session's same-commit A/B on the
-    # H200 (BENCHMARKS.md): with it 2 req/s kept every stream viable, without it one came late
-    # at 2 req/s and two at 3. Models without the capability and the CPU are unaffected.
-    first_chunk_lane: bool = True
-    # Run the LLM's steps on a CUDA stream of the highest priority (cuda only). The codec's
-    # jobs run beside them on streams of their own; at equal priority their kernels (CosyVoice
-    # 2's flow: thousands a job) take the SMs as often as the step's, and every stream's next
-    # token waits. With priority the block scheduler hands freed SMs to the step first, so a
-    # step costs about what it costs alone and the codec fills the gaps (docs/engine.md).
-    llm_stream_priority: bool = True
-    # With async_detok on CUDA: > 0 confines the steady codec job's kernels to this many SMs
-    # (a CUDA green context, engine/sm_partition.py), so they never fill the SMs the LLM's
-    # step needs; priority alone does not pre-empt running blocks. 0: every SM.
-    codec_sms: int = 0
-    # With async_detok on CUDA: the codec threads wait for each graph of a job to run before
-    # they queue the next (CallableGraphs.pace; CosyVoice 2's flow: one per Euler step), so
-    # the GPU never holds a whole job of codec kernels ahead of the LLM's. On: measured on
-    # the H200 (BENCHMARKS.md, tenth session: CosyVoice 2 at 8 req/s, prefill steps p90 84 →
-    # 36 ms, decode steps mean 7.7 → 6.1 ms).
-    codec_pacing: bool = True
-    # With CUDA graphs, models whose candidates need no host lists (models.base
-    # .device_candidates: CosyVoice 2) replay a decode step's head and sampling as one graph
-    # per bucket (engine/sampling_graphs.py) instead of ~100 eager launches, each of which can
-    # wait behind the codec's queued kernels. Tokens are the same either way.
-    sampling_graphs: bool = True
-    # CUDA with graphs: the blocks a codec names (CosyVoice 2's flow estimator's ResNet and
-    # transformer blocks) go through torch.compile (Inductor) before capture, so a replay
-    # holds fewer, fused kernels (cuda_graphs.compile_regions): a 32-row steady job 164 ->
-    # 134 ms on the H200, CosyVoice 2's goodput 7 -> 12 req/s. ~45 s more at a cold start
-    # (Inductor's on-disk cache shortens the next); a failed compile falls back to eager
-    # kernels with a warning.
-    compile_codec: bool = True
-    # Append each finished request's timeline (queue, steps to its first chunk, cover wait,
-    # codec wait and job, gaps) to this JSON-lines file (engine/request_trace.py). None: off.
-    trace_path: str | None = None
-    # Overlap the host work of step n+1 (scheduling, input preparation, attention planning,
-    # the launch) with the device's step n, for models whose facts allow it
-    # (ModelFacts.supports_async_scheduling); False forces the synchronous step. Equal to the
-    # synchronous step in CI (CPU) and on the H200 (tests/gpu), and 16-24 % faster per step
-    # there at batch 16-64 (BENCHMARKS.md, 2026-11-30).
-    async_scheduling: bool = True
-    # Run the engine loop in a process of its own (see engine/process_engine.py) instead of a
-    # thread of the caller's: no GIL shared with the gateway. Measured on the H200: goodput
-    # 0 -> 1 req/s from this alone (BENCHMARKS.md), hence the GPU default.
-    # None: a process on CUDA (not for turn-based speech-to-speech models) and for
-    # voxgate-tiny on the CPU; a thread otherwise (engine/factory.py, serving_defaults).
-    engine_process: bool | None = None
+    # With async_detok, for models that offer it (ModelFacts.first_chunk_lane): a second
+    # detokenizer thread, stream and set of graphs that decodes first chunks at once instead of
+    # after the steady job in flight (docs/engine.md).
+    first_chunk_lane: bool = field(
+        default=True,
+        metadata=cli(
+            "--first-chunk-lane",
+            "CUDA: decode first chunks on a detokenizer lane of their own while a steady job "
+            "runs, for models that offer it (CosyVoice 2)",
+        ),
+    )
+    # The LLM's steps on the highest-priority CUDA stream, so the codec's kernels beside them
+    # take the SMs only when a step leaves them free (docs/engine.md).
+    llm_stream_priority: bool = field(
+        default=True,
+        metadata=cli("--llm-priority", "CUDA: the LLM's steps on a high-priority stream"),
+    )
+    # Priority alone does not pre-empt running blocks: > 0 confines the steady codec job's
+    # kernels to this many SMs (a CUDA green context, engine/sm_partition.py). 0: every SM.
+    codec_sms: int = field(
+        default=0,
+        metadata=cli(
+            "--codec-sms",
+            "CUDA: confine the steady codec job to N SMs (CUDA 12.4+ driver; 0: every SM)",
+            metavar="N",
+        ),
+    )
+    # The codec threads wait for each graph of a job to run before queueing the next
+    # (CallableGraphs.pace), so the GPU never holds a whole codec job ahead of the LLM's step.
+    codec_pacing: bool = field(
+        default=True,
+        metadata=cli("--codec-pacing", "CUDA: codec threads queue a job's graphs one at a time"),
+    )
+    # Models whose candidates need no host lists (models.base.device_candidates) replay a
+    # decode step's head and sampling as one graph per bucket (engine/sampling_graphs.py)
+    # instead of ~100 eager launches. Tokens are the same.
+    sampling_graphs: bool = field(
+        default=True,
+        metadata=cli("--sampling-graphs", "CUDA: a decode step's head and sampling as one graph"),
+    )
+    # The blocks a codec names go through torch.compile before capture, for fewer, fused
+    # kernels (cuda_graphs.compile_regions); a failed compile falls back to eager kernels.
+    compile_codec: bool = field(
+        default=True,
+        metadata=cli(
+            "--compile-codec",
+            "CUDA: compile the codec's repeated blocks before capturing them (~45 s more at a "
+            "cold start)",
+        ),
+    )
+    trace_path: str | None = field(
+        default=None,
+        metadata=cli(
+            "--trace-requests",
+            "append each finished request's timeline to FILE as a JSON line "
+            "(engine/request_trace.py; default: off)",
+            metavar="FILE",
+        ),
+    )
+    # Overlap the host work of step n+1 with the device's step n, for models whose facts allow
+    # it (ModelFacts.supports_async_scheduling); False forces the synchronous step.
+    async_scheduling: bool = field(
+        default=True,
+        metadata=cli("--async-scheduling", "plan and launch step n+1 while the device runs step n"),
+    )
+    # The engine loop in a process of its own (engine/process_engine.py): no GIL shared with
+    # the gateway.
+    engine_process: bool | None = field(
+        default=None,
+        metadata=cli(
+            "--engine-process",
+            "run the engine loop in its own process (default: on with CUDA, except for "
+            "turn-based speech-to-speech models; on the CPU where the model family asks for it)",
+        ),
+    )
+    # Refuse a new request (EngineOverloaded) while the engine's steps already come within 10 %
+    # of the audio each step adds to every stream (engine/scheduler.py), so one stream too many
+    # is turned away instead of every stream falling behind.
     # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) when the step
     # and codec costs measured at the batch size it would make (calibrated at warm-up, refined
     # by live steps), or the cadence measured now, come within 10 % of the audio each step
-    # adds to every stream: one stream too many is turned away instead of making every stream
-    # fall behind (engine/realtime_capacity.py). On for every model and device; None (the
-    # command line's "not given") counts as on; False turns it off.
-    realtime_admission: bool | None = True
-    # A request whose buffered audio exceeds this is not decoded this step: the listener does
-    # not need it yet, and the batch slot is better spent on someone closer to a gap.
-    max_lead_s: float = 30.0
+    # adds to every stream (engine/realtime_capacity.py). On for every model and device; None
+    # (the command line's "not given") counts as on.
+    realtime_admission: bool | None = field(
+        default=True,
+        metadata=cli(
+            "--realtime-admission",
+            "refuse a new stream (1013 / `overloaded`) that would push the streams already "
+            "playing behind real time, from step costs measured at warm-up and live",
+        ),
+    )
+    # A request whose buffered audio exceeds this is not decoded this step: the batch slot is
+    # better spent on someone closer to a gap.
+    max_lead_s: float = field(
+        default=30.0,
+        metadata=cli(
+            "--max-lead-s",
+            "a stream this far ahead of its listener sits out the LLM's steps",
+            metavar="S",
+        ),
+    )
     # ... and while some listener is short of audio (waiting for its first chunk, or with less
     # than urgent_buffer_s buffered), neither is one more than contended_lead_s ahead: the
     # steps then come round sooner for those who need them (Scheduler._lead_cap).
-    contended_lead_s: float = 2.0
+    contended_lead_s: float = field(
+        default=2.0,
+        metadata=cli(
+            "--contended-lead-s",
+            "... this far ahead while another listener is short of audio",
+            metavar="S",
+        ),
+    )
     urgent_buffer_s: float = 1.0
-    # ... nor is one with this many chunks of tokens still waiting for the codec (backpressure):
-    # more tokens would not reach the listener sooner, and a codec that fell behind would get
-    # jobs of several chunks a request, beyond its captured shapes (slower still).
+    # ... nor is one with this many chunks still waiting for the codec (backpressure: a codec
+    # that fell behind would otherwise get jobs beyond its captured shapes).
     max_undecoded_chunks: int = 2
     # The first chunk holds enough audio to cover generating and decoding the next chunk, times
-    # this margin (the listener plays from the first frame on). None: 3 with a threaded codec
-    # (CUDA; a model may measure its own, ModelFacts.first_audio_margin: CosyVoice 2 uses 2),
-    # 2 with an inline one (CPU). On the H200 the listener saw second chunks up to 1.6x
-    # the engine's median gap (a codec job in flight, the async step of lag, delivery jitter)
-    # and a bigger first chunk is cheap there (Orpheus streams run ~3x real time: one more
-    # 85 ms SNAC frame is ~25 ms); on a CPU the inline codec has none of that latency, and
-    # streams run ~1.5x real time, so 3 would cost voxgate-tiny 150 -> 360 ms of first audio ...
-    first_audio_margin: float | None = None
+    # this margin. None: 3 with a threaded codec (or the model's own,
+    # ModelFacts.first_audio_margin), 2 with an inline one (CPU), whose latency is lower.
+    first_audio_margin: float | None = field(
+        default=None,
+        metadata=cli(
+            "--first-audio-margin",
+            "a first chunk holds X times the audio the next chunk takes to arrive (default: 3 on "
+            "CUDA, or the model's own, 2 on the CPU)",
+            metavar="X",
+        ),
+    )
     # ... unless the request has waited this long since arrival: then whatever whole frames
     # exist go out, so load never pushes time to first audio far past this.
-    first_audio_budget_s: float = 0.35
+    first_audio_budget_s: float = field(
+        default=0.35,
+        metadata=cli(
+            "--first-audio-budget",
+            "seconds after arrival when a first chunk goes out whatever its cover",
+            metavar="S",
+        ),
+    )
     # With a first-chunk lane: a steady codec job waits until this many streams have a chunk
-    # ready, unless a listener needs one soon (Scheduler.steady_job_waits). None: the model's
-    # own (ModelFacts.steady_batch_rows: CosyVoice 2 16, others 0); 0: never waits.
-    steady_batch_rows: int | None = None
-    # CosyVoice 2: generated tokens in the first audio chunk (the flow's first attention
-    # chunk; the rest are its 25-token chunks). None: the model's default (docs/models.md).
-    first_hop_tokens: int | None = None
-    # CosyVoice 2: > 0 runs the flow's estimator over each stream's cached context, kept in a
-    # pool of this many streams (docs/models.md, "The cached estimator in a pool"); 0: each chunk
-    # re-integrates its window of context chunks (the default, measured on the H200).
-    flow_cache_slots: int = 0
+    # ready, unless a listener needs one soon (Scheduler.steady_job_waits).
+    steady_batch_rows: int | None = field(
+        default=None,
+        metadata=cli(
+            "--steady-batch-rows",
+            "with a first-chunk lane: a steady codec job waits for N streams' chunks (default: "
+            "the model's, CosyVoice 2 16; 0: never waits)",
+            metavar="N",
+        ),
+    )
+    # The model family's own load-time options the user set, name → value (models/families.py;
+    # e.g. CosyVoice 2's first_hop_tokens). Checked here, handed to the family at load.
+    model_options: Mapping[str, Any] = field(default_factory=dict)
     # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before
     # the oldest are dropped, and how many frame periods the tick grid may run late before it
     # resyncs to now.
@@ -162,8 +317,6 @@ class EngineConfig:
             raise ConfigError(f"steady_batch_rows must be >= 0, got {self.steady_batch_rows}")
         if self.codec_sms < 0:
             raise ConfigError(f"codec_sms must be >= 0 (0: every SM), got {self.codec_sms}")
-        if self.flow_cache_slots < 0:
-            raise ConfigError(f"flow_cache_slots must be >= 0, got {self.flow_cache_slots}")
         if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:
             raise ConfigError("max_num_seqs, max_batch_tokens and max_detok_batch must be >= 1")
         if not 0.05 <= self.kv_memory_fraction <= 0.98:
@@ -180,8 +333,10 @@ class EngineConfig:
             raise ConfigError(
                 "duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0"
             )
-        if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
-            raise ConfigError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
+        try:
+            check_options(dict(self.model_options))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from None
         if not 0.05 <= self.gil_switch_ms <= 50:
             raise ConfigError(f"gil_switch_ms must be in [0.05, 50], got {self.gil_switch_ms}")
         if self.cpu_threads is not None and self.cpu_threads < 1:

@@ -1,4 +1,6 @@
-"""From names and settings to a running engine: device, dtype and attention backend choice."""
+"""From names and settings to a running engine: device, dtype and attention backend choice, and
+the settings left unset made concrete from the model family's serving defaults
+(models/families.py). Nothing here names a model."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from engine.gc_pauses import freeze_loaded
 from engine.loop import EngineLoop
 from engine.request import ConfigError
 from models.base import SpeechModel
-from models.registry import DEFAULT_MODEL, CosyVoiceOptions, is_voxgate_tiny, load_model
+from models.families import known_family
+from models.family_spec import ServingDefaults
+from models.registry import DEFAULT_MODEL, load_model
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -56,8 +60,7 @@ def resolve_attention(config: EngineConfig, device: torch.device, head_dim: int 
 def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -> EngineLoop:
     """The engine loop for a loaded model: full-duplex models step all their sessions once per
     frame (DuplexEngine), the others batch requests continuously (EngineCore). `cpu_int8`
-    None counts as off here: the per-model defaults are settled by `serving_defaults`, which
-    knows the model's name."""
+    None counts as off here: the model family's defaults are settled by `serving_defaults`."""
     if config.cpu_int8:
         apply_cpu_int8(model, device)
     loop = DuplexEngine if model.facts.full_duplex else EngineCore
@@ -69,9 +72,7 @@ def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:
     if device.type != "cpu":
         raise ConfigError(f"--cpu-int8 is for CPU serving; this engine runs on {device.type}")
     if not model.quantize_for_cpu():
-        raise ConfigError(
-            f"{model.facts.name} has no int8 CPU path (voxgate-tiny has); run without --cpu-int8"
-        )
+        raise ConfigError(f"{model.facts.name} has no int8 CPU path; run without --cpu-int8")
 
 
 def uses_engine_process(config: EngineConfig, model: str | None = None) -> bool:
@@ -79,7 +80,7 @@ def uses_engine_process(config: EngineConfig, model: str | None = None) -> bool:
         return config.engine_process
     device = resolve_device(config).type
     if device == "cpu":
-        return model is not None and is_voxgate_tiny(model)
+        return model is not None and _family_defaults(model).cpu_engine_process
     return device == "cuda"
 
 
@@ -92,27 +93,32 @@ def half_the_cores() -> int:
     return max(1, cores // 2)
 
 
-def serving_defaults(config: EngineConfig, model: str) -> EngineConfig:
-    """`config` with the settings left to the engine (None) made concrete for `model`.
+def _family_defaults(model: str) -> ServingDefaults:
+    """The serving defaults of `model`'s family; a model not recognised without loading it (a
+    Hub repo id not yet on disk) gets the plain ones."""
+    family = known_family(model)
+    return ServingDefaults() if family is None else family.serving
 
-    voxgate-tiny is the model served on CPUs, and on a 2-core host (BENCHMARKS.md, "voxgate-tiny
-    on CPU") each of these lifted it: the engine in its own process (no GIL shared with the
-    gateway: 2x the served goodput), int8 weights (~1.7x the streams of fp32) and one torch
-    thread per two cores (a step of its small matrices is no faster on two threads than on one,
-    and the second core is then free for the gateway's Opus encoding and event loop).
-    Real-time admission is on for every model (EngineConfig.realtime_admission). Other models keep torch's and the device's defaults."""
-    cpu_tiny = resolve_device(config).type == "cpu" and is_voxgate_tiny(model)
+
+def serving_defaults(config: EngineConfig, model: str) -> EngineConfig:
+    """`config` with the settings left to the engine (None) made concrete for `model`, from its
+    family's serving defaults (models/family_spec.py, ServingDefaults). The CPU ones apply on
+    the CPU only; elsewhere torch's and the device's defaults stand. Real-time admission is on
+    for every model (EngineConfig.realtime_admission), so no family decides it."""
+    on_cpu = resolve_device(config).type == "cpu"
+    wants = _family_defaults(model) if on_cpu else ServingDefaults()
     return replace(
         config,
         engine_process=uses_engine_process(config, model),
-        cpu_int8=config.cpu_int8 if config.cpu_int8 is not None else cpu_tiny,
-        cpu_threads=config.cpu_threads or (half_the_cores() if cpu_tiny else None),
+        cpu_int8=config.cpu_int8 if config.cpu_int8 is not None else wants.cpu_int8,
+        cpu_threads=config.cpu_threads or (half_the_cores() if wants.cpu_half_threads else None),
     )
 
 
-def cosyvoice_options(config: EngineConfig) -> CosyVoiceOptions:
-    """The load-time options the engine config carries for CosyVoice 2."""
-    return CosyVoiceOptions(config.first_hop_tokens, config.flow_cache_slots)
+def model_options(config: EngineConfig) -> dict:
+    """The model family's own load-time options the engine config carries (load_model's
+    `options`)."""
+    return dict(config.model_options)
 
 
 def apply_gil_switch(config: EngineConfig) -> None:
@@ -158,7 +164,7 @@ def build_engine(
         progress,
         random_weights,
         voices_dir,
-        cosyvoice_options(config),
+        model_options(config),
     )
     core = build_core(speech_model, config, device)
     core.warm_up()

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import EngineConfig
+from engine.config import MODEL, NETWORK, EngineConfig, cli
 from engine.request import ConfigError
 from gateway.protocol import Limits
 
@@ -31,54 +31,170 @@ def keys_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
     return tuple(k for k in re.split(r"[,\s]+", raw) if k)
 
 
+LIMITS = "streaming and limits"
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
+    """The gateway's settings. A field with `cli(...)` metadata is also a `voxgate serve` option,
+    a voxgate.toml key and a VOXGATE_* variable (gateway/settings.py); the rest are for
+    embedders and tests."""
+
     # --- the engine behind the gateway ---
-    model: str | None = None  # None: the engine's default preset
-    codec: str | None = None
-    random_weights: bool = False
-    voices_dir: str | None = None  # reference clips for voice prompting (CSM models)
+    model: str | None = field(
+        default=None,
+        metadata=cli(
+            "--model",
+            "preset name, checkpoint folder or HF repo id (default: voxgate-tiny)",
+            group=MODEL,
+        ),
+    )
+    codec: str | None = field(
+        default=None,
+        metadata=cli("--codec", "codec repo id or folder (default: the model's)", group=MODEL),
+    )
+    random_weights: bool = field(
+        default=False,
+        metadata=cli(
+            "--random-weights",
+            "a preset's real config with random weights",
+            group=MODEL,
+            switch=True,
+        ),
+    )
+    voices_dir: str | None = field(
+        default=None,
+        metadata=cli(
+            "--voices-dir",
+            "reference clips for voice prompting (CSM, CosyVoice 2): NAME.wav + NAME.txt (its "
+            "transcript); clients pick one with session.start voice=NAME (default: none)",
+            group=MODEL,
+            metavar="DIR",
+        ),
+    )
     engine: EngineConfig = field(default_factory=EngineConfig)
     # --- network ---
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = field(
+        default="127.0.0.1", metadata=cli("--host", "address to listen on", group=NETWORK)
+    )
+    port: int = field(default=8000, metadata=cli("--port", "port to listen on", group=NETWORK))
     # --- auth and admission ---
-    api_keys: tuple[str, ...] = ()  # empty: no auth
-    allowed_origins: tuple[str, ...] = ()  # empty: any Origin
-    max_sessions_per_key: int = 16  # 0: no cap (only with api_keys)
+    api_keys: tuple[str, ...] = field(  # empty: no auth
+        default=(),
+        metadata=cli(
+            "--api-key",
+            "accept this API key (repeatable; also $VOXGATE_API_KEYS, comma-separated); without "
+            "any key the server is open (default: none)",
+            group=NETWORK,
+            metavar="KEY",
+            env=API_KEYS_ENV,
+            merge=True,
+        ),
+    )
+    allowed_origins: tuple[str, ...] = field(  # empty: any Origin
+        default=(),
+        metadata=cli(
+            "--allowed-origin",
+            "browser Origin allowed to connect, e.g. https://app.example.com (repeatable); "
+            "without any, every Origin is allowed (default: none)",
+            group=NETWORK,
+            metavar="ORIGIN",
+        ),
+    )
+    max_sessions_per_key: int = field(
+        default=16,
+        metadata=cli(
+            "--max-sessions-per-key", "open sessions per API key, 0 for no cap", group=NETWORK
+        ),
+    )
     # Twilio's account auth token: when set, /v1/twilio and its TwiML route accept exactly the
     # requests Twilio signed (X-Twilio-Signature) instead of API keys, which Twilio cannot send.
+    # A secret: from $VOXGATE_TWILIO_AUTH_TOKEN only, never the command line (visible in `ps`).
     twilio_auth_token: str | None = field(default=None, repr=False)
-    # The https base Twilio calls (e.g. https://voice.example.com) when a proxy in front of the
-    # server changes scheme or host; signatures cover the URL as Twilio saw it.
-    twilio_public_url: str | None = None
-    max_sessions: int = 512  # server-wide open sessions; beyond: overloaded, close 1013
+    # The https base Twilio calls when a proxy in front of the server changes scheme or host;
+    # signatures cover the URL as Twilio saw it.
+    twilio_public_url: str | None = field(
+        default=None,
+        metadata=cli(
+            "--twilio-public-url",
+            "the https base Twilio calls, e.g. https://voice.example.com, when a proxy changes "
+            "scheme or host (default: none)",
+            group=NETWORK,
+            metavar="URL",
+        ),
+    )
+    max_sessions: int = field(  # server-wide; beyond: overloaded, close 1013
+        default=512, metadata=cli("--max-sessions", "open sessions on this server", group=NETWORK)
+    )
     # Refuse new sessions (1013) while this many engine requests already wait for a first step.
     max_engine_waiting: int = 64
     # --- pacing and backpressure ---
-    lead_ms: int = 1000  # audio may run this far ahead of the client's playback clock
-    max_send_queue_ms: int = 5000  # paced audio the socket has not taken yet; beyond: 1008
+    lead_ms: int = field(
+        default=1000,
+        metadata=cli("--lead-ms", "how far audio may be sent ahead of playback", group=LIMITS),
+    )
+    max_send_queue_ms: int = field(
+        default=5000,
+        metadata=cli(
+            "--max-send-queue-ms",
+            "unread audio after which a client is closed (1008)",
+            group=LIMITS,
+        ),
+    )
     max_send_queue_events: int = 256  # the same bound for JSON events
     # --- size limits ---
-    max_text_chars: int = 4096  # one `text` event
+    max_text_chars: int = field(
+        default=4096, metadata=cli("--max-text-chars", "characters in one text event", group=LIMITS)
+    )
     max_response_text_chars: int = 32768  # all text of one response
     max_frame_bytes: int = 16384  # one binary frame (soft: error too_large)
-    max_message_bytes: int = 262144  # any one frame (hard: close 1009)
+    max_message_bytes: int = field(
+        default=262144,
+        metadata=cli(
+            "--max-message-bytes", "bytes in any one frame; larger closes with 1009", group=LIMITS
+        ),
+    )
     max_queued_responses: int = 4  # responses waiting behind the one playing
     # --- timeouts ---
-    start_timeout_s: float = 10.0
-    idle_timeout_s: float = 300.0
+    start_timeout_s: float = field(
+        default=10.0,
+        metadata=cli("--start-timeout", "seconds allowed until session.start", group=LIMITS),
+    )
+    idle_timeout_s: float = field(
+        default=300.0,
+        metadata=cli(
+            "--idle-timeout",
+            "seconds without messages or audio before a session ends",
+            group=LIMITS,
+        ),
+    )
     close_timeout_s: float = 5.0
     # --- streamed text → engine requests ---
     min_segment_chars: int = 20
     max_segment_chars: int = 300
-    segment_pipeline_depth: int = 2  # segments of one response generating at once
+    segment_pipeline_depth: int = field(
+        default=2,
+        metadata=cli(
+            "--segment-pipeline-depth",
+            "sentence segments of a response generating at once",
+            group=LIMITS,
+        ),
+    )
     # --- audio ---
-    opus_bitrate: int = 32000
+    opus_bitrate: int = field(
+        default=32000, metadata=cli("--opus-bitrate", "Opus bit rate, bit/s", group=LIMITS)
+    )
     # Output encoding on worker threads of the gateway's process (0) or in this many processes
-    # of its own (gateway/encode_workers.py: out of reach of the gateway's GIL). None: 4 when
-    # the engine runs on a CUDA GPU, else 0 (encode_workers.process_count).
-    encode_processes: int | None = None
+    # of its own (gateway/encode_workers.py: out of reach of the gateway's GIL).
+    encode_processes: int | None = field(
+        default=None,
+        metadata=cli(
+            "--encode-processes",
+            "encode output audio in this many processes of their own, or on the gateway's worker "
+            "threads (0) (default: 4 when the engine runs on a CUDA GPU, else 0)",
+            group=LIMITS,
+        ),
+    )
     web_demo_dir: Path = _WEB_DEMO
 
     def __post_init__(self) -> None:

@@ -129,13 +129,9 @@ def load_cosyvoice2(
     random_weights: bool = False,
     seed: int = 0,
     first_hop: int | None = None,
-    flow_cache_slots: int = 0,
 ) -> CosyVoice2Model:
     """`random_weights`: the folder's config and tokenizer, seeded random weights (benchmarks).
-    `first_hop`: tokens in the first audio chunk (None: DEFAULT_FIRST_HOP; docs/models.md).
-    `flow_cache_slots` > 0: the flow's estimator runs each chunk over its stream's cached
-    context, kept in a pool of that many streams (cache_pool.py; more streams run it eagerly);
-    0: each chunk re-integrates its window."""
+    `first_hop`: tokens in the first audio chunk (None: DEFAULT_FIRST_HOP; docs/models.md)."""
     folder = resolve_folder(source) if not random_weights else Path(source)
     cfg = load_config(folder)
     torch.manual_seed(seed)
@@ -165,16 +161,7 @@ def load_cosyvoice2(
     )
     if first_hop is None:
         first_hop = min(DEFAULT_FIRST_HOP, cfg.chunk_size)
-    if flow_cache_slots < 0:
-        raise ValueError(f"flow_cache_slots must be >= 0, got {flow_cache_slots}")
-    detok = FlowHiftDetokenizer(
-        flow,
-        hift,
-        cfg.chunk_size,
-        first_hop=first_hop,
-        estimator_cache=flow_cache_slots > 0,
-        cache_slots=flow_cache_slots,
-    )
+    detok = FlowHiftDetokenizer(flow, hift, cfg.chunk_size, first_hop=first_hop)
     return CosyVoice2Model(cfg, llm, load_tokenizer(folder), detok, voices, name or folder.name)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.orpheus.tokens import VOCAB_SIZE
+from models.orpheus.tokens import AUDIO_END, VOCAB_SIZE
 
 REPO_ID = "canopylabs/orpheus-3b-0.1-ft"
 CODEC_REPO_ID = "hubertsiuzdak/snac_24khz"
@@ -50,3 +50,8 @@ TINY_ORPHEUS = {
     "max_position_embeddings": 4096,
     "torch_dtype": "float32",
 }
+
+
+def is_orpheus_config(cfg: dict) -> bool:
+    """A Llama config whose vocabulary holds Orpheus's audio tokens."""
+    return cfg.get("model_type") == "llama" and int(cfg.get("vocab_size", 0)) >= AUDIO_END

@@ -11,11 +11,8 @@ from models.codecs.snac import SnacDetokenizer, load_snac
 from models.layers.llama import LlamaArgs, LlamaForCausalLM
 from models.loader import iter_safetensors, read_config, resolve_source, safetensors_files
 from models.orpheus import tokens as T
+from models.orpheus.configs import is_orpheus_config
 from models.orpheus.model import OrpheusModel
-
-
-def is_orpheus_config(cfg: dict) -> bool:
-    return cfg.get("model_type") == "llama" and int(cfg.get("vocab_size", 0)) >= T.AUDIO_END
 
 
 def _load_tokenizer(folder: Path):

@@ -44,8 +44,6 @@ def test_options_become_settings(tmp_path):
         "cpu",
         "--first-hop-tokens",
         "12",
-        "--flow-cache-slots",
-        "16",
         "--max-detok-batch",
         "8",
         "--first-audio-margin",
@@ -63,15 +61,16 @@ def test_options_become_settings(tmp_path):
     assert settings.api_keys == ("k-one", "k-two", "k-three")
     assert settings.allowed_origins == ("https://app.example.com",)
     assert settings.max_sessions_per_key == 3 and settings.lead_ms == 400
-    assert settings.engine.device == "cpu" and settings.engine.first_hop_tokens == 12
-    assert settings.engine.max_detok_batch == 8 and settings.engine.flow_cache_slots == 16
+    assert settings.engine.device == "cpu" and settings.engine.model_options == {
+        "first_hop_tokens": 12
+    }
+    assert settings.engine.max_detok_batch == 8
     assert settings.engine.first_audio_margin == 2.5 and settings.engine.first_audio_budget_s == 0.4
     assert not settings.engine.llm_stream_priority
     assert settings.engine.trace_path == str(tmp_path / "trace.jsonl")
     defaults = settings_from_args(parse(), environ={}).engine
     assert defaults.llm_stream_priority and defaults.trace_path is None
     assert defaults.first_audio_margin is None and defaults.first_audio_budget_s == 0.35
-    assert defaults.flow_cache_slots == 0
 
 
 def test_an_unwritable_trace_file_is_a_one_line_error(tmp_path):
@@ -119,7 +118,6 @@ def test_synth_is_still_there():
         (["--steady-batch-rows", "-1"], "steady_batch_rows must be >= 0"),
         (["--first-hop-tokens", "0"], "first_hop_tokens must be >= 1"),
         (["--max-detok-batch", "0"], "max_detok_batch must be >= 1"),
-        (["--flow-cache-slots", "-1"], "flow_cache_slots must be >= 0"),
         (["--cpu-threads", "0"], "cpu_threads must be >= 1"),
     ],
 )

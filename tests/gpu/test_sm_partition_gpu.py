@@ -56,5 +56,5 @@ def test_engine_audio_with_the_codec_on_16_sms_equals_every_sm(tmp_path):
     for (ids_all, pcm_all), (ids_part, pcm_part) in zip(runs[0], runs[16], strict=True):
         assert ids_part == ids_all
         # Which streams share a job depends on thread timing; a different batch mix moves
-        # float32 audio by ~1e-5 (tests/models/test_cache_pool.py), a wrong one by its scale.
+        # float32 audio by ~1e-5, a wrong one by its scale.
         np.testing.assert_allclose(pcm_part, pcm_all, atol=1e-4)

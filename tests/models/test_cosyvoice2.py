@@ -19,7 +19,7 @@ from models.checkpoint_errors import CheckpointError
 from models.cosyvoice2 import configs
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
-from models.registry import CosyVoiceOptions, load_model
+from models.registry import load_model
 
 TEXTS = ["Hello there.", "The quick brown fox.", "Hi!", "One, two, three."]
 
@@ -229,27 +229,15 @@ def test_missing_file_is_named(tiny_dir, tmp_path):
 def test_first_hop_sets_the_first_chunk_and_is_validated():
     """The first audio chunk is first_hop speech tokens plus the flow's 3 look-ahead ones; HiFT
     holds 4 tokens (8 mel frames) back. A hop outside [5, 25] is refused at load, saying why."""
-    model = load_model("tiny-cosyvoice2", cosyvoice=CosyVoiceOptions(first_hop_tokens=9))
+    model = load_model("tiny-cosyvoice2", options={"first_hop_tokens": 9})
     facts = model.facts
     assert (facts.first_chunk_tokens, facts.chunk_tokens, facts.lookahead_tokens) == (12, 25, 3)
     assert facts.held_back_tokens == 4 and model.detok.first_hop == 9
     assert load_model("tiny-cosyvoice2").facts.first_chunk_tokens == 20 + 3  # the default
     with pytest.raises(ValueError, match=r"first_hop_tokens must be in \[5, 25\]"):
-        load_model("tiny-cosyvoice2", cosyvoice=CosyVoiceOptions(first_hop_tokens=30))
+        load_model("tiny-cosyvoice2", options={"first_hop_tokens": 30})
     with pytest.raises(CheckpointError, match="CosyVoice 2's first chunk"):
-        load_model("tiny-orpheus", cosyvoice=CosyVoiceOptions(first_hop_tokens=9))
-
-
-def test_flow_cache_slots_give_the_model_and_its_lane_one_pool():
-    """--flow-cache-slots N: the flow's estimator over cached context, N streams' contexts in
-    one pool that the first-chunk lane's twin shares (a stream moves between them)."""
-    model = load_model("tiny-cosyvoice2", cosyvoice=CosyVoiceOptions(flow_cache_slots=3))
-    assert model.detok.estimator_cache and model.detok.cache_pool.slots == 3
-    assert model.first_chunk_lane_codec().detok.cache_pool is model.detok.cache_pool
-    plain = load_model("tiny-cosyvoice2")
-    assert not plain.detok.estimator_cache and plain.detok.cache_pool is None
-    with pytest.raises(CheckpointError, match="CosyVoice 2's flow cache"):
-        load_model("tiny-orpheus", cosyvoice=CosyVoiceOptions(flow_cache_slots=2))
+        load_model("tiny-orpheus", options={"first_hop_tokens": 9})
 
 
 def test_a_long_voice_clip_joins_the_graph_buckets(tiny_dir, caplog):

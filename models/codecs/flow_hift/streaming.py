@@ -45,12 +45,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.codecs.flow_hift.cache_pool import FlowCachePool, PoolSlot
-from models.codecs.flow_hift.cached_flow import (
-    flow_call_cached,
-    pool_call_inputs,
-    release_finished,
-)
 from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.hift_stream import HiftStreamer, graph_calls, note_eager
@@ -73,10 +67,6 @@ class FlowHiftStream:
     mel_start: int = 0
     emitted_frames: int = 0  # generated frames already turned into audio
     phase: torch.Tensor | None = None  # [H] float64 sine cycles run before frame emitted_frames
-    # With estimator_cache: per Euler step, the estimator's context (cached_flow.py), or the
-    # stream's slot of the detokenizer's cache pool (cache_pool.py).
-    flow_cache: list | None = None
-    pool_slot: PoolSlot | None = None
 
     @property
     def mel_frames(self) -> int:
@@ -86,8 +76,7 @@ class FlowHiftStream:
         """This state's generated mel and phase (made on one CUDA stream) are read on `stream`
         from now on: the allocator must not reuse their memory before that stream is done
         with them (a first-chunk lane hands states over to the steady stream)."""
-        cached = [t for c in self.flow_cache or () for t in (*c.keys, *c.values, *c.convs)]
-        for t in (self.mel, self.phase, *cached):
+        for t in (self.mel, self.phase):
             if t is not None and t.device.type == "cuda":
                 t.record_stream(stream)
 
@@ -115,14 +104,8 @@ class FlowHiftDetokenizer:
         context_chunks: int | None = DEFAULT_CONTEXT_CHUNKS,
         first_hop: int | None = None,
         graph_rows: tuple[int, ...] | None = None,
-        estimator_cache: bool = False,
-        cache_slots: int = 0,
-        cache_pool: FlowCachePool | None = None,
     ) -> None:
         self.flow = flow
-        # Each chunk's solve over the stream's cached estimator context (cached_flow.py)
-        # instead of re-integrating its context chunks.
-        self.estimator_cache = estimator_cache
         self.hift = hift
         self.chunk = chunk_tokens
         self.lookahead = flow.cfg.pre_lookahead_len
@@ -138,19 +121,6 @@ class FlowHiftDetokenizer:
             )
         self.left, self.right = left, right
         self.context_chunks = context_chunks
-        # With the estimator cache and a bounded context: `cache_slots` streams' contexts in one
-        # fixed pool (cache_pool.py), whose solve CUDA graphs capture; a twin shares it.
-        if cache_pool is None and estimator_cache and cache_slots and context_chunks is not None:
-            frames = flow.token_mel_ratio * chunk_tokens
-            cache_pool = FlowCachePool(
-                flow,
-                cache_slots,
-                prompt_cap=frames * self.GRAPH_PROMPT_CHUNKS,
-                ring=frames * context_chunks,
-                device=next(flow.parameters()).device,
-                dtype=next(flow.parameters()).dtype,
-            )
-        self.cache_pool = cache_pool
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         # Voice prompts longer than GRAPH_PROMPT_CHUNKS whose windows are captured too, in
         # chunks (cover_prompt).
@@ -183,8 +153,6 @@ class FlowHiftDetokenizer:
             self.context_chunks,
             self.first_hop,
             graph_rows,
-            self.estimator_cache,
-            cache_pool=self.cache_pool,
         )
         twin.long_prompts = self.long_prompts  # one set: a voice added later covers both
         return twin
@@ -208,10 +176,7 @@ class FlowHiftDetokenizer:
     @torch.inference_mode()
     def decode(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         self._flow_step(states, final)
-        audio = self._hift_step(states, final)
-        if self.cache_pool is not None:
-            release_finished(self, states, final)
-        return audio
+        return self._hift_step(states, final)
 
     # The chunk grid over the generated tokens: a first chunk of `first_hop` tokens, then
     # `chunk`-token chunks. The flow attends within it (encoder.chunk_ids), so a chunk's mel is
@@ -239,7 +204,7 @@ class FlowHiftDetokenizer:
         if ready <= state.tokens_decoded:
             return []
         first_k = self._chunk_index(state.tokens_decoded)  # tokens_decoded is on the grid
-        if self.context_chunks is None and not self.estimator_cache:
+        if self.context_chunks is None:
             ks = [first_k]
         else:
             ks = list(range(first_k, self._chunk_index(ready - 1) + 1))
@@ -259,10 +224,6 @@ class FlowHiftDetokenizer:
 
     def _flow_step(self, states: list[FlowHiftStream], final: list[bool]) -> None:
         rows = [w for s, fin in zip(states, final, strict=True) for w in self._windows(s, fin)]
-        if self.estimator_cache:
-            if rows:
-                flow_call_cached(self, rows)
-            return
         # With graphs, more rows than the largest bucket go as several replays, not eagerly
         # (a state's windows are in order, so its mel still grows in order).
         for call in graph_calls(rows, self.graph_rows, self.graphs is not None):
@@ -270,7 +231,7 @@ class FlowHiftDetokenizer:
 
     def _flow_call(self, rows: list[FlowWindow]) -> None:
         seqs, prompts, out_lengths = self.row_tokens(rows)
-        mel = self.run_bucketed("flow", self.flow_rows, rows, seqs, out_lengths)
+        mel = self.run_bucketed(rows, seqs, out_lengths)
         for i, (p, w) in enumerate(zip(prompts, rows, strict=True)):
             s, r = w.state, self.ratio
             new = mel[i, :, r * (p + w.first - w.start) : r * (p + w.end - w.start)]
@@ -278,12 +239,12 @@ class FlowHiftDetokenizer:
             s.mel = new.clone() if s.mel is None else torch.cat([s.mel, new], dim=1)
             s.tokens_decoded = w.end
 
-    def run_bucketed(self, stage: str, fn, rows, seqs, out_lengths):
-        """fn (flow_rows, or condition_rows for stage "cond") over the rows' packed inputs,
-        padded to the captured (rows, frames) bucket and replayed from its graph when there is
-        one, else eagerly at their own size. A replay's outputs are rewritten by its next one."""
+    def run_bucketed(self, rows, seqs, out_lengths):
+        """flow_rows over the rows' packed inputs, padded to the captured (rows, frames) bucket
+        and replayed from its graphs when there are, else eagerly at their own size. A replay's
+        outputs are rewritten by its next one."""
         frames = self.ratio * max(out_lengths)
-        n, key = len(rows), self._flow_bucket(len(rows), frames, stage)
+        n, key = len(rows), self._flow_bucket(len(rows), frames)
         if key is None:
             padded_rows, width = n, max(len(q) for q in seqs)
         else:
@@ -292,11 +253,9 @@ class FlowHiftDetokenizer:
         inputs = self._flow_inputs(rows, seqs, out_lengths, padded_rows, frames, width)
         if key is None:
             if self.graphs is not None:
-                note_eager(self.eager_calls, (stage, n, frames))
-            return fn(*inputs)
-        if stage == "flow":
-            return self._replay_flow(key, inputs)
-        return self.graphs.run(key, fn, inputs)
+                note_eager(self.eager_calls, ("flow", n, frames))
+            return self.flow_rows(*inputs)
+        return self._replay_flow(key, inputs)
 
     def _replay_flow(self, key: tuple, inputs: list[torch.Tensor]) -> torch.Tensor:
         """flow_rows from graphs: the conditioning and the CFG inputs ("prep"), then one
@@ -456,14 +415,12 @@ class FlowHiftDetokenizer:
             frames.add(first + self.ratio * self.chunk)
         return tuple(sorted(frames))
 
-    def _flow_bucket(self, n: int, frames: int, stage: str = "flow") -> tuple | None:
-        """The captured graph's key for n rows of up to `frames` frames, or None (eager);
-        stage "cond" is the conditioning alone (the cached estimator's jobs)."""
+    def _flow_bucket(self, n: int, frames: int) -> tuple | None:
+        """The captured graphs' key for n rows of up to `frames` frames, or None (eager)."""
         rows = next((r for r in self.graph_rows if r >= n), None)
         padded = next((f for f in self.graph_frames(rows) if f >= frames), None)
-        key = (stage, rows, padded)
-        captured = ("prep", rows, padded) if stage == "flow" else key  # _replay_flow's
-        return key if self.graphs is not None and captured in self.graphs else None
+        captured = self.graphs is not None and ("prep", rows, padded) in self.graphs
+        return ("flow", rows, padded) if captured else None
 
     def enable_cuda_graphs(self, graphs) -> None:
         """Capture the flow for every (rows, frames) bucket and HiFT for every (rows, window)
@@ -471,14 +428,9 @@ class FlowHiftDetokenizer:
         m, e = self.flow.cfg.output_size, self.flow.cfg.spk_embed_dim
         dev = self.device
         began = time.perf_counter()
-        # The windowed flow (conditioning + solve) per (rows, frames); with the estimator
-        # cache, the conditioning alone per (rows, frames) and, with a pool, the pooled solve
-        # per rows (its shapes do not depend on the context).
-        stage, fn = (
-            ("cond", self.condition_rows) if self.estimator_cache else ("prep", self.prep_rows)
-        )
-        if stage == "prep":  # Inductor's kernels for the estimator's blocks, if asked
-            graphs.compile_regions(self.flow.decoder.estimator.repeated_blocks())
+        # The windowed flow per (rows, frames): conditioning + the solver's inputs ("prep"),
+        # then one Euler step ("euler"). Inductor's kernels for the estimator's blocks, if asked.
+        graphs.compile_regions(self.flow.decoder.estimator.repeated_blocks())
         with torch.inference_mode():
             for rows in reversed(self.graph_rows):
                 for frames in reversed(self.graph_frames(rows)):
@@ -487,18 +439,14 @@ class FlowHiftDetokenizer:
                     prompt_mel = torch.zeros(rows, frames, m, device=dev)
                     speaker = torch.zeros(rows, e, device=dev)
                     inputs = [ints, prompt_mel, speaker]
-                    out = self._capture(graphs, (stage, rows, frames), fn, inputs)
-                    if stage == "prep":  # one Euler step's graph, replayed for every step
-                        # Its fixed inputs are the prep graph's outputs themselves: a step's
-                        # replay copies in only x, t and dt.
-                        x, *fixed = out
-                        step = [x, *fixed, *self._euler_steps()[0]]
-                        borrow = tuple(range(1, 1 + len(fixed)))
-                        key = ("euler", rows, frames)
-                        self._capture(graphs, key, self.flow.euler_step, step, borrow)
-                if self.cache_pool is not None:
-                    inputs = pool_call_inputs(self, rows)
-                    self._capture(graphs, ("pool", rows), self.cache_pool.solve, inputs)
+                    out = self._capture(graphs, ("prep", rows, frames), self.prep_rows, inputs)
+                    # One Euler step's graph, replayed for every step. Its fixed inputs are the
+                    # prep graph's outputs themselves: a replay copies in only x, t and dt.
+                    x, *fixed = out
+                    step = [x, *fixed, *self._euler_steps()[0]]
+                    borrow = tuple(range(1, 1 + len(fixed)))
+                    key = ("euler", rows, frames)
+                    self._capture(graphs, key, self.flow.euler_step, step, borrow)
         self.vocoder.enable_cuda_graphs(graphs, self.hift_frames())
         self.graphs = graphs
         log.info(

@@ -1,0 +1,84 @@
+"""The table of model families. Each family lives in its folder's `family.py` (a ModelFamily:
+presets, checkpoint recognition, loader, options, serving defaults); adding one is that file
+and one line in FAMILIES (docs/models.md, "Adding a model family").
+
+Light: imports no torch, so `voxgate serve --help` can list the families' options."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+from models.checkpoint_errors import CheckpointError
+from models.cosyvoice2.family import FAMILY as COSYVOICE2
+from models.csm.family import FAMILY as CSM
+from models.family_spec import Checkpoint, ModelFamily
+from models.glm_voice.family import FAMILY as GLM_VOICE
+from models.moshi.family import FAMILY as MOSHI
+from models.orpheus.family import FAMILY as ORPHEUS
+from models.voxgate_tiny.family import FAMILY as VOXGATE_TINY
+
+# Checkpoints are recognised in this order: a family that looks at local files only (CosyVoice
+# 2's folder layout) before those that read config.json (which a Hub repo id downloads).
+FAMILIES: tuple[ModelFamily, ...] = (COSYVOICE2, GLM_VOICE, MOSHI, VOXGATE_TINY, CSM, ORPHEUS)
+
+
+def all_presets() -> dict[str, str]:
+    """Every preset name → its one-line description, in table order."""
+    return {name: text for family in FAMILIES for name, text in family.presets.items()}
+
+
+def family_of(model: str) -> ModelFamily:
+    """The family of `model` (a preset, a checkpoint folder or a Hub repo id, which is fetched
+    to read its config), or CheckpointError saying what Voxgate knows."""
+    family = _find(model, Checkpoint(model, fetch=True))
+    if family is None:
+        raise CheckpointError(
+            f"{model!r} is not a model Voxgate knows: presets are {', '.join(all_presets())}; "
+            "a folder or repo id must hold a supported checkpoint ("
+            + "; ".join(f.checkpoint_hint for f in FAMILIES if f.recognises)
+            + ")"
+        )
+    return family
+
+
+def known_family(model: str) -> ModelFamily | None:
+    """The family of `model` from what is on this machine (a preset or a local folder), or None:
+    never downloads and never raises. The engine's serving defaults are chosen with it before
+    the model loads (engine/factory.py)."""
+    try:
+        return _find(model, Checkpoint(model, fetch=False))
+    except CheckpointError:
+        return None
+
+
+def _find(model: str, checkpoint: Checkpoint) -> ModelFamily | None:
+    for family in FAMILIES:
+        if model in family.presets:
+            return family
+    for family in FAMILIES:
+        if family.recognises is not None and family.recognises(checkpoint):
+            return family
+    return None
+
+
+def option_fields() -> Iterator[tuple[ModelFamily, dataclasses.Field]]:
+    """Every family's own options (the command line offers each once)."""
+    for family in FAMILIES:
+        for spec in dataclasses.fields(family.options):
+            yield family, spec
+
+
+def option_owner(name: str) -> tuple[ModelFamily, dataclasses.Field]:
+    for family, spec in option_fields():
+        if spec.name == name:
+            return family, spec
+    raise CheckpointError(f"no model family has an option {name!r}")
+
+
+def check_options(given: dict) -> None:
+    """Validate option values before any model loads: each through its own family's options
+    (so a bad value stops `voxgate serve` at once with the family's message)."""
+    for name, value in given.items():
+        owner, _ = option_owner(name)
+        owner.options(**{name: value})

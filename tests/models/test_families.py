@@ -1,0 +1,91 @@
+"""The model-family table (models/families.py): presets and checkpoint folders are recognised
+without loading weights, an unknown model is a clear error, and options belong to one family."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.checkpoint_errors import CheckpointError
+from models.families import FAMILIES, all_presets, family_of, known_family
+from models.registry import PRESETS, load_model
+
+
+def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
+    folder = tmp_path / name
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config))
+    for file in files:
+        (folder / file).write_text("")
+    return folder
+
+
+def test_every_preset_belongs_to_exactly_one_family():
+    names = [name for family in FAMILIES for name in family.presets]
+    assert len(names) == len(set(names)) == len(PRESETS) == 11
+    expected = {
+        "voxgate-tiny": "voxgate-tiny",
+        "tiny-orpheus": "Orpheus",
+        "orpheus-3b": "Orpheus",
+        "tiny-csm": "CSM",
+        "csm-1b": "CSM",
+        "tiny-moshi": "Moshi",
+        "moshi-7b": "Moshi",
+        "tiny-cosyvoice2": "CosyVoice 2",
+        "cosyvoice2-0.5b": "CosyVoice 2",
+        "tiny-glm-voice": "GLM-4-Voice",
+        "glm-4-voice-9b": "GLM-4-Voice",
+    }
+    assert {name: family_of(name).name for name in all_presets()} == expected
+
+
+@pytest.mark.parametrize(
+    "config, files, family",
+    [
+        ({"model_type": "voxgate_tiny"}, (), "voxgate-tiny"),
+        ({"model_type": "llama", "vocab_size": 156940}, (), "Orpheus"),
+        ({"model_type": "csm"}, (), "CSM"),
+        ({"model_type": "moshi"}, (), "Moshi"),
+        (None, ("cosyvoice2.yaml",), "CosyVoice 2"),
+    ],
+)
+def test_checkpoint_folders_are_recognised_by_their_layout(tmp_path, config, files, family):
+    folder = folder_with(tmp_path, "ckpt", config, files)
+    assert family_of(str(folder)).name == family
+    assert known_family(str(folder)).name == family
+
+
+def test_an_unknown_model_is_a_clear_error(tmp_path):
+    llama = folder_with(tmp_path, "plain-llama", {"model_type": "llama", "vocab_size": 32000})
+    with pytest.raises(CheckpointError, match="not a model Voxgate knows: presets are") as err:
+        family_of(str(llama))
+    for hint in ("Orpheus: Llama config", "CSM: transformers' CsmConfig", "cosyvoice2.yaml"):
+        assert hint in str(err.value)
+    with pytest.raises(CheckpointError, match="no checkpoint folder"):
+        family_of(str(tmp_path / "nowhere"))
+    with pytest.raises(CheckpointError, match="lacks config.json"):
+        family_of(str(folder_with(tmp_path, "empty")))
+    # Before loading (serving defaults) nothing raises and nothing is downloaded.
+    assert known_family(str(llama)) is None
+    assert known_family(str(tmp_path / "nowhere")) is None
+    assert known_family("someone/some-repo") is None
+
+
+def test_random_weights_and_options_are_checked_before_any_load(tmp_path):
+    folder = folder_with(tmp_path, "tiny", {"model_type": "voxgate_tiny"})
+    with pytest.raises(CheckpointError, match="--random-weights works with presets only"):
+        load_model(str(folder), random_weights=True)
+    with pytest.raises(CheckpointError, match="--first-hop-tokens is for CosyVoice 2 models"):
+        load_model("voxgate-tiny", options={"first_hop_tokens": 12})
+    with pytest.raises(CheckpointError, match="no model family has an option 'exaggeration'"):
+        load_model("voxgate-tiny", options={"exaggeration": 0.5})
+
+
+def test_serving_defaults_come_from_the_family():
+    assert family_of("voxgate-tiny").serving.cpu_int8
+    assert family_of("voxgate-tiny").serving.cpu_engine_process
+    for name in ("tiny-orpheus", "tiny-csm", "tiny-moshi", "tiny-cosyvoice2", "tiny-glm-voice"):
+        serving = family_of(name).serving
+        assert not (serving.cpu_int8 or serving.cpu_engine_process or serving.cpu_half_threads)
