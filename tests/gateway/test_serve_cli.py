@@ -82,10 +82,11 @@ def test_an_unwritable_trace_file_is_a_one_line_error(tmp_path):
 
 def test_cpu_options_are_left_to_the_model_unless_given():
     """--cpu-int8 / --cpu-threads / --engine-process: None lets engine/factory.py pick per model
-    (voxgate-tiny on the CPU: on, half the cores, a process); --no-… turns each off."""
+    (voxgate-tiny on the CPU: on, half the cores, a process); --no-… turns each off. Real-time
+    admission is on for every model unless --no-realtime-admission."""
     engine = settings_from_args(parse("--device", "cpu"), environ={}).engine
     assert (engine.cpu_int8, engine.cpu_threads, engine.engine_process) == (None, None, None)
-    assert engine.realtime_admission is None
+    assert engine.realtime_admission is True
     engine = settings_from_args(
         parse(
             "--no-cpu-int8",
