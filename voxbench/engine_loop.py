@@ -12,17 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.metrics import LOOP_TOTALS
-from voxbench.servers import http_get
+from voxbench.servers import metrics_body
 
 
 def read_loop_totals(http: str) -> dict[str, float] | None:
     """The engine's loop counters now (field → value); None when the server does not answer
     or has no engine counters."""
-    try:
-        status, body = http_get(f"{http}/metrics")
-    except OSError:
-        return None
-    return parse_loop_totals(body) if status == 200 else None
+    body = metrics_body(http)
+    return None if body is None else parse_loop_totals(body)
 
 
 def parse_loop_totals(body: str) -> dict[str, float] | None:

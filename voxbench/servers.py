@@ -204,16 +204,22 @@ _HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' lab
 }
 
 
+def metrics_body(http: str) -> str | None:
+    """The server's /metrics text now; None when it does not answer."""
+    try:
+        status, body = http_get(f"{http}/metrics")
+    except OSError:
+        return None
+    return body if status == 200 else None
+
+
 def server_pauses(http: str) -> dict[str, dict[str, float]] | None:
     """From the server's /metrics, so far: its full (generation-2) garbage collections, its
     event loop's lag samples, and its output encodes' time queued and running, each as how
     many, how many over each of PAUSE_THRESHOLDS, and their total milliseconds. None when
     the server does not answer."""
-    try:
-        status, body = http_get(f"{http}/metrics")
-    except OSError:
-        return None
-    return parse_server_pauses(body) if status == 200 else None
+    body = metrics_body(http)
+    return None if body is None else parse_server_pauses(body)
 
 
 def parse_server_pauses(body: str) -> dict[str, dict[str, float]]:

@@ -88,31 +88,21 @@ def test_loop_profile_from_two_metrics_readings():
     assert loop_profile(None, after, 2.0) is None
 
 
+def served_capacity(out, model: str, counts: str, *extra: str) -> list[str]:
+    """`voxgate bench --serve --capacity` on the CPU. A shared 2-core machine need not stream
+    in real time, so the bar is relaxed: the figures must be sane, not pass."""
+    return [
+        *("--log-level", "WARNING", "bench", "--serve", "--model", model, "--device", "cpu"),
+        *("--capacity", counts, *extra, "--min-on-time", "0.01", "--slo-ttfa-ms", "60000"),
+        *("--out", str(out)),
+    ]
+
+
 @pytest.mark.timeout(300)
 def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
-    argv = [
-        "--log-level",
-        "WARNING",
-        "bench",
-        "--serve",
-        "--model",
-        "tiny-orpheus",
-        "--device",
-        "cpu",
-        "--capacity",
-        "1,2",
-        "--stagger",
-        "0.5",
-        "--stream-seconds",
-        "1",
-        # A shared 2-core machine need not stream in real time: the figures must be sane.
-        "--min-on-time",
-        "0.01",
-        "--slo-ttfa-ms",
-        "60000",
-        "--out",
-        str(tmp_path),
-    ]
+    argv = served_capacity(
+        tmp_path, "tiny-orpheus", "1,2", "--stagger", "0.5", "--stream-seconds", "1"
+    )
     assert main(argv) == 0
     assert "capacity" in capsys.readouterr().out
     [path] = tmp_path.glob("*.json")
@@ -150,28 +140,9 @@ def test_microphone_packets_are_opus_at_the_protocols_default():
 def test_full_duplex_listeners_talk_on_the_cpu(tmp_path, capsys):
     """A full-duplex model (tiny-moshi): each listener streams Opus microphone packets in real
     time and hears the model's audio; the point's verdict and the duplex loop's profile."""
-    argv = [
-        "--log-level",
-        "WARNING",
-        "bench",
-        "--serve",
-        "--model",
-        "tiny-moshi",
-        "--device",
-        "cpu",
-        "--capacity",
-        "1",
-        "--stream-seconds",
-        "2",
-        "--initial-buffer-ms",
-        "80",
-        "--min-on-time",
-        "0.01",
-        "--slo-ttfa-ms",
-        "60000",
-        "--out",
-        str(tmp_path),
-    ]
+    argv = served_capacity(
+        tmp_path, "tiny-moshi", "1", "--stream-seconds", "2", "--initial-buffer-ms", "80"
+    )
     assert main(argv) == 0
     [path] = tmp_path.glob("*-tiny-moshi-capacity.json")
     data = json.loads(path.read_text())
