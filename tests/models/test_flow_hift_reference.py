@@ -37,17 +37,14 @@ Where they differ (asserted below where a test can show it, and listed in docs/m
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from unittest import mock
-
 import pytest
 import torch
-from official_chatterbox import import_official
+from official_chatterbox import excitation_as_voxgate, import_official, noise_from, seeded
 
 from models.codecs.flow_hift.encoder import UpsampleConformerEncoder
 from models.codecs.flow_hift.estimator import CausalConditionalDecoder
 from models.codecs.flow_hift.flow import CausalFlow
-from models.codecs.flow_hift.hift import HiFTGenerator, positional_gaussian
+from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.unet_estimator import ConditionalDecoder
 from models.cosyvoice2.config import EncoderConfig, EstimatorConfig, FlowConfig, HiftConfig
 
@@ -77,16 +74,6 @@ def official():
         CausalMaskedDiffWithXvec=flow.CausalMaskedDiffWithXvec,
         UpsampleConformerEncoder=encoder.UpsampleConformerEncoder,
     )
-
-
-def seeded(module: torch.nn.Module, seed: int, scale: float = 0.05) -> torch.nn.Module:
-    """Every parameter redrawn from a seeded generator (no zero biases, no unit norms left
-    from the module's own init), in eval mode."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return module.eval()
 
 
 def strict_copy(official: torch.nn.Module, ours: torch.nn.Module) -> torch.nn.Module:
@@ -270,17 +257,6 @@ def official_flow(official, seed: int):
     return seeded(flow, seed)
 
 
-@contextmanager
-def noise_from(source: torch.Tensor):
-    """The official CFM's `torch.randn_like(mu)` draws Voxgate's fixed noise instead."""
-
-    def draw(like, *args, **kwargs):
-        return source[:, :, : like.shape[-1]].expand(like.shape[0], -1, -1).to(like.dtype).clone()
-
-    with mock.patch.object(torch, "randn_like", draw):
-        yield
-
-
 def flow_inputs(prompt_tokens: int, generated: int, seed: int):
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, 6561, (1, prompt_tokens), generator=g)
@@ -381,30 +357,6 @@ def test_hift_f0_and_decode_match_official(hift_pair):
     assert got.shape == expected.shape == (1, 30 * 480)
     assert expected.abs().mean() > 1e-3 and (expected.abs() < 0.99).float().mean() > 0.9
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
-
-
-@contextmanager
-def excitation_as_voxgate(harmonics: int):
-    """The official SineGen's random draws made Voxgate's: every harmonic starts at phase 0,
-    and its Gaussian noise is Voxgate's position-hashed noise (from sample 0)."""
-    from torch.distributions.uniform import Uniform
-
-    real_randn_like = torch.randn_like
-
-    def noise(like, *args, **kwargs):
-        if like.dim() == 3 and like.shape[1] == harmonics:  # SineGen's [B, H, N] noise
-            start = torch.zeros(like.shape[0], dtype=torch.long)
-            return positional_gaussian(start, like.shape[2], harmonics).transpose(1, 2)
-        return real_randn_like(like, *args, **kwargs)  # the unused noise-branch output
-
-    def zero_phase(self, sample_shape=()):
-        return torch.zeros(sample_shape)
-
-    with (
-        mock.patch.object(torch, "randn_like", noise),
-        mock.patch.object(Uniform, "sample", zero_phase),
-    ):
-        yield
 
 
 def test_hift_vocoder_matches_official_with_the_same_excitation(hift_pair):
