@@ -51,6 +51,15 @@ PRESETS = {
         "glm-4-voice-9b",
         "THUDM/glm-4-voice-9b + glm-4-voice-tokenizer + glm-4-voice-decoder (22.05 kHz)",
     ),
+    # --- Chatterbox (models/chatterbox/) -------------------------------------------------------
+    "tiny-chatterbox": Preset(
+        "tiny-chatterbox",
+        "Chatterbox scaled down (T3 with CFG, S3Gen flow + HiFT), seeded random weights",
+    ),
+    "chatterbox": Preset(
+        "chatterbox", "ResembleAI/chatterbox (T3 0.5B with CFG, S3Gen flow + HiFT, 24 kHz)"
+    ),
+    # ------------------------------------------------------------------------------------------
     "voxgate-tiny": Preset(
         "voxgate-tiny",
         "Voxgate's own small trained voice (character SpeechLM + VoxCodec, CPU real time)",
@@ -114,6 +123,9 @@ def load_model(
         )
     if model in ("tiny-glm-voice", "glm-4-voice-9b"):
         return _load_glm_voice(model, codec, device, dtype, random_weights, voices_dir)
+    chatterbox = _load_chatterbox(model, codec, device, dtype, random_weights, voices_dir)
+    if chatterbox is not None:
+        return chatterbox
     moshi = _load_moshi(model, codec, device, dtype, progress, random_weights, voices_dir)
     if moshi is not None:
         return moshi
@@ -153,6 +165,47 @@ def load_model(
     )
 
 
+# --- Chatterbox (models/chatterbox/) -----------------------------------------------------------
+def _load_chatterbox(model, codec, device, dtype, random_weights, voices_dir) -> SpeechModel | None:
+    """tiny-chatterbox, chatterbox (--random-weights: the real shapes) or a folder in the
+    ResembleAI/chatterbox layout; None for anything else."""
+    from models.chatterbox.checkpoint import is_chatterbox_folder, load_chatterbox
+    from models.chatterbox.model import ChatterboxModel
+    from models.chatterbox.presets import ensure_random_chatterbox, ensure_tiny_chatterbox
+
+    folder = Path(model).expanduser()
+    if model not in ("tiny-chatterbox", "chatterbox") and not (
+        model not in PRESETS and is_chatterbox_folder(folder)
+    ):
+        return None
+    if codec is not None:
+        raise CheckpointError("Chatterbox's codec is its own S3Gen; drop --codec")
+    if voices_dir is not None:
+        raise CheckpointError(
+            "Chatterbox voices from clips (--voices-dir) need its voice encoder and S3 tokenizer, "
+            "not supported yet; it speaks with the checkpoint's conds.pt voice"
+        )
+    if model == "tiny-chatterbox":
+        if random_weights:
+            raise CheckpointError(
+                "tiny-chatterbox has random weights already; drop --random-weights"
+            )
+        folder = ensure_tiny_chatterbox()
+    elif model == "chatterbox":
+        if not random_weights:
+            raise CheckpointError(
+                "chatterbox: download ResembleAI/chatterbox (t3_cfg.safetensors, s3gen.safetensors, "
+                "ve.safetensors, conds.pt, tokenizer.json) and pass its folder as --model, or "
+                "add --random-weights for the real shapes with random weights"
+            )
+        folder = ensure_random_chatterbox()
+    elif random_weights:
+        raise CheckpointError(f"--random-weights works with presets only ({', '.join(PRESETS)})")
+    name = model if model in PRESETS else "chatterbox"
+    return ChatterboxModel(load_chatterbox(folder, device, dtype), name=name)
+
+
+# ------------------------------------------------------------------------------------------------
 def _load_moshi(
     model: str, codec, device, dtype, progress, random_weights, voices_dir
 ) -> SpeechModel | None:

@@ -86,6 +86,11 @@ def read_conds(path: Path) -> Voice:
     return Voice(T3Voice(speaker, tokens, emotion), S3GenVoice.from_conds(gen))
 
 
+def is_chatterbox_folder(folder: Path) -> bool:
+    """Whether `folder` holds Chatterbox's T3 and S3Gen files (the published layout)."""
+    return folder.is_dir() and (folder / T3_FILE).exists() and (folder / S3GEN_FILE).exists()
+
+
 def load_chatterbox(
     folder: Path, device: str = "cpu", dtype: torch.dtype = torch.float32
 ) -> Chatterbox:
