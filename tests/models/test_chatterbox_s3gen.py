@@ -150,3 +150,16 @@ def test_loader_names_a_missing_tensor(pair):
     broken = {k: v for k, v in state.items() if k != "flow.encoder_proj.weight"}
     with pytest.raises(CheckpointError, match="encoder_proj"):
         load_s3gen(broken)
+
+
+def test_tiny_preset_uses_the_official_names(tmp_path):
+    """The tiny preset's s3gen.safetensors holds exactly the official flow's and HiFT's tensor
+    names at its depths (other widths); the clip encoders are left out."""
+    from models.chatterbox.presets import ensure_tiny_chatterbox
+
+    flow, hift = official_s3gen_parts(1)
+    official = {f"flow.{k}" for k in flow.state_dict()} | {
+        f"mel2wav.{k}" for k in hift.state_dict()
+    }
+    folder = ensure_tiny_chatterbox(tmp_path)
+    assert set(load_file(str(folder / "s3gen.safetensors"))) == official

@@ -169,3 +169,15 @@ def test_sampling_rules_match_transformers_processors():
     torch.testing.assert_close(penalise_repeats(logits, seen, 1.3), want)
     torch.testing.assert_close(keep_min_p(logits, 0.1), MinPLogitsWarper(0.1)(ids, logits.clone()))
     torch.testing.assert_close(keep_top_p(logits, 0.8), TopPLogitsWarper(0.8)(ids, logits.clone()))
+
+
+def test_tiny_preset_uses_the_official_names_and_conds(official_t3, tmp_path):
+    """The tiny preset's t3_cfg.safetensors has exactly the official T3's tensor names (same
+    depth, other widths), and its conds.pt's `t3` builds the official T3Cond."""
+    from models.chatterbox.presets import ensure_tiny_chatterbox
+
+    folder = ensure_tiny_chatterbox(tmp_path)
+    assert set(load_file(str(folder / "t3_cfg.safetensors"))) == set(official_t3[2])
+    conds = torch.load(str(folder / "conds.pt"), weights_only=True)
+    cond = official_t3[1](**conds["t3"])
+    assert cond.cond_prompt_speech_tokens.shape == (1, T3_FACTS.speech_cond_prompt_len)
