@@ -6,7 +6,7 @@ STAMP := $(VENV)/.voxgate-installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup test demo lint browser-deps teacher-deps teacher-debs clean
+.PHONY: setup test demo lint browser-deps teacher-deps teacher-debs reference-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,7 +45,21 @@ teacher-debs:
 	apt-get update -qq || true
 	mkdir -p .teacher && cd .teacher && apt-get download flite libflite1 libasound2 libasound2-data wamerican
 
-test: setup browser-deps teacher-deps
+# The official Chatterbox package, the independent reference of the flow + HiFT parity tests
+# (tests/models/official_chatterbox.py), in the git-ignored .ref/ folder. --no-deps: the
+# venv's pinned torch, numpy and transformers stay as they are; beside the package come only
+# the modules its S3Gen flow and vocoder import that the venv lacks.
+REFERENCE_DIR := .ref
+REFERENCE_PKGS := chatterbox-tts==0.1.7 diffusers==0.29.0 conformer==0.3.2 omegaconf==2.3.0 \
+	antlr4-python3-runtime==4.9.3 scipy importlib_metadata zipp
+$(REFERENCE_DIR)/.installed: $(BIN)/python
+	$(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR) $(REFERENCE_PKGS) \
+		|| echo "warning: could not install the chatterbox-tts reference; its parity tests will be skipped"
+	@if [ -d $(REFERENCE_DIR)/chatterbox ]; then touch $@; fi
+
+reference-deps: $(REFERENCE_DIR)/.installed
+
+test: setup browser-deps teacher-deps reference-deps
 	$(BIN)/ruff check gateway engine models training voxbench tests bench
 	$(BIN)/ruff format --check gateway engine models training voxbench tests bench
 	$(BIN)/python -m pytest -q -m "not gpu" tests
@@ -59,4 +73,4 @@ demo: setup
 	$(BIN)/voxgate serve --host $(HOST) --port $(PORT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REFERENCE_DIR) .pytest_cache .ruff_cache

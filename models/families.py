@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+from models.chatterbox.family import FAMILY as CHATTERBOX
 from models.checkpoint_errors import CheckpointError
 from models.cosyvoice2.family import FAMILY as COSYVOICE2
 from models.csm.family import FAMILY as CSM
@@ -20,7 +21,15 @@ from models.voxgate_tiny.family import FAMILY as VOXGATE_TINY
 
 # Checkpoints are recognised in this order: a family that looks at local files only (CosyVoice
 # 2's folder layout) before those that read config.json (which a Hub repo id downloads).
-FAMILIES: tuple[ModelFamily, ...] = (COSYVOICE2, GLM_VOICE, MOSHI, VOXGATE_TINY, CSM, ORPHEUS)
+FAMILIES: tuple[ModelFamily, ...] = (
+    COSYVOICE2,
+    CHATTERBOX,
+    GLM_VOICE,
+    MOSHI,
+    VOXGATE_TINY,
+    CSM,
+    ORPHEUS,
+)
 
 
 def all_presets() -> dict[str, str]:

@@ -24,7 +24,7 @@ def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
 
 def test_every_preset_belongs_to_exactly_one_family():
     names = [name for family in FAMILIES for name in family.presets]
-    assert len(names) == len(set(names)) == len(PRESETS) == 11
+    assert len(names) == len(set(names)) == len(PRESETS) == 13
     expected = {
         "voxgate-tiny": "voxgate-tiny",
         "tiny-orpheus": "Orpheus",
@@ -37,6 +37,8 @@ def test_every_preset_belongs_to_exactly_one_family():
         "cosyvoice2-0.5b": "CosyVoice 2",
         "tiny-glm-voice": "GLM-4-Voice",
         "glm-4-voice-9b": "GLM-4-Voice",
+        "tiny-chatterbox": "Chatterbox",
+        "chatterbox": "Chatterbox",
     }
     assert {name: family_of(name).name for name in all_presets()} == expected
 

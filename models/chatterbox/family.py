@@ -1,0 +1,61 @@
+"""Chatterbox in the family table (models/families.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.checkpoint_errors import CheckpointError
+from models.family_spec import Checkpoint, LoadRequest, ModelFamily
+
+PRESETS = {
+    "tiny-chatterbox": "Chatterbox scaled down (T3 with CFG, S3Gen flow + HiFT), seeded random "
+    "weights",
+    "chatterbox": "ResembleAI/chatterbox (T3 0.5B with CFG, S3Gen flow + HiFT, 24 kHz)",
+}
+
+
+def _recognises(checkpoint: Checkpoint) -> bool:
+    from models.chatterbox.layout import is_chatterbox_folder
+
+    folder = checkpoint.local
+    return folder is not None and is_chatterbox_folder(folder)
+
+
+def _load(request: LoadRequest):
+    from models.chatterbox.checkpoint import load_chatterbox
+    from models.chatterbox.model import ChatterboxModel
+    from models.chatterbox.presets import ensure_random_chatterbox, ensure_tiny_chatterbox
+
+    model = request.model
+    request.refuse(
+        codec="Chatterbox's codec is its own S3Gen; drop --codec",
+        voices="Chatterbox voices from clips (--voices-dir) need its voice encoder and S3 "
+        "tokenizer, not supported yet; it speaks with the checkpoint's conds.pt voice",
+    )
+    if model == "tiny-chatterbox":
+        if request.random_weights:
+            raise CheckpointError(
+                "tiny-chatterbox has random weights already; drop --random-weights"
+            )
+        folder = ensure_tiny_chatterbox()
+    elif model == "chatterbox":
+        if not request.random_weights:
+            raise CheckpointError(
+                "chatterbox: download ResembleAI/chatterbox (t3_cfg.safetensors, "
+                "s3gen.safetensors, ve.safetensors, conds.pt, tokenizer.json) and pass its folder "
+                "as --model, or add --random-weights for the real shapes with random weights"
+            )
+        folder = ensure_random_chatterbox()
+    else:
+        folder = Path(model).expanduser()
+    name = model if model in PRESETS else "chatterbox"
+    return ChatterboxModel(load_chatterbox(folder, request.device, request.dtype), name=name)
+
+
+FAMILY = ModelFamily(
+    name="Chatterbox",
+    presets=PRESETS,
+    load=_load,
+    recognises=_recognises,
+    checkpoint_hint="Chatterbox: t3_cfg.safetensors and s3gen.safetensors (ResembleAI/chatterbox)",
+)

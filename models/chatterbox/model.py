@@ -1,0 +1,238 @@
+"""Chatterbox behind the engine's four-stage interface (models/base.py).
+
+Tokens are rows of two ids (`row_width = 2`): the id, and its index within its kind — the
+learned position T3 adds to a text or speech embedding, or the row of the conditioning
+prefix. The engine's sampler draws column 0 from the speech head; `follow_row` writes the
+speech position (the count of tokens generated so far, plus one: T3.inference's
+`get_fixed_embedding(i + 1)`) on the host, so the step is synchronous.
+
+One id space (column 0):
+    [0, 704)              text tokens (T3's text_emb; start 255, stop 0)
+    704 + s, s < 8194     speech token s (speech_emb; 6561 start, 6562 stop)
+    8898 + v              conditioning of voice slot v (the prefix rows are precomputed per
+                          voice: speaker, perceiver over its reference tokens, exaggeration)
+Each request's two classifier-free-guidance rows run as one sequence with stacked heads
+(guided.py); candidate_logits mixes them with the published CFG weight, and the engine's
+sampler applies the repetition penalty (over the start token and every generated one, as
+T3.inference), temperature and top-p. The published min-p (0.05) has no counterpart in the
+engine's sampler yet.
+
+S3Gen decodes each utterance whole when it ends: its flow attends over the whole utterance,
+so a chunk decoded early would not equal the whole-utterance audio (docs/models.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    BackboneShape,
+    Candidates,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    SpeechModel,
+    StreamState,
+)
+from models.chatterbox.checkpoint import Chatterbox, Voice
+from models.chatterbox.config import (
+    SAMPLE_RATE,
+    SAMPLING,
+    SPEECH_CODES,
+    T3_FACTS,
+    TOKEN_RATE,
+)
+from models.chatterbox.guided import guided_forward
+from models.chatterbox.sampling import guided
+from models.device_util import upload
+
+DEFAULT_VOICE = "default"
+MAX_TEXT_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ChatterboxIds:
+    text_vocab: int
+    speech_vocab: int
+
+    @property
+    def speech_base(self) -> int:
+        return self.text_vocab
+
+    @property
+    def cond_base(self) -> int:
+        return self.text_vocab + self.speech_vocab
+
+    @property
+    def stop(self) -> int:
+        return self.speech_base + T3_FACTS.stop_speech
+
+    def speech(self, code: int) -> int:
+        return self.speech_base + code
+
+    def code_of(self, token: int) -> int | None:
+        code = token - self.speech_base
+        return code if 0 <= code < SPEECH_CODES else None
+
+
+@dataclass
+class ChatterboxStream(StreamState):
+    voice: Voice
+    codes: list[int] = field(default_factory=list)
+
+
+class ChatterboxModel(SpeechModel):
+    def __init__(
+        self, parts: Chatterbox, name: str = "chatterbox", cfg_weight: float = SAMPLING.cfg_weight
+    ) -> None:
+        self.parts = parts
+        self.t3 = parts.t3
+        self.cfg_weight = cfg_weight
+        sizes = self.t3.sizes
+        self.ids = ChatterboxIds(sizes.text_vocab, sizes.speech_vocab)
+        self.voices: dict[str, Voice] = {DEFAULT_VOICE: parts.default_voice}
+        self._slots: dict[str, int] = {}
+        self._bank = torch.zeros(0)
+        self._cond_rows = 0
+        self._add_to_bank(DEFAULT_VOICE)
+        self.facts = ModelFacts(
+            name=name,
+            sample_rate=SAMPLE_RATE,
+            token_rate_hz=float(TOKEN_RATE),
+            n_codebooks=1,
+            stop_token_ids=(self.ids.stop,),
+            first_chunk_tokens=1,
+            chunk_tokens=TOKEN_RATE,
+            voices=tuple(self.voices),
+            default_voice=DEFAULT_VOICE,
+            max_context=self._cond_rows + sizes.text_positions + sizes.speech_positions,
+            sampling_defaults={
+                "temperature": SAMPLING.temperature,
+                "top_p": SAMPLING.top_p,
+                "top_k": 0,
+                "repetition_penalty": SAMPLING.repetition_penalty,
+            },
+            row_width=2,
+        )
+        args = sizes.llama_args()
+        self.shape = BackboneShape(
+            num_layers=args.num_layers,
+            hidden_size=2 * args.hidden_size,  # the two CFG rows side by side
+            vocab_size=self.ids.cond_base,
+            num_kv_heads=2 * args.num_kv_heads,
+            head_dim=args.head_dim,
+            num_q_heads=2 * args.num_heads,
+            dtype=self.t3.speech_head.weight.dtype,
+        )
+
+    # voices ------------------------------------------------------------------------------------
+    def _add_to_bank(self, name: str) -> None:
+        """A voice's conditioning rows, computed once (its exaggeration is the voice's own)."""
+        v = self.voices[name].t3
+        w = self.t3.speech_head.weight
+        with torch.inference_mode():
+            rows = self.t3.conditioning(
+                v.speaker.to(w.device, w.dtype), v.prompt_tokens.to(w.device), v.exaggeration
+            )
+        bank = rows[None] if not self._slots else torch.cat([self._bank, rows[None]])
+        self._slots[name] = len(self._slots)
+        self._bank, self._cond_rows = bank, rows.shape[0]
+
+    # 1. preprocess ---------------------------------------------------------------------------
+    def preprocess(self, text: str, voice: str | None) -> Prompt:
+        text = text.strip()
+        if not text:
+            raise ModelInputError("text is empty: give the model something to say")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        name = voice or DEFAULT_VOICE
+        if name not in self.voices:
+            raise ModelInputError(
+                f"unknown voice {name!r}; this model has: {', '.join(self.voices)}"
+            )
+        text_ids = self.parts.tokenizer.text_ids(text)
+        if len(text_ids) > self.t3.sizes.text_positions:
+            raise ModelInputError(
+                f"text is {len(text_ids)} tokens; T3 takes at most {self.t3.sizes.text_positions}"
+            )
+        slot = self.ids.cond_base + self._slots[name]
+        rows = [(slot, j) for j in range(self._cond_rows)]
+        rows += [(t, i) for i, t in enumerate(text_ids)]
+        start = self.ids.speech(T3_FACTS.start_speech)
+        rows += [(start, 0), (start, 0)]  # T3.inference feeds the start token twice
+        return Prompt(rows, extras={"voice": self.voices[name]})
+
+    # 2. forward ------------------------------------------------------------------------------
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows [T, 2] → both CFG rows' embeddings [T, 2, H], with gathers and selects only
+        (fixed shapes, no host synchronisation)."""
+        t3, i = self.t3, self.ids
+        kind, index = ids[:, 0], ids[:, 1]
+        sizes = t3.sizes
+        text_pos = t3.text_pos_emb.emb(index.clamp(0, sizes.text_positions - 1))
+        text = t3.text_emb(kind.clamp(0, i.text_vocab - 1)) + text_pos
+        speech = t3.speech_emb((kind - i.speech_base).clamp(0, sizes.speech_vocab - 1))
+        speech = speech + t3.speech_pos_emb.emb(index.clamp(0, sizes.speech_positions - 1))
+        slot = (kind - i.cond_base).clamp(0, self._bank.shape[0] - 1)
+        cond = self._bank[slot, index.clamp(0, self._cond_rows - 1)]
+        is_text, is_cond = (kind < i.text_vocab)[:, None], (kind >= i.cond_base)[:, None]
+        shared = torch.where(is_cond, cond, speech)
+        conditional = torch.where(is_text, text, shared)
+        unconditional = torch.where(is_text, text_pos, shared)  # text tokens zeroed
+        return torch.stack([conditional, unconditional], dim=1)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
+        hidden = guided_forward(self.t3, self.embed(input_ids), positions, attn)
+        return hidden.flatten(1)  # [T, 2H]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The speech head's logits, the two CFG rows mixed [N, 8194]."""
+        both = self.t3.speech_logits(hidden.view(hidden.shape[0], 2, -1))
+        return guided(both[:, 0], both[:, 1], self.cfg_weight)
+
+    # 3. sample -------------------------------------------------------------------------------
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        logits = self.compute_logits(hidden)
+        blocked = ~upload(allow_stop, torch.bool, logits.device)
+        logits[:, T3_FACTS.stop_speech].masked_fill_(blocked, float("-inf"))
+        n, k = logits.shape
+        ids = torch.arange(self.ids.speech_base, self.ids.speech_base + k, device=logits.device)
+        return Candidates(logits, ids.expand(n, k))
+
+    def depth_stage(self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample) -> torch.Tensor:
+        """No depth transformer: column 1 (the speech position) is written by follow_row."""
+        return torch.stack([first_tokens, torch.zeros_like(first_tokens)], dim=1)
+
+    def follow_row(self, prompt, output, token) -> tuple[int, int]:
+        return (token[0], len(output) + 1)
+
+    def is_stop(self, token) -> bool:
+        return token[0] == self.ids.stop
+
+    # 4. postprocess --------------------------------------------------------------------------
+    def new_stream_state(self) -> ChatterboxStream:
+        return ChatterboxStream(self.voices[DEFAULT_VOICE])
+
+    def stream_state_for(self, extras: dict[str, Any]) -> ChatterboxStream:
+        return ChatterboxStream(extras["voice"])
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list], final: list[bool]
+    ) -> list[np.ndarray]:
+        out = []
+        for state, tokens, last in zip(states, new_tokens, final, strict=True):
+            assert isinstance(state, ChatterboxStream)
+            for token in tokens:
+                code = self.ids.code_of(token[0])
+                if code is not None:  # start/stop and the head's unused rows are dropped
+                    state.codes.append(code)
+            if last and state.codes:
+                out.append(self.parts.s3gen.decode(state.codes, state.voice.s3gen))
+            else:
+                out.append(np.zeros(0, dtype=np.float32))
+        return out

@@ -1,0 +1,80 @@
+"""Chatterbox through the engine (four stages, paged KV, batched requests) against the offline
+reference decode (t3_decode.py, itself equal to the official T3 in test_chatterbox_t3.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.outputs import AudioChunk, Finished, SpeechRequest
+from engine.request import SamplingParams
+from models.base import ModelInputError
+from models.chatterbox.checkpoint import load_chatterbox
+from models.chatterbox.model import ChatterboxModel
+from models.chatterbox.presets import ensure_tiny_chatterbox
+from models.chatterbox.sampling import T3Sampling
+from models.chatterbox.t3_decode import T3Request, generate_speech_tokens
+
+TEXTS = ["Hello there.", "A second, longer sentence to say.", "Third one!", "Four."]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return ChatterboxModel(load_chatterbox(ensure_tiny_chatterbox(tmp_path_factory.mktemp("c"))))
+
+
+def run(core: EngineCore, specs: list[SpeechRequest]):
+    pending, requests, audio, finished, peak = list(specs), [], {}, {}, 0
+    while pending or core.has_work():
+        for _ in range(min(2, len(pending))):
+            requests.append(core.add_request(pending.pop(0)))
+        for event in core.step():
+            if isinstance(event, AudioChunk):
+                audio.setdefault(event.request_id, []).append(event.pcm)
+            elif isinstance(event, Finished):
+                finished[event.request_id] = event
+        peak = max(peak, core.last_timing.batch_size)
+    return requests, audio, finished, peak
+
+
+def test_batched_greedy_tokens_equal_the_reference_decode(model):
+    config = EngineConfig(max_num_seqs=8, max_batch_tokens=256, num_kv_blocks=64, block_size=16)
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+    n = 24
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.2, max_tokens=n)
+    requests, audio, _, peak = run(core, [SpeechRequest(t, None, params) for t in TEXTS])
+    assert peak == 4
+    voice = model.parts.default_voice
+    for req, text in zip(requests, TEXTS, strict=True):
+        ask = T3Request(
+            model.parts.tokenizer.text_ids(text),
+            voice.t3.speaker,
+            voice.t3.prompt_tokens,
+            voice.t3.exaggeration,
+            n,
+        )
+        want = generate_speech_tokens(model.t3, ask, T3Sampling(greedy=True))
+        got = [row[0] - model.ids.speech_base for row in req.output_ids if not model.is_stop(row)]
+        assert got == want, req.request_id
+        assert [row[1] for row in req.output_ids] == list(range(1, len(req.output_ids) + 1))
+        codes = [c for c in want if c < 6561]
+        pcm = np.concatenate(audio[req.request_id])
+        np.testing.assert_array_equal(pcm, model.parts.s3gen.decode(codes, voice.s3gen))
+    assert core.blocks.num_used == 0
+
+
+def test_kv_cache_holds_both_cfg_rows(model):
+    sizes = model.t3.sizes
+    assert model.shape.num_kv_heads == 2 * sizes.kv_heads
+    assert model.shape.num_q_heads == 2 * sizes.heads
+    assert model.facts.row_width == 2
+
+
+def test_bad_requests_get_clear_errors(model):
+    with pytest.raises(ModelInputError, match="unknown voice"):
+        model.preprocess("Hi.", "nobody")
+    with pytest.raises(ModelInputError, match="empty"):
+        model.preprocess("   ", None)

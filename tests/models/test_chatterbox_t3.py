@@ -1,0 +1,183 @@
+"""Chatterbox's T3 against the official package (`chatterbox-tts`, `make reference-deps`):
+seeded random weights in the official module, saved as t3_cfg.safetensors and loaded through
+Voxgate's loader; greedy tokens with classifier-free guidance (and the repetition penalty)
+must be equal, fp32 on the CPU. The official sampler has no greedy switch: min_p = 1 keeps
+only the likeliest token, which is what is compared."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+from official_chatterbox import import_official
+from safetensors.torch import load_file, save_file
+
+from models.chatterbox.config import T3_FACTS, t3_sizes
+from models.chatterbox.sampling import T3Sampling, keep_min_p, keep_top_p, penalise_repeats
+from models.chatterbox.t3 import load_t3, t3_state_dict
+from models.chatterbox.t3_decode import T3Request, generate_speech_tokens
+from models.checkpoint_errors import CheckpointError
+
+# The official perceiver is 1024 wide whatever the backbone, so the backbone is too; depth,
+# MLP and KV heads are scaled down (4 KV heads for 16 query heads: grouped-query attention).
+TEST_LLAMA = {
+    "vocab_size": 8,
+    "max_position_embeddings": 131072,
+    "hidden_size": 1024,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": 64,
+    "attn_implementation": "eager",
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "initializer_range": 0.02,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "use_cache": True,
+}
+
+
+@pytest.fixture(scope="module")
+def official_t3():
+    t3_module, configs, cond_module = import_official(
+        "chatterbox.models.t3.t3",
+        "chatterbox.models.t3.modules.t3_config",
+        "chatterbox.models.t3.modules.cond_enc",
+    )
+    with mock.patch.dict(t3_module.LLAMA_CONFIGS, {"voxgate_test": TEST_LLAMA}):
+        hp = configs.T3Config.english_only()
+        hp.llama_config_name = "voxgate_test"
+        model = t3_module.T3(hp)
+    g = torch.Generator().manual_seed(21)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):  # RMS/LayerNorm gains near one
+                p.add_(1.0)
+    # The published layout: the state before inference registers its `patched_model` wrapper.
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    return model.eval(), cond_module.T3Cond, state
+
+
+@pytest.fixture(scope="module")
+def ours(official_t3, tmp_path_factory):
+    path = tmp_path_factory.mktemp("t3") / "t3_cfg.safetensors"
+    save_file({k: v.contiguous() for k, v in official_t3[2].items()}, str(path))
+    return load_t3(load_file(str(path)))
+
+
+def conditioning(seed: int, prompt_len: int = 20):
+    g = torch.Generator().manual_seed(seed)
+    speaker = torch.randn(256, generator=g)
+    prompt = torch.randint(0, 6561, (prompt_len,), generator=g)
+    text = [
+        T3_FACTS.start_text,
+        *torch.randint(1, 704, (12,), generator=g).tolist(),
+        T3_FACTS.stop_text,
+    ]
+    return speaker, prompt, text
+
+
+def official_tokens(official_t3, speaker, prompt, text, exaggeration, cfg_weight, n):
+    model, T3Cond, _ = official_t3
+    cond = T3Cond(
+        speaker_emb=speaker[None],
+        cond_prompt_speech_tokens=prompt[None],
+        emotion_adv=exaggeration * torch.ones(1, 1, 1),
+    )
+    text_tokens = torch.tensor([text, text])
+    tokens = model.inference(
+        t3_cond=cond,
+        text_tokens=text_tokens,
+        max_new_tokens=n,
+        temperature=0.8,
+        cfg_weight=cfg_weight,
+        repetition_penalty=1.2,
+        min_p=1.0,
+        top_p=1.0,
+    )[0].tolist()
+    return tokens[:-1] if tokens and tokens[-1] == T3_FACTS.stop_speech else tokens
+
+
+@pytest.mark.parametrize(
+    ("seed", "exaggeration", "cfg_weight"), [(1, 0.5, 0.5), (2, 1.5, 0.0), (3, 0.25, 1.0)]
+)
+def test_greedy_tokens_with_cfg_equal_official(official_t3, ours, seed, exaggeration, cfg_weight):
+    speaker, prompt, text = conditioning(seed)
+    n = 40
+    expected = official_tokens(official_t3, speaker, prompt, text, exaggeration, cfg_weight, n)
+    request = T3Request(text, speaker, prompt, exaggeration, max_new_tokens=n)
+    got = generate_speech_tokens(ours, request, T3Sampling(cfg_weight=cfg_weight, greedy=True))
+    assert len(set(expected)) > 3, "the comparison needs varied tokens"
+    assert got == expected
+
+
+def test_cfg_weight_changes_the_tokens(ours):
+    """Guidance is not inert: the same request with and without it generates differently."""
+    speaker, prompt, text = conditioning(1)
+    request = T3Request(text, speaker, prompt, max_new_tokens=30)
+    a = generate_speech_tokens(ours, request, T3Sampling(cfg_weight=0.0, greedy=True))
+    b = generate_speech_tokens(ours, request, T3Sampling(cfg_weight=1.0, greedy=True))
+    assert a != b
+
+
+def test_sizes_read_off_the_checkpoint_and_saved_back_in_the_published_layout(official_t3, ours):
+    theirs = official_t3[2]
+    sizes = t3_sizes(theirs)
+    assert (sizes.hidden, sizes.layers, sizes.intermediate, sizes.kv_heads) == (1024, 2, 256, 4)
+    assert (sizes.text_vocab, sizes.speech_vocab, sizes.perceiver_queries) == (704, 8194, 32)
+    back = t3_state_dict(ours)
+    assert set(back) == set(theirs)
+    assert all(torch.equal(back[k], theirs[k]) for k in theirs)
+
+
+def test_loader_names_what_is_missing(official_t3):
+    state = dict(official_t3[2])
+    del state["cond_enc.emotion_adv_fc.weight"]
+    with pytest.raises(CheckpointError, match="emotion_adv_fc"):
+        load_t3(state)
+
+
+def test_sampling_rules_match_transformers_processors():
+    from transformers.generation.logits_process import (
+        MinPLogitsWarper,
+        RepetitionPenaltyLogitsProcessor,
+        TopPLogitsWarper,
+    )
+
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(3, 50, generator=g) * 3
+    ids = torch.randint(0, 50, (3, 7), generator=g)
+    seen = torch.zeros(3, 50, dtype=torch.bool).scatter(1, ids, True)
+    want = RepetitionPenaltyLogitsProcessor(1.3)(ids, logits.clone())
+    torch.testing.assert_close(penalise_repeats(logits, seen, 1.3), want)
+    torch.testing.assert_close(keep_min_p(logits, 0.1), MinPLogitsWarper(0.1)(ids, logits.clone()))
+    torch.testing.assert_close(keep_top_p(logits, 0.8), TopPLogitsWarper(0.8)(ids, logits.clone()))
+
+
+def test_tiny_preset_uses_the_official_names_and_conds(official_t3, tmp_path):
+    """The tiny preset's t3_cfg.safetensors has exactly the official T3's tensor names (same
+    depth, other widths), and its conds.pt's `t3` builds the official T3Cond."""
+    from models.chatterbox.presets import ensure_tiny_chatterbox
+
+    folder = ensure_tiny_chatterbox(tmp_path)
+    assert set(load_file(str(folder / "t3_cfg.safetensors"))) == set(official_t3[2])
+    conds = torch.load(str(folder / "conds.pt"), weights_only=True)
+    cond = official_t3[1](**conds["t3"])
+    assert cond.cond_prompt_speech_tokens.shape == (1, T3_FACTS.speech_cond_prompt_len)
