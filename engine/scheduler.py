@@ -424,7 +424,7 @@ class Scheduler:
         Why: a job of CosyVoice 2's flow + HiFT is thousands of small kernels whatever its rows
         (on the H200: ~50 ms at 1 row, 66 ms at 8, 163 ms at 32). At 8 req/s steady jobs ran
         back to back with 3 rows at the median while listeners held 1.9 s of audio, and their
-        kernels slowed the LLM's every step (ninth session). A few large jobs leave the GPU to
+        kernels slowed the LLM's every step. A few large jobs leave the GPU to
         the LLM in between. Only with a lane, which takes first chunks and any chunk that comes
         due while a large steady job runs."""
         if not ready or len(ready) >= self.steady_batch_rows:
@@ -442,16 +442,16 @@ class Scheduler:
         within the job it may have in flight plus its own (2 x `lane_s`), and a steady job
         that takes longer would hold the first audio back. On the H200 at 4 req/s, steady
         jobs of 2-8 rows took 100-560 ms against the lane's ~50 ms, and the first chunks that
-        rode them made the whole p90 of time to first audio (eighth session)."""
+        rode them made the whole p90 of time to first audio."""
         return self.detok_time_s >= 2 * lane_s
 
     def lane_urgent(self, request: Request, now: float) -> bool:
         """Whether a playing request's ready chunk belongs on the lane: its listener's buffer
         would not last, with the first-audio margin, through a steady job in flight and then
         its own (two steady jobs). On the H200 the streams that came late were second chunks
-        that waited so (BENCHMARKS.md, sixth session). With the margin (3 on CUDA) most second
+        that waited so. With the margin (3 on CUDA) most second
         chunks take the lane: at 4 and 6 req/s no stream of 107 came late; with 1.5 in its
-        place one of 15 did at 6 req/s and one of 23 at 3 (seventh session)."""
+        place one of 15 did at 6 req/s and one of 23 at 3."""
         return request.buffered_audio_s(now) < 2 * self.detok_time_s * self.first_audio_margin
 
 

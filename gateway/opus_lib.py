@@ -5,7 +5,7 @@ event loop, and each time a thread comes back from C it waits up to a switch int
 the GIL. PyAV goes back and forth several times per 20-ms frame (a resampled AudioFrame, the
 codec's send and receive, a Packet object), so in a busy gateway a 640-ms chunk's encode took
 ~40 ms instead of ~7 (bench/encode_convoy.py, one busy Python thread beside it; at 11 req/s
-of CosyVoice 2 on the H200 the encodes averaged 29 ms, twelfth session). Here each frame is
+of CosyVoice 2 on the H200 the encodes averaged 29 ms). Here each frame is
 one foreign call, which releases the GIL for the whole frame's encode, and Opus takes 8, 12,
 16, 24 and 48 kHz input as it is, so the models' 24 kHz audio needs no resampler either.
 

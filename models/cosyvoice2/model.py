@@ -90,13 +90,12 @@ class CosyVoice2Model(SpeechModel):
             # does not cover holds the first chunk until the first-audio budget. On the H200,
             # with first and urgent chunks on the lane, second chunks came at most 529 ms
             # after the first (p90 ~300 ms) at 4-7 req/s, and margin 2 played 234 streams
-            # without a gap while 3 failed time to first audio at 4 req/s (BENCHMARKS.md,
-            # eighth session).
+            # without a gap while 3 failed time to first audio at 4 req/s (docs/benchmark-history.md).
             first_audio_margin=2.0,
             # A steady job's cost is mostly its ~14,000 kernel launches, whatever its rows: on
             # the H200, 66 ms at 8 rows and 163 ms at 32, against ~50 ms at 1. At 8 req/s
             # steady jobs ran back to back with 3 rows at the median while listeners held 1.9 s
-            # of audio (BENCHMARKS.md, ninth session); batching them frees the GPU for the LLM.
+            # of audio (docs/benchmark-history.md); batching them frees the GPU for the LLM.
             steady_batch_rows=16,
         )
         self.shape = BackboneShape.of(args, llm, self.ids.vocab_size)

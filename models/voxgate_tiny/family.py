@@ -28,8 +28,8 @@ def _load(request: LoadRequest):
 
 
 # On a 2-core host each of these lifted its served goodput (BENCHMARKS.md, "voxgate-tiny on
-# CPU"): no GIL shared with the gateway, int8 weights, one torch thread per two cores (the
-# other core encodes Opus), and real-time admission since two cores carry a handful of streams.
+# CPU"): no GIL shared with the gateway, int8 weights, and one torch thread per two cores (the
+# other core encodes Opus).
 FAMILY = ModelFamily(
     name="voxgate-tiny",
     presets={
