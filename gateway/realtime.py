@@ -21,7 +21,6 @@ session's, exactly as on `/v1/stream`. Audio leaves as base64 `response.audio.de
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -95,8 +94,6 @@ from gateway.wire import (
     WireEvent,
     WireInput,
 )
-
-log = logging.getLogger("voxgate.gateway")
 
 _FRAME_MS = 20
 SPECS: Mapping[RealtimeFormat, AudioSpec] = {
@@ -234,11 +231,19 @@ class RealtimeWire(Wire):
         if event.max_output_tokens is not None:
             sampling["max_tokens"] = event.max_output_tokens
         if event.instructions:
-            log.info("realtime: session instructions ignored (a text-to-speech model speaks text)")
+            # No served model is given a system prompt by the engine yet; echoing them back
+            # would tell the client they steer the answers.
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`instructions` are not applied: {self._facts.name} is not given a system "
+                "prompt by this server; leave them out (or send an empty string)",
+            )
         output = SPECS[event.output_format] if event.output_format is not None else None
         input_audio = SPECS[event.input_format] if event.input_format is not None else None
         if input_audio is not None and not self._facts.accepts_audio:
             raise _audio_input_refusal("input_audio_format", self._facts)
+        if event.turn_detection not in (UNSET, None) and not self._facts.accepts_audio:
+            raise _audio_input_refusal("turn_detection", self._facts)
         detection = native_turn_detection(event.turn_detection)
         # What the session does not own comes back in SessionUpdated once the update is taken.
         echo = (event.turn_detection, event.instructions, event.input_format)

@@ -69,6 +69,43 @@ class SessionUpdateEvent:
     input_format: RealtimeFormat | None = None  # turn-based speech-to-speech models
 
 
+# Session fields no served model applies, each with the values that ask for nothing (what the
+# session already does); any other value is refused with `bad_field` instead of being echoed.
+# Paths are (beta field, GA field) where the dialects differ.
+def _no_tools(value: Any) -> bool:
+    return value is None or value == []
+
+
+def _speaks_audio(value: Any) -> bool:
+    return isinstance(value, list) and "audio" in value
+
+
+_UNSERVED_FIELDS: tuple[tuple[str, Any, str], ...] = (
+    ("tools", _no_tools, "function calling is not served"),
+    ("tool_choice", lambda v: v in (None, "auto", "none"), "function calling is not served"),
+    ("modalities", lambda v: v is None or _speaks_audio(v), "every response is audio"),
+    ("output_modalities", lambda v: v is None or _speaks_audio(v), "every response is audio"),
+    ("input_audio_transcription", lambda v: v is None, "input transcription is not served"),
+    ("input_audio_noise_reduction", lambda v: v is None, "noise reduction is not served"),
+    ("audio.input.transcription", lambda v: v is None, "input transcription is not served"),
+    ("audio.input.noise_reduction", lambda v: v is None, "noise reduction is not served"),
+    ("audio.output.speed", lambda v: v is None or v == 1, "speed is not served"),
+    ("speed", lambda v: v is None or v == 1, "speed is not served"),
+    ("prompt", lambda v: v is None, "stored prompts are not served"),
+)
+
+
+def _refuse_unserved(session: dict) -> None:
+    for path, asks_nothing, why in _UNSERVED_FIELDS:
+        obj: Any = session
+        *parents, name = path.split(".")
+        for parent in parents:
+            obj = obj.get(parent) if isinstance(obj, dict) else None
+        if not isinstance(obj, dict) or name not in obj or asks_nothing(obj[name]):
+            continue
+        raise _bad(f"`session.{path}` is not applied by this server ({why}); leave it out")
+
+
 @dataclass(frozen=True)
 class ItemCreateEvent:
     event_id: str | None
@@ -187,6 +224,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     session = obj.get("session")
     if not isinstance(session, dict):
         raise _bad("`session` must be an object")
+    _refuse_unserved(session)
     audio = session.get("audio") if isinstance(session.get("audio"), dict) else {}
     out = audio.get("output") if isinstance(audio.get("output"), dict) else {}
     inp = audio.get("input") if isinstance(audio.get("input"), dict) else {}

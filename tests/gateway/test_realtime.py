@@ -201,6 +201,44 @@ async def test_bad_events_get_error_events_and_the_session_stays_usable(server):
         assert_ran_to_its_token_budget(done)
 
 
+async def test_session_fields_not_applied_are_refused_and_applied_ones_still_work(server):
+    """`instructions` (no served model is given a system prompt), tools and text-only output
+    get an `error` naming the field instead of a silent echo in `session.updated`; the refused
+    update changes nothing, and the fields that are applied still are."""
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        refused = [
+            ({"instructions": "Speak like a pirate.", **FAST}, "`instructions` are not applied"),
+            ({"tools": [{"type": "function", "name": "f"}]}, "`session.tools` is not applied"),
+            ({"output_modalities": ["text"]}, "`session.output_modalities` is not applied"),
+            ({"audio": {"output": {"speed": 1.5}}}, "`session.audio.output.speed` is not applied"),
+            ({"audio": {"input": {"turn_detection": {"type": "server_vad"}}}}, "speech-to-speech"),
+        ]
+        for session, says in refused:
+            await conn.send({"type": "session.update", "session": {"type": "realtime", **session}})
+            error = await next_event(conn)
+            assert error.type == "error", (session, error)
+            assert error.error.type == "invalid_request_error"
+            assert says in error.error.message, error
+        # The values that ask for nothing are accepted, and what is applied shows.
+        session = {
+            "type": "realtime",
+            "instructions": "",
+            "tools": [],
+            "tool_choice": "auto",
+            "output_modalities": ["audio"],
+            **FAST,
+        }
+        await conn.send({"type": "session.update", "session": session})
+        updated = await next_event(conn)
+        assert updated.type == "session.updated", updated
+        assert updated.session.instructions == ""
+        assert updated.session.max_output_tokens == 60
+        await say(conn)
+        done, _ = await until_event(conn, "response.done")
+        assert_ran_to_its_token_budget(done)  # the refused update's budget was not taken
+
+
 async def test_a_wrong_model_name_is_refused_with_an_error(server):
     async with client(server).realtime.connect(model="gpt-realtime") as conn:
         error = await next_event(conn)

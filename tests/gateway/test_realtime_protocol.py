@@ -88,6 +88,41 @@ def test_bad_session_updates(session, code):
     assert err.value.code == code
 
 
+@pytest.mark.parametrize(
+    "session, field",
+    [
+        ({"tools": [{"type": "function", "name": "lookup"}]}, "session.tools"),
+        ({"tool_choice": "required"}, "session.tool_choice"),
+        ({"modalities": ["text"]}, "session.modalities"),
+        ({"output_modalities": ["text"]}, "session.output_modalities"),
+        ({"input_audio_transcription": {"model": "whisper-1"}}, "input_audio_transcription"),
+        ({"audio": {"input": {"transcription": {"model": "x"}}}}, "audio.input.transcription"),
+        ({"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}, "noise_reduction"),
+        ({"audio": {"output": {"speed": 1.25}}}, "session.audio.output.speed"),
+        ({"speed": 0.8}, "session.speed"),
+        ({"prompt": {"id": "pmpt_1"}}, "session.prompt"),
+    ],
+)
+def test_session_fields_no_model_applies_are_refused_by_name(session, field):
+    with pytest.raises(ProtocolError) as err:
+        decode(type="session.update", session=session)
+    assert err.value.code == ErrorCode.BAD_FIELD
+    assert field in err.value.message and "not applied" in err.value.message
+
+
+def test_session_fields_that_ask_for_nothing_are_accepted():
+    session = {
+        "tools": [],
+        "tool_choice": "auto",
+        "modalities": ["audio", "text"],
+        "output_modalities": ["audio"],
+        "input_audio_transcription": None,
+        "audio": {"input": {"noise_reduction": None}, "output": {"speed": 1.0}},
+        "prompt": None,
+    }
+    assert isinstance(decode(type="session.update", session=session), SessionUpdateEvent)
+
+
 def test_item_create_joins_text_parts_and_refuses_audio_parts():
     item = {
         "type": "message",
