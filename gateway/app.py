@@ -36,6 +36,7 @@ from gateway.supervisor import RestartPolicy, SupervisedEngine
 from gateway.twilio import TwilioWire
 from gateway.twilio_protocol import ConnectStream, encode_twiml
 from gateway.twilio_signature import SIGNATURE_HEADER, is_valid_twilio_signature, public_url
+from gateway.voices_http import VoicesEndpoint
 from gateway.wire import Wire
 
 log = logging.getLogger("voxgate.gateway")
@@ -274,6 +275,7 @@ def create_app(
         WebSocketRoute("/v1/twilio", gateway.twilio),
         Route("/v1/twilio/twiml", gateway.twiml, methods=["GET", "POST"]),
         Route("/v1/audio/speech", SpeechEndpoint(gateway).create, methods=["POST"]),
+        Route("/v1/voices", VoicesEndpoint(gateway).list, methods=["GET"]),
         *_static_routes(settings),  # last: "/" must not shadow the routes above
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -70,6 +70,11 @@ class ModelFacts:
     full_duplex: bool = False
     voices: tuple[str, ...] = ()
     default_voice: str | None = None
+    # Which of `voices` were made from reference clips (--voices-dir); the rest are the
+    # model's own presets. GET /v1/voices reports each voice's source from this.
+    clip_voices: tuple[str, ...] = ()
+    # The model can make a voice from a reference clip (+ its transcript) at all.
+    voice_cloning: bool = False
     max_context: int = 4096
     # Sampling values the model was trained/tuned with; callers' own values override them.
     sampling_defaults: dict[str, float] = field(default_factory=dict)

@@ -74,6 +74,7 @@ class CosyVoice2Model(SpeechModel):
             held_back_tokens=-(-detok.right // detok.ratio),
             voices=voices.names,
             default_voice=voices.default,
+            voice_cloning=voices.encoder is not None,
             max_context=args.max_positions,
             # ras_sampling's nucleus; CosyVoice applies no temperature and no penalty.
             sampling_defaults={
@@ -114,7 +115,10 @@ class CosyVoice2Model(SpeechModel):
                 name, chunks, self.detok.chunk, self.detok.MAX_GRAPH_PROMPT_CHUNKS,
             )  # fmt: skip
         self.facts = dataclasses.replace(
-            self.facts, voices=self.voices.names, default_voice=self.voices.default
+            self.facts,
+            voices=self.voices.names,
+            default_voice=self.voices.default,
+            clip_voices=(*(v for v in self.facts.clip_voices if v != name), name),
         )
 
     def add_voices_dir(self, folder: str) -> None:

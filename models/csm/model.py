@@ -76,6 +76,7 @@ class CsmModel(SpeechModel):
             chunk_tokens=detok.chunk,
             voices=SPEAKERS,
             default_voice=SPEAKERS[0],
+            voice_cloning=True,
             max_context=args.max_positions,
             # Sesame's generator defaults (temperature 0.9, top-k 50); no repetition penalty.
             sampling_defaults={
@@ -103,7 +104,8 @@ class CsmModel(SpeechModel):
             raise ModelInputError(f"voice {name!r} needs a transcript and a speaker id >= 0")
         codes = self.detok.encode(audio)
         self._voices[name] = P.VoicePrompt(speaker, text.strip(), codes)
-        self.facts = replace(self.facts, voices=SPEAKERS + tuple(sorted(self._voices)))
+        clip_voices = tuple(sorted(self._voices))
+        self.facts = replace(self.facts, voices=SPEAKERS + clip_voices, clip_voices=clip_voices)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:

@@ -163,6 +163,9 @@ def test_async_scheduling_equals_the_synchronous_step(model):
 
 def test_prompt_layout(model):
     ids = model.ids
+    # GET /v1/voices tells the spk2info presets from the voices made from clips.
+    assert "narrator" in model.facts.voices and model.facts.voices[-1] == "clip"
+    assert model.facts.clip_voices == ("clip",) and model.facts.voice_cloning
     plain = model.preprocess("Hi!", "narrator").token_ids
     assert plain == [ids.sos, *model.text_ids("Hi!"), ids.task_id]
     v = model.voices.get("clip")

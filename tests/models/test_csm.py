@@ -207,7 +207,9 @@ def test_prompt_layout(tiny_csm_dir):
     assert [r[K] for r in rows] == [P.BEGIN_OF_TEXT, *text, P.END_OF_TEXT]
     assert all(r[:K] == (P.ABSENT,) * K for r in rows)
     clip = np.zeros(4800, np.float32)
+    assert model.facts.voice_cloning and model.facts.clip_voices == ()
     model.add_voice("clip", "Said before.", clip, speaker=0)
+    assert model.facts.clip_voices == ("clip",) and model.facts.voices == ("0", "1", "clip")
     voiced = model.preprocess("Hi.", "clip").token_ids
     said = P.turn_ids(model.tokenizer, 0, "Said before.")
     codes = model.detok.encode(clip)
