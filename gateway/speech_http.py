@@ -32,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from engine.api import EngineDead
-from gateway.auth import Denial, Principal
+from gateway.auth import Principal
 from gateway.protocol import AudioFormat, AudioSpec, ErrorCode, ErrorEvent, ServerEvent
 from gateway.reply import Emitter, SpeechOptions
 from gateway.response import Response as TextResponse
@@ -40,11 +40,18 @@ from gateway.response import ResponseRunner
 from gateway.segmenter import SentenceSegmenter
 from gateway.session_start import admission_refusal
 from gateway.speech_formats import SPEECH_RATE, available_formats, open_writer
-from gateway.speech_request import SpeechCall, SpeechHttpError, bad, parse_speech_request
+from gateway.speech_request import (
+    RETRY_AFTER_S,
+    SpeechCall,
+    SpeechHttpError,
+    authorize,
+    bad,
+    parse_speech_request,
+    unavailable,
+)
 from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("voxgate.gateway")
-RETRY_AFTER_S = 1
 IGNORED_HEADER = "Voxgate-Ignored-Fields"
 
 # How an engine refusal before any audio is answered: (HTTP status, OpenAI error type).
@@ -58,10 +65,6 @@ _STATUS_OF: dict[ErrorCode, tuple[int, str]] = {
 def error_response(error: SpeechHttpError) -> JSONResponse:
     headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s else None
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
-
-
-def _unavailable(message: str, status: int = 503, kind: str = "server_error") -> SpeechHttpError:
-    return SpeechHttpError(status, message, kind=kind, retry_after_s=RETRY_AFTER_S)
 
 
 class SpeechStream:
@@ -272,29 +275,22 @@ class SpeechEndpoint:
 
     async def _create(self, request: Request) -> Response:
         gateway = self._gateway
-        verdict = gateway.auth.check(request.headers, [])
-        if isinstance(verdict, Denial):
-            gateway.metrics.handshakes_refused.labels(str(verdict.status)).inc()
-            code = "invalid_api_key" if verdict.status in (401, 403) else None
-            kind = "authentication_error" if verdict.status == 401 else "permission_error"
-            raise SpeechHttpError(verdict.status, verdict.message, kind=kind, code=code)
+        verdict = authorize(gateway, request.headers)
         engine = gateway.engine
-        if engine is None or not engine.ready:
-            raise _unavailable("the engine is not ready; try again later")
         body = await _read_body(request, gateway.settings.max_message_bytes)
         call = parse_speech_request(body, engine.facts, gateway.settings, self._formats)
         refusal = gateway.slots.acquire(verdict)
         if refusal is not None:
             gateway.metrics.errors.labels(refusal.code.value).inc()
             if refusal.code is ErrorCode.RATE_LIMITED:
-                raise _unavailable(refusal.message, 429, "rate_limit_error")
-            raise _unavailable(refusal.message)
+                raise unavailable(refusal.message, 429, "rate_limit_error")
+            raise unavailable(refusal.message)
         stream = SpeechStream(gateway, call, verdict)
         try:
             busy = admission_refusal(engine, gateway.settings)
             if busy is not None:
                 gateway.metrics.errors.labels(ErrorCode.OVERLOADED.value).inc()
-                raise _unavailable(busy)
+                raise unavailable(busy)
             error = await stream.start()
         except BaseException:
             await stream.close()

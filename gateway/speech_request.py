@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from engine.api import ConfigError, ModelFacts, SamplingParams
+from gateway.auth import Denial, Principal
 from gateway.config import GatewaySettings
 from gateway.speech_formats import SpeechFormat
 
@@ -70,6 +71,28 @@ class SpeechHttpError(Exception):
 
 def bad(param: str | None, message: str, code: str | None = "invalid_value") -> SpeechHttpError:
     return SpeechHttpError(400, message, param, code=code)
+
+
+RETRY_AFTER_S = 1  # what a 429 / 503 asks the client to wait
+
+
+def unavailable(message: str, status: int = 503, kind: str = "server_error") -> SpeechHttpError:
+    return SpeechHttpError(status, message, kind=kind, retry_after_s=RETRY_AFTER_S)
+
+
+def authorize(gateway, headers) -> Principal:
+    """The caller of an HTTP route, by the API keys (gateway/auth.py), with the engine ready;
+    otherwise SpeechHttpError in OpenAI's shape (the refusal counted)."""
+    verdict = gateway.auth.check(headers, [])
+    if isinstance(verdict, Denial):
+        gateway.metrics.handshakes_refused.labels(str(verdict.status)).inc()
+        code = "invalid_api_key" if verdict.status in (401, 403) else None
+        kind = "authentication_error" if verdict.status == 401 else "permission_error"
+        raise SpeechHttpError(verdict.status, verdict.message, kind=kind, code=code)
+    engine = gateway.engine
+    if engine is None or not engine.ready:
+        raise unavailable("the engine is not ready; try again later")
+    return verdict
 
 
 @dataclass(frozen=True)

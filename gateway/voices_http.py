@@ -16,9 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from engine.api import ModelFacts
-from gateway.auth import Denial
-from gateway.speech_http import RETRY_AFTER_S, error_response
-from gateway.speech_request import SpeechHttpError
+from gateway.speech_http import error_response
+from gateway.speech_request import SpeechHttpError, authorize
 
 
 def voices_body(facts: ModelFacts) -> dict:
@@ -41,19 +40,9 @@ class VoicesEndpoint:
         self._gateway = gateway
 
     async def list(self, request: Request) -> JSONResponse:
-        gateway = self._gateway
-        verdict = gateway.auth.check(request.headers, [])
-        if isinstance(verdict, Denial):
-            gateway.metrics.handshakes_refused.labels(str(verdict.status)).inc()
-            kind = "authentication_error" if verdict.status == 401 else "permission_error"
-            code = "invalid_api_key" if verdict.status in (401, 403) else None
-            return error_response(
-                SpeechHttpError(verdict.status, verdict.message, kind=kind, code=code)
-            )
-        engine = gateway.engine
-        if engine is None or not engine.ready:
-            message = "the engine is not ready; try again later"
-            return error_response(
-                SpeechHttpError(503, message, kind="server_error", retry_after_s=RETRY_AFTER_S)
-            )
+        try:
+            authorize(self._gateway, request.headers)
+        except SpeechHttpError as error:
+            return error_response(error)
+        engine = self._gateway.engine
         return JSONResponse(voices_body(engine.facts))
