@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from engine_run import run
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.outputs import AudioChunk, Finished, SpeechRequest
+from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.base import ModelInputError
 from models.chatterbox.checkpoint import load_chatterbox
@@ -24,20 +25,6 @@ TEXTS = ["Hello there.", "A second, longer sentence to say.", "Third one!", "Fou
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return ChatterboxModel(load_chatterbox(ensure_tiny_chatterbox(tmp_path_factory.mktemp("c"))))
-
-
-def run(core: EngineCore, specs: list[SpeechRequest]):
-    pending, requests, audio, finished, peak = list(specs), [], {}, {}, 0
-    while pending or core.has_work():
-        for _ in range(min(2, len(pending))):
-            requests.append(core.add_request(pending.pop(0)))
-        for event in core.step():
-            if isinstance(event, AudioChunk):
-                audio.setdefault(event.request_id, []).append(event.pcm)
-            elif isinstance(event, Finished):
-                finished[event.request_id] = event
-        peak = max(peak, core.last_timing.batch_size)
-    return requests, audio, finished, peak
 
 
 def test_batched_greedy_tokens_equal_the_reference_decode(model):

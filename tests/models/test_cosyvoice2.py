@@ -9,10 +9,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from engine_run import run
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
+from engine.outputs import FinishReason, SpeechRequest
 from engine.request import SamplingParams
 from models.base import ModelInputError, RepetitionAwareSampling
 from models.checkpoint_errors import CheckpointError
@@ -84,20 +85,6 @@ def reference_decode(reference, text_ids: list[int], speech_prompt: list[int], n
             out.append(top)
             x = state["speech_embedding.weight"][top][None, None]
     return out
-
-
-def run(core: EngineCore, specs: list[SpeechRequest]):
-    pending, requests, audio, finished, peak = list(specs), [], {}, {}, 0
-    while pending or core.has_work():
-        for _ in range(min(2, len(pending))):
-            requests.append(core.add_request(pending.pop(0)))
-        for event in core.step():
-            if isinstance(event, AudioChunk):
-                audio.setdefault(event.request_id, []).append(event.pcm)
-            elif isinstance(event, Finished):
-                finished[event.request_id] = event
-        peak = max(peak, core.last_timing.batch_size)
-    return requests, audio, finished, peak
 
 
 def test_greedy_speech_tokens_equal_qwen2_reference_batched(model, reference):

@@ -41,6 +41,7 @@ import pytest
 import torch
 from official_chatterbox import excitation_as_voxgate, import_official, noise_from, seeded
 
+from models.chatterbox.s3gen import TINY_S3GEN
 from models.codecs.flow_hift.encoder import UpsampleConformerEncoder
 from models.codecs.flow_hift.estimator import CausalConditionalDecoder
 from models.codecs.flow_hift.flow import CausalFlow
@@ -294,28 +295,11 @@ def test_flow_mel_matches_official_final_decode(official):
 
 
 def hift_config() -> HiftConfig:
-    """S3Token2Wav's HiFTGenerator arguments (hifigan.py's defaults for the rest), scaled down."""
-    return HiftConfig(
-        in_channels=80,
-        base_channels=HIFT_BASE,
-        nb_harmonics=8,
-        sampling_rate=S3GEN_SR,
-        nsf_alpha=0.1,
-        nsf_sigma=0.003,
-        nsf_voiced_threshold=10,
-        upsample_rates=(8, 5, 3),
-        upsample_kernel_sizes=(16, 11, 7),
-        n_fft=16,
-        hop_len=4,
-        resblock_kernel_sizes=(3, 7, 11),
-        resblock_dilation_sizes=((1, 3, 5),) * 3,
-        source_resblock_kernel_sizes=(7, 7, 11),
-        source_resblock_dilation_sizes=((1, 3, 5),) * 3,
-        lrelu_slope=0.1,
-        audio_limit=0.99,
-        f0_cond_channels=F0_CHANNELS,
-        sine_gen=1,
-    )
+    """S3Token2Wav's HiFTGenerator as Voxgate's Chatterbox configures it (models/chatterbox/
+    s3gen.py), scaled down: the official module below is built from the package's own
+    arguments, so a wrong configuration here fails the comparison."""
+    assert (TINY_S3GEN.hift_channels, TINY_S3GEN.f0_channels) == (HIFT_BASE, F0_CHANNELS)
+    return TINY_S3GEN.hift_config()
 
 
 @pytest.fixture(scope="module")
