@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from engine_run import run
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
@@ -18,6 +17,7 @@ from models.chatterbox.model import ChatterboxModel
 from models.chatterbox.presets import ensure_tiny_chatterbox
 from models.chatterbox.sampling import T3Sampling
 from models.chatterbox.t3_decode import T3Request, generate_speech_tokens
+from tests.models.engine_run import run
 
 TEXTS = ["Hello there.", "A second, longer sentence to say.", "Third one!", "Four."]
 

@@ -9,7 +9,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from engine_run import run
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
@@ -21,6 +20,7 @@ from models.cosyvoice2 import configs
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
 from models.registry import load_model
+from tests.models.engine_run import run
 
 TEXTS = ["Hello there.", "The quick brown fox.", "Hi!", "One, two, three."]
 
