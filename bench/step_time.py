@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=400, help="tokens already in each request's KV")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
     ap.add_argument(
         "--async-scheduling",
         action=argparse.BooleanOptionalAction,
@@ -111,6 +112,7 @@ def main() -> None:
     for codec_sms, gil_switch_ms in variants:
         config = EngineConfig(
             max_num_seqs=max(batches),
+            kv_cache_dtype=args.kv_cache_dtype,
             cuda_graphs=not args.eager,
             max_batch_tokens=8192,
             async_scheduling=args.async_scheduling,

@@ -32,12 +32,41 @@ class StepLayout:
         return len(self.slot_mapping)
 
 
+# `EngineConfig.kv_cache_dtype` → the cache's storage dtype (None: the model's own).
+KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn}
+_FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
+
+
+def kv_storage_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    return KV_CACHE_DTYPES[name] or model_dtype
+
+
+def store_kv(cache: torch.Tensor, slots: torch.Tensor, x: torch.Tensor) -> None:
+    """Write the step's new k or v rows into `cache` at `slots`, cast to its dtype. An fp8
+    cache saturates at its range (a plain cast would turn outliers into NaN); scale 1, as
+    serving engines use when a checkpoint carries no calibrated KV scales."""
+    if cache.dtype != torch.float8_e4m3fn:
+        cache.index_copy_(0, slots, x.to(cache.dtype))
+        return
+    # torch has no index_copy for float8: copy its bytes.
+    rows = x.clamp(-_FP8_MAX, _FP8_MAX).to(cache.dtype)
+    cache.view(torch.uint8).index_copy_(0, slots, rows.view(torch.uint8))
+
+
+def gather_kv(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows `slots` of a k or v cache, in `dtype` (float8 rows are gathered as bytes)."""
+    if cache.dtype != torch.float8_e4m3fn:
+        return cache[slots].to(dtype)
+    return cache.view(torch.uint8)[slots].view(cache.dtype).to(dtype)
+
+
 class KVCache:
     """One k and one v tensor per layer: [(num_blocks + 1) * block_size, kv_heads, head_dim].
 
     The extra last block is scratch: padded rows of a captured CUDA graph write their k/v
     there, so padding never touches a live request's pages. The block manager never hands it
-    out."""
+    out. `dtype` is the storage (the model's, or fp8 to halve the bytes every decode step
+    reads); `compute_dtype` the model's, in which queries and attention outputs stay."""
 
     def __init__(
         self,
@@ -48,8 +77,10 @@ class KVCache:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         shape = ((num_blocks + 1) * block_size, num_kv_heads, head_dim)
+        self.compute_dtype = compute_dtype or dtype
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.scratch_block = num_blocks
@@ -112,14 +143,14 @@ class SdpaBackend(AttentionBackend):
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
         k_cache, v_cache = self.cache.k[layer], self.cache.v[layer]
-        k_cache.index_copy_(0, self._slots, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, self._slots, v.to(v_cache.dtype))
+        store_kv(k_cache, self._slots, k)
+        store_kv(v_cache, self._slots, v)
         out = torch.empty_like(q)
         start = 0
         for q_len, ctx, mask in zip(self._query_lens, self._context, self._masks, strict=True):
             qi = q[start : start + q_len].transpose(0, 1)[None]  # [1, Hq, q_len, D]
-            ki = k_cache[ctx].transpose(0, 1)[None]  # [1, Hkv, ctx_len, D]
-            vi = v_cache[ctx].transpose(0, 1)[None]
+            ki = gather_kv(k_cache, ctx, q.dtype).transpose(0, 1)[None]  # [1, Hkv, ctx_len, D]
+            vi = gather_kv(v_cache, ctx, q.dtype).transpose(0, 1)[None]
             oi = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
             out[start : start + q_len] = oi[0].transpose(0, 1)
             start += q_len

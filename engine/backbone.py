@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.attention import KVCache
+from engine.attention import KVCache, kv_storage_dtype
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.llm_stream import LlmStream
@@ -42,13 +42,14 @@ def build_backbone(
         config.block_size,
         shape.num_kv_heads,
         shape.head_dim,
-        shape.dtype,
+        kv_storage_dtype(config.kv_cache_dtype, shape.dtype),
         device,
+        compute_dtype=shape.dtype,
     )
     blocks = BlockManager(num_blocks, config.block_size)
     if attention == "flashinfer" and config.fused_kernels and model.use_fused_kernels():
         log.info("backbone uses FlashInfer's fused norm/RoPE/activation kernels")
-    worker = Worker(model, cache, attention, device)
+    worker = Worker(model, cache, attention, device, max_batch=config.max_num_seqs)
     on_llm_stream = LlmStream(device, config.llm_stream_priority)
     if device.type == "cuda" and config.cuda_graphs:
         if worker.attn.supports_graphs:
@@ -64,7 +65,11 @@ def build_backbone(
 def size_kv_pool(model: SpeechModel, config: EngineConfig, device: torch.device) -> int:
     s = model.shape
     per_block = KVCache.bytes_per_block(
-        s.num_layers, config.block_size, s.num_kv_heads, s.head_dim, s.dtype
+        s.num_layers,
+        config.block_size,
+        s.num_kv_heads,
+        s.head_dim,
+        kv_storage_dtype(config.kv_cache_dtype, s.dtype),
     )
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)

@@ -66,6 +66,19 @@ class EngineConfig:
         metadata=cli("--kv-cache-mb", "KV pool size on the CPU (GPUs size it from free memory)"),
     )
     kv_memory_fraction: float = 0.85  # of free GPU memory after weights
+    # The KV cache's storage: "auto" (the model's dtype) or "fp8" (float8 e4m3, scale 1): half
+    # the bytes each decode step reads, and twice the tokens the pool holds. Long streams'
+    # decode steps are bound by reading their KV, so fp8 raises how many real-time streams a
+    # GPU holds; attention then sees K/V rounded to 3 mantissa bits (tokens may differ).
+    kv_cache_dtype: str = field(
+        default="auto",
+        metadata=cli(
+            "--kv-cache-dtype",
+            "KV cache storage: the model's dtype, or fp8 (half the bytes each decode step "
+            "reads, twice the tokens; K/V rounded)",
+            choices=("auto", "fp8"),
+        ),
+    )
     max_num_seqs: int = field(
         default=128, metadata=cli("--max-num-seqs", "requests advanced per engine step")
     )
@@ -309,6 +322,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.kv_cache_dtype not in ("auto", "fp8"):
+            raise ConfigError(f"kv_cache_dtype must be auto or fp8, got {self.kv_cache_dtype!r}")
         if self.block_size not in (8, 16, 32, 64):
             raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:

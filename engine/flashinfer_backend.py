@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import AttentionBackend, KVCache, StepLayout
+from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv
 
 WORKSPACE_BYTES = 256 * 2**20
 HEAD_DIMS = (64, 128, 256)  # what FlashInfer's paged kernels are built for
@@ -19,7 +19,14 @@ class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     supports_graphs = True
 
-    def __init__(self, cache: KVCache, num_q_heads: int, max_tokens: int = 16384) -> None:
+    def __init__(
+        self,
+        cache: KVCache,
+        num_q_heads: int,
+        max_tokens: int = 16384,
+        max_batch: int = 512,
+        max_context: int = 8192,
+    ) -> None:
         import flashinfer  # imported here only: CPU installs never need it
 
         if cache.head_dim not in HEAD_DIMS:
@@ -39,6 +46,13 @@ class FlashInferBackend(AttentionBackend):
         self._slots = torch.zeros(max_tokens, dtype=torch.long, device=device)
         self._active = self._decode
         self._pages_view = cache.num_blocks + 1
+        # fp8 pages: decode steps run XQA's kernel, which reads them at the bandwidth floor
+        # (engine/xqa_decode.py); steps with prefill stay on FlashInfer's prefill kernel.
+        self._xqa = None
+        if cache.k[0].dtype == torch.float8_e4m3fn:
+            from engine.xqa_decode import XqaDecode
+
+            self._xqa = XqaDecode(cache, max_batch, max_context)
 
     def _new_decode_wrapper(self, batch: int | None):
         # Tensor-core decode pays off for grouped-query heads (Orpheus: 3 queries per kv head).
@@ -77,11 +91,15 @@ class FlashInferBackend(AttentionBackend):
     def prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
         decode_only = all(n == 1 for n in layout.query_lens)
         rows = graph_batch or len(layout.query_lens)
-        indptr, indices, last = self._csr(layout, rows)
-        dtype = self.cache.k[0].dtype
         slots = list(layout.slot_mapping)
         slots += [self.cache.scratch_block * layout.block_size] * (rows - len(layout.query_lens))
         self._slots[: len(slots)].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        if decode_only and self._xqa is not None:
+            self._xqa.prepare(layout, rows)
+            self._active = self._xqa
+            return
+        indptr, indices, last = self._csr(layout, rows)
+        q_dtype, kv_dtype = self.cache.compute_dtype, self.cache.k[0].dtype
         # The paged KV's layout, as both wrappers' plan() take it. Host tensors: plan() reads
         # them on the CPU anyway, and device ones would sync.
         paged = (
@@ -97,7 +115,7 @@ class FlashInferBackend(AttentionBackend):
                     )
             else:
                 wrapper = self._decode
-            wrapper.plan(*paged, q_data_type=dtype, kv_data_type=dtype)
+            wrapper.plan(*paged, q_data_type=q_dtype, kv_data_type=kv_dtype)
         else:
             if graph_batch is not None:
                 raise ValueError("only decode steps are captured in CUDA graphs")
@@ -106,7 +124,7 @@ class FlashInferBackend(AttentionBackend):
                 qo.append(qo[-1] + n)
             wrapper = self._prefill
             qo_indptr = torch.tensor(qo, dtype=torch.int32)
-            wrapper.plan(qo_indptr, *paged, causal=True, q_data_type=dtype, kv_data_type=dtype)
+            wrapper.plan(qo_indptr, *paged, causal=True, q_data_type=q_dtype, kv_data_type=kv_dtype)
         self._active = wrapper
 
     def forward(
@@ -114,8 +132,8 @@ class FlashInferBackend(AttentionBackend):
     ) -> torch.Tensor:
         slots = self._slots[: q.shape[0]]
         k_cache, v_cache = self.cache.k[layer], self.cache.v[layer]
-        k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
+        store_kv(k_cache, slots, k)
+        store_kv(v_cache, slots, v)
         bs = self.cache.block_size
         paged = (
             k_cache.view(self._pages_view, bs, self.cache.num_kv_heads, self.cache.head_dim),

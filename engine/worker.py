@@ -38,19 +38,26 @@ class LaunchedStep:
             self.placeholder = (0,) * self.tokens.shape[1]
 
 
-def make_attention_backend(name: str, cache: KVCache, num_q_heads: int) -> AttentionBackend:
+def make_attention_backend(
+    name: str, cache: KVCache, num_q_heads: int, max_batch: int, max_context: int
+) -> AttentionBackend:
     if name == "sdpa":
         return SdpaBackend(cache)
     if name == "flashinfer":
         from engine.flashinfer_backend import FlashInferBackend  # optional GPU extra
 
-        return FlashInferBackend(cache, num_q_heads)
+        return FlashInferBackend(cache, num_q_heads, max_batch=max_batch, max_context=max_context)
     raise ValueError(f"unknown attention backend {name!r}")
 
 
 class Worker:
     def __init__(
-        self, model: SpeechModel, cache: KVCache, attention: str, device: torch.device
+        self,
+        model: SpeechModel,
+        cache: KVCache,
+        attention: str,
+        device: torch.device,
+        max_batch: int = 512,
     ) -> None:
         self.model = model
         self.cache = cache
@@ -59,7 +66,9 @@ class Worker:
         # call per sampling row per step.
         overridden = type(model).may_stop is not SpeechModel.may_stop
         self._may_stop = model.may_stop if overridden else None
-        self.attn = make_attention_backend(attention, cache, model.shape.num_q_heads)
+        self.attn = make_attention_backend(
+            attention, cache, model.shape.num_q_heads, max_batch, model.facts.max_context
+        )
         self.graphs = None  # DecodeGraphs once capture_graphs() ran
         self.sampling_graphs = None  # SamplingGraphs once capture_sampling_graphs() ran
         self.depth_graphs = None  # DepthGraphs once capture_depth_graphs() ran

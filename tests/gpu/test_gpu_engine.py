@@ -402,3 +402,70 @@ def test_depth_stage_graph_replay_equals_eager():
             replay = graphs.run(hidden, first, inputs).clone()
             eager = model.depth_stage(hidden, first, DeviceCodeSampler.for_rows(rows, seeds, CUDA))
             assert torch.equal(replay, eager)
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("graph_batch", [None, 8])
+def test_fp8_cache_decode_through_xqa_equals_bf16(graph_batch):
+    """fp8 pages: decode steps run XQA (engine/xqa_decode.py). Against FlashInfer on the same
+    K/V in bf16 the outputs differ only by fp8's rounding of K and V; padding rows of a graph
+    bucket do not disturb the real ones."""
+    from engine.flashinfer_backend import FlashInferBackend
+
+    gen = torch.Generator().manual_seed(4)
+    hq, hkv, d, bs = 24, 8, 128, 16
+    context_lens = [41, 3, 200, 130, 17]
+    layout = random_layout([1] * 5, context_lens, bs, 64, gen)
+    torch.manual_seed(2)
+    q = torch.randn(5, hq, d, device=CUDA, dtype=torch.bfloat16)
+    k = torch.randn(5, hkv, d, device=CUDA, dtype=torch.bfloat16)
+    v = torch.randn(5, hkv, d, device=CUDA, dtype=torch.bfloat16)
+    keys = torch.randn(65 * bs, hkv, d, device=CUDA, dtype=torch.bfloat16)
+    values = torch.randn_like(keys)
+    outs = {}
+    for storage in (torch.bfloat16, torch.float8_e4m3fn):
+        cache = KVCache(1, 64, bs, hkv, d, storage, CUDA, compute_dtype=torch.bfloat16)
+        cache.k[0].copy_(keys.to(storage))
+        cache.v[0].copy_(values.to(storage))
+        backend = FlashInferBackend(cache, hq, max_batch=16, max_context=4096)
+        assert (backend._xqa is not None) == (storage == torch.float8_e4m3fn)
+        rows = graph_batch or 5
+        pad = rows - 5
+        backend.prepare(layout, graph_batch)
+        qp, kp, vp = (torch.cat([x, x[:1].expand(pad, *x.shape[1:])]) for x in (q, k, v))
+        outs[storage] = backend.forward(0, qp, kp, vp)[:5].float()
+    err = (outs[torch.float8_e4m3fn] - outs[torch.bfloat16]).abs().max().item()
+    assert err < 0.1, err  # e4m3 keeps 3 mantissa bits; the two kernels differ by that alone
+    assert not torch.isnan(outs[torch.float8_e4m3fn]).any()
+
+
+@needs_flashinfer
+def test_fp8_cache_engine_runs_every_step_kind(gpu_tiny_dirs):
+    """An engine with an fp8 KV cache runs prefill (FlashInfer over fp8 pages), graph-replayed
+    decode and eager decode (XQA) to the end of every request, with valid audio tokens only
+    and every page returned. (The kernel-level test above bounds fp8's numeric effect.)"""
+    from models.orpheus import tokens as T
+
+    model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
+    core = EngineCore(
+        model,
+        EngineConfig(num_kv_blocks=256, kv_cache_dtype="fp8", realtime_admission=False),
+        CUDA,
+        "flashinfer",
+    )
+    assert core.worker.cache.k[0].dtype == torch.float8_e4m3fn
+    reqs = [
+        core.add_request(
+            SpeechRequest(
+                text, sampling=SamplingParams(temperature=0.0, max_tokens=42, min_tokens=42)
+            )
+        )
+        for text in ("Hello there.", "A longer sentence to speak, with a comma.", "Hi!")
+    ]
+    while core.has_work():
+        core.step()
+    for r in reqs:
+        assert len(r.output_ids) == 42
+        assert all(T.code_of(t, i) is not None for i, t in enumerate(r.output_ids))
+        assert len(set(r.output_ids)) > 1
+    assert core.blocks.num_used == 0

@@ -1,0 +1,85 @@
+"""GPU time of the SNAC 24 kHz decoder per emitted audio frame, by precision and window (GPU).
+
+    python bench/snac_cost.py --batch 256 --chunks 4,8,16 --dtypes float32,bfloat16
+
+The engine decodes each stream's audio in windows: `chunk` frames to emit plus the
+detokenizer's left context and lookahead (models/codecs/snac.py). For each dtype and chunk
+size this times one batched window decode (a captured CUDA graph replayed, CUDA events) and
+reports µs per emitted frame and the audio seconds decoded per GPU second; for low
+precisions it also reports the emitted audio's error against float32 (RMS of the difference
+over RMS of the signal) on the same codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from snac import SNAC
+
+from models.codecs.snac import SnacDetokenizer, snac_24khz_config
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--chunks", default="4,8,16")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    base = SNAC(**snac_24khz_config()).eval()
+    state = base.state_dict()
+    detoks = {}
+    for name in args.dtypes.split(","):
+        model = SNAC(**snac_24khz_config())
+        model.load_state_dict(state)
+        detoks[name] = SnacDetokenizer(model.to(device, getattr(torch, name)))
+    rows = []
+    for chunk in (int(c) for c in args.chunks.split(",")):
+        ref = next(iter(detoks.values()))
+        length = ref.left + chunk + ref.right
+        frames = torch.randint(0, 4096, (args.batch, length, 7), device=device)
+        offsets = torch.full((args.batch,), 40, dtype=torch.int64, device=device)
+        seeds = torch.arange(args.batch, dtype=torch.int64, device=device)
+        outputs = {}
+        for name, detok in detoks.items():
+            with torch.inference_mode():
+                detok._decode_codes(frames, offsets, seeds)
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    audio = detok._decode_codes(frames, offsets, seeds)
+                graph.replay()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(args.reps):
+                    graph.replay()
+                end.record()
+                torch.cuda.synchronize()
+            us = start.elapsed_time(end) * 1000 / args.reps
+            spf = detok.samples_per_frame
+            emitted = audio[:, ref.left * spf : (ref.left + chunk) * spf].float()
+            outputs[name] = emitted
+            row = {
+                "dtype": name, "chunk": chunk, "window": length, "batch": args.batch,
+                "us_per_call": round(us, 1),
+                "us_per_emitted_frame": round(us / (args.batch * chunk), 3),
+                "audio_x_realtime": round(args.batch * chunk * spf / detok.sample_rate / (us * 1e-6)),
+            }  # fmt: skip
+            if name != "float32" and "float32" in outputs:
+                diff = emitted - outputs["float32"]
+                row["rel_rms_err"] = (
+                    diff.pow(2).mean().sqrt() / outputs["float32"].pow(2).mean().sqrt()
+                ).item()
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            del graph
+    print(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Decode attention over an fp8 KV cache with XQA (TensorRT-LLM's decode kernels, shipped in
+FlashInfer). Used by the FlashInfer backend for decode-only steps when the cache is fp8.
+
+Why: a long stream's decode step is bound by reading its KV, so fp8 pages should halve
+attention. FlashInfer's own decode kernels dequantise fp8 pages on the way in and lose that
+(Orpheus' shape on an H200, batch 128 at context 2,500: 284 µs a layer with fp8 pages against
+332 in bf16); XQA's Hopper kernel for fp8 pages stays at the bandwidth floor (167 µs, 92 % of
+the measured copy bandwidth). `bench/attention_kernels.py` measures all four.
+
+XQA takes a dense page table, [batch, pages per sequence], instead of FlashInfer's CSR form.
+It lives in one device buffer sized for the engine's largest batch and the longest context
+the model allows, so captured CUDA graphs always read the same memory; each step writes only
+the columns its requests use (the kernel reads no page past a row's length). Padding rows of
+a graph bucket attend to one token of the scratch page.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from engine.attention import KVCache, StepLayout
+
+# XQA keeps semaphores in the first 8 MiB of its workspace and must find them zeroed first.
+WORKSPACE_BYTES = 256 * 2**20
+
+
+class XqaDecode:
+    def __init__(self, cache: KVCache, max_batch: int, max_context: int) -> None:
+        from flashinfer.decode import xqa_batch_decode_with_kv_cache  # optional GPU extra
+
+        self._kernel = xqa_batch_decode_with_kv_cache
+        self.cache = cache
+        device = cache.k[0].device
+        self.width = min(math.ceil(max_context / cache.block_size), cache.num_blocks + 1)
+        self.max_batch = max_batch
+        self.page_table = torch.full(
+            (max_batch, self.width), cache.scratch_block, dtype=torch.int32, device=device
+        )
+        self.seq_lens = torch.ones(max_batch, dtype=torch.int32, device=device)
+        self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.scale = cache.head_dim**-0.5
+        self.rows = 0
+
+    def prepare(self, layout: StepLayout, rows: int) -> None:
+        """Write the step's page table and lengths (`rows` ≥ its requests: a graph bucket)."""
+        if rows > self.max_batch:
+            raise ValueError(
+                f"a decode step of {rows} rows exceeds the {self.max_batch} the XQA page table "
+                "was sized for (max_num_seqs)"
+            )
+        bs = layout.block_size
+        pages = [-(-ctx // bs) for ctx in layout.context_lens]
+        used = max(pages, default=1)
+        if used > self.width:
+            raise ValueError(
+                f"a context of {max(layout.context_lens)} tokens exceeds the model's "
+                f"{self.width * bs}-token limit the XQA page table was sized for"
+            )
+        table = np.full((rows, used), self.cache.scratch_block, dtype=np.int32)
+        for row, (blocks, n) in enumerate(zip(layout.block_tables, pages, strict=True)):
+            table[row, :n] = blocks[:n]
+        lens = np.ones(rows, dtype=np.int32)
+        lens[: len(layout.context_lens)] = layout.context_lens
+        # Non-blocking copies from pageable memory are staged by the driver at once, so the
+        # host arrays may go and no stream waits (models/device_util.py).
+        self.page_table[:rows, :used].copy_(torch.from_numpy(table), non_blocking=True)
+        self.seq_lens[:rows].copy_(torch.from_numpy(lens), non_blocking=True)
+        self.rows = rows
+
+    def run(self, q: torch.Tensor, paged: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """q: [rows, Hq, D] in the model's dtype; paged: (k, v) as [pages, page, Hkv, D]."""
+        return self._kernel(
+            q,
+            paged,
+            self.workspace,
+            self.page_table[: self.rows],
+            self.seq_lens[: self.rows],
+            self.width * self.cache.block_size,
+            bmm1_scale=self.scale,
+            bmm2_scale=1.0,
+        )
