@@ -97,6 +97,7 @@ class EngineCore:
         # Whether the step whose tokens the next turn resolves was decode-only (async
         # scheduling resolves the previous turn's step): real-time admission's samples.
         self._decode_in_flight = False
+        self._decode_turns: list[float] = []  # the samples, while a calibration burst runs
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
@@ -140,7 +141,7 @@ class EngineCore:
     def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
         """Real-time admission's step costs (engine/realtime_capacity.py) at batch sizes
         1, 2, 4, … up to max_num_seqs: each a burst of requests stepped to their end (the
-        codec's chunks included), its mean token interval recorded. Stops at the first size
+        codec's chunks included), its median decode turn recorded. Stops at the first size
         that already falls behind real time (larger ones are refused anyway), when the KV pool
         cannot hold the burst, or after `budget_s`. Live steps refine the figures."""
         facts = self.model.facts
@@ -180,8 +181,10 @@ class EngineCore:
             )
 
     def _calibration_burst(self, size: int, n: int) -> float | None:
-        """`size` requests of `n` tokens stepped together to their end: the mean time between
-        decode steps (prefill excluded), or None when the pool cannot hold them all."""
+        """`size` requests of `n` tokens stepped together to their end: the median time of
+        their decode turns (the sample live steps give, engine/realtime_capacity.py), or None
+        when the pool cannot hold them all. The median, because a burst's first chunks all
+        reach the codec at once, which steady streams never do."""
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         admitted = []
         try:
@@ -194,15 +197,12 @@ class EngineCore:
             while self.has_work():
                 self.step()
             return None
-        self.step()  # the prefill
-        start, decode_steps = self.clock(), 0
+        self._decode_turns = []
         while self.has_work():
             self.step()
-            decode_steps += 1
-        return (self.clock() - start) / max(decode_steps, 1)
+        turns, self._decode_turns = self._decode_turns, []
+        return float(np.median(turns)) if turns else None
 
-    # --- requests --------------------------------------------------------------------------------
-    @on_llm_stream
     def add_request(self, spec: SpeechRequest) -> Request:
         prompt = self._prompt(spec)
         total = len(prompt.token_ids) + spec.sampling.max_tokens
@@ -353,6 +353,8 @@ class EngineCore:
         resolved_decode_only = self._decode_in_flight if self.async_scheduling else decode_only
         if decode_only and resolved_decode_only:
             self.scheduler.observe_step(len(plan.chunks), turn_s)
+            if self.scheduler.calibrating:
+                self._decode_turns.append(turn_s)
         self._decode_in_flight = decode_only
         totals.llm_s += timing.llm_s
         if plan.num_tokens > len(plan.chunks):
