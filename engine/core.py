@@ -140,19 +140,12 @@ class EngineCore:
 
     def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
         """Real-time admission's step costs (engine/realtime_capacity.py) at batch sizes
-        1, 2, 4, … up to max_num_seqs: each a burst of requests stepped to their end, its
-        median decode turn recorded. Stops at the first size that already falls behind real
-        time (larger ones are refused anyway), when the KV pool cannot hold the burst, or
-        after `budget_s`. Live steps refine the figures.
-
-        An inline codec's chunks are part of a turn, so its bursts run into them. A threaded
-        codec has a budget of its own (measured live), and a burst's codec jobs, every stream's
-        first chunks at once, are nothing like steady streams' (on Orpheus they doubled the
-        median turn): its bursts stop one token short of a first chunk."""
+        1, 2, 4, … up to max_num_seqs: each a burst of requests stepped to their end (the
+        codec's chunks included), its median decode turn recorded. Stops at the first size
+        that already falls behind real time (larger ones are refused anyway), when the KV pool
+        cannot hold the burst, or after `budget_s`. Live steps refine the figures."""
         facts = self.model.facts
         n = facts.first_chunk_tokens + facts.chunk_tokens
-        if self.scheduler.capacity.threaded_codec and facts.first_chunk_tokens > 4:
-            n = facts.first_chunk_tokens - 1
         limit = REALTIME_LOAD * facts.seconds_per_token
         sizes = sorted({min(2**i, self.config.max_num_seqs) for i in range(12)})
         deadline = self.clock() + budget_s
