@@ -1,0 +1,61 @@
+"""Zonos v0.1 in the family table (models/families.py)."""
+
+from __future__ import annotations
+
+from models.checkpoint_errors import CheckpointError
+from models.family_spec import Checkpoint, LoadRequest, ModelFamily
+
+PRESETS = {
+    "tiny-zonos": "Zonos v0.1 transformer scaled down (eSpeak phonemes, CFG, DAC 44.1 kHz), "
+    "seeded random weights",
+    "zonos-v0.1": "Zyphra/Zonos-v0.1-transformer with descript/dac_44khz (44.1 kHz)",
+}
+
+
+def _recognises(checkpoint: Checkpoint) -> bool:
+    from models.zonos.loading import is_zonos_config
+
+    return is_zonos_config(checkpoint.config)
+
+
+def _load(request: LoadRequest):
+    from models.zonos.config import DAC_REPO, TRANSFORMER_REPO
+    from models.zonos.loading import load_zonos
+    from models.zonos.presets import ensure_random_zonos, ensure_tiny_zonos
+
+    model = request.model
+    request.refuse(
+        codec="Zonos' codec is DAC 44.1 kHz (a dac/ folder beside the model, or "
+        "descript/dac_44khz); drop --codec",
+        voices="Zonos voices from clips (--voices-dir) need its speaker-embedding model, not "
+        "supported yet; it speaks with the unconditional speaker",
+    )
+    device, dtype = request.device, request.dtype
+    if model == "tiny-zonos":
+        if request.random_weights:
+            raise CheckpointError("tiny-zonos has random weights already; drop --random-weights")
+        return load_zonos(
+            str(ensure_tiny_zonos() / "model"),
+            device,
+            dtype,
+            name=model,
+            dac_source=str(ensure_tiny_zonos() / "dac"),
+        )
+    if model == "zonos-v0.1":
+        if request.random_weights:
+            folder = ensure_random_zonos()
+            return load_zonos(str(folder / "model"), device, dtype, str(folder / "dac"), model)
+        return load_zonos(TRANSFORMER_REPO, device, dtype, DAC_REPO, model)
+    if request.random_weights:
+        raise CheckpointError("--random-weights goes with the zonos-v0.1 preset")
+    return load_zonos(model, device, dtype)
+
+
+FAMILY = ModelFamily(
+    name="Zonos",
+    presets=PRESETS,
+    load=_load,
+    recognises=_recognises,
+    checkpoint_hint="Zonos: config.json with backbone and prefix_conditioner "
+    "(Zyphra/Zonos-v0.1-transformer)",
+)

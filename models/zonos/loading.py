@@ -1,0 +1,38 @@
+"""Build a ZonosModel from the published layouts: a Zonos folder or repo id (config.json +
+model.safetensors) and a DAC folder or repo id (descript/dac_44khz)."""
+
+from __future__ import annotations
+
+import torch
+
+from models.checkpoint_errors import CheckpointError
+from models.codecs.dac import DacDetokenizer, load_dac
+from models.loader import resolve_source
+from models.zonos.checkpoint import load_zonos_weights
+from models.zonos.config import DAC_REPO
+from models.zonos.model import ZonosModel
+
+
+def is_zonos_config(cfg: dict | None) -> bool:
+    return bool(cfg) and "backbone" in cfg and "prefix_conditioner" in cfg
+
+
+def load_zonos(
+    source: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    dac_source: str | None = None,
+    name: str = "zonos",
+) -> ZonosModel:
+    folder = resolve_source(source, required=("config.json", "model.safetensors"))
+    dac_folder = folder / "dac" if (folder / "dac" / "config.json").exists() else None
+    if dac_source is not None:
+        dac_folder = resolve_source(dac_source)
+    elif dac_folder is None:
+        dac_folder = resolve_source(DAC_REPO)
+    weights = load_zonos_weights(folder, device, dtype)
+    # The codec stays float32: streamed audio then matches the whole decode to float rounding.
+    dac = load_dac(dac_folder, device)
+    if int(dac.config.n_codebooks) != 9:
+        raise CheckpointError(f"{dac_folder} is not DAC 44.1 kHz (Zonos needs its 9 codebooks)")
+    return ZonosModel(weights, DacDetokenizer(dac), name=name)
