@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.checkpoint_errors import CheckpointError
-from models.family_spec import Checkpoint, LoadRequest, ModelFamily
+from models.family_spec import Checkpoint, LoadRequest, ModelFamily, ServingDefaults
 
 PRESETS = {
     "tiny-zonos": "Zonos v0.1 transformer scaled down (eSpeak phonemes, CFG, DAC 44.1 kHz), "
@@ -58,4 +58,7 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="Zonos: config.json with backbone and prefix_conditioner "
     "(Zyphra/Zonos-v0.1-transformer)",
+    # On the CPU a step is many small ops (two CFG rows, nine heads, the DAC's narrow convs):
+    # a second torch thread per op buys little and stalls when the gateway needs the core.
+    serving=ServingDefaults(cpu_half_threads=True),
 )
