@@ -18,6 +18,15 @@ def _recognises(checkpoint: Checkpoint) -> bool:
     return is_zonos_config(checkpoint.config)
 
 
+def request_options() -> type:
+    """The typed per-request conditioning a Zonos request may carry (models/zonos/options.py:
+    emotion, fmax, pitch_std, speaking_rate, language; the published defaults), for the
+    generic per-request options path. ZonosModel.preprocess_with applies a value of it."""
+    from models.zonos.options import ZonosOptions
+
+    return ZonosOptions
+
+
 def _load(request: LoadRequest):
     from models.zonos.config import DAC_REPO, TRANSFORMER_REPO
     from models.zonos.loading import load_zonos

@@ -133,3 +133,16 @@ def test_prefix_with_options_equals_the_official(folder):
         )
         want = reference.prepare_conditioning(cond)  # [2, P, D]
     torch.testing.assert_close(mine.transpose(0, 1), want, rtol=1e-5, atol=1e-5)
+
+
+def test_symbol_table_and_languages_equal_the_official():
+    from models.zonos import phonemes
+    from tests.models.official_zonos import import_official
+
+    _, conditioning, _ = import_official()
+    assert tuple(conditioning.supported_language_codes) == phonemes.LANGUAGES
+    assert len(conditioning.SPECIAL_TOKEN_IDS) + len(conditioning.symbols) == phonemes.VOCAB_SIZE
+    for symbol, index in conditioning._symbol_to_id.items():
+        assert phonemes.phoneme_ids(symbol)[1] == index
+    text = "Hello, world! It's a test."
+    assert phonemes.phonemize(text, "en-us") == conditioning.phonemize([text], ["en-us"])[0]
