@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily, ServingDefaults
+from models.zonos.request_options import ZonosRequestOptions
+
+# The options each request may set (the generic per-request options path's ModelFamily.
+# request_options, ModelFacts.request_options; applied by ZonosModel.preprocess_with_options).
+REQUEST_OPTIONS = ZonosRequestOptions
 
 PRESETS = {
     "tiny-zonos": "Zonos v0.1 transformer scaled down (eSpeak phonemes, CFG, DAC 44.1 kHz), "
@@ -16,15 +21,6 @@ def _recognises(checkpoint: Checkpoint) -> bool:
     from models.zonos.loading import is_zonos_config
 
     return is_zonos_config(checkpoint.config)
-
-
-def request_options() -> type:
-    """The typed per-request conditioning a Zonos request may carry (models/zonos/options.py:
-    emotion, fmax, pitch_std, speaking_rate, language; the published defaults), for the
-    generic per-request options path. ZonosModel.preprocess_with applies a value of it."""
-    from models.zonos.options import ZonosOptions
-
-    return ZonosOptions
 
 
 def _load(request: LoadRequest):

@@ -1,7 +1,7 @@
 """Zonos' per-request conditioning, typed, with the published defaults (`make_cond_dict` of the
 official package) and clear errors for values outside the ranges its conditioners were
-trained on. The generic per-request options path hands a request's `options` object here
-(ZonosOptions.from_request); until then every request gets the defaults."""
+trained on. A request's options (request_options.py's flat names, or `emotion` as 8 weights
+or a map by name, and `language`) become one through ZonosOptions.from_request."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from typing import Any
 
 from models.base import ModelInputError
 from models.zonos.phonemes import language_id
+from models.zonos.request_options import ZonosRequestOptions
 
-# Happiness, sadness, disgust, fear, surprise, anger, other, neutral.
+# The emotion conditioner's 8 inputs, in order.
 EMOTIONS = ("happiness", "sadness", "disgust", "fear", "surprise", "anger", "other", "neutral")
-DEFAULT_EMOTION = (0.3077, 0.0256, 0.0256, 0.0256, 0.0256, 0.0256, 0.2564, 0.3077)
+_PUBLISHED = ZonosRequestOptions()  # the defaults, defined once there
+DEFAULT_EMOTION = tuple(getattr(_PUBLISHED, f"emotion_{n}") for n in EMOTIONS)
 
 
 @dataclass(frozen=True)
@@ -27,9 +29,9 @@ class ZonosOptions:
     language: an eSpeak voice code (phonemes.LANGUAGES)."""
 
     emotion: tuple[float, ...] = DEFAULT_EMOTION
-    fmax: float = 22050.0
-    pitch_std: float = 20.0
-    speaking_rate: float = 15.0
+    fmax: float = _PUBLISHED.fmax
+    pitch_std: float = _PUBLISHED.pitch_std
+    speaking_rate: float = _PUBLISHED.speaking_rate
     language: str = "en-us"
 
     def __post_init__(self) -> None:
@@ -61,12 +63,18 @@ class ZonosOptions:
     def from_request(cls, given: Mapping[str, Any] | None) -> ZonosOptions:
         """A request's options (name → value) over the defaults; unknown names are refused."""
         given = dict(given or {})
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} | {f"emotion_{n}" for n in EMOTIONS}
         unknown = sorted(set(given) - known)
         if unknown:
             raise ModelInputError(
                 f"Zonos takes no option {', '.join(unknown)}; its options: {', '.join(sorted(known))}"
             )
+        flat = {n: given.pop(f"emotion_{n}") for n in EMOTIONS if f"emotion_{n}" in given}
+        if flat:
+            if "emotion" in given:
+                raise ModelInputError("give the emotion as `emotion` or as emotion_* weights")
+            defaults = dict(zip(EMOTIONS, DEFAULT_EMOTION, strict=True))
+            given["emotion"] = tuple(flat.get(n, defaults[n]) for n in EMOTIONS)
         if "emotion" in given and isinstance(given["emotion"], Mapping):
             named = given["emotion"]
             bad = sorted(set(named) - set(EMOTIONS))

@@ -8,6 +8,7 @@ rounding."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.zonos import rows as R
 from models.zonos.loading import load_zonos
-from models.zonos.options import ZonosOptions
+from models.zonos.options import EMOTIONS, ZonosOptions
 from models.zonos.phonemes import espeak_available
 from models.zonos.presets import ensure_tiny_zonos
 from tests.models.engine_run import run
@@ -120,6 +121,17 @@ def test_prefix_with_options_equals_the_official(folder):
     )
     text = "Guten Morgen, wie geht es?"
     rows = model.preprocess_with(text, None, options).token_ids[:-1]  # less frame 0
+    # The same through the generic path's flat numbers (the language aside: a string).
+    flat = dict(zip([f"emotion_{n}" for n in EMOTIONS], options.emotion, strict=True))
+    flat.update(fmax=options.fmax, pitch_std=options.pitch_std, speaking_rate=25.0)
+    assert (
+        model.preprocess_with_options(text, None, flat).token_ids[len(rows) - 6 :]
+        == (
+            model.preprocess_with(text, None, replace(options, language="en-us")).token_ids[
+                len(rows) - 6 :
+            ]
+        )
+    )
     with torch.inference_mode():
         mine = model.embed(torch.tensor(rows))  # [P, 2, D]
         cond = conditioning.make_cond_dict(

@@ -88,3 +88,22 @@ def test_eos_cascades_through_the_codebooks_then_ends():
     frames = audio_frames(state)
     assert len(frames) == s and state.ended
     assert frames[0] == [20 + k for k in range(9)]
+
+
+def test_request_options_are_declared_for_the_generic_path():
+    """Numbers with the metadata `request_option` gives (minimum, maximum, help), defaults in
+    range; a request's flat values become the model's typed options."""
+    import dataclasses
+
+    from models.zonos.family import REQUEST_OPTIONS
+
+    for spec in dataclasses.fields(REQUEST_OPTIONS):
+        meta = spec.metadata
+        assert set(meta) == {"minimum", "maximum", "help"}
+        assert meta["minimum"] <= spec.default <= meta["maximum"]
+    values = {f.name: f.default for f in dataclasses.fields(REQUEST_OPTIONS)}
+    assert ZonosOptions.from_request(values) == ZonosOptions()
+    angry = ZonosOptions.from_request({**values, "emotion_anger": 1.0, "pitch_std": 90.0})
+    assert angry.emotion[5] == 1.0 and angry.pitch_std == 90.0
+    with pytest.raises(ModelInputError, match="emotion_\\* weights"):
+        ZonosOptions.from_request({"emotion_fear": 1.0, "emotion": [1.0] * 8})
