@@ -32,28 +32,23 @@ def _load(request: LoadRequest):
     request.refuse(
         codec="Zonos' codec is DAC 44.1 kHz (a dac/ folder beside the model, or "
         "descript/dac_44khz); drop --codec",
-        voices="Zonos voices from clips (--voices-dir) need its speaker-embedding model, not "
-        "supported yet; it speaks with the unconditional speaker",
     )
-    device, dtype = request.device, request.dtype
+    device, dtype, voices = request.device, request.dtype, request.voices_dir
     if model == "tiny-zonos":
         if request.random_weights:
             raise CheckpointError("tiny-zonos has random weights already; drop --random-weights")
-        return load_zonos(
-            str(ensure_tiny_zonos() / "model"),
-            device,
-            dtype,
-            name=model,
-            dac_source=str(ensure_tiny_zonos() / "dac"),
-        )
+        folder = ensure_tiny_zonos()
+        return load_zonos(str(folder / "model"), device, dtype, str(folder / "dac"), model, voices)
     if model == "zonos-v0.1":
         if request.random_weights:
             folder = ensure_random_zonos()
-            return load_zonos(str(folder / "model"), device, dtype, str(folder / "dac"), model)
-        return load_zonos(TRANSFORMER_REPO, device, dtype, DAC_REPO, model)
+            return load_zonos(
+                str(folder / "model"), device, dtype, str(folder / "dac"), model, voices
+            )
+        return load_zonos(TRANSFORMER_REPO, device, dtype, DAC_REPO, model, voices)
     if request.random_weights:
         raise CheckpointError("--random-weights goes with the zonos-v0.1 preset")
-    return load_zonos(model, device, dtype)
+    return load_zonos(model, device, dtype, voices_dir=voices)
 
 
 FAMILY = ModelFamily(

@@ -23,6 +23,7 @@ def load_zonos(
     dtype: torch.dtype,
     dac_source: str | None = None,
     name: str = "zonos",
+    voices_dir: str | None = None,
 ) -> ZonosModel:
     folder = resolve_source(source, required=("config.json", "model.safetensors"))
     dac_folder = folder / "dac" if (folder / "dac" / "config.json").exists() else None
@@ -35,4 +36,12 @@ def load_zonos(
     dac = load_dac(dac_folder, device)
     if int(dac.config.n_codebooks) != 9:
         raise CheckpointError(f"{dac_folder} is not DAC 44.1 kHz (Zonos needs its 9 codebooks)")
-    return ZonosModel(weights, DacDetokenizer(dac), name=name)
+    model = ZonosModel(weights, DacDetokenizer(dac), name=name)
+    if voices_dir is not None:
+        from models.zonos.voices import read_speaker_embeddings
+
+        if "speaker" not in model.names:
+            raise CheckpointError(f"{folder} has no speaker conditioner: it takes no voices")
+        speaker = weights.prefix_conditioner.conditioners[model.names.index("speaker")]
+        model.add_voices(read_speaker_embeddings(voices_dir, speaker.width))
+    return model

@@ -17,7 +17,7 @@ sampling rows' windows come back out of the hidden states the engine selects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -106,6 +106,19 @@ class ZonosModel(SpeechModel):
             head_dim=s.head_dim,
             num_q_heads=2 * s.num_heads,
             dtype=dtype,
+        )
+
+    # voices ------------------------------------------------------------------------------------
+    def add_voices(self, embeddings: dict[str, list[float]]) -> None:
+        """Speaker embeddings (name → the speaker conditioner's input) as voices; register them
+        before an engine serves the model (its clients read the voice list once)."""
+        for name in embeddings:
+            if name == DEFAULT_VOICE:
+                raise ModelInputError(f"{name!r} is the unconditional voice; name it otherwise")
+        self.voices.update(embeddings)
+        clip_voices = tuple(sorted(embeddings))
+        self.facts = replace(
+            self.facts, voices=tuple(self.voices), clip_voices=self.facts.clip_voices + clip_voices
         )
 
     # 1. preprocess ---------------------------------------------------------------------------

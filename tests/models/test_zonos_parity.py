@@ -104,7 +104,8 @@ def test_eos_cascade_and_end_equal_the_official(folder, tmp_path):
 
 
 def test_prefix_with_options_equals_the_official(folder):
-    """The conditioning prefix (both CFG rows) for non-default per-request options."""
+    """The conditioning prefix (both CFG rows) for a speaker embedding and non-default
+    per-request options."""
     from tests.models.official_zonos import import_official
 
     _, conditioning, _ = import_official()
@@ -120,18 +121,21 @@ def test_prefix_with_options_equals_the_official(folder):
         language="de",
     )
     text = "Guten Morgen, wie geht es?"
-    rows = model.preprocess_with(text, None, options).token_ids[:-1]  # less frame 0
+    speaker = torch.randn(128, generator=torch.Generator().manual_seed(5))
+    model.add_voices({"anna": speaker.tolist()})
+    rows = model.preprocess_with(text, "anna", options).token_ids[:-1]  # less frame 0
     # The same through the generic path's flat numbers (the language aside: a string).
     flat = dict(zip([f"emotion_{n}" for n in EMOTIONS], options.emotion, strict=True))
     flat.update(fmax=options.fmax, pitch_std=options.pitch_std, speaking_rate=25.0)
     english = replace(options, language="en-us")
-    through_flat = model.preprocess_with_options(text, None, flat).token_ids
-    assert through_flat == model.preprocess_with(text, None, english).token_ids
+    through_flat = model.preprocess_with_options(text, "anna", flat).token_ids
+    assert through_flat == model.preprocess_with(text, "anna", english).token_ids
     with torch.inference_mode():
         mine = model.embed(torch.tensor(rows))  # [P, 2, D]
         cond = conditioning.make_cond_dict(
             text=text,
             language="de",
+            speaker=speaker[None],
             emotion=list(options.emotion),
             fmax=options.fmax,
             pitch_std=options.pitch_std,
