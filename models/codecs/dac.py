@@ -79,25 +79,33 @@ class DacDetokenizer:
 
     def decode(self, streams: list[DacStream], final: list[bool]) -> list[np.ndarray]:
         """The audio each stream can emit now: every frame whose right context has arrived
-        (all of them with `final`)."""
-        return [self._emit(s, f) for s, f in zip(streams, final, strict=True)]
-
-    def _emit(self, stream: DacStream, final: bool) -> np.ndarray:
-        n, start = len(stream.frames), stream.emitted
-        end = n if final else n - self.right
-        if end <= start:
-            return np.zeros(0, dtype=np.float32)
-        lo, hi = max(0, start - self.left), min(n, end + self.right)
-        audio = self.decode_frames(stream.frames[lo:hi])
-        stream.emitted = end
+        (all of them with `final`). Windows of the same length decode as one batch."""
+        out = [np.zeros(0, dtype=np.float32) for _ in streams]
+        groups: dict[int, list[tuple[int, int, int, int]]] = {}
+        for i, (stream, last) in enumerate(zip(streams, final, strict=True)):
+            n, start = len(stream.frames), stream.emitted
+            end = n if last else n - self.right
+            if end > start:
+                lo, hi = max(0, start - self.left), min(n, end + self.right)
+                groups.setdefault(hi - lo, []).append((i, lo, start, end))
         hop = self.samples_per_frame
-        return audio[(start - lo) * hop : (end - lo) * hop]
+        for length, members in groups.items():
+            windows = [streams[i].frames[lo : lo + length] for i, lo, _, _ in members]
+            audio = self.decode_windows(windows)
+            for row, (i, lo, start, end) in zip(audio, members, strict=True):
+                out[i] = row[(start - lo) * hop : (end - lo) * hop]
+                streams[i].emitted = end
+        return out
 
-    @torch.inference_mode()
     def decode_frames(self, frames: list[list[int]]) -> np.ndarray:
         """Frames [n][codebooks] → float32 mono samples [n · 512], decoded at once."""
+        return self.decode_windows([frames])[0]
+
+    @torch.inference_mode()
+    def decode_windows(self, windows: list[list[list[int]]]) -> np.ndarray:
+        """Windows of equal length [B][n][codebooks] → float32 samples [B, n · 512]."""
         device = next(self.dac.parameters()).device
-        codes = torch.tensor(frames, dtype=torch.long, device=device).T[None]  # [1, K, n]
-        latent = self.dac.quantizer.from_codes(codes)[0]
-        audio = self.dac.decoder(latent)  # [1, 1, n · hop]
-        return audio[0, 0].float().cpu().numpy()
+        codes = torch.tensor(windows, dtype=torch.long, device=device).transpose(1, 2)
+        latent = self.dac.quantizer.from_codes(codes)[0]  # [B, hidden, n]
+        audio = self.dac.decoder(latent)  # [B, 1, n · hop]
+        return audio[:, 0].float().cpu().numpy()

@@ -78,3 +78,22 @@ def test_bad_codes_are_refused(dac):
     detok = DacDetokenizer(dac)
     with pytest.raises(ValueError, match="9 codes"):
         detok.push(detok.new_stream(), [[1024] * 9])
+
+
+def test_streams_decoded_together_equal_each_alone(dac, frames):
+    """Windows of the same length share one batched decode; each stream's audio is its own."""
+    detok = DacDetokenizer(dac)
+    other = [list(reversed(f)) for f in frames]
+    together = [detok.new_stream(), detok.new_stream()]
+    got: list[list[np.ndarray]] = [[], []]
+    for at in range(0, FRAMES, 5):
+        detok.push(together[0], frames[at : at + 5])
+        detok.push(together[1], other[at : at + 5])
+        last = at + 5 >= FRAMES
+        for i, audio in enumerate(detok.decode(together, [last, last])):
+            got[i].append(audio)
+    for i, source in enumerate((frames, other)):
+        whole = detok.decode_frames(source)
+        np.testing.assert_allclose(
+            np.concatenate(got[i]), whole, rtol=0, atol=1e-5 * np.abs(whole).max()
+        )
