@@ -126,3 +126,29 @@ def test_voices_are_speaker_embeddings_and_clips_get_the_recipe(tmp_path):
         read_speaker_embeddings(tmp_path, 128)
     with pytest.raises(CheckpointError, match="does not exist"):
         read_speaker_embeddings(tmp_path / "nowhere", 128)
+
+
+def test_real_layout_shapes_and_the_hybrid_refusal():
+    """zonos-v0.1's published tensor shapes (built on the meta device: no memory), and the
+    hybrid's config refused with what Voxgate serves instead."""
+    import torch
+
+    from models.checkpoint_errors import CheckpointError
+    from models.zonos.checkpoint import ZonosWeights
+    from models.zonos.config import REAL, ZonosConfig
+
+    with torch.device("meta"):
+        weights = ZonosWeights(REAL)
+    shapes = {k: tuple(v.shape) for k, v in weights.state_dict().items()}
+    assert shapes["backbone.layers.25.mixer.in_proj.weight"] == ((16 + 2 * 4) * 128, 2048)
+    assert shapes["backbone.layers.0.mlp.fc1.weight"] == (2 * 8192, 2048)
+    assert shapes["embeddings.8.weight"] == (1026, 2048)
+    assert shapes["heads.0.weight"] == (1025, 2048)
+    assert shapes["prefix_conditioner.conditioners.1.project.weight"] == (2048, 128)
+    assert shapes["prefix_conditioner.conditioners.2.weight"] == (1024, 8)
+    assert shapes["prefix_conditioner.conditioners.6.int_embedder.weight"] == (128, 2048)
+    assert 1.5e9 < sum(v.numel() for v in weights.state_dict().values()) < 1.7e9
+    hybrid = REAL.to_dict()
+    hybrid["backbone"]["ssm_cfg"] = {"layer": "Mamba2"}
+    with pytest.raises(CheckpointError, match="hybrid .* transformer backbone only"):
+        ZonosConfig.from_dict(hybrid)
