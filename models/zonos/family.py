@@ -27,6 +27,7 @@ def _load(request: LoadRequest):
     from models.zonos.config import DAC_REPO, TRANSFORMER_REPO
     from models.zonos.loading import load_zonos
     from models.zonos.presets import ensure_random_zonos, ensure_tiny_zonos
+    from models.zonos.speaker import SPEAKER_REPO
 
     model = request.model
     request.refuse(
@@ -37,15 +38,13 @@ def _load(request: LoadRequest):
     if model == "tiny-zonos":
         if request.random_weights:
             raise CheckpointError("tiny-zonos has random weights already; drop --random-weights")
-        folder = ensure_tiny_zonos()
-        return load_zonos(str(folder / "model"), device, dtype, str(folder / "dac"), model, voices)
+        folder = ensure_tiny_zonos() / "model"
+        return load_zonos(str(folder), device, dtype, name=model, voices_dir=voices)
     if model == "zonos-v0.1":
         if request.random_weights:
-            folder = ensure_random_zonos()
-            return load_zonos(
-                str(folder / "model"), device, dtype, str(folder / "dac"), model, voices
-            )
-        return load_zonos(TRANSFORMER_REPO, device, dtype, DAC_REPO, model, voices)
+            folder = ensure_random_zonos() / "model"
+            return load_zonos(str(folder), device, dtype, name=model, voices_dir=voices)
+        return load_zonos(TRANSFORMER_REPO, device, dtype, DAC_REPO, model, voices, SPEAKER_REPO)
     if request.random_weights:
         raise CheckpointError("--random-weights goes with the zonos-v0.1 preset")
     return load_zonos(model, device, dtype, voices_dir=voices)

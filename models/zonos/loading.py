@@ -24,7 +24,10 @@ def load_zonos(
     dac_source: str | None = None,
     name: str = "zonos",
     voices_dir: str | None = None,
+    speaker_source: str | None = None,
 ) -> ZonosModel:
+    """`speaker_source`: Zonos' speaker model (for voices from clips); default a `speaker/`
+    folder beside the weights, else Zyphra/Zonos-v0.1-speaker-embedding."""
     folder = resolve_source(source, required=("config.json", "model.safetensors"))
     dac_folder = folder / "dac" if (folder / "dac" / "config.json").exists() else None
     if dac_source is not None:
@@ -38,10 +41,28 @@ def load_zonos(
         raise CheckpointError(f"{dac_folder} is not DAC 44.1 kHz (Zonos needs its 9 codebooks)")
     model = ZonosModel(weights, DacDetokenizer(dac), name=name)
     if voices_dir is not None:
-        from models.zonos.voices import read_speaker_embeddings
-
-        if "speaker" not in model.names:
-            raise CheckpointError(f"{folder} has no speaker conditioner: it takes no voices")
-        speaker = weights.prefix_conditioner.conditioners[model.names.index("speaker")]
-        model.add_voices(read_speaker_embeddings(voices_dir, speaker.width))
+        model.add_voices(_voices(model, folder, speaker_source, voices_dir, device))
     return model
+
+
+def _voices(model: ZonosModel, folder, speaker_source: str | None, voices_dir: str, device):
+    from models.zonos.speaker import LDA_FILE, NETWORK_FILE, SAMPLE_RATE, SPEAKER_REPO
+    from models.zonos.voices import read_voices
+
+    if "speaker" not in model.names:
+        raise CheckpointError(f"{folder} has no speaker conditioner: it takes no voices")
+    speaker = model.weights.prefix_conditioner.conditioners[model.names.index("speaker")]
+    loaded = []
+
+    def embed(clip):  # the speaker model loads at the first clip (.npy voices need none)
+        if not loaded:
+            from models.zonos.speaker import load_speaker_model
+
+            source = speaker_source
+            if source is None:
+                source = str(folder / "speaker") if (folder / "speaker").is_dir() else SPEAKER_REPO
+            where = resolve_source(source, (NETWORK_FILE, LDA_FILE), patterns=("*.pt",))
+            loaded.append(load_speaker_model(where, device))
+        return loaded[0].embed(clip)
+
+    return read_voices(voices_dir, speaker.width, embed, SAMPLE_RATE)

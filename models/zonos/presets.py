@@ -1,7 +1,8 @@
 """`tiny-zonos` (seeded random weights at scaled-down sizes, DAC included) and the real shapes
 with random weights (`zonos-v0.1 --random-weights`), written on first use in the published
-layouts: `model/` as Zyphra/Zonos-v0.1-transformer (config.json + model.safetensors) and
-`dac/` as descript/dac_44khz (transformers' DacModel.save_pretrained)."""
+layouts in one folder: Zyphra/Zonos-v0.1-transformer's config.json + model.safetensors, with
+`dac/` as descript/dac_44khz (transformers' DacModel.save_pretrained) and `speaker/` as
+Zyphra/Zonos-v0.1-speaker-embedding (the speaker model's two .pt files) beside them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import torch
 from models.preset_cache import materialise
 from models.zonos.checkpoint import write_zonos_checkpoint
 from models.zonos.config import REAL, TINY, ZonosConfig
+from models.zonos.speaker import write_speaker_model
 
-PRESET_VERSION = "v1"  # bump when what the writers produce changes
+PRESET_VERSION = "v2"  # bump when what the writers produce changes
 
 # descript/dac_44khz's config.json; the tiny one keeps its strides (512 samples a frame).
 REAL_DAC = {
@@ -37,19 +39,20 @@ def write_dac_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
     DacModel(DacConfig(**cfg)).eval().save_pretrained(str(folder))
 
 
-def _writer(config: ZonosConfig, dac: dict):
+def _writer(config: ZonosConfig, dac: dict, speaker_width: int):
     def write(folder: Path) -> None:
         write_zonos_checkpoint(folder / "model", config, seed=0)
-        write_dac_checkpoint(folder / "dac", dac, seed=1)
+        write_dac_checkpoint(folder / "model" / "dac", dac, seed=1)
+        write_speaker_model(folder / "model" / "speaker", speaker_width, seed=2)
 
     return write
 
 
 def ensure_tiny_zonos(root: Path | None = None) -> Path:
-    """The preset's folder (holding model/ and dac/)."""
-    return materialise(f"tiny-zonos-{PRESET_VERSION}", _writer(TINY, TINY_DAC), root)
+    """The preset's folder (its `model/` holds the checkpoint, `dac/` and `speaker/`)."""
+    return materialise(f"tiny-zonos-{PRESET_VERSION}", _writer(TINY, TINY_DAC, 4), root)
 
 
 def ensure_random_zonos(root: Path | None = None) -> Path:
     """Zonos v0.1 transformer's real shapes (1.6B parameters, ~6.5 GB in fp32) and real DAC."""
-    return materialise(f"zonos-v0.1-random-{PRESET_VERSION}", _writer(REAL, REAL_DAC), root)
+    return materialise(f"zonos-v0.1-random-{PRESET_VERSION}", _writer(REAL, REAL_DAC, 64), root)

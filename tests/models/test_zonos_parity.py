@@ -46,13 +46,11 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return ensure_tiny_zonos(tmp_path_factory.mktemp("zonos"))
+    return ensure_tiny_zonos(tmp_path_factory.mktemp("zonos")) / "model"
 
 
 def _engine_run(folder, texts, frames):
-    model = load_zonos(
-        str(folder / "model"), torch.device("cpu"), torch.float32, str(folder / "dac")
-    )
+    model = load_zonos(str(folder), torch.device("cpu"), torch.float32)
     config = EngineConfig(max_num_seqs=4, max_batch_tokens=256, num_kv_blocks=64, block_size=16)
     core = EngineCore(model, config, torch.device("cpu"), "sdpa")
     params = SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=frames)
@@ -69,7 +67,7 @@ def _official_audio(reference, codes: torch.Tensor) -> np.ndarray:
 
 
 def test_batched_greedy_grids_and_audio_equal_the_official(folder):
-    reference = official_model(folder / "model", folder / "dac")
+    reference = official_model(folder, folder / "dac")
     _, grids, pcm, peak = _engine_run(folder, TEXTS, FRAMES)
     assert peak == 2
     for text, grid, audio in zip(TEXTS, grids, pcm, strict=True):
@@ -83,15 +81,15 @@ def test_batched_greedy_grids_and_audio_equal_the_official(folder):
 def test_eos_cascade_and_end_equal_the_official(folder, tmp_path):
     """A head where EOS outscores one code wherever that code would win: codebook 0 ends the
     utterance mid-way, and the 8 frames after it carry the published EOS cascade."""
-    reference = official_model(folder / "model", folder / "dac")
+    reference = official_model(folder, folder / "dac")
     first, _ = official_greedy_grid(reference, TEXTS[0], 12)
     code = int(first[0, 6])
     ending = tmp_path / "ending"
     shutil.copytree(folder, ending)
-    state = load_file(str(ending / "model" / "model.safetensors"))
+    state = load_file(str(ending / "model.safetensors"))
     state["heads.0.weight"][R.EOS_CODE] = state["heads.0.weight"][code] * 1.5
-    save_file(state, str(ending / "model" / "model.safetensors"))
-    reference = official_model(ending / "model", ending / "dac")
+    save_file(state, str(ending / "model.safetensors"))
+    reference = official_model(ending, ending / "dac")
     want, codes = official_greedy_grid(reference, TEXTS[0], 40)
     model, grids, pcm, _ = _engine_run(ending, TEXTS[:1], 40)
     grid = grids[0]
@@ -109,10 +107,8 @@ def test_prefix_with_options_equals_the_official(folder):
     from tests.models.official_zonos import import_official
 
     _, conditioning, _ = import_official()
-    reference = official_model(folder / "model", folder / "dac")
-    model = load_zonos(
-        str(folder / "model"), torch.device("cpu"), torch.float32, str(folder / "dac")
-    )
+    reference = official_model(folder, folder / "dac")
+    model = load_zonos(str(folder), torch.device("cpu"), torch.float32)
     options = ZonosOptions(
         emotion=(0.9, 0.0, 0.1, 0.0, 0.0, 0.2, 0.1, 0.1),
         fmax=24000.0,

@@ -109,23 +109,25 @@ def test_request_options_are_declared_for_the_generic_path():
         ZonosOptions.from_request({"emotion_fear": 1.0, "emotion": [1.0] * 8})
 
 
-def test_voices_are_speaker_embeddings_and_clips_get_the_recipe(tmp_path):
+def test_voices_from_speaker_embedding_files(tmp_path):
+    """`.npy` voices need no speaker model (clips: tests/models/test_zonos_speaker.py)."""
     import numpy as np
 
     from models.checkpoint_errors import CheckpointError
-    from models.zonos.voices import read_speaker_embeddings
+    from models.zonos.voices import read_voices
 
+    def no_clips(audio):
+        raise AssertionError("no clip in this folder")
+
+    with pytest.raises(CheckpointError, match="holds no clips"):
+        read_voices(tmp_path, 128, no_clips, 16000)
     np.save(tmp_path / "anna.npy", np.arange(128, dtype=np.float32)[None])  # as (1, 128)
-    assert read_speaker_embeddings(tmp_path, 128)["anna"][:3] == [0.0, 1.0, 2.0]
+    assert read_voices(tmp_path, 128, no_clips, 16000)["anna"][:3] == [0.0, 1.0, 2.0]
     np.save(tmp_path / "short.npy", np.zeros(64, dtype=np.float32))
     with pytest.raises(CheckpointError, match="holds 64 values; a Zonos speaker embedding is 128"):
-        read_speaker_embeddings(tmp_path, 128)
-    (tmp_path / "short.npy").unlink()
-    (tmp_path / "clip.wav").write_bytes(b"")
-    with pytest.raises(CheckpointError, match="make_speaker_embedding"):
-        read_speaker_embeddings(tmp_path, 128)
+        read_voices(tmp_path, 128, no_clips, 16000)
     with pytest.raises(CheckpointError, match="does not exist"):
-        read_speaker_embeddings(tmp_path / "nowhere", 128)
+        read_voices(tmp_path / "nowhere", 128, no_clips, 16000)
 
 
 def test_real_layout_shapes_and_the_hybrid_refusal():
