@@ -11,6 +11,7 @@ from models.loader import resolve_source
 from models.zonos.checkpoint import load_zonos_weights
 from models.zonos.config import DAC_REPO
 from models.zonos.model import ZonosModel
+from models.zonos.phonemes import warm_up
 
 
 def is_zonos_config(cfg: dict | None) -> bool:
@@ -40,6 +41,7 @@ def load_zonos(
     if int(dac.config.n_codebooks) != 9:
         raise CheckpointError(f"{dac_folder} is not DAC 44.1 kHz (Zonos needs its 9 codebooks)")
     model = ZonosModel(weights, DacDetokenizer(dac), name=name)
+    warm_up()
     if voices_dir is not None:
         model.add_voices(_voices(model, folder, speaker_source, voices_dir, device))
     return model

@@ -187,6 +187,13 @@ def _backend(language: str):
         ) from None
 
 
+def warm_up(language: str = "en-us") -> None:
+    """Start eSpeak for `language` now (about a second on first use) rather than in the first
+    request, when it is installed; without it requests get the install hint instead."""
+    if espeak_available():
+        _backend(language)
+
+
 def phonemize(text: str, language: str) -> str:
     language_id(language)  # a clear error for an unknown language first
     return _backend(language.lower()).phonemize([text], strip=True)[0]
