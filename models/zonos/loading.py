@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from models.base import ModelInputError
 from models.checkpoint_errors import CheckpointError
 from models.codecs.dac import DacDetokenizer, load_dac
 from models.loader import resolve_source
@@ -43,7 +44,10 @@ def load_zonos(
     model = ZonosModel(weights, DacDetokenizer(dac), name=name)
     warm_up()
     if voices_dir is not None:
-        model.add_voices(_voices(model, folder, speaker_source, voices_dir, device))
+        try:
+            model.add_voices(_voices(model, folder, speaker_source, voices_dir, device))
+        except ModelInputError as exc:
+            raise CheckpointError(f"voices in {voices_dir}: {exc}") from None
     return model
 
 

@@ -90,6 +90,7 @@ class ZonosModel(SpeechModel):
             held_back_tokens=DELAY + detok.right,
             voices=(DEFAULT_VOICE,),
             default_voice=DEFAULT_VOICE,
+            voice_cloning=True,  # from clips through Zonos' speaker model (voices.py)
             max_context=MAX_POSITIONS,
             # Published: temperature 1, min-p 0.1 and the windowed repetition penalty (both
             # applied by this model, sampling.py); the engine's own penalty stays off.
