@@ -6,7 +6,7 @@ STAMP := $(VENV)/.voxgate-installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup test demo lint browser-deps teacher-deps teacher-debs reference-deps clean
+.PHONY: setup test demo lint browser-deps teacher-deps teacher-debs zonos-deps reference-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,16 @@ teacher-deps:
 		else echo "note: flite missing; the training-pipeline test will be skipped"; fi; \
 	fi
 
+# eSpeak NG, the phonemizer Zonos reads its text through (models/zonos/phonemes.py; the
+# `phonemizer` package finds its library). Without it the Zonos tests are skipped.
+zonos-deps:
+	@if ! command -v espeak-ng >/dev/null; then \
+		if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null) \
+				|| echo "warning: could not install espeak-ng; the Zonos tests will be skipped"; \
+		else echo "note: espeak-ng missing (apt-get install espeak-ng); the Zonos tests will be skipped"; fi; \
+	fi
+
 # The teacher as .deb files, for machines without a registry (training/README.md): unpacked
 # there with dpkg -x. Carried to the GPU machine as `.teacher` (git-ignored).
 teacher-debs:
@@ -57,9 +67,17 @@ $(REFERENCE_DIR)/.installed: $(BIN)/python
 		|| echo "warning: could not install the chatterbox-tts reference; its parity tests will be skipped"
 	@if [ -d $(REFERENCE_DIR)/chatterbox ]; then touch $@; fi
 
-reference-deps: $(REFERENCE_DIR)/.installed
+# The official Zonos code (tests/models/official_zonos.py) from GitHub at a pinned commit: the
+# `zonos` name on PyPI is an empty placeholder. --no-deps, as above.
+ZONOS_REF := git+https://github.com/Zyphra/Zonos@bc40d98e1e1ab54fc65c483be127a90e3c7c0645
+$(REFERENCE_DIR)/.zonos-installed: $(BIN)/python
+	$(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR) $(ZONOS_REF) \
+		|| echo "warning: could not install the official Zonos code; its parity tests will be skipped"
+	@if [ -d $(REFERENCE_DIR)/zonos ]; then touch $@; fi
 
-test: setup browser-deps teacher-deps reference-deps
+reference-deps: $(REFERENCE_DIR)/.installed $(REFERENCE_DIR)/.zonos-installed
+
+test: setup browser-deps teacher-deps zonos-deps reference-deps
 	$(BIN)/ruff check gateway engine models training voxbench tests bench
 	$(BIN)/ruff format --check gateway engine models training voxbench tests bench
 	$(BIN)/python -m pytest -q -m "not gpu" tests

@@ -18,6 +18,7 @@ from models.glm_voice.family import FAMILY as GLM_VOICE
 from models.moshi.family import FAMILY as MOSHI
 from models.orpheus.family import FAMILY as ORPHEUS
 from models.voxgate_tiny.family import FAMILY as VOXGATE_TINY
+from models.zonos.family import FAMILY as ZONOS
 
 # Checkpoints are recognised in this order: a family that looks at local files only (CosyVoice
 # 2's folder layout) before those that read config.json (which a Hub repo id downloads).
@@ -28,6 +29,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     MOSHI,
     VOXGATE_TINY,
     CSM,
+    ZONOS,
     ORPHEUS,
 )
 

@@ -24,7 +24,7 @@ def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
 
 def test_every_preset_belongs_to_exactly_one_family():
     names = [name for family in FAMILIES for name in family.presets]
-    assert len(names) == len(set(names)) == len(PRESETS) == 13
+    assert len(names) == len(set(names)) == len(PRESETS) == 15
     expected = {
         "voxgate-tiny": "voxgate-tiny",
         "tiny-orpheus": "Orpheus",
@@ -39,6 +39,8 @@ def test_every_preset_belongs_to_exactly_one_family():
         "glm-4-voice-9b": "GLM-4-Voice",
         "tiny-chatterbox": "Chatterbox",
         "chatterbox": "Chatterbox",
+        "tiny-zonos": "Zonos",
+        "zonos-v0.1": "Zonos",
     }
     assert {name: family_of(name).name for name in all_presets()} == expected
 
@@ -51,6 +53,7 @@ def test_every_preset_belongs_to_exactly_one_family():
         ({"model_type": "csm"}, (), "CSM"),
         ({"model_type": "moshi"}, (), "Moshi"),
         (None, ("cosyvoice2.yaml",), "CosyVoice 2"),
+        ({"backbone": {}, "prefix_conditioner": {}}, (), "Zonos"),
     ],
 )
 def test_checkpoint_folders_are_recognised_by_their_layout(tmp_path, config, files, family):

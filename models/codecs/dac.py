@@ -1,0 +1,111 @@
+"""DAC 44.1 kHz (descript/dac_44khz, transformers' DacModel) as a streaming detokenizer.
+
+A frame is 9 codes and decodes to 512 samples. DAC's decoder is all symmetric convolutions, so
+a sample depends on frames on both sides of it: to emit frames [s, e) the decoder runs on
+frames [max(0, s - L), min(n, e + R)) and the samples of [s, e) are cut out. A stream's first
+window starts at frame 0 and its final one ends at its last frame, exactly the edges a whole
+decode sees; at an interior seam the window must reach every frame an emitted sample depends
+on. The decoder's receptive field (latent conv k7, then per upsampling block a transposed conv
+and residual units k7 dilated 1/3/9) spans 7.3 frames to the left and 7.9 to the right of a
+frame (measured: changing one frame changes samples from 7.3 frames before it to 7.9 after),
+so L = R = 8 make chunked output equal the whole decode to float rounding
+(tests/models/test_dac_stream.py). R is time to first audio: 8 frames, 93 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.checkpoint_errors import CheckpointError
+
+CONTEXT_FRAMES = 8
+
+
+@dataclass
+class DacStream:
+    frames: list[list[int]] = field(default_factory=list)  # [n][codebooks]
+    emitted: int = 0  # frames whose audio has been returned
+
+
+def load_dac(folder: Path, device: torch.device):
+    """transformers' DacModel from a folder in its layout (config.json + model.safetensors)."""
+    try:
+        from transformers import DacModel
+    except ImportError:
+        raise CheckpointError(
+            "the DAC codec needs transformers (pip install 'voxgate[zonos]')"
+        ) from None
+    try:
+        model = DacModel.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"could not load the DAC codec from {folder}: {exc}") from None
+    return model.to(device).eval()
+
+
+class DacDetokenizer:
+    def __init__(
+        self,
+        dac,  # transformers.DacModel
+        first_chunk: int = 4,
+        chunk: int = 16,
+        left: int = CONTEXT_FRAMES,
+        right: int = CONTEXT_FRAMES,
+    ) -> None:
+        self.dac = dac
+        self.num_codebooks = int(dac.config.n_codebooks)
+        self.codebook_size = int(dac.config.codebook_size)
+        self.sample_rate = int(dac.config.sampling_rate)
+        self.samples_per_frame = int(np.prod(dac.config.upsampling_ratios))
+        self.first_chunk, self.chunk, self.left, self.right = first_chunk, chunk, left, right
+
+    @property
+    def frame_rate(self) -> float:
+        return self.sample_rate / self.samples_per_frame
+
+    def new_stream(self) -> DacStream:
+        return DacStream()
+
+    def push(self, stream: DacStream, frames: list[list[int]]) -> None:
+        for codes in frames:
+            if len(codes) != self.num_codebooks or not all(
+                0 <= c < self.codebook_size for c in codes
+            ):
+                raise ValueError(f"a DAC frame is {self.num_codebooks} codes in [0, 1024)")
+            stream.frames.append(list(codes))
+
+    def decode(self, streams: list[DacStream], final: list[bool]) -> list[np.ndarray]:
+        """The audio each stream can emit now: every frame whose right context has arrived
+        (all of them with `final`). Windows of the same length decode as one batch."""
+        out = [np.zeros(0, dtype=np.float32) for _ in streams]
+        groups: dict[int, list[tuple[int, int, int, int]]] = {}
+        for i, (stream, last) in enumerate(zip(streams, final, strict=True)):
+            n, start = len(stream.frames), stream.emitted
+            end = n if last else n - self.right
+            if end > start:
+                lo, hi = max(0, start - self.left), min(n, end + self.right)
+                groups.setdefault(hi - lo, []).append((i, lo, start, end))
+        hop = self.samples_per_frame
+        for length, members in groups.items():
+            windows = [streams[i].frames[lo : lo + length] for i, lo, _, _ in members]
+            audio = self.decode_windows(windows)
+            for row, (i, lo, start, end) in zip(audio, members, strict=True):
+                out[i] = row[(start - lo) * hop : (end - lo) * hop]
+                streams[i].emitted = end
+        return out
+
+    def decode_frames(self, frames: list[list[int]]) -> np.ndarray:
+        """Frames [n][codebooks] → float32 mono samples [n · 512], decoded at once."""
+        return self.decode_windows([frames])[0]
+
+    @torch.inference_mode()
+    def decode_windows(self, windows: list[list[list[int]]]) -> np.ndarray:
+        """Windows of equal length [B][n][codebooks] → float32 samples [B, n · 512]."""
+        device = next(self.dac.parameters()).device
+        codes = torch.tensor(windows, dtype=torch.long, device=device).transpose(1, 2)
+        latent = self.dac.quantizer.from_codes(codes)[0]  # [B, hidden, n]
+        audio = self.dac.decoder(latent)  # [B, 1, n · hop]
+        return audio[:, 0].float().cpu().numpy()

@@ -1,0 +1,72 @@
+"""A `/v1/stream` TTS session with tiny-zonos (eSpeak phonemes, CFG, 9 DAC codebooks with the
+delay pattern): real uvicorn, real engine, the `websockets` client. The model speaks at
+44.1 kHz; the session's 24 kHz audio is the engine's own, resampled by the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import websockets
+from gateway_testkit import collect_response, engine_pcm, recv_json, resample, send, start_session
+
+from models.zonos.phonemes import espeak_available
+
+pytestmark = pytest.mark.skipif(
+    not espeak_available(),
+    reason="Zonos' phonemes need eSpeak NG and phonemizer: run `make zonos-deps`",
+)
+TEXT = "Hello from the gateway."
+SAMPLING = {"temperature": 0.0, "max_tokens": 24, "min_tokens": 24}
+PCM24 = {"format": "pcm16", "sample_rate": 24000}
+
+
+@pytest.fixture(scope="module")
+def zonos_engine(tmp_path_factory):
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VOXGATE_CACHE", str(tmp_path_factory.mktemp("cache")))
+    eng = build_engine("tiny-zonos", config=EngineConfig(kv_cache_mb=32))
+    yield eng
+    asyncio.run(eng.shutdown())
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def zonos_server(zonos_engine):
+    from gateway_testkit import start_server
+
+    from gateway.config import GatewaySettings
+
+    server = start_server(GatewaySettings(model="tiny-zonos"), zonos_engine)
+    yield server
+    server.stop()
+
+
+async def test_zonos_session_streams_the_engine_audio_at_the_wire_rate(zonos_server, zonos_engine):
+    async with websockets.connect(zonos_server.url) as ws:
+        started = await start_session(ws, sampling=SAMPLING, output_audio=PCM24)
+        await send(ws, type="text", text=TEXT)
+        played = await collect_response(ws)
+    assert started["model"] == "tiny-zonos"
+    assert started["token_rate_hz"] == pytest.approx(44100 / 512)
+    assert played.done["status"] == "length"
+    got = np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
+    native = np.clip(await engine_pcm(zonos_engine, TEXT, SAMPLING), -1, 1)
+    # 24 frames of the delayed grid: the first 8 only complete the delay, 16 audio frames.
+    assert len(native) == (24 - 8) * 512
+    want = resample(native, 44100, 24000)
+    n = min(len(got), len(want))
+    assert n >= len(native) * 24000 // 44100 - 64
+    assert np.max(np.abs(got[:n] - want[:n])) <= 2 / 32768
+
+
+async def test_unknown_voice_is_refused_with_the_voices_it_has(zonos_server):
+    async with websockets.connect(zonos_server.url) as ws:
+        await send(ws, type="session.start", sampling=SAMPLING, voice="nobody")
+        reply = await recv_json(ws)
+    assert reply["type"] == "error" and reply["fatal"]
+    assert "default" in reply["message"]

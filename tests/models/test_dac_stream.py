@@ -1,0 +1,99 @@
+"""The streaming DAC 44.1 kHz detokenizer: chunked output equals one whole decode, which equals
+transformers' DacModel.decode, on seeded random weights (a narrow DAC with the published
+strides, so 512 samples a frame and the published receptive field)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models.codecs.dac import DacDetokenizer
+from models.zonos.presets import TINY_DAC
+
+FRAMES = 40
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Narrow convolutions: on a shared 2-core box a second thread only adds contention.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def dac():
+    from transformers import DacConfig, DacModel
+
+    torch.manual_seed(3)
+    return DacModel(DacConfig(**TINY_DAC)).eval()
+
+
+@pytest.fixture(scope="module")
+def frames():
+    g = torch.Generator().manual_seed(4)
+    return torch.randint(0, 1024, (FRAMES, 9), generator=g).tolist()
+
+
+def _streamed(detok: DacDetokenizer, frames: list[list[int]], sizes: list[int]) -> np.ndarray:
+    stream, out, at, i = detok.new_stream(), [], 0, 0
+    while at < len(frames):
+        size = sizes[i % len(sizes)]
+        detok.push(stream, frames[at : at + size])
+        at, i = at + size, i + 1
+        out.append(detok.decode([stream], [at >= len(frames)])[0])
+    return np.concatenate(out)
+
+
+def test_whole_decode_equals_transformers(dac, frames):
+    detok = DacDetokenizer(dac)
+    with torch.inference_mode():
+        want = dac.decode(audio_codes=torch.tensor(frames).T[None]).audio_values[0].numpy()
+    got = detok.decode_frames(frames)
+    assert got.shape == (FRAMES * 512,)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("sizes", [[1], [3, 7, 2], [16]])
+def test_chunked_equals_whole(dac, frames, sizes):
+    detok = DacDetokenizer(dac)
+    whole = detok.decode_frames(frames)
+    got = _streamed(detok, frames, sizes)
+    assert got.shape == whole.shape
+    np.testing.assert_allclose(got, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+
+
+def test_short_context_breaks_the_seams(dac, frames):
+    """The measured receptive field is real: too little context leaves seams well beyond the
+    tolerance the full context meets."""
+    whole = DacDetokenizer(dac).decode_frames(frames)
+    short = _streamed(DacDetokenizer(dac, left=2, right=2), frames, [4])
+    err = np.abs(short - whole).max() / np.abs(whole).max()
+    assert err > 5e-5
+
+
+def test_bad_codes_are_refused(dac):
+    detok = DacDetokenizer(dac)
+    with pytest.raises(ValueError, match="9 codes"):
+        detok.push(detok.new_stream(), [[1024] * 9])
+
+
+def test_streams_decoded_together_equal_each_alone(dac, frames):
+    """Windows of the same length share one batched decode; each stream's audio is its own."""
+    detok = DacDetokenizer(dac)
+    other = [list(reversed(f)) for f in frames]
+    together = [detok.new_stream(), detok.new_stream()]
+    got: list[list[np.ndarray]] = [[], []]
+    for at in range(0, FRAMES, 5):
+        detok.push(together[0], frames[at : at + 5])
+        detok.push(together[1], other[at : at + 5])
+        last = at + 5 >= FRAMES
+        for i, audio in enumerate(detok.decode(together, [last, last])):
+            got[i].append(audio)
+    for i, source in enumerate((frames, other)):
+        whole = detok.decode_frames(source)
+        np.testing.assert_allclose(
+            np.concatenate(got[i]), whole, rtol=0, atol=1e-5 * np.abs(whole).max()
+        )
