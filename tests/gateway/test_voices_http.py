@@ -48,8 +48,19 @@ def test_auth_is_enforced(secured):
     assert get_voices(secured, KEY).json()["voices"]
 
 
-def test_only_get_is_allowed(server):
-    assert httpx.post(f"{server.http}/v1/voices", timeout=10).status_code == 405
+def test_only_get_post_and_delete_are_allowed(server):
+    """GET lists, POST adds a voice from a clip, DELETE /v1/voices/{name} removes one
+    (tests/gateway/test_client_voices.py); nothing else is a route."""
+    assert httpx.put(f"{server.http}/v1/voices", timeout=10).status_code == 405
+    assert httpx.patch(f"{server.http}/v1/voices", timeout=10).status_code == 405
+    assert httpx.delete(f"{server.http}/v1/voices", timeout=10).status_code == 405
+
+
+def test_a_model_that_cannot_clone_refuses_a_clip(server):
+    response = httpx.post(f"{server.http}/v1/voices", json={"audio": "AAAA"}, timeout=10)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "cloning_unsupported"
+    assert "tiny-orpheus cannot make a voice" in response.json()["error"]["message"]
 
 
 def test_every_listed_voice_starts_a_stream_session(server):
