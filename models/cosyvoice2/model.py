@@ -134,7 +134,7 @@ class CosyVoice2Model(SpeechModel):
             raise ModelInputError(
                 "CosyVoice 2 continues the clip's speech: send the clip's transcript"
             )
-        covered = max(self.detok.GRAPH_PROMPT_CHUNKS, *self.detok.long_prompts)
+        covered = max((self.detok.GRAPH_PROMPT_CHUNKS, *self.detok.long_prompts))
         voice = self.voices.add_voice(
             name,
             self.text_ids(clip.transcript),
