@@ -22,7 +22,7 @@ from typing import Any
 from engine.api import EngineClient, EngineDead, EngineOverloaded, ModelFacts, ModelInputError
 from gateway.clip_audio import ClipError, check_request, decode_base64, read_clip
 from gateway.config import GatewaySettings
-from gateway.protocol import ClipUpload
+from gateway.protocol import ClipUpload, CloseCode, ErrorCode
 from gateway.voice_lru import ClientVoice, VoiceLimits, VoiceLRU
 
 log = logging.getLogger("voxgate.voices")
@@ -119,6 +119,23 @@ class ClientVoices:
                 log.warning("the engine was replaced: %d client voices are gone", len(self._lru))
             self._lru.clear()
             self._made_by = serving
+
+
+# A refused session.start voice_clip: its error and close codes (the rest: bad_field, 1007).
+_CLIP_REFUSALS = {
+    "cloning_unsupported": (ErrorCode.UNSUPPORTED_INPUT, CloseCode.UNSUPPORTED_DATA),
+    "voices_disabled": (ErrorCode.UNSUPPORTED_INPUT, CloseCode.UNSUPPORTED_DATA),
+    "clip_too_large": (ErrorCode.TOO_LARGE, CloseCode.TOO_BIG),
+    "busy": (ErrorCode.OVERLOADED, CloseCode.TRY_AGAIN_LATER),
+    "engine_unavailable": (ErrorCode.OVERLOADED, CloseCode.TRY_AGAIN_LATER),
+}
+
+
+def clip_refusal(error: ClipError) -> tuple[ErrorCode, str, CloseCode]:
+    """The fatal error a session answers a refused voice_clip with: code, message (ending
+    with the check that failed, for clients to match on) and close code."""
+    code, close = _CLIP_REFUSALS.get(error.code, (ErrorCode.BAD_FIELD, CloseCode.INVALID_PAYLOAD))
+    return code, f"voice_clip: {error.message} ({error.code})", close
 
 
 async def _encode(engine: EngineClient, voice_id: str, clip) -> int:

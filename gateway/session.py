@@ -32,7 +32,7 @@ from starlette.websockets import WebSocket
 from engine.api import EngineClient, EngineDead
 from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
-from gateway.client_voices import ClientVoices
+from gateway.client_voices import ClientVoices, clip_refusal
 from gateway.clip_audio import ClipError
 from gateway.config import GatewaySettings
 from gateway.duplex import DuplexConversation
@@ -83,15 +83,6 @@ _START_CLOSE_CODES = {
     ErrorCode.BAD_JSON: CloseCode.INVALID_PAYLOAD,
     ErrorCode.BAD_FIELD: CloseCode.INVALID_PAYLOAD,
     ErrorCode.UNSUPPORTED_AUDIO: CloseCode.UNSUPPORTED_DATA,
-}
-# A refused voice_clip's error and close codes; the clip check that failed
-# (gateway/clip_audio.py) is named at the end of the message. The rest: bad_field, 1007.
-_CLIP_ERROR_CODES = {
-    "cloning_unsupported": (ErrorCode.UNSUPPORTED_INPUT, CloseCode.UNSUPPORTED_DATA),
-    "voices_disabled": (ErrorCode.UNSUPPORTED_INPUT, CloseCode.UNSUPPORTED_DATA),
-    "clip_too_large": (ErrorCode.TOO_LARGE, CloseCode.TOO_BIG),
-    "busy": (ErrorCode.OVERLOADED, CloseCode.TRY_AGAIN_LATER),
-    "engine_unavailable": (ErrorCode.OVERLOADED, CloseCode.TRY_AGAIN_LATER),
 }
 
 
@@ -433,10 +424,7 @@ class Session:
         try:
             voice = await self._client_voices.add(self._engine, self._principal, event.voice_clip)
         except ClipError as exc:
-            code, close = _CLIP_ERROR_CODES.get(
-                exc.code, (ErrorCode.BAD_FIELD, CloseCode.INVALID_PAYLOAD)
-            )
-            self._fatal(code, f"voice_clip: {exc.message} ({exc.code})", close)
+            self._fatal(*clip_refusal(exc))
             return None
         return dataclasses.replace(event, voice=voice.voice_id, voice_clip=None)
 
@@ -450,6 +438,8 @@ class Session:
             self._error(exc.code, exc.message)
             return
         self._responses.options = options  # responses already playing keep theirs
+        if self._client_voices is not None:
+            self._client_voices.touch(self._principal, options.voice)
         if self._speech is not None:
             self._speech.reconfigure(options, event.input_audio, event.turn_detection)
         self._emit_event(SessionUpdated(options, event.echo))
