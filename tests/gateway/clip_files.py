@@ -1,13 +1,25 @@
 """Voice clip files as clients send them (WAV, Ogg/WebM Opus, and formats the server refuses),
-made in memory, for the tests of voices from clients."""
+made in memory, and the voices server's description, for the tests of voices from clients."""
 
 from __future__ import annotations
 
 import base64
 import io
 import wave
+from dataclasses import dataclass
 
 import numpy as np
+
+# The API keys of the voices server (conftest.py `csm_voices`): the browser test has its own.
+VOICES_KEYS = ("voices-key-aaaa", "voices-key-bbbb", "voices-key-cccc")
+
+
+@dataclass(frozen=True)
+class VoicesServer:
+    MAX_CLIP_BYTES = 600 * 1024  # above a 16 s WAV at 16 kHz: too long is not too big
+
+    server: object  # gateway_testkit.Server
+    engine: object  # gateway.supervisor.SupervisedEngine over a tiny-csm engine process
 
 
 def noise(seconds: float, rate: int, level: float = 0.2, seed: int = 1) -> np.ndarray:
@@ -46,3 +58,8 @@ def encoded_bytes(audio: np.ndarray, rate: int, container: str, codec: str) -> b
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+# The clip the voices tests send (also the voices server's --voices-dir voice `narrator`).
+VOICE_CLIP = wav_bytes(noise(2.5, 16000), 16000)
+VOICE_TRANSCRIPT = "This is how I sound."

@@ -1,19 +1,18 @@
 """The web demo's voice picker and "Add my voice", end to end in headless Chromium: a real
-uvicorn server with tiny-csm (a model that clones), Chromium's fake microphone playing a WAV
-made here. The picker fills from GET /v1/voices; the button records the microphone with
+uvicorn server with tiny-csm (a model that clones; conftest.py `csm_voices`), Chromium's fake
+microphone playing a WAV made here. The picker fills from GET /v1/voices; the button records the microphone with
 MediaRecorder (WebM Opus) and uploads it; the server makes the voice, the picker selects it,
 and the next response is spoken in it. Skipped when Debian's Chromium or playwright is missing."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import threading
 
 import httpx
 import numpy as np
 import pytest
 from browser_testkit import PageProblems, chromium_missing, launch
+from clip_files import VOICES_KEYS
 from gateway_testkit import write_wav
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -23,26 +22,8 @@ if chromium_missing():
 sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
 
 MIC_RATE = 48000
-PAGE_QUERY = "?max_tokens=4&temperature=0&record_s=3"  # 3 s clips: over CSM's 2 s minimum
-
-
-@pytest.fixture(scope="module")
-def csm_server():
-    from gateway_testkit import start_server
-
-    from engine.config import EngineConfig
-    from engine.factory import build_engine
-    from gateway.config import GatewaySettings
-
-    engine = build_engine("tiny-csm", config=EngineConfig(kv_cache_mb=64, realtime_admission=False))
-    server = start_server(GatewaySettings(model="tiny-csm"), engine)
-    try:
-        yield server
-    finally:
-        server.stop()
-        closer = threading.Thread(target=asyncio.run, args=(engine.shutdown(),))
-        closer.start()
-        closer.join(timeout=60)
+PAGE_QUERY = "?autoconnect=0&max_tokens=4&temperature=0&record_s=3"  # 3 s: over CSM's 2 s
+KEY = VOICES_KEYS[2]  # the voices server's key for this test (conftest.py `csm_voices`)
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +49,20 @@ def mic_context(tmp_path_factory: pytest.TempPathFactory):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_picker_lists_voices_and_add_my_voice_records_one(csm_server, mic_context) -> None:
+def test_picker_lists_voices_and_add_my_voice_records_one(csm_voices, mic_context) -> None:
+    server = csm_voices.server
     page = mic_context.new_page()
     problems = PageProblems(page)
-    page.goto(csm_server.http + "/" + PAGE_QUERY)
+    page.goto(server.http + "/" + PAGE_QUERY)
+    page.wait_for_function("window.voxgateStats && window.voxgateStats.ready", timeout=10_000)
+    page.click("#advanced > summary")
+    page.fill("#api-key", KEY)  # the voices are listed once a session shows the key is good
+    page.click("#connect")
     page.wait_for_function("window.voxgateStats.voices.length > 0", timeout=20_000)
     # The picker holds the model's voices (CSM's speaker ids), the default selected.
     assert page.is_visible("#voice-select") and not page.is_visible("#voice-text")
     options = page.eval_on_selector_all("#voice-select option", "os => os.map(o => o.value)")
-    assert options == ["0", "1"]
+    assert options == ["0", "1", "narrator"]
     assert page.input_value("#voice-select") == "0"
     assert page.is_visible("#add-voice")  # tiny-csm clones
 
@@ -84,12 +70,13 @@ def test_picker_lists_voices_and_add_my_voice_records_one(csm_server, mic_contex
     page.wait_for_selector("#voice-note:not([hidden])", timeout=10_000)  # recording
     assert "read aloud" in page.inner_text("#voice-note")
     assert page.inner_text("#add-voice") == "Stop recording"
-    page.wait_for_function("window.voxgateStats.voices.length === 3", timeout=30_000)
+    page.wait_for_function("window.voxgateStats.voices.length === 4", timeout=30_000)
     stats = page.evaluate("window.voxgateStats")
-    added = httpx.get(f"{csm_server.http}/v1/voices", timeout=10).json()["voices"][-1]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    added = httpx.get(f"{server.http}/v1/voices", headers=headers, timeout=10).json()["voices"][-1]
     assert added["source"] == "client" and added["label"] == "my voice"
     assert 2.0 <= added["seconds"] <= 3.5
-    assert stats["voices"] == ["0", "1", added["name"]]
+    assert stats["voices"] == ["0", "1", "narrator", added["name"]]
     assert page.input_value("#voice-select") == added["name"]  # selected for the next Speak
     assert stats["voiceErrors"] == []
 

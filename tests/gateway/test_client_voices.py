@@ -1,5 +1,6 @@
 """Voices from clients against a real server serving tiny-csm, its engine in a process of its
-own (the clip is encoded there, where the model lives): POST /v1/voices and session.start's
+own under the supervisor (the clip is encoded there, where the model lives; conftest.py
+`csm_voices`): POST /v1/voices and session.start's
 voice_clip make a voice that speaks as a --voices-dir voice of the same clip does, one API key
 never sees another's, DELETE and the per-key LRU make the engine forget a voice, and bad clips
 are refused over HTTP and on the socket with the check that failed."""
@@ -7,59 +8,40 @@ are refused over HTTP and on the socket with the check that failed."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import httpx
 import numpy as np
 import pytest
 import websockets
-from clip_files import b64, noise, wav_bytes
+from clip_files import (
+    VOICE_CLIP,
+    VOICE_TRANSCRIPT,
+    VOICES_KEYS,
+    VoicesServer,
+    b64,
+    noise,
+    wav_bytes,
+)
 from gateway_testkit import collect_response, expect_close, send, start_session
 
 from engine.api import ModelInputError
 from engine.outputs import SpeechRequest
 
-KEYS = ("voices-key-aaaa", "voices-key-bbbb")
-TRANSCRIPT = "This is how I sound."
+KEYS = VOICES_KEYS[:2]  # the browser test uses the third
 TEXT = "Hello from a voice of my own."
 SAMPLING = {"temperature": 0.0, "max_tokens": 4}
 PCM24 = {"format": "pcm16", "sample_rate": 24000}
-CLIP = wav_bytes(noise(2.5, 16000), 16000)
-MAX_CLIP_BYTES = 600 * 1024  # above a 16 s WAV at 16 kHz: too long is not too big
+MAX_CLIP_BYTES = VoicesServer.MAX_CLIP_BYTES
 
 
 @pytest.fixture(scope="module")
-def voices_dir(tmp_path_factory):
-    """The same clip as a server-side voice (speaker 0, as clients' voices are)."""
-    folder = tmp_path_factory.mktemp("voices")
-    (folder / "narrator.wav").write_bytes(CLIP)
-    (folder / "narrator.txt").write_text(TRANSCRIPT)
-    return folder
+def csm(csm_voices):
+    return csm_voices.server, csm_voices.engine
 
 
-@pytest.fixture(scope="module")
-def csm(voices_dir):
-    from gateway_testkit import start_server
-
-    from engine.config import EngineConfig
-    from engine.factory import build_engine
-    from gateway.config import GatewaySettings
-
-    engine = build_engine(
-        "tiny-csm",
-        config=EngineConfig(kv_cache_mb=64, realtime_admission=False, engine_process=True),
-        voices_dir=str(voices_dir),
-    )
-    settings = GatewaySettings(
-        model="tiny-csm",
-        api_keys=KEYS,
-        client_voices_per_key=2,
-        max_clip_bytes=MAX_CLIP_BYTES,
-        max_message_bytes=2**20,  # so that a session.start with a clip over the cap arrives
-    )
-    server = start_server(settings, engine)
-    yield server, engine
-    server.stop()
-    asyncio.run(engine.shutdown())
+CLIP, TRANSCRIPT = VOICE_CLIP, VOICE_TRANSCRIPT
 
 
 def auth(key: str) -> dict:
@@ -242,3 +224,28 @@ def test_auth_is_enforced_on_every_voice_route(csm):
     assert httpx.post(f"{server.http}/v1/voices", json={}, timeout=10).status_code == 401
     assert httpx.delete(f"{server.http}/v1/voices/clip-0", timeout=10).status_code == 401
     assert add_voice(server, "wrong-key").status_code == 403
+
+
+async def test_voices_go_with_an_engine_the_supervisor_replaces(csm):
+    """The engine holds the encoded voices: once the supervisor has replaced a dead engine
+    process, the key's list is empty (the new engine never heard of them) and a voice can be
+    added and spoken again. (Last in this module: it costs the server a restart.)"""
+    server, supervised = csm
+    old = add_voice(server, KEYS[0]).json()["name"]
+    first = supervised.engine
+    os.kill(first._process.pid, signal.SIGKILL)
+    for _ in range(3000):
+        if supervised.engine is not first and supervised.ready:
+            break
+        await asyncio.sleep(0.02)
+    assert supervised.engine is not first and supervised.ready
+    assert listed(server, KEYS[0]) == []
+    with pytest.raises(ModelInputError, match="unknown voice"):
+        await supervised.submit(SpeechRequest(TEXT, old))
+    error, _ = await refused_start(server, KEYS[0], voice=old)
+    assert error["code"] == "bad_field"
+    new = add_voice(server, KEYS[0]).json()["name"]
+    _, mine = await speak(server, KEYS[0], voice=new)
+    _, narrator = await speak(server, KEYS[0], voice="narrator")  # the new engine's
+    assert same_audio(mine, narrator)
+    httpx.delete(f"{server.http}/v1/voices/{new}", headers=auth(KEYS[0]), timeout=10)
