@@ -124,45 +124,6 @@ class Limits:
 
 
 # --- client → server --------------------------------------------------------------------------
-# --- voices from clients: session.start `voice_clip` (and POST /v1/voices' body) -------------
-CLIP_FIELDS = ("audio", "transcript", "name")
-
-
-@dataclass(frozen=True)
-class ClipUpload:
-    """A reference clip to make a voice from: the clip file (WAV, FLAC, MP3, Ogg, WebM ...)
-    base64-encoded, the words said in it, and a label. gateway/client_voices.py checks it."""
-
-    audio: str = field(repr=False)
-    transcript: str | None = None
-    name: str | None = None
-
-
-def decode_clip_upload(raw: object, where: str) -> ClipUpload:
-    """Check a clip object's shape (its content is checked when it is encoded). Raises
-    ProtocolError(bad_field) naming `where`."""
-    if not isinstance(raw, dict):
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}` must be an object")
-    unknown = sorted(set(raw) - set(CLIP_FIELDS))
-    if unknown:
-        raise ProtocolError(
-            ErrorCode.BAD_FIELD,
-            f"unknown field `{where}.{unknown[0][:64]}`; known: {', '.join(CLIP_FIELDS)}",
-        )
-    audio = raw.get("audio")
-    if not isinstance(audio, str) or not audio:
-        raise ProtocolError(
-            ErrorCode.BAD_FIELD, f"`{where}.audio` must be the clip file, base64-encoded"
-        )
-    for name in ("transcript", "name"):
-        if raw.get(name) is not None and not isinstance(raw[name], str):
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}.{name}` must be a string")
-    return ClipUpload(audio, raw.get("transcript"), raw.get("name"))
-
-
-# --- end of voices from clients ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class SessionStart:
     model: str | None = None
@@ -471,3 +432,42 @@ def _turn_detection(obj: Mapping[str, Any]) -> TurnDetection | None:
     if not _is_int(silence) or not 0 < silence <= 10_000:
         raise ProtocolError(ErrorCode.BAD_FIELD, "`turn_detection.silence_ms` must be in 1..10000")
     return TurnDetection(type=kind, silence_ms=silence)
+
+
+# --- voices from clients: session.start `voice_clip` (and POST /v1/voices' body) -------------
+CLIP_FIELDS = ("audio", "transcript", "name")
+
+
+@dataclass(frozen=True)
+class ClipUpload:
+    """A reference clip to make a voice from: the clip file (WAV, FLAC, MP3, Ogg, WebM ...)
+    base64-encoded, the words said in it, and a label. gateway/client_voices.py checks it."""
+
+    audio: str = field(repr=False)
+    transcript: str | None = None
+    name: str | None = None
+
+
+def decode_clip_upload(raw: object, where: str) -> ClipUpload:
+    """Check a clip object's shape (its content is checked when it is encoded). Raises
+    ProtocolError(bad_field) naming `where`."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}` must be an object")
+    unknown = sorted(set(raw) - set(CLIP_FIELDS))
+    if unknown:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"unknown field `{where}.{unknown[0][:64]}`; known: {', '.join(CLIP_FIELDS)}",
+        )
+    audio = raw.get("audio")
+    if not isinstance(audio, str) or not audio:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD, f"`{where}.audio` must be the clip file, base64-encoded"
+        )
+    for name in ("transcript", "name"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}.{name}` must be a string")
+    return ClipUpload(audio, raw.get("transcript"), raw.get("name"))
+
+
+# --- end of voices from clients ---------------------------------------------------------------

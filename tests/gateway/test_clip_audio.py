@@ -1,10 +1,12 @@
 """A client's voice clip, checked (gateway/clip_audio.py): each kind of bad clip gets its own
 code and a message that says what to send instead; good clips in the formats browsers and
-people have decode to the clip's own samples."""
+people have decode to the clip's own samples; session.start's voice_clip object is checked
+for shape before any of it is decoded."""
 
 from __future__ import annotations
 
 import base64
+import json
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from gateway.clip_audio import (
     decode_base64,
     read_clip,
 )
+from gateway.protocol import ClipUpload, ErrorCode, ProtocolError, decode_text_frame
 from models.voice_clip import ClipRules
 
 CLONES = ModelFacts("cloner", 24000, 12.5, 1, (), 1, 1, voice_cloning=True)
@@ -148,3 +151,29 @@ def test_the_size_cap_holds_for_decoded_bytes_too():
     error = refused(read_clip, data, "Hi.", CLONES, len(data) - 1)
     assert error.code == "clip_too_large"
     assert base64.b64decode(b64(data)) == data
+
+
+@pytest.mark.parametrize(
+    ("voice_clip", "named"),
+    [
+        ("AAAA", "`voice_clip` must be an object"),
+        ({"transcript": "Hi."}, "`voice_clip.audio`"),
+        ({"audio": 42}, "`voice_clip.audio`"),
+        ({"audio": "AAAA", "transcript": 1}, "`voice_clip.transcript`"),
+        ({"audio": "AAAA", "name": ["me"]}, "`voice_clip.name`"),
+        ({"audio": "AAAA", "speaker": 1}, "`voice_clip.speaker`"),
+    ],
+)
+def test_session_start_voice_clip_shape_is_checked(voice_clip, named):
+    frame = json.dumps({"type": "session.start", "voice_clip": voice_clip})
+    with pytest.raises(ProtocolError) as caught:
+        decode_text_frame(frame)
+    assert caught.value.code is ErrorCode.BAD_FIELD and named in caught.value.message
+
+
+def test_session_start_takes_a_voice_or_a_clip():
+    clip = {"audio": "AAAA", "transcript": "Hi.", "name": "me"}
+    start = decode_text_frame(json.dumps({"type": "session.start", "voice_clip": clip}))
+    assert start.voice_clip == ClipUpload("AAAA", "Hi.", "me") and start.voice is None
+    with pytest.raises(ProtocolError, match="not both"):
+        decode_text_frame(json.dumps({"type": "session.start", "voice": "0", "voice_clip": clip}))
