@@ -30,8 +30,10 @@ from engine.outputs import (
 )
 from engine.request import ConfigError, SamplingParams
 from models.base import ModelFacts, ModelInputError
+from models.voice_clip import VoiceClip
 
 __all__ = [
+    "AddClipVoice",
     "AudioChunk",
     "Cancel",
     "Command",
@@ -50,6 +52,7 @@ __all__ = [
     "ModelFacts",
     "ModelInputError",
     "PushAudio",
+    "RemoveClipVoice",
     "ReplyTranscript",
     "ReportPlayback",
     "ResponseStream",
@@ -61,6 +64,8 @@ __all__ = [
     "TurnCommand",
     "TurnFromSpeech",
     "TurnFromText",
+    "VoiceClip",
+    "VoiceCommand",
 ]
 
 
@@ -159,7 +164,30 @@ class ReplyTranscript:
 
 
 TurnCommand = TurnFromSpeech | TurnFromText | HeardReply | ReplyTranscript
-Command = LoopCommand | TurnCommand
+
+
+# --- commands: voices from clients (cloning-capable models, models/voice_clip.py) -------------
+# Encoding a clip is the model's work (its codec or speech tokenizer), so it runs where the
+# model is loaded, beside the loop as turn preparation does.
+@dataclass(frozen=True)
+class AddClipVoice:
+    """Encode a checked clip once and serve `voice=name` with it (unlisted in the facts).
+    Answer: the bytes the voice holds. Raises ModelInputError (the model cannot clone, or
+    cannot use this clip)."""
+
+    name: str
+    clip: VoiceClip
+
+
+@dataclass(frozen=True)
+class RemoveClipVoice:
+    """Forget a voice AddClipVoice made."""
+
+    name: str
+
+
+VoiceCommand = AddClipVoice | RemoveClipVoice
+Command = LoopCommand | TurnCommand | VoiceCommand
 
 
 # --- the response stream -----------------------------------------------------------------------
@@ -223,6 +251,13 @@ class EngineClient(Protocol):
         """Run a turn-preparation command on the model and return its value (a turn object,
         or a transcript). Raises ModelInputError or EngineDead."""
         ...
+
+    async def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """Make voice `name` from a checked clip (AddClipVoice); returns the bytes it holds.
+        Raises ModelInputError or EngineDead."""
+        ...
+
+    def remove_clip_voice(self, name: str) -> None: ...
 
     def stats(self) -> EngineStats: ...
 

@@ -15,12 +15,14 @@ import threading
 from typing import Any
 
 from engine.api import (
+    AddClipVoice,
     Command,
     EngineDead,
     ModelFacts,
     ResponseStream,
     TurnCommand,
     TurnFromSpeech,
+    VoiceClip,
 )
 from engine.client_base import ClientBase
 from engine.loop import EngineLoop, apply
@@ -73,6 +75,12 @@ class AsyncEngine(ClientBase):
         if isinstance(command, TurnFromSpeech):
             return (await asyncio.to_thread(apply, self.core, command)).value
         return apply(self.core, command).value
+
+    async def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """Encoding a clip is model work: off the event loop, and off the engine thread."""
+        if not self.ready:
+            raise EngineDead("the engine is not running")
+        return (await asyncio.to_thread(apply, self.core, AddClipVoice(name, clip))).value
 
     def _send(self, command: Command, token: int | None) -> None:
         self._commands.put((command, token))

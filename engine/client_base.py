@@ -21,16 +21,19 @@ from typing import Any
 import numpy as np
 
 from engine.api import (
+    AddClipVoice,
     Cancel,
     Command,
     EndConversation,
     EndSession,
     EngineDead,
     PushAudio,
+    RemoveClipVoice,
     ReportPlayback,
     ResponseStream,
     Submit,
     TurnCommand,
+    VoiceClip,
 )
 from engine.loop import Applied
 from engine.outputs import EngineEvent, Finished, FinishReason, SpeechRequest
@@ -74,6 +77,14 @@ class ClientBase:
         if not self.ready:
             raise EngineDead("the engine is not running")
         return await self._ask(command)
+
+    async def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        if not self.ready:
+            raise EngineDead("the engine is not running")
+        return await self._ask(AddClipVoice(name, clip))
+
+    def remove_clip_voice(self, name: str) -> None:
+        self._send(RemoveClipVoice(name), None)
 
     def cancel(self, request_id: str) -> None:
         self._send(Cancel(request_id), None)

@@ -20,12 +20,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.api import (
+    AddClipVoice,
     Cancel,
     Command,
     EndConversation,
     EndSession,
     HeardReply,
     PushAudio,
+    RemoveClipVoice,
     ReplyTranscript,
     ReportPlayback,
     Submit,
@@ -81,7 +83,7 @@ class Applied:
 def apply(loop: EngineLoop, command: Command) -> Applied:
     """Execute one command. Raises what the loop raises (ModelInputError, EngineOverloaded),
     for the client to hand to its caller. Turn commands touch the model alone, not the loop's
-    state: a client may run them off the loop's thread."""
+    state: a client may run them off the loop's thread; so may voice commands."""
     match command:
         case Submit(request):
             return Applied(loop.add_request(request).request_id)
@@ -97,6 +99,13 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
             loop.end_conversation(conversation_id)
         case TurnFromSpeech() | TurnFromText() | HeardReply() | ReplyTranscript():
             return Applied(prepare_turn(loop.model, command))
+        case AddClipVoice(name, clip):
+            model = loop.model
+            if not model.facts.voice_cloning:
+                raise ModelInputError(f"{model.facts.name} cannot make a voice from a clip")
+            return Applied(model.add_clip_voice(name, clip))
+        case RemoveClipVoice(name):
+            loop.model.remove_clip_voice(name)
         case _:
             raise TypeError(f"not an engine command: {command!r}")
     return Applied()

@@ -6,8 +6,9 @@ thread, and every blocking torch call can cost it a whole switch interval
 values, with the token of the caller awaiting the answer) go down one multiprocessing queue
 and are applied there between steps (engine/loop.py:apply); engine events (audio as numpy
 arrays), answers and stats snapshots come back on another, read by one thread here
-(engine/client_base.py hands them out). Turn preparation (the speech tokenizer ...) runs in
-the child on a thread of its own, beside the loop, as the thread client runs it beside its.
+(engine/client_base.py hands them out). Turn preparation (the speech tokenizer ...) and the
+encoding of clients' voice clips run in the child on a thread of their own, beside the loop,
+as the thread client runs them beside its.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from engine.api import (
     ModelFacts,
     ModelInputError,
     TurnCommand,
+    VoiceCommand,
 )
 from engine.client_base import ClientBase
 from engine.config import EngineConfig
@@ -140,7 +142,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
                 if message is None:  # stop
                     return
                 command, token = message
-                if isinstance(command, TurnCommand):
+                if isinstance(command, TurnCommand | VoiceCommand):  # model work, off the loop
                     turns.submit(_apply, core, command, token, events)
                 else:
                     _apply(core, command, token, events)

@@ -24,6 +24,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from engine.api import EngineClient, EngineStats
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
+from gateway.client_voices import ClientVoices
 from gateway.config import GatewaySettings
 from gateway.encode_workers import EncodeWorkers, process_count
 from gateway.loop_lag import probe_loop_lag
@@ -60,6 +61,7 @@ class Gateway:
         self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
         self.metrics = GatewayMetrics(self.engine_stats)
         self.encode_workers: EncodeWorkers | None = None  # the lifespan starts them, if asked
+        self.client_voices = ClientVoices(settings)  # voices clients add from clips, per key
 
     def open_encoder(self, spec: AudioSpec, source_rate: int) -> ChunkEncoder:
         """A response's output encoder (gateway.audio.OpenEncoder): on this process's worker
@@ -199,6 +201,7 @@ class Gateway:
                 self.open_encoder,
                 verdict.label,
                 wire,
+                self.client_voices,
             )
             await session.run()
         finally:
@@ -266,6 +269,7 @@ def create_app(
             if owns_engine and gateway.engine is not None:
                 await gateway.engine.shutdown()
 
+    voices = VoicesEndpoint(gateway)
     routes = [
         Route("/health", gateway.health),
         Route("/ready", gateway.ready_route),
@@ -275,7 +279,9 @@ def create_app(
         WebSocketRoute("/v1/twilio", gateway.twilio),
         Route("/v1/twilio/twiml", gateway.twiml, methods=["GET", "POST"]),
         Route("/v1/audio/speech", SpeechEndpoint(gateway).create, methods=["POST"]),
-        Route("/v1/voices", VoicesEndpoint(gateway).list, methods=["GET"]),
+        Route("/v1/voices", voices.list, methods=["GET"]),
+        Route("/v1/voices", voices.add, methods=["POST"]),
+        Route("/v1/voices/{name}", voices.delete, methods=["DELETE"]),
         *_static_routes(settings),  # last: "/" must not shadow the routes above
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -155,6 +155,26 @@ class GatewaySettings:
         ),
     )
     max_queued_responses: int = 4  # responses waiting behind the one playing
+    # --- voices from clients (POST /v1/voices, session.start voice_clip) ---
+    max_clip_bytes: int = field(
+        default=2 * 2**20,
+        metadata=cli(
+            "--max-clip-bytes",
+            "bytes of one uploaded voice clip (the encoded file, checked before decoding)",
+            group=LIMITS,
+        ),
+    )
+    client_voices_per_key: int = field(
+        default=16,
+        metadata=cli(
+            "--client-voices-per-key",
+            "voices an API key may add from clips (the least recently used goes first); "
+            "0: clients cannot add voices",
+            group=LIMITS,
+        ),
+    )
+    client_voice_bytes_per_key: int = 16 * 2**20  # what one key's voices may hold in the engine
+    max_client_voices: int = 1024  # all keys together
     # --- timeouts ---
     start_timeout_s: float = field(
         default=10.0,
@@ -224,6 +244,10 @@ class GatewaySettings:
         self._check_range("max_frame_bytes", self.max_frame_bytes, 64, self.max_message_bytes)
         self._check_range("max_message_bytes", self.max_message_bytes, 1024, 64 * 2**20)
         self._check_range("max_queued_responses", self.max_queued_responses, 0, 1000)
+        self._check_range("max_clip_bytes", self.max_clip_bytes, 1024, 64 * 2**20)
+        self._check_range("client_voices_per_key", self.client_voices_per_key, 0, 10_000)
+        self._check_range("client_voice_bytes_per_key", self.client_voice_bytes_per_key, 0)
+        self._check_range("max_client_voices", self.max_client_voices, 0)
         self._check_range("start_timeout_s", self.start_timeout_s, 0.1, 3600)
         self._check_range("idle_timeout_s", self.idle_timeout_s, 1, 86_400)
         self._check_range("close_timeout_s", self.close_timeout_s, 0.1, 600)

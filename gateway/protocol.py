@@ -132,6 +132,7 @@ class SessionStart:
     output_audio: AudioSpec | None = None
     sampling: Mapping[str, float | int | None] = field(default_factory=dict)
     turn_detection: TurnDetection | None = None
+    voice_clip: ClipUpload | None = None  # make the session's voice from a clip (optional)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,10 @@ class SessionStarted:
     # The model's LLM tokens per second of audio (additive, like model_kind): a client that sets
     # min_tokens / max_tokens for a length of audio (`voxgate bench`) sizes them with it.
     token_rate_hz: float | None = None
+    # The session's voice (additive, left out when the model has none): with session.start's
+    # voice_clip, the id of the voice made from it, which the same API key may name afterwards.
+    voice: str | None = None
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("voice",)
 
 
 @dataclass(frozen=True)
@@ -249,8 +254,13 @@ ServerEvent = (
 
 
 def encode_event(event: ServerEvent) -> str:
-    """The JSON text frame of a server event (StrEnum values serialise as their strings)."""
-    return json.dumps({"type": event.TYPE.value, **asdict(event)}, separators=(",", ":"))
+    """The JSON text frame of a server event (StrEnum values serialise as their strings).
+    Optional fields an event lists in OMIT_WHEN_NONE are left out while unset."""
+    body = asdict(event)
+    for name in getattr(event, "OMIT_WHEN_NONE", ()):
+        if body[name] is None:
+            del body[name]
+    return json.dumps({"type": event.TYPE.value, **body}, separators=(",", ":"))
 
 
 # --- decoding ---------------------------------------------------------------------------------
@@ -288,7 +298,18 @@ def _decode_session_start(obj: dict[str, Any]) -> SessionStart:
         output_audio=_audio_spec(obj, "output_audio"),
         sampling=_sampling(obj),
         turn_detection=_turn_detection(obj),
+        voice_clip=_voice_clip(obj),
     )
+
+
+def _voice_clip(obj: dict[str, Any]) -> ClipUpload | None:
+    if obj.get("voice_clip") is None:
+        return None
+    if obj.get("voice") is not None:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD, "send `voice` or `voice_clip`, not both: the clip makes the voice"
+        )
+    return decode_clip_upload(obj["voice_clip"], "voice_clip")
 
 
 def _decode_text(obj: dict[str, Any]) -> TextInput:
@@ -411,3 +432,42 @@ def _turn_detection(obj: Mapping[str, Any]) -> TurnDetection | None:
     if not _is_int(silence) or not 0 < silence <= 10_000:
         raise ProtocolError(ErrorCode.BAD_FIELD, "`turn_detection.silence_ms` must be in 1..10000")
     return TurnDetection(type=kind, silence_ms=silence)
+
+
+# --- voices from clients: session.start `voice_clip` (and POST /v1/voices' body) -------------
+CLIP_FIELDS = ("audio", "transcript", "name")
+
+
+@dataclass(frozen=True)
+class ClipUpload:
+    """A reference clip to make a voice from: the clip file (WAV, FLAC, MP3, Ogg, WebM ...)
+    base64-encoded, the words said in it, and a label. gateway/client_voices.py checks it."""
+
+    audio: str = field(repr=False)
+    transcript: str | None = None
+    name: str | None = None
+
+
+def decode_clip_upload(raw: object, where: str) -> ClipUpload:
+    """Check a clip object's shape (its content is checked when it is encoded). Raises
+    ProtocolError(bad_field) naming `where`."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}` must be an object")
+    unknown = sorted(set(raw) - set(CLIP_FIELDS))
+    if unknown:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"unknown field `{where}.{unknown[0][:64]}`; known: {', '.join(CLIP_FIELDS)}",
+        )
+    audio = raw.get("audio")
+    if not isinstance(audio, str) or not audio:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD, f"`{where}.audio` must be the clip file, base64-encoded"
+        )
+    for name in ("transcript", "name"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}.{name}` must be a string")
+    return ClipUpload(audio, raw.get("transcript"), raw.get("name"))
+
+
+# --- end of voices from clients ---------------------------------------------------------------

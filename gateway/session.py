@@ -20,6 +20,7 @@ and them into socket frames: the native protocol on `/v1/stream`, adapters on `/
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -31,6 +32,8 @@ from starlette.websockets import WebSocket
 from engine.api import EngineClient, EngineDead
 from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
+from gateway.client_voices import ClientVoices, clip_refusal
+from gateway.clip_audio import ClipError
 from gateway.config import GatewaySettings
 from gateway.duplex import DuplexConversation
 from gateway.metrics import GatewayMetrics
@@ -93,6 +96,7 @@ class Session:
         open_encoder: OpenEncoder,
         principal_label: str = "anonymous",
         wire: Wire | None = None,
+        client_voices: ClientVoices | None = None,
     ) -> None:
         self.session_id = f"sess_{uuid.uuid4().hex[:16]}"
         self.state = SessionState.AWAITING_START
@@ -103,6 +107,7 @@ class Session:
         self._metrics = metrics
         self._principal = principal_label
         self._wire = wire if wire is not None else Wire()  # the native protocol by default
+        self._client_voices = client_voices  # voices added from clips, per key (None: none)
         self._sendq = SendQueue(settings.max_send_queue_ms, settings.max_send_queue_events)
         self._close: CloseRequest | None = None
         self._closing = asyncio.Event()
@@ -359,7 +364,9 @@ class Session:
         elif isinstance(event, AudioInput):
             self._on_audio(event.data)
         elif isinstance(event, SessionStart):
-            self._on_start(event)
+            started = await self._with_clip_voice(event)
+            if started is not None:
+                self._on_start(started)
         elif self.state is SessionState.AWAITING_START:
             self._fatal(
                 ErrorCode.NOT_STARTED, "the first message must be session.start", CloseCode.POLICY
@@ -394,14 +401,45 @@ class Session:
             self._error(exc.code, exc.message)
             return True
 
+    # --- voices from clients: session.start's voice_clip ----------------------------------------
+    def _facts(self):
+        """The model's facts as this session's key sees them: its added voices too."""
+        if self._client_voices is None:
+            return self._engine.facts
+        return self._client_voices.facts_for(self._engine, self._principal)
+
+    async def _with_clip_voice(self, event: SessionStart) -> SessionStart | None:
+        """A session.start with `voice_clip`: the clip made into a voice of this key (as POST
+        /v1/voices makes it) and the event with that voice; None when the clip is refused
+        (a fatal error, as for any bad session.start)."""
+        if event.voice_clip is None or self.state is not SessionState.AWAITING_START:
+            return event
+        if self._client_voices is None:
+            self._fatal(
+                ErrorCode.UNSUPPORTED_INPUT,
+                "this endpoint takes no voice_clip",
+                CloseCode.UNSUPPORTED_DATA,
+            )
+            return None
+        try:
+            voice = await self._client_voices.add(self._engine, self._principal, event.voice_clip)
+        except ClipError as exc:
+            self._fatal(*clip_refusal(exc))
+            return None
+        return dataclasses.replace(event, voice=voice.voice_id, voice_clip=None)
+
+    # --- end of voices from clients ---------------------------------------------------------
+
     # --- session.start / update -------------------------------------------------------------
     def _on_update(self, event: SessionUpdate) -> None:
         try:
-            options = update_options(self._responses.options, event, self._engine.facts)
+            options = update_options(self._responses.options, event, self._facts())
         except ProtocolError as exc:
             self._error(exc.code, exc.message)
             return
         self._responses.options = options  # responses already playing keep theirs
+        if self._client_voices is not None:
+            self._client_voices.touch(self._principal, options.voice)
         if self._speech is not None:
             self._speech.reconfigure(options, event.input_audio, event.turn_detection)
         self._emit_event(SessionUpdated(options, event.echo))
@@ -410,12 +448,14 @@ class Session:
         if self.state is not SessionState.AWAITING_START:
             self._error(ErrorCode.ALREADY_STARTED, "session.start may be sent once")
             return
-        facts = self._engine.facts
+        facts = self._facts()
         try:
             self._responses.options = resolve_options(event, facts, self._settings.model)
         except ProtocolError as exc:
             self._protocol_error(exc)
             return
+        if self._client_voices is not None:
+            self._client_voices.touch(self._principal, self._responses.options.voice)
         refusal = admission_refusal(self._engine, self._settings)
         if refusal is not None:
             self._fatal(ErrorCode.OVERLOADED, refusal, CloseCode.TRY_AGAIN_LATER)
@@ -436,6 +476,7 @@ class Session:
                 self._settings.limits(),
                 ModelKind.of(facts),
                 facts.token_rate_hz,
+                options.voice,
             )
         )
         self.log.info(

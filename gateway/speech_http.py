@@ -278,7 +278,10 @@ class SpeechEndpoint:
         verdict = authorize(gateway, request.headers)
         engine = gateway.engine
         body = await _read_body(request, gateway.settings.max_message_bytes)
-        call = parse_speech_request(body, engine.facts, gateway.settings, self._formats)
+        # The model's voices and the ones this key added from clips (gateway/client_voices.py).
+        facts = gateway.client_voices.facts_for(engine, verdict.label)
+        call = parse_speech_request(body, facts, gateway.settings, self._formats)
+        gateway.client_voices.touch(verdict.label, call.voice)
         refusal = gateway.slots.acquire(verdict)
         if refusal is not None:
             gateway.metrics.errors.labels(refusal.code.value).inc()

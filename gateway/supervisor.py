@@ -165,6 +165,12 @@ class SupervisedEngine:
     def end_conversation(self, conversation_id: str) -> None:
         self._engine.end_conversation(conversation_id)
 
+    async def add_clip_voice(self, name: str, clip) -> int:
+        return await self._engine.add_clip_voice(name, clip)
+
+    def remove_clip_voice(self, name: str) -> None:
+        self._engine.remove_clip_voice(name)
+
     def stats(self):
         return self._engine.stats()
 
@@ -274,6 +280,12 @@ class _Stopped:
 
     def end_conversation(self, conversation_id: str) -> None:
         pass
+
+    async def add_clip_voice(self, name: str, clip) -> int:
+        raise RuntimeError("the engine is not running: it is being restarted")
+
+    def remove_clip_voice(self, name: str) -> None:
+        pass  # its voices died with it
 
     def stats(self):
         return self._stats

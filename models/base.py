@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from models.device_util import upload
+from models.voice_clip import ClipRules, VoiceClip
 
 # A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
 # frame's codebooks then a text column; negative = absent). Same alias as engine.request.Token.
@@ -73,8 +74,11 @@ class ModelFacts:
     # Which of `voices` were made from reference clips (--voices-dir); the rest are the
     # model's own presets. GET /v1/voices reports each voice's source from this.
     clip_voices: tuple[str, ...] = ()
-    # The model can make a voice from a reference clip (+ its transcript) at all.
+    # The model can make a voice from a reference clip (+ its transcript) at all, and which
+    # clips it can use (length, transcript): a client's clip is checked against them
+    # (models/voice_clip.py) before the model's add_clip_voice encodes it.
     voice_cloning: bool = False
+    clip_rules: ClipRules = field(default_factory=ClipRules)
     max_context: int = 4096
     # Sampling values the model was trained/tuned with; callers' own values override them.
     sampling_defaults: dict[str, float] = field(default_factory=dict)
@@ -222,6 +226,20 @@ class SpeechModel(abc.ABC):
         """Turn-based models: the transcript of a reply so far (its text tokens decoded
         together), streamed by the engine as TextDelta events."""
         return ""
+
+    # voices from clients (models/voice_clip.py) ----------------------------------------------
+    def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """Cloning-capable models (facts.voice_cloning): encode `clip` (already checked
+        against facts.clip_rules) once and serve requests with voice=name in its voice, without
+        listing it in facts.voices. Runs beside the engine loop, so it must only add the voice
+        (a dict entry), never touch state a step reads otherwise. Returns the bytes the voice
+        holds, for the caller's cache bounds."""
+        raise ModelInputError(f"{self.facts.name} cannot make a voice from a clip")
+
+    def remove_clip_voice(self, name: str) -> None:
+        """Forget a voice add_clip_voice made (no-op for unknown names). Requests already
+        admitted with it keep what they took from it."""
+        return None  # a model that cannot clone holds no such voices
 
     # 2. forward ------------------------------------------------------------------------------
     @abc.abstractmethod

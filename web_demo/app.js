@@ -7,6 +7,7 @@ import { hasOpusDecoder, hasWorklet, Player } from "./player.js";
 import { chooseInputFormat, hasMicrophone, Microphone } from "./mic.js";
 import { ConversationLog, listenState } from "./conversation.js";
 import { Settings } from "./settings.js";
+import { Voices } from "./voices.js";
 import { $, clearNotice, log, notice, Waveform } from "./ui.js";
 
 const stats = (window.voxgateStats = {
@@ -30,6 +31,8 @@ const stats = (window.voxgateStats = {
   lastPlaybackMs: null, // the current response's last reported played_ms
   bargeInHeardMs: [], // per barge-in: the interrupted reply's last reported played_ms
   listenState: "off", // the microphone card's state pill (off/listening/speaking/waiting/replying)
+  voices: [], // the voice picker's names (GET /v1/voices)
+  voiceErrors: [], // codes of clips POST /v1/voices refused
   ready: false,
 });
 
@@ -45,6 +48,7 @@ window.addEventListener("unhandledrejection", (e) =>
 
 const params = new URLSearchParams(location.search);
 const settings = new Settings(params);
+const voices = new Voices(settings, params, stats);
 const el = {
   text: $("text"), speak: $("speak"), stop: $("stop"), connect: $("connect"), conn: $("conn-state"),
   mic: $("mic"), micNote: $("mic-note"), micLevel: $("mic-level"), transcript: $("transcript"),
@@ -292,6 +296,8 @@ function onSessionStarted(ev, resolveStarted) {
   setConn("open", `Connected · ${model.name || "model"} · ${output.format}`);
   clearNotice("close");
   settings.fillVoices(model.voices, model.defaultVoice);
+  // The picker from GET /v1/voices, once a session shows the key is good (no 401 to log).
+  voices.load();
   updateMicAvailability();
   resolveStarted();
 }

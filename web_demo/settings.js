@@ -78,11 +78,17 @@ export class Settings {
     };
   }
 
-  /** Turn the free-text voice field into a menu once the server names the voices. */
-  fillVoices(voices, defaultVoice) {
+  /** Turn the free-text voice field into a menu once the server names the voices: names, or
+   * {name, label} (GET /v1/voices). `wanted`: the voice to select (else the current one). */
+  fillVoices(voices, defaultVoice, wanted) {
     if (voices.length === 0) return;
-    const wanted = this.voice() || defaultVoice;
-    this.voiceSelect.replaceChildren(...voices.map((v) => new Option(v, v, false, v === wanted)));
+    const entries = voices.map((v) => (typeof v === "string" ? { name: v, label: v } : v));
+    const names = entries.map((v) => v.name);
+    const current = this.voice();
+    const choose = wanted || (names.includes(current) ? current : defaultVoice);
+    this.voiceSelect.replaceChildren(
+      ...entries.map((v) => new Option(v.label, v.name, false, v.name === choose)),
+    );
     this.voiceSelect.hidden = false;
     this.voiceText.hidden = true;
     $("voice-label").htmlFor = "voice-select";

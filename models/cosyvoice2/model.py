@@ -25,6 +25,7 @@ from models.cosyvoice2.config import CosyVoice2Config
 from models.cosyvoice2.llm import SpeechLM
 from models.cosyvoice2.voices import Voice, VoiceBank
 from models.device_util import upload
+from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 
 log = logging.getLogger("voxgate.cosyvoice2")
 
@@ -75,6 +76,8 @@ class CosyVoice2Model(SpeechModel):
             voices=voices.names,
             default_voice=voices.default,
             voice_cloning=voices.encoder is not None,
+            # The speech tokenizer takes 30 s; 12 s keeps the LLM's prompt short.
+            clip_rules=ClipRules(min_s=2.0, max_s=12.0),
             max_context=args.max_positions,
             # ras_sampling's nucleus; CosyVoice applies no temperature and no penalty.
             sampling_defaults={
@@ -120,6 +123,32 @@ class CosyVoice2Model(SpeechModel):
             default_voice=self.voices.default,
             clip_voices=(*(v for v in self.facts.clip_voices if v != name), name),
         )
+
+    def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """A client's voice (models/voice_clip.py), encoded as add_voice's, unlisted. Its
+        flow prompt keeps the chunks the CUDA graphs captured at start-up cover (the clip's
+        last seconds), so its streams replay graphs like every other voice's."""
+        if not VOICE_NAME.match(name) or name in self.facts.voices:
+            raise ModelInputError(f"voice name {name!r} is taken or not a valid name")
+        if not clip.transcript.strip():
+            raise ModelInputError(
+                "CosyVoice 2 continues the clip's speech: send the clip's transcript"
+            )
+        covered = max((self.detok.GRAPH_PROMPT_CHUNKS, *self.detok.long_prompts))
+        voice = self.voices.add_voice(
+            name,
+            self.text_ids(clip.transcript),
+            resample(clip.audio, clip.sample_rate, 16000),
+            resample(clip.audio, clip.sample_rate, 24000),
+            client=True,
+            max_chunks=covered,
+        )
+        return sum(t.numel() * t.element_size() for t in (voice.embedding, voice.mel)) + 8 * (
+            len(voice.text_ids) + len(voice.llm_tokens) + len(voice.flow_tokens)
+        )
+
+    def remove_clip_voice(self, name: str) -> None:
+        self.voices.remove_client_voice(name)
 
     def add_voices_dir(self, folder: str) -> None:
         """`NAME.wav` + `NAME.txt` pairs, as for CSM (models/csm/voices.py)."""

@@ -70,7 +70,8 @@ class VoiceBank:
     ) -> None:
         self.chunk = chunk
         self.encoder = encoder
-        self._voices = dict(presets)
+        self._voices = dict(presets)  # presets and --voices-dir voices: listed
+        self._clients: dict[str, Voice] = {}  # clients' voices (add_clip_voice): unlisted
         # Without presets a request with no voice gets a zero x-vector (no speaker conditioning).
         self._neutral = Voice("neutral", torch.zeros(speaker_dim))
 
@@ -85,16 +86,30 @@ class VoiceBank:
     def get(self, name: str | None) -> Voice:
         if name is None:
             return self._voices[self.default] if self.default else self._neutral
-        if name not in self._voices:
+        # One lookup each: a client's voice may be removed from another thread meanwhile.
+        voice = self._voices.get(name) or self._clients.get(name)
+        if voice is None:
             raise ModelInputError(
                 f"unknown voice {name!r}; choose one of {', '.join(self._voices) or '(none)'}"
             )
-        return self._voices[name]
+        return voice
+
+    def remove_client_voice(self, name: str) -> None:
+        self._clients.pop(name, None)
 
     def add_voice(
-        self, name: str, text_ids: list[int], audio16k: np.ndarray, audio24k: np.ndarray
+        self,
+        name: str,
+        text_ids: list[int],
+        audio16k: np.ndarray,
+        audio24k: np.ndarray,
+        client: bool = False,
+        max_chunks: int | None = None,
     ) -> Voice:
-        """Encode a reference clip once; later requests with voice=name reuse it."""
+        """Encode a reference clip once; later requests with voice=name reuse it. `client`:
+        a client's voice, served but not listed (nor ever the default). `max_chunks`: the
+        flow's prompt keeps at most this many chunks, the clip's last (the LLM's prompt keeps
+        every token), as it keeps whole chunks only."""
         if self.encoder is None:
             raise CheckpointError(
                 f"voice prompts need {SPEECH_TOKENIZER} and {SPEAKER_ENCODER} in the checkpoint"
@@ -107,6 +122,8 @@ class VoiceBank:
         # The flow's chunks count from the prompt's first token: a prompt of whole chunks keeps
         # every generated chunk aligned, so the first audio needs one chunk + look-ahead.
         usable = n - n % self.chunk
+        if max_chunks is not None:
+            usable = min(usable, max_chunks * self.chunk)
         if usable == 0:
             raise ModelInputError(
                 f"reference clip {name!r} is too short: it needs at least {self.chunk} speech tokens "
@@ -121,7 +138,7 @@ class VoiceBank:
             flow_tokens,
             mel[2 * (n - usable) : 2 * n].float(),
         )
-        self._voices[name] = voice
+        (self._clients if client else self._voices)[name] = voice
         return voice
 
 

@@ -3,7 +3,6 @@ engine's sampler → depth decoder for codebooks 1..31 → streaming Mimi audio.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,10 +25,10 @@ from models.codecs.mimi import MimiDetokenizer, MimiStream
 from models.csm import prompt as P
 from models.csm.backbone import CsmBackbone
 from models.csm.depth import CsmDepthDecoder
+from models.voice_clip import VOICE_NAME, VoiceClip, resample
 
 SPEAKERS = ("0", "1")  # the conversational speaker ids Sesame's examples use
 MAX_TEXT_CHARS = 4000
-_VOICE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass
@@ -64,7 +63,8 @@ class CsmModel(SpeechModel):
         # trained model should never pick them, and restricting sampling to the codes makes
         # sure every frame decodes. False samples the whole vocabulary, as transformers does.
         self.code_limit = detok.codebook_size if constrain_codes else self.depth.vocab
-        self._voices: dict[str, P.VoicePrompt] = {}
+        self._voices: dict[str, P.VoicePrompt] = {}  # --voices-dir's, listed in facts.voices
+        self._clip_voices: dict[str, P.VoicePrompt] = {}  # clients' (add_clip_voice), unlisted
         args = backbone.args
         self.facts = ModelFacts(
             name=name,
@@ -95,7 +95,7 @@ class CsmModel(SpeechModel):
         (float32 mono at facts.sample_rate). Its Mimi codes are computed once, here, and every
         request with `voice=name` reuses them. Register voices before an engine serves this
         model: its clients read the model's facts (the voice list) once, at start."""
-        if not _VOICE_NAME.match(name) or name in SPEAKERS:
+        if not VOICE_NAME.match(name) or name in SPEAKERS:
             raise ModelInputError(
                 f"voice name {name!r} must start with a letter and use letters, digits, '_', '.' "
                 f"or '-' (at most 64), and must not be a speaker id ({', '.join(SPEAKERS)})"
@@ -107,6 +107,20 @@ class CsmModel(SpeechModel):
         clip_voices = tuple(sorted(self._voices))
         self.facts = replace(self.facts, voices=SPEAKERS + clip_voices, clip_voices=clip_voices)
 
+    def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """A client's voice: the clip as a context turn of speaker 0, its Mimi codes computed
+        once (the same prompt as a --voices-dir voice), not listed in facts.voices."""
+        if not VOICE_NAME.match(name) or name in SPEAKERS or name in self._voices:
+            raise ModelInputError(f"voice name {name!r} is taken or not a valid name")
+        if not clip.transcript.strip():
+            raise ModelInputError("CSM continues the clip's speech: send the clip's transcript")
+        codes = self.detok.encode(resample(clip.audio, clip.sample_rate, self.detok.sample_rate))
+        self._clip_voices[name] = P.VoicePrompt(0, clip.transcript.strip(), codes)
+        return int(codes.nbytes) + len(clip.transcript.encode())
+
+    def remove_clip_voice(self, name: str) -> None:
+        self._clip_voices.pop(name, None)
+
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         """`voice` is a speaker id ("0", "1") or the name of a registered voice prompt, whose
@@ -117,10 +131,11 @@ class CsmModel(SpeechModel):
         if len(text) > MAX_TEXT_CHARS:
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
         voice = voice or self.facts.default_voice
+        # One lookup each: a client's voice may be removed from another thread meanwhile.
+        prompt = self._voices.get(voice) or self._clip_voices.get(voice)
         if voice in SPEAKERS:
             speaker, context = int(voice), []
-        elif voice in self._voices:
-            prompt = self._voices[voice]
+        elif prompt is not None:
             speaker, context = prompt.speaker, [prompt]
         else:
             raise ModelInputError(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.api import TurnFromText
+from engine.api import TurnFromText, VoiceClip
 from engine.config import EngineConfig
 from engine.factory import build_engine
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
@@ -49,6 +49,9 @@ async def test_process_engine_matches_the_thread_engine():
         engine.push_audio("nobody", np.zeros(160, np.float32))
         with pytest.raises(ModelInputError, match="not a turn-based model"):
             await engine.prepare_turn(TurnFromText("Hello."))
+        clip = VoiceClip(np.zeros(16000, np.float32), 16000, "Hello.")
+        with pytest.raises(ModelInputError, match="cannot make a voice from a clip"):
+            await engine.add_clip_voice("clip-0", clip)  # tiny-orpheus cannot clone
 
         long = await engine.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=3000)))
         assert isinstance(await long.get(), AudioChunk)

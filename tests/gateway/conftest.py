@@ -113,3 +113,44 @@ def conversations(monkeypatch) -> list:
 
     monkeypatch.setattr(TurnConversation, "start", start)
     return started
+
+
+@pytest.fixture(scope="session")
+def csm_voices(tmp_path_factory):
+    """A server for voices from clients (test_client_voices.py, test_browser_voices.py):
+    tiny-csm, which clones, in an engine process of its own (clips are encoded there) under
+    the supervisor (which replaces it when it dies), API keys, and the voices tests' clip also
+    as a --voices-dir voice, `narrator`."""
+    import threading
+
+    from clip_files import VOICE_CLIP, VOICE_TRANSCRIPT, VOICES_KEYS, VoicesServer
+
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+    from gateway.config import GatewaySettings
+    from gateway.supervisor import RestartPolicy, SupervisedEngine
+
+    folder = tmp_path_factory.mktemp("voices")
+    (folder / "narrator.wav").write_bytes(VOICE_CLIP)
+    (folder / "narrator.txt").write_text(VOICE_TRANSCRIPT)  # speaker 0, as clients' voices are
+
+    def factory():
+        config = EngineConfig(kv_cache_mb=64, realtime_admission=False, engine_process=True)
+        return build_engine("tiny-csm", config=config, voices_dir=str(folder))
+
+    policy = RestartPolicy(backoff_s=0.05, max_backoff_s=0.2, poll_s=0.02)
+    engine = SupervisedEngine(factory, factory(), policy)  # the app's lifespan watches it
+    settings = GatewaySettings(
+        model="tiny-csm",
+        api_keys=VOICES_KEYS,
+        client_voices_per_key=2,
+        max_clip_bytes=VoicesServer.MAX_CLIP_BYTES,
+        max_message_bytes=2**20,  # so that a session.start with a clip over the cap arrives
+    )
+    server = start_server(settings, engine)
+    yield VoicesServer(server, engine)
+    server.stop()
+    # On a thread of its own: pytest-asyncio may have an event loop running on this one.
+    closer = threading.Thread(target=asyncio.run, args=(engine.shutdown(),))
+    closer.start()
+    closer.join(timeout=60)

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 import websockets
-from gateway_testkit import FAST_SAMPLING, recv_json, send, start_session
+from gateway_testkit import FAST_SAMPLING, expect_close, recv_json, send, start_session
 
 from models.orpheus.model import VOICES
 
@@ -48,8 +48,29 @@ def test_auth_is_enforced(secured):
     assert get_voices(secured, KEY).json()["voices"]
 
 
-def test_only_get_is_allowed(server):
-    assert httpx.post(f"{server.http}/v1/voices", timeout=10).status_code == 405
+def test_only_get_post_and_delete_are_allowed(server):
+    """GET lists, POST adds a voice from a clip, DELETE /v1/voices/{name} removes one
+    (tests/gateway/test_client_voices.py); nothing else is a route."""
+    assert httpx.put(f"{server.http}/v1/voices", timeout=10).status_code == 405
+    assert httpx.patch(f"{server.http}/v1/voices", timeout=10).status_code == 405
+    assert httpx.delete(f"{server.http}/v1/voices", timeout=10).status_code == 405
+
+
+def test_a_model_that_cannot_clone_refuses_a_clip(server):
+    response = httpx.post(f"{server.http}/v1/voices", json={"audio": "AAAA"}, timeout=10)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "cloning_unsupported"
+    assert "tiny-orpheus cannot make a voice" in response.json()["error"]["message"]
+
+    async def inline() -> None:
+        async with websockets.connect(server.url) as ws:
+            await send(ws, type="session.start", voice_clip={"audio": "AAAA", "transcript": "Hi."})
+            code, messages = await expect_close(ws)
+        error = next(m for m in messages if isinstance(m, dict) and m["type"] == "error")
+        assert error["code"] == "unsupported_input" and error["fatal"] and code == 1003
+        assert error["message"].endswith("(cloning_unsupported)")
+
+    asyncio.run(inline())
 
 
 def test_every_listed_voice_starts_a_stream_session(server):

@@ -171,6 +171,44 @@ def test_prompt_layout(model):
         model.preprocess("  ", None)
 
 
+def test_a_clients_voice_is_served_unlisted_within_the_graphs_and_forgotten(model):
+    """add_clip_voice (voices from clients): the clip at its own rate, resampled to the 16 and
+    24 kHz the encoders take; served by name but never listed nor the default; its flow
+    prompt cut to the chunks the CUDA graphs captured at start-up cover; gone once removed."""
+    from models.voice_clip import VoiceClip, resample
+
+    audio = (0.1 * np.random.default_rng(9).standard_normal(6 * 48000)).astype(np.float32)
+    facts = model.facts
+    nbytes = model.add_clip_voice("clip-0123", VoiceClip(audio, 48000, "This is me."))
+    try:
+        assert model.facts == facts  # not listed, default unchanged
+        v = model.voices.get("clip-0123")
+        assert nbytes >= v.mel.numel() * 4 + v.embedding.numel() * 4
+        covered = max((model.detok.GRAPH_PROMPT_CHUNKS, *model.detok.long_prompts))
+        assert len(v.flow_tokens) == covered * model.detok.chunk  # 6 s of clip, cut to 3
+        whole = model.voices.add_voice(
+            "whole",
+            model.text_ids("This is me."),
+            resample(audio, 48000, 16000),
+            resample(audio, 48000, 24000),
+            client=True,
+        )
+        assert whole.llm_tokens == v.llm_tokens  # the LLM prompt keeps every token
+        assert whole.flow_tokens[-len(v.flow_tokens) :] == v.flow_tokens  # the clip's last
+        torch.testing.assert_close(whole.mel[-v.mel.shape[0] :], v.mel)
+        prompt = model.preprocess("Hi!", "clip-0123").token_ids
+        assert prompt[-len(v.llm_tokens) :] == [model.ids.speech(t) for t in v.llm_tokens]
+        with pytest.raises(ModelInputError, match="transcript"):
+            model.add_clip_voice("clip-x", VoiceClip(audio, 48000, " "))
+        with pytest.raises(ModelInputError, match="taken"):
+            model.add_clip_voice("narrator", VoiceClip(audio, 48000, "Me."))
+    finally:
+        model.remove_clip_voice("clip-0123")
+        model.remove_clip_voice("whole")
+    with pytest.raises(ModelInputError, match="unknown voice"):
+        model.preprocess("Hi!", "clip-0123")
+
+
 def test_repetition_aware_sampling_redraws_repeats():
     """A top-1 draw whose token already fills max_repeats places of the request's recent window
     (a ring on the device, written by each step) is drawn again from the whole distribution;
