@@ -255,8 +255,11 @@ class Worker:
             return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
         ends = list(itertools.accumulate(c.num_tokens for c in chunks))
         last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
-        cands = self.model.candidate_logits(
-            hidden[last_rows], [r.num_generated for r in reqs], allow_stop
+        cands = self.model.candidates_with_options(
+            hidden[last_rows],
+            [r.num_generated for r in reqs],
+            allow_stop,
+            [r.model_options for r in reqs],
         )
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]
         if self.row_width:
