@@ -30,6 +30,7 @@ from engine.outputs import (
 )
 from engine.request import ConfigError, SamplingParams
 from models.base import ModelFacts, ModelInputError
+from models.request_options import OptionSpec, RequestOptionError, resolve_request_options
 
 __all__ = [
     "AudioChunk",
@@ -49,9 +50,11 @@ __all__ = [
     "LoopCommand",
     "ModelFacts",
     "ModelInputError",
+    "OptionSpec",
     "PushAudio",
     "ReplyTranscript",
     "ReportPlayback",
+    "RequestOptionError",
     "ResponseStream",
     "SamplingParams",
     "SpeechRequest",
@@ -61,6 +64,7 @@ __all__ = [
     "TurnCommand",
     "TurnFromSpeech",
     "TurnFromText",
+    "resolve_request_options",
 ]
 
 

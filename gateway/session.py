@@ -56,7 +56,12 @@ from gateway.protocol import (
     TurnDetection,
 )
 from gateway.reply import Emitter
-from gateway.session_start import admission_refusal, resolve_options, update_options
+from gateway.session_start import (
+    admission_refusal,
+    announced_options,
+    resolve_options,
+    update_options,
+)
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.socket_writer import SocketWriter
 from gateway.speech_conversation import SpeechConversation
@@ -436,6 +441,7 @@ class Session:
                 self._settings.limits(),
                 ModelKind.of(facts),
                 facts.token_rate_hz,
+                announced_options(facts),
             )
         )
         self.log.info(
