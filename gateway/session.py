@@ -371,6 +371,11 @@ class Session:
             )
         elif isinstance(event, SessionUpdate):
             self._on_update(event)
+        elif self._speech is not None and isinstance(event, TextInput) and event.model_options:
+            self._error(  # speech-to-speech models take no per-request options
+                ErrorCode.BAD_FIELD,
+                f"{self._engine.facts.name} takes no model_options; the text was not added",
+            )
         elif self._speech is not None and await self._speech_handles(event):
             pass
         elif isinstance(event, TextInput):
