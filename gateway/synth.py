@@ -139,16 +139,22 @@ def run_synth(args: argparse.Namespace) -> int:
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from gateway.response import length_shares, share_tokens
+    from models.families import known_family
     from models.registry import DEFAULT_MODEL
+    from models.request_options import option_specs
 
     segments = sentence_segments(args.text)
     if not segments:
         print("error: --text has nothing to say", file=sys.stderr)
         return 2
     model_options = parse_model_options(args.model_option)
+    model = args.model or DEFAULT_MODEL
+    family = known_family(model)  # a preset or a local folder: checked before any load
+    if family is not None:
+        resolve_request_options(option_specs(family.request_options), model_options, model)
     start = time.monotonic()
     engine = build_engine(
-        args.model or DEFAULT_MODEL,
+        model,
         args.codec,
         # Offline: no listener to keep up with, so no stream is refused for real time.
         EngineConfig(device=args.device, cpu_int8=args.cpu_int8, realtime_admission=False),
