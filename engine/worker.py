@@ -95,15 +95,19 @@ class Worker:
 
     def capture_sampling_graphs(self) -> None:
         """Graphs of the decode step's head and sampling per decode bucket
-        (engine/sampling_graphs.py), for models whose candidates need no host lists."""
+        (engine/sampling_graphs.py), for models whose candidates need no host lists (nor
+        per-request options, which the captured head does not take)."""
         from engine.sampling_graphs import SamplingGraphs
 
-        capturable = type(self.model).device_candidates is not SpeechModel.device_candidates
+        capturable = (
+            type(self.model).device_candidates is not SpeechModel.device_candidates
+            and not self.model.facts.request_options
+        )
         if self.graphs is None or self.row_width or not capturable:
             if self.graphs is not None:  # say so: the flag is on, but this model samples eagerly
                 log.info(
-                    "sampling graphs: not for %s (its candidates need host lists or its "
-                    "tokens are rows); its head and sampler run eagerly",
+                    "sampling graphs: not for %s (its candidates need host lists or request "
+                    "options, or its tokens are rows); its head and sampler run eagerly",
                     self.model.facts.name,
                 )
             return
