@@ -30,6 +30,7 @@ from engine.outputs import (
 )
 from engine.request import ConfigError, SamplingParams
 from models.base import ModelFacts, ModelInputError
+from models.request_options import OptionSpec, RequestOptionError, resolve_request_options
 from models.voice_clip import VoiceClip
 
 __all__ = [
@@ -51,10 +52,12 @@ __all__ = [
     "LoopCommand",
     "ModelFacts",
     "ModelInputError",
+    "OptionSpec",
     "PushAudio",
     "RemoveClipVoice",
     "ReplyTranscript",
     "ReportPlayback",
+    "RequestOptionError",
     "ResponseStream",
     "SamplingParams",
     "SpeechRequest",
@@ -66,6 +69,7 @@ __all__ = [
     "TurnFromText",
     "VoiceClip",
     "VoiceCommand",
+    "resolve_request_options",
 ]
 
 

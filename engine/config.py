@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.request import ConfigError
-from models.families import check_options
 
 POLICIES = ("slack", "fcfs")
 # `voxgate serve --help` groups whose options a user needs first: picking and placing the model,
@@ -299,8 +298,10 @@ class EngineConfig:
         ),
     )
     # The model family's own load-time options the user set, name → value (models/families.py;
-    # e.g. CosyVoice 2's first_hop_tokens). Checked here, handed to the family at load.
-    model_options: Mapping[str, Any] = field(default_factory=dict)
+    # e.g. CosyVoice 2's first_hop_tokens). Checked by `voxgate serve`'s settings and by the
+    # family when it loads (models/registry.py); per-request options are another thing
+    # (SpeechRequest.model_options).
+    load_options: Mapping[str, Any] = field(default_factory=dict)
     # Full-duplex sessions (engine/frame_scheduler.py): input frames a session may queue before
     # the oldest are dropped, and how many frame periods the tick grid may run late before it
     # resyncs to now.
@@ -348,10 +349,6 @@ class EngineConfig:
             raise ConfigError(
                 "duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0"
             )
-        try:
-            check_options(dict(self.model_options))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc)) from None
         if not 0.05 <= self.gil_switch_ms <= 50:
             raise ConfigError(f"gil_switch_ms must be in [0.05, 50], got {self.gil_switch_ms}")
         if self.cpu_threads is not None and self.cpu_threads < 1:

@@ -42,6 +42,7 @@ from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler, ema
 from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
+from models.request_options import RequestOptionError, resolve_request_options
 
 log = logging.getLogger("voxgate.engine")
 
@@ -204,7 +205,12 @@ class EngineCore:
         return float(np.median(turns)) if turns else None
 
     def add_request(self, spec: SpeechRequest) -> Request:
-        prompt = self._prompt(spec)
+        facts = self.model.facts
+        try:
+            options = resolve_request_options(facts.request_options, spec.model_options, facts.name)
+        except RequestOptionError as exc:
+            raise ModelInputError(str(exc)) from None
+        prompt = self._prompt(spec, options)
         total = len(prompt.token_ids) + spec.sampling.max_tokens
         if total > self.model.facts.max_context:
             raise ModelInputError(
@@ -217,6 +223,7 @@ class EngineCore:
             spec.sampling,
             arrival_time=self.clock(),
             extras=prompt.extras,
+            model_options=options,
             conversation_id=spec.conversation_id,
             delivery_hold_s=spec.delivery_hold_s,
         )
@@ -232,8 +239,10 @@ class EngineCore:
             request.trace = RequestTrace(request.arrival_time, request.num_prompt_tokens)
         return request
 
-    def _prompt(self, spec: SpeechRequest) -> Prompt:
+    def _prompt(self, spec: SpeechRequest, options: dict[str, float]) -> Prompt:
         if spec.turns is None:
+            if options:
+                return self.model.preprocess_with_options(spec.text, spec.voice, options)
             return self.model.preprocess(spec.text, spec.voice)
         if not self.model.facts.accepts_turns:
             raise ModelInputError(

@@ -131,6 +131,11 @@ class DuplexEngine:
     def add_request(self, spec: SpeechRequest) -> Request:
         """A new session. Raises ModelInputError (too long) or EngineOverloaded (no KV room
         for its whole length)."""
+        if spec.model_options:  # full-duplex models take no per-request options
+            raise ModelInputError(
+                f"{self.model.facts.name} takes no model_options "
+                f"(got {', '.join(map(str, spec.model_options))})"
+            )
         prompt = self.model.preprocess(spec.text, spec.voice)
         frames = spec.sampling.max_tokens
         total = len(prompt.token_ids) + frames

@@ -115,10 +115,10 @@ def serving_defaults(config: EngineConfig, model: str) -> EngineConfig:
     )
 
 
-def model_options(config: EngineConfig) -> dict:
+def load_options(config: EngineConfig) -> dict:
     """The model family's own load-time options the engine config carries (load_model's
-    `options`)."""
-    return dict(config.model_options)
+    `options`, checked there by the family)."""
+    return dict(config.load_options)
 
 
 def apply_gil_switch(config: EngineConfig) -> None:
@@ -164,7 +164,7 @@ def build_engine(
         progress,
         random_weights,
         voices_dir,
-        model_options(config),
+        load_options(config),
     )
     core = build_core(speech_model, config, device)
     core.warm_up()

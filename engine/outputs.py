@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,10 @@ class SpeechRequest:
     # more audio comes. Up to one output frame (the session's frame_ms; 0: none). The engine
     # counts it as not yet delivered when it judges a listener's buffer.
     delivery_hold_s: float = 0.0
+    # Per-request model options (ModelFacts.request_options: Chatterbox's exaggeration and
+    # cfg_weight), name → value; unset ones take the model's defaults. A model that takes
+    # none refuses any (ModelInputError naming the option).
+    model_options: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         apply_cpu_threads,
         apply_gil_switch,
         build_core,
-        model_options,
+        load_options,
         resolve_device,
         resolve_dtype,
     )
@@ -117,7 +117,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
             False,
             spec.random_weights,
             spec.voices_dir,
-            model_options(spec.config),
+            load_options(spec.config),
         )
         core = build_core(model, spec.config, device)
         core.warm_up()

@@ -28,6 +28,9 @@ class SamplingParams:
     temperature: float = 0.6
     top_p: float = 0.95
     top_k: int = 0  # 0: no top-k cut
+    # Tokens less probable than min_p x the likeliest one are dropped (after temperature,
+    # before top-k/top-p; 0: none). Chatterbox's published sampling uses 0.05.
+    min_p: float = 0.0
     repetition_penalty: float = 1.1
     seed: int | None = None
     max_tokens: int = 1200
@@ -38,6 +41,8 @@ class SamplingParams:
             raise ConfigError(f"temperature must be in [0, 10], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ConfigError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.top_k < 0:
             raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.5 <= self.repetition_penalty <= 5.0:
@@ -116,6 +121,9 @@ class Request:
     # What the model's preprocess attached for its later stages (models.base.Prompt.extras:
     # CosyVoice 2's voice conditioning for the detokenizer).
     extras: dict = field(default_factory=dict)
+    # The request's model options, checked and with the model's defaults filled in
+    # (ModelFacts.request_options; {} for a model that takes none): the sample stage's too.
+    model_options: dict[str, float] = field(default_factory=dict)
     # The request's timeline when the engine traces requests (engine/request_trace.py).
     trace: RequestTrace | None = None
 

@@ -3,6 +3,9 @@
 Works on the model's candidate columns (models.base.Candidates): the whole vocabulary for
 most models, or the few thousand tokens valid at each row's position for constrained ones.
 
+- Per drawn row, in this order: repetition penalty, temperature, min-p, top-k, top-p (the
+  order of Chatterbox's T3.inference; min-p and top-p see the distribution the rules before
+  them left).
 - Repetition penalty (HF/CTRL rule, over prompt + output tokens) reads a per-request
   presence table kept on the device and updated by one scatter per step, instead of
   uploading every request's history every step.
@@ -65,12 +68,13 @@ class FixedSampling:
     temperature: torch.Tensor  # float32; 1 for greedy rows
     top_k: torch.Tensor  # int64, <= 0: no top-k
     top_p: torch.Tensor  # float32
+    min_p: torch.Tensor  # float32, 0: none
     penalty: torch.Tensor  # float32 repetition penalty (1: none)
     seeds: torch.Tensor  # int64
     steps: torch.Tensor  # int64: the output position being drawn (keys the noise)
 
     INTS = ("table_rows", "top_k", "seeds", "steps", "greedy")  # packed host-side as int64
-    FLOATS = ("temperature", "top_p", "penalty")  # packed as float32
+    FLOATS = ("temperature", "top_p", "min_p", "penalty")  # packed as float32
 
 
 class Sampler:
@@ -199,9 +203,12 @@ class Sampler:
         top_p = upload([r.params.top_p for r in sub], torch.float32, device)
         nucleus = any(r.params.top_p < 1.0 for r in sub)
         max_k = max(r.params.top_k for r in sub)
-        probs = top_k_top_p(logits[idx] / temp[:, None], top_k, top_p, nucleus, max_k).softmax(
-            dim=-1
-        )
+        scaled = logits[idx] / temp[:, None]
+        if any(r.params.min_p > 0.0 for r in sub):
+            scaled = keep_min_p(
+                scaled, upload([r.params.min_p for r in sub], torch.float32, device)
+            )
+        probs = top_k_top_p(scaled, top_k, top_p, nucleus, max_k).softmax(dim=-1)
         seeds = upload([self._seed_of[r.request_id] for r in sub], torch.long, device)
         steps = upload([r.step for r in sub], torch.long, device)
         noise = race_noise(seeds, steps, token_ids[idx])
@@ -237,7 +244,7 @@ class Sampler:
         logits = self._penalised(cands.logits, token_ids, x.table_rows, x.penalty[:, None])
         best = logits.argmax(dim=-1)
         scaled = logits / x.temperature[:, None]
-        probs = top_k_top_p(scaled, x.top_k, x.top_p).softmax(dim=-1)
+        probs = top_k_top_p(keep_min_p(scaled, x.min_p), x.top_k, x.top_p).softmax(dim=-1)
         drawn = (probs / race_noise(x.seeds, x.steps, token_ids)).argmax(dim=-1)
         if self.repetition_aware is not None:
             recent = self._recent[x.table_rows]
@@ -257,6 +264,15 @@ def _token_ids(cands: Candidates) -> torch.Tensor:
         return cands.token_ids
     n, k = cands.logits.shape
     return torch.arange(k, device=cands.logits.device).expand(n, k)
+
+
+def keep_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Mask (to -inf) each row's tokens less probable than its min_p [N] times its likeliest
+    token's probability (transformers' MinPLogitsWarper; the likeliest always stays, and
+    min_p = 0 keeps the row whole)."""
+    probs = logits.softmax(dim=-1)
+    floor = min_p[:, None] * probs.max(dim=-1, keepdim=True).values
+    return logits.masked_fill(probs < floor, float("-inf"))
 
 
 def top_k_top_p(

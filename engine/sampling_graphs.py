@@ -142,6 +142,7 @@ class SamplingGraphs(PerBucketGraphs):
                 (
                     1.0 if r.params.greedy else r.params.temperature,
                     r.params.top_p,
+                    r.params.min_p,
                     r.params.repetition_penalty,
                 )
                 for r in rows

@@ -104,15 +104,19 @@ class Worker:
 
     def capture_sampling_graphs(self) -> None:
         """Graphs of the decode step's head and sampling per decode bucket
-        (engine/sampling_graphs.py), for models whose candidates need no host lists."""
+        (engine/sampling_graphs.py), for models whose candidates need no host lists (nor
+        per-request options, which the captured head does not take)."""
         from engine.sampling_graphs import SamplingGraphs
 
-        capturable = type(self.model).device_candidates is not SpeechModel.device_candidates
+        capturable = (
+            type(self.model).device_candidates is not SpeechModel.device_candidates
+            and not self.model.facts.request_options
+        )
         if self.graphs is None or self.row_width or not capturable:
             if self.graphs is not None:  # say so: the flag is on, but this model samples eagerly
                 log.info(
-                    "sampling graphs: not for %s (its candidates need host lists or its "
-                    "tokens are rows); its head and sampler run eagerly",
+                    "sampling graphs: not for %s (its candidates need host lists or request "
+                    "options, or its tokens are rows); its head and sampler run eagerly",
                     self.model.facts.name,
                 )
             return
@@ -264,8 +268,11 @@ class Worker:
             return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
         ends = list(itertools.accumulate(c.num_tokens for c in chunks))
         last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
-        cands = self.model.candidate_logits(
-            hidden[last_rows], [r.num_generated for r in reqs], allow_stop
+        cands = self.model.candidates_with_options(
+            hidden[last_rows],
+            [r.num_generated for r in reqs],
+            allow_stop,
+            [r.model_options for r in reqs],
         )
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]
         if self.row_width:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import time
 import uuid
@@ -18,10 +19,11 @@ from engine.api import EngineClient
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
-from gateway.protocol import ErrorCode, ErrorEvent, TextInput
+from gateway.protocol import ErrorCode, ErrorEvent, ProtocolError, TextInput
 from gateway.reply import Emitter, SpeechOptions
 from gateway.response import Response, ResponseRunner
 from gateway.segmenter import SentenceSegmenter
+from gateway.session_start import checked_model_options
 from gateway.tasks import cancel_and_wait
 
 
@@ -63,6 +65,22 @@ class ResponseQueue:
             )
             return
         response = self._open_response()
+        if response is not None and event.model_options is not None:
+            self._error(
+                ErrorCode.BAD_FIELD,
+                "model_options apply to a whole response: send them with the text that opens "
+                "it (this text was not added)",
+            )
+            return
+        own_options = None
+        if response is None and event.model_options is not None:
+            try:
+                own_options = checked_model_options(
+                    event.model_options, self._engine.facts, self.options.model_options
+                )
+            except ProtocolError as exc:
+                self._error(exc.code, exc.message)
+                return
         if response is None:
             if not event.text.strip():
                 self._error(ErrorCode.BAD_FIELD, "`text` is empty")
@@ -74,6 +92,7 @@ class ResponseQueue:
                 )
                 return
             response = self._new_response()
+            response.model_options = own_options
         if response.text_chars + len(event.text) > s.max_response_text_chars:
             self._error(
                 ErrorCode.TOO_LARGE,
@@ -111,11 +130,14 @@ class ResponseQueue:
                 self._ready.clear()
                 await self._ready.wait()
             response = self._waiting.popleft()
+            options = self.options
+            if response.model_options is not None:
+                options = dataclasses.replace(options, model_options=response.model_options)
             self._runner = ResponseRunner(
                 response,
                 self._engine,
                 self._settings,
-                self.options,
+                options,
                 self._emit,
                 self._metrics,
                 self._open_encoder,

@@ -133,12 +133,17 @@ class SessionStart:
     sampling: Mapping[str, float | int | None] = field(default_factory=dict)
     turn_detection: TurnDetection | None = None
     voice_clip: ClipUpload | None = None  # make the session's voice from a clip (optional)
+    # The served model's own per-request options (`session.started.model_options` lists them);
+    # checked against the model in gateway/session_start.py.
+    model_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class TextInput:
     text: str
     final: bool = True
+    # model_options for the response this text opens, over the session's (None: the session's).
+    model_options: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,9 @@ class SessionStarted:
     # voice_clip, the id of the voice made from it, which the same API key may name afterwards.
     voice: str | None = None
     OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("voice",)
+    # The model's per-request options, each {name, default, minimum, maximum, help} (additive):
+    # what `model_options` on session.start or a response's first `text` may set.
+    model_options: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -299,6 +307,7 @@ def _decode_session_start(obj: dict[str, Any]) -> SessionStart:
         sampling=_sampling(obj),
         turn_detection=_turn_detection(obj),
         voice_clip=_voice_clip(obj),
+        model_options=_model_options(obj) or {},
     )
 
 
@@ -317,7 +326,9 @@ def _decode_text(obj: dict[str, Any]) -> TextInput:
     if not isinstance(text, str):
         raise ProtocolError(ErrorCode.BAD_FIELD, "`text` must be a string")
     final = _optional(obj, "final", bool)
-    return TextInput(text=text, final=True if final is None else final)
+    return TextInput(
+        text=text, final=True if final is None else final, model_options=_model_options(obj)
+    )
 
 
 def _decode_playback(obj: dict[str, Any]) -> Playback:
@@ -414,6 +425,17 @@ def decode_sampling(raw: object) -> dict[str, float | int | None]:
         else:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"`sampling.{key}` must be a {kind.__name__}")
     return out
+
+
+def _model_options(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A `model_options` object, as given (its names and values are the served model's to
+    check: gateway/session_start.py). Raises ProtocolError(bad_field) for a non-object."""
+    raw = obj.get("model_options")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`model_options` must be an object")
+    return dict(raw)
 
 
 def _turn_detection(obj: Mapping[str, Any]) -> TurnDetection | None:

@@ -124,6 +124,7 @@ SAMPLING_FIELDS: Mapping[str, type] = {
     "temperature": float,
     "top_p": float,
     "top_k": int,
+    "min_p": float,
     "repetition_penalty": float,
     "seed": int,
     "max_tokens": int,

@@ -92,6 +92,11 @@ _UNSERVED_FIELDS: tuple[tuple[str, Any, str], ...] = (
     ("audio.output.speed", lambda v: v is None or v == 1, "speed is not served"),
     ("speed", lambda v: v is None or v == 1, "speed is not served"),
     ("prompt", lambda v: v is None, "stored prompts are not served"),
+    (
+        "model_options",
+        lambda v: v is None or v == {},
+        "a model's own options are set on /v1/stream or /v1/audio/speech, not in an OpenAI session",
+    ),
 )
 
 

@@ -31,7 +31,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from engine.api import (
@@ -85,6 +85,8 @@ class SpeechOptions:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     voice: str | None = None
     output: AudioSpec = field(default_factory=AudioSpec)
+    # The model options the client set (checked; the model fills in the rest).
+    model_options: Mapping[str, float] = field(default_factory=dict)
 
 
 class ReplyState(enum.Enum):

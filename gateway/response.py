@@ -67,6 +67,8 @@ class Response:
         self._segmenter = segmenter
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()  # None: input closed
         self.token_shares: list[float] | None = None  # per segment, when known up front
+        # The response's own model options over the session's (its first `text` set them).
+        self.model_options: dict[str, float] | None = None
 
     def add_text(self, text: str, final: bool) -> None:
         single_shot = final and self.text_chars == 0
@@ -206,6 +208,7 @@ class ResponseRunner:
                 sampling,
                 segment.request_id,
                 delivery_hold_s=opts.output.frame_ms / 1000,
+                model_options=opts.model_options,
             )
             stream = await self.reply.submit(request)
             if stream is None:  # refused (the client was told why): it fails in its turn

@@ -59,7 +59,12 @@ from gateway.protocol import (
     TurnDetection,
 )
 from gateway.reply import Emitter
-from gateway.session_start import admission_refusal, resolve_options, update_options
+from gateway.session_start import (
+    admission_refusal,
+    announced_options,
+    resolve_options,
+    update_options,
+)
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.socket_writer import SocketWriter
 from gateway.speech_conversation import SpeechConversation
@@ -373,6 +378,11 @@ class Session:
             )
         elif isinstance(event, SessionUpdate):
             self._on_update(event)
+        elif self._speech is not None and isinstance(event, TextInput) and event.model_options:
+            self._error(  # speech-to-speech models take no per-request options
+                ErrorCode.BAD_FIELD,
+                f"{self._engine.facts.name} takes no model_options; the text was not added",
+            )
         elif self._speech is not None and await self._speech_handles(event):
             pass
         elif isinstance(event, TextInput):
@@ -477,6 +487,7 @@ class Session:
                 ModelKind.of(facts),
                 facts.token_rate_hz,
                 options.voice,
+                announced_options(facts),
             )
         )
         self.log.info(

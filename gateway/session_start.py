@@ -5,9 +5,17 @@ the engine's stats, so the session's state machine only has to act on the answer
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from engine.api import ConfigError, EngineClient, ModelFacts, SamplingParams
+from engine.api import (
+    ConfigError,
+    EngineClient,
+    ModelFacts,
+    RequestOptionError,
+    SamplingParams,
+    resolve_request_options,
+)
 from gateway.config import GatewaySettings
 from gateway.protocol import AudioSpec, ErrorCode, ProtocolError, SessionStart
 from gateway.reply import SpeechOptions
@@ -35,8 +43,30 @@ def resolve_options(
     except ConfigError as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
     return SpeechOptions(
-        sampling, event.voice or facts.default_voice, event.output_audio or AudioSpec()
+        sampling,
+        event.voice or facts.default_voice,
+        event.output_audio or AudioSpec(),
+        checked_model_options(event.model_options, facts),
     )
+
+
+def checked_model_options(
+    given: Mapping[str, Any], facts: ModelFacts, over: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """`given` (a client's `model_options`) laid over `over` (the session's), checked against
+    the served model's options; or ProtocolError(bad_field) naming the option and its range
+    (a model that takes none refuses any, by name)."""
+    merged = {**(over or {}), **given}
+    try:
+        resolve_request_options(facts.request_options, merged, facts.name)
+    except RequestOptionError as exc:
+        raise ProtocolError(ErrorCode.BAD_FIELD, str(exc)) from None
+    return merged
+
+
+def announced_options(facts: ModelFacts) -> tuple[dict[str, Any], ...]:
+    """The model's per-request options as `session.started.model_options` lists them."""
+    return tuple(spec.announce() for spec in facts.request_options)
 
 
 def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> str | None:
@@ -68,4 +98,5 @@ def update_options(
         sampling,
         update.voice if update.voice is not None else options.voice,
         update.output_audio if update.output_audio is not None else options.output,
+        options.model_options,
     )

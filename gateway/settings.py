@@ -26,7 +26,7 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.request import ConfigError
 from gateway.config import GatewaySettings
-from models.families import option_fields
+from models.families import check_load_options, option_fields
 
 TWILIO_TOKEN_ENV = "VOXGATE_TWILIO_AUTH_TOKEN"  # a secret: environment only, never a flag
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -252,9 +252,17 @@ def settings_from_values(values: Mapping[str, Any], environ: Mapping[str, str]) 
     token = environ.get(TWILIO_TOKEN_ENV) or None
     return GatewaySettings(
         **gateway,
-        engine=EngineConfig(**engine, model_options=model),
+        engine=EngineConfig(**engine, load_options=_family_checked(model)),
         twilio_auth_token=token,
     )
+
+
+def _family_checked(load_options: dict[str, Any]) -> dict[str, Any]:
+    """The model families' load-time options, each checked by its family (ConfigError)."""
+    try:
+        return check_load_options(load_options)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_settings(

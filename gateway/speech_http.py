@@ -84,7 +84,10 @@ class SpeechStream:
         )
         text.add_text(call.text, final=True)
         options = SpeechOptions(
-            call.sampling, call.voice, AudioSpec(AudioFormat.PCM16, SPEECH_RATE)
+            call.sampling,
+            call.voice,
+            AudioSpec(AudioFormat.PCM16, SPEECH_RATE),
+            call.model_options,
         )
         self.runner = ResponseRunner(
             text,

@@ -15,8 +15,10 @@ testable without a server. What each field does here (docs/gateway.md says the s
 - `instructions`: no served model takes a style prompt, so they are accepted but not applied;
   the response says so in its `Voxgate-Ignored-Fields` header.
 - `stream_format`: `audio` (the file's bytes as they are made; default) or `sse`.
-- `temperature`, `top_p`, `seed`, `max_tokens`: Voxgate's sampling fields (the openai client
-  sends them with `extra_body`), checked as `session.start`'s are.
+- `temperature`, `top_p`, `min_p`, `seed`, `max_tokens`: Voxgate's sampling fields (the openai
+  client sends them with `extra_body`), checked as `session.start`'s are.
+- `model_options`: the served model's per-request options (Chatterbox's exaggeration and
+  cfg_weight; `extra_body` too), checked as `session.start`'s are.
 """
 
 from __future__ import annotations
@@ -24,13 +26,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from engine.api import ConfigError, ModelFacts, SamplingParams
+from engine.api import (
+    ConfigError,
+    ModelFacts,
+    RequestOptionError,
+    SamplingParams,
+    resolve_request_options,
+)
 from gateway.auth import Denial, Principal
 from gateway.config import GatewaySettings
 from gateway.speech_formats import SpeechFormat
 
 OPENAI_TTS_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
-SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
+SAMPLING_FIELDS = ("temperature", "top_p", "min_p", "seed", "max_tokens")
 OPENAI_FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed")
 STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
@@ -105,6 +113,7 @@ class SpeechCall:
     stream_format: str
     sampling: SamplingParams
     ignored: tuple[str, ...] = field(default=())  # fields accepted but not applied
+    model_options: dict[str, float] = field(default_factory=dict)
 
 
 def _string(body: dict, name: str, required: bool = False) -> str | None:
@@ -213,6 +222,20 @@ def _sampling(body: dict, facts: ModelFacts) -> SamplingParams:
         raise bad(next(iter(chosen), None), str(exc)) from None
 
 
+def _model_options(body: dict, facts: ModelFacts) -> dict[str, float]:
+    given = body.get("model_options")
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise bad("model_options", "'model_options' must be an object")
+    try:
+        resolve_request_options(facts.request_options, given, facts.name)
+    except RequestOptionError as exc:
+        param = f"model_options.{exc.option}" if exc.option else "model_options"
+        raise bad(param, str(exc)) from None
+    return dict(given)
+
+
 def parse_speech_request(
     body: object,
     facts: ModelFacts,
@@ -222,7 +245,8 @@ def parse_speech_request(
     """The checked request, or SpeechHttpError(400) for the first bad field."""
     if not isinstance(body, dict):
         raise bad(None, "the body must be a JSON object", None)
-    unknown = sorted(set(body) - {*OPENAI_FIELDS, "stream_format", *SAMPLING_FIELDS})
+    known = {*OPENAI_FIELDS, "stream_format", "model_options", *SAMPLING_FIELDS}
+    unknown = sorted(set(body) - known)
     if unknown:
         raise bad(unknown[0], f"unrecognized request argument supplied: {unknown[0]}", None)
     _model(body, facts, settings)
@@ -238,4 +262,5 @@ def parse_speech_request(
         stream_format=_stream_format(body),
         sampling=_sampling(body, facts),
         ignored=("instructions",) if instructions and instructions.strip() else (),
+        model_options=_model_options(body, facts),
     )

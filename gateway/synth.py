@@ -35,6 +35,14 @@ def add_synth_parser(subparsers) -> None:
         "are synthesized one after another "
         "(batched together, their numerics would depend on when each joined the batch)",
     )
+    p.add_argument(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one of the model's per-request options (repeatable; Chatterbox: exaggeration, "
+        "cfg_weight; default: the model's)",
+    )
     p.add_argument("--max-tokens", type=int, default=1200)
     p.add_argument("--min-tokens", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if present)")
@@ -71,8 +79,30 @@ def sentence_segments(text: str) -> list[str]:
     return segmenter.push(text) + segmenter.finish()
 
 
+def parse_model_options(given: list[str]) -> dict[str, float]:
+    """`--model-option NAME=VALUE` values → name → number (ValueError for a malformed one; the
+    model checks names and ranges)."""
+    options = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            options[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(
+                f"--model-option {item!r}: give NAME=NUMBER, e.g. exaggeration=0.8"
+            ) from None
+    return options
+
+
 async def _synthesize(
-    engine, texts: list[str], voice, samplings: list, together: bool = True
+    engine,
+    texts: list[str],
+    voice,
+    samplings: list,
+    together: bool = True,
+    model_options: dict[str, float] | None = None,
 ) -> tuple[np.ndarray, list]:
     """Every segment at once (`together`: the engine batches them) or one after another;
     audio joined in order, and each segment's Finished (None if its stream ended without
@@ -80,7 +110,8 @@ async def _synthesize(
     from engine.api import AudioChunk, SpeechRequest
 
     async def one(text: str, sampling) -> tuple[list[np.ndarray], object]:
-        stream = await engine.submit(SpeechRequest(text=text, voice=voice, sampling=sampling))
+        request = SpeechRequest(text, voice, sampling, model_options=model_options or {})
+        stream = await engine.submit(request)
         pieces: list[np.ndarray] = []
         finished = None
         async for event in stream:
@@ -104,19 +135,26 @@ async def _synthesize(
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    from engine.api import SamplingParams
+    from engine.api import SamplingParams, resolve_request_options
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from gateway.response import length_shares, share_tokens
+    from models.families import known_family
     from models.registry import DEFAULT_MODEL
+    from models.request_options import option_specs
 
     segments = sentence_segments(args.text)
     if not segments:
         print("error: --text has nothing to say", file=sys.stderr)
         return 2
+    model_options = parse_model_options(args.model_option)
+    model = args.model or DEFAULT_MODEL
+    family = known_family(model)  # a preset or a local folder: checked before any load
+    if family is not None:
+        resolve_request_options(option_specs(family.request_options), model_options, model)
     start = time.monotonic()
     engine = build_engine(
-        args.model or DEFAULT_MODEL,
+        model,
         args.codec,
         # Offline: no listener to keep up with, so no stream is refused for real time.
         EngineConfig(device=args.device, cpu_int8=args.cpu_int8, realtime_admission=False),
@@ -130,13 +168,19 @@ def run_synth(args: argparse.Namespace) -> int:
         "max_tokens": args.max_tokens,
         "min_tokens": args.min_tokens,
     }
-    sampling = SamplingParams(
-        **{**engine.facts.sampling_defaults, **{k: v for k, v in given.items() if v is not None}}
-    )
+    facts = engine.facts
+    try:
+        sampling = SamplingParams(
+            **{**facts.sampling_defaults, **{k: v for k, v in given.items() if v is not None}}
+        )
+        resolve_request_options(facts.request_options, model_options, facts.name)
+    except ValueError:  # said in one line by the command line; the engine is not needed
+        asyncio.run(engine.shutdown())
+        raise
     # max/min_tokens are the whole text's, shared out by length as the gateway shares them.
     samplings = [share_tokens(sampling, share) for share in length_shares(segments)]
     audio, finished = asyncio.run(
-        _synthesize(engine, segments, args.voice, samplings, together=args.seed is None)
+        _synthesize(engine, segments, args.voice, samplings, args.seed is None, model_options)
     )
     failed = [f for f in finished if f is None or f.reason.value == "failed"]
     if failed:

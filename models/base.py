@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from models.device_util import upload
+from models.request_options import OptionSpec
 from models.voice_clip import ClipRules, VoiceClip
 
 # A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
@@ -82,6 +83,11 @@ class ModelFacts:
     max_context: int = 4096
     # Sampling values the model was trained/tuned with; callers' own values override them.
     sampling_defaults: dict[str, float] = field(default_factory=dict)
+    # The options a request may set (SpeechRequest.model_options): its family's
+    # request_options as plain specs (models/request_options.py); () for a model that takes
+    # none. The engine hands each request's values to preprocess_with_options and
+    # candidates_with_options.
+    request_options: tuple[OptionSpec, ...] = ()
     # 0: each token is one id. W > 0: each token is a row of W ids (see Token); column 0 is the
     # one the engine's sampler draws from candidate_logits, the depth stage fills the rest.
     row_width: int = 0
@@ -203,6 +209,15 @@ class SpeechModel(abc.ABC):
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         """Format and tokenise the prompt. Raises ModelInputError for input it cannot serve."""
 
+    def preprocess_with_options(
+        self, text: str, voice: str | None, options: dict[str, float]
+    ) -> Prompt:
+        """preprocess for a model with request options (facts.request_options): `options` holds
+        every one of them, checked and with the defaults filled in. A model that conditions
+        its prompt on them (Chatterbox's exaggeration) overrides this; the engine keeps
+        `options` with the request for candidates_with_options. Default: preprocess."""
+        return self.preprocess(text, voice)
+
     def preprocess_turns(self, turns: Sequence[Any]) -> Prompt:
         """Turn-based models (facts.accepts_turns): the conversation so far (the model's own
         turn objects), ending with the user's turn → the prompt to answer it. The ids of an
@@ -262,6 +277,18 @@ class SpeechModel(abc.ABC):
         makes top-p and the repetition penalty cheap. Default: the whole vocabulary."""
         logits = self.compute_logits(hidden)
         return Candidates(block_stops(logits, allow_stop, self.facts.stop_token_ids), None)
+
+    def candidates_with_options(
+        self,
+        hidden: torch.Tensor,
+        num_generated: list[int],
+        allow_stop: list[bool],
+        options: list[dict[str, float]],
+    ) -> Candidates:
+        """candidate_logits with each row's request options (as preprocess_with_options got
+        them; {} for a model that takes none), for models whose sample stage reads them
+        (Chatterbox's CFG weight). The engine calls this one. Default: candidate_logits."""
+        return self.candidate_logits(hidden, num_generated, allow_stop)
 
     def device_candidates(
         self, hidden: torch.Tensor, allow_stop: torch.Tensor

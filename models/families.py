@@ -87,9 +87,15 @@ def option_owner(name: str) -> tuple[ModelFamily, dataclasses.Field]:
     raise CheckpointError(f"no model family has an option {name!r}")
 
 
-def check_options(given: dict) -> None:
-    """Validate option values before any model loads: each through its own family's options
-    (so a bad value stops `voxgate serve` at once with the family's message)."""
+def check_load_options(given: dict) -> dict:
+    """`given` (load-time option name → value), each value checked by its own family's options
+    before any model loads, so a bad one stops `voxgate serve` at once with the family's
+    message (a ValueError). Which family serves is only known at load, where that family's
+    make_options refuses another family's option (models/registry.py)."""
     for name, value in given.items():
         owner, _ = option_owner(name)
-        owner.options(**{name: value})
+        try:
+            owner.options(**{name: value})
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+    return given

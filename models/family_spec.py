@@ -1,6 +1,7 @@
 """What a model family declares (models/families.py holds the table): how a name is recognised
-as one of its models, how it is loaded, its own load-time options, and the serving defaults it
-asks of the engine. Light: no torch at import, so the CLI can read the table for its help."""
+as one of its models, how it is loaded, its own load-time options, the options it takes on
+each request (models/request_options.py), and the serving defaults it asks of the engine.
+Light: no torch at import, so the CLI can read the table for its help."""
 
 from __future__ import annotations
 
@@ -99,7 +100,9 @@ class ModelFamily:
     a checkpoint (folder or repo id) is one of this family's, from its layout or config alone;
     None for a family served from its presets only. `checkpoint_hint` says what it looks for
     (the unknown-model error lists them). `load` builds the model; `options` is the dataclass of
-    its own load-time options (fields made with `option`)."""
+    its own load-time options (fields made with `option`), `request_options` the dataclass of
+    the options each request may set (fields made with `request_option`; its models announce
+    them as ModelFacts.request_options)."""
 
     name: str
     presets: Mapping[str, str]
@@ -107,6 +110,7 @@ class ModelFamily:
     recognises: Callable[[Checkpoint], bool] | None = None
     checkpoint_hint: str = ""
     options: type = NoOptions
+    request_options: type = NoOptions
     serving: ServingDefaults = ServingDefaults()
 
     def option_names(self) -> frozenset[str]:

@@ -12,6 +12,7 @@ from models.base import SpeechModel
 from models.checkpoint_errors import CheckpointError
 from models.families import all_presets, family_of
 from models.family_spec import LoadRequest
+from models.request_options import option_specs
 
 DEFAULT_MODEL = "voxgate-tiny"  # the trained voice shipped in models/voxgate_tiny/weights
 
@@ -47,4 +48,12 @@ def load_model(
         voices_dir=voices_dir,
         options=family.make_options(dict(options or {}), model),
     )
-    return family.load(request)
+    loaded = family.load(request)
+    declared = option_specs(family.request_options)
+    if loaded.facts.request_options != declared:  # a family's model and its table entry agree
+        raise RuntimeError(
+            f"{family.name}: the model announces request options "
+            f"{[s.name for s in loaded.facts.request_options]} but its family.py declares "
+            f"{[s.name for s in declared]}; announce option_specs(family.request_options)"
+        )
+    return loaded

@@ -131,3 +131,19 @@ def test_synth_with_a_seed_repeats_itself(tmp_path):
             clips.append(np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(int))
     assert len(clips[0]) == len(clips[1]) > 0
     assert np.abs(clips[0] - clips[1]).max() <= 1
+
+
+def test_synth_takes_the_models_own_options(tmp_path):
+    """--model-option reaches Chatterbox (exaggeration, cfg_weight); a malformed one or one out
+    of range is one line naming it."""
+    out = tmp_path / "c.wav"
+    common = ("synth", "--model", "tiny-chatterbox", "--text", "Hi there.", "--out", str(out))
+    result = run_cli(*common, "--model-option", "exaggeration=0.9", "--max-tokens", "12")
+    assert result.returncode == 0, result.stderr
+    assert out.exists()
+    result = run_cli(*common, "--model-option", "cfg_weight=4")
+    assert (
+        result.returncode == 2 and "model_options.cfg_weight must be in [0.0, 1.0]" in result.stderr
+    )
+    result = run_cli(*common, "--model-option", "exaggeration")
+    assert result.returncode == 2 and "give NAME=NUMBER" in result.stderr

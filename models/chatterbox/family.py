@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
+from models.request_options import request_option
 
 PRESETS = {
     "tiny-chatterbox": "Chatterbox scaled down (T3 with CFG, S3Gen flow + HiFT), seeded random "
     "weights",
     "chatterbox": "ResembleAI/chatterbox (T3 0.5B with CFG, S3Gen flow + HiFT, 24 kHz)",
 }
+
+
+@dataclass(frozen=True)
+class ChatterboxOptions:
+    """What each request may set (`model_options`), with ChatterboxTTS.generate's defaults
+    (config.py, SAMPLING). The exaggeration replaces the voice's own, as generate's does."""
+
+    exaggeration: float = request_option(
+        0.5, 0.0, 2.0, "emotion exaggeration: 0.5 as recorded, higher more expressive"
+    )
+    cfg_weight: float = request_option(
+        0.5, 0.0, 1.0, "classifier-free guidance weight: 0 none; about 0.3 slows a fast voice"
+    )
 
 
 def _recognises(checkpoint: Checkpoint) -> bool:
@@ -58,4 +73,5 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Chatterbox: t3_cfg.safetensors and s3gen.safetensors (ResembleAI/chatterbox)",
+    request_options=ChatterboxOptions,
 )

@@ -10,12 +10,16 @@ One id space (column 0):
     [0, 704)              text tokens (T3's text_emb; start 255, stop 0)
     704 + s, s < 8194     speech token s (speech_emb; 6561 start, 6562 stop)
     8898 + v              conditioning of voice slot v (the prefix rows are precomputed per
-                          voice: speaker, perceiver over its reference tokens, exaggeration)
+                          voice: speaker, perceiver over its reference tokens)
+    -1                    the prefix's last row, the emotion row: column 1 holds the
+                          request's exaggeration as its float32 bit pattern, which embed
+                          projects (T3's emotion_adv_fc) on the device, so each request has
+                          its own exaggeration without a per-value bank
 Each request's two classifier-free-guidance rows run as one sequence with stacked heads
-(guided.py); candidate_logits mixes them with the published CFG weight, and the engine's
-sampler applies the repetition penalty (over the start token and every generated one, as
-T3.inference), temperature and top-p. The published min-p (0.05) has no counterpart in the
-engine's sampler yet.
+(guided.py); candidates_with_options mixes them with each request's CFG weight, and the
+engine's sampler applies the repetition penalty (over the start token and every generated
+one, as T3.inference), temperature, min-p and top-p. Per-request options (family.py,
+ChatterboxOptions): exaggeration and cfg_weight, with ChatterboxTTS.generate's defaults.
 
 S3Gen decodes each utterance whole when it ends: its flow attends over the whole utterance,
 so a chunk decoded early would not equal the whole-utterance audio (docs/models.md)."""
@@ -45,9 +49,11 @@ from models.chatterbox.config import (
     T3_FACTS,
     TOKEN_RATE,
 )
+from models.chatterbox.family import ChatterboxOptions
 from models.chatterbox.guided import guided_forward
 from models.chatterbox.sampling import guided
 from models.device_util import upload
+from models.request_options import option_specs
 
 DEFAULT_VOICE = "default"
 MAX_TEXT_CHARS = 2000
@@ -65,6 +71,11 @@ class ChatterboxIds:
     @property
     def cond_base(self) -> int:
         return self.text_vocab + self.speech_vocab
+
+    @property
+    def emotion(self) -> int:
+        """The emotion row's id: below every other kind, so no voice slot can reach it."""
+        return -1
 
     @property
     def stop(self) -> int:
@@ -85,12 +96,9 @@ class ChatterboxStream(StreamState):
 
 
 class ChatterboxModel(SpeechModel):
-    def __init__(
-        self, parts: Chatterbox, name: str = "chatterbox", cfg_weight: float = SAMPLING.cfg_weight
-    ) -> None:
+    def __init__(self, parts: Chatterbox, name: str = "chatterbox") -> None:
         self.parts = parts
         self.t3 = parts.t3
-        self.cfg_weight = cfg_weight
         sizes = self.t3.sizes
         self.ids = ChatterboxIds(sizes.text_vocab, sizes.speech_vocab)
         self.voices: dict[str, Voice] = {DEFAULT_VOICE: parts.default_voice}
@@ -113,8 +121,10 @@ class ChatterboxModel(SpeechModel):
                 "temperature": SAMPLING.temperature,
                 "top_p": SAMPLING.top_p,
                 "top_k": 0,
+                "min_p": SAMPLING.min_p,
                 "repetition_penalty": SAMPLING.repetition_penalty,
             },
+            request_options=option_specs(ChatterboxOptions),
             row_width=2,
         )
         args = sizes.llama_args()
@@ -130,7 +140,8 @@ class ChatterboxModel(SpeechModel):
 
     # voices ------------------------------------------------------------------------------------
     def _add_to_bank(self, name: str) -> None:
-        """A voice's conditioning rows, computed once (its exaggeration is the voice's own)."""
+        """A voice's conditioning rows, computed once. The last, the emotion row, stays unused:
+        each request brings its own (embed)."""
         v = self.voices[name].t3
         w = self.t3.speech_head.weight
         with torch.inference_mode():
@@ -143,6 +154,12 @@ class ChatterboxModel(SpeechModel):
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:
+        return self.preprocess_with_options(text, voice, {})
+
+    def preprocess_with_options(
+        self, text: str, voice: str | None, options: dict[str, float]
+    ) -> Prompt:
+        chosen = ChatterboxOptions(**options)
         text = text.strip()
         if not text:
             raise ModelInputError("text is empty: give the model something to say")
@@ -159,7 +176,8 @@ class ChatterboxModel(SpeechModel):
                 f"text is {len(text_ids)} tokens; T3 takes at most {self.t3.sizes.text_positions}"
             )
         slot = self.ids.cond_base + self._slots[name]
-        rows = [(slot, j) for j in range(self._cond_rows)]
+        rows = [(slot, j) for j in range(self._cond_rows - 1)]
+        rows.append((self.ids.emotion, float32_bits(chosen.exaggeration)))
         rows += [(t, i) for i, t in enumerate(text_ids)]
         start = self.ids.speech(T3_FACTS.start_speech)
         rows += [(start, 0), (start, 0)]  # T3.inference feeds the start token twice
@@ -178,8 +196,14 @@ class ChatterboxModel(SpeechModel):
         speech = speech + t3.speech_pos_emb.emb(index.clamp(0, sizes.speech_positions - 1))
         slot = (kind - i.cond_base).clamp(0, self._bank.shape[0] - 1)
         cond = self._bank[slot, index.clamp(0, self._cond_rows - 1)]
-        is_text, is_cond = (kind < i.text_vocab)[:, None], (kind >= i.cond_base)[:, None]
-        shared = torch.where(is_cond, cond, speech)
+        # The emotion row: column 1 read back as the float32 it carries (other rows' values
+        # are discarded by the where below), cast as the package casts it.
+        exaggeration = index.to(torch.int32).view(torch.float32).to(cond.dtype)
+        emotion = t3.cond_enc.emotion_adv_fc(exaggeration[:, None])
+        is_cond = (kind >= i.cond_base)[:, None]
+        is_emotion = (kind == i.emotion)[:, None]
+        is_text = ((kind >= 0) & (kind < i.text_vocab))[:, None]
+        shared = torch.where(is_emotion, emotion, torch.where(is_cond, cond, speech))
         conditional = torch.where(is_text, text, shared)
         unconditional = torch.where(is_text, text_pos, shared)  # text tokens zeroed
         return torch.stack([conditional, unconditional], dim=1)
@@ -188,16 +212,31 @@ class ChatterboxModel(SpeechModel):
         hidden = guided_forward(self.t3, self.embed(input_ids), positions, attn)
         return hidden.flatten(1)  # [T, 2H]
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The speech head's logits, the two CFG rows mixed [N, 8194]."""
+    def compute_logits(self, hidden: torch.Tensor, cfg_weight: Any = SAMPLING.cfg_weight):
+        """The speech head's logits, the two CFG rows mixed [N, 8194] with `cfg_weight` (a
+        number, or [N, 1] one per row)."""
         both = self.t3.speech_logits(hidden.view(hidden.shape[0], 2, -1))
-        return guided(both[:, 0], both[:, 1], self.cfg_weight)
+        return guided(both[:, 0], both[:, 1], cfg_weight)
 
     # 3. sample -------------------------------------------------------------------------------
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
-        logits = self.compute_logits(hidden)
+        defaults = [{}] * hidden.shape[0]
+        return self.candidates_with_options(hidden, num_generated, allow_stop, defaults)
+
+    def candidates_with_options(
+        self,
+        hidden: torch.Tensor,
+        num_generated: list[int],
+        allow_stop: list[bool],
+        options: list[dict[str, float]],
+    ) -> Candidates:
+        """Each row's CFG rows mixed with its request's cfg_weight, in the logits' float32
+        (T3.inference: `cond + cfg * (cond - uncond)`)."""
+        weights = [ChatterboxOptions(**o).cfg_weight for o in options]
+        cfg = upload(weights, torch.float32, hidden.device)[:, None]
+        logits = self.compute_logits(hidden, cfg)
         blocked = ~upload(allow_stop, torch.bool, logits.device)
         logits[:, T3_FACTS.stop_speech].masked_fill_(blocked, float("-inf"))
         n, k = logits.shape
@@ -236,3 +275,8 @@ class ChatterboxModel(SpeechModel):
             else:
                 out.append(np.zeros(0, dtype=np.float32))
         return out
+
+
+def float32_bits(value: float) -> int:
+    """`value` rounded to float32, as the integer of its bit pattern (what embed reads back)."""
+    return int(np.array(value, dtype=np.float32).view(np.int32))

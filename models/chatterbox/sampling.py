@@ -33,7 +33,8 @@ class T3Sampling:
                 raise ValueError(f"invalid Chatterbox sampling option {name}={getattr(self, name)}")
 
 
-def guided(cond: torch.Tensor, uncond: torch.Tensor, weight: float) -> torch.Tensor:
+def guided(cond: torch.Tensor, uncond: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
+    """cond + w (cond - uncond); `weight` a number, or [N, 1] one per row."""
     return cond + weight * (cond - uncond)
 
 

@@ -60,4 +60,5 @@ FAMILY = ModelFamily(
     # On the CPU a step is many small ops (two CFG rows, nine heads, the DAC's narrow convs):
     # a second torch thread per op buys little and stalls when the gateway needs the core.
     serving=ServingDefaults(cpu_half_threads=True),
+    request_options=REQUEST_OPTIONS,
 )

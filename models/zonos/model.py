@@ -37,12 +37,14 @@ from models.base import (
     block_stops,
 )
 from models.codecs.dac import DacDetokenizer, DacStream
+from models.request_options import option_specs
 from models.zonos import rows as R
 from models.zonos import sampling as S
 from models.zonos.checkpoint import ZonosWeights
 from models.zonos.config import CODEBOOK_SIZE, EMBED_ROWS, EOS_CODE, N_CODEBOOKS
 from models.zonos.options import ZonosOptions
 from models.zonos.phonemes import VOCAB_SIZE, phoneme_ids, phonemize
+from models.zonos.request_options import ZonosRequestOptions
 
 DEFAULT_VOICE = "default"  # no speaker embedding: the learned unconditional speaker
 MAX_TEXT_CHARS = 2000
@@ -101,6 +103,7 @@ class ZonosModel(SpeechModel):
                 "repetition_penalty": 1.0,
             },
             row_width=R.WIDTH,
+            request_options=option_specs(ZonosRequestOptions),
         )
         dtype = weights.heads[0].weight.dtype
         self.shape = BackboneShape(

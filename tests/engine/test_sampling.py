@@ -51,3 +51,35 @@ def test_depth_sampler_draws_equal_one_noise_pass_per_codebook():
         noise = race_noise((x.seeds ^ (index * _CODEBOOK_SALT)) & 0xFFFFFFFF, x.steps, codes)
         want = torch.where(x.greedy, logits.argmax(-1), (probs / noise).argmax(-1))
         assert torch.equal(sampler(logits, index), want)
+
+
+def test_min_p_is_per_row_and_only_drops_unlikely_tokens():
+    """Rows of one batch with min_p 0 and 0.2 over the same logits: the 0.2 row never draws a
+    token below a fifth of the likeliest one's probability (after temperature); the 0 row
+    does, so the rule is what tells them apart."""
+    from engine.request import SamplingParams
+    from engine.sampling import Sampler, SamplingRow
+    from models.base import Candidates
+
+    logits = torch.linspace(0.0, 4.0, 40)[None].repeat(2, 1)  # token 39 likeliest
+    probs = (logits[0] / 1.5).softmax(-1)
+    allowed = set((probs >= 0.2 * probs.max()).nonzero().flatten().tolist())
+    drawn: list[set[int]] = [set(), set()]
+    for seed in range(200):
+        sampler = Sampler(40, torch.device("cpu"), rows=2)
+        rows = []
+        for i, min_p in enumerate((0.0, 0.2)):
+            params = SamplingParams(
+                temperature=1.5,
+                top_p=1.0,
+                repetition_penalty=1.0,
+                seed=seed * 7919 + 13,
+                min_p=min_p,
+            )
+            sampler.add_request(f"r{i}", params, [])
+            rows.append(SamplingRow(f"r{i}", params, step=seed))
+        a, b = sampler.sample(Candidates(logits.clone(), None), rows)
+        drawn[0].add(a)
+        drawn[1].add(b)
+    assert drawn[1] <= allowed and len(drawn[1]) > 1
+    assert drawn[0] - allowed

@@ -20,7 +20,7 @@ PARAMS = [
     SamplingParams(temperature=0.0),  # greedy
     SamplingParams(seed=12, temperature=0.7, top_k=0, top_p=0.9, repetition_penalty=1.3),
     SamplingParams(seed=13, temperature=1.2, top_k=5, top_p=1.0),  # top-k alone, beside a nucleus
-    SamplingParams(seed=14, temperature=1.0, top_k=25, top_p=0.8),
+    SamplingParams(seed=14, temperature=1.0, top_k=25, top_p=0.8, min_p=0.1),  # with min-p
 ]
 
 

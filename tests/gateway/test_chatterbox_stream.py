@@ -68,3 +68,59 @@ async def test_unknown_voice_is_refused_with_the_voices_it_has(cb_server):
         reply = await recv_json(ws)
     assert reply["type"] == "error" and reply["fatal"]
     assert "default" in reply["message"]
+
+
+async def _engine_pcm(engine, text: str, model_options: dict) -> np.ndarray:
+    params = SamplingParams(**{**engine.facts.sampling_defaults, **SAMPLING})
+    stream = await engine.submit(SpeechRequest(text, None, params, model_options=model_options))
+    return np.clip(
+        np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)]), -1, 1
+    )
+
+
+async def test_model_options_are_announced_checked_and_carried(cb_server, cb_engine, monkeypatch):
+    """session.started lists Chatterbox's options; a bad one gets a non-fatal bad_field naming
+    it and its range (the session goes on); a response's own options, over the session's,
+    reach the engine with its request, and its audio is the engine's for those options. (The
+    tiny preset's random T3 happens to say the same tokens whatever the options: the official
+    T3's tokens per option are compared in tests/models/test_chatterbox_t3.py.)"""
+    session_options = {"exaggeration": 1.2}
+    response_options = {"cfg_weight": 0.0}
+    submitted = []
+    submit = cb_engine.submit
+
+    async def recording_submit(request):
+        submitted.append(request)
+        return await submit(request)
+
+    monkeypatch.setattr(cb_engine, "submit", recording_submit)
+    async with websockets.connect(cb_server.url) as ws:
+        started = await start_session(
+            ws, sampling=SAMPLING, output_audio=PCM24, model_options=session_options
+        )
+        announced = {o["name"]: o for o in started["model_options"]}
+        await send(ws, type="text", text=TEXT, model_options={"cfg_weight": 3})
+        too_big = await recv_json(ws)
+        await send(ws, type="text", text=TEXT, model_options={"speed": 1.0})
+        unknown = await recv_json(ws)
+        await send(ws, type="text", text=TEXT, model_options=response_options)
+        played = await collect_response(ws)
+    monkeypatch.undo()
+    assert [r.model_options for r in submitted] == [{"exaggeration": 1.2, "cfg_weight": 0.0}]
+    assert announced["exaggeration"]["default"] == announced["cfg_weight"]["default"] == 0.5
+    assert (announced["cfg_weight"]["minimum"], announced["cfg_weight"]["maximum"]) == (0, 1)
+    assert too_big["type"] == "error" and too_big["code"] == "bad_field" and not too_big["fatal"]
+    assert "cfg_weight" in too_big["message"] and "[0.0, 1.0]" in too_big["message"]
+    assert unknown["code"] == "bad_field" and not unknown["fatal"]
+    assert "'speed'" in unknown["message"] and "exaggeration, cfg_weight" in unknown["message"]
+    got = np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
+    want = await _engine_pcm(cb_engine, TEXT, {**session_options, **response_options})
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768
+
+
+async def test_a_bad_model_option_at_session_start_names_it(cb_server):
+    async with websockets.connect(cb_server.url) as ws:
+        await send(ws, type="session.start", model_options={"exaggeration": 9})
+        reply = await recv_json(ws)
+    assert reply["type"] == "error" and reply["code"] == "bad_field"
+    assert "exaggeration" in reply["message"] and "[0.0, 2.0]" in reply["message"]

@@ -104,6 +104,9 @@ def test_client_events():
             ErrorCode.UNSUPPORTED_AUDIO,
         ),
         ('{"type": "session.start", "turn_detection": {"type": "push"}}', ErrorCode.BAD_FIELD),
+        ('{"type": "session.start", "model_options": [1]}', ErrorCode.BAD_FIELD),
+        ('{"type": "text", "text": "hi", "model_options": "loud"}', ErrorCode.BAD_FIELD),
+        ('{"type": "session.start", "sampling": {"min_p": "high"}}', ErrorCode.BAD_FIELD),
     ],
 )
 def test_malformed_frames(frame, code):
@@ -137,6 +140,7 @@ def test_encode_events():
         },
         "model_kind": "tts",
         "token_rate_hz": 25.0,
+        "model_options": [],  # the model takes no per-request options
     }
     done = json.loads(encode_event(ResponseDone("r1", ResponseStatus.CANCELLED, 400, None)))
     assert done == {
@@ -148,3 +152,13 @@ def test_encode_events():
     }
     error = json.loads(encode_event(ErrorEvent(ErrorCode.TOO_LARGE, "big", True)))
     assert error == {"type": "error", "code": "too_large", "message": "big", "fatal": True}
+
+
+def test_model_options_decode_as_given():
+    """Their names and values are the served model's to check (gateway/session_start.py)."""
+    start = decode_text_frame('{"type": "session.start", "model_options": {"exaggeration": 0.7}}')
+    assert start.model_options == {"exaggeration": 0.7}
+    assert decode_text_frame('{"type": "session.start"}').model_options == {}
+    text = decode_text_frame('{"type": "text", "text": "hi", "model_options": {"cfg_weight": 0}}')
+    assert text.model_options == {"cfg_weight": 0}
+    assert decode_text_frame('{"type": "text", "text": "hi"}').model_options is None

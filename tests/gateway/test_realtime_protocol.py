@@ -101,6 +101,7 @@ def test_bad_session_updates(session, code):
         ({"audio": {"output": {"speed": 1.25}}}, "session.audio.output.speed"),
         ({"speed": 0.8}, "session.speed"),
         ({"prompt": {"id": "pmpt_1"}}, "session.prompt"),
+        ({"model_options": {"exaggeration": 0.8}}, "session.model_options"),
     ],
 )
 def test_session_fields_no_model_applies_are_refused_by_name(session, field):

@@ -61,7 +61,7 @@ def test_options_become_settings(tmp_path):
     assert settings.api_keys == ("k-one", "k-two", "k-three")
     assert settings.allowed_origins == ("https://app.example.com",)
     assert settings.max_sessions_per_key == 3 and settings.lead_ms == 400
-    assert settings.engine.device == "cpu" and settings.engine.model_options == {
+    assert settings.engine.device == "cpu" and settings.engine.load_options == {
         "first_hop_tokens": 12
     }
     assert settings.engine.max_detok_batch == 8

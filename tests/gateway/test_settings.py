@@ -38,7 +38,7 @@ def test_flags_that_set_a_field_by_another_name_work_from_every_source(tmp_path)
     assert s.allowed_origins == ("https://a.example.com",)
     assert s.start_timeout_s == 2.5
     assert settings(environ={"VOXGATE_EAGER": "no"}).engine.cuda_graphs is True
-    assert settings(environ={"VOXGATE_FIRST_HOP_TOKENS": "12"}).engine.model_options == {
+    assert settings(environ={"VOXGATE_FIRST_HOP_TOKENS": "12"}).engine.load_options == {
         "first_hop_tokens": 12
     }
 

@@ -179,6 +179,13 @@ def test_openai_model_names_and_voice_objects_are_accepted(client, voice):
         ({"extra_body": {"max_tokens": 0}}, "max_tokens", "max_tokens"),
         ({"extra_body": {"temperature": "hot"}}, "temperature", "number"),
         ({"extra_body": {"volume": 2}}, "volume", "unrecognized"),
+        ({"extra_body": {"min_p": 2.0}}, "min_p", "min_p must be in [0, 1]"),
+        (
+            {"extra_body": {"model_options": {"exaggeration": 0.7}}},
+            "model_options.exaggeration",
+            "tiny-orpheus takes no model_options",
+        ),
+        ({"extra_body": {"model_options": 0.7}}, "model_options", "must be an object"),
     ],
 )
 def test_bad_input_gets_an_openai_400(client, voice, fields, param, says):

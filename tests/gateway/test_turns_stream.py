@@ -166,6 +166,9 @@ def test_manual_turns_with_input_commit_and_bad_input(glm_server, glm_engine, tm
             await ws.send(b"\x01\x02\x03")  # not whole 16-bit samples
             error = await recv_json(ws)
             assert error["code"] == "unsupported_audio" and not error["fatal"]
+            await send(ws, type="text", text="Hi.", model_options={"exaggeration": 1.0})
+            error = await recv_json(ws)
+            assert error["code"] == "bad_field" and "takes no model_options" in error["message"]
             # No turn detection: no speech events, the turn ends at the commit.
             await send_frames(ws, utterance("Hello there.", tmp_path, 7))
             await send(ws, type="input.commit")

@@ -181,3 +181,76 @@ def test_tiny_preset_uses_the_official_names_and_conds(official_t3, tmp_path):
     conds = torch.load(str(folder / "conds.pt"), weights_only=True)
     cond = official_t3[1](**conds["t3"])
     assert cond.cond_prompt_speech_tokens.shape == (1, T3_FACTS.speech_cond_prompt_len)
+
+
+@pytest.fixture(scope="module")
+def engine_model(ours, tmp_path_factory):
+    """The engine's ChatterboxModel around the official weights' T3 (the tiny preset's S3Gen,
+    tokenizer and voice: only T3's tokens are compared)."""
+    from models.chatterbox.checkpoint import load_chatterbox
+    from models.chatterbox.model import ChatterboxModel
+    from models.chatterbox.presets import ensure_tiny_chatterbox
+
+    parts = load_chatterbox(ensure_tiny_chatterbox(tmp_path_factory.mktemp("c")))
+    parts.t3 = ours
+    return ChatterboxModel(parts)
+
+
+def test_one_batch_with_two_option_settings_gives_the_official_tokens(official_t3, engine_model):
+    """Two requests in one engine batch, each with its own exaggeration and CFG weight
+    (SpeechRequest.model_options): each gets the tokens the official T3 generates for its own
+    setting."""
+    from engine.config import EngineConfig
+    from engine.core import EngineCore
+    from engine.outputs import SpeechRequest
+    from engine.request import SamplingParams
+    from tests.models.engine_run import run
+
+    model, n = engine_model, 16
+    voice = model.parts.default_voice.t3
+    text = "Options travel with each request."
+    text_ids = model.parts.tokenizer.text_ids(text)
+    settings = [{"exaggeration": 1.5, "cfg_weight": 0.0}, {"exaggeration": 0.3, "cfg_weight": 1.0}]
+    config = EngineConfig(max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=64, block_size=16)
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.2, max_tokens=n)
+    specs = [SpeechRequest(text, None, params, model_options=s) for s in settings]
+    requests, _, _, peak = run(core, specs)
+    assert peak == 2
+    wanted = []
+    for request, setting in zip(requests, settings, strict=True):
+        want = official_tokens(
+            official_t3,
+            voice.speaker,
+            voice.prompt_tokens,
+            text_ids,
+            setting["exaggeration"],
+            setting["cfg_weight"],
+            n,
+        )
+        got = [row[0] - model.ids.speech_base for row in request.output_ids]
+        got = [t for t in got if t != T3_FACTS.stop_speech]
+        assert got == want, setting
+        wanted.append(want)
+    # The same text: only the options tell the two apart, so ignoring them fails the test.
+    assert wanted[0] != wanted[1]
+
+
+def test_min_p_matches_the_official_processor_per_row():
+    """The engine sampler's min-p (engine/sampling.py), each row with its own value, equals
+    transformers' MinPLogitsWarper, which T3.inference applies."""
+    from transformers.generation.logits_process import MinPLogitsWarper
+
+    from engine.sampling import keep_min_p as engine_min_p
+
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 80, generator=g) * 4
+    values = [0.0, 0.05, 0.3]
+    got = engine_min_p(logits, torch.tensor(values))
+    ids = torch.zeros(1, 1, dtype=torch.long)
+    for row, value in enumerate(values):
+        want = logits[row : row + 1].clone()
+        if value > 0:
+            want = MinPLogitsWarper(value)(ids, want)
+        torch.testing.assert_close(got[row : row + 1], want)
+    assert int(got[0].isfinite().sum()) == 80 and int(got[2].isfinite().sum()) < 80
