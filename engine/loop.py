@@ -113,11 +113,15 @@ def prepare_turn(
     if not facts.accepts_turns or not all(hasattr(model, m) for m in _TURN_METHODS):
         raise ModelInputError(f"{facts.name} is not a turn-based model: it takes no turns")
     turns: Any = model
+    system = getattr(command, "system", None)
+    if system is not None and not facts.system_prompt:
+        raise ModelInputError(f"{facts.name} takes no system prompt; leave it out")
+    extra = {} if system is None else {"system": system}
     match command:
         case TurnFromSpeech(pcm):
-            return turns.user_audio_turn(pcm)
+            return turns.user_audio_turn(pcm, **extra)
         case TurnFromText(text):
-            return turns.user_text_turn(text)
+            return turns.user_text_turn(text, **extra)
         case HeardReply(output_ids, heard_s):
             return turns.heard_reply(output_ids, heard_s)
         case ReplyTranscript(output_ids, heard_s):

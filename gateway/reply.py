@@ -85,6 +85,9 @@ class SpeechOptions:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     voice: str | None = None
     output: AudioSpec = field(default_factory=AudioSpec)
+    # Turn-based models with a system prompt (ModelFacts.system_prompt): the Realtime API's
+    # `instructions`, given with each user turn from now on (None: the model's default).
+    instructions: str | None = None
 
 
 class ReplyState(enum.Enum):

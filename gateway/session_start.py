@@ -68,4 +68,5 @@ def update_options(
         sampling,
         update.voice if update.voice is not None else options.voice,
         update.output_audio if update.output_audio is not None else options.output,
+        update.instructions if update.instructions is not None else options.instructions,
     )

@@ -92,6 +92,7 @@ class StepAudio2Model(SpeechModel):
             accepts_text=True,
             accepts_audio=audio_input is not None,
             accepts_turns=True,
+            system_prompt=True,
             max_context=args.max_positions,
             # The reference examples' sampling (stepaudio2.py, web_demo.py).
             sampling_defaults={"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.05},

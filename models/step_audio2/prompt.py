@@ -37,7 +37,8 @@ class SpokenAudio:
 class UserTurn:
     text: str | None = None
     audio: SpokenAudio | None = None
-    system: str | None = None  # the system prompt from this turn on (None: unchanged)
+    # The system prompt from this turn on (None: unchanged; "": the model's default).
+    system: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,10 @@ def conversation_ids(
     opener = [ids.bot, *_encode(tokenizer, f"{T.ASSISTANT_ROLE}\n"), ids.tts_start]
     for turn in turns:
         if isinstance(turn, UserTurn):
-            wanted = turn.system if turn.system else (system or default_system)
+            if turn.system is None:
+                wanted = system or default_system
+            else:  # "": back to the default
+                wanted = turn.system or default_system
             if wanted != system:
                 if len(wanted) > MAX_TEXT_CHARS:
                     raise ModelInputError(
