@@ -147,3 +147,29 @@ async def test_realtime_instructions_become_the_system_prompt(
     prompt = step_engine.core.model.preprocess_turns(conversation.history[:1]).token_ids
     assert "You are a pirate." in step_engine.core.model.tokenizer.decode(prompt)
     await wait_engine_idle(step_engine)
+
+
+async def test_a_twilio_call_is_answered(step_server, step_engine, conversations, tmp_path):
+    from test_twilio import ACCOUNT_SID, CALL_SID, STREAM_SID, FakeTwilio
+    from test_twilio_turns import mulaw_chunks
+
+    url = step_server.url.replace("/v1/stream", "/v1/twilio")
+    async with websockets.connect(url) as ws:
+        twilio = FakeTwilio(ws)
+        await twilio.open(temperature="0", max_tokens="40")
+        for payload in mulaw_chunks("Hello, who is this?", tmp_path, 9):
+            await twilio.caller_speaks(payload)
+        media = 0
+        while True:  # μ-law media on this stream, then the reply's end mark
+            message = await twilio.recv()
+            assert message["event"] in ("media", "mark")
+            if message["event"] == "media":
+                assert message["streamSid"] == STREAM_SID
+                media += len(message["media"]["payload"])
+            elif message["mark"]["name"].endswith(":end"):
+                break
+        assert media > 0
+        await twilio.send("stop", stop={"accountSid": ACCOUNT_SID, "callSid": CALL_SID})
+    (conversation,) = conversations
+    assert conversation.history[0].audio is not None and len(conversation.history) == 2
+    await wait_engine_idle(step_engine)
