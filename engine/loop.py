@@ -14,6 +14,7 @@ by the model's facts (`engine/factory.py:build_core`); the clients drive either 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -104,6 +105,38 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
 
 # The turn interface of a turn-based model (models/glm_voice/model.py), duck-typed.
 _TURN_METHODS = ("user_audio_turn", "user_text_turn", "heard_reply", "reply_text")
+
+
+def prepare_speech_turns(
+    model: SpeechModel, commands: Sequence[TurnFromSpeech]
+) -> list[Any | Exception]:
+    """Several sessions' TurnFromSpeech at once → each one's user turn, or the exception its
+    caller gets. Models with a batched audio stage (`user_audio_turns`: Step-Audio 2's encoder)
+    run it once for all of them; the others one by one, as prepare_turn."""
+    batched = getattr(model, "user_audio_turns", None)
+    if batched is None or not model.facts.accepts_turns or len(commands) < 2:
+        return [_attempt(model, c) for c in commands]
+    results: list[Any | Exception] = [None] * len(commands)
+    ready: list[int] = []
+    for i, command in enumerate(commands):
+        if command.system is not None and not model.facts.system_prompt:
+            results[i] = ModelInputError(f"{model.facts.name} takes no system prompt; leave it out")
+        else:
+            ready.append(i)
+    try:
+        turns = batched([commands[i].pcm_16k for i in ready], [commands[i].system for i in ready])
+    except Exception as exc:  # the whole batch failed: each caller hears why
+        turns = [exc] * len(ready)
+    for i, turn in zip(ready, turns, strict=True):
+        results[i] = turn
+    return results
+
+
+def _attempt(model: SpeechModel, command: TurnFromSpeech) -> Any | Exception:
+    try:
+        return prepare_turn(model, command)
+    except Exception as exc:  # handed to that command's caller
+        return exc
 
 
 def prepare_turn(

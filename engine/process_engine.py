@@ -28,10 +28,11 @@ from engine.api import (
     ModelFacts,
     ModelInputError,
     TurnCommand,
+    TurnFromSpeech,
 )
 from engine.client_base import ClientBase
 from engine.config import EngineConfig
-from engine.loop import Applied, EngineLoop, apply
+from engine.loop import Applied, EngineLoop, apply, prepare_speech_turns
 from engine.outputs import AudioChunk, EngineStats, Finished, StepTiming, TextDelta
 
 log = logging.getLogger("voxgate.engine")
@@ -130,6 +131,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         while True:
             wait = core.seconds_until_due()  # full duplex: sleep until the next frame's tick
             block = not core.has_work() or (wait is not None and wait > 0)
+            speech: list[tuple[TurnFromSpeech, int | None]] = []
             while True:
                 try:
                     timeout = 0.05 if wait is None else min(max(wait, 0.001), 0.05)
@@ -140,10 +142,14 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
                 if message is None:  # stop
                     return
                 command, token = message
-                if isinstance(command, TurnCommand):
+                if isinstance(command, TurnFromSpeech):
+                    speech.append((command, token))
+                elif isinstance(command, TurnCommand):
                     turns.submit(_apply, core, command, token, events)
                 else:
                     _apply(core, command, token, events)
+            if speech:  # the spoken turns that came together: one batched audio-encoder run
+                turns.submit(_apply_speech, core, speech, events)
             if core.has_work():
                 for event in core.step():
                     events.put(event)
@@ -156,6 +162,17 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
     finally:
         turns.shutdown(wait=False, cancel_futures=True)
         core.close()
+
+
+def _apply_speech(
+    core: EngineLoop, speech: list[tuple[TurnFromSpeech, int | None]], events: mp.Queue
+) -> None:
+    results = prepare_speech_turns(core.model, [command for command, _ in speech])
+    for (_, token), result in zip(speech, results, strict=True):
+        if isinstance(result, Exception):
+            events.put(_Refused(token, _error_kind(result), str(result)))
+        else:
+            events.put(_Answered(token, Applied(result)))
 
 
 def _apply(core: EngineLoop, command: Command, token: int | None, events: mp.Queue) -> None:

@@ -108,26 +108,37 @@ class StepAudio2Model(SpeechModel):
         return Prompt(conversation_ids(self.tokenizer, self.ids, turns, self.slots.ids_for))
 
     def user_audio_turns(
-        self, pcms_16k: Sequence[np.ndarray], system: str | None = None
-    ) -> list[UserTurn]:
-        """Several turns' audio (float32 mono, 16 kHz) → user turns, encoded in one batched
-        run of the audio encoder. ModelInputError for audio too short to give an embedding."""
+        self, pcms_16k: Sequence[np.ndarray], systems: Sequence[str | None] | None = None
+    ) -> list[UserTurn | ModelInputError]:
+        """Several sessions' turns (float32 mono, 16 kHz; each with its system prompt or None)
+        → user turns, every piece of every turn in one batched run of the audio encoder. A turn
+        that cannot be served gets its ModelInputError in its place; the others are unharmed."""
         if self.audio_input is None:
             raise ModelInputError("this Step-Audio 2 model was loaded without its audio encoder")
-        embeds = self.audio_input.embed_turns([np.asarray(p, np.float32) for p in pcms_16k])
-        turns = []
-        for e in embeds:
-            if e.shape[0] == 0:
-                raise ModelInputError(
-                    "the turn's audio is too short: send at least 80 ms of speech"
+        systems = list(systems) if systems is not None else [None] * len(pcms_16k)
+        pcms = [np.asarray(p, np.float32).reshape(-1) for p in pcms_16k]
+        usable = [i for i, p in enumerate(pcms) if len(p)]
+        embeds = dict(
+            zip(usable, self.audio_input.embed_turns([pcms[i] for i in usable]), strict=True)
+        )
+        out: list[UserTurn | ModelInputError] = []
+        for i, system in enumerate(systems):
+            e = embeds.get(i)
+            if e is None:
+                out.append(ModelInputError("the turn's audio is empty: nothing to answer"))
+            elif e.shape[0] == 0:
+                out.append(
+                    ModelInputError("the turn's audio is too short: send at least 80 ms of speech")
                 )
-            turns.append(UserTurn(audio=SpokenAudio(next(self._keys), e.cpu()), system=system))
-        return turns
+            else:
+                out.append(UserTurn(audio=SpokenAudio(next(self._keys), e.cpu()), system=system))
+        return out
 
     def user_audio_turn(self, pcm_16k: np.ndarray, system: str | None = None) -> UserTurn:
-        if len(pcm_16k) == 0:
-            raise ModelInputError("the turn's audio is empty: nothing to answer")
-        return self.user_audio_turns([pcm_16k], system)[0]
+        (turn,) = self.user_audio_turns([pcm_16k], [system])
+        if isinstance(turn, ModelInputError):
+            raise turn
+        return turn
 
     def user_text_turn(self, text: str, system: str | None = None) -> UserTurn:
         if not text.strip():

@@ -14,7 +14,7 @@ import torch
 from engine.api import ModelInputError, TurnFromSpeech, TurnFromText
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.loop import prepare_turn
+from engine.loop import prepare_speech_turns, prepare_turn
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
@@ -84,6 +84,23 @@ def test_system_prompt_is_written_when_it_changes(model):
     assert turn == UserTurn(text="hi", system="Be kind.")
     spoken = prepare_turn(model, TurnFromSpeech(speech(0.5, 3), system="Be kind."))
     assert spoken.system == "Be kind." and spoken.audio.embeds.shape[0] == 6  # compute_token_num
+
+
+def test_several_sessions_turns_are_encoded_together(model):
+    """The engine process hands the spoken turns that arrive together to one batched run of
+    the audio encoder; a bad turn gets its own error, the others their turns as if alone."""
+    commands = [
+        TurnFromSpeech(speech(1.0, 6)),
+        TurnFromSpeech(speech(0.02, 7)),
+        TurnFromSpeech(speech(0.6, 8), system="Be brief."),
+    ]
+    first, short, third = prepare_speech_turns(model, commands)
+    assert isinstance(short, ModelInputError) and "too short" in str(short)
+    assert third.system == "Be brief." and first.system is None
+    for batched, command in ((first, commands[0]), (third, commands[2])):
+        alone = prepare_turn(model, command)
+        torch.testing.assert_close(batched.audio.embeds, alone.audio.embeds, rtol=1e-5, atol=1e-5)
+        assert batched.audio.key != alone.audio.key  # a turn of its own, with slots of its own
 
 
 def test_reply_routing_and_truncation_to_what_was_heard(model):
