@@ -159,3 +159,33 @@ def test_second_turn_reuses_the_first_turns_kv_and_equals_a_fresh_prefill(model)
     fresh = EngineCore(model, config, torch.device("cpu"), "sdpa")
     (alone,), _, _, _ = run(fresh, [SpeechRequest("", turns=history, sampling=params)])
     assert list(again.output_ids) == list(alone.output_ids)
+
+
+def test_real_configuration_shapes_and_clear_errors(tmp_path):
+    from models.checkpoint_errors import CheckpointError
+    from models.loader import read_config
+    from models.step_audio2.loading import audio_config, decoder_args, load_tokenizer
+    from models.step_audio2.presets import ensure_real_config
+    from models.step_audio2.token2wav import load_token2wav
+    from models.step_audio2.tokens import StepAudio2Ids
+
+    folder = ensure_real_config()
+    cfg = read_config(folder)
+    a = decoder_args(cfg)
+    assert (a.num_layers, a.num_heads, a.num_kv_heads, a.head_dim) == (28, 28, 4, 128)
+    assert a.vocab_size == 158720 and a.attention_bias and not a.tie_word_embeddings
+    audio = audio_config(cfg)
+    assert (audio.n_state, audio.n_head, audio.n_layer, audio.n_ctx) == (1280, 20, 32, 1500)
+    assert audio.llm_dim == a.hidden_size == 3584
+    ids = StepAudio2Ids.from_tokenizer(load_tokenizer(folder))
+    assert ids.num_codes == 6561 and ids.audio_base + ids.num_codes < a.vocab_size
+    with pytest.raises(CheckpointError, match="random weights already"):
+        load_model("tiny-step-audio2", random_weights=True)
+    with pytest.raises(CheckpointError, match="drop --codec"):
+        load_model("tiny-step-audio2", codec="snac")
+    (tmp_path / "flow.yaml").write_text("flow: {}\n")  # Step-Audio 2's own token2wav layout
+    with pytest.raises(CheckpointError, match="DiT flow estimator"):
+        load_token2wav(tmp_path, torch.device("cpu"), torch.float32)
+    bad = {**cfg, "audio_encoder_config": {**cfg["audio_encoder_config"], "llm_dim": 4096}}
+    with pytest.raises(CheckpointError, match="llm_dim 4096"):
+        audio_config(bad)
