@@ -138,16 +138,20 @@ LoopCommand = Submit | Cancel | ReportPlayback | PushAudio | EndSession | EndCon
 @dataclass(frozen=True)
 class TurnFromSpeech:
     """The user's spoken turn (float32 mono, 16 kHz) → the model's user turn. Runs the model's
-    speech tokenizer. Raises ModelInputError (no speech in it)."""
+    speech tokenizer. Raises ModelInputError (no speech in it). `system`: the system prompt
+    from this turn on, for models with ModelFacts.system_prompt (None: unchanged)."""
 
     pcm_16k: np.ndarray = field(compare=False)
+    system: str | None = None
 
 
 @dataclass(frozen=True)
 class TurnFromText:
-    """Typed text → the model's user turn. Raises ModelInputError (empty)."""
+    """Typed text → the model's user turn. Raises ModelInputError (empty). `system` as
+    TurnFromSpeech's."""
 
     text: str
+    system: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ by the model's facts (`engine/factory.py:build_core`); the clients drive either 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -115,6 +116,38 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
 _TURN_METHODS = ("user_audio_turn", "user_text_turn", "heard_reply", "reply_text")
 
 
+def prepare_speech_turns(
+    model: SpeechModel, commands: Sequence[TurnFromSpeech]
+) -> list[Any | Exception]:
+    """Several sessions' TurnFromSpeech at once → each one's user turn, or the exception its
+    caller gets. Models with a batched audio stage (`user_audio_turns`: Step-Audio 2's encoder)
+    run it once for all of them; the others one by one, as prepare_turn."""
+    batched = getattr(model, "user_audio_turns", None)
+    if batched is None or not model.facts.accepts_turns or len(commands) < 2:
+        return [_attempt(model, c) for c in commands]
+    results: list[Any | Exception] = [None] * len(commands)
+    ready: list[int] = []
+    for i, command in enumerate(commands):
+        if command.system is not None and not model.facts.system_prompt:
+            results[i] = ModelInputError(f"{model.facts.name} takes no system prompt; leave it out")
+        else:
+            ready.append(i)
+    try:
+        turns = batched([commands[i].pcm_16k for i in ready], [commands[i].system for i in ready])
+    except Exception as exc:  # the whole batch failed: each caller hears why
+        turns = [exc] * len(ready)
+    for i, turn in zip(ready, turns, strict=True):
+        results[i] = turn
+    return results
+
+
+def _attempt(model: SpeechModel, command: TurnFromSpeech) -> Any | Exception:
+    try:
+        return prepare_turn(model, command)
+    except Exception as exc:  # handed to that command's caller
+        return exc
+
+
 def prepare_turn(
     model: SpeechModel, command: TurnFromSpeech | TurnFromText | HeardReply | ReplyTranscript
 ) -> Any:
@@ -122,11 +155,15 @@ def prepare_turn(
     if not facts.accepts_turns or not all(hasattr(model, m) for m in _TURN_METHODS):
         raise ModelInputError(f"{facts.name} is not a turn-based model: it takes no turns")
     turns: Any = model
+    system = getattr(command, "system", None)
+    if system is not None and not facts.system_prompt:
+        raise ModelInputError(f"{facts.name} takes no system prompt; leave it out")
+    extra = {} if system is None else {"system": system}
     match command:
         case TurnFromSpeech(pcm):
-            return turns.user_audio_turn(pcm)
+            return turns.user_audio_turn(pcm, **extra)
         case TurnFromText(text):
-            return turns.user_text_turn(text)
+            return turns.user_text_turn(text, **extra)
         case HeardReply(output_ids, heard_s):
             return turns.heard_reply(output_ids, heard_s)
         case ReplyTranscript(output_ids, heard_s):

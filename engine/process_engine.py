@@ -29,11 +29,12 @@ from engine.api import (
     ModelFacts,
     ModelInputError,
     TurnCommand,
+    TurnFromSpeech,
     VoiceCommand,
 )
 from engine.client_base import ClientBase
 from engine.config import EngineConfig
-from engine.loop import Applied, EngineLoop, apply
+from engine.loop import Applied, EngineLoop, apply, prepare_speech_turns
 from engine.outputs import AudioChunk, EngineStats, Finished, StepTiming, TextDelta
 
 log = logging.getLogger("voxgate.engine")
@@ -132,6 +133,7 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
         while True:
             wait = core.seconds_until_due()  # full duplex: sleep until the next frame's tick
             block = not core.has_work() or (wait is not None and wait > 0)
+            speech: list[tuple[TurnFromSpeech, int | None]] = []
             while True:
                 try:
                     timeout = 0.05 if wait is None else min(max(wait, 0.001), 0.05)
@@ -142,10 +144,14 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
                 if message is None:  # stop
                     return
                 command, token = message
-                if isinstance(command, TurnCommand | VoiceCommand):  # model work, off the loop
+                if isinstance(command, TurnFromSpeech):
+                    speech.append((command, token))
+                elif isinstance(command, TurnCommand | VoiceCommand):  # model work, off the loop
                     turns.submit(_apply, core, command, token, events)
                 else:
                     _apply(core, command, token, events)
+            if speech:  # the spoken turns that came together: one batched audio-encoder run
+                turns.submit(_apply_speech, core, speech, events)
             if core.has_work():
                 for event in core.step():
                     events.put(event)
@@ -158,6 +164,17 @@ def _child_main(spec: EngineSpec, commands: mp.Queue, events: mp.Queue) -> None:
     finally:
         turns.shutdown(wait=False, cancel_futures=True)
         core.close()
+
+
+def _apply_speech(
+    core: EngineLoop, speech: list[tuple[TurnFromSpeech, int | None]], events: mp.Queue
+) -> None:
+    results = prepare_speech_turns(core.model, [command for command, _ in speech])
+    for (_, token), result in zip(speech, results, strict=True):
+        if isinstance(result, Exception):
+            events.put(_Refused(token, _error_kind(result), str(result)))
+        else:
+            events.put(_Answered(token, Applied(result)))
 
 
 def _apply(core: EngineLoop, command: Command, token: int | None, events: mp.Queue) -> None:

@@ -172,10 +172,14 @@ class Worker:
     # --- per-request state -----------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         history = request.prompt_ids
+        vocab = self.model.shape.vocab_size
         if self.row_width:  # the sampler draws (and penalises) column 0 of each row
             # (ids outside its vocabulary, such as Moshi's initial text token, are not drawable)
-            vocab = self.model.shape.vocab_size
             history = [row[0] for row in history if 0 <= row[0] < vocab]
+        elif any(t >= vocab for t in history):  # type: ignore[operator]
+            # Prompt ids past the vocabulary stand for input embeddings (Step-Audio 2's audio
+            # slots): never drawn, so not penalised either.
+            history = [t for t in history if t < vocab]  # type: ignore[operator]
         self.sampler.add_request(request.request_id, request.sampling, history)
         self._streams[request.request_id] = self.model.stream_state_for(request.extras)
 

@@ -230,14 +230,16 @@ class RealtimeWire(Wire):
             sampling["temperature"] = event.temperature
         if event.max_output_tokens is not None:
             sampling["max_tokens"] = event.max_output_tokens
-        if event.instructions:
-            # No served model is given a system prompt by the engine yet; echoing them back
-            # would tell the client they steer the answers.
+        if event.instructions and not self._facts.system_prompt:
+            # Only models with a system prompt (Step-Audio 2) are steered by them; echoing
+            # them back would tell the client they steer the answers.
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
                 f"`instructions` are not applied: {self._facts.name} is not given a system "
                 "prompt by this server; leave them out (or send an empty string)",
             )
+        # The system prompt of later turns ("" : the model's own); None: unchanged.
+        instructions = event.instructions if self._facts.system_prompt else None
         output = SPECS[event.output_format] if event.output_format is not None else None
         input_audio = SPECS[event.input_format] if event.input_format is not None else None
         if input_audio is not None and not self._facts.accepts_audio:
@@ -247,7 +249,9 @@ class RealtimeWire(Wire):
         detection = native_turn_detection(event.turn_detection)
         # What the session does not own comes back in SessionUpdated once the update is taken.
         echo = (event.turn_detection, event.instructions, event.input_format)
-        return SessionUpdate(event.voice, output, sampling, echo, input_audio, detection)
+        return SessionUpdate(
+            event.voice, output, sampling, echo, input_audio, detection, instructions
+        )
 
     def _item_create(self, event: ItemCreateEvent) -> Reply:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"

@@ -99,4 +99,5 @@ def update_options(
         update.voice if update.voice is not None else options.voice,
         update.output_audio if update.output_audio is not None else options.output,
         options.model_options,
+        update.instructions if update.instructions is not None else options.instructions,
     )

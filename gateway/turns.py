@@ -291,9 +291,11 @@ class TurnConversation:
         try:
             if isinstance(turn, UserAudioTurn):
                 # The speech tokenizer is model work: the engine runs it, off the event loop.
-                user = await self._engine.prepare_turn(TurnFromSpeech(turn.pcm))
+                # The session's instructions (Realtime) ride along as the system prompt.
+                command = TurnFromSpeech(turn.pcm, self.options.instructions)
             else:
-                user = await self._engine.prepare_turn(TurnFromText(turn))
+                command = TurnFromText(turn, self.options.instructions)
+            user = await self._engine.prepare_turn(command)
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return

@@ -46,6 +46,8 @@ class SessionUpdate:
     # Turn-based speech-to-speech sessions: the user's audio format and turn detection.
     input_audio: AudioSpec | None = None
     turn_detection: TurnDetection | None = None
+    # The system prompt of later user turns (models with ModelFacts.system_prompt).
+    instructions: str | None = None
 
 
 @dataclass(frozen=True)

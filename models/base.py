@@ -69,6 +69,9 @@ class ModelFacts:
     # Turn-based speech-to-speech: the model answers a conversation (SpeechRequest.turns)
     # through preprocess_turns, and heard_reply turns a reply into the history's next turn.
     accepts_turns: bool = False
+    # Turn-based models that take a system prompt with a user turn (TurnFromSpeech /
+    # TurnFromText `system`: the Realtime API's `instructions`).
+    system_prompt: bool = False
     full_duplex: bool = False
     voices: tuple[str, ...] = ()
     default_voice: str | None = None

@@ -24,7 +24,7 @@ def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
 
 def test_every_preset_belongs_to_exactly_one_family():
     names = [name for family in FAMILIES for name in family.presets]
-    assert len(names) == len(set(names)) == len(PRESETS) == 15
+    assert len(names) == len(set(names)) == len(PRESETS) == 17
     expected = {
         "voxgate-tiny": "voxgate-tiny",
         "tiny-orpheus": "Orpheus",
@@ -37,6 +37,8 @@ def test_every_preset_belongs_to_exactly_one_family():
         "cosyvoice2-0.5b": "CosyVoice 2",
         "tiny-glm-voice": "GLM-4-Voice",
         "glm-4-voice-9b": "GLM-4-Voice",
+        "tiny-step-audio2": "Step-Audio 2",
+        "step-audio2-mini": "Step-Audio 2",
         "tiny-chatterbox": "Chatterbox",
         "chatterbox": "Chatterbox",
         "tiny-zonos": "Zonos",
@@ -52,6 +54,7 @@ def test_every_preset_belongs_to_exactly_one_family():
         ({"model_type": "llama", "vocab_size": 156940}, (), "Orpheus"),
         ({"model_type": "csm"}, (), "CSM"),
         ({"model_type": "moshi"}, (), "Moshi"),
+        ({"model_type": "step_audio_2"}, (), "Step-Audio 2"),
         (None, ("cosyvoice2.yaml",), "CosyVoice 2"),
         ({"backbone": {}, "prefix_conditioner": {}}, (), "Zonos"),
     ],

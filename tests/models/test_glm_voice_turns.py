@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from engine.api import TurnFromSpeech
+from engine.loop import prepare_turn
 from models.base import ModelInputError
 from models.glm_voice.prompt import AssistantTurn, UserTurn
 from models.registry import load_model
@@ -32,6 +34,10 @@ def test_audio_turn_becomes_a_speech_prompt(model):
     assert tuple(speech) == turn.speech_tokens and ids[ix + 8] == model.ids.end_of_audio
     with pytest.raises(ModelInputError, match="empty"):
         model.user_audio_turn(np.zeros(0, np.float32))
+    # GLM-4-Voice keeps its built-in system prompt: a turn command carrying one is refused.
+    assert not model.facts.system_prompt
+    with pytest.raises(ModelInputError, match="no system prompt"):
+        prepare_turn(model, TurnFromSpeech(pcm, system="Be brief."))
 
 
 def test_reply_routing_and_truncation_to_what_was_heard(model):

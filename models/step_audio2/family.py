@@ -1,0 +1,78 @@
+"""Step-Audio 2 in the family table (models/families.py): turn-based speech-to-speech with
+audio input through its own encoder, served from its presets or a Step-Audio-2-mini folder."""
+
+from __future__ import annotations
+
+import os
+
+from models.checkpoint_errors import CheckpointError
+from models.family_spec import Checkpoint, LoadRequest, ModelFamily
+
+TOKEN2WAV_ENV = "VOXGATE_STEP_AUDIO2_TOKEN2WAV"
+
+
+def _token2wav_folder(folder: str) -> str | None:
+    """The token2wav to use: $VOXGATE_STEP_AUDIO2_TOKEN2WAV ("none": transcript only), else
+    the checkpoint's own `token2wav/`."""
+    chosen = os.environ.get(TOKEN2WAV_ENV)
+    if chosen is not None:
+        return None if chosen.strip().lower() == "none" else chosen
+    return os.path.join(folder, "token2wav")
+
+
+def _load(request: LoadRequest):
+    from models.step_audio2 import configs
+    from models.step_audio2.loading import load_step_audio2
+    from models.step_audio2.presets import ensure_real_config, ensure_tiny_step_audio2
+
+    refusal = "Step-Audio 2 has one voice and its own token2wav; drop --codec / --voices-dir"
+    request.refuse(codec=refusal, voices=refusal)
+    device, dtype = request.device, request.dtype
+    if request.model == "tiny-step-audio2":
+        if request.random_weights:
+            raise CheckpointError(
+                "tiny-step-audio2 has random weights already; drop --random-weights"
+            )
+        root = ensure_tiny_step_audio2()
+        return load_step_audio2(
+            str(root), device, dtype, "tiny-step-audio2", token2wav=str(root / "token2wav")
+        )
+    if request.random_weights:  # the real decoder and encoder shapes, nothing downloaded
+        from models.step_audio2.token2wav import random_token2wav
+
+        return load_step_audio2(
+            str(ensure_real_config()),
+            device,
+            dtype,
+            request.model,
+            random_weights=True,
+            codec=random_token2wav(device, dtype),
+        )
+    source = (
+        os.environ.get("VOXGATE_STEP_AUDIO2_MINI", configs.REPO_ID)
+        if request.model == "step-audio2-mini"
+        else request.model
+    )
+    from models.loader import resolve_source
+
+    folder = resolve_source(source, required=("config.json",))
+    return load_step_audio2(
+        str(folder), device, dtype, request.model, token2wav=_token2wav_folder(str(folder))
+    )
+
+
+def _recognises(checkpoint: Checkpoint) -> bool:
+    return checkpoint.model_type() == "step_audio_2"
+
+
+FAMILY = ModelFamily(
+    name="Step-Audio 2",
+    presets={
+        "tiny-step-audio2": "Step-Audio 2 scaled down (audio encoder + adapter, Qwen2 decoder, "
+        "flow + HiFT token2wav), seeded random weights",
+        "step-audio2-mini": "stepfun-ai/Step-Audio-2-mini (24 kHz; token2wav: see docs/models.md)",
+    },
+    load=_load,
+    recognises=_recognises,
+    checkpoint_hint="a Step-Audio-2-mini folder (config.json model_type step_audio_2)",
+)

@@ -1,0 +1,108 @@
+"""Step-Audio 2's special tokens, chat format and the routing of a reply's tokens
+(stepfun-ai/Step-Audio2: stepaudio2.py, web_demo.py; the checkpoint's tokenizer).
+
+A conversation is one token stream of messages `<|BOT|>{role}\\n{content}<|EOT|>`, roles
+`system`, `human` and `assistant`. A spoken user turn is `<audio_start>` + one `<audio_patch>`
+per adapter embedding (12.5 a second) + `<audio_end>`; the patches' input embeddings are the
+audio encoder's, not the vocabulary's. For a spoken reply the assistant message opens with
+`<tts_start>` and the model continues it: text tokens (the transcript) and speech tokens
+`<audio_i>` (i < 6561: CosyVoice 2's 25 Hz codes) interleaved, with `<tts_pad>` /
+`<audio_6561>` as filler where one stream waits for the other, `<tts_end>` when the speech is
+done, and `<|EOT|>` at the end. The model learned the interleaving; serving only routes the
+tokens: text → transcript, codes → token2wav, filler and markers → neither.
+
+Tool calls (same format): tools go in a `<|BOT|>tool_json_schemas\\n{json}<|EOT|>` message
+after the system one, the model calls with `<tool_call>function\\n{name}\\n{json}</tool_call>`
+and results come back as an `input` message. Voxgate does not map these to function-call
+events yet (docs/models.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from models.checkpoint_errors import CheckpointError
+
+BOT, EOT = "<|BOT|>", "<|EOT|>"
+AUDIO_START, AUDIO_END, AUDIO_PATCH = "<audio_start>", "<audio_end>", "<audio_patch>"
+TTS_START, TTS_END, TTS_PAD = "<tts_start>", "<tts_end>", "<tts_pad>"
+SYSTEM_ROLE, USER_ROLE, ASSISTANT_ROLE = "system", "human", "assistant"
+NUM_CODES = 6561  # speech codes <audio_0>…<audio_6560>; <audio_6561> is the filler
+
+# The reference demo's system prompt is Chinese and names the assistant; this is a neutral
+# English one in the same spirit. `instructions` (Realtime) replace it.
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful voice assistant. Answer briefly and naturally, as in a spoken "
+    "conversation. Speak with the default female voice."
+)
+
+
+def audio_token(i: int) -> str:
+    return f"<audio_{i}>"
+
+
+@dataclass(frozen=True)
+class StepAudio2Ids:
+    """The special ids, resolved by name from the checkpoint's tokenizer (never hard-coded)."""
+
+    bot: int
+    eot: int
+    audio_start: int
+    audio_end: int
+    audio_patch: int
+    tts_start: int
+    tts_end: int
+    tts_pad: int
+    audio_base: int  # <audio_0>; speech code i is audio_base + i
+    num_codes: int  # codes the token2wav decodes (the filler <audio_num_codes> excluded)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> StepAudio2Ids:
+        def need(name: str) -> int:
+            i = tokenizer.token_to_id(name)
+            if i is None:
+                raise CheckpointError(f"the tokenizer lacks Step-Audio 2's special token {name}")
+            return int(i)
+
+        base = need(audio_token(0))
+        n = 1
+        while tokenizer.token_to_id(audio_token(n)) == base + n:
+            n += 1
+        if n < 2:
+            raise CheckpointError("the tokenizer has fewer than two <audio_i> tokens")
+        return cls(
+            bot=need(BOT),
+            eot=need(EOT),
+            audio_start=need(AUDIO_START),
+            audio_end=need(AUDIO_END),
+            audio_patch=need(AUDIO_PATCH),
+            tts_start=need(TTS_START),
+            tts_end=need(TTS_END),
+            tts_pad=need(TTS_PAD),
+            audio_base=base,
+            num_codes=min(n - 1, NUM_CODES),  # the last <audio_i> is the filler
+        )
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        return (self.eot,)
+
+    @property
+    def markers(self) -> frozenset[int]:
+        """Tokens of a reply that are neither transcript nor speech."""
+        return frozenset(
+            (self.tts_start, self.tts_end, self.tts_pad, self.eot, self.bot, self.audio_patch)
+        )
+
+    def code_of(self, token: int) -> int | None:
+        """The speech code of a generated token, None for anything else (the filler too)."""
+        code = token - self.audio_base
+        return code if 0 <= code < self.num_codes else None
+
+    def is_speech_range(self, token: int) -> bool:
+        """Any <audio_i>, the filler included."""
+        return self.audio_base <= token <= self.audio_base + self.num_codes
+
+    def is_text(self, token: int) -> bool:
+        return not self.is_speech_range(token) and token not in self.markers
