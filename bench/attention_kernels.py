@@ -22,20 +22,7 @@ import math
 import time
 
 import torch
-
-
-def copy_bandwidth(device: torch.device, gib: float = 4.0) -> float:
-    n = int(gib * 2**30)
-    src = torch.empty(n, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(10):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    return 2 * n * 10 / (time.perf_counter() - start)
+from step_time import copy_bandwidth  # bench/ is on sys.path when this script runs
 
 
 def time_call(fn, reps: int) -> float:
