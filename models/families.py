@@ -17,6 +17,7 @@ from models.family_spec import Checkpoint, ModelFamily
 from models.glm_voice.family import FAMILY as GLM_VOICE
 from models.moshi.family import FAMILY as MOSHI
 from models.orpheus.family import FAMILY as ORPHEUS
+from models.qwen3_tts.family import FAMILY as QWEN3_TTS
 from models.voxgate_tiny.family import FAMILY as VOXGATE_TINY
 
 # Checkpoints are recognised in this order: a family that looks at local files only (CosyVoice
@@ -28,6 +29,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     MOSHI,
     VOXGATE_TINY,
     CSM,
+    QWEN3_TTS,
     ORPHEUS,
 )
 

@@ -24,7 +24,7 @@ def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
 
 def test_every_preset_belongs_to_exactly_one_family():
     names = [name for family in FAMILIES for name in family.presets]
-    assert len(names) == len(set(names)) == len(PRESETS) == 13
+    assert len(names) == len(set(names)) == len(PRESETS) == 16
     expected = {
         "voxgate-tiny": "voxgate-tiny",
         "tiny-orpheus": "Orpheus",
@@ -39,6 +39,9 @@ def test_every_preset_belongs_to_exactly_one_family():
         "glm-4-voice-9b": "GLM-4-Voice",
         "tiny-chatterbox": "Chatterbox",
         "chatterbox": "Chatterbox",
+        "tiny-qwen3-tts": "Qwen3-TTS",
+        "qwen3-tts-0.6b": "Qwen3-TTS",
+        "qwen3-tts-1.7b": "Qwen3-TTS",
     }
     assert {name: family_of(name).name for name in all_presets()} == expected
 
@@ -47,6 +50,7 @@ def test_every_preset_belongs_to_exactly_one_family():
     "config, files, family",
     [
         ({"model_type": "voxgate_tiny"}, (), "voxgate-tiny"),
+        ({"model_type": "qwen3_tts"}, (), "Qwen3-TTS"),
         ({"model_type": "llama", "vocab_size": 156940}, (), "Orpheus"),
         ({"model_type": "csm"}, (), "CSM"),
         ({"model_type": "moshi"}, (), "Moshi"),

@@ -1,0 +1,74 @@
+"""Qwen3-TTS in the family table (models/families.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from models.checkpoint_errors import CheckpointError
+from models.family_spec import Checkpoint, LoadRequest, ModelFamily
+
+PRESETS = {
+    "tiny-qwen3-tts": "Qwen3-TTS 12 Hz scaled down (talker, code predictor, speech decoder), "
+    "seeded random weights (noise)",
+    "qwen3-tts-0.6b": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice (preset speakers)",
+    "qwen3-tts-1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice (preset speakers + instructions)",
+}
+
+
+@dataclass(frozen=True)
+class Qwen3TtsRequestOptions:
+    """What each request may set besides `voice` (the preset speaker): read by
+    Qwen3TtsModel.preprocess_with_options. Strings, unlike the numeric options of
+    models/request_options.py (branch `options`), whose OptionSpec needs a text kind to
+    carry them."""
+
+    language: str = field(
+        default="auto",
+        metadata={"help": "the language to speak: auto, or one the checkpoint lists"},
+    )
+    instruction: str = field(
+        default="",
+        metadata={"help": "how to speak (emotion, pace, style), 1.7B models; empty: none"},
+    )
+
+
+def _recognises(checkpoint: Checkpoint) -> bool:
+    return checkpoint.model_type() == "qwen3_tts"
+
+
+def _load(request: LoadRequest):
+    from models.qwen3_tts.checkpoint import load_qwen3_tts
+    from models.qwen3_tts.configs import REPO_IDS
+    from models.qwen3_tts.presets import ensure_random_qwen3_tts, ensure_tiny_qwen3_tts
+
+    model = request.model
+    request.refuse(
+        codec="Qwen3-TTS checkpoints carry their own 12 Hz speech tokenizer; drop --codec",
+        voices="Qwen3-TTS voice cloning (the Base models) is not supported yet; CustomVoice "
+        "models speak with their preset speakers (--voice)",
+    )
+    if model == "tiny-qwen3-tts":
+        if request.random_weights:
+            raise CheckpointError(
+                "tiny-qwen3-tts has random weights already; drop --random-weights"
+            )
+        source = str(ensure_tiny_qwen3_tts())
+    elif model in REPO_IDS:
+        source = str(ensure_random_qwen3_tts(model)) if request.random_weights else REPO_IDS[model]
+    else:
+        if request.random_weights:
+            raise CheckpointError(
+                "--random-weights works with the presets qwen3-tts-0.6b and qwen3-tts-1.7b"
+            )
+        source = model
+    name = model if model in PRESETS else None
+    return load_qwen3_tts(source, request.device, request.dtype, request.progress, name=name)
+
+
+FAMILY = ModelFamily(
+    name="Qwen3-TTS",
+    presets=PRESETS,
+    load=_load,
+    recognises=_recognises,
+    checkpoint_hint="Qwen3-TTS: config.json model_type 'qwen3_tts' with speech_tokenizer/",
+)

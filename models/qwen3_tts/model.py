@@ -1,0 +1,170 @@
+"""Qwen3-TTS through the four-stage interface: prompt rows → talker on paged KV → codebook 0
+from the engine's sampler → code predictor for codebooks 1..15 → streaming 12 Hz decoder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    BackboneShape,
+    Candidates,
+    CodeSampler,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    SpeechModel,
+    StreamState,
+    Token,
+    block_stops,
+)
+from models.qwen3_tts import prompt as P
+from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
+from models.qwen3_tts.predictor import CodePredictor
+from models.qwen3_tts.talker import Talker
+
+MAX_TEXT_CHARS = 4000
+MAX_INSTRUCTION_CHARS = 1000
+FIRST_CHUNK_FRAMES = 2  # 160 ms of audio before the first chunk decodes
+CHUNK_FRAMES = 4
+
+
+@dataclass
+class Qwen3TtsStream(StreamState):
+    decoder: DecoderStream = field(default_factory=DecoderStream)
+
+
+class Qwen3TtsModel(SpeechModel):
+    def __init__(
+        self,
+        talker: Talker,
+        predictor: CodePredictor,
+        decoder: SpeechDecoder,
+        encode: P.Encode,
+        ids: P.CodecIds,
+        takes_instruction: bool,
+        name: str = "qwen3-tts",
+    ) -> None:
+        self.talker, self.predictor, self.decoder = talker, predictor, decoder
+        self.encode = encode
+        self.ids = ids
+        self.takes_instruction = takes_instruction
+        self.k = talker.num_codebooks
+        self.code_vocab = predictor.vocab
+        if decoder.cfg.num_quantizers != self.k or decoder.cfg.codebook_size != self.code_vocab:
+            raise ModelInputError(
+                f"the speech tokenizer decodes {decoder.cfg.num_quantizers} codebooks of "
+                f"{decoder.cfg.codebook_size} but the talker emits {self.k} of {self.code_vocab}: "
+                "speech_tokenizer/config.json does not belong to this model"
+            )
+        # Codebook 0 may be any code or the end of speech (the published generate suppresses
+        # the rest of the codec vocabulary: control ids, speakers, languages).
+        self._candidates = torch.tensor([*range(self.code_vocab), ids.eos], dtype=torch.long)
+        speakers = tuple(sorted(ids.speakers))
+        self.facts = ModelFacts(
+            name=name,
+            sample_rate=24000,
+            token_rate_hz=24000 / decoder.cfg.samples_per_frame,
+            n_codebooks=self.k,
+            stop_token_ids=(),  # a stop is a frame whose codebook 0 is the end code (is_stop)
+            first_chunk_tokens=FIRST_CHUNK_FRAMES,
+            chunk_tokens=CHUNK_FRAMES,
+            voices=speakers,
+            default_voice=speakers[0] if speakers else None,
+            max_context=talker.args.max_positions,
+            # generation_config.json of the published checkpoints (talker and sub-talker alike).
+            sampling_defaults={
+                "temperature": 0.9,
+                "top_k": 50,
+                "top_p": 1.0,
+                "repetition_penalty": 1.05,
+            },
+            row_width=self.k + 1,
+        )
+        self.shape = BackboneShape.of(talker.args, talker)
+
+    # 1. preprocess ---------------------------------------------------------------------------
+    def preprocess(self, text: str, voice: str | None) -> Prompt:
+        return self.preprocess_with_options(text, voice, {})
+
+    def preprocess_with_options(self, text: str, voice: str | None, options: dict) -> Prompt:
+        """`voice` is a preset speaker; `options` may hold `language` ("auto" or one of the
+        checkpoint's) and `instruction` (how to speak: emotion, pace…; 1.7B models)."""
+        text = text.strip()
+        if not text:
+            raise ModelInputError("text is empty: give the model something to say")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        speaker = (voice or self.facts.default_voice or "").lower()
+        if speaker not in self.ids.speakers:
+            raise ModelInputError(
+                f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
+            )
+        instruction = str(options.get("instruction") or "").strip()
+        if instruction and not self.takes_instruction:
+            raise ModelInputError(
+                f"{self.facts.name} takes no instruction (the 0.6B CustomVoice model has no "
+                "instruction control); leave it out or serve a 1.7B model"
+            )
+        if len(instruction) > MAX_INSTRUCTION_CHARS:
+            raise ModelInputError(
+                f"the instruction is limited to {MAX_INSTRUCTION_CHARS} characters"
+            )
+        request = P.PromptRequest(
+            text, speaker, str(options.get("language") or "auto"), instruction
+        )
+        return Prompt(P.prompt_rows(self.encode, self.ids, request, self.k))
+
+    # 2. forward ------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
+        return self.talker(input_ids, positions, attn)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.talker.compute_logits(hidden)
+
+    # 3. sample -------------------------------------------------------------------------------
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        """Codebook 0's logits over the 2048 codes and the end code (the last column)."""
+        columns = self._candidates.to(hidden.device)
+        logits = self.compute_logits(hidden)[:, columns]
+        stop = [len(self._candidates) - 1]
+        return Candidates(block_stops(logits, allow_stop, stop), columns[None].expand_as(logits))
+
+    def depth_stage(
+        self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
+    ) -> torch.Tensor:
+        codes = self.predictor.generate(hidden, first_tokens, sample)  # [N, K]
+        text = torch.full_like(codes[:, :1], self.ids.tts_pad)
+        return torch.cat([codes, text], dim=1)
+
+    def is_stop(self, token: Token) -> bool:
+        return isinstance(token, tuple) and token[0] == self.ids.eos
+
+    # 4. postprocess --------------------------------------------------------------------------
+    def new_stream_state(self) -> Qwen3TtsStream:
+        return Qwen3TtsStream()
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
+    ) -> list[np.ndarray]:
+        device = next(self.decoder.parameters()).device
+        out = []
+        for state, rows in zip(states, new_tokens, strict=True):
+            assert isinstance(state, Qwen3TtsStream)
+            frames = [row[: self.k] for row in rows if not self.is_stop(row)]
+            if not frames:
+                out.append(np.zeros(0, dtype=np.float32))
+                continue
+            codes = torch.tensor(frames, dtype=torch.long, device=device).T[None]  # [1, K, T]
+            audio = self.decoder.decode(codes, state.decoder)[0]
+            out.append(audio.float().cpu().numpy())
+        return out
+
+    def release(self) -> None:
+        for module in (self.talker, self.predictor, self.decoder):
+            module.to("cpu")

@@ -1,0 +1,113 @@
+"""Runs the official qwen-tts package on a checkpoint folder: greedy codes from its generate,
+and its speech tokenizer's decode of given codes. A script, run by official_qwen3_tts.py in a
+subprocess of its own, because qwen-tts 0.1.1 is written for transformers 4.57 (the project
+pins 5.x): `make reference-deps` puts transformers 4.57.3 and the hub/tokenizers versions it
+needs in .ref/tf457, first on this process's path only.
+
+usage: python qwen3_tts_reference.py REFERENCE_DIR JOB.json OUT.npz
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import sys
+import types
+from pathlib import Path
+
+
+def _unused(name: str) -> types.ModuleType:
+    """A stand-in for a module qwen-tts imports at load time for paths these runs never take
+    (librosa's mel filters: the Base models' speaker encoder; audio file I/O; the 25 Hz
+    tokenizer's sox/torchaudio/onnxruntime). Using it raises."""
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"{name} is not installed for the reference run")
+
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+
+    def attribute(attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return refuse
+
+    module.__getattr__ = attribute  # type: ignore[method-assign]
+    return module
+
+
+def main(ref: str, job_path: str, out_path: str) -> None:
+    sys.path[:0] = [f"{ref}/tf457", ref]
+    import numpy as np
+    import torch
+    import transformers  # noqa: F401 - the 4.57 copy, before the stand-ins exist
+
+    for name in (
+        "librosa",
+        "librosa.filters",
+        "soundfile",
+        "sox",
+        "torchaudio",
+        "torchaudio.compliance",
+        "torchaudio.compliance.kaldi",
+        "onnxruntime",
+    ):
+        sys.modules.setdefault(name, _unused(name))
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, sys.modules[name])
+    from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
+    from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2DecoderConfig,
+    )
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Decoder,
+    )
+    from safetensors.torch import load_file
+
+    job = json.loads(Path(job_path).read_text())
+    folder = job["folder"]
+    torch.set_grad_enabled(False)
+    out = {}
+    if job.get("generate"):
+        cfg = Qwen3TTSConfig(**json.loads(Path(folder, "config.json").read_text()))
+        model = Qwen3TTSForConditionalGeneration(cfg).eval()
+        model.load_state_dict(load_file(f"{folder}/model.safetensors"), strict=True)
+        g = job["generate"]
+        codes, _ = model.generate(
+            input_ids=[torch.tensor([ids]) for ids in g["input_ids"]],
+            instruct_ids=[torch.tensor([i]) if i else None for i in g["instruct_ids"]],
+            languages=g["languages"],
+            speakers=g["speakers"],
+            non_streaming_mode=True,
+            do_sample=False,
+            subtalker_dosample=False,
+            repetition_penalty=1.0,
+            max_new_tokens=g["max_new_tokens"],
+        )
+        for i, c in enumerate(codes):
+            out[f"codes{i}"] = c.numpy()
+    if job.get("decode"):
+        st = json.loads(Path(folder, "speech_tokenizer", "config.json").read_text())
+        decoder = Qwen3TTSTokenizerV2Decoder(
+            Qwen3TTSTokenizerV2DecoderConfig(**st["decoder_config"])
+        )
+        tensors = load_file(f"{folder}/speech_tokenizer/model.safetensors")
+        result = decoder.load_state_dict(
+            {k[len("decoder.") :]: v for k, v in tensors.items() if k.startswith("decoder.")},
+            strict=False,
+        )
+        # Only the quantizers' input projections (encoding only) may be absent.
+        absent = [k for k in result.missing_keys if ".input_proj." not in k]
+        if absent or result.unexpected_keys:
+            raise SystemExit(f"decoder layout mismatch: {absent} {result.unexpected_keys}")
+        decoder.eval()
+        for i, frames in enumerate(job["decode"]):
+            codes = torch.tensor(frames).T[None]  # [1, 16, T], as Qwen3TTSTokenizerV2Model.decode
+            out[f"audio{i}"] = decoder.chunked_decode(codes).squeeze(1)[0].numpy()
+    np.savez(out_path, **out)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
