@@ -27,6 +27,16 @@ ASKS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model's kernels are microseconds long: one thread beats two that wait on each
+    other (on a busy 2-core box, by 20×)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     return ensure_tiny_qwen3_tts(tmp_path_factory.mktemp("q3"))
