@@ -43,6 +43,10 @@ GENERATION_CONFIG = {
 }
 
 
+# config.json's tts_model_type of the variants Voxgate serves (Base: "base", voice cloning).
+SERVED_TYPES = ("custom_voice", "voice_design")
+
+
 def is_qwen3_tts_config(cfg: dict) -> bool:
     return cfg.get("model_type") == "qwen3_tts"
 
@@ -111,10 +115,11 @@ def load_qwen3_tts(
             f"{folder}/config.json is not a Qwen3-TTS checkpoint (model_type must be "
             f"'qwen3_tts', got {cfg.get('model_type')!r})"
         )
-    if cfg.get("tts_model_type") != "custom_voice":
+    if cfg.get("tts_model_type") not in SERVED_TYPES:
         raise CheckpointError(
             f"{folder} is a Qwen3-TTS {cfg.get('tts_model_type')!r} model; Voxgate serves the "
-            "CustomVoice models so far (Qwen3-TTS-12Hz-*-CustomVoice: preset speakers)"
+            "CustomVoice (preset speakers) and VoiceDesign (voice from a description) models "
+            "so far; voice cloning with the Base models is not supported yet"
         )
     with torch.device("cpu"):
         talker, predictor = _build(cfg)

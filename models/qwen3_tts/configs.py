@@ -15,6 +15,7 @@ import copy
 REPO_IDS = {
     "qwen3-tts-0.6b": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
     "qwen3-tts-1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
+    "qwen3-tts-1.7b-voice-design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
 }
 
 # The text side's special ids (Qwen2 tokenizer): chat markers and the TTS text markers.
@@ -97,6 +98,19 @@ def _model(size: str, talker: dict) -> dict:
 
 QWEN3_TTS_0_6B = _model("0b6", _talker(1024, 3072))
 QWEN3_TTS_1_7B = _model("1b7", _talker(2048, 6144))
+
+
+def voice_design(cfg: dict) -> dict:
+    """The VoiceDesign variant of a CustomVoice configuration: the same talker without preset
+    speakers (the instruction describes the voice)."""
+    out = copy.deepcopy(cfg)
+    out["tts_model_type"] = "voice_design"
+    out["talker_config"]["spk_id"] = {}
+    out["talker_config"]["spk_is_dialect"] = {}
+    return out
+
+
+QWEN3_TTS_1_7B_VOICE_DESIGN = voice_design(QWEN3_TTS_1_7B)
 
 SPEECH_TOKENIZER = {
     "model_type": "qwen3_tts_tokenizer_12hz",

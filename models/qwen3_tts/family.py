@@ -12,6 +12,8 @@ PRESETS = {
     "seeded random weights (noise)",
     "qwen3-tts-0.6b": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice (preset speakers)",
     "qwen3-tts-1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice (preset speakers + instructions)",
+    "qwen3-tts-1.7b-voice-design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign (a voice from the "
+    "instruction's description)",
 }
 
 
@@ -28,7 +30,10 @@ class Qwen3TtsRequestOptions:
     )
     instruction: str = field(
         default="",
-        metadata={"help": "how to speak (emotion, pace, style), 1.7B models; empty: none"},
+        metadata={
+            "help": "how to speak (emotion, pace, style; 1.7B CustomVoice), or the voice's "
+            "description (VoiceDesign); empty: none"
+        },
     )
 
 
@@ -57,9 +62,7 @@ def _load(request: LoadRequest):
         source = str(ensure_random_qwen3_tts(model)) if request.random_weights else REPO_IDS[model]
     else:
         if request.random_weights:
-            raise CheckpointError(
-                "--random-weights works with the presets qwen3-tts-0.6b and qwen3-tts-1.7b"
-            )
+            raise CheckpointError("--random-weights works with the presets " + ", ".join(REPO_IDS))
         source = model
     name = model if model in PRESETS else None
     return load_qwen3_tts(source, request.device, request.dtype, request.progress, name=name)

@@ -91,15 +91,23 @@ class Qwen3TtsModel(SpeechModel):
         return self.preprocess_with_options(text, voice, {})
 
     def preprocess_with_options(self, text: str, voice: str | None, options: dict) -> Prompt:
-        """`voice` is a preset speaker; `options` may hold `language` ("auto" or one of the
-        checkpoint's) and `instruction` (how to speak: emotion, pace…; 1.7B models)."""
+        """`voice` is a preset speaker (CustomVoice; VoiceDesign models have none); `options`
+        may hold `language` ("auto" or one of the checkpoint's) and `instruction` (CustomVoice
+        1.7B: how to speak, emotion, pace…; VoiceDesign: the description of the voice)."""
         text = text.strip()
         if not text:
             raise ModelInputError("text is empty: give the model something to say")
         if len(text) > MAX_TEXT_CHARS:
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        speaker = (voice or self.facts.default_voice or "").lower()
-        if speaker not in self.ids.speakers:
+        speaker: str | None = (voice or self.facts.default_voice or "").lower()
+        if not self.ids.speakers:  # VoiceDesign: the instruction describes the voice
+            if voice:
+                raise ModelInputError(
+                    f"{self.facts.name} designs its voice from the instruction and has no "
+                    f"preset speakers; leave out voice {voice!r}"
+                )
+            speaker = None
+        elif speaker not in self.ids.speakers:
             raise ModelInputError(
                 f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
             )

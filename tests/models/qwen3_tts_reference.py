@@ -67,14 +67,13 @@ def main(ref: str, job_path: str, out_path: str) -> None:
     from safetensors.torch import load_file
 
     job = json.loads(Path(job_path).read_text())
-    folder = job["folder"]
     torch.set_grad_enabled(False)
     out = {}
-    if job.get("generate"):
-        cfg = Qwen3TTSConfig(**json.loads(Path(folder, "config.json").read_text()))
-        model = Qwen3TTSForConditionalGeneration(cfg).eval()
-        model.load_state_dict(load_file(f"{folder}/model.safetensors"), strict=True)
-        g = job["generate"]
+    # Each generate job: a checkpoint folder and a batch of requests, greedy.
+    for j, g in enumerate(job.get("generate", [])):
+        cfg = json.loads(Path(g["folder"], "config.json").read_text())
+        model = Qwen3TTSForConditionalGeneration(Qwen3TTSConfig(**cfg)).eval()
+        model.load_state_dict(load_file(f"{g['folder']}/model.safetensors"), strict=True)
         codes, _ = model.generate(
             input_ids=[torch.tensor([ids]) for ids in g["input_ids"]],
             instruct_ids=[torch.tensor([i]) if i else None for i in g["instruct_ids"]],
@@ -87,8 +86,9 @@ def main(ref: str, job_path: str, out_path: str) -> None:
             max_new_tokens=g["max_new_tokens"],
         )
         for i, c in enumerate(codes):
-            out[f"codes{i}"] = c.numpy()
+            out[f"codes{j}_{i}"] = c.numpy()
     if job.get("decode"):
+        folder = job["decode"]["folder"]
         st = json.loads(Path(folder, "speech_tokenizer", "config.json").read_text())
         decoder = Qwen3TTSTokenizerV2Decoder(
             Qwen3TTSTokenizerV2DecoderConfig(**st["decoder_config"])
@@ -103,7 +103,7 @@ def main(ref: str, job_path: str, out_path: str) -> None:
         if absent or result.unexpected_keys:
             raise SystemExit(f"decoder layout mismatch: {absent} {result.unexpected_keys}")
         decoder.eval()
-        for i, frames in enumerate(job["decode"]):
+        for i, frames in enumerate(job["decode"]["frames"]):
             codes = torch.tensor(frames).T[None]  # [1, 16, T], as Qwen3TTSTokenizerV2Model.decode
             out[f"audio{i}"] = decoder.chunked_decode(codes).squeeze(1)[0].numpy()
     np.savez(out_path, **out)
