@@ -154,8 +154,8 @@ class TransformerLayer(nn.Module):
         self.mlp = GatedMLP(h, cfg.intermediate_size)
         self.mlp_layer_scale = LayerScale(h)
 
-    def forward(self, x, cos, sin, start: int, cache: Cache) -> torch.Tensor:
-        a = self.self_attn(self.input_layernorm(x), cos, sin, start, cache)
+    def forward(self, x, cos, sin, starts: torch.Tensor, cache: Cache) -> torch.Tensor:
+        a = self.self_attn(self.input_layernorm(x), cos, sin, starts, cache)
         x = x + self.self_attn_layer_scale.scale * a
         return x + self.mlp_layer_scale.scale * self.mlp(self.post_attention_layernorm(x))
 
@@ -170,13 +170,13 @@ class PreTransformer(nn.Module):
         head_dim = cfg.hidden_size // cfg.num_heads
         self.rotary = Rotary(RopeSpec(theta=cfg.rope_theta), head_dim)
 
-    def forward(self, x: torch.Tensor, start: int, cache: Cache) -> torch.Tensor:
-        """x [B, T, latent] at frames start.. → [B, T, latent]."""
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+    def forward(self, x: torch.Tensor, starts: torch.Tensor, cache: Cache) -> torch.Tensor:
+        """x [B, T, latent], row b at frames starts[b].. → [B, T, latent]."""
+        positions = starts[:, None] + torch.arange(x.shape[1], device=x.device)  # [B, T]
+        cos, sin = self.rotary.cos_sin(positions.reshape(-1), x.dtype)
         h = self.input_proj(x)
         for layer in self.layers:
-            h = layer(h, cos, sin, start, cache)
+            h = layer(h, cos, sin, starts, cache)
         return self.output_proj(self.norm(h))
 
 
@@ -191,6 +191,18 @@ class DecoderStream:
 
     cache: Cache = field(default_factory=dict)
     frames: int = 0
+
+
+def _stacked(caches: list[Cache]) -> Cache:
+    """The streams' histories as one batch; a stream that has none yet (a new stream) gets
+    zeros, which is what its history is."""
+    if len(caches) == 1:
+        return dict(caches[0])
+    stacked: Cache = {}
+    for key in {k for c in caches for k in c}:
+        like = next(c[key] for c in caches if key in c)
+        stacked[key] = torch.cat([c.get(key, torch.zeros_like(like)) for c in caches])
+    return stacked
 
 
 class SpeechDecoder(nn.Module):
@@ -216,17 +228,26 @@ class SpeechDecoder(nn.Module):
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor, stream: DecoderStream) -> torch.Tensor:
-        """codes [B, num_quantizers, T] (frames after those `stream` has seen) → audio
-        [B, T·1920] in [-1, 1]."""
-        cache = stream.cache
+        """codes [1, num_quantizers, T] (the frames after those `stream` has seen) → audio
+        [1, T·1920] in [-1, 1]."""
+        return self.decode_batch(codes, [stream])
+
+    @torch.inference_mode()
+    def decode_batch(self, codes: torch.Tensor, streams: list[DecoderStream]) -> torch.Tensor:
+        """codes [B, num_quantizers, T], row b the next T frames of streams[b] (streams at any
+        position, each its own history) → audio [B, T·1920] in [-1, 1]."""
+        cache = _stacked([s.cache for s in streams])
+        starts = torch.tensor([s.frames for s in streams], device=codes.device)
         h = self.pre_conv(self.quantizer.decode(codes), cache).transpose(1, 2)
-        h = self.pre_transformer(h, stream.frames, cache).transpose(1, 2)
-        stream.frames += codes.shape[-1]
+        h = self.pre_transformer(h, starts, cache).transpose(1, 2)
         for block in self.upsample:
             for layer in block:
                 h = layer(h, cache)
         for layer in self.decoder:
             h = layer(h, cache)
+        for i, stream in enumerate(streams):
+            stream.cache = {key: value[i : i + 1] for key, value in cache.items()}
+            stream.frames += codes.shape[-1]
         return h[:, 0].clamp(-1.0, 1.0)
 
     def load_published(self, tensors: dict[str, torch.Tensor]) -> None:

@@ -135,11 +135,16 @@ class SlidingAttention(nn.Module):
         self.o_proj = nn.Linear(heads * self.d, hidden, bias=False)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, start: int, cache: Cache
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        starts: torch.Tensor,
+        cache: Cache,
     ) -> torch.Tensor:
-        """x [B, T, hidden] at absolute positions start..start+T-1; cos/sin [T, D] for them."""
+        """x [B, T, hidden], row b at absolute positions starts[b]..starts[b]+T-1; cos/sin
+        [B·T, D] for them."""
         b, t, _ = x.shape
-        cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)
         q = apply_rotary(self.q_proj(x).view(b * t, self.h, self.d), cos, sin)
         k = apply_rotary(self.k_proj(x).view(b * t, self.kvh, self.d), cos, sin)
         v = self.v_proj(x).view(b, t, self.kvh, self.d)
@@ -148,10 +153,10 @@ class SlidingAttention(nn.Module):
         kv = _take_history(cache, id(self), kv, self.window - 1)
         keys, values = kv.permute(0, 3, 1, 2).split(self.d, dim=-1)  # [B, past+T, kvh, D]
         past = kv.shape[-1] - t
-        q_at = torch.arange(start, start + t, device=x.device)[:, None]
-        k_at = torch.arange(start - past, start + t, device=x.device)[None, :]
+        q_at = (starts[:, None] + torch.arange(t, device=x.device))[:, :, None]  # [B, T, 1]
+        k_at = (starts[:, None] - past + torch.arange(past + t, device=x.device))[:, None, :]
         # Causal, within the window, and never the zeros standing before the stream's start.
-        mask = (k_at <= q_at) & (k_at > q_at - self.window) & (k_at >= 0)
+        mask = ((k_at <= q_at) & (k_at > q_at - self.window) & (k_at >= 0))[:, None]
         out = F.scaled_dot_product_attention(
             q.view(b, t, self.h, self.d).transpose(1, 2),
             keys.transpose(1, 2),

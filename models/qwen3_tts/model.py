@@ -160,17 +160,20 @@ class Qwen3TtsModel(SpeechModel):
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
     ) -> list[np.ndarray]:
+        """Streams that bring the same number of frames decode together, in one batch."""
         device = next(self.decoder.parameters()).device
-        out = []
-        for state, rows in zip(states, new_tokens, strict=True):
-            assert isinstance(state, Qwen3TtsStream)
+        out = [np.zeros(0, dtype=np.float32) for _ in states]
+        groups: dict[int, list[tuple[int, list]]] = {}
+        for i, rows in enumerate(new_tokens):
             frames = [row[: self.k] for row in rows if not self.is_stop(row)]
-            if not frames:
-                out.append(np.zeros(0, dtype=np.float32))
-                continue
-            codes = torch.tensor(frames, dtype=torch.long, device=device).T[None]  # [1, K, T]
-            audio = self.decoder.decode(codes, state.decoder)[0]
-            out.append(audio.float().cpu().numpy())
+            if frames:
+                groups.setdefault(len(frames), []).append((i, frames))
+        for members in groups.values():
+            codes = torch.tensor([f for _, f in members], dtype=torch.long, device=device)
+            streams = [states[i].decoder for i, _ in members]  # type: ignore[attr-defined]
+            audio = self.decoder.decode_batch(codes.transpose(1, 2), streams).float().cpu()
+            for (i, _), pcm in zip(members, audio.numpy(), strict=True):
+                out[i] = pcm
         return out
 
     def release(self) -> None:

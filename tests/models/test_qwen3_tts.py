@@ -181,3 +181,23 @@ def test_voice_design_prompt_has_no_speaker_and_refuses_one(design_folder):
     assert codec[:4] == [ids.nothink, ids.think_bos, ids.think_eos, ids.pad]
     with pytest.raises(ModelInputError, match="no preset speakers"):
         designer.preprocess("Hi.", "ryan")
+
+
+def test_streams_decode_together_as_they_decode_alone(model):
+    """A batch of streams at different positions (one new, one 3 frames in) gives each the
+    samples it gets on its own."""
+    g = torch.Generator().manual_seed(4)
+    codes = torch.randint(0, 2048, (2, model.k, 5), generator=g)
+    alone = [model.decoder.decode(codes[i : i + 1], DecoderStream()) for i in range(2)]
+    ahead, fresh = DecoderStream(), DecoderStream()
+    first = model.decoder.decode(codes[:1, :, :3], ahead)
+    both = model.decoder.decode_batch(
+        torch.stack([codes[0, :, 3:5], codes[1, :, :2]]), [ahead, fresh]
+    )
+    rest = model.decoder.decode(codes[1:, :, 2:], fresh)
+    np.testing.assert_allclose(
+        torch.cat([first[0], both[0]]).numpy(), alone[0][0].numpy(), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        torch.cat([both[1], rest[0]]).numpy(), alone[1][0].numpy(), atol=1e-6
+    )
