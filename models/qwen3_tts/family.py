@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
@@ -19,10 +19,10 @@ PRESETS = {
 
 @dataclass(frozen=True)
 class Qwen3TtsRequestOptions:
-    """What each request may set besides `voice` (the preset speaker): read by
-    Qwen3TtsModel.preprocess_with_options. Strings, unlike the numeric options of
-    models/request_options.py (branch `options`), whose OptionSpec needs a text kind to
-    carry them."""
+    """What each request may set besides `voice` (the preset speaker), read by
+    Qwen3TtsModel.preprocess_with_options (through read_request_options). Both are text; the
+    engine and gateway do not pass request options to models yet, so requests speak with
+    these defaults until they do (docs/models.md, Qwen3-TTS)."""
 
     language: str = field(
         default="auto",
@@ -35,6 +35,23 @@ class Qwen3TtsRequestOptions:
             "description (VoiceDesign); empty: none"
         },
     )
+
+
+def read_request_options(given: dict) -> Qwen3TtsRequestOptions:
+    """A request's options → Qwen3TtsRequestOptions, the defaults filled in; ModelInputError
+    names an unknown option or a value that is not text."""
+    from models.base import ModelInputError
+
+    known = {f.name for f in fields(Qwen3TtsRequestOptions)}
+    for name, value in given.items():
+        if name not in known:
+            raise ModelInputError(
+                f"unknown model option {str(name)[:64]!r} for Qwen3-TTS; it takes: "
+                + ", ".join(sorted(known))
+            )
+        if not isinstance(value, str):
+            raise ModelInputError(f"model option {name} must be text, got {type(value).__name__}")
+    return Qwen3TtsRequestOptions(**given)
 
 
 def _recognises(checkpoint: Checkpoint) -> bool:

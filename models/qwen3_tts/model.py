@@ -23,6 +23,7 @@ from models.base import (
 )
 from models.qwen3_tts import prompt as P
 from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
+from models.qwen3_tts.family import read_request_options
 from models.qwen3_tts.predictor import CodePredictor
 from models.qwen3_tts.talker import Talker
 
@@ -111,7 +112,8 @@ class Qwen3TtsModel(SpeechModel):
             raise ModelInputError(
                 f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
             )
-        instruction = str(options.get("instruction") or "").strip()
+        chosen = read_request_options(options)
+        instruction = chosen.instruction.strip()
         if instruction and not self.takes_instruction:
             raise ModelInputError(
                 f"{self.facts.name} takes no instruction (the 0.6B CustomVoice model has no "
@@ -121,9 +123,7 @@ class Qwen3TtsModel(SpeechModel):
             raise ModelInputError(
                 f"the instruction is limited to {MAX_INSTRUCTION_CHARS} characters"
             )
-        request = P.PromptRequest(
-            text, speaker, str(options.get("language") or "auto"), instruction
-        )
+        request = P.PromptRequest(text, speaker, chosen.language or "auto", instruction)
         return Prompt(P.prompt_rows(self.encode, self.ids, request, self.k))
 
     # 2. forward ------------------------------------------------------------------------------

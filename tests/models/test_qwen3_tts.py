@@ -170,6 +170,10 @@ def test_bad_requests_get_clear_errors(model):
         model.preprocess_with_options("Hi.", None, {"language": "klingon"})
     with pytest.raises(ModelInputError, match="instruction"):
         model.preprocess_with_options("Hi.", None, {"instruction": "x" * 1001})
+    with pytest.raises(ModelInputError, match="unknown model option 'speed'.*instruction"):
+        model.preprocess_with_options("Hi.", None, {"speed": "fast"})
+    with pytest.raises(ModelInputError, match="language must be text"):
+        model.preprocess_with_options("Hi.", None, {"language": 3})
 
 
 def test_voice_design_prompt_has_no_speaker_and_refuses_one(design_folder):
