@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from engine.code_sampling import CodeSamplingInputs, CodeSamplingPlan, DeviceCodeSampler
 from engine.config import EngineConfig
 from engine.core import EngineCore
+from engine.depth_graphs import DepthGraphs
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
+from engine.sampling import SamplingRow
 from models.base import ModelInputError
 from models.qwen3_tts.checkpoint import load_qwen3_tts, write_checkpoint
 from models.qwen3_tts.codec import DecoderStream
@@ -205,3 +208,27 @@ def test_streams_decode_together_as_they_decode_alone(model):
     np.testing.assert_allclose(
         torch.cat([both[1], rest[0]]).numpy(), alone[1][0].numpy(), atol=1e-6
     )
+
+
+@torch.inference_mode()
+def test_depth_stage_replays_from_static_buffers_as_it_runs_eagerly(model):
+    """What a CUDA-graph replay of the code predictor runs (engine/depth_graphs.py), on the
+    CPU: padding rows, greedy and sampled rows, the same codes as the eager stage."""
+    rows = [
+        SamplingRow("a", SamplingParams(temperature=0.9, top_k=50, top_p=1.0, seed=1), step=3),
+        SamplingRow("b", SamplingParams(temperature=0.0, top_p=1.0), step=4),
+        SamplingRow("c", SamplingParams(temperature=0.9, top_k=50, top_p=1.0, seed=2), step=5),
+    ]
+    seeds = [7, 8, 9]
+    hidden = torch.randn(3, model.shape.hidden_size, generator=torch.Generator().manual_seed(5))
+    first = torch.tensor([3, 2047, model.ids.eos])
+    graphs = DepthGraphs(
+        model.depth_stage, model.shape.hidden_size, torch.float32, torch.device("cpu"), (1, 4), 64
+    )
+    assert graphs.bucket_for(3) == 4 and graphs.fits(3, CodeSamplingPlan.of(rows))
+    cpu = torch.device("cpu")
+    static = graphs.run_static(hidden, first, CodeSamplingInputs.upload(rows, seeds, cpu))
+    eager = model.depth_stage(hidden, first, DeviceCodeSampler.for_rows(rows, seeds, cpu))
+    assert static.shape == (3, model.k + 1)
+    assert torch.equal(static, eager)
+    assert int(static[:, 1 : model.k].max()) < 2048
