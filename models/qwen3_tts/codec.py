@@ -31,6 +31,7 @@ from models.qwen3_tts.codec_layers import (
     SlidingAttention,
     SnakeBeta,
 )
+from models.qwen3_tts.talker import rope_theta
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class DecoderConfig:
             num_heads=int(cfg["num_attention_heads"]),
             num_kv_heads=int(cfg["num_key_value_heads"]),
             sliding_window=int(cfg["sliding_window"]),
-            rope_theta=float(cfg.get("rope_theta", 10000)),
+            rope_theta=rope_theta(cfg),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
             upsample_rates=tuple(cfg["upsample_rates"]),
             upsampling_ratios=tuple(cfg["upsampling_ratios"]),

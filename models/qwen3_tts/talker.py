@@ -25,6 +25,15 @@ from models.layers.llama import (
 from models.layers.rope import RopeSpec, Rotary
 
 
+def rope_theta(cfg: dict) -> float:
+    """RoPE's base as transformers 4 (`rope_theta`, or inside `rope_scaling`) or 5
+    (`rope_parameters`) writes it."""
+    for holder in (cfg, cfg.get("rope_parameters") or {}, cfg.get("rope_scaling") or {}):
+        if holder.get("rope_theta") is not None:
+            return float(holder["rope_theta"])
+    return 10000.0
+
+
 def qwen3_args(cfg: dict) -> LlamaArgs:
     """LlamaArgs of a Qwen3-TTS transformer config (talker or code predictor)."""
     heads = int(cfg["num_attention_heads"])
@@ -38,7 +47,7 @@ def qwen3_args(cfg: dict) -> LlamaArgs:
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         head_dim=int(cfg.get("head_dim") or hidden // heads),
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope=RopeSpec(theta=float(cfg.get("rope_theta", 10000.0))),
+        rope=RopeSpec(theta=rope_theta(cfg)),
         tie_word_embeddings=False,
         max_positions=int(cfg.get("max_position_embeddings", 32768)),
         attention_bias=bool(cfg.get("attention_bias", False)),
