@@ -67,7 +67,7 @@ def _load(request: LoadRequest):
     request.refuse(
         codec="Qwen3-TTS checkpoints carry their own 12 Hz speech tokenizer; drop --codec",
         voices="Qwen3-TTS voice cloning (the Base models) is not supported yet; CustomVoice "
-        "models speak with their preset speakers (--voice)",
+        "models speak with their preset speakers (each request's voice)",
     )
     if model == "tiny-qwen3-tts":
         if request.random_weights:
