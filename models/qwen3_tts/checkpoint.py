@@ -65,7 +65,8 @@ def _build(cfg: dict) -> tuple[Talker, CodePredictor]:
         raise CheckpointError(f"config.json lacks the Qwen3-TTS field {missing}") from None
 
 
-def _speech_decoder(folder: Path) -> SpeechDecoder:
+def _speech_decoder(folder: Path) -> tuple[SpeechDecoder, int]:
+    """The 12 Hz decoder and its output sample rate."""
     sub = folder / SPEECH_TOKENIZER
     cfg = read_config(sub)
     if cfg.get("model_type") != "qwen3_tts_tokenizer_12hz":
@@ -78,7 +79,7 @@ def _speech_decoder(folder: Path) -> SpeechDecoder:
     except KeyError as missing:
         raise CheckpointError(f"{sub}/config.json lacks the decoder field {missing}") from None
     decoder.load_published(dict(iter_safetensors(sub)))
-    return decoder
+    return decoder, int(cfg.get("output_sample_rate", 24000))
 
 
 def _encoder(folder: Path):
@@ -131,7 +132,7 @@ def load_qwen3_tts(
         weights = tqdm(weights, desc=f"loading {folder.name}", unit="tensor")
     seen = copy_into(targets, weights, str(folder))
     raise_missing(sorted(set(targets) - seen), str(folder))
-    decoder = _speech_decoder(folder)
+    decoder, sample_rate = _speech_decoder(folder)
     # The codec stays float32: a small share of the compute, and chunked audio keeps matching
     # the whole decode to float32 rounding.
     return Qwen3TtsModel(
@@ -142,6 +143,7 @@ def load_qwen3_tts(
         P.CodecIds.from_config(cfg),
         takes_instruction=cfg.get("tts_model_size") != "0b6",
         name=name or folder.name,
+        sample_rate=sample_rate,
     )
 
 

@@ -21,6 +21,7 @@ from models.base import (
     Token,
     block_stops,
 )
+from models.checkpoint_errors import CheckpointError
 from models.qwen3_tts import prompt as P
 from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
 from models.qwen3_tts.family import read_request_options
@@ -31,6 +32,7 @@ MAX_TEXT_CHARS = 4000
 MAX_INSTRUCTION_CHARS = 1000
 FIRST_CHUNK_FRAMES = 2  # 160 ms of audio before the first chunk decodes
 CHUNK_FRAMES = 4
+MIN_FRAMES = 2  # the shortest utterance the published generate makes
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Qwen3TtsModel(SpeechModel):
         ids: P.CodecIds,
         takes_instruction: bool,
         name: str = "qwen3-tts",
+        sample_rate: int = 24000,
     ) -> None:
         self.talker, self.predictor, self.decoder = talker, predictor, decoder
         self.encode = encode
@@ -56,7 +59,7 @@ class Qwen3TtsModel(SpeechModel):
         self.k = talker.num_codebooks
         self.code_vocab = predictor.vocab
         if decoder.cfg.num_quantizers != self.k or decoder.cfg.codebook_size != self.code_vocab:
-            raise ModelInputError(
+            raise CheckpointError(
                 f"the speech tokenizer decodes {decoder.cfg.num_quantizers} codebooks of "
                 f"{decoder.cfg.codebook_size} but the talker emits {self.k} of {self.code_vocab}: "
                 "speech_tokenizer/config.json does not belong to this model"
@@ -67,8 +70,8 @@ class Qwen3TtsModel(SpeechModel):
         speakers = tuple(sorted(ids.speakers))
         self.facts = ModelFacts(
             name=name,
-            sample_rate=24000,
-            token_rate_hz=24000 / decoder.cfg.samples_per_frame,
+            sample_rate=sample_rate,
+            token_rate_hz=sample_rate / decoder.cfg.samples_per_frame,
             n_codebooks=self.k,
             stop_token_ids=(),  # a stop is a frame whose codebook 0 is the end code (is_stop)
             first_chunk_tokens=FIRST_CHUNK_FRAMES,
@@ -137,11 +140,13 @@ class Qwen3TtsModel(SpeechModel):
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
-        """Codebook 0's logits over the 2048 codes and the end code (the last column)."""
+        """Codebook 0's logits over the 2048 codes and the end code (the last column), which
+        the first MIN_FRAMES frames may not take (the package's generate: min_new_tokens)."""
         columns = self._candidates.to(hidden.device)
         logits = self.compute_logits(hidden)[:, columns]
+        allow = [ok and n >= MIN_FRAMES for ok, n in zip(allow_stop, num_generated, strict=True)]
         stop = [len(self._candidates) - 1]
-        return Candidates(block_stops(logits, allow_stop, stop), columns[None].expand_as(logits))
+        return Candidates(block_stops(logits, allow, stop), columns[None].expand_as(logits))
 
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler

@@ -232,3 +232,12 @@ def test_depth_stage_replays_from_static_buffers_as_it_runs_eagerly(model):
     assert static.shape == (3, model.k + 1)
     assert torch.equal(static, eager)
     assert int(static[:, 1 : model.k].max()) < 2048
+
+
+def test_the_end_code_is_barred_from_the_first_two_frames(model):
+    hidden = torch.zeros(3, model.shape.hidden_size)
+    cands = model.candidate_logits(hidden, [0, 1, 2], [True, True, True])
+    end = cands.logits[:, -1]
+    assert int(cands.token_ids[0, -1]) == model.ids.eos
+    assert torch.isinf(end[:2]).all() and bool(torch.isfinite(end[2]))
+    assert cands.logits.shape == (3, 2049)
