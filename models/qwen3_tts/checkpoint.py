@@ -24,6 +24,7 @@ from models.qwen3_tts import prompt as P
 from models.qwen3_tts.codec import DecoderConfig, SpeechDecoder
 from models.qwen3_tts.model import Qwen3TtsModel
 from models.qwen3_tts.predictor import CodePredictor
+from models.qwen3_tts.speaker_encoder import SpeakerEncoder
 from models.qwen3_tts.talker import Talker
 
 SPEECH_TOKENIZER = "speech_tokenizer"
@@ -43,12 +44,28 @@ GENERATION_CONFIG = {
 }
 
 
-# config.json's tts_model_type of the variants Voxgate serves (Base: "base", voice cloning).
-SERVED_TYPES = ("custom_voice", "voice_design")
+# config.json's tts_model_type of the variants Voxgate serves.
+SERVED_TYPES = ("custom_voice", "voice_design", "base")
 
 
 def is_qwen3_tts_config(cfg: dict) -> bool:
     return cfg.get("model_type") == "qwen3_tts"
+
+
+def _speaker_encoder(cfg: dict) -> SpeakerEncoder | None:
+    """The Base models' speaker encoder (None for the other variants)."""
+    if cfg.get("tts_model_type") != "base":
+        return None
+    try:
+        return SpeakerEncoder(cfg["speaker_encoder_config"])
+    except KeyError as missing:
+        raise CheckpointError(f"config.json lacks the speaker encoder field {missing}") from None
+
+
+def _speaker_targets(encoder: SpeakerEncoder | None) -> dict[str, torch.Tensor]:
+    if encoder is None:
+        return {}
+    return {f"speaker_encoder.{n}": p for n, p in encoder.named_parameters()}
 
 
 def _build(cfg: dict) -> tuple[Talker, CodePredictor]:
@@ -106,6 +123,7 @@ def load_qwen3_tts(
     dtype: torch.dtype,
     progress: bool = False,
     name: str | None = None,
+    voices_dir: str | None = None,
 ) -> Qwen3TtsModel:
     folder = resolve_source(
         source, required=("config.json", f"{SPEECH_TOKENIZER}/config.json"), patterns=PATTERNS
@@ -118,13 +136,23 @@ def load_qwen3_tts(
         )
     if cfg.get("tts_model_type") not in SERVED_TYPES:
         raise CheckpointError(
-            f"{folder} is a Qwen3-TTS {cfg.get('tts_model_type')!r} model; Voxgate serves the "
-            "CustomVoice (preset speakers) and VoiceDesign (voice from a description) models "
-            "so far; voice cloning with the Base models is not supported yet"
+            f"{folder} is a Qwen3-TTS {cfg.get('tts_model_type')!r} model; Voxgate serves "
+            "CustomVoice (preset speakers), VoiceDesign (a voice from a description) and Base "
+            "(voices cloned from clips) models"
+        )
+    if voices_dir is not None and cfg.get("tts_model_type") != "base":
+        raise CheckpointError(
+            "voices from clips (--voices-dir) need a Qwen3-TTS Base model (its speaker "
+            f"encoder); {folder} is a {cfg.get('tts_model_type')} model"
         )
     with torch.device("cpu"):
         talker, predictor = _build(cfg)
-    targets = {**talker.hf_targets(), **predictor.hf_targets()}
+        speaker_encoder = _speaker_encoder(cfg)
+    targets = {
+        **talker.hf_targets(),
+        **predictor.hf_targets(),
+        **_speaker_targets(speaker_encoder),
+    }
     weights = iter_safetensors(folder)
     if progress:
         from tqdm import tqdm
@@ -135,16 +163,36 @@ def load_qwen3_tts(
     decoder, sample_rate = _speech_decoder(folder)
     # The codec stays float32: a small share of the compute, and chunked audio keeps matching
     # the whole decode to float32 rounding.
-    return Qwen3TtsModel(
+    model = Qwen3TtsModel(
         talker.to(device, dtype).eval(),
         predictor.to(device, dtype).eval(),
         decoder.to(device).eval(),
         _encoder(folder),
         P.CodecIds.from_config(cfg),
-        takes_instruction=cfg.get("tts_model_size") != "0b6",
+        no_instruction=_no_instruction(cfg),
         name=name or folder.name,
         sample_rate=sample_rate,
+        # Float32 like the codec: one pass per voice, at load.
+        speaker_encoder=None if speaker_encoder is None else speaker_encoder.to(device).eval(),
     )
+    if voices_dir is not None:
+        from models.csm.voices import read_voices
+
+        for clip in read_voices(voices_dir, sample_rate):
+            try:
+                model.add_voice(clip.name, clip.audio)
+            except ValueError as exc:  # ModelInputError: name, length
+                raise CheckpointError(f"voice clip {clip.name!r} in {voices_dir}: {exc}") from exc
+    return model
+
+
+def _no_instruction(cfg: dict) -> str | None:
+    """Why a checkpoint takes no instruction, as the package's generate functions decide."""
+    if cfg.get("tts_model_type") == "base":
+        return "a Base model clones the voice of a clip and has no instruction control"
+    if cfg.get("tts_model_size") == "0b6":
+        return "the 0.6B CustomVoice model has no instruction control; serve a 1.7B model"
+    return None
 
 
 def _seeded(module: nn.Module, std: float = 0.02) -> None:
@@ -167,9 +215,16 @@ def write_checkpoint(folder: Path, cfg: dict, codec_cfg: dict, seed: int, tokeni
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     talker, predictor = _build(cfg)
+    speaker_encoder = _speaker_encoder(cfg)
     _seeded(talker)
     _seeded(predictor)
-    tensors = {**talker.hf_targets(), **predictor.hf_targets()}
+    if speaker_encoder is not None:
+        _seeded(speaker_encoder, std=0.1)
+    tensors = {
+        **talker.hf_targets(),
+        **predictor.hf_targets(),
+        **_speaker_targets(speaker_encoder),
+    }
     save_file(
         {k: v.contiguous().clone() for k, v in tensors.items()}, str(folder / "model.safetensors")
     )

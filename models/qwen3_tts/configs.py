@@ -112,6 +112,39 @@ def voice_design(cfg: dict) -> dict:
 
 QWEN3_TTS_1_7B_VOICE_DESIGN = voice_design(QWEN3_TTS_1_7B)
 
+# The speaker encoder's published shape (Qwen3TTSSpeakerEncoderConfig's defaults); its output
+# is as wide as the talker (enc_dim = the talker's hidden_size).
+SPEAKER_ENCODER = {
+    "mel_dim": 128,
+    "enc_dim": 1024,
+    "enc_channels": [512, 512, 512, 512, 1536],
+    "enc_kernel_sizes": [5, 3, 3, 3, 1],
+    "enc_dilations": [1, 2, 3, 4, 1],
+    "enc_attention_channels": 128,
+    "enc_res2net_scale": 8,
+    "enc_se_channels": 128,
+    "sample_rate": 24000,
+}
+
+
+def base(cfg: dict, speaker_encoder: dict = SPEAKER_ENCODER) -> dict:
+    """The Base variant of a CustomVoice configuration: no preset speakers, a speaker encoder
+    whose x-vectors are as wide as the talker."""
+    out = voice_design(cfg)
+    out["tts_model_type"] = "base"
+    width = out["talker_config"]["hidden_size"]
+    out["speaker_encoder_config"] = {**speaker_encoder, "enc_dim": width}
+    return out
+
+
+TINY_SPEAKER_ENCODER = {
+    **SPEAKER_ENCODER,
+    "enc_channels": [32, 32, 32, 32, 96],
+    "enc_attention_channels": 16,
+    "enc_res2net_scale": 4,
+    "enc_se_channels": 16,
+}
+
 SPEECH_TOKENIZER = {
     "model_type": "qwen3_tts_tokenizer_12hz",
     "input_sample_rate": 24000,

@@ -65,9 +65,7 @@ def _load(request: LoadRequest):
 
     model = request.model
     request.refuse(
-        codec="Qwen3-TTS checkpoints carry their own 12 Hz speech tokenizer; drop --codec",
-        voices="Qwen3-TTS voice cloning (the Base models) is not supported yet; CustomVoice "
-        "models speak with their preset speakers (each request's voice)",
+        codec="Qwen3-TTS checkpoints carry their own 12 Hz speech tokenizer; drop --codec"
     )
     if model == "tiny-qwen3-tts":
         if request.random_weights:
@@ -82,7 +80,9 @@ def _load(request: LoadRequest):
             raise CheckpointError("--random-weights works with the presets " + ", ".join(REPO_IDS))
         source = model
     name = model if model in PRESETS else None
-    return load_qwen3_tts(source, request.device, request.dtype, request.progress, name=name)
+    return load_qwen3_tts(
+        source, request.device, request.dtype, request.progress, name, request.voices_dir
+    )
 
 
 FAMILY = ModelFamily(

@@ -3,7 +3,7 @@ from the engine's sampler → code predictor for codebooks 1..15 → streaming 1
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from models.qwen3_tts import prompt as P
 from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
 from models.qwen3_tts.family import read_request_options
 from models.qwen3_tts.predictor import CodePredictor
+from models.qwen3_tts.speaker_encoder import SpeakerEncoder, log_mel
 from models.qwen3_tts.talker import Talker
 
 MAX_TEXT_CHARS = 4000
@@ -48,14 +49,19 @@ class Qwen3TtsModel(SpeechModel):
         decoder: SpeechDecoder,
         encode: P.Encode,
         ids: P.CodecIds,
-        takes_instruction: bool,
+        no_instruction: str | None,
         name: str = "qwen3-tts",
         sample_rate: int = 24000,
+        speaker_encoder: SpeakerEncoder | None = None,
     ) -> None:
+        """`no_instruction`: why this checkpoint takes no instruction (None: it takes one).
+        `speaker_encoder`: the Base models', which clone voices from clips (add_voice)."""
         self.talker, self.predictor, self.decoder = talker, predictor, decoder
         self.encode = encode
         self.ids = ids
-        self.takes_instruction = takes_instruction
+        self.no_instruction = no_instruction
+        self.speaker_encoder = speaker_encoder
+        self._clones: dict[str, int] = {}  # cloned voice → its speaker row's code_0
         self.k = talker.num_codebooks
         self.code_vocab = predictor.vocab
         if decoder.cfg.num_quantizers != self.k or decoder.cfg.codebook_size != self.code_vocab:
@@ -87,8 +93,58 @@ class Qwen3TtsModel(SpeechModel):
                 "repetition_penalty": 1.05,
             },
             row_width=self.k + 1,
+            voice_cloning=speaker_encoder is not None,
         )
         self.shape = BackboneShape.of(talker.args, talker)
+
+    # --- voices ----------------------------------------------------------------------------------
+    def add_voice(self, name: str, audio: np.ndarray) -> None:
+        """Clone a voice from a clip (float32 mono at facts.sample_rate): the speaker encoder's
+        x-vector of it speaks for the voice's speaker row in every request with `voice=name`
+        (the package's x_vector_only_mode). Base models only; register voices before serving."""
+        if self.speaker_encoder is None:
+            raise ModelInputError(
+                f"{self.facts.name} has no speaker encoder: voices from clips need a Base model"
+            )
+        if not name or name in self._clones:
+            raise ModelInputError(f"voice name {name!r} is empty or taken")
+        if len(audio) < self.facts.sample_rate // 2:
+            raise ModelInputError(f"voice {name!r}: the clip is shorter than half a second")
+        encoder = self.speaker_encoder
+        weight = next(encoder.parameters())
+        mels = log_mel(audio)[None].to(weight.device, weight.dtype)
+        self._clones[name] = self.talker.add_voice(encoder(mels)[0])
+        clones = tuple(sorted(self._clones))
+        self.facts = replace(self.facts, voices=clones, clip_voices=clones, default_voice=clones[0])
+
+    def _speaker(self, voice: str | None) -> tuple[str | None, int | None]:
+        """The request's voice → (preset speaker, None) or (None, a cloned voice's row id), or
+        (None, None) for a VoiceDesign model."""
+        if self.speaker_encoder is not None:
+            name = voice or self.facts.default_voice
+            if name not in self._clones:
+                if not self._clones:
+                    raise ModelInputError(
+                        f"{self.facts.name} clones voices from clips and has none: start it "
+                        "with --voices-dir (a clip and its transcript per voice)"
+                    )
+                raise ModelInputError(
+                    f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
+                )
+            return None, self._clones[name]
+        if not self.ids.speakers:  # VoiceDesign: the instruction describes the voice
+            if voice:
+                raise ModelInputError(
+                    f"{self.facts.name} designs its voice from the instruction and has no "
+                    f"preset speakers; leave out voice {voice!r}"
+                )
+            return None, None
+        speaker = (voice or self.facts.default_voice or "").lower()
+        if speaker not in self.ids.speakers:
+            raise ModelInputError(
+                f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
+            )
+        return speaker, None
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:
@@ -103,30 +159,20 @@ class Qwen3TtsModel(SpeechModel):
             raise ModelInputError("text is empty: give the model something to say")
         if len(text) > MAX_TEXT_CHARS:
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        speaker: str | None = (voice or self.facts.default_voice or "").lower()
-        if not self.ids.speakers:  # VoiceDesign: the instruction describes the voice
-            if voice:
-                raise ModelInputError(
-                    f"{self.facts.name} designs its voice from the instruction and has no "
-                    f"preset speakers; leave out voice {voice!r}"
-                )
-            speaker = None
-        elif speaker not in self.ids.speakers:
-            raise ModelInputError(
-                f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
-            )
+        speaker, speaker_row = self._speaker(voice)
         chosen = read_request_options(options)
         instruction = chosen.instruction.strip()
-        if instruction and not self.takes_instruction:
+        if instruction and self.no_instruction:
             raise ModelInputError(
-                f"{self.facts.name} takes no instruction (the 0.6B CustomVoice model has no "
-                "instruction control); leave it out or serve a 1.7B model"
+                f"{self.facts.name} takes no instruction ({self.no_instruction}); leave it out"
             )
         if len(instruction) > MAX_INSTRUCTION_CHARS:
             raise ModelInputError(
                 f"the instruction is limited to {MAX_INSTRUCTION_CHARS} characters"
             )
-        request = P.PromptRequest(text, speaker, chosen.language or "auto", instruction)
+        request = P.PromptRequest(
+            text, speaker, chosen.language or "auto", instruction, speaker_row
+        )
         return Prompt(P.prompt_rows(self.encode, self.ids, request, self.k))
 
     # 2. forward ------------------------------------------------------------------------------

@@ -73,6 +73,8 @@ class PromptRequest:
     speaker: str | None  # a preset speaker (CustomVoice); None: no speaker row (VoiceDesign)
     language: str = "auto"
     instruction: str = ""
+    # The speaker row's code_0 when it is not a preset speaker's: a cloned voice (Base).
+    speaker_row: int | None = None
 
 
 def _text_rows(ids: list[int], width: int) -> list[Row]:
@@ -113,7 +115,9 @@ def prompt_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: in
         if lang is None
         else [ids.think, ids.think_bos, lang, ids.think_eos]
     )
-    if request.speaker is not None:
+    if request.speaker_row is not None:
+        codec.append(request.speaker_row)
+    elif request.speaker is not None:
         codec.append(ids.speakers[request.speaker])
     codec += [ids.pad, ids.bos]
     prefix = codec[:-1]

@@ -91,13 +91,27 @@ class Talker(nn.Module):
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rotary = Rotary(args.rope, args.head_dim)
         self.codec_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        # Cloned voices' x-vectors [voices, H]: a row whose code_0 is vocab_size + i embeds as
+        # voice i's x-vector, in the place of a preset speaker's codec id.
+        self.register_buffer("voices", torch.zeros(0, args.hidden_size), persistent=False)
+
+    def add_voice(self, xvector: torch.Tensor) -> int:
+        """Register an x-vector [H]; returns the code_0 id that stands for it."""
+        row = xvector.to(self.voices.device, self.voices.dtype)[None]
+        self.voices = torch.cat([self.voices, row])
+        return self.args.vocab_size + len(self.voices) - 1
 
     def embed(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [T, K+1] → [T, H]: the sum of the embeddings of each row's present columns."""
         k = self.num_codebooks
         first, rest, text = rows[:, 0], rows[:, 1:k], rows[:, k]
         dtype = self.codec_embedding.weight.dtype
-        x = self.codec_embedding(first.clamp(min=0)) * (first >= 0)[:, None].to(dtype)
+        vocab = self.args.vocab_size
+        is_code = (first >= 0) & (first < vocab)
+        x = self.codec_embedding(first.clamp(0, vocab - 1)) * is_code[:, None].to(dtype)
+        if len(self.voices):
+            voice = (first - vocab).clamp(0, len(self.voices) - 1)
+            x = x + self.voices[voice] * (first >= vocab)[:, None].to(dtype)
         residual = self.residual_embedding(rest.clamp(min=0) + self.offsets)  # [T, K-1, H]
         x = x + (residual * (rest >= 0)[..., None].to(dtype)).sum(dim=1)
         words = self.text_projection(self.text_embedding(text.clamp(min=0)))

@@ -36,6 +36,22 @@ def _unused(name: str) -> types.ModuleType:
     return module
 
 
+def _slaney_mel(sr, n_fft, n_mels, fmin, fmax):
+    """librosa.filters.mel(sr=, n_fft=, n_mels=, fmin=, fmax=) with its defaults (Slaney
+    scale and norm): [n_mels, n_fft // 2 + 1]."""
+    from transformers.audio_utils import mel_filter_bank
+
+    return mel_filter_bank(
+        num_frequency_bins=n_fft // 2 + 1,
+        num_mel_filters=n_mels,
+        min_frequency=float(fmin),
+        max_frequency=float(fmax if fmax is not None else sr / 2),
+        sampling_rate=sr,
+        norm="slaney",
+        mel_scale="slaney",
+    ).T
+
+
 def main(ref: str, job_path: str, out_path: str) -> None:
     sys.path[:0] = [f"{ref}/tf457", ref]
     import numpy as np
@@ -56,6 +72,9 @@ def main(ref: str, job_path: str, out_path: str) -> None:
         parent, _, child = name.rpartition(".")
         if parent:
             setattr(sys.modules[parent], child, sys.modules[name])
+    # The speaker encoder's mel filters: librosa's Slaney filter bank, here transformers'
+    # implementation of it (the package's own STFT, padding and log run as they are).
+    sys.modules["librosa.filters"].mel = _slaney_mel
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
     from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration
     from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
@@ -74,8 +93,24 @@ def main(ref: str, job_path: str, out_path: str) -> None:
         cfg = json.loads(Path(g["folder"], "config.json").read_text())
         model = Qwen3TTSForConditionalGeneration(Qwen3TTSConfig(**cfg)).eval()
         model.load_state_dict(load_file(f"{g['folder']}/model.safetensors"), strict=True)
+        clone = None
+        if g.get("clone_audio"):  # x-vector-only voice cloning from one clip per request
+            xvectors = [
+                model.extract_speaker_embedding(np.asarray(a, dtype=np.float32), 24000)
+                for a in g["clone_audio"]
+            ]
+            for i, x in enumerate(xvectors):
+                out[f"xvector{j}_{i}"] = x.numpy()
+            n = len(xvectors)
+            clone = {
+                "ref_spk_embedding": xvectors,
+                "x_vector_only_mode": [True] * n,
+                "icl_mode": [False] * n,
+                "ref_code": [None] * n,
+            }
         codes, _ = model.generate(
             input_ids=[torch.tensor([ids]) for ids in g["input_ids"]],
+            voice_clone_prompt=clone,
             instruct_ids=[torch.tensor([i]) if i else None for i in g["instruct_ids"]],
             languages=g["languages"],
             speakers=g["speakers"],

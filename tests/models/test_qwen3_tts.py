@@ -16,9 +16,16 @@ from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from engine.sampling import SamplingRow
 from models.base import ModelInputError
+from models.checkpoint_errors import CheckpointError
 from models.qwen3_tts.checkpoint import load_qwen3_tts, write_checkpoint
 from models.qwen3_tts.codec import DecoderStream
-from models.qwen3_tts.configs import TINY_QWEN3_TTS, TINY_SPEECH_TOKENIZER, voice_design
+from models.qwen3_tts.configs import (
+    TINY_QWEN3_TTS,
+    TINY_SPEAKER_ENCODER,
+    TINY_SPEECH_TOKENIZER,
+    base,
+    voice_design,
+)
 from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
 from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 from tests.models.engine_run import run
@@ -32,6 +39,16 @@ CUSTOM_VOICE = [
     ("A second sentence, a little longer.", "vivian", "english", "Speak slowly and warmly."),
 ]
 VOICE_DESIGN = [("Designed voice.", None, "chinese", "A deep, calm older man's voice.")]
+CLONE = [("A cloned voice speaking.", "clip", "english", "")]
+
+
+def clip_audio() -> np.ndarray:
+    """One second at 24 kHz: a gliding tone in noise, within [-1, 1]."""
+    t = np.arange(24000) / 24000
+    rng = np.random.default_rng(0)
+    return (
+        0.4 * np.sin(2 * np.pi * (180 + 90 * t) * t) + 0.05 * rng.standard_normal(24000)
+    ).astype(np.float32)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -66,6 +83,18 @@ def design_folder(tmp_path_factory):
         tokenizer=write_tiny_tokenizer,
     )
     return folder
+
+
+@pytest.fixture(scope="module")
+def cloner(tmp_path_factory):
+    """The tiny preset as a Base checkpoint (same talker weights, a speaker encoder), with a
+    voice cloned from clip_audio()."""
+    folder = tmp_path_factory.mktemp("q3base") / "model"
+    cfg = base(TINY_QWEN3_TTS, TINY_SPEAKER_ENCODER)
+    write_checkpoint(folder, cfg, TINY_SPEECH_TOKENIZER, seed=0, tokenizer=write_tiny_tokenizer)
+    model = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32)
+    model.add_voice("clip", clip_audio())
+    return folder, model
 
 
 def _engine_rows(model, asks, frames):
@@ -112,15 +141,22 @@ def _generate_job(model, folder, asks) -> dict:
     }
 
 
-def test_greedy_codes_and_audio_equal_the_official_package(model, folder, design_folder, tmp_path):
+def test_greedy_codes_and_audio_equal_the_official_package(
+    model, folder, design_folder, cloner, tmp_path
+):
     designer = load_qwen3_tts(str(design_folder), torch.device("cpu"), torch.float32)
     assert designer.facts.voices == () and designer.facts.default_voice is None
+    base_folder, clone_model = cloner
     custom, audio = _engine_rows(model, CUSTOM_VOICE, FRAMES)
     designed, _ = _engine_rows(designer, VOICE_DESIGN, FRAMES)
+    cloned, _ = _engine_rows(clone_model, CLONE, FRAMES)
+    clone_job = _generate_job(clone_model, base_folder, CLONE)
+    clone_job.update(speakers=[None], clone_audio=[clip_audio().tolist()])
     job = {
         "generate": [
             _generate_job(model, folder, CUSTOM_VOICE),
             _generate_job(designer, design_folder, VOICE_DESIGN),
+            clone_job,
         ],
         "decode": {
             "folder": str(folder),
@@ -128,7 +164,11 @@ def test_greedy_codes_and_audio_equal_the_official_package(model, folder, design
         },
     }
     official = run_official(job, tmp_path)
-    for j, requests in enumerate((custom, designed)):
+    # The x-vector of the clip (mel + speaker encoder) equals the package's.
+    np.testing.assert_allclose(
+        clone_model.talker.voices[0].numpy(), official["xvector2_0"], atol=1e-5, rtol=1e-5
+    )
+    for j, requests in enumerate((custom, designed, cloned)):
         for i, request in enumerate(requests):
             got = np.array([row[: model.k] for row in request.output_ids])
             want = official[f"codes{j}_{i}"]
@@ -241,3 +281,32 @@ def test_the_end_code_is_barred_from_the_first_two_frames(model):
     assert int(cands.token_ids[0, -1]) == model.ids.eos
     assert torch.isinf(end[:2]).all() and bool(torch.isfinite(end[2]))
     assert cands.logits.shape == (3, 2049)
+
+
+def test_base_model_clones_voices_from_a_voices_folder(cloner, tmp_path):
+    import wave
+
+    folder, _ = cloner
+    pcm = (clip_audio() * 32767).astype("<i2")
+    with wave.open(str(tmp_path / "anna.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes(pcm.tobytes())
+    (tmp_path / "anna.txt").write_text("What the clip says.")
+    model = load_qwen3_tts(
+        str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path)
+    )
+    assert model.facts.voices == model.facts.clip_voices == ("anna",)
+    assert model.facts.voice_cloning and model.facts.default_voice == "anna"
+    rows = model.preprocess("Hi.", "anna").token_ids
+    assert model.talker.args.vocab_size in [row[0] for row in rows]  # the voice's row
+    with pytest.raises(ModelInputError, match="unknown voice 'ryan'.*anna"):
+        model.preprocess("Hi.", "ryan")
+    with pytest.raises(ModelInputError, match="no instruction"):
+        model.preprocess_with_options("Hi.", None, {"instruction": "Loud."})
+
+
+def test_voices_folder_needs_a_base_model(folder, tmp_path):
+    with pytest.raises(CheckpointError, match="Base model"):
+        load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path))
