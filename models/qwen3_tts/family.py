@@ -14,6 +14,8 @@ PRESETS = {
     "qwen3-tts-1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice (preset speakers + instructions)",
     "qwen3-tts-1.7b-voice-design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign (a voice from the "
     "instruction's description)",
+    "qwen3-tts-0.6b-base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base (voices cloned from --voices-dir clips)",
+    "qwen3-tts-1.7b-base": "Qwen/Qwen3-TTS-12Hz-1.7B-Base (voices cloned from --voices-dir clips)",
 }
 
 

@@ -16,6 +16,8 @@ _REAL = {
     "qwen3-tts-0.6b": configs.QWEN3_TTS_0_6B,
     "qwen3-tts-1.7b": configs.QWEN3_TTS_1_7B,
     "qwen3-tts-1.7b-voice-design": configs.QWEN3_TTS_1_7B_VOICE_DESIGN,
+    "qwen3-tts-0.6b-base": configs.base(configs.QWEN3_TTS_0_6B),
+    "qwen3-tts-1.7b-base": configs.base(configs.QWEN3_TTS_1_7B),
 }
 
 

@@ -24,7 +24,7 @@ def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
 
 def test_every_preset_belongs_to_exactly_one_family():
     names = [name for family in FAMILIES for name in family.presets]
-    assert len(names) == len(set(names)) == len(PRESETS) == 17
+    assert len(names) == len(set(names)) == len(PRESETS) == 19
     expected = {
         "voxgate-tiny": "voxgate-tiny",
         "tiny-orpheus": "Orpheus",
@@ -43,6 +43,8 @@ def test_every_preset_belongs_to_exactly_one_family():
         "qwen3-tts-0.6b": "Qwen3-TTS",
         "qwen3-tts-1.7b": "Qwen3-TTS",
         "qwen3-tts-1.7b-voice-design": "Qwen3-TTS",
+        "qwen3-tts-0.6b-base": "Qwen3-TTS",
+        "qwen3-tts-1.7b-base": "Qwen3-TTS",
     }
     assert {name: family_of(name).name for name in all_presets()} == expected
 
