@@ -21,6 +21,7 @@ from torch import nn
 from models.checkpoint_errors import CheckpointError
 from models.loader import copy_into, iter_safetensors, raise_missing, read_config, resolve_source
 from models.qwen3_tts import prompt as P
+from models.qwen3_tts.clip_encoder import ClipEncoder
 from models.qwen3_tts.codec import DecoderConfig, SpeechDecoder
 from models.qwen3_tts.model import Qwen3TtsModel
 from models.qwen3_tts.predictor import CodePredictor
@@ -82,8 +83,10 @@ def _build(cfg: dict) -> tuple[Talker, CodePredictor]:
         raise CheckpointError(f"config.json lacks the Qwen3-TTS field {missing}") from None
 
 
-def _speech_decoder(folder: Path) -> tuple[SpeechDecoder, int]:
-    """The 12 Hz decoder and its output sample rate."""
+def _speech_tokenizer(
+    folder: Path, with_encoder: bool
+) -> tuple[SpeechDecoder, int, ClipEncoder | None]:
+    """The 12 Hz decoder, its output sample rate, and (`with_encoder`) its encoder."""
     sub = folder / SPEECH_TOKENIZER
     cfg = read_config(sub)
     if cfg.get("model_type") != "qwen3_tts_tokenizer_12hz":
@@ -95,8 +98,21 @@ def _speech_decoder(folder: Path) -> tuple[SpeechDecoder, int]:
         decoder = SpeechDecoder(DecoderConfig.from_json(cfg["decoder_config"]))
     except KeyError as missing:
         raise CheckpointError(f"{sub}/config.json lacks the decoder field {missing}") from None
-    decoder.load_published(dict(iter_safetensors(sub)))
-    return decoder, int(cfg.get("output_sample_rate", 24000))
+    tensors = dict(iter_safetensors(sub))
+    decoder.load_published(tensors)
+    encoder = None
+    if with_encoder:
+        if "encoder_config" not in cfg:
+            raise CheckpointError(
+                f"{sub}/config.json lacks encoder_config (voice cloning needs it)"
+            )
+        encoder = ClipEncoder(
+            cfg["encoder_config"],
+            int(cfg.get("encoder_valid_num_quantizers", 16)),
+            int(cfg.get("encode_downsample_rate", 1920)),
+        )
+        encoder.load(tensors, str(sub))
+    return decoder, int(cfg.get("output_sample_rate", 24000)), encoder
 
 
 def _encoder(folder: Path):
@@ -160,7 +176,7 @@ def load_qwen3_tts(
         weights = tqdm(weights, desc=f"loading {folder.name}", unit="tensor")
     seen = copy_into(targets, weights, str(folder))
     raise_missing(sorted(set(targets) - seen), str(folder))
-    decoder, sample_rate = _speech_decoder(folder)
+    decoder, sample_rate, clip_encoder = _speech_tokenizer(folder, speaker_encoder is not None)
     # The codec stays float32: a small share of the compute, and chunked audio keeps matching
     # the whole decode to float32 rounding.
     model = Qwen3TtsModel(
@@ -174,13 +190,14 @@ def load_qwen3_tts(
         sample_rate=sample_rate,
         # Float32 like the codec: one pass per voice, at load.
         speaker_encoder=None if speaker_encoder is None else speaker_encoder.to(device).eval(),
+        clip_encoder=None if clip_encoder is None else clip_encoder.to(device),
     )
     if voices_dir is not None:
         from models.csm.voices import read_voices
 
         for clip in read_voices(voices_dir, sample_rate):
             try:
-                model.add_voice(clip.name, clip.audio)
+                model.add_voice(clip.name, clip.audio, clip.text)
             except ValueError as exc:  # ModelInputError: name, length
                 raise CheckpointError(f"voice clip {clip.name!r} in {voices_dir}: {exc}") from exc
     return model
@@ -204,6 +221,18 @@ def _seeded(module: nn.Module, std: float = 0.02) -> None:
             param.normal_(0.0, std)
         else:
             param.normal_(1.0, 0.1)
+
+
+def _seeded_clip_encoder(codec_cfg: dict) -> ClipEncoder:
+    """transformers' own Mimi init, except the codebooks: they start as zeros (learned by EMA),
+    which would make every frame encode alike; random centroids make the audio matter."""
+    encoder = ClipEncoder(codec_cfg["encoder_config"], 16, 1920)
+    for name, buffer in encoder.mimi.named_buffers():
+        if name.endswith("codebook.embed_sum"):
+            buffer.normal_()
+        elif name.endswith("codebook.cluster_usage"):
+            buffer.fill_(1.0)
+    return encoder
 
 
 @torch.no_grad()
@@ -244,8 +273,8 @@ def write_checkpoint(folder: Path, cfg: dict, codec_cfg: dict, seed: int, tokeni
             param.uniform_(0.5, 1.5)
         elif param.dim() == 1 and not pname.endswith("bias"):
             param.add_(torch.randn_like(param) * 0.05)  # Snake α/β, norms, layer scales
-    save_file(
-        {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()},
-        str(sub / "model.safetensors"),
-    )
+    tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}
+    if "encoder_config" in codec_cfg:
+        tensors.update(_seeded_clip_encoder(codec_cfg).published_state())
+    save_file(tensors, str(sub / "model.safetensors"))
     (sub / "config.json").write_text(json.dumps(codec_cfg, indent=2))

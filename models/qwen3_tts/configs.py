@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 
+from models.csm.configs import MIMI, TINY_CSM
+
 REPO_IDS = {
     "qwen3-tts-0.6b": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
     "qwen3-tts-1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
@@ -149,6 +151,9 @@ TINY_SPEAKER_ENCODER = {
 
 SPEECH_TOKENIZER = {
     "model_type": "qwen3_tts_tokenizer_12hz",
+    # The encoder is a Mimi (transformers' MimiConfig); these are kyutai/mimi's sizes with all
+    # 32 codebooks, of which the talker uses the first 16 (encoder_valid_num_quantizers).
+    "encoder_config": MIMI,
     "input_sample_rate": 24000,
     "output_sample_rate": 24000,
     "decode_upsample_rate": 1920,
@@ -214,4 +219,5 @@ TINY_SPEECH_TOKENIZER = {
         "num_hidden_layers": 2,
         "decoder_dim": 32,
     },
+    "encoder_config": TINY_CSM["codec_config"],
 }

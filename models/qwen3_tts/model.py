@@ -23,6 +23,7 @@ from models.base import (
 )
 from models.checkpoint_errors import CheckpointError
 from models.qwen3_tts import prompt as P
+from models.qwen3_tts.clip_encoder import ClipEncoder
 from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
 from models.qwen3_tts.family import read_request_options
 from models.qwen3_tts.predictor import CodePredictor
@@ -34,6 +35,12 @@ MAX_INSTRUCTION_CHARS = 1000
 FIRST_CHUNK_FRAMES = 2  # 160 ms of audio before the first chunk decodes
 CHUNK_FRAMES = 4
 MIN_FRAMES = 2  # the shortest utterance the published generate makes
+
+
+@dataclass(frozen=True)
+class ClonedVoice:
+    row: int  # the speaker row's code_0, which embeds as the clip's x-vector
+    reference: P.Reference | None  # the clip's transcript and codes (in-context cloning)
 
 
 @dataclass
@@ -53,15 +60,18 @@ class Qwen3TtsModel(SpeechModel):
         name: str = "qwen3-tts",
         sample_rate: int = 24000,
         speaker_encoder: SpeakerEncoder | None = None,
+        clip_encoder: ClipEncoder | None = None,
     ) -> None:
         """`no_instruction`: why this checkpoint takes no instruction (None: it takes one).
-        `speaker_encoder`: the Base models', which clone voices from clips (add_voice)."""
+        `speaker_encoder`, `clip_encoder`: the Base models', which clone voices from clips
+        (add_voice)."""
         self.talker, self.predictor, self.decoder = talker, predictor, decoder
         self.encode = encode
         self.ids = ids
         self.no_instruction = no_instruction
         self.speaker_encoder = speaker_encoder
-        self._clones: dict[str, int] = {}  # cloned voice → its speaker row's code_0
+        self.clip_encoder = clip_encoder
+        self._clones: dict[str, ClonedVoice] = {}
         self.k = talker.num_codebooks
         self.code_vocab = predictor.vocab
         if decoder.cfg.num_quantizers != self.k or decoder.cfg.codebook_size != self.code_vocab:
@@ -98,10 +108,12 @@ class Qwen3TtsModel(SpeechModel):
         self.shape = BackboneShape.of(talker.args, talker)
 
     # --- voices ----------------------------------------------------------------------------------
-    def add_voice(self, name: str, audio: np.ndarray) -> None:
-        """Clone a voice from a clip (float32 mono at facts.sample_rate): the speaker encoder's
-        x-vector of it speaks for the voice's speaker row in every request with `voice=name`
-        (the package's x_vector_only_mode). Base models only; register voices before serving."""
+    def add_voice(self, name: str, audio: np.ndarray, text: str = "") -> None:
+        """Clone a voice from a clip (float32 mono at facts.sample_rate) and what it says: the
+        speaker encoder's x-vector of it takes the speaker row, and with `text` the prompt
+        also holds the transcript and the clip's codes, which the model continues (the
+        package's icl_mode; without text, its x_vector_only_mode). Base models only; register
+        voices before serving."""
         if self.speaker_encoder is None:
             raise ModelInputError(
                 f"{self.facts.name} has no speaker encoder: voices from clips need a Base model"
@@ -113,12 +125,16 @@ class Qwen3TtsModel(SpeechModel):
         encoder = self.speaker_encoder
         weight = next(encoder.parameters())
         mels = log_mel(audio)[None].to(weight.device, weight.dtype)
-        self._clones[name] = self.talker.add_voice(encoder(mels)[0])
+        reference = None
+        if text.strip() and self.clip_encoder is not None:
+            ids = self.encode(f"<|im_start|>assistant\n{text.strip()}<|im_end|>\n")[3:-2]
+            reference = P.Reference(ids, self.clip_encoder.encode(audio))
+        self._clones[name] = ClonedVoice(self.talker.add_voice(encoder(mels)[0]), reference)
         clones = tuple(sorted(self._clones))
         self.facts = replace(self.facts, voices=clones, clip_voices=clones, default_voice=clones[0])
 
-    def _speaker(self, voice: str | None) -> tuple[str | None, int | None]:
-        """The request's voice → (preset speaker, None) or (None, a cloned voice's row id), or
+    def _speaker(self, voice: str | None) -> tuple[str | None, ClonedVoice | None]:
+        """The request's voice → (preset speaker, None) or (None, a cloned voice), or
         (None, None) for a VoiceDesign model."""
         if self.speaker_encoder is not None:
             name = voice or self.facts.default_voice
@@ -159,7 +175,7 @@ class Qwen3TtsModel(SpeechModel):
             raise ModelInputError("text is empty: give the model something to say")
         if len(text) > MAX_TEXT_CHARS:
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        speaker, speaker_row = self._speaker(voice)
+        speaker, clone = self._speaker(voice)
         chosen = read_request_options(options)
         instruction = chosen.instruction.strip()
         if instruction and self.no_instruction:
@@ -171,9 +187,16 @@ class Qwen3TtsModel(SpeechModel):
                 f"the instruction is limited to {MAX_INSTRUCTION_CHARS} characters"
             )
         request = P.PromptRequest(
-            text, speaker, chosen.language or "auto", instruction, speaker_row
+            text,
+            speaker,
+            chosen.language or "auto",
+            instruction,
+            None if clone is None else clone.row,
+            None if clone is None else clone.reference,
         )
-        return Prompt(P.prompt_rows(self.encode, self.ids, request, self.k))
+        rows = P.prompt_rows(self.encode, self.ids, request, self.k)
+        extras = {} if request.reference is None else {"reference_codes": request.reference.codes}
+        return Prompt(rows, extras)
 
     # 2. forward ------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
@@ -207,6 +230,18 @@ class Qwen3TtsModel(SpeechModel):
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> Qwen3TtsStream:
         return Qwen3TtsStream()
+
+    def stream_state_for(self, extras: dict[str, Any]) -> StreamState:
+        """With in-context cloning the generated frames continue the clip's: the decoder
+        first reads the clip's codes (their audio is dropped, as the package cuts it off), so
+        the audio equals the package's decode of clip + speech."""
+        state = Qwen3TtsStream()
+        codes = extras.get("reference_codes")
+        if codes is not None and len(codes):
+            device = next(self.decoder.parameters()).device
+            frames = torch.as_tensor(np.asarray(codes), dtype=torch.long, device=device)
+            self.decoder.decode(frames.T[None], state.decoder)
+        return state
 
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]

@@ -8,6 +8,7 @@ the talker, position by position, the sum of a text embedding and a codec embedd
   codec prefix   think/no-think tags (+ language), [speaker], pad     + tts_pad (tts_bos last)
   text           the text's tokens, then tts_eos                      + codec pad
   start          codec bos                                            + tts_pad
+  [clip codes]   in-context cloning: the clip's frames (its transcript went before the text)
 
 and each generated frame goes back in as the sum of its 16 codebooks' embeddings + tts_pad.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from models.base import ModelInputError
 
@@ -68,6 +71,15 @@ class CodecIds:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A cloned voice's clip for in-context cloning: its transcript's token ids (without the
+    chat markers) and its codes [frames, 16]."""
+
+    text_ids: list[int]
+    codes: np.ndarray
+
+
+@dataclass(frozen=True)
 class PromptRequest:
     text: str
     speaker: str | None  # a preset speaker (CustomVoice); None: no speaker row (VoiceDesign)
@@ -75,6 +87,7 @@ class PromptRequest:
     instruction: str = ""
     # The speaker row's code_0 when it is not a preset speaker's: a cloned voice (Base).
     speaker_row: int | None = None
+    reference: Reference | None = None  # in-context cloning: the clip's text and codes
 
 
 def _text_rows(ids: list[int], width: int) -> list[Row]:
@@ -123,6 +136,11 @@ def prompt_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: in
     prefix = codec[:-1]
     rows += [_row(c, ids.tts_pad, width) for c in prefix[:-1]]
     rows.append(_row(prefix[-1], ids.tts_bos, width))
-    rows += [_row(ids.pad, t, width) for t in [*text_ids[3:-5], ids.tts_eos]]
+    spoken = text_ids[3:-5]
+    if request.reference is not None:  # the clip's transcript, then the text, then its codes
+        spoken = [*request.reference.text_ids, *spoken]
+    rows += [_row(ids.pad, t, width) for t in [*spoken, ids.tts_eos]]
     rows.append(_row(ids.bos, ids.tts_pad, width))
+    if request.reference is not None:
+        rows += [(*map(int, frame), ids.tts_pad) for frame in request.reference.codes]
     return rows

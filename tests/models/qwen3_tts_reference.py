@@ -78,27 +78,38 @@ def main(ref: str, job_path: str, out_path: str) -> None:
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
     from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration
     from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
-        Qwen3TTSTokenizerV2DecoderConfig,
+        Qwen3TTSTokenizerV2Config,
     )
     from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
-        Qwen3TTSTokenizerV2Decoder,
+        Qwen3TTSTokenizerV2Model,
     )
     from safetensors.torch import load_file
 
     job = json.loads(Path(job_path).read_text())
     torch.set_grad_enabled(False)
     out = {}
+
+    def speech_tokenizer(folder: str):
+        """The package's 12 Hz tokenizer (encoder and decoder) with the folder's weights."""
+        sub = Path(folder, "speech_tokenizer")
+        config = Qwen3TTSTokenizerV2Config(**json.loads((sub / "config.json").read_text()))
+        tokenizer = Qwen3TTSTokenizerV2Model(config).eval()
+        result = tokenizer.load_state_dict(load_file(str(sub / "model.safetensors")), strict=False)
+        # Only the decoder quantizers' input projections (used to encode) may be absent.
+        absent = [k for k in result.missing_keys if ".input_proj." not in k]
+        if absent or result.unexpected_keys:
+            raise SystemExit(f"speech tokenizer layout mismatch: {absent} {result.unexpected_keys}")
+        return tokenizer
+
     # Each generate job: a checkpoint folder and a batch of requests, greedy.
     for j, g in enumerate(job.get("generate", [])):
         cfg = json.loads(Path(g["folder"], "config.json").read_text())
         model = Qwen3TTSForConditionalGeneration(Qwen3TTSConfig(**cfg)).eval()
         model.load_state_dict(load_file(f"{g['folder']}/model.safetensors"), strict=True)
-        clone = None
-        if g.get("clone_audio"):  # x-vector-only voice cloning from one clip per request
-            xvectors = [
-                model.extract_speaker_embedding(np.asarray(a, dtype=np.float32), 24000)
-                for a in g["clone_audio"]
-            ]
+        clone, ref_ids = None, None
+        if g.get("clone_audio"):  # voice cloning, one clip per request
+            clips = [np.asarray(a, dtype=np.float32) for a in g["clone_audio"]]
+            xvectors = [model.extract_speaker_embedding(a, 24000) for a in clips]
             for i, x in enumerate(xvectors):
                 out[f"xvector{j}_{i}"] = x.numpy()
             n = len(xvectors)
@@ -108,8 +119,23 @@ def main(ref: str, job_path: str, out_path: str) -> None:
                 "icl_mode": [False] * n,
                 "ref_code": [None] * n,
             }
+            if g.get("clone_text_ids"):  # in-context: the clip's codes and transcript too
+                tokenizer = speech_tokenizer(g["folder"])
+                ref_codes = []
+                for i, a in enumerate(clips):
+                    wave = torch.from_numpy(a)[None]
+                    codes = tokenizer.encode(
+                        wave, padding_mask=torch.ones_like(wave, dtype=torch.long)
+                    ).audio_codes
+                    ref_codes.append(codes[0])
+                    out[f"refcodes{j}_{i}"] = codes[0].numpy()
+                clone.update(
+                    x_vector_only_mode=[False] * n, icl_mode=[True] * n, ref_code=ref_codes
+                )
+                ref_ids = [torch.tensor([ids]) for ids in g["clone_text_ids"]]
         codes, _ = model.generate(
             input_ids=[torch.tensor([ids]) for ids in g["input_ids"]],
+            ref_ids=ref_ids,
             voice_clone_prompt=clone,
             instruct_ids=[torch.tensor([i]) if i else None for i in g["instruct_ids"]],
             languages=g["languages"],
@@ -122,25 +148,12 @@ def main(ref: str, job_path: str, out_path: str) -> None:
         )
         for i, c in enumerate(codes):
             out[f"codes{j}_{i}"] = c.numpy()
-    if job.get("decode"):
-        folder = job["decode"]["folder"]
-        st = json.loads(Path(folder, "speech_tokenizer", "config.json").read_text())
-        decoder = Qwen3TTSTokenizerV2Decoder(
-            Qwen3TTSTokenizerV2DecoderConfig(**st["decoder_config"])
-        )
-        tensors = load_file(f"{folder}/speech_tokenizer/model.safetensors")
-        result = decoder.load_state_dict(
-            {k[len("decoder.") :]: v for k, v in tensors.items() if k.startswith("decoder.")},
-            strict=False,
-        )
-        # Only the quantizers' input projections (encoding only) may be absent.
-        absent = [k for k in result.missing_keys if ".input_proj." not in k]
-        if absent or result.unexpected_keys:
-            raise SystemExit(f"decoder layout mismatch: {absent} {result.unexpected_keys}")
-        decoder.eval()
-        for i, frames in enumerate(job["decode"]["frames"]):
+    # Each decode job: a checkpoint folder and utterances' frames [T, 16].
+    for j, d in enumerate(job.get("decode", [])):
+        decoder = speech_tokenizer(d["folder"]).decoder
+        for i, frames in enumerate(d["frames"]):
             codes = torch.tensor(frames).T[None]  # [1, 16, T], as Qwen3TTSTokenizerV2Model.decode
-            out[f"audio{i}"] = decoder.chunked_decode(codes).squeeze(1)[0].numpy()
+            out[f"audio{j}_{i}"] = decoder.chunked_decode(codes).squeeze(1)[0].numpy()
     np.savez(out_path, **out)
 
 

@@ -40,6 +40,8 @@ CUSTOM_VOICE = [
 ]
 VOICE_DESIGN = [("Designed voice.", None, "chinese", "A deep, calm older man's voice.")]
 CLONE = [("A cloned voice speaking.", "clip", "english", "")]
+ICL_CLONE = [("It goes on speaking.", "icl", "auto", "")]
+CLIP_TEXT = "The words said in the clip."
 
 
 def clip_audio() -> np.ndarray:
@@ -87,13 +89,15 @@ def design_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cloner(tmp_path_factory):
-    """The tiny preset as a Base checkpoint (same talker weights, a speaker encoder), with a
-    voice cloned from clip_audio()."""
+    """The tiny layout as a Base checkpoint (a speaker encoder, the speech tokenizer's
+    encoder), with a voice cloned from clip_audio() by its x-vector alone ("clip") and with
+    its transcript and codes ("icl")."""
     folder = tmp_path_factory.mktemp("q3base") / "model"
     cfg = base(TINY_QWEN3_TTS, TINY_SPEAKER_ENCODER)
     write_checkpoint(folder, cfg, TINY_SPEECH_TOKENIZER, seed=0, tokenizer=write_tiny_tokenizer)
     model = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32)
     model.add_voice("clip", clip_audio())
+    model.add_voice("icl", clip_audio(), CLIP_TEXT)
     return folder, model
 
 
@@ -150,25 +154,40 @@ def test_greedy_codes_and_audio_equal_the_official_package(
     custom, audio = _engine_rows(model, CUSTOM_VOICE, FRAMES)
     designed, _ = _engine_rows(designer, VOICE_DESIGN, FRAMES)
     cloned, _ = _engine_rows(clone_model, CLONE, FRAMES)
+    in_context, icl_audio = _engine_rows(clone_model, ICL_CLONE, FRAMES)
     clone_job = _generate_job(clone_model, base_folder, CLONE)
     clone_job.update(speakers=[None], clone_audio=[clip_audio().tolist()])
+    icl_job = _generate_job(clone_model, base_folder, ICL_CLONE)
+    icl_job.update(
+        speakers=[None],
+        clone_audio=[clip_audio().tolist()],
+        clone_text_ids=[model.encode(f"<|im_start|>assistant\n{CLIP_TEXT}<|im_end|>\n")],
+    )
+    reference = clone_model._clones["icl"].reference
+    frames = lambda rows: [list(map(int, row[: model.k])) for row in rows]  # noqa: E731
     job = {
         "generate": [
             _generate_job(model, folder, CUSTOM_VOICE),
             _generate_job(designer, design_folder, VOICE_DESIGN),
             clone_job,
+            icl_job,
         ],
-        "decode": {
-            "folder": str(folder),
-            "frames": [[list(row[: model.k]) for row in r.output_ids] for r in custom],
-        },
+        "decode": [
+            {"folder": str(folder), "frames": [frames(r.output_ids) for r in custom]},
+            {
+                "folder": str(base_folder),
+                "frames": [frames(reference.codes) + frames(in_context[0].output_ids)],
+            },
+        ],
     }
     official = run_official(job, tmp_path)
     # The x-vector of the clip (mel + speaker encoder) equals the package's.
     np.testing.assert_allclose(
         clone_model.talker.voices[0].numpy(), official["xvector2_0"], atol=1e-5, rtol=1e-5
     )
-    for j, requests in enumerate((custom, designed, cloned)):
+    # In-context cloning: the clip's codes (the speech tokenizer's encoder) equal the package's.
+    np.testing.assert_array_equal(reference.codes, official["refcodes3_0"])
+    for j, requests in enumerate((custom, designed, cloned, in_context)):
         for i, request in enumerate(requests):
             got = np.array([row[: model.k] for row in request.output_ids])
             want = official[f"codes{j}_{i}"]
@@ -179,7 +198,12 @@ def test_greedy_codes_and_audio_equal_the_official_package(
     for i, request in enumerate(custom):
         pcm = np.concatenate(audio[request.request_id])
         assert pcm.shape == (len(request.output_ids) * 1920,)
-        np.testing.assert_allclose(pcm, official[f"audio{i}"], atol=2e-5, rtol=0)
+        np.testing.assert_allclose(pcm, official[f"audio0_{i}"], atol=2e-5, rtol=0)
+    # The cloned speech's audio is the package's decode of clip + speech, the clip's part cut.
+    pcm = np.concatenate(icl_audio[in_context[0].request_id])
+    np.testing.assert_allclose(
+        pcm, official["audio1_0"][len(reference.codes) * 1920 :], atol=2e-5, rtol=0
+    )
 
 
 def test_chunked_decode_equals_whole_decode(model):
