@@ -35,6 +35,8 @@ MAX_INSTRUCTION_CHARS = 1000
 FIRST_CHUNK_FRAMES = 2  # 160 ms of audio before the first chunk decodes
 CHUNK_FRAMES = 4
 MIN_FRAMES = 2  # the shortest utterance the published generate makes
+# A cloned voice's clip is in every prompt of that voice and decoded before its audio.
+MAX_CLIP_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,12 @@ class Qwen3TtsModel(SpeechModel):
             )
         if not name or name in self._clones:
             raise ModelInputError(f"voice name {name!r} is empty or taken")
-        if len(audio) < self.facts.sample_rate // 2:
-            raise ModelInputError(f"voice {name!r}: the clip is shorter than half a second")
+        seconds = len(audio) / self.facts.sample_rate
+        if not 0.5 <= seconds <= MAX_CLIP_SECONDS:
+            raise ModelInputError(
+                f"voice {name!r}: the clip lasts {seconds:.1f} s; give 0.5 to "
+                f"{MAX_CLIP_SECONDS} s (3 to 10 s of clean speech clone best)"
+            )
         encoder = self.speaker_encoder
         weight = next(encoder.parameters())
         mels = log_mel(audio)[None].to(weight.device, weight.dtype)
