@@ -40,8 +40,19 @@ def _published(nested: str) -> str | None:
     return "encoder." + _swap(nested, [(new, old) for old, new in _FLAT_TO_NESTED])
 
 
+def require_transformers() -> None:
+    """Qwen3-TTS's Mimi encoder and mel filters come from transformers; say how to get it."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise CheckpointError(
+            "Qwen3-TTS needs the `transformers` package (>= 5.21): pip install 'voxgate[qwen3-tts]'"
+        ) from None
+
+
 class ClipEncoder:
     def __init__(self, config: dict, num_codebooks: int, samples_per_frame: int) -> None:
+        require_transformers()
         self.mimi = build_mimi(config)
         self.num_codebooks = num_codebooks
         self.samples_per_frame = samples_per_frame

@@ -22,6 +22,9 @@ def log_mel(audio: np.ndarray) -> torch.Tensor:
     """The package's mel_spectrogram for the speaker encoder (n_fft 1024, hop 256, Hann 1024,
     128 Slaney mels to 12 kHz, reflect-padded, magnitude, natural log clamped at 1e-5):
     float32 mono at 24 kHz → [frames, 128]."""
+    from models.qwen3_tts.clip_encoder import require_transformers
+
+    require_transformers()
     from transformers.audio_utils import mel_filter_bank
 
     filters = mel_filter_bank(
