@@ -173,9 +173,10 @@ class Qwen3TtsModel(SpeechModel):
         return self.preprocess_with_options(text, voice, {})
 
     def preprocess_with_options(self, text: str, voice: str | None, options: dict) -> Prompt:
-        """`voice` is a preset speaker (CustomVoice; VoiceDesign models have none); `options`
-        may hold `language` ("auto" or one of the checkpoint's) and `instruction` (CustomVoice
-        1.7B: how to speak, emotion, pace…; VoiceDesign: the description of the voice)."""
+        """`voice` is a preset speaker (CustomVoice), a cloned voice (Base), or None (VoiceDesign,
+        or the default); `options` may hold `language` ("auto" or one of the checkpoint's) and
+        `instruction` (CustomVoice 1.7B: how to speak, emotion, pace…; VoiceDesign: the
+        description of the voice)."""
         text = text.strip()
         if not text:
             raise ModelInputError("text is empty: give the model something to say")
