@@ -75,7 +75,20 @@ $(REFERENCE_DIR)/.zonos-installed: $(BIN)/python
 		|| echo "warning: could not install the official Zonos code; its parity tests will be skipped"
 	@if [ -d $(REFERENCE_DIR)/zonos ]; then touch $@; fi
 
-reference-deps: $(REFERENCE_DIR)/.installed $(REFERENCE_DIR)/.zonos-installed
+# The official Qwen3-TTS package (tests/models/official_qwen3_tts.py), also --no-deps. It is
+# written for transformers 4.57, so that version and the huggingface-hub and tokenizers it
+# accepts go into $(REFERENCE_DIR)/tf457, which only the reference's own subprocess puts on
+# its path; einops is the one other module it imports that the venv lacks.
+QWEN3_TTS_REFERENCE_PKGS := qwen-tts==0.1.1 einops==0.8.1
+QWEN3_TTS_TRANSFORMERS := transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
+$(REFERENCE_DIR)/.installed-qwen3-tts: $(BIN)/python
+	$(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR) $(QWEN3_TTS_REFERENCE_PKGS) \
+		&& $(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR)/tf457 $(QWEN3_TTS_TRANSFORMERS) \
+		|| echo "warning: could not install the qwen-tts reference; its parity tests will be skipped"
+	@if [ -d $(REFERENCE_DIR)/qwen_tts ] && [ -d $(REFERENCE_DIR)/tf457/transformers ]; then touch $@; fi
+
+reference-deps: $(REFERENCE_DIR)/.installed $(REFERENCE_DIR)/.zonos-installed \
+	$(REFERENCE_DIR)/.installed-qwen3-tts
 
 test: setup browser-deps teacher-deps zonos-deps reference-deps
 	$(BIN)/ruff check gateway engine models training voxbench tests bench

@@ -17,6 +17,7 @@ from models.family_spec import Checkpoint, ModelFamily
 from models.glm_voice.family import FAMILY as GLM_VOICE
 from models.moshi.family import FAMILY as MOSHI
 from models.orpheus.family import FAMILY as ORPHEUS
+from models.qwen3_tts.family import FAMILY as QWEN3_TTS
 from models.step_audio2.family import FAMILY as STEP_AUDIO2
 from models.voxgate_tiny.family import FAMILY as VOXGATE_TINY
 from models.zonos.family import FAMILY as ZONOS
@@ -32,6 +33,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     VOXGATE_TINY,
     CSM,
     ZONOS,
+    QWEN3_TTS,
     ORPHEUS,
 )
 

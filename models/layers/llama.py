@@ -29,6 +29,8 @@ class LlamaArgs:
     max_positions: int
     # Qwen2 puts biases on q/k/v (not on o_proj); Llama has none.
     attention_bias: bool = False
+    # Qwen3: an RMSNorm over each head's q and k (`q_norm`, `k_norm`) before RoPE.
+    qk_norm: bool = False
 
     @classmethod
     def from_hf_config(cls, cfg: dict) -> LlamaArgs:
@@ -81,14 +83,25 @@ class Attention(nn.Module):
         )
         self.o_proj = nn.Linear(self.h * self.d, args.hidden_size, bias=False)
         self.interleaved_rope = args.rope.interleaved
+        if args.qk_norm:
+            self.q_norm = RMSNorm(self.d, args.rms_norm_eps)
+            self.k_norm = RMSNorm(self.d, args.rms_norm_eps)
+        self.qk_norm = args.qk_norm
+
+    def _normed(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [T, H, D], k [T, Hkv, D] after the per-head norms of Qwen3-style attention."""
+        if not self.qk_norm:
+            return q, k
+        return self.q_norm(q), self.k_norm(k)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split(
             [self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1
         )
-        q = apply_rotary(q.view(t, self.h, self.d), cos, sin, self.interleaved_rope)
-        k = apply_rotary(k.view(t, self.kvh, self.d), cos, sin, self.interleaved_rope)
+        q, k = self._normed(q.view(t, self.h, self.d), k.view(t, self.kvh, self.d))
+        q = apply_rotary(q, cos, sin, self.interleaved_rope)
+        k = apply_rotary(k, cos, sin, self.interleaved_rope)
         out = attn.forward(self.layer, q, k, v.view(t, self.kvh, self.d))
         return self.o_proj(out.reshape(t, self.h * self.d))
 
@@ -99,6 +112,9 @@ class Attention(nn.Module):
         q, k, v = self.qkv_proj(x).split(
             [self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1
         )
+        if self.qk_norm:
+            qn, kn = self._normed(q.view(t, self.h, self.d), k.view(t, self.kvh, self.d))
+            q, k = qn.reshape(t, -1), kn.reshape(t, -1)
         kernels.rope_(q, k, positions)
         out = attn.forward(
             self.layer,

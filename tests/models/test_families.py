@@ -24,7 +24,7 @@ def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
 
 def test_every_preset_belongs_to_exactly_one_family():
     names = [name for family in FAMILIES for name in family.presets]
-    assert len(names) == len(set(names)) == len(PRESETS) == 17
+    assert len(names) == len(set(names)) == len(PRESETS) == 23
     expected = {
         "voxgate-tiny": "voxgate-tiny",
         "tiny-orpheus": "Orpheus",
@@ -43,6 +43,12 @@ def test_every_preset_belongs_to_exactly_one_family():
         "chatterbox": "Chatterbox",
         "tiny-zonos": "Zonos",
         "zonos-v0.1": "Zonos",
+        "tiny-qwen3-tts": "Qwen3-TTS",
+        "qwen3-tts-0.6b": "Qwen3-TTS",
+        "qwen3-tts-1.7b": "Qwen3-TTS",
+        "qwen3-tts-1.7b-voice-design": "Qwen3-TTS",
+        "qwen3-tts-0.6b-base": "Qwen3-TTS",
+        "qwen3-tts-1.7b-base": "Qwen3-TTS",
     }
     assert {name: family_of(name).name for name in all_presets()} == expected
 
@@ -51,6 +57,7 @@ def test_every_preset_belongs_to_exactly_one_family():
     "config, files, family",
     [
         ({"model_type": "voxgate_tiny"}, (), "voxgate-tiny"),
+        ({"model_type": "qwen3_tts"}, (), "Qwen3-TTS"),
         ({"model_type": "llama", "vocab_size": 156940}, (), "Orpheus"),
         ({"model_type": "csm"}, (), "CSM"),
         ({"model_type": "moshi"}, (), "Moshi"),

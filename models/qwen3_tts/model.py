@@ -1,0 +1,274 @@
+"""Qwen3-TTS through the four-stage interface: prompt rows → talker on paged KV → codebook 0
+from the engine's sampler → code predictor for codebooks 1..15 → streaming 12 Hz decoder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.base import (
+    BackboneShape,
+    Candidates,
+    CodeSampler,
+    ModelFacts,
+    ModelInputError,
+    Prompt,
+    SpeechModel,
+    StreamState,
+    Token,
+    block_stops,
+)
+from models.checkpoint_errors import CheckpointError
+from models.qwen3_tts import prompt as P
+from models.qwen3_tts.clip_encoder import ClipEncoder
+from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
+from models.qwen3_tts.family import read_request_options
+from models.qwen3_tts.predictor import CodePredictor
+from models.qwen3_tts.speaker_encoder import SpeakerEncoder, log_mel
+from models.qwen3_tts.talker import Talker
+
+MAX_TEXT_CHARS = 4000
+MAX_INSTRUCTION_CHARS = 1000
+FIRST_CHUNK_FRAMES = 2  # 160 ms of audio before the first chunk decodes
+CHUNK_FRAMES = 4
+MIN_FRAMES = 2  # the shortest utterance the published generate makes
+# A cloned voice's clip is in every prompt of that voice and decoded before its audio.
+MAX_CLIP_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class ClonedVoice:
+    row: int  # the speaker row's code_0, which embeds as the clip's x-vector
+    reference: P.Reference | None  # the clip's transcript and codes (in-context cloning)
+
+
+@dataclass
+class Qwen3TtsStream(StreamState):
+    decoder: DecoderStream = field(default_factory=DecoderStream)
+
+
+class Qwen3TtsModel(SpeechModel):
+    def __init__(
+        self,
+        talker: Talker,
+        predictor: CodePredictor,
+        decoder: SpeechDecoder,
+        encode: P.Encode,
+        ids: P.CodecIds,
+        no_instruction: str | None,
+        name: str = "qwen3-tts",
+        sample_rate: int = 24000,
+        speaker_encoder: SpeakerEncoder | None = None,
+        clip_encoder: ClipEncoder | None = None,
+    ) -> None:
+        """`no_instruction`: why this checkpoint takes no instruction (None: it takes one).
+        `speaker_encoder`, `clip_encoder`: the Base models', which clone voices from clips
+        (add_voice)."""
+        self.talker, self.predictor, self.decoder = talker, predictor, decoder
+        self.encode = encode
+        self.ids = ids
+        self.no_instruction = no_instruction
+        self.speaker_encoder = speaker_encoder
+        self.clip_encoder = clip_encoder
+        self._clones: dict[str, ClonedVoice] = {}
+        self.k = talker.num_codebooks
+        self.code_vocab = predictor.vocab
+        if decoder.cfg.num_quantizers != self.k or decoder.cfg.codebook_size != self.code_vocab:
+            raise CheckpointError(
+                f"the speech tokenizer decodes {decoder.cfg.num_quantizers} codebooks of "
+                f"{decoder.cfg.codebook_size} but the talker emits {self.k} of {self.code_vocab}: "
+                "speech_tokenizer/config.json does not belong to this model"
+            )
+        # Codebook 0 may be any code or the end of speech (the published generate suppresses
+        # the rest of the codec vocabulary: control ids, speakers, languages).
+        self._candidates = torch.tensor([*range(self.code_vocab), ids.eos], dtype=torch.long)
+        speakers = tuple(sorted(ids.speakers))
+        self.facts = ModelFacts(
+            name=name,
+            sample_rate=sample_rate,
+            token_rate_hz=sample_rate / decoder.cfg.samples_per_frame,
+            n_codebooks=self.k,
+            stop_token_ids=(),  # a stop is a frame whose codebook 0 is the end code (is_stop)
+            first_chunk_tokens=FIRST_CHUNK_FRAMES,
+            chunk_tokens=CHUNK_FRAMES,
+            voices=speakers,
+            default_voice=speakers[0] if speakers else None,
+            max_context=talker.args.max_positions,
+            # generation_config.json of the published checkpoints (talker and sub-talker alike).
+            sampling_defaults={
+                "temperature": 0.9,
+                "top_k": 50,
+                "top_p": 1.0,
+                "repetition_penalty": 1.05,
+            },
+            row_width=self.k + 1,
+            voice_cloning=speaker_encoder is not None,
+        )
+        self.shape = BackboneShape.of(talker.args, talker)
+
+    # --- voices ----------------------------------------------------------------------------------
+    def add_voice(self, name: str, audio: np.ndarray, text: str = "") -> None:
+        """Clone a voice from a clip (float32 mono at facts.sample_rate) and what it says: the
+        speaker encoder's x-vector of it takes the speaker row, and with `text` the prompt
+        also holds the transcript and the clip's codes, which the model continues (the
+        package's icl_mode; without text, its x_vector_only_mode). Base models only; register
+        voices before serving."""
+        if self.speaker_encoder is None:
+            raise ModelInputError(
+                f"{self.facts.name} has no speaker encoder: voices from clips need a Base model"
+            )
+        if not name or name in self._clones:
+            raise ModelInputError(f"voice name {name!r} is empty or taken")
+        seconds = len(audio) / self.facts.sample_rate
+        if not 0.5 <= seconds <= MAX_CLIP_SECONDS:
+            raise ModelInputError(
+                f"voice {name!r}: the clip lasts {seconds:.1f} s; give 0.5 to "
+                f"{MAX_CLIP_SECONDS} s (3 to 10 s of clean speech clone best)"
+            )
+        encoder = self.speaker_encoder
+        weight = next(encoder.parameters())
+        mels = log_mel(audio)[None].to(weight.device, weight.dtype)
+        reference = None
+        if text.strip() and self.clip_encoder is not None:
+            ids = self.encode(f"<|im_start|>assistant\n{text.strip()}<|im_end|>\n")[3:-2]
+            reference = P.Reference(ids, self.clip_encoder.encode(audio))
+        self._clones[name] = ClonedVoice(self.talker.add_voice(encoder(mels)[0]), reference)
+        clones = tuple(sorted(self._clones))
+        self.facts = replace(self.facts, voices=clones, clip_voices=clones, default_voice=clones[0])
+
+    def _speaker(self, voice: str | None) -> tuple[str | None, ClonedVoice | None]:
+        """The request's voice → (preset speaker, None) or (None, a cloned voice), or
+        (None, None) for a VoiceDesign model."""
+        if self.speaker_encoder is not None:
+            name = voice or self.facts.default_voice
+            if name not in self._clones:
+                if not self._clones:
+                    raise ModelInputError(
+                        f"{self.facts.name} clones voices from clips and has none: start it "
+                        "with --voices-dir (a clip and its transcript per voice)"
+                    )
+                raise ModelInputError(
+                    f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
+                )
+            return None, self._clones[name]
+        if not self.ids.speakers:  # VoiceDesign: the instruction describes the voice
+            if voice:
+                raise ModelInputError(
+                    f"{self.facts.name} designs its voice from the instruction and has no "
+                    f"preset speakers; leave out voice {voice!r}"
+                )
+            return None, None
+        speaker = (voice or self.facts.default_voice or "").lower()
+        if speaker not in self.ids.speakers:
+            raise ModelInputError(
+                f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
+            )
+        return speaker, None
+
+    # 1. preprocess ---------------------------------------------------------------------------
+    def preprocess(self, text: str, voice: str | None) -> Prompt:
+        return self.preprocess_with_options(text, voice, {})
+
+    def preprocess_with_options(self, text: str, voice: str | None, options: dict) -> Prompt:
+        """`voice` is a preset speaker (CustomVoice), a cloned voice (Base), or None (VoiceDesign,
+        or the default); `options` may hold `language` ("auto" or one of the checkpoint's) and
+        `instruction` (CustomVoice 1.7B: how to speak, emotion, pace…; VoiceDesign: the
+        description of the voice)."""
+        text = text.strip()
+        if not text:
+            raise ModelInputError("text is empty: give the model something to say")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        speaker, clone = self._speaker(voice)
+        chosen = read_request_options(options)
+        instruction = chosen.instruction.strip()
+        if instruction and self.no_instruction:
+            raise ModelInputError(
+                f"{self.facts.name} takes no instruction ({self.no_instruction}); leave it out"
+            )
+        if len(instruction) > MAX_INSTRUCTION_CHARS:
+            raise ModelInputError(
+                f"the instruction is limited to {MAX_INSTRUCTION_CHARS} characters"
+            )
+        request = P.PromptRequest(
+            text,
+            speaker,
+            chosen.language or "auto",
+            instruction,
+            None if clone is None else clone.row,
+            None if clone is None else clone.reference,
+        )
+        rows = P.prompt_rows(self.encode, self.ids, request, self.k)
+        extras = {} if request.reference is None else {"reference_codes": request.reference.codes}
+        return Prompt(rows, extras)
+
+    # 2. forward ------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
+        return self.talker(input_ids, positions, attn)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.talker.compute_logits(hidden)
+
+    # 3. sample -------------------------------------------------------------------------------
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        """Codebook 0's logits over the 2048 codes and the end code (the last column), which
+        the first MIN_FRAMES frames may not take (the package's generate: min_new_tokens)."""
+        columns = self._candidates.to(hidden.device)
+        logits = self.compute_logits(hidden)[:, columns]
+        allow = [ok and n >= MIN_FRAMES for ok, n in zip(allow_stop, num_generated, strict=True)]
+        stop = [len(self._candidates) - 1]
+        return Candidates(block_stops(logits, allow, stop), columns[None].expand_as(logits))
+
+    def depth_stage(
+        self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
+    ) -> torch.Tensor:
+        codes = self.predictor.generate(hidden, first_tokens, sample)  # [N, K]
+        text = torch.full_like(codes[:, :1], self.ids.tts_pad)
+        return torch.cat([codes, text], dim=1)
+
+    def is_stop(self, token: Token) -> bool:
+        return isinstance(token, tuple) and token[0] == self.ids.eos
+
+    # 4. postprocess --------------------------------------------------------------------------
+    def new_stream_state(self) -> Qwen3TtsStream:
+        return Qwen3TtsStream()
+
+    def stream_state_for(self, extras: dict[str, Any]) -> StreamState:
+        """With in-context cloning the generated frames continue the clip's: the decoder
+        first reads the clip's codes (their audio is dropped, as the package cuts it off), so
+        the audio equals the package's decode of clip + speech."""
+        state = Qwen3TtsStream()
+        codes = extras.get("reference_codes")
+        if codes is not None and len(codes):
+            device = next(self.decoder.parameters()).device
+            frames = torch.as_tensor(np.asarray(codes), dtype=torch.long, device=device)
+            self.decoder.decode(frames.T[None], state.decoder)
+        return state
+
+    def detokenize(
+        self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
+    ) -> list[np.ndarray]:
+        """Streams that bring the same number of frames decode together, in one batch."""
+        device = next(self.decoder.parameters()).device
+        out = [np.zeros(0, dtype=np.float32) for _ in states]
+        groups: dict[int, list[tuple[int, list]]] = {}
+        for i, rows in enumerate(new_tokens):
+            frames = [row[: self.k] for row in rows if not self.is_stop(row)]
+            if frames:
+                groups.setdefault(len(frames), []).append((i, frames))
+        for members in groups.values():
+            codes = torch.tensor([f for _, f in members], dtype=torch.long, device=device)
+            streams = [states[i].decoder for i, _ in members]  # type: ignore[attr-defined]
+            audio = self.decoder.decode_batch(codes.transpose(1, 2), streams).float().cpu()
+            for (i, _), pcm in zip(members, audio.numpy(), strict=True):
+                out[i] = pcm
+        return out
+
+    def release(self) -> None:
+        for module in (self.talker, self.predictor, self.decoder):
+            module.to("cpu")
