@@ -27,8 +27,10 @@ from engine.outputs import (
     SpeechRequest,
     StepTiming,
     TextDelta,
+    WordTimings,
 )
 from engine.request import ConfigError, SamplingParams
+from engine.word_timing import WordTiming
 from models.base import ModelFacts, ModelInputError
 
 __all__ = [
@@ -61,6 +63,8 @@ __all__ = [
     "TurnCommand",
     "TurnFromSpeech",
     "TurnFromText",
+    "WordTiming",
+    "WordTimings",
 ]
 
 

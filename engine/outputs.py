@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from engine.request import Request, SamplingParams, Token
+from engine.word_timing import WordTiming
 
 
 # --- scheduler → worker ---------------------------------------------------------------------
@@ -104,6 +105,9 @@ class SpeechRequest:
     # more audio comes. Up to one output frame (the session's frame_ms; 0: none). The engine
     # counts it as not yet delivered when it judges a listener's buffer.
     delivery_hold_s: float = 0.0
+    # Time the words as they are spoken (WordTimings events), where the model knows them
+    # (ModelFacts.word_timings); ignored for other models.
+    word_timings: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,17 @@ class TextDelta:
     text: str
 
 
-EngineEvent = AudioChunk | Finished | TextDelta
+@dataclass(frozen=True)
+class WordTimings:
+    """Words the request has finished speaking (SpeechRequest.word_timings), in order, each
+    once, timed from the start of the request's audio (engine/word_timing.py). They come as
+    soon as the tokens saying them do, ahead of their audio; the last come before `Finished`."""
+
+    request_id: str
+    words: tuple[WordTiming, ...]
+
+
+EngineEvent = AudioChunk | Finished | TextDelta | WordTimings
 
 
 @dataclass(frozen=True)

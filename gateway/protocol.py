@@ -69,6 +69,8 @@ __all__ = [
     "SessionStarted",
     "ResponseStarted",
     "TranscriptDelta",
+    "SpokenWord",
+    "ResponseWords",
     "SpeechStarted",
     "SpeechStopped",
     "ResponseDone",
@@ -186,6 +188,8 @@ class SessionStarted:
     # The model's LLM tokens per second of audio (additive, like model_kind): a client that sets
     # min_tokens / max_tokens for a length of audio (`voxgate bench`) sizes them with it.
     token_rate_hz: float | None = None
+    # The session's responses carry `response.words` (the model knows when it says each word).
+    word_timings: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,25 @@ class TranscriptDelta:
     TYPE: ClassVar[ServerEventType] = ServerEventType.TRANSCRIPT_DELTA
     response_id: str
     text: str
+
+
+@dataclass(frozen=True)
+class SpokenWord:
+    """A word of a response and when it is said, in ms of the response's audio."""
+
+    word: str
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True)
+class ResponseWords:
+    """Words the response has spoken, sent with the audio that says them (optional extension,
+    announced by `session.started` `word_timings`)."""
+
+    TYPE: ClassVar[ServerEventType] = ServerEventType.RESPONSE_WORDS
+    response_id: str
+    words: tuple[SpokenWord, ...]
 
 
 @dataclass(frozen=True)
@@ -220,6 +243,11 @@ class ResponseDone:
     status: ResponseStatus
     audio_ms: int
     ttfa_ms: int | None  # None: the response ended before any audio was sent
+    # A response cut short (`cancelled`) in a session with word timings: the words the listener
+    # heard to their end (by its `playback` report, else the server's send clock). Left out of
+    # the event when None.
+    heard_words: tuple[SpokenWord, ...] | None = None
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("heard_words",)
 
 
 @dataclass(frozen=True)
@@ -240,6 +268,7 @@ ServerEvent = (
     SessionStarted
     | ResponseStarted
     | TranscriptDelta
+    | ResponseWords
     | SpeechStarted
     | SpeechStopped
     | ResponseDone
@@ -249,8 +278,13 @@ ServerEvent = (
 
 
 def encode_event(event: ServerEvent) -> str:
-    """The JSON text frame of a server event (StrEnum values serialise as their strings)."""
-    return json.dumps({"type": event.TYPE.value, **asdict(event)}, separators=(",", ":"))
+    """The JSON text frame of a server event (StrEnum values serialise as their strings; an
+    optional field listed in the event's OMIT_WHEN_NONE is left out while it is None)."""
+    fields = asdict(event)
+    for name in getattr(event, "OMIT_WHEN_NONE", ()):
+        if fields[name] is None:
+            del fields[name]
+    return json.dumps({"type": event.TYPE.value, **fields}, separators=(",", ":"))
 
 
 # --- decoding ---------------------------------------------------------------------------------

@@ -35,7 +35,10 @@ def resolve_options(
     except ConfigError as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
     return SpeechOptions(
-        sampling, event.voice or facts.default_voice, event.output_audio or AudioSpec()
+        sampling,
+        event.voice or facts.default_voice,
+        event.output_audio or AudioSpec(),
+        word_timings=facts.word_timings,
     )
 
 
@@ -64,8 +67,9 @@ def update_options(
         sampling = dataclasses.replace(options.sampling, **update.sampling)
     except (ConfigError, TypeError) as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
-    return SpeechOptions(
-        sampling,
-        update.voice if update.voice is not None else options.voice,
-        update.output_audio if update.output_audio is not None else options.output,
+    return dataclasses.replace(
+        options,
+        sampling=sampling,
+        voice=update.voice if update.voice is not None else options.voice,
+        output=update.output_audio if update.output_audio is not None else options.output,
     )
