@@ -290,6 +290,11 @@ class Session:
     def closed(self) -> bool:
         return self._reader.done()
 
+    @property
+    def close_code(self) -> int | None:
+        """The close code once the session has closed (1000 after a normal end)."""
+        return self._ws.close_code
+
     async def __aenter__(self) -> Session:
         return self
 
