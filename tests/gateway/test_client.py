@@ -138,13 +138,21 @@ async def test_api_keys(make_tiny_server):
 
 async def test_a_full_server_refuses_with_overloaded(make_tiny_server):
     server = make_tiny_server(max_sessions=1)
-    async with connect(server.url):
+    async with connect(server.url) as first:
         with pytest.raises(Overloaded) as refused:
             await connect(server.url)
+        assert await first.end() == "client_ended"
     assert isinstance(refused.value, CapacityError)
     assert refused.value.close_code == 1013 and refused.value.fatal
-    async with connect(server.url) as session:  # the slot is free again
-        assert session.info.session_id
+    # The slot is free again once the server has torn the first session down.
+    for _ in range(50):
+        try:
+            async with connect(server.url) as session:
+                assert session.info.session_id
+                return
+        except Overloaded:
+            await asyncio.sleep(0.1)
+    raise AssertionError("the server kept the ended session's slot")
 
 
 async def test_microphone_audio_to_a_full_duplex_model(moshi_server):

@@ -24,6 +24,7 @@
 - `voxgate.client.sync.connect` is the same, blocking.
 """
 
+from voxgate.client.connect import connect, session_start_event
 from voxgate.client.errors import (
     AlreadyStarted,
     AuthenticationError,
@@ -68,7 +69,7 @@ from voxgate.client.events import (
     Words,
 )
 from voxgate.client.reply import Reply, ReplyStream
-from voxgate.client.session import Session, connect, session_start_event
+from voxgate.client.session import Session
 
 __all__ = [
     "AlreadyStarted",

@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from voxgate.client.connect import connect as connect_async
 from voxgate.client.events import Event, SessionInfo
 from voxgate.client.reply import Reply
 from voxgate.client.session import Session
-from voxgate.client.session import connect as connect_async
 
 T = TypeVar("T")
 
