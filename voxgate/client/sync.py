@@ -99,6 +99,8 @@ class SyncSession:
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
 
     def __enter__(self) -> SyncSession:
         return self
