@@ -155,22 +155,29 @@ async def test_a_full_server_refuses_with_overloaded(make_tiny_server):
     raise AssertionError("the server kept the ended session's slot")
 
 
-async def test_microphone_audio_to_a_full_duplex_model(moshi_server):
+@pytest.mark.parametrize(
+    "input_audio",
+    [None, {"format": "pcm16", "sample_rate": 16000}],  # None: Opus, the protocol's default
+)
+async def test_microphone_audio_to_a_full_duplex_model(moshi_server, input_audio):
     rate, seconds = 24000, 1.0
     t = np.arange(int(rate * seconds)) / rate
     tone = (0.3 * np.sin(2 * np.pi * 180 * t)).astype(np.float32)
-    async with connect(moshi_server.url, sampling={"temperature": 0.0}) as session:
-        assert session.info.model_kind == "full_duplex" and session.info.input_audio
+    options = {"sampling": {"temperature": 0.0}, "input_audio": input_audio}
+    async with connect(moshi_server.url, **options) as session:
+        assert session.info.model_kind == "full_duplex"
+        assert session.info.input_audio["format"] == (input_audio or {"format": "opus"})["format"]
         reply = session.next_reply()
         chunk = rate // 50  # 20 ms, in real time as a microphone delivers it
         start, sent = time.monotonic(), 0
         for i in range(0, len(tone), chunk):
             await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
             sent += await session.send_pcm(tone[i : i + chunk], rate)
+        sent += await session.flush_audio()  # a resampler's last samples, padded to a frame
         await asyncio.sleep(0.3)  # the last frames reach the engine
         await session.commit()
         got = await reply.collect()
-    assert sent == seconds * 1000 / 20  # whole 20-ms Opus packets, none held back
+    assert sent == seconds * 1000 / 20  # 20-ms frames, every sample sent
     assert got.status == "completed" and got.audio_ms > 0
     assert len(got.pcm) == got.audio_ms * 48
 
