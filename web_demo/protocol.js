@@ -201,9 +201,12 @@ export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, 
  * `final: true` closes its input.
  * @param {string} value
  * @param {boolean} [final]
+ * @param {object} [extra] more fields of the event, merged in as they are (a response's own
+ *   options, on the text that opens it)
  * @returns {string} JSON text
  */
-export const text = (value, final = true) => JSON.stringify({ type: C.TEXT, text: value, final });
+export const text = (value, final = true, extra = undefined) =>
+  JSON.stringify({ type: C.TEXT, text: value, final, ...(extra || {}) });
 /** Barge-in: stop the current response now. @returns {string} JSON text */
 export const responseCancel = () => JSON.stringify({ type: C.RESPONSE_CANCEL });
 /**

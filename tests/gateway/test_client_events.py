@@ -83,3 +83,21 @@ def test_every_error_code_and_close_code_has_its_class():
     assert isinstance(later, errors.TryAgainLater) and isinstance(later, errors.CapacityError)
     assert type(errors.session_closed(4000)) is errors.SessionClosed
     assert type(errors.session_closed(None)) is errors.SessionClosed
+
+
+def test_session_start_leaves_defaults_out_and_takes_extra_fields():
+    from voxgate.client import session_start_event
+
+    assert session_start_event() == {"type": "session.start"}
+    event = session_start_event(
+        voice="slt",
+        sampling={"seed": 1},
+        extra={"model_options": {"exaggeration": 0.5}, "voice": "clip-1"},
+    )
+    # Fields the client does not name go in as they are, and win over its own.
+    assert event == {
+        "type": "session.start",
+        "voice": "clip-1",
+        "sampling": {"seed": 1},
+        "model_options": {"exaggeration": 0.5},
+    }

@@ -110,10 +110,13 @@ class Session:
                 _Closed(self._ws.close_code, self._ws.close_reason or "")
             ) from None
 
-    async def send_text(self, text: str, final: bool = True) -> None:
+    async def send_text(
+        self, text: str, final: bool = True, extra: Mapping[str, Any] | None = None
+    ) -> None:
         """Text to speak. `final=False` appends to the open response (text streaming in from an
-        LLM); `final=True` closes its input. A text while no response is open opens one."""
-        await self.send_event({"type": "text", "text": text, "final": final})
+        LLM); `final=True` closes its input. A text while no response is open opens one.
+        `extra`: more fields of the event, merged in as they are (a response's own options)."""
+        await self.send_event({"type": "text", "text": text, "final": final, **(extra or {})})
 
     async def send_audio(self, frame: bytes) -> None:
         """One binary frame of microphone audio, already in the session's `input_audio`
@@ -185,10 +188,10 @@ class Session:
                     return
                 raise
 
-    def speak(self, text: str) -> ReplyStream:
-        """Speak `text` (one `text` event, final): iterate the response's events, or
-        `await session.speak(text).collect()` for the whole `Reply`."""
-        return ReplyStream(self, lambda: self.send_text(text))
+    def speak(self, text: str, extra: Mapping[str, Any] | None = None) -> ReplyStream:
+        """Speak `text` (one `text` event, final; `extra` as for send_text): iterate the
+        response's events, or `await session.speak(text).collect()` for the whole `Reply`."""
+        return ReplyStream(self, lambda: self.send_text(text, True, extra))
 
     def next_reply(self) -> ReplyStream:
         """The next response, whatever opens it (text sent with `send_text(..., final=False)`,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -46,15 +46,17 @@ class SyncSession:
         assert self._session.info is not None
         return self._session.info
 
-    def speak(self, text: str) -> Reply:
+    def speak(self, text: str, extra: Mapping[str, Any] | None = None) -> Reply:
         """Speak `text` and wait for the whole response (ReplyStream.collect)."""
-        return self._call(self._session.speak(text).collect())
+        return self._call(self._session.speak(text, extra).collect())
 
     def next_reply(self) -> Reply:
         return self._call(self._session.next_reply().collect())
 
-    def send_text(self, text: str, final: bool = True) -> None:
-        self._call(self._session.send_text(text, final))
+    def send_text(
+        self, text: str, final: bool = True, extra: Mapping[str, Any] | None = None
+    ) -> None:
+        self._call(self._session.send_text(text, final, extra))
 
     def send_audio(self, frame: bytes) -> None:
         self._call(self._session.send_audio(frame))
