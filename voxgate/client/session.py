@@ -66,7 +66,6 @@ class Session:
         self._queue: asyncio.Queue[Event | _Closed] = asyncio.Queue()
         self._closed: _Closed | None = None
         self._fatal: Error | None = None  # a fatal error event: the close that follows is why
-        self._ended = False  # session.ended came: a 1000 close is the expected end
         self._decoder: OutputDecoder | None = None
         self._response_id: str | None = None
         self._encoder: InputEncoder | None = None
@@ -82,8 +81,6 @@ class Session:
                     item = await self.next_event()
                     if isinstance(item, SessionInfo):
                         self.info = item
-                        if self._decode and item.output_audio:
-                            self._decoder = OutputDecoder(item.output_audio)
                         return item
                     if isinstance(item, Error) and not item.fatal:
                         raise item.exception()
@@ -226,14 +223,14 @@ class Session:
             pcm = self._decoder.decode(message) if self._decoder is not None else None
             return Audio(self._response_id, message, pcm, rate, now)
         event = parse_event(message, now)
-        if isinstance(event, ResponseStarted):
+        if isinstance(event, SessionInfo) and self._decode and event.output_audio:
+            self._decoder = OutputDecoder(event.output_audio)
+        elif isinstance(event, ResponseStarted):
             self._response_id = event.response_id
             if self._decoder is not None:
                 self._decoder.reset()  # each response is a new encoder's stream
         elif isinstance(event, Error) and event.fatal:
             self._fatal = event
-        elif isinstance(event, SessionEnded):
-            self._ended = True
         return event
 
     # --- ending ----------------------------------------------------------------------------
