@@ -436,7 +436,7 @@ class Session:
                 self._settings.limits(),
                 ModelKind.of(facts),
                 facts.token_rate_hz,
-                options.word_timings,
+                word_timings=options.word_timings,
             )
         )
         self.log.info(
