@@ -11,6 +11,7 @@ COPY engine engine
 COPY models models
 COPY gateway gateway
 COPY voxbench voxbench
+COPY voxgate voxgate
 COPY web_demo web_demo
 COPY training training
 COPY bench bench

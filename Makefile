@@ -91,13 +91,13 @@ reference-deps: $(REFERENCE_DIR)/.installed $(REFERENCE_DIR)/.zonos-installed \
 	$(REFERENCE_DIR)/.installed-qwen3-tts
 
 test: setup browser-deps teacher-deps zonos-deps reference-deps
-	$(BIN)/ruff check gateway engine models training voxbench tests bench
-	$(BIN)/ruff format --check gateway engine models training voxbench tests bench
+	$(BIN)/ruff check gateway engine models training voxbench voxgate tests bench
+	$(BIN)/ruff format --check gateway engine models training voxbench voxgate tests bench
 	$(BIN)/python -m pytest -q -m "not gpu" tests
 
 lint: setup
-	$(BIN)/ruff check gateway engine models training voxbench tests bench
-	$(BIN)/ruff format --check gateway engine models training voxbench tests bench
+	$(BIN)/ruff check gateway engine models training voxbench voxgate tests bench
+	$(BIN)/ruff format --check gateway engine models training voxbench voxgate tests bench
 
 demo: setup
 	@echo "Voxgate demo: open http://$(HOST):$(PORT)/ in a browser once the model has loaded."

@@ -27,8 +27,10 @@ from engine.outputs import (
     SpeechRequest,
     StepTiming,
     TextDelta,
+    WordTimings,
 )
 from engine.request import ConfigError, SamplingParams
+from engine.word_timing import WordTiming
 from models.base import ModelFacts, ModelInputError
 from models.request_options import OptionSpec, RequestOptionError, resolve_request_options
 from models.voice_clip import VoiceClip
@@ -70,6 +72,8 @@ __all__ = [
     "VoiceClip",
     "VoiceCommand",
     "resolve_request_options",
+    "WordTiming",
+    "WordTimings",
 ]
 
 

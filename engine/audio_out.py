@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.detok_job import Detokenizer, DetokJob
-from engine.outputs import AudioChunk, EngineEvent, Finished, FinishReason, LoopTotals
+from engine.outputs import (
+    AudioChunk,
+    EngineEvent,
+    Finished,
+    FinishReason,
+    LoopTotals,
+    WordTimings,
+)
 from engine.request import Request, RequestStatus
 from engine.request_trace import TraceWriter
 from engine.scheduler import Scheduler, ema
@@ -101,6 +108,7 @@ class AudioOut:
                     request.detok_done = True
                     self.scheduler.remove(request.request_id)
                     self.worker.drop_request(request.request_id)
+                    events.extend(self._last_words(request))
                     events.append(self.finished(request, REASONS[request.status]))
         return events
 
@@ -114,6 +122,15 @@ class AudioOut:
             t.codec_jobs += 1
             t.codec_rows += len(job.requests)
             t.codec_s += job.seconds
+
+    def _last_words(self, request: Request) -> list[EngineEvent]:
+        """The word still being spoken when a request's audio ended (its end is the audio's)."""
+        if request.words is None:
+            return []
+        out = request.output_ids
+        audio_tokens = len(out) - (1 if out and self.model.is_stop(out[-1]) else 0)
+        words = request.words.finish(audio_tokens)
+        return [WordTimings(request.request_id, tuple(words))] if words else []
 
     def finished(self, request: Request, reason: FinishReason) -> Finished:
         """The request's `Finished` event; its timeline goes to the trace file now."""

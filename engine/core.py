@@ -35,11 +35,13 @@ from engine.outputs import (
     SpeechRequest,
     StepTiming,
     TextDelta,
+    WordTimings,
 )
 from engine.realtime_capacity import REALTIME_LOAD
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler, ema
+from engine.word_timing import WordClock
 from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
 from models.request_options import RequestOptionError, resolve_request_options
@@ -227,6 +229,8 @@ class EngineCore:
             conversation_id=spec.conversation_id,
             delivery_hold_s=spec.delivery_hold_s,
         )
+        if spec.word_timings and self.model.facts.word_timings and prompt.words:
+            request.words = WordClock(prompt.words, self.model.facts.seconds_per_token)
         if spec.request_id:
             if spec.request_id in self.scheduler.requests:
                 raise ModelInputError(f"request id {spec.request_id!r} is already in use")
@@ -404,7 +408,8 @@ class EngineCore:
 
     def _apply_tokens(self, launched: LaunchedStep, tokens: list[Token]) -> list[EngineEvent]:
         """Resolved tokens join their requests; returns the transcript deltas of turn-based
-        models (text tokens run ahead of the audio they go with, as in Realtime APIs)."""
+        models (text tokens run ahead of the audio they go with, as in Realtime APIs) and the
+        words finished by requests that time them (engine/word_timing.py)."""
         events: list[EngineEvent] = []
         for request, token in zip(launched.requests, tokens, strict=True):
             request.num_inflight -= 1
@@ -417,6 +422,11 @@ class EngineCore:
                 continue
             token = self.model.follow_row(request.prompt_ids, request.output_ids, token)
             request.output_ids.append(token)
+            if request.words is not None:
+                position = self.model.reading_position(token)
+                words = request.words.advance(len(request.output_ids) - 1, position)
+                if words:
+                    events.append(WordTimings(request.request_id, tuple(words)))
             if request.trace is not None:
                 now = self.clock()
                 request.trace.token(now, self.llm_steps)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from engine.request import Request, SamplingParams, Token
+from engine.word_timing import WordTiming
 
 
 # --- scheduler → worker ---------------------------------------------------------------------
@@ -109,6 +110,9 @@ class SpeechRequest:
     # cfg_weight), name → value; unset ones take the model's defaults. A model that takes
     # none refuses any (ModelInputError naming the option).
     model_options: Mapping[str, float] = field(default_factory=dict)
+    # Time the words as they are spoken (WordTimings events), where the model knows them
+    # (ModelFacts.word_timings); ignored for other models.
+    word_timings: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,17 @@ class TextDelta:
     text: str
 
 
-EngineEvent = AudioChunk | Finished | TextDelta
+@dataclass(frozen=True)
+class WordTimings:
+    """Words the request has finished speaking (SpeechRequest.word_timings), in order, each
+    once, timed from the start of the request's audio (engine/word_timing.py). They come as
+    soon as the tokens saying them do, ahead of their audio; the last come before `Finished`."""
+
+    request_id: str
+    words: tuple[WordTiming, ...]
+
+
+EngineEvent = AudioChunk | Finished | TextDelta | WordTimings
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,14 @@ from engine.api import (
 from engine.client_base import ClientBase
 from engine.config import EngineConfig
 from engine.loop import Applied, EngineLoop, apply, prepare_speech_turns
-from engine.outputs import AudioChunk, EngineStats, Finished, StepTiming, TextDelta
+from engine.outputs import (
+    AudioChunk,
+    EngineStats,
+    Finished,
+    StepTiming,
+    TextDelta,
+    WordTimings,
+)
 
 log = logging.getLogger("voxgate.engine")
 
@@ -260,7 +267,7 @@ class ProcessEngine(ClientBase):
 
     def _handle(self, message: object) -> None:
         match message:
-            case AudioChunk() | TextDelta() | Finished():
+            case AudioChunk() | TextDelta() | WordTimings() | Finished():
                 self._deliver(message)
             case EngineStats():
                 self._stats = message

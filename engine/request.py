@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.request_trace import RequestTrace
+    from engine.word_timing import WordClock
 
 # One step's token: a vocabulary id, or a row of ids for models with a depth stage (CSM: a
 # frame's codebooks plus a text column). Same alias as models.base.Token (no torch here).
@@ -118,6 +119,8 @@ class Request:
     conversation_id: str | None = None
     num_reused: int = 0
     transcript_chars: int = 0  # turn-based models: transcript characters sent as TextDelta
+    # Times the words as they are spoken (SpeechRequest.word_timings on a model that can).
+    words: WordClock | None = None
     # What the model's preprocess attached for its later stages (models.base.Prompt.extras:
     # CosyVoice 2's voice conditioning for the detokenizer).
     extras: dict = field(default_factory=dict)

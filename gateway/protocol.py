@@ -69,6 +69,8 @@ __all__ = [
     "SessionStarted",
     "ResponseStarted",
     "TranscriptDelta",
+    "SpokenWord",
+    "ResponseWords",
     "SpeechStarted",
     "SpeechStopped",
     "ResponseDone",
@@ -199,6 +201,8 @@ class SessionStarted:
     # The model's per-request options, each {name, default, minimum, maximum, help} (additive):
     # what `model_options` on session.start or a response's first `text` may set.
     model_options: tuple[Mapping[str, Any], ...] = ()
+    # The session's responses carry `response.words` (the model knows when it says each word).
+    word_timings: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,25 @@ class TranscriptDelta:
     TYPE: ClassVar[ServerEventType] = ServerEventType.TRANSCRIPT_DELTA
     response_id: str
     text: str
+
+
+@dataclass(frozen=True)
+class SpokenWord:
+    """A word of a response and when it is said, in ms of the response's audio."""
+
+    word: str
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True)
+class ResponseWords:
+    """Words the response has spoken, sent with the audio that says them (optional extension,
+    announced by `session.started` `word_timings`)."""
+
+    TYPE: ClassVar[ServerEventType] = ServerEventType.RESPONSE_WORDS
+    response_id: str
+    words: tuple[SpokenWord, ...]
 
 
 @dataclass(frozen=True)
@@ -233,6 +256,11 @@ class ResponseDone:
     status: ResponseStatus
     audio_ms: int
     ttfa_ms: int | None  # None: the response ended before any audio was sent
+    # A response cut short (`cancelled`) in a session with word timings: the words the listener
+    # heard to their end (by its `playback` report, else the server's send clock). Left out of
+    # the event when None.
+    heard_words: tuple[SpokenWord, ...] | None = None
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("heard_words",)
 
 
 @dataclass(frozen=True)
@@ -253,6 +281,7 @@ ServerEvent = (
     SessionStarted
     | ResponseStarted
     | TranscriptDelta
+    | ResponseWords
     | SpeechStarted
     | SpeechStopped
     | ResponseDone

@@ -25,6 +25,8 @@ class ServerEventType(enum.StrEnum):
     SESSION_STARTED = "session.started"
     RESPONSE_STARTED = "response.started"
     TRANSCRIPT_DELTA = "transcript.delta"
+    # Optional extension: sessions whose `session.started` says `word_timings: true`.
+    RESPONSE_WORDS = "response.words"
     SPEECH_STARTED = "input.speech_started"
     SPEECH_STOPPED = "input.speech_stopped"
     RESPONSE_DONE = "response.done"

@@ -57,6 +57,7 @@ from gateway.protocol import (
     ResponseStarted,
     ResponseStatus,
     ServerEvent,
+    SpokenWord,
 )
 
 STATUS_OF: dict[FinishReason, ResponseStatus] = {
@@ -90,6 +91,8 @@ class SpeechOptions:
     # Turn-based models with a system prompt (ModelFacts.system_prompt): the Realtime API's
     # `instructions`, given with each user turn from now on (None: the model's default).
     instructions: str | None = None
+    # Responses send `response.words` (the model times its words: ModelFacts.word_timings).
+    word_timings: bool = False
 
 
 class ReplyState(enum.Enum):
@@ -160,6 +163,11 @@ class ReplyLifecycle:
         return self._stopped.is_set()
 
     @property
+    def paced(self) -> bool:
+        """Frames leave on a playback clock (heard_s can say how much the user heard)."""
+        return self._clock is not None
+
+    @property
     def underruns(self) -> int:
         return self._clock.underruns if self._clock is not None else 0
 
@@ -170,16 +178,21 @@ class ReplyLifecycle:
         self.state = ReplyState.STARTED
         self._emit.event(ResponseStarted(self.response_id))
 
-    def done(self, details: str = "") -> ResponseStatus:
-        """`response.done` with the reply's status, counted and logged (`details`: what the
-        reply adds to the log line). Raises EngineDead afterwards if the engine loop has
-        stopped: no session can be served, so the session closes with 1011."""
+    def done(
+        self, details: str = "", heard_words: tuple[SpokenWord, ...] | None = None
+    ) -> ResponseStatus:
+        """`response.done` with the reply's status (and, for a reply cut short, the words the
+        user heard), counted and logged (`details`: what the reply adds to the log line).
+        Raises EngineDead afterwards if the engine loop has stopped: no session can be
+        served, so the session closes with 1011."""
         started = self.state is ReplyState.STARTED
         self.state = ReplyState.DONE
         if started:
             self._metrics.responses.labels(self.status.value).inc()
             self._emit.event(
-                ResponseDone(self.response_id, self.status, self.audio_ms, self.ttfa_ms)
+                ResponseDone(
+                    self.response_id, self.status, self.audio_ms, self.ttfa_ms, heard_words
+                )
             )
             self._log.info(
                 "%s done id=%s status=%s audio_ms=%d ttfa_ms=%s underruns=%d%s",

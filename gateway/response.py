@@ -35,13 +35,15 @@ from engine.api import (
     ResponseStream,
     SamplingParams,
     SpeechRequest,
+    WordTimings,
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
-from gateway.protocol import ResponseStatus
+from gateway.protocol import ResponseStatus, SpokenWord
 from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
 from gateway.segmenter import SentenceSegmenter
+from gateway.spoken_words import SpokenWords
 
 
 def share_tokens(sampling: SamplingParams, share: float) -> SamplingParams:
@@ -143,10 +145,13 @@ class ResponseRunner:
         self._ordered: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
         self._model_audio_s = 0.0
+        self._words = SpokenWords(response.response_id, emit.event)
+        self._played_ms: float | None = None  # the client's last playback report
 
     # --- control, from the session ---------------------------------------------------------
     def report_playback(self, played_ms: float) -> None:
         """Hand the client's position to the engine request of the segment being heard."""
+        self._played_ms = played_ms
         played_s = played_ms / 1000
         for segment in reversed(self.segments):
             if segment.start_s is not None and played_s >= segment.start_s:
@@ -176,7 +181,15 @@ class ResponseRunner:
             self.response.close_input()  # later text opens a new response, never this one
             for task in self._tasks:
                 task.cancel()
-        return self.reply.done(f"segments={len(self.segments)}")
+        return self.reply.done(f"segments={len(self.segments)}", self._heard_words())
+
+    def _heard_words(self) -> tuple[SpokenWord, ...] | None:
+        """For a response cut short in a session with word timings: the words heard to
+        their end (docs/protocol.md, `response.done` `heard_words`); None otherwise."""
+        if not (self._options.word_timings and self.reply.cancelled and self.reply.paced):
+            return None
+        reported = self._played_ms / 1000 if self._played_ms is not None else None
+        return self._words.heard(self.reply.heard_s(reported) * 1000)
 
     async def _play(self, encoder: ChunkEncoder) -> None:
         self._spawn(self._submit_all())
@@ -209,6 +222,7 @@ class ResponseRunner:
                 segment.request_id,
                 delivery_hold_s=opts.output.frame_ms / 1000,
                 model_options=opts.model_options,
+                word_timings=opts.word_timings,
             )
             stream = await self.reply.submit(request)
             if stream is None:  # refused (the client was told why): it fails in its turn
@@ -241,8 +255,13 @@ class ResponseRunner:
                 self._model_audio_s += event.duration_s
                 async for frames in encoder.encode_parts(event.pcm):
                     await self.reply.send(frames)
+                    self._words.release(self.reply.audio_ms)
+                continue
+            if isinstance(event, WordTimings):
+                self._words.add(segment.start_s, event.words)
                 continue
             status = self.reply.finished(event)  # one `length` segment makes the response so
             if status in (ResponseStatus.COMPLETED, ResponseStatus.LENGTH):
+                self._words.release()  # the segment's audio is out (but a held-back frame)
                 return _Outcome.NEXT
             return _Outcome.STOP

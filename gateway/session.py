@@ -488,6 +488,7 @@ class Session:
                 facts.token_rate_hz,
                 options.voice,
                 announced_options(facts),
+                word_timings=options.word_timings,
             )
         )
         self.log.info(

@@ -47,6 +47,7 @@ def resolve_options(
         event.voice or facts.default_voice,
         event.output_audio or AudioSpec(),
         checked_model_options(event.model_options, facts),
+        word_timings=facts.word_timings,
     )
 
 
@@ -94,10 +95,12 @@ def update_options(
         sampling = dataclasses.replace(options.sampling, **update.sampling)
     except (ConfigError, TypeError) as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
-    return SpeechOptions(
-        sampling,
-        update.voice if update.voice is not None else options.voice,
-        update.output_audio if update.output_audio is not None else options.output,
-        options.model_options,
-        update.instructions if update.instructions is not None else options.instructions,
+    return dataclasses.replace(
+        options,
+        sampling=sampling,
+        voice=update.voice if update.voice is not None else options.voice,
+        output=update.output_audio if update.output_audio is not None else options.output,
+        instructions=update.instructions
+        if update.instructions is not None
+        else options.instructions,
     )

@@ -108,6 +108,9 @@ class ModelFacts:
     # until this many streams have a chunk ready (EngineConfig.steady_batch_rows), for codecs
     # whose job costs about the same at 1 row as at 16 (CosyVoice 2's flow + HiFT); 0: never.
     steady_batch_rows: int = 0
+    # The model knows which word of its text each generated token says (reading_position and
+    # Prompt.words), so the engine can time the words it speaks (engine/word_timing.py).
+    word_timings: bool = False
 
     @property
     def seconds_per_token(self) -> float:
@@ -151,10 +154,22 @@ class BackboneShape:
         )
 
 
+@dataclass(frozen=True)
+class TextWord:
+    """A word of a request's text as the model reads it, and the reading positions that say
+    it: [start, end) in the sequence `SpeechModel.reading_position` walks through."""
+
+    text: str
+    start: int
+    end: int
+
+
 @dataclass
 class Prompt:
     token_ids: list[Token]
     extras: dict[str, Any] = field(default_factory=dict)
+    # Models with facts.word_timings: the text's words, in order, with their reading positions.
+    words: tuple[TextWord, ...] = ()
 
 
 @dataclass
@@ -328,6 +343,11 @@ class SpeechModel(abc.ABC):
         checks): voxgate-tiny's reading pointer must have reached the last sound of its text.
         Called on the host for every sampling request of every step. Default: True."""
         return True
+
+    def reading_position(self, token: Token) -> int | None:
+        """Models with facts.word_timings: the position in the text (Prompt.words' unit) that a
+        generated token's audio says; positions never decrease along a request. Default: None."""
+        return None
 
     def is_stop(self, token: Token) -> bool:
         """Whether `token` ends generation (the engine honours it after min_tokens)."""

@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from voxbench.metrics import OnTimeTracker, distribution
 from voxbench.records import RequestRecord
 from voxbench.workload import PlannedRequest
+from voxgate import client
 
 SUBPROTOCOL = "voxgate.v1"
 _STOP_POLL_S = 0.05
@@ -220,30 +221,25 @@ async def _speak(ws, opts: ClientOptions, seconds: float, began: float) -> None:
 
 # --- what the server says about its model ---------------------------------------------------
 async def _session_started(opts: ClientOptions) -> dict[str, Any]:
-    async with _connect(opts) as ws:
-        await ws.send(json.dumps({"type": "session.start", "output_audio": opts.output_audio}))
-        while True:
-            message = await ws.recv()
-            if isinstance(message, bytes):
-                continue
-            event = json.loads(message)
-            if event.get("type") == "session.started":
-                break
-            if event.get("type") == "error" and event.get("fatal"):
-                raise RuntimeError(f"{opts.url} refused a session: {event.get('message')}")
-        await ws.send(json.dumps({"type": "session.end"}))
-        with contextlib.suppress(ConnectionClosed):
-            while True:  # session.ended, then the server's close
-                await ws.recv()
-    return event
+    session = await client.connect(
+        opts.url,
+        api_key=opts.api_key,
+        output_audio=opts.output_audio,
+        decode_audio=False,
+        open_timeout=opts.open_timeout_s,
+    )
+    info = session.info
+    await session.end()  # session.ended, then the server's close
+    assert info is not None
+    return info.raw
 
 
 def probe_session(opts: ClientOptions, timeout_s: float = 30.0) -> dict[str, Any]:
     """The `session.started` event of one session, opened and ended cleanly (the served model's
-    facts, before any load)."""
+    facts, before any load), through the Python client (voxgate.client)."""
     try:
         started, _ = run_async(lambda: asyncio.wait_for(_session_started(opts), timeout_s))
-    except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed, ValueError) as exc:
+    except (OSError, TimeoutError, client.VoxgateError) as exc:
         raise RuntimeError(f"could not open a session at {opts.url}: {exc!r}") from exc
     return started
 

@@ -1,12 +1,38 @@
-// The Voxgate native WebSocket protocol, version 1 (docs/protocol.md), as data.
-// Every event name, close code and message shape the page speaks lives here, so the rest of
-// the page never spells a wire string itself.
+/**
+ * The Voxgate native WebSocket protocol, version 1 (docs/protocol.md), as an ES module: event
+ * names, codes, message builders and parsers, with no state and no dependency. The demo page
+ * speaks the protocol through it, and so can any web app:
+ *
+ * ```js
+ * import * as voxgate from "./protocol.js"; // the gateway serves it at /protocol.js
+ *
+ * const ws = new WebSocket(voxgate.streamUrl(location.href, "ws://127.0.0.1:8000/v1/stream"),
+ *                          voxgate.subprotocols(apiKey));
+ * ws.binaryType = "arraybuffer";
+ * ws.onopen = () => ws.send(voxgate.sessionStart({ outputAudio: voxgate.audioFormat("pcm16", 24000) }));
+ * ws.onmessage = ({ data }) => {
+ *   if (typeof data !== "string") return play(data);        // one audio frame
+ *   const event = voxgate.parseEvent(data);
+ *   if (event.type === voxgate.S.SESSION_STARTED) ws.send(voxgate.text("Hello there."));
+ *   if (event.type === voxgate.S.RESPONSE_WORDS) caption(voxgate.wordsText(event.words));
+ *   if (event.type === voxgate.S.ERROR) console.warn(voxgate.describeError(event));
+ * };
+ * ws.onclose = ({ code }) => console.log(code, voxgate.describeClose(code));
+ * ```
+ *
+ * Every wire string lives here, so the rest of a page never spells one itself. The module is
+ * plain data and functions: a page builds its own session logic (sockets, audio) on top.
+ * @module voxgate/protocol
+ */
 
+/** The subprotocol the server selects when it is offered. */
 export const SUBPROTOCOL = "voxgate.v1";
+/** Browsers cannot set headers on a WebSocket: an API key rides in an offered `bearer.<key>`. */
 export const BEARER_PREFIX = "bearer.";
-export const STREAM_PATH = "v1/stream"; // relative: the page is served by the gateway itself
+/** The stream endpoint's path, relative to the server's root (see streamUrl). */
+export const STREAM_PATH = "v1/stream";
 
-// Client → server event types.
+/** Client → server event types. */
 export const C = Object.freeze({
   SESSION_START: "session.start",
   TEXT: "text",
@@ -16,11 +42,12 @@ export const C = Object.freeze({
   SESSION_END: "session.end",
 });
 
-// Server → client event types.
+/** Server → client event types (RESPONSE_WORDS: an optional extension, see modelInfo). */
 export const S = Object.freeze({
   SESSION_STARTED: "session.started",
   RESPONSE_STARTED: "response.started",
   TRANSCRIPT_DELTA: "transcript.delta",
+  RESPONSE_WORDS: "response.words",
   SPEECH_STARTED: "input.speech_started",
   SPEECH_STOPPED: "input.speech_stopped",
   RESPONSE_DONE: "response.done",
@@ -28,11 +55,40 @@ export const S = Object.freeze({
   SESSION_ENDED: "session.ended",
 });
 
+/** `error` event codes. */
+export const ERROR = Object.freeze({
+  BAD_JSON: "bad_json",
+  UNKNOWN_TYPE: "unknown_type",
+  BAD_FIELD: "bad_field",
+  NOT_STARTED: "not_started",
+  ALREADY_STARTED: "already_started",
+  UNSUPPORTED_AUDIO: "unsupported_audio",
+  UNSUPPORTED_INPUT: "unsupported_input",
+  TOO_LARGE: "too_large",
+  RATE_LIMITED: "rate_limited",
+  OVERLOADED: "overloaded",
+  MODEL_ERROR: "model_error",
+  INTERNAL: "internal",
+});
+
+/** `response.done` statuses. */
+export const STATUS = Object.freeze({
+  COMPLETED: "completed",
+  CANCELLED: "cancelled",
+  LENGTH: "length",
+  FAILED: "failed",
+});
+
+/** Audio formats of `input_audio` / `output_audio`. */
 export const FORMAT = Object.freeze({ OPUS: "opus", PCM16: "pcm16", MULAW: "mulaw" });
+/** `turn_detection.type` values (turn-based speech-to-speech models). */
 export const TURN = Object.freeze({ VAD: "vad", NONE: "none" });
+/** Opus on the wire is always 48 kHz. */
 export const OPUS_RATE = 48000;
+/** The frame length the server uses unless told otherwise, in ms. */
 export const DEFAULT_FRAME_MS = 20;
 
+/** Close codes the server uses (and the browser's own 1005/1006), each with what it means. */
 export const CLOSE_CODES = Object.freeze({
   1000: "normal closure",
   1001: "going away",
@@ -46,11 +102,21 @@ export const CLOSE_CODES = Object.freeze({
   1013: "try again later (the server has no capacity)",
 });
 
+/**
+ * What a close code means, for a person.
+ * @param {number} code the CloseEvent's code
+ * @returns {string}
+ */
 export function describeClose(code) {
   return CLOSE_CODES[code] || "unknown close code";
 }
 
-/** The ws:// or wss:// URL of the stream endpoint, relative to the page (or an override). */
+/**
+ * The ws:// or wss:// URL of the stream endpoint.
+ * @param {string} base the page's address (`location.href`) or the server's http(s) URL
+ * @param {string} [override] another endpoint, absolute or relative to `base`
+ * @returns {string}
+ */
 export function streamUrl(base, override) {
   const url = new URL(override || STREAM_PATH, base);
   if (url.protocol === "http:") url.protocol = "ws:";
@@ -58,12 +124,31 @@ export function streamUrl(base, override) {
   return url.toString();
 }
 
-/** Subprotocols to offer: always voxgate.v1, plus bearer.<key> when the user gave a key. */
+/**
+ * Subprotocols to offer: always voxgate.v1, plus bearer.<key> when there is a key (the server
+ * never echoes the key back).
+ * @param {string} [apiKey]
+ * @returns {string[]}
+ */
 export function subprotocols(apiKey) {
   const key = (apiKey || "").trim();
   return key ? [SUBPROTOCOL, BEARER_PREFIX + key] : [SUBPROTOCOL];
 }
 
+/**
+ * @typedef {object} AudioFormat
+ * @property {"opus"|"pcm16"|"mulaw"} format
+ * @property {number} sample_rate opus 48000; pcm16 8000, 16000, 24000 or 48000; mulaw 8000
+ * @property {number} frame_ms 10, 20, 40 or 60
+ */
+
+/**
+ * An `input_audio` / `output_audio` object.
+ * @param {"opus"|"pcm16"|"mulaw"} format
+ * @param {number} sampleRate
+ * @param {number} [frameMs]
+ * @returns {AudioFormat}
+ */
 export function audioFormat(format, sampleRate, frameMs = DEFAULT_FRAME_MS) {
   return { format, sample_rate: sampleRate, frame_ms: frameMs };
 }
@@ -81,7 +166,22 @@ function drop(obj) {
   return out;
 }
 
-export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, turnDetection } = {}) {
+/**
+ * The `session.start` event (the first message of a session). Every field is optional; the
+ * server's model supplies the defaults.
+ * @param {object} [fields]
+ * @param {string} [fields.model] the served model's name (a check: the server serves one)
+ * @param {string} [fields.voice]
+ * @param {AudioFormat} [fields.inputAudio] microphone audio format (speech-to-speech models)
+ * @param {AudioFormat} [fields.outputAudio] the audio frames' format (default Opus, 48 kHz, 20 ms)
+ * @param {object} [fields.sampling] temperature, top_p, top_k, repetition_penalty, seed,
+ *   max_tokens, min_tokens
+ * @param {{type: "vad"|"none", silence_ms?: number}} [fields.turnDetection]
+ * @param {object} [fields.extra] more session.start fields, merged in as they are (optional
+ *   extensions this module does not name)
+ * @returns {string} JSON text
+ */
+export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, turnDetection, extra } = {}) {
   return JSON.stringify({
     type: C.SESSION_START,
     ...drop({
@@ -92,19 +192,58 @@ export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, 
       sampling: sampling ? drop(sampling) : undefined,
       turn_detection: turnDetection,
     }),
+    ...(extra || {}),
   });
 }
 
-export const text = (value, final = true) => JSON.stringify({ type: C.TEXT, text: value, final });
+/**
+ * Text to speak. `final: false` appends to the open response (text streaming in from an LLM);
+ * `final: true` closes its input.
+ * @param {string} value
+ * @param {boolean} [final]
+ * @param {object} [extra] more fields of the event, merged in as they are (a response's own
+ *   options, on the text that opens it)
+ * @returns {string} JSON text
+ */
+export const text = (value, final = true, extra = undefined) =>
+  JSON.stringify({ type: C.TEXT, text: value, final, ...(extra || {}) });
+/** Barge-in: stop the current response now. @returns {string} JSON text */
 export const responseCancel = () => JSON.stringify({ type: C.RESPONSE_CANCEL });
+/**
+ * How much of the current response the listener has heard (the scheduler's deadline, and what
+ * a barge-in's `heard_words` are judged by).
+ * @param {number} playedMs
+ * @returns {string} JSON text
+ */
 export const playback = (playedMs) =>
   JSON.stringify({ type: C.PLAYBACK, played_ms: Math.round(playedMs) });
+/** End the user's spoken turn now. @returns {string} JSON text */
 export const inputCommit = () => JSON.stringify({ type: C.INPUT_COMMIT });
+/** End the session gracefully (`session.ended`, then close 1000). @returns {string} JSON text */
 export const sessionEnd = () => JSON.stringify({ type: C.SESSION_END });
 
 // --- server → client --------------------------------------------------------------------------
 
-/** Parse a text frame. Returns the event object, or throws with a readable message. */
+/**
+ * A server event: one JSON object with a `type` (S) and that event's fields (docs/protocol.md),
+ * e.g. `{type: "response.done", response_id, status, audio_ms, ttfa_ms, heard_words?}`.
+ * @typedef {{type: string, [field: string]: any}} ServerEvent
+ */
+
+/**
+ * A word and when it is said, in ms from the response's first audio (`response.words`).
+ * @typedef {object} Word
+ * @property {string} word as the model read it (normalised: lower case, numbers spelled out)
+ * @property {number} start_ms
+ * @property {number} end_ms
+ */
+
+/**
+ * Parse a text frame.
+ * @param {string} data
+ * @returns {ServerEvent}
+ * @throws {Error} with a readable message when the frame is not an event
+ */
 export function parseEvent(data) {
   const event = JSON.parse(data);
   if (!event || typeof event !== "object" || typeof event.type !== "string") {
@@ -113,9 +252,38 @@ export function parseEvent(data) {
   return event;
 }
 
+/**
+ * The words of a `response.words` event, or a cancelled `response.done`'s `heard_words`, as
+ * one string.
+ * @param {Word[]} [words]
+ * @returns {string}
+ */
+export function wordsText(words) {
+  return (words || []).map((w) => w.word).join(" ");
+}
+
+/** `session.started` `model_kind` values: how to converse with the model. */
 export const KIND = Object.freeze({ TTS: "tts", TURNS: "turns", FULL_DUPLEX: "full_duplex" });
 
-/** What session.started says about the model, tolerant of a name string or a facts object. */
+/**
+ * @typedef {object} ModelInfo
+ * @property {string} name
+ * @property {string[]} voices
+ * @property {string} defaultVoice
+ * @property {"tts"|"turns"|"full_duplex"} kind
+ * @property {boolean} acceptsAudio the session takes microphone audio
+ * @property {boolean} fullDuplex one continuous spoken conversation (Moshi)
+ * @property {boolean} turns spoken turns ended by the server's VAD (or input.commit)
+ * @property {boolean} acceptsText
+ * @property {boolean} wordTimings responses carry `response.words` (and barge-in `heard_words`)
+ */
+
+/**
+ * What `session.started` says about the model, tolerant of older servers (a name string or a
+ * facts object, no `model_kind`).
+ * @param {ServerEvent} started
+ * @returns {ModelInfo}
+ */
 export function modelInfo(started) {
   const model = started.model;
   const facts = model && typeof model === "object" ? model : {};
@@ -138,8 +306,9 @@ export function modelInfo(started) {
     kind,
     acceptsAudio,
     fullDuplex: kind === KIND.FULL_DUPLEX,
-    turns: kind === KIND.TURNS, // spoken turns ended by the server's VAD (or input.commit)
+    turns: kind === KIND.TURNS,
     acceptsText: kind !== KIND.FULL_DUPLEX,
+    wordTimings: started.word_timings === true,
   };
 }
 
@@ -154,7 +323,11 @@ const ERROR_HINTS = Object.freeze({
   internal: "The server hit an internal error.",
 });
 
-/** A readable one-line description of a server `error` event. */
+/**
+ * A readable one-line description of a server `error` event, with what the user can do.
+ * @param {ServerEvent} ev
+ * @returns {string}
+ */
 export function describeError(ev) {
   const hint = ERROR_HINTS[ev.code];
   const base = `Server error (${ev.code || "unknown"}): ${ev.message || "no message"}`;

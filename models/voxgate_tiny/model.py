@@ -5,6 +5,7 @@ streaming VoxCodec audio at 24 kHz."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,12 +22,13 @@ from models.base import (
     Prompt,
     SpeechModel,
     StreamState,
+    TextWord,
     Token,
     block_stops,
 )
 from models.codecs.voxcodec_stream import VoxCodecDetokenizer, VoxCodecStream
 from models.voxgate_tiny.lm import VoxgateTinyLM
-from models.voxgate_tiny.phone_text import BOUNDARY, MARKS, PhoneTokenizer
+from models.voxgate_tiny.phone_text import BOUNDARY, MARKS, PhoneTokenizer, phone_sequence
 from models.voxgate_tiny.text import CharTokenizer, normalize
 
 VOICE = "slt"  # the teacher voice it learned (CMU ARCTIC slt through Flite)
@@ -40,6 +42,9 @@ SILENT_SYMBOLS = (BOUNDARY, *MARKS)
 STALLED_ROWS = 50
 MAX_TEXT_CHARS = 600  # normalised characters; it was trained on sentences of up to ~250
 ABSENT = -1
+# A word of a character model's normalised text (text.py `normalize`): letters and digits, with
+# apostrophes inside ("don't").
+_CHAR_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
 
 @dataclass
@@ -88,6 +93,8 @@ class VoxgateTinyModel(SpeechModel):
             max_context=args.max_positions,
             sampling_defaults=dict(sampling),
             row_width=lm.row_width,
+            # The reading pointer says which input symbol each row speaks (lm.py).
+            word_timings=lm.reading,
         )
         self.shape = BackboneShape.of(args, lm, lm.codebook_size + 1)
 
@@ -96,6 +103,11 @@ class VoxgateTinyModel(SpeechModel):
         """Text → prompt rows (<bos>, characters, <audio>), each (-1 × K, text id) and, with
         reading, an absent next-symbol column and the symbol's own index (absent on <bos> and
         <audio>): the index a frame row's pointer holds while saying it (lm.py)."""
+        return self._prompt(text)[0]
+
+    def _prompt(self, text: str) -> tuple[list[tuple[int, ...]], tuple[TextWord, ...]]:
+        """prompt_rows, and the text's words with the symbol indices that say them (the
+        pointer's unit: reading_position)."""
         said = normalize(text)
         if not said:
             raise ModelInputError("text has nothing speakable: give the model some words")
@@ -105,11 +117,11 @@ class VoxgateTinyModel(SpeechModel):
                 "(send one sentence per request)"
             )
         try:
-            ids = self.tokenizer.encode(said)
+            ids, words = self._symbols(said)
         except (KeyError, ValueError) as exc:  # a phone model whose G2P cannot say a word
             raise ModelInputError(f"cannot turn {said!r} into this model's phones: {exc}") from None
         if not self.lm.reading:
-            return [(ABSENT,) * self.k + (t,) for t in ids]
+            return [(ABSENT,) * self.k + (t,) for t in ids], ()
         positions = self.lm.pointer_positions
         if positions and len(ids) - 2 > positions:
             raise ModelInputError(
@@ -117,15 +129,29 @@ class VoxgateTinyModel(SpeechModel):
                 "positions (send a shorter sentence)"
             )
         last = len(ids) - 1
-        return [
+        rows = [
             (ABSENT,) * self.k + (t, ABSENT, i - 1 if 0 < i < last else ABSENT)
             for i, t in enumerate(ids)
         ]
+        return rows, words
+
+    def _symbols(self, said: str) -> tuple[list[int], tuple[TextWord, ...]]:
+        """Normalised text → its ids (<bos>, symbols, <audio>) and its words' symbol spans."""
+        if isinstance(self.tokenizer, PhoneTokenizer):
+            sequence = phone_sequence(said, self.tokenizer.word_phones)
+            spans = zip(sequence.words, sequence.word_spans, strict=True)
+            words = tuple(TextWord(word, start, end) for word, (start, end) in spans)
+            return self.tokenizer.ids(sequence.symbols), words
+        # Characters: symbol i is character i of the normalised text (normalize produces
+        # nothing outside the vocabulary).
+        words = tuple(TextWord(m.group(), m.start(), m.end()) for m in _CHAR_WORD.finditer(said))
+        return self.tokenizer.encode(said), words
 
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         if voice not in (None, VOICE):
             raise ModelInputError(f"unknown voice {voice!r}; this model has one voice, {VOICE!r}")
-        return Prompt(self.prompt_rows(text))
+        rows, words = self._prompt(text)
+        return Prompt(rows, words=words)
 
     # 2. forward ------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
@@ -189,6 +215,12 @@ class VoxgateTinyModel(SpeechModel):
 
         self.lm = quantize_linears_int8(self.lm)
         return True
+
+    def reading_position(self, token: Token) -> int | None:
+        """The pointer: the input symbol this row's audio says (lm.py; None without reading)."""
+        if not self.lm.reading:
+            return None
+        return token[self.k + 2]  # type: ignore[index]
 
     def is_stop(self, token: Token) -> bool:
         return token[0] == self.lm.eos  # type: ignore[index]

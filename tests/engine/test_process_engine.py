@@ -151,3 +151,29 @@ async def test_a_full_duplex_session_in_the_engine_process():
         assert engine.stats().kv_blocks_used == 0 and engine.stats().running == 0
     finally:
         await engine.shutdown()
+
+
+async def test_word_timings_cross_the_process_boundary():
+    """voxgate-tiny times its words (engine/word_timing.py); the engine process sends the same
+    WordTimings events as the thread engine, before its Finished."""
+    from engine.outputs import WordTimings
+    from models.voxgate_tiny.loading import SHIPPED_WEIGHTS
+
+    if not (SHIPPED_WEIGHTS / "config.json").exists():
+        pytest.skip("voxgate-tiny weights not shipped (training/README.md)")
+    request = SpeechRequest(
+        "Call me back tonight.", sampling=SamplingParams(seed=5), word_timings=True
+    )
+    got = {}
+    for in_process in (False, True):
+        engine = build_engine(
+            "voxgate-tiny", config=EngineConfig(engine_process=in_process, realtime_admission=False)
+        )
+        try:
+            events = [e async for e in await engine.submit(request)]
+        finally:
+            await engine.shutdown()
+        assert isinstance(events[-1], Finished) and events[-1].reason == FinishReason.STOP
+        got[in_process] = [w for e in events if isinstance(e, WordTimings) for w in e.words]
+    assert [w.text for w in got[True]] == ["call", "me", "back", "tonight"]
+    assert got[True] == got[False]

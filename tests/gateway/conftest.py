@@ -29,9 +29,8 @@ def engine():
     asyncio.run(eng.shutdown())
 
 
-@pytest.fixture(scope="session")
-def make_server(engine) -> Iterator:
-    """make_server(**settings_overrides) → a running Server (one per distinct settings)."""
+def server_factory(engine, model: str) -> tuple:
+    """(make(**settings_overrides) → a running Server, one per distinct settings; stop_all)."""
     from gateway.config import GatewaySettings
 
     servers: dict[tuple, Server] = {}
@@ -39,13 +38,48 @@ def make_server(engine) -> Iterator:
     def make(**overrides) -> Server:
         key = tuple(sorted((k, repr(v)) for k, v in overrides.items()))
         if key not in servers:
-            settings = replace(GatewaySettings(model="tiny-orpheus"), **overrides)
+            settings = replace(GatewaySettings(model=model), **overrides)
             servers[key] = start_server(settings, engine)
         return servers[key]
 
+    def stop_all() -> None:
+        for server in servers.values():
+            server.stop()
+
+    return make, stop_all
+
+
+@pytest.fixture(scope="session")
+def make_server(engine) -> Iterator:
+    """make_server(**settings_overrides) → a running Server (one per distinct settings)."""
+    make, stop_all = server_factory(engine, "tiny-orpheus")
     yield make
-    for server in servers.values():
-        server.stop()
+    stop_all()
+
+
+@pytest.fixture(scope="session")
+def tiny_engine():
+    """The default model, voxgate-tiny (its shipped, trained weights), in this process: it ends
+    its sentences itself and times its words (its reading pointer)."""
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+    from models.voxgate_tiny.loading import SHIPPED_WEIGHTS
+
+    if not (SHIPPED_WEIGHTS / "config.json").exists():
+        pytest.skip("voxgate-tiny weights not shipped (training/README.md)")
+    eng = build_engine(
+        "voxgate-tiny", config=EngineConfig(realtime_admission=False, engine_process=False)
+    )
+    yield eng
+    asyncio.run(eng.shutdown())
+
+
+@pytest.fixture(scope="session")
+def make_tiny_server(tiny_engine) -> Iterator:
+    """make_tiny_server(**settings_overrides) → a voxgate-tiny Server (one per settings)."""
+    make, stop_all = server_factory(tiny_engine, "voxgate-tiny")
+    yield make
+    stop_all()
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,11 @@ from gateway.protocol import (
     ResponseCancel,
     ResponseDone,
     ResponseStatus,
+    ResponseWords,
     SessionEnd,
     SessionStart,
     SessionStarted,
+    SpokenWord,
     TextInput,
     decode_text_frame,
     encode_event,
@@ -141,6 +143,7 @@ def test_encode_events():
         "model_kind": "tts",
         "token_rate_hz": 25.0,
         "model_options": [],  # the model takes no per-request options
+        "word_timings": False,
     }
     done = json.loads(encode_event(ResponseDone("r1", ResponseStatus.CANCELLED, 400, None)))
     assert done == {
@@ -149,6 +152,19 @@ def test_encode_events():
         "status": "cancelled",
         "audio_ms": 400,
         "ttfa_ms": None,
+    }
+    # The optional word-timing extension: heard_words only where it has a value.
+    heard = (SpokenWord("hello", 0, 320),)
+    cut = json.loads(encode_event(ResponseDone("r1", ResponseStatus.CANCELLED, 400, 90, heard)))
+    assert cut["heard_words"] == [{"word": "hello", "start_ms": 0, "end_ms": 320}]
+    words = json.loads(encode_event(ResponseWords("r1", heard + (SpokenWord("there", 320, 600),))))
+    assert words == {
+        "type": "response.words",
+        "response_id": "r1",
+        "words": [
+            {"word": "hello", "start_ms": 0, "end_ms": 320},
+            {"word": "there", "start_ms": 320, "end_ms": 600},
+        ],
     }
     error = json.loads(encode_event(ErrorEvent(ErrorCode.TOO_LARGE, "big", True)))
     assert error == {"type": "error", "code": "too_large", "message": "big", "fatal": True}

@@ -24,6 +24,7 @@ from gateway_testkit import (
 
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
+from voxgate.client import Reply, connect
 
 ONE_SENTENCE = "Hello from the gateway."
 OPUS_PRESKIP = 312  # libopus lookahead at 48 kHz: decoded audio starts this much late
@@ -193,14 +194,14 @@ async def test_cancel_mid_response_is_prompt_and_frees_the_engine(server, engine
 
 
 async def test_queued_texts_play_as_successive_responses(server):
-    async with websockets.connect(server.url) as ws:
-        await start_session(ws, sampling={"temperature": 0.0, "max_tokens": 30})
-        await send(ws, type="text", text="First utterance.")
-        await send(ws, type="text", text="Second utterance.")
-        first = await collect_response(ws)
-        second = await collect_response(ws)
-    assert first.started["response_id"] != second.started["response_id"]
-    assert first.done["status"] == second.done["status"] == "length"
+    async with connect(server.url, sampling={"temperature": 0.0, "max_tokens": 30}) as session:
+        await session.send_text("First utterance.")
+        await session.send_text("Second utterance.")
+        first = await session.next_reply().collect()
+        second = await session.next_reply().collect()
+    assert first.response_id != second.response_id
+    assert first.status == second.status == "length"
+    assert first.frames and second.frames
 
 
 async def test_playback_reports_reach_the_engine(server, engine):
@@ -239,17 +240,16 @@ async def test_disconnect_at_any_point_frees_the_engine(server, engine, when):
 
 
 async def test_twenty_concurrent_sessions(server, engine):
-    async def one(i: int) -> dict:
-        async with websockets.connect(server.url) as ws:
-            await start_session(ws, sampling={"temperature": 0.0, "max_tokens": 40, "seed": i})
-            await send(ws, type="text", text=f"Session number {i} says hello.")
-            played = await collect_response(ws, timeout=120)
-            await send(ws, type="session.end")
-            code, _ = await expect_close(ws)
-            assert code == 1000
-            return played.done | {"frames": len(played.frames)}
+    async def one(i: int) -> Reply:
+        sampling = {"temperature": 0.0, "max_tokens": 40, "seed": i}
+        async with connect(server.url, sampling=sampling, decode_audio=False) as session:
+            async with asyncio.timeout(120):
+                reply = await session.speak(f"Session number {i} says hello.").collect()
+            assert await session.end() == "client_ended"
+            assert session.close_code == 1000
+            return reply
 
     results = await asyncio.gather(*(one(i) for i in range(20)))
-    assert all(r["status"] == "length" and r["frames"] > 0 for r in results)
-    assert len({r["response_id"] for r in results}) == 20
+    assert all(r.status == "length" and r.frames for r in results)
+    assert len({r.response_id for r in results}) == 20
     await wait_engine_idle(engine)

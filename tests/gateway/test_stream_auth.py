@@ -10,6 +10,8 @@ import websockets
 from gateway_testkit import expect_close, send, start_session
 from websockets.exceptions import InvalidStatus
 
+from voxgate.client import connect
+
 KEYS = ("alpha-key-0001", "beta-key-0002")
 ORIGIN = "https://app.example.com"
 
@@ -40,10 +42,9 @@ async def session_works(ws) -> None:
 
 
 async def test_header_key_accepted(secured):
-    async with websockets.connect(
-        secured.url, additional_headers={"Authorization": f"Bearer {KEYS[0]}"}
-    ) as ws:
-        await session_works(ws)
+    async with connect(secured.url, api_key=KEYS[0]) as session:  # Authorization: Bearer
+        assert session.info.session_id
+        assert await session.end() == "client_ended" and session.close_code == 1000
 
 
 async def test_subprotocol_key_accepted_and_never_echoed(secured, caplog):

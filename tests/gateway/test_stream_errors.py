@@ -22,6 +22,8 @@ from gateway_testkit import (
     wait_engine_idle,
 )
 
+from voxgate.client import Overloaded, connect
+
 
 async def first_message_fails(url: str, frame, code: str, close: int) -> None:
     async with websockets.connect(url) as ws:
@@ -148,13 +150,12 @@ async def test_too_many_waiting_responses_is_rate_limited(make_server):
 
 async def test_session_cap_refuses_with_1013(make_server):
     srv = make_server(max_sessions=1)
-    async with websockets.connect(srv.url) as first:
-        await start_session(first)
-        async with websockets.connect(srv.url) as second:
-            code, messages = await expect_close(second)
-        assert code == 1013
-        assert messages[0]["code"] == "overloaded" and messages[0]["fatal"] is True
-        await end_normally(first)
+    async with connect(srv.url) as first:
+        with pytest.raises(Overloaded) as refused:  # the `error` event, then the close
+            await connect(srv.url)
+        assert refused.value.close_code == 1013
+        assert refused.value.code == "overloaded" and refused.value.fatal is True
+        assert await first.end() == "client_ended" and first.close_code == 1000
 
 
 async def test_start_timeout_closes_1008(make_server):

@@ -1,0 +1,44 @@
+"""A response's word timings on their way to the client (`response.words`, docs/protocol.md).
+
+The engine times each word of a segment (engine/word_timing.py) as soon as the tokens saying it
+are generated, well ahead of the paced audio. `SpokenWords` holds them until the audio that
+says a word has been queued for the client, so that a word arrives with its audio, and keeps
+every word it saw so that a barge-in can report which of them the listener heard.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from engine.api import WordTiming
+from gateway.protocol import ResponseWords, ServerEvent, SpokenWord
+
+
+class SpokenWords:
+    def __init__(self, response_id: str, emit: Callable[[ServerEvent], None]) -> None:
+        self._response_id = response_id
+        self._emit = emit
+        self._words: list[SpokenWord] = []  # every word so far, in order
+        self._sent = 0  # how many of them went out
+
+    def add(self, offset_s: float, words: Sequence[WordTiming]) -> None:
+        """Words of the segment whose audio starts `offset_s` into the response."""
+        for w in words:
+            start = round((offset_s + w.start_s) * 1000)
+            self._words.append(SpokenWord(w.text, start, round((offset_s + w.end_s) * 1000)))
+
+    def release(self, audio_ms: int | None = None) -> None:
+        """Send the words that end within the first `audio_ms` of audio sent (None: all)."""
+        ready = self._sent
+        while ready < len(self._words) and (
+            audio_ms is None or self._words[ready].end_ms <= audio_ms
+        ):
+            ready += 1
+        if ready > self._sent:
+            self._emit(ResponseWords(self._response_id, tuple(self._words[self._sent : ready])))
+            self._sent = ready
+
+    def heard(self, heard_ms: float) -> tuple[SpokenWord, ...]:
+        """The words said to their end within the first `heard_ms` of the response: a prefix."""
+        return tuple(itertools.takewhile(lambda w: w.end_ms <= heard_ms, self._words))
