@@ -25,6 +25,7 @@ from engine.attention import KVCache, StepLayout
 
 # XQA keeps semaphores in the first 8 MiB of its workspace and must find them zeroed first.
 WORKSPACE_BYTES = 256 * 2**20
+XQA_ARCHS = (9, 10, 12)  # compute capability majors XQA is built for
 
 
 class XqaDecode:
@@ -34,6 +35,13 @@ class XqaDecode:
         self._kernel = xqa_batch_decode_with_kv_cache
         self.cache = cache
         device = cache.k[0].device
+        major, minor = torch.cuda.get_device_capability(device)
+        if major not in XQA_ARCHS:
+            raise RuntimeError(
+                f"--kv-cache-dtype fp8 decodes with XQA, which needs compute capability 9.x, "
+                f"10.x or 12.x (Hopper, Blackwell); this GPU is {major}.{minor}: use "
+                "--kv-cache-dtype auto"
+            )
         self.width = min(math.ceil(max_context / cache.block_size), cache.num_blocks + 1)
         self.max_batch = max_batch
         self.page_table = torch.full(
