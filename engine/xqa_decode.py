@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from engine.attention import KVCache, StepLayout
+from engine.request import ConfigError
 
 # XQA keeps semaphores in the first 8 MiB of its workspace and must find them zeroed first.
 WORKSPACE_BYTES = 256 * 2**20
@@ -37,7 +38,7 @@ class XqaDecode:
         device = cache.k[0].device
         major, minor = torch.cuda.get_device_capability(device)
         if major not in XQA_ARCHS:
-            raise RuntimeError(
+            raise ConfigError(
                 f"--kv-cache-dtype fp8 decodes with XQA, which needs compute capability 9.x, "
                 f"10.x or 12.x (Hopper, Blackwell); this GPU is {major}.{minor}: use "
                 "--kv-cache-dtype auto"
