@@ -1,0 +1,41 @@
+"""Scale-out on Ray (gateway/ray_cluster.py): a real `voxgate serve --replicas 2` on loopback,
+its replicas local Ray actors on the CPU. Skipped, with the reason, where Ray is not installed
+(it is the optional `ray` extra; `make test` installs it)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "reliability"))  # reliability_kit: ServeProcess, metrics
+sys.path.insert(0, str(HERE.parent / "gateway"))  # gateway_testkit
+
+pytest.importorskip("ray", reason="Ray is not installed: pip install 'voxgate[ray]'")
+
+from reliability_kit import ServeProcess  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def two_replicas(tmp_path_factory) -> Iterator[ServeProcess]:
+    """voxgate-tiny on two CPU replicas (one core each). Real-time admission is off: on a shared
+    CI core one stream is already slower than real time, and these tests need several live
+    streams at once on each replica."""
+    log = tmp_path_factory.mktemp("serve") / "replicas.log"
+    server = ServeProcess(
+        "--replicas",
+        "2",
+        "--replica-cpus",
+        "1",
+        "--device",
+        "cpu",
+        "--no-realtime-admission",
+        "--kv-cache-mb",
+        "32",
+        log=log,
+    )
+    yield server
+    server.stop()

@@ -1,0 +1,110 @@
+"""Two engine replicas behind one gateway: sessions spread by load; one replica killed
+(SIGKILL) mid-stream tells only its own sessions, new sessions go to the survivor meanwhile,
+and once the replica is back new sessions land on it again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+
+import httpx
+import websockets
+from gateway_testkit import send, start_session
+from reliability_kit import ServeProcess, metrics, until
+
+LONG = {"temperature": 0.0, "max_tokens": 1500}  # a minute of audio: outlasts the test
+LONG_TEXT = "Keep talking for a long while, please, and do not stop too soon. " * 6
+REPLICAS = ("replica-0", "replica-1")
+_READY_LINE = re.compile(r"engine replica (replica-\d) ready \(pid (\d+) on ")
+
+
+def replica_pid(server: ServeProcess, name: str) -> int:
+    """The process of the replica serving as `name` now (its latest start in the log)."""
+    pids = [int(pid) for n, pid in _READY_LINE.findall(server.log_text()) if n == name]
+    assert pids, f"no start of {name} in the log"
+    return pids[-1]
+
+
+def per_replica(values: dict[str, float], metric: str) -> dict[str, float]:
+    return {r: values.get(f'{metric}{{replica="{r}"}}', -1) for r in REPLICAS}
+
+
+async def streaming_session(server: ServeProcess):
+    """A native session mid-response (its first audio frame received)."""
+    ws = await websockets.connect(server.ws + "/v1/stream", close_timeout=1)
+    await start_session(ws, sampling=LONG)
+    await send(ws, type="text", text=LONG_TEXT)
+    while isinstance(message := await asyncio.wait_for(ws.recv(), 60), str):
+        assert json.loads(message)["type"] != "error", message
+    return ws
+
+
+async def outcome(ws, seconds: float) -> tuple[str, float]:
+    """Read for up to `seconds`: ("closed", code) if the server closed it, else
+    ("streaming", audio frames received)."""
+    frames = 0
+    try:
+        async with asyncio.timeout(seconds):
+            async for message in ws:
+                frames += isinstance(message, bytes)
+    except TimeoutError:
+        return "streaming", frames
+    except websockets.ConnectionClosed:
+        pass
+    return "closed", ws.close_code
+
+
+async def ready_body(server: ServeProcess) -> tuple[int, dict]:
+    async with httpx.AsyncClient(base_url=server.http, timeout=10) as client:
+        response = await client.get("/ready")
+    return response.status_code, response.json()
+
+
+async def test_sessions_spread_and_a_killed_replica_fails_only_its_own(two_replicas):
+    server = two_replicas
+    status, body = await ready_body(server)
+    assert status == 200 and body["replicas"] == {"ready": 2, "total": 2}, body
+
+    sessions = [await streaming_session(server) for _ in range(4)]
+    spread = per_replica(await metrics(server), "voxgate_replica_sessions")
+    assert spread == {"replica-0": 2, "replica-1": 2}, spread
+
+    os.kill(replica_pid(server, "replica-0"), signal.SIGKILL)
+    killed_at = time.monotonic()
+    results = await asyncio.gather(*(outcome(ws, 3.0) for ws in sessions))
+    closed = [r for r in results if r[0] == "closed"]
+    streaming = [r for r in results if r[0] == "streaming"]
+    # Exactly the two sessions on the dead replica were told (1011, as for one engine); the
+    # two on the other kept receiving audio.
+    assert [code for _, code in closed] == [1011, 1011], results
+    assert len(streaming) == 2 and all(frames > 0 for _, frames in streaming), results
+    assert time.monotonic() - killed_at < 10
+
+    # While it is rebuilt, /ready holds (one replica serves) and new sessions go to the survivor.
+    status, body = await ready_body(server)
+    assert status == 200 and body["replicas"]["ready"] == 1, body
+    during = await streaming_session(server)
+    assert per_replica(await metrics(server), "voxgate_replica_sessions")["replica-1"] == 3
+    await during.close()
+
+    async def back():
+        m = await metrics(server)
+        up = per_replica(m, "voxgate_replica_up")
+        return m if up["replica-0"] == 1 else None
+
+    m = await until(back, 120, "replica-0 to come back")
+    assert per_replica(m, "voxgate_replica_restarts_total")["replica-0"] == 1
+    assert per_replica(m, "voxgate_replica_restarts_total")["replica-1"] == 0
+
+    # Back, and less loaded than the survivor (still two live streams): the new one lands there.
+    again = await streaming_session(server)
+    spread = per_replica(await metrics(server), "voxgate_replica_sessions")
+    assert spread == {"replica-0": 1, "replica-1": 2}, spread
+    survivors = [ws for ws, (kind, _) in zip(sessions, results, strict=True) if kind == "streaming"]
+    for ws in [again, *survivors]:
+        await ws.close()
+    assert server.alive
