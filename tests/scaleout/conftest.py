@@ -1,6 +1,5 @@
 """Scale-out on Ray (gateway/ray_cluster.py): a real `voxgate serve --replicas 2` on loopback,
-its replicas local Ray actors on the CPU. Skipped, with the reason, where Ray is not installed
-(it is the optional `ray` extra; `make test` installs it)."""
+its replicas local Ray actors on the CPU; and the compose file's cluster profile."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "reliability"))  # reliability_kit: ServeProcess, metrics
 sys.path.insert(0, str(HERE.parent / "gateway"))  # gateway_testkit
-
-pytest.importorskip("ray", reason="Ray is not installed: pip install 'voxgate[ray]'")
 
 from reliability_kit import ServeProcess  # noqa: E402
 

@@ -12,9 +12,14 @@ import signal
 import time
 
 import httpx
+import pytest
 import websockets
-from gateway_testkit import send, start_session
-from reliability_kit import ServeProcess, metrics, until
+
+# Ray is the optional `ray` extra (`make test` installs it).
+pytest.importorskip("ray", reason="Ray is not installed: pip install 'voxgate[ray]'")
+
+from gateway_testkit import send, start_session  # noqa: E402
+from reliability_kit import ServeProcess, metrics, until  # noqa: E402
 
 LONG = {"temperature": 0.0, "max_tokens": 1500}  # a minute of audio: outlasts the test
 LONG_TEXT = "Keep talking for a long while, please, and do not stop too soon. " * 6
