@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import GetTimeoutError, RayError
 
 from engine.api import Command
 from engine.engine_host import EngineSpec, HostedClient
@@ -66,8 +66,16 @@ class RayEngine(HostedClient):
         handle = actor.remote(spec)
         engine = cls(handle, name)
         try:
-            ready = ray.get(handle.start.remote(start_timeout_s))
+            # The actor may first wait for a free GPU (or CPUs): that counts against the timeout.
+            ready = ray.get(handle.start.remote(start_timeout_s), timeout=start_timeout_s)
             engine.where = ray.get(handle.where.remote())
+        except GetTimeoutError:
+            ray.kill(handle)
+            raise RuntimeError(
+                f"engine replica {name} was not placed and warmed up within {start_timeout_s:g} "
+                f"s: the cluster may have no free {resources.gpus:g} GPU / {resources.cpus:g} "
+                "CPU for it (`ray status` shows what it has)"
+            ) from None
         except RayError as exc:
             ray.kill(handle)
             raise RuntimeError(_cause(exc)) from None

@@ -7,10 +7,11 @@ The only module of the gateway that imports Ray, and only when `--replicas` is g
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from engine.request import ConfigError
 from gateway.config import GatewaySettings
@@ -102,8 +103,7 @@ def build_replica_pool(
         spec = engine_spec(settings, resources.gpus)
         names = [f"replica-{i}" for i in range(settings.replicas)]
         factories = [(lambda name=name: RayEngine.start(spec, resources, name)) for name in names]
-        with ThreadPoolExecutor(len(factories)) as pool:
-            engines = list(pool.map(lambda factory: factory(), factories))
+        engines = _start_all(factories)
     except BaseException:
         if started_here:
             ray.shutdown()
@@ -114,3 +114,17 @@ def build_replica_pool(
     ]
     stop = ray.shutdown if started_here else None
     return ReplicaPool(replicas, names, settings, on_shutdown=stop)
+
+
+def _start_all(factories: list) -> list:
+    """Every replica started in parallel; if one fails, the others are stopped and its error
+    raised (on a cluster they would otherwise hold their GPUs)."""
+    with ThreadPoolExecutor(len(factories)) as pool:
+        futures = [pool.submit(factory) for factory in factories]
+        wait(futures)
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    if failed:
+        for started in (f.result() for f in futures if f.exception() is None):
+            asyncio.run(started.shutdown())
+        raise failed[0]
+    return [f.result() for f in futures]
