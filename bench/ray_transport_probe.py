@@ -3,12 +3,12 @@
     python bench/ray_transport_probe.py --rounds 300 --chunk-ms 80
 
 A round trip: a command goes to the engine's host (a `ReportPlayback`, as the gateway sends
-every frame) and an audio chunk of `--chunk-ms` (float32 at 24 kHz, an `AudioChunk` as the
-engine sends) comes back, through
+every frame) and an audio chunk's array of `--chunk-ms` (float32 at 24 kHz) comes back as the
+command's answer, through
 
 - `process`: the two multiprocessing queues of engine/process_engine.py (the default path);
-- `ray`: engine/ray_replica.py's own `send` and `poll` on a local Ray actor, as
-  engine/ray_engine.py drives them (numbered actor calls out, a long poll back).
+- `ray`: engine/ray_replica.py's own `send`, router thread and `poll` on a local Ray actor,
+  as engine/ray_engine.py drives them (numbered actor calls out, a long poll back).
 
 The host echoes at once (no engine), so the figures are the transport's alone. A chunk's
 one-way delay is about half a round trip; the `poll` leg alone (the audio's way) is reported too.
@@ -18,38 +18,32 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import queue
 import statistics
-import threading
 import time
 
 import numpy as np
 
 from engine.api import ReportPlayback
-from engine.outputs import AudioChunk
+from engine.engine_host import Answered
+from engine.loop import Applied
 from engine.ray_replica import ReplicaHost
 
 RATE = 24_000
 
 
-def _echo(commands, events, samples: int) -> None:
-    """Answers every command with one audio chunk stamped with the command's send time."""
+def _echo(samples: int, commands, events) -> None:
+    """Answers every command with one audio chunk, as the engine loop's answer to it."""
     pcm = np.zeros(samples, np.float32)
     while (message := commands.get()) is not None:
-        command, _ = message
-        events.put(AudioChunk(str(command.played_s), pcm, RATE))
+        _, token = message
+        events.put(Answered(token, Applied(pcm)))
 
 
 class EchoHost(ReplicaHost):
-    """The replica actor's own send/poll, around an echo in place of the engine loop."""
+    """The replica actor's own send, router and poll, around an echo in place of the engine."""
 
     def __init__(self, samples: int) -> None:
-        self._commands, self._events = queue.Queue(), queue.Queue()
-        self._next_seq, self._early, self._order = 0, {}, threading.Lock()
-        self._thread = threading.Thread(
-            target=_echo, args=(self._commands, self._events, samples), daemon=True
-        )
-        self._thread.start()
+        self._setup(_echo, samples)
 
 
 def _summary(name: str, seconds: list[float]) -> str:
@@ -64,12 +58,12 @@ def _summary(name: str, seconds: list[float]) -> str:
 def probe_process(rounds: int, samples: int) -> list[float]:
     ctx = mp.get_context("spawn")
     commands, events = ctx.Queue(), ctx.Queue()
-    child = ctx.Process(target=_echo, args=(commands, events, samples), daemon=True)
+    child = ctx.Process(target=_echo, args=(samples, commands, events), daemon=True)
     child.start()
     out = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        commands.put((ReportPlayback("r", t0), None))
+        commands.put((ReportPlayback("r", t0), 0))
         events.get()
         out.append(time.perf_counter() - t0)
     commands.put(None)
@@ -85,9 +79,9 @@ def probe_ray(rounds: int, samples: int) -> tuple[list[float], list[float]]:
     round_trips, polls = [], []
     for seq in range(rounds):
         t0 = time.perf_counter()
-        host.send.remote(seq, ReportPlayback("r", t0), None)
+        host.send.remote("probe", seq, ReportPlayback("r", t0), seq)
         t1 = time.perf_counter()
-        got = ray.get(host.poll.remote(1.0))
+        got = ray.get(host.poll.remote("probe", 1.0))
         t2 = time.perf_counter()
         assert len(got) == 1
         round_trips.append(t2 - t0)
@@ -95,10 +89,10 @@ def probe_ray(rounds: int, samples: int) -> tuple[list[float], list[float]]:
     # The poll leg alone, with the chunk already waiting (the reader's steady state).
     ready = []
     for seq in range(rounds, 2 * rounds):
-        host.send.remote(seq, ReportPlayback("r", 0.0), None)
+        host.send.remote("probe", seq, ReportPlayback("r", 0.0), seq)
         time.sleep(0.002)
         t0 = time.perf_counter()
-        ray.get(host.poll.remote(1.0))
+        ray.get(host.poll.remote("probe", 1.0))
         ready.append(time.perf_counter() - t0)
     ray.shutdown()
     return round_trips, ready

@@ -18,6 +18,8 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,12 @@ from engine.ray_replica import replica_actor
 log = logging.getLogger("voxgate.engine")
 
 POLL_WAIT_S = 0.5  # a poll's longest wait for the first message; the next one follows at once
+NAMESPACE = "voxgate"  # where shared replicas are named
+
+
+def actor_name(name: str) -> str:
+    """A shared replica's name in Ray (`voxgate-replica-0` …)."""
+    return f"voxgate-{name}"
 
 
 @dataclass(frozen=True)
@@ -42,10 +50,12 @@ class ReplicaResources:
 
 
 class RayEngine(HostedClient):
-    def __init__(self, actor: Any, name: str) -> None:
+    def __init__(self, actor: Any, name: str, owner: bool = True) -> None:
         super().__init__()
         self.name = name
+        self.client_id = uuid.uuid4().hex  # this process's side of a replica others may share
         self._actor = actor
+        self._owner = owner  # it made the actor, and stops it; else it only detaches
         self._seq = itertools.count()
         self._seq_lock = threading.Lock()
         self._reader: threading.Thread | None = None
@@ -59,11 +69,15 @@ class RayEngine(HostedClient):
         resources: ReplicaResources,
         name: str,
         start_timeout_s: float = 600.0,
+        shared: bool = False,
     ) -> RayEngine:
         """Place a new replica on the cluster and wait until its engine is warmed up (raises
-        RuntimeError with the replica's reason when it cannot start)."""
-        actor = replica_actor().options(num_gpus=resources.gpus, num_cpus=resources.cpus)
-        handle = actor.remote(spec)
+        RuntimeError with the replica's reason when it cannot start). `shared`: named, for
+        other gateway processes to `attach` to."""
+        options: dict[str, Any] = dict(num_gpus=resources.gpus, num_cpus=resources.cpus)
+        if shared:  # other gateway processes find it by name (`attach`)
+            options.update(name=actor_name(name), namespace=NAMESPACE)
+        handle = replica_actor().options(**options).remote(spec)
         engine = cls(handle, name)
         try:
             # The actor may first wait for a free GPU (or CPUs): that counts against the timeout.
@@ -79,14 +93,37 @@ class RayEngine(HostedClient):
         except RayError as exc:
             ray.kill(handle)
             raise RuntimeError(_cause(exc)) from None
-        engine.facts, engine._stats = ready.facts, ready.stats
-        engine._reader = threading.Thread(
-            target=engine._read, name=f"voxgate-{name}-events", daemon=True
-        )
-        engine._reader.start()
-        where = engine.where
-        log.info("engine replica %s ready (pid %s on %s)", name, where["pid"], where["host"])
+        engine._serve(ready)
         return engine
+
+    @classmethod
+    def attach(cls, name: str, start_timeout_s: float = 600.0) -> RayEngine:
+        """The shared replica `name` another process started (gateway processes on one port):
+        waits until it exists and is warmed up. Its owner restarts it when it dies; this
+        process attaches again (its supervisor calls this as its factory)."""
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            try:
+                handle = ray.get_actor(actor_name(name), namespace=NAMESPACE)
+                ready = ray.get(handle.start.remote(start_timeout_s), timeout=start_timeout_s)
+                break
+            except (ValueError, RayError) as exc:  # not there (yet), or died meanwhile
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"engine replica {name} is not there: {exc}") from None
+                time.sleep(0.5)
+        engine = cls(handle, name, owner=False)
+        engine.where = ray.get(handle.where.remote())
+        engine._serve(ready)
+        return engine
+
+    def _serve(self, ready: Any) -> None:
+        self.facts, self._stats = ready.facts, ready.stats
+        self._reader = threading.Thread(
+            target=self._read, name=f"voxgate-{self.name}-events", daemon=True
+        )
+        self._reader.start()
+        where = self.where
+        log.info("engine replica %s ready (pid %s on %s)", self.name, where["pid"], where["host"])
 
     @property
     def ready(self) -> bool:
@@ -94,10 +131,17 @@ class RayEngine(HostedClient):
 
     def _send(self, command: Command, token: int | None) -> None:
         with self._seq_lock:  # numbered in the order sent; Ray may deliver them out of it
-            self._actor.send.remote(next(self._seq), command, token)
+            self._actor.send.remote(self.client_id, next(self._seq), command, token)
 
     async def shutdown(self) -> None:
         self._stopping = True
+        if not self._owner:  # another process's replica: leave it serving the others
+            with contextlib.suppress(RayError):
+                await asyncio.to_thread(
+                    ray.get, self._actor.detach.remote(self.client_id), timeout=15.0
+                )
+            self._fail_all("the gateway was shut down")
+            return
         if self.failure is None:
             with contextlib.suppress(RayError):  # already gone: killed below all the same
                 await asyncio.to_thread(ray.get, self._actor.stop.remote(), timeout=15.0)
@@ -108,7 +152,7 @@ class RayEngine(HostedClient):
     def _read(self) -> None:
         while not self._stopping:
             try:
-                messages = ray.get(self._actor.poll.remote(POLL_WAIT_S))
+                messages = ray.get(self._actor.poll.remote(self.client_id, POLL_WAIT_S))
             except RayError as exc:
                 if not self._stopping:
                     self.failure = f"engine replica {self.name} died: {_cause(exc)}"

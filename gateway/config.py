@@ -233,6 +233,15 @@ class GatewaySettings:
             group=SCALE_OUT,
         ),
     )
+    gateway_processes: int = field(
+        default=1,
+        metadata=cli(
+            "--gateway-processes",
+            "with --replicas: serve from this many gateway processes on one port (SO_REUSEPORT, "
+            "Linux), all sharing the replicas, so one Python event loop is not the ceiling",
+            group=SCALE_OUT,
+        ),
+    )
     web_demo_dir: Path = _WEB_DEMO
 
     def __post_init__(self) -> None:
@@ -275,6 +284,12 @@ class GatewaySettings:
         self._check_range("replica_cpus", self.replica_cpus, 0.01)
         if self.replica_gpus is not None:
             self._check_range("replica_gpus", self.replica_gpus, 0, 64)
+        self._check_range("gateway_processes", self.gateway_processes, 1, 256)
+        if self.gateway_processes > 1 and not self.replicas:
+            raise ConfigError(
+                "--gateway-processes N shares engine replicas between gateway processes: give "
+                "--replicas N too"
+            )
         if self.ray_address and not self.replicas:
             raise ConfigError(
                 "--ray-address places engine replicas on a Ray cluster: give --replicas N too"

@@ -90,10 +90,16 @@ def engine_spec(settings: GatewaySettings, gpus: float):
     return EngineSpec(model, settings.codec, config, settings.random_weights, settings.voices_dir)
 
 
+def replica_names(settings: GatewaySettings) -> list[str]:
+    return [f"replica-{i}" for i in range(settings.replicas)]
+
+
 def build_replica_pool(
-    settings: GatewaySettings, policy: RestartPolicy | None = None
+    settings: GatewaySettings, policy: RestartPolicy | None = None, shared: bool = False
 ) -> ReplicaPool:
-    """Connect to Ray, start every replica (in parallel) and wait until all are warmed up."""
+    """Connect to Ray, start every replica (in parallel) and wait until all are warmed up.
+    `shared`: the replicas are named, for gateway processes to attach to
+    (gateway/gateway_processes.py); this pool owns and restarts them."""
     started_here = connect(settings)
     ray = import_ray()
     try:
@@ -101,8 +107,11 @@ def build_replica_pool(
 
         resources = replica_resources(settings)
         spec = engine_spec(settings, resources.gpus)
-        names = [f"replica-{i}" for i in range(settings.replicas)]
-        factories = [(lambda name=name: RayEngine.start(spec, resources, name)) for name in names]
+        names = replica_names(settings)
+        factories = [
+            (lambda name=name: RayEngine.start(spec, resources, name, shared=shared))
+            for name in names
+        ]
         engines = _start_all(factories)
     except BaseException:
         if started_here:
@@ -114,6 +123,27 @@ def build_replica_pool(
     ]
     stop = ray.shutdown if started_here else None
     return ReplicaPool(replicas, names, settings, on_shutdown=stop)
+
+
+def attach_replica_pool(
+    settings: GatewaySettings, address: str, policy: RestartPolicy | None = None
+) -> ReplicaPool:
+    """A gateway process's pool of the shared replicas another process owns
+    (gateway/gateway_processes.py): joins its Ray runtime and attaches to each replica by name.
+    When one dies, this pool's supervisor attaches again once the owner has rebuilt it."""
+    ray = import_ray()
+    from engine.ray_engine import RayEngine
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, configure_logging=False)
+    names = replica_names(settings)
+    factories = [(lambda name=name: RayEngine.attach(name)) for name in names]
+    engines = _start_all(factories)
+    replicas = [
+        SupervisedEngine(factory, engine, policy)
+        for factory, engine in zip(factories, engines, strict=True)
+    ]
+    return ReplicaPool(replicas, names, settings)
 
 
 def _start_all(factories: list) -> list:

@@ -76,6 +76,8 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
     from gateway.supervisor import SupervisedEngine
 
     factory: Callable = lambda: build_engine_for(settings)  # noqa: E731 - rebuilt on restart
+    if settings.gateway_processes > 1:
+        return _serve_processes(settings, log_level)
     try:
         check_port(settings.host, settings.port)
         if settings.replicas:
@@ -97,3 +99,19 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
     finally:
         asyncio.run(engine.shutdown())
     return 0
+
+
+def _serve_processes(settings: GatewaySettings, log_level: str) -> int:
+    """Several gateway processes on one port sharing the replicas (gateway/gateway_processes.py),
+    with the same one-line errors."""
+    from gateway.gateway_processes import serve_processes
+
+    try:
+        check_port(settings.host, settings.port)
+        return serve_processes(settings, log_level)
+    except Exception as exc:  # noqa: BLE001 - mapped to one line, or raised again
+        line = explain(exc, settings)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2

@@ -12,6 +12,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "reliability"))  # reliability_kit: ServeProcess, metrics
 sys.path.insert(0, str(HERE.parent / "gateway"))  # gateway_testkit
+sys.path.insert(0, str(HERE))  # scaleout_kit
 
 from reliability_kit import ServeProcess  # noqa: E402
 
@@ -27,6 +28,26 @@ def two_replicas(tmp_path_factory) -> Iterator[ServeProcess]:
         "2",
         "--replica-cpus",
         "1",
+        "--device",
+        "cpu",
+        "--no-realtime-admission",
+        "--kv-cache-mb",
+        "32",
+        log=log,
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def two_gateways(tmp_path_factory) -> Iterator[ServeProcess]:
+    """Two gateway processes on one port sharing one CPU replica of voxgate-tiny."""
+    log = tmp_path_factory.mktemp("serve") / "gateways.log"
+    server = ServeProcess(
+        "--replicas",
+        "1",
+        "--gateway-processes",
+        "2",
         "--device",
         "cpu",
         "--no-realtime-admission",
