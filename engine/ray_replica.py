@@ -76,6 +76,7 @@ class ReplicaHost:
         self._events: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._clients: dict[str, _Client] = {}
+        self._detached: set[str] = set()  # callers gone (or silent too long): never served again
         self._tokens = itertools.count()
         self._token_owner: dict[int, tuple[str, int | None]] = {}
         self._request_owner: dict[str, str] = {}
@@ -102,6 +103,8 @@ class ReplicaHost:
 
     def send(self, client: str, seq: int, command: Command, token: int | None) -> None:
         with self._lock:
+            if client in self._detached:
+                return  # its next poll tells it
             caller = self._clients.setdefault(client, _Client())
             caller.early[seq] = (command, token)
             while caller.next_seq in caller.early:
@@ -117,6 +120,8 @@ class ReplicaHost:
 
     def poll(self, client: str, wait_s: float) -> list[Any]:
         with self._lock:
+            if client in self._detached:
+                return [Crashed("this gateway was detached from the replica (it stopped polling)")]
             caller = self._clients.setdefault(client, _Client())
             caller.last_poll = time.monotonic()
             outbox = caller.outbox
@@ -139,6 +144,7 @@ class ReplicaHost:
 
     def _detach(self, client: str) -> None:
         self._clients.pop(client, None)
+        self._detached.add(client)
         for request_id, owner in list(self._request_owner.items()):
             if owner == client:
                 del self._request_owner[request_id]
