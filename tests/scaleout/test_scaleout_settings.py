@@ -33,6 +33,8 @@ def test_replicas_come_from_the_command_line_the_environment_and_the_file(tmp_pa
     ("fields", "says"),
     [
         ({"ray_address": "auto"}, "give --replicas N too"),
+        ({"gateway_processes": 2}, "give --replicas N too"),
+        ({"replicas": 1, "gateway_processes": 0}, "gateway_processes must be in [1, 256]"),
         ({"replicas": -1}, "replicas must be in [0, 4096]"),
         ({"replicas": 2, "replica_cpus": 0}, "replica_cpus must be >= 0.01"),
         ({"replicas": 2, "replica_gpus": -1.0}, "replica_gpus must be in [0, 64]"),
