@@ -17,7 +17,8 @@ COPY training training
 COPY bench bench
 # Editable: the gateway serves web_demo/ from beside its package. The extras bring every model
 # family's own needs (transformers >= 5.21 for Mimi-based CSM/Moshi; CosyVoice 2's YAML config
-# and ONNX voice encoders; Zonos' phonemizer), so one image serves any preset.
-RUN pip install --no-cache-dir -e '.[gpu,csm,cosyvoice2,glm-voice,zonos]'
+# and ONNX voice encoders; Zonos' phonemizer), so one image serves any preset; Ray serves
+# --replicas and the compose file's cluster profile (docs/scale-out.md).
+RUN pip install --no-cache-dir -e '.[gpu,csm,cosyvoice2,glm-voice,zonos,step-audio2,qwen3-tts,ray]'
 EXPOSE 8000
 CMD ["voxgate", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -16,7 +16,7 @@ $(BIN)/python:
 # already met, so pip never pulls a multi-GB CUDA build onto a CPU machine.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -104,6 +104,12 @@ class ClientBase:
         """The conversation's session closed: free the KV kept for its next turn."""
         self._send(EndConversation(conversation_id), None)
 
+    def serves(self, request_id: str) -> bool:
+        """Whether a request of this engine's is still open (a pool of replicas routes a
+        request's later commands by it)."""
+        with self._lock:
+            return request_id in self._streams
+
     # --- answers ---------------------------------------------------------------------------------
     async def _ask(self, command: Command, stream: ResponseStream | None = None) -> Any:
         future: concurrent.futures.Future = concurrent.futures.Future()

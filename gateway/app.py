@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qsl
@@ -31,6 +32,7 @@ from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
+from gateway.replica_pool import ReplicaPool, replica_counts
 from gateway.session import Session
 from gateway.speech_http import SpeechEndpoint
 from gateway.supervisor import RestartPolicy, SupervisedEngine
@@ -61,7 +63,14 @@ class Gateway:
         self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
         self.metrics = GatewayMetrics(self.engine_stats)
         self.encode_workers: EncodeWorkers | None = None  # the lifespan starts them, if asked
-        self.client_voices = ClientVoices(settings)  # voices clients add from clips, per key
+        # Voices clients add from clips, per key. Not with replicas yet: a voice lives in one
+        # engine, and sessions are placed on any replica (docs/scale-out.md, "Limits").
+        voice_settings = (
+            dataclasses.replace(settings, client_voices_per_key=0)
+            if settings.replicas
+            else settings
+        )
+        self.client_voices = ClientVoices(voice_settings)
 
     def open_encoder(self, spec: AudioSpec, source_rate: int) -> ChunkEncoder:
         """A response's output encoder (gateway.audio.OpenEncoder): on this process's worker
@@ -84,15 +93,22 @@ class Gateway:
         if isinstance(engine, SupervisedEngine) and not engine.healthy:
             reason = engine.record.last_reason
             return JSONResponse({"status": "unhealthy", "reason": reason}, status_code=503)
+        if isinstance(engine, ReplicaPool) and not engine.healthy:
+            reason = "every engine replica kept dying; the supervisors gave up"
+            return JSONResponse({"status": "unhealthy", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def ready_route(self, request: Request) -> Response:
         """Readiness: the engine serves now."""
+        pool = self.engine if isinstance(self.engine, ReplicaPool) else None
+        extra = {"replicas": replica_counts(pool)} if pool is not None else {}
         if self.ready:
-            return JSONResponse({"status": "ready", "model": self.engine.facts.name})
-        restarting = isinstance(self.engine, SupervisedEngine) and self.engine.restarting
+            return JSONResponse({"status": "ready", "model": self.engine.facts.name, **extra})
+        restarting = isinstance(self.engine, SupervisedEngine | ReplicaPool) and (
+            self.engine.restarting
+        )
         status = "restarting" if restarting else "not ready"
-        return JSONResponse({"status": status}, status_code=503)
+        return JSONResponse({"status": status, **extra}, status_code=503)
 
     async def metrics_route(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -193,19 +209,32 @@ class Gateway:
                 pass  # the client left first; nothing was allocated for it
             return
         try:
-            session = Session(
-                ws,
-                self.engine,
-                self.settings,
-                self.metrics,
-                self.open_encoder,
-                verdict.label,
-                wire,
-                self.client_voices,
-            )
-            await session.run()
+            with self._placed() as engine:
+                await self._run_session(ws, engine, verdict, wire)
         finally:
             self.slots.release(verdict)
+
+    def _placed(self) -> contextlib.AbstractContextManager[EngineClient]:
+        """The engine a new session talks to for its life: with replicas, the one placed for it
+        now (gateway/placement.py); else the engine."""
+        if isinstance(self.engine, ReplicaPool):
+            return self.engine.place()
+        return contextlib.nullcontext(self.engine)
+
+    async def _run_session(
+        self, ws: WebSocket, engine: EngineClient, verdict: Principal, wire: Wire
+    ) -> None:
+        session = Session(
+            ws,
+            engine,
+            self.settings,
+            self.metrics,
+            self.open_encoder,
+            verdict.label,
+            wire,
+            self.client_voices,
+        )
+        await session.run()
 
     async def _deny(self, ws: WebSocket, denial: Denial) -> None:
         self.metrics.handshakes_refused.labels(str(denial.status)).inc()
@@ -236,22 +265,32 @@ def create_app(
     restart_policy: RestartPolicy | None = None,
 ) -> Starlette:
     """The app. Without `engine`, the lifespan builds a supervised one from the settings
-    (restarted by `restart_policy` when it dies); a given engine is the caller's to own, and
-    is supervised only if it is a SupervisedEngine."""
+    (restarted by `restart_policy` when it dies), or with `settings.replicas` a pool of
+    supervised Ray replicas; a given engine is the caller's to own, and is supervised only if
+    it is a SupervisedEngine or a ReplicaPool."""
     gateway = Gateway(settings, engine)
     owns_engine = engine is None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if owns_engine:
+        if owns_engine and settings.replicas:
+            from gateway.ray_cluster import build_replica_pool  # imports Ray
+
+            gateway.engine = await asyncio.to_thread(build_replica_pool, settings, restart_policy)
+        elif owns_engine:
             # A dead engine is rebuilt from the settings, as at start-up (gateway.supervisor).
             gateway.engine = await SupervisedEngine.start(
                 lambda: build_engine_for(settings), restart_policy
             )
-        supervised = gateway.engine if isinstance(gateway.engine, SupervisedEngine) else None
-        if supervised is not None:
-            supervised.watch()  # on this loop, for as long as the app serves
-            gateway.metrics.watch_supervisor(supervised)
+        watched = (
+            gateway.engine if isinstance(gateway.engine, SupervisedEngine | ReplicaPool) else None
+        )
+        if watched is not None:
+            watched.watch()  # on this loop, for as long as the app serves
+        if isinstance(watched, SupervisedEngine):
+            gateway.metrics.watch_supervisor(watched)
+        if isinstance(watched, ReplicaPool):
+            gateway.metrics.watch_replicas(watched)
         processes = process_count(settings.encode_processes, settings.engine.device)
         if processes:
             workers = EncodeWorkers(processes)
@@ -264,8 +303,8 @@ def create_app(
             probe.cancel()
             if gateway.encode_workers is not None:
                 await asyncio.to_thread(gateway.encode_workers.close)
-            if supervised is not None:
-                await supervised.stop_watching()
+            if watched is not None:
+                await watched.stop_watching()
             if owns_engine and gateway.engine is not None:
                 await gateway.engine.shutdown()
 

@@ -32,6 +32,7 @@ def keys_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
 
 
 LIMITS = "streaming and limits"
+SCALE_OUT = "scale-out (Ray)"
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,52 @@ class GatewaySettings:
             group=LIMITS,
         ),
     )
+    # --- scale-out: engine replicas as Ray actors (docs/scale-out.md) ---
+    replicas: int = field(
+        default=0,
+        metadata=cli(
+            "--replicas",
+            "run this many engine replicas as Ray actors (one per GPU, or per --replica-cpus "
+            "CPUs without GPUs) and place each session on the one with the most headroom; 0: "
+            "one engine and no Ray (needs the ray extra: pip install 'voxgate[ray]')",
+            group=SCALE_OUT,
+        ),
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=cli(
+            "--ray-address",
+            "join this running Ray cluster (e.g. auto, or head:6379) and place the replicas on "
+            "its nodes, instead of starting a Ray runtime on this machine (default: local)",
+            group=SCALE_OUT,
+            metavar="ADDR",
+        ),
+    )
+    replica_gpus: float | None = field(
+        default=None,
+        metadata=cli(
+            "--replica-gpus",
+            "GPUs each replica takes (default: 1 when the cluster has GPUs, else 0)",
+            group=SCALE_OUT,
+        ),
+    )
+    replica_cpus: float = field(
+        default=1.0,
+        metadata=cli(
+            "--replica-cpus",
+            "CPUs each replica takes; on a CPU-only cluster also its torch threads",
+            group=SCALE_OUT,
+        ),
+    )
+    gateway_processes: int = field(
+        default=1,
+        metadata=cli(
+            "--gateway-processes",
+            "with --replicas: serve from this many gateway processes on one port (SO_REUSEPORT, "
+            "Linux), all sharing the replicas, so one Python event loop is not the ceiling",
+            group=SCALE_OUT,
+        ),
+    )
     web_demo_dir: Path = _WEB_DEMO
 
     def __post_init__(self) -> None:
@@ -257,6 +304,20 @@ class GatewaySettings:
         self._check_range("opus_bitrate", self.opus_bitrate, 6000, 510_000)
         if self.encode_processes is not None:
             self._check_range("encode_processes", self.encode_processes, 0, 64)
+        self._check_range("replicas", self.replicas, 0, 4096)
+        self._check_range("replica_cpus", self.replica_cpus, 0.01)
+        if self.replica_gpus is not None:
+            self._check_range("replica_gpus", self.replica_gpus, 0, 64)
+        self._check_range("gateway_processes", self.gateway_processes, 1, 256)
+        if self.gateway_processes > 1 and not self.replicas:
+            raise ConfigError(
+                "--gateway-processes N shares engine replicas between gateway processes: give "
+                "--replicas N too"
+            )
+        if self.ray_address and not self.replicas:
+            raise ConfigError(
+                "--ray-address places engine replicas on a Ray cluster: give --replicas N too"
+            )
 
     @staticmethod
     def _check_range(name: str, value: float, low: float, high: float | None = None) -> None:

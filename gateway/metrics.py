@@ -30,6 +30,7 @@ from gateway.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
     from gateway.encode_workers import EncodeWorkers
+    from gateway.replica_pool import ReplicaPool
     from gateway.supervisor import SupervisedEngine
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -260,6 +261,12 @@ class GatewayMetrics:
 
     def watch_supervisor(self, supervisor: SupervisedEngine) -> None:
         self.registry.register(SupervisorCollector(supervisor))
+
+    def watch_replicas(self, pool: ReplicaPool) -> None:
+        """Each replica's figures, labelled (the engine gauges show the pool's sum)."""
+        from gateway.replica_metrics import ReplicaCollector
+
+        self.registry.register(ReplicaCollector(pool))
 
     def observe_encode(self, queued_s: float, run_s: float) -> None:
         """An encode's time queued and running (gateway.audio.EncodeObserver; any thread)."""

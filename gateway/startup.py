@@ -5,7 +5,7 @@ The port is checked and the first engine is built *before* uvicorn starts, so th
 operator can fix (a port in use, an unknown model, weights that cannot be read, a GPU without
 room for the KV cache) surface here, not inside uvicorn's lifespan (which prints tracebacks).
 The engine then serves under the supervisor (gateway/supervisor.py), which rebuilds it the
-same way when it dies. Anything not mapped here is a bug and keeps its traceback.
+same way when it dies; with --replicas, each Ray replica under its own (gateway/ray_cluster.py). Anything not mapped here is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 from gateway.config import GatewaySettings
 
-# What the engine's own process reports as "<ExceptionType>: <message>" (process_engine.py).
-_CHILD_FAILURE = "the engine process failed to start: "
+# What the engine's own process, or a Ray replica, reports as "<ExceptionType>: <message>"
+# (engine/process_engine.py, engine/ray_replica.py).
+_CHILD_FAILURES = ("the engine process failed to start: ", "the engine replica failed to start: ")
 
 
 def check_port(host: str, port: int) -> None:
@@ -35,8 +36,9 @@ def check_port(host: str, port: int) -> None:
 def explain(exc: BaseException, settings: GatewaySettings) -> str | None:
     """One line saying what went wrong and what to do, or None: not a configuration error."""
     name, text = type(exc).__name__, str(exc)
-    if isinstance(exc, RuntimeError) and text.startswith(_CHILD_FAILURE):
-        name, _, text = text.removeprefix(_CHILD_FAILURE).partition(": ")
+    for prefix in _CHILD_FAILURES:
+        if isinstance(exc, RuntimeError) and text.startswith(prefix):
+            name, _, text = text.removeprefix(prefix).partition(": ")
     first = text.strip().splitlines()[0] if text.strip() else name
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         return (
@@ -74,9 +76,16 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
     from gateway.supervisor import SupervisedEngine
 
     factory: Callable = lambda: build_engine_for(settings)  # noqa: E731 - rebuilt on restart
+    if settings.gateway_processes > 1:
+        return _serve_processes(settings, log_level)
     try:
         check_port(settings.host, settings.port)
-        engine = SupervisedEngine(factory, factory())
+        if settings.replicas:
+            from gateway.ray_cluster import build_replica_pool  # imports Ray
+
+            engine = build_replica_pool(settings)
+        else:
+            engine = SupervisedEngine(factory, factory())
     except Exception as exc:  # noqa: BLE001 - mapped to one line, or raised again
         line = explain(exc, settings)
         if line is None:
@@ -90,3 +99,19 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
     finally:
         asyncio.run(engine.shutdown())
     return 0
+
+
+def _serve_processes(settings: GatewaySettings, log_level: str) -> int:
+    """Several gateway processes on one port sharing the replicas (gateway/gateway_processes.py),
+    with the same one-line errors."""
+    from gateway.gateway_processes import serve_processes
+
+    try:
+        check_port(settings.host, settings.port)
+        return serve_processes(settings, log_level)
+    except Exception as exc:  # noqa: BLE001 - mapped to one line, or raised again
+        line = explain(exc, settings)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2

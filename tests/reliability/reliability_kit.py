@@ -58,7 +58,11 @@ class ServeProcess:
             env=env,
             cwd=ROOT,
         )
-        self.port = self._wait_listening(timeout_s)
+        try:
+            self.port = self._wait_listening(timeout_s)
+        except BaseException:
+            self.stop()  # a server that never listened is not left running
+            raise
         self.http = f"http://127.0.0.1:{self.port}"
         self.ws = f"ws://127.0.0.1:{self.port}"
 

@@ -1,0 +1,221 @@
+"""The engine loop as a host runs it, whatever carries its messages: commands in, events out.
+
+`host_main(spec, commands, events)` builds the engine from a picklable `EngineSpec` and runs its
+loop; `commands` and `events` need only `get(timeout=)`, `get_nowait()` and `put()`, so a
+multiprocessing queue (engine/process_engine.py: the engine in a child process) and a
+`queue.Queue` (engine/ray_replica.py: the engine in a Ray actor) both serve. `HostedClient` is
+the caller's side of the same messages: what the host sends back becomes stream events,
+answers, refusals, stats snapshots or a failure (engine/client_base.py hands them out).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from engine.api import (
+    Command,
+    ConfigError,
+    EngineOverloaded,
+    ModelFacts,
+    ModelInputError,
+    TurnCommand,
+    TurnFromSpeech,
+    VoiceCommand,
+)
+from engine.client_base import ClientBase
+from engine.config import EngineConfig
+from engine.loop import Applied, EngineLoop, apply, prepare_speech_turns
+from engine.outputs import (
+    AudioChunk,
+    EngineStats,
+    Finished,
+    StepTiming,
+    TextDelta,
+    WordTimings,
+)
+
+log = logging.getLogger("voxgate.engine")
+
+# Exceptions that cross back as (kind, message) and are raised again here, as the thread
+# engine would raise them.
+_ERRORS = {"input": ModelInputError, "overloaded": EngineOverloaded, "config": ConfigError}
+STATS_EVERY_S = 0.05
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What a host needs to build the engine (all picklable)."""
+
+    model: str
+    codec: str | None
+    config: EngineConfig
+    random_weights: bool = False
+    voices_dir: str | None = None
+
+
+# --- what the host sends back (besides engine events and stats snapshots) ----------------------
+@dataclass(frozen=True)
+class Ready:
+    facts: ModelFacts
+    stats: EngineStats
+
+
+@dataclass(frozen=True)
+class StartFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Answered:
+    token: int | None
+    applied: Applied
+
+
+@dataclass(frozen=True)
+class Refused:
+    token: int | None
+    kind: str  # a key of _ERRORS
+    message: str
+
+
+@dataclass(frozen=True)
+class Crashed:
+    reason: str
+
+
+def _error_kind(exc: Exception) -> str:
+    for kind, cls in _ERRORS.items():
+        if isinstance(exc, cls):
+            return kind
+    return "input"
+
+
+def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
+    """Build the engine and run its loop until a `None` command (stop) or a failure; every
+    outcome is reported on `events` (start-up: `Ready` or `StartFailed`)."""
+    from engine.factory import (
+        apply_cpu_threads,
+        apply_gil_switch,
+        build_core,
+        load_options,
+        resolve_device,
+        resolve_dtype,
+    )
+    from engine.gc_pauses import freeze_loaded
+    from models.registry import load_model
+
+    try:
+        device = resolve_device(spec.config)
+        dtype = resolve_dtype(spec.config, device)
+        apply_gil_switch(spec.config)  # a spawned interpreter starts with Python's 5 ms
+        apply_cpu_threads(spec.config, device)
+        model = load_model(
+            spec.model,
+            spec.codec,
+            device,
+            dtype,
+            False,
+            spec.random_weights,
+            spec.voices_dir,
+            load_options(spec.config),
+        )
+        core = build_core(model, spec.config, device)
+        core.warm_up()
+        freeze_loaded()
+    except Exception as exc:  # reported to the caller, which raises it from start()
+        events.put(StartFailed(f"{type(exc).__name__}: {exc}"))
+        return
+    events.put(Ready(model.facts, core.stats()))
+    turns = ThreadPoolExecutor(1, thread_name_prefix="voxgate-turns")
+    last_stats = 0.0
+    try:
+        while True:
+            wait = core.seconds_until_due()  # full duplex: sleep until the next frame's tick
+            block = not core.has_work() or (wait is not None and wait > 0)
+            speech: list[tuple[TurnFromSpeech, int | None]] = []
+            while True:
+                try:
+                    timeout = 0.05 if wait is None else min(max(wait, 0.001), 0.05)
+                    message = commands.get(timeout=timeout) if block else commands.get_nowait()
+                except queue.Empty:
+                    break
+                block = False
+                if message is None:  # stop
+                    return
+                command, token = message
+                if isinstance(command, TurnFromSpeech):
+                    speech.append((command, token))
+                elif isinstance(command, TurnCommand | VoiceCommand):  # model work, off the loop
+                    turns.submit(_apply, core, command, token, events)
+                else:
+                    _apply(core, command, token, events)
+            if speech:  # the spoken turns that came together: one batched audio-encoder run
+                turns.submit(_apply_speech, core, speech, events)
+            if core.has_work():
+                for event in core.step():
+                    events.put(event)
+            if time.monotonic() - last_stats > STATS_EVERY_S:
+                events.put(core.stats())
+                last_stats = time.monotonic()
+    except BaseException as exc:  # never die silently: every stream gets a failure
+        events.put(Crashed(f"engine failure: {exc}"))
+        raise
+    finally:
+        turns.shutdown(wait=False, cancel_futures=True)
+        core.close()
+
+
+def _apply_speech(
+    core: EngineLoop, speech: list[tuple[TurnFromSpeech, int | None]], events: Any
+) -> None:
+    results = prepare_speech_turns(core.model, [command for command, _ in speech])
+    for (_, token), result in zip(speech, results, strict=True):
+        if isinstance(result, Exception):
+            events.put(Refused(token, _error_kind(result), str(result)))
+        else:
+            events.put(Answered(token, Applied(result)))
+
+
+def _apply(core: EngineLoop, command: Command, token: int | None, events: Any) -> None:
+    try:
+        applied = apply(core, command)
+    except Exception as exc:  # handed to the caller, as the thread engine does
+        events.put(Refused(token, _error_kind(exc), str(exc)))
+        return
+    if token is not None or applied.events:
+        events.put(Answered(token, applied))
+
+
+class HostedClient(ClientBase):
+    """The caller's side of a hosted engine: the transport (a subclass) sends commands with
+    `_send` and hands each message the host sent back to `_handle`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stats: EngineStats | None = None
+        self.facts: ModelFacts | None = None
+        self.failure: str | None = None
+
+    def stats(self) -> EngineStats:
+        stats = self._stats or EngineStats(0, 0, 0, 0, 0, StepTiming(), False)
+        return EngineStats(**{**stats.__dict__, "stepping": self.ready})
+
+    def _handle(self, message: object) -> None:
+        match message:
+            case AudioChunk() | TextDelta() | WordTimings() | Finished():
+                self._deliver(message)
+            case EngineStats():
+                self._stats = message
+            case Answered(token, applied):
+                self._answer(token, applied)
+            case Refused(token, kind, text):
+                self._refuse(token, _ERRORS[kind](text))
+            case Crashed(reason):
+                self.failure = reason
+                log.error("%s", reason)
+                self._fail_all(reason)

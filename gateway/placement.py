@@ -1,0 +1,46 @@
+"""Which engine replica a new session goes to (no torch, no Ray): decided once, when the session
+opens, from each replica's latest stats, and kept for the session's life (its KV, codec state
+and duplex slot live on that replica's GPU).
+
+A replica can take a session when the gateway's own admission check passes on it
+(gateway/session_start.py: ready, KV not fully committed, waiting requests under the cap,
+real-time room). Of those, the one with the most headroom wins: the fewest streams in its
+engine (running + waiting), then the fewest sessions already pinned to it (stats are up to
+50 ms old, so a burst of sessions opening together would otherwise all see the same idle
+replica), then the most free KV pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.api import EngineStats
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    """One replica, as placement sees it."""
+
+    stats: EngineStats
+    pinned_sessions: int
+    refusal: str | None  # why it cannot take a session now (admission_refusal), or None
+
+    @property
+    def free_kv_blocks(self) -> int:
+        s = self.stats
+        return s.kv_blocks_total - max(s.kv_blocks_used, s.kv_blocks_reserved)
+
+    def headroom_key(self) -> tuple[int, int, int]:
+        """Smaller is more headroom."""
+        s = self.stats
+        return (s.running + s.waiting, self.pinned_sessions, -self.free_kv_blocks)
+
+
+def pick_replica(loads: Sequence[ReplicaLoad]) -> int | None:
+    """The index of the replica with the most headroom among those that can take a session;
+    None when none can (the session is refused with 1013)."""
+    open_ = [i for i, load in enumerate(loads) if load.refusal is None]
+    if not open_:
+        return None
+    return min(open_, key=lambda i: loads[i].headroom_key())

@@ -1,0 +1,160 @@
+"""`voxgate serve --replicas N`: a Ray runtime (started here, or joined with `--ray-address`),
+N engine replicas as Ray actors on its GPUs (or CPUs), each under its own supervisor, and the
+pool that places sessions on them (gateway/replica_pool.py).
+
+The only module of the gateway that imports Ray, and only when `--replicas` is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor, wait
+
+from engine.request import ConfigError
+from gateway.config import GatewaySettings
+from gateway.replica_pool import ReplicaPool
+from gateway.supervisor import RestartPolicy, SupervisedEngine
+
+log = logging.getLogger("voxgate.gateway")
+
+RAY_MISSING = (
+    "--replicas runs engine replicas on Ray, which is not installed: "
+    "pip install 'voxgate[ray]' (or pip install 'ray>=2.40,<3')"
+)
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(RAY_MISSING) from None
+    return ray
+
+
+def connect(settings: GatewaySettings) -> bool:
+    """Join the cluster at --ray-address, or start a Ray runtime on this machine; True when
+    this process started it (and so stops it at exit). A runtime already connected in this
+    process (an embedder's, a test's) is used as it is."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    common = dict(include_dashboard=False, configure_logging=False)
+    if settings.ray_address:
+        ray.init(address=settings.ray_address, **common)
+        return False
+    ray.init(num_cpus=os.cpu_count() or 1, **common)
+    return True
+
+
+def replica_resources(settings: GatewaySettings):
+    """What each replica takes: --replica-gpus (default one GPU when the cluster has any and
+    --device is not cpu) and --replica-cpus. A local runtime that cannot hold them all is a
+    ConfigError now, rather than replicas waiting for resources that never come."""
+    ray = import_ray()
+    from engine.ray_engine import ReplicaResources
+
+    cluster = ray.cluster_resources()
+    gpus = settings.replica_gpus
+    if gpus is None:
+        gpus = 1.0 if cluster.get("GPU", 0) >= 1 and settings.engine.device != "cpu" else 0.0
+    wanted = ReplicaResources(gpus=gpus, cpus=settings.replica_cpus)
+    if not settings.ray_address:  # a cluster may grow (autoscaler); this machine will not
+        for kind, each in (("GPU", wanted.gpus), ("CPU", wanted.cpus)):
+            have = cluster.get(kind, 0)
+            if each * settings.replicas > have + 1e-9:
+                raise ConfigError(
+                    f"{settings.replicas} replicas of {each:g} {kind} each need "
+                    f"{each * settings.replicas:g}, and this machine has {have:g}: lower "
+                    f"--replicas or --replica-{kind.lower()}s"
+                )
+    return wanted
+
+
+def engine_spec(settings: GatewaySettings, gpus: float):
+    """The engine each replica builds. Ray hands a replica its GPU as the only one it sees
+    (CUDA_VISIBLE_DEVICES), so --device cuda:N becomes cuda; a replica on CPUs runs as many
+    torch threads as it has CPUs unless --cpu-threads says otherwise."""
+    from engine.engine_host import EngineSpec
+    from models.registry import DEFAULT_MODEL
+
+    config = settings.engine
+    if gpus > 0 and (config.device or "").startswith("cuda:"):
+        config = dataclasses.replace(config, device="cuda")
+    if gpus == 0:
+        threads = config.cpu_threads or max(1, int(settings.replica_cpus))
+        config = dataclasses.replace(config, device="cpu", cpu_threads=threads)
+    model = settings.model or DEFAULT_MODEL
+    return EngineSpec(model, settings.codec, config, settings.random_weights, settings.voices_dir)
+
+
+def replica_names(settings: GatewaySettings) -> list[str]:
+    return [f"replica-{i}" for i in range(settings.replicas)]
+
+
+def build_replica_pool(
+    settings: GatewaySettings, policy: RestartPolicy | None = None, shared: bool = False
+) -> ReplicaPool:
+    """Connect to Ray, start every replica (in parallel) and wait until all are warmed up.
+    `shared`: the replicas are named, for gateway processes to attach to
+    (gateway/gateway_processes.py); this pool owns and restarts them."""
+    started_here = connect(settings)
+    ray = import_ray()
+    try:
+        from engine.ray_engine import RayEngine
+
+        resources = replica_resources(settings)
+        spec = engine_spec(settings, resources.gpus)
+        names = replica_names(settings)
+        factories = [
+            (lambda name=name: RayEngine.start(spec, resources, name, shared=shared))
+            for name in names
+        ]
+        engines = _start_all(factories)
+    except BaseException:
+        if started_here:
+            ray.shutdown()
+        raise
+    replicas = [
+        SupervisedEngine(factory, engine, policy)
+        for factory, engine in zip(factories, engines, strict=True)
+    ]
+    stop = ray.shutdown if started_here else None
+    return ReplicaPool(replicas, names, settings, on_shutdown=stop)
+
+
+def attach_replica_pool(
+    settings: GatewaySettings, address: str, policy: RestartPolicy | None = None
+) -> ReplicaPool:
+    """A gateway process's pool of the shared replicas another process owns
+    (gateway/gateway_processes.py): joins its Ray runtime and attaches to each replica by name.
+    When one dies, this pool's supervisor attaches again once the owner has rebuilt it."""
+    ray = import_ray()
+    from engine.ray_engine import RayEngine
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, configure_logging=False)
+    names = replica_names(settings)
+    factories = [(lambda name=name: RayEngine.attach(name)) for name in names]
+    engines = _start_all(factories)
+    replicas = [
+        SupervisedEngine(factory, engine, policy)
+        for factory, engine in zip(factories, engines, strict=True)
+    ]
+    return ReplicaPool(replicas, names, settings)
+
+
+def _start_all(factories: list) -> list:
+    """Every replica started in parallel; if one fails, the others are stopped and its error
+    raised (on a cluster they would otherwise hold their GPUs)."""
+    with ThreadPoolExecutor(len(factories)) as pool:
+        futures = [pool.submit(factory) for factory in factories]
+        wait(futures)
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    if failed:
+        for started in (f.result() for f in futures if f.exception() is None):
+            asyncio.run(started.shutdown())
+        raise failed[0]
+    return [f.result() for f in futures]

@@ -1,0 +1,195 @@
+"""Several engine replicas behind one gateway (`voxgate serve --replicas N`), each supervised on
+its own (gateway/supervisor.py: a dead replica is rebuilt with backoff, a crash loop bounded).
+
+The pool stands where one engine stands (an `EngineClient`), plus `place()`: a WebSocket
+session is pinned when it opens to the replica with the most headroom (gateway/placement.py)
+and talks to that replica alone for its life; a replica that dies fails only its own sessions'
+streams, and new sessions go to the others until it is back. Calls made on the pool itself
+(the HTTP speech route, `voxgate synth`) place each request on its own and route its later
+commands to the replica that serves it.
+
+The pool knows replicas only as supervised `EngineClient`s: it imports no Ray
+(gateway/ray_cluster.py builds one from Ray actors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from engine.api import (
+    EngineDead,
+    EngineOverloaded,
+    EngineStats,
+    ModelFacts,
+    ResponseStream,
+    SpeechRequest,
+    StepTiming,
+    TurnCommand,
+)
+from engine.outputs import LoopTotals
+from gateway.config import GatewaySettings
+from gateway.placement import ReplicaLoad, pick_replica
+from gateway.session_start import admission_refusal
+from gateway.supervisor import SupervisedEngine
+
+
+class ReplicaPool:
+    def __init__(
+        self,
+        replicas: Sequence[SupervisedEngine],
+        names: Sequence[str],
+        settings: GatewaySettings,
+        on_shutdown: Callable[[], Awaitable[None] | None] | None = None,
+    ) -> None:
+        if not replicas:
+            raise ValueError("a replica pool needs at least one replica")
+        self.replicas = list(replicas)
+        self.names = list(names)
+        self.pinned = [0] * len(replicas)  # open sessions pinned to each replica
+        self._settings = settings
+        self._on_shutdown = on_shutdown
+        self.facts: ModelFacts = replicas[0].facts
+
+    # --- placement -----------------------------------------------------------------------------
+    def loads(self) -> list[ReplicaLoad]:
+        return [
+            ReplicaLoad(r.stats(), n, admission_refusal(r, self._settings))
+            for r, n in zip(self.replicas, self.pinned, strict=True)
+        ]
+
+    def pick(self) -> int | None:
+        return pick_replica(self.loads())
+
+    @contextlib.contextmanager
+    def place(self) -> Iterator[SupervisedEngine]:
+        """The replica a new session is pinned to, for as long as the block runs. When none
+        can take it, a replica is still given: the session's own admission check then refuses
+        it (1013), with that replica's reason."""
+        index = self.pick()
+        if index is None:
+            index = min(range(len(self.replicas)), key=lambda i: self.pinned[i])
+        self.pinned[index] += 1
+        try:
+            yield self.replicas[index]
+        finally:
+            self.pinned[index] -= 1
+
+    # --- the engine surface --------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """True while any replica serves."""
+        return any(r.ready for r in self.replicas)
+
+    @property
+    def healthy(self) -> bool:
+        """False once every replica's supervisor has given up."""
+        return any(r.healthy for r in self.replicas)
+
+    @property
+    def restarting(self) -> bool:
+        return any(r.restarting for r in self.replicas)
+
+    async def submit(self, request: SpeechRequest) -> ResponseStream:
+        index = self.pick()
+        if index is None:
+            if not self.ready:
+                raise EngineDead("no engine replica is running")
+            raise EngineOverloaded("no engine replica has room for another request now")
+        return await self.replicas[index].submit(request)
+
+    async def prepare_turn(self, command: TurnCommand) -> Any:
+        for replica in self.replicas:
+            if replica.ready:
+                return await replica.prepare_turn(command)
+        raise EngineDead("no engine replica is running")
+
+    def _serving(self, request_id: str) -> SupervisedEngine | None:
+        for replica in self.replicas:
+            serves = getattr(replica.engine, "serves", None)
+            if serves is not None and serves(request_id):
+                return replica
+        return None  # finished already (or its replica died): nothing left to tell
+
+    def cancel(self, request_id: str) -> None:
+        if (replica := self._serving(request_id)) is not None:
+            replica.cancel(request_id)
+
+    def report_playback(self, request_id: str, played_s: float) -> None:
+        if (replica := self._serving(request_id)) is not None:
+            replica.report_playback(request_id, played_s)
+
+    def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
+        if (replica := self._serving(request_id)) is not None:
+            replica.push_audio(request_id, pcm)
+
+    def end_session(self, request_id: str) -> None:
+        if (replica := self._serving(request_id)) is not None:
+            replica.end_session(request_id)
+
+    def end_conversation(self, conversation_id: str) -> None:
+        for replica in self.replicas:  # a conversation's kept KV is on one of them
+            replica.end_conversation(conversation_id)
+
+    def stats(self) -> EngineStats:
+        """Every replica's figures added up (realtime_room: some ready replica has room)."""
+        return sum_stats(
+            [r.stats() for r in self.replicas],
+            room=any(r.ready and r.stats().realtime_room for r in self.replicas),
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def watch(self) -> None:
+        for replica in self.replicas:
+            replica.watch()
+
+    async def stop_watching(self) -> None:
+        await asyncio.gather(*(r.stop_watching() for r in self.replicas))
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(r.shutdown() for r in self.replicas), return_exceptions=True)
+        if self._on_shutdown is not None:
+            done = self._on_shutdown()
+            if done is not None:
+                await done
+
+
+_SUMMED = (
+    "running",
+    "waiting",
+    "kv_blocks_total",
+    "kv_blocks_used",
+    "steps",
+    "kv_blocks_reserved",
+    "frames_out",
+    "frames_on_time",
+    "prefix_reused_tokens",
+    "kv_blocks_kept",
+)
+
+
+def sum_stats(stats: Sequence[EngineStats], room: bool) -> EngineStats:
+    """Replicas' stats as one engine's: counts added up, the loop totals added up, the last
+    step of the replica with the largest batch; stepping while any steps."""
+    totals = LoopTotals()
+    for s in stats:
+        for f in dataclasses.fields(LoopTotals):
+            setattr(totals, f.name, getattr(totals, f.name) + getattr(s.totals, f.name))
+    busiest = max(stats, key=lambda s: s.last_step.batch_size, default=None)
+    return EngineStats(
+        **{name: sum(getattr(s, name) for s in stats) for name in _SUMMED},
+        last_step=busiest.last_step if busiest is not None else StepTiming(),
+        stepping=any(s.stepping for s in stats),
+        totals=totals,
+        realtime_room=room,
+    )
+
+
+def replica_counts(pool: ReplicaPool) -> dict[str, int]:
+    """What /ready says of the replicas."""
+    return {"ready": sum(r.ready for r in pool.replicas), "total": len(pool.replicas)}

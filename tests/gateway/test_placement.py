@@ -1,0 +1,61 @@
+"""Placement of a new session on an engine replica (gateway/placement.py), and the pool's
+figures as one engine's (gateway/replica_pool.py: sum_stats). No Ray: the live pool is
+tests/scaleout's."""
+
+from __future__ import annotations
+
+from engine.api import EngineStats, StepTiming
+from engine.outputs import LoopTotals
+from gateway.placement import ReplicaLoad, pick_replica
+from gateway.replica_pool import sum_stats
+
+
+def stats(running=0, waiting=0, used=0, total=100, reserved=0, room=True, batch=0, turns=0):
+    return EngineStats(
+        running=running,
+        waiting=waiting,
+        kv_blocks_total=total,
+        kv_blocks_used=used,
+        steps=turns,
+        last_step=StepTiming(batch_size=batch),
+        stepping=True,
+        kv_blocks_reserved=reserved,
+        totals=LoopTotals(loop_turns=turns, audio_s=float(turns)),
+        realtime_room=room,
+    )
+
+
+def load(pinned=0, refusal=None, **figures) -> ReplicaLoad:
+    return ReplicaLoad(stats(**figures), pinned, refusal)
+
+
+def test_the_replica_with_the_fewest_streams_wins():
+    assert pick_replica([load(running=3), load(running=1, waiting=1), load(running=4)]) == 1
+
+
+def test_equal_streams_go_to_the_replica_with_fewer_sessions_pinned_then_more_free_kv():
+    # A burst of sessions sees the same (up to 50 ms old) stats: the pins spread it.
+    assert pick_replica([load(pinned=2), load(pinned=1), load(pinned=3)]) == 1
+    assert pick_replica([load(used=40), load(used=10, reserved=30), load(used=20)]) == 2
+
+
+def test_a_replica_that_cannot_take_a_session_is_never_picked():
+    loads = [load(refusal="not ready"), load(running=9), load(refusal="no real-time room")]
+    assert pick_replica(loads) == 1
+    assert pick_replica([load(refusal="not ready"), load(refusal="KV full")]) is None
+    assert pick_replica([]) is None
+
+
+def test_the_pools_figures_add_up_and_room_is_what_the_pool_is_told():
+    a = stats(running=2, waiting=1, used=10, total=100, batch=2, turns=5)
+    b = stats(running=1, used=30, total=50, reserved=40, batch=7, turns=3)
+    pooled = sum_stats([a, b], room=False)
+    assert (pooled.running, pooled.waiting) == (3, 1)
+    assert (pooled.kv_blocks_used, pooled.kv_blocks_total, pooled.kv_blocks_reserved) == (
+        40,
+        150,
+        40,
+    )
+    assert pooled.steps == 8 and pooled.totals.loop_turns == 8 and pooled.totals.audio_s == 8.0
+    assert pooled.last_step.batch_size == 7  # the busiest replica's last step
+    assert pooled.stepping and not pooled.realtime_room
