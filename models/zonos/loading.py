@@ -28,8 +28,9 @@ def load_zonos(
     voices_dir: str | None = None,
     speaker_source: str | None = None,
 ) -> ZonosModel:
-    """`speaker_source`: Zonos' speaker model (for voices from clips); default a `speaker/`
-    folder beside the weights, else Zyphra/Zonos-v0.1-speaker-embedding."""
+    """`speaker_source`: Zonos' speaker model (voices from clips: --voices-dir's and clients');
+    default a `speaker/` folder beside the weights. Without either, clients cannot clone, and
+    --voices-dir clips load Zyphra/Zonos-v0.1-speaker-embedding at the first clip."""
     folder = resolve_source(source, required=("config.json", "model.safetensors"))
     dac_folder = folder / "dac" if (folder / "dac" / "config.json").exists() else None
     if dac_source is not None:
@@ -41,34 +42,39 @@ def load_zonos(
     dac = load_dac(dac_folder, device)
     if int(dac.config.n_codebooks) != 9:
         raise CheckpointError(f"{dac_folder} is not DAC 44.1 kHz (Zonos needs its 9 codebooks)")
-    model = ZonosModel(weights, DacDetokenizer(dac), name=name)
+    if speaker_source is None and (folder / "speaker").is_dir():
+        speaker_source = str(folder / "speaker")
+    speaker = None
+    if speaker_source is not None and "speaker" in weights.prefix_conditioner.names:
+        speaker = _load_speaker_model(speaker_source, device)
+    model = ZonosModel(weights, DacDetokenizer(dac), name=name, speaker_model=speaker)
     warm_up()
     if voices_dir is not None:
         try:
-            model.add_voices(_voices(model, folder, speaker_source, voices_dir, device))
+            model.add_voices(_voices(model, folder, voices_dir, device))
         except ModelInputError as exc:
             raise CheckpointError(f"voices in {voices_dir}: {exc}") from None
     return model
 
 
-def _voices(model: ZonosModel, folder, speaker_source: str | None, voices_dir: str, device):
-    from models.zonos.speaker import LDA_FILE, NETWORK_FILE, SAMPLE_RATE, SPEAKER_REPO
+def _load_speaker_model(source: str, device):
+    from models.zonos.speaker import LDA_FILE, NETWORK_FILE, load_speaker_model
+
+    where = resolve_source(source, (NETWORK_FILE, LDA_FILE), patterns=("*.pt",))
+    return load_speaker_model(where, device)
+
+
+def _voices(model: ZonosModel, folder, voices_dir: str, device):
+    from models.zonos.speaker import SAMPLE_RATE, SPEAKER_REPO
     from models.zonos.voices import read_voices
 
     if "speaker" not in model.names:
         raise CheckpointError(f"{folder} has no speaker conditioner: it takes no voices")
     speaker = model.weights.prefix_conditioner.conditioners[model.names.index("speaker")]
-    loaded = []
 
-    def embed(clip):  # the speaker model loads at the first clip (.npy voices need none)
-        if not loaded:
-            from models.zonos.speaker import load_speaker_model
-
-            source = speaker_source
-            if source is None:
-                source = str(folder / "speaker") if (folder / "speaker").is_dir() else SPEAKER_REPO
-            where = resolve_source(source, (NETWORK_FILE, LDA_FILE), patterns=("*.pt",))
-            loaded.append(load_speaker_model(where, device))
-        return loaded[0].embed(clip)
+    def embed(clip):  # without a speaker model yet, it loads at the first clip (.npy need none)
+        if model.speaker_model is None:
+            model.set_speaker_model(_load_speaker_model(SPEAKER_REPO, device))
+        return model.speaker_embedding(clip)
 
     return read_voices(voices_dir, speaker.width, embed, SAMPLE_RATE)

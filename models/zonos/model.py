@@ -38,6 +38,7 @@ from models.base import (
 )
 from models.codecs.dac import DacDetokenizer, DacStream
 from models.request_options import option_specs
+from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 from models.zonos import rows as R
 from models.zonos import sampling as S
 from models.zonos.checkpoint import ZonosWeights
@@ -45,6 +46,8 @@ from models.zonos.config import CODEBOOK_SIZE, EMBED_ROWS, EOS_CODE, N_CODEBOOKS
 from models.zonos.options import ZonosOptions
 from models.zonos.phonemes import VOCAB_SIZE, phoneme_ids, phonemize
 from models.zonos.request_options import ZonosRequestOptions
+from models.zonos.speaker import SAMPLE_RATE as SPEAKER_RATE
+from models.zonos.speaker import SpeakerModel
 
 DEFAULT_VOICE = "default"  # no speaker embedding: the learned unconditional speaker
 MAX_TEXT_CHARS = 2000
@@ -68,12 +71,17 @@ class ZonosModel(SpeechModel):
         detok: DacDetokenizer,
         name: str = "zonos",
         cfg_scale: float = S.CFG_SCALE,
+        speaker_model: SpeakerModel | None = None,
     ) -> None:
+        """`speaker_model`: Zonos' speaker model, which turns clips into voices (clients'
+        clips: add_clip_voice); without it the model serves its listed voices only."""
         self.weights = weights
         self.detok = detok
         self.cfg_scale = cfg_scale
         self.names = weights.prefix_conditioner.names
         self.voices: dict[str, list[float] | None] = {DEFAULT_VOICE: None}
+        self._clip_voices: dict[str, list[float]] = {}  # clients' (add_clip_voice), unlisted
+        self.speaker_model = speaker_model if "speaker" in self.names else None
         if detok.num_codebooks != N_CODEBOOKS or detok.codebook_size != CODEBOOK_SIZE:
             raise ModelInputError("Zonos v0.1 needs DAC with 9 codebooks of 1024 codes")
         s = weights.config.backbone
@@ -92,7 +100,10 @@ class ZonosModel(SpeechModel):
             held_back_tokens=DELAY + detok.right,
             voices=(DEFAULT_VOICE,),
             default_voice=DEFAULT_VOICE,
-            voice_cloning=True,  # from clips through Zonos' speaker model (voices.py)
+            # Clients' clips become voices through Zonos' speaker model, as --voices-dir clips
+            # do (voices.py): the voice alone, so no transcript. Zonos recommends 10-30 s.
+            voice_cloning=self.speaker_model is not None,
+            clip_rules=ClipRules(min_s=2.0, max_s=30.0, needs_transcript=False),
             max_context=MAX_POSITIONS,
             # Published: temperature 1, min-p 0.1 and the windowed repetition penalty (both
             # applied by this model, sampling.py); the engine's own penalty stays off.
@@ -129,6 +140,50 @@ class ZonosModel(SpeechModel):
             self.facts, voices=tuple(self.voices), clip_voices=self.facts.clip_voices + clip_voices
         )
 
+    def set_speaker_model(self, speaker_model: SpeakerModel) -> None:
+        """The speaker model, when it is loaded after the model (the first --voices-dir clip):
+        clients may then clone voices too."""
+        if "speaker" in self.names:
+            self.speaker_model = speaker_model
+            self.facts = replace(self.facts, voice_cloning=True)
+
+    def speaker_embedding(self, audio16k: np.ndarray) -> list[float]:
+        """A clip (float32 mono at 16 kHz) → the speaker conditioner's input."""
+        if self.speaker_model is None:
+            raise ModelInputError(f"{self.facts.name} has no speaker model: it cannot clone")
+        return self.speaker_model.embed(audio16k)
+
+    def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """A client's voice: the clip's speaker embedding (the same as a --voices-dir clip's:
+        both are resampled to 16 kHz by libswresample), not listed in facts.voices. Its 128
+        float32 values are all it holds."""
+        if not VOICE_NAME.match(name) or name in self.voices:
+            raise ModelInputError(f"voice name {name!r} is taken or not a valid name")
+        values = np.asarray(
+            self.speaker_embedding(resample(clip.audio, clip.sample_rate, SPEAKER_RATE)),
+            dtype=np.float32,
+        )
+        if not np.isfinite(values).all():
+            raise ModelInputError("the speaker model could not read a voice from the clip")
+        self._clip_voices[name] = values.tolist()
+        return int(values.nbytes)
+
+    def remove_clip_voice(self, name: str) -> None:
+        self._clip_voices.pop(name, None)
+
+    def _speaker_values(self, voice: str | None) -> list[float] | None:
+        """A request's voice → its speaker embedding (None: the unconditional speaker)."""
+        name = voice or DEFAULT_VOICE
+        if name in self.voices:
+            return self.voices[name]
+        # One lookup: a client's voice may be removed from another thread meanwhile.
+        values = self._clip_voices.get(name)
+        if values is None:
+            raise ModelInputError(
+                f"unknown voice {name!r}; this model has: {', '.join(self.voices)}"
+            )
+        return values
+
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:
         return self.preprocess_with(text, voice, ZonosOptions())
@@ -146,14 +201,10 @@ class ZonosModel(SpeechModel):
             raise ModelInputError("text is empty: give the model something to say")
         if len(text) > MAX_TEXT_CHARS:
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        name = voice or DEFAULT_VOICE
-        if name not in self.voices:
-            raise ModelInputError(
-                f"unknown voice {name!r}; this model has: {', '.join(self.voices)}"
-            )
+        speaker = self._speaker_values(voice)
         ids = phoneme_ids(phonemize(text, options.language))
         values = {
-            "speaker": self.voices[name],
+            "speaker": speaker,
             "emotion": list(options.normalised_emotion),
             "fmax": [options.fmax],
             "pitch_std": [options.pitch_std],

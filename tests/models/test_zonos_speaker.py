@@ -29,9 +29,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _clip(seconds: float = 1.0) -> np.ndarray:
+def _clip(seconds: float = 1.0, rate: int = SAMPLE_RATE) -> np.ndarray:
     rng = np.random.default_rng(0)
-    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    t = np.arange(int(seconds * rate)) / rate
     return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(t.size)).astype(
         np.float32
     )
@@ -70,8 +70,11 @@ def test_network_equals_the_official(tmp_path):
 
 
 def test_a_clip_becomes_a_served_voice(tmp_path, monkeypatch):
-    import av
-
+    """A --voices-dir clip becomes a listed voice; the same clip from a client (decoded and
+    checked as the gateway does, add_clip_voice) gives the same prompt, unlisted, until it is
+    removed. The clip is at 24 kHz: both paths resample it to the speaker model's 16 kHz."""
+    from gateway.clip_audio import read_clip
+    from models.base import ModelInputError
     from models.zonos.phonemes import espeak_available
 
     if not espeak_available():
@@ -79,16 +82,8 @@ def test_a_clip_becomes_a_served_voice(tmp_path, monkeypatch):
     monkeypatch.setenv("VOXGATE_CACHE", str(tmp_path / "cache"))
     voices = tmp_path / "voices"
     voices.mkdir()
-    with av.open(str(voices / "anna.wav"), "w") as out:
-        stream = out.add_stream("pcm_s16le", rate=SAMPLE_RATE, layout="mono")
-        frame = av.AudioFrame.from_ndarray(
-            (_clip() * 32767).astype(np.int16)[None], format="s16", layout="mono"
-        )
-        frame.sample_rate = SAMPLE_RATE
-        for packet in stream.encode(frame):
-            out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
+    wav = _wav_bytes(_clip(2.5, 24000), 24000)
+    (voices / "anna.wav").write_bytes(wav)
     from models.registry import load_model
 
     model = load_model("tiny-zonos", device="cpu", voices_dir=str(voices))
@@ -97,3 +92,29 @@ def test_a_clip_becomes_a_served_voice(tmp_path, monkeypatch):
     assert len(speaker) == 128 and np.isfinite(speaker).all()
     prompt = model.preprocess("Hello.", "anna").token_ids
     assert prompt != model.preprocess("Hello.", None).token_ids
+
+    facts = model.facts
+    assert facts.voice_cloning and not facts.clip_rules.needs_transcript
+    clip = read_clip(wav, "", facts, 2**20)
+    assert clip.sample_rate == 24000
+    assert model.add_clip_voice("clip-0123", clip) == 128 * 4  # its embedding, float32
+    assert model.preprocess("Hello.", "clip-0123").token_ids == prompt
+    assert model.facts.voices == ("default", "anna")  # a client's voice is not listed
+    with pytest.raises(ModelInputError, match="taken"):
+        model.add_clip_voice("anna", clip)
+    model.remove_clip_voice("clip-0123")
+    with pytest.raises(ModelInputError, match="unknown voice 'clip-0123'"):
+        model.preprocess("Hello.", "clip-0123")
+
+
+def _wav_bytes(audio: np.ndarray, rate: int) -> bytes:
+    import io
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((audio * 32767).astype("<i2").tobytes())
+    return out.getvalue()
