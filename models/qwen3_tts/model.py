@@ -29,6 +29,7 @@ from models.qwen3_tts.family import read_request_options
 from models.qwen3_tts.predictor import CodePredictor
 from models.qwen3_tts.speaker_encoder import SpeakerEncoder, log_mel
 from models.qwen3_tts.talker import Talker
+from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 
 MAX_TEXT_CHARS = 4000
 MAX_INSTRUCTION_CHARS = 1000
@@ -37,6 +38,12 @@ CHUNK_FRAMES = 4
 MIN_FRAMES = 2  # the shortest utterance the published generate makes
 # A cloned voice's clip is in every prompt of that voice and decoded before its audio.
 MAX_CLIP_SECONDS = 30
+# Clients' clips (add_clip_voice): shorter, since each of their requests prefills and decodes
+# the clip's codes again; 3-10 s of clean speech clone best.
+CLIENT_CLIP_RULES = ClipRules(min_s=2.0, max_s=15.0, needs_transcript=False)
+# Cloned voices a Base model holds at once, --voices-dir's and clients' together (the
+# gateway's max_client_voices is 1024 by default): their x-vectors' table, reserved at start.
+MAX_CLONED_VOICES = 1280
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,10 @@ class Qwen3TtsModel(SpeechModel):
         self.no_instruction = no_instruction
         self.speaker_encoder = speaker_encoder
         self.clip_encoder = clip_encoder
-        self._clones: dict[str, ClonedVoice] = {}
+        self._clones: dict[str, ClonedVoice] = {}  # --voices-dir's, listed in facts.voices
+        self._client_clones: dict[str, ClonedVoice] = {}  # clients' (add_clip_voice), unlisted
+        if speaker_encoder is not None:
+            talker.reserve_voices(MAX_CLONED_VOICES)
         self.k = talker.num_codebooks
         self.code_vocab = predictor.vocab
         if decoder.cfg.num_quantizers != self.k or decoder.cfg.codebook_size != self.code_vocab:
@@ -105,7 +115,9 @@ class Qwen3TtsModel(SpeechModel):
                 "repetition_penalty": 1.05,
             },
             row_width=self.k + 1,
+            # Base models only: CustomVoice and VoiceDesign have no speaker encoder.
             voice_cloning=speaker_encoder is not None,
+            clip_rules=CLIENT_CLIP_RULES,
         )
         self.shape = BackboneShape.of(talker.args, talker)
 
@@ -116,10 +128,6 @@ class Qwen3TtsModel(SpeechModel):
         also holds the transcript and the clip's codes, which the model continues (the
         package's icl_mode; without text, its x_vector_only_mode). Base models only; register
         voices before serving."""
-        if self.speaker_encoder is None:
-            raise ModelInputError(
-                f"{self.facts.name} has no speaker encoder: voices from clips need a Base model"
-            )
         if not name or name in self._clones:
             raise ModelInputError(f"voice name {name!r} is empty or taken")
         seconds = len(audio) / self.facts.sample_rate
@@ -128,32 +136,66 @@ class Qwen3TtsModel(SpeechModel):
                 f"voice {name!r}: the clip lasts {seconds:.1f} s; give 0.5 to "
                 f"{MAX_CLIP_SECONDS} s (3 to 10 s of clean speech clone best)"
             )
+        self._clones[name] = self._clone(audio, text)
+        clones = tuple(sorted(self._clones))
+        self.facts = replace(self.facts, voices=clones, clip_voices=clones, default_voice=clones[0])
+
+    def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """A client's voice (models/voice_clip.py): the clip at the model's rate, cloned as
+        add_voice clones a --voices-dir clip (in-context with a transcript, else by its
+        x-vector alone), not listed in facts.voices. Holds its x-vector's slot, and its codes
+        and transcript ids with a transcript."""
+        if not VOICE_NAME.match(name) or name in self._clones or name in self._client_clones:
+            raise ModelInputError(f"voice name {name!r} is taken or not a valid name")
+        audio = resample(clip.audio, clip.sample_rate, self.facts.sample_rate)
+        voice = self._clone(audio, clip.transcript)
+        self._client_clones[name] = voice
+        nbytes = self.talker.voices[0].nbytes
+        if voice.reference is not None:
+            nbytes += voice.reference.codes.nbytes + 8 * len(voice.reference.text_ids)
+        return int(nbytes)
+
+    def remove_clip_voice(self, name: str) -> None:
+        voice = self._client_clones.pop(name, None)
+        if voice is not None:
+            self.talker.remove_voice(voice.row)
+
+    def _clone(self, audio: np.ndarray, text: str) -> ClonedVoice:
+        """A clip (float32 mono at facts.sample_rate) and what it says → its x-vector in a slot
+        of the talker's table and, with `text`, the reference for in-context cloning."""
+        if self.speaker_encoder is None:
+            raise ModelInputError(
+                f"{self.facts.name} has no speaker encoder: voices from clips need a Base model"
+            )
         encoder = self.speaker_encoder
         weight = next(encoder.parameters())
-        mels = log_mel(audio)[None].to(weight.device, weight.dtype)
+        with torch.inference_mode():
+            xvector = encoder(log_mel(audio)[None].to(weight.device, weight.dtype))[0]
         reference = None
         if text.strip() and self.clip_encoder is not None:
             ids = self.encode(f"<|im_start|>assistant\n{text.strip()}<|im_end|>\n")[3:-2]
             reference = P.Reference(ids, self.clip_encoder.encode(audio))
-        self._clones[name] = ClonedVoice(self.talker.add_voice(encoder(mels)[0]), reference)
-        clones = tuple(sorted(self._clones))
-        self.facts = replace(self.facts, voices=clones, clip_voices=clones, default_voice=clones[0])
+        return ClonedVoice(self.talker.add_voice(xvector), reference)
 
     def _speaker(self, voice: str | None) -> tuple[str | None, ClonedVoice | None]:
         """The request's voice → (preset speaker, None) or (None, a cloned voice), or
         (None, None) for a VoiceDesign model."""
         if self.speaker_encoder is not None:
             name = voice or self.facts.default_voice
-            if name not in self._clones:
-                if not self._clones:
+            # One lookup each: a client's voice may be removed from another thread meanwhile.
+            clone = self._clones.get(name or "") or self._client_clones.get(name or "")
+            if clone is None:
+                if voice is None:
                     raise ModelInputError(
                         f"{self.facts.name} clones voices from clips and has none: start it "
-                        "with --voices-dir (a clip and its transcript per voice)"
+                        "with --voices-dir (a clip and its transcript per voice), or add one "
+                        "from a clip (POST /v1/voices) and name it"
                     )
                 raise ModelInputError(
-                    f"unknown voice {voice!r}; choose one of {', '.join(self.facts.voices)}"
+                    f"unknown voice {voice!r}; choose one of "
+                    f"{', '.join(self.facts.voices) or '(none)'}"
                 )
-            return None, self._clones[name]
+            return None, clone
         if not self.ids.speakers:  # VoiceDesign: the instruction describes the voice
             if voice:
                 raise ModelInputError(

@@ -11,10 +11,14 @@ makes it the ordinary 1-D RoPE of its frequencies, so the shared Llama rotary ap
 
 from __future__ import annotations
 
+import threading
+from collections import deque
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.base import ModelInputError
 from models.layers.llama import (
     DecoderLayer,
     LlamaArgs,
@@ -91,15 +95,40 @@ class Talker(nn.Module):
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rotary = Rotary(args.rope, args.head_dim)
         self.codec_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
-        # Cloned voices' x-vectors [voices, H]: a row whose code_0 is vocab_size + i embeds as
-        # voice i's x-vector, in the place of a preset speaker's codec id.
+        # Cloned voices' x-vectors [slots, H]: a row whose code_0 is vocab_size + i embeds as
+        # slot i's x-vector, in the place of a preset speaker's codec id. Base models reserve
+        # the slots once (reserve_voices), so the table never moves: captured CUDA graphs read
+        # it where it is, and voices come and go (clients') by filling and freeing slots.
         self.register_buffer("voices", torch.zeros(0, args.hidden_size), persistent=False)
+        self._free_slots: deque[int] = deque()
+        self._slots_lock = threading.Lock()  # clients' voices come and go on other threads
+
+    def reserve_voices(self, slots: int) -> None:
+        """Make the table of `slots` voices, on the talker's device and dtype (before
+        serving: a voice added after it is a slot filled)."""
+        weight = self.codec_embedding.weight
+        self.voices = torch.zeros(slots, self.args.hidden_size, device=weight.device,
+                                  dtype=weight.dtype)  # fmt: skip
+        self._free_slots = deque(range(slots))
 
     def add_voice(self, xvector: torch.Tensor) -> int:
-        """Register an x-vector [H]; returns the code_0 id that stands for it."""
-        row = xvector.to(self.voices.device, self.voices.dtype)[None]
-        self.voices = torch.cat([self.voices, row])
-        return self.args.vocab_size + len(self.voices) - 1
+        """Register an x-vector [H] in a free slot; returns the code_0 id that stands for it.
+        Slots are taken in the order they were freed, so a slot just freed is the last to be
+        filled again (a request admitted with a removed voice reads it at its prefill)."""
+        with self._slots_lock:
+            if not self._free_slots:
+                raise ModelInputError(
+                    f"the model holds {len(self.voices)} cloned voices, its most: remove one"
+                )
+            slot = self._free_slots.popleft()
+        with torch.no_grad():
+            self.voices[slot] = xvector.to(self.voices.device, self.voices.dtype)
+        return self.args.vocab_size + slot
+
+    def remove_voice(self, row: int) -> None:
+        """Free the slot of the voice whose code_0 is `row`."""
+        with self._slots_lock:
+            self._free_slots.append(row - self.args.vocab_size)
 
     def embed(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [T, K+1] → [T, H]: the sum of the embeddings of each row's present columns."""

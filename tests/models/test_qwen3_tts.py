@@ -331,6 +331,82 @@ def test_base_model_clones_voices_from_a_voices_folder(cloner, tmp_path):
         model.preprocess_with_options("Hi.", None, {"instruction": "Loud."})
 
 
+def test_clients_clips_clone_as_the_voices_folders_do(cloner, model, tmp_path):
+    """A client's clip (decoded and checked as the gateway does, add_clip_voice) makes the
+    same prompt as the same clip in --voices-dir: with its transcript the clip's text and
+    codes (in-context), without it the x-vector alone; unlisted, and gone when removed. The
+    clip is at 16 kHz: both paths resample it to the model's 24 kHz."""
+    import io
+    import wave
+
+    from gateway.clip_audio import read_clip
+
+    folder, _ = cloner
+    t = np.arange(40000) / 16000  # 2.5 s at 16 kHz
+    audio = 0.4 * np.sin(2 * np.pi * (180 + 90 * t) * t) + 0.05 * np.random.default_rng(
+        0
+    ).standard_normal(t.size)
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((audio * 32767).astype("<i2").tobytes())
+    wav = out.getvalue()
+    for name, transcript in (("icl", CLIP_TEXT), ("xvec", "")):
+        (tmp_path / f"{name}.wav").write_bytes(wav)
+        (tmp_path / f"{name}.txt").write_text(transcript)
+    base = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path))
+    facts = base.facts
+    assert facts.voice_cloning and not facts.clip_rules.needs_transcript
+    free = len(base.talker._free_slots)
+    for name, transcript in (("icl", CLIP_TEXT), ("xvec", "")):
+        clip = read_clip(wav, transcript, facts, 2**20)
+        nbytes = base.add_clip_voice(f"clip-{name}", clip)
+        mine, theirs = base.preprocess("Hi.", f"clip-{name}"), base.preprocess("Hi.", name)
+        mine_rows, their_rows = torch.tensor(mine.token_ids), torch.tensor(theirs.token_ids)
+        # The speaker row names another slot of the talker's table, holding the same x-vector.
+        assert (mine_rows != their_rows).sum() == 1
+        torch.testing.assert_close(base.talker.embed(mine_rows), base.talker.embed(their_rows))
+        assert (
+            mine.extras.keys()
+            == theirs.extras.keys()
+            == ({"reference_codes"} if transcript else set())
+        )
+        if transcript:
+            np.testing.assert_array_equal(
+                mine.extras["reference_codes"], theirs.extras["reference_codes"]
+            )
+        codes = np.asarray(mine.extras.get("reference_codes", np.zeros(0, np.int64)))
+        assert nbytes >= base.talker.voices[0].nbytes + codes.nbytes
+    assert base.facts.voices == ("icl", "xvec")  # clients' voices are not listed
+    assert len(base.talker._free_slots) == free - 2
+    with pytest.raises(ModelInputError, match="taken"):
+        base.add_clip_voice("icl", clip)
+    for name in ("clip-icl", "clip-xvec"):
+        base.remove_clip_voice(name)
+        with pytest.raises(ModelInputError, match=f"unknown voice '{name}'"):
+            base.preprocess("Hi.", name)
+    assert len(base.talker._free_slots) == free  # their slots are free again
+    # CustomVoice (and VoiceDesign) models cannot clone: the gateway refuses their clips.
+    assert not model.facts.voice_cloning
+    with pytest.raises(ModelInputError, match="need a Base model"):
+        model.add_clip_voice("clip-x", clip)
+
+
+def test_a_full_voice_table_refuses_until_a_voice_is_removed():
+    from models.qwen3_tts.talker import Talker
+
+    talker = Talker(base(TINY_QWEN3_TTS, TINY_SPEAKER_ENCODER)["talker_config"])
+    talker.reserve_voices(1)
+    row = talker.add_voice(torch.ones(talker.args.hidden_size))
+    with pytest.raises(ModelInputError, match="holds 1 cloned voices, its most: remove one"):
+        talker.add_voice(torch.ones(talker.args.hidden_size))
+    talker.remove_voice(row)
+    assert talker.add_voice(torch.full((talker.args.hidden_size,), 2.0)) == row
+    assert float(talker.voices[0, 0]) == 2.0
+
+
 def test_voices_folder_needs_a_base_model(folder, tmp_path):
     with pytest.raises(CheckpointError, match="Base model"):
         load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path))
