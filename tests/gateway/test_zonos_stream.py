@@ -1,15 +1,27 @@
 """A `/v1/stream` TTS session with tiny-zonos (eSpeak phonemes, CFG, 9 DAC codebooks with the
 delay pattern): real uvicorn, real engine, the `websockets` client. The model speaks at
-44.1 kHz; the session's 24 kHz audio is the engine's own, resampled by the gateway."""
+44.1 kHz; the session's 24 kHz audio is the engine's own, resampled by the gateway. A voice a
+client adds from a clip (POST /v1/voices, no transcript) speaks as the same clip in
+--voices-dir does (the engine serves `narrator`, made from it)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import httpx
 import numpy as np
 import pytest
 import websockets
-from gateway_testkit import collect_response, engine_pcm, recv_json, resample, send, start_session
+from clip_files import VOICE_CLIP, b64, noise, wav_bytes
+from gateway_testkit import (
+    collect_response,
+    engine_pcm,
+    expect_close,
+    recv_json,
+    resample,
+    send,
+    start_session,
+)
 
 from models.zonos.phonemes import espeak_available
 
@@ -29,7 +41,10 @@ def zonos_engine(tmp_path_factory):
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VOXGATE_CACHE", str(tmp_path_factory.mktemp("cache")))
-    eng = build_engine("tiny-zonos", config=EngineConfig(kv_cache_mb=32))
+    voices = tmp_path_factory.mktemp("voices")
+    (voices / "narrator.wav").write_bytes(VOICE_CLIP)
+    config = EngineConfig(kv_cache_mb=32)
+    eng = build_engine("tiny-zonos", config=config, voices_dir=str(voices))
     yield eng
     asyncio.run(eng.shutdown())
     mp.undo()
@@ -70,3 +85,48 @@ async def test_unknown_voice_is_refused_with_the_voices_it_has(zonos_server):
         reply = await recv_json(ws)
     assert reply["type"] == "error" and reply["fatal"]
     assert "default" in reply["message"]
+
+
+async def speak(server, voice: str) -> np.ndarray:
+    async with websockets.connect(server.url) as ws:
+        await start_session(ws, sampling=SAMPLING, output_audio=PCM24, voice=voice)
+        await send(ws, type="text", text=TEXT)
+        played = await collect_response(ws)
+    assert played.done["status"] == "length"
+    return np.frombuffer(b"".join(played.frames), dtype="<i2")
+
+
+async def test_a_voice_from_a_clip_speaks_as_the_voices_dir_clip(zonos_server, zonos_engine):
+    server, model = zonos_server, zonos_engine.core.model
+    listed = httpx.get(f"{server.http}/v1/voices", timeout=10).json()
+    assert listed["cloning"] and {"name": "narrator", "source": "voices_dir"} in listed["voices"]
+    response = httpx.post(f"{server.http}/v1/voices", json={"audio": b64(VOICE_CLIP)}, timeout=60)
+    assert response.status_code == 201, response.text
+    voice = response.json()["name"]
+    mine, narrator = await speak(server, voice), await speak(server, "narrator")
+    # The same embedding: the same grid, decoded alike (1 LSB of codec rounding).
+    assert mine.shape == narrator.shape
+    assert int(np.abs(mine.astype(int) - narrator.astype(int)).max()) <= 2
+    # The tiny model's greedy grid hardly depends on the speaker: its prompt says which it is.
+    prompt = model.preprocess(TEXT, voice).token_ids
+    assert prompt == model.preprocess(TEXT, "narrator").token_ids
+    assert prompt != model.preprocess(TEXT, "default").token_ids
+    deleted = httpx.delete(f"{server.http}/v1/voices/{voice}", timeout=10)
+    assert deleted.status_code == 204
+    async with websockets.connect(server.url) as ws:
+        await send(ws, type="session.start", sampling=SAMPLING, voice=voice)
+        _, messages = await expect_close(ws)
+    assert messages and messages[0]["code"] == "bad_field"
+
+
+@pytest.mark.parametrize(
+    ("audio", "check"),
+    [
+        (wav_bytes(noise(31.0, 16000), 16000), "clip_too_long"),  # Zonos takes up to 30 s
+        (wav_bytes(noise(1.5, 16000), 16000), "clip_too_short"),
+    ],
+)
+def test_clips_outside_zonos_rules_are_refused(zonos_server, audio, check):
+    body = {"audio": b64(audio)}
+    response = httpx.post(f"{zonos_server.http}/v1/voices", json=body, timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["code"] == check
