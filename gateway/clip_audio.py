@@ -59,7 +59,7 @@ def check_request(facts: ModelFacts, transcript: str | None) -> str:
         raise ClipError(
             "cloning_unsupported",
             f"{facts.name} cannot make a voice from a clip; pick one of its voices "
-            "(GET /v1/voices) or serve a model that clones (CSM, CosyVoice 2)",
+            "(GET /v1/voices) or serve a model that clones (CSM, CosyVoice 2, Zonos, Qwen3-TTS Base)",
         )
     transcript = (transcript or "").strip()
     if facts.clip_rules.needs_transcript and not transcript:

@@ -67,8 +67,9 @@ class GatewaySettings:
         default=None,
         metadata=cli(
             "--voices-dir",
-            "reference clips for voice prompting (CSM, CosyVoice 2): NAME.wav + NAME.txt (its "
-            "transcript); clients pick one with session.start voice=NAME (default: none)",
+            "reference clips for voice prompting (CSM, CosyVoice 2, Zonos, Qwen3-TTS Base): "
+            "NAME.wav + NAME.txt (its transcript; Zonos needs none); clients pick one with "
+            "session.start voice=NAME (default: none)",
             group=MODEL,
             metavar="DIR",
         ),

@@ -28,7 +28,8 @@ class ClipRules:
     min_s: float = 2.0  # shorter clips give the model too little of the voice
     max_s: float = 15.0  # longer ones fill the context (and take long to encode)
     # The model continues the clip's speech from its transcript (CSM, CosyVoice 2); a model
-    # that takes the voice alone (a speaker embedding: Chatterbox) sets False.
+    # that takes the voice alone (a speaker embedding: Zonos; Qwen3-TTS Base, whose
+    # transcript is optional) sets False, and gets the transcript when the client sends one.
     needs_transcript: bool = True
 
 
