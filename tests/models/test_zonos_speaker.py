@@ -105,6 +105,14 @@ def test_a_clip_becomes_a_served_voice(tmp_path, monkeypatch):
     model.remove_clip_voice("clip-0123")
     with pytest.raises(ModelInputError, match="unknown voice 'clip-0123'"):
         model.preprocess("Hello.", "clip-0123")
+    # Without its speaker model (no speaker/ folder beside the weights) Zonos cannot clone,
+    # and says so: the gateway refuses clients' clips with cloning_unsupported.
+    from models.zonos.model import ZonosModel
+
+    bare = ZonosModel(model.weights, model.detok, name="bare")
+    assert not bare.facts.voice_cloning
+    with pytest.raises(ModelInputError, match="no speaker model"):
+        bare.add_clip_voice("clip-0123", clip)
 
 
 def _wav_bytes(audio: np.ndarray, rate: int) -> bytes:
