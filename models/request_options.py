@@ -125,7 +125,12 @@ class OptionSpec:
             by_case = {c.lower(): c for c in self.choices}
             chosen = by_case.get(value.lower())
             if chosen is None:
-                near = difflib.get_close_matches(value.lower(), list(by_case), n=1)
+                # A likely typo is named (short values only: matching costs their length).
+                near = (
+                    difflib.get_close_matches(value.lower(), list(by_case), n=1)
+                    if len(value) <= 64
+                    else []
+                )
                 hint = f"; did you mean {by_case[near[0]]!r}?" if near else ""
                 raise RequestOptionError(
                     f"model_options.{self.name} must be {self._takes()} ({self.help}), "
