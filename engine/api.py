@@ -32,7 +32,12 @@ from engine.outputs import (
 from engine.request import ConfigError, SamplingParams
 from engine.word_timing import WordTiming
 from models.base import ModelFacts, ModelInputError
-from models.request_options import OptionSpec, RequestOptionError, resolve_request_options
+from models.request_options import (
+    OptionSpec,
+    OptionValue,
+    RequestOptionError,
+    resolve_request_options,
+)
 from models.voice_clip import VoiceClip
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "ModelFacts",
     "ModelInputError",
     "OptionSpec",
+    "OptionValue",
     "PushAudio",
     "RemoveClipVoice",
     "ReplyTranscript",

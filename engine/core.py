@@ -44,7 +44,7 @@ from engine.scheduler import ChunkingFacts, Scheduler, ema
 from engine.word_timing import WordClock
 from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
-from models.request_options import RequestOptionError, resolve_request_options
+from models.request_options import OptionValue, RequestOptionError, resolve_request_options
 
 log = logging.getLogger("voxgate.engine")
 
@@ -243,7 +243,7 @@ class EngineCore:
             request.trace = RequestTrace(request.arrival_time, request.num_prompt_tokens)
         return request
 
-    def _prompt(self, spec: SpeechRequest, options: dict[str, float]) -> Prompt:
+    def _prompt(self, spec: SpeechRequest, options: dict[str, OptionValue]) -> Prompt:
         if spec.turns is None:
             if options:
                 return self.model.preprocess_with_options(spec.text, spec.voice, options)

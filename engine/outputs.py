@@ -5,12 +5,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.request import Request, SamplingParams, Token
 from engine.word_timing import WordTiming
+
+if TYPE_CHECKING:
+    from models.request_options import OptionValue
 
 
 # --- scheduler → worker ---------------------------------------------------------------------
@@ -107,9 +110,10 @@ class SpeechRequest:
     # counts it as not yet delivered when it judges a listener's buffer.
     delivery_hold_s: float = 0.0
     # Per-request model options (ModelFacts.request_options: Chatterbox's exaggeration and
-    # cfg_weight), name → value; unset ones take the model's defaults. A model that takes
+    # cfg_weight, a number each; Qwen3-TTS' language and instruction, text), name → value;
+    # unset ones take the model's defaults. A model that takes
     # none refuses any (ModelInputError naming the option).
-    model_options: Mapping[str, float] = field(default_factory=dict)
+    model_options: Mapping[str, OptionValue] = field(default_factory=dict)
     # Time the words as they are spoken (WordTimings events), where the model knows them
     # (ModelFacts.word_timings); ignored for other models.
     word_timings: bool = False

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from engine.request_trace import RequestTrace
     from engine.word_timing import WordClock
+    from models.request_options import OptionValue
 
 # One step's token: a vocabulary id, or a row of ids for models with a depth stage (CSM: a
 # frame's codebooks plus a text column). Same alias as models.base.Token (no torch here).
@@ -126,7 +127,7 @@ class Request:
     extras: dict = field(default_factory=dict)
     # The request's model options, checked and with the model's defaults filled in
     # (ModelFacts.request_options; {} for a model that takes none): the sample stage's too.
-    model_options: dict[str, float] = field(default_factory=dict)
+    model_options: dict[str, OptionValue] = field(default_factory=dict)
     # The request's timeline when the engine traces requests (engine/request_trace.py).
     trace: RequestTrace | None = None
 

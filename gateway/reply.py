@@ -41,6 +41,7 @@ from engine.api import (
     Finished,
     FinishReason,
     ModelInputError,
+    OptionValue,
     ResponseStream,
     SamplingParams,
     SpeechRequest,
@@ -87,7 +88,7 @@ class SpeechOptions:
     voice: str | None = None
     output: AudioSpec = field(default_factory=AudioSpec)
     # The model options the client set (checked; the model fills in the rest).
-    model_options: Mapping[str, float] = field(default_factory=dict)
+    model_options: Mapping[str, OptionValue] = field(default_factory=dict)
     # Turn-based models with a system prompt (ModelFacts.system_prompt): the Realtime API's
     # `instructions`, given with each user turn from now on (None: the model's default).
     instructions: str | None = None

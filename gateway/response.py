@@ -32,6 +32,7 @@ from engine.api import (
     EngineEvent,
     Finished,
     FinishReason,
+    OptionValue,
     ResponseStream,
     SamplingParams,
     SpeechRequest,
@@ -70,7 +71,7 @@ class Response:
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()  # None: input closed
         self.token_shares: list[float] | None = None  # per segment, when known up front
         # The response's own model options over the session's (its first `text` set them).
-        self.model_options: dict[str, float] | None = None
+        self.model_options: dict[str, OptionValue] | None = None
 
     def add_text(self, text: str, final: bool) -> None:
         single_shot = final and self.text_chars == 0

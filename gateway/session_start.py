@@ -12,6 +12,7 @@ from engine.api import (
     ConfigError,
     EngineClient,
     ModelFacts,
+    OptionValue,
     RequestOptionError,
     SamplingParams,
     resolve_request_options,
@@ -52,17 +53,19 @@ def resolve_options(
 
 
 def checked_model_options(
-    given: Mapping[str, Any], facts: ModelFacts, over: Mapping[str, float] | None = None
-) -> dict[str, float]:
+    given: Mapping[str, Any], facts: ModelFacts, over: Mapping[str, OptionValue] | None = None
+) -> dict[str, OptionValue]:
     """`given` (a client's `model_options`) laid over `over` (the session's), checked against
-    the served model's options; or ProtocolError(bad_field) naming the option and its range
-    (a model that takes none refuses any, by name)."""
+    the served model's options (numbers in a range, text from a list or of bounded length);
+    or ProtocolError(bad_field) naming the option and what it takes (a model that takes none
+    refuses any, by name). Only the options set are kept, in the form the model takes them
+    (a text choice spelt as the model lists it); the model fills in the rest."""
     merged = {**(over or {}), **given}
     try:
-        resolve_request_options(facts.request_options, merged, facts.name)
+        values = resolve_request_options(facts.request_options, merged, facts.name)
     except RequestOptionError as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, str(exc)) from None
-    return merged
+    return {name: values[name] for name in merged}
 
 
 def announced_options(facts: ModelFacts) -> tuple[dict[str, Any], ...]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from engine.api import (
     ConfigError,
     ModelFacts,
+    OptionValue,
     RequestOptionError,
     SamplingParams,
     resolve_request_options,
@@ -113,7 +114,7 @@ class SpeechCall:
     stream_format: str
     sampling: SamplingParams
     ignored: tuple[str, ...] = field(default=())  # fields accepted but not applied
-    model_options: dict[str, float] = field(default_factory=dict)
+    model_options: dict[str, OptionValue] = field(default_factory=dict)
 
 
 def _string(body: dict, name: str, required: bool = False) -> str | None:
@@ -222,18 +223,20 @@ def _sampling(body: dict, facts: ModelFacts) -> SamplingParams:
         raise bad(next(iter(chosen), None), str(exc)) from None
 
 
-def _model_options(body: dict, facts: ModelFacts) -> dict[str, float]:
+def _model_options(body: dict, facts: ModelFacts) -> dict[str, OptionValue]:
+    """The options the body sets, checked (numbers or text, as the model declares each), in
+    the form the model takes them (a text choice spelt as the model lists it)."""
     given = body.get("model_options")
     if given is None:
         return {}
     if not isinstance(given, dict):
         raise bad("model_options", "'model_options' must be an object")
     try:
-        resolve_request_options(facts.request_options, given, facts.name)
+        values = resolve_request_options(facts.request_options, given, facts.name)
     except RequestOptionError as exc:
         param = f"model_options.{exc.option}" if exc.option else "model_options"
         raise bad(param, str(exc)) from None
-    return dict(given)
+    return {name: values[name] for name in given}
 
 
 def parse_speech_request(

@@ -40,8 +40,9 @@ def add_synth_parser(subparsers) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="one of the model's per-request options (repeatable; Chatterbox: exaggeration, "
-        "cfg_weight; default: the model's)",
+        help="one of the model's per-request options (repeatable; Chatterbox: "
+        "exaggeration=0.8, cfg_weight=0.3; Qwen3-TTS: language=english, "
+        "'instruction=Speak slowly.'; Zonos: language=de, pitch_std=60; default: the model's)",
     )
     p.add_argument("--max-tokens", type=int, default=1200)
     p.add_argument("--min-tokens", type=int, default=0)
@@ -79,21 +80,38 @@ def sentence_segments(text: str) -> list[str]:
     return segmenter.push(text) + segmenter.finish()
 
 
-def parse_model_options(given: list[str]) -> dict[str, float]:
-    """`--model-option NAME=VALUE` values → name → number (ValueError for a malformed one; the
-    model checks names and ranges)."""
+def parse_model_options(given: list[str]) -> dict[str, str]:
+    """`--model-option NAME=VALUE` values → name → the value as written (ValueError for a
+    malformed one); typed_model_options reads each as its option's kind."""
     options = {}
     for item in given:
         name, sep, value = item.partition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            options[name.strip()] = float(value)
-        except ValueError:
+        if not sep or not name.strip():
             raise ValueError(
-                f"--model-option {item!r}: give NAME=NUMBER, e.g. exaggeration=0.8"
-            ) from None
+                f"--model-option {item!r}: give NAME=NUMBER or NAME=TEXT, e.g. "
+                "exaggeration=0.8 or language=english"
+            )
+        options[name.strip()] = value
     return options
+
+
+def typed_model_options(raw: dict[str, str], specs: tuple) -> dict[str, float | str]:
+    """`raw` (parse_model_options) with a number option's value read as a number and a text
+    option's kept as written; a name the model does not take stays as it is, for
+    resolve_request_options to refuse by name."""
+    kinds = {spec.name: spec.kind for spec in specs}
+    typed: dict[str, float | str] = {}
+    for name, value in raw.items():
+        if kinds.get(name) == "number":
+            try:
+                typed[name] = float(value)
+            except ValueError:
+                raise ValueError(
+                    f"--model-option {name}={value}: {name} is a number, e.g. {name}=0.5"
+                ) from None
+        else:
+            typed[name] = value
+    return typed
 
 
 async def _synthesize(
@@ -102,7 +120,7 @@ async def _synthesize(
     voice,
     samplings: list,
     together: bool = True,
-    model_options: dict[str, float] | None = None,
+    model_options: dict[str, float | str] | None = None,
 ) -> tuple[np.ndarray, list]:
     """Every segment at once (`together`: the engine batches them) or one after another;
     audio joined in order, and each segment's Finished (None if its stream ended without
@@ -147,11 +165,12 @@ def run_synth(args: argparse.Namespace) -> int:
     if not segments:
         print("error: --text has nothing to say", file=sys.stderr)
         return 2
-    model_options = parse_model_options(args.model_option)
+    raw_options = parse_model_options(args.model_option)
     model = args.model or DEFAULT_MODEL
     family = known_family(model)  # a preset or a local folder: checked before any load
     if family is not None:
-        resolve_request_options(option_specs(family.request_options), model_options, model)
+        declared = option_specs(family.request_options)
+        resolve_request_options(declared, typed_model_options(raw_options, declared), model)
     start = time.monotonic()
     engine = build_engine(
         model,
@@ -173,6 +192,7 @@ def run_synth(args: argparse.Namespace) -> int:
         sampling = SamplingParams(
             **{**facts.sampling_defaults, **{k: v for k, v in given.items() if v is not None}}
         )
+        model_options = typed_model_options(raw_options, facts.request_options)
         resolve_request_options(facts.request_options, model_options, facts.name)
     except ValueError:  # said in one line by the command line; the engine is not needed
         asyncio.run(engine.shutdown())

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from models.device_util import upload
-from models.request_options import OptionSpec
+from models.request_options import OptionSpec, OptionValue
 from models.voice_clip import ClipRules, VoiceClip
 
 # A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
@@ -228,7 +228,7 @@ class SpeechModel(abc.ABC):
         """Format and tokenise the prompt. Raises ModelInputError for input it cannot serve."""
 
     def preprocess_with_options(
-        self, text: str, voice: str | None, options: dict[str, float]
+        self, text: str, voice: str | None, options: dict[str, OptionValue]
     ) -> Prompt:
         """preprocess for a model with request options (facts.request_options): `options` holds
         every one of them, checked and with the defaults filled in. A model that conditions
@@ -301,7 +301,7 @@ class SpeechModel(abc.ABC):
         hidden: torch.Tensor,
         num_generated: list[int],
         allow_stop: list[bool],
-        options: list[dict[str, float]],
+        options: list[dict[str, OptionValue]],
     ) -> Candidates:
         """candidate_logits with each row's request options (as preprocess_with_options got
         them; {} for a model that takes none), for models whose sample stage reads them

@@ -12,7 +12,7 @@ from models.base import SpeechModel
 from models.checkpoint_errors import CheckpointError
 from models.families import all_presets, family_of
 from models.family_spec import LoadRequest
-from models.request_options import option_specs
+from models.request_options import option_specs, same_options
 
 DEFAULT_MODEL = "voxgate-tiny"  # the trained voice shipped in models/voxgate_tiny/weights
 
@@ -50,10 +50,13 @@ def load_model(
     )
     loaded = family.load(request)
     declared = option_specs(family.request_options)
-    if loaded.facts.request_options != declared:  # a family's model and its table entry agree
+    # A family's model and its table entry agree (the model may narrow a text option's
+    # choices to its checkpoint's: a Qwen3-TTS checkpoint's languages).
+    if not same_options(loaded.facts.request_options, declared):
         raise RuntimeError(
             f"{family.name}: the model announces request options "
-            f"{[s.name for s in loaded.facts.request_options]} but its family.py declares "
-            f"{[s.name for s in declared]}; announce option_specs(family.request_options)"
+            f"{[(s.name, s.kind, s.default) for s in loaded.facts.request_options]} but its "
+            f"family.py declares {[(s.name, s.kind, s.default) for s in declared]}; announce "
+            "option_specs(family.request_options)"
         )
     return loaded

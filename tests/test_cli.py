@@ -7,6 +7,8 @@ import subprocess
 import sys
 import wave
 
+import pytest
+
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -147,3 +149,27 @@ def test_synth_takes_the_models_own_options(tmp_path):
     )
     result = run_cli(*common, "--model-option", "exaggeration")
     assert result.returncode == 2 and "give NAME=NUMBER" in result.stderr
+
+
+def test_synth_reads_text_options_as_text_and_checks_them_before_loading(tmp_path):
+    """A text option (Qwen3-TTS' language) is taken as written and checked against the
+    family's choices before the model loads; a number option's value must read as a number."""
+    from gateway.synth import parse_model_options, typed_model_options
+    from models.qwen3_tts.family import Qwen3TtsRequestOptions
+    from models.request_options import option_specs
+
+    out = tmp_path / "q.wav"
+    common = ("synth", "--model", "tiny-qwen3-tts", "--text", "Hi there.", "--out", str(out))
+    result = run_cli(*common, "--model-option", "language=klingon")
+    assert result.returncode == 2 and not out.exists()
+    assert "model_options.language must be one of auto, chinese, english" in result.stderr
+    raw = parse_model_options(["language=English", "instruction=Slowly, = calmly.", "pace=2"])
+    assert raw == {"language": "English", "instruction": "Slowly, = calmly.", "pace": "2"}
+    specs = option_specs(Qwen3TtsRequestOptions)
+    assert typed_model_options(raw, specs)["instruction"] == "Slowly, = calmly."
+    from models.chatterbox.family import ChatterboxOptions
+
+    numbers = option_specs(ChatterboxOptions)
+    assert typed_model_options({"exaggeration": "0.7"}, numbers) == {"exaggeration": 0.7}
+    with pytest.raises(ValueError, match="exaggeration is a number"):
+        typed_model_options({"exaggeration": "loud"}, numbers)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields, replace
 
 from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
+from models.request_options import OptionSpec, option_specs, text_option
 
 PRESETS = {
     "tiny-qwen3-tts": "Qwen3-TTS 12 Hz scaled down (talker, code predictor, speech decoder), "
@@ -19,24 +20,58 @@ PRESETS = {
 }
 
 
+# "auto" and the ten languages of the published checkpoints (their config.json
+# `codec_language_id` less the dialects, which a preset speaker brings with it). A served
+# checkpoint announces its own list (CodecIds.spoken_languages), which the gateway checks.
+LANGUAGES = (
+    "auto",
+    "chinese",
+    "english",
+    "french",
+    "german",
+    "italian",
+    "japanese",
+    "korean",
+    "portuguese",
+    "russian",
+    "spanish",
+)
+# The longest instruction a request may give (the package sets none; this bounds the prompt).
+MAX_INSTRUCTION_CHARS = 1000
+
+
 @dataclass(frozen=True)
 class Qwen3TtsRequestOptions:
-    """What each request may set besides `voice` (the preset speaker), read by
-    Qwen3TtsModel.preprocess_with_options (through read_request_options). Both are text; the
-    engine and gateway do not pass request options to models yet, so requests speak with
-    these defaults until they do (docs/models.md, Qwen3-TTS)."""
+    """What each request may set besides `voice` (the preset speaker or cloned voice), read by
+    Qwen3TtsModel.preprocess_with_options (through read_request_options)."""
 
-    language: str = field(
-        default="auto",
-        metadata={"help": "the language to speak: auto, or one the checkpoint lists"},
+    language: str = text_option(
+        "auto",
+        choices=LANGUAGES,
+        help="the language to speak: auto (the model tells from the text), or one it lists",
     )
-    instruction: str = field(
-        default="",
-        metadata={
-            "help": "how to speak (emotion, pace, style; 1.7B CustomVoice), or the voice's "
-            "description (VoiceDesign); empty: none"
-        },
+    instruction: str = text_option(
+        "",
+        max_chars=MAX_INSTRUCTION_CHARS,
+        help="how to speak (emotion, pace, style; 1.7B CustomVoice), or the voice's "
+        "description (VoiceDesign); empty: none",
     )
+
+
+def checkpoint_options(
+    languages: list[str], no_instruction: str | None, designs_voice: bool
+) -> tuple[OptionSpec, ...]:
+    """The options a loaded checkpoint announces (ModelFacts.request_options): its own
+    languages, and what its instruction does (a VoiceDesign model's describes the voice; a
+    model without instruction control says why, and refuses a non-empty one)."""
+    language, instruction = option_specs(Qwen3TtsRequestOptions)
+    if no_instruction:
+        purpose = f"none on this checkpoint ({no_instruction}): leave it empty"
+    elif designs_voice:
+        purpose = "the voice to design, described in words (VoiceDesign); empty: none"
+    else:
+        purpose = "how to speak: emotion, pace, style (1.7B CustomVoice); empty: none"
+    return language.narrowed(tuple(languages)), replace(instruction, help=purpose)
 
 
 def read_request_options(given: dict) -> Qwen3TtsRequestOptions:
@@ -93,4 +128,5 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Qwen3-TTS: config.json model_type 'qwen3_tts' with speech_tokenizer/",
+    request_options=Qwen3TtsRequestOptions,
 )

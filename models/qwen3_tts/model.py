@@ -25,14 +25,17 @@ from models.checkpoint_errors import CheckpointError
 from models.qwen3_tts import prompt as P
 from models.qwen3_tts.clip_encoder import ClipEncoder
 from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
-from models.qwen3_tts.family import read_request_options
+from models.qwen3_tts.family import (
+    MAX_INSTRUCTION_CHARS,
+    checkpoint_options,
+    read_request_options,
+)
 from models.qwen3_tts.predictor import CodePredictor
 from models.qwen3_tts.speaker_encoder import SpeakerEncoder, log_mel
 from models.qwen3_tts.talker import Talker
 from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 
 MAX_TEXT_CHARS = 4000
-MAX_INSTRUCTION_CHARS = 1000
 FIRST_CHUNK_FRAMES = 2  # 160 ms of audio before the first chunk decodes
 CHUNK_FRAMES = 4
 MIN_FRAMES = 2  # the shortest utterance the published generate makes
@@ -118,6 +121,11 @@ class Qwen3TtsModel(SpeechModel):
             # Base models only: CustomVoice and VoiceDesign have no speaker encoder.
             voice_cloning=speaker_encoder is not None,
             clip_rules=CLIENT_CLIP_RULES,
+            request_options=checkpoint_options(
+                ids.spoken_languages(),
+                no_instruction,
+                designs_voice=not ids.speakers and speaker_encoder is None,
+            ),
         )
         self.shape = BackboneShape.of(talker.args, talker)
 

@@ -189,10 +189,11 @@ class ZonosModel(SpeechModel):
         return self.preprocess_with(text, voice, ZonosOptions())
 
     def preprocess_with_options(
-        self, text: str, voice: str | None, options: dict[str, float]
+        self, text: str, voice: str | None, options: dict[str, float | str]
     ) -> Prompt:
-        """A request's options by the names of request_options.py (the generic per-request
-        options path hands them checked and completed with the defaults)."""
+        """A request's options by the names of request_options.py, numbers and the language
+        (the generic per-request options path hands them checked and completed with the
+        defaults)."""
         return self.preprocess_with(text, voice, ZonosOptions.from_request(options))
 
     def preprocess_with(self, text: str, voice: str | None, options: ZonosOptions) -> Prompt:

@@ -32,7 +32,7 @@ class ZonosOptions:
     fmax: float = _PUBLISHED.fmax
     pitch_std: float = _PUBLISHED.pitch_std
     speaking_rate: float = _PUBLISHED.speaking_rate
-    language: str = "en-us"
+    language: str = _PUBLISHED.language
 
     def __post_init__(self) -> None:
         emotion = tuple(float(e) for e in self.emotion)

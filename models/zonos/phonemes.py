@@ -13,6 +13,7 @@ import functools
 import shutil
 
 from models.base import ModelInputError
+from models.zonos.languages import LANGUAGES, UNAVAILABLE
 
 PAD, UNKNOWN, BEGIN, END = 0, 1, 2, 3
 PUNCTUATION = ';:,.!?¡¿—…"«»“”() *~-/\\&'
@@ -22,120 +23,6 @@ SYMBOLS = (*PUNCTUATION, *_LETTERS, *_IPA)
 VOCAB_SIZE = 4 + len(SYMBOLS)  # the phoneme embedding's rows
 # A repeated symbol (the IPA string has "'" twice) keeps its last id, as a dict built in order.
 _ID = {s: i for i, s in enumerate(SYMBOLS, start=4)}
-
-# eSpeak voices Zonos was trained with; a request's `language` is one of them, and its index
-# here is the language conditioner's input.
-LANGUAGES = (
-    "af",
-    "am",
-    "an",
-    "ar",
-    "as",
-    "az",
-    "ba",
-    "bg",
-    "bn",
-    "bpy",
-    "bs",
-    "ca",
-    "cmn",
-    "cs",
-    "cy",
-    "da",
-    "de",
-    "el",
-    "en-029",
-    "en-gb",
-    "en-gb-scotland",
-    "en-gb-x-gbclan",
-    "en-gb-x-gbcwmd",
-    "en-gb-x-rp",
-    "en-us",
-    "eo",
-    "es",
-    "es-419",
-    "et",
-    "eu",
-    "fa",
-    "fa-latn",
-    "fi",
-    "fr-be",
-    "fr-ch",
-    "fr-fr",
-    "ga",
-    "gd",
-    "gn",
-    "grc",
-    "gu",
-    "hak",
-    "hi",
-    "hr",
-    "ht",
-    "hu",
-    "hy",
-    "hyw",
-    "ia",
-    "id",
-    "is",
-    "it",
-    "ja",
-    "jbo",
-    "ka",
-    "kk",
-    "kl",
-    "kn",
-    "ko",
-    "kok",
-    "ku",
-    "ky",
-    "la",
-    "lfn",
-    "lt",
-    "lv",
-    "mi",
-    "mk",
-    "ml",
-    "mr",
-    "ms",
-    "mt",
-    "my",
-    "nb",
-    "nci",
-    "ne",
-    "nl",
-    "om",
-    "or",
-    "pa",
-    "pap",
-    "pl",
-    "pt",
-    "pt-br",
-    "py",
-    "quc",
-    "ro",
-    "ru",
-    "ru-lv",
-    "sd",
-    "shn",
-    "si",
-    "sk",
-    "sl",
-    "sq",
-    "sr",
-    "sv",
-    "sw",
-    "ta",
-    "te",
-    "tn",
-    "tr",
-    "tt",
-    "ur",
-    "uz",
-    "vi",
-    "vi-vn-x-central",
-    "vi-vn-x-south",
-    "yue",
-)
 
 
 def espeak_available() -> bool:
@@ -154,10 +41,8 @@ def language_id(language: str) -> int:
             f"language {language!r} is not one Zonos knows; use an eSpeak code such as en-us, "
             f"de, fr-fr, es, ja, cmn (all: {' '.join(LANGUAGES)})"
         )
-    if code == "ja":
-        raise ModelInputError(
-            "Japanese (ja) needs Zonos' Sudachi text cleaning, not available here"
-        )
+    if code in UNAVAILABLE:
+        raise ModelInputError(UNAVAILABLE[code])
     return LANGUAGES.index(code)
 
 

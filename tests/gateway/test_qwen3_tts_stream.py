@@ -68,3 +68,94 @@ async def test_unknown_speaker_is_refused_with_the_speakers_it_has(q3_server):
         reply = await recv_json(ws)
     assert reply["type"] == "error" and reply["fatal"]
     assert "ryan" in reply["message"]
+
+
+async def test_language_and_instruction_are_announced_checked_and_carried(
+    q3_server, q3_engine, monkeypatch
+):
+    """session.started lists the text options with the checkpoint's languages; a language it
+    lacks gets a non-fatal bad_field naming the ones it has, an over-long instruction one
+    naming the limit; a response's language and instruction, over the session's, reach the
+    engine with its request (the language spelt as the model lists it), and its audio is the
+    engine's for those options."""
+    session_options = {"language": "English"}
+    response_options = {"instruction": "Speak slowly, almost whispering."}
+    submitted = []
+    submit = q3_engine.submit
+
+    async def recording_submit(request):
+        submitted.append(request)
+        return await submit(request)
+
+    monkeypatch.setattr(q3_engine, "submit", recording_submit)
+    async with websockets.connect(q3_server.url) as ws:
+        started = await start_session(
+            ws, sampling=SAMPLING, output_audio=PCM24, voice="ryan", model_options=session_options
+        )
+        await send(ws, type="text", text=TEXT, model_options={"language": "klingon"})
+        bad_language = await recv_json(ws)
+        await send(ws, type="text", text=TEXT, model_options={"instruction": "x" * 1001})
+        too_long = await recv_json(ws)
+        await send(ws, type="text", text=TEXT, model_options=response_options)
+        played = await collect_response(ws)
+    monkeypatch.undo()
+    announced = {o["name"]: o for o in started["model_options"]}
+    assert announced["language"] == {
+        "name": "language",
+        "kind": "text",
+        "default": "auto",
+        "choices": ["auto", "chinese", "english", "french"],
+        "help": announced["language"]["help"],
+    }
+    assert announced["instruction"]["kind"] == "text"
+    assert announced["instruction"]["max_chars"] == 1000
+    assert bad_language["code"] == "bad_field" and not bad_language["fatal"]
+    assert (
+        "model_options.language must be one of auto, chinese, english, french"
+        in (bad_language["message"])
+    )
+    assert "'klingon'" in bad_language["message"]
+    assert too_long["code"] == "bad_field" and "limited to 1000 characters" in too_long["message"]
+    want_options = {"language": "english", **response_options}
+    assert [r.model_options for r in submitted] == [want_options]
+    got = np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
+    params = SamplingParams(**{**q3_engine.facts.sampling_defaults, **SAMPLING})
+    request = SpeechRequest(TEXT, "ryan", params, model_options=want_options)
+    want = np.concatenate([e.pcm async for e in await q3_engine.submit(request) if _audio(e)])
+    plain = SpeechRequest(TEXT, "ryan", params, model_options={"language": "english"})
+    without = np.concatenate([e.pcm async for e in await q3_engine.submit(plain) if _audio(e)])
+    assert len(want) == 6 * 1920 and played.done["audio_ms"] == len(want) // 24
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768
+    assert np.max(np.abs(want - without)) > 1e-3  # the instruction is in the prompt
+
+
+async def test_a_bad_language_at_session_start_names_the_languages(q3_server):
+    async with websockets.connect(q3_server.url) as ws:
+        await send(ws, type="session.start", model_options={"language": 7})
+        reply = await recv_json(ws)
+    assert reply["type"] == "error" and reply["code"] == "bad_field" and reply["fatal"]
+    assert "model_options.language must be text (one of auto, chinese" in reply["message"]
+
+
+def test_the_speech_endpoint_takes_text_options_and_refuses_bad_ones(q3_server):
+    import httpx
+
+    body = {"model": "tiny-qwen3-tts", "input": TEXT, "voice": "ryan", "response_format": "pcm"}
+    bad = httpx.post(
+        f"{q3_server.http}/v1/audio/speech",
+        json={**body, "model_options": {"language": "german"}},
+        timeout=30,
+    )
+    assert bad.status_code == 400
+    error = bad.json()["error"]
+    assert error["param"] == "model_options.language" and "english" in error["message"]
+    good = httpx.post(
+        f"{q3_server.http}/v1/audio/speech",
+        json={**body, "max_tokens": 4, "model_options": {"language": "French"}},
+        timeout=30,
+    )
+    assert good.status_code == 200 and len(good.content) == 4 * 1920 * 2
+
+
+def _audio(event) -> bool:
+    return isinstance(event, AudioChunk)

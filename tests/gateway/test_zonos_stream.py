@@ -130,3 +130,37 @@ def test_clips_outside_zonos_rules_are_refused(zonos_server, audio, check):
     body = {"audio": b64(audio)}
     response = httpx.post(f"{zonos_server.http}/v1/voices", json=body, timeout=30)
     assert response.status_code == 400 and response.json()["error"]["code"] == check
+
+
+async def test_language_is_a_text_option_and_japanese_is_refused_up_front(
+    zonos_server, zonos_engine, monkeypatch
+):
+    """session.started lists `language` with Zonos' eSpeak codes less `ja`, default en-us; a
+    request for Japanese is refused at session.start with the reason, before anything is
+    queued; a response's language reaches the engine with its request, beside the numbers."""
+    submitted = []
+    submit = zonos_engine.submit
+
+    async def recording_submit(request):
+        submitted.append(request)
+        return await submit(request)
+
+    monkeypatch.setattr(zonos_engine, "submit", recording_submit)
+    async with websockets.connect(zonos_server.url) as ws:
+        await send(ws, type="session.start", model_options={"language": "ja"})
+        japanese = await recv_json(ws)
+    short = {"temperature": 0.0, "max_tokens": 10, "min_tokens": 10}
+    async with websockets.connect(zonos_server.url) as ws:
+        started = await start_session(
+            ws, sampling=short, output_audio=PCM24, model_options={"pitch_std": 60}
+        )
+        await send(ws, type="text", text="Guten Tag.", model_options={"language": "DE"})
+        played = await collect_response(ws)
+    monkeypatch.undo()
+    assert japanese["type"] == "error" and japanese["code"] == "bad_field" and japanese["fatal"]
+    assert "model_options.language" in japanese["message"] and "Sudachi" in japanese["message"]
+    language = next(o for o in started["model_options"] if o["name"] == "language")
+    assert language["kind"] == "text" and language["default"] == "en-us"
+    assert "ja" not in language["choices"] and {"en-us", "de", "fr-fr"} <= set(language["choices"])
+    assert played.done["status"] == "length"
+    assert [r.model_options for r in submitted] == [{"pitch_std": 60.0, "language": "de"}]

@@ -102,27 +102,20 @@ def cloner(tmp_path_factory):
 
 
 def _engine_rows(model, asks, frames):
-    """Greedy rows through the engine, each request with its own speaker, language and
-    instruction."""
+    """Greedy rows through the engine, each request with its own speaker and, as its
+    model_options, its language and instruction (the engine hands them to the model's
+    preprocess_with_options)."""
     config = EngineConfig(max_num_seqs=4, max_batch_tokens=256, num_kv_blocks=64, block_size=16)
     core = EngineCore(model, config, torch.device("cpu"), "sdpa")
     params = SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=frames)
-    # The engine asks preprocess(text, voice) for the prompt; language and instruction reach
-    # the model through preprocess_with_options, which the engine does not call yet (see
-    # models/qwen3_tts/family.py), so the prompts are made here and handed over by text.
-    prompts = {
-        text: model.preprocess_with_options(
-            text, speaker, {"language": language, "instruction": instruction}
+    specs = [
+        SpeechRequest(
+            text, speaker, params, model_options={"language": language, "instruction": told}
         )
-        for text, speaker, language, instruction in asks
-    }
-    original = model.preprocess
-    model.preprocess = lambda text, voice: prompts[text]
-    try:
-        specs = [SpeechRequest(text, speaker, params) for text, speaker, *_ in asks]
-        requests, audio, _, peak = run(core, specs)
-    finally:
-        model.preprocess = original
+        for text, speaker, language, told in asks
+    ]
+    requests, audio, _, peak = run(core, specs)
+    assert [r.model_options for r in requests] == [s.model_options for s in specs]
     assert peak == len(asks)
     assert core.blocks.num_used == 0
     return requests, audio
@@ -226,6 +219,42 @@ def test_prompt_rows_follow_the_custom_voice_layout(model):
     assert rows[len(rows) - len(codec) + 5][k] == ids.tts_bos  # the codec pad row
     assert rows[-2][k] == ids.tts_eos
     assert all(set(row[1:k]) == {-1} for row in rows)
+
+
+def test_an_instruction_comes_before_the_prompt_and_changes_nothing_else(model):
+    """The instruction is the user turn before the assistant's (the package's
+    _build_instruct_text); the rest of the prompt is the one without it."""
+    plain = model.preprocess_with_options("Hi.", "ryan", {"language": "auto", "instruction": ""})
+    told = model.preprocess_with_options(
+        "Hi.", "ryan", {"language": "auto", "instruction": "Whisper."}
+    )
+    turn = model.encode("<|im_start|>user\nWhisper.<|im_end|>\n")
+    assert told.token_ids[len(turn) :] == plain.token_ids
+    assert [row[model.k] for row in told.token_ids[: len(turn)]] == turn
+    assert all(set(row[: model.k]) == {-1} for row in told.token_ids[: len(turn)])
+    assert model.preprocess("Hi.", "ryan").token_ids == plain.token_ids
+
+
+def test_each_checkpoint_announces_its_languages_and_what_an_instruction_does(
+    model, design_folder, cloner
+):
+    """The family's options, narrowed to the checkpoint: its own languages (the tiny preset
+    has three of the published ten), and the instruction's role in its variant."""
+    from models.qwen3_tts.family import LANGUAGES, Qwen3TtsRequestOptions
+    from models.request_options import option_specs, same_options
+
+    language, instruction = model.facts.request_options
+    assert language.kind == instruction.kind == "text"
+    assert language.choices == tuple(model.ids.spoken_languages())
+    assert language.choices == ("auto", "chinese", "english", "french")
+    assert set(language.choices) < set(LANGUAGES) and language.default == "auto"
+    assert instruction.max_chars == 1000 and instruction.default == ""
+    assert "how to speak" in instruction.help
+    assert same_options(model.facts.request_options, option_specs(Qwen3TtsRequestOptions))
+    designer = load_qwen3_tts(str(design_folder), torch.device("cpu"), torch.float32)
+    assert "voice to design" in designer.facts.request_options[1].help
+    _, clone_model = cloner
+    assert "none on this checkpoint" in clone_model.facts.request_options[1].help
 
 
 def test_bad_requests_get_clear_errors(model):

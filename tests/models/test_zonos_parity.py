@@ -120,12 +120,15 @@ def test_prefix_with_options_equals_the_official(folder):
     speaker = torch.randn(128, generator=torch.Generator().manual_seed(5))
     model.add_voices({"anna": speaker.tolist()})
     rows = model.preprocess_with(text, "anna", options).token_ids[:-1]  # less frame 0
-    # The same through the generic path's flat numbers (the language aside: a string).
+    # The same through the generic path's flat values: the numbers, and the language (text),
+    # left at its default (en-us) or set.
     flat = dict(zip([f"emotion_{n}" for n in EMOTIONS], options.emotion, strict=True))
     flat.update(fmax=options.fmax, pitch_std=options.pitch_std, speaking_rate=25.0)
     english = replace(options, language="en-us")
     through_flat = model.preprocess_with_options(text, "anna", flat).token_ids
     assert through_flat == model.preprocess_with(text, "anna", english).token_ids
+    german = model.preprocess_with_options(text, "anna", {**flat, "language": "de"}).token_ids
+    assert german[:-1] == rows and german != through_flat
     with torch.inference_mode():
         mine = model.embed(torch.tensor(rows))  # [P, 2, D]
         cond = conditioning.make_cond_dict(

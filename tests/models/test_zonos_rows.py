@@ -92,19 +92,34 @@ def test_eos_cascades_through_the_codebooks_then_ends():
 
 def test_request_options_are_declared_for_the_generic_path():
     """Numbers with the metadata `request_option` gives (minimum, maximum, help), defaults in
-    range; a request's flat values become the model's typed options."""
+    range, and the language as a text option whose choices are Zonos' languages less the one
+    it cannot phonemize (ja); a request's flat values become the model's typed options."""
     import dataclasses
 
+    from models.request_options import RequestOptionError, option_specs, resolve_request_options
     from models.zonos.family import REQUEST_OPTIONS
 
-    for spec in dataclasses.fields(REQUEST_OPTIONS):
+    *numbers, language = dataclasses.fields(REQUEST_OPTIONS)
+    for spec in numbers:
         meta = spec.metadata
         assert set(meta) == {"minimum", "maximum", "help"}
         assert meta["minimum"] <= spec.default <= meta["maximum"]
+    assert language.name == "language" and language.default == "en-us"
+    specs = option_specs(REQUEST_OPTIONS)
+    assert specs[-1].choices == tuple(c for c in LANGUAGES if c != "ja")
     values = {f.name: f.default for f in dataclasses.fields(REQUEST_OPTIONS)}
+    assert resolve_request_options(specs, {}, "tiny-zonos") == values
     assert ZonosOptions.from_request(values) == ZonosOptions()
     angry = ZonosOptions.from_request({**values, "emotion_anger": 1.0, "pitch_std": 90.0})
     assert angry.emotion[5] == 1.0 and angry.pitch_std == 90.0
+    german = resolve_request_options(specs, {"language": "DE"}, "tiny-zonos")
+    assert ZonosOptions.from_request(german).language_id == LANGUAGES.index("de")
+    # Japanese is refused before the model, with the reason the model gives too.
+    with pytest.raises(RequestOptionError, match="Sudachi") as info:
+        resolve_request_options(specs, {"language": "ja"}, "tiny-zonos")
+    assert info.value.option == "language" and "en-us" in str(info.value)
+    with pytest.raises(ModelInputError, match="Sudachi"):
+        ZonosOptions.from_request({"language": "ja"})
     with pytest.raises(ModelInputError, match="emotion_\\* weights"):
         ZonosOptions.from_request({"emotion_fear": 1.0, "emotion": [1.0] * 8})
 
