@@ -17,12 +17,13 @@ sampler applies the repetition penalty (over the start token and every generated
 T3.inference), temperature and top-p. The published min-p (0.05) has no counterpart in the
 engine's sampler yet.
 
-S3Gen decodes each utterance whole when it ends: its flow attends over the whole utterance,
-so a chunk decoded early would not equal the whole-utterance audio (docs/models.md)."""
+S3Gen streams (s3gen_stream.py): a first chunk of audio once 20 speech tokens and the 3 of
+the flow's look-ahead exist, then one a second; streamed audio is close to the whole decode,
+not equal, since S3Gen's flow attends over its whole input (docs/models.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from models.chatterbox.config import (
     TOKEN_RATE,
 )
 from models.chatterbox.guided import guided_forward
+from models.chatterbox.s3gen_stream import S3GenStream, S3GenStreamer
 from models.chatterbox.sampling import guided
 from models.device_util import upload
 
@@ -81,7 +83,8 @@ class ChatterboxIds:
 @dataclass
 class ChatterboxStream(StreamState):
     voice: Voice
-    codes: list[int] = field(default_factory=list)
+    audio: S3GenStream
+    dropped_tokens: int = 0  # generated tokens that were not speech codes (start, stop)
 
 
 class ChatterboxModel(SpeechModel):
@@ -93,6 +96,8 @@ class ChatterboxModel(SpeechModel):
         self.cfg_weight = cfg_weight
         sizes = self.t3.sizes
         self.ids = ChatterboxIds(sizes.text_vocab, sizes.speech_vocab)
+        self.streamer = S3GenStreamer(parts.s3gen)
+        detok = self.streamer.detok
         self.voices: dict[str, Voice] = {DEFAULT_VOICE: parts.default_voice}
         self._slots: dict[str, int] = {}
         self._bank = torch.zeros(0)
@@ -104,8 +109,15 @@ class ChatterboxModel(SpeechModel):
             token_rate_hz=float(TOKEN_RATE),
             n_codebooks=1,
             stop_token_ids=(self.ids.stop,),
-            first_chunk_tokens=1,
-            chunk_tokens=TOKEN_RATE,
+            # A chunk's mel needs its tokens and the flow's 3 look-ahead tokens after it; the
+            # first chunk is detok.first_hop tokens, the rest whole chunks (s3gen_stream.py).
+            first_chunk_tokens=detok.first_hop + detok.lookahead,
+            chunk_tokens=detok.chunk,
+            frame_tokens=detok.chunk,
+            lookahead_tokens=detok.lookahead,
+            # HiFT emits a chunk's audio but for its right-context frames, which wait for the
+            # next chunk (or the end).
+            held_back_tokens=-(-detok.right // detok.ratio),
             voices=tuple(self.voices),
             default_voice=DEFAULT_VOICE,
             max_context=self._cond_rows + sizes.text_positions + sizes.speech_positions,
@@ -216,23 +228,22 @@ class ChatterboxModel(SpeechModel):
 
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> ChatterboxStream:
-        return ChatterboxStream(self.voices[DEFAULT_VOICE])
+        return self.stream_state_for({"voice": self.voices[DEFAULT_VOICE]})
 
     def stream_state_for(self, extras: dict[str, Any]) -> ChatterboxStream:
-        return ChatterboxStream(extras["voice"])
+        voice: Voice = extras["voice"]
+        return ChatterboxStream(voice, self.streamer.new_stream(voice.s3gen))
 
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list], final: list[bool]
     ) -> list[np.ndarray]:
-        out = []
-        for state, tokens, last in zip(states, new_tokens, final, strict=True):
+        """Each stream's new speech codes into one batched S3Gen streaming call."""
+        streams, codes = [], []
+        for state, tokens in zip(states, new_tokens, strict=True):
             assert isinstance(state, ChatterboxStream)
-            for token in tokens:
-                code = self.ids.code_of(token[0])
-                if code is not None:  # start/stop and the head's unused rows are dropped
-                    state.codes.append(code)
-            if last and state.codes:
-                out.append(self.parts.s3gen.decode(state.codes, state.voice.s3gen))
-            else:
-                out.append(np.zeros(0, dtype=np.float32))
-        return out
+            # start/stop and the head's unused rows are dropped
+            new = [c for c in (self.ids.code_of(t[0]) for t in tokens) if c is not None]
+            state.dropped_tokens += len(tokens) - len(new)
+            streams.append(state.audio)
+            codes.append(new)
+        return self.streamer.decode(streams, codes, final)
