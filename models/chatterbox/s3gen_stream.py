@@ -11,14 +11,14 @@ What differs from CosyVoice 2's streaming, and why streamed is close to, not equ
   seen yet. So streamed audio departs from whole audio by that attention, and by HiFT's seams
   (8 mel frames of context each side, as for CosyVoice 2). The causal convolutions, the
   3-token look-ahead, the fixed frame-indexed noise and the carried sine phase are the same
-  in both. tests/models/test_chatterbox_stream.py measures the gap (its tolerance says why).
+  in both. tests/models/test_chatterbox_s3gen_stream.py measures the gap (its tolerance says why).
 - The voice prompt need not be whole chunks (no attention grid to align with).
 - The first 40 ms of every utterance are faded in (S3Token2Wav's trim_fade), counted over
   the samples the stream has emitted so far, so the fade is the whole decode's wherever the
   first chunk ends.
 Where the math is exact: a chunk's row is exactly the official flow's finalize=True decode of
 its window (prompt + window tokens + look-ahead), with the look-ahead's frames dropped after
-the flow (test_chatterbox_stream.py compares one row with the official module)."""
+the flow (test_chatterbox_s3gen_stream.py compares one row with the official module)."""
 
 from __future__ import annotations
 
