@@ -23,6 +23,7 @@ not equal, since S3Gen's flow attends over its whole input (docs/models.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from models.base import (
     StreamState,
 )
 from models.chatterbox.checkpoint import Chatterbox, Voice
+from models.chatterbox.clip_voices import read_clips
 from models.chatterbox.config import (
     SAMPLE_RATE,
     SAMPLING,
@@ -49,6 +51,7 @@ from models.chatterbox.config import (
 from models.chatterbox.guided import guided_forward
 from models.chatterbox.s3gen_stream import S3GenStream, S3GenStreamer
 from models.chatterbox.sampling import guided
+from models.checkpoint_errors import CheckpointError
 from models.device_util import upload
 
 DEFAULT_VOICE = "default"
@@ -120,6 +123,7 @@ class ChatterboxModel(SpeechModel):
             held_back_tokens=-(-detok.right // detok.ratio),
             voices=tuple(self.voices),
             default_voice=DEFAULT_VOICE,
+            voice_cloning=parts.clip_encoders is not None,
             max_context=self._cond_rows + sizes.text_positions + sizes.speech_positions,
             sampling_defaults={
                 "temperature": SAMPLING.temperature,
@@ -142,16 +146,46 @@ class ChatterboxModel(SpeechModel):
 
     # voices ------------------------------------------------------------------------------------
     def _add_to_bank(self, name: str) -> None:
-        """A voice's conditioning rows, computed once (its exaggeration is the voice's own)."""
+        """A voice's conditioning rows, computed once (its exaggeration is the voice's own);
+        a voice added again under its name keeps its slot."""
         v = self.voices[name].t3
         w = self.t3.speech_head.weight
         with torch.inference_mode():
             rows = self.t3.conditioning(
                 v.speaker.to(w.device, w.dtype), v.prompt_tokens.to(w.device), v.exaggeration
             )
-        bank = rows[None] if not self._slots else torch.cat([self._bank, rows[None]])
-        self._slots[name] = len(self._slots)
+        if name in self._slots:
+            bank = self._bank.clone()
+            bank[self._slots[name]] = rows
+        else:
+            bank = rows[None] if not self._slots else torch.cat([self._bank, rows[None]])
+            self._slots[name] = len(self._slots)
         self._bank, self._cond_rows = bank, rows.shape[0]
+
+    def add_voice(self, name: str, text: str, audio16k: np.ndarray, audio24k: np.ndarray) -> None:
+        """A voice from a reference clip (at 16 kHz and 24 kHz), encoded once (clip_voices.py);
+        requests with voice=name speak in it. `text`, the clip's transcript, is not needed by
+        Chatterbox (CosyVoice 2's and CSM's add_voice take one; it may be empty)."""
+        encoders = self.parts.clip_encoders
+        if encoders is None:
+            raise CheckpointError(
+                "this Chatterbox checkpoint lacks the clip encoders (ve.safetensors, and the "
+                "tokenizer.* and speaker_encoder.* tensors of s3gen.safetensors): it speaks "
+                "with its conds.pt voice only"
+            )
+        self.voices[name] = encoders.voice(name, audio16k, audio24k)
+        self._add_to_bank(name)
+        clips = (*(v for v in self.facts.clip_voices if v != name), name)
+        self.facts = dataclasses.replace(
+            self.facts,
+            voices=tuple(self.voices),
+            clip_voices=clips,
+        )
+
+    def add_voices_dir(self, folder: str) -> None:
+        """Every clip of a voices folder (`NAME.wav` ...) as the voice NAME."""
+        for name, audio16k, audio24k in read_clips(folder):
+            self.add_voice(name, "", audio16k, audio24k)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:

@@ -64,12 +64,27 @@ def test_loader_names_a_missing_tensor(pair):
 
 def test_tiny_preset_uses_the_official_names(tmp_path):
     """The tiny preset's s3gen.safetensors holds exactly the official flow's and HiFT's tensor
-    names at its depths (other widths); the clip encoders are left out."""
+    names at its depths (other widths), and the clip encoders' names are the official S3
+    tokenizer's and CAM++'s (fewer layers: a subset)."""
+    from official_chatterbox import import_with_stand_ins
+
     from models.chatterbox.presets import ensure_tiny_chatterbox
 
     flow, hift = official_s3gen_parts(1)
     official = {f"flow.{k}" for k in flow.state_dict()} | {
         f"mel2wav.{k}" for k in hift.state_dict()
     }
-    folder = ensure_tiny_chatterbox(tmp_path)
-    assert set(load_file(str(folder / "s3gen.safetensors"))) == official
+    names = set(load_file(str(ensure_tiny_chatterbox(tmp_path) / "s3gen.safetensors")))
+    assert {n for n in names if n.startswith(("flow.", "mel2wav."))} == official
+    v2 = import_with_stand_ins("s3tokenizer.model_v2", ("onnx", "torchaudio"))
+    xvector = import_with_stand_ins(
+        "chatterbox.models.s3gen.xvector",
+        ("torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi"),
+    )
+    tokenizer = {
+        f"tokenizer.{k}" for k in v2.S3TokenizerV2("speech_tokenizer_v2_25hz").state_dict()
+    }
+    campplus = {f"speaker_encoder.{k}" for k in xvector.CAMPPlus().state_dict()}
+    clip = {n for n in names if n.startswith(("tokenizer.", "speaker_encoder."))}
+    assert clip and clip <= tokenizer | campplus
+    assert names == official | clip

@@ -7,13 +7,10 @@ numba); the comparison starts from mels, so a bare stand-in module satisfies the
 
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import pytest
 import torch
-from official_chatterbox import import_official, seeded
+from official_chatterbox import import_with_stand_ins, seeded
 from safetensors.torch import load_file, save_file
 
 from models.chatterbox.voice_encoder import (
@@ -30,17 +27,7 @@ from models.checkpoint_errors import CheckpointError
 
 @pytest.fixture(scope="module")
 def official_ve():
-    missing = "librosa" not in sys.modules
-    try:
-        import librosa  # noqa: F401
-    except ImportError:
-        sys.modules["librosa"] = types.ModuleType("librosa")
-    try:
-        (module,) = import_official("chatterbox.models.voice_encoder.voice_encoder")
-    finally:
-        if missing and isinstance(sys.modules.get("librosa"), types.ModuleType):
-            if not hasattr(sys.modules["librosa"], "__file__"):
-                del sys.modules["librosa"]
+    module = import_with_stand_ins("chatterbox.models.voice_encoder.voice_encoder", ("librosa",))
     return seeded(module.VoiceEncoder(), 41, scale=0.2)
 
 
