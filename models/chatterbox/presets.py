@@ -24,7 +24,7 @@ def ensure_tiny_chatterbox(root: Path | None = None) -> Path:
 
 
 def ensure_random_chatterbox(root: Path | None = None) -> Path:
-    """The real shapes (T3 0.5B, S3Gen) with seeded random weights: about 2.5 GB in fp32."""
+    """The real shapes (T3 0.5B, S3Gen) with seeded random weights: about 3 GB in fp32 (the clip encoders included)."""
 
     def write(folder: Path) -> None:
         write_chatterbox_checkpoint(
