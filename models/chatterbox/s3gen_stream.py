@@ -7,8 +7,8 @@ What differs from CosyVoice 2's streaming, and why streamed is close to, not equ
   `context_chunks` generated chunks before the chunk, the chunk, and its 3 look-ahead tokens,
   all attending to each other; the chunk's frames are kept. The whole-utterance decode
   (S3Gen.decode, the official `S3Token2Wav.inference`) lets every frame also attend to the
-  tokens after its chunk's look-ahead and before its window, which a stream cannot have
-  seen yet. So streamed audio departs from whole audio by that attention, and by HiFT's seams
+  tokens after its chunk's look-ahead, which a stream has not seen yet, and to those before
+  its window, which the bounded window leaves out for a cost that does not grow. So streamed audio departs from whole audio by that attention, and by HiFT's seams
   (8 mel frames of context each side, as for CosyVoice 2). The causal convolutions, the
   3-token look-ahead, the fixed frame-indexed noise and the carried sine phase are the same
   in both. tests/models/test_chatterbox_s3gen_stream.py measures the gap (its tolerance says why).
@@ -16,9 +16,12 @@ What differs from CosyVoice 2's streaming, and why streamed is close to, not equ
 - The first 40 ms of every utterance are faded in (S3Token2Wav's trim_fade), counted over
   the samples the stream has emitted so far, so the fade is the whole decode's wherever the
   first chunk ends.
-Where the math is exact: a chunk's row is exactly the official flow's finalize=True decode of
-its window (prompt + window tokens + look-ahead), with the look-ahead's frames dropped after
-the flow (test_chatterbox_s3gen_stream.py compares one row with the official module)."""
+Where the math is exact: a chunk's row is the official flow's own streaming decode
+(`finalize=False`: every token of the row encoded, the look-ahead tokens' frames dropped before
+the estimator) of its window, and an utterance's last row the final decode; with unbounded
+history (`context_chunks=None`) the windows hold every token so far, so the streamed mel is
+chunk by chunk the official non-final decode of the tokens so far
+(tests/models/test_chatterbox_s3gen_stream.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.chatterbox.config import SPEECH_CODES
+from models.chatterbox.s3gen import S3Gen, S3GenVoice, trim_fade
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
 
 # Tokens per steady chunk: 1 s of speech at 25 Hz, as CosyVoice 2's flow chunk.
@@ -49,13 +53,11 @@ class S3GenStream:
 class S3GenStreamer:
     def __init__(
         self,
-        s3gen,  # models.chatterbox.s3gen.S3Gen
+        s3gen: S3Gen,
         chunk_tokens: int = CHUNK_TOKENS,
         first_hop: int = FIRST_HOP_TOKENS,
         context_chunks: int | None = CONTEXT_CHUNKS,
     ) -> None:
-        from models.chatterbox.s3gen import trim_fade
-
         self.detok = FlowHiftDetokenizer(
             s3gen.flow,
             s3gen.mel2wav,
@@ -65,7 +67,7 @@ class S3GenStreamer:
         )
         self.fade = trim_fade()
 
-    def new_stream(self, voice) -> S3GenStream:  # voice: models.chatterbox.s3gen.S3GenVoice
+    def new_stream(self, voice: S3GenVoice) -> S3GenStream:
         return S3GenStream(
             self.detok.new_stream(voice.prompt_tokens.tolist(), voice.prompt_mel, voice.xvector)
         )
@@ -86,7 +88,7 @@ class S3GenStreamer:
             stream.emitted_samples += len(audio)
         return out
 
-    def decode_whole(self, tokens: list[int], voice) -> np.ndarray:
+    def decode_whole(self, tokens: list[int], voice: S3GenVoice) -> np.ndarray:
         """One utterance streamed in a single final call (every chunk's row, one HiFT pass)."""
         (audio,) = self.decode([self.new_stream(voice)], [tokens], [True])
         return audio

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 from official_chatterbox import noise_from
-from official_s3gen import official_and_ours, official_decode, voice
+from official_s3gen import SIZES, official_and_ours, official_decode, voice
 from torch import nn
 
 from engine.config import EngineConfig
@@ -34,6 +34,7 @@ from engine.request import SamplingParams
 from models.chatterbox.checkpoint import load_chatterbox
 from models.chatterbox.model import ChatterboxModel
 from models.chatterbox.presets import ensure_tiny_chatterbox
+from models.chatterbox.s3gen import S3Gen
 from models.chatterbox.s3gen_stream import S3GenStreamer
 
 
@@ -80,9 +81,6 @@ def attentive(tmp_path_factory):
         for name, p in flow.named_parameters():
             if any(k in name for k in ("linear_q", "linear_k", "to_q", "to_k")):
                 p.mul_(4.0)
-    from official_s3gen import SIZES
-
-    from models.chatterbox.s3gen import S3Gen
 
     ours = S3Gen(SIZES)
     state = {f"flow.{k}": v for k, v in flow.state_dict().items()}
