@@ -58,11 +58,14 @@ teacher-debs:
 # The official Chatterbox package, the independent reference of the flow + HiFT parity tests
 # (tests/models/official_chatterbox.py), in the git-ignored .ref/ folder. --no-deps: the
 # venv's pinned torch, numpy and transformers stay as they are; beside the package come only
-# the modules its S3Gen flow and vocoder import that the venv lacks.
+# the modules its S3Gen flow and vocoder import that the venv lacks, and the S3 tokenizer
+# package its speech tokenizer subclasses.
 REFERENCE_DIR := .ref
-REFERENCE_PKGS := chatterbox-tts==0.1.7 diffusers==0.29.0 conformer==0.3.2 omegaconf==2.3.0 \
+REFERENCE_PKGS := chatterbox-tts==0.1.7 diffusers==0.29.0 conformer==0.3.2 omegaconf==2.3.0 s3tokenizer==0.3.0 \
 	antlr4-python3-runtime==4.9.3 scipy importlib_metadata zipp
-$(REFERENCE_DIR)/.installed: $(BIN)/python
+# The stamp names the list's version: a new package re-runs the install on a kept .ref/.
+REFERENCE_STAMP := $(REFERENCE_DIR)/.installed-2
+$(REFERENCE_STAMP): $(BIN)/python
 	$(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR) $(REFERENCE_PKGS) \
 		|| echo "warning: could not install the chatterbox-tts reference; its parity tests will be skipped"
 	@if [ -d $(REFERENCE_DIR)/chatterbox ]; then touch $@; fi
@@ -87,7 +90,7 @@ $(REFERENCE_DIR)/.installed-qwen3-tts: $(BIN)/python
 		|| echo "warning: could not install the qwen-tts reference; its parity tests will be skipped"
 	@if [ -d $(REFERENCE_DIR)/qwen_tts ] && [ -d $(REFERENCE_DIR)/tf457/transformers ]; then touch $@; fi
 
-reference-deps: $(REFERENCE_DIR)/.installed $(REFERENCE_DIR)/.zonos-installed \
+reference-deps: $(REFERENCE_STAMP) $(REFERENCE_DIR)/.zonos-installed \
 	$(REFERENCE_DIR)/.installed-qwen3-tts
 
 test: setup browser-deps teacher-deps zonos-deps reference-deps

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from models.chatterbox.campplus import CamPlus, CamSizes
+from models.chatterbox.clip_voices import ClipEncoders, load_clip_encoders
 from models.chatterbox.config import (
     CONDS_FILE,
     S3GEN_FILE,
@@ -27,12 +29,12 @@ from models.chatterbox.config import (
     T3Sizes,
 )
 from models.chatterbox.layout import is_chatterbox_folder  # noqa: F401 - re-exported
+from models.chatterbox.s3_tokenizer import S3Tokenizer, TokenizerSizes
 from models.chatterbox.s3gen import S3Gen, S3GenSizes, S3GenVoice, load_s3gen
 from models.chatterbox.t3 import T3, load_t3, t3_state_dict
 from models.chatterbox.text import SPACE, TextTokenizer
+from models.chatterbox.voice_encoder import VoiceEncoder
 from models.checkpoint_errors import CheckpointError
-
-VE_MELS, VE_HIDDEN = 40, 256  # VoiceEncConfig
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Chatterbox:
     s3gen: S3Gen
     tokenizer: TextTokenizer
     default_voice: Voice
+    clip_encoders: ClipEncoders | None = None  # voices from clips (clip_voices.py)
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -92,9 +95,13 @@ def load_chatterbox(
 ) -> Chatterbox:
     folder = Path(folder)
     t3 = load_t3(read_safetensors(folder / T3_FILE)).to(device, dtype)
-    s3gen = load_s3gen(read_safetensors(folder / S3GEN_FILE)).to(device)  # the codec stays fp32
+    s3gen_state = read_safetensors(folder / S3GEN_FILE)
+    s3gen = load_s3gen(s3gen_state).to(device)  # the codec stays fp32
+    ve = folder / VE_FILE
+    # The clip encoders run once per voice, on the CPU: no device memory for them.
+    clips = load_clip_encoders(read_safetensors(ve) if ve.exists() else None, s3gen_state)
     return Chatterbox(
-        t3, s3gen, TextTokenizer(folder / TOKENIZER_FILE), read_conds(folder / CONDS_FILE)
+        t3, s3gen, TextTokenizer(folder / TOKENIZER_FILE), read_conds(folder / CONDS_FILE), clips
     )
 
 
@@ -128,8 +135,24 @@ def _tokenizer_json() -> str:
     return tokenizer.to_str()
 
 
+@dataclass(frozen=True)
+class ClipSizes:
+    """The clip encoders' sizes in s3gen.safetensors (the voice encoder's are fixed)."""
+
+    tokenizer: TokenizerSizes
+    campplus: CamSizes
+
+
+REAL_CLIP = ClipSizes(TokenizerSizes(1280, 20, 6), CamSizes())
+TINY_CLIP = ClipSizes(TokenizerSizes(128, 2, 1), CamSizes(8, 16, 8, 16, (1, 1, 1), 192))
+
+
 def write_chatterbox_checkpoint(
-    folder: Path, t3_sizes: T3Sizes, s3gen_sizes: S3GenSizes, seed: int
+    folder: Path,
+    t3_sizes: T3Sizes,
+    s3gen_sizes: S3GenSizes,
+    seed: int,
+    clip_sizes: ClipSizes = TINY_CLIP,
 ) -> None:
     from safetensors.torch import save_file
 
@@ -141,13 +164,19 @@ def write_chatterbox_checkpoint(
     _seeded(s3gen.mel2wav, seed + 2, 0.1)
     state = {f"flow.{k}": v for k, v in s3gen.flow.state_dict().items()}
     state |= {f"mel2wav.{k}": v for k, v in s3gen.mel2wav.state_dict().items()}
+    # The clip encoders: the S3 tokenizer and CAM++ (published in s3gen.safetensors too).
+    tokenizer = _seeded(S3Tokenizer(clip_sizes.tokenizer), seed + 5, 0.1)
+    with torch.no_grad():  # its quantiser's 8 digits spread over {0, 1, 2}
+        tokenizer.quantizer._codebook.project_down.weight.mul_(10.0)
+    state |= {f"tokenizer.{k}": v for k, v in tokenizer.state_dict().items()}
+    campplus = _seeded(CamPlus(clip_sizes.campplus), seed + 6, 0.1)
+    state |= {f"speaker_encoder.{k}": v for k, v in campplus.state_dict().items()}
     save_file({k: v.contiguous() for k, v in state.items()}, str(folder / S3GEN_FILE))
-    ve = nn.ModuleDict({"lstm": nn.LSTM(VE_MELS, VE_HIDDEN, num_layers=3, batch_first=True)})
-    ve["proj"] = nn.Linear(VE_HIDDEN, T3_FACTS.speaker_embed_size)
-    _seeded(ve, seed + 3, 0.05)
-    ve_state = {k: v.contiguous() for k, v in ve.state_dict().items()}
-    ve_state |= {"similarity_weight": torch.tensor([10.0]), "similarity_bias": torch.tensor([-5.0])}
-    save_file(ve_state, str(folder / VE_FILE))
+    ve = _seeded(VoiceEncoder(), seed + 3, 0.05)
+    with torch.no_grad():
+        ve.similarity_weight.fill_(10.0)
+        ve.similarity_bias.fill_(-5.0)
+    save_file({k: v.contiguous() for k, v in ve.state_dict().items()}, str(folder / VE_FILE))
     g = torch.Generator().manual_seed(seed + 4)
     prompt = 50  # 2 s of reference speech for S3Gen
     conds = {

@@ -42,11 +42,7 @@ def _load(request: LoadRequest):
     from models.chatterbox.presets import ensure_random_chatterbox, ensure_tiny_chatterbox
 
     model = request.model
-    request.refuse(
-        codec="Chatterbox's codec is its own S3Gen; drop --codec",
-        voices="Chatterbox voices from clips (--voices-dir) need its voice encoder and S3 "
-        "tokenizer, not supported yet; it speaks with the checkpoint's conds.pt voice",
-    )
+    request.refuse(codec="Chatterbox's codec is its own S3Gen; drop --codec")
     if model == "tiny-chatterbox":
         if request.random_weights:
             raise CheckpointError(
@@ -64,7 +60,10 @@ def _load(request: LoadRequest):
     else:
         folder = Path(model).expanduser()
     name = model if model in PRESETS else "chatterbox"
-    return ChatterboxModel(load_chatterbox(folder, request.device, request.dtype), name=name)
+    loaded = ChatterboxModel(load_chatterbox(folder, request.device, request.dtype), name=name)
+    if request.voices_dir is not None:
+        loaded.add_voices_dir(request.voices_dir)
+    return loaded
 
 
 FAMILY = ModelFamily(

@@ -21,12 +21,14 @@ engine's sampler applies the repetition penalty (over the start token and every 
 one, as T3.inference), temperature, min-p and top-p. Per-request options (family.py,
 ChatterboxOptions): exaggeration and cfg_weight, with ChatterboxTTS.generate's defaults.
 
-S3Gen decodes each utterance whole when it ends: its flow attends over the whole utterance,
-so a chunk decoded early would not equal the whole-utterance audio (docs/models.md)."""
+S3Gen streams (s3gen_stream.py): a first chunk of audio once 20 speech tokens and the 3 of
+the flow's look-ahead exist, then one a second; streamed audio is close to the whole decode,
+not equal, since S3Gen's flow attends over its whole input (docs/models.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ from models.base import (
     StreamState,
 )
 from models.chatterbox.checkpoint import Chatterbox, Voice
+from models.chatterbox.clip_voices import read_clips
 from models.chatterbox.config import (
     SAMPLE_RATE,
     SAMPLING,
@@ -51,7 +54,9 @@ from models.chatterbox.config import (
 )
 from models.chatterbox.family import ChatterboxOptions
 from models.chatterbox.guided import guided_forward
+from models.chatterbox.s3gen_stream import S3GenStream, S3GenStreamer
 from models.chatterbox.sampling import guided
+from models.checkpoint_errors import CheckpointError
 from models.device_util import upload
 from models.request_options import option_specs
 
@@ -92,7 +97,8 @@ class ChatterboxIds:
 @dataclass
 class ChatterboxStream(StreamState):
     voice: Voice
-    codes: list[int] = field(default_factory=list)
+    audio: S3GenStream
+    dropped_tokens: int = 0  # generated tokens that were not speech codes (start, stop)
 
 
 class ChatterboxModel(SpeechModel):
@@ -101,6 +107,8 @@ class ChatterboxModel(SpeechModel):
         self.t3 = parts.t3
         sizes = self.t3.sizes
         self.ids = ChatterboxIds(sizes.text_vocab, sizes.speech_vocab)
+        self.streamer = S3GenStreamer(parts.s3gen)
+        detok = self.streamer.detok
         self.voices: dict[str, Voice] = {DEFAULT_VOICE: parts.default_voice}
         self._slots: dict[str, int] = {}
         self._bank = torch.zeros(0)
@@ -112,10 +120,18 @@ class ChatterboxModel(SpeechModel):
             token_rate_hz=float(TOKEN_RATE),
             n_codebooks=1,
             stop_token_ids=(self.ids.stop,),
-            first_chunk_tokens=1,
-            chunk_tokens=TOKEN_RATE,
+            # A chunk's mel needs its tokens and the flow's 3 look-ahead tokens after it; the
+            # first chunk is detok.first_hop tokens, the rest whole chunks (s3gen_stream.py).
+            first_chunk_tokens=detok.first_hop + detok.lookahead,
+            chunk_tokens=detok.chunk,
+            frame_tokens=detok.chunk,
+            lookahead_tokens=detok.lookahead,
+            # HiFT emits a chunk's audio but for its right-context frames, which wait for the
+            # next chunk (or the end).
+            held_back_tokens=-(-detok.right // detok.ratio),
             voices=tuple(self.voices),
             default_voice=DEFAULT_VOICE,
+            voice_cloning=parts.clip_encoders is not None,
             max_context=self._cond_rows + sizes.text_positions + sizes.speech_positions,
             sampling_defaults={
                 "temperature": SAMPLING.temperature,
@@ -140,17 +156,46 @@ class ChatterboxModel(SpeechModel):
 
     # voices ------------------------------------------------------------------------------------
     def _add_to_bank(self, name: str) -> None:
-        """A voice's conditioning rows, computed once. The last, the emotion row, stays unused:
-        each request brings its own (embed)."""
+        """A voice's conditioning rows, computed once; a voice added again under its name keeps
+        its slot. The last, the emotion row, stays unused: each request brings its own (embed)."""
         v = self.voices[name].t3
         w = self.t3.speech_head.weight
         with torch.inference_mode():
             rows = self.t3.conditioning(
                 v.speaker.to(w.device, w.dtype), v.prompt_tokens.to(w.device), v.exaggeration
             )
-        bank = rows[None] if not self._slots else torch.cat([self._bank, rows[None]])
-        self._slots[name] = len(self._slots)
+        if name in self._slots:
+            bank = self._bank.clone()
+            bank[self._slots[name]] = rows
+        else:
+            bank = rows[None] if not self._slots else torch.cat([self._bank, rows[None]])
+            self._slots[name] = len(self._slots)
         self._bank, self._cond_rows = bank, rows.shape[0]
+
+    def add_voice(self, name: str, text: str, audio16k: np.ndarray, audio24k: np.ndarray) -> None:
+        """A voice from a reference clip (at 16 kHz and 24 kHz), encoded once (clip_voices.py);
+        requests with voice=name speak in it. `text`, the clip's transcript, is not needed by
+        Chatterbox (CosyVoice 2's and CSM's add_voice take one; it may be empty)."""
+        encoders = self.parts.clip_encoders
+        if encoders is None:
+            raise CheckpointError(
+                "this Chatterbox checkpoint lacks the clip encoders (ve.safetensors, and the "
+                "tokenizer.* and speaker_encoder.* tensors of s3gen.safetensors): it speaks "
+                "with its conds.pt voice only"
+            )
+        self.voices[name] = encoders.voice(name, audio16k, audio24k)
+        self._add_to_bank(name)
+        clips = (*(v for v in self.facts.clip_voices if v != name), name)
+        self.facts = dataclasses.replace(
+            self.facts,
+            voices=tuple(self.voices),
+            clip_voices=clips,
+        )
+
+    def add_voices_dir(self, folder: str) -> None:
+        """Every clip of a voices folder (`NAME.wav` ...) as the voice NAME."""
+        for name, audio16k, audio24k in read_clips(folder):
+            self.add_voice(name, "", audio16k, audio24k)
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:
@@ -255,26 +300,25 @@ class ChatterboxModel(SpeechModel):
 
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> ChatterboxStream:
-        return ChatterboxStream(self.voices[DEFAULT_VOICE])
+        return self.stream_state_for({"voice": self.voices[DEFAULT_VOICE]})
 
     def stream_state_for(self, extras: dict[str, Any]) -> ChatterboxStream:
-        return ChatterboxStream(extras["voice"])
+        voice: Voice = extras["voice"]
+        return ChatterboxStream(voice, self.streamer.new_stream(voice.s3gen))
 
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list], final: list[bool]
     ) -> list[np.ndarray]:
-        out = []
-        for state, tokens, last in zip(states, new_tokens, final, strict=True):
+        """Each stream's new speech codes into one batched S3Gen streaming call."""
+        streams, codes = [], []
+        for state, tokens in zip(states, new_tokens, strict=True):
             assert isinstance(state, ChatterboxStream)
-            for token in tokens:
-                code = self.ids.code_of(token[0])
-                if code is not None:  # start/stop and the head's unused rows are dropped
-                    state.codes.append(code)
-            if last and state.codes:
-                out.append(self.parts.s3gen.decode(state.codes, state.voice.s3gen))
-            else:
-                out.append(np.zeros(0, dtype=np.float32))
-        return out
+            # start/stop and the head's unused rows are dropped
+            new = [c for c in (self.ids.code_of(t[0]) for t in tokens) if c is not None]
+            state.dropped_tokens += len(tokens) - len(new)
+            streams.append(state.audio)
+            codes.append(new)
+        return self.streamer.decode(streams, codes, final)
 
 
 def float32_bits(value: float) -> int:

@@ -53,8 +53,9 @@ class S3GenSizes:
             vocab_size=SPEECH_CODES,
             token_mel_ratio=2,
             pre_lookahead_len=3,
+            # static_chunk_size 0 in both: S3Gen attends over its whole input, never in chunks.
             encoder=EncoderConfig(
-                self.encoder_dim, self.encoder_heads, self.encoder_ff, self.encoder_blocks, 25
+                self.encoder_dim, self.encoder_heads, self.encoder_ff, self.encoder_blocks, 0
             ),
             estimator=EstimatorConfig(
                 320,
@@ -64,7 +65,7 @@ class S3GenSizes:
                 self.estimator_blocks,
                 self.estimator_mid,
                 self.estimator_heads,
-                50,
+                0,
             ),
             inference_cfg_rate=0.7,
             t_scheduler="cosine",

@@ -62,9 +62,10 @@ def kaldi_fbank(audio16k: np.ndarray, n_mels: int = 80) -> np.ndarray:
     return (feats - feats.mean(axis=0, keepdims=True)).astype(np.float32)
 
 
-def prompt_mel(audio24k: np.ndarray, n_mels: int = 80) -> np.ndarray:
+def prompt_mel(audio24k: np.ndarray, n_mels: int = 80, fmax: float = 12000.0) -> np.ndarray:
     """matcha.utils.audio.mel_spectrogram(n_fft=1920, hop=480, win=1920, fmin=0, fmax=None,
-    center=False): [frames, n_mels], natural log clamped at 1e-5."""
+    center=False): [frames, n_mels], natural log clamped at 1e-5. `fmax`: the filters' top
+    (CosyVoice 2: none, so 12 kHz; Chatterbox's S3Gen: 8 kHz)."""
     from transformers.audio_utils import mel_filter_bank
 
     n_fft, hop = 1920, 480
@@ -72,7 +73,7 @@ def prompt_mel(audio24k: np.ndarray, n_mels: int = 80) -> np.ndarray:
         num_frequency_bins=n_fft // 2 + 1,
         num_mel_filters=n_mels,
         min_frequency=0.0,
-        max_frequency=12000.0,
+        max_frequency=fmax,
         sampling_rate=24000,
         norm="slaney",
         mel_scale="slaney",

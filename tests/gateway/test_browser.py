@@ -204,3 +204,41 @@ def test_demo_speaks_with_the_default_voice(default_voice_server, browser_contex
     assert done["status"] == "completed", done
     assert 1500 <= done["audio_ms"] <= 5000, done
     page.close()
+
+
+@pytest.fixture(scope="module")
+def chatterbox_server(tmp_path_factory):
+    """`voxgate serve --model tiny-chatterbox`: T3 with CFG, S3Gen streamed."""
+    import asyncio
+    import threading
+
+    from gateway_testkit import start_server
+
+    from engine.config import EngineConfig
+    from engine.factory import build_engine
+    from gateway.config import GatewaySettings
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VOXGATE_CACHE", str(tmp_path_factory.mktemp("cache")))
+    engine = build_engine("tiny-chatterbox", config=EngineConfig(kv_cache_mb=64))
+    server = start_server(GatewaySettings(model="tiny-chatterbox"), engine)
+    try:
+        yield server
+    finally:
+        server.stop()
+        closer = threading.Thread(target=asyncio.run, args=(engine.shutdown(),))
+        closer.start()
+        closer.join(timeout=60)
+        mp.undo()
+
+
+@pytest.mark.timeout(300)  # the engine's start-up (its real-time calibration) included
+def test_demo_speaks_with_tiny_chatterbox(chatterbox_server, browser_context) -> None:
+    # 60 tokens: the first streamed chunk after 23, the rest at the end (2.4 s of audio).
+    page, problems = open_demo(
+        browser_context, chatterbox_server.http + "/?max_tokens=60&min_tokens=60&temperature=0"
+    )
+    stats = speak_and_wait(page, "Hello from Chatterbox in the browser.")
+    assert_played(stats, problems, "opus")
+    assert stats["responses"][0]["audio_ms"] > 1000
+    page.close()

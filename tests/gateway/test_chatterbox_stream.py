@@ -4,7 +4,9 @@ engine, the `websockets` client; the session's audio equals the engine's own."""
 from __future__ import annotations
 
 import asyncio
+import wave
 
+import httpx
 import numpy as np
 import pytest
 import websockets
@@ -19,25 +21,44 @@ PCM24 = {"format": "pcm16", "sample_rate": 24000}
 
 
 @pytest.fixture(scope="module")
-def cb_engine(tmp_path_factory):
+def voices_dir(tmp_path_factory):
+    """One reference clip as a user would drop it in: a 2 s 16 kHz WAV (Chatterbox needs no
+    transcript)."""
+    folder = tmp_path_factory.mktemp("voices")
+    t = np.arange(32000) / 16000
+    tone = 0.3 * np.sin(2 * np.pi * 160 * t * (1 + 0.2 * np.sin(2 * np.pi * 2 * t)))
+    clip = ((tone + 0.02 * np.random.default_rng(1).standard_normal(t.size)) * 32767).astype("<i2")
+    with wave.open(str(folder / "narrator.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(clip.tobytes())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cb_engine(tmp_path_factory, voices_dir):
     from engine.config import EngineConfig
     from engine.factory import build_engine
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VOXGATE_CACHE", str(tmp_path_factory.mktemp("cache")))
-    eng = build_engine("tiny-chatterbox", config=EngineConfig(kv_cache_mb=64))
+    eng = build_engine(
+        "tiny-chatterbox", config=EngineConfig(kv_cache_mb=64), voices_dir=str(voices_dir)
+    )
     yield eng
     asyncio.run(eng.shutdown())
     mp.undo()
 
 
 @pytest.fixture(scope="module")
-def cb_server(cb_engine):
+def cb_server(cb_engine, voices_dir):
     from gateway_testkit import start_server
 
     from gateway.config import GatewaySettings
 
-    server = start_server(GatewaySettings(model="tiny-chatterbox"), cb_engine)
+    settings = GatewaySettings(model="tiny-chatterbox", voices_dir=str(voices_dir))
+    server = start_server(settings, cb_engine)
     yield server
     server.stop()
 
@@ -67,7 +88,7 @@ async def test_unknown_voice_is_refused_with_the_voices_it_has(cb_server):
         await send(ws, type="session.start", sampling=SAMPLING, voice="nobody")
         reply = await recv_json(ws)
     assert reply["type"] == "error" and reply["fatal"]
-    assert "default" in reply["message"]
+    assert "default" in reply["message"] and "narrator" in reply["message"]
 
 
 async def _engine_pcm(engine, text: str, model_options: dict) -> np.ndarray:
@@ -124,3 +145,30 @@ async def test_a_bad_model_option_at_session_start_names_it(cb_server):
         reply = await recv_json(ws)
     assert reply["type"] == "error" and reply["code"] == "bad_field"
     assert "exaggeration" in reply["message"] and "[0.0, 2.0]" in reply["message"]
+
+
+async def session_audio(url: str, voice: str | None) -> np.ndarray:
+    async with websockets.connect(url) as ws:
+        chosen = {"voice": voice} if voice else {}
+        await start_session(ws, sampling=SAMPLING, output_audio=PCM24, **chosen)
+        await send(ws, type="text", text=TEXT)
+        played = await collect_response(ws)
+    assert played.done["status"] == "length"
+    return np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
+
+
+async def test_a_clip_in_the_voices_dir_is_a_listed_voice_that_speaks(cb_server):
+    """The clip becomes a voice (voice encoder, S3 tokenizer, CAM++): GET /v1/voices lists it
+    as from the voices dir, and a session in it speaks, differently from the default voice
+    (its T3 conditioning and S3Gen prompt are the clip's)."""
+    async with httpx.AsyncClient() as client:
+        listed = (await client.get(f"{cb_server.http}/v1/voices", timeout=10)).json()
+    assert listed["cloning"] is True
+    assert {"name": "narrator", "source": "voices_dir"} in listed["voices"]
+    assert {"name": "default", "source": "preset"} in listed["voices"]
+    voiced = await session_audio(cb_server.url, "narrator")
+    plain = await session_audio(cb_server.url, None)
+    assert len(voiced) > 0 and np.abs(voiced).max() > 1e-3
+    n = min(len(voiced), len(plain))
+    # Well past the s16 rounding two renderings of the same speech would differ by.
+    assert np.abs(voiced[:n] - plain[:n]).max() > 100 / 32768

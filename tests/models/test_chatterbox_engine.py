@@ -49,7 +49,10 @@ def test_batched_greedy_tokens_equal_the_reference_decode(model):
         assert [row[1] for row in req.output_ids] == list(range(1, len(req.output_ids) + 1))
         codes = [c for c in want if c < 6561]
         pcm = np.concatenate(audio[req.request_id])
-        np.testing.assert_array_equal(pcm, model.parts.s3gen.decode(codes, voice.s3gen))
+        # Streamed, so within HiFT's seams of the whole decode (test_chatterbox_s3gen_stream.py).
+        whole = model.parts.s3gen.decode(codes, voice.s3gen)
+        assert pcm.shape == whole.shape
+        np.testing.assert_allclose(pcm, whole, atol=0.02 * np.sqrt(np.mean(whole**2)))
     assert core.blocks.num_used == 0
 
 

@@ -35,8 +35,11 @@ def chunk_ids(
     """Each of T positions' attention chunk → [1, T] (or [B, T] with first_end) long.
     Chunks are `chunk` long from position 0, except that a row may hold a first generated chunk
     `short_by` positions shorter (a short first audio chunk, FlowHiftDetokenizer.first_hop):
-    it ends at that row's `first_end` [B], and the grid after it continues `chunk` long."""
+    it ends at that row's `first_end` [B], and the grid after it continues `chunk` long.
+    `chunk` 0: one chunk over everything (full attention, as Chatterbox's S3Gen attends)."""
     pos = torch.arange(t, device=device)[None, :]
+    if chunk == 0:
+        return torch.zeros_like(pos)
     if first_end is not None and short_by:
         pos = pos + short_by * (pos >= first_end[:, None])
     return torch.div(pos, chunk, rounding_mode="floor")
@@ -194,11 +197,15 @@ class UpsampleConformerEncoder(nn.Module):
         present = (pos_idx[None, :] < lengths[:, None])[..., None]
         # Rows end in zeros, as CosyVoice's look-ahead padding, whatever the batch's padding.
         x = self.pre_lookahead_layer(self.embed(x) * present)
-        valid = pos_idx[None, :] < out_lengths[:, None]
+        # Chunk-causal attention (CosyVoice 2) sees the look-ahead tokens only through the
+        # look-ahead conv; full attention (chunk 0: S3Gen) attends to them too, as the
+        # official flow's non-final decode encodes every token before dropping their frames.
+        attend = out_lengths if self.chunk else lengths
+        valid = pos_idx[None, :] < attend[:, None]
         chunks = chunk_ids(t, self.chunk, x.device, first_end, short_by) if streaming else 0
         x = self._layers(self.encoders, x, valid, chunks)
         x = self.embed_up(x)
-        valid = torch.arange(2 * t, device=x.device)[None, :] < 2 * out_lengths[:, None]
+        valid = torch.arange(2 * t, device=x.device)[None, :] < 2 * attend[:, None]
         if streaming:
             ends = None if first_end is None else 2 * first_end
             chunks = chunk_ids(2 * t, 2 * self.chunk, x.device, ends, 2 * short_by)

@@ -160,7 +160,9 @@ class FlowHiftDetokenizer:
     def new_stream(
         self, prompt_tokens: list[int], prompt_mel: torch.Tensor, speaker: torch.Tensor
     ) -> FlowHiftStream:
-        if len(prompt_tokens) % self.chunk:
+        # Chunk-causal attention counts its chunks from the prompt's first token: a prompt of
+        # whole chunks keeps the generated chunks on the grid. Full attention has no grid.
+        if self.flow.encoder.chunk and len(prompt_tokens) % self.chunk:
             raise ValueError(
                 f"prompt tokens ({len(prompt_tokens)}) must be a multiple of the chunk {self.chunk}"
             )
