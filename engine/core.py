@@ -100,7 +100,6 @@ class EngineCore:
         # Whether the step whose tokens the next turn resolves was decode-only (async
         # scheduling resolves the previous turn's step): real-time admission's samples.
         self._decode_in_flight = False
-        self._decode_turns: list[float] = []  # the samples, while a calibration burst runs
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
@@ -144,7 +143,7 @@ class EngineCore:
     def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
         """Real-time admission's step costs (engine/realtime_capacity.py) at batch sizes
         1, 2, 4, … up to max_num_seqs: each a burst of requests stepped to their end (the
-        codec's chunks included), its median decode turn recorded. Stops at the first size
+        codec's chunks included), its mean token interval recorded. Stops at the first size
         that already falls behind real time (larger ones are refused anyway), when the KV pool
         cannot hold the burst, or after `budget_s`. Live steps refine the figures."""
         facts = self.model.facts
@@ -184,10 +183,8 @@ class EngineCore:
             )
 
     def _calibration_burst(self, size: int, n: int) -> float | None:
-        """`size` requests of `n` tokens stepped together to their end: the median time of
-        their decode turns (the sample live steps give, engine/realtime_capacity.py), or None
-        when the pool cannot hold them all. The median, because a burst's first chunks all
-        reach the codec at once, which steady streams never do."""
+        """`size` requests of `n` tokens stepped together to their end: the mean time between
+        decode steps (prefill excluded), or None when the pool cannot hold them all."""
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         admitted = []
         try:
@@ -200,12 +197,15 @@ class EngineCore:
             while self.has_work():
                 self.step()
             return None
-        self._decode_turns = []
+        self.step()  # the prefill
+        start, decode_steps = self.clock(), 0
         while self.has_work():
             self.step()
-        turns, self._decode_turns = self._decode_turns, []
-        return float(np.median(turns)) if turns else None
+            decode_steps += 1
+        return (self.clock() - start) / max(decode_steps, 1)
 
+    # --- requests --------------------------------------------------------------------------------
+    @on_llm_stream
     def add_request(self, spec: SpeechRequest) -> Request:
         facts = self.model.facts
         try:
@@ -366,8 +366,6 @@ class EngineCore:
         resolved_decode_only = self._decode_in_flight if self.async_scheduling else decode_only
         if decode_only and resolved_decode_only:
             self.scheduler.observe_step(len(plan.chunks), turn_s)
-            if self.scheduler.calibrating:
-                self._decode_turns.append(turn_s)
         self._decode_in_flight = decode_only
         totals.llm_s += timing.llm_s
         if plan.num_tokens > len(plan.chunks):
