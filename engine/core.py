@@ -37,7 +37,7 @@ from engine.outputs import (
     TextDelta,
     WordTimings,
 )
-from engine.realtime_capacity import REALTIME_LOAD
+from engine.realtime_capacity import REALTIME_LOAD, TokenCadence
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler, ema
@@ -96,10 +96,7 @@ class EngineCore:
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
         self.llm_steps = 0  # LLM steps whose tokens were resolved (request traces' step time)
-        self._last_llm_start: float | None = None
-        # Whether the step whose tokens the next turn resolves was decode-only (async
-        # scheduling resolves the previous turn's step): real-time admission's samples.
-        self._decode_in_flight = False
+        self.cadence = TokenCadence()
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
@@ -171,7 +168,7 @@ class EngineCore:
             sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s, sched.lane_time_s = (
                 kept
             )
-            self._last_llm_start = None
+            self.cadence.reset()
         one = sched.capacity.token_interval(1)
         if one is not None and one > limit:
             log.warning(
@@ -333,10 +330,12 @@ class EngineCore:
             timing.llm_s += self.clock() - t2
             self.llm_steps += 1
             events += self._apply_tokens(launched, tokens)
-        decode_only = bool(plan.chunks) and plan.num_tokens == len(plan.chunks)
         if plan.chunks:
-            interval = self._token_interval(t0, timing.llm_s)
+            interval = self.cadence.llm_step(t0, timing.llm_s, self.scheduler.step_time_s)
             self.scheduler.step_time_s = ema(self.scheduler.step_time_s, interval)
+            # Real-time admission's cadence: decode steps only, a prompt's prefill is a one-off.
+            if plan.num_tokens == len(plan.chunks):
+                self.scheduler.observe_step(len(plan.chunks), interval)
         # One steady detokenizer job at a time: chunks that became ready meanwhile wait here
         # rather than queue behind it, so the next job takes the most urgent of them (first
         # chunks first) and batches them all; a codec call of flat cost (CosyVoice 2's flow)
@@ -359,14 +358,8 @@ class EngineCore:
         turn_s = self.clock() - t0
         totals.loop_turns += 1
         totals.loop_s += turn_s
-        # Real-time admission's sample: what a decode turn of this many rows costs the loop,
-        # the turn's own time (a prefill turn before it, or idle turns while every stream sits
-        # out under the lead caps, are no cost of these rows' tokens). With async scheduling
-        # the turn waits for the previous step's tokens, so that step must be decode-only too.
-        resolved_decode_only = self._decode_in_flight if self.async_scheduling else decode_only
-        if decode_only and resolved_decode_only:
-            self.scheduler.observe_step(len(plan.chunks), turn_s)
-        self._decode_in_flight = decode_only
+        if not plan.chunks and launched is None:  # no LLM work at all this turn
+            self.cadence.idle_turn(turn_s)
         totals.llm_s += timing.llm_s
         if plan.num_tokens > len(plan.chunks):
             totals.prefill_turn_s += turn_s
@@ -385,15 +378,6 @@ class EngineCore:
         totals.capped_steps += (
             rows >= self.config.max_num_seqs and len(self.scheduler.requests) > rows
         )
-
-    def _token_interval(self, step_start: float, llm_s: float) -> float:
-        """How often a running request gets a token: the time between consecutive LLM steps
-        while the loop is busy (the detokenizer's hand-offs, event dispatch and commands
-        included), not just the forward pass, which under load is a good deal shorter."""
-        last, self._last_llm_start = self._last_llm_start, step_start
-        if last is None or step_start - last > 4 * max(llm_s, self.scheduler.step_time_s):
-            return llm_s  # the loop was idle in between: the gap says nothing about the cadence
-        return step_start - last
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
         """Bookkeeping known at launch: the KV the step writes, and one more token in flight

@@ -9,7 +9,7 @@ import pytest
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.realtime_capacity import CostCurve, RealtimeCapacity
+from engine.realtime_capacity import CostCurve, RealtimeCapacity, TokenCadence
 from engine.request import Request, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 
@@ -125,43 +125,17 @@ def test_warm_up_calibrates_the_step_costs_of_a_real_engine():
         torch.set_num_threads(threads)
 
 
-def test_live_step_costs_are_decode_turns_not_the_prefills_between_them(tiny_orpheus_dirs):
-    """Every arrival runs a prefill turn; the decode turns around it must still be measured
-    at their own cost. A fake clock charges 50 ms a prefill step and 5 ms a decode step."""
-    import torch
-
-    from engine.core import EngineCore
-    from engine.outputs import SpeechRequest
-    from models.orpheus.loading import load_orpheus
-
-    model = load_orpheus(
-        str(tiny_orpheus_dirs[0]), str(tiny_orpheus_dirs[1]), torch.device("cpu"), torch.float32
-    )
-    now = [0.0]
-    core = EngineCore(
-        model,
-        EngineConfig(num_kv_blocks=256, realtime_admission=True),
-        torch.device("cpu"),
-        "sdpa",
-        clock=lambda: now[0],
-    )
-    launch = core.worker.launch
-
-    def charged_launch(chunks, *args, **kwargs):
-        prefill = any(c.num_tokens > 1 for c in chunks)
-        now[0] += 0.050 if prefill else 0.005
-        return launch(chunks, *args, **kwargs)
-
-    core.worker.launch = charged_launch
-    samples = []
-    observe = core.scheduler.observe_step
-    core.scheduler.observe_step = lambda rows, s: (samples.append(s), observe(rows, s))
-    params = SamplingParams(max_tokens=20, min_tokens=20)
-    for i in range(6):  # an arrival every 4 turns: prefills interleave with decode turns
-        core.add_request(SpeechRequest(f"Hello number {i}.", sampling=params))
-        for _ in range(4):
-            core.step()
-    while core.has_work():
-        core.step()
-    assert len(samples) > 20
-    assert max(samples) == pytest.approx(0.005)
+def test_token_cadence_leaves_out_turns_without_an_llm_step():
+    """Streams far ahead of their listeners sit out (the lead caps): the loop then turns
+    without stepping, and that time is room to spare, not the cost of anyone's token."""
+    cadence = TokenCadence()
+    assert cadence.llm_step(0.000, 0.005, 0.006) == 0.005  # the first: nothing to compare
+    assert cadence.llm_step(0.006, 0.005, 0.006) == pytest.approx(0.006)  # back to back
+    cadence.idle_turn(0.004)
+    cadence.idle_turn(0.003)
+    # 13 ms since the last step started, 7 of them in turns that stepped nothing.
+    assert cadence.llm_step(0.019, 0.005, 0.006) == pytest.approx(0.006)
+    # A long wait for something else (an empty engine) says nothing about the cadence.
+    assert cadence.llm_step(0.500, 0.005, 0.006) == 0.005
+    cadence.reset()
+    assert cadence.llm_step(0.600, 0.004, 0.006) == 0.004

@@ -408,9 +408,8 @@ def test_depth_stage_graph_replay_equals_eager():
 @pytest.mark.parametrize("graph_batch", [None, 8])
 def test_fp8_cache_decode_through_xqa_equals_bf16(graph_batch):
     """fp8 pages: decode steps run XQA (engine/xqa_decode.py). Against FlashInfer's bf16
-    kernel on the same K/V values (the fp8 ones, widened), the outputs agree to what XQA's
-    Hopper kernel rounds besides (its matrix products take the queries and the softmax
-    weights in fp8 too), and padding rows of a graph bucket do not disturb the real ones."""
+    kernel on the same K/V values (the fp8 ones, widened), the outputs agree to bf16's
+    accumulation error, and padding rows of a graph bucket do not disturb the real ones."""
     from engine.flashinfer_backend import FlashInferBackend
 
     gen = torch.Generator().manual_seed(4)
@@ -435,8 +434,7 @@ def test_fp8_cache_decode_through_xqa_equals_bf16(graph_batch):
         backend.prepare(layout, graph_batch)
         qp, kp, vp = (torch.cat([x, x[:1].expand(pad, *x.shape[1:])]) for x in (q, k, v))
         outs[storage] = backend.forward(0, qp, kp, vp)[:5].float()
-    err = (outs[fp8] - outs[torch.bfloat16]).abs()
-    assert err.max().item() < 0.1 and err.mean().item() < 0.01, (err.max(), err.mean())
+    torch.testing.assert_close(outs[fp8], outs[torch.bfloat16], atol=2e-2, rtol=2e-2)
 
 
 @needs_flashinfer
