@@ -37,7 +37,7 @@ from engine.outputs import (
     TextDelta,
     WordTimings,
 )
-from engine.realtime_capacity import REALTIME_LOAD, TokenCadence
+from engine.realtime_capacity import REALTIME_LOAD
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler, ema
@@ -96,7 +96,7 @@ class EngineCore:
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
         self.llm_steps = 0  # LLM steps whose tokens were resolved (request traces' step time)
-        self.cadence = TokenCadence()
+        self._last_llm_start: float | None = None
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
@@ -168,7 +168,7 @@ class EngineCore:
             sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s, sched.lane_time_s = (
                 kept
             )
-            self.cadence.reset()
+            self._last_llm_start = None
         one = sched.capacity.token_interval(1)
         if one is not None and one > limit:
             log.warning(
@@ -331,7 +331,7 @@ class EngineCore:
             self.llm_steps += 1
             events += self._apply_tokens(launched, tokens)
         if plan.chunks:
-            interval = self.cadence.llm_step(t0, timing.llm_s, self.scheduler.step_time_s)
+            interval = self._token_interval(t0, timing.llm_s)
             self.scheduler.step_time_s = ema(self.scheduler.step_time_s, interval)
             # Real-time admission's cadence: decode steps only, a prompt's prefill is a one-off.
             if plan.num_tokens == len(plan.chunks):
@@ -358,8 +358,6 @@ class EngineCore:
         turn_s = self.clock() - t0
         totals.loop_turns += 1
         totals.loop_s += turn_s
-        if not plan.chunks and launched is None:  # no LLM work at all this turn
-            self.cadence.idle_turn(turn_s)
         totals.llm_s += timing.llm_s
         if plan.num_tokens > len(plan.chunks):
             totals.prefill_turn_s += turn_s
@@ -378,6 +376,15 @@ class EngineCore:
         totals.capped_steps += (
             rows >= self.config.max_num_seqs and len(self.scheduler.requests) > rows
         )
+
+    def _token_interval(self, step_start: float, llm_s: float) -> float:
+        """How often a running request gets a token: the time between consecutive LLM steps
+        while the loop is busy (the detokenizer's hand-offs, event dispatch and commands
+        included), not just the forward pass, which under load is a good deal shorter."""
+        last, self._last_llm_start = self._last_llm_start, step_start
+        if last is None or step_start - last > 4 * max(llm_s, self.scheduler.step_time_s):
+            return llm_s  # the loop was idle in between: the gap says nothing about the cadence
+        return step_start - last
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
         """Bookkeeping known at launch: the KV the step writes, and one more token in flight

@@ -25,39 +25,6 @@ from dataclasses import dataclass
 REALTIME_LOAD = 0.9
 
 
-class TokenCadence:
-    """How often a running request gets a token, from the loop's turns: the time between
-    consecutive LLM steps while the loop is busy (the codec's hand-offs, event dispatch and
-    commands included), not just the forward pass, which under load is a good deal shorter.
-
-    Turns without an LLM step are left out: the loop runs them when every stream is far
-    enough ahead of its listener to sit out (the scheduler's lead caps), so their time is
-    room to spare, not a cost of the streams' tokens. Counting it made admission refuse
-    listeners on an engine that was idle two fifths of the time."""
-
-    def __init__(self) -> None:
-        self._last_start: float | None = None
-        self._idle_s = 0.0  # turns without an LLM step since the last one started
-
-    def reset(self) -> None:
-        self._last_start, self._idle_s = None, 0.0
-
-    def idle_turn(self, seconds: float) -> None:
-        self._idle_s += seconds
-
-    def llm_step(self, start: float, llm_s: float, typical_s: float) -> float:
-        """The token interval ending with the LLM step that starts at `start` (its forward
-        pass took `llm_s`; `typical_s` is the running estimate of an interval)."""
-        last, self._last_start = self._last_start, start
-        idle, self._idle_s = self._idle_s, 0.0
-        if last is None:
-            return llm_s
-        busy = start - last - idle
-        if busy > 4 * max(llm_s, typical_s):
-            return llm_s  # the loop waited for something else: the gap says nothing
-        return max(busy, llm_s)
-
-
 @dataclass(frozen=True)
 class Verdict:
     ok: bool

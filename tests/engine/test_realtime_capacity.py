@@ -9,7 +9,7 @@ import pytest
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.realtime_capacity import CostCurve, RealtimeCapacity, TokenCadence
+from engine.realtime_capacity import CostCurve, RealtimeCapacity
 from engine.request import Request, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 
@@ -123,19 +123,3 @@ def test_warm_up_calibrates_the_step_costs_of_a_real_engine():
     finally:
         asyncio.run(engine.shutdown())
         torch.set_num_threads(threads)
-
-
-def test_token_cadence_leaves_out_turns_without_an_llm_step():
-    """Streams far ahead of their listeners sit out (the lead caps): the loop then turns
-    without stepping, and that time is room to spare, not the cost of anyone's token."""
-    cadence = TokenCadence()
-    assert cadence.llm_step(0.000, 0.005, 0.006) == 0.005  # the first: nothing to compare
-    assert cadence.llm_step(0.006, 0.005, 0.006) == pytest.approx(0.006)  # back to back
-    cadence.idle_turn(0.004)
-    cadence.idle_turn(0.003)
-    # 13 ms since the last step started, 7 of them in turns that stepped nothing.
-    assert cadence.llm_step(0.019, 0.005, 0.006) == pytest.approx(0.006)
-    # A long wait for something else (an empty engine) says nothing about the cadence.
-    assert cadence.llm_step(0.500, 0.005, 0.006) == 0.005
-    cadence.reset()
-    assert cadence.llm_step(0.600, 0.004, 0.006) == 0.004
