@@ -56,6 +56,13 @@ def main() -> None:
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument(
+        "--table-width",
+        type=int,
+        default=0,
+        help="XQA page-table columns (0: just the context's pages; the engine sizes it for "
+        "the model's longest context)",
+    )
     ap.add_argument("--kernels", default="flashinfer,flashinfer-fp8,xqa,xqa-fp8")
     args = ap.parse_args()
 
@@ -70,6 +77,9 @@ def main() -> None:
     num_pages = b * pages_per_seq + 1
     order = torch.randperm(num_pages - 1, device=device).to(torch.int32)
     tables = order.view(b, pages_per_seq)
+    width = max(args.table_width, pages_per_seq)
+    wide = torch.full((b, width), num_pages - 1, dtype=torch.int32, device=device)
+    wide[:, :pages_per_seq] = tables
     k = torch.randn(num_pages, ps, hkv, d, dtype=torch.bfloat16, device=device)
     v = torch.randn_like(k)
     q = torch.randn(b, hq, d, dtype=torch.bfloat16, device=device)
@@ -97,7 +107,7 @@ def main() -> None:
         out = torch.empty_like(q)
         xqa_ws = torch.zeros(256 * 2**20, dtype=torch.uint8, device=device)
         return lambda: xqa_batch_decode_with_kv_cache(
-            q, kv, xqa_ws, tables, seq_lens, pages_per_seq * ps,
+            q, kv, xqa_ws, wide, seq_lens, width * ps,
             bmm1_scale=scale, bmm2_scale=1.0, out=out,
         )  # fmt: skip
 

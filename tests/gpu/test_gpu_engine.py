@@ -407,9 +407,10 @@ def test_depth_stage_graph_replay_equals_eager():
 @needs_flashinfer
 @pytest.mark.parametrize("graph_batch", [None, 8])
 def test_fp8_cache_decode_through_xqa_equals_bf16(graph_batch):
-    """fp8 pages: decode steps run XQA (engine/xqa_decode.py). Against FlashInfer on the same
-    K/V in bf16 the outputs differ only by fp8's rounding of K and V; padding rows of a graph
-    bucket do not disturb the real ones."""
+    """fp8 pages: decode steps run XQA (engine/xqa_decode.py). Against FlashInfer's bf16
+    kernel on the same K/V values (the fp8 ones, widened), the outputs agree to what XQA's
+    Hopper kernel rounds besides (its matrix products take the queries and the softmax
+    weights in fp8 too), and padding rows of a graph bucket do not disturb the real ones."""
     from engine.flashinfer_backend import FlashInferBackend
 
     gen = torch.Generator().manual_seed(4)
@@ -417,26 +418,25 @@ def test_fp8_cache_decode_through_xqa_equals_bf16(graph_batch):
     context_lens = [41, 3, 200, 130, 17]
     layout = random_layout([1] * 5, context_lens, bs, 64, gen)
     torch.manual_seed(2)
+    fp8 = torch.float8_e4m3fn
+    # Values fp8 holds exactly, so both caches see the same K and V.
     q = torch.randn(5, hq, d, device=CUDA, dtype=torch.bfloat16)
-    k = torch.randn(5, hkv, d, device=CUDA, dtype=torch.bfloat16)
-    v = torch.randn(5, hkv, d, device=CUDA, dtype=torch.bfloat16)
-    keys = torch.randn(65 * bs, hkv, d, device=CUDA, dtype=torch.bfloat16)
-    values = torch.randn_like(keys)
+    k, v = (torch.randn(5, hkv, d, device=CUDA).to(fp8).to(torch.bfloat16) for _ in range(2))
+    keys = torch.randn(65 * bs, hkv, d, device=CUDA).to(fp8)
+    values = torch.randn(65 * bs, hkv, d, device=CUDA).to(fp8)
     outs = {}
-    for storage in (torch.bfloat16, torch.float8_e4m3fn):
+    for storage in (torch.bfloat16, fp8):
         cache = KVCache(1, 64, bs, hkv, d, storage, CUDA, compute_dtype=torch.bfloat16)
         cache.k[0].copy_(keys.to(storage))
         cache.v[0].copy_(values.to(storage))
         backend = FlashInferBackend(cache, hq, max_batch=16, max_context=4096)
-        assert (backend._xqa is not None) == (storage == torch.float8_e4m3fn)
-        rows = graph_batch or 5
-        pad = rows - 5
+        assert (backend._xqa is not None) == (storage == fp8)
+        pad = (graph_batch or 5) - 5
         backend.prepare(layout, graph_batch)
         qp, kp, vp = (torch.cat([x, x[:1].expand(pad, *x.shape[1:])]) for x in (q, k, v))
         outs[storage] = backend.forward(0, qp, kp, vp)[:5].float()
-    err = (outs[torch.float8_e4m3fn] - outs[torch.bfloat16]).abs().max().item()
-    assert err < 0.1, err  # e4m3 keeps 3 mantissa bits; the two kernels differ by that alone
-    assert not torch.isnan(outs[torch.float8_e4m3fn]).any()
+    err = (outs[fp8] - outs[torch.bfloat16]).abs()
+    assert err.max().item() < 0.1 and err.mean().item() < 0.01, (err.max(), err.mean())
 
 
 @needs_flashinfer
