@@ -140,16 +140,40 @@ def load_cosyvoice2(
         _randomise(llm)
     else:
         llm.load_llm_pt(load_pt(folder / "llm.pt"))
-        flow_sd = load_pt(folder / "flow.pt")
-        check_state_dict(flow.state_dict(), flow_sd, "flow.pt's tensors")
-        flow.load_state_dict(flow_sd)
-        hift_sd = hift_state(load_pt(folder / "hift.pt"))
-        check_state_dict(hift.state_dict(), hift_sd, "hift.pt's tensors")
-        hift.load_state_dict(hift_sd)
-    hift.fold_weight_norm()
+        load_flow_hift_weights(folder, flow, hift)
     llm = llm.to(device=device, dtype=dtype).eval()
+    flow, hift, voices = ready_flow_hift(folder, cfg, flow, hift, device, dtype)
+    if first_hop is None:
+        first_hop = min(DEFAULT_FIRST_HOP, cfg.chunk_size)
+    detok = FlowHiftDetokenizer(flow, hift, cfg.chunk_size, first_hop=first_hop)
+    return CosyVoice2Model(cfg, llm, load_tokenizer(folder), detok, voices, name or folder.name)
+
+
+def load_flow_hift_weights(folder: Path, flow: CausalFlow, hift: HiFTGenerator) -> None:
+    """flow.pt and hift.pt of a CosyVoice 2-layout folder into `flow` and `hift`, each checked
+    tensor by tensor against the model's (a wrong file names what differs)."""
+    flow_sd = load_pt(folder / "flow.pt")
+    check_state_dict(flow.state_dict(), flow_sd, "flow.pt's tensors")
+    flow.load_state_dict(flow_sd)
+    hift_sd = hift_state(load_pt(folder / "hift.pt"))
+    check_state_dict(hift.state_dict(), hift_sd, "hift.pt's tensors")
+    hift.load_state_dict(hift_sd)
+
+
+def ready_flow_hift(
+    folder: Path,
+    cfg: CosyVoice2Config,
+    flow: CausalFlow,
+    hift: HiFTGenerator,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[CausalFlow, HiFTGenerator, VoiceBank]:
+    """The loaded flow and HiFT on `device` for serving (HiFT's weight norm folded, HiFT kept
+    in float32: the iSTFT and the sine phase want it), and the folder's voices: its
+    spk2info.pt speakers, and clips once it has the speech tokenizer and speaker encoder."""
+    hift.fold_weight_norm()
     flow = flow.to(device=device, dtype=dtype).eval()
-    hift = hift.to(device=device).eval()  # float32: the iSTFT and the sine phase want it
+    hift = hift.to(device=device).eval()
     encoder = None
     if (folder / SPEECH_TOKENIZER).exists() and (folder / SPEAKER_ENCODER).exists():
         encoder = PromptEncoder(folder)
@@ -159,10 +183,7 @@ def load_cosyvoice2(
         cfg.flow.spk_embed_dim,
         encoder,
     )
-    if first_hop is None:
-        first_hop = min(DEFAULT_FIRST_HOP, cfg.chunk_size)
-    detok = FlowHiftDetokenizer(flow, hift, cfg.chunk_size, first_hop=first_hop)
-    return CosyVoice2Model(cfg, llm, load_tokenizer(folder), detok, voices, name or folder.name)
+    return flow, hift, voices
 
 
 def _randomise(llm: SpeechLM) -> None:

@@ -22,19 +22,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.checkpoint_errors import CheckpointError, check_state_dict
-from models.codecs.flow_hift.checkpoint import hift_state, load_pt
+from models.checkpoint_errors import CheckpointError
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
 from models.cosyvoice2.config import CONFIG_FILE, load_config
+from models.cosyvoice2.loading import load_flow_hift_weights, ready_flow_hift
 from models.cosyvoice2.voices import (
-    SPEAKER_ENCODER,
-    SPEECH_TOKENIZER,
-    PromptEncoder,
     Voice,
-    VoiceBank,
-    read_spk2info,
 )
 
 FIRST_HOP = 20  # codes in the first audio chunk (as CosyVoice 2's DEFAULT_FIRST_HOP)
@@ -83,24 +78,8 @@ def load_token2wav(
             raise CheckpointError(f"token2wav folder {folder} lacks {name}")
     cfg = load_config(folder)
     flow, hift = CausalFlow(cfg.flow), HiFTGenerator(cfg.hift)
-    flow_sd = load_pt(folder / "flow.pt")
-    check_state_dict(flow.state_dict(), flow_sd, "flow.pt's tensors")
-    flow.load_state_dict(flow_sd)
-    hift_sd = hift_state(load_pt(folder / "hift.pt"))
-    check_state_dict(hift.state_dict(), hift_sd, "hift.pt's tensors")
-    hift.load_state_dict(hift_sd)
-    hift.fold_weight_norm()
-    flow = flow.to(device=device, dtype=dtype).eval()
-    hift = hift.to(device=device).eval()  # float32: the iSTFT and the sine phase want it
-    encoder = None
-    if (folder / SPEECH_TOKENIZER).exists() and (folder / SPEAKER_ENCODER).exists():
-        encoder = PromptEncoder(folder)
-    bank = VoiceBank(
-        read_spk2info(folder / "spk2info.pt", cfg.flow.spk_embed_dim),
-        cfg.chunk_size,
-        cfg.flow.spk_embed_dim,
-        encoder,
-    )
+    load_flow_hift_weights(folder, flow, hift)
+    flow, hift, bank = ready_flow_hift(folder, cfg, flow, hift, device, dtype)
     if prompt_wav is not None:
         from models.csm.voices import load_audio
 
