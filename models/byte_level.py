@@ -16,3 +16,20 @@ def byte_alphabet() -> list[str]:
             chars.append(chr(256 + extra))
             extra += 1
     return chars
+
+
+def merge_free_bpe(vocab: dict[str, int]) -> dict:
+    """A `tokenizers` BPE model over `vocab` with no merges (tokenizer.json's "model"): the
+    tiny presets' tokenizers, which spell text byte by byte with the real special ids."""
+    return {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": False,
+        "vocab": vocab,
+        "merges": [],
+    }

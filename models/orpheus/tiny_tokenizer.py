@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from models.byte_level import byte_alphabet
+from models.byte_level import byte_alphabet, merge_free_bpe
 from models.orpheus import tokens as T
 
 _SPECIALS = {0: "<|begin_of_text|>", 1: "<|end_of_text|>", 9: "<|eot_id|>"}
@@ -70,18 +70,7 @@ def write_tiny_tokenizer(folder: Path, specials: dict[int, str] | None = None) -
             "trim_offsets": True,
             "use_regex": True,
         },
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": [],
-        },
+        "model": merge_free_bpe(vocab),
     }
     (folder / "tokenizer.json").write_text(json.dumps(spec))
     (folder / "tokenizer_config.json").write_text(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from models.byte_level import byte_alphabet
+from models.byte_level import byte_alphabet, merge_free_bpe
 
 ENDOFTEXT, IM_START, IM_END = 151643, 151644, 151645
 ASSISTANT = 77091  # "assistant" in Qwen2's vocabulary
@@ -50,18 +50,7 @@ def write_tiny_tokenizer(folder: Path) -> None:
         "pre_tokenizer": {"type": "ByteLevel", **byte_level},
         "post_processor": None,
         "decoder": {"type": "ByteLevel", **byte_level},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": [],
-        },
+        "model": merge_free_bpe(vocab),
     }
     (folder / "tokenizer.json").write_text(json.dumps(spec))
     (folder / "tokenizer_config.json").write_text(
