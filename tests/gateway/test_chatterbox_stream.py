@@ -80,7 +80,7 @@ async def test_chatterbox_session_streams_the_engine_audio(cb_server, cb_engine)
     # 20 tokens, less any of the head's non-code rows, 2 mel frames of 480 samples each.
     assert 0 < len(want) <= 20 * 2 * 480 and len(want) % 960 == 0
     assert played.done["audio_ms"] == len(want) // 24
-    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # s16 rounding apart
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # int16 rounding apart
 
 
 async def test_unknown_voice_is_refused_with_the_voices_it_has(cb_server):
@@ -170,5 +170,5 @@ async def test_a_clip_in_the_voices_dir_is_a_listed_voice_that_speaks(cb_server)
     plain = await session_audio(cb_server.url, None)
     assert len(voiced) > 0 and np.abs(voiced).max() > 1e-3
     n = min(len(voiced), len(plain))
-    # Well past the s16 rounding two renderings of the same speech would differ by.
+    # Well past the int16 rounding two renderings of the same speech would differ by.
     assert np.abs(voiced[:n] - plain[:n]).max() > 100 / 32768

@@ -57,7 +57,7 @@ async def test_cosyvoice2_session_streams_the_engine_audio(cv_server, cv_engine)
         np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)]), -1, 1
     )
     assert len(want) == 30 * 2 * 480
-    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # s16 rounding apart
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # int16 rounding apart
 
 
 def test_bench_sizes_requests_by_the_served_models_token_rate(cv_server, tmp_path):

@@ -81,7 +81,7 @@ async def test_csm_session_streams_the_engine_audio(csm_server, csm_engine):
     assert done["audio_ms"] == 480  # 6 frames of 80 ms, 24 frames of 20 ms
     want = np.clip(await engine_pcm(csm_engine, "0"), -1, 1)
     assert len(want) == 6 * 1920
-    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # s16 rounding apart
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # int16 rounding apart
 
 
 async def test_voice_prompt_from_the_voices_dir(csm_server, csm_engine):

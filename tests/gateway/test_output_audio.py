@@ -71,7 +71,7 @@ def test_pcm16_is_the_resampled_signal():
     got = np.frombuffer(b"".join(frames), dtype="<i2").astype(np.float32) / 32768
     want = resample(pcm, SOURCE_RATE, 16000)
     n = len(want) - 100
-    assert np.max(np.abs(got[:n] - want[:n])) < 2e-3  # only s16 rounding apart
+    assert np.max(np.abs(got[:n] - want[:n])) < 2e-3  # only int16 rounding apart
 
 
 def test_mulaw_decodes_back():

@@ -87,7 +87,7 @@ async def test_opus_round_trip_matches_engine_audio(server, engine):
 
 
 async def test_pcm16_is_exactly_the_engine_audio(server, engine):
-    """Lossless path: every engine sample arrives, in order, once (s16 rounding apart)."""
+    """Lossless path: every engine sample arrives, in order, once (int16 rounding apart)."""
     sampling = {"temperature": 0.0, "max_tokens": 60}
     async with websockets.connect(server.url) as ws:
         await start_session(

@@ -136,8 +136,9 @@ def test_encoder_streaming_attention_departs_from_official(official):
 # -- estimator ------------------------------------------------------------------------------
 
 
-def estimator_pair(official, seed: int):
-    theirs = official["ConditionalDecoder"](
+def official_estimator(official):
+    """The official causal estimator at the test's sizes (EST)."""
+    return official["ConditionalDecoder"](
         in_channels=320,
         out_channels=80,
         causal=True,
@@ -148,6 +149,10 @@ def estimator_pair(official, seed: int):
         num_heads=EST["heads"],
         act_fn="gelu",
     )
+
+
+def estimator_pair(official, seed: int):
+    theirs = official_estimator(official)
     seeded(theirs, seed)
     ours = CausalConditionalDecoder(
         320, 80, (EST["channels"],), EST["head_dim"], EST["n_blocks"], EST["mid"], EST["heads"], 50
@@ -242,17 +247,7 @@ def flow_config(vocab: int = 6561) -> FlowConfig:
 
 
 def official_flow(official, seed: int):
-    estimator = official["ConditionalDecoder"](
-        in_channels=320,
-        out_channels=80,
-        causal=True,
-        channels=[EST["channels"]],
-        attention_head_dim=EST["head_dim"],
-        n_blocks=EST["n_blocks"],
-        num_mid_blocks=EST["mid"],
-        num_heads=EST["heads"],
-        act_fn="gelu",
-    )
+    estimator = official_estimator(official)
     cfm = official["CausalConditionalCFM"](spk_emb_dim=80, estimator=estimator)
     flow = official["CausalMaskedDiffWithXvec"](encoder=official_encoder(official), decoder=cfm)
     return seeded(flow, seed)
