@@ -207,6 +207,25 @@ class EngineConfig:
             metavar="FILE",
         ),
     )
+    # A torch profile of the loop under load (engine/profile_window.py): once this many
+    # requests run, a window of loop turns is profiled into profile_dir.
+    profile_dir: str | None = field(
+        default=None,
+        metadata=cli(
+            "--profile-dir",
+            "write a torch profile of the loop's turns under load to DIR (ops.txt, "
+            "trace.json.gz; once, when --profile-at-streams requests run; default: off)",
+            metavar="DIR",
+        ),
+    )
+    profile_at_streams: int = field(
+        default=64,
+        metadata=cli(
+            "--profile-at-streams",
+            "with --profile-dir: start the profile once this many requests run",
+            metavar="N",
+        ),
+    )
     # Overlap the host work of step n+1 with the device's step n, for models whose facts allow
     # it (ModelFacts.supports_async_scheduling); False forces the synchronous step.
     async_scheduling: bool = field(

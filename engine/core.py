@@ -84,6 +84,7 @@ class EngineCore:
                 facts.lookahead_tokens,
                 facts.first_audio_margin,
                 facts.steady_batch_rows,
+                facts.large_chunk_tokens or 0,
             ),
             threaded_codec=threaded_codec,
         )
@@ -92,6 +93,11 @@ class EngineCore:
         # Jobs out to it and events back, with finished requests' timelines when asked for.
         traces = TraceWriter(config.trace_path) if config.trace_path else None
         self.audio = AudioOut(model, self.scheduler, self.worker, clock, traces)
+        self.profile = None
+        if config.profile_dir:
+            from engine.profile_window import ProfileWindow
+
+            self.profile = ProfileWindow(config.profile_dir, config.profile_at_streams, device)
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
@@ -311,6 +317,8 @@ class EngineCore:
     def step(self) -> list[EngineEvent]:
         """One turn of the loop: collect finished codec jobs, run an LLM step, hand ready
         chunks to the codec; returns the events for the listeners."""
+        if self.profile is not None:
+            self.profile.turn(self.scheduler.num_running)
         t0 = self.clock()
         events = self.audio.collect(self.detok.poll())
         plan = self.scheduler.schedule(t0)

@@ -32,9 +32,11 @@ from models.base import Candidates
 
 log = logging.getLogger("voxgate.graphs")
 
-Head = Callable[[torch.Tensor, torch.Tensor], Candidates]  # (hidden, allow_stop) → candidates
+# (hidden, allow_stop, steps: each row's output position) → candidates
+Head = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Candidates]
 # Columns of the packed integer inputs: FixedSampling.INTS, then whether the row may stop.
 _TABLE_ROW, _GREEDY = FixedSampling.INTS.index("table_rows"), FixedSampling.INTS.index("greedy")
+_STEPS = FixedSampling.INTS.index("steps")
 _ALLOW_STOP = len(FixedSampling.INTS)
 
 
@@ -106,7 +108,7 @@ class SamplingGraphs(PerBucketGraphs):
 
     def _call(self, batch: int) -> torch.Tensor:
         allow_stop = self._ints[:batch, _ALLOW_STOP] != 0
-        cands = self.head(self._hidden[:batch], allow_stop)
+        cands = self.head(self._hidden[:batch], allow_stop, self._ints[:batch, _STEPS])
         return self.sampler.sample_fixed(cands, self._inputs(batch))
 
     def _fill(self, rows: list[SamplingRow], allow_stop: list[bool]) -> int:

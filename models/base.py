@@ -54,6 +54,10 @@ class ModelFacts:
     stop_token_ids: tuple[int, ...]
     first_chunk_tokens: int  # tokens needed before the first audio chunk can be decoded
     chunk_tokens: int  # tokens per steady-state detokenizer chunk
+    # A larger chunk the detokenizer decodes for less a token (SNAC: one window's context
+    # frames for twice the audio); a listener with a comfortable buffer waits for it
+    # (engine/scheduler.py). None: chunk_tokens always.
+    large_chunk_tokens: int | None = None
     # The fewest new tokens that decode to more audio (Orpheus: one 7-code frame); the
     # scheduler decodes this little when a listener would otherwise run dry.
     frame_tokens: int = 1
@@ -309,9 +313,10 @@ class SpeechModel(abc.ABC):
         return self.candidate_logits(hidden, num_generated, allow_stop)
 
     def device_candidates(
-        self, hidden: torch.Tensor, allow_stop: torch.Tensor
+        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
     ) -> Candidates | None:
-        """candidate_logits from device tensors alone (allow_stop [N] bool), with fixed shapes
+        """candidate_logits from device tensors alone (allow_stop [N] bool; steps [N] int64,
+        each row's output position, i.e. its num_generated), with fixed shapes
         and no host synchronisation, so that the engine can capture a decode step's head and
         sampling in one CUDA graph (engine/sampling_graphs.py). Models that can override it;
         the engine captures only overrides. The default (None) keeps eager sampling, for

@@ -189,9 +189,13 @@ class CosyVoice2Model(SpeechModel):
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
-        return self.device_candidates(hidden, upload(allow_stop, torch.bool, hidden.device))
+        device = hidden.device
+        steps = upload(num_generated, torch.long, device)
+        return self.device_candidates(hidden, upload(allow_stop, torch.bool, device), steps)
 
-    def device_candidates(self, hidden: torch.Tensor, allow_stop: torch.Tensor) -> Candidates:
+    def device_candidates(
+        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
+    ) -> Candidates:
         """The speech head's logits [N, S + 3], the stop columns masked (a device mask and
         masked_fill_, never indexing with host lists: no upload from pageable memory, no
         wait) in rows not yet allowed to stop."""

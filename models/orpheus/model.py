@@ -64,6 +64,7 @@ class OrpheusModel(SpeechModel):
         # Restricting logits to the token range valid at each output position (see
         # constrain_logits) keeps a sampled token from ever being an unusable code.
         self.constrain_audio_tokens = constrain_audio_tokens
+        self._stop_ids_cache: torch.Tensor | None = None
         self._audio_rows_cache: torch.Tensor | None = None
         args = llm.args
         if args.vocab_size < T.AUDIO_END:
@@ -79,6 +80,7 @@ class OrpheusModel(SpeechModel):
             stop_token_ids=(T.END_OF_SPEECH,),
             first_chunk_tokens=T.CODES_PER_FRAME * detok.first_audio_frames,
             chunk_tokens=T.CODES_PER_FRAME * detok.chunk,
+            large_chunk_tokens=T.CODES_PER_FRAME * detok.large_chunk,
             frame_tokens=T.CODES_PER_FRAME,
             held_back_tokens=T.CODES_PER_FRAME * detok.right,
             voices=VOICES,
@@ -104,26 +106,34 @@ class OrpheusModel(SpeechModel):
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
-        """Only the 4096 tokens of the code position each row is at, plus the stop token, which
-        is allowed only at a frame boundary once min_tokens is reached. The head is evaluated on
-        the audio rows alone (28673 of 156940), a sixth of the full-vocabulary cost."""
-        if not self.constrain_audio_tokens:
-            return super().candidate_logits(hidden, num_generated, allow_stop)
         device = hidden.device
+        return self.device_candidates(
+            hidden,
+            upload(allow_stop, torch.bool, device),
+            upload(num_generated, torch.long, device),
+        )
+
+    def device_candidates(
+        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
+    ) -> Candidates:
+        """Only the 4096 tokens of the code position each row is at (its output position mod
+        7), plus the stop token, which is allowed only at a frame boundary once min_tokens is
+        reached. The head is evaluated on the audio rows alone (28673 of 156940), a sixth of
+        the full-vocabulary cost. Device tensors alone, so a decode step's head and sampling
+        replay as one CUDA graph (engine/sampling_graphs.py)."""
+        device = hidden.device
+        if not self.constrain_audio_tokens:
+            logits = self.llm.compute_logits(hidden)
+            stops = self._stop_ids(device)
+            logits[:, stops] = torch.where(allow_stop[:, None], logits[:, stops], float("-inf"))
+            return Candidates(logits, None)
         audio = self.llm.compute_logits(hidden, rows=self._audio_rows(device))  # [N, 7*4096 + 1]
-        positions = upload([n % T.CODES_PER_FRAME for n in num_generated], torch.long, device)
+        positions = steps % T.CODES_PER_FRAME
         columns = positions[:, None] * T.CODEBOOK_SIZE + self._code_range(device)[None, :]
         stop_column = torch.full_like(positions, T.CODES_PER_FRAME * T.CODEBOOK_SIZE)[:, None]
         columns = torch.cat([columns, stop_column], dim=1)  # [N, 4097]
         logits = audio.gather(1, columns)
-        stop_ok = upload(
-            [
-                ok and n % T.CODES_PER_FRAME == 0
-                for n, ok in zip(num_generated, allow_stop, strict=True)
-            ],
-            torch.bool,
-            device,
-        )
+        stop_ok = allow_stop & (positions == 0)
         logits[:, -1] = torch.where(stop_ok, logits[:, -1], float("-inf"))
         token_ids = torch.where(
             columns < T.CODES_PER_FRAME * T.CODEBOOK_SIZE, columns + T.AUDIO_BASE, T.END_OF_SPEECH
@@ -135,6 +145,11 @@ class OrpheusModel(SpeechModel):
             rows = list(range(T.AUDIO_BASE, T.AUDIO_END)) + [T.END_OF_SPEECH]
             self._audio_rows_cache = torch.tensor(rows, device=device)
         return self._audio_rows_cache
+
+    def _stop_ids(self, device: torch.device) -> torch.Tensor:
+        if self._stop_ids_cache is None or self._stop_ids_cache.device != device:
+            self._stop_ids_cache = torch.tensor(self.facts.stop_token_ids, device=device)
+        return self._stop_ids_cache
 
     def _code_range(self, device: torch.device) -> torch.Tensor:
         return torch.arange(T.CODEBOOK_SIZE, device=device)

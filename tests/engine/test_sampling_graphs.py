@@ -32,7 +32,7 @@ def make_head(seed: int = 0):
     weight = torch.randn(K, HIDDEN, generator=g)
     weight[7] *= 6.0  # one token far likelier than the rest: loops for RAS to break
 
-    def head(hidden: torch.Tensor, allow_stop: torch.Tensor) -> Candidates:
+    def head(hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor) -> Candidates:
         logits = hidden @ weight.T
         logits[:, K - STOPS :].masked_fill_(~allow_stop[:, None], float("-inf"))
         ids = torch.arange(BASE, BASE + K)
@@ -63,7 +63,7 @@ def run_both(steps: int, rows_of_step, allow_of_step):
         hidden = torch.randn(len(rows), HIDDEN, generator=g)
         hidden_buffer[: len(rows)] = hidden
         hidden_buffer[len(rows) :] = torch.randn(BUCKETS[-1] - len(rows), HIDDEN, generator=g)
-        cands = head(hidden, torch.tensor(allow))
+        cands = head(hidden, torch.tensor(allow), torch.full((len(rows),), step))
         out_eager.append(eager.sample_on_device(cands, rows).tolist())
         assert graphs.fits(len(rows), rows)
         out_fixed.append(graphs.run_static(rows, allow).tolist())
