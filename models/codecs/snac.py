@@ -117,6 +117,7 @@ class SnacDetokenizer:
         lookahead_frames: int = 2,
         chunk_frames: int = 4,
         first_chunk_frames: int = 1,
+        large_chunk_frames: int = 8,
     ):
         if model.attn_window_size is not None:
             raise ValueError(
@@ -134,6 +135,7 @@ class SnacDetokenizer:
             ("lookahead_frames", lookahead_frames, 0),
             ("chunk_frames", chunk_frames, 1),
             ("first_chunk_frames", first_chunk_frames, 1),
+            ("large_chunk_frames", large_chunk_frames, chunk_frames),
         ):
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
@@ -144,6 +146,11 @@ class SnacDetokenizer:
         self.right = lookahead_frames
         self.chunk = chunk_frames
         self.first_chunk = first_chunk_frames
+        # When this many steady frames (and their look-ahead) are in, they go out as one window:
+        # a window pays for its L + R context frames, so 8 frames in one window of 13 cost
+        # ~28 % less a frame than two windows of 9 (bench/snac_cost.py). The engine lets a
+        # stream with a comfortable buffer wait for them (ModelFacts.large_chunk_tokens).
+        self.large_chunk = large_chunk_frames
         self.latent_per_frame = strides[0]  # 4 latent steps of 512 samples
         self.device = next(model.parameters()).device
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
@@ -190,10 +197,13 @@ class SnacDetokenizer:
     def _chunks(self, stream: SnacStream, final: bool) -> list[tuple[int, int]]:
         """[start, end) of each chunk now emittable. Chunk lengths ramp from first_chunk_frames
         up to chunk_frames, each at most the audio already out: early chunks stay small while
-        the listener's buffer is small, later ones amortise the window's context overhead."""
+        the listener's buffer is small, later ones amortise the window's context overhead; a
+        steady chunk is large_chunk_frames whenever that many frames are ready."""
         chunks, start = [], stream.emitted
         while start < stream.total:
             size = self.first_chunk if start == 0 else min(self.chunk, max(self.first_chunk, start))
+            if size == self.chunk and start + self.large_chunk + self.right <= stream.total:
+                size = self.large_chunk
             end = start + size
             if end + self.right > stream.total:
                 if not final:
@@ -279,7 +289,8 @@ class SnacDetokenizer:
     def enable_cuda_graphs(self, graphs) -> None:
         """Capture the steady-state window shapes with the engine's CallableGraphs."""
         self.graphs = graphs
-        lengths = sorted({hi - lo for lo, hi in self._schedule_windows(12)})
+        steady = self.left + self.chunk + self.right  # a 4-frame chunk when no more are in
+        lengths = sorted({hi - lo for lo, hi in self._schedule_windows(12)} | {steady})
         with torch.inference_mode():
             for batch in self.GRAPH_BATCHES:
                 for length in lengths:

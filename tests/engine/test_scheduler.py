@@ -104,6 +104,24 @@ def test_a_listener_about_to_run_dry_gets_the_frames_there_are():
     assert sched.schedule_detok(now) == []
 
 
+def test_a_comfortable_listener_waits_for_a_large_chunk_a_short_one_does_not():
+    """With a large chunk (SNAC: 8 frames for one window's context), a listener with seconds
+    buffered waits for it; one near the urgent buffer takes the ordinary chunk at once; and
+    the large chunk goes out as soon as it is complete, whatever the buffer."""
+    now = 30.0
+    facts = dataclasses.replace(FACTS, large_chunk_tokens=2 * FACTS.chunk_tokens)
+    sched = Scheduler(EngineConfig(), BlockManager(num_blocks=512, block_size=16), facts)
+    sched.step_time_s, sched.detok_time_s = 0.012, 0.02
+    comfortable = make_steady(sched, arrival=1.0, buffered_s=3.0, now=now)
+    short = make_steady(sched, arrival=2.0, buffered_s=1.1, now=now)
+    for req in (comfortable, short):
+        req.output_ids += [7] * FACTS.chunk_tokens
+    assert sched.schedule_detok(now) == [short]
+    short.num_detokenized = len(short.output_ids)
+    comfortable.output_ids += [7] * FACTS.chunk_tokens  # the large chunk is complete
+    assert sched.schedule_detok(now) == [comfortable]
+
+
 def test_new_arrival_gets_first_audio_before_steady_requests_with_slack():
     """Batch room for 2: two streaming requests with seconds of slack and one newcomer. Under
     slack the newcomer's prefill and decodes go first; its first chunk is out within

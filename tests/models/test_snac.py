@@ -180,6 +180,19 @@ def test_frames_ready_ramps_chunks_and_waits_for_lookahead(model):
     assert len(stream.frames) <= 3 + 4  # only left context + unemitted frames are kept
 
 
+def test_steady_chunks_grow_to_the_large_chunk_when_its_frames_are_in(model):
+    det = SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=8)
+    stream = det.new_stream()
+    det.push(stream, _frames(24, seed=1).tolist())
+    sizes = [end - start for start, end in det._chunks(stream, final=False)]
+    assert sizes == [1, 1, 2, 8, 8]  # 20 frames out, 4 left: too few for a large one
+    det.decode([stream], [False])
+    det.push(stream, _frames(2, seed=2).tolist())  # 6 in, with 2 of look-ahead: a 4-frame chunk
+    assert [end - start for start, end in det._chunks(stream, final=False)] == [4]
+    with pytest.raises(ValueError, match="large_chunk_frames"):
+        SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=3)
+
+
 def test_push_rejects_bad_frames(model):
     det = SnacDetokenizer(model)
     stream = det.new_stream()
