@@ -4,6 +4,7 @@ Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 
 import pytest
@@ -469,3 +470,31 @@ def test_fp8_cache_engine_runs_every_step_kind(gpu_tiny_dirs):
         assert all(T.code_of(t, i) is not None for i, t in enumerate(r.output_ids))
         assert len(set(r.output_ids)) > 1
     assert core.blocks.num_used == 0
+
+
+@needs_flashinfer
+def test_orpheus_sampling_graphs_draw_the_eager_samplers_tokens(gpu_tiny_dirs):
+    """tiny-orpheus with its own sampling defaults (nucleus, repetition penalty): the head's
+    code-position masking replayed in the graph, from each row's output position on the
+    device, gives the eager path's seeded tokens, stops at frame boundaries included."""
+    model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
+    defaults = model.facts.sampling_defaults
+    specs = [
+        SpeechRequest(t, sampling=SamplingParams(seed=i, max_tokens=n, min_tokens=7, **defaults))
+        for i, (t, n) in enumerate(zip(TEXTS, (21, 35, 14, 28, 42, 7), strict=True))
+    ]
+    tokens = {}
+    for graphed in (True, False):
+        config = EngineConfig(
+            num_kv_blocks=512, max_num_seqs=8, sampling_graphs=graphed, async_scheduling=True
+        )
+        core = EngineCore(model, config, CUDA, "flashinfer")
+        assert (core.worker.sampling_graphs is not None) == graphed
+        reqs = [core.add_request(copy.deepcopy(s)) for s in specs]
+        while core.has_work():
+            core.step()
+        tokens[graphed] = [r.output_ids for r in reqs]
+        if graphed:
+            assert core.worker.sampling_graphs.replays > 20
+        core.close()
+    assert tokens[True] == tokens[False]
