@@ -109,6 +109,11 @@ class SpeechRequest:
     # more audio comes. Up to one output frame (the session's frame_ms; 0: none). The engine
     # counts it as not yet delivered when it judges a listener's buffer.
     delivery_hold_s: float = 0.0
+    # Seconds of this request's audio the listener plays per second (the gateway's `speed`:
+    # it time-stretches the audio, pitch unchanged). The engine's estimate of how much has been
+    # played between playback reports advances at this rate. `played_s` reports and
+    # `delivery_hold_s` are in the request's own audio, whatever the rate.
+    playback_rate: float = 1.0
     # Per-request model options (ModelFacts.request_options: Chatterbox's exaggeration and
     # cfg_weight, a number each; Qwen3-TTS' language and instruction, text), name → value;
     # unset ones take the model's defaults. A model that takes

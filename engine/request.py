@@ -108,6 +108,7 @@ class Request:
     first_audio_time: float | None = None
     audio_chunks_out: int = 0
     delivery_hold_s: float = 0.0  # SpeechRequest.delivery_hold_s
+    playback_rate: float = 1.0  # SpeechRequest.playback_rate: audio seconds played per second
     played_s: float | None = None  # from the client's `playback` report, when it sends one
     played_report_time: float | None = None
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
@@ -194,7 +195,7 @@ class Request:
         if self.first_audio_time is None:
             return 0.0
         if self.played_s is not None and self.played_report_time is not None:
-            played = self.played_s + (now - self.played_report_time)
+            played = self.played_s + (now - self.played_report_time) * self.playback_rate
         else:
-            played = now - self.first_audio_time
+            played = (now - self.first_audio_time) * self.playback_rate
         return self.audio_emitted_s - self.delivery_hold_s - played
