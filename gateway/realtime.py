@@ -231,8 +231,8 @@ class RealtimeWire(Wire):
         if event.max_output_tokens is not None:
             sampling["max_tokens"] = event.max_output_tokens
         if event.instructions and not self._facts.system_prompt:
-            # Only models with a system prompt (Step-Audio 2) are steered by them; echoing
-            # them back would tell the client they steer the answers.
+            # Only models with a system prompt (Step-Audio 2, GLM-4-Voice) are steered by
+            # them; echoing them back would tell the client they steer the answers.
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
                 f"`instructions` are not applied: {self._facts.name} is not given a system "

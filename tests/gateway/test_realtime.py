@@ -226,7 +226,7 @@ async def test_bad_events_get_error_events_and_the_session_stays_usable(server):
 
 
 async def test_session_fields_not_applied_are_refused_and_applied_ones_still_work(server):
-    """`instructions` (no served model is given a system prompt), tools and text-only output
+    """`instructions` (tiny-orpheus is given no system prompt), tools and text-only output
     get an `error` naming the field instead of a silent echo in `session.updated`; the refused
     update changes nothing, and the fields that are applied still are."""
     async with client(server).realtime.connect(model="tiny-orpheus") as conn:
