@@ -78,3 +78,33 @@ def test_a_full_duplex_model_refuses_another_speed():
     with pytest.raises(ProtocolError) as info:
         resolve_options(SessionStart(speed=1.5), duplex, None)
     assert info.value.code is ErrorCode.BAD_FIELD and "real time" in info.value.message
+
+
+def twilio_start(**parameters: str):
+    import json
+
+    from gateway.twilio import TwilioWire
+
+    facts = ModelFacts("tts", 24000, 12.5, 1, (), 1, 1)
+    start = {
+        "event": "start",
+        "streamSid": "MZ1",
+        "start": {
+            "streamSid": "MZ1",
+            "accountSid": "AC1",
+            "callSid": "CA1",
+            "tracks": ["inbound"],
+            "customParameters": parameters,
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+        },
+    }
+    return TwilioWire(facts).decode_text(json.dumps(start))[0]
+
+
+def test_a_twilio_call_takes_speed_as_a_stream_parameter():
+    assert twilio_start(speed="1.25").speed == 1.25
+    assert twilio_start().speed is None
+    for bad in ("fast", "9", "nan"):
+        with pytest.raises(ProtocolError) as info:
+            twilio_start(speed=bad)
+        assert info.value.code is ErrorCode.BAD_FIELD and "[0.25, 4.0]" in info.value.message
