@@ -7,8 +7,10 @@ within ± a quarter window, to where the input best continues what is already pl
 is periodic at its pitch over tens of ms, so the fades join waveforms in phase: no clicks, no
 phasiness. Why not a phase vocoder: it smears transients and makes speech sound reverberant
 ("phasiness") unless its phases are locked, and it needs a window of 2-4 times this one to
-resolve low voices; WSOLA on voiced speech is the standard choice for that reason (and is
-what the common speech time-stretchers, SoundTouch and Sonic among them, use).
+resolve low voices (more latency); time-domain overlap-add aligned on the waveform, as here, is
+the usual choice for speech for that reason (SoundTouch's SOLA-style stretch and Sonic's
+pitch-synchronous one are of the same kind). No maintained Python package streams it with a
+bounded hold, hence this file.
 
 Per block k ≥ 1 (hop H = window / 2, tolerance D = window / 4, x the input):
 
@@ -23,11 +25,13 @@ Hann window, so equal waveforms cross-fade to themselves.
 Streaming: a block is made only once every sample it reads has arrived, so the output of a
 stream cut into any chunks is the same samples as the stream whole (the same operations on the
 same numbers). `flush` (end of the response) pads the input with silence and stops at exactly
-round(n_in / speed) samples; the blocks stay within the input, but the last one or two cross-fade
-into that silence, so a response's very end (its last ~hold / speed) may fade out. The audio held back for the next chunk, at most `max_hold_samples`
-of input (~ one window: 30 ms at speed 1, up to 34 ms at 0.25; above speed 2, under one input
-hop, i.e. under 15 ms of the played audio), is the only latency added: the first chunk's audio
-comes out at once, less that tail.
+round(n_in / speed) samples; the blocks stay within the input, but the last one or two
+cross-fade into that silence, so a response's very end (its last ~hold / speed) may fade out.
+
+Latency: what `push` holds back for the next chunk, at most `max_hold_samples` of input: about
+one window (30 ms at speeds 0.5-2, 34 ms at 0.25; above 2, under one input hop, which is under
+15 ms of the played audio). Nothing else waits: the first chunk's audio comes out at once, less
+that tail. At speed 1 the stretcher is the identity and costs nothing.
 """
 
 from __future__ import annotations
@@ -148,9 +152,10 @@ class TimeStretcher:
         if have < max(nominal + d + h, self._cont + h):
             return None
         template = self._x(self._cont, self._cont + h)
-        # At the stream's end the blocks stay within the input, not in flush's silence.
-        hi = min(nominal + d, max(0, self._received - h)) if self._flushed else nominal + d
-        lo = min(max(0, nominal - d), hi)
+        hi = nominal + d
+        if self._flushed:  # the blocks stay within the input, not in flush's silence
+            hi = max(self._buf_start, min(hi, self._received - h))
+        lo = min(max(0, nominal - d), hi)  # never before _buf_start (see _trim)
         best = self._best_start(template, lo, hi, min(max(nominal, lo), hi))
         block = template * self._fade_out + self._x(best, best + h) * self._fade_in
         self._blocks, self._cont = k + 1, best + h

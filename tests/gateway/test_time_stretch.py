@@ -61,6 +61,19 @@ def test_duration_is_the_input_over_speed(speed):
         assert len(stretch_whole(x, speed)) == round(len(x) / speed)
 
 
+def test_any_length_at_any_speed_ends_at_its_length():
+    """Streams of every length, ending in sound or in silence, at speeds across the range
+    (505 samples at 1.1 and 3256 at 1.5 once ran their last block before the input kept)."""
+    rng = np.random.default_rng(5)
+    cases = [(505, 1.1), (3256, 1.5), (13616, 1.1)]
+    cases += [(int(rng.integers(1, 12000)), float(rng.uniform(0.25, 4.0))) for _ in range(120)]
+    for i, (n, speed) in enumerate(cases):
+        x = (0.1 * rng.standard_normal(n)).astype(np.float32)
+        if i % 2:
+            x[n // 2 :] = 0
+        assert len(stretch_whole(x, speed)) == round(n / speed), (n, speed)
+
+
 @pytest.mark.parametrize("speed", (0.5, 1.5, 3.0))
 @pytest.mark.parametrize("freq", (110.0, 220.0, 440.0))
 def test_a_sine_keeps_its_pitch(speed, freq):
