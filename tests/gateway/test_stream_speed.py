@@ -32,7 +32,7 @@ async def spoken(url: str, **start) -> tuple[dict, int, list]:
 async def test_speed_plays_the_same_words_in_less_time(tiny):
     started, normal_ms, normal_words = await spoken(tiny.url)
     assert "speed" not in started  # only a session that asked for a speed is told it
-    started, fast_ms, fast_words = await spoken(tiny.url, extra={"speed": 2.0})
+    started, fast_ms, fast_words = await spoken(tiny.url, speed=2.0)
     assert started["speed"] == 2.0
     # Half as long, give or take a padded frame on each side.
     assert abs(fast_ms - normal_ms / 2) <= 2 * FRAME_MS, (fast_ms, normal_ms)
@@ -46,7 +46,7 @@ async def test_speed_plays_the_same_words_in_less_time(tiny):
 
 async def test_a_barge_in_reports_the_words_heard_in_played_time(tiny):
     text = f"{SENTENCE} And do not forget to bring the letters from the office."
-    async with connect(tiny.url, sampling=SAMPLING, extra={"speed": 1.5}) as session:
+    async with connect(tiny.url, sampling=SAMPLING, speed=1.5) as session:
         received_ms, sent_words, done = 0, [], None
         async for event in session.speak(text):
             if isinstance(event, Audio):
