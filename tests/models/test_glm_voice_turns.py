@@ -5,6 +5,7 @@ barged-in reply → the part the user heard."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -78,6 +79,11 @@ def test_instructions_follow_the_output_format_prompt(model):
     assert system_texts(model, back.token_ids)[-1] == "\n" + TEXT_SYSTEM_PROMPT
     with pytest.raises(ModelInputError, match="instructions are 4001 characters"):
         model.preprocess_turns([model.user_text_turn("hi", system="x" * 4001)])
+    # A turn-based model that declares no system prompt refuses a turn command carrying one.
+    plain_model = copy.copy(model)
+    plain_model.facts = dataclasses.replace(model.facts, system_prompt=False)
+    with pytest.raises(ModelInputError, match="no system prompt"):
+        prepare_turn(plain_model, TurnFromSpeech(pcm, system="Be brief."))
 
 
 def test_reply_routing_and_truncation_to_what_was_heard(model):
