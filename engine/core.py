@@ -231,6 +231,7 @@ class EngineCore:
             model_options=options,
             conversation_id=spec.conversation_id,
             delivery_hold_s=spec.delivery_hold_s,
+            playback_rate=spec.playback_rate,
         )
         if spec.word_timings and self.model.facts.word_timings and prompt.words:
             request.words = WordClock(prompt.words, self.model.facts.seconds_per_token)

@@ -106,9 +106,15 @@ class SpeechRequest:
     conversation_id: str | None = None
     # Audio of each chunk the listener only gets with the next one: the gateway's encoder
     # sends whole frames, and its resampler holds the chunk's last, partial frame back until
-    # more audio comes. Up to one output frame (the session's frame_ms; 0: none). The engine
-    # counts it as not yet delivered when it judges a listener's buffer.
+    # more audio comes. Up to one output frame (the session's frame_ms; 0: none), and at a
+    # playback_rate other than 1 what the gateway's time-stretch keeps for the next chunk. The
+    # engine counts it as not yet delivered when it judges a listener's buffer.
     delivery_hold_s: float = 0.0
+    # Seconds of this request's audio the listener plays per second (the gateway's `speed`:
+    # it time-stretches the audio, pitch unchanged). The engine's estimate of what has been
+    # played advances at this rate, and the audio ahead of the listener lasts 1/rate of its
+    # length. `played_s` reports and `delivery_hold_s` are in the request's own audio.
+    playback_rate: float = 1.0
     # Per-request model options (ModelFacts.request_options: Chatterbox's exaggeration and
     # cfg_weight, a number each; Qwen3-TTS' language and instruction, text), name → value;
     # unset ones take the model's defaults. A model that takes

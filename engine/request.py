@@ -108,6 +108,7 @@ class Request:
     first_audio_time: float | None = None
     audio_chunks_out: int = 0
     delivery_hold_s: float = 0.0  # SpeechRequest.delivery_hold_s
+    playback_rate: float = 1.0  # SpeechRequest.playback_rate: audio seconds played per second
     played_s: float | None = None  # from the client's `playback` report, when it sends one
     played_report_time: float | None = None
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
@@ -184,17 +185,20 @@ class Request:
         return self.prompt_ids[start:] + self.output_ids[: end - n]
 
     def buffered_audio_s(self, now: float) -> float:
-        """Audio delivered but not yet played: how long the listener can go without more."""
+        """Audio delivered but not yet played: how long (seconds of the listener's time) the
+        listener can go without more."""
         return max(self.audio_lead_s(now), 0.0)
 
     def audio_lead_s(self, now: float) -> float:
         """buffered_audio_s, negative once the listener has run dry: by how long, if playback
         had not paused (exact for a stream's first gap; later ones count the earlier too).
-        Audio the gateway holds back (delivery_hold_s) is not the listener's yet."""
+        Audio the gateway holds back (delivery_hold_s) is not the listener's yet. The
+        listener plays `playback_rate` seconds of the audio a second, so the audio ahead of
+        them lasts that much less (or more)."""
         if self.first_audio_time is None:
             return 0.0
         if self.played_s is not None and self.played_report_time is not None:
-            played = self.played_s + (now - self.played_report_time)
+            played = self.played_s + (now - self.played_report_time) * self.playback_rate
         else:
-            played = now - self.first_audio_time
-        return self.audio_emitted_s - self.delivery_hold_s - played
+            played = (now - self.first_audio_time) * self.playback_rate
+        return (self.audio_emitted_s - self.delivery_hold_s - played) / self.playback_rate

@@ -381,7 +381,7 @@ class Scheduler:
             return True  # time to first audio matters more than the cover from here on
         audible = self.facts.first_chunk_audio_tokens(pending)
         heard = audible * self.facts.seconds_per_token - request.delivery_hold_s
-        return heard >= self.first_chunk_cover_s()
+        return heard / request.playback_rate >= self.first_chunk_cover_s()
 
     def schedule_detok(self, now: float) -> list[Request]:
         """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so

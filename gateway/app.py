@@ -45,7 +45,7 @@ from gateway.wire import Wire
 log = logging.getLogger("voxgate.gateway")
 
 # Query parameters of the TwiML route that are passed on to the stream (gateway.twilio).
-_TWIML_PARAMETERS = ("greeting", "voice", "temperature", "top_p", "seed", "max_tokens")
+_TWIML_PARAMETERS = ("greeting", "voice", "temperature", "top_p", "seed", "max_tokens", "speed")
 
 _NO_DEMO = """<!doctype html><meta charset="utf-8"><title>Voxgate</title>
 <h1>Voxgate</h1><p>The gateway is running; the web demo folder was not found at {path}.</p>

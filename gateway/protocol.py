@@ -34,6 +34,7 @@ from gateway.protocol_codes import (
     ServerEventType,
     TurnDetectionType,
 )
+from gateway.time_stretch import check_speed
 
 __all__ = [
     # re-exported vocabulary (gateway.protocol_codes)
@@ -138,6 +139,8 @@ class SessionStart:
     # The served model's own per-request options (`session.started.model_options` lists them);
     # checked against the model in gateway/session_start.py.
     model_options: Mapping[str, Any] = field(default_factory=dict)
+    # OpenAI's `speed` (optional extension): the session's replies time-stretched to it.
+    speed: float | None = None
 
 
 @dataclass(frozen=True)
@@ -197,12 +200,14 @@ class SessionStarted:
     # The session's voice (additive, left out when the model has none): with session.start's
     # voice_clip, the id of the voice made from it, which the same API key may name afterwards.
     voice: str | None = None
-    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("voice",)
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("voice", "speed")
     # The model's per-request options, each {name, default, minimum, maximum, help} (additive):
     # what `model_options` on session.start or a response's first `text` may set.
     model_options: tuple[Mapping[str, Any], ...] = ()
     # The session's responses carry `response.words` (the model knows when it says each word).
     word_timings: bool = False
+    # The session's `speed` (additive), when session.start set one: it is applied.
+    speed: float | None = None
 
 
 @dataclass(frozen=True)
@@ -337,7 +342,17 @@ def _decode_session_start(obj: dict[str, Any]) -> SessionStart:
         turn_detection=_turn_detection(obj),
         voice_clip=_voice_clip(obj),
         model_options=_model_options(obj) or {},
+        speed=_speed(obj),
     )
+
+
+def _speed(obj: Mapping[str, Any]) -> float | None:
+    if obj.get("speed") is None:
+        return None
+    try:
+        return check_speed(obj["speed"])
+    except ValueError as exc:
+        raise ProtocolError(ErrorCode.BAD_FIELD, str(exc)) from None
 
 
 def _voice_clip(obj: dict[str, Any]) -> ClipUpload | None:

@@ -231,8 +231,8 @@ class RealtimeWire(Wire):
         if event.max_output_tokens is not None:
             sampling["max_tokens"] = event.max_output_tokens
         if event.instructions and not self._facts.system_prompt:
-            # Only models with a system prompt (Step-Audio 2) are steered by them; echoing
-            # them back would tell the client they steer the answers.
+            # Only models with a system prompt (Step-Audio 2, GLM-4-Voice) are steered by
+            # them; echoing them back would tell the client they steer the answers.
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
                 f"`instructions` are not applied: {self._facts.name} is not given a system "
@@ -250,7 +250,14 @@ class RealtimeWire(Wire):
         # What the session does not own comes back in SessionUpdated once the update is taken.
         echo = (event.turn_detection, event.instructions, event.input_format)
         return SessionUpdate(
-            event.voice, output, sampling, echo, input_audio, detection, instructions
+            event.voice,
+            output,
+            sampling,
+            echo,
+            input_audio,
+            detection,
+            instructions,
+            speed=event.speed,
         )
 
     def _item_create(self, event: ItemCreateEvent) -> Reply:
@@ -391,5 +398,6 @@ class RealtimeWire(Wire):
             instructions=view.instructions if instructions is None else instructions,
             temperature=options.sampling.temperature,
             max_output_tokens=options.sampling.max_tokens,
+            speed=options.speed,
         )
         return self._view

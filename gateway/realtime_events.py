@@ -26,6 +26,7 @@ class SessionView:
     instructions: str
     temperature: float
     max_output_tokens: int
+    speed: float = 1.0  # the replies' playback speed (time-stretched, pitch unchanged)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def session_resource(dialect: Dialect, view: SessionView) -> dict[str, Any]:
             "turn_detection": view.turn_detection,
             "temperature": view.temperature,
             "max_response_output_tokens": view.max_output_tokens,
+            "speed": view.speed,
         }
     audio_in = {"format": _format(dialect, view.input_format)} if view.input_format else {}
     return {
@@ -83,7 +85,11 @@ def session_resource(dialect: Dialect, view: SessionView) -> dict[str, Any]:
         "output_modalities": ["audio"],
         "audio": {
             "input": {**audio_in, "turn_detection": view.turn_detection},
-            "output": {"format": _format(dialect, view.output_format), "voice": view.voice},
+            "output": {
+                "format": _format(dialect, view.output_format),
+                "voice": view.voice,
+                "speed": view.speed,
+            },
         },
         "max_output_tokens": view.max_output_tokens,
     }

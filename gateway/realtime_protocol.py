@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.protocol import ErrorCode, ProtocolError
+from gateway.time_stretch import check_speed
 
 BETA_HEADER_VALUE = "realtime=v1"  # `OpenAI-Beta` header of beta clients
 BETA_SUBPROTOCOL = "openai-beta.realtime-v1"  # what browsers offer instead of that header
@@ -67,6 +68,7 @@ class SessionUpdateEvent:
     # Voxgate extension: the native `sampling` object (seed, top_p, …), for repeatable output.
     sampling: dict[str, Any] = field(default_factory=dict)
     input_format: RealtimeFormat | None = None  # turn-based speech-to-speech models
+    speed: float | None = None  # `speed` / GA `audio.output.speed`, checked
 
 
 # Session fields no served model applies, each with the values that ask for nothing (what the
@@ -89,8 +91,6 @@ _UNSERVED_FIELDS: tuple[tuple[str, Any, str], ...] = (
     ("input_audio_noise_reduction", lambda v: v is None, "noise reduction is not served"),
     ("audio.input.transcription", lambda v: v is None, "input transcription is not served"),
     ("audio.input.noise_reduction", lambda v: v is None, "noise reduction is not served"),
-    ("audio.output.speed", lambda v: v is None or v == 1, "speed is not served"),
-    ("speed", lambda v: v is None or v == 1, "speed is not served"),
     ("prompt", lambda v: v is None, "stored prompts are not served"),
     (
         "model_options",
@@ -260,6 +260,13 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     sampling = session.get("sampling", {})
     if not isinstance(sampling, dict):
         raise _bad("`session.sampling` must be an object")
+    speed_name = "audio.output.speed" if "speed" in out else "speed"
+    speed = out.get("speed", session.get("speed"))
+    if speed is not None:
+        try:
+            speed = check_speed(speed, f"session.{speed_name}")
+        except ValueError as exc:
+            raise _bad(str(exc)) from None
     return SessionUpdateEvent(
         event_id=_str(obj, "event_id"),
         voice=voice,
@@ -270,6 +277,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         temperature=None if temperature is None else float(temperature),
         max_output_tokens=max_tokens,
         sampling=sampling,
+        speed=speed,
     )
 
 

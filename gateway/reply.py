@@ -60,6 +60,7 @@ from gateway.protocol import (
     ServerEvent,
     SpokenWord,
 )
+from gateway.stretched_audio import PlayedTime, at_speed
 
 STATUS_OF: dict[FinishReason, ResponseStatus] = {
     FinishReason.STOP: ResponseStatus.COMPLETED,
@@ -94,6 +95,9 @@ class SpeechOptions:
     instructions: str | None = None
     # Responses send `response.words` (the model times its words: ModelFacts.word_timings).
     word_timings: bool = False
+    # OpenAI's `speed`: replies are time-stretched to it, pitch unchanged (1.0: as the model
+    # speaks; gateway/stretched_audio.py).
+    speed: float = 1.0
 
 
 class ReplyState(enum.Enum):
@@ -143,6 +147,7 @@ class ReplyLifecycle:
         *,
         kind: str = "response",  # how the log names it: response, reply, conversation
         lead_s: float | None = None,  # pacing lead; None: frames go out as they come
+        speed: float = 1.0,  # the listener hears the model's audio at this rate
     ) -> None:
         self.response_id = response_id
         self.kind = kind
@@ -154,6 +159,8 @@ class ReplyLifecycle:
         self._engine, self._output, self._emit = engine, output, emit
         self._metrics, self._open_encoder, self._log = metrics, open_encoder, log
         self._clock = PlaybackClock(lead_s) if lead_s is not None else None
+        # audio_ms, the pacing and heard_s are played time; the engine's requests model time.
+        self.time = PlayedTime(speed)
         self._stopped = asyncio.Event()  # set by a barge-in: no more audio goes out
         self._requests: dict[str, RequestState] = {}
         self._submits: dict[str, asyncio.Future] = {}  # submits in flight, by request id
@@ -252,7 +259,8 @@ class ReplyLifecycle:
         return self._requests.get(request_id) is RequestState.GENERATING
 
     def report_playback(self, request_id: str, played_s: float) -> None:
-        """The listener's position in one request's audio, for the engine's scheduler."""
+        """The listener's position in one request's audio, in model time (`self.time`), for
+        the engine's scheduler."""
         if self.generating(request_id):
             self._engine.report_playback(request_id, played_s)
 
@@ -319,7 +327,8 @@ class ReplyLifecycle:
         generating are cancelled."""
         encoder: ChunkEncoder | None = None
         try:
-            encoder = self._open_encoder(self._output, self._engine.facts.sample_rate)
+            opened = self._open_encoder(self._output, self._engine.facts.sample_rate)
+            encoder = at_speed(opened, self.time.speed)
             await body(encoder)
         except EncoderProcessFailed as exc:  # --encode-processes: its worker is gone
             self._log.error("%s %s: %s", self.kind, self.response_id, exc)
@@ -364,9 +373,14 @@ class ReplyLifecycle:
             self._metrics.underruns.inc()
         return True
 
+    @property
+    def delivery_hold_s(self) -> float:
+        """What the reply's encoding keeps back of each chunk (SpeechRequest.delivery_hold_s)."""
+        return self.time.delivery_hold_s(self._output, self._engine.facts.sample_rate)
+
     def heard_s(self, reported_s: float | None) -> float:
-        """How much of the reply the user has heard: the client's playback report when there
-        is one (never more than was sent), else the server's send clock."""
+        """How much of the reply the user has heard, in played time: the client's playback
+        report when there is one (never more than was sent), else the server's send clock."""
         assert self._clock is not None, "only a paced reply keeps a playback clock"
         if reported_s is not None:
             return min(reported_s, self._clock.sent_s)

@@ -141,19 +141,20 @@ class ResponseRunner:
             log,
             kind="response",
             lead_s=settings.lead_ms / 1000 if paced else None,
+            speed=options.speed,
         )
         self.segments: list[Segment] = []
         self._ordered: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
-        self._model_audio_s = 0.0
-        self._words = SpokenWords(response.response_id, emit.event)
+        self._model_audio_s = 0.0  # model time (the segments' offsets too), not played time
+        self._words = SpokenWords(response.response_id, emit.event, self.reply.time)
         self._played_ms: float | None = None  # the client's last playback report
 
     # --- control, from the session ---------------------------------------------------------
     def report_playback(self, played_ms: float) -> None:
         """Hand the client's position to the engine request of the segment being heard."""
         self._played_ms = played_ms
-        played_s = played_ms / 1000
+        played_s = self.reply.time.model_s(played_ms / 1000)
         for segment in reversed(self.segments):
             if segment.start_s is not None and played_s >= segment.start_s:
                 self.reply.report_playback(segment.request_id, played_s - segment.start_s)
@@ -221,7 +222,8 @@ class ResponseRunner:
                 opts.voice,
                 sampling,
                 segment.request_id,
-                delivery_hold_s=opts.output.frame_ms / 1000,
+                delivery_hold_s=self.reply.delivery_hold_s,
+                playback_rate=opts.speed,
                 model_options=opts.model_options,
                 word_timings=opts.word_timings,
             )

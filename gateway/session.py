@@ -489,6 +489,7 @@ class Session:
                 options.voice,
                 announced_options(facts),
                 word_timings=options.word_timings,
+                speed=options.speed if event.speed is not None else None,
             )
         )
         self.log.info(

@@ -31,6 +31,16 @@ def _check_voice(voice: str | None, facts: ModelFacts) -> None:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"voice must be one of {voices}")
 
 
+def _check_speed(speed: float | None, facts: ModelFacts) -> None:
+    """A full-duplex model talks and listens on one real-time clock: its audio cannot be
+    played faster or slower than it is made."""
+    if speed is not None and speed != 1.0 and facts.full_duplex:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"{facts.name} is full-duplex: its audio plays in real time, so `speed` must be 1",
+        )
+
+
 def resolve_options(
     event: SessionStart, facts: ModelFacts, served_model: str | None
 ) -> SpeechOptions:
@@ -38,6 +48,7 @@ def resolve_options(
     if event.model is not None and event.model not in (facts.name, served_model):
         raise ProtocolError(ErrorCode.BAD_FIELD, f"this server serves model {facts.name!r}")
     _check_voice(event.voice, facts)
+    _check_speed(event.speed, facts)
     try:
         # The model's recommended sampling, overridden field by field by the client's.
         sampling = SamplingParams(**{**facts.sampling_defaults, **event.sampling})
@@ -49,6 +60,7 @@ def resolve_options(
         event.output_audio or AudioSpec(),
         checked_model_options(event.model_options, facts),
         word_timings=facts.word_timings,
+        speed=event.speed if event.speed is not None else 1.0,
     )
 
 
@@ -94,6 +106,7 @@ def update_options(
     """The session's options with an update applied field by field, or ProtocolError(bad_field)
     (then nothing changes: an update is applied whole or not at all)."""
     _check_voice(update.voice, facts)
+    _check_speed(update.speed, facts)
     try:
         sampling = dataclasses.replace(options.sampling, **update.sampling)
     except (ConfigError, TypeError) as exc:
@@ -106,4 +119,5 @@ def update_options(
         instructions=update.instructions
         if update.instructions is not None
         else options.instructions,
+        speed=update.speed if update.speed is not None else options.speed,
     )

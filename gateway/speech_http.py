@@ -88,6 +88,7 @@ class SpeechStream:
             call.voice,
             AudioSpec(AudioFormat.PCM16, SPEECH_RATE),
             call.model_options,
+            speed=call.speed,
         )
         self.runner = ResponseRunner(
             text,

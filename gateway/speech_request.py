@@ -10,8 +10,8 @@ testable without a server. What each field does here (docs/gateway.md says the s
 - `voice`: one of the model's voices (a string, or OpenAI's `{"id": ...}` form).
 - `response_format`: mp3 (OpenAI's default), opus, aac, flac, wav, pcm, where this PyAV build
   has the encoder (gateway/speech_formats.py).
-- `speed`: OpenAI's range 0.25-4.0; no served model changes its speaking rate, so only 1.0 is
-  accepted, and anything else is refused rather than silently played at 1.0.
+- `speed`: OpenAI's range 0.25-4.0 (default 1.0): the model's audio is time-stretched to it,
+  pitch unchanged (gateway/time_stretch.py), so it works for every model.
 - `instructions`: no served model takes a style prompt, so they are accepted but not applied;
   the response says so in its `Voxgate-Ignored-Fields` header.
 - `stream_format`: `audio` (the file's bytes as they are made; default) or `sse`.
@@ -23,7 +23,6 @@ testable without a server. What each field does here (docs/gateway.md says the s
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from engine.api import (
@@ -37,13 +36,13 @@ from engine.api import (
 from gateway.auth import Denial, Principal
 from gateway.config import GatewaySettings
 from gateway.speech_formats import SpeechFormat
+from gateway.time_stretch import check_speed
 
 OPENAI_TTS_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 SAMPLING_FIELDS = ("temperature", "top_p", "min_p", "seed", "max_tokens")
 OPENAI_FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed")
 STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
-SPEED_RANGE = (0.25, 4.0)
 
 
 class SpeechHttpError(Exception):
@@ -115,6 +114,7 @@ class SpeechCall:
     sampling: SamplingParams
     ignored: tuple[str, ...] = field(default=())  # fields accepted but not applied
     model_options: dict[str, OptionValue] = field(default_factory=dict)
+    speed: float = 1.0
 
 
 def _string(body: dict, name: str, required: bool = False) -> str | None:
@@ -185,22 +185,14 @@ def _format(body: dict, formats: dict[str, SpeechFormat]) -> SpeechFormat:
     return formats[name]
 
 
-def _speed(body: dict, facts: ModelFacts) -> None:
+def _speed(body: dict) -> float:
     speed = body.get("speed")
     if speed is None:
-        return
-    low, high = SPEED_RANGE
-    if isinstance(speed, bool) or not isinstance(speed, int | float) or not math.isfinite(speed):
-        raise bad("speed", f"'speed' must be a number in [{low}, {high}]")
-    if not low <= speed <= high:
-        raise bad("speed", f"'speed' must be in [{low}, {high}], got {speed}")
-    if speed != 1.0:
-        raise bad(
-            "speed",
-            f"{facts.name} speaks at one rate: only speed 1.0 is supported (got {speed}); "
-            "omit it or send 1.0",
-            "unsupported_value",
-        )
+        return 1.0
+    try:
+        return check_speed(speed, "speed")
+    except ValueError as exc:
+        raise bad("speed", str(exc)) from None
 
 
 def _stream_format(body: dict) -> str:
@@ -256,7 +248,7 @@ def parse_speech_request(
     text = _text(body, "input", settings.max_text_chars, required=True)
     voice = _voice(body, facts)
     fmt = _format(body, formats)
-    _speed(body, facts)
+    speed = _speed(body)
     instructions = _text(body, "instructions", settings.max_text_chars, required=False)
     return SpeechCall(
         text=text,
@@ -266,4 +258,5 @@ def parse_speech_request(
         sampling=_sampling(body, facts),
         ignored=("instructions",) if instructions and instructions.strip() else (),
         model_options=_model_options(body, facts),
+        speed=speed,
     )

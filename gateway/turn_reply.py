@@ -24,7 +24,8 @@ from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
 class ReplyOutcome:
     status: ResponseStatus
     output_ids: tuple  # the generated tokens (Finished.output_ids)
-    heard_s: float | None  # None: the user heard all of it; else how much (barge-in, failure)
+    # None: the user heard all of it; else how much of the model's audio (barge-in, failure)
+    heard_s: float | None
     streamed_text: bool  # transcript deltas came from the engine as it generated
     reused_tokens: int  # prompt tokens whose KV came from the conversation's previous turn
 
@@ -53,6 +54,7 @@ class TurnReply:
             log,
             kind="reply",
             lead_s=settings.lead_ms / 1000,
+            speed=options.speed,
         )
         self._played_s: float | None = None  # the client's own playback report
         self._finished: Finished | None = None
@@ -69,11 +71,12 @@ class TurnReply:
 
     def report_playback(self, played_ms: float) -> None:
         self._played_s = played_ms / 1000
-        self.reply.report_playback(self.response_id, self._played_s)
+        self.reply.report_playback(self.response_id, self.reply.time.model_s(self._played_s))
 
     def heard_s(self) -> float:
-        """What the user has heard: their report when they sent one, else the send clock."""
-        return self.reply.heard_s(self._played_s)
+        """What the user has heard of the model's audio (model time, as the history cuts it):
+        their report when they sent one, else the send clock."""
+        return self.reply.time.model_s(self.reply.heard_s(self._played_s))
 
     # --- the run ---------------------------------------------------------------------------
     async def run(self, turns: tuple, conversation_id: str) -> ReplyOutcome:
@@ -88,7 +91,8 @@ class TurnReply:
                 self.response_id,
                 turns=turns,
                 conversation_id=conversation_id,
-                delivery_hold_s=self._options.output.frame_ms / 1000,
+                delivery_hold_s=self.reply.delivery_hold_s,
+                playback_rate=self._options.speed,
             )
             await self.reply.play(lambda encoder: self._play(request, encoder))
         finished = self._finished or Finished(self.response_id, FinishReason.CANCELLED, 0)

@@ -97,6 +97,7 @@ class TurnConversation:
         self._spec, self._detection = AudioSpec(), TurnDetection()
         self.history: list[Any] = []  # the model's turn objects, user first, alternating
         self._last_reply_ids: tuple | None = None  # the last reply's whole output, for truncate
+        self._last_reply_speed = 1.0  # the speed it played at: truncate's time is played time
         # The last reply, when it was cut at barge-in and is still the newest turn: a playback
         # report that was in flight when it was cut still moves the cut (see report_playback).
         self._cut_reply: TurnReply | None = None
@@ -230,7 +231,7 @@ class TurnConversation:
                 "nothing to truncate: only the last finished reply can be truncated",
             )
         index = len(self.history) - 1
-        cut = HeardReply(self._last_reply_ids, audio_end_ms / 1000)
+        cut = HeardReply(self._last_reply_ids, audio_end_ms / 1000 * self._last_reply_speed)
         self.history[index] = await self._engine.prepare_turn(cut)
         self._cut_reply = None  # the client said where it ends: later reports do not move it
         self._emit.event(Truncated(audio_end_ms))
@@ -307,6 +308,7 @@ class TurnConversation:
             await self._keep_reply((), 0.0)
             return
         self.replies += 1
+        self._last_reply_speed = self.options.speed
         reply = TurnReply(
             f"resp_{uuid.uuid4().hex[:16]}",
             self._engine,

@@ -21,6 +21,7 @@ Twilio has no error message: errors are logged and counted (metrics), never sent
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -43,6 +44,7 @@ from gateway.protocol import (
     TextInput,
     decode_sampling,
 )
+from gateway.time_stretch import check_speed
 from gateway.twilio_protocol import (
     MULAW_ENCODING,
     MULAW_RATE,
@@ -102,6 +104,19 @@ def _sampling_from(parameters: dict[str, str]) -> dict[str, float | int | None]:
     return decode_sampling(raw)
 
 
+def _speed_from(parameters: dict[str, str]) -> float | None:
+    """The `speed` custom parameter (text, as every parameter), checked."""
+    raw: object = parameters.get("speed")
+    if raw is None:
+        return None
+    with contextlib.suppress(ValueError):  # not a number: check_speed says what it must be
+        raw = float(str(raw))
+    try:
+        return check_speed(raw, "parameter speed")
+    except ValueError as exc:
+        raise ProtocolError(ErrorCode.BAD_FIELD, str(exc)) from None
+
+
 class TwilioWire(Wire):
     def __init__(self, facts: ModelFacts, inbound_seconds: float = 30.0) -> None:
         self._facts = facts
@@ -154,6 +169,7 @@ class TwilioWire(Wire):
             input_audio=SPEC if self._facts.accepts_audio else None,
             output_audio=SPEC,
             sampling=_sampling_from(params),
+            speed=_speed_from(params),
         )
         greeting = params.get("greeting", "").strip()
         return (session, TextInput(greeting)) if greeting else (session,)

@@ -48,6 +48,7 @@ class SessionUpdate:
     turn_detection: TurnDetection | None = None
     # The system prompt of later user turns (models with ModelFacts.system_prompt).
     instructions: str | None = None
+    speed: float | None = None  # OpenAI's `speed`, checked (gateway/time_stretch.check_speed)
 
 
 @dataclass(frozen=True)

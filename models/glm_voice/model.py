@@ -77,6 +77,8 @@ class GlmVoiceModel(SpeechModel):
             accepts_turns=True,
             max_context=args.max_positions,
             sampling_defaults={"temperature": 0.2, "top_p": 0.8},  # the reference demo's
+            # Instructions follow the output-format system prompt (models/glm_voice/prompt.py).
+            system_prompt=True,
         )
         self.shape = BackboneShape.of(args, llm)
 
@@ -90,15 +92,16 @@ class GlmVoiceModel(SpeechModel):
         a prefix of it (see prompt.conversation_ids), for KV prefix reuse."""
         return Prompt(conversation_ids(self.tokenizer, self.ids, turns))
 
-    def user_audio_turn(self, pcm_16k: np.ndarray) -> UserTurn:
+    def user_audio_turn(self, pcm_16k: np.ndarray, system: str | None = None) -> UserTurn:
         """A turn's buffered user audio (float32 mono, 16 kHz) → a user turn of speech tokens
-        (12.5 per second). ModelInputError when there is no speech tokenizer or no tokens."""
+        (12.5 per second), with the session's instructions from it on (`system`; None: those
+        in force). ModelInputError when there is no speech tokenizer or no tokens."""
         if self.speech_tokenizer is None:
             raise ModelInputError("this GLM-4-Voice model was loaded without its speech tokenizer")
         tokens = self.speech_tokenizer.encode(np.asarray(pcm_16k, dtype=np.float32))
         if not tokens:
             raise ModelInputError("the turn's audio is empty: nothing to answer")
-        return UserTurn(speech_tokens=tuple(tokens))
+        return UserTurn(speech_tokens=tuple(tokens), system=system)
 
     def heard_reply(self, output_ids: Sequence[int], heard_s: float | None) -> AssistantTurn:
         """The assistant turn to keep in the history after a reply: all of it (heard_s None),
@@ -114,11 +117,12 @@ class GlmVoiceModel(SpeechModel):
             end += 1
         return AssistantTurn(tuple(ids[:end]))
 
-    def user_text_turn(self, text: str) -> UserTurn:
-        """Typed text as the user's turn (a session may mix it with spoken turns)."""
+    def user_text_turn(self, text: str, system: str | None = None) -> UserTurn:
+        """Typed text as the user's turn (a session may mix it with spoken turns); `system`
+        as user_audio_turn's."""
         if not text.strip():
             raise ModelInputError("the user turn is empty: give it text or speech")
-        return UserTurn(text=text)
+        return UserTurn(text=text, system=system)
 
     def is_text_token(self, token: Token) -> bool:
         return not self.ids.is_audio(token) and token not in self.ids.stop_ids

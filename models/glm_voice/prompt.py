@@ -1,4 +1,13 @@
-"""A conversation → GLM-4-Voice prompt ids (the format of models/glm_voice/tokens.py)."""
+"""A conversation → GLM-4-Voice prompt ids (the format of models/glm_voice/tokens.py).
+
+The system prompt is GLM-4-Voice's output-format instruction (13 text tokens, then 26 audio
+tokens), which the model was trained on and which must stay. A session's instructions (the
+Realtime API's `instructions`) are appended to it, after it, as more of the same system
+message: the format instruction is unchanged, word for word, and a conversation without
+instructions gets exactly the reference demo's prompt. A user turn carrying instructions that
+differ from those in force gets a new `<|system|>` message before it (GLM-4's chat format
+takes a system message at any point), so earlier turns' ids never change and their KV stays
+reusable."""
 
 from __future__ import annotations
 
@@ -19,6 +28,8 @@ class UserTurn:
 
     text: str | None = None
     speech_tokens: tuple[int, ...] | None = None
+    # The session's instructions from this turn on (None: those in force; "": none).
+    system: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,17 @@ def _user_ids(tokenizer: Any, ids: GlmVoiceIds, turn: UserTurn) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False).ids
 
 
+def system_prompt(format_prompt: str, instructions: str) -> str:
+    """The format instruction, then the session's instructions (if any) after it."""
+    if not instructions:
+        return format_prompt
+    if len(instructions) > MAX_TEXT_CHARS:
+        raise ModelInputError(
+            f"the instructions are {len(instructions)} characters; the limit is {MAX_TEXT_CHARS}"
+        )
+    return f"{format_prompt.rstrip()} {instructions}"
+
+
 def conversation_ids(tokenizer: Any, ids: GlmVoiceIds, turns: Sequence[Turn]) -> list[int]:
     """Prompt ids for `turns` (user, assistant, …, user), ending where the model's reply begins.
     The system prompt follows the first user turn's modality, as the reference demo does. A
@@ -66,12 +88,19 @@ def conversation_ids(tokenizer: Any, ids: GlmVoiceIds, turns: Sequence[Turn]) ->
     first = turns[0]
     if not isinstance(first, UserTurn):
         raise ModelInputError("a conversation starts with a user turn")
-    system = T.SPEECH_SYSTEM_PROMPT if first.speech_tokens is not None else T.TEXT_SYSTEM_PROMPT
-    out = [*ids.prefix, ids.system, *tokenizer.encode("\n" + system, add_special_tokens=False).ids]
+    form = T.SPEECH_SYSTEM_PROMPT if first.speech_tokens is not None else T.TEXT_SYSTEM_PROMPT
+    out = [*ids.prefix]
     mode = tokenizer.encode("\n", add_special_tokens=False).ids
     reply_opener = tokenizer.encode(T.ASSISTANT_MODE, add_special_tokens=False).ids
+    instructions, in_force = "", None
     for turn in turns:
         if isinstance(turn, UserTurn):
+            if turn.system is not None:
+                instructions = turn.system.strip()
+            wanted = system_prompt(form, instructions)
+            if wanted != in_force:
+                out += [ids.system, *tokenizer.encode("\n" + wanted, add_special_tokens=False).ids]
+                in_force = wanted
             out += [ids.user, *mode, *_user_ids(tokenizer, ids, turn), ids.assistant, *reply_opener]
         else:
             # The reply's own tokens; the next <|user|> closes it (it is also the stop token).

@@ -228,6 +228,20 @@ def test_playback_reports_replace_the_wall_clock_estimate():
     assert abs(req.buffered_audio_s(3.0) - 3.5) < 1e-9
 
 
+def test_a_listener_at_another_speed_plays_the_audio_at_that_rate():
+    """The gateway time-stretches a response at `speed` (SpeechRequest.playback_rate): 2 s of
+    wall clock play 3 s of the request's audio at speed 1.5, and what is left lasts the
+    listener 1/1.5 of its length; at 0.5, 1 s is played and the rest lasts twice as long."""
+    fast = Request([1, 2], SamplingParams(), arrival_time=0.0, playback_rate=1.5)
+    fast.first_audio_time, fast.audio_emitted_s = 1.0, 4.0
+    assert abs(fast.buffered_audio_s(3.0) - 1.0 / 1.5) < 1e-9
+    fast.played_s, fast.played_report_time = 2.0, 2.5  # a report, in the request's audio
+    assert abs(fast.buffered_audio_s(3.0) - (4.0 - 2.0 - 0.75) / 1.5) < 1e-9
+    slow = Request([1, 2], SamplingParams(), arrival_time=0.0, playback_rate=0.5)
+    slow.first_audio_time, slow.audio_emitted_s = 1.0, 4.0
+    assert abs(slow.buffered_audio_s(3.0) - 3.0 / 0.5) < 1e-9
+
+
 def test_audio_the_gateway_holds_back_is_not_the_listeners_yet():
     """A chunk's last, partial output frame reaches the listener only with the next chunk
     (SpeechRequest.delivery_hold_s): the buffer and the first chunk's cover leave it out."""

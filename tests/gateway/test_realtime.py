@@ -97,6 +97,30 @@ async def test_ga_client_text_in_pcm16_out_equals_engine_audio(server, engine):
     assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768
 
 
+async def test_speed_is_applied_to_the_responses_after_it(server, engine):
+    """GA `audio.output.speed` (beta: `speed`) is taken, shown in `session.updated`, and the
+    next response is the engine's audio time-stretched to it: half as long at speed 2."""
+    from gateway.time_stretch import TimeStretcher
+
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        session = {"type": "realtime", "audio": {"output": {"speed": 2.0}}, **FAST}
+        await conn.send({"type": "session.update", "session": session})
+        updated = await next_event(conn)
+        assert updated.type == "session.updated", updated
+        assert updated.session.audio.output.speed == 2.0
+        await say(conn)
+        done, events = await until_event(conn, "response.done")
+    assert_ran_to_its_token_budget(done)
+    got = np.frombuffer(audio_of(events, "response.output_audio.delta"), "<i2") / 32768
+    made = await engine_pcm(engine, TEXT, FAST_SAMPLING)
+    stretcher = TimeStretcher(2.0, 24000)
+    want = np.clip(np.concatenate([stretcher.push(made), stretcher.flush()]), -1, 1)
+    assert len(want) == round(len(made) / 2)
+    assert len(want) <= len(got) < len(want) + 480
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768
+
+
 async def test_beta_client_g711_ulaw_out(server, engine):
     async with client(server).beta.realtime.connect(model="tiny-orpheus") as conn:
         created = await next_event(conn)
@@ -202,7 +226,7 @@ async def test_bad_events_get_error_events_and_the_session_stays_usable(server):
 
 
 async def test_session_fields_not_applied_are_refused_and_applied_ones_still_work(server):
-    """`instructions` (no served model is given a system prompt), tools and text-only output
+    """`instructions` (tiny-orpheus is given no system prompt), tools and text-only output
     get an `error` naming the field instead of a silent echo in `session.updated`; the refused
     update changes nothing, and the fields that are applied still are."""
     async with client(server).realtime.connect(model="tiny-orpheus") as conn:
@@ -211,7 +235,7 @@ async def test_session_fields_not_applied_are_refused_and_applied_ones_still_wor
             ({"instructions": "Speak like a pirate.", **FAST}, "`instructions` are not applied"),
             ({"tools": [{"type": "function", "name": "f"}]}, "`session.tools` is not applied"),
             ({"output_modalities": ["text"]}, "`session.output_modalities` is not applied"),
-            ({"audio": {"output": {"speed": 1.5}}}, "`session.audio.output.speed` is not applied"),
+            ({"audio": {"output": {"speed": 5}}}, "`session.audio.output.speed` must be in"),
             ({"audio": {"input": {"turn_detection": {"type": "server_vad"}}}}, "speech-to-speech"),
         ]
         for session, says in refused:

@@ -98,8 +98,6 @@ def test_bad_session_updates(session, code):
         ({"input_audio_transcription": {"model": "whisper-1"}}, "input_audio_transcription"),
         ({"audio": {"input": {"transcription": {"model": "x"}}}}, "audio.input.transcription"),
         ({"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}, "noise_reduction"),
-        ({"audio": {"output": {"speed": 1.25}}}, "session.audio.output.speed"),
-        ({"speed": 0.8}, "session.speed"),
         ({"prompt": {"id": "pmpt_1"}}, "session.prompt"),
         ({"model_options": {"exaggeration": 0.8}}, "session.model_options"),
     ],
@@ -109,6 +107,29 @@ def test_session_fields_no_model_applies_are_refused_by_name(session, field):
         decode(type="session.update", session=session)
     assert err.value.code == ErrorCode.BAD_FIELD
     assert field in err.value.message and "not applied" in err.value.message
+
+
+@pytest.mark.parametrize(
+    "session, speed",
+    [({"audio": {"output": {"speed": 1.25}}}, 1.25), ({"speed": 0.8}, 0.8), ({}, None)],
+)
+def test_speed_is_decoded_from_either_dialect(session, speed):
+    assert decode(type="session.update", session=session).speed == speed
+
+
+@pytest.mark.parametrize(
+    "session, field",
+    [
+        ({"audio": {"output": {"speed": 4.5}}}, "session.audio.output.speed"),
+        ({"speed": 0.1}, "session.speed"),
+        ({"speed": "fast"}, "session.speed"),
+    ],
+)
+def test_speed_outside_openais_range_is_refused_by_name(session, field):
+    with pytest.raises(ProtocolError) as err:
+        decode(type="session.update", session=session)
+    assert err.value.code == ErrorCode.BAD_FIELD
+    assert f"`{field}`" in err.value.message and "[0.25, 4.0]" in err.value.message
 
 
 def test_session_fields_that_ask_for_nothing_are_accepted():

@@ -159,6 +159,23 @@ def test_openai_model_names_and_voice_objects_are_accepted(client, voice):
         assert response.read() == data  # greedy: the same audio, whichever name
 
 
+@pytest.mark.parametrize("speed", [1.5, 0.5])
+def test_speed_time_stretches_the_audio_made(client, voice, engine, speed):
+    """`speed` plays the model's audio at that rate, pitch unchanged: the response is the
+    engine's own audio for the text put through the time-stretch (1/speed as long), up to
+    PCM16 rounding and the last frame's padding."""
+    from gateway.time_stretch import TimeStretcher
+
+    data, _ = speak(client, voice, response_format="pcm", speed=speed)
+    heard = np.frombuffer(data, "<i2").astype(np.float32) / 32768
+    made = asyncio.run(engine_pcm(engine, TEXT, FAST_SAMPLING))
+    stretcher = TimeStretcher(speed, engine.facts.sample_rate)
+    want = np.clip(np.concatenate([stretcher.push(made), stretcher.flush()]), -1, 1)
+    assert len(want) == round(len(made) / speed)
+    assert 0 <= len(heard) - len(want) < 24000 * 20 // 1000  # padded to a whole 20 ms frame
+    assert np.abs(heard[: len(want)] - want).max() < 2 / 32768
+
+
 # --- bad input --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("fields", "param", "says"),
@@ -172,7 +189,7 @@ def test_openai_model_names_and_voice_objects_are_accepted(client, voice):
         ({"speed": 5.0}, "speed", "[0.25, 4.0]"),
         ({"speed": 0.1}, "speed", "[0.25, 4.0]"),
         ({"speed": "fast"}, "speed", "number"),
-        ({"speed": 1.5}, "speed", "only speed 1.0"),
+        ({"speed": True}, "speed", "number"),
         ({"stream_format": "chunks"}, "stream_format", "audio, sse"),
         ({"model": "whisper-1"}, "model", "tiny-orpheus"),
         ({"instructions": "x" * 4097}, "instructions", "4096"),

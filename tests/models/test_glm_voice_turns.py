@@ -5,6 +5,7 @@ barged-in reply → the part the user heard."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -34,10 +35,55 @@ def test_audio_turn_becomes_a_speech_prompt(model):
     assert tuple(speech) == turn.speech_tokens and ids[ix + 8] == model.ids.end_of_audio
     with pytest.raises(ModelInputError, match="empty"):
         model.user_audio_turn(np.zeros(0, np.float32))
-    # GLM-4-Voice keeps its built-in system prompt: a turn command carrying one is refused.
-    assert not model.facts.system_prompt
+
+
+def system_texts(model, ids: list[int]) -> list[str]:
+    """The text of each `<|system|>` message in a prompt, in order."""
+    out, start = [], None
+    for i, token in enumerate([*ids, model.ids.user]):
+        if token == model.ids.system:
+            start = i + 1
+        elif token == model.ids.user and start is not None:
+            out.append(model.tokenizer.decode(ids[start:i]))
+            start = None
+    return out
+
+
+def test_instructions_follow_the_output_format_prompt(model):
+    """The Realtime API's `instructions` reach GLM-4-Voice: appended to its output-format
+    system prompt (which stays word for word), from the turn that carries them on, without
+    changing the ids of the turns before (their KV stays reusable)."""
+    from models.glm_voice.tokens import SPEECH_SYSTEM_PROMPT, TEXT_SYSTEM_PROMPT
+
+    assert model.facts.system_prompt
+    pcm = (0.1 * np.random.default_rng(2).standard_normal(8000)).astype(np.float32)
+    spoken = prepare_turn(model, TurnFromSpeech(pcm, system="Answer like a pirate."))
+    ids = model.preprocess_turns([spoken]).token_ids
+    assert system_texts(model, ids) == ["\n" + SPEECH_SYSTEM_PROMPT + "Answer like a pirate."]
+    # No instructions: exactly the reference demo's prompt.
+    plain = model.preprocess_turns([model.user_text_turn("hi")]).token_ids
+    assert system_texts(model, plain) == ["\n" + TEXT_SYSTEM_PROMPT]
+    # Changed later: a second system message before that turn; earlier ids unchanged.
+    reply = model.heard_reply([5, 6, model.ids.audio_base + 1], None)
+    later = model.user_text_turn("and now?", system="Be brief.")
+    same = model.user_text_turn("again", system="Be brief.")
+    history = [model.user_text_turn("hi"), reply, later, same]
+    ids = model.preprocess_turns(history).token_ids
+    assert ids[: len(plain)] == plain
+    assert system_texts(model, ids) == [
+        "\n" + TEXT_SYSTEM_PROMPT,
+        "\n" + TEXT_SYSTEM_PROMPT + " Be brief.",
+    ]
+    # "" goes back to the format prompt alone.
+    back = model.preprocess_turns([*history, reply, model.user_text_turn("x", system="")])
+    assert system_texts(model, back.token_ids)[-1] == "\n" + TEXT_SYSTEM_PROMPT
+    with pytest.raises(ModelInputError, match="instructions are 4001 characters"):
+        model.preprocess_turns([model.user_text_turn("hi", system="x" * 4001)])
+    # A turn-based model that declares no system prompt refuses a turn command carrying one.
+    plain_model = copy.copy(model)
+    plain_model.facts = dataclasses.replace(model.facts, system_prompt=False)
     with pytest.raises(ModelInputError, match="no system prompt"):
-        prepare_turn(model, TurnFromSpeech(pcm, system="Be brief."))
+        prepare_turn(plain_model, TurnFromSpeech(pcm, system="Be brief."))
 
 
 def test_reply_routing_and_truncation_to_what_was_heard(model):

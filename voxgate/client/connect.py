@@ -29,6 +29,7 @@ def session_start_event(
     output_audio: Mapping[str, Any] | None = None,
     sampling: Mapping[str, Any] | None = None,
     turn_detection: Mapping[str, Any] | None = None,
+    speed: float | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `session.start` event: the fields given (None ones left out, so the server's
@@ -42,6 +43,7 @@ def session_start_event(
         "output_audio": output_audio,
         "sampling": sampling,
         "turn_detection": turn_detection,
+        "speed": speed,
     }
     event.update(
         {k: dict(v) if isinstance(v, Mapping) else v for k, v in named.items() if v is not None}
@@ -80,6 +82,7 @@ def connect(
     output_audio: Mapping[str, Any] | None = None,
     sampling: Mapping[str, Any] | None = None,
     turn_detection: Mapping[str, Any] | None = None,
+    speed: float | None = None,
     extra: Mapping[str, Any] | None = None,
     decode_audio: bool = True,
     open_timeout: float = 30.0,
@@ -93,7 +96,8 @@ def connect(
 
     `api_key` goes in an `Authorization` header (`key_in_subprotocol`: in an offered
     `bearer.<key>` subprotocol, as browsers must). The session fields are session.start's
-    (docs/protocol.md; None leaves the server's default), `extra` is merged into the event
+    (docs/protocol.md; None leaves the server's default; `speed`, 0.25-4.0, plays the
+    session's replies faster or slower, pitch unchanged), `extra` is merged into the event
     as it is. `decode_audio=False` keeps frames as the bytes sent (`Audio.pcm` None).
     Raises AuthenticationError, HandshakeError, or the typed error of a refused session
     (Overloaded, BadField, UnsupportedAudio ...)."""
@@ -104,6 +108,7 @@ def connect(
         output_audio=output_audio,
         sampling=sampling,
         turn_detection=turn_detection,
+        speed=speed,
         extra=extra,
     )
     subprotocols = [SUBPROTOCOL]
