@@ -6,6 +6,7 @@ Zyphra/Zonos-v0.1-speaker-embedding (the speaker model's two .pt files) beside t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -59,10 +60,16 @@ def ensure_random_zonos(root: Path | None = None) -> Path:
 
 
 def ensure_tiny_zonos_hybrid(root: Path | None = None) -> Path:
-    """The hybrid scaled down (config.TINY_HYBRID), with tiny-zonos' DAC and speaker model."""
-    return materialise(
-        f"tiny-zonos-hybrid-{PRESET_VERSION}", _writer(TINY_HYBRID, TINY_DAC, 4), root
-    )
+    """The hybrid scaled down (config.TINY_HYBRID), with tiny-zonos' DAC and speaker model
+    (copied from that preset, written first if need be: the same seeds give the same files)."""
+
+    def write(folder: Path) -> None:
+        write_zonos_checkpoint(folder / "model", TINY_HYBRID, seed=0)
+        tiny = ensure_tiny_zonos(root) / "model"
+        for part in ("dac", "speaker"):
+            shutil.copytree(tiny / part, folder / "model" / part)
+
+    return materialise(f"tiny-zonos-hybrid-{PRESET_VERSION}", write, root)
 
 
 def ensure_random_zonos_hybrid(root: Path | None = None) -> Path:

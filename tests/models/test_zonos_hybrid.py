@@ -44,8 +44,8 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    folder = ensure_tiny_zonos_hybrid(tmp_path_factory.mktemp("zonos-hybrid")) / "model"
+def model():
+    folder = ensure_tiny_zonos_hybrid() / "model"  # in the session's preset cache (conftest)
     # A folder, as a user passes one: the family recognises the hybrid's config.json.
     loaded = load_model(str(folder), None, torch.device("cpu"), torch.float32)
     assert isinstance(loaded.weights.backbone, HybridBackbone)
