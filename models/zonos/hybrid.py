@@ -52,9 +52,8 @@ class HybridBackbone(nn.Module):
         self.layers = nn.ModuleList(
             Block(s) if i in self.attention else MambaBlock(s, s.ssm) for i in range(s.n_layer)
         )
-        self.mamba = {
-            i: j for j, i in enumerate(i for i in range(s.n_layer) if i not in self.attention)
-        }
+        mamba_layers = [i for i in range(s.n_layer) if i not in self.attention]
+        self.mamba = {i: j for j, i in enumerate(mamba_layers)}  # layer → the pool's layer
         self.norm_f = nn.LayerNorm(s.d_model, eps=s.norm_eps)
         self.rotary = Rotary(RopeSpec(theta=10000.0, interleaved=s.rotary_interleaved), s.head_dim)
 
