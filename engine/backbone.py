@@ -52,7 +52,11 @@ def build_backbone(
     worker = Worker(model, cache, attention, device, max_batch=config.max_num_seqs)
     on_llm_stream = LlmStream(device, config.llm_stream_priority)
     if device.type == "cuda" and config.cuda_graphs:
-        if worker.attn.supports_graphs:
+        # Recurrent state moves between slots each step (models/recurrent_state.py): such a
+        # model's decode step runs eagerly.
+        if model.recurrent_state is not None:
+            log.info("decode graphs: not for %s (recurrent layers)", model.facts.name)
+        elif worker.attn.supports_graphs:
             worker.capture_graphs(
                 shape.hidden_size, config.block_size, min(config.max_num_seqs, MAX_GRAPH_BATCH)
             )
@@ -74,6 +78,8 @@ def size_kv_pool(model: SpeechModel, config: EngineConfig, device: torch.device)
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         budget = int(free * config.kv_memory_fraction)
+        if model.recurrent_state is not None:  # room for max_num_seqs requests' recurrent state
+            budget -= model.recurrent_state.bytes_per_request * config.max_num_seqs
     else:
         budget = config.kv_cache_mb * 2**20
     return max(2, budget // per_block)

@@ -229,7 +229,8 @@ class EngineCore:
             arrival_time=self.clock(),
             extras=prompt.extras,
             model_options=options,
-            conversation_id=spec.conversation_id,
+            # A recurrent model's state cannot be rebuilt from a kept KV prefix: no reuse.
+            conversation_id=spec.conversation_id if self.model.recurrent_state is None else None,
             delivery_hold_s=spec.delivery_hold_s,
             playback_rate=spec.playback_rate,
         )

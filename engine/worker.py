@@ -77,6 +77,8 @@ class Worker:
             model.shape.vocab_size, device, repetition_aware=self.repetition_aware
         )
         self._streams: dict[str, StreamState] = {}
+        # Recurrent layers' per-request state (models/recurrent_state.py), or None.
+        self.recurrent = model.recurrent_state
         self.row_width = model.facts.row_width  # > 0: tokens are rows, with a depth stage
         self._staged: torch.cuda.Event | None = None  # the last plan's host → device copy
 
@@ -189,6 +191,8 @@ class Worker:
     def drop_request(self, request_id: str) -> None:
         self.sampler.drop_request(request_id)
         self._streams.pop(request_id, None)
+        if self.recurrent is not None:
+            self.recurrent.free(request_id)
 
     # --- LLM ----------------------------------------------------------------------------------------
     def run_llm(self, chunks: list[ScheduledChunk], block_size: int) -> list[Token]:
@@ -246,6 +250,12 @@ class Worker:
             block_tables=[c.request.block_table for c in chunks],
             block_size=block_size,
         )
+        if self.recurrent is not None:  # which token rows read and write which request's state
+            self.recurrent.begin_step(
+                [c.request.request_id for c in chunks],
+                [c.start for c in chunks],
+                [c.num_tokens for c in chunks],
+            )
         decode_only = len(ids) == len(chunks)
         graphed = self.graphs is not None and decode_only and len(ids) <= self.graphs.max_batch
         if graphed:

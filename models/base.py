@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from models.device_util import upload
+from models.recurrent_state import RecurrentStatePool
 from models.request_options import OptionSpec, OptionValue
 from models.voice_clip import ClipRules, VoiceClip
 
@@ -225,6 +226,10 @@ class LaneCodec(Protocol):
 class SpeechModel(abc.ABC):
     facts: ModelFacts
     shape: BackboneShape
+    # Per-request state of recurrent (Mamba-style) layers beside the paged KV, or None for a
+    # model whose backbone is all attention (models/recurrent_state.py says how the engine
+    # drives it: begin_step before each forward, free when a request ends).
+    recurrent_state: RecurrentStatePool | None = None
 
     # 1. preprocess ---------------------------------------------------------------------------
     @abc.abstractmethod

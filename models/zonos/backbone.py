@@ -59,15 +59,22 @@ class ZonosBackbone(nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """x [T, 2, d_model] (each token's conditional and unconditional embeddings) at
         positions [T] → hidden [T, 2, d_model] after the final norm."""
-        t = x.shape[0]
         cos, sin = self.rotary.cos_sin(positions, torch.float32)
         for i, layer in enumerate(self.layers):
-            m = layer.mixer
-            q, k, v = m.in_proj(layer.norm(x)).split([m.h * m.d, m.kvh * m.d, m.kvh * m.d], dim=-1)
-            # Rotary in float32, as the reference computes it, then back to the cache dtype.
-            q = apply_rotary(q.reshape(t, 2 * m.h, m.d).float(), cos, sin, True).to(x.dtype)
-            k = apply_rotary(k.reshape(t, 2 * m.kvh, m.d).float(), cos, sin, True).to(x.dtype)
-            out = attn.forward(i, q, k, v.reshape(t, 2 * m.kvh, m.d))
-            x = x + m.out_proj(out.reshape(t, 2, m.h * m.d))
-            x = x + layer.mlp(layer.norm2(x))
+            x = attention_block(layer, x, cos, sin, attn, i, interleaved=True)
         return self.norm_f(x)
+
+
+def attention_block(
+    layer: Block, x: torch.Tensor, cos, sin, attn, kv_layer: int, interleaved: bool
+) -> torch.Tensor:
+    """One pre-LayerNorm attention + MLP block over x [T, 2, d_model]; `kv_layer` is the
+    block's layer in the paged KV cache."""
+    t, m = x.shape[0], layer.mixer
+    q, k, v = m.in_proj(layer.norm(x)).split([m.h * m.d, m.kvh * m.d, m.kvh * m.d], dim=-1)
+    # Rotary in float32, as the reference computes it, then back to the cache dtype.
+    q = apply_rotary(q.reshape(t, 2 * m.h, m.d).float(), cos, sin, interleaved).to(x.dtype)
+    k = apply_rotary(k.reshape(t, 2 * m.kvh, m.d).float(), cos, sin, interleaved).to(x.dtype)
+    out = attn.forward(kv_layer, q, k, v.reshape(t, 2 * m.kvh, m.d))
+    x = x + m.out_proj(out.reshape(t, 2, m.h * m.d))
+    return x + layer.mlp(layer.norm2(x))

@@ -1,6 +1,6 @@
 """Zonos weights in the published layout: config.json + model.safetensors, tensor names as the
 official `Zonos` module's state dict (`backbone.…`, `prefix_conditioner.…`, `embeddings.{k}`,
-`heads.{k}`). The DAC codec is a separate checkpoint (descript/dac_44khz, transformers'
+`heads.{k}`); the backbone is the transformer's or, with ssm_cfg in config.json, the hybrid's. The DAC codec is a separate checkpoint (descript/dac_44khz, transformers'
 DacModel layout)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from models.loader import iter_safetensors
 from models.zonos.backbone import ZonosBackbone
 from models.zonos.conditioning import PrefixConditioner
 from models.zonos.config import EMBED_ROWS, HEAD_ROWS, N_CODEBOOKS, ZonosConfig
+from models.zonos.hybrid import HybridBackbone
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -25,7 +26,10 @@ class ZonosWeights(nn.Module):
         super().__init__()
         self.config = config
         d = config.backbone.d_model
-        self.backbone = ZonosBackbone(config.backbone)
+        hybrid = config.backbone.ssm is not None
+        self.backbone = (
+            HybridBackbone(config.backbone) if hybrid else ZonosBackbone(config.backbone)
+        )
         self.prefix_conditioner = PrefixConditioner(d, config.conditioners)
         self.embeddings = nn.ModuleList(nn.Embedding(EMBED_ROWS, d) for _ in range(N_CODEBOOKS))
         self.heads = nn.ModuleList(nn.Linear(d, HEAD_ROWS, bias=False) for _ in range(N_CODEBOOKS))
@@ -74,6 +78,8 @@ def write_zonos_checkpoint(folder: Path, config: ZonosConfig, seed: int) -> None
                 p.normal_()
             elif "norm" in name:  # LayerNorm affine terms around their identity values
                 p.normal_(mean=1.0 if name.endswith("weight") else 0.0, std=0.1)
+            elif name.endswith(".D"):  # Mamba2's skip term, around its initial 1
+                p.normal_(mean=1.0, std=0.1)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     state = {k: v.contiguous() for k, v in weights.state_dict().items()}

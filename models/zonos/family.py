@@ -14,6 +14,16 @@ PRESETS = {
     "tiny-zonos": "Zonos v0.1 transformer scaled down (eSpeak phonemes, CFG, DAC 44.1 kHz), "
     "seeded random weights",
     "zonos-v0.1": "Zyphra/Zonos-v0.1-transformer with descript/dac_44khz (44.1 kHz)",
+    "tiny-zonos-hybrid": "Zonos v0.1 hybrid scaled down (Mamba2 + attention layers, per-request "
+    "SSM state), seeded random weights",
+    "zonos-v0.1-hybrid": "Zyphra/Zonos-v0.1-hybrid (Mamba2 + attention) with descript/dac_44khz",
+}
+# preset → its writer in presets.py (and, for the real ones, its repo in config.py), by name:
+# both modules import torch, which this table must not at import.
+_SCALED = {"tiny-zonos": "ensure_tiny_zonos", "tiny-zonos-hybrid": "ensure_tiny_zonos_hybrid"}
+_REAL = {
+    "zonos-v0.1": ("ensure_random_zonos", "TRANSFORMER_REPO"),
+    "zonos-v0.1-hybrid": ("ensure_random_zonos_hybrid", "HYBRID_REPO"),
 }
 
 
@@ -24,9 +34,8 @@ def _recognises(checkpoint: Checkpoint) -> bool:
 
 
 def _load(request: LoadRequest):
-    from models.zonos.config import DAC_REPO, TRANSFORMER_REPO
+    from models.zonos import config, presets
     from models.zonos.loading import load_zonos
-    from models.zonos.presets import ensure_random_zonos, ensure_tiny_zonos
     from models.zonos.speaker import SPEAKER_REPO
 
     model = request.model
@@ -35,18 +44,22 @@ def _load(request: LoadRequest):
         "descript/dac_44khz); drop --codec",
     )
     device, dtype, voices = request.device, request.dtype, request.voices_dir
-    if model == "tiny-zonos":
+    if model in _SCALED:
         if request.random_weights:
-            raise CheckpointError("tiny-zonos has random weights already; drop --random-weights")
-        folder = ensure_tiny_zonos() / "model"
+            raise CheckpointError(f"{model} has random weights already; drop --random-weights")
+        folder = getattr(presets, _SCALED[model])() / "model"
         return load_zonos(str(folder), device, dtype, name=model, voices_dir=voices)
-    if model == "zonos-v0.1":
+    if model in _REAL:
+        writer, repo = _REAL[model]
         if request.random_weights:
-            folder = ensure_random_zonos() / "model"
+            folder = getattr(presets, writer)() / "model"
             return load_zonos(str(folder), device, dtype, name=model, voices_dir=voices)
-        return load_zonos(TRANSFORMER_REPO, device, dtype, DAC_REPO, model, voices, SPEAKER_REPO)
+        source = getattr(config, repo)
+        return load_zonos(source, device, dtype, config.DAC_REPO, model, voices, SPEAKER_REPO)
     if request.random_weights:
-        raise CheckpointError("--random-weights goes with the zonos-v0.1 preset")
+        raise CheckpointError(
+            "--random-weights goes with the zonos-v0.1 and zonos-v0.1-hybrid presets"
+        )
     return load_zonos(model, device, dtype, voices_dir=voices)
 
 
@@ -56,7 +69,7 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Zonos: config.json with backbone and prefix_conditioner "
-    "(Zyphra/Zonos-v0.1-transformer)",
+    "(Zyphra/Zonos-v0.1-transformer or -hybrid)",
     # On the CPU a step is many small ops (two CFG rows, nine heads, the DAC's narrow convs):
     # a second torch thread per op buys little and stalls when the gateway needs the core.
     serving=ServingDefaults(cpu_half_threads=True),

@@ -1,4 +1,4 @@
-"""Zonos v0.1 (transformer) behind the engine's four-stage interface (models/base.py).
+"""Zonos v0.1 (transformer or hybrid) behind the engine's four-stage interface (models/base.py).
 
 preprocess: text → eSpeak phonemes → prefix rows (phonemes, then one row per conditioner with
 the request's values inside it, rows.py), then frame 0 of the delayed code grid. forward: the
@@ -117,8 +117,12 @@ class ZonosModel(SpeechModel):
             request_options=option_specs(ZonosRequestOptions),
         )
         dtype = weights.heads[0].weight.dtype
+        if s.ssm is not None:  # the hybrid: its Mamba2 layers' state per request
+            self.recurrent_state = weights.backbone.new_state_pool(
+                weights.heads[0].weight.device, dtype
+            )
         self.shape = BackboneShape(
-            num_layers=s.n_layer,
+            num_layers=len(s.attention_layers),  # the paged KV holds the attention layers only
             hidden_size=2 * s.d_model + WINDOW,
             vocab_size=R.COND_BASE + len(self.names),
             num_kv_heads=2 * s.num_kv_heads,
@@ -211,6 +215,10 @@ class ZonosModel(SpeechModel):
             "pitch_std": [options.pitch_std],
             "speaking_rate": [options.speaking_rate],
             "language_id": [float(options.language_id)],
+            # The hybrid's further conditioners, at make_cond_dict's defaults (its vqscore_8
+            # and dnsmos_ovrl stay unconditional there, so absent here).
+            "ctc_loss": [0.0],
+            "speaker_noised": [0.0],
         }
         rows: list[Token] = [R.phoneme_row(p) for p in ids]
         rows += [R.cond_row(j, values.get(n)) for j, n in enumerate(self.names) if j > 0]
@@ -240,7 +248,11 @@ class ZonosModel(SpeechModel):
         return torch.stack([conditional, unconditional], dim=1)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
-        hidden = self.weights.backbone(self.embed(input_ids), positions, attn).flatten(1)
+        x = self.embed(input_ids)
+        if self.recurrent_state is not None:
+            hidden = self.weights.backbone(x, positions, attn, self.recurrent_state).flatten(1)
+        else:
+            hidden = self.weights.backbone(x, positions, attn).flatten(1)
         int_type, offset = _BITS[hidden.element_size()]
         window = (input_ids[:, :WINDOW] + 1 + offset).to(int_type).view(hidden.dtype)
         return torch.cat([hidden, window], dim=1)  # [T, 2·d_model + 18]

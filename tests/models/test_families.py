@@ -24,7 +24,7 @@ def folder_with(tmp_path, name: str, config: dict | None = None, files=()):
 
 def test_every_preset_belongs_to_exactly_one_family():
     names = [name for family in FAMILIES for name in family.presets]
-    assert len(names) == len(set(names)) == len(PRESETS) == 23
+    assert len(names) == len(set(names)) == len(PRESETS) == 25
     expected = {
         "voxgate-tiny": "voxgate-tiny",
         "tiny-orpheus": "Orpheus",
@@ -43,6 +43,8 @@ def test_every_preset_belongs_to_exactly_one_family():
         "chatterbox": "Chatterbox",
         "tiny-zonos": "Zonos",
         "zonos-v0.1": "Zonos",
+        "tiny-zonos-hybrid": "Zonos",
+        "zonos-v0.1-hybrid": "Zonos",
         "tiny-qwen3-tts": "Qwen3-TTS",
         "qwen3-tts-0.6b": "Qwen3-TTS",
         "qwen3-tts-1.7b": "Qwen3-TTS",

@@ -145,14 +145,14 @@ def test_voices_from_speaker_embedding_files(tmp_path):
         read_voices(tmp_path / "nowhere", 128, no_clips, 16000)
 
 
-def test_real_layout_shapes_and_the_hybrid_refusal():
-    """zonos-v0.1's published tensor shapes (built on the meta device: no memory), and the
-    hybrid's config refused with what Voxgate serves instead."""
+def test_real_layout_shapes_of_the_transformer_and_the_hybrid():
+    """zonos-v0.1's and zonos-v0.1-hybrid's published tensor shapes (built on the meta device:
+    no memory), and a hybrid config Voxgate cannot run refused with the reason."""
     import torch
 
     from models.checkpoint_errors import CheckpointError
     from models.zonos.checkpoint import ZonosWeights
-    from models.zonos.config import REAL, ZonosConfig
+    from models.zonos.config import REAL, REAL_HYBRID, ZonosConfig
 
     with torch.device("meta"):
         weights = ZonosWeights(REAL)
@@ -165,7 +165,22 @@ def test_real_layout_shapes_and_the_hybrid_refusal():
     assert shapes["prefix_conditioner.conditioners.2.weight"] == (1024, 8)
     assert shapes["prefix_conditioner.conditioners.6.int_embedder.weight"] == (128, 2048)
     assert 1.5e9 < sum(v.numel() for v in weights.state_dict().values()) < 1.7e9
-    hybrid = REAL.to_dict()
-    hybrid["backbone"]["ssm_cfg"] = {"layer": "Mamba2"}
-    with pytest.raises(CheckpointError, match="hybrid .* transformer backbone only"):
-        ZonosConfig.from_dict(hybrid)
+    with torch.device("meta"):
+        hybrid = ZonosWeights(REAL_HYBRID)
+    shapes = {k: tuple(v.shape) for k, v in hybrid.state_dict().items()}
+    # Mamba2 (mamba-ssm defaults at d_model 2048): z, xBC, dt = 4096 + 4352 + 64 outputs
+    assert shapes["backbone.layers.1.mixer.in_proj.weight"] == (8512, 2048)
+    assert shapes["backbone.layers.1.mixer.conv1d.weight"] == (4352, 1, 4)
+    assert shapes["backbone.layers.45.mixer.A_log"] == (64,)
+    assert shapes["backbone.layers.1.mixer.norm.weight"] == (4096,)
+    assert shapes["backbone.layers.1.mixer.out_proj.weight"] == (2048, 4096)
+    assert "backbone.layers.1.mlp.fc1.weight" not in shapes  # no MLP after a Mamba2 layer
+    assert shapes["backbone.layers.44.mixer.in_proj.weight"] == ((16 + 2 * 4) * 128, 2048)
+    assert shapes["backbone.layers.44.mlp.fc1.weight"] == (2 * 8192, 2048)
+    assert shapes["prefix_conditioner.conditioners.10.int_embedder.weight"] == (2, 2048)
+    assert 1.6e9 < sum(v.numel() for v in hybrid.state_dict().values()) < 1.7e9
+    assert ZonosConfig.from_dict(REAL_HYBRID.to_dict()) == REAL_HYBRID
+    with_mlp = REAL_HYBRID.to_dict()
+    with_mlp["backbone"]["d_intermediate"] = 1024
+    with pytest.raises(CheckpointError, match="d_intermediate must be 0"):
+        ZonosConfig.from_dict(with_mlp)
