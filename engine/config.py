@@ -51,8 +51,14 @@ def cli(
 @dataclass(frozen=True)
 class EngineConfig:
     """What every model's engine shares. A None is settled before the engine starts: by the
-    device, or by the model family's serving defaults (engine/factory.py, serving_defaults).
-    A field with `cli(...)` metadata is also a `voxgate serve` option (gateway/settings.py)."""
+    device, or by the model family's serving defaults (engine/factory.py, serving_defaults);
+    first_audio_margin's by the device and the model's facts (first_audio_margin_for).
+    A field with `cli(...)` metadata is also a `voxgate serve` option (gateway/settings.py).
+
+    What only some models take is not here: it is their family's option (models/families.py:
+    CosyVoice 2's first-chunk lane, the flow + HiFT codecs' pacing …), carried as
+    `load_options` and set by the family's load as the model's ModelFacts, which the engine
+    reads."""
 
     # Scheduler policy (engine/scheduler.py).
     policy: str = field(
@@ -192,13 +198,10 @@ class EngineConfig:
         default=None,
         metadata=cli(
             "--engine-process",
-            "run the engine loop in its own process (default: on with CUDA, except for "
-            "turn-based speech-to-speech models; on the CPU where the model family asks for it)",
+            "run the engine loop in its own process (default: on with CUDA; on the CPU where "
+            "the model family asks for it)",
         ),
     )
-    # Refuse a new request (EngineOverloaded) while the engine's steps already come within 10 %
-    # of the audio each step adds to every stream (engine/scheduler.py), so one stream too many
-    # is turned away instead of every stream falling behind.
     # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) when the step
     # and codec costs measured at the batch size it would make (calibrated at warm-up, refined
     # by live steps), or the cadence measured now, come within 10 % of the audio each step
