@@ -39,7 +39,8 @@ for run in $(seq "$RUNS"); do  # interleaved, so a drift of the machine hits eve
         if [ ! -d "$tree" ]; then mkdir -p "$tree" && tar xzf "$tgz" -C "$tree"; fi
         results=/tmp/commits_ab/results-$commit-$run
         lane=()  # commits from before the lane have no flag (and no lane)
-        if [ -n "$LANE" ] && grep -q -- "first-chunk-lane" "$tree/gateway/serve_cli.py"; then
+        # The flag has lived in gateway/serve_cli.py, engine/config.py and models/cosyvoice2/.
+        if [ -n "$LANE" ] && grep -rqs -- "first-chunk-lane" "$tree/gateway" "$tree/engine" "$tree/models"; then
             [ "$LANE" = on ] && lane=(--server-arg=--first-chunk-lane)
             [ "$LANE" = off ] && lane=(--server-arg=--no-first-chunk-lane)
         fi

@@ -14,7 +14,7 @@ wall time (p50 / p90) and its batch size, and with `--profile-at T` a torch prof
 (`launch_ms`: inputs, attention plan, graph replay or eager forward, head and sampling; long
 when launches wait for room in the device's queues) and waiting for the previous step's tokens
 (`resolve_ms`: the device's time). `--pacing-ab` runs each rate again with the codec's graphs
-paced (EngineConfig.codec_pacing), in the same process.
+paced (ModelFacts.codec_pacing, --codec-pacing), in the same process.
 """
 
 from __future__ import annotations
@@ -73,12 +73,12 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     for i, rate in enumerate(rates):
         profile_at = args.profile_at if i == len(rates) - 1 else 0.0
-        for paced in (False, True) if args.pacing_ab else (config.codec_pacing,):
+        for paced in (False, True) if args.pacing_ab else (model.facts.codec_pacing,):
             for graphs in codec_graphs(model, core):
                 graphs.paced = paced
             for sampling in (sampling_graphs, None) if args.sampling_ab else (sampling_graphs,):
                 core.worker.sampling_graphs = sampling
-                first = paced == config.codec_pacing and sampling is sampling_graphs
+                first = paced == model.facts.codec_pacing and sampling is sampling_graphs
                 run_rate(core, model, rate, args, profile_at if first else 0.0, host, paced)
     core.close()
 

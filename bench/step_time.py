@@ -26,6 +26,7 @@ from engine.config import EngineConfig
 from engine.factory import apply_gil_switch, build_core, resolve_attention
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
+from models.families import family_of
 from models.registry import load_model
 
 
@@ -87,7 +88,7 @@ def main() -> None:
     ap.add_argument(
         "--codec-pacing",
         action="store_true",
-        help="codec threads wait between a job's graphs (EngineConfig.codec_pacing)",
+        help="codec threads wait between a job's graphs (flow + HiFT models' --codec-pacing)",
     )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
@@ -100,7 +101,16 @@ def main() -> None:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     batches = [int(b) for b in args.batches.split(",")]
     dtype = torch.bfloat16 if cuda else torch.float32
-    model = load_model(args.model, device=device, dtype=dtype, random_weights=args.random_weights)
+    # The codec's serving options, for the families that take them (flow + HiFT).
+    wanted = {"first_chunk_lane": args.first_chunk_lane, "codec_pacing": args.codec_pacing}
+    takes = family_of(args.model).option_names()
+    model = load_model(
+        args.model,
+        device=device,
+        dtype=dtype,
+        random_weights=args.random_weights,
+        options={name: value for name, value in wanted.items() if name in takes},
+    )
     params = sum(p.numel() * p.element_size() for p in model.llm.parameters())
     bw = copy_bandwidth(device) if cuda else None
     results = []
@@ -116,11 +126,9 @@ def main() -> None:
             cuda_graphs=not args.eager,
             max_batch_tokens=8192,
             async_scheduling=args.async_scheduling,
-            first_chunk_lane=args.first_chunk_lane,
             llm_stream_priority=args.llm_priority,
             codec_sms=codec_sms,
             gil_switch_ms=gil_switch_ms,
-            codec_pacing=args.codec_pacing,
         )
         apply_gil_switch(config)
         core = build_core(model, config, device)

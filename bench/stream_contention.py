@@ -14,7 +14,7 @@ Variants (environment set before CUDA starts, so each runs in a child process):
 
 Prints per variant, p50 / p90 ms: the short graph's wall time alone, beside the codec
 replaying one long graph per job, and beside a paced codec (the job as 10 graphs with a wait
-after each, EngineConfig.codec_pacing); and the same for an "eager step" of 100 separately
+after each, --codec-pacing); and the same for an "eager step" of 100 separately
 launched small kernels (the shape of the LLM step's sampling and input uploads, which run
 outside its graph): whether launches block behind the codec's queued work.
 """

@@ -1,1 +1,2 @@
-"""Model-agnostic serving engine: lifecycle, scheduling, paged KV, worker, async client."""
+"""Model-agnostic serving engine: scheduling, paged KV, the step loops, and the clients that
+run them (engine/api.py is the contract callers use; docs/engine.md maps the modules)."""

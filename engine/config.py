@@ -51,8 +51,14 @@ def cli(
 @dataclass(frozen=True)
 class EngineConfig:
     """What every model's engine shares. A None is settled before the engine starts: by the
-    device, or by the model family's serving defaults (engine/factory.py, serving_defaults).
-    A field with `cli(...)` metadata is also a `voxgate serve` option (gateway/settings.py)."""
+    device, or by the model family's serving defaults (engine/factory.py, serving_defaults);
+    first_audio_margin's by the device and the model's facts (first_audio_margin_for).
+    A field with `cli(...)` metadata is also a `voxgate serve` option (gateway/settings.py).
+
+    What only some models take is not here: it is their family's option (models/families.py:
+    CosyVoice 2's first-chunk lane, the flow + HiFT codecs' pacing …), carried as
+    `load_options` and set by the family's load as the model's ModelFacts, which the engine
+    reads."""
 
     # Scheduler policy (engine/scheduler.py).
     policy: str = field(
@@ -148,17 +154,6 @@ class EngineConfig:
     fused_kernels: bool = True
     # Detokenize on a thread and CUDA stream of its own, overlapping the LLM (cuda only).
     async_detok: bool = True
-    # With async_detok, for models that offer it (ModelFacts.first_chunk_lane): a second
-    # detokenizer thread, stream and set of graphs that decodes first chunks at once instead of
-    # after the steady job in flight (docs/engine.md).
-    first_chunk_lane: bool = field(
-        default=True,
-        metadata=cli(
-            "--first-chunk-lane",
-            "CUDA: decode first chunks on a detokenizer lane of their own while a steady job "
-            "runs, for models that offer it (CosyVoice 2)",
-        ),
-    )
     # The LLM's steps on the highest-priority CUDA stream, so the codec's kernels beside them
     # take the SMs only when a step leaves them free (docs/engine.md).
     llm_stream_priority: bool = field(
@@ -175,28 +170,12 @@ class EngineConfig:
             metavar="N",
         ),
     )
-    # The codec threads wait for each graph of a job to run before queueing the next
-    # (CallableGraphs.pace), so the GPU never holds a whole codec job ahead of the LLM's step.
-    codec_pacing: bool = field(
-        default=True,
-        metadata=cli("--codec-pacing", "CUDA: codec threads queue a job's graphs one at a time"),
-    )
     # Models whose candidates need no host lists (models.base.device_candidates) replay a
     # decode step's head and sampling as one graph per bucket (engine/sampling_graphs.py)
     # instead of ~100 eager launches. Tokens are the same.
     sampling_graphs: bool = field(
         default=True,
         metadata=cli("--sampling-graphs", "CUDA: a decode step's head and sampling as one graph"),
-    )
-    # The blocks a codec names go through torch.compile before capture, for fewer, fused
-    # kernels (cuda_graphs.compile_regions); a failed compile falls back to eager kernels.
-    compile_codec: bool = field(
-        default=True,
-        metadata=cli(
-            "--compile-codec",
-            "CUDA: compile the codec's repeated blocks before capturing them (~45 s more at a "
-            "cold start)",
-        ),
     )
     trace_path: str | None = field(
         default=None,
@@ -238,13 +217,10 @@ class EngineConfig:
         default=None,
         metadata=cli(
             "--engine-process",
-            "run the engine loop in its own process (default: on with CUDA, except for "
-            "turn-based speech-to-speech models; on the CPU where the model family asks for it)",
+            "run the engine loop in its own process (default: on with CUDA; on the CPU where "
+            "the model family asks for it)",
         ),
     )
-    # Refuse a new request (EngineOverloaded) while the engine's steps already come within 10 %
-    # of the audio each step adds to every stream (engine/scheduler.py), so one stream too many
-    # is turned away instead of every stream falling behind.
     # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) when the step
     # and codec costs measured at the batch size it would make (calibrated at warm-up, refined
     # by live steps), or the cadence measured now, come within 10 % of the audio each step
@@ -305,17 +281,6 @@ class EngineConfig:
             metavar="S",
         ),
     )
-    # With a first-chunk lane: a steady codec job waits until this many streams have a chunk
-    # ready, unless a listener needs one soon (Scheduler.steady_job_waits).
-    steady_batch_rows: int | None = field(
-        default=None,
-        metadata=cli(
-            "--steady-batch-rows",
-            "with a first-chunk lane: a steady codec job waits for N streams' chunks (default: "
-            "the model's, CosyVoice 2 16; 0: never waits)",
-            metavar="N",
-        ),
-    )
     # The model family's own load-time options the user set, name → value (models/families.py;
     # e.g. CosyVoice 2's first_hop_tokens). Checked by `voxgate serve`'s settings and by the
     # family when it loads (models/registry.py); per-request options are another thing
@@ -348,8 +313,6 @@ class EngineConfig:
             raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ConfigError(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
-        if self.steady_batch_rows is not None and self.steady_batch_rows < 0:
-            raise ConfigError(f"steady_batch_rows must be >= 0, got {self.steady_batch_rows}")
         if self.codec_sms < 0:
             raise ConfigError(f"codec_sms must be >= 0 (0: every SM), got {self.codec_sms}")
         if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:

@@ -1,5 +1,7 @@
-"""The step loop: schedule → LLM step → detokenizer → events. Single-threaded by design; the
-async client runs it in its own thread.
+"""The step loop: schedule → LLM step → detokenizer → events. Single-threaded by design; a
+client runs it on a thread of its own (engine/client.py), in a process of its own
+(engine/process_engine.py) or in a Ray actor (engine/ray_replica.py), the same way
+(engine/loop.py).
 
 Async scheduling (EngineConfig.async_scheduling, for models whose facts allow it): each step
 launches LLM step n+1 before it resolves step n's tokens, so the host's work (scheduling,

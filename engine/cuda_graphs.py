@@ -266,10 +266,10 @@ class CallableGraphs:
         return out
 
     def compile_regions(self, modules: Iterable[torch.nn.Module]) -> None:
-        """With `compiled` (EngineConfig.compile_codec, on by default), compile the blocks a
-        codec names before it captures them (module-level compile_regions); each once, so a
-        lane and the steady codec sharing a model share the programs. The first capture
-        pays the compile time."""
+        """With `compiled` (ModelFacts.compile_codec: --compile-codec, on by default), compile
+        the blocks a codec names before it captures them (module-level compile_regions); each
+        once, so a lane and the steady codec sharing a model share the programs. The first
+        capture pays the compile time."""
         if not self.compiled:
             return
         modules = list(modules)

@@ -37,17 +37,17 @@ class InlineDetokenizer(Detokenizer):
 def make_detokenizer(
     model: SpeechModel, config: EngineConfig, clock, device: torch.device, threaded: bool
 ) -> Detokenizer:
-    """Inline, or threaded with the model's first-chunk lane when the model offers one
-    (ModelFacts.first_chunk_lane) and config.first_chunk_lane allows it. On CUDA with graphs,
-    each codec's graphs are captured here (graph_capture), the steady one's then the lane's."""
+    """Inline, or threaded with the model's first-chunk lane when the model serves with one
+    (ModelFacts.first_chunk_lane). On CUDA with graphs, each codec's graphs are captured here
+    (graph_capture), the steady one's then the lane's, paced and compiled as the model's facts
+    say (ModelFacts.codec_pacing, compile_codec)."""
     graphs = device.type == "cuda" and config.cuda_graphs
+    facts = model.facts
     if not threaded:
         if graphs:
-            graph_capture(model, device, compiled=config.compile_codec)()
+            graph_capture(model, device, compiled=facts.compile_codec)()
         return InlineDetokenizer(model, clock)
-    lane = None
-    if config.first_chunk_lane and model.facts.first_chunk_lane:
-        lane = model.first_chunk_lane_codec()
+    lane = model.first_chunk_lane_codec() if facts.first_chunk_lane else None
     if lane is not None:
         log.info("first-chunk detokenizer lane on (up to %d first chunks a job)", lane.max_rows)
     return ThreadedDetokenizer(
@@ -57,6 +57,6 @@ def make_detokenizer(
         lane,
         capture_graphs=graphs,
         steady_sms=config.codec_sms,
-        paced=config.codec_pacing,
-        compiled=config.compile_codec,
+        paced=facts.codec_pacing,
+        compiled=facts.compile_codec,
     )

@@ -98,35 +98,13 @@ def _error_kind(exc: Exception) -> str:
 def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
     """Build the engine and run its loop until a `None` command (stop) or a failure; every
     outcome is reported on `events` (start-up: `Ready` or `StartFailed`)."""
-    from engine.factory import (
-        apply_cpu_threads,
-        apply_gil_switch,
-        build_core,
-        load_options,
-        resolve_device,
-        resolve_dtype,
-    )
-    from engine.gc_pauses import freeze_loaded
-    from models.registry import load_model
+    from engine.factory import apply_gil_switch, load_engine_loop
 
     try:
-        device = resolve_device(spec.config)
-        dtype = resolve_dtype(spec.config, device)
         apply_gil_switch(spec.config)  # a spawned interpreter starts with Python's 5 ms
-        apply_cpu_threads(spec.config, device)
-        model = load_model(
-            spec.model,
-            spec.codec,
-            device,
-            dtype,
-            False,
-            spec.random_weights,
-            spec.voices_dir,
-            load_options(spec.config),
+        model, core = load_engine_loop(
+            spec.model, spec.codec, spec.config, False, spec.random_weights, spec.voices_dir
         )
-        core = build_core(model, spec.config, device)
-        core.warm_up()
-        freeze_loaded()
     except Exception as exc:  # reported to the caller, which raises it from start()
         events.put(StartFailed(f"{type(exc).__name__}: {exc}"))
         return

@@ -115,12 +115,6 @@ def serving_defaults(config: EngineConfig, model: str) -> EngineConfig:
     )
 
 
-def load_options(config: EngineConfig) -> dict:
-    """The model family's own load-time options the engine config carries (load_model's
-    `options`, checked there by the family)."""
-    return dict(config.load_options)
-
-
 def apply_gil_switch(config: EngineConfig) -> None:
     """The engine's thread switch interval for this process (EngineConfig.gil_switch_ms says
     why). Called in each process an engine loop runs in: the gateway's, or the engine's own
@@ -132,6 +126,36 @@ def apply_cpu_threads(config: EngineConfig, device: torch.device) -> None:
     """torch's intra-op threads for this process, when the engine on the CPU asks for a number."""
     if device.type == "cpu" and config.cpu_threads is not None:
         torch.set_num_threads(config.cpu_threads)
+
+
+def load_engine_loop(
+    model: str,
+    codec: str | None,
+    config: EngineConfig,
+    progress: bool = False,
+    random_weights: bool = False,
+    voices_dir: str | None = None,
+) -> tuple[SpeechModel, EngineLoop]:
+    """Load the model and build its engine loop, warmed up, in this process: the caller's
+    (build_engine) or the engine's own (engine/engine_host.py). The model family's own
+    options (config.load_options) are checked by the family as it loads."""
+    device = resolve_device(config)
+    dtype = resolve_dtype(config, device)
+    apply_cpu_threads(config, device)
+    speech_model = load_model(
+        model,
+        codec,
+        device,
+        dtype,
+        progress,
+        random_weights,
+        voices_dir,
+        dict(config.load_options),
+    )
+    core = build_core(speech_model, config, device)
+    core.warm_up()
+    freeze_loaded()  # before serving: full collections would walk the whole model each time
+    return speech_model, core
 
 
 def build_engine(
@@ -153,22 +177,7 @@ def build_engine(
         engine.start()
         freeze_loaded()  # the child freezes its own; this process holds the gateway's
         return engine
-    device = resolve_device(config)
-    dtype = resolve_dtype(config, device)
-    apply_cpu_threads(config, device)
-    speech_model = load_model(
-        model,
-        codec,
-        device,
-        dtype,
-        progress,
-        random_weights,
-        voices_dir,
-        load_options(config),
-    )
-    core = build_core(speech_model, config, device)
-    core.warm_up()
-    freeze_loaded()  # before serving: full collections would walk the whole model each time
+    _, core = load_engine_loop(model, codec, config, progress, random_weights, voices_dir)
     engine = AsyncEngine(core)
     engine.start()
     return engine

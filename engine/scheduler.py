@@ -88,11 +88,7 @@ class Scheduler:
         )
         self.blocks = blocks
         self.facts = facts
-        self.steady_batch_rows = (
-            facts.steady_batch_rows
-            if config.steady_batch_rows is None
-            else config.steady_batch_rows
-        )
+        self.steady_batch_rows = facts.steady_batch_rows
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
         self._reserved_blocks = 0
         self._holding_kv: set[str] = set()  # requests whose KV reservation is still held

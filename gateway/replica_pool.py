@@ -26,13 +26,13 @@ from engine.api import (
     EngineDead,
     EngineOverloaded,
     EngineStats,
+    LoopTotals,
     ModelFacts,
     ResponseStream,
     SpeechRequest,
     StepTiming,
     TurnCommand,
 )
-from engine.outputs import LoopTotals
 from gateway.config import GatewaySettings
 from gateway.placement import ReplicaLoad, pick_replica
 from gateway.session_start import admission_refusal

@@ -20,7 +20,6 @@ and them into socket frames: the native protocol on `/v1/stream`, adapters on `/
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 import uuid
@@ -32,8 +31,7 @@ from starlette.websockets import WebSocket
 from engine.api import EngineClient, EngineDead
 from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
-from gateway.client_voices import ClientVoices, clip_refusal
-from gateway.clip_audio import ClipError
+from gateway.client_voices import ClientVoices
 from gateway.config import GatewaySettings
 from gateway.duplex import DuplexConversation
 from gateway.metrics import GatewayMetrics
@@ -47,25 +45,26 @@ from gateway.protocol import (
     ErrorCode,
     ErrorEvent,
     InputCommit,
-    ModelKind,
     Playback,
     ProtocolError,
     ResponseCancel,
     SessionEnd,
     SessionEnded,
     SessionStart,
-    SessionStarted,
     TextInput,
     TurnDetection,
 )
 from gateway.reply import Emitter
+from gateway.session_reader import FrameTooLarge, SessionReader, Silence
 from gateway.session_start import (
     admission_refusal,
-    announced_options,
+    input_audio_of,
     resolve_options,
+    started_event,
     update_options,
 )
 from gateway.session_state import CloseRequest, SessionLog, SessionState
+from gateway.session_voices import SessionVoices
 from gateway.socket_writer import SocketWriter
 from gateway.speech_conversation import SpeechConversation
 from gateway.tasks import cancel_and_wait
@@ -112,14 +111,13 @@ class Session:
         self._metrics = metrics
         self._principal = principal_label
         self._wire = wire if wire is not None else Wire()  # the native protocol by default
-        self._client_voices = client_voices  # voices added from clips, per key (None: none)
+        self._voices = SessionVoices(engine, principal_label, client_voices)
+        self._reader = SessionReader(ws, self._wire, settings)
         self._sendq = SendQueue(settings.max_send_queue_ms, settings.max_send_queue_events)
         self._close: CloseRequest | None = None
         self._closing = asyncio.Event()
         self._writer = SocketWriter(ws, self._sendq, self.log)
         self._peer_left = False  # the reader saw the client disconnect
-        self._opened_at = time.monotonic()
-        self._last_activity = self._opened_at
         self._responses = ResponseQueue(
             engine,
             settings,
@@ -228,7 +226,7 @@ class Session:
         self.log.info(
             "session closed code=%s duration_s=%.1f responses=%d",
             code,
-            time.monotonic() - self._opened_at,
+            time.monotonic() - self._reader.opened_at,
             self._responses.opened + (self._speech.replies if self._speech is not None else 0),
         )
 
@@ -276,30 +274,23 @@ class Session:
                 self._peer_left = True
                 self.log.info("client disconnected code=%s", message.get("code"))
                 return
-            self._last_activity = time.monotonic()
             await self._on_frame(message)
 
     async def _receive(self) -> Message | None:
         """The next ASGI message, or None once a timeout has ended the session."""
-        while True:
-            if self.state is SessionState.AWAITING_START:
-                deadline = self._opened_at + self._settings.start_timeout_s
-            else:
-                deadline = self._idle_since() + self._settings.idle_timeout_s
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    return await self._ws.receive()
-            except TimeoutError:
-                pass
-            if self.state is SessionState.AWAITING_START:
-                limit = self._settings.start_timeout_s
-                self._fatal(
-                    ErrorCode.NOT_STARTED, f"no session.start within {limit:g} s", CloseCode.POLICY
-                )
-                return None
-            if time.monotonic() - self._idle_since() >= self._settings.idle_timeout_s:
-                self._begin_close(CloseCode.NORMAL, "idle", ended=EndReason.IDLE_TIMEOUT)
-                return None
+        message = await self._reader.receive(
+            lambda: self.state is SessionState.AWAITING_START, self._idle_since
+        )
+        if message is Silence.NOT_STARTED:
+            limit = self._settings.start_timeout_s
+            self._fatal(
+                ErrorCode.NOT_STARTED, f"no session.start within {limit:g} s", CloseCode.POLICY
+            )
+            return None
+        if message is Silence.IDLE:
+            self._begin_close(CloseCode.NORMAL, "idle", ended=EndReason.IDLE_TIMEOUT)
+            return None
+        return message
 
     def _idle_since(self) -> float:
         """Idle means no client message and nothing playing; playing audio is not idling."""
@@ -307,22 +298,14 @@ class Session:
         if self._responses.busy or (conversation is not None and conversation.busy):
             return time.monotonic()
         played = conversation.last_played if conversation is not None else 0.0
-        return max(self._last_activity, self._responses.last_played, played)
+        return max(self._reader.last_activity, self._responses.last_played, played)
 
     async def _on_frame(self, message: Message) -> None:
-        text, data = message.get("text"), message.get("bytes")
-        size = len(data) if data is not None else len(text.encode()) if text is not None else 0
-        if size > self._settings.max_message_bytes:
-            limit = self._settings.max_message_bytes
-            self._fatal(
-                ErrorCode.TOO_LARGE, f"frames are limited to {limit} bytes", CloseCode.TOO_BIG
-            )
-            return
         try:
-            if data is not None:
-                inputs = self._wire.decode_binary(data)
-            else:
-                inputs = self._wire.decode_text(text or "")
+            inputs = self._reader.decode(message)
+        except FrameTooLarge as exc:
+            self._fatal(exc.code, exc.message, CloseCode.TOO_BIG)
+            return
         except ProtocolError as exc:
             self._protocol_error(exc)
         else:
@@ -411,45 +394,28 @@ class Session:
             self._error(exc.code, exc.message)
             return True
 
-    # --- voices from clients: session.start's voice_clip ----------------------------------------
-    def _facts(self):
-        """The model's facts as this session's key sees them: its added voices too."""
-        if self._client_voices is None:
-            return self._engine.facts
-        return self._client_voices.facts_for(self._engine, self._principal)
-
+    # --- voices from clients: session.start's voice_clip -----------------------------------
     async def _with_clip_voice(self, event: SessionStart) -> SessionStart | None:
-        """A session.start with `voice_clip`: the clip made into a voice of this key (as POST
-        /v1/voices makes it) and the event with that voice; None when the clip is refused
-        (a fatal error, as for any bad session.start)."""
+        """A session.start with `voice_clip`: the clip made into a voice of this key and the
+        event with that voice; None when the clip is refused (a fatal error, as for any bad
+        session.start)."""
         if event.voice_clip is None or self.state is not SessionState.AWAITING_START:
             return event
-        if self._client_voices is None:
-            self._fatal(
-                ErrorCode.UNSUPPORTED_INPUT,
-                "this endpoint takes no voice_clip",
-                CloseCode.UNSUPPORTED_DATA,
-            )
-            return None
-        try:
-            voice = await self._client_voices.add(self._engine, self._principal, event.voice_clip)
-        except ClipError as exc:
-            self._fatal(*clip_refusal(exc))
-            return None
-        return dataclasses.replace(event, voice=voice.voice_id, voice_clip=None)
-
-    # --- end of voices from clients ---------------------------------------------------------
+        made = await self._voices.with_clip(event)
+        if isinstance(made, SessionStart):
+            return made
+        self._fatal(*made)
+        return None
 
     # --- session.start / update -------------------------------------------------------------
     def _on_update(self, event: SessionUpdate) -> None:
         try:
-            options = update_options(self._responses.options, event, self._facts())
+            options = update_options(self._responses.options, event, self._voices.facts())
         except ProtocolError as exc:
             self._error(exc.code, exc.message)
             return
         self._responses.options = options  # responses already playing keep theirs
-        if self._client_voices is not None:
-            self._client_voices.touch(self._principal, options.voice)
+        self._voices.touch(options.voice)
         if self._speech is not None:
             self._speech.reconfigure(options, event.input_audio, event.turn_detection)
         self._emit_event(SessionUpdated(options, event.echo))
@@ -458,40 +424,34 @@ class Session:
         if self.state is not SessionState.AWAITING_START:
             self._error(ErrorCode.ALREADY_STARTED, "session.start may be sent once")
             return
-        facts = self._facts()
+        facts = self._voices.facts()
         try:
             self._responses.options = resolve_options(event, facts, self._settings.model)
         except ProtocolError as exc:
             self._protocol_error(exc)
             return
-        if self._client_voices is not None:
-            self._client_voices.touch(self._principal, self._responses.options.voice)
+        self._voices.touch(self._responses.options.voice)
         refusal = admission_refusal(self._engine, self._settings)
         if refusal is not None:
             self._fatal(ErrorCode.OVERLOADED, refusal, CloseCode.TRY_AGAIN_LATER)
             return
         self.state = SessionState.ACTIVE
-        input_audio = (event.input_audio or AudioSpec()) if facts.accepts_audio else None
+        input_audio = input_audio_of(event, facts)
         options = self._responses.options
         if self._speech is not None:
             detection = event.turn_detection or TurnDetection()
             self._speech.start(options, input_audio or AudioSpec(), detection)
-        out = options.output
         self._emit_event(
-            SessionStarted(
+            started_event(
                 self.session_id,
-                facts.name,
+                facts,
+                options,
                 input_audio,
-                out,
-                self._settings.limits(),
-                ModelKind.of(facts),
-                facts.token_rate_hz,
-                options.voice,
-                announced_options(facts),
-                word_timings=options.word_timings,
+                self._settings,
                 speed=options.speed if event.speed is not None else None,
             )
         )
+        out = options.output
         self.log.info(
             "session started output=%s/%d/%dms voice=%s",
             out.format.value,

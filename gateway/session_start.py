@@ -18,7 +18,14 @@ from engine.api import (
     resolve_request_options,
 )
 from gateway.config import GatewaySettings
-from gateway.protocol import AudioSpec, ErrorCode, ProtocolError, SessionStart
+from gateway.protocol import (
+    AudioSpec,
+    ErrorCode,
+    ModelKind,
+    ProtocolError,
+    SessionStart,
+    SessionStarted,
+)
 from gateway.reply import SpeechOptions
 
 if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed
@@ -83,6 +90,37 @@ def checked_model_options(
 def announced_options(facts: ModelFacts) -> tuple[dict[str, Any], ...]:
     """The model's per-request options as `session.started.model_options` lists them."""
     return tuple(spec.announce() for spec in facts.request_options)
+
+
+def input_audio_of(event: SessionStart, facts: ModelFacts) -> AudioSpec | None:
+    """The audio the session takes from its client: the asked-for format (default: the
+    protocol's), or None for a model that reads text only."""
+    return (event.input_audio or AudioSpec()) if facts.accepts_audio else None
+
+
+def started_event(
+    session_id: str,
+    facts: ModelFacts,
+    options: SpeechOptions,
+    input_audio: AudioSpec | None,
+    settings: GatewaySettings,
+    speed: float | None = None,
+) -> SessionStarted:
+    """`session.started`: what the session was started with and what this server offers
+    (`speed`: echoed when the client asked for one)."""
+    return SessionStarted(
+        session_id,
+        facts.name,
+        input_audio,
+        options.output,
+        settings.limits(),
+        ModelKind.of(facts),
+        facts.token_rate_hz,
+        options.voice,
+        announced_options(facts),
+        word_timings=options.word_timings,
+        speed=speed,
+    )
 
 
 def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> str | None:

@@ -26,7 +26,7 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.request import ConfigError
 from gateway.config import GatewaySettings
-from models.families import check_load_options, option_fields
+from models.families import check_load_options, option_fields, owners_text
 
 TWILIO_TOKEN_ENV = "VOXGATE_TWILIO_AUTH_TOKEN"  # a secret: environment only, never a flag
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -90,9 +90,9 @@ def options() -> list[Option]:
     """Every option, in --help order: the model and network groups a user needs first, then
     the expert ones."""
     found = [*_fields(GatewaySettings, "gateway"), *_fields(EngineConfig, "engine")]
-    for family, f in option_fields():
-        meta = {"group": f"{family.name} models", "expert": True, **f.metadata}
-        hint = typing.get_type_hints(family.options)[f.name]
+    for families, f in option_fields():
+        meta = {"group": f"{owners_text(families)} models", "expert": True, **f.metadata}
+        hint = typing.get_type_hints(families[0].options)[f.name]
         key = f.metadata["flag"].lstrip("-").replace("-", "_")
         found.append(Option(key, "model", f.name, _kind(hint), f.default, meta))
     return sorted(found, key=lambda o: o.expert)  # stable: groups keep their own order

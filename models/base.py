@@ -101,18 +101,27 @@ class ModelFacts:
     row_width: int = 0
     # The model's own sampling rule on top of temperature/top-k/top-p, when it has one.
     repetition_aware: RepetitionAwareSampling | None = None
-    # The model offers a second detokenizer context (SpeechModel.first_chunk_lane_codec) that
-    # may decode requests' first chunks on another thread and stream while a steady job runs
-    # (the engine's first-chunk lane, docs/engine.md). Its stream states must be plain data
-    # that either context can continue.
+    # The model serves with a second detokenizer context (SpeechModel.first_chunk_lane_codec)
+    # that may decode requests' first chunks on another thread and stream while a steady job
+    # runs (the engine's first-chunk lane, docs/engine.md). Its stream states must be plain data
+    # that either context can continue. A family that offers it may let the user turn it off
+    # (CosyVoice 2's --no-first-chunk-lane).
     first_chunk_lane: bool = False
     # The first-audio margin (EngineConfig.first_audio_margin) this model measured best with a
     # threaded codec (CUDA); None: the engine's default, 3.
     first_audio_margin: float | None = None
     # With a first-chunk lane: a steady detokenizer job waits (while no listener needs it soon)
-    # until this many streams have a chunk ready (EngineConfig.steady_batch_rows), for codecs
-    # whose job costs about the same at 1 row as at 16 (CosyVoice 2's flow + HiFT); 0: never.
+    # until this many streams have a chunk ready, for codecs whose job costs about the same at
+    # 1 row as at 16 (CosyVoice 2's flow + HiFT, --steady-batch-rows); 0: never.
     steady_batch_rows: int = 0
+    # For codecs that replay a job as several CUDA graphs and ask the engine's graphs to
+    # `pace` between them (flow + HiFT): whether the pacing waits (CallableGraphs.pace); and
+    # for codecs that name blocks to compile before capture, whether they are compiled
+    # (CallableGraphs.compile_regions). Other codecs never ask, so these change nothing for
+    # them. The flow + HiFT families set both from their --codec-pacing / --compile-codec
+    # options (models/codecs/flow_hift/serving_options.py).
+    codec_pacing: bool = True
+    compile_codec: bool = True
     # The model knows which word of its text each generated token says (reading_position and
     # Prompt.words), so the engine can time the words it speaks (engine/word_timing.py).
     word_timings: bool = False

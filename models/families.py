@@ -77,18 +77,31 @@ def _find(model: str, checkpoint: Checkpoint) -> ModelFamily | None:
     return None
 
 
-def option_fields() -> Iterator[tuple[ModelFamily, dataclasses.Field]]:
-    """Every family's own options (the command line offers each once)."""
+def option_fields() -> Iterator[tuple[tuple[ModelFamily, ...], dataclasses.Field]]:
+    """Every family's own options, each once with the families that take it (the command line
+    offers each once; the flow + HiFT families share theirs)."""
+    owners: dict[str, list[ModelFamily]] = {}
+    specs: dict[str, dataclasses.Field] = {}
     for family in FAMILIES:
         for spec in dataclasses.fields(family.options):
-            yield family, spec
+            owners.setdefault(spec.name, []).append(family)
+            specs.setdefault(spec.name, spec)
+    for name, spec in specs.items():
+        yield tuple(owners[name]), spec
 
 
-def option_owner(name: str) -> tuple[ModelFamily, dataclasses.Field]:
-    for family, spec in option_fields():
+def option_owners(name: str) -> tuple[tuple[ModelFamily, ...], dataclasses.Field]:
+    """The families that take the option `name`, and its field."""
+    for owners, spec in option_fields():
         if spec.name == name:
-            return family, spec
+            return owners, spec
     raise CheckpointError(f"no model family has an option {name!r}")
+
+
+def owners_text(owners: tuple[ModelFamily, ...]) -> str:
+    """ "CosyVoice 2", "CosyVoice 2, Chatterbox and Step-Audio 2" …"""
+    names = [family.name for family in owners]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def check_load_options(given: dict) -> dict:
@@ -97,9 +110,9 @@ def check_load_options(given: dict) -> dict:
     message (a ValueError). Which family serves is only known at load, where that family's
     make_options refuses another family's option (models/registry.py)."""
     for name, value in given.items():
-        owner, _ = option_owner(name)
+        owners, _ = option_owners(name)
         try:
-            owner.options(**{name: value})
+            owners[0].options(**{name: value})
         except TypeError as exc:
             raise ValueError(str(exc)) from None
     return given

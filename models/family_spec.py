@@ -119,14 +119,14 @@ class ModelFamily:
     def make_options(self, given: Mapping[str, Any], model: str) -> Any:
         """The family's options from the values a user set (name → value); an option of
         another family is refused, naming whose it is."""
-        from models.families import option_owner
+        from models.families import option_owners, owners_text
 
         for name in given:
             if name not in self.option_names():
-                owner, spec = option_owner(name)
+                owners, spec = option_owners(name)
                 what = spec.metadata["help"].split(". ")[0]
                 raise CheckpointError(
-                    f"{spec.metadata['flag']} is for {owner.name} models ({what}); "
+                    f"{spec.metadata['flag']} is for {owners_text(owners)} models ({what}); "
                     f"{model} is a {self.name} model, which takes no such option"
                 )
         return self.options(**given)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.checkpoint_errors import CheckpointError
+from models.codecs.flow_hift.serving_options import FlowHiftOptions
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 from models.request_options import request_option
 
@@ -63,7 +64,7 @@ def _load(request: LoadRequest):
     loaded = ChatterboxModel(load_chatterbox(folder, request.device, request.dtype), name=name)
     if request.voices_dir is not None:
         loaded.add_voices_dir(request.voices_dir)
-    return loaded
+    return request.options.apply(loaded)
 
 
 FAMILY = ModelFamily(
@@ -72,5 +73,6 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Chatterbox: t3_cfg.safetensors and s3gen.safetensors (ResembleAI/chatterbox)",
+    options=FlowHiftOptions,
     request_options=ChatterboxOptions,
 )

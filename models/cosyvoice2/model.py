@@ -22,6 +22,7 @@ from models.base import (
 )
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
 from models.cosyvoice2.config import CosyVoice2Config
+from models.cosyvoice2.family import STEADY_BATCH_ROWS
 from models.cosyvoice2.llm import SpeechLM
 from models.cosyvoice2.voices import Voice, VoiceBank
 from models.device_util import upload
@@ -96,11 +97,7 @@ class CosyVoice2Model(SpeechModel):
             # after the first (p90 ~300 ms) at 4-7 req/s, and margin 2 played 234 streams
             # without a gap while 3 failed time to first audio at 4 req/s (docs/benchmark-history.md).
             first_audio_margin=2.0,
-            # A steady job's cost is mostly its ~14,000 kernel launches, whatever its rows: on
-            # the H200, 66 ms at 8 rows and 163 ms at 32, against ~50 ms at 1. At 8 req/s
-            # steady jobs ran back to back with 3 rows at the median while listeners held 1.9 s
-            # of audio (docs/benchmark-history.md); batching them frees the GPU for the LLM.
-            steady_batch_rows=16,
+            steady_batch_rows=STEADY_BATCH_ROWS,  # family.py says why
         )
         self.shape = BackboneShape.of(args, llm, self.ids.vocab_size)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from models.checkpoint_errors import CheckpointError
+from models.codecs.flow_hift.serving_options import FlowHiftOptions
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 
 TOKEN2WAV_ENV = "VOXGATE_STEP_AUDIO2_TOKEN2WAV"
@@ -21,6 +22,11 @@ def _token2wav_folder(folder: str) -> str | None:
 
 
 def _load(request: LoadRequest):
+    """The model, served with the token2wav options the user set."""
+    return request.options.apply(_load_model(request))
+
+
+def _load_model(request: LoadRequest):
     from models.step_audio2 import configs
     from models.step_audio2.loading import load_step_audio2
     from models.step_audio2.presets import ensure_real_config, ensure_tiny_step_audio2
@@ -75,4 +81,5 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="a Step-Audio-2-mini folder (config.json model_type step_audio_2)",
+    options=FlowHiftOptions,
 )

@@ -4,6 +4,7 @@ any order."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import defaultdict
 
@@ -28,8 +29,10 @@ FACTS = ChunkingFacts(
 def make_scheduler(**overrides) -> Scheduler:
     # No cover margin: a first chunk is ready at first_chunk_tokens (the release rule has its
     # own tests in test_scheduler.py).
+    rows = overrides.pop("steady_batch_rows", FACTS.steady_batch_rows)  # the model's fact
     config = EngineConfig(**{"first_audio_margin": 0.0, **overrides})
-    return Scheduler(config, BlockManager(num_blocks=1024, block_size=16), FACTS)
+    facts = dataclasses.replace(FACTS, steady_batch_rows=rows)
+    return Scheduler(config, BlockManager(num_blocks=1024, block_size=16), facts)
 
 
 def admit(sched: Scheduler, arrival: float, max_tokens: int = 400) -> Request:

@@ -50,9 +50,9 @@ def test_each_detokenizer_graph_replays_as_eager(parts, first_hop):
     [(7, False, False), (20, False, False), (20, True, False), (20, True, True)],
 )
 def test_graphed_stream_equals_eager_stream(parts, first_hop, paced, compiled):
-    """paced: the codec thread waits after each Euler step's graph (EngineConfig.codec_pacing);
-    compiled: the estimator's blocks compiled before capture (EngineConfig.compile_codec), on
-    a copy of the flow, since compiling is in place and the eager side must stay eager."""
+    """paced: the codec thread waits after each Euler step's graph (--codec-pacing);
+    compiled: the estimator's blocks compiled before capture (--compile-codec), on a copy of
+    the flow, since compiling is in place and the eager side must stay eager."""
     flow, hift, chunk = parts
     eager = FlowHiftDetokenizer(flow, hift, chunk, first_hop=first_hop)
     graphed_flow = copy.deepcopy(flow) if compiled else flow

@@ -19,6 +19,7 @@ from engine.detok_pipeline import InlineDetokenizer, make_detokenizer
 from engine.detok_threads import ThreadedDetokenizer
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
+from models.cosyvoice2.family import CosyVoiceOptions
 from models.cosyvoice2.model import FirstChunkLane
 from models.registry import load_model
 
@@ -28,6 +29,23 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def model():
     return load_model("tiny-cosyvoice2")
+
+
+def served_with(model, **options):
+    """`model` served with these CosyVoice 2 options (as `voxgate serve` would load it); undo
+    with `model.facts = kept`."""
+    kept = model.facts
+    CosyVoiceOptions(**options).apply(model)
+    return kept
+
+
+@pytest.fixture
+def unbatched(model):
+    """The model with steady jobs of any size (--steady-batch-rows 0; the hold has its own
+    tests)."""
+    kept = served_with(model, steady_batch_rows=0)
+    yield model
+    model.facts = kept
 
 
 class LoggedCodec:
@@ -67,14 +85,9 @@ def spec(text: str, n: int, seed: int) -> SpeechRequest:
     return SpeechRequest(text, None, SamplingParams(seed=seed, max_tokens=n, min_tokens=n))
 
 
-def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model):
-    config = EngineConfig(
-        num_kv_blocks=64,
-        max_num_seqs=4,
-        max_batch_tokens=64,
-        first_chunk_lane=True,
-        steady_batch_rows=0,  # a steady job for one row (the hold has its own tests)
-    )
+def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(unbatched):
+    model = unbatched  # a steady job for one row
+    config = EngineConfig(num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64)
     # CosyVoice 2's own margin reaches the scheduler (it applies with a threaded codec, on
     # CUDA, unless the config sets one, as here).
     default = EngineCore(model, dataclasses.replace(config, num_kv_blocks=8), CPU, "sdpa")
@@ -136,18 +149,13 @@ def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(model)
     assert (ra.output_ids, rb.output_ids) == (a.output_ids, b.output_ids)
 
 
-def test_chunks_about_to_be_late_take_the_lane_while_the_steady_job_is_held(model):
+def test_chunks_about_to_be_late_take_the_lane_while_the_steady_job_is_held(unbatched):
     """Scheduler.lane_urgent: a playing stream's chunk that would come late behind the steady
     job goes out on the lane, even a stream the lane did not begin; its audio stays in order and
     equals the model's own detokenizer fed the same pushes."""
+    model = unbatched
     config = dataclasses.replace(
-        EngineConfig(
-            num_kv_blocks=64,
-            max_num_seqs=4,
-            max_batch_tokens=64,
-            first_chunk_lane=True,
-            steady_batch_rows=0,
-        ),
+        EngineConfig(num_kv_blocks=64, max_num_seqs=4, max_batch_tokens=64),
         first_audio_margin=0.0,
     )
     core = EngineCore(model, config, CPU, "sdpa")
@@ -188,9 +196,12 @@ def test_chunks_about_to_be_late_take_the_lane_while_the_steady_job_is_held(mode
 
 def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
     clock = time.monotonic
-    on = make_detokenizer(model, EngineConfig(first_chunk_lane=True), clock, CPU, threaded=True)
-    off = make_detokenizer(model, EngineConfig(first_chunk_lane=False), clock, CPU, threaded=True)
     default = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)  # on by default
+    kept = served_with(model, first_chunk_lane=True)
+    on = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)
+    served_with(model, first_chunk_lane=False)  # --no-first-chunk-lane
+    off = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=True)
+    model.facts = kept
 
     class NoLane:  # a model without the capability: its lane codec is never asked for
         facts = dataclasses.replace(model.facts, first_chunk_lane=False)
@@ -199,12 +210,8 @@ def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
         def first_chunk_lane_codec(self):
             raise AssertionError("asked a model without a first-chunk lane for one")
 
-    without = make_detokenizer(
-        NoLane(), EngineConfig(first_chunk_lane=True), clock, CPU, threaded=True
-    )
-    inline = make_detokenizer(
-        model, EngineConfig(first_chunk_lane=True), clock, CPU, threaded=False
-    )
+    without = make_detokenizer(NoLane(), EngineConfig(), clock, CPU, threaded=True)
+    inline = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=False)
     try:
         assert on.lane_room == default.lane_room == FirstChunkLane.LANE_GRAPH_ROWS[-1]
         assert off.lane_room == without.lane_room == inline.lane_room == 0
@@ -214,3 +221,14 @@ def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
     finally:
         for d in (on, off, without, inline):
             d.close()
+
+
+def test_the_familys_serving_options_reach_the_models_facts(model):
+    """`voxgate serve --no-first-chunk-lane --steady-batch-rows 4 --no-codec-pacing` reach the
+    engine as the loaded model's facts; unset, the model serves with its own."""
+    assert (model.facts.first_chunk_lane, model.facts.steady_batch_rows) == (True, 16)
+    assert model.facts.codec_pacing and model.facts.compile_codec
+    options = {"first_chunk_lane": False, "steady_batch_rows": 4, "codec_pacing": False}
+    tuned = load_model("tiny-cosyvoice2", options=options)
+    assert (tuned.facts.first_chunk_lane, tuned.facts.steady_batch_rows) == (False, 4)
+    assert not tuned.facts.codec_pacing and tuned.facts.compile_codec

@@ -8,7 +8,14 @@ import json
 import pytest
 
 from models.checkpoint_errors import CheckpointError
-from models.families import FAMILIES, all_presets, family_of, known_family
+from models.families import (
+    FAMILIES,
+    all_presets,
+    check_load_options,
+    family_of,
+    known_family,
+    option_fields,
+)
 from models.registry import PRESETS, load_model
 
 
@@ -98,6 +105,22 @@ def test_random_weights_and_options_are_checked_before_any_load(tmp_path):
         load_model("voxgate-tiny", options={"first_hop_tokens": 12})
     with pytest.raises(CheckpointError, match="no model family has an option 'exaggeration'"):
         load_model("voxgate-tiny", options={"exaggeration": 0.5})
+
+
+def test_the_flow_hift_families_share_their_codec_options():
+    """--codec-pacing / --compile-codec: one option each, taken by every flow + HiFT family
+    and refused by the others, naming all who take it."""
+    shared = {"codec_pacing", "compile_codec"}
+    for name in ("tiny-cosyvoice2", "tiny-chatterbox", "tiny-step-audio2"):
+        assert shared <= family_of(name).option_names(), name
+    owners = {spec.name: [f.name for f in families] for families, spec in option_fields()}
+    assert owners["codec_pacing"] == owners["compile_codec"]
+    assert set(owners["codec_pacing"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2"}
+    assert owners["first_chunk_lane"] == owners["steady_batch_rows"] == ["CosyVoice 2"]
+    with pytest.raises(CheckpointError, match="--codec-pacing is for CosyVoice 2, Chatterbox"):
+        load_model("voxgate-tiny", options={"codec_pacing": False})
+    with pytest.raises(ValueError, match="steady_batch_rows must be >= 0"):
+        check_load_options({"steady_batch_rows": -1})
 
 
 def test_serving_defaults_come_from_the_family():

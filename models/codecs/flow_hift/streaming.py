@@ -263,7 +263,7 @@ class FlowHiftDetokenizer:
         """flow_rows from graphs: the conditioning and the CFG inputs ("prep"), then one
         Euler step's graph ("euler") per step. Between steps the graphs may `pace` the
         thread: wait for the step to run, so the GPU never holds a whole job of this codec's
-        kernels ahead of the LLM's (EngineConfig.codec_pacing)."""
+        kernels ahead of the LLM's (--codec-pacing: ModelFacts.codec_pacing)."""
         _, rows, frames = key
         x, *fixed = self.graphs.run(("prep", rows, frames), self.prep_rows, inputs)
         for t, dt in self._euler_steps():
