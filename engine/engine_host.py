@@ -21,8 +21,10 @@ from engine.api import (
     Command,
     ConfigError,
     EngineOverloaded,
+    InstallClipVoice,
     ModelFacts,
     ModelInputError,
+    PendingVoice,
     TurnCommand,
     TurnFromSpeech,
     VoiceCommand,
@@ -132,6 +134,8 @@ def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
         return
     events.put(Ready(model.facts, core.stats()))
     turns = ThreadPoolExecutor(1, thread_name_prefix="voxgate-turns")
+    # Voices encoded on the turns thread that must be put in place on this one (PendingVoice).
+    installs: queue.SimpleQueue[tuple[InstallClipVoice, int | None]] = queue.SimpleQueue()
     last_stats = 0.0
     try:
         while True:
@@ -151,9 +155,11 @@ def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
                 if isinstance(command, TurnFromSpeech):
                     speech.append((command, token))
                 elif isinstance(command, TurnCommand | VoiceCommand):  # model work, off the loop
-                    turns.submit(_apply, core, command, token, events)
+                    turns.submit(_apply, core, command, token, events, installs)
                 else:
                     _apply(core, command, token, events)
+            while not installs.empty():
+                _apply(core, *installs.get_nowait(), events)
             if speech:  # the spoken turns that came together: one batched audio-encoder run
                 turns.submit(_apply_speech, core, speech, events)
             if core.has_work():
@@ -181,11 +187,22 @@ def _apply_speech(
             events.put(Answered(token, Applied(result)))
 
 
-def _apply(core: EngineLoop, command: Command, token: int | None, events: Any) -> None:
+def _apply(
+    core: EngineLoop,
+    command: Command,
+    token: int | None,
+    events: Any,
+    installs: queue.SimpleQueue | None = None,
+) -> None:
+    """Apply a command and answer it. A voice the model hands back pending (PendingVoice) goes
+    to `installs`, for the loop's thread to put in place and answer."""
     try:
         applied = apply(core, command)
     except Exception as exc:  # handed to the caller, as the thread engine does
         events.put(Refused(token, _error_kind(exc), str(exc)))
+        return
+    if installs is not None and isinstance(applied.value, PendingVoice):
+        installs.put((InstallClipVoice(applied.value), token))
         return
     if token is not None or applied.events:
         events.put(Answered(token, applied))
