@@ -235,8 +235,9 @@ class ChatterboxModel(SpeechModel):
         the engine runs on the loop's thread between steps."""
         if not VOICE_NAME.match(name) or name in self.voices or name in self._clip_voices:
             raise ModelInputError(f"voice name {name!r} is taken or not a valid name")
-        audio16k = resample(clip.audio, clip.sample_rate, 16000)
-        audio24k = resample(clip.audio, clip.sample_rate, 24000)
+        audio = np.array(clip.audio, dtype=np.float32)  # writable: Ray's arrays arrive read-only
+        audio16k = resample(audio, clip.sample_rate, 16000)
+        audio24k = resample(audio, clip.sample_rate, 24000)
         voice = self._clip_encoders().voice(name, audio16k, audio24k)
         rows = self._conditioning(voice)
         t3, gen = voice.t3, voice.s3gen
