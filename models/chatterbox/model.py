@@ -240,6 +240,8 @@ class ChatterboxModel(SpeechModel):
         audio24k = resample(audio, clip.sample_rate, 24000)
         voice = self._clip_encoders().voice(name, audio16k, audio24k)
         rows = self._conditioning(voice)
+        if rows.is_cuda:  # done before the loop's thread copies it, on a stream of its own
+            torch.cuda.current_stream(rows.device).synchronize()
         t3, gen = voice.t3, voice.s3gen
         held = (rows, t3.speaker, t3.prompt_tokens, gen.prompt_tokens, gen.prompt_mel, gen.xvector)
         nbytes = sum(t.element_size() * t.numel() for t in held)

@@ -197,6 +197,7 @@ async def test_a_clients_voice_is_conditioned_as_the_voices_dir_clip(
         return write(slot, rows)
 
     monkeypatch.setattr(model, "_write_slot", recording_write)
+    table = model._bank.data_ptr()
     clip = (voices_dir / "narrator.wav").read_bytes()
     async with httpx.AsyncClient(base_url=cb_server.http, timeout=60) as client:
         response = await client.post("/v1/voices", json={"audio": b64(clip), "name": "me"})
@@ -206,6 +207,7 @@ async def test_a_clients_voice_is_conditioned_as_the_voices_dir_clip(
         listed = (await client.get("/v1/voices")).json()["voices"]
     assert {"name": voice, "source": "client", "label": "me", "seconds": 2.0} in listed
     assert writers == ["voxgate-engine"]  # the table changes on the engine's own thread
+    assert model._bank.data_ptr() == table  # in place: captured graphs read it where it is
 
     mine, narrator = model.preprocess(TEXT, voice), model.preprocess(TEXT, "narrator")
     # The prompts differ only in the slot their conditioning rows name.
