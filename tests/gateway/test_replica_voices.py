@@ -128,3 +128,33 @@ async def test_a_rebuilt_engine_serves_only_after_before_serving_and_its_failure
         assert supervised.record.restarts == 1
     finally:
         await supervised.stop_watching()
+
+
+async def test_voices_go_to_the_gateways_engine_and_are_off_with_several_gateway_processes():
+    """A session's engine is one replica of the pool: its voice goes to the gateway's engine
+    (`home`), which gives it to every replica. With several gateway processes each would keep
+    a list of its own, and a client's next connection may reach another, so there adding one
+    answers voices_disabled."""
+    from clip_files import VOICE_CLIP, b64
+
+    from engine.api import ModelFacts
+    from gateway.app import Gateway
+    from gateway.clip_audio import ClipError
+    from gateway.config import GatewaySettings
+    from gateway.protocol import ClipUpload
+    from models.voice_clip import ClipRules
+
+    facts = ModelFacts(
+        "m", 24000, 25.0, 1, (), 25, 25, voice_cloning=True, clip_rules=ClipRules(2, 30, False)
+    )
+    home, session_engine = MemoryEngine(), MemoryEngine()
+    home.facts = session_engine.facts = facts
+    upload = ClipUpload(b64(VOICE_CLIP))
+    one = Gateway(GatewaySettings(replicas=2), home)
+    voice = await one.client_voices.add(session_engine, "key", upload)
+    assert list(home.voices) == [voice.voice_id] and session_engine.voices == {}
+    assert [v.voice_id for v in one.client_voices.owned(session_engine, "key")] == [voice.voice_id]
+    many = Gateway(GatewaySettings(replicas=2, gateway_processes=2), home)
+    with pytest.raises(ClipError) as refused:
+        await many.client_voices.add(session_engine, "key", upload)
+    assert refused.value.code == "voices_disabled" and refused.value.status == 403
