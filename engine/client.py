@@ -86,7 +86,11 @@ class AsyncEngine(ClientBase):
             raise EngineDead("the engine is not running")
         value = (await asyncio.to_thread(apply, self.core, AddClipVoice(name, clip))).value
         if isinstance(value, PendingVoice):
-            value = await self._ask(InstallClipVoice(value))
+            try:
+                value = await self._ask(InstallClipVoice(value))
+            except asyncio.CancelledError:  # queued after the install: the voice does not stay
+                self.remove_clip_voice(name)
+                raise
         return value
 
     def _send(self, command: Command, token: int | None) -> None:

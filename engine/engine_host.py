@@ -25,6 +25,7 @@ from engine.api import (
     ModelFacts,
     ModelInputError,
     PendingVoice,
+    RemoveClipVoice,
     TurnCommand,
     TurnFromSpeech,
     VoiceCommand,
@@ -134,8 +135,9 @@ def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
         return
     events.put(Ready(model.facts, core.stats()))
     turns = ThreadPoolExecutor(1, thread_name_prefix="voxgate-turns")
-    # Voices encoded on the turns thread that must be put in place on this one (PendingVoice).
-    installs: queue.SimpleQueue[tuple[InstallClipVoice, int | None]] = queue.SimpleQueue()
+    # Voices encoded on the turns thread that must be put in place on this one (PendingVoice),
+    # and removals, in the order the turns thread saw them.
+    installs: queue.SimpleQueue[tuple[Command, int | None]] = queue.SimpleQueue()
     last_stats = 0.0
     try:
         while True:
@@ -154,6 +156,10 @@ def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
                 command, token = message
                 if isinstance(command, TurnFromSpeech):
                     speech.append((command, token))
+                elif isinstance(command, RemoveClipVoice):
+                    # Through the turns thread into `installs`: after the install of any voice
+                    # it encoded before, so a voice added then removed at once never stays.
+                    turns.submit(installs.put, (command, token))
                 elif isinstance(command, TurnCommand | VoiceCommand):  # model work, off the loop
                     turns.submit(_apply, core, command, token, events, installs)
                 else:

@@ -157,6 +157,9 @@ def clip_refusal(error: ClipError) -> tuple[ErrorCode, str, CloseCode]:
 async def _encode(engine: EngineClient, voice_id: str, clip) -> int:
     try:
         return await engine.add_clip_voice(voice_id, clip)
+    except asyncio.CancelledError:  # the caller left: the engine must not keep an unlisted voice
+        engine.remove_clip_voice(voice_id)
+        raise
     except ModelInputError as exc:
         raise ClipError("clip_rejected", f"the model could not use the clip: {exc}") from None
     except (EngineDead, EngineOverloaded, RuntimeError) as exc:
