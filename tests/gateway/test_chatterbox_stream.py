@@ -241,3 +241,21 @@ def test_clips_outside_chatterbox_rules_are_refused(cb_server, seconds, check):
     body = {"audio": b64(wav_bytes(noise(seconds, 16000), 16000))}
     response = httpx.post(f"{cb_server.http}/v1/voices", json=body, timeout=30)
     assert response.status_code == 400 and response.json()["error"]["code"] == check
+
+
+async def test_a_voice_clip_in_session_start_speaks_as_the_voices_dir_clip(cb_server, voices_dir):
+    """session.start's voice_clip makes the session's voice from the clip (the same checks and
+    encoding as POST /v1/voices): session.started names it, and the session speaks exactly
+    as `narrator`."""
+    clip = (voices_dir / "narrator.wav").read_bytes()
+    async with websockets.connect(cb_server.url) as ws:
+        started = await start_session(
+            ws, sampling=SAMPLING, output_audio=PCM24, voice_clip={"audio": b64(clip)}
+        )
+        await send(ws, type="text", text=TEXT)
+        played = await collect_response(ws)
+    assert started["voice"].startswith("clip-")
+    spoken = np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
+    assert np.array_equal(spoken, await session_audio(cb_server.url, "narrator"))
+    async with httpx.AsyncClient(base_url=cb_server.http, timeout=30) as client:
+        assert (await client.delete(f"/v1/voices/{started['voice']}")).status_code == 204
