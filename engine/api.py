@@ -39,7 +39,7 @@ from models.request_options import (
     RequestOptionError,
     resolve_request_options,
 )
-from models.voice_clip import VoiceClip
+from models.voice_clip import PendingVoice, VoiceClip
 
 __all__ = [
     "AddClipVoice",
@@ -57,12 +57,14 @@ __all__ = [
     "Finished",
     "FinishReason",
     "HeardReply",
+    "InstallClipVoice",
     "LoopCommand",
     "LoopTotals",
     "ModelFacts",
     "ModelInputError",
     "OptionSpec",
     "OptionValue",
+    "PendingVoice",
     "PushAudio",
     "RemoveClipVoice",
     "ReplyTranscript",
@@ -200,6 +202,16 @@ class AddClipVoice:
 
 
 @dataclass(frozen=True)
+class InstallClipVoice:
+    """Put in place a voice AddClipVoice encoded as a PendingVoice, on the loop's own thread
+    between steps. The engine's clients send it themselves, after AddClipVoice answered with
+    a PendingVoice (callers never do); its answer is AddClipVoice's: the bytes the voice holds.
+    Not a VoiceCommand: hosts apply it where they apply Submit, not beside the loop."""
+
+    voice: PendingVoice
+
+
+@dataclass(frozen=True)
 class RemoveClipVoice:
     """Forget a voice AddClipVoice made."""
 
@@ -207,7 +219,7 @@ class RemoveClipVoice:
 
 
 VoiceCommand = AddClipVoice | RemoveClipVoice
-Command = LoopCommand | TurnCommand | VoiceCommand
+Command = LoopCommand | TurnCommand | VoiceCommand | InstallClipVoice
 
 
 # --- the response stream -----------------------------------------------------------------------

@@ -18,7 +18,9 @@ from engine.api import (
     AddClipVoice,
     Command,
     EngineDead,
+    InstallClipVoice,
     ModelFacts,
+    PendingVoice,
     ResponseStream,
     TurnCommand,
     TurnFromSpeech,
@@ -77,10 +79,19 @@ class AsyncEngine(ClientBase):
         return apply(self.core, command).value
 
     async def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
-        """Encoding a clip is model work: off the event loop, and off the engine thread."""
+        """Encoding a clip is model work: off the event loop, and off the engine thread. A
+        voice the model hands back pending is put in place on the engine thread, between
+        steps, as a queued command."""
         if not self.ready:
             raise EngineDead("the engine is not running")
-        return (await asyncio.to_thread(apply, self.core, AddClipVoice(name, clip))).value
+        value = (await asyncio.to_thread(apply, self.core, AddClipVoice(name, clip))).value
+        if isinstance(value, PendingVoice):
+            try:
+                value = await self._ask(InstallClipVoice(value))
+            except asyncio.CancelledError:  # queued after the install: the voice does not stay
+                self.remove_clip_voice(name)
+                raise
+        return value
 
     def _send(self, command: Command, token: int | None) -> None:
         self._commands.put((command, token))

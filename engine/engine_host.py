@@ -21,8 +21,11 @@ from engine.api import (
     Command,
     ConfigError,
     EngineOverloaded,
+    InstallClipVoice,
     ModelFacts,
     ModelInputError,
+    PendingVoice,
+    RemoveClipVoice,
     TurnCommand,
     TurnFromSpeech,
     VoiceCommand,
@@ -110,6 +113,9 @@ def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
         return
     events.put(Ready(model.facts, core.stats()))
     turns = ThreadPoolExecutor(1, thread_name_prefix="voxgate-turns")
+    # Voices encoded on the turns thread that must be put in place on this one (PendingVoice),
+    # and removals, in the order the turns thread saw them.
+    installs: queue.SimpleQueue[tuple[Command, int | None]] = queue.SimpleQueue()
     last_stats = 0.0
     try:
         while True:
@@ -128,10 +134,16 @@ def host_main(spec: EngineSpec, commands: Any, events: Any) -> None:
                 command, token = message
                 if isinstance(command, TurnFromSpeech):
                     speech.append((command, token))
+                elif isinstance(command, RemoveClipVoice):
+                    # Through the turns thread into `installs`: after the install of any voice
+                    # it encoded before, so a voice added then removed at once never stays.
+                    turns.submit(installs.put, (command, token))
                 elif isinstance(command, TurnCommand | VoiceCommand):  # model work, off the loop
-                    turns.submit(_apply, core, command, token, events)
+                    turns.submit(_apply, core, command, token, events, installs)
                 else:
                     _apply(core, command, token, events)
+            while not installs.empty():
+                _apply(core, *installs.get_nowait(), events)
             if speech:  # the spoken turns that came together: one batched audio-encoder run
                 turns.submit(_apply_speech, core, speech, events)
             if core.has_work():
@@ -159,11 +171,22 @@ def _apply_speech(
             events.put(Answered(token, Applied(result)))
 
 
-def _apply(core: EngineLoop, command: Command, token: int | None, events: Any) -> None:
+def _apply(
+    core: EngineLoop,
+    command: Command,
+    token: int | None,
+    events: Any,
+    installs: queue.SimpleQueue | None = None,
+) -> None:
+    """Apply a command and answer it. A voice the model hands back pending (PendingVoice) goes
+    to `installs`, for the loop's thread to put in place and answer."""
     try:
         applied = apply(core, command)
     except Exception as exc:  # handed to the caller, as the thread engine does
         events.put(Refused(token, _error_kind(exc), str(exc)))
+        return
+    if installs is not None and isinstance(applied.value, PendingVoice):
+        installs.put((InstallClipVoice(applied.value), token))
         return
     if token is not None or applied.events:
         events.put(Answered(token, applied))

@@ -27,6 +27,7 @@ from engine.api import (
     EndConversation,
     EndSession,
     HeardReply,
+    InstallClipVoice,
     PushAudio,
     RemoveClipVoice,
     ReplyTranscript,
@@ -84,7 +85,9 @@ class Applied:
 def apply(loop: EngineLoop, command: Command) -> Applied:
     """Execute one command. Raises what the loop raises (ModelInputError, EngineOverloaded),
     for the client to hand to its caller. Turn commands touch the model alone, not the loop's
-    state: a client may run them off the loop's thread; so may voice commands."""
+    state: a client may run them off the loop's thread; so may voice commands. An
+    AddClipVoice that gives back a PendingVoice is not done: the client then applies
+    InstallClipVoice on the loop's thread (engine/client.py, engine/engine_host.py)."""
     match command:
         case Submit(request):
             return Applied(loop.add_request(request).request_id)
@@ -104,7 +107,9 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
             model = loop.model
             if not model.facts.voice_cloning:
                 raise ModelInputError(f"{model.facts.name} cannot make a voice from a clip")
-            return Applied(model.add_clip_voice(name, clip))
+            return Applied(model.add_clip_voice(name, clip))  # bytes, or a PendingVoice
+        case InstallClipVoice(voice):
+            return Applied(voice.install())
         case RemoveClipVoice(name):
             loop.model.remove_clip_voice(name)
         case _:

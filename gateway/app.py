@@ -63,14 +63,16 @@ class Gateway:
         self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
         self.metrics = GatewayMetrics(self.engine_stats)
         self.encode_workers: EncodeWorkers | None = None  # the lifespan starts them, if asked
-        # Voices clients add from clips, per key. Not with replicas yet: a voice lives in one
-        # engine, and sessions are placed on any replica (docs/scale-out.md, "Limits").
+        # Voices clients add from clips, per key, held by the gateway's engine (with replicas
+        # the pool, which gives each to every replica). Not with several gateway processes:
+        # each keeps its own list, and a client's next connection may reach another
+        # (docs/scale-out.md, "Limits").
         voice_settings = (
             dataclasses.replace(settings, client_voices_per_key=0)
-            if settings.replicas
+            if settings.gateway_processes > 1
             else settings
         )
-        self.client_voices = ClientVoices(voice_settings)
+        self.client_voices = ClientVoices(voice_settings, home=lambda: self.engine)
 
     def open_encoder(self, spec: AudioSpec, source_rate: int) -> ChunkEncoder:
         """A response's output encoder (gateway.audio.OpenEncoder): on this process's worker

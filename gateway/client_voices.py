@@ -8,7 +8,9 @@ that added it only: `facts_for(facts, key)` is the model's facts as that key see
 own voices added to the model's, and every voice check runs against it.
 
 The engine holds the encoded voices: when the supervisor replaces a dead engine, they are gone,
-and the list is emptied with them (clients add them again).
+and the list is emptied with them (clients add them again). With engine replicas the voices
+go to the gateway's engine, the pool, whichever replica a session talks to: it gives each to
+every replica and again to a rebuilt one (gateway/replica_voices.py), so they stay listed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from engine.api import EngineClient, EngineDead, EngineOverloaded, ModelFacts, ModelInputError
@@ -33,8 +36,14 @@ MAX_WAITING = 16  # past this many waiting, an add is refused as busy
 
 
 class ClientVoices:
-    def __init__(self, settings: GatewaySettings) -> None:
+    def __init__(
+        self, settings: GatewaySettings, home: Callable[[], EngineClient | None] | None = None
+    ) -> None:
+        """`home`: the gateway's engine, where voices are added and removed whatever engine a
+        caller names (a session's is one replica of a pool; the pool gives every replica the
+        voice). Without it, or while it gives None, the engine the caller names."""
         self._settings = settings
+        self._home = home
         self._lru = VoiceLRU(
             VoiceLimits(
                 settings.client_voices_per_key,
@@ -48,6 +57,7 @@ class ClientVoices:
 
     # --- what the routes and sessions ask -------------------------------------------------------
     def owned(self, engine: EngineClient, key: str) -> list[ClientVoice]:
+        engine = self._holder(engine)
         self._sync(engine)
         return self._lru.owned(key)
 
@@ -66,6 +76,7 @@ class ClientVoices:
 
     def remove(self, engine: EngineClient, key: str, voice_id: str) -> bool:
         """Delete one of the key's voices; False when the key has none by that id."""
+        engine = self._holder(engine)
         self._sync(engine)
         voice = self._lru.remove(key, voice_id)
         if voice is None:
@@ -76,6 +87,7 @@ class ClientVoices:
 
     async def add(self, engine: EngineClient, key: str, upload: ClipUpload) -> ClientVoice:
         """Check, decode and encode a clip, and keep the voice for `key`. Raises ClipError."""
+        engine = self._holder(engine)
         self._sync(engine)
         facts = engine.facts
         transcript = check_request(facts, upload.transcript)
@@ -111,6 +123,10 @@ class ClientVoices:
         log.info("voice %s added key=%s seconds=%.2f bytes=%d", voice_id, key, clip.seconds, nbytes)
         return voice
 
+    def _holder(self, engine: EngineClient) -> EngineClient:
+        home = self._home() if self._home is not None else None
+        return engine if home is None else home
+
     def _sync(self, engine: EngineClient) -> None:
         """Forget every voice when the engine that made them has been replaced."""
         serving = getattr(engine, "engine", engine)  # gateway.supervisor: the engine it holds
@@ -141,6 +157,9 @@ def clip_refusal(error: ClipError) -> tuple[ErrorCode, str, CloseCode]:
 async def _encode(engine: EngineClient, voice_id: str, clip) -> int:
     try:
         return await engine.add_clip_voice(voice_id, clip)
+    except asyncio.CancelledError:  # the caller left: the engine must not keep an unlisted voice
+        engine.remove_clip_voice(voice_id)
+        raise
     except ModelInputError as exc:
         raise ClipError("clip_rejected", f"the model could not use the clip: {exc}") from None
     except (EngineDead, EngineOverloaded, RuntimeError) as exc:

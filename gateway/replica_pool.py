@@ -6,7 +6,8 @@ session is pinned when it opens to the replica with the most headroom (gateway/p
 and talks to that replica alone for its life; a replica that dies fails only its own sessions'
 streams, and new sessions go to the others until it is back. Calls made on the pool itself
 (the HTTP speech route, `voxgate synth`) place each request on its own and route its later
-commands to the replica that serves it.
+commands to the replica that serves it. Voices clients add from clips go to every replica
+(gateway/replica_voices.py), so a session in one may be placed anywhere.
 
 The pool knows replicas only as supervised `EngineClient`s: it imports no Ray
 (gateway/ray_cluster.py builds one from Ray actors).
@@ -32,9 +33,11 @@ from engine.api import (
     SpeechRequest,
     StepTiming,
     TurnCommand,
+    VoiceClip,
 )
 from gateway.config import GatewaySettings
 from gateway.placement import ReplicaLoad, pick_replica
+from gateway.replica_voices import ReplicaVoices
 from gateway.session_start import admission_refusal
 from gateway.supervisor import SupervisedEngine
 
@@ -55,6 +58,10 @@ class ReplicaPool:
         self._settings = settings
         self._on_shutdown = on_shutdown
         self.facts: ModelFacts = replicas[0].facts
+        # Clients' voices: on every replica, and on a rebuilt one before it serves.
+        self.voices = ReplicaVoices(self.replicas)
+        for replica in self.replicas:
+            replica.before_serving = self.voices.restore
 
     # --- placement -----------------------------------------------------------------------------
     def loads(self) -> list[ReplicaLoad]:
@@ -108,6 +115,13 @@ class ReplicaPool:
             if replica.ready:
                 return await replica.prepare_turn(command)
         raise EngineDead("no engine replica is running")
+
+    async def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+        """Every replica gets the voice (gateway/replica_voices.py): any may serve its sessions."""
+        return await self.voices.add(name, clip)
+
+    def remove_clip_voice(self, name: str) -> None:
+        self.voices.remove(name)
 
     def _serving(self, request_id: str) -> SupervisedEngine | None:
         for replica in self.replicas:

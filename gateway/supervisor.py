@@ -25,7 +25,7 @@ import gc
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +106,9 @@ class SupervisedEngine:
         self._restarting = False
         self._watcher: asyncio.Task | None = None
         self.facts = engine.facts
+        # Run on a rebuilt engine before it serves (a replica pool gives it the clients'
+        # voices: gateway/replica_voices.py); its failure is a failed restart.
+        self.before_serving: Callable[[Any], Awaitable[None]] | None = None
 
     @classmethod
     async def start(
@@ -228,6 +231,8 @@ class SupervisedEngine:
                     self.record.last_reason = f"restart failed: {type(exc).__name__}: {exc}"
                     log.error("%s", self.record.last_reason)
                     continue
+                if not await self._prepare(engine):
+                    continue
                 self._engine = engine
                 self.record.restarts += 1
                 self.record.started_at = self._clock()
@@ -235,6 +240,22 @@ class SupervisedEngine:
                 return
         finally:
             self._restarting = False
+
+    async def _prepare(self, engine: Any) -> bool:
+        """Run `before_serving` on a rebuilt engine; False (the engine disposed of, the
+        failure recorded) when it fails."""
+        if self.before_serving is None:
+            return True
+        try:
+            await self.before_serving(engine)
+        except Exception as exc:  # noqa: BLE001 - counted as a failure, retried
+            self.record.last_reason = (
+                f"restart failed: preparing the new engine: {type(exc).__name__}: {exc}"
+            )
+            log.error("%s", self.record.last_reason)
+            await self._dispose(engine)
+            return False
+        return True
 
     async def _dispose(self, engine: Any) -> None:
         """Shut the dead engine down (its open streams end `failed`)."""

@@ -19,7 +19,7 @@ import torch
 from models.device_util import upload
 from models.recurrent_state import RecurrentStatePool
 from models.request_options import OptionSpec, OptionValue
-from models.voice_clip import ClipRules, VoiceClip
+from models.voice_clip import ClipRules, PendingVoice, VoiceClip
 
 # A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
 # frame's codebooks then a text column; negative = absent). Same alias as engine.request.Token.
@@ -279,12 +279,14 @@ class SpeechModel(abc.ABC):
         return ""
 
     # voices from clients (models/voice_clip.py) ----------------------------------------------
-    def add_clip_voice(self, name: str, clip: VoiceClip) -> int:
+    def add_clip_voice(self, name: str, clip: VoiceClip) -> int | PendingVoice:
         """Cloning-capable models (facts.voice_cloning): encode `clip` (already checked
         against facts.clip_rules) once and serve requests with voice=name in its voice, without
-        listing it in facts.voices. Runs beside the engine loop, so it must only add the voice
-        (a dict entry), never touch state a step reads otherwise. Returns the bytes the voice
-        holds, for the caller's cache bounds."""
+        listing it in facts.voices. Runs beside the engine loop, so it may only add the voice
+        as a dict entry, never touch state a step reads; it returns the bytes the voice holds,
+        for the caller's cache bounds. A model whose voice must change such state (a table the
+        forward reads) encodes here and returns a PendingVoice instead, whose install() the
+        engine runs on the loop's thread between steps (models/voice_clip.py)."""
         raise ModelInputError(f"{self.facts.name} cannot make a voice from a clip")
 
     def remove_clip_voice(self, name: str) -> None:

@@ -7,11 +7,16 @@ a model only encodes clips it can use; `VoiceClip` is what crosses to the engine
 
 Clip voices are not listed in `ModelFacts.voices`: they belong to the client that made them,
 and the gateway lists them to that client alone.
+
+Encoding runs beside the engine loop (it is slow model work). A model whose voices live in
+state its steps read (Chatterbox's conditioning table) returns the encoded voice as a
+`PendingVoice`, and the engine puts it in place on the loop's own thread, between steps.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +50,17 @@ class VoiceClip:
     @property
     def seconds(self) -> float:
         return len(self.audio) / self.sample_rate
+
+
+@dataclass(frozen=True)
+class PendingVoice:
+    """A client's voice encoded beside the engine loop, not yet usable: `install()` puts it in
+    place and returns the bytes it holds. The engine calls it on the loop's own thread,
+    between steps (engine/loop.py, InstallClipVoice), so nothing a step reads changes under
+    it. It raises ModelInputError when the voice cannot be kept (the model's table is full)."""
+
+    name: str
+    install: Callable[[], int] = field(compare=False)
 
 
 def resample(audio: np.ndarray, source_rate: int, rate: int) -> np.ndarray:

@@ -21,6 +21,12 @@ engine's sampler applies the repetition penalty (over the start token and every 
 one, as T3.inference), temperature, min-p and top-p. Per-request options (family.py,
 ChatterboxOptions): exaggeration and cfg_weight, with ChatterboxTTS.generate's defaults.
 
+Voices: each has a slot of one conditioning table (`_bank`), reserved at start-up for
+MAX_VOICES so that it never moves (captured CUDA graphs of the decode step read it where it
+is): the checkpoint's `default`, --voices-dir's (add_voice, before serving) and clients'
+(add_clip_voice: encoded beside the loop, its rows written into a free slot on the loop's
+thread through a PendingVoice; remove_clip_voice frees the slot).
+
 S3Gen streams (s3gen_stream.py): a first chunk of audio once 20 speech tokens and the 3 of
 the flow's look-ahead exist, then one a second; streamed audio is close to the whole decode,
 not equal, since S3Gen's flow attends over its whole input (docs/models.md)."""
@@ -28,6 +34,8 @@ not equal, since S3Gen's flow attends over its whole input (docs/models.md)."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +52,7 @@ from models.base import (
     StreamState,
 )
 from models.chatterbox.checkpoint import Chatterbox, Voice
-from models.chatterbox.clip_voices import read_clips
+from models.chatterbox.clip_voices import MAX_CLIP_S, read_clips
 from models.chatterbox.config import (
     SAMPLE_RATE,
     SAMPLING,
@@ -59,9 +67,16 @@ from models.chatterbox.sampling import guided
 from models.checkpoint_errors import CheckpointError
 from models.device_util import upload
 from models.request_options import option_specs
+from models.voice_clip import VOICE_NAME, ClipRules, PendingVoice, VoiceClip, resample
 
 DEFAULT_VOICE = "default"
 MAX_TEXT_CHARS = 2000
+# Conditioning slots, every voice's together (the default, --voices-dir's and clients'): the
+# gateway keeps at most 1024 clients' voices (max_client_voices), each on every replica.
+MAX_VOICES = 1280
+# Clients' clips (POST /v1/voices): T3 takes the first 6 s, S3Gen the first 10 s and the voice
+# encoder all of it, up to the speech tokenizer's 30 s; no transcript.
+CLIENT_CLIP_RULES = ClipRules(min_s=2.0, max_s=MAX_CLIP_S, needs_transcript=False)
 
 
 @dataclass(frozen=True)
@@ -109,11 +124,16 @@ class ChatterboxModel(SpeechModel):
         self.ids = ChatterboxIds(sizes.text_vocab, sizes.speech_vocab)
         self.streamer = S3GenStreamer(parts.s3gen)
         detok = self.streamer.detok
-        self.voices: dict[str, Voice] = {DEFAULT_VOICE: parts.default_voice}
-        self._slots: dict[str, int] = {}
-        self._bank = torch.zeros(0)
-        self._cond_rows = 0
-        self._add_to_bank(DEFAULT_VOICE)
+        self.voices: dict[str, Voice] = {DEFAULT_VOICE: parts.default_voice}  # listed
+        self._slots: dict[str, int] = {}  # the listed voices' slots
+        self._clip_voices: dict[str, tuple[Voice, int]] = {}  # clients' (voice, slot): unlisted
+        self._free_slots: deque[int] = deque(range(MAX_VOICES))
+        self._slots_lock = threading.Lock()  # clients' voices come and go on other threads
+        rows = self._conditioning(parts.default_voice)
+        self._cond_rows = rows.shape[0]
+        # [MAX_VOICES, C, H]: each voice's conditioning rows; reserved once, never moved.
+        self._bank = rows.new_zeros(MAX_VOICES, *rows.shape)
+        self._put_named(DEFAULT_VOICE, rows)
         self.facts = ModelFacts(
             name=name,
             sample_rate=SAMPLE_RATE,
@@ -132,6 +152,7 @@ class ChatterboxModel(SpeechModel):
             voices=tuple(self.voices),
             default_voice=DEFAULT_VOICE,
             voice_cloning=parts.clip_encoders is not None,
+            clip_rules=CLIENT_CLIP_RULES,
             max_context=self._cond_rows + sizes.text_positions + sizes.speech_positions,
             sampling_defaults={
                 "temperature": SAMPLING.temperature,
@@ -155,42 +176,119 @@ class ChatterboxModel(SpeechModel):
         )
 
     # voices ------------------------------------------------------------------------------------
-    def _add_to_bank(self, name: str) -> None:
-        """A voice's conditioning rows, computed once; a voice added again under its name keeps
-        its slot. The last, the emotion row, stays unused: each request brings its own (embed)."""
-        v = self.voices[name].t3
+    def _conditioning(self, voice: Voice) -> torch.Tensor:
+        """A voice's conditioning rows [C, H] on the model's device. The last, the emotion
+        row, stays unused: each request brings its own (embed)."""
+        v = voice.t3
         w = self.t3.speech_head.weight
         with torch.inference_mode():
-            rows = self.t3.conditioning(
+            return self.t3.conditioning(
                 v.speaker.to(w.device, w.dtype), v.prompt_tokens.to(w.device), v.exaggeration
             )
-        if name in self._slots:
-            bank = self._bank.clone()
-            bank[self._slots[name]] = rows
-        else:
-            bank = rows[None] if not self._slots else torch.cat([self._bank, rows[None]])
-            self._slots[name] = len(self._slots)
-        self._bank, self._cond_rows = bank, rows.shape[0]
+
+    def _take_slot(self) -> int:
+        with self._slots_lock:
+            if not self._free_slots:
+                raise ModelInputError(
+                    f"the model holds {MAX_VOICES} voices, its most: remove one first"
+                )
+            # The slot freed longest ago: a request admitted with a voice removed since still
+            # reads that voice's rows at its prefill.
+            return self._free_slots.popleft()
+
+    def _write_slot(self, slot: int, rows: torch.Tensor) -> None:
+        if rows.shape != self._bank.shape[1:]:
+            raise ModelInputError(
+                f"the voice's conditioning is {tuple(rows.shape)}, the table's "
+                f"{tuple(self._bank.shape[1:])}"
+            )
+        with torch.no_grad():
+            self._bank[slot].copy_(rows)
+
+    def _put_named(self, name: str, rows: torch.Tensor) -> None:
+        """A listed voice's rows in its slot (a voice added again under its name keeps it)."""
+        slot = self._slots.get(name)
+        if slot is None:
+            slot = self._take_slot()
+        self._write_slot(slot, rows)
+        self._slots[name] = slot
 
     def add_voice(self, name: str, text: str, audio16k: np.ndarray, audio24k: np.ndarray) -> None:
         """A voice from a reference clip (at 16 kHz and 24 kHz), encoded once (clip_voices.py);
         requests with voice=name speak in it. `text`, the clip's transcript, is not needed by
-        Chatterbox (CosyVoice 2's and CSM's add_voice take one; it may be empty)."""
-        encoders = self.parts.clip_encoders
-        if encoders is None:
-            raise CheckpointError(
-                "this Chatterbox checkpoint lacks the clip encoders (ve.safetensors, and the "
-                "tokenizer.* and speaker_encoder.* tensors of s3gen.safetensors): it speaks "
-                "with its conds.pt voice only"
-            )
-        self.voices[name] = encoders.voice(name, audio16k, audio24k)
-        self._add_to_bank(name)
+        Chatterbox (CosyVoice 2's and CSM's add_voice take one; it may be empty). Listed in
+        the facts: register these before serving."""
+        voice = self._clip_encoders().voice(name, audio16k, audio24k)
+        self._put_named(name, self._conditioning(voice))
+        self.voices[name] = voice
         clips = (*(v for v in self.facts.clip_voices if v != name), name)
         self.facts = dataclasses.replace(
             self.facts,
             voices=tuple(self.voices),
             clip_voices=clips,
         )
+
+    def add_clip_voice(self, name: str, clip: VoiceClip) -> PendingVoice:
+        """A client's voice (models/voice_clip.py), encoded as add_voice encodes a --voices-dir
+        clip of the same audio, unlisted. The encoding runs here, beside the engine loop; the
+        returned PendingVoice writes its rows into a free slot of the conditioning table, which
+        the engine runs on the loop's thread between steps."""
+        if not VOICE_NAME.match(name) or name in self.voices or name in self._clip_voices:
+            raise ModelInputError(f"voice name {name!r} is taken or not a valid name")
+        audio = np.array(clip.audio, dtype=np.float32)  # writable: Ray's arrays arrive read-only
+        audio16k = resample(audio, clip.sample_rate, 16000)
+        audio24k = resample(audio, clip.sample_rate, 24000)
+        voice = self._clip_encoders().voice(name, audio16k, audio24k)
+        rows = self._conditioning(voice)
+        if rows.is_cuda:  # done before the loop's thread copies it, on a stream of its own
+            torch.cuda.current_stream(rows.device).synchronize()
+        t3, gen = voice.t3, voice.s3gen
+        held = (rows, t3.speaker, t3.prompt_tokens, gen.prompt_tokens, gen.prompt_mel, gen.xvector)
+        nbytes = sum(t.element_size() * t.numel() for t in held)
+
+        def install() -> int:
+            if name in self._clip_voices:
+                raise ModelInputError(f"voice name {name!r} is taken")
+            slot = self._take_slot()
+            try:
+                self._write_slot(slot, rows)
+            except BaseException:
+                with self._slots_lock:
+                    self._free_slots.append(slot)
+                raise
+            self._clip_voices[name] = (voice, slot)
+            return int(nbytes)
+
+        return PendingVoice(name, install)
+
+    def remove_clip_voice(self, name: str) -> None:
+        entry = self._clip_voices.pop(name, None)
+        if entry is not None:
+            with self._slots_lock:
+                self._free_slots.append(entry[1])
+
+    def _clip_encoders(self):
+        encoders = self.parts.clip_encoders
+        if encoders is None:  # the facts say voice_cloning False: clients' clips stop earlier
+            raise CheckpointError(
+                "this Chatterbox checkpoint lacks the clip encoders (ve.safetensors, and the "
+                "tokenizer.* and speaker_encoder.* tensors of s3gen.safetensors): it speaks "
+                "with its conds.pt voice only"
+            )
+        return encoders
+
+    def _voice(self, name: str) -> tuple[Voice, int]:
+        """A voice by name → (voice, its slot); one lookup of a client's voice, which another
+        thread may remove meanwhile."""
+        listed = self.voices.get(name)
+        if listed is not None:
+            return listed, self._slots[name]
+        entry = self._clip_voices.get(name)
+        if entry is None:
+            raise ModelInputError(
+                f"unknown voice {name!r}; this model has: {', '.join(self.voices)}"
+            )
+        return entry
 
     def add_voices_dir(self, folder: str) -> None:
         """Every clip of a voices folder (`NAME.wav` ...) as the voice NAME."""
@@ -210,23 +308,19 @@ class ChatterboxModel(SpeechModel):
             raise ModelInputError("text is empty: give the model something to say")
         if len(text) > MAX_TEXT_CHARS:
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        name = voice or DEFAULT_VOICE
-        if name not in self.voices:
-            raise ModelInputError(
-                f"unknown voice {name!r}; this model has: {', '.join(self.voices)}"
-            )
+        chosen_voice, voice_slot = self._voice(voice or DEFAULT_VOICE)
         text_ids = self.parts.tokenizer.text_ids(text)
         if len(text_ids) > self.t3.sizes.text_positions:
             raise ModelInputError(
                 f"text is {len(text_ids)} tokens; T3 takes at most {self.t3.sizes.text_positions}"
             )
-        slot = self.ids.cond_base + self._slots[name]
+        slot = self.ids.cond_base + voice_slot
         rows = [(slot, j) for j in range(self._cond_rows - 1)]
         rows.append((self.ids.emotion, float32_bits(chosen.exaggeration)))
         rows += [(t, i) for i, t in enumerate(text_ids)]
         start = self.ids.speech(T3_FACTS.start_speech)
         rows += [(start, 0), (start, 0)]  # T3.inference feeds the start token twice
-        return Prompt(rows, extras={"voice": self.voices[name]})
+        return Prompt(rows, extras={"voice": chosen_voice})
 
     # 2. forward ------------------------------------------------------------------------------
     def embed(self, ids: torch.Tensor) -> torch.Tensor:

@@ -1,15 +1,19 @@
 """A `/v1/stream` TTS session with tiny-chatterbox (T3 with CFG, S3Gen): real uvicorn, real
-engine, the `websockets` client; the session's audio equals the engine's own."""
+engine, the `websockets` client; the session's audio equals the engine's own. A voice a client
+adds from a clip (POST /v1/voices) is conditioned as the same clip in --voices-dir is."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import wave
 
 import httpx
 import numpy as np
 import pytest
+import torch
 import websockets
+from clip_files import b64, noise, wav_bytes
 from gateway_testkit import collect_response, recv_json, send, start_session
 
 from engine.outputs import AudioChunk, SpeechRequest
@@ -172,3 +176,86 @@ async def test_a_clip_in_the_voices_dir_is_a_listed_voice_that_speaks(cb_server)
     n = min(len(voiced), len(plain))
     # Well past the int16 rounding two renderings of the same speech would differ by.
     assert np.abs(voiced[:n] - plain[:n]).max() > 100 / 32768
+
+
+async def test_a_clients_voice_is_conditioned_as_the_voices_dir_clip(
+    cb_server, cb_engine, voices_dir, monkeypatch
+):
+    """POST /v1/voices with the narrator's clip: encoded beside the engine loop, its
+    conditioning rows written on the engine thread into a slot of the table the decode step
+    reads; the rows a request in it reads and its S3Gen prompt equal what --voices-dir made
+    of the same file, so a session in it speaks exactly as `narrator`. DELETE frees the slot
+    and the voice is refused afterwards."""
+    import threading
+
+    model = cb_engine.core.model
+    writers: list[str] = []
+    write = model._write_slot
+
+    def recording_write(slot, rows):
+        writers.append(threading.current_thread().name)
+        return write(slot, rows)
+
+    monkeypatch.setattr(model, "_write_slot", recording_write)
+    table = model._bank.data_ptr()
+    clip = (voices_dir / "narrator.wav").read_bytes()
+    async with httpx.AsyncClient(base_url=cb_server.http, timeout=60) as client:
+        response = await client.post("/v1/voices", json={"audio": b64(clip), "name": "me"})
+        assert response.status_code == 201, response.text
+        voice = response.json()["name"]
+        assert response.json()["seconds"] == 2.0
+        listed = (await client.get("/v1/voices")).json()["voices"]
+    assert {"name": voice, "source": "client", "label": "me", "seconds": 2.0} in listed
+    assert writers == ["voxgate-engine"]  # the table changes on the engine's own thread
+    assert model._bank.data_ptr() == table  # in place: captured graphs read it where it is
+
+    mine, narrator = model.preprocess(TEXT, voice), model.preprocess(TEXT, "narrator")
+    # The prompts differ only in the slot their conditioning rows name.
+    cond = model._cond_rows - 1
+    slots = [{row[0] - model.ids.cond_base for row in p.token_ids[:cond]} for p in (mine, narrator)]
+    assert len(slots[0]) == len(slots[1]) == 1 and slots[0] != slots[1]
+    assert [row[1] for row in mine.token_ids[:cond]] == list(range(cond))
+    assert mine.token_ids[cond:] == narrator.token_ids[cond:]
+    slot, narrator_slot = slots[0].pop(), slots[1].pop()
+    assert torch.equal(model._bank[slot], model._bank[narrator_slot])
+    made, listed_voice = mine.extras["voice"], narrator.extras["voice"]
+    for a, b in ((made.t3, listed_voice.t3), (made.s3gen, listed_voice.s3gen)):
+        for field in dataclasses.fields(a):
+            want, got = getattr(b, field.name), getattr(a, field.name)
+            assert torch.equal(got, want) if torch.is_tensor(want) else got == want, field.name
+    spoken = await session_audio(cb_server.url, voice)
+    assert np.array_equal(spoken, await session_audio(cb_server.url, "narrator"))
+
+    async with httpx.AsyncClient(base_url=cb_server.http, timeout=60) as client:
+        assert (await client.delete(f"/v1/voices/{voice}")).status_code == 204
+    assert slot in model._free_slots
+    async with websockets.connect(cb_server.url) as ws:
+        await send(ws, type="session.start", sampling=SAMPLING, voice=voice)
+        reply = await recv_json(ws)
+    assert reply["type"] == "error" and reply["code"] == "bad_field"
+
+
+@pytest.mark.parametrize(("seconds", "check"), [(31.0, "clip_too_long"), (1.5, "clip_too_short")])
+def test_clips_outside_chatterbox_rules_are_refused(cb_server, seconds, check):
+    """Chatterbox takes 2 to 30 s (its speech tokenizer's most), with no transcript."""
+    body = {"audio": b64(wav_bytes(noise(seconds, 16000), 16000))}
+    response = httpx.post(f"{cb_server.http}/v1/voices", json=body, timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["code"] == check
+
+
+async def test_a_voice_clip_in_session_start_speaks_as_the_voices_dir_clip(cb_server, voices_dir):
+    """session.start's voice_clip makes the session's voice from the clip (the same checks and
+    encoding as POST /v1/voices): session.started names it, and the session speaks exactly
+    as `narrator`."""
+    clip = (voices_dir / "narrator.wav").read_bytes()
+    async with websockets.connect(cb_server.url) as ws:
+        started = await start_session(
+            ws, sampling=SAMPLING, output_audio=PCM24, voice_clip={"audio": b64(clip)}
+        )
+        await send(ws, type="text", text=TEXT)
+        played = await collect_response(ws)
+    assert started["voice"].startswith("clip-")
+    spoken = np.frombuffer(b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
+    assert np.array_equal(spoken, await session_audio(cb_server.url, "narrator"))
+    async with httpx.AsyncClient(base_url=cb_server.http, timeout=30) as client:
+        assert (await client.delete(f"/v1/voices/{started['voice']}")).status_code == 204
