@@ -1,7 +1,7 @@
 """Clients' voices across engine replicas (gateway/replica_voices.py) and the supervisor's
 `before_serving` (gateway/supervisor.py), without Ray: replicas here are in-memory engines that
 hold voices by name as a model does (the live pool with real replicas is
-tests/scaleout/test_replica_voices.py). What is checked is the record's bookkeeping under the
+tests/scaleout/test_voices_across_replicas.py). What is checked is the record's bookkeeping under the
 interleavings a live pool rarely shows on cue: a refusal taken back everywhere, a replica that
 died meanwhile left to its rebuild, voices added or removed while a rebuilt replica is
 restored."""
