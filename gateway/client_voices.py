@@ -7,10 +7,11 @@ A voice's id (`clip-<16 hex>`) is what `voice` names afterwards, on every route,
 that added it only: `facts_for(facts, key)` is the model's facts as that key sees them, its
 own voices added to the model's, and every voice check runs against it.
 
-The engine holds the encoded voices: when the supervisor replaces a dead engine, they are gone,
-and the list is emptied with them (clients add them again). With engine replicas the voices
-go to the gateway's engine, the pool, whichever replica a session talks to: it gives each to
-every replica and again to a rebuilt one (gateway/replica_voices.py), so they stay listed.
+The engine holds the encoded voices, and they outlive its restarts: the gateway's engine
+records each clip it is given and hands them all to an engine rebuilt after a crash before it
+serves (gateway/replica_voices.py), so the list here stays true. With engine replicas the
+voices go to the gateway's engine, the pool, whichever replica a session talks to: it gives
+each to every replica and again to a rebuilt one.
 """
 
 from __future__ import annotations
@@ -128,13 +129,13 @@ class ClientVoices:
         return engine if home is None else home
 
     def _sync(self, engine: EngineClient) -> None:
-        """Forget every voice when the engine that made them has been replaced."""
-        serving = getattr(engine, "engine", engine)  # gateway.supervisor: the engine it holds
-        if self._made_by is not serving:
+        """Forget every voice when the gateway's engine is another one (a supervisor or a pool
+        stays the same across restarts of the engines it holds, and restores their voices)."""
+        if self._made_by is not engine:
             if self._made_by is not None and len(self._lru):
                 log.warning("the engine was replaced: %d client voices are gone", len(self._lru))
             self._lru.clear()
-            self._made_by = serving
+            self._made_by = engine
 
 
 # A refused session.start voice_clip: its error and close codes (the rest: bad_field, 1007).

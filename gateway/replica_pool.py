@@ -61,7 +61,7 @@ class ReplicaPool:
         # Clients' voices: on every replica, and on a rebuilt one before it serves.
         self.voices = ReplicaVoices(self.replicas)
         for replica in self.replicas:
-            replica.before_serving = self.voices.restore
+            replica.keep_voices_in(self.voices.restore)
 
     # --- placement -----------------------------------------------------------------------------
     def loads(self) -> list[ReplicaLoad]:

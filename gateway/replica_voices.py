@@ -1,11 +1,15 @@
-"""Voices from clients with engine replicas (`--replicas`): every replica holds every voice.
+"""Voices from clients, recorded so that they outlive engine restarts: every replica holds every
+voice, and a rebuilt one is given them all again before it serves.
 
-A session is placed on whichever replica has the most headroom (gateway/placement.py), so a
-voice a client added must be usable on all of them. The pool gives each voice to every
-replica that serves when it is added, and keeps the checked clip here: a replica rebuilt after
-a death (gateway/supervisor.py) is given every recorded voice again before it serves
-(`restore`, its supervisor's `before_serving`), so a voice added once outlives replica
-restarts. Removing a voice removes it everywhere and from the record.
+With engine replicas (`--replicas`) a session is placed on whichever replica has the most
+headroom (gateway/placement.py), so a voice a client added must be usable on all of them. The
+pool gives each voice to every replica that serves when it is added, and keeps the checked clip
+here: a replica rebuilt after a death (gateway/supervisor.py) is given every recorded voice
+again before it serves (`restore`, its supervisor's `before_serving`), so a voice added once
+outlives replica restarts. Removing a voice removes it everywhere and from the record.
+
+With one engine (the default) its supervisor keeps the record, as a pool of one: the engine
+it rebuilds after a crash gets the voices back the same way.
 
 The record holds each voice's clip as the engine got it (float32 samples at the clip's own
 rate: 4 bytes a sample), bounded as the voices are (gateway/voice_lru.py). No torch, no Ray.
@@ -25,7 +29,8 @@ log = logging.getLogger("voxgate.voices")
 
 class ReplicaVoices:
     def __init__(self, replicas: Sequence[Any]) -> None:
-        """`replicas`: the pool's supervised engines (gateway/supervisor.py)."""
+        """`replicas`: the engines that hold the voices (a pool's supervised replicas, or the
+        one engine a supervisor serves from), each with `ready` and the voice calls."""
         self._replicas = replicas
         self._clips: dict[str, VoiceClip] = {}  # every voice the replicas hold, by name
 
@@ -44,7 +49,7 @@ class ReplicaVoices:
         serving = [r for r in self._replicas if r.ready]
         if not serving:
             del self._clips[name]
-            raise EngineDead("no engine replica is running")
+            raise EngineDead("no engine is running: it is being restarted")
         try:
             results = await asyncio.gather(
                 *(r.add_clip_voice(name, clip) for r in serving), return_exceptions=True
@@ -63,7 +68,7 @@ class ReplicaVoices:
         ]
         failure = refusal or (lacking[0] if lacking else None)
         if failure is None and not sizes:
-            failure = EngineDead("every engine replica stopped while the voice was added")
+            failure = EngineDead("the engine stopped while the voice was added")
         if failure is not None:
             self.remove(name)
             raise failure

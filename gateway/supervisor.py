@@ -13,8 +13,15 @@ After `max_failures` deaths (or failed rebuilds) within `window_s` the superviso
 trying and `healthy` turns False, so `/health` fails and an orchestrator restarts the whole
 server: a crash loop that a restart in place does not cure is the orchestrator's to handle.
 
-It knows the engine only by its public surface (`ready`, `failure`, `shutdown`), so it works
-for any engine kind the factory builds: a thread of this process or a process of its own.
+Voices clients add from a clip (POST /v1/voices, session.start's `voice_clip`) live in the
+engine, so the supervisor records each one it forwards (gateway/replica_voices.py, as a pool of
+one) and gives a rebuilt engine every recorded voice before it serves: a voice added once
+outlives an engine restart. In a replica pool the pool records them for all its replicas
+(`keep_voices_in`).
+
+It knows the engine only by its public surface (`ready`, `failure`, `shutdown`, and the voice
+calls), so it works for any engine kind the factory builds: a thread of this process or a
+process of its own.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from gateway.replica_voices import ReplicaVoices
 
 log = logging.getLogger("voxgate.supervisor")
 
@@ -106,9 +115,11 @@ class SupervisedEngine:
         self._restarting = False
         self._watcher: asyncio.Task | None = None
         self.facts = engine.facts
-        # Run on a rebuilt engine before it serves (a replica pool gives it the clients'
-        # voices: gateway/replica_voices.py); its failure is a failed restart.
-        self.before_serving: Callable[[Any], Awaitable[None]] | None = None
+        # Clients' voices, recorded as they are added and given to a rebuilt engine.
+        self._voices: ReplicaVoices | None = ReplicaVoices([_Serving(self)])
+        # Run on a rebuilt engine before it serves (it gives it the clients' voices:
+        # gateway/replica_voices.py); its failure is a failed restart.
+        self.before_serving: Callable[[Any], Awaitable[None]] | None = self._voices.restore
 
     @classmethod
     async def start(
@@ -144,6 +155,13 @@ class SupervisedEngine:
     def restarting(self) -> bool:
         return self._restarting
 
+    def keep_voices_in(self, restore: Callable[[Any], Awaitable[None]]) -> None:
+        """Clients' voices are recorded above this engine (a replica pool records them for all
+        its replicas): adds and removals pass straight to the engine, and `restore` gives a
+        rebuilt one the voices before it serves."""
+        self._voices = None
+        self.before_serving = restore
+
     def seconds_since_start(self) -> float:
         """Seconds since the engine serving now became ready (its first start, or the last
         restart)."""
@@ -169,10 +187,17 @@ class SupervisedEngine:
         self._engine.end_conversation(conversation_id)
 
     async def add_clip_voice(self, name: str, clip) -> int:
-        return await self._engine.add_clip_voice(name, clip)
+        """Encode a client's voice in the engine and record it, so that a rebuilt engine gets it
+        again. Raises EngineDead while the engine is being restarted."""
+        if self._voices is None:
+            return await self._engine.add_clip_voice(name, clip)
+        return await self._voices.add(name, clip)
 
     def remove_clip_voice(self, name: str) -> None:
-        self._engine.remove_clip_voice(name)
+        if self._voices is None:
+            self._engine.remove_clip_voice(name)
+        else:
+            self._voices.remove(name)
 
     def stats(self):
         return self._engine.stats()
@@ -263,6 +288,25 @@ class SupervisedEngine:
             await asyncio.wait_for(engine.shutdown(), self.policy.shutdown_timeout_s)
         except Exception:  # noqa: BLE001 - a dead engine may fail to shut down; it is dropped
             log.warning("the dead engine did not shut down cleanly", exc_info=True)
+
+
+class _Serving:
+    """The supervised engine as its voice record sees it: a replica of one that serves while
+    the supervisor does, whose voice calls reach the engine held now (the record itself is
+    the supervisor's `add_clip_voice`, so it must not be called back)."""
+
+    def __init__(self, supervisor: SupervisedEngine) -> None:
+        self._supervisor = supervisor
+
+    @property
+    def ready(self) -> bool:
+        return self._supervisor.ready
+
+    async def add_clip_voice(self, name: str, clip) -> int:
+        return await self._supervisor.engine.add_clip_voice(name, clip)
+
+    def remove_clip_voice(self, name: str) -> None:
+        self._supervisor.engine.remove_clip_voice(name)
 
 
 class _Stopped:

@@ -130,6 +130,53 @@ async def test_a_rebuilt_engine_serves_only_after_before_serving_and_its_failure
         await supervised.stop_watching()
 
 
+async def test_one_supervised_engine_gives_its_rebuilt_engine_the_voices_it_was_given():
+    """Without replicas the supervisor records the voices itself (a pool of one): the engine
+    it builds in place of a dead one gets every voice added and not removed before it serves,
+    and a voice added while it is being rebuilt is refused (EngineDead) and not recorded."""
+    policy = RestartPolicy(backoff_s=0.05, max_backoff_s=0.1, max_failures=5, poll_s=0.01)
+    built: list[MemoryEngine] = []
+
+    def factory():
+        built.append(MemoryEngine())
+        return built[-1]
+
+    supervised = SupervisedEngine(factory, factory(), policy)
+    supervised.watch()
+    try:
+        for name in ("clip-a", "clip-b", "clip-c"):
+            assert await supervised.add_clip_voice(name, CLIP) == 4 * 32000
+        supervised.remove_clip_voice("clip-b")
+        assert sorted(built[0].voices) == ["clip-a", "clip-c"]
+        built[0].ready = False
+        await asyncio.sleep(0.03)  # the watcher has seen the death, the backoff runs
+        assert not supervised.ready
+        with pytest.raises(EngineDead, match="being restarted"):
+            await supervised.add_clip_voice("clip-d", CLIP)
+        for _ in range(500):
+            if supervised.ready:
+                break
+            await asyncio.sleep(0.01)
+        assert supervised.ready and supervised.engine is built[1]
+        assert sorted(built[1].voices) == ["clip-a", "clip-c"]
+    finally:
+        await supervised.stop_watching()
+
+
+async def test_replicas_in_a_pool_leave_the_voices_to_the_pools_record():
+    """A replica of a pool forwards voices to its engine and keeps no record of its own (the
+    pool's record restores every replica), so a voice is encoded once per replica."""
+    engine = MemoryEngine()
+    replica = SupervisedEngine(lambda: MemoryEngine(), engine)
+    voices = ReplicaVoices([replica])
+    replica.keep_voices_in(voices.restore)
+    await voices.add("clip-a", CLIP)
+    assert list(engine.voices) == ["clip-a"] and replica.before_serving == voices.restore
+    rebuilt = MemoryEngine()
+    await replica.before_serving(rebuilt)
+    assert list(rebuilt.voices) == ["clip-a"]
+
+
 async def test_voices_go_to_the_gateways_engine_and_are_off_with_several_gateway_processes():
     """A session's engine is one replica of the pool: its voice goes to the gateway's engine
     (`home`), which gives it to every replica. With several gateway processes each would keep

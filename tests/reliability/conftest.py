@@ -37,6 +37,24 @@ def orpheus_server(tmp_path_factory) -> Iterator[ServeProcess]:
 
 
 @pytest.fixture(scope="session")
+def csm_server(tmp_path_factory) -> Iterator[ServeProcess]:
+    """tiny-csm, a cloning model cheap on the CPU, with the engine in its own process, for the
+    voices clients add (test_engine_crash.py kills the engine under one)."""
+    log = tmp_path_factory.mktemp("serve") / "csm.log"
+    server = ServeProcess(
+        "--model",
+        "tiny-csm",
+        "--engine-process",
+        "--no-realtime-admission",
+        "--kv-cache-mb",
+        "64",
+        log=log,
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def tiny_server(tmp_path_factory) -> Iterator[ServeProcess]:
     """voxgate-tiny as `voxgate serve` runs it by default on a CPU: engine process, int8,
     real-time admission calibrated at warm-up. Session caps are lifted (admission alone

@@ -1,6 +1,7 @@
 """The engine killed (SIGKILL) mid-stream: every session on every endpoint is told within a
 second, /health stays live while /ready reports the restart, the engine comes back, a new
-session speaks, and no KV page is left behind."""
+session speaks, and no KV page is left behind. A voice a client added before the kill speaks
+again, as before, on the engine built in its place."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import asyncio
 import json
 import time
 
+import httpx
+import numpy as np
 import websockets
+from clip_files import VOICE_CLIP, VOICE_TRANSCRIPT, b64
 from gateway_testkit import collect_response, send, start_session
 from reliability_kit import SIZES, ServeProcess, engine_idle, metrics, probe, until
 
@@ -108,3 +112,46 @@ async def test_engine_killed_mid_stream_comes_back(orpheus_server):
 
 async def _ready(server: ServeProcess) -> bool:
     return await probe(server, "/ready") == 200
+
+
+async def speak_as(server: ServeProcess, voice: str) -> np.ndarray:
+    """A short response in `voice`, greedy (the same every time on the same weights)."""
+    async with websockets.connect(server.ws + "/v1/stream") as ws:
+        await start_session(
+            ws,
+            voice=voice,
+            sampling={"temperature": 0.0, "max_tokens": 4},
+            output_audio={"format": "pcm16", "sample_rate": 24000},
+        )
+        await send(ws, type="text", text="Still me after the crash.")
+        played = await collect_response(ws)
+    assert played.done["status"] == "length" and played.frames
+    return np.frombuffer(b"".join(played.frames), "<i2")
+
+
+async def test_a_clients_voice_outlives_an_engine_kill(csm_server):
+    server = csm_server
+    async with httpx.AsyncClient(base_url=server.http, timeout=60) as client:
+        added = await client.post(
+            "/v1/voices", json={"audio": b64(VOICE_CLIP), "transcript": VOICE_TRANSCRIPT}
+        )
+        assert added.status_code == 201, added.text
+        voice = added.json()["name"]
+        before = await speak_as(server, voice)
+        restarts = (await metrics(server)).get("voxgate_engine_restarts_total", 0)
+        dead = server.kill_engine()
+        await until(lambda: _restarted(server, restarts), 180, "the engine to come back")
+        assert dead not in server.engine_pids()
+        names = [v["name"] for v in (await client.get("/v1/voices")).json()["voices"]]
+        assert voice in names
+        after = await speak_as(server, voice)
+        # The same codes decoded by the new engine: equal but for float rounding.
+        assert before.shape == after.shape
+        assert int(np.abs(before.astype(int) - after.astype(int)).max()) <= 2
+        assert (await client.delete(f"/v1/voices/{voice}")).status_code == 204
+
+
+async def _restarted(server: ServeProcess, restarts_before: float) -> bool:
+    """The engine was rebuilt once more (its voices given back) and serves again."""
+    rebuilt = (await metrics(server)).get("voxgate_engine_restarts_total", 0) > restarts_before
+    return rebuilt and await _ready(server)
