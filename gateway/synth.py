@@ -5,7 +5,8 @@ GatewaySettings' segment lengths), each one engine request with its share of the
 all submitted at once so that the engine batches them (one after another with --seed, so that
 the output repeats), and their audio joined in order: a
 paragraph is said as the WebSocket gateway would say it (a model trained on single sentences,
-as voxgate-tiny is, reads each one best alone)."""
+as voxgate-tiny is, reads each one best alone). `--speed` time-stretches the joined audio,
+pitch unchanged, as the gateway does a reply's (gateway/time_stretch.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ def add_synth_parser(subparsers) -> None:
     p.add_argument("--out", required=True, type=Path, help="output .wav path")
     p.add_argument("--voice", default=None)
     p.add_argument("--temperature", type=float, default=None, help="(default: the model's)")
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="playback speed, 0.25 to 4.0, pitch unchanged (as /v1/audio/speech's `speed`; "
+        "default 1)",
+    )
     p.add_argument(
         "--seed",
         type=int,
@@ -68,6 +76,16 @@ def write_wav(path: Path, pcm: np.ndarray, sample_rate: int) -> None:
         w.setsampwidth(2)
         w.setframerate(sample_rate)
         w.writeframes((clipped * 32767.0).astype("<i2").tobytes())
+
+
+def at_speed(audio: np.ndarray, speed: float, sample_rate: int) -> np.ndarray:
+    """`audio` time-stretched to `speed`, pitch unchanged: round(len / speed) samples."""
+    from gateway.time_stretch import TimeStretcher
+
+    if speed == 1.0:
+        return audio
+    stretcher = TimeStretcher(speed, sample_rate)
+    return np.concatenate([stretcher.push(audio), stretcher.flush()])
 
 
 def sentence_segments(text: str) -> list[str]:
@@ -157,6 +175,7 @@ def run_synth(args: argparse.Namespace) -> int:
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from gateway.response import length_shares, share_tokens
+    from gateway.time_stretch import check_speed
     from models.families import known_family
     from models.registry import DEFAULT_MODEL
     from models.request_options import option_specs
@@ -165,6 +184,7 @@ def run_synth(args: argparse.Namespace) -> int:
     if not segments:
         print("error: --text has nothing to say", file=sys.stderr)
         return 2
+    speed = check_speed(args.speed, "--speed")  # before any load, as every check here
     raw_options = parse_model_options(args.model_option)
     model = args.model or DEFAULT_MODEL
     family = known_family(model)  # a preset or a local folder: checked before any load
@@ -209,11 +229,13 @@ def run_synth(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    audio = at_speed(audio, speed, engine.facts.sample_rate)
     write_wav(args.out, audio, engine.facts.sample_rate)
     seconds = len(audio) / engine.facts.sample_rate
     reasons = sorted({f.reason.value for f in finished})
+    at = f" at speed {speed:g}" if speed != 1.0 else ""
     print(
-        f"wrote {args.out} ({seconds:.2f} s of audio at {engine.facts.sample_rate} Hz, "
+        f"wrote {args.out} ({seconds:.2f} s of audio{at} at {engine.facts.sample_rate} Hz, "
         f"{len(segments)} sentence segment(s), {sum(f.num_tokens for f in finished)} tokens, "
         f"finish={'/'.join(reasons)}, {time.monotonic() - start:.1f} s wall)"
     )

@@ -46,6 +46,27 @@ def test_synth_writes_a_wav_of_the_expected_length(tmp_path):
         assert max(w.readframes(w.getnframes())) > 0  # not silence
 
 
+def test_synth_at_speed_writes_the_stretched_length(tmp_path):
+    """--speed 2: the same 70 tokens said in half the time (pitch kept: gateway/time_stretch.py)."""
+    out = tmp_path / "fast.wav"
+    common = ("--model", "tiny-orpheus", "--text", "Hello there.", "--out", str(out))
+    tokens = ("--max-tokens", "70", "--min-tokens", "70", "--seed", "1")
+    result = run_cli("synth", *common, *tokens, "--speed", "2")
+    assert result.returncode == 0, result.stderr
+    assert "at speed 2" in result.stdout
+    with wave.open(str(out)) as w:
+        assert w.getframerate() == 24000 and w.getnframes() == 10 * 2048 // 2
+        assert max(w.readframes(w.getnframes())) > 0  # not silence
+
+
+@pytest.mark.parametrize("speed", ["5", "0.1", "nan"])
+def test_synth_refuses_a_speed_out_of_range_before_loading(tmp_path, speed):
+    result = run_cli("synth", "--text", "Hi", "--out", str(tmp_path / "s.wav"), "--speed", speed)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: `--speed` must be" in result.stderr and "0.25, 4.0" in result.stderr
+    assert not (tmp_path / "s.wav").exists()
+
+
 def test_synth_reports_a_bad_model_path_clearly(tmp_path):
     result = run_cli(
         "synth",
