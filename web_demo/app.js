@@ -24,6 +24,7 @@ const stats = (window.voxgateStats = {
   responses: [], // response.done events
   closes: [], // {code, reason} of every socket close
   outputFormat: null,
+  speed: null, // the speed session.started echoed (null: the default, 1)
   speechStarted: 0, // input.speech_started events (turn-based models: the server's VAD)
   speechStopped: 0,
   bargeIns: 0, // replies the user interrupted by speaking over them
@@ -293,6 +294,8 @@ function onSessionStarted(ev, resolveStarted) {
     recordError(err.message);
   }
   stats.outputFormat = output.format;
+  stats.speed = typeof ev.speed === "number" ? ev.speed : null;
+  settings.allowSpeed(!model.fullDuplex);
   setConn("open", `Connected · ${model.name || "model"} · ${output.format}`);
   clearNotice("close");
   settings.fillVoices(model.voices, model.defaultVoice);

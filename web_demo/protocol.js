@@ -177,11 +177,13 @@ function drop(obj) {
  * @param {object} [fields.sampling] temperature, top_p, top_k, repetition_penalty, seed,
  *   max_tokens, min_tokens
  * @param {{type: "vad"|"none", silence_ms?: number}} [fields.turnDetection]
+ * @param {number} [fields.speed] playback speed of the replies, 0.25-4.0, pitch unchanged
+ *   (default 1; full-duplex models take only 1)
  * @param {object} [fields.extra] more session.start fields, merged in as they are (optional
  *   extensions this module does not name)
  * @returns {string} JSON text
  */
-export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, turnDetection, extra } = {}) {
+export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, turnDetection, speed, extra } = {}) {
   return JSON.stringify({
     type: C.SESSION_START,
     ...drop({
@@ -191,6 +193,7 @@ export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, 
       output_audio: outputAudio,
       sampling: sampling ? drop(sampling) : undefined,
       turn_detection: turnDetection,
+      speed,
     }),
     ...(extra || {}),
   });

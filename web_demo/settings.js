@@ -1,6 +1,6 @@
 // The session settings the user (or the page's URL) chooses, turned into a session.start.
 // URL query parameters prefill them, so a test or a shared link can say e.g.
-// ?max_tokens=80&seed=1&format=pcm16 ; min_tokens, top_p, top_k and repetition_penalty
+// ?max_tokens=80&seed=1&format=pcm16&speed=1.5 ; min_tokens, top_p, top_k and repetition_penalty
 // exist only as query parameters.
 
 import * as P from "./protocol.js";
@@ -14,6 +14,8 @@ export class Settings {
     this.voiceSelect = $("voice-select");
     this.voiceText = $("voice-text");
     this.format = $("format");
+    this.speed = $("speed");
+    this.speedValue = $("speed-value");
     this.apiKey = $("api-key");
     this.maxTokens = $("max-tokens");
     this.temperature = $("temperature");
@@ -25,16 +27,19 @@ export class Settings {
 
   prefill() {
     const fields = { max_tokens: this.maxTokens, temperature: this.temperature, seed: this.seed,
-      prebuffer_ms: this.prebuffer, turn: this.turn, text: $("text"), voice: this.voiceText };
+      prebuffer_ms: this.prebuffer, turn: this.turn, text: $("text"), voice: this.voiceText,
+      speed: this.speed };
     for (const [name, field] of Object.entries(fields)) {
       if (this.params.has(name)) field.value = this.params.get(name);
     }
+    this.showSpeed();
+    this.speed.addEventListener("input", () => this.showSpeed());
     if (this.params.get("format") === P.FORMAT.PCM16) this.format.value = P.FORMAT.PCM16;
   }
 
   /** Calls `fn` when a setting that belongs in session.start changes. */
   onSessionChange(fn) {
-    for (const field of [this.voiceSelect, this.voiceText, this.format, this.apiKey,
+    for (const field of [this.voiceSelect, this.voiceText, this.format, this.speed, this.apiKey,
       this.maxTokens, this.temperature, this.seed, this.turn]) {
       field.addEventListener("change", fn);
     }
@@ -44,6 +49,26 @@ export class Settings {
   forcePcm() {
     this.format.value = P.FORMAT.PCM16;
     this.format.querySelector(`option[value="${P.FORMAT.OPUS}"]`).disabled = true;
+  }
+
+  /** The speed slider's value as the label shows it (the slider keeps it within 0.25-4). */
+  showSpeed() {
+    this.speedValue.value = `${Number(this.speed.value)}×`;
+  }
+
+  /** Full-duplex models play in real time and take only speed 1: the slider is off for them. */
+  allowSpeed(allowed) {
+    this.speed.disabled = !allowed;
+    this.speed.title = allowed
+      ? "Playback speed, pitch unchanged (session.start's speed)"
+      : "This model converses in real time: its speed is fixed";
+  }
+
+  /** session.start's speed: left out at 1 (the server's default, and all a full-duplex
+   * model takes). */
+  speedValueForSession() {
+    const speed = Number(this.speed.value);
+    return this.speed.disabled || speed === 1 ? undefined : speed;
   }
 
   prebufferMs() {
@@ -75,6 +100,7 @@ export class Settings {
         repetition_penalty: q("repetition_penalty"),
       },
       turnDetection: this.turn.value ? { type: this.turn.value } : undefined,
+      speed: this.speedValueForSession(),
     };
   }
 

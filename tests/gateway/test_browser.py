@@ -120,6 +120,36 @@ def test_demo_pcm_fallback_without_webcodecs(server_url: str, browser_context) -
     page.close()
 
 
+def test_demo_speed_slider_sets_the_sessions_speed(server_url: str, browser_context) -> None:
+    """The Speed slider: moved to 2, the next Speak opens a session with `speed` 2 (echoed in
+    session.started) and the same greedy reply plays in half the time."""
+    page, problems = open_demo(browser_context, server_url + PAGE_QUERY)
+    assert page.input_value("#speed") == "1" and page.inner_text("#speed-value") == "1×"
+    first = speak_and_wait(page, "The same words twice.")
+    assert_played(first, problems, "opus")
+    assert first["speed"] is None  # speed 1 is not sent: the server's default
+    page.eval_on_selector(
+        "#speed",
+        """el => { el.value = "2"; el.dispatchEvent(new Event("input"));
+                  el.dispatchEvent(new Event("change")); }""",
+    )
+    assert page.inner_text("#speed-value") == "2×"
+    page.fill("#text", "The same words twice.")
+    page.click("#speak")
+    page.wait_for_function(
+        "() => { const s = window.voxgateStats; return s.responses.length > 1 && s.drained }",
+        timeout=SPEAK_TIMEOUT_MS,
+    )
+    second = page.evaluate("window.voxgateStats")
+    assert second["speed"] == 2
+    assert second["errors"] == [] and second["serverErrors"] == [] and problems.items == []
+    normal_ms, fast_ms = (r["audio_ms"] for r in second["responses"][:2])
+    assert abs(fast_ms - normal_ms / 2) <= 40, (normal_ms, fast_ms)
+    played_ms = second["samplesPlayed"] / 48  # both replies, as played
+    assert abs(played_ms - (normal_ms + fast_ms)) <= 40, (played_ms, normal_ms, fast_ms)
+    page.close()
+
+
 def test_demo_stop_cancels(server_url: str, browser_context) -> None:
     # Long enough not to end by itself before Stop is pressed.
     page, problems = open_demo(browser_context, server_url + "?max_tokens=2000&temperature=0")
