@@ -94,8 +94,8 @@ class ReplicaVoices:
                 try:
                     await engine.add_clip_voice(name, clip)
                 except ModelInputError as exc:  # it took the clip before: say so, serve on
-                    log.error("a rebuilt replica could not take voice %s again: %s", name, exc)
+                    log.error("a rebuilt engine could not take voice %s again: %s", name, exc)
         for name in given - self._clips.keys():
             engine.remove_clip_voice(name)
         if given:
-            log.info("a rebuilt replica was given the clients' voices again (%d)", len(self._clips))
+            log.info("a rebuilt engine was given the clients' voices again (%d)", len(self._clips))
