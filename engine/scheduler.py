@@ -260,7 +260,8 @@ class Scheduler:
         return out
 
     def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
-        live = [r for r in self.requests.values() if r.wants_tokens]
+        # A request of streamed text that has used up its text waits for more (append_text).
+        live = [r for r in self.requests.values() if r.wants_tokens and not r.awaits_text]
         if self.config.policy == "slack":
             undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
             lead = self._lead_cap(live, now)
