@@ -324,11 +324,12 @@ class EngineCore:
             request.played_report_time = self.clock()
 
     def has_work(self) -> bool:
-        """Requests that wait for streamed text alone (nothing to decode either) are no work:
-        the loop sleeps until a command (their text) comes."""
+        """Requests that wait for streamed text with nothing to decode are no work: the loop
+        sleeps until a command (their text) comes."""
+        frame = self.model.facts.frame_tokens
         return (
             any(
-                not r.awaits_text or r.pending_detok_tokens
+                not r.awaits_text or r.pending_detok_tokens >= frame
                 for r in self.scheduler.requests.values()
             )
             or self.detok.in_flight > 0

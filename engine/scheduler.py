@@ -323,6 +323,10 @@ class Scheduler:
         if request.finished:
             return True  # flush whatever is left, even nothing: it closes the stream
         pending = request.pending_detok_tokens
+        if request.awaits_text and pending >= self.facts.frame_tokens:
+            # Streamed text ran out: no frame comes before more text does, so the frames the
+            # text so far gave are decoded now rather than held for a chunk to fill.
+            return True
         if request.ttfa_critical:
             codec_s = self.detok_time_s if codec_s is None else codec_s
             return self._first_chunk_ready(request, now, codec_s)
