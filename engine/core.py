@@ -101,6 +101,9 @@ class EngineCore:
 
             self.profile = ProfileWindow(config.profile_dir, config.profile_at_streams, device)
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
+        if facts.appends_text and not facts.row_width:
+            # Streamed text's ids go into a column of each generated row (Worker._feed_text).
+            raise ValueError(f"{facts.name}: appends_text needs rows (ModelFacts.row_width)")
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
         self.llm_steps = 0  # LLM steps whose tokens were resolved (request traces' step time)

@@ -128,7 +128,8 @@ class ModelFacts:
     word_timings: bool = False
     # The model takes a request's text while it generates (models/text_feed.py): it opens
     # the request with preprocess_text_stream and turns later text into ids with
-    # extend_request (EngineClient.append_text). Others take the whole text up front.
+    # extend_request (EngineClient.append_text). Others take the whole text up front. Models
+    # with rows only (row_width): each id goes into a column of a generated row.
     appends_text: bool = False
 
     @property
