@@ -61,8 +61,9 @@ def length_shares(segments: list[str]) -> list[float]:
     return [len(s) / total for s in segments]
 
 
-# Streamed text opens its engine request at its first whole word: text up to a space.
-_WHOLE_WORD = re.compile(r"\S\s")
+# Streamed text opens its engine request at its first whole word: a non-space, then a space
+# (the model tokenises streamed text up to such a space: models/qwen3_tts/streamed_text.py).
+_WHOLE_WORD = re.compile(r"\S ")
 
 
 class Response:
