@@ -43,6 +43,7 @@ from models.voice_clip import PendingVoice, VoiceClip
 
 __all__ = [
     "AddClipVoice",
+    "AppendText",
     "AudioChunk",
     "Cancel",
     "Command",
@@ -129,6 +130,15 @@ class PushAudio:
 
 
 @dataclass(frozen=True)
+class AppendText:
+    """More text for a request submitted with SpeechRequest.text_stream; `final` closes it."""
+
+    request_id: str
+    text: str
+    final: bool
+
+
+@dataclass(frozen=True)
 class EndSession:
     """The user of a full-duplex session left: it ends between frames (`Finished` stop)."""
 
@@ -142,7 +152,9 @@ class EndConversation:
     conversation_id: str
 
 
-LoopCommand = Submit | Cancel | ReportPlayback | PushAudio | EndSession | EndConversation
+LoopCommand = (
+    Submit | Cancel | ReportPlayback | PushAudio | AppendText | EndSession | EndConversation
+)
 
 
 # --- commands: turn preparation (turn-based speech-to-speech models) ---------------------------
@@ -274,6 +286,12 @@ class EngineClient(Protocol):
     def report_playback(self, request_id: str, played_s: float) -> None: ...
 
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None: ...
+
+    def append_text(self, request_id: str, text: str, final: bool) -> None:
+        """More text for a request submitted with SpeechRequest.text_stream (ModelFacts.
+        appends_text); `final` closes it. Text the model cannot take ends the request
+        `failed` with the reason; text for an ended request is dropped."""
+        ...
 
     def end_session(self, request_id: str) -> None: ...
 

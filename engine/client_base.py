@@ -22,6 +22,7 @@ import numpy as np
 
 from engine.api import (
     AddClipVoice,
+    AppendText,
     Cancel,
     Command,
     EndConversation,
@@ -95,6 +96,10 @@ class ClientBase:
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
         """User audio for a full-duplex session (float32 mono at the model's rate)."""
         self._send(PushAudio(request_id, pcm), None)
+
+    def append_text(self, request_id: str, text: str, final: bool) -> None:
+        """More text for a streamed-text request (SpeechRequest.text_stream)."""
+        self._send(AppendText(request_id, text, final), None)
 
     def end_session(self, request_id: str) -> None:
         """The user of a full-duplex session left: it ends between frames (`Finished` stop)."""

@@ -101,6 +101,9 @@ class EngineCore:
 
             self.profile = ProfileWindow(config.profile_dir, config.profile_at_streams, device)
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
+        if facts.appends_text and not facts.row_width:
+            # Streamed text's ids go into a column of each generated row (Worker._feed_text).
+            raise ValueError(f"{facts.name}: appends_text needs rows (ModelFacts.row_width)")
         self._in_flight: LaunchedStep | None = None  # launched, tokens not resolved yet
         self.steps = 0
         self.llm_steps = 0  # LLM steps whose tokens were resolved (request traces' step time)
@@ -235,6 +238,7 @@ class EngineCore:
             conversation_id=spec.conversation_id if self.model.recurrent_state is None else None,
             delivery_hold_s=spec.delivery_hold_s,
             playback_rate=spec.playback_rate,
+            text_feed=prompt.text_feed,
         )
         if spec.word_timings and self.model.facts.word_timings and prompt.words:
             request.words = WordClock(prompt.words, self.model.facts.seconds_per_token)
@@ -251,6 +255,11 @@ class EngineCore:
         return request
 
     def _prompt(self, spec: SpeechRequest, options: dict[str, OptionValue]) -> Prompt:
+        if spec.text_stream:
+            if spec.turns is not None:
+                raise ModelInputError("a request of conversation turns takes no streamed text")
+            # The model's default refuses, naming the model, when it cannot take more text.
+            return self.model.preprocess_text_stream(spec.text, spec.voice, options)
         if spec.turns is None:
             if options:
                 return self.model.preprocess_with_options(spec.text, spec.voice, options)
@@ -266,6 +275,28 @@ class EngineCore:
 
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None:
         raise ModelInputError(f"{self.model.facts.name} takes no streamed audio input")
+
+    def append_text(self, request_id: str, text: str, final: bool) -> list[EngineEvent]:
+        """More of a streamed-text request's text (`final`: the last of it). Text for a request
+        that has ended is dropped (it was cancelled or stopped meanwhile). Text the model
+        cannot take ends the request `failed`, with the reason: it must not wait for text
+        forever."""
+        request = self.scheduler.requests.get(request_id)
+        if request is None or request.finished:
+            return []
+        feed = request.text_feed
+        if feed is None or feed.final:
+            why = "its text is final already" if feed else "it was not opened for streamed text"
+            raise ModelInputError(f"request {request_id!r} takes no more text: {why}")
+        try:
+            feed.extend(self.model.extend_request(request.extras, text, final), final)
+        except ModelInputError as exc:
+            request.status = RequestStatus.FINISHED_FAILED
+            self.scheduler.remove(request_id)
+            self.worker.drop_request(request_id)
+            failed = self.audio.finished(request, FinishReason.FAILED)
+            return [dataclasses.replace(failed, error=str(exc))]
+        return []
 
     def end_session(self, request_id: str) -> list[EngineEvent]:
         """Only full-duplex sessions end this way (engine/duplex.py); nothing to end here."""
@@ -296,8 +327,16 @@ class EngineCore:
             request.played_report_time = self.clock()
 
     def has_work(self) -> bool:
+        """Requests that wait for streamed text with nothing to decode are no work: the loop
+        sleeps until a command (their text) comes."""
+        frame = self.model.facts.frame_tokens
         return (
-            bool(self.scheduler.requests) or self.detok.in_flight > 0 or self._in_flight is not None
+            any(
+                not r.awaits_text or r.pending_detok_tokens >= frame
+                for r in self.scheduler.requests.values()
+            )
+            or self.detok.in_flight > 0
+            or self._in_flight is not None
         )
 
     def stats(self, stepping: bool = True) -> EngineStats:

@@ -174,6 +174,9 @@ class DuplexEngine:
         """The user hung up: the session ends between frames (status stop)."""
         return self._end(session_id, FinishReason.STOP)
 
+    def append_text(self, request_id: str, text: str, final: bool) -> list[EngineEvent]:
+        raise ModelInputError(f"{self.model.facts.name} takes no streamed text")
+
     def cancel(self, session_id: str) -> list[EngineEvent]:
         return self._end(session_id, FinishReason.CANCELLED)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from engine.api import (
     AddClipVoice,
+    AppendText,
     Cancel,
     Command,
     EndConversation,
@@ -53,6 +54,8 @@ class EngineLoop(Protocol):
     def report_playback(self, request_id: str, played_s: float) -> None: ...
 
     def push_audio(self, request_id: str, pcm: np.ndarray) -> None: ...
+
+    def append_text(self, request_id: str, text: str, final: bool) -> list[EngineEvent]: ...
 
     def end_session(self, request_id: str) -> list[EngineEvent]: ...
 
@@ -97,6 +100,8 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
             loop.report_playback(request_id, played_s)
         case PushAudio(request_id, pcm):
             loop.push_audio(request_id, pcm)
+        case AppendText(request_id, text, final):
+            return Applied(events=tuple(loop.append_text(request_id, text, final)))
         case EndSession(request_id):
             return Applied(events=tuple(loop.end_session(request_id)))
         case EndConversation(conversation_id):

@@ -123,6 +123,9 @@ class SpeechRequest:
     # Time the words as they are spoken (WordTimings events), where the model knows them
     # (ModelFacts.word_timings); ignored for other models.
     word_timings: bool = False
+    # `text` is the start of a text still arriving: the rest comes by append_text, the last
+    # piece with final=True. Only for models with ModelFacts.appends_text (else refused).
+    text_stream: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from engine.request_trace import RequestTrace
     from engine.word_timing import WordClock
     from models.request_options import OptionValue
+    from models.text_feed import TextFeed
 
 # One step's token: a vocabulary id, or a row of ids for models with a depth stage (CSM: a
 # frame's codebooks plus a text column). Same alias as models.base.Token (no torch here).
@@ -129,6 +130,9 @@ class Request:
     # The request's model options, checked and with the model's defaults filled in
     # (ModelFacts.request_options; {} for a model that takes none): the sample stage's too.
     model_options: dict[str, OptionValue] = field(default_factory=dict)
+    # Streamed text (SpeechRequest.text_stream): the ids its generated tokens take, extended
+    # by append_text; the request waits while it has none (models/text_feed.py).
+    text_feed: TextFeed | None = None
     # The request's timeline when the engine traces requests (engine/request_trace.py).
     trace: RequestTrace | None = None
 
@@ -148,6 +152,11 @@ class Request:
         """Whether another LLM step may be launched for this request. max_tokens is known
         without the token values: a request whose last allowed token is in flight waits."""
         return not self.status.finished and self.num_generated < self.sampling.max_tokens
+
+    @property
+    def awaits_text(self) -> bool:
+        """Streamed text: the next token needs text that has not arrived yet."""
+        return self.text_feed is not None and not self.text_feed.ready
 
     @property
     def num_prompt_tokens(self) -> int:

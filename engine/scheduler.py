@@ -260,7 +260,8 @@ class Scheduler:
         return out
 
     def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
-        live = [r for r in self.requests.values() if r.wants_tokens]
+        # A request of streamed text that has used up its text waits for more (append_text).
+        live = [r for r in self.requests.values() if r.wants_tokens and not r.awaits_text]
         if self.config.policy == "slack":
             undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
             lead = self._lead_cap(live, now)
@@ -322,6 +323,10 @@ class Scheduler:
         if request.finished:
             return True  # flush whatever is left, even nothing: it closes the stream
         pending = request.pending_detok_tokens
+        if request.awaits_text and pending >= self.facts.frame_tokens:
+            # Streamed text ran out: no frame comes before more text does, so the frames the
+            # text so far gave are decoded now rather than held for a chunk to fill.
+            return True
         if request.ttfa_critical:
             codec_s = self.detok_time_s if codec_s is None else codec_s
             return self._first_chunk_ready(request, now, codec_s)

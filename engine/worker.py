@@ -271,6 +271,8 @@ class Worker:
         allow_stop = [
             r.num_generated >= r.sampling.min_tokens
             and (self._may_stop is None or self._may_stop(r.prompt_ids, r.output_ids))
+            # Streamed text: never end before the final text is read.
+            and (r.text_feed is None or r.text_feed.drained)
             for r in reqs
         ]
         # Positions count the tokens still in flight (num_generated), never only resolved ones.
@@ -291,6 +293,7 @@ class Worker:
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]
         if self.row_width:
             tokens = self._depth_stage(hidden[last_rows], tokens, reqs, rows)  # [N, W]
+            self._feed_text(tokens, reqs)
         return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
 
     def _depth_stage(
@@ -309,6 +312,17 @@ class Worker:
             # A copy: the replay's output buffer is overwritten by the next step's replay.
             return self.depth_graphs.run(hidden, first, inputs).clone()
         return self.model.depth_stage(hidden, first, DeviceCodeSampler(inputs, plan))
+
+    def _feed_text(self, tokens: torch.Tensor, reqs: list[Request]) -> None:
+        """Streamed text: each such request's next text id goes into its row's text column
+        (models/text_feed.py), so that the row, fed back as the next input, carries it."""
+        fed = [(i, r.text_feed) for i, r in enumerate(reqs) if r.text_feed is not None]
+        if not fed:
+            return
+        rows = upload([i for i, _ in fed], torch.long, self.device)
+        columns = upload([f.column for _, f in fed], torch.long, self.device)
+        ids = upload([f.take() for _, f in fed], torch.long, self.device)
+        tokens.index_put_((rows, columns), ids)
 
     def _prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
         """attn.prepare, fenced: FlashInfer's plan() stages its work arrays in a page-locked

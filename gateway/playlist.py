@@ -170,6 +170,7 @@ class ResponseQueue:
         response = Response(
             f"resp_{uuid.uuid4().hex[:12]}",
             SentenceSegmenter(s.min_segment_chars, s.max_segment_chars),
+            appends_text=self._engine.facts.appends_text,
         )
         self._waiting.append(response)
         self._ready.set()

@@ -142,6 +142,10 @@ class ReplicaPool:
         if (replica := self._serving(request_id)) is not None:
             replica.push_audio(request_id, pcm)
 
+    def append_text(self, request_id: str, text: str, final: bool) -> None:
+        if (replica := self._serving(request_id)) is not None:
+            replica.append_text(request_id, text, final)
+
     def end_session(self, request_id: str) -> None:
         if (replica := self._serving(request_id)) is not None:
             replica.end_session(request_id)

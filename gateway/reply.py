@@ -264,6 +264,11 @@ class ReplyLifecycle:
         if self.generating(request_id):
             self._engine.report_playback(request_id, played_s)
 
+    def append_text(self, request_id: str, text: str, final: bool) -> None:
+        """More text for a streamed-text request (SpeechRequest.text_stream), while it runs."""
+        if self.generating(request_id):
+            self._engine.append_text(request_id, text, final)
+
     def request_ended(self, request_id: str) -> None:
         """The engine finished the request: there is nothing left to cancel."""
         if self._requests.get(request_id) is not RequestState.REFUSED:

@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import re
 from dataclasses import dataclass, field
 
 from engine.api import (
@@ -60,22 +61,43 @@ def length_shares(segments: list[str]) -> list[float]:
     return [len(s) / total for s in segments]
 
 
-class Response:
-    """The text side of a response, from its first `text` event to `final`."""
+# Streamed text opens its engine request at its first whole word: a non-space, then a space
+# (the model tokenises streamed text up to such a space: models/qwen3_tts/streamed_text.py).
+_WHOLE_WORD = re.compile(r"\S ")
 
-    def __init__(self, response_id: str, segmenter: SentenceSegmenter) -> None:
+
+class Response:
+    """The text side of a response, from its first `text` event to `final`.
+
+    For a model that takes text into a running request (`appends_text`), text that streams
+    (its first `text` not final) is not cut into sentences: the response is one engine
+    request, opened with the first whole word, and every later piece is appended to it
+    (`next_piece`), so speech starts after a word and its prosody runs on across sentences."""
+
+    def __init__(
+        self, response_id: str, segmenter: SentenceSegmenter, appends_text: bool = False
+    ) -> None:
         self.response_id = response_id
         self.text_chars = 0
         self.input_closed = False
         self._segmenter = segmenter
+        self._appends_text = appends_text
+        self.streamed = False  # decided by the first `text`: streams into one engine request
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()  # None: input closed
+        self._pieces: asyncio.Queue[tuple[str, bool] | None] = asyncio.Queue()  # streamed
         self.token_shares: list[float] | None = None  # per segment, when known up front
         # The response's own model options over the session's (its first `text` set them).
         self.model_options: dict[str, OptionValue] | None = None
 
     def add_text(self, text: str, final: bool) -> None:
         single_shot = final and self.text_chars == 0
+        if self.text_chars == 0:
+            self.streamed = self._appends_text and not final
         self.text_chars += len(text)
+        if self.streamed:
+            self._pieces.put_nowait((text, final))
+            self.input_closed = final
+            return
         segments = self._segmenter.push(text)
         if final:
             segments += self._segmenter.finish()
@@ -94,9 +116,24 @@ class Response:
         if not self.input_closed:
             self.input_closed = True
             self._segments.put_nowait(None)
+            self._pieces.put_nowait(None)
 
     async def next_segment(self) -> str | None:
         return await self._segments.get()
+
+    async def next_piece(self) -> tuple[str, bool] | None:
+        """Streamed text: the next (text, final); None: the input closed without `final`."""
+        return await self._pieces.get()
+
+    async def opening_text(self) -> tuple[str, bool] | None:
+        """Streamed text: the text up to its first whole word (or all of it, when `final`
+        comes first), and whether it is final; None: closed without `final`."""
+        text = ""
+        while (piece := await self.next_piece()) is not None:
+            text += piece[0]
+            if piece[1] or _WHOLE_WORD.search(text.lstrip()):
+                return text, piece[1]
+        return None
 
 
 @dataclass(eq=False)
@@ -207,6 +244,9 @@ class ResponseRunner:
 
     # --- submitter and collectors ----------------------------------------------------------
     async def _submit_all(self) -> None:
+        if self.response.streamed:
+            await self._submit_streamed()
+            return
         slots = asyncio.Semaphore(self._settings.segment_pipeline_depth)
         while (text := await self.response.next_segment()) is not None:
             await slots.acquire()
@@ -237,6 +277,45 @@ class ResponseRunner:
             self._spawn(self._collect(segment, stream, slots))
             self._ordered.put_nowait(segment)
         self._ordered.put_nowait(None)
+
+    async def _submit_streamed(self) -> None:
+        """One engine request for the whole streamed text: opened with its first whole word,
+        every later piece appended as it comes (EngineClient.append_text)."""
+        opening = await self.response.opening_text()
+        if opening is None:  # closed (barge-in) before a word came
+            self._ordered.put_nowait(None)
+            return
+        text, final = opening
+        segment = Segment(f"{self.response.response_id}-s0")
+        self.segments.append(segment)
+        opts = self._options
+        request = SpeechRequest(
+            text,
+            opts.voice,
+            opts.sampling,
+            segment.request_id,
+            delivery_hold_s=self.reply.delivery_hold_s,
+            playback_rate=opts.speed,
+            model_options=opts.model_options,
+            word_timings=opts.word_timings,
+            text_stream=not final,
+        )
+        stream = await self.reply.submit(request)
+        if stream is None:  # refused (the client was told why)
+            segment.events.put_nowait(Finished(segment.request_id, FinishReason.FAILED, 0))
+        else:
+            self._spawn(self._collect(segment, stream, asyncio.Semaphore(0)))
+        self._ordered.put_nowait(segment)
+        self._ordered.put_nowait(None)
+        while stream is not None and not final:
+            piece = await self.response.next_piece()
+            if piece is None:  # closed without `final`: the run's end cancels the request
+                return
+            text, final = piece
+            self._log.debug(
+                "streamed text %s chars=%d final=%s", segment.request_id, len(text), final
+            )
+            self.reply.append_text(segment.request_id, text, final)
 
     async def _collect(
         self, segment: Segment, stream: ResponseStream, slots: asyncio.Semaphore

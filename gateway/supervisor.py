@@ -180,6 +180,9 @@ class SupervisedEngine:
     def push_audio(self, request_id: str, pcm) -> None:
         self._engine.push_audio(request_id, pcm)
 
+    def append_text(self, request_id: str, text: str, final: bool) -> None:
+        self._engine.append_text(request_id, text, final)
+
     def end_session(self, request_id: str) -> None:
         self._engine.end_session(request_id)
 
@@ -338,6 +341,9 @@ class _Stopped:
         pass
 
     def push_audio(self, request_id: str, pcm) -> None:
+        pass
+
+    def append_text(self, request_id: str, text: str, final: bool) -> None:
         pass
 
     def end_session(self, request_id: str) -> None:

@@ -19,6 +19,7 @@ import torch
 from models.device_util import upload
 from models.recurrent_state import RecurrentStatePool
 from models.request_options import OptionSpec, OptionValue
+from models.text_feed import TextFeed
 from models.voice_clip import ClipRules, PendingVoice, VoiceClip
 
 # A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
@@ -125,6 +126,11 @@ class ModelFacts:
     # The model knows which word of its text each generated token says (reading_position and
     # Prompt.words), so the engine can time the words it speaks (engine/word_timing.py).
     word_timings: bool = False
+    # The model takes a request's text while it generates (models/text_feed.py): it opens
+    # the request with preprocess_text_stream and turns later text into ids with
+    # extend_request (EngineClient.append_text). Others take the whole text up front. Models
+    # with rows only (row_width): each id goes into a column of a generated row.
+    appends_text: bool = False
 
     @property
     def seconds_per_token(self) -> float:
@@ -184,6 +190,9 @@ class Prompt:
     extras: dict[str, Any] = field(default_factory=dict)
     # Models with facts.word_timings: the text's words, in order, with their reading positions.
     words: tuple[TextWord, ...] = ()
+    # A request opened for streamed text (preprocess_text_stream): the ids it consumes as it
+    # generates, extended by extend_request.
+    text_feed: TextFeed | None = None
 
 
 @dataclass
@@ -253,6 +262,23 @@ class SpeechModel(abc.ABC):
         its prompt on them (Chatterbox's exaggeration) overrides this; the engine keeps
         `options` with the request for candidates_with_options. Default: preprocess."""
         return self.preprocess(text, voice)
+
+    def preprocess_text_stream(
+        self, text: str, voice: str | None, options: dict[str, OptionValue]
+    ) -> Prompt:
+        """Models with facts.appends_text: open a request whose text is still arriving with
+        its first part; the Prompt's text_feed holds the ids it consumes as it generates."""
+        raise ModelInputError(
+            f"{self.facts.name} cannot take streamed text into a running request; send the "
+            "whole text (the gateway cuts streamed text into sentences for it)"
+        )
+
+    def extend_request(self, extras: dict[str, Any], text: str, final: bool) -> list[int]:
+        """Models with facts.appends_text: more of a streamed request's text (`final`: the
+        last of it) → the ids to append to its text_feed. `extras` is the request's
+        Prompt.extras, where the model keeps what it needs between pieces. Raises
+        ModelInputError for text it cannot take."""
+        raise ModelInputError(f"{self.facts.name} cannot take streamed text")
 
     def preprocess_turns(self, turns: Sequence[Any]) -> Prompt:
         """Turn-based models (facts.accepts_turns): the conversation so far (the model's own

@@ -3,6 +3,7 @@ from the engine's sampler → code predictor for codebooks 1..15 → streaming 1
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,7 +33,9 @@ from models.qwen3_tts.family import (
 )
 from models.qwen3_tts.predictor import CodePredictor
 from models.qwen3_tts.speaker_encoder import SpeakerEncoder, log_mel
+from models.qwen3_tts.streamed_text import StreamedText
 from models.qwen3_tts.talker import Talker
+from models.text_feed import TextFeed
 from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 
 MAX_TEXT_CHARS = 4000
@@ -126,6 +129,10 @@ class Qwen3TtsModel(SpeechModel):
                 no_instruction,
                 designs_voice=not ids.speakers and speaker_encoder is None,
             ),
+            # Streamed text (the package's streaming-text layout): CustomVoice and VoiceDesign.
+            # A Base model's voices cloned in context align their whole text with the clip's
+            # codes in the prompt, so its streamed text goes sentence by sentence.
+            appends_text=speaker_encoder is None,
         )
         self.shape = BackboneShape.of(talker.args, talker)
 
@@ -232,6 +239,42 @@ class Qwen3TtsModel(SpeechModel):
             raise ModelInputError("text is empty: give the model something to say")
         if len(text) > MAX_TEXT_CHARS:
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        request = self._prompt_request(text, voice, options)
+        rows = P.prompt_rows(self.encode, self.ids, request, self.k)
+        extras = {} if request.reference is None else {"reference_codes": request.reference.codes}
+        return Prompt(rows, extras)
+
+    def preprocess_text_stream(self, text: str, voice: str | None, options: dict) -> Prompt:
+        """A request whose text is still arriving, opened with its start (at least one whole
+        word: text up to a space): the prompt ends with the first text token, and every later
+        one is fed with a generated frame (extend_request), as the package's streaming-text
+        generate feeds them."""
+        if not self.facts.appends_text:
+            return super().preprocess_text_stream(text, voice, options)
+        request = self._prompt_request(text, voice, options)
+        streamed = StreamedText(self.encode, MAX_TEXT_CHARS)
+        first = streamed.add(text, final=False)
+        if not first:
+            raise ModelInputError(
+                "streamed text opens with at least one whole word (text up to a space); "
+                "send the rest as it comes"
+            )
+        rows = P.streaming_prompt_rows(self.encode, self.ids, request, self.k, first[0])
+        feed = TextFeed(column=self.k, filler=self.ids.tts_pad, pending=deque(first[1:]))
+        return Prompt(rows, {"streamed_text": streamed}, text_feed=feed)
+
+    def extend_request(self, extras: dict[str, Any], text: str, final: bool) -> list[int]:
+        streamed = extras.get("streamed_text")
+        if not isinstance(streamed, StreamedText):
+            raise ModelInputError("this request was not opened for streamed text")
+        ids = streamed.add(text, final)
+        if final:
+            if not streamed.ids:
+                raise ModelInputError("text is empty: give the model something to say")
+            ids = [*ids, self.ids.tts_eos]
+        return ids
+
+    def _prompt_request(self, text: str, voice: str | None, options: dict) -> P.PromptRequest:
         speaker, clone = self._speaker(voice)
         chosen = read_request_options(options)
         instruction = chosen.instruction.strip()
@@ -243,7 +286,7 @@ class Qwen3TtsModel(SpeechModel):
             raise ModelInputError(
                 f"the instruction is limited to {MAX_INSTRUCTION_CHARS} characters"
             )
-        request = P.PromptRequest(
+        return P.PromptRequest(
             text,
             speaker,
             chosen.language or "auto",
@@ -251,9 +294,6 @@ class Qwen3TtsModel(SpeechModel):
             None if clone is None else clone.row,
             None if clone is None else clone.reference,
         )
-        rows = P.prompt_rows(self.encode, self.ids, request, self.k)
-        extras = {} if request.reference is None else {"reference_codes": request.reference.codes}
-        return Prompt(rows, extras)
 
     # 2. forward ------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:

@@ -113,15 +113,12 @@ def language_id(ids: CodecIds, request: PromptRequest) -> int | None:
     return chosen
 
 
-def prompt_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: int) -> list[Row]:
-    """The prompt's rows; `width` is the number of codebooks (rows are width + 1 long)."""
-    text_ids = encode(f"<|im_start|>assistant\n{request.text}<|im_end|>\n<|im_start|>assistant\n")
-    if len(text_ids) < 9:
-        raise ModelInputError("text is empty after tokenisation: give the model something to say")
+def _head_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: int) -> list[Row]:
+    """[instruction], the role, and the codec prefix up to (not including) codec bos."""
     rows: list[Row] = []
     if request.instruction:
         rows += _text_rows(encode(f"<|im_start|>user\n{request.instruction}<|im_end|>\n"), width)
-    rows += _text_rows(text_ids[:3], width)
+    rows += _text_rows(encode("<|im_start|>assistant\n")[:3], width)
     lang = language_id(ids, request)
     codec = (
         [ids.nothink, ids.think_bos, ids.think_eos]
@@ -132,10 +129,18 @@ def prompt_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: in
         codec.append(request.speaker_row)
     elif request.speaker is not None:
         codec.append(ids.speakers[request.speaker])
-    codec += [ids.pad, ids.bos]
-    prefix = codec[:-1]
-    rows += [_row(c, ids.tts_pad, width) for c in prefix[:-1]]
-    rows.append(_row(prefix[-1], ids.tts_bos, width))
+    codec.append(ids.pad)
+    rows += [_row(c, ids.tts_pad, width) for c in codec[:-1]]
+    rows.append(_row(codec[-1], ids.tts_bos, width))
+    return rows
+
+
+def prompt_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: int) -> list[Row]:
+    """The prompt's rows; `width` is the number of codebooks (rows are width + 1 long)."""
+    text_ids = encode(f"<|im_start|>assistant\n{request.text}<|im_end|>\n<|im_start|>assistant\n")
+    if len(text_ids) < 9:
+        raise ModelInputError("text is empty after tokenisation: give the model something to say")
+    rows = _head_rows(encode, ids, request, width)
     spoken = text_ids[3:-5]
     if request.reference is not None:  # the clip's transcript, then the text, then its codes
         spoken = [*request.reference.text_ids, *spoken]
@@ -144,3 +149,16 @@ def prompt_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: in
     if request.reference is not None:
         rows += [(*map(int, frame), ids.tts_pad) for frame in request.reference.codes]
     return rows
+
+
+def streaming_prompt_rows(
+    encode: Encode, ids: CodecIds, request: PromptRequest, width: int, first_text_id: int
+) -> list[Row]:
+    """The package's streaming-text layout (generate's non_streaming_mode=False): the same
+    head, then codec bos with the text's first token; every later token of the text, then
+    tts_eos, then tts_pad, goes in with a generated frame, one a frame (its text column),
+    so the talker needs only the text's start to begin. Not for in-context cloning, whose
+    layout aligns the whole text with the clip's codes."""
+    if request.reference is not None:
+        raise ModelInputError("a voice cloned in context takes its text whole, not streamed")
+    return [*_head_rows(encode, ids, request, width), _row(ids.bos, first_text_id, width)]

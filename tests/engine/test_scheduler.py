@@ -412,3 +412,33 @@ def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
     admit(off, prompt_len=20, arrival=0.0)
     off.busy_step_s = 10 * token_s
     admit(off, prompt_len=20, arrival=0.1)
+
+
+def test_a_request_of_streamed_text_waits_for_text_and_decodes_what_it_has():
+    """Streamed text (models/text_feed.py): the request is not scheduled while its feed is
+    empty, runs one token per id, and, out of text, has its frames decoded without waiting
+    for a chunk to fill."""
+    from models.text_feed import TextFeed
+
+    sched = make_scheduler()
+    req = admit(sched, prompt_len=10, arrival=0.0)
+    req.text_feed = TextFeed(column=1, filler=0)
+    assert req.awaits_text and sched.schedule(0.0).chunks == []
+    ids = 2 * FACTS.frame_tokens
+    req.text_feed.extend([5] * ids, final=False)
+    now = 0.0
+    for _ in range(2 * ids):
+        for chunk in sched.schedule(now).chunks:
+            chunk.request.num_computed = chunk.start + chunk.num_tokens
+            if chunk.samples:  # the worker takes one id per sampled token
+                req.text_feed.take()
+                req.output_ids.append(7)
+                req.status = RequestStatus.RUNNING
+        now += 0.01
+    assert len(req.output_ids) == ids < FACTS.first_chunk_tokens  # it stopped at its text
+    assert req.awaits_text and sched.schedule(now).chunks == []
+    assert sched.schedule_detok(now) == [req]  # a partial first chunk: no more frames come
+    req.text_feed.extend([], final=True)
+    assert not req.awaits_text and req.text_feed.drained
+    assert [c.request for c in sched.schedule(now).chunks] == [req]
+    assert req.text_feed.take() == 0  # the filler, after the final text

@@ -190,3 +190,33 @@ def test_a_single_shot_text_shares_its_token_budget_among_segments():
     streamed.add_text(first, final=False)
     streamed.add_text(second, final=True)
     assert streamed.token_shares is None  # the future was unknown: each segment gets it all
+
+
+async def test_streamed_text_for_a_model_that_appends_text_opens_at_its_first_whole_word():
+    """A response for a model that takes text into a running request: streamed text is not
+    segmented, its opening waits for a word followed by a space (a line break is not enough:
+    the model tokenises up to a space), later pieces follow in order; text sent whole, or for
+    another model, is segmented as before."""
+    from gateway.response import Response
+    from gateway.segmenter import SentenceSegmenter
+
+    response = Response("r1", SentenceSegmenter(), appends_text=True)
+    for piece in ["  Hel", "lo\nthe", "re, ", "you. More text follows"]:
+        response.add_text(piece, final=False)
+    response.add_text(".", final=True)
+    assert response.streamed and response.input_closed
+    assert await response.opening_text() == ("  Hello\nthere, ", False)
+    assert await response.next_piece() == ("you. More text follows", False)
+    assert await response.next_piece() == (".", True)
+
+    closed = Response("r2", SentenceSegmenter(), appends_text=True)
+    closed.add_text("Hel", final=False)
+    closed.close_input()  # a barge-in before the first word
+    assert await closed.opening_text() is None
+
+    whole = Response("r3", SentenceSegmenter(), appends_text=True)
+    whole.add_text("All of it at once.", final=True)
+    assert not whole.streamed and await whole.next_segment() == "All of it at once."
+    plain = Response("r4", SentenceSegmenter())
+    plain.add_text("Streamed, for a model that takes text whole. ", final=False)
+    assert not plain.streamed

@@ -5,11 +5,12 @@ engine's own, and a speaker the checkpoint lacks is refused with the ones it has
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
 import websockets
-from gateway_testkit import collect_response, recv_json, send, start_session
+from gateway_testkit import Played, collect_response, recv_json, send, start_session
 
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
@@ -159,3 +160,77 @@ def test_the_speech_endpoint_takes_text_options_and_refuses_bad_ones(q3_server):
 
 def _audio(event) -> bool:
     return isinstance(event, AudioChunk)
+
+
+STREAMED = ["Hello fr", "om the ", "gateway, in pieces."]
+STREAM_SAMPLING = {"temperature": 0.0, "max_tokens": 48}
+
+
+async def _first_audio(ws) -> tuple[dict, bytes]:
+    """response.started, then the response's first audio frame."""
+    started = await recv_json(ws)
+    assert started["type"] == "response.started", started
+    while not isinstance(message := await asyncio.wait_for(ws.recv(), 30), bytes):
+        raise AssertionError(f"an event before the first audio: {message}")
+    return started, message
+
+
+async def test_streamed_text_is_one_request_that_speaks_before_the_text_is_complete(
+    q3_server, q3_engine
+):
+    """Text in three pieces with final:false, then final:true: audio comes before the last
+    pieces are sent, and the whole response is the engine's audio for one request fed that
+    text (not one per sentence)."""
+    async with websockets.connect(q3_server.url) as ws:
+        await start_session(ws, sampling=STREAM_SAMPLING, output_audio=PCM24, voice="ryan")
+        await send(ws, type="text", text=STREAMED[0], final=False)
+        await send(ws, type="text", text=STREAMED[1], final=False)
+        started, first = await _first_audio(ws)  # the text is not complete yet
+        await send(ws, type="text", text=STREAMED[2], final=False)
+        await send(ws, type="text", text="", final=True)
+        played = await collect_response_after_start(ws, started)
+    got = np.frombuffer(first + b"".join(played.frames), dtype="<i2").astype(np.float32) / 32768
+    params = SamplingParams(**{**q3_engine.facts.sampling_defaults, **STREAM_SAMPLING})
+    spec = SpeechRequest(STREAMED[0], "ryan", params, text_stream=True)
+    stream = await q3_engine.submit(spec)
+    q3_engine.append_text(stream.request_id, "".join(STREAMED[1:]), final=True)
+    want = np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)])
+    # The request read all the text (one frame a token, its first in the prompt) and stopped
+    # or ran to length after it.
+    assert len(want) >= (len("".join(STREAMED)) - 1) * 1920
+    assert played.done["status"] in ("completed", "length")
+    assert played.done["audio_ms"] == len(want) // 24
+    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768
+
+
+async def test_a_streamed_response_is_cancelled_while_its_text_still_comes(q3_server):
+    async with websockets.connect(q3_server.url) as ws:
+        await start_session(ws, sampling=STREAM_SAMPLING, output_audio=PCM24, voice="ryan")
+        await send(ws, type="text", text="Hello there, this goes on ", final=False)
+        await _first_audio(ws)
+        await send(ws, type="response.cancel")
+        done = None
+        while done is None:
+            message = await asyncio.wait_for(ws.recv(), 30)
+            if isinstance(message, str) and json.loads(message)["type"] == "response.done":
+                done = json.loads(message)
+        assert done["status"] == "cancelled"
+        # The session goes on: a new response plays in full.
+        await send(ws, type="text", text=TEXT)
+        played = await collect_response(ws)
+    assert played.done["status"] in ("completed", "length") and played.frames
+
+
+async def collect_response_after_start(ws, started: dict) -> Played:
+    """collect_response for a response whose response.started was read already."""
+    played = Played(started=started, done={})
+    while True:
+        message = await asyncio.wait_for(ws.recv(), 60)
+        if isinstance(message, bytes):
+            played.frames.append(message)
+            continue
+        event = json.loads(message)
+        if event["type"] == "response.done":
+            played.done = event
+            return played
+        played.events.append(event)

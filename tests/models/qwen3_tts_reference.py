@@ -140,7 +140,7 @@ def main(ref: str, job_path: str, out_path: str) -> None:
             instruct_ids=[torch.tensor([i]) if i else None for i in g["instruct_ids"]],
             languages=g["languages"],
             speakers=g["speakers"],
-            non_streaming_mode=True,
+            non_streaming_mode=g.get("non_streaming_mode", True),
             do_sample=False,
             subtalker_dosample=False,
             repetition_penalty=1.0,
