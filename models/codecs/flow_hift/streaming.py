@@ -161,8 +161,10 @@ class FlowHiftDetokenizer:
         self, prompt_tokens: list[int], prompt_mel: torch.Tensor, speaker: torch.Tensor
     ) -> FlowHiftStream:
         # Chunk-causal attention counts its chunks from the prompt's first token: a prompt of
-        # whole chunks keeps the generated chunks on the grid. Full attention has no grid.
-        if self.flow.encoder.chunk and len(prompt_tokens) % self.chunk:
+        # whole chunks keeps the generated chunks on the grid. Full attention has no grid, and
+        # a prompt that is one chunk of its own (Step-Audio 2) starts the grid where it ends.
+        on_grid = self.flow.encoder.chunk and not self.flow.cfg.prompt_chunk
+        if on_grid and len(prompt_tokens) % self.chunk:
             raise ValueError(
                 f"prompt tokens ({len(prompt_tokens)}) must be a multiple of the chunk {self.chunk}"
             )
