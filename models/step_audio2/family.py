@@ -77,9 +77,9 @@ FAMILY = ModelFamily(
     name="Step-Audio 2",
     presets={
         "tiny-step-audio2": "Step-Audio 2 scaled down (audio encoder + adapter, Qwen2 decoder, "
-        "flow + HiFT token2wav), seeded random weights",
-        "step-audio2-mini": "stepfun-ai/Step-Audio-2-mini (its DiT token2wav at 24 kHz; a voice clip: "
-        f"${PROMPT_WAV_ENV})",
+        "its DiT flow + HiFT token2wav), seeded random weights",
+        "step-audio2-mini": "stepfun-ai/Step-Audio-2-mini (its DiT flow + HiFT token2wav, "
+        f"24 kHz; voice clip: ${PROMPT_WAV_ENV})",
     },
     load=_load,
     recognises=_recognises,
