@@ -90,8 +90,20 @@ $(REFERENCE_DIR)/.installed-qwen3-tts: $(BIN)/python
 		|| echo "warning: could not install the qwen-tts reference; its parity tests will be skipped"
 	@if [ -d $(REFERENCE_DIR)/qwen_tts ] && [ -d $(REFERENCE_DIR)/tf457/transformers ]; then touch $@; fi
 
+# StepFun's Step-Audio2 code (tests/models/official_step_audio2.py): the flow + DiT modules of
+# Step-Audio 2's token2wav. Not a pip package, so a shallow clone at a pinned commit; its one
+# import the venv lacks, einops, comes with the qwen-tts reference above.
+STEP_AUDIO2_REF := https://github.com/stepfun-ai/Step-Audio2
+STEP_AUDIO2_COMMIT := 3556c4ce46eb05f7ff20374bd6359c8dd0aef6cf
+$(REFERENCE_DIR)/.installed-step-audio2:
+	@rm -rf $(REFERENCE_DIR)/step_audio2 && mkdir -p $(REFERENCE_DIR)/step_audio2
+	cd $(REFERENCE_DIR)/step_audio2 && git init -q && git remote add origin $(STEP_AUDIO2_REF) \
+		&& git fetch -q --depth 1 origin $(STEP_AUDIO2_COMMIT) && git checkout -q FETCH_HEAD \
+		|| echo "warning: could not fetch the Step-Audio2 code; its parity tests will be skipped"
+	@if [ -d $(REFERENCE_DIR)/step_audio2/cosyvoice2 ]; then touch $@; fi
+
 reference-deps: $(REFERENCE_STAMP) $(REFERENCE_DIR)/.zonos-installed \
-	$(REFERENCE_DIR)/.installed-qwen3-tts
+	$(REFERENCE_DIR)/.installed-qwen3-tts $(REFERENCE_DIR)/.installed-step-audio2
 
 test: setup browser-deps teacher-deps zonos-deps reference-deps
 	$(BIN)/ruff check gateway engine models training voxbench voxgate tests bench

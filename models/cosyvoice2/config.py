@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from models.checkpoint_errors import CheckpointError
+from models.codecs.flow_hift.dit_estimator import DitConfig
 
 CONFIG_FILE = "cosyvoice2.yaml"
 
@@ -66,14 +67,22 @@ def _resolve_literal(expr: str) -> Any:
 
 
 def read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint folder {path.parent} lacks {path.name}") from None
+    return parse_yaml_text(text, str(path))
+
+
+def parse_yaml_text(text: str, where: str) -> dict:
+    """HyperPyYAML text as data (tags never imported, references resolved); `where` names it
+    in errors."""
     import yaml
 
     try:
-        raw = yaml.load(path.read_text(), Loader=_loader())  # noqa: S506 - our SafeLoader subclass
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint folder {path.parent} lacks {path.name}") from None
+        raw = yaml.load(text, Loader=_loader())  # noqa: S506 - our SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise CheckpointError(f"{path} is not valid YAML: {exc}") from None
+        raise CheckpointError(f"{where} is not valid YAML: {exc}") from None
     return _resolve(raw, raw)
 
 
@@ -119,10 +128,14 @@ class FlowConfig:
     token_mel_ratio: int
     pre_lookahead_len: int
     encoder: EncoderConfig
-    estimator: EstimatorConfig
+    estimator: EstimatorConfig | DitConfig  # CosyVoice 2's U-Net, or Step-Audio 2's DiT
     inference_cfg_rate: float
     t_scheduler: str
     n_timesteps: int = 10  # CausalMaskedDiffWithXvec.inference's fixed step count
+    # Streaming attention grid: False, chunks from the row's first token (CosyVoice 2, the
+    # prompt's tokens cut to whole chunks); True, the voice prompt as one chunk and the grid
+    # from its end (Step-Audio 2's streaming caches its prompt as one chunk).
+    prompt_chunk: bool = False
 
 
 @dataclass(frozen=True)

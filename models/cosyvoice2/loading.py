@@ -142,7 +142,9 @@ def load_cosyvoice2(
         llm.load_llm_pt(load_pt(folder / "llm.pt"))
         load_flow_hift_weights(folder, flow, hift)
     llm = llm.to(device=device, dtype=dtype).eval()
-    flow, hift, voices = ready_flow_hift(folder, cfg, flow, hift, device, dtype)
+    flow, hift, voices = ready_flow_hift(
+        folder, cfg.chunk_size, cfg.flow.spk_embed_dim, flow, hift, device, dtype
+    )
     if first_hop is None:
         first_hop = min(DEFAULT_FIRST_HOP, cfg.chunk_size)
     detok = FlowHiftDetokenizer(flow, hift, cfg.chunk_size, first_hop=first_hop)
@@ -162,26 +164,26 @@ def load_flow_hift_weights(folder: Path, flow: CausalFlow, hift: HiFTGenerator) 
 
 def ready_flow_hift(
     folder: Path,
-    cfg: CosyVoice2Config,
+    chunk: int,
+    speaker_dim: int,
     flow: CausalFlow,
     hift: HiFTGenerator,
     device: torch.device,
     dtype: torch.dtype,
+    tokenizer: str = SPEECH_TOKENIZER,
 ) -> tuple[CausalFlow, HiFTGenerator, VoiceBank]:
     """The loaded flow and HiFT on `device` for serving (HiFT's weight norm folded, HiFT kept
     in float32: the iSTFT and the sine phase want it), and the folder's voices: its
-    spk2info.pt speakers, and clips once it has the speech tokenizer and speaker encoder."""
+    spk2info.pt speakers, and clips once it has the speech `tokenizer` (its ONNX file name)
+    and speaker encoder. `chunk`: the flow's streaming chunk in tokens."""
     hift.fold_weight_norm()
     flow = flow.to(device=device, dtype=dtype).eval()
     hift = hift.to(device=device).eval()
     encoder = None
-    if (folder / SPEECH_TOKENIZER).exists() and (folder / SPEAKER_ENCODER).exists():
-        encoder = PromptEncoder(folder)
+    if (folder / tokenizer).exists() and (folder / SPEAKER_ENCODER).exists():
+        encoder = PromptEncoder(folder, tokenizer)
     voices = VoiceBank(
-        read_spk2info(folder / "spk2info.pt", cfg.flow.spk_embed_dim),
-        cfg.chunk_size,
-        cfg.flow.spk_embed_dim,
-        encoder,
+        read_spk2info(folder / "spk2info.pt", speaker_dim), chunk, speaker_dim, encoder
     )
     return flow, hift, voices
 

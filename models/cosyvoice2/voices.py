@@ -38,13 +38,15 @@ class Voice:
 class PromptEncoder:
     """The two ONNX models of the checkpoint folder, run with onnxruntime on the CPU."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tokenizer: str = SPEECH_TOKENIZER) -> None:
+        """`tokenizer`: the speech tokenizer's file (Step-Audio 2 names it
+        speech_tokenizer_v2_25hz.onnx)."""
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         self.tokenizer = ort.InferenceSession(
-            str(folder / SPEECH_TOKENIZER), options, providers=["CPUExecutionProvider"]
+            str(folder / tokenizer), options, providers=["CPUExecutionProvider"]
         )
         self.speaker = ort.InferenceSession(
             str(folder / SPEAKER_ENCODER), options, providers=["CPUExecutionProvider"]

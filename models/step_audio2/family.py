@@ -10,6 +10,9 @@ from models.codecs.flow_hift.serving_options import FlowHiftOptions
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 
 TOKEN2WAV_ENV = "VOXGATE_STEP_AUDIO2_TOKEN2WAV"
+# The voice of Step-Audio 2's own token2wav: a speaker clip (StepFun's repo ships
+# assets/default_female.wav); the published token2wav/ folder has no preset speaker.
+PROMPT_WAV_ENV = "VOXGATE_STEP_AUDIO2_PROMPT_WAV"
 
 
 def _token2wav_folder(folder: str) -> str | None:
@@ -63,7 +66,12 @@ def _load_model(request: LoadRequest):
 
     folder = resolve_source(source, required=("config.json",))
     return load_step_audio2(
-        str(folder), device, dtype, request.model, token2wav=_token2wav_folder(str(folder))
+        str(folder),
+        device,
+        dtype,
+        request.model,
+        token2wav=_token2wav_folder(str(folder)),
+        prompt_wav=os.environ.get(PROMPT_WAV_ENV) or None,
     )
 
 
@@ -75,8 +83,9 @@ FAMILY = ModelFamily(
     name="Step-Audio 2",
     presets={
         "tiny-step-audio2": "Step-Audio 2 scaled down (audio encoder + adapter, Qwen2 decoder, "
-        "flow + HiFT token2wav), seeded random weights",
-        "step-audio2-mini": "stepfun-ai/Step-Audio-2-mini (24 kHz; token2wav: see docs/models.md)",
+        "its DiT flow + HiFT token2wav), seeded random weights",
+        "step-audio2-mini": "stepfun-ai/Step-Audio-2-mini (its DiT flow + HiFT token2wav, "
+        f"24 kHz; voice clip: ${PROMPT_WAV_ENV})",
     },
     load=_load,
     recognises=_recognises,

@@ -1,7 +1,8 @@
 """The `tiny-step-audio2` preset: stepfun-ai/Step-Audio-2-mini's layout (config.json with
 `audio_encoder_config` + `text_config`, model.safetensors under the published names,
 tokenizer.json with Step-Audio 2's specials and <audio_i> tokens) scaled down with seeded random
-weights, plus a token2wav folder (CosyVoice 2's flow + HiFT layout, token2wav.py), written
+weights, plus a token2wav folder (Step-Audio 2's own layout: flow.yaml with the DiT flow
+estimator, flow.pt, hift.pt; token2wav.py), written
 once to a cache folder so it loads through the real loader. And the real configuration
 without weights for `step-audio2-mini --random-weights`."""
 
@@ -16,7 +17,7 @@ from models.preset_cache import materialise
 from models.step_audio2 import configs
 from models.step_audio2 import tokens as T
 
-TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
 NUM_AUDIO_TOKENS = T.NUM_CODES + 1  # <audio_0>…<audio_6561>: the codes and the filler
 SPECIALS = (
     "<|endoftext|>",
@@ -110,24 +111,27 @@ def _published_names(tensors: dict[str, torch.Tensor], llm) -> dict[str, torch.T
 
 
 def write_token2wav(folder: Path, seed: int) -> None:
-    """CosyVoice 2's flow + HiFT layout at the tiny CosyVoice 2 sizes, with one speaker."""
+    """Step-Audio-2-mini's token2wav layout (flow.yaml with the DiT estimator, flow.pt,
+    hift.pt) at tiny sizes with seeded random weights, plus one spk2info.pt speaker for its
+    voice (the published folder has no speaker; its two ONNX prompt models are left out)."""
     from models.codecs.flow_hift.flow import CausalFlow
     from models.codecs.flow_hift.hift import HiFTGenerator
-    from models.cosyvoice2.config import CONFIG_FILE, parse_config, read_yaml
-    from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
+    from models.step_audio2 import token2wav_config as T2W
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG_FILE).write_text(cosyvoice2_yaml(TINY_SIZES))
-    cfg = parse_config(read_yaml(folder / CONFIG_FILE))
+    (folder / T2W.FLOW_FILE).write_text(T2W.flow_yaml(T2W.TINY_SIZES))
+    cfg = T2W.load_flow_config(folder)
     torch.manual_seed(seed)
-    flow = CausalFlow(cfg.flow)
+    flow = CausalFlow(cfg)
     with torch.no_grad():  # pos_bias_* start at zero; random values exercise the attention path
         for name, p in flow.named_parameters():
             if "pos_bias" in name:
                 p.normal_(0.0, 0.1)
     torch.save(flow.state_dict(), folder / "flow.pt")
-    torch.save(HiFTGenerator(cfg.hift).state_dict(), folder / "hift.pt")
-    speaker = {"default": {"embedding": torch.randn(1, cfg.flow.spk_embed_dim)}}
+    hift = HiFTGenerator(T2W.hift_config(*T2W.TINY_HIFT))
+    # The published hift.pt carries the HiFiGan training wrapper's prefix.
+    torch.save({f"generator.{k}": v for k, v in hift.state_dict().items()}, folder / "hift.pt")
+    speaker = {"default": {"embedding": torch.randn(1, cfg.spk_embed_dim)}}
     torch.save(speaker, folder / "spk2info.pt")
 
 

@@ -4,36 +4,38 @@ mel (flow matching, conditioned on a speaker prompt: its codes, its mel and a CA
 HiFT family (models/codecs/flow_hift/streaming.py, chunked == whole).
 
 Layouts read:
-- CosyVoice 2's (`cosyvoice2.yaml`, `flow.pt`, `hift.pt`, optional `spk2info.pt`,
-  `campplus.onnx`, `speech_tokenizer_v2.onnx`): the U-Net flow estimator Voxgate has. The
-  tiny preset writes this layout; FunAudioLLM/CosyVoice2-0.5B itself works too (same codes,
-  same 24 kHz).
 - Step-Audio 2's own (`Step-Audio-2-mini/token2wav`: `flow.yaml`, `flow.pt`, `hift.pt`,
-  `campplus.onnx`, `speech_tokenizer_v2_25hz.onnx`): its flow is CosyVoice 2's with a
-  different encoder (UpsampleConformerEncoderV2) and a DiT estimator in place of the U-Net.
-  Voxgate does not implement those yet; loading it raises a CheckpointError that says what
-  to use instead.
+  `campplus.onnx`, `speech_tokenizer_v2_25hz.onnx`; token2wav_config.py): CosyVoice 2's flow
+  with a DiT estimator (dit_estimator.py) and the voice prompt as one attention chunk, and
+  CosyVoice 2's 24 kHz HiFT. The folder has no preset speaker: the voice is `prompt_wav`, or
+  spk2info.pt's first speaker where the folder has one (the tiny preset's), else no speaker
+  conditioning.
+- CosyVoice 2's (`cosyvoice2.yaml`, `flow.pt`, `hift.pt`, optional `spk2info.pt`,
+  `campplus.onnx`, `speech_tokenizer_v2.onnx`): the U-Net flow estimator.
+  FunAudioLLM/CosyVoice2-0.5B works in its place (same codes, same 24 kHz).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from models.checkpoint_errors import CheckpointError
+from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.codecs.flow_hift.checkpoint import hift_state, load_pt
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
-from models.cosyvoice2.config import CONFIG_FILE, load_config
+from models.cosyvoice2.config import CONFIG_FILE, load_config, parse_yaml_text
 from models.cosyvoice2.loading import load_flow_hift_weights, ready_flow_hift
-from models.cosyvoice2.voices import (
-    Voice,
-)
+from models.cosyvoice2.voices import Voice, VoiceBank
+from models.step_audio2 import token2wav_config as T2W
+
+log = logging.getLogger("voxgate.step_audio2")
 
 FIRST_HOP = 20  # codes in the first audio chunk (as CosyVoice 2's DEFAULT_FIRST_HOP)
-STEP_AUDIO_FLOW = "flow.yaml"
 
 
 class Token2Wav:
@@ -64,22 +66,19 @@ def load_token2wav(
 ) -> Token2Wav:
     """`prompt_wav`: a speaker prompt clip (any rate; 3-30 s) for the voice, in place of the
     folder's first spk2info.pt speaker; it needs the folder's two ONNX models."""
-    if not (folder / CONFIG_FILE).exists():
-        if (folder / STEP_AUDIO_FLOW).exists():
-            raise CheckpointError(
-                f"{folder} is Step-Audio 2's own token2wav (flow.yaml: a DiT flow estimator), "
-                "which Voxgate does not implement yet. Point VOXGATE_STEP_AUDIO2_TOKEN2WAV at a "
-                "CosyVoice 2 folder (FunAudioLLM/CosyVoice2-0.5B decodes the same 25 Hz codes "
-                "at 24 kHz), or serve transcript-only with VOXGATE_STEP_AUDIO2_TOKEN2WAV=none"
-            )
-        raise CheckpointError(f"token2wav folder {folder} lacks {CONFIG_FILE}")
-    for name in ("flow.pt", "hift.pt"):
-        if not (folder / name).exists():
-            raise CheckpointError(f"token2wav folder {folder} lacks {name}")
-    cfg = load_config(folder)
-    flow, hift = CausalFlow(cfg.flow), HiFTGenerator(cfg.hift)
-    load_flow_hift_weights(folder, flow, hift)
-    flow, hift, bank = ready_flow_hift(folder, cfg, flow, hift, device, dtype)
+    if (folder / CONFIG_FILE).exists() or (folder / T2W.FLOW_FILE).exists():
+        for name in ("flow.pt", "hift.pt"):
+            if not (folder / name).exists():
+                raise CheckpointError(f"token2wav folder {folder} lacks {name}")
+    if (folder / CONFIG_FILE).exists():
+        flow, hift, bank, chunk = _cosyvoice2_layout(folder, device, dtype)
+    elif (folder / T2W.FLOW_FILE).exists():
+        flow, hift, bank, chunk = _step_audio2_layout(folder, device, dtype)
+    else:
+        raise CheckpointError(
+            f"token2wav folder {folder} has neither {T2W.FLOW_FILE} (Step-Audio-2-mini's "
+            f"token2wav/) nor {CONFIG_FILE} (a CosyVoice 2 folder)"
+        )
     if prompt_wav is not None:
         from models.csm.voices import load_audio
 
@@ -88,25 +87,54 @@ def load_token2wav(
         voice = bank.get("prompt")
     else:
         voice = bank.get(None)
-    detok = FlowHiftDetokenizer(
-        flow, hift, cfg.chunk_size, first_hop=min(FIRST_HOP, cfg.chunk_size)
-    )
+        if not voice.flow_tokens and not voice.embedding.any():
+            log.warning(
+                "token2wav %s has no speaker: replies speak without a voice prompt; give a "
+                "speaker clip (VOXGATE_STEP_AUDIO2_PROMPT_WAV)",
+                folder,
+            )
+    detok = FlowHiftDetokenizer(flow, hift, chunk, first_hop=min(FIRST_HOP, chunk))
     return Token2Wav(detok, voice)
 
 
-def random_token2wav(device: torch.device, dtype: torch.dtype) -> Token2Wav:
-    """CosyVoice 2's real flow + HiFT shapes with seeded random weights and a random speaker,
-    nothing downloaded: the codec cost of `step-audio2-mini --random-weights`."""
-    from models.cosyvoice2.presets import ensure_real_config
-
-    cfg = load_config(ensure_real_config())
-    torch.manual_seed(0)
+def _cosyvoice2_layout(folder: Path, device, dtype):
+    cfg = load_config(folder)
     flow, hift = CausalFlow(cfg.flow), HiFTGenerator(cfg.hift)
+    load_flow_hift_weights(folder, flow, hift)
+    chunk, speaker_dim = cfg.chunk_size, cfg.flow.spk_embed_dim
+    flow, hift, bank = ready_flow_hift(folder, chunk, speaker_dim, flow, hift, device, dtype)
+    return flow, hift, bank, chunk
+
+
+def _step_audio2_layout(
+    folder: Path, device, dtype
+) -> tuple[CausalFlow, HiFTGenerator, VoiceBank, int]:
+    flow = CausalFlow(T2W.load_flow_config(folder))
+    flow_sd = load_pt(folder / "flow.pt")
+    check_state_dict(flow.state_dict(), flow_sd, "flow.pt's tensors")
+    flow.load_state_dict(flow_sd)
+    hift_sd = hift_state(load_pt(folder / "hift.pt"))
+    hift = HiFTGenerator(T2W.hift_config_from_state(hift_sd))
+    check_state_dict(hift.state_dict(), hift_sd, "hift.pt's tensors")
+    hift.load_state_dict(hift_sd)
+    chunk, speaker_dim = T2W.CHUNK_TOKENS, flow.cfg.spk_embed_dim
+    flow, hift, bank = ready_flow_hift(
+        folder, chunk, speaker_dim, flow, hift, device, dtype, tokenizer=T2W.SPEECH_TOKENIZER
+    )
+    return flow, hift, bank, chunk
+
+
+def random_token2wav(device: torch.device, dtype: torch.dtype) -> Token2Wav:
+    """Step-Audio-2-mini's token2wav shapes (its flow.yaml: the 16-block DiT; its HiFT) with
+    seeded random weights and a random speaker, nothing downloaded: the codec cost of
+    `step-audio2-mini --random-weights`."""
+    cfg = T2W.parse_flow_yaml(parse_yaml_text(T2W.flow_yaml(T2W.REAL_SIZES), T2W.FLOW_FILE))
+    torch.manual_seed(0)
+    flow, hift = CausalFlow(cfg), HiFTGenerator(T2W.REAL_HIFT)
     hift.fold_weight_norm()
     flow = flow.to(device=device, dtype=dtype).eval()
     hift = hift.to(device=device).eval()
-    voice = Voice("random", torch.randn(cfg.flow.spk_embed_dim))
-    detok = FlowHiftDetokenizer(
-        flow, hift, cfg.chunk_size, first_hop=min(FIRST_HOP, cfg.chunk_size)
-    )
+    voice = Voice("random", torch.randn(cfg.spk_embed_dim))
+    chunk = T2W.CHUNK_TOKENS
+    detok = FlowHiftDetokenizer(flow, hift, chunk, first_hop=min(FIRST_HOP, chunk))
     return Token2Wav(detok, voice)

@@ -183,8 +183,14 @@ def test_real_configuration_shapes_and_clear_errors(tmp_path):
         load_model("tiny-step-audio2", random_weights=True)
     with pytest.raises(CheckpointError, match="drop --codec"):
         load_model("tiny-step-audio2", codec="snac")
-    (tmp_path / "flow.yaml").write_text("flow: {}\n")  # Step-Audio 2's own token2wav layout
-    with pytest.raises(CheckpointError, match="DiT flow estimator"):
+    with pytest.raises(CheckpointError, match="neither flow.yaml"):
+        load_token2wav(tmp_path, torch.device("cpu"), torch.float32)
+    (tmp_path / "flow.yaml").write_text("flow: {}\n")  # Step-Audio 2's layout, incomplete
+    with pytest.raises(CheckpointError, match="lacks flow.pt"):
+        load_token2wav(tmp_path, torch.device("cpu"), torch.float32)
+    for name in ("flow.pt", "hift.pt"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(CheckpointError, match="not Step-Audio 2's"):
         load_token2wav(tmp_path, torch.device("cpu"), torch.float32)
     bad = {**cfg, "audio_encoder_config": {**cfg["audio_encoder_config"], "llm_dim": 4096}}
     with pytest.raises(CheckpointError, match="llm_dim 4096"):

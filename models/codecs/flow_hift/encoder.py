@@ -31,18 +31,25 @@ def chunk_ids(
     device,
     first_end: torch.Tensor | None = None,
     short_by: int = 0,
+    prompt_end: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Each of T positions' attention chunk → [1, T] (or [B, T] with first_end) long.
-    Chunks are `chunk` long from position 0, except that a row may hold a first generated chunk
-    `short_by` positions shorter (a short first audio chunk, FlowHiftDetokenizer.first_hop):
+    """Each of T positions' attention chunk → [1, T] (or [B, T] with first_end / prompt_end)
+    long. Chunks are `chunk` long from position 0, except that a row may hold a first generated
+    chunk `short_by` positions shorter (a short first audio chunk, FlowHiftDetokenizer.first_hop):
     it ends at that row's `first_end` [B], and the grid after it continues `chunk` long.
+    `prompt_end` [B]: the row's voice prompt (positions before it) is one chunk of its own and
+    the grid starts where it ends (Step-Audio 2's streaming: its prompt is cached as one chunk).
     `chunk` 0: one chunk over everything (full attention, as Chatterbox's S3Gen attends)."""
     pos = torch.arange(t, device=device)[None, :]
     if chunk == 0:
         return torch.zeros_like(pos)
+    rel = pos if prompt_end is None else pos - prompt_end[:, None]
     if first_end is not None and short_by:
-        pos = pos + short_by * (pos >= first_end[:, None])
-    return torch.div(pos, chunk, rounding_mode="floor")
+        rel = rel + short_by * (pos >= first_end[:, None])
+    ids = torch.div(rel, chunk, rounding_mode="floor")
+    if prompt_end is not None:
+        ids = torch.where(rel < 0, -1, ids)
+    return ids
 
 
 def rel_position_table(t: int, d: int, device, dtype) -> torch.Tensor:
@@ -187,11 +194,13 @@ class UpsampleConformerEncoder(nn.Module):
         streaming: bool,
         first_end: torch.Tensor | None = None,
         short_by: int = 0,
+        prompt_end: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x [B, T, D] token embeddings, `lengths` real tokens per row (look-ahead context
         included), `out_lengths` tokens to encode per row (lengths minus the context, or
         lengths when the utterance is final and the look-ahead sees zeros). `first_end` [B] /
-        `short_by`: a row's short first generated chunk (chunk_ids). → [B, 2T, D]."""
+        `short_by`: a row's short first generated chunk, `prompt_end` [B]: its voice prompt's tokens
+        as one chunk (chunk_ids). → [B, 2T, D]."""
         t = x.shape[1]
         pos_idx = torch.arange(t, device=x.device)
         present = (pos_idx[None, :] < lengths[:, None])[..., None]
@@ -202,13 +211,16 @@ class UpsampleConformerEncoder(nn.Module):
         # official flow's non-final decode encodes every token before dropping their frames.
         attend = out_lengths if self.chunk else lengths
         valid = pos_idx[None, :] < attend[:, None]
-        chunks = chunk_ids(t, self.chunk, x.device, first_end, short_by) if streaming else 0
+        chunks = 0
+        if streaming:
+            chunks = chunk_ids(t, self.chunk, x.device, first_end, short_by, prompt_end)
         x = self._layers(self.encoders, x, valid, chunks)
         x = self.embed_up(x)
         valid = torch.arange(2 * t, device=x.device)[None, :] < 2 * attend[:, None]
         if streaming:
             ends = None if first_end is None else 2 * first_end
-            chunks = chunk_ids(2 * t, 2 * self.chunk, x.device, ends, 2 * short_by)
+            prompt2 = None if prompt_end is None else 2 * prompt_end
+            chunks = chunk_ids(2 * t, 2 * self.chunk, x.device, ends, 2 * short_by, prompt2)
         x = self._layers(self.up_encoders, x, valid, chunks)
         return self.after_norm(x)
 

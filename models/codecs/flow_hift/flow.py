@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.codecs.flow_hift.dit_estimator import DitConfig, DitEstimator
 from models.codecs.flow_hift.encoder import UpsampleConformerEncoder, chunk_ids
 from models.codecs.flow_hift.estimator import CausalConditionalDecoder
 
@@ -33,6 +34,23 @@ class FlowDecoder(nn.Module):
         self.estimator = estimator
 
 
+def build_estimator(est) -> nn.Module:
+    """CosyVoice 2's causal U-Net (EstimatorConfig) or Step-Audio 2's DiT (DitConfig); both
+    take (x, mask, mu, t, spks, cond, streaming, chunks)."""
+    if isinstance(est, DitConfig):
+        return DitEstimator(est)
+    return CausalConditionalDecoder(
+        est.in_channels,
+        est.out_channels,
+        est.channels,
+        est.attention_head_dim,
+        est.n_blocks,
+        est.num_mid_blocks,
+        est.num_heads,
+        est.static_chunk_size,
+    )
+
+
 class CausalFlow(nn.Module):
     def __init__(self, cfg) -> None:  # cfg: models.cosyvoice2.config.FlowConfig
         super().__init__()
@@ -51,18 +69,7 @@ class CausalFlow(nn.Module):
             cfg.pre_lookahead_len,
         )
         self.encoder_proj = nn.Linear(enc.output_size, cfg.output_size)
-        self.decoder = FlowDecoder(
-            CausalConditionalDecoder(
-                est.in_channels,
-                est.out_channels,
-                est.channels,
-                est.attention_head_dim,
-                est.n_blocks,
-                est.num_mid_blocks,
-                est.num_heads,
-                est.static_chunk_size,
-            )
-        )
+        self.decoder = FlowDecoder(build_estimator(est))
         self.register_buffer("noise", fixed_noise(cfg.output_size), persistent=False)
         t = torch.linspace(0, 1, cfg.n_timesteps + 1)
         if cfg.t_scheduler == "cosine":
@@ -104,7 +111,12 @@ class CausalFlow(nn.Module):
         b, t = tokens.shape
         present = torch.arange(t, device=tokens.device)[None, :] < lengths[:, None]
         x = self.input_embedding(tokens.clamp(min=0)) * present[..., None]
-        encoded = self.encoder(x, lengths, out_lengths, streaming, first_end, short_by)
+        r = self.token_mel_ratio
+        # The voice prompt as one attention chunk (Step-Audio 2): its tokens end here per row.
+        prompt_end = (
+            torch.div(prompt_frames, r, rounding_mode="floor") if self.cfg.prompt_chunk else None
+        )
+        encoded = self.encoder(x, lengths, out_lengths, streaming, first_end, short_by, prompt_end)
         mu = self.encoder_proj(encoded).transpose(1, 2)
         # Frames past every row's out_length (the look-ahead's) are masked out of the estimator
         # (causal convs, chunk-causal attention): dropping them saves its 20 passes over them.
@@ -131,9 +143,10 @@ class CausalFlow(nn.Module):
         cond[:, :, :p] = prompt_mel[:, :p].transpose(1, 2) * in_prompt
         spks = self.spk_embed_affine_layer(F.normalize(speaker, dim=1))
         z = self.noise[0][:, noise_idx].transpose(0, 1).to(mu.dtype)  # [B, M, F]
-        r = self.token_mel_ratio
         ends = None if first_end is None else r * first_end
-        chunks = chunk_ids(frames, self.decoder.estimator.chunk, mu.device, ends, r * short_by)
+        prompt_frame_end = None if prompt_end is None else r * prompt_end
+        chunk = self.decoder.estimator.chunk
+        chunks = chunk_ids(frames, chunk, mu.device, ends, r * short_by, prompt_frame_end)
         return z, mu, mask, spks, cond, chunks.expand(b, -1)
 
     def solve_euler(

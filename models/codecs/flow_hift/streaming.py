@@ -15,7 +15,9 @@ utterance with the history before its window left out; for the first `context_ch
 chunks it is the reference's exactly. Chunk rows have one shape in steady state (prompt +
 (context_chunks + 1) chunks + look-ahead), their cost does not grow with the utterance, and a
 whole-utterance decode makes the same rows (chunked == whole). `context_chunks=None` keeps the
-reference's unbounded history (one row over everything).
+reference's unbounded history (one row over everything). Step-Audio 2's flow (a DiT
+estimator) streams the same way, with its voice prompt as one chunk of its own and the grid
+starting where it ends (FlowConfig.prompt_chunk), as StepFun's setup_cache caches it.
 
 First chunk: `first_hop` tokens (<= the chunk) rather than a whole chunk, for time to first
 audio. The chunk grid starts with it: the flow attends to the first hop as a chunk of its own
@@ -161,8 +163,10 @@ class FlowHiftDetokenizer:
         self, prompt_tokens: list[int], prompt_mel: torch.Tensor, speaker: torch.Tensor
     ) -> FlowHiftStream:
         # Chunk-causal attention counts its chunks from the prompt's first token: a prompt of
-        # whole chunks keeps the generated chunks on the grid. Full attention has no grid.
-        if self.flow.encoder.chunk and len(prompt_tokens) % self.chunk:
+        # whole chunks keeps the generated chunks on the grid. Full attention has no grid, and
+        # a prompt that is one chunk of its own (Step-Audio 2) starts the grid where it ends.
+        on_grid = self.flow.encoder.chunk and not self.flow.cfg.prompt_chunk
+        if on_grid and len(prompt_tokens) % self.chunk:
             raise ValueError(
                 f"prompt tokens ({len(prompt_tokens)}) must be a multiple of the chunk {self.chunk}"
             )
