@@ -1,0 +1,83 @@
+"""Real-time admission's feedback guard (no torch): whether the listeners already playing are
+running short of audio, whatever the cost model predicts.
+
+The cost model (engine/turn_cost.py) sees the engine loop's turns; it cannot see work it
+does not time, nor a cost that grows faster than the line it fits. The listeners' buffers
+see all of it (from the gateway's playback reports where the client sends them). A stream
+counts once it has played for `SETTLED_AFTER_S` (before that it holds its first chunk's
+cover, short by design). Its lead is the audio generated for it and not yet played, tokens
+still waiting for the codec included (so the chunk-by-chunk sawtooth of the audio delivered
+does not count); it is short below `SHORT_OF_URGENT` of the scheduler's `urgent_buffer_s`.
+A healthy stream's lead only grows from its first chunk's cover. No newcomer is admitted
+
+- while more than `SHORT_SHARE` of the settled streams are short, or
+- while any is short, or was in the last `STRAIN_MEMORY_S`, and a stream admitted earlier
+  has not settled yet: under strain, newcomers go in one at a time, each judged by buffers
+  that have felt the last one (a burst of arrivals, or of retries, must not all go in on
+  one view of the buffers, the moment the last short listener has caught up).
+
+What it cannot do: a buffer only runs short some time after the engine fell behind (2 s of
+lead drain in 10 s at 20 % over), so while the model is far too hopeful and arrivals come
+slowly, streams admitted meanwhile can still end up behind (tests/engine/realtime_sim.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.request import Request
+
+SETTLED_AFTER_S = 1.0
+SHORT_SHARE = 0.05
+SHORT_OF_URGENT = 0.5
+STRAIN_MEMORY_S = 3.0
+
+
+@dataclass(frozen=True)
+class ListenerHealth:
+    settled: int = 0  # generating streams that have played for SETTLED_AFTER_S
+    short: int = 0  # ... of them, those whose lead is short
+    unsettled: int = 0  # generating streams not settled yet (no audio yet included)
+
+
+def listener_health(
+    requests: Iterable[Request], now: float, urgent_buffer_s: float, token_s: float
+) -> ListenerHealth:
+    """The generating `requests`' leads at `now` (`token_s`: a token's audio)."""
+    short_below_s = SHORT_OF_URGENT * urgent_buffer_s
+    settled = short = unsettled = 0
+    for request in requests:
+        if not request.wants_tokens:
+            continue
+        first = request.first_audio_time
+        if first is None or now - first < SETTLED_AFTER_S:
+            unsettled += 1
+            continue
+        settled += 1
+        lead = request.audio_lead_s(now) + request.pending_detok_tokens * token_s
+        short += lead < short_below_s
+    return ListenerHealth(settled, short, unsettled)
+
+
+class ListenerGuard:
+    """The guard's verdict, with its memory of the last strain."""
+
+    def __init__(self) -> None:
+        self.strained_at: float | None = None  # when a settled stream was last seen short
+
+    def refusal(self, health: ListenerHealth, now: float) -> str | None:
+        """Why no newcomer may go in now, or None."""
+        if health.short:
+            self.strained_at = now
+        if health.short > SHORT_SHARE * health.settled:
+            return (
+                f"{health.short} of the {health.settled} streams playing are running short of audio"
+            )
+        strained = self.strained_at is not None and now - self.strained_at < STRAIN_MEMORY_S
+        if strained and health.unsettled:
+            return (
+                f"listeners ran short of audio {now - self.strained_at:.1f} s ago and "
+                f"{health.unsettled} newer stream(s) have not settled yet"
+            )
+        return None
