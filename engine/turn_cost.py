@@ -19,12 +19,13 @@ slope:
   never costs less per step than a smaller one did); the slope is never negative.
 
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
-gateway's thread): readers work on a snapshot of the window.
+gateway's thread): readers fit a copy of the window.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 from collections import deque
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ class TurnCostModel:
         self.prior_weight = prior_weight
         self._prior: dict[int, float] = {}
         self._live: deque[tuple[int, float]] = deque(maxlen=window)
+        self._lock = threading.Lock()  # the window is copied while the engine appends
         self._version = 0
         self._cache: tuple[int, TurnFit | None, tuple[tuple[int, float], ...]] | None = None
 
@@ -62,12 +64,14 @@ class TurnCostModel:
     def observe(self, rows: int, seconds: float) -> None:
         """A live decode turn of `rows` rows that took `seconds`."""
         if rows >= 1 and seconds >= 0:
-            self._live.append((rows, seconds))
+            with self._lock:
+                self._live.append((rows, seconds))
             self._version += 1
 
     def clear_live(self) -> None:
         """Forget the live turns (the warm-up's own, with their one-off compiles)."""
-        self._live.clear()
+        with self._lock:
+            self._live.clear()
         self._version += 1
 
     @property
@@ -104,7 +108,8 @@ class TurnCostModel:
         cache = self._cache
         if cache is not None and cache[0] == version:
             return cache[1], cache[2]
-        live = tuple(self._live)  # a snapshot: the engine thread appends meanwhile
+        with self._lock:
+            live = tuple(self._live)
         prior = dict(self._prior)
         by_size = _by_size(live)
         # Each size's median turn, weighing as many turns as it has: one slow turn (a
