@@ -332,3 +332,16 @@ def test_simulated_engine_with_work_the_turns_do_not_see_is_held_by_the_listener
     assert sim.scheduler.refusals.get("listeners", 0) > 0
     assert result.peak_streams <= 1.05 * capacity, result
     assert not result.late_streams
+
+
+def test_a_burst_of_arrivals_is_cut_at_the_predicted_size_and_none_falls_behind():
+    """1.5 x capacity listeners at the same instant, warm-up figures exact: the newcomers
+    admitted before any has been prefilled count, so the burst is cut where the line says
+    0.95 of a token's time (90 streams), and their prefills push no one behind."""
+    capacity = GPU_LIKE.capacity(TOKEN_S)
+    seeds = {2**i: GPU_LIKE.seen(2**i, 0) for i in range(7)}
+    sim = RealtimeSim(GPU_LIKE, FACTS, seeds)
+    expected = int((REALTIME_LOAD * TOKEN_S - GPU_LIKE.fixed_s) / GPU_LIKE.per_row_s + 1e-6)
+    result = sim.run([0.0] * int(1.5 * capacity), stream_tokens=150, until_s=10, retry_s=None)
+    assert result.admitted == result.peak_streams == expected
+    assert not result.late_streams
