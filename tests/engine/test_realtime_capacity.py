@@ -121,6 +121,7 @@ def test_warm_up_calibrates_the_step_costs_of_a_real_engine():
     import torch
 
     from engine.factory import build_engine
+    from engine.outputs import Finished, SpeechRequest
 
     threads = torch.get_num_threads()  # voxgate-tiny's engine sets this process's own
     engine = build_engine("voxgate-tiny", config=EngineConfig(engine_process=False))
@@ -133,6 +134,16 @@ def test_warm_up_calibrates_the_step_costs_of_a_real_engine():
         stats = engine.stats()
         assert stats.kv_blocks_used == 0 and stats.running == 0
         assert stats.admission.capacity_streams >= 1 and stats.admission.turn_per_row_s > 0
+
+        async def serve_one() -> None:
+            params = SamplingParams(max_tokens=30, min_tokens=30)
+            stream = await engine.submit(SpeechRequest("Hi there.", sampling=params))
+            assert isinstance([e async for e in stream][-1], Finished)
+
+        asyncio.run(serve_one())
+        # Its decode turns are the fit's live samples (booked at 1 row; the prefill's is none).
+        assert 20 <= curve.live_turns <= 30
+        assert curve.fit() is not None and engine.stats().admission.live_turns == curve.live_turns
     finally:
         asyncio.run(engine.shutdown())
         torch.set_num_threads(threads)
