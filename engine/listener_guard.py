@@ -10,6 +10,12 @@ still waiting for the codec included (so the chunk-by-chunk sawtooth of the audi
 does not count); it is short below `SHORT_OF_URGENT` of the scheduler's `urgent_buffer_s`.
 A healthy stream's lead only grows from its first chunk's cover. No newcomer is admitted
 
+- while the streams not settled yet are as many as those settled and half the streams the
+  cost model predicts the engine carries: a prediction made before any of them played is
+  trusted halfway, and doubled as they are heard playing (slow start). The warm-up's
+  figures, and the turns before a burst's audio flows, miss the work that comes with the
+  audio (the gateway's encoding on the same cores: on a 2-core CPU, 43 voxgate-tiny streams
+  predicted where ~20 play on time);
 - while more than `SHORT_SHARE` of the settled streams are short, or
 - while any is short, or was in the last `STRAIN_MEMORY_S`, and a stream admitted earlier
   has not settled yet: under strain, newcomers go in one at a time, each judged by buffers
@@ -66,18 +72,31 @@ class ListenerGuard:
     def __init__(self) -> None:
         self.strained_at: float | None = None  # when a settled stream was last seen short
 
-    def refusal(self, health: ListenerHealth, now: float) -> str | None:
-        """Why no newcomer may go in now, or None."""
+    def refusal(
+        self, health: ListenerHealth, now: float, predicted: int | None = None
+    ) -> tuple[str, str] | None:
+        """Why no newcomer may go in now (a cause for metrics: `slow_start` or `listeners`,
+        and words), or None; `predicted`: the streams the cost model says the engine
+        carries (None: not measured)."""
         if health.short:
             self.strained_at = now
+        if predicted is not None and health.unsettled >= max(1, predicted // 2, health.settled):
+            return (
+                "slow_start",
+                f"{health.unsettled} streams admitted last have not been heard playing yet "
+                f"({health.settled} have): more go in once they have",
+            )
         if health.short > SHORT_SHARE * health.settled:
             return (
-                f"{health.short} of the {health.settled} streams playing are running short of audio"
+                "listeners",
+                f"{health.short} of the {health.settled} streams playing are running short "
+                "of audio",
             )
         strained = self.strained_at is not None and now - self.strained_at < STRAIN_MEMORY_S
         if strained and health.unsettled:
             return (
+                "listeners",
                 f"listeners ran short of audio {now - self.strained_at:.1f} s ago and "
-                f"{health.unsettled} newer stream(s) have not settled yet"
+                f"{health.unsettled} newer stream(s) have not settled yet",
             )
         return None

@@ -33,7 +33,7 @@ REALTIME_LOAD = 0.95
 class Verdict:
     ok: bool
     reason: str = ""
-    cause: str = ""  # for metrics: "turn_cost", "codec" (the scheduler adds "listeners", "kv")
+    cause: str = ""  # for metrics: "turn_cost", "codec" (the scheduler adds more)
 
 
 class CostCurve:

@@ -118,7 +118,8 @@ class Scheduler:
             threaded_codec,
         )
         self.calibrating = False  # the core's warm-up measures costs: nothing is refused
-        # Requests refused, by cause (real-time admission's turn_cost, codec, listeners; kv), and
+        # Requests refused, by cause (real-time admission's turn_cost, codec, slow_start,
+        # listeners; kv), and
         # whether the last one asked was admitted (a change of mind is logged once).
         self.refusals: dict[str, int] = {}
         self.listener_guard = ListenerGuard()
@@ -186,9 +187,10 @@ class Scheduler:
         health = listener_health(
             live, now, self.config.urgent_buffer_s, self.facts.seconds_per_token
         )
-        why = self.listener_guard.refusal(health, now)
-        if why is not None:
-            return Verdict(False, f"no real-time capacity: {why}; try again shortly", "listeners")
+        refusal = self.listener_guard.refusal(health, now, self.capacity.capacity())
+        if refusal is not None:
+            cause, why = refusal
+            return Verdict(False, f"no real-time capacity: {why}; try again shortly", cause)
         return Verdict(True)
 
     def _note_admission(self, verdict: Verdict) -> None:

@@ -145,8 +145,8 @@ def admission_metrics(stats: EngineStats) -> Iterator[Metric]:
         yield GaugeMetricFamily(name, doc, value=getattr(admission, attr))
     refusals = CounterMetricFamily(
         "voxgate_engine_admission_refusals",
-        "Requests the engine refused, by cause (turn_cost, codec, listeners: real-time "
-        "admission; kv: the KV pool)",
+        "Requests the engine refused, by cause (turn_cost, codec, slow_start, listeners: "
+        "real-time admission; kv: the KV pool)",
         labels=["cause"],
     )
     for cause, count in sorted(admission.refusals.items()):

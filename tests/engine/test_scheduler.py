@@ -352,6 +352,16 @@ def test_first_chunk_audio_discounts_the_codecs_read_ahead():
         assert sched._first_chunk_ready(req, now=0.0, codec_s=sched.detok_time_s)
 
 
+def heard_playing(request: Request, now: float) -> None:
+    """`request` has been decoding and its listener playing for 5 s, 2 s ahead."""
+    request.num_computed = request.num_prompt_tokens + 1
+    request.output_ids = [7]
+    request.num_detokenized = 1
+    request.status = RequestStatus.RUNNING
+    request.first_audio_time = now - 5.0
+    request.audio_emitted_s = 7.0
+
+
 def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
     """Every generating request gets a token a turn: once the turns measured at the size one
     more stream would make take 90 % of a token's playback time, a newcomer is refused (and
@@ -361,10 +371,12 @@ def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
     for _ in range(3):
         sched.observe_step(1, 2 * token_s)  # overloaded, but nothing is running: admit
     first = admit(sched, prompt_len=20, arrival=0.0, max_tokens=30)
+    heard_playing(first, now=0.1)  # settled: the slow start lets the next one in
     sched.capacity.steps.clear_live()
     for _ in range(3):
         sched.observe_step(2, 0.85 * token_s)  # within the limit
     second = admit(sched, prompt_len=20, arrival=0.1, max_tokens=30)
+    heard_playing(second, now=0.2)
     for _ in range(3):
         sched.observe_step(3, 0.95 * token_s)
     reserved = sched.reserved_blocks
@@ -379,7 +391,7 @@ def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
     assert sched.admit(late).ok  # nothing generates any more
     for request in (first, second, late):
         sched.remove(request.request_id)
-    admit(sched, prompt_len=20, arrival=1.0)
+    heard_playing(admit(sched, prompt_len=20, arrival=1.0), now=1.1)
     admit(sched, prompt_len=20, arrival=1.1)
     # Off (realtime_admission=False; on is every model's default): only the KV pool decides.
     off = make_scheduler("slack", realtime_admission=False)
