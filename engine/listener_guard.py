@@ -10,17 +10,19 @@ still waiting for the codec included (so the chunk-by-chunk sawtooth of the audi
 does not count); it is short below `SHORT_OF_URGENT` of the scheduler's `urgent_buffer_s`.
 A healthy stream's lead only grows from its first chunk's cover. No newcomer is admitted
 
-- while the streams not settled yet are as many as those settled and half the streams the
-  cost model predicts the engine carries: a prediction made before any of them played is
-  trusted halfway, and doubled as they are heard playing (slow start). The warm-up's
-  figures, and the turns before a burst's audio flows, miss the work that comes with the
-  audio (the gateway's encoding on the same cores: on a 2-core CPU, 43 voxgate-tiny streams
-  predicted where ~20 play on time);
+- beyond half the streams the cost model predicts, or twice the most streams heard playing
+  at once (audio out) in the last `CARRIED_WINDOW_S`, whichever is more (slow start): a
+  prediction made before its streams' audio flowed is trusted halfway, and doubled as they
+  are heard. The warm-up's figures, and the turns before a burst's audio flows, miss the
+  work that comes with the audio (the gateway's encoding on the same cores: on a 2-core
+  CPU, 43 voxgate-tiny streams predicted where ~20 play on time). A steady load, however
+  it churns, has been heard: only a burst beyond what was recently carried meets it;
 - while more than `SHORT_SHARE` of the settled streams are short, or
 - while any is short, or was in the last `STRAIN_MEMORY_S`, and a stream admitted earlier
-  has not settled yet: under strain, newcomers go in one at a time, each judged by buffers
-  that have felt the last one (a burst of arrivals, or of retries, must not all go in on
-  one view of the buffers, the moment the last short listener has caught up).
+  has not settled yet (with settled streams playing: their buffers are the ones at stake):
+  under strain, newcomers go in one at a time, each judged by buffers that have felt the
+  last one (a burst of arrivals, or of retries, must not all go in on one view of the
+  buffers, the moment the last short listener has caught up).
 
 What it cannot do: a buffer only runs short some time after the engine fell behind (2 s of
 lead drain in 10 s at 20 % over), so while the model is far too hopeful and arrivals come
@@ -37,7 +39,8 @@ from engine.request import Request
 SETTLED_AFTER_S = 1.0
 SHORT_SHARE = 0.05
 SHORT_OF_URGENT = 0.5
-STRAIN_MEMORY_S = 3.0
+STRAIN_MEMORY_S = 1.0
+CARRIED_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class ListenerHealth:
     settled: int = 0  # generating streams that have played for SETTLED_AFTER_S
     short: int = 0  # ... of them, those whose lead is short
     unsettled: int = 0  # generating streams not settled yet (no audio yet included)
+    playing: int = 0  # generating streams with audio out (settled or not)
 
 
 def listener_health(
@@ -52,18 +56,19 @@ def listener_health(
 ) -> ListenerHealth:
     """The generating `requests`' leads at `now` (`token_s`: a token's audio)."""
     short_below_s = SHORT_OF_URGENT * urgent_buffer_s
-    settled = short = unsettled = 0
+    settled = short = unsettled = playing = 0
     for request in requests:
         if not request.wants_tokens:
             continue
         first = request.first_audio_time
+        playing += first is not None
         if first is None or now - first < SETTLED_AFTER_S:
             unsettled += 1
             continue
         settled += 1
         lead = request.audio_lead_s(now) + request.pending_detok_tokens * token_s
         short += lead < short_below_s
-    return ListenerHealth(settled, short, unsettled)
+    return ListenerHealth(settled, short, unsettled, playing)
 
 
 class ListenerGuard:
@@ -71,6 +76,10 @@ class ListenerGuard:
 
     def __init__(self) -> None:
         self.strained_at: float | None = None  # when a settled stream was last seen short
+        # The most streams heard playing at once lately (a running maximum, restarted from
+        # the present once CARRIED_WINDOW_S old), and when it was seen.
+        self.carried = 0
+        self.carried_at = 0.0
 
     def refusal(
         self, health: ListenerHealth, now: float, predicted: int | None = None
@@ -80,11 +89,14 @@ class ListenerGuard:
         carries (None: not measured)."""
         if health.short:
             self.strained_at = now
-        if predicted is not None and health.unsettled >= max(1, predicted // 2, health.settled):
+        if health.playing >= self.carried or now - self.carried_at > CARRIED_WINDOW_S:
+            self.carried, self.carried_at = health.playing, now
+        streams = health.settled + health.unsettled
+        if predicted is not None and streams >= max(1, predicted // 2, 2 * self.carried):
             return (
                 "slow_start",
-                f"{health.unsettled} streams admitted last have not been heard playing yet "
-                f"({health.settled} have): more go in once they have",
+                f"{streams} streams where at most {self.carried} have been heard playing at "
+                "once: more go in as they are heard",
             )
         if health.short > SHORT_SHARE * health.settled:
             return (
@@ -93,7 +105,7 @@ class ListenerGuard:
                 "of audio",
             )
         strained = self.strained_at is not None and now - self.strained_at < STRAIN_MEMORY_S
-        if strained and health.unsettled:
+        if strained and health.settled and health.unsettled:
             return (
                 "listeners",
                 f"listeners ran short of audio {now - self.strained_at:.1f} s ago and "

@@ -12,7 +12,12 @@ from realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.listener_guard import STRAIN_MEMORY_S, ListenerGuard, ListenerHealth, listener_health
+from engine.listener_guard import (
+    STRAIN_MEMORY_S,
+    ListenerGuard,
+    ListenerHealth,
+    listener_health,
+)
 from engine.realtime_capacity import REALTIME_LOAD, CostCurve, RealtimeCapacity
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
@@ -248,7 +253,7 @@ def test_listener_health_counts_settled_streams_short_of_audio():
     covered.output_ids = [7] * 9  # 8 tokens (320 ms) waiting for the codec
     playing(sched, now, played_s=0.5, lead_s=0.1)  # not settled yet
     health = listener_health(sched.requests.values(), now, 1.0, TOKEN_S)
-    assert health == ListenerHealth(settled=3, short=1, unsettled=1)
+    assert health == ListenerHealth(settled=3, short=1, unsettled=1, playing=4)
     sched.finish_generation(short, RequestStatus.FINISHED_LENGTH)  # no longer generating
     assert listener_health(sched.requests.values(), now, 1.0, TOKEN_S).short == 0
     assert fine.wants_tokens
@@ -263,26 +268,34 @@ def test_the_guard_refuses_while_listeners_run_short_and_then_one_at_a_time():
     cause, why = guard.refusal(ListenerHealth(settled=40, short=1, unsettled=1), 11.0)
     assert cause == "listeners" and "not settled yet" in why
     assert guard.refusal(ListenerHealth(settled=40, short=1, unsettled=0), 11.0) is None
-    # The strain is remembered for a while after the last short listener caught up.
-    assert guard.refusal(ListenerHealth(settled=41, short=0, unsettled=1), 12.0) is not None
+    # The strain is remembered for a while after the last short listener caught up, while
+    # settled streams play (with none left, their buffers are no longer at stake).
+    assert guard.refusal(ListenerHealth(settled=41, short=0, unsettled=1), 11.5) is not None
+    assert guard.refusal(ListenerHealth(settled=0, short=0, unsettled=1), 11.5) is None
     later = 11.0 + STRAIN_MEMORY_S + 0.1
     assert guard.refusal(ListenerHealth(settled=41, short=0, unsettled=3), later) is None
 
 
 def test_the_slow_start_trusts_a_prediction_halfway_until_its_streams_are_heard():
-    """Streams not heard playing yet may be as many as half the prediction, or as many as
-    those heard; never more (a lone stream always goes in)."""
+    """Streams may be as many as half the prediction, or twice the most heard playing at
+    once lately; a lone stream always goes in."""
     guard = ListenerGuard()
 
-    def cause(settled: int, unsettled: int, predicted: int | None) -> str | None:
-        health = ListenerHealth(settled=settled, unsettled=unsettled)
-        refusal = guard.refusal(health, 5.0, predicted)
+    def cause(now: float, unheard: int, playing: int, predicted: int | None) -> str | None:
+        health = ListenerHealth(settled=0, unsettled=unheard + playing, playing=playing)
+        refusal = guard.refusal(health, now, predicted)
         return refusal and refusal[0]
 
-    assert cause(0, 44, 90) is None and cause(0, 45, 90) == "slow_start"
-    assert cause(60, 59, 100) is None and cause(60, 60, 100) == "slow_start"
-    assert cause(0, 0, 1) is None and cause(0, 1, 1) == "slow_start"
-    assert cause(0, 500, None) is None  # nothing measured: the KV pool decides
+    assert cause(0.0, 0, 0, 1) is None  # a lone stream
+    assert cause(0.0, 1, 0, 1) == "slow_start"
+    assert cause(0.0, 44, 0, 90) is None and cause(0.0, 45, 0, 90) == "slow_start"
+    assert cause(0.0, 500, 0, None) is None  # nothing measured: the KV pool decides
+    assert cause(0.5, 0, 45, 90) is None  # the first half heard: the rest may go in
+    assert cause(0.6, 10, 45, 100) is None and cause(0.6, 45, 45, 100) == "slow_start"
+    # A steady load that churns (responses ending, new ones beginning) has been heard.
+    assert cause(5.0, 20, 10, 40) is None
+    # After CARRIED_WINDOW_S, what is heard now counts, not what was.
+    assert cause(20.0, 45, 0, 90) == "slow_start"
 
 
 def test_the_scheduler_refuses_by_the_listeners_whatever_the_model_predicts():
