@@ -11,7 +11,8 @@ does not count); it is short below `SHORT_OF_URGENT` of the scheduler's `urgent_
 A healthy stream's lead only grows from its first chunk's cover. No newcomer is admitted
 
 - beyond half the streams the cost model predicts, or twice the most streams heard playing
-  at once (audio out) in the last `CARRIED_WINDOW_S`, whichever is more (slow start): a
+  at once (audio out) in the last `CARRIED_WINDOW_S`, or `SLOW_START_STREAMS`, whichever is
+  more (slow start; a few streams are the cost model's alone to judge): a
   prediction made before its streams' audio flowed is trusted halfway, and doubled as they
   are heard. The warm-up's figures, and the turns before a burst's audio flows, miss the
   work that comes with the audio (the gateway's encoding on the same cores: on a 2-core
@@ -41,6 +42,7 @@ SHORT_SHARE = 0.05
 SHORT_OF_URGENT = 0.5
 STRAIN_MEMORY_S = 1.0
 CARRIED_WINDOW_S = 10.0
+SLOW_START_STREAMS = 4
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ class ListenerGuard:
         if health.playing >= self.carried or now - self.carried_at > CARRIED_WINDOW_S:
             self.carried, self.carried_at = health.playing, now
         streams = health.settled + health.unsettled
-        if predicted is not None and streams >= max(1, predicted // 2, 2 * self.carried):
+        allowed = None if predicted is None else max(SLOW_START_STREAMS, predicted // 2)
+        if allowed is not None and streams >= max(allowed, 2 * self.carried):
             return (
                 "slow_start",
                 f"{streams} streams where at most {self.carried} have been heard playing at "
