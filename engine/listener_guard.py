@@ -7,8 +7,11 @@ see all of it (from the gateway's playback reports where the client sends them).
 counts once it has played for `SETTLED_AFTER_S` (before that it holds its first chunk's
 cover, short by design). Its lead is the audio generated for it and not yet played, tokens
 still waiting for the codec included (so the chunk-by-chunk sawtooth of the audio delivered
-does not count); it is short below `SHORT_OF_URGENT` of the scheduler's `urgent_buffer_s`.
-A healthy stream's lead only grows from its first chunk's cover. No newcomer is admitted
+does not count); it is short below the cover the scheduler gives a first chunk
+(Scheduler.first_chunk_cover_s: the time to make the next chunk, times the first-audio
+margin), since a healthy stream starts with that much and only gains: one below it has lost
+ground. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a stream
+with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
 
 - beyond half the streams the cost model predicts, or twice the most streams heard playing
   at once (audio out) in the last `CARRIED_WINDOW_S`, or `SLOW_START_STREAMS`, whichever is
@@ -39,7 +42,6 @@ from engine.request import Request
 
 SETTLED_AFTER_S = 1.0
 SHORT_SHARE = 0.05
-SHORT_OF_URGENT = 0.5
 STRAIN_MEMORY_S = 1.0
 CARRIED_WINDOW_S = 10.0
 SLOW_START_STREAMS = 4
@@ -54,10 +56,10 @@ class ListenerHealth:
 
 
 def listener_health(
-    requests: Iterable[Request], now: float, urgent_buffer_s: float, token_s: float
+    requests: Iterable[Request], now: float, short_below_s: float, token_s: float
 ) -> ListenerHealth:
-    """The generating `requests`' leads at `now` (`token_s`: a token's audio)."""
-    short_below_s = SHORT_OF_URGENT * urgent_buffer_s
+    """The generating `requests`' leads at `now` (`token_s`: a token's audio); short: less
+    than `short_below_s`."""
     settled = short = unsettled = playing = 0
     for request in requests:
         if not request.wants_tokens:

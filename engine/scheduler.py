@@ -185,7 +185,7 @@ class Scheduler:
         if not verdict.ok:
             return verdict
         health = listener_health(
-            live, now, self.config.urgent_buffer_s, self.facts.seconds_per_token
+            live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
         )
         refusal = self.listener_guard.refusal(health, now, self.capacity.capacity())
         if refusal is not None:
@@ -224,7 +224,7 @@ class Scheduler:
         live = [r for r in list(self.requests.values()) if r.wants_tokens]
         fit = self.capacity.steps.fit()
         health = listener_health(
-            live, now, self.config.urgent_buffer_s, self.facts.seconds_per_token
+            live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
         )
         return AdmissionStats(
             streams=len(live),

@@ -242,9 +242,9 @@ def playing(sched: Scheduler, now: float, played_s: float, lead_s: float) -> Req
 
 
 def test_listener_health_counts_settled_streams_short_of_audio():
-    """Settled after a second of audio; short below half the urgent buffer (1 s), tokens
-    waiting for the codec counted as audio (the chunk sawtooth does not make a stream
-    short)."""
+    """Settled after a second of audio; short below the line given (the scheduler's: its
+    first-chunk cover), tokens waiting for the codec counted as audio (the chunk sawtooth
+    does not make a stream short)."""
     sched = make_scheduler(realtime_admission=False)
     now = 100.0
     fine = playing(sched, now, played_s=5.0, lead_s=0.8)
@@ -252,10 +252,10 @@ def test_listener_health_counts_settled_streams_short_of_audio():
     covered = playing(sched, now, played_s=5.0, lead_s=0.3)
     covered.output_ids = [7] * 9  # 8 tokens (320 ms) waiting for the codec
     playing(sched, now, played_s=0.5, lead_s=0.1)  # not settled yet
-    health = listener_health(sched.requests.values(), now, 1.0, TOKEN_S)
+    health = listener_health(sched.requests.values(), now, 0.5, TOKEN_S)
     assert health == ListenerHealth(settled=3, short=1, unsettled=1, playing=4)
     sched.finish_generation(short, RequestStatus.FINISHED_LENGTH)  # no longer generating
-    assert listener_health(sched.requests.values(), now, 1.0, TOKEN_S).short == 0
+    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
     assert fine.wants_tokens
 
 
