@@ -27,8 +27,10 @@ FACTS = ChunkingFacts(
 
 def make_scheduler(**overrides) -> Scheduler:
     # No cover margin: a first chunk is ready at first_chunk_tokens (the release rule has its
-    # own tests in test_scheduler.py).
-    config = EngineConfig(**{"first_audio_margin": 0.0, **overrides})
+    # own tests in test_scheduler.py). Real-time admission off: the fake engine's thin
+    # buffers (barely faster than real time) would rightly turn later arrivals away, and
+    # these tests are about the codec's jobs, not admission.
+    config = EngineConfig(**{"first_audio_margin": 0.0, "realtime_admission": False, **overrides})
     return Scheduler(config, BlockManager(num_blocks=1024, block_size=16), FACTS)
 
 
