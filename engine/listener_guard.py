@@ -10,7 +10,8 @@ still waiting for the codec included (so the chunk-by-chunk sawtooth of the audi
 does not count); it is short below the cover the scheduler gives a first chunk
 (Scheduler.first_chunk_cover_s: the time to make the next chunk, times the first-audio
 margin), since a healthy stream starts with that much and only gains: one below it has lost
-ground. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a stream
+ground. A stream whose first chunk was let out with less (the first-audio budget ran out,
+under load) is short below its first chunk's audio. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a stream
 with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
 
 - beyond half the streams the cost model predicts, or twice the most streams heard playing
@@ -71,7 +72,9 @@ def listener_health(
             continue
         settled += 1
         lead = request.audio_lead_s(now) + request.pending_detok_tokens * token_s
-        short += lead < short_below_s
+        # A first chunk let out early (the first-audio budget) starts the stream lower.
+        line = min(short_below_s, request.first_chunk_s or short_below_s)
+        short += lead < line
     return ListenerHealth(settled, short, unsettled, playing)
 
 

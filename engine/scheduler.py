@@ -396,6 +396,7 @@ class Scheduler:
         request measures the gap its first had to cover."""
         if request.first_audio_time is None:
             request.first_audio_time = now
+            request.first_chunk_s = seconds
         elif request.audio_chunks_out == 1:
             gap = now - request.first_audio_time
             old = self.second_chunk_gap_s

@@ -254,6 +254,10 @@ def test_listener_health_counts_settled_streams_short_of_audio():
     playing(sched, now, played_s=0.5, lead_s=0.1)  # not settled yet
     health = listener_health(sched.requests.values(), now, 0.5, TOKEN_S)
     assert health == ListenerHealth(settled=3, short=1, unsettled=1, playing=4)
+    short.first_chunk_s = 0.2  # let out early: it started lower, and has gained since
+    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
+    short.first_chunk_s = 0.4
+    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 1
     sched.finish_generation(short, RequestStatus.FINISHED_LENGTH)  # no longer generating
     assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
     assert fine.wants_tokens
