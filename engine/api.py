@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.outputs import (
+    AdmissionStats,
     AudioChunk,
     EngineEvent,
     EngineStats,
@@ -61,6 +62,7 @@ __all__ = [
     "InstallClipVoice",
     "LoopCommand",
     "LoopTotals",
+    "AdmissionStats",
     "ModelFacts",
     "ModelInputError",
     "OptionSpec",

@@ -221,17 +221,19 @@ class EngineConfig:
             "the model family asks for it)",
         ),
     )
-    # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) when the step
-    # and codec costs measured at the batch size it would make (calibrated at warm-up, refined
-    # by live steps), or the cadence measured now, come within 10 % of the audio each step
-    # adds to every stream (engine/realtime_capacity.py). On for every model and device; None
-    # (the command line's "not given") counts as on.
+    # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) when the decode
+    # turn fitted from live turns (engine/turn_cost.py, seeded at warm-up) predicts that one
+    # more stream would make every stream's token interval exceed REALTIME_LOAD of a token's
+    # audio (engine/realtime_capacity.py), or while the listeners already playing run short
+    # of audio (engine/listener_guard.py). On for every model and device; None (the command
+    # line's "not given") counts as on.
     realtime_admission: bool | None = field(
         default=True,
         metadata=cli(
             "--realtime-admission",
             "refuse a new stream (1013 / `overloaded`) that would push the streams already "
-            "playing behind real time, from step costs measured at warm-up and live",
+            "playing behind real time, from turn costs measured at warm-up and live and the "
+            "listeners' buffers",
         ),
     )
     # A request whose buffered audio exceeds this is not decoded this step: the batch slot is

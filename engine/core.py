@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -108,6 +109,10 @@ class EngineCore:
         self.steps = 0
         self.llm_steps = 0  # LLM steps whose tokens were resolved (request traces' step time)
         self._last_llm_start: float | None = None
+        # The rows of the last LLM steps launched, newest last, None for a step that ran
+        # prompt tokens: the turn a measured interval belongs to (_observe_turn).
+        self._recent_rows: deque[int | None] = deque(maxlen=2)
+        self._busy_gap_s: float | None = None  # the last busy interval between step starts
         self.last_timing = StepTiming()
         log.info(
             "engine ready: model=%s attention=%s kv_blocks=%d x %d tokens policy=%s async=%s",
@@ -146,14 +151,16 @@ class EngineCore:
             self.step()
         if self.scheduler.realtime_admission:
             self._calibrate_realtime()
+        # The warm-up's own turns (first-use compiles) say nothing about serving.
+        self.scheduler.capacity.steps.clear_live()
         self.steps = 0
 
     def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
-        """Real-time admission's step costs (engine/realtime_capacity.py) at batch sizes
+        """Real-time admission's turn cost (engine/turn_cost.py) seeded at batch sizes
         1, 2, 4, … up to max_num_seqs: each a burst of requests stepped to their end (the
         codec's chunks included), its mean token interval recorded. Stops at the first size
         that already falls behind real time (larger ones are refused anyway), when the KV pool
-        cannot hold the burst, or after `budget_s`. Live steps refine the figures."""
+        cannot hold the burst, or after `budget_s`. Live turns of every size take over."""
         facts = self.model.facts
         n = facts.first_chunk_tokens + facts.chunk_tokens
         limit = REALTIME_LOAD * facts.seconds_per_token
@@ -168,7 +175,7 @@ class EngineCore:
                 interval = self._calibration_burst(size, n)
                 if interval is None:
                     break
-                sched.capacity.steps.set(size, interval)
+                sched.capacity.steps.seed(size, interval)
                 log.info(
                     "real-time admission: batch %d takes %.1f ms a token", size, 1e3 * interval
                 )
@@ -180,6 +187,15 @@ class EngineCore:
                 kept
             )
             self._last_llm_start = None
+        fit = sched.capacity.steps.fit()
+        if fit is not None:
+            log.info(
+                "real-time admission: turn %.2f ms + %.3f ms/row (warm-up bursts): room for %s "
+                "streams until live turns refine it",
+                1e3 * fit.fixed_s,
+                1e3 * fit.per_row_s,
+                sched.capacity.capacity(),
+            )
         one = sched.capacity.token_interval(1)
         if one is not None and one > limit:
             log.warning(
@@ -340,6 +356,7 @@ class EngineCore:
         )
 
     def stats(self, stepping: bool = True) -> EngineStats:
+        now = self.clock()
         return EngineStats(
             running=self.scheduler.num_running,
             waiting=self.scheduler.num_waiting,
@@ -352,7 +369,8 @@ class EngineCore:
             prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
             kv_blocks_kept=self.blocks.num_kept_blocks,
             totals=dataclasses.replace(self.audio.totals),  # a snapshot: the loop goes on
-            realtime_room=self.scheduler.real_time_room().ok,
+            realtime_room=self.scheduler.real_time_room(now).ok,
+            admission=self.scheduler.admission_stats(now),
         )
 
     # --- the step --------------------------------------------------------------------------------
@@ -384,9 +402,7 @@ class EngineCore:
         if plan.chunks:
             interval = self._token_interval(t0, timing.llm_s)
             self.scheduler.step_time_s = ema(self.scheduler.step_time_s, interval)
-            # Real-time admission's cadence: decode steps only, a prompt's prefill is a one-off.
-            if plan.num_tokens == len(plan.chunks):
-                self.scheduler.observe_step(len(plan.chunks), interval)
+            self._observe_turn(plan)
         # One steady detokenizer job at a time: chunks that became ready meanwhile wait here
         # rather than queue behind it, so the next job takes the most urgent of them (first
         # chunks first) and batches them all; a codec call of flat cost (CosyVoice 2's flow)
@@ -434,8 +450,24 @@ class EngineCore:
         included), not just the forward pass, which under load is a good deal shorter."""
         last, self._last_llm_start = self._last_llm_start, step_start
         if last is None or step_start - last > 4 * max(llm_s, self.scheduler.step_time_s):
+            self._busy_gap_s = None
             return llm_s  # the loop was idle in between: the gap says nothing about the cadence
-        return step_start - last
+        self._busy_gap_s = step_start - last
+        return self._busy_gap_s
+
+    def _observe_turn(self, plan: SchedulerOutput) -> None:
+        """Real-time admission's samples (Scheduler.observe_step): the time since the last
+        LLM step's start (_token_interval) is the loop turn that ran the step launched last
+        (with async scheduling: the one before it, which that turn waited for), so it is
+        booked at that step's rows; a turn that ran prompt tokens, or followed an idle loop,
+        is no sample."""
+        recent, gap = self._recent_rows, self._busy_gap_s
+        if gap is None:
+            recent.clear()
+        back = 2 if self.async_scheduling else 1
+        if gap is not None and len(recent) >= back and recent[-back] is not None:
+            self.scheduler.observe_step(recent[-back], gap)
+        recent.append(len(plan.chunks) if plan.num_tokens == len(plan.chunks) else None)
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
         """Bookkeeping known at launch: the KV the step writes, and one more token in flight

@@ -174,6 +174,21 @@ EngineEvent = AudioChunk | Finished | TextDelta | WordTimings
 
 
 @dataclass(frozen=True)
+class AdmissionStats:
+    """Real-time admission now (engine/realtime_capacity.py): what it predicts and why it
+    would refuse. The turn cost is the fitted line, turn seconds = fixed + per_row x rows."""
+
+    streams: int = 0  # generating requests, admitted ones not yet prefilled included
+    capacity_streams: int = 0  # the most streams the fitted cost keeps in real time (0: unknown)
+    turn_fixed_s: float = 0.0
+    turn_per_row_s: float = 0.0
+    live_turns: int = 0  # live decode turns in the fit's window
+    settled_listeners: int = 0  # streams playing for a while (engine/listener_guard.py)
+    short_listeners: int = 0  # ... of them, those that would run dry before their next audio
+    refusals: dict[str, int] = field(default_factory=dict)  # requests refused so far, by cause
+
+
+@dataclass(frozen=True)
 class EngineStats:
     running: int
     waiting: int
@@ -194,3 +209,4 @@ class EngineStats:
     # Whether real-time admission would take one more stream now (engine/realtime_capacity.py);
     # the gateway refuses a new session with 1013 while it would not.
     realtime_room: bool = True
+    admission: AdmissionStats = field(default_factory=AdmissionStats)

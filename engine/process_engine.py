@@ -15,6 +15,7 @@ thread client runs them beside its.
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing as mp
 import queue
 import threading
@@ -35,7 +36,8 @@ class ProcessEngine(HostedClient):
         self._events = ctx.Queue()
         self._process = ctx.Process(
             target=host_main,
-            args=(spec, self._commands, self._events),
+            # A spawned interpreter logs nothing below WARNING unless told: the parent's level.
+            args=(spec, self._commands, self._events, logging.getLogger().getEffectiveLevel()),
             name="voxgate-engine",
             daemon=True,
         )

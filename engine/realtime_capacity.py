@@ -1,18 +1,17 @@
-"""Real-time admission's cost model (no torch): what a step costs at each batch size, and what
-a codec job costs at each number of rows, measured at warm-up and refined from live steps, so
-that a stream is refused *before* it would push the streams already playing behind real time.
+"""Real-time admission's prediction (no torch): the token interval `n` streams would get from
+the engine's measured turn cost, and the codec's budget where it runs beside the LLM, so that
+a stream is refused *before* it would push the streams already playing behind real time.
 
 A stream gets one token per LLM step it takes part in. With `n` streams and at most
-`max_num_seqs` per step, each stream waits ceil(n / max_num_seqs) steps of batch
-min(n, max_num_seqs) between tokens; that interval (loop time between step starts, the inline
-codec's share and the host's work included) must stay under `REALTIME_LOAD` of a token's
-playback time. A codec that runs beside the LLM (a thread of its own, on CUDA) has its own
-budget: every stream needs a chunk per chunk of audio, in jobs of at most `max_detok_batch`
-rows.
-
-Where nothing is measured yet at or above the asked size, the cost is extrapolated from the
-largest sizes measured (linearly, never cheaper than the largest measured); where nothing is
-measured at all, the model cannot be judged and admission leaves it to the KV pool.
+`max_num_seqs` per step, each stream waits ceil(n / max_num_seqs) turns of
+min(n, max_num_seqs) rows between tokens; that interval must stay under `REALTIME_LOAD` of a
+token's playback time. This is the sustained-throughput condition whatever the lead caps do:
+streams that sit out a step catch up in a later one, and a turn of r rows yields r tokens
+for a + c*r seconds, which is best at r = n. The turn's cost by rows is fitted from live turns
+(engine/turn_cost.py). A codec that runs beside the LLM (a thread of its own, on CUDA) has
+its own budget: every stream needs a chunk per chunk of audio, in jobs of at most
+`max_detok_batch` rows. Where nothing is measured at all, the model cannot be judged and
+admission leaves it to the KV pool (and the listeners' buffers: engine/listener_guard.py).
 """
 
 from __future__ import annotations
@@ -20,19 +19,25 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from engine.turn_cost import TurnCostModel
+
 # A stream is refused once the predicted token interval exceeds this share of a token's
-# playback time: the rest is margin for the gateway's own work and jitter.
-REALTIME_LOAD = 0.9
+# playback time: the rest is margin for jitter. The turns it is predicted from are measured
+# live, the gateway's work on the same machine included, and the listeners' buffers guard
+# what they miss, so the margin is small: where a turn's fixed cost is half a token's time
+# (a GPU), each 1 % of margin costs 2 % of the streams.
+REALTIME_LOAD = 0.95
 
 
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
     reason: str = ""
+    cause: str = ""  # for metrics: "turn_cost", "codec" (the scheduler adds more)
 
 
 class CostCurve:
-    """Measured seconds by size (batch size, codec rows): a running mean per size."""
+    """Measured seconds by size (codec rows): a running mean per size."""
 
     def __init__(self, weight: float = 0.2) -> None:
         self.weight = weight
@@ -96,12 +101,12 @@ class RealtimeCapacity:
         self.max_num_seqs = max_num_seqs
         self.max_detok_batch = max_detok_batch
         self.threaded_codec = threaded_codec
-        self.steps = CostCurve()  # token interval by decode batch size
+        self.steps = TurnCostModel()  # a decode turn's seconds by rows
         self.codec = CostCurve()  # codec job seconds by rows (threaded codec only)
 
     @property
     def calibrated(self) -> bool:
-        return bool(self.steps.sizes)
+        return self.steps.measured
 
     def token_interval(self, streams: int) -> float | None:
         """Predicted seconds between a stream's tokens with `streams` streams generating."""
@@ -110,6 +115,20 @@ class RealtimeCapacity:
         if cost is None:
             return None
         return math.ceil(streams / self.max_num_seqs) * cost
+
+    def capacity(self, cap: int = 100_000) -> int | None:
+        """The most streams predicted to stay in real time (at least 1: a lone stream is
+        always admitted); None while nothing is measured."""
+        if not self.calibrated:
+            return None
+        lo, hi = 1, 2
+        while hi <= cap and self.room_for(hi).ok:
+            lo, hi = hi, 2 * hi
+        hi = min(hi, cap + 1)
+        while hi - lo > 1:  # room_for(lo) holds, room_for(hi) does not
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.room_for(mid).ok else (lo, mid)
+        return lo
 
     def codec_period(self, streams: int) -> float | None:
         """Predicted codec seconds to give each of `streams` one chunk (threaded codec)."""
@@ -133,8 +152,9 @@ class RealtimeCapacity:
             return Verdict(
                 False,
                 f"no real-time capacity: {streams} streams would get a token every "
-                f"{1000 * interval:.1f} ms (measured step costs) for "
+                f"{1000 * interval:.1f} ms (measured turn costs) for "
                 f"{1000 * self.seconds_per_token:.1f} ms of audio each; try again shortly",
+                "turn_cost",
             )
         chunk_s = self.chunk_tokens * self.seconds_per_token
         codec = self.codec_period(streams)
@@ -144,5 +164,6 @@ class RealtimeCapacity:
                 f"no real-time capacity: the codec would take {1000 * codec:.0f} ms to decode "
                 f"a {1000 * chunk_s:.0f} ms chunk for each of {streams} streams; "
                 "try again shortly",
+                "codec",
             )
         return Verdict(True)

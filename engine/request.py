@@ -107,6 +107,7 @@ class Request:
     # Audio side, in seconds of audio.
     audio_emitted_s: float = 0.0
     first_audio_time: float | None = None
+    first_chunk_s: float = 0.0  # audio in the first chunk: the lead the listener starts with
     audio_chunks_out: int = 0
     delivery_hold_s: float = 0.0  # SpeechRequest.delivery_hold_s
     playback_rate: float = 1.0  # SpeechRequest.playback_rate: audio seconds played per second

@@ -19,16 +19,17 @@ running request never has to be preempted: preempting a stream would be an audib
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from engine.block_manager import Admission, BlockManager
 from engine.config import EngineConfig
-from engine.outputs import ScheduledChunk, SchedulerOutput
-from engine.realtime_capacity import REALTIME_LOAD, RealtimeCapacity
+from engine.listener_guard import ListenerGuard, listener_health
+from engine.outputs import AdmissionStats, ScheduledChunk, SchedulerOutput
+from engine.realtime_capacity import RealtimeCapacity, Verdict
 from engine.request import Request, RequestStatus
 
-# Real-time admission refuses a stream once a step takes this share of a token's playback time.
-REALTIME_ADMISSION_LOAD = REALTIME_LOAD
+log = logging.getLogger("voxgate.engine")
 
 # How a request of a conversation may end and still leave its KV for the next turn.
 _KEEPS_KV = (
@@ -105,12 +106,8 @@ class Scheduler:
         # times leaves out: waiting for a codec job already in flight, the async pipeline's
         # step of lag, a busy loop. 0 until a request has had two chunks.
         self.second_chunk_gap_s = 0.0
-        # The cadence of decode-only steps since the engine was last idle (None: none since),
-        # so that real-time admission never judges a new burst by the last one's load, nor
-        # the streams' steady cadence by a newcomer's one-off prefill.
-        self.busy_step_s: float | None = None
-        # Real-time admission's measured costs by batch size (engine/realtime_capacity.py):
-        # calibrated at warm-up, refined by every decode step.
+        # Real-time admission's turn cost by rows (engine/realtime_capacity.py): seeded at
+        # warm-up, fitted from every live decode turn.
         self.capacity = RealtimeCapacity(
             facts.seconds_per_token,
             facts.chunk_tokens,
@@ -119,6 +116,12 @@ class Scheduler:
             threaded_codec,
         )
         self.calibrating = False  # the core's warm-up measures costs: nothing is refused
+        # Requests refused, by cause (real-time admission's turn_cost, codec, slow_start,
+        # listeners; kv), and
+        # whether the last one asked was admitted (a change of mind is logged once).
+        self.refusals: dict[str, int] = {}
+        self.listener_guard = ListenerGuard()
+        self._admitting = True
 
     @property
     def realtime_admission(self) -> bool:
@@ -126,10 +129,10 @@ class Scheduler:
         return self.config.realtime_admission is not False
 
     def observe_step(self, batch_size: int, interval_s: float) -> None:
-        """A decode-only step's token interval at its batch size (the core reports each)."""
-        busy = self.busy_step_s
-        self.busy_step_s = interval_s if busy is None else ema(busy, interval_s)
-        self.capacity.steps.observe(batch_size, interval_s)
+        """A decode-only turn's seconds at its rows (the core reports each): the samples
+        real-time admission's turn cost is fitted to. The warm-up's bursts seed it instead."""
+        if not self.calibrating:
+            self.capacity.steps.observe(batch_size, interval_s)
 
     def observe_codec_job(self, rows: int, seconds: float) -> None:
         """A steady codec job's time at its number of rows (threaded codecs' budget)."""
@@ -143,11 +146,15 @@ class Scheduler:
         """Reserve the request's whole length. Idle conversations' kept KV never stands in
         the way: it is evicted (least recently kept first) to make room. A request of a
         conversation starts with the KV of its prompt's common prefix with the kept one."""
-        decision = self.real_time_room()
+        verdict = self.real_time_room(request.arrival_time)
+        self._note_admission(verdict)
+        decision = Admission(verdict.ok, verdict.reason)
         if decision.ok:
             decision = self.blocks.can_admit(
                 request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
             )
+            if not decision.ok:
+                self.refusals["kv"] = self.refusals.get("kv", 0) + 1
         if decision.ok:
             if request.conversation_id is not None:
                 request.num_reused = self.blocks.claim(
@@ -161,29 +168,71 @@ class Scheduler:
             self.requests[request.request_id] = request
         return decision
 
-    def real_time_room(self) -> Admission:
+    def real_time_room(self, now: float) -> Verdict:
         """With real-time admission: whether every stream stays in real time with one more.
-        Judged twice: by the step and codec costs measured at each batch size
-        (`capacity`, calibrated at warm-up), so a burst of arrivals is refused at the size
-        that would fall behind rather than after it has; and by the cadence measured since
-        the engine was last idle (`busy_step_s`), which sees what the table cannot (another
-        process taking the cores). Streams admitted but not yet prefilled count too."""
+        Judged twice: by the turn cost fitted from live turns of every size (`capacity`,
+        seeded at warm-up), so a burst of arrivals is cut at the size that would fall behind
+        rather than after it has (streams admitted but not yet prefilled count too); and by
+        the listeners' buffers (engine/listener_guard.py), which see what the fit cannot:
+        the gateway or another process taking the cores."""
         if not self.realtime_admission or self.calibrating:
-            return Admission(True)
+            return Verdict(True)
         # A copy: EngineCore.stats() asks from the gateway's thread while the engine's adds.
-        generating = sum(1 for r in list(self.requests.values()) if r.wants_tokens)
-        verdict = self.capacity.room_for(generating + 1)
+        live = [r for r in list(self.requests.values()) if r.wants_tokens]
+        verdict = self.capacity.room_for(len(live) + 1)
         if not verdict.ok:
-            return Admission(False, verdict.reason)
-        limit = REALTIME_ADMISSION_LOAD * self.facts.seconds_per_token
-        cadence = self.busy_step_s
-        if generating == 0 or cadence is None or cadence <= limit:
-            return Admission(True)
-        return Admission(
-            False,
-            f"no real-time capacity: {generating} stream(s) already take a step every "
-            f"{1000 * cadence:.0f} ms for {1000 * self.facts.seconds_per_token:.0f} ms "
-            "of audio each; try again shortly",
+            return verdict
+        health = listener_health(
+            live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
+        )
+        refusal = self.listener_guard.refusal(health, now, self.capacity.capacity())
+        if refusal is not None:
+            cause, why = refusal
+            return Verdict(False, f"no real-time capacity: {why}; try again shortly", cause)
+        return Verdict(True)
+
+    def _note_admission(self, verdict: Verdict) -> None:
+        """Count a refusal by cause; log when admission closes and when it opens again."""
+        if not verdict.ok:
+            self.refusals[verdict.cause] = self.refusals.get(verdict.cause, 0) + 1
+        if verdict.ok == self._admitting:
+            return
+        self._admitting = verdict.ok
+        streams = sum(1 for r in self.requests.values() if r.wants_tokens)
+        fit = self.capacity.steps.fit()
+        turn = (
+            f"turn {1e3 * fit.fixed_s:.2f} ms + {1e3 * fit.per_row_s:.3f} ms/row"
+            if fit
+            else "turn cost not measured"
+        )
+        if verdict.ok:
+            log.info(
+                "real-time admission open again: %d streams, room for %s (%s)",
+                streams,
+                self.capacity.capacity(),
+                turn,
+            )
+        else:
+            log.info(
+                "real-time admission closed at %d streams (%s): %s", streams, turn, verdict.reason
+            )
+
+    def admission_stats(self, now: float) -> AdmissionStats:
+        """Real-time admission's figures for /metrics (EngineStats.admission)."""
+        live = [r for r in list(self.requests.values()) if r.wants_tokens]
+        fit = self.capacity.steps.fit()
+        health = listener_health(
+            live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
+        )
+        return AdmissionStats(
+            streams=len(live),
+            capacity_streams=self.capacity.capacity() or 0,
+            turn_fixed_s=fit.fixed_s if fit else 0.0,
+            turn_per_row_s=fit.per_row_s if fit else 0.0,
+            live_turns=self.capacity.steps.live_turns,
+            settled_listeners=health.settled,
+            short_listeners=health.short,
+            refusals=dict(self.refusals),
         )
 
     def finish_generation(self, request: Request, status: RequestStatus) -> None:
@@ -196,8 +245,6 @@ class Scheduler:
         request = self.requests.pop(request_id, None)
         if request is not None:
             self._release_kv(request)
-        if not self.requests:
-            self.busy_step_s = None
         return request
 
     def _release_kv(self, request: Request) -> None:
@@ -365,6 +412,7 @@ class Scheduler:
         request measures the gap its first had to cover."""
         if request.first_audio_time is None:
             request.first_audio_time = now
+            request.first_chunk_s = seconds
         elif request.audio_chunks_out == 1:
             gap = now - request.first_audio_time
             old = self.second_chunk_gap_s

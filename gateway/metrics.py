@@ -74,6 +74,7 @@ class EngineCollector(Collector):
             yield GaugeMetricFamily(name, doc, value=value)
         yield CounterMetricFamily("voxgate_engine_steps", "Engine steps run", value=stats.steps)
         yield from loop_total_counters(stats)
+        yield from admission_metrics(stats)
 
 
 # The engine loop's cumulative counters (EngineStats.totals): metric name → (help, field).
@@ -101,6 +102,56 @@ LOOP_TOTALS = {
     "voxgate_engine_lane_seconds": ("Decode time of first-chunk lane jobs", "lane_s"),
     "voxgate_engine_audio_seconds": ("Audio the engine handed out", "audio_s"),
 }
+
+
+# Real-time admission (EngineStats.admission): metric name → (help, field).
+ADMISSION_GAUGES = {
+    "voxgate_engine_realtime_streams": (
+        "Streams generating, admitted ones not yet prefilled included",
+        "streams",
+    ),
+    "voxgate_engine_realtime_capacity_streams": (
+        "Streams the fitted decode-turn cost keeps in real time (0: not measured yet)",
+        "capacity_streams",
+    ),
+    "voxgate_engine_turn_fixed_seconds": (
+        "Fitted decode-turn cost: seconds a turn takes whatever its rows",
+        "turn_fixed_s",
+    ),
+    "voxgate_engine_turn_row_seconds": (
+        "Fitted decode-turn cost: seconds each row adds to a turn",
+        "turn_per_row_s",
+    ),
+    "voxgate_engine_turn_samples": ("Live decode turns the cost is fitted to", "live_turns"),
+    "voxgate_engine_listeners_settled": (
+        "Streams that have played for a while (real-time admission's buffer guard)",
+        "settled_listeners",
+    ),
+    "voxgate_engine_listeners_short": (
+        "Settled streams that would run dry before their next audio",
+        "short_listeners",
+    ),
+}
+
+
+def admission_metrics(stats: EngineStats) -> Iterator[Metric]:
+    admission = stats.admission
+    yield GaugeMetricFamily(
+        "voxgate_engine_realtime_room",
+        "1 while real-time admission would take another stream",
+        value=int(stats.realtime_room),
+    )
+    for name, (doc, attr) in ADMISSION_GAUGES.items():
+        yield GaugeMetricFamily(name, doc, value=getattr(admission, attr))
+    refusals = CounterMetricFamily(
+        "voxgate_engine_admission_refusals",
+        "Requests the engine refused, by cause (turn_cost, codec, slow_start, listeners: "
+        "real-time admission; kv: the KV pool)",
+        labels=["cause"],
+    )
+    for cause, count in sorted(admission.refusals.items()):
+        refusals.add_metric([cause], count)
+    yield refusals
 
 
 def loop_total_counters(stats: EngineStats) -> Iterator[Metric]:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from engine.api import (
+    AdmissionStats,
     EngineDead,
     EngineOverloaded,
     EngineStats,
@@ -205,6 +206,27 @@ def sum_stats(stats: Sequence[EngineStats], room: bool) -> EngineStats:
         stepping=any(s.stepping for s in stats),
         totals=totals,
         realtime_room=room,
+        admission=sum_admission([s.admission for s in stats]),
+    )
+
+
+def sum_admission(replicas: Sequence[AdmissionStats]) -> AdmissionStats:
+    """Replicas' real-time admission as one engine's: streams, capacities, listeners and
+    refusals added up; the turn cost of the replica with the most streams."""
+    busiest = max(replicas, key=lambda a: a.streams, default=AdmissionStats())
+    refusals: dict[str, int] = {}
+    for a in replicas:
+        for cause, count in a.refusals.items():
+            refusals[cause] = refusals.get(cause, 0) + count
+    return AdmissionStats(
+        streams=sum(a.streams for a in replicas),
+        capacity_streams=sum(a.capacity_streams for a in replicas),
+        turn_fixed_s=busiest.turn_fixed_s,
+        turn_per_row_s=busiest.turn_per_row_s,
+        live_turns=sum(a.live_turns for a in replicas),
+        settled_listeners=sum(a.settled_listeners for a in replicas),
+        short_listeners=sum(a.short_listeners for a in replicas),
+        refusals=refusals,
     )
 
 

@@ -28,9 +28,11 @@ FACTS = ChunkingFacts(
 
 def make_scheduler(**overrides) -> Scheduler:
     # No cover margin: a first chunk is ready at first_chunk_tokens (the release rule has its
-    # own tests in test_scheduler.py).
+    # own tests in test_scheduler.py). Real-time admission off: the fake engine's thin
+    # buffers (barely faster than real time) would rightly turn later arrivals away, and
+    # these tests are about the codec's jobs, not admission.
     rows = overrides.pop("steady_batch_rows", FACTS.steady_batch_rows)  # the model's fact
-    config = EngineConfig(**{"first_audio_margin": 0.0, **overrides})
+    config = EngineConfig(**{"first_audio_margin": 0.0, "realtime_admission": False, **overrides})
     facts = dataclasses.replace(FACTS, steady_batch_rows=rows)
     return Scheduler(config, BlockManager(num_blocks=1024, block_size=16), facts)
 

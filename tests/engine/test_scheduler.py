@@ -161,7 +161,9 @@ def test_prefills_of_several_arrivals_share_a_step_under_the_token_budget():
 
 def test_prefill_never_takes_the_token_a_running_decode_needs():
     now = 20.0
-    sched = make_scheduler("slack", max_batch_tokens=32)
+    # Real-time admission off: its buffer guard would refuse the newcomer (the running
+    # stream would run dry before its next chunk); this is about the prefill's budget.
+    sched = make_scheduler("slack", max_batch_tokens=32, realtime_admission=False)
     running = make_steady(sched, arrival=1.0, buffered_s=0.3, now=now)
     newcomer = admit(sched, prompt_len=200, arrival=now)
     plan = sched.schedule(now)
@@ -382,35 +384,52 @@ def test_first_chunk_audio_discounts_the_codecs_read_ahead():
         assert sched._first_chunk_ready(req, now=0.0, codec_s=sched.detok_time_s)
 
 
+def heard_playing(request: Request, now: float) -> None:
+    """`request` has been decoding and its listener playing for 5 s, 2 s ahead."""
+    request.num_computed = request.num_prompt_tokens + 1
+    request.output_ids = [7]
+    request.num_detokenized = 1
+    request.status = RequestStatus.RUNNING
+    request.first_audio_time = now - 5.0
+    request.audio_emitted_s = 7.0
+
+
 def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
-    """Every generating request gets a token a step: once a step takes 90 % of a token's
-    playback time, a newcomer is refused (and reserves nothing); finished streams make room,
-    and an engine gone idle forgets the cadence of its last burst."""
+    """Every generating request gets a token a turn: once the turns measured at the size one
+    more stream would make take 90 % of a token's playback time, a newcomer is refused (and
+    reserves nothing); finished streams make room."""
     sched = make_scheduler("slack", realtime_admission=True)
     token_s = FACTS.seconds_per_token
-    sched.busy_step_s = 2 * token_s  # overloaded, but nothing is running: admit
+    for _ in range(3):
+        sched.observe_step(1, 2 * token_s)  # overloaded, but nothing is running: admit
     first = admit(sched, prompt_len=20, arrival=0.0, max_tokens=30)
-    sched.busy_step_s = 0.85 * token_s  # within the limit
+    heard_playing(first, now=0.1)  # settled: the slow start lets the next one in
+    sched.capacity.steps.clear_live()
+    for _ in range(3):
+        sched.observe_step(2, 0.85 * token_s)  # within the limit
     second = admit(sched, prompt_len=20, arrival=0.1, max_tokens=30)
-    sched.busy_step_s = 0.95 * token_s
+    heard_playing(second, now=0.2)
+    for _ in range(3):
+        sched.observe_step(3, 0.95 * token_s)
     reserved = sched.reserved_blocks
     late = Request(list(range(20)), SamplingParams(max_tokens=30), 0.2)
     decision = sched.admit(late)
     assert not decision.ok and "real-time capacity" in decision.reason
-    assert "2 stream(s)" in decision.reason
+    assert "3 streams would get a token every" in decision.reason
     assert sched.reserved_blocks == reserved and late.request_id not in sched.requests
+    assert sched.refusals == {"turn_cost": 1}
     for request in (first, second):
         sched.finish_generation(request, RequestStatus.FINISHED_LENGTH)
     assert sched.admit(late).ok  # nothing generates any more
     for request in (first, second, late):
         sched.remove(request.request_id)
-    assert sched.busy_step_s is None  # idle: the next burst is judged by its own steps
-    admit(sched, prompt_len=20, arrival=1.0)
+    heard_playing(admit(sched, prompt_len=20, arrival=1.0), now=1.1)
     admit(sched, prompt_len=20, arrival=1.1)
     # Off (realtime_admission=False; on is every model's default): only the KV pool decides.
     off = make_scheduler("slack", realtime_admission=False)
     admit(off, prompt_len=20, arrival=0.0)
-    off.busy_step_s = 10 * token_s
+    for _ in range(3):
+        off.observe_step(2, 10 * token_s)
     admit(off, prompt_len=20, arrival=0.1)
 
 

@@ -36,6 +36,12 @@ async def test_health_ready_and_metrics(server):
         "voxgate_engine_batch_size",
         "voxgate_engine_steps_total",
         'voxgate_gc_pause_seconds_count{generation="2"}',
+        "voxgate_engine_realtime_room ",
+        "voxgate_engine_realtime_streams ",
+        "voxgate_engine_realtime_capacity_streams ",
+        "voxgate_engine_turn_fixed_seconds ",
+        "voxgate_engine_turn_row_seconds ",
+        "voxgate_engine_listeners_short ",
     ]:
         assert name in text, name
 

@@ -4,8 +4,10 @@ tests/scaleout's."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.api import EngineStats, StepTiming
-from engine.outputs import LoopTotals
+from engine.outputs import AdmissionStats, LoopTotals
 from gateway.placement import ReplicaLoad, pick_replica
 from gateway.replica_pool import sum_stats
 
@@ -59,3 +61,19 @@ def test_the_pools_figures_add_up_and_room_is_what_the_pool_is_told():
     assert pooled.steps == 8 and pooled.totals.loop_turns == 8 and pooled.totals.audio_s == 8.0
     assert pooled.last_step.batch_size == 7  # the busiest replica's last step
     assert pooled.stepping and not pooled.realtime_room
+
+
+def test_the_pools_admission_adds_up_with_the_busiest_replicas_turn_cost():
+    a = AdmissionStats(streams=10, capacity_streams=50, turn_per_row_s=0.001, refusals={"kv": 1})
+    b = AdmissionStats(
+        streams=30,
+        capacity_streams=40,
+        turn_per_row_s=0.002,
+        short_listeners=2,
+        refusals={"kv": 2, "listeners": 4},
+    )
+    replicas = [dataclasses.replace(stats(), admission=x) for x in (a, b)]
+    pooled = sum_stats(replicas, room=True).admission
+    assert (pooled.streams, pooled.capacity_streams, pooled.short_listeners) == (40, 90, 2)
+    assert pooled.turn_per_row_s == 0.002
+    assert pooled.refusals == {"kv": 3, "listeners": 4}

@@ -64,6 +64,10 @@ async def test_many_sessions_each_complete_or_are_refused(tiny_server):
     assert completed >= 1
     # More sessions than two cores carry in real time: admission turned some away.
     assert refused >= 1, outcomes
+    # ... and those it let in played on time, but for the odd frame on a machine shared with
+    # other jobs (admitted on the warm-up's figures alone, ~40 sessions came ~1,200 frames
+    # late, ~28 each).
+    assert late_frames <= 5 * completed, (late_frames, completed)
     after = await engine_idle(server)
     assert after["voxgate_sessions"] == 0
     assert after["voxgate_event_loop_tasks"] <= before["voxgate_event_loop_tasks"]

@@ -1,0 +1,122 @@
+"""Real-time admission's feedback guard (no torch): whether the listeners already playing are
+running short of audio, whatever the cost model predicts.
+
+The cost model (engine/turn_cost.py) sees the engine loop's turns; it cannot see work it
+does not time, nor a cost that grows faster than the line it fits. The listeners' buffers
+see all of it (from the gateway's playback reports where the client sends them). A stream
+counts once it has played for `SETTLED_AFTER_S` (before that it holds its first chunk's
+cover, short by design). Its lead is the audio generated for it and not yet played, tokens
+still waiting for the codec included (so the chunk-by-chunk sawtooth of the audio delivered
+does not count); it is short below the cover the scheduler gives a first chunk
+(Scheduler.first_chunk_cover_s: the time to make the next chunk, times the first-audio
+margin), since a healthy stream starts with that much and only gains: one below it has lost
+ground. A stream whose first chunk was let out with less (the first-audio budget ran out,
+under load) is short below its first chunk's audio. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a stream
+with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
+
+- beyond half the streams the cost model predicts, or twice the most streams heard playing
+  at once (audio out) in the last `CARRIED_WINDOW_S`, or `SLOW_START_STREAMS`, whichever is
+  more (slow start; a few streams are the cost model's alone to judge): a
+  prediction made before its streams' audio flowed is trusted halfway, and doubled as they
+  are heard. The warm-up's figures, and the turns before a burst's audio flows, miss the
+  work that comes with the audio (the gateway's encoding on the same cores: on a 2-core
+  CPU, 43 voxgate-tiny streams predicted where ~20 play on time). A steady load, however
+  it churns, has been heard: only a burst beyond what was recently carried meets it;
+- while more than `SHORT_SHARE` of the settled streams are short, or
+- while any is short, or was in the last `STRAIN_MEMORY_S`, and a stream admitted earlier
+  has not settled yet (with settled streams playing: their buffers are the ones at stake):
+  under strain, newcomers go in one at a time, each judged by buffers that have felt the
+  last one (a burst of arrivals, or of retries, must not all go in on one view of the
+  buffers, the moment the last short listener has caught up).
+
+What it cannot do: a buffer only runs short some time after the engine fell behind (2 s of
+lead drain in 10 s at 20 % over), so while the model is far too hopeful and arrivals come
+slowly, streams admitted meanwhile can still end up behind (tests/engine/realtime_sim.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.request import Request
+
+SETTLED_AFTER_S = 1.0
+SHORT_SHARE = 0.05
+STRAIN_MEMORY_S = 1.0
+CARRIED_WINDOW_S = 10.0
+SLOW_START_STREAMS = 4
+
+
+@dataclass(frozen=True)
+class ListenerHealth:
+    settled: int = 0  # generating streams that have played for SETTLED_AFTER_S
+    short: int = 0  # ... of them, those whose lead is short
+    unsettled: int = 0  # generating streams not settled yet (no audio yet included)
+    playing: int = 0  # generating streams with audio out (settled or not)
+
+
+def listener_health(
+    requests: Iterable[Request], now: float, short_below_s: float, token_s: float
+) -> ListenerHealth:
+    """The generating `requests`' leads at `now` (`token_s`: a token's audio); short: less
+    than `short_below_s`."""
+    settled = short = unsettled = playing = 0
+    for request in requests:
+        if not request.wants_tokens:
+            continue
+        first = request.first_audio_time
+        playing += first is not None
+        if first is None or now - first < SETTLED_AFTER_S:
+            unsettled += 1
+            continue
+        settled += 1
+        lead = request.audio_lead_s(now) + request.pending_detok_tokens * token_s
+        # A first chunk let out early (the first-audio budget) starts the stream lower.
+        line = min(short_below_s, request.first_chunk_s or short_below_s)
+        short += lead < line
+    return ListenerHealth(settled, short, unsettled, playing)
+
+
+class ListenerGuard:
+    """The guard's verdict, with its memory of the last strain."""
+
+    def __init__(self) -> None:
+        self.strained_at: float | None = None  # when a settled stream was last seen short
+        # The most streams heard playing at once lately (a running maximum, restarted from
+        # the present once CARRIED_WINDOW_S old), and when it was seen.
+        self.carried = 0
+        self.carried_at = 0.0
+
+    def refusal(
+        self, health: ListenerHealth, now: float, predicted: int | None = None
+    ) -> tuple[str, str] | None:
+        """Why no newcomer may go in now (a cause for metrics: `slow_start` or `listeners`,
+        and words), or None; `predicted`: the streams the cost model says the engine
+        carries (None: not measured)."""
+        if health.short:
+            self.strained_at = now
+        if health.playing >= self.carried or now - self.carried_at > CARRIED_WINDOW_S:
+            self.carried, self.carried_at = health.playing, now
+        streams = health.settled + health.unsettled
+        allowed = None if predicted is None else max(SLOW_START_STREAMS, predicted // 2)
+        if allowed is not None and streams >= max(allowed, 2 * self.carried):
+            return (
+                "slow_start",
+                f"{streams} streams where at most {self.carried} have been heard playing at "
+                "once: more go in as they are heard",
+            )
+        if health.short > SHORT_SHARE * health.settled:
+            return (
+                "listeners",
+                f"{health.short} of the {health.settled} streams playing are running short "
+                "of audio",
+            )
+        strained = self.strained_at is not None and now - self.strained_at < STRAIN_MEMORY_S
+        if strained and health.settled and health.unsettled:
+            return (
+                "listeners",
+                f"listeners ran short of audio {now - self.strained_at:.1f} s ago and "
+                f"{health.unsettled} newer stream(s) have not settled yet",
+            )
+        return None

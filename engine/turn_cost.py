@@ -1,0 +1,162 @@
+"""What a decode turn of the engine loop costs as a function of its rows (no torch).
+
+A turn is the time between the starts of two LLM steps while the loop is busy: the step,
+the inline codec's share, the host's work and whatever else shares the machine. Real-time
+admission needs it at the batch a newcomer would make, which a loaded engine rarely runs:
+under the scheduler's lead caps only the streams short of audio decode, so live turns carry
+fewer rows than there are streams. So the cost is a line, turn seconds = fixed + per_row x
+rows, fitted by weighted least squares to the last `window` live turns of every size (each
+size's median turn, weighing as many turns as it has), and extrapolated along the measured
+slope:
+
+- **Seeded by the warm-up's bursts** (`seed`): each figure weighs as much as
+  `PRIOR_WEIGHT` live turns while the window fills, and fades out as it does. Burst figures
+  are dearer than steady turns (every first chunk hits the codec at once), so once live
+  turns of several sizes are in, they alone decide; live turns of a single size say nothing
+  about the slope, so the bursts then keep a weight of one turn each to anchor it.
+- **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
+  of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
+  never costs less per step than a smaller one did); the slope is never negative.
+
+Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
+gateway's thread): readers fit a copy of the window.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+LIVE_WINDOW = 256  # live turns the fit looks at (~3 s on an H200, ~10 s on a CPU)
+PRIOR_WEIGHT = 4.0  # a warm-up burst's figure, in live turns, while the window is empty
+FLOOR_SAMPLES = 3  # live turns of a size before their median floors the prediction
+
+
+@dataclass(frozen=True)
+class TurnFit:
+    """turn seconds = fixed_s + per_row_s x rows."""
+
+    fixed_s: float
+    per_row_s: float
+
+    def at(self, rows: int) -> float:
+        return self.fixed_s + self.per_row_s * rows
+
+
+class TurnCostModel:
+    def __init__(self, window: int = LIVE_WINDOW, prior_weight: float = PRIOR_WEIGHT) -> None:
+        self.window = window
+        self.prior_weight = prior_weight
+        self._prior: dict[int, float] = {}
+        self._live: deque[tuple[int, float]] = deque(maxlen=window)
+        self._lock = threading.Lock()  # the window is copied while the engine appends
+        self._version = 0
+        self._cache: tuple[int, TurnFit | None, tuple[tuple[int, float], ...]] | None = None
+
+    def seed(self, rows: int, seconds: float) -> None:
+        """A warm-up burst's mean turn at `rows` (replaces an earlier figure at that size)."""
+        if rows >= 1 and seconds >= 0:
+            self._prior[rows] = seconds
+            self._version += 1
+
+    def observe(self, rows: int, seconds: float) -> None:
+        """A live decode turn of `rows` rows that took `seconds`."""
+        if rows >= 1 and seconds >= 0:
+            with self._lock:
+                self._live.append((rows, seconds))
+            self._version += 1
+
+    def clear_live(self) -> None:
+        """Forget the live turns (the warm-up's own, with their one-off compiles)."""
+        with self._lock:
+            self._live.clear()
+        self._version += 1
+
+    @property
+    def measured(self) -> bool:
+        return bool(self._prior) or bool(self._live)
+
+    @property
+    def seed_sizes(self) -> list[int]:
+        return sorted(self._prior)
+
+    @property
+    def live_turns(self) -> int:
+        return len(self._live)
+
+    def fit(self) -> TurnFit | None:
+        """The fitted line, None while nothing is measured."""
+        return self._model()[0]
+
+    def predict(self, rows: int) -> float | None:
+        """Expected seconds of a turn of `rows` rows; None while nothing is measured."""
+        fit, floors = self._model()
+        if fit is None:
+            return None
+        cost = fit.at(rows)
+        for size, median in floors:
+            if size > rows:
+                break
+            cost = max(cost, median)
+        return cost
+
+    # --- the fit ---------------------------------------------------------------------------------
+    def _model(self) -> tuple[TurnFit | None, tuple[tuple[int, float], ...]]:
+        version = self._version
+        cache = self._cache
+        if cache is not None and cache[0] == version:
+            return cache[1], cache[2]
+        with self._lock:
+            live = tuple(self._live)
+        prior = dict(self._prior)
+        by_size = _by_size(live)
+        # Each size's median turn, weighing as many turns as it has: one slow turn (a
+        # garbage collection, a page fault) moves nothing.
+        points = [(rows, statistics.median(times), len(times)) for rows, times in by_size]
+        weight = self._prior_weight(live)
+        points += [(rows, seconds, weight) for rows, seconds in prior.items()]
+        fit = _weighted_line(points)
+        floors = tuple(
+            (rows, statistics.median(times))
+            for rows, times in by_size
+            if len(times) >= FLOOR_SAMPLES
+        )
+        self._cache = (version, fit, floors)
+        return fit, floors
+
+    def _prior_weight(self, live: tuple[tuple[int, float], ...]) -> float:
+        fading = self.prior_weight * max(0.0, 1.0 - len(live) / self.window)
+        sizes = {rows for rows, _ in live}
+        return max(fading, 1.0) if len(sizes) < 2 else fading
+
+
+def _weighted_line(points: list[tuple[int, float, float]]) -> TurnFit | None:
+    """Weighted least squares of seconds on rows, with a slope >= 0 and a fixed cost >= 0.
+    Points of one size only: cost in proportion to rows (pessimistic for a GPU, whose small
+    batches cost nearly the same)."""
+    total = sum(w for _, _, w in points)
+    if total <= 0:
+        return None
+    mean_r = sum(w * r for r, _, w in points) / total
+    mean_s = sum(w * s for _, s, w in points) / total
+    srr = sum(w * (r - mean_r) ** 2 for r, _, w in points)
+    if srr <= 1e-9 * total:
+        return TurnFit(0.0, mean_s / mean_r)
+    slope = sum(w * (r - mean_r) * (s - mean_s) for r, s, w in points) / srr
+    if slope < 0:
+        return TurnFit(mean_s, 0.0)
+    fixed = mean_s - slope * mean_r
+    if fixed < 0:  # through the origin instead
+        rr = sum(w * r * r for r, _, w in points)
+        return TurnFit(0.0, sum(w * r * s for r, s, w in points) / rr)
+    return TurnFit(fixed, slope)
+
+
+def _by_size(live: tuple[tuple[int, float], ...]) -> list[tuple[int, list[float]]]:
+    """The live turns' seconds grouped by rows, by rows."""
+    by_size: dict[int, list[float]] = {}
+    for rows, seconds in live:
+        by_size.setdefault(rows, []).append(seconds)
+    return sorted(by_size.items())
