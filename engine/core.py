@@ -306,6 +306,8 @@ class EngineCore:
             raise ModelInputError(f"request {request_id!r} takes no more text: {why}")
         try:
             feed.extend(self.model.extend_request(request.extras, text, final), final)
+            # Ids its prompt waits for go there first (the request is not prefilled before).
+            feed.fill_prompt(request.prompt_ids)
         except ModelInputError as exc:
             request.status = RequestStatus.FINISHED_FAILED
             self.scheduler.remove(request_id)
