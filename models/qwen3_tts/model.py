@@ -129,10 +129,9 @@ class Qwen3TtsModel(SpeechModel):
                 no_instruction,
                 designs_voice=not ids.speakers and speaker_encoder is None,
             ),
-            # Streamed text (the package's streaming-text layout): CustomVoice and VoiceDesign.
-            # A Base model's voices cloned in context align their whole text with the clip's
-            # codes in the prompt, so its streamed text goes sentence by sentence.
-            appends_text=speaker_encoder is None,
+            # Streamed text (the package's streaming-text layout), every variant: preset,
+            # designed, and cloned voices (x-vector only, or in context with the clip's codes).
+            appends_text=True,
         )
         self.shape = BackboneShape.of(talker.args, talker)
 
@@ -246,11 +245,10 @@ class Qwen3TtsModel(SpeechModel):
 
     def preprocess_text_stream(self, text: str, voice: str | None, options: dict) -> Prompt:
         """A request whose text is still arriving, opened with its start (at least one whole
-        word: text up to a space): the prompt ends with the first text token, and every later
-        one is fed with a generated frame (extend_request), as the package's streaming-text
-        generate feeds them."""
-        if not self.facts.appends_text:
-            return super().preprocess_text_stream(text, voice, options)
+        word: text up to a space), in the package's streaming-text layout: every text id
+        past the prompt is fed with a generated frame (extend_request). A voice cloned in
+        context lines the text up with the clip's frames in the prompt: the request starts
+        once its text reaches past the clip (or is final), as the package's prompt needs."""
         request = self._prompt_request(text, voice, options)
         streamed = StreamedText(self.encode, MAX_TEXT_CHARS)
         first = streamed.add(text, final=False)
@@ -259,9 +257,17 @@ class Qwen3TtsModel(SpeechModel):
                 "streamed text opens with at least one whole word (text up to a space); "
                 "send the rest as it comes"
             )
-        rows = P.streaming_prompt_rows(self.encode, self.ids, request, self.k, first[0])
-        feed = TextFeed(column=self.k, filler=self.ids.tts_pad, pending=deque(first[1:]))
-        return Prompt(rows, {"streamed_text": streamed}, text_feed=feed)
+        prompt = P.streaming_prompt(self.encode, self.ids, request, self.k, first)
+        feed = TextFeed(
+            column=self.k,
+            filler=self.ids.tts_pad,
+            pending=deque(prompt.trailing),
+            prompt_gaps=deque(prompt.gaps),
+        )
+        extras: dict[str, Any] = {"streamed_text": streamed}
+        if request.reference is not None:
+            extras["reference_codes"] = request.reference.codes
+        return Prompt(prompt.rows, extras, text_feed=feed)
 
     def extend_request(self, extras: dict[str, Any], text: str, final: bool) -> list[int]:
         streamed = extras.get("streamed_text")

@@ -151,14 +151,40 @@ def prompt_rows(encode: Encode, ids: CodecIds, request: PromptRequest, width: in
     return rows
 
 
-def streaming_prompt_rows(
-    encode: Encode, ids: CodecIds, request: PromptRequest, width: int, first_text_id: int
-) -> list[Row]:
-    """The package's streaming-text layout (generate's non_streaming_mode=False): the same
-    head, then codec bos with the text's first token; every later token of the text, then
-    tts_eos, then tts_pad, goes in with a generated frame, one a frame (its text column),
-    so the talker needs only the text's start to begin. Not for in-context cloning, whose
-    layout aligns the whole text with the clip's codes."""
-    if request.reference is not None:
-        raise ModelInputError("a voice cloned in context takes its text whole, not streamed")
-    return [*_head_rows(encode, ids, request, width), _row(ids.bos, first_text_id, width)]
+@dataclass(frozen=True)
+class StreamingPrompt:
+    """A prompt for text that is still arriving (the package's streaming-text layout)."""
+
+    rows: list[Row]
+    # Rows (their indexes) whose text column waits for the text's next ids, in order: ABSENT
+    # until they come (models/text_feed.py, TextFeed.prompt_gaps).
+    gaps: list[int]
+    # The text's ids past the prompt: each goes in with a generated frame, one a frame.
+    trailing: list[int]
+
+
+def streaming_prompt(
+    encode: Encode, ids: CodecIds, request: PromptRequest, width: int, text_ids: list[int]
+) -> StreamingPrompt:
+    """The package's streaming-text layout (generate's non_streaming_mode=False), opened with
+    the text's first ids `text_ids` (at least one). The same head as prompt_rows, then:
+
+    - a preset, designed or x-vector-only voice: codec bos with the text's first token; every
+      later token of the text, then tts_eos, then tts_pad, goes in with a generated frame;
+    - in-context cloning: codec bos and the clip's frames, row by row, with the clip's
+      transcript then the text then tts_eos (tts_pad past their end); the rest of the text
+      goes in with the generated frames. Rows the text has not reached yet are gaps, so the
+      request starts once its text covers the clip (or is final)."""
+    rows = _head_rows(encode, ids, request, width)
+    if request.reference is None:
+        rows.append(_row(ids.bos, text_ids[0], width))
+        return StreamingPrompt(rows, [], text_ids[1:])
+    aligned = [*request.reference.text_ids, *text_ids]
+    codecs: list[Row] = [_row(ids.bos, ABSENT, width)]
+    codecs += [(*map(int, frame), ABSENT) for frame in request.reference.codes]
+    gaps = []
+    for i, codec in enumerate(codecs):
+        if i >= len(aligned):
+            gaps.append(len(rows))
+        rows.append((*codec[:width], aligned[i] if i < len(aligned) else ABSENT))
+    return StreamingPrompt(rows, gaps, aligned[len(codecs) :])

@@ -30,6 +30,7 @@ from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
 from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 from tests.models.engine_run import run
 from tests.models.official_qwen3_tts import run_official
+from tests.models.qwen3_tts_clip import clip_audio
 
 FRAMES = 6
 # (text, speaker, language, instruction): the CustomVoice prompt's variants, and VoiceDesign's
@@ -42,15 +43,6 @@ VOICE_DESIGN = [("Designed voice.", None, "chinese", "A deep, calm older man's v
 CLONE = [("A cloned voice speaking.", "clip", "english", "")]
 ICL_CLONE = [("It goes on speaking.", "icl", "auto", "")]
 CLIP_TEXT = "The words said in the clip."
-
-
-def clip_audio() -> np.ndarray:
-    """One second at 24 kHz: a gliding tone in noise, within [-1, 1]."""
-    t = np.arange(24000) / 24000
-    rng = np.random.default_rng(0)
-    return (
-        0.4 * np.sin(2 * np.pi * (180 + 90 * t) * t) + 0.05 * rng.standard_normal(24000)
-    ).astype(np.float32)
 
 
 @pytest.fixture(scope="module", autouse=True)
