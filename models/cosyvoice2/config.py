@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from models.checkpoint_errors import CheckpointError
-from models.codecs.flow_hift.dit_estimator import DitConfig
+from models.codecs.flow_hift.dit_config import DitConfig
 
 CONFIG_FILE = "cosyvoice2.yaml"
 

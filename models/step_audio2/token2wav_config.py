@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint_errors import CheckpointError
-from models.codecs.flow_hift.dit_estimator import DitConfig
+from models.codecs.flow_hift.dit_config import DitConfig
 from models.cosyvoice2.config import EncoderConfig, FlowConfig, HiftConfig, read_yaml
 
 FLOW_FILE = "flow.yaml"

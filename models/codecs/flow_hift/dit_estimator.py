@@ -14,26 +14,13 @@ The convolutions are causal in both, so padding after a row's frames never reach
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.codecs.flow_hift.dit_config import DitConfig
 from models.codecs.flow_hift.encoder import chunk_mask
-
-
-@dataclass(frozen=True)
-class DitConfig:
-    in_channels: int  # x + mu + speaker + cond, stacked: 4 x n_mels
-    out_channels: int  # n_mels
-    hidden_size: int
-    depth: int
-    num_heads: int
-    head_dim: int
-    mlp_ratio: float
-    static_chunk_size: int  # mel frames per attention chunk in streaming mode
-    frequency_size: int = 256  # the time embedding's sinusoids (TimestepEmbedder's default)
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
