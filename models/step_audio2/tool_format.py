@@ -39,6 +39,7 @@ CALL_START, CALL_END = "<tool_call>", "</tool_call>"
 CALL_KIND = "function"  # the first line of a call
 MAX_HEAD_CHARS = 256  # "function\n{name}\n": longer means this is not a call
 MAX_ARGUMENT_CHARS = 65536  # one call's arguments, bounding what a reply can make us hold
+HEAD_ERROR = f"a call must be {CALL_KIND!r}, then the function's name, then its arguments, each on a line of its own"
 
 
 def tools_json(tools: Sequence[FunctionTool]) -> str:
@@ -138,12 +139,15 @@ class StepAudio2CallParser:
     def _head(self, out: list[ParsedPiece]) -> bool:
         """`function\\n{name}\\n`: wait for both lines, then judge the call."""
         lines = self._buf.split("\n", 2)
-        first_line_done = len(lines) > 1
-        if (first_line_done and lines[0] != CALL_KIND) or not CALL_KIND.startswith(lines[0]):
-            return self._malformed(f"a call's first line must be {CALL_KIND!r}")
         head_len = len(lines[0]) + len(lines[1]) + 2 if len(lines) == 3 else len(self._buf)
-        if CALL_END in self._buf[:head_len] or head_len > MAX_HEAD_CHARS:
-            return self._malformed("a call needs `function`, a name and its arguments")
+        first_line_done = len(lines) > 1
+        if (
+            CALL_END in self._buf[:head_len]
+            or head_len > MAX_HEAD_CHARS
+            or (first_line_done and lines[0] != CALL_KIND)
+            or not CALL_KIND.startswith(lines[0])
+        ):
+            return self._malformed(HEAD_ERROR)
         if len(lines) < 3:
             return False
         name = lines[1]
