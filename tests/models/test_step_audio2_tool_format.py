@@ -226,3 +226,23 @@ def test_a_conversation_with_tools_and_a_result_is_the_published_format(tiny):
         tool_result_turn([])
     with pytest.raises(ModelInputError, match="tools take"):
         tools_message("x" * 40000)
+
+
+def test_the_transcript_keeps_call_tags_a_tokenizer_marks_special(tmp_path):
+    """Where the vocabulary has `<tool_call>` / `</tool_call>` as special tokens, decoding
+    with special tokens skipped would drop them, and the call with them."""
+    from tokenizers import AddedToken, Tokenizer
+
+    from models.step_audio2.presets import write_tokenizer
+    from models.step_audio2.tokens import StepAudio2Ids
+
+    write_tokenizer(tmp_path)
+    tokenizer = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tags = [AddedToken(t, special=True, normalized=False) for t in ("<tool_call>", "</tool_call>")]
+    tokenizer.add_special_tokens(tags)
+    ids = StepAudio2Ids.from_tokenizer(tokenizer)
+    assert sorted(ids.call_tags.values()) == ["</tool_call>", "<tool_call>"]
+    text = "Ok " + call_text("search", '{"query": "é"}') + " bye"
+    encoded = tokenizer.encode(text).ids
+    assert "<tool_call>" not in tokenizer.decode(encoded, skip_special_tokens=True)
+    assert ids.decode_text(tokenizer, encoded) == text
