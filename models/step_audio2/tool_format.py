@@ -137,7 +137,12 @@ class StepAudio2CallParser:
         return True
 
     def _head(self, out: list[ParsedPiece]) -> bool:
-        """`function\\n{name}\\n`: wait for both lines, then judge the call."""
+        """`function\\n{name}\\n`: wait for both lines, then judge the call. Whitespace
+        before `function` and around the name is let pass (StepFun's parser strips them)."""
+        lead = len(self._buf) - len(self._buf.lstrip())
+        if lead:
+            self._keep_raw(self._buf[:lead])
+            self._buf = self._buf[lead:]
         lines = self._buf.split("\n", 2)
         head_len = len(lines[0]) + len(lines[1]) + 2 if len(lines) == 3 else len(self._buf)
         first_line_done = len(lines) > 1
@@ -150,7 +155,7 @@ class StepAudio2CallParser:
             return self._malformed(HEAD_ERROR)
         if len(lines) < 3:
             return False
-        name = lines[1]
+        name = lines[1].strip()
         if name not in self._names:
             return self._malformed(f"the model called {name[:64]!r}, which is not a session tool")
         self._keep_raw(self._buf[:head_len])

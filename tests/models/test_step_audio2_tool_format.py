@@ -97,6 +97,16 @@ def test_arguments_stream_before_the_call_ends():
     assert parser.feed("call>") == [CallDone("search", '{"query": "tides"}')]
 
 
+def test_whitespace_around_the_head_is_let_pass():
+    text = '<tool_call>\nfunction\n search \n{"query": "q"}</tool_call>'
+    for chunks in ([text], list(text)):
+        assert merged(parse(chunks)) == [
+            CallStarted("search"),
+            CallArguments('{"query": "q"}'),
+            CallDone("search", '{"query": "q"}'),
+        ]
+
+
 def test_calls_one_after_another():
     text = call_text("search", '{"query": "a"}') + call_text("get_weather", '{"city": "b"}')
     assert merged(parse(list(text))) == [
