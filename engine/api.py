@@ -84,6 +84,7 @@ __all__ = [
     "TurnCommand",
     "TurnFromSpeech",
     "TurnFromText",
+    "TurnFromToolCall",
     "TurnFromToolOutputs",
     "VoiceClip",
     "VoiceCommand",
@@ -219,8 +220,24 @@ class TurnFromToolOutputs:
     outputs: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class TurnFromToolCall:
+    """A tool call the client puts in the conversation (the Realtime API's `function_call`
+    item) → the model's assistant turn holding it, as the model writes calls. Models with
+    ModelFacts.tool_call_syntax."""
+
+    name: str
+    arguments: str
+
+
 TurnCommand = (
-    TurnFromSpeech | TurnFromText | HeardReply | ReplyTranscript | ToolsTurn | TurnFromToolOutputs
+    TurnFromSpeech
+    | TurnFromText
+    | HeardReply
+    | ReplyTranscript
+    | ToolsTurn
+    | TurnFromToolOutputs
+    | TurnFromToolCall
 )
 
 

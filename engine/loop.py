@@ -38,6 +38,7 @@ from engine.api import (
     TurnCommand,
     TurnFromSpeech,
     TurnFromText,
+    TurnFromToolCall,
     TurnFromToolOutputs,
 )
 from engine.outputs import EngineEvent, EngineStats, SpeechRequest
@@ -116,6 +117,7 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
             | ReplyTranscript()
             | ToolsTurn()
             | TurnFromToolOutputs()
+            | TurnFromToolCall()
         ):
             return Applied(prepare_turn(loop.model, command))
         case AddClipVoice(name, clip):
@@ -172,7 +174,8 @@ def prepare_turn(model: SpeechModel, command: TurnCommand) -> Any:
     facts = model.facts
     if not facts.accepts_turns or not all(hasattr(model, m) for m in _TURN_METHODS):
         raise ModelInputError(f"{facts.name} is not a turn-based model: it takes no turns")
-    if isinstance(command, ToolsTurn | TurnFromToolOutputs) and facts.tool_call_syntax is None:
+    tool_commands = ToolsTurn | TurnFromToolOutputs | TurnFromToolCall
+    if isinstance(command, tool_commands) and facts.tool_call_syntax is None:
         raise ModelInputError(f"{facts.name} was not trained with tool calls; it takes no tools")
     turns: Any = model
     system = getattr(command, "system", None)
@@ -193,3 +196,5 @@ def prepare_turn(model: SpeechModel, command: TurnCommand) -> Any:
             return turns.tools_turn(tools)
         case TurnFromToolOutputs(outputs):
             return turns.tool_output_turn(outputs)
+        case TurnFromToolCall(name, arguments):
+            return turns.tool_call_turn(name, arguments)

@@ -18,6 +18,7 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
                                function_call_arguments.delta / .done, output_item.done)
     conversation.item.create function_call_output → kept until response.create, which sends
                                ToolOutputs: the model answers the results
+    conversation.item.create function_call → ToolCall: the client's call joins the history
     audio input events       → `error` (needs a speech-to-speech model) for TTS models
 
 Everything else — limits, pacing, backpressure, barge-in, metrics, engine requests — is the
@@ -88,7 +89,7 @@ from gateway.realtime_protocol import (
     decode_client_event,
     event_id_of,
 )
-from gateway.realtime_tools import FunctionOutputEvent
+from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.wire import (
     InputClear,
     InputCleared,
@@ -96,6 +97,7 @@ from gateway.wire import (
     Reply,
     SessionUpdate,
     SessionUpdated,
+    ToolCall,
     ToolOutputs,
     Truncate,
     Truncated,
@@ -209,6 +211,8 @@ class RealtimeWire(Wire):
             return (self._item_create(event),)
         if isinstance(event, FunctionOutputEvent):
             return (self._function_output(event),)
+        if isinstance(event, FunctionCallEvent):
+            return self._function_call(event)
         if isinstance(event, ResponseCreateEvent):
             if self._tools.has_outputs:
                 return (ToolOutputs(self._tools.take_outputs()),)
@@ -288,6 +292,17 @@ class RealtimeWire(Wire):
         item_id, created = self._tools.add_output(event, self._last_item_id)
         self._last_item_id = item_id
         return Reply(created)
+
+    def _function_call(self, event: FunctionCallEvent) -> Sequence[WireInput]:
+        if self._pending_text:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "messages are waiting for response.create: send it before adding a "
+                "function_call item",
+            )
+        item_id, created = self._tools.add_call(event, self._last_item_id)
+        self._last_item_id = item_id
+        return (Reply(created), ToolCall(event.name, event.arguments))
 
     def _item_create(self, event: ItemCreateEvent) -> Reply:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"

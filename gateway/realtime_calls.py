@@ -2,7 +2,8 @@
 (ModelFacts.tool_call_syntax):
 
 - `SessionTools`: the session's `tools` and `tool_choice`, what the prompt lists, the calls
-  awaiting a `function_call_output`, and the outputs waiting for `response.create`.
+  awaiting a `function_call_output` (the model's, and `function_call` items the client put in
+  the conversation), and the outputs waiting for `response.create`.
 - `ResponseCalls`: one response's transcript text fed through the model's tool-call parser
   (models/tool_calls.py) as it streams; text stays transcript, each call becomes a
   `function_call` output item (response.output_item.added, function_call_arguments.delta …
@@ -25,13 +26,14 @@ from gateway.realtime_events import (
     OutputItem,
     call_item,
     encode_call_added,
+    encode_call_created,
     encode_call_delta,
     encode_call_done,
     encode_function_output_created,
     encode_transcript_delta,
 )
 from gateway.realtime_protocol import Dialect, SessionUpdateEvent
-from gateway.realtime_tools import FunctionOutputEvent
+from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from models.families import tool_call_families
 from models.tool_calls import (
     CallArguments,
@@ -144,6 +146,37 @@ class SessionTools:
         item_id = event.item_id or _new_id("item")
         created = encode_function_output_created(
             item_id, event.call_id, event.output, previous_item_id
+        )
+        return item_id, created
+
+    def add_call(self, event: FunctionCallEvent, previous_item_id: str | None) -> tuple:
+        """A call the client puts in the conversation, opened for its output → (its item id,
+        the conversation.item.created text). Raises ProtocolError."""
+        if self._facts.tool_call_syntax is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"{self._facts.name} was not trained with function calling; its conversation "
+                "takes no function_call items",
+            )
+        if event.name not in {t.name for t in self.prompt_tools()}:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"a function_call item must call one of the session's tools (`session.tools`, "
+                f"tool_choice auto); {event.name!r} is not one",
+            )
+        if self._outputs:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "function call outputs are waiting for response.create: send it before "
+                "adding a function_call item",
+            )
+        call_id = event.call_id or _new_id("call")
+        if call_id in self._open:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"call_id {call_id[:64]!r} is already open")
+        item_id = event.item_id or _new_id("item")
+        self._open[call_id] = event.name
+        created = encode_call_created(
+            item_id, call_id, event.name, event.arguments, previous_item_id
         )
         return item_id, created
 

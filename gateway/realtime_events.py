@@ -265,6 +265,22 @@ def encode_call_done(dialect: Dialect, call: CallItem, arguments: str, status: s
     ]
 
 
+def encode_call_created(
+    item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None
+) -> str:
+    """`conversation.item.created` for a function_call item the client made."""
+    item = {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": "completed",
+        "name": name,
+        "call_id": call_id,
+        "arguments": arguments,
+    }
+    return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
+
+
 def encode_function_output_created(
     item_id: str, call_id: str, output: str, previous_item_id: str | None
 ) -> str:

@@ -21,7 +21,9 @@ from typing import Any
 
 from gateway.protocol import ErrorCode, ProtocolError
 from gateway.realtime_tools import (
+    FunctionCallEvent,
     FunctionOutputEvent,
+    decode_function_call,
     decode_function_output,
     decode_tool_choice,
     decode_tools,
@@ -170,6 +172,7 @@ RealtimeClientEvent = (
     | AudioInputEvent
     | TruncateEvent
     | FunctionOutputEvent
+    | FunctionCallEvent
 )
 
 
@@ -291,7 +294,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
 _TEXT_PARTS = ("input_text", "text", "output_text")
 
 
-def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent:
+def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent | FunctionCallEvent:
     item = obj.get("item")
     if not isinstance(item, dict):
         raise _bad("`item` must be an object")
@@ -299,12 +302,9 @@ def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent:
     if kind == "function_call_output":
         return decode_function_output(_str(obj, "event_id"), item)
     if kind == "function_call":
-        raise _bad(
-            "function_call items are made by the model's replies; answer one with a "
-            "function_call_output item (its call_id), then response.create"
-        )
+        return decode_function_call(_str(obj, "event_id"), item)
     if kind != "message":
-        raise _bad("`item.type` must be message or function_call_output")
+        raise _bad("`item.type` must be message, function_call or function_call_output")
     role = item.get("role")
     if role not in ("user", "assistant", "system"):
         raise _bad("`item.role` must be user, assistant or system")

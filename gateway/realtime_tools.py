@@ -105,3 +105,41 @@ def decode_function_output(event_id: str | None, item: dict) -> FunctionOutputEv
     return FunctionOutputEvent(
         event_id, item_id if isinstance(item_id, str) else None, call_id, output
     )
+
+
+@dataclass(frozen=True)
+class FunctionCallEvent:
+    """`conversation.item.create` with a `function_call` item: a call the client puts in the
+    conversation (restoring one, say); its output is then sent as for the model's calls."""
+
+    event_id: str | None
+    item_id: str | None
+    call_id: str | None  # None: the server names it
+    name: str
+    arguments: str
+
+
+def decode_function_call(event_id: str | None, item: dict) -> FunctionCallEvent:
+    name, arguments, call_id = item.get("name"), item.get("arguments", "{}"), item.get("call_id")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _bad("a function_call item needs the `name` of one of the session's tools")
+    if not isinstance(arguments, str) or not _is_json_object(arguments):
+        raise _bad("a function_call item's `arguments` must be a JSON object, as text")
+    if len(arguments) > MAX_OUTPUT_CHARS:
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"`arguments` are {len(arguments)} characters; the limit is {MAX_OUTPUT_CHARS}",
+        )
+    if call_id is not None and (not isinstance(call_id, str) or not call_id):
+        raise _bad("a function_call item's `call_id` must be a non-empty string")
+    item_id = item.get("id")
+    return FunctionCallEvent(
+        event_id, item_id if isinstance(item_id, str) else None, call_id, name, arguments
+    )
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False

@@ -37,6 +37,7 @@ from engine.api import (
     ToolsTurn,
     TurnFromSpeech,
     TurnFromText,
+    TurnFromToolCall,
     TurnFromToolOutputs,
 )
 from gateway.audio import OpenEncoder
@@ -62,11 +63,14 @@ from gateway.wire import (
     InputClear,
     InputCleared,
     InputCommitted,
+    ToolCall,
     ToolOutputs,
     Truncate,
     Truncated,
 )
 from models.tool_calls import FunctionTool
+
+QueuedTurn = UserAudioTurn | str | ToolOutputs | ToolCall  # what waits for the player task
 
 
 class TurnConversation:
@@ -79,6 +83,7 @@ class TurnConversation:
         InputClear,
         Truncate,
         ToolOutputs,
+        ToolCall,
     )
 
     @classmethod
@@ -120,7 +125,7 @@ class TurnConversation:
         # report that was in flight when it was cut still moves the cut (see report_playback).
         self._cut_reply: TurnReply | None = None
         self._playback_reports = 0  # the client's playback reports so far
-        self._queue: collections.deque[UserAudioTurn | str | ToolOutputs] = collections.deque()
+        self._queue: collections.deque[QueuedTurn] = collections.deque()
         # The model's tools element for options.tools, made once per set of tools.
         self._tools: tuple[tuple[FunctionTool, ...], Any] | None = None
         self._ready = asyncio.Event()
@@ -156,7 +161,7 @@ class TurnConversation:
             self.clear()
         elif isinstance(event, Truncate):
             await self.truncate(event.audio_end_ms)
-        elif isinstance(event, ToolOutputs):
+        elif isinstance(event, ToolOutputs | ToolCall):
             self._enqueue(event)
         return True
 
@@ -285,7 +290,7 @@ class TurnConversation:
         if isinstance(event, SpeechStarted):
             self.cancel()
 
-    def _enqueue(self, turn: UserAudioTurn | str | ToolOutputs) -> None:
+    def _enqueue(self, turn: QueuedTurn) -> None:
         if len(self._queue) >= self._settings.max_queued_responses:
             raise ProtocolError(
                 ErrorCode.RATE_LIMITED,
@@ -310,7 +315,10 @@ class TurnConversation:
                 self.last_played = time.monotonic()
                 self._idle.set()
 
-    async def _answer(self, turn: UserAudioTurn | str | ToolOutputs) -> None:
+    async def _answer(self, turn: QueuedTurn) -> None:
+        if isinstance(turn, ToolCall):
+            await self._add_call(turn)
+            return
         try:
             tools = await self._tools_turn()
             if isinstance(turn, UserAudioTurn):
@@ -355,6 +363,17 @@ class TurnConversation:
             await self._keep(reply, outcome)
         heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
         reply.done(f"tokens={len(outcome.output_ids)} heard={heard} reused={outcome.reused_tokens}")
+
+    async def _add_call(self, call: ToolCall) -> None:
+        """A client's call joins the history as the model's turn; nothing is answered."""
+        try:
+            kept = await self._engine.prepare_turn(TurnFromToolCall(call.name, call.arguments))
+        except ModelInputError as exc:
+            self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
+            return
+        self.history.append(kept)
+        # The newest turn is no reply now: there is none to truncate or recut.
+        self._last_reply_ids, self._cut_reply = None, None
 
     async def _tools_turn(self) -> tuple[Any, ...]:
         """The model's tools element for the session's tools ((): none), made once per set.

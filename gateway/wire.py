@@ -12,8 +12,8 @@ never a second copy of the session's logic, limits, pacing or metrics.
 A few events exist only on this seam, for protocols that can do what the native v1 protocol
 cannot (its decoder never produces them, its encoder drops them): `SessionUpdate` in and
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
-`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `ToolOutputs` in
-(a tool's results, for models with tool calls).
+`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `ToolOutputs` and
+`ToolCall` in (a tool's results, a client's call: models with tool calls).
 """
 
 from __future__ import annotations
@@ -107,6 +107,15 @@ class ToolOutputs:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A tool call the client puts in the conversation (OpenAI `function_call` item): it
+    joins the history as the model's turn, with no reply."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class Reply:
     """A text frame an adapter answers with directly, in order with the session's events
     (e.g. an acknowledgement the native protocol has no event for)."""
@@ -114,7 +123,7 @@ class Reply:
     text: str
 
 
-WireInput = ClientEvent | SessionUpdate | Reply | InputClear | Truncate | ToolOutputs
+WireInput = ClientEvent | SessionUpdate | Reply | InputClear | Truncate | ToolOutputs | ToolCall
 WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated
 # Events only adapters speak; the native encoder drops them.
 _WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated)

@@ -33,6 +33,7 @@ from models.step_audio2.prompt import (
     Turn,
     UserTurn,
     conversation_ids,
+    tool_call_turn,
     tool_result_turn,
     tools_message,
 )
@@ -159,6 +160,10 @@ class StepAudio2Model(SpeechModel):
     def tool_output_turn(self, outputs: Sequence[str]) -> ToolResultTurn:
         """The results of the last reply's tool calls → the turn that answers them."""
         return tool_result_turn(outputs)
+
+    def tool_call_turn(self, name: str, arguments: str) -> AssistantTurn:
+        """A call the client put in the conversation (not one of the model's replies)."""
+        return tool_call_turn(self.tokenizer, name, arguments)
 
     def heard_reply(self, output_ids: Sequence[int], heard_s: float | None) -> AssistantTurn:
         """The assistant turn to keep: all of the reply (heard_s None), or on barge-in the

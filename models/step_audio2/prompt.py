@@ -25,7 +25,7 @@ import torch
 from models.base import ModelInputError
 from models.step_audio2 import tokens as T
 from models.step_audio2.tokens import StepAudio2Ids
-from models.step_audio2.tool_format import TOOL_RESULT_ROLE, TOOLS_ROLE
+from models.step_audio2.tool_format import TOOL_RESULT_ROLE, TOOLS_ROLE, call_text
 
 MAX_TEXT_CHARS = 4000
 MAX_TOOLS_CHARS = 32768  # the tools message (names, descriptions, schemas)
@@ -114,6 +114,16 @@ def tool_result_turn(outputs: Sequence[str]) -> ToolResultTurn:
     return ToolResultTurn(tuple(outputs))
 
 
+def tool_call_turn(tokenizer: Any, name: str, arguments: str) -> AssistantTurn:
+    """A call the client put in the conversation, as the model would have written it."""
+    if len(arguments) > MAX_TOOL_OUTPUT_CHARS:
+        raise ModelInputError(
+            f"the call's arguments are {len(arguments)} characters; the limit is "
+            f"{MAX_TOOL_OUTPUT_CHARS}"
+        )
+    return AssistantTurn(tuple(_encode(tokenizer, call_text(name, arguments))))
+
+
 def _message(tokenizer: Any, ids: StepAudio2Ids, role: str, content: str) -> list[int]:
     return [ids.bot, *_encode(tokenizer, f"{role}\n{content}"), ids.eot]
 
@@ -136,6 +146,7 @@ def conversation_ids(
     out: list[int] = []
     system: str | None = None
     opener = [ids.bot, *_encode(tokenizer, f"{T.ASSISTANT_ROLE}\n"), ids.tts_start]
+    opened = False  # the assistant message the next AssistantTurn fills is begun
     for turn in turns:
         if isinstance(turn, UserTurn):
             if turn.system is None:
@@ -154,10 +165,14 @@ def conversation_ids(
                 system = wanted
             out += [ids.bot, *_encode(tokenizer, f"{T.USER_ROLE}\n")]
             out += [*_user_ids(tokenizer, ids, turn, slots), ids.eot, *opener]
+            opened = True
         elif isinstance(turn, ToolResultTurn):
             for output in turn.outputs:
                 out += _message(tokenizer, ids, TOOL_RESULT_ROLE, output)
             out += opener
-        else:
+            opened = True
+        else:  # an assistant turn after another one (a client's call) is a message of its own
+            out += [] if opened else opener
             out += [t for t in turn.token_ids if t not in ids.stop_ids] + [ids.eot]
+            opened = False
     return out

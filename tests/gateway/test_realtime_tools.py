@@ -14,7 +14,12 @@ from gateway.protocol import ErrorCode, ProtocolError
 from gateway.realtime_calls import ResponseCalls, SessionTools
 from gateway.realtime_events import OutputItem
 from gateway.realtime_protocol import Dialect, SessionUpdateEvent, decode_client_event
-from gateway.realtime_tools import FunctionOutputEvent, decode_tool_choice, decode_tools
+from gateway.realtime_tools import (
+    FunctionCallEvent,
+    FunctionOutputEvent,
+    decode_tool_choice,
+    decode_tools,
+)
 from models.step_audio2.tool_format import call_text
 
 WEATHER = {
@@ -88,17 +93,44 @@ def test_tool_choice_auto_and_none_are_served_the_others_refused():
         session_update(tool_choice="sometimes")
 
 
-def test_function_items_decode_and_function_calls_from_the_client_are_refused():
+def test_function_items_decode():
     item = {"type": "function_call_output", "call_id": "call_1", "output": '{"t": 1}'}
     event = decode_client_event(json.dumps({"type": "conversation.item.create", "item": item}))
     assert event == FunctionOutputEvent(None, None, "call_1", '{"t": 1}')
+    item = {"type": "function_call", "name": "get_weather", "arguments": '{"city": "Rome"}'}
+    event = decode_client_event(json.dumps({"type": "conversation.item.create", "item": item}))
+    assert event == FunctionCallEvent(None, None, None, "get_weather", '{"city": "Rome"}')
     for item, says in (
         ({"type": "function_call_output", "output": "x"}, "call_id"),
         ({"type": "function_call_output", "call_id": "c", "output": {"t": 1}}, "string `output`"),
-        ({"type": "function_call", "name": "f", "arguments": "{}"}, "made by the model"),
+        ({"type": "function_call", "arguments": "{}"}, "`name`"),
+        ({"type": "function_call", "name": "f", "arguments": "[1]"}, "JSON object"),
+        ({"type": "function_call", "name": "f", "call_id": 7}, "`call_id`"),
+        ({"type": "mcp_call"}, "`item.type` must be"),
     ):
         with pytest.raises(ProtocolError, match=says):
             decode_client_event(json.dumps({"type": "conversation.item.create", "item": item}))
+
+
+def test_a_call_from_the_client_opens_for_its_output():
+    tools = SessionTools(WITH_TOOLS, 1000)
+    tools.accept(decode_tools([WEATHER]), "auto")
+    call = FunctionCallEvent(None, "item_c", "call_c", "get_weather", '{"city": "Rome"}')
+    item_id, created = tools.add_call(call, "item_before")
+    assert item_id == "item_c"
+    item = json.loads(created)["item"]
+    assert (item["type"], item["call_id"], item["status"]) == (
+        "function_call",
+        "call_c",
+        "completed",
+    )
+    with pytest.raises(ProtocolError, match="already open"):
+        tools.add_call(call, item_id)
+    with pytest.raises(ProtocolError, match="not one"):
+        tools.add_call(FunctionCallEvent(None, None, None, "launch", "{}"), item_id)
+    tools.add_output(FunctionOutputEvent(None, None, "call_c", "sunny"), item_id)
+    with pytest.raises(ProtocolError, match="outputs are waiting"):
+        tools.add_call(FunctionCallEvent(None, None, None, "get_weather", "{}"), item_id)
 
 
 def test_a_model_without_tool_calls_refuses_tools_naming_the_models_that_take_them():

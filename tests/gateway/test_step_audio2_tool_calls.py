@@ -245,3 +245,49 @@ async def test_tool_choice_none_leaves_the_tools_out(
     system_end = first.index(model.ids.eot) + 1
     assert conversation.reused_tokens[1] <= system_end + 1  # only the system message is kept
     await wait_engine_idle(calling_engine)
+
+
+async def test_a_call_the_client_adds_is_answered_like_the_models(
+    calling_server, calling_engine, conversations, monkeypatch
+):
+    """A `function_call` item from the client joins the conversation as an assistant message
+    holding the call, written as the model writes calls; its output is then answered."""
+    model = calling_engine.core.model
+    prompts = spy_on_prompts(monkeypatch, model)
+    async with realtime(calling_server, model.facts.name) as conn:
+        await until_event(conn, "session.created")
+        await conn.send({"type": "session.update", "session": SESSION})
+        await until_event(conn, "session.updated")
+        await ask(conn, "Weather in Rome?")
+        item = {
+            "type": "function_call",
+            "call_id": "call_client_1",
+            "name": "get_weather",
+            "arguments": '{"city": "Rome"}',
+        }
+        await conn.send({"type": "conversation.item.create", "item": item})
+        created, _ = await until_event(conn, "conversation.item.created")
+        assert created.item.type == "function_call" and created.item.call_id == "call_client_1"
+        await conn.send(
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "function_call_output",
+                    "call_id": "call_client_1",
+                    "output": "18 C",
+                },
+            }
+        )
+        await until_event(conn, "conversation.item.created")
+        await conn.send({"type": "response.create"})
+        answered, _ = await until_event(conn, "response.done", timeout=120)
+        assert answered.response.status == "completed"
+    (conversation,) = conversations
+    text = model.tokenizer.decode(prompts[-1], skip_special_tokens=False)
+    assert text.endswith(
+        "</tool_call><|EOT|><|BOT|>assistant\n<tts_start><tool_call>function\nget_weather\n"
+        '{"city": "Rome"}</tool_call><|EOT|><|BOT|>input\n18 C<|EOT|>'
+        "<|BOT|>assistant\n<tts_start>"
+    )
+    assert conversation.reused_tokens[1] >= len(prompts[0])
+    await wait_engine_idle(calling_engine)

@@ -256,3 +256,29 @@ def test_the_transcript_keeps_call_tags_a_tokenizer_marks_special(tmp_path):
     encoded = tokenizer.encode(text).ids
     assert "<tool_call>" not in tokenizer.decode(encoded, skip_special_tokens=True)
     assert ids.decode_text(tokenizer, encoded) == text
+
+
+def test_a_call_from_the_client_is_an_assistant_message_of_its_own(tiny):
+    from models.step_audio2.prompt import (
+        AssistantTurn,
+        UserTurn,
+        conversation_ids,
+        tool_call_turn,
+        tool_result_turn,
+    )
+
+    tokenizer, ids = tiny
+    turns = [
+        UserTurn(text="Hi", system="S"),
+        AssistantTurn(tuple(tokenizer.encode("Hello.").ids)),
+        tool_call_turn(tokenizer, "search", '{"query": "news"}'),
+        tool_result_turn(["Nothing new."]),
+    ]
+    prompt = conversation_ids(tokenizer, ids, turns, lambda key, embeds: [])
+    assert tokenizer.decode(prompt, skip_special_tokens=False) == (
+        "<|BOT|>system\nS<|EOT|><|BOT|>human\nHi<|EOT|>"
+        "<|BOT|>assistant\n<tts_start>Hello.<|EOT|>"
+        '<|BOT|>assistant\n<tts_start><tool_call>function\nsearch\n{"query": "news"}'
+        "</tool_call><|EOT|>"
+        "<|BOT|>input\nNothing new.<|EOT|><|BOT|>assistant\n<tts_start>"
+    )
