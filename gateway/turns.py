@@ -15,6 +15,10 @@ while a reply plays, or `response.cancel` — cancels the reply within one engin
 reply enters the history cut to what the user heard (`HeardReply`): the client's
 `playback` report when it sent one, else the server's own send clock.
 
+With tools (models trained with tool calls; the Realtime API's `tools`), the model's tools
+element leads each request's turns, and a tool's results (`ToolOutputs`) are a turn answered
+like a user's; a client's own call (`ToolCall`) joins the history with no reply.
+
 The history holds the model's own turn objects, opaque here: the engine makes them
 (engine/api.py's turn commands, run where the model is loaded, in whichever process).
 """
