@@ -119,7 +119,9 @@ class SessionTools:
     def has_outputs(self) -> bool:
         return bool(self._outputs)
 
-    def add_output(self, event: FunctionOutputEvent, previous_item_id: str | None) -> tuple:
+    def add_output(
+        self, event: FunctionOutputEvent, previous_item_id: str | None
+    ) -> tuple[str, str]:
         """A call's result, kept for the next response.create → (its item id, the
         conversation.item.created text). Raises ProtocolError."""
         if self._facts.tool_call_syntax is None:
@@ -149,7 +151,7 @@ class SessionTools:
         )
         return item_id, created
 
-    def add_call(self, event: FunctionCallEvent, previous_item_id: str | None) -> tuple:
+    def add_call(self, event: FunctionCallEvent, previous_item_id: str | None) -> tuple[str, str]:
         """A call the client puts in the conversation, opened for its output → (its item id,
         the conversation.item.created text). Raises ProtocolError."""
         if self._facts.tool_call_syntax is None:
