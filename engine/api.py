@@ -40,6 +40,7 @@ from models.request_options import (
     RequestOptionError,
     resolve_request_options,
 )
+from models.tool_calls import FunctionTool
 from models.voice_clip import PendingVoice, VoiceClip
 
 __all__ = [
@@ -79,9 +80,12 @@ __all__ = [
     "StepTiming",
     "Submit",
     "TextDelta",
+    "ToolsTurn",
     "TurnCommand",
     "TurnFromSpeech",
     "TurnFromText",
+    "TurnFromToolCall",
+    "TurnFromToolOutputs",
     "VoiceClip",
     "VoiceCommand",
     "resolve_request_options",
@@ -199,7 +203,42 @@ class ReplyTranscript:
     heard_s: float | None = None
 
 
-TurnCommand = TurnFromSpeech | TurnFromText | HeardReply | ReplyTranscript
+@dataclass(frozen=True)
+class ToolsTurn:
+    """The session's tools → the model's tools element, which leads `SpeechRequest.turns`
+    (the model writes it where its chat format lists tools). Models with
+    ModelFacts.tool_call_syntax. Raises ModelInputError (too large)."""
+
+    tools: tuple[FunctionTool, ...]
+
+
+@dataclass(frozen=True)
+class TurnFromToolOutputs:
+    """The results of the last reply's tool calls, in call order → the model's turn that
+    carries them; it is answered as a user turn is. Models with ModelFacts.tool_call_syntax."""
+
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TurnFromToolCall:
+    """A tool call the client puts in the conversation (the Realtime API's `function_call`
+    item) → the model's assistant turn holding it, as the model writes calls. Models with
+    ModelFacts.tool_call_syntax."""
+
+    name: str
+    arguments: str
+
+
+TurnCommand = (
+    TurnFromSpeech
+    | TurnFromText
+    | HeardReply
+    | ReplyTranscript
+    | ToolsTurn
+    | TurnFromToolOutputs
+    | TurnFromToolCall
+)
 
 
 # --- commands: voices from clients (cloning-capable models, models/voice_clip.py) -------------

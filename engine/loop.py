@@ -34,8 +34,12 @@ from engine.api import (
     ReplyTranscript,
     ReportPlayback,
     Submit,
+    ToolsTurn,
+    TurnCommand,
     TurnFromSpeech,
     TurnFromText,
+    TurnFromToolCall,
+    TurnFromToolOutputs,
 )
 from engine.outputs import EngineEvent, EngineStats, SpeechRequest
 from engine.request import Request
@@ -106,7 +110,15 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
             return Applied(events=tuple(loop.end_session(request_id)))
         case EndConversation(conversation_id):
             loop.end_conversation(conversation_id)
-        case TurnFromSpeech() | TurnFromText() | HeardReply() | ReplyTranscript():
+        case (
+            TurnFromSpeech()
+            | TurnFromText()
+            | HeardReply()
+            | ReplyTranscript()
+            | ToolsTurn()
+            | TurnFromToolOutputs()
+            | TurnFromToolCall()
+        ):
             return Applied(prepare_turn(loop.model, command))
         case AddClipVoice(name, clip):
             model = loop.model
@@ -158,12 +170,13 @@ def _attempt(model: SpeechModel, command: TurnFromSpeech) -> Any | Exception:
         return exc
 
 
-def prepare_turn(
-    model: SpeechModel, command: TurnFromSpeech | TurnFromText | HeardReply | ReplyTranscript
-) -> Any:
+def prepare_turn(model: SpeechModel, command: TurnCommand) -> Any:
     facts = model.facts
     if not facts.accepts_turns or not all(hasattr(model, m) for m in _TURN_METHODS):
         raise ModelInputError(f"{facts.name} is not a turn-based model: it takes no turns")
+    tool_commands = ToolsTurn | TurnFromToolOutputs | TurnFromToolCall
+    if isinstance(command, tool_commands) and facts.tool_call_syntax is None:
+        raise ModelInputError(f"{facts.name} was not trained with tool calls; it takes no tools")
     turns: Any = model
     system = getattr(command, "system", None)
     if system is not None and not facts.system_prompt:
@@ -179,3 +192,9 @@ def prepare_turn(
         case ReplyTranscript(output_ids, heard_s):
             kept = turns.heard_reply(output_ids, heard_s)
             return turns.reply_text(tuple(kept.token_ids))
+        case ToolsTurn(tools):
+            return turns.tools_turn(tools)
+        case TurnFromToolOutputs(outputs):
+            return turns.tool_output_turn(outputs)
+        case TurnFromToolCall(name, arguments):
+            return turns.tool_call_turn(name, arguments)

@@ -12,6 +12,13 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
                                input_audio_buffer.speech_started / speech_stopped / committed)
     input_audio_buffer.commit / .clear → `input.commit` / InputClear
     conversation.item.truncate → Truncate: the reply is kept only as far as it was heard
+    session.tools / tool_choice → SessionUpdate.tools (models with tool calls): the reply's
+                               transcript is parsed as it streams (models/tool_calls.py), and
+                               each call becomes a `function_call` item (output_item.added,
+                               function_call_arguments.delta / .done, output_item.done)
+    conversation.item.create function_call_output → kept until response.create, which sends
+                               ToolOutputs: the model answers the results
+    conversation.item.create function_call → ToolCall: the client's call joins the history
     audio input events       → `error` (needs a speech-to-speech model) for TTS models
 
 Everything else — limits, pacing, backpressure, barge-in, metrics, engine requests — is the
@@ -50,6 +57,7 @@ from gateway.protocol import (
     TurnDetectionType,
     decode_sampling,
 )
+from gateway.realtime_calls import ResponseCalls, SessionTools, tool_resource
 from gateway.realtime_events import (
     OutputItem,
     ResponseOutcome,
@@ -81,6 +89,7 @@ from gateway.realtime_protocol import (
     decode_client_event,
     event_id_of,
 )
+from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.wire import (
     InputClear,
     InputCleared,
@@ -88,6 +97,8 @@ from gateway.wire import (
     Reply,
     SessionUpdate,
     SessionUpdated,
+    ToolCall,
+    ToolOutputs,
     Truncate,
     Truncated,
     Wire,
@@ -174,6 +185,9 @@ class RealtimeWire(Wire):
         # An audio turn was committed and is being answered: a response.create that follows
         # (what clients send after input_audio_buffer.commit) asks for that answer.
         self._audio_turn_answered = False
+        # Function calling (models whose facts name a tool_call_syntax).
+        self._tools = SessionTools(facts, max_pending_chars)
+        self._calls: ResponseCalls | None = None  # the current response's, with tools
 
     # --- client → session ------------------------------------------------------------------
     def opening(self) -> Sequence[WireInput]:
@@ -195,7 +209,13 @@ class RealtimeWire(Wire):
             return (self._session_update(event),)
         if isinstance(event, ItemCreateEvent):
             return (self._item_create(event),)
+        if isinstance(event, FunctionOutputEvent):
+            return (self._function_output(event),)
+        if isinstance(event, FunctionCallEvent):
+            return self._function_call(event)
         if isinstance(event, ResponseCreateEvent):
+            if self._tools.has_outputs:
+                return (ToolOutputs(self._tools.take_outputs()),)
             if not self._pending_text and self._audio_turn_answered:
                 self._audio_turn_answered = False
                 return ()  # the committed audio turn is already being answered
@@ -247,8 +267,9 @@ class RealtimeWire(Wire):
         if event.turn_detection not in (UNSET, None) and not self._facts.accepts_audio:
             raise _audio_input_refusal("turn_detection", self._facts)
         detection = native_turn_detection(event.turn_detection)
+        tools, choice = self._tools.update(event)
         # What the session does not own comes back in SessionUpdated once the update is taken.
-        echo = (event.turn_detection, event.instructions, event.input_format)
+        echo = (event.turn_detection, event.instructions, event.input_format, tools, choice)
         return SessionUpdate(
             event.voice,
             output,
@@ -258,10 +279,39 @@ class RealtimeWire(Wire):
             detection,
             instructions,
             speed=event.speed,
+            tools=None if tools is None else self._tools.prompt_tools(tools, choice),
         )
+
+    def _function_output(self, event: FunctionOutputEvent) -> Reply:
+        if self._pending_text:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "a response answers either function call outputs or new messages: send "
+                "response.create for the messages first",
+            )
+        item_id, created = self._tools.add_output(event, self._last_item_id)
+        self._last_item_id = item_id
+        return Reply(created)
+
+    def _function_call(self, event: FunctionCallEvent) -> Sequence[WireInput]:
+        if self._pending_text:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "messages are waiting for response.create: send it before adding a "
+                "function_call item",
+            )
+        item_id, created = self._tools.add_call(event, self._last_item_id)
+        self._last_item_id = item_id
+        return (Reply(created), ToolCall(event.name, event.arguments))
 
     def _item_create(self, event: ItemCreateEvent) -> Reply:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"
+        if event.role in ("user", "assistant") and self._tools.has_outputs:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "function call outputs are waiting for response.create: send it before "
+                "adding messages",
+            )
         if event.role in ("user", "assistant"):
             pending = sum(len(t) for t in self._pending_text) + len(event.text)
             if pending > self._max_pending_chars:
@@ -316,8 +366,23 @@ class RealtimeWire(Wire):
             self._current = OutputItem(event.response_id, item_id)
             self._transcript = []
             previous, self._last_item_id = self._last_item_id, item_id
+            parser = self._tools.parser()
+            self._calls = None
+            if parser is not None:
+                self._calls = ResponseCalls(
+                    self.dialect,
+                    self._current,
+                    parser,
+                    self._transcript,
+                    item_id,
+                    self._tools.opened,
+                )
             return encode_response_started(self.dialect, self._current, previous)
         if isinstance(event, TranscriptDelta) and self._current is not None:
+            if self._calls is not None:
+                events = self._calls.feed(event.text)
+                self._last_item_id = self._calls.last_item_id
+                return events
             self._transcript.append(event.text)
             return [encode_transcript_delta(self.dialect, self._current, event.text)]
         if isinstance(event, ResponseDone) and self._current is not None:
@@ -359,13 +424,19 @@ class RealtimeWire(Wire):
         return (OutAudio(encode_audio_delta(self.dialect, self._current, data), duration_ms),)
 
     def _response_done(self, event: ResponseDone) -> list[str]:
+        events, items = [], []
+        if self._calls is not None:
+            events, items = self._calls.finish(), self._calls.items
+            self._last_item_id = self._calls.last_item_id
+        self._calls = None
         status, reason = _OUTCOMES[event.status]
         transcript = "".join(self._transcript) if self._transcript else None
         error = "generation failed" if event.status is ResponseStatus.FAILED else None
         outcome = ResponseOutcome(status, reason, error, transcript)
         out, self._current = self._current, None
+        assert out is not None
         self._last_reply_item = out.item_id
-        return encode_response_done(self.dialect, out, outcome)
+        return events + encode_response_done(self.dialect, out, outcome, items)
 
     def _started_view(self, event: SessionStarted) -> SessionView:
         sampling = SamplingParams(**self._facts.sampling_defaults)
@@ -382,9 +453,10 @@ class RealtimeWire(Wire):
         )
 
     def _updated_view(self, event: SessionUpdated) -> SessionView:
-        turn, instructions, input_format = (
-            event.echo if isinstance(event.echo, tuple) else (UNSET, None, None)
+        turn, instructions, input_format, tools, choice = (
+            event.echo if isinstance(event.echo, tuple) else (UNSET, None, None, None, None)
         )
+        self._tools.accept(tools, choice)
         options = event.options
         view = self._view
         if view is None:  # the session acts on updates only once it has started
@@ -399,5 +471,7 @@ class RealtimeWire(Wire):
             temperature=options.sampling.temperature,
             max_output_tokens=options.sampling.max_tokens,
             speed=options.speed,
+            tools=tuple(tool_resource(t) for t in self._tools.tools),
+            tool_choice=self._tools.choice,
         )
         return self._view

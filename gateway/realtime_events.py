@@ -27,6 +27,8 @@ class SessionView:
     temperature: float
     max_output_tokens: int
     speed: float = 1.0  # the replies' playback speed (time-stretched, pitch unchanged)
+    tools: tuple[dict[str, Any], ...] = ()  # as the client gave them (Realtime function tools)
+    tool_choice: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,17 @@ class OutputItem:
     item_id: str
     output_index: int = 0
     content_index: int = 0
+
+
+@dataclass(frozen=True)
+class CallItem:
+    """A `function_call` output item of a response: one tool call of the model's reply."""
+
+    response_id: str
+    item_id: str
+    call_id: str
+    name: str
+    output_index: int
 
 
 @dataclass(frozen=True)
@@ -62,8 +75,8 @@ def session_resource(dialect: Dialect, view: SessionView) -> dict[str, Any]:
         "object": "realtime.session",
         "model": view.model,
         "instructions": view.instructions,
-        "tools": [],
-        "tool_choice": "auto",
+        "tools": list(view.tools),
+        "tool_choice": view.tool_choice,
     }
     if dialect is Dialect.BETA:
         return {
@@ -193,7 +206,103 @@ def encode_transcript_delta(dialect: Dialect, out: OutputItem, text: str) -> str
     return _event(_names(dialect)[1] + ".delta", delta=text, **_part_ids(out))
 
 
-def encode_response_done(dialect: Dialect, out: OutputItem, outcome: ResponseOutcome) -> list[str]:
+def call_item(call: CallItem, status: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": call.item_id,
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": status,
+        "name": call.name,
+        "call_id": call.call_id,
+        "arguments": arguments,
+    }
+
+
+def encode_call_added(call: CallItem, previous_item_id: str | None) -> list[str]:
+    """A tool call begins: its item in the response and in the conversation."""
+    item = call_item(call, "in_progress", "")
+    return [
+        _event(
+            "response.output_item.added",
+            item=item,
+            response_id=call.response_id,
+            output_index=call.output_index,
+        ),
+        _event("conversation.item.created", previous_item_id=previous_item_id, item=item),
+    ]
+
+
+def _call_ids(call: CallItem) -> dict[str, Any]:
+    return {
+        "response_id": call.response_id,
+        "item_id": call.item_id,
+        "output_index": call.output_index,
+        "call_id": call.call_id,
+    }
+
+
+def encode_call_delta(call: CallItem, delta: str) -> str:
+    return _event("response.function_call_arguments.delta", delta=delta, **_call_ids(call))
+
+
+def encode_call_done(dialect: Dialect, call: CallItem, arguments: str, status: str) -> list[str]:
+    """The call's arguments are complete (status `completed`), or it ended unfinished or
+    malformed (`incomplete`: it cannot be answered)."""
+    named = {"name": call.name} if dialect is Dialect.GA else {}
+    return [
+        _event(
+            "response.function_call_arguments.done",
+            arguments=arguments,
+            **named,
+            **_call_ids(call),
+        ),
+        _event(
+            "response.output_item.done",
+            item=call_item(call, status, arguments),
+            response_id=call.response_id,
+            output_index=call.output_index,
+        ),
+    ]
+
+
+def encode_call_created(
+    item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None
+) -> str:
+    """`conversation.item.created` for a function_call item the client made."""
+    item = {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": "completed",
+        "name": name,
+        "call_id": call_id,
+        "arguments": arguments,
+    }
+    return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
+
+
+def encode_function_output_created(
+    item_id: str, call_id: str, output: str, previous_item_id: str | None
+) -> str:
+    item = {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call_output",
+        "status": "completed",
+        "call_id": call_id,
+        "output": output,
+    }
+    return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
+
+
+def encode_response_done(
+    dialect: Dialect,
+    out: OutputItem,
+    outcome: ResponseOutcome,
+    calls: list[dict[str, Any]] | None = None,
+) -> list[str]:
+    """The reply's message item done, then `response.done` listing it and the response's
+    `function_call` items (`calls`, as call_item made them), in output order."""
     audio, transcript = _names(dialect)
     item_status = "completed" if outcome.status == "completed" else "incomplete"
     item = _item(dialect, out, item_status, outcome.transcript)
@@ -214,7 +323,10 @@ def encode_response_done(dialect: Dialect, out: OutputItem, outcome: ResponseOut
             response_id=out.response_id,
             output_index=out.output_index,
         ),
-        _event("response.done", response=_response(dialect, out, outcome.status, [item], details)),
+        _event(
+            "response.done",
+            response=_response(dialect, out, outcome.status, [item, *(calls or ())], details),
+        ),
     ]
     return events
 

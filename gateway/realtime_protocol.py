@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.protocol import ErrorCode, ProtocolError
+from gateway.realtime_tools import (
+    FunctionCallEvent,
+    FunctionOutputEvent,
+    decode_function_call,
+    decode_function_output,
+    decode_tool_choice,
+    decode_tools,
+)
 from gateway.time_stretch import check_speed
+from models.tool_calls import FunctionTool
 
 BETA_HEADER_VALUE = "realtime=v1"  # `OpenAI-Beta` header of beta clients
 BETA_SUBPROTOCOL = "openai-beta.realtime-v1"  # what browsers offer instead of that header
@@ -69,22 +78,19 @@ class SessionUpdateEvent:
     sampling: dict[str, Any] = field(default_factory=dict)
     input_format: RealtimeFormat | None = None  # turn-based speech-to-speech models
     speed: float | None = None  # `speed` / GA `audio.output.speed`, checked
+    # Function calling (gateway/realtime_tools.py): None = not sent (unchanged).
+    tools: tuple[FunctionTool, ...] | None = None
+    tool_choice: str | None = None  # auto | none
 
 
 # Session fields no served model applies, each with the values that ask for nothing (what the
 # session already does); any other value is refused with `bad_field` instead of being echoed.
 # Paths are (beta field, GA field) where the dialects differ.
-def _no_tools(value: Any) -> bool:
-    return value is None or value == []
-
-
 def _speaks_audio(value: Any) -> bool:
     return isinstance(value, list) and "audio" in value
 
 
 _UNSERVED_FIELDS: tuple[tuple[str, Any, str], ...] = (
-    ("tools", _no_tools, "function calling is not served"),
-    ("tool_choice", lambda v: v in (None, "auto", "none"), "function calling is not served"),
     ("modalities", lambda v: v is None or _speaks_audio(v), "every response is audio"),
     ("output_modalities", lambda v: v is None or _speaks_audio(v), "every response is audio"),
     ("input_audio_transcription", lambda v: v is None, "input transcription is not served"),
@@ -165,6 +171,8 @@ RealtimeClientEvent = (
     | ResponseCancelEvent
     | AudioInputEvent
     | TruncateEvent
+    | FunctionOutputEvent
+    | FunctionCallEvent
 )
 
 
@@ -278,18 +286,25 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         max_output_tokens=max_tokens,
         sampling=sampling,
         speed=speed,
+        tools=decode_tools(session["tools"]) if "tools" in session else None,
+        tool_choice=decode_tool_choice(session.get("tool_choice")),
     )
 
 
 _TEXT_PARTS = ("input_text", "text", "output_text")
 
 
-def _decode_item_create(obj: dict) -> ItemCreateEvent:
+def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent | FunctionCallEvent:
     item = obj.get("item")
     if not isinstance(item, dict):
         raise _bad("`item` must be an object")
-    if item.get("type", "message") != "message":
-        raise _bad("only `message` items are supported (no function calls)")
+    kind = item.get("type", "message")
+    if kind == "function_call_output":
+        return decode_function_output(_str(obj, "event_id"), item)
+    if kind == "function_call":
+        return decode_function_call(_str(obj, "event_id"), item)
+    if kind != "message":
+        raise _bad("`item.type` must be message, function_call or function_call_output")
     role = item.get("role")
     if role not in ("user", "assistant", "system"):
         raise _bad("`item.role` must be user, assistant or system")

@@ -61,6 +61,7 @@ from gateway.protocol import (
     SpokenWord,
 )
 from gateway.stretched_audio import PlayedTime, at_speed
+from models.tool_calls import FunctionTool
 
 STATUS_OF: dict[FinishReason, ResponseStatus] = {
     FinishReason.STOP: ResponseStatus.COMPLETED,
@@ -98,6 +99,9 @@ class SpeechOptions:
     # OpenAI's `speed`: replies are time-stretched to it, pitch unchanged (1.0: as the model
     # speaks; gateway/stretched_audio.py).
     speed: float = 1.0
+    # Turn-based models with tool calls (ModelFacts.tool_call_syntax): the tools written into
+    # each reply's prompt (the Realtime API's `tools`, unless `tool_choice` is `none`).
+    tools: tuple[FunctionTool, ...] = ()
 
 
 class ReplyState(enum.Enum):

@@ -158,4 +158,5 @@ def update_options(
         if update.instructions is not None
         else options.instructions,
         speed=update.speed if update.speed is not None else options.speed,
+        tools=update.tools if update.tools is not None else options.tools,
     )

@@ -15,6 +15,10 @@ while a reply plays, or `response.cancel` — cancels the reply within one engin
 reply enters the history cut to what the user heard (`HeardReply`): the client's
 `playback` report when it sent one, else the server's own send clock.
 
+With tools (models trained with tool calls; the Realtime API's `tools`), the model's tools
+element leads each request's turns, and a tool's results (`ToolOutputs`) are a turn answered
+like a user's; a client's own call (`ToolCall`) joins the history with no reply.
+
 The history holds the model's own turn objects, opaque here: the engine makes them
 (engine/api.py's turn commands, run where the model is loaded, in whichever process).
 """
@@ -34,8 +38,11 @@ from engine.api import (
     HeardReply,
     ModelInputError,
     ReplyTranscript,
+    ToolsTurn,
     TurnFromSpeech,
     TurnFromText,
+    TurnFromToolCall,
+    TurnFromToolOutputs,
 )
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
@@ -56,12 +63,32 @@ from gateway.protocol import (
 from gateway.reply import Emitter, SpeechOptions
 from gateway.turn_input import TurnInput, UserAudioTurn
 from gateway.turn_reply import ReplyOutcome, TurnReply
-from gateway.wire import InputClear, InputCleared, InputCommitted, Truncate, Truncated
+from gateway.wire import (
+    InputClear,
+    InputCleared,
+    InputCommitted,
+    ToolCall,
+    ToolOutputs,
+    Truncate,
+    Truncated,
+)
+from models.tool_calls import FunctionTool
+
+QueuedTurn = UserAudioTurn | str | ToolOutputs | ToolCall  # what waits for the player task
 
 
 class TurnConversation:
     # The client events a turn-based session handles here (`handle`), besides audio frames.
-    HANDLES = (TextInput, ResponseCancel, Playback, InputCommit, InputClear, Truncate)
+    HANDLES = (
+        TextInput,
+        ResponseCancel,
+        Playback,
+        InputCommit,
+        InputClear,
+        Truncate,
+        ToolOutputs,
+        ToolCall,
+    )
 
     @classmethod
     def for_engine(
@@ -102,7 +129,9 @@ class TurnConversation:
         # report that was in flight when it was cut still moves the cut (see report_playback).
         self._cut_reply: TurnReply | None = None
         self._playback_reports = 0  # the client's playback reports so far
-        self._queue: collections.deque[UserAudioTurn | str] = collections.deque()
+        self._queue: collections.deque[QueuedTurn] = collections.deque()
+        # The model's tools element for options.tools, made once per set of tools.
+        self._tools: tuple[tuple[FunctionTool, ...], Any] | None = None
         self._ready = asyncio.Event()
         self._text: list[str] = []  # text of a user turn still streaming in (final: false)
         self._reply: TurnReply | None = None
@@ -136,6 +165,8 @@ class TurnConversation:
             self.clear()
         elif isinstance(event, Truncate):
             await self.truncate(event.audio_end_ms)
+        elif isinstance(event, ToolOutputs | ToolCall):
+            self._enqueue(event)
         return True
 
     def start(self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection):
@@ -263,7 +294,7 @@ class TurnConversation:
         if isinstance(event, SpeechStarted):
             self.cancel()
 
-    def _enqueue(self, turn: UserAudioTurn | str) -> None:
+    def _enqueue(self, turn: QueuedTurn) -> None:
         if len(self._queue) >= self._settings.max_queued_responses:
             raise ProtocolError(
                 ErrorCode.RATE_LIMITED,
@@ -288,12 +319,18 @@ class TurnConversation:
                 self.last_played = time.monotonic()
                 self._idle.set()
 
-    async def _answer(self, turn: UserAudioTurn | str) -> None:
+    async def _answer(self, turn: QueuedTurn) -> None:
+        if isinstance(turn, ToolCall):
+            await self._add_call(turn)
+            return
         try:
+            tools = await self._tools_turn()
             if isinstance(turn, UserAudioTurn):
                 # The speech tokenizer is model work: the engine runs it, off the event loop.
                 # The session's instructions (Realtime) ride along as the system prompt.
                 command = TurnFromSpeech(turn.pcm, self.options.instructions)
+            elif isinstance(turn, ToolOutputs):
+                command = TurnFromToolOutputs(turn.outputs)
             else:
                 command = TurnFromText(turn, self.options.instructions)
             user = await self._engine.prepare_turn(command)
@@ -320,13 +357,37 @@ class TurnConversation:
             self._log,
         )
         self._reply = reply
-        outcome = await reply.run(tuple(self.history), self._conversation_id)
+        # The tools lead the turns: the model writes them where its format lists tools (before
+        # the history), so a change of tools re-prefills the conversation from there.
+        turns = (*tools, *self.history)
+        outcome = await reply.run(turns, self._conversation_id)
         self.reused_tokens.append(outcome.reused_tokens)
         # An engine that died with the reply makes no cut: done() says so, and the session ends.
         with contextlib.suppress(EngineDead):
             await self._keep(reply, outcome)
         heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
         reply.done(f"tokens={len(outcome.output_ids)} heard={heard} reused={outcome.reused_tokens}")
+
+    async def _add_call(self, call: ToolCall) -> None:
+        """A client's call joins the history as the model's turn; nothing is answered."""
+        try:
+            kept = await self._engine.prepare_turn(TurnFromToolCall(call.name, call.arguments))
+        except ModelInputError as exc:
+            self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
+            return
+        self.history.append(kept)
+        # The newest turn is no reply now: there is none to truncate or recut.
+        self._last_reply_ids, self._cut_reply = None, None
+
+    async def _tools_turn(self) -> tuple[Any, ...]:
+        """The model's tools element for the session's tools ((): none), made once per set.
+        Raises ModelInputError (the model refuses them)."""
+        tools = self.options.tools
+        if not tools:
+            return ()
+        if self._tools is None or self._tools[0] != tools:
+            self._tools = (tools, await self._engine.prepare_turn(ToolsTurn(tools)))
+        return (self._tools[1],)
 
     async def _keep(self, reply: TurnReply, outcome: ReplyOutcome) -> None:
         """The reply into the history, cut to what the user heard; and its transcript, when

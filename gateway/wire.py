@@ -12,7 +12,8 @@ never a second copy of the session's logic, limits, pacing or metrics.
 A few events exist only on this seam, for protocols that can do what the native v1 protocol
 cannot (its decoder never produces them, its encoder drops them): `SessionUpdate` in and
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
-`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input).
+`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `ToolOutputs` and
+`ToolCall` in (a tool's results, a client's call: models with tool calls).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gateway.protocol import (
     encode_event,
 )
 from gateway.reply import SpeechOptions
+from models.tool_calls import FunctionTool
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,9 @@ class SessionUpdate:
     # The system prompt of later user turns (models with ModelFacts.system_prompt).
     instructions: str | None = None
     speed: float | None = None  # OpenAI's `speed`, checked (gateway/time_stretch.check_speed)
+    # The tools written into the prompt of later replies (models with
+    # ModelFacts.tool_call_syntax); () for none, None: unchanged.
+    tools: tuple[FunctionTool, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,23 @@ class Truncated:
 
 
 @dataclass(frozen=True)
+class ToolOutputs:
+    """The results of the last reply's tool calls (OpenAI `function_call_output` items, then
+    `response.create`): a turn the model answers, as it answers a user turn."""
+
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the client puts in the conversation (OpenAI `function_call` item): it
+    joins the history as the model's turn, with no reply."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class Reply:
     """A text frame an adapter answers with directly, in order with the session's events
     (e.g. an acknowledgement the native protocol has no event for)."""
@@ -101,7 +123,7 @@ class Reply:
     text: str
 
 
-WireInput = ClientEvent | SessionUpdate | Reply | InputClear | Truncate
+WireInput = ClientEvent | SessionUpdate | Reply | InputClear | Truncate | ToolOutputs | ToolCall
 WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated
 # Events only adapters speak; the native encoder drops them.
 _WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated)

@@ -78,6 +78,10 @@ class ModelFacts:
     # Turn-based models that take a system prompt with a user turn (TurnFromSpeech /
     # TurnFromText `system`: the Realtime API's `instructions`).
     system_prompt: bool = False
+    # Turn-based models trained with function calling: the name of their tool-call syntax
+    # (models/tool_calls.py parser_for). They take the session's tools with each request
+    # (ToolsTurn) and a tool's result as a turn (TurnFromToolOutputs). None: no tools.
+    tool_call_syntax: str | None = None
     full_duplex: bool = False
     voices: tuple[str, ...] = ()
     default_voice: str | None = None

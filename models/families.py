@@ -43,6 +43,16 @@ def all_presets() -> dict[str, str]:
     return {name: text for family in FAMILIES for name, text in family.presets.items()}
 
 
+def tool_call_families() -> str:
+    """The families trained with function calling and their presets, for error messages."""
+    named = [
+        f"{f.name} ({', '.join(f.presets)})" if f.presets else f.name
+        for f in FAMILIES
+        if f.tool_calls
+    ]
+    return "; ".join(named) or "none"
+
+
 def family_of(model: str) -> ModelFamily:
     """The family of `model` (a preset, a checkpoint folder or a Hub repo id, which is fetched
     to read its config), or CheckpointError saying what Voxgate knows."""

@@ -112,6 +112,9 @@ class ModelFamily:
     options: type = NoOptions
     request_options: type = NoOptions
     serving: ServingDefaults = ServingDefaults()
+    # Its models were trained with function calling (their facts name a tool_call_syntax);
+    # the gateway names these families when another model is offered tools.
+    tool_calls: bool = False
 
     def option_names(self) -> frozenset[str]:
         return frozenset(f.name for f in dataclasses.fields(self.options))

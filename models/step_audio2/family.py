@@ -91,4 +91,5 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="a Step-Audio-2-mini folder (config.json model_type step_audio_2)",
     options=FlowHiftOptions,
+    tool_calls=True,
 )

@@ -28,11 +28,18 @@ from models.step_audio2.audio_slots import DEFAULT_SLOTS, AudioSlots
 from models.step_audio2.prompt import (
     AssistantTurn,
     SpokenAudio,
+    ToolResultTurn,
+    ToolsMessage,
     Turn,
     UserTurn,
     conversation_ids,
+    tool_call_turn,
+    tool_result_turn,
+    tools_message,
 )
 from models.step_audio2.tokens import StepAudio2Ids
+from models.step_audio2.tool_format import tools_json
+from models.tool_calls import FunctionTool
 
 CODE_RATE_HZ = 25.0  # speech codes per second of reply audio
 SAMPLE_RATE = 24000
@@ -93,6 +100,7 @@ class StepAudio2Model(SpeechModel):
             accepts_audio=audio_input is not None,
             accepts_turns=True,
             system_prompt=True,
+            tool_call_syntax="step_audio2",
             max_context=args.max_positions,
             # The reference examples' sampling (stepaudio2.py, web_demo.py).
             sampling_defaults={"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.05},
@@ -104,7 +112,7 @@ class StepAudio2Model(SpeechModel):
         """A one-turn text conversation (voice is ignored: the token2wav has one voice)."""
         return self.preprocess_turns([UserTurn(text=text)])
 
-    def preprocess_turns(self, turns: Sequence[Turn]) -> Prompt:
+    def preprocess_turns(self, turns: Sequence[Turn | ToolsMessage]) -> Prompt:
         return Prompt(conversation_ids(self.tokenizer, self.ids, turns, self.slots.ids_for))
 
     def user_audio_turns(
@@ -145,6 +153,18 @@ class StepAudio2Model(SpeechModel):
             raise ModelInputError("the user turn is empty: give it text or speech")
         return UserTurn(text=text, system=system)
 
+    def tools_turn(self, tools: Sequence[FunctionTool]) -> ToolsMessage:
+        """The session's tools, to lead the turns of its requests (the tools message)."""
+        return tools_message(tools_json(tools))
+
+    def tool_output_turn(self, outputs: Sequence[str]) -> ToolResultTurn:
+        """The results of the last reply's tool calls → the turn that answers them."""
+        return tool_result_turn(outputs)
+
+    def tool_call_turn(self, name: str, arguments: str) -> AssistantTurn:
+        """A call the client put in the conversation (not one of the model's replies)."""
+        return tool_call_turn(self.tokenizer, name, arguments)
+
     def heard_reply(self, output_ids: Sequence[int], heard_s: float | None) -> AssistantTurn:
         """The assistant turn to keep: all of the reply (heard_s None), or on barge-in the
         tokens up to the code that ends the first `heard_s` seconds (25 codes a second)."""
@@ -163,15 +183,11 @@ class StepAudio2Model(SpeechModel):
 
     def reply_text(self, output_ids: Sequence[int]) -> str:
         text_ids = [int(t) for t in output_ids if self.ids.is_text(int(t))]
-        return self.tokenizer.decode(text_ids, skip_special_tokens=True) if text_ids else ""
+        return self.ids.decode_text(self.tokenizer, text_ids)
 
     def text_piece(self, token: Token) -> str:
         assert isinstance(token, int)
-        return (
-            self.tokenizer.decode([token], skip_special_tokens=True)
-            if self.ids.is_text(token)
-            else ""
-        )
+        return self.ids.decode_text(self.tokenizer, [token]) if self.ids.is_text(token) else ""
 
     # 2. forward ------------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:

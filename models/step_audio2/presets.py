@@ -9,6 +9,7 @@ without weights for `step-audio2-mini --random-weights`."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -32,10 +33,11 @@ SPECIALS = (
 )
 
 
-def write_tokenizer(folder: Path) -> int:
+def write_tokenizer(folder: Path, extra_tokens: Sequence[str] = ()) -> int:
     """A byte-level tokenizer.json (every UTF-8 byte one token, no merges) with Step-Audio
-    2's specials and speech tokens, in the real vocabulary's order (text, specials, speech).
-    Returns the vocabulary size."""
+    2's specials and speech tokens, in the real vocabulary's order (text, specials, speech),
+    then `extra_tokens` as ordinary added text tokens (tests use them, e.g. `<tool_call>`, which
+    the real vocabulary has as one token). Returns the vocabulary size."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     from models.byte_level import byte_alphabet
@@ -46,19 +48,20 @@ def write_tokenizer(folder: Path) -> int:
     tok.decoder = decoders.ByteLevel()
     names = [*SPECIALS, *(T.audio_token(i) for i in range(NUM_AUDIO_TOKENS))]
     tok.add_special_tokens([AddedToken(n, special=True, normalized=False) for n in names])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra_tokens])
     tok.save(str(folder / "tokenizer.json"))
     return tok.get_vocab_size()
 
 
-def write_checkpoint(folder: Path, cfg: dict, seed: int) -> dict:
-    """config.json + model.safetensors (published names) + tokenizer.json into `folder`;
-    returns the config written."""
+def write_checkpoint(folder: Path, cfg: dict, seed: int, extra_tokens: Sequence[str] = ()) -> dict:
+    """config.json + model.safetensors (published names) + tokenizer.json (with
+    `extra_tokens`, see write_tokenizer) into `folder`; returns the config written."""
     from safetensors.torch import save_file
 
     from models.step_audio2.loading import build_parts
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = write_tokenizer(folder)
+    vocab = write_tokenizer(folder, extra_tokens)
     cfg = {**cfg, "text_config": {**cfg["text_config"], "vocab_size": -(-vocab // 64) * 64}}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     torch.manual_seed(seed)

@@ -5,6 +5,11 @@
     <|BOT|>assistant\\n<tts_start>{reply …}<|EOT|>
     <|BOT|>human\\n …
 
+With tools (models/step_audio2/tool_format.py) a `<|BOT|>tool_json_schemas\\n[…]<|EOT|>` message
+follows the first system message, and a turn of tool results is one `<|BOT|>input\\n{result}<|EOT|>`
+message per result, answered as a user turn is. The tools sit before the whole history: a
+conversation whose tools change shares ids with the old one only up to them.
+
 A user turn may carry a system prompt: it is written before that turn when it differs from
 the one in force (the first turn without one gets the model's default). Earlier turns' ids
 never change, so a conversation's ids are a prefix of its continuation's (KV reuse)."""
@@ -20,8 +25,11 @@ import torch
 from models.base import ModelInputError
 from models.step_audio2 import tokens as T
 from models.step_audio2.tokens import StepAudio2Ids
+from models.step_audio2.tool_format import TOOL_RESULT_ROLE, TOOLS_ROLE, call_text
 
 MAX_TEXT_CHARS = 4000
+MAX_TOOLS_CHARS = 32768  # the tools message (names, descriptions, schemas)
+MAX_TOOL_OUTPUT_CHARS = 32768  # one turn's tool results together
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +57,23 @@ class AssistantTurn:
     token_ids: tuple[int, ...]
 
 
-Turn = UserTurn | AssistantTurn
+@dataclass(frozen=True)
+class ToolsMessage:
+    """The session's tools as the tools message's content (tool_format.tools_json). It leads
+    a conversation's turns when the session has tools."""
+
+    json_text: str
+
+
+@dataclass(frozen=True)
+class ToolResultTurn:
+    """The results of the last reply's tool calls, in call order: the model answers them as
+    it answers a user turn."""
+
+    outputs: tuple[str, ...]
+
+
+Turn = UserTurn | AssistantTurn | ToolResultTurn
 SlotIds = Callable[[Hashable, torch.Tensor], list[int]]
 
 
@@ -70,21 +94,59 @@ def _user_ids(tokenizer: Any, ids: StepAudio2Ids, turn: UserTurn, slots: SlotIds
     return _encode(tokenizer, text)
 
 
+def tools_message(json_text: str) -> ToolsMessage:
+    if len(json_text) > MAX_TOOLS_CHARS:
+        raise ModelInputError(
+            f"the tools take {len(json_text)} characters; the limit is {MAX_TOOLS_CHARS}: "
+            "offer fewer tools or shorter descriptions"
+        )
+    return ToolsMessage(json_text)
+
+
+def tool_result_turn(outputs: Sequence[str]) -> ToolResultTurn:
+    if not outputs:
+        raise ModelInputError("a turn of tool results needs at least one result")
+    total = sum(len(o) for o in outputs)
+    if total > MAX_TOOL_OUTPUT_CHARS:
+        raise ModelInputError(
+            f"the tool results take {total} characters; the limit is {MAX_TOOL_OUTPUT_CHARS}"
+        )
+    return ToolResultTurn(tuple(outputs))
+
+
+def tool_call_turn(tokenizer: Any, name: str, arguments: str) -> AssistantTurn:
+    """A call the client put in the conversation, as the model would have written it."""
+    if len(arguments) > MAX_TOOL_OUTPUT_CHARS:
+        raise ModelInputError(
+            f"the call's arguments are {len(arguments)} characters; the limit is "
+            f"{MAX_TOOL_OUTPUT_CHARS}"
+        )
+    return AssistantTurn(tuple(_encode(tokenizer, call_text(name, arguments))))
+
+
+def _message(tokenizer: Any, ids: StepAudio2Ids, role: str, content: str) -> list[int]:
+    return [ids.bot, *_encode(tokenizer, f"{role}\n{content}"), ids.eot]
+
+
 def conversation_ids(
     tokenizer: Any,
     ids: StepAudio2Ids,
-    turns: Sequence[Turn],
+    turns: Sequence[Turn | ToolsMessage],
     slots: SlotIds,
     default_system: str = T.DEFAULT_SYSTEM_PROMPT,
 ) -> list[int]:
-    """Prompt ids for `turns` (user, assistant, …, user), ending where the reply begins."""
-    if not turns or not isinstance(turns[-1], UserTurn):
+    """Prompt ids for `turns` (user, assistant, …, user or tool results), ending where the
+    reply begins; a leading ToolsMessage lists the tools after the first system message."""
+    tools = turns[0] if turns and isinstance(turns[0], ToolsMessage) else None
+    turns = turns[1:] if tools is not None else turns
+    if not turns or not isinstance(turns[-1], UserTurn | ToolResultTurn):
         raise ModelInputError("a conversation to answer must end with a user turn")
     if not isinstance(turns[0], UserTurn):
         raise ModelInputError("a conversation starts with a user turn")
     out: list[int] = []
     system: str | None = None
     opener = [ids.bot, *_encode(tokenizer, f"{T.ASSISTANT_ROLE}\n"), ids.tts_start]
+    opened = False  # the assistant message the next AssistantTurn fills is begun
     for turn in turns:
         if isinstance(turn, UserTurn):
             if turn.system is None:
@@ -97,10 +159,20 @@ def conversation_ids(
                         f"the system prompt is {len(wanted)} characters; the limit is "
                         f"{MAX_TEXT_CHARS}"
                     )
-                out += [ids.bot, *_encode(tokenizer, f"{T.SYSTEM_ROLE}\n{wanted}"), ids.eot]
+                out += _message(tokenizer, ids, T.SYSTEM_ROLE, wanted)
+                if system is None and tools is not None:
+                    out += _message(tokenizer, ids, TOOLS_ROLE, tools.json_text)
                 system = wanted
             out += [ids.bot, *_encode(tokenizer, f"{T.USER_ROLE}\n")]
             out += [*_user_ids(tokenizer, ids, turn, slots), ids.eot, *opener]
-        else:
+            opened = True
+        elif isinstance(turn, ToolResultTurn):
+            for output in turn.outputs:
+                out += _message(tokenizer, ids, TOOL_RESULT_ROLE, output)
+            out += opener
+            opened = True
+        else:  # an assistant turn after another one (a client's call) is a message of its own
+            out += [] if opened else opener
             out += [t for t in turn.token_ids if t not in ids.stop_ids] + [ids.eot]
+            opened = False
     return out

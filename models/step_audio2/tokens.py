@@ -11,18 +11,20 @@ audio encoder's, not the vocabulary's. For a spoken reply the assistant message 
 done, and `<|EOT|>` at the end. The model learned the interleaving; serving only routes the
 tokens: text → transcript, codes → token2wav, filler and markers → neither.
 
-Tool calls (same format): tools go in a `<|BOT|>tool_json_schemas\\n{json}<|EOT|>` message
-after the system one, the model calls with `<tool_call>function\\n{name}\\n{json}</tool_call>`
-and results come back as an `input` message. Voxgate does not map these to function-call
-events yet (docs/models.md).
+Tool calls (same format, models/step_audio2/tool_format.py): tools go in a
+`<|BOT|>tool_json_schemas\\n{json}<|EOT|>` message after the system one, the model calls with
+`<tool_call>function\\n{name}\\n{json}</tool_call>` in its reply's text, and results come back as
+an `input` message. The reply's transcript keeps the call's tags even where the tokenizer marks
+them special, so that the call can be parsed out of it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from models.checkpoint_errors import CheckpointError
+from models.step_audio2.tool_format import CALL_END, CALL_START
 
 BOT, EOT = "<|BOT|>", "<|EOT|>"
 AUDIO_START, AUDIO_END, AUDIO_PATCH = "<audio_start>", "<audio_end>", "<audio_patch>"
@@ -56,6 +58,8 @@ class StepAudio2Ids:
     tts_pad: int
     audio_base: int  # <audio_0>; speech code i is audio_base + i
     num_codes: int  # codes the token2wav decodes (the filler <audio_num_codes> excluded)
+    # <tool_call> and </tool_call> by id, where the vocabulary has them as single tokens.
+    call_tags: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> StepAudio2Ids:
@@ -82,6 +86,11 @@ class StepAudio2Ids:
             tts_pad=need(TTS_PAD),
             audio_base=base,
             num_codes=min(n - 1, NUM_CODES),  # the last <audio_i> is the filler
+            call_tags={
+                i: tag
+                for tag in (CALL_START, CALL_END)
+                if (i := tokenizer.token_to_id(tag)) is not None
+            },
         )
 
     @property
@@ -106,3 +115,22 @@ class StepAudio2Ids:
 
     def is_text(self, token: int) -> bool:
         return not self.is_speech_range(token) and token not in self.markers
+
+    def decode_text(self, tokenizer: Any, text_ids: list[int]) -> str:
+        """Text tokens → text, special tokens left out except the tool-call tags (a tokenizer
+        that marks them special would drop them, and the call with them)."""
+        if not self.call_tags:
+            return tokenizer.decode(text_ids, skip_special_tokens=True) if text_ids else ""
+        out, run = [], []
+        for t in text_ids:
+            tag = self.call_tags.get(t)
+            if tag is None:
+                run.append(t)
+                continue
+            if run:
+                out.append(tokenizer.decode(run, skip_special_tokens=True))
+            out.append(tag)
+            run = []
+        if run:
+            out.append(tokenizer.decode(run, skip_special_tokens=True))
+        return "".join(out)

@@ -233,7 +233,7 @@ async def test_session_fields_not_applied_are_refused_and_applied_ones_still_wor
         await next_event(conn)
         refused = [
             ({"instructions": "Speak like a pirate.", **FAST}, "`instructions` are not applied"),
-            ({"tools": [{"type": "function", "name": "f"}]}, "`session.tools` is not applied"),
+            ({"tools": [{"type": "function", "name": "f"}]}, "not trained with function calling"),
             ({"output_modalities": ["text"]}, "`session.output_modalities` is not applied"),
             ({"audio": {"output": {"speed": 5}}}, "`session.audio.output.speed` must be in"),
             ({"audio": {"input": {"turn_detection": {"type": "server_vad"}}}}, "speech-to-speech"),

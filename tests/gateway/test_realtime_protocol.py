@@ -91,8 +91,6 @@ def test_bad_session_updates(session, code):
 @pytest.mark.parametrize(
     "session, field",
     [
-        ({"tools": [{"type": "function", "name": "lookup"}]}, "session.tools"),
-        ({"tool_choice": "required"}, "session.tool_choice"),
         ({"modalities": ["text"]}, "session.modalities"),
         ({"output_modalities": ["text"]}, "session.output_modalities"),
         ({"input_audio_transcription": {"model": "whisper-1"}}, "input_audio_transcription"),
