@@ -350,7 +350,8 @@ def plot_ladder(
     top.set_ylabel(latency_label)
     bottom.set_ylabel("frames on time (%)")
     bottom.set_xlabel(x_label)
-    top.legend(fontsize=8)
+    if any(s.get("points") for s in results["systems"].values()):  # else nothing to name
+        top.legend(fontsize=8)
     commit = (results.get("commit") or "")[:10]
     top.set_title(f"{results['model']} {title} on {results['machine']} · {commit}", fontsize=10)
     for ax in (top, bottom):

@@ -160,7 +160,11 @@ def _check_turn(turn: dict, data: dict) -> None:
 
 @pytest.mark.timeout(300)
 def test_spoken_conversations_with_the_servers_vad_on_the_cpu(tmp_path, capsys):
-    argv = served_turns(tmp_path, "tiny-glm-voice", "--conversations", "2", "--turns-each", "2")
+    argv = served_turns(
+        tmp_path,
+        "tiny-glm-voice",
+        *("--conversations", "2", "--turns-each", "2", "--client-procs", "2"),
+    )
     assert main(argv) == 0
     assert "2 conversations hold" in capsys.readouterr().out
     data, system = _load(tmp_path, "tiny-glm-voice")
@@ -188,7 +192,17 @@ def test_spoken_conversations_with_the_servers_vad_on_the_cpu(tmp_path, capsys):
     assert s["reply_latency_ms"]["max"] == pytest.approx(latencies[-1], abs=0.1)
     assert point["engine_loop"]["llm_steps_per_s"] > 0
     assert point["engine_trace"]["requests"] >= 4 and point["server_pauses"] is not None
+    assert point["client"]["procs"] == 2  # one conversation in each worker process
     assert system["capacity"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_tts_model_is_refused_with_what_to_use_instead(tmp_path, tiny_orpheus_dirs, capsys):
+    assert main(served_turns(tmp_path, "tiny-orpheus", "--conversations", "1")) == 0
+    assert "needs a turn-based speech-to-speech model" in capsys.readouterr().out
+    [path] = tmp_path.glob("*-tiny-orpheus-turns.json")
+    [system] = json.loads(path.read_text())["systems"].values()
+    assert system["points"] == [] and "--capacity" in system["error"]
 
 
 @pytest.mark.timeout(300)
