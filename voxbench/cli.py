@@ -169,12 +169,66 @@ def add_bench_parser(subparsers) -> None:
         metavar="N1,N2,…",
         help="concurrent listeners per point, e.g. 48,96,144: how many real-time streams hold",
     )
-    g.add_argument("--stagger", type=float, default=10.0, help="seconds the listeners start over")
+    g.add_argument(
+        "--stagger",
+        type=float,
+        default=10.0,
+        help="seconds the listeners (or conversations) start over",
+    )
     g.add_argument(
         "--stream-seconds", type=float, default=30.0, help="audio each listener asks for"
     )
     g.add_argument(
         "--min-on-time", type=float, default=0.999, help="share of frames on time to hold"
+    )
+
+    g = p.add_argument_group(
+        "conversations mode (spoken turn-based conversations: voxbench/turn_capacity.py)"
+    )
+    g.add_argument(
+        "--conversations",
+        type=_counts,
+        default=None,
+        metavar="N1,N2,…",
+        help="concurrent spoken conversations per point, e.g. 16,32,64 (GLM-4-Voice, "
+        "Step-Audio 2): how many hold replies within --slo-ttfa-ms of the end of speech",
+    )
+    g.add_argument("--turns-each", type=int, default=3, help="turns each conversation takes")
+    g.add_argument(
+        "--conversation-seconds",
+        type=float,
+        default=None,
+        help="instead of --turns-each: take turns until this long after the session opened",
+    )
+    g.add_argument(
+        "--reply-seconds", type=float, default=6.0, help="each reply's audio (min = max tokens)"
+    )
+    g.add_argument(
+        "--think-seconds",
+        type=float,
+        default=1.0,
+        help="after a reply has played, before the next turn",
+    )
+    g.add_argument(
+        "--vad-silence-ms",
+        type=int,
+        default=200,
+        help="silence after which the server's VAD ends a turn (the latency includes it); "
+        "0: turn detection off, the client ends each turn with input.commit",
+    )
+    g.add_argument(
+        "--mic-format",
+        choices=["opus", "pcm16"],
+        default="opus",
+        help="the microphone frames: 20-ms Opus at 48 kHz, or 20-ms pcm16 at 16 kHz",
+    )
+    g.add_argument(
+        "--turn-audio",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="speech clips (files or folders, repeatable) the users speak, cycled "
+        "(default: bench/turn_speech/, flite's slt voice)",
     )
 
     g = p.add_argument_group("throughput and output")
@@ -245,34 +299,81 @@ def config_from_args(args: argparse.Namespace):
     )
 
 
+def _ladder_options(args: argparse.Namespace, bench) -> dict:
+    """The options every ladder mode takes (voxbench/ladder.py LadderConfig)."""
+    return {
+        "model": bench.model,
+        "url": bench.url,
+        "random_weights": bench.random_weights,
+        "device": bench.device,
+        "policies": bench.policies,
+        "server_args": bench.server_args,
+        "stagger_s": args.stagger,
+        "min_on_time": args.min_on_time,
+        "p90_ttfa_ms": bench.slo.p90_ttfa_ms,
+        "buffer_ms": bench.initial_buffer_ms,
+        "output_audio": tuple(bench.output_audio.items()),
+        "seed": bench.seed,
+        "client_procs": bench.client_procs,
+        "drain_timeout_s": bench.drain_timeout_s,
+        "startup_timeout_s": bench.startup_timeout_s,
+        "api_key": bench.api_key,
+        "out_dir": bench.out_dir,
+        "commit": bench.commit,
+    }
+
+
 def capacity_config_from_args(args: argparse.Namespace):
     from voxbench.capacity import CapacityConfig
 
     bench = config_from_args(args)  # the shared options, validated once
     return CapacityConfig(
         counts=args.capacity,
-        model=bench.model,
-        url=bench.url,
-        random_weights=bench.random_weights,
-        device=bench.device,
-        policies=bench.policies,
-        server_args=bench.server_args,
-        stagger_s=args.stagger,
         stream_s=args.stream_seconds,
-        min_on_time=args.min_on_time,
-        p90_ttfa_ms=bench.slo.p90_ttfa_ms,
-        buffer_ms=bench.initial_buffer_ms,
-        output_audio=tuple(bench.output_audio.items()),
         workload=bench.workload,
         token_rate=bench.token_rate,
-        seed=bench.seed,
-        client_procs=bench.client_procs,
-        drain_timeout_s=bench.drain_timeout_s,
-        startup_timeout_s=bench.startup_timeout_s,
-        api_key=bench.api_key,
-        out_dir=bench.out_dir,
-        commit=bench.commit,
+        **_ladder_options(args, bench),
     )
+
+
+def turn_capacity_config_from_args(args: argparse.Namespace):
+    from voxbench.turn_capacity import TurnCapacityConfig
+
+    bench = config_from_args(args)
+    mic = {"opus": 48000, "pcm16": 16000}[args.mic_format]
+    return TurnCapacityConfig(
+        counts=args.conversations,
+        **_ladder_options(args, bench),
+        turns_each=None if args.conversation_seconds is not None else args.turns_each,
+        conversation_s=args.conversation_seconds,
+        reply_s=args.reply_seconds,
+        think_s=args.think_seconds,
+        vad_silence_ms=args.vad_silence_ms or None,
+        input_audio=(("format", args.mic_format), ("sample_rate", mic), ("frame_ms", 20)),
+        turn_audio=tuple(args.turn_audio),
+        token_rate=bench.token_rate,
+    )
+
+
+def run_turn_capacity(args: argparse.Namespace) -> int:
+    import json
+
+    from voxbench.turn_capacity import TurnCapacityRun
+
+    try:
+        cfg = turn_capacity_config_from_args(args)
+        run = TurnCapacityRun(cfg, ["voxgate", *sys.argv[1:]])
+    except ValueError as exc:
+        print(f"voxgate bench: {exc}", file=sys.stderr)
+        return 2
+    path = run.run()
+    data = json.loads(path.read_text())
+    print(f"results: {path}")
+    for name, system in data["systems"].items():
+        print(f"{name}: {system.get('capacity', 0)} conversations hold")
+        if system.get("error"):
+            print(f"{name}: {system['error'].splitlines()[0]}")
+    return 0
 
 
 def run_capacity(args: argparse.Namespace) -> int:
@@ -291,8 +392,13 @@ def run_capacity(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     import json
 
+    if args.capacity and args.conversations:
+        print("voxgate bench: --capacity and --conversations are separate runs", file=sys.stderr)
+        return 2
     if args.capacity:
         return run_capacity(args)
+    if args.conversations:
+        return run_turn_capacity(args)
 
     from voxbench.runner import BenchRun
 

@@ -323,6 +323,35 @@ def _shard_entry(plan, opts, start_at, limit):
     return records, lags, stopped, uv
 
 
+# A client mode's share of a plan: (its items, options, start time) → its records. A function
+# at module level, so that worker processes can be handed it.
+ShardMain = Callable[[list, Any, float], Coroutine[Any, Any, list]]
+
+
+async def _with_lag(main: Coroutine[Any, Any, list]) -> tuple[list, list[float]]:
+    lags: list[float] = []
+    monitor = asyncio.create_task(_lag_monitor(lags))
+    try:
+        return await main, lags
+    finally:
+        monitor.cancel()
+        await asyncio.gather(monitor, return_exceptions=True)
+
+
+def _play_entry(main: ShardMain, plan: list, opts: Any, start_at: float):
+    (records, lags), uv = run_async(lambda: _with_lag(main(plan, opts, start_at)))
+    return records, lags, False, uv
+
+
+def _client_info(procs: int, shards: list[tuple]) -> dict[str, Any]:
+    """How the client fared: its processes, whether they ran uvloop, their loops' lag."""
+    return {
+        "procs": procs,
+        "uvloop": all(s[3] for s in shards),
+        "loop_lag_ms": distribution([x for s in shards for x in s[1]]),
+    }
+
+
 # --- the generator ----------------------------------------------------------------------------
 class LoadGenerator:
     """Runs rate points; with `procs` > 1 a pool of worker processes (started once, reused)
@@ -373,15 +402,30 @@ class LoadGenerator:
             shards = [p.get() for p in pending]
         end = time.monotonic()
         records = sorted((r for s in shards for r in s[0]), key=lambda r: r.index)
-        lags = [x for s in shards for x in s[1]]
         return PointOutcome(
             records=records,
             wall_s=round(end - start_at, 3),
             stopped_early=any(s[2] for s in shards),
             drain_timeouts=sum(1 for r in records if r.exception == "drain_timeout"),
-            client={
-                "procs": self.procs,
-                "uvloop": all(s[3] for s in shards),
-                "loop_lag_ms": distribution(lags),
-            },
+            client=_client_info(self.procs, shards),
         )
+
+    def play(
+        self, main: ShardMain, plan: list, opts: Any, lead_s: float = 0.7
+    ) -> tuple[list, dict[str, Any], float]:
+        """Another client mode on the same processes: `main(items, opts, start_at)` plays every
+        procs-th item of `plan` from `start_at` (`lead_s` from now, more with workers) and
+        returns their records. Returns (every record, how the client fared, wall seconds)."""
+        if self._pool is None:
+            start_at = time.monotonic() + lead_s
+            shards = [_play_entry(main, plan, opts, start_at)]
+        else:
+            start_at = time.monotonic() + lead_s + 0.8  # workers are already up
+            pending = [
+                self._pool.apply_async(_play_entry, (main, plan[k :: self.procs], opts, start_at))
+                for k in range(self.procs)
+            ]
+            shards = [p.get() for p in pending]
+        wall = time.monotonic() - start_at
+        records = [r for s in shards for r in s[0]]
+        return records, _client_info(self.procs, shards), round(wall, 3)
