@@ -110,10 +110,7 @@ class Worker:
         per-request options, which the captured head does not take)."""
         from engine.sampling_graphs import SamplingGraphs
 
-        capturable = (
-            type(self.model).device_candidates is not SpeechModel.device_candidates
-            and not self.model.facts.request_options
-        )
+        capturable = self.model.graphable_candidates() and not self.model.facts.request_options
         if self.graphs is None or self.row_width or not capturable:
             if self.graphs is not None:  # say so: the flag is on, but this model samples eagerly
                 log.info(

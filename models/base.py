@@ -369,6 +369,13 @@ class SpeechModel(abc.ABC):
         candidates that need the host."""
         return None
 
+    def graphable_candidates(self) -> bool:
+        """Whether device_candidates serves this model as loaded (the engine then captures a
+        decode step's head and sampling in one CUDA graph). Default: the class overrides
+        device_candidates. A model whose override serves only some configurations (a
+        sampling constraint that is off) says so here."""
+        return type(self).device_candidates is not SpeechModel.device_candidates
+
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
     ) -> torch.Tensor:

@@ -67,3 +67,27 @@ def write_decoder_checkpoint(folder: Path, sizes: dict, seed: int) -> None:
         name = name.replace("parametrizations.weight.original0", "weight_g")
         hift[name.replace("parametrizations.weight.original1", "weight_v")] = tensor
     torch.save(hift, folder / "hift.pt")
+
+
+def random_glm_decoder(
+    device: torch.device,
+    dtype: torch.dtype,
+    sizes: dict | None = None,
+    seed: int = 0,
+    context_tokens: int | None = DEFAULT_CONTEXT_TOKENS,
+) -> GlmVoiceDecoder:
+    """A decoder of the published config.yaml's shapes (`sizes`: decoder_config.REAL_SIZES
+    unless given) with seeded random weights, built on `device` (the meta device: shapes
+    only), nothing downloaded; the flow in `dtype`, HiFT in float32 (as load_glm_decoder)."""
+    from models.cosyvoice2.config import parse_yaml_text
+    from models.glm_voice.decoder_config import parse_decoder_config
+
+    text = decoder_yaml(sizes or {})
+    cfg = parse_decoder_config(parse_yaml_text(text, f"the published {CONFIG_FILE}"))
+    torch.manual_seed(seed)
+    with torch.device(device):
+        flow, hift = MaskedDiffWithXvec(cfg.flow), HiFTGenerator(cfg.hift)
+    hift.fold_weight_norm()
+    flow = flow.to(device=device, dtype=dtype).eval()
+    hift = hift.to(device=device).eval()
+    return GlmVoiceDecoder(flow, hift, context_tokens=context_tokens)

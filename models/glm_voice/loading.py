@@ -12,6 +12,7 @@ import torch
 from models.checkpoint_errors import CheckpointError
 from models.glm_voice.backbone import build_glm_backbone, load_chatglm_weights
 from models.glm_voice.model import GlmVoiceModel, SpeechTokenDecoder
+from models.interleave import InterleaveRule
 from models.loader import iter_safetensors, read_config, resolve_source
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,13 @@ def load_glm_voice(
     decoder: SpeechTokenDecoder | str | None = None,
     name: str | None = None,
     speech_tokenizer: str | None = None,
+    interleave: InterleaveRule | None = None,
 ) -> GlmVoiceModel:
     """`source`: a THUDM/glm-4-voice-9b folder or repo id; `speech_tokenizer`: a
     THUDM/glm-4-voice-tokenizer folder or repo id (None: text turns only); `decoder`: a
-    THUDM/glm-4-voice-decoder folder or repo id, or a built decoder (None: transcript only)."""
+    THUDM/glm-4-voice-decoder folder or repo id, or a built decoder (None: transcript only);
+    `interleave`: sample under that block rule (models/interleave.py; random-weights
+    benchmarks and their tests; None, trained checkpoints: freely)."""
     folder = resolve_source(source, required=("config.json",))
     llm = load_glm_backbone(folder, device, dtype)
     speech = None
@@ -95,5 +99,10 @@ def load_glm_voice(
 
         decoder = load_glm_decoder(decoder, device, dtype)
     return GlmVoiceModel(
-        llm, load_glm_tokenizer(folder), decoder, name or folder.name, speech_tokenizer=speech
+        llm,
+        load_glm_tokenizer(folder),
+        decoder,
+        name or folder.name,
+        speech_tokenizer=speech,
+        interleave=interleave,
     )

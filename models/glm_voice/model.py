@@ -12,6 +12,7 @@ import torch
 
 from models.base import (
     BackboneShape,
+    Candidates,
     ModelFacts,
     ModelInputError,
     Prompt,
@@ -19,13 +20,18 @@ from models.base import (
     StreamState,
     Token,
 )
+from models.device_util import upload
 from models.glm_voice import tokens as T
 from models.glm_voice.prompt import AssistantTurn, Turn, UserTurn, conversation_ids
 from models.glm_voice.tokens import GlmVoiceIds
+from models.interleave import InterleaveConstraint, InterleaveRule
 from models.layers.llama import LlamaForCausalLM
 
 SPEECH_TOKEN_RATE_HZ = 12.5  # the speech tokenizer's and the decoder's token rate
 DECODER_SAMPLE_RATE = 22050
+# The reply format GLM-4-Voice is trained on (its system prompt: "13 text token followed by
+# 26 audio tokens"): the benchmark-only constraint for random weights (models/interleave.py).
+TRAINED_INTERLEAVE = InterleaveRule(T.TEXT_TOKENS_PER_BLOCK, T.AUDIO_TOKENS_PER_BLOCK)
 
 
 class SpeechTokenDecoder(Protocol):
@@ -55,11 +61,19 @@ class GlmVoiceModel(SpeechModel):
         decoder: SpeechTokenDecoder | None,
         name: str = "glm-4-voice",
         speech_tokenizer: Any | None = None,  # speech_tokenizer.GlmSpeechTokenizer
+        interleave: InterleaveRule | None = None,
     ) -> None:
+        """`interleave`: restrict sampling to that block rule (benchmarks with random weights,
+        which keep no text/speech mix of their own; None, the default: sample freely)."""
         self.llm, self.tokenizer, self.decoder = llm, tokenizer, decoder
         self.speech_tokenizer = speech_tokenizer
         self.ids = GlmVoiceIds.from_tokenizer(tokenizer)
         args = llm.args
+        self.interleave = (
+            None
+            if interleave is None
+            else interleave_constraint(self.ids, args.vocab_size, interleave)
+        )
         self.facts = ModelFacts(
             name=name,
             sample_rate=decoder.sample_rate if decoder is not None else DECODER_SAMPLE_RATE,
@@ -146,6 +160,33 @@ class GlmVoiceModel(SpeechModel):
         return self.llm.use_fused_kernels()
 
     # 3. sample: the default (whole vocabulary, stop ids held back before min_tokens) --------
+    # unless the interleave constraint is on (random-weights benchmarks).
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        if self.interleave is None:
+            return super().candidate_logits(hidden, num_generated, allow_stop)
+        device = hidden.device
+        return self.device_candidates(
+            hidden,
+            upload(allow_stop, torch.bool, device),
+            upload(num_generated, torch.long, device),
+        )
+
+    def device_candidates(
+        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
+    ) -> Candidates | None:
+        """With the interleave constraint: the whole vocabulary, the ids the row's block
+        position may not draw at -inf (device tensors alone: CUDA-graph safe). Without it:
+        None (eager sampling, graphable_candidates says so)."""
+        if self.interleave is None:
+            return None
+        return Candidates(
+            self.interleave.apply(self.compute_logits(hidden), allow_stop, steps), None
+        )
+
+    def graphable_candidates(self) -> bool:
+        return self.interleave is not None
 
     # output routing ------------------------------------------------------------------------
     def text_piece(self, token: Token) -> str:
@@ -185,3 +226,28 @@ class GlmVoiceModel(SpeechModel):
         if self.decoder is None:
             return [np.zeros(0, np.float32) for _ in states]
         return self.decoder.decode([s.decoder for s in states], final)  # type: ignore[attr-defined]
+
+
+def interleave_constraint(
+    ids: GlmVoiceIds, vocab_size: int, rule: InterleaveRule
+) -> InterleaveConstraint:
+    """`rule` over GLM-4-Voice's vocabulary: text positions draw the text ids (those below the
+    first special token), speech positions the speech tokens <|audio_i|>."""
+    specials = (
+        *ids.prefix,
+        ids.system,
+        ids.user,
+        ids.assistant,
+        ids.observation,
+        ids.end_of_text,
+        ids.begin_of_audio,
+        ids.end_of_audio,
+        ids.audio_base,
+    )
+    return InterleaveConstraint(
+        rule,
+        vocab_size,
+        text_ids=range(0, min(specials)),
+        speech_ids=range(ids.audio_base, ids.audio_base + ids.num_audio),
+        stop_ids=ids.stop_ids,
+    )

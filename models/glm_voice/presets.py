@@ -134,10 +134,17 @@ def ensure_real_config(root: Path | None = None) -> Path:
 
 
 def random_glm_voice_9b(device: torch.device, dtype: torch.dtype):
-    """GLM-4-Voice-9B's real shapes with seeded random weights, nothing downloaded: for GPU
-    benchmarks of the backbone (no speech tokenizer, no decoder)."""
+    """GLM-4-Voice-9B with seeded random weights at the published shapes, nothing downloaded,
+    for GPU benchmarks: the backbone (glm-4-voice-9b's config.json), the speech tokenizer
+    (glm-4-voice-tokenizer's config.json, configs.GLM_4_VOICE_TOKENIZER) and the flow + HiFT
+    decoder (glm-4-voice-decoder's config.yaml, decoder_config.REAL_SIZES), so it takes
+    spoken turns and speaks. Random weights keep no text/speech mix, so sampling follows the
+    trained 13 text : 26 speech blocks (model.TRAINED_INTERLEAVE; a documented benchmark
+    deviation). `device` may be the meta device (shapes only)."""
+    from models.glm_voice.decoder_loading import random_glm_decoder
     from models.glm_voice.loading import load_glm_tokenizer
-    from models.glm_voice.model import GlmVoiceModel
+    from models.glm_voice.model import TRAINED_INTERLEAVE, GlmVoiceModel
+    from models.glm_voice.speech_tokenizer import random_speech_tokenizer
 
     folder = ensure_real_config()
     torch.manual_seed(0)
@@ -148,4 +155,13 @@ def random_glm_voice_9b(device: torch.device, dtype: torch.dtype):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
-    return GlmVoiceModel(llm.eval(), load_glm_tokenizer(folder), None, "glm-4-voice-9b")
+    speech = random_speech_tokenizer(configs.GLM_4_VOICE_TOKENIZER, device, seed=1)
+    decoder = random_glm_decoder(device, dtype, seed=2)
+    return GlmVoiceModel(
+        llm.eval(),
+        load_glm_tokenizer(folder),
+        decoder,
+        "glm-4-voice-9b",
+        speech_tokenizer=speech,
+        interleave=TRAINED_INTERLEAVE,
+    )

@@ -268,3 +268,17 @@ def load_speech_tokenizer(
             f"preprocessor_config.json has {features.feature_size} mel bins, config.json {args.num_mel_bins}"
         )
     return GlmSpeechTokenizer(encoder.to(device, dtype), features)
+
+
+def random_speech_tokenizer(cfg: dict, device: torch.device, seed: int = 0) -> GlmSpeechTokenizer:
+    """A tokenizer of `cfg`'s shapes (a glm-4-voice-tokenizer config.json) with seeded random
+    weights, built on `device` (the meta device: shapes only), nothing downloaded. Features:
+    transformers' WhisperFeatureExtractor with the config's mel bins (whisper-large-v3's
+    preprocessor: 16 kHz, hop 160, 30 s). Runs in float32, as load_speech_tokenizer's."""
+    from transformers import WhisperFeatureExtractor
+
+    args = WhisperVQArgs.from_config(cfg)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        encoder = WhisperVQEncoder(args)
+    return GlmSpeechTokenizer(encoder, WhisperFeatureExtractor(feature_size=args.num_mel_bins))

@@ -47,6 +47,7 @@ def _load_model(request: LoadRequest):
             str(root), device, dtype, "tiny-step-audio2", token2wav=str(root / "token2wav")
         )
     if request.random_weights:  # the real decoder and encoder shapes, nothing downloaded
+        from models.step_audio2.model import RANDOM_WEIGHTS_INTERLEAVE
         from models.step_audio2.token2wav import random_token2wav
 
         return load_step_audio2(
@@ -56,6 +57,8 @@ def _load_model(request: LoadRequest):
             request.model,
             random_weights=True,
             codec=random_token2wav(device, dtype),
+            # Random weights keep no text/speech mix: a benchmark deviation (docs/models.md).
+            interleave=RANDOM_WEIGHTS_INTERLEAVE,
         )
     source = (
         os.environ.get("VOXGATE_STEP_AUDIO2_MINI", configs.REPO_ID)

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.interleave import InterleaveRule
 from models.layers.llama import LlamaArgs, LlamaForCausalLM
 from models.loader import iter_safetensors, read_config, resolve_source
 from models.step_audio2.audio_encoder import AudioEncoderConfig, AudioInput
@@ -103,11 +104,13 @@ def load_step_audio2(
     audio_slots: int = DEFAULT_SLOTS,
     prompt_wav: str | None = None,
     codec=None,
+    interleave: InterleaveRule | None = None,
 ) -> StepAudio2Model:
     """`source`: a Step-Audio-2-mini folder or repo id. `token2wav`: a token2wav folder
     (token2wav.py; None: transcript only). `random_weights`: the folder's config and
     tokenizer with seeded random weights (GPU benchmarks of the real shapes). `codec`: a
-    built token2wav in place of `token2wav`."""
+    built token2wav in place of `token2wav`. `interleave`: sample under that block rule
+    (models/interleave.py; random-weights benchmarks and their tests; None: freely)."""
     folder = Path(source) if random_weights else resolve_source(source, required=("config.json",))
     cfg = read_config(folder)
     if not is_step_audio2_config(cfg):
@@ -132,6 +135,7 @@ def load_step_audio2(
         codec,
         name or folder.name,
         audio_slots=audio_slots,
+        interleave=interleave,
     )
 
 

@@ -15,6 +15,7 @@ import torch
 
 from models.base import (
     BackboneShape,
+    Candidates,
     ModelFacts,
     ModelInputError,
     Prompt,
@@ -22,6 +23,8 @@ from models.base import (
     StreamState,
     Token,
 )
+from models.device_util import upload
+from models.interleave import InterleaveConstraint, InterleaveRule
 from models.layers.llama import LlamaForCausalLM
 from models.step_audio2.audio_encoder import AudioInput
 from models.step_audio2.audio_slots import DEFAULT_SLOTS, AudioSlots
@@ -46,6 +49,12 @@ SAMPLE_RATE = 24000
 # Generated tokens per second of audio: 25 codes plus the transcript's text and filler tokens
 # interleaved with them. The ratio is learned, not fixed; this is an estimate for pacing.
 TOKENS_PER_SECOND = 30.0
+# Step-Audio 2's mix of text and codes is learned, not a published rule (StepFun's report says
+# the decoder produces "interleaved sequences of discrete text and audio tokens"; its code
+# enforces no ratio). Random weights keep no mix, so random-weights benchmarks sample 1-s
+# blocks at the rate above instead: 5 text tokens, then 25 codes (models/interleave.py).
+RANDOM_WEIGHTS_INTERLEAVE = InterleaveRule(text=5, speech=25)
+assert RANDOM_WEIGHTS_INTERLEAVE.tokens_per_second(CODE_RATE_HZ) == TOKENS_PER_SECOND
 
 
 @dataclass
@@ -64,11 +73,19 @@ class StepAudio2Model(SpeechModel):
         token2wav: Any | None,  # token2wav.Token2Wav
         name: str = "step-audio2-mini",
         audio_slots: int = DEFAULT_SLOTS,
+        interleave: InterleaveRule | None = None,
     ) -> None:
+        """`interleave`: restrict sampling to that block rule (benchmarks with random weights,
+        which keep no text/speech mix of their own; None, the default: sample freely)."""
         self.llm, self.audio_input, self.tokenizer = llm, audio_input, tokenizer
         self.token2wav = token2wav
         self.ids = StepAudio2Ids.from_tokenizer(tokenizer)
         args = llm.args
+        self.interleave = (
+            None
+            if interleave is None
+            else interleave_constraint(self.ids, tokenizer, args.vocab_size, interleave)
+        )
         weight = llm.embed_tokens.weight
         self.slots = AudioSlots(
             args.vocab_size, audio_slots, args.hidden_size, weight.device, weight.dtype
@@ -203,6 +220,34 @@ class StepAudio2Model(SpeechModel):
     def use_fused_kernels(self) -> bool:
         return self.llm.use_fused_kernels()
 
+    # 3. sample: the default (whole vocabulary, the stop id held back before min_tokens) ------
+    # unless the interleave constraint is on (random-weights benchmarks).
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        if self.interleave is None:
+            return super().candidate_logits(hidden, num_generated, allow_stop)
+        device = hidden.device
+        return self.device_candidates(
+            hidden,
+            upload(allow_stop, torch.bool, device),
+            upload(num_generated, torch.long, device),
+        )
+
+    def device_candidates(
+        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
+    ) -> Candidates | None:
+        """With the interleave constraint: the whole vocabulary, the ids the row's block
+        position may not draw at -inf (device tensors alone: CUDA-graph safe). Without it:
+        None (eager sampling, graphable_candidates says so)."""
+        if self.interleave is None:
+            return None
+        logits = self.interleave.apply(self.compute_logits(hidden), allow_stop, steps)
+        return Candidates(logits, None)
+
+    def graphable_candidates(self) -> bool:
+        return self.interleave is not None
+
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> StepAudio2Stream:
         return StepAudio2Stream(self.token2wav.new_stream() if self.token2wav else None)
@@ -232,3 +277,32 @@ class StepAudio2Model(SpeechModel):
     def enable_cuda_graphs(self, graphs: Any) -> None:
         if self.token2wav is not None:
             self.token2wav.enable_cuda_graphs(graphs)
+
+
+def interleave_constraint(
+    ids: StepAudio2Ids, tokenizer: Any, vocab_size: int, rule: InterleaveRule
+) -> InterleaveConstraint:
+    """`rule` over Step-Audio 2's vocabulary: text positions draw the text ids (those below
+    the first special token), speech positions the codes <audio_0…6560> (neither the filler
+    nor <tts_pad>: the constraint models steady speech)."""
+    specials = [
+        ids.bot,
+        ids.eot,
+        ids.audio_start,
+        ids.audio_end,
+        ids.audio_patch,
+        ids.tts_start,
+        ids.tts_end,
+        ids.tts_pad,
+        ids.audio_base,
+    ]
+    end_of_text = tokenizer.token_to_id("<|endoftext|>")  # Qwen's first special, where present
+    if end_of_text is not None:
+        specials.append(int(end_of_text))
+    return InterleaveConstraint(
+        rule,
+        vocab_size,
+        text_ids=range(0, min(specials)),
+        speech_ids=range(ids.audio_base, ids.audio_base + ids.num_codes),
+        stop_ids=ids.stop_ids,
+    )
