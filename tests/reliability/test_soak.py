@@ -18,7 +18,7 @@ import time
 import pytest
 import websockets
 from gateway_testkit import send
-from reliability_kit import ServeProcess, engine_idle
+from reliability_kit import ServeProcess, engine_idle, metrics
 
 SOAK_S = float(os.environ.get("VOXGATE_SOAK_S", "0"))
 TEXT = "The quick brown fox jumps over the lazy dog."
@@ -69,10 +69,22 @@ async def _capacity(server: ServeProcess) -> int:
     return len(tasks) - 1  # the last one opened was refused
 
 
+async def _refusal_causes(server: ServeProcess) -> dict[str, float]:
+    """The engine's admission refusals so far, by cause (turn_cost, codec, slow_start, …)."""
+    prefix = "voxgate_engine_admission_refusals_total{cause="
+    return {
+        name[len(prefix) : -1].strip('"'): value
+        for name, value in (await metrics(server)).items()
+        if name.startswith(prefix)
+    }
+
+
 async def test_soak_at_70_percent_of_capacity_stays_flat(tiny_server):
     server = tiny_server
-    streams = max(1, int(0.7 * await _capacity(server)))
+    capacity = await _capacity(server)
+    streams = max(1, int(0.7 * capacity))
     await engine_idle(server)
+    before = await _refusal_causes(server)
     stop, ttfa, refusals = asyncio.Event(), [], []
     rss: list[tuple[float, float]] = []
     tasks = [asyncio.create_task(_speaker(server, stop, ttfa, refusals)) for _ in range(streams)]
@@ -82,6 +94,9 @@ async def test_soak_at_70_percent_of_capacity_stays_flat(tiny_server):
         rss.append((time.monotonic(), server.rss_mb()))
     stop.set()
     await asyncio.gather(*tasks)
+    after = await _refusal_causes(server)
+    causes = {cause: after[cause] - before.get(cause, 0) for cause in after}
+    print(f"soak: capacity {capacity}; refusals by cause during the soak: {causes}")
     # 70 % of what was granted stays granted, but for the odd response while live steps
     # refine the calibration.
     assert len(refusals) <= 0.05 * max(len(ttfa), 1), refusals[:3]
