@@ -23,7 +23,11 @@ from reliability_kit import ServeProcess, engine_idle, metrics
 SOAK_S = float(os.environ.get("VOXGATE_SOAK_S", "0"))
 TEXT = "The quick brown fox jumps over the lazy dog."
 
-pytestmark = pytest.mark.skipif(SOAK_S <= 0, reason="the soak runs with VOXGATE_SOAK_S=<seconds>")
+pytestmark = [
+    pytest.mark.skipif(SOAK_S <= 0, reason="the soak runs with VOXGATE_SOAK_S=<seconds>"),
+    # The capacity probe (up to a few minutes) and the soak itself, past the suite's timeout.
+    pytest.mark.timeout(SOAK_S + 900),
+]
 
 
 async def _speaker(server: ServeProcess, stop: asyncio.Event, ttfa: list, refusals: list) -> None:
