@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
+from models.base import Candidates
+from models.device_util import upload
+
 
 @dataclass(frozen=True)
 class InterleaveRule:
@@ -99,3 +102,38 @@ class InterleaveConstraint:
         stop_ok = (allow_stop & (position == 0))[:, None].expand(-1, stops.shape[0])
         allowed[:, stops] = stop_ok
         return logits.masked_fill(~allowed, float("-inf"))
+
+
+class InterleavedSampling:
+    """The sampling of a model that may carry an InterleaveConstraint (`self.interleave`, None
+    when off): the default (whole vocabulary, stop ids held back before min_tokens) while off,
+    the constrained logits on the device while on. Listed before the model's base class, whose
+    `candidate_logits` it falls back to."""
+
+    interleave: InterleaveConstraint | None
+
+    def candidate_logits(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates:
+        if self.interleave is None:
+            return super().candidate_logits(hidden, num_generated, allow_stop)  # type: ignore[misc]
+        device = hidden.device
+        return self.device_candidates(
+            hidden,
+            upload(allow_stop, torch.bool, device),
+            upload(num_generated, torch.long, device),
+        )
+
+    def device_candidates(
+        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
+    ) -> Candidates | None:
+        """With the constraint: the whole vocabulary, the ids the row's block position may not
+        draw at -inf (device tensors alone: CUDA-graph safe). Without it: None (eager
+        sampling, graphable_candidates says so)."""
+        if self.interleave is None:
+            return None
+        logits = self.interleave.apply(self.compute_logits(hidden), allow_stop, steps)  # type: ignore[attr-defined]
+        return Candidates(logits, None)
+
+    def graphable_candidates(self) -> bool:
+        return self.interleave is not None

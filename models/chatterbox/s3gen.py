@@ -24,7 +24,13 @@ from models.chatterbox.config import S3GEN_FILE, SAMPLE_RATE, SPEECH_CODES
 from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
-from models.cosyvoice2.config import EncoderConfig, EstimatorConfig, FlowConfig, HiftConfig
+from models.cosyvoice2.config import (
+    EncoderConfig,
+    EstimatorConfig,
+    FlowConfig,
+    HiftConfig,
+    hift_24k,
+)
 
 # Voice-from-clip parts of the checkpoint, loaded by neither network here.
 CLIP_ENCODERS = ("tokenizer.", "speaker_encoder.")
@@ -73,27 +79,7 @@ class S3GenSizes:
 
     def hift_config(self) -> HiftConfig:
         """S3Token2Wav's HiFTGenerator (hifigan.py's defaults for what it does not set)."""
-        return HiftConfig(
-            in_channels=80,
-            base_channels=self.hift_channels,
-            nb_harmonics=8,
-            sampling_rate=SAMPLE_RATE,
-            nsf_alpha=0.1,
-            nsf_sigma=0.003,
-            nsf_voiced_threshold=10,
-            upsample_rates=(8, 5, 3),
-            upsample_kernel_sizes=(16, 11, 7),
-            n_fft=16,
-            hop_len=4,
-            resblock_kernel_sizes=(3, 7, 11),
-            resblock_dilation_sizes=((1, 3, 5),) * 3,
-            source_resblock_kernel_sizes=(7, 7, 11),
-            source_resblock_dilation_sizes=((1, 3, 5),) * 3,
-            lrelu_slope=0.1,
-            audio_limit=0.99,
-            f0_cond_channels=self.f0_channels,
-            sine_gen=1,
-        )
+        return hift_24k(self.hift_channels, self.f0_channels, sine_gen=1)
 
 
 # S3Token2Wav: encoder 512 x 6 (+4 up) blocks, estimator [256] x 12 mid, HiFT 512.

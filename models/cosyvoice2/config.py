@@ -170,6 +170,32 @@ class HiftConfig:
         return total
 
 
+def hift_24k(base_channels: int, f0_channels: int, sine_gen: int) -> HiftConfig:
+    """HiFTGenerator()'s defaults for 24 kHz (CosyVoice 2's, and the S3Gen / token2wav vocoders
+    built on it: Chatterbox, Step-Audio 2) at the given widths and sine generator."""
+    return HiftConfig(
+        in_channels=80,
+        base_channels=base_channels,
+        nb_harmonics=8,
+        sampling_rate=24000,
+        nsf_alpha=0.1,
+        nsf_sigma=0.003,
+        nsf_voiced_threshold=10,
+        upsample_rates=(8, 5, 3),
+        upsample_kernel_sizes=(16, 11, 7),
+        n_fft=16,
+        hop_len=4,
+        resblock_kernel_sizes=(3, 7, 11),
+        resblock_dilation_sizes=((1, 3, 5),) * 3,
+        source_resblock_kernel_sizes=(7, 7, 11),
+        source_resblock_dilation_sizes=((1, 3, 5),) * 3,
+        lrelu_slope=0.1,
+        audio_limit=0.99,
+        f0_cond_channels=f0_channels,
+        sine_gen=sine_gen,
+    )
+
+
 @dataclass(frozen=True)
 class CosyVoice2Config:
     sample_rate: int

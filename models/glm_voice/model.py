@@ -12,7 +12,6 @@ import torch
 
 from models.base import (
     BackboneShape,
-    Candidates,
     ModelFacts,
     ModelInputError,
     Prompt,
@@ -20,11 +19,10 @@ from models.base import (
     StreamState,
     Token,
 )
-from models.device_util import upload
 from models.glm_voice import tokens as T
 from models.glm_voice.prompt import AssistantTurn, Turn, UserTurn, conversation_ids
 from models.glm_voice.tokens import GlmVoiceIds
-from models.interleave import InterleaveConstraint, InterleaveRule
+from models.interleave import InterleaveConstraint, InterleavedSampling, InterleaveRule
 from models.layers.llama import LlamaForCausalLM
 
 SPEECH_TOKEN_RATE_HZ = 12.5  # the speech tokenizer's and the decoder's token rate
@@ -53,7 +51,7 @@ class GlmVoiceStream(StreamState):
     audio_tokens: int = 0  # speech tokens handed to the decoder
 
 
-class GlmVoiceModel(SpeechModel):
+class GlmVoiceModel(InterleavedSampling, SpeechModel):
     def __init__(
         self,
         llm: LlamaForCausalLM,
@@ -159,34 +157,8 @@ class GlmVoiceModel(SpeechModel):
     def use_fused_kernels(self) -> bool:
         return self.llm.use_fused_kernels()
 
-    # 3. sample: the default (whole vocabulary, stop ids held back before min_tokens) --------
-    # unless the interleave constraint is on (random-weights benchmarks).
-    def candidate_logits(
-        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
-    ) -> Candidates:
-        if self.interleave is None:
-            return super().candidate_logits(hidden, num_generated, allow_stop)
-        device = hidden.device
-        return self.device_candidates(
-            hidden,
-            upload(allow_stop, torch.bool, device),
-            upload(num_generated, torch.long, device),
-        )
-
-    def device_candidates(
-        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
-    ) -> Candidates | None:
-        """With the interleave constraint: the whole vocabulary, the ids the row's block
-        position may not draw at -inf (device tensors alone: CUDA-graph safe). Without it:
-        None (eager sampling, graphable_candidates says so)."""
-        if self.interleave is None:
-            return None
-        return Candidates(
-            self.interleave.apply(self.compute_logits(hidden), allow_stop, steps), None
-        )
-
-    def graphable_candidates(self) -> bool:
-        return self.interleave is not None
+    # 3. sample: models/interleave.py InterleavedSampling (the default unless the interleave
+    # constraint of random-weights benchmarks is on).
 
     # output routing ------------------------------------------------------------------------
     def text_piece(self, token: Token) -> str:

@@ -15,7 +15,6 @@ import torch
 
 from models.base import (
     BackboneShape,
-    Candidates,
     ModelFacts,
     ModelInputError,
     Prompt,
@@ -23,8 +22,7 @@ from models.base import (
     StreamState,
     Token,
 )
-from models.device_util import upload
-from models.interleave import InterleaveConstraint, InterleaveRule
+from models.interleave import InterleaveConstraint, InterleavedSampling, InterleaveRule
 from models.layers.llama import LlamaForCausalLM
 from models.step_audio2.audio_encoder import AudioInput
 from models.step_audio2.audio_slots import DEFAULT_SLOTS, AudioSlots
@@ -64,7 +62,7 @@ class StepAudio2Stream(StreamState):
     codes: int = 0  # speech codes handed to the token2wav
 
 
-class StepAudio2Model(SpeechModel):
+class StepAudio2Model(InterleavedSampling, SpeechModel):
     def __init__(
         self,
         llm: LlamaForCausalLM,
@@ -220,33 +218,8 @@ class StepAudio2Model(SpeechModel):
     def use_fused_kernels(self) -> bool:
         return self.llm.use_fused_kernels()
 
-    # 3. sample: the default (whole vocabulary, the stop id held back before min_tokens) ------
-    # unless the interleave constraint is on (random-weights benchmarks).
-    def candidate_logits(
-        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
-    ) -> Candidates:
-        if self.interleave is None:
-            return super().candidate_logits(hidden, num_generated, allow_stop)
-        device = hidden.device
-        return self.device_candidates(
-            hidden,
-            upload(allow_stop, torch.bool, device),
-            upload(num_generated, torch.long, device),
-        )
-
-    def device_candidates(
-        self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor
-    ) -> Candidates | None:
-        """With the interleave constraint: the whole vocabulary, the ids the row's block
-        position may not draw at -inf (device tensors alone: CUDA-graph safe). Without it:
-        None (eager sampling, graphable_candidates says so)."""
-        if self.interleave is None:
-            return None
-        logits = self.interleave.apply(self.compute_logits(hidden), allow_stop, steps)
-        return Candidates(logits, None)
-
-    def graphable_candidates(self) -> bool:
-        return self.interleave is not None
+    # 3. sample: models/interleave.py InterleavedSampling (the default unless the interleave
+    # constraint of random-weights benchmarks is on).
 
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> StepAudio2Stream:

@@ -23,7 +23,7 @@ import torch
 
 from models.checkpoint_errors import CheckpointError
 from models.codecs.flow_hift.dit_config import DitConfig
-from models.cosyvoice2.config import EncoderConfig, FlowConfig, HiftConfig, read_yaml
+from models.cosyvoice2.config import EncoderConfig, FlowConfig, HiftConfig, hift_24k, read_yaml
 
 FLOW_FILE = "flow.yaml"
 SPEECH_TOKENIZER = "speech_tokenizer_v2_25hz.onnx"
@@ -106,27 +106,7 @@ def load_flow_config(folder: Path) -> FlowConfig:
 def hift_config(base_channels: int, f0_channels: int) -> HiftConfig:
     """HiFTGenerator()'s defaults in StepFun's flashcosyvoice (CosyVoice 2's 24 kHz HiFT) at
     the given widths."""
-    return HiftConfig(
-        in_channels=80,
-        base_channels=base_channels,
-        nb_harmonics=8,
-        sampling_rate=SAMPLE_RATE,
-        nsf_alpha=0.1,
-        nsf_sigma=0.003,
-        nsf_voiced_threshold=10,
-        upsample_rates=(8, 5, 3),
-        upsample_kernel_sizes=(16, 11, 7),
-        n_fft=16,
-        hop_len=4,
-        resblock_kernel_sizes=(3, 7, 11),
-        resblock_dilation_sizes=((1, 3, 5),) * 3,
-        source_resblock_kernel_sizes=(7, 7, 11),
-        source_resblock_dilation_sizes=((1, 3, 5),) * 3,
-        lrelu_slope=0.1,
-        audio_limit=0.99,
-        f0_cond_channels=f0_channels,
-        sine_gen=2,
-    )
+    return hift_24k(base_channels, f0_channels, sine_gen=2)
 
 
 REAL_HIFT = hift_config(512, 512)
