@@ -82,7 +82,7 @@ class OrpheusModel(SpeechModel):
             chunk_tokens=T.CODES_PER_FRAME * detok.chunk,
             large_chunk_tokens=T.CODES_PER_FRAME * detok.large_chunk,
             frame_tokens=T.CODES_PER_FRAME,
-            held_back_tokens=detok.held_back_codes,
+            held_back_tokens=T.CODES_PER_FRAME * detok.right,
             voices=VOICES,
             default_voice="tara",
             max_context=args.max_positions,

@@ -174,8 +174,9 @@ def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs):
         with torch.no_grad():
             whole = snac.decode(codes)[0, 0].numpy()
         assert streamed.shape == whole.shape == (n // 7 * 2048,)
-        # The streaming decoder is exact (models/codecs/snac_streaming.py): float32 summation
-        # order aside (~1e-6 of the RMS), while a lost or misplaced frame costs an error of
-        # the order of the RMS itself.
+        # Seams differ only by the receptive field cut off beyond the 3 frames of left context
+        # (models/codecs/snac.py measures ~3e-4 of the signal RMS for this width); 1e-2 leaves
+        # margin for float32 summation order while still catching a misplaced or lost frame,
+        # which costs an error of the order of the RMS itself.
         rms = float(np.sqrt(np.mean(whole**2)))
-        assert float(np.max(np.abs(streamed - whole))) < 1e-4 * rms
+        assert float(np.max(np.abs(streamed - whole))) < 1e-2 * rms
