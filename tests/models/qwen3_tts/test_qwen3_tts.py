@@ -30,7 +30,7 @@ from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
 from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 from tests.models.engine_run import run
 from tests.models.official_qwen3_tts import run_official
-from tests.models.qwen3_tts_clip import clip_audio
+from tests.models.qwen3_tts.qwen3_tts_clip import clip_audio
 
 FRAMES = 6
 # (text, speaker, language, instruction): the CustomVoice prompt's variants, and VoiceDesign's

@@ -1,4 +1,4 @@
-"""The clip the Qwen3-TTS Base tests clone voices from (tests/models/test_qwen3_tts*.py)."""
+"""The clip the Qwen3-TTS Base tests clone voices from (tests/models/qwen3_tts/test_qwen3_tts*.py)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from models.qwen3_tts.streamed_text import StreamedText, safe_cut
 from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 from models.text_feed import TextFeed
 from tests.models.official_qwen3_tts import run_official
-from tests.models.qwen3_tts_clip import clip_audio
+from tests.models.qwen3_tts.qwen3_tts_clip import clip_audio
 
 PIECES = ["Hello the", "re, how are", " you today?"]
 FRAMES = 40
