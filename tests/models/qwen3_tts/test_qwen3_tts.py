@@ -26,11 +26,10 @@ from models.qwen3_tts.configs import (
     base,
     voice_design,
 )
-from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
 from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 from tests.models.engine_run import run
 from tests.models.official_qwen3_tts import run_official
-from tests.models.qwen3_tts.qwen3_tts_clip import clip_audio
+from tests.models.qwen3_tts.qwen3_tts_clip import clip_audio, tiny_cloner
 
 FRAMES = 6
 # (text, speaker, language, instruction): the CustomVoice prompt's variants, and VoiceDesign's
@@ -43,26 +42,6 @@ VOICE_DESIGN = [("Designed voice.", None, "chinese", "A deep, calm older man's v
 CLONE = [("A cloned voice speaking.", "clip", "english", "")]
 ICL_CLONE = [("It goes on speaking.", "icl", "auto", "")]
 CLIP_TEXT = "The words said in the clip."
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model's kernels are microseconds long: one thread beats two that wait on each
-    other (on a busy 2-core box, by 20×)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return ensure_tiny_qwen3_tts(tmp_path_factory.mktemp("q3"))
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    return load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, name="tiny-qwen3-tts")
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +60,7 @@ def design_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cloner(tmp_path_factory):
-    """The tiny layout as a Base checkpoint (a speaker encoder, the speech tokenizer's
-    encoder), with a voice cloned from clip_audio() by its x-vector alone ("clip") and with
-    its transcript and codes ("icl")."""
-    folder = tmp_path_factory.mktemp("q3base") / "model"
-    cfg = base(TINY_QWEN3_TTS, TINY_SPEAKER_ENCODER)
-    write_checkpoint(folder, cfg, TINY_SPEECH_TOKENIZER, seed=0, tokenizer=write_tiny_tokenizer)
-    model = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32)
-    model.add_voice("clip", clip_audio())
-    model.add_voice("icl", clip_audio(), CLIP_TEXT)
-    return folder, model
+    return tiny_cloner(tmp_path_factory.mktemp("q3base") / "model", CLIP_TEXT)
 
 
 def _engine_rows(model, asks, frames):
