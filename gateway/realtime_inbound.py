@@ -178,24 +178,24 @@ class RealtimeInbound:
             tools=None if tools is None else self._tools.prompt_tools(tools, choice),
         )
 
-    def _function_output(self, event: FunctionOutputEvent) -> Reply:
+    def _refuse_while_messages_wait(self, message: str) -> None:
+        """Tool items and text messages are answered by separate response.create events."""
         if self._pending_text:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                "a response answers either function call outputs or new messages: send "
-                "response.create for the messages first",
-            )
+            raise ProtocolError(ErrorCode.BAD_FIELD, message)
+
+    def _function_output(self, event: FunctionOutputEvent) -> Reply:
+        self._refuse_while_messages_wait(
+            "a response answers either function call outputs or new messages: send "
+            "response.create for the messages first"
+        )
         item_id, created = self._tools.add_output(event, self._state.last_item_id)
         self._state.last_item_id = item_id
         return Reply(created)
 
     def _function_call(self, event: FunctionCallEvent) -> Sequence[WireInput]:
-        if self._pending_text:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                "messages are waiting for response.create: send it before adding a "
-                "function_call item",
-            )
+        self._refuse_while_messages_wait(
+            "messages are waiting for response.create: send it before adding a function_call item"
+        )
         item_id, created = self._tools.add_call(event, self._state.last_item_id)
         self._state.last_item_id = item_id
         return (Reply(created), ToolCall(event.name, event.arguments))
