@@ -299,15 +299,10 @@ def test_the_end_code_is_barred_from_the_first_two_frames(model):
 
 
 def test_base_model_clones_voices_from_a_voices_folder(cloner, tmp_path):
-    import wave
+    from gateway.synth import write_wav
 
     folder, _ = cloner
-    pcm = (clip_audio() * 32767).astype("<i2")
-    with wave.open(str(tmp_path / "anna.wav"), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(24000)
-        w.writeframes(pcm.tobytes())
+    write_wav(tmp_path / "anna.wav", clip_audio(), 24000)
     (tmp_path / "anna.txt").write_text("What the clip says.")
     model = load_qwen3_tts(
         str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path)
@@ -327,25 +322,18 @@ def test_clients_clips_clone_as_the_voices_folders_do(cloner, model, tmp_path):
     same prompt as the same clip in --voices-dir: with its transcript the clip's text and
     codes (in-context), without it the x-vector alone; unlisted, and gone when removed. The
     clip is at 16 kHz: both paths resample it to the model's 24 kHz."""
-    import io
-    import wave
-
     from gateway.clip_audio import read_clip
+    from gateway.synth import write_wav
 
     folder, _ = cloner
     t = np.arange(40000) / 16000  # 2.5 s at 16 kHz
     audio = 0.4 * np.sin(2 * np.pi * (180 + 90 * t) * t) + 0.05 * np.random.default_rng(
         0
     ).standard_normal(t.size)
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((audio * 32767).astype("<i2").tobytes())
-    wav = out.getvalue()
+    write_wav(tmp_path / "icl.wav", audio, 16000)
+    wav = (tmp_path / "icl.wav").read_bytes()
+    (tmp_path / "xvec.wav").write_bytes(wav)
     for name, transcript in (("icl", CLIP_TEXT), ("xvec", "")):
-        (tmp_path / f"{name}.wav").write_bytes(wav)
         (tmp_path / f"{name}.txt").write_text(transcript)
     base = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path))
     facts = base.facts
