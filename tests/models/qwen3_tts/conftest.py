@@ -8,16 +8,14 @@ import torch
 
 from models.qwen3_tts.checkpoint import load_qwen3_tts
 from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
+from tests.torch_threads import one_torch_thread
 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """The tiny model's kernels are microseconds long: one thread beats two that wait on each
-    other (on a busy 2-core box, by 20×)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    """For the whole module, the models' building included (tests/torch_threads.py: why)."""
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
