@@ -1,6 +1,6 @@
 """OpenAI Realtime server events, as pure functions that return the JSON text of one event
 (or the few events one native event becomes). The vocabulary (dialects, formats) lives in
-gateway.realtime_protocol; the mapping from the native session's events is gateway.realtime."""
+gateway.realtime_protocol; the mapping from the native session's events is gateway.realtime_outbound."""
 
 from __future__ import annotations
 

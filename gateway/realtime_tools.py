@@ -1,7 +1,7 @@
 """The Realtime API's function calling, client side, as data: `session.tools` and
 `session.tool_choice` checked and decoded, and the `function_call_output` items that answer
 a call. Pure functions raising ProtocolError(bad_field) with a message that says what to fix;
-gateway.realtime decides whether the served model takes tools at all."""
+gateway.realtime_calls decides whether the served model takes tools at all."""
 
 from __future__ import annotations
 

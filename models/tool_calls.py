@@ -4,7 +4,7 @@ model's reply text becomes once its tool calls are picked out of it.
 A model family that was trained with tool calls names its syntax in
 `ModelFacts.tool_call_syntax`; `parser_for(syntax)` makes an incremental parser for it. The
 gateway feeds the reply's transcript text to the parser as it streams and maps the pieces it
-gets back onto its protocol (the Realtime API's `function_call` items, gateway/realtime.py).
+gets back onto its protocol (the Realtime API's `function_call` items, gateway/realtime_calls.py).
 How a family writes tools and tool results into its prompt is the family's own business
 (models/step_audio2/tool_format.py)."""
 

@@ -1,5 +1,6 @@
 """Helpers for the gateway tests: a real uvicorn server in a thread, a small `websockets`
-client that speaks docs/protocol.md, and PyAV helpers to check the audio that comes back."""
+client that speaks docs/protocol.md, a barge-in on a voxgate.client session, and PyAV helpers
+to check the audio that comes back."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import av
 import numpy as np
 import websockets
 from websockets.asyncio.client import ClientConnection
+
+from voxgate.client import Audio, ResponseDone, Session, Word, Words
 
 # Random weights never emit the stop token: every request ends at max_tokens. 60 tokens is
 # about 0.7 s of audio at tiny-orpheus' 82 tokens/s; temperature 0 keeps runs repeatable.
@@ -122,6 +125,27 @@ async def expect_close(ws: ClientConnection, timeout: float = 10) -> tuple[int |
     except websockets.ConnectionClosed:
         pass
     return ws.close_code, messages
+
+
+async def barge_in(
+    session: Session, text: str, after_ms: int, heard_ms: int
+) -> tuple[list[Word], ResponseDone]:
+    """Speak `text` on a voxgate.client session and, once `after_ms` of its audio has arrived
+    (20-ms frames), report that the listener heard `heard_ms` of it and cancel: (the timed
+    words the response sent, its ResponseDone, which says it was cancelled)."""
+    received_ms, sent_words, done = 0, [], None
+    async for event in session.speak(text):
+        if isinstance(event, Audio):
+            received_ms += 20
+            if received_ms == after_ms:
+                await session.report_playback(heard_ms)
+                await session.cancel()
+        elif isinstance(event, Words):
+            sent_words.extend(event.words)
+        elif isinstance(event, ResponseDone):
+            done = event
+    assert done is not None and done.status == "cancelled"
+    return sent_words, done
 
 
 async def until_event(conn, kind: str, timeout: float = 60) -> tuple[object, list]:

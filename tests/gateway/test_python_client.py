@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from gateway_testkit import barge_in
 
 from voxgate.client import (
     Audio,
@@ -81,18 +82,8 @@ async def test_collect_and_streamed_text(tiny):
 async def test_cancel_reports_the_words_heard(tiny):
     text = f"{SENTENCE} And do not forget to bring the letters from the office."
     async with connect(tiny.url, sampling=SAMPLING) as session:
-        received_ms, sent_words, done = 0, [], None
-        async for event in session.speak(text):
-            if isinstance(event, Audio):
-                received_ms += 20
-                if received_ms == 1200:  # the listener has heard 900 ms of it: barge in
-                    await session.report_playback(900)
-                    await session.cancel()
-            elif isinstance(event, Words):
-                sent_words.extend(event.words)
-            elif isinstance(event, ResponseDone):
-                done = event
-    assert done is not None and done.status == "cancelled"
+        # 1200 ms received, of which the listener has heard 900 ms: barge in.
+        sent_words, done = await barge_in(session, text, after_ms=1200, heard_ms=900)
     heard = list(done.heard_words)
     # A prefix of the reply's words: those said to their end within the 900 ms heard.
     assert heard and [w.word for w in heard] == WORDS[: len(heard)]

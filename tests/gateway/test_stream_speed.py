@@ -4,11 +4,12 @@ the audio, the word timings and the words heard at a barge-in are all in played 
 from __future__ import annotations
 
 import pytest
+from gateway_testkit import barge_in
 
 from engine.api import ModelFacts
 from gateway.protocol import ErrorCode, ProtocolError, SessionStart
 from gateway.session_start import resolve_options
-from voxgate.client import Audio, BadField, ResponseDone, Words, connect
+from voxgate.client import BadField, connect
 
 SENTENCE = "Please call me back when you get home tonight."
 SAMPLING = {"seed": 7}  # the voice's own temperature, repeatable
@@ -47,18 +48,8 @@ async def test_speed_plays_the_same_words_in_less_time(tiny):
 async def test_a_barge_in_reports_the_words_heard_in_played_time(tiny):
     text = f"{SENTENCE} And do not forget to bring the letters from the office."
     async with connect(tiny.url, sampling=SAMPLING, speed=1.5) as session:
-        received_ms, sent_words, done = 0, [], None
-        async for event in session.speak(text):
-            if isinstance(event, Audio):
-                received_ms += FRAME_MS
-                if received_ms == 900:  # the listener has heard 600 ms of it: barge in
-                    await session.report_playback(600)
-                    await session.cancel()
-            elif isinstance(event, Words):
-                sent_words.extend(event.words)
-            elif isinstance(event, ResponseDone):
-                done = event
-    assert done is not None and done.status == "cancelled"
+        # 900 ms received, of which the listener has heard 600 ms: barge in.
+        sent_words, done = await barge_in(session, text, after_ms=900, heard_ms=600)
     heard = list(done.heard_words)
     assert heard and all(w.end_ms <= 600 for w in heard)
     assert heard == [w for w in sent_words if w.end_ms <= 600]

@@ -10,6 +10,7 @@ import torch
 
 from models.codecs.dac import DacDetokenizer
 from models.zonos.presets import TINY_DAC
+from tests.torch_threads import one_torch_thread
 
 FRAMES = 40
 
@@ -17,10 +18,8 @@ FRAMES = 40
 @pytest.fixture(autouse=True)
 def one_thread():
     # Narrow convolutions: on a shared 2-core box a second thread only adds contention.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from models.zonos.phonemes import espeak_available
 from models.zonos.presets import ensure_tiny_zonos_hybrid
 from tests.models.engine_run import run
 from tests.models.zonos_hybrid_reference import reference_greedy_grid
+from tests.torch_threads import one_torch_thread
 
 pytestmark = pytest.mark.skipif(
     not espeak_available(),
@@ -37,10 +38,8 @@ FRAMES = 14
 @pytest.fixture(autouse=True)
 def one_thread():
     # Tiny matrices: on a shared 2-core box a second thread only adds contention.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -19,14 +19,13 @@ from models.zonos.speaker import (
     load_speaker_model,
     write_speaker_model,
 )
+from tests.torch_threads import one_torch_thread
 
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_torch_thread():
+        yield
 
 
 def _clip(seconds: float = 1.0, rate: int = SAMPLE_RATE) -> np.ndarray:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import websockets
@@ -14,7 +16,22 @@ from reliability_kit import ServeProcess
 LONG = {"temperature": 0.0, "max_tokens": 1500}  # a minute of audio: outlasts the test
 LONG_TEXT = "Keep talking for a long while, please, and do not stop too soon. " * 6
 REPLICAS = ("replica-0", "replica-1")
+TWO_REPLICAS = ("--replicas", "2", "--replica-cpus", "1")  # one CPU core each
 _READY_LINE = re.compile(r"engine replica (replica-\d) ready \(pid (\d+) on ")
+
+
+@contextmanager
+def serving(tmp_path_factory, name: str, *args: str) -> Iterator[ServeProcess]:
+    """`voxgate serve ARGS` on the CPU, logged to a temporary NAME.log, stopped at the end.
+    Real-time admission is off: on a shared CI core one stream is already slower than real
+    time, and these tests need several live streams at once on each replica."""
+    log = tmp_path_factory.mktemp("serve") / f"{name}.log"
+    cpu = ("--device", "cpu", "--no-realtime-admission", "--kv-cache-mb", "32")
+    server = ServeProcess(*args, *cpu, log=log)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def replica_pid(server: ServeProcess, name: str) -> int:

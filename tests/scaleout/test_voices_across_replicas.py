@@ -21,7 +21,7 @@ pytest.importorskip("ray", reason="Ray is not installed: pip install 'voxgate[ra
 import websockets  # noqa: E402
 from gateway_testkit import collect_response, expect_close, send, start_session  # noqa: E402
 from reliability_kit import ServeProcess, metrics, until  # noqa: E402
-from scaleout_kit import per_replica, replica_pid  # noqa: E402
+from scaleout_kit import TWO_REPLICAS, per_replica, replica_pid, serving  # noqa: E402
 
 TEXT = "Hello from a replica."
 SAMPLING = {"temperature": 0.0, "max_tokens": 20, "min_tokens": 20}
@@ -45,25 +45,9 @@ def cloning_replicas(tmp_path_factory) -> Iterator[tuple[ServeProcess, bytes]]:
     """tiny-chatterbox on two CPU replicas, the test's clip also its --voices-dir `narrator`."""
     voices = tmp_path_factory.mktemp("voices")
     clip_wav(voices / "narrator.wav")
-    log = tmp_path_factory.mktemp("serve") / "voices.log"
-    server = ServeProcess(
-        "--model",
-        "tiny-chatterbox",
-        "--voices-dir",
-        str(voices),
-        "--replicas",
-        "2",
-        "--replica-cpus",
-        "1",
-        "--device",
-        "cpu",
-        "--no-realtime-admission",
-        "--kv-cache-mb",
-        "32",
-        log=log,
-    )
-    yield server, (voices / "narrator.wav").read_bytes()
-    server.stop()
+    args = ("--model", "tiny-chatterbox", "--voices-dir", str(voices), *TWO_REPLICAS)
+    with serving(tmp_path_factory, "voices", *args) as server:
+        yield server, (voices / "narrator.wav").read_bytes()
 
 
 async def open_session(server: ServeProcess, voice: str):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from models.voxgate_tiny.text import CharTokenizer
+from tests.torch_threads import one_torch_thread
 from training import aligner
 from training.codec import write_tokens
 from training.ctc_viterbi import forced_align, greedy_decode, min_frames
@@ -110,10 +111,8 @@ def toy_corpus(rng: np.random.Generator, count: int):
 def one_thread():
     """The toy model is too small to gain from threads; on a shared 2-core machine a second
     OpenMP thread waits on a busy core and made this test 7x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 def test_trained_toy_aligner_finds_character_boundaries(tmp_path, one_thread):

@@ -26,11 +26,10 @@ from models.qwen3_tts.configs import (
     base,
     voice_design,
 )
-from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
 from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 from tests.models.engine_run import run
 from tests.models.official_qwen3_tts import run_official
-from tests.models.qwen3_tts_clip import clip_audio
+from tests.models.qwen3_tts.qwen3_tts_clip import clip_audio, tiny_cloner
 
 FRAMES = 6
 # (text, speaker, language, instruction): the CustomVoice prompt's variants, and VoiceDesign's
@@ -43,26 +42,6 @@ VOICE_DESIGN = [("Designed voice.", None, "chinese", "A deep, calm older man's v
 CLONE = [("A cloned voice speaking.", "clip", "english", "")]
 ICL_CLONE = [("It goes on speaking.", "icl", "auto", "")]
 CLIP_TEXT = "The words said in the clip."
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model's kernels are microseconds long: one thread beats two that wait on each
-    other (on a busy 2-core box, by 20×)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return ensure_tiny_qwen3_tts(tmp_path_factory.mktemp("q3"))
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    return load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, name="tiny-qwen3-tts")
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +60,7 @@ def design_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cloner(tmp_path_factory):
-    """The tiny layout as a Base checkpoint (a speaker encoder, the speech tokenizer's
-    encoder), with a voice cloned from clip_audio() by its x-vector alone ("clip") and with
-    its transcript and codes ("icl")."""
-    folder = tmp_path_factory.mktemp("q3base") / "model"
-    cfg = base(TINY_QWEN3_TTS, TINY_SPEAKER_ENCODER)
-    write_checkpoint(folder, cfg, TINY_SPEECH_TOKENIZER, seed=0, tokenizer=write_tiny_tokenizer)
-    model = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32)
-    model.add_voice("clip", clip_audio())
-    model.add_voice("icl", clip_audio(), CLIP_TEXT)
-    return folder, model
+    return tiny_cloner(tmp_path_factory.mktemp("q3base") / "model", CLIP_TEXT)
 
 
 def _engine_rows(model, asks, frames):
@@ -329,15 +299,10 @@ def test_the_end_code_is_barred_from_the_first_two_frames(model):
 
 
 def test_base_model_clones_voices_from_a_voices_folder(cloner, tmp_path):
-    import wave
+    from gateway.synth import write_wav
 
     folder, _ = cloner
-    pcm = (clip_audio() * 32767).astype("<i2")
-    with wave.open(str(tmp_path / "anna.wav"), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(24000)
-        w.writeframes(pcm.tobytes())
+    write_wav(tmp_path / "anna.wav", clip_audio(), 24000)
     (tmp_path / "anna.txt").write_text("What the clip says.")
     model = load_qwen3_tts(
         str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path)
@@ -357,25 +322,18 @@ def test_clients_clips_clone_as_the_voices_folders_do(cloner, model, tmp_path):
     same prompt as the same clip in --voices-dir: with its transcript the clip's text and
     codes (in-context), without it the x-vector alone; unlisted, and gone when removed. The
     clip is at 16 kHz: both paths resample it to the model's 24 kHz."""
-    import io
-    import wave
-
     from gateway.clip_audio import read_clip
+    from gateway.synth import write_wav
 
     folder, _ = cloner
     t = np.arange(40000) / 16000  # 2.5 s at 16 kHz
     audio = 0.4 * np.sin(2 * np.pi * (180 + 90 * t) * t) + 0.05 * np.random.default_rng(
         0
     ).standard_normal(t.size)
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((audio * 32767).astype("<i2").tobytes())
-    wav = out.getvalue()
+    write_wav(tmp_path / "icl.wav", audio, 16000)
+    wav = (tmp_path / "icl.wav").read_bytes()
+    (tmp_path / "xvec.wav").write_bytes(wav)
     for name, transcript in (("icl", CLIP_TEXT), ("xvec", "")):
-        (tmp_path / f"{name}.wav").write_bytes(wav)
         (tmp_path / f"{name}.txt").write_text(transcript)
     base = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, voices_dir=str(tmp_path))
     facts = base.facts

@@ -20,19 +20,10 @@ from engine.core import EngineCore
 from engine.outputs import Finished, FinishReason, SpeechRequest
 from engine.request import Request, SamplingParams
 from models.base import ModelInputError
-from models.qwen3_tts.checkpoint import load_qwen3_tts, write_checkpoint
-from models.qwen3_tts.configs import (
-    TINY_QWEN3_TTS,
-    TINY_SPEAKER_ENCODER,
-    TINY_SPEECH_TOKENIZER,
-    base,
-)
-from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
 from models.qwen3_tts.streamed_text import StreamedText, safe_cut
-from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 from models.text_feed import TextFeed
 from tests.models.official_qwen3_tts import run_official
-from tests.models.qwen3_tts_clip import clip_audio
+from tests.models.qwen3_tts.qwen3_tts_clip import clip_audio, tiny_cloner
 
 PIECES = ["Hello the", "re, how are", " you today?"]
 FRAMES = 40
@@ -41,35 +32,9 @@ FRAMES = 40
 CLIP_TEXT = "Hi."
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return ensure_tiny_qwen3_tts(tmp_path_factory.mktemp("q3s"))
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    return load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32, name="tiny-qwen3-tts")
-
-
 @pytest.fixture(scope="module")
 def cloner(tmp_path_factory):
-    """The tiny layout as a Base checkpoint, with a voice cloned from clip_audio() by its
-    x-vector alone ("clip") and one in context ("icl": the clip's codes and CLIP_TEXT)."""
-    folder = tmp_path_factory.mktemp("q3sbase") / "model"
-    cfg = base(TINY_QWEN3_TTS, TINY_SPEAKER_ENCODER)
-    write_checkpoint(folder, cfg, TINY_SPEECH_TOKENIZER, seed=0, tokenizer=write_tiny_tokenizer)
-    model = load_qwen3_tts(str(folder), torch.device("cpu"), torch.float32)
-    model.add_voice("clip", clip_audio())
-    model.add_voice("icl", clip_audio(), CLIP_TEXT)
-    return folder, model
+    return tiny_cloner(tmp_path_factory.mktemp("q3sbase") / "model", CLIP_TEXT)
 
 
 def _core(model) -> EngineCore:

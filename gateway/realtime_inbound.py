@@ -1,0 +1,248 @@
+"""`/v1/realtime` client events → what the native session does (gateway.wire's WireInput).
+
+`RealtimeInbound.decode` takes one client text frame: a decoded event (gateway.realtime_protocol)
+goes to the method that handles its type, which checks it against the served model and returns
+the session's inputs (or raises ProtocolError, which the session sends back as an `error`).
+The replies to them are gateway.realtime_outbound's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from engine.api import ModelFacts
+from gateway.protocol import (
+    AudioInput,
+    ErrorCode,
+    InputCommit,
+    ProtocolError,
+    ResponseCancel,
+    SessionStart,
+    TextInput,
+    TurnDetection,
+    TurnDetectionType,
+    decode_sampling,
+)
+from gateway.realtime_events import encode_item_created
+from gateway.realtime_protocol import (
+    UNSET,
+    AudioInputEvent,
+    ItemCreateEvent,
+    RealtimeFormat,
+    ResponseCancelEvent,
+    ResponseCreateEvent,
+    SessionUpdateEvent,
+    TruncateEvent,
+    decode_client_event,
+    event_id_of,
+)
+from gateway.realtime_state import SPECS, RealtimeState
+from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
+from gateway.wire import (
+    InputClear,
+    Reply,
+    SessionUpdate,
+    ToolCall,
+    ToolOutputs,
+    Truncate,
+    WireInput,
+)
+
+
+def native_turn_detection(turn: object) -> TurnDetection | None:
+    """A Realtime `turn_detection` (an object, or null: the client commits turns) → the native
+    one. `server_vad` and `semantic_vad` both mean the server's VAD; ProtocolError else."""
+    if turn is UNSET:
+        return None
+    if turn is None:
+        return TurnDetection(TurnDetectionType.NONE)
+    assert isinstance(turn, dict)
+    if turn.get("type", "server_vad") not in ("server_vad", "semantic_vad"):
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD, "`turn_detection.type` must be server_vad or semantic_vad"
+        )
+    silence = turn.get("silence_duration_ms", 500)
+    if not isinstance(silence, int) or isinstance(silence, bool) or not 0 < silence <= 10_000:
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`silence_duration_ms` must be in 1..10000")
+    return TurnDetection(TurnDetectionType.VAD, silence)
+
+
+def _audio_input_refusal(kind: str, facts: ModelFacts) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.UNSUPPORTED_INPUT,
+        f"{kind}: audio input needs a speech-to-speech model, and {facts.name} is text-to-speech; "
+        "send text with conversation.item.create, then response.create",
+    )
+
+
+class RealtimeInbound:
+    def __init__(self, state: RealtimeState, model: str | None, max_pending_chars: int) -> None:
+        self._state = state
+        self._facts = state.facts
+        self._tools = state.tools
+        self._model = model  # the client's `?model=`; the session refuses another model's name
+        self._pending_text: list[str] = []  # text items since the last response.create
+        self._max_pending_chars = max_pending_chars  # a response's text limit, bounding memory
+
+    def opening(self) -> Sequence[WireInput]:
+        # A Realtime session starts with the connection; `session.created` answers it.
+        input_audio = SPECS[RealtimeFormat.PCM16] if self._facts.accepts_audio else None
+        start = SessionStart(
+            model=self._model, output_audio=SPECS[RealtimeFormat.PCM16], input_audio=input_audio
+        )
+        return (start,)
+
+    def decode(self, text: str) -> Sequence[WireInput]:
+        try:
+            event = decode_client_event(text)
+        except ProtocolError:
+            self._state.event_id = event_id_of(text)
+            raise
+        self._state.event_id = event.event_id
+        if isinstance(event, SessionUpdateEvent):
+            return (self._session_update(event),)
+        if isinstance(event, ItemCreateEvent):
+            return (self._item_create(event),)
+        if isinstance(event, FunctionOutputEvent):
+            return (self._function_output(event),)
+        if isinstance(event, FunctionCallEvent):
+            return self._function_call(event)
+        if isinstance(event, ResponseCreateEvent):
+            return self._response_create()
+        if isinstance(event, ResponseCancelEvent):
+            return (ResponseCancel(),)
+        if isinstance(event, TruncateEvent):
+            return self._truncate(event)
+        return self._audio_input(event)
+
+    def decode_binary(self, data: bytes) -> Sequence[WireInput]:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            "the Realtime API carries audio in JSON events (input_audio_buffer.append), "
+            "not in binary frames",
+        )
+
+    def _response_create(self) -> Sequence[WireInput]:
+        if self._tools.has_outputs:
+            return (ToolOutputs(self._tools.take_outputs()),)
+        if not self._pending_text and self._state.audio_turn_answered:
+            self._state.audio_turn_answered = False
+            return ()  # the committed audio turn is already being answered
+        if not self._pending_text:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "nothing to speak: add a user or assistant text message with "
+                "conversation.item.create before response.create",
+            )
+        text_to_speak = " ".join(self._pending_text)
+        self._pending_text.clear()
+        return (TextInput(text_to_speak, final=True),)
+
+    def _session_update(self, event: SessionUpdateEvent) -> SessionUpdate:
+        sampling = decode_sampling(event.sampling)  # the Voxgate extension, type-checked
+        if event.temperature is not None:
+            sampling["temperature"] = event.temperature
+        if event.max_output_tokens is not None:
+            sampling["max_tokens"] = event.max_output_tokens
+        if event.instructions and not self._facts.system_prompt:
+            # Only models with a system prompt (Step-Audio 2, GLM-4-Voice) are steered by
+            # them; echoing them back would tell the client they steer the answers.
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`instructions` are not applied: {self._facts.name} is not given a system "
+                "prompt by this server; leave them out (or send an empty string)",
+            )
+        # The system prompt of later turns ("" : the model's own); None: unchanged.
+        instructions = event.instructions if self._facts.system_prompt else None
+        output = SPECS[event.output_format] if event.output_format is not None else None
+        input_audio = SPECS[event.input_format] if event.input_format is not None else None
+        if input_audio is not None and not self._facts.accepts_audio:
+            raise _audio_input_refusal("input_audio_format", self._facts)
+        if event.turn_detection not in (UNSET, None) and not self._facts.accepts_audio:
+            raise _audio_input_refusal("turn_detection", self._facts)
+        detection = native_turn_detection(event.turn_detection)
+        tools, choice = self._tools.update(event)
+        # What the session does not own comes back in SessionUpdated once the update is taken
+        # (gateway.realtime_outbound unpacks it).
+        echo = (event.turn_detection, event.instructions, event.input_format, tools, choice)
+        return SessionUpdate(
+            event.voice,
+            output,
+            sampling,
+            echo,
+            input_audio,
+            detection,
+            instructions,
+            speed=event.speed,
+            tools=None if tools is None else self._tools.prompt_tools(tools, choice),
+        )
+
+    def _refuse_while_messages_wait(self, message: str) -> None:
+        """Tool items and text messages are answered by separate response.create events."""
+        if self._pending_text:
+            raise ProtocolError(ErrorCode.BAD_FIELD, message)
+
+    def _function_output(self, event: FunctionOutputEvent) -> Reply:
+        self._refuse_while_messages_wait(
+            "a response answers either function call outputs or new messages: send "
+            "response.create for the messages first"
+        )
+        item_id, created = self._tools.add_output(event, self._state.last_item_id)
+        self._state.last_item_id = item_id
+        return Reply(created)
+
+    def _function_call(self, event: FunctionCallEvent) -> Sequence[WireInput]:
+        self._refuse_while_messages_wait(
+            "messages are waiting for response.create: send it before adding a function_call item"
+        )
+        item_id, created = self._tools.add_call(event, self._state.last_item_id)
+        self._state.last_item_id = item_id
+        return (Reply(created), ToolCall(event.name, event.arguments))
+
+    def _item_create(self, event: ItemCreateEvent) -> Reply:
+        item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"
+        if event.role in ("user", "assistant") and self._tools.has_outputs:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "function call outputs are waiting for response.create: send it before "
+                "adding messages",
+            )
+        if event.role in ("user", "assistant"):
+            pending = sum(len(t) for t in self._pending_text) + len(event.text)
+            if pending > self._max_pending_chars:
+                raise ProtocolError(
+                    ErrorCode.TOO_LARGE,
+                    f"a response is limited to {self._max_pending_chars} characters of text; "
+                    "send response.create before adding more",
+                )
+            self._pending_text.append(event.text)
+        # A system message has nothing to speak; it is acknowledged and otherwise ignored.
+        reply = encode_item_created(
+            self._state.dialect, item_id, event.role, event.text, self._state.last_item_id
+        )
+        self._state.last_item_id = item_id
+        return Reply(reply)
+
+    def _audio_input(self, event: AudioInputEvent) -> Sequence[WireInput]:
+        if not self._facts.accepts_audio:
+            raise _audio_input_refusal(event.type, self._facts)
+        if event.type == "input_audio_buffer.commit":
+            return (InputCommit(),)
+        if event.type == "input_audio_buffer.append":
+            return (AudioInput(event.audio),)
+        return (InputClear(),)
+
+    def _truncate(self, event: TruncateEvent) -> Sequence[WireInput]:
+        if not self._facts.accepts_audio:
+            raise _audio_input_refusal("conversation.item.truncate", self._facts)
+        event.check()
+        assert isinstance(event.audio_end_ms, int)
+        if event.item_id != self._state.last_reply_item or event.content_index != 0:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "only the audio (content_index 0) of the last finished assistant item can be "
+                f"truncated; that is {self._state.last_reply_item!r}",
+            )
+        self._state.truncating = event.item_id
+        return (Truncate(event.audio_end_ms),)

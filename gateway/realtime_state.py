@@ -1,0 +1,39 @@
+"""What both directions of one `/v1/realtime` connection share (gateway.realtime): the audio
+formats the Realtime API names, and the conversation's bookkeeping that client events
+(gateway.realtime_inbound) and session events (gateway.realtime_outbound) both read and write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from engine.api import ModelFacts
+from gateway.protocol import AudioFormat, AudioSpec
+from gateway.realtime_calls import SessionTools
+from gateway.realtime_protocol import Dialect, RealtimeFormat
+
+_FRAME_MS = 20
+SPECS: Mapping[RealtimeFormat, AudioSpec] = {
+    RealtimeFormat.PCM16: AudioSpec(AudioFormat.PCM16, 24000, _FRAME_MS),
+    RealtimeFormat.G711_ULAW: AudioSpec(AudioFormat.MULAW, 8000, _FRAME_MS),
+    RealtimeFormat.G711_ALAW: AudioSpec(AudioFormat.ALAW, 8000, _FRAME_MS),
+}
+FORMAT_OF = {spec.format: fmt for fmt, spec in SPECS.items()}
+
+SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
+
+
+@dataclass
+class RealtimeState:
+    dialect: Dialect
+    facts: ModelFacts
+    # Function calling (models whose facts name a tool_call_syntax).
+    tools: SessionTools
+    last_item_id: str | None = None  # the newest item: the next one's previous_item_id
+    last_reply_item: str | None = None  # the last assistant item, for truncate
+    truncating: str | None = None  # the item a truncate was sent for, until it is done
+    # An audio turn was committed and is being answered: a response.create that follows
+    # (what clients send after input_audio_buffer.commit) asks for that answer.
+    audio_turn_answered: bool = False
+    event_id: str | None = None  # the client event being handled, for its errors
