@@ -207,7 +207,47 @@ class Worker:
         """Queue one forward over every scheduled token and the sampling of each chunk that
         samples, without waiting for the device. A request whose newest token is still in
         flight (sampled by `previous`, not resolved) reads it from `previous.tokens` on the
-        device. Call before updating the requests' bookkeeping for this step."""
+        device. Call before updating the requests' bookkeeping for this step.
+
+        A step that mixes decodes with prefill chunks runs as two forwards (split_mixed): the
+        decodes through the captured decode graph and sampling graph, the prefill chunks
+        eagerly. One eager forward over both would run every decode row's layers, head and
+        sampler as single kernels: on the H200 a turn with Orpheus' 100 decodes and one
+        arrival's prefill took 27 ms against 7.5 ms without the arrival, and those turns, one
+        per arrival, were where listeners fell behind (BENCHMARKS.md). The second forward
+        reads the weights once more (1.5 ms for Orpheus-3B)."""
+        parts = self.split_mixed(chunks)
+        launched = [self._launch_part(part, block_size, previous) for part in parts]
+        requests = [r for reqs, _ in launched for r in reqs]
+        sampled = [tokens for _, tokens in launched if tokens is not None]
+        if not sampled:
+            return LaunchedStep([], None)
+        tokens = sampled[0] if len(sampled) == 1 else torch.cat(sampled)
+        return LaunchedStep(requests, tokens, *self._copy_to_host(tokens))
+
+    def split_mixed(self, chunks: list[ScheduledChunk]) -> list[list[ScheduledChunk]]:
+        """The step's chunks as the forwards that run them: [decodes, the rest] when decodes
+        that the decode graph takes come with prefill chunks, else [chunks]. Only for models
+        whose decode step replays as graphs with its sampling (not row models, nor models with
+        recurrent state, whose per-step state bookkeeping spans the whole step)."""
+        if self.graphs is None or self.sampling_graphs is None:
+            return [chunks]
+        if self.row_width or self.recurrent is not None:
+            return [chunks]
+        decodes = [c for c in chunks if c.num_tokens == 1 and c.samples]
+        if not decodes or len(decodes) == len(chunks) or len(decodes) > self.graphs.max_batch:
+            return [chunks]
+        rest = [c for c in chunks if not (c.num_tokens == 1 and c.samples)]
+        return [decodes, rest]
+
+    def _launch_part(
+        self,
+        chunks: list[ScheduledChunk],
+        block_size: int,
+        previous: LaunchedStep | None,
+    ) -> tuple[list[Request], torch.Tensor | None]:
+        """One forward and its sampling (launch); the requests that sample and their tokens on
+        the device (None when none samples)."""
         ids: list[Token] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -264,7 +304,7 @@ class Worker:
         sampling = [i for i, c in enumerate(chunks) if c.samples]
         reqs = [chunks[i].request for i in sampling]
         if not sampling:
-            return LaunchedStep([], None)
+            return [], None
         allow_stop = [
             r.num_generated >= r.sampling.min_tokens
             and (self._may_stop is None or self._may_stop(r.prompt_ids, r.output_ids))
@@ -277,8 +317,7 @@ class Worker:
         sg = self.sampling_graphs
         if graphed and len(sampling) == len(chunks) and sg is not None and sg.fits(len(rows), rows):
             # The decode graph left the rows' hidden states where this graph reads them.
-            tokens = sg.run(rows, allow_stop)
-            return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+            return reqs, sg.run(rows, allow_stop)
         ends = list(itertools.accumulate(c.num_tokens for c in chunks))
         last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
         cands = self.model.candidates_with_options(
@@ -291,7 +330,7 @@ class Worker:
         if self.row_width:
             tokens = self._depth_stage(hidden[last_rows], tokens, reqs, rows)  # [N, W]
             self._feed_text(tokens, reqs)
-        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+        return reqs, tokens
 
     def _depth_stage(
         self,

@@ -176,3 +176,54 @@ def test_only_single_id_models_without_host_sampling_state_overlap():
     assert not ModelFacts(**base, row_width=9).supports_async_scheduling  # depth stage
     assert ModelFacts(**base, repetition_aware=RepetitionAwareSampling()).supports_async_scheduling
     assert not ModelFacts(**base, full_duplex=True).supports_async_scheduling
+
+
+class EagerDecodeGraphs:
+    """Stands in for the captured decode graph on the CPU: the same forward, run eagerly, so
+    that the split of mixed steps (Worker.split_mixed) runs here as it does on a GPU."""
+
+    max_batch = 64
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+        self.decode_runs = 0
+
+    def run(self, input_ids, positions, layout, prepare=None):
+        self.decode_runs += 1
+        (prepare or self.worker.attn.prepare)(layout)
+        return self.worker.model.forward(
+            input_ids, torch.tensor(positions, dtype=torch.long), self.worker.attn
+        )
+
+
+class UnfitSamplingGraphs:
+    """Sampling graphs that take no step: the decodes are sampled eagerly, as with request
+    options on a GPU."""
+
+    def fits(self, n, rows) -> bool:
+        return False
+
+
+def test_mixed_steps_split_into_decodes_and_prefills_change_nothing(stopping_model):
+    """With decode graphs, a step that mixes decodes with prefill chunks runs as two forwards
+    (Worker.split_mixed): the same tokens, audio and finishes as one forward over both."""
+    reference = run(new_core(stopping_model, async_scheduling=True))
+    core = new_core(stopping_model, async_scheduling=True)
+    graphs = EagerDecodeGraphs(core.worker)
+    core.worker.graphs, core.worker.sampling_graphs = graphs, UnfitSamplingGraphs()
+    splits = []
+    split_mixed = core.worker.split_mixed
+
+    def counted(chunks):
+        parts = split_mixed(chunks)
+        splits.append(len(parts))
+        return parts
+
+    core.worker.split_mixed = counted
+    split = run(core)
+    assert splits.count(2) >= 3 and graphs.decode_runs > splits.count(2)  # really split
+    for rid, (tokens, pcm, reason, count) in reference.items():
+        s_tokens, s_pcm, s_reason, s_count = split[rid]
+        assert s_tokens == tokens, rid
+        assert (s_reason, s_count) == (reason, count), rid
+        np.testing.assert_allclose(s_pcm, pcm, atol=1e-5, err_msg=rid)
