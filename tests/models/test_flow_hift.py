@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
-from engine.host_ops import REPLAY, CountedGraphs, HostOpCounter
+from engine.host_ops import REPLAY, CountedGraphs, HostOpCounter, outputs_like
 from models.codecs.flow_hift.encoder import chunk_ids, chunk_mask
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator, istft
@@ -174,7 +174,7 @@ class EagerGraphs:
 
     def capture(self, key, fn, inputs, borrow=()):
         self.keys.add(key)
-        return fn(*inputs)
+        return outputs_like(fn, inputs)
 
     def run(self, key, fn, inputs):
         self.shapes.append(key)
