@@ -473,6 +473,48 @@ def test_fp8_cache_engine_runs_every_step_kind(gpu_tiny_dirs):
 
 
 @needs_flashinfer
+def test_mixed_steps_split_into_the_decode_graph_and_an_eager_prefill(gpu_tiny_dirs):
+    """Arrivals while others decode, with both graph sets and async scheduling: a mixed step
+    runs as the decode graph plus an eager forward over the prefill chunks
+    (Worker.split_mixed), and each request gets its own tokens back: every token is an audio
+    token of its request's code position (a row given another request's token would break
+    that, the requests being at different positions). Token-for-token equality with one eager
+    forward is the CPU test's (tests/models/test_orpheus_async.py): in bf16 the grouping of
+    rows into GEMMs moves logits by rounding, enough to flip a near-tie in sampling."""
+    from models.orpheus import tokens as T
+
+    model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
+    defaults = model.facts.sampling_defaults
+    lengths = (42, 35, 28, 21, 35, 14)
+    specs = [
+        SpeechRequest(t, sampling=SamplingParams(seed=i, max_tokens=n, min_tokens=n, **defaults))
+        for i, (t, n) in enumerate(zip(TEXTS, lengths, strict=True))
+    ]
+    config = EngineConfig(num_kv_blocks=512, max_num_seqs=8, async_scheduling=True)
+    core = EngineCore(model, config, CUDA, "flashinfer")
+    assert core.worker.graphs is not None and core.worker.sampling_graphs is not None
+    parts = []
+    split_mixed = core.worker.split_mixed
+
+    def counted(chunks):
+        found = split_mixed(chunks)
+        parts.append(len(found))
+        return found
+
+    core.worker.split_mixed = counted
+    pending, reqs, step = list(specs), [], 0
+    while pending or core.has_work():
+        if pending and step % 3 == 0:  # one arrival every third step
+            reqs.append(core.add_request(copy.deepcopy(pending.pop(0))))
+        core.step()
+        step += 1
+    core.close()
+    assert parts.count(2) >= 3  # really split
+    for r, n in zip(reqs, lengths, strict=True):
+        assert len(r.output_ids) == n
+        assert all(T.code_of(t, i) is not None for i, t in enumerate(r.output_ids)), r.request_id
+
+
 def test_orpheus_sampling_graphs_draw_the_eager_samplers_tokens(gpu_tiny_dirs):
     """tiny-orpheus with its own sampling defaults (nucleus, repetition penalty): the head's
     code-position masking replayed in the graph, from each row's output position on the
