@@ -26,6 +26,7 @@ from typing import Any
 from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
 from voxbench import report, servers
+from voxbench.admission_view import admission_during, describe_admission, read_admission
 from voxbench.engine_loop import describe_loop, loop_profile, read_loop_totals
 from voxbench.loadgen import LoadGenerator
 from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
@@ -150,30 +151,35 @@ def capacity_of(points: list[dict[str, Any]], key: str = "listeners") -> int:
 # --- the server's side of a point ---------------------------------------------------------------
 class ServerProfile:
     """The server's view of one point: its /metrics read before and after (the engine loop's
-    profile, its pauses) and, for a server started here, its request traces."""
+    profile, real-time admission's refusals by cause, its pauses) and, for a server started
+    here, its request traces."""
 
     def __init__(self, http: str, trace: Path | None) -> None:
         self.http, self.trace = http, trace
         self._pauses = servers.server_pauses(http)
         self._loop = read_loop_totals(http)
+        self._admission = read_admission(http)
         self.began = time.monotonic()
         self.ended = self.began
         self.engine_loop: dict[str, Any] | None = None
+        self.admission: dict[str, Any] | None = None
 
     def load_ended(self) -> None:
         """The clients are done: the loop's profile covers the load only."""
         self.ended = time.monotonic()
         self.engine_loop = loop_profile(self._loop, read_loop_totals(self.http), self.wall_s)
+        self.admission = admission_during(self._admission, read_admission(self.http))
 
     @property
     def wall_s(self) -> float:
         return self.ended - self.began
 
     def finish(self, point: dict[str, Any]) -> None:
-        """After the server has gone idle: the point's `engine_loop`, `server_pauses` and
-        `engine_trace`."""
+        """After the server has gone idle: the point's `engine_loop`, `admission`,
+        `server_pauses` and `engine_trace`."""
         point["engine_loop"] = self.engine_loop
-        for line in describe_loop(self.engine_loop):
+        point["admission"] = self.admission
+        for line in describe_loop(self.engine_loop) + describe_admission(self.admission):
             log.info("  %s", line)
         servers.wait_idle(self.http)
         pauses = servers.pauses_between(self._pauses, servers.server_pauses(self.http))

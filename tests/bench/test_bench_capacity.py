@@ -120,6 +120,8 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
         assert loop["llm_steps_per_s"] > 0 and loop["rows_per_step"] >= 1
         assert loop["codec_jobs"] > 0 and loop["audio_x_realtime"] > 0
         assert point["engine_trace"]["requests"] >= s["listeners"]
+        assert point["admission"]["refusals"] == {}  # none refused, by any cause
+        assert point["admission"]["capacity_streams"] >= 0
     assert system["capacity"] == 2  # both held under the relaxed bar
 
 
