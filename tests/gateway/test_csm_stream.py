@@ -4,7 +4,6 @@ prompt from `--voices-dir`: real uvicorn, real engine, the `websockets` client."
 from __future__ import annotations
 
 import asyncio
-import wave
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from gateway_testkit import collect_response, expect_close, send, start_session
 
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
+from gateway.synth import write_wav
 
 TEXT = "Hello from the gateway."
 SAMPLING = {"temperature": 0.0, "max_tokens": 6}  # 6 frames: 480 ms of audio per request
@@ -23,12 +23,8 @@ PCM24 = {"format": "pcm16", "sample_rate": 24000}
 def voices_dir(tmp_path_factory):
     """One reference clip as a user would drop it in: a 16 kHz WAV and its transcript."""
     folder = tmp_path_factory.mktemp("voices")
-    clip = (0.2 * np.random.default_rng(1).standard_normal(8000) * 32767).astype("<i2")
-    with wave.open(str(folder / "narrator.wav"), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(clip.tobytes())
+    clip = 0.2 * np.random.default_rng(1).standard_normal(8000)
+    write_wav(folder / "narrator.wav", clip, 16000)
     (folder / "narrator.txt").write_text("[1] This is how I sound.\n")
     return folder
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import wave
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -23,6 +23,8 @@ from gateway_testkit import collect_response, expect_close, send, start_session 
 from reliability_kit import ServeProcess, metrics, until  # noqa: E402
 from scaleout_kit import TWO_REPLICAS, per_replica, replica_pid, serving  # noqa: E402
 
+from gateway.synth import write_wav  # noqa: E402
+
 TEXT = "Hello from a replica."
 SAMPLING = {"temperature": 0.0, "max_tokens": 20, "min_tokens": 20}
 PCM24 = {"format": "pcm16", "sample_rate": 24000}
@@ -33,11 +35,7 @@ def clip_wav(path) -> None:
     t = np.arange(40000) / 16000
     tone = 0.3 * np.sin(2 * np.pi * 150 * t * (1 + 0.2 * np.sin(2 * np.pi * 3 * t)))
     noise = 0.02 * np.random.default_rng(3).standard_normal(t.size)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(((tone + noise) * 32767).astype("<i2").tobytes())
+    write_wav(Path(path), tone + noise, 16000)
 
 
 @pytest.fixture(scope="module")
