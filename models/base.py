@@ -369,6 +369,18 @@ class SpeechModel(abc.ABC):
         candidates that need the host."""
         return None
 
+    def device_candidates_of(
+        self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
+    ) -> Candidates | None:
+        """device_candidates from candidate_logits' host lists (uploaded): the eager path of a
+        model whose candidates are the graphed ones."""
+        device = hidden.device
+        return self.device_candidates(
+            hidden,
+            upload(allow_stop, torch.bool, device),
+            upload(num_generated, torch.long, device),
+        )
+
     def graphable_candidates(self) -> bool:
         """Whether device_candidates serves this model as loaded (the engine then captures a
         decode step's head and sampling in one CUDA graph). Default: the class overrides

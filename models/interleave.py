@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 
 from models.base import Candidates
-from models.device_util import upload
 
 
 @dataclass(frozen=True)
@@ -117,12 +116,7 @@ class InterleavedSampling:
     ) -> Candidates:
         if self.interleave is None:
             return super().candidate_logits(hidden, num_generated, allow_stop)  # type: ignore[misc]
-        device = hidden.device
-        return self.device_candidates(
-            hidden,
-            upload(allow_stop, torch.bool, device),
-            upload(num_generated, torch.long, device),
-        )
+        return self.device_candidates_of(hidden, num_generated, allow_stop)  # type: ignore[attr-defined]
 
     def device_candidates(
         self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor

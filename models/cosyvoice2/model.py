@@ -25,7 +25,6 @@ from models.cosyvoice2.config import CosyVoice2Config
 from models.cosyvoice2.family import STEADY_BATCH_ROWS
 from models.cosyvoice2.llm import SpeechLM
 from models.cosyvoice2.voices import Voice, VoiceBank
-from models.device_util import upload
 from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 
 log = logging.getLogger("voxgate.cosyvoice2")
@@ -186,9 +185,7 @@ class CosyVoice2Model(SpeechModel):
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
-        device = hidden.device
-        steps = upload(num_generated, torch.long, device)
-        return self.device_candidates(hidden, upload(allow_stop, torch.bool, device), steps)
+        return self.device_candidates_of(hidden, num_generated, allow_stop)
 
     def device_candidates(
         self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor

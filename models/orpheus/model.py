@@ -18,7 +18,6 @@ from models.base import (
     StreamState,
 )
 from models.codecs.snac import SnacDetokenizer, SnacStream
-from models.device_util import upload
 from models.layers.llama import LlamaForCausalLM
 from models.orpheus import tokens as T
 
@@ -106,12 +105,7 @@ class OrpheusModel(SpeechModel):
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]
     ) -> Candidates:
-        device = hidden.device
-        return self.device_candidates(
-            hidden,
-            upload(allow_stop, torch.bool, device),
-            upload(num_generated, torch.long, device),
-        )
+        return self.device_candidates_of(hidden, num_generated, allow_stop)
 
     def device_candidates(
         self, hidden: torch.Tensor, allow_stop: torch.Tensor, steps: torch.Tensor

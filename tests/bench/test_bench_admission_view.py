@@ -3,14 +3,12 @@ gateway's own /metrics text: refusals during a point by cause, and the predicted
 
 from __future__ import annotations
 
-from prometheus_client import generate_latest
-
-from engine.outputs import AdmissionStats, EngineStats, StepTiming
-from gateway.metrics import GatewayMetrics
+from engine.outputs import AdmissionStats
+from tests.gateway.test_admission_metrics import metrics_text
 from voxbench.admission_view import admission_during, describe_admission, parse_admission
 
 
-def metrics_text(refusals: dict[str, int], capacity: int) -> str:
+def admission_text(refusals: dict[str, int], capacity: int) -> str:
     admission = AdmissionStats(
         streams=40,
         capacity_streams=capacity,
@@ -19,14 +17,12 @@ def metrics_text(refusals: dict[str, int], capacity: int) -> str:
         live_turns=300,
         refusals=refusals,
     )
-    stats = EngineStats(0, 0, 100, 0, 0, StepTiming(), True, realtime_room=False)
-    stats = EngineStats(**{**stats.__dict__, "admission": admission})
-    return generate_latest(GatewayMetrics(lambda: stats).registry).decode()
+    return metrics_text(admission)
 
 
 def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
-    before = parse_admission(metrics_text({"turn_cost": 3}, capacity=90))
-    after = parse_admission(metrics_text({"turn_cost": 10, "listeners": 4}, capacity=88))
+    before = parse_admission(admission_text({"turn_cost": 3}, capacity=90))
+    after = parse_admission(admission_text({"turn_cost": 10, "listeners": 4}, capacity=88))
     assert before == {
         "refusals": {"turn_cost": 3.0},
         "capacity_streams": 90.0,

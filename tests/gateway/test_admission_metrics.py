@@ -9,6 +9,13 @@ from engine.outputs import AdmissionStats, EngineStats, StepTiming
 from gateway.metrics import GatewayMetrics
 
 
+def metrics_text(admission: AdmissionStats) -> str:
+    """The gateway's /metrics text for an engine whose admission stands at `admission`."""
+    stats = EngineStats(0, 0, 100, 0, 0, StepTiming(), True, realtime_room=False)
+    stats = EngineStats(**{**stats.__dict__, "admission": admission})
+    return generate_latest(GatewayMetrics(lambda: stats).registry).decode()
+
+
 def test_admission_figures_and_refusals_by_cause_are_exported():
     admission = AdmissionStats(
         streams=42,
@@ -20,9 +27,7 @@ def test_admission_figures_and_refusals_by_cause_are_exported():
         short_listeners=3,
         refusals={"turn_cost": 12, "listeners": 5},
     )
-    stats = EngineStats(0, 0, 100, 0, 0, StepTiming(), True, realtime_room=False)
-    stats = EngineStats(**{**stats.__dict__, "admission": admission})
-    text = generate_latest(GatewayMetrics(lambda: stats).registry).decode()
+    text = metrics_text(admission)
     for line in (
         "voxgate_engine_realtime_room 0.0",
         "voxgate_engine_realtime_streams 42.0",

@@ -482,6 +482,7 @@ def test_mixed_steps_split_into_the_decode_graph_and_an_eager_prefill(gpu_tiny_d
     forward is the CPU test's (tests/models/test_orpheus_async.py): in bf16 the grouping of
     rows into GEMMs moves logits by rounding, enough to flip a near-tie in sampling."""
     from models.orpheus import tokens as T
+    from tests.models.test_orpheus_async import count_splits
 
     model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
     defaults = model.facts.sampling_defaults
@@ -493,15 +494,7 @@ def test_mixed_steps_split_into_the_decode_graph_and_an_eager_prefill(gpu_tiny_d
     config = EngineConfig(num_kv_blocks=512, max_num_seqs=8, async_scheduling=True)
     core = EngineCore(model, config, CUDA, "flashinfer")
     assert core.worker.graphs is not None and core.worker.sampling_graphs is not None
-    parts = []
-    split_mixed = core.worker.split_mixed
-
-    def counted(chunks):
-        found = split_mixed(chunks)
-        parts.append(len(found))
-        return found
-
-    core.worker.split_mixed = counted
+    parts = count_splits(core.worker)
     pending, reqs, step = list(specs), [], 0
     while pending or core.has_work():
         if pending and step % 3 == 0:  # one arrival every third step

@@ -204,6 +204,21 @@ class UnfitSamplingGraphs:
         return False
 
 
+def count_splits(worker) -> list[int]:
+    """Record how many forwards Worker.split_mixed gives each step from now on (1, or 2 for a
+    split step)."""
+    parts: list[int] = []
+    split_mixed = worker.split_mixed
+
+    def counted(chunks):
+        found = split_mixed(chunks)
+        parts.append(len(found))
+        return found
+
+    worker.split_mixed = counted
+    return parts
+
+
 def test_mixed_steps_split_into_decodes_and_prefills_change_nothing(stopping_model):
     """With decode graphs, a step that mixes decodes with prefill chunks runs as two forwards
     (Worker.split_mixed): the same tokens, audio and finishes as one forward over both."""
@@ -211,15 +226,7 @@ def test_mixed_steps_split_into_decodes_and_prefills_change_nothing(stopping_mod
     core = new_core(stopping_model, async_scheduling=True)
     graphs = EagerDecodeGraphs(core.worker)
     core.worker.graphs, core.worker.sampling_graphs = graphs, UnfitSamplingGraphs()
-    splits = []
-    split_mixed = core.worker.split_mixed
-
-    def counted(chunks):
-        parts = split_mixed(chunks)
-        splits.append(len(parts))
-        return parts
-
-    core.worker.split_mixed = counted
+    splits = count_splits(core.worker)
     split = run(core)
     assert splits.count(2) >= 3 and graphs.decode_runs > splits.count(2)  # really split
     for rid, (tokens, pcm, reason, count) in reference.items():
