@@ -62,6 +62,8 @@ def build_backbone(
             )
         if config.sampling_graphs:
             worker.capture_sampling_graphs()
+        if config.prompt_graphs:
+            worker.capture_prompt_graphs(config.block_size)
         worker.capture_depth_graphs(min(config.max_num_seqs, MAX_GRAPH_BATCH), config.max_num_seqs)
     return Backbone(blocks, worker, on_llm_stream, num_blocks)
 

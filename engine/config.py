@@ -177,6 +177,13 @@ class EngineConfig:
         default=True,
         metadata=cli("--sampling-graphs", "CUDA: a decode step's head and sampling as one graph"),
     )
+    # Steps of decodes and fresh prompts replay a graph of the prompts' forward per token
+    # bucket (engine/prompt_graphs.py) beside the decode and sampling graphs, instead of one
+    # eager forward launched op by op. Needs the sampling graphs.
+    prompt_graphs: bool = field(
+        default=True,
+        metadata=cli("--prompt-graphs", "CUDA: fresh prompts' forward as graphs by token count"),
+    )
     trace_path: str | None = field(
         default=None,
         metadata=cli(

@@ -35,6 +35,8 @@ class PerBucketGraphs:
 
 
 class DecodeGraphs(PerBucketGraphs):
+    kind = "decode graphs for batch sizes"  # what the capture's log line names
+
     def __init__(
         self,
         forward: Forward,
@@ -97,7 +99,7 @@ class DecodeGraphs(PerBucketGraphs):
                 self._pool = graph.pool()
             self._graphs[batch] = graph
         torch.cuda.synchronize()
-        log.info("captured decode graphs for batch sizes %s", list(self.buckets))
+        log.info("captured %s %s", self.kind, list(self.buckets))
 
     def run(
         self,

@@ -71,6 +71,7 @@ class Worker:
         )
         self.graphs = None  # DecodeGraphs once capture_graphs() ran
         self.sampling_graphs = None  # SamplingGraphs once capture_sampling_graphs() ran
+        self.prompt_graphs = None  # PromptGraphs once capture_prompt_graphs() ran
         self.depth_graphs = None  # DepthGraphs once capture_depth_graphs() ran
         self.repetition_aware = model.facts.repetition_aware
         self.sampler = Sampler(
@@ -132,6 +133,33 @@ class Worker:
             raise RuntimeError(
                 f"capturing {self.model.facts.name}'s head and sampling in CUDA graphs failed "
                 f"({exc}); start the server with --no-sampling-graphs (or --eager)"
+            ) from exc
+
+    def capture_prompt_graphs(self, block_size: int) -> None:
+        """Graphs of a fresh prompt's forward per token bucket (engine/prompt_graphs.py), so a
+        step mixing decodes with arrivals replays graphs only (`_launch_graphed`). For models
+        whose decodes replay with their sampling (the prompts' sampling rows join that graph),
+        and not for models with recurrent state (its per-step bookkeeping spans the step)."""
+        from engine.prompt_graphs import PROMPT_BUCKETS, PromptAttention, PromptGraphs
+
+        if self.sampling_graphs is None or self.recurrent is not None:
+            log.info(
+                "prompt graphs: not for %s (its decodes sample eagerly, or it has "
+                "recurrent layers); its prompts run eagerly",
+                self.model.facts.name,
+            )
+            return
+        shape = self.model.shape
+        attn = PromptAttention(self.cache, shape.num_q_heads, PROMPT_BUCKETS[-1])
+        self.prompt_graphs = PromptGraphs(
+            self.model.forward, attn, shape.hidden_size, shape.dtype, self.device, block_size
+        )
+        try:
+            self.prompt_graphs.capture()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"capturing {self.model.facts.name}'s prompt forward in CUDA graphs failed "
+                f"({exc}); start the server with --no-prompt-graphs (or --eager)"
             ) from exc
 
     def capture_depth_graphs(self, max_batch: int, max_num_seqs: int) -> None:
@@ -204,50 +232,69 @@ class Worker:
         block_size: int,
         previous: LaunchedStep | None = None,
     ) -> LaunchedStep:
-        """Queue one forward over every scheduled token and the sampling of each chunk that
-        samples, without waiting for the device. A request whose newest token is still in
+        """Queue one step's forward over every scheduled token and the sampling of each chunk
+        that samples, without waiting for the device. A request whose newest token is still in
         flight (sampled by `previous`, not resolved) reads it from `previous.tokens` on the
         device. Call before updating the requests' bookkeeping for this step.
 
-        A step that mixes decodes with prefill chunks runs as two forwards (split_mixed): the
-        decodes through the captured decode graph and sampling graph, the prefill chunks
-        eagerly. One eager forward over both would run every decode row's layers, head and
-        sampler as single kernels: on the H200 a turn with Orpheus' 100 decodes and one
-        arrival's prefill took 27 ms against 7.5 ms without the arrival, and those turns, one
-        per arrival, were where listeners fell behind (BENCHMARKS.md). The second forward
-        reads the weights once more (1.5 ms for Orpheus-3B)."""
-        parts = self.split_mixed(chunks)
-        launched = [self._launch_part(part, block_size, previous) for part in parts]
-        requests = [r for reqs, _ in launched for r in reqs]
-        sampled = [tokens for _, tokens in launched if tokens is not None]
-        if not sampled:
-            return LaunchedStep([], None)
-        tokens = sampled[0] if len(sampled) == 1 else torch.cat(sampled)
-        return LaunchedStep(requests, tokens, *self._copy_to_host(tokens))
+        A step of decodes and fresh prompts (prefill chunks from a request's first token) runs
+        entirely from graphs where prompt graphs were captured (`_launch_graphed`); any other
+        step is one forward, replayed from the decode graph when it is all decodes, else eager."""
+        step = self._launch_graphed(chunks, block_size, previous)
+        return step if step is not None else self._launch_one_forward(chunks, block_size, previous)
 
-    def split_mixed(self, chunks: list[ScheduledChunk]) -> list[list[ScheduledChunk]]:
-        """The step's chunks as the forwards that run them: [decodes, the rest] when decodes
-        that the decode graph takes come with prefill chunks, else [chunks]. Only for models
-        whose decode step replays as graphs with its sampling (not row models, nor models with
-        recurrent state, whose per-step state bookkeeping spans the whole step)."""
-        if self.graphs is None or self.sampling_graphs is None:
-            return [chunks]
-        if self.row_width or self.recurrent is not None:
-            return [chunks]
-        decodes = [c for c in chunks if c.num_tokens == 1 and c.samples]
-        if not decodes or len(decodes) == len(chunks) or len(decodes) > self.graphs.max_batch:
-            return [chunks]
-        rest = [c for c in chunks if not (c.num_tokens == 1 and c.samples)]
-        return [decodes, rest]
-
-    def _launch_part(
+    def _launch_graphed(
         self,
         chunks: list[ScheduledChunk],
         block_size: int,
         previous: LaunchedStep | None,
-    ) -> tuple[list[Request], torch.Tensor | None]:
-        """One forward and its sampling (launch); the requests that sample and their tokens on
-        the device (None when none samples)."""
+    ) -> LaunchedStep | None:
+        """A step mixing decodes with fresh prompts as three replays: the decodes' graph, the
+        prompts' graph (engine/prompt_graphs.py), whose sampling rows' hidden states are then
+        copied into the decode graph's buffer after the decodes' own, and one sampling graph
+        over all of them. An eager forward over the same step launches every layer's kernels
+        one by one from Python: on the H200 such a turn took ~30 ms against 7-10 ms for a
+        decode turn, one per arrival (BENCHMARKS.md). None: the step does not qualify (no
+        prompt graphs, a prompt continuing earlier tokens, too many tokens or rows, a
+        sampling the sampling graph does not take)."""
+        prompts_graphs, sampling_graphs = self.prompt_graphs, self.sampling_graphs
+        if prompts_graphs is None or sampling_graphs is None or self.graphs is None:
+            return None
+        decodes = [c for c in chunks if c.num_tokens == 1 and c.samples]
+        prompts = [c for c in chunks if not (c.num_tokens == 1 and c.samples)]
+        if not prompts or any(c.start != 0 for c in prompts):
+            return None
+        sampling = decodes + [c for c in prompts if c.samples]
+        if not sampling or len(sampling) > self.graphs.max_batch:
+            return None
+        if sum(c.num_tokens for c in prompts) > prompts_graphs.max_batch:
+            return None
+        reqs = [c.request for c in sampling]
+        rows, allow_stop = self._sampling_rows(reqs)
+        if not sampling_graphs.fits(len(rows), rows):
+            return None
+        if decodes:
+            ids, positions, layout = self._step_inputs(decodes, block_size, previous)
+            self.graphs.run(ids, positions, layout, prepare=self._prepare)
+        ids, positions, layout = self._step_inputs(prompts, block_size, None)
+        hidden = prompts_graphs.run(ids, positions, layout)
+        ends = list(itertools.accumulate(c.num_tokens for c in prompts))
+        last_rows = [end - 1 for end, c in zip(ends, prompts, strict=True) if c.samples]
+        first = len(decodes)
+        self.graphs.hidden_buffer[first : first + len(last_rows)].copy_(
+            hidden.index_select(0, upload(last_rows, torch.long, self.device))
+        )
+        tokens = sampling_graphs.run(rows, allow_stop)
+        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+
+    def _step_inputs(
+        self,
+        chunks: list[ScheduledChunk],
+        block_size: int,
+        previous: LaunchedStep | None,
+    ) -> tuple[torch.Tensor, list[int], StepLayout]:
+        """The forward's input ids on the device, each token's position, and the step's layout
+        in the KV cache. Ids still in flight from `previous` are gathered on the device."""
         ids: list[Token] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -287,24 +334,10 @@ class Worker:
             block_tables=[c.request.block_table for c in chunks],
             block_size=block_size,
         )
-        if self.recurrent is not None:  # which token rows read and write which request's state
-            self.recurrent.begin_step(
-                [c.request.request_id for c in chunks],
-                [c.start for c in chunks],
-                [c.num_tokens for c in chunks],
-            )
-        decode_only = len(ids) == len(chunks)
-        graphed = self.graphs is not None and decode_only and len(ids) <= self.graphs.max_batch
-        if graphed:
-            hidden = self.graphs.run(input_ids, positions, layout, prepare=self._prepare)
-        else:
-            self._prepare(layout)
-            pos_t = upload(positions, torch.long, self.device)
-            hidden = self.model.forward(input_ids, pos_t, self.attn)
-        sampling = [i for i, c in enumerate(chunks) if c.samples]
-        reqs = [chunks[i].request for i in sampling]
-        if not sampling:
-            return [], None
+        return input_ids, positions, layout
+
+    def _sampling_rows(self, reqs: list[Request]) -> tuple[list[SamplingRow], list[bool]]:
+        """Each sampling request's row for the sampler, and whether it may stop here."""
         allow_stop = [
             r.num_generated >= r.sampling.min_tokens
             and (self._may_stop is None or self._may_stop(r.prompt_ids, r.output_ids))
@@ -314,10 +347,44 @@ class Worker:
         ]
         # Positions count the tokens still in flight (num_generated), never only resolved ones.
         rows = [SamplingRow(r.request_id, r.sampling, r.num_generated) for r in reqs]
+        return rows, allow_stop
+
+    def _launch_one_forward(
+        self,
+        chunks: list[ScheduledChunk],
+        block_size: int,
+        previous: LaunchedStep | None,
+    ) -> LaunchedStep:
+        """The step as one forward: the decode graph's replay when it is all decodes that fit,
+        else eagerly; then the sampling graph when it takes the step, else the eager head and
+        sampler."""
+        input_ids, positions, layout = self._step_inputs(chunks, block_size, previous)
+        if self.recurrent is not None:  # which token rows read and write which request's state
+            self.recurrent.begin_step(
+                [c.request.request_id for c in chunks],
+                [c.start for c in chunks],
+                [c.num_tokens for c in chunks],
+            )
+        decode_only = len(positions) == len(chunks)
+        graphed = (
+            self.graphs is not None and decode_only and len(positions) <= self.graphs.max_batch
+        )
+        if graphed:
+            hidden = self.graphs.run(input_ids, positions, layout, prepare=self._prepare)
+        else:
+            self._prepare(layout)
+            pos_t = upload(positions, torch.long, self.device)
+            hidden = self.model.forward(input_ids, pos_t, self.attn)
+        sampling = [i for i, c in enumerate(chunks) if c.samples]
+        reqs = [chunks[i].request for i in sampling]
+        if not sampling:
+            return LaunchedStep([], None)
+        rows, allow_stop = self._sampling_rows(reqs)
         sg = self.sampling_graphs
         if graphed and len(sampling) == len(chunks) and sg is not None and sg.fits(len(rows), rows):
             # The decode graph left the rows' hidden states where this graph reads them.
-            return reqs, sg.run(rows, allow_stop)
+            tokens = sg.run(rows, allow_stop)
+            return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
         ends = list(itertools.accumulate(c.num_tokens for c in chunks))
         last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
         cands = self.model.candidates_with_options(
@@ -330,7 +397,7 @@ class Worker:
         if self.row_width:
             tokens = self._depth_stage(hidden[last_rows], tokens, reqs, rows)  # [N, W]
             self._feed_text(tokens, reqs)
-        return reqs, tokens
+        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
 
     def _depth_stage(
         self,

@@ -473,16 +473,16 @@ def test_fp8_cache_engine_runs_every_step_kind(gpu_tiny_dirs):
 
 
 @needs_flashinfer
-def test_mixed_steps_split_into_the_decode_graph_and_an_eager_prefill(gpu_tiny_dirs):
-    """Arrivals while others decode, with both graph sets and async scheduling: a mixed step
-    runs as the decode graph plus an eager forward over the prefill chunks
-    (Worker.split_mixed), and each request gets its own tokens back: every token is an audio
-    token of its request's code position (a row given another request's token would break
-    that, the requests being at different positions). Token-for-token equality with one eager
-    forward is the CPU test's (tests/models/test_orpheus_async.py): in bf16 the grouping of
-    rows into GEMMs moves logits by rounding, enough to flip a near-tie in sampling."""
+def test_arrivals_beside_decodes_replay_the_prompt_graphs(gpu_tiny_dirs):
+    """Arrivals while others decode, with every graph set and async scheduling: a step of
+    decodes and fresh prompts replays the decode, prompt and sampling graphs
+    (Worker._launch_graphed), and each request gets its own tokens back: every token is an
+    audio token of its request's code position (a row given another request's token would
+    break that, the requests being at different positions). Token-for-token equality with
+    eager forwards is the CPU test's (tests/models/test_orpheus_async.py): in bf16 the grouping
+    of rows into GEMMs moves logits by rounding, enough to flip a near-tie in sampling."""
     from models.orpheus import tokens as T
-    from tests.models.test_orpheus_async import count_splits
+    from tests.models.test_orpheus_async import count_graphed_steps
 
     model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
     defaults = model.facts.sampling_defaults
@@ -493,8 +493,8 @@ def test_mixed_steps_split_into_the_decode_graph_and_an_eager_prefill(gpu_tiny_d
     ]
     config = EngineConfig(num_kv_blocks=512, max_num_seqs=8, async_scheduling=True)
     core = EngineCore(model, config, CUDA, "flashinfer")
-    assert core.worker.graphs is not None and core.worker.sampling_graphs is not None
-    parts = count_splits(core.worker)
+    assert core.worker.prompt_graphs is not None
+    graphed = count_graphed_steps(core.worker)
     pending, reqs, step = list(specs), [], 0
     while pending or core.has_work():
         if pending and step % 3 == 0:  # one arrival every third step
@@ -502,10 +502,51 @@ def test_mixed_steps_split_into_the_decode_graph_and_an_eager_prefill(gpu_tiny_d
         core.step()
         step += 1
     core.close()
-    assert parts.count(2) >= 3  # really split
+    assert len(graphed) >= 3 and max(graphed) > 1  # arrivals beside decodes, from graphs
     for r, n in zip(reqs, lengths, strict=True):
         assert len(r.output_ids) == n
         assert all(T.code_of(t, i) is not None for i, t in enumerate(r.output_ids)), r.request_id
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_prompt_graph_replay_matches_the_eager_prefill(gpu_tiny_dirs, kv_cache_dtype):
+    """Three prompts packed in one step: the captured prompt graph's hidden states and the k/v
+    it writes match FlashInfer's eager prefill over the paged cache (bf16 rounding apart; with
+    fp8 pages the eager prefill attends to the k/v as stored, the graph to them as computed)."""
+    model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
+    config = EngineConfig(num_kv_blocks=64, max_num_seqs=8, kv_cache_dtype=kv_cache_dtype)
+    core = EngineCore(model, config, CUDA, "flashinfer")
+    worker, block = core.worker, config.block_size
+    lengths, tables = [5, 40, 3], [[3], [1, 0, 12], [5]]
+    slots = [
+        t[p // block] * block + p % block
+        for n, t in zip(lengths, tables, strict=True)
+        for p in range(n)
+    ]
+    layout = StepLayout(lengths, lengths, slots, tables, block)
+    torch.manual_seed(0)
+    ids = torch.randint(0, model.shape.vocab_size, (sum(lengths),), device=CUDA)
+    positions = [p for n in lengths for p in range(n)]
+    slot_t = torch.tensor(slots, device=CUDA)
+    cache = worker.cache
+    with torch.inference_mode():
+        worker.attn.prepare(layout)
+        eager = model.forward(ids, torch.tensor(positions, device=CUDA), worker.attn).float()
+        stored = [
+            (cache.k[i][slot_t].float(), cache.v[i][slot_t].float()) for i in range(len(cache.k))
+        ]
+        for i in range(len(cache.k)):
+            cache.k[i].zero_()
+            cache.v[i].zero_()
+        graphed = worker.prompt_graphs.run(ids, positions, layout).float()
+    torch.cuda.synchronize()
+    core.close()
+    cosine = torch.nn.functional.cosine_similarity(graphed, eager, dim=-1)
+    assert cosine.min() > (0.999 if kv_cache_dtype == "auto" else 0.99), cosine.min()
+    for i, (k, v) in enumerate(stored):
+        torch.testing.assert_close(cache.k[i][slot_t].float(), k, atol=0.05, rtol=0.05)
+        torch.testing.assert_close(cache.v[i][slot_t].float(), v, atol=0.05, rtol=0.05)
 
 
 def test_orpheus_sampling_graphs_draw_the_eager_samplers_tokens(gpu_tiny_dirs):

@@ -34,14 +34,14 @@ def stopping_model(tiny_orpheus_dirs):
     chooses, mid-stream, in greedy and seeded sampling alike."""
     model_dir, codec_dir = tiny_orpheus_dirs
     model = load_orpheus(str(model_dir), str(codec_dir), torch.device("cpu"), torch.float32)
-    plain = model.candidate_logits
+    plain = model.device_candidates  # what the eager head and the sampling graph both call
 
-    def stop_likely(hidden, num_generated, allow_stop):
-        cands = plain(hidden, num_generated, allow_stop)
+    def stop_likely(hidden, allow_stop, steps):
+        cands = plain(hidden, allow_stop, steps)
         cands.logits[:, -1] += STOP_BONUS  # the stop column; -inf (not allowed) stays -inf
         return cands
 
-    model.candidate_logits = stop_likely
+    model.device_candidates = stop_likely
     return model
 
 
@@ -179,58 +179,73 @@ def test_only_single_id_models_without_host_sampling_state_overlap():
 
 
 class EagerDecodeGraphs:
-    """Stands in for the captured decode graph on the CPU: the same forward, run eagerly, so
-    that the split of mixed steps (Worker.split_mixed) runs here as it does on a GPU."""
+    """Stands in for the captured decode graph on the CPU: the same forward, run eagerly, its
+    hidden states left in the buffer the sampling graph reads, as a replay leaves them."""
 
     max_batch = 64
 
     def __init__(self, worker) -> None:
         self.worker = worker
-        self.decode_runs = 0
+        self.hidden_buffer = torch.zeros(self.max_batch, worker.model.shape.hidden_size)
 
     def run(self, input_ids, positions, layout, prepare=None):
-        self.decode_runs += 1
         (prepare or self.worker.attn.prepare)(layout)
-        return self.worker.model.forward(
+        hidden = self.worker.model.forward(
             input_ids, torch.tensor(positions, dtype=torch.long), self.worker.attn
         )
+        self.hidden_buffer[: len(hidden)] = hidden
+        return hidden
 
 
-class UnfitSamplingGraphs:
-    """Sampling graphs that take no step: the decodes are sampled eagerly, as with request
-    options on a GPU."""
+def with_cpu_graphs(worker) -> None:
+    """The worker's three graph sets as the CPU runs them: the decode stand-in above, the real
+    sampling graphs replayed by their eager twin (`run_static`, the same static buffers), and
+    the real prompt graphs, which run their padded buffers eagerly where nothing is captured."""
+    from engine.prompt_graphs import PromptAttention, PromptGraphs
+    from engine.sampling_graphs import SamplingGraphs
 
-    def fits(self, n, rows) -> bool:
-        return False
-
-
-def count_splits(worker) -> list[int]:
-    """Record how many forwards Worker.split_mixed gives each step from now on (1, or 2 for a
-    split step)."""
-    parts: list[int] = []
-    split_mixed = worker.split_mixed
-
-    def counted(chunks):
-        found = split_mixed(chunks)
-        parts.append(len(found))
-        return found
-
-    worker.split_mixed = counted
-    return parts
+    model, cpu = worker.model, torch.device("cpu")
+    worker.graphs = EagerDecodeGraphs(worker)
+    sampling = SamplingGraphs(
+        model.device_candidates, worker.sampler, worker.graphs.hidden_buffer, (1, 2, 4, 8), cpu
+    )
+    sampling.run = sampling.run_static
+    worker.sampling_graphs = sampling
+    attn = PromptAttention(worker.cache, model.shape.num_q_heads, max_tokens=64)
+    worker.prompt_graphs = PromptGraphs(
+        model.forward, attn, model.shape.hidden_size, model.shape.dtype, cpu,
+        worker.cache.block_size, buckets=(16, 32, 64),
+    )  # fmt: skip
 
 
-def test_mixed_steps_split_into_decodes_and_prefills_change_nothing(stopping_model):
-    """With decode graphs, a step that mixes decodes with prefill chunks runs as two forwards
-    (Worker.split_mixed): the same tokens, audio and finishes as one forward over both."""
+def count_graphed_steps(worker) -> list[int]:
+    """Record, for every step from now on that ran from graphs with prompts in it
+    (Worker._launch_graphed), how many requests it sampled."""
+    sampled: list[int] = []
+    launch_graphed = worker._launch_graphed
+
+    def counted(chunks, block_size, previous):
+        step = launch_graphed(chunks, block_size, previous)
+        if step is not None:
+            sampled.append(len(step.requests))
+        return step
+
+    worker._launch_graphed = counted
+    return sampled
+
+
+def test_arrivals_beside_decodes_from_graphs_change_nothing(stopping_model):
+    """Steps of decodes and fresh prompts run from the decode, prompt and sampling graphs
+    (Worker._launch_graphed): the same tokens, audio and finishes as eager forwards, with
+    chunked prompts (whose later chunks stay eager), stops mid-stream and tokens in flight."""
     reference = run(new_core(stopping_model, async_scheduling=True))
     core = new_core(stopping_model, async_scheduling=True)
-    graphs = EagerDecodeGraphs(core.worker)
-    core.worker.graphs, core.worker.sampling_graphs = graphs, UnfitSamplingGraphs()
-    splits = count_splits(core.worker)
-    split = run(core)
-    assert splits.count(2) >= 3 and graphs.decode_runs > splits.count(2)  # really split
+    with_cpu_graphs(core.worker)
+    graphed = count_graphed_steps(core.worker)
+    result = run(core)
+    assert len(graphed) >= 3 and max(graphed) > 1  # arrivals beside decodes, from graphs
     for rid, (tokens, pcm, reason, count) in reference.items():
-        s_tokens, s_pcm, s_reason, s_count = split[rid]
-        assert s_tokens == tokens, rid
-        assert (s_reason, s_count) == (reason, count), rid
-        np.testing.assert_allclose(s_pcm, pcm, atol=1e-5, err_msg=rid)
+        g_tokens, g_pcm, g_reason, g_count = result[rid]
+        assert g_tokens == tokens, rid
+        assert (g_reason, g_count) == (reason, count), rid
+        np.testing.assert_allclose(g_pcm, pcm, atol=1e-5, err_msg=rid)

@@ -1,0 +1,151 @@
+"""CUDA graphs for fresh prompts: prefill chunks that start at a request's first token.
+
+A decode step replays one graph per batch bucket (engine/cuda_graphs.py), but a step with a
+prompt in it used to run eagerly: every layer's kernels launched one by one from Python, some
+hundreds a forward. On a loaded host each launch costs tens of microseconds, so the turn that
+prefilled one arrival's prompt took three decode turns' time, and under a ramp of arrivals
+those turns were where the listeners fell behind.
+
+A fresh prompt needs nothing from the KV cache: each of its tokens attends to the tokens
+before it in the same chunk, all of which are in the step. So its attention is plain causal
+attention over the step's own q, k and v (`PromptAttention`), which has fixed shapes once the
+step is padded to a bucket of tokens, and the whole forward replays as one graph per token
+bucket (`PromptGraphs`). Several prompts packed in one step are kept apart by a mask built
+from each token's segment (its chunk); padding tokens attend only to themselves, read token 0
+at position 0 and write their k/v to the cache's scratch page. The k/v of real tokens go to
+their pages as in any step, for the decodes after.
+
+Chunks that continue earlier tokens (a long prompt in several chunks, a conversation's kept
+prefix) read the cache and stay eager. `PromptGraphs.run` runs the same static buffers
+eagerly where nothing was captured (the CPU), which is how the CPU tests check it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv
+from engine.cuda_graphs import DecodeGraphs, Forward
+
+log = logging.getLogger("voxgate.graphs")
+
+# Token counts a step's prompts are padded to. Orpheus' prompts are tens of tokens; a voice
+# prompt's speech tokens (CosyVoice 2) a few hundred. Larger steps run eagerly.
+PROMPT_BUCKETS = (16, 32, 64, 128, 256, 512)
+
+
+class PromptAttention(AttentionBackend):
+    """Attention for steps of fresh prompts only, padded to `graph_batch` tokens: no page of
+    the cache is read, each token sees the tokens of its own chunk up to itself."""
+
+    name = "prompt"
+    supports_graphs = True
+
+    def __init__(self, cache: KVCache, num_q_heads: int, max_tokens: int) -> None:
+        super().__init__(cache)
+        device = cache.k[0].device
+        self.group = num_q_heads // cache.num_kv_heads  # query heads per kv head
+        self.max_tokens = max_tokens
+        self._slots = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self._segments = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        # One flat buffer: a bucket of T tokens reads its first T*T entries as a [T, T] mask.
+        self._mask = torch.zeros(max_tokens * max_tokens, dtype=torch.bool, device=device)
+
+    def prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
+        if layout.context_lens != layout.query_lens:
+            raise ValueError(
+                "prompt attention takes only chunks that start at a request's first token"
+            )
+        n = layout.num_tokens
+        tokens = graph_batch or n
+        if tokens > self.max_tokens or tokens < n:
+            raise ValueError(
+                f"a step of {n} prompt tokens does not fit {tokens} (at most {self.max_tokens})"
+            )
+        pad = tokens - n
+        scratch = self.cache.scratch_block * layout.block_size
+        slots = list(layout.slot_mapping) + [scratch] * pad
+        chunks = len(layout.query_lens)
+        segments = [i for i, q in enumerate(layout.query_lens) for _ in range(q)]
+        segments += range(chunks, chunks + pad)  # each padding token a segment of its own
+        self._slots[:tokens].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        self._segments[:tokens].copy_(torch.tensor(segments, dtype=torch.long), non_blocking=True)
+        seg = self._segments[:tokens]
+        mask = self._mask[: tokens * tokens].view(tokens, tokens)
+        torch.eq(seg[:, None], seg[None, :], out=mask)
+        mask.tril_()
+
+    def forward(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        tokens = q.shape[0]
+        slots = self._slots[:tokens]
+        store_kv(self.cache.k[layer], slots, k)
+        store_kv(self.cache.v[layer], slots, v)
+        mask = self._mask[: tokens * tokens].view(tokens, tokens)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None],
+            self._per_query_head(k),
+            self._per_query_head(v),
+            attn_mask=mask,
+        )  # [1, Hq, T, D]
+        return out[0].transpose(0, 1)  # [T, Hq, D]
+
+    def _per_query_head(self, x: torch.Tensor) -> torch.Tensor:
+        """[T, Hkv, D] → [1, Hq, T, D], each kv head repeated for its group of query heads (an
+        expand and a copy: fixed shapes, nothing waits for the device)."""
+        t, heads, d = x.shape
+        grouped = x.transpose(0, 1)[:, None].expand(heads, self.group, t, d)
+        return grouped.reshape(1, heads * self.group, t, d)
+
+
+class PromptGraphs(DecodeGraphs):
+    """The backbone's forward over a step of fresh prompts, one graph per token bucket
+    (`PROMPT_BUCKETS`): `run` pads the step's tokens to the smallest bucket that holds them.
+    The same static buffers and padding as the decode graphs, with a token where those have a
+    row; `max_batch` is the most tokens a graph takes."""
+
+    kind = "prompt graphs for token counts"
+
+    def __init__(
+        self,
+        forward: Forward,
+        attn: PromptAttention,
+        hidden_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        block_size: int,
+        buckets: tuple[int, ...] = PROMPT_BUCKETS,
+    ) -> None:
+        super().__init__(forward, attn, hidden_size, dtype, device, block_size, buckets)
+
+    def _dummy_layout(self, batch: int) -> StepLayout:
+        return StepLayout([], [], [], [], self.block_size)  # all padding
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        positions: list[int],
+        layout: StepLayout,
+        prepare=None,
+    ) -> torch.Tensor:
+        """Hidden states [n, H] of the step's n prompt tokens: a replay of the smallest bucket
+        that holds them, or where none was captured (the CPU) the same forward on the same
+        padded buffers, eagerly."""
+        n = input_ids.shape[0]
+        batch = self.bucket_for(n)
+        if batch is None:
+            raise ValueError(
+                f"{n} prompt tokens exceed the largest prompt graph ({self.max_batch})"
+            )
+        if batch in self._graphs:
+            return super().run(input_ids, positions, layout, prepare)
+        self._ids[:n].copy_(input_ids)
+        self._ids[n:batch].zero_()
+        self._pos[:batch].copy_(torch.tensor(positions + [0] * (batch - n)))
+        self.attn.prepare(layout, graph_batch=batch)
+        self._out[:batch] = self.forward(self._ids[:batch], self._pos[:batch], self.attn)
+        return self._out[:n]
