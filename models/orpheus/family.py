@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 from models.orpheus import configs
+from models.orpheus.serving_options import OrpheusOptions
 
 
 def _recognises(checkpoint: Checkpoint) -> bool:
@@ -12,6 +13,10 @@ def _recognises(checkpoint: Checkpoint) -> bool:
 
 
 def _load(request: LoadRequest):
+    return request.options.apply(_load_model(request), request.device)
+
+
+def _load_model(request: LoadRequest):
     from models.orpheus.loading import load_orpheus
     from models.orpheus.presets import ensure_tiny_orpheus
 
@@ -71,4 +76,5 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Orpheus: Llama config with the audio vocabulary",
+    options=OrpheusOptions,
 )

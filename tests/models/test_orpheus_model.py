@@ -180,3 +180,21 @@ def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs):
         # which costs an error of the order of the RMS itself.
         rms = float(np.sqrt(np.mean(whole**2)))
         assert float(np.max(np.abs(streamed - whole))) < 1e-2 * rms
+
+
+def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
+    """`--snac-large-chunk-frames` reaches the codec's chunk schedule and the engine's facts
+    (a comfortable listener waits for that many frames); `--snac-fp16` needs a GPU; the
+    frame count is bounded by what the codec's graphs capture."""
+    default = load_model("tiny-orpheus")
+    assert default.facts.large_chunk_tokens == 8 * T.CODES_PER_FRAME
+    model = load_model("tiny-orpheus", options={"snac_large_chunk_frames": 16})
+    assert model.facts.large_chunk_tokens == 16 * T.CODES_PER_FRAME
+    windows = model.detok._schedule_windows(12)
+    assert max(hi - lo for lo, hi in windows) == 3 + 16 + 2  # 16 frames with their context
+    with pytest.raises(CheckpointError, match="--snac-fp16 needs a CUDA device"):
+        load_model("tiny-orpheus", options={"snac_fp16": True})
+    with pytest.raises(ValueError, match="snac_large_chunk_frames must be 4-16"):
+        load_model("tiny-orpheus", options={"snac_large_chunk_frames": 2})
+    with pytest.raises(CheckpointError, match="is for Orpheus models"):
+        load_model("tiny-csm", options={"snac_fp16": True})

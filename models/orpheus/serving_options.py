@@ -1,0 +1,56 @@
+"""Orpheus' load-time options: how its SNAC codec serves (`voxgate serve --snac-…`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from models.checkpoint_errors import CheckpointError
+from models.family_spec import option
+
+LARGE_CHUNK_FRAMES = 8  # models/codecs/snac.py's default
+MAX_LARGE_CHUNK_FRAMES = 16  # a window of 21 frames: the codec captures graphs of up to 64 of them
+
+
+@dataclass(frozen=True)
+class OrpheusOptions:
+    snac_large_chunk_frames: int = option(
+        LARGE_CHUNK_FRAMES,
+        "--snac-large-chunk-frames",
+        "SNAC frames (85 ms each) a listener with a comfortable buffer waits for, decoded in "
+        "one window with 5 frames of context: larger costs the codec less a frame and the "
+        f"listener's buffer more (4-{MAX_LARGE_CHUNK_FRAMES}; default {LARGE_CHUNK_FRAMES})",
+        metavar="N",
+    )
+    snac_fp16: bool = option(
+        False,
+        "--snac-fp16",
+        "CUDA: decode SNAC in float16 (11-18 percent less GPU time a frame on an H200; the "
+        "audio differs from float32's by ~0.2 percent RMS)",
+    )
+
+    def __post_init__(self) -> None:
+        n = self.snac_large_chunk_frames
+        if not 4 <= n <= MAX_LARGE_CHUNK_FRAMES:
+            raise ValueError(
+                f"snac_large_chunk_frames must be 4-{MAX_LARGE_CHUNK_FRAMES} (SNAC frames), got {n}"
+            )
+
+    def apply(self, model: Any, device: torch.device) -> Any:
+        """The loaded OrpheusModel with its codec serving as these options say; returned."""
+        detok = model.detok
+        if self.snac_fp16:
+            if device.type != "cuda":
+                raise CheckpointError("--snac-fp16 needs a CUDA device; drop it on the CPU")
+            detok.model.half()
+        if self.snac_large_chunk_frames < detok.chunk:
+            raise CheckpointError(
+                f"--snac-large-chunk-frames must be at least the codec's chunk ({detok.chunk})"
+            )
+        detok.large_chunk = self.snac_large_chunk_frames
+        large = model.facts.frame_tokens * detok.large_chunk
+        model.facts = dataclasses.replace(model.facts, large_chunk_tokens=large)
+        return model
