@@ -126,7 +126,9 @@ def add_bench_parser(subparsers) -> None:
         "--no-early-stop",
         dest="early_stop",
         action="store_false",
-        help="run failing points to the end (default: stop once they cannot pass)",
+        help="run failing points to the end, and every point of a --capacity or "
+        "--conversations ladder (default: stop once a point cannot pass, and a ladder after "
+        "two failed points in a row)",
     )
     g.add_argument(
         "--time-budget",
@@ -316,6 +318,7 @@ def _ladder_options(args: argparse.Namespace, bench) -> dict:
         "seed": bench.seed,
         "client_procs": bench.client_procs,
         "drain_timeout_s": bench.drain_timeout_s,
+        "stop_after_failures": 2 if bench.early_stop else 0,
         "startup_timeout_s": bench.startup_timeout_s,
         "api_key": bench.api_key,
         "out_dir": bench.out_dir,

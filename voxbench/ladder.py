@@ -57,7 +57,9 @@ class LadderConfig:
     seed: int = 0
     client_procs: int = 1
     drain_timeout_s: float = 60.0
-    stop_after_failures: int = 2  # consecutive points that do not hold end the ladder
+    # Consecutive points that do not hold end the ladder; 0: every point runs (--no-early-stop,
+    # for A/B runs that compare builds at each point).
+    stop_after_failures: int = 2
     settle_s: float = 2.0
     startup_timeout_s: float = 900.0
     api_key: str | None = None
@@ -192,6 +194,11 @@ class ServerProfile:
             )
 
 
+def ladder_stops(misses: int, stop_after_failures: int) -> bool:
+    """Whether `misses` points in a row that did not hold end the ladder (never with 0)."""
+    return 0 < stop_after_failures <= misses
+
+
 # --- the run ------------------------------------------------------------------------------------
 class LadderRun(abc.ABC):
     """A ladder per policy; the modes say how to prepare a server and how to run one point."""
@@ -311,7 +318,7 @@ class LadderRun(abc.ABC):
             entry["capacity"] = capacity_of(entry["points"], self.count_key)
             self._save()
             misses = 0 if point["summary"]["holds"] else misses + 1
-            if misses >= c.stop_after_failures:
+            if ladder_stops(misses, c.stop_after_failures):
                 log.info("%d points in a row did not hold: the ladder stops", misses)
                 break
             time.sleep(c.settle_s)

@@ -158,3 +158,20 @@ def test_full_duplex_listeners_talk_on_the_cpu(tmp_path, capsys):
     loop = point["engine_loop"]
     assert loop["llm_steps_per_s"] > 5 and loop["rows_per_step"] >= 1  # 12.5 frames a second
     assert loop["audio_x_realtime"] > 0
+
+
+def test_no_early_stop_runs_every_point_of_a_ladder():
+    """Two failed points in a row end a ladder, unless --no-early-stop asks for every point
+    (an A/B of two builds compares them point by point)."""
+    from gateway.cli import build_parser
+    from voxbench.cli import capacity_config_from_args
+    from voxbench.ladder import ladder_stops
+
+    def config(*extra):
+        args = build_parser().parse_args(["bench", "--serve", "--capacity", "8,16,24", *extra])
+        return capacity_config_from_args(args)
+
+    assert config().stop_after_failures == 2
+    assert config("--no-early-stop").stop_after_failures == 0
+    assert [ladder_stops(m, 2) for m in (0, 1, 2, 3)] == [False, False, True, True]
+    assert not any(ladder_stops(m, 0) for m in range(10))
