@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# On the GPU machine: one build, several server options compared in one call, in an order that
+# spreads the machine's drift over them (ABBA by default), after a discarded warm-up run. A
+# fresh machine is slow for its first minutes (docs/benchmark-history.md, 2026-12-02), and at
+# the capacity edge one run can hold most frames while the next collapses, so two builds or
+# options are only compared in one call, each run at least twice.
+#
+#     . bench/gpu_setup.sh
+#     VARIANTS="graphs: eager:--no-prompt-graphs" \
+#     BENCH_ARGS="--model orpheus-3b --random-weights --capacity 144,160,176 --no-early-stop
+#       --client-procs 4 --drain-timeout 30 --server-arg=--kv-cache-dtype=fp8
+#       --server-arg=--max-num-seqs=256 --server-arg=--no-realtime-admission" \
+#     bash bench/options_ab.sh
+#
+# Env: VARIANTS: space-separated NAME:ARGS, ARGS the variant's server arguments separated by
+# commas (empty for the defaults). ORDER: the variant names in run order (default: ABBA over
+# the first two). BENCH_ARGS: the bench's arguments after --serve. WARMUP (default 1): first a
+# run of the first variant whose result is dropped. PREFAULT_GIB (default 48): host memory
+# touched once first (the VM's memory grows as it is used). RUN_S: each run's time limit
+# (default 300). Leaves $OUT/<i>-<name>.json.gz per run, $OUT/summary.txt (each run's point
+# lines) and $OUT/logs.tgz (the bench's and servers' logs): under a call's 8 files.
+set -uo pipefail
+OUT=$(realpath -m "${OUT:-out}")
+RUN_S=${RUN_S:-300}
+WARMUP=${WARMUP:-1}
+PREFAULT_GIB=${PREFAULT_GIB:-48}
+: "${VARIANTS:?set VARIANTS, e.g. \"on: off:--no-prompt-graphs\"}"
+: "${BENCH_ARGS:?set BENCH_ARGS, the bench arguments after --serve}"
+declare -A ARGS
+names=()
+for variant in $VARIANTS; do
+    name=${variant%%:*}
+    ARGS[$name]=${variant#*:}
+    names+=("$name")
+done
+ORDER=${ORDER:-"${names[0]} ${names[1]:-${names[0]}} ${names[1]:-${names[0]}} ${names[0]}"}
+for name in $ORDER; do
+    [ -n "${ARGS[$name]+set}" ] || { echo "ORDER names $name, which VARIANTS does not" >&2; exit 2; }
+done
+mkdir -p "$OUT" /tmp/options_ab
+if [ "$PREFAULT_GIB" -gt 0 ]; then
+    python3 -c "
+import numpy as np
+for _ in range($PREFAULT_GIB // 8):
+    np.ones(8 << 30, dtype=np.uint8)
+"
+fi
+
+run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
+    local tag=$1 name=$2 server=() results=/tmp/options_ab/$1-$2
+    IFS=, read -ra flags <<< "${ARGS[$name]}"
+    for flag in "${flags[@]}"; do [ -n "$flag" ] && server+=("--server-arg=$flag"); done
+    echo "== $tag $name ${server[*]}"
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+    timeout "$RUN_S" python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" \
+        --out "$results" > "$results.txt" 2>&1
+    echo "exit $?"
+    grep -h "listeners:\|conversations:\|engine loop\|engine codec\|engine admission" "$results.txt" \
+        | sed 's/^.*INFO voxgate.bench //' | tee -a "$OUT/summary.txt"
+    for json in "$results"/*.json; do gzip -c "$json" > "$OUT/$tag-$name.json.gz"; done
+}
+
+[ "$WARMUP" = 1 ] && run warmup "${names[0]}" > /dev/null && rm -f "$OUT/warmup-${names[0]}.json.gz"
+: > "$OUT/summary.txt"
+i=0
+for name in $ORDER; do
+    i=$((i + 1))
+    echo "== run $i: $name" >> "$OUT/summary.txt"
+    run "$i" "$name"
+done
+(cd /tmp/options_ab && tar czf "$OUT/logs.tgz" --exclude='*.json' --exclude='*.trace.jsonl' .)
