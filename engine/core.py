@@ -146,13 +146,16 @@ class EngineCore:
             self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
         except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first requests may be slower")
+            self.scheduler.refusals.clear()  # the warm-up's refusal refused no client
             return
         while self.has_work():
             self.step()
         if self.scheduler.realtime_admission:
             self._calibrate_realtime()
-        # The warm-up's own turns (first-use compiles) say nothing about serving.
+        # The warm-up's own turns (first-use compiles) say nothing about serving, and a burst
+        # the KV pool could not hold refused no client.
         self.scheduler.capacity.steps.clear_live()
+        self.scheduler.refusals.clear()
         self.steps = 0
 
     def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
@@ -371,7 +374,8 @@ class EngineCore:
             prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
             kv_blocks_kept=self.blocks.num_kept_blocks,
             totals=dataclasses.replace(self.audio.totals),  # a snapshot: the loop goes on
-            realtime_room=self.scheduler.real_time_room(now).ok,
+            # Asked, not counted: the scheduler counts refusals of requests it was given.
+            realtime_refusal=self.scheduler.real_time_room(now).refusal_cause,
             admission=self.scheduler.admission_stats(now),
         )
 

@@ -32,6 +32,7 @@ from engine.backbone import build_backbone, on_llm_stream
 from engine.config import EngineConfig
 from engine.frame_scheduler import FramePlan, FrameScheduler, FrameSessionStats
 from engine.outputs import (
+    AdmissionStats,
     AudioChunk,
     EngineEvent,
     EngineStats,
@@ -89,6 +90,7 @@ class DuplexEngine:
         )
         self.sessions: dict[str, _Live] = {}
         self._reserved = 0
+        self.refusals: dict[str, int] = {}  # sessions refused at submit, by cause (kv)
         self._silence = np.zeros(self.samples_per_frame, np.float32)
         self.last_batch = 0
         self.loop_totals = LoopTotals()
@@ -118,6 +120,7 @@ class DuplexEngine:
             request = self.add_request(SpeechRequest("", None, params))
         except EngineOverloaded:  # a pool too small: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first sessions may be slower")
+            self.refusals.clear()  # the warm-up's refusal refused no client
             return
         self.push_audio(request.request_id, np.zeros(3 * self.samples_per_frame, np.float32))
         far = self.clock() + 1e6
@@ -148,6 +151,7 @@ class DuplexEngine:
             raise ModelInputError(f"request id {spec.request_id!r} is already in use")
         decision = self.blocks.can_admit(total, self._reserved)
         if not decision.ok:
+            self.refusals["kv"] = self.refusals.get("kv", 0) + 1
             raise EngineOverloaded(decision.reason)
         request = Request(prompt.token_ids, spec.sampling, arrival_time=self.clock())
         if spec.request_id:
@@ -240,6 +244,7 @@ class DuplexEngine:
             frames_out=totals.frames_out,
             frames_on_time=totals.on_time,
             totals=dataclasses.replace(self.loop_totals),  # a snapshot: the loop goes on
+            admission=AdmissionStats(streams=len(self.sessions), refusals=dict(self.refusals)),
         )
 
     # --- the tick ----------------------------------------------------------------------------------

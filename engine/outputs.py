@@ -206,7 +206,14 @@ class EngineStats:
     prefix_reused_tokens: int = 0
     kv_blocks_kept: int = 0
     totals: LoopTotals = field(default_factory=LoopTotals)
-    # Whether real-time admission would take one more stream now (engine/realtime_capacity.py);
-    # the gateway refuses a new session with 1013 while it would not.
-    realtime_room: bool = True
+    # Why real-time admission would refuse one more stream now (engine/realtime_capacity.py),
+    # by the cause its refusals are counted under (turn_cost, codec, slow_start, listeners);
+    # "" while it would take one. The gateway refuses a new session with 1013 meanwhile and
+    # counts that refusal under this cause. Judged without counting anything (stats are polled).
+    realtime_refusal: str = ""
     admission: AdmissionStats = field(default_factory=AdmissionStats)
+
+    @property
+    def realtime_room(self) -> bool:
+        """Whether real-time admission would take one more stream now."""
+        return not self.realtime_refusal

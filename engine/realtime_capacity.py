@@ -35,6 +35,11 @@ class Verdict:
     reason: str = ""
     cause: str = ""  # for metrics: "turn_cost", "codec" (the scheduler adds more)
 
+    @property
+    def refusal_cause(self) -> str:
+        """The cause a refusal is counted under; "" for an admission."""
+        return "" if self.ok else self.cause
+
 
 class CostCurve:
     """Measured seconds by size (codec rows): a running mean per size."""

@@ -202,6 +202,7 @@ class Gateway:
         refusal = self.slots.acquire(verdict)
         if refusal is not None:
             self.metrics.errors.labels(refusal.code.value).inc()
+            self.metrics.count_refusal(refusal.cause)
             log.info("session refused key=%s: %s", verdict.label, refusal.message)
             try:
                 for item in wire.encode_event(ErrorEvent(refusal.code, refusal.message, True)):

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gateway.admission import KEY_SESSIONS, MAX_SESSIONS
 from gateway.config import normalize_origin
 from gateway.protocol_codes import BEARER_SUBPROTOCOL_PREFIX, SUBPROTOCOL, CloseCode, ErrorCode
 
@@ -44,6 +45,7 @@ class SlotRefusal:
     code: ErrorCode
     close_code: CloseCode
     message: str
+    cause: str  # what /metrics counts it under (gateway/admission.py: max_sessions, key_sessions)
 
 
 def select_subprotocol(offered: Iterable[str]) -> str | None:
@@ -123,6 +125,7 @@ class SessionSlots:
                 ErrorCode.OVERLOADED,
                 CloseCode.TRY_AGAIN_LATER,
                 f"the server is at its limit of {self.max_sessions} sessions; try again later",
+                MAX_SESSIONS,
             )
         key = principal.key_id
         if key is not None and self.max_per_key and self._per_key[key] >= self.max_per_key:
@@ -130,6 +133,7 @@ class SessionSlots:
                 ErrorCode.RATE_LIMITED,
                 CloseCode.POLICY,
                 f"this API key already has {self.max_per_key} open sessions",
+                KEY_SESSIONS,
             )
         self.total += 1
         if key is not None:

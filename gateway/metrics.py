@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from engine.api import EngineStats
 from engine.gc_pauses import GC_PAUSES, PAUSE_BUCKETS_S, GcPauses
+from gateway.admission import GATEWAY_CAUSES
 from gateway.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
@@ -145,8 +146,9 @@ def admission_metrics(stats: EngineStats) -> Iterator[Metric]:
         yield GaugeMetricFamily(name, doc, value=getattr(admission, attr))
     refusals = CounterMetricFamily(
         "voxgate_engine_admission_refusals",
-        "Requests the engine refused, by cause (turn_cost, codec, slow_start, listeners: "
-        "real-time admission; kv: the KV pool)",
+        "Requests the engine refused at submit, by cause (turn_cost, codec, slow_start, "
+        "listeners: real-time admission; kv: the KV pool); sessions refused before reaching "
+        "it are in voxgate_gateway_admission_refusals_total",
         labels=["cause"],
     )
     for cause, count in sorted(admission.refusals.items()):
@@ -261,6 +263,19 @@ class GatewayMetrics:
             "voxgate_responses", "Responses finished, by status", ["status"], registry=r
         )
         self.errors = Counter("voxgate_errors", "Error events sent, by code", ["code"], registry=r)
+        # Refused before reaching the engine (gateway/admission.py); the engine counts its own
+        # refusals at submit (voxgate_engine_admission_refusals_total): each refusal is in one.
+        self.admission_refusals = Counter(
+            "voxgate_gateway_admission_refusals",
+            "Sessions and HTTP speech requests the gateway refused before they reached the "
+            "engine, by cause (not_ready, kv, waiting, and real-time admission's turn_cost, "
+            "codec, slow_start, listeners: its admission check; max_sessions, key_sessions: "
+            "the session caps)",
+            ["cause"],
+            registry=r,
+        )
+        for cause in GATEWAY_CAUSES:
+            self.admission_refusals.labels(cause)
         self.ttfa = Histogram(
             "voxgate_ttfa_seconds",
             "Time from a response's first text to its first audio frame",
@@ -306,6 +321,10 @@ class GatewayMetrics:
         self.loop_tasks.set_function(_loop_tasks)
         r.register(EngineCollector(engine_stats))
         r.register(GcPauseCollector(GC_PAUSES.install()))
+
+    def count_refusal(self, cause: str) -> None:
+        """A session or request refused before it reached the engine, by its cause."""
+        self.admission_refusals.labels(cause).inc()
 
     def watch_encode_workers(self, workers: EncodeWorkers) -> None:
         self.registry.register(EncodeWorkersCollector(workers))

@@ -3,7 +3,7 @@ opens, from each replica's latest stats, and kept for the session's life (its KV
 and duplex slot live on that replica's GPU).
 
 A replica can take a session when the gateway's own admission check passes on it
-(gateway/session_start.py: ready, KV not fully committed, waiting requests under the cap,
+(gateway/admission.py: ready, KV not fully committed, waiting requests under the cap,
 real-time room). Of those, the one with the most headroom wins: the fewest streams in its
 engine (running + waiting), then the fewest sessions already pinned to it (stats are up to
 50 ms old, so a burst of sessions opening together would otherwise all see the same idle
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.api import EngineStats
+from gateway.admission import NOT_READY, AdmissionRefusal
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class ReplicaLoad:
 
     stats: EngineStats
     pinned_sessions: int
-    refusal: str | None  # why it cannot take a session now (admission_refusal), or None
+    refusal: AdmissionRefusal | None  # why it cannot take a session now, or None
 
     @property
     def free_kv_blocks(self) -> int:
@@ -44,3 +45,16 @@ def pick_replica(loads: Sequence[ReplicaLoad]) -> int | None:
     if not open_:
         return None
     return min(open_, key=lambda i: loads[i].headroom_key())
+
+
+def pool_refusal(loads: Sequence[ReplicaLoad]) -> AdmissionRefusal | None:
+    """Why the pool as a whole refuses a request no replica can take (pick_replica gave None):
+    the refusal of the running replica nearest to having room, so the pool's refusal is
+    counted under a cause one replica would have given; None when no replica is running
+    (the engine is down, not full)."""
+    running = [
+        load for load in loads if load.refusal is not None and load.refusal.cause != NOT_READY
+    ]
+    if not running:
+        return None
+    return min(running, key=ReplicaLoad.headroom_key).refusal

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,10 +36,10 @@ from engine.api import (
     TurnCommand,
     VoiceClip,
 )
+from gateway.admission import NOT_READY, admission_refusal
 from gateway.config import GatewaySettings
-from gateway.placement import ReplicaLoad, pick_replica
+from gateway.placement import ReplicaLoad, pick_replica, pool_refusal
 from gateway.replica_voices import ReplicaVoices
-from gateway.session_start import admission_refusal
 from gateway.supervisor import SupervisedEngine
 
 
@@ -59,6 +59,9 @@ class ReplicaPool:
         self._settings = settings
         self._on_shutdown = on_shutdown
         self.facts: ModelFacts = replicas[0].facts
+        # Requests the pool itself refused at submit (no replica had room), by the cause of the
+        # replica nearest to room: no replica saw them, so none counted them.
+        self.refusals: dict[str, int] = {}
         # Clients' voices: on every replica, and on a rebuilt one before it serves.
         self.voices = ReplicaVoices(self.replicas)
         for replica in self.replicas:
@@ -104,11 +107,17 @@ class ReplicaPool:
         return any(r.restarting for r in self.replicas)
 
     async def submit(self, request: SpeechRequest) -> ResponseStream:
-        index = self.pick()
+        loads = self.loads()
+        index = pick_replica(loads)
         if index is None:
-            if not self.ready:
+            refusal = pool_refusal(loads)
+            if refusal is None:
                 raise EngineDead("no engine replica is running")
-            raise EngineOverloaded("no engine replica has room for another request now")
+            self.refusals[refusal.cause] = self.refusals.get(refusal.cause, 0) + 1
+            raise EngineOverloaded(
+                "no engine replica has room for another request now; the nearest to room: "
+                + refusal.message
+            )
         return await self.replicas[index].submit(request)
 
     async def prepare_turn(self, command: TurnCommand) -> Any:
@@ -156,11 +165,11 @@ class ReplicaPool:
             replica.end_conversation(conversation_id)
 
     def stats(self) -> EngineStats:
-        """Every replica's figures added up (realtime_room: some ready replica has room)."""
-        return sum_stats(
-            [r.stats() for r in self.replicas],
-            room=any(r.ready and r.stats().realtime_room for r in self.replicas),
-        )
+        """Every replica's figures added up, the pool's own refusals with theirs (real-time
+        room: some ready replica has room)."""
+        stats = [r.stats() for r in self.replicas]
+        ready = [s for r, s in zip(self.replicas, stats, strict=True) if r.ready]
+        return sum_stats(stats, pooled_realtime_refusal(ready), self.refusals)
 
     # --- lifecycle -----------------------------------------------------------------------------
     def watch(self) -> None:
@@ -192,9 +201,22 @@ _SUMMED = (
 )
 
 
-def sum_stats(stats: Sequence[EngineStats], room: bool) -> EngineStats:
+def pooled_realtime_refusal(ready: Sequence[EngineStats]) -> str:
+    """The pool's real-time verdict from its ready replicas' stats: "" (room) while any has
+    room, else the first one's cause; `not_ready` when none is ready."""
+    if any(s.realtime_room for s in ready):
+        return ""
+    return ready[0].realtime_refusal if ready else NOT_READY
+
+
+def sum_stats(
+    stats: Sequence[EngineStats],
+    realtime_refusal: str,
+    own_refusals: Mapping[str, int] | None = None,
+) -> EngineStats:
     """Replicas' stats as one engine's: counts added up, the loop totals added up, the last
-    step of the replica with the largest batch; stepping while any steps."""
+    step of the replica with the largest batch; stepping while any steps; the real-time
+    verdict the pool is told; refusals by cause, the pool's own (`own_refusals`) added."""
     totals = LoopTotals()
     for s in stats:
         for f in dataclasses.fields(LoopTotals):
@@ -205,18 +227,21 @@ def sum_stats(stats: Sequence[EngineStats], room: bool) -> EngineStats:
         last_step=busiest.last_step if busiest is not None else StepTiming(),
         stepping=any(s.stepping for s in stats),
         totals=totals,
-        realtime_room=room,
-        admission=sum_admission([s.admission for s in stats]),
+        realtime_refusal=realtime_refusal,
+        admission=sum_admission([s.admission for s in stats], own_refusals),
     )
 
 
-def sum_admission(replicas: Sequence[AdmissionStats]) -> AdmissionStats:
+def sum_admission(
+    replicas: Sequence[AdmissionStats], own_refusals: Mapping[str, int] | None = None
+) -> AdmissionStats:
     """Replicas' real-time admission as one engine's: streams, capacities, listeners and
-    refusals added up; the turn cost of the replica with the most streams."""
+    refusals added up (with the pool's own, `own_refusals`); the turn cost of the replica
+    with the most streams."""
     busiest = max(replicas, key=lambda a: a.streams, default=AdmissionStats())
     refusals: dict[str, int] = {}
-    for a in replicas:
-        for cause, count in a.refusals.items():
+    for counts in [*(a.refusals for a in replicas), own_refusals or {}]:
+        for cause, count in list(counts.items()):
             refusals[cause] = refusals.get(cause, 0) + count
     return AdmissionStats(
         streams=sum(a.streams for a in replicas),

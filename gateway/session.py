@@ -29,6 +29,7 @@ from starlette.types import Message
 from starlette.websockets import WebSocket
 
 from engine.api import EngineClient, EngineDead
+from gateway.admission import admission_refusal
 from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
 from gateway.client_voices import ClientVoices
@@ -57,7 +58,6 @@ from gateway.protocol import (
 from gateway.reply import Emitter
 from gateway.session_reader import FrameTooLarge, SessionReader, Silence
 from gateway.session_start import (
-    admission_refusal,
     input_audio_of,
     resolve_options,
     started_event,
@@ -433,7 +433,8 @@ class Session:
         self._voices.touch(self._responses.options.voice)
         refusal = admission_refusal(self._engine, self._settings)
         if refusal is not None:
-            self._fatal(ErrorCode.OVERLOADED, refusal, CloseCode.TRY_AGAIN_LATER)
+            self._metrics.count_refusal(refusal.cause)
+            self._fatal(ErrorCode.OVERLOADED, refusal.message, CloseCode.TRY_AGAIN_LATER)
             return
         self.state = SessionState.ACTIVE
         input_audio = input_audio_of(event, facts)

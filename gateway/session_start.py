@@ -1,6 +1,7 @@
-"""What a `session.start` means for this server: the options it selects, and whether the
-engine can take another session at all. Pure functions of the event, the model's facts and
-the engine's stats, so the session's state machine only has to act on the answer."""
+"""What a `session.start` means for this server: the options it selects and the event that
+answers it (whether the engine can take another session at all is gateway/admission.py's).
+Pure functions of the event and the model's facts, so the session's state machine only has to
+act on the answer."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from engine.api import (
     ConfigError,
-    EngineClient,
     ModelFacts,
     OptionValue,
     RequestOptionError,
@@ -121,21 +121,6 @@ def started_event(
         word_timings=options.word_timings,
         speed=speed,
     )
-
-
-def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> str | None:
-    """Why the engine cannot take another session now (answered with 1013), or None: the
-    server would rather refuse a session than make every session stutter."""
-    if not engine.ready:
-        return "the engine is not ready; try again later"
-    stats = engine.stats()
-    if max(stats.kv_blocks_used, stats.kv_blocks_reserved) >= stats.kv_blocks_total:
-        return "the engine's KV cache is fully committed; try again later"
-    if stats.waiting >= settings.max_engine_waiting:
-        return f"{stats.waiting} requests are waiting for the engine; try again later"
-    if not stats.realtime_room:
-        return "the engine has no real-time capacity for another stream now; try again later"
-    return None
 
 
 def update_options(

@@ -32,13 +32,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from engine.api import EngineDead
+from gateway.admission import admission_refusal
 from gateway.auth import Principal
 from gateway.protocol import AudioFormat, AudioSpec, ErrorCode, ErrorEvent, ServerEvent
 from gateway.reply import Emitter, SpeechOptions
 from gateway.response import Response as TextResponse
 from gateway.response import ResponseRunner
 from gateway.segmenter import SentenceSegmenter
-from gateway.session_start import admission_refusal
 from gateway.speech_formats import SPEECH_RATE, available_formats, open_writer
 from gateway.speech_request import (
     RETRY_AFTER_S,
@@ -289,6 +289,7 @@ class SpeechEndpoint:
         refusal = gateway.slots.acquire(verdict)
         if refusal is not None:
             gateway.metrics.errors.labels(refusal.code.value).inc()
+            gateway.metrics.count_refusal(refusal.cause)
             if refusal.code is ErrorCode.RATE_LIMITED:
                 raise unavailable(refusal.message, 429, "rate_limit_error")
             raise unavailable(refusal.message)
@@ -297,7 +298,8 @@ class SpeechEndpoint:
             busy = admission_refusal(engine, gateway.settings)
             if busy is not None:
                 gateway.metrics.errors.labels(ErrorCode.OVERLOADED.value).inc()
-                raise unavailable(busy)
+                gateway.metrics.count_refusal(busy.cause)
+                raise unavailable(busy.message)
             error = await stream.start()
         except BaseException:
             await stream.close()

@@ -1,11 +1,17 @@
 """Real-time admission's side of a bench point, from the server's /metrics.
 
-A refused listener is counted by the client, but not why: the engine's refusals by cause
+A refused listener is counted by the client, but not why. The server counts every refusal
+once, by cause, in one of two families: the engine's, for requests it refused at submit
 (`voxgate_engine_admission_refusals_total{cause=…}`: turn_cost, codec, slow_start, listeners,
-kv) and the turn cost it predicted capacity from (gateway/metrics.py ADMISSION_GAUGES) say
-whether the cost model or the listeners' buffer guard held the surplus back, and how many
-streams it thought would fit. Two readings around a point give the refusals during it; the
-gauges are the reading at its end.
+kv; with replicas, also the pool's own), and the gateway's, for sessions (and HTTP speech
+requests) refused before anything reached the engine
+(`voxgate_gateway_admission_refusals_total{cause=…}`: the same real-time causes and kv, as
+the engine's stats answered at `session.start`, plus not_ready, waiting, max_sessions,
+key_sessions). Together they add up to what the clients counted as refused. With the turn
+cost the engine predicted capacity from (gateway/metrics.py ADMISSION_GAUGES) they say whether
+the cost model, the listeners' buffer guard or a gateway limit held the surplus back, and how
+many streams it thought would fit. Two readings around a point give the refusals during it;
+the gauges are the reading at its end.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ from typing import Any
 
 from voxbench.servers import metrics_body
 
-REFUSALS = "voxgate_engine_admission_refusals_total"
+# /metrics family → the view's key: refused at submit by the engine, and before it by the gateway.
+REFUSALS = {
+    "voxgate_engine_admission_refusals_total": "refusals",
+    "voxgate_gateway_admission_refusals_total": "gateway_refusals",
+}
 GAUGES = {
     "voxgate_engine_realtime_capacity_streams": "capacity_streams",
     "voxgate_engine_turn_fixed_seconds": "turn_fixed_s",
@@ -24,17 +34,18 @@ GAUGES = {
 
 
 def parse_admission(body: str) -> dict[str, Any]:
-    """{'refusals': {cause: count}, and each of GAUGES' fields found} from a /metrics text."""
-    refusals: dict[str, float] = {}
+    """{'refusals': {cause: count} (the engine's), 'gateway_refusals': {cause: count}, and
+    each of GAUGES' fields found} from a /metrics text."""
+    refusals: dict[str, dict[str, float]] = {key: {} for key in REFUSALS.values()}
     found: dict[str, Any] = {}
     for line in body.splitlines():
         name, _, value = line.rpartition(" ")
-        if name.startswith(REFUSALS + "{cause="):
-            cause = name[len(REFUSALS) + len("{cause=") : -1].strip('"')
-            refusals[cause] = float(value)
+        family, _, labels = name.partition("{cause=")
+        if family in REFUSALS and labels:
+            refusals[REFUSALS[family]][labels[:-1].strip('"')] = float(value)
         elif name in GAUGES:
             found[GAUGES[name]] = float(value)
-    return {"refusals": refusals, **found}
+    return {**refusals, **found}
 
 
 def read_admission(http: str) -> dict[str, Any] | None:
@@ -45,23 +56,31 @@ def read_admission(http: str) -> dict[str, Any] | None:
 def admission_during(
     before: dict[str, Any] | None, after: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """The refusals between two readings, by cause, and the gauges at the second."""
+    """The refusals between two readings, by cause (the engine's and the gateway's), and the
+    gauges at the second."""
     if before is None or after is None:
         return None
-    old = before["refusals"]
-    refusals = {
-        cause: int(count - old.get(cause, 0.0))
-        for cause, count in sorted(after["refusals"].items())
-        if count > old.get(cause, 0.0)
-    }
-    return {**{k: v for k, v in after.items() if k != "refusals"}, "refusals": refusals}
+    view = {k: v for k, v in after.items() if k not in REFUSALS.values()}
+    for key in REFUSALS.values():
+        old = before.get(key, {})
+        view[key] = {
+            cause: int(count - old.get(cause, 0.0))
+            for cause, count in sorted(after.get(key, {}).items())
+            if count > old.get(cause, 0.0)
+        }
+    return view
+
+
+def _causes(refusals: dict[str, int]) -> str:
+    return ", ".join(f"{c} {n}" for c, n in refusals.items()) or "none"
 
 
 def describe_admission(view: dict[str, Any] | None) -> list[str]:
     """The view as a log line (none when the server has no admission figures)."""
     if not view or "capacity_streams" not in view:
         return []
-    causes = ", ".join(f"{c} {n}" for c, n in view["refusals"].items()) or "none"
+    engine, gateway = view["refusals"], view.get("gateway_refusals", {})
+    total = sum(engine.values()) + sum(gateway.values())
     fit = (
         f"turn {1e3 * view['turn_fixed_s']:.2f} ms + {1e3 * view['turn_per_row_s']:.3f} ms/row"
         if view.get("turn_per_row_s")
@@ -69,5 +88,6 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
     )
     return [
         f"engine admission: room for {int(view['capacity_streams'])} streams ({fit}); "
-        f"refused by cause: {causes}"
+        f"refused by cause: {total} in all; by the engine at submit: {_causes(engine)}; "
+        f"at session start: {_causes(gateway)}"
     ]

@@ -1,14 +1,18 @@
 """The bench's view of real-time admission (voxbench/admission_view.py), read from the
-gateway's own /metrics text: refusals during a point by cause, and the predicted capacity."""
+gateway's own /metrics text: refusals during a point by cause (the engine's at submit and the
+gateway's at session start), and the predicted capacity."""
 
 from __future__ import annotations
 
 from engine.outputs import AdmissionStats
+from gateway.admission import GATEWAY_CAUSES
 from tests.gateway.test_admission_metrics import metrics_text
 from voxbench.admission_view import admission_during, describe_admission, parse_admission
 
 
-def admission_text(refusals: dict[str, int], capacity: int) -> str:
+def admission_text(
+    refusals: dict[str, int], capacity: int, gateway: dict[str, int] | None = None
+) -> str:
     admission = AdmissionStats(
         streams=40,
         capacity_streams=capacity,
@@ -17,14 +21,21 @@ def admission_text(refusals: dict[str, int], capacity: int) -> str:
         live_turns=300,
         refusals=refusals,
     )
-    return metrics_text(admission)
+    return metrics_text(admission, gateway)
 
 
 def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
-    before = parse_admission(admission_text({"turn_cost": 3}, capacity=90))
-    after = parse_admission(admission_text({"turn_cost": 10, "listeners": 4}, capacity=88))
+    before = parse_admission(admission_text({"turn_cost": 3}, capacity=90, gateway={"kv": 1}))
+    after = parse_admission(
+        admission_text(
+            {"turn_cost": 10, "listeners": 4},
+            capacity=88,
+            gateway={"kv": 1, "listeners": 5, "waiting": 2},
+        )
+    )
     assert before == {
         "refusals": {"turn_cost": 3.0},
+        "gateway_refusals": {cause: float(cause == "kv") for cause in GATEWAY_CAUSES},
         "capacity_streams": 90.0,
         "turn_fixed_s": 0.004,
         "turn_per_row_s": 5e-05,
@@ -32,10 +43,30 @@ def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
     }
     view = admission_during(before, after)
     assert view["refusals"] == {"listeners": 4, "turn_cost": 7}
+    assert view["gateway_refusals"] == {"listeners": 5, "waiting": 2}  # kv: none during it
     assert view["capacity_streams"] == 88.0
     [line] = describe_admission(view)
     assert "room for 88 streams" in line and "turn 4.00 ms + 0.050 ms/row" in line
-    assert "listeners 4, turn_cost 7" in line
+    # What the clients counted as refused: 18, each under one cause in one family.
+    assert "18 in all" in line
+    assert "by the engine at submit: listeners 4, turn_cost 7" in line
+    assert "at session start: listeners 5, waiting 2" in line
     assert admission_during(None, after) is None
     unchanged = admission_during(after, after)
-    assert unchanged["refusals"] == {} and "none" in describe_admission(unchanged)[0]
+    assert unchanged["refusals"] == {} and unchanged["gateway_refusals"] == {}
+    assert "0 in all" in describe_admission(unchanged)[0]
+
+
+def test_a_server_without_the_gateway_family_reads_as_none_refused_there():
+    """An older server's /metrics has only the engine's family."""
+
+    def old_server(kv: int) -> dict:
+        text = admission_text({"kv": kv}, capacity=10)
+        return parse_admission(
+            "\n".join(line for line in text.splitlines() if "voxgate_gateway_" not in line)
+        )
+
+    view = admission_during(old_server(2), old_server(5))
+    assert view["refusals"] == {"kv": 3} and view["gateway_refusals"] == {}
+    [line] = describe_admission(view)
+    assert "3 in all" in line and "at session start: none" in line

@@ -121,6 +121,7 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
         assert loop["codec_jobs"] > 0 and loop["audio_x_realtime"] > 0
         assert point["engine_trace"]["requests"] >= s["listeners"]
         assert point["admission"]["refusals"] == {}  # none refused, by any cause
+        assert point["admission"]["gateway_refusals"] == {}
         assert point["admission"]["capacity_streams"] >= 0
     assert system["capacity"] == 2  # both held under the relaxed bar
 

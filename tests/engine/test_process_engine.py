@@ -177,3 +177,34 @@ async def test_word_timings_cross_the_process_boundary():
         got[in_process] = [w for e in events if isinstance(e, WordTimings) for w in e.words]
     assert [w.text for w in got[True]] == ["call", "me", "back", "tonight"]
     assert got[True] == got[False]
+
+
+def test_stats_keep_the_realtime_verdict_and_refusals_across_the_process_boundary():
+    """A stats snapshot crosses as a pickle (the host's queue, or Ray) and the caller's side
+    rebuilds it with its own `stepping`: the real-time verdict's cause and the refusals by cause
+    survive both (the gateway counts a session refused at start under that cause)."""
+    import pickle
+
+    from engine.engine_host import HostedClient
+    from engine.outputs import AdmissionStats, EngineStats, StepTiming
+
+    class Caller(HostedClient):
+        ready = True
+
+    sent = EngineStats(
+        2,
+        0,
+        100,
+        10,
+        7,
+        StepTiming(),
+        True,
+        realtime_refusal="listeners",
+        admission=AdmissionStats(streams=2, refusals={"listeners": 3, "kv": 1}),
+    )
+    caller = Caller()
+    assert caller.stats().realtime_room  # nothing heard yet: no refusal made up
+    caller._handle(pickle.loads(pickle.dumps(sent)))
+    got = caller.stats()
+    assert got.stepping and got.realtime_refusal == "listeners" and not got.realtime_room
+    assert got.admission.refusals == {"listeners": 3, "kv": 1}

@@ -308,12 +308,15 @@ def test_the_scheduler_refuses_by_the_listeners_whatever_the_model_predicts():
     now = 100.0
     for _ in range(10):
         playing(sched, now, played_s=5.0, lead_s=2.0)
-    assert sched.real_time_room(now).ok
+    assert sched.real_time_room(now).ok and sched.real_time_room(now).refusal_cause == ""
     for _ in range(2):
         playing(sched, now, played_s=5.0, lead_s=0.1)
     verdict = sched.real_time_room(now)
-    assert not verdict.ok and verdict.cause == "listeners"
+    assert not verdict.ok and verdict.cause == verdict.refusal_cause == "listeners"
     assert "2 of the 12 streams playing are running short of audio" in verdict.reason
+    # Asking (EngineStats.realtime_refusal, polled) counts nothing: only a refused request.
+    assert sched.real_time_room(now).refusal_cause == "listeners"
+    assert sched.admission_stats(now).refusals == {}
     refused = Request([1] * 8, SamplingParams(max_tokens=50), now)
     assert not sched.admit(refused).ok
     stats = sched.admission_stats(now)
@@ -406,3 +409,21 @@ def test_a_true_burst_goes_in_by_halves_of_the_prediction_and_none_falls_behind(
     result = sim.run([0.0] * int(1.5 * capacity), stream_tokens=400, until_s=10)
     assert result.admitted == result.peak_streams == predicted
     assert not result.late_streams
+
+
+async def test_a_warm_up_the_kv_pool_cannot_hold_refuses_no_client():
+    """The warm-up's own request, refused by a pool too small for it, is not counted: /metrics'
+    refusals by cause are the clients' alone (a client's request is, once)."""
+    from engine.api import EngineOverloaded
+    from engine.factory import build_engine
+    from engine.outputs import SpeechRequest
+
+    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=2))
+    try:
+        assert engine.stats().admission.refusals == {}
+        too_long = SpeechRequest("Hello there.", sampling=SamplingParams(max_tokens=200))
+        with pytest.raises(EngineOverloaded):
+            await engine.submit(too_long)
+        assert engine.stats().admission.refusals == {"kv": 1}
+    finally:
+        await engine.shutdown()

@@ -1,19 +1,30 @@
 """Real-time admission on /metrics (gateway/metrics.py): what the engine predicts and why it
-refused, read from EngineStats.admission."""
+refused, read from EngineStats.admission, and the refusals the gateway counted itself before
+anything reached the engine (gateway/admission.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from prometheus_client import generate_latest
 
 from engine.outputs import AdmissionStats, EngineStats, StepTiming
+from gateway.admission import GATEWAY_CAUSES
 from gateway.metrics import GatewayMetrics
 
 
-def metrics_text(admission: AdmissionStats) -> str:
-    """The gateway's /metrics text for an engine whose admission stands at `admission`."""
-    stats = EngineStats(0, 0, 100, 0, 0, StepTiming(), True, realtime_room=False)
+def metrics_text(
+    admission: AdmissionStats, gateway_refusals: Mapping[str, int] | None = None
+) -> str:
+    """The gateway's /metrics text for an engine whose admission stands at `admission`, after
+    the gateway refused `gateway_refusals` sessions (by cause) itself."""
+    stats = EngineStats(0, 0, 100, 0, 0, StepTiming(), True, realtime_refusal="turn_cost")
     stats = EngineStats(**{**stats.__dict__, "admission": admission})
-    return generate_latest(GatewayMetrics(lambda: stats).registry).decode()
+    metrics = GatewayMetrics(lambda: stats)
+    for cause, count in (gateway_refusals or {}).items():
+        for _ in range(count):
+            metrics.count_refusal(cause)
+    return generate_latest(metrics.registry).decode()
 
 
 def test_admission_figures_and_refusals_by_cause_are_exported():
@@ -27,7 +38,7 @@ def test_admission_figures_and_refusals_by_cause_are_exported():
         short_listeners=3,
         refusals={"turn_cost": 12, "listeners": 5},
     )
-    text = metrics_text(admission)
+    text = metrics_text(admission, {"listeners": 2, "waiting": 1})
     for line in (
         "voxgate_engine_realtime_room 0.0",
         "voxgate_engine_realtime_streams 42.0",
@@ -37,5 +48,15 @@ def test_admission_figures_and_refusals_by_cause_are_exported():
         "voxgate_engine_listeners_short 3.0",
         'voxgate_engine_admission_refusals_total{cause="turn_cost"} 12.0',
         'voxgate_engine_admission_refusals_total{cause="listeners"} 5.0',
+        'voxgate_gateway_admission_refusals_total{cause="listeners"} 2.0',
+        'voxgate_gateway_admission_refusals_total{cause="waiting"} 1.0',
+        'voxgate_gateway_admission_refusals_total{cause="kv"} 0.0',
     ):
         assert line in text, line
+
+
+def test_every_gateway_cause_is_on_metrics_from_the_start():
+    """A series at 0 from the first scrape: a rate over any window has a start."""
+    text = metrics_text(AdmissionStats())
+    for cause in GATEWAY_CAUSES:
+        assert f'voxgate_gateway_admission_refusals_total{{cause="{cause}"}} 0.0' in text, cause

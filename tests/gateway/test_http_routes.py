@@ -42,6 +42,7 @@ async def test_health_ready_and_metrics(server):
         "voxgate_engine_turn_fixed_seconds ",
         "voxgate_engine_turn_row_seconds ",
         "voxgate_engine_listeners_short ",
+        'voxgate_gateway_admission_refusals_total{cause="listeners"} ',
     ]:
         assert name in text, name
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.api import EngineOverloaded
 from engine.config import EngineConfig
 from engine.duplex import DuplexEngine
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
@@ -161,6 +162,24 @@ def test_sessions_through_the_engine_equal_transformers_stepped(model, hf_moshi)
         assert finished[rid].reason == expected
         pieces = [model.text_piece(r) for r in rows]
         assert "".join(texts.get(rid, [])) == "".join(pieces)
+
+
+def test_a_session_the_kv_pool_cannot_hold_is_refused_and_counted_as_kv(model):
+    """Refused at submit (the gateway's `overloaded`), and counted by cause on /metrics
+    (EngineStats.admission.refusals); the sessions that fit are not counted."""
+    core = DuplexEngine(
+        model,
+        EngineConfig(num_kv_blocks=4, block_size=16),
+        torch.device("cpu"),
+        "sdpa",
+        FakeClock(),
+    )
+    core.add_request(SpeechRequest("", None, greedy(8)))
+    with pytest.raises(EngineOverloaded):
+        core.add_request(SpeechRequest("", None, greedy(200)))
+    stats = core.stats()
+    assert stats.admission.refusals == {"kv": 1} and stats.admission.streams == 1
+    assert stats.realtime_room  # a duplex engine admits by its KV pool alone
 
 
 def test_session_rejects_text_and_voices(model):

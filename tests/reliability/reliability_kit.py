@@ -147,6 +147,25 @@ async def metrics(server: ServeProcess) -> dict[str, float]:
     return values
 
 
+def refusals_by_cause(values: dict[str, float], family: str) -> dict[str, float]:
+    """A refusal family's counts by cause from `metrics()` (family: e.g.
+    voxgate_engine_admission_refusals_total, voxgate_gateway_admission_refusals_total)."""
+    prefix = family + "{cause="
+    return {
+        name[len(prefix) : -1].strip('"'): value
+        for name, value in values.items()
+        if name.startswith(prefix)
+    }
+
+
+def refusals_between(
+    before: dict[str, float], after: dict[str, float], family: str
+) -> dict[str, float]:
+    """A refusal family's counts added between two `metrics()` readings, by cause."""
+    old, new = refusals_by_cause(before, family), refusals_by_cause(after, family)
+    return {cause: n - old.get(cause, 0) for cause, n in new.items() if n > old.get(cause, 0)}
+
+
 async def probe(server: ServeProcess, path: str) -> int:
     async with httpx.AsyncClient(base_url=server.http, timeout=10) as client:
         return (await client.get(path)).status_code

@@ -11,7 +11,7 @@ import time
 
 import websockets
 from gateway_testkit import expect_close, send, start_session
-from reliability_kit import SIZES, ServeProcess, engine_idle, metrics, until
+from reliability_kit import SIZES, ServeProcess, engine_idle, metrics, refusals_between, until
 
 SESSION_TIMEOUT_S = 300  # a hung session fails the test
 
@@ -70,6 +70,14 @@ async def test_many_sessions_each_complete_or_are_refused(tiny_server):
     assert late_frames <= 5 * completed, (late_frames, completed)
     after = await engine_idle(server)
     assert after["voxgate_sessions"] == 0
+    # /metrics says why each was refused, once: a session refused at session.start under the
+    # gateway's family, a response refused at submit under the engine's (read once idle: the
+    # engine's figures come in stats snapshots).
+    at_start = refusals_between(before, after, "voxgate_gateway_admission_refusals_total")
+    at_submit = refusals_between(before, after, "voxgate_engine_admission_refusals_total")
+    print(f"reliability: refused at session.start {at_start}, at submit {at_submit}")
+    assert sum(at_start.values()) == outcomes.count("refused"), (at_start, outcomes)
+    assert sum(at_submit.values()) == outcomes.count("overloaded"), (at_submit, outcomes)
     assert after["voxgate_event_loop_tasks"] <= before["voxgate_event_loop_tasks"]
     # Bounded: nothing per session is kept once it has ended.
     assert server.rss_mb() - rss_before < 20 + 0.2 * SIZES.sessions, server.rss_mb()

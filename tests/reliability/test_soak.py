@@ -18,7 +18,7 @@ import time
 import pytest
 import websockets
 from gateway_testkit import send
-from reliability_kit import ServeProcess, engine_idle, metrics
+from reliability_kit import ServeProcess, engine_idle, metrics, refusals_by_cause
 
 SOAK_S = float(os.environ.get("VOXGATE_SOAK_S", "0"))
 TEXT = "The quick brown fox jumps over the lazy dog."
@@ -74,13 +74,17 @@ async def _capacity(server: ServeProcess) -> int:
 
 
 async def _refusal_causes(server: ServeProcess) -> dict[str, float]:
-    """The engine's admission refusals so far, by cause (turn_cost, codec, slow_start, …)."""
-    prefix = "voxgate_engine_admission_refusals_total{cause="
-    return {
-        name[len(prefix) : -1].strip('"'): value
-        for name, value in (await metrics(server)).items()
-        if name.startswith(prefix)
-    }
+    """Admission's refusals so far, by cause (turn_cost, codec, slow_start, …): the engine's at
+    submit and the gateway's at session.start, each refusal in one of them."""
+    values = await metrics(server)
+    found: dict[str, float] = {}
+    for family in (
+        "voxgate_engine_admission_refusals_total",
+        "voxgate_gateway_admission_refusals_total",
+    ):
+        for cause, count in refusals_by_cause(values, family).items():
+            found[cause] = found.get(cause, 0) + count
+    return found
 
 
 async def test_soak_at_70_percent_of_capacity_stays_flat(tiny_server):
