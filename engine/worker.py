@@ -156,11 +156,16 @@ class Worker:
         )
         try:
             self.prompt_graphs.capture()
-        except RuntimeError as exc:
-            raise RuntimeError(
-                f"capturing {self.model.facts.name}'s prompt forward in CUDA graphs failed "
-                f"({exc}); start the server with --no-prompt-graphs (or --eager)"
-            ) from exc
+        except RuntimeError as exc:  # an optimisation: the server still serves without it
+            self.prompt_graphs = None
+            first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+            log.warning(
+                "capturing %s's prompt forward in CUDA graphs failed (%s); prompts run "
+                "eagerly, which costs each arrival's step more (--no-prompt-graphs skips the "
+                "attempt)",
+                self.model.facts.name,
+                first_line,
+            )
 
     def capture_depth_graphs(self, max_batch: int, max_num_seqs: int) -> None:
         """Graphs of a row model's depth stage (engine/depth_graphs.py), whatever the attention
