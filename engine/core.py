@@ -396,6 +396,7 @@ class EngineCore:
             t1 = self.clock()
             launched = self.worker.launch(plan.chunks, self.config.block_size, self._in_flight)
             self._mark_launched(plan.chunks, launched)
+            self.audio.totals.prefill_graphed += launched.prompts_graphed
             timing.llm_s = self.clock() - t1
         if self.async_scheduling:  # step n+1 is queued: now wait for step n's tokens
             launched, self._in_flight = self._in_flight, launched

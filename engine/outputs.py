@@ -57,7 +57,7 @@ class LoopTotals:
     A loop turn (`loop_s`) is the LLM's launch and wait (`llm_s`), the codec's hand-offs and
     event bookkeeping (the rest). With async scheduling a turn launches step n+1 and waits
     for step n, so `prefill_turn_s` (turns that launched a prefill) is the host's share of
-    an eager prefill step plus the wait for the step before it. Codec jobs run beside the loop on their own streams
+    a prefill step (eager, or `prefill_graphed` from graphs) plus the wait for the step before it. Codec jobs run beside the loop on their own streams
     (`codec_s` is their decode time, not loop time). `capped_steps` counts LLM steps that left
     live requests out because `max_num_seqs` was full."""
 
@@ -67,7 +67,8 @@ class LoopTotals:
     llm_s: float = 0.0
     rows: int = 0  # requests advanced, summed over LLM steps
     tokens: int = 0  # prefill + decode tokens, summed over LLM steps
-    prefill_steps: int = 0  # LLM steps that ran any prompt tokens (eagerly: no graph)
+    prefill_steps: int = 0  # LLM steps that ran any prompt tokens
+    prefill_graphed: int = 0  # of them, steps replayed from graphs (engine/prompt_graphs.py)
     prefill_turn_s: float = 0.0  # the loop turns that launched them
     capped_steps: int = 0
     codec_jobs: int = 0  # steady jobs

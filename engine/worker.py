@@ -31,6 +31,7 @@ class LaunchedStep:
     copied: torch.cuda.Event | None = None  # None on the CPU, where host is tokens
     row_of: dict[str, int] = field(init=False)  # request id → row of `tokens`
     placeholder: Token = 0  # what sits in the host-side inputs where a device token goes
+    prompts_graphed: bool = False  # its fresh prompts replayed the prompt graphs
 
     def __post_init__(self) -> None:
         self.row_of = {r.request_id: i for i, r in enumerate(self.requests)}
@@ -290,7 +291,7 @@ class Worker:
             hidden.index_select(0, upload(last_rows, torch.long, self.device))
         )
         tokens = sampling_graphs.run(rows, allow_stop)
-        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens), prompts_graphed=True)
 
     def _step_inputs(
         self,

@@ -87,6 +87,10 @@ LOOP_TOTALS = {
     "voxgate_engine_llm_rows": ("Requests advanced, summed over LLM steps", "rows"),
     "voxgate_engine_llm_tokens": ("Tokens run, summed over LLM steps", "tokens"),
     "voxgate_engine_prefill_steps": ("LLM steps that ran prompt tokens", "prefill_steps"),
+    "voxgate_engine_prefill_graphed_steps": (
+        "LLM steps whose fresh prompts replayed the prompt graphs",
+        "prefill_graphed",
+    ),
     "voxgate_engine_prefill_turn_seconds": (
         "Engine loop turns that launched a prefill step",
         "prefill_turn_s",

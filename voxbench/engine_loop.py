@@ -53,6 +53,7 @@ def loop_profile(
         "rows_per_step": _per(d["rows"], d["llm_steps"]),
         "tokens_per_s": round(d["tokens"] / wall_s, 1),
         "prefill_steps": int(d["prefill_steps"]),
+        "prefill_graphed": int(d["prefill_graphed"]),
         "prefill_turn_ms": _per(d["prefill_turn_s"], d["prefill_steps"], 1e3),
         "capped_steps": int(d["capped_steps"]),
         "codec_jobs": int(d["codec_jobs"]),
@@ -74,7 +75,8 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         f"engine loop: busy {100 * p['loop_busy']:.0f} % (LLM {100 * p['llm_busy']:.0f} %), "
         f"{p['llm_steps_per_s']} LLM steps/s of {p['llm_step_ms']} ms and "
         f"{p['rows_per_step']} rows, turn {p['loop_turn_ms']} ms, "
-        f"{p['prefill_steps']} with prefill (turn {p['prefill_turn_ms']} ms), "
+        f"{p['prefill_steps']} with prefill ({p['prefill_graphed']} from graphs, "
+        f"turn {p['prefill_turn_ms']} ms), "
         f"{p['capped_steps']} capped at max_num_seqs",
         f"engine codec: {p['codec_jobs']} jobs of {p['codec_job_ms']} ms and "
         f"{p['codec_rows_per_job']} rows (busy {100 * p['codec_busy']:.0f} %), "

@@ -244,6 +244,7 @@ def test_arrivals_beside_decodes_from_graphs_change_nothing(stopping_model):
     graphed = count_graphed_steps(core.worker)
     result = run(core)
     assert len(graphed) >= 3 and max(graphed) > 1  # arrivals beside decodes, from graphs
+    assert core.audio.totals.prefill_graphed == len(graphed)  # what /metrics reports
     for rid, (tokens, pcm, reason, count) in reference.items():
         g_tokens, g_pcm, g_reason, g_count = result[rid]
         assert g_tokens == tokens, rid
