@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from models.checkpoint_errors import CheckpointError
 from models.family_spec import option
+
+if TYPE_CHECKING:  # the CLI reads these options without loading torch
+    import torch
 
 LARGE_CHUNK_FRAMES = 8  # models/codecs/snac.py's default
 MAX_LARGE_CHUNK_FRAMES = 16  # a window of 21 frames: the codec captures graphs of up to 64 of them
