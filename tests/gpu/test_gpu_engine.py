@@ -89,12 +89,22 @@ def test_flashinfer_equals_sdpa(query_lens):
 
 @pytest.fixture(scope="module")
 def gpu_tiny_dirs(tmp_path_factory, tiny_orpheus_dirs):
-    """tiny-orpheus with head_dim 64: FlashInfer has no kernels for the preset's 16."""
+    """tiny-orpheus with Orpheus-3B's attention shape (head_dim 128, 3 query heads a KV head):
+    FlashInfer has no kernels for the preset's head_dim 16, and these are the kernels serving
+    Orpheus-3B compiles (carried to the GPU machine as .gpu/aot.tar), so the tests compile
+    none of their own."""
     from models.orpheus.configs import TINY_ORPHEUS
     from models.orpheus.presets import write_orpheus_checkpoint
 
     folder = tmp_path_factory.mktemp("gpu-tiny") / "model"
-    cfg = {**TINY_ORPHEUS, "hidden_size": 256, "intermediate_size": 512, "head_dim": 64}
+    cfg = {
+        **TINY_ORPHEUS,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+    }
     write_orpheus_checkpoint(folder, cfg, seed=5)
     return folder, tiny_orpheus_dirs[1]
 
