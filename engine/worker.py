@@ -263,8 +263,8 @@ class Worker:
         decode turn, one per arrival (BENCHMARKS.md). None: the step does not qualify (no
         prompt graphs, a prompt continuing earlier tokens, too many tokens or rows, a
         sampling the sampling graph does not take)."""
-        prompts_graphs, sampling_graphs = self.prompt_graphs, self.sampling_graphs
-        if prompts_graphs is None or sampling_graphs is None or self.graphs is None:
+        prompt_graphs, sampling_graphs = self.prompt_graphs, self.sampling_graphs
+        if prompt_graphs is None or sampling_graphs is None or self.graphs is None:
             return None
         decodes = [c for c in chunks if c.num_tokens == 1 and c.samples]
         prompts = [c for c in chunks if not (c.num_tokens == 1 and c.samples)]
@@ -273,7 +273,7 @@ class Worker:
         sampling = decodes + [c for c in prompts if c.samples]
         if not sampling or len(sampling) > self.graphs.max_batch:
             return None
-        if sum(c.num_tokens for c in prompts) > prompts_graphs.max_batch:
+        if sum(c.num_tokens for c in prompts) > prompt_graphs.max_batch:
             return None
         reqs = [c.request for c in sampling]
         rows, allow_stop = self._sampling_rows(reqs)
@@ -283,7 +283,7 @@ class Worker:
             ids, positions, layout = self._step_inputs(decodes, block_size, previous)
             self.graphs.run(ids, positions, layout, prepare=self._prepare)
         ids, positions, layout = self._step_inputs(prompts, block_size, None)
-        hidden = prompts_graphs.run(ids, positions, layout)
+        hidden = prompt_graphs.run(ids, positions, layout)
         ends = list(itertools.accumulate(c.num_tokens for c in prompts))
         last_rows = [end - 1 for end, c in zip(ends, prompts, strict=True) if c.samples]
         first = len(decodes)
