@@ -492,7 +492,7 @@ def test_arrivals_beside_decodes_replay_the_prompt_graphs(gpu_tiny_dirs):
     eager forwards is the CPU test's (tests/models/test_orpheus_async.py): in bf16 the grouping
     of rows into GEMMs moves logits by rounding, enough to flip a near-tie in sampling."""
     from models.orpheus import tokens as T
-    from tests.models.test_orpheus_async import count_graphed_steps
+    from tests.cpu_graphs import count_graphed_steps
 
     model = load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16)
     defaults = model.facts.sampling_defaults

@@ -148,6 +148,36 @@ def test_async_scheduling_equals_the_synchronous_step(model):
         np.testing.assert_allclose(a_pcm, pcm, atol=1e-5)
 
 
+def test_arrivals_from_the_prompt_graphs_change_nothing(model):
+    """CosyVoice 2's prompts (text and a voice's speech tokens) through the prompt graphs
+    beside decodes (Worker._launch_graphed, as the CPU runs the graph sets): the same seeded
+    tokens and audio as eager forwards, its repetition-aware sampling included."""
+    from tests.cpu_graphs import count_graphed_steps, with_cpu_graphs
+
+    specs = [
+        SpeechRequest(t, v, SamplingParams(seed=i, max_tokens=n, min_tokens=n))
+        for i, (t, v, n) in enumerate(
+            zip(TEXTS, ["narrator", "clip", "guide", "clip"], [30, 12, 26, 18], strict=True)
+        )
+    ]
+    results, graphed = [], []
+    for graphs in (False, True):
+        config = EngineConfig(
+            max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=64, async_scheduling=True
+        )
+        core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+        if graphs:
+            with_cpu_graphs(core.worker, prompt_buckets=(64, 128, 256))
+            graphed = count_graphed_steps(core.worker)
+        requests, audio, _, _ = run(core, copy.deepcopy(specs))
+        results.append([(r.output_ids, np.concatenate(audio[r.request_id])) for r in requests])
+    assert len(graphed) >= 2 and max(graphed) > 1  # arrivals beside decodes, from graphs
+    eager, from_graphs = results
+    assert [tokens for tokens, _ in from_graphs] == [tokens for tokens, _ in eager]
+    for (_, pcm), (_, g_pcm) in zip(eager, from_graphs, strict=True):
+        np.testing.assert_allclose(g_pcm, pcm, atol=1e-5)
+
+
 def test_prompt_layout(model):
     ids = model.ids
     # GET /v1/voices tells the spk2info presets from the voices made from clips.
