@@ -13,13 +13,12 @@ import torch
 from engine.attention import KVCache, kv_storage_dtype
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.llm_graphs import capture_llm_graphs
 from engine.llm_stream import LlmStream
 from engine.worker import Worker
 from models.base import SpeechModel
 
 log = logging.getLogger("voxgate.engine")
-# Decode steps of up to this many rows replay a captured graph (larger ones run eagerly).
-MAX_GRAPH_BATCH = 512
 
 
 @dataclass(frozen=True)
@@ -52,19 +51,7 @@ def build_backbone(
     worker = Worker(model, cache, attention, device, max_batch=config.max_num_seqs)
     on_llm_stream = LlmStream(device, config.llm_stream_priority)
     if device.type == "cuda" and config.cuda_graphs:
-        # Recurrent state moves between slots each step (models/recurrent_state.py): such a
-        # model's decode step runs eagerly.
-        if model.recurrent_state is not None:
-            log.info("decode graphs: not for %s (recurrent layers)", model.facts.name)
-        elif worker.attn.supports_graphs:
-            worker.capture_graphs(
-                shape.hidden_size, config.block_size, min(config.max_num_seqs, MAX_GRAPH_BATCH)
-            )
-        if config.sampling_graphs:
-            worker.capture_sampling_graphs()
-        if config.prompt_graphs:
-            worker.capture_prompt_graphs(config.block_size)
-        worker.capture_depth_graphs(min(config.max_num_seqs, MAX_GRAPH_BATCH), config.max_num_seqs)
+        capture_llm_graphs(worker, config)
     return Backbone(blocks, worker, on_llm_stream, num_blocks)
 
 

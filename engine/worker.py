@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -16,8 +15,6 @@ from engine.request import Request, Token
 from engine.sampling import Sampler, SamplingRow
 from models.base import SpeechModel, StreamState
 from models.device_util import upload
-
-log = logging.getLogger("voxgate.worker")
 
 
 @dataclass
@@ -70,10 +67,11 @@ class Worker:
         self.attn = make_attention_backend(
             attention, cache, model.shape.num_q_heads, max_batch, model.facts.max_context
         )
-        self.graphs = None  # DecodeGraphs once capture_graphs() ran
-        self.sampling_graphs = None  # SamplingGraphs once capture_sampling_graphs() ran
-        self.prompt_graphs = None  # PromptGraphs once capture_prompt_graphs() ran
-        self.depth_graphs = None  # DepthGraphs once capture_depth_graphs() ran
+        # The LLM's CUDA graphs, each set once engine/llm_graphs.py captured it (else eager).
+        self.graphs = None  # DecodeGraphs
+        self.sampling_graphs = None  # SamplingGraphs
+        self.prompt_graphs = None  # PromptGraphs
+        self.depth_graphs = None  # DepthGraphs
         self.repetition_aware = model.facts.repetition_aware
         self.sampler = Sampler(
             model.shape.vocab_size, device, repetition_aware=self.repetition_aware
@@ -83,124 +81,6 @@ class Worker:
         self.recurrent = model.recurrent_state
         self.row_width = model.facts.row_width  # > 0: tokens are rows, with a depth stage
         self._staged: torch.cuda.Event | None = None  # the last plan's host → device copy
-
-    def capture_graphs(self, hidden_size: int, block_size: int, max_batch: int) -> None:
-        from engine.cuda_graphs import DEFAULT_BUCKETS, DecodeGraphs
-
-        buckets = tuple(b for b in DEFAULT_BUCKETS if b < max_batch) + (max_batch,)
-        self.graphs = DecodeGraphs(
-            self.model.forward,
-            self.attn,
-            hidden_size,
-            self.model.shape.dtype,
-            self.device,
-            block_size,
-            buckets,
-            row_width=self.row_width,
-        )
-        try:
-            self.graphs.capture()
-        except RuntimeError as exc:
-            raise RuntimeError(
-                f"capturing {self.model.facts.name}'s decode step in CUDA graphs failed ({exc}); "
-                "start the server with --eager to run it without graphs"
-            ) from exc
-
-    def capture_sampling_graphs(self) -> None:
-        """Graphs of the decode step's head and sampling per decode bucket
-        (engine/sampling_graphs.py), for models whose candidates need no host lists (nor
-        per-request options, which the captured head does not take)."""
-        from engine.sampling_graphs import SamplingGraphs
-
-        capturable = self.model.graphable_candidates() and not self.model.facts.request_options
-        if self.graphs is None or self.row_width or not capturable:
-            if self.graphs is not None:  # say so: the flag is on, but this model samples eagerly
-                log.info(
-                    "sampling graphs: not for %s (its candidates need host lists or request "
-                    "options, or its tokens are rows); its head and sampler run eagerly",
-                    self.model.facts.name,
-                )
-            return
-        self.sampling_graphs = SamplingGraphs(
-            self.model.device_candidates,
-            self.sampler,
-            self.graphs.hidden_buffer,
-            self.graphs.buckets,
-            self.device,
-        )
-        try:
-            self.sampling_graphs.capture()
-        except RuntimeError as exc:
-            raise RuntimeError(
-                f"capturing {self.model.facts.name}'s head and sampling in CUDA graphs failed "
-                f"({exc}); start the server with --no-sampling-graphs (or --eager)"
-            ) from exc
-
-    def capture_prompt_graphs(self, block_size: int) -> None:
-        """Graphs of a fresh prompt's forward per token bucket (engine/prompt_graphs.py), so a
-        step mixing decodes with arrivals replays graphs only (`_launch_graphed`). For models
-        whose decodes replay with their sampling (the prompts' sampling rows join that graph),
-        and not for models with recurrent state (its per-step bookkeeping spans the step)."""
-        from engine.prompt_graphs import PROMPT_BUCKETS, PromptAttention, PromptGraphs
-
-        if self.sampling_graphs is None or self.recurrent is not None:
-            log.info(
-                "prompt graphs: not for %s (its decodes sample eagerly, or it has "
-                "recurrent layers); its prompts run eagerly",
-                self.model.facts.name,
-            )
-            return
-        shape = self.model.shape
-        attn = PromptAttention(self.cache, shape.num_q_heads, PROMPT_BUCKETS[-1])
-        self.prompt_graphs = PromptGraphs(
-            self.model.forward, attn, shape.hidden_size, shape.dtype, self.device, block_size
-        )
-        try:
-            self.prompt_graphs.capture()
-        except RuntimeError as exc:  # an optimisation: the server still serves without it
-            self.prompt_graphs = None
-            first_line = (str(exc).strip().splitlines() or [""])[0][:300]
-            log.warning(
-                "capturing %s's prompt forward in CUDA graphs failed (%s); prompts run "
-                "eagerly, which costs each arrival's step more (--no-prompt-graphs skips the "
-                "attempt)",
-                self.model.facts.name,
-                first_line,
-            )
-
-    def capture_depth_graphs(self, max_batch: int, max_num_seqs: int) -> None:
-        """Graphs of a row model's depth stage (engine/depth_graphs.py), whatever the attention
-        backend. Only when no step can exceed the largest bucket: an eager step larger than
-        every warm-up would regrow the stage's own buffers under the captured graphs."""
-        from engine.cuda_graphs import DEFAULT_BUCKETS
-        from engine.depth_graphs import DepthGraphs
-
-        if not self.row_width:
-            return
-        if max_num_seqs > max_batch:
-            log.info(
-                "depth-stage graphs not captured: max_num_seqs %d exceeds the largest bucket %d",
-                max_num_seqs,
-                max_batch,
-            )
-            return
-        default_k = int(self.model.facts.sampling_defaults.get("top_k", 0))
-        buckets = tuple(b for b in DEFAULT_BUCKETS if b < max_batch) + (max_batch,)
-        self.depth_graphs = DepthGraphs(
-            self.model.depth_stage,
-            self.model.shape.hidden_size,
-            self.model.shape.dtype,
-            self.device,
-            buckets,
-            max_k=max(256, default_k),
-        )
-        try:
-            self.depth_graphs.capture()
-        except RuntimeError as exc:
-            raise RuntimeError(
-                f"capturing {self.model.facts.name}'s depth stage in CUDA graphs failed ({exc}); "
-                "start the server with --eager to run it without graphs"
-            ) from exc
 
     # --- per-request state -----------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
