@@ -55,7 +55,7 @@ run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
     timeout "$RUN_S" python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" \
         --out "$results" > "$results.txt" 2>&1
     echo "exit $?"
-    grep -h "listeners:\|conversations:\|engine loop\|engine codec\|engine admission" "$results.txt" \
+    grep -h "listeners:\|conversations:\|late frames by second\|engine loop\|engine codec\|engine admission" "$results.txt" \
         | sed 's/^.*INFO voxgate.bench //' | tee -a "$OUT/summary.txt"
     for json in "$results"/*.json; do gzip -c "$json" > "$OUT/$tag-$name.json.gz"; done
 }

@@ -84,7 +84,7 @@ def summarize_capacity(
     frames = FrameCount()
     for r in records:
         asked = round(r.audio_seconds * 1000 / (r.frame_ms or 20.0))
-        frames.add(r.arrivals_ms, r.frame_durations_ms(), buffer_ms, r.ok, asked)
+        frames.add(r.arrivals_ms, r.frame_durations_ms(), buffer_ms, r.ok, asked, r.sent_s)
     ttfa = [r.ttfa_ms for r in records if r.ttfa_ms is not None]
     refused = sum(_refused(r) for r in records)
     failed = sum(1 for r in records if not r.ok and not _refused(r))
@@ -94,6 +94,7 @@ def summarize_capacity(
         "refused": refused,
         "failed": failed,
         **{k: counted[k] for k in ("frames_expected", "frames_on_time", "on_time")},
+        "late_by_second": counted["late_by_second"],
         "late_streams": frames.late_streams,
         "late_ms": counted["late_ms"],
         "ttfa_ms": distribution(ttfa),
@@ -158,12 +159,17 @@ class CapacityRun(LadderRun):
 
     def describe(self, n: int, summary: dict[str, Any]) -> str:
         s = summary
-        return (
+        line = (
             f"{n} listeners: {100 * s['on_time']:.2f}% of frames on time, {s['late_streams']} "
             f"late streams (late by up to {s['late_ms']['max']} ms), p90 TTFA "
             f"{s['ttfa_ms']['p90']} ms, {s['refused']} refused, {s['failed']} failed: "
             + ("HOLDS" if s["holds"] else "does not hold")
         )
+        by_second = s.get("late_by_second") or {}
+        if by_second:
+            seconds = " ".join(f"{sec}s:{count}" for sec, count in by_second.items())
+            line += f"\n  late frames by second of the point: {seconds}"
+        return line
 
     def plot(self) -> Path | None:
         return plot_capacity(self.results, self.path)

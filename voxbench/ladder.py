@@ -94,6 +94,9 @@ class FrameCount:
     on_time: int = 0
     late_streams: int = 0  # timelines with any late frame
     lateness_ms: list[float] | None = None  # how late each late frame was
+    # Late frames by the whole second of the point they arrived in (timelines whose start is
+    # known): a ramp's stalls and a steady load's shortfall look different here.
+    late_by_second: dict[int, int] | None = None
 
     def add(
         self,
@@ -102,15 +105,24 @@ class FrameCount:
         buffer_ms: float,
         ok: bool,
         asked: int,
+        sent_s: float | None = None,
     ) -> None:
         """One timeline. A completed one asked for what it got (the codec's whole frames); a
-        refused or broken one for `asked` frames, the missing ones counting as not on time."""
+        refused or broken one for `asked` frames, the missing ones counting as not on time.
+        `sent_s`: when, in the point's seconds, the times in `arrivals_ms` count from."""
         late = frame_lateness(arrivals_ms, durations_ms, buffer_ms)
         n_late = sum(1 for x in late if x > EPS_MS)
         self.expected += len(late) if ok else max(asked, len(late))
         self.on_time += len(late) - n_late
         self.late_streams += n_late > 0
         self.lateness_ms = (self.lateness_ms or []) + [x for x in late if x > EPS_MS]
+        if sent_s is not None:
+            seconds = self.late_by_second if self.late_by_second is not None else {}
+            for arrival, lateness in zip(arrivals_ms, late, strict=True):
+                if lateness > EPS_MS:
+                    second = int(sent_s + arrival / 1000)
+                    seconds[second] = seconds.get(second, 0) + 1
+            self.late_by_second = seconds
 
     @property
     def fraction(self) -> float:
@@ -122,6 +134,8 @@ class FrameCount:
             "frames_on_time": self.on_time,
             "on_time": round(self.fraction, 5),
             "late_ms": distribution(self.lateness_ms or []),
+            # JSON keys are strings: the second of the point, in order
+            "late_by_second": {str(s): n for s, n in sorted((self.late_by_second or {}).items())},
         }
 
 
@@ -312,7 +326,8 @@ class LadderRun(abc.ABC):
             profile = ServerProfile(http, trace)
             point = self.measure(url, n)
             profile.load_ended()
-            log.info("%s", self.describe(n, point["summary"]))
+            for line in self.describe(n, point["summary"]).splitlines():
+                log.info("%s", line)
             profile.finish(point)
             entry["points"].append(point)
             entry["capacity"] = capacity_of(entry["points"], self.count_key)

@@ -61,6 +61,10 @@ def test_summarize_capacity_holds_only_when_every_listener_plays_on_time():
     assert s["refused"] == 1 and s["failed"] == 0 and not s["holds"]
     assert s["frames_expected"] == 15 + 5  # the refused listener's 100 ms count as missing
 
+    late[3].sent_s = 6.9  # its 4 late frames (150-210 ms after sending) came in second 7
+    assert summarize_capacity(late, 0.0, 0.999, 500.0)["late_by_second"] == {"7": 4}
+    assert s["late_by_second"] == {}  # no late frames
+
     slow_start = [_record(i, [900 + i, 920 + i, 940 + i, 960 + i, 980 + i]) for i in range(4)]
     assert not summarize_capacity(slow_start, 0.0, 0.999, 500.0)["holds"]  # TTFA over the SLO
 
