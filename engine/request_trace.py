@@ -149,11 +149,16 @@ def summarize(traces: list[dict]) -> dict:
             "step_ms",
         )
     }
-    gaps, chunks, lane_chunks, first_on_lane = [], 0, 0, 0
+    gaps, chunks, lane_chunks, first_on_lane, empty, chunk_audio = [], 0, 0, 0, 0, []
     for t in traces:
         done = [c for c in t["chunks"] if c.get("out_ms") is not None]
         chunks += len(done)
         lane_chunks += sum(c["lane"] for c in done)
+        # A job that took a request's tokens but gave no audio (its codec waits for more, e.g.
+        # a look-ahead): the request sat out the next job for nothing. The audio of the others
+        # says how large the codec's windows were (small ones cost more a frame).
+        empty += sum(1 for c in done if c["audio_ms"] <= 0)
+        chunk_audio += [c["audio_ms"] for c in done if c["audio_ms"] > 0]
         # A stream's first gap (later values would count it again: request.audio_lead_s).
         late = [-c["buffered_ms"] for c in done[1:] if (c["buffered_ms"] or 0) < 0]
         gaps += late[:1]
@@ -184,6 +189,8 @@ def summarize(traces: list[dict]) -> dict:
     out: dict = {k: _percentiles(v) for k, v in parts.items()}
     out["requests"] = len(traces)
     out["chunks"] = chunks
+    out["empty_chunks"] = empty
+    out["chunk_audio_ms"] = _percentiles(chunk_audio)
     out["lane_share"] = round(lane_chunks / chunks, 3) if chunks else None
     out["first_chunks_on_lane"] = first_on_lane
     out["gaps_ms"] = sorted(round(g, 1) for g in gaps)

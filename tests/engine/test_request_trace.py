@@ -41,6 +41,9 @@ def test_summary_splits_time_to_first_audio_and_finds_gaps(tmp_path):
     assert a["first_token_ms"] == 50.0 and a["chunks"][0]["started_ms"] == 320.0
     s = summarize([a, b])
     assert s["requests"] == 2 and s["chunks"] == 4
+    assert s["empty_chunks"] == 0 and s["chunk_audio_ms"]["max"] == 1000.0
+    empty = timeline(102.0, 0.05, 0.2, [(0.3, 0.3, 0.35, 0.6, 0.0), (0.5, 0.5, 0.55, 0.0, 0.4)])
+    assert summarize([empty])["empty_chunks"] == 1  # the second job gave it no audio
     assert s["to_first_token"]["max"] == 100.0
     assert sorted([s["to_first_chunk_tokens"]["p50"], s["to_first_chunk_tokens"]["max"]]) == [
         150.0,
