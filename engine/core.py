@@ -90,6 +90,7 @@ class EngineCore:
                 facts.large_chunk_tokens or 0,
             ),
             threaded_codec=threaded_codec,
+            codec_would_emit=self._codec_hook(model),
         )
         # The codec's graphs are captured by make_detokenizer, on the thread that replays them.
         self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
@@ -381,6 +382,22 @@ class EngineCore:
 
     # --- the step --------------------------------------------------------------------------------
     @on_llm_stream
+    def _codec_hook(self, model: SpeechModel) -> Callable[[Request], bool] | None:
+        """The scheduler's view of SpeechModel.codec_would_emit for a request (its stream state
+        and pending tokens), or None when the model keeps the default (any frame decodes)."""
+        if type(model).codec_would_emit is SpeechModel.codec_would_emit:
+            return None
+        streams = self.worker
+
+        def would_emit(request: Request) -> bool:
+            try:
+                state = streams.stream_state(request.request_id)
+            except KeyError:  # not (or no longer) the worker's: nothing to judge by
+                return True
+            return model.codec_would_emit(state, request.pending_detok_tokens)
+
+        return would_emit
+
     def step(self) -> list[EngineEvent]:
         """One turn of the loop: collect finished codec jobs, run an LLM step, hand ready
         chunks to the codec; returns the events for the listeners."""

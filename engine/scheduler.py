@@ -20,6 +20,7 @@ running request never has to be preempted: preempting a stream would be an audib
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.block_manager import Admission, BlockManager
@@ -82,6 +83,7 @@ class Scheduler:
         blocks: BlockManager,
         facts: ChunkingFacts,
         threaded_codec: bool = False,
+        codec_would_emit: Callable[[Request], bool] | None = None,
     ) -> None:
         self.config = config
         self.first_audio_margin = config.first_audio_margin_for(
@@ -89,6 +91,9 @@ class Scheduler:
         )
         self.blocks = blocks
         self.facts = facts
+        # Whether the codec would emit audio for a request given its pending tokens
+        # (SpeechModel.codec_would_emit); None: any whole frame does.
+        self.codec_would_emit = codec_would_emit
         self.steady_batch_rows = facts.steady_batch_rows
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
         self._reserved_blocks = 0
@@ -382,9 +387,16 @@ class Scheduler:
                 request, now
             )
         # Waiting for a full chunk would leave this listener without audio: decode the whole
-        # frames there are now. Full chunks stay the rule while buffers are comfortable, since
-        # each codec call pays for its window's context frames.
-        return pending >= self.facts.frame_tokens and self.slack(request, now) < self.detok_time_s
+        # frames there are now, if the codec makes audio of them (SNAC past a stream's first
+        # chunks does not: sent anyway, the request sat out the next job for nothing; behind
+        # Orpheus' capacity edge on the H200 codec jobs took 47k request parts for ~56k frames
+        # that go out 4 at a time). Full chunks stay the rule while buffers are comfortable,
+        # since each codec call pays for its window's context frames.
+        return (
+            pending >= self.facts.frame_tokens
+            and self.slack(request, now) < self.detok_time_s
+            and (self.codec_would_emit is None or self.codec_would_emit(request))
+        )
 
     def _can_wait_for_large(self, request: Request, now: float) -> bool:
         """Whether the listener can wait for a large chunk (ModelFacts.large_chunk_tokens):

@@ -396,6 +396,13 @@ class SpeechModel(abc.ABC):
         [N, row_width] on the device, the depth transformer batched across requests."""
         raise NotImplementedError(f"{type(self).__name__} declares row tokens but no depth stage")
 
+    def codec_would_emit(self, state: StreamState, new_tokens: int) -> bool:
+        """Whether the codec, given `new_tokens` more of a stream's tokens now, would emit
+        audio: the engine sends a listener short of audio to the codec with what it has only
+        then (a job that gives it nothing keeps it out of the next one). Default: any whole
+        frame decodes (ModelFacts.frame_tokens)."""
+        return True
+
     def fp8_linear_regions(self) -> list[torch.nn.Module]:
         """The modules whose linear layers may run in float8 on a GPU (`--fp8-weights`,
         models/fp8_linear.py): the backbone's decoder layers, whose weights every decode step

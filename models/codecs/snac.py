@@ -194,21 +194,31 @@ class SnacDetokenizer:
         chunks = self._chunks(stream, final)
         return chunks[-1][1] - stream.emitted if chunks else 0
 
+    def would_emit(self, stream: SnacStream, new_frames: int) -> bool:
+        """Whether a (non-final) decode would emit audio once `new_frames` more frames are
+        pushed: past its first chunks a stream emits whole chunks only, so one or two new
+        frames may give nothing yet."""
+        return bool(self._chunk_plan(stream.emitted, stream.total + new_frames, final=False))
+
     def _chunks(self, stream: SnacStream, final: bool) -> list[tuple[int, int]]:
-        """[start, end) of each chunk now emittable. Chunk lengths ramp from first_chunk_frames
-        up to chunk_frames, each at most the audio already out: early chunks stay small while
-        the listener's buffer is small, later ones amortise the window's context overhead; a
-        steady chunk is large_chunk_frames whenever that many frames are ready."""
-        chunks, start = [], stream.emitted
-        while start < stream.total:
+        return self._chunk_plan(stream.emitted, stream.total, final)
+
+    def _chunk_plan(self, emitted: int, total: int, final: bool) -> list[tuple[int, int]]:
+        """[start, end) of each chunk emittable from a stream that has emitted `emitted` of
+        its `total` frames. Chunk lengths ramp from first_chunk_frames up to chunk_frames, each
+        at most the audio already out: early chunks stay small while the listener's buffer is
+        small, later ones amortise the window's context overhead; a steady chunk is
+        large_chunk_frames whenever that many frames are ready."""
+        chunks, start = [], emitted
+        while start < total:
             size = self.first_chunk if start == 0 else min(self.chunk, max(self.first_chunk, start))
-            if size == self.chunk and start + self.large_chunk + self.right <= stream.total:
+            if size == self.chunk and start + self.large_chunk + self.right <= total:
                 size = self.large_chunk
             end = start + size
-            if end + self.right > stream.total:
+            if end + self.right > total:
                 if not final:
                     break  # wait for the lookahead frames
-                end = min(end, stream.total)  # the whole decode has no more right context either
+                end = min(end, total)  # the whole decode has no more right context either
             chunks.append((start, end))
             start = end
         return chunks

@@ -161,6 +161,13 @@ class OrpheusModel(SpeechModel):
     def new_stream_state(self) -> OrpheusStream:
         return OrpheusStream(snac=self.detok.new_stream())
 
+    def codec_would_emit(self, state: StreamState, new_tokens: int) -> bool:
+        """SNAC emits whole chunks (4 frames, past a stream's first ones) with 2 frames of
+        look-ahead: a short listener's one or two new frames alone may give no audio."""
+        assert isinstance(state, OrpheusStream)
+        frames = (len(state.partial) + new_tokens) // T.CODES_PER_FRAME
+        return self.detok.would_emit(state.snac, frames)
+
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
     ) -> list[np.ndarray]:

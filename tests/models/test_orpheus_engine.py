@@ -184,3 +184,52 @@ def test_cancel_frees_pages_at_once_and_finishes_the_stream(tiny_orpheus_dirs):
         core.step()
     assert len(keep.output_ids) == 20
     assert core.blocks.num_used == 0
+
+
+def test_a_short_listener_is_sent_to_the_codec_only_when_it_gives_audio(
+    tiny_orpheus_dirs, tmp_path
+):
+    """An engine far behind real time (its clock runs 50x): every listener is short of audio,
+    so the scheduler sends it to the codec as soon as it has a new frame, but SNAC emits whole
+    4-frame chunks past a stream's first ones. With the model's codec_would_emit the requests
+    join only jobs that give them audio (none but the final flush is empty); without it most
+    of their job parts gave nothing, and the audio is the same either way."""
+    import time
+
+    import numpy as np
+
+    from engine.outputs import AudioChunk
+    from engine.request_trace import read_traces, summarize
+
+    model = load(tiny_orpheus_dirs, constrain=True)
+    empty, audio = {}, {}
+    for hooked in (True, False):
+        trace = tmp_path / f"trace-{hooked}.jsonl"
+        config = EngineConfig(num_kv_blocks=256, trace_path=str(trace), realtime_admission=False)
+        core = EngineCore(
+            model, config, torch.device("cpu"), "sdpa", clock=lambda: 50 * time.monotonic()
+        )
+        if not hooked:
+            core.scheduler.codec_would_emit = None
+        assert (core.scheduler.codec_would_emit is not None) == hooked
+        specs = [
+            SpeechRequest(
+                f"Listener {i} speaks.",
+                sampling=SamplingParams(seed=i, max_tokens=98, min_tokens=98),
+            )
+            for i in range(3)
+        ]
+        reqs = [core.add_request(s) for s in specs]
+        pieces: dict[str, list] = {r.request_id: [] for r in reqs}
+        while core.has_work():
+            for event in core.step():
+                if isinstance(event, AudioChunk):
+                    pieces[event.request_id].append(event.pcm)
+        core.close()
+        empty[hooked] = summarize(read_traces(trace))["empty_chunks"]
+        audio[hooked] = [np.concatenate(pieces[r.request_id]) for r in reqs]
+    assert empty[True] <= 3 < empty[False]  # at most each request's final flush
+    for with_hook, without in zip(audio[True], audio[False], strict=True):
+        assert with_hook.shape == without.shape
+        rms = float(np.sqrt(np.mean(without**2)))
+        assert float(np.max(np.abs(with_hook - without))) < 1e-2 * rms  # seams differ only

@@ -1,5 +1,6 @@
 """SNAC codec: published-layout loading/saving and streamed-equals-whole decoding (CPU, tiny)."""
 
+import copy
 import json
 
 import numpy as np
@@ -191,6 +192,27 @@ def test_steady_chunks_grow_to_the_large_chunk_when_its_frames_are_in(model):
     assert [end - start for start, end in det._chunks(stream, final=False)] == [4]
     with pytest.raises(ValueError, match="large_chunk_frames"):
         SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=3)
+
+
+def test_would_emit_says_whether_new_frames_give_audio(model):
+    """would_emit(stream, k) is what pushing k frames and decoding then does, for every k and
+    every point of a stream (its first chunks, steady 4-frame ones, the large one): one or two
+    new frames past the ramp give no audio."""
+    det = SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=8)
+    stream, rng = det.new_stream(), np.random.default_rng(5)
+    checked = {True: 0, False: 0}
+    for seed in range(14):
+        for k in range(0, 7):
+            trial = copy.deepcopy(stream)
+            if k:
+                det.push(trial, _frames(k, seed=seed).tolist())
+            emitted = len(det.decode([trial], [False])[0]) > 0
+            assert det.would_emit(stream, k) == emitted, (stream.emitted, stream.total, k)
+            checked[emitted] += 1
+        push = int(rng.integers(1, 6))
+        det.push(stream, _frames(push, seed=seed).tolist())
+        det.decode([stream], [False])
+    assert checked[True] > 10 and checked[False] > 10  # both answers were exercised
 
 
 def test_push_rejects_bad_frames(model):
