@@ -116,12 +116,24 @@ class DecodeGraphs(PerBucketGraphs):
         batch = self.bucket_for(n)
         if batch is None or batch not in self._graphs:
             raise ValueError(f"no captured graph for a batch of {n}")
+        self.stage(input_ids, positions, layout, batch, prepare)
+        self._graphs[batch].replay()
+        return self._out[:n]
+
+    def stage(
+        self,
+        input_ids: torch.Tensor,
+        positions: list[int],
+        layout: StepLayout,
+        batch: int,
+        prepare: Callable[..., None] | None = None,
+    ) -> None:
+        """Fill the static inputs for a step padded to `batch` and plan its attention."""
+        n = input_ids.shape[0]
         self._ids[:n].copy_(input_ids, non_blocking=True)
         self._ids[n:batch].zero_()  # padding rows read token 0 (a row of 0s) at position 0
         self._pos[:batch].copy_(torch.tensor(positions + [0] * (batch - n)), non_blocking=True)
         (prepare or self.attn.prepare)(layout, graph_batch=batch)
-        self._graphs[batch].replay()
-        return self._out[:n]
 
 
 def capture_per_bucket(

@@ -143,9 +143,6 @@ class PromptGraphs(DecodeGraphs):
             )
         if batch in self._graphs:
             return super().run(input_ids, positions, layout, prepare)
-        self._ids[:n].copy_(input_ids)
-        self._ids[n:batch].zero_()
-        self._pos[:batch].copy_(torch.tensor(positions + [0] * (batch - n)))
-        self.attn.prepare(layout, graph_batch=batch)
+        self.stage(input_ids, positions, layout, batch, prepare)
         self._out[:batch] = self.forward(self._ids[:batch], self._pos[:batch], self.attn)
         return self._out[:n]

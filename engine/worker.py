@@ -36,6 +36,12 @@ class LaunchedStep:
             self.placeholder = (0,) * self.tokens.shape[1]
 
 
+def sampling_rows_of(chunks: list[ScheduledChunk]) -> list[int]:
+    """The row of a step's forward output each sampling chunk samples from: its last token."""
+    ends = itertools.accumulate(c.num_tokens for c in chunks)
+    return [end - 1 for end, c in zip(ends, chunks, strict=True) if c.samples]
+
+
 def make_attention_backend(
     name: str, cache: KVCache, num_q_heads: int, max_batch: int, max_context: int
 ) -> AttentionBackend:
@@ -164,8 +170,7 @@ class Worker:
             self.graphs.run(ids, positions, layout, prepare=self._prepare)
         ids, positions, layout = self._step_inputs(prompts, block_size, None)
         hidden = prompt_graphs.run(ids, positions, layout)
-        ends = list(itertools.accumulate(c.num_tokens for c in prompts))
-        last_rows = [end - 1 for end, c in zip(ends, prompts, strict=True) if c.samples]
+        last_rows = sampling_rows_of(prompts)
         first = len(decodes)
         self.graphs.hidden_buffer[first : first + len(last_rows)].copy_(
             hidden.index_select(0, upload(last_rows, torch.long, self.device))
@@ -271,8 +276,7 @@ class Worker:
             # The decode graph left the rows' hidden states where this graph reads them.
             tokens = sg.run(rows, allow_stop)
             return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
-        ends = list(itertools.accumulate(c.num_tokens for c in chunks))
-        last_rows = upload([ends[i] - 1 for i in sampling], torch.long, self.device)
+        last_rows = upload(sampling_rows_of(chunks), torch.long, self.device)
         cands = self.model.candidates_with_options(
             hidden[last_rows],
             [r.num_generated for r in reqs],
