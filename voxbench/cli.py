@@ -7,6 +7,7 @@ Imports stay light (argparse only) so `voxgate --help` never pays for the benchm
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -392,9 +393,18 @@ def run_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_in_order(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_bench(args: argparse.Namespace) -> int:
     import json
 
+    # The servers a bench starts run in their own session (a terminal's ^C reaches the bench,
+    # which stops them in order), so a SIGTERM (`timeout`, an orchestrator) must unwind the
+    # bench too: its `finally` blocks stop them, where Python's default would leave them
+    # holding the GPU for the next run.
+    signal.signal(signal.SIGTERM, _stop_in_order)
     if args.capacity and args.conversations:
         print("voxgate bench: --capacity and --conversations are separate runs", file=sys.stderr)
         return 2

@@ -180,3 +180,43 @@ def test_no_early_stop_runs_every_point_of_a_ladder():
     assert config("--no-early-stop").stop_after_failures == 0
     assert [ladder_stops(m, 2) for m in (0, 1, 2, 3)] == [False, False, True, True]
     assert not any(ladder_stops(m, 0) for m in range(10))
+
+
+@pytest.mark.timeout(180)
+def test_a_terminated_bench_stops_the_server_it_started(tmp_path):
+    """The server `bench --serve` starts runs in its own session, out of a terminal's ^C; a
+    SIGTERM to the bench (`timeout`, an orchestrator) must still stop it, or it keeps the GPU
+    and the next run gets a fraction of its memory."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from voxbench.servers import ready_info
+
+    argv = served_capacity(tmp_path, "voxgate-tiny", "1", "--stream-seconds", "60")
+    argv[argv.index("--log-level") + 1] = "INFO"
+    log_path = tmp_path / "bench.log"
+    with log_path.open("w") as log_file:
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", *argv], stdout=log_file, stderr=log_file
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while "ready after" not in log_path.read_text():
+                assert bench.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.2)
+            port = re.search(r"--port (\d+)", log_path.read_text()).group(1)
+            http = f"http://127.0.0.1:{port}"
+            assert ready_info(http) is not None
+            bench.send_signal(signal.SIGTERM)
+            assert bench.wait(60) == 128 + signal.SIGTERM
+        finally:
+            if bench.poll() is None:
+                bench.kill()
+    outlived = ready_info(http) is not None
+    if outlived:  # don't leave it running for the rest of the suite
+        subprocess.run(["pkill", "-f", f"serve .*--port {port}"], check=False)
+    assert not outlived, "the bench's server outlived it"
