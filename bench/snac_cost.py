@@ -1,6 +1,7 @@
 """GPU time of the SNAC 24 kHz decoder per emitted audio frame, by precision and window (GPU).
 
     python bench/snac_cost.py --batches 4,16,64,256 --chunks 4,8,16 --dtypes float32,bfloat16
+    python bench/snac_cost.py --batches 4,5,8,16,64 --chunks 8 --dtypes float32,float16 --compiled
 
 The engine decodes each stream's audio in windows: `chunk` frames to emit plus the
 detokenizer's left context and lookahead (models/codecs/snac.py). For each dtype and chunk
@@ -8,7 +9,9 @@ size this times one batched window decode (a captured CUDA graph replayed, CUDA 
 reports µs per emitted frame and the audio seconds decoded per GPU second, at each batch size
 (a served steady job has as many rows as streams with a chunk ready); for low
 precisions it also reports the emitted audio's error against float32 (RMS of the difference
-over RMS of the signal) on the same codes.
+over RMS of the signal) on the same codes. `--compiled` also times each dtype with the
+decoder's residual units compiled as `--compile-codec` serves them (engine/cuda_graphs.py,
+compile_regions; models/codecs/snac_blocks.py), as the variant `<dtype>+compiled`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import json
 import torch
 from snac import SNAC
 
+from engine.cuda_graphs import compile_regions
 from models.codecs.snac import SnacDetokenizer, snac_24khz_config
+from models.codecs.snac_blocks import residual_units
 
 
 def main() -> None:
@@ -28,6 +33,7 @@ def main() -> None:
     ap.add_argument("--chunks", default="4,8,16")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--compiled", action="store_true", help="also each dtype compiled")
     args = ap.parse_args()
     device = torch.device("cuda")
     torch.manual_seed(0)
@@ -35,9 +41,13 @@ def main() -> None:
     state = base.state_dict()
     detoks = {}
     for name in args.dtypes.split(","):
-        model = SNAC(**snac_24khz_config())
-        model.load_state_dict(state)
-        detoks[name] = SnacDetokenizer(model.to(device, getattr(torch, name)))
+        for compiled in (False, True) if args.compiled else (False,):
+            model = SNAC(**snac_24khz_config())
+            model.load_state_dict(state)
+            detok = SnacDetokenizer(model.to(device, getattr(torch, name)))
+            if compiled:
+                compile_regions(residual_units(detok.model))
+            detoks[name + ("+compiled" if compiled else "")] = detok
     rows = []
     for batch, chunk in (
         (int(b), int(c)) for b in args.batches.split(",") for c in args.chunks.split(",")
@@ -50,7 +60,8 @@ def main() -> None:
         outputs = {}
         for name, detok in detoks.items():
             with torch.inference_mode():
-                detok._decode_codes(frames, offsets, seeds)
+                for _ in range(2):  # allocations; a compiled variant compiles here
+                    detok._decode_codes(frames, offsets, seeds)
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):

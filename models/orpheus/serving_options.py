@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from models.checkpoint_errors import CheckpointError
+from models.codecs.compile_option import CodecCompileOption
 from models.family_spec import option
 
 if TYPE_CHECKING:  # the CLI reads these options without loading torch
@@ -17,7 +18,7 @@ MAX_LARGE_CHUNK_FRAMES = 16  # a window of 21 frames: the codec captures graphs 
 
 
 @dataclass(frozen=True)
-class OrpheusOptions:
+class OrpheusOptions(CodecCompileOption):
     snac_large_chunk_frames: int = option(
         LARGE_CHUNK_FRAMES,
         "--snac-large-chunk-frames",
@@ -53,5 +54,7 @@ class OrpheusOptions:
             )
         detok.large_chunk = self.snac_large_chunk_frames
         large = model.facts.frame_tokens * detok.large_chunk
-        model.facts = dataclasses.replace(model.facts, large_chunk_tokens=large)
+        model.facts = dataclasses.replace(
+            model.facts, large_chunk_tokens=large, compile_codec=self.compile_codec
+        )
         return model

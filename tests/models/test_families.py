@@ -109,13 +109,16 @@ def test_random_weights_and_options_are_checked_before_any_load(tmp_path):
 
 def test_the_flow_hift_families_share_their_codec_options():
     """--codec-pacing / --compile-codec: one option each, taken by every flow + HiFT family
-    and refused by the others, naming all who take it."""
+    (--compile-codec by Orpheus too, for SNAC) and refused by the others, naming all who take
+    it."""
     shared = {"codec_pacing", "compile_codec"}
     for name in ("tiny-cosyvoice2", "tiny-chatterbox", "tiny-step-audio2"):
         assert shared <= family_of(name).option_names(), name
     owners = {spec.name: [f.name for f in families] for families, spec in option_fields()}
-    assert owners["codec_pacing"] == owners["compile_codec"]
     assert set(owners["codec_pacing"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2"}
+    assert set(owners["compile_codec"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2", "Orpheus"}
+    orpheus = load_model("tiny-orpheus", random_weights=True, options={"compile_codec": False})
+    assert orpheus.facts.compile_codec is False
     assert owners["first_chunk_lane"] == owners["steady_batch_rows"] == ["CosyVoice 2"]
     with pytest.raises(CheckpointError, match="--codec-pacing is for CosyVoice 2, Chatterbox"):
         load_model("voxgate-tiny", options={"codec_pacing": False})

@@ -272,3 +272,84 @@ def test_batched_decode_equals_per_stream_decode(model):
     for i, frames in enumerate(utterances):
         (solo,) = _stream_all(det, [frames], seeds=[i])
         np.testing.assert_allclose(batched[i], solo, rtol=0, atol=1e-5)
+
+
+class _RecordingGraphs:
+    """A stand-in for engine.cuda_graphs.CallableGraphs on the CPU: every captured key is
+    'replayed' by running the function eagerly, and each replay's key is recorded."""
+
+    def __init__(self) -> None:
+        self.keys: set = set()
+        self.replays: list = []
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys
+
+    def compile_regions(self, modules) -> None:
+        self.regions = list(modules)
+
+    def capture(self, key, fn, inputs):
+        self.keys.add(key)
+
+    def run(self, key, fn, inputs):
+        self.replays.append(key)
+        return fn(*inputs)
+
+
+def test_graph_jobs_pad_to_the_nearest_captured_batch_and_keep_each_rows_audio(model):
+    """Five streams at the same point decode as one replay of the 5-row graph (not the 8-row
+    one: a padded row costs what a real one does), and the padding rows (copies of the
+    first) change no stream's audio."""
+    utterances = [_frames(12, seed=s) for s in range(5)]
+    plain = SnacDetokenizer(model, chunk_frames=2)
+    graphed = SnacDetokenizer(model, chunk_frames=2)
+    graphs = _RecordingGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    assert {b for _, b, _ in graphs.keys} == set(SnacDetokenizer.GRAPH_BATCHES)
+    assert len(graphs.regions) == 3 * len(model.decoder_rates)  # its residual units
+    expected = _stream_all(plain, utterances, seeds=[3] * 5)
+    got = _stream_all(graphed, utterances, seeds=[3] * 5)
+    assert graphs.replays and {b for _, b, _ in graphs.replays} == {5}
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
+    assert graphed._graph_bucket(9, 13) == 10 and graphed._graph_bucket(65, 13) is None
+
+
+def test_plain_snake_is_snacs_snake_bitwise():
+    from snac.layers import Snake1d
+
+    from models.codecs.snac_blocks import PlainSnake
+
+    torch.manual_seed(0)
+    snake = Snake1d(16)
+    snake.alpha.data = torch.rand(1, 16, 1) * 3
+    x = torch.randn(2, 16, 300)
+    assert torch.equal(PlainSnake(snake.alpha)(x), snake(x))
+
+
+@pytest.mark.timeout(300)
+def test_compiled_residual_units_decode_as_the_eager_ones():
+    """--compile-codec compiles SNAC's residual units (fullgraph: a graph break would be an
+    error, and serving would fall back to eager kernels with a warning): on the CPU, through
+    Inductor, windows of two lengths and batch sizes decode as the eager decoder does."""
+    from engine.cuda_graphs import compile_regions, compiled_of, uncompile_regions
+    from models.codecs.snac_blocks import residual_units
+
+    torch._dynamo.reset()
+    det = SnacDetokenizer(_tiny(seed=1))
+    units = residual_units(det.model)
+    cases = [
+        (torch.from_numpy(_frames(n, seed=n))[None].repeat(b, 1, 1), b)
+        for n, b in ((9, 2), (13, 3))
+    ]
+    offsets = lambda b: torch.arange(b, dtype=torch.int64) * 4  # noqa: E731
+    with torch.inference_mode():
+        eager = [det._decode_codes(codes, offsets(b), offsets(b) + 7) for codes, b in cases]
+        compile_regions(units)
+        try:
+            compiled = [det._decode_codes(codes, offsets(b), offsets(b) + 7) for codes, b in cases]
+            assert compiled_of(units) == units
+        finally:
+            uncompile_regions(units)
+    for e, c in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)

@@ -11,11 +11,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from models.codecs.compile_option import CodecCompileOption
 from models.family_spec import option
 
 
 @dataclass(frozen=True)
-class FlowHiftOptions:
+class FlowHiftOptions(CodecCompileOption):
     """The defaults are ModelFacts' (codec_pacing, compile_codec): a model loaded without its
     family's options serves as with them."""
 
@@ -24,13 +25,6 @@ class FlowHiftOptions:
         "--codec-pacing",
         "CUDA: codec threads wait for each graph of a job (one per Euler step of the flow) "
         "before queueing the next, so the LLM's launches never wait behind a whole queued job",
-    )
-    compile_codec: bool = option(
-        True,
-        "--compile-codec",
-        "CUDA: compile the flow estimator's repeated blocks before capturing their graphs, for "
-        "fewer, fused kernels (~45 s more at a cold start; a failed compile falls back to eager "
-        "kernels)",
     )
 
     def serving_facts(self) -> dict[str, Any]:
