@@ -55,7 +55,12 @@ run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
     timeout "$RUN_S" python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" \
         --out "$results" > "$results.txt" 2>&1
     echo "exit $?"
-    grep -h "listeners:\|conversations:\|late frames by second\|engine loop\|engine codec\|engine admission" "$results.txt" \
+    # A bench stops its servers, SIGTERM included; one killed harder would leave its server
+    # holding the GPU for every later run of the call.
+    if pkill -f "gateway.cli --log-level [A-Z]* serve"; then
+        echo "  a server outlived run $tag: killed" | tee -a "$OUT/summary.txt"
+    fi
+    grep -h "ready after\|listeners:\|conversations:\|late frames by second\|engine loop\|engine codec\|engine admission" "$results.txt" \
         | sed 's/^.*INFO voxgate.bench //' | tee -a "$OUT/summary.txt"
     for json in "$results"/*.json; do gzip -c "$json" > "$OUT/$tag-$name.json.gz"; done
 }
