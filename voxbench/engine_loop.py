@@ -63,6 +63,10 @@ def loop_profile(
         "lane_jobs": int(d["lane_jobs"]),
         "lane_job_ms": _per(d["lane_s"], d["lane_jobs"], 1e3),
         "audio_x_realtime": round(d["audio_s"] / wall_s, 2),
+        # The LLM's and the codec's shares added up. On a GPU they overlap little: Orpheus'
+        # points kept their frames on time at 87-96 % and fell behind at 104-131 %
+        # (BENCHMARKS.md, "What limits capacity now").
+        "gpu_share": round((d["llm_s"] + d["codec_s"] + d["lane_s"]) / wall_s, 3),
     }
 
 
@@ -81,5 +85,6 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         f"engine codec: {p['codec_jobs']} jobs of {p['codec_job_ms']} ms and "
         f"{p['codec_rows_per_job']} rows (busy {100 * p['codec_busy']:.0f} %), "
         f"{p['lane_jobs']} lane jobs of {p['lane_job_ms']} ms; audio out "
-        f"{p['audio_x_realtime']}x real time",
+        f"{p['audio_x_realtime']}x real time; LLM + codec {100 * p['gpu_share']:.0f} % of the "
+        "point",
     ]

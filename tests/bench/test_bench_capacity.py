@@ -11,7 +11,7 @@ import pytest
 from gateway.cli import main
 from gateway.metrics import LOOP_TOTALS
 from voxbench.capacity import capacity_of, summarize_capacity
-from voxbench.engine_loop import loop_profile, parse_loop_totals
+from voxbench.engine_loop import describe_loop, loop_profile, parse_loop_totals
 from voxbench.metrics import frame_lateness
 from voxbench.records import RequestRecord
 from voxbench.workload import WorkItem, staggered_plan, tokens_for
@@ -88,6 +88,9 @@ def test_loop_profile_from_two_metrics_readings():
     d = {k: after[k] - before[k] for k in after}
     assert profile["llm_step_ms"] == pytest.approx(1e3 * d["llm_s"] / d["llm_steps"], abs=0.01)
     assert profile["loop_busy"] == pytest.approx(d["loop_s"] / 2.0, abs=1e-3)
+    shares = (d["llm_s"] + d["codec_s"] + d["lane_s"]) / 2.0
+    assert profile["gpu_share"] == pytest.approx(shares, abs=1e-3)
+    assert f"LLM + codec {100 * shares:.0f} % of the point" in describe_loop(profile)[1]
     assert parse_loop_totals("voxgate_engine_steps_total 3") is None  # an older server
     assert loop_profile(None, after, 2.0) is None
 
