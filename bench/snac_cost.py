@@ -11,7 +11,7 @@ reports µs per emitted frame and the audio seconds decoded per GPU second, at e
 precisions it also reports the emitted audio's error against float32 (RMS of the difference
 over RMS of the signal) on the same codes. `--compiled` also times each dtype with the
 decoder's residual units compiled as `--compile-codec` serves them (engine/cuda_graphs.py,
-compile_regions; models/codecs/snac_blocks.py), as the variant `<dtype>+compiled`.
+compile_regions; SnacDetokenizer.repeated_blocks), as the variant `<dtype>+compiled`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from snac import SNAC
 
 from engine.cuda_graphs import compile_regions
 from models.codecs.snac import SnacDetokenizer, snac_24khz_config
-from models.codecs.snac_blocks import residual_units
 
 
 def main() -> None:
@@ -46,7 +45,7 @@ def main() -> None:
             model.load_state_dict(state)
             detok = SnacDetokenizer(model.to(device, getattr(torch, name)))
             if compiled:
-                compile_regions(residual_units(detok.model))
+                compile_regions(detok.repeated_blocks())
             detoks[name + ("+compiled" if compiled else "")] = detok
     rows = []
     for batch, chunk in (

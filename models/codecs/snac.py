@@ -39,7 +39,6 @@ from snac import SNAC
 
 # Loading/saving and the positional noise live in their own modules; their public names are
 # re-exported so that `from models.codecs.snac import …` still reaches every SNAC name.
-from models.codecs.snac_blocks import plain_snakes, residual_units
 from models.codecs.snac_checkpoint import (
     CONFIG_FILE,
     DEFAULT_REPO,
@@ -143,7 +142,6 @@ class SnacDetokenizer:
         self.model = model.eval()
         self.noise = install_positional_noise(model)
         fold_weight_norm(model)
-        plain_snakes(model)
         self.left = left_context_frames
         self.right = lookahead_frames
         self.chunk = chunk_frames
@@ -308,7 +306,7 @@ class SnacDetokenizer:
         decoder's residual units compiled first when the graphs compile
         (ModelFacts.compile_codec: --compile-codec)."""
         self.graphs = graphs
-        graphs.compile_regions(residual_units(self.model))
+        graphs.compile_regions(self.repeated_blocks())
         steady = self.left + self.chunk + self.right  # a 4-frame chunk when no more are in
         lengths = sorted({hi - lo for lo, hi in self._schedule_windows(12)} | {steady})
         with torch.inference_mode():
@@ -320,6 +318,15 @@ class SnacDetokenizer:
                         torch.zeros(batch, dtype=torch.int64, device=self.device),
                     ]
                     graphs.capture(("snac", batch, length), self._decode_codes, inputs)
+
+    def repeated_blocks(self) -> list[torch.nn.Module]:
+        """The decoder's residual units (three per upsampling block: two Snake activations, a
+        depthwise and a pointwise conv, a residual add): what --compile-codec compiles, one
+        program for all of them (cuda_graphs.compile_regions), so each replay holds fused
+        kernels for the Snakes' elementwise passes."""
+        from snac.layers import ResidualUnit
+
+        return [m for m in self.model.decoder.modules() if isinstance(m, ResidualUnit)]
 
     def _schedule_windows(self, n_chunks: int) -> list[tuple[int, int]]:
         """(lo, hi) of the first n_chunks non-final windows of a long stream."""
