@@ -321,9 +321,9 @@ class SnacDetokenizer:
 
     def repeated_blocks(self) -> list[torch.nn.Module]:
         """The decoder's residual units (three per upsampling block: two Snake activations, a
-        depthwise and a pointwise conv, a residual add): what --compile-codec compiles, one
-        program for all of them (cuda_graphs.compile_regions), so each replay holds fused
-        kernels for the Snakes' elementwise passes."""
+        depthwise and a pointwise conv, a residual add): what --compile-codec compiles,
+        block by block (cuda_graphs.compile_regions; units of one width and dilation share a
+        program), so each replay holds fused kernels for the Snakes' elementwise passes."""
         from snac.layers import ResidualUnit
 
         return [m for m in self.model.decoder.modules() if isinstance(m, ResidualUnit)]
