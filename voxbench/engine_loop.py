@@ -9,6 +9,8 @@ the step and the socket that client-side figures alone cannot show.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from gateway.metrics import LOOP_TOTALS
@@ -30,6 +32,51 @@ def parse_loop_totals(body: str) -> dict[str, float] | None:
         if name in fields:
             found[fields[name]] = float(value)
     return found if len(found) == len(fields) else None
+
+
+class LoopSampler:
+    """The engine's loop counters read every `period_s` during a point, on a thread of its
+    own: the LLM's and the codec's shares of each second (`gpu_shares`), so a ramp's
+    saturation and a steady one are told apart, as `late_by_second` tells the late frames."""
+
+    def __init__(self, http: str, period_s: float = 1.0) -> None:
+        self.http, self.period_s = http, period_s
+        self._samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._began = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="loop-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._sample()
+            if self._stop.wait(self.period_s):
+                return
+
+    def _sample(self) -> None:
+        totals = read_loop_totals(self.http)
+        if totals is not None:
+            self._samples.append((time.monotonic() - self._began, totals))
+
+    def stop(self) -> dict[int, int]:
+        """Stop sampling, with a last reading for the point's last fraction of a second; the
+        shares by second (gpu_shares)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._sample()
+        return gpu_shares(self._samples)
+
+
+def gpu_shares(samples: list[tuple[float, dict[str, float]]]) -> dict[int, int]:
+    """(seconds into the point, loop totals) readings → the LLM's and the codec's (lane
+    included) share of each interval between them in percent, keyed by the second the
+    interval began in."""
+    shares: dict[int, int] = {}
+    for (t0, a), (t1, b) in zip(samples, samples[1:], strict=False):
+        if t1 > t0:
+            busy = sum(b[k] - a[k] for k in ("llm_s", "codec_s", "lane_s"))
+            shares[int(t0)] = round(100 * busy / (t1 - t0))
+    return shares
 
 
 def _per(total: float, count: float, scale: float = 1.0) -> float | None:
@@ -87,4 +134,12 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         f"{p['lane_jobs']} lane jobs of {p['lane_job_ms']} ms; audio out "
         f"{p['audio_x_realtime']}x real time; LLM + codec {100 * p['gpu_share']:.0f} % of the "
         "point",
+        *(
+            [
+                "LLM + codec by second of the point (%): "
+                + " ".join(f"{s}s:{v}" for s, v in p["gpu_share_by_second"].items())
+            ]
+            if p.get("gpu_share_by_second")
+            else []
+        ),
     ]

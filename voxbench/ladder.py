@@ -27,7 +27,7 @@ from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
 from voxbench import report, servers
 from voxbench.admission_view import admission_during, describe_admission, read_admission
-from voxbench.engine_loop import describe_loop, loop_profile, read_loop_totals
+from voxbench.engine_loop import LoopSampler, describe_loop, loop_profile, read_loop_totals
 from voxbench.loadgen import LoadGenerator
 from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
 
@@ -175,6 +175,7 @@ class ServerProfile:
         self._pauses = servers.server_pauses(http)
         self._loop = read_loop_totals(http)
         self._admission = read_admission(http)
+        self._sampler = LoopSampler(http) if self._loop is not None else None
         self.began = time.monotonic()
         self.ended = self.began
         self.engine_loop: dict[str, Any] | None = None
@@ -184,6 +185,9 @@ class ServerProfile:
         """The clients are done: the loop's profile covers the load only."""
         self.ended = time.monotonic()
         self.engine_loop = loop_profile(self._loop, read_loop_totals(self.http), self.wall_s)
+        by_second = self._sampler.stop() if self._sampler is not None else {}
+        if self.engine_loop is not None:
+            self.engine_loop["gpu_share_by_second"] = {str(s): v for s, v in by_second.items()}
         self.admission = admission_during(self._admission, read_admission(self.http))
 
     @property

@@ -92,6 +92,30 @@ def test_loop_profile_from_two_metrics_readings():
     assert profile["gpu_share"] == pytest.approx(shares, abs=1e-3)
     assert f"LLM + codec {100 * shares:.0f} % of the point" in describe_loop(profile)[1]
     assert parse_loop_totals("voxgate_engine_steps_total 3") is None  # an older server
+    assert profile.get("gpu_share_by_second") is None  # only a sampled point has it
+
+
+def test_gpu_shares_by_second_from_sampled_totals():
+    """The LLM's and the codec's (lane included) share of each sampled interval, keyed by the
+    second it began in: 0.3 s of LLM and 0.2 s of codec in the first second is 50 %."""
+    from voxbench.engine_loop import gpu_shares
+
+    def totals(llm, codec, lane=0.0):
+        return {"llm_s": llm, "codec_s": codec, "lane_s": lane, "rows": 0.0}
+
+    samples = [(0.0, totals(0, 0)), (1.0, totals(0.3, 0.2)), (2.0, totals(1.0, 0.6, 0.1))]
+    assert gpu_shares(samples) == {0: 50, 1: 120}
+    assert gpu_shares(samples[:1]) == {}
+    profile = {"gpu_share_by_second": {"0": 50, "1": 120}}
+    line = describe_loop({**loop_profile_fixture(), **profile})[2]
+    assert line.endswith("(%): 0s:50 1s:120")
+
+
+def loop_profile_fixture() -> dict:
+    """A loop profile with every field describe_loop prints."""
+    before = {attr: 0.0 for _, attr in LOOP_TOTALS.values()}
+    after = {attr: 1.0 for _, attr in LOOP_TOTALS.values()}
+    return loop_profile(before, after, 2.0)
     assert loop_profile(None, after, 2.0) is None
 
 
@@ -126,6 +150,8 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
         loop = point["engine_loop"]
         assert loop["llm_steps_per_s"] > 0 and loop["rows_per_step"] >= 1
         assert loop["codec_jobs"] > 0 and loop["audio_x_realtime"] > 0
+        shares = loop["gpu_share_by_second"]  # /metrics sampled each second of the point
+        assert shares and all(int(s) >= 0 and 0 <= v <= 400 for s, v in shares.items())
         assert point["engine_trace"]["requests"] >= s["listeners"]
         assert point["admission"]["refusals"] == {}  # none refused, by any cause
         assert point["admission"]["gateway_refusals"] == {}
