@@ -1,10 +1,41 @@
-"""The engine's three graph sets as the CPU runs them (no CUDA graphs there), for tests of the
+"""The engine's graph sets as the CPU runs them (no CUDA graphs there), for tests of the
 paths that replay them: a stand-in for the decode graph, the real sampling graphs run by their
-eager twin, the real prompt graphs on their padded buffers."""
+eager twin, the real prompt graphs on their padded buffers, and a codec's CallableGraphs."""
 
 from __future__ import annotations
 
 import torch
+
+from engine.host_ops import outputs_like
+
+
+class EagerGraphs:
+    """engine.cuda_graphs.CallableGraphs' contract on the CPU (a codec's graphs): captured
+    keys, `run` calls the function on the (padded) inputs it is given, as a replay would, and
+    records each key it ran (`shapes`); the blocks named for compiling are kept (`regions`)."""
+
+    def __init__(self) -> None:
+        self.keys: set = set()
+        self.shapes: list[tuple] = []
+        self.paces = 0
+        self.regions: list[torch.nn.Module] = []
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys
+
+    def capture(self, key, fn, inputs, borrow=()):
+        self.keys.add(key)
+        return outputs_like(fn, inputs)
+
+    def run(self, key, fn, inputs):
+        self.shapes.append(key)
+        return fn(*inputs)
+
+    def pace(self) -> None:
+        self.paces += 1
+
+    def compile_regions(self, modules) -> None:
+        self.regions = list(modules)
 
 
 class EagerDecodeGraphs:

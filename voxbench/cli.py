@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from pathlib import Path
 
 
@@ -404,7 +405,8 @@ def run_bench(args: argparse.Namespace) -> int:
     # which stops them in order), so a SIGTERM (`timeout`, an orchestrator) must unwind the
     # bench too: its `finally` blocks stop them, where Python's default would leave them
     # holding the GPU for the next run.
-    signal.signal(signal.SIGTERM, _stop_in_order)
+    if threading.current_thread() is threading.main_thread():  # only it may set handlers
+        signal.signal(signal.SIGTERM, _stop_in_order)
     if args.capacity and args.conversations:
         print("voxgate bench: --capacity and --conversations are separate runs", file=sys.stderr)
         return 2

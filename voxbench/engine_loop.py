@@ -74,9 +74,19 @@ def gpu_shares(samples: list[tuple[float, dict[str, float]]]) -> dict[int, int]:
     shares: dict[int, int] = {}
     for (t0, a), (t1, b) in zip(samples, samples[1:], strict=False):
         if t1 > t0:
-            busy = sum(b[k] - a[k] for k in ("llm_s", "codec_s", "lane_s"))
+            busy = _gpu_busy_s({k: b[k] - a[k] for k in _GPU_BUSY})
             shares[int(t0)] = round(100 * busy / (t1 - t0))
     return shares
+
+
+# The loop totals that are the GPU's time: the LLM's steps and the codec's jobs (steady and
+# lane). On a GPU they overlap little: Orpheus' points kept their frames on time at 87-96 % of
+# a point and fell behind at 104-131 % (BENCHMARKS.md, "What limits capacity now").
+_GPU_BUSY = ("llm_s", "codec_s", "lane_s")
+
+
+def _gpu_busy_s(delta: dict[str, float]) -> float:
+    return sum(delta[k] for k in _GPU_BUSY)
 
 
 def _per(total: float, count: float, scale: float = 1.0) -> float | None:
@@ -110,10 +120,7 @@ def loop_profile(
         "lane_jobs": int(d["lane_jobs"]),
         "lane_job_ms": _per(d["lane_s"], d["lane_jobs"], 1e3),
         "audio_x_realtime": round(d["audio_s"] / wall_s, 2),
-        # The LLM's and the codec's shares added up. On a GPU they overlap little: Orpheus'
-        # points kept their frames on time at 87-96 % and fell behind at 104-131 %
-        # (BENCHMARKS.md, "What limits capacity now").
-        "gpu_share": round((d["llm_s"] + d["codec_s"] + d["lane_s"]) / wall_s, 3),
+        "gpu_share": round(_gpu_busy_s(d) / wall_s, 3),  # the LLM's and the codec's, added
     }
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
-from engine.host_ops import REPLAY, CountedGraphs, HostOpCounter, outputs_like
+from engine.host_ops import REPLAY, CountedGraphs, HostOpCounter
 from models.codecs.flow_hift.encoder import chunk_ids, chunk_mask
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator, istft
@@ -17,6 +17,7 @@ from models.codecs.flow_hift.hift_stream import HiftStreamer
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.config import parse_config, read_yaml
 from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
+from tests.cpu_graphs import EagerGraphs
 
 
 @pytest.fixture(scope="module")
@@ -158,33 +159,6 @@ def test_chunk_mel_does_not_depend_on_history_before_its_window(detok, unbounded
     c = chunk_mels(unbounded, stream_for(unbounded, 25, 1), tokens)[:, frames]
     d = chunk_mels(unbounded, stream_for(unbounded, 25, 1), other)[:, frames]
     assert (c - d).abs().max() > 1e-3
-
-
-class EagerGraphs:
-    """engine.cuda_graphs.CallableGraphs' contract on the CPU: captured keys, and `run` calls
-    the function on the (padded) inputs it is given, as a replay would."""
-
-    def __init__(self) -> None:
-        self.keys: set = set()
-        self.shapes: list[tuple] = []
-        self.paces = 0
-
-    def __contains__(self, key) -> bool:
-        return key in self.keys
-
-    def capture(self, key, fn, inputs, borrow=()):
-        self.keys.add(key)
-        return outputs_like(fn, inputs)
-
-    def run(self, key, fn, inputs):
-        self.shapes.append(key)
-        return fn(*inputs)
-
-    def pace(self) -> None:
-        self.paces += 1
-
-    def compile_regions(self, modules) -> None:
-        pass
 
 
 def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):

@@ -21,6 +21,7 @@ from models.codecs.snac import (
     save_snac,
     tiny_snac_config,
 )
+from tests.cpu_graphs import EagerGraphs
 
 SPF = 2048  # samples per frame at 24 kHz
 
@@ -274,28 +275,6 @@ def test_batched_decode_equals_per_stream_decode(model):
         np.testing.assert_allclose(batched[i], solo, rtol=0, atol=1e-5)
 
 
-class _RecordingGraphs:
-    """A stand-in for engine.cuda_graphs.CallableGraphs on the CPU: every captured key is
-    'replayed' by running the function eagerly, and each replay's key is recorded."""
-
-    def __init__(self) -> None:
-        self.keys: set = set()
-        self.replays: list = []
-
-    def __contains__(self, key) -> bool:
-        return key in self.keys
-
-    def compile_regions(self, modules) -> None:
-        self.regions = list(modules)
-
-    def capture(self, key, fn, inputs):
-        self.keys.add(key)
-
-    def run(self, key, fn, inputs):
-        self.replays.append(key)
-        return fn(*inputs)
-
-
 def test_graph_jobs_pad_to_the_nearest_captured_batch_and_keep_each_rows_audio(model):
     """Five streams at the same point decode as one replay of the 5-row graph (not the 8-row
     one: a padded row costs what a real one does), and the padding rows (copies of the
@@ -303,13 +282,13 @@ def test_graph_jobs_pad_to_the_nearest_captured_batch_and_keep_each_rows_audio(m
     utterances = [_frames(12, seed=s) for s in range(5)]
     plain = SnacDetokenizer(model, chunk_frames=2)
     graphed = SnacDetokenizer(model, chunk_frames=2)
-    graphs = _RecordingGraphs()
+    graphs = EagerGraphs()
     graphed.enable_cuda_graphs(graphs)
     assert {b for _, b, _ in graphs.keys} == set(SnacDetokenizer.GRAPH_BATCHES)
     assert len(graphs.regions) == 3 * len(model.decoder_rates)  # its residual units
     expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
-    assert graphs.replays and {b for _, b, _ in graphs.replays} == {5}
+    assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
     assert graphed._graph_bucket(9, 13) == 10 and graphed._graph_bucket(65, 13) is None
