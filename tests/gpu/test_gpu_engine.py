@@ -558,9 +558,12 @@ def test_prompt_graph_replay_matches_the_eager_prefill(gpu_tiny_dirs, kv_cache_d
     core.close()
     cosine = torch.nn.functional.cosine_similarity(graphed, eager, dim=-1)
     assert cosine.min() > (0.999 if kv_cache_dtype == "auto" else 0.99), cosine.min()
+    # bf16 pages: rounding apart. fp8 (e4m3) pages: a value the two paths compute a hair apart
+    # may round to neighbouring float8 steps, one mantissa step (2**-3 of the value) apart.
+    rtol = 0.05 if kv_cache_dtype == "auto" else 2**-3 + 0.01
     for i, (k, v) in enumerate(stored):
-        torch.testing.assert_close(cache.k[i][slot_t].float(), k, atol=0.05, rtol=0.05)
-        torch.testing.assert_close(cache.v[i][slot_t].float(), v, atol=0.05, rtol=0.05)
+        torch.testing.assert_close(cache.k[i][slot_t].float(), k, atol=0.05, rtol=rtol)
+        torch.testing.assert_close(cache.v[i][slot_t].float(), v, atol=0.05, rtol=rtol)
 
 
 @needs_flashinfer
