@@ -37,7 +37,10 @@ ORDER=${ORDER:-"${names[0]} ${names[1]:-${names[0]}} ${names[1]:-${names[0]}} ${
 for name in $ORDER; do
     [ -n "${ARGS[$name]+set}" ] || { echo "ORDER names $name, which VARIANTS does not" >&2; exit 2; }
 done
-mkdir -p "$OUT" /tmp/options_ab
+mkdir -p "$OUT"
+# The machine stays warm between calls and keeps /tmp: each call writes into a folder of its
+# own, so no run picks up an earlier call's result of the same tag.
+WORK=$(mktemp -d /tmp/options_ab.XXXXXX)
 if [ "$PREFAULT_GIB" -gt 0 ]; then
     python3 -c "
 import numpy as np
@@ -47,7 +50,7 @@ for _ in range($PREFAULT_GIB // 8):
 fi
 
 run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
-    local tag=$1 name=$2 server=() results=/tmp/options_ab/$1-$2
+    local tag=$1 name=$2 server=() results=$WORK/$1-$2
     IFS=, read -ra flags <<< "${ARGS[$name]}"
     for flag in "${flags[@]}"; do [ -n "$flag" ] && server+=("--server-arg=$flag"); done
     echo "== $tag $name ${server[*]}"
@@ -62,7 +65,11 @@ run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
     fi
     grep -h "ready after\|listeners:\|conversations:\|late frames by second\|engine loop\|engine codec\|LLM + codec by second\|engine admission" "$results.txt" \
         | sed 's/^.*INFO voxgate.bench //' | tee -a "$OUT/summary.txt"
-    for json in "$results"/*.json; do gzip -c "$json" > "$OUT/$tag-$name.json.gz"; done
+    for json in "$results"/*.json; do
+        [ -e "$json" ] && gzip -c "$json" > "$OUT/$tag-$name.json.gz"
+    done
+    # After every run, so that a call cut short by its time limit still brings the logs back.
+    (cd "$WORK" && tar czf "$OUT/logs.tgz" --exclude='*.json' --exclude='*.trace.jsonl' .)
 }
 
 [ "$WARMUP" = 1 ] && run warmup "${names[0]}" > /dev/null && rm -f "$OUT/warmup-${names[0]}.json.gz"
@@ -73,4 +80,3 @@ for name in $ORDER; do
     echo "== run $i: $name" >> "$OUT/summary.txt"
     run "$i" "$name"
 done
-(cd /tmp/options_ab && tar czf "$OUT/logs.tgz" --exclude='*.json' --exclude='*.trace.jsonl' .)
