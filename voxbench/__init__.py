@@ -8,6 +8,7 @@
     capacity.py    `--capacity`: how many sessions fit, staggered, with frames on time
     engine_loop.py the serving engine loop's time totals, read from the server's /metrics
     admission_view.py  real-time admission's refusals by cause and predicted capacity, from /metrics
+    metrics_sampler.py a server's /metrics scraped once a second through a point
     throughput.py  throughput RTF, measured through the engine surface directly
     per_request.py what the per-request baselines share: one request at a time, the engine surface
     baselines.py   which baseline serves a model

@@ -11,14 +11,14 @@ key_sessions). Together they add up to what the clients counted as refused. With
 cost the engine predicted capacity from (gateway/metrics.py ADMISSION_GAUGES) they say whether
 the cost model, the listeners' buffer guard or a gateway limit held the surplus back, and how
 many streams it thought would fit. Two readings around a point give the refusals during it;
-the gauges are the reading at its end.
+the gauges are the reading at its end, and the room by second (`room_by_second`) how the
+prediction moved through the point: at its end the turn-cost window holds the tail's small
+turns, so the end's figure alone says little about the ramp.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from voxbench.servers import metrics_body
 
 # /metrics family → the view's key: refused at submit by the engine, and before it by the gateway.
 REFUSALS = {
@@ -48,9 +48,14 @@ def parse_admission(body: str) -> dict[str, Any]:
     return {**refusals, **found}
 
 
-def read_admission(http: str) -> dict[str, Any] | None:
-    body = metrics_body(http)
-    return None if body is None else parse_admission(body)
+def room_by_second(readings: list[tuple[float, dict[str, Any] | None]]) -> dict[int, int]:
+    """(seconds into the point, admission view) readings → the room admission predicted at
+    each, keyed by its second (the last reading of a second wins)."""
+    return {
+        int(t): int(view["capacity_streams"])
+        for t, view in readings
+        if view is not None and "capacity_streams" in view
+    }
 
 
 def admission_during(
@@ -86,8 +91,14 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
         if view.get("turn_per_row_s")
         else "turn cost not fitted"
     )
-    return [
+    lines = [
         f"engine admission: room for {int(view['capacity_streams'])} streams ({fit}); "
         f"refused by cause: {total} in all; by the engine at submit: {_causes(engine)}; "
         f"at session start: {_causes(gateway)}"
     ]
+    if view.get("room_by_second"):
+        lines.append(
+            "admission room by second of the point: "
+            + " ".join(f"{s}s:{n}" for s, n in view["room_by_second"].items())
+        )
+    return lines

@@ -9,8 +9,6 @@ the step and the socket that client-side figures alone cannot show.
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from gateway.metrics import LOOP_TOTALS
@@ -34,43 +32,10 @@ def parse_loop_totals(body: str) -> dict[str, float] | None:
     return found if len(found) == len(fields) else None
 
 
-class LoopSampler:
-    """The engine's loop counters read every `period_s` during a point, on a thread of its
-    own: the LLM's and the codec's shares of each second (`gpu_shares`), so a ramp's
-    saturation and a steady one are told apart, as `late_by_second` tells the late frames."""
-
-    def __init__(self, http: str, period_s: float = 1.0) -> None:
-        self.http, self.period_s = http, period_s
-        self._samples: list[tuple[float, dict[str, float]]] = []
-        self._stop = threading.Event()
-        self._began = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="loop-sampler", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            self._sample()
-            if self._stop.wait(self.period_s):
-                return
-
-    def _sample(self) -> None:
-        totals = read_loop_totals(self.http)
-        if totals is not None:
-            self._samples.append((time.monotonic() - self._began, totals))
-
-    def stop(self) -> dict[int, int]:
-        """Stop sampling, with a last reading for the point's last fraction of a second; the
-        shares by second (gpu_shares)."""
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self._sample()
-        return gpu_shares(self._samples)
-
-
 def gpu_shares(samples: list[tuple[float, dict[str, float]]]) -> dict[int, int]:
-    """(seconds into the point, loop totals) readings → the LLM's and the codec's (lane
-    included) share of each interval between them in percent, keyed by the second the
-    interval began in."""
+    """(seconds into the point, loop totals) readings (voxbench/metrics_sampler.py) → the
+    LLM's and the codec's (lane included) share of each interval between them in percent,
+    keyed by the second the interval began in."""
     shares: dict[int, int] = {}
     for (t0, a), (t1, b) in zip(samples, samples[1:], strict=False):
         if t1 > t0:
@@ -80,8 +45,8 @@ def gpu_shares(samples: list[tuple[float, dict[str, float]]]) -> dict[int, int]:
 
 
 # The loop totals that are the GPU's time: the LLM's steps and the codec's jobs (steady and
-# lane). On a GPU they overlap little: Orpheus' points kept their frames on time at 87-96 % of
-# a point and fell behind at 104-131 % (BENCHMARKS.md, "What limits capacity now").
+# lane), as wall time on their own CUDA streams. They overlap (second by second their sum runs
+# past 100 % in a loaded ramp), so the sum is a share of wall time, not of the GPU's SMs.
 _GPU_BUSY = ("llm_s", "codec_s", "lane_s")
 
 

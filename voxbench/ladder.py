@@ -26,10 +26,11 @@ from typing import Any
 from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
 from voxbench import report, servers
-from voxbench.admission_view import admission_during, describe_admission, read_admission
-from voxbench.engine_loop import LoopSampler, describe_loop, loop_profile, read_loop_totals
+from voxbench.admission_view import admission_during, describe_admission, room_by_second
+from voxbench.engine_loop import describe_loop, gpu_shares, loop_profile
 from voxbench.loadgen import LoadGenerator
 from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
+from voxbench.metrics_sampler import MetricsSampler
 
 log = logging.getLogger("voxgate.bench")
 
@@ -166,29 +167,33 @@ def capacity_of(points: list[dict[str, Any]], key: str = "listeners") -> int:
 
 # --- the server's side of a point ---------------------------------------------------------------
 class ServerProfile:
-    """The server's view of one point: its /metrics read before and after (the engine loop's
-    profile, real-time admission's refusals by cause, its pauses) and, for a server started
-    here, its request traces."""
+    """The server's view of one point: its /metrics sampled through it (the engine loop's
+    profile and the GPU's shares by second, real-time admission's refusals by cause and its
+    predicted room by second), its pauses and, for a server started here, its request
+    traces."""
 
     def __init__(self, http: str, trace: Path | None) -> None:
         self.http, self.trace = http, trace
         self._pauses = servers.server_pauses(http)
-        self._loop = read_loop_totals(http)
-        self._admission = read_admission(http)
-        self._sampler = LoopSampler(http) if self._loop is not None else None
+        self._sampler = MetricsSampler(http)
         self.began = time.monotonic()
         self.ended = self.began
         self.engine_loop: dict[str, Any] | None = None
         self.admission: dict[str, Any] | None = None
 
     def load_ended(self) -> None:
-        """The clients are done: the loop's profile covers the load only."""
+        """The clients are done: the point's figures cover the load only."""
         self.ended = time.monotonic()
-        self.engine_loop = loop_profile(self._loop, read_loop_totals(self.http), self.wall_s)
-        by_second = self._sampler.stop() if self._sampler is not None else {}
+        readings = self._sampler.stop()
+        first, last = readings[0], readings[-1]
+        self.engine_loop = loop_profile(first.loop, last.loop, self.wall_s)
         if self.engine_loop is not None:
-            self.engine_loop["gpu_share_by_second"] = {str(s): v for s, v in by_second.items()}
-        self.admission = admission_during(self._admission, read_admission(self.http))
+            shares = gpu_shares([(r.t, r.loop) for r in readings if r.loop is not None])
+            self.engine_loop["gpu_share_by_second"] = {str(s): v for s, v in shares.items()}
+        self.admission = admission_during(first.admission, last.admission)
+        if self.admission is not None:
+            room = room_by_second([(r.t, r.admission) for r in readings])
+            self.admission["room_by_second"] = {str(s): n for s, n in room.items()}
 
     @property
     def wall_s(self) -> float:

@@ -156,6 +156,8 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
         assert point["admission"]["refusals"] == {}  # none refused, by any cause
         assert point["admission"]["gateway_refusals"] == {}
         assert point["admission"]["capacity_streams"] >= 0
+        room = point["admission"]["room_by_second"]  # read through the point, not only at its end
+        assert room and all(int(s) >= 0 and n >= 1 for s, n in room.items())
     assert system["capacity"] == 2  # both held under the relaxed bar
 
 
