@@ -3,8 +3,9 @@
 # bench/gpu_carry.sh) and FlashInfer's kernels compiled by earlier calls (.gpu/aot.txz, xz: the
 # .so files shrink ~4x, which the 64-MiB carry limit needs) into /tmp/site, once per machine,
 # and puts them on PYTHONPATH. `save_kernels` (at the end of a command) packs the carried
-# kernels and those this call compiled into $OUT/aot.txz, to carry next time as .gpu/aot.txz. It also puts the checkout on PYTHONPATH and defines `voxgate` (the package is
-# not installed on the machine).
+# kernels and those this call compiled into $OUT/aot.txz, to carry next time as .gpu/aot.txz,
+# and Inductor's cache into $OUT/inductor.txz (.gpu/inductor.txz). It also puts the checkout
+# on PYTHONPATH and defines `voxgate` (the package is not installed on the machine).
 mkdir -p /tmp/site
 for archive in .gpu/site.txz .gpu/site-ray.txz; do
   stamp=/tmp/site/.$(basename "$archive")
@@ -13,6 +14,14 @@ done
 if [ -f .gpu/aot.txz ] && [ ! -f /tmp/site/.aot ]; then
   mkdir -p /tmp/site/flashinfer/data/aot && tar -C /tmp/site/flashinfer/data/aot -xJf .gpu/aot.txz \
     && touch /tmp/site/.aot
+fi
+# Inductor's compiled programs (SNAC's blocks, --compile-codec; float16 ones for --snac-fp16)
+# and their Triton kernels: a fresh machine's first server start compiles them (20-120 s),
+# unless an earlier call's cache was carried as .gpu/inductor.txz.
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+if [ -f .gpu/inductor.txz ] && [ ! -f $TORCHINDUCTOR_CACHE_DIR/.carried ]; then
+  mkdir -p $TORCHINDUCTOR_CACHE_DIR && tar -C $TORCHINDUCTOR_CACHE_DIR -xJf .gpu/inductor.txz \
+    && touch $TORCHINDUCTOR_CACHE_DIR/.carried
 fi
 # The checkout is not installed there: it goes on PYTHONPATH, and `voxgate` runs its CLI.
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -29,4 +38,7 @@ save_kernels() {
     mkdir -p "$dir/$name" && cp "$so" "$dir/$name/$name.so"
   done
   tar -C "$dir" -cJf "${OUT:-/tmp}/aot.txz" . && rm -rf "$dir"
+  # Inductor's cache too, to carry as .gpu/inductor.txz where the carry's 64 MiB allow it.
+  [ -d "$TORCHINDUCTOR_CACHE_DIR" ] && tar -C "$TORCHINDUCTOR_CACHE_DIR" -I "xz -T0" -cf "${OUT:-/tmp}/inductor.txz" \
+    --exclude=.carried --exclude='*.lock' . && ls -l "${OUT:-/tmp}/inductor.txz"
 }
