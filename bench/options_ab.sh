@@ -63,7 +63,7 @@ run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
     if pkill -f "gateway.cli --log-level [A-Z]* serve"; then
         echo "  a server outlived run $tag: killed" | tee -a "$OUT/summary.txt"
     fi
-    grep -h "ready after\|listeners:\|conversations:\|late frames by second\|engine loop\|engine codec\|LLM + codec by second\|engine admission\|admission room by second" "$results.txt" \
+    grep -h "ready after\|listeners:\|conversations:\|late frames by second\|late streams:\|engine loop\|engine codec\|LLM + codec by second\|engine admission\|admission room by second" "$results.txt" \
         | sed 's/^.*INFO voxgate.bench //' | tee -a "$OUT/summary.txt"
     for json in "$results"/*.json; do
         [ -e "$json" ] && gzip -c "$json" > "$OUT/$tag-$name.json.gz"

@@ -95,11 +95,25 @@ def summarize_capacity(
         "failed": failed,
         **{k: counted[k] for k in ("frames_expected", "frames_on_time", "on_time")},
         "late_by_second": counted["late_by_second"],
+        "late_stream_sent_s": counted["late_stream_sent_s"],
+        "first_late_audio_ms": counted["first_late_audio_ms"],
         "late_streams": frames.late_streams,
         "late_ms": counted["late_ms"],
         "ttfa_ms": distribution(ttfa),
         "holds": point_holds(refused, failed, frames, ttfa, min_on_time, p90_ttfa_ms),
     }
+
+
+def describe_late_streams(summary: dict[str, Any]) -> str:
+    """Which streams were late and where in their audio, as a log line ("" when none was)."""
+    sent, at = summary.get("late_stream_sent_s") or {}, summary.get("first_late_audio_ms") or {}
+    if not at.get("n"):
+        return ""
+    line = "\n  late streams: first late frame at "
+    line += f"{at['p50']} ms of their audio (p50; p90 {at['p90']}, max {at['max']})"
+    if sent.get("n"):
+        line += f", sent at {sent['p50']} s of the point (p50; p90 {sent['p90']})"
+    return line
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -169,6 +183,7 @@ class CapacityRun(LadderRun):
         if by_second:
             seconds = " ".join(f"{sec}s:{count}" for sec, count in by_second.items())
             line += f"\n  late frames by second of the point: {seconds}"
+        line += describe_late_streams(s)
         return line
 
     def plot(self) -> Path | None:

@@ -98,6 +98,12 @@ class FrameCount:
     # Late frames by the whole second of the point they arrived in (timelines whose start is
     # known): a ramp's stalls and a steady load's shortfall look different here.
     late_by_second: dict[int, int] | None = None
+    # Which streams fell behind, and when in their own audio: the second of the point each late
+    # stream was sent in, and how far into its audio its first late frame was. New streams
+    # late just after their first chunk (its cover) and old ones late in a steady shortfall
+    # need different cures.
+    late_stream_sent_s: list[float] | None = None
+    first_late_audio_ms: list[float] | None = None
 
     def add(
         self,
@@ -117,6 +123,14 @@ class FrameCount:
         self.on_time += len(late) - n_late
         self.late_streams += n_late > 0
         self.lateness_ms = (self.lateness_ms or []) + [x for x in late if x > EPS_MS]
+        if n_late:
+            first = next(i for i, x in enumerate(late) if x > EPS_MS)
+            self.first_late_audio_ms = [
+                *(self.first_late_audio_ms or []),
+                sum(durations_ms[:first]),
+            ]
+            if sent_s is not None:
+                self.late_stream_sent_s = [*(self.late_stream_sent_s or []), sent_s]
         if sent_s is not None:
             seconds = self.late_by_second if self.late_by_second is not None else {}
             for arrival, lateness in zip(arrivals_ms, late, strict=True):
@@ -137,6 +151,8 @@ class FrameCount:
             "late_ms": distribution(self.lateness_ms or []),
             # JSON keys are strings: the second of the point, in order
             "late_by_second": {str(s): n for s, n in sorted((self.late_by_second or {}).items())},
+            "late_stream_sent_s": distribution(self.late_stream_sent_s or []),
+            "first_late_audio_ms": distribution(self.first_late_audio_ms or []),
         }
 
 

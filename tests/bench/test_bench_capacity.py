@@ -10,7 +10,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.metrics import LOOP_TOTALS
-from voxbench.capacity import capacity_of, summarize_capacity
+from voxbench.capacity import capacity_of, describe_late_streams, summarize_capacity
 from voxbench.engine_loop import describe_loop, loop_profile, parse_loop_totals
 from voxbench.metrics import frame_lateness
 from voxbench.records import RequestRecord
@@ -62,8 +62,15 @@ def test_summarize_capacity_holds_only_when_every_listener_plays_on_time():
     assert s["frames_expected"] == 15 + 5  # the refused listener's 100 ms count as missing
 
     late[3].sent_s = 6.9  # its 4 late frames (150-210 ms after sending) came in second 7
-    assert summarize_capacity(late, 0.0, 0.999, 500.0)["late_by_second"] == {"7": 4}
+    s_late = summarize_capacity(late, 0.0, 0.999, 500.0)
+    assert s_late["late_by_second"] == {"7": 4}
     assert s["late_by_second"] == {}  # no late frames
+    # The late stream: sent at 6.9 s of the point, its first late frame 20 ms into its audio.
+    assert s_late["late_stream_sent_s"]["p50"] == 6.9 and s_late["late_stream_sent_s"]["n"] == 1
+    assert s_late["first_late_audio_ms"]["max"] == 20.0
+    assert "first late frame at 20.0 ms of their audio" in describe_late_streams(s_late)
+    assert "sent at 6.9 s of the point" in describe_late_streams(s_late)
+    assert describe_late_streams(s) == ""  # none late: no line
 
     slow_start = [_record(i, [900 + i, 920 + i, 940 + i, 960 + i, 980 + i]) for i in range(4)]
     assert not summarize_capacity(slow_start, 0.0, 0.999, 500.0)["holds"]  # TTFA over the SLO
