@@ -74,16 +74,10 @@ def main() -> None:
         help="the LLM's steps on a high-priority CUDA stream (the engine's default) or not (A/B)",
     )
     ap.add_argument(
-        "--codec-sms",
-        default="0",
-        help="confine the steady codec job to this many SMs (engine/sm_partition.py; 0: all); "
-        "a comma list measures each in turn on one loaded model",
-    )
-    ap.add_argument(
         "--gil-switch-ms",
         default=str(EngineConfig.gil_switch_ms),
         help="Python's switch interval in ms (EngineConfig.gil_switch_ms); a comma list "
-        "measures each (with each --codec-sms)",
+        "measures each in turn on one loaded model",
     )
     ap.add_argument(
         "--codec-pacing",
@@ -114,12 +108,7 @@ def main() -> None:
     params = sum(p.numel() * p.element_size() for p in model.llm.parameters())
     bw = copy_bandwidth(device) if cuda else None
     results = []
-    variants = [
-        (int(sms), float(ms))
-        for sms in args.codec_sms.split(",")
-        for ms in args.gil_switch_ms.split(",")
-    ]
-    for codec_sms, gil_switch_ms in variants:
+    for gil_switch_ms in (float(ms) for ms in args.gil_switch_ms.split(",")):
         config = EngineConfig(
             max_num_seqs=max(batches),
             kv_cache_dtype=args.kv_cache_dtype,
@@ -127,7 +116,6 @@ def main() -> None:
             max_batch_tokens=8192,
             async_scheduling=args.async_scheduling,
             llm_stream_priority=args.llm_priority,
-            codec_sms=codec_sms,
             gil_switch_ms=gil_switch_ms,
         )
         apply_gil_switch(config)
@@ -216,7 +204,6 @@ def measure(core, model, batches: list[int], args, sync) -> list[dict]:
         results.append(
             {
                 "batch": batch,
-                "codec_sms": core.config.codec_sms,
                 "gil_switch_ms": core.config.gil_switch_ms,
                 "llm_step_ms": 1e3 * llm / max(steps, 1),
                 "host_ms": 1e3 * host / max(steps, 1),

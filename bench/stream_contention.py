@@ -10,7 +10,6 @@ Variants (environment set before CUDA starts, so each runs in a child process):
   connections32      CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work queues; default 8)
   queues_quarter     CUDA_SCALE_LAUNCH_QUEUES=0.25x (smaller launch queues)
   queues_4x          CUDA_SCALE_LAUNCH_QUEUES=4x (larger; the ninth session's served A/B)
-  green_96           the codec's stream in a green context of 96 SMs (engine/sm_partition.py)
 
 Prints per variant, p50 / p90 ms: the short graph's wall time alone, beside the codec
 replaying one long graph per job, and beside a paced codec (the job as 10 graphs with a wait
@@ -35,7 +34,6 @@ VARIANTS = {
     "connections32": {"CUDA_DEVICE_MAX_CONNECTIONS": "32"},
     "queues_quarter": {"CUDA_SCALE_LAUNCH_QUEUES": "0.25x"},
     "queues_4x": {"CUDA_SCALE_LAUNCH_QUEUES": "4x"},
-    "green_96": {"VOXGATE_BENCH_GREEN_SMS": "96"},
 }
 
 
@@ -60,11 +58,8 @@ def chain_graph(torch, stream, n_kernels: int, numel: int):
 def measure(reps: int) -> dict:
     import torch
 
-    from engine.sm_partition import codec_stream
-
     llm_stream = torch.cuda.Stream(priority=-8)
-    green = int(os.environ.get("VOXGATE_BENCH_GREEN_SMS", "0"))
-    codec = codec_stream(torch.device("cuda"), green).stream
+    codec = torch.cuda.Stream()
     step, _step_buffer = chain_graph(torch, llm_stream, 300, 64 * 1024)  # ~300 short kernels
     job, _job_buffer = chain_graph(torch, codec, 6000, 4 * 2**20)  # thousands of longer ones
     job_step, _paced_buffer = chain_graph(torch, codec, 600, 4 * 2**20)  # one paced graph

@@ -171,16 +171,6 @@ class EngineConfig:
         default=True,
         metadata=cli("--llm-priority", "CUDA: the LLM's steps on a high-priority stream"),
     )
-    # Priority alone does not pre-empt running blocks: > 0 confines the steady codec job's
-    # kernels to this many SMs (a CUDA green context, engine/sm_partition.py). 0: every SM.
-    codec_sms: int = field(
-        default=0,
-        metadata=cli(
-            "--codec-sms",
-            "CUDA: confine the steady codec job to N SMs (CUDA 12.4+ driver; 0: every SM)",
-            metavar="N",
-        ),
-    )
     # Models whose candidates need no host lists (models.base.device_candidates) replay a
     # decode step's head and sampling as one graph per bucket (engine/sampling_graphs.py)
     # instead of ~100 eager launches. Tokens are the same.
@@ -333,8 +323,6 @@ class EngineConfig:
             raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ConfigError(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
-        if self.codec_sms < 0:
-            raise ConfigError(f"codec_sms must be >= 0 (0: every SM), got {self.codec_sms}")
         if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:
             raise ConfigError("max_num_seqs, max_batch_tokens and max_detok_batch must be >= 1")
         if not 0.05 <= self.kv_memory_fraction <= 0.98:

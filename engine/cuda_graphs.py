@@ -258,10 +258,9 @@ class CallableGraphs:
         the same tensors."""
         static = [t if i in borrow else t.clone() for i, t in enumerate(inputs)]
         current = torch.cuda.current_stream(self.device)
-        # A worker thread's own stream is the capture stream: a captured kernel keeps the
-        # context it was captured in, and a codec confined to part of the SMs
-        # (engine/sm_partition.py) must replay its graphs there. On the default stream, which
-        # cannot capture, a side stream and torch's capture stream serve.
+        # A worker thread's own stream is the capture stream, so its graphs are captured where
+        # they replay. On the default stream, which cannot capture, a side stream and torch's
+        # capture stream serve.
         own = current != torch.cuda.default_stream(self.device)
         stream = current if own else torch.cuda.Stream(self.device)
         stream.wait_stream(current)

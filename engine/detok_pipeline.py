@@ -56,7 +56,6 @@ def make_detokenizer(
         device,
         lane,
         capture_graphs=graphs,
-        steady_sms=config.codec_sms,
         paced=facts.codec_pacing,
         compiled=facts.compile_codec,
     )

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 
 from engine.detok_job import Codec, Detokenizer, DetokJob, graph_capture, run_job
-from engine.sm_partition import codec_stream
 from models.base import LaneCodec
 
 # CUDA stream priority of the lane (lower is higher; torch clamps it to the device's range):
@@ -48,13 +47,13 @@ class _CodecThread:
         name: str,
         priority: int = 0,
         setup: Callable[[], None] | None = None,
-        sms: int = 0,
     ) -> None:
         self.codec = codec
         self.clock = clock
-        # On a GPU: a stream of its own, confined to `sms` SMs when > 0 (engine/sm_partition.py).
-        self._partition = codec_stream(device, sms, priority) if device.type == "cuda" else None
-        self.stream = None if self._partition is None else self._partition.stream
+        # On a GPU: a stream of its own.
+        self.stream = (
+            torch.cuda.Stream(device, priority=priority) if device.type == "cuda" else None
+        )
         self.hand_over_to: Any = None  # the lane's: the steady thread's stream
         self._jobs: queue.SimpleQueue[DetokJob | None] = queue.SimpleQueue()
         self._done = done
@@ -111,9 +110,7 @@ class ThreadedDetokenizer(Detokenizer):
     on a second thread and high-priority stream. Finished jobs of both come back through one
     queue, so the engine can wait for whichever ends first.
 
-    `steady_sms` > 0 confines the steady job's kernels to that many SMs (a CUDA green context),
-    so the LLM's step always finds SMs free of them; the lane keeps the whole device, its
-    one-row first chunks being the time to first audio. `paced`: both threads wait between
+    `paced`: both threads wait between
     the graphs of a job (CallableGraphs.pace); `compiled`: their graphs capture Inductor's
     kernels in the blocks the codec names for it (CallableGraphs.compile_regions)."""
 
@@ -124,7 +121,6 @@ class ThreadedDetokenizer(Detokenizer):
         device: torch.device,
         lane: LaneCodec | None = None,
         capture_graphs: bool = False,
-        steady_sms: int = 0,
         paced: bool = False,
         compiled: bool = False,
     ) -> None:
@@ -140,7 +136,6 @@ class ThreadedDetokenizer(Detokenizer):
             self._done,
             "voxgate-detok",
             setup=graph_capture(model, device, paced, compiled) if capture_graphs else None,
-            sms=steady_sms,
         )
         self.lane = lane
         self._lane = None

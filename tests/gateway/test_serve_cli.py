@@ -115,7 +115,6 @@ def test_synth_is_still_there():
         (["--lead-ms", "-5"], "lead_ms"),
         (["--policy", "slack", "--max-num-seqs", "0"], "max_num_seqs"),
         (["--gil-switch-ms", "0"], "gil_switch_ms must be in"),
-        (["--codec-sms", "-8"], "codec_sms must be >= 0"),
         (["--steady-batch-rows", "-1"], "steady_batch_rows must be >= 0"),
         (["--first-hop-tokens", "0"], "first_hop_tokens must be >= 1"),
         (["--snac-large-chunk-frames", "17"], "snac_large_chunk_frames must be 4-16"),

@@ -98,7 +98,7 @@ def test_help_shows_the_user_options_first_and_groups_the_expert_ones(capsys):
     expert_at = text.index("expert: ")
     for flag in ("--model", "--device", "--host", "--port", "--api-key", "--voices-dir"):
         assert text.index(f"  {flag}") < expert_at, flag
-    for flag in ("--gil-switch-ms", "--codec-sms", "--steady-batch-rows", "--first-hop-tokens"):
+    for flag in ("--gil-switch-ms", "--llm-priority", "--steady-batch-rows", "--first-hop-tokens"):
         assert text.index(f"  {flag}") > expert_at, flag
     assert "expert: engine" in text and "expert: CosyVoice 2 models" in text
     assert 10 <= sum(not o.expert for o in options()) <= 15  # the dozen a user needs first
