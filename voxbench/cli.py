@@ -10,6 +10,7 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -374,11 +375,7 @@ def run_turn_capacity(args: argparse.Namespace) -> int:
     path = run.run()
     data = json.loads(path.read_text())
     print(f"results: {path}")
-    for name, system in data["systems"].items():
-        print(f"{name}: {system.get('capacity', 0)} conversations hold")
-        if system.get("error"):
-            print(f"{name}: {system['error'].splitlines()[0]}")
-    return 0
+    return report_systems(data, lambda s: f"{s.get('capacity', 0)} conversations hold")
 
 
 def run_capacity(args: argparse.Namespace) -> int:
@@ -389,9 +386,20 @@ def run_capacity(args: argparse.Namespace) -> int:
     path = CapacityRun(capacity_config_from_args(args), ["voxgate", *sys.argv[1:]]).run()
     data = json.loads(path.read_text())
     print(f"results: {path}")
+    return report_systems(data, lambda s: f"capacity {s.get('capacity', 0)} listeners")
+
+
+def report_systems(data: dict, figure: Callable[[dict], str]) -> int:
+    """Each system's figure, and the reason for each that could not be measured (its server
+    did not start, or could not be measured this way): then the exit status is 1, so a script
+    running benches does not take an empty result for a measured one."""
+    failed = 0
     for name, system in data["systems"].items():
-        print(f"{name}: capacity {system.get('capacity', 0)} listeners")
-    return 0
+        print(f"{name}: {figure(system)}")
+        if system.get("error"):
+            failed += 1
+            print(f"{name}: not measured: {system['error'].splitlines()[0]}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _stop_in_order(signum: int, frame: object) -> None:
@@ -428,4 +436,4 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     for note in data.get("deviations", []):
         print(f"deviation: {note}")
-    return 0
+    return report_systems(data, lambda s: f"goodput {s.get('goodput_req_s')} req/s")

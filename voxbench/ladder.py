@@ -287,6 +287,7 @@ class LadderRun(abc.ABC):
         with self.gen:
             for policy in c.policies:
                 self._system(policy)
+        self._save()  # a system whose server never started is recorded too, with its error
         png = self.plot()
         if png:
             log.info("plot: %s", png)

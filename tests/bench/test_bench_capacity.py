@@ -258,3 +258,16 @@ def test_a_terminated_bench_stops_the_server_it_started(tmp_path):
     if outlived:  # don't leave it running for the rest of the suite
         subprocess.run(["pkill", "-f", f"serve .*--port {port}"], check=False)
     assert not outlived, "the bench's server outlived it"
+
+
+def test_a_server_that_cannot_start_is_recorded_and_fails_the_run(tmp_path, capsys):
+    """The server refuses its arguments (a tiny preset is random already): the run records why
+    in its results and exits 1, so a script does not take an empty ladder for a measured one."""
+    argv = served_capacity(tmp_path, "tiny-moshi", "2", "--random-weights")
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "voxgate-slack: not measured: voxgate-slack exited with 2" in err
+    [path] = tmp_path.glob("*-capacity.json")
+    system = json.loads(path.read_text())["systems"]["voxgate-slack"]
+    assert system["capacity"] == 0 and system["points"] == []
+    assert "tiny-moshi is random already" in system["error"]

@@ -198,8 +198,8 @@ def test_spoken_conversations_with_the_servers_vad_on_the_cpu(tmp_path, capsys):
 
 @pytest.mark.timeout(300)
 def test_a_tts_model_is_refused_with_what_to_use_instead(tmp_path, tiny_orpheus_dirs, capsys):
-    assert main(served_turns(tmp_path, "tiny-orpheus", "--conversations", "1")) == 0
-    assert "needs a turn-based speech-to-speech model" in capsys.readouterr().out
+    assert main(served_turns(tmp_path, "tiny-orpheus", "--conversations", "1")) == 1
+    assert "needs a turn-based speech-to-speech model" in capsys.readouterr().err
     [path] = tmp_path.glob("*-tiny-orpheus-turns.json")
     [system] = json.loads(path.read_text())["systems"].values()
     assert system["points"] == [] and "--capacity" in system["error"]
