@@ -22,6 +22,7 @@ RUN_S=${RUN_S:-240}
 : "${MODELS:?set MODELS, the presets to serve, e.g. \"orpheus-3b cosyvoice2-0.5b\"}"
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/family_points.XXXXXX)
+. "$(dirname "$0")/served_runs.sh"
 : > "$OUT/summary.txt"
 for model in $MODELS; do
     case $model in
@@ -43,14 +44,5 @@ for model in $MODELS; do
         "${point[@]}" --client-procs 1 --drain-timeout 20 ${EXTRA:-} --out "$WORK/$model" \
         > "$WORK/$model.txt" 2>&1
     echo "== $model: exit $?" | tee -a "$OUT/summary.txt"
-    # A bench stops its servers, SIGTERM included; one killed harder would hold the GPU.
-    if pkill -f "gateway.cli --log-level [A-Z]* serve"; then
-        echo "  a server outlived $model's run: killed" | tee -a "$OUT/summary.txt"
-    fi
-    grep -h "ready after\|listeners:\|conversations:\|late streams:\|engine loop\|engine codec\|error:\|not measured" \
-        "$WORK/$model.txt" | sed 's/^.*INFO voxgate.bench //' | tee -a "$OUT/summary.txt"
-    for json in "$WORK/$model"/*.json; do
-        [ -e "$json" ] && gzip -c "$json" > "$OUT/$model.json.gz"
-    done
-    (cd "$WORK" && tar czf "$OUT/logs.tgz" --exclude='*.json' --exclude='*.trace.jsonl' .)
+    after_run "$model's run" "$WORK/$model.txt" "$WORK/$model" "$model"
 done

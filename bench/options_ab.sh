@@ -41,6 +41,7 @@ mkdir -p "$OUT"
 # The machine stays warm between calls and keeps /tmp: each call writes into a folder of its
 # own, so no run picks up an earlier call's result of the same tag.
 WORK=$(mktemp -d /tmp/options_ab.XXXXXX)
+. "$(dirname "$0")/served_runs.sh"
 if [ "$PREFAULT_GIB" -gt 0 ]; then
     python3 -c "
 import numpy as np
@@ -58,18 +59,7 @@ run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
     timeout "$RUN_S" python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" \
         --out "$results" > "$results.txt" 2>&1
     echo "exit $?"
-    # A bench stops its servers, SIGTERM included; one killed harder would leave its server
-    # holding the GPU for every later run of the call.
-    if pkill -f "gateway.cli --log-level [A-Z]* serve"; then
-        echo "  a server outlived run $tag: killed" | tee -a "$OUT/summary.txt"
-    fi
-    grep -h "ready after\|listeners:\|conversations:\|late frames by second\|late streams:\|engine loop\|engine codec\|LLM + codec by second\|engine admission\|admission room by second" "$results.txt" \
-        | sed 's/^.*INFO voxgate.bench //' | tee -a "$OUT/summary.txt"
-    for json in "$results"/*.json; do
-        [ -e "$json" ] && gzip -c "$json" > "$OUT/$tag-$name.json.gz"
-    done
-    # After every run, so that a call cut short by its time limit still brings the logs back.
-    (cd "$WORK" && tar czf "$OUT/logs.tgz" --exclude='*.json' --exclude='*.trace.jsonl' .)
+    after_run "run $tag" "$results.txt" "$results" "$tag-$name"
 }
 
 [ "$WARMUP" = 1 ] && run warmup "${names[0]}" > /dev/null && rm -f "$OUT/warmup-${names[0]}.json.gz"
