@@ -31,6 +31,7 @@ re-measure with the trained checkpoint before tightening the defaults.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,6 +98,12 @@ class SnacStream:
         return self.frames[lo - self.base : hi - self.base]
 
 
+def check_chunk_ramp(ramp: float) -> None:
+    """ValueError unless 0 < ramp <= 1 (SnacDetokenizer's chunk_ramp)."""
+    if isinstance(ramp, bool) or not isinstance(ramp, int | float) or not 0 < ramp <= 1:
+        raise ValueError(f"snac chunk_ramp must be in (0, 1], got {ramp!r}")
+
+
 @dataclass(frozen=True)
 class _Window:
     row: int  # index into the streams of this decode call
@@ -118,6 +125,7 @@ class SnacDetokenizer:
         chunk_frames: int = 4,
         first_chunk_frames: int = 1,
         large_chunk_frames: int = 8,
+        chunk_ramp: float = 1.0,
     ):
         if model.attn_window_size is not None:
             raise ValueError(
@@ -139,6 +147,7 @@ class SnacDetokenizer:
         ):
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        check_chunk_ramp(chunk_ramp)
         self.model = model.eval()
         self.noise = install_positional_noise(model)
         fold_weight_norm(model)
@@ -151,6 +160,11 @@ class SnacDetokenizer:
         # ~28 % less a frame than two windows of 9 (bench/snac_cost.py). The engine lets a
         # stream with a comfortable buffer wait for them (ModelFacts.large_chunk_tokens).
         self.large_chunk = large_chunk_frames
+        # Past the first chunk, a chunk holds at most this share of the audio already out (whole
+        # frames, rounded up): 1 lets a chunk match it (1, 1, 2, 4 …), less keeps a young
+        # stream's chunks smaller than its buffer (0.75: 1, 1, 2, 3, 4 …), for when making a
+        # frame takes nearly a frame's playback (a loaded GPU's turns).
+        self.chunk_ramp = chunk_ramp
         self.latent_per_frame = strides[0]  # 4 latent steps of 512 samples
         self.device = next(model.parameters()).device
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
@@ -206,12 +220,13 @@ class SnacDetokenizer:
     def _chunk_plan(self, emitted: int, total: int, final: bool) -> list[tuple[int, int]]:
         """[start, end) of each chunk emittable from a stream that has emitted `emitted` of
         its `total` frames. Chunk lengths ramp from first_chunk_frames up to chunk_frames, each
-        at most the audio already out: early chunks stay small while the listener's buffer is
-        small, later ones amortise the window's context overhead; a steady chunk is
-        large_chunk_frames whenever that many frames are ready."""
+        at most `chunk_ramp` of the audio already out: early chunks stay small while the
+        listener's buffer is small, later ones amortise the window's context overhead; a
+        steady chunk is large_chunk_frames whenever that many frames are ready."""
         chunks, start = [], emitted
         while start < total:
-            size = self.first_chunk if start == 0 else min(self.chunk, max(self.first_chunk, start))
+            ramped = max(self.first_chunk, math.ceil(self.chunk_ramp * start - 1e-9))
+            size = self.first_chunk if start == 0 else min(self.chunk, ramped)
             if size == self.chunk and start + self.large_chunk + self.right <= total:
                 size = self.large_chunk
             end = start + size

@@ -27,6 +27,14 @@ class OrpheusOptions(CodecCompileOption):
         f"listener's buffer more (4-{MAX_LARGE_CHUNK_FRAMES}; default {LARGE_CHUNK_FRAMES})",
         metavar="N",
     )
+    snac_chunk_ramp: float = option(
+        1.0,
+        "--snac-chunk-ramp",
+        "past its first chunk, a young stream's SNAC chunk holds at most this share of the "
+        "audio already sent to it (0-1; default 1): below 1 its chunks come sooner while its "
+        "buffer is small, for a loaded GPU whose frames take nearly their playback to make",
+        metavar="X",
+    )
     snac_fp16: bool = option(
         False,
         "--snac-fp16",
@@ -35,6 +43,9 @@ class OrpheusOptions(CodecCompileOption):
     )
 
     def __post_init__(self) -> None:
+        ramp = self.snac_chunk_ramp
+        if not 0 < ramp <= 1:
+            raise ValueError(f"snac_chunk_ramp must be in (0, 1], got {ramp}")
         n = self.snac_large_chunk_frames
         if not 4 <= n <= MAX_LARGE_CHUNK_FRAMES:
             raise ValueError(
@@ -53,6 +64,7 @@ class OrpheusOptions(CodecCompileOption):
                 f"--snac-large-chunk-frames must be at least the codec's chunk ({detok.chunk})"
             )
         detok.large_chunk = self.snac_large_chunk_frames
+        detok.chunk_ramp = self.snac_chunk_ramp
         large = model.facts.frame_tokens * detok.large_chunk
         model.facts = dataclasses.replace(
             model.facts, large_chunk_tokens=large, compile_codec=self.compile_codec

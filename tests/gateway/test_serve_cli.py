@@ -118,6 +118,7 @@ def test_synth_is_still_there():
         (["--steady-batch-rows", "-1"], "steady_batch_rows must be >= 0"),
         (["--first-hop-tokens", "0"], "first_hop_tokens must be >= 1"),
         (["--snac-large-chunk-frames", "17"], "snac_large_chunk_frames must be 4-16"),
+        (["--snac-chunk-ramp", "0"], "snac_chunk_ramp must be in (0, 1]"),
         (["--max-detok-batch", "0"], "max_detok_batch must be >= 1"),
         (["--cpu-threads", "0"], "cpu_threads must be >= 1"),
     ],

@@ -196,5 +196,13 @@ def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
         load_model("tiny-orpheus", options={"snac_fp16": True})
     with pytest.raises(ValueError, match="snac_large_chunk_frames must be 4-16"):
         load_model("tiny-orpheus", options={"snac_large_chunk_frames": 2})
+    # `--snac-chunk-ramp` reaches the chunk schedule, and its 3-frame chunk's window (with 3
+    # frames of left context and 2 of look-ahead: 8) is among the shapes the graphs capture.
+    assert default.detok.chunk_ramp == 1.0
+    ramped = load_model("tiny-orpheus", options={"snac_chunk_ramp": 0.75})
+    assert ramped.detok.chunk_ramp == 0.75
+    assert (1, 9) in ramped.detok._schedule_windows(12)  # frames 4-6 emitted, 1-8 decoded
+    with pytest.raises(ValueError, match=r"snac_chunk_ramp must be in \(0, 1\]"):
+        load_model("tiny-orpheus", options={"snac_chunk_ramp": 1.2})
     with pytest.raises(CheckpointError, match="is for Orpheus models"):
         load_model("tiny-csm", options={"snac_fp16": True})

@@ -195,11 +195,12 @@ def test_steady_chunks_grow_to_the_large_chunk_when_its_frames_are_in(model):
         SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=3)
 
 
-def test_would_emit_says_whether_new_frames_give_audio(model):
+@pytest.mark.parametrize("ramp", [1.0, 0.75])
+def test_would_emit_says_whether_new_frames_give_audio(model, ramp):
     """would_emit(stream, k) is what pushing k frames and decoding then does, for every k and
     every point of a stream (its first chunks, steady 4-frame ones, the large one): one or two
     new frames past the ramp give no audio."""
-    det = SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=8)
+    det = SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=8, chunk_ramp=ramp)
     stream, rng = det.new_stream(), np.random.default_rng(5)
     checked = {True: 0, False: 0}
     for seed in range(14):
@@ -214,6 +215,39 @@ def test_would_emit_says_whether_new_frames_give_audio(model):
         det.push(stream, _frames(push, seed=seed).tolist())
         det.decode([stream], [False])
     assert checked[True] > 10 and checked[False] > 10  # both answers were exercised
+
+
+def test_a_ramp_below_one_keeps_a_young_streams_chunks_under_its_audio_out(model):
+    """Frames arriving one at a time, as a loaded engine makes them: with the default ramp a
+    chunk may hold as much audio as is already out (1, 1, 2, 4, 4 …); at 0.75 the chunk after
+    4 frames out holds 3, so it needs one frame fewer made while the listener plays its
+    buffer, and the ramp reaches the steady 4 one chunk later."""
+
+    def sizes(ramp: float) -> list[int]:
+        det = SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=8, chunk_ramp=ramp)
+        stream, out = det.new_stream(), []
+        for seed in range(24):
+            det.push(stream, _frames(1, seed=seed).tolist())
+            out += [end - start for start, end in det._chunks(stream, final=False)]
+            det.decode([stream], [False])
+        return out
+
+    assert sizes(1.0) == [1, 1, 2, 4, 4, 4, 4]
+    assert sizes(0.75) == [1, 1, 2, 3, 4, 4, 4]
+    with pytest.raises(ValueError, match="chunk_ramp must be in"):
+        SnacDetokenizer(model, chunk_ramp=0.0)
+    with pytest.raises(ValueError, match="chunk_ramp must be in"):
+        SnacDetokenizer(model, chunk_ramp=1.5)
+
+
+def test_streamed_matches_whole_with_a_ramp_below_one(model):
+    """The ramp moves seams, not what a window sees: the same bound as the default's."""
+    utterances = [_frames(n, seed=n) for n in (19, 7)]
+    det = SnacDetokenizer(model, chunk_ramp=0.75)
+    streamed_all = _stream_all(det, utterances, seeds=list(range(len(utterances))))
+    for i, (streamed, frames) in enumerate(zip(streamed_all, utterances, strict=True)):
+        assert len(streamed) == len(frames) * SPF
+        assert _relative_error(streamed, _whole(model, frames, seed=i)) < 1e-2
 
 
 def test_push_rejects_bad_frames(model):
