@@ -94,7 +94,7 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
     if not profile:
         return []
     p = profile
-    return [
+    lines = [
         f"engine loop: busy {100 * p['loop_busy']:.0f} % (LLM {100 * p['llm_busy']:.0f} %), "
         f"{p['llm_steps_per_s']} LLM steps/s of {p['llm_step_ms']} ms and "
         f"{p['rows_per_step']} rows, turn {p['loop_turn_ms']} ms, "
@@ -106,12 +106,10 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         f"{p['lane_jobs']} lane jobs of {p['lane_job_ms']} ms; audio out "
         f"{p['audio_x_realtime']}x real time; LLM + codec {100 * p['gpu_share']:.0f} % of the "
         "point",
-        *(
-            [
-                "LLM + codec by second of the point (%): "
-                + " ".join(f"{s}s:{v}" for s, v in p["gpu_share_by_second"].items())
-            ]
-            if p.get("gpu_share_by_second")
-            else []
-        ),
     ]
+    if p.get("gpu_share_by_second"):
+        lines.append(
+            "LLM + codec by second of the point (%): "
+            + " ".join(f"{s}s:{v}" for s, v in p["gpu_share_by_second"].items())
+        )
+    return lines

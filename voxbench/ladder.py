@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,16 +94,16 @@ class FrameCount:
     expected: int = 0
     on_time: int = 0
     late_streams: int = 0  # timelines with any late frame
-    lateness_ms: list[float] | None = None  # how late each late frame was
+    lateness_ms: list[float] = field(default_factory=list)  # how late each late frame was
     # Late frames by the whole second of the point they arrived in (timelines whose start is
     # known): a ramp's stalls and a steady load's shortfall look different here.
-    late_by_second: dict[int, int] | None = None
+    late_by_second: dict[int, int] = field(default_factory=dict)
     # Which streams fell behind, and when in their own audio: the second of the point each late
     # stream was sent in, and how far into its audio its first late frame was. New streams
     # late just after their first chunk (its cover) and old ones late in a steady shortfall
     # need different cures.
-    late_stream_sent_s: list[float] | None = None
-    first_late_audio_ms: list[float] | None = None
+    late_stream_sent_s: list[float] = field(default_factory=list)
+    first_late_audio_ms: list[float] = field(default_factory=list)
 
     def add(
         self,
@@ -122,22 +122,18 @@ class FrameCount:
         self.expected += len(late) if ok else max(asked, len(late))
         self.on_time += len(late) - n_late
         self.late_streams += n_late > 0
-        self.lateness_ms = (self.lateness_ms or []) + [x for x in late if x > EPS_MS]
+        self.lateness_ms.extend(x for x in late if x > EPS_MS)
         if n_late:
             first = next(i for i, x in enumerate(late) if x > EPS_MS)
-            self.first_late_audio_ms = [
-                *(self.first_late_audio_ms or []),
-                sum(durations_ms[:first]),
-            ]
+            self.first_late_audio_ms.append(sum(durations_ms[:first]))
             if sent_s is not None:
-                self.late_stream_sent_s = [*(self.late_stream_sent_s or []), sent_s]
+                self.late_stream_sent_s.append(sent_s)
         if sent_s is not None:
-            seconds = self.late_by_second if self.late_by_second is not None else {}
+            seconds = self.late_by_second
             for arrival, lateness in zip(arrivals_ms, late, strict=True):
                 if lateness > EPS_MS:
                     second = int(sent_s + arrival / 1000)
                     seconds[second] = seconds.get(second, 0) + 1
-            self.late_by_second = seconds
 
     @property
     def fraction(self) -> float:
@@ -148,11 +144,11 @@ class FrameCount:
             "frames_expected": self.expected,
             "frames_on_time": self.on_time,
             "on_time": round(self.fraction, 5),
-            "late_ms": distribution(self.lateness_ms or []),
+            "late_ms": distribution(self.lateness_ms),
             # JSON keys are strings: the second of the point, in order
-            "late_by_second": {str(s): n for s, n in sorted((self.late_by_second or {}).items())},
-            "late_stream_sent_s": distribution(self.late_stream_sent_s or []),
-            "first_late_audio_ms": distribution(self.first_late_audio_ms or []),
+            "late_by_second": {str(s): n for s, n in sorted(self.late_by_second.items())},
+            "late_stream_sent_s": distribution(self.late_stream_sent_s),
+            "first_late_audio_ms": distribution(self.first_late_audio_ms),
         }
 
 

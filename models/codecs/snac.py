@@ -98,12 +98,6 @@ class SnacStream:
         return self.frames[lo - self.base : hi - self.base]
 
 
-def check_chunk_ramp(ramp: float) -> None:
-    """ValueError unless 0 < ramp <= 1 (SnacDetokenizer's chunk_ramp)."""
-    if isinstance(ramp, bool) or not isinstance(ramp, int | float) or not 0 < ramp <= 1:
-        raise ValueError(f"snac chunk_ramp must be in (0, 1], got {ramp!r}")
-
-
 @dataclass(frozen=True)
 class _Window:
     row: int  # index into the streams of this decode call
@@ -147,7 +141,8 @@ class SnacDetokenizer:
         ):
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-        check_chunk_ramp(chunk_ramp)
+        if not 0 < chunk_ramp <= 1:
+            raise ValueError(f"snac chunk_ramp must be in (0, 1], got {chunk_ramp!r}")
         self.model = model.eval()
         self.noise = install_positional_noise(model)
         fold_weight_norm(model)
@@ -225,8 +220,11 @@ class SnacDetokenizer:
         steady chunk is large_chunk_frames whenever that many frames are ready."""
         chunks, start = [], emitted
         while start < total:
-            ramped = max(self.first_chunk, math.ceil(self.chunk_ramp * start - 1e-9))
-            size = self.first_chunk if start == 0 else min(self.chunk, ramped)
+            if start == 0:
+                size = self.first_chunk
+            else:  # at most chunk_ramp of the frames out, rounded up (the float's error aside)
+                ramped = math.ceil(self.chunk_ramp * start - 1e-9)
+                size = min(self.chunk, max(self.first_chunk, ramped))
             if size == self.chunk and start + self.large_chunk + self.right <= total:
                 size = self.large_chunk
             end = start + size
