@@ -110,9 +110,9 @@ class ThreadedDetokenizer(Detokenizer):
     on a second thread and high-priority stream. Finished jobs of both come back through one
     queue, so the engine can wait for whichever ends first.
 
-    `paced`: both threads wait between
-    the graphs of a job (CallableGraphs.pace); `compiled`: their graphs capture Inductor's
-    kernels in the blocks the codec names for it (CallableGraphs.compile_regions)."""
+    `paced`: both threads wait between the graphs of a job (CallableGraphs.pace); `compiled`:
+    their graphs capture Inductor's kernels in the blocks the codec names for it
+    (CallableGraphs.compile_regions)."""
 
     def __init__(
         self,
