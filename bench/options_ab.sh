@@ -17,11 +17,13 @@
 # the first two). BENCH_ARGS: the bench's arguments after --serve. WARMUP (default 1): first a
 # run of the first variant whose result is dropped. PREFAULT_GIB (default 48): host memory
 # touched once first (the VM's memory grows as it is used). RUN_S: each run's time limit
-# (default 300). Leaves $OUT/<i>-<name>.json.gz per run, $OUT/summary.txt (each run's point
+# (default 300). WARMUP_RUN_S: the warm-up's (default RUN_S; a fresh machine's first server
+# start compiles FlashInfer's kernels unless .gpu/aot.txz carries them, and SNAC's blocks). Leaves $OUT/<i>-<name>.json.gz per run, $OUT/summary.txt (each run's point
 # lines) and $OUT/logs.tgz (the bench's and servers' logs): under a call's 8 files.
 set -uo pipefail
 OUT=$(realpath -m "${OUT:-out}")
 RUN_S=${RUN_S:-300}
+WARMUP_RUN_S=${WARMUP_RUN_S:-$RUN_S}
 WARMUP=${WARMUP:-1}
 PREFAULT_GIB=${PREFAULT_GIB:-48}
 : "${VARIANTS:?set VARIANTS, e.g. \"on: off:--no-prompt-graphs\"}"
@@ -50,19 +52,19 @@ for _ in range($PREFAULT_GIB // 8):
 "
 fi
 
-run() {  # run TAG NAME: one bench run of variant NAME, its files tagged TAG
-    local tag=$1 name=$2 server=() results=$WORK/$1-$2
+run() {  # run TAG NAME [LIMIT_S]: one bench run of variant NAME, its files tagged TAG
+    local tag=$1 name=$2 limit=${3:-$RUN_S} server=() results=$WORK/$1-$2
     IFS=, read -ra flags <<< "${ARGS[$name]}"
     for flag in "${flags[@]}"; do [ -n "$flag" ] && server+=("--server-arg=$flag"); done
     echo "== $tag $name ${server[*]}"
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-    timeout "$RUN_S" python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" \
+    timeout -k 20 "$limit" python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" \
         --out "$results" > "$results.txt" 2>&1
     echo "exit $?"
     after_run "run $tag" "$results.txt" "$results" "$tag-$name"
 }
 
-[ "$WARMUP" = 1 ] && run warmup "${names[0]}" > /dev/null && rm -f "$OUT/warmup-${names[0]}.json.gz"
+[ "$WARMUP" = 1 ] && run warmup "${names[0]}" "$WARMUP_RUN_S" > /dev/null && rm -f "$OUT/warmup-${names[0]}.json.gz"
 : > "$OUT/summary.txt"
 i=0
 for name in $ORDER; do
