@@ -184,6 +184,14 @@ def add_bench_parser(subparsers) -> None:
         "--stream-seconds", type=float, default=30.0, help="audio each listener asks for"
     )
     g.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="R",
+        help="run each point R times on the same server (also --conversations): near the "
+        "edge one run of N can hold and the next collapse, and N holds only if all R did",
+    )
+    g.add_argument(
         "--min-on-time", type=float, default=0.999, help="share of frames on time to hold"
     )
 
@@ -322,6 +330,7 @@ def _ladder_options(args: argparse.Namespace, bench) -> dict:
         "client_procs": bench.client_procs,
         "drain_timeout_s": bench.drain_timeout_s,
         "stop_after_failures": 2 if bench.early_stop else 0,
+        "repeats": args.repeats,
         "startup_timeout_s": bench.startup_timeout_s,
         "api_key": bench.api_key,
         "out_dir": bench.out_dir,

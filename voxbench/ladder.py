@@ -61,6 +61,10 @@ class LadderConfig:
     # Consecutive points that do not hold end the ladder; 0: every point runs (--no-early-stop,
     # for A/B runs that compare builds at each point).
     stop_after_failures: int = 2
+    # Points of each N, run one after another on the same server (--repeats): an A/B at the
+    # edge, where one run of a count can hold and the next collapse, gets several samples for
+    # one server start, and N holds only if each of its points did.
+    repeats: int = 1
     settle_s: float = 2.0
     startup_timeout_s: float = 900.0
     api_key: str | None = None
@@ -73,6 +77,8 @@ class LadderConfig:
             raise ValueError(f"{flag} takes counts >= 1, e.g. {example}")
         if self.stagger_s < 0:
             raise ValueError("--stagger must be >= 0")
+        if self.repeats < 1:
+            raise ValueError("--repeats must be >= 1")
         if not 0 < self.min_on_time <= 1:
             raise ValueError("--min-on-time must be in (0, 1]")
         if self.url is not None and len(self.policies) > 1:
@@ -173,8 +179,10 @@ def point_holds(
 
 
 def capacity_of(points: list[dict[str, Any]], key: str = "listeners") -> int:
-    """The largest N whose point held (0: none did)."""
-    return max((p[key] for p in points if p["summary"]["holds"]), default=0)
+    """The largest N whose points all held (0: none did). A count run several times
+    (--repeats) holds only if every run of it did."""
+    failed = {p[key] for p in points if not p["summary"]["holds"]}
+    return max((p[key] for p in points if p[key] not in failed), default=0)
 
 
 # --- the server's side of a point ---------------------------------------------------------------
@@ -344,10 +352,14 @@ class LadderRun(abc.ABC):
     def _ladder(self, url: str, http: str, trace: Path | None, entry: dict) -> None:
         c = self.cfg
         misses = 0
-        for n in sorted(set(c.counts)):
+        runs = [(n, r) for n in sorted(set(c.counts)) for r in range(1, c.repeats + 1)]
+        for n, repeat in runs:
             profile = ServerProfile(http, trace)
             point = self.measure(url, n)
             profile.load_ended()
+            if c.repeats > 1:
+                point["repeat"] = repeat
+                log.info("== %d %s, run %d of %d", n, self.count_key, repeat, c.repeats)
             for line in self.describe(n, point["summary"]).splitlines():
                 log.info("%s", line)
             profile.finish(point)

@@ -4,6 +4,7 @@ one served ladder end to end on the CPU with tiny-orpheus."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -82,6 +83,61 @@ def test_capacity_is_the_largest_count_that_held():
 
     assert capacity_of([point(8, True), point(16, True), point(24, False)]) == 16
     assert capacity_of([point(8, False)]) == 0
+    # --repeats: a count holds only if every run of it did.
+    runs = [point(8, True), point(8, True), point(16, True), point(16, False)]
+    assert capacity_of(runs) == 8
+    assert capacity_of([*runs, point(24, True), point(24, True)]) == 24
+
+
+def test_repeats_run_each_count_on_one_server_and_stop_as_points_fail(monkeypatch, tmp_path):
+    """--repeats R measures each count R times in a row on the same server; each point
+    records its run, and the early stop counts failed points as without repeats."""
+    import voxbench.ladder as ladder
+    from gateway.cli import build_parser
+    from voxbench.cli import capacity_config_from_args
+
+    class NoProfile:
+        def __init__(self, http, trace):
+            pass
+
+        def load_ended(self):
+            pass
+
+        def finish(self, point):
+            pass
+
+    class Scripted(ladder.LadderRun):
+        schema, suffix, count_key = "test", "capacity", "listeners"
+        held = {(8, 1): True, (8, 2): True, (16, 1): True, (16, 2): False, (24, 1): False}
+
+        def __init__(self, cfg):
+            super().__init__(cfg, ["voxgate", "bench"])
+            self.asked: list[int] = []
+
+        def prepare(self, url):
+            pass
+
+        def measure(self, url, n):
+            self.asked.append(n)
+            run = self.asked.count(n)
+            return {"listeners": n, "summary": {"holds": self.held[(n, run)]}}
+
+        def describe(self, n, summary):
+            return f"{n}: {summary['holds']}"
+
+    monkeypatch.setattr(ladder, "ServerProfile", NoProfile)
+    argv = ["bench", "--url", "ws://127.0.0.1:1/v1/stream", "--capacity", "8,16,24,32"]
+    cfg = capacity_config_from_args(build_parser().parse_args([*argv, "--repeats", "2"]))
+    assert cfg.repeats == 2
+    run = Scripted(dataclasses.replace(cfg, out_dir=tmp_path, settle_s=0))
+    entry = {"points": []}
+    run._ladder(cfg.url, "http://127.0.0.1:1", None, entry)
+    # 16's second run and 24's first fail: two in a row, so 24's second run and 32 never ran.
+    assert run.asked == [8, 8, 16, 16, 24]
+    assert [p["repeat"] for p in entry["points"]] == [1, 2, 1, 2, 1]
+    assert entry["capacity"] == 8
+    with pytest.raises(ValueError, match="--repeats"):
+        capacity_config_from_args(build_parser().parse_args([*argv, "--repeats", "0"]))
 
 
 def test_loop_profile_from_two_metrics_readings():
