@@ -12,6 +12,11 @@ precisions it also reports the emitted audio's error against float32 (RMS of the
 over RMS of the signal) on the same codes. `--compiled` also times each dtype with the
 decoder's residual units compiled as `--compile-codec` serves them (engine/cuda_graphs.py,
 compile_regions; SnacDetokenizer.repeated_blocks), as the variant `<dtype>+compiled`.
+`--streaming` also times the stateful decoder (models/codecs/snac_streaming.py: each frame
+decoded once, the convs' state carried between calls) on `chunk` frames with no context, as
+`<dtype>+streaming` (and, with `--compiled`, the whole call compiled: `…+streaming+compiled`);
+its window is the chunk. Its error is against the float32 window's emitted audio for the same
+codes where the two cover the same samples (the window's seams aside, they are one decode).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import torch
 from snac import SNAC
 
 from engine.cuda_graphs import compile_regions
-from models.codecs.snac import SnacDetokenizer, snac_24khz_config
+from models.codecs.snac import SnacDetokenizer, fold_weight_norm, snac_24khz_config
+from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
 
 
 def main() -> None:
@@ -33,12 +39,14 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--compiled", action="store_true", help="also each dtype compiled")
+    ap.add_argument("--streaming", action="store_true", help="also the stateful decoder")
     args = ap.parse_args()
     device = torch.device("cuda")
     torch.manual_seed(0)
     base = SNAC(**snac_24khz_config()).eval()
     state = base.state_dict()
     detoks = {}
+    streaming = {}
     for name in args.dtypes.split(","):
         for compiled in (False, True) if args.compiled else (False,):
             model = SNAC(**snac_24khz_config())
@@ -47,6 +55,17 @@ def main() -> None:
             if compiled:
                 compile_regions(detok.repeated_blocks())
             detoks[name + ("+compiled" if compiled else "")] = detok
+        if args.streaming:
+            model = SNAC(**snac_24khz_config())
+            model.load_state_dict(state)
+            model = model.to(device, getattr(torch, name))
+            fold_weight_norm(model)
+            for compiled in (False, True) if args.compiled else (False,):
+                streaming[name + "+streaming" + ("+compiled" if compiled else "")] = (
+                    StreamingSnacDecoder(model),
+                    compiled,
+                    getattr(torch, name),
+                )
     rows = []
     for batch, chunk in (
         (int(b), int(c)) for b in args.batches.split(",") for c in args.chunks.split(",")
@@ -91,7 +110,57 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
             del graph
+        for name, (decoder, compiled, dtype) in streaming.items():
+            row, audio = _time_streaming(decoder, compiled, dtype, frames[:, :chunk], args.reps)
+            outputs[name] = audio.float()
+            reference = outputs.get("float32+streaming")
+            if reference is not None and name != "float32+streaming":
+                diff = outputs[name] - reference
+                row["rel_rms_err"] = (
+                    diff.pow(2).mean().sqrt() / reference.pow(2).mean().sqrt()
+                ).item()
+            row.update(dtype=name, chunk=chunk, window=chunk, batch=batch)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}))
+
+
+def _time_streaming(decoder, compiled: bool, dtype, codes: torch.Tensor, reps: int):
+    """One call of the stateful decoder on `codes` [B, chunk, 7] (rows 40 latent steps into
+    their streams, zero state: the values do not change the time), captured in a CUDA graph
+    and replayed; returns the row's timings and the call's audio."""
+    batch, chunk = codes.shape[:2]
+    device = codes.device
+    state = decoder.new_state(batch, device, dtype)
+    position = torch.full((batch,), 40, dtype=torch.int64, device=device)
+    end = torch.full((batch,), NO_END, dtype=torch.int64, device=device)
+    seeds = torch.arange(batch, dtype=torch.int64, device=device)
+    call = (
+        torch.compile(decoder.decode_frames, dynamic=False) if compiled else decoder.decode_frames
+    )
+    with torch.inference_mode():
+        for _ in range(2):  # allocations; the compiled variant compiles here
+            call(codes, state, position, end, seeds)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            audio, _ = call(codes, state, position, end, seeds)
+        graph.replay()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+    us = start.elapsed_time(stop) * 1000 / reps
+    spf = 4 * decoder.samples_per_latent
+    row = {
+        "us_per_call": round(us, 1),
+        "us_per_emitted_frame": round(us / (batch * chunk), 3),
+        "audio_x_realtime": round(batch * chunk * spf / decoder.model.sampling_rate / (us * 1e-6)),
+    }
+    return row, audio.clone()
 
 
 if __name__ == "__main__":

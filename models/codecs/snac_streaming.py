@@ -1,0 +1,216 @@
+"""SNAC's decoder run incrementally: each conv keeps the inputs its next call needs, so every
+latent step is decoded once, and streamed audio equals the whole decode exactly.
+
+Why: the windowed detokenizer (models/codecs/snac.py) decodes each chunk again with L + R
+context frames (3 + 2), so 8 emitted frames cost a 13-frame decode and 4 cost 9: 1.6-2.3× the
+work of the audio it emits, and SNAC's windows were ~40-60 % of the GPU at Orpheus's capacity
+edge (BENCHMARKS.md). Carried state removes the re-decoded context; the price is latency: a
+sample comes out once every input it depends on is in (the decoder's whole right half of its
+receptive field, `delay_samples`, ~2.2 frames), where a window of R=2 emits a little earlier
+with a ~1e-4 seam error.
+
+How: SNAC's decoder is a chain of symmetric convs (k7 with dilations 1/3/9, and the latent and
+output convs), transposed convs (k = 2·stride), pointwise convs, Snake activations, positional
+noise and residual adds. Each call feeds the next latent steps of every row; a conv of
+half-width h runs without padding over [its last 2h inputs, the new ones] and so emits as many
+samples as it got, h later; a transposed conv keeps its last input step; a residual unit delays
+its skip path by its conv's h. Every tensor's first sample has an absolute position per row, so
+the whole decode's zero padding is reproduced by zeroing a conv's inputs at positions before
+0 or past the stream's end, and the noise is drawn at its absolute positions
+(models/codecs/snac_noise.py). Shapes depend only on the batch and the call's length, so a
+call can be captured in a CUDA graph, with the state tensors as its inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from snac import SNAC
+from snac.layers import DecoderBlock, ResidualUnit, Snake1d
+from torch import nn
+
+from models.codecs.snac_noise import PositionalNoise, install_positional_noise, positional_normal
+
+# A stream's end while it is still open, in latent steps: past any real stream, and times the
+# decoder's upsampling (512) still an int64.
+NO_END = 2**40
+
+
+@dataclass
+class _Rows:
+    """Per-row facts of one call, threaded through the chain."""
+
+    start: torch.Tensor  # [B] int64: absolute position of the current tensor's first sample
+    end: torch.Tensor  # [B] int64: the stream's length at the current rate (NO_END: open)
+    seed: torch.Tensor  # [B] int64: the noise seed
+
+
+class StreamingSnacDecoder:
+    """Latent steps in, audio out, with per-row state. Use `new_state` for a fresh stream's
+    state; `decode` advances a batch of rows by the same number of latent steps.
+
+    `model` must have its noise made positional (install_positional_noise; load_snac does it)
+    and may have its weight norm folded; its weights are shared, not copied."""
+
+    def __init__(self, model: SNAC):
+        if model.attn_window_size is not None:
+            raise ValueError("streaming SNAC needs a decoder without local attention (snac_24khz)")
+        install_positional_noise(model)
+        self.model = model
+        self.layers = list(model.decoder.model)
+        self.samples_per_latent = int(model.hop_length)
+        self.state_shapes = self._walk_shapes()
+        probe = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
+        self.delay_samples = -int(self._positions(probe).start[0])
+
+    # --- the state ------------------------------------------------------------------------------
+    def new_state(self, batch: int, device=None, dtype=torch.float32) -> list[torch.Tensor]:
+        """Zeros: what the whole decode's left padding holds."""
+        return [torch.zeros(batch, c, n, device=device, dtype=dtype) for c, n in self.state_shapes]
+
+    def _walk_shapes(self) -> list[tuple[int, int]]:
+        shapes: list[tuple[int, int]] = []
+
+        def visit(module: nn.Module) -> None:
+            if isinstance(module, nn.Conv1d) and module.kernel_size[0] > 1:
+                shapes.append((module.in_channels, 2 * _half_width(module)))
+            elif isinstance(module, nn.ConvTranspose1d):
+                shapes.append((module.in_channels, 1))
+            elif isinstance(module, ResidualUnit):
+                conv = module.block[1]
+                shapes.append((conv.in_channels, _half_width(conv)))  # the skip's delay line
+                for sub in module.block:
+                    visit(sub)
+            elif isinstance(module, DecoderBlock | nn.Sequential):
+                for sub in module.block if isinstance(module, DecoderBlock) else module:
+                    visit(sub)
+
+        for layer in self.layers:
+            visit(layer)
+        return shapes
+
+    # --- a call ---------------------------------------------------------------------------------
+    def decode_frames(
+        self,
+        frames: torch.Tensor,
+        state: list[torch.Tensor],
+        position: torch.Tensor,
+        end: torch.Tensor,
+        seed: torch.Tensor,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`decode` from codes: frames [B, n, 7] in SNAC order `[l0, l1a, l1b, l2a, l2b, l2c,
+        l2d]` are each row's next n frames (4·n latent steps)."""
+        b = frames.shape[0]
+        levels = [frames[:, :, 0], frames[:, :, 1:3], frames[:, :, 3:7]]
+        latent = self.model.quantizer.from_codes([c.reshape(b, -1) for c in levels])
+        return self.decode(latent, state, position, end, seed)
+
+    def decode(
+        self,
+        latent: torch.Tensor,
+        state: list[torch.Tensor],
+        position: torch.Tensor,
+        end: torch.Tensor,
+        seed: torch.Tensor,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """latent [B, C, n]: each row's next n latent steps, which start at latent step
+        `position` [B] of its stream; `end` [B]: the stream's length in latent steps once
+        known (NO_END before); seed [B]: its noise seed. Returns audio [B, n * hop] for
+        output positions position·hop - delay_samples onwards (those before 0 or past the
+        end are not audio: the caller drops them) and the new state."""
+        rows = _Rows(position, end, seed)
+        new_state: list[torch.Tensor] = []
+        queue = iter(state)
+        x = latent
+        for layer in self.layers:
+            x, rows = self._run(layer, x, rows, queue, new_state)
+        return x[:, 0], new_state
+
+    def _run(self, module, x, rows: _Rows, queue, new_state):
+        if isinstance(module, nn.Conv1d):
+            if module.kernel_size[0] == 1:
+                return module(x), rows
+            return self._conv(module, x, rows, queue, new_state)
+        if isinstance(module, nn.ConvTranspose1d):
+            return self._conv_transpose(module, x, rows, queue, new_state)
+        if isinstance(module, ResidualUnit):
+            return self._residual(module, x, rows, queue, new_state)
+        if isinstance(module, PositionalNoise):
+            noise = positional_normal(rows.seed, module.salt, rows.start, x.shape[-1])
+            return x + noise[:, None, :].to(x.dtype) * module.linear(x), rows
+        if isinstance(module, DecoderBlock):
+            for sub in module.block:
+                x, rows = self._run(sub, x, rows, queue, new_state)
+            return x, rows
+        if isinstance(module, Snake1d | nn.Tanh):
+            return module(x), rows
+        raise TypeError(f"streaming SNAC cannot run a {type(module).__name__}")
+
+    def _conv(self, conv: nn.Conv1d, x, rows: _Rows, queue, new_state):
+        """A symmetric conv: its window over [kept inputs, new inputs] without padding; its
+        output starts h before the new inputs."""
+        h = _half_width(conv)
+        joined = torch.cat([next(queue), _inside(x, rows)], dim=-1)
+        new_state.append(joined[..., -2 * h :])
+        y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+        return y, _Rows(rows.start - h, rows.end, rows.seed)
+
+    def _conv_transpose(self, conv: nn.ConvTranspose1d, x, rows: _Rows, queue, new_state):
+        """k = 2·stride: an output sample sums two input steps, so the last input step is kept
+        and the new ones' outputs whose two inputs are both in come out."""
+        s = conv.stride[0]
+        joined = torch.cat([next(queue), _inside(x, rows)], dim=-1)
+        new_state.append(joined[..., -1:])
+        y = F.conv_transpose1d(joined, conv.weight, conv.bias, stride=s, groups=conv.groups)
+        n = x.shape[-1]
+        return y[..., s : (n + 1) * s], _Rows(
+            rows.start * s - conv.padding[0], rows.end * s, rows.seed
+        )
+
+    def _residual(self, unit: ResidualUnit, x, rows: _Rows, queue, new_state):
+        """x + block(x), the skip delayed by the block's conv so the two line up."""
+        skip_line = torch.cat([next(queue), x], dim=-1)
+        h = skip_line.shape[-1] - x.shape[-1]
+        new_state.append(skip_line[..., -h:])
+        y = x
+        inner = rows
+        for sub in unit.block:
+            y, inner = self._run(sub, y, inner, queue, new_state)
+        return skip_line[..., : x.shape[-1]] + y, inner
+
+    def _positions(self, rows: _Rows) -> _Rows:
+        """Where the output of a call starting at `rows.start` latent steps begins (dry run)."""
+
+        def visit(module, rows: _Rows) -> _Rows:
+            if isinstance(module, nn.Conv1d) and module.kernel_size[0] > 1:
+                return _Rows(rows.start - _half_width(module), rows.end, rows.seed)
+            if isinstance(module, nn.ConvTranspose1d):
+                s = module.stride[0]
+                return _Rows(rows.start * s - module.padding[0], rows.end * s, rows.seed)
+            if isinstance(module, ResidualUnit | DecoderBlock):
+                for sub in module.block:
+                    rows = visit(sub, rows)
+            return rows
+
+        for layer in self.layers:
+            rows = visit(layer, rows)
+        return rows
+
+
+def _half_width(conv: nn.Conv1d) -> int:
+    """A symmetric conv's one-sided reach; SNAC pads every conv by exactly that."""
+    k, d = conv.kernel_size[0], conv.dilation[0]
+    h = d * (k - 1) // 2
+    if conv.stride[0] != 1 or conv.padding[0] != h or d * (k - 1) % 2:
+        raise ValueError(f"streaming SNAC needs symmetric stride-1 convs, got {conv}")
+    return h
+
+
+def _inside(x: torch.Tensor, rows: _Rows) -> torch.Tensor:
+    """x with its samples before the stream's start or past its end zeroed: what the whole
+    decode's zero padding puts there."""
+    pos = rows.start[:, None] + torch.arange(x.shape[-1], device=x.device)
+    keep = (pos >= 0) & (pos < rows.end[:, None])
+    return x * keep[:, None, :].to(x.dtype)

@@ -1,0 +1,152 @@
+"""The stateful SNAC decoder (models/codecs/snac_streaming.py): streamed in any chunking, its
+audio equals one whole decode of the utterance; rows at different points of their streams
+share a call (CPU, tiny SNAC with the published rates, strides and kernels)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from snac import SNAC
+
+from models.codecs.snac import fold_weight_norm, install_positional_noise, tiny_snac_config
+from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
+
+SPF = 2048  # samples per frame at 24 kHz
+HOP = 512  # samples per latent step
+
+
+@pytest.fixture(scope="module")
+def model() -> SNAC:
+    torch.manual_seed(0)
+    model = SNAC(**tiny_snac_config()).eval()
+    install_positional_noise(model)
+    fold_weight_norm(model)
+    return model
+
+
+def _frames(n: int, seed: int) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 4096, size=(n, 7)))
+
+
+def _whole(model: SNAC, frames: torch.Tensor, seed: int) -> torch.Tensor:
+    """One SNAC.decode of the whole utterance, its noise seeded like the stream's."""
+    codes = frames[None]
+    levels = [codes[:, :, 0], codes[:, :, 1:3].reshape(1, -1), codes[:, :, 3:7].reshape(1, -1)]
+    ctx = install_positional_noise(model)
+    ctx.seed = torch.tensor([seed])
+    try:
+        with torch.inference_mode():
+            return model.decode(levels)[0, 0]
+    finally:
+        ctx.seed = None
+
+
+def _place(audio: torch.Tensor, first: int, total: int, out: torch.Tensor) -> None:
+    """Put a call's samples (the first at absolute position `first`) into `out`, dropping
+    those before the stream's start or past its end."""
+    lo, hi = max(first, 0), min(first + audio.shape[-1], total)
+    if hi > lo:
+        out[lo:hi] = audio[lo - first : hi - first]
+
+
+def _streamed(decoder: StreamingSnacDecoder, frames, chunks, seed: int) -> torch.Tensor:
+    """Feed `frames` in chunks of the given sizes (frames), then the end: the samples the
+    decoder still owes come out of a flush of zero latents."""
+    n = len(frames)
+    total = n * SPF
+    out = torch.full((total,), float("nan"))
+    state = decoder.new_state(1)
+    seeds = torch.tensor([seed])
+    fed = 0
+    with torch.inference_mode():
+        for size in chunks:
+            size = min(size, n - fed)
+            if size <= 0:
+                break
+            position = torch.tensor([4 * fed])
+            audio, state = decoder.decode_frames(
+                frames[None, fed : fed + size], state, position, torch.tensor([NO_END]), seeds
+            )
+            _place(audio[0], 4 * fed * HOP - decoder.delay_samples, total, out)
+            fed += size
+        assert fed == n, "the chunks must cover the utterance"
+        flush = math.ceil(decoder.delay_samples / HOP)
+        latent = torch.zeros(1, decoder.model.latent_dim, flush)
+        audio, state = decoder.decode(
+            latent, state, torch.tensor([4 * n]), torch.tensor([4 * n]), seeds
+        )
+        _place(audio[0], 4 * n * HOP - decoder.delay_samples, total, out)
+    return out
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [[1] * 14, [1, 1, 2, 4, 6], [3, 8, 3], [14]],
+    ids=["frame-by-frame", "ramp", "uneven", "one-call"],
+)
+def test_streamed_audio_equals_the_whole_decode(model, chunks):
+    decoder = StreamingSnacDecoder(model)
+    frames = _frames(14, seed=1)
+    whole = _whole(model, frames, seed=5)
+    streamed = _streamed(decoder, frames, chunks, seed=5)
+    assert not torch.isnan(streamed).any(), "every sample of the utterance came out"
+    err = (streamed - whole).abs().max() / whole.pow(2).mean().sqrt()
+    assert err < 1e-5, f"streamed differs from the whole decode by {err:.2e} of its RMS"
+
+
+def test_first_audio_needs_three_frames(model):
+    """A sample comes out once every latent step it depends on is in: the 24 kHz decoder
+    reaches ~2.3 frames to the right (its k7 convs with dilations 1/3/9 at each rate, the
+    transposed convs' overlap), so two frames give no audio yet and the third gives its
+    first samples, which are already the whole decode's."""
+    decoder = StreamingSnacDecoder(model)
+    assert 2 * SPF < decoder.delay_samples < 3 * SPF
+    frames = _frames(8, seed=2)
+    whole = _whole(model, frames, seed=0)
+    state, end, seeds = decoder.new_state(1), torch.tensor([NO_END]), torch.tensor([0])
+    with torch.inference_mode():
+        for fed in range(3):
+            audio, state = decoder.decode_frames(
+                frames[None, fed : fed + 1], state, torch.tensor([4 * fed]), end, seeds
+            )
+    out_before = 2 * SPF - decoder.delay_samples  # samples at positions >= 0 after two frames
+    assert out_before <= 0
+    first = 3 * SPF - decoder.delay_samples
+    torch.testing.assert_close(audio[0, -first:], whole[:first], rtol=1e-4, atol=1e-5)
+
+
+def test_rows_at_different_points_share_a_call(model):
+    """A fresh stream and one 5 frames in, decoded together, give what each gives alone."""
+    decoder = StreamingSnacDecoder(model)
+    a, b = _frames(7, seed=3), _frames(7, seed=4)
+    end = torch.tensor([NO_END])
+    with torch.inference_mode():
+        _, state_b = decoder.decode_frames(
+            b[None, :5], decoder.new_state(1), torch.tensor([0]), end, torch.tensor([9])
+        )
+        alone_a, _ = decoder.decode_frames(
+            a[None, :2], decoder.new_state(1), torch.tensor([0]), end, torch.tensor([8])
+        )
+        alone_b, _ = decoder.decode_frames(
+            b[None, 5:7], state_b, torch.tensor([20]), end, torch.tensor([9])
+        )
+        joint_state = [
+            torch.cat([x, y]) for x, y in zip(decoder.new_state(1), state_b, strict=True)
+        ]
+        joint, _ = decoder.decode_frames(
+            torch.stack([a[:2], b[5:7]]),
+            joint_state,
+            torch.tensor([0, 20]),
+            torch.tensor([NO_END, NO_END]),
+            torch.tensor([8, 9]),
+        )
+    torch.testing.assert_close(joint[0], alone_a[0])
+    torch.testing.assert_close(joint[1], alone_b[0])
+
+
+def test_a_decoder_with_local_attention_is_refused():
+    torch.manual_seed(0)
+    with_attention = SNAC(**{**tiny_snac_config(), "attn_window_size": 32})
+    with pytest.raises(ValueError, match="local attention"):
+        StreamingSnacDecoder(with_attention)
