@@ -57,6 +57,7 @@ from models.codecs.snac_noise import (
     install_positional_noise,
     positional_normal,
 )
+from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
 
 __all__ = [
     "CONFIG_FILE",
@@ -85,8 +86,12 @@ class SnacStream:
     seed: int = 0  # noise seed (PositionalNoise)
     frames: np.ndarray = field(default_factory=lambda: np.zeros((0, 7), dtype=np.int64))  # [N, 7]
     base: int = 0  # absolute index of frames[0]
-    emitted: int = 0  # frames whose audio has been returned
+    emitted: int = 0  # frames whose audio has been returned (streaming: whose chunk has)
     finished: bool = False  # final flush done; no more frames accepted
+    # With the stateful decoder (SnacDetokenizer.enable_streaming): frames fed to it so far,
+    # and its per-conv state for this stream (None before the first call).
+    fed: int = 0
+    state: torch.Tensor | None = None  # [1, state_size]
 
     @property
     def total(self) -> int:
@@ -105,6 +110,21 @@ class _Window:
     end: int  # one past the last frame to emit
     lo: int  # first frame decoded (start minus left context)
     hi: int  # one past the last frame decoded (end plus lookahead)
+
+
+@dataclass(frozen=True)
+class _Feed:
+    """One stream's part of a stateful call (SnacDetokenizer._decode_stateful)."""
+
+    row: int  # index into the streams of this decode call
+    fed: int  # frames fed before this call
+    upto: int  # frames fed after it
+    final: bool  # the stream ends here: flush frames follow its last
+    emitted: int  # the chunk plan's emitted frames after it
+
+    def length(self, flush_frames: int) -> int:
+        """Frames in the call: the new ones, and the flush at the end."""
+        return self.upto - self.fed + (flush_frames if self.final else 0)
 
 
 class SnacDetokenizer:
@@ -163,6 +183,15 @@ class SnacDetokenizer:
         self.latent_per_frame = strides[0]  # 4 latent steps of 512 samples
         self.device = next(model.parameters()).device
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
+        self.stateful: StreamingSnacDecoder | None = None  # enable_streaming
+
+    def enable_streaming(self) -> None:
+        """Decode with carried state instead of windows (models/codecs/snac_streaming.py):
+        each frame is decoded once, exactly as the whole decode has it, and the chunk schedule
+        is the windows' own; a chunk's audio comes out `delay_samples` - R frames (661
+        samples, 28 ms) shorter, the rest with the next chunk. Call before
+        enable_cuda_graphs."""
+        self.stateful = StreamingSnacDecoder(self.model)
 
     @property
     def samples_per_frame(self) -> int:
@@ -171,6 +200,12 @@ class SnacDetokenizer:
     @property
     def sample_rate(self) -> int:
         return int(self.model.sampling_rate)
+
+    @property
+    def flush_frames(self) -> int:
+        """Stateful decoding: frames past a stream's end that bring out its last samples."""
+        assert self.stateful is not None
+        return math.ceil(self.stateful.delay_samples / self.samples_per_frame)
 
     @property
     def first_audio_frames(self) -> int:
@@ -241,6 +276,8 @@ class SnacDetokenizer:
         Work is cut into chunk-sized windows; windows of equal length share one decoder call."""
         if len(streams) != len(final):
             raise ValueError(f"got {len(streams)} streams but {len(final)} final flags")
+        if self.stateful is not None:
+            return self._decode_stateful(streams, final)
         windows = [
             _Window(i, start, end, max(0, start - self.left), min(s.total, end + self.right))
             for i, (s, f) in enumerate(zip(streams, final, strict=True))
@@ -304,6 +341,78 @@ class SnacDetokenizer:
         finally:
             self.noise.latent_offset = self.noise.seed = None
 
+    # --- the stateful decoder ------------------------------------------------------------------
+    def _decode_stateful(self, streams: list[SnacStream], final: list[bool]) -> list[np.ndarray]:
+        """decode() with carried state: a stream whose chunk [s, e) is due is fed up to frame
+        e + R (all it has when final, then flush frames past its end), so chunks come out when
+        the windows' would; rows fed the same number of frames share a call."""
+        feeds: dict[int, list[_Feed]] = {}
+        for i, (stream, fin) in enumerate(zip(streams, final, strict=True)):
+            chunks = self._chunks(stream, fin)
+            if not chunks:
+                continue
+            upto = stream.total if fin else min(stream.total, chunks[-1][1] + self.right)
+            feed = _Feed(i, stream.fed, upto, fin, chunks[-1][1])
+            feeds.setdefault(feed.length(self.flush_frames), []).append(feed)
+        out = [np.zeros(0, np.float32) for _ in streams]
+        for group in feeds.values():
+            for feed, audio in zip(group, self._feed_group(streams, group), strict=True):
+                out[feed.row] = audio
+        for stream, fin in zip(streams, final, strict=True):
+            stream.finished = stream.finished or fin
+            drop = stream.fed - stream.base  # fed frames are in the state: none is read again
+            if drop > 0:
+                stream.frames = stream.frames[drop:]
+                stream.base += drop
+        return out
+
+    @torch.inference_mode()
+    def _feed_group(self, streams: list[SnacStream], group: list[_Feed]) -> list[np.ndarray]:
+        """One stateful call over rows fed the same number of frames; returns each row's
+        new audio and keeps its new state."""
+        assert self.stateful is not None
+        length = group[0].length(self.flush_frames)
+        frames = np.zeros((len(group), length, 7), dtype=np.int64)  # flush frames: masked out
+        for j, feed in enumerate(group):
+            frames[j, : feed.upto - feed.fed] = streams[feed.row].window(feed.fed, feed.upto)
+        latent_per_frame = self.latent_per_frame
+        position = np.array([f.fed * latent_per_frame for f in group], dtype=np.int64)
+        end = np.array(
+            [f.upto * latent_per_frame if f.final else NO_END for f in group], dtype=np.int64
+        )
+        seeds = np.array([streams[f.row].seed for f in group], dtype=np.int64)
+        n = len(group)
+        bucket = self._graph_bucket(n, length, "snac-stream")
+        rows = list(range(n)) + [0] * ((bucket or n) - n)  # pad with copies of row 0
+        states = [streams[f.row].state for f in group]
+        if any(state is None for state in states):  # a stream's first call: zeros
+            dtype = next(self.model.parameters()).dtype
+            fresh = self.stateful.new_state(1, self.device, dtype)
+            states = [fresh if state is None else state for state in states]
+        codes, position, end, seeds = (
+            torch.from_numpy(a[rows]).to(self.device, non_blocking=True)
+            for a in (frames, position, end, seeds)
+        )
+        inputs = [codes, torch.cat([states[r] for r in rows]), position, end, seeds]
+        if bucket is not None:
+            audio, new_state = self.graphs.run(
+                ("snac-stream", bucket, length), self.stateful.decode_frames, inputs
+            )
+            new_state = new_state[:n].clone()  # the graph's buffer: the next replay rewrites it
+        else:
+            audio, new_state = self.stateful.decode_frames(*inputs)
+        audio = audio[:n].float().cpu().numpy()
+        spf, delay = self.samples_per_frame, self.stateful.delay_samples
+        pieces = []
+        for j, feed in enumerate(group):
+            stream = streams[feed.row]
+            stream.state = new_state[j : j + 1]
+            stream.fed, stream.emitted = feed.upto, feed.emitted
+            first = feed.fed * spf - delay  # absolute position of the call's first sample
+            stop = feed.upto * spf - delay if not feed.final else feed.upto * spf
+            pieces.append(audio[j, max(0, -first) : stop - first])
+        return pieces
+
     # --- CUDA graphs ------------------------------------------------------------------------------
     # The window lengths of the chunk schedule (1, 1, 2, 8, 8 … frames with their context, and
     # 4 for a listener that cannot wait for 8) are captured at these batch sizes; other shapes
@@ -319,6 +428,9 @@ class SnacDetokenizer:
         decoder's residual units compiled first when the graphs compile
         (ModelFacts.compile_codec: --compile-codec)."""
         self.graphs = graphs
+        if self.stateful is not None:
+            self._capture_stateful(graphs)
+            return
         graphs.compile_regions(self.repeated_blocks())
         steady = self.left + self.chunk + self.right  # a 4-frame chunk when no more are in
         lengths = sorted({hi - lo for lo, hi in self._schedule_windows(12)} | {steady})
@@ -332,6 +444,30 @@ class SnacDetokenizer:
                     ]
                     graphs.capture(("snac", batch, length), self._decode_codes, inputs)
 
+    def _capture_stateful(self, graphs) -> None:
+        """The stateful calls of the chunk schedule (the first feeds its chunk and the R
+        look-ahead frames, later ones a chunk each) at GRAPH_BATCHES; one set of state
+        buffers a batch size serves all its lengths. Its convs run uncompiled."""
+        assert self.stateful is not None
+        chunks = [(s, e) for s, e in self._schedule_chunks(12)]
+        lengths = sorted(
+            {chunks[0][1] + self.right} | {e - s for s, e in chunks[1:]} | {self.chunk}
+        )
+        dtype = next(self.model.parameters()).dtype
+        with torch.inference_mode():
+            for batch in self.GRAPH_BATCHES:
+                state = self.stateful.new_state(batch, self.device, dtype)
+                for length in lengths:
+                    inputs = [
+                        torch.zeros(batch, length, 7, dtype=torch.int64, device=self.device),
+                        state,
+                        torch.zeros(batch, dtype=torch.int64, device=self.device),
+                        torch.full((batch,), NO_END, dtype=torch.int64, device=self.device),
+                        torch.zeros(batch, dtype=torch.int64, device=self.device),
+                    ]
+                    key = ("snac-stream", batch, length)
+                    graphs.capture(key, self.stateful.decode_frames, inputs, borrow=(1,))
+
     def repeated_blocks(self) -> list[torch.nn.Module]:
         """The decoder's residual units (three per upsampling block: two Snake activations, a
         depthwise and a pointwise conv, a residual add): what --compile-codec compiles,
@@ -343,14 +479,18 @@ class SnacDetokenizer:
 
     def _schedule_windows(self, n_chunks: int) -> list[tuple[int, int]]:
         """(lo, hi) of the first n_chunks non-final windows of a long stream."""
-        stream = SnacStream(frames=np.zeros((10_000, 7), dtype=np.int64))
         return [
             (max(0, start - self.left), end + self.right)
-            for start, end in self._chunks(stream, final=False)[:n_chunks]
+            for start, end in self._schedule_chunks(n_chunks)
         ]
 
-    def _graph_bucket(self, n: int, length: int) -> int | None:
+    def _schedule_chunks(self, n_chunks: int) -> list[tuple[int, int]]:
+        """[start, end) of the first n_chunks non-final chunks of a long stream."""
+        stream = SnacStream(frames=np.zeros((10_000, 7), dtype=np.int64))
+        return self._chunks(stream, final=False)[:n_chunks]
+
+    def _graph_bucket(self, n: int, length: int, kind: str = "snac") -> int | None:
         if self.graphs is None:
             return None
         bucket = next((b for b in self.GRAPH_BATCHES if b >= n), None)
-        return bucket if bucket is not None and ("snac", bucket, length) in self.graphs else None
+        return bucket if bucket is not None and (kind, bucket, length) in self.graphs else None

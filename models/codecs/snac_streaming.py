@@ -66,9 +66,24 @@ class StreamingSnacDecoder:
         self.delay_samples = -int(self._positions(probe).start[0])
 
     # --- the state ------------------------------------------------------------------------------
-    def new_state(self, batch: int, device=None, dtype=torch.float32) -> list[torch.Tensor]:
-        """Zeros: what the whole decode's left padding holds."""
-        return [torch.zeros(batch, c, n, device=device, dtype=dtype) for c, n in self.state_shapes]
+    # A row's state is one flat vector (every conv's kept inputs, in the decoder's order), so a
+    # batch's is one [B, state_size] tensor: one copy to gather the rows of a call, one to keep
+    # them, however many convs.
+    @property
+    def state_size(self) -> int:
+        return sum(c * n for c, n in self.state_shapes)
+
+    def new_state(self, batch: int, device=None, dtype=torch.float32) -> torch.Tensor:
+        """Zeros [batch, state_size]: what the whole decode's left padding holds."""
+        return torch.zeros(batch, self.state_size, device=device, dtype=dtype)
+
+    def _unpack(self, state: torch.Tensor) -> list[torch.Tensor]:
+        """[B, state_size] → each conv's [B, C, n] (views)."""
+        parts, offset = [], 0
+        for c, n in self.state_shapes:
+            parts.append(state[:, offset : offset + c * n].view(-1, c, n))
+            offset += c * n
+        return parts
 
     def _walk_shapes(self) -> list[tuple[int, int]]:
         shapes: list[tuple[int, int]] = []
@@ -95,11 +110,11 @@ class StreamingSnacDecoder:
     def decode_frames(
         self,
         frames: torch.Tensor,
-        state: list[torch.Tensor],
+        state: torch.Tensor,
         position: torch.Tensor,
         end: torch.Tensor,
         seed: torch.Tensor,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`decode` from codes: frames [B, n, 7] in SNAC order `[l0, l1a, l1b, l2a, l2b, l2c,
         l2d]` are each row's next n frames (4·n latent steps)."""
         b = frames.shape[0]
@@ -110,23 +125,24 @@ class StreamingSnacDecoder:
     def decode(
         self,
         latent: torch.Tensor,
-        state: list[torch.Tensor],
+        state: torch.Tensor,
         position: torch.Tensor,
         end: torch.Tensor,
         seed: torch.Tensor,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """latent [B, C, n]: each row's next n latent steps, which start at latent step
         `position` [B] of its stream; `end` [B]: the stream's length in latent steps once
         known (NO_END before); seed [B]: its noise seed. Returns audio [B, n * hop] for
         output positions position·hop - delay_samples onwards (those before 0 or past the
-        end are not audio: the caller drops them) and the new state."""
+        end are not audio: the caller drops them) and the new state [B, state_size]."""
         rows = _Rows(position, end, seed)
         new_state: list[torch.Tensor] = []
-        queue = iter(state)
+        queue = iter(self._unpack(state))
         x = latent
         for layer in self.layers:
             x, rows = self._run(layer, x, rows, queue, new_state)
-        return x[:, 0], new_state
+        packed = torch.cat([part.reshape(part.shape[0], -1) for part in new_state], dim=1)
+        return x[:, 0], packed
 
     def _run(self, module, x, rows: _Rows, queue, new_state):
         if isinstance(module, nn.Conv1d):

@@ -42,6 +42,15 @@ class OrpheusOptions(CodecCompileOption):
         "audio differs from float32's by ~0.2 percent RMS)",
     )
 
+    snac_streaming: bool = option(
+        False,
+        "--snac-streaming",
+        "decode SNAC with each conv's state carried between chunks: every frame is decoded "
+        "once (the default's windows decode 5 more frames of context a chunk: 8 frames cost "
+        "13, 4 cost 9) and exactly as one whole decode; a stream's audio runs 28 ms behind "
+        "the windows' (models/codecs/snac_streaming.py)",
+    )
+
     def __post_init__(self) -> None:
         ramp = self.snac_chunk_ramp
         if not 0 < ramp <= 1:
@@ -65,6 +74,8 @@ class OrpheusOptions(CodecCompileOption):
             )
         detok.large_chunk = self.snac_large_chunk_frames
         detok.chunk_ramp = self.snac_chunk_ramp
+        if self.snac_streaming:
+            detok.enable_streaming()
         large = model.facts.frame_tokens * detok.large_chunk
         model.facts = dataclasses.replace(
             model.facts, large_chunk_tokens=large, compile_codec=self.compile_codec

@@ -56,10 +56,11 @@ def _whole(model: SNAC, frames: np.ndarray, seed: int = 0) -> np.ndarray:
 
 
 def _stream_all(
-    det: SnacDetokenizer, utterances: list[np.ndarray], seeds: list[int]
+    det: SnacDetokenizer, utterances: list[np.ndarray], seeds: list[int], calls=None
 ) -> list[np.ndarray]:
     """Push each utterance a few frames at a time (1-3, set by its seed) and decode all live
-    streams together each round, flushing each one with final=True after its last frame."""
+    streams together each round, flushing each one with final=True after its last frame.
+    `calls`, a list, gets the samples each stream got in each round (None once it ended)."""
     streams = [det.new_stream(seed=seed) for seed in seeds]
     pushed = [0] * len(utterances)
     audio: list[list[np.ndarray]] = [[] for _ in utterances]
@@ -71,8 +72,11 @@ def _stream_all(
             pushed[i] = min(len(utterances[i]), pushed[i] + step)
         final = [pushed[i] == len(utterances[i]) for i in live]
         for i, chunk in zip(live, det.decode([streams[i] for i in live], final), strict=True):
-            assert chunk.dtype == np.float32 and len(chunk) % SPF == 0
+            # the stateful decoder's first chunk is short of whole frames (its delay)
+            assert chunk.dtype == np.float32 and (det.stateful or len(chunk) % SPF == 0)
             audio[i].append(chunk)
+        if calls is not None:
+            calls.append([len(audio[i][-1]) if i in live else None for i in range(len(streams))])
     return [np.concatenate(a) for a in audio]
 
 
@@ -358,3 +362,61 @@ def test_compiled_residual_units_decode_as_the_eager_ones():
             uncompile_regions(units)
     for e, c in zip(eager, compiled, strict=True):
         torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
+
+
+# The stateful decoder (--snac-streaming) ---------------------------------------------------------
+def _streaming(model: SNAC, **kwargs) -> SnacDetokenizer:
+    det = SnacDetokenizer(model, **kwargs)
+    det.enable_streaming()
+    return det
+
+
+def test_stateful_decoding_equals_the_whole_decode(model):
+    """Each frame decoded once with the convs' state carried: every stream's audio is one
+    whole decode's (float rounding: ~1e-6 of its RMS), streams of any length batched."""
+    utterances = [_frames(n, seed=n) for n in (17, 9, 2, 26)]
+    det = _streaming(model)
+    streamed_all = _stream_all(det, utterances, seeds=list(range(len(utterances))))
+    for i, (streamed, frames) in enumerate(zip(streamed_all, utterances, strict=True)):
+        assert len(streamed) == len(frames) * SPF
+        assert _relative_error(streamed, _whole(model, frames, seed=i)) < 1e-4
+
+
+def test_stateful_chunks_come_when_the_windows_would(model):
+    """The stateful decoder keeps the windows' chunk schedule: audio comes out in the same
+    calls, each stream's total so far short of the windows' by the same 661 samples (its
+    delay past the windows' 2 frames of look-ahead) until the final call evens them."""
+    utterances = [_frames(n, seed=n) for n in (20, 7)]
+    windows, stateful = [], []
+    _stream_all(SnacDetokenizer(model), utterances, seeds=[0, 1], calls=windows)
+    det = _streaming(model)
+    _stream_all(det, utterances, seeds=[0, 1], calls=stateful)
+    short = det.stateful.delay_samples - det.right * SPF
+    assert short == 661
+    for row in range(len(utterances)):
+        win = np.cumsum([c[row] for c in windows if c[row] is not None])
+        got = np.cumsum([c[row] for c in stateful if c[row] is not None])
+        assert [w > 0 for w in np.diff(win, prepend=0)] == [g > 0 for g in np.diff(got, prepend=0)]
+        out = win > 0
+        np.testing.assert_array_equal(got[out][:-1], win[out][:-1] - short)
+        assert got[-1] == win[-1] == len(utterances[row]) * SPF
+
+
+def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
+    """The stateful calls replay captured graphs of the schedule's lengths (the first chunk
+    with its look-ahead, then the chunks), padded with copies of the first row, whose state
+    and audio change no stream's."""
+    utterances = [_frames(12, seed=s) for s in range(5)]
+    plain = _streaming(model, chunk_frames=2)
+    graphed = _streaming(model, chunk_frames=2)
+    graphed.GRAPH_BATCHES = (1, 5, 8)  # fewer sizes than served: each capture traces the call
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    assert {kind for kind, _, _ in graphs.keys} == {"snac-stream"}
+    assert {length for _, _, length in graphs.keys} == {3, 1, 2, 8}
+    assert not graphs.regions  # the stateful convs run uncompiled
+    expected = _stream_all(plain, utterances, seeds=[3] * 5)
+    got = _stream_all(graphed, utterances, seeds=[3] * 5)
+    assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)

@@ -131,9 +131,7 @@ def test_rows_at_different_points_share_a_call(model):
         alone_b, _ = decoder.decode_frames(
             b[None, 5:7], state_b, torch.tensor([20]), end, torch.tensor([9])
         )
-        joint_state = [
-            torch.cat([x, y]) for x, y in zip(decoder.new_state(1), state_b, strict=True)
-        ]
+        joint_state = torch.cat([decoder.new_state(1), state_b])
         joint, _ = decoder.decode_frames(
             torch.stack([a[:2], b[5:7]]),
             joint_state,
