@@ -2,6 +2,7 @@
 
     python bench/snac_cost.py --batches 4,16,64,256 --chunks 4,8,16 --dtypes float32,bfloat16
     python bench/snac_cost.py --batches 4,5,8,16,64 --chunks 8 --dtypes float32,float16 --compiled
+    python bench/snac_cost.py --batches 4,8,16,64 --chunks 4,8 --dtypes float32,float16 --streaming
 
 The engine decodes each stream's audio in windows: `chunk` frames to emit plus the
 detokenizer's left context and lookahead (models/codecs/snac.py). For each dtype and chunk
