@@ -98,6 +98,13 @@ class SnacStream:
         """Frames pushed so far."""
         return self.base + len(self.frames)
 
+    def forget_before(self, frame: int) -> None:
+        """Drop the frames before absolute index `frame`: no later decode reads them."""
+        drop = frame - self.base
+        if drop > 0:
+            self.frames = self.frames[drop:]
+            self.base += drop
+
     def window(self, lo: int, hi: int) -> np.ndarray:
         """Frames [lo, hi) by absolute index: [hi - lo, 7]."""
         return self.frames[lo - self.base : hi - self.base]
@@ -297,10 +304,7 @@ class SnacDetokenizer:
             )
             stream.emitted = mine[-1].end if mine else stream.emitted
             stream.finished = stream.finished or fin
-            drop = stream.emitted - self.left - stream.base
-            if drop > 0:
-                stream.frames = stream.frames[drop:]
-                stream.base += drop
+            stream.forget_before(stream.emitted - self.left)  # the next window's left context
         return out
 
     @torch.inference_mode()
@@ -360,10 +364,7 @@ class SnacDetokenizer:
                 out[feed.row] = audio
         for stream, fin in zip(streams, final, strict=True):
             stream.finished = stream.finished or fin
-            drop = stream.fed - stream.base  # fed frames are in the state: none is read again
-            if drop > 0:
-                stream.frames = stream.frames[drop:]
-                stream.base += drop
+            stream.forget_before(stream.fed)  # fed frames live on in the state
         return out
 
     @torch.inference_mode()

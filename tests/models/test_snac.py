@@ -80,6 +80,15 @@ def _stream_all(
     return [np.concatenate(a) for a in audio]
 
 
+def _assert_streamed_is_whole(det, model, utterances: list[np.ndarray], tolerance: float):
+    """Stream the utterances together (_stream_all): each one's audio has its full length and
+    is within `tolerance` (max error over RMS) of its whole decode."""
+    streamed_all = _stream_all(det, utterances, seeds=list(range(len(utterances))))
+    for i, (streamed, frames) in enumerate(zip(streamed_all, utterances, strict=True)):
+        assert len(streamed) == len(frames) * SPF
+        assert _relative_error(streamed, _whole(model, frames, seed=i)) < tolerance
+
+
 # Loading and saving ---------------------------------------------------------------------------
 
 
@@ -248,10 +257,7 @@ def test_streamed_matches_whole_with_a_ramp_below_one(model):
     """The ramp moves seams, not what a window sees: the same bound as the default's."""
     utterances = [_frames(n, seed=n) for n in (19, 7)]
     det = SnacDetokenizer(model, chunk_ramp=0.75)
-    streamed_all = _stream_all(det, utterances, seeds=list(range(len(utterances))))
-    for i, (streamed, frames) in enumerate(zip(streamed_all, utterances, strict=True)):
-        assert len(streamed) == len(frames) * SPF
-        assert _relative_error(streamed, _whole(model, frames, seed=i)) < 1e-2
+    _assert_streamed_is_whole(det, model, utterances, 1e-2)
 
 
 def test_push_rejects_bad_frames(model):
@@ -283,10 +289,7 @@ def test_streamed_equals_whole_with_full_receptive_field(model):
     float32 summation order: max error / RMS measured ~1e-6; 1e-4 leaves room for other BLAS."""
     utterances = [_frames(n, seed=n) for n in (17, 9, 2, 26)]
     det = SnacDetokenizer(model, left_context_frames=3, lookahead_frames=3, chunk_frames=3)
-    streamed_all = _stream_all(det, utterances, seeds=list(range(len(utterances))))
-    for i, (streamed, frames) in enumerate(zip(streamed_all, utterances, strict=True)):
-        assert len(streamed) == len(frames) * SPF
-        assert _relative_error(streamed, _whole(model, frames, seed=i)) < 1e-4
+    _assert_streamed_is_whole(det, model, utterances, 1e-4)
 
 
 def test_streamed_matches_whole_with_default_lookahead(model):
@@ -296,10 +299,7 @@ def test_streamed_matches_whole_with_default_lookahead(model):
     still catching a misplaced cut (errors of order 1)."""
     utterances = [_frames(n, seed=n) for n in (14, 5)]
     det = SnacDetokenizer(model)
-    streamed_all = _stream_all(det, utterances, seeds=list(range(len(utterances))))
-    for i, (streamed, frames) in enumerate(zip(streamed_all, utterances, strict=True)):
-        assert len(streamed) == len(frames) * SPF
-        assert _relative_error(streamed, _whole(model, frames, seed=i)) < 1e-2
+    _assert_streamed_is_whole(det, model, utterances, 1e-2)
 
 
 def test_batched_decode_equals_per_stream_decode(model):
@@ -376,10 +376,7 @@ def test_stateful_decoding_equals_the_whole_decode(model):
     whole decode's (float rounding: ~1e-6 of its RMS), streams of any length batched."""
     utterances = [_frames(n, seed=n) for n in (17, 9, 2, 26)]
     det = _streaming(model)
-    streamed_all = _stream_all(det, utterances, seeds=list(range(len(utterances))))
-    for i, (streamed, frames) in enumerate(zip(streamed_all, utterances, strict=True)):
-        assert len(streamed) == len(frames) * SPF
-        assert _relative_error(streamed, _whole(model, frames, seed=i)) < 1e-4
+    _assert_streamed_is_whole(det, model, utterances, 1e-4)
 
 
 def test_stateful_chunks_come_when_the_windows_would(model):
