@@ -447,9 +447,11 @@ class SnacDetokenizer:
 
     def _capture_stateful(self, graphs) -> None:
         """The stateful calls of the chunk schedule (the first feeds its chunk and the R
-        look-ahead frames, later ones a chunk each) at GRAPH_BATCHES; one set of state
-        buffers a batch size serves all its lengths. Its convs run uncompiled."""
+        look-ahead frames, later ones a chunk each) at GRAPH_BATCHES, the residual units'
+        steps compiled first (as the windows' units are); one state buffer a batch size
+        serves all its lengths."""
         assert self.stateful is not None
+        graphs.compile_regions(self.stateful.repeated_blocks())
         chunks = [(s, e) for s, e in self._schedule_chunks(12)]
         lengths = sorted(
             {chunks[0][1] + self.right} | {e - s for s, e in chunks[1:]} | {self.chunk}

@@ -60,6 +60,13 @@ class StreamingSnacDecoder:
         install_positional_noise(model)
         self.model = model
         self.layers = list(model.decoder.model)
+        # Each residual unit stepped as a module of its own: what --compile-codec compiles
+        # (repeated_blocks), as it compiles the windows' units.
+        self.residual_steps = {
+            unit: StreamingResidualUnit(unit)
+            for unit in model.decoder.modules()
+            if isinstance(unit, ResidualUnit)
+        }
         self.samples_per_latent = int(model.hop_length)
         self.state_shapes = self._walk_shapes()
         probe = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
@@ -185,16 +192,17 @@ class StreamingSnacDecoder:
             rows.start * s - conv.padding[0], rows.end * s, rows.seed
         )
 
+    def repeated_blocks(self) -> list[nn.Module]:
+        """The residual units' steps (three per upsampling block): what --compile-codec
+        compiles (cuda_graphs.compile_regions; steps of one width and dilation share a
+        program)."""
+        return list(self.residual_steps.values())
+
     def _residual(self, unit: ResidualUnit, x, rows: _Rows, queue, new_state):
-        """x + block(x), the skip delayed by the block's conv so the two line up."""
-        skip_line = torch.cat([next(queue), x], dim=-1)
-        h = skip_line.shape[-1] - x.shape[-1]
-        new_state.append(skip_line[..., -h:])
-        y = x
-        inner = rows
-        for sub in unit.block:
-            y, inner = self._run(sub, y, inner, queue, new_state)
-        return skip_line[..., : x.shape[-1]] + y, inner
+        step = self.residual_steps[unit]
+        y, skip_state, conv_state = step(x, next(queue), next(queue), rows.start, rows.end)
+        new_state += [skip_state, conv_state]
+        return y, _Rows(rows.start - step.reach, rows.end, rows.seed)
 
     def _positions(self, rows: _Rows) -> _Rows:
         """Where the output of a call starting at `rows.start` latent steps begins (dry run)."""
@@ -215,6 +223,28 @@ class StreamingSnacDecoder:
         return rows
 
 
+class StreamingResidualUnit(nn.Module):
+    """A ResidualUnit (Snake, a dilated k7 conv, Snake, a pointwise conv; plus the input)
+    stepped with its state: the conv keeps its last 2h inputs, and the skip path its last h,
+    so the two sum in line. Shares the unit's modules (weights)."""
+
+    def __init__(self, unit: ResidualUnit):
+        super().__init__()
+        self.snake_in, self.conv, self.snake_out, self.pointwise = unit.block
+        self.reach = _half_width(self.conv)
+
+    def forward(self, x, skip_state, conv_state, start, end):
+        """x [B, C, n] from absolute position `start` [B] → (output from start - h, the
+        new skip state, the new conv state)."""
+        h, n = self.reach, x.shape[-1]
+        skip_line = torch.cat([skip_state, x], dim=-1)
+        joined = torch.cat([conv_state, _masked(self.snake_in(x), start, end)], dim=-1)
+        conv = self.conv
+        y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+        y = self.pointwise(self.snake_out(y))
+        return skip_line[..., :n] + y, skip_line[..., -h:], joined[..., -2 * h :]
+
+
 def _half_width(conv: nn.Conv1d) -> int:
     """A symmetric conv's one-sided reach; SNAC pads every conv by exactly that."""
     k, d = conv.kernel_size[0], conv.dilation[0]
@@ -225,8 +255,12 @@ def _half_width(conv: nn.Conv1d) -> int:
 
 
 def _inside(x: torch.Tensor, rows: _Rows) -> torch.Tensor:
-    """x with its samples before the stream's start or past its end zeroed: what the whole
-    decode's zero padding puts there."""
-    pos = rows.start[:, None] + torch.arange(x.shape[-1], device=x.device)
-    keep = (pos >= 0) & (pos < rows.end[:, None])
+    return _masked(x, rows.start, rows.end)
+
+
+def _masked(x: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    """x (its first sample at `start` [B]) with its samples before the stream's start or at
+    `end` [B] and past zeroed: what the whole decode's zero padding puts there."""
+    pos = start[:, None] + torch.arange(x.shape[-1], device=x.device)
+    keep = (pos >= 0) & (pos < end[:, None])
     return x * keep[:, None, :].to(x.dtype)

@@ -364,6 +364,44 @@ def test_compiled_residual_units_decode_as_the_eager_ones():
         torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.timeout(300)
+def test_compiled_stateful_units_decode_as_the_eager_ones():
+    """--compile-codec compiles the stateful decoder's residual-unit steps the same way
+    (fullgraph, dynamic shapes): two calls of different lengths and rows, the second on the
+    first's state, decode as the eager steps do. The last block's three steps stand for all
+    twelve (each width and dilation is a program of its own: minutes of CPU for all)."""
+    from torch._dynamo.utils import counters
+
+    from engine.cuda_graphs import compile_regions, compiled_of, uncompile_regions
+    from models.codecs.snac_streaming import NO_END
+
+    torch._dynamo.reset()
+    counters.clear()
+    det = _streaming(_tiny(seed=1))
+    decoder, units = det.stateful, det.stateful.repeated_blocks()[-3:]
+    frames = torch.from_numpy(_frames(6, seed=4))[None].repeat(2, 1, 1)
+    rows = lambda *values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
+
+    def two_calls():
+        audio, state = decoder.decode_frames(
+            frames[:, :3], decoder.new_state(2), rows(0, 0), rows(NO_END, NO_END), rows(1, 2)
+        )
+        more, _ = decoder.decode_frames(frames[:1, 3:], state[:1], rows(12), rows(24), rows(1))
+        return audio, more
+
+    with torch.inference_mode():
+        eager = two_calls()
+        compile_regions(units)
+        try:
+            compiled = two_calls()
+            assert compiled_of(units) == units
+            assert counters["stats"]["unique_graphs"] >= 1  # Inductor ran, not eager
+        finally:
+            uncompile_regions(units)
+    for e, c in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
+
+
 # The stateful decoder (--snac-streaming) ---------------------------------------------------------
 def _streaming(model: SNAC, **kwargs) -> SnacDetokenizer:
     det = SnacDetokenizer(model, **kwargs)
@@ -411,7 +449,8 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     graphed.enable_cuda_graphs(graphs)
     assert {kind for kind, _, _ in graphs.keys} == {"snac-stream"}
     assert {length for _, _, length in graphs.keys} == {3, 1, 2, 8}
-    assert not graphs.regions  # the stateful convs run uncompiled
+    assert graphs.regions == graphed.stateful.repeated_blocks()  # compiled before capture
+    assert len(graphs.regions) == 3 * len(model.decoder_rates)
     expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
     assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
