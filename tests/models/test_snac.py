@@ -338,24 +338,32 @@ def test_compiled_residual_units_decode_as_the_eager_ones():
     (fullgraph: a graph break would be an error, and serving would fall back to eager kernels
     with a warning): on the CPU, through Inductor, windows of two lengths and batch sizes
     decode as the eager decoder does."""
+    det = SnacDetokenizer(_tiny(seed=1))
+    cases = [
+        (torch.from_numpy(_frames(n, seed=n))[None].repeat(b, 1, 1), b)
+        for n, b in ((9, 2), (13, 3))
+    ]
+    offsets = lambda b: torch.arange(b, dtype=torch.int64) * 4  # noqa: E731
+    _assert_compiled_decodes_as_eager(
+        det.repeated_blocks(),
+        lambda: [det._decode_codes(codes, offsets(b), offsets(b) + 7) for codes, b in cases],
+    )
+
+
+def _assert_compiled_decodes_as_eager(units, decode) -> None:
+    """`decode()` gives the same audio with `units` compiled (compile_regions, through
+    Inductor on the CPU) as with them eager."""
     from torch._dynamo.utils import counters
 
     from engine.cuda_graphs import compile_regions, compiled_of, uncompile_regions
 
     torch._dynamo.reset()
     counters.clear()
-    det = SnacDetokenizer(_tiny(seed=1))
-    units = det.repeated_blocks()
-    cases = [
-        (torch.from_numpy(_frames(n, seed=n))[None].repeat(b, 1, 1), b)
-        for n, b in ((9, 2), (13, 3))
-    ]
-    offsets = lambda b: torch.arange(b, dtype=torch.int64) * 4  # noqa: E731
     with torch.inference_mode():
-        eager = [det._decode_codes(codes, offsets(b), offsets(b) + 7) for codes, b in cases]
+        eager = decode()
         compile_regions(units)
         try:
-            compiled = [det._decode_codes(codes, offsets(b), offsets(b) + 7) for codes, b in cases]
+            compiled = decode()
             assert compiled_of(units) == units
             assert counters["stats"]["unique_graphs"] >= 1  # Inductor ran, not eager
         finally:
@@ -370,13 +378,8 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
     (fullgraph, dynamic shapes): two calls of different lengths and rows, the second on the
     first's state, decode as the eager steps do. The last block's three steps stand for all
     twelve (each width and dilation is a program of its own: minutes of CPU for all)."""
-    from torch._dynamo.utils import counters
-
-    from engine.cuda_graphs import compile_regions, compiled_of, uncompile_regions
     from models.codecs.snac_streaming import NO_END
 
-    torch._dynamo.reset()
-    counters.clear()
     det = _streaming(_tiny(seed=1))
     decoder, units = det.stateful, det.stateful.repeated_blocks()[-3:]
     frames = torch.from_numpy(_frames(6, seed=4))[None].repeat(2, 1, 1)
@@ -389,17 +392,7 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
         more, _ = decoder.decode_frames(frames[:1, 3:], state[:1], rows(12), rows(24), rows(1))
         return audio, more
 
-    with torch.inference_mode():
-        eager = two_calls()
-        compile_regions(units)
-        try:
-            compiled = two_calls()
-            assert compiled_of(units) == units
-            assert counters["stats"]["unique_graphs"] >= 1  # Inductor ran, not eager
-        finally:
-            uncompile_regions(units)
-    for e, c in zip(eager, compiled, strict=True):
-        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
+    _assert_compiled_decodes_as_eager(units, two_calls)
 
 
 # The stateful decoder (--snac-streaming) ---------------------------------------------------------
