@@ -353,10 +353,14 @@ class SnacDetokenizer:
         feeds: dict[int, list[_Feed]] = {}
         for i, (stream, fin) in enumerate(zip(streams, final, strict=True)):
             chunks = self._chunks(stream, fin)
-            if not chunks:
+            # A stream's end always flushes: its last samples wait for the decoder's delay
+            # even when every chunk is out (no look-ahead frames held back).
+            flush = fin and not stream.finished and stream.total > 0
+            if not chunks and not flush:
                 continue
-            upto = stream.total if fin else min(stream.total, chunks[-1][1] + self.right)
-            feed = _Feed(i, stream.fed, upto, fin, chunks[-1][1])
+            emitted = chunks[-1][1] if chunks else stream.emitted
+            upto = stream.total if fin else min(stream.total, emitted + self.right)
+            feed = _Feed(i, stream.fed, upto, fin, emitted)
             feeds.setdefault(feed.length(self.flush_frames), []).append(feed)
         out = [np.zeros(0, np.float32) for _ in streams]
         for group in feeds.values():

@@ -406,8 +406,16 @@ def test_stateful_decoding_equals_the_whole_decode(model):
     """Each frame decoded once with the convs' state carried: every stream's audio is one
     whole decode's (float rounding: ~1e-6 of its RMS), streams of any length batched."""
     utterances = [_frames(n, seed=n) for n in (17, 9, 2, 26)]
-    det = _streaming(model)
-    _assert_streamed_is_whole(det, model, utterances, 1e-4)
+    _assert_streamed_is_whole(_streaming(model), model, utterances, 1e-4)
+    # With no look-ahead frames held back, a stream can have every chunk out before its end
+    # comes: the end's flush still brings its last samples out.
+    det, frames = _streaming(model, lookahead_frames=0), _frames(8, seed=6)  # chunks 1, 1, 2, 4
+    stream = det.new_stream(seed=0)
+    det.push(stream, frames.tolist())
+    (before,) = det.decode([stream], [False])
+    (after,) = det.decode([stream], [True])
+    assert stream.emitted == 8 and len(after) == det.stateful.delay_samples
+    assert _relative_error(np.concatenate([before, after]), _whole(model, frames, 0)) < 1e-4
 
 
 def test_stateful_chunks_come_when_the_windows_would(model):
