@@ -27,6 +27,9 @@ Defaults L=3 (costs compute only), R=2: first audio once first_chunk_frames + 2 
 a seam error ~1e-4 of the signal RMS (-80 dB); lookahead_frames=3 makes seams exact (float
 rounding) for one more frame (7 tokens, 85 ms) of time to first audio. These are random weights;
 re-measure with the trained checkpoint before tightening the defaults.
+
+`--snac-streaming` (SnacDetokenizer.enable_streaming) replaces the windows with the stateful
+decoder of models/codecs/snac_streaming.py: no context re-decoded, no seam error.
 """
 
 from __future__ import annotations
@@ -136,7 +139,8 @@ class _Feed:
 
 class SnacDetokenizer:
     """Turns per-request SNAC frames into audio chunks, batching windows of equal length from
-    all streams into one SNAC.decode call. Settings are in frames (2048 samples, 7 codes)."""
+    all streams into one SNAC.decode call (or, after enable_streaming, the stateful decoder's
+    calls on the same chunk schedule). Settings are in frames (2048 samples, 7 codes)."""
 
     def __init__(
         self,
