@@ -70,7 +70,15 @@ class EngineConfig:
         default=512,
         metadata=cli("--kv-cache-mb", "KV pool size on the CPU (GPUs size it from free memory)"),
     )
-    kv_memory_fraction: float = 0.85  # of free GPU memory after weights
+    # The KV pool's share of the GPU memory still free once the weights are loaded; the rest
+    # holds CUDA graphs' pools, the codec's compiled blocks and activations.
+    kv_memory_fraction: float = field(
+        default=0.85,
+        metadata=cli(
+            "--kv-memory-fraction",
+            "share of the GPU memory free after the weights that the KV pool takes (0.05-0.98)",
+        ),
+    )
     # The KV cache's storage: "auto" (the model's dtype) or "fp8" (float8 e4m3, scale 1): half
     # the bytes each decode step reads, and twice the tokens the pool holds. Long streams'
     # decode steps are bound by reading their KV, so fp8 raises how many real-time streams a

@@ -52,7 +52,8 @@ def explain(exc: BaseException, settings: GatewaySettings) -> str | None:
     if "OutOfMemoryError" in name or "out of memory" in first.lower():
         return (
             "the GPU ran out of memory loading the model or its KV cache: lower "
-            "--max-num-seqs, free the GPU of other processes, or serve a smaller model "
+            "--kv-memory-fraction or --max-num-seqs, free the GPU of other processes, or serve "
+            "a smaller model "
             f"({first})"
         )
     if isinstance(exc, PermissionError | IsADirectoryError | FileNotFoundError) or name in (

@@ -195,6 +195,7 @@ class SnacDetokenizer:
         self.device = next(model.parameters()).device
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
         self.stateful: StreamingSnacDecoder | None = None  # enable_streaming
+        self._stream_lengths: list[int] = []  # the stateful calls' captured lengths, longest first
 
     def enable_streaming(self) -> None:
         """Decode with carried state instead of windows (models/codecs/snac_streaming.py):
@@ -353,8 +354,10 @@ class SnacDetokenizer:
     def _decode_stateful(self, streams: list[SnacStream], final: list[bool]) -> list[np.ndarray]:
         """decode() with carried state: a stream whose chunk [s, e) is due is fed up to frame
         e + R (all it has when final, then flush frames past its end), so chunks come out when
-        the windows' would; rows fed the same number of frames share a call."""
-        feeds: dict[int, list[_Feed]] = {}
+        the windows' would. With graphs, a stream's frames go in pieces of the captured
+        lengths, one piece a round (a piece starts from the previous one's state); rows fed
+        the same number of frames in a round share a call."""
+        pieces: list[list[_Feed]] = []
         for i, (stream, fin) in enumerate(zip(streams, final, strict=True)):
             chunks = self._chunks(stream, fin)
             # A stream's end always flushes: its last samples wait for the decoder's delay
@@ -364,16 +367,33 @@ class SnacDetokenizer:
                 continue
             emitted = chunks[-1][1] if chunks else stream.emitted
             upto = stream.total if fin else min(stream.total, emitted + self.right)
-            feed = _Feed(i, stream.fed, upto, fin, emitted)
-            feeds.setdefault(feed.length(self.flush_frames), []).append(feed)
-        out = [np.zeros(0, np.float32) for _ in streams]
-        for group in feeds.values():
-            for feed, audio in zip(group, self._feed_group(streams, group), strict=True):
-                out[feed.row] = audio
+            pieces.append(self._pieces(_Feed(i, stream.fed, upto, fin, emitted)))
+        audio: list[list[np.ndarray]] = [[] for _ in streams]
+        for round_ in range(max(map(len, pieces), default=0)):
+            feeds: dict[int, list[_Feed]] = {}
+            for feed in (p[round_] for p in pieces if round_ < len(p)):
+                feeds.setdefault(feed.length(self.flush_frames), []).append(feed)
+            for group in feeds.values():
+                for feed, piece in zip(group, self._feed_group(streams, group), strict=True):
+                    audio[feed.row].append(piece)
         for stream, fin in zip(streams, final, strict=True):
             stream.finished = stream.finished or fin
             stream.forget_before(stream.fed)  # fed frames live on in the state
-        return out
+        return [np.concatenate(a) if a else np.zeros(0, np.float32) for a in audio]
+
+    def _pieces(self, feed: _Feed) -> list[_Feed]:
+        """`feed` cut into calls of captured lengths (largest first; a final feed's flush frames
+        go last, alone), so no call runs eagerly; without graphs, `feed` itself."""
+        if self.graphs is None or not self._stream_lengths:
+            return [feed]
+        pieces, fed = [], feed.fed
+        while fed < feed.upto:
+            step = next(n for n in self._stream_lengths if n <= feed.upto - fed)
+            pieces.append(_Feed(feed.row, fed, fed + step, False, feed.emitted))
+            fed += step
+        if feed.final:
+            pieces.append(_Feed(feed.row, fed, fed, True, feed.emitted))
+        return pieces
 
     @torch.inference_mode()
     def _feed_group(self, streams: list[SnacStream], group: list[_Feed]) -> list[np.ndarray]:
@@ -461,9 +481,13 @@ class SnacDetokenizer:
         assert self.stateful is not None
         graphs.compile_regions(self.stateful.repeated_blocks())
         chunks = [(s, e) for s, e in self._schedule_chunks(12)]
+        # The schedule's calls, a stream's flush alone, and 1 (so any backlog splits into
+        # captured pieces: _pieces).
         lengths = sorted(
-            {chunks[0][1] + self.right} | {e - s for s, e in chunks[1:]} | {self.chunk}
+            {chunks[0][1] + self.right, self.chunk, self.flush_frames, 1}
+            | {e - s for s, e in chunks[1:]}
         )
+        self._stream_lengths = sorted(lengths, reverse=True)
         dtype = next(self.model.parameters()).dtype
         with torch.inference_mode():
             for batch in self.GRAPH_BATCHES:

@@ -68,7 +68,8 @@ def test_unreadable_weights_and_a_full_gpu_say_what_to_do():
     )
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
     line = explain(oom, SETTINGS)
-    assert "GPU ran out of memory" in line and "--max-num-seqs" in line
+    assert "GPU ran out of memory" in line and "--kv-memory-fraction" in line
+    assert "--max-num-seqs" in line
     # The same failures, reported by an engine in its own process, read the same.
     child = RuntimeError("the engine process failed to start: OutOfMemoryError: CUDA out of memory")
     assert "GPU ran out of memory" in explain(child, SETTINGS)

@@ -457,3 +457,31 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
+
+
+def test_stateful_graph_jobs_never_run_eagerly(model):
+    """A backlog of several chunks and a stream's final flush go in pieces of the captured
+    lengths, a round each, so every call replays a graph (an eager call of an odd length would
+    cost a served job tens of ms), and the audio is still the whole decode's."""
+    graphed = _streaming(model, chunk_frames=2)
+    graphed.GRAPH_BATCHES = (1, 2, 4)
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    calls = []
+    decode_frames = graphed.stateful.decode_frames
+    graphed.stateful.decode_frames = lambda *a: calls.append(a[0].shape) or decode_frames(*a)
+    graphs.shapes.clear()
+    utterances = [_frames(23, seed=1), _frames(11, seed=2)]
+    streams = [graphed.new_stream(seed=s) for s in (1, 2)]
+    # 7 frames at once: the first chunk and a backlog behind it; then the rest, and the end.
+    for stream, frames in zip(streams, utterances, strict=True):
+        graphed.push(stream, frames[:7].tolist())
+    first = graphed.decode(streams, [False, False])
+    for stream, frames in zip(streams, utterances, strict=True):
+        graphed.push(stream, frames[7:].tolist())
+    last = graphed.decode(streams, [True, True])
+    assert len(calls) == len(graphs.shapes) > 2  # each call a replay of a captured key
+    assert all(key in graphs for key in graphs.shapes)
+    for row, frames in enumerate(utterances):
+        audio = np.concatenate([first[row], last[row]])
+        assert _relative_error(audio, _whole(model, frames, row + 1)) < 1e-4
