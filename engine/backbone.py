@@ -65,6 +65,7 @@ def size_kv_pool(model: SpeechModel, config: EngineConfig, device: torch.device)
         kv_storage_dtype(config.kv_cache_dtype, s.dtype),
     )
     if device.type == "cuda":
+        torch.cuda.empty_cache()  # what start-up freed (the codec's compile, its warm-up) is free
         free, _total = torch.cuda.mem_get_info(device)
         budget = int(free * config.kv_memory_fraction)
         if model.recurrent_state is not None:  # room for max_num_seqs requests' recurrent state

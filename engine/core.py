@@ -69,12 +69,16 @@ class EngineCore:
         self.model = model
         self.config = config
         self.clock = clock
+        facts = model.facts
+        threaded_codec = device.type == "cuda" and config.async_detok
+        # The codec's graphs are captured by make_detokenizer, on the thread that replays them,
+        # before the KV pool takes its share of the memory left (size_kv_pool): what they and
+        # their compiled blocks hold is then not counted as free.
+        self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
         backbone = build_backbone(model, config, device, attention)
         self.blocks, self.worker = backbone.blocks, backbone.worker
         self.on_llm_stream = backbone.on_llm_stream
         num_blocks = backbone.num_blocks
-        facts = model.facts
-        threaded_codec = device.type == "cuda" and config.async_detok
         self.scheduler = Scheduler(
             config,
             self.blocks,
@@ -92,8 +96,6 @@ class EngineCore:
             threaded_codec=threaded_codec,
             codec_would_emit=self._codec_hook(model),
         )
-        # The codec's graphs are captured by make_detokenizer, on the thread that replays them.
-        self.detok: Detokenizer = make_detokenizer(model, config, clock, device, threaded_codec)
         # Jobs out to it and events back, with finished requests' timelines when asked for.
         traces = TraceWriter(config.trace_path) if config.trace_path else None
         self.audio = AudioOut(model, self.scheduler, self.worker, clock, traces)
