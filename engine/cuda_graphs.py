@@ -224,7 +224,7 @@ def warm_up(fn: Callable, inputs: list[torch.Tensor], regions: list[torch.nn.Mod
 
 
 class CallableGraphs:
-    """Captured graphs of arbitrary fixed-shape callables (the detokenizer's windows), sharing
+    """Captured graphs of arbitrary fixed-shape callables (a codec's calls), sharing
     one memory pool. A model captures the shapes it uses most at start-up (`capture`) and
     calls `run`, which replays when the key was captured and runs eagerly otherwise.
 

@@ -1,35 +1,27 @@
 """SNAC 24 kHz (hubertsiuzdak/snac_24khz) as a batched, streaming detokenizer.
 
 The architecture is the `snac` package's `SNAC`; snac_checkpoint loads and saves it in the
-published layout, snac_noise makes its decoder's noise deterministic, and this module decodes
-per-request code streams in windows. A frame is 7 codes in SNAC hierarchical order
+published layout, snac_noise makes its decoder's noise deterministic, snac_streaming runs its
+decoder with each conv's state carried from one call to the next, and this module plans each
+request's chunks and batches the streams' calls. A frame is 7 codes in SNAC hierarchical order
 `[l0, l1a, l1b, l2a, l2b, l2c, l2d]` (one level-0, two level-1, four level-2 codes) and decodes to
 2048 samples (4 latent steps of 512). Orpheus interleaves its 7 tokens differently; reordering
 them is the Orpheus model's job.
 
-Windows: to emit frames [s, e) the decoder runs on frames [max(0, s-L), min(n, e+R)) and the
-samples of [s, e) are cut out. A stream's first window starts at frame 0 and its final one ends at
-its last frame, exactly the edges a whole decode sees, so the only mismatch is at interior seams,
-where a window's zero padding stands in for real activations. The decoder is all symmetric convs
-(latent k7; per upsampling block a transposed conv k=2·stride and k7 residual units dilated
-1/3/9; output k7): changing one frame moves samples ≈2.3 frames to each side of it (measured), so
-L = R = 3 see everything an emitted sample depends on. Orpheus's reference server decodes 4-frame
-windows and keeps the 2nd frame (L=1, R=2), which cuts the left side short.
+Chunks: a stream's audio comes out in chunks of frames that ramp up 1, 1, 2, 4 (each at most
+`chunk_ramp` of the audio already out), then 8 (`large_chunk_frames`) whenever that many are in.
+Chunk [s, e) is due once frames up to e + R exist (R = `lookahead_frames`, 2); the stateful
+decoder is then fed up to e + R and emits every sample whose inputs are all in: a sample depends
+on `delay_samples` (4,757, 2.32 frames) of input after it, so a chunk's audio comes out 661
+samples (28 ms) short, which follow with the next chunk, and a stream's end flushes the rest.
+Each frame is decoded once, and a stream's audio equals one whole decode of its frames (float
+rounding: ~1e-6 of its RMS).
 
-Seam error vs one whole decode (40 random frames, random weights, CPU float32, a seam after every
-frame): max |streamed - whole| / RMS(whole), and in brackets RMS(streamed - whole) / RMS(whole).
-
-    (L, R)        (1, 2) Orpheus    (2, 2)           (3, 1)           (3, 2) default   (3, 3)
-    tiny 16/64    7.1e-2 (4.0e-3)   1.1e-3 (4.7e-5)  6.9e-2 (4.2e-3)  1.1e-3 (3.0e-5)  1.1e-6 (2.2e-7)
-    real 48/1024  9.8e-2 (9.8e-3)   2.3e-3 (1.3e-4)  1.1e-1 (1.1e-2)  2.3e-3 (9.4e-5)  3.5e-6 (6.6e-7)
-
-Defaults L=3 (costs compute only), R=2: first audio once first_chunk_frames + 2 frames exist, with
-a seam error ~1e-4 of the signal RMS (-80 dB); lookahead_frames=3 makes seams exact (float
-rounding) for one more frame (7 tokens, 85 ms) of time to first audio. These are random weights;
-re-measure with the trained checkpoint before tightening the defaults.
-
-`--snac-streaming` (SnacDetokenizer.enable_streaming) replaces the windows with the stateful
-decoder of models/codecs/snac_streaming.py: no context re-decoded, no seam error.
+Decoding each chunk again in a window with L + R context frames (3 + 2: 8 frames cost 13, 4
+cost 9) was the alternative. Beside it this decoder costs 2-8 % less a frame alone in 8-frame
+calls and 7-30 % in 4-frame ones (BENCHMARKS.md, `bench/snac_cost.py`), has no seam error, and
+served 192 Orpheus listeners on an H200 with 99.70 / 83.63 / 100.00 / 98.59 % of frames on time
+where the windows kept 69.80 / 65.07 / 64.67 / 85.43 % (ABBA over two calls).
 """
 
 from __future__ import annotations
@@ -83,17 +75,16 @@ __all__ = [
 
 @dataclass
 class SnacStream:
-    """One request's detokenizer state. Frames older than the left context of the next window
-    are dropped, so memory stays bounded however long the utterance."""
+    """One request's detokenizer state. Frames are dropped once fed (they live on in the
+    decoder's state), so memory stays bounded however long the utterance."""
 
     seed: int = 0  # noise seed (PositionalNoise)
     frames: np.ndarray = field(default_factory=lambda: np.zeros((0, 7), dtype=np.int64))  # [N, 7]
     base: int = 0  # absolute index of frames[0]
-    emitted: int = 0  # frames whose audio has been returned (streaming: whose chunk has)
+    emitted: int = 0  # frames whose chunk has been returned (less the decoder's delay)
     finished: bool = False  # final flush done; no more frames accepted
-    # With the stateful decoder (SnacDetokenizer.enable_streaming): frames fed to it so far,
-    # and its per-conv state for this stream (None before the first call).
-    fed: int = 0
+    fed: int = 0  # frames fed to the stateful decoder so far
+    # Its per-conv state for this stream (None before the first call).
     state: torch.Tensor | None = None  # [1, state_size]
 
     @property
@@ -108,23 +99,14 @@ class SnacStream:
             self.frames = self.frames[drop:]
             self.base += drop
 
-    def window(self, lo: int, hi: int) -> np.ndarray:
+    def frames_in(self, lo: int, hi: int) -> np.ndarray:
         """Frames [lo, hi) by absolute index: [hi - lo, 7]."""
         return self.frames[lo - self.base : hi - self.base]
 
 
 @dataclass(frozen=True)
-class _Window:
-    row: int  # index into the streams of this decode call
-    start: int  # first frame to emit
-    end: int  # one past the last frame to emit
-    lo: int  # first frame decoded (start minus left context)
-    hi: int  # one past the last frame decoded (end plus lookahead)
-
-
-@dataclass(frozen=True)
 class _Feed:
-    """One stream's part of a stateful call (SnacDetokenizer._decode_stateful)."""
+    """One stream's part of a decoder call (SnacDetokenizer.decode)."""
 
     row: int  # index into the streams of this decode call
     fed: int  # frames fed before this call
@@ -138,14 +120,13 @@ class _Feed:
 
 
 class SnacDetokenizer:
-    """Turns per-request SNAC frames into audio chunks, batching windows of equal length from
-    all streams into one SNAC.decode call (or, after enable_streaming, the stateful decoder's
-    calls on the same chunk schedule). Settings are in frames (2048 samples, 7 codes)."""
+    """Turns per-request SNAC frames into audio chunks: plans each stream's chunks and feeds
+    the stateful decoder, rows fed the same number of frames sharing one call. Settings are in
+    frames (2048 samples, 7 codes)."""
 
     def __init__(
         self,
         model: SNAC,
-        left_context_frames: int = 3,
         lookahead_frames: int = 2,
         chunk_frames: int = 4,
         first_chunk_frames: int = 1,
@@ -155,7 +136,7 @@ class SnacDetokenizer:
         if model.attn_window_size is not None:
             raise ValueError(
                 "SnacDetokenizer needs a SNAC without local attention (attn_window_size null, as "
-                "snac_24khz): windowed attention depends on where a window starts, so streamed "
+                "snac_24khz): windowed attention depends on where a call starts, so streamed "
                 "audio could not equal the whole decode"
             )
         strides = [int(s) for s in model.vq_strides]
@@ -164,7 +145,6 @@ class SnacDetokenizer:
                 f"SnacDetokenizer needs vq_strides [4, 2, 1] (snac_24khz), got {strides}"
             )
         for name, value, least in (
-            ("left_context_frames", left_context_frames, 0),
             ("lookahead_frames", lookahead_frames, 0),
             ("chunk_frames", chunk_frames, 1),
             ("first_chunk_frames", first_chunk_frames, 1),
@@ -177,14 +157,14 @@ class SnacDetokenizer:
         self.model = model.eval()
         self.noise = install_positional_noise(model)
         fold_weight_norm(model)
-        self.left = left_context_frames
+        self.decoder = StreamingSnacDecoder(model)  # SNAC's decoder, stepped with its state
         self.right = lookahead_frames
         self.chunk = chunk_frames
         self.first_chunk = first_chunk_frames
-        # When this many steady frames (and their look-ahead) are in, they go out as one window:
-        # a window pays for its L + R context frames, so 8 frames in one window of 13 cost
-        # ~28 % less a frame than two windows of 9 (bench/snac_cost.py). The engine lets a
-        # stream with a comfortable buffer wait for them (ModelFacts.large_chunk_tokens).
+        # When this many steady frames (and their look-ahead) are in, they go out as one chunk:
+        # one call of 8 frames costs less a frame than two of 4 (bench/snac_cost.py). The
+        # engine lets a stream with a comfortable buffer wait for them
+        # (ModelFacts.large_chunk_tokens).
         self.large_chunk = large_chunk_frames
         # Past the first chunk, a chunk holds at most this share of the audio already out (whole
         # frames, rounded up): 1 lets a chunk match it (1, 1, 2, 4 …), less keeps a young
@@ -194,16 +174,7 @@ class SnacDetokenizer:
         self.latent_per_frame = strides[0]  # 4 latent steps of 512 samples
         self.device = next(model.parameters()).device
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
-        self.stateful: StreamingSnacDecoder | None = None  # enable_streaming
-        self._stream_lengths: list[int] = []  # the stateful calls' captured lengths, longest first
-
-    def enable_streaming(self) -> None:
-        """Decode with carried state instead of windows (models/codecs/snac_streaming.py):
-        each frame is decoded once, exactly as the whole decode has it, and the chunk schedule
-        is the windows' own; a chunk's audio comes out `delay_samples` - R frames (661
-        samples, 28 ms) shorter, the rest with the next chunk. Call before
-        enable_cuda_graphs."""
-        self.stateful = StreamingSnacDecoder(self.model)
+        self._graph_lengths: list[int] = []  # the calls' captured lengths, longest first
 
     @property
     def samples_per_frame(self) -> int:
@@ -215,9 +186,8 @@ class SnacDetokenizer:
 
     @property
     def flush_frames(self) -> int:
-        """Stateful decoding: frames past a stream's end that bring out its last samples."""
-        assert self.stateful is not None
-        return math.ceil(self.stateful.delay_samples / self.samples_per_frame)
+        """Frames past a stream's end that bring out its last samples."""
+        return math.ceil(self.decoder.delay_samples / self.samples_per_frame)
 
     @property
     def first_audio_frames(self) -> int:
@@ -245,8 +215,8 @@ class SnacDetokenizer:
         stream.frames = np.concatenate([stream.frames, codes])
 
     def frames_ready(self, stream: SnacStream, final: bool) -> int:
-        """Frames decode(…) would emit now: whole chunks with full lookahead, or, when final,
-        everything left."""
+        """Frames whose chunks decode(…) would complete now: whole chunks with full lookahead,
+        or, when final, everything left."""
         chunks = self._chunks(stream, final)
         return chunks[-1][1] - stream.emitted if chunks else 0
 
@@ -263,8 +233,8 @@ class SnacDetokenizer:
         """[start, end) of each chunk emittable from a stream that has emitted `emitted` of
         its `total` frames. Chunk lengths ramp from first_chunk_frames up to chunk_frames, each
         at most `chunk_ramp` of the audio already out: early chunks stay small while the
-        listener's buffer is small, later ones amortise the window's context overhead; a
-        steady chunk is large_chunk_frames whenever that many frames are ready."""
+        listener's buffer is small, later ones amortise a call's fixed cost; a steady chunk is
+        large_chunk_frames whenever that many frames are ready."""
         chunks, start = [], emitted
         while start < total:
             if start == 0:
@@ -284,79 +254,11 @@ class SnacDetokenizer:
         return chunks
 
     def decode(self, streams: list[SnacStream], final: list[bool]) -> list[np.ndarray]:
-        """Emit each stream's newly ready audio (float32 mono, possibly empty) and advance it.
-        Work is cut into chunk-sized windows; windows of equal length share one decoder call."""
-        if len(streams) != len(final):
-            raise ValueError(f"got {len(streams)} streams but {len(final)} final flags")
-        if self.stateful is not None:
-            return self._decode_stateful(streams, final)
-        windows = [
-            _Window(i, start, end, max(0, start - self.left), min(s.total, end + self.right))
-            for i, (s, f) in enumerate(zip(streams, final, strict=True))
-            for start, end in self._chunks(s, f)
-        ]
-        by_length: dict[int, list[_Window]] = {}
-        for w in windows:
-            by_length.setdefault(w.hi - w.lo, []).append(w)
-        pieces: dict[_Window, np.ndarray] = {}
-        for group in by_length.values():
-            pieces.update(zip(group, self._decode_group(streams, group), strict=True))
-        out = []
-        for i, (stream, fin) in enumerate(zip(streams, final, strict=True)):
-            mine = [w for w in windows if w.row == i]
-            out.append(
-                np.concatenate([pieces[w] for w in mine]) if mine else np.zeros(0, np.float32)
-            )
-            stream.emitted = mine[-1].end if mine else stream.emitted
-            stream.finished = stream.finished or fin
-            stream.forget_before(stream.emitted - self.left)  # the next window's left context
-        return out
-
-    @torch.inference_mode()
-    def _decode_group(self, streams: list[SnacStream], group: list[_Window]) -> list[np.ndarray]:
-        """One SNAC.decode over windows of equal length; returns each window's emitted samples."""
-        frames = np.stack([streams[w.row].window(w.lo, w.hi) for w in group])  # [B, T, 7]
-        offsets = np.array([w.lo * self.latent_per_frame for w in group], dtype=np.int64)
-        seeds = np.array([streams[w.row].seed for w in group], dtype=np.int64)
-        n, length = len(group), frames.shape[1]
-        bucket = self._graph_bucket(n, length)
-        if bucket is not None:  # pad with copies of row 0 up to the captured batch size
-            pad = [0] * (bucket - n)
-            frames, offsets, seeds = (np.concatenate([a, a[pad]]) for a in (frames, offsets, seeds))
-        inputs = [
-            torch.from_numpy(a).to(self.device, non_blocking=True) for a in (frames, offsets, seeds)
-        ]
-        if bucket is not None:
-            audio = self.graphs.run(("snac", bucket, length), self._decode_codes, inputs)[:n]
-        else:
-            audio = self._decode_codes(*inputs)
-        audio = audio.float().cpu().numpy()
-        spf = self.samples_per_frame
-        return [
-            a[(w.start - w.lo) * spf : (w.end - w.lo) * spf]
-            for a, w in zip(audio, group, strict=True)
-        ]
-
-    def _decode_codes(
-        self, frames: torch.Tensor, offsets: torch.Tensor, seeds: torch.Tensor
-    ) -> torch.Tensor:
-        """frames [B, T, 7] → audio [B, T * samples_per_frame]; traceable into a CUDA graph."""
-        b = frames.shape[0]
-        levels = [frames[:, :, 0], frames[:, :, 1:3], frames[:, :, 3:7]]  # [B,T] [B,T,2] [B,T,4]
-        levels = [c.reshape(b, -1) for c in levels]  # [B, T] [B, 2T] [B, 4T]
-        self.noise.latent_offset, self.noise.seed = offsets, seeds
-        try:
-            return self.model.decode(levels)[:, 0]
-        finally:
-            self.noise.latent_offset = self.noise.seed = None
-
-    # --- the stateful decoder ------------------------------------------------------------------
-    def _decode_stateful(self, streams: list[SnacStream], final: list[bool]) -> list[np.ndarray]:
-        """decode() with carried state: a stream whose chunk [s, e) is due is fed up to frame
-        e + R (all it has when final, then flush frames past its end), so chunks come out when
-        the windows' would. With graphs, a stream's frames go in pieces of the captured
-        lengths, one piece a round (a piece starts from the previous one's state); rows fed
-        the same number of frames in a round share a call."""
+        """Emit each stream's newly ready audio (float32 mono, possibly empty) and advance it:
+        a stream whose chunk [s, e) is due is fed up to frame e + R (all it has when final,
+        then flush frames past its end). With graphs, a stream's frames go in pieces of the
+        captured lengths, one piece a round (a piece starts from the previous one's state);
+        rows fed the same number of frames in a round share a call."""
         pieces: list[list[_Feed]] = []
         for i, (stream, fin) in enumerate(zip(streams, final, strict=True)):
             chunks = self._chunks(stream, fin)
@@ -384,11 +286,11 @@ class SnacDetokenizer:
     def _pieces(self, feed: _Feed) -> list[_Feed]:
         """`feed` cut into calls of captured lengths (largest first; a final feed's flush frames
         go last, alone), so no call runs eagerly; without graphs, `feed` itself."""
-        if self.graphs is None or not self._stream_lengths:
+        if self.graphs is None or not self._graph_lengths:
             return [feed]
         pieces, fed = [], feed.fed
         while fed < feed.upto:
-            step = next(n for n in self._stream_lengths if n <= feed.upto - fed)
+            step = next(n for n in self._graph_lengths if n <= feed.upto - fed)
             pieces.append(_Feed(feed.row, fed, fed + step, False, feed.emitted))
             fed += step
         if feed.final:
@@ -397,13 +299,12 @@ class SnacDetokenizer:
 
     @torch.inference_mode()
     def _feed_group(self, streams: list[SnacStream], group: list[_Feed]) -> list[np.ndarray]:
-        """One stateful call over rows fed the same number of frames; returns each row's
-        new audio and keeps its new state."""
-        assert self.stateful is not None
+        """One decoder call over rows fed the same number of frames; returns each row's new
+        audio and keeps its new state."""
         length = group[0].length(self.flush_frames)
         frames = np.zeros((len(group), length, 7), dtype=np.int64)  # flush frames: masked out
         for j, feed in enumerate(group):
-            frames[j, : feed.upto - feed.fed] = streams[feed.row].window(feed.fed, feed.upto)
+            frames[j, : feed.upto - feed.fed] = streams[feed.row].frames_in(feed.fed, feed.upto)
         latent_per_frame = self.latent_per_frame
         position = np.array([f.fed * latent_per_frame for f in group], dtype=np.int64)
         end = np.array(
@@ -411,12 +312,12 @@ class SnacDetokenizer:
         )
         seeds = np.array([streams[f.row].seed for f in group], dtype=np.int64)
         n = len(group)
-        bucket = self._graph_bucket(n, length, "snac-stream")
+        bucket = self._graph_bucket(n, length)
         rows = list(range(n)) + [0] * ((bucket or n) - n)  # pad with copies of row 0
         states = [streams[f.row].state for f in group]
         if any(state is None for state in states):  # a stream's first call: zeros
             dtype = next(self.model.parameters()).dtype
-            fresh = self.stateful.new_state(1, self.device, dtype)
+            fresh = self.decoder.new_state(1, self.device, dtype)
             states = [fresh if state is None else state for state in states]
         codes, position, end, seeds = (
             torch.from_numpy(a[rows]).to(self.device, non_blocking=True)
@@ -425,13 +326,13 @@ class SnacDetokenizer:
         inputs = [codes, torch.cat([states[r] for r in rows]), position, end, seeds]
         if bucket is not None:
             audio, new_state = self.graphs.run(
-                ("snac-stream", bucket, length), self.stateful.decode_frames, inputs
+                ("snac", bucket, length), self.decoder.decode_frames, inputs
             )
             new_state = new_state[:n].clone()  # the graph's buffer: the next replay rewrites it
         else:
-            audio, new_state = self.stateful.decode_frames(*inputs)
+            audio, new_state = self.decoder.decode_frames(*inputs)
         audio = audio[:n].float().cpu().numpy()
-        spf, delay = self.samples_per_frame, self.stateful.delay_samples
+        spf, delay = self.samples_per_frame, self.decoder.delay_samples
         pieces = []
         for j, feed in enumerate(group):
             stream = streams[feed.row]
@@ -443,56 +344,31 @@ class SnacDetokenizer:
         return pieces
 
     # --- CUDA graphs ------------------------------------------------------------------------------
-    # The window lengths of the chunk schedule (1, 1, 2, 8, 8 … frames with their context, and
-    # 4 for a listener that cannot wait for 8) are captured at these batch sizes; other shapes
-    # (final flushes, jobs of more rows) run eagerly. A job is padded up to the next size with
-    # copies of its first row, and SNAC is compute-bound from a few rows on (on the H200 a
-    # 13-frame window costs 2.8 ms at 4 rows, 9.5 ms at 16), so a padded row costs about what
-    # a real one does: hence every size up to 8, where the capacity edge's jobs are (4-9 rows),
-    # and steps of an eighth or less above it.
+    # The chunk schedule's call lengths are captured at these batch sizes; a group of more rows
+    # runs eagerly. A call is padded up to the next size with copies of its first row, and SNAC
+    # is compute-bound from a few rows on (on the H200 a 4-frame call costs 1.8 ms at 4 rows,
+    # 4.3 ms at 16), so a padded row costs about what a real one does: hence every size up to
+    # 8, where the capacity edge's calls are (5-7 rows), and steps of an eighth or less above.
     GRAPH_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
 
     def enable_cuda_graphs(self, graphs) -> None:
-        """Capture the steady-state window shapes with the engine's CallableGraphs, the
-        decoder's residual units compiled first when the graphs compile
-        (ModelFacts.compile_codec: --compile-codec)."""
+        """Capture the calls of the chunk schedule (the first feeds its chunk and the R
+        look-ahead frames, later ones a chunk each; a stream's flush alone; and 1 frame, so any
+        backlog cuts into captured pieces: _pieces) at GRAPH_BATCHES with the engine's
+        CallableGraphs, the residual units' steps compiled first when the graphs compile
+        (ModelFacts.compile_codec: --compile-codec). One state buffer a batch size serves all
+        its lengths."""
         self.graphs = graphs
-        if self.stateful is not None:
-            self._capture_stateful(graphs)
-            return
         graphs.compile_regions(self.repeated_blocks())
-        steady = self.left + self.chunk + self.right  # a 4-frame chunk when no more are in
-        lengths = sorted({hi - lo for lo, hi in self._schedule_windows(12)} | {steady})
-        with torch.inference_mode():
-            for batch in self.GRAPH_BATCHES:
-                for length in lengths:
-                    inputs = [
-                        torch.zeros(batch, length, 7, dtype=torch.int64, device=self.device),
-                        torch.zeros(batch, dtype=torch.int64, device=self.device),
-                        torch.zeros(batch, dtype=torch.int64, device=self.device),
-                    ]
-                    graphs.capture(("snac", batch, length), self._decode_codes, inputs)
-
-    def _capture_stateful(self, graphs) -> None:
-        """The stateful calls of the chunk schedule (the first feeds its chunk and the R
-        look-ahead frames, later ones a chunk each) at GRAPH_BATCHES, the residual units'
-        steps compiled first (as the windows' units are); one state buffer a batch size
-        serves all its lengths."""
-        assert self.stateful is not None
-        graphs.compile_regions(self.stateful.repeated_blocks())
-        chunks = [(s, e) for s, e in self._schedule_chunks(12)]
-        # The schedule's calls, a stream's flush alone, and 1 (so any backlog splits into
-        # captured pieces: _pieces).
-        lengths = sorted(
-            {chunks[0][1] + self.right, self.chunk, self.flush_frames, 1}
-            | {e - s for s, e in chunks[1:]}
-        )
-        self._stream_lengths = sorted(lengths, reverse=True)
+        chunks = self._schedule_chunks(12)
+        lengths = {chunks[0][1] + self.right, self.chunk, self.flush_frames, 1}
+        lengths |= {e - s for s, e in chunks[1:]}
+        self._graph_lengths = sorted(lengths, reverse=True)
         dtype = next(self.model.parameters()).dtype
         with torch.inference_mode():
             for batch in self.GRAPH_BATCHES:
-                state = self.stateful.new_state(batch, self.device, dtype)
-                for length in lengths:
+                state = self.decoder.new_state(batch, self.device, dtype)
+                for length in self._graph_lengths:
                     inputs = [
                         torch.zeros(batch, length, 7, dtype=torch.int64, device=self.device),
                         state,
@@ -500,32 +376,24 @@ class SnacDetokenizer:
                         torch.full((batch,), NO_END, dtype=torch.int64, device=self.device),
                         torch.zeros(batch, dtype=torch.int64, device=self.device),
                     ]
-                    key = ("snac-stream", batch, length)
-                    graphs.capture(key, self.stateful.decode_frames, inputs, borrow=(1,))
+                    key = ("snac", batch, length)
+                    graphs.capture(key, self.decoder.decode_frames, inputs, borrow=(1,))
 
     def repeated_blocks(self) -> list[torch.nn.Module]:
-        """The decoder's residual units (three per upsampling block: two Snake activations, a
-        depthwise and a pointwise conv, a residual add): what --compile-codec compiles,
-        block by block (cuda_graphs.compile_regions; units of one width and dilation share a
-        program), so each replay holds fused kernels for the Snakes' elementwise passes."""
-        from snac.layers import ResidualUnit
-
-        return [m for m in self.model.decoder.modules() if isinstance(m, ResidualUnit)]
-
-    def _schedule_windows(self, n_chunks: int) -> list[tuple[int, int]]:
-        """(lo, hi) of the first n_chunks non-final windows of a long stream."""
-        return [
-            (max(0, start - self.left), end + self.right)
-            for start, end in self._schedule_chunks(n_chunks)
-        ]
+        """The decoder's residual units' steps (three per upsampling block: two Snake
+        activations, a dilated and a pointwise conv, a residual add, and their state): what
+        --compile-codec compiles, block by block (cuda_graphs.compile_regions; units of one
+        width and dilation share a program), so each replay holds fused kernels for the
+        Snakes' elementwise passes."""
+        return self.decoder.repeated_blocks()
 
     def _schedule_chunks(self, n_chunks: int) -> list[tuple[int, int]]:
         """[start, end) of the first n_chunks non-final chunks of a long stream."""
         stream = SnacStream(frames=np.zeros((10_000, 7), dtype=np.int64))
         return self._chunks(stream, final=False)[:n_chunks]
 
-    def _graph_bucket(self, n: int, length: int, kind: str = "snac") -> int | None:
+    def _graph_bucket(self, n: int, length: int) -> int | None:
         if self.graphs is None:
             return None
         bucket = next((b for b in self.GRAPH_BATCHES if b >= n), None)
-        return bucket if bucket is not None and (kind, bucket, length) in self.graphs else None
+        return bucket if bucket is not None and ("snac", bucket, length) in self.graphs else None

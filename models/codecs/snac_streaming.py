@@ -1,13 +1,11 @@
 """SNAC's decoder run incrementally: each conv keeps the inputs its next call needs, so every
 latent step is decoded once, and streamed audio equals the whole decode exactly.
 
-Why: the windowed detokenizer (models/codecs/snac.py) decodes each chunk again with L + R
-context frames (3 + 2), so 8 emitted frames cost a 13-frame decode and 4 cost 9: 1.6-2.3× the
-work of the audio it emits, and SNAC's windows were ~40-60 % of the GPU at Orpheus's capacity
-edge (BENCHMARKS.md). Carried state removes the re-decoded context; the price is latency: a
-sample comes out once every input it depends on is in (the decoder's whole right half of its
-receptive field, `delay_samples`, ~2.2 frames), where a window of R=2 emits a little earlier
-with a ~1e-4 seam error.
+Why: decoding each chunk again in a window with L + R context frames (3 + 2) decodes 13
+frames to emit 8 and 9 to emit 4, and leaves a seam error where a window's zero padding stands in for real
+activations. Carried state decodes each frame once, exactly; the price is latency: a sample
+comes out once every input it depends on is in (the decoder's whole right half of its
+receptive field, `delay_samples`, ~2.3 frames). models/codecs/snac.py plans the calls.
 
 How: SNAC's decoder is a chain of symmetric convs (k7 with dilations 1/3/9, and the latent and
 output convs), transposed convs (k = 2·stride), pointwise convs, Snake activations, positional
@@ -61,7 +59,7 @@ class StreamingSnacDecoder:
         self.model = model
         self.layers = list(model.decoder.model)
         # Each residual unit stepped as a module of its own: what --compile-codec compiles
-        # (repeated_blocks), as it compiles the windows' units.
+        # (repeated_blocks).
         self.residual_steps = {
             unit: StreamingResidualUnit(unit)
             for unit in model.decoder.modules()

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the CLI reads these options without loading torch
     import torch
 
 LARGE_CHUNK_FRAMES = 8  # models/codecs/snac.py's default
-MAX_LARGE_CHUNK_FRAMES = 16  # a window of 21 frames: the codec captures graphs of up to 64 of them
+MAX_LARGE_CHUNK_FRAMES = 16  # a call of 16 frames: the codec captures graphs of up to 64 rows of it
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,8 @@ class OrpheusOptions(CodecCompileOption):
         LARGE_CHUNK_FRAMES,
         "--snac-large-chunk-frames",
         "SNAC frames (85 ms each) a listener with a comfortable buffer waits for, decoded in "
-        "one window with 5 frames of context: larger costs the codec less a frame and the "
-        f"listener's buffer more (4-{MAX_LARGE_CHUNK_FRAMES}; default {LARGE_CHUNK_FRAMES})",
+        "one call: larger costs the codec less a frame and the listener's buffer more"
+        f" (4-{MAX_LARGE_CHUNK_FRAMES}; default {LARGE_CHUNK_FRAMES})",
         metavar="N",
     )
     snac_chunk_ramp: float = option(
@@ -38,17 +38,8 @@ class OrpheusOptions(CodecCompileOption):
     snac_fp16: bool = option(
         False,
         "--snac-fp16",
-        "CUDA: decode SNAC in float16 (11-18 percent less GPU time a frame on an H200; the "
-        "audio differs from float32's by ~0.2 percent RMS)",
-    )
-
-    snac_streaming: bool = option(
-        False,
-        "--snac-streaming",
-        "decode SNAC with each conv's state carried between chunks: every frame is decoded "
-        "once (the default's windows decode 5 more frames of context a chunk: 8 frames cost "
-        "13, 4 cost 9) and exactly as one whole decode; a stream's audio runs 28 ms behind "
-        "the windows' (models/codecs/snac_streaming.py)",
+        "CUDA: decode SNAC in float16 (less GPU time a frame: BENCHMARKS.md; the audio "
+        "differs from float32's by float16 rounding, ~0.2 percent of its RMS)",
     )
 
     def __post_init__(self) -> None:
@@ -74,8 +65,6 @@ class OrpheusOptions(CodecCompileOption):
             )
         detok.large_chunk = self.snac_large_chunk_frames
         detok.chunk_ramp = self.snac_chunk_ramp
-        if self.snac_streaming:
-            detok.enable_streaming()
         large = model.facts.frame_tokens * detok.large_chunk
         model.facts = dataclasses.replace(
             model.facts, large_chunk_tokens=large, compile_codec=self.compile_codec

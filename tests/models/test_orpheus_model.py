@@ -134,14 +134,11 @@ def test_prompt_layout_and_input_errors(tiny_orpheus_dirs):
         model.preprocess("Hi", "nobody")
 
 
-@pytest.mark.parametrize("stateful", [False, True], ids=["windows", "stateful"])
-def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs, stateful):
+def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs):
     """Chunks come out of the batched, scheduled engine for several requests at once; stitched
-    together they equal SNAC's decode of each request's whole code sequence (with the
-    stateful decoder, --snac-streaming, to float rounding)."""
+    together they equal SNAC's decode of each request's whole code sequence (float
+    rounding: the codec's decoder carries its state from chunk to chunk)."""
     model = load(*tiny_orpheus_dirs)
-    if stateful:
-        model.detok.enable_streaming()
     # No cover margin: the first chunk goes out as soon as it exists. With the default, how
     # long it waits depends on this machine's step time, and a short request could finish
     # before its first chunk was due — one blob, which this test must not depend on (the
@@ -178,12 +175,9 @@ def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs, state
         with torch.no_grad():
             whole = snac.decode(codes)[0, 0].numpy()
         assert streamed.shape == whole.shape == (n // 7 * 2048,)
-        # Seams differ only by the receptive field cut off beyond the 3 frames of left context
-        # (models/codecs/snac.py measures ~3e-4 of the signal RMS for this width); 1e-2 leaves
-        # margin for float32 summation order while still catching a misplaced or lost frame,
-        # which costs an error of the order of the RMS itself.
+        # A misplaced or lost frame costs an error of the order of the RMS itself.
         rms = float(np.sqrt(np.mean(whole**2)))
-        assert float(np.max(np.abs(streamed - whole))) < (1e-4 if stateful else 1e-2) * rms
+        assert float(np.max(np.abs(streamed - whole))) < 1e-4 * rms
 
 
 def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
@@ -194,22 +188,17 @@ def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
     assert default.facts.large_chunk_tokens == 8 * T.CODES_PER_FRAME
     model = load_model("tiny-orpheus", options={"snac_large_chunk_frames": 16})
     assert model.facts.large_chunk_tokens == 16 * T.CODES_PER_FRAME
-    windows = model.detok._schedule_windows(12)
-    assert max(hi - lo for lo, hi in windows) == 3 + 16 + 2  # 16 frames with their context
+    assert max(e - s for s, e in model.detok._schedule_chunks(12)) == 16
     with pytest.raises(CheckpointError, match="--snac-fp16 needs a CUDA device"):
         load_model("tiny-orpheus", options={"snac_fp16": True})
     with pytest.raises(ValueError, match="snac_large_chunk_frames must be 4-16"):
         load_model("tiny-orpheus", options={"snac_large_chunk_frames": 2})
-    # `--snac-chunk-ramp` reaches the chunk schedule, and its 3-frame chunk's window (with 3
-    # frames of left context and 2 of look-ahead: 8) is among the shapes the graphs capture.
+    # `--snac-chunk-ramp` reaches the chunk schedule: after 4 frames out, a 3-frame chunk.
     assert default.detok.chunk_ramp == 1.0
     ramped = load_model("tiny-orpheus", options={"snac_chunk_ramp": 0.75})
     assert ramped.detok.chunk_ramp == 0.75
-    assert (1, 9) in ramped.detok._schedule_windows(12)  # frames 4-6 emitted, 1-8 decoded
+    assert (4, 7) in ramped.detok._schedule_chunks(12)
     with pytest.raises(ValueError, match=r"snac_chunk_ramp must be in \(0, 1\]"):
         load_model("tiny-orpheus", options={"snac_chunk_ramp": 1.2})
     with pytest.raises(CheckpointError, match="is for Orpheus models"):
         load_model("tiny-csm", options={"snac_fp16": True})
-    # `--snac-streaming` switches the codec to its stateful decoder.
-    assert default.detok.stateful is None
-    assert load_model("tiny-orpheus", options={"snac_streaming": True}).detok.stateful is not None

@@ -72,8 +72,7 @@ def _stream_all(
             pushed[i] = min(len(utterances[i]), pushed[i] + step)
         final = [pushed[i] == len(utterances[i]) for i in live]
         for i, chunk in zip(live, det.decode([streams[i] for i in live], final), strict=True):
-            # the stateful decoder's first chunk is short of whole frames (its delay)
-            assert chunk.dtype == np.float32 and (det.stateful or len(chunk) % SPF == 0)
+            assert chunk.dtype == np.float32
             audio[i].append(chunk)
         if calls is not None:
             calls.append([len(audio[i][-1]) if i in live else None for i in range(len(streams))])
@@ -181,7 +180,7 @@ def test_decoding_is_deterministic_and_seeded(model):
 
 
 def test_frames_ready_ramps_chunks_and_waits_for_lookahead(model):
-    det = SnacDetokenizer(model, left_context_frames=3, lookahead_frames=2, chunk_frames=4)
+    det = SnacDetokenizer(model, lookahead_frames=2, chunk_frames=4)
     stream = det.new_stream()
     det.push(stream, _frames(2, seed=0).tolist())
     assert det.frames_ready(stream, final=False) == 0  # frame 0 still lacks 2 frames lookahead
@@ -190,9 +189,10 @@ def test_frames_ready_ramps_chunks_and_waits_for_lookahead(model):
     assert det.first_audio_frames == 3 and det.frames_ready(stream, final=False) == 1
     det.push(stream, _frames(13, seed=0).tolist())  # 16 frames: chunks 1, 1, 2, 4, 4 (+2 ahead)
     assert det.frames_ready(stream, final=False) == 12
-    assert [len(a) // SPF for a in det.decode([stream], [False])] == [12]
+    (audio,) = det.decode([stream], [False])  # 12 frames' chunks, fed with their 2 ahead
+    assert len(audio) == 14 * SPF - det.decoder.delay_samples
     assert det.frames_ready(stream, final=False) == 0 and det.frames_ready(stream, True) == 4
-    assert len(stream.frames) <= 3 + 4  # only left context + unemitted frames are kept
+    assert stream.fed == stream.base == 14  # fed frames live on in the state, not kept
 
 
 def test_steady_chunks_grow_to_the_large_chunk_when_its_frames_are_in(model):
@@ -254,10 +254,10 @@ def test_a_ramp_below_one_keeps_a_young_streams_chunks_under_its_audio_out(model
 
 
 def test_streamed_matches_whole_with_a_ramp_below_one(model):
-    """The ramp moves seams, not what a window sees: the same bound as the default's."""
+    """The ramp moves where calls start, not what the decoder sees: still the whole decode."""
     utterances = [_frames(n, seed=n) for n in (19, 7)]
     det = SnacDetokenizer(model, chunk_ramp=0.75)
-    _assert_streamed_is_whole(det, model, utterances, 1e-2)
+    _assert_streamed_is_whole(det, model, utterances, 1e-4)
 
 
 def test_push_rejects_bad_frames(model):
@@ -283,71 +283,15 @@ def _relative_error(streamed: np.ndarray, whole: np.ndarray) -> float:
     return float(np.abs(streamed - whole).max() / np.sqrt(np.mean(whole**2)))
 
 
-def test_streamed_equals_whole_with_full_receptive_field(model):
-    """With 3 frames of context on each side every window sees all inputs an emitted sample
-    depends on (one frame influences ~2.3 frames each way), so the only difference left is
-    float32 summation order: max error / RMS measured ~1e-6; 1e-4 leaves room for other BLAS."""
-    utterances = [_frames(n, seed=n) for n in (17, 9, 2, 26)]
-    det = SnacDetokenizer(model, left_context_frames=3, lookahead_frames=3, chunk_frames=3)
-    _assert_streamed_is_whole(det, model, utterances, 1e-4)
-
-
-def test_streamed_matches_whole_with_default_lookahead(model):
-    """Default lookahead R=2 cuts off the last ~0.3 frame of the right receptive field at each
-    interior seam; those far taps of the dilated residual convs are small, measured max error /
-    RMS 1.1e-3 on this model (2.3e-3 on the full-size config). 1e-2 bounds it with margin while
-    still catching a misplaced cut (errors of order 1)."""
-    utterances = [_frames(n, seed=n) for n in (14, 5)]
-    det = SnacDetokenizer(model)
-    _assert_streamed_is_whole(det, model, utterances, 1e-2)
-
-
 def test_batched_decode_equals_per_stream_decode(model):
     """Same pushes and decode calls per stream, once batched together and once alone: the
-    windows are identical, so only the batch dimension differs (float rounding at most)."""
+    calls feed the same frames, so only the batch dimension differs (float rounding at most)."""
     utterances = [_frames(n, seed=n) for n in (11, 6, 8)]
     det = SnacDetokenizer(model, chunk_frames=2)
     batched = _stream_all(det, utterances, seeds=[0, 1, 2])
     for i, frames in enumerate(utterances):
         (solo,) = _stream_all(det, [frames], seeds=[i])
         np.testing.assert_allclose(batched[i], solo, rtol=0, atol=1e-5)
-
-
-def test_graph_jobs_pad_to_the_nearest_captured_batch_and_keep_each_rows_audio(model):
-    """Five streams at the same point decode as one replay of the 5-row graph (not the 8-row
-    one: a padded row costs what a real one does), and the padding rows (copies of the
-    first) change no stream's audio."""
-    utterances = [_frames(12, seed=s) for s in range(5)]
-    plain = SnacDetokenizer(model, chunk_frames=2)
-    graphed = SnacDetokenizer(model, chunk_frames=2)
-    graphs = EagerGraphs()
-    graphed.enable_cuda_graphs(graphs)
-    assert {b for _, b, _ in graphs.keys} == set(SnacDetokenizer.GRAPH_BATCHES)
-    assert len(graphs.regions) == 3 * len(model.decoder_rates)  # its residual units
-    expected = _stream_all(plain, utterances, seeds=[3] * 5)
-    got = _stream_all(graphed, utterances, seeds=[3] * 5)
-    assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
-    for e, g in zip(expected, got, strict=True):
-        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
-    assert graphed._graph_bucket(9, 13) == 10 and graphed._graph_bucket(65, 13) is None
-
-
-@pytest.mark.timeout(300)
-def test_compiled_residual_units_decode_as_the_eager_ones():
-    """--compile-codec compiles SNAC's residual units, snac's TorchScript Snake included
-    (fullgraph: a graph break would be an error, and serving would fall back to eager kernels
-    with a warning): on the CPU, through Inductor, windows of two lengths and batch sizes
-    decode as the eager decoder does."""
-    det = SnacDetokenizer(_tiny(seed=1))
-    cases = [
-        (torch.from_numpy(_frames(n, seed=n))[None].repeat(b, 1, 1), b)
-        for n, b in ((9, 2), (13, 3))
-    ]
-    offsets = lambda b: torch.arange(b, dtype=torch.int64) * 4  # noqa: E731
-    _assert_compiled_decodes_as_eager(
-        det.repeated_blocks(),
-        lambda: [det._decode_codes(codes, offsets(b), offsets(b) + 7) for codes, b in cases],
-    )
 
 
 def _assert_compiled_decodes_as_eager(units, decode) -> None:
@@ -374,14 +318,15 @@ def _assert_compiled_decodes_as_eager(units, decode) -> None:
 
 @pytest.mark.timeout(300)
 def test_compiled_stateful_units_decode_as_the_eager_ones():
-    """--compile-codec compiles the stateful decoder's residual-unit steps the same way
-    (fullgraph, dynamic shapes): two calls of different lengths and rows, the second on the
+    """--compile-codec compiles the decoder's residual-unit steps, snac's TorchScript Snake
+    included (fullgraph, dynamic shapes: a graph break would be an error, and serving would
+    fall back to eager kernels with a warning): two calls of different lengths and rows, the second on the
     first's state, decode as the eager steps do. The last block's three steps stand for all
     twelve (each width and dilation is a program of its own: minutes of CPU for all)."""
     from models.codecs.snac_streaming import NO_END
 
-    det = _streaming(_tiny(seed=1))
-    decoder, units = det.stateful, det.stateful.repeated_blocks()[-3:]
+    det = SnacDetokenizer(_tiny(seed=1))
+    decoder, units = det.decoder, det.decoder.repeated_blocks()[-3:]
     frames = torch.from_numpy(_frames(6, seed=4))[None].repeat(2, 1, 1)
     rows = lambda *values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
 
@@ -395,47 +340,42 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
     _assert_compiled_decodes_as_eager(units, two_calls)
 
 
-# The stateful decoder (--snac-streaming) ---------------------------------------------------------
-def _streaming(model: SNAC, **kwargs) -> SnacDetokenizer:
-    det = SnacDetokenizer(model, **kwargs)
-    det.enable_streaming()
-    return det
-
-
 def test_stateful_decoding_equals_the_whole_decode(model):
     """Each frame decoded once with the convs' state carried: every stream's audio is one
     whole decode's (float rounding: ~1e-6 of its RMS), streams of any length batched."""
     utterances = [_frames(n, seed=n) for n in (17, 9, 2, 26)]
-    _assert_streamed_is_whole(_streaming(model), model, utterances, 1e-4)
+    _assert_streamed_is_whole(SnacDetokenizer(model), model, utterances, 1e-4)
     # With no look-ahead frames held back, a stream can have every chunk out before its end
     # comes: the end's flush still brings its last samples out.
-    det, frames = _streaming(model, lookahead_frames=0), _frames(8, seed=6)  # chunks 1, 1, 2, 4
+    det, frames = (
+        SnacDetokenizer(model, lookahead_frames=0),
+        _frames(8, seed=6),
+    )  # chunks 1, 1, 2, 4
     stream = det.new_stream(seed=0)
     det.push(stream, frames.tolist())
     (before,) = det.decode([stream], [False])
     (after,) = det.decode([stream], [True])
-    assert stream.emitted == 8 and len(after) == det.stateful.delay_samples
+    assert stream.emitted == 8 and len(after) == det.decoder.delay_samples
     assert _relative_error(np.concatenate([before, after]), _whole(model, frames, 0)) < 1e-4
 
 
-def test_stateful_chunks_come_when_the_windows_would(model):
-    """The stateful decoder keeps the windows' chunk schedule: audio comes out in the same
-    calls, each stream's total so far short of the windows' by the same 661 samples (its
-    delay past the windows' 2 frames of look-ahead) until the final call evens them."""
-    utterances = [_frames(n, seed=n) for n in (20, 7)]
-    windows, stateful = [], []
-    _stream_all(SnacDetokenizer(model), utterances, seeds=[0, 1], calls=windows)
-    det = _streaming(model)
-    _stream_all(det, utterances, seeds=[0, 1], calls=stateful)
-    short = det.stateful.delay_samples - det.right * SPF
+def test_each_chunk_comes_out_short_of_the_decoders_delay(model):
+    """A chunk comes out once its look-ahead frames are in: the stream's audio so far is then
+    its chunks' less 661 samples (28 ms: the decoder's delay past the 2 frames of look-ahead),
+    which come with the next chunk, and the end's call brings out the rest."""
+    det = SnacDetokenizer(model)
+    short = det.decoder.delay_samples - det.right * SPF
     assert short == 661
-    for row in range(len(utterances)):
-        win = np.cumsum([c[row] for c in windows if c[row] is not None])
-        got = np.cumsum([c[row] for c in stateful if c[row] is not None])
-        assert [w > 0 for w in np.diff(win, prepend=0)] == [g > 0 for g in np.diff(got, prepend=0)]
-        out = win > 0
-        np.testing.assert_array_equal(got[out][:-1], win[out][:-1] - short)
-        assert got[-1] == win[-1] == len(utterances[row]) * SPF
+    frames, stream, out = _frames(20, seed=3), det.new_stream(seed=0), 0
+    for i in range(len(frames)):
+        det.push(stream, frames[i : i + 1].tolist())
+        due = det.frames_ready(stream, final=False)
+        (audio,) = det.decode([stream], [False])
+        assert (len(audio) > 0) == (due > 0)
+        out += len(audio)
+        assert out == (stream.emitted * SPF - short if stream.emitted else 0)
+    (rest,) = det.decode([stream], [True])
+    assert out + len(rest) == len(frames) * SPF
 
 
 def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
@@ -443,33 +383,34 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     with its look-ahead, then the chunks), padded with copies of the first row, whose state
     and audio change no stream's."""
     utterances = [_frames(12, seed=s) for s in range(5)]
-    plain = _streaming(model, chunk_frames=2)
-    graphed = _streaming(model, chunk_frames=2)
+    plain = SnacDetokenizer(model, chunk_frames=2)
+    graphed = SnacDetokenizer(model, chunk_frames=2)
     graphed.GRAPH_BATCHES = (1, 5, 8)  # fewer sizes than served: each capture traces the call
     graphs = EagerGraphs()
     graphed.enable_cuda_graphs(graphs)
-    assert {kind for kind, _, _ in graphs.keys} == {"snac-stream"}
+    assert {kind for kind, _, _ in graphs.keys} == {"snac"}
     assert {length for _, _, length in graphs.keys} == {3, 1, 2, 8}
-    assert graphs.regions == graphed.stateful.repeated_blocks()  # compiled before capture
+    assert graphs.regions == graphed.decoder.repeated_blocks()  # compiled before capture
     assert len(graphs.regions) == 3 * len(model.decoder_rates)
     expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
     assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
+    assert graphed._graph_bucket(4, 8) == 5 and graphed._graph_bucket(9, 8) is None
 
 
 def test_stateful_graph_jobs_never_run_eagerly(model):
     """A backlog of several chunks and a stream's final flush go in pieces of the captured
     lengths, a round each, so every call replays a graph (an eager call of an odd length would
     cost a served job tens of ms), and the audio is still the whole decode's."""
-    graphed = _streaming(model, chunk_frames=2)
+    graphed = SnacDetokenizer(model, chunk_frames=2)
     graphed.GRAPH_BATCHES = (1, 2, 4)
     graphs = EagerGraphs()
     graphed.enable_cuda_graphs(graphs)
     calls = []
-    decode_frames = graphed.stateful.decode_frames
-    graphed.stateful.decode_frames = lambda *a: calls.append(a[0].shape) or decode_frames(*a)
+    decode_frames = graphed.decoder.decode_frames
+    graphed.decoder.decode_frames = lambda *a: calls.append(a[0].shape) or decode_frames(*a)
     graphs.shapes.clear()
     utterances = [_frames(23, seed=1), _frames(11, seed=2)]
     streams = [graphed.new_stream(seed=s) for s in (1, 2)]
