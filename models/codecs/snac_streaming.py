@@ -57,7 +57,10 @@ class StreamingSnacDecoder:
             raise ValueError("streaming SNAC needs a decoder without local attention (snac_24khz)")
         install_positional_noise(model)
         self.model = model
-        self.layers = list(model.decoder.model)
+        # The decoder as one flat chain: upsampling blocks opened into their layers, residual
+        # units kept whole (each is a step with its own state). Its state's layout, its delay
+        # and every call walk this one list.
+        self.steps = _flatten(model.decoder.model)
         # Each residual unit stepped as a module of its own: what --compile-codec compiles
         # (repeated_blocks).
         self.residual_steps = {
@@ -66,9 +69,11 @@ class StreamingSnacDecoder:
             if isinstance(unit, ResidualUnit)
         }
         self.samples_per_latent = int(model.hop_length)
-        self.state_shapes = self._walk_shapes()
-        probe = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
-        self.delay_samples = -int(self._positions(probe).start[0])
+        self.state_shapes = [shape for step in self.steps for shape in _state_shapes(step)]
+        rows = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
+        for step in self.steps:
+            rows = _advance(step, rows)
+        self.delay_samples = -int(rows.start[0])  # where a call's output starts, latent 0 in
 
     # --- the state ------------------------------------------------------------------------------
     # A row's state is one flat vector (every conv's kept inputs, in the decoder's order), so a
@@ -89,27 +94,6 @@ class StreamingSnacDecoder:
             parts.append(state[:, offset : offset + c * n].view(-1, c, n))
             offset += c * n
         return parts
-
-    def _walk_shapes(self) -> list[tuple[int, int]]:
-        shapes: list[tuple[int, int]] = []
-
-        def visit(module: nn.Module) -> None:
-            if isinstance(module, nn.Conv1d) and module.kernel_size[0] > 1:
-                shapes.append((module.in_channels, 2 * _half_width(module)))
-            elif isinstance(module, nn.ConvTranspose1d):
-                shapes.append((module.in_channels, 1))
-            elif isinstance(module, ResidualUnit):
-                conv = module.block[1]
-                shapes.append((conv.in_channels, _half_width(conv)))  # the skip's delay line
-                for sub in module.block:
-                    visit(sub)
-            elif isinstance(module, DecoderBlock | nn.Sequential):
-                for sub in module.block if isinstance(module, DecoderBlock) else module:
-                    visit(sub)
-
-        for layer in self.layers:
-            visit(layer)
-        return shapes
 
     # --- a call ---------------------------------------------------------------------------------
     def decode_frames(
@@ -144,51 +128,49 @@ class StreamingSnacDecoder:
         new_state: list[torch.Tensor] = []
         queue = iter(self._unpack(state))
         x = latent
-        for layer in self.layers:
-            x, rows = self._run(layer, x, rows, queue, new_state)
+        for step in self.steps:
+            x = self._run(step, x, rows, queue, new_state)
+            rows = _advance(step, rows)
         packed = torch.cat([part.reshape(part.shape[0], -1) for part in new_state], dim=1)
         return x[:, 0], packed
 
-    def _run(self, module, x, rows: _Rows, queue, new_state):
-        if isinstance(module, nn.Conv1d):
-            if module.kernel_size[0] == 1:
-                return module(x), rows
-            return self._conv(module, x, rows, queue, new_state)
-        if isinstance(module, nn.ConvTranspose1d):
-            return self._conv_transpose(module, x, rows, queue, new_state)
-        if isinstance(module, ResidualUnit):
-            return self._residual(module, x, rows, queue, new_state)
-        if isinstance(module, PositionalNoise):
-            noise = positional_normal(rows.seed, module.salt, rows.start, x.shape[-1])
-            return x + noise[:, None, :].to(x.dtype) * module.linear(x), rows
-        if isinstance(module, DecoderBlock):
-            for sub in module.block:
-                x, rows = self._run(sub, x, rows, queue, new_state)
-            return x, rows
-        if isinstance(module, Snake1d | nn.Tanh):
-            return module(x), rows
-        raise TypeError(f"streaming SNAC cannot run a {type(module).__name__}")
+    def _run(self, step: nn.Module, x, rows: _Rows, queue, new_state) -> torch.Tensor:
+        """One step of the chain on x (its first sample at `rows.start`); the state it keeps
+        goes to `new_state`. Where its output starts is _advance's."""
+        if isinstance(step, nn.Conv1d):
+            if step.kernel_size[0] == 1:
+                return step(x)
+            return self._conv(step, x, rows, queue, new_state)
+        if isinstance(step, nn.ConvTranspose1d):
+            return self._conv_transpose(step, x, rows, queue, new_state)
+        if isinstance(step, ResidualUnit):
+            unit = self.residual_steps[step]
+            y, skip_state, conv_state = unit(x, next(queue), next(queue), rows.start, rows.end)
+            new_state += [skip_state, conv_state]
+            return y
+        if isinstance(step, PositionalNoise):
+            noise = positional_normal(rows.seed, step.salt, rows.start, x.shape[-1])
+            return x + noise[:, None, :].to(x.dtype) * step.linear(x)
+        return step(x)  # Snake1d, Tanh (_flatten admits nothing else)
 
-    def _conv(self, conv: nn.Conv1d, x, rows: _Rows, queue, new_state):
+    def _conv(self, conv: nn.Conv1d, x, rows: _Rows, queue, new_state) -> torch.Tensor:
         """A symmetric conv: its window over [kept inputs, new inputs] without padding; its
         output starts h before the new inputs."""
         h = _half_width(conv)
         joined = torch.cat([next(queue), _inside(x, rows)], dim=-1)
         new_state.append(joined[..., -2 * h :])
-        y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
-        return y, _Rows(rows.start - h, rows.end, rows.seed)
+        return F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
 
-    def _conv_transpose(self, conv: nn.ConvTranspose1d, x, rows: _Rows, queue, new_state):
+    def _conv_transpose(
+        self, conv: nn.ConvTranspose1d, x, rows: _Rows, queue, new_state
+    ) -> torch.Tensor:
         """k = 2·stride: an output sample sums two input steps, so the last input step is kept
         and the new ones' outputs whose two inputs are both in come out."""
         s = conv.stride[0]
         joined = torch.cat([next(queue), _inside(x, rows)], dim=-1)
         new_state.append(joined[..., -1:])
         y = F.conv_transpose1d(joined, conv.weight, conv.bias, stride=s, groups=conv.groups)
-        n = x.shape[-1]
-        return y[..., s : (n + 1) * s], _Rows(
-            rows.start * s - conv.padding[0], rows.end * s, rows.seed
-        )
+        return y[..., s : (x.shape[-1] + 1) * s]
 
     def repeated_blocks(self) -> list[nn.Module]:
         """The residual units' steps (three per upsampling block): what --compile-codec
@@ -196,29 +178,51 @@ class StreamingSnacDecoder:
         program)."""
         return list(self.residual_steps.values())
 
-    def _residual(self, unit: ResidualUnit, x, rows: _Rows, queue, new_state):
-        step = self.residual_steps[unit]
-        y, skip_state, conv_state = step(x, next(queue), next(queue), rows.start, rows.end)
-        new_state += [skip_state, conv_state]
-        return y, _Rows(rows.start - step.reach, rows.end, rows.seed)
 
-    def _positions(self, rows: _Rows) -> _Rows:
-        """Where the output of a call starting at `rows.start` latent steps begins (dry run)."""
+# What a step of the chain can be (_run's cases).
+_STEPS = (nn.Conv1d, nn.ConvTranspose1d, ResidualUnit, PositionalNoise, Snake1d, nn.Tanh)
 
-        def visit(module, rows: _Rows) -> _Rows:
-            if isinstance(module, nn.Conv1d) and module.kernel_size[0] > 1:
-                return _Rows(rows.start - _half_width(module), rows.end, rows.seed)
-            if isinstance(module, nn.ConvTranspose1d):
-                s = module.stride[0]
-                return _Rows(rows.start * s - module.padding[0], rows.end * s, rows.seed)
-            if isinstance(module, ResidualUnit | DecoderBlock):
-                for sub in module.block:
-                    rows = visit(sub, rows)
-            return rows
 
-        for layer in self.layers:
-            rows = visit(layer, rows)
-        return rows
+def _flatten(modules) -> list[nn.Module]:
+    """The decoder's layers in order, upsampling blocks opened; refuses what a step cannot
+    run."""
+    steps: list[nn.Module] = []
+    for module in modules:
+        if isinstance(module, DecoderBlock):
+            steps += _flatten(module.block)
+        elif isinstance(module, nn.Sequential):
+            steps += _flatten(module)
+        elif isinstance(module, _STEPS):
+            steps.append(module)
+        else:
+            raise TypeError(f"streaming SNAC cannot run a {type(module).__name__}")
+    return steps
+
+
+def _state_shapes(step: nn.Module) -> list[tuple[int, int]]:
+    """(channels, samples) of each tensor a step keeps between calls, in the order it takes
+    them: a conv its last 2h inputs, a transposed conv its last input step, a residual unit
+    its skip path's last h and its conv's last 2h."""
+    if isinstance(step, nn.Conv1d) and step.kernel_size[0] > 1:
+        return [(step.in_channels, 2 * _half_width(step))]
+    if isinstance(step, nn.ConvTranspose1d):
+        return [(step.in_channels, 1)]
+    if isinstance(step, ResidualUnit):
+        conv = step.block[1]
+        return [(conv.in_channels, _half_width(conv)), (conv.in_channels, 2 * _half_width(conv))]
+    return []
+
+
+def _advance(step: nn.Module, rows: _Rows) -> _Rows:
+    """Where a step's output starts (and the stream's end, at its rate), given its input's."""
+    if isinstance(step, nn.Conv1d) and step.kernel_size[0] > 1:
+        return _Rows(rows.start - _half_width(step), rows.end, rows.seed)
+    if isinstance(step, nn.ConvTranspose1d):
+        s = step.stride[0]
+        return _Rows(rows.start * s - step.padding[0], rows.end * s, rows.seed)
+    if isinstance(step, ResidualUnit):
+        return _Rows(rows.start - _half_width(step.block[1]), rows.end, rows.seed)
+    return rows
 
 
 class StreamingResidualUnit(nn.Module):
