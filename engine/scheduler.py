@@ -53,8 +53,8 @@ class ChunkingFacts:
     chunk_tokens: int
     seconds_per_token: float
     frame_tokens: int = 1  # the smallest number of new tokens the codec can turn into audio
-    # Tokens the codec holds back as look-ahead: the first chunk's audio is that much shorter
-    # than its tokens (Orpheus: 2 SNAC frames = 14 tokens).
+    # Tokens the codec holds back: the first chunk's audio is that much shorter than its
+    # tokens (Orpheus: SNAC's decoder delay, 2.32 frames, rounded up to 17 tokens).
     held_back_tokens: int = 0
     # Tokens after a chunk that the codec reads before it decodes the chunk, as look-ahead
     # (CosyVoice 2's flow: 3). first_chunk_tokens includes them; its audio does not.

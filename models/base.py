@@ -63,7 +63,7 @@ class ModelFacts:
     # The fewest new tokens that decode to more audio (Orpheus: one 7-code frame); the
     # scheduler decodes this little when a listener would otherwise run dry.
     frame_tokens: int = 1
-    # Tokens the detokenizer keeps as look-ahead before it emits their audio (see
+    # Tokens of codes the detokenizer has before their audio comes out (see
     # engine.scheduler.ChunkingFacts.held_back_tokens).
     held_back_tokens: int = 0
     # Tokens after a chunk the detokenizer reads before it can decode the chunk (CosyVoice 2's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +82,11 @@ class OrpheusModel(SpeechModel):
             chunk_tokens=T.CODES_PER_FRAME * detok.chunk,
             large_chunk_tokens=T.CODES_PER_FRAME * detok.large_chunk,
             frame_tokens=T.CODES_PER_FRAME,
-            held_back_tokens=T.CODES_PER_FRAME * detok.right,
+            # A chunk's audio lags its codes by the decoder's delay (2.32 frames), rounded up
+            # to whole tokens (17): the first chunk's audio is that much shorter than its codes.
+            held_back_tokens=math.ceil(
+                detok.decoder.delay_samples * T.CODES_PER_FRAME / detok.samples_per_frame
+            ),
             voices=VOICES,
             default_voice="tara",
             max_context=args.max_positions,

@@ -13,6 +13,7 @@ from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
+from engine.scheduler import ChunkingFacts
 from models.checkpoint_errors import CheckpointError
 from models.orpheus import tokens as T
 from models.orpheus.configs import TINY_ORPHEUS
@@ -178,6 +179,28 @@ def test_streamed_engine_audio_equals_whole_snac_decode(tiny_orpheus_dirs):
         # A misplaced or lost frame costs an error of the order of the RMS itself.
         rms = float(np.sqrt(np.mean(whole**2)))
         assert float(np.max(np.abs(streamed - whole))) < 1e-4 * rms
+
+
+def test_first_chunk_audio_the_scheduler_counts_on_is_what_snac_emits():
+    """The first-chunk cover rule counts the chunk's audio as its tokens less the held-back
+    ones: for SNAC that is the decoder's delay (2.32 frames) rounded up to whole tokens, so
+    the count is never above the audio the codec gives, and short of it by under a token."""
+    model = load_model("tiny-orpheus")
+    facts, detok = model.facts, model.detok
+    chunking = ChunkingFacts(
+        facts.first_chunk_tokens,
+        facts.chunk_tokens,
+        1 / facts.token_rate_hz,
+        facts.frame_tokens,
+        facts.held_back_tokens,
+    )
+    samples_per_token = detok.samples_per_frame / T.CODES_PER_FRAME
+    stream = detok.new_stream()
+    detok.push(stream, np.zeros((detok.first_audio_frames, 7), dtype=np.int64).tolist())
+    (audio,) = detok.decode([stream], [False])
+    counted = chunking.first_chunk_audio_tokens(facts.first_chunk_tokens)
+    assert facts.held_back_tokens == 17
+    assert 0 <= len(audio) - counted * samples_per_token < samples_per_token
 
 
 def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
