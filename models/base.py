@@ -56,8 +56,8 @@ class ModelFacts:
     stop_token_ids: tuple[int, ...]
     first_chunk_tokens: int  # tokens needed before the first audio chunk can be decoded
     chunk_tokens: int  # tokens per steady-state detokenizer chunk
-    # A larger chunk the detokenizer decodes for less a token (SNAC: one window's context
-    # frames for twice the audio); a listener with a comfortable buffer waits for it
+    # A larger chunk the detokenizer decodes for less a token (SNAC: one call's fixed cost
+    # for twice the audio); a listener with a comfortable buffer waits for it
     # (engine/scheduler.py). None: chunk_tokens always.
     large_chunk_tokens: int | None = None
     # The fewest new tokens that decode to more audio (Orpheus: one 7-code frame); the
