@@ -70,13 +70,15 @@ class EngineConfig:
         default=512,
         metadata=cli("--kv-cache-mb", "KV pool size on the CPU (GPUs size it from free memory)"),
     )
-    # The KV pool's share of the GPU memory still free once the weights are loaded; the rest
-    # holds CUDA graphs' pools, the codec's compiled blocks and activations.
+    # The KV pool's share of the GPU memory still free once the weights and the codec's
+    # graphs are in (engine/core.py builds the codec first); the rest holds the LLM's CUDA
+    # graphs and activations.
     kv_memory_fraction: float = field(
         default=0.85,
         metadata=cli(
             "--kv-memory-fraction",
-            "share of the GPU memory free after the weights that the KV pool takes (0.05-0.98)",
+            "share of the GPU memory free after the weights and the codec's graphs that the KV "
+            "pool takes (0.05-0.98)",
         ),
     )
     # The KV cache's storage: "auto" (the model's dtype) or "fp8" (float8 e4m3, scale 1): half
