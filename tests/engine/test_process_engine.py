@@ -40,7 +40,10 @@ async def test_process_engine_matches_the_thread_engine():
         assert engine.ready and engine.facts.sample_rate == 24000
         got, finished = await collect(engine, SEEDED)
         assert finished.reason == FinishReason.LENGTH and finished.num_tokens == 42
-        np.testing.assert_array_equal(got, want)
+        # The same tokens, so the same audio: SNAC's stateful decoder gives the whole decode
+        # whatever the chunking (which the two engines' timing may change), to float rounding.
+        assert len(got) == len(want)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
         with pytest.raises(ModelInputError, match="empty"):
             await engine.submit(SpeechRequest("   "))
