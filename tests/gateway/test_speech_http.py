@@ -156,7 +156,10 @@ def test_openai_model_names_and_voice_objects_are_accepted(client, voice):
         speed=1.0,
         extra_body=FAST_SAMPLING,
     ) as response:
-        assert response.read() == data  # greedy: the same audio, whichever name
+        # Greedy: the same tokens whichever name, so the same audio, to the last bit of PCM16
+        # (the codec gives the whole decode whatever the chunking, to float rounding).
+        same, first = (np.frombuffer(b, "<i2").astype(np.int32) for b in (response.read(), data))
+        assert len(same) == len(first) and np.abs(same - first).max() <= 1
 
 
 @pytest.mark.parametrize("speed", [1.5, 0.5])
