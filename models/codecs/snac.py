@@ -286,7 +286,7 @@ class SnacDetokenizer:
     def _pieces(self, feed: _Feed) -> list[_Feed]:
         """`feed` cut into calls of captured lengths (largest first; a final feed's flush frames
         go last, alone), so no call runs eagerly; without graphs, `feed` itself."""
-        if self.graphs is None or not self._graph_lengths:
+        if not self._graph_lengths:  # set with the graphs (enable_cuda_graphs)
             return [feed]
         pieces, fed = [], feed.fed
         while fed < feed.upto:
