@@ -82,7 +82,6 @@ def main() -> None:
     ap.add_argument("--between", type=int, default=5, help="decode turns timed between arrivals")
     ap.add_argument("--arrival-tokens", type=int, default=28, help="tokens each arrival makes")
     ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
-    ap.add_argument("--fp8-weights", action="store_true")
     args = ap.parse_args()
 
     device = torch.device(args.device)
@@ -92,7 +91,6 @@ def main() -> None:
     config = EngineConfig(
         max_num_seqs=args.batch + 2 * args.arrivals + 1,
         kv_cache_dtype=args.kv_cache_dtype,
-        fp8_weights=args.fp8_weights,
         realtime_admission=False,
         num_kv_blocks=None if device.type == "cuda" else 2048,
         # Nobody listens here, so every stream runs ahead of real time: no lead cap may sit

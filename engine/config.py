@@ -136,17 +136,6 @@ class EngineConfig:
         default=True,
         metadata=cli("--eager", "no CUDA graphs (debugging)", switch=True, invert=True),
     )
-    # The backbone's Linear layers in float8 on the GPU for models that offer them
-    # (SpeechModel.fp8_linear_regions, models/fp8_linear.py): half the weight bytes a step reads.
-    fp8_weights: bool = field(
-        default=False,
-        metadata=cli(
-            "--fp8-weights",
-            "CUDA (compute capability 8.9+): the backbone's linear layers in float8 with "
-            "per-channel weight and per-token activation scales (Orpheus); tokens may differ "
-            "from bf16's",
-        ),
-    )
     # int8 Linear weights on the CPU for models that offer them (SpeechModel.quantize_for_cpu).
     cpu_int8: bool | None = field(
         default=None,

@@ -66,8 +66,6 @@ def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -
     None counts as off here: the model family's defaults are settled by `serving_defaults`."""
     if config.cpu_int8:
         apply_cpu_int8(model, device)
-    if config.fp8_weights:
-        apply_fp8_weights(model, device)
     loop = DuplexEngine if model.facts.full_duplex else EngineCore
     return loop(model, config, device, resolve_attention(config, device, model.shape.head_dim))
 
@@ -78,20 +76,6 @@ def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:
         raise ConfigError(f"--cpu-int8 is for CPU serving; this engine runs on {device.type}")
     if not model.quantize_for_cpu():
         raise ConfigError(f"{model.facts.name} has no int8 CPU path; run without --cpu-int8")
-
-
-def apply_fp8_weights(model: SpeechModel, device: torch.device) -> None:
-    """`--fp8-weights`: the backbone's linear layers in float8, or an error saying why not."""
-    from models.fp8_linear import fp8_weights_unsupported, to_fp8_linears
-
-    why = fp8_weights_unsupported(device)
-    if why is not None:
-        raise ConfigError(f"--fp8-weights: {why}; run without it")
-    regions = model.fp8_linear_regions()
-    if not regions:
-        raise ConfigError(f"{model.facts.name} offers no float8 layers; run without --fp8-weights")
-    count = to_fp8_linears(regions)
-    log.info("%s: %d linear layers in float8 (--fp8-weights)", model.facts.name, count)
 
 
 def uses_engine_process(config: EngineConfig, model: str | None = None) -> bool:

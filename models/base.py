@@ -403,12 +403,6 @@ class SpeechModel(abc.ABC):
         frame decodes (ModelFacts.frame_tokens)."""
         return True
 
-    def fp8_linear_regions(self) -> list[torch.nn.Module]:
-        """The modules whose linear layers may run in float8 on a GPU (`--fp8-weights`,
-        models/fp8_linear.py): the backbone's decoder layers, whose weights every decode step
-        reads. Default: none, and the option is refused for the model."""
-        return []
-
     def quantize_for_cpu(self) -> bool:
         """Switch the model to int8 weights for CPU serving (`--cpu-int8`, models/cpu_int8.py).
         Returns False when the model has no such path (the default)."""

@@ -106,9 +106,6 @@ class OrpheusModel(SpeechModel):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.llm.compute_logits(hidden)
 
-    def fp8_linear_regions(self) -> list[torch.nn.Module]:
-        return list(self.llm.layers)  # the head stays in the model's dtype
-
     # 3. sample -------------------------------------------------------------------------------
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]

@@ -566,47 +566,6 @@ def test_prompt_graph_replay_matches_the_eager_prefill(gpu_tiny_dirs, kv_cache_d
         torch.testing.assert_close(cache.v[i][slot_t].float(), v, atol=0.05, rtol=rtol)
 
 
-@needs_flashinfer
-def test_fp8_weights_keep_the_hidden_states_and_serve_from_graphs(gpu_tiny_dirs):
-    """--fp8-weights on the GPU: the float8 backbone's hidden states stay close to bf16's, and
-    an engine serving it (decode, prompt and sampling graphs, the compiled activation
-    quantisation inside them) gives every request valid audio tokens."""
-    from engine.factory import apply_fp8_weights, build_core
-    from models.orpheus import tokens as T
-
-    if torch.cuda.get_device_capability(CUDA) < (8, 9):
-        pytest.skip("float8 GEMMs need compute capability 8.9+")
-    reference, model = (load_tiny(gpu_tiny_dirs, CUDA, torch.bfloat16) for _ in range(2))
-    apply_fp8_weights(model, CUDA)
-    ids = torch.arange(40, device=CUDA) + 100
-    layout = StepLayout([40], [40], list(range(40)), [[0, 1, 2]], 16)
-
-    def hidden(m):
-        s = m.shape
-        cache = KVCache(s.num_layers, 4, 16, s.num_kv_heads, s.head_dim, s.dtype, CUDA)
-        attn = SdpaBackend(cache)
-        attn.prepare(layout)
-        with torch.inference_mode():
-            return m.forward(ids, torch.arange(40, device=CUDA), attn).float()
-
-    cosine = torch.nn.functional.cosine_similarity(hidden(model), hidden(reference), dim=-1)
-    assert cosine.min() > 0.98, cosine.min()
-    config = EngineConfig(num_kv_blocks=512, max_num_seqs=8, async_scheduling=True)
-    core = build_core(model, config, CUDA)
-    reqs = [
-        core.add_request(
-            SpeechRequest(t, sampling=SamplingParams(temperature=0.0, max_tokens=42, min_tokens=42))
-        )
-        for t in TEXTS[:4]
-    ]
-    while core.has_work():
-        core.step()
-    core.close()
-    for r in reqs:
-        assert len(r.output_ids) == 42
-        assert all(T.code_of(t, i) is not None for i, t in enumerate(r.output_ids))
-
-
 def test_orpheus_sampling_graphs_draw_the_eager_samplers_tokens(gpu_tiny_dirs):
     """tiny-orpheus with its own sampling defaults (nucleus, repetition penalty): the head's
     code-position masking replayed in the graph, from each row's output position on the
