@@ -108,7 +108,7 @@ reference-deps: $(REFERENCE_STAMP) $(REFERENCE_DIR)/.zonos-installed \
 test: setup browser-deps teacher-deps zonos-deps reference-deps
 	$(BIN)/ruff check gateway engine models training voxbench voxgate tests bench
 	$(BIN)/ruff format --check gateway engine models training voxbench voxgate tests bench
-	$(BIN)/python -m pytest -q -m "not gpu" tests
+	$(BIN)/python -m pytest -q -m "not gpu" --durations=30 --durations-min=10 tests
 
 lint: setup
 	$(BIN)/ruff check gateway engine models training voxbench voxgate tests bench
