@@ -73,8 +73,8 @@ class XqaDecode:
             table[row, :n] = blocks[:n]
         lens = np.ones(rows, dtype=np.int32)
         lens[: len(layout.context_lens)] = layout.context_lens
-        # Non-blocking copies from pageable memory are staged by the driver at once, so the
-        # host arrays may go and no stream waits (models/device_util.py).
+        # Non-blocking copies from pageable memory are staged by the driver, so the host
+        # arrays may go; the driver may sync the stream first (models/device_util.py).
         self.page_table[:rows, :used].copy_(torch.from_numpy(table), non_blocking=True)
         self.seq_lens[:rows].copy_(torch.from_numpy(lens), non_blocking=True)
         self.rows = rows

@@ -1,8 +1,10 @@
 """Host → device uploads that never stall the stream.
 
 `torch.tensor(values, device=cuda)` copies and then synchronises the stream, so every such
-call waits for all queued GPU work. A non-blocking copy from pageable memory is staged at once
-by the driver and needs no synchronisation; the engine step makes a dozen of these.
+call waits for all queued GPU work. A non-blocking copy from pageable memory is usually staged at
+once by the driver, but CUDA allows it to sync the stream first, and under load some do (the
+Orpheus profile in BENCHMARKS.md: 82 of 780 waited over 1 ms); the engine step makes a dozen
+of these, and staging them in pinned buffers is the next step.
 """
 
 from __future__ import annotations
