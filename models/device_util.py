@@ -1,5 +1,5 @@
-"""Host ↔ device copies staged in page-locked (pinned) host memory, so they never stall the
-stream they are queued on.
+"""Host ↔ device copies staged in page-locked (pinned) host memory, which CUDA copies in
+stream order without first syncing the stream, as it may for pageable memory.
 
 `torch.tensor(values, device=cuda)` copies and then synchronises the stream, so every such
 call waits for all queued GPU work. A non-blocking copy from pageable memory is usually staged
