@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from engine.attention import AttentionBackend, StepLayout
+from models.device_util import StagingRing
 
 log = logging.getLogger("voxgate.graphs")
 
@@ -60,6 +61,7 @@ class DecodeGraphs(PerBucketGraphs):
         ids_shape = (self.max_batch, row_width) if row_width else (self.max_batch,)
         self._ids = torch.zeros(ids_shape, dtype=torch.long, device=device)  # [B] or [B, W]
         self._pos = torch.zeros(self.max_batch, dtype=torch.long, device=device)  # [B]
+        self._pos_staging = StagingRing(self.max_batch, torch.long, device)
         self._out = torch.zeros(self.max_batch, hidden_size, dtype=dtype, device=device)  # [B, H]
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._pool = None
@@ -132,7 +134,9 @@ class DecodeGraphs(PerBucketGraphs):
         n = input_ids.shape[0]
         self._ids[:n].copy_(input_ids, non_blocking=True)
         self._ids[n:batch].zero_()  # padding rows read token 0 (a row of 0s) at position 0
-        self._pos[:batch].copy_(torch.tensor(positions + [0] * (batch - n)), non_blocking=True)
+        with self._pos_staging.fill(self._pos[:batch]) as pos:
+            pos[:n] = positions
+            pos[n:] = 0
         (prepare or self.attn.prepare)(layout, graph_batch=batch)
 
 

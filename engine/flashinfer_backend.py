@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv
+from models.device_util import StagingRing
 
 WORKSPACE_BYTES = 256 * 2**20
 HEAD_DIMS = (64, 128, 256)  # what FlashInfer's paged kernels are built for
@@ -44,6 +45,7 @@ class FlashInferBackend(AttentionBackend):
         self._decode = self._new_decode_wrapper(None)
         self._graph_decoders: dict[int, object] = {}
         self._slots = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self._slots_staging = StagingRing(max_tokens, torch.long, device)
         self._active = self._decode
         self._pages_view = cache.num_blocks + 1
         # fp8 pages: decode steps run XQA's kernel, which reads them at the bandwidth floor
@@ -91,9 +93,11 @@ class FlashInferBackend(AttentionBackend):
     def prepare(self, layout: StepLayout, graph_batch: int | None = None) -> None:
         decode_only = all(n == 1 for n in layout.query_lens)
         rows = graph_batch or len(layout.query_lens)
-        slots = list(layout.slot_mapping)
-        slots += [self.cache.scratch_block * layout.block_size] * (rows - len(layout.query_lens))
-        self._slots[: len(slots)].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        n = layout.num_tokens
+        tokens = n + rows - len(layout.query_lens)  # padding rows write to the scratch page
+        with self._slots_staging.fill(self._slots[:tokens]) as slots:
+            slots[:n] = layout.slot_mapping
+            slots[n:] = self.cache.scratch_block * layout.block_size
         if decode_only and self._xqa is not None:
             self._xqa.prepare(layout, rows)
             self._active = self._xqa

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv
 from engine.cuda_graphs import DecodeGraphs, Forward
+from models.device_util import StagingRing
 
 log = logging.getLogger("voxgate.graphs")
 
@@ -51,6 +53,8 @@ class PromptAttention(AttentionBackend):
         self.max_tokens = max_tokens
         self._slots = torch.zeros(max_tokens, dtype=torch.long, device=device)
         self._segments = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self._slots_staging = StagingRing(max_tokens, torch.long, device)
+        self._segments_staging = StagingRing(max_tokens, torch.long, device)
         # One flat buffer: a bucket of T tokens reads its first T*T entries as a [T, T] mask.
         self._mask = torch.zeros(max_tokens * max_tokens, dtype=torch.bool, device=device)
 
@@ -65,14 +69,13 @@ class PromptAttention(AttentionBackend):
             raise ValueError(
                 f"a step of {n} prompt tokens does not fit {tokens} (at most {self.max_tokens})"
             )
-        pad = tokens - n
-        scratch = self.cache.scratch_block * layout.block_size
-        slots = list(layout.slot_mapping) + [scratch] * pad
+        with self._slots_staging.fill(self._slots[:tokens]) as slots:
+            slots[:n] = layout.slot_mapping
+            slots[n:] = self.cache.scratch_block * layout.block_size  # padding: scratch page
         chunks = len(layout.query_lens)
-        segments = [i for i, q in enumerate(layout.query_lens) for _ in range(q)]
-        segments += range(chunks, chunks + pad)  # each padding token a segment of its own
-        self._slots[:tokens].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
-        self._segments[:tokens].copy_(torch.tensor(segments, dtype=torch.long), non_blocking=True)
+        with self._segments_staging.fill(self._segments[:tokens]) as segments:
+            segments[:n] = np.repeat(np.arange(chunks), layout.query_lens)  # each token's chunk
+            segments[n:] = np.arange(chunks, chunks + tokens - n)  # each padding token its own
         seg = self._segments[:tokens]
         mask = self._mask[: tokens * tokens].view(tokens, tokens)
         torch.eq(seg[:, None], seg[None, :], out=mask)

@@ -29,6 +29,7 @@ import torch
 from engine.cuda_graphs import PerBucketGraphs, capture_per_bucket
 from engine.sampling import FixedSampling, Sampler, SamplingRow
 from models.base import Candidates
+from models.device_util import StagingRing
 
 log = logging.getLogger("voxgate.graphs")
 
@@ -67,18 +68,10 @@ class SamplingGraphs(PerBucketGraphs):
         self._hidden = hidden
         self._ints = torch.zeros(b, len(FixedSampling.INTS) + 1, dtype=torch.long, device=device)
         self._floats = torch.ones(b, len(FixedSampling.FLOATS), dtype=torch.float32, device=device)
-        # Host staging, two of each: with async scheduling a step is filled while the previous
-        # step's upload may still be queued (each waits for its own buffer's last copy).
-        pin = device.type == "cuda"
-        self._host = [
-            (
-                torch.zeros(b, self._ints.shape[1], dtype=torch.long, pin_memory=pin),
-                torch.ones(b, self._floats.shape[1], dtype=torch.float32, pin_memory=pin),
-            )
-            for _ in range(2)
-        ]
-        self._uploaded: list[torch.cuda.Event | None] = [None, None]
-        self._turn = 0
+        # Pinned host staging: with async scheduling a step is filled while the previous
+        # step's upload may still be queued (models/device_util.StagingRing).
+        self._ints_staging = StagingRing(self._ints.numel(), torch.long, device)
+        self._floats_staging = StagingRing(self._floats.numel(), torch.float32, device)
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.replays = 0
@@ -116,15 +109,27 @@ class SamplingGraphs(PerBucketGraphs):
         batch = self.bucket_for(n)
         if batch is None:
             raise ValueError(f"no sampling graph bucket for a batch of {n}")
-        host_ints, host_floats = self._host[self._turn]
-        if self._uploaded[self._turn] is not None:
-            self._uploaded[self._turn].synchronize()
-        sampler = self.sampler
-        ints, floats = host_ints.numpy(), host_floats.numpy()
-        ints[:batch] = 0  # padding rows: greedy, on the scratch row, free to stop
-        ints[:batch, _TABLE_ROW] = sampler.scratch_row
-        ints[:batch, _GREEDY] = ints[:batch, _ALLOW_STOP] = 1
-        floats[:batch] = 1.0
+        with (
+            self._ints_staging.fill(self._ints[:batch]) as ints,
+            self._floats_staging.fill(self._floats[:batch]) as floats,
+        ):
+            self._pack(rows, allow_stop, ints, floats)
+        return batch
+
+    def _pack(
+        self,
+        rows: list[SamplingRow],
+        allow_stop: list[bool],
+        ints: np.ndarray,
+        floats: np.ndarray,
+    ) -> None:
+        """The rows' settings into a bucket's host arrays (ints [B, INTS + 1], floats
+        [B, FLOATS]), padding rows after them."""
+        n, sampler = len(rows), self.sampler
+        ints[:] = 0  # padding rows: greedy, on the scratch row, free to stop
+        ints[:, _TABLE_ROW] = sampler.scratch_row
+        ints[:, _GREEDY] = ints[:, _ALLOW_STOP] = 1
+        floats[:] = 1.0
         ints[:n] = np.array(
             [
                 (
@@ -151,14 +156,6 @@ class SamplingGraphs(PerBucketGraphs):
             ],
             dtype=np.float32,
         ).reshape(n, -1)
-        self._ints[:batch].copy_(host_ints[:batch], non_blocking=True)
-        self._floats[:batch].copy_(host_floats[:batch], non_blocking=True)
-        if self.device.type == "cuda":
-            event = torch.cuda.Event()
-            event.record()
-            self._uploaded[self._turn] = event
-        self._turn ^= 1
-        return batch
 
     @torch.inference_mode()
     def capture(self) -> None:

@@ -10,19 +10,20 @@ the measured copy bandwidth). `bench/attention_kernels.py` measures all four.
 XQA takes a dense page table, [batch, pages per sequence], instead of FlashInfer's CSR form.
 It lives in one device buffer sized for the engine's largest batch and the longest context
 the model allows, so captured CUDA graphs always read the same memory; each step writes only
-the columns its requests use (the kernel reads no page past a row's length). Padding rows of
-a graph bucket attend to one token of the scratch page.
+the columns its requests use (the kernel reads no page past a row's length), from pinned host
+buffers (models/device_util.StagingRing). Padding rows of a graph bucket attend to one token
+of the scratch page.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from engine.attention import KVCache, StepLayout
 from engine.request import ConfigError
+from models.device_util import StagingRing
 
 # XQA keeps semaphores in the first 8 MiB of its workspace and must find them zeroed first.
 WORKSPACE_BYTES = 256 * 2**20
@@ -49,6 +50,8 @@ class XqaDecode:
             (max_batch, self.width), cache.scratch_block, dtype=torch.int32, device=device
         )
         self.seq_lens = torch.ones(max_batch, dtype=torch.int32, device=device)
+        self._table_staging = StagingRing(max_batch * self.width, torch.int32, device)
+        self._lens_staging = StagingRing(max_batch, torch.int32, device)
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self.scale = cache.head_dim**-0.5
         self.rows = 0
@@ -68,15 +71,13 @@ class XqaDecode:
                 f"a context of {max(layout.context_lens)} tokens exceeds the model's "
                 f"{self.width * bs}-token limit the XQA page table was sized for"
             )
-        table = np.full((rows, used), self.cache.scratch_block, dtype=np.int32)
-        for row, (blocks, n) in enumerate(zip(layout.block_tables, pages, strict=True)):
-            table[row, :n] = blocks[:n]
-        lens = np.ones(rows, dtype=np.int32)
-        lens[: len(layout.context_lens)] = layout.context_lens
-        # Non-blocking copies from pageable memory are staged by the driver, so the host
-        # arrays may go; the driver may sync the stream first (models/device_util.py).
-        self.page_table[:rows, :used].copy_(torch.from_numpy(table), non_blocking=True)
-        self.seq_lens[:rows].copy_(torch.from_numpy(lens), non_blocking=True)
+        with self._table_staging.fill(self.page_table[:rows, :used]) as table:
+            table[...] = self.cache.scratch_block
+            for row, (blocks, n) in enumerate(zip(layout.block_tables, pages, strict=True)):
+                table[row, :n] = blocks[:n]
+        with self._lens_staging.fill(self.seq_lens[:rows]) as lens:
+            lens[...] = 1
+            lens[: len(layout.context_lens)] = layout.context_lens
         self.rows = rows
 
     def run(self, q: torch.Tensor, paged: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -36,7 +36,7 @@ from models.codecs.stream_batching import (
     split_states,
     stack_states,
 )
-from models.device_util import upload
+from models.device_util import download, upload
 
 DEFAULT_REPO = "kyutai/mimi"
 
@@ -210,7 +210,7 @@ class MimiDetokenizer:
             [s.frames_decoded * self.steps_per_frame for s in group], torch.long, self.device
         )
         audio, state = self.decoder.decode_step(latents, steps, state)
-        audio = audio[:, 0].float().cpu().numpy()  # mono: channel 0
+        audio = download(audio[:, 0].float())  # mono: channel 0
         split_states(group, state)
         for s in group:
             s.frames_decoded += len(s.pending)

@@ -53,6 +53,7 @@ from models.codecs.snac_noise import (
     positional_normal,
 )
 from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
+from models.device_util import download, upload
 
 __all__ = [
     "CONFIG_FILE",
@@ -320,8 +321,7 @@ class SnacDetokenizer:
             fresh = self.decoder.new_state(1, self.device, dtype)
             states = [fresh if state is None else state for state in states]
         codes, position, end, seeds = (
-            torch.from_numpy(a[rows]).to(self.device, non_blocking=True)
-            for a in (frames, position, end, seeds)
+            upload(a[rows], torch.long, self.device) for a in (frames, position, end, seeds)
         )
         inputs = [codes, torch.cat([states[r] for r in rows]), position, end, seeds]
         if bucket is not None:
@@ -331,7 +331,7 @@ class SnacDetokenizer:
             new_state = new_state[:n].clone()  # the graph's buffer: the next replay rewrites it
         else:
             audio, new_state = self.decoder.decode_frames(*inputs)
-        audio = audio[:n].float().cpu().numpy()
+        audio = download(audio[:n].float())  # waits for this thread's stream alone
         spf, delay = self.samples_per_frame, self.decoder.delay_samples
         pieces = []
         for j, feed in enumerate(group):

@@ -23,7 +23,7 @@ import torch
 from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.stream_batching import decode_by_length, split_states, stack_states
 from models.codecs.voxcodec import VoxCodec, VoxCodecConfig
-from models.device_util import upload
+from models.device_util import download, upload
 
 
 def build_codec(config: dict, tensors: Iterable[tuple[str, torch.Tensor]], where: str) -> VoxCodec:
@@ -104,7 +104,7 @@ class VoxCodecDetokenizer:
         fresh = self._fresh_state()
         state = stack_states(group, fresh)
         audio, state = self.codec.decode(codes, state)
-        audio = audio.float().clamp(-1.0, 1.0).cpu().numpy()
+        audio = download(audio.float().clamp(-1.0, 1.0))
         split_states(group, state)
         for s in group:
             s.pending = []
