@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.request import SamplingParams
@@ -76,6 +77,21 @@ class FixedSampling:
     INTS = ("table_rows", "top_k", "seeds", "steps", "greedy")  # packed host-side as int64
     FLOATS = ("temperature", "top_p", "min_p", "penalty")  # packed as float32
 
+    @staticmethod
+    def pack_ints(table_row: int, params: SamplingParams, seed: int) -> tuple[int, ...]:
+        """A request's INTS, its step 0 (the step is filled in each step)."""
+        return (table_row, params.top_k, seed, 0, params.greedy)
+
+    @staticmethod
+    def pack_floats(params: SamplingParams) -> tuple[float, ...]:
+        """A request's FLOATS (a greedy row's temperature is 1: it divides nothing)."""
+        return (
+            1.0 if params.greedy else params.temperature,
+            params.top_p,
+            params.min_p,
+            params.repetition_penalty,
+        )
+
 
 class Sampler:
     def __init__(
@@ -95,6 +111,11 @@ class Sampler:
         self._recent = torch.full((rows, window), -1, dtype=torch.long, device=device)
         self._row_of: dict[str, int] = {}
         self._free = list(range(rows - 1, -1, -1))
+        # Each table row's request's settings as the sampling graphs pack them (FixedSampling's
+        # INTS, its steps left 0, and FLOATS), written once at admission: a step gathers its
+        # rows' settings with one index instead of reading every request's parameters.
+        self.packed_ints = np.zeros((rows, len(FixedSampling.INTS)), dtype=np.int64)
+        self.packed_floats = np.ones((rows, len(FixedSampling.FLOATS)), dtype=np.float32)
         # Bumped when the tables are reallocated: graphs that captured them are then stale.
         self.generation = 0
         self.scratch_row: int | None = None  # a row no request owns (reserve)
@@ -109,9 +130,10 @@ class Sampler:
             self._grow()
         row = self._free.pop()
         self._row_of[request_id] = row
-        self._seed_of[request_id] = (
-            params.seed if params.seed is not None else random.getrandbits(31)
-        )
+        seed = params.seed if params.seed is not None else random.getrandbits(31)
+        self._seed_of[request_id] = seed
+        self.packed_ints[row] = FixedSampling.pack_ints(row, params, seed)
+        self.packed_floats[row] = FixedSampling.pack_floats(params)
         self._seen[row].zero_()
         self._recent[row].fill_(-1)
         ids = upload(prompt_ids, torch.long, self.device)
@@ -134,6 +156,12 @@ class Sampler:
         recent[:old] = self._recent
         self._recent = recent
         self._free = list(range(size - 1, old - 1, -1)) + self._free
+        self.packed_ints = np.concatenate(
+            [self.packed_ints, np.zeros((size - old, self.packed_ints.shape[1]), np.int64)]
+        )
+        self.packed_floats = np.concatenate(
+            [self.packed_floats, np.ones((size - old, self.packed_floats.shape[1]), np.float32)]
+        )
         self.generation += 1
 
     def reserve(self, rows: int) -> None:
@@ -153,6 +181,11 @@ class Sampler:
 
     def seed_of(self, request_id: str) -> int:
         return self._seed_of[request_id]
+
+    def table_rows(self, request_ids: list[str]) -> np.ndarray:
+        """The requests' table rows, as an index into packed_ints / packed_floats."""
+        row_of = self._row_of
+        return np.fromiter((row_of[r] for r in request_ids), dtype=np.int64, count=len(request_ids))
 
     # --- the step --------------------------------------------------------------------------------
     def sample(self, cands: Candidates, rows: list[SamplingRow]) -> list[int]:

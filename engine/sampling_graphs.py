@@ -130,32 +130,13 @@ class SamplingGraphs(PerBucketGraphs):
         ints[:, _TABLE_ROW] = sampler.scratch_row
         ints[:, _GREEDY] = ints[:, _ALLOW_STOP] = 1
         floats[:] = 1.0
-        ints[:n] = np.array(
-            [
-                (
-                    sampler.row_of(r.request_id),
-                    r.params.top_k,
-                    sampler.seed_of(r.request_id),
-                    r.step,
-                    r.params.greedy,
-                    ok,
-                )
-                for r, ok in zip(rows, allow_stop, strict=True)
-            ],
-            dtype=np.int64,
-        ).reshape(n, -1)
-        floats[:n] = np.array(
-            [
-                (
-                    1.0 if r.params.greedy else r.params.temperature,
-                    r.params.top_p,
-                    r.params.min_p,
-                    r.params.repetition_penalty,
-                )
-                for r in rows
-            ],
-            dtype=np.float32,
-        ).reshape(n, -1)
+        # Each row's settings were packed at admission (Sampler.packed_ints / packed_floats);
+        # only its step and whether it may stop change from step to step.
+        table_rows = sampler.table_rows([r.request_id for r in rows])
+        ints[:n, :_ALLOW_STOP] = sampler.packed_ints[table_rows]
+        ints[:n, _STEPS] = [r.step for r in rows]
+        ints[:n, _ALLOW_STOP] = allow_stop
+        floats[:n] = sampler.packed_floats[table_rows]
 
     @torch.inference_mode()
     def capture(self) -> None:
