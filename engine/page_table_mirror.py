@@ -17,10 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-class PageTableFull(RuntimeError):
-    """Every slot is held by a live request."""
-
-
 @dataclass
 class PageTableUpdate:
     """One step's work on the device table: the writes first, then the gather."""
@@ -44,6 +40,7 @@ class PageTableMirror:
     to each slot is kept; a table that fails it has its whole row written again."""
 
     def __init__(self, max_slots: int) -> None:
+        """`max_slots` to start with; more are made when every one is held (_grow)."""
         if max_slots < 2:
             raise ValueError(f"a page table needs 2 slots or more (slot 0 pads), got {max_slots}")
         self.max_slots = max_slots
@@ -109,12 +106,15 @@ class PageTableMirror:
 
     def _take(self, owner: str) -> int:
         if not self._free:
-            raise PageTableFull(
-                f"all {self.max_slots - 1} slots of the device page table are held by live "
-                "requests (one per request until it ends, also while it sits steps out): more "
-                "live requests than it was sized for (engine/xqa_page_table.py sizes it from "
-                "--max-num-seqs)"
-            )
+            self._grow()
         slot = self._free.pop()
         self._slot_of[owner] = slot
         return slot
+
+    def _grow(self) -> None:
+        """Every slot is held: twice as many (the device table grows to match before the
+        update is applied: XqaPageTable)."""
+        old, self.max_slots = self.max_slots, 2 * self.max_slots
+        self._known.extend([0] * old)
+        self._last.extend([-1] * old)
+        self._free = list(range(self.max_slots - 1, old - 1, -1)) + self._free

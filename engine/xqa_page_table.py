@@ -30,8 +30,9 @@ from engine.page_table_mirror import PageTableMirror
 from models.device_util import upload
 
 # Slots of `by_slot`: a row per request alive at once, which may be more than a step's rows
-# (requests sit steps out, or have finished decoding and wait for their last audio), with
-# room to spare: a row is `width` int32 (32 KiB at Orpheus' 131,072-token context).
+# (requests sit steps out, or have finished decoding and wait for their last audio); the
+# table doubles when every slot is held. A row is `width` int32 (32 KiB at Orpheus' 131,072-
+# token context).
 SLOTS_PER_STEP_ROW = 4
 MIN_SLOTS = 1024
 
@@ -94,6 +95,15 @@ class XqaPageTable:
         update = self.mirror.update(
             layout.owners, layout.block_tables, layout.context_lens, layout.block_size, rows
         )
+        if self.mirror.max_slots > self.by_slot.shape[0]:  # more live requests than slots
+            grown = torch.full(
+                (self.mirror.max_slots, self.width),
+                self.scratch_block,
+                dtype=torch.int32,
+                device=self.device,
+            )
+            grown[: self.by_slot.shape[0]] = self.by_slot
+            self.by_slot = grown  # read by no captured graph: it may move
         n, e = len(layout.context_lens), len(update.pages)
         lens = layout.context_lens + [1] * (rows - n)
         # One upload for all of it: [slot per row | length per row | slots | columns | pages].

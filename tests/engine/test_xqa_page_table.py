@@ -15,7 +15,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.outputs import SpeechRequest
-from engine.page_table_mirror import PageTableFull, PageTableMirror
+from engine.page_table_mirror import PageTableMirror
 from engine.request import SamplingParams
 from engine.xqa_page_table import XqaPageTable
 from models.registry import load_model
@@ -138,13 +138,15 @@ def test_a_released_slot_goes_to_a_new_request_written_from_its_first_page():
     assert table.page_table[0, 0] == 6 and table.seq_lens[0] == 2
 
 
-def test_running_out_of_slots_says_so():
-    mirror = PageTableMirror(3)  # slot 0 pads: two requests fit
-    mirror.update(["a", "b"], [[1], [2]], [1, 1], BS, rows=2)
-    with pytest.raises(PageTableFull, match="held by live requests"):
-        mirror.update(["c"], [[3]], [1], BS, rows=1)
-    mirror.release("a")
-    assert mirror.update(["c"], [[3]], [1], BS, rows=1).slot_ids == [1]
+def test_more_live_requests_than_slots_grow_the_table():
+    table = XqaPageTable(4, 8, SCRATCH, CPU, max_slots=3)  # slot 0 pads: two requests fit
+    table.write(decode_layout(["a", "b"], [[1], [2]], [1, 1]), 2)
+    table.write(decode_layout(["c", "a"], [[3, 4], [1]], [5, 2]), 2)
+    assert table.mirror.max_slots == 6 and table.by_slot.shape == (6, 8)
+    assert table.page_table[:2, :2].tolist() == [[3, 4], [1, SCRATCH]]
+    assert table.by_slot[2, 0] == 2  # b's row survived the move
+    table.release("a")
+    assert table.mirror.update(["d"], [[5]], [1], BS, rows=1).slot_ids == [1]
 
 
 def test_a_block_table_short_of_its_context_is_refused():
