@@ -9,7 +9,7 @@ GPUs, a FlashInfer backend implementing the same interface.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,9 @@ class StepLayout:
     slot_mapping: list[int]  # [T] cache slot each new token's k/v goes to
     block_tables: list[list[int]]  # per request: its KV pages, in order
     block_size: int
+    # Per request: its id, under which a backend may keep per-request state across steps
+    # (XQA's page table keeps each request's pages on the device). Empty: not known.
+    owners: list[str] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -115,6 +118,10 @@ class AttentionBackend(abc.ABC):
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
         """q: [T, Hq, D]; k, v: [T, Hkv, D] for the step's new tokens → out [T, Hq, D]."""
+
+    def release(self, owner: str) -> None:  # noqa: B027 - optional hook
+        """The request `owner` (a `StepLayout.owners` id) has ended: forget what was kept
+        for it across steps. Called while a step that read it may still run on the device."""
 
 
 class SdpaBackend(AttentionBackend):

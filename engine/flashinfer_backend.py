@@ -131,6 +131,10 @@ class FlashInferBackend(AttentionBackend):
             wrapper.plan(qo_indptr, *paged, causal=True, q_data_type=q_dtype, kv_data_type=kv_dtype)
         self._active = wrapper
 
+    def release(self, owner: str) -> None:
+        if self._xqa is not None:
+            self._xqa.release(owner)
+
     def forward(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from engine.block_manager import Admission, BlockManager
 from engine.config import EngineConfig
@@ -293,11 +294,15 @@ class Scheduler:
     # --- priorities ------------------------------------------------------------------------------
     def slack(self, request: Request, now: float) -> float:
         """Seconds the listener can wait before this request's next chunk would be late."""
+        return self._slack_given(request, request.buffered_audio_s(now))
+
+    def _slack_given(self, request: Request, buffered_s: float) -> float:
+        """slack, given the listener's buffered audio (read once a turn for every stream)."""
         need = (
             self.facts.first_chunk_tokens if request.ttfa_critical else self.facts.chunk_tokens
         ) - request.pending_detok_tokens
         ready_in = max(need, 0) * self.step_time_s + self.detok_time_s
-        return request.buffered_audio_s(now) - ready_in
+        return buffered_s - ready_in
 
     def _priority(self, request: Request, now: float) -> tuple:
         if self.config.policy == "fcfs" or request.ttfa_critical:
@@ -315,15 +320,9 @@ class Scheduler:
         # A request of streamed text that has used up its text waits for more (append_text).
         live = [r for r in self.requests.values() if r.wants_tokens and not r.awaits_text]
         if self.config.policy == "slack":
-            undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
-            lead = self._lead_cap(live, now)
-            live = [
-                r
-                for r in live
-                if r.ttfa_critical
-                or (r.buffered_audio_s(now) <= lead and r.pending_detok_tokens < undecoded)
-            ]
-        live.sort(key=lambda r: self._priority(r, now))
+            live = self._by_slack(live, now)
+        else:
+            live.sort(key=lambda r: r.arrival_time)
         chosen = live[: self.config.max_num_seqs]
         # One token is set aside for every chosen decode, so that prefills of new arrivals can
         # never starve a request that is about to run dry.
@@ -350,8 +349,27 @@ class Scheduler:
             chunk.request.block_table = self.blocks.table(chunk.request.request_id)
         out.chunks = prefills + decodes
 
-    def _lead_cap(self, live: list[Request], now: float) -> float:
-        """How far ahead of its listener a stream may be and still decode this step.
+    def _by_slack(self, live: list[Request], now: float) -> list[Request]:
+        """The slack policy's order of the streams that may decode this step: first those
+        without audio yet (earliest arrival first), then ascending slack; streams past the lead
+        cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out. Each
+        listener's buffer is read once: this runs every turn for every stream, and at a few
+        hundred streams the reads were most of the scheduler's host time."""
+        buffered = [r.buffered_audio_s(now) for r in live]
+        lead = self._lead_cap(live, buffered)
+        undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
+        ranked: list[tuple[tuple[int, float], Request]] = []
+        for request, buffered_s in zip(live, buffered, strict=True):
+            if request.ttfa_critical:
+                ranked.append(((0, request.arrival_time), request))
+            elif buffered_s <= lead and request.pending_detok_tokens < undecoded:
+                ranked.append(((1, self._slack_given(request, buffered_s)), request))
+        ranked.sort(key=itemgetter(0))
+        return [request for _, request in ranked]
+
+    def _lead_cap(self, live: list[Request], buffered: list[float]) -> float:
+        """How far ahead of its listener a stream may be and still decode this step
+        (`buffered`: each live stream's buffered audio).
 
         While some listener is short of audio — a request waiting for its first chunk, or one
         with less than `urgent_buffer_s` buffered — streams more than `contended_lead_s` ahead
@@ -360,7 +378,7 @@ class Scheduler:
         runs, up to `max_lead_s`, so a load with no one short (a batch of offline requests)
         runs at full speed."""
         urgent = self.config.urgent_buffer_s
-        short = any(r.ttfa_critical or r.buffered_audio_s(now) < urgent for r in live)
+        short = any(r.ttfa_critical or b < urgent for r, b in zip(live, buffered, strict=True))
         return (
             min(self.config.contended_lead_s, self.config.max_lead_s)
             if short

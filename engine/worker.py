@@ -106,10 +106,13 @@ class Worker:
         return self._streams[request_id]
 
     def drop_request(self, request_id: str) -> None:
+        """The request has ended (finished and flushed, cancelled, failed, or a session
+        closed); a step launched before may still be running on the device."""
         self.sampler.drop_request(request_id)
         self._streams.pop(request_id, None)
         if self.recurrent is not None:
             self.recurrent.free(request_id)
+        self.attn.release(request_id)
 
     # --- LLM ----------------------------------------------------------------------------------------
     def run_llm(self, chunks: list[ScheduledChunk], block_size: int) -> list[Token]:
@@ -224,6 +227,7 @@ class Worker:
             slot_mapping=slots,
             block_tables=[c.request.block_table for c in chunks],
             block_size=block_size,
+            owners=[c.request.request_id for c in chunks],
         )
         return input_ids, positions, layout
 

@@ -5,6 +5,7 @@ Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 
 import pytest
@@ -448,6 +449,50 @@ def test_fp8_cache_decode_through_xqa_equals_bf16(graph_batch):
         outs[storage] = backend.forward(0, qp, kp, vp)[:5].float()
     err = (outs[fp8] - outs[torch.bfloat16]).abs()
     assert err.max().item() < 0.1 and err.mean().item() < 0.01, (err.max(), err.mean())
+
+
+@needs_flashinfer
+def test_xqa_reads_each_requests_pages_gathered_as_the_dense_table_held_them():
+    """XQA's page table kept per request on the device (engine/xqa_page_table.py): over steps
+    that reorder, skip, grow and pad their rows, it holds what the dense table rebuilt from
+    the block tables holds wherever the kernel reads, and the kernel's outputs are the same."""
+    from engine.xqa_decode import XQA_ARCHS, XqaDecode
+
+    if torch.cuda.get_device_capability()[0] not in XQA_ARCHS:
+        pytest.skip("XQA needs a Hopper or Blackwell GPU")
+    torch.manual_seed(3)
+    hq, hkv, d, bs, fp8 = 24, 8, 128, 16, torch.float8_e4m3fn
+    cache = KVCache(1, 64, bs, hkv, d, fp8, CUDA, compute_dtype=torch.bfloat16)
+    cache.k[0].copy_(torch.randn(65 * bs, hkv, d, device=CUDA).to(fp8))
+    cache.v[0].copy_(torch.randn(65 * bs, hkv, d, device=CUDA).to(fp8))
+    paged = tuple(x.view(65, bs, hkv, d) for x in (cache.k[0], cache.v[0]))
+    gathered, dense = XqaDecode(cache, 16, 4096), XqaDecode(cache, 16, 4096)
+    free = list(range(63, 10, -1))
+    tables = {"a": [3, 9], "b": [5], "c": [1, 2, 4]}
+    contexts = {"a": 31, "b": 16, "c": 40}
+    steps = [("abc", 8), ("ca", 4), ("bca", 3), ("b", 1), ("acb", 16)]  # (rows, graph bucket)
+    for owners, rows in steps * 3:
+        for o in owners:  # one token each; a request at a page's end gets a new page
+            contexts[o] += 1
+            if -(-contexts[o] // bs) > len(tables[o]):
+                tables[o].append(free.pop())
+        layout = StepLayout(
+            [1] * len(owners), [contexts[o] for o in owners], [], [tables[o] for o in owners],
+            bs, owners=list(owners),
+        )  # fmt: skip
+        gathered.prepare(layout, rows)
+        dense.prepare(dataclasses.replace(layout, owners=[]), rows)
+        for row, o in enumerate(owners):
+            pages = -(-contexts[o] // bs)
+            got = gathered.tables.page_table[row, :pages]
+            assert torch.equal(got, dense.tables.page_table[row, :pages])
+        assert torch.equal(gathered.tables.seq_lens[:rows], dense.tables.seq_lens[:rows])
+        q = torch.randn(rows, hq, d, device=CUDA, dtype=torch.bfloat16)
+        assert torch.equal(gathered.run(q, paged), dense.run(q, paged))
+    gathered.release("b")  # a new request takes its row, written from its first page
+    layout = StepLayout([1], [5], [], [[60]], bs, owners=["d"])
+    gathered.prepare(layout, 2)
+    assert gathered.tables.page_table[:2, 0].tolist() == [60, cache.scratch_block]
 
 
 @needs_flashinfer
