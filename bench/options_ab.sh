@@ -12,6 +12,12 @@
 #       --server-arg=--max-num-seqs=256 --server-arg=--no-realtime-admission" \
 #     bash bench/options_ab.sh
 #
+# Two commits compare the same way: a variant whose NAME has an archive .old/NAME.tgz runs from
+# that commit's tree (made here, before the call, leaving out what does not need to travel:
+#     mkdir -p .old && for c in c73c01a HEAD; do git archive --format=tar.gz $c -- . \
+#         ':(exclude)models/voxgate_tiny/weights' ':(exclude)bench/results' > .old/$c.tgz; done
+# then VARIANTS="c73c01a: HEAD:"; other variants run from the checkout).
+#
 # Env: VARIANTS: space-separated NAME:ARGS, ARGS the variant's server arguments separated by
 # commas (empty for the defaults). ORDER: the variant names in run order (default: ABBA over
 # the first two). BENCH_ARGS: the bench's arguments after --serve. WARMUP (default 1): first a
@@ -53,13 +59,18 @@ for _ in range($PREFAULT_GIB // 8):
 fi
 
 run() {  # run TAG NAME [LIMIT_S]: one bench run of variant NAME, its files tagged TAG
-    local tag=$1 name=$2 limit=${3:-$RUN_S} server=() results=$WORK/$1-$2
+    local tag=$1 name=$2 limit=${3:-$RUN_S} server=() results=$WORK/$1-$2 tree=$PWD
     IFS=, read -ra flags <<< "${ARGS[$name]}"
     for flag in "${flags[@]}"; do [ -n "$flag" ] && server+=("--server-arg=$flag"); done
-    echo "== $tag $name ${server[*]}"
+    if [ -f ".old/$name.tgz" ]; then  # a variant named after a commit's archive: its tree
+        tree=$WORK/trees/$name
+        [ -d "$tree" ] || { mkdir -p "$tree" && tar xzf ".old/$name.tgz" -C "$tree"; }
+    fi
+    echo "== $tag $name ${server[*]} (from $tree)"
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-    timeout -k 20 "$limit" python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" \
-        --out "$results" > "$results.txt" 2>&1
+    (cd "$tree" && PYTHONPATH="$tree:${SITE:-/tmp/site}" timeout -k 20 "$limit" \
+        python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" --out "$results") \
+        > "$results.txt" 2>&1
     echo "exit $?"
     after_run "run $tag" "$results.txt" "$results" "$tag-$name"
 }
