@@ -51,6 +51,14 @@ class CapacityConfig(LadderConfig):
         self.check("--capacity", "48,96,144")
         if self.stream_s <= 0:
             raise ValueError("--stream-seconds must be > 0")
+        if self.drain_timeout_s < self.stream_s:
+            # The wait counts from the last listener's start: a shorter one ends each point
+            # before that listener's stream can have played, and counts its frames as lost.
+            raise ValueError(
+                f"--drain-timeout {self.drain_timeout_s:g} s is shorter than the "
+                f"{self.stream_s:g} s each listener streams: a point would end before its last "
+                f"listeners could finish; give --drain-timeout {self.stream_s:g} or more"
+            )
 
 
 def microphone_packets(seconds: float = 4.0, seed: int = 0) -> tuple[bytes, ...]:

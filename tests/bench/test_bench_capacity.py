@@ -280,6 +280,23 @@ def test_no_early_stop_runs_every_point_of_a_ladder():
     assert not any(ladder_stops(m, 0) for m in range(10))
 
 
+def test_a_drain_timeout_shorter_than_a_stream_is_refused_before_any_point():
+    """The wait for the rest counts from the last listener's start: a shorter one than the
+    streams would end each point early and count the unfinished frames as lost (a 240-point
+    run cut ~30 s in, with 223 of 240 streams unfinished, read as "85 %, does not hold")."""
+    from gateway.cli import build_parser
+    from voxbench.cli import capacity_config_from_args
+
+    def config(*extra):
+        args = build_parser().parse_args(["bench", "--serve", "--capacity", "8", *extra])
+        return capacity_config_from_args(args)
+
+    with pytest.raises(ValueError, match="give --drain-timeout 30 or more"):
+        config("--drain-timeout", "20")
+    assert config("--drain-timeout", "30").drain_timeout_s == 30
+    assert config("--drain-timeout", "5", "--stream-seconds", "4").stream_s == 4
+
+
 @pytest.mark.timeout(180)
 def test_a_terminated_bench_stops_the_server_it_started(tmp_path):
     """The server `bench --serve` starts runs in its own session, out of a terminal's ^C; a
