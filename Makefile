@@ -105,9 +105,7 @@ $(REFERENCE_DIR)/.installed-step-audio2:
 reference-deps: $(REFERENCE_STAMP) $(REFERENCE_DIR)/.zonos-installed \
 	$(REFERENCE_DIR)/.installed-qwen3-tts $(REFERENCE_DIR)/.installed-step-audio2
 
-test: setup browser-deps teacher-deps zonos-deps reference-deps
-	$(BIN)/ruff check gateway engine models training voxbench voxgate tests bench
-	$(BIN)/ruff format --check gateway engine models training voxbench voxgate tests bench
+test: lint browser-deps teacher-deps zonos-deps reference-deps
 	$(BIN)/python -m pytest -q -m "not gpu" --durations=30 --durations-min=10 tests
 
 lint: setup
