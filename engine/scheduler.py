@@ -305,9 +305,16 @@ class Scheduler:
         return buffered_s - ready_in
 
     def _priority(self, request: Request, now: float) -> tuple:
-        if self.config.policy == "fcfs" or request.ttfa_critical:
+        if self.config.policy == "fcfs":
             return (0, request.arrival_time)
-        return (1, self.slack(request, now))
+        return self._slack_rank(request, request.buffered_audio_s(now))
+
+    def _slack_rank(self, request: Request, buffered_s: float) -> tuple[int, float]:
+        """The slack policy's sort key: requests still waiting for their first audio first,
+        by arrival, then the rest by ascending slack (`buffered_s`: the listener's buffer)."""
+        if request.ttfa_critical:
+            return (0, request.arrival_time)
+        return (1, self._slack_given(request, buffered_s))
 
     # --- the step ----------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -360,10 +367,10 @@ class Scheduler:
         undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
         ranked: list[tuple[tuple[int, float], Request]] = []
         for request, buffered_s in zip(live, buffered, strict=True):
-            if request.ttfa_critical:
-                ranked.append(((0, request.arrival_time), request))
-            elif buffered_s <= lead and request.pending_detok_tokens < undecoded:
-                ranked.append(((1, self._slack_given(request, buffered_s)), request))
+            if request.ttfa_critical or (
+                buffered_s <= lead and request.pending_detok_tokens < undecoded
+            ):
+                ranked.append((self._slack_rank(request, buffered_s), request))
         ranked.sort(key=itemgetter(0))
         return [request for _, request in ranked]
 
