@@ -78,7 +78,14 @@ class Gateway:
         """A response's output encoder (gateway.audio.OpenEncoder): on this process's worker
         threads, or in the encoder processes with --encode-processes."""
         opened = self.encode_workers.open if self.encode_workers else make_off_loop_encoder
-        return opened(spec, source_rate, self.settings.opus_bitrate, self.metrics.observe_encode)
+        hurry_ms = self.settings.opus_hurry_ms
+        return opened(
+            spec,
+            source_rate,
+            self.settings.opus_bitrate,
+            self.metrics.observe_encode,
+            hurry_ms / 1000 if hurry_ms else None,
+        )
 
     def engine_stats(self) -> EngineStats | None:
         return self.engine.stats() if self.engine is not None else None

@@ -52,6 +52,10 @@ class AudioEncoder(abc.ABC):
             frame_size=spec.samples_per_frame,
         )
 
+    def waited(self, queued_s: float) -> None:  # noqa: B027 - only DirectOpusEncoder hurries
+        """The coming call waited `queued_s` for its worker (see HURRIED_COMPLEXITY).
+        libavcodec's encoders take their options once, at open: they never hurry."""
+
     def encode(self, pcm: np.ndarray) -> list[bytes]:
         """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
         if len(pcm) == 0:
@@ -154,14 +158,37 @@ class OpusEncoder(_CodecEncoder):
         codec.options = {"frame_duration": str(self.spec.frame_ms), "application": "audio"}
 
 
+# Opus's complexity, traded against CPU under load. libopus's default, 10, costs ~0.23 ms of a
+# core per 20-ms frame at 24 kHz (86x real time on a 2-core x86 VM); 6 and below drop the
+# analysis that costs most and take ~0.05 ms (385x), at ~3 dB less SNR and ~0.7 dB more
+# log-spectral distance on speech at 32 kbit/s (bench/opus_complexity.py). At 256 Orpheus
+# streams complexity 10 is ~3 cores of encoding: the worker processes' queue then grows, and
+# its waits, not the engine, made the frames late (BENCHMARKS.md). So an encode that waited
+# `--opus-hurry-ms` (20: a frame) or more for its worker (thread or process) runs at
+# HURRIED_COMPLEXITY, and the next one that did not wait goes back to full quality: quality
+# gives way only while the encoders are behind, and the queue drains four times faster while it
+# does. An encoder made without a threshold (None: tests, tools) never hurries, so its bytes
+# do not depend on timing.
+FULL_COMPLEXITY = 10
+HURRIED_COMPLEXITY = 6
+
+
 class DirectOpusEncoder:
     """Opus straight from the model's rate, through libopus itself (gateway.opus_lib): one
     foreign call per frame, which releases the GIL for all of it, and no resampler, so a
     chunk's frames all come out of its own encode (none held back for the next). Same wire
     format as OpusEncoder: one raw packet per frame, decoded at 48 kHz by the client."""
 
-    def __init__(self, spec: AudioSpec, source_rate: int, bitrate: int, lib: OpusLib) -> None:
+    def __init__(
+        self,
+        spec: AudioSpec,
+        source_rate: int,
+        bitrate: int,
+        lib: OpusLib,
+        hurry_after_s: float | None = None,
+    ) -> None:
         self.spec = spec
+        self.hurry_after_s = hurry_after_s
         self.source_rate = source_rate
         self._lib = lib
         self._encoder = lib.create(source_rate, bitrate)
@@ -169,6 +196,16 @@ class DirectOpusEncoder:
         self._out = ctypes.create_string_buffer(MAX_PACKET)
         self._frame = source_rate * spec.frame_ms // 1000
         self._pending = np.zeros(0, np.float32)  # less than a frame, kept for the next call
+        self._hurried = False
+
+    def waited(self, queued_s: float) -> None:
+        """AudioEncoder.waited: a call that waited `hurry_after_s` or more encodes at
+        HURRIED_COMPLEXITY (libopus takes a new complexity between any two frames)."""
+        hurried = self.hurry_after_s is not None and queued_s >= self.hurry_after_s
+        if hurried != self._hurried:
+            complexity = HURRIED_COMPLEXITY if hurried else FULL_COMPLEXITY
+            self._lib.set_complexity(self._encoder, complexity)
+            self._hurried = hurried
 
     def encode(self, pcm: np.ndarray) -> list[bytes]:
         """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
@@ -192,12 +229,16 @@ class DirectOpusEncoder:
 
 
 def make_encoder(
-    spec: AudioSpec, source_rate: int, opus_bitrate: int = 32000
+    spec: AudioSpec,
+    source_rate: int,
+    opus_bitrate: int = 32000,
+    hurry_after_s: float | None = None,
 ) -> AudioEncoder | DirectOpusEncoder:
+    """A response's encoder; `hurry_after_s`: see HURRIED_COMPLEXITY (None: never hurries)."""
     if spec.format is AudioFormat.OPUS:
         lib = load_opus() if source_rate in NATIVE_RATES else None
         if lib is not None:
-            return DirectOpusEncoder(spec, source_rate, opus_bitrate, lib)
+            return DirectOpusEncoder(spec, source_rate, opus_bitrate, lib, hurry_after_s)
         return OpusEncoder(spec, source_rate, opus_bitrate)
     if spec.format is AudioFormat.PCM16:
         return Pcm16Encoder(spec, source_rate)
@@ -214,6 +255,15 @@ def make_encoder(
 HEAD_FRAMES = 9
 # What each encode cost, in seconds: queued (submitted, not yet started), then running.
 EncodeObserver = Callable[[float, float], None]
+
+
+def run_encode(
+    encoder: AudioEncoder | DirectOpusEncoder, pcm: np.ndarray | None, queued_s: float
+) -> list[bytes]:
+    """One call of a response's encoder on its worker (thread or process): encode `pcm`, or
+    flush for None, told first how long the call waited for the worker."""
+    encoder.waited(queued_s)
+    return encoder.flush() if pcm is None else encoder.encode(pcm)
 
 
 class ChunkEncoder(abc.ABC):
@@ -275,25 +325,26 @@ class OffLoopEncoder(ChunkEncoder):
     async def encode(self, pcm: np.ndarray) -> list[bytes]:
         if len(pcm) == 0:
             return []
-        return await self._off_loop(self.encoder.encode, pcm)
+        return await self._off_loop(pcm)
 
     async def flush(self) -> list[bytes]:
-        return await self._off_loop(self.encoder.flush)
+        return await self._off_loop(None)
 
-    async def _off_loop(self, call, *args) -> list[bytes]:
-        return await asyncio.to_thread(self._locked, time.perf_counter(), call, *args)
+    async def _off_loop(self, pcm: np.ndarray | None) -> list[bytes]:
+        return await asyncio.to_thread(self._locked, time.perf_counter(), pcm)
 
-    def _locked(self, submitted: float, call, *args) -> list[bytes]:
+    def _locked(self, submitted: float, pcm: np.ndarray | None) -> list[bytes]:
         with self._lock:
             started = time.perf_counter()
-            out = call(*args)
+            out = run_encode(self.encoder, pcm, started - submitted)
         if self._observe is not None:
             self._observe(started - submitted, time.perf_counter() - started)
         return out
 
 
 # What sessions make their encoders with: (output spec, the model's sample rate) → encoder.
-# The gateway binds the bitrate, the metrics and the backend (threads or processes) once.
+# The gateway binds the bitrate, the hurry threshold, the metrics and the backend (threads or
+# processes) once.
 OpenEncoder = Callable[[AudioSpec, int], ChunkEncoder]
 
 
@@ -302,7 +353,9 @@ def make_off_loop_encoder(
     source_rate: int,
     opus_bitrate: int = 32000,
     observe: EncodeObserver | None = None,
+    hurry_after_s: float | None = None,
 ) -> OffLoopEncoder:
     """make_encoder's encoder, run off the event loop (what the gateway's sessions use);
     `observe` gets each encode's seconds queued and running (the gateway's metrics)."""
-    return OffLoopEncoder(make_encoder(spec, source_rate, opus_bitrate), observe)
+    encoder = make_encoder(spec, source_rate, opus_bitrate, hurry_after_s)
+    return OffLoopEncoder(encoder, observe)

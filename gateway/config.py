@@ -206,6 +206,16 @@ class GatewaySettings:
     opus_bitrate: int = field(
         default=32000, metadata=cli("--opus-bitrate", "Opus bit rate, bit/s", group=LIMITS)
     )
+    opus_hurry_ms: float = field(
+        default=20.0,
+        metadata=cli(
+            "--opus-hurry-ms",
+            "encode a chunk at Opus complexity 6 instead of 10 (a quarter of the CPU) when it "
+            "waited this long for its encoder, as it does when the encoders fall behind; 0: "
+            "never",
+            group=LIMITS,
+        ),
+    )
     # Output encoding on worker threads of the gateway's process (0) or in this many processes
     # of its own (gateway/encode_workers.py: out of reach of the gateway's GIL).
     encode_processes: int | None = field(
@@ -303,6 +313,7 @@ class GatewaySettings:
         self._check_range("max_segment_chars", self.max_segment_chars, 16, 100_000)
         self._check_range("segment_pipeline_depth", self.segment_pipeline_depth, 1, 16)
         self._check_range("opus_bitrate", self.opus_bitrate, 6000, 510_000)
+        self._check_range("opus_hurry_ms", self.opus_hurry_ms, 0, 10_000)
         if self.encode_processes is not None:
             self._check_range("encode_processes", self.encode_processes, 0, 64)
         self._check_range("replicas", self.replicas, 0, 4096)

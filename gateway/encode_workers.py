@@ -6,7 +6,9 @@ loop and the engine-event reader, and each return from C waits for it. Under a G
 load (a hundred streams and more), encodes that take 1-4 ms alone then run tens of ms, and
 first chunks' frames come late while the engine is on time. A process has its own
 interpreter: there a chunk's encode runs at the codec's speed, and the gateway's side of it is
-one message out and one back.
+one message out and one back. Each call carries the time it was made, so the worker can tell
+how long it waited and hurry the encode when the workers are behind (gateway.audio,
+HURRIED_COMPLEXITY).
 
 Each response's encoder lives in one worker process for its whole life (its state is
 sequential), chosen round-robin; a pipe per worker carries the messages in order, so calls of
@@ -35,7 +37,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from gateway.audio import ChunkEncoder, EncodeObserver, make_encoder
+from gateway.audio import ChunkEncoder, EncodeObserver, make_encoder, run_encode
 from gateway.protocol import AudioSpec
 
 log = logging.getLogger("voxgate.gateway")
@@ -87,22 +89,25 @@ def _worker_main(conn: Connection) -> None:
             conn.send(("pong",))
             continue
         if op == "open":
-            _, eid, spec, source_rate, bitrate = message
+            _, eid, spec, source_rate, bitrate, hurry_after_s = message
             try:
-                encoders[eid] = make_encoder(spec, source_rate, bitrate)
+                encoders[eid] = make_encoder(spec, source_rate, bitrate, hurry_after_s)
             except Exception as exc:  # reported by the encoder's first call
                 encoders[eid] = exc
             continue
         if op == "close":
             encoders.pop(message[1], None)
             continue
-        _, eid, seq, pcm = message
+        _, eid, seq, pcm, submitted = message
         started = time.perf_counter()
         try:
             encoder = encoders[eid]
             if isinstance(encoder, Exception):
                 raise encoder
-            out = encoder.encode(pcm) if op == "encode" else encoder.flush()
+            # How long the call waited since the gateway made it (time.monotonic reads one
+            # clock in every process: CLOCK_MONOTONIC on Linux, mach time on macOS).
+            queued_s = time.monotonic() - submitted
+            out = run_encode(encoder, pcm if op == "encode" else None, queued_s)
             reply = ("ok", seq, out, time.perf_counter() - started)
         except Exception as exc:
             reply = ("error", seq, f"{type(exc).__name__}: {exc}", 0.0)
@@ -158,7 +163,7 @@ class _Worker:
                 return future
             seq = next(self._seq)
             self._pending[seq] = (loop, future, time.perf_counter())
-        self._outbox.put((op, eid, seq, pcm))
+        self._outbox.put((op, eid, seq, pcm, time.monotonic()))
         return future
 
     def stop(self, timeout_s: float) -> None:
@@ -327,6 +332,7 @@ class EncodeWorkers:
         source_rate: int,
         opus_bitrate: int = 32000,
         observe: EncodeObserver | None = None,
+        hurry_after_s: float | None = None,
     ) -> PooledEncoder:
         alive = [w for w in self._workers if w.failure is None]
         if not alive:
@@ -336,7 +342,7 @@ class EncodeWorkers:
             )
         worker = alive[next(self._turn) % len(alive)]
         eid = next(self._ids)
-        worker.post(("open", eid, spec, source_rate, opus_bitrate))
+        worker.post(("open", eid, spec, source_rate, opus_bitrate, hurry_after_s))
         return PooledEncoder(worker, eid, spec, source_rate, observe)
 
     def close(self, timeout_s: float = 5.0) -> None:

@@ -32,6 +32,7 @@ NATIVE_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
 _APPLICATION_AUDIO = 2049
 _SET_BITRATE = 4002
 _GET_BITRATE = 4003
+_SET_COMPLEXITY = 4010
 # An Opus packet is at most 1275 bytes per frame (RFC 6716, 3.2.1).
 MAX_PACKET = 1275
 
@@ -87,6 +88,15 @@ class OpusLib:
             self.destroy(encoder)
             raise OpusError(f"opus_encoder_ctl could not set the bitrate to {bitrate}")
         return encoder
+
+    def set_complexity(self, encoder: ctypes.c_void_p, complexity: int) -> None:
+        """The encoder's complexity from the next frame on (0-10; the stream stays one
+        stream: the decoder neither knows nor cares)."""
+        code = self._lib.opus_encoder_ctl(
+            encoder, ctypes.c_int(_SET_COMPLEXITY), ctypes.c_int(complexity)
+        )
+        if code != 0:
+            raise OpusError(f"opus_encoder_ctl could not set the complexity to {complexity}")
 
     def encode(self, encoder: ctypes.c_void_p, frame: np.ndarray, out: ctypes.Array) -> bytes:
         """One frame (float32, C-contiguous, a length Opus allows) → one packet."""

@@ -63,6 +63,21 @@ async def test_workers_give_the_threads_frames_in_order_for_interleaved_encoders
         enc.close()
 
 
+async def test_a_worker_hurries_a_call_by_how_long_it_waited(workers):
+    """The worker times each call from when the gateway made it (the message carries it):
+    with a threshold of 0 every call runs hurried, with an hour's none; the same bytes as the
+    thread path's encoder at that threshold, and the two thresholds' bytes differ."""
+    chunks = [noise(0.32, seed) for seed in range(2)]
+    got = {}
+    for hurry_after_s in (0.0, 3600.0):
+        pooled = workers.open(AudioSpec(), RATE, hurry_after_s=hurry_after_s)
+        local = make_off_loop_encoder(AudioSpec(), RATE, hurry_after_s=hurry_after_s)
+        got[hurry_after_s] = [p for chunk in chunks for p in await pooled.encode(chunk)]
+        assert got[hurry_after_s] == [p for chunk in chunks for p in await local.encode(chunk)]
+        pooled.close()
+    assert got[0.0] != got[3600.0]
+
+
 async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():
     pool = EncodeWorkers(2, restart_delay_s=600).start()  # no successor within this test
     try:
@@ -168,6 +183,8 @@ def test_settings_refuse_a_negative_count():
 
     with pytest.raises(ValueError, match="encode_processes"):
         GatewaySettings(encode_processes=-1)
+    with pytest.raises(ValueError, match="opus_hurry_ms"):
+        GatewaySettings(opus_hurry_ms=-5)
     with pytest.raises(ValueError, match="at least 1"):
         EncodeWorkers(0)
 

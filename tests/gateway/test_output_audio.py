@@ -213,3 +213,70 @@ def test_a_chunk_is_encoded_head_first_with_the_same_bytes(fmt):
     # A chunk no longer than two heads is encoded in one go.
     short, _ = asyncio.run(pieces(pcm[: 24000 * 2 * HEAD_FRAMES * AudioSpec().frame_ms // 1000]))
     assert len(short) == 2  # the chunk, then the flush
+
+
+def _opus_at(complexities: list[int], chunks: list[np.ndarray]) -> list[bytes]:
+    """libopus itself, chunk i's frames at complexities[i]: what a hurrying encoder must give."""
+    import ctypes
+
+    from gateway.opus_lib import MAX_PACKET, load_opus
+
+    lib = load_opus()
+    encoder = lib.create(SOURCE_RATE, 32000)
+    out = ctypes.create_string_buffer(MAX_PACKET)
+    packets = []
+    for complexity, chunk in zip(complexities, chunks, strict=True):
+        lib.set_complexity(encoder, complexity)
+        packets += [lib.encode(encoder, f, out) for f in chunk.reshape(-1, 480)]
+    lib.destroy(encoder)
+    return packets
+
+
+def _speechlike(seconds: float, seed: int) -> np.ndarray:
+    """Voiced harmonics under a syllable envelope, with a little noise: where Opus's complexity
+    settings encode differently (a pure tone can come out the same)."""
+    t = np.arange(int(seconds * SOURCE_RATE)) / SOURCE_RATE
+    voiced = sum(np.sin(2 * np.pi * 130 * k * t) / k for k in range(1, 15))
+    noise = np.random.default_rng(seed).standard_normal(len(t))
+    return (0.15 * np.abs(np.sin(2 * np.pi * 3 * t)) * voiced + 0.01 * noise).astype(np.float32)
+
+
+def test_an_encode_that_waited_runs_at_the_hurried_complexity_and_the_next_one_does_not():
+    """DirectOpusEncoder.waited: a call that waited its threshold or more encodes at
+    HURRIED_COMPLEXITY, the next one that did not at FULL_COMPLEXITY again; the packets are
+    libopus's own at those settings, one decodable stream; with no threshold it never hurries."""
+    from gateway.audio import FULL_COMPLEXITY, HURRIED_COMPLEXITY, DirectOpusEncoder, run_encode
+
+    chunks = [_speechlike(0.48, seed) for seed in range(3)]
+    encoder = make_encoder(AudioSpec(AudioFormat.OPUS), SOURCE_RATE, hurry_after_s=0.02)
+    assert isinstance(encoder, DirectOpusEncoder)
+    got = []
+    for chunk, queued_s in zip(chunks, (0.0, 0.02, 0.019), strict=True):
+        got += run_encode(encoder, chunk, queued_s)
+    assert run_encode(encoder, None, 0.5) == []  # whole frames: nothing left to flush
+    full, hurried = FULL_COMPLEXITY, HURRIED_COMPLEXITY
+    assert got == _opus_at([full, hurried, full], chunks)
+    assert got != _opus_at([full, full, full], chunks)  # the hurried chunk really differs
+    decoded = decode_opus(got)
+    corr, _ = best_alignment(decoded, resample(np.concatenate(chunks), SOURCE_RATE, 48000))
+    assert corr > 0.8
+
+    patient = make_encoder(AudioSpec(AudioFormat.OPUS), SOURCE_RATE)  # no threshold
+    calm = [p for chunk in chunks for p in run_encode(patient, chunk, 60.0)]
+    assert calm == _opus_at([full, full, full], chunks)
+
+
+def test_the_off_loop_encoder_hurries_by_its_threshold():
+    """Sessions' encoders on threads: every call waits at least 0 s, none waits an hour."""
+    import asyncio
+
+    from gateway.audio import FULL_COMPLEXITY, HURRIED_COMPLEXITY, make_off_loop_encoder
+
+    chunks = [_speechlike(0.32, seed) for seed in range(2)]
+
+    async def encoded(hurry_after_s: float) -> list[bytes]:
+        encoder = make_off_loop_encoder(AudioSpec(), SOURCE_RATE, hurry_after_s=hurry_after_s)
+        return [p for chunk in chunks for p in await encoder.encode(chunk)]
+
+    assert asyncio.run(encoded(0.0)) == _opus_at([HURRIED_COMPLEXITY] * 2, chunks)
+    assert asyncio.run(encoded(3600.0)) == _opus_at([FULL_COMPLEXITY] * 2, chunks)
