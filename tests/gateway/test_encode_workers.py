@@ -202,3 +202,14 @@ def test_processes_by_default_only_beside_a_cuda_engine(monkeypatch):
     assert process_count(None, None) == GPU_DEFAULT_PROCESSES
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert process_count(None, None) == 0
+
+
+def test_the_gateway_gives_its_sessions_encoders_its_hurry_threshold():
+    """--opus-hurry-ms reaches the encoders sessions open (0: they never hurry)."""
+    from gateway.app import Gateway
+    from gateway.config import GatewaySettings
+
+    for hurry_ms, expected in ((35.0, 0.035), (0.0, None)):
+        gateway = Gateway(GatewaySettings(opus_hurry_ms=hurry_ms, encode_processes=0), None)
+        encoder = gateway.open_encoder(AudioSpec(), RATE)
+        assert encoder.encoder.hurry_after_s == expected
