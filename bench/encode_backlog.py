@@ -3,7 +3,7 @@ each receive a 1.28-s chunk of speech every 1.28 s (Orpheus's steady chunks), at
 encoded as sessions encode them (`encode_parts`: head, then the rest) through W encoder
 processes, for each `--opus-hurry-ms` asked (0: complexity 10 always). Prints each run's time
 waiting for a worker (p50 / p99 / max, the share over 20 and 100 ms) and the workers' busy
-share. The speech is Flite's, as in bench/opus_complexity.py.
+share, and the share of encodes that ran hurried. The speech is Flite's, as in bench/opus_complexity.py.
 
     PYTHONPATH=$PWD python bench/encode_backlog.py --workers 1 --streams 80,110 --hurry-ms 0,20
 """
@@ -29,10 +29,12 @@ async def serve(workers: EncodeWorkers, streams: int, seconds: float, hurry_ms: 
     size = int(CHUNK_S * RATE)
     waits: list[float] = []
     runs: list[float] = []
+    hurried: list[bool] = []
 
-    def observe(queued_s: float, run_s: float) -> None:
+    def observe(queued_s: float, run_s: float, ran_hurried: bool) -> None:
         waits.append(queued_s)
         runs.append(run_s)
+        hurried.append(ran_hurried)
 
     async def stream(i: int) -> None:
         encoder = workers.open(AudioSpec(), RATE, 32000, observe, hurry_ms / 1000 or None)
@@ -51,7 +53,8 @@ async def serve(workers: EncodeWorkers, streams: int, seconds: float, hurry_ms: 
     return (
         f"waits p50 {np.percentile(w, 50):.1f} / p99 {np.percentile(w, 99):.1f} / max "
         f"{w.max():.0f} ms, {np.mean(w > 20):.1%} over 20 ms, {np.mean(w > 100):.1%} over "
-        f"100 ms; workers busy {sum(runs) / seconds / workers.processes:.0%} ({len(w)} encodes)"
+        f"100 ms; {np.mean(hurried):.0%} hurried; workers busy "
+        f"{sum(runs) / seconds / workers.processes:.0%} ({len(w)} encodes)"
     )
 
 

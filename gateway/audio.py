@@ -52,9 +52,11 @@ class AudioEncoder(abc.ABC):
             frame_size=spec.samples_per_frame,
         )
 
-    def waited(self, queued_s: float) -> None:  # noqa: B027 - only DirectOpusEncoder hurries
-        """The coming call waited `queued_s` for its worker (see HURRIED_COMPLEXITY).
-        libavcodec's encoders take their options once, at open: they never hurry."""
+    def waited(self, queued_s: float) -> bool:
+        """The coming call waited `queued_s` for its worker (see HURRIED_COMPLEXITY); True
+        if it runs hurried. libavcodec's encoders take their options once, at open: they
+        never hurry."""
+        return False
 
     def encode(self, pcm: np.ndarray) -> list[bytes]:
         """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
@@ -198,7 +200,7 @@ class DirectOpusEncoder:
         self._pending = np.zeros(0, np.float32)  # less than a frame, kept for the next call
         self._hurried = False
 
-    def waited(self, queued_s: float) -> None:
+    def waited(self, queued_s: float) -> bool:
         """AudioEncoder.waited: a call that waited `hurry_after_s` or more encodes at
         HURRIED_COMPLEXITY (libopus takes a new complexity between any two frames)."""
         hurried = self.hurry_after_s is not None and queued_s >= self.hurry_after_s
@@ -206,6 +208,7 @@ class DirectOpusEncoder:
             complexity = HURRIED_COMPLEXITY if hurried else FULL_COMPLEXITY
             self._lib.set_complexity(self._encoder, complexity)
             self._hurried = hurried
+        return hurried
 
     def encode(self, pcm: np.ndarray) -> list[bytes]:
         """pcm: float32 [n_samples] mono at `source_rate`. Returns the frames now complete."""
@@ -253,17 +256,19 @@ def make_encoder(
 # frame. 3 (40 ms) and 6 (100 ms) are too few under a GPU engine's load: at its peaks a piece
 # can take 40-190 ms to come back from the worker threads.
 HEAD_FRAMES = 9
-# What each encode cost, in seconds: queued (submitted, not yet started), then running.
-EncodeObserver = Callable[[float, float], None]
+# What each encode cost, in seconds: queued (submitted, not yet started), then running; and
+# whether it ran hurried (HURRIED_COMPLEXITY).
+EncodeObserver = Callable[[float, float, bool], None]
 
 
 def run_encode(
     encoder: AudioEncoder | DirectOpusEncoder, pcm: np.ndarray | None, queued_s: float
-) -> list[bytes]:
+) -> tuple[list[bytes], bool]:
     """One call of a response's encoder on its worker (thread or process): encode `pcm`, or
-    flush for None, told first how long the call waited for the worker."""
-    encoder.waited(queued_s)
-    return encoder.flush() if pcm is None else encoder.encode(pcm)
+    flush for None, told first how long the call waited for the worker. Returns the frames
+    and whether the call ran hurried."""
+    hurried = encoder.waited(queued_s)
+    return (encoder.flush() if pcm is None else encoder.encode(pcm)), hurried
 
 
 class ChunkEncoder(abc.ABC):
@@ -336,9 +341,9 @@ class OffLoopEncoder(ChunkEncoder):
     def _locked(self, submitted: float, pcm: np.ndarray | None) -> list[bytes]:
         with self._lock:
             started = time.perf_counter()
-            out = run_encode(self.encoder, pcm, started - submitted)
+            out, hurried = run_encode(self.encoder, pcm, started - submitted)
         if self._observe is not None:
-            self._observe(started - submitted, time.perf_counter() - started)
+            self._observe(started - submitted, time.perf_counter() - started, hurried)
         return out
 
 
@@ -356,6 +361,7 @@ def make_off_loop_encoder(
     hurry_after_s: float | None = None,
 ) -> OffLoopEncoder:
     """make_encoder's encoder, run off the event loop (what the gateway's sessions use);
-    `observe` gets each encode's seconds queued and running (the gateway's metrics)."""
+    `observe` gets each encode's seconds queued and running, and whether it ran hurried (the
+    gateway's metrics)."""
     encoder = make_encoder(spec, source_rate, opus_bitrate, hurry_after_s)
     return OffLoopEncoder(encoder, observe)

@@ -107,10 +107,10 @@ def _worker_main(conn: Connection) -> None:
             # How long the call waited since the gateway made it (time.monotonic reads one
             # clock in every process: CLOCK_MONOTONIC on Linux, mach time on macOS).
             queued_s = time.monotonic() - submitted
-            out = run_encode(encoder, pcm if op == "encode" else None, queued_s)
-            reply = ("ok", seq, out, time.perf_counter() - started)
+            out, hurried = run_encode(encoder, pcm if op == "encode" else None, queued_s)
+            reply = ("ok", seq, out, time.perf_counter() - started, hurried)
         except Exception as exc:
-            reply = ("error", seq, f"{type(exc).__name__}: {exc}", 0.0)
+            reply = ("error", seq, f"{type(exc).__name__}: {exc}", 0.0, False)
         try:
             conn.send(reply)
         except (EOFError, OSError):
@@ -154,7 +154,8 @@ class _Worker:
         self._outbox.put(message)
 
     def call(self, op: str, eid: int, pcm: np.ndarray | None) -> asyncio.Future:
-        """encode / flush on encoder `eid`; resolves to (frames, seconds queued, seconds run)."""
+        """encode / flush on encoder `eid`; resolves to (frames, seconds queued, seconds run,
+        whether it ran hurried)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -184,7 +185,7 @@ class _Worker:
     def _read_loop(self) -> None:
         while True:
             try:
-                status, seq, value, run_s = self._conn.recv()
+                status, seq, value, run_s, hurried = self._conn.recv()
             except (EOFError, OSError):
                 self._fail(f"output encoder process {self.name} exited")
                 if self._on_exit is not None:
@@ -196,7 +197,7 @@ class _Worker:
                 continue
             loop, future, sent = entry
             if status == "ok":
-                result = (value, time.perf_counter() - sent - run_s, run_s)
+                result = (value, time.perf_counter() - sent - run_s, run_s, hurried)
                 _resolve_from_thread(loop, future, result, None)
             else:
                 _resolve_from_thread(loop, future, None, EncoderProcessFailed(value))
@@ -254,9 +255,9 @@ class PooledEncoder(ChunkEncoder):
         self._closer()
 
     async def _call(self, op: str, pcm: np.ndarray | None) -> list[bytes]:
-        frames, queued_s, run_s = await self._worker.call(op, self._eid, pcm)
+        frames, queued_s, run_s, hurried = await self._worker.call(op, self._eid, pcm)
         if self._observe is not None:
-            self._observe(max(0.0, queued_s), run_s)
+            self._observe(max(0.0, queued_s), run_s, hurried)
         return frames
 
 

@@ -317,6 +317,13 @@ class GatewayMetrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
+        self.encode_hurried = Histogram(
+            "voxgate_encode_hurried_seconds",
+            "How long the encodes that ran hurried (Opus complexity 6: the encoders were behind, "
+            "--opus-hurry-ms) waited for their worker",
+            buckets=LAG_BUCKETS_S,
+            registry=r,
+        )
         # Tasks on the serving event loop (read at scrape time, on that loop): sessions that
         # ended leave none behind.
         self.loop_tasks = Gauge(
@@ -342,10 +349,13 @@ class GatewayMetrics:
 
         self.registry.register(ReplicaCollector(pool))
 
-    def observe_encode(self, queued_s: float, run_s: float) -> None:
-        """An encode's time queued and running (gateway.audio.EncodeObserver; any thread)."""
+    def observe_encode(self, queued_s: float, run_s: float, hurried: bool) -> None:
+        """An encode's time queued and running, and whether it ran hurried
+        (gateway.audio.EncodeObserver; any thread)."""
         self.encode_queue.observe(queued_s)
         self.encode_run.observe(run_s)
+        if hurried:
+            self.encode_hurried.observe(queued_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -115,7 +115,13 @@ def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys):
         # The server's full garbage collections, event-loop lag and encodes during the point,
         # from its /metrics (the lag probe wakes every 50 ms: the point and its drain take > 1 s).
         pauses = point["server_pauses"]
-        assert set(pauses) == {"full_gc", "loop_lag", "encode_queue", "encode_run"}
+        assert set(pauses) == {
+            "full_gc",
+            "loop_lag",
+            "encode_queue",
+            "encode_run",
+            "encode_hurried",
+        }
         assert pauses["encode_run"]["count"] >= 4 and pauses["encode_run"]["ms"] > 0
         for p in pauses.values():
             assert set(p) == {"count", "over_20ms", "over_100ms", "ms"}

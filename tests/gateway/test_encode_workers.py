@@ -51,7 +51,9 @@ async def test_workers_give_the_threads_frames_in_order_for_interleaved_encoders
     spec = AudioSpec(format=fmt)
     timings: list[tuple[float, float]] = []
     # Three responses on two workers: two of them share one, their calls interleaved.
-    pooled = [workers.open(spec, RATE, observe=lambda q, r: timings.append((q, r))) for _ in "abc"]
+    pooled = [
+        workers.open(spec, RATE, observe=lambda q, r, h: timings.append((q, r))) for _ in "abc"
+    ]
     chunks = {i: [noise(0.64, 10 * i + k) for k in range(3)] for i in range(3)}
     got = await asyncio.gather(*(frames_of(enc, chunks[i]) for i, enc in enumerate(pooled)))
     for i in range(3):
@@ -68,14 +70,16 @@ async def test_a_worker_hurries_a_call_by_how_long_it_waited(workers):
     with a threshold of 0 every call runs hurried, with an hour's none; the same bytes as the
     thread path's encoder at that threshold, and the two thresholds' bytes differ."""
     chunks = [noise(0.32, seed) for seed in range(2)]
-    got = {}
+    got, flags = {}, []
     for hurry_after_s in (0.0, 3600.0):
-        pooled = workers.open(AudioSpec(), RATE, hurry_after_s=hurry_after_s)
+        observe = lambda q, r, hurried: flags.append(hurried)  # noqa: E731
+        pooled = workers.open(AudioSpec(), RATE, observe=observe, hurry_after_s=hurry_after_s)
         local = make_off_loop_encoder(AudioSpec(), RATE, hurry_after_s=hurry_after_s)
         got[hurry_after_s] = [p for chunk in chunks for p in await pooled.encode(chunk)]
         assert got[hurry_after_s] == [p for chunk in chunks for p in await local.encode(chunk)]
         pooled.close()
     assert got[0.0] != got[3600.0]
+    assert flags == [True, True, False, False]  # the worker says which calls ran hurried
 
 
 async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():

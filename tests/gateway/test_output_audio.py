@@ -200,7 +200,7 @@ def test_a_chunk_is_encoded_head_first_with_the_same_bytes(fmt):
 
     async def pieces(chunk: np.ndarray) -> tuple[list[list[bytes]], list[bytes]]:
         spec = AudioSpec(format=fmt)
-        parts = make_off_loop_encoder(spec, 24000, observe=lambda q, r: timings.append((q, r)))
+        parts = make_off_loop_encoder(spec, 24000, observe=lambda q, r, h: timings.append((q, r)))
         whole = make_off_loop_encoder(spec, 24000)
         split = [part async for part in parts.encode_parts(chunk)] + [await parts.flush()]
         return split, await whole.encode(chunk) + await whole.flush()
@@ -250,10 +250,12 @@ def test_an_encode_that_waited_runs_at_the_hurried_complexity_and_the_next_one_d
     chunks = [_speechlike(0.48, seed) for seed in range(3)]
     encoder = make_encoder(AudioSpec(AudioFormat.OPUS), SOURCE_RATE, hurry_after_s=0.02)
     assert isinstance(encoder, DirectOpusEncoder)
-    got = []
+    got, flags = [], []
     for chunk, queued_s in zip(chunks, (0.0, 0.02, 0.019), strict=True):
-        got += run_encode(encoder, chunk, queued_s)
-    assert run_encode(encoder, None, 0.5) == []  # whole frames: nothing left to flush
+        frames, hurried = run_encode(encoder, chunk, queued_s)
+        got, flags = got + frames, flags + [hurried]
+    assert flags == [False, True, False]
+    assert run_encode(encoder, None, 0.5) == ([], True)  # whole frames: nothing to flush
     full, hurried = FULL_COMPLEXITY, HURRIED_COMPLEXITY
     assert got == _opus_at([full, hurried, full], chunks)
     assert got != _opus_at([full, full, full], chunks)  # the hurried chunk really differs
@@ -262,7 +264,7 @@ def test_an_encode_that_waited_runs_at_the_hurried_complexity_and_the_next_one_d
     assert corr > 0.8
 
     patient = make_encoder(AudioSpec(AudioFormat.OPUS), SOURCE_RATE)  # no threshold
-    calm = [p for chunk in chunks for p in run_encode(patient, chunk, 60.0)]
+    calm = [p for chunk in chunks for p in run_encode(patient, chunk, 60.0)[0]]
     assert calm == _opus_at([full, full, full], chunks)
 
 
@@ -273,10 +275,17 @@ def test_the_off_loop_encoder_hurries_by_its_threshold():
     from gateway.audio import FULL_COMPLEXITY, HURRIED_COMPLEXITY, make_off_loop_encoder
 
     chunks = [_speechlike(0.32, seed) for seed in range(2)]
+    flags: list[bool] = []  # what the observer (the gateway's metrics) hears of each call
 
     async def encoded(hurry_after_s: float) -> list[bytes]:
-        encoder = make_off_loop_encoder(AudioSpec(), SOURCE_RATE, hurry_after_s=hurry_after_s)
+        encoder = make_off_loop_encoder(
+            AudioSpec(),
+            SOURCE_RATE,
+            observe=lambda q, r, hurried: flags.append(hurried),
+            hurry_after_s=hurry_after_s,
+        )
         return [p for chunk in chunks for p in await encoder.encode(chunk)]
 
     assert asyncio.run(encoded(0.0)) == _opus_at([HURRIED_COMPLEXITY] * 2, chunks)
     assert asyncio.run(encoded(3600.0)) == _opus_at([FULL_COMPLEXITY] * 2, chunks)
+    assert flags == [True, True, False, False]
