@@ -22,7 +22,9 @@ import wave
 
 import numpy as np
 
+from gateway.audio_in import AudioDecoder
 from gateway.opus_lib import MAX_PACKET, load_opus
+from gateway.protocol import AudioFormat, AudioSpec
 
 RATE = 24000
 FRAME = RATE // 50  # 20 ms
@@ -59,28 +61,10 @@ def log_spectrum(x: np.ndarray, n: int = 512, hop: int = 128) -> np.ndarray:
     return 20 * np.log10(np.abs(np.fft.rfft(frames)) + 1e-4)
 
 
-class Decoder:
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        lib.opus_decoder_create.restype = ctypes.c_void_p
-        lib.opus_decode_float.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_char_p,
-            ctypes.c_int32,
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_int,
-        ]
-        err = ctypes.c_int()
-        self._lib = lib
-        self._handle = ctypes.c_void_p(lib.opus_decoder_create(RATE, 1, ctypes.byref(err)))
-        self._out = (ctypes.c_float * 5760)()
-
-    def decode(self, packets: list[bytes]) -> np.ndarray:
-        pieces = []
-        for p in packets:
-            n = self._lib.opus_decode_float(self._handle, p, len(p), self._out, 5760, 0)
-            pieces.append(np.frombuffer(self._out, np.float32, n).copy())
-        return np.concatenate(pieces)
+def decode(packets: list[bytes]) -> np.ndarray:
+    """The packets as the gateway decodes a client's Opus (libopus through PyAV), at RATE."""
+    decoder = AudioDecoder(AudioSpec(AudioFormat.OPUS, RATE), RATE)
+    return np.concatenate([decoder.decode(p) for p in packets])
 
 
 def measure(pcm: np.ndarray, complexity: int, bitrate: int) -> dict:
@@ -95,7 +79,7 @@ def measure(pcm: np.ndarray, complexity: int, bitrate: int) -> dict:
     packets = [opus.encode(encoder, f, out) for f in frames]
     seconds = time.perf_counter() - start
     opus.destroy(encoder)
-    decoded = Decoder(opus._lib).decode(packets)
+    decoded = decode(packets)
     reference = frames.reshape(-1)
     lag = min(range(0, 600), key=lambda k: np.mean((decoded[k : k + RATE] - reference[:RATE]) ** 2))
     n = min(len(decoded) - lag, len(reference))
