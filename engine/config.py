@@ -127,7 +127,7 @@ class EngineConfig:
         default=None,
         metadata=cli(
             "--attention",
-            "default: flashinfer on NVIDIA GPUs when installed, else sdpa",
+            "default: flashinfer on NVIDIA GPUs when installed (bfloat16 or float16), else sdpa",
             choices=("sdpa", "flashinfer"),
         ),
     )

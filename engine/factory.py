@@ -16,6 +16,8 @@ from engine.client import AsyncEngine
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.duplex import DuplexEngine
+from engine.flashinfer_backend import DTYPES as FLASHINFER_DTYPES
+from engine.flashinfer_backend import HEAD_DIMS as FLASHINFER_HEAD_DIMS
 from engine.gc_pauses import freeze_loaded
 from engine.loop import EngineLoop
 from engine.request import ConfigError
@@ -44,11 +46,27 @@ def resolve_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def resolve_attention(config: EngineConfig, device: torch.device, head_dim: int = 128) -> str:
+def resolve_attention(
+    config: EngineConfig,
+    device: torch.device,
+    head_dim: int = 128,
+    dtype: torch.dtype = torch.bfloat16,
+) -> str:
+    """The attention backend's name: `--attention` where given (refused with the reason where
+    FlashInfer cannot serve), else FlashInfer where it is installed, the device is an NVIDIA
+    GPU and it has kernels for the model's head size and dtype, else sdpa."""
     has_flashinfer = importlib.util.find_spec("flashinfer") is not None
-    if head_dim not in (64, 128, 256) and config.attention is None:
-        return "sdpa"  # FlashInfer has no kernels for this head size
     if config.attention == "flashinfer":
+        if head_dim not in FLASHINFER_HEAD_DIMS:
+            raise ConfigError(
+                f"attention 'flashinfer' has kernels for head sizes {FLASHINFER_HEAD_DIMS}, this "
+                f"model's is {head_dim}: use --attention sdpa"
+            )
+        if dtype not in FLASHINFER_DTYPES:
+            raise ConfigError(
+                f"attention 'flashinfer' runs in bfloat16 or float16, not {str(dtype)[6:]}: "
+                "serve with --dtype bfloat16, or --attention sdpa"
+            )
         if device.type != "cuda" or not has_flashinfer:
             raise ConfigError(
                 "attention 'flashinfer' needs an NVIDIA GPU and the gpu extra "
@@ -57,6 +75,8 @@ def resolve_attention(config: EngineConfig, device: torch.device, head_dim: int 
         return "flashinfer"
     if config.attention == "sdpa":
         return "sdpa"
+    if head_dim not in FLASHINFER_HEAD_DIMS or dtype not in FLASHINFER_DTYPES:
+        return "sdpa"  # FlashInfer has no kernels for this head size or dtype
     return "flashinfer" if device.type == "cuda" and has_flashinfer else "sdpa"
 
 
@@ -67,7 +87,10 @@ def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -
     if config.cpu_int8:
         apply_cpu_int8(model, device)
     loop = DuplexEngine if model.facts.full_duplex else EngineCore
-    return loop(model, config, device, resolve_attention(config, device, model.shape.head_dim))
+    attention = resolve_attention(
+        config, device, model.shape.head_dim, resolve_dtype(config, device)
+    )
+    return loop(model, config, device, attention)
 
 
 def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:

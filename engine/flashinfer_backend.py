@@ -14,6 +14,7 @@ from models.device_util import StagingRing
 
 WORKSPACE_BYTES = 256 * 2**20
 HEAD_DIMS = (64, 128, 256)  # what FlashInfer's paged kernels are built for
+DTYPES = (torch.bfloat16, torch.float16)  # what they compute in (float32 serving runs on sdpa)
 
 
 class FlashInferBackend(AttentionBackend):
@@ -28,13 +29,18 @@ class FlashInferBackend(AttentionBackend):
         max_batch: int = 512,
         max_context: int = 8192,
     ) -> None:
-        import flashinfer  # imported here only: CPU installs never need it
-
         if cache.head_dim not in HEAD_DIMS:
             raise ValueError(
                 f"FlashInfer supports head_dim {HEAD_DIMS}, this model has {cache.head_dim}; "
                 "use --attention sdpa"
             )
+        if cache.compute_dtype not in DTYPES:
+            raise ValueError(
+                f"FlashInfer runs in bfloat16 or float16, this engine in {cache.compute_dtype}; "
+                "serve with --dtype bfloat16, or --attention sdpa"
+            )
+        import flashinfer  # imported here only: CPU installs never need it
+
         super().__init__(cache)
         self._fi = flashinfer
         self.num_q_heads = num_q_heads

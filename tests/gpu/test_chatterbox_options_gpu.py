@@ -1,13 +1,11 @@
 """Chatterbox's per-request options on the GPU: the emotion row read back from its float bits
 and the per-row CFG mix give on CUDA what they give on the CPU, and a batch of requests with
-different options decodes (CUDA graphs where FlashInfer is installed) to the CPU engine's
-greedy tokens.
+different options decodes on CUDA to the CPU engine's greedy tokens (in float32, as the
+comparison needs, so on sdpa: FlashInfer computes in bfloat16 or float16 only).
 
 Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 import torch
@@ -61,6 +59,5 @@ def greedy(model, device, attention) -> list[list]:
 
 
 def test_a_batch_with_different_options_equals_the_cpu_engine(folder):
-    attention = "flashinfer" if importlib.util.find_spec("flashinfer") else "sdpa"
     want = greedy(model_on(folder, CPU), CPU, "sdpa")
-    assert greedy(model_on(folder, CUDA), CUDA, attention) == want
+    assert greedy(model_on(folder, CUDA), CUDA, "sdpa") == want
