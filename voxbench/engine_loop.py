@@ -50,6 +50,31 @@ def gpu_shares(samples: list[tuple[float, dict[str, float]]]) -> dict[int, int]:
 _GPU_BUSY = ("llm_s", "codec_s", "lane_s")
 
 
+def steps_by_second(
+    samples: list[tuple[float, dict[str, float]]], kv_pages: dict[float, float] | None = None
+) -> dict[int, dict[str, float]]:
+    """(seconds into the point, loop totals) readings → each sampled interval's LLM steps a
+    second, their mean time and rows, the loop turn's mean time and, where `kv_pages` (reading
+    time → KV pages in use) has the interval's end, the pages then: how the step grew as the
+    streams' contexts did (every running stream's pages are read by every decode step), keyed
+    by the second the interval began in. Intervals without a step are left out."""
+    out: dict[int, dict[str, float]] = {}
+    for (t0, a), (t1, b) in zip(samples, samples[1:], strict=False):
+        d = {k: b[k] - a[k] for k in ("llm_steps", "llm_s", "loop_turns", "loop_s", "rows")}
+        if t1 <= t0 or d["llm_steps"] <= 0:
+            continue
+        second = {
+            "steps_per_s": round(d["llm_steps"] / (t1 - t0), 1),
+            "step_ms": round(1e3 * d["llm_s"] / d["llm_steps"], 2),
+            "turn_ms": round(1e3 * d["loop_s"] / d["loop_turns"], 2) if d["loop_turns"] else 0.0,
+            "rows": round(d["rows"] / d["llm_steps"], 1),
+        }
+        if kv_pages is not None and t1 in kv_pages:
+            second["kv_pages"] = kv_pages[t1]
+        out[int(t0)] = second
+    return out
+
+
 def _gpu_busy_s(delta: dict[str, float]) -> float:
     return sum(delta[k] for k in _GPU_BUSY)
 
@@ -111,5 +136,14 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         lines.append(
             "LLM + codec by second of the point (%): "
             + " ".join(f"{s}s:{v}" for s, v in p["gpu_share_by_second"].items())
+        )
+    if p.get("steps_by_second"):
+        lines.append(
+            "LLM steps by second of the point (steps/s|step ms|turn ms|rows|KV pages): "
+            + " ".join(
+                f"{s}s:{v['steps_per_s']:g}|{v['step_ms']:g}|{v['turn_ms']:g}|{v['rows']:g}"
+                f"|{v.get('kv_pages', '-')}"
+                for s, v in p["steps_by_second"].items()
+            )
         )
     return lines

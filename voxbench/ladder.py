@@ -27,7 +27,7 @@ from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
 from voxbench import report, servers
 from voxbench.admission_view import admission_during, describe_admission, room_by_second
-from voxbench.engine_loop import describe_loop, gpu_shares, loop_profile
+from voxbench.engine_loop import describe_loop, gpu_shares, loop_profile, steps_by_second
 from voxbench.loadgen import LoadGenerator
 from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
 from voxbench.metrics_sampler import MetricsSampler
@@ -188,7 +188,7 @@ def capacity_of(points: list[dict[str, Any]], key: str = "listeners") -> int:
 # --- the server's side of a point ---------------------------------------------------------------
 class ServerProfile:
     """The server's view of one point: its /metrics sampled through it (the engine loop's
-    profile and the GPU's shares by second, real-time admission's refusals by cause and its
+    profile, the GPU's shares and the steps' pace and cost by second, real-time admission's refusals by cause and its
     predicted room by second), its pauses and, for a server started here, its request
     traces."""
 
@@ -208,8 +208,12 @@ class ServerProfile:
         first, last = readings[0], readings[-1]
         self.engine_loop = loop_profile(first.loop, last.loop, self.wall_s)
         if self.engine_loop is not None:
-            shares = gpu_shares([(r.t, r.loop) for r in readings if r.loop is not None])
+            sampled = [(r.t, r.loop) for r in readings if r.loop is not None]
+            shares = gpu_shares(sampled)
             self.engine_loop["gpu_share_by_second"] = {str(s): v for s, v in shares.items()}
+            pages = {r.t: r.kv_pages for r in readings if r.kv_pages is not None}
+            steps = steps_by_second(sampled, pages)
+            self.engine_loop["steps_by_second"] = {str(s): v for s, v in steps.items()}
         self.admission = admission_during(first.admission, last.admission)
         if self.admission is not None:
             room = room_by_second([(r.t, r.admission) for r in readings])

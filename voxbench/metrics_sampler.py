@@ -1,10 +1,11 @@
 """The server's /metrics read once a second through a bench point, on a thread of its own.
 
 Each reading keeps what the point's reports need from one scrape: the engine loop's
-cumulative counters (voxbench/engine_loop.py) and real-time admission's refusals and
-predicted room (voxbench/admission_view.py). The first and last readings bound the point (its
-loop profile, its refusals); the ones between say how the point went second by second: the
-LLM's and the codec's shares of the GPU (`gpu_shares`) and the room admission predicted
+cumulative counters (voxbench/engine_loop.py), the KV pages in use, and real-time admission's
+refusals and predicted room (voxbench/admission_view.py). The first and last readings bound the
+point (its loop profile, its refusals); the ones between say how the point went second by
+second: the LLM's and the codec's shares of the GPU (`gpu_shares`), the steps' pace and cost
+against the pages they read (`steps_by_second`) and the room admission predicted
 (`room_by_second`), read beside the late frames by second.
 """
 
@@ -28,12 +29,27 @@ class MetricsReading:
     t: float
     loop: dict[str, float] | None
     admission: dict[str, Any] | None
+    kv_pages: float | None = None  # voxgate_engine_kv_blocks_used
+
+
+KV_PAGES_GAUGE = "voxgate_engine_kv_blocks_used"
 
 
 def parse_reading(t: float, body: str | None) -> MetricsReading:
     if body is None:
         return MetricsReading(t, None, None)
-    return MetricsReading(t, parse_loop_totals(body), parse_admission(body))
+    return MetricsReading(
+        t, parse_loop_totals(body), parse_admission(body), gauge(body, KV_PAGES_GAUGE)
+    )
+
+
+def gauge(body: str, name: str) -> float | None:
+    """One unlabelled gauge's value in a /metrics text; None where it is absent."""
+    for line in body.splitlines():
+        key, _, value = line.partition(" ")
+        if key == name:
+            return float(value)
+    return None
 
 
 class MetricsSampler:

@@ -174,6 +174,32 @@ def test_gpu_shares_by_second_from_sampled_totals():
     assert line.endswith("(%): 0s:50 1s:120")
 
 
+def test_steps_by_second_from_sampled_totals():
+    """Each sampled interval's step pace, step and turn times and rows, with the KV pages in
+    use at its end where read: how the step grows with the contexts it reads."""
+    from voxbench.engine_loop import steps_by_second
+
+    def totals(steps, llm_s, turns, loop_s, rows):
+        return {"llm_steps": steps, "llm_s": llm_s, "loop_turns": turns, "loop_s": loop_s,
+                "rows": rows}  # fmt: skip
+
+    samples = [
+        (0.0, totals(0, 0.0, 0, 0.0, 0)),
+        (1.0, totals(100, 0.6, 100, 0.8, 20000)),  # 100 steps of 6 ms, turns of 8 ms
+        (2.0, totals(100, 0.6, 105, 0.85, 20000)),  # no step: left out
+        (3.0, totals(180, 1.6, 185, 1.85, 41600)),  # 80 steps of 12.5 ms at 270 rows
+    ]
+    got = steps_by_second(samples, {1.0: 9000.0, 3.0: 36000.0})
+    assert got == {
+        0: {"steps_per_s": 100.0, "step_ms": 6.0, "turn_ms": 8.0, "rows": 200.0, "kv_pages": 9000.0},
+        2: {"steps_per_s": 80.0, "step_ms": 12.5, "turn_ms": 12.5, "rows": 270.0, "kv_pages": 36000.0},
+    }  # fmt: skip
+    assert "kv_pages" not in steps_by_second(samples[:2])[0]  # an older server: no gauge read
+    profile = {"steps_by_second": {str(s): v for s, v in got.items()}}
+    line = describe_loop({**loop_profile_fixture(), **profile})[-1]
+    assert line.endswith("0s:100|6|8|200|9000.0 2s:80|12.5|12.5|270|36000.0")
+
+
 def loop_profile_fixture() -> dict:
     """A loop profile with every field describe_loop prints."""
     before = {attr: 0.0 for _, attr in LOOP_TOTALS.values()}
@@ -219,6 +245,9 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
         assert loop["codec_jobs"] > 0 and loop["audio_x_realtime"] > 0
         shares = loop["gpu_share_by_second"]  # /metrics sampled each second of the point
         assert shares and all(int(s) >= 0 and 0 <= v <= 400 for s, v in shares.items())
+        steps = loop["steps_by_second"]  # the step's pace against the KV pages in use
+        assert steps and all(v["steps_per_s"] > 0 and v["rows"] >= 1 for v in steps.values())
+        assert any(v.get("kv_pages", 0) > 0 for v in steps.values())
         assert point["engine_trace"]["requests"] >= s["listeners"]
         assert point["admission"]["refusals"] == {}  # none refused, by any cause
         assert point["admission"]["gateway_refusals"] == {}

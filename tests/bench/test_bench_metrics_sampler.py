@@ -55,6 +55,9 @@ def test_a_reading_keeps_the_loop_counters_and_the_admission_view_of_one_scrape(
     assert reading.t == 1.5
     assert reading.loop is not None and "llm_s" in reading.loop
     assert reading.admission is not None and reading.admission["capacity_streams"] == 42.0
+    assert parse_reading(1.0, "voxgate_engine_kv_blocks_used 37.0\n").kv_pages == 37.0
+    assert reading.kv_pages == 0.0  # the gateway's own text: the gauge, no page in use
+    assert parse_reading(1.0, "voxgate_engine_steps_total 3\n").kv_pages is None  # no gauge
     silent = parse_reading(2.0, None)  # the server did not answer
     assert silent.loop is None and silent.admission is None
 
