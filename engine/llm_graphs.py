@@ -43,7 +43,9 @@ def capture_llm_graphs(worker: Worker, config: EngineConfig) -> None:
     capture_depth_graphs(worker, largest, config.max_num_seqs)
 
 
-def _buckets_up_to(largest: int) -> tuple[int, ...]:
+def buckets_up_to(largest: int) -> tuple[int, ...]:
+    """The batch buckets a server captures when its steps carry at most `largest` rows (its
+    max_num_seqs, capped by the graphs' own limit): the default buckets below it, and itself."""
     return tuple(b for b in DEFAULT_BUCKETS if b < largest) + (largest,)
 
 
@@ -58,7 +60,7 @@ def capture_decode_graphs(worker: Worker, block_size: int, max_batch: int) -> No
         model.shape.dtype,
         worker.device,
         block_size,
-        _buckets_up_to(max_batch),
+        buckets_up_to(max_batch),
         row_width=worker.row_width,
     )
     try:
@@ -158,7 +160,7 @@ def capture_depth_graphs(worker: Worker, max_batch: int, max_num_seqs: int) -> N
         model.shape.hidden_size,
         model.shape.dtype,
         worker.device,
-        _buckets_up_to(max_batch),
+        buckets_up_to(max_batch),
         max_k=max(256, default_k),
     )
     try:
