@@ -103,6 +103,7 @@ def summarize_capacity(
         "failed": failed,
         **{k: counted[k] for k in ("frames_expected", "frames_on_time", "on_time")},
         "late_by_second": counted["late_by_second"],
+        "delivery_by_second": counted["delivery_by_second"],
         "late_stream_sent_s": counted["late_stream_sent_s"],
         "first_late_audio_ms": counted["first_late_audio_ms"],
         "late_streams": frames.late_streams,
@@ -191,6 +192,10 @@ class CapacityRun(LadderRun):
         if by_second:
             seconds = " ".join(f"{sec}s:{count}" for sec, count in by_second.items())
             line += f"\n  late frames by second of the point: {seconds}"
+        delivery = s.get("delivery_by_second") or {}
+        if by_second and delivery:  # where frames were late: did the server fall behind?
+            rates = " ".join(f"{sec}s:{x:.2f}" for sec, x in delivery.items())
+            line += f"\n  audio a running stream got by second (x real time): {rates}"
         line += describe_late_streams(s)
         return line
 

@@ -110,6 +110,12 @@ class FrameCount:
     # need different cures.
     late_stream_sent_s: list[float] = field(default_factory=list)
     first_late_audio_ms: list[float] = field(default_factory=list)
+    # Whether the server kept pace, second by second: audio that arrived in each second of the
+    # point, and the stream-seconds of streaming in it (from each stream's first frame to its
+    # last). Their ratio is the audio a running stream got a second, in multiples of real
+    # time: 1.0 while the server keeps pace, below it as the listeners' buffers drain.
+    delivered_s_by_second: dict[int, float] = field(default_factory=dict)
+    streaming_s_by_second: dict[int, float] = field(default_factory=dict)
 
     def add(
         self,
@@ -140,6 +146,32 @@ class FrameCount:
                 if lateness > EPS_MS:
                     second = int(sent_s + arrival / 1000)
                     seconds[second] = seconds.get(second, 0) + 1
+            self._add_delivery(arrivals_ms, durations_ms, sent_s)
+
+    def _add_delivery(
+        self, arrivals_ms: Sequence[float], durations_ms: Sequence[float], sent_s: float
+    ) -> None:
+        if not arrivals_ms:
+            return
+        delivered = self.delivered_s_by_second
+        for arrival, duration in zip(arrivals_ms, durations_ms, strict=True):
+            second = int(sent_s + arrival / 1000)
+            delivered[second] = delivered.get(second, 0.0) + duration / 1000
+        first, last = sent_s + arrivals_ms[0] / 1000, sent_s + arrivals_ms[-1] / 1000
+        streaming = self.streaming_s_by_second
+        for second in range(int(first), int(last) + 1):
+            overlap = min(last, second + 1) - max(first, second)
+            if overlap > 0:
+                streaming[second] = streaming.get(second, 0.0) + overlap
+
+    def delivery_by_second(self) -> dict[int, float]:
+        """Audio a running stream got in each second of the point, × real time (seconds with
+        under a tenth of a stream-second of streaming left out: too few to say)."""
+        return {
+            second: round(self.delivered_s_by_second.get(second, 0.0) / streaming, 2)
+            for second, streaming in sorted(self.streaming_s_by_second.items())
+            if streaming >= 0.1
+        }
 
     @property
     def fraction(self) -> float:
@@ -153,6 +185,7 @@ class FrameCount:
             "late_ms": distribution(self.lateness_ms),
             # JSON keys are strings: the second of the point, in order
             "late_by_second": {str(s): n for s, n in sorted(self.late_by_second.items())},
+            "delivery_by_second": {str(s): x for s, x in self.delivery_by_second().items()},
             "late_stream_sent_s": distribution(self.late_stream_sent_s),
             "first_late_audio_ms": distribution(self.first_late_audio_ms),
         }

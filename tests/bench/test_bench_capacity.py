@@ -11,7 +11,12 @@ import pytest
 
 from gateway.cli import main
 from gateway.metrics import LOOP_TOTALS
-from voxbench.capacity import capacity_of, describe_late_streams, summarize_capacity
+from voxbench.capacity import (
+    CapacityRun,
+    capacity_of,
+    describe_late_streams,
+    summarize_capacity,
+)
 from voxbench.engine_loop import describe_loop, loop_profile, parse_loop_totals
 from voxbench.metrics import frame_lateness
 from voxbench.records import RequestRecord
@@ -75,6 +80,24 @@ def test_summarize_capacity_holds_only_when_every_listener_plays_on_time():
 
     slow_start = [_record(i, [900 + i, 920 + i, 940 + i, 960 + i, 980 + i]) for i in range(4)]
     assert not summarize_capacity(slow_start, 0.0, 0.999, 500.0)["holds"]  # TTFA over the SLO
+
+
+def test_delivery_by_second_says_when_the_server_fell_behind():
+    """The audio a running stream got each second, x real time: 1.0 while the server keeps
+    pace, less where the listeners' buffers drain (a second's share of each stream counted by
+    how much of the second it streamed)."""
+    steady = _record(0, [i * 20 for i in range(150)])  # 3 s of 20-ms frames in real time
+    steady.sent_s = 10.0
+    slow = _record(1, [i * 25 for i in range(150)])  # the same audio at 0.8x real time
+    slow.sent_s = 20.0
+    s = summarize_capacity([steady, slow], 0.0, 0.999, 500.0)
+    by_second = s["delivery_by_second"]
+    assert [by_second[k] for k in ("10", "11")] == pytest.approx([1.0, 1.0], abs=0.02)
+    assert [by_second[k] for k in ("20", "21", "22")] == pytest.approx([0.8] * 3, abs=0.02)
+    assert "13" not in by_second and "19" not in by_second  # no stream then
+    line = CapacityRun.describe(None, 2, s)  # frames were late: the line says how far behind
+    assert "audio a running stream got by second (x real time): 10s:1.00" in line
+    assert "21s:0.80" in line
 
 
 def test_capacity_is_the_largest_count_that_held():
