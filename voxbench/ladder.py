@@ -221,9 +221,9 @@ def capacity_of(points: list[dict[str, Any]], key: str = "listeners") -> int:
 # --- the server's side of a point ---------------------------------------------------------------
 class ServerProfile:
     """The server's view of one point: its /metrics sampled through it (the engine loop's
-    profile, the GPU's shares and the steps' pace and cost by second, real-time admission's refusals by cause and its
-    predicted room by second), its pauses and, for a server started here, its request
-    traces."""
+    profile, the GPU's shares and the steps' pace and cost by second, real-time admission's
+    refusals by cause and its predicted room by second), its pauses and, for a server started
+    here, its request traces."""
 
     def __init__(self, http: str, trace: Path | None) -> None:
         self.http, self.trace = http, trace
