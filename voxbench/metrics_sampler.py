@@ -18,7 +18,7 @@ from typing import Any
 
 from voxbench.admission_view import parse_admission
 from voxbench.engine_loop import parse_loop_totals
-from voxbench.servers import metrics_body
+from voxbench.servers import gauges, metrics_body
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,8 @@ KV_PAGES_GAUGE = "voxgate_engine_kv_blocks_used"
 def parse_reading(t: float, body: str | None) -> MetricsReading:
     if body is None:
         return MetricsReading(t, None, None)
-    return MetricsReading(
-        t, parse_loop_totals(body), parse_admission(body), gauge(body, KV_PAGES_GAUGE)
-    )
-
-
-def gauge(body: str, name: str) -> float | None:
-    """One unlabelled gauge's value in a /metrics text; None where it is absent."""
-    for line in body.splitlines():
-        key, _, value = line.partition(" ")
-        if key == name:
-            return float(value)
-    return None
+    kv_pages = gauges(body, (KV_PAGES_GAUGE,)).get(KV_PAGES_GAUGE)
+    return MetricsReading(t, parse_loop_totals(body), parse_admission(body), kv_pages)
 
 
 class MetricsSampler:

@@ -181,11 +181,7 @@ def wait_idle(http: str, timeout_s: float = 30.0) -> bool:
             return False
         if status != 200:
             return False
-        values = {}
-        for line in body.splitlines():
-            name, _, value = line.partition(" ")
-            if name in keys:
-                values[name] = float(value)
+        values = gauges(body, keys)
         if values and all(v == 0 for v in values.values()):
             return True
         time.sleep(0.2)
@@ -205,6 +201,16 @@ _HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' lab
 }
 
 
+def gauges(body: str, names: tuple[str, ...]) -> dict[str, float]:
+    """The unlabelled series `names` in a /metrics text, by name (those it has)."""
+    found: dict[str, float] = {}
+    for line in body.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            found[name] = float(value)
+    return found
+
+
 def metrics_body(http: str) -> str | None:
     """The server's /metrics text now; None when it does not answer."""
     try:
@@ -217,8 +223,9 @@ def metrics_body(http: str) -> str | None:
 def server_pauses(http: str) -> dict[str, dict[str, float]] | None:
     """From the server's /metrics, so far: its full (generation-2) garbage collections, its
     event loop's lag samples, its output encodes' time queued and running, and the waits of
-    those that ran hurried (gateway.audio HURRIED_COMPLEXITY), each as how many, how many over each of PAUSE_THRESHOLDS, and their total milliseconds. None when
-    the server does not answer."""
+    those that ran hurried (gateway.audio HURRIED_COMPLEXITY), each as how many, how many over
+    each of PAUSE_THRESHOLDS, and their total milliseconds. None when the server does not
+    answer."""
     body = metrics_body(http)
     return None if body is None else parse_server_pauses(body)
 
