@@ -87,10 +87,10 @@ def build_core(model: SpeechModel, config: EngineConfig, device: torch.device) -
     if config.cpu_int8:
         apply_cpu_int8(model, device)
     loop = DuplexEngine if model.facts.full_duplex else EngineCore
-    attention = resolve_attention(
-        config, device, model.shape.head_dim, resolve_dtype(config, device)
+    shape = model.shape
+    return loop(
+        model, config, device, resolve_attention(config, device, shape.head_dim, shape.dtype)
     )
-    return loop(model, config, device, attention)
 
 
 def apply_cpu_int8(model: SpeechModel, device: torch.device) -> None:
