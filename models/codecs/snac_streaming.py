@@ -166,11 +166,9 @@ class StreamingSnacDecoder:
     ) -> torch.Tensor:
         """k = 2·stride: an output sample sums two input steps, so the last input step is kept
         and the new ones' outputs whose two inputs are both in come out."""
-        s = conv.stride[0]
         joined = torch.cat([next(queue), _inside(x, rows)], dim=-1)
         new_state.append(joined[..., -1:])
-        y = F.conv_transpose1d(joined, conv.weight, conv.bias, stride=s, groups=conv.groups)
-        return y[..., s : (x.shape[-1] + 1) * s]
+        return upsample(joined, conv)
 
     def repeated_blocks(self) -> list[nn.Module]:
         """The residual units' steps (three per upsampling block): what --compile-codec
@@ -192,6 +190,12 @@ def _flatten(modules) -> list[nn.Module]:
             steps += _flatten(module.block)
         elif isinstance(module, nn.Sequential):
             steps += _flatten(module)
+        elif isinstance(module, nn.ConvTranspose1d) and (
+            module.groups != 1 or module.kernel_size[0] != 2 * module.stride[0]
+        ):
+            raise ValueError(
+                f"streaming SNAC needs transposed convs of kernel 2·stride, got {module}"
+            )
         elif isinstance(module, _STEPS):
             steps.append(module)
         else:
@@ -242,9 +246,54 @@ class StreamingResidualUnit(nn.Module):
         skip_line = torch.cat([skip_state, x], dim=-1)
         joined = torch.cat([conv_state, _masked(self.snake_in(x), start, end)], dim=-1)
         conv = self.conv
-        y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+        if torch.compiler.is_compiling() and conv.groups == conv.in_channels == conv.out_channels:
+            y = depthwise_taps(joined, conv)  # depthwise (snac_24khz), fused by the compiler
+        else:
+            y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
         y = self.pointwise(self.snake_out(y))
         return skip_line[..., :n] + y, skip_line[..., -h:], joined[..., -2 * h :]
+
+
+def upsample(joined: torch.Tensor, conv: nn.ConvTranspose1d) -> torch.Tensor:
+    """A transposed conv of kernel 2·s and stride s over `joined` [B, C, n + 1] (the kept
+    step, then the n new ones), as one GEMM and an overlap-add: the n new steps' outputs
+    [B, C_out, n·s], each of which sums two input steps.
+
+    Why not F.conv_transpose1d: cuDNN runs it as a "dgrad" convolution whose kernels took 0.8-
+    1.5 ms a call for the 8× blocks beside Orpheus' decode steps on an H200 (a 1.5-ms kernel on
+    every SM also holds the LLM's next kernel back). As a GEMM it is the weights read once
+    and tensor-core (float16) or SIMT (float32) arithmetic.
+
+    How: with W [C, C_out, 2s] viewed as [C, C_out·2s] (free), z[t] = joined[t] @ W holds,
+    for input step t, its contribution to the 2s output samples from t·s; output block t
+    (samples t·s … t·s + s − 1 of the new steps) is z[t + 1]'s first half plus z[t]'s second
+    (the full convolution's blocks 1 … n: what the kept step makes room for)."""
+    s = conv.stride[0]
+    b, c, steps = joined.shape
+    out = conv.out_channels
+    z = torch.matmul(joined.transpose(1, 2), conv.weight.view(c, out * 2 * s))
+    z = z.view(b, steps, out, 2 * s)
+    y = z[:, 1:, :, :s] + z[:, :-1, :, s:]  # [B, n, C_out, s]
+    y = y.permute(0, 2, 1, 3).reshape(b, out, (steps - 1) * s)
+    return y if conv.bias is None else y + conv.bias[:, None]
+
+
+def depthwise_taps(joined: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """A depthwise conv (groups = channels) over `joined` without padding, as a sum of its
+    k shifted, per-channel-scaled views: F.conv1d's values (summed in another order).
+
+    Why: compiled (--compile-codec), the sum is one fused kernel with the Snake before it and
+    the mask, reading its input once; F.conv1d stays an opaque call to the generic depthwise
+    kernel, which ran ~6× slower than its bytes allow (190 µs a call for Orpheus' batched jobs
+    on an H200, in float32). Eager, k multiply-adds cost more than that kernel: the residual
+    units use it only while being compiled."""
+    k, d = conv.kernel_size[0], conv.dilation[0]
+    n = joined.shape[-1] - d * (k - 1)
+    weight = conv.weight[:, 0, :, None]  # [C, k, 1]
+    y = joined[..., :n] * weight[:, 0]
+    for tap in range(1, k):
+        y = y + joined[..., tap * d : tap * d + n] * weight[:, tap]
+    return y if conv.bias is None else y + conv.bias[:, None]
 
 
 def _half_width(conv: nn.Conv1d) -> int:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from snac import SNAC
 
 from models.codecs.snac import fold_weight_norm, install_positional_noise, tiny_snac_config
@@ -148,3 +149,44 @@ def test_a_decoder_with_local_attention_is_refused():
     with_attention = SNAC(**{**tiny_snac_config(), "attn_window_size": 32})
     with pytest.raises(ValueError, match="local attention"):
         StreamingSnacDecoder(with_attention)
+
+
+@pytest.mark.parametrize("stride", [2, 4, 8])
+def test_upsample_equals_the_transposed_conv(stride):
+    """The transposed conv as one GEMM and an overlap-add gives F.conv_transpose1d's samples
+    for the new steps (those after the kept one), bias included."""
+    from models.codecs.snac_streaming import upsample
+
+    torch.manual_seed(stride)
+    conv = torch.nn.ConvTranspose1d(6, 5, kernel_size=2 * stride, stride=stride)
+    joined = torch.randn(3, 6, 9)  # the kept step, then 8 new ones
+    full = F.conv_transpose1d(joined, conv.weight, conv.bias, stride=stride)
+    with torch.inference_mode():
+        torch.testing.assert_close(upsample(joined, conv), full[..., stride : 9 * stride])
+
+
+@pytest.mark.parametrize("dilation", [1, 3, 9])
+def test_depthwise_taps_equal_the_grouped_conv(dilation):
+    """The depthwise conv as k shifted multiply-adds (what the compiled residual units run)
+    gives F.conv1d's values over the same window."""
+    from models.codecs.snac_streaming import depthwise_taps
+
+    torch.manual_seed(dilation)
+    conv = torch.nn.Conv1d(4, 4, kernel_size=7, dilation=dilation, groups=4)
+    joined = torch.randn(2, 4, 6 * dilation + 11)
+    expected = F.conv1d(joined, conv.weight, conv.bias, dilation=dilation, groups=4)
+    with torch.inference_mode():
+        torch.testing.assert_close(depthwise_taps(joined, conv), expected)
+
+
+def test_a_transposed_conv_of_another_kernel_is_refused():
+    """The overlap-add needs kernel = 2·stride (every SNAC upsampling block's): another shape
+    is refused when the decoder is built, not decoded wrongly."""
+    torch.manual_seed(0)
+    model = SNAC(**tiny_snac_config()).eval()
+    block = model.decoder.model[2].block
+    block[1] = torch.nn.ConvTranspose1d(
+        block[1].in_channels, block[1].out_channels, kernel_size=3, stride=block[1].stride[0]
+    )
+    with pytest.raises(ValueError, match="kernel 2·stride"):
+        StreamingSnacDecoder(model)
