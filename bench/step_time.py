@@ -84,6 +84,9 @@ def main() -> None:
         action="store_true",
         help="codec threads wait between a job's graphs (flow + HiFT models' --codec-pacing)",
     )
+    ap.add_argument(
+        "--snac-fp16", action="store_true", help="Orpheus: SNAC in float16 (serve's --snac-fp16)"
+    )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")
     ap.add_argument(
@@ -96,7 +99,11 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     dtype = torch.bfloat16 if cuda else torch.float32
     # The codec's serving options, for the families that take them (flow + HiFT).
-    wanted = {"first_chunk_lane": args.first_chunk_lane, "codec_pacing": args.codec_pacing}
+    wanted = {
+        "first_chunk_lane": args.first_chunk_lane,
+        "codec_pacing": args.codec_pacing,
+        "snac_fp16": args.snac_fp16,
+    }
     takes = family_of(args.model).option_names()
     model = load_model(
         args.model,
