@@ -4,30 +4,95 @@ eager twin, the real prompt graphs on their padded buffers, and a codec's Callab
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from engine.host_ops import outputs_like
+from engine.host_ops import CountedGraphs, HostOpCounter, outputs_like
+
+
+class DeferredCaptures:
+    """Captures traced when first replayed, for CPU stand-ins of CallableGraphs whose tests
+    replay a few of a codec's buckets: tracing every bucket's functions (outputs_like) is most
+    of such a test's time, tens of seconds for a flow + HiFT codec. A key's trace is the one its
+    capture would have made, with the inputs the capture was given (so a host read in it still
+    fails), only made when the key first runs; keys never run are never traced. The keys
+    themselves are recorded by the caller at capture, so which buckets exist is unchanged.
+
+    The production code unpacks a capture's outputs to feed them to the next capture (the
+    flow's prep graph's outputs are its Euler step's inputs), so `capture` returns a tuple as
+    long as the function's outputs (learnt from the first capture of it in the session, which
+    is traced at once) of placeholders for the outputs not traced yet; a later trace that takes
+    one as input first traces the capture that makes it."""
+
+    # function → how many outputs it returns (None: one tensor), for every instance: how many
+    # is the function's own, whatever the bucket.
+    arity: ClassVar[dict] = {}
+
+    def __init__(self) -> None:
+        self.pending: dict = {}  # key → (fn, inputs, inference mode), not traced yet
+        self.outputs: dict = {}  # key → its traced outputs (zeros shaped as fn's)
+
+    def capture(self, key, fn, inputs):
+        self.pending[key] = (fn, list(inputs), torch.is_inference_mode_enabled())
+        func = getattr(fn, "__func__", fn)  # a bound method: one arity for every instance
+        if func not in self.arity:
+            out = self.outputs_of(key)
+            self.arity[func] = len(out) if isinstance(out, tuple | list) else None
+            return out
+        n = self.arity[func]
+        if n is None:
+            return _Untraced(self, key, None)
+        return tuple(_Untraced(self, key, i) for i in range(n))
+
+    def outputs_of(self, key):
+        """The key's traced outputs, tracing it now if it is pending."""
+        if key in self.pending:
+            fn, inputs, inference = self.pending.pop(key)
+            inputs = [x.traced() if isinstance(x, _Untraced) else x for x in inputs]
+            with torch.inference_mode(inference):
+                self.outputs[key] = outputs_like(fn, inputs)
+        return self.outputs[key]
+
+
+class _Untraced:
+    """Output `index` (None: the only one) of a capture that DeferredCaptures has not traced."""
+
+    __slots__ = ("captures", "index", "key")
+
+    def __init__(self, captures: DeferredCaptures, key, index: int | None) -> None:
+        self.captures, self.key, self.index = captures, key, index
+
+    def traced(self) -> torch.Tensor:
+        out = self.captures.outputs_of(self.key)
+        return out if self.index is None else out[self.index]
 
 
 class EagerGraphs:
     """engine.cuda_graphs.CallableGraphs' contract on the CPU (a codec's graphs): captured
     keys, `run` calls the function on the (padded) inputs it is given, as a replay would, and
-    records each key it ran (`shapes`); the blocks named for compiling are kept (`regions`)."""
+    records each key it ran (`shapes`); the blocks named for compiling are kept (`regions`).
+    deferred=True traces a capture only when its key first runs (DeferredCaptures)."""
 
-    def __init__(self) -> None:
+    def __init__(self, deferred: bool = False) -> None:
         self.keys: set = set()
         self.shapes: list[tuple] = []
         self.paces = 0
         self.regions: list[torch.nn.Module] = []
+        self.deferred = DeferredCaptures() if deferred else None
 
     def __contains__(self, key) -> bool:
         return key in self.keys
 
     def capture(self, key, fn, inputs, borrow=()):
         self.keys.add(key)
+        if self.deferred is not None:
+            return self.deferred.capture(key, fn, inputs)
         return outputs_like(fn, inputs)
 
     def run(self, key, fn, inputs):
+        if self.deferred is not None and key in self.keys:
+            self.deferred.outputs_of(key)  # the capture's trace, made on the first replay
         self.shapes.append(key)
         return fn(*inputs)
 
@@ -36,6 +101,28 @@ class EagerGraphs:
 
     def compile_regions(self, modules) -> None:
         self.regions = list(modules)
+
+
+class DeferredCountedGraphs(CountedGraphs):
+    """engine.host_ops.CountedGraphs' CPU stand-in (graphs=None: a run counts its copies and
+    one replay, and nothing of what it replays), its captures traced when first run
+    (DeferredCaptures), uncounted as CountedGraphs' captures are."""
+
+    def __init__(self, counter: HostOpCounter) -> None:
+        super().__init__(counter)
+        self.deferred = DeferredCaptures()
+
+    def capture(self, key, fn, inputs, borrow=()):
+        self.keys.add(key)
+        self.borrowed[key] = len(borrow)
+        with self.counter.paused():
+            return self.deferred.capture(key, fn, inputs)
+
+    def run(self, key, fn, inputs):
+        if key in self.keys:
+            with self.counter.paused():
+                self.deferred.outputs_of(key)
+        return super().run(key, fn, inputs)
 
 
 class EagerDecodeGraphs:

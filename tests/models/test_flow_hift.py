@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
-from engine.host_ops import REPLAY, CountedGraphs, HostOpCounter
+from engine.host_ops import REPLAY, HostOpCounter
 from models.codecs.flow_hift.encoder import chunk_ids, chunk_mask
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator, istft
@@ -17,7 +17,7 @@ from models.codecs.flow_hift.hift_stream import HiftStreamer
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.config import parse_config, read_yaml
 from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
-from tests.cpu_graphs import EagerGraphs
+from tests.cpu_graphs import DeferredCountedGraphs, EagerGraphs
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_graph_buckets_pad_rows_and_frames_without_changing_the_mel(detok):
     # Three requests (prompts of 1 and 2 chunks) decoded through the graph buckets (rows
     # padded to 4, frames to whole chunks) equal the unpadded eager solve.
     graphed = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk)
-    graphs = EagerGraphs()
+    graphs = EagerGraphs(deferred=True)
     graphed.enable_cuda_graphs(graphs)
     setups = [(31, 1, 70), (32, 2, 64), (33, 1, 37)]
     for final in (False, True):
@@ -201,12 +201,12 @@ def test_a_long_voice_prompt_replays_graphs_once_covered(detok):
     want = streamed(detok, stream_for(detok, 61, long), tokens, pushes)
 
     def graphed_audio(cover: bool) -> tuple[np.ndarray, int]:
-        # One row bucket: "capturing" on the CPU runs every bucket once.
+        # One row bucket, the one these single streams replay: fewer buckets to capture.
         graphed = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, graph_rows=(1,))
         if cover:
             assert graphed.cover_prompt(long)
             assert graphed.twin((1,)).long_prompts == {long}
-        graphed.enable_cuda_graphs(EagerGraphs())
+        graphed.enable_cuda_graphs(EagerGraphs(deferred=True))
         audio = streamed(graphed, stream_for(graphed, 61, long), tokens, pushes)
         return audio, sum(n for (stage, *_), n in graphed.eager_calls.items() if stage == "flow")
 
@@ -245,6 +245,29 @@ def test_window_rows_start_from_the_noise_of_their_place_in_the_utterance(detok)
 def short_first(request, detok) -> FlowHiftDetokenizer:
     """The same weights with a first audio chunk of `first_hop` tokens."""
     return FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk, first_hop=request.param)
+
+
+@pytest.fixture(scope="module")
+def captured_short_first(short_first) -> tuple[FlowHiftDetokenizer, EagerGraphs]:
+    """short_first's weights and first hop with graphs captured, once for the module: every
+    bucket's key, each traced when a test first replays it (EagerGraphs(deferred=True)). The
+    graph tests below share it, as the engine's jobs share one capture."""
+    d = short_first
+    graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=d.first_hop)
+    graphs = EagerGraphs(deferred=True)
+    graphed.enable_cuda_graphs(graphs)
+    return graphed, graphs
+
+
+@pytest.fixture
+def graphed_short_first(captured_short_first) -> tuple[FlowHiftDetokenizer, EagerGraphs]:
+    """captured_short_first as a test finds it fresh: no key run, no eager call counted yet
+    (what earlier tests ran is cleared)."""
+    graphed, graphs = captured_short_first
+    graphs.shapes.clear()
+    graphs.paces = 0
+    graphed.eager_calls.clear()
+    return graphed, graphs
 
 
 def test_chunk_ids_give_a_short_first_chunk_its_own_chunk():
@@ -316,11 +339,9 @@ def test_short_first_chunk_batch_of_n_equals_n_singles(short_first):
     assert_batch_equals_singles(d, setups)
 
 
-def test_short_first_chunk_has_its_own_graph_bucket(short_first):
+def test_short_first_chunk_has_its_own_graph_bucket(short_first, graphed_short_first):
     d, hop = short_first, short_first.first_hop
-    graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=hop)
-    graphs = EagerGraphs()
-    graphed.enable_cuda_graphs(graphs)
+    graphed, graphs = graphed_short_first
     assert ("prep", 8, 2 * (25 + hop)) in graphs and ("prep", 16, 2 * (25 + hop)) not in graphs
     assert ("euler", 8, 2 * (25 + hop)) in graphs
     eager = [stream_for(d, s, 1) for s in (71, 72)]
@@ -376,13 +397,11 @@ def test_graph_functions_make_no_host_syncs(detok):
             torch.istft(torch.zeros(1, 9, 5, dtype=torch.complex64), 16, 4, 16, window=window)
 
 
-def test_graphed_job_streams_the_same_audio_as_eager(short_first):
+def test_graphed_job_streams_the_same_audio_as_eager(short_first, graphed_short_first):
     # Flow rows padded to graph buckets (3 → 4 rows, tokens and frames to whole chunks) and
     # HiFT windows padded to 4 rows leave every request's audio as eager decoding makes it.
     d, hop = short_first, short_first.first_hop
-    graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=hop)
-    graphs = EagerGraphs()
-    graphed.enable_cuda_graphs(graphs)
+    graphed, graphs = graphed_short_first
     setups = [
         (91, 1, 70, [hop + 3, 25, 25]),
         (92, 0, 60, [hop + 3, 25, 10]),
@@ -401,15 +420,13 @@ def test_graphed_job_streams_the_same_audio_as_eager(short_first):
     assert ("hift", 4, 2 * hop) in graphs.shapes and ("prep", 4, 2 * (25 + hop)) in graphs.shapes
 
 
-def test_last_and_part_chunk_windows_widen_to_a_captured_width(short_first):
+def test_last_and_part_chunk_windows_widen_to_a_captured_width(short_first, graphed_short_first):
     # An utterance's last window and a part-chunk flush are shorter than a steady window:
     # they take more left context (frames kept for it) up to a standard width, so they replay
     # a captured graph instead of running eagerly, and their audio still matches a
     # whole-utterance decode as closely as steady windows do.
     d, hop = short_first, short_first.first_hop
-    graphed = FlowHiftDetokenizer(d.flow, d.hift, d.chunk, first_hop=hop)
-    graphs = EagerGraphs()
-    graphed.enable_cuda_graphs(graphs)
+    graphed, graphs = graphed_short_first
     widths = graphed.hift_frames()
     pushes = [hop + 3, 25, 11]  # the third push flushes part of a chunk (a final job)
     tokens = codes(95, hop + 3 + 25 + 11 + 9)
@@ -432,7 +449,7 @@ def test_graphed_steady_job_dispatches_a_few_host_ops_per_row(detok):
     # and the packing of inputs and unpacking of outputs. No job reads the device (.item()).
     counter = HostOpCounter()
     graphed = FlowHiftDetokenizer(detok.flow, detok.hift, detok.chunk)
-    graphed.enable_cuda_graphs(CountedGraphs(counter))
+    graphed.enable_cuda_graphs(DeferredCountedGraphs(counter))
     totals = {}
     for name, d in (("eager", detok), ("graphed", graphed)):
         for rows in (1, 3):
