@@ -242,8 +242,8 @@ class StreamingResidualUnit(nn.Module):
     def forward(self, x, skip_state, conv_state, start, end):
         """x [B, C, n] from absolute position `start` [B] → (output from start - h, the
         new skip state, the new conv state)."""
-        h, n = self.reach, x.shape[-1]
-        skip_line = torch.cat([skip_state, x], dim=-1)
+        h = self.reach
+        skip, new_skip = _delayed(x, skip_state, h)
         joined = torch.cat([conv_state, _masked(self.snake_in(x), start, end)], dim=-1)
         conv = self.conv
         if torch.compiler.is_compiling() and conv.groups == conv.in_channels == conv.out_channels:
@@ -251,7 +251,19 @@ class StreamingResidualUnit(nn.Module):
         else:
             y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
         y = self.pointwise(self.snake_out(y))
-        return skip_line[..., :n] + y, skip_line[..., -h:], joined[..., -2 * h :]
+        return skip + y, new_skip, joined[..., -2 * h :]
+
+
+def _delayed(x: torch.Tensor, kept: torch.Tensor, h: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [B, C, n] delayed by h samples, with `kept` [B, C, h] (the last call's last h) in
+    front: (the n samples that come out now, the last h to keep). Where n ≥ h the output
+    is a concatenation read once by the residual add and the kept part a slice of x: no
+    [B, C, n + h] line is written whole (compiled, that was a kernel of its own a unit)."""
+    n = x.shape[-1]
+    if n >= h:
+        return torch.cat([kept, x[..., : n - h]], dim=-1), x[..., n - h :]
+    line = torch.cat([kept, x], dim=-1)
+    return line[..., :n], line[..., -h:]
 
 
 def upsample(joined: torch.Tensor, conv: nn.ConvTranspose1d) -> torch.Tensor:

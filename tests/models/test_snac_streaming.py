@@ -190,3 +190,17 @@ def test_a_transposed_conv_of_another_kernel_is_refused():
     )
     with pytest.raises(ValueError, match="kernel 2·stride"):
         StreamingSnacDecoder(model)
+
+
+@pytest.mark.parametrize("n", [2, 5, 9])
+def test_the_skip_path_is_the_input_delayed_by_the_units_reach(n):
+    """A residual unit's skip path: [kept h, x] minus its last h comes out, its last h is kept,
+    for calls longer and shorter than h."""
+    from models.codecs.snac_streaming import _delayed
+
+    h = 5
+    kept, x = torch.randn(2, 3, h), torch.randn(2, 3, n)
+    line = torch.cat([kept, x], dim=-1)
+    out, new_kept = _delayed(x, kept, h)
+    assert torch.equal(out, line[..., :n])
+    assert torch.equal(new_kept, line[..., -h:])
