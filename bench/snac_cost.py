@@ -11,7 +11,7 @@ streams, zero state: the values do not change the time) and reports µs per emit
 the audio seconds decoded per GPU second, at each batch size (a served steady job has as many
 rows as streams with a chunk ready); for other dtypes it also reports the audio's error against
 float32's (RMS of the difference over RMS of the signal) on the same codes. `--compiled` also
-times each dtype with the residual units' steps compiled as `--compile-codec` serves them
+times each dtype with the noise and residual units' steps compiled as `--compile-codec` serves them
 (engine/cuda_graphs.py, compile_regions; SnacDetokenizer.repeated_blocks), as the variant
 `<dtype>+compiled`.
 """

@@ -68,6 +68,13 @@ class StreamingSnacDecoder:
             for unit in model.decoder.modules()
             if isinstance(unit, ResidualUnit)
         }
+        # ... and each noise block, whose hash and Box-Muller are ~two dozen elementwise
+        # kernels a call eager and one compiled.
+        self.noise_steps = {
+            noise: StreamingNoise(noise)
+            for noise in model.decoder.modules()
+            if isinstance(noise, PositionalNoise)
+        }
         self.samples_per_latent = int(model.hop_length)
         self.state_shapes = [shape for step in self.steps for shape in _state_shapes(step)]
         rows = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
@@ -149,8 +156,7 @@ class StreamingSnacDecoder:
             new_state += [skip_state, conv_state]
             return y
         if isinstance(step, PositionalNoise):
-            noise = positional_normal(rows.seed, step.salt, rows.start, x.shape[-1])
-            return x + noise[:, None, :].to(x.dtype) * step.linear(x)
+            return self.noise_steps[step](x, rows.seed, rows.start)
         return step(x)  # Snake1d, Tanh (_flatten admits nothing else)
 
     def _conv(self, conv: nn.Conv1d, x, rows: _Rows, queue, new_state) -> torch.Tensor:
@@ -171,10 +177,10 @@ class StreamingSnacDecoder:
         return upsample(joined, conv)
 
     def repeated_blocks(self) -> list[nn.Module]:
-        """The residual units' steps (three per upsampling block): what --compile-codec
-        compiles (cuda_graphs.compile_regions; steps of one width and dilation share a
-        program)."""
-        return list(self.residual_steps.values())
+        """The noise steps (one per upsampling block), then the residual units' steps (three
+        per block): what --compile-codec compiles (cuda_graphs.compile_regions; residual steps
+        of one width and dilation share a program, each noise step has its own)."""
+        return [*self.noise_steps.values(), *self.residual_steps.values()]
 
 
 # What a step of the chain can be (_run's cases).
@@ -252,6 +258,23 @@ class StreamingResidualUnit(nn.Module):
             y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
         y = self.pointwise(self.snake_out(y))
         return skip + y, new_skip, joined[..., -2 * h :]
+
+
+class StreamingNoise(nn.Module):
+    """A PositionalNoise step (x + N(0, 1) · linear(x), the noise a function of each sample's
+    absolute position) with its rows' seeds and positions passed in: what --compile-codec
+    compiles, the hash, the Box-Muller transform and the add fused. Shares the block's
+    linear (weights)."""
+
+    def __init__(self, noise: PositionalNoise):
+        super().__init__()
+        self.linear = noise.linear
+        self.salt = noise.salt
+
+    def forward(self, x: torch.Tensor, seed: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """x [B, C, n], its first sample at absolute position `start` [B]; seed [B]."""
+        noise = positional_normal(seed, self.salt, start, x.shape[-1])
+        return x + noise[:, None, :].to(x.dtype) * self.linear(x)
 
 
 def _delayed(x: torch.Tensor, kept: torch.Tensor, h: int) -> tuple[torch.Tensor, torch.Tensor]:
