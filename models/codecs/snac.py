@@ -380,12 +380,13 @@ class SnacDetokenizer:
                     graphs.capture(key, self.decoder.decode_frames, inputs, borrow=(1,))
 
     def repeated_blocks(self) -> list[torch.nn.Module]:
-        """The decoder's noise steps (one per upsampling block: the positional noise's hash
-        and Box-Muller, a pointwise conv, an add) and residual units' steps (three per block:
-        two Snake activations, a dilated and a pointwise conv, a residual add, and their
-        state): what --compile-codec compiles, block by block (cuda_graphs.compile_regions;
-        units of one width and dilation share a program), so each replay holds fused kernels
-        for their elementwise passes."""
+        """The decoder's upsampling steps (one per block: a mask, the kept step, the
+        transposed conv's GEMM and overlap-add), noise steps (one per block: the positional
+        noise's hash and Box-Muller, a pointwise conv, an add) and residual units' steps
+        (three per block: two Snake activations, a dilated and a pointwise conv, a residual
+        add, and their state): what --compile-codec compiles, block by block
+        (cuda_graphs.compile_regions; units of one width and dilation share a program), so
+        each replay holds fused kernels for their elementwise passes."""
         return self.decoder.repeated_blocks()
 
     def _schedule_chunks(self, n_chunks: int) -> list[tuple[int, int]]:

@@ -75,6 +75,12 @@ class StreamingSnacDecoder:
             for noise in model.decoder.modules()
             if isinstance(noise, PositionalNoise)
         }
+        # ... and each upsampling conv, with its input's mask and kept step.
+        self.upsample_steps = {
+            conv: StreamingUpsample(conv)
+            for conv in model.decoder.modules()
+            if isinstance(conv, nn.ConvTranspose1d)
+        }
         self.samples_per_latent = int(model.hop_length)
         self.state_shapes = [shape for step in self.steps for shape in _state_shapes(step)]
         rows = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
@@ -149,7 +155,9 @@ class StreamingSnacDecoder:
                 return step(x)
             return self._conv(step, x, rows, queue, new_state)
         if isinstance(step, nn.ConvTranspose1d):
-            return self._conv_transpose(step, x, rows, queue, new_state)
+            y, kept = self.upsample_steps[step](x, next(queue), rows.start, rows.end)
+            new_state.append(kept)
+            return y
         if isinstance(step, ResidualUnit):
             unit = self.residual_steps[step]
             y, skip_state, conv_state = unit(x, next(queue), next(queue), rows.start, rows.end)
@@ -167,20 +175,16 @@ class StreamingSnacDecoder:
         new_state.append(joined[..., -2 * h :])
         return F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
 
-    def _conv_transpose(
-        self, conv: nn.ConvTranspose1d, x, rows: _Rows, queue, new_state
-    ) -> torch.Tensor:
-        """k = 2·stride: an output sample sums two input steps, so the last input step is kept
-        and the new ones' outputs whose two inputs are both in come out."""
-        joined = torch.cat([next(queue), _inside(x, rows)], dim=-1)
-        new_state.append(joined[..., -1:])
-        return upsample(joined, conv)
-
     def repeated_blocks(self) -> list[nn.Module]:
-        """The noise steps (one per upsampling block), then the residual units' steps (three
-        per block): what --compile-codec compiles (cuda_graphs.compile_regions; residual steps
-        of one width and dilation share a program, each noise step has its own)."""
-        return [*self.noise_steps.values(), *self.residual_steps.values()]
+        """The upsampling and noise steps (one each per upsampling block), then the residual
+        units' steps (three per block): what --compile-codec compiles
+        (cuda_graphs.compile_regions; residual steps of one width and dilation share a
+        program, the others have one each)."""
+        return [
+            *self.upsample_steps.values(),
+            *self.noise_steps.values(),
+            *self.residual_steps.values(),
+        ]
 
 
 # What a step of the chain can be (_run's cases).
@@ -258,6 +262,23 @@ class StreamingResidualUnit(nn.Module):
             y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
         y = self.pointwise(self.snake_out(y))
         return skip + y, new_skip, joined[..., -2 * h :]
+
+
+class StreamingUpsample(nn.Module):
+    """A transposed conv (k = 2·stride) stepped with its state: an output sample sums two
+    input steps, so the last input step is kept, and the new ones' outputs whose two inputs
+    are both in come out (`upsample`). What --compile-codec compiles: the input's mask, the
+    kept step's concatenation and the overlap-add around the GEMM. Shares the conv (weights)."""
+
+    def __init__(self, conv: nn.ConvTranspose1d):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, kept, start, end) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, C, n] from absolute position `start` [B], `kept` [B, C, 1] → (the output,
+        the new kept step)."""
+        joined = torch.cat([kept, _masked(x, start, end)], dim=-1)
+        return upsample(joined, self.conv), joined[..., -1:]
 
 
 class StreamingNoise(nn.Module):

@@ -322,15 +322,18 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
     TorchScript Snake included (fullgraph, dynamic shapes: a graph break would be an error,
     and serving would fall back to eager kernels with a warning): two calls of different
     lengths and rows, the second on the first's state, decode as the eager steps do. The last
-    block's noise step and three residual steps stand for all sixteen (each is a program of its
-    own: minutes of CPU for all)."""
+    block's upsampling, noise and three residual steps stand for all twenty (each is a program
+    of its own: minutes of CPU for all)."""
     from models.codecs.snac_streaming import NO_END
 
     det = SnacDetokenizer(_tiny(seed=1))
     decoder = det.decoder
     blocks = decoder.repeated_blocks()
-    units = [*blocks[-3:], list(decoder.noise_steps.values())[-1]]
-    assert len(blocks) == 16 and units[-1] in blocks[:4]  # 4 noise steps, then 12 units
+    last_upsample, last_noise = (
+        list(steps.values())[-1] for steps in (decoder.upsample_steps, decoder.noise_steps)
+    )
+    units = [*blocks[-3:], last_upsample, last_noise]
+    assert len(blocks) == 20  # 4 upsampling steps, 4 noise steps, then 12 residual units
     frames = torch.from_numpy(_frames(6, seed=4))[None].repeat(2, 1, 1)
     rows = lambda *values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
 
@@ -395,7 +398,7 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     assert {kind for kind, _, _ in graphs.keys} == {"snac"}
     assert {length for _, _, length in graphs.keys} == {3, 1, 2, 8}
     assert graphs.regions == graphed.decoder.repeated_blocks()  # compiled before capture
-    assert len(graphs.regions) == 4 * len(model.decoder_rates)  # a noise step, 3 units
+    assert len(graphs.regions) == 5 * len(model.decoder_rates)  # upsample, noise, 3 units
     expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
     assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
