@@ -54,10 +54,15 @@ def _place(audio: torch.Tensor, first: int, total: int, out: torch.Tensor) -> No
 def _streamed(decoder: StreamingSnacDecoder, frames, chunks, seed: int) -> torch.Tensor:
     """Feed `frames` in chunks of the given sizes (frames), then the end: the samples the
     decoder still owes come out of a flush of zero latents."""
+    return _streamed_in(decoder, frames, chunks, seed, torch.float32)
+
+
+def _streamed_in(decoder, frames, chunks, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    """_streamed with the decoder's state and latents in `dtype` (float32 audio out)."""
     n = len(frames)
     total = n * SPF
     out = torch.full((total,), float("nan"))
-    state = decoder.new_state(1)
+    state = decoder.new_state(1, dtype=dtype)
     seeds = torch.tensor([seed])
     fed = 0
     with torch.inference_mode():
@@ -73,7 +78,7 @@ def _streamed(decoder: StreamingSnacDecoder, frames, chunks, seed: int) -> torch
             fed += size
         assert fed == n, "the chunks must cover the utterance"
         flush = math.ceil(decoder.delay_samples / HOP)
-        latent = torch.zeros(1, decoder.model.latent_dim, flush)
+        latent = torch.zeros(1, decoder.model.latent_dim, flush, dtype=dtype)
         audio, state = decoder.decode(
             latent, state, torch.tensor([4 * n]), torch.tensor([4 * n]), seeds
         )
@@ -204,3 +209,33 @@ def test_the_skip_path_is_the_input_delayed_by_the_units_reach(n):
     out, new_kept = _delayed(x, kept, h)
     assert torch.equal(out, line[..., :n])
     assert torch.equal(new_kept, line[..., -h:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pointwise_equals_the_1x1_conv(dtype):
+    """A 1×1 conv as the units and noise steps run it (a matmul in half precision, the conv
+    in float32) gives the conv's values, bias included."""
+    from models.codecs.snac_streaming import pointwise
+
+    torch.manual_seed(1)
+    conv = torch.nn.Conv1d(6, 4, kernel_size=1).to(dtype)
+    x = torch.randn(3, 6, 10, dtype=dtype)
+    with torch.inference_mode():
+        expected = conv(x)
+        got = pointwise(x, conv)
+    assert got.dtype == dtype and got.shape == expected.shape
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_half_precision_decoder_decodes_as_float32_does(model):
+    """The decoder in bfloat16 (its 1×1 convs then run as matmuls) streams what float32 does,
+    to bfloat16's rounding: a wrong half-precision path would be off by the signal itself."""
+    import copy
+
+    frames = _frames(6, seed=2)
+    reference = _streamed(StreamingSnacDecoder(model), frames, [2, 4], seed=5)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    decoder = StreamingSnacDecoder(half)
+    got = _streamed_in(decoder, frames, [2, 4], seed=5, dtype=torch.bfloat16)
+    error = (got - reference).pow(2).mean().sqrt() / reference.pow(2).mean().sqrt()
+    assert error < 0.05, f"relative RMS error {error:.3f}"
