@@ -380,7 +380,9 @@ class SnacDetokenizer:
                     graphs.capture(key, self.decoder.decode_frames, inputs, borrow=(1,))
 
     def repeated_blocks(self) -> list[torch.nn.Module]:
-        """The decoder's upsampling steps (one per block: a mask, the kept step, the
+        """The decoder's two symmetric convs (the latent's depthwise one and the output
+        conv, each with its mask and kept inputs), its upsampling steps (one per block: a
+        mask, the kept step, the
         transposed conv's GEMM and overlap-add), noise steps (one per block: the positional
         noise's hash and Box-Muller, a pointwise conv, an add) and residual units' steps
         (three per block: two Snake activations, a dilated and a pointwise conv, a residual

@@ -75,6 +75,13 @@ class StreamingSnacDecoder:
             for noise in model.decoder.modules()
             if isinstance(noise, PositionalNoise)
         }
+        # ... each symmetric conv of the chain (the latent's depthwise conv, the output conv),
+        # with its input's mask and kept inputs ...
+        self.conv_steps = {
+            conv: StreamingConv(conv)
+            for conv in self.steps
+            if isinstance(conv, nn.Conv1d) and conv.kernel_size[0] > 1
+        }
         # ... and each upsampling conv, with its input's mask and kept step.
         self.upsample_steps = {
             conv: StreamingUpsample(conv)
@@ -153,7 +160,9 @@ class StreamingSnacDecoder:
         if isinstance(step, nn.Conv1d):
             if step.kernel_size[0] == 1:
                 return step(x)
-            return self._conv(step, x, rows, queue, new_state)
+            y, kept = self.conv_steps[step](x, next(queue), rows.start, rows.end)
+            new_state.append(kept)
+            return y
         if isinstance(step, nn.ConvTranspose1d):
             y, kept = self.upsample_steps[step](x, next(queue), rows.start, rows.end)
             new_state.append(kept)
@@ -167,20 +176,13 @@ class StreamingSnacDecoder:
             return self.noise_steps[step](x, rows.seed, rows.start)
         return step(x)  # Snake1d, Tanh (_flatten admits nothing else)
 
-    def _conv(self, conv: nn.Conv1d, x, rows: _Rows, queue, new_state) -> torch.Tensor:
-        """A symmetric conv: its window over [kept inputs, new inputs] without padding; its
-        output starts h before the new inputs."""
-        h = _half_width(conv)
-        joined = torch.cat([next(queue), _inside(x, rows)], dim=-1)
-        new_state.append(joined[..., -2 * h :])
-        return F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
-
     def repeated_blocks(self) -> list[nn.Module]:
-        """The upsampling and noise steps (one each per upsampling block), then the residual
-        units' steps (three per block): what --compile-codec compiles
-        (cuda_graphs.compile_regions; residual steps of one width and dilation share a
-        program, the others have one each)."""
+        """The chain's two symmetric convs, the upsampling and noise steps (one each per
+        upsampling block), then the residual units' steps (three per block): what
+        --compile-codec compiles (cuda_graphs.compile_regions; residual steps of one width and
+        dilation share a program, the others have one each)."""
         return [
+            *self.conv_steps.values(),
             *self.upsample_steps.values(),
             *self.noise_steps.values(),
             *self.residual_steps.values(),
@@ -256,12 +258,35 @@ class StreamingResidualUnit(nn.Module):
         skip, new_skip = _delayed(x, skip_state, h)
         joined = torch.cat([conv_state, _masked(self.snake_in(x), start, end)], dim=-1)
         conv = self.conv
-        if torch.compiler.is_compiling() and conv.groups == conv.in_channels == conv.out_channels:
-            y = depthwise_taps(joined, conv)  # depthwise (snac_24khz), fused by the compiler
+        if torch.compiler.is_compiling():
+            y = conv_taps(joined, conv)  # fused by the compiler
         else:
             y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
         y = pointwise(self.snake_out(y), self.pointwise)
         return skip + y, new_skip, joined[..., -2 * h :]
+
+
+class StreamingConv(nn.Module):
+    """A symmetric conv of half-width h stepped with its state: its window over [the last 2h
+    inputs, the new ones] without padding, so its output starts h before the new inputs. What
+    --compile-codec compiles: the input's mask and the concatenation with the conv (as shifted
+    multiply-adds, `conv_taps`). Shares the conv (weights)."""
+
+    def __init__(self, conv: nn.Conv1d):
+        super().__init__()
+        self.conv = conv
+        self.reach = _half_width(conv)
+
+    def forward(self, x, kept, start, end) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, C, n] from absolute position `start` [B], `kept` [B, C, 2h] → (the output,
+        the new kept inputs)."""
+        joined = torch.cat([kept, _masked(x, start, end)], dim=-1)
+        conv = self.conv
+        if torch.compiler.is_compiling():
+            y = conv_taps(joined, conv)
+        else:
+            y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+        return y, joined[..., -2 * self.reach :]
 
 
 class StreamingUpsample(nn.Module):
@@ -345,6 +370,25 @@ def pointwise(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     return y if conv.bias is None else y + conv.bias[:, None]
 
 
+def conv_taps(joined: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """A conv over `joined` without padding as sums of shifted views, for the compiler to
+    fuse: depthwise (groups = channels) as `depthwise_taps`; a conv to one output channel (the
+    decoder's last) as each tap's channel-weighted views summed over channels, one reduction
+    reading its input once, where cuDNN transposed the input to channels-last first."""
+    if conv.groups == conv.in_channels == conv.out_channels:
+        return depthwise_taps(joined, conv)
+    if conv.groups != 1 or conv.out_channels != 1:
+        return F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+    k, d = conv.kernel_size[0], conv.dilation[0]
+    n = joined.shape[-1] - d * (k - 1)
+    weight = conv.weight[0, :, :, None]  # [C, k, 1]
+    y = joined[..., :n] * weight[:, 0]
+    for tap in range(1, k):
+        y = y + joined[..., tap * d : tap * d + n] * weight[:, tap]
+    y = y.sum(dim=1, keepdim=True)
+    return y if conv.bias is None else y + conv.bias[:, None]
+
+
 def depthwise_taps(joined: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     """A depthwise conv (groups = channels) over `joined` without padding, as a sum of its
     k shifted, per-channel-scaled views: F.conv1d's values (summed in another order).
@@ -370,10 +414,6 @@ def _half_width(conv: nn.Conv1d) -> int:
     if conv.stride[0] != 1 or conv.padding[0] != h or d * (k - 1) % 2:
         raise ValueError(f"streaming SNAC needs symmetric stride-1 convs, got {conv}")
     return h
-
-
-def _inside(x: torch.Tensor, rows: _Rows) -> torch.Tensor:
-    return _masked(x, rows.start, rows.end)
 
 
 def _masked(x: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:

@@ -321,9 +321,9 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
     """--compile-codec compiles the decoder's noise and residual-unit steps, snac's
     TorchScript Snake included (fullgraph, dynamic shapes: a graph break would be an error,
     and serving would fall back to eager kernels with a warning): two calls of different
-    lengths and rows, the second on the first's state, decode as the eager steps do. The last
-    block's upsampling, noise and three residual steps stand for all twenty (each is a program
-    of its own: minutes of CPU for all)."""
+    lengths and rows, the second on the first's state, decode as the eager steps do. The
+    output conv and the last block's upsampling, noise and three residual steps stand for all
+    twenty-two (each is a program of its own: minutes of CPU for all)."""
     from models.codecs.snac_streaming import NO_END
 
     det = SnacDetokenizer(_tiny(seed=1))
@@ -332,8 +332,10 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
     last_upsample, last_noise = (
         list(steps.values())[-1] for steps in (decoder.upsample_steps, decoder.noise_steps)
     )
-    units = [*blocks[-3:], last_upsample, last_noise]
-    assert len(blocks) == 20  # 4 upsampling steps, 4 noise steps, then 12 residual units
+    output_conv = list(decoder.conv_steps.values())[-1]
+    units = [*blocks[-3:], last_upsample, last_noise, output_conv]
+    assert len(blocks) == 22  # 2 convs, 4 upsampling and 4 noise steps, 12 residual units
+    assert output_conv.conv.out_channels == 1
     frames = torch.from_numpy(_frames(6, seed=4))[None].repeat(2, 1, 1)
     rows = lambda *values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
 
@@ -398,7 +400,8 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     assert {kind for kind, _, _ in graphs.keys} == {"snac"}
     assert {length for _, _, length in graphs.keys} == {3, 1, 2, 8}
     assert graphs.regions == graphed.decoder.repeated_blocks()  # compiled before capture
-    assert len(graphs.regions) == 5 * len(model.decoder_rates)  # upsample, noise, 3 units
+    # the latent's and the output's convs; a block's upsample, noise, 3 units
+    assert len(graphs.regions) == 2 + 5 * len(model.decoder_rates)
     expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
     assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}

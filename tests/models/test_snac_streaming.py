@@ -170,6 +170,19 @@ def test_upsample_equals_the_transposed_conv(stride):
         torch.testing.assert_close(upsample(joined, conv), full[..., stride : 9 * stride])
 
 
+def test_the_output_convs_taps_equal_the_conv():
+    """The decoder's last conv (C channels to one, k 7) as shifted multiply-adds summed over
+    channels (what its compiled step runs) gives F.conv1d's values."""
+    from models.codecs.snac_streaming import conv_taps
+
+    torch.manual_seed(2)
+    conv = torch.nn.Conv1d(5, 1, kernel_size=7)
+    joined = torch.randn(3, 5, 20)
+    expected = F.conv1d(joined, conv.weight, conv.bias)
+    with torch.inference_mode():
+        torch.testing.assert_close(conv_taps(joined, conv), expected)
+
+
 @pytest.mark.parametrize("dilation", [1, 3, 9])
 def test_depthwise_taps_equal_the_grouped_conv(dilation):
     """The depthwise conv as k shifted multiply-adds (what the compiled residual units run)
