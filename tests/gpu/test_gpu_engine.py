@@ -258,29 +258,56 @@ def exact_float32_convs():
     torch.backends.cudnn.allow_tf32 = before
 
 
+def _detok_audio(detok) -> list[torch.Tensor]:
+    """Three streams' audio from the same seeded pushes and decode calls (8 rounds, the last
+    final), whatever the detokenizer runs them on."""
+    gen = torch.Generator().manual_seed(11)
+    streams = [detok.new_stream(seed=i) for i in range(3)]
+    pieces = [[] for _ in streams]
+    for step in range(8):
+        for i, s in enumerate(streams):
+            frames = torch.randint(0, 4096, (2 + i, 7), generator=gen).tolist()
+            detok.push(s, frames)
+        final = [step == 7] * 3
+        for i, audio in enumerate(detok.decode(streams, final)):
+            pieces[i].append(torch.from_numpy(audio))
+    return [torch.cat(p) for p in pieces]
+
+
 def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs, exact_float32_convs):
     from engine.cuda_graphs import CallableGraphs
 
     eager = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
     graphed = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
     graphed.enable_cuda_graphs(CallableGraphs(CUDA))
-    gen = torch.Generator().manual_seed(11)
-    outputs = []
-    for detok in (eager, graphed):
-        streams = [detok.new_stream(seed=i) for i in range(3)]
-        pieces = [[] for _ in streams]
-        for step in range(8):
-            for i, s in enumerate(streams):
-                frames = torch.randint(0, 4096, (2 + i, 7), generator=gen).tolist()
-                detok.push(s, frames)
-            final = [step == 7] * 3
-            for i, audio in enumerate(detok.decode(streams, final)):
-                pieces[i].append(torch.from_numpy(audio))
-        outputs.append([torch.cat(p) for p in pieces])
-        gen.manual_seed(11)
-    for a, b in zip(*outputs, strict=True):
+    for a, b in zip(_detok_audio(eager), _detok_audio(graphed), strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("half", [False, True], ids=["float32", "float16"])
+def test_compiled_detokenizer_graphs_equal_eager(gpu_tiny_dirs, exact_float32_convs, half):
+    """--compile-codec on CUDA: SNAC's compiled steps (Triton kernels: the units' fused taps,
+    the noise's hash, the upsampling's overlap-add, the output conv's channel sum) replayed in
+    graphs decode what eager float32 does; in float16 (--snac-fp16, its 1x1 convs as matmuls)
+    to float16's rounding."""
+    from engine.cuda_graphs import CallableGraphs, compiled_of
+
+    eager = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
+    graphed = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
+    if half:
+        graphed.model.half()
+    graphs = CallableGraphs(CUDA, compiled=True)
+    graphed.enable_cuda_graphs(graphs)
+    blocks = graphed.repeated_blocks()
+    assert compiled_of(blocks) == blocks  # none fell back to eager kernels
+    for a, b in zip(_detok_audio(eager), _detok_audio(graphed), strict=True):
+        assert a.shape == b.shape
+        if half:
+            error = (b - a).pow(2).mean().sqrt() / a.pow(2).mean().sqrt()
+            assert error < 0.01, f"relative RMS error {error:.4f}"
+        else:
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
 
 
 @needs_flashinfer
