@@ -61,31 +61,27 @@ class StreamingSnacDecoder:
         # units kept whole (each is a step with its own state). Its state's layout, its delay
         # and every call walk this one list.
         self.steps = _flatten(model.decoder.model)
-        # Each residual unit stepped as a module of its own: what --compile-codec compiles
-        # (repeated_blocks).
+        # The steps with state or position inputs, each stepped by a module of its own (the
+        # weights shared): what --compile-codec compiles (repeated_blocks). Eager, a noise
+        # step's hash and Box-Muller are ~two dozen elementwise kernels; compiled, one.
         self.residual_steps = {
             unit: StreamingResidualUnit(unit)
-            for unit in model.decoder.modules()
+            for unit in self.steps
             if isinstance(unit, ResidualUnit)
         }
-        # ... and each noise block, whose hash and Box-Muller are ~two dozen elementwise
-        # kernels a call eager and one compiled.
         self.noise_steps = {
             noise: StreamingNoise(noise)
-            for noise in model.decoder.modules()
+            for noise in self.steps
             if isinstance(noise, PositionalNoise)
         }
-        # ... each symmetric conv of the chain (the latent's depthwise conv, the output conv),
-        # with its input's mask and kept inputs ...
-        self.conv_steps = {
+        self.conv_steps = {  # the latent's depthwise conv and the output conv
             conv: StreamingConv(conv)
             for conv in self.steps
             if isinstance(conv, nn.Conv1d) and conv.kernel_size[0] > 1
         }
-        # ... and each upsampling conv, with its input's mask and kept step.
         self.upsample_steps = {
             conv: StreamingUpsample(conv)
-            for conv in model.decoder.modules()
+            for conv in self.steps
             if isinstance(conv, nn.ConvTranspose1d)
         }
         self.samples_per_latent = int(model.hop_length)
