@@ -32,13 +32,34 @@ from voxbench.ladder import (
 from voxbench.loadgen import ClientOptions, probe_session
 from voxbench.metrics import distribution
 from voxbench.records import RequestRecord
-from voxbench.workload import DEFAULT_WORKLOAD, burst_plan, load_workload, staggered_plan
+from voxbench.workload import (
+    DEFAULT_WORKLOAD,
+    PlannedRequest,
+    WorkItem,
+    burst_plan,
+    load_workload,
+    staggered_plan,
+)
 
 log = logging.getLogger("voxgate.bench")
 SCHEMA = "voxgate-capacity/1"
 # What a talking listener sends: Opus packets of 20 ms at 48 kHz (the protocol's default).
 MIC_AUDIO = {"format": "opus", "sample_rate": 48000, "frame_ms": 20}
 __all__ = ["MIC_AUDIO", "SCHEMA", "CapacityConfig", "CapacityRun", "capacity_of"]
+
+
+WARM_UP_AUDIO_S = 1.0  # each of the warm-up's two requests
+
+
+def warm_up_plan(items: list[WorkItem], token_rate: float) -> list[PlannedRequest]:
+    """The two short requests that warm a server up before the first point: items capped at
+    WARM_UP_AUDIO_S of audio before their tokens are counted (a random-weights model makes
+    exactly that many)."""
+    short = [
+        dataclasses.replace(item, audio_seconds=min(item.audio_seconds, WARM_UP_AUDIO_S))
+        for item in items
+    ]
+    return burst_plan(short, 2, token_rate, -1)
 
 
 @dataclass(frozen=True)
@@ -158,12 +179,9 @@ class CapacityRun(LadderRun):
             self.mic_packets = microphone_packets()
             self.results["settings"]["listeners_talk"] = True
         self.token_rate = self.token_rate_of(started, url, self.token_rate)
-        plan = burst_plan(self.items, 2, self.token_rate, -1)
-        plan = [
-            dataclasses.replace(p, item=dataclasses.replace(p.item, audio_seconds=1.0))
-            for p in plan
-        ]
-        self.gen.run(plan, self._options(url, drain_timeout_s=300.0))
+        self.gen.run(
+            warm_up_plan(self.items, self.token_rate), self._options(url, drain_timeout_s=300.0)
+        )
 
     def measure(self, url: str, n: int) -> dict[str, Any]:
         c = self.cfg

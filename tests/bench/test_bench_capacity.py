@@ -12,6 +12,7 @@ import pytest
 from gateway.cli import main
 from gateway.metrics import LOOP_TOTALS
 from voxbench.capacity import (
+    WARM_UP_AUDIO_S,
     CapacityRun,
     capacity_of,
     describe_late_streams,
@@ -241,8 +242,24 @@ def served_capacity(out, model: str, counts: str, *extra: str) -> list[str]:
     ]
 
 
+def test_the_warm_up_asks_for_short_requests():
+    """The two requests that warm a server up before the first point are each WARM_UP_AUDIO_S
+    of audio, their tokens counted from that (not from the item's whole length): a random-weights
+    model makes exactly `tokens`, so a warm-up of whole sentences took seconds of a CPU."""
+    from voxbench.capacity import warm_up_plan
+    from voxbench.workload import DEFAULT_WORKLOAD, load_workload, tokens_for
+
+    items = load_workload(DEFAULT_WORKLOAD)
+    assert max(i.audio_seconds for i in items) > 3 * WARM_UP_AUDIO_S
+    plan = warm_up_plan(items, token_rate=50.0)
+    assert len(plan) == 2
+    for planned in plan:
+        assert planned.item.audio_seconds <= WARM_UP_AUDIO_S
+        assert planned.tokens == tokens_for(planned.item.audio_seconds, 50.0) <= 50
+
+
 @pytest.mark.timeout(300)
-def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys):
+def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys, served_bench):
     # Admission off: on a slow 2-core machine real-time admission rightly refuses a second
     # tiny-orpheus stream it cannot keep in real time, and this test is about the ladder and
     # what each point records (admission's refusals have tests of their own).
@@ -295,7 +312,7 @@ def test_microphone_packets_are_opus_at_the_protocols_default():
 
 
 @pytest.mark.timeout(300)
-def test_full_duplex_listeners_talk_on_the_cpu(tmp_path, capsys):
+def test_full_duplex_listeners_talk_on_the_cpu(tmp_path, capsys, served_bench):
     """A full-duplex model (tiny-moshi): each listener streams Opus microphone packets in real
     time and hears the model's audio; the point's verdict and the duplex loop's profile."""
     argv = served_capacity(
@@ -390,7 +407,7 @@ def test_a_terminated_bench_stops_the_server_it_started(tmp_path):
     assert not outlived, "the bench's server outlived it"
 
 
-def test_a_server_that_cannot_start_is_recorded_and_fails_the_run(tmp_path, capsys):
+def test_a_server_that_cannot_start_is_recorded_and_fails_the_run(tmp_path, capsys, served_bench):
     """The server refuses its arguments (a tiny preset is random already): the run records why
     in its results and exits 1, so a script does not take an empty ladder for a measured one."""
     argv = served_capacity(tmp_path, "tiny-moshi", "2", "--random-weights")

@@ -15,7 +15,7 @@ from voxbench.workload import tokens_for
 
 
 @pytest.mark.timeout(300)
-def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys):
+def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys, served_bench):
     argv = [
         "--log-level",
         "WARNING",

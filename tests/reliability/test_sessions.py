@@ -121,12 +121,19 @@ async def test_a_client_that_stops_reading_is_dropped_with_bounded_memory(tiny_s
     """--max-send-queue-ms 1000 (conftest): once a second of audio waits unread (beyond what
     the kernel's socket buffers took), the session is closed with 1008 and its request freed;
     the server holds no more than that. voxgate-tiny generates faster than real time, so the
-    pacer, not the model, sets the pace at which unread audio piles up."""
+    pacer, not the model, sets the pace at which unread audio piles up.
+
+    The kernel's buffers are kept small, so that it is the server's queue that fills: a small
+    receive window, and a small maximum segment, which the server's socket sizes its send
+    buffer by (Linux: a multiple of the segment). With loopback's 64-kB segments that buffer
+    took ~3 MB, 30 s of this audio, before the server's queue held any of it."""
     server = tiny_server
     await engine_idle(server)
     rss_before = server.rss_mb()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, before connect
+    # Both before connect: the window and the segment size are offered in the handshake.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1024)
     sock.connect(("127.0.0.1", server.port))
     sock.setblocking(False)
     async with websockets.connect(server.ws + "/v1/stream", sock=sock, max_queue=1) as ws:
