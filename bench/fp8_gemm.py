@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 
 import torch
 import torch.nn.functional as F
+from graph_timing import replay_us
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -72,23 +74,6 @@ def make_variants(weights: list[torch.Tensor]):
     return {"bf16": bf16, "fp8-rowwise": fp8_rowwise, "fp8-tensorwise": fp8_tensorwise}
 
 
-def time_graph(fn, xs, reps: int) -> tuple[float, list[torch.Tensor]]:
-    for _ in range(3):  # compile, allocate
-        fn(xs)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = fn(xs)
-    graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) * 1000 / reps, [o.float() for o in outs]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="128,192,256,272,320")
@@ -110,7 +95,8 @@ def main() -> None:
             flops = sum(2 * m * k * n for k, n in shapes)
             reference = None
             for name, fn in variants.items():
-                us, outs = time_graph(fn, xs, args.reps)
+                us, outs = replay_us(partial(fn, xs), args.reps)
+                outs = [o.float() for o in outs]
                 row = {"rows": m, "variant": name, "us_per_layer": round(us, 1)}
                 row["tflops"] = round(flops / (us * 1e-6) / 1e12)
                 if reference is None:

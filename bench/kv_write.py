@@ -17,6 +17,7 @@ import json
 from functools import partial
 
 import torch
+from graph_timing import replay_us
 
 from engine.attention import store_kv
 
@@ -39,22 +40,6 @@ def engine_writes(caches, slots, k, v) -> None:
 def fused_writes(fused, caches, slots, k, v) -> None:
     for k_cache, v_cache in caches:
         fused(k_cache, v_cache, slots, k, v)
-
-
-def time_graph(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) * 1000 / reps
 
 
 def written(caches, slots) -> list[torch.Tensor]:
@@ -89,12 +74,12 @@ def main() -> None:
                 for _ in range(2)
             )
 
-            engine_us = time_graph(partial(engine_writes, caches, slots, k, v), args.reps)
+            engine_us = replay_us(partial(engine_writes, caches, slots, k, v), args.reps)[0]
             expected = written(caches, slots)
             for pair in caches:
                 for c in pair:
                     c.zero_()
-            fused_us = time_graph(partial(fused_writes, fused, caches, slots, k, v), args.reps)
+            fused_us = replay_us(partial(fused_writes, fused, caches, slots, k, v), args.reps)[0]
             same = all(
                 torch.equal(a, b) for a, b in zip(expected, written(caches, slots), strict=True)
             )
