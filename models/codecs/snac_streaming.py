@@ -254,10 +254,7 @@ class StreamingResidualUnit(nn.Module):
         skip, new_skip = _delayed(x, skip_state, h)
         joined = torch.cat([conv_state, _masked(self.snake_in(x), start, end)], dim=-1)
         conv = self.conv
-        if torch.compiler.is_compiling():
-            y = conv_taps(joined, conv)  # fused by the compiler
-        else:
-            y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+        y = symmetric_conv(joined, conv)
         y = pointwise(self.snake_out(y), self.pointwise)
         return skip + y, new_skip, joined[..., -2 * h :]
 
@@ -278,10 +275,7 @@ class StreamingConv(nn.Module):
         the new kept inputs)."""
         joined = torch.cat([kept, _masked(x, start, end)], dim=-1)
         conv = self.conv
-        if torch.compiler.is_compiling():
-            y = conv_taps(joined, conv)
-        else:
-            y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+        y = symmetric_conv(joined, conv)
         return y, joined[..., -2 * self.reach :]
 
 
@@ -366,40 +360,37 @@ def pointwise(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     return y if conv.bias is None else y + conv.bias[:, None]
 
 
+def symmetric_conv(joined: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """`conv` over `joined` without padding. While being compiled (--compile-codec), a
+    depthwise conv or a conv to one output channel runs as shifted multiply-adds (`conv_taps`),
+    which the compiler fuses with the mask and the Snake before it into one kernel reading
+    its input once: as F.conv1d the depthwise one ran the generic depthwise kernel, ~6× slower
+    than its bytes allow (190 µs a call for Orpheus' batched jobs on an H200, in float32), and
+    cuDNN ran the output conv after a channels-last transpose. Eager, k multiply-adds cost
+    more than those kernels, so F.conv1d."""
+    if torch.compiler.is_compiling() and _has_taps(conv):
+        return conv_taps(joined, conv)
+    return F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+
+
+def _has_taps(conv: nn.Conv1d) -> bool:
+    depthwise = conv.groups == conv.in_channels == conv.out_channels
+    return depthwise or (conv.groups == 1 and conv.out_channels == 1)
+
+
 def conv_taps(joined: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """A conv over `joined` without padding as sums of shifted views, for the compiler to
-    fuse: depthwise (groups = channels) as `depthwise_taps`; a conv to one output channel (the
-    decoder's last) as each tap's channel-weighted views summed over channels, one reduction
-    reading its input once, where cuDNN transposed the input to channels-last first."""
-    if conv.groups == conv.in_channels == conv.out_channels:
-        return depthwise_taps(joined, conv)
-    if conv.groups != 1 or conv.out_channels != 1:
-        return F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation, groups=conv.groups)
+    """A depthwise conv (groups = channels), or a conv to one output channel, over `joined`
+    without padding as a sum of its k shifted, per-channel-scaled views (summed over the
+    channels for the one-output conv): F.conv1d's values, summed in another order."""
     k, d = conv.kernel_size[0], conv.dilation[0]
     n = joined.shape[-1] - d * (k - 1)
-    weight = conv.weight[0, :, :, None]  # [C, k, 1]
+    depthwise = conv.groups == conv.in_channels == conv.out_channels
+    weight = (conv.weight[:, 0] if depthwise else conv.weight[0])[..., None]  # [C, k, 1]
     y = joined[..., :n] * weight[:, 0]
     for tap in range(1, k):
         y = y + joined[..., tap * d : tap * d + n] * weight[:, tap]
-    y = y.sum(dim=1, keepdim=True)
-    return y if conv.bias is None else y + conv.bias[:, None]
-
-
-def depthwise_taps(joined: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """A depthwise conv (groups = channels) over `joined` without padding, as a sum of its
-    k shifted, per-channel-scaled views: F.conv1d's values (summed in another order).
-
-    Why: compiled (--compile-codec), the sum is one fused kernel with the Snake before it and
-    the mask, reading its input once; F.conv1d stays an opaque call to the generic depthwise
-    kernel, which ran ~6× slower than its bytes allow (190 µs a call for Orpheus' batched jobs
-    on an H200, in float32). Eager, k multiply-adds cost more than that kernel: the residual
-    units use it only while being compiled."""
-    k, d = conv.kernel_size[0], conv.dilation[0]
-    n = joined.shape[-1] - d * (k - 1)
-    weight = conv.weight[:, 0, :, None]  # [C, k, 1]
-    y = joined[..., :n] * weight[:, 0]
-    for tap in range(1, k):
-        y = y + joined[..., tap * d : tap * d + n] * weight[:, tap]
+    if not depthwise:
+        y = y.sum(dim=1, keepdim=True)
     return y if conv.bias is None else y + conv.bias[:, None]
 
 

@@ -184,17 +184,17 @@ def test_the_output_convs_taps_equal_the_conv():
 
 
 @pytest.mark.parametrize("dilation", [1, 3, 9])
-def test_depthwise_taps_equal_the_grouped_conv(dilation):
+def test_conv_taps_equal_the_grouped_conv(dilation):
     """The depthwise conv as k shifted multiply-adds (what the compiled residual units run)
     gives F.conv1d's values over the same window."""
-    from models.codecs.snac_streaming import depthwise_taps
+    from models.codecs.snac_streaming import conv_taps
 
     torch.manual_seed(dilation)
     conv = torch.nn.Conv1d(4, 4, kernel_size=7, dilation=dilation, groups=4)
     joined = torch.randn(2, 4, 6 * dilation + 11)
     expected = F.conv1d(joined, conv.weight, conv.bias, dilation=dilation, groups=4)
     with torch.inference_mode():
-        torch.testing.assert_close(depthwise_taps(joined, conv), expected)
+        torch.testing.assert_close(conv_taps(joined, conv), expected)
 
 
 def test_a_transposed_conv_of_another_kernel_is_refused():
