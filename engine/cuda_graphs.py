@@ -12,10 +12,12 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from functools import partial
 
 import torch
 
 from engine.attention import AttentionBackend, StepLayout
+from engine.compile_guard import CompiledOrEager
 from models.device_util import StagingRing
 
 log = logging.getLogger("voxgate.graphs")
@@ -190,12 +192,28 @@ def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     550 s on an H200. `fullgraph`: a graph break would split the
     fused kernels back up; dynamic shapes: every bucket of rows and frames shares the
     program. Inductor fuses what eager torch launches one by one (layer norms with their
-    residual adds, masks, activations), so a replay holds fewer, larger kernels."""
+    residual adds, masks, activations), so a replay holds fewer, larger kernels.
+
+    A block whose compile fails (no working Triton or C compiler on this machine, an
+    Inductor bug) goes back to eager on its first call, with the blocks of its kind, and a
+    warning naming the kind and where the compiler failed: the other kinds stay compiled,
+    and the server starts either way."""
     # A program is cached per code object and guarded per block kind and shape: allow a
     # few kinds of block beyond dynamo's default of 8 before it falls back to eager.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    modules = list(modules)
+    kinds: dict[type, list[torch.nn.Module]] = {}
     for module in modules:
-        module.compile(fullgraph=True, dynamic=True)
+        kinds.setdefault(type(module), []).append(module)
+    for module in modules:
+        kind = kinds[type(module)]
+        module._compiled_call_impl = CompiledOrEager(
+            torch.compile(module._call_impl, fullgraph=True, dynamic=True),
+            module._call_impl,
+            f"{type(module).__name__} ({len(kind)} blocks)",
+            ", which serves fewer streams on a GPU; --no-compile-codec skips compiling",
+            on_failure=partial(uncompile_regions, kind),
+        )
 
 
 def uncompile_regions(modules: Iterable[torch.nn.Module]) -> None:
@@ -211,29 +229,11 @@ def compiled_of(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
     return [m for m in modules if m._compiled_call_impl is not None]
 
 
-def warm_up(fn: Callable, inputs: list[torch.Tensor], regions: list[torch.nn.Module]) -> bool:
-    """Run fn(*inputs) twice before a capture (allocations, library handles, and the first
-    call of compiled `regions`, which compiles them). A compile that fails (no working
-    Triton or C compiler on this machine, an Inductor bug) must not stop the server: the
-    regions go back to eager with a warning and the warm-up runs again. Returns whether it
-    fell back."""
-    try:
-        for _ in range(2):
-            fn(*inputs)
-        return False
-    except Exception as error:
-        if not regions:
-            raise
-        first_line = (str(error).strip().splitlines() or [""])[0][:300]
-        log.warning(
-            "compiling the codec's blocks failed (%s: %s); capturing them uncompiled, "
-            "which serves fewer streams on a GPU. --no-compile-codec skips the attempt.",
-            type(error).__name__, first_line,
-        )  # fmt: skip
-        uncompile_regions(regions)
-        for _ in range(2):
-            fn(*inputs)
-        return True
+def warm_up(fn: Callable, inputs: list[torch.Tensor]) -> None:
+    """Run fn(*inputs) twice before a capture: allocations, library handles, and the first
+    call of compiled regions, which compiles them (or puts them back on eager)."""
+    for _ in range(2):
+        fn(*inputs)
 
 
 class CallableGraphs:
@@ -278,7 +278,7 @@ class CallableGraphs:
         stream = current if own else torch.cuda.Stream(self.device)
         stream.wait_stream(current)
         with torch.cuda.stream(stream):
-            warm_up(fn, static, compiled_of(self._regions))
+            warm_up(fn, static)
         current.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(
