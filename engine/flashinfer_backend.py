@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv
+from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv_pair
 from models.device_util import StagingRing
 
 WORKSPACE_BYTES = 256 * 2**20
@@ -146,8 +146,7 @@ class FlashInferBackend(AttentionBackend):
     ) -> torch.Tensor:
         slots = self._slots[: q.shape[0]]
         k_cache, v_cache = self.cache.k[layer], self.cache.v[layer]
-        store_kv(k_cache, slots, k)
-        store_kv(v_cache, slots, v)
+        store_kv_pair(k_cache, v_cache, slots, k, v)
         bs = self.cache.block_size
         paged = (
             k_cache.view(self._pages_view, bs, self.cache.num_kv_heads, self.cache.head_dim),

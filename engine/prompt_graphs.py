@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv
+from engine.attention import AttentionBackend, KVCache, StepLayout, store_kv_pair
 from engine.cuda_graphs import DecodeGraphs, Forward
 from models.device_util import StagingRing
 
@@ -86,8 +86,7 @@ class PromptAttention(AttentionBackend):
     ) -> torch.Tensor:
         tokens = q.shape[0]
         slots = self._slots[:tokens]
-        store_kv(self.cache.k[layer], slots, k)
-        store_kv(self.cache.v[layer], slots, v)
+        store_kv_pair(self.cache.k[layer], self.cache.v[layer], slots, k, v)
         mask = self._mask[: tokens * tokens].view(tokens, tokens)
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1)[None],

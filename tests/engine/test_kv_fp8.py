@@ -19,6 +19,31 @@ def test_store_saturates_instead_of_overflowing_to_nan():
     torch.testing.assert_close(back[..., 2:], x[..., 2:], rtol=1 / 16, atol=0)
 
 
+def test_the_fused_write_leaves_the_eager_writes_bytes():
+    """store_kv_pair's fused fp8 write (compiled on a GPU; compiled here on the CPU, where
+    the engine keeps the eager writes) saturates and scatters k and v as store_kv does,
+    byte for byte, for row counts its one program shares."""
+    from engine.attention import _fused_fp8_store
+    from engine.compile_guard import CompiledOrEager
+
+    fused = _fused_fp8_store()
+    assert isinstance(fused, CompiledOrEager)
+    torch.manual_seed(0)
+    shape = (64, 2, 8)
+    for rows in (5, 3):
+        slots = torch.randperm(shape[0])[:rows]
+        k, v = (torch.randn(rows, *shape[1:], dtype=torch.bfloat16) * 300 for _ in range(2))
+        eager = [torch.zeros(shape, dtype=torch.float8_e4m3fn) for _ in range(2)]
+        store_kv(eager[0], slots, k)
+        store_kv(eager[1], slots, v)
+        compiled = [torch.zeros(shape, dtype=torch.float8_e4m3fn) for _ in range(2)]
+        with torch.inference_mode():
+            fused(*compiled, slots, k, v)
+        assert not fused.failed
+        for a, b in zip(eager, compiled, strict=True):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
 def test_fp8_attention_is_the_bf16_attention_within_fp8_rounding():
     torch.manual_seed(0)
     hq, hkv, d, bs = 6, 2, 32, 4

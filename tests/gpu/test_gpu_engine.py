@@ -454,6 +454,33 @@ def test_depth_stage_graph_replay_equals_eager():
             assert torch.equal(replay, eager)
 
 
+def test_fused_fp8_kv_write_equals_the_eager_writes_in_a_graph():
+    """store_kv_pair on CUDA fp8 caches: one compiled (Triton) kernel a layer, warmed up and
+    then replayed in a CUDA graph, leaves store_kv's bytes, and its compile did not fall
+    back to the eager writes."""
+    from engine.attention import _fused_fp8_store, store_kv, store_kv_pair
+
+    fp8 = torch.float8_e4m3fn
+    shape = (4096, 8, 128)
+    gen = torch.Generator(device=CUDA).manual_seed(3)
+    slots = torch.randperm(shape[0], device=CUDA, generator=gen)[:40]
+    k, v = (torch.randn(40, 8, 128, device=CUDA, generator=gen).bfloat16() * 300 for _ in range(2))
+    fused = [torch.zeros(shape, dtype=fp8, device=CUDA) for _ in range(2)]
+    with torch.inference_mode():
+        store_kv_pair(*fused, slots[:7], k[:7], v[:7])  # warm-up: compiles
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            store_kv_pair(*fused, slots, k, v)
+        graph.replay()
+    torch.cuda.synchronize()
+    assert not _fused_fp8_store().failed
+    eager = [torch.zeros(shape, dtype=fp8, device=CUDA) for _ in range(2)]
+    store_kv(eager[0], slots, k)
+    store_kv(eager[1], slots, v)
+    for a, b in zip(eager, fused, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
 @needs_flashinfer
 @pytest.mark.parametrize("graph_batch", [None, 8])
 def test_fp8_cache_decode_through_xqa_equals_bf16(graph_batch):
