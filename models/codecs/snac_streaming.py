@@ -380,17 +380,24 @@ def _has_taps(conv: nn.Conv1d) -> bool:
 
 def conv_taps(joined: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     """A depthwise conv (groups = channels), or a conv to one output channel, over `joined`
-    without padding as a sum of its k shifted, per-channel-scaled views (summed over the
-    channels for the one-output conv): F.conv1d's values, summed in another order."""
+    without padding, as k shifted views: F.conv1d's values, summed in another order.
+    Depthwise, the sum of the k shifted, per-channel-scaled views. To one channel, each tap's
+    sum over the channels first, all k as one GEMM [k, C] @ joined, then the k shifted
+    one-channel lines added: a sum over channels inside a compiled kernel tripped Inductor's
+    tiling analysis on CUDA (torch 2.11: AssertionError in tiling_utils), and the GEMM reads
+    the input once."""
     k, d = conv.kernel_size[0], conv.dilation[0]
     n = joined.shape[-1] - d * (k - 1)
-    depthwise = conv.groups == conv.in_channels == conv.out_channels
-    weight = (conv.weight[:, 0] if depthwise else conv.weight[0])[..., None]  # [C, k, 1]
-    y = joined[..., :n] * weight[:, 0]
-    for tap in range(1, k):
-        y = y + joined[..., tap * d : tap * d + n] * weight[:, tap]
-    if not depthwise:
-        y = y.sum(dim=1, keepdim=True)
+    if conv.groups == conv.in_channels == conv.out_channels:
+        weight = conv.weight[:, 0, :, None]  # [C, k, 1]
+        y = joined[..., :n] * weight[:, 0]
+        for tap in range(1, k):
+            y = y + joined[..., tap * d : tap * d + n] * weight[:, tap]
+    else:
+        per_tap = torch.matmul(conv.weight[0].transpose(0, 1), joined)  # [B, k, n + d(k-1)]
+        y = per_tap[:, :1, :n]
+        for tap in range(1, k):
+            y = y + per_tap[:, tap : tap + 1, tap * d : tap * d + n]
     return y if conv.bias is None else y + conv.bias[:, None]
 
 
