@@ -91,7 +91,8 @@ class AudioOut:
             else:
                 self.last_job_s = job.seconds
                 self.scheduler.detok_time_s = ema(self.scheduler.detok_time_s, job.seconds)
-                self.scheduler.observe_codec_job(len(job.requests), job.seconds)
+                made_s = sum(len(pcm) for pcm in job.audio or ()) / rate
+                self.scheduler.observe_codec_job(made_s, job.seconds)
             if job.error is not None:
                 raise RuntimeError(f"detokenizer failed: {job.error}") from job.error
             for request, pcm, final in zip(job.requests, job.audio, job.final, strict=True):

@@ -199,7 +199,7 @@ class EngineCore:
                 "real-time admission: turn %.2f ms + %.3f ms/row (warm-up bursts): room for %s "
                 "streams until live turns refine it",
                 1e3 * fit.fixed_s,
-                1e3 * fit.per_row_s,
+                1e3 * fit.per_unit_s,
                 sched.capacity.capacity(),
             )
         one = sched.capacity.token_interval(1)

@@ -9,17 +9,24 @@ token's playback time. This is the sustained-throughput condition whatever the l
 streams that sit out a step catch up in a later one, and a turn of r rows yields r tokens
 for a + c*r seconds, which is best at r = n. The turn's cost by rows is fitted from live turns
 (engine/turn_cost.py). A codec that runs beside the LLM (a thread of its own, on CUDA) has
-its own budget: every stream needs a chunk per chunk of audio, in jobs of at most
-`max_detok_batch` rows. Where nothing is measured at all, the model cannot be judged and
-admission leaves it to the KV pool (and the listeners' buffers: engine/listener_guard.py).
+its own budget: every stream needs a second of audio a second, in jobs of at most
+`max_detok_batch` rows of a chunk each, and a job costs a fixed part plus a part per second
+of audio it makes (`CodecCost`), so the codec's busy share grows with the streams and must
+stay under `REALTIME_LOAD`. Both predictions never fall as streams are added, so the most
+streams that fit (`capacity`, the metrics' room) is found by bisection. Where nothing is
+measured at all, the model cannot be judged and admission leaves it to the KV pool (and the
+listeners' buffers: engine/listener_guard.py).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+import threading
+from collections import deque
 from dataclasses import dataclass
 
-from engine.turn_cost import TurnCostModel
+from engine.turn_cost import LIVE_WINDOW, CostLine, TurnCostModel, weighted_line
 
 # A stream is refused once the predicted token interval exceeds this share of a token's
 # playback time: the rest is margin for jitter. The turns it is predicted from are measured
@@ -41,53 +48,52 @@ class Verdict:
         return "" if self.ok else self.cause
 
 
-class CostCurve:
-    """Measured seconds by size (codec rows): a running mean per size."""
+class CodecCost:
+    """A threaded codec's job seconds as a line in the audio the job made: fixed (launches,
+    the job's smallest kernels) + per second of audio, fitted like the turn cost (least
+    squares, slope and fixed cost >= 0) to the last `window` steady jobs, each bin of audio
+    length by its median so one stalled job moves nothing. By audio made, not by rows: a
+    row's share of a job runs from one frame to a whole flushed tail, and a one-row job that
+    flushed seconds of audio says nothing about two streams' chunks."""
 
-    def __init__(self, weight: float = 0.2) -> None:
-        self.weight = weight
-        self._cost: dict[int, float] = {}
+    BIN_S = 0.1  # jobs are grouped by their audio, to this many seconds
 
-    def observe(self, size: int, seconds: float) -> None:
-        if size < 1 or seconds < 0:
-            return
-        old = self._cost.get(size)
-        self._cost[size] = (
-            seconds if old is None else (1 - self.weight) * old + self.weight * seconds
-        )
+    def __init__(self, window: int = LIVE_WINDOW) -> None:
+        self._jobs: deque[tuple[float, float]] = deque(maxlen=window)
+        self._lock = threading.Lock()  # stats read from the gateway's thread
 
-    def set(self, size: int, seconds: float) -> None:
-        """A calibrated figure, replacing what was observed at `size` so far."""
-        self._cost[size] = seconds
+    def observe(self, audio_s: float, seconds: float) -> None:
+        """A steady job that made `audio_s` seconds of audio (all its rows) in `seconds`."""
+        if audio_s > 0 and seconds >= 0:
+            with self._lock:
+                self._jobs.append((audio_s, seconds))
 
-    @property
-    def sizes(self) -> list[int]:
-        return sorted(self._cost)
+    def fit(self) -> CostLine | None:
+        """fixed_s a job + per_unit_s a second of audio; None while no job is measured."""
+        with self._lock:
+            jobs = tuple(self._jobs)
+        bins: dict[int, list[tuple[float, float]]] = {}
+        for audio_s, seconds in jobs:
+            bins.setdefault(round(audio_s / self.BIN_S), []).append((audio_s, seconds))
+        points = [
+            (
+                statistics.median(a for a, _ in group),
+                statistics.median(s for _, s in group),
+                len(group),
+            )
+            for group in bins.values()
+        ]
+        return weighted_line(points)
 
-    def predict(self, size: int) -> float | None:
-        """The expected cost at `size`: measured, interpolated between the nearest sizes
-        measured, or extrapolated past the largest. None: nothing measured."""
-        sizes = self.sizes
-        if not sizes:
+    def busy_share(self, streams: int, rows_per_job: int, chunk_s: float) -> float | None:
+        """The share of real time the codec would be busy giving `streams` streams their
+        audio, in jobs of up to `rows_per_job` rows of `chunk_s` seconds each (the steady
+        chunk: the smaller, dearer one); None while unmeasured. Never less for more streams."""
+        fit = self.fit()
+        if fit is None:
             return None
-        if size in self._cost:
-            return self._cost[size]
-        below = [s for s in sizes if s < size]
-        above = [s for s in sizes if s > size]
-        if below and above:
-            lo, hi = below[-1], above[0]
-            t = (size - lo) / (hi - lo)
-            return self._cost[lo] + t * (self._cost[hi] - self._cost[lo])
-        if above:  # smaller than anything measured: no dearer than the smallest
-            return self._cost[above[0]]
-        last = sizes[-1]
-        if len(sizes) == 1:
-            # One point: cost grows at most in proportion to size (pessimistic for a GPU,
-            # whose small batches cost nearly the same).
-            return self._cost[last] * size / last
-        prev = sizes[-2]
-        slope = max(0.0, (self._cost[last] - self._cost[prev]) / (last - prev))
-        return self._cost[last] + slope * (size - last)
+        jobs_per_s = streams / (chunk_s * min(streams, rows_per_job))
+        return jobs_per_s * fit.fixed_s + streams * fit.per_unit_s
 
 
 class RealtimeCapacity:
@@ -107,7 +113,7 @@ class RealtimeCapacity:
         self.max_detok_batch = max_detok_batch
         self.threaded_codec = threaded_codec
         self.steps = TurnCostModel()  # a decode turn's seconds by rows
-        self.codec = CostCurve()  # codec job seconds by rows (threaded codec only)
+        self.codec = CodecCost()  # codec job seconds by audio made (threaded codec only)
 
     @property
     def calibrated(self) -> bool:
@@ -135,15 +141,13 @@ class RealtimeCapacity:
             lo, hi = (mid, hi) if self.room_for(mid).ok else (lo, mid)
         return lo
 
-    def codec_period(self, streams: int) -> float | None:
-        """Predicted codec seconds to give each of `streams` one chunk (threaded codec)."""
+    def codec_load(self, streams: int) -> float | None:
+        """Predicted share of real time the codec is busy with `streams` streams (threaded
+        codec; None otherwise, or while unmeasured)."""
         if not self.threaded_codec:
             return None
-        rows = min(streams, self.max_detok_batch)
-        cost = self.codec.predict(rows)
-        if cost is None:
-            return None
-        return math.ceil(streams / self.max_detok_batch) * cost
+        chunk_s = self.chunk_tokens * self.seconds_per_token
+        return self.codec.busy_share(streams, self.max_detok_batch, chunk_s)
 
     def room_for(self, streams: int) -> Verdict:
         """Whether `streams` streams (the newcomer included) all stay in real time. A lone
@@ -161,14 +165,12 @@ class RealtimeCapacity:
                 f"{1000 * self.seconds_per_token:.1f} ms of audio each; try again shortly",
                 "turn_cost",
             )
-        chunk_s = self.chunk_tokens * self.seconds_per_token
-        codec = self.codec_period(streams)
-        if codec is not None and codec > REALTIME_LOAD * chunk_s:
+        load = self.codec_load(streams)
+        if load is not None and load > REALTIME_LOAD:
             return Verdict(
                 False,
-                f"no real-time capacity: the codec would take {1000 * codec:.0f} ms to decode "
-                f"a {1000 * chunk_s:.0f} ms chunk for each of {streams} streams; "
-                "try again shortly",
+                f"no real-time capacity: the codec would be busy {100 * load:.0f} % of real "
+                f"time decoding {streams} streams (measured job costs); try again shortly",
                 "codec",
             )
         return Verdict(True)

@@ -140,9 +140,10 @@ class Scheduler:
         if not self.calibrating:
             self.capacity.steps.observe(batch_size, interval_s)
 
-    def observe_codec_job(self, rows: int, seconds: float) -> None:
-        """A steady codec job's time at its number of rows (threaded codecs' budget)."""
-        self.capacity.codec.observe(rows, seconds)
+    def observe_codec_job(self, audio_s: float, seconds: float) -> None:
+        """A steady codec job's time and the seconds of audio it made, all rows (threaded
+        codecs' budget)."""
+        self.capacity.codec.observe(audio_s, seconds)
 
     # --- admission and removal -------------------------------------------------------------------
     def _reservation(self, request: Request) -> int:
@@ -207,7 +208,7 @@ class Scheduler:
         streams = sum(1 for r in self.requests.values() if r.wants_tokens)
         fit = self.capacity.steps.fit()
         turn = (
-            f"turn {1e3 * fit.fixed_s:.2f} ms + {1e3 * fit.per_row_s:.3f} ms/row"
+            f"turn {1e3 * fit.fixed_s:.2f} ms + {1e3 * fit.per_unit_s:.3f} ms/row"
             if fit
             else "turn cost not measured"
         )
@@ -234,7 +235,7 @@ class Scheduler:
             streams=len(live),
             capacity_streams=self.capacity.capacity() or 0,
             turn_fixed_s=fit.fixed_s if fit else 0.0,
-            turn_per_row_s=fit.per_row_s if fit else 0.0,
+            turn_per_row_s=fit.per_unit_s if fit else 0.0,
             live_turns=self.capacity.steps.live_turns,
             settled_listeners=health.settled,
             short_listeners=health.short,

@@ -35,14 +35,15 @@ FLOOR_SAMPLES = 3  # live turns of a size before their median floors the predict
 
 
 @dataclass(frozen=True)
-class TurnFit:
-    """turn seconds = fixed_s + per_row_s x rows."""
+class CostLine:
+    """seconds = fixed_s + per_unit_s x size: a turn's by its rows, a codec job's by the
+    seconds of audio it made (engine/realtime_capacity.py)."""
 
     fixed_s: float
-    per_row_s: float
+    per_unit_s: float
 
-    def at(self, rows: int) -> float:
-        return self.fixed_s + self.per_row_s * rows
+    def at(self, size: float) -> float:
+        return self.fixed_s + self.per_unit_s * size
 
 
 class TurnCostModel:
@@ -53,7 +54,7 @@ class TurnCostModel:
         self._live: deque[tuple[int, float]] = deque(maxlen=window)
         self._lock = threading.Lock()  # the window is copied while the engine appends
         self._version = 0
-        self._cache: tuple[int, TurnFit | None, tuple[tuple[int, float], ...]] | None = None
+        self._cache: tuple[int, CostLine | None, tuple[tuple[int, float], ...]] | None = None
 
     def seed(self, rows: int, seconds: float) -> None:
         """A warm-up burst's mean turn at `rows` (replaces an earlier figure at that size)."""
@@ -86,7 +87,7 @@ class TurnCostModel:
     def live_turns(self) -> int:
         return len(self._live)
 
-    def fit(self) -> TurnFit | None:
+    def fit(self) -> CostLine | None:
         """The fitted line, None while nothing is measured."""
         return self._model()[0]
 
@@ -103,7 +104,7 @@ class TurnCostModel:
         return cost
 
     # --- the fit ---------------------------------------------------------------------------------
-    def _model(self) -> tuple[TurnFit | None, tuple[tuple[int, float], ...]]:
+    def _model(self) -> tuple[CostLine | None, tuple[tuple[int, float], ...]]:
         version = self._version
         cache = self._cache
         if cache is not None and cache[0] == version:
@@ -117,7 +118,7 @@ class TurnCostModel:
         points = [(rows, statistics.median(times), len(times)) for rows, times in by_size]
         weight = self._prior_weight(live)
         points += [(rows, seconds, weight) for rows, seconds in prior.items()]
-        fit = _weighted_line(points)
+        fit = weighted_line(points)
         floors = tuple(
             (rows, statistics.median(times))
             for rows, times in by_size
@@ -132,10 +133,11 @@ class TurnCostModel:
         return max(fading, 1.0) if len(sizes) < 2 else fading
 
 
-def _weighted_line(points: list[tuple[int, float, float]]) -> TurnFit | None:
-    """Weighted least squares of seconds on rows, with a slope >= 0 and a fixed cost >= 0.
-    Points of one size only: cost in proportion to rows (pessimistic for a GPU, whose small
-    batches cost nearly the same)."""
+def weighted_line(points: list[tuple[float, float, float]]) -> CostLine | None:
+    """Weighted least squares of seconds on size (rows; a codec job's audio seconds), with a
+    slope >= 0 and a fixed cost >= 0, from (size, seconds, weight) points. Points of one size
+    only: cost in proportion to size (pessimistic for a GPU, whose small batches cost nearly
+    the same)."""
     total = sum(w for _, _, w in points)
     if total <= 0:
         return None
@@ -143,15 +145,15 @@ def _weighted_line(points: list[tuple[int, float, float]]) -> TurnFit | None:
     mean_s = sum(w * s for _, s, w in points) / total
     srr = sum(w * (r - mean_r) ** 2 for r, _, w in points)
     if srr <= 1e-9 * total:
-        return TurnFit(0.0, mean_s / mean_r)
+        return CostLine(0.0, mean_s / mean_r)
     slope = sum(w * (r - mean_r) * (s - mean_s) for r, s, w in points) / srr
     if slope < 0:
-        return TurnFit(mean_s, 0.0)
+        return CostLine(mean_s, 0.0)
     fixed = mean_s - slope * mean_r
     if fixed < 0:  # through the origin instead
         rr = sum(w * r * r for r, _, w in points)
-        return TurnFit(0.0, sum(w * r * s for r, s, w in points) / rr)
-    return TurnFit(fixed, slope)
+        return CostLine(0.0, sum(w * r * s for r, s, w in points) / rr)
+    return CostLine(fixed, slope)
 
 
 def _by_size(live: tuple[tuple[int, float], ...]) -> list[tuple[int, list[float]]]:

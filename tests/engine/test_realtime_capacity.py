@@ -18,7 +18,7 @@ from engine.listener_guard import (
     ListenerHealth,
     listener_health,
 )
-from engine.realtime_capacity import REALTIME_LOAD, CostCurve, RealtimeCapacity
+from engine.realtime_capacity import REALTIME_LOAD, CodecCost, RealtimeCapacity
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.turn_cost import LIVE_WINDOW, TurnCostModel
@@ -61,20 +61,22 @@ def heard_playing(request: Request, now: float, played_s: float, lead_s: float) 
     request.audio_emitted_s = played_s + lead_s
 
 
-def test_cost_curve_interpolates_and_extrapolates_from_measured_sizes():
-    curve = CostCurve()
-    assert curve.predict(4) is None  # nothing measured: cannot judge
-    curve.observe(4, 0.010)
-    assert curve.predict(4) == 0.010
-    assert curve.predict(8) == pytest.approx(0.020)  # one point: proportional to size
-    assert curve.predict(2) == 0.010  # below the smallest: no cheaper than it
-    curve.observe(8, 0.014)
-    assert curve.predict(6) == pytest.approx(0.012)  # between: linear
-    assert curve.predict(16) == pytest.approx(0.022)  # past the largest: the last slope
-    curve.observe(8, 0.024)  # live steps move a size's figure (a running mean)
-    assert 0.014 < curve.predict(8) < 0.024
-    curve.set(8, 0.030)  # a calibration replaces it
-    assert curve.predict(8) == 0.030
+def test_the_codec_cost_is_a_line_in_the_audio_its_jobs_made():
+    """Jobs cost 20 ms + 100 ms a second of audio: the fit recovers it from jobs of several
+    lengths, a stalled job (2 s) among its bin's others moves nothing, and the busy share
+    never falls as streams are added."""
+    cost = CodecCost()
+    assert cost.fit() is None and cost.busy_share(4, 4, 0.32) is None
+    for audio_s in (0.32, 0.64, 1.28, 2.56) * 3:
+        cost.observe(audio_s, 0.020 + 0.100 * audio_s)
+    cost.observe(1.28, 2.0)
+    fit = cost.fit()
+    assert fit.fixed_s == pytest.approx(0.020) and fit.per_unit_s == pytest.approx(0.100)
+    shares = [cost.busy_share(n, 4, 0.32) for n in range(1, 40)]
+    assert shares == sorted(shares)
+    # 8 streams in jobs of 4 rows of 0.32 s: 6.25 jobs a second of 20 ms, and 0.8 s of
+    # codec time for their 8 s of audio.
+    assert shares[7] == pytest.approx(6.25 * 0.020 + 8 * 0.100)
 
 
 def test_a_burst_is_cut_at_the_size_that_would_fall_behind():
@@ -116,15 +118,34 @@ def test_live_steps_refine_the_calibration():
 
 
 def test_a_codec_beside_the_llm_has_its_own_budget():
-    """With a threaded codec, each stream needs a chunk (8 tokens, 320 ms) per chunk of audio;
-    jobs of up to max_detok_batch rows: 4 rows at 110 ms, so 2 jobs (8 streams) fit in
-    0.95 x 320 ms and 3 jobs do not."""
+    """With a threaded codec, n streams need n seconds of audio a second, in jobs of up to
+    max_detok_batch (4) rows of a chunk (8 tokens, 320 ms): at 20 ms a job + 100 ms a second
+    of audio that is 0.1156 x n of real time, under 0.95 up to 8 streams."""
     sched = make_scheduler(threaded_codec=True, max_detok_batch=4)
     sched.capacity.steps.seed(1, 0.1 * TOKEN_S)
     sched.capacity.steps.seed(64, 0.2 * TOKEN_S)
-    sched.observe_codec_job(4, 0.110)
+    for _ in range(3):
+        sched.observe_codec_job(1.28, 0.020 + 0.100 * 1.28)
+        sched.observe_codec_job(0.32, 0.020 + 0.100 * 0.32)
     admitted, reason = burst(sched, 20)
-    assert admitted == 8 and "the codec would take" in reason
+    assert admitted == 8 and "the codec would be busy" in reason
+
+
+def test_a_long_flush_or_a_stall_leaves_the_room_where_the_costs_put_it():
+    """A one-row job that flushed a stream's 5-s tail and a job stalled for 2 s are what the
+    codec did, not what a stream costs: the room (the metrics' gauge, found by bisection)
+    stays at the 8 streams the line allows, and every smaller count fits."""
+    capacity = RealtimeCapacity(TOKEN_S, 8, 128, 4, threaded_codec=True)
+    capacity.steps.seed(1, 0.1 * TOKEN_S)
+    capacity.steps.seed(64, 0.2 * TOKEN_S)
+    for _ in range(3):
+        capacity.codec.observe(1.28, 0.020 + 0.100 * 1.28)
+        capacity.codec.observe(0.32, 0.020 + 0.100 * 0.32)
+    capacity.codec.observe(5.0, 0.020 + 0.100 * 5.0)  # one row, its whole tail
+    capacity.codec.observe(0.32, 2.0)  # a stall
+    assert capacity.capacity() == 8
+    assert all(capacity.room_for(n).ok for n in range(1, 9))
+    assert not any(capacity.room_for(n).ok for n in range(9, 40))
 
 
 def test_admission_is_on_by_default_and_off_only_when_asked():
@@ -179,7 +200,7 @@ def test_the_fit_recovers_a_turn_cost_from_live_turns_of_every_size():
         rows = 40 + i % 50
         model.observe(rows, 0.008 + 0.00005 * rows)
     fit = model.fit()
-    assert fit.fixed_s == pytest.approx(0.008) and fit.per_row_s == pytest.approx(0.00005)
+    assert fit.fixed_s == pytest.approx(0.008) and fit.per_unit_s == pytest.approx(0.00005)
     assert model.predict(128) == pytest.approx(0.008 + 0.00005 * 128)
 
 
@@ -210,7 +231,7 @@ def test_live_turns_of_one_size_keep_the_bursts_slope():
     for _ in range(LIVE_WINDOW):
         model.observe(10, 0.015)
     fit = model.fit()
-    assert fit.per_row_s > 0.0001
+    assert fit.per_unit_s > 0.0001
     assert model.predict(10) == pytest.approx(0.015, rel=0.02)
     assert model.predict(20) > model.predict(10)
 
@@ -223,7 +244,7 @@ def test_a_larger_batch_is_never_predicted_cheaper_than_a_smaller_one_measured()
     for _ in range(5):
         model.observe(8, 0.030)
         model.observe(16, 0.020)
-    assert model.fit().per_row_s == 0.0
+    assert model.fit().per_unit_s == 0.0
     assert model.predict(16) == pytest.approx(0.030)  # the median at 8 floors it
     assert model.predict(100) == pytest.approx(0.030)
     model.observe(8, 1.0)  # a garbage collection's turn
@@ -373,7 +394,7 @@ def test_simulated_engine_under_lead_caps_extrapolates_from_small_turns():
     assert 0.85 * capacity <= result.peak_streams <= capacity, result
     assert not result.late_streams
     fit = sim.scheduler.capacity.steps.fit()
-    assert fit.per_row_s == pytest.approx(GPU_LIKE.per_row_s, rel=0.05)
+    assert fit.per_unit_s == pytest.approx(GPU_LIKE.per_row_s, rel=0.05)
 
 
 def test_simulated_engine_with_work_the_turns_do_not_see_is_held_by_the_listeners():
