@@ -184,6 +184,10 @@ class AdmissionStats:
     turn_fixed_s: float = 0.0
     turn_per_row_s: float = 0.0
     live_turns: int = 0  # live decode turns in the fit's window
+    # A threaded codec's fitted job cost: seconds a job + seconds per second of audio made
+    # (0: no codec beside the LLM, or no job measured yet).
+    codec_fixed_s: float = 0.0
+    codec_per_audio_s: float = 0.0
     settled_listeners: int = 0  # streams playing for a while (engine/listener_guard.py)
     short_listeners: int = 0  # ... of them, those that would run dry before their next audio
     refusals: dict[str, int] = field(default_factory=dict)  # requests refused so far, by cause

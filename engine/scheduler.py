@@ -228,6 +228,7 @@ class Scheduler:
         """Real-time admission's figures for /metrics (EngineStats.admission)."""
         live = [r for r in list(self.requests.values()) if r.wants_tokens]
         fit = self.capacity.steps.fit()
+        codec = self.capacity.codec.fit()
         health = listener_health(
             live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
         )
@@ -237,6 +238,8 @@ class Scheduler:
             turn_fixed_s=fit.fixed_s if fit else 0.0,
             turn_per_row_s=fit.per_unit_s if fit else 0.0,
             live_turns=self.capacity.steps.live_turns,
+            codec_fixed_s=codec.fixed_s if codec else 0.0,
+            codec_per_audio_s=codec.per_unit_s if codec else 0.0,
             settled_listeners=health.settled,
             short_listeners=health.short,
             refusals=dict(self.refusals),

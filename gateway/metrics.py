@@ -128,6 +128,14 @@ ADMISSION_GAUGES = {
         "turn_per_row_s",
     ),
     "voxgate_engine_turn_samples": ("Live decode turns the cost is fitted to", "live_turns"),
+    "voxgate_engine_codec_job_fixed_seconds": (
+        "Fitted cost of a codec job beside the LLM: seconds a job takes whatever it makes",
+        "codec_fixed_s",
+    ),
+    "voxgate_engine_codec_seconds_per_audio_second": (
+        "Fitted cost of a codec job beside the LLM: seconds per second of audio it makes",
+        "codec_per_audio_s",
+    ),
     "voxgate_engine_listeners_settled": (
         "Streams that have played for a while (real-time admission's buffer guard)",
         "settled_listeners",

@@ -236,8 +236,8 @@ def sum_admission(
     replicas: Sequence[AdmissionStats], own_refusals: Mapping[str, int] | None = None
 ) -> AdmissionStats:
     """Replicas' real-time admission as one engine's: streams, capacities, listeners and
-    refusals added up (with the pool's own, `own_refusals`); the turn cost of the replica
-    with the most streams."""
+    refusals added up (with the pool's own, `own_refusals`); the turn and codec costs of
+    the replica with the most streams."""
     busiest = max(replicas, key=lambda a: a.streams, default=AdmissionStats())
     refusals: dict[str, int] = {}
     for counts in [*(a.refusals for a in replicas), own_refusals or {}]:
@@ -249,6 +249,8 @@ def sum_admission(
         turn_fixed_s=busiest.turn_fixed_s,
         turn_per_row_s=busiest.turn_per_row_s,
         live_turns=sum(a.live_turns for a in replicas),
+        codec_fixed_s=busiest.codec_fixed_s,
+        codec_per_audio_s=busiest.codec_per_audio_s,
         settled_listeners=sum(a.settled_listeners for a in replicas),
         short_listeners=sum(a.short_listeners for a in replicas),
         refusals=refusals,

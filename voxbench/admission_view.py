@@ -30,6 +30,8 @@ GAUGES = {
     "voxgate_engine_turn_fixed_seconds": "turn_fixed_s",
     "voxgate_engine_turn_row_seconds": "turn_per_row_s",
     "voxgate_engine_turn_samples": "turn_samples",
+    "voxgate_engine_codec_job_fixed_seconds": "codec_fixed_s",
+    "voxgate_engine_codec_seconds_per_audio_second": "codec_per_audio_s",
 }
 
 
@@ -91,6 +93,11 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
         if view.get("turn_per_row_s")
         else "turn cost not fitted"
     )
+    if view.get("codec_per_audio_s"):
+        fit += (
+            f"; codec {1e3 * view['codec_fixed_s']:.2f} ms a job + "
+            f"{1e3 * view['codec_per_audio_s']:.2f} ms per s of audio"
+        )
     lines = [
         f"engine admission: room for {int(view['capacity_streams'])} streams ({fit}); "
         f"refused by cause: {total} in all; by the engine at submit: {_causes(engine)}; "

@@ -19,6 +19,8 @@ def admission_text(
         turn_fixed_s=0.004,
         turn_per_row_s=0.00005,
         live_turns=300,
+        codec_fixed_s=0.005,
+        codec_per_audio_s=0.0012,
         refusals=refusals,
     )
     return metrics_text(admission, gateway)
@@ -40,6 +42,8 @@ def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
         "turn_fixed_s": 0.004,
         "turn_per_row_s": 5e-05,
         "turn_samples": 300.0,
+        "codec_fixed_s": 0.005,
+        "codec_per_audio_s": 0.0012,
     }
     view = admission_during(before, after)
     assert view["refusals"] == {"listeners": 4, "turn_cost": 7}
@@ -47,6 +51,7 @@ def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
     assert view["capacity_streams"] == 88.0
     [line] = describe_admission(view)
     assert "room for 88 streams" in line and "turn 4.00 ms + 0.050 ms/row" in line
+    assert "codec 5.00 ms a job + 1.20 ms per s of audio" in line
     # What the clients counted as refused: 18, each under one cause in one family.
     assert "18 in all" in line
     assert "by the engine at submit: listeners 4, turn_cost 7" in line

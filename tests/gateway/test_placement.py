@@ -92,13 +92,14 @@ def test_the_pools_admission_adds_up_with_the_busiest_replicas_turn_cost():
         streams=30,
         capacity_streams=40,
         turn_per_row_s=0.002,
+        codec_per_audio_s=0.0015,
         short_listeners=2,
         refusals={"kv": 2, "listeners": 4},
     )
     replicas = [dataclasses.replace(stats(), admission=x) for x in (a, b)]
     pooled = sum_stats(replicas, "").admission
     assert (pooled.streams, pooled.capacity_streams, pooled.short_listeners) == (40, 90, 2)
-    assert pooled.turn_per_row_s == 0.002
+    assert pooled.turn_per_row_s == 0.002 and pooled.codec_per_audio_s == 0.0015
     assert pooled.refusals == {"kv": 3, "listeners": 4}
     # The pool's own refusals at submit (no replica had room) are counted with the replicas'.
     pooled = sum_stats(replicas, "", {"listeners": 2, "waiting": 1}).admission
