@@ -84,6 +84,7 @@ class StreamingSnacDecoder:
             for conv in self.steps
             if isinstance(conv, nn.ConvTranspose1d)
         }
+        self._runs = [self._runner(step) for step in self.steps]
         self.samples_per_latent = int(model.hop_length)
         self.state_shapes = [shape for step in self.steps for shape in _state_shapes(step)]
         rows = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
@@ -144,33 +145,34 @@ class StreamingSnacDecoder:
         new_state: list[torch.Tensor] = []
         queue = iter(self._unpack(state))
         x = latent
-        for step in self.steps:
-            x = self._run(step, x, rows, queue, new_state)
+        for step, run in zip(self.steps, self._runs, strict=True):
+            x = run(x, rows, queue, new_state)
             rows = _advance(step, rows)
         packed = torch.cat([part.reshape(part.shape[0], -1) for part in new_state], dim=1)
         return x[:, 0], packed
 
-    def _run(self, step: nn.Module, x, rows: _Rows, queue, new_state) -> torch.Tensor:
-        """One step of the chain on x (its first sample at `rows.start`); the state it keeps
-        goes to `new_state`. Where its output starts is _advance's."""
-        if isinstance(step, nn.Conv1d):
-            if step.kernel_size[0] == 1:
-                return step(x)
-            y, kept = self.conv_steps[step](x, next(queue), rows.start, rows.end)
-            new_state.append(kept)
-            return y
+    def _runner(self, step: nn.Module):
+        """How a call runs `step` on x (its first sample at `rows.start`), taking its kept
+        inputs from `queue` and putting what it keeps now in `new_state`: chosen once a step.
+        Where its output starts is _advance's."""
+        if isinstance(step, nn.Conv1d) and step.kernel_size[0] > 1:
+            return _keeping(self.conv_steps[step])
         if isinstance(step, nn.ConvTranspose1d):
-            y, kept = self.upsample_steps[step](x, next(queue), rows.start, rows.end)
-            new_state.append(kept)
-            return y
+            return _keeping(self.upsample_steps[step])
         if isinstance(step, ResidualUnit):
             unit = self.residual_steps[step]
-            y, skip_state, conv_state = unit(x, next(queue), next(queue), rows.start, rows.end)
-            new_state += [skip_state, conv_state]
-            return y
+
+            def residual(x, rows: _Rows, queue, new_state) -> torch.Tensor:
+                y, skip_state, conv_state = unit(x, next(queue), next(queue), rows.start, rows.end)
+                new_state += [skip_state, conv_state]
+                return y
+
+            return residual
         if isinstance(step, PositionalNoise):
-            return self.noise_steps[step](x, rows.seed, rows.start)
-        return step(x)  # Snake1d, Tanh (_flatten admits nothing else)
+            noise = self.noise_steps[step]
+            return lambda x, rows, queue, new_state: noise(x, rows.seed, rows.start)
+        # A pointwise conv, Snake1d, Tanh (_flatten admits nothing else): no state, no position.
+        return lambda x, rows, queue, new_state: step(x)
 
     def repeated_blocks(self) -> list[nn.Module]:
         """The chain's two symmetric convs, the upsampling and noise steps (one each per
@@ -185,7 +187,7 @@ class StreamingSnacDecoder:
         ]
 
 
-# What a step of the chain can be (_run's cases).
+# What a step of the chain can be (_runner's cases).
 _STEPS = (nn.Conv1d, nn.ConvTranspose1d, ResidualUnit, PositionalNoise, Snake1d, nn.Tanh)
 
 
@@ -235,6 +237,18 @@ def _advance(step: nn.Module, rows: _Rows) -> _Rows:
     if isinstance(step, ResidualUnit):
         return _Rows(rows.start - _half_width(step.block[1]), rows.end, rows.seed)
     return rows
+
+
+def _keeping(stepper: nn.Module):
+    """A runner for a step that keeps one tensor of inputs between calls (a symmetric conv,
+    a transposed conv): stepper(x, kept, start, end) -> (y, new kept)."""
+
+    def run(x, rows: _Rows, queue, new_state) -> torch.Tensor:
+        y, kept = stepper(x, next(queue), rows.start, rows.end)
+        new_state.append(kept)
+        return y
+
+    return run
 
 
 class StreamingResidualUnit(nn.Module):
