@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 from snac import SNAC
@@ -84,9 +85,11 @@ def _time_call(decoder, dtype, codes: torch.Tensor, reps: int):
     seeds = torch.arange(batch, dtype=torch.int64, device=device)
     call = decoder.decode_frames
     with torch.inference_mode():
+        began = time.perf_counter()
         for _ in range(2):  # allocations; a compiled variant compiles here
             call(codes, state, position, end, seeds)
         torch.cuda.synchronize()
+        warm_up_s = time.perf_counter() - began
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             audio, _ = call(codes, state, position, end, seeds)
@@ -104,6 +107,9 @@ def _time_call(decoder, dtype, codes: torch.Tensor, reps: int):
         "us_per_call": round(us, 1),
         "us_per_emitted_frame": round(us / (batch * chunk), 3),
         "audio_x_realtime": round(batch * chunk * spf / decoder.model.sampling_rate / (us * 1e-6)),
+        # The first shape of a compiled variant compiles its programs here: what a server's
+        # first start pays for them (a cold Inductor cache).
+        "warm_up_s": round(warm_up_s, 1),
     }
     return row, audio.clone()
 
