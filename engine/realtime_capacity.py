@@ -61,17 +61,24 @@ class CodecCost:
     def __init__(self, window: int = LIVE_WINDOW) -> None:
         self._jobs: deque[tuple[float, float]] = deque(maxlen=window)
         self._lock = threading.Lock()  # stats read from the gateway's thread
+        self._version = 0
+        # The fit at a version: admission's bisection asks for it a score of times a decision.
+        self._cache: tuple[int, CostLine | None] | None = None
 
     def observe(self, audio_s: float, seconds: float) -> None:
         """A steady job that made `audio_s` seconds of audio (all its rows) in `seconds`."""
         if audio_s > 0 and seconds >= 0:
             with self._lock:
                 self._jobs.append((audio_s, seconds))
+                self._version += 1
 
     def fit(self) -> CostLine | None:
         """fixed_s a job + per_unit_s a second of audio; None while no job is measured."""
+        cache = self._cache
         with self._lock:
-            jobs = tuple(self._jobs)
+            if cache is not None and cache[0] == self._version:
+                return cache[1]
+            version, jobs = self._version, tuple(self._jobs)
         bins: dict[int, list[tuple[float, float]]] = {}
         for audio_s, seconds in jobs:
             bins.setdefault(round(audio_s / self.BIN_S), []).append((audio_s, seconds))
@@ -83,7 +90,9 @@ class CodecCost:
             )
             for group in bins.values()
         ]
-        return weighted_line(points)
+        fit = weighted_line(points)
+        self._cache = (version, fit)
+        return fit
 
     def busy_share(self, streams: int, rows_per_job: int, chunk_s: float) -> float | None:
         """The share of real time the codec would be busy giving `streams` streams their
