@@ -54,8 +54,12 @@ def store_kv(cache: torch.Tensor, slots: torch.Tensor, x: torch.Tensor) -> None:
         cache.index_copy_(0, slots, x.to(cache.dtype))
         return
     # torch has no index_copy for float8: copy its bytes.
-    rows = x.clamp(-_FP8_MAX, _FP8_MAX).to(cache.dtype)
-    cache.view(torch.uint8).index_copy_(0, slots, rows.view(torch.uint8))
+    cache.view(torch.uint8).index_copy_(0, slots, _saturated(x, cache.dtype).view(torch.uint8))
+
+
+def _saturated(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x cast to float8, clamped to its range first (the cast alone would make NaN)."""
+    return x.clamp(-_FP8_MAX, _FP8_MAX).to(dtype)
 
 
 def store_kv_pair(
@@ -83,8 +87,8 @@ def _store_pair_eager(k_cache, v_cache, slots, k, v) -> None:
 def _store_fp8_pair(k_cache, v_cache, slots, k, v) -> None:
     """What the compiler fuses: both saturating casts and both scatters (index_put_ stays in
     place under torch.compile, and float8 is only bytes to its kernel)."""
-    k_cache[slots] = k.clamp(-_FP8_MAX, _FP8_MAX).to(k_cache.dtype)
-    v_cache[slots] = v.clamp(-_FP8_MAX, _FP8_MAX).to(v_cache.dtype)
+    k_cache[slots] = _saturated(k, k_cache.dtype)
+    v_cache[slots] = _saturated(v, v_cache.dtype)
 
 
 @functools.cache
