@@ -363,24 +363,36 @@ class Scheduler:
     def _by_slack(self, live: list[Request], now: float) -> list[Request]:
         """The slack policy's order of the streams that may decode this step: first those
         without audio yet (earliest arrival first), then ascending slack; streams past the lead
-        cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out. Each
-        listener's buffer is read once: this runs every turn for every stream, and at a few
-        hundred streams the reads were most of the scheduler's host time."""
-        buffered = [r.buffered_audio_s(now) for r in live]
-        lead = self._lead_cap(live, buffered)
-        undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
+        cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out.
+
+        This runs every turn for every stream: at a few hundred streams it was most of the
+        scheduler's host time, which with async scheduling is the turn's when the turn
+        outlasts the LLM's step (Orpheus on the H200 at 256 streams). So each listener's
+        buffer and pending tokens are read once, in one pass, and the ranking is
+        _slack_rank's written out for the values read."""
+        urgent = self.config.urgent_buffer_s
+        short = False
+        reads: list[tuple[Request, float, int]] = []
+        for request in live:
+            buffered_s = request.buffered_audio_s(now)
+            reads.append((request, buffered_s, request.pending_detok_tokens))
+            short = short or buffered_s < urgent or request.first_audio_time is None
+        lead = self._lead_cap(short)
+        chunk, step_s, detok_s = self.facts.chunk_tokens, self.step_time_s, self.detok_time_s
+        undecoded = self.config.max_undecoded_chunks * chunk
         ranked: list[tuple[tuple[int, float], Request]] = []
-        for request, buffered_s in zip(live, buffered, strict=True):
-            if request.ttfa_critical or (
-                buffered_s <= lead and request.pending_detok_tokens < undecoded
-            ):
-                ranked.append((self._slack_rank(request, buffered_s), request))
+        for request, buffered_s, pending in reads:
+            if request.first_audio_time is None:  # ttfa_critical: by arrival, ahead of all
+                ranked.append(((0, request.arrival_time), request))
+            elif buffered_s <= lead and pending < undecoded:
+                ready_in = max(chunk - pending, 0) * step_s + detok_s  # as _slack_given
+                ranked.append(((1, buffered_s - ready_in), request))
         ranked.sort(key=itemgetter(0))
         return [request for _, request in ranked]
 
-    def _lead_cap(self, live: list[Request], buffered: list[float]) -> float:
-        """How far ahead of its listener a stream may be and still decode this step
-        (`buffered`: each live stream's buffered audio).
+    def _lead_cap(self, short: bool) -> float:
+        """How far ahead of its listener a stream may be and still decode this step (`short`:
+        whether some live stream is short of audio).
 
         While some listener is short of audio — a request waiting for its first chunk, or one
         with less than `urgent_buffer_s` buffered — streams more than `contended_lead_s` ahead
@@ -388,13 +400,9 @@ class Scheduler:
         for those who need it, at no loss to the comfortable streams. Otherwise every stream
         runs, up to `max_lead_s`, so a load with no one short (a batch of offline requests)
         runs at full speed."""
-        urgent = self.config.urgent_buffer_s
-        short = any(r.ttfa_critical or b < urgent for r, b in zip(live, buffered, strict=True))
-        return (
-            min(self.config.contended_lead_s, self.config.max_lead_s)
-            if short
-            else (self.config.max_lead_s)
-        )
+        if short:
+            return min(self.config.contended_lead_s, self.config.max_lead_s)
+        return self.config.max_lead_s
 
     def _detok_ready(self, request: Request, now: float, codec_s: float | None = None) -> bool:
         """Whether `request` has a chunk to decode now; `codec_s`: the decode time of the job
