@@ -212,6 +212,15 @@ class EngineConfig:
             metavar="N",
         ),
     )
+    profile_after_s: float = field(
+        default=0.0,
+        metadata=cli(
+            "--profile-after-s",
+            "with --profile-dir: start the profile this many seconds after "
+            "--profile-at-streams requests first run (default: at once)",
+            metavar="S",
+        ),
+    )
     # Overlap the host work of step n+1 with the device's step n, for models whose facts allow
     # it (ModelFacts.supports_async_scheduling); False forces the synchronous step.
     async_scheduling: bool = field(
@@ -349,3 +358,8 @@ class EngineConfig:
             )
         if self.max_undecoded_chunks < 1:
             raise ConfigError(f"max_undecoded_chunks must be >= 1, got {self.max_undecoded_chunks}")
+        if self.profile_at_streams < 1 or self.profile_after_s < 0:
+            raise ConfigError(
+                "profile_at_streams must be >= 1 and profile_after_s >= 0, got "
+                f"{self.profile_at_streams}, {self.profile_after_s}"
+            )

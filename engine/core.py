@@ -103,7 +103,9 @@ class EngineCore:
         if config.profile_dir:
             from engine.profile_window import ProfileWindow
 
-            self.profile = ProfileWindow(config.profile_dir, config.profile_at_streams, device)
+            self.profile = ProfileWindow(
+                config.profile_dir, config.profile_at_streams, device, config.profile_after_s
+            )
         self.async_scheduling = config.async_scheduling and facts.supports_async_scheduling
         if facts.appends_text and not facts.row_width:
             # Streamed text's ids go into a column of each generated row (Worker._feed_text).

@@ -4,14 +4,19 @@ engine carries many streams (issue: Orpheus capacity), which the isolated step b
 work between steps, the process hop.
 
 `voxgate serve --profile-dir DIR --profile-at-streams N` arms it: the first time N requests
-are running, the next `TURNS` loop turns are profiled (host ops on every thread, and every CUDA
-kernel), then DIR gets `ops.txt` (time by op, device and host) and `trace.json.gz` (a Chrome /
-Perfetto trace). Once per server: the profiler's own overhead must not linger.
+are running (and `--profile-after-s S` seconds later, when given), the next `TURNS` loop turns
+are profiled (host ops on every thread, and every CUDA kernel), then DIR gets `ops.txt` (time
+by op, device and host) and `trace.json.gz` (a Chrome / Perfetto trace). Once per server: the
+profiler's own overhead must not linger. The delay reaches the moments a capacity point
+misses in, its last seconds, when every stream runs at its longest context: N streams run from
+the end of the ramp on, ~15 s before then.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -22,10 +27,20 @@ TURNS = 100  # loop turns in the window: ~1-2 s of a loaded GPU engine
 
 
 class ProfileWindow:
-    def __init__(self, out_dir: str, at_streams: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        out_dir: str,
+        at_streams: int,
+        device: torch.device,
+        after_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.out_dir = Path(out_dir)
-        self.at_streams = max(1, at_streams)
+        self.at_streams = at_streams
+        self.after_s = after_s
         self.device = device
+        self.clock = clock
+        self._armed_at: float | None = None  # when at_streams first ran
         self._profiler: torch.profiler.profile | None = None
         self._turns = 0
         self.done = False
@@ -35,7 +50,11 @@ class ProfileWindow:
         if self.done:
             return
         if self._profiler is None:
-            if running < self.at_streams:
+            if self._armed_at is None:
+                if running < self.at_streams:
+                    return
+                self._armed_at = self.clock()
+            if self.clock() - self._armed_at < self.after_s:
                 return
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.device.type == "cuda":
