@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import math
 import statistics
-import threading
-from collections import deque
 from dataclasses import dataclass
 
-from engine.turn_cost import LIVE_WINDOW, CostLine, TurnCostModel, weighted_line
+from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
 
 # A stream is refused once the predicted token interval exceeds this share of a token's
 # playback time: the rest is margin for jitter. The turns it is predicted from are measured
@@ -59,26 +57,21 @@ class CodecCost:
     BIN_S = 0.1  # jobs are grouped by their audio, to this many seconds
 
     def __init__(self, window: int = LIVE_WINDOW) -> None:
-        self._jobs: deque[tuple[float, float]] = deque(maxlen=window)
-        self._lock = threading.Lock()  # stats read from the gateway's thread
-        self._version = 0
+        self._jobs = SampleWindow(window)
         # The fit at a version: admission's bisection asks for it a score of times a decision.
         self._cache: tuple[int, CostLine | None] | None = None
 
     def observe(self, audio_s: float, seconds: float) -> None:
         """A steady job that made `audio_s` seconds of audio (all its rows) in `seconds`."""
         if audio_s > 0 and seconds >= 0:
-            with self._lock:
-                self._jobs.append((audio_s, seconds))
-                self._version += 1
+            self._jobs.append(audio_s, seconds)
 
     def fit(self) -> CostLine | None:
         """fixed_s a job + per_unit_s a second of audio; None while no job is measured."""
         cache = self._cache
-        with self._lock:
-            if cache is not None and cache[0] == self._version:
-                return cache[1]
-            version, jobs = self._version, tuple(self._jobs)
+        if cache is not None and cache[0] == self._jobs.version:
+            return cache[1]
+        version, jobs = self._jobs.snapshot()
         bins: dict[int, list[tuple[float, float]]] = {}
         for audio_s, seconds in jobs:
             bins.setdefault(round(audio_s / self.BIN_S), []).append((audio_s, seconds))

@@ -46,34 +46,61 @@ class CostLine:
         return self.fixed_s + self.per_unit_s * size
 
 
+class SampleWindow:
+    """The last `size` samples of a live measurement (a turn's rows and seconds, a codec job's
+    audio and seconds): appended by the engine loop, copied by readers on other threads (the
+    gateway's stats), with a version that changes with every change, so that a fit of them
+    is computed once per version."""
+
+    def __init__(self, size: int) -> None:
+        self._samples: deque[tuple[float, float]] = deque(maxlen=size)
+        self._lock = threading.Lock()
+        self.version = 0
+
+    def append(self, size: float, seconds: float) -> None:
+        with self._lock:
+            self._samples.append((size, seconds))
+            self.version += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._samples.clear()
+            self.version += 1
+
+    def snapshot(self) -> tuple[int, tuple[tuple[float, float], ...]]:
+        """The version and a copy of the samples, taken together."""
+        with self._lock:
+            return self.version, tuple(self._samples)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+
 class TurnCostModel:
     def __init__(self, window: int = LIVE_WINDOW, prior_weight: float = PRIOR_WEIGHT) -> None:
         self.window = window
         self.prior_weight = prior_weight
         self._prior: dict[int, float] = {}
-        self._live: deque[tuple[int, float]] = deque(maxlen=window)
-        self._lock = threading.Lock()  # the window is copied while the engine appends
-        self._version = 0
-        self._cache: tuple[int, CostLine | None, tuple[tuple[int, float], ...]] | None = None
+        self._prior_version = 0
+        self._live = SampleWindow(window)
+        self._cache: (
+            tuple[tuple[int, int], CostLine | None, tuple[tuple[int, float], ...]] | None
+        ) = None
 
     def seed(self, rows: int, seconds: float) -> None:
         """A warm-up burst's mean turn at `rows` (replaces an earlier figure at that size)."""
         if rows >= 1 and seconds >= 0:
             self._prior[rows] = seconds
-            self._version += 1
+            self._prior_version += 1
 
     def observe(self, rows: int, seconds: float) -> None:
         """A live decode turn of `rows` rows that took `seconds`."""
         if rows >= 1 and seconds >= 0:
-            with self._lock:
-                self._live.append((rows, seconds))
-            self._version += 1
+            self._live.append(rows, seconds)
 
     def clear_live(self) -> None:
         """Forget the live turns (the warm-up's own, with their one-off compiles)."""
-        with self._lock:
-            self._live.clear()
-        self._version += 1
+        self._live.clear()
 
     @property
     def measured(self) -> bool:
@@ -105,12 +132,11 @@ class TurnCostModel:
 
     # --- the fit ---------------------------------------------------------------------------------
     def _model(self) -> tuple[CostLine | None, tuple[tuple[int, float], ...]]:
-        version = self._version
         cache = self._cache
-        if cache is not None and cache[0] == version:
+        if cache is not None and cache[0] == (self._live.version, self._prior_version):
             return cache[1], cache[2]
-        with self._lock:
-            live = tuple(self._live)
+        live_version, live = self._live.snapshot()
+        version = (live_version, self._prior_version)
         prior = dict(self._prior)
         by_size = _by_size(live)
         # Each size's median turn, weighing as many turns as it has: one slow turn (a
