@@ -27,7 +27,13 @@ from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
 from voxbench import report, servers
 from voxbench.admission_view import admission_during, describe_admission, room_by_second
-from voxbench.engine_loop import describe_loop, gpu_shares, loop_profile, steps_by_second
+from voxbench.engine_loop import (
+    describe_loop,
+    gpu_shares,
+    loop_profile,
+    steps_by_second,
+    turn_fit,
+)
 from voxbench.loadgen import LoadGenerator
 from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
 from voxbench.metrics_sampler import MetricsSampler
@@ -247,6 +253,7 @@ class ServerProfile:
             pages = {r.t: r.kv_pages for r in readings if r.kv_pages is not None}
             steps = steps_by_second(sampled, pages)
             self.engine_loop["steps_by_second"] = {str(s): v for s, v in steps.items()}
+            self.engine_loop["turn_fit"] = turn_fit(steps)
         self.admission = admission_during(first.admission, last.admission)
         if self.admission is not None:
             room = room_by_second([(r.t, r.admission) for r in readings])

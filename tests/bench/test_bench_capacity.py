@@ -224,6 +224,36 @@ def test_steps_by_second_from_sampled_totals():
     assert line.endswith("0s:100|6|8|200|9000.0 2s:80|12.5|12.5|270|36000.0")
 
 
+def test_turn_fit_separates_the_pages_a_step_reads_from_its_rows():
+    """The point's turn as a line in rows and KV pages: recovered from seconds where both
+    vary apart, printed beside the rows-only line's error; None with too few loaded seconds
+    or when pages only ever grew with rows."""
+    from voxbench.engine_loop import FIT_MIN_SECONDS, turn_fit
+
+    def second(rows, pages, steps_per_s=90.0):
+        turn = 2.9 + 0.006 * rows + 0.00026 * pages  # ms: 2.9 ms + 0.26 us a page
+        return {"steps_per_s": steps_per_s, "step_ms": turn - 2, "turn_ms": turn, "rows": rows,
+                "kv_pages": pages}  # fmt: skip
+
+    # Contexts grow while the rows level off, as in a capacity point's second half.
+    steps = {i: second(100 + 20 * min(i, 8), 2000 * i) for i in range(16)}
+    steps[16] = second(300, 40000, steps_per_s=5.0)  # the drain's last second: left out
+    steps[17] = {"steps_per_s": 90.0, "step_ms": 5.0, "turn_ms": 99.0, "rows": 99.0}  # no gauge
+    fit = turn_fit(steps)
+    assert fit["seconds"] == 16
+    assert (fit["fixed_ms"], fit["per_row_ms"], fit["per_page_us"]) == (2.9, 0.006, 0.26)
+    assert fit["rms_ms"] == 0.0 and fit["rows_only_rms_ms"] > 0.5
+    line = describe_loop({**loop_profile_fixture(), "turn_fit": fit})[-1]
+    assert line == (
+        "turn by rows and KV pages (16 loaded seconds, least squares): 2.9 ms + 0.006 ms/row"
+        f" + 0.26 us/page, rms 0 ms (a line in rows alone: rms {fit['rows_only_rms_ms']:g} ms)"
+    )
+    few = dict(list(steps.items())[: FIT_MIN_SECONDS - 1])
+    assert turn_fit(few) is None
+    in_step = {i: second(10 * (i + 1), 500 * (i + 1)) for i in range(12)}  # pages ∝ rows
+    assert turn_fit(in_step) is None
+
+
 def loop_profile_fixture() -> dict:
     """A loop profile with every field describe_loop prints."""
     before = {attr: 0.0 for _, attr in LOOP_TOTALS.values()}
