@@ -14,6 +14,13 @@ import torch
 
 log = logging.getLogger("voxgate.graphs")
 
+# What a failing compile raises: dynamo's and Inductor's own errors, and dynamo's refusal to
+# compile past its recompile limit under fullgraph (not one of them: a plain Exception).
+_COMPILE_FAILURES = (
+    torch._dynamo.exc.TorchDynamoException,
+    torch._dynamo.exc.FailOnRecompileLimitHit,
+)
+
 
 class CompiledOrEager:
     """`compiled` until it fails to compile, `eager` after. `name` and `cost` complete the
@@ -40,7 +47,7 @@ class CompiledOrEager:
             return self.eager(*args, **kwargs)
         try:
             return self.compiled(*args, **kwargs)
-        except torch._dynamo.exc.TorchDynamoException as error:
+        except _COMPILE_FAILURES as error:
             self.failed = True
             log.warning(
                 "compiling %s failed (%s); it runs uncompiled%s",

@@ -183,6 +183,9 @@ _COMPILED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 _COMPILED_LOCK = threading.Lock()
 
 
+_BLOCKS_COMPILED = 0  # blocks handed to compile_regions in this process
+
+
 def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     """Regional compilation for capture in CUDA graphs afterwards: each module's forward
     through torch.compile (Inductor) in place. Pass a model's *repeated* blocks: modules of
@@ -198,10 +201,17 @@ def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     Inductor bug) goes back to eager on its first call, with the blocks of its kind, and a
     warning naming the kind and where the compiler failed: the other kinds stay compiled,
     and the server starts either way."""
-    # A program is cached per code object and guarded per block kind and shape: allow a
-    # few kinds of block beyond dynamo's default of 8 before it falls back to eager.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+    # Every block's program is cached on one code object (nn.Module._call_impl), one per
+    # block kind, attribute value (a dilation) and dtype, and dynamo refuses a compile past
+    # its recompile limit (default 8). So the limit grows with the blocks this process has
+    # handed to compile_regions, its programs' bound: SNAC's 22 programs in float32 and
+    # float16 in one process are 44.
+    global _BLOCKS_COMPILED
     modules = list(modules)
+    _BLOCKS_COMPILED += len(modules)
+    torch._dynamo.config.recompile_limit = max(
+        torch._dynamo.config.recompile_limit, 32, _BLOCKS_COMPILED + 8
+    )
     kinds: dict[type, list[torch.nn.Module]] = {}
     for module in modules:
         kinds.setdefault(type(module), []).append(module)

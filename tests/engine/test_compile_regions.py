@@ -86,3 +86,45 @@ def test_a_working_compile_is_kept_and_uncompile_undoes_it():
     assert compiled_of([block]) == []
     block(torch.randn(5, 2))  # a new shape: eager, so nothing compiles
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+class Scaled(nn.Module):
+    """One kind of block whose attribute makes a program of its own per value (as SNAC's
+    residual steps' dilations do)."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.k
+
+
+def test_more_programs_than_the_default_recompile_limit_all_compile():
+    """Every block's program is cached on one code object, which dynamo refuses to compile
+    past its recompile limit under fullgraph (SNAC's 22 programs in float32, then its float16
+    ones, in one process): compile_regions raises the limit with the blocks it was given."""
+    torch._dynamo.reset()
+    blocks = [Scaled(k) for k in range(1, 35)]  # 34 programs: past a limit of 32
+    compile_regions(blocks)
+    x = torch.ones(2)
+    with torch.inference_mode():
+        outs = [block(x) for block in blocks]
+    assert compiled_of(blocks) == blocks
+    assert [float(o[0]) for o in outs] == [float(k) for k in range(1, 35)]
+
+
+def test_a_compile_refused_at_the_recompile_limit_falls_back_to_eager(caplog):
+    """Should the limit still be hit (another library compiling on the same code object), the
+    block runs eagerly, with the compile warning, rather than failing the caller."""
+    from engine.compile_guard import CompiledOrEager
+
+    def refused(x):
+        raise torch._dynamo.exc.FailOnRecompileLimitHit("Hard failure due to fullgraph=True")
+
+    guarded = CompiledOrEager(refused, lambda x: x + 1, "Scaled (3 blocks)")
+    with caplog.at_level(logging.WARNING, logger="voxgate.graphs"):
+        assert guarded(1) == 2 and guarded(2) == 3
+    assert guarded.failed
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "FailOnRecompileLimitHit" in warned[0]
