@@ -208,10 +208,11 @@ def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     # float16 in one process are 44.
     global _BLOCKS_COMPILED
     modules = list(modules)
-    _BLOCKS_COMPILED += len(modules)
-    torch._dynamo.config.recompile_limit = max(
-        torch._dynamo.config.recompile_limit, 32, _BLOCKS_COMPILED + 8
-    )
+    with _COMPILED_LOCK:  # a model's lane and steady codec may capture on two threads
+        _BLOCKS_COMPILED += len(modules)
+        torch._dynamo.config.recompile_limit = max(
+            torch._dynamo.config.recompile_limit, 32, _BLOCKS_COMPILED + 8
+        )
     kinds: dict[type, list[torch.nn.Module]] = {}
     for module in modules:
         kinds.setdefault(type(module), []).append(module)
