@@ -92,6 +92,13 @@ async def test_a_session_over_the_servers_cap_is_counted_as_max_sessions(admitti
     from gateway.config import GatewaySettings
 
     capped = start_server(GatewaySettings(model="tiny-orpheus", max_sessions=1), admitting_engine)
+    # The engine is shared with the test before, whose stream may still be ending after its
+    # cancel (on a loaded machine): until it has, real-time admission has no room for even
+    # the first session here.
+    for _ in range(300):
+        if admitting_engine.stats().realtime_room:
+            break
+        await asyncio.sleep(0.1)
     try:
         before = refusals(capped)
         async with websockets.connect(capped.url) as first:
