@@ -181,9 +181,7 @@ def capture_per_bucket(
 # codec capture on two threads at start-up).
 _COMPILED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 _COMPILED_LOCK = threading.Lock()
-
-
-_BLOCKS_COMPILED = 0  # blocks handed to compile_regions in this process
+_BLOCKS_COMPILED = 0  # blocks handed to compile_regions in this process (under the lock)
 
 
 def compile_regions(modules: Iterable[torch.nn.Module]) -> None:

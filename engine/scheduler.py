@@ -298,15 +298,16 @@ class Scheduler:
     # --- priorities ------------------------------------------------------------------------------
     def slack(self, request: Request, now: float) -> float:
         """Seconds the listener can wait before this request's next chunk would be late."""
-        return self._slack_given(request, request.buffered_audio_s(now))
+        return self._slack_of(
+            request.buffered_audio_s(now), request.pending_detok_tokens, request.ttfa_critical
+        )
 
-    def _slack_given(self, request: Request, buffered_s: float) -> float:
-        """slack, given the listener's buffered audio (read once a turn for every stream)."""
-        need = (
-            self.facts.first_chunk_tokens if request.ttfa_critical else self.facts.chunk_tokens
-        ) - request.pending_detok_tokens
-        ready_in = max(need, 0) * self.step_time_s + self.detok_time_s
-        return buffered_s - ready_in
+    def _slack_of(self, buffered_s: float, pending: int, critical: bool) -> float:
+        """slack from what it depends on, each read once by a caller that ranks every stream:
+        the listener's buffered audio, the tokens waiting for the codec, and whether the
+        request's first chunk is still to come."""
+        need = (self.facts.first_chunk_tokens if critical else self.facts.chunk_tokens) - pending
+        return buffered_s - (max(need, 0) * self.step_time_s + self.detok_time_s)
 
     def _priority(self, request: Request, now: float) -> tuple:
         if self.config.policy == "fcfs":
@@ -318,7 +319,7 @@ class Scheduler:
         by arrival, then the rest by ascending slack (`buffered_s`: the listener's buffer)."""
         if request.ttfa_critical:
             return (0, request.arrival_time)
-        return (1, self._slack_given(request, buffered_s))
+        return (1, self._slack_of(buffered_s, request.pending_detok_tokens, False))
 
     # --- the step ----------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -365,11 +366,10 @@ class Scheduler:
         without audio yet (earliest arrival first), then ascending slack; streams past the lead
         cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out.
 
-        This runs every turn for every stream: at a few hundred streams it was most of the
-        scheduler's host time, which with async scheduling is the turn's when the turn
-        outlasts the LLM's step (Orpheus on the H200 at 256 streams). So each listener's
-        buffer and pending tokens are read once, in one pass, and the ranking is
-        _slack_rank's written out for the values read."""
+        This runs every turn for every stream, so each listener's buffer and pending tokens
+        are read once, in one pass, and ranked as _slack_rank ranks: at a few hundred streams
+        these reads are most of the scheduler's host time, which with async scheduling is the
+        turn's whenever the turn outlasts the LLM's step."""
         urgent = self.config.urgent_buffer_s
         short = False
         reads: list[tuple[Request, float, int]] = []
@@ -378,15 +378,13 @@ class Scheduler:
             reads.append((request, buffered_s, request.pending_detok_tokens))
             short = short or buffered_s < urgent or request.first_audio_time is None
         lead = self._lead_cap(short)
-        chunk, step_s, detok_s = self.facts.chunk_tokens, self.step_time_s, self.detok_time_s
-        undecoded = self.config.max_undecoded_chunks * chunk
+        undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
         ranked: list[tuple[tuple[int, float], Request]] = []
         for request, buffered_s, pending in reads:
             if request.first_audio_time is None:  # ttfa_critical: by arrival, ahead of all
                 ranked.append(((0, request.arrival_time), request))
             elif buffered_s <= lead and pending < undecoded:
-                ready_in = max(chunk - pending, 0) * step_s + detok_s  # as _slack_given
-                ranked.append(((1, buffered_s - ready_in), request))
+                ranked.append(((1, self._slack_of(buffered_s, pending, False)), request))
         ranked.sort(key=itemgetter(0))
         return [request for _, request in ranked]
 
