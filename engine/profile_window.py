@@ -1,5 +1,5 @@
 """A torch profile of the serving loop under real load: where a loop turn's time goes once the
-engine carries many streams (issue: Orpheus capacity), which the isolated step benchmarks
+engine carries many streams, which the isolated step benchmarks
 (bench/step_time.py) cannot show — the codec thread's kernels beside the LLM's, the host's
 work between steps, the process hop.
 
