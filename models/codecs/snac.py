@@ -120,6 +120,18 @@ class _Feed:
         return self.upto - self.fed + (flush_frames if self.final else 0)
 
 
+def gemms_in_conv_precision() -> None:
+    """Float32 GEMMs (cuBLAS) in the arithmetic cuDNN's float32 convs use: TF32 unless
+    `torch.backends.cudnn.conv.fp32_precision` says otherwise. The stateful decoder runs its
+    transposed convs and its output conv's channel sum as GEMMs (snac_streaming.upsample,
+    conv_taps) where SNAC ran cuDNN convs, TF32 by torch's default; as IEEE float32 GEMMs they
+    ran on SIMT cores, the 8x upsampling's ~0.4 ms a codec job beside Orpheus' steps on an
+    H200, in blocks that held SMs the LLM's next kernel waited for. Process-wide (cuBLAS has
+    one setting): in a server the codec's are the only float32 GEMMs, the LLM's being bf16."""
+    if torch.backends.cudnn.conv.fp32_precision == "tf32":
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+
+
 class SnacDetokenizer:
     """Turns per-request SNAC frames into audio chunks: plans each stream's chunks and feeds
     the stateful decoder, rows fed the same number of frames sharing one call. Settings are in
@@ -359,12 +371,14 @@ class SnacDetokenizer:
         (ModelFacts.compile_codec: --compile-codec). One state buffer a batch size serves all
         its lengths."""
         self.graphs = graphs
+        dtype = next(self.model.parameters()).dtype
+        if dtype == torch.float32:
+            gemms_in_conv_precision()
         graphs.compile_regions(self.repeated_blocks())
         chunks = self._schedule_chunks(12)
         lengths = {chunks[0][1] + self.right, self.chunk, self.flush_frames, 1}
         lengths |= {e - s for s, e in chunks[1:]}
         self._graph_lengths = sorted(lengths, reverse=True)
-        dtype = next(self.model.parameters()).dtype
         with torch.inference_mode():
             for batch in self.GRAPH_BATCHES:
                 state = self.decoder.new_state(batch, self.device, dtype)

@@ -347,7 +347,8 @@ def upsample(joined: torch.Tensor, conv: nn.ConvTranspose1d) -> torch.Tensor:
     Why not F.conv_transpose1d: cuDNN runs it as a "dgrad" convolution whose kernels took 0.8-
     1.5 ms a call for the 8× blocks beside Orpheus' decode steps on an H200 (a 1.5-ms kernel on
     every SM also holds the LLM's next kernel back). As a GEMM it is the weights read once
-    and tensor-core (float16) or SIMT (float32) arithmetic.
+    and tensor-core arithmetic: float16, or TF32 in float32 as the convs' (snac.py,
+    gemms_in_conv_precision).
 
     How: with W [C, C_out, 2s] viewed as [C, C_out·2s] (free), z[t] = joined[t] @ W holds,
     for input step t, its contribution to the 2s output samples from t·s; output block t
@@ -367,7 +368,7 @@ def pointwise(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     """A 1×1 conv on x [B, C, n]. In half precision it is a matmul on x's own layout: cuDNN's
     1×1 convs transposed their input to channels-last and back around every call (beside
     Orpheus' steps on an H200, ~0.6 ms of a 15-ms codec job in float32). In float32 it stays
-    cuDNN's conv, whose TF32 arithmetic a float32 matmul would not use."""
+    cuDNN's conv: the form its TF32 arithmetic was measured in."""
     if x.dtype == torch.float32:
         return conv(x)
     y = torch.matmul(conv.weight[:, :, 0], x)

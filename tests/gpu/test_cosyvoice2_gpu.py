@@ -18,18 +18,7 @@ pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
 
 
-@pytest.fixture
-def no_tf32():
-    """fp32 convolutions run in TF32 on CUDA by default, and the detokenizer's jobs group
-    different requests in the two runs (their timing differs), so TF32's rounding would differ
-    by batch composition; full fp32 keeps the audio comparable at a tight tolerance."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-def test_cosyvoice2_async_scheduling_equals_sync_on_gpu(tmp_path, no_tf32):
+def test_cosyvoice2_async_scheduling_equals_sync_on_gpu(tmp_path, ieee_float32):
     """A race between the overlapped host work and the device (the RAS ring read before the
     previous step's token lands, the stop mask, pinned copies) would change a seeded token."""
     folder = tmp_path / "model"

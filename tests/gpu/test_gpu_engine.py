@@ -247,17 +247,6 @@ def test_async_scheduling_equals_sync_on_gpu(gpu_tiny_dirs, attention, dtype):
     assert greedy_tokens(model, CUDA, attention, async_scheduling=False) == overlapped
 
 
-@pytest.fixture
-def exact_float32_convs():
-    """cuDNN without TF32: the convs' algorithm, which may differ between an eager call and a
-    graph captured at a padded batch size, then decides nothing about the values (with TF32
-    the two may differ by ~2e-4 of a sample, as the H200 found on 2026-12-03)."""
-    before = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = before
-
-
 def _detok_audio(detok) -> list[torch.Tensor]:
     """Three streams' audio from the same seeded pushes and decode calls (8 rounds, the last
     final), whatever the detokenizer runs them on."""
@@ -274,7 +263,7 @@ def _detok_audio(detok) -> list[torch.Tensor]:
     return [torch.cat(p) for p in pieces]
 
 
-def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs, exact_float32_convs):
+def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs, ieee_float32):
     from engine.cuda_graphs import CallableGraphs
 
     eager = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
@@ -286,7 +275,7 @@ def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs, exact_float32_conv
 
 
 @pytest.mark.parametrize("half", [False, True], ids=["float32", "float16"])
-def test_compiled_detokenizer_graphs_equal_eager(gpu_tiny_dirs, exact_float32_convs, half):
+def test_compiled_detokenizer_graphs_equal_eager(gpu_tiny_dirs, ieee_float32, half):
     """--compile-codec on CUDA: SNAC's compiled steps (Triton kernels: the units' fused taps,
     the noise's hash, the upsampling's overlap-add, the output conv's channel sum) replayed in
     graphs decode what eager float32 does; in float16 (--snac-fp16, its 1x1 convs as matmuls)

@@ -22,11 +22,8 @@ BLOCK = 16
 
 
 @pytest.fixture(autouse=True)
-def exact_fp32():
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = before
+def exact_fp32(ieee_float32):
+    """Every test here compares float32 paths at a tight tolerance."""
 
 
 @torch.inference_mode()

@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 from snac import SNAC
 
-from models.codecs.snac import fold_weight_norm, install_positional_noise, tiny_snac_config
+from models.codecs.snac import (
+    fold_weight_norm,
+    gemms_in_conv_precision,
+    install_positional_noise,
+    tiny_snac_config,
+)
 from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
 
 SPF = 2048  # samples per frame at 24 kHz
@@ -252,3 +257,18 @@ def test_a_half_precision_decoder_decodes_as_float32_does(model):
     got = _streamed_in(decoder, frames, [2, 4], seed=5, dtype=torch.bfloat16)
     error = (got - reference).pow(2).mean().sqrt() / reference.pow(2).mean().sqrt()
     assert error < 0.05, f"relative RMS error {error:.3f}"
+
+
+@pytest.mark.parametrize("conv_precision", ["tf32", "ieee"])
+def test_float32_gemms_follow_the_convs_precision(conv_precision):
+    """The stateful decoder's GEMM forms of SNAC's convs run in the arithmetic its cuDNN convs
+    do: TF32 where those may, IEEE float32 where a user (or a test) asked for it."""
+    before = torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision
+    try:
+        torch.backends.cudnn.conv.fp32_precision = conv_precision
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        gemms_in_conv_precision()
+        assert torch.backends.cuda.matmul.fp32_precision == conv_precision
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = before[0]
+        torch.backends.cuda.matmul.fp32_precision = before[1]
