@@ -1,7 +1,10 @@
 """Where a profiled step's GPU time went, stream by stream, from a Chrome trace (`--trace` of
 bench/step_time.py, or a served profile's trace.json.gz).
 
-    python bench/trace_streams.py trace.json.gz [--steps 40] [--top 12]
+    python bench/trace_streams.py trace.json.gz --steps N [--top 12]
+
+N is the LLM steps the trace holds: step_time.py's `--steps` (40 in BENCHMARKS.md), or a
+served profile's window (`--profile-dir`: engine/profile_window.TURNS, 100 turns).
 
 For each CUDA stream: its kernels' total time and the largest kernels by time. For the busiest
 stream (the LLM's decode steps): its idle gaps between kernels, and how much of that idle time
@@ -102,7 +105,12 @@ def report(kernels: list[Kernel], steps: int, top: int, min_gap_us: float = 5.0)
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
-    ap.add_argument("--steps", type=int, default=40, help="LLM steps the trace holds")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        required=True,
+        help="LLM steps the trace holds: step_time.py's --steps, or 100 for a served profile",
+    )
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
     print(json.dumps(report(read_kernels(args.trace), args.steps, args.top), indent=1))
