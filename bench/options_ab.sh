@@ -16,7 +16,8 @@
 # that commit's tree (made here, before the call, leaving out what does not need to travel:
 #     mkdir -p .old && for c in c73c01a HEAD; do git archive --format=tar.gz $c -- . \
 #         ':(exclude)models/voxgate_tiny/weights' ':(exclude)bench/results' > .old/$c.tgz; done
-# then VARIANTS="c73c01a: HEAD:"; other variants run from the checkout).
+# then VARIANTS="c73c01a: HEAD:"; other variants run from the checkout). `.old` is git-ignored:
+# the call carries it beside .gpu (carry [".gpu", ".old"]).
 #
 # Env: VARIANTS: space-separated NAME:ARGS, ARGS the variant's server arguments separated by
 # commas (empty for the defaults). ORDER: the variant names in run order (default: ABBA over
