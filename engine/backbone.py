@@ -28,6 +28,7 @@ class Backbone:
     # The loop thread's device work (steps, admissions, warm-up) goes on this stream.
     on_llm_stream: LlmStream
     num_blocks: int
+    kv_bytes_per_block: int  # one page of KV, all layers: what a decode step reads a page
 
 
 def build_backbone(
@@ -52,18 +53,22 @@ def build_backbone(
     on_llm_stream = LlmStream(device, config.llm_stream_priority)
     if device.type == "cuda" and config.cuda_graphs:
         capture_llm_graphs(worker, config)
-    return Backbone(blocks, worker, on_llm_stream, num_blocks)
+    return Backbone(blocks, worker, on_llm_stream, num_blocks, kv_bytes_per_block(model, config))
 
 
-def size_kv_pool(model: SpeechModel, config: EngineConfig, device: torch.device) -> int:
+def kv_bytes_per_block(model: SpeechModel, config: EngineConfig) -> int:
     s = model.shape
-    per_block = KVCache.bytes_per_block(
+    return KVCache.bytes_per_block(
         s.num_layers,
         config.block_size,
         s.num_kv_heads,
         s.head_dim,
         kv_storage_dtype(config.kv_cache_dtype, s.dtype),
     )
+
+
+def size_kv_pool(model: SpeechModel, config: EngineConfig, device: torch.device) -> int:
+    per_block = kv_bytes_per_block(model, config)
     if device.type == "cuda":
         torch.cuda.empty_cache()  # what start-up freed (the codec's compile, its warm-up) is free
         free, _total = torch.cuda.mem_get_info(device)

@@ -30,6 +30,7 @@ from engine.backbone import build_backbone, on_llm_stream
 from engine.config import EngineConfig
 from engine.detok_job import Detokenizer
 from engine.detok_pipeline import make_detokenizer
+from engine.memory_bandwidth import page_seconds
 from engine.outputs import (
     EngineEvent,
     EngineStats,
@@ -79,6 +80,8 @@ class EngineCore:
         self.blocks, self.worker = backbone.blocks, backbone.worker
         self.on_llm_stream = backbone.on_llm_stream
         num_blocks = backbone.num_blocks
+        self._kv_bytes_per_block = backbone.kv_bytes_per_block
+        self._device = device
         self.scheduler = Scheduler(
             config,
             self.blocks,
@@ -116,7 +119,8 @@ class EngineCore:
         self._last_llm_start: float | None = None
         # The rows of the last LLM steps launched, newest last, None for a step that ran
         # prompt tokens: the turn a measured interval belongs to (_observe_turn).
-        self._recent_rows: deque[int | None] = deque(maxlen=2)
+        # The last steps' rows and KV pages in use (None: a step that ran prompt tokens).
+        self._recent_rows: deque[tuple[int, int] | None] = deque(maxlen=2)
         self._busy_gap_s: float | None = None  # the last busy interval between step starts
         self.last_timing = StepTiming()
         log.info(
@@ -156,12 +160,26 @@ class EngineCore:
         while self.has_work():
             self.step()
         if self.scheduler.realtime_admission:
+            self._price_kv_pages()
             self._calibrate_realtime()
         # The warm-up's own turns (first-use compiles) say nothing about serving, and a burst
         # the KV pool could not hold refused no client.
         self.scheduler.capacity.steps.clear_live()
         self.scheduler.refusals.clear()
         self.steps = 0
+
+    def _price_kv_pages(self) -> None:
+        """Real-time admission's price of a KV page in use (engine/memory_bandwidth.py): set
+        before the bursts, whose turns are then booked less their pages too."""
+        page_s = page_seconds(self._device, self._kv_bytes_per_block)
+        self.scheduler.capacity.page_s = page_s
+        if page_s > 0:
+            log.info(
+                "real-time admission: a KV page in use costs %.3f µs a step (%d bytes at the "
+                "measured copy bandwidth)",
+                1e6 * page_s,
+                self._kv_bytes_per_block,
+            )
 
     def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
         """Real-time admission's turn cost (engine/turn_cost.py) seeded at batch sizes
@@ -202,7 +220,7 @@ class EngineCore:
                 "streams until live turns refine it",
                 1e3 * fit.fixed_s,
                 1e3 * fit.per_unit_s,
-                sched.capacity.capacity(),
+                sched.room(self.clock()),
             )
         one = sched.capacity.token_interval(1)
         if one is not None and one > limit:
@@ -487,15 +505,20 @@ class EngineCore:
         """Real-time admission's samples (Scheduler.observe_step): the time since the last
         LLM step's start (_token_interval) is the loop turn that ran the step launched last
         (with async scheduling: the one before it, which that turn waited for), so it is
-        booked at that step's rows; a turn that ran prompt tokens, or followed an idle loop,
-        is no sample."""
+        booked at that step's rows and the KV pages then in use; a turn that ran prompt
+        tokens, or followed an idle loop, is no sample."""
         recent, gap = self._recent_rows, self._busy_gap_s
         if gap is None:
             recent.clear()
         back = 2 if self.async_scheduling else 1
         if gap is not None and len(recent) >= back and recent[-back] is not None:
-            self.scheduler.observe_step(recent[-back], gap)
-        recent.append(len(plan.chunks) if plan.num_tokens == len(plan.chunks) else None)
+            rows, pages = recent[-back]
+            self.scheduler.observe_step(rows, gap, pages)
+        decode_only = plan.num_tokens == len(plan.chunks)
+        pages = (
+            self.blocks.num_used - self.blocks.num_kept_blocks
+        )  # idle conversations' are not read
+        recent.append((len(plan.chunks), pages) if decode_only else None)
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
         """Bookkeeping known at launch: the KV the step writes, and one more token in flight

@@ -177,12 +177,14 @@ EngineEvent = AudioChunk | Finished | TextDelta | WordTimings
 @dataclass(frozen=True)
 class AdmissionStats:
     """Real-time admission now (engine/realtime_capacity.py): what it predicts and why it
-    would refuse. The turn cost is the fitted line, turn seconds = fixed + per_row x rows."""
+    would refuse. The turn cost is the fitted line, turn seconds = fixed + per_row x rows,
+    plus per_page x the KV pages in use where pages are priced."""
 
     streams: int = 0  # generating requests, admitted ones not yet prefilled included
     capacity_streams: int = 0  # the most streams the fitted cost keeps in real time (0: unknown)
     turn_fixed_s: float = 0.0
     turn_per_row_s: float = 0.0
+    turn_per_page_s: float = 0.0  # 0: pages unpriced (the turn judged by its rows alone)
     live_turns: int = 0  # live decode turns in the fit's window
     # A threaded codec's fitted job cost: seconds a job + seconds per second of audio made
     # (0: no codec beside the LLM, or no job measured yet).

@@ -16,14 +16,24 @@ stay under `REALTIME_LOAD`. Both predictions never fall as streams are added, so
 streams that fit (`capacity`, the metrics' room) is found by bisection. Where nothing is
 measured at all, the model cannot be judged and admission leaves it to the KV pool (and the
 listeners' buffers: engine/listener_guard.py).
+
+Where the KV pages a step reads are priced (`page_s`, from the device's memory bandwidth at
+warm-up), the turn is its part by rows plus its pages, and a count of streams no longer says
+enough: the streams' contexts grow as they run, so `room_with` judges the streams themselves
+through their outlook (engine/realtime_outlook.py): every one, the newcomer included, must
+stay in audio to its end as the turns grow with the pages.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from engine.realtime_outlook import StreamOutlook, TurnModel, shortfall
 from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
 
 # A stream is refused once the predicted token interval exceeds this share of a token's
@@ -32,6 +42,9 @@ from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel,
 # what they miss, so the margin is small: where a turn's fixed cost is half a token's time
 # (a GPU), each 1 % of margin costs 2 % of the streams.
 REALTIME_LOAD = 0.95
+# The outlook rounds streams' ends up to this many tokens: fewer segments to walk (a
+# decision at 300 streams then takes under a millisecond), each stream a little longer.
+OUTLOOK_END_STEP = 16
 
 
 @dataclass(frozen=True)
@@ -108,14 +121,30 @@ class RealtimeCapacity:
         max_num_seqs: int,
         max_detok_batch: int,
         threaded_codec: bool,
+        page_tokens: int = 16,
+        lead_cap_s: float = math.inf,
     ) -> None:
         self.seconds_per_token = seconds_per_token
         self.chunk_tokens = chunk_tokens
         self.max_num_seqs = max_num_seqs
         self.max_detok_batch = max_detok_batch
         self.threaded_codec = threaded_codec
-        self.steps = TurnCostModel()  # a decode turn's seconds by rows
+        self.page_tokens = page_tokens
+        # The most audio a stream banks while another waits for its first chunk (the
+        # scheduler's contended lead cap): a newcomer always does, so the outlook credits a
+        # stream's cheap early turns only up to this lead.
+        self.lead_cap_s = lead_cap_s
+        # Seconds a KV page in use adds to a decode turn (measured at warm-up: the page's bytes
+        # at the device's memory bandwidth); 0 while unpriced, when the turn is judged by its
+        # rows alone. Set before live turns are observed: they are booked less their pages.
+        self.page_s = 0.0
+        self.steps = TurnCostModel()  # a decode turn's seconds by rows (less its pages)
         self.codec = CodecCost()  # codec job seconds by audio made (threaded codec only)
+
+    def observe_turn(self, rows: int, seconds: float, pages: int) -> None:
+        """A live decode turn of `rows` rows that took `seconds` with `pages` KV pages in use:
+        its part by rows goes to the turn cost's fit."""
+        self.steps.observe(rows, max(0.0, seconds - self.page_s * pages))
 
     @property
     def calibrated(self) -> bool:
@@ -129,19 +158,22 @@ class RealtimeCapacity:
             return None
         return math.ceil(streams / self.max_num_seqs) * cost
 
-    def capacity(self, cap: int = 100_000) -> int | None:
+    def capacity(
+        self,
+        live: Sequence[StreamOutlook] = (),
+        newcomer: StreamOutlook | None = None,
+        cap: int = 100_000,
+    ) -> int | None:
         """The most streams predicted to stay in real time (at least 1: a lone stream is
-        always admitted); None while nothing is measured."""
+        always admitted); None while nothing is measured. With pages priced and a `newcomer`
+        to add: the `live` streams and as many such newcomers as their outlook allows (the
+        live ones alone, when even they fall short)."""
         if not self.calibrated:
             return None
-        lo, hi = 1, 2
-        while hi <= cap and self.room_for(hi).ok:
-            lo, hi = hi, 2 * hi
-        hi = min(hi, cap + 1)
-        while hi - lo > 1:  # room_for(lo) holds, room_for(hi) does not
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if self.room_for(mid).ok else (lo, mid)
-        return lo
+        if self.page_s > 0 and newcomer is not None:
+            extra = _most(lambda m: self.room_with(live, [newcomer] * m).ok, cap)
+            return max(1, len(live) + (extra or 0))
+        return _most(lambda n: self.room_for(n).ok, cap, least=1)
 
     def codec_load(self, streams: int) -> float | None:
         """Predicted share of real time the codec is busy with `streams` streams (threaded
@@ -150,6 +182,41 @@ class RealtimeCapacity:
             return None
         chunk_s = self.chunk_tokens * self.seconds_per_token
         return self.codec.busy_share(streams, self.max_detok_batch, chunk_s)
+
+    def room_with(
+        self, live: Sequence[StreamOutlook], newcomers: Sequence[StreamOutlook]
+    ) -> Verdict:
+        """Whether the `live` streams and the `newcomers` all stay in real time: by their
+        outlook where pages are priced (and the codec's budget), else by their count
+        (`room_for`)."""
+        streams = len(live) + len(newcomers)
+        if self.page_s <= 0 or streams <= 1:
+            return self.room_for(streams)
+        turn = self._turn_model()
+        if turn is None:
+            return Verdict(True)
+        short = shortfall(
+            [*live, *newcomers],
+            turn,
+            REALTIME_LOAD * self.seconds_per_token,
+            self.lead_cap_s,
+            OUTLOOK_END_STEP,
+        )
+        if short is not None:
+            return Verdict(
+                False,
+                f"no real-time capacity: with {streams} streams one would run "
+                f"{short.behind_s:.2f} s short of audio {short.after_s:.0f} s from now, as "
+                f"their contexts grow (measured turn costs, {1e6 * self.page_s:.2f} µs a KV "
+                "page); try again shortly",
+                "turn_cost",
+            )
+        return self._codec_verdict(streams)
+
+    def _turn_model(self) -> TurnModel | None:
+        if self.steps.predict_rows(np.ones(1, dtype=np.int64)) is None:
+            return None
+        return TurnModel(self.steps.predict_rows, self.page_s, self.page_tokens, self.max_num_seqs)
 
     def room_for(self, streams: int) -> Verdict:
         """Whether `streams` streams (the newcomer included) all stay in real time. A lone
@@ -167,6 +234,9 @@ class RealtimeCapacity:
                 f"{1000 * self.seconds_per_token:.1f} ms of audio each; try again shortly",
                 "turn_cost",
             )
+        return self._codec_verdict(streams)
+
+    def _codec_verdict(self, streams: int) -> Verdict:
         load = self.codec_load(streams)
         if load is not None and load > REALTIME_LOAD:
             return Verdict(
@@ -176,3 +246,18 @@ class RealtimeCapacity:
                 "codec",
             )
         return Verdict(True)
+
+
+def _most(fits: Callable[[int], bool], cap: int, least: int = 0) -> int | None:
+    """The largest n in [least, cap] for which `fits(n)` (True up to some n, False after);
+    None when not even `least` fits."""
+    if not fits(least):
+        return None
+    lo, hi = least, max(2 * least, 1)
+    while hi <= cap and fits(hi):
+        lo, hi = hi, 2 * hi
+    hi = min(hi, cap + 1)
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo

@@ -20,6 +20,7 @@ running request never has to be preempted: preempting a stream would be an audib
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -29,7 +30,8 @@ from engine.config import EngineConfig
 from engine.listener_guard import ListenerGuard, listener_health
 from engine.outputs import AdmissionStats, ScheduledChunk, SchedulerOutput
 from engine.realtime_capacity import RealtimeCapacity, Verdict
-from engine.request import Request, RequestStatus
+from engine.realtime_outlook import StreamOutlook
+from engine.request import Request, RequestStatus, SamplingParams
 
 log = logging.getLogger("voxgate.engine")
 
@@ -120,6 +122,8 @@ class Scheduler:
             config.max_num_seqs,
             config.max_detok_batch,
             threaded_codec,
+            blocks.block_size,
+            min(config.contended_lead_s, config.max_lead_s),
         )
         self.calibrating = False  # the core's warm-up measures costs: nothing is refused
         # Requests refused, by cause (real-time admission's turn_cost, codec, slow_start,
@@ -134,11 +138,12 @@ class Scheduler:
         """On unless turned off (None, the command line's 'not given', counts as on)."""
         return self.config.realtime_admission is not False
 
-    def observe_step(self, batch_size: int, interval_s: float) -> None:
-        """A decode-only turn's seconds at its rows (the core reports each): the samples
-        real-time admission's turn cost is fitted to. The warm-up's bursts seed it instead."""
+    def observe_step(self, batch_size: int, interval_s: float, kv_pages: int = 0) -> None:
+        """A decode-only turn's seconds at its rows, with `kv_pages` KV pages in use (the core
+        reports each): the samples real-time admission's turn cost is fitted to. The
+        warm-up's bursts seed it instead."""
         if not self.calibrating:
-            self.capacity.steps.observe(batch_size, interval_s)
+            self.capacity.observe_turn(batch_size, interval_s, kv_pages)
 
     def observe_codec_job(self, audio_s: float, seconds: float) -> None:
         """A steady codec job's time and the seconds of audio it made, all rows (threaded
@@ -153,8 +158,8 @@ class Scheduler:
         """Reserve the request's whole length. Idle conversations' kept KV never stands in
         the way: it is evicted (least recently kept first) to make room. A request of a
         conversation starts with the KV of its prompt's common prefix with the kept one."""
-        verdict = self.real_time_room(request.arrival_time)
-        self._note_admission(verdict)
+        verdict = self.real_time_room(request.arrival_time, request)
+        self._note_admission(verdict, request.arrival_time)
         decision = Admission(verdict.ok, verdict.reason)
         if decision.ok:
             decision = self.blocks.can_admit(
@@ -175,30 +180,64 @@ class Scheduler:
             self.requests[request.request_id] = request
         return decision
 
-    def real_time_room(self, now: float) -> Verdict:
-        """With real-time admission: whether every stream stays in real time with one more.
-        Judged twice: by the turn cost fitted from live turns of every size (`capacity`,
-        seeded at warm-up), so a burst of arrivals is cut at the size that would fall behind
-        rather than after it has (streams admitted but not yet prefilled count too); and by
-        the listeners' buffers (engine/listener_guard.py), which see what the fit cannot:
-        the gateway or another process taking the cores."""
+    def real_time_room(self, now: float, request: Request | None = None) -> Verdict:
+        """With real-time admission: whether every stream stays in real time with one more
+        (`request`, or one of the live streams' typical length). Judged twice: by the turn
+        cost fitted from live turns of every size (`capacity`, seeded at warm-up) and, where
+        KV pages are priced, every stream's outlook to its end as contexts grow, so a burst
+        of arrivals is cut at the size that would fall behind rather than after it has
+        (streams admitted but not yet prefilled count too); and by the listeners' buffers
+        (engine/listener_guard.py), which see what the fit cannot: the gateway or another
+        process taking the cores."""
         if not self.realtime_admission or self.calibrating:
             return Verdict(True)
         # A copy: EngineCore.stats() asks from the gateway's thread while the engine's adds.
         live = [r for r in list(self.requests.values()) if r.wants_tokens]
-        verdict = self.capacity.room_for(len(live) + 1)
+        outlooks = [self._outlook(r, now) for r in live]
+        newcomer = self._newcomer(request, live)
+        verdict = self.capacity.room_with(outlooks, [newcomer])
         if not verdict.ok:
             return verdict
         health = listener_health(
             live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
         )
-        refusal = self.listener_guard.refusal(health, now, self.capacity.capacity())
+        predicted = self.capacity.capacity(outlooks, newcomer)
+        refusal = self.listener_guard.refusal(health, now, predicted)
         if refusal is not None:
             cause, why = refusal
             return Verdict(False, f"no real-time capacity: {why}; try again shortly", cause)
         return Verdict(True)
 
-    def _note_admission(self, verdict: Verdict) -> None:
+    def room(self, now: float) -> int | None:
+        """The most streams real-time admission predicts the engine carries now: the live
+        ones and as many more of their typical length as fit (None while unmeasured)."""
+        live = [r for r in list(self.requests.values()) if r.wants_tokens]
+        outlooks = [self._outlook(r, now) for r in live]
+        return self.capacity.capacity(outlooks, self._newcomer(None, live))
+
+    def _outlook(self, request: Request, now: float) -> StreamOutlook:
+        """A live stream as real-time admission's outlook sees it: its context, the most
+        tokens it may still make, and the audio it holds (played out or not yet decoded)."""
+        pending = request.pending_detok_tokens * self.facts.seconds_per_token
+        return StreamOutlook(
+            request.num_tokens,
+            request.sampling.max_tokens - request.num_generated,
+            request.buffered_audio_s(now) + pending,
+        )
+
+    @staticmethod
+    def _newcomer(request: Request | None, live: list[Request]) -> StreamOutlook:
+        """The stream a newcomer would be: `request` itself, or (asked without one, for the
+        metrics' room) the live streams' median prompt and length, or a default request's."""
+        if request is not None:
+            return StreamOutlook(request.num_prompt_tokens, request.sampling.max_tokens, 0.0)
+        if not live:
+            return StreamOutlook(0, SamplingParams().max_tokens, 0.0)
+        prompt = statistics.median_low(r.num_prompt_tokens for r in live)
+        length = statistics.median_low(r.sampling.max_tokens for r in live)
+        return StreamOutlook(prompt, length, 0.0)
+
+    def _note_admission(self, verdict: Verdict, now: float) -> None:
         """Count a refusal by cause; log when admission closes and when it opens again."""
         if not verdict.ok:
             self.refusals[verdict.cause] = self.refusals.get(verdict.cause, 0) + 1
@@ -216,7 +255,7 @@ class Scheduler:
             log.info(
                 "real-time admission open again: %d streams, room for %s (%s)",
                 streams,
-                self.capacity.capacity(),
+                self.room(now),
                 turn,
             )
         else:
@@ -234,9 +273,10 @@ class Scheduler:
         )
         return AdmissionStats(
             streams=len(live),
-            capacity_streams=self.capacity.capacity() or 0,
+            capacity_streams=self.room(now) or 0,
             turn_fixed_s=fit.fixed_s if fit else 0.0,
             turn_per_row_s=fit.per_unit_s if fit else 0.0,
+            turn_per_page_s=self.capacity.page_s,
             live_turns=self.capacity.steps.live_turns,
             codec_fixed_s=codec.fixed_s if codec else 0.0,
             codec_per_audio_s=codec.per_unit_s if codec else 0.0,

@@ -29,6 +29,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 LIVE_WINDOW = 256  # live turns the fit looks at (~3 s on an H200, ~10 s on a CPU)
 PRIOR_WEIGHT = 4.0  # a warm-up burst's figure, in live turns, while the window is empty
 FLOOR_SAMPLES = 3  # live turns of a size before their median floors the prediction
@@ -128,6 +130,19 @@ class TurnCostModel:
             if size > rows:
                 break
             cost = max(cost, median)
+        return cost
+
+    def predict_rows(self, rows: np.ndarray) -> np.ndarray | None:
+        """`predict` at each of `rows` (an int array) at once; None while nothing is measured."""
+        fit, floors = self._model()
+        if fit is None:
+            return None
+        cost = fit.fixed_s + fit.per_unit_s * rows.astype(np.float64)
+        if floors:
+            sizes = np.array([size for size, _ in floors])
+            highest = np.maximum.accumulate(np.array([median for _, median in floors]))
+            at = np.searchsorted(sizes, rows, side="right") - 1  # the largest size <= rows
+            cost = np.where(at >= 0, np.maximum(cost, highest[np.maximum(at, 0)]), cost)
         return cost
 
     # --- the fit ---------------------------------------------------------------------------------

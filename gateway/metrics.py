@@ -127,6 +127,10 @@ ADMISSION_GAUGES = {
         "Fitted decode-turn cost: seconds each row adds to a turn",
         "turn_per_row_s",
     ),
+    "voxgate_engine_turn_page_seconds": (
+        "Decode-turn cost: seconds each KV page in use adds to a turn (0: unpriced)",
+        "turn_per_page_s",
+    ),
     "voxgate_engine_turn_samples": ("Live decode turns the cost is fitted to", "live_turns"),
     "voxgate_engine_codec_job_fixed_seconds": (
         "Fitted cost of a codec job beside the LLM: seconds a job takes whatever it makes",

@@ -248,6 +248,7 @@ def sum_admission(
         capacity_streams=sum(a.capacity_streams for a in replicas),
         turn_fixed_s=busiest.turn_fixed_s,
         turn_per_row_s=busiest.turn_per_row_s,
+        turn_per_page_s=busiest.turn_per_page_s,
         live_turns=sum(a.live_turns for a in replicas),
         codec_fixed_s=busiest.codec_fixed_s,
         codec_per_audio_s=busiest.codec_per_audio_s,

@@ -29,6 +29,7 @@ GAUGES = {
     "voxgate_engine_realtime_capacity_streams": "capacity_streams",
     "voxgate_engine_turn_fixed_seconds": "turn_fixed_s",
     "voxgate_engine_turn_row_seconds": "turn_per_row_s",
+    "voxgate_engine_turn_page_seconds": "turn_per_page_s",
     "voxgate_engine_turn_samples": "turn_samples",
     "voxgate_engine_codec_job_fixed_seconds": "codec_fixed_s",
     "voxgate_engine_codec_seconds_per_audio_second": "codec_per_audio_s",
@@ -93,6 +94,8 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
         if view.get("turn_per_row_s")
         else "turn cost not fitted"
     )
+    if view.get("turn_per_page_s"):
+        fit += f" + {1e6 * view['turn_per_page_s']:.3f} us/page"
     if view.get("codec_per_audio_s"):
         fit += (
             f"; codec {1e3 * view['codec_fixed_s']:.2f} ms a job + "

@@ -18,6 +18,7 @@ def admission_text(
         capacity_streams=capacity,
         turn_fixed_s=0.004,
         turn_per_row_s=0.00005,
+        turn_per_page_s=2.5e-7,
         live_turns=300,
         codec_fixed_s=0.005,
         codec_per_audio_s=0.0012,
@@ -41,6 +42,7 @@ def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
         "capacity_streams": 90.0,
         "turn_fixed_s": 0.004,
         "turn_per_row_s": 5e-05,
+        "turn_per_page_s": 2.5e-07,
         "turn_samples": 300.0,
         "codec_fixed_s": 0.005,
         "codec_per_audio_s": 0.0012,
@@ -50,7 +52,7 @@ def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
     assert view["gateway_refusals"] == {"listeners": 5, "waiting": 2}  # kv: none during it
     assert view["capacity_streams"] == 88.0
     [line] = describe_admission(view)
-    assert "room for 88 streams" in line and "turn 4.00 ms + 0.050 ms/row" in line
+    assert "room for 88 streams" in line and "turn 4.00 ms + 0.050 ms/row + 0.250 us/page" in line
     assert "codec 5.00 ms a job + 1.20 ms per s of audio" in line
     # What the clients counted as refused: 18, each under one cause in one family.
     assert "18 in all" in line

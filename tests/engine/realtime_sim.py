@@ -1,6 +1,6 @@
 """A torch-free engine simulator for real-time admission: the real Scheduler (its admission,
 lead caps and codec choices) driven by a fake clock, with an LLM whose turn costs
-`fixed_s + per_row_s x rows` (+ prompt tokens), listeners that play their audio in real time
+`fixed_s + per_row_s x rows` (+ prompt tokens, + KV pages in use), listeners that play their audio in real time
 from their first chunk, and arrivals over time that try again after a refusal.
 
 The codec is inline and free (its cost is inside the turn's), as on a CPU; the turn's time is
@@ -31,9 +31,15 @@ class TurnCost:
     per_row_s: float
     prompt_token_s: float = 0.0
     unseen_per_row_s: float = 0.0  # wall time the engine's turn timing does not see
+    per_page_s: float = 0.0  # each KV page in use (a GPU's decode reads them all)
 
-    def seen(self, rows: int, prompt_tokens: int) -> float:
-        return self.fixed_s + self.per_row_s * rows + self.prompt_token_s * prompt_tokens
+    def seen(self, rows: int, prompt_tokens: int, pages: int = 0) -> float:
+        return (
+            self.fixed_s
+            + self.per_row_s * rows
+            + self.prompt_token_s * prompt_tokens
+            + self.per_page_s * pages
+        )
 
     def capacity(self, token_s: float) -> int:
         """Streams whose turn (seen and unseen) fits a token's playback time: the most the
@@ -56,9 +62,12 @@ class RealtimeSim:
         cost: TurnCost,
         facts: ChunkingFacts,
         seeds: dict[int, float] | None = None,
+        priced_pages: bool = True,
         **config: object,
     ) -> None:
-        """`seeds`: the warm-up bursts' figures (rows → seconds a turn)."""
+        """`seeds`: the warm-up bursts' figures (rows → seconds a turn); `priced_pages`:
+        admission knows the cost's price of a KV page, as the engine's warm-up measures it
+        on a GPU."""
         self.cost = cost
         self.facts = facts
         self.scheduler = Scheduler(
@@ -66,6 +75,8 @@ class RealtimeSim:
         )
         for rows, seconds in (seeds or {}).items():
             self.scheduler.capacity.steps.seed(rows, seconds)
+        if priced_pages:
+            self.scheduler.capacity.page_s = cost.per_page_s
         self.now = 0.0
 
     def run(
@@ -108,11 +119,12 @@ class RealtimeSim:
         rows = len(plan.chunks)
         prompt = sum(c.num_tokens for c in plan.chunks if c.start < c.request.num_prompt_tokens)
         if rows:
-            seen = self.cost.seen(rows, prompt)
+            pages = sched.blocks.num_used
+            seen = self.cost.seen(rows, prompt, pages)
             self.now += seen + self.cost.unseen_per_row_s * rows
             sched.step_time_s = ema(sched.step_time_s, seen)
             if plan.num_tokens == rows:
-                sched.observe_step(rows, seen)
+                sched.observe_step(rows, seen, pages)
         else:
             self.now += IDLE_TICK_S
         for chunk in plan.chunks:

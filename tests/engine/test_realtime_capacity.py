@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 from realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 from engine.block_manager import BlockManager
@@ -18,7 +19,9 @@ from engine.listener_guard import (
     ListenerHealth,
     listener_health,
 )
+from engine.memory_bandwidth import copy_bandwidth, page_seconds
 from engine.realtime_capacity import REALTIME_LOAD, CodecCost, RealtimeCapacity
+from engine.realtime_outlook import StreamOutlook
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.turn_cost import LIVE_WINDOW, TurnCostModel
@@ -346,6 +349,32 @@ def test_the_scheduler_refuses_by_the_listeners_whatever_the_model_predicts():
     assert stats.capacity_streams > 1000
 
 
+def test_priced_pages_judge_the_streams_by_their_outlook_not_their_count():
+    """Turns of 8 ms + 0.1 ms a row carry 300 streams by their count; with 6 µs a KV page,
+    150 streams growing to 800 tokens would not (~51 pages each at their end: a turn of
+    ~69 ms for 38 ms of audio), while 150 at 100 tokens ending in 50 more would."""
+    capacity = RealtimeCapacity(TOKEN_S, 8, 256, 8, False, page_tokens=16, lead_cap_s=2.0)
+    capacity.steps.seed(1, 0.0081)
+    capacity.steps.seed(64, 0.0144)
+    assert capacity.room_for(151).ok
+    capacity.page_s = 6e-6
+    newcomer = StreamOutlook(16, 800, 0.0)
+    verdict = capacity.room_with([StreamOutlook(16, 800, 0.5)] * 150, [newcomer])
+    assert not verdict.ok and verdict.cause == "turn_cost"
+    assert "short of audio" in verdict.reason and "KV page" in verdict.reason
+    ending = [StreamOutlook(100, 50, 0.5)] * 150
+    assert capacity.room_with(ending, [StreamOutlook(16, 50, 0.0)]).ok
+    room = capacity.capacity(ending, StreamOutlook(16, 50, 0.0))
+    assert 151 <= room <= capacity.capacity()  # never more than the count allows
+    assert capacity.capacity([StreamOutlook(16, 800, 0.5)] * 150, newcomer) == 150  # no room
+
+
+def test_a_page_costs_its_bytes_at_the_gpus_bandwidth_and_nothing_on_the_cpu():
+    cpu = torch.device("cpu")
+    assert copy_bandwidth(cpu, nbytes=8 << 20) > 1e8  # any machine moves 100 MB/s
+    assert page_seconds(cpu, 917_504) == 0.0
+
+
 # --- a simulated engine ----------------------------------------------------------------------
 # GPU-like: a large fixed cost per turn, a small one per row; CPU-like: the reverse. Prompt
 # tokens cost a little (the newcomers' prefills). Warm-up bursts overstate large batches.
@@ -430,6 +459,36 @@ def test_a_true_burst_goes_in_by_halves_of_the_prediction_and_none_falls_behind(
     result = sim.run([0.0] * int(1.5 * capacity), stream_tokens=400, until_s=10)
     assert result.admitted == result.peak_streams == predicted
     assert not result.late_streams
+
+
+# Page-bound, as a GPU at hundreds of streams: every KV page in use adds to a turn (a decode
+# step reads them all), so a stream's turns grow with its context.
+PAGE_BOUND = TurnCost(fixed_s=0.008, per_row_s=0.0001, prompt_token_s=0.00002, per_page_s=6e-6)
+
+
+def test_a_page_bound_engine_is_judged_by_its_streams_outlook():
+    """Listeners of 800 tokens (32 s) arriving at 10 a second: without admission 120 hold
+    and 130 do not. With pages priced (engine/realtime_outlook.py) admission lets in about
+    as many as hold, and none runs dry; judged by the count of streams alone, from turns
+    measured while the contexts were short, it lets in more than hold, and listeners run
+    dry at the end of their streams."""
+    seeds = {rows: PAGE_BOUND.seen(rows, 0, 2 * rows) for rows in (1, 8, 64, 128)}
+
+    def run(arrivals: int, **options) -> tuple[RealtimeSim, object]:
+        sim = RealtimeSim(PAGE_BOUND, FACTS, seeds, **options)
+        return sim, sim.run(steady_arrivals(arrivals, 10), stream_tokens=800, until_s=45)
+
+    for streams, late in ((120, False), (130, True)):
+        _, unguarded = run(streams, realtime_admission=False)
+        assert unguarded.peak_streams == streams and bool(unguarded.late_streams) == late
+    sim, priced = run(180)
+    assert 0.85 * 120 <= priced.peak_streams <= 130, priced
+    assert not priced.late_streams and priced.worst_lead_s == 0.0
+    assert sim.scheduler.refusals.get("turn_cost", 0) > 0
+    fit = sim.scheduler.capacity.steps.fit()  # the turns' part by rows, their pages taken out
+    assert fit.per_unit_s == pytest.approx(PAGE_BOUND.per_row_s, rel=0.05)
+    _, counted = run(180, priced_pages=False)
+    assert counted.peak_streams > 120 and counted.late_streams
 
 
 async def test_a_warm_up_the_kv_pool_cannot_hold_refuses_no_client():

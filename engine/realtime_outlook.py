@@ -1,0 +1,125 @@
+"""Real-time admission's outlook (no torch): whether every stream keeps its listener in audio
+until its end, when a decode turn's cost grows with the KV pages it reads.
+
+A decode step reads every running stream's KV pages, so a turn costs a part by its rows
+(weights, launches, the host's work: engine/turn_cost.py) plus a part by the pages in use
+(`page_s` each, from the device's memory bandwidth: engine/memory_bandwidth.py). Each stream's
+context grows by a token a step, so the turn grows as the streams age: on an H200 serving
+Orpheus, 300 streams' turn went from ~7 ms at ~450 tokens each to ~14 ms at ~2,050, past the
+~11.6 ms a real-time turn allows there, and the streams held only on the audio they banked
+while their contexts were short (BENCHMARKS.md). A count of streams cannot say that; their
+contexts, the tokens they may still make and the audio they hold can:
+
+- Every stream still making tokens takes one a round, as the scheduler runs them (with more
+  streams than `max_num_seqs`, a round is several turns). In round k the streams whose
+  remaining tokens are at least k run, each reading its context plus k tokens of pages, so a
+  round's time is linear in k between two streams' ends (a segment).
+- A listener's lead (the audio it holds, `banked_s` now) grows by a token's playback time
+  (less admission's margin: `budget`) and shrinks by the round's time, and a stream banks at
+  most `lead_cap_s` (the scheduler's lead cap while someone waits for a first chunk, as a
+  newcomer does). Within a segment the change is linear and falling in k: the lead rises
+  (clipped at the cap) until the rounds cost more than the budget, then falls, so its lowest
+  point is at a segment's start or end, and a pass over the segments, all streams at once,
+  finds every listener's lowest lead exactly.
+
+The remaining tokens are each request's `max_tokens` less what it made: the most it may still
+ask, so the outlook is the worst case for requests that stop early.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StreamOutlook:
+    """One stream as the outlook sees it."""
+
+    context_tokens: int  # prompt + tokens made: the KV a step reads for it
+    remaining_tokens: int  # tokens it may still make
+    banked_s: float  # audio made and not yet played (decoded or not), seconds
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """The worst listener the outlook sees running dry."""
+
+    behind_s: float  # how much audio it would lack
+    after_tokens: int  # after how many more tokens
+    after_s: float  # how far from now
+
+
+@dataclass(frozen=True)
+class TurnModel:
+    """A decode turn's seconds: `by_rows(rows)` (the part by its rows, for an array of row
+    counts at once) + `page_s` a KV page in use, pages of `page_tokens` tokens; at most
+    `max_rows` rows a turn."""
+
+    by_rows: Callable[[np.ndarray], np.ndarray]
+    page_s: float
+    page_tokens: int
+    max_rows: int
+
+
+def shortfall(
+    streams: Sequence[StreamOutlook],
+    turn: TurnModel,
+    budget_s: float,
+    lead_cap_s: float = math.inf,
+    end_step: int = 1,
+) -> Shortfall | None:
+    """The largest lack of audio any of `streams` would see before its end, each making a
+    token a round against `budget_s` of playback a token, none banking more than
+    `lead_cap_s` ahead (or its own bank, if larger); None if none runs dry. Ends are rounded
+    up to a multiple of `end_step` tokens (fewer segments; a stream then counts as running
+    a little longer, which errs on the safe side)."""
+    live = [s for s in streams if s.remaining_tokens > 0]
+    if not live:
+        return None
+    ends = np.array([s.remaining_tokens for s in live], dtype=np.int64)
+    ends = -(-ends // end_step) * end_step
+    context = np.array([s.context_tokens for s in live], dtype=np.float64)
+    lead = np.array([s.banked_s for s in live], dtype=np.float64)
+    cap = np.maximum(lead, lead_cap_s)
+    stops = np.unique(ends)
+    starts = np.concatenate([[0], stops[:-1]])
+    # Segment j: rounds (starts[j], stops[j]], run by the streams whose end is at least stops[j].
+    running = ends[None, :] >= stops[:, None]
+    rows = running.sum(axis=1)
+    context_run = running @ context
+    turns_a_round = -(-rows // turn.max_rows)
+    by_rows = turns_a_round * turn.by_rows(np.minimum(rows, turn.max_rows))
+    per_page = turn.page_s / turn.page_tokens
+    # Round k of segment j takes a_j + b_j x k: its rows' part, the pages of the streams'
+    # contexts plus k tokens each, and half a page a stream for the page it is filling. A
+    # listener's lead changes by budget - (a_j + b_j x k): rising while k < k0, then falling.
+    a = by_rows + per_page * context_run + 0.5 * turn.page_s * rows
+    b = per_page * rows
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k0 = np.where(b > 0, (budget_s - a) / b, np.where(a < budget_s, np.inf, -np.inf))
+    turning = np.clip(np.ceil(k0) - 1, starts, stops)  # the last round that still gains
+    gain = _rounds_sum(starts, turning, budget_s - a, -b)
+    loss = _rounds_sum(turning, stops, budget_s - a, -b)
+    elapsed = np.cumsum(_rounds_sum(starts, stops, a, b))
+    worst, worst_at = lead.copy(), np.zeros(len(live), dtype=np.int64)
+    for j in range(len(stops)):
+        on = running[j]
+        lead = np.where(on, np.minimum(cap, lead + gain[j]) + loss[j], lead)
+        lower = on & (lead < worst)
+        worst = np.where(lower, lead, worst)
+        worst_at = np.where(lower, j, worst_at)
+    i = int(np.argmin(worst))
+    if worst[i] >= 0:
+        return None
+    j = int(worst_at[i])
+    return Shortfall(float(-worst[i]), int(stops[j]), float(elapsed[j]))
+
+
+def _rounds_sum(lo: np.ndarray, hi: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sum over rounds k in (lo, hi] of a + b x k, elementwise (0 where hi <= lo)."""
+    n = np.maximum(hi - lo, 0)
+    return n * a + b * (lo + 1 + hi) * n / 2.0

@@ -1,0 +1,115 @@
+"""Real-time admission's outlook (engine/realtime_outlook.py): the closed form over the
+streams' ends equals a round-by-round walk, and it judges growing contexts as a listener
+would hear them."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from engine.realtime_outlook import Shortfall, StreamOutlook, TurnModel, shortfall
+
+
+def line(fixed_s: float, per_row_s: float):
+    return lambda rows: fixed_s + per_row_s * np.asarray(rows, dtype=np.float64)
+
+
+def walked(
+    streams: list[StreamOutlook],
+    turn: TurnModel,
+    budget_s: float,
+    lead_cap_s: float = math.inf,
+    end_step: int = 1,
+) -> float:
+    """The largest lack of audio, round by round: every stream with tokens left makes one a
+    round, a round reads each one's context so far plus half a page, and a listener's lead
+    grows by a token's budget less the round, up to the cap (or its own bank)."""
+    ends = [-(-s.remaining_tokens // end_step) * end_step for s in streams]
+    leads = [s.banked_s for s in streams]
+    caps = [max(s.banked_s, lead_cap_s) for s in streams]
+    worst = list(leads)
+    for k in range(1, max(ends) + 1):
+        active = [i for i, end in enumerate(ends) if end >= k]
+        rows = len(active)
+        turns = math.ceil(rows / turn.max_rows)
+        pages = sum((streams[i].context_tokens + k) / turn.page_tokens + 0.5 for i in active)
+        round_s = turns * float(turn.by_rows(min(rows, turn.max_rows))) + turn.page_s * pages
+        for i in active:
+            leads[i] = min(caps[i], leads[i] + budget_s - round_s)
+            worst[i] = min(worst[i], leads[i])
+    return -min(worst)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_closed_form_equals_walking_the_rounds(seed):
+    rng = random.Random(seed)
+    streams = [
+        StreamOutlook(rng.randint(0, 400), rng.randint(1, 150), rng.uniform(0, 0.5))
+        for _ in range(rng.randint(1, 25))
+    ]
+    turn = TurnModel(
+        line(rng.uniform(0.002, 0.004), rng.uniform(0, 1e-4)),
+        rng.uniform(0, 2e-6),
+        16,
+        rng.choice([4, 8, 64]),
+    )
+    budget = rng.uniform(0.004, 0.012)
+    cap = rng.choice([math.inf, 0.05, 0.3])
+    step = rng.choice([1, 8])
+    lack = walked(streams, turn, budget, cap, step)
+    short = shortfall(streams, turn, budget, cap, step)
+    if lack <= 1e-12:
+        assert short is None
+    else:
+        assert short is not None and short.behind_s == pytest.approx(lack, rel=1e-9, abs=1e-12)
+
+
+ORPHEUS_LIKE = TurnModel(line(0.003, 6e-6), 0.24e-6, 16, 320)  # BENCHMARKS.md's served fit
+TOKEN_BUDGET = 0.95 / 82.03  # a token of Orpheus' audio, less admission's margin
+
+
+def test_streams_that_fit_now_but_not_once_their_contexts_grow_are_refused():
+    """300 streams at 200 tokens each take ~5.7 ms a turn, well inside the 11.6 ms a token
+    allows; 3,000 tokens later their pages make a turn ~19 ms, and the time their early,
+    cheap turns saved does not cover it."""
+    streams = [StreamOutlook(200, 3000, 0.0)] * 300
+    now = float(ORPHEUS_LIKE.by_rows(300)) + ORPHEUS_LIKE.page_s * 300 * 200 / 16
+    assert now < TOKEN_BUDGET
+    short = shortfall(streams, ORPHEUS_LIKE, TOKEN_BUDGET)
+    assert isinstance(short, Shortfall) and short.behind_s > 1.0
+    assert short.after_tokens == 3000  # the lack grows to the streams' end
+    # Shorter streams end before their contexts cost that much: they all hold.
+    assert shortfall([StreamOutlook(200, 900, 0.0)] * 300, ORPHEUS_LIKE, TOKEN_BUDGET) is None
+
+
+def test_audio_banked_early_carries_the_listeners_through_the_peak():
+    """The same load holds when each stream has banked the audio its peak will lack."""
+    streams = [StreamOutlook(200, 3000, 0.0)] * 300
+    short = shortfall(streams, ORPHEUS_LIKE, TOKEN_BUDGET)
+    assert short is not None
+    banked = [StreamOutlook(200, 3000, short.behind_s + 0.01)] * 300
+    assert shortfall(banked, ORPHEUS_LIKE, TOKEN_BUDGET) is None
+
+
+def test_a_stream_is_judged_only_up_to_its_own_end():
+    """A stream about to end is not blamed for the lack the long ones meet later; a newcomer
+    with nothing banked is."""
+    ending = StreamOutlook(2000, 5, 0.0)
+    long = [StreamOutlook(1500, 3000, 0.2)] * 280
+    short = shortfall([ending, *long], ORPHEUS_LIKE, TOKEN_BUDGET)
+    assert short is not None and short.after_tokens > 5
+    assert shortfall([ending], ORPHEUS_LIKE, TOKEN_BUDGET) is None
+
+
+def test_more_streams_than_a_turn_holds_take_several_turns_a_round():
+    one_turn = TurnModel(line(0.004, 0.0), 0.0, 16, 8)
+    fits = [StreamOutlook(0, 100, 0.0)] * 8  # one 4-ms turn a round against 5 ms
+    assert shortfall(fits, one_turn, 0.005) is None
+    twice = shortfall(fits * 2, one_turn, 0.005)  # two turns a round: 3 ms short a token
+    assert twice is not None and twice.behind_s == pytest.approx(0.3)
+
+
+def test_nothing_to_make_is_nothing_short():
+    assert shortfall([], ORPHEUS_LIKE, TOKEN_BUDGET) is None
+    assert shortfall([StreamOutlook(100, 0, 0.0)], ORPHEUS_LIKE, TOKEN_BUDGET) is None
