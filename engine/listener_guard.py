@@ -36,7 +36,7 @@ slowly, streams admitted meanwhile can still end up behind (tests/engine/realtim
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from engine.request import Request
@@ -89,18 +89,23 @@ class ListenerGuard:
         self.carried_at = 0.0
 
     def refusal(
-        self, health: ListenerHealth, now: float, predicted: int | None = None
+        self, health: ListenerHealth, now: float, carries: Callable[[int], bool] | None = None
     ) -> tuple[str, str] | None:
         """Why no newcomer may go in now (a cause for metrics: `slow_start` or `listeners`,
-        and words), or None; `predicted`: the streams the cost model says the engine
-        carries (None: not measured)."""
+        and words), or None; `carries(n)`: whether the cost model says the engine carries n
+        streams (None: not measured). Asked once, at twice the streams: the slow start's
+        question is whether the streams are at most half what the model carries."""
         if health.short:
             self.strained_at = now
         if health.playing >= self.carried or now - self.carried_at > CARRIED_WINDOW_S:
             self.carried, self.carried_at = health.playing, now
         streams = health.settled + health.unsettled
-        allowed = None if predicted is None else max(SLOW_START_STREAMS, predicted // 2)
-        if allowed is not None and streams >= max(allowed, 2 * self.carried):
+        # streams >= predicted // 2, for the most streams `predicted` the model carries.
+        if (
+            carries is not None
+            and streams >= max(SLOW_START_STREAMS, 2 * self.carried)
+            and not carries(2 * streams + 2)
+        ):
             return (
                 "slow_start",
                 f"{streams} streams where at most {self.carried} have been heard playing at "

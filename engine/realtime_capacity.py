@@ -43,8 +43,9 @@ from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel,
 # (a GPU), each 1 % of margin costs 2 % of the streams.
 REALTIME_LOAD = 0.95
 # The outlook rounds streams' ends up to this many tokens: fewer segments to walk (a
-# decision at 300 streams then takes under a millisecond), each stream a little longer.
-OUTLOOK_END_STEP = 16
+# decision at 300 streams then takes ~0.3 ms), each stream a little longer (64 of Orpheus'
+# tokens are 0.8 s of audio at the end of streams of tens of seconds).
+OUTLOOK_END_STEP = 64
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,13 @@ class RealtimeCapacity:
             extra = _most(lambda m: self.room_with(live, [newcomer] * m).ok, cap)
             return max(1, len(live) + (extra or 0))
         return _most(lambda n: self.room_for(n).ok, cap, least=1)
+
+    def carries(self, live: Sequence[StreamOutlook], newcomer: StreamOutlook, n: int) -> bool:
+        """Whether `n` streams stay in real time: the `live` ones and newcomers like
+        `newcomer` up to n, by their outlook where pages are priced, else by the count."""
+        if self.page_s > 0:
+            return self.room_with(live, [newcomer] * max(0, n - len(live))).ok
+        return self.room_for(n).ok
 
     def codec_load(self, streams: int) -> float | None:
         """Predicted share of real time the codec is busy with `streams` streams (threaded

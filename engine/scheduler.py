@@ -19,6 +19,7 @@ running request never has to be preempted: preempting a stream would be an audib
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 from collections.abc import Callable
@@ -46,6 +47,9 @@ _KEEPS_KV = (
 def ema(old: float, new: float, weight: float = 0.2) -> float:
     """The running estimates' update (step cadence, codec time, second-chunk gap)."""
     return (1 - weight) * old + weight * new
+
+
+ROOM_REFRESH_S = 0.5  # how stale the metrics' room may be (Scheduler.room)
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ class Scheduler:
         self.refusals: dict[str, int] = {}
         self.listener_guard = ListenerGuard()
         self._admitting = True
+        self._room: tuple[float, int | None] | None = None  # (when, room()) last computed
 
     @property
     def realtime_admission(self) -> bool:
@@ -201,8 +206,10 @@ class Scheduler:
         health = listener_health(
             live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
         )
-        predicted = self.capacity.capacity(outlooks, newcomer)
-        refusal = self.listener_guard.refusal(health, now, predicted)
+        carries = None
+        if self.capacity.calibrated:
+            carries = functools.partial(self.capacity.carries, outlooks, newcomer)
+        refusal = self.listener_guard.refusal(health, now, carries)
         if refusal is not None:
             cause, why = refusal
             return Verdict(False, f"no real-time capacity: {why}; try again shortly", cause)
@@ -210,10 +217,17 @@ class Scheduler:
 
     def room(self, now: float) -> int | None:
         """The most streams real-time admission predicts the engine carries now: the live
-        ones and as many more of their typical length as fit (None while unmeasured)."""
+        ones and as many more of their typical length as fit (None while unmeasured). For the
+        metrics and the log: a bisection over outlooks where pages are priced, so computed
+        at most every ROOM_REFRESH_S (stats go out every 50 ms)."""
+        cached = self._room
+        if cached is not None and 0 <= now - cached[0] < ROOM_REFRESH_S:
+            return cached[1]
         live = [r for r in list(self.requests.values()) if r.wants_tokens]
         outlooks = [self._outlook(r, now) for r in live]
-        return self.capacity.capacity(outlooks, self._newcomer(None, live))
+        room = self.capacity.capacity(outlooks, self._newcomer(None, live))
+        self._room = (now, room)
+        return room
 
     def _outlook(self, request: Request, now: float) -> StreamOutlook:
         """A live stream as real-time admission's outlook sees it: its context, the most

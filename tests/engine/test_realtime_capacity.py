@@ -311,7 +311,8 @@ def test_the_slow_start_trusts_a_prediction_halfway_until_its_streams_are_heard(
 
     def cause(now: float, unheard: int, playing: int, predicted: int | None) -> str | None:
         health = ListenerHealth(settled=0, unsettled=unheard + playing, playing=playing)
-        refusal = guard.refusal(health, now, predicted)
+        carries = None if predicted is None else (lambda n: n <= predicted)
+        refusal = guard.refusal(health, now, carries)
         return refusal and refusal[0]
 
     assert cause(0.0, 3, 0, 6) is None and cause(0.0, 4, 0, 6) == "slow_start"
