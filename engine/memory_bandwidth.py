@@ -12,9 +12,12 @@ reach served (ATTENTION_SHARE).
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
+
+log = logging.getLogger("voxgate.engine")
 
 # The share of a large copy's bandwidth decode attention reaches served, beside the codec's
 # kernels: Orpheus' served turns on an H200 grew 0.24-0.25 µs a page where the copy moves a page
@@ -55,4 +58,13 @@ def page_seconds(device: torch.device, page_bytes: int) -> float:
     its KV reads (voxgate-tiny's pages are a few KB), and a turn is judged by its rows."""
     if device.type != "cuda":
         return 0.0
-    return page_bytes / (ATTENTION_SHARE * copy_bandwidth(device))
+    for nbytes in (COPY_BYTES, COPY_BYTES // 4):
+        try:
+            return page_bytes / (ATTENTION_SHARE * copy_bandwidth(device, nbytes))
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+    log.warning(
+        "no GPU memory left to measure its bandwidth: real-time admission judges streams by "
+        "their count, without the KV pages their steps read (lower --kv-memory-fraction)"
+    )
+    return 0.0

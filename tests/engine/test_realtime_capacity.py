@@ -11,6 +11,7 @@ import pytest
 import torch
 from realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
+from engine import memory_bandwidth
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.listener_guard import (
@@ -374,6 +375,22 @@ def test_a_page_costs_its_bytes_at_the_gpus_bandwidth_and_nothing_on_the_cpu():
     cpu = torch.device("cpu")
     assert copy_bandwidth(cpu, nbytes=8 << 20) > 1e8  # any machine moves 100 MB/s
     assert page_seconds(cpu, 917_504) == 0.0
+
+
+def test_a_gpu_with_no_memory_left_to_measure_leaves_pages_unpriced(monkeypatch, caplog):
+    """The probe's buffers come after the KV pool took its share: where even a smaller one
+    does not fit, admission judges by the count of streams and the log says why."""
+    tried = []
+
+    def out_of_memory(device, nbytes):
+        tried.append(nbytes)
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(memory_bandwidth, "copy_bandwidth", out_of_memory)
+    with caplog.at_level("WARNING", logger="voxgate.engine"):
+        assert page_seconds(torch.device("cuda"), 917_504) == 0.0
+    assert tried == [memory_bandwidth.COPY_BYTES, memory_bandwidth.COPY_BYTES // 4]
+    assert "--kv-memory-fraction" in caplog.text
 
 
 # --- a simulated engine ----------------------------------------------------------------------
