@@ -13,6 +13,16 @@ from models.cosyvoice2.configs import TINY_SIZES, cosyvoice2_yaml
 CUDA = torch.device("cuda")
 
 
+@pytest.fixture(autouse=True)
+def float32_precision_kept():
+    """No test leaves its float32 precision to the next: serving float32 SNAC sets cuBLAS'
+    TF32 process-wide (models/codecs/snac.py, gemms_in_conv_precision), which would change
+    what a later test's float32 comparison computes."""
+    before = torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision
+    yield
+    torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision = before
+
+
 @pytest.fixture
 def ieee_float32():
     """Float32 convs (cuDNN) and GEMMs (cuBLAS) in IEEE float32, not TF32, for a test's

@@ -280,20 +280,15 @@ def test_float32_snac_graphs_run_their_gemms_in_tf32(gpu_tiny_dirs):
     cores beside the LLM's steps. The audio stays within TF32's rounding of IEEE float32's."""
     from engine.cuda_graphs import CallableGraphs
 
-    before = torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision
-    try:
-        torch.backends.cudnn.conv.fp32_precision = "tf32"
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-        exact = _detok_audio(load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok)
-        graphed = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
-        graphed.enable_cuda_graphs(CallableGraphs(CUDA))
-        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-        for a, b in zip(exact, _detok_audio(graphed), strict=True):
-            error = (b - a).pow(2).mean().sqrt() / a.pow(2).mean().sqrt()
-            assert error < 0.01, f"relative RMS error {error:.4f}"
-    finally:
-        torch.backends.cudnn.conv.fp32_precision = before[0]
-        torch.backends.cuda.matmul.fp32_precision = before[1]
+    torch.backends.cudnn.conv.fp32_precision = "tf32"  # restored after the test (conftest)
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    exact = _detok_audio(load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok)
+    graphed = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
+    graphed.enable_cuda_graphs(CallableGraphs(CUDA))
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    for a, b in zip(exact, _detok_audio(graphed), strict=True):
+        error = (b - a).pow(2).mean().sqrt() / a.pow(2).mean().sqrt()
+        assert error < 0.01, f"relative RMS error {error:.4f}"
 
 
 @pytest.mark.parametrize("half", [False, True], ids=["float32", "float16"])
