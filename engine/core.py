@@ -537,9 +537,9 @@ class EngineCore:
             rows, pages = recent[-back]
             self.scheduler.observe_step(rows, gap, pages)
         decode_only = plan.num_tokens == len(plan.chunks)
-        pages = (
-            self.blocks.num_used - self.blocks.num_kept_blocks
-        )  # idle conversations' are not read
+        # The pages a decode step reads: every live request's (idle conversations' are kept,
+        # not read).
+        pages = self.blocks.num_used - self.blocks.num_kept_blocks
         recent.append((len(plan.chunks), pages) if decode_only else None)
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:

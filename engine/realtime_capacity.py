@@ -31,8 +31,6 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from engine.realtime_outlook import StreamOutlook, TurnModel, shortfall
 from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
 
@@ -222,7 +220,7 @@ class RealtimeCapacity:
         return self._codec_verdict(streams)
 
     def _turn_model(self) -> TurnModel | None:
-        if self.steps.predict_rows(np.ones(1, dtype=np.int64)) is None:
+        if not self.calibrated:
             return None
         return TurnModel(self.steps.predict_rows, self.page_s, self.page_tokens, self.max_num_seqs)
 

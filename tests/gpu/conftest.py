@@ -28,7 +28,7 @@ def ieee_float32():
     """Float32 convs (cuDNN) and GEMMs (cuBLAS) in IEEE float32, not TF32, for a test's
     duration: an eager call and a graph captured at a padded batch size, or jobs grouping
     requests differently, may pick different algorithms, and TF32's rounding (~2e-4 of a
-    sample, as the H200 found on 2026-12-03) would then differ between the two. Through
+    sample on an H200) would then differ between the two. Through
     torch's precision API only (`fp32_precision`): torch refuses a mix of it and the legacy
     `allow_tf32` flags, and the SNAC detokenizer sets its GEMMs' through it."""
     before = torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision
