@@ -375,6 +375,8 @@ class BenchRun:
         cmd += ["--random-weights"] if c.random_weights else []
         cmd += ["--device", c.device] if c.device else []
         cmd += ["--max-audio-seconds", str(c.max_audio_seconds)] if c.max_audio_seconds else []
+        if spec.kind == "voxgate":  # the engine as the served points ran it
+            cmd += [f"--server-arg={arg}" for arg in c.server_args]
         log_path = self.path.with_name(f"{self.path.stem}.{spec.name}.throughput.log")
         log.info("%s: throughput, %d requests at once", spec.name, n)
         timeout = max(60.0, min(1800.0, self._remaining(reserve_s)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -101,17 +102,39 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
     }
 
 
+def served_settings(args: argparse.Namespace):
+    """The settings `voxgate serve --model MODEL SERVER_ARGS…` would run with: the throughput
+    is the engine's as served (its KV-cache dtype, batch cap, codec options), parsed by the
+    serve command's own parser so every option means here what it means there."""
+    from gateway.cli import build_parser
+    from gateway.serve_cli import settings_from_args
+
+    serve = build_parser().parse_args(["serve", "--model", args.model, *args.server_arg])
+    return settings_from_args(serve)
+
+
 def _build(args: argparse.Namespace):
     if args.system == "hf-baseline":
         from voxbench.baselines import load_baseline
 
         return load_baseline(args.model, args.device, args.random_weights)
-    from engine.config import EngineConfig
     from engine.factory import build_engine
 
+    settings = served_settings(args)
     # Throughput, not real time: real-time admission would cap the burst at what plays live.
-    config = EngineConfig(policy=args.policy, device=args.device, realtime_admission=False)
-    return build_engine(args.model, None, config, random_weights=args.random_weights)
+    config = dataclasses.replace(
+        settings.engine,
+        policy=args.policy,
+        device=args.device or settings.engine.device,
+        realtime_admission=False,
+    )
+    return build_engine(
+        settings.model or args.model,
+        settings.codec,
+        config,
+        random_weights=args.random_weights or settings.random_weights,
+        voices_dir=settings.voices_dir,
+    )
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,6 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", type=Path, default=DEFAULT_WORKLOAD)
     p.add_argument("--max-audio-seconds", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="a `voxgate serve` option the engine runs with, as the served runs' "
+        "--server-arg (repeatable; e.g. --server-arg=--kv-cache-dtype=fp8)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the JSON here (default: stdout)")
     return p
 
