@@ -73,8 +73,13 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
     for p in plan[:warmup]:
         await _drain(await _submit(engine, _request(engine, p, warm_tokens)), time.monotonic())
     t0 = time.monotonic()
-    streams = [await _submit(engine, _request(engine, p)) for p in plan]
-    results = await asyncio.gather(*(_drain(s, t0) for s in streams))
+    # Each stream is read from its submission on: submits that wait for room (a full KV pool)
+    # would otherwise hold every stream's first audio back until the last one is in.
+    drains = []
+    for p in plan:
+        stream = await _submit(engine, _request(engine, p))
+        drains.append(asyncio.create_task(_drain(stream, t0)))
+    results = await asyncio.gather(*drains)
     wall = time.monotonic() - t0
     audio = sum(r["audio_s"] for r in results)
     finishes: dict[str, int] = {}
