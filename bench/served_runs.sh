@@ -5,7 +5,7 @@
 # The point lines a run's log is read for: the server's start, each point's verdict and where
 # its time went (voxbench's capacity, engine loop and admission lines, and the output encodes'
 # waits and runs), and why a system was not measured.
-SERVED_RUN_LINES="ready after\|listeners:\|conversations:\|late frames by second\|audio a running stream got\|late streams:\|engine loop\|engine codec\|LLM + codec by second\|LLM steps by second\|turn by rows and KV pages\|engine admission\|admission room by second\|server encodes\|not measured\|^error:"
+SERVED_RUN_LINES="ready after\|listeners:\|conversations:\|late frames by second\|audio a running stream got\|late streams:\|engine loop\|engine codec\|LLM + codec by second\|LLM steps by second\|turn by rows and KV pages\|engine admission\|admission room by second\|admission turn fit by second\|server encodes\|not measured\|^error:"
 
 # after_run LABEL LOG RESULTS NAME: after one bench run, whose log is LOG and whose results
 # folder is RESULTS: kill a server that outlived it (a bench stops its servers, SIGTERM

@@ -11,9 +11,10 @@ key_sessions). Together they add up to what the clients counted as refused. With
 cost the engine predicted capacity from (gateway/metrics.py ADMISSION_GAUGES) they say whether
 the cost model, the listeners' buffer guard or a gateway limit held the surplus back, and how
 many streams it thought would fit. Two readings around a point give the refusals during it;
-the gauges are the reading at its end, and the room by second (`room_by_second`) how the
-prediction moved through the point: at its end the turn-cost window holds the tail's small
-turns, so the end's figure alone says little about the ramp.
+the gauges are the reading at its end, and the room by second (`room_by_second`) and the turn
+cost's fit by second (`turn_fit_by_second`) how the prediction moved through the point: at its
+end the turn-cost window holds the tail's small turns, so the end's figure alone says little
+about the ramp.
 """
 
 from __future__ import annotations
@@ -79,6 +80,21 @@ def admission_during(
     return view
 
 
+def turn_fit_by_second(
+    readings: list[tuple[float, dict[str, Any] | None]],
+) -> dict[int, tuple[float, float]]:
+    """(seconds into the point, admission view) readings → the turn cost admission judged by
+    at each, (fixed ms, ms a row), keyed by its second (the last reading of a second wins):
+    the fit follows a window of the last few seconds' turns, so how it moved through the
+    ramp says what each refusal was judged by."""
+    return {
+        int(t): (round(1e3 * view["turn_fixed_s"], 2), round(1e3 * view["turn_per_row_s"], 4))
+        for t, view in readings
+        if view is not None
+        and view.get("turn_fixed_s", 0.0) + view.get("turn_per_row_s", 0.0) > 0  # fitted
+    }
+
+
 def _causes(refusals: dict[str, int]) -> str:
     return ", ".join(f"{c} {n}" for c, n in refusals.items()) or "none"
 
@@ -110,5 +126,10 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
         lines.append(
             "admission room by second of the point: "
             + " ".join(f"{s}s:{n}" for s, n in view["room_by_second"].items())
+        )
+    if view.get("turn_fit_by_second"):
+        lines.append(
+            "admission turn fit by second (ms + ms/row): "
+            + " ".join(f"{s}s:{f:g}+{r:g}" for s, (f, r) in view["turn_fit_by_second"].items())
         )
     return lines

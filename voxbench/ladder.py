@@ -26,7 +26,12 @@ from typing import Any
 from engine.request_trace import read_traces
 from engine.request_trace import summarize as summarize_traces
 from voxbench import report, servers
-from voxbench.admission_view import admission_during, describe_admission, room_by_second
+from voxbench.admission_view import (
+    admission_during,
+    describe_admission,
+    room_by_second,
+    turn_fit_by_second,
+)
 from voxbench.engine_loop import (
     describe_loop,
     gpu_shares,
@@ -258,6 +263,8 @@ class ServerProfile:
         if self.admission is not None:
             room = room_by_second([(r.t, r.admission) for r in readings])
             self.admission["room_by_second"] = {str(s): n for s, n in room.items()}
+            fits = turn_fit_by_second([(r.t, r.admission) for r in readings])
+            self.admission["turn_fit_by_second"] = {str(s): list(f) for s, f in fits.items()}
 
     @property
     def wall_s(self) -> float:

@@ -13,7 +13,7 @@ import pytest
 
 from engine.outputs import AdmissionStats
 from tests.gateway.test_admission_metrics import metrics_text
-from voxbench.admission_view import describe_admission, room_by_second
+from voxbench.admission_view import describe_admission, room_by_second, turn_fit_by_second
 from voxbench.metrics_sampler import MetricsSampler, parse_reading
 
 
@@ -99,3 +99,33 @@ def test_room_by_second_and_its_log_line():
     }
     lines = describe_admission(view)
     assert lines[-1] == "admission room by second of the point: 0s:180 2s:150"
+
+
+def test_the_turn_fit_admission_judged_by_is_read_each_second():
+    def body(fixed_s: float, per_row_s: float) -> str:
+        stats = AdmissionStats(
+            streams=10,
+            capacity_streams=100,
+            live_turns=5,
+            turn_fixed_s=fixed_s,
+            turn_per_row_s=per_row_s,
+        )
+        return metrics_text(stats)
+
+    readings = [
+        (0.2, parse_reading(0.2, body(0.003, 2.2e-5)).admission),
+        (1.4, None),
+        (2.5, parse_reading(2.5, body(0.0, 0.0)).admission),  # not fitted (yet): left out
+        (3.1, parse_reading(3.1, body(0.00275, 8.7e-6)).admission),
+    ]
+    fits = turn_fit_by_second(readings)
+    assert fits == {0: (3.0, 0.022), 3: (2.75, 0.0087)}
+    view = {
+        **readings[-1][1],
+        "refusals": {},
+        "gateway_refusals": {},
+        "turn_fit_by_second": {str(s): list(f) for s, f in fits.items()},
+    }
+    assert describe_admission(view)[-1] == (
+        "admission turn fit by second (ms + ms/row): 0s:3+0.022 3s:2.75+0.0087"
+    )
