@@ -15,7 +15,7 @@
 # espeak-ng on the machine and is skipped, with a line saying so, where it is missing.
 # Env: MODELS (required), RUN_S (each model's time limit, default 240), EXTRA (more bench
 # arguments for every model, e.g. "--device cpu"). Leaves $OUT/summary.txt (each model's exit
-# status, server start and point lines), $OUT/<model>.json.gz and $OUT/logs.tgz.
+# status, server start and point lines), $OUT/<model>.json.gz, $OUT/logs.tgz and $OUT/traces.tgz.
 set -uo pipefail
 OUT=$(realpath -m "${OUT:-out}")
 RUN_S=${RUN_S:-240}

@@ -26,7 +26,8 @@
 # touched once first (the VM's memory grows as it is used). RUN_S: each run's time limit
 # (default 300). WARMUP_RUN_S: the warm-up's (default RUN_S; a fresh machine's first server
 # start compiles FlashInfer's kernels unless .gpu/aot.txz carries them, and SNAC's blocks). Leaves $OUT/<i>-<name>.json.gz per run, $OUT/summary.txt (each run's point
-# lines) and $OUT/logs.tgz (the bench's and servers' logs): under a call's 8 files.
+# lines), $OUT/logs.tgz (the bench's and servers' logs) and $OUT/traces.tgz (the requests'
+# timelines): under a call's 8 files.
 set -uo pipefail
 OUT=$(realpath -m "${OUT:-out}")
 RUN_S=${RUN_S:-300}
