@@ -5,7 +5,8 @@
 # and puts them on PYTHONPATH. `save_kernels` (at the end of a command) packs the carried
 # kernels and those this call compiled into $OUT/aot.txz, to carry next time as .gpu/aot.txz,
 # and Inductor's cache into $OUT/inductor.txz (.gpu/inductor.txz). It also puts the checkout
-# on PYTHONPATH and defines `voxgate` (the package is not installed on the machine).
+# on PYTHONPATH and puts a `voxgate` command on PATH (the package is not installed on the
+# machine).
 mkdir -p /tmp/site
 for archive in .gpu/site.txz .gpu/site-ray.txz; do
   stamp=/tmp/site/.$(basename "$archive")
@@ -26,7 +27,13 @@ fi
 # The checkout is not installed there: it goes on PYTHONPATH, and `voxgate` runs its CLI.
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-voxgate() { python3 -c 'import sys; from gateway.cli import main; sys.argv[0] = "voxgate"; sys.exit(main())' "$@"; }
+# A command, not a shell function, so that `timeout 500 voxgate bench …` runs it too.
+mkdir -p /tmp/site/bin
+cat > /tmp/site/bin/voxgate <<'SH'
+#!/bin/sh
+exec python3 -c 'import sys; from gateway.cli import main; sys.argv[0] = "voxgate"; sys.exit(main())' "$@"
+SH
+chmod +x /tmp/site/bin/voxgate
 
 save_kernels() {
   local dir so name
