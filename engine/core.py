@@ -537,10 +537,9 @@ class EngineCore:
             rows, pages = recent[-back]
             self.scheduler.observe_step(rows, gap, pages)
         decode_only = plan.num_tokens == len(plan.chunks)
-        # The pages a decode step reads: every live request's (idle conversations' are kept,
-        # not read).
-        pages = self.blocks.num_used - self.blocks.num_kept_blocks
-        recent.append((len(plan.chunks), pages) if decode_only else None)
+        # The pages the step reads are its rows' only: streams sitting it out (the lead caps)
+        # and idle conversations' kept KV hold pages the step does not read.
+        recent.append((len(plan.chunks), plan.pages_read) if decode_only else None)
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
         """Bookkeeping known at launch: the KV the step writes, and one more token in flight

@@ -39,6 +39,12 @@ class SchedulerOutput:
     def num_tokens(self) -> int:
         return sum(c.num_tokens for c in self.chunks)
 
+    @property
+    def pages_read(self) -> int:
+        """The KV pages the step's attention reads: each scheduled request's. A request that
+        sits the step out (a lead cap) reads none, whatever pages it holds."""
+        return sum(len(c.request.block_table) for c in self.chunks)
+
 
 @dataclass
 class StepTiming:

@@ -141,7 +141,7 @@ class RealtimeCapacity:
         self.codec = CodecCost()  # codec job seconds by audio made (threaded codec only)
 
     def observe_turn(self, rows: int, seconds: float, pages: int) -> None:
-        """A live decode turn of `rows` rows that took `seconds` with `pages` KV pages in use:
+        """A live decode turn of `rows` rows that took `seconds` reading `pages` KV pages:
         its part by rows goes to the turn cost's fit."""
         self.steps.observe(rows, max(0.0, seconds - self.page_s * pages))
 

@@ -144,7 +144,7 @@ class Scheduler:
         return self.config.realtime_admission is not False
 
     def observe_step(self, batch_size: int, interval_s: float, kv_pages: int = 0) -> None:
-        """A decode-only turn's seconds at its rows, with `kv_pages` KV pages in use (the core
+        """A decode-only turn's seconds at its rows, having read `kv_pages` KV pages (the core
         reports each): the samples real-time admission's turn cost is fitted to. The
         warm-up's bursts seed it instead."""
         if not self.calibrating:

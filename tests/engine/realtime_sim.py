@@ -1,7 +1,8 @@
 """A torch-free engine simulator for real-time admission: the real Scheduler (its admission,
 lead caps and codec choices) driven by a fake clock, with an LLM whose turn costs
-`fixed_s + per_row_s x rows` (+ prompt tokens, + KV pages in use), listeners that play their audio in real time
-from their first chunk, and arrivals over time that try again after a refusal.
+`fixed_s + per_row_s x rows` (+ prompt tokens, + the KV pages its rows read), listeners that
+play their audio in real time from their first chunk, and arrivals over time that try again
+after a refusal.
 
 The codec is inline and free (its cost is inside the turn's), as on a CPU; the turn's time is
 reported to the scheduler the way EngineCore does (Scheduler.observe_step), except for
@@ -31,7 +32,7 @@ class TurnCost:
     per_row_s: float
     prompt_token_s: float = 0.0
     unseen_per_row_s: float = 0.0  # wall time the engine's turn timing does not see
-    per_page_s: float = 0.0  # each KV page in use (a GPU's decode reads them all)
+    per_page_s: float = 0.0  # each KV page the step reads (a GPU's decode: its rows')
 
     def seen(self, rows: int, prompt_tokens: int, pages: int = 0) -> float:
         return (
@@ -119,7 +120,7 @@ class RealtimeSim:
         rows = len(plan.chunks)
         prompt = sum(c.num_tokens for c in plan.chunks if c.start < c.request.num_prompt_tokens)
         if rows:
-            pages = sched.blocks.num_used
+            pages = plan.pages_read  # a step reads its rows' KV, not that of streams sitting out
             seen = self.cost.seen(rows, prompt, pages)
             self.now += seen + self.cost.unseen_per_row_s * rows
             sched.step_time_s = ema(sched.step_time_s, seen)

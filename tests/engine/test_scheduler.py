@@ -461,3 +461,17 @@ def test_a_request_of_streamed_text_waits_for_text_and_decodes_what_it_has():
     assert not req.awaits_text and req.text_feed.drained
     assert [c.request for c in sched.schedule(now).chunks] == [req]
     assert req.text_feed.take() == 0  # the filler, after the final text
+
+
+def test_a_step_reads_the_pages_of_its_rows_not_those_of_streams_sitting_it_out():
+    """Real-time admission books a turn at the KV pages it read (EngineCore._observe_turn):
+    under the contended lead cap a comfortable stream sits the step out and its pages are not
+    read, though they stay in use."""
+    now = 100.0
+    sched = make_scheduler("slack")
+    short = [make_steady(sched, arrival=float(i), buffered_s=0.5, now=now) for i in range(2)]
+    comfortable = make_steady(sched, arrival=3.0, buffered_s=5.0, now=now)
+    plan = sched.schedule(now)
+    assert {c.request.request_id for c in plan.chunks} == {r.request_id for r in short}
+    assert plan.pages_read == sum(len(r.block_table) for r in short) > 0
+    assert sched.blocks.num_used == plan.pages_read + len(comfortable.block_table)
