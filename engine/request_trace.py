@@ -15,6 +15,7 @@ scheduler and core fill it in; nothing here changes what they decide.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -103,9 +104,11 @@ class TraceWriter:
 
 
 def read_traces(path: str | Path, since: float = -math.inf, until: float = math.inf) -> list[dict]:
-    """The timelines in `path` of requests that arrived in [since, until) (engine clock)."""
+    """The timelines in `path` (gzipped if it ends in .gz, as bench/results keeps them) of
+    requests that arrived in [since, until) (engine clock)."""
     out = []
-    with open(path) as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
         for line in f:
             if line.strip():
                 trace = json.loads(line)
