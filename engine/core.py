@@ -121,9 +121,8 @@ class EngineCore:
         self.steps = 0
         self.llm_steps = 0  # LLM steps whose tokens were resolved (request traces' step time)
         self._last_llm_start: float | None = None
-        # The rows of the last LLM steps launched, newest last, None for a step that ran
-        # prompt tokens: the turn a measured interval belongs to (_observe_turn).
-        # The last steps' rows and KV pages in use (None: a step that ran prompt tokens).
+        # The rows and KV pages read of the last LLM steps launched, newest last, None for a
+        # step that ran prompt tokens: the turn a measured interval belongs to (_observe_turn).
         self._recent_rows: deque[tuple[int, int] | None] = deque(maxlen=2)
         self._busy_gap_s: float | None = None  # the last busy interval between step starts
         self.last_timing = StepTiming()
@@ -527,7 +526,7 @@ class EngineCore:
         """Real-time admission's samples (Scheduler.observe_step): the time since the last
         LLM step's start (_token_interval) is the loop turn that ran the step launched last
         (with async scheduling: the one before it, which that turn waited for), so it is
-        booked at that step's rows and the KV pages then in use; a turn that ran prompt
+        booked at that step's rows and the KV pages it read; a turn that ran prompt
         tokens, or followed an idle loop, is no sample."""
         recent, gap = self._recent_rows, self._busy_gap_s
         if gap is None:
@@ -536,10 +535,14 @@ class EngineCore:
         if gap is not None and len(recent) >= back and recent[-back] is not None:
             rows, pages = recent[-back]
             self.scheduler.observe_step(rows, gap, pages)
-        decode_only = plan.num_tokens == len(plan.chunks)
+        if plan.num_tokens != len(plan.chunks):
+            recent.append(None)
+            return
         # The pages the step reads are its rows' only: streams sitting it out (the lead caps)
-        # and idle conversations' kept KV hold pages the step does not read.
-        recent.append((len(plan.chunks), plan.pages_read) if decode_only else None)
+        # and idle conversations' kept KV hold pages the step does not read. Counted (a pass
+        # over the rows) only where admission prices them.
+        priced = self.scheduler.capacity.page_s > 0
+        recent.append((len(plan.chunks), plan.pages_read if priced else 0))
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
         """Bookkeeping known at launch: the KV the step writes, and one more token in flight

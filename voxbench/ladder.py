@@ -261,9 +261,10 @@ class ServerProfile:
             self.engine_loop["turn_fit"] = turn_fit(steps)
         self.admission = admission_during(first.admission, last.admission)
         if self.admission is not None:
-            room = room_by_second([(r.t, r.admission) for r in readings])
+            views = [(r.t, r.admission) for r in readings]
+            room = room_by_second(views)
             self.admission["room_by_second"] = {str(s): n for s, n in room.items()}
-            fits = turn_fit_by_second([(r.t, r.admission) for r in readings])
+            fits = turn_fit_by_second(views)
             self.admission["turn_fit_by_second"] = {str(s): list(f) for s, f in fits.items()}
 
     @property
