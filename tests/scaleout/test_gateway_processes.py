@@ -3,6 +3,7 @@ answers connections, and sessions opened through both stream from the one replic
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -22,8 +23,18 @@ def gateways_of_sessions(server: ServeProcess) -> dict[str, str]:
     return {sid: gw for gw, sid in _SESSION_OPEN.findall(server.log_text())}
 
 
+async def both_attached(server: ServeProcess, timeout_s: float = 120.0) -> None:
+    """Wait until both gateway processes have attached to the replica: /ready answers from
+    whichever process is up, and one that is still starting takes no connections yet."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while set(dict(_ATTACHED.findall(server.log_text()))) != {"0", "1"}:
+        assert asyncio.get_running_loop().time() < deadline, server.log_text()[-3000:]
+        await asyncio.sleep(0.2)
+
+
 async def test_two_gateway_processes_share_one_replica(two_gateways):
     server = two_gateways
+    await both_attached(server)
     # The kernel spreads new connections over the processes: open sessions until both served.
     sessions = []
     for _ in range(12):
