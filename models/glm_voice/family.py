@@ -31,6 +31,8 @@ def _load(request: LoadRequest):
         )
     if request.random_weights:
         raise CheckpointError("tiny-glm-voice has random weights already; drop --random-weights")
+    from models.glm_voice.model import TRAINED_INTERLEAVE
+
     root = ensure_tiny_glm_voice()
     return load_glm_voice(
         str(root / "glm-4-voice-9b"),
@@ -39,6 +41,10 @@ def _load(request: LoadRequest):
         name="tiny-glm-voice",
         speech_tokenizer=str(root / "glm-4-voice-tokenizer"),
         decoder=str(root / "glm-4-voice-decoder"),
+        # Random weights keep no text/speech mix: without the trained format a reply may draw
+        # no speech code at all (about one 1-s reply in 40), so the preset speaks in every
+        # reply as the trained model does (docs/models.md).
+        interleave=TRAINED_INTERLEAVE,
     )
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 import torch
 
+from engine.api import TurnFromSpeech
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.factory import build_engine
-from engine.outputs import Finished, FinishReason, SpeechRequest, TextDelta
+from engine.loop import prepare_turn
+from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest, TextDelta
 from engine.request import SamplingParams
 from models.base import ModelInputError
 from models.glm_voice.prompt import AssistantTurn, UserTurn
@@ -56,6 +59,24 @@ def test_turns_build_the_prompt_and_finished_carries_the_reply(model):
     assert finished.output_ids == tuple(request.output_ids) and len(finished.output_ids) == 9
     heard = model.heard_reply(finished.output_ids, None)
     assert heard.token_ids == tuple(t for t in request.output_ids if t not in model.ids.stop_ids)
+
+
+def test_every_spoken_turn_gets_a_reply_with_speech(model):
+    """The preset's random weights keep no text/speech mix of their own, so it samples in the
+    trained 13 text : 26 speech blocks: a 1-s reply (19 tokens) to any turn carries 6 speech
+    tokens and audio. Sampled freely, some of these turns drew no speech token at all."""
+    core = make_core(model, num_kv_blocks=256, max_batch_tokens=256)
+    for k in range(24):
+        rng = np.random.default_rng(k)
+        pcm = (0.1 * rng.standard_normal(int(rng.integers(8000, 40000)))).astype(np.float32)
+        turn = prepare_turn(model, TurnFromSpeech(pcm))
+        sampling = SamplingParams(max_tokens=19, min_tokens=19, seed=k)
+        request = core.add_request(SpeechRequest("", sampling=sampling, turns=(turn,)))
+        audio = 0
+        while core.has_work():
+            audio += sum(len(e.pcm) for e in core.step() if isinstance(e, AudioChunk))
+        speech = [t for t in request.output_ids if model.speech_token(t) is not None]
+        assert len(speech) == 6 and audio > 0, k
 
 
 def test_turns_to_a_model_that_takes_none_are_a_clear_error():
