@@ -32,7 +32,6 @@ from engine.detok_job import Detokenizer
 from engine.detok_pipeline import make_detokenizer
 from engine.memory_bandwidth import page_seconds
 from engine.outputs import (
-    AdmissionStats,
     EngineEvent,
     EngineStats,
     FinishReason,
@@ -52,8 +51,6 @@ from models.base import ModelInputError, Prompt, SpeechModel
 from models.request_options import OptionValue, RequestOptionError, resolve_request_options
 
 log = logging.getLogger("voxgate.engine")
-# How long stats reuse real-time admission's view where it judges outlooks (_admission_view).
-ADMISSION_VIEW_S = 0.25
 
 
 class EngineCore:
@@ -85,7 +82,6 @@ class EngineCore:
         num_blocks = backbone.num_blocks
         self._kv_bytes_per_block = backbone.kv_bytes_per_block
         self._device = device
-        self._last_admission_view: tuple[float, str, AdmissionStats] | None = None
         self.scheduler = Scheduler(
             config,
             self.blocks,
@@ -388,7 +384,7 @@ class EngineCore:
 
     def stats(self, stepping: bool = True) -> EngineStats:
         now = self.clock()
-        refusal, admission = self._admission_view(now)
+        refusal, admission = self.scheduler.admission_view(now)
         return EngineStats(
             running=self.scheduler.num_running,
             waiting=self.scheduler.num_waiting,
@@ -405,23 +401,6 @@ class EngineCore:
             realtime_refusal=refusal,
             admission=admission,
         )
-
-    def _admission_view(self, now: float) -> tuple[str, AdmissionStats]:
-        """Real-time admission's verdict on one more stream and its figures, for stats. Where
-        KV pages are priced they judge every live stream's outlook (~1.6 ms at 300 streams),
-        and stats go out every 50 ms from the loop's thread: then the view is reused for
-        ADMISSION_VIEW_S (each admission itself is judged fresh)."""
-        cached = self._last_admission_view
-        if (
-            cached is not None
-            and self.scheduler.capacity.page_s > 0
-            and 0 <= now - cached[0] < ADMISSION_VIEW_S
-        ):
-            return cached[1], cached[2]
-        refusal = self.scheduler.real_time_room(now).refusal_cause
-        admission = self.scheduler.admission_stats(now)
-        self._last_admission_view = (now, refusal, admission)
-        return refusal, admission
 
     # --- the step --------------------------------------------------------------------------------
     @on_llm_stream

@@ -371,6 +371,27 @@ def test_priced_pages_judge_the_streams_by_their_outlook_not_their_count():
     assert capacity.capacity([StreamOutlook(16, 800, 0.5)] * 150, newcomer) == 150  # no room
 
 
+def test_stats_reuse_admissions_view_only_where_pages_are_priced():
+    """Stats (every 50 ms) reuse the verdict and figures for ADMISSION_VIEW_S where the
+    outlooks are judged (pages priced: milliseconds at hundreds of streams); on the CPU, where
+    the count decides, and for every admission, they are judged fresh."""
+    from engine.scheduler import ADMISSION_VIEW_S
+
+    for page_s in (0.0, 1e-6):
+        sched = make_scheduler()
+        sched.capacity.steps.seed(1, 0.2 * TOKEN_S)
+        sched.capacity.steps.seed(16, 0.6 * TOKEN_S)
+        sched.capacity.page_s = page_s
+        assert burst(sched, 3)[0] == 3
+        refusal, first = sched.admission_view(100.0)
+        assert refusal == "" and first.streams == 3 and first.capacity_streams > 3
+        assert burst(sched, 2)[0] == 2  # two more live streams
+        _, soon = sched.admission_view(100.0 + ADMISSION_VIEW_S / 2)
+        _, later = sched.admission_view(100.0 + ADMISSION_VIEW_S)
+        assert later.streams == 5
+        assert soon.streams == (3 if page_s else 5)
+
+
 def test_a_page_costs_its_bytes_at_the_gpus_bandwidth_and_nothing_on_the_cpu():
     cpu = torch.device("cpu")
     assert copy_bandwidth(cpu, nbytes=8 << 20) > 1e8  # any machine moves 100 MB/s
