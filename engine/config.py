@@ -289,13 +289,14 @@ class EngineConfig:
             metavar="X",
         ),
     )
-    # ... unless the request has waited this long since arrival: then whatever whole frames
-    # exist go out, so load never pushes time to first audio far past this.
+    # ... unless the request has waited this long since arrival: then the whole frames that
+    # exist go out, so load never pushes time to first audio far past this (a few frames more
+    # when they spare the listener a gap after the first chunk: Scheduler._closes_gap_soon).
     first_audio_budget_s: float = field(
         default=0.35,
         metadata=cli(
             "--first-audio-budget",
-            "seconds after arrival when a first chunk goes out whatever its cover",
+            "seconds after arrival when a first chunk stops waiting for its cover margin",
             metavar="S",
         ),
     )

@@ -49,6 +49,10 @@ def ema(old: float, new: float, weight: float = 0.2) -> float:
     return (1 - weight) * old + weight * new
 
 
+# Past the first-audio budget a first chunk waits for the tokens that spare its listener a gap
+# when the wait costs at most this many times the gap (Scheduler._closes_gap_soon).
+GAP_WEIGHT = 2.0
+
 # How long stats reuse real-time admission's view where it judges outlooks (admission_view).
 ADMISSION_VIEW_S = 0.25
 
@@ -515,15 +519,20 @@ class Scheduler:
         wait = (missing * self.step_time_s + self.detok_time_s) * self.first_audio_margin
         return request.buffered_audio_s(now) - wait >= self.config.urgent_buffer_s
 
+    def next_chunk_wait_s(self) -> float:
+        """How long after a stream's first chunk its next one comes: the time to generate and
+        decode it, from the measured token cadence and codec time, or the measured
+        second-chunk gap when that is longer (it includes waiting for a codec job in flight and
+        the async pipeline's lag; on the H200 at 2-8 req/s, Orpheus first chunks sized by the
+        estimate alone were followed by gaps of up to 217 ms after 160 ms of audio)."""
+        estimate = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
+        return max(estimate, self.second_chunk_gap_s)
+
     def first_chunk_cover_s(self) -> float:
         """Audio the first chunk should hold: enough to play while the next chunk is generated
         and decoded, with a margin. The listener starts playing at the first frame (no client
-        buffer), so a first chunk shorter than this is followed by a gap under load. The
-        estimate from step and codec times is a floor; the measured gap replaces it when
-        longer (on the H200 at 2-8 req/s, Orpheus first chunks sized by the estimate alone
-        were followed by gaps of up to 217 ms after 160 ms of audio: BENCHMARKS.md)."""
-        estimate = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
-        return self.first_audio_margin * max(estimate, self.second_chunk_gap_s)
+        buffer), so a first chunk shorter than this is followed by a gap under load."""
+        return self.first_audio_margin * self.next_chunk_wait_s()
 
     def audio_out(self, request: Request, now: float, seconds: float) -> None:
         """Book a chunk of `seconds` of audio leaving for the listener; the second chunk of a
@@ -539,16 +548,51 @@ class Scheduler:
         request.audio_emitted_s += seconds
 
     def _first_chunk_ready(self, request: Request, now: float, codec_s: float) -> bool:
+        """Whether a first chunk goes out now: once it covers the next chunk's wait with the
+        margin, or once the first-audio budget is spent (the budget is for the audio to be
+        out, so the codec's own time counts against it: CosyVoice 2's flow + HiFT chunk is
+        ~0.1 s on the H200, its lane job less), unless a few more steps close a gap
+        (_closes_gap_soon)."""
         pending = request.pending_detok_tokens
         if pending < self.facts.first_chunk_tokens:
             return False
-        # The budget is for the audio to be out, so the codec's own time counts against it
-        # (CosyVoice 2's flow + HiFT chunk: ~0.1 s on the H200; its lane job: less).
-        if now - request.arrival_time + codec_s >= self.config.first_audio_budget_s:
-            return True  # time to first audio matters more than the cover from here on
+        heard = self._first_chunk_heard_s(request, pending)
+        if heard >= self.first_chunk_cover_s():
+            return True
+        past_budget_s = now - request.arrival_time + codec_s - self.config.first_audio_budget_s
+        if past_budget_s < 0:
+            return False
+        return past_budget_s >= self.next_chunk_wait_s() or not self._closes_gap_soon(
+            request, pending, heard
+        )
+
+    def _first_chunk_heard_s(self, request: Request, pending: int) -> float:
+        """How long a first chunk made of `pending` tokens plays at the listener."""
         audible = self.facts.first_chunk_audio_tokens(pending)
-        heard = audible * self.facts.seconds_per_token - request.delivery_hold_s
-        return heard / request.playback_rate >= self.first_chunk_cover_s()
+        played = audible * self.facts.seconds_per_token - request.delivery_hold_s
+        return played / request.playback_rate
+
+    def _closes_gap_soon(self, request: Request, pending: int, heard: float) -> bool:
+        """Past the budget first audio matters more than the margin, but not more than the
+        next chunk's wait itself: a first chunk shorter than that wait is followed by a gap
+        however soon it goes out (Orpheus on the H200 at 30 req/s: every stream that came late
+        had been let out at the budget with 4 frames, 143 ms, in a stretch of slow steps).
+        Whether the chunk should wait for the tokens that close the gap: while tokens come
+        faster than they play, and the wait costs at most GAP_WEIGHT times the gap it spares
+        (a gap mid-speech is the worse silence: it cuts a word, and the stream is no longer
+        in real time). A codec whose frames are long (CosyVoice 2's 25-token hop) would make
+        a short gap cost a long wait: such a chunk goes now. Bounded by _first_chunk_ready to
+        one such wait past the budget."""
+        gap_s = self.next_chunk_wait_s() - heard
+        token_s = self.facts.seconds_per_token / request.playback_rate
+        if gap_s <= 0 or self.step_time_s >= token_s:
+            return False
+        extra, left = 0, request.sampling.max_tokens - request.num_generated
+        while self._first_chunk_heard_s(request, pending + extra) < heard + gap_s:
+            extra += 1
+            if extra > left:
+                return False  # the stream ends first: its end flushes whatever it made
+        return extra * self.step_time_s <= GAP_WEIGHT * gap_s
 
     def schedule_detok(self, now: float) -> list[Request]:
         """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so

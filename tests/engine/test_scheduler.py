@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
@@ -351,6 +353,64 @@ def test_first_audio_budget_caps_the_wait_for_cover():
     first_s = _run_until_first_audio(sched, req, now=0.0, dt=0.01)
     assert abs(req.first_audio_time - 0.2) < 0.011
     assert first_s < sched.first_chunk_cover_s()
+
+
+ORPHEUS = ChunkingFacts(21, 28, 1 / 82, 7, held_back_tokens=17)  # SNAC holds 17 tokens back
+
+
+def budget_spent(facts: ChunkingFacts, tokens: int, now: float, **overrides) -> tuple:
+    """A scheduler whose steps take 6.6 ms and codec jobs 10 ms (the next chunk's wait:
+    28 x 6.6 + 10 = 195 ms), and a request whose first-audio budget is spent at `now`
+    (the codec's 10 ms counted), holding `tokens` generated tokens."""
+    sched = Scheduler(EngineConfig(**overrides), BlockManager(512, 16), facts, True)
+    sched.step_time_s, sched.detok_time_s = 0.0066, 0.01
+    arrival = now - sched.config.first_audio_budget_s + sched.detok_time_s - 1e-9
+    req = admit(sched, prompt_len=10, arrival=arrival)
+    give_tokens(req, tokens)
+    return sched, req
+
+
+def give_tokens(req: Request, tokens: int) -> None:
+    req.output_ids = [7] * tokens
+    req.num_computed = req.num_prompt_tokens + tokens
+    req.status = RequestStatus.RUNNING
+
+
+def test_past_the_budget_a_first_chunk_waits_for_the_frame_that_spares_a_gap():
+    """At the budget, 4 frames (28 tokens, 11 audible: 134 ms) would be followed by a gap of
+    ~60 ms before the next chunk (195 ms away); a fifth frame (7 steps, 46 ms) closes it, so
+    the chunk waits for it and goes then. For at most one next-chunk wait past the budget."""
+    now = 10.0
+    sched, req = budget_spent(ORPHEUS, 28, now)
+    assert sched.next_chunk_wait_s() == pytest.approx(0.1948)
+    assert sched.schedule_detok(now) == []
+    give_tokens(req, 34)  # not a whole frame more yet
+    assert sched.schedule_detok(now + 0.04) == []
+    give_tokens(req, 35)
+    assert sched.schedule_detok(now + 0.046) == [req]
+    give_tokens(req, 28)
+    assert sched.schedule_detok(now + 0.19) == []
+    assert sched.schedule_detok(now + 0.195) == [req]  # one next-chunk wait past: it goes
+    # Before the budget nothing changed: the chunk waits for its cover (3 x 195 ms).
+    early, _ = budget_spent(ORPHEUS, 35, now)
+    assert early.schedule_detok(now - 0.01) == []
+
+
+def test_past_the_budget_a_first_chunk_goes_when_waiting_cannot_spare_the_gap():
+    """Tokens slower than real time (20 ms a step for 12 ms of audio), a frame that costs
+    far more wait than the gap it spares (a 25-token hop against a 20-ms gap), or a stream
+    that ends before it has the tokens: the chunk goes at the budget, as it always did."""
+    now = 10.0
+    slow, req = budget_spent(ORPHEUS, 28, now)
+    slow.step_time_s = 0.02
+    assert slow.schedule_detok(now) == [req]
+    hop = ChunkingFacts(23, 25, 0.04, 25, held_back_tokens=4, lookahead_tokens=3)
+    long_frames, req = budget_spent(hop, 23, now)
+    long_frames.detok_time_s = 0.49  # the next chunk 655 ms away, the first plays 640 ms
+    assert long_frames.schedule_detok(now + 0.48) == [req]
+    short, req = budget_spent(ORPHEUS, 28, now)
+    req.sampling = SamplingParams(max_tokens=30)
+    assert short.schedule_detok(now) == [req]
 
 
 def test_first_chunk_cover_discounts_the_codecs_look_ahead():
