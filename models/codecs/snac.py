@@ -264,6 +264,13 @@ class SnacDetokenizer:
                 end = min(end, total)  # the whole decode has no more right context either
             chunks.append((start, end))
             start = end
+        if emitted == 0 and chunks and not final and total - self.right > start:
+            # A stream's first job emits every frame it has (all but the look-ahead), not
+            # only whole ramp chunks: its audio is the listener's cover until the next chunk,
+            # and the engine sizes a first chunk by the whole frames it holds
+            # (ChunkingFacts.first_chunk_audio_tokens). With whole chunks only, 7-9 frames
+            # gave 314 ms where the engine counted on 390-561 ms.
+            chunks.append((start, total - self.right))
         return chunks
 
     def decode(self, streams: list[SnacStream], final: list[bool]) -> list[np.ndarray]:

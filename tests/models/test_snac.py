@@ -187,12 +187,19 @@ def test_frames_ready_ramps_chunks_and_waits_for_lookahead(model):
     assert det.frames_ready(stream, final=True) == 2
     det.push(stream, _frames(1, seed=0).tolist())
     assert det.first_audio_frames == 3 and det.frames_ready(stream, final=False) == 1
-    det.push(stream, _frames(13, seed=0).tolist())  # 16 frames: chunks 1, 1, 2, 4, 4 (+2 ahead)
-    assert det.frames_ready(stream, final=False) == 12
-    (audio,) = det.decode([stream], [False])  # 12 frames' chunks, fed with their 2 ahead
-    assert len(audio) == 14 * SPF - det.decoder.delay_samples
-    assert det.frames_ready(stream, final=False) == 0 and det.frames_ready(stream, True) == 4
-    assert stream.fed == stream.base == 14  # fed frames live on in the state, not kept
+    # 16 frames: chunks 1, 1, 2 and a large one of 8, and as a stream's first job emits all
+    # it has, the 2 frames left short of another chunk (+2 ahead)
+    det.push(stream, _frames(13, seed=0).tolist())
+    sizes = [end - start for start, end in det._chunks(stream, final=False)]
+    assert sizes == [1, 1, 2, 8, 2] and det.frames_ready(stream, final=False) == 14
+    (audio,) = det.decode([stream], [False])  # 14 frames' chunks, fed with their 2 ahead
+    assert len(audio) == 16 * SPF - det.decoder.delay_samples
+    assert det.frames_ready(stream, final=False) == 0 and det.frames_ready(stream, True) == 2
+    assert stream.fed == stream.base == 16  # fed frames live on in the state, not kept
+    det.push(stream, _frames(3, seed=0).tolist())  # past the first job: whole chunks only
+    assert det.frames_ready(stream, final=False) == 0
+    det.push(stream, _frames(1, seed=0).tolist())
+    assert det.frames_ready(stream, final=False) == 4
 
 
 def test_steady_chunks_grow_to_the_large_chunk_when_its_frames_are_in(model):
@@ -200,10 +207,15 @@ def test_steady_chunks_grow_to_the_large_chunk_when_its_frames_are_in(model):
     stream = det.new_stream()
     det.push(stream, _frames(24, seed=1).tolist())
     sizes = [end - start for start, end in det._chunks(stream, final=False)]
-    assert sizes == [1, 1, 2, 8, 8]  # 20 frames out, 4 left: too few for a large one
+    # 20 frames in large chunks, 4 left: too few for a large one; the first job's tail takes
+    # the 2 short of their look-ahead
+    assert sizes == [1, 1, 2, 8, 8, 2]
     det.decode([stream], [False])
-    det.push(stream, _frames(2, seed=2).tolist())  # 6 in, with 2 of look-ahead: a 4-frame chunk
+    det.push(stream, _frames(4, seed=2).tolist())  # 6 in, with 2 of look-ahead: a 4-frame chunk
     assert [end - start for start, end in det._chunks(stream, final=False)] == [4]
+    det.decode([stream], [False])
+    det.push(stream, _frames(10, seed=3).tolist())  # 10 in: a large chunk and its look-ahead
+    assert [end - start for start, end in det._chunks(stream, final=False)] == [8]
     with pytest.raises(ValueError, match="large_chunk_frames"):
         SnacDetokenizer(model, chunk_frames=4, large_chunk_frames=3)
 
