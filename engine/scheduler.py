@@ -575,8 +575,9 @@ class Scheduler:
     def _closes_gap_soon(self, request: Request, pending: int, heard: float) -> bool:
         """Past the budget first audio matters more than the margin, but not more than the
         next chunk's wait itself: a first chunk shorter than that wait is followed by a gap
-        however soon it goes out (Orpheus on the H200 at 30 req/s: every stream that came late
-        had been let out at the budget with 4 frames, 143 ms, in a stretch of slow steps).
+        however soon it goes out (Orpheus on the H200 at 30 req/s: every stream the engine saw
+        run dry at its second chunk had gone out at the budget with 4 frames, 143 ms, in a
+        stretch of slow steps).
         Whether the chunk should wait for the tokens that close the gap: while tokens come
         faster than they play, and the wait costs at most GAP_WEIGHT times the gap it spares
         (a gap mid-speech is the worse silence: it cuts a word, and the stream is no longer
