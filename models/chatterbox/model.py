@@ -117,12 +117,26 @@ class ChatterboxStream(StreamState):
 
 
 class ChatterboxModel(SpeechModel):
-    def __init__(self, parts: Chatterbox, name: str = "chatterbox") -> None:
+    def __init__(
+        self, parts: Chatterbox, name: str = "chatterbox", constrain_codes: bool = True
+    ) -> None:
+        """`constrain_codes`: sample only the speech head's rows S3Gen decodes (its 6,561
+        codes) and the stop row; False samples all 8,194 as the official T3.inference does,
+        whose start row and 1,631 unused rows the detokenizer then drops (parity tests)."""
         self.parts = parts
         self.t3 = parts.t3
         sizes = self.t3.sizes
         self.ids = ChatterboxIds(sizes.text_vocab, sizes.speech_vocab)
         self.streamer = S3GenStreamer(parts.s3gen)
+        # Random weights put a fifth of the head's mass on rows S3Gen cannot decode, so a
+        # chunk of N tokens made ~0.8 N tokens of audio, short of what the engine counts on
+        # (a first chunk's cover, a listener's pacing). A trained T3 puts ~none there.
+        self.constrain_codes = constrain_codes
+        head_rows = sizes.speech_vocab
+        undecodable = torch.ones(head_rows - SPEECH_CODES, dtype=torch.bool)
+        undecodable[T3_FACTS.stop_speech - SPEECH_CODES] = False
+        # Made here, not in the sampling path, which a CUDA graph may capture.
+        self._undecodable_rows = undecodable.to(next(self.t3.parameters()).device)
         detok = self.streamer.detok
         self.voices: dict[str, Voice] = {DEFAULT_VOICE: parts.default_voice}  # listed
         self._slots: dict[str, int] = {}  # the listed voices' slots
@@ -376,6 +390,9 @@ class ChatterboxModel(SpeechModel):
         weights = [ChatterboxOptions(**o).cfg_weight for o in options]
         cfg = upload(weights, torch.float32, hidden.device)[:, None]
         logits = self.compute_logits(hidden, cfg)
+        if self.constrain_codes:
+            # the head's rows past the codes but the stop row: the start row, the unused ones
+            logits[:, SPEECH_CODES:].masked_fill_(self._undecodable_rows, float("-inf"))
         blocked = ~upload(allow_stop, torch.bool, logits.device)
         logits[:, T3_FACTS.stop_speech].masked_fill_(blocked, float("-inf"))
         n, k = logits.shape

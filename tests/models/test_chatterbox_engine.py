@@ -23,8 +23,27 @@ TEXTS = ["Hello there.", "A second, longer sentence to say.", "Third one!", "Fou
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return ChatterboxModel(load_chatterbox(ensure_tiny_chatterbox(tmp_path_factory.mktemp("c"))))
+def parts(tmp_path_factory):
+    return load_chatterbox(ensure_tiny_chatterbox(tmp_path_factory.mktemp("c")))
+
+
+@pytest.fixture(scope="module")
+def model(parts):
+    """Sampling the whole speech head, as the reference decode (and the official T3) does."""
+    return ChatterboxModel(parts, constrain_codes=False)
+
+
+def test_served_sampling_draws_only_what_s3gen_decodes(parts, model):
+    """By default (random weights put a fifth of the head's mass on rows S3Gen cannot decode)
+    every token is a speech code or the stop, so a chunk of N tokens is N tokens of audio, as
+    the engine counts; sampling the whole head draws start and unused rows too."""
+    served = ChatterboxModel(parts)
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=60, min_tokens=60, seed=3)
+    for chatterbox, undecodable in ((served, False), (model, True)):
+        core = EngineCore(chatterbox, EngineConfig(num_kv_blocks=64), torch.device("cpu"), "sdpa")
+        requests, _, _, _ = run(core, [SpeechRequest(t, None, params) for t in TEXTS[:2]])
+        codes = [chatterbox.ids.code_of(row[0]) for r in requests for row in r.output_ids]
+        assert (None in codes) == undecodable
 
 
 def test_batched_greedy_tokens_equal_the_reference_decode(model):
