@@ -98,6 +98,11 @@ class EngineCore:
             ),
             threaded_codec=threaded_codec,
             codec_would_emit=self._codec_hook(model),
+            first_audio_s=(
+                None
+                if type(model).first_chunk_audio_s is SpeechModel.first_chunk_audio_s
+                else model.first_chunk_audio_s
+            ),
         )
         # Jobs out to it and events back, with finished requests' timelines when asked for.
         traces = TraceWriter(config.trace_path) if config.trace_path else None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -32,7 +32,7 @@ from engine.listener_guard import ListenerGuard, listener_health
 from engine.outputs import AdmissionStats, ScheduledChunk, SchedulerOutput
 from engine.realtime_capacity import RealtimeCapacity, Verdict
 from engine.realtime_outlook import StreamOutlook
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.request import Request, RequestStatus, SamplingParams, Token
 
 log = logging.getLogger("voxgate.engine")
 
@@ -96,6 +96,7 @@ class Scheduler:
         facts: ChunkingFacts,
         threaded_codec: bool = False,
         codec_would_emit: Callable[[Request], bool] | None = None,
+        first_audio_s: Callable[[Sequence[Token]], float | None] | None = None,
     ) -> None:
         self.config = config
         self.first_audio_margin = config.first_audio_margin_for(
@@ -106,6 +107,10 @@ class Scheduler:
         # Whether the codec would emit audio for a request given its pending tokens
         # (SpeechModel.codec_would_emit); None: any whole frame does.
         self.codec_would_emit = codec_would_emit
+        # Seconds of audio a first job makes of a stream's first tokens, where the model's
+        # tokens do not all become audio at the facts' rate (SpeechModel.first_chunk_audio_s);
+        # None: first_chunk_audio_tokens' rule.
+        self.first_audio_s = first_audio_s
         self.steady_batch_rows = facts.steady_batch_rows
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
         self._reserved_blocks = 0
@@ -566,10 +571,19 @@ class Scheduler:
             request, pending, heard
         )
 
+    def first_chunk_audio_s(self, request: Request, pending: int) -> float:
+        """Seconds of audio the first job makes of a stream's first `pending` tokens: the
+        model's own count where it has one, else the facts' rule (whole frames less the
+        look-ahead and held-back tokens)."""
+        if self.first_audio_s is not None:
+            made = self.first_audio_s(request.output_ids[:pending])
+            if made is not None:
+                return made
+        return self.facts.first_chunk_audio_tokens(pending) * self.facts.seconds_per_token
+
     def _first_chunk_heard_s(self, request: Request, pending: int) -> float:
         """How long a first chunk made of `pending` tokens plays at the listener."""
-        audible = self.facts.first_chunk_audio_tokens(pending)
-        played = audible * self.facts.seconds_per_token - request.delivery_hold_s
+        played = self.first_chunk_audio_s(request, pending) - request.delivery_hold_s
         return played / request.playback_rate
 
     def _closes_gap_soon(self, request: Request, pending: int, heard: float) -> bool:
@@ -588,8 +602,10 @@ class Scheduler:
         token_s = self.facts.seconds_per_token / request.playback_rate
         if gap_s <= 0 or self.step_time_s >= token_s:
             return False
+        # Tokens to come are counted by the facts' rule (their kind is not known yet).
+        rule = self.facts.first_chunk_audio_tokens
         extra, left = 0, request.sampling.max_tokens - request.num_generated
-        while self._first_chunk_heard_s(request, pending + extra) < heard + gap_s:
+        while (rule(pending + extra) - rule(pending)) * token_s < gap_s:
             extra += 1
             if extra > left:
                 return False  # the stream ends first: its end flushes whatever it made

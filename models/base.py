@@ -403,6 +403,15 @@ class SpeechModel(abc.ABC):
         frame decodes (ModelFacts.frame_tokens)."""
         return True
 
+    def first_chunk_audio_s(self, tokens: Sequence[Token]) -> float | None:
+        """Seconds of audio a stream's first detokenizer job makes of its first generated
+        `tokens`, for a model whose tokens do not all become audio at the rate of ModelFacts'
+        rule (the first chunk, then whole frames of frame_tokens, less the look-ahead and
+        held-back tokens: engine.scheduler.ChunkingFacts.first_chunk_audio_tokens), such as
+        replies that interleave text with speech. None (the default): the rule holds. The
+        scheduler sizes a first chunk's cover by it, so it must not overstate the audio."""
+        return None
+
     def quantize_for_cpu(self) -> bool:
         """Switch the model to int8 weights for CPU serving (`--cpu-int8`, models/cpu_int8.py).
         Returns False when the model has no such path (the default)."""

@@ -127,6 +127,15 @@ class GlmVoiceDecoder:
     def push(state: GlmDecoderStream, tokens: list[int]) -> None:
         state.tokens.extend(int(t) for t in tokens)
 
+    def first_audio_s(self, tokens: int) -> float:
+        """Seconds of audio a stream's first (non-final) decode makes of `tokens` speech
+        tokens: none short of the first block, else every token's mel less the frames held
+        back for the next call's cross-fade and HiFT's right context."""
+        if tokens < self.block_tokens[0]:
+            return 0.0
+        frames = self.flow.mel_frames(tokens) - self.overlap - self.vocoder.right
+        return max(0, frames) * self.vocoder.samples_per_frame / self.sample_rate
+
     @torch.inference_mode()
     def decode(self, states: list[GlmDecoderStream], final: list[bool]) -> list[np.ndarray]:
         """Make the mel of every stream whose next block is complete (or that is final), then

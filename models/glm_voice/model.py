@@ -43,6 +43,8 @@ class SpeechTokenDecoder(Protocol):
 
     def decode(self, streams: list[Any], final: list[bool]) -> list[np.ndarray]: ...
 
+    def first_audio_s(self, tokens: int) -> float: ...
+
 
 @dataclass
 class GlmVoiceStream(StreamState):
@@ -177,6 +179,13 @@ class GlmVoiceModel(InterleavedSampling, SpeechModel):
     # 4. postprocess --------------------------------------------------------------------------
     def new_stream_state(self) -> GlmVoiceStream:
         return GlmVoiceStream(self.decoder.new_stream() if self.decoder is not None else None)
+
+    def first_chunk_audio_s(self, tokens: Sequence[Token]) -> float:
+        """The decoder's first audio from the speech tokens among `tokens` (a reply's first
+        13 tokens are text, so generated tokens alone overstate it fourfold)."""
+        if self.decoder is None:
+            return 0.0
+        return self.decoder.first_audio_s(sum(1 for t in tokens if self.ids.is_audio(t)))
 
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]

@@ -225,6 +225,14 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
     def new_stream_state(self) -> StepAudio2Stream:
         return StepAudio2Stream(self.token2wav.new_stream() if self.token2wav else None)
 
+    def first_chunk_audio_s(self, tokens: Sequence[Token]) -> float:
+        """The token2wav's first audio from the codes among `tokens` (text, filler and markers
+        make none)."""
+        if self.token2wav is None:
+            return 0.0
+        codes = sum(1 for t in tokens if self.ids.code_of(t) is not None)  # type: ignore[arg-type]
+        return self.token2wav.first_audio_s(codes)
+
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
     ) -> list[np.ndarray]:

@@ -54,6 +54,9 @@ class Token2Wav:
     def push(self, stream: FlowHiftStream, codes: list[int]) -> None:
         self.detok.push(stream, codes)
 
+    def first_audio_s(self, codes: int) -> float:
+        return self.detok.first_audio_s(codes)
+
     def decode(self, streams: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
         return self.detok.decode(streams, final)
 

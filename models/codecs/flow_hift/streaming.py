@@ -178,6 +178,14 @@ class FlowHiftDetokenizer:
     def push(state: FlowHiftStream, codes: list[int]) -> None:
         state.tokens.extend(codes)
 
+    def first_audio_s(self, codes: int) -> float:
+        """Seconds of audio a stream's first (non-final) call makes once `codes` tokens are
+        pushed: the whole chunks of the grid whose look-ahead tokens exist, less HiFT's right
+        context (the engine sizes a first chunk by it: SpeechModel.first_chunk_audio_s)."""
+        ready = self._chunk_start(self._chunk_index(max(0, codes - self.lookahead)))
+        frames = max(0, ready * self.ratio - self.right)
+        return frames * self.samples_per_frame / self.sample_rate
+
     # --- the batched call --------------------------------------------------------------------------
     @torch.inference_mode()
     def decode(self, states: list[FlowHiftStream], final: list[bool]) -> list[np.ndarray]:
