@@ -50,7 +50,8 @@ async def test_client_that_stops_reading_is_closed_and_freed(engine):
             # pcm16 at 48 kHz is 96 kB per second of audio: the buffers fill within a second.
             await start_session(
                 ws,
-                sampling={"temperature": 0.0, "max_tokens": 1500},  # ~18 s, ~15 s to generate
+                # ~18 s, ~15 s to generate; min_tokens: it cannot end early on a stop token
+                sampling={"temperature": 0.0, "max_tokens": 1500, "min_tokens": 1500},
                 output_audio={"format": "pcm16", "sample_rate": 48000},
             )
             await send(ws, type="text", text="Read me if you can, but you will not.")
@@ -61,7 +62,14 @@ async def test_client_that_stops_reading_is_closed_and_freed(engine):
             t0 = time.monotonic()
             await wait_engine_idle(engine, timeout=20)
             freed_after = time.monotonic() - t0
-            code, messages = await expect_close(ws, timeout=10)  # reading again drains to the close
+            try:  # reading again drains to the close
+                code, messages = await expect_close(ws, timeout=10)
+            except TimeoutError:
+                lines = srv.app.state.gateway.metrics.render().decode().splitlines()
+                said = [x for x in lines if x.startswith(("voxgate_sessions", "voxgate_slow"))]
+                raise AssertionError(
+                    f"no close {freed_after:.1f} s after the engine was freed: {said}"
+                ) from None
         assert code == 1008
         assert freed_after < 6, freed_after
         assert not any(isinstance(m, dict) and m["type"] == "response.done" for m in messages)
