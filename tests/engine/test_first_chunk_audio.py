@@ -20,6 +20,7 @@ from engine.loop import prepare_turn
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
+from tests.models.engine_run import run
 
 TEXT_TO_SPEECH = [
     "voxgate-tiny",
@@ -44,9 +45,7 @@ def generated(model, n: int) -> tuple[EngineCore, object]:
         spec = SpeechRequest("", sampling=sampling, turns=(turn,))
     else:
         spec = SpeechRequest("A first chunk, and the cover it gives.", sampling=sampling)
-    request = core.add_request(spec)
-    while core.has_work():
-        core.step()
+    [request], _, _, _ = run(core, [spec])
     assert len(request.output_ids) == n
     return core, request
 
