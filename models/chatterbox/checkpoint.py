@@ -35,6 +35,7 @@ from models.chatterbox.t3 import T3, load_t3, t3_state_dict
 from models.chatterbox.text import SPACE, TextTokenizer
 from models.chatterbox.voice_encoder import VoiceEncoder
 from models.checkpoint_errors import CheckpointError
+from models.codecs.flow_hift.audible_weights import make_audible
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,22 @@ def _seeded(module: nn.Module, seed: int, scale: float) -> nn.Module:
     return module
 
 
+def _seeded_s3gen(sizes: S3GenSizes, seed: int) -> S3Gen:
+    """S3Gen with seeded random weights whose audio follows its tokens: torch's default init
+    for the flow, its norms, biases and relative-position biases moved off their defaults (so a
+    mix-up of them shows); HiFT made audible (audible_weights.py). Weights of one fixed scale
+    would leave both deaf: the flow's mel stays its starting noise, HiFT's audio ignores it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        s3gen = S3Gen(sizes)
+        with torch.no_grad():
+            for name, p in s3gen.flow.named_parameters():
+                if "pos_bias" in name or name.endswith("bias") or "norm" in name:
+                    p.add_(0.1 * torch.randn_like(p))
+        make_audible(s3gen.mel2wav)
+    return s3gen.eval()
+
+
 def _tokenizer_json() -> str:
     """A character-level tokenizers file with the published special ids: [STOP] 0 and [START]
     255 (T3Config's stop/start text tokens), [SPACE] for spaces; printable ASCII after the
@@ -159,9 +176,7 @@ def write_chatterbox_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     t3 = _seeded(T3(t3_sizes), seed, 0.05)
     save_file(t3_state_dict(t3), str(folder / T3_FILE))
-    s3gen = S3Gen(s3gen_sizes)
-    _seeded(s3gen.flow, seed + 1, 0.05)
-    _seeded(s3gen.mel2wav, seed + 2, 0.1)
+    s3gen = _seeded_s3gen(s3gen_sizes, seed + 1)
     state = {f"flow.{k}": v for k, v in s3gen.flow.state_dict().items()}
     state |= {f"mel2wav.{k}": v for k, v in s3gen.mel2wav.state_dict().items()}
     # The clip encoders: the S3 tokenizer and CAM++ (published in s3gen.safetensors too).

@@ -11,7 +11,7 @@ from models.chatterbox.config import REAL_T3, TINY_T3
 from models.chatterbox.s3gen import REAL_S3GEN, TINY_S3GEN
 from models.preset_cache import materialise
 
-PRESET_VERSION = "v2"  # bump when what the writer produces changes
+PRESET_VERSION = "v3"  # bump when what the writer produces changes
 
 
 def ensure_tiny_chatterbox(root: Path | None = None) -> Path:

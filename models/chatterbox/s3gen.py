@@ -179,10 +179,14 @@ class S3Gen(nn.Module):
         )
         return mel[0, :, 2 * p :]
 
-    @torch.inference_mode()
     def decode(self, tokens: list[int], voice: S3GenVoice) -> np.ndarray:
         """A whole utterance's audio at 24 kHz (S3Token2Wav.inference)."""
-        mel = self.mel(tokens, voice)[None]
+        return self.vocode(self.mel(tokens, voice))
+
+    @torch.inference_mode()
+    def vocode(self, mel: torch.Tensor) -> np.ndarray:
+        """A whole utterance's mel [80, T] → its audio at 24 kHz, faded in as S3Gen's is."""
+        mel = mel[None]
         zero = torch.zeros(1, dtype=torch.long, device=mel.device)
         phase0 = torch.zeros(1, self.sizes.hift_config().nb_harmonics + 1, dtype=torch.float64)
         audio, _ = self.mel2wav(mel, phase0.to(mel.device), zero)

@@ -172,10 +172,9 @@ async def test_a_clip_in_the_voices_dir_is_a_listed_voice_that_speaks(
     cb_server, cb_engine, monkeypatch
 ):
     """The clip becomes a voice (voice encoder, S3 tokenizer, CAM++): GET /v1/voices lists it
-    as from the voices dir, a session in it speaks, and its requests reach the engine in that
-    voice, whose T3 conditioning makes other tokens than the default voice's. (The tiny
-    preset's random S3Gen barely hears its tokens or its prompt: the two voices' audio differ
-    by under 1e-7, so the voice is told apart by the tokens.)"""
+    as from the voices dir, a session in it speaks, its requests reach the engine in that
+    voice, whose T3 conditioning makes other tokens than the default voice's, and it sounds
+    other than the default voice."""
     async with httpx.AsyncClient() as client:
         listed = (await client.get(f"{cb_server.http}/v1/voices", timeout=10)).json()
     assert listed["cloning"] is True
@@ -190,8 +189,11 @@ async def test_a_clip_in_the_voices_dir_is_a_listed_voice_that_speaks(
 
     monkeypatch.setattr(cb_engine, "submit", recording_submit)
     voiced = await session_audio(cb_server.url, "narrator")
-    await session_audio(cb_server.url, None)
+    plain = await session_audio(cb_server.url, None)
     assert len(voiced) > 0 and np.abs(voiced).max() > 1e-3
+    n = min(len(voiced), len(plain))
+    rms = np.sqrt(np.mean(plain**2))
+    assert np.sqrt(np.mean((voiced[:n] - plain[:n]) ** 2)) > 0.1 * rms
     assert submitted[0] == "narrator" and submitted[-1] in (None, "default")
     monkeypatch.undo()
     assert await engine_tokens(cb_engine, "narrator") != await engine_tokens(cb_engine, None)

@@ -22,7 +22,8 @@ from unittest import mock
 import pytest
 import torch
 
-from models.codecs.flow_hift.hift import positional_gaussian
+from models.codecs.flow_hift.audible_weights import make_audible
+from models.codecs.flow_hift.hift import HiFTGenerator, positional_gaussian
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("chatterbox", "chatterbox.models", "chatterbox.models.s3gen")
@@ -61,6 +62,16 @@ def seeded(module: torch.nn.Module, seed: int, scale: float = 0.05) -> torch.nn.
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * scale)
     return module.eval()
+
+
+def audible_hift(theirs: torch.nn.Module, ours: HiFTGenerator) -> None:
+    """The official HiFT's weights made audible (models/codecs/flow_hift/audible_weights.py),
+    through `ours`, a HiFTGenerator of the same config: with its weight norms at one small
+    random scale the mel's path fades ~1e4-fold and a comparison would see only the sine
+    excitation's. Both modules end with the same weights."""
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    make_audible(ours)
+    theirs.load_state_dict(ours.state_dict(), strict=True)
 
 
 @contextmanager

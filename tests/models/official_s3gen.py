@@ -8,10 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from official_chatterbox import excitation_as_voxgate, import_official, noise_from, seeded
+from official_chatterbox import (
+    audible_hift,
+    excitation_as_voxgate,
+    import_official,
+    noise_from,
+    seeded,
+)
 from safetensors.torch import load_file, save_file
 
 from models.chatterbox.s3gen import S3Gen, S3GenSizes, S3GenVoice, load_s3gen
+from models.codecs.flow_hift.hift import HiFTGenerator
 
 # The official encoder is 512 wide (hard-coded); the rest is scaled down.
 SIZES = S3GenSizes(512, 8, 64, 1, 32, 2, 1, 1, 32, 16)
@@ -59,6 +66,7 @@ def official_s3gen_parts(seed: int):
     with torch.no_grad():  # f0 of tens to hundreds of Hz: the voiced branch runs
         hift.f0_predictor.classifier.weight.mul_(100.0)
         hift.f0_predictor.classifier.bias.mul_(100.0)
+    audible_hift(hift, HiFTGenerator(SIZES.hift_config()))
     return the_flow, hift
 
 

