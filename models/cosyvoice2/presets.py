@@ -14,13 +14,14 @@ from models.cosyvoice2.config import CONFIG_FILE, parse_config, read_yaml
 from models.cosyvoice2.stand_ins import write_byte_tokenizer, write_campplus, write_speech_tokenizer
 from models.preset_cache import materialise
 
-TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
 TINY_SPEAKERS = ("narrator", "guide")
 
 
 def write_cosyvoice2_checkpoint(folder: Path, sizes: dict, qwen: dict, seed: int) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from models.codecs.flow_hift.audible_weights import make_audible
     from models.codecs.flow_hift.flow import CausalFlow
     from models.codecs.flow_hift.hift import HiFTGenerator
 
@@ -48,7 +49,7 @@ def write_cosyvoice2_checkpoint(folder: Path, sizes: dict, qwen: dict, seed: int
             if "pos_bias" in name:
                 p.normal_(0.0, 0.1)
     torch.save(flow.state_dict(), folder / "flow.pt")
-    torch.save(HiFTGenerator(cfg.hift).state_dict(), folder / "hift.pt")
+    torch.save(make_audible(HiFTGenerator(cfg.hift)).state_dict(), folder / "hift.pt")
 
     write_speech_tokenizer(folder / "speech_tokenizer_v2.onnx", cfg.llm.speech_token_size, seed)
     write_campplus(folder / "campplus.onnx", cfg.flow.spk_embed_dim, seed)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint_errors import check_state_dict
+from models.codecs.flow_hift.audible_weights import make_audible
 from models.codecs.flow_hift.checkpoint import hift_state, load_pt
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.masked_flow import MaskedDiffWithXvec
@@ -63,7 +64,7 @@ def write_decoder_checkpoint(folder: Path, sizes: dict, seed: int) -> None:
                 p.add_(0.1 * torch.randn_like(p))
     torch.save(flow.state_dict(), folder / "flow.pt")
     hift = {}
-    for name, tensor in HiFTGenerator(cfg.hift).state_dict().items():
+    for name, tensor in make_audible(HiFTGenerator(cfg.hift)).state_dict().items():
         name = name.replace("parametrizations.weight.original0", "weight_g")
         hift[name.replace("parametrizations.weight.original1", "weight_v")] = tensor
     torch.save(hift, folder / "hift.pt")
@@ -86,7 +87,7 @@ def random_glm_decoder(
     cfg = parse_decoder_config(parse_yaml_text(text, f"the published {CONFIG_FILE}"))
     torch.manual_seed(seed)
     with torch.device(device):
-        flow, hift = MaskedDiffWithXvec(cfg.flow), HiFTGenerator(cfg.hift)
+        flow, hift = MaskedDiffWithXvec(cfg.flow), make_audible(HiFTGenerator(cfg.hift))
     hift.fold_weight_norm()
     flow = flow.to(device=device, dtype=dtype).eval()
     hift = hift.to(device=device).eval()

@@ -15,7 +15,7 @@ from models.glm_voice.backbone import build_glm_backbone, our_name
 from models.glm_voice.tiny_tokenizer import write_tiny_tiktoken, write_tiny_tokenizer
 from models.preset_cache import materialise
 
-TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
+TINY_VERSION = "v3"  # bump when the tiny config or its weight recipe changes
 TINY_NUM_AUDIO = 64  # speech tokens in the tiny vocabulary (the real one has 16384)
 
 

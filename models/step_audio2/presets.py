@@ -18,7 +18,7 @@ from models.preset_cache import materialise
 from models.step_audio2 import configs
 from models.step_audio2 import tokens as T
 
-TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
+TINY_VERSION = "v3"  # bump when the tiny config or its weight recipe changes
 NUM_AUDIO_TOKENS = T.NUM_CODES + 1  # <audio_0>…<audio_6561>: the codes and the filler
 SPECIALS = (
     "<|endoftext|>",
@@ -117,6 +117,7 @@ def write_token2wav(folder: Path, seed: int) -> None:
     """Step-Audio-2-mini's token2wav layout (flow.yaml with the DiT estimator, flow.pt,
     hift.pt) at tiny sizes with seeded random weights, plus one spk2info.pt speaker for its
     voice (the published folder has no speaker; its two ONNX prompt models are left out)."""
+    from models.codecs.flow_hift.audible_weights import make_audible
     from models.codecs.flow_hift.flow import CausalFlow
     from models.codecs.flow_hift.hift import HiFTGenerator
     from models.step_audio2 import token2wav_config as T2W
@@ -131,7 +132,7 @@ def write_token2wav(folder: Path, seed: int) -> None:
             if "pos_bias" in name:
                 p.normal_(0.0, 0.1)
     torch.save(flow.state_dict(), folder / "flow.pt")
-    hift = HiFTGenerator(T2W.hift_config(*T2W.TINY_HIFT))
+    hift = make_audible(HiFTGenerator(T2W.hift_config(*T2W.TINY_HIFT)))
     # The published hift.pt carries the HiFiGan training wrapper's prefix.
     torch.save({f"generator.{k}": v for k, v in hift.state_dict().items()}, folder / "hift.pt")
     speaker = {"default": {"embedding": torch.randn(1, cfg.spk_embed_dim)}}

@@ -205,15 +205,16 @@ def test_batched_streams_equal_separate_ones_and_noise_is_per_request(dec_dir, t
 
 def test_streaming_is_close_to_whole(dec_dir, tokens):
     """Not equal by design: each block's flow call sees only the tokens so far and takes the
-    earlier mel as given, where a whole decode sees every token. With these random weights the
-    mel is dominated by the condition path, so the audio stays within 5 % RMS (measured 0.4 %);
-    a misaligned prompt, a wrong cross-fade or lost frames show as far more (tens of %)."""
+    earlier mel as given, where a whole decode sees every token. With these random weights
+    (HiFT's audio follows its mel: audible_weights.py) the audio stays within 20 % RMS of the
+    whole decode (measured 10 %); a frame lost or misplaced, a misaligned prompt or a wrong
+    cross-fade show as more (a one-frame shift of the whole decode differs by 50 %)."""
     dec = load(dec_dir)
     whole, _ = stream(dec, tokens, [len(tokens)])
     streamed, s = stream(dec, tokens, [10, 20, 40, 25])
     assert s.calls == 4 and len(streamed) == len(whole)
     rms = lambda x: float(np.sqrt(np.mean(x**2)))  # noqa: E731
-    assert rms(streamed - whole) < 0.05 * rms(whole)
+    assert rms(streamed - whole) < 0.2 * rms(whole)
 
 
 def test_engine_speaks_a_user_turn_with_tiny_glm_voice():
