@@ -6,10 +6,12 @@ frames [max(0, s - L), min(n, e + R)) and the samples of [s, e) are cut out. A s
 window starts at frame 0 and its final one ends at its last frame, exactly the edges a whole
 decode sees; at an interior seam the window must reach every frame an emitted sample depends
 on. The decoder's receptive field (latent conv k7, then per upsampling block a transposed conv
-and residual units k7 dilated 1/3/9) spans 7.3 frames to the left and 7.9 to the right of a
-frame (measured: changing one frame changes samples from 7.3 frames before it to 7.9 after),
-so L = R = 8 make chunked output equal the whole decode to float rounding
-(tests/models/test_dac_stream.py). R is time to first audio: 8 frames, 93 ms.
+and residual units k7 dilated 1/3/9) spans 9.3 frames either side of a frame (measured on
+weights whose audio follows the codes: changing one frame changes samples from 9.3 frames
+before it to 9.3 after, by over 1e-3 of the peak at the edges), so L = R = 10 make chunked
+output equal the whole decode to float rounding (tests/models/test_dac_stream.py; with 8, the
+seams were off by up to a third of the signal's peak). R is time to first audio: 10 frames,
+116 ms.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import numpy as np
 import torch
 
 from models.checkpoint_errors import CheckpointError
+from models.codecs.audible_weights import scale_output, unit_gain_convs
 
-CONTEXT_FRAMES = 8
+CONTEXT_FRAMES = 10
+# What random weights' audio spreads by before DAC's final tanh (make_audible).
+RANDOM_OUTPUT_STD = 0.3
 
 
 @dataclass
@@ -44,6 +49,23 @@ def load_dac(folder: Path, device: torch.device):
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"could not load the DAC codec from {folder}: {exc}") from None
     return model.to(device).eval()
+
+
+def make_audible(dac, seed: int):
+    """A DacModel's decoder and quantizer projections redrawn so that random weights make
+    audio that follows the codes (models/codecs/audible_weights.py); returns `dac`."""
+    g = torch.Generator().manual_seed(seed)
+    unit_gain_convs(dac.decoder, g)
+    unit_gain_convs(dac.quantizer, g)
+    cfg = dac.config
+    codes = torch.randint(0, cfg.codebook_size, (1, cfg.n_codebooks, 64), generator=g)
+    with torch.no_grad():
+        scale_output(
+            dac.decoder.conv2,
+            lambda: dac.decoder(dac.quantizer.from_codes(codes)[0]),
+            RANDOM_OUTPUT_STD,
+        )
+    return dac
 
 
 class DacDetokenizer:

@@ -16,7 +16,7 @@ from models.zonos.checkpoint import write_zonos_checkpoint
 from models.zonos.config import REAL, REAL_HYBRID, TINY, TINY_HYBRID, ZonosConfig
 from models.zonos.speaker import write_speaker_model
 
-PRESET_VERSION = "v2"  # bump when what the writers produce changes
+PRESET_VERSION = "v3"  # bump when what the writers produce changes
 
 # descript/dac_44khz's config.json; the tiny one keeps its strides (512 samples a frame).
 REAL_DAC = {
@@ -36,8 +36,10 @@ TINY_DAC = {**REAL_DAC, "encoder_hidden_size": 8, "decoder_hidden_size": 32, "hi
 def write_dac_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
     from transformers import DacConfig, DacModel
 
+    from models.codecs.dac import make_audible
+
     torch.manual_seed(seed)
-    DacModel(DacConfig(**cfg)).eval().save_pretrained(str(folder))
+    make_audible(DacModel(DacConfig(**cfg)).eval(), seed).save_pretrained(str(folder))
 
 
 def _writer(config: ZonosConfig, dac: dict, speaker_width: int):

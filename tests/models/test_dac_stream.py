@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from models.codecs.dac import DacDetokenizer
+from models.codecs.dac import DacDetokenizer, make_audible
 from models.zonos.presets import TINY_DAC
 from tests.torch_threads import one_torch_thread
 
 FRAMES = 40
+# fp32 rounding of windows of other lengths, carried through ~30 unit-gain layers: measured
+# 2e-5 of the peak.
+ROUNDING = 1e-4
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +30,7 @@ def dac():
     from transformers import DacConfig, DacModel
 
     torch.manual_seed(3)
-    return DacModel(DacConfig(**TINY_DAC)).eval()
+    return make_audible(DacModel(DacConfig(**TINY_DAC)).eval(), 3)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +55,7 @@ def test_whole_decode_equals_transformers(dac, frames):
         want = dac.decode(audio_codes=torch.tensor(frames).T[None]).audio_values[0].numpy()
     got = detok.decode_frames(frames)
     assert got.shape == (FRAMES * 512,)
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)  # the same modules, the same sums
 
 
 @pytest.mark.parametrize("sizes", [[1], [3, 7, 2], [16]])
@@ -61,16 +64,17 @@ def test_chunked_equals_whole(dac, frames, sizes):
     whole = detok.decode_frames(frames)
     got = _streamed(detok, frames, sizes)
     assert got.shape == whole.shape
-    np.testing.assert_allclose(got, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    np.testing.assert_allclose(got, whole, rtol=0, atol=ROUNDING * np.abs(whole).max())
 
 
-def test_short_context_breaks_the_seams(dac, frames):
-    """The measured receptive field is real: too little context leaves seams well beyond the
-    tolerance the full context meets."""
+@pytest.mark.parametrize("context", [2, 8])
+def test_short_context_breaks_the_seams(dac, frames, context):
+    """The measured receptive field is real: less context (even 8 frames, short of the 9.3 it
+    reaches) leaves seams well beyond the tolerance the full context meets."""
     whole = DacDetokenizer(dac).decode_frames(frames)
-    short = _streamed(DacDetokenizer(dac, left=2, right=2), frames, [4])
+    short = _streamed(DacDetokenizer(dac, left=context, right=context), frames, [4])
     err = np.abs(short - whole).max() / np.abs(whole).max()
-    assert err > 5e-5
+    assert err > 10 * ROUNDING
 
 
 def test_bad_codes_are_refused(dac):
@@ -94,5 +98,5 @@ def test_streams_decoded_together_equal_each_alone(dac, frames):
     for i, source in enumerate((frames, other)):
         whole = detok.decode_frames(source)
         np.testing.assert_allclose(
-            np.concatenate(got[i]), whole, rtol=0, atol=1e-5 * np.abs(whole).max()
+            np.concatenate(got[i]), whole, rtol=0, atol=ROUNDING * np.abs(whole).max()
         )
