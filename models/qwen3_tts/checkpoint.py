@@ -22,7 +22,7 @@ from models.checkpoint_errors import CheckpointError
 from models.loader import copy_into, iter_safetensors, raise_missing, read_config, resolve_source
 from models.qwen3_tts import prompt as P
 from models.qwen3_tts.clip_encoder import ClipEncoder
-from models.qwen3_tts.codec import DecoderConfig, SpeechDecoder
+from models.qwen3_tts.codec import DecoderConfig, SpeechDecoder, make_audible
 from models.qwen3_tts.model import Qwen3TtsModel
 from models.qwen3_tts.predictor import CodePredictor
 from models.qwen3_tts.speaker_encoder import SpeakerEncoder
@@ -264,8 +264,9 @@ def write_checkpoint(folder: Path, cfg: dict, codec_cfg: dict, seed: int, tokeni
     sub = folder / SPEECH_TOKENIZER
     sub.mkdir()
     decoder = SpeechDecoder(DecoderConfig.from_json(codec_cfg["decoder_config"]))
-    # PyTorch's own init for the convolutions; codebooks start as zeros in a fresh codec (EMA
-    # sums), which would make every code decode alike: random centroids make codes matter.
+    # Codebooks start as zeros in a fresh codec (EMA sums), which would make every code decode
+    # alike: random centroids make codes matter; then convolutions that carry them to the
+    # audio (make_audible: PyTorch's own init left the audio within 1 % whatever the codes).
     for pname, param in decoder.named_parameters():
         if pname.endswith("embedding_sum"):
             param.normal_()
@@ -273,6 +274,7 @@ def write_checkpoint(folder: Path, cfg: dict, codec_cfg: dict, seed: int, tokeni
             param.uniform_(0.5, 1.5)
         elif param.dim() == 1 and not pname.endswith("bias"):
             param.add_(torch.randn_like(param) * 0.05)  # Snake α/β, norms, layer scales
+    make_audible(decoder, seed)
     tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}
     if "encoder_config" in codec_cfg:
         tensors.update(_seeded_clip_encoder(codec_cfg).published_state())

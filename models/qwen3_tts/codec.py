@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.codecs.audible_weights import scale_output, unit_gain_convs
 from models.layers.llama import RMSNorm
 from models.layers.rope import RopeSpec, Rotary
 from models.qwen3_tts.codec_layers import (
@@ -271,3 +272,23 @@ class SpeechDecoder(nn.Module):
                     f"its config.json implies {tuple(param.shape)}"
                 )
         self.load_state_dict({n: tensors[f"decoder.{n}"] for n in wanted}, strict=True)
+
+
+# What random weights' audio spreads by before the decoder's clamp to [-1, 1] (make_audible).
+RANDOM_OUTPUT_STD = 0.25
+
+
+def make_audible(decoder: SpeechDecoder, seed: int) -> SpeechDecoder:
+    """The decoder's convolutions redrawn so that random weights make audio that follows the
+    codes (models/codecs/audible_weights.py); returns `decoder`."""
+    g = torch.Generator().manual_seed(seed)
+    unit_gain_convs(decoder, g)
+    cfg = decoder.cfg
+    codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, 16), generator=g)
+    scale_output(
+        decoder.decoder[-1].conv,
+        lambda: decoder.decode(codes, DecoderStream()),
+        RANDOM_OUTPUT_STD,
+    )
+    return decoder
+

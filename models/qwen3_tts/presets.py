@@ -11,7 +11,7 @@ from models.qwen3_tts import configs
 from models.qwen3_tts.checkpoint import write_checkpoint
 from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
 
-PRESET_VERSION = "v2"  # bump when what the writer produces changes
+PRESET_VERSION = "v3"  # bump when what the writer produces changes
 _REAL = {
     "qwen3-tts-0.6b": configs.QWEN3_TTS_0_6B,
     "qwen3-tts-1.7b": configs.QWEN3_TTS_1_7B,
