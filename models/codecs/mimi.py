@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.codecs.audible_weights import scale_output
 from models.codecs.mimi_streaming import State, StreamingMimiDecoder
 from models.codecs.stream_batching import (
     buckets_up_to,
@@ -78,6 +79,34 @@ def require_transformers():
 
 
 # Loading --------------------------------------------------------------------------------------
+
+
+# What random weights' audio spreads by (make_audible).
+RANDOM_OUTPUT_STD = 0.1
+
+
+@torch.no_grad()
+def make_audible(mimi, gen: torch.Generator | None = None):
+    """Random Mimi weights whose audio follows the codes and stays within [-1, 1]; returns
+    `mimi`. transformers starts the codebooks at zeros (learned by EMA), which would make every
+    code decode alike: random centroids make codes matter. Its convolutions' init makes audio
+    that spreads by ~5, clipped over most of its samples on the way out: the last one is scaled
+    so that audio of random codes spreads by RANDOM_OUTPUT_STD, its peaks then within 1
+    (models/codecs/audible_weights.py).
+    On the meta device (shapes only) nothing is probed."""
+    for name, buffer in mimi.named_buffers():
+        if name.endswith("codebook.embed_sum"):
+            buffer.copy_(torch.randn(buffer.shape, generator=gen).to(buffer))
+        elif name.endswith("codebook.cluster_usage"):
+            buffer.fill_(1.0)
+    last = [m for m in mimi.decoder.modules() if isinstance(m, torch.nn.Conv1d)][-1]
+    if last.weight.is_meta:
+        return mimi
+    cfg = mimi.config
+    codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, 16), generator=gen)
+    codes = codes.to(last.weight.device)
+    scale_output(last, lambda: mimi.decode(codes), RANDOM_OUTPUT_STD)
+    return mimi
 
 
 def build_mimi(config: dict):

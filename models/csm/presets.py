@@ -8,30 +8,25 @@ from pathlib import Path
 
 import torch
 
-from models.codecs.mimi import require_transformers
+from models.codecs.mimi import make_audible, require_transformers
 from models.csm.configs import TINY_CSM
 from models.orpheus.tiny_tokenizer import write_tiny_tokenizer
 from models.preset_cache import materialise
 
-TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
 CSM_SPECIALS = {2: "<|AUDIO|>", 3: "<|audio_eos|>"}  # offsets from <|begin_of_text|>
 
 
 def write_csm_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
     """What `CsmForConditionalGeneration.save_pretrained` writes, plus a Llama-3-shaped
-    tokenizer. transformers' own init, except Mimi's codebooks: they start as zeros (learned
-    by EMA), which would make every code decode alike; random centroids make codes matter."""
+    tokenizer. transformers' own init, except Mimi's (make_audible: its codebooks drawn, its
+    audio scaled into [-1, 1])."""
     require_transformers()
     from transformers import CsmConfig, CsmForConditionalGeneration
 
     torch.manual_seed(seed)
     model = CsmForConditionalGeneration(CsmConfig.from_dict(cfg)).eval()
-    with torch.no_grad():
-        for name, buffer in model.codec_model.named_buffers():
-            if name.endswith("codebook.embed_sum"):
-                buffer.normal_()
-            elif name.endswith("codebook.cluster_usage"):
-                buffer.fill_(1.0)
+    make_audible(model.codec_model)
     model.save_pretrained(str(folder))
     write_tiny_tokenizer(folder, CSM_SPECIALS)
 

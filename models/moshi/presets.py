@@ -9,23 +9,12 @@ from pathlib import Path
 
 import torch
 
-from models.codecs.mimi import require_transformers
+from models.codecs.mimi import make_audible, require_transformers
 from models.moshi.configs import MOSHI_7B, TINY_MOSHI
 from models.preset_cache import materialise
 
-TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
+TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
 _SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
-
-
-def randomize_codebooks(mimi, gen: torch.Generator | None = None) -> None:
-    """Mimi's codebooks start as zeros in transformers (learned by EMA), which would make every
-    code decode alike; random centroids make codes matter."""
-    with torch.no_grad():
-        for name, buffer in mimi.named_buffers():
-            if name.endswith("codebook.embed_sum"):
-                buffer.copy_(torch.randn(buffer.shape, generator=gen).to(buffer))
-            elif name.endswith("codebook.cluster_usage"):
-                buffer.fill_(1.0)
 
 
 def write_moshi_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
@@ -35,7 +24,7 @@ def write_moshi_checkpoint(folder: Path, cfg: dict, seed: int) -> None:
 
     torch.manual_seed(seed)
     model = MoshiForConditionalGeneration(MoshiConfig.from_dict(dict(cfg))).eval()
-    randomize_codebooks(model.audio_encoder)
+    make_audible(model.audio_encoder)
     model.save_pretrained(str(folder))
     write_tiny_tokenizer(folder, int(cfg["vocab_size"]))
 
@@ -93,5 +82,5 @@ def random_moshi_7b(device: torch.device, dtype: torch.dtype, seed: int = 0):
                     param.fill_(1.0)
                 else:
                     param.normal_(0.0, 0.02)
-    randomize_codebooks(mimi)
+    make_audible(mimi)
     return assemble(cfg, temporal, depth, mimi, None, device, "moshi-7b")

@@ -291,4 +291,3 @@ def make_audible(decoder: SpeechDecoder, seed: int) -> SpeechDecoder:
         RANDOM_OUTPUT_STD,
     )
     return decoder
-
