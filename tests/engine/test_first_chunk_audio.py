@@ -9,18 +9,10 @@ with a codec: real tokens from an engine run, a fresh stream for each k."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
 
-from engine.api import TurnFromSpeech
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.loop import prepare_turn
-from engine.outputs import SpeechRequest
-from engine.request import SamplingParams
 from models.registry import load_model
-from tests.models.engine_run import run
+from tests.models.engine_run import generated
 
 TEXT_TO_SPEECH = [
     "voxgate-tiny",
@@ -34,28 +26,12 @@ TEXT_TO_SPEECH = [
 SPOKEN_TURNS = ["tiny-glm-voice", "tiny-step-audio2"]
 
 
-def generated(model, n: int) -> tuple[EngineCore, object]:
-    """An engine over `model` and a finished request of `n` generated tokens."""
-    config = EngineConfig(num_kv_blocks=256, realtime_admission=False)
-    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
-    sampling = SamplingParams(max_tokens=n, min_tokens=n, seed=1)
-    if model.facts.accepts_turns:
-        pcm = (0.1 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32)
-        turn = prepare_turn(model, TurnFromSpeech(pcm))
-        spec = SpeechRequest("", sampling=sampling, turns=(turn,))
-    else:
-        spec = SpeechRequest("A first chunk, and the cover it gives.", sampling=sampling)
-    [request], _, _, _ = run(core, [spec])
-    assert len(request.output_ids) == n
-    return core, request
-
-
 @pytest.mark.parametrize("name", TEXT_TO_SPEECH + SPOKEN_TURNS)
 def test_a_first_job_makes_the_audio_the_scheduler_counts_on(name):
     model = load_model(name)
     facts = model.facts
     n = facts.first_chunk_tokens + 4 * max(facts.chunk_tokens, 8)
-    core, request = generated(model, n)
+    core, request, _ = generated(model, n)
     token_s = facts.seconds_per_token
     checked = 0
     first = facts.first_chunk_tokens

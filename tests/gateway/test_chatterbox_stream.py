@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import wave
 
 import httpx
@@ -249,7 +250,11 @@ async def test_a_clients_voice_is_conditioned_as_the_voices_dir_clip(
 
     async with httpx.AsyncClient(base_url=cb_server.http, timeout=60) as client:
         assert (await client.delete(f"/v1/voices/{voice}")).status_code == 204
-    assert slot in model._free_slots
+    # The engine thread frees the slot when it next takes its commands.
+    deadline = time.monotonic() + 5
+    while slot not in model._free_slots:
+        assert time.monotonic() < deadline, "the deleted voice's slot was not freed"
+        await asyncio.sleep(0.01)
     async with websockets.connect(cb_server.url) as ws:
         await send(ws, type="session.start", sampling=SAMPLING, voice=voice)
         reply = await recv_json(ws)

@@ -1,10 +1,18 @@
 """Driving an engine core through a batch of requests in tests: two admitted a step, each
-request's audio and Finished event collected, and the largest batch a step carried."""
+request's audio and Finished event collected, and the largest batch a step carried; and one
+request of a given length through any tiny preset."""
 
 from __future__ import annotations
 
+import numpy as np
+import torch
+
+from engine.api import TurnFromSpeech
+from engine.config import EngineConfig
 from engine.core import EngineCore
+from engine.loop import prepare_turn
 from engine.outputs import AudioChunk, Finished, SpeechRequest
+from engine.request import SamplingParams
 
 
 def run(core: EngineCore, specs: list[SpeechRequest]):
@@ -19,3 +27,21 @@ def run(core: EngineCore, specs: list[SpeechRequest]):
                 finished[event.request_id] = event
         peak = max(peak, core.last_timing.batch_size)
     return requests, audio, finished, peak
+
+
+def generated(model, n: int, seed: int = 1, text: str = "A first chunk, and the cover it gives."):
+    """An engine over `model` and its finished request of `n` generated tokens, with the
+    request's audio: a spoken turn (seeded noise) for a turn model, `text` for the others."""
+    config = EngineConfig(num_kv_blocks=256, realtime_admission=False)
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+    sampling = SamplingParams(max_tokens=n, min_tokens=n, seed=seed)
+    if model.facts.accepts_turns:
+        pcm = (0.1 * np.random.default_rng(seed - 1).standard_normal(16000)).astype(np.float32)
+        turn = prepare_turn(model, TurnFromSpeech(pcm))
+        spec = SpeechRequest("", sampling=sampling, turns=(turn,))
+    else:
+        spec = SpeechRequest(text, sampling=sampling)
+    [request], audio, _, _ = run(core, [spec])
+    assert len(request.output_ids) == n
+    pcm = np.concatenate(audio.get(request.request_id, [np.zeros(0, np.float32)]))
+    return core, request, pcm
