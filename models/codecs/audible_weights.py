@@ -37,17 +37,28 @@ def unit_gain_convs(module: nn.Module, generator: torch.Generator) -> None:
             conv.bias.copy_(torch.randn(conv.bias.shape, generator=generator) * BIAS_STD)
 
 
-@torch.no_grad()
-def scale_output(last: nn.Module, probe: Callable[[], torch.Tensor], output_std: float) -> None:
-    """Scale `last` (a convolution, the decoder's final layer) so that its output spreads by
-    `output_std` when `probe()` runs the decoder."""
+def output_spread(
+    layer: nn.Module,
+    probe: Callable[[], object],
+    part: Callable[[torch.Tensor], torch.Tensor] = lambda out: out,
+) -> float:
+    """The standard deviation of `part` of `layer`'s output the first time `probe()` (a run of
+    the decoder) calls it."""
     seen: list[float] = []
-    hook = last.register_forward_hook(lambda _m, _i, out: seen.append(float(out.std())))
+    hook = layer.register_forward_hook(lambda _m, _i, out: seen.append(float(part(out).std())))
     try:
-        probe()
+        with torch.no_grad():
+            probe()
     finally:
         hook.remove()
-    factor = output_std / seen[0]
+    return seen[0]
+
+
+@torch.no_grad()
+def scale_output(last: nn.Module, probe: Callable[[], object], output_std: float) -> None:
+    """Scale `last` (a plain convolution, the decoder's final layer) so that its output spreads
+    by `output_std` when `probe()` runs the decoder."""
+    factor = output_std / output_spread(last, probe)
     last.weight.mul_(factor)
     if last.bias is not None:
         last.bias.mul_(factor)

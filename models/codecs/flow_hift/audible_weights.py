@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from models.codecs.audible_weights import output_spread
 from models.codecs.flow_hift.hift import HiFTGenerator
 
 FILTER_NORM = 1.0
@@ -38,24 +39,19 @@ def make_audible(hift: HiFTGenerator) -> HiFTGenerator:
         p.fill_(FILTER_NORM)
     if not norms[0][1].is_meta:
         post = hift.conv_post.parametrizations.weight.original0
-        post.mul_(LOG_MAGNITUDE_STD / _log_magnitude_std(hift))
+        post.mul_(LOG_MAGNITUDE_STD / _log_magnitude_spread(hift))
     return hift
 
 
-def _log_magnitude_std(hift: HiFTGenerator) -> float:
+def _log_magnitude_spread(hift: HiFTGenerator) -> float:
     """The spread of HiFT's log-magnitude output for a seeded mel of unit spread."""
     device = hift.conv_pre.parametrizations.weight.original0.device
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        mel = torch.randn(1, hift.cfg.in_channels, PROBE_FRAMES)
+    mel = torch.randn(
+        1, hift.cfg.in_channels, PROBE_FRAMES, generator=torch.Generator().manual_seed(0)
+    ).to(device)
+    phase0 = torch.zeros(1, hift.cfg.nb_harmonics + 1, dtype=torch.float64, device=device)
+    start = torch.zeros(1, dtype=torch.long, device=device)
     bins = hift.cfg.n_fft // 2 + 1
-    seen: list[float] = []
-    hook = hift.conv_post.register_forward_hook(
-        lambda _m, _i, out: seen.append(float(out[:, :bins].std()))
+    return output_spread(
+        hift.conv_post, lambda: hift(mel, phase0, start), part=lambda out: out[:, :bins]
     )
-    try:
-        phase0 = torch.zeros(1, hift.cfg.nb_harmonics + 1, dtype=torch.float64, device=device)
-        hift(mel.to(device), phase0, torch.zeros(1, dtype=torch.long, device=device))
-    finally:
-        hook.remove()
-    return seen[0]
