@@ -12,18 +12,7 @@ from __future__ import annotations
 import pytest
 
 from models.registry import load_model
-from tests.models.engine_run import generated
-
-TEXT_TO_SPEECH = [
-    "voxgate-tiny",
-    "tiny-orpheus",
-    "tiny-csm",
-    "tiny-zonos",
-    "tiny-chatterbox",
-    "tiny-qwen3-tts",
-    "tiny-cosyvoice2",
-]
-SPOKEN_TURNS = ["tiny-glm-voice", "tiny-step-audio2"]
+from tests.models.engine_run import SPOKEN_TURNS, TEXT_TO_SPEECH, generated
 
 
 @pytest.mark.parametrize("name", TEXT_TO_SPEECH + SPOKEN_TURNS)

@@ -14,6 +14,18 @@ from engine.loop import prepare_turn
 from engine.outputs import AudioChunk, Finished, SpeechRequest
 from engine.request import SamplingParams
 
+# The tiny presets with a codec, by how a request to them is made.
+TEXT_TO_SPEECH = [
+    "voxgate-tiny",
+    "tiny-orpheus",
+    "tiny-csm",
+    "tiny-zonos",
+    "tiny-chatterbox",
+    "tiny-qwen3-tts",
+    "tiny-cosyvoice2",
+]
+SPOKEN_TURNS = ["tiny-glm-voice", "tiny-step-audio2"]
+
 
 def run(core: EngineCore, specs: list[SpeechRequest]):
     pending, requests, audio, finished, peak = list(specs), [], {}, {}, 0

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from models.registry import load_model
-from tests.engine.test_first_chunk_audio import SPOKEN_TURNS, TEXT_TO_SPEECH
-from tests.models.engine_run import generated
+from tests.models.engine_run import SPOKEN_TURNS, TEXT_TO_SPEECH, generated
 
 RANDOM_WEIGHTS = [name for name in TEXT_TO_SPEECH + SPOKEN_TURNS if name != "voxgate-tiny"]
 
