@@ -70,6 +70,16 @@ async def outcome(ws, seconds: float) -> tuple[str, float]:
     return "closed", ws.close_code
 
 
+async def keep_reading(ws) -> None:
+    """Read until the session closes, as a listener does: a session left unread is closed by
+    the server as a slow client once its buffers fill."""
+    try:
+        async for _ in ws:
+            pass
+    except websockets.ConnectionClosed:
+        pass
+
+
 async def ready_body(server: ServeProcess) -> tuple[int, dict]:
     async with httpx.AsyncClient(base_url=server.http, timeout=10) as client:
         response = await client.get("/ready")

@@ -16,6 +16,7 @@ pytest.importorskip("ray", reason="Ray is not installed: pip install 'voxgate[ra
 
 from reliability_kit import metrics, until  # noqa: E402
 from scaleout_kit import (  # noqa: E402
+    keep_reading,
     outcome,
     per_replica,
     ready_body,
@@ -43,6 +44,10 @@ async def test_sessions_spread_and_a_killed_replica_fails_only_its_own(two_repli
     assert [code for _, code in closed] == [1011, 1011], results
     assert len(streaming) == 2 and all(frames > 0 for _, frames in streaming), results
     assert time.monotonic() - killed_at < 10
+    # The survivors keep listening while replica-0 is rebuilt (over a minute on a loaded
+    # machine): unread, the server would close them as slow clients.
+    survivors = [ws for ws, (kind, _) in zip(sessions, results, strict=True) if kind == "streaming"]
+    listening = [asyncio.create_task(keep_reading(ws)) for ws in survivors]
 
     # /ready holds while it is rebuilt (one replica serves), and new sessions meanwhile go to
     # the survivor. On a quiet machine the rebuild can be done before this looks: then both
@@ -67,7 +72,8 @@ async def test_sessions_spread_and_a_killed_replica_fails_only_its_own(two_repli
     again = await streaming_session(server)
     spread = per_replica(await metrics(server), "voxgate_replica_sessions")
     assert spread == {"replica-0": 1, "replica-1": 2}, spread
-    survivors = [ws for ws, (kind, _) in zip(sessions, results, strict=True) if kind == "streaming"]
+    assert not any(task.done() for task in listening)  # the survivors still stream
     for ws in [again, *survivors]:
         await ws.close()
+    await asyncio.gather(*listening)
     assert server.alive
