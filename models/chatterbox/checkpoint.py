@@ -35,7 +35,7 @@ from models.chatterbox.t3 import T3, load_t3, t3_state_dict
 from models.chatterbox.text import SPACE, TextTokenizer
 from models.chatterbox.voice_encoder import VoiceEncoder
 from models.checkpoint_errors import CheckpointError
-from models.codecs.flow_hift.audible_weights import make_audible
+from models.codecs.flow_hift.audible_weights import make_audible, nudge_off_defaults
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,7 @@ def _seeded_s3gen(sizes: S3GenSizes, seed: int) -> S3Gen:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         s3gen = S3Gen(sizes)
-        with torch.no_grad():
-            for name, p in s3gen.flow.named_parameters():
-                if "pos_bias" in name or name.endswith("bias") or "norm" in name:
-                    p.add_(0.1 * torch.randn_like(p))
+        nudge_off_defaults(s3gen.flow)
         make_audible(s3gen.mel2wav)
     return s3gen.eval()
 

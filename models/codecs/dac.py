@@ -59,12 +59,11 @@ def make_audible(dac, seed: int):
     unit_gain_convs(dac.quantizer, g)
     cfg = dac.config
     codes = torch.randint(0, cfg.codebook_size, (1, cfg.n_codebooks, 64), generator=g)
-    with torch.no_grad():
-        scale_output(
-            dac.decoder.conv2,
-            lambda: dac.decoder(dac.quantizer.from_codes(codes)[0]),
-            RANDOM_OUTPUT_STD,
-        )
+    scale_output(
+        dac.decoder.conv2,
+        lambda: dac.decoder(dac.quantizer.from_codes(codes)[0]),
+        RANDOM_OUTPUT_STD,
+    )
     return dac
 
 

@@ -86,19 +86,24 @@ RANDOM_OUTPUT_STD = 0.1
 
 
 @torch.no_grad()
-def make_audible(mimi, gen: torch.Generator | None = None):
-    """Random Mimi weights whose audio follows the codes and stays within [-1, 1]; returns
-    `mimi`. transformers starts the codebooks at zeros (learned by EMA), which would make every
-    code decode alike: random centroids make codes matter. Its convolutions' init makes audio
-    that spreads by ~5, clipped over most of its samples on the way out: the last one is scaled
-    so that audio of random codes spreads by RANDOM_OUTPUT_STD, its peaks then within 1
-    (models/codecs/audible_weights.py).
-    On the meta device (shapes only) nothing is probed."""
+def draw_codebooks(mimi, gen: torch.Generator | None = None) -> None:
+    """transformers starts Mimi's codebooks at zeros (learned by EMA), which would make every
+    code decode (and every frame encode) alike: random centroids make codes matter."""
     for name, buffer in mimi.named_buffers():
         if name.endswith("codebook.embed_sum"):
             buffer.copy_(torch.randn(buffer.shape, generator=gen).to(buffer))
         elif name.endswith("codebook.cluster_usage"):
             buffer.fill_(1.0)
+
+
+@torch.no_grad()
+def make_audible(mimi, gen: torch.Generator | None = None):
+    """Random Mimi weights whose audio follows the codes and stays within [-1, 1]; returns
+    `mimi`. Its codebooks drawn (draw_codebooks); its convolutions' init makes audio that
+    spreads by ~5, clipped over most of its samples on the way out: the last one is scaled so
+    that audio of random codes spreads by RANDOM_OUTPUT_STD, its peaks then within 1
+    (models/codecs/audible_weights.py). On the meta device (shapes only) nothing is probed."""
+    draw_codebooks(mimi, gen)
     last = [m for m in mimi.decoder.modules() if isinstance(m, torch.nn.Conv1d)][-1]
     if last.weight.is_meta:
         return mimi

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint_errors import check_state_dict
-from models.codecs.flow_hift.audible_weights import make_audible
+from models.codecs.flow_hift.audible_weights import make_audible, nudge_off_defaults
 from models.codecs.flow_hift.checkpoint import hift_state, load_pt
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.masked_flow import MaskedDiffWithXvec
@@ -58,10 +58,7 @@ def write_decoder_checkpoint(folder: Path, sizes: dict, seed: int) -> None:
     cfg = parse_decoder_config(read_yaml(folder / CONFIG_FILE))
     torch.manual_seed(seed)
     flow = MaskedDiffWithXvec(cfg.flow)
-    with torch.no_grad():  # off their defaults, so a mix-up of norms or biases shows
-        for name, p in flow.named_parameters():
-            if "pos_bias" in name or name.endswith("bias") or "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
+    nudge_off_defaults(flow)
     torch.save(flow.state_dict(), folder / "flow.pt")
     hift = {}
     for name, tensor in make_audible(HiFTGenerator(cfg.hift)).state_dict().items():

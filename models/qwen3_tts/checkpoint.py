@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from models.checkpoint_errors import CheckpointError
+from models.codecs.mimi import draw_codebooks
 from models.loader import copy_into, iter_safetensors, raise_missing, read_config, resolve_source
 from models.qwen3_tts import prompt as P
 from models.qwen3_tts.clip_encoder import ClipEncoder
@@ -224,14 +225,9 @@ def _seeded(module: nn.Module, std: float = 0.02) -> None:
 
 
 def _seeded_clip_encoder(codec_cfg: dict) -> ClipEncoder:
-    """transformers' own Mimi init, except the codebooks: they start as zeros (learned by EMA),
-    which would make every frame encode alike; random centroids make the audio matter."""
+    """transformers' own Mimi init, except the codebooks (draw_codebooks)."""
     encoder = ClipEncoder(codec_cfg["encoder_config"], 16, 1920)
-    for name, buffer in encoder.mimi.named_buffers():
-        if name.endswith("codebook.embed_sum"):
-            buffer.normal_()
-        elif name.endswith("codebook.cluster_usage"):
-            buffer.fill_(1.0)
+    draw_codebooks(encoder.mimi)
     return encoder
 
 

@@ -1,5 +1,5 @@
-"""Random HiFT weights whose audio follows the mel, for the tiny presets, `--random-weights` and
-tests of the flow + HiFT decoders.
+"""Random flow + HiFT weights for the tiny presets, `--random-weights` and tests: HiFT's made
+audible (its audio follows the mel), a flow's biases and norms moved off their defaults.
 
 HiFT's convolutions are weight-normed: each output channel's filter is `g · v / |v|`. torch's
 default init leaves |filter| ≈ 0.58, which shrinks the mel's path ~1e4-fold over HiFT's dozen
@@ -55,3 +55,12 @@ def _log_magnitude_spread(hift: HiFTGenerator) -> float:
     return output_spread(
         hift.conv_post, lambda: hift(mel, phase0, start), part=lambda out: out[:, :bins]
     )
+
+
+@torch.no_grad()
+def nudge_off_defaults(flow: torch.nn.Module, scale: float = 0.1) -> None:
+    """A flow's norms, biases and relative-position biases moved off their init values (ones,
+    zeros), so a loader that mixed one up or dropped it would show (global RNG)."""
+    for name, p in flow.named_parameters():
+        if "pos_bias" in name or name.endswith("bias") or "norm" in name:
+            p.add_(scale * torch.randn_like(p))
