@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-# HiFT is not causal, and its receptive field reaches ~16 mel frames either side; a served
+# HiFT is not causal, and its receptive field reaches 12 mel frames either side; a served
 # stream gives it 8 (the look-ahead costs latency), so its seams differ from a whole decode.
 # With audible random weights (models/codecs/flow_hift/audible_weights.py: unrelated tokens
 # differ by ~25 % of the signal) the seams measured up to ~15 % of the signal's RMS at a sample
-# and 0.2 % over an utterance. With 16 frames each side the stream is the whole decode to fp32
+# and 0.2 % over an utterance. With 12 frames each side the stream is the whole decode to fp32
 # rounding (test_flow_hift.py, test_with_context_over_hifts_reach_the_stream_is_the_whole_decode):
 # that test carries the exactness; these bounds say the served seams stay seams.
 SEAM_MAX = 0.2
