@@ -98,13 +98,19 @@ def _error_kind(exc: Exception) -> str:
     return "input"
 
 
+def log_to_stderr(log_level: int) -> None:
+    """The host process's log lines on stderr, formatted as the gateway's (the first call in a
+    process sets them; later ones change nothing)."""
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
 def host_main(
     spec: EngineSpec, commands: Any, events: Any, log_level: int = logging.WARNING
 ) -> None:
     """Build the engine and run its loop until a `None` command (stop) or a failure; every
     outcome is reported on `events` (start-up: `Ready` or `StartFailed`). The engine's log
     lines (`log_level`: the parent's) go to the server's stderr, as the gateway's do."""
-    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log_to_stderr(log_level)
     from engine.factory import apply_gil_switch, load_engine_loop
 
     try:

@@ -10,6 +10,9 @@ arrays), answers and stats snapshots come back on another, read by one thread he
 as a Ray replica runs it. Turn preparation (the speech tokenizer ...) and the encoding of
 clients' voice clips run in the child on a thread of their own, beside the loop, as the
 thread client runs them beside its.
+
+The child ends itself when the server process is gone, however it died (engine/parent_watch.py):
+a killed server must not leave an orphaned engine holding the GPU's memory.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import queue
 import threading
 
 from engine.api import Command
-from engine.engine_host import EngineSpec, HostedClient, Ready, host_main
+from engine.engine_host import EngineSpec, HostedClient, Ready, host_main, log_to_stderr
+from engine.parent_watch import exit_with_parent
 
 __all__ = ["EngineSpec", "ProcessEngine"]
 
@@ -35,7 +39,7 @@ class ProcessEngine(HostedClient):
         self._commands = ctx.Queue()
         self._events = ctx.Queue()
         self._process = ctx.Process(
-            target=host_main,
+            target=_engine_process_main,
             # A spawned interpreter logs nothing below WARNING unless told: the parent's level.
             args=(spec, self._commands, self._events, logging.getLogger().getEffectiveLevel()),
             name="voxgate-engine",
@@ -90,3 +94,11 @@ class ProcessEngine(HostedClient):
             except (EOFError, OSError):
                 return
             self._handle(message)
+
+
+def _engine_process_main(spec: EngineSpec, commands, events, log_level: int) -> None:
+    """The engine process: watch the server process first (building the model can take
+    minutes, and a server killed meanwhile must not leave it behind), then host the engine."""
+    log_to_stderr(log_level)  # the watcher's line too, if it comes before host_main's
+    exit_with_parent("the engine process", logging.getLogger("voxgate.engine"))
+    host_main(spec, commands, events, log_level)

@@ -75,7 +75,9 @@ class EncoderProcessFailed(RuntimeError):
 
 
 def _worker_main(conn: Connection) -> None:
-    """A worker process: encoders by id, messages in order, until "stop" or a closed pipe."""
+    """A worker process: encoders by id, messages in order, until "stop" or a closed pipe. The
+    pipe closes when the gateway's process is gone, however it died (SIGKILL included): a
+    worker never outlives it, so it needs no watch of its own (engine/parent_watch.py)."""
     encoders: dict[int, object] = {}
     while True:
         try:

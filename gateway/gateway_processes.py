@@ -8,7 +8,8 @@ gateway itself. Each gateway process joins the same Ray runtime, attaches to eve
 name (engine/ray_engine.py: `RayEngine.attach`; a replica serves several callers), and listens
 on the port with SO_REUSEPORT: the kernel spreads new connections over the processes. A
 gateway process places its own sessions by the replicas' stats (which count every gateway's
-streams) and its own pins. One that exits unexpectedly is started again.
+streams) and its own pins. One that exits unexpectedly is started again; one whose server
+process is gone (killed) ends itself (engine/parent_watch.py).
 
 Log lines of a gateway process carry `gateway-<i>`.
 """
@@ -23,6 +24,7 @@ import signal
 import socket
 import sys
 
+from engine.parent_watch import exit_with_parent
 from gateway.config import GatewaySettings
 
 log = logging.getLogger("voxgate.gateway")
@@ -106,17 +108,19 @@ async def _supervise(pool, children: list[mp.Process], start) -> None:
 def _gateway_main(
     settings: GatewaySettings, port: int, address: str, index: int, log_level: str
 ) -> None:
-    """One gateway process: attach to the replicas, serve the shared port."""
-    import uvicorn
-
-    from gateway.app import create_app, uvicorn_config
-    from gateway.ray_cluster import attach_replica_pool
-
+    """One gateway process: attach to the replicas, serve the shared port. It ends itself when
+    the server process is gone, however it died: an orphan would go on serving the port."""
     logging.basicConfig(
         level=log_level.upper(),
         format=f"%(asctime)s %(levelname)s gateway-{index} %(name)s %(message)s",
         stream=sys.stdout,
     )
+    exit_with_parent(f"gateway process {index}", log)
+    import uvicorn
+
+    from gateway.app import create_app, uvicorn_config
+    from gateway.ray_cluster import attach_replica_pool
+
     pool = attach_replica_pool(settings, address)
     sock = reuseport_socket(settings.host, port)
     # log_config None: uvicorn's lines go through the format above (which process said it).

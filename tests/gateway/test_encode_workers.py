@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -22,7 +27,9 @@ from gateway_testkit import (
 from gateway.audio import make_off_loop_encoder
 from gateway.encode_workers import EncoderProcessFailed, EncodeWorkers
 from gateway.protocol import AudioFormat, AudioSpec
+from tests.orphans import kill_left, spawned_children, wait_gone
 
+ROOT = Path(__file__).resolve().parents[2]
 RATE = 24000
 
 
@@ -129,6 +136,48 @@ async def test_a_successor_takes_a_dead_workers_place():
     finally:
         pool.close()
     assert not any(p.is_alive() for p in processes)  # close stops the successor too
+
+
+# A gateway's process with two encoder processes, which stays until killed.
+GATEWAY = """
+import time
+
+from gateway.encode_workers import EncodeWorkers
+
+if __name__ == "__main__":
+    EncodeWorkers(2).start()
+    print("started", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_workers_end_with_a_killed_gateway(tmp_path):
+    """SIGKILLed, the gateway's process runs no exit handler; its end of each worker's pipe
+    closes with it, and the workers, reading it, end (no orphan keeps encoding)."""
+    script = tmp_path / "gateway_process.py"
+    script.write_text(GATEWAY)
+    log = tmp_path / "out.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(log, "w") as out:
+        gateway = subprocess.Popen(
+            [sys.executable, str(script)], stdout=out, stderr=out, env=env, cwd=ROOT
+        )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120  # two spawns and their imports on a busy machine
+        while "started" not in log.read_text():
+            assert gateway.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        workers = spawned_children(gateway.pid)
+        assert len(workers) == 2, workers
+        gateway.kill()
+        gateway.wait(10)
+        for pid in workers:
+            assert wait_gone(pid, 20.0), f"an encoder process outlived the gateway: {pid}"
+    finally:
+        gateway.kill()
+        gateway.wait(10)
+        kill_left(workers)
 
 
 def test_a_slot_that_keeps_dying_waits_longer_each_time():

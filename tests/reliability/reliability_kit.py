@@ -45,9 +45,12 @@ _LISTENING = re.compile(r"Uvicorn running on http://[\d.]+:(\d+)")
 
 
 class ServeProcess:
-    """`python -m gateway.cli serve …` as an operator runs it, on an ephemeral port."""
+    """`python -m gateway.cli serve …` as an operator runs it, on an ephemeral port. Started, it
+    waits until the server listens; with `listening=False` it returns at once (`port` None)."""
 
-    def __init__(self, *args: str, log: Path, timeout_s: float = 240.0) -> None:
+    def __init__(
+        self, *args: str, log: Path, timeout_s: float = 240.0, listening: bool = True
+    ) -> None:
         self.log_path = log
         self._log = open(log, "w")  # noqa: SIM115 - open for the server's whole life
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
@@ -58,6 +61,11 @@ class ServeProcess:
             env=env,
             cwd=ROOT,
         )
+        self.port: int | None = None
+        if listening:
+            self.wait_listening(timeout_s)
+
+    def wait_listening(self, timeout_s: float = 240.0) -> None:
         try:
             self.port = self._wait_listening(timeout_s)
         except BaseException:
