@@ -179,7 +179,8 @@ class EngineConfig:
     )
     # Steps of decodes and fresh prompts replay a graph of the prompts' forward per token
     # bucket (engine/prompt_graphs.py) beside the decode and sampling graphs, instead of one
-    # eager forward launched op by op. Needs the sampling graphs.
+    # eager forward launched op by op. Needs the sampling graphs, or a model whose prompts
+    # replay apart from its eager sampling (SpeechModel.prompt_graphs_sample_eagerly).
     prompt_graphs: bool = field(
         default=True,
         metadata=cli("--prompt-graphs", "CUDA: fresh prompts' forward as graphs by token count"),

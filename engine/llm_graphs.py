@@ -106,13 +106,17 @@ def capture_sampling_graphs(worker: Worker) -> None:
 
 def capture_prompt_graphs(worker: Worker, block_size: int) -> None:
     """Graphs of a fresh prompt's forward per token bucket, so a step mixing decodes with
-    arrivals replays graphs only (Worker._launch_graphed). For models whose decodes replay
-    with their sampling (the prompts' sampling rows join that graph), and not for models with
-    recurrent state (its per-step bookkeeping spans the step)."""
+    arrivals replays the forwards from graphs (Worker._launch_graphed). For models whose
+    decodes replay with their sampling (the prompts' sampling rows join that graph), and for
+    models that say their prompts' forward replays apart from their eager sampling
+    (SpeechModel.prompt_graphs_sample_eagerly: Qwen3-TTS, whose prefill otherwise launched
+    its 28 layers op by op, ~2,000 launches an arrival). Not for models with recurrent state
+    (its per-step bookkeeping spans the step)."""
     from engine.prompt_graphs import PROMPT_BUCKETS, PromptAttention, PromptGraphs
 
     model = worker.model
-    if worker.sampling_graphs is None or worker.recurrent is not None:
+    sampled_apart = worker.graphs is not None and model.prompt_graphs_sample_eagerly()
+    if (worker.sampling_graphs is None and not sampled_apart) or worker.recurrent is not None:
         log.info(
             "prompt graphs: not for %s (its decodes sample eagerly, or it has recurrent "
             "layers); its prompts run eagerly",
@@ -122,7 +126,13 @@ def capture_prompt_graphs(worker: Worker, block_size: int) -> None:
     shape = model.shape
     attn = PromptAttention(worker.cache, shape.num_q_heads, PROMPT_BUCKETS[-1])
     graphs = PromptGraphs(
-        model.forward, attn, shape.hidden_size, shape.dtype, worker.device, block_size
+        model.forward,
+        attn,
+        shape.hidden_size,
+        shape.dtype,
+        worker.device,
+        block_size,
+        row_width=worker.row_width,
     )
     try:
         graphs.capture()

@@ -121,8 +121,11 @@ class PromptGraphs(DecodeGraphs):
         device: torch.device,
         block_size: int,
         buckets: tuple[int, ...] = PROMPT_BUCKETS,
+        row_width: int = 0,
     ) -> None:
-        super().__init__(forward, attn, hidden_size, dtype, device, block_size, buckets)
+        """`row_width` > 0: each token is a row of ids (models with several codebooks a frame),
+        padding tokens a row of zeros."""
+        super().__init__(forward, attn, hidden_size, dtype, device, block_size, buckets, row_width)
 
     def _dummy_layout(self, batch: int) -> StepLayout:
         return StepLayout([], [], [], [], self.block_size)  # all padding

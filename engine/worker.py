@@ -144,16 +144,17 @@ class Worker:
         block_size: int,
         previous: LaunchedStep | None,
     ) -> LaunchedStep | None:
-        """A step mixing decodes with fresh prompts as three replays: the decodes' graph, the
+        """A step mixing decodes with fresh prompts from graphs: the decodes' graph, then the
         prompts' graph (engine/prompt_graphs.py), whose sampling rows' hidden states are then
-        copied into the decode graph's buffer after the decodes' own, and one sampling graph
-        over all of them. An eager forward over the same step launches every layer's kernels
-        one by one from Python: on the H200 such a turn took ~30 ms against 7-10 ms for a
-        decode turn, one per arrival (BENCHMARKS.md). None: the step does not qualify (no
-        prompt graphs, a prompt continuing earlier tokens, too many tokens or rows, a
-        sampling the sampling graph does not take)."""
+        copied into the decode graph's buffer after the decodes' own, and the sampling of all
+        of them: one sampling graph where the model has them, else the eager head and sampler
+        (and a row model's depth stage, from its own graph where it fits). An eager forward over
+        the same step launches every layer's kernels one by one from Python: on the H200 such a
+        turn took ~30 ms against 7-10 ms for a decode turn, one per arrival (BENCHMARKS.md).
+        None: the step does not qualify (no prompt graphs, a prompt continuing earlier tokens,
+        too many tokens or rows, a sampling the sampling graph does not take)."""
         prompt_graphs, sampling_graphs = self.prompt_graphs, self.sampling_graphs
-        if prompt_graphs is None or sampling_graphs is None or self.graphs is None:
+        if prompt_graphs is None or self.graphs is None:
             return None
         decodes = [c for c in chunks if c.num_tokens == 1 and c.samples]
         prompts = [c for c in chunks if not (c.num_tokens == 1 and c.samples)]
@@ -166,7 +167,7 @@ class Worker:
             return None
         reqs = [c.request for c in sampling]
         rows, allow_stop = self._sampling_rows(reqs)
-        if not sampling_graphs.fits(len(rows), rows):
+        if sampling_graphs is not None and not sampling_graphs.fits(len(rows), rows):
             return None
         if decodes:
             ids, positions, layout = self._step_inputs(decodes, block_size, previous)
@@ -178,7 +179,11 @@ class Worker:
         self.graphs.hidden_buffer[first : first + len(last_rows)].copy_(
             hidden.index_select(0, upload(last_rows, torch.long, self.device))
         )
-        tokens = sampling_graphs.run(rows, allow_stop)
+        if sampling_graphs is not None:
+            tokens = sampling_graphs.run(rows, allow_stop)
+        else:
+            hidden = self.graphs.hidden_buffer[: len(sampling)]
+            tokens = self._sample_eagerly(hidden, reqs, rows, allow_stop)
         return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens), prompts_graphed=True)
 
     def _step_inputs(
@@ -293,17 +298,29 @@ class Worker:
             tokens = sg.run(rows, allow_stop)
             return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
         last_rows = upload(sampling_rows_of(chunks), torch.long, self.device)
+        tokens = self._sample_eagerly(hidden[last_rows], reqs, rows, allow_stop)
+        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+
+    def _sample_eagerly(
+        self,
+        hidden: torch.Tensor,
+        reqs: list[Request],
+        rows: list[SamplingRow],
+        allow_stop: list[bool],
+    ) -> torch.Tensor:
+        """The sampling rows' tokens from their hidden states [N, H]: the model's head and the
+        engine's sampler, launched op by op, then a row model's depth stage. [N] or [N, W]."""
         cands = self.model.candidates_with_options(
-            hidden[last_rows],
+            hidden,
             [r.num_generated for r in reqs],
             allow_stop,
             [r.model_options for r in reqs],
         )
         tokens = self.sampler.sample_on_device(cands, rows)  # [N]
         if self.row_width:
-            tokens = self._depth_stage(hidden[last_rows], tokens, reqs, rows)  # [N, W]
+            tokens = self._depth_stage(hidden, tokens, reqs, rows)  # [N, W]
             self._feed_text(tokens, reqs)
-        return LaunchedStep(reqs, tokens, *self._copy_to_host(tokens))
+        return tokens
 
     def _depth_stage(
         self,

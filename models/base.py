@@ -388,6 +388,15 @@ class SpeechModel(abc.ABC):
         sampling constraint that is off) says so here."""
         return type(self).device_candidates is not SpeechModel.device_candidates
 
+    def prompt_graphs_sample_eagerly(self) -> bool:
+        """Whether the engine may replay this model's forward over fresh prompts from graphs
+        (engine/prompt_graphs.py) although its decode step samples eagerly (no sampling
+        graphs: its tokens are rows, or its head needs host lists): the prompts' last hidden
+        states then go through the eager head and sampler (and a row model's depth stage). A
+        model says True once its forward over a prompt is checked to be that of its decode
+        step over more rows (no host reads, no branch on the token count). Default: False."""
+        return False
+
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
     ) -> torch.Tensor:

@@ -165,6 +165,27 @@ def with_cpu_graphs(worker, prompt_buckets: tuple[int, ...] = (16, 32, 64)) -> N
     )  # fmt: skip
 
 
+def with_cpu_row_graphs(worker, prompt_buckets: tuple[int, ...] = (16, 32, 64)) -> None:
+    """A row model's graph sets as the CPU runs them (models that sample eagerly beside their
+    graphs: SpeechModel.prompt_graphs_sample_eagerly): the decode stand-in, the real prompt
+    graphs on rows of ids, and the real depth graphs replayed by their eager twin
+    (`run_static`). No sampling graphs: codebook 0 is drawn by the eager sampler."""
+    from engine.depth_graphs import DepthGraphs
+    from engine.prompt_graphs import PromptAttention, PromptGraphs
+
+    model, cpu = worker.model, torch.device("cpu")
+    shape = model.shape
+    worker.graphs = EagerDecodeGraphs(worker)
+    attn = PromptAttention(worker.cache, shape.num_q_heads, max_tokens=prompt_buckets[-1])
+    worker.prompt_graphs = PromptGraphs(
+        model.forward, attn, shape.hidden_size, shape.dtype, cpu, worker.cache.block_size,
+        buckets=prompt_buckets, row_width=worker.row_width,
+    )  # fmt: skip
+    depth = DepthGraphs(model.depth_stage, shape.hidden_size, shape.dtype, cpu, (1, 2, 4, 8), 256)
+    depth.run = depth.run_static
+    worker.depth_graphs = depth
+
+
 def count_graphed_steps(worker) -> list[int]:
     """Record, for every step from now on that ran from graphs with prompts in it
     (Worker._launch_graphed), how many requests it sampled."""

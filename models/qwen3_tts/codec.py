@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.codecs.audible_weights import scale_output, unit_gain_convs
+from models.device_util import upload
 from models.layers.llama import RMSNorm
 from models.layers.rope import RopeSpec, Rotary
 from models.qwen3_tts.codec_layers import (
@@ -239,7 +240,7 @@ class SpeechDecoder(nn.Module):
         """codes [B, num_quantizers, T], row b the next T frames of streams[b] (streams at any
         position, each its own history) → audio [B, T·1920] in [-1, 1]."""
         cache = _stacked([s.cache for s in streams])
-        starts = torch.tensor([s.frames for s in streams], device=codes.device)
+        starts = upload([s.frames for s in streams], torch.long, codes.device)
         h = self.pre_conv(self.quantizer.decode(codes), cache).transpose(1, 2)
         h = self.pre_transformer(h, starts, cache).transpose(1, 2)
         for block in self.upsample:

@@ -23,6 +23,7 @@ from models.base import (
     block_stops,
 )
 from models.checkpoint_errors import CheckpointError
+from models.device_util import download, upload
 from models.qwen3_tts import prompt as P
 from models.qwen3_tts.clip_encoder import ClipEncoder
 from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
@@ -314,11 +315,23 @@ class Qwen3TtsModel(SpeechModel):
     ) -> Candidates:
         """Codebook 0's logits over the 2048 codes and the end code (the last column), which
         the first MIN_FRAMES frames may not take (the package's generate: min_new_tokens)."""
-        columns = self._candidates.to(hidden.device)
+        columns = self._candidates_on(hidden.device)
         logits = self.compute_logits(hidden)[:, columns]
         allow = [ok and n >= MIN_FRAMES for ok, n in zip(allow_stop, num_generated, strict=True)]
         stop = [len(self._candidates) - 1]
         return Candidates(block_stops(logits, allow, stop), columns[None].expand_as(logits))
+
+    def _candidates_on(self, device: torch.device) -> torch.Tensor:
+        """Codebook 0's candidate ids on `device`, copied there once: a copy from pageable host
+        memory every step would wait for the device to finish the step's forward first."""
+        if self._candidates.device != device:
+            self._candidates = self._candidates.to(device)
+        return self._candidates
+
+    def prompt_graphs_sample_eagerly(self) -> bool:
+        """The talker's forward over a prompt is its decode forward over more rows: prompts
+        replay from the prompt graphs, codebook 0 and the depth stage sample after them."""
+        return True
 
     def depth_stage(
         self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample: CodeSampler
@@ -358,10 +371,12 @@ class Qwen3TtsModel(SpeechModel):
             if frames:
                 groups.setdefault(len(frames), []).append((i, frames))
         for members in groups.values():
-            codes = torch.tensor([f for _, f in members], dtype=torch.long, device=device)
+            # Through pinned memory (models/device_util.py): a copy from pageable memory, or a
+            # blocking one back, would wait on more than this job's own work.
+            codes = upload([f for _, f in members], torch.long, device)
             streams = [states[i].decoder for i, _ in members]  # type: ignore[attr-defined]
-            audio = self.decoder.decode_batch(codes.transpose(1, 2), streams).float().cpu()
-            for (i, _), pcm in zip(members, audio.numpy(), strict=True):
+            audio = download(self.decoder.decode_batch(codes.transpose(1, 2), streams).float())
+            for (i, _), pcm in zip(members, audio, strict=True):
                 out[i] = pcm
         return out
 
