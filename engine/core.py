@@ -153,6 +153,7 @@ class EngineCore:
         the first real listener's time to first audio. Leaves the engine empty."""
         facts = self.model.facts
         self.model.warm_up_batches(self.config.max_num_seqs)
+        self.model.warm_up_audio_input()
         n = facts.first_chunk_tokens + facts.chunk_tokens
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         try:

@@ -483,6 +483,12 @@ class SpeechModel(abc.ABC):
         """Optional: run the codec once at every batch shape it takes for up to `max_batch`
         streams, so first-use setup (cuDNN plans) is paid before serving, not by a listener."""
 
+    def warm_up_audio_input(self) -> None:  # noqa: B027 - optional hook
+        """Optional, for models that take spoken turns: run the audio-input stage (features,
+        encoder) once on a short clip, so its first-use costs (imports, kernels loaded on first
+        launch, cuDNN and cuBLAS setup) are paid before serving, not by the first user turn,
+        whose reply waits for them."""
+
     def release(self) -> None:  # noqa: B027 - optional hook
         """Free model resources (GPU memory) on shutdown."""
 

@@ -5,12 +5,16 @@ framing come from transformers.audio_utils."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
 
-def whisper_log_mel(audio16k: np.ndarray, n_mels: int = 128) -> np.ndarray:
-    """whisper.log_mel_spectrogram: [n_mels, frames] float32."""
+@functools.cache
+def _whisper_filters(n_mels: int) -> torch.Tensor:
+    """Whisper's slaney mel filters [n_mels, 201], made once per process: a spoken turn's
+    features (Step-Audio 2) must not wait for the import and the filter bank each time."""
     from transformers.audio_utils import mel_filter_bank
 
     filters = mel_filter_bank(
@@ -22,10 +26,15 @@ def whisper_log_mel(audio16k: np.ndarray, n_mels: int = 128) -> np.ndarray:
         norm="slaney",
         mel_scale="slaney",
     )  # [201, n_mels]
+    return torch.from_numpy(filters.T.astype(np.float32))
+
+
+def whisper_log_mel(audio16k: np.ndarray, n_mels: int = 128) -> np.ndarray:
+    """whisper.log_mel_spectrogram: [n_mels, frames] float32."""
     x = torch.from_numpy(np.asarray(audio16k, dtype=np.float32))
     spec = torch.stft(x, 400, 160, window=torch.hann_window(400), return_complex=True)
     power = spec[:, :-1].abs() ** 2  # Whisper drops the last frame
-    mel = torch.from_numpy(filters.T.astype(np.float32)) @ power
+    mel = _whisper_filters(n_mels) @ power
     log = torch.clamp(mel, min=1e-10).log10()
     log = torch.maximum(log, log.max() - 8.0)
     return ((log + 4.0) / 4.0).numpy()

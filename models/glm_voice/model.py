@@ -27,6 +27,7 @@ from models.layers.llama import LlamaForCausalLM
 
 SPEECH_TOKEN_RATE_HZ = 12.5  # the speech tokenizer's and the decoder's token rate
 DECODER_SAMPLE_RATE = 22050
+WARM_UP_SAMPLES = 16000  # the clip the speech tokenizer is warmed up with: 1 s at 16 kHz
 # The reply format GLM-4-Voice is trained on (its system prompt: "13 text token followed by
 # 26 audio tokens"): the benchmark-only constraint for random weights (models/interleave.py).
 TRAINED_INTERLEAVE = InterleaveRule(T.TEXT_TOKENS_PER_BLOCK, T.AUDIO_TOKENS_PER_BLOCK)
@@ -105,6 +106,11 @@ class GlmVoiceModel(InterleavedSampling, SpeechModel):
         """The whole conversation, ending with the user turn to answer. Earlier turns' ids are
         a prefix of it (see prompt.conversation_ids), for KV prefix reuse."""
         return Prompt(conversation_ids(self.tokenizer, self.ids, turns))
+
+    def warm_up_audio_input(self) -> None:
+        """One second of quiet through the speech tokenizer (SpeechModel's hook)."""
+        if self.speech_tokenizer is not None:
+            self.speech_tokenizer.encode(np.zeros(WARM_UP_SAMPLES, np.float32))
 
     def user_audio_turn(self, pcm_16k: np.ndarray, system: str | None = None) -> UserTurn:
         """A turn's buffered user audio (float32 mono, 16 kHz) → a user turn of speech tokens

@@ -38,6 +38,7 @@ from models.step_audio2.prompt import (
     tool_result_turn,
     tools_message,
 )
+from models.step_audio2.token2wav import FIRST_AUDIO_MARGIN, FIRST_HOP
 from models.step_audio2.tokens import StepAudio2Ids
 from models.step_audio2.tool_format import tools_json
 from models.tool_calls import FunctionTool
@@ -53,6 +54,7 @@ TOKENS_PER_SECOND = 30.0
 # blocks at the rate above instead: 5 text tokens, then 25 codes (models/interleave.py).
 RANDOM_WEIGHTS_INTERLEAVE = InterleaveRule(text=5, speech=25)
 assert RANDOM_WEIGHTS_INTERLEAVE.tokens_per_second(CODE_RATE_HZ) == TOKENS_PER_SECOND
+WARM_UP_SAMPLES = 16000  # the clip the audio input is warmed up with: 1 s at 16 kHz
 
 
 @dataclass
@@ -101,7 +103,7 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
             # token2wav's first chunk (its first_hop codes + look-ahead) and its 25-code
             # chunks, counted in generated tokens (codes plus the text between them).
             first_chunk_tokens=int(
-                ((token2wav.first_hop if token2wav else 20) + lookahead)
+                ((token2wav.first_hop if token2wav else FIRST_HOP) + lookahead)
                 * TOKENS_PER_SECOND
                 / CODE_RATE_HZ
             ),
@@ -111,6 +113,9 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
             lookahead_tokens=lookahead,
             # HiFT holds its right-context frames (4 codes' worth) until the next chunk.
             held_back_tokens=int(-(-4 * TOKENS_PER_SECOND // CODE_RATE_HZ)),
+            # The first chunk is short (token2wav.FIRST_HOP): it covers the next chunk's wait
+            # with this margin rather than the engine's default 3.
+            first_audio_margin=FIRST_AUDIO_MARGIN,
             accepts_text=True,
             accepts_audio=audio_input is not None,
             accepts_turns=True,
@@ -156,6 +161,11 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
             else:
                 out.append(UserTurn(audio=SpokenAudio(next(self._keys), e.cpu()), system=system))
         return out
+
+    def warm_up_audio_input(self) -> None:
+        """One second of quiet through the mel and the encoder + adapter (SpeechModel's hook)."""
+        if self.audio_input is not None:
+            self.audio_input.embed_turns([np.zeros(WARM_UP_SAMPLES, np.float32)])
 
     def user_audio_turn(self, pcm_16k: np.ndarray, system: str | None = None) -> UserTurn:
         (turn,) = self.user_audio_turns([pcm_16k], [system])

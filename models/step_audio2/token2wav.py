@@ -35,7 +35,17 @@ from models.step_audio2 import token2wav_config as T2W
 
 log = logging.getLogger("voxgate.step_audio2")
 
-FIRST_HOP = 20  # codes in the first audio chunk (as CosyVoice 2's DEFAULT_FIRST_HOP)
+# Codes in the first audio chunk. A reply's first audio waits for its first text tokens, this
+# many codes and the flow's 3 look-ahead codes, one decode step each; the chunk's audio, less
+# HiFT's 8 right-context frames, (2 x 14 - 8) x 20 ms = 400 ms, plays while the next chunk's 30
+# tokens are generated and decoded (~205 ms on the H200 at 5.5 ms a step and a 40-ms job).
+# 20 codes (CosyVoice 2's default) waited 6 steps longer, ~33 ms, for 640 ms of first audio.
+FIRST_HOP = 14
+# The engine's first-audio margin for this first chunk (ModelFacts.first_audio_margin): its
+# 380 ms heard (less the output encoder's 20-ms frame held back) cover 1.4 x the next chunk's
+# wait up to steps of 7.7 ms (a 40-ms job). Past that the engine holds the chunk to its
+# first-audio budget; with the engine's default, 3, the 20-code chunk was held past 5.5 ms.
+FIRST_AUDIO_MARGIN = 1.4
 
 
 class Token2Wav:

@@ -20,6 +20,7 @@ from engine.request import SamplingParams
 from models.registry import load_model
 from models.step_audio2 import tokens as T
 from models.step_audio2.prompt import AssistantTurn, UserTurn
+from models.step_audio2.token2wav import FIRST_HOP
 from tests.models.engine_run import run
 from tests.models.hift_seams import assert_within_seams
 
@@ -131,7 +132,7 @@ def test_token2wav_streamed_equals_whole(model):
     model.token2wav.push(whole, codes)
     ref = model.token2wav.decode([whole], [True])[0]
     stream, parts, at = model.token2wav.new_stream(), [], 0
-    for n in (10, 14, 12):  # nothing yet, the first chunk (20 codes + 3 ahead), the rest
+    for n in (10, 14, 12):  # nothing yet, the first chunk (14 codes + 3 ahead), the rest
         model.token2wav.push(stream, codes[at : at + n])
         at += n
         parts.append(model.token2wav.decode([stream], [at == len(codes)])[0])
@@ -140,6 +141,29 @@ def test_token2wav_streamed_equals_whole(model):
     assert len(streamed) == len(ref) == 36 * 2 * 480
     # The flow's mel is exact (tests/models/test_flow_hift.py); HiFT's seams are not.
     assert_within_seams(streamed, ref)
+
+
+def test_first_token2wav_chunk_is_its_first_hop_and_look_ahead(model):
+    """A reply's first audio waits for FIRST_HOP codes and the flow's 3 look-ahead codes, not
+    one more: 17 codes give 400 ms (20 frames past HiFT's right context), 16 give nothing. And
+    that chunk covers the next one's wait with the model's margin at the H200's costs: the
+    next chunk's 30 tokens at 5.5 ms a step and a 40-ms token2wav job."""
+    t2w = model.token2wav
+    assert (t2w.first_hop, t2w.lookahead) == (FIRST_HOP, 3) == (14, 3)
+    codes = torch.randint(0, T.NUM_CODES, (17,), generator=torch.Generator().manual_seed(3))
+    stream = t2w.new_stream()
+    t2w.push(stream, codes[:16].tolist())
+    assert len(t2w.decode([stream], [False])[0]) == 0
+    t2w.push(stream, codes[16:].tolist())
+    first = t2w.decode([stream], [False])[0]
+    assert len(first) == (2 * 14 - 8) * 480 == round(t2w.first_audio_s(17) * 24000)
+    assert t2w.first_audio_s(16) == 0.0
+    facts = model.facts
+    # The engine looks at the first chunk from first_chunk_tokens generated tokens on; with
+    # random weights' 5 text tokens first, its 17 codes exist after 22.
+    assert facts.first_chunk_tokens <= 5 + 17
+    heard_s = t2w.first_audio_s(17) - 0.020  # less the output encoder's held-back frame
+    assert heard_s >= facts.first_audio_margin * (facts.chunk_tokens * 0.0055 + 0.040)
 
 
 def test_second_turn_reuses_the_first_turns_kv_and_equals_a_fresh_prefill(model):
