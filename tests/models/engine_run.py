@@ -4,6 +4,9 @@ request of a given length through any tiny preset."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -57,3 +60,23 @@ def generated(model, n: int, seed: int = 1, text: str = "A first chunk, and the 
     assert len(request.output_ids) == n
     pcm = np.concatenate(audio.get(request.request_id, [np.zeros(0, np.float32)]))
     return core, request, pcm
+
+
+def eager_and_graphed_runs(
+    model, specs: list[SpeechRequest], config: EngineConfig, install_graphs: Callable
+) -> tuple[list, list, list[int]]:
+    """The same requests through an engine without graphs and one whose worker
+    `install_graphs(worker)` gave the CPU's graph sets (tests/cpu_graphs.py): each run's
+    (output ids, audio) per request, and the sampled rows of every step that ran prompts from
+    graphs."""
+    results, graphed = [], []
+    for graphs in (False, True):
+        core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+        if graphs:
+            from tests.cpu_graphs import count_graphed_steps
+
+            install_graphs(core.worker)
+            graphed = count_graphed_steps(core.worker)
+        requests, audio, _, _ = run(core, copy.deepcopy(specs))
+        results.append([(r.output_ids, np.concatenate(audio[r.request_id])) for r in requests])
+    return results[0], results[1], graphed

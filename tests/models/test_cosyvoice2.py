@@ -20,7 +20,7 @@ from models.cosyvoice2 import configs
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
 from models.registry import load_model
-from tests.models.engine_run import run
+from tests.models.engine_run import eager_and_graphed_runs, run
 
 TEXTS = ["Hello there.", "The quick brown fox.", "Hi!", "One, two, three."]
 
@@ -152,7 +152,7 @@ def test_arrivals_from_the_prompt_graphs_change_nothing(model):
     """CosyVoice 2's prompts (text and a voice's speech tokens) through the prompt graphs
     beside decodes (Worker._launch_graphed, as the CPU runs the graph sets): the same seeded
     tokens and audio as eager forwards, its repetition-aware sampling included."""
-    from tests.cpu_graphs import count_graphed_steps, with_cpu_graphs
+    from tests.cpu_graphs import with_cpu_graphs
 
     specs = [
         SpeechRequest(t, v, SamplingParams(seed=i, max_tokens=n, min_tokens=n))
@@ -160,19 +160,13 @@ def test_arrivals_from_the_prompt_graphs_change_nothing(model):
             zip(TEXTS, ["narrator", "clip", "guide", "clip"], [30, 12, 26, 18], strict=True)
         )
     ]
-    results, graphed = [], []
-    for graphs in (False, True):
-        config = EngineConfig(
-            max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=64, async_scheduling=True
-        )
-        core = EngineCore(model, config, torch.device("cpu"), "sdpa")
-        if graphs:
-            with_cpu_graphs(core.worker, prompt_buckets=(64, 128, 256))
-            graphed = count_graphed_steps(core.worker)
-        requests, audio, _, _ = run(core, copy.deepcopy(specs))
-        results.append([(r.output_ids, np.concatenate(audio[r.request_id])) for r in requests])
+    config = EngineConfig(
+        max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=64, async_scheduling=True
+    )
+    eager, from_graphs, graphed = eager_and_graphed_runs(
+        model, specs, config, lambda w: with_cpu_graphs(w, prompt_buckets=(64, 128, 256))
+    )
     assert len(graphed) >= 2 and max(graphed) > 1  # arrivals beside decodes, from graphs
-    eager, from_graphs = results
     assert [tokens for tokens, _ in from_graphs] == [tokens for tokens, _ in eager]
     for (_, pcm), (_, g_pcm) in zip(eager, from_graphs, strict=True):
         np.testing.assert_allclose(g_pcm, pcm, atol=1e-5)

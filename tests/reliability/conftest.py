@@ -13,25 +13,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "gateway"))  # gateway_testkit
 
-from reliability_kit import ServeProcess  # noqa: E402
+from reliability_kit import ORPHEUS_ENGINE_PROCESS, ServeProcess  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def orpheus_server(tmp_path_factory) -> Iterator[ServeProcess]:
-    """tiny-orpheus (random weights: never stops before max_tokens) with the engine in its own
-    process, which the crash tests kill. Real-time admission is off here: on a shared CI core
-    even one tiny-orpheus stream is slower than real time, and these tests need several
-    streams mid-response at once."""
+    """tiny-orpheus with the engine in its own process, which the crash tests kill
+    (reliability_kit.ORPHEUS_ENGINE_PROCESS)."""
     log = tmp_path_factory.mktemp("serve") / "orpheus.log"
-    server = ServeProcess(
-        "--model",
-        "tiny-orpheus",
-        "--engine-process",
-        "--no-realtime-admission",
-        "--kv-cache-mb",
-        "64",
-        log=log,
-    )
+    server = ServeProcess(*ORPHEUS_ENGINE_PROCESS, log=log)
     yield server
     server.stop()
 

@@ -44,6 +44,20 @@ SIZES = (
 _LISTENING = re.compile(r"Uvicorn running on http://[\d.]+:(\d+)")
 
 
+# tiny-orpheus (random weights: never stops before max_tokens) with the engine in its own
+# process, which the crash and kill tests end. Real-time admission is off: on a shared CI core
+# even one tiny-orpheus stream is slower than real time, and these tests need several streams
+# mid-response at once.
+ORPHEUS_ENGINE_PROCESS = (
+    "--model",
+    "tiny-orpheus",
+    "--engine-process",
+    "--no-realtime-admission",
+    "--kv-cache-mb",
+    "64",
+)
+
+
 class ServeProcess:
     """`python -m gateway.cli serve …` as an operator runs it, on an ephemeral port. Started, it
     waits until the server listens; with `listening=False` it returns at once (`port` None)."""

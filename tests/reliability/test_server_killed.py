@@ -9,18 +9,10 @@ import signal
 import time
 
 import pytest
-from reliability_kit import ServeProcess
+from reliability_kit import ORPHEUS_ENGINE_PROCESS, ServeProcess
 
 from tests.orphans import kill_left, spawned_children, wait_gone
 
-ARGS = (
-    "--model",
-    "tiny-orpheus",
-    "--engine-process",
-    "--no-realtime-admission",
-    "--kv-cache-mb",
-    "64",
-)
 GONE_WITHIN_S = 20.0  # generous: a loaded 2-core machine; the watcher itself takes milliseconds
 
 
@@ -43,7 +35,7 @@ def _engine_pid(server: ServeProcess, timeout_s: float = 120.0) -> int:
     ids=["sigterm-starting", "sigkill-serving"],
 )
 def test_a_killed_server_leaves_no_engine_process(tmp_path, when, sig):
-    server = ServeProcess(*ARGS, log=tmp_path / "serve.log", listening=False)
+    server = ServeProcess(*ORPHEUS_ENGINE_PROCESS, log=tmp_path / "serve.log", listening=False)
     engine = None
     try:
         engine = _engine_pid(server)

@@ -4,17 +4,13 @@ sampled after them (Worker._launch_graphed), with the tokens and audio of eager 
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
-import torch
 
 from engine.config import EngineConfig
-from engine.core import EngineCore
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
-from tests.cpu_graphs import count_graphed_steps, with_cpu_row_graphs
-from tests.models.engine_run import run
+from tests.cpu_graphs import with_cpu_row_graphs
+from tests.models.engine_run import eager_and_graphed_runs
 
 TEXTS = [
     "Hello there.",
@@ -42,17 +38,11 @@ def test_arrivals_from_the_prompt_graphs_change_nothing(model):
         )
         for i, (text, n) in enumerate(zip(TEXTS, [9, 6, 8, 5], strict=True))
     ]
-    results, graphed = [], []
-    for graphs in (False, True):
-        config = EngineConfig(max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=64)
-        core = EngineCore(model, config, torch.device("cpu"), "sdpa")
-        if graphs:
-            with_cpu_row_graphs(core.worker, prompt_buckets=(16, 32, 64, 128))
-            graphed = count_graphed_steps(core.worker)
-        requests, audio, _, _ = run(core, copy.deepcopy(specs))
-        results.append([(r.output_ids, np.concatenate(audio[r.request_id])) for r in requests])
+    config = EngineConfig(max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=64)
+    eager, from_graphs, graphed = eager_and_graphed_runs(
+        model, specs, config, lambda w: with_cpu_row_graphs(w, prompt_buckets=(16, 32, 64, 128))
+    )
     assert len(graphed) >= 2 and max(graphed) > 1  # arrivals beside decodes, from graphs
-    eager, from_graphs = results
     assert [tokens for tokens, _ in from_graphs] == [tokens for tokens, _ in eager]
     for (_, pcm), (_, g_pcm) in zip(eager, from_graphs, strict=True):
         # The same rows; the codec groups streams into batches as the steps ended, which
