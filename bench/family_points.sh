@@ -12,7 +12,8 @@
 # tells them apart); turn-based ones (GLM-4-Voice, Step-Audio 2): 2 conversations of one spoken
 # turn each (`--conversations 2`). Every published model runs with `--random-weights` (the
 # tiny presets are random already; voxgate-tiny is trained). Zonos needs
-# espeak-ng on the machine and is skipped, with a line saying so, where it is missing.
+# espeak-ng on the machine (`bench/gpu_carry.sh zonos` carries it) and is skipped, with a
+# line saying so, where it is missing.
 # Env: MODELS (required), RUN_S (each model's time limit, default 240), EXTRA (more bench
 # arguments for every model, e.g. "--device cpu"). Leaves $OUT/summary.txt (each model's exit
 # status, server start and point lines), $OUT/<model>.json.gz, $OUT/logs.tgz and $OUT/traces.tgz.

@@ -8,6 +8,8 @@
 #   bench/gpu_carry.sh serve   # .gpu/site.txz: serving + FlashInfer + transformers (~40 MB)
 #   bench/gpu_carry.sh ray     # .gpu/site-ray.txz: serving on the CPU + Ray without its Java,
 #                              # RLlib, Data, Serve, Tune and Train parts (~40 MB)
+#   bench/gpu_carry.sh zonos   # .gpu/zonos.txz: what Zonos reads text with, which the
+#                              # machine lacks: the phonemizer package and eSpeak NG (~4 MB)
 set -euo pipefail
 PROFILE=${1:-serve}
 cd "$(dirname "$0")/.."
@@ -22,7 +24,8 @@ case "$PROFILE" in
          jsonschema-specifications==2025.9.1 rpds-py==2026.9.1 attrs==26.1.0 msgpack==1.2.4
          aiohappyeyeballs aiosignal frozenlist multidict propcache yarl idna"
        OUT=.gpu/site-ray.txz ;;
-  *) echo "usage: bench/gpu_carry.sh serve|ray" >&2; exit 2 ;;
+  zonos) exec bench/gpu_carry_espeak.sh ;;
+  *) echo "usage: bench/gpu_carry.sh serve|ray|zonos" >&2; exit 2 ;;
 esac
 
 WORK=$(mktemp -d)

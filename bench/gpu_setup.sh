@@ -16,6 +16,18 @@ if [ -f .gpu/aot.txz ] && [ ! -f /tmp/site/.aot ]; then
   mkdir -p /tmp/site/flashinfer/data/aot && tar -C /tmp/site/flashinfer/data/aot -xJf .gpu/aot.txz \
     && touch /tmp/site/.aot
 fi
+# Zonos' text front end (bench/gpu_carry_espeak.sh): eSpeak NG and phonemizer, unpacked into
+# /tmp/zonos, found through these variables (the library's data path is its build's, /usr/lib,
+# unless ESPEAK_DATA_PATH says otherwise; phonemizer looks for the library in the system's
+# cache unless told).
+if [ -f .gpu/zonos.txz ]; then
+  [ -f /tmp/zonos/.unpacked ] || { mkdir -p /tmp/zonos && tar -C /tmp/zonos -xJf .gpu/zonos.txz \
+    && touch /tmp/zonos/.unpacked; }
+  ESPEAK_LIB=/tmp/zonos/espeak/usr/lib/x86_64-linux-gnu
+  export PATH=/tmp/zonos/espeak/usr/bin:$PATH LD_LIBRARY_PATH=$ESPEAK_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export ESPEAK_DATA_PATH=$ESPEAK_LIB PHONEMIZER_ESPEAK_LIBRARY=$ESPEAK_LIB/libespeak-ng.so.1
+  ZONOS_SITE=/tmp/zonos/site
+fi
 # Inductor's compiled programs (SNAC's blocks, --compile-codec; float16 ones for --snac-fp16)
 # and their Triton kernels: a fresh machine's first server start compiles them (20-120 s),
 # unless an earlier call's cache was carried as .gpu/inductor.txz.
@@ -25,7 +37,7 @@ if [ -f .gpu/inductor.txz ] && [ ! -f $TORCHINDUCTOR_CACHE_DIR/.carried ]; then
     && touch $TORCHINDUCTOR_CACHE_DIR/.carried
 fi
 # The checkout is not installed there: it goes on PYTHONPATH, and `voxgate` runs its CLI.
-export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD:/tmp/site${ZONOS_SITE:+:$ZONOS_SITE}${PYTHONPATH:+:$PYTHONPATH}
 export PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 # A command, not a shell function, so that `timeout 500 voxgate bench …` runs it too.
 mkdir -p /tmp/site/bin
