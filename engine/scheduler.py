@@ -96,7 +96,7 @@ class Scheduler:
         facts: ChunkingFacts,
         threaded_codec: bool = False,
         codec_would_emit: Callable[[Request], bool] | None = None,
-        first_audio_s: Callable[[Sequence[Token]], float | None] | None = None,
+        first_audio_s: Callable[[Sequence[Token], int], float | None] | None = None,
     ) -> None:
         self.config = config
         self.first_audio_margin = config.first_audio_margin_for(
@@ -107,9 +107,9 @@ class Scheduler:
         # Whether the codec would emit audio for a request given its pending tokens
         # (SpeechModel.codec_would_emit); None: any whole frame does.
         self.codec_would_emit = codec_would_emit
-        # Seconds of audio a first job makes of a stream's first tokens, where the model's
-        # tokens do not all become audio at the facts' rate (SpeechModel.first_chunk_audio_s);
-        # None: first_chunk_audio_tokens' rule.
+        # Seconds of audio a first job makes of a stream's first tokens and of a number of
+        # tokens still to come, where the model's tokens do not all become audio at the facts'
+        # rate (SpeechModel.first_chunk_audio_s); None: first_chunk_audio_tokens' rule.
         self.first_audio_s = first_audio_s
         self.steady_batch_rows = facts.steady_batch_rows
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
@@ -576,10 +576,26 @@ class Scheduler:
         model's own count where it has one, else the facts' rule (whole frames less the
         look-ahead and held-back tokens)."""
         if self.first_audio_s is not None:
-            made = self.first_audio_s(request.output_ids[:pending])
+            made = self.first_audio_s(request.output_ids[:pending], 0)
             if made is not None:
                 return made
         return self.facts.first_chunk_audio_tokens(pending) * self.facts.seconds_per_token
+
+    def _first_chunk_gain(self, request: Request, pending: int) -> Callable[[int], float]:
+        """How much longer a first chunk of `pending` tokens plays at the listener if it waits
+        for `extra` more tokens: by the model's own count where it has one (the tokens to come
+        counted as its replies mix them; a codec that makes audio only at chunk edges gains
+        nothing until the next edge), else by the facts' rule, a whole frame at a time."""
+        if self.first_audio_s is not None:
+            tokens = request.output_ids[:pending]
+            made = self.first_audio_s(tokens, 0)
+            if made is not None:
+                count = self.first_audio_s
+                rate = request.playback_rate
+                return lambda extra: ((count(tokens, extra) or 0.0) - made) / rate
+        rule = self.facts.first_chunk_audio_tokens
+        token_s = self.facts.seconds_per_token / request.playback_rate
+        return lambda extra: (rule(pending + extra) - rule(pending)) * token_s
 
     def _first_chunk_heard_s(self, request: Request, pending: int) -> float:
         """How long a first chunk made of `pending` tokens plays at the listener."""
@@ -596,19 +612,23 @@ class Scheduler:
         faster than they play, and the wait costs at most GAP_WEIGHT times the gap it spares
         (a gap mid-speech is the worse silence: it cuts a word, and the stream is no longer
         in real time). A codec whose frames are long (CosyVoice 2's 25-token hop) would make
-        a short gap cost a long wait: such a chunk goes now. Bounded by _first_chunk_ready to
-        one such wait past the budget."""
+        a short gap cost a long wait: such a chunk goes now, and so does one whose codec makes
+        audio only at chunk edges (Step-Audio 2's token2wav) or whose next tokens are text
+        (GLM-4-Voice) when the audio that closes the gap is many steps away: the tokens to come
+        are counted as the codec will make audio of them (_first_chunk_gain). Bounded by
+        _first_chunk_ready to one such wait past the budget."""
         gap_s = self.next_chunk_wait_s() - heard
         token_s = self.facts.seconds_per_token / request.playback_rate
         if gap_s <= 0 or self.step_time_s >= token_s:
             return False
-        # Tokens to come are counted by the facts' rule (their kind is not known yet).
-        rule = self.facts.first_chunk_audio_tokens
+        gain = self._first_chunk_gain(request, pending)
         extra, left = 0, request.sampling.max_tokens - request.num_generated
-        while (rule(pending + extra) - rule(pending)) * token_s < gap_s:
+        while gain(extra) < gap_s:
             extra += 1
-            if extra > left:
-                return False  # the stream ends first: its end flushes whatever it made
+            if extra > left or extra * self.step_time_s > GAP_WEIGHT * gap_s:
+                # The stream ends first (its end flushes whatever it made), or the wait
+                # already costs more than the gap it would spare.
+                return False
         return extra * self.step_time_s <= GAP_WEIGHT * gap_s
 
     def schedule_detok(self, now: float) -> list[Request]:

@@ -412,13 +412,17 @@ class SpeechModel(abc.ABC):
         frame decodes (ModelFacts.frame_tokens)."""
         return True
 
-    def first_chunk_audio_s(self, tokens: Sequence[Token]) -> float | None:
+    def first_chunk_audio_s(self, tokens: Sequence[Token], more: int = 0) -> float | None:
         """Seconds of audio a stream's first detokenizer job makes of its first generated
         `tokens`, for a model whose tokens do not all become audio at the rate of ModelFacts'
         rule (the first chunk, then whole frames of frame_tokens, less the look-ahead and
         held-back tokens: engine.scheduler.ChunkingFacts.first_chunk_audio_tokens), such as
-        replies that interleave text with speech. None (the default): the rule holds. The
-        scheduler sizes a first chunk's cover by it, so it must not overstate the audio."""
+        replies that interleave text with speech, or codecs that make audio only at chunk
+        edges. None (the default): the rule holds. The scheduler sizes a first chunk's cover
+        by it, so it must not overstate the audio. With `more` > 0: the audio once `more`
+        tokens still to come are generated too, counted as the model's replies mix text and
+        speech; the scheduler judges by it whether a first chunk past its first-audio budget
+        waits for the tokens that spare its listener a gap."""
         return None
 
     def quantize_for_cpu(self) -> bool:

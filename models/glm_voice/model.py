@@ -186,12 +186,19 @@ class GlmVoiceModel(InterleavedSampling, SpeechModel):
     def new_stream_state(self) -> GlmVoiceStream:
         return GlmVoiceStream(self.decoder.new_stream() if self.decoder is not None else None)
 
-    def first_chunk_audio_s(self, tokens: Sequence[Token]) -> float:
+    def first_chunk_audio_s(self, tokens: Sequence[Token], more: int = 0) -> float:
         """The decoder's first audio from the speech tokens among `tokens` (a reply's first
-        13 tokens are text, so generated tokens alone overstate it fourfold)."""
+        13 tokens are text, so generated tokens alone overstate it fourfold), and among `more`
+        tokens to come, placed as the trained replies place them (TRAINED_INTERLEAVE: after
+        each 26 speech tokens come 13 of text, which make no audio)."""
         if self.decoder is None:
             return 0.0
-        return self.decoder.first_audio_s(sum(1 for t in tokens if self.ids.is_audio(t)))
+        speech = sum(1 for t in tokens if self.ids.is_audio(t))
+        if more > 0:
+            at = len(tokens)
+            speech += TRAINED_INTERLEAVE.speech_codes(at + more)
+            speech -= TRAINED_INTERLEAVE.speech_codes(at)
+        return self.decoder.first_audio_s(speech)
 
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]

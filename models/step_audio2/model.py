@@ -235,12 +235,15 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
     def new_stream_state(self) -> StepAudio2Stream:
         return StepAudio2Stream(self.token2wav.new_stream() if self.token2wav else None)
 
-    def first_chunk_audio_s(self, tokens: Sequence[Token]) -> float:
+    def first_chunk_audio_s(self, tokens: Sequence[Token], more: int = 0) -> float:
         """The token2wav's first audio from the codes among `tokens` (text, filler and markers
-        make none)."""
+        make none), and `more` tokens to come counted at the pacing rate (CODE_RATE_HZ codes
+        in TOKENS_PER_SECOND tokens: the mix is learned, not a rule). The token2wav makes
+        audio only at its chunk edges, so a few more codes often add none."""
         if self.token2wav is None:
             return 0.0
         codes = sum(1 for t in tokens if self.ids.code_of(t) is not None)  # type: ignore[arg-type]
+        codes += int(more * CODE_RATE_HZ // TOKENS_PER_SECOND)
         return self.token2wav.first_audio_s(codes)
 
     def detokenize(

@@ -413,6 +413,88 @@ def test_past_the_budget_a_first_chunk_goes_when_waiting_cannot_spare_the_gap():
     assert short.schedule_detok(now) == [req]
 
 
+# Step-Audio 2's pacing (models/step_audio2): 30 generated tokens a second, 25 of them codes;
+# the token2wav's first chunk is 14 codes and its 3 look-ahead ones, HiFT holds 5 tokens back.
+STEP_AUDIO2 = ChunkingFacts(20, 30, 1 / 30, 1, 5, 3, first_audio_margin=1.4)
+
+
+def token2wav_first_audio_s(tokens, more=0):
+    """Step-Audio 2's own count of a first job's audio (StepAudio2Model.first_chunk_audio_s),
+    every token here a code and those to come 25 codes in 30: the token2wav decodes a first
+    hop of 14 codes, then 25-code chunks, each once its 3 look-ahead codes exist; of 2 mel
+    frames a code (20 ms each), HiFT keeps 8 back. So audio grows only at chunk edges."""
+    codes = max(0, len(tokens) + more * 25 // 30 - 3)
+    ready = 0 if codes < 14 else 14 + (codes - 14) // 25 * 25
+    return max(0, 2 * ready - 8) * 0.02
+
+
+def chunk_edge_budget_spent(tokens: int, now: float) -> tuple:
+    """budget_spent for Step-Audio 2 with its own count of the first job's audio, the next
+    chunk measured 450 ms after a first one: 17+ codes play 400 ms, a 50-ms gap."""
+    sched, req = budget_spent(STEP_AUDIO2, tokens, now)
+    sched.first_audio_s = token2wav_first_audio_s
+    sched.second_chunk_gap_s = 0.45
+    return sched, req
+
+
+def test_past_the_budget_a_chunk_edge_codec_goes_when_its_next_chunk_is_far():
+    """A codec that makes audio only at chunk edges: 20 tokens play 400 ms, 50 ms short of the
+    next chunk, and the next 25-code chunk (27 steps, 178 ms) would cost more than twice that
+    gap. Counted a token's audio (33 ms) a token, 2 steps would have seemed to close it, and
+    the chunk would have waited a whole next-chunk wait past the budget for no audio."""
+    now = 10.0
+    sched, req = chunk_edge_budget_spent(20, now)
+    assert sched.first_chunk_audio_s(req, 20) == pytest.approx(0.4)
+    assert sched.schedule_detok(now) == [req]
+
+
+def test_past_the_budget_a_chunk_edge_codec_waits_for_a_chunk_edge_that_is_near():
+    """40 tokens play 400 ms too, but 2 more codes (3 steps) complete the next chunk and its
+    look-ahead: 1.4 s, the cover. The chunk waits for them and goes then."""
+    now = 10.0
+    sched, req = chunk_edge_budget_spent(40, now)
+    assert sched.schedule_detok(now) == []
+    give_tokens(req, 42)
+    assert sched.first_chunk_audio_s(req, 42) == pytest.approx(1.4)
+    assert sched.schedule_detok(now + 0.02) == [req]
+
+
+# GLM-4-Voice's pacing (models/glm_voice): replies of 13 text tokens, then 26 speech tokens of
+# 80 ms each, 39 generated tokens for 2.08 s; the first chunk is 23 tokens.
+GLM_VOICE = ChunkingFacts(23, 39, 2.08 / 39)
+
+
+def glm_speech(tokens: int) -> int:
+    """Speech tokens among a reply's first `tokens` (13 text, then 26 speech, repeated)."""
+    whole, rest = divmod(tokens, 39)
+    return whole * 26 + max(0, rest - 13)
+
+
+def glm_first_audio_s(tokens, more=0):
+    """GLM-4-Voice's own count (GlmVoiceModel.first_chunk_audio_s): none short of 10 speech
+    tokens, then 80 ms each less the 42 frames (0.49 s) held back; tokens to come by the
+    trained 13 : 26 blocks."""
+    speech = glm_speech(len(tokens) + more)
+    return 0.0 if speech < 10 else max(0.0, 0.08 * speech - 42 * 256 / 22050)
+
+
+def test_past_the_budget_text_to_come_makes_no_audio():
+    """A GLM-4-Voice reply's 39th token ends a speech block: the 13 tokens after it are text.
+    A first chunk short of its next chunk by 30 ms then needs 14 more steps (92 ms), over
+    twice the gap: it goes. Counted 53 ms a token, one step would have seemed to close it."""
+    now = 10.0
+    sched, req = budget_spent(GLM_VOICE, 39, now)
+    sched.first_audio_s = glm_first_audio_s
+    heard = sched.first_chunk_audio_s(req, 39)
+    sched.second_chunk_gap_s = heard + 0.03
+    assert sched.schedule_detok(now) == [req]
+    # Where speech comes next (its 24th token) the same gap is a step away: it waits.
+    sched, req = budget_spent(GLM_VOICE, 24, now)
+    sched.first_audio_s = glm_first_audio_s
+    sched.second_chunk_gap_s = sched.first_chunk_audio_s(req, 24) + 0.03
+    assert sched.schedule_detok(now) == []
+
+
 def test_first_chunk_cover_discounts_the_codecs_look_ahead():
     """A codec that holds back look-ahead frames (Orpheus' SNAC: 2 frames) plays less than the
     tokens it was handed: the first chunk waits for cover plus that look-ahead."""

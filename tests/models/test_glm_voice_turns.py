@@ -118,6 +118,17 @@ def test_detokenize_keeps_text_and_sends_speech_to_the_decoder(model):
     assert len(transcript_only.detokenize([state], reply[:1], [True])[0]) == 0
 
 
+def test_tokens_to_come_are_counted_as_the_trained_replies_mix_them(model):
+    """What a first chunk would play after `more` tokens to come (the scheduler's past-budget
+    wait asks): a reply is 13 text tokens, then 26 speech tokens, and text makes no audio."""
+    dec = model.decoder
+    reply = [5] * 13 + [model.ids.audio_base + i for i in range(26)]
+    assert model.first_chunk_audio_s(reply[:23]) == dec.first_audio_s(10) > 0
+    assert model.first_chunk_audio_s(reply[:23], 16) == model.first_chunk_audio_s(reply)
+    assert model.first_chunk_audio_s(reply, 13) == dec.first_audio_s(26)  # 13 of text
+    assert model.first_chunk_audio_s(reply, 15) == dec.first_audio_s(28)
+
+
 def test_real_configuration_shapes_and_preset_errors():
     from models.checkpoint_errors import CheckpointError
     from models.glm_voice import configs

@@ -166,6 +166,18 @@ def test_first_token2wav_chunk_is_its_first_hop_and_look_ahead(model):
     assert heard_s >= facts.first_audio_margin * (facts.chunk_tokens * 0.0055 + 0.040)
 
 
+def test_tokens_to_come_add_audio_only_at_the_token2wavs_chunk_edges(model):
+    """What a first chunk would play after `more` tokens to come (the scheduler's past-budget
+    wait asks): they count at 25 codes in 30 tokens, and the token2wav makes no more audio
+    until the next 25-code chunk and its 3 look-ahead codes exist (42 codes)."""
+    t2w = model.token2wav
+    reply = [*encode(model, "Hi there"), *(model.ids.audio_base + i for i in range(17))]
+    first = model.first_chunk_audio_s(reply)
+    assert first == t2w.first_audio_s(17) > 0
+    assert model.first_chunk_audio_s(reply, 29) == first  # 24 codes more: 41
+    assert model.first_chunk_audio_s(reply, 30) == t2w.first_audio_s(42) > first
+
+
 def test_second_turn_reuses_the_first_turns_kv_and_equals_a_fresh_prefill(model):
     model = copy.copy(model)
     model.token2wav = None  # transcript only: the tokens are the subject here
