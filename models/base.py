@@ -25,6 +25,9 @@ from models.voice_clip import ClipRules, PendingVoice, VoiceClip
 # A step's token: one vocabulary id, or for models with a depth stage a row of ids (CSM: the
 # frame's codebooks then a text column; negative = absent). Same alias as engine.request.Token.
 Token = int | tuple[int, ...]
+# The clip SpeechModel.warm_up_audio_input runs through a model's audio input: 1 s of quiet at
+# 16 kHz, the rate spoken turns reach the models at.
+WARM_UP_AUDIO_16K = 16_000
 
 
 class ModelInputError(ValueError):
@@ -491,7 +494,7 @@ class SpeechModel(abc.ABC):
         """Optional, for models that take spoken turns: run the audio-input stage (features,
         encoder) once on a short clip, so its first-use costs (imports, kernels loaded on first
         launch, cuDNN and cuBLAS setup) are paid before serving, not by the first user turn,
-        whose reply waits for them."""
+        whose reply waits for them. The clip: WARM_UP_AUDIO_16K."""
 
     def release(self) -> None:  # noqa: B027 - optional hook
         """Free model resources (GPU memory) on shutdown."""

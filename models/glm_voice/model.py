@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from models.base import (
+    WARM_UP_AUDIO_16K,
     BackboneShape,
     ModelFacts,
     ModelInputError,
@@ -27,7 +28,6 @@ from models.layers.llama import LlamaForCausalLM
 
 SPEECH_TOKEN_RATE_HZ = 12.5  # the speech tokenizer's and the decoder's token rate
 DECODER_SAMPLE_RATE = 22050
-WARM_UP_SAMPLES = 16000  # the clip the speech tokenizer is warmed up with: 1 s at 16 kHz
 # The reply format GLM-4-Voice is trained on (its system prompt: "13 text token followed by
 # 26 audio tokens"): the benchmark-only constraint for random weights (models/interleave.py).
 TRAINED_INTERLEAVE = InterleaveRule(T.TEXT_TOKENS_PER_BLOCK, T.AUDIO_TOKENS_PER_BLOCK)
@@ -110,7 +110,7 @@ class GlmVoiceModel(InterleavedSampling, SpeechModel):
     def warm_up_audio_input(self) -> None:
         """One second of quiet through the speech tokenizer (SpeechModel's hook)."""
         if self.speech_tokenizer is not None:
-            self.speech_tokenizer.encode(np.zeros(WARM_UP_SAMPLES, np.float32))
+            self.speech_tokenizer.encode(np.zeros(WARM_UP_AUDIO_16K, np.float32))
 
     def user_audio_turn(self, pcm_16k: np.ndarray, system: str | None = None) -> UserTurn:
         """A turn's buffered user audio (float32 mono, 16 kHz) → a user turn of speech tokens

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from models.base import (
+    WARM_UP_AUDIO_16K,
     BackboneShape,
     ModelFacts,
     ModelInputError,
@@ -54,7 +55,6 @@ TOKENS_PER_SECOND = 30.0
 # blocks at the rate above instead: 5 text tokens, then 25 codes (models/interleave.py).
 RANDOM_WEIGHTS_INTERLEAVE = InterleaveRule(text=5, speech=25)
 assert RANDOM_WEIGHTS_INTERLEAVE.tokens_per_second(CODE_RATE_HZ) == TOKENS_PER_SECOND
-WARM_UP_SAMPLES = 16000  # the clip the audio input is warmed up with: 1 s at 16 kHz
 
 
 @dataclass
@@ -165,7 +165,7 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
     def warm_up_audio_input(self) -> None:
         """One second of quiet through the mel and the encoder + adapter (SpeechModel's hook)."""
         if self.audio_input is not None:
-            self.audio_input.embed_turns([np.zeros(WARM_UP_SAMPLES, np.float32)])
+            self.audio_input.embed_turns([np.zeros(WARM_UP_AUDIO_16K, np.float32)])
 
     def user_audio_turn(self, pcm_16k: np.ndarray, system: str | None = None) -> UserTurn:
         (turn,) = self.user_audio_turns([pcm_16k], [system])

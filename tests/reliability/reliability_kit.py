@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.orphans import spawned_children
+
 ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("VOXGATE_RELIABILITY_FULL") == "1"
 
@@ -109,11 +111,7 @@ class ServeProcess:
 
     def engine_pids(self) -> list[int]:
         """The engine's process (a spawned child of the server)."""
-        return [
-            pid
-            for pid in _children(self.proc.pid)
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
+        return spawned_children(self.proc.pid)
 
     def kill_engine(self) -> int:
         pids = self.engine_pids()
@@ -133,21 +131,6 @@ class ServeProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text()
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid:  # fields: state, ppid, …
-            found.append(int(entry.name))
-    return found
 
 
 def _rss_mb(pid: int) -> float:
