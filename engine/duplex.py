@@ -245,6 +245,7 @@ class DuplexEngine:
             frames_on_time=totals.on_time,
             totals=dataclasses.replace(self.loop_totals),  # a snapshot: the loop goes on
             admission=AdmissionStats(streams=len(self.sessions), refusals=dict(self.refusals)),
+            kv_blocks_per_session=self.blocks.blocks_for(self.model.facts.max_context),
         )
 
     # --- the tick ----------------------------------------------------------------------------------

@@ -225,6 +225,10 @@ class EngineStats:
     # counts that refusal under this cause. Judged without counting anything (stats are polled).
     realtime_refusal: str = ""
     admission: AdmissionStats = field(default_factory=AdmissionStats)
+    # Pages a new session reserves at admission when the engine knows it in advance: a
+    # full-duplex session reserves its model's whole context. 0 where requests' lengths vary
+    # (TTS). The gateway refuses a new session with 1013 while fewer pages are free.
+    kv_blocks_per_session: int = 0
 
     @property
     def realtime_room(self) -> bool:

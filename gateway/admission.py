@@ -53,7 +53,8 @@ def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> Admiss
     if not engine.ready:
         return AdmissionRefusal(NOT_READY, "the engine is not ready; try again later")
     stats = engine.stats()
-    if max(stats.kv_blocks_used, stats.kv_blocks_reserved) >= stats.kv_blocks_total:
+    free = stats.kv_blocks_total - max(stats.kv_blocks_used, stats.kv_blocks_reserved)
+    if free <= 0 or free < stats.kv_blocks_per_session:
         return AdmissionRefusal(KV, "the engine's KV cache is fully committed; try again later")
     if stats.waiting >= settings.max_engine_waiting:
         return AdmissionRefusal(

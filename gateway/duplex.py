@@ -11,6 +11,11 @@ the next one, a fresh conversation.
 Output is not paced here: the engine emits one 80 ms frame per session every 80 ms, on its own
 audio clock, so frames are sent as they come (the send queue's bound still closes a client
 that stops reading).
+
+Input crosses to the engine in whole model frames (ModelFrames). An engine with no room for a
+conversation ends the session: error `overloaded` (fatal), close 1013, as a session refused at
+`session.start` is; a non-fatal error would leave the microphone streaming into a new attempt
+on every frame.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class DuplexConversation:
         self.replies = 0
         self._options: SpeechOptions | None = None
         self._decoder: AudioDecoder | None = None
+        self._frames: ModelFrames | None = None
         self._pending: list[np.ndarray] = []  # audio before the engine admitted the session
         self._audio_in = asyncio.Event()
         self._reply: ReplyLifecycle | None = None  # the conversation open (or opening)
@@ -87,15 +93,17 @@ class DuplexConversation:
             sampling = replace(sampling, max_tokens=facts.max_context - 1)
         self._options = replace(options, sampling=sampling)
         self._decoder = AudioDecoder(input_audio, facts.sample_rate)
+        self._frames = ModelFrames(round(facts.sample_rate * facts.seconds_per_token))
 
     # --- input (the session's reader) ----------------------------------------------------------
     def push(self, data: bytes) -> None:
         """One binary frame of user audio; raises UndecodableAudio for a bad frame."""
-        if self._decoder is None:
+        if self._decoder is None or self._frames is None:
             return
-        pcm = self._decoder.decode(data)
+        pcm = self._frames.add(self._decoder.decode(data))
         if self._stream is not None and not self._ending:
-            self._engine.push_audio(self._stream.request_id, pcm)
+            if len(pcm):
+                self._engine.push_audio(self._stream.request_id, pcm)
         else:
             self._pending.append(pcm)
             self._audio_in.set()
@@ -141,6 +149,8 @@ class DuplexConversation:
         """End the conversation once. Audio not yet handed to the engine belongs to it and goes
         too. While the engine is still admitting it, it ends the moment it is admitted."""
         self._pending.clear()
+        if self._frames is not None:
+            self._frames.clear()
         if not self.busy or self._ending or self._reply is None:
             return
         self._ending = True
@@ -195,7 +205,8 @@ class DuplexConversation:
                     self._engine.end_session(stream.request_id)
                 elif not reply.cancelled:
                     for pcm in self._pending:
-                        self._engine.push_audio(stream.request_id, pcm)
+                        if len(pcm):
+                            self._engine.push_audio(stream.request_id, pcm)
                     self._pending.clear()
                 await reply.play(lambda encoder: self._play(reply, stream, encoder))
             else:  # refused (the client was told why): its audio goes with it
@@ -222,3 +233,32 @@ class DuplexConversation:
                 assert isinstance(event, Finished)
                 reply.finished(event)
                 await reply.send(await encoder.flush())
+
+
+class ModelFrames:
+    """The user's decoded audio, handed on in whole model frames (Moshi: 80 ms): the engine
+    steps on whole frames only, so a 20-ms wire packet that completes none need not cross to
+    the engine process. A quarter of the commands at 20-ms packets, and a frame reaches the
+    engine the moment its last packet is decoded, as before."""
+
+    def __init__(self, samples_per_frame: int) -> None:
+        self.samples_per_frame = max(1, samples_per_frame)
+        self._parts: list[np.ndarray] = []
+        self._buffered = 0
+
+    def add(self, pcm: np.ndarray) -> np.ndarray:
+        """The whole frames `pcm` completes (possibly none: an empty array), in order."""
+        if len(pcm):
+            self._parts.append(pcm)
+            self._buffered += len(pcm)
+        whole = self._buffered - self._buffered % self.samples_per_frame
+        if not whole:
+            return np.zeros(0, np.float32)
+        joined = np.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
+        rest = joined[whole:]
+        self._parts = [rest] if len(rest) else []
+        self._buffered = len(rest)
+        return joined[:whole]
+
+    def clear(self) -> None:
+        self._parts, self._buffered = [], 0

@@ -229,6 +229,7 @@ def sum_stats(
         totals=totals,
         realtime_refusal=realtime_refusal,
         admission=sum_admission([s.admission for s in stats], own_refusals),
+        kv_blocks_per_session=max((s.kv_blocks_per_session for s in stats), default=0),
     )
 
 

@@ -80,6 +80,10 @@ class Emitter:
 
     event: Callable[[ServerEvent], None]
     audio: Callable[[bytes, int], None]  # (wire frame, its duration in ms)
+    # What an `overloaded` refusal does instead of a non-fatal error, when set: a full-duplex
+    # session ends (fatal error, close 1013), since its microphone keeps streaming and every
+    # frame would otherwise ask the engine again.
+    overloaded: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,11 @@ class ReplyLifecycle:
         code = submit_error(exc)
         if code is ErrorCode.INTERNAL and self._engine.ready:
             self._log.exception("engine submit failed")
-        self._emit.event(ErrorEvent(code, str(exc) or type(exc).__name__))
+        message = str(exc) or type(exc).__name__
+        if code is ErrorCode.OVERLOADED and self._emit.overloaded is not None:
+            self._emit.overloaded(message)
+        else:
+            self._emit.event(ErrorEvent(code, message))
 
     def generating(self, request_id: str) -> bool:
         """The request is admitted and still generating (not finished, not cancelled)."""

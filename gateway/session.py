@@ -128,12 +128,13 @@ class Session:
         )
         # Speech-to-speech models converse instead of playing text responses: Moshi in one
         # continuous full-duplex conversation, GLM-4-Voice in turns (gateway/speech_conversation.py).
-        emit = Emitter(self._emit_event, self._emit_audio)
+        duplex = engine.facts.full_duplex
+        emit = Emitter(self._emit_event, self._emit_audio, self._overloaded if duplex else None)
         self._speech: SpeechConversation | None = (
             DuplexConversation(
                 engine, emit, metrics, open_encoder, self.log, settings.close_timeout_s
             )
-            if engine.facts.full_duplex
+            if duplex
             else TurnConversation.for_engine(
                 engine, self.session_id, settings, emit, metrics, open_encoder, self.log
             )
@@ -262,6 +263,11 @@ class Session:
     def _fatal(self, code: ErrorCode, message: str, close: CloseCode) -> None:
         self.log.info("fatal %s: %s", code.value, message)
         self._begin_close(close, code.value, ErrorEvent(code, message, fatal=True))
+
+    def _overloaded(self, message: str) -> None:
+        """The engine refused the session's conversation for room (counted by the engine, by
+        cause): the session ends (1013)."""
+        self._fatal(ErrorCode.OVERLOADED, message, CloseCode.TRY_AGAIN_LATER)
 
     # --- reader ----------------------------------------------------------------------------
     async def _read_loop(self) -> None:

@@ -96,6 +96,16 @@ def draw_codebooks(mimi, gen: torch.Generator | None = None) -> None:
             buffer.fill_(1.0)
 
 
+def forget_codebook_cache(mimi) -> None:
+    """Drop transformers' cached codebooks (`MimiEuclideanCodebook._embed`, built from
+    `embed_sum / cluster_usage` on first use): the cache is a plain attribute, so neither
+    `load_state_dict` nor `.to(device)` touches it, and a codebook used once before either
+    (make_audible decodes on the CPU) would stay stale or on the wrong device."""
+    for module in mimi.modules():
+        if hasattr(module, "_embed"):
+            module._embed = None
+
+
 @torch.no_grad()
 def make_audible(mimi, gen: torch.Generator | None = None):
     """Random Mimi weights whose audio follows the codes and stays within [-1, 1]; returns
@@ -111,6 +121,7 @@ def make_audible(mimi, gen: torch.Generator | None = None):
     codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, 16), generator=gen)
     codes = codes.to(last.weight.device)
     scale_output(last, lambda: mimi.decode(codes), RANDOM_OUTPUT_STD)
+    forget_codebook_cache(mimi)
     return mimi
 
 
@@ -130,6 +141,7 @@ def load_mimi_weights(mimi, tensors: Iterable[tuple[str, torch.Tensor]], where: 
     state = {_module_name(name): t for name, t in tensors}
     check_state_dict(mimi.state_dict(), state, f"the Mimi tensors of {where}")
     mimi.load_state_dict(state, strict=True)
+    forget_codebook_cache(mimi)
 
 
 def _module_name(flat: str) -> str:
@@ -187,6 +199,7 @@ class MimiDetokenizer:
         ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        forget_codebook_cache(mimi)  # a cache built before mimi moved to its device stays behind
         self.model = mimi.eval()
         self.decoder = StreamingMimiDecoder(mimi)
         cfg = mimi.config

@@ -214,3 +214,37 @@ def test_a_conversation_whose_encoder_process_died_fails_alone(
     assert second[0]["type"] == "response.started" and second[-2]["status"] == "completed"
     assert frames > 0 and second[-2]["audio_ms"] == 20 * frames  # 20-ms Opus frames out
     assert code == 1000 and raised
+
+
+def test_a_conversation_the_engine_has_no_room_for_ends_the_session_with_1013(
+    moshi_server, moshi_engine, monkeypatch
+):
+    # The engine refuses the conversation at submit (its KV pool filled between the session's
+    # start and its first frame). The microphone keeps streaming, so a non-fatal error would
+    # have every later frame ask the engine again: the session ends as one refused at
+    # session.start does, one fatal `overloaded` and close 1013, and asks the engine once.
+    from engine.api import EngineOverloaded
+
+    submits = []
+
+    async def full(request):
+        submits.append(request)
+        raise EngineOverloaded("the KV pool is full")
+
+    monkeypatch.setattr(moshi_engine, "submit", full)
+
+    async def main():
+        async with websockets.connect(moshi_server.url, subprotocols=["voxgate.v1"]) as ws:
+            await start_session(ws, sampling={"temperature": 0.0})
+            for packet in microphone_packets(seed=5)[:50]:  # 1 s, sent at once
+                try:
+                    await ws.send(packet)
+                except websockets.ConnectionClosed:
+                    break
+            return await expect_close(ws, timeout=30)
+
+    code, messages = asyncio.run(main())
+    errors = [m for m in messages if isinstance(m, dict) and m["type"] == "error"]
+    assert code == 1013
+    assert len(errors) == 1 and errors[0]["code"] == "overloaded" and errors[0]["fatal"]
+    assert "KV pool is full" in errors[0]["message"] and len(submits) == 1

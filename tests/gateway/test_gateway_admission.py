@@ -26,7 +26,9 @@ class Figures:
         return self.stats_now
 
 
-def engine(ready=True, used=0, reserved=0, waiting=0, realtime_refusal="") -> Figures:
+def engine(
+    ready=True, used=0, reserved=0, waiting=0, realtime_refusal="", per_session=0
+) -> Figures:
     stats = EngineStats(
         running=1,
         waiting=waiting,
@@ -37,6 +39,7 @@ def engine(ready=True, used=0, reserved=0, waiting=0, realtime_refusal="") -> Fi
         stepping=ready,
         kv_blocks_reserved=reserved,
         realtime_refusal=realtime_refusal,
+        kv_blocks_per_session=per_session,
     )
     return Figures(ready, stats)
 
@@ -61,6 +64,15 @@ def test_each_refusal_has_its_cause_and_says_why(figures, cause, words):
     assert isinstance(refusal, AdmissionRefusal)
     assert refusal.cause == cause and cause in GATEWAY_CAUSES
     assert words in refusal.message and refusal.message.endswith("try again later")
+
+
+def test_a_session_of_known_size_needs_its_pages_free():
+    """A full-duplex engine states the pages a new session reserves (its whole context): the
+    session is refused at start while fewer are free, not admitted to fail at submit."""
+    assert admission_refusal(engine(reserved=70, per_session=30), SETTINGS) is None
+    refused = admission_refusal(engine(reserved=71, per_session=30), SETTINGS)
+    assert refused is not None and refused.cause == "kv"
+    assert admission_refusal(engine(used=71, reserved=40, per_session=30), SETTINGS).cause == "kv"
 
 
 def test_the_first_failing_check_names_the_cause():

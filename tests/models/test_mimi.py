@@ -132,3 +132,30 @@ def test_load_published_layout_and_name_the_missing_tensor(mimi, tmp_path):
     save_file(names, str(tmp_path / "mimi" / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"missing: decoder\.upsample\.conv\.weight"):
         load_mimi(str(tmp_path / "mimi"))
+
+
+def test_codebooks_used_before_a_move_are_not_left_behind():
+    """transformers caches a codebook on first use, as a plain attribute that `.to()` does not
+    move: random weights are made audible by decoding once (on the CPU), and the served model
+    then failed on the GPU with the cache still on the CPU. A change of dtype shows the same
+    on the CPU."""
+    from models.codecs.mimi import make_audible
+
+    mimi = make_audible(tiny_mimi(), torch.Generator().manual_seed(0)).double()
+    det = MimiDetokenizer(mimi)
+    stream = det.new_stream()
+    det.push(stream, codes(3, seed=4).tolist())
+    (audio,) = det.decode([stream])
+    assert len(audio) == 3 * SPF and np.isfinite(audio).all()
+
+
+def test_codebooks_used_before_a_weight_load_follow_the_loaded_weights(tmp_path):
+    """A codebook cached before `load_mimi_weights` would decode with the old centroids."""
+    from models.codecs.mimi import load_mimi_weights
+
+    stale, source = tiny_mimi(seed=0), tiny_mimi(seed=1)
+    frames = codes(4, seed=2)
+    hf_whole(stale, frames)  # caches seed 0's codebooks
+    flat = {name: t.clone() for name, t in source.state_dict().items()}
+    load_mimi_weights(stale, flat.items(), "a test")
+    assert rel_err(hf_whole(stale, frames), hf_whole(source, frames)) == 0.0

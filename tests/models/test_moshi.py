@@ -180,6 +180,9 @@ def test_a_session_the_kv_pool_cannot_hold_is_refused_and_counted_as_kv(model):
     stats = core.stats()
     assert stats.admission.refusals == {"kv": 1} and stats.admission.streams == 1
     assert stats.realtime_room  # a duplex engine admits by its KV pool alone
+    # ... and says what a new session reserves: the model's whole context, for the gateway
+    # to refuse a session at start rather than at its first frame.
+    assert stats.kv_blocks_per_session == -(-model.facts.max_context // 16)
 
 
 def test_session_rejects_text_and_voices(model):
