@@ -49,6 +49,8 @@ from models.base import ModelInputError, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
 _RECENT = 1024
+# The refusal cause of a session beyond --max-num-seqs (a frame steps every session at once).
+FULL_BATCH = "max_num_seqs"
 
 
 @dataclass(eq=False)
@@ -149,6 +151,14 @@ class DuplexEngine:
             )
         if spec.request_id and spec.request_id in self.sessions:
             raise ModelInputError(f"request id {spec.request_id!r} is already in use")
+        if len(self.sessions) >= self.config.max_num_seqs:
+            # Every session steps in every frame: one more than the step is sized for (its
+            # graphs, its attention's page table) cannot wait its turn as a TTS request can.
+            self.refusals[FULL_BATCH] = self.refusals.get(FULL_BATCH, 0) + 1
+            raise EngineOverloaded(
+                f"the engine steps at most {self.config.max_num_seqs} sessions together "
+                "(--max-num-seqs); try again later"
+            )
         decision = self.blocks.can_admit(total, self._reserved)
         if not decision.ok:
             self.refusals["kv"] = self.refusals.get("kv", 0) + 1
@@ -245,6 +255,7 @@ class DuplexEngine:
             frames_on_time=totals.on_time,
             totals=dataclasses.replace(self.loop_totals),  # a snapshot: the loop goes on
             admission=AdmissionStats(streams=len(self.sessions), refusals=dict(self.refusals)),
+            realtime_refusal=FULL_BATCH if len(self.sessions) >= self.config.max_num_seqs else "",
             kv_blocks_per_session=self.blocks.blocks_for(self.model.facts.max_context),
         )
 

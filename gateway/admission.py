@@ -5,7 +5,8 @@ A refusal here never reaches the engine, so the engine's own count of refusals
 (`voxgate_engine_admission_refusals_total`, requests refused at submit) never sees it: the
 gateway counts it in `voxgate_gateway_admission_refusals_total{cause}` (gateway/metrics.py).
 The causes are the engine's where the engine's figures decide (`kv`, and real-time
-admission's `turn_cost`, `codec`, `slow_start`, `listeners`), plus the gateway's own.
+admission's `turn_cost`, `codec`, `slow_start`, `listeners`; a full-duplex engine's
+`max_num_seqs`), plus the gateway's own.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ GATEWAY_CAUSES = (
     "codec",
     "slow_start",
     "listeners",
+    "max_num_seqs",  # a full-duplex engine steps at most --max-num-seqs sessions together
     MAX_SESSIONS,
     KEY_SESSIONS,
 )

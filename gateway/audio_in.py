@@ -8,15 +8,39 @@ its frames, so a stream decoded packet by packet is one continuous signal.
 from __future__ import annotations
 
 import fractions
+import weakref
 
 import av
 import numpy as np
 
+from gateway.opus_lib import NATIVE_RATES, OpusError, OpusLib, load_opus
 from gateway.protocol import AudioFormat, AudioSpec
+
+_LONGEST_PACKET_MS = 120  # an Opus packet holds at most 120 ms (RFC 6716, 3.2.1)
 
 
 class UndecodableAudio(ValueError):
     """A frame the session's input format cannot decode; the message says why."""
+
+
+class DirectOpusDecoder:
+    """Opus packets straight to the model's rate through libopus itself (gateway.opus_lib):
+    one foreign call a packet, no resampler, for a model rate Opus decodes to (NATIVE_RATES).
+    The same signal as AudioDecoder's route (decode at 48 kHz, resample) up to each route's
+    filter, without the resampler's hold-back."""
+
+    def __init__(self, target_rate: int, lib: OpusLib) -> None:
+        self._lib = lib
+        self._decoder = lib.create_decoder(target_rate)
+        weakref.finalize(self, lib.destroy_decoder, self._decoder)
+        self._out = np.zeros(target_rate * _LONGEST_PACKET_MS // 1000, np.float32)
+
+    def decode(self, data: bytes) -> np.ndarray:
+        try:
+            n = self._lib.decode(self._decoder, data, self._out)
+        except OpusError as exc:
+            raise UndecodableAudio(f"undecodable opus frame: {exc}") from None
+        return self._out[:n].copy()
 
 
 class AudioDecoder:
@@ -24,7 +48,12 @@ class AudioDecoder:
         self.spec = spec
         self.target_rate = target_rate
         self._codec = None
-        if spec.format is AudioFormat.OPUS:
+        # Opus to a rate libopus decodes to: libopus itself (None: PyAV's decoder, resampled).
+        lib = (
+            load_opus() if spec.format is AudioFormat.OPUS and target_rate in NATIVE_RATES else None
+        )
+        self._direct = DirectOpusDecoder(target_rate, lib) if lib is not None else None
+        if spec.format is AudioFormat.OPUS and self._direct is None:
             self._codec = av.CodecContext.create("libopus", "r")
         elif spec.format is AudioFormat.MULAW:
             self._codec = av.CodecContext.create("pcm_mulaw", "r")
@@ -39,6 +68,8 @@ class AudioDecoder:
         resampler holds a few samples back until the next frame)."""
         if not data:
             return np.zeros(0, np.float32)
+        if self._direct is not None:
+            return self._direct.decode(data)
         if self._codec is None:  # pcm16
             if len(data) % 2:
                 raise UndecodableAudio(

@@ -1,4 +1,4 @@
-"""libopus's encoder, called directly (ctypes) instead of through libavcodec.
+"""libopus's encoder and decoder, called directly (ctypes) instead of through libavcodec.
 
 Why: the gateway encodes every stream's audio on worker threads that share the GIL with its
 event loop, and each time a thread comes back from C it waits up to a switch interval for
@@ -8,6 +8,9 @@ codec's send and receive, a Packet object), so in a busy gateway a 640-ms chunk'
 of CosyVoice 2 on the H200 the encodes averaged 29 ms). Here each frame is
 one foreign call, which releases the GIL for the whole frame's encode, and Opus takes 8, 12,
 16, 24 and 48 kHz input as it is, so the models' 24 kHz audio needs no resampler either.
+Decoding the users' microphones is the mirror (gateway/audio_in.py): one call per packet,
+straight to the model's rate, where PyAV's decoder and resampler cost the event loop ~66 µs a
+20-ms packet (6,400 packets a second for 128 full-duplex sessions).
 
 The library is the libopus PyAV's wheel bundles (the same one libavcodec used), or the
 system's. `load_opus()` returns None where neither can be loaded or the variadic control
@@ -63,6 +66,23 @@ class OpusLib:
         ]
         lib.opus_encoder_destroy.restype = None
         lib.opus_encoder_destroy.argtypes = [ctypes.c_void_p]
+        lib.opus_decoder_create.restype = ctypes.c_void_p
+        lib.opus_decoder_create.argtypes = [
+            ctypes.c_int32,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int),
+        ]
+        lib.opus_decode_float.restype = ctypes.c_int
+        lib.opus_decode_float.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+            ctypes.c_int32,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
+        lib.opus_decoder_destroy.restype = None
+        lib.opus_decoder_destroy.argtypes = [ctypes.c_void_p]
         lib.opus_strerror.restype = ctypes.c_char_p
         lib.opus_strerror.argtypes = [ctypes.c_int]
         # opus_encoder_ctl is variadic: left untyped, ctypes passes the ints as C varargs.
@@ -107,6 +127,26 @@ class OpusLib:
 
     def destroy(self, encoder: ctypes.c_void_p) -> None:
         self._lib.opus_encoder_destroy(encoder)
+
+    def create_decoder(self, rate: int) -> ctypes.c_void_p:
+        """A mono decoder whose output is at `rate` Hz (one of NATIVE_RATES: Opus decodes any
+        stream at any of them, whatever rate it was encoded at)."""
+        err = ctypes.c_int()
+        handle = self._lib.opus_decoder_create(rate, 1, ctypes.byref(err))
+        if err.value != 0 or not handle:
+            raise OpusError(f"opus_decoder_create({rate} Hz): {self.error(err.value)}")
+        return ctypes.c_void_p(handle)
+
+    def decode(self, decoder: ctypes.c_void_p, packet: bytes, out: np.ndarray) -> int:
+        """One packet → samples written to `out` (float32, room for the longest packet);
+        returns how many, or raises OpusError for a packet libopus cannot decode."""
+        n = self._lib.opus_decode_float(decoder, packet, len(packet), out.ctypes.data, len(out), 0)
+        if n < 0:
+            raise OpusError(self.error(n))
+        return n
+
+    def destroy_decoder(self, decoder: ctypes.c_void_p) -> None:
+        self._lib.opus_decoder_destroy(decoder)
 
 
 def _candidates() -> list[str]:

@@ -185,6 +185,30 @@ def test_a_session_the_kv_pool_cannot_hold_is_refused_and_counted_as_kv(model):
     assert stats.kv_blocks_per_session == -(-model.facts.max_context // 16)
 
 
+def test_sessions_beyond_max_num_seqs_are_refused_not_stepped(model):
+    """Every session steps in every frame, so one past --max-num-seqs is refused at submit
+    (the step's graphs and page table are sized for max_num_seqs rows; 129 rows once crashed
+    the served engine), and the stats tell the gateway to refuse new sessions at start."""
+    core = DuplexEngine(
+        model,
+        EngineConfig(num_kv_blocks=64, block_size=16, max_num_seqs=2),
+        torch.device("cpu"),
+        "sdpa",
+        FakeClock(),
+    )
+    first = core.add_request(SpeechRequest("", None, greedy(8)))
+    assert core.stats().realtime_room
+    core.add_request(SpeechRequest("", None, greedy(8)))
+    with pytest.raises(EngineOverloaded, match="at most 2 sessions"):
+        core.add_request(SpeechRequest("", None, greedy(8)))
+    stats = core.stats()
+    assert stats.admission.refusals == {"max_num_seqs": 1}
+    assert stats.realtime_refusal == "max_num_seqs"
+    core.end_session(first.request_id)
+    assert core.stats().realtime_room
+    core.add_request(SpeechRequest("", None, greedy(8)))  # room again once one has left
+
+
 def test_session_rejects_text_and_voices(model):
     with pytest.raises(ModelInputError, match="speech-to-speech"):
         model.preprocess("hello", None)
