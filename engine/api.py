@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -290,6 +290,18 @@ class ResponseStream:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
+    @staticmethod
+    def push_all(pairs: Sequence[tuple[ResponseStream, EngineEvent]]) -> None:
+        """Deliver many events from any thread, one wake-up of each consumer's event loop for
+        them all (an engine step's events: a full-duplex frame has one or two per session,
+        and a wake-up per event kept the gateway's loop busy at a hundred sessions)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[ResponseStream, EngineEvent]]] = {}
+        for stream, event in pairs:
+            by_loop.setdefault(stream._loop, []).append((stream, event))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that consumer's loop has closed
+                loop.call_soon_threadsafe(_put_each, items)
+
     async def get(self) -> EngineEvent:
         return await self._queue.get()
 
@@ -302,6 +314,11 @@ class ResponseStream:
             yield event
             if isinstance(event, Finished):
                 return
+
+
+def _put_each(items: list[tuple[ResponseStream, EngineEvent]]) -> None:
+    for stream, event in items:
+        stream._queue.put_nowait(event)
 
 
 # --- the client ----------------------------------------------------------------------------------

@@ -111,8 +111,7 @@ class AsyncEngine(ClientBase):
                     self._wake.wait(timeout=min(wait, 0.5))
                     self._wake.clear()
                     continue
-                for event in self.core.step():
-                    self._deliver(event)
+                self._deliver_all(self.core.step())
         except BaseException as exc:  # the loop must never die silently
             log.exception("engine loop failed")
             self.failure = exc

@@ -4,7 +4,7 @@ delivery of events, and the one fail-all that ends them when the engine dies.
 
 A subclass sends a command with `_send(command, token)` (token None: nobody awaits an answer),
 and reports what came of it with `_answer(token, applied)` / `_refuse(token, error)`, events
-with `_deliver(event)`, and a dead engine with `_fail_all(reason)`; it may call these from any
+with `_deliver(event)` (a step's with `_deliver_all(events)`), and a dead engine with `_fail_all(reason)`; it may call these from any
 thread.
 """
 
@@ -15,6 +15,7 @@ import concurrent.futures
 import itertools
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,12 +175,20 @@ class ClientBase:
             return self._waiting.pop(token, None)
 
     def _deliver(self, event: EngineEvent) -> None:
+        self._deliver_all((event,))
+
+    def _deliver_all(self, events: Sequence[EngineEvent]) -> None:
+        """An engine step's events, in order, to their streams: one wake-up of the consumers'
+        event loop for all of them (ResponseStream.push_all)."""
+        pairs = []
         with self._lock:
-            stream = self._streams.get(event.request_id)
-            if isinstance(event, Finished):
-                self._streams.pop(event.request_id, None)
-        if stream is not None:
-            stream.push(event)
+            for event in events:
+                stream = self._streams.get(event.request_id)
+                if isinstance(event, Finished):
+                    self._streams.pop(event.request_id, None)
+                if stream is not None:
+                    pairs.append((stream, event))
+        ResponseStream.push_all(pairs)
 
     def _fail_all(self, reason: str) -> None:
         """The engine is gone: every stream ends `failed` with `reason`, every caller still

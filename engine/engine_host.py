@@ -35,6 +35,7 @@ from engine.config import EngineConfig
 from engine.loop import Applied, EngineLoop, apply, prepare_speech_turns
 from engine.outputs import (
     AudioChunk,
+    EngineEvent,
     EngineStats,
     Finished,
     StepTiming,
@@ -89,6 +90,15 @@ class Refused:
 @dataclass(frozen=True)
 class Crashed:
     reason: str
+
+
+@dataclass(frozen=True)
+class StepEvents:
+    """One engine step's events, in order, as one message: one pickle and one pipe write for
+    them all (a full-duplex frame has one or two per session), and one wake-up of the caller's
+    event loop (ClientBase._deliver_all)."""
+
+    events: tuple[EngineEvent, ...]
 
 
 def _error_kind(exc: Exception) -> str:
@@ -157,8 +167,9 @@ def host_main(
             if speech:  # the spoken turns that came together: one batched audio-encoder run
                 turns.submit(_apply_speech, core, speech, events)
             if core.has_work():
-                for event in core.step():
-                    events.put(event)
+                stepped = core.step()
+                if stepped:
+                    events.put(StepEvents(tuple(stepped)))
             if time.monotonic() - last_stats > STATS_EVERY_S:
                 events.put(core.stats())
                 last_stats = time.monotonic()
@@ -218,6 +229,8 @@ class HostedClient(ClientBase):
 
     def _handle(self, message: object) -> None:
         match message:
+            case StepEvents(stepped):
+                self._deliver_all(stepped)
             case AudioChunk() | TextDelta() | WordTimings() | Finished():
                 self._deliver(message)
             case EngineStats():

@@ -43,9 +43,10 @@ from engine.engine_host import (
     Ready,
     Refused,
     StartFailed,
+    StepEvents,
     host_main,
 )
-from engine.outputs import AudioChunk, EngineStats, Finished, TextDelta
+from engine.outputs import AudioChunk, EngineStats, Finished, TextDelta, WordTimings
 
 POLL_BATCH = 256  # messages one poll carries at most (the rest wait for the next)
 STALE_CLIENT_S = 30.0  # a caller silent this long has gone: its requests are cancelled
@@ -171,7 +172,10 @@ class ReplicaHost:
 
     def _route_one(self, message: Any) -> None:
         match message:
-            case AudioChunk() | TextDelta() | Finished():
+            case StepEvents(stepped):
+                for event in stepped:
+                    self._to_owner(event)
+            case AudioChunk() | TextDelta() | WordTimings() | Finished():
                 self._to_owner(message)
             case Answered(token, applied):
                 client, theirs = self._owner_of(token)

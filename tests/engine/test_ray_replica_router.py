@@ -11,17 +11,26 @@ import time
 import numpy as np
 
 from engine.api import Cancel, ReportPlayback, SpeechRequest, Submit
-from engine.engine_host import Answered, Refused
+from engine.engine_host import Answered, Refused, StepEvents
 from engine.loop import Applied
-from engine.outputs import AudioChunk, EngineStats, Finished, FinishReason, StepTiming
+from engine.outputs import (
+    AudioChunk,
+    EngineStats,
+    Finished,
+    FinishReason,
+    StepTiming,
+    WordTimings,
+)
 from engine.ray_replica import ReplicaHost
+from engine.word_timing import WordTiming
 
 STATS = EngineStats(0, 0, 10, 0, 0, StepTiming(), True)
 
 
 def scripted_loop(applied: list, commands: queue.Queue, events: queue.Queue) -> None:
     """The engine loop's side of the queues, scripted: a Submit is admitted as its text (the
-    request id) and speaks one chunk; a Cancel ends the request; a ReportPlayback with a
+    request id) and speaks one chunk and its words, one step's events together as the host
+    sends them (StepEvents); a Cancel ends the request; a ReportPlayback with a
     negative position is refused; every command is recorded in the order applied."""
     while (message := commands.get()) is not None:
         command, token = message
@@ -29,7 +38,9 @@ def scripted_loop(applied: list, commands: queue.Queue, events: queue.Queue) -> 
         match command:
             case Submit(request):
                 events.put(Answered(token, Applied(request.text)))
-                events.put(AudioChunk(request.text, np.zeros(4, np.float32), 24_000))
+                chunk = AudioChunk(request.text, np.zeros(4, np.float32), 24_000)
+                words = WordTimings(request.text, (WordTiming("hi", 0.0, 0.2),))
+                events.put(StepEvents((chunk, words)))
             case Cancel(request_id):
                 done = Finished(request_id, FinishReason.CANCELLED, 0)
                 events.put(Answered(token, Applied(events=(done,))))
@@ -60,9 +71,14 @@ def test_each_caller_gets_its_own_answers_and_events_in_its_own_order():
     host.send("a", 1, ReportPlayback("ra", 1.0), None)
     host.send("b", 0, Submit(SpeechRequest(text="rb")), 0)
     host.send("a", 0, Submit(SpeechRequest(text="ra")), 0)
-    a, b = drain(host, "a", 2), drain(host, "b", 2)
-    assert a == [Answered(0, Applied("ra")), a[1]] and a[1].request_id == "ra"
-    assert b == [Answered(0, Applied("rb")), b[1]] and b[1].request_id == "rb"
+    a, b = drain(host, "a", 3), drain(host, "b", 3)
+    # A step's events reach their owners one by one, word timings included.
+    assert a[0] == Answered(0, Applied("ra")) and [type(m) for m in a[1:]] == [
+        AudioChunk,
+        WordTimings,
+    ]
+    assert b[0] == Answered(0, Applied("rb")) and {m.request_id for m in b[1:]} == {"rb"}
+    assert {m.request_id for m in a[1:]} == {"ra"}
     order = [
         (type(c).__name__, c.request.text if isinstance(c, Submit) else c.request_id)
         for c in host.applied

@@ -24,16 +24,35 @@ TEXTS = [
 ]
 
 
+def tiny_for_flashinfer(root):
+    """tiny-qwen3-tts with heads of 64 (FlashInfer's smallest; the tiny preset's are 16), its
+    multimodal rotary sections scaled to match, written and loaded as the preset is."""
+    from models.qwen3_tts import configs
+    from models.qwen3_tts.checkpoint import write_checkpoint
+    from models.qwen3_tts.tiny_tokenizer import write_tiny_tokenizer
+
+    cfg = copy.deepcopy(configs.TINY_QWEN3_TTS)
+    talker = cfg["talker_config"]
+    heads = {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64}
+    talker.update(heads)
+    talker["rope_scaling"] = {**talker["rope_scaling"], "mrope_section": [8, 12, 12]}
+    talker["code_predictor_config"].update(heads)
+    folder = root / "model"
+    write_checkpoint(
+        folder, cfg, configs.TINY_SPEECH_TOKENIZER, seed=0, tokenizer=write_tiny_tokenizer
+    )
+    return folder
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("flashinfer") is None,
     reason="flashinfer (the gpu extra) is not installed",
 )
-def test_qwen3_tts_arrivals_replay_the_prompt_graphs():
+def test_qwen3_tts_arrivals_replay_the_prompt_graphs(tmp_path):
     from models.qwen3_tts.checkpoint import load_qwen3_tts
-    from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
     from tests.cpu_graphs import count_graphed_steps
 
-    model = load_qwen3_tts(str(ensure_tiny_qwen3_tts()), CUDA, torch.bfloat16, name="tiny")
+    model = load_qwen3_tts(str(tiny_for_flashinfer(tmp_path)), CUDA, torch.bfloat16, name="tiny")
     defaults = model.facts.sampling_defaults
     lengths = (20, 14, 18, 12)
     specs = [
