@@ -45,7 +45,7 @@ class OpusError(RuntimeError):
 
 
 class OpusLib:
-    """The few libopus calls the encoder needs, typed."""
+    """The few libopus calls the encoder and the decoder need, typed."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._lib = lib
@@ -66,14 +66,20 @@ class OpusLib:
         ]
         lib.opus_encoder_destroy.restype = None
         lib.opus_encoder_destroy.argtypes = [ctypes.c_void_p]
-        lib.opus_decoder_create.restype = ctypes.c_void_p
-        lib.opus_decoder_create.argtypes = [
+        lib.opus_strerror.restype = ctypes.c_char_p
+        lib.opus_strerror.argtypes = [ctypes.c_int]
+        # The decoder runs on the gateway's event loop, 20 µs a packet: through a handle that
+        # keeps the GIL (PyDLL), since a call that lets it go must win it back on return, and
+        # behind busy threads that wait cost ~100 µs a packet (bench/duplex_gateway_load.py).
+        held = self._held = ctypes.PyDLL(lib._name)
+        held.opus_decoder_create.restype = ctypes.c_void_p
+        held.opus_decoder_create.argtypes = [
             ctypes.c_int32,
             ctypes.c_int,
             ctypes.POINTER(ctypes.c_int),
         ]
-        lib.opus_decode_float.restype = ctypes.c_int
-        lib.opus_decode_float.argtypes = [
+        held.opus_decode_float.restype = ctypes.c_int
+        held.opus_decode_float.argtypes = [
             ctypes.c_void_p,
             ctypes.c_char_p,
             ctypes.c_int32,
@@ -81,10 +87,8 @@ class OpusLib:
             ctypes.c_int,
             ctypes.c_int,
         ]
-        lib.opus_decoder_destroy.restype = None
-        lib.opus_decoder_destroy.argtypes = [ctypes.c_void_p]
-        lib.opus_strerror.restype = ctypes.c_char_p
-        lib.opus_strerror.argtypes = [ctypes.c_int]
+        held.opus_decoder_destroy.restype = None
+        held.opus_decoder_destroy.argtypes = [ctypes.c_void_p]
         # opus_encoder_ctl is variadic: left untyped, ctypes passes the ints as C varargs.
         # Whether that works on this platform is checked once, by load_opus.
 
@@ -132,7 +136,7 @@ class OpusLib:
         """A mono decoder whose output is at `rate` Hz (one of NATIVE_RATES: Opus decodes any
         stream at any of them, whatever rate it was encoded at)."""
         err = ctypes.c_int()
-        handle = self._lib.opus_decoder_create(rate, 1, ctypes.byref(err))
+        handle = self._held.opus_decoder_create(rate, 1, ctypes.byref(err))
         if err.value != 0 or not handle:
             raise OpusError(f"opus_decoder_create({rate} Hz): {self.error(err.value)}")
         return ctypes.c_void_p(handle)
@@ -140,13 +144,13 @@ class OpusLib:
     def decode(self, decoder: ctypes.c_void_p, packet: bytes, out: np.ndarray) -> int:
         """One packet → samples written to `out` (float32, room for the longest packet);
         returns how many, or raises OpusError for a packet libopus cannot decode."""
-        n = self._lib.opus_decode_float(decoder, packet, len(packet), out.ctypes.data, len(out), 0)
+        n = self._held.opus_decode_float(decoder, packet, len(packet), out.ctypes.data, len(out), 0)
         if n < 0:
             raise OpusError(self.error(n))
         return n
 
     def destroy_decoder(self, decoder: ctypes.c_void_p) -> None:
-        self._lib.opus_decoder_destroy(decoder)
+        self._held.opus_decoder_destroy(decoder)
 
 
 def _candidates() -> list[str]:
