@@ -8,7 +8,7 @@
 # on PYTHONPATH and puts a `voxgate` command on PATH (the package is not installed on the
 # machine).
 mkdir -p /tmp/site
-for archive in .gpu/site.txz .gpu/site-ray.txz; do
+for archive in .gpu/site.txz .gpu/site-ray.txz .gpu/ray.txz; do
   stamp=/tmp/site/.$(basename "$archive")
   if [ -f "$archive" ] && [ ! -f "$stamp" ]; then tar -C /tmp/site -xJf "$archive" && touch "$stamp"; fi
 done
