@@ -30,6 +30,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.factory import build_core, resolve_device, resolve_dtype
+from engine.gc_pauses import freeze_loaded
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
@@ -183,8 +184,11 @@ def main() -> None:
     parser.add_argument("--time-budget", type=float, default=240.0, help="search stops after this")
     parser.add_argument(
         "--gc-freeze",
-        action="store_true",
-        help="gc.freeze() after warm-up: weights, graphs and buffers leave the collector's sight",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="freeze what start-up left out of the collector's full collections, as the server "
+        "does (engine/gc_pauses.py); without it full collections of ~200 ms on the H200 host "
+        "make sessions late from ~68 on",
     )
     parser.add_argument("--device", default=None)
     parser.add_argument("--attention", default=None)
@@ -204,8 +208,7 @@ def main() -> None:
     load_s = time.monotonic() - t0
     core.warm_up()
     if args.gc_freeze:
-        gc.collect()
-        gc.freeze()
+        freeze_loaded()
     warm_up_s = time.monotonic() - t0 - load_s
     best, trials = search(core, args)
     name = (
