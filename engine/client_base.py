@@ -4,8 +4,8 @@ delivery of events, and the one fail-all that ends them when the engine dies.
 
 A subclass sends a command with `_send(command, token)` (token None: nobody awaits an answer),
 and reports what came of it with `_answer(token, applied)` / `_refuse(token, error)`, events
-with `_deliver(event)` (a step's with `_deliver_all(events)`), and a dead engine with `_fail_all(reason)`; it may call these from any
-thread.
+with `_deliver(event)` (a step's with `_deliver_all(events)`), and a dead engine with
+`_fail_all(reason)`; it may call these from any thread.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ one foreign call, which releases the GIL for the whole frame's encode, and Opus 
 16, 24 and 48 kHz input as it is, so the models' 24 kHz audio needs no resampler either.
 Decoding the users' microphones is the mirror (gateway/audio_in.py): one call per packet,
 straight to the model's rate, where PyAV's decoder and resampler cost the event loop ~66 µs a
-20-ms packet (6,400 packets a second for 128 full-duplex sessions).
+20-ms packet (6,400 packets a second for 128 full-duplex sessions). Unlike the encoder's, the
+decoder's calls keep the GIL: they run on the event loop itself, and are short.
 
 The library is the libopus PyAV's wheel bundles (the same one libavcodec used), or the
 system's. `load_opus()` returns None where neither can be loaded or the variadic control
