@@ -29,14 +29,9 @@ import torch
 
 from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.audible_weights import scale_output
-from models.codecs.mimi_streaming import State, StreamingMimiDecoder
-from models.codecs.stream_batching import (
-    buckets_up_to,
-    decode_by_length,
-    padded_batch,
-    split_states,
-    stack_states,
-)
+from models.codecs.mimi_streaming import StreamingMimiDecoder
+from models.codecs.slot_states import SCRATCH, StateSlots
+from models.codecs.stream_batching import buckets_up_to, decode_by_length, padded_batch
 from models.device_util import download, upload
 
 DEFAULT_REPO = "kyutai/mimi"
@@ -172,17 +167,19 @@ def load_mimi(source: str, device: torch.device | str = "cpu"):
 
 @dataclass
 class MimiStream:
-    """One request's decoder state: frames waiting to be decoded, how far the stream is, and
-    the carried layer state (tensors without the batch dimension; None until the first decode)."""
+    """One request's decoder stream: frames waiting to be decoded, how far the stream is, and
+    its row in the decoder's state slots (None until its first decode)."""
 
     pending: list[list[int]] = field(default_factory=list)
     frames_decoded: int = 0
-    state: State | None = None
+    slot: int | None = None
 
 
 class MimiDetokenizer:
     """Per-request Mimi code streams → audio chunks; streams with the same number of pending
-    frames share one decoder call."""
+    frames share one decoder call. Each stream's decoder state stays in place on the device
+    (models/codecs/slot_states.py); with the engine's CUDA graphs (`enable_cuda_graphs`) each
+    bucket's call, dequantizing, the state's gather and write-back included, is one replay."""
 
     def __init__(
         self,
@@ -216,9 +213,13 @@ class MimiDetokenizer:
         self.chunk = chunk_frames
         param = next(mimi.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self._fresh: State | None = None
+        with torch.inference_mode():
+            fresh = self.decoder.initial_state(1, self.device, self.dtype)
+            self.slots = StateSlots([t[0] for t in fresh])
         # Pad each call to a batch bucket (models/codecs/stream_batching.py says why).
         self.pad_batches = self.device.type == "cuda"
+        self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
+        self._graphed = -1  # the slots' generation the graphs were captured against
 
     def new_stream(self) -> MimiStream:
         return MimiStream()
@@ -242,45 +243,62 @@ class MimiDetokenizer:
         return decode_by_length(streams, self._decode_group)
 
     def _decode_group(self, group: list[MimiStream]) -> list[np.ndarray]:
-        real = len(group)
-        if self.pad_batches:  # silent streams, decoded and dropped, fill the bucket
-            frames = len(group[0].pending)
-            group = group + [
-                MimiStream(pending=[[0] * self.num_codebooks] * frames)
-                for _ in range(padded_batch(real) - real)
-            ]
-        codes = upload([s.pending for s in group], torch.long, self.device)  # [B, n, K]
-        latents = self.model.quantizer.decode(codes.transpose(1, 2)).to(self.dtype)  # [B, D, n]
-        fresh = self._fresh_state()
-        state = stack_states(group, fresh)
-        steps = upload(
-            [s.frames_decoded * self.steps_per_frame for s in group], torch.long, self.device
-        )
-        audio, state = self.decoder.decode_step(latents, steps, state)
-        audio = download(audio[:, 0].float())  # mono: channel 0
-        split_states(group, state)
+        real, frames = len(group), len(group[0].pending)
+        batch = padded_batch(real) if self.pad_batches else real
+        pad = batch - real  # silent rows on the scratch slot, decoded and dropped
+        silence = [[0] * self.num_codebooks] * frames
+        codes = [s.pending for s in group] + [silence] * pad
+        rows = [self.slots.bind(s) for s in group] + [SCRATCH] * pad
+        steps = [s.frames_decoded * self.steps_per_frame for s in group] + [0] * pad
+        inputs = [
+            upload(codes, torch.long, self.device),  # [B, n, K]
+            upload(rows, torch.long, self.device),
+            upload(steps, torch.long, self.device),
+        ]
+        key = ("mimi-decode", batch, frames)
+        if self.graphs is not None and self._graphed == self.slots.generation:
+            audio = self.graphs.run(key, self._decode_call, inputs)
+        else:
+            audio = self._decode_call(*inputs)
+        audio = download(audio[:real])
         for s in group:
             s.frames_decoded += len(s.pending)
             s.pending = []
-        return list(audio[:real])
+        return list(audio)
+
+    def _decode_call(self, codes: torch.Tensor, rows: torch.Tensor, steps: torch.Tensor):
+        """codes [B, n, K] → mono audio [B, n · frame] (float32), the rows' state advanced."""
+        latents = self.model.quantizer.decode(codes.transpose(1, 2)).to(self.dtype)  # [B, D, n]
+        audio, state = self.decoder.decode_step(latents, steps, self.slots.gather(rows))
+        self.slots.scatter(rows, state)
+        return audio[:, 0].float()  # mono: channel 0
+
+    def enable_cuda_graphs(self, graphs) -> None:
+        """Replay each padded batch shape's call from the engine's CallableGraphs once
+        `warm_up_batches` has captured them (the engine calls this first)."""
+        self.graphs = graphs
 
     @torch.inference_mode()
     def warm_up_batches(self, max_batch: int, frames: tuple[int, ...] = (1,)) -> None:
-        """Decode once at every padded batch shape up to `max_batch` streams, for each number
-        of frames per call, so no serving tick pays cuDNN's first-use plan building."""
+        """Size the state slots for `max_batch` streams and run every padded batch shape up to
+        it once, for each number of frames per call, so no serving tick pays cuDNN's first-use
+        plan building; with graphs enabled, capture each shape instead (largest first, so the
+        smaller ones reuse its pool memory)."""
         if not self.pad_batches:
             return
-        for batch in buckets_up_to(max_batch):
+        self.slots.size_for(max_batch)
+        for batch in reversed(buckets_up_to(max_batch)):
             for n in frames:
-                streams = [self.new_stream() for _ in range(batch)]
-                for stream in streams:
-                    self.push(stream, [[0] * self.num_codebooks] * n)
-                self.decode(streams)
-
-    def _fresh_state(self) -> State:
-        if self._fresh is None:
-            self._fresh = [t[0] for t in self.decoder.initial_state(1, self.device, self.dtype)]
-        return self._fresh
+                inputs = [
+                    torch.zeros(batch, n, self.num_codebooks, dtype=torch.long, device=self.device),
+                    torch.full((batch,), SCRATCH, dtype=torch.long, device=self.device),
+                    torch.zeros(batch, dtype=torch.long, device=self.device),
+                ]
+                if self.graphs is None:
+                    self._decode_call(*inputs)
+                else:
+                    self.graphs.capture(("mimi-decode", batch, n), self._decode_call, inputs)
+        self._graphed = self.slots.generation
 
     # --- the encoder (reference audio for voice prompts) -----------------------------------------
     @torch.inference_mode()

@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.codecs.mimi_streaming import State, StreamingTransformer
-from models.codecs.stream_batching import buckets_up_to, padded_batch, split_states, stack_states
-from models.device_util import upload
+from models.codecs.slot_states import SCRATCH, StateSlots
+from models.codecs.stream_batching import buckets_up_to, padded_batch
+from models.device_util import download, upload
 
 
 def _conv_classes():
@@ -129,16 +130,18 @@ def _strided_conv_step(
 
 @dataclass
 class EncoderStream:
-    """One stream's encoder state: transformer steps done, and the carried layer state
-    (tensors without the batch dimension; None before the first call)."""
+    """One stream's encoder state: transformer steps done, and its row in the encoder's state
+    slots (None before its first call)."""
 
     steps: int = 0
-    state: State | None = None
+    slot: int | None = None
 
 
 class MimiStreamEncoder:
     """Per-session audio → Mimi codes, as it arrives; streams given the same number of samples
-    share one encoder call."""
+    share one encoder call. Each stream's state stays in place on the device
+    (models/codecs/slot_states.py); with the engine's CUDA graphs (`enable_cuda_graphs`) each
+    bucket's one-frame call, quantizer included, is one replay."""
 
     def __init__(self, mimi, num_quantizers: int) -> None:
         self.encoder = StreamingMimiEncoder(mimi.eval())
@@ -146,9 +149,13 @@ class MimiStreamEncoder:
         self.samples_per_frame = self.encoder.samples_per_frame
         param = next(mimi.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self._fresh: State | None = None
+        with torch.inference_mode():
+            fresh = self.encoder.initial_state(1, self.device, self.dtype)
+            self.slots = StateSlots([t[0] for t in fresh])
         # Pad each call to a batch bucket (models/codecs/stream_batching.py says why).
         self.pad_batches = self.device.type == "cuda"
+        self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
+        self._graphed = -1  # the slots' generation the graphs were captured against
 
     def new_stream(self) -> EncoderStream:
         return EncoderStream()
@@ -160,37 +167,62 @@ class MimiStreamEncoder:
         for i, wave in enumerate(audio):
             groups.setdefault(len(wave), []).append(i)
         out = [np.zeros((0, self.num_quantizers), np.int64) for _ in streams]
-        for n, rows in groups.items():
+        for n, members in groups.items():
             if n == 0:
                 continue
-            group = [streams[i] for i in rows]
-            waves = np.stack([audio[i] for i in rows]).astype(np.float32)
-            if self.pad_batches:  # fresh silent streams, encoded and dropped, fill the bucket
-                pad = padded_batch(len(rows)) - len(rows)
-                group = group + [EncoderStream() for _ in range(pad)]
+            group = [streams[i] for i in members]
+            real = len(group)
+            batch = padded_batch(real) if self.pad_batches else real
+            pad = batch - real  # silent rows on the scratch slot, encoded and dropped
+            waves = np.stack([audio[i] for i in members]).astype(np.float32)
+            if pad:
                 waves = np.concatenate([waves, np.zeros((pad, n), np.float32)])
-            waves = torch.from_numpy(waves).to(self.device, self.dtype)[:, None]  # [B, 1, n]
-            state = stack_states(group, self._fresh_state())
-            steps = upload([s.steps for s in group], torch.long, self.device)
-            codes, state = self.encoder.encode_step(waves, steps, state, self.num_quantizers)
-            codes = codes.transpose(1, 2).cpu().numpy()  # [B, frames, K]
-            split_states(group, state)
-            for j, (i, s) in enumerate(zip(rows, group[: len(rows)], strict=True)):
+            rows = [self.slots.bind(s) for s in group] + [SCRATCH] * pad
+            inputs = [
+                upload(waves[:, None], self.dtype, self.device),  # [B, 1, n]
+                upload(rows, torch.long, self.device),
+                upload([s.steps for s in group] + [0] * pad, torch.long, self.device),
+            ]
+            key = ("mimi-encode", batch, n)
+            if self.graphs is not None and self._graphed == self.slots.generation:
+                codes = self.graphs.run(key, self._encode_call, inputs)
+            else:
+                codes = self._encode_call(*inputs)
+            codes = download(codes[:real])  # [real, frames, K]
+            for i, s, stream_codes in zip(members, group, codes, strict=True):
                 s.steps += n // self.encoder.hop
-                out[i] = codes[j]
+                out[i] = stream_codes
         return out
+
+    def _encode_call(self, waves: torch.Tensor, rows: torch.Tensor, steps: torch.Tensor):
+        """waves [B, 1, n] → codes [B, frames, K], the rows' state advanced."""
+        state = self.slots.gather(rows)
+        codes, state = self.encoder.encode_step(waves, steps, state, self.num_quantizers)
+        self.slots.scatter(rows, state)
+        return codes.transpose(1, 2)
+
+    def enable_cuda_graphs(self, graphs) -> None:
+        """Replay each padded batch shape's one-frame call from the engine's CallableGraphs
+        once `warm_up_batches` has captured them (the engine calls this first)."""
+        self.graphs = graphs
 
     @torch.inference_mode()
     def warm_up_batches(self, max_batch: int) -> None:
-        """Encode one frame at every padded batch shape up to `max_batch` streams, so no
-        serving tick pays cuDNN's first-use plan building."""
+        """Size the state slots for `max_batch` streams and encode one frame at every padded
+        batch shape up to it, so no serving tick pays cuDNN's first-use plan building; with
+        graphs enabled, capture each shape instead (largest first)."""
         if not self.pad_batches:
             return
-        silence = np.zeros(self.samples_per_frame, np.float32)
-        for batch in buckets_up_to(max_batch):
-            self.encode([self.new_stream() for _ in range(batch)], [silence] * batch)
-
-    def _fresh_state(self) -> State:
-        if self._fresh is None:
-            self._fresh = [t[0] for t in self.encoder.initial_state(1, self.device, self.dtype)]
-        return self._fresh
+        self.slots.size_for(max_batch)
+        n = self.samples_per_frame
+        for batch in reversed(buckets_up_to(max_batch)):
+            inputs = [
+                torch.zeros(batch, 1, n, dtype=self.dtype, device=self.device),
+                torch.full((batch,), SCRATCH, dtype=torch.long, device=self.device),
+                torch.zeros(batch, dtype=torch.long, device=self.device),
+            ]
+            if self.graphs is None:
+                self._encode_call(*inputs)
+            else:
+                self.graphs.capture(("mimi-encode", batch, n), self._encode_call, inputs)
+        self._graphed = self.slots.generation

@@ -1,6 +1,8 @@
-"""Batching per-stream codec state: streams with the same number of pending frames decode in
-one call, their cached states stacked on a batch dimension and split back afterwards. Shared by
-the causal streaming codecs (Mimi, VoxCodec), whose state is a list of per-layer tensors.
+"""Batching streaming codec calls: streams with the same number of pending frames decode in
+one call (`decode_by_length`), padded to a bucket on CUDA. VoxCodec's per-stream state (a list
+of per-layer tensors) is stacked on a batch dimension for a call and split back afterwards;
+Mimi's halves keep theirs in place instead (models/codecs/slot_states.py), so their calls can
+be CUDA graphs.
 
 On CUDA the streaming Mimi halves pad each call's batch up to a bucket (`padded_batch`):
 cuDNN builds an execution plan the first time it sees a convolution shape (about 0.3 s for a

@@ -155,6 +155,12 @@ class MoshiModel(SpeechModel):
         return piece.replace("\u2581", " ")
 
     # 4. postprocess --------------------------------------------------------------------------
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        """Both Mimi halves replay their per-bucket calls from the engine's graphs (captured
+        by `warm_up_batches`): each is hundreds of small kernels a frame, launched eagerly."""
+        self.encoder.enable_cuda_graphs(graphs)
+        self.detok.enable_cuda_graphs(graphs)
+
     def warm_up_batches(self, max_batch: int) -> None:
         self.encoder.warm_up_batches(max_batch)
         self.detok.warm_up_batches(max_batch, frames=(1,))

@@ -1,0 +1,103 @@
+"""Per-stream codec state kept in place, one row a stream: what lets a streaming codec's
+call be a CUDA graph, and costs two kernels a state tensor however many streams it serves.
+
+A streaming codec's state (Mimi's: a cached tail per causal convolution, the windowed
+transformer's keys, values and positions) is a list of tensors. Kept per stream and stacked for
+each call (models/codecs/stream_batching.py), a call of B streams builds B Python objects per
+state tensor twice, and the stacked tensors are new every call, so no graph can capture it.
+Here each state tensor lives in one buffer [capacity, ...]; a stream owns a row (its slot) from
+its first call until it is garbage; a call gathers its streams' rows (`index_select`) and
+writes the new state back (`index_copy_`), both inside the call's graph when it has one.
+
+Slot 0 is scratch: the padding rows of a bucketed call read and write it, and nothing reads
+what they leave there (every layer of the codecs is row-wise across the batch). A new stream's
+row is reset to the fresh state when it is bound. Buffers grow (doubling) when every slot is
+taken; that reallocates them, so a graph captured before reads stale buffers: `generation`
+says when, and the codec stops replaying (`size_for` beforehand avoids it).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+SCRATCH = 0  # the slot padding rows read and write
+
+
+class SlottedStream(Protocol):
+    slot: int | None  # its row in the codec's StateSlots; None before its first call
+
+
+class StateSlots:
+    def __init__(self, fresh: Sequence[torch.Tensor], capacity: int = 8) -> None:
+        """`fresh`: a new stream's state, one tensor per state entry, without the batch
+        dimension. `capacity`: rows to start with, scratch included."""
+        self._fresh = [t.detach().clone() for t in fresh]
+        self._lock = threading.Lock()  # a stream's release may run on another thread
+        self.buffers: list[torch.Tensor] = []
+        self._free: list[int] = []
+        self.generation = 0  # bumped whenever the buffers are reallocated
+        self._allocate(max(2, capacity))
+
+    @property
+    def capacity(self) -> int:
+        return self.buffers[0].shape[0]
+
+    def size_for(self, streams: int) -> None:
+        """Make room for `streams` streams at once (plus scratch) now, before graphs capture
+        the buffers, so that serving up to that many never reallocates them."""
+        with self._lock:
+            if streams + 1 > self.capacity:
+                self._allocate(streams + 1)
+
+    def bind(self, stream: SlottedStream) -> int:
+        """The stream's slot, taking a fresh one on its first call; the slot goes back when
+        the stream object is garbage (a finalizer, so no caller has to remember to free it)."""
+        if stream.slot is None:
+            with self._lock:
+                if not self._free:
+                    self._allocate(2 * self.capacity)
+                slot = self._free.pop()
+            for buffer, fresh in zip(self.buffers, self._fresh, strict=True):
+                buffer[slot].copy_(fresh)
+            stream.slot = slot
+            weakref.finalize(stream, self._release, slot)
+        return stream.slot
+
+    def gather(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """The state of the streams at `rows` (int64 [B] on the buffers' device), [B, ...]."""
+        return [buffer.index_select(0, rows) for buffer in self.buffers]
+
+    def scatter(self, rows: torch.Tensor, state: Sequence[torch.Tensor]) -> None:
+        """Write a call's new state [B, ...] back to the streams' rows."""
+        for buffer, new in zip(self.buffers, state, strict=True):
+            buffer.index_copy_(0, rows, new.to(buffer.dtype))
+
+    @property
+    def in_use(self) -> int:
+        """Streams holding a slot now."""
+        with self._lock:
+            return self.capacity - 1 - len(self._free)
+
+    def _release(self, slot: int) -> None:
+        with self._lock:
+            if slot < self.capacity:
+                self._free.append(slot)
+
+    def _allocate(self, capacity: int) -> None:
+        """Grow to `capacity` rows, keeping the rows in use; new rows are free."""
+        old = self.capacity if self.buffers else 0
+        grown = []
+        for i, fresh in enumerate(self._fresh):
+            buffer = fresh.unsqueeze(0).repeat(capacity, *([1] * fresh.dim()))
+            if old:
+                buffer[:old] = self.buffers[i]
+            grown.append(buffer)
+        self.buffers = grown
+        # Lowest rows first: pop() takes from the end.
+        self._free = sorted(set(self._free) | set(range(max(old, 1), capacity)), reverse=True)
+        self.generation += 1
