@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from engine.api import ReportPlayback
-from engine.engine_host import Answered
+from engine.engine_host import Answered, CommandBatch
 from engine.loop import Applied
 from engine.ray_replica import ReplicaHost
 
@@ -35,8 +35,8 @@ def _echo(samples: int, commands, events) -> None:
     """Answers every command with one audio chunk, as the engine loop's answer to it."""
     pcm = np.zeros(samples, np.float32)
     while (message := commands.get()) is not None:
-        _, token = message
-        events.put(Answered(token, Applied(pcm)))
+        for _, token in message.commands:
+            events.put(Answered(token, Applied(pcm)))
 
 
 class EchoHost(ReplicaHost):
@@ -63,7 +63,7 @@ def probe_process(rounds: int, samples: int) -> list[float]:
     out = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        commands.put((ReportPlayback("r", t0), 0))
+        commands.put(CommandBatch(((ReportPlayback("r", t0), 0),)))
         events.get()
         out.append(time.perf_counter() - t0)
     commands.put(None)
@@ -79,7 +79,7 @@ def probe_ray(rounds: int, samples: int) -> tuple[list[float], list[float]]:
     round_trips, polls = [], []
     for seq in range(rounds):
         t0 = time.perf_counter()
-        host.send.remote("probe", seq, ReportPlayback("r", t0), seq)
+        host.send.remote("probe", seq, CommandBatch(((ReportPlayback("r", t0), seq),)))
         t1 = time.perf_counter()
         got = ray.get(host.poll.remote("probe", 1.0))
         t2 = time.perf_counter()
@@ -89,7 +89,7 @@ def probe_ray(rounds: int, samples: int) -> tuple[list[float], list[float]]:
     # The poll leg alone, with the chunk already waiting (the reader's steady state).
     ready = []
     for seq in range(rounds, 2 * rounds):
-        host.send.remote("probe", seq, ReportPlayback("r", 0.0), seq)
+        host.send.remote("probe", seq, CommandBatch(((ReportPlayback("r", 0.0), seq),)))
         time.sleep(0.002)
         t0 = time.perf_counter()
         ray.get(host.poll.remote("probe", 1.0))

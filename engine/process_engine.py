@@ -3,7 +3,8 @@
 Why: in a thread, the engine shares the GIL with the gateway's event loop and the codec
 thread, and every blocking torch call can cost it a whole switch interval
 (`bench/gil_probe.py`). A child process has its own interpreter. Commands (engine/api.py's
-values, with the token of the caller awaiting the answer) go down one multiprocessing queue
+values, with the token of the caller awaiting the answer) go down one multiprocessing queue,
+those of one turn of the gateway's event loop as one `CommandBatch` (engine/engine_host.py),
 and are applied there between steps (engine/loop.py:apply); engine events (audio as numpy
 arrays), answers and stats snapshots come back on another, read by one thread here
 (engine/client_base.py hands them out). The loop itself is engine/engine_host.py's,
@@ -23,8 +24,14 @@ import multiprocessing as mp
 import queue
 import threading
 
-from engine.api import Command
-from engine.engine_host import EngineSpec, HostedClient, Ready, host_main, log_to_stderr
+from engine.engine_host import (
+    CommandBatch,
+    EngineSpec,
+    HostedClient,
+    Ready,
+    host_main,
+    log_to_stderr,
+)
 from engine.parent_watch import exit_with_parent
 
 __all__ = ["EngineSpec", "ProcessEngine"]
@@ -67,6 +74,7 @@ class ProcessEngine(HostedClient):
 
     async def shutdown(self) -> None:
         if self._process.is_alive():
+            self._flush()  # commands of this turn before the stop
             self._commands.put(None)
             await asyncio.to_thread(self._process.join, 10.0)
         if self._process.is_alive():
@@ -77,8 +85,8 @@ class ProcessEngine(HostedClient):
     def ready(self) -> bool:
         return self.facts is not None and self._process.is_alive() and self.failure is None
 
-    def _send(self, command: Command, token: int | None) -> None:
-        self._commands.put((command, token))
+    def _send_batch(self, batch: CommandBatch) -> None:
+        self._commands.put(batch)
 
     # --- the reader thread -------------------------------------------------------------------------
     def _read(self) -> None:

@@ -2,8 +2,10 @@
 (engine/ray_replica.py), on this machine or another node of the cluster.
 
 Commands go out as numbered actor calls (`send`, never awaited: Ray delivers them, the replica
-puts them in order); one reader thread here long-polls the replica (`poll`), and what comes back
-is handled exactly as the process engine's queue (engine/engine_host.py: HostedClient). When the
+puts them in order), one call for all those of one turn of the gateway's event loop (a
+`CommandBatch`, engine/engine_host.py: a full-duplex session pushes audio every 80 ms, and a
+call each took the replica's engine loop the GIL too often); one reader thread here long-polls
+the replica (`poll`), and what comes back is handled exactly as the process engine's queue (engine/engine_host.py: HostedClient). When the
 replica's process dies (killed, out of memory, its node lost) the pending poll fails at once:
 every open stream ends `failed` and every later call gets EngineDead, as for a dead engine
 process, and `ready` turns False so that the gateway's supervisor builds a new replica.
@@ -26,8 +28,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from engine.api import Command
-from engine.engine_host import EngineSpec, HostedClient
+from engine.engine_host import CommandBatch, EngineSpec, HostedClient
 from engine.ray_replica import replica_actor
 
 log = logging.getLogger("voxgate.engine")
@@ -56,8 +57,7 @@ class RayEngine(HostedClient):
         self.client_id = uuid.uuid4().hex  # this process's side of a replica others may share
         self._actor = actor
         self._owner = owner  # it made the actor, and stops it; else it only detaches
-        self._seq = itertools.count()
-        self._seq_lock = threading.Lock()
+        self._seq = itertools.count()  # taken under the batch lock: in the order sent
         self._reader: threading.Thread | None = None
         self._stopping = False
         self.where: dict = {}
@@ -129,11 +129,13 @@ class RayEngine(HostedClient):
     def ready(self) -> bool:
         return self.facts is not None and self.failure is None and not self._stopping
 
-    def _send(self, command: Command, token: int | None) -> None:
-        with self._seq_lock:  # numbered in the order sent; Ray may deliver them out of it
-            self._actor.send.remote(self.client_id, next(self._seq), command, token)
+    def _send_batch(self, batch: CommandBatch) -> None:
+        # Numbered in the order sent (HostedClient sends under its lock); Ray may deliver the
+        # calls out of that order, the replica puts them back in it.
+        self._actor.send.remote(self.client_id, next(self._seq), batch)
 
     async def shutdown(self) -> None:
+        self._flush()  # commands of this turn before the detach or stop
         self._stopping = True
         if not self._owner:  # another process's replica: leave it serving the others
             with contextlib.suppress(RayError):

@@ -5,9 +5,10 @@ The loop runs on a thread of the actor and talks through two `queue.Queue`s. Cal
 (engine/ray_engine.py; one per gateway process sharing the replica) reach it with plain Ray
 actor calls, each naming the caller:
 
-- `send(client, seq, command, token)`: a command, numbered by its caller. The actor is threaded
-  (a blocking `poll` must not hold up a `send`), and a threaded actor may run two calls out of
-  order, so a caller's commands are put on the loop's queue in its numbering, a late one
+- `send(client, seq, batch)`: a `CommandBatch` (engine/engine_host.py: the commands of one turn
+  of the caller's event loop, in order), numbered by its caller. The actor is threaded (a
+  blocking `poll` must not hold up a `send`), and a threaded actor may run two calls out of
+  order, so a caller's batches are put on the loop's queue in its numbering, a late one
   waiting for those before it (a `cancel` never overtakes its `submit`, audio keeps its order).
 - `poll(client, wait_s)`: everything for this caller since its last poll (its requests' events,
   the answers to its commands, stats), waiting up to `wait_s` for the first. One call carries
@@ -35,9 +36,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import Cancel, Command, Submit
+from engine.api import Cancel, Submit
 from engine.engine_host import (
     Answered,
+    CommandBatch,
     Crashed,
     EngineSpec,
     Ready,
@@ -59,7 +61,7 @@ class _Client:
     outbox: queue.Queue = field(default_factory=queue.Queue)
     last_poll: float = field(default_factory=time.monotonic)
     next_seq: int = 0
-    early: dict[int, tuple[Command, int | None]] = field(default_factory=dict)
+    early: dict[int, CommandBatch] = field(default_factory=dict)  # come before their turn
 
 
 class ReplicaHost:
@@ -102,22 +104,29 @@ class ReplicaHost:
             raise RuntimeError(f"the engine replica failed to start: {self._start.reason}")
         return self._start
 
-    def send(self, client: str, seq: int, command: Command, token: int | None) -> None:
+    def send(self, client: str, seq: int, batch: CommandBatch) -> None:
         with self._lock:
             if client in self._detached:
                 return  # its next poll tells it
             caller = self._clients.setdefault(client, _Client())
-            caller.early[seq] = (command, token)
+            caller.early[seq] = batch
             while caller.next_seq in caller.early:
-                command, token = caller.early.pop(caller.next_seq)
+                batch = caller.early.pop(caller.next_seq)
                 caller.next_seq += 1
-                ours = None
-                if token is not None:
-                    ours = next(self._tokens)
-                    self._token_owner[ours] = (client, token)
-                    if isinstance(command, Submit):
-                        self._submits.add(ours)
-                self._commands.put((command, ours))
+                self._commands.put(CommandBatch(tuple(self._ours(client, batch))))
+
+    def _ours(self, client: str, batch: CommandBatch) -> list:
+        """The batch with its caller's tokens mapped to the replica's own."""
+        commands = []
+        for command, token in batch.commands:
+            ours = None
+            if token is not None:
+                ours = next(self._tokens)
+                self._token_owner[ours] = (client, token)
+                if isinstance(command, Submit):
+                    self._submits.add(ours)
+            commands.append((command, ours))
+        return commands
 
     def poll(self, client: str, wait_s: float) -> list[Any]:
         with self._lock:
@@ -149,7 +158,7 @@ class ReplicaHost:
         for request_id, owner in list(self._request_owner.items()):
             if owner == client:
                 del self._request_owner[request_id]
-                self._commands.put((Cancel(request_id), None))
+                self._commands.put(CommandBatch(((Cancel(request_id), None),)))
 
     def stop(self) -> None:
         self._commands.put(None)

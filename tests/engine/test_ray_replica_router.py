@@ -1,7 +1,7 @@
 """A replica shared by several callers (engine/ray_replica.py, without Ray): each caller's
-commands are applied in its own numbering, its tokens never collide with another's, it gets
-the answers to its commands and the events of its own requests only, stats reach everyone,
-and a caller that leaves has its requests cancelled."""
+batches of commands are applied in its own numbering, each batch's in its order, its tokens never
+collide with another's, it gets the answers to its commands and the events of its own requests
+only, stats reach everyone, and a caller that leaves has its requests cancelled."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 
-from engine.api import Cancel, ReportPlayback, SpeechRequest, Submit
-from engine.engine_host import Answered, Refused, StepEvents
+from engine.api import Cancel, PushAudio, ReportPlayback, SpeechRequest, Submit
+from engine.engine_host import Answered, CommandBatch, Refused, StepEvents
 from engine.loop import Applied
 from engine.outputs import (
     AudioChunk,
@@ -27,32 +27,43 @@ from engine.word_timing import WordTiming
 STATS = EngineStats(0, 0, 10, 0, 0, StepTiming(), True)
 
 
-def scripted_loop(applied: list, commands: queue.Queue, events: queue.Queue) -> None:
+def scripted_loop(applied: list, sizes: list, commands: queue.Queue, events: queue.Queue) -> None:
     """The engine loop's side of the queues, scripted: a Submit is admitted as its text (the
     request id) and speaks one chunk and its words, one step's events together as the host
     sends them (StepEvents); a Cancel ends the request; a ReportPlayback with a
-    negative position is refused; every command is recorded in the order applied."""
+    negative position is refused; every command is recorded in the order applied, and the
+    size of every batch the loop got."""
     while (message := commands.get()) is not None:
-        command, token = message
-        applied.append(command)
-        match command:
-            case Submit(request):
-                events.put(Answered(token, Applied(request.text)))
-                chunk = AudioChunk(request.text, np.zeros(4, np.float32), 24_000)
-                words = WordTimings(request.text, (WordTiming("hi", 0.0, 0.2),))
-                events.put(StepEvents((chunk, words)))
-            case Cancel(request_id):
-                done = Finished(request_id, FinishReason.CANCELLED, 0)
-                events.put(Answered(token, Applied(events=(done,))))
-            case ReportPlayback(_, played_s) if played_s < 0:
-                events.put(Refused(token, "input", "negative"))
+        sizes.append(len(message.commands))
+        for command, token in message.commands:
+            applied.append(command)
+            answer(command, token, events)
         events.put(STATS)
+
+
+def answer(command, token: int | None, events: queue.Queue) -> None:
+    match command:
+        case Submit(request):
+            events.put(Answered(token, Applied(request.text)))
+            chunk = AudioChunk(request.text, np.zeros(4, np.float32), 24_000)
+            words = WordTimings(request.text, (WordTiming("hi", 0.0, 0.2),))
+            events.put(StepEvents((chunk, words)))
+        case Cancel(request_id):
+            done = Finished(request_id, FinishReason.CANCELLED, 0)
+            events.put(Answered(token, Applied(events=(done,))))
+        case ReportPlayback(_, played_s) if played_s < 0:
+            events.put(Refused(token, "input", "negative"))
 
 
 class ScriptedReplica(ReplicaHost):
     def __init__(self) -> None:
         self.applied: list = []
-        self._setup(scripted_loop, self.applied)
+        self.sizes: list = []  # of the batches the loop got
+        self._setup(scripted_loop, self.applied, self.sizes)
+
+
+def one(command, token: int | None) -> CommandBatch:
+    return CommandBatch(((command, token),))
 
 
 def drain(host: ReplicaHost, client: str, want: int) -> list:
@@ -68,9 +79,9 @@ def test_each_caller_gets_its_own_answers_and_events_in_its_own_order():
     host = ScriptedReplica()
     # Caller a's commands arrive out of order (a threaded actor may run them so): applied in
     # a's numbering. Both callers use token 0: the replica keeps them apart.
-    host.send("a", 1, ReportPlayback("ra", 1.0), None)
-    host.send("b", 0, Submit(SpeechRequest(text="rb")), 0)
-    host.send("a", 0, Submit(SpeechRequest(text="ra")), 0)
+    host.send("a", 1, one(ReportPlayback("ra", 1.0), None))
+    host.send("b", 0, one(Submit(SpeechRequest(text="rb")), 0))
+    host.send("a", 0, one(Submit(SpeechRequest(text="ra")), 0))
     a, b = drain(host, "a", 3), drain(host, "b", 3)
     # A step's events reach their owners one by one, word timings included.
     assert a[0] == Answered(0, Applied("ra")) and [type(m) for m in a[1:]] == [
@@ -85,7 +96,7 @@ def test_each_caller_gets_its_own_answers_and_events_in_its_own_order():
     ]
     assert order.index(("Submit", "ra")) < order.index(("ReportPlayback", "ra"))
     # A refusal goes to its caller with its token; stats go to every caller that polls.
-    host.send("b", 1, ReportPlayback("rb", -1.0), 7)
+    host.send("b", 1, one(ReportPlayback("rb", -1.0), 7))
     assert drain(host, "b", 1) == [Refused(7, "input", "negative")]
     assert any(isinstance(m, EngineStats) for m in host.poll("a", 0.5))
     host.stop()
@@ -93,8 +104,8 @@ def test_each_caller_gets_its_own_answers_and_events_in_its_own_order():
 
 def test_a_caller_that_leaves_has_its_requests_cancelled_and_is_told_if_it_comes_back():
     host = ScriptedReplica()
-    host.send("a", 0, Submit(SpeechRequest(text="ra")), 0)
-    host.send("b", 0, Submit(SpeechRequest(text="rb")), 0)
+    host.send("a", 0, one(Submit(SpeechRequest(text="ra")), 0))
+    host.send("b", 0, one(Submit(SpeechRequest(text="rb")), 0))
     drain(host, "a", 2), drain(host, "b", 2)
     host.detach("a")
     deadline = time.monotonic() + 5
@@ -104,7 +115,46 @@ def test_a_caller_that_leaves_has_its_requests_cancelled_and_is_told_if_it_comes
     assert [c.request_id for c in host.applied if isinstance(c, Cancel)] == ["ra"]
     (told,) = host.poll("a", 0.1)
     assert "detached" in told.reason
-    host.send("b", 1, Cancel("rb"), 1)  # b is served as before
+    host.send("b", 1, one(Cancel("rb"), 1))  # b is served as before
     (answer, finished) = drain(host, "b", 2)
     assert answer == Answered(1, Applied()) and finished.reason is FinishReason.CANCELLED
+    host.stop()
+
+
+def test_a_batch_is_applied_whole_in_its_order_and_each_command_answered_by_its_token():
+    host = ScriptedReplica()
+    pcm = np.zeros(1920, np.float32)
+    # The caller's second batch arrives first: it waits for the first, then both go to the
+    # loop as they were, one message each, the commands in the caller's order.
+    later = CommandBatch(((PushAudio("ra", pcm), None), (ReportPlayback("rb", -1.0), 5)))
+    host.send("a", 1, later)
+    first = CommandBatch(
+        (
+            (Submit(SpeechRequest(text="ra")), 3),
+            (PushAudio("ra", pcm), None),
+            (Submit(SpeechRequest(text="rb")), 4),
+            (Cancel("ra"), None),
+        )
+    )
+    host.send("a", 0, first)
+    got = drain(host, "a", 8)  # 3 answers, 2 chunks and 2 words, the Finished of ra
+    answers = [m for m in got if isinstance(m, Answered | Refused)]
+    assert answers == [
+        Answered(3, Applied("ra")),
+        Answered(4, Applied("rb")),
+        Refused(5, "input", "negative"),
+    ]
+    applied = [
+        (type(c).__name__, c.request.text if isinstance(c, Submit) else c.request_id)
+        for c in host.applied
+    ]
+    assert applied == [
+        ("Submit", "ra"),
+        ("PushAudio", "ra"),
+        ("Submit", "rb"),
+        ("Cancel", "ra"),
+        ("PushAudio", "ra"),
+        ("ReportPlayback", "rb"),
+    ]
+    assert host.sizes == [4, 2]
     host.stop()
