@@ -8,7 +8,8 @@ those of one turn of the gateway's event loop as one `CommandBatch` (engine/engi
 and are applied there between steps (engine/loop.py:apply); engine events (audio as numpy
 arrays), answers and stats snapshots come back on another, read by one thread here
 (engine/client_base.py hands them out). The loop itself is engine/engine_host.py's,
-as a Ray replica runs it. Turn preparation (the speech tokenizer ...) and the encoding of
+as a Ray replica runs it (engine/ray_replica.py: in a child process of its actor, through
+`engine_process_main` as here). Turn preparation (the speech tokenizer ...) and the encoding of
 clients' voice clips run in the child on a thread of their own, beside the loop, as the
 thread client runs them beside its.
 
@@ -46,7 +47,7 @@ class ProcessEngine(HostedClient):
         self._commands = ctx.Queue()
         self._events = ctx.Queue()
         self._process = ctx.Process(
-            target=_engine_process_main,
+            target=engine_process_main,
             # A spawned interpreter logs nothing below WARNING unless told: the parent's level.
             args=(spec, self._commands, self._events, logging.getLogger().getEffectiveLevel()),
             name="voxgate-engine",
@@ -104,9 +105,10 @@ class ProcessEngine(HostedClient):
             self._handle(message)
 
 
-def _engine_process_main(spec: EngineSpec, commands, events, log_level: int) -> None:
-    """The engine process: watch the server process first (building the model can take
-    minutes, and a server killed meanwhile must not leave it behind), then host the engine."""
+def engine_process_main(spec: EngineSpec, commands, events, log_level: int) -> None:
+    """The engine process: watch its parent first (the server, or a Ray replica's actor:
+    building the model can take minutes, and a parent killed meanwhile must not leave it
+    behind), then host the engine."""
     log_to_stderr(log_level)  # the watcher's line too, if it comes before host_main's
     exit_with_parent("the engine process", logging.getLogger("voxgate.engine"))
     host_main(spec, commands, events, log_level)

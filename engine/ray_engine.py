@@ -5,10 +5,12 @@ Commands go out as numbered actor calls (`send`, never awaited: Ray delivers the
 puts them in order), one call for all those of one turn of the gateway's event loop (a
 `CommandBatch`, engine/engine_host.py: a full-duplex session pushes audio every 80 ms, and a
 call each took the replica's engine loop the GIL too often); one reader thread here long-polls
-the replica (`poll`), and what comes back is handled exactly as the process engine's queue (engine/engine_host.py: HostedClient). When the
-replica's process dies (killed, out of memory, its node lost) the pending poll fails at once:
-every open stream ends `failed` and every later call gets EngineDead, as for a dead engine
-process, and `ready` turns False so that the gateway's supervisor builds a new replica.
+the replica (`poll`), and what comes back is handled exactly as the process engine's queue
+(engine/engine_host.py: HostedClient). When the replica's process dies (killed, out of memory,
+its node lost) the pending poll fails at once: every open stream ends `failed` and every later
+call gets EngineDead, as for a dead engine process, and `ready` turns False so that the
+gateway's supervisor builds a new replica. When only its engine process dies, the replica says
+so (`Crashed`), with the same outcome.
 
 Imports Ray: only the scale-out path (gateway/ray_cluster.py) imports this module.
 """

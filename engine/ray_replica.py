@@ -1,7 +1,11 @@
 """An engine replica as a Ray actor: the same engine loop a `voxgate serve` runs in its own
 process (engine/engine_host.py), hosted in the actor's process, on the GPU (or CPUs) Ray gave it.
 
-The loop runs on a thread of the actor and talks through two `queue.Queue`s. Callers
+The loop runs in a child process of the actor (engine/process_engine.py's, with its two
+multiprocessing queues), not on a thread of it: the actor's process handles every Ray call
+(a `send` per turn of each caller's event loop, a `poll` per batch of events, their pickling),
+and on a thread beside them the engine loop lost the GIL to them often enough to miss its
+frames' deadlines at a hundred full-duplex sessions. Callers
 (engine/ray_engine.py; one per gateway process sharing the replica) reach it with plain Ray
 actor calls, each naming the caller:
 
@@ -28,12 +32,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
+import multiprocessing as mp
 import os
 import queue
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from engine.api import Cancel, Submit
@@ -46,10 +53,11 @@ from engine.engine_host import (
     Refused,
     StartFailed,
     StepEvents,
-    host_main,
 )
 from engine.outputs import AudioChunk, EngineStats, Finished, TextDelta, WordTimings
+from engine.process_engine import engine_process_main
 
+ENGINE_CHECK_S = 0.5  # how often the router, with nothing to route, checks the engine is alive
 POLL_BATCH = 256  # messages one poll carries at most (the rest wait for the next)
 STALE_CLIENT_S = 30.0  # a caller silent this long has gone: its requests are cancelled
 
@@ -71,12 +79,32 @@ class ReplicaHost:
     events of the requests it submitted; stats and a crash go to every caller."""
 
     def __init__(self, spec: EngineSpec) -> None:
-        self._setup(host_main, _local_spec(spec))
+        ctx = mp.get_context("spawn")  # CUDA cannot be forked
+        commands, events = ctx.Queue(), ctx.Queue()
+        level = logging.getLogger().getEffectiveLevel()
+        engine = ctx.Process(
+            target=engine_process_main,
+            args=(_local_spec(spec), commands, events, level),
+            name="voxgate-engine",
+            daemon=True,
+        )
+        self._begin(engine, commands, events)
 
     def _setup(self, loop_main: Any, *args: Any) -> None:
-        """Start `loop_main(*args, commands, events)` (host_main: the engine) and the router."""
-        self._commands: queue.Queue = queue.Queue()
-        self._events: queue.Queue = queue.Queue()
+        """Run `loop_main(*args, commands, events)` on a thread, with `queue.Queue`s, in place
+        of the engine process (a scripted loop: tests, bench/ray_transport_probe.py)."""
+        commands: queue.Queue = queue.Queue()
+        events: queue.Queue = queue.Queue()
+        loop = threading.Thread(
+            target=loop_main, args=(*args, commands, events), name="voxgate-engine", daemon=True
+        )
+        self._begin(loop, commands, events)
+
+    def _begin(self, engine: threading.Thread | BaseProcess, commands: Any, events: Any) -> None:
+        """Start the engine loop (`engine`, reading `commands`, writing `events`) and the
+        router."""
+        self._commands = commands
+        self._events = events
         self._lock = threading.Lock()
         self._clients: dict[str, _Client] = {}
         self._detached: set[str] = set()  # callers gone (or silent too long): never served again
@@ -86,13 +114,10 @@ class ReplicaHost:
         self._submits: set[int] = set()  # replica tokens of Submit commands
         self._started = threading.Event()
         self._start: Ready | StartFailed | None = None
-        self._thread = threading.Thread(
-            target=loop_main,
-            args=(*args, self._commands, self._events),
-            name="voxgate-engine",
-            daemon=True,
-        )
-        self._thread.start()
+        self._stopping = False
+        self._ended = False  # its StartFailed or Crashed was routed: its end is told
+        self._engine = engine
+        engine.start()
         threading.Thread(target=self._route, name="voxgate-replica-router", daemon=True).start()
 
     def start(self, timeout_s: float) -> Ready:
@@ -161,8 +186,11 @@ class ReplicaHost:
                 self._commands.put(CommandBatch(((Cancel(request_id), None),)))
 
     def stop(self) -> None:
+        self._stopping = True
         self._commands.put(None)
-        self._thread.join(10.0)
+        self._engine.join(10.0)
+        if isinstance(self._engine, BaseProcess) and self._engine.is_alive():
+            self._engine.kill()
 
     def where(self) -> dict:
         """The process and machine this replica runs on (logs, tests)."""
@@ -171,13 +199,31 @@ class ReplicaHost:
     # --- the router thread: the loop's messages → each caller's outbox ---------------------------
     def _route(self) -> None:
         while True:
-            message = self._events.get()
-            if isinstance(message, Ready | StartFailed):
-                self._start = message
-                self._started.set()
-                continue
-            with self._lock:
-                self._route_one(message)
+            try:
+                message = self._events.get(timeout=ENGINE_CHECK_S)
+            except queue.Empty:
+                if self._engine.is_alive() or self._stopping:
+                    continue
+                if not self._ended:  # gone without a word (killed, out of memory)
+                    self._route_message(self._engine_gone())
+                return
+            self._route_message(message)
+
+    def _route_message(self, message: Any) -> None:
+        self._ended = self._ended or isinstance(message, StartFailed | Crashed)
+        if isinstance(message, Ready | StartFailed):
+            self._start = message
+            self._started.set()
+            return
+        with self._lock:
+            self._route_one(message)
+
+    def _engine_gone(self) -> Crashed | StartFailed:
+        code = getattr(self._engine, "exitcode", None)
+        reason = f"the replica's engine process exited (code {code})"
+        if self._start is None:
+            return StartFailed(reason)
+        return Crashed(f"engine failure: {reason}")
 
     def _route_one(self, message: Any) -> None:
         match message:
@@ -232,7 +278,7 @@ class ReplicaHost:
 def _local_spec(spec: EngineSpec) -> EngineSpec:
     """The spec with the settings left to the engine made concrete here, on the replica's own
     machine and devices (the gateway's may have no GPU); the engine is already in a process
-    of its own."""
+    of its own (the replica's child)."""
     from engine.factory import serving_defaults
 
     config = serving_defaults(spec.config, spec.model)

@@ -1,7 +1,8 @@
 """A replica shared by several callers (engine/ray_replica.py, without Ray): each caller's
-batches of commands are applied in its own numbering, each batch's in its order, its tokens never
-collide with another's, it gets the answers to its commands and the events of its own requests
-only, stats reach everyone, and a caller that leaves has its requests cancelled."""
+batches of commands are applied in its own numbering, each batch's in its order, its tokens
+never collide with another's, it gets the answers to its commands and the events of its own
+requests only, stats reach everyone, a caller that leaves has its requests cancelled, and an
+engine that dies without a word is told to every caller."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import queue
 import time
 
 import numpy as np
+import pytest
 
 from engine.api import Cancel, PushAudio, ReportPlayback, SpeechRequest, Submit
-from engine.engine_host import Answered, CommandBatch, Refused, StepEvents
+from engine.engine_host import Answered, CommandBatch, Crashed, Ready, Refused, StepEvents
 from engine.loop import Applied
 from engine.outputs import (
     AudioChunk,
@@ -21,7 +23,7 @@ from engine.outputs import (
     StepTiming,
     WordTimings,
 )
-from engine.ray_replica import ReplicaHost
+from engine.ray_replica import ENGINE_CHECK_S, ReplicaHost
 from engine.word_timing import WordTiming
 
 STATS = EngineStats(0, 0, 10, 0, 0, StepTiming(), True)
@@ -158,3 +160,35 @@ def test_a_batch_is_applied_whole_in_its_order_and_each_command_answered_by_its_
     ]
     assert host.sizes == [4, 2]
     host.stop()
+
+
+class DyingReplica(ReplicaHost):
+    """A replica whose engine loop ends without a word (as a killed engine process does):
+    after its Ready at the first command when `ready`, else at once."""
+
+    def __init__(self, ready: bool) -> None:
+        self._setup(self._loop, ready)
+
+    @staticmethod
+    def _loop(ready: bool, commands: queue.Queue, events: queue.Queue) -> None:
+        if ready:
+            events.put(Ready(None, STATS))
+            commands.get()
+
+
+def test_an_engine_gone_without_a_word_is_told_to_every_caller_once():
+    host = DyingReplica(ready=True)
+    assert host.start(5).stats == STATS
+    host.poll("b", 0.01)  # b polls, a sends: both are callers
+    host.send("a", 0, one(ReportPlayback("ra", 1.0), None))
+    told = {client: drain(host, client, 1) for client in ("a", "b")}
+    for (crashed,) in told.values():
+        assert isinstance(crashed, Crashed) and "engine process exited" in crashed.reason
+    time.sleep(2 * ENGINE_CHECK_S)
+    assert drain(host, "a", 0) == []  # once
+
+
+def test_an_engine_gone_before_it_was_ready_fails_the_start():
+    host = DyingReplica(ready=False)
+    with pytest.raises(RuntimeError, match="engine process exited"):
+        host.start(5)
