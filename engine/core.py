@@ -30,6 +30,7 @@ from engine.backbone import build_backbone, on_llm_stream
 from engine.config import EngineConfig
 from engine.detok_job import Detokenizer
 from engine.detok_pipeline import make_detokenizer
+from engine.gc_pauses import with_full_collections
 from engine.memory_bandwidth import page_seconds
 from engine.outputs import (
     EngineEvent,
@@ -402,7 +403,8 @@ class EngineCore:
             stepping=stepping,
             prefix_reused_tokens=self.scheduler.prefix_reused_tokens,
             kv_blocks_kept=self.blocks.num_kept_blocks,
-            totals=dataclasses.replace(self.audio.totals),  # a snapshot: the loop goes on
+            # A snapshot (the loop goes on), with this process's full collections.
+            totals=with_full_collections(dataclasses.replace(self.audio.totals)),
             # Asked, not counted: the scheduler counts refusals of requests it was given.
             realtime_refusal=refusal,
             admission=admission,

@@ -31,6 +31,7 @@ from engine.api import EngineOverloaded
 from engine.backbone import build_backbone, on_llm_stream
 from engine.config import EngineConfig
 from engine.frame_scheduler import FramePlan, FrameScheduler, FrameSessionStats
+from engine.gc_pauses import with_full_collections
 from engine.outputs import (
     AdmissionStats,
     AudioChunk,
@@ -241,7 +242,6 @@ class DuplexEngine:
         return self.scheduler.frame_s if due is None else max(0.0, due - self.clock())
 
     def stats(self, stepping: bool = True) -> EngineStats:
-        totals = self.scheduler.totals
         return EngineStats(
             running=len(self.sessions),
             waiting=0,
@@ -251,12 +251,25 @@ class DuplexEngine:
             steps=self.steps,
             last_step=self.last_timing,
             stepping=stepping,
-            frames_out=totals.frames_out,
-            frames_on_time=totals.on_time,
-            totals=dataclasses.replace(self.loop_totals),  # a snapshot: the loop goes on
+            totals=self._totals_now(),
             admission=AdmissionStats(streams=len(self.sessions), refusals=dict(self.refusals)),
             realtime_refusal=FULL_BATCH if len(self.sessions) >= self.config.max_num_seqs else "",
             kv_blocks_per_session=self.blocks.blocks_for(self.model.facts.max_context),
+        )
+
+    def _totals_now(self) -> LoopTotals:
+        """A snapshot of the loop's counters (the loop goes on), with the frame accounting
+        and this process's full collections."""
+        frames = self.scheduler.totals
+        return with_full_collections(
+            dataclasses.replace(
+                self.loop_totals,
+                frames_out=frames.frames_out,
+                frames_late=frames.late,
+                input_late=frames.input_late,
+                input_dropped=frames.input_dropped,
+                resyncs=self.scheduler.resyncs,
+            )
         )
 
     # --- the tick ----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ def freeze_loaded() -> int:
     behind lives as long as the process, so walking it again frees nothing. What an earlier
     call froze is thawed first, so a process that builds engine after engine (the tests, an
     embedder) can still free an old one's reference cycles."""
+    GC_PAUSES.install()  # the engine's stats report its full collections from now on
     gc.unfreeze()
     gc.collect()
     gc.freeze()
@@ -105,3 +106,12 @@ class GcPauses:
 # One per process: the collector is process-wide, and so are its pauses (two apps in one
 # process, as in the tests, report the same figures).
 GC_PAUSES = GcPauses()
+
+
+def with_full_collections(totals):
+    """`totals` (engine/outputs.py LoopTotals, a snapshot) with this process's full
+    collections so far, for the engine's stats: a full collection stops the engine's loop
+    too, and in an engine process the gateway's /metrics cannot see it otherwise."""
+    full = GC_PAUSES.snapshot()[2]
+    totals.gc_full, totals.gc_full_s = full.count, full.total_s
+    return totals

@@ -84,6 +84,20 @@ class LoopTotals:
     lane_rows: int = 0
     lane_s: float = 0.0
     audio_s: float = 0.0  # audio handed to listeners
+    # Full-duplex engines (engine/frame_scheduler.py): which of the frames they stepped were
+    # late, and why. `frames_late`: finished after the frame was due (the engine's own
+    # lateness); `input_late`: stepped on silence because the user's audio for the frame had
+    # not reached the engine yet (late upstream: client, network or gateway); `input_dropped`:
+    # queued input frames dropped to stay within the input budget; `resyncs`: times the frame
+    # grid was moved to now after the loop fell too far behind.
+    frames_out: int = 0
+    frames_late: int = 0
+    input_late: int = 0
+    input_dropped: int = 0
+    resyncs: int = 0
+    # The engine process's full (generation-2) garbage collections, which stop its loop.
+    gc_full: int = 0
+    gc_full_s: float = 0.0
 
 
 # --- engine → callers ----------------------------------------------------------------------
@@ -211,9 +225,6 @@ class EngineStats:
     last_step: StepTiming
     stepping: bool  # the loop is alive and has not failed
     kv_blocks_reserved: int = 0  # promised to admitted requests (admission control uses this)
-    # Full-duplex engines: output frames so far, and how many were on time (frame_scheduler).
-    frames_out: int = 0
-    frames_on_time: int = 0
     # Conversations (prefix reuse): prompt tokens not prefilled because their KV was kept
     # from the conversation's previous request, in total; pages held by idle conversations.
     prefix_reused_tokens: int = 0

@@ -106,6 +106,28 @@ LOOP_TOTALS = {
     "voxgate_engine_lane_rows": ("Streams in first-chunk lane jobs", "lane_rows"),
     "voxgate_engine_lane_seconds": ("Decode time of first-chunk lane jobs", "lane_s"),
     "voxgate_engine_audio_seconds": ("Audio the engine handed out", "audio_s"),
+    "voxgate_engine_duplex_frames": ("Full-duplex output frames stepped", "frames_out"),
+    "voxgate_engine_duplex_frames_late": (
+        "Full-duplex frames the engine finished after they were due",
+        "frames_late",
+    ),
+    "voxgate_engine_duplex_input_late": (
+        "Full-duplex frames stepped on silence: the user's audio had not reached the engine",
+        "input_late",
+    ),
+    "voxgate_engine_duplex_input_dropped": (
+        "Full-duplex input frames dropped to stay within the input budget",
+        "input_dropped",
+    ),
+    "voxgate_engine_duplex_resyncs": (
+        "Times the full-duplex frame grid was moved to now after the loop fell behind",
+        "resyncs",
+    ),
+    "voxgate_engine_gc_full": ("Full garbage collections of the engine's process", "gc_full"),
+    "voxgate_engine_gc_full_seconds": (
+        "Time the engine's process spent in full garbage collections",
+        "gc_full_s",
+    ),
 }
 
 

@@ -194,8 +194,6 @@ _SUMMED = (
     "kv_blocks_used",
     "steps",
     "kv_blocks_reserved",
-    "frames_out",
-    "frames_on_time",
     "prefix_reused_tokens",
     "kv_blocks_kept",
 )

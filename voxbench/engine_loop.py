@@ -71,6 +71,9 @@ def steps_by_second(
             "turn_ms": round(1e3 * d["loop_s"] / d["loop_turns"], 2) if d["loop_turns"] else 0.0,
             "rows": round(d["rows"] / d["llm_steps"], 1),
         }
+        if b.get("frames_out", 0) > a.get("frames_out", 0):  # full duplex: which went late
+            for key in ("frames_late", "input_late", "gc_full"):
+                second[key] = int(b[key] - a[key])
         if kv_pages is not None and t1 in kv_pages:
             second["kv_pages"] = kv_pages[t1]
         out[int(t0)] = second
@@ -155,7 +158,14 @@ def loop_profile(
         "lane_job_ms": _per(d["lane_s"], d["lane_jobs"], 1e3),
         "audio_x_realtime": round(d["audio_s"] / wall_s, 2),
         "gpu_share": round(_gpu_busy_s(d) / wall_s, 3),  # the LLM's and the codec's, added
+        "gc_full": int(d["gc_full"]),
+        "gc_full_ms": round(1e3 * d["gc_full_s"], 1),
+        "duplex": ({k: int(d[k]) for k in _DUPLEX_FRAMES} if d["frames_out"] > 0 else None),
     }
+
+
+# Full-duplex frame accounting (LoopTotals): what the engine stepped, and which went late why.
+_DUPLEX_FRAMES = ("frames_out", "frames_late", "input_late", "input_dropped", "resyncs")
 
 
 def describe_loop(profile: dict[str, Any] | None) -> list[str]:
@@ -169,7 +179,12 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         f"{p['rows_per_step']} rows, turn {p['loop_turn_ms']} ms, "
         f"{p['prefill_steps']} with prefill ({p['prefill_graphed']} from graphs, "
         f"turn {p['prefill_turn_ms']} ms), "
-        f"{p['capped_steps']} capped at max_num_seqs",
+        f"{p['capped_steps']} capped at max_num_seqs"
+        + (
+            f", {p['gc_full']} full GCs of its process ({p['gc_full_ms']:g} ms)"
+            if "gc_full" in p
+            else ""
+        ),
         f"engine codec: {p['codec_jobs']} jobs of {p['codec_job_ms']} ms and "
         f"{p['codec_rows_per_job']} rows (busy {100 * p['codec_busy']:.0f} %), "
         f"{p['lane_jobs']} lane jobs of {p['lane_job_ms']} ms; audio out "
@@ -188,6 +203,22 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
                 f"{s}s:{v['steps_per_s']:g}|{v['step_ms']:g}|{v['turn_ms']:g}|{v['rows']:g}"
                 f"|{v.get('kv_pages', '-')}"
                 for s, v in p["steps_by_second"].items()
+            )
+        )
+    if p.get("duplex"):
+        f = p["duplex"]
+        lines.append(
+            f"engine frames: {f['frames_out']} stepped, {f['frames_late']} finished after they "
+            f"were due, {f['input_late']} on silence (the user's audio not there yet), "
+            f"{f['input_dropped']} input frames dropped, {f['resyncs']} resyncs"
+        )
+    if p.get("duplex") and p.get("steps_by_second"):
+        lines.append(
+            "engine frames by second of the point (late|on silence|full GCs): "
+            + " ".join(
+                f"{s}s:{v['frames_late']}|{v['input_late']}|{v['gc_full']}"
+                for s, v in p["steps_by_second"].items()
+                if "frames_late" in v
             )
         )
     fit = p.get("turn_fit")

@@ -220,8 +220,33 @@ def test_steps_by_second_from_sampled_totals():
     }  # fmt: skip
     assert "kv_pages" not in steps_by_second(samples[:2])[0]  # an older server: no gauge read
     profile = {"steps_by_second": {str(s): v for s, v in got.items()}}
-    line = describe_loop({**loop_profile_fixture(), **profile})[-1]
+    lines = describe_loop({**loop_profile_fixture(), **profile})
+    (line,) = [x for x in lines if x.startswith("LLM steps by second")]
     assert line.endswith("0s:100|6|8|200|9000.0 2s:80|12.5|12.5|270|36000.0")
+
+
+def test_a_full_duplex_point_says_which_frames_went_late_and_why():
+    """The engine's frame accounting between two readings: frames it finished late against
+    frames it stepped on silence because the user's audio had not arrived, and its process's
+    full collections, by point and by second: whether the engine or the way in was late."""
+    from voxbench.engine_loop import steps_by_second
+
+    zero = {attr: 0.0 for _, attr in LOOP_TOTALS.values()}
+    mid = {**zero, "llm_steps": 12, "llm_s": 0.5, "loop_turns": 12, "loop_s": 0.5, "rows": 1536,
+           "frames_out": 1536, "frames_late": 0, "input_late": 40}  # fmt: skip
+    end = {**mid, "llm_steps": 24, "llm_s": 1.1, "loop_turns": 24, "loop_s": 1.1, "rows": 3072,
+           "frames_out": 3072, "frames_late": 256, "input_late": 41, "gc_full": 1,
+           "gc_full_s": 0.4, "input_dropped": 3, "resyncs": 1}  # fmt: skip
+    profile = loop_profile(zero, end, 2.0)
+    assert profile["duplex"] == {"frames_out": 3072, "frames_late": 256, "input_late": 41,
+                                 "input_dropped": 3, "resyncs": 1}  # fmt: skip
+    profile["steps_by_second"] = steps_by_second([(0.0, zero), (1.0, mid), (2.0, end)])
+    lines = describe_loop(profile)
+    assert lines[0].endswith(", 1 full GCs of its process (400 ms)")
+    assert "3072 stepped, 256 finished after they were due, 41 on silence" in "\n".join(lines)
+    assert lines[-1].endswith("(late|on silence|full GCs): 0s:0|40|0 1s:256|1|1")
+    tts = loop_profile(zero, {**end, "frames_out": 0.0}, 2.0)
+    assert tts["duplex"] is None and not any("engine frames" in x for x in describe_loop(tts))
 
 
 def test_turn_fit_separates_the_pages_a_step_reads_from_its_rows():

@@ -102,6 +102,11 @@ def test_sessions_stream_both_ways_and_every_frame_is_accounted_for(moshi_server
         # How many ticks a loaded 2-core machine keeps up with is a benchmark's question
         # (bench/moshi_capacity.py), not this test's: only that the conversation ran.
         assert s.frames_out > 0
+    # The engine's totals (exported on /metrics, read by the bench) add up the same frames.
+    totals = duplex.stats().totals
+    assert totals.frames_out >= sum(s.frames_out for s in ended) > 0
+    assert totals.input_late >= sum(s.input_late for s in ended)
+    assert totals.frames_late == duplex.scheduler.totals.late
 
 
 def test_text_is_refused_with_a_clear_error_and_the_session_stays_usable(moshi_server):
