@@ -31,7 +31,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayError
 
 from engine.engine_host import CommandBatch, EngineSpec, HostedClient
-from engine.ray_replica import replica_actor
+from engine.ray_replica import replica_actor, replica_concurrency
 
 log = logging.getLogger("voxgate.engine")
 
@@ -72,11 +72,17 @@ class RayEngine(HostedClient):
         name: str,
         start_timeout_s: float = 600.0,
         shared: bool = False,
+        callers: int = 1,
     ) -> RayEngine:
         """Place a new replica on the cluster and wait until its engine is warmed up (raises
         RuntimeError with the replica's reason when it cannot start). `shared`: named, for
-        other gateway processes to `attach` to."""
-        options: dict[str, Any] = dict(num_gpus=resources.gpus, num_cpus=resources.cpus)
+        other gateway processes to `attach` to; `callers`: how many processes will poll it
+        (this one included), each needing a thread of the actor's (`replica_concurrency`)."""
+        options: dict[str, Any] = dict(
+            num_gpus=resources.gpus,
+            num_cpus=resources.cpus,
+            max_concurrency=replica_concurrency(callers),
+        )
         if shared:  # other gateway processes find it by name (`attach`)
             options.update(name=actor_name(name), namespace=NAMESPACE)
         handle = replica_actor().options(**options).remote(spec)

@@ -285,15 +285,30 @@ def _local_spec(spec: EngineSpec) -> EngineSpec:
     return dataclasses.replace(spec, config=dataclasses.replace(config, engine_process=False))
 
 
+# Calls a replica runs at once beyond its callers' polls. The actor is threaded with a fixed
+# number of threads, and every caller always has one `poll` waiting (up to its POLL_WAIT_S) on
+# one of them: with no thread to spare, a caller's `send` (its sessions' microphone frames)
+# waits behind the polls and reaches the engine late, and a caller's next poll waits behind
+# the others' and delivers its events late. Sends, `start`, `where`, `detach` and `stop` take
+# the spare ones.
+SPARE_CALL_SLOTS = 4
+
+
+def replica_concurrency(callers: int) -> int:
+    """Threads a replica needs for `callers` callers (gateway processes, and the process that
+    owns the replicas, which polls too)."""
+    return max(1, callers) + SPARE_CALL_SLOTS
+
+
 _ACTOR: Any = None
 
 
 def replica_actor() -> Any:
-    """The Ray actor class (made once; importing Ray only when asked)."""
+    """The Ray actor class (made once; importing Ray only when asked). Its threads are set
+    per replica when it is placed (`replica_concurrency`)."""
     global _ACTOR
     if _ACTOR is None:
         import ray
 
-        # Threads: a `poll` blocks while `send`s and `start` go on.
-        _ACTOR = ray.remote(max_concurrency=4, max_restarts=0)(ReplicaHost)
+        _ACTOR = ray.remote(max_concurrency=replica_concurrency(1), max_restarts=0)(ReplicaHost)
     return _ACTOR

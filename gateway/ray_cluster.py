@@ -108,8 +108,14 @@ def build_replica_pool(
         resources = replica_resources(settings)
         spec = engine_spec(settings, resources.gpus)
         names = replica_names(settings)
+        # Every gateway process polls each replica, and so does this pool.
+        callers = 1 + (settings.gateway_processes if shared else 0)
         factories = [
-            (lambda name=name: RayEngine.start(spec, resources, name, shared=shared))
+            (
+                lambda name=name: RayEngine.start(
+                    spec, resources, name, shared=shared, callers=callers
+                )
+            )
             for name in names
         ]
         engines = _start_all(factories)

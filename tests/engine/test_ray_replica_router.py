@@ -192,3 +192,39 @@ def test_an_engine_gone_before_it_was_ready_fails_the_start():
     host = DyingReplica(ready=False)
     with pytest.raises(RuntimeError, match="engine process exited"):
         host.start(5)
+
+
+@pytest.mark.parametrize("callers", [1, 4])
+def test_a_send_is_not_held_up_by_every_caller_waiting_in_poll(callers):
+    """A threaded Ray actor runs its calls on a fixed number of threads, and every caller
+    always has a poll waiting on one: with one thread a caller, a send (microphone frames)
+    waited until some poll gave up. `replica_concurrency` leaves threads to spare. The actor's
+    threads are stood in for by a pool of the same size running the replica's real calls."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine.ray_replica import replica_concurrency
+
+    quiet = ScriptedReplica()  # nothing is submitted: every poll waits its whole time
+
+    def caller(actor: ThreadPoolExecutor, client: str, until: float) -> None:
+        while time.monotonic() < until:  # a gateway's reader: the next poll once one returns
+            actor.submit(quiet.poll, client, 0.4).result()
+
+    for seq, (threads, held_up) in enumerate(
+        ((callers, True), (replica_concurrency(callers), False))
+    ):
+        with ThreadPoolExecutor(threads) as actor, ThreadPoolExecutor(callers) as gateways:
+            until = time.monotonic() + 1.2
+            for i in range(callers):
+                gateways.submit(caller, actor, f"gateway-{i}", until)
+            time.sleep(0.05)  # every caller's poll is waiting now
+            sent = time.monotonic()
+            play = one(ReportPlayback("r", 1.0), None)
+            actor.submit(quiet.send, "gateway-0", seq, play).result()
+            waited = time.monotonic() - sent
+        assert (waited > 0.25) is held_up, (threads, waited)
+    deadline = time.monotonic() + 5
+    while len(quiet.applied) < 2:  # both sends reach the engine loop
+        assert time.monotonic() < deadline, quiet.applied
+        time.sleep(0.01)
+    quiet.stop()
