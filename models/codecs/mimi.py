@@ -30,7 +30,7 @@ import torch
 from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.codecs.audible_weights import scale_output
 from models.codecs.mimi_streaming import StreamingMimiDecoder
-from models.codecs.slot_states import SCRATCH, StateSlots
+from models.codecs.slot_states import SCRATCH, SlottedCalls, StateSlots
 from models.codecs.stream_batching import buckets_up_to, decode_by_length, padded_batch
 from models.device_util import download, upload
 
@@ -218,8 +218,7 @@ class MimiDetokenizer:
             self.slots = StateSlots([t[0] for t in fresh])
         # Pad each call to a batch bucket (models/codecs/stream_batching.py says why).
         self.pad_batches = self.device.type == "cuda"
-        self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
-        self._graphed = -1  # the slots' generation the graphs were captured against
+        self.calls = SlottedCalls(self.slots)  # replayed from CUDA graphs once captured
 
     def new_stream(self) -> MimiStream:
         return MimiStream()
@@ -256,10 +255,7 @@ class MimiDetokenizer:
             upload(steps, torch.long, self.device),
         ]
         key = ("mimi-decode", batch, frames)
-        if self.graphs is not None and self._graphed == self.slots.generation:
-            audio = self.graphs.run(key, self._decode_call, inputs)
-        else:
-            audio = self._decode_call(*inputs)
+        audio = self.calls.run(key, self._decode_call, inputs)
         audio = download(audio[:real])
         for s in group:
             s.frames_decoded += len(s.pending)
@@ -276,7 +272,7 @@ class MimiDetokenizer:
     def enable_cuda_graphs(self, graphs) -> None:
         """Replay each padded batch shape's call from the engine's CallableGraphs once
         `warm_up_batches` has captured them (the engine calls this first)."""
-        self.graphs = graphs
+        self.calls.enable(graphs)
 
     @torch.inference_mode()
     def warm_up_batches(self, max_batch: int, frames: tuple[int, ...] = (1,)) -> None:
@@ -294,11 +290,8 @@ class MimiDetokenizer:
                     torch.full((batch,), SCRATCH, dtype=torch.long, device=self.device),
                     torch.zeros(batch, dtype=torch.long, device=self.device),
                 ]
-                if self.graphs is None:
-                    self._decode_call(*inputs)
-                else:
-                    self.graphs.capture(("mimi-decode", batch, n), self._decode_call, inputs)
-        self._graphed = self.slots.generation
+                self.calls.warm(("mimi-decode", batch, n), self._decode_call, inputs)
+        self.calls.warmed()
 
     # --- the encoder (reference audio for voice prompts) -----------------------------------------
     @torch.inference_mode()

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.codecs.mimi_streaming import State, StreamingTransformer
-from models.codecs.slot_states import SCRATCH, StateSlots
+from models.codecs.slot_states import SCRATCH, SlottedCalls, StateSlots
 from models.codecs.stream_batching import buckets_up_to, padded_batch
 from models.device_util import download, upload
 
@@ -154,8 +154,7 @@ class MimiStreamEncoder:
             self.slots = StateSlots([t[0] for t in fresh])
         # Pad each call to a batch bucket (models/codecs/stream_batching.py says why).
         self.pad_batches = self.device.type == "cuda"
-        self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
-        self._graphed = -1  # the slots' generation the graphs were captured against
+        self.calls = SlottedCalls(self.slots)  # replayed from CUDA graphs once captured
 
     def new_stream(self) -> EncoderStream:
         return EncoderStream()
@@ -184,10 +183,7 @@ class MimiStreamEncoder:
                 upload([s.steps for s in group] + [0] * pad, torch.long, self.device),
             ]
             key = ("mimi-encode", batch, n)
-            if self.graphs is not None and self._graphed == self.slots.generation:
-                codes = self.graphs.run(key, self._encode_call, inputs)
-            else:
-                codes = self._encode_call(*inputs)
+            codes = self.calls.run(key, self._encode_call, inputs)
             codes = download(codes[:real])  # [real, frames, K]
             for i, s, stream_codes in zip(members, group, codes, strict=True):
                 s.steps += n // self.encoder.hop
@@ -204,7 +200,7 @@ class MimiStreamEncoder:
     def enable_cuda_graphs(self, graphs) -> None:
         """Replay each padded batch shape's one-frame call from the engine's CallableGraphs
         once `warm_up_batches` has captured them (the engine calls this first)."""
-        self.graphs = graphs
+        self.calls.enable(graphs)
 
     @torch.inference_mode()
     def warm_up_batches(self, max_batch: int) -> None:
@@ -221,8 +217,5 @@ class MimiStreamEncoder:
                 torch.full((batch,), SCRATCH, dtype=torch.long, device=self.device),
                 torch.zeros(batch, dtype=torch.long, device=self.device),
             ]
-            if self.graphs is None:
-                self._encode_call(*inputs)
-            else:
-                self.graphs.capture(("mimi-encode", batch, n), self._encode_call, inputs)
-        self._graphed = self.slots.generation
+            self.calls.warm(("mimi-encode", batch, n), self._encode_call, inputs)
+        self.calls.warmed()

@@ -101,3 +101,34 @@ class StateSlots:
         # Lowest rows first: pop() takes from the end.
         self._free = sorted(set(self._free) | set(range(max(old, 1), capacity)), reverse=True)
         self.generation += 1
+
+
+class SlottedCalls:
+    """A streaming codec half's calls on its StateSlots: replayed from the engine's CUDA graphs
+    (engine/cuda_graphs.py CallableGraphs) once `warm` has captured them, run eagerly before,
+    without graphs, for shapes never captured, and once the slots' buffers were reallocated
+    (their graphs would read the old ones)."""
+
+    def __init__(self, slots: StateSlots) -> None:
+        self.slots = slots
+        self.graphs = None  # CallableGraphs, once the engine enabled them
+        self._captured = -1  # the slots' generation the graphs were captured against
+
+    def enable(self, graphs) -> None:
+        self.graphs = graphs
+
+    def warm(self, key: object, fn, inputs: list[torch.Tensor]) -> None:
+        """At start-up: capture the call for `key` when graphs are enabled, else run it once
+        (cuDNN's plans for its shapes); `warmed` ends the start-up."""
+        if self.graphs is None:
+            fn(*inputs)
+        else:
+            self.graphs.capture(key, fn, inputs)
+
+    def warmed(self) -> None:
+        self._captured = self.slots.generation
+
+    def run(self, key: object, fn, inputs: list[torch.Tensor]):
+        if self.graphs is not None and self._captured == self.slots.generation:
+            return self.graphs.run(key, fn, inputs)
+        return fn(*inputs)
