@@ -45,13 +45,13 @@ from engine.outputs import (
     StepTiming,
     TextDelta,
 )
+from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from models.base import ModelInputError, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
 _RECENT = 1024
 # The refusal cause of a session beyond --max-num-seqs (a frame steps every session at once).
-FULL_BATCH = "max_num_seqs"
 
 
 @dataclass(eq=False)
@@ -93,7 +93,7 @@ class DuplexEngine:
         )
         self.sessions: dict[str, _Live] = {}
         self._reserved = 0
-        self.refusals: dict[str, int] = {}  # sessions refused at submit, by cause (kv)
+        self.refusals: dict[str, int] = {}  # sessions refused at submit, by cause
         self._silence = np.zeros(self.samples_per_frame, np.float32)
         self.last_batch = 0
         self.loop_totals = LoopTotals()
@@ -155,14 +155,14 @@ class DuplexEngine:
         if len(self.sessions) >= self.config.max_num_seqs:
             # Every session steps in every frame: one more than the step is sized for (its
             # graphs, its attention's page table) cannot wait its turn as a TTS request can.
-            self.refusals[FULL_BATCH] = self.refusals.get(FULL_BATCH, 0) + 1
+            self._refused(RefusalCause.MAX_NUM_SEQS)
             raise EngineOverloaded(
                 f"the engine steps at most {self.config.max_num_seqs} sessions together "
                 "(--max-num-seqs); try again later"
             )
         decision = self.blocks.can_admit(total, self._reserved)
         if not decision.ok:
-            self.refusals["kv"] = self.refusals.get("kv", 0) + 1
+            self._refused(RefusalCause.KV)
             raise EngineOverloaded(decision.reason)
         request = Request(prompt.token_ids, spec.sampling, arrival_time=self.clock())
         if spec.request_id:
@@ -225,6 +225,9 @@ class DuplexEngine:
         request.status = status
         return [Finished(session_id, reason, len(request.output_ids))]
 
+    def _refused(self, cause: RefusalCause) -> None:
+        self.refusals[cause] = self.refusals.get(cause, 0) + 1
+
     def session_stats(self, session_id: str) -> FrameSessionStats | None:
         return self.scheduler.stats(session_id)
 
@@ -253,7 +256,9 @@ class DuplexEngine:
             stepping=stepping,
             totals=self._totals_now(),
             admission=AdmissionStats(streams=len(self.sessions), refusals=dict(self.refusals)),
-            realtime_refusal=FULL_BATCH if len(self.sessions) >= self.config.max_num_seqs else "",
+            realtime_refusal=(
+                RefusalCause.MAX_NUM_SEQS if len(self.sessions) >= self.config.max_num_seqs else ""
+            ),
             kv_blocks_per_session=self.blocks.blocks_for(self.model.facts.max_context),
         )
 

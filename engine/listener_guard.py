@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from engine.refusal_causes import RefusalCause
 from engine.request import Request
 
 SETTLED_AFTER_S = 1.0
@@ -107,20 +108,20 @@ class ListenerGuard:
             and not carries(2 * streams + 2)
         ):
             return (
-                "slow_start",
+                RefusalCause.SLOW_START,
                 f"{streams} streams where at most {self.carried} have been heard playing at "
                 "once: more go in as they are heard",
             )
         if health.short > SHORT_SHARE * health.settled:
             return (
-                "listeners",
+                RefusalCause.LISTENERS,
                 f"{health.short} of the {health.settled} streams playing are running short "
                 "of audio",
             )
         strained = self.strained_at is not None and now - self.strained_at < STRAIN_MEMORY_S
         if strained and health.settled and health.unsettled:
             return (
-                "listeners",
+                RefusalCause.LISTENERS,
                 f"listeners ran short of audio {now - self.strained_at:.1f} s ago and "
                 f"{health.unsettled} newer stream(s) have not settled yet",
             )

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.realtime_outlook import StreamOutlook, TurnModel, shortfall
+from engine.refusal_causes import RefusalCause
 from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
 
 # A stream is refused once the predicted token interval exceeds this share of a token's
@@ -50,7 +51,7 @@ OUTLOOK_END_STEP = 64
 class Verdict:
     ok: bool
     reason: str = ""
-    cause: str = ""  # for metrics: "turn_cost", "codec" (the scheduler adds more)
+    cause: str = ""  # a RefusalCause for metrics (the scheduler adds its own)
 
     @property
     def refusal_cause(self) -> str:
@@ -215,7 +216,7 @@ class RealtimeCapacity:
                 f"{short.behind_s:.2f} s short of audio {short.after_s:.0f} s from now, as "
                 f"their contexts grow (measured turn costs, {1e6 * self.page_s:.2f} µs a KV "
                 "page); try again shortly",
-                "turn_cost",
+                RefusalCause.TURN_COST,
             )
         return self._codec_verdict(streams)
 
@@ -238,7 +239,7 @@ class RealtimeCapacity:
                 f"no real-time capacity: {streams} streams would get a token every "
                 f"{1000 * interval:.1f} ms (measured turn costs) for "
                 f"{1000 * self.seconds_per_token:.1f} ms of audio each; try again shortly",
-                "turn_cost",
+                RefusalCause.TURN_COST,
             )
         return self._codec_verdict(streams)
 
@@ -249,7 +250,7 @@ class RealtimeCapacity:
                 False,
                 f"no real-time capacity: the codec would be busy {100 * load:.0f} % of real "
                 f"time decoding {streams} streams (measured job costs); try again shortly",
-                "codec",
+                RefusalCause.CODEC,
             )
         return Verdict(True)
 

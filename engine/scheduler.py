@@ -32,6 +32,7 @@ from engine.listener_guard import ListenerGuard, listener_health
 from engine.outputs import AdmissionStats, ScheduledChunk, SchedulerOutput
 from engine.realtime_capacity import RealtimeCapacity, Verdict
 from engine.realtime_outlook import StreamOutlook
+from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams, Token
 
 log = logging.getLogger("voxgate.engine")
@@ -182,7 +183,7 @@ class Scheduler:
                 request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
             )
             if not decision.ok:
-                self.refusals["kv"] = self.refusals.get("kv", 0) + 1
+                self.refusals[RefusalCause.KV] = self.refusals.get(RefusalCause.KV, 0) + 1
         if decision.ok:
             if request.conversation_id is not None:
                 request.num_reused = self.blocks.claim(

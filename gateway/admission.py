@@ -4,9 +4,9 @@ request) now, asked before anything is submitted to it, and why not, by cause.
 A refusal here never reaches the engine, so the engine's own count of refusals
 (`voxgate_engine_admission_refusals_total`, requests refused at submit) never sees it: the
 gateway counts it in `voxgate_gateway_admission_refusals_total{cause}` (gateway/metrics.py).
-The causes are the engine's where the engine's figures decide (`kv`, and real-time
-admission's `turn_cost`, `codec`, `slow_start`, `listeners`; a full-duplex engine's
-`max_num_seqs`), plus the gateway's own.
+The causes are the engine's where the engine's figures decide (engine/refusal_causes.py:
+`kv`, real-time admission's `turn_cost`, `codec`, `slow_start`, `listeners`, a full-duplex
+engine's `max_num_seqs`), plus the gateway's own.
 """
 
 from __future__ import annotations
@@ -14,28 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.api import EngineClient
+from engine.refusal_causes import RefusalCause
 from gateway.config import GatewaySettings
 
 # The gateway's own causes (beside the engine's, which come from EngineStats).
 NOT_READY = "not_ready"  # the engine is not running, or is being restarted
-KV = "kv"  # the KV pool is fully committed (the engine's cause of the same name)
 WAITING = "waiting"  # max_engine_waiting requests already wait for their first step
 MAX_SESSIONS = "max_sessions"  # the server is at --max-sessions (gateway/auth.py)
 KEY_SESSIONS = "key_sessions"  # the key is at --max-sessions-per-key (gateway/auth.py)
 # Every cause the gateway can count, the engine's real-time ones included: /metrics shows each
 # from the start, at 0, so a rate over any window has a series to start from.
-GATEWAY_CAUSES = (
-    NOT_READY,
-    KV,
-    WAITING,
-    "turn_cost",
-    "codec",
-    "slow_start",
-    "listeners",
-    "max_num_seqs",  # a full-duplex engine steps at most --max-num-seqs sessions together
-    MAX_SESSIONS,
-    KEY_SESSIONS,
-)
+GATEWAY_CAUSES = (NOT_READY, WAITING, *RefusalCause, MAX_SESSIONS, KEY_SESSIONS)
 
 
 @dataclass(frozen=True)
@@ -57,7 +46,9 @@ def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> Admiss
     stats = engine.stats()
     free = stats.kv_blocks_total - max(stats.kv_blocks_used, stats.kv_blocks_reserved)
     if free <= 0 or free < stats.kv_blocks_per_session:
-        return AdmissionRefusal(KV, "the engine's KV cache is fully committed; try again later")
+        return AdmissionRefusal(
+            RefusalCause.KV, "the engine's KV cache is fully committed; try again later"
+        )
     if stats.waiting >= settings.max_engine_waiting:
         return AdmissionRefusal(
             WAITING, f"{stats.waiting} requests are waiting for the engine; try again later"
