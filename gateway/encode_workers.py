@@ -8,7 +8,13 @@ first chunks' frames come late while the engine is on time. A process has its ow
 interpreter: there a chunk's encode runs at the codec's speed, and the gateway's side of it is
 one message out and one back. Each call carries the time it was made, so the worker can tell
 how long it waited and hurry the encode when the workers are behind (gateway.audio,
-HURRIED_COMPLEXITY).
+HURRIED_COMPLEXITY). Calls travel in batches: the sender thread sends every call queued when
+it wakes as one message, the worker answers a batch with one, and the reader resolves a
+batch's futures with one wake-up of the event loop. An engine step hands a gateway a chunk
+for each of its streams at once (128 full-duplex sessions: 128 encodes every 80 ms), so a
+batch carries tens of calls where each would have cost a pickle, a pipe write and a wake-up.
+The worker answers as it goes, every REPLY_EVERY_S of encoding, so a batch's first streams
+do not wait for its last.
 
 Each response's encoder lives in one worker process for its whole life (its state is
 sequential), chosen round-robin; a pipe per worker carries the messages in order, so calls of
@@ -52,6 +58,9 @@ MAX_RESTART_DELAY_S = 60.0
 # some run longer and a few streams come late (BENCHMARKS.md). On a CPU-only machine the engine
 # needs the cores, and its few streams never convoy, so threads stay the default there.
 GPU_DEFAULT_PROCESSES = 4
+# A worker sends the replies it has once it has encoded this long since its last send (and at
+# the end of each batch): a few replies a message, and none waits more than this for others.
+REPLY_EVERY_S = 0.002
 
 
 def process_count(asked: int | None, device: str | None) -> int:
@@ -81,42 +90,58 @@ def _worker_main(conn: Connection) -> None:
     encoders: dict[int, object] = {}
     while True:
         try:
-            message = conn.recv()
+            batch = conn.recv()  # a list of messages, in the order they were made
         except (EOFError, OSError):
             return
-        op = message[0]
-        if op == "stop":
+        replies: list[tuple] = []
+        since = time.perf_counter()
+        for message in batch:
+            op = message[0]
+            if op == "stop":
+                return
+            if op == "ping":  # start-up: imports done, ready to encode
+                replies.append(("pong",))
+            elif op == "open":
+                _, eid, spec, source_rate, bitrate, hurry_after_s = message
+                try:
+                    encoders[eid] = make_encoder(spec, source_rate, bitrate, hurry_after_s)
+                except Exception as exc:  # reported by the encoder's first call
+                    encoders[eid] = exc
+            elif op == "close":
+                encoders.pop(message[1], None)
+            else:
+                replies.append(_run_call(encoders, message))
+            if replies and time.perf_counter() - since >= REPLY_EVERY_S:
+                if not _send_replies(conn, replies):
+                    return
+                replies, since = [], time.perf_counter()
+        if replies and not _send_replies(conn, replies):
             return
-        if op == "ping":  # start-up: imports done, ready to encode
-            conn.send(("pong",))
-            continue
-        if op == "open":
-            _, eid, spec, source_rate, bitrate, hurry_after_s = message
-            try:
-                encoders[eid] = make_encoder(spec, source_rate, bitrate, hurry_after_s)
-            except Exception as exc:  # reported by the encoder's first call
-                encoders[eid] = exc
-            continue
-        if op == "close":
-            encoders.pop(message[1], None)
-            continue
-        _, eid, seq, pcm, submitted = message
-        started = time.perf_counter()
-        try:
-            encoder = encoders[eid]
-            if isinstance(encoder, Exception):
-                raise encoder
-            # How long the call waited since the gateway made it (time.monotonic reads one
-            # clock in every process: CLOCK_MONOTONIC on Linux, mach time on macOS).
-            queued_s = time.monotonic() - submitted
-            out, hurried = run_encode(encoder, pcm if op == "encode" else None, queued_s)
-            reply = ("ok", seq, out, time.perf_counter() - started, hurried)
-        except Exception as exc:
-            reply = ("error", seq, f"{type(exc).__name__}: {exc}", 0.0, False)
-        try:
-            conn.send(reply)
-        except (EOFError, OSError):
-            return
+
+
+def _send_replies(conn: Connection, replies: list[tuple]) -> bool:
+    try:
+        conn.send(replies)
+    except (EOFError, OSError):
+        return False
+    return True
+
+
+def _run_call(encoders: dict[int, object], message: tuple) -> tuple:
+    """An encode or flush call in the worker → its reply."""
+    op, eid, seq, pcm, submitted = message
+    started = time.perf_counter()
+    try:
+        encoder = encoders[eid]
+        if isinstance(encoder, Exception):
+            raise encoder
+        # How long the call waited since the gateway made it (time.monotonic reads one
+        # clock in every process: CLOCK_MONOTONIC on Linux, mach time on macOS).
+        queued_s = time.monotonic() - submitted
+        out, hurried = run_encode(encoder, pcm if op == "encode" else None, queued_s)
+        return ("ok", seq, out, time.perf_counter() - started, hurried)
+    except Exception as exc:
+        return ("error", seq, f"{type(exc).__name__}: {exc}", 0.0, False)
 
 
 class _Worker:
@@ -138,7 +163,7 @@ class _Worker:
         theirs.close()
         self._conn = ours
         # Wait for the worker's imports, so the first response does not pay for them.
-        ours.send(("ping",))
+        ours.send([("ping",)])
         if not ours.poll(START_TIMEOUT_S):
             self.process.terminate()
             raise EncoderProcessFailed(f"{self.name} did not start in {START_TIMEOUT_S:.0f} s")
@@ -148,6 +173,7 @@ class _Worker:
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self.failure: str | None = None
+        self.batches_sent = 0  # messages to the worker, each a batch of calls
         threading.Thread(target=self._send_loop, name=f"{self.name}-send", daemon=True).start()
         threading.Thread(target=self._read_loop, name=f"{self.name}-read", daemon=True).start()
 
@@ -178,43 +204,72 @@ class _Worker:
         self._outbox.put(None)  # ends the sender thread
 
     def _send_loop(self) -> None:
+        """Every message queued when this thread wakes goes as one batch, in order."""
         while (message := self._outbox.get()) is not None:
-            try:
-                self._conn.send(message)
-            except (OSError, ValueError):
-                return  # the reader sees the pipe close and fails what is pending
+            batch = [message]
+            while True:
+                try:
+                    more = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._send_batch(batch)
+                    return
+                batch.append(more)
+            if not self._send_batch(batch):
+                return
+
+    def _send_batch(self, batch: list[tuple]) -> bool:
+        try:
+            self._conn.send(batch)
+        except (OSError, ValueError):
+            return False  # the reader sees the pipe close and fails what is pending
+        self.batches_sent += 1
+        return True
 
     def _read_loop(self) -> None:
         while True:
             try:
-                status, seq, value, run_s, hurried = self._conn.recv()
+                replies = self._conn.recv()
             except (EOFError, OSError):
                 self._fail(f"output encoder process {self.name} exited")
                 if self._on_exit is not None:
                     self._on_exit(self)
                 return
-            with self._lock:
-                entry = self._pending.pop(seq, None)
-            if entry is None:
-                continue
-            loop, future, sent = entry
-            if status == "ok":
-                result = (value, time.perf_counter() - sent - run_s, run_s, hurried)
-                _resolve_from_thread(loop, future, result, None)
-            else:
-                _resolve_from_thread(loop, future, None, EncoderProcessFailed(value))
+            now = time.perf_counter()
+            # One wake-up of each event loop for all its futures in the batch.
+            by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+            for status, seq, value, run_s, hurried in replies:
+                with self._lock:
+                    entry = self._pending.pop(seq, None)
+                if entry is None:
+                    continue
+                loop, future, sent = entry
+                if status == "ok":
+                    outcome = (future, (value, now - sent - run_s, run_s, hurried), None)
+                else:
+                    outcome = (future, None, EncoderProcessFailed(value))
+                by_loop.setdefault(loop, []).append(outcome)
+            for loop, outcomes in by_loop.items():
+                _resolve_all_from_thread(loop, outcomes)
 
     def _fail(self, reason: str) -> None:
         with self._lock:
             self.failure = reason
             pending, self._pending = self._pending, {}
         for loop, future, _ in pending.values():
-            _resolve_from_thread(loop, future, None, EncoderProcessFailed(reason))
+            _resolve_all_from_thread(loop, [(future, None, EncoderProcessFailed(reason))])
 
 
-def _resolve_from_thread(loop, future, result, error: Exception | None) -> None:
+def _resolve_all_from_thread(loop, outcomes: list) -> None:
+    """(future, result, error) each, resolved on `loop` in one callback."""
     with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-        loop.call_soon_threadsafe(_resolve, future, result, error)
+        loop.call_soon_threadsafe(_resolve_all, outcomes)
+
+
+def _resolve_all(outcomes: list) -> None:
+    for future, result, error in outcomes:
+        _resolve(future, result, error)
 
 
 def _resolve(future: asyncio.Future, result, error: Exception | None) -> None:

@@ -72,6 +72,35 @@ async def test_workers_give_the_threads_frames_in_order_for_interleaved_encoders
         enc.close()
 
 
+async def test_calls_made_together_travel_together_and_come_back_right():
+    """An engine step hands every stream a frame at once: 64 encoders' calls made in one turn
+    of the loop go to the one worker in a few messages, not 64, and each encoder still gets
+    exactly the frames it would alone (its calls in order)."""
+    pool = EncodeWorkers(1).start()
+    try:
+        spec = AudioSpec(format=AudioFormat.OPUS)
+        encoders = [pool.open(spec, RATE) for _ in range(64)]
+        frames = [[noise(0.08, 100 * i + k) for k in range(3)] for i in range(64)]
+        (worker,) = pool._workers
+        before = worker.batches_sent
+        got: list[list[bytes]] = [[] for _ in encoders]
+        for k in range(3):  # three steps: every encoder's frame k in one turn
+            outs = await asyncio.gather(*(e.encode(frames[i][k]) for i, e in enumerate(encoders)))
+            for i, out in enumerate(outs):
+                got[i] += out
+        assert worker.batches_sent - before <= 3 * 16, worker.batches_sent - before
+        for i in (0, 31, 63):
+            alone = make_off_loop_encoder(spec, RATE)
+            expected: list[bytes] = []
+            for chunk in frames[i]:
+                expected += await alone.encode(chunk)
+            assert got[i] == expected, i
+        for e in encoders:
+            e.close()
+    finally:
+        pool.close()
+
+
 async def test_a_worker_hurries_a_call_by_how_long_it_waited(workers):
     """The worker times each call from when the gateway made it (the message carries it):
     with a threshold of 0 every call runs hurried, with an hour's none; the same bytes as the
