@@ -41,8 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.api import Cancel, EndSession, PushAudio, Submit
-from engine.client_base import ClientBase
-from engine.engine_host import StepEvents
+from engine.engine_host import CommandBatch, HostedClient, StepEvents
 from engine.loop import Applied
 from engine.outputs import (
     AudioChunk,
@@ -64,9 +63,11 @@ def moshi_facts():
     return load_model("tiny-moshi", device="cpu").facts
 
 
-class FrameClockEngine(ClientBase):
+class FrameClockEngine(HostedClient):
     """An engine client that answers every session with an 80-ms chunk of noise and a text
-    piece each frame, on a clock of its own thread, as the engine process's events arrive."""
+    piece each frame, on a clock of its own thread, as the engine process's events arrive.
+    Its commands are gathered as the engine process's client gathers them (one CommandBatch a
+    turn of the event loop) and pickled as its queue would pickle them."""
 
     def __init__(self, facts) -> None:
         super().__init__()
@@ -78,6 +79,7 @@ class FrameClockEngine(ClientBase):
             np.float32
         )
         self.commands = 0
+        self.batches = 0
         self._thread = threading.Thread(target=self._tick, name="frame-clock", daemon=True)
         self._thread.start()
 
@@ -94,8 +96,13 @@ class FrameClockEngine(ClientBase):
         self._stop.set()
         self._fail_all("the engine was shut down")
 
-    def _send(self, command, token) -> None:
-        pickle.dumps((command, token), pickle.HIGHEST_PROTOCOL)  # the queue's pickling
+    def _send_batch(self, batch: CommandBatch) -> None:
+        pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)  # the queue's pickling
+        self.batches += 1
+        for command, token in batch.commands:
+            self._apply(command, token)
+
+    def _apply(self, command, token) -> None:
         self.commands += 1
         match command:
             case Submit(request):
