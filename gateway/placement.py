@@ -5,9 +5,11 @@ and duplex slot live on that replica's GPU).
 A replica can take a session when the gateway's own admission check passes on it
 (gateway/admission.py: ready, KV not fully committed, waiting requests under the cap,
 real-time room). Of those, the one with the most headroom wins: the fewest streams in its
-engine (running + waiting), then the fewest sessions already pinned to it (stats are up to
-50 ms old, so a burst of sessions opening together would otherwise all see the same idle
-replica), then the most free KV pages.
+engine (running + waiting, but never fewer than the sessions this gateway pinned to it: stats
+are up to 50 ms old, so they may not count a session placed a moment ago yet, and may still
+count one that just ended), then the fewest sessions already pinned to it (a burst of
+sessions opening together would otherwise all see the same idle replica), then the most free
+KV pages.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class ReplicaLoad:
     def headroom_key(self) -> tuple[int, int, int]:
         """Smaller is more headroom."""
         s = self.stats
-        return (s.running + s.waiting, self.pinned_sessions, -self.free_kv_blocks)
+        streams = max(s.running + s.waiting, self.pinned_sessions)
+        return (streams, self.pinned_sessions, -self.free_kv_blocks)
 
 
 def pick_replica(loads: Sequence[ReplicaLoad]) -> int | None:

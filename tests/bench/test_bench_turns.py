@@ -16,6 +16,7 @@ from voxbench.turn_records import ConversationRecord, TurnRecord
 from voxbench.turn_speech import SPEECH_RATE, load_clips, mic_turns
 
 ASKED = 5  # frames a reply asks for in these records (100 ms of 20-ms frames)
+SEND_JITTER_MS = 10  # how late a loaded 2-core machine may send a paced frame
 
 
 def _turn(index, arrivals, status="length", errors=()):
@@ -188,8 +189,10 @@ def test_spoken_conversations_with_the_servers_vad_on_the_cpu(tmp_path, capsys, 
         for turn in (first, second):
             _check_turn(turn, data)
             # The server's VAD waited for 200 ms of silence after the speech before it ended
-            # the turn, and the reply latency (from the end of speech) includes that wait.
-            assert 200 <= turn["turn_end_ms"] < turn["arrivals_ms"][0]
+            # the turn, and the reply latency (from the end of speech) includes that wait. The
+            # client times it from when it sent its last speech frame, which a loaded machine
+            # may send a little late while the silence after it keeps its schedule.
+            assert 200 - SEND_JITTER_MS <= turn["turn_end_ms"] < turn["arrivals_ms"][0]
         # The user spoke again only once the reply had played, and thought 0.3 s.
         played = first["sent_s"] + (first["arrivals_ms"][0] + 20 * len(first["arrivals_ms"])) / 1000
         assert second["speech_began_s"] >= played + 0.3 - 0.03

@@ -42,6 +42,15 @@ def test_equal_streams_go_to_the_replica_with_fewer_sessions_pinned_then_more_fr
     assert pick_replica([load(used=40), load(used=10, reserved=30), load(used=20)]) == 2
 
 
+def test_stale_stats_never_outweigh_the_sessions_pinned_a_moment_ago():
+    """Replica 0's stats still count a session that has just ended, and replica 1's do not yet
+    count the session pinned to it a moment ago: both carry one stream, and the next session
+    goes to replica 0, which has none pinned (two sessions opened back to back after a third
+    had closed both went to replica 1)."""
+    assert pick_replica([load(running=1), load(pinned=1)]) == 0
+    assert pick_replica([load(running=2), load(pinned=1)]) == 1  # stats that are ahead count
+
+
 NOT_READY = AdmissionRefusal("not_ready", "the engine is not ready")
 KV_FULL = AdmissionRefusal("kv", "the KV cache is fully committed")
 NO_ROOM = AdmissionRefusal("listeners", "no real-time room")
