@@ -51,7 +51,6 @@ from models.base import ModelInputError, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
 _RECENT = 1024
-# The refusal cause of a session beyond --max-num-seqs (a frame steps every session at once).
 
 
 @dataclass(eq=False)

@@ -73,8 +73,8 @@ class CommandBatch:
     in the order issued, applied by the host in that order, each answered with its own token.
     A full-duplex session pushes a command per 80-ms frame: one message for all the commands of
     an event-loop turn is one pickle, one pipe write (or one Ray call) and one wake-up of the
-    host for them all, where a message each (some 1,600 a second at 128 sessions) took the
-    GIL from the host's engine loop as often."""
+    host for them all, where a message each (some 1,600 a second at 128 sessions) would take
+    the GIL from the host's engine loop as often."""
 
     commands: tuple[tuple[Command, int | None], ...]
 

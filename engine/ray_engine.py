@@ -4,7 +4,7 @@
 Commands go out as numbered actor calls (`send`, never awaited: Ray delivers them, the replica
 puts them in order), one call for all those of one turn of the gateway's event loop (a
 `CommandBatch`, engine/engine_host.py: a full-duplex session pushes audio every 80 ms, and a
-call each took the replica's engine loop the GIL too often); one reader thread here long-polls
+call each would take the GIL from the replica too often); one reader thread here long-polls
 the replica (`poll`), and what comes back is handled exactly as the process engine's queue
 (engine/engine_host.py: HostedClient). When the replica's process dies (killed, out of memory,
 its node lost) the pending poll fails at once: every open stream ends `failed` and every later

@@ -45,51 +45,39 @@ class OpusError(RuntimeError):
     pass
 
 
+_INT, _PTR = ctypes.c_int, ctypes.c_void_p
+# libopus' calls used here: name → (result type, argument types).
+_ENCODER_CALLS = {
+    "opus_encoder_create": (_PTR, [ctypes.c_int32, _INT, _INT, ctypes.POINTER(_INT)]),
+    "opus_encode_float": (ctypes.c_int32, [_PTR, _PTR, _INT, _PTR, ctypes.c_int32]),
+    "opus_encoder_destroy": (None, [_PTR]),
+    "opus_strerror": (ctypes.c_char_p, [_INT]),
+}
+_DECODER_CALLS = {
+    "opus_decoder_create": (_PTR, [ctypes.c_int32, _INT, ctypes.POINTER(_INT)]),
+    "opus_decode_float": (_INT, [_PTR, ctypes.c_char_p, ctypes.c_int32, _PTR, _INT, _INT]),
+    "opus_decoder_destroy": (None, [_PTR]),
+}
+
+
+def _declare(lib: ctypes.CDLL, calls: dict) -> None:
+    """Give each of `calls` its C signature on `lib`."""
+    for name, (restype, argtypes) in calls.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+
+
 class OpusLib:
     """The few libopus calls the encoder and the decoder need, typed."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._lib = lib
-        lib.opus_encoder_create.restype = ctypes.c_void_p
-        lib.opus_encoder_create.argtypes = [
-            ctypes.c_int32,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.POINTER(ctypes.c_int),
-        ]
-        lib.opus_encode_float.restype = ctypes.c_int32
-        lib.opus_encode_float.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_int32,
-        ]
-        lib.opus_encoder_destroy.restype = None
-        lib.opus_encoder_destroy.argtypes = [ctypes.c_void_p]
-        lib.opus_strerror.restype = ctypes.c_char_p
-        lib.opus_strerror.argtypes = [ctypes.c_int]
+        _declare(lib, _ENCODER_CALLS)
         # The decoder runs on the gateway's event loop, 20 µs a packet: through a handle that
         # keeps the GIL (PyDLL), since a call that lets it go must win it back on return, and
         # behind busy threads that wait cost ~100 µs a packet (bench/duplex_gateway_load.py).
-        held = self._held = ctypes.PyDLL(lib._name)
-        held.opus_decoder_create.restype = ctypes.c_void_p
-        held.opus_decoder_create.argtypes = [
-            ctypes.c_int32,
-            ctypes.c_int,
-            ctypes.POINTER(ctypes.c_int),
-        ]
-        held.opus_decode_float.restype = ctypes.c_int
-        held.opus_decode_float.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_char_p,
-            ctypes.c_int32,
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_int,
-        ]
-        held.opus_decoder_destroy.restype = None
-        held.opus_decoder_destroy.argtypes = [ctypes.c_void_p]
+        self._held = ctypes.PyDLL(lib._name)
+        _declare(self._held, _DECODER_CALLS)
         # opus_encoder_ctl is variadic: left untyped, ctypes passes the ints as C varargs.
         # Whether that works on this platform is checked once, by load_opus.
 

@@ -45,8 +45,7 @@ def test_equal_streams_go_to_the_replica_with_fewer_sessions_pinned_then_more_fr
 def test_stale_stats_never_outweigh_the_sessions_pinned_a_moment_ago():
     """Replica 0's stats still count a session that has just ended, and replica 1's do not yet
     count the session pinned to it a moment ago: both carry one stream, and the next session
-    goes to replica 0, which has none pinned (two sessions opened back to back after a third
-    had closed both went to replica 1)."""
+    goes to replica 0, which has none pinned."""
     assert pick_replica([load(running=1), load(pinned=1)]) == 0
     assert pick_replica([load(running=2), load(pinned=1)]) == 1  # stats that are ahead count
 
