@@ -205,6 +205,7 @@ class Session:
     ) -> None:
         self.state = SessionState.CLOSING
         await cancel_and_wait(reader)
+        self._reader.close()
         await self._responses.stop()  # cancels the session's engine requests
         if self._speech is not None:
             self._speech.stop()

@@ -26,12 +26,25 @@ class Silence(enum.Enum):
 
 
 class SessionReader:
+    """One timer per session, not one per message: a full-duplex session's microphone sends 50
+    frames a second, and an `asyncio.timeout` around each receive (a timer scheduled and
+    cancelled per frame) was ~7 µs of the event loop's a frame, 4 % of its time at 128 such
+    sessions. The timer fires at the earliest moment the session could be silent; then, if
+    activity moved the deadline, it is set again for the new one, and only a deadline really
+    passed interrupts the receive in progress (as asyncio.timeout would: by cancelling it)."""
+
     def __init__(self, ws: WebSocket, wire: Wire, settings: GatewaySettings) -> None:
         self._ws = ws
         self._wire = wire
         self._settings = settings
         self.opened_at = time.monotonic()
         self.last_activity = self.opened_at  # the last client message
+        self._awaiting_start: Callable[[], bool] = lambda: True
+        self._idle_since: Callable[[], float] = lambda: self.last_activity
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = 0.0  # the deadline the timer is set for
+        self._waiting: asyncio.Task | None = None  # the task inside ws.receive(), if any
+        self._interrupted = False  # the timer cancelled that receive
 
     async def receive(
         self, awaiting_start: Callable[[], bool], idle_since: Callable[[], float]
@@ -39,24 +52,55 @@ class SessionReader:
         """The next ASGI message, or the Silence that ends the session: `awaiting_start` says
         whether session.start is still due, `idle_since` when the session last did anything
         (now while it plays audio)."""
+        self._awaiting_start, self._idle_since = awaiting_start, idle_since
         while True:
-            if awaiting_start():
-                deadline = self.opened_at + self._settings.start_timeout_s
-            else:
-                deadline = idle_since() + self._settings.idle_timeout_s
+            deadline = self._deadline()
+            if time.monotonic() >= deadline:
+                return Silence.NOT_STARTED if self._awaiting_start() else Silence.IDLE
+            if self._timer is None or deadline < self._armed_for:
+                self._arm(deadline)  # none yet, or the deadline came nearer (session.start)
+            task = asyncio.current_task()
+            self._waiting = task
             try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    message = await self._ws.receive()
-            except TimeoutError:
-                pass
-            else:
-                if message["type"] != "websocket.disconnect":
-                    self.last_activity = time.monotonic()
-                return message
-            if awaiting_start():
-                return Silence.NOT_STARTED
-            if time.monotonic() - idle_since() >= self._settings.idle_timeout_s:
-                return Silence.IDLE
+                message = await self._ws.receive()
+            except asyncio.CancelledError:
+                if self._interrupted and task is not None and task.uncancel() == 0:
+                    self._interrupted = False
+                    continue  # the deadline passed: the loop's check says which
+                raise
+            finally:
+                self._waiting = None
+            if message["type"] != "websocket.disconnect":
+                self.last_activity = time.monotonic()
+            return message
+
+    def close(self) -> None:
+        """The session is over: its timer goes."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _deadline(self) -> float:
+        if self._awaiting_start():
+            return self.opened_at + self._settings.start_timeout_s
+        return self._idle_since() + self._settings.idle_timeout_s
+
+    def _arm(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = max(0.0, deadline - time.monotonic())
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+        self._armed_for = deadline
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        deadline = self._deadline()
+        if time.monotonic() < deadline:
+            self._arm(deadline)  # activity moved the deadline on
+        elif self._waiting is not None:
+            self._interrupted = True
+            self._waiting.cancel()
+        # else the session is busy with a message: its next receive finds the deadline passed
 
     def decode(self, message: Message) -> Sequence[WireInput]:
         """The inputs a client frame carries; ProtocolError for one too large or malformed
