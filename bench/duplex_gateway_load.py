@@ -159,13 +159,17 @@ def profiled(run, profile: cProfile.Profile | None):
     return wrapped
 
 
-def start_gateway(engine, encode_processes: int, profile: cProfile.Profile | None = None):
+def start_gateway(
+    engine, encode_processes: int, decode_processes: int, profile: cProfile.Profile | None = None
+):
     import uvicorn
 
     from gateway.app import create_app, uvicorn_config
     from gateway.config import GatewaySettings
 
-    settings = GatewaySettings(model="tiny-moshi", encode_processes=encode_processes)
+    settings = GatewaySettings(
+        model="tiny-moshi", encode_processes=encode_processes, decode_processes=decode_processes
+    )
     app = create_app(settings, engine=engine)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -235,6 +239,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="each session's length")
     parser.add_argument("--encode-processes", type=int, default=4, help="as beside a GPU engine")
     parser.add_argument(
+        "--decode-processes",
+        type=int,
+        default=2,
+        help="microphone decoder processes, as beside a GPU engine (0: on the event loop)",
+    )
+    parser.add_argument(
         "--profile",
         type=int,
         default=0,
@@ -244,7 +254,9 @@ def main() -> None:
     args = parser.parse_args()
     engine = FrameClockEngine(moshi_facts())
     profile = cProfile.Profile() if args.profile else None
-    server, thread, port = start_gateway(engine, args.encode_processes, profile)
+    server, thread, port = start_gateway(
+        engine, args.encode_processes, args.decode_processes, profile
+    )
     with tempfile.TemporaryDirectory() as out:
         for n in (int(x) for x in args.sessions.split(",")):
             print(json.dumps(run_point(port, thread, n, args.seconds, Path(out))), flush=True)

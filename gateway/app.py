@@ -27,10 +27,17 @@ from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.client_voices import ClientVoices
 from gateway.config import GatewaySettings
-from gateway.encode_workers import EncodeWorkers, process_count
+from gateway.encode_workers import (
+    GPU_DEFAULT_DECODE_PROCESSES,
+    MIC_DECODERS,
+    EncodeWorkers,
+    PooledDecoder,
+    process_count,
+)
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.protocol import AudioSpec, ErrorEvent
+from gateway.opus_lib import NATIVE_RATES, load_opus
+from gateway.protocol import AudioFormat, AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.replica_pool import ReplicaPool, replica_counts
 from gateway.session import Session
@@ -63,6 +70,7 @@ class Gateway:
         self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
         self.metrics = GatewayMetrics(self.engine_stats)
         self.encode_workers: EncodeWorkers | None = None  # the lifespan starts them, if asked
+        self.mic_workers: EncodeWorkers | None = None  # likewise, the microphones' decoders
         # Voices clients add from clips, per key, held by the gateway's engine (with replicas
         # the pool, which gives each to every replica). Not with several gateway processes:
         # each keeps its own list, and a client's next connection may reach another
@@ -86,6 +94,16 @@ class Gateway:
             self.metrics.observe_encode,
             hurry_ms / 1000 if hurry_ms else None,
         )
+
+    def open_mic_decoder(self, spec: AudioSpec, rate: int) -> PooledDecoder | None:
+        """A full-duplex session's microphone decoder in the decoder processes
+        (gateway.duplex.OpenMicDecoder), where they run and the input is Opus at a rate libopus
+        decodes to; else None: the session decodes on the event loop."""
+        if self.mic_workers is None or spec.format is not AudioFormat.OPUS:
+            return None
+        if rate not in NATIVE_RATES or load_opus() is None:
+            return None
+        return self.mic_workers.open_decoder(rate)
 
     def engine_stats(self) -> EngineStats | None:
         return self.engine.stats() if self.engine is not None else None
@@ -243,6 +261,7 @@ class Gateway:
             verdict.label,
             wire,
             self.client_voices,
+            self.open_mic_decoder,
         )
         await session.run()
 
@@ -306,13 +325,22 @@ def create_app(
             workers = EncodeWorkers(processes)
             gateway.encode_workers = await asyncio.to_thread(workers.start)
             gateway.metrics.watch_encode_workers(gateway.encode_workers)
+        decoders = process_count(
+            settings.decode_processes, settings.engine.device, GPU_DEFAULT_DECODE_PROCESSES
+        )
+        if decoders:
+            gateway.mic_workers = await asyncio.to_thread(
+                EncodeWorkers(decoders, role=MIC_DECODERS).start
+            )
+            gateway.metrics.watch_encode_workers(gateway.mic_workers)
         probe = asyncio.create_task(probe_loop_lag(gateway.metrics.loop_lag))
         try:
             yield
         finally:
             probe.cancel()
-            if gateway.encode_workers is not None:
-                await asyncio.to_thread(gateway.encode_workers.close)
+            for workers in (gateway.encode_workers, gateway.mic_workers):
+                if workers is not None:
+                    await asyncio.to_thread(workers.close)
             if watched is not None:
                 await watched.stop_watching()
             if owns_engine and gateway.engine is not None:

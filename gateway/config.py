@@ -227,6 +227,18 @@ class GatewaySettings:
             group=LIMITS,
         ),
     )
+    # Full-duplex sessions' Opus microphones decoded in this many processes of their own, or on
+    # the event loop (0) (gateway/encode_workers.py, gateway/duplex.py).
+    decode_processes: int | None = field(
+        default=None,
+        metadata=cli(
+            "--decode-processes",
+            "decode full-duplex sessions' Opus microphones in this many processes of their own, "
+            "or on the gateway's event loop (0) (default: 2 when the engine runs on a CUDA GPU, "
+            "else 0)",
+            group=LIMITS,
+        ),
+    )
     # --- scale-out: engine replicas as Ray actors (docs/scale-out.md) ---
     replicas: int = field(
         default=0,
@@ -314,8 +326,9 @@ class GatewaySettings:
         self._check_range("segment_pipeline_depth", self.segment_pipeline_depth, 1, 16)
         self._check_range("opus_bitrate", self.opus_bitrate, 6000, 510_000)
         self._check_range("opus_hurry_ms", self.opus_hurry_ms, 0, 10_000)
-        if self.encode_processes is not None:
-            self._check_range("encode_processes", self.encode_processes, 0, 64)
+        for name in ("encode_processes", "decode_processes"):
+            if getattr(self, name) is not None:
+                self._check_range(name, getattr(self, name), 0, 64)
         self._check_range("replicas", self.replicas, 0, 4096)
         self._check_range("replica_cpus", self.replica_cpus, 0.01)
         if self.replica_gpus is not None:

@@ -12,7 +12,14 @@ Output is not paced here: the engine emits one 80 ms frame per session every 80 
 audio clock, so frames are sent as they come (the send queue's bound still closes a client
 that stops reading).
 
-Input crosses to the engine in whole model frames (ModelFrames). An engine with no room for a
+Input crosses to the engine in whole model frames (ModelFrames). Where the gateway runs
+microphone decoder processes (`--decode-processes`, by default beside a CUDA engine), a
+session's Opus packets are decoded there instead of on the event loop, each packet's samples
+taken in the order the packets came; an `input.commit` or `session.end` waits for the packets
+before it, so the conversation it ends gets all of its audio, and audio still being decoded
+when a conversation is cancelled goes with it. A bad packet is an `error`
+(`unsupported_audio`) as on the loop; if the decoder's process dies, the session decodes on
+the loop from then on. An engine with no room for a
 conversation ends the session: error `overloaded` (fatal), close 1013, as a session refused at
 `session.start` is; a non-fatal error would leave the microphone streaming into a new attempt
 on every frame.
@@ -21,9 +28,11 @@ on every frame.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -39,10 +48,14 @@ from engine.api import (
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.audio_in import AudioDecoder
+from gateway.encode_workers import EncoderProcessFailed, PooledDecoder
 from gateway.metrics import GatewayMetrics
+from gateway.opus_lib import packet_ms
+from gateway.pacing import SendQueueFull
 from gateway.protocol import (
     AudioSpec,
     ErrorCode,
+    ErrorEvent,
     InputCommit,
     ProtocolError,
     ResponseCancel,
@@ -51,6 +64,10 @@ from gateway.protocol import (
     TurnDetection,
 )
 from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
+
+# A session's microphone decoder in the decoder processes for (input format, model rate), or
+# None where they do not run or cannot decode it (gateway.app.Gateway.open_mic_decoder).
+OpenMicDecoder = Callable[[AudioSpec, int], PooledDecoder | None]
 
 
 class DuplexConversation:
@@ -64,9 +81,22 @@ class DuplexConversation:
         open_encoder: OpenEncoder,
         log: logging.LoggerAdapter,
         finish_timeout_s: float,
+        open_mic_decoder: OpenMicDecoder | None = None,
     ) -> None:
         self._engine, self._emit, self._metrics, self._log = engine, emit, metrics, log
         self._open_encoder, self._finish_timeout_s = open_encoder, finish_timeout_s
+        self._open_mic_decoder = open_mic_decoder
+        self._mic: PooledDecoder | None = None  # the decoder in a process, while it serves
+        self._decoding = 0  # packets sent to it whose samples are not back yet
+        self._decoded = asyncio.Event()  # set while none is
+        self._decoded.set()
+        self._generation = 0  # moves on when audio being decoded belongs to nothing any more
+        # Packets for the decoder process not sent yet: they go a model frame's worth at a time
+        # (one call, not four, for 20-ms packets and Moshi's 80-ms frame; ModelFrames would
+        # hold a part frame back anyway).
+        self._unsent: list[bytes] = []
+        self._unsent_ms = 0.0
+        self._frame_ms = 0.0
         self.replies = 0
         self._options: SpeechOptions | None = None
         self._decoder: AudioDecoder | None = None
@@ -94,13 +124,65 @@ class DuplexConversation:
         self._options = replace(options, sampling=sampling)
         self._decoder = AudioDecoder(input_audio, facts.sample_rate)
         self._frames = ModelFrames(round(facts.sample_rate * facts.seconds_per_token))
+        self._frame_ms = 1000 * facts.seconds_per_token
+        if self._open_mic_decoder is not None:
+            try:
+                self._mic = self._open_mic_decoder(input_audio, facts.sample_rate)
+            except EncoderProcessFailed as exc:
+                self._log.warning("microphone decoded on the event loop: %s", exc)
 
     # --- input (the session's reader) ----------------------------------------------------------
     def push(self, data: bytes) -> None:
-        """One binary frame of user audio; raises UndecodableAudio for a bad frame."""
+        """One binary frame of user audio; raises UndecodableAudio for a bad frame (decoded
+        here; one decoded in a process is answered with an `error` when it comes back)."""
         if self._decoder is None or self._frames is None:
             return
-        pcm = self._frames.add(self._decoder.decode(data))
+        if self._mic is not None:
+            self._unsent.append(data)
+            ms = packet_ms(data)
+            self._unsent_ms += self._frame_ms if ms is None else ms
+            if self._unsent_ms >= self._frame_ms or not self.busy:
+                self._send_unsent()  # a frame's worth, or the audio that opens a conversation
+            return
+        self._take(self._decoder.decode(data))
+
+    def _send_unsent(self) -> None:
+        """The packets gathered for the decoder process, as one call."""
+        if not self._unsent or self._mic is None:
+            return
+        packets, self._unsent, self._unsent_ms = self._unsent, [], 0.0
+        decoding = self._mic.decode(packets)
+        self._decoding += 1
+        self._decoded.clear()
+        decoding.add_done_callback(functools.partial(self._came_back, self._generation))
+
+    def _came_back(self, generation: int, decoding: asyncio.Future) -> None:
+        """Packets' samples from the decoder process, in the order the packets went."""
+        self._decoding -= 1
+        if not self._decoding:
+            self._decoded.set()
+        error = decoding.exception()
+        if error is not None:  # the process is gone: these packets with it, not the rest
+            if self._mic is not None:
+                self._log.warning("microphone decoded on the event loop from now: %s", error)
+                self._mic = None
+                self._unsent, self._unsent_ms = [], 0.0
+            return
+        if generation != self._generation:
+            return  # the conversation they belonged to was cancelled
+        pcm, bad = PooledDecoder.decoded(decoding.result())
+        try:
+            for message in bad:
+                self._emit.event(ErrorEvent(ErrorCode.UNSUPPORTED_AUDIO, message, fatal=False))
+        except SendQueueFull:
+            return  # the session is closing for a client that does not read
+        self._take(pcm)
+
+    def _take(self, decoded: np.ndarray) -> None:
+        """A packet's samples, in the order the packets came."""
+        if self._frames is None:
+            return
+        pcm = self._frames.add(decoded)
         if self._stream is not None and not self._ending:
             if len(pcm):
                 self._engine.push_audio(self._stream.request_id, pcm)
@@ -133,16 +215,22 @@ class DuplexConversation:
         await self.finish(timeout_s)
 
     async def finish(self, timeout_s: float) -> None:
-        """The user is done: the conversation ends between frames, and its `response.done`
+        """The user is done: the conversation ends between frames, with the audio the user
+        sent before (being decoded in a process, it is waited for), and its `response.done`
         (`completed`) is sent before this returns (or `timeout_s` passes)."""
-        self._end(FinishReason.STOP)
+        self._send_unsent()
         try:
             async with asyncio.timeout(timeout_s):
+                await self._decoded.wait()
+                self._end(FinishReason.STOP)
                 await self._idle.wait()
         except TimeoutError:
+            self._end(FinishReason.STOP)  # once: a no-op if it ended above
             self._log.warning("conversation did not end within %.1f s", timeout_s)
 
     async def cancel(self) -> None:
+        self._generation += 1  # what is still being decoded goes with the conversation
+        self._unsent, self._unsent_ms = [], 0.0
         self._end(FinishReason.CANCELLED)
 
     def _end(self, reason: FinishReason) -> None:
@@ -163,6 +251,11 @@ class DuplexConversation:
 
     def stop(self) -> None:
         """The session is going away: free the engine session without a word to the client."""
+        self._generation += 1
+        self._unsent = []
+        if self._mic is not None:
+            self._mic.close()
+            self._mic = None
         if self._reply is not None:
             self._reply.cancel_engine_requests()
         self._stream = None

@@ -16,8 +16,14 @@ batch carries tens of calls where each would have cost a pickle, a pipe write an
 The worker answers as it goes, every REPLY_EVERY_S of encoding, so a batch's first streams
 do not wait for its last.
 
-Each response's encoder lives in one worker process for its whole life (its state is
-sequential), chosen round-robin; a pipe per worker carries the messages in order, so calls of
+A pool of the same processes decodes the users' microphones (`--decode-processes`, a pool of
+its own so that decodes never wait behind an engine step's burst of encodes): a full-duplex
+session's Opus packet, 20 ms of audio 50 times a second, costs the event loop ~36 µs to decode
+itself (at 128 Moshi sessions a quarter of the loop), and a few µs to hand to a worker in a
+batch (`open_decoder`, `PooledDecoder`; gateway/duplex.py keeps the session's audio in order).
+
+Each response's encoder (and each session's decoder) lives in one worker process for its whole
+life (its state is sequential), chosen round-robin; a pipe per worker carries the messages in order, so calls of
 one encoder run in the order they were made, and one whose awaiting task was cancelled
 (barge-in) still runs before the next, as on threads. A sender thread per worker keeps the
 event loop from blocking on a full pipe; a reader thread resolves the futures. If a worker
@@ -39,11 +45,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import numpy as np
 
 from gateway.audio import ChunkEncoder, EncodeObserver, make_encoder, run_encode
+from gateway.audio_in import DirectOpusDecoder, UndecodableAudio
+from gateway.opus_lib import load_opus
 from gateway.protocol import AudioSpec
 
 log = logging.getLogger("voxgate.gateway")
@@ -58,17 +67,24 @@ MAX_RESTART_DELAY_S = 60.0
 # some run longer and a few streams come late (BENCHMARKS.md). On a CPU-only machine the engine
 # needs the cores, and its few streams never convoy, so threads stay the default there.
 GPU_DEFAULT_PROCESSES = 4
+# Microphone decoder processes when --decode-processes is not given and the engine runs on a
+# CUDA GPU: 128 full-duplex sessions' packets take ~0.2 of a core to decode; two keep a
+# session's decoder alive elsewhere if one process dies.
+GPU_DEFAULT_DECODE_PROCESSES = 2
 # A worker sends the replies it has once it has encoded this long since its last send (and at
 # the end of each batch): a few replies a message, and none waits more than this for others.
 REPLY_EVERY_S = 0.002
 
 
-def process_count(asked: int | None, device: str | None) -> int:
-    """How many encoder processes to start: `asked` if given, else the default for `device`
-    (the engine's `--device`; None means CUDA if a GPU is visible)."""
+def process_count(
+    asked: int | None, device: str | None, gpu_default: int = GPU_DEFAULT_PROCESSES
+) -> int:
+    """How many worker processes to start: `asked` if given, else `gpu_default` when the
+    engine runs on CUDA (`device`: the engine's `--device`; None means CUDA if a GPU is
+    visible), else none."""
     if asked is not None:
         return asked
-    return GPU_DEFAULT_PROCESSES if _runs_on_cuda(device) else 0
+    return gpu_default if _runs_on_cuda(device) else 0
 
 
 def _runs_on_cuda(device: str | None) -> bool:
@@ -81,6 +97,22 @@ def _runs_on_cuda(device: str | None) -> bool:
 
 class EncoderProcessFailed(RuntimeError):
     """The encoder's worker process is gone, or the encode failed there."""
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """What a pool's processes do, as its log lines, errors and process names say it."""
+
+    purpose: str  # "output encoding"
+    kind: str  # "output encoder" (… process voxgate-encoder-0 exited)
+    name: str  # the processes' name prefix
+    option: str  # the serve option that sets how many
+
+
+ENCODERS = WorkerRole("output encoding", "output encoder", "voxgate-encoder", "--encode-processes")
+MIC_DECODERS = WorkerRole(
+    "microphone decoding", "microphone decoder", "voxgate-mic-decoder", "--decode-processes"
+)
 
 
 def _worker_main(conn: Connection) -> None:
@@ -107,6 +139,12 @@ def _worker_main(conn: Connection) -> None:
                     encoders[eid] = make_encoder(spec, source_rate, bitrate, hurry_after_s)
                 except Exception as exc:  # reported by the encoder's first call
                     encoders[eid] = exc
+            elif op == "open_decoder":
+                _, did, rate = message
+                try:
+                    encoders[did] = DirectOpusDecoder(rate, load_opus())
+                except Exception as exc:  # reported by the decoder's first call
+                    encoders[did] = exc
             elif op == "close":
                 encoders.pop(message[1], None)
             else:
@@ -127,14 +165,28 @@ def _send_replies(conn: Connection, replies: list[tuple]) -> bool:
     return True
 
 
+def _decode_all(decoder: DirectOpusDecoder, packets: list[bytes]) -> tuple[bytes, list[str]]:
+    """Packets in order → (their samples as float32 bytes, one message per bad packet). A bad
+    packet is the client's fault, not the worker's: the others decode around it."""
+    pieces, bad = [], []
+    for packet in packets:
+        try:
+            pieces.append(decoder.decode(packet))
+        except UndecodableAudio as exc:
+            bad.append(str(exc))
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)).tobytes(), bad
+
+
 def _run_call(encoders: dict[int, object], message: tuple) -> tuple:
-    """An encode or flush call in the worker → its reply."""
+    """An encode, flush or decode call in the worker → its reply."""
     op, eid, seq, pcm, submitted = message
     started = time.perf_counter()
     try:
         encoder = encoders[eid]
         if isinstance(encoder, Exception):
             raise encoder
+        if op == "decode":  # pcm: Opus packets; back: their samples, and why any was bad
+            return ("ok", seq, _decode_all(encoder, pcm), time.perf_counter() - started, False)
         # How long the call waited since the gateway made it (time.monotonic reads one
         # clock in every process: CLOCK_MONOTONIC on Linux, mach time on macOS).
         queued_s = time.monotonic() - submitted
@@ -153,9 +205,11 @@ class _Worker:
         ctx: mp.context.BaseContext,
         index: int,
         on_exit: Callable[[_Worker], None] | None = None,
+        role: WorkerRole | None = None,
     ) -> None:
         self.index = index
-        self.name = f"voxgate-encoder-{index}"
+        self.role = role or ENCODERS
+        self.name = f"{self.role.name}-{index}"
         self._on_exit = on_exit
         ours, theirs = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(theirs,), name=self.name, daemon=True)
@@ -181,9 +235,10 @@ class _Worker:
         """A message that wants no answer (open, close, stop)."""
         self._outbox.put(message)
 
-    def call(self, op: str, eid: int, pcm: np.ndarray | None) -> asyncio.Future:
-        """encode / flush on encoder `eid`; resolves to (frames, seconds queued, seconds run,
-        whether it ran hurried)."""
+    def call(self, op: str, eid: int, pcm: np.ndarray | list[bytes] | None) -> asyncio.Future:
+        """encode / flush on encoder `eid`, or decode (`pcm`: packets) on decoder `eid`;
+        resolves to (frames, or samples and bad packets' messages, seconds queued, seconds
+        run, whether it ran hurried)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -232,7 +287,7 @@ class _Worker:
             try:
                 replies = self._conn.recv()
             except (EOFError, OSError):
-                self._fail(f"output encoder process {self.name} exited")
+                self._fail(f"{self.role.kind} process {self.name} exited")
                 if self._on_exit is not None:
                     self._on_exit(self)
                 return
@@ -318,13 +373,44 @@ class PooledEncoder(ChunkEncoder):
         return frames
 
 
+class PooledDecoder:
+    """A session's microphone decoder in a worker process (EncodeWorkers.open_decoder): Opus
+    packets to float32 PCM at `rate`, its state kept there across the session's packets."""
+
+    def __init__(self, worker: _Worker, did: int, rate: int) -> None:
+        self.rate = rate
+        self._worker = worker
+        self._did = did
+        self._closer = weakref.finalize(self, worker.post, ("close", did))
+
+    def decode(self, packets: list[bytes]) -> asyncio.Future:
+        """Packets in order, one call; resolves to what `decoded` reads, or raises
+        EncoderProcessFailed (the worker is gone)."""
+        return self._worker.call("decode", self._did, packets)
+
+    @staticmethod
+    def decoded(result: tuple) -> tuple[np.ndarray, list[str]]:
+        """A resolved decode: the packets' samples (float32) and why any packet was bad."""
+        pcm, bad = result[0]
+        return np.frombuffer(pcm, np.float32), bad
+
+    def close(self) -> None:
+        self._closer()
+
+
 class EncodeWorkers:
     """N encoder processes; `open` is an encoder factory like `audio.make_off_loop_encoder`."""
 
-    def __init__(self, processes: int, restart_delay_s: float = RESTART_DELAY_S) -> None:
+    def __init__(
+        self,
+        processes: int,
+        restart_delay_s: float = RESTART_DELAY_S,
+        role: WorkerRole | None = None,
+    ) -> None:
         if processes < 1:
             raise ValueError(f"encode processes must be at least 1, got {processes}")
         self.processes = processes
+        self.role = role or ENCODERS
         self.restart_delay_s = restart_delay_s
         self.restarts = 0  # successors started so far
         self._workers: list[_Worker] = []
@@ -340,11 +426,11 @@ class EncodeWorkers:
         self._ctx = mp.get_context("spawn")
         try:
             for i in range(self.processes):
-                self._workers.append(_Worker(self._ctx, i, self._replace))
+                self._workers.append(_Worker(self._ctx, i, self._replace, self.role))
         except BaseException:
             self.close()  # the ones that did start
             raise
-        log.info("output encoding in %d worker processes", self.processes)
+        log.info("%s in %d worker processes", self.role.purpose, self.processes)
         return self
 
     @property
@@ -357,7 +443,8 @@ class EncodeWorkers:
             return
         delay = self._restart_delay(dead.index)
         log.warning(
-            "output encoder process %s exited; its responses failed; a successor starts in %.0f s",
+            "%s process %s exited; its calls failed; a successor starts in %.0f s",
+            self.role.kind,
             dead.name,
             delay,
         )
@@ -365,9 +452,9 @@ class EncodeWorkers:
         if self._closing:
             return
         try:
-            successor = _Worker(self._ctx, dead.index, self._replace)
+            successor = _Worker(self._ctx, dead.index, self._replace, self.role)
         except Exception as exc:  # cannot start one: the slot stays empty, the others serve
-            log.error("could not restart output encoder process %s: %s", dead.name, exc)
+            log.error("could not restart %s process %s: %s", self.role.kind, dead.name, exc)
             return
         with self._lock:
             if self._closing:
@@ -392,16 +479,26 @@ class EncodeWorkers:
         observe: EncodeObserver | None = None,
         hurry_after_s: float | None = None,
     ) -> PooledEncoder:
-        alive = [w for w in self._workers if w.failure is None]
-        if not alive:
-            raise EncoderProcessFailed(
-                "no output encoder process is running (successors are starting; if this "
-                "persists, see the server log, or serve with --encode-processes 0)"
-            )
-        worker = alive[next(self._turn) % len(alive)]
+        worker = self._next_worker()
         eid = next(self._ids)
         worker.post(("open", eid, spec, source_rate, opus_bitrate, hurry_after_s))
         return PooledEncoder(worker, eid, spec, source_rate, observe)
+
+    def open_decoder(self, rate: int) -> PooledDecoder:
+        """A microphone's Opus decoder to `rate` Hz (one of opus_lib.NATIVE_RATES)."""
+        worker = self._next_worker()
+        did = next(self._ids)
+        worker.post(("open_decoder", did, rate))
+        return PooledDecoder(worker, did, rate)
+
+    def _next_worker(self) -> _Worker:
+        alive = [w for w in self._workers if w.failure is None]
+        if not alive:
+            raise EncoderProcessFailed(
+                f"no {self.role.kind} process is running (successors are starting; if this "
+                f"persists, see the server log, or serve with {self.role.option} 0)"
+            )
+        return alive[next(self._turn) % len(alive)]
 
     def close(self, timeout_s: float = 5.0) -> None:
         with self._lock:

@@ -223,21 +223,25 @@ class GcPauseCollector(Collector):
 
 
 class EncodeWorkersCollector(Collector):
-    """The output encoder processes (`--encode-processes`): how many are alive, how many
-    successors replaced dead ones (gateway.encode_workers)."""
+    """A pool of audio codec processes (gateway.encode_workers: the output encoders of
+    `--encode-processes`, `voxgate_encoder_…`, or the microphone decoders of
+    `--decode-processes`, `voxgate_mic_decoder_…`): how many are alive, how many successors
+    replaced dead ones."""
 
     def __init__(self, workers: EncodeWorkers) -> None:
         self._workers = workers
 
     def collect(self) -> Iterator[Metric]:
+        role = self._workers.role
+        prefix = role.name.replace("-", "_")
         yield GaugeMetricFamily(
-            "voxgate_encoder_processes_alive",
-            "Output encoder processes running",
+            f"{prefix}_processes_alive",
+            f"{role.kind.capitalize()} processes running",
             value=self._workers.alive,
         )
         yield CounterMetricFamily(
-            "voxgate_encoder_process_restarts",
-            "Output encoder processes started in place of dead ones",
+            f"{prefix}_process_restarts",
+            f"{role.kind.capitalize()} processes started in place of dead ones",
             value=self._workers.restarts,
         )
 

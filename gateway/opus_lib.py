@@ -41,6 +41,26 @@ _SET_COMPLEXITY = 4010
 MAX_PACKET = 1275
 
 
+# Milliseconds of one frame by a packet's configuration (RFC 6716, 3.1: the TOC byte's top five
+# bits): SILK 10/20/40/60, hybrid 10/20, CELT 2.5/5/10/20.
+_FRAME_MS = [10, 20, 40, 60] * 3 + [10, 20] * 2 + [2.5, 5, 10, 20] * 4
+
+
+def packet_ms(packet: bytes) -> float | None:
+    """How much audio an Opus packet holds, read from its TOC byte (and frame count byte), or
+    None for a packet too short to say."""
+    if not packet:
+        return None
+    toc = packet[0]
+    frame_ms = _FRAME_MS[toc >> 3]
+    code = toc & 3
+    if code == 0:
+        return frame_ms
+    if code in (1, 2):
+        return 2 * frame_ms
+    return (packet[1] & 0x3F) * frame_ms if len(packet) > 1 else None
+
+
 class OpusError(RuntimeError):
     pass
 

@@ -34,7 +34,7 @@ from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
 from gateway.client_voices import ClientVoices
 from gateway.config import GatewaySettings
-from gateway.duplex import DuplexConversation
+from gateway.duplex import DuplexConversation, OpenMicDecoder
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import OutClose, OutItem, OutText, SendQueue, SendQueueFull
 from gateway.playlist import ResponseQueue
@@ -101,6 +101,7 @@ class Session:
         principal_label: str = "anonymous",
         wire: Wire | None = None,
         client_voices: ClientVoices | None = None,
+        open_mic_decoder: OpenMicDecoder | None = None,
     ) -> None:
         self.session_id = f"sess_{uuid.uuid4().hex[:16]}"
         self.state = SessionState.AWAITING_START
@@ -132,7 +133,13 @@ class Session:
         emit = Emitter(self._emit_event, self._emit_audio, self._overloaded if duplex else None)
         self._speech: SpeechConversation | None = (
             DuplexConversation(
-                engine, emit, metrics, open_encoder, self.log, settings.close_timeout_s
+                engine,
+                emit,
+                metrics,
+                open_encoder,
+                self.log,
+                settings.close_timeout_s,
+                open_mic_decoder,
             )
             if duplex
             else TurnConversation.for_engine(

@@ -109,6 +109,16 @@ def moshi_server(moshi_engine) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
+def moshi_mic_server(moshi_engine) -> Iterator[Server]:
+    """The same engine behind a gateway that decodes microphones in a process of its own."""
+    from gateway.config import GatewaySettings
+
+    server = start_server(GatewaySettings(model="tiny-moshi", decode_processes=1), moshi_engine)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def glm_engine():
     """The turn-based speech-to-speech engine (tiny-glm-voice), with audio out."""
     from engine.config import EngineConfig
