@@ -1,18 +1,21 @@
 """Microphones decoded in processes of the gateway's own (`--decode-processes`): the samples
 equal the event loop's own decoding packet for packet, a bad packet is an `error` and the
 packets after it still play, a session's audio keeps its order, and an `input.commit` ends the
-conversation with every packet sent before it."""
+conversation with every packet sent before it; a dead decoder process costs its sessions a
+packet or two, not the conversation."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
 import websockets
 from duplex_testkit import microphone_packets
-from gateway_testkit import expect_close, recv_json, send, start_session
+from gateway_testkit import expect_close, recv_json, send, start_server, start_session
 
 from gateway.audio_in import DirectOpusDecoder
 from gateway.encode_workers import MIC_DECODERS, EncodeWorkers, PooledDecoder
@@ -137,3 +140,51 @@ def test_a_commit_ends_the_conversation_with_all_the_audio_before_it(
     # 105 packets of 480 samples: 630 ms … 26 whole 80-ms frames (1,920 samples each).
     pushed = sum(n for kind, _, n in ours if kind == "push")
     assert pushed == (len(packets) * 480 // 1920) * 1920
+
+
+def test_a_dead_decoder_process_sends_its_sessions_back_to_the_loop(moshi_engine, monkeypatch):
+    """The session's decoder process is killed mid-conversation: the conversation plays on,
+    its audio decoded on the event loop from then on, and nothing fails."""
+    from gateway.config import GatewaySettings
+
+    server = start_server(GatewaySettings(model="tiny-moshi", decode_processes=1), moshi_engine)
+    pool = server.app.state.gateway.mic_workers
+    pushed_after_kill: list[int] = []
+    killed = {"at": None}
+    real_push = moshi_engine.push_audio
+
+    def push_audio(request_id, pcm):
+        if killed["at"] is not None:
+            pushed_after_kill.append(len(pcm))
+        return real_push(request_id, pcm)
+
+    monkeypatch.setattr(moshi_engine, "push_audio", push_audio)
+    packets = microphone_packets(seed=10)[:100]
+
+    async def main():
+        async with websockets.connect(server.url, subprotocols=["voxgate.v1"]) as ws:
+            await start_session(ws, sampling={"temperature": 0.0})
+            for i, packet in enumerate(packets):
+                if i == 30:
+                    os.kill(pool._workers[0].process.pid, signal.SIGKILL)
+                    killed["at"] = i
+                await ws.send(packet)
+                await asyncio.sleep(0.02)
+            await send(ws, type="input.commit")
+            events = []
+            while not events or events[-1]["type"] != "response.done":
+                message = await asyncio.wait_for(ws.recv(), 30)
+                if isinstance(message, str):
+                    events.append(json.loads(message))
+            await send(ws, type="session.end")
+            await expect_close(ws, timeout=30)
+            return events
+
+    try:
+        events = asyncio.run(main())
+    finally:
+        server.stop()
+    assert events[-1]["status"] == "completed"
+    assert not [e for e in events if e["type"] == "error"]
+    # 70 packets after the kill, less the few in flight with the dead process: whole frames.
+    assert sum(pushed_after_kill) >= 60 * 480 - 1920
