@@ -25,6 +25,22 @@ RATE = 24000
 BAD_PACKET = b"\xff\xff\xff"  # code 3 with a zero frame count: libopus refuses it
 
 
+async def commit_and_end(ws) -> tuple[list[dict], int]:
+    """`input.commit`, the conversation's events up to its `response.done` and how many audio
+    frames came with them, then `session.end` and the close."""
+    await send(ws, type="input.commit")
+    events, frames = [], 0
+    while not events or events[-1]["type"] != "response.done":
+        message = await asyncio.wait_for(ws.recv(), 30)
+        if isinstance(message, str):
+            events.append(json.loads(message))
+        else:
+            frames += 1
+    await send(ws, type="session.end")
+    await expect_close(ws, timeout=30)
+    return events, frames
+
+
 @pytest.fixture(scope="module")
 def decoders():
     pool = EncodeWorkers(1, role=MIC_DECODERS).start()
@@ -75,17 +91,7 @@ def test_a_bad_packet_is_an_error_and_the_conversation_plays_on(moshi_mic_server
             for i, packet in enumerate(packets):
                 await ws.send(BAD_PACKET if i == 20 else packet)
                 await asyncio.sleep(0.02)
-            await send(ws, type="input.commit")
-            events, frames = [], 0
-            while not events or events[-1]["type"] != "response.done":
-                message = await asyncio.wait_for(ws.recv(), 30)
-                if isinstance(message, str):
-                    events.append(json.loads(message))
-                else:
-                    frames += 1
-            await send(ws, type="session.end")
-            await expect_close(ws, timeout=30)
-            return events, frames
+            return await commit_and_end(ws)
 
     events, frames = asyncio.run(main())
     [error] = [e for e in events if e["type"] == "error"]
@@ -122,14 +128,7 @@ def test_a_commit_ends_the_conversation_with_all_the_audio_before_it(
             assert started["type"] == "response.started", started
             for packet in packets[4:]:  # 2 s more, as fast as the socket takes them
                 await ws.send(packet)
-            await send(ws, type="input.commit")
-            events = []
-            while not events or events[-1]["type"] != "response.done":
-                message = await asyncio.wait_for(ws.recv(), 30)
-                if isinstance(message, str):
-                    events.append(json.loads(message))
-            await send(ws, type="session.end")
-            await expect_close(ws, timeout=30)
+            events, _ = await commit_and_end(ws)
             return started["response_id"], events
 
     response_id, events = asyncio.run(main())
@@ -170,14 +169,7 @@ def test_a_dead_decoder_process_sends_its_sessions_back_to_the_loop(moshi_engine
                     killed["at"] = i
                 await ws.send(packet)
                 await asyncio.sleep(0.02)
-            await send(ws, type="input.commit")
-            events = []
-            while not events or events[-1]["type"] != "response.done":
-                message = await asyncio.wait_for(ws.recv(), 30)
-                if isinstance(message, str):
-                    events.append(json.loads(message))
-            await send(ws, type="session.end")
-            await expect_close(ws, timeout=30)
+            events, _ = await commit_and_end(ws)
             return events
 
     try:
