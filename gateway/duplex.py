@@ -225,7 +225,9 @@ class DuplexConversation:
                 self._end(FinishReason.STOP)
                 await self._idle.wait()
         except TimeoutError:
-            self._end(FinishReason.STOP)  # once: a no-op if it ended above
+            # Audio still being decoded now would open a conversation of its own: it goes.
+            self._generation += 1
+            self._end(FinishReason.STOP)  # a no-op if it ended above
             self._log.warning("conversation did not end within %.1f s", timeout_s)
 
     async def cancel(self) -> None:
