@@ -18,13 +18,13 @@ import time
 import numpy as np
 from opus_complexity import RATE, speech
 
-from gateway.encode_workers import EncodeWorkers
+from gateway.codec_workers import CodecWorkers
 from gateway.protocol import AudioSpec
 
 CHUNK_S = 1.28
 
 
-async def serve(workers: EncodeWorkers, streams: int, seconds: float, hurry_ms: float) -> str:
+async def serve(workers: CodecWorkers, streams: int, seconds: float, hurry_ms: float) -> str:
     audio = np.tile(speech()[0], 3)
     size = int(CHUNK_S * RATE)
     waits: list[float] = []
@@ -66,7 +66,7 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0, help="each run's length")
     args = ap.parse_args()
     random.seed(0)
-    workers = EncodeWorkers(args.workers).start()
+    workers = CodecWorkers(args.workers).start()
     try:
         for streams in (int(s) for s in args.streams.split(",")):
             for hurry_ms in (float(h) for h in args.hurry_ms.split(",")):

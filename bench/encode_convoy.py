@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from gateway.audio import OffLoopEncoder, OpusEncoder, make_off_loop_encoder
-from gateway.encode_workers import EncodeWorkers
+from gateway.codec_workers import CodecWorkers
 from gateway.protocol import AudioSpec
 
 RATE = 24000
@@ -54,7 +54,7 @@ async def encode_ms(encoder, chunks: int, busy: int) -> list[float]:
     return sorted(took)
 
 
-async def run(args: argparse.Namespace, workers: EncodeWorkers) -> None:
+async def run(args: argparse.Namespace, workers: CodecWorkers) -> None:
     for busy in (int(b) for b in args.busy.split(",")):
         for name, encoder in (
             ("threads, PyAV", OffLoopEncoder(OpusEncoder(AudioSpec(), RATE))),
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--switch-ms", type=float, default=0.5, help="the gateway's --gil-switch-ms")
     args = ap.parse_args()
     sys.setswitchinterval(args.switch_ms / 1000)
-    workers = EncodeWorkers(1).start()
+    workers = CodecWorkers(1).start()
     try:
         asyncio.run(run(args, workers))
     finally:

@@ -26,14 +26,14 @@ from engine.api import EngineClient, EngineStats
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.client_voices import ClientVoices
-from gateway.config import GatewaySettings
-from gateway.encode_workers import (
+from gateway.codec_workers import (
     GPU_DEFAULT_DECODE_PROCESSES,
     MIC_DECODERS,
-    EncodeWorkers,
+    CodecWorkers,
     PooledDecoder,
     process_count,
 )
+from gateway.config import GatewaySettings
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.opus_lib import NATIVE_RATES, load_opus
@@ -69,8 +69,8 @@ class Gateway:
         self.auth = Authenticator(settings.api_keys, settings.allowed_origins)
         self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
         self.metrics = GatewayMetrics(self.engine_stats)
-        self.encode_workers: EncodeWorkers | None = None  # the lifespan starts them, if asked
-        self.mic_workers: EncodeWorkers | None = None  # likewise, the microphones' decoders
+        self.encode_workers: CodecWorkers | None = None  # the lifespan starts them, if asked
+        self.mic_workers: CodecWorkers | None = None  # likewise, the microphones' decoders
         # Voices clients add from clips, per key, held by the gateway's engine (with replicas
         # the pool, which gives each to every replica). Not with several gateway processes:
         # each keeps its own list, and a client's next connection may reach another
@@ -322,17 +322,17 @@ def create_app(
             gateway.metrics.watch_replicas(watched)
         processes = process_count(settings.encode_processes, settings.engine.device)
         if processes:
-            workers = EncodeWorkers(processes)
+            workers = CodecWorkers(processes)
             gateway.encode_workers = await asyncio.to_thread(workers.start)
-            gateway.metrics.watch_encode_workers(gateway.encode_workers)
+            gateway.metrics.watch_codec_workers(gateway.encode_workers)
         decoders = process_count(
             settings.decode_processes, settings.engine.device, GPU_DEFAULT_DECODE_PROCESSES
         )
         if decoders:
             gateway.mic_workers = await asyncio.to_thread(
-                EncodeWorkers(decoders, role=MIC_DECODERS).start
+                CodecWorkers(decoders, role=MIC_DECODERS).start
             )
-            gateway.metrics.watch_encode_workers(gateway.mic_workers)
+            gateway.metrics.watch_codec_workers(gateway.mic_workers)
         probe = asyncio.create_task(probe_loop_lag(gateway.metrics.loop_lag))
         try:
             yield

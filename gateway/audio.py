@@ -273,7 +273,7 @@ def run_encode(
 
 class ChunkEncoder(abc.ABC):
     """A response's encoder as the event loop sees it: awaitable, its work never on the loop
-    (OffLoopEncoder: worker threads of this process; gateway.encode_workers: processes)."""
+    (OffLoopEncoder: worker threads of this process; gateway.codec_workers: processes)."""
 
     source_rate: int
     spec: AudioSpec

@@ -217,7 +217,7 @@ class GatewaySettings:
         ),
     )
     # Output encoding on worker threads of the gateway's process (0) or in this many processes
-    # of its own (gateway/encode_workers.py: out of reach of the gateway's GIL).
+    # of its own (gateway/codec_workers.py: out of reach of the gateway's GIL).
     encode_processes: int | None = field(
         default=None,
         metadata=cli(
@@ -228,7 +228,7 @@ class GatewaySettings:
         ),
     )
     # Full-duplex sessions' Opus microphones decoded in this many processes of their own, or on
-    # the event loop (0) (gateway/encode_workers.py, gateway/duplex.py).
+    # the event loop (0) (gateway/codec_workers.py, gateway/duplex.py).
     decode_processes: int | None = field(
         default=None,
         metadata=cli(

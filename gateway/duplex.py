@@ -48,7 +48,7 @@ from engine.api import (
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.audio_in import AudioDecoder
-from gateway.encode_workers import EncoderProcessFailed, PooledDecoder
+from gateway.codec_workers import EncoderProcessFailed, PooledDecoder
 from gateway.metrics import GatewayMetrics
 from gateway.opus_lib import packet_ms
 from gateway.pacing import SendQueueFull

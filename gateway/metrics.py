@@ -30,7 +30,7 @@ from gateway.admission import GATEWAY_CAUSES
 from gateway.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
-    from gateway.encode_workers import EncodeWorkers
+    from gateway.codec_workers import CodecWorkers
     from gateway.replica_pool import ReplicaPool
     from gateway.supervisor import SupervisedEngine
 
@@ -222,13 +222,13 @@ class GcPauseCollector(Collector):
         yield family
 
 
-class EncodeWorkersCollector(Collector):
-    """A pool of audio codec processes (gateway.encode_workers: the output encoders of
+class CodecWorkersCollector(Collector):
+    """A pool of audio codec processes (gateway.codec_workers: the output encoders of
     `--encode-processes`, `voxgate_encoder_…`, or the microphone decoders of
     `--decode-processes`, `voxgate_mic_decoder_…`): how many are alive, how many successors
     replaced dead ones."""
 
-    def __init__(self, workers: EncodeWorkers) -> None:
+    def __init__(self, workers: CodecWorkers) -> None:
         self._workers = workers
 
     def collect(self) -> Iterator[Metric]:
@@ -375,8 +375,8 @@ class GatewayMetrics:
         """A session or request refused before it reached the engine, by its cause."""
         self.admission_refusals.labels(cause).inc()
 
-    def watch_encode_workers(self, workers: EncodeWorkers) -> None:
-        self.registry.register(EncodeWorkersCollector(workers))
+    def watch_codec_workers(self, workers: CodecWorkers) -> None:
+        self.registry.register(CodecWorkersCollector(workers))
 
     def watch_supervisor(self, supervisor: SupervisedEngine) -> None:
         self.registry.register(SupervisorCollector(supervisor))

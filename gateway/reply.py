@@ -47,7 +47,7 @@ from engine.api import (
     SpeechRequest,
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
-from gateway.encode_workers import EncoderProcessFailed
+from gateway.codec_workers import EncoderProcessFailed
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
 from gateway.protocol import (

@@ -253,7 +253,7 @@ def fail_first_encoder(monkeypatch) -> list[str]:
     raised, so a test can check the dead encoder was reached."""
     from gateway.app import Gateway
     from gateway.audio import ChunkEncoder
-    from gateway.encode_workers import EncoderProcessFailed
+    from gateway.codec_workers import EncoderProcessFailed
 
     raised: list[str] = []
     real_open = Gateway.open_encoder

@@ -18,7 +18,7 @@ from duplex_testkit import microphone_packets
 from gateway_testkit import expect_close, recv_json, send, start_server, start_session
 
 from gateway.audio_in import DirectOpusDecoder
-from gateway.encode_workers import MIC_DECODERS, EncodeWorkers, PooledDecoder
+from gateway.codec_workers import MIC_DECODERS, CodecWorkers, PooledDecoder
 from gateway.opus_lib import load_opus, packet_ms
 
 RATE = 24000
@@ -43,7 +43,7 @@ async def commit_and_end(ws) -> tuple[list[dict], int]:
 
 @pytest.fixture(scope="module")
 def decoders():
-    pool = EncodeWorkers(1, role=MIC_DECODERS).start()
+    pool = CodecWorkers(1, role=MIC_DECODERS).start()
     yield pool
     pool.close()
 

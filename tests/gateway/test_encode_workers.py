@@ -25,7 +25,7 @@ from gateway_testkit import (
 )
 
 from gateway.audio import make_off_loop_encoder
-from gateway.encode_workers import EncoderProcessFailed, EncodeWorkers
+from gateway.codec_workers import CodecWorkers, EncoderProcessFailed
 from gateway.protocol import AudioFormat, AudioSpec
 from tests.orphans import kill_left, spawned_children, wait_gone
 
@@ -48,7 +48,7 @@ async def frames_of(encoder, chunks: list[np.ndarray]) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def workers():
-    pool = EncodeWorkers(2).start()
+    pool = CodecWorkers(2).start()
     yield pool
     pool.close()
 
@@ -76,7 +76,7 @@ async def test_calls_made_together_travel_together_and_come_back_right():
     """An engine step hands every stream a frame at once: 64 encoders' calls made in one turn
     of the loop go to the one worker in a few messages, not 64, and each encoder still gets
     exactly the frames it would alone (its calls in order)."""
-    pool = EncodeWorkers(1).start()
+    pool = CodecWorkers(1).start()
     try:
         spec = AudioSpec(format=AudioFormat.OPUS)
         encoders = [pool.open(spec, RATE) for _ in range(64)]
@@ -119,7 +119,7 @@ async def test_a_worker_hurries_a_call_by_how_long_it_waited(workers):
 
 
 async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():
-    pool = EncodeWorkers(2, restart_delay_s=600).start()  # no successor within this test
+    pool = CodecWorkers(2, restart_delay_s=600).start()  # no successor within this test
     try:
         first, second = pool.open(AudioSpec(), RATE), pool.open(AudioSpec(), RATE)
         assert await first.encode(noise(0.1, 1))  # both workers answer
@@ -142,7 +142,7 @@ async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():
 
 
 async def test_a_successor_takes_a_dead_workers_place():
-    pool = EncodeWorkers(2, restart_delay_s=0.01).start()
+    pool = CodecWorkers(2, restart_delay_s=0.01).start()
     try:
         doomed = pool.open(AudioSpec(), RATE)
         assert await doomed.encode(noise(0.1, 1))
@@ -171,10 +171,10 @@ async def test_a_successor_takes_a_dead_workers_place():
 GATEWAY = """
 import time
 
-from gateway.encode_workers import EncodeWorkers
+from gateway.codec_workers import CodecWorkers
 
 if __name__ == "__main__":
-    EncodeWorkers(2).start()
+    CodecWorkers(2).start()
     print("started", flush=True)
     time.sleep(600)
 """
@@ -210,7 +210,7 @@ def test_workers_end_with_a_killed_gateway(tmp_path):
 
 
 def test_a_slot_that_keeps_dying_waits_longer_each_time():
-    pool = EncodeWorkers(1, restart_delay_s=1.0)  # not started: the back-off alone
+    pool = CodecWorkers(1, restart_delay_s=1.0)  # not started: the back-off alone
     assert [pool._restart_delay(0) for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
     assert pool._restart_delay(1) == 1.0  # another slot has its own count
     assert max(pool._restart_delay(0) for _ in range(10)) == 60.0  # capped
@@ -268,13 +268,13 @@ def test_settings_refuse_a_negative_count():
     with pytest.raises(ValueError, match="opus_hurry_ms"):
         GatewaySettings(opus_hurry_ms=-5)
     with pytest.raises(ValueError, match="at least 1"):
-        EncodeWorkers(0)
+        CodecWorkers(0)
 
 
 def test_processes_by_default_only_beside_a_cuda_engine(monkeypatch):
     import torch
 
-    from gateway.encode_workers import GPU_DEFAULT_PROCESSES, process_count
+    from gateway.codec_workers import GPU_DEFAULT_PROCESSES, process_count
 
     assert process_count(None, "cuda") == process_count(None, "cuda:1") == GPU_DEFAULT_PROCESSES
     assert process_count(None, "cpu") == 0

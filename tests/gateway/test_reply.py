@@ -20,7 +20,7 @@ from engine.api import (
     SpeechRequest,
 )
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
-from gateway.encode_workers import EncoderProcessFailed
+from gateway.codec_workers import EncoderProcessFailed
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
     AudioFormat,

@@ -1,5 +1,6 @@
-"""Output encoding in processes of its own (`voxgate serve --encode-processes N`; by default
-4 when the engine runs on a CUDA GPU, none on a CPU).
+"""Audio codec work in processes of the gateway's own: output encoding (`voxgate serve
+--encode-processes N`; by default 4 when the engine runs on a CUDA GPU, none on a CPU) and, in
+a pool of its own, full-duplex microphones' decoding (`--decode-processes`, below).
 
 Why: on worker threads (`audio.OffLoopEncoder`) encodes share the gateway's GIL with its event
 loop and the engine-event reader, and each return from C waits for it. Under a GPU engine's
@@ -337,7 +338,7 @@ def _resolve(future: asyncio.Future, result, error: Exception | None) -> None:
 
 
 class PooledEncoder(ChunkEncoder):
-    """A response's encoder in a worker process (EncodeWorkers.open)."""
+    """A response's encoder in a worker process (CodecWorkers.open)."""
 
     def __init__(
         self,
@@ -374,7 +375,7 @@ class PooledEncoder(ChunkEncoder):
 
 
 class PooledDecoder:
-    """A session's microphone decoder in a worker process (EncodeWorkers.open_decoder): Opus
+    """A session's microphone decoder in a worker process (CodecWorkers.open_decoder): Opus
     packets to float32 PCM at `rate`, its state kept there across the session's packets."""
 
     def __init__(self, worker: _Worker, did: int, rate: int) -> None:
@@ -398,7 +399,7 @@ class PooledDecoder:
         self._closer()
 
 
-class EncodeWorkers:
+class CodecWorkers:
     """N encoder processes; `open` is an encoder factory like `audio.make_off_loop_encoder`."""
 
     def __init__(
@@ -421,7 +422,7 @@ class EncodeWorkers:
         self._deaths: dict[int, tuple[int, float]] = {}  # slot → (deaths in a row, last restart)
         self._ctx: mp.context.BaseContext | None = None
 
-    def start(self) -> EncodeWorkers:
+    def start(self) -> CodecWorkers:
         # spawn, not fork: the gateway's process has threads (and CUDA, in tests and embedders).
         self._ctx = mp.get_context("spawn")
         try:
