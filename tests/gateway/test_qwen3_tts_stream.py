@@ -60,7 +60,11 @@ async def test_qwen3_tts_session_streams_the_engine_audio(q3_server, q3_engine):
     want = np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)])
     assert len(want) == 6 * 1920  # six 80 ms frames at 24 kHz
     assert played.done["audio_ms"] == len(want) // 24
-    assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768  # int16 rounding apart
+    # int16 rounding apart, and float rounding between the two runs of the engine: about one
+    # run in four on the 2-core VM, the decoder's output differed by up to 1.8 int16 steps (its
+    # chunks are cut by timing, when tokens and the codec are ready). 4 steps allowed; a gateway
+    # that altered the audio would be far off.
+    assert np.max(np.abs(got[: len(want)] - want)) <= 4 / 32768
 
 
 async def test_unknown_speaker_is_refused_with_the_speakers_it_has(q3_server):
