@@ -36,8 +36,7 @@ from gateway.codec_workers import (
 from gateway.config import GatewaySettings
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.opus_lib import NATIVE_RATES, load_opus
-from gateway.protocol import AudioFormat, AudioSpec, ErrorEvent
+from gateway.protocol import AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.replica_pool import ReplicaPool, replica_counts
 from gateway.session import Session
@@ -95,13 +94,11 @@ class Gateway:
             hurry_ms / 1000 if hurry_ms else None,
         )
 
-    def open_mic_decoder(self, spec: AudioSpec, rate: int) -> PooledDecoder | None:
-        """A full-duplex session's microphone decoder in the decoder processes
-        (gateway.duplex.OpenMicDecoder), where they run and the input is Opus at a rate libopus
-        decodes to; else None: the session decodes on the event loop."""
-        if self.mic_workers is None or spec.format is not AudioFormat.OPUS:
-            return None
-        if rate not in NATIVE_RATES or load_opus() is None:
+    def open_mic_decoder(self, rate: int) -> PooledDecoder | None:
+        """A full-duplex session's Opus decoder to `rate` Hz in the decoder processes
+        (gateway.duplex.OpenMicDecoder), or None where none run: the session decodes on the
+        event loop."""
+        if self.mic_workers is None:
             return None
         return self.mic_workers.open_decoder(rate)
 

@@ -63,6 +63,12 @@ class AudioDecoder:
         self._resampler = av.AudioResampler(format="flt", layout="mono", rate=target_rate)
         self._pts = 0
 
+    @property
+    def direct_opus(self) -> bool:
+        """Whether Opus goes straight to the target rate through libopus (one call a packet,
+        no resampler state): what a decoder in another process can do in its place."""
+        return self._direct is not None
+
     def decode(self, data: bytes) -> np.ndarray:
         """One wire frame → float32 mono samples at `target_rate` (possibly empty: the
         resampler holds a few samples back until the next frame)."""

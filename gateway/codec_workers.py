@@ -180,18 +180,18 @@ def _decode_all(decoder: DirectOpusDecoder, packets: list[bytes]) -> tuple[bytes
 
 def _run_call(encoders: dict[int, object], message: tuple) -> tuple:
     """An encode, flush or decode call in the worker → its reply."""
-    op, eid, seq, pcm, submitted = message
+    op, eid, seq, payload, submitted = message
     started = time.perf_counter()
     try:
         encoder = encoders[eid]
         if isinstance(encoder, Exception):
             raise encoder
-        if op == "decode":  # pcm: Opus packets; back: their samples, and why any was bad
-            return ("ok", seq, _decode_all(encoder, pcm), time.perf_counter() - started, False)
+        if op == "decode":  # payload: Opus packets; back: their samples, and why any was bad
+            return ("ok", seq, _decode_all(encoder, payload), time.perf_counter() - started, False)
         # How long the call waited since the gateway made it (time.monotonic reads one
         # clock in every process: CLOCK_MONOTONIC on Linux, mach time on macOS).
         queued_s = time.monotonic() - submitted
-        out, hurried = run_encode(encoder, pcm if op == "encode" else None, queued_s)
+        out, hurried = run_encode(encoder, payload if op == "encode" else None, queued_s)
         return ("ok", seq, out, time.perf_counter() - started, hurried)
     except Exception as exc:
         return ("error", seq, f"{type(exc).__name__}: {exc}", 0.0, False)
@@ -236,10 +236,10 @@ class _Worker:
         """A message that wants no answer (open, close, stop)."""
         self._outbox.put(message)
 
-    def call(self, op: str, eid: int, pcm: np.ndarray | list[bytes] | None) -> asyncio.Future:
-        """encode / flush on encoder `eid`, or decode (`pcm`: packets) on decoder `eid`;
-        resolves to (frames, or samples and bad packets' messages, seconds queued, seconds
-        run, whether it ran hurried)."""
+    def call(self, op: str, eid: int, payload: np.ndarray | list[bytes] | None) -> asyncio.Future:
+        """encode (`payload`: PCM) / flush on encoder `eid`, or decode (`payload`: packets) on
+        decoder `eid`; resolves to (frames, or samples and bad packets' messages, seconds
+        queued, seconds run, whether it ran hurried)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._lock:
@@ -248,7 +248,7 @@ class _Worker:
                 return future
             seq = next(self._seq)
             self._pending[seq] = (loop, future, time.perf_counter())
-        self._outbox.put((op, eid, seq, pcm, time.monotonic()))
+        self._outbox.put((op, eid, seq, payload, time.monotonic()))
         return future
 
     def stop(self, timeout_s: float) -> None:

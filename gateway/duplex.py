@@ -65,9 +65,9 @@ from gateway.protocol import (
 )
 from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
 
-# A session's microphone decoder in the decoder processes for (input format, model rate), or
-# None where they do not run or cannot decode it (gateway.app.Gateway.open_mic_decoder).
-OpenMicDecoder = Callable[[AudioSpec, int], PooledDecoder | None]
+# A session's Opus decoder to the model's rate in the decoder processes, or None where none
+# run (gateway.app.Gateway.open_mic_decoder).
+OpenMicDecoder = Callable[[int], PooledDecoder | None]
 
 
 class DuplexConversation:
@@ -125,9 +125,11 @@ class DuplexConversation:
         self._decoder = AudioDecoder(input_audio, facts.sample_rate)
         self._frames = ModelFrames(round(facts.sample_rate * facts.seconds_per_token))
         self._frame_ms = 1000 * facts.seconds_per_token
-        if self._open_mic_decoder is not None:
+        # Only what libopus decodes in one call a packet goes out; PCM16, μ-law and resampled
+        # Opus are cheap or rare, and stay here.
+        if self._open_mic_decoder is not None and self._decoder.direct_opus:
             try:
-                self._mic = self._open_mic_decoder(input_audio, facts.sample_rate)
+                self._mic = self._open_mic_decoder(facts.sample_rate)
             except EncoderProcessFailed as exc:
                 self._log.warning("microphone decoded on the event loop: %s", exc)
 

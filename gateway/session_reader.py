@@ -27,8 +27,8 @@ class Silence(enum.Enum):
 
 class SessionReader:
     """One timer per session, not one per message: a full-duplex session's microphone sends 50
-    frames a second, and an `asyncio.timeout` around each receive (a timer scheduled and
-    cancelled per frame) was ~7 µs of the event loop's a frame, 4 % of its time at 128 such
+    frames a second, and a timer scheduled and cancelled around each receive (an
+    `asyncio.timeout`) costs the event loop ~7 µs a frame, 4 % of its time at 128 such
     sessions. The timer fires at the earliest moment the session could be silent; then, if
     activity moved the deadline, it is set again for the new one, and only a deadline really
     passed interrupts the receive in progress (as asyncio.timeout would: by cancelling it)."""
