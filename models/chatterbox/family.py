@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.checkpoint_errors import CheckpointError
-from models.codecs.flow_hift.serving_options import FlowHiftOptions
+from models.codecs.flow_hift.serving_options import FlowHiftLaneOptions
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 from models.request_options import request_option
 
@@ -73,6 +73,6 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Chatterbox: t3_cfg.safetensors and s3gen.safetensors (ResembleAI/chatterbox)",
-    options=FlowHiftOptions,
+    options=FlowHiftLaneOptions,
     request_options=ChatterboxOptions,
 )

@@ -34,6 +34,8 @@ not equal, since S3Gen's flow attends over its whole input (docs/models.md)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -52,7 +54,7 @@ from models.base import (
     StreamState,
 )
 from models.chatterbox.checkpoint import Chatterbox, Voice
-from models.chatterbox.clip_voices import MAX_CLIP_S, read_clips
+from models.chatterbox.clip_voices import MAX_CLIP_S, S3GEN_CLIP_S, read_clips
 from models.chatterbox.config import (
     SAMPLE_RATE,
     SAMPLING,
@@ -65,9 +67,14 @@ from models.chatterbox.guided import guided_forward
 from models.chatterbox.s3gen_stream import S3GenStream, S3GenStreamer
 from models.chatterbox.sampling import guided
 from models.checkpoint_errors import CheckpointError
+from models.codecs.flow_hift.lane import FlowHiftLane
+from models.codecs.flow_hift.serving_options import STEADY_BATCH_ROWS
+from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
 from models.device_util import upload
 from models.request_options import option_specs
 from models.voice_clip import VOICE_NAME, ClipRules, PendingVoice, VoiceClip, resample
+
+log = logging.getLogger("voxgate.chatterbox")
 
 DEFAULT_VOICE = "default"
 MAX_TEXT_CHARS = 2000
@@ -148,6 +155,11 @@ class ChatterboxModel(SpeechModel):
         # [MAX_VOICES, C, H]: each voice's conditioning rows; reserved once, never moved.
         self._bank = rows.new_zeros(MAX_VOICES, *rows.shape)
         self._put_named(DEFAULT_VOICE, rows)
+        # The CUDA graphs cover the flow rows of the longest voice prompt S3Gen takes from a
+        # clip (its first 10 s), so clients' voices, added while serving, replay graphs too
+        # (a shorter prompt pads up to a captured bucket), and of each listed voice's.
+        self._cover_prompt("clips", round(S3GEN_CLIP_S * TOKEN_RATE))
+        self._cover_prompt(DEFAULT_VOICE, len(parts.default_voice.s3gen.prompt_tokens))
         self.facts = ModelFacts(
             name=name,
             sample_rate=SAMPLE_RATE,
@@ -177,6 +189,13 @@ class ChatterboxModel(SpeechModel):
             },
             request_options=option_specs(ChatterboxOptions),
             row_width=2,
+            # First chunks may be decoded by a twin detokenizer beside the steady job
+            # (first_chunk_lane_codec). S3Gen streams on CosyVoice 2's grid (a 20-token first
+            # chunk, 640 ms to play, then 25-token chunks), so it takes CosyVoice 2's measured
+            # first-audio margin and steady batching (models/cosyvoice2/model.py says why).
+            first_chunk_lane=True,
+            first_audio_margin=2.0,
+            steady_batch_rows=STEADY_BATCH_ROWS,
         )
         args = sizes.llama_args()
         self.shape = BackboneShape(
@@ -199,6 +218,17 @@ class ChatterboxModel(SpeechModel):
             return self.t3.conditioning(
                 v.speaker.to(w.device, w.dtype), v.prompt_tokens.to(w.device), v.exaggeration
             )
+
+    def _cover_prompt(self, voice: str, prompt_tokens: int) -> None:
+        """The CUDA graphs (captured when the engine starts) cover a voice prompt of this
+        many speech tokens, in whole flow chunks; past the most they cover, say so."""
+        detok = self.streamer.detok
+        if not detok.cover_prompt(math.ceil(prompt_tokens / detok.chunk)):
+            log.warning(
+                "voice %r: its S3Gen prompt of %d speech tokens is past the %d the CUDA graphs "
+                "cover; its streams' codec jobs run eagerly, slow on a GPU: use a shorter clip",
+                voice, prompt_tokens, detok.MAX_GRAPH_PROMPT_CHUNKS * detok.chunk,
+            )  # fmt: skip
 
     def _take_slot(self) -> int:
         with self._slots_lock:
@@ -234,6 +264,7 @@ class ChatterboxModel(SpeechModel):
         the facts: register these before serving."""
         voice = self._clip_encoders().voice(name, audio16k, audio24k)
         self._put_named(name, self._conditioning(voice))
+        self._cover_prompt(name, len(voice.s3gen.prompt_tokens))
         self.voices[name] = voice
         clips = (*(v for v in self.facts.clip_voices if v != name), name)
         self.facts = dataclasses.replace(
@@ -420,7 +451,23 @@ class ChatterboxModel(SpeechModel):
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list], final: list[bool]
     ) -> list[np.ndarray]:
-        """Each stream's new speech codes into one batched S3Gen streaming call."""
+        return self._detokenize(self.streamer.detok, states, new_tokens, final)
+
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        self.streamer.detok.enable_cuda_graphs(graphs)
+
+    def first_chunk_lane_codec(self) -> FlowHiftLane:
+        return FlowHiftLane(self.streamer.detok, self._detokenize, _flow_of)
+
+    def _detokenize(
+        self,
+        detok: FlowHiftDetokenizer,
+        states: list[StreamState],
+        new_tokens: list[list],
+        final: list[bool],
+    ) -> list[np.ndarray]:
+        """Each stream's new speech codes into one batched S3Gen streaming call on `detok`
+        (the streamer's own, or the first-chunk lane's twin of it)."""
         streams, codes = [], []
         for state, tokens in zip(states, new_tokens, strict=True):
             assert isinstance(state, ChatterboxStream)
@@ -429,9 +476,14 @@ class ChatterboxModel(SpeechModel):
             state.dropped_tokens += len(tokens) - len(new)
             streams.append(state.audio)
             codes.append(new)
-        return self.streamer.decode(streams, codes, final)
+        return self.streamer.decode(streams, codes, final, detok)
 
 
 def float32_bits(value: float) -> int:
     """`value` rounded to float32, as the integer of its bit pattern (what embed reads back)."""
     return int(np.array(value, dtype=np.float32).view(np.int32))
+
+
+def _flow_of(state: StreamState) -> FlowHiftStream:
+    assert isinstance(state, ChatterboxStream)
+    return state.audio.flow

@@ -73,13 +73,20 @@ class S3GenStreamer:
         )
 
     def decode(
-        self, streams: list[S3GenStream], codes: list[list[int]], final: list[bool]
+        self,
+        streams: list[S3GenStream],
+        codes: list[list[int]],
+        final: list[bool],
+        detok: FlowHiftDetokenizer | None = None,
     ) -> list[np.ndarray]:
         """Each stream's new speech codes pushed (T3's start/stop and unused rows dropped),
-        then one batched flow + HiFT call → each stream's new 24 kHz audio (maybe empty)."""
+        then one batched flow + HiFT call → each stream's new 24 kHz audio (maybe empty).
+        `detok`: a twin of this streamer's detokenizer to decode on (the engine's first-chunk
+        lane); streams are plain data either one continues."""
+        detok = self.detok if detok is None else detok
         for stream, new in zip(streams, codes, strict=True):
-            self.detok.push(stream.flow, [c for c in new if 0 <= c < SPEECH_CODES])
-        out = self.detok.decode([s.flow for s in streams], final)
+            detok.push(stream.flow, [c for c in new if 0 <= c < SPEECH_CODES])
+        out = detok.decode([s.flow for s in streams], final)
         for stream, audio in zip(streams, out, strict=True):
             at = stream.emitted_samples
             if at < len(self.fade) and len(audio):

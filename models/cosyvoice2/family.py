@@ -6,7 +6,7 @@ import importlib.util
 from dataclasses import dataclass
 
 from models.checkpoint_errors import CheckpointError
-from models.codecs.flow_hift.serving_options import FlowHiftOptions
+from models.codecs.flow_hift.serving_options import FlowHiftLaneOptions
 from models.cosyvoice2.config import CONFIG_FILE
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily, option
 
@@ -17,15 +17,8 @@ PRESETS = {
 }
 
 
-# A steady codec job's cost is mostly its ~14,000 kernel launches, whatever its rows: on the
-# H200, 66 ms at 8 rows and 163 ms at 32, against ~50 ms at 1. At 8 req/s steady jobs ran back
-# to back with 3 rows at the median while listeners held 1.9 s of audio
-# (docs/benchmark-history.md); batching them frees the GPU for the LLM.
-STEADY_BATCH_ROWS = 16
-
-
 @dataclass(frozen=True)
-class CosyVoiceOptions(FlowHiftOptions):
+class CosyVoiceOptions(FlowHiftLaneOptions):
     first_hop_tokens: int | None = option(
         None,
         "--first-hop-tokens",
@@ -34,32 +27,11 @@ class CosyVoiceOptions(FlowHiftOptions):
         "(docs/models.md)",
         metavar="N",
     )
-    first_chunk_lane: bool = option(
-        True,
-        "--first-chunk-lane",
-        "CUDA: decode first chunks (and chunks whose listener would run dry) on a detokenizer "
-        "lane of their own while a steady job runs (docs/engine.md)",
-    )
-    steady_batch_rows: int = option(
-        STEADY_BATCH_ROWS,
-        "--steady-batch-rows",
-        "with the first-chunk lane: a steady codec job waits for N streams' chunks unless a "
-        "listener needs one soon (0: never waits)",
-        metavar="N",
-    )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
             raise ValueError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
-        if self.steady_batch_rows < 0:
-            raise ValueError(f"steady_batch_rows must be >= 0, got {self.steady_batch_rows}")
-
-    def serving_facts(self) -> dict:
-        return {
-            **super().serving_facts(),
-            "first_chunk_lane": self.first_chunk_lane,
-            "steady_batch_rows": self.steady_batch_rows,
-        }
 
 
 def _recognises(checkpoint: Checkpoint) -> bool:

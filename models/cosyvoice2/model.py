@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,10 @@ from models.base import (
     SpeechModel,
     StreamState,
 )
+from models.codecs.flow_hift.lane import FlowHiftLane
+from models.codecs.flow_hift.serving_options import STEADY_BATCH_ROWS
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
 from models.cosyvoice2.config import CosyVoice2Config
-from models.cosyvoice2.family import STEADY_BATCH_ROWS
 from models.cosyvoice2.llm import SpeechLM
 from models.cosyvoice2.voices import Voice, VoiceBank
 from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
@@ -96,7 +98,7 @@ class CosyVoice2Model(SpeechModel):
             # after the first (p90 ~300 ms) at 4-7 req/s, and margin 2 played 234 streams
             # without a gap while 3 failed time to first audio at 4 req/s (docs/benchmark-history.md).
             first_audio_margin=2.0,
-            steady_batch_rows=STEADY_BATCH_ROWS,  # family.py says why
+            steady_batch_rows=STEADY_BATCH_ROWS,  # serving_options.py says why
         )
         self.shape = BackboneShape.of(args, llm, self.ids.vocab_size)
 
@@ -213,18 +215,18 @@ class CosyVoice2Model(SpeechModel):
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
     ) -> list[np.ndarray]:
-        return _decode(self.detok, self.ids, states, new_tokens, final)
+        return _decode(self.detok, states, new_tokens, final, self.ids)
 
-    def first_chunk_lane_codec(self) -> FirstChunkLane:
-        return FirstChunkLane(self)
+    def first_chunk_lane_codec(self) -> FlowHiftLane:
+        return FlowHiftLane(self.detok, partial(_decode, ids=self.ids), _flow_of)
 
 
 def _decode(
     detok: FlowHiftDetokenizer,
-    ids,
     states: list[StreamState],
     new_tokens: list[list[int]],
     final: list[bool],
+    ids,
 ) -> list[np.ndarray]:
     """Speech tokens → codes pushed into each stream, then one batched flow + HiFT call."""
     flows = []
@@ -237,29 +239,6 @@ def _decode(
     return detok.decode(flows, final)
 
 
-class FirstChunkLane:
-    """The engine's first-chunk lane codec (models.base.LaneCodec): a twin of the model's flow
-    + HiFT detokenizer over the same weights, with CUDA graphs of its own for lane jobs of up
-    to LANE_GRAPH_ROWS[-1] rows: first chunks (one flow row, two when the first-audio cover
-    asks for the next grid point) and urgent steady chunks (one row each); more rows replay in
-    several calls."""
-
-    LANE_GRAPH_ROWS = (1, 2, 4, 8)
-
-    def __init__(self, model: CosyVoice2Model) -> None:
-        self.detok = model.detok.twin(self.LANE_GRAPH_ROWS)
-        self.ids = model.ids
-        self.max_rows = self.LANE_GRAPH_ROWS[-1]
-
-    def detokenize(
-        self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
-    ) -> list[np.ndarray]:
-        return _decode(self.detok, self.ids, states, new_tokens, final)
-
-    def enable_cuda_graphs(self, graphs: Any) -> None:
-        self.detok.enable_cuda_graphs(graphs)
-
-    def hand_over(self, states: list[StreamState], stream: Any) -> None:
-        for state in states:
-            assert isinstance(state, CosyVoice2Stream)
-            state.flow.record_stream(stream)
+def _flow_of(state: StreamState) -> FlowHiftStream:
+    assert isinstance(state, CosyVoice2Stream)
+    return state.flow

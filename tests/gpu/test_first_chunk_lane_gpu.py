@@ -20,11 +20,11 @@ from engine.core import EngineCore
 from engine.detok_threads import ThreadedDetokenizer
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
+from models.codecs.flow_hift.lane import FlowHiftLane
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2 import configs
 from models.cosyvoice2.family import CosyVoiceOptions
 from models.cosyvoice2.loading import load_cosyvoice2
-from models.cosyvoice2.model import FirstChunkLane
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
 from tests.gpu.graph_compare import ComparedGraphs, random_streams
 from tests.models.test_cosyvoice2_lane import LoggedCodec
@@ -37,7 +37,7 @@ CUDA = torch.device("cuda")
 def test_lane_graphs_replay_as_eager_for_every_lane_bucket(parts, first_hop):
     flow, hift, chunk_size = parts
     steady = FlowHiftDetokenizer(flow, hift, chunk_size, first_hop=first_hop)
-    lane = steady.twin(FirstChunkLane.LANE_GRAPH_ROWS)
+    lane = steady.twin(FlowHiftLane.GRAPH_ROWS)
     graphs = ComparedGraphs(CUDA)
     lane.enable_cuda_graphs(graphs)
     g = torch.Generator().manual_seed(3)
@@ -50,7 +50,7 @@ def test_lane_graphs_replay_as_eager_for_every_lane_bucket(parts, first_hop):
                 lane.push(s, torch.randint(0, 6561, (tokens,), generator=g).tolist())
             lane.decode(states, [False] * n)
     assert {key[0] for key, *_ in graphs.compared} == {"prep", "euler", "hift"}
-    assert {key[1] for key, *_ in graphs.compared} == set(FirstChunkLane.LANE_GRAPH_ROWS)
+    assert {key[1] for key, *_ in graphs.compared} == set(FlowHiftLane.GRAPH_ROWS)
     assert not [k for k in lane.eager_calls if k[0] == "flow"], lane.eager_calls
     for key, replayed, eager in graphs.compared:
         torch.testing.assert_close(
@@ -97,7 +97,7 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urge
     if urgent:
         core.scheduler.lane_urgent = lambda request, now: True
     lane = core.detok.lane  # captured by the engine with a CallableGraphs (pool) of its own
-    assert isinstance(lane, FirstChunkLane) and lane.detok.graphs is not None
+    assert isinstance(lane, FlowHiftLane) and lane.detok.graphs is not None
     core.detok.close()
     pushes: list[tuple] = []
     core.detok = ThreadedDetokenizer(
@@ -123,7 +123,7 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urge
         if any(earlier[0] == sid for earlier in pushes[:i])
     ]
     assert any(continued) == urgent  # the lane continued streams only when asked to
-    eager = FirstChunkLane(model)  # a twin without graphs: the eager decode
+    eager = model.first_chunk_lane_codec()  # a twin without graphs: the eager decode
     for r in requests:
         mine = [(t, fin) for sid, t, fin, _ in pushes if sid == state_ids[r.request_id]]
         assert sum(len(t) for t, _ in mine) == len(r.output_ids)

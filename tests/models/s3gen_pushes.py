@@ -21,11 +21,11 @@ class S3GenPushLog:
         self._streams: dict[int, object] = {}  # held, so no stream's id is reused meanwhile
         decode = model.streamer.decode
 
-        def logged(streams, codes, final):
+        def logged(streams, codes, final, detok=None):
             for stream, new, last in zip(streams, codes, final, strict=True):
                 self._streams[id(stream)] = stream
                 self._pushes.setdefault(id(stream), []).append((list(new), last))
-            return decode(streams, codes, final)
+            return decode(streams, codes, final, detok)
 
         monkeypatch.setattr(model.streamer, "decode", logged)
 

@@ -19,8 +19,8 @@ from engine.detok_pipeline import InlineDetokenizer, make_detokenizer
 from engine.detok_threads import ThreadedDetokenizer
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
+from models.codecs.flow_hift.lane import FlowHiftLane
 from models.cosyvoice2.family import CosyVoiceOptions
-from models.cosyvoice2.model import FirstChunkLane
 from models.registry import load_model
 
 CPU = torch.device("cpu")
@@ -213,7 +213,7 @@ def test_the_lane_exists_only_for_models_that_offer_it_and_when_asked(model):
     without = make_detokenizer(NoLane(), EngineConfig(), clock, CPU, threaded=True)
     inline = make_detokenizer(model, EngineConfig(), clock, CPU, threaded=False)
     try:
-        assert on.lane_room == default.lane_room == FirstChunkLane.LANE_GRAPH_ROWS[-1]
+        assert on.lane_room == default.lane_room == FlowHiftLane.GRAPH_ROWS[-1]
         assert off.lane_room == without.lane_room == inline.lane_room == 0
         assert isinstance(inline, InlineDetokenizer)
         with pytest.raises(RuntimeError, match="no first-chunk lane"):

@@ -110,7 +110,7 @@ def test_random_weights_and_options_are_checked_before_any_load(tmp_path):
 def test_the_flow_hift_families_share_their_codec_options():
     """--codec-pacing / --compile-codec: one option each, taken by every flow + HiFT family
     (--compile-codec by Orpheus too, for SNAC) and refused by the others, naming all who take
-    it."""
+    it; --first-chunk-lane / --steady-batch-rows by the text-to-speech ones."""
     shared = {"codec_pacing", "compile_codec"}
     for name in ("tiny-cosyvoice2", "tiny-chatterbox", "tiny-step-audio2"):
         assert shared <= family_of(name).option_names(), name
@@ -119,7 +119,11 @@ def test_the_flow_hift_families_share_their_codec_options():
     assert set(owners["compile_codec"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2", "Orpheus"}
     orpheus = load_model("tiny-orpheus", random_weights=True, options={"compile_codec": False})
     assert orpheus.facts.compile_codec is False
-    assert owners["first_chunk_lane"] == owners["steady_batch_rows"] == ["CosyVoice 2"]
+    # The first-chunk lane's options: the text-to-speech flow + HiFT families'.
+    assert (
+        owners["first_chunk_lane"] == owners["steady_batch_rows"] == ["CosyVoice 2", "Chatterbox"]
+    )
+    assert "first_chunk_lane" not in family_of("tiny-step-audio2").option_names()
     with pytest.raises(CheckpointError, match="--codec-pacing is for CosyVoice 2, Chatterbox"):
         load_model("voxgate-tiny", options={"codec_pacing": False})
     with pytest.raises(ValueError, match="steady_batch_rows must be >= 0"):

@@ -1,6 +1,7 @@
 """The load-time options every family with a flow + HiFT codec takes (CosyVoice 2, Chatterbox,
-Step-Audio 2's token2wav): how the engine runs that codec's CUDA graphs. A family's options
-dataclass is this one or a subclass of it; `voxgate serve` offers each option once, in a group
+Step-Audio 2's token2wav): how the engine runs that codec's CUDA graphs; and those of the
+text-to-speech ones that stream through the engine's first-chunk lane (CosyVoice 2,
+Chatterbox). A family's options dataclass is one of these or a subclass of one; `voxgate serve` offers each option once, in a group
 naming every family that takes it (models/families.py, option_fields).
 
 Light: no torch, so the CLI can read the options for its help."""
@@ -35,3 +36,41 @@ class FlowHiftOptions(CodecCompileOption):
         """`model` (a loaded SpeechModel) with its facts saying how to serve it; returned."""
         model.facts = dataclasses.replace(model.facts, **self.serving_facts())
         return model
+
+
+# A steady flow + HiFT job's cost is mostly its ~14,000 kernel launches, whatever its rows: on
+# the H200, CosyVoice 2's took 66 ms at 8 rows and 163 ms at 32, against ~50 ms at 1. At 8 req/s
+# steady jobs ran back to back with 3 rows at the median while listeners held 1.9 s of audio
+# (docs/benchmark-history.md); batching them frees the GPU for the LLM.
+STEADY_BATCH_ROWS = 16
+
+
+@dataclass(frozen=True)
+class FlowHiftLaneOptions(FlowHiftOptions):
+    """The text-to-speech flow + HiFT families' (CosyVoice 2, Chatterbox): their first chunks
+    decoded on a lane of their own, and steady jobs that wait for rows."""
+
+    first_chunk_lane: bool = option(
+        True,
+        "--first-chunk-lane",
+        "CUDA: decode first chunks (and chunks whose listener would run dry) on a detokenizer "
+        "lane of their own while a steady job runs (docs/engine.md)",
+    )
+    steady_batch_rows: int = option(
+        STEADY_BATCH_ROWS,
+        "--steady-batch-rows",
+        "with the first-chunk lane: a steady codec job waits for N streams' chunks unless a "
+        "listener needs one soon (0: never waits)",
+        metavar="N",
+    )
+
+    def __post_init__(self) -> None:
+        if self.steady_batch_rows < 0:
+            raise ValueError(f"steady_batch_rows must be >= 0, got {self.steady_batch_rows}")
+
+    def serving_facts(self) -> dict[str, Any]:
+        return {
+            **super().serving_facts(),
+            "first_chunk_lane": self.first_chunk_lane,
+            "steady_batch_rows": self.steady_batch_rows,
+        }

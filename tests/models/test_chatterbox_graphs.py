@@ -1,0 +1,122 @@
+"""Chatterbox's S3Gen on the engine's CUDA-graph path and first-chunk lane, on the CPU: the
+flow rows padded to the captured (rows, frames) buckets, as a replay runs them (EagerGraphs),
+must stream every voice's audio as the eager decode does, whatever its prompt's length; a
+stream begun on the lane's twin detokenizer must go on on the steady one as if it had never
+moved. tests/gpu/test_chatterbox_graphs_gpu.py checks the real replays on a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from models.chatterbox.checkpoint import load_chatterbox
+from models.chatterbox.model import ChatterboxModel, ChatterboxStream
+from models.chatterbox.presets import ensure_tiny_chatterbox
+from models.chatterbox.s3gen import S3GenVoice
+from models.codecs.flow_hift.lane import FlowHiftLane
+from tests.cpu_graphs import EagerGraphs
+
+# A first chunk (20 tokens and the 3 of look-ahead), a steady chunk, then the rest, final.
+PUSHES = (23, 25, 9)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return ensure_tiny_chatterbox(tmp_path_factory.mktemp("chatterbox"))
+
+
+@pytest.fixture(scope="module")
+def eager(folder) -> ChatterboxModel:
+    return ChatterboxModel(load_chatterbox(folder))
+
+
+@pytest.fixture(scope="module")
+def graphed(folder) -> tuple[ChatterboxModel, EagerGraphs]:
+    model = ChatterboxModel(load_chatterbox(folder))
+    graphs = EagerGraphs(deferred=True)
+    model.enable_cuda_graphs(graphs)
+    return model, graphs
+
+
+def voice_of(model: ChatterboxModel, prompt_tokens: int, seed: int):
+    """The default voice with an S3Gen prompt of `prompt_tokens` tokens (a client's clip of
+    that length, as S3Gen sees it)."""
+    g = torch.Generator().manual_seed(seed)
+    s3gen = S3GenVoice(
+        torch.randint(0, 6561, (prompt_tokens,), generator=g),
+        torch.randn(2 * prompt_tokens, 80, generator=g),
+        torch.randn(192, generator=g),
+    )
+    return dataclasses.replace(model.voices["default"], s3gen=s3gen)
+
+
+def speech_rows(model: ChatterboxModel, n: int, seed: int) -> list[tuple[int, int]]:
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 6561, (n,), generator=g).tolist()
+    return [(model.ids.speech(c), i + 1) for i, c in enumerate(codes)]
+
+
+def streamed(model, states, seed: int, decoders=None) -> list[np.ndarray]:
+    """Each state's audio when PUSHES tokens at a time are decoded in one batch per push;
+    `decoders[i]`, when given, decodes push i (the model's own detokenize otherwise)."""
+    rows = speech_rows(model, sum(PUSHES), seed)
+    out: list[list[np.ndarray]] = [[] for _ in states]
+    at = 0
+    for i, size in enumerate(PUSHES):
+        final = i == len(PUSHES) - 1
+        decode = decoders[i] if decoders else model.detokenize
+        pieces = decode(states, [rows[at : at + size]] * len(states), [final] * len(states))
+        for mine, piece in zip(out, pieces, strict=True):
+            mine.append(piece)
+        at += size
+    return [np.concatenate(pieces) for pieces in out]
+
+
+def test_graphed_s3gen_streams_every_voice_as_eager(eager, graphed):
+    # The default voice's prompt, a short client clip's (not whole flow chunks) and the
+    # longest S3Gen takes from a clip (10 s): each pads up to a captured bucket, none runs
+    # eagerly, and each stream's audio is the eager decode's.
+    model, graphs = graphed
+    lengths = [len(eager.voices["default"].s3gen.prompt_tokens), 37, 250]
+    voices = [voice_of(eager, n, 3 + i) for i, n in enumerate(lengths)]
+    want = streamed(eager, [eager.stream_state_for({"voice": v}) for v in voices], 7)
+    got = streamed(model, [model.stream_state_for({"voice": v}) for v in voices], 7)
+    for a, b in zip(want, got, strict=True):
+        assert len(a) == len(b) and np.abs(a).max() > 1e-3
+        np.testing.assert_allclose(b, a, atol=1e-5)
+    assert not model.streamer.detok.eager_calls
+    used = {key for key in graphs.shapes if key[0] == "prep"}
+    assert used and all(rows == 4 for _, rows, _ in used)  # three rows pad to the 4-row bucket
+
+
+def test_a_voice_past_the_covered_prompts_is_told_and_runs_eagerly(graphed, caplog):
+    # A longer S3Gen prompt than any clip gives (a hand-made conds.pt): its windows are past
+    # the captured buckets; the model says so when it meets it, and its jobs run eagerly.
+    model, _ = graphed
+    detok = model.streamer.detok
+    too_long = (detok.MAX_GRAPH_PROMPT_CHUNKS + 1) * detok.chunk
+    model._cover_prompt("huge", too_long)
+    assert "past the 300 the CUDA graphs cover" in caplog.text
+    state = model.stream_state_for({"voice": voice_of(model, too_long, 11)})
+    model.detokenize([state], [speech_rows(model, 23, 12)], [False])
+    assert any(stage == "flow" for stage, *_ in detok.eager_calls)
+    detok.eager_calls.clear()
+
+
+def test_a_stream_begun_on_the_lane_goes_on_on_the_steady_detokenizer(eager):
+    # Chatterbox serves with a first-chunk lane: the first chunk decoded on the lane's twin,
+    # the rest on the model's own detokenizer, is the audio all on one (the fade-in counted
+    # once over what the stream emitted, wherever it was decoded).
+    lane = eager.first_chunk_lane_codec()
+    assert isinstance(lane, FlowHiftLane) and lane.detok is not eager.streamer.detok
+    assert eager.facts.first_chunk_lane and lane.max_rows == FlowHiftLane.GRAPH_ROWS[-1]
+    voice = eager.voices["default"]
+    (whole,) = streamed(eager, [eager.stream_state_for({"voice": voice})], 21)
+    state = eager.stream_state_for({"voice": voice})
+    assert isinstance(state, ChatterboxStream)
+    moved = streamed(eager, [state], 21, [lane.detokenize, eager.detokenize, eager.detokenize])
+    np.testing.assert_array_equal(moved[0], whole)
+    lane.hand_over([state], None)  # finds the state's flow (CPU tensors: nothing to record)
