@@ -43,6 +43,13 @@ class FlashInferLlamaKernels:
         self._fi.norm.fused_add_rmsnorm(x, residual, weight, eps, enable_pdl=False)
         return x, residual
 
+    def head_rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """Qwen3's per-head norm: x [T, heads*D] (a view into the fused projection) → each
+        head's RMSNorm, [T, heads*D] contiguous (one copy and one kernel, not eight)."""
+        t = x.shape[0]
+        heads = x.reshape(-1, self.head_dim)
+        return self._fi.norm.rmsnorm(heads, weight, eps, enable_pdl=False).view(t, -1)
+
     def rope_(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> None:
         """q [T, Hq*D], k [T, Hkv*D] (views into the fused projection) rotated in place."""
         self._fi.rope.apply_rope_with_cos_sin_cache_inplace(

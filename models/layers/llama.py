@@ -113,8 +113,8 @@ class Attention(nn.Module):
             [self.h * self.d, self.kvh * self.d, self.kvh * self.d], -1
         )
         if self.qk_norm:
-            qn, kn = self._normed(q.view(t, self.h, self.d), k.view(t, self.kvh, self.d))
-            q, k = qn.reshape(t, -1), kn.reshape(t, -1)
+            q = kernels.head_rmsnorm(q, self.q_norm.weight, self.q_norm.eps)
+            k = kernels.head_rmsnorm(k, self.k_norm.weight, self.k_norm.eps)
         kernels.rope_(q, k, positions)
         out = attn.forward(
             self.layer,
@@ -171,13 +171,35 @@ def run_decoder_stack(
     rotary: Rotary,
     norm: RMSNorm,
     attn,
+    kernels: FlashInferLlamaKernels | None = None,
 ) -> torch.Tensor:
     """Embedded tokens x [T, H] at `positions` [T] through Llama blocks and the final norm: the
-    backbone of every family built from these blocks (Orpheus, CSM, Moshi, voxgate-tiny)."""
+    backbone of every family built from these blocks (Orpheus, CSM, Moshi, voxgate-tiny,
+    Qwen3-TTS). With `kernels` (fused_kernels_for), the blocks' fused form: the residual
+    carried apart and added inside each norm (x itself is left as it is)."""
+    if kernels is not None:
+        h, residual = x.clone(), None  # the residual stream is updated in place
+        for layer in layers:
+            h, residual = layer.forward_fused(h, residual, positions, kernels, attn)
+        h, _ = kernels.add_rmsnorm(h, residual, norm.weight, norm.eps)
+        return h
     cos, sin = rotary.cos_sin(positions, x.dtype)
     for layer in layers:
         x = layer(x, cos, sin, attn)
     return norm(x)
+
+
+def fused_kernels_for(
+    args: LlamaArgs, rotary: Rotary, weight: torch.Tensor
+) -> FlashInferLlamaKernels | None:
+    """FlashInfer's fused norm/RoPE/activation kernels for a stack of these blocks whose
+    weights are like `weight`, where they apply (CUDA, bf16/fp16, the `gpu` extra installed,
+    Llama's RoPE layout); None elsewhere (the plain blocks)."""
+    if not args.rope.is_llama_layout:  # the fused RoPE kernel is set up for Llama's
+        return None
+    if not fused_kernels_available(weight.device, weight.dtype):
+        return None
+    return FlashInferLlamaKernels(rotary, args.max_positions, args.head_dim, weight.device)
 
 
 # HF checkpoint names that we store fused: (our parameter, shard index within it).
@@ -210,15 +232,8 @@ class LlamaForCausalLM(nn.Module):
     def use_fused_kernels(self) -> bool:
         """Switch to FlashInfer's fused norm/RoPE/activation kernels where they apply (CUDA,
         bf16/fp16, `gpu` extra installed); returns whether it did."""
-        weight = self.embed_tokens.weight
-        if not self.args.rope.is_llama_layout:  # the fused RoPE kernel is set up for Llama's
-            return False
-        if not fused_kernels_available(weight.device, weight.dtype):
-            return False
-        self.kernels = FlashInferLlamaKernels(
-            self.rotary, self.args.max_positions, self.args.head_dim, weight.device
-        )
-        return True
+        self.kernels = fused_kernels_for(self.args, self.rotary, self.embed_tokens.weight)
+        return self.kernels is not None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """input_ids, positions: [T] → hidden [T, H] (after the final norm)."""
@@ -226,16 +241,9 @@ class LlamaForCausalLM(nn.Module):
 
     def forward_embeddings(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """x [T, H] already embedded (models that mix text and audio embeddings) → hidden [T, H]."""
-        if self.kernels is not None:
-            return self._forward_fused(x, positions, attn)
-        return run_decoder_stack(x, positions, self.layers, self.rotary, self.norm, attn)
-
-    def _forward_fused(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
-        h, residual = x.clone(), None  # the residual stream is updated in place: not the caller's x
-        for layer in self.layers:
-            h, residual = layer.forward_fused(h, residual, positions, self.kernels, attn)
-        h, _ = self.kernels.add_rmsnorm(h, residual, self.norm.weight, self.norm.eps)
-        return h
+        return run_decoder_stack(
+            x, positions, self.layers, self.rotary, self.norm, attn, self.kernels
+        )
 
     def compute_logits(
         self, hidden: torch.Tensor, rows: torch.Tensor | None = None

@@ -309,6 +309,13 @@ class Qwen3TtsModel(SpeechModel):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.talker.compute_logits(hidden)
 
+    def use_fused_kernels(self) -> bool:
+        """FlashInfer's fused kernels in the talker's layers and the depth stage's (a step is
+        bound by its count of small kernels, most of them the depth stage's: docs/models.md)."""
+        talker = self.talker.use_fused_kernels()
+        predictor = self.predictor.use_fused_kernels()
+        return talker and predictor
+
     # 3. sample -------------------------------------------------------------------------------
     def candidate_logits(
         self, hidden: torch.Tensor, num_generated: list[int], allow_stop: list[bool]

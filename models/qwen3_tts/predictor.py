@@ -16,7 +16,13 @@ from torch import nn
 
 from models.base import CodeSampler
 from models.csm.depth import FrameAttention
-from models.layers.llama import DecoderLayer, RMSNorm, hf_layer_targets, run_decoder_stack
+from models.layers.llama import (
+    DecoderLayer,
+    RMSNorm,
+    fused_kernels_for,
+    hf_layer_targets,
+    run_decoder_stack,
+)
 from models.layers.rope import Rotary
 from models.qwen3_tts.talker import Talker, qwen3_args
 
@@ -43,6 +49,14 @@ class CodePredictor(nn.Module):
         self.attn = FrameAttention(
             args.num_layers, self.num_codebooks, args.num_kv_heads, args.head_dim
         )
+        self.kernels = None  # FlashInfer's fused kernels once use_fused_kernels() ran
+
+    def use_fused_kernels(self) -> bool:
+        """FlashInfer's fused norm/RoPE/activation kernels in the layers, where they apply. A
+        step of the depth stage is 15 codebooks x its layers of small kernels, ~50 a layer in
+        the plain blocks (docs/models.md): the fused ones are ~15."""
+        self.kernels = fused_kernels_for(self.args, self.rotary, self.heads)
+        return self.kernels is not None
 
     def _step(self, inputs: torch.Tensor, start: int) -> torch.Tensor:
         """inputs [B, n, talker_hidden] at positions start.. → hidden of the last [B, H]."""
@@ -50,7 +64,9 @@ class CodePredictor(nn.Module):
         self.attn.at(start, n)
         x = self.projection(inputs).reshape(b * n, -1)
         positions = torch.arange(start, start + n, device=x.device).repeat(b)
-        x = run_decoder_stack(x, positions, self.layers, self.rotary, self.norm, self.attn)
+        x = run_decoder_stack(
+            x, positions, self.layers, self.rotary, self.norm, self.attn, self.kernels
+        )
         return x.view(b, n, -1)[:, -1]
 
     def generate(

@@ -23,6 +23,7 @@ from models.layers.llama import (
     DecoderLayer,
     LlamaArgs,
     RMSNorm,
+    fused_kernels_for,
     hf_layer_targets,
     run_decoder_stack,
 )
@@ -95,6 +96,7 @@ class Talker(nn.Module):
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rotary = Rotary(args.rope, args.head_dim)
         self.codec_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.kernels = None  # FlashInfer's fused kernels once use_fused_kernels() ran
         # Cloned voices' x-vectors [slots, H]: a row whose code_0 is vocab_size + i embeds as
         # slot i's x-vector, in the place of a preset speaker's codec id. Base models reserve
         # the slots once (reserve_voices), so the table never moves: captured CUDA graphs read
@@ -146,10 +148,16 @@ class Talker(nn.Module):
         words = self.text_projection(self.text_embedding(text.clamp(min=0)))
         return x + words * (text >= 0)[:, None].to(dtype)
 
+    def use_fused_kernels(self) -> bool:
+        """FlashInfer's fused norm/RoPE/activation kernels in the layers, where they apply
+        (models/layers/llama.py, fused_kernels_for); returns whether they do."""
+        self.kernels = fused_kernels_for(self.args, self.rotary, self.codec_head.weight)
+        return self.kernels is not None
+
     def forward(self, rows: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """rows [T, K+1], positions [T] → hidden [T, H] after the final norm."""
         return run_decoder_stack(
-            self.embed(rows), positions, self.layers, self.rotary, self.norm, attn
+            self.embed(rows), positions, self.layers, self.rotary, self.norm, attn, self.kernels
         )
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
