@@ -409,6 +409,8 @@ class BenchRun:
             result["audio_s"],
             result["wall_s"],
         )
+        for line in describe_loop(result.get("engine_loop")):
+            log.info("  %s", line)
         return {**result, "command": cmd}
 
     def _throughput_ws(self, gen: LoadGenerator, url: str, n: int) -> dict[str, Any]:

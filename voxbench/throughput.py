@@ -5,7 +5,9 @@ Measured through the engine surface directly (`submit` → event stream), in its
 for the engine and for the HF baseline alike: the gateway's pacing (audio released at most
 `lead_ms` ahead of real time) would otherwise cap what a client can observe, and per-frame
 Opus encoding would be measured instead of the model. Wall time runs from the first submit to
-the last `Finished`; a short warm-up comes first.
+the last `Finished`; a short warm-up comes first. Where the engine's time went in the burst (its
+LLM steps, rows and prefills, its codec jobs, second by second) is read from the engine's loop
+counters around it, as the served points read them from /metrics (voxbench/engine_loop.py).
 
 `python -m voxbench.throughput --system voxgate|hf-baseline …` prints / writes one JSON.
 """
@@ -21,10 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from voxbench.engine_loop import gpu_shares, loop_profile, steps_by_second
 from voxbench.metrics import distribution
 from voxbench.workload import DEFAULT_WORKLOAD, PlannedRequest, burst_plan, load_workload
 
 _RETRY_S = 0.05
+# How often the burst reads the engine's loop counters (once a second, as the served points;
+# an engine process sends them every 50 ms), and how long it waits after the last stream for
+# the counters of its last steps.
+_SAMPLE_S = 1.0
+_SETTLE_S = 0.15
 
 
 async def _submit(engine, request) -> Any:
@@ -67,12 +75,53 @@ def _request(engine, plan: PlannedRequest, tokens: int | None = None):
     return SpeechRequest(plan.item.text, None, sampling)
 
 
+def loop_totals(engine) -> dict[str, float] | None:
+    """The engine's loop counters now (LoopTotals' fields), or None for an engine without
+    them (the Hugging Face baseline)."""
+    if not hasattr(engine, "stats"):
+        return None
+    totals = engine.stats().totals
+    return {f.name: float(getattr(totals, f.name)) for f in dataclasses.fields(totals)}
+
+
+async def _sample_totals(engine, t0: float, samples: list) -> None:
+    """(seconds since t0, loop counters) every _SAMPLE_S until cancelled."""
+    while True:
+        samples.append((time.monotonic() - t0, loop_totals(engine)))
+        await asyncio.sleep(_SAMPLE_S)
+
+
+def burst_profile(
+    before: dict[str, float] | None,
+    after: dict[str, float] | None,
+    samples: list[tuple[float, dict[str, float]]],
+    wall_s: float,
+) -> dict[str, Any] | None:
+    """The burst's engine profile (voxbench/engine_loop.py's, as a served point's), with the
+    LLM steps and the GPU's share second by second."""
+    profile = loop_profile(before, after, wall_s)
+    if profile is None:
+        return None
+    readings = [(0.0, before), *samples, (wall_s, after)]
+    return {
+        **profile,
+        "steps_by_second": steps_by_second(readings),
+        "gpu_share_by_second": gpu_shares(readings),
+    }
+
+
 async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> dict[str, Any]:
-    """Submit every request of `plan` at once; total audio seconds / wall seconds."""
+    """Submit every request of `plan` at once; total audio seconds / wall seconds, and where
+    the engine's time went meanwhile (`engine_loop`, None for an engine without counters)."""
     warm_tokens = round(engine.facts.token_rate_hz)  # ~1 s of audio each
     for p in plan[:warmup]:
         await _drain(await _submit(engine, _request(engine, p, warm_tokens)), time.monotonic())
+    if warmup:
+        await asyncio.sleep(_SETTLE_S)  # the warm-up's last counters in before the reading
+    before = loop_totals(engine)
     t0 = time.monotonic()
+    samples: list[tuple[float, dict[str, float]]] = []
+    sampler = asyncio.create_task(_sample_totals(engine, t0, samples)) if before else None
 
     async def submit_and_drain(p: PlannedRequest) -> dict[str, Any]:
         return await _drain(await _submit(engine, _request(engine, p)), t0)
@@ -83,6 +132,11 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
     # starting late, and every stream's first audio waited for the last submit.
     results = await asyncio.gather(*(submit_and_drain(p) for p in plan))
     wall = time.monotonic() - t0
+    after = None
+    if sampler is not None:
+        sampler.cancel()
+        await asyncio.sleep(_SETTLE_S)
+        after = loop_totals(engine)
     audio = sum(r["audio_s"] for r in results)
     finishes: dict[str, int] = {}
     for r in results:
@@ -98,6 +152,7 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
             [r["first_audio_s"] * 1000 for r in results if r["first_audio_s"] is not None]
         ),
         "finish": finishes,
+        "engine_loop": burst_profile(before, after, samples[1:], wall),
         "per_request": [
             {
                 "workload_id": p.item.id,

@@ -95,6 +95,8 @@ def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys, served_bench):
     assert [p["rate"] for p in system["points"]] == [2.0, 4.0]
     assert data["goodput_req_s"] == 4.0  # both pass under the relaxed SLO
     assert data["rtf"] > 0 and system["throughput"]["requests"] == 2
+    burst = system["throughput"]["engine_loop"]  # where the engine's time went in the burst
+    assert burst["llm_steps_per_s"] > 0 and burst["audio_x_realtime"] > 0
     for point in system["points"]:
         s = point["summary"]
         assert s["requests"] == 4 == len(point["records"]) and s["ok"] == 4
