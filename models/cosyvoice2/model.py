@@ -179,6 +179,12 @@ class CosyVoice2Model(SpeechModel):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
         return self.llm(input_ids, positions, attn)
 
+    def use_fused_kernels(self) -> bool:
+        """FlashInfer's fused norm/RoPE/activation kernels in the Qwen2 backbone, as the Llama
+        families': a 0.5B model's step under load is mostly small element-wise kernels (9.5 ms
+        at 32 rows on the H200 with the plain blocks, where its weights read in ~0.3 ms)."""
+        return self.llm.qwen.use_fused_kernels()
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the speech head's rows (the only tokens CosyVoice 2 generates)."""
         return self.llm.speech_logits(hidden)

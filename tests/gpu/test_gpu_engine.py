@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 
 import pytest
 import torch
@@ -16,12 +15,9 @@ from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
+from tests.gpu.markers import needs_flashinfer
 
 pytestmark = pytest.mark.gpu
-needs_flashinfer = pytest.mark.skipif(
-    importlib.util.find_spec("flashinfer") is None,
-    reason="flashinfer (the gpu extra) is not installed",
-)
 
 
 def _mimi_transformers() -> bool:

@@ -7,21 +7,14 @@ Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
 from models.csm.depth import FrameAttention
+from tests.gpu.markers import needs_flashinfer
 from tests.gpu.test_qwen3_tts_graphs_gpu import tiny_for_flashinfer
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        importlib.util.find_spec("flashinfer") is None,
-        reason="flashinfer (the gpu extra) is not installed",
-    ),
-]
+pytestmark = [pytest.mark.gpu, needs_flashinfer]
 CUDA = torch.device("cuda")
 
 

@@ -5,15 +5,14 @@ request's frames stay its own."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 
-import pytest
 import torch
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
+from tests.gpu.markers import needs_flashinfer
 
 CUDA = torch.device("cuda")
 TEXTS = [
@@ -44,10 +43,7 @@ def tiny_for_flashinfer(root):
     return folder
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("flashinfer") is None,
-    reason="flashinfer (the gpu extra) is not installed",
-)
+@needs_flashinfer
 def test_qwen3_tts_arrivals_replay_the_prompt_graphs(tmp_path):
     from models.qwen3_tts.checkpoint import load_qwen3_tts
     from tests.cpu_graphs import count_graphed_steps

@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.layers.rope import Rotary, apply_rotary
+from models.csm.depth import FrameAttention
+from models.layers.llama import LlamaArgs, LlamaForCausalLM
+from models.layers.rope import RopeSpec, Rotary, apply_rotary
 
 
 class TorchLlamaKernels:
@@ -40,3 +42,49 @@ class TorchLlamaKernels:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+
+# The block kinds the fused path serves: Llama's, Qwen2's (q/k/v biases: CosyVoice 2's and
+# Step-Audio 2's LLMs) and Qwen3's (per-head q/k norms: Qwen3-TTS): (attention_bias, qk_norm).
+BLOCK_KINDS = {"llama": (False, False), "qwen2": (True, False), "qwen3": (False, True)}
+
+
+def random_stack(kind: str, head_dim: int, scale: float) -> LlamaForCausalLM:
+    """A 2-layer stack of `kind`'s blocks with every weight drawn N(0, scale) (the norms'
+    too, so that each norm's weight counts), float32 on the CPU."""
+    attention_bias, qk_norm = BLOCK_KINDS[kind]
+    args = LlamaArgs(
+        vocab_size=500,
+        hidden_size=4 * head_dim,
+        intermediate_size=6 * head_dim,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=head_dim,
+        rms_norm_eps=1e-6,
+        rope=RopeSpec(theta=10000.0),
+        tie_word_embeddings=True,
+        max_positions=256,
+        attention_bias=attention_bias,
+        qk_norm=qk_norm,
+    )
+    torch.manual_seed(0)
+    llm = LlamaForCausalLM(args).eval()
+    with torch.no_grad():
+        for p in llm.parameters():
+            p.normal_(0.0, scale)
+    return llm
+
+
+def causal_hidden(llm: LlamaForCausalLM, ids: torch.Tensor, start: int) -> torch.Tensor:
+    """The stack's hidden states [T, H] for `ids` at positions start.. of one sequence, over a
+    dense causal attention (the depth stages' FrameAttention), as it is switched (plain or
+    fused)."""
+    a, t = llm.args, ids.shape[0]
+    dtype = llm.embed_tokens.weight.dtype
+    attn = FrameAttention(a.num_layers, start + t, a.num_kv_heads, a.head_dim)
+    attn.begin(1, ids.device, dtype)
+    attn.at(start, t)
+    positions = torch.arange(start, start + t, device=ids.device)
+    with torch.inference_mode():
+        return llm(ids, positions, attn).float()
