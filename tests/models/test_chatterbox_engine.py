@@ -90,3 +90,38 @@ def test_bad_requests_get_clear_errors(model):
         model.preprocess("Hi.", "nobody")
     with pytest.raises(ModelInputError, match="empty"):
         model.preprocess("   ", None)
+
+
+def test_first_chunks_on_the_lane_stream_the_streamers_audio(model, monkeypatch):
+    # The GPU's pipeline on the CPU: a threaded detokenizer with Chatterbox's first-chunk lane
+    # (a twin of S3Gen's streamer). First chunks go out on the lane, the rest on the steady
+    # detokenizer, and each request's audio is what S3Gen's streamer makes of its pushes alone.
+    from engine.detok_threads import ThreadedDetokenizer
+
+    config = EngineConfig(
+        max_num_seqs=4,
+        max_batch_tokens=256,
+        num_kv_blocks=64,
+        block_size=16,
+        first_audio_margin=0.0,
+    )
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+    pushes = S3GenPushLog(model, monkeypatch)
+    core.detok = ThreadedDetokenizer(
+        model, core.clock, torch.device("cpu"), model.first_chunk_lane_codec()
+    )
+    n = 60  # a first chunk (23 tokens) and two steady ones
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.2, max_tokens=n, min_tokens=n)
+    try:
+        requests, audio, _, _ = run(core, [SpeechRequest(t, None, params) for t in TEXTS[:2]])
+    finally:
+        core.close()
+    assert core.lane_jobs >= 1  # the first chunks (both requests start together: one job)
+    voice = model.parts.default_voice
+    for req in requests:
+        codes = [row[0] - model.ids.speech_base for row in req.output_ids]
+        codes = [c for c in codes if 0 <= c < 6561]
+        alone = pushes.replay(model.parts.s3gen, voice.s3gen, codes)
+        pcm = np.concatenate(audio[req.request_id])
+        assert pcm.shape == alone.shape and len(pcm) > 0
+        np.testing.assert_allclose(pcm, alone, atol=1e-4 * np.sqrt(np.mean(alone**2)))
