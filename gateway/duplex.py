@@ -19,7 +19,8 @@ taken in the order the packets came; an `input.commit` or `session.end` waits fo
 before it, so the conversation it ends gets all of its audio, and audio still being decoded
 when a conversation is cancelled goes with it. A bad packet is an `error`
 (`unsupported_audio`) as on the loop; if the decoder's process dies, the session decodes on
-the loop from then on. An engine with no room for a
+the loop from then on, the packets the process took with it and those queued behind them
+first, in order. An engine with no room for a
 conversation ends the session: error `overloaded` (fatal), close 1013, as a session refused at
 `session.start` is; a non-fatal error would leave the microphone streaming into a new attempt
 on every frame.
@@ -47,7 +48,7 @@ from engine.api import (
     TextDelta,
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
-from gateway.audio_in import AudioDecoder
+from gateway.audio_in import AudioDecoder, UndecodableAudio
 from gateway.codec_workers import EncoderProcessFailed, PooledDecoder
 from gateway.metrics import GatewayMetrics
 from gateway.opus_lib import packet_ms
@@ -139,11 +140,13 @@ class DuplexConversation:
         here; one decoded in a process is answered with an `error` when it comes back)."""
         if self._decoder is None or self._frames is None:
             return
-        if self._mic is not None:
+        # While packets are out in a decoder process, later ones queue behind them, also once
+        # the process has died (its packets come back to be decoded here first).
+        if self._mic is not None or self._decoding:
             self._unsent.append(data)
             ms = packet_ms(data)
             self._unsent_ms += self._frame_ms if ms is None else ms
-            if self._unsent_ms >= self._frame_ms or not self.busy:
+            if self._mic is not None and (self._unsent_ms >= self._frame_ms or not self.busy):
                 self._send_unsent()  # a frame's worth, or the audio that opens a conversation
             return
         self._take(self._decoder.decode(data))
@@ -156,29 +159,52 @@ class DuplexConversation:
         decoding = self._mic.decode(packets)
         self._decoding += 1
         self._decoded.clear()
-        decoding.add_done_callback(functools.partial(self._came_back, self._generation))
+        decoding.add_done_callback(functools.partial(self._came_back, self._generation, packets))
 
-    def _came_back(self, generation: int, decoding: asyncio.Future) -> None:
-        """Packets' samples from the decoder process, in the order the packets went."""
+    def _came_back(self, generation: int, packets: list[bytes], decoding: asyncio.Future) -> None:
+        """Packets' samples from the decoder process, in the order the packets went. If the
+        process died, they and the packets queued behind them are decoded here instead."""
         self._decoding -= 1
         if not self._decoding:
             self._decoded.set()
         error = decoding.exception()
-        if error is not None:  # the process is gone: these packets with it, not the rest
+        if error is not None:
             if self._mic is not None:
                 self._log.warning("microphone decoded on the event loop from now: %s", error)
                 self._mic = None
-                self._unsent, self._unsent_ms = [], 0.0
+            if generation == self._generation:
+                self._decode_here(packets)
+            if not self._decoding:  # the last call out: the packets queued behind it next
+                queued, self._unsent, self._unsent_ms = self._unsent, [], 0.0
+                self._decode_here(queued)
             return
         if generation != self._generation:
             return  # the conversation they belonged to was cancelled
         pcm, bad = PooledDecoder.decoded(decoding.result())
+        if self._report_bad(bad):
+            self._take(pcm)
+
+    def _decode_here(self, packets: list[bytes]) -> None:
+        """Packets decoded on the event loop, in order, around the bad ones."""
+        assert self._decoder is not None
+        for data in packets:
+            try:
+                pcm = self._decoder.decode(data)
+            except UndecodableAudio as exc:
+                if not self._report_bad([str(exc)]):
+                    return
+                continue
+            self._take(pcm)
+
+    def _report_bad(self, messages: list[str]) -> bool:
+        """A non-fatal `unsupported_audio` error for each bad packet; False once the session
+        is closing for a client that does not read."""
         try:
-            for message in bad:
+            for message in messages:
                 self._emit.event(ErrorEvent(ErrorCode.UNSUPPORTED_AUDIO, message, fatal=False))
         except SendQueueFull:
-            return  # the session is closing for a client that does not read
-        self._take(pcm)
+            return False
+        return True
 
     def _take(self, decoded: np.ndarray) -> None:
         """A packet's samples, in the order the packets came."""
