@@ -29,7 +29,6 @@ import json
 import os
 import pickle
 import pstats
-import socket
 import subprocess
 import sys
 import tempfile
@@ -162,29 +161,17 @@ def profiled(run, profile: cProfile.Profile | None):
 def start_gateway(
     engine, encode_processes: int, decode_processes: int, profile: cProfile.Profile | None = None
 ):
-    import uvicorn
-
-    from gateway.app import create_app, uvicorn_config
+    """The real gateway over `engine`, in a thread of this process (its event loop profiled
+    when `profile` is given)."""
     from gateway.config import GatewaySettings
+    from gateway.in_thread import serve_in_thread
 
     settings = GatewaySettings(
         model="tiny-moshi", encode_processes=encode_processes, decode_processes=decode_processes
     )
-    app = create_app(settings, engine=engine)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning"))
-    thread = threading.Thread(
-        target=profiled(server.run, profile), kwargs={"sockets": [sock]}, daemon=True
+    return serve_in_thread(
+        settings, engine, wrap=lambda run: profiled(run, profile), start_timeout_s=60.0
     )
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the gateway did not start")
-        time.sleep(0.05)
-    return server, thread, sock.getsockname()[1]
 
 
 def loop_lag(port: int) -> tuple[float, float]:
@@ -254,14 +241,14 @@ def main() -> None:
     args = parser.parse_args()
     engine = FrameClockEngine(moshi_facts())
     profile = cProfile.Profile() if args.profile else None
-    server, thread, port = start_gateway(
-        engine, args.encode_processes, args.decode_processes, profile
-    )
+    gateway = start_gateway(engine, args.encode_processes, args.decode_processes, profile)
     with tempfile.TemporaryDirectory() as out:
         for n in (int(x) for x in args.sessions.split(",")):
-            print(json.dumps(run_point(port, thread, n, args.seconds, Path(out))), flush=True)
-    server.should_exit = True
-    thread.join(30)  # the app's shutdown stops the encoder processes
+            print(
+                json.dumps(run_point(gateway.port, gateway.thread, n, args.seconds, Path(out))),
+                flush=True,
+            )
+    gateway.stop(timeout_s=30.0)  # the app's shutdown stops the encoder processes
     asyncio.run(engine.shutdown())
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +14,7 @@ import numpy as np
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from gateway.in_thread import InThreadGateway, serve_in_thread
 from voxgate.client import Audio, ResponseDone, Session, Word, Words
 
 # Random weights never emit the stop token: every request ends at max_tokens. 60 tokens is
@@ -23,47 +22,14 @@ from voxgate.client import Audio, ResponseDone, Session, Word, Words
 FAST_SAMPLING = {"temperature": 0.0, "max_tokens": 60}
 
 
-@dataclass
-class Server:
-    url: str  # ws://127.0.0.1:PORT/v1/stream
-    http: str  # http://127.0.0.1:PORT
-    server: object
-    thread: threading.Thread
-    sock: socket.socket
-    app: object
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
+# The gateway served from a thread (gateway/in_thread.py), as every gateway test runs it.
+Server = InThreadGateway
 
 
 def start_server(settings, engine, sndbuf: int | None = None) -> Server:
-    """uvicorn in a thread on an ephemeral port. `sndbuf` caps the kernel send buffer of the
-    accepted sockets (they inherit it from the listener), standing in for a slow network path:
-    on loopback, autotuning would otherwise let megabytes vanish into the kernel."""
-    import uvicorn
-
-    from gateway.app import create_app, uvicorn_config
-
-    app = create_app(settings, engine=engine)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if sndbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the gateway did not start")
-        time.sleep(0.02)
-    return Server(
-        f"ws://127.0.0.1:{port}/v1/stream", f"http://127.0.0.1:{port}", server, thread, sock, app
-    )
+    """uvicorn in a thread on an ephemeral port (serve_in_thread: `sndbuf` stands in for a slow
+    network path)."""
+    return serve_in_thread(settings, engine, sndbuf)
 
 
 # --- client helpers ---------------------------------------------------------------------------
