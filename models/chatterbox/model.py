@@ -71,6 +71,7 @@ from models.codecs.flow_hift.lane import FlowHiftLane
 from models.codecs.flow_hift.serving_options import STEADY_BATCH_ROWS
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
 from models.device_util import upload
+from models.layers.llama import fused_kernels_for
 from models.request_options import option_specs
 from models.voice_clip import VOICE_NAME, ClipRules, PendingVoice, VoiceClip, resample
 
@@ -139,6 +140,7 @@ class ChatterboxModel(SpeechModel):
         # chunk of N tokens made ~0.8 N tokens of audio, short of what the engine counts on
         # (a first chunk's cover, a listener's pacing). A trained T3 puts ~none there.
         self.constrain_codes = constrain_codes
+        self._kernels = None  # FlashInfer's fused kernels once use_fused_kernels() ran
         head_rows = sizes.speech_vocab
         undecodable = torch.ones(head_rows - SPEECH_CODES, dtype=torch.bool)
         undecodable[T3_FACTS.stop_speech - SPEECH_CODES] = False
@@ -393,8 +395,17 @@ class ChatterboxModel(SpeechModel):
         return torch.stack([conditional, unconditional], dim=1)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:
-        hidden = guided_forward(self.t3, self.embed(input_ids), positions, attn)
+        hidden = guided_forward(self.t3, self.embed(input_ids), positions, attn, self._kernels)
         return hidden.flatten(1)  # [T, 2H]
+
+    def use_fused_kernels(self) -> bool:
+        """FlashInfer's fused norm/RoPE/activation kernels in T3's guided forward (guided.py),
+        where they apply: a step of T3 at a few rows is mostly small element-wise kernels."""
+        backbone = self.t3.backbone
+        self._kernels = fused_kernels_for(
+            backbone.args, backbone.rotary, self.t3.speech_head.weight
+        )
+        return self._kernels is not None
 
     def compute_logits(self, hidden: torch.Tensor, cfg_weight: Any = SAMPLING.cfg_weight):
         """The speech head's logits, the two CFG rows mixed [N, 8194] with `cfg_weight` (a

@@ -1,7 +1,8 @@
 """Chatterbox's S3Gen replayed from CUDA graphs (ChatterboxModel.enable_cuda_graphs, what the
 engine's codec thread calls) against its eager decode, on the GPU: every voice prompt length
 S3Gen takes (the default voice's, a short clip's, the longest clip's) replays captured buckets
-and streams the eager audio; with the estimator's blocks compiled too (--compile-codec).
+and streams the eager audio; with the estimator's blocks compiled too (--compile-codec). T3's
+guided forward with FlashInfer's fused kernels against the plain one (bf16).
 tests/models/test_chatterbox_graphs.py checks the padding on the CPU.
 
 Marker `gpu`: skipped on machines without CUDA (tests/conftest.py says why)."""
@@ -16,6 +17,7 @@ from engine.cuda_graphs import CallableGraphs
 from models.chatterbox.checkpoint import load_chatterbox
 from models.chatterbox.model import ChatterboxModel
 from models.chatterbox.presets import ensure_tiny_chatterbox
+from tests.gpu.markers import needs_flashinfer
 from tests.models.test_chatterbox_graphs import streamed, voice_of
 
 pytestmark = pytest.mark.gpu
@@ -42,3 +44,24 @@ def test_graphed_s3gen_streams_as_eager_on_the_gpu(folder, compiled):
         # Float32 on both sides; cuDNN and TF32 may pick other kernels for the captured shapes:
         # a tolerance on the signal's scale, not rounding-exact.
         np.testing.assert_allclose(b, a, atol=1e-4 * max(1.0, float(np.abs(a).max())))
+
+
+@needs_flashinfer
+def test_t3_with_flashinfers_fused_kernels_matches_the_plain_forward(folder):
+    from models.csm.depth import FrameAttention
+
+    model = ChatterboxModel(load_chatterbox(folder, "cuda", torch.bfloat16))
+    a = model.t3.backbone.args
+    ids = torch.tensor(model.preprocess("Hello there, a test.", None).token_ids, device=CUDA)
+    t = ids.shape[0]
+    hidden = []
+    for fused in (False, True):
+        if fused:
+            assert model.use_fused_kernels()
+        attn = FrameAttention(a.num_layers, t, 2 * a.num_kv_heads, a.head_dim)
+        attn.begin(1, CUDA, torch.bfloat16)
+        attn.at(0, t)
+        with torch.inference_mode():
+            hidden.append(model.forward(ids, torch.arange(t, device=CUDA), attn).float())
+    plain, fused_out = hidden
+    assert ((fused_out - plain).norm() / plain.norm()).item() < 2e-2

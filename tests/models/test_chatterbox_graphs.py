@@ -1,8 +1,9 @@
-"""Chatterbox's S3Gen on the engine's CUDA-graph path and first-chunk lane, on the CPU: the
-flow rows padded to the captured (rows, frames) buckets, as a replay runs them (EagerGraphs),
-must stream every voice's audio as the eager decode does, whatever its prompt's length; a
-stream begun on the lane's twin detokenizer must go on on the steady one as if it had never
-moved. tests/gpu/test_chatterbox_graphs_gpu.py checks the real replays on a GPU."""
+"""Chatterbox on the GPU's paths, run on the CPU: S3Gen's flow rows padded to the captured
+(rows, frames) buckets, as a replay runs them (EagerGraphs), must stream every voice's audio as
+the eager decode does, whatever its prompt's length; a stream begun on the first-chunk lane's
+twin detokenizer must go on on the steady one as if it had never moved; T3's guided forward
+with the fused kernels (their contract in torch) must equal the plain one.
+tests/gpu/test_chatterbox_graphs_gpu.py checks the real replays and kernels on a GPU."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from models.chatterbox.model import ChatterboxModel, ChatterboxStream
 from models.chatterbox.presets import ensure_tiny_chatterbox
 from models.chatterbox.s3gen import S3GenVoice
 from models.codecs.flow_hift.lane import FlowHiftLane
+from models.csm.depth import FrameAttention
 from tests.cpu_graphs import EagerGraphs
+from tests.models.torch_llama_kernels import TorchLlamaKernels
 
 # A first chunk (20 tokens and the 3 of look-ahead), a steady chunk, then the rest, final.
 PUSHES = (23, 25, 9)
@@ -120,3 +123,27 @@ def test_a_stream_begun_on_the_lane_goes_on_on_the_steady_detokenizer(eager):
     moved = streamed(eager, [state], 21, [lane.detokenize, eager.detokenize, eager.detokenize])
     np.testing.assert_array_equal(moved[0], whole)
     lane.hand_over([state], None)  # finds the state's flow (CPU tensors: nothing to record)
+
+
+def test_t3_with_the_fused_kernels_equals_the_plain_guided_forward(eager):
+    # What use_fused_kernels switches on beside FlashInfer attention on a GPU, with the fused
+    # kernels' contract in torch: both CFG rows' hidden states as the plain guided forward's.
+    backbone = eager.t3.backbone
+    a = backbone.args
+    prompt = eager.preprocess("Hello there, a test.", None)
+    ids = torch.tensor(prompt.token_ids)
+    t = ids.shape[0]
+    positions = torch.arange(t)
+    hidden = []
+    for kernels in (None, TorchLlamaKernels(backbone.rotary, a.head_dim)):
+        attn = FrameAttention(a.num_layers, t, 2 * a.num_kv_heads, a.head_dim)
+        attn.begin(1, ids.device, torch.float32)
+        attn.at(0, t)
+        eager._kernels = kernels
+        try:
+            with torch.inference_mode():
+                hidden.append(eager.forward(ids, positions, attn))
+        finally:
+            eager._kernels = None
+    assert hidden[0].shape == (t, 2 * a.hidden_size)
+    torch.testing.assert_close(hidden[1], hidden[0], atol=1e-5, rtol=1e-5)
