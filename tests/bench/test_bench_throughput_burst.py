@@ -8,6 +8,7 @@ import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from engine.outputs import AudioChunk, Finished, FinishReason, LoopTotals
 from voxbench.engine_loop import describe_loop
@@ -84,7 +85,7 @@ async def test_the_burst_says_where_the_engines_time_went():
     loop = result["engine_loop"]
     assert loop["llm_step_ms"] == 4.0 and loop["rows_per_step"] == 2.0
     assert loop["codec_jobs"] == 20 and loop["codec_job_ms"] == 1.0  # the warm-up's 2 left out
-    assert loop["llm_steps_per_s"] == round(20 / result["wall_s"], 1)
+    assert loop["llm_steps_per_s"] == pytest.approx(20 / result["wall_s"], rel=0.05)
     assert sum(s["steps_per_s"] for s in loop["steps_by_second"].values()) > 0
     lines = describe_loop(loop)
     assert lines[0].startswith("engine loop:") and "LLM steps by second" in lines[-1]
