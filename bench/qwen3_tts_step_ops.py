@@ -5,8 +5,8 @@ the host, split by stage: the step's inputs, the talker, codebook 0's head and s
 depth stage (the code predictor's 15 codebooks), the rest of the step (copies to the host,
 streamed text), and the codec. On a GPU each op outside a graph is a kernel launch or a copy
 paid for with the GIL held (~5-10 µs each under load); a replayed graph is one. The
-"graphed" column counts what runs outside graphs when the engine captures the decode and
-depth graphs (as it does on CUDA): the CPU stands in for those replays, so the counts are the
+"graphed" column counts what runs outside graphs when the engine captures the decode,
+prompt, depth and codec graphs (as it does on CUDA): the CPU stands in for those replays, so the counts are the
 GPU's, whatever the widths.
 
     PYTHONPATH=$PWD python bench/qwen3_tts_step_ops.py               # real layer counts
@@ -92,11 +92,11 @@ def build(depth: str, root: Path):
 
 
 def graph_stand_ins(core: EngineCore, counter: StageCounter) -> None:
-    """The decode, prompt and depth graphs as the CPU runs them, their replays uncounted (their input
-    copies counted): what the host dispatches on CUDA, where both are captured."""
+    """The decode, prompt, depth and codec graphs as the CPU runs them, their replays uncounted
+    (their input copies counted): what the host dispatches on CUDA, where all are captured."""
     from engine.depth_graphs import DepthGraphs
     from engine.prompt_graphs import PROMPT_BUCKETS, PromptAttention, PromptGraphs
-    from tests.cpu_graphs import EagerDecodeGraphs
+    from tests.cpu_graphs import DeferredCountedGraphs, EagerDecodeGraphs
 
     worker = core.worker
     decode = EagerDecodeGraphs(worker)
@@ -132,6 +132,7 @@ def graph_stand_ins(core: EngineCore, counter: StageCounter) -> None:
     )
     prompts.forward = uncounted(counter, prompts.forward)
     worker.prompt_graphs = prompts
+    model.enable_cuda_graphs(DeferredCountedGraphs(counter))
 
 
 def measure(model, graphed: bool, rows: int, steps: int) -> dict:

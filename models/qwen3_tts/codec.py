@@ -14,14 +14,13 @@ speech_tokenizer/model.safetensors), so its tensors load by name.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from models.codecs.audible_weights import scale_output, unit_gain_convs
-from models.device_util import upload
 from models.layers.llama import RMSNorm
 from models.layers.rope import RopeSpec, Rotary
 from models.qwen3_tts.codec_layers import (
@@ -188,26 +187,6 @@ class Upsample(nn.ModuleList):
         super().__init__([CausalTransposedConv(dim, dim, factor, factor), ConvNeXtBlock(dim)])
 
 
-@dataclass
-class DecoderStream:
-    """One stream's decoder state: every block's history and the frames decoded so far."""
-
-    cache: Cache = field(default_factory=dict)
-    frames: int = 0
-
-
-def _stacked(caches: list[Cache]) -> Cache:
-    """The streams' histories as one batch; a stream that has none yet (a new stream) gets
-    zeros, which is what its history is."""
-    if len(caches) == 1:
-        return dict(caches[0])
-    stacked: Cache = {}
-    for key in {k for c in caches for k in c}:
-        like = next(c[key] for c in caches if key in c)
-        stacked[key] = torch.cat([c.get(key, torch.zeros_like(like)) for c in caches])
-    return stacked
-
-
 class SpeechDecoder(nn.Module):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
@@ -229,18 +208,20 @@ class SpeechDecoder(nn.Module):
             ]
         )
 
-    @torch.inference_mode()
-    def decode(self, codes: torch.Tensor, stream: DecoderStream) -> torch.Tensor:
-        """codes [1, num_quantizers, T] (the frames after those `stream` has seen) → audio
-        [1, T·1920] in [-1, 1]."""
-        return self.decode_batch(codes, [stream])
+    def state_layout(self) -> list[tuple[int, tuple[int, ...]]]:
+        """(cache key, per-stream shape) of every block with a past, in module order: a
+        stream's whole decoder state (codec_streams.py keeps it as one row)."""
+        return [
+            (id(m), shape)
+            for m in self.modules()
+            if hasattr(m, "history_shape") and (shape := m.history_shape()) is not None
+        ]
 
-    @torch.inference_mode()
-    def decode_batch(self, codes: torch.Tensor, streams: list[DecoderStream]) -> torch.Tensor:
-        """codes [B, num_quantizers, T], row b the next T frames of streams[b] (streams at any
-        position, each its own history) → audio [B, T·1920] in [-1, 1]."""
-        cache = _stacked([s.cache for s in streams])
-        starts = upload([s.frames for s in streams], torch.long, codes.device)
+    def run(self, codes: torch.Tensor, starts: torch.Tensor, cache: Cache) -> torch.Tensor:
+        """codes [B, num_quantizers, T], row b the next T frames of a stream that has decoded
+        starts[b] frames and whose blocks' pasts are `cache` (batched; a key absent is a past
+        of zeros, a new stream's) → audio [B, T·1920] in [-1, 1]; `cache` now holds the pasts
+        after these frames."""
         h = self.pre_conv(self.quantizer.decode(codes), cache).transpose(1, 2)
         h = self.pre_transformer(h, starts, cache).transpose(1, 2)
         for block in self.upsample:
@@ -248,10 +229,14 @@ class SpeechDecoder(nn.Module):
                 h = layer(h, cache)
         for layer in self.decoder:
             h = layer(h, cache)
-        for i, stream in enumerate(streams):
-            stream.cache = {key: value[i : i + 1] for key, value in cache.items()}
-            stream.frames += codes.shape[-1]
         return h[:, 0].clamp(-1.0, 1.0)
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Whole utterances: codes [B, num_quantizers, T] from their first frame → audio
+        [B, T·1920] in [-1, 1]. Streams decode in pieces through codec_streams.py."""
+        starts = torch.zeros(codes.shape[0], dtype=torch.long, device=codes.device)
+        return self.run(codes, starts, {})
 
     def load_published(self, tensors: dict[str, torch.Tensor]) -> None:
         """Load speech_tokenizer/model.safetensors' `decoder.` tensors (the encoder's, and the
@@ -288,7 +273,7 @@ def make_audible(decoder: SpeechDecoder, seed: int) -> SpeechDecoder:
     codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, 16), generator=g)
     scale_output(
         decoder.decoder[-1].conv,
-        lambda: decoder.decode(codes, DecoderStream()),
+        lambda: decoder.decode(codes),
         RANDOM_OUTPUT_STD,
     )
     return decoder

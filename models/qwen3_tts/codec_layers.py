@@ -1,6 +1,8 @@
 """The streaming building blocks of the 12 Hz speech tokenizer's decoder. Every block is
 causal; each keeps what it needs of the past in a per-stream dict (`cache`, keyed by the
 block), so that decoding a stream in chunks gives exactly the samples of decoding it at once.
+A block with a past says its shape (`history_shape`, per stream), so that a stream's whole
+state can live in one fixed-size row (models/qwen3_tts/codec_streams.py).
 
 Tensors are [B, C, T] (channels first) unless a docstring says otherwise.
 """
@@ -39,6 +41,9 @@ class CausalConv(nn.Module):
         self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, groups=groups)
         self.history = (kernel - 1) * dilation
 
+    def history_shape(self) -> tuple[int, ...] | None:
+        return (self.conv.in_channels, self.history) if self.history else None
+
     def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
         return self.conv(_take_history(cache, id(self), x, self.history))
 
@@ -52,6 +57,9 @@ class CausalTransposedConv(nn.Module):
         self.conv = nn.ConvTranspose1d(c_in, c_out, kernel, stride=stride)
         self.stride = stride
         self.history = (kernel - stride) // stride  # earlier input frames an output block reads
+
+    def history_shape(self) -> tuple[int, ...] | None:
+        return (self.conv.in_channels, self.history) if self.history else None
 
     def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
         n = x.shape[-1]
@@ -133,6 +141,10 @@ class SlidingAttention(nn.Module):
         self.k_proj = nn.Linear(hidden, kv_heads * self.d, bias=False)
         self.v_proj = nn.Linear(hidden, kv_heads * self.d, bias=False)
         self.o_proj = nn.Linear(heads * self.d, hidden, bias=False)
+
+    def history_shape(self) -> tuple[int, ...] | None:
+        """The last window-1 keys and values, time-last: [kv heads, 2·head dim, window-1]."""
+        return (self.kvh, 2 * self.d, self.window - 1) if self.window > 1 else None
 
     def forward(
         self,

@@ -23,10 +23,10 @@ from models.base import (
     block_stops,
 )
 from models.checkpoint_errors import CheckpointError
-from models.device_util import download, upload
 from models.qwen3_tts import prompt as P
 from models.qwen3_tts.clip_encoder import ClipEncoder
-from models.qwen3_tts.codec import DecoderStream, SpeechDecoder
+from models.qwen3_tts.codec import SpeechDecoder
+from models.qwen3_tts.codec_streams import CodecStream, CodecStreams
 from models.qwen3_tts.family import (
     MAX_INSTRUCTION_CHARS,
     checkpoint_options,
@@ -61,7 +61,7 @@ class ClonedVoice:
 
 @dataclass
 class Qwen3TtsStream(StreamState):
-    decoder: DecoderStream = field(default_factory=DecoderStream)
+    decoder: CodecStream = field(default_factory=CodecStream)
 
 
 class Qwen3TtsModel(SpeechModel):
@@ -82,6 +82,7 @@ class Qwen3TtsModel(SpeechModel):
         `speaker_encoder`, `clip_encoder`: the Base models', which clone voices from clips
         (add_voice)."""
         self.talker, self.predictor, self.decoder = talker, predictor, decoder
+        self.codec = CodecStreams(decoder)  # the decoder's streams, batched (graphs on a GPU)
         self.encode = encode
         self.ids = ids
         self.no_instruction = no_instruction
@@ -357,35 +358,26 @@ class Qwen3TtsModel(SpeechModel):
     def stream_state_for(self, extras: dict[str, Any]) -> StreamState:
         """With in-context cloning the generated frames continue the clip's: the decoder
         first reads the clip's codes (their audio is dropped, as the package cuts it off), so
-        the audio equals the package's decode of clip + speech."""
-        state = Qwen3TtsStream()
+        the audio equals the package's decode of clip + speech. It reads them with the
+        stream's first job, on the codec's thread."""
         codes = extras.get("reference_codes")
-        if codes is not None and len(codes):
-            device = next(self.decoder.parameters()).device
-            frames = torch.as_tensor(np.asarray(codes), dtype=torch.long, device=device)
-            self.decoder.decode(frames.T[None], state.decoder)
-        return state
+        prime = None if codes is None else np.asarray(codes, dtype=np.int64)
+        return Qwen3TtsStream(decoder=self.codec.new_stream(prime))
 
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
     ) -> list[np.ndarray]:
-        """Streams that bring the same number of frames decode together, in one batch."""
-        device = next(self.decoder.parameters()).device
-        out = [np.zeros(0, dtype=np.float32) for _ in states]
-        groups: dict[int, list[tuple[int, list]]] = {}
-        for i, rows in enumerate(new_tokens):
-            frames = [row[: self.k] for row in rows if not self.is_stop(row)]
-            if frames:
-                groups.setdefault(len(frames), []).append((i, frames))
-        for members in groups.values():
-            # Through pinned memory (models/device_util.py): a copy from pageable memory, or a
-            # blocking one back, would wait on more than this job's own work.
-            codes = upload([f for _, f in members], torch.long, device)
-            streams = [states[i].decoder for i, _ in members]  # type: ignore[attr-defined]
-            audio = download(self.decoder.decode_batch(codes.transpose(1, 2), streams).float())
-            for (i, _), pcm in zip(members, audio, strict=True):
-                out[i] = pcm
-        return out
+        """Streams that bring the same number of frames decode together (CodecStreams)."""
+        frames = [
+            [list(row[: self.k]) for row in rows if not self.is_stop(row)] for rows in new_tokens
+        ]
+        streams = [state.decoder for state in states]  # type: ignore[attr-defined]
+        return self.codec.decode(streams, frames)
+
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        """The decoder's calls replay from CUDA graphs (CodecStreams.enable_cuda_graphs):
+        eagerly, a call launches ~1,200 small kernels."""
+        self.codec.enable_cuda_graphs(graphs)
 
     def release(self) -> None:
         for module in (self.talker, self.predictor, self.decoder):

@@ -18,7 +18,6 @@ from engine.sampling import SamplingRow
 from models.base import ModelInputError
 from models.checkpoint_errors import CheckpointError
 from models.qwen3_tts.checkpoint import load_qwen3_tts, write_checkpoint
-from models.qwen3_tts.codec import DecoderStream
 from models.qwen3_tts.configs import (
     TINY_QWEN3_TTS,
     TINY_SPEAKER_ENCODER,
@@ -166,16 +165,6 @@ def test_greedy_codes_and_audio_equal_the_official_package(
     )
 
 
-def test_chunked_decode_equals_whole_decode(model):
-    g = torch.Generator().manual_seed(3)
-    codes = torch.randint(0, 2048, (1, model.k, 9), generator=g)
-    whole = model.decoder.decode(codes, DecoderStream())
-    stream = DecoderStream()
-    parts = [model.decoder.decode(codes[..., a:b], stream) for a, b in ((0, 1), (1, 4), (4, 9))]
-    np.testing.assert_allclose(torch.cat(parts, -1).numpy(), whole.numpy(), atol=ROUNDING, rtol=0)
-    assert whole.shape == (1, 9 * 1920) and float(whole.abs().max()) > 0
-
-
 def test_prompt_rows_follow_the_custom_voice_layout(model):
     ids = model.ids
     rows = model.preprocess_with_options("Hi.", "Ryan", {"language": "english"}).token_ids
@@ -248,26 +237,6 @@ def test_voice_design_prompt_has_no_speaker_and_refuses_one(design_folder):
     assert codec[:4] == [ids.nothink, ids.think_bos, ids.think_eos, ids.pad]
     with pytest.raises(ModelInputError, match="no preset speakers"):
         designer.preprocess("Hi.", "ryan")
-
-
-def test_streams_decode_together_as_they_decode_alone(model):
-    """A batch of streams at different positions (one new, one 3 frames in) gives each the
-    samples it gets on its own."""
-    g = torch.Generator().manual_seed(4)
-    codes = torch.randint(0, 2048, (2, model.k, 5), generator=g)
-    alone = [model.decoder.decode(codes[i : i + 1], DecoderStream()) for i in range(2)]
-    ahead, fresh = DecoderStream(), DecoderStream()
-    first = model.decoder.decode(codes[:1, :, :3], ahead)
-    both = model.decoder.decode_batch(
-        torch.stack([codes[0, :, 3:5], codes[1, :, :2]]), [ahead, fresh]
-    )
-    rest = model.decoder.decode(codes[1:, :, 2:], fresh)
-    np.testing.assert_allclose(
-        torch.cat([first[0], both[0]]).numpy(), alone[0][0].numpy(), atol=ROUNDING
-    )
-    np.testing.assert_allclose(
-        torch.cat([both[1], rest[0]]).numpy(), alone[1][0].numpy(), atol=ROUNDING
-    )
 
 
 @torch.inference_mode()

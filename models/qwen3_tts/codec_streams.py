@@ -1,0 +1,178 @@
+"""The 12 Hz speech decoder's streams, batched, and replayed from CUDA graphs on a GPU.
+
+Each stream's decoder state (every causal block's past: conv tails, the sliding window's keys
+and values; `SpeechDecoder.state_layout`) is one row of a flat buffer (models/codecs/
+slot_states.py's StateSlots with a single entry): a call gathers its streams' rows with one
+`index_select`, runs the decoder on views of them, and writes the new state back with one
+`index_copy_`. The gather and write-back stay outside the graph, so the buffer may grow (it
+doubles when every row is taken) without invalidating a graph: a graph reads a staging buffer
+of its own (`borrow`), not the slots.
+
+Streams that bring the same number of frames decode together. With graphs each call is cut
+to a captured shape: rows padded up to a bucket (GRAPH_ROWS; more rows than the largest go in
+several calls) on the scratch slot, frames in pieces of GRAPH_FRAMES (every block is causal,
+so pieces decode exactly as one call would). Without graphs (the CPU) a group is one call of
+its real size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from models.codecs.slot_states import SCRATCH, StateSlots
+from models.codecs.stream_batching import PAD_BUCKETS
+from models.device_util import download, upload
+from models.qwen3_tts.codec import SpeechDecoder
+
+# The shapes captured: rows up to 64 (a job of more goes in several calls), and frames a call:
+# a first chunk is 2, a steady chunk 4, a final flush 1-3 (any count is cut into these).
+GRAPH_ROWS = tuple(b for b in PAD_BUCKETS if b <= 64)
+GRAPH_FRAMES = (4, 2, 1)
+
+
+@dataclass
+class CodecStream:
+    """One request's decoder stream: the frames decoded so far (its next position), codes to
+    decode first with their audio dropped (an in-context clone's clip: the speech continues
+    it), and its row in the state slots (None until its first call)."""
+
+    frames: int = 0
+    prime: np.ndarray | None = None  # [T, num_quantizers]
+    slot: int | None = None
+
+
+class CodecStreams:
+    def __init__(self, decoder: SpeechDecoder) -> None:
+        self.decoder = decoder.eval()
+        param = next(decoder.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.num_quantizers = decoder.cfg.num_quantizers
+        layout = decoder.state_layout()
+        self._keys = [key for key, _ in layout]
+        self._shapes = [shape for _, shape in layout]
+        sizes = [math.prod(shape) for shape in self._shapes]
+        ends = list(itertools.accumulate(sizes))
+        self._bounds = [(end - size, end) for size, end in zip(sizes, ends, strict=True)]
+        self.state_size = sum(sizes)
+        self.slots = StateSlots(
+            [torch.zeros(self.state_size, dtype=self.dtype, device=self.device)]
+        )
+        self.graphs = None  # the engine's CallableGraphs, once enable_cuda_graphs captured them
+        self._staging: dict[int, torch.Tensor] = {}  # rows → the graphs' state input
+
+    def new_stream(self, prime: np.ndarray | None = None) -> CodecStream:
+        return CodecStream(prime=prime if prime is not None and len(prime) else None)
+
+    @torch.inference_mode()
+    def decode(self, streams: list[CodecStream], frames: list[list[list[int]]]) -> list[np.ndarray]:
+        """frames[i]: stream i's new frames (each num_quantizers codes) → its audio (float32,
+        1920 samples a frame; empty for none), the streams advanced."""
+        out = [np.zeros(0, np.float32) for _ in streams]
+        for stream in streams:
+            if stream.prime is not None:
+                self._prime(stream)
+        groups: dict[int, list[int]] = {}
+        for i, new in enumerate(frames):
+            if new:
+                groups.setdefault(len(new), []).append(i)
+        for members in groups.values():
+            codes = upload([frames[i] for i in members], torch.long, self.device)  # [B, n, K]
+            audio = download(self._decode_group([streams[i] for i in members], codes))
+            for i, pcm in zip(members, audio, strict=True):
+                out[i] = pcm
+        return out
+
+    def _prime(self, stream: CodecStream) -> None:
+        """Decode the stream's clip codes in one call (eager: a clip's length is its own) and
+        drop their audio."""
+        codes = upload(stream.prime, torch.long, self.device)[None]  # [1, T, K]
+        stream.prime = None
+        self._call([stream], codes, graphed=False)
+
+    def _decode_group(self, group: list[CodecStream], codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, n, K] for streams each at its own position → audio [B, n·1920]."""
+        if self.graphs is None:
+            return self._call(group, codes, graphed=False)
+        top, parts = GRAPH_ROWS[-1], []
+        for start in range(0, len(group), top):
+            rows, pieces, at = slice(start, start + top), [], 0
+            for length in _pieces(codes.shape[1]):
+                pieces.append(self._call(group[rows], codes[rows, at : at + length]))
+                self.graphs.pace()  # the GPU never holds a whole job's kernels ahead of the LLM's
+                at += length
+            parts.append(torch.cat(pieces, dim=1))
+        return torch.cat(parts)
+
+    def _call(self, group: list[CodecStream], codes: torch.Tensor, graphed: bool = True):
+        """One decoder call: the group's rows (padded to a captured bucket when `graphed`),
+        their state gathered and written back → audio [len(group), n·1920] (a copy)."""
+        real, frames = len(group), codes.shape[1]
+        batch = _bucket(real) if graphed else real
+        pad = batch - real  # rows on the scratch slot, decoded and dropped
+        rows = upload(
+            [self.slots.bind(s) for s in group] + [SCRATCH] * pad, torch.long, self.device
+        )
+        starts = upload([s.frames for s in group] + [0] * pad, torch.long, self.device)
+        if pad:
+            codes = torch.cat([codes, codes.new_zeros(pad, *codes.shape[1:])])
+        key = ("qwen3-tts-codec", batch, frames)
+        if graphed and key in self.graphs:
+            state = self._staging[batch]
+            torch.index_select(self.slots.buffers[0], 0, rows, out=state)
+            audio, new = self.graphs.run(key, self.step, [codes, state, starts])
+        else:
+            audio, new = self.step(codes, self.slots.gather(rows)[0], starts)
+        self.slots.scatter(rows, [new])
+        for s in group:
+            s.frames += frames
+        return audio[:real].float().clone()
+
+    def step(self, codes: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
+        """codes [B, n, K], state [B, state_size], starts [B] → (audio [B, n·1920], the new
+        state [B, state_size]); reads nothing but its inputs, so a CUDA graph can replay it."""
+        b = state.shape[0]
+        cache = {
+            key: state[:, lo:hi].view(b, *shape)
+            for key, shape, (lo, hi) in zip(self._keys, self._shapes, self._bounds, strict=True)
+        }
+        audio = self.decoder.run(codes.transpose(1, 2), starts, cache)
+        new = torch.cat([cache[key].reshape(b, -1) for key in self._keys], dim=1)
+        return audio, new
+
+    @torch.inference_mode()
+    def enable_cuda_graphs(self, graphs) -> None:
+        """Capture every (GRAPH_ROWS, GRAPH_FRAMES) call with the engine's CallableGraphs
+        (largest first, so the smaller ones reuse its pool's memory); their state input is a
+        view of one staging buffer of the most rows."""
+        self.graphs = graphs
+        staging = torch.zeros(GRAPH_ROWS[-1], self.state_size, dtype=self.dtype, device=self.device)
+        for rows in reversed(GRAPH_ROWS):
+            self._staging[rows] = staging[:rows]
+            for frames in GRAPH_FRAMES:
+                inputs = [
+                    torch.zeros(
+                        rows, frames, self.num_quantizers, dtype=torch.long, device=self.device
+                    ),
+                    self._staging[rows],
+                    torch.zeros(rows, dtype=torch.long, device=self.device),
+                ]
+                graphs.capture(("qwen3-tts-codec", rows, frames), self.step, inputs, borrow=(1,))
+
+
+def _pieces(frames: int) -> list[int]:
+    """`frames` cut greedily into captured lengths."""
+    out = []
+    for length in GRAPH_FRAMES:
+        while frames >= length:
+            out.append(length)
+            frames -= length
+    return out
+
+
+def _bucket(rows: int) -> int:
+    return next(b for b in GRAPH_ROWS if b >= rows)
