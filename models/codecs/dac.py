@@ -12,6 +12,13 @@ before it to 9.3 after, by over 1e-3 of the peak at the edges), so L = R = 10 ma
 output equal the whole decode to float rounding (tests/models/test_dac_stream.py; with 8, the
 seams were off by up to a third of the signal's peak). R is time to first audio: 10 frames,
 116 ms.
+
+On a GPU (`enable_cuda_graphs`) a job's windows replay from CUDA graphs: each stream's frames
+to emit are cut on its chunk grid (the first chunk, then whole chunks), each piece with its
+own context, so nearly every window has one of three lengths (a first chunk's, a second's,
+whose left context is cut at frame 0, and a steady chunk's); windows of a length decode in
+one call, their rows padded up to a bucket. A stream's last window, whose length is its own,
+runs eagerly.
 """
 
 from __future__ import annotations
@@ -24,8 +31,11 @@ import torch
 
 from models.checkpoint_errors import CheckpointError
 from models.codecs.audible_weights import scale_output, unit_gain_convs
+from models.device_util import download, upload
 
 CONTEXT_FRAMES = 10
+# Rows a captured call takes (a call of more rows runs eagerly).
+GRAPH_ROWS = (1, 2, 4, 8, 16, 32)
 # What random weights' audio spreads by before DAC's final tanh (make_audible).
 RANDOM_OUTPUT_STD = 0.3
 
@@ -82,6 +92,7 @@ class DacDetokenizer:
         self.sample_rate = int(dac.config.sampling_rate)
         self.samples_per_frame = int(np.prod(dac.config.upsampling_ratios))
         self.first_chunk, self.chunk, self.left, self.right = first_chunk, chunk, left, right
+        self.graphs = None  # the engine's CallableGraphs, once enable_cuda_graphs captured them
 
     @property
     def frame_rate(self) -> float:
@@ -101,22 +112,42 @@ class DacDetokenizer:
     def decode(self, streams: list[DacStream], final: list[bool]) -> list[np.ndarray]:
         """The audio each stream can emit now: every frame whose right context has arrived
         (all of them with `final`). Windows of the same length decode as one batch."""
-        out = [np.zeros(0, dtype=np.float32) for _ in streams]
         groups: dict[int, list[tuple[int, int, int, int]]] = {}
         for i, (stream, last) in enumerate(zip(streams, final, strict=True)):
             n, start = len(stream.frames), stream.emitted
             end = n if last else n - self.right
-            if end > start:
-                lo, hi = max(0, start - self.left), min(n, end + self.right)
-                groups.setdefault(hi - lo, []).append((i, lo, start, end))
+            for s, e in self._pieces(start, end):
+                lo, hi = max(0, s - self.left), min(n, e + self.right)
+                groups.setdefault(hi - lo, []).append((i, lo, s, e))
+            stream.emitted = max(start, end)
         hop = self.samples_per_frame
+        parts: list[list[tuple[int, np.ndarray]]] = [[] for _ in streams]
         for length, members in groups.items():
             windows = [streams[i].frames[lo : lo + length] for i, lo, _, _ in members]
             audio = self.decode_windows(windows)
-            for row, (i, lo, start, end) in zip(audio, members, strict=True):
-                out[i] = row[(start - lo) * hop : (end - lo) * hop]
-                streams[i].emitted = end
-        return out
+            for row, (i, lo, s, e) in zip(audio, members, strict=True):
+                parts[i].append((s, row[(s - lo) * hop : (e - lo) * hop]))
+        return [
+            np.concatenate([a for _, a in sorted(p, key=lambda x: x[0])])
+            if p
+            else np.zeros(0, dtype=np.float32)
+            for p in parts
+        ]
+
+    def _pieces(self, start: int, end: int) -> list[tuple[int, int]]:
+        """[start, end) as one piece, or with graphs cut on the stream's chunk grid (the
+        first chunk, then whole chunks), so that its windows have the captured lengths."""
+        if end <= start:
+            return []
+        if self.graphs is None:
+            return [(start, end)]
+        cuts = [start]
+        grid = self.first_chunk
+        while grid < end:
+            if grid > start:
+                cuts.append(grid)
+            grid += self.chunk
+        return list(zip(cuts, [*cuts[1:], end], strict=True))
 
     def decode_frames(self, frames: list[list[int]]) -> np.ndarray:
         """Frames [n][codebooks] → float32 mono samples [n · 512], decoded at once."""
@@ -124,9 +155,41 @@ class DacDetokenizer:
 
     @torch.inference_mode()
     def decode_windows(self, windows: list[list[list[int]]]) -> np.ndarray:
-        """Windows of equal length [B][n][codebooks] → float32 samples [B, n · 512]."""
+        """Windows of equal length [B][n][codebooks] → float32 samples [B, n · 512]; from a
+        graph when one was captured for the length, rows padded up to its bucket."""
         device = next(self.dac.parameters()).device
-        codes = torch.tensor(windows, dtype=torch.long, device=device).transpose(1, 2)
+        real, length = len(windows), len(windows[0])
+        batch = next((b for b in GRAPH_ROWS if b >= real), real)
+        key = ("dac", batch, length)
+        if self.graphs is None or key not in self.graphs:
+            codes = upload(windows, torch.long, device).transpose(1, 2)
+            return download(self.decode_codes(codes))
+        silent = [[[0] * self.num_codebooks] * length] * (batch - real)
+        codes = upload(windows + silent, torch.long, device).transpose(1, 2)
+        return download(self.graphs.run(key, self.decode_codes, [codes])[:real])
+
+    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, codebooks, n] → float32 samples [B, n · 512]."""
         latent = self.dac.quantizer.from_codes(codes)[0]  # [B, hidden, n]
-        audio = self.dac.decoder(latent)  # [B, 1, n · hop]
-        return audio[:, 0].float().cpu().numpy()
+        return self.dac.decoder(latent)[:, 0].float()  # [B, n · hop]
+
+    def window_lengths(self) -> list[int]:
+        """The lengths of a stream's windows before its last: its first chunk's, its second's
+        (left context cut at frame 0 while the first chunk is shorter than it), a steady one's."""
+        first = self.first_chunk + self.right
+        second = min(self.first_chunk, self.left) + self.chunk + self.right
+        return sorted({first, second, self.left + self.chunk + self.right}, reverse=True)
+
+    @torch.inference_mode()
+    def enable_cuda_graphs(self, graphs) -> None:
+        """Capture the decode of every window length a stream's chunks take (window_lengths)
+        at GRAPH_ROWS with the engine's CallableGraphs (largest first, so the smaller ones
+        reuse its pool's memory)."""
+        self.graphs = graphs
+        device = next(self.dac.parameters()).device
+        for rows in reversed(GRAPH_ROWS):
+            for length in self.window_lengths():
+                codes = torch.zeros(
+                    rows, self.num_codebooks, length, dtype=torch.long, device=device
+                )
+                graphs.capture(("dac", rows, length), self.decode_codes, [codes])

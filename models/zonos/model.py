@@ -304,6 +304,11 @@ class ZonosModel(SpeechModel):
     def new_stream_state(self) -> ZonosStream:
         return ZonosStream(self.detok.new_stream())
 
+    def enable_cuda_graphs(self, graphs: Any) -> None:
+        """The DAC's windows replay from CUDA graphs (DacDetokenizer.enable_cuda_graphs):
+        eagerly a job launches hundreds of small kernels."""
+        self.detok.enable_cuda_graphs(graphs)
+
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
     ) -> list[np.ndarray]:

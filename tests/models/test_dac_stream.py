@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.codecs.dac import DacDetokenizer, make_audible
+from models.codecs.dac import GRAPH_ROWS, DacDetokenizer, make_audible
 from models.zonos.presets import TINY_DAC
+from tests.cpu_graphs import EagerGraphs
 from tests.torch_threads import one_torch_thread
 
 FRAMES = 40
@@ -99,4 +100,33 @@ def test_streams_decoded_together_equal_each_alone(dac, frames):
         whole = detok.decode_frames(source)
         np.testing.assert_allclose(
             np.concatenate(got[i]), whole, rtol=0, atol=ROUNDING * np.abs(whole).max()
+        )
+
+
+@pytest.mark.parametrize("pushes", [[14, 16, 10], [14, 26], [20, 20]])
+def test_replayed_windows_stream_as_the_whole_decode(dac, frames, pushes):
+    """As on a GPU (EagerGraphs: the calls a replay runs): each stream's frames are cut on its
+    chunk grid, each piece with its context, so that the windows of whole chunks (a backlog's
+    too) have the captured lengths, several a stream in one call, rows padded to a bucket;
+    the rest run eagerly. The audio still equals the whole decode."""
+    graphs = EagerGraphs()
+    detok = DacDetokenizer(dac)
+    detok.enable_cuda_graphs(graphs)
+    sources = [frames, [list(reversed(f)) for f in frames], frames[::-1]]
+    streams = [detok.new_stream() for _ in sources]
+    got: list[list[np.ndarray]] = [[] for _ in sources]
+    at = 0
+    for size in pushes:
+        for stream, source in zip(streams, sources, strict=True):
+            detok.push(stream, source[at : at + size])
+        at += size
+        last = at >= FRAMES
+        for mine, audio in zip(got, detok.decode(streams, [last] * 3), strict=True):
+            mine.append(audio)
+    assert {length for _, _, length in graphs.shapes} >= {14, 30}
+    assert {rows for _, rows, _ in graphs.shapes} <= set(GRAPH_ROWS)
+    for mine, source in zip(got, sources, strict=True):
+        whole = detok.decode_frames(source)
+        np.testing.assert_allclose(
+            np.concatenate(mine), whole, rtol=0, atol=ROUNDING * np.abs(whole).max()
         )
