@@ -150,6 +150,9 @@ class CodecStreams:
         (largest first, so the smaller ones reuse its pool's memory); their state input is a
         view of one staging buffer of the most rows."""
         self.graphs = graphs
+        # Rows for as many streams as the largest call, taken now, before the engine sizes its
+        # KV pool from the memory left; more streams grow the buffer while serving.
+        self.slots.size_for(GRAPH_ROWS[-1])
         staging = torch.zeros(GRAPH_ROWS[-1], self.state_size, dtype=self.dtype, device=self.device)
         for rows in reversed(GRAPH_ROWS):
             self._staging[rows] = staging[:rows]
