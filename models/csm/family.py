@@ -18,13 +18,15 @@ def _recognises(checkpoint: Checkpoint) -> bool:
 def _load(request: LoadRequest):
     from models.csm import configs
     from models.csm.loading import load_csm
-    from models.csm.presets import ensure_tiny_csm
+    from models.csm.presets import ensure_tiny_csm, random_csm_1b
 
     model, device, dtype, progress = request.model, request.device, request.dtype, request.progress
+    request.refuse(codec="CSM checkpoints carry their own Mimi codec; drop --codec")
+    if request.random_weights:
+        if model != "csm-1b":
+            raise CheckpointError("--random-weights works with csm-1b (tiny-csm is random already)")
+        return random_csm_1b(device, dtype, voices_dir=request.voices_dir)
     if model in PRESETS:
-        if request.random_weights:
-            raise CheckpointError("--random-weights is not available for CSM presets yet")
-        request.refuse(codec="CSM checkpoints carry their own Mimi codec; drop --codec")
         source = str(ensure_tiny_csm()) if model == "tiny-csm" else configs.REPO_ID
         return load_csm(source, device, dtype, progress, name=model, voices_dir=request.voices_dir)
     return load_csm(model, device, dtype, progress, voices_dir=request.voices_dir)

@@ -48,34 +48,47 @@ def load_csm(
             f"{folder}/config.json is not a CSM checkpoint (model_type must be 'csm', got "
             f"{cfg.get('model_type')!r}); sesame/csm-1b in the transformers layout is"
         )
-    cfg = _complete(cfg, folder)
-    backbone, depth, tied = _build(cfg, device, dtype)
+    cfg = complete_config(cfg, str(folder))
+    backbone, depth, tied = build_csm(cfg, device, dtype)
     mimi = build_mimi(_field(cfg, "codec_config"))
     _load_weights(folder, backbone, depth, mimi, tied, progress)
-    # The codec stays float32: a small share of the compute, and streamed audio keeps matching
-    # the whole decode to float32 rounding.
-    detok = MimiDetokenizer(mimi.to(device))
-    model = CsmModel(
-        backbone.eval(),
-        depth.eval(),
-        _load_tokenizer(folder),
-        detok,
-        eos_code=int(cfg.get("codebook_eos_token_id", 0)),
-        name=name or folder.name,
-        constrain_codes=constrain_codes,
+    tokenizer = load_tokenizer(folder)
+    model = assemble(
+        cfg, backbone, depth, mimi, tokenizer, device, name or folder.name, constrain_codes
     )
     if voices_dir is not None:
-        from models.csm.voices import read_voices
-
-        for clip in read_voices(voices_dir, detok.sample_rate):
-            try:
-                model.add_voice(clip.name, clip.text, clip.audio, clip.speaker)
-            except ValueError as exc:  # ModelInputError too: name, transcript, length
-                raise CheckpointError(f"voice clip {clip.name!r} in {voices_dir}: {exc}") from exc
+        add_voices_dir(model, voices_dir)
     return model
 
 
-def _complete(cfg: dict, folder: Path) -> dict:
+def add_voices_dir(model: CsmModel, voices_dir: str) -> None:
+    """Every clip of `voices_dir` (CSM's reader: NAME.wav + NAME.txt) as a voice prompt."""
+    from models.csm.voices import read_voices
+
+    for clip in read_voices(voices_dir, model.detok.sample_rate):
+        try:
+            model.add_voice(clip.name, clip.text, clip.audio, clip.speaker)
+        except ValueError as exc:  # ModelInputError too: name, transcript, length
+            raise CheckpointError(f"voice clip {clip.name!r} in {voices_dir}: {exc}") from exc
+
+
+def assemble(
+    cfg: dict, backbone, depth, mimi, tokenizer, device, name: str, constrain_codes: bool = True
+) -> CsmModel:
+    """A CsmModel of built, weighted parts. The codec stays float32: a small share of the
+    compute, and streamed audio keeps matching the whole decode to float32 rounding."""
+    return CsmModel(
+        backbone.eval(),
+        depth.eval(),
+        tokenizer,
+        MimiDetokenizer(mimi.to(device)),
+        eos_code=int(cfg.get("codebook_eos_token_id", 0)),
+        name=name,
+        constrain_codes=constrain_codes,
+    )
+
+
+def complete_config(cfg: dict, where: str) -> dict:
     """Every field, as transformers reads the file: configs saved with `use_diff` (as
     transformers 4.x wrote sesame/csm-1b) leave out whatever equals CsmConfig's defaults."""
     require_transformers()
@@ -84,7 +97,7 @@ def _complete(cfg: dict, folder: Path) -> dict:
     try:
         return CsmConfig.from_dict(cfg).to_dict()
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{folder}/config.json is not a valid CsmConfig: {exc}") from exc
+        raise CheckpointError(f"{where}/config.json is not a valid CsmConfig: {exc}") from exc
 
 
 def _field(cfg: dict, key: str):
@@ -93,7 +106,9 @@ def _field(cfg: dict, key: str):
     return cfg[key]
 
 
-def _build(cfg: dict, device: torch.device, dtype: torch.dtype):
+def build_csm(cfg: dict, device: torch.device, dtype: torch.dtype):
+    """The backbone and depth decoder of `cfg` on `device` (weights not loaded), and whether
+    their audio embeddings are tied."""
     k, vocab = int(_field(cfg, "num_codebooks")), int(_field(cfg, "vocab_size"))
     depth_cfg = _field(cfg, "depth_decoder_config")
     tied = bool(cfg.get("tie_codebooks_embeddings", True))
@@ -127,7 +142,7 @@ def _load_weights(folder: Path, backbone, depth, mimi, tied: bool, progress: boo
     load_mimi_weights(mimi, codec, str(folder))
 
 
-def _load_tokenizer(folder: Path):
+def load_tokenizer(folder: Path):
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(folder / "tokenizer.json"))

@@ -36,3 +36,38 @@ def ensure_tiny_csm(root: Path | None = None) -> Path:
     place, so concurrent first uses never see half a checkpoint."""
     write = lambda folder: write_csm_checkpoint(folder / "model", TINY_CSM, seed=2024)  # noqa: E731
     return materialise(f"tiny-csm-{TINY_VERSION}", write, root) / "model"
+
+
+def random_csm_1b(
+    device: torch.device, dtype: torch.dtype, seed: int = 0, voices_dir: str | None = None
+):
+    """sesame/csm-1b's real shapes with seeded random weights (N(0, 0.02), unit norms; Mimi's
+    made audible), built on the device, with the tiny preset's Llama-3-shaped tokenizer (the
+    real special ids; text means nothing to random weights): for GPU benchmarks, no checkpoint
+    needed."""
+    from models.codecs.mimi import build_mimi
+    from models.csm.configs import CSM_1B
+    from models.csm.loading import (
+        add_voices_dir,
+        assemble,
+        build_csm,
+        complete_config,
+        load_tokenizer,
+    )
+
+    cfg = complete_config(CSM_1B, "the csm-1b preset")
+    torch.manual_seed(seed)
+    backbone, depth, _ = build_csm(cfg, device, dtype)
+    with torch.no_grad():
+        for module in (backbone, depth):
+            for name, param in module.named_parameters():
+                if "norm" in name:
+                    param.fill_(1.0)
+                else:
+                    param.normal_(0.0, 0.02)
+    mimi = make_audible(build_mimi(cfg["codec_config"]))
+    tokenizer = load_tokenizer(ensure_tiny_csm())
+    model = assemble(cfg, backbone, depth, mimi, tokenizer, device, "csm-1b")
+    if voices_dir is not None:
+        add_voices_dir(model, voices_dir)
+    return model
