@@ -497,6 +497,8 @@ class EngineCore:
         totals.capped_steps += (
             rows >= self.config.max_num_seqs and len(self.scheduler.requests) > rows
         )
+        totals.lead_held_rows += plan.held_by_lead
+        totals.codec_held_rows += plan.held_by_codec
 
     def _token_interval(self, step_start: float, llm_s: float) -> float:
         """How often a running request gets a token: the time between consecutive LLM steps

@@ -34,6 +34,10 @@ class ScheduledChunk:
 @dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)  # prefills first, then decodes
+    # Live requests the slack policy left out of the step: past the lead cap (ahead of their
+    # listener), or with max_undecoded_chunks waiting for the codec (its backpressure).
+    held_by_lead: int = 0
+    held_by_codec: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -65,7 +69,9 @@ class LoopTotals:
     for step n, so `prefill_turn_s` (turns that launched a prefill) is the host's share of
     a prefill step (eager, or `prefill_graphed` from graphs) plus the wait for the step before it. Codec jobs run beside the loop on their own streams
     (`codec_s` is their decode time, not loop time). `capped_steps` counts LLM steps that left
-    live requests out because `max_num_seqs` was full."""
+    live requests out because `max_num_seqs` was full; `lead_held_rows` and `codec_held_rows`
+    the requests steps left out, summed over steps, for being ahead of their listener (the
+    lead cap) or for the chunks they had waiting for the codec (its backpressure)."""
 
     loop_turns: int = 0
     loop_s: float = 0.0
@@ -77,6 +83,8 @@ class LoopTotals:
     prefill_graphed: int = 0  # of them, steps replayed from graphs (engine/prompt_graphs.py)
     prefill_turn_s: float = 0.0  # the loop turns that launched them
     capped_steps: int = 0
+    lead_held_rows: int = 0
+    codec_held_rows: int = 0
     codec_jobs: int = 0  # steady jobs
     codec_rows: int = 0
     codec_s: float = 0.0

@@ -411,7 +411,7 @@ class Scheduler:
         # A request of streamed text that has used up its text waits for more (append_text).
         live = [r for r in self.requests.values() if r.wants_tokens and not r.awaits_text]
         if self.config.policy == "slack":
-            live = self._by_slack(live, now)
+            live = self._by_slack(live, now, out)
         else:
             live.sort(key=lambda r: r.arrival_time)
         chosen = live[: self.config.max_num_seqs]
@@ -440,10 +440,11 @@ class Scheduler:
             chunk.request.block_table = self.blocks.table(chunk.request.request_id)
         out.chunks = prefills + decodes
 
-    def _by_slack(self, live: list[Request], now: float) -> list[Request]:
+    def _by_slack(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
         """The slack policy's order of the streams that may decode this step: first those
         without audio yet (earliest arrival first), then ascending slack; streams past the lead
-        cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out.
+        cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out (counted in
+        `out`).
 
         This runs every turn for every stream, so each listener's buffer and pending tokens
         are read once, in one pass, and ranked as _slack_rank ranks: at a few hundred streams
@@ -462,7 +463,11 @@ class Scheduler:
         for request, buffered_s, pending in reads:
             if request.first_audio_time is None:  # ttfa_critical: by arrival, ahead of all
                 ranked.append(((0, request.arrival_time), request))
-            elif buffered_s <= lead and pending < undecoded:
+            elif pending >= undecoded:
+                out.held_by_codec += 1
+            elif buffered_s > lead:
+                out.held_by_lead += 1
+            else:
                 ranked.append(((1, self._slack_of(buffered_s, pending, False)), request))
         ranked.sort(key=itemgetter(0))
         return [request for _, request in ranked]

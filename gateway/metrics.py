@@ -99,6 +99,14 @@ LOOP_TOTALS = {
         "LLM steps that left live requests out at max_num_seqs",
         "capped_steps",
     ),
+    "voxgate_engine_lead_held_rows": (
+        "Requests left out of LLM steps for being ahead of their listener (the lead cap)",
+        "lead_held_rows",
+    ),
+    "voxgate_engine_codec_held_rows": (
+        "Requests left out of LLM steps for the chunks they had waiting for the codec",
+        "codec_held_rows",
+    ),
     "voxgate_engine_codec_jobs": ("Steady codec jobs done", "codec_jobs"),
     "voxgate_engine_codec_rows": ("Streams in steady codec jobs", "codec_rows"),
     "voxgate_engine_codec_seconds": ("Decode time of steady codec jobs", "codec_s"),

@@ -150,6 +150,8 @@ def loop_profile(
         "prefill_graphed": int(d["prefill_graphed"]),
         "prefill_turn_ms": _per(d["prefill_turn_s"], d["prefill_steps"], 1e3),
         "capped_steps": int(d["capped_steps"]),
+        "lead_held_per_step": _per(d["lead_held_rows"], d["llm_steps"]),
+        "codec_held_per_step": _per(d["codec_held_rows"], d["llm_steps"]),
         "codec_jobs": int(d["codec_jobs"]),
         "codec_job_ms": _per(d["codec_s"], d["codec_jobs"], 1e3),
         "codec_rows_per_job": _per(d["codec_rows"], d["codec_jobs"]),
@@ -180,6 +182,8 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         f"{p['prefill_steps']} with prefill ({p['prefill_graphed']} from graphs, "
         f"turn {p['prefill_turn_ms']} ms), "
         f"{p['capped_steps']} capped at max_num_seqs"
+        + f", rows held out a step: {p.get('lead_held_per_step')} by the lead cap, "
+        f"{p.get('codec_held_per_step')} by the codec's backlog"
         + (
             f", {p['gc_full']} full GCs of its process ({p['gc_full_ms']:g} ms)"
             if "gc_full" in p

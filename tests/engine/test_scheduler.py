@@ -191,7 +191,9 @@ def test_comfortable_streams_sit_out_while_another_listener_is_short():
     fine = make_steady(sched, arrival=2.0, buffered_s=1.5, now=now)
     assert {c.request for c in sched.schedule(now).chunks} == {ahead, fine}  # no one short
     short = make_steady(sched, arrival=3.0, buffered_s=0.4, now=now)
-    assert {c.request for c in sched.schedule(now).chunks} == {fine, short}
+    out = sched.schedule(now)
+    assert {c.request for c in out.chunks} == {fine, short}
+    assert (out.held_by_lead, out.held_by_codec) == (1, 0)  # counted for the engine's profile
     short.audio_emitted_s += 1.0  # topped up: no one is short any more
     assert {c.request for c in sched.schedule(now).chunks} == {ahead, fine, short}
     newcomer = admit(sched, prompt_len=10, arrival=now)  # waiting for its first chunk
@@ -211,7 +213,9 @@ def test_requests_whose_codec_fell_behind_wait_for_it():
     fine.output_ids += [7] * (2 * FACTS.chunk_tokens - 1)
     fine.num_computed += 2 * FACTS.chunk_tokens - 1
     sched.blocks.ensure(fine.request_id, fine.num_tokens)
-    assert [c.request for c in sched.schedule(now).chunks] == [fine]
+    out = sched.schedule(now)
+    assert [c.request for c in out.chunks] == [fine]
+    assert (out.held_by_lead, out.held_by_codec) == (0, 1)
     assert [r.request_id for r in sched.schedule_detok(now)] == [
         backlog.request_id,
         fine.request_id,
