@@ -5,11 +5,14 @@ several at once, still give their whole decodes."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from models.codecs.dac import DacDetokenizer, make_audible
 from models.zonos.presets import REAL_DAC
 from tests.gpu.graph_compare import ComparedGraphs
+
+pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
 FRAMES = 62  # a first chunk, three whole chunks, and a last of 10: 4 + 3 · 16 + 10

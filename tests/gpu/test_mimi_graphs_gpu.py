@@ -7,12 +7,15 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 import torch
 
 from engine.cuda_graphs import CallableGraphs
 from models.codecs.mimi import MimiDetokenizer
 from models.codecs.mimi_encoder_streaming import MimiStreamEncoder
 from tests.models.test_mimi import codes, tiny_mimi
+
+pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
 

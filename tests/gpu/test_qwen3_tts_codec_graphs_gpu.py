@@ -7,12 +7,15 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 import torch
 
 from models.qwen3_tts.codec import DecoderConfig, SpeechDecoder, make_audible
 from models.qwen3_tts.codec_streams import CodecStreams
 from models.qwen3_tts.configs import SPEECH_TOKENIZER
 from tests.gpu.graph_compare import ComparedGraphs
+
+pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
 

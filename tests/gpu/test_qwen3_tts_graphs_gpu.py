@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from engine.config import EngineConfig
@@ -13,6 +14,8 @@ from engine.core import EngineCore
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from tests.gpu.markers import needs_flashinfer
+
+pytestmark = [pytest.mark.gpu, needs_flashinfer]
 
 CUDA = torch.device("cuda")
 TEXTS = [
@@ -43,7 +46,6 @@ def tiny_for_flashinfer(root):
     return folder
 
 
-@needs_flashinfer
 def test_qwen3_tts_arrivals_replay_the_prompt_graphs(tmp_path):
     from models.qwen3_tts.checkpoint import load_qwen3_tts
     from tests.cpu_graphs import count_graphed_steps
