@@ -17,7 +17,7 @@ On a GPU (`enable_cuda_graphs`) a job's windows replay from CUDA graphs: each st
 to emit are cut on its chunk grid (the first chunk, then whole chunks), each piece with its
 own context, so nearly every window has one of three lengths (a first chunk's, a second's,
 whose left context is cut at frame 0, and a steady chunk's); windows of a length decode in
-one call, their rows padded up to a bucket. A stream's last window, whose length is its own,
+one call, their rows padded up to a bucket (more than the largest in several calls). A stream's last window, whose length is its own,
 runs eagerly.
 """
 
@@ -34,7 +34,7 @@ from models.codecs.audible_weights import scale_output, unit_gain_convs
 from models.device_util import download, upload
 
 CONTEXT_FRAMES = 10
-# Rows a captured call takes (a call of more rows runs eagerly).
+# Rows a captured call takes (more go in several calls).
 GRAPH_ROWS = (1, 2, 4, 8, 16, 32)
 # What random weights' audio spreads by before DAC's final tanh (make_audible).
 RANDOM_OUTPUT_STD = 0.3
@@ -158,7 +158,10 @@ class DacDetokenizer:
         """Windows of equal length [B][n][codebooks] → float32 samples [B, n · 512]; from a
         graph when one was captured for the length, rows padded up to its bucket."""
         device = next(self.dac.parameters()).device
-        real, length = len(windows), len(windows[0])
+        real, length, top = len(windows), len(windows[0]), GRAPH_ROWS[-1]
+        if self.graphs is not None and real > top:  # in calls of the largest bucket
+            parts = [self.decode_windows(windows[i : i + top]) for i in range(0, real, top)]
+            return np.concatenate(parts)
         batch = next((b for b in GRAPH_ROWS if b >= real), real)
         key = ("dac", batch, length)
         if self.graphs is None or key not in self.graphs:

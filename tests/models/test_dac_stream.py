@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.codecs import dac as dac_module
 from models.codecs.dac import GRAPH_ROWS, DacDetokenizer, make_audible
 from models.zonos.presets import TINY_DAC
 from tests.cpu_graphs import EagerGraphs
@@ -103,12 +104,16 @@ def test_streams_decoded_together_equal_each_alone(dac, frames):
         )
 
 
-@pytest.mark.parametrize("pushes", [[14, 16, 10], [14, 26], [20, 20]])
-def test_replayed_windows_stream_as_the_whole_decode(dac, frames, pushes):
+@pytest.mark.parametrize(
+    ("pushes", "top"), [([14, 16, 10], 32), ([14, 26], 32), ([20, 20], 32), ([14, 26], 2)]
+)
+def test_replayed_windows_stream_as_the_whole_decode(dac, frames, pushes, top, monkeypatch):
     """As on a GPU (EagerGraphs: the calls a replay runs): each stream's frames are cut on its
     chunk grid, each piece with its context, so that the windows of whole chunks (a backlog's
-    too) have the captured lengths, several a stream in one call, rows padded to a bucket;
-    the rest run eagerly. The audio still equals the whole decode."""
+    too) have the captured lengths, several a stream in one call, rows padded to a bucket (in
+    calls of the largest bucket beyond it: 2 rows here, the last case); the rest run eagerly.
+    The audio still equals the whole decode."""
+    monkeypatch.setattr(dac_module, "GRAPH_ROWS", tuple(b for b in GRAPH_ROWS if b <= top))
     graphs = EagerGraphs()
     detok = DacDetokenizer(dac)
     detok.enable_cuda_graphs(graphs)
@@ -124,7 +129,7 @@ def test_replayed_windows_stream_as_the_whole_decode(dac, frames, pushes):
         for mine, audio in zip(got, detok.decode(streams, [last] * 3), strict=True):
             mine.append(audio)
     assert {length for _, _, length in graphs.shapes} >= {14, 30}
-    assert {rows for _, rows, _ in graphs.shapes} <= set(GRAPH_ROWS)
+    assert {rows for _, rows, _ in graphs.shapes} <= set(dac_module.GRAPH_ROWS)
     for mine, source in zip(got, sources, strict=True):
         whole = detok.decode_frames(source)
         np.testing.assert_allclose(
