@@ -296,12 +296,22 @@ class SnacDetokenizer:
             for feed in (p[round_] for p in pieces if round_ < len(p)):
                 feeds.setdefault(feed.length(self.flush_frames), []).append(feed)
             for group in feeds.values():
-                for feed, piece in zip(group, self._feed_group(streams, group), strict=True):
-                    audio[feed.row].append(piece)
+                for part in self._row_parts(group):
+                    for feed, piece in zip(part, self._feed_group(streams, part), strict=True):
+                        audio[feed.row].append(piece)
         for stream, fin in zip(streams, final, strict=True):
             stream.finished = stream.finished or fin
             stream.forget_before(stream.fed)  # fed frames live on in the state
         return [np.concatenate(a) if a else np.zeros(0, np.float32) for a in audio]
+
+    def _row_parts(self, group: list[_Feed]) -> list[list[_Feed]]:
+        """With graphs, a group of more rows than the largest captured batch in calls of that
+        batch (replays launch a few ops from the host where an eager call of hundreds of rows
+        launches every kernel, holding the GIL the engine's loop needs); else the group."""
+        top = self.GRAPH_BATCHES[-1]
+        if self.graphs is None or len(group) <= top:
+            return [group]
+        return [group[i : i + top] for i in range(0, len(group), top)]
 
     def _pieces(self, feed: _Feed) -> list[_Feed]:
         """`feed` cut into calls of captured lengths (largest first; a final feed's flush frames
@@ -364,7 +374,7 @@ class SnacDetokenizer:
 
     # --- CUDA graphs ------------------------------------------------------------------------------
     # The chunk schedule's call lengths are captured at these batch sizes; a group of more rows
-    # runs eagerly. A call is padded up to the next size with copies of its first row, and SNAC
+    # goes in calls of the largest (_row_parts). A call is padded up to the next size with copies of its first row, and SNAC
     # is compute-bound from a few rows on (on the H200 a 4-frame call costs 1.8 ms at 4 rows,
     # 4.3 ms at 16), so a padded row costs about what a real one does: hence every size up to
     # 8, where the capacity edge's calls are (5-7 rows), and steps of an eighth or less above.

@@ -423,6 +423,26 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     assert graphed._graph_bucket(4, 8) == 5 and graphed._graph_bucket(9, 8) is None
 
 
+def test_more_rows_than_the_largest_batch_go_in_its_calls(model):
+    """Five streams fed alike, with 2 rows the largest captured batch: each round's group goes
+    in calls of 2, 2 and 1 rows, every one a replay, and each stream's audio is its own."""
+    utterances = [_frames(12, seed=s) for s in range(5)]
+    plain = SnacDetokenizer(model, chunk_frames=2)
+    graphed = SnacDetokenizer(model, chunk_frames=2)
+    graphed.GRAPH_BATCHES = (1, 2)
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    calls = []
+    decode_frames = graphed.decoder.decode_frames
+    graphed.decoder.decode_frames = lambda *a: calls.append(a[0].shape) or decode_frames(*a)
+    graphs.shapes.clear()
+    expected = _stream_all(plain, utterances, seeds=[3] * 5)
+    got = _stream_all(graphed, utterances, seeds=[3] * 5)
+    assert len(calls) == len(graphs.shapes) and {b for _, b, _ in graphs.shapes} == {1, 2}
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
+
+
 def test_stateful_graph_jobs_never_run_eagerly(model):
     """A backlog of several chunks and a stream's final flush go in pieces of the captured
     lengths, a round each, so every call replays a graph (an eager call of an odd length would
