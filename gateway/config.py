@@ -157,6 +157,18 @@ class GatewaySettings:
         ),
     )
     max_queued_responses: int = 4  # responses waiting behind the one playing
+    # Turn-based sessions with server VAD: a pause this long begins the reply, held back until
+    # the VAD's silence confirms the end of turn (gateway/speculative_turn.py); 0: off.
+    speculative_turn_ms: int = field(
+        default=0,
+        metadata=cli(
+            "--speculative-turn-ms",
+            "spoken turns (server VAD): begin the reply after this much silence, sent once the "
+            "turn's silence_ms confirms its end; 0: off",
+            group=LIMITS,
+            metavar="MS",
+        ),
+    )
     # --- voices from clients (POST /v1/voices, session.start voice_clip) ---
     max_clip_bytes: int = field(
         default=2 * 2**20,
@@ -314,6 +326,7 @@ class GatewaySettings:
         self._check_range("max_frame_bytes", self.max_frame_bytes, 64, self.max_message_bytes)
         self._check_range("max_message_bytes", self.max_message_bytes, 1024, 64 * 2**20)
         self._check_range("max_queued_responses", self.max_queued_responses, 0, 1000)
+        self._check_range("speculative_turn_ms", self.speculative_turn_ms, 0, 10_000)
         self._check_range("max_clip_bytes", self.max_clip_bytes, 1024, 64 * 2**20)
         self._check_range("client_voices_per_key", self.client_voices_per_key, 0, 10_000)
         self._check_range("client_voice_bytes_per_key", self.client_voice_bytes_per_key, 0)

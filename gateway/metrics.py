@@ -313,6 +313,14 @@ class GatewayMetrics:
             "voxgate_responses", "Responses finished, by status", ["status"], registry=r
         )
         self.errors = Counter("voxgate_errors", "Error events sent, by code", ["code"], registry=r)
+        self.speculative_turns = Counter(
+            "voxgate_speculative_turns",
+            "Replies begun at a pause in the user's speech, by outcome (confirmed: the turn "
+            "had ended; discarded: the user spoke on; unprepared: the model refused the turn so "
+            "far)",
+            ["outcome"],
+            registry=r,
+        )
         # Refused before reaching the engine (gateway/admission.py); the engine counts its own
         # refusals at submit (voxgate_engine_admission_refusals_total): each refusal is in one.
         self.admission_refusals = Counter(

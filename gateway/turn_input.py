@@ -6,7 +6,9 @@ Two modes (docs/protocol.md `turn_detection`):
 - `vad`: every frame goes through the session's TurnDetector (gateway/vad.py); speech starts
   and stops on its own, and the turn's audio is handed over at `input.speech_stopped`. A
   commit ends the speech in progress at once. A turn that runs past `max_turn_s` is ended
-  there, so a microphone that never falls silent cannot grow a turn without bound.
+  there, so a microphone that never falls silent cannot grow a turn without bound. With
+  `early_ms`, a pause that long hands over the turn so far (`TurnPaused`: a reply may start on
+  it before the turn is known to have ended), and voice after it says so (`TurnResumed`).
 - `none`: frames are buffered (the last `max_turn_s` of them) until the client commits.
 """
 
@@ -27,7 +29,15 @@ from gateway.protocol import (
     TurnDetection,
     TurnDetectionType,
 )
-from gateway.vad import FRAME_MS, VAD_RATE, TurnDetector, VadSettings
+from gateway.vad import (
+    FRAME_MS,
+    VAD_RATE,
+    SpeechPaused,
+    SpeechResumed,
+    TurnDetector,
+    VadEvent,
+    VadSettings,
+)
 
 MIN_TURN_MS = 100  # shorter commits hold no word: the speech tokenizer gives ~1 token
 
@@ -43,18 +53,36 @@ class UserAudioTurn:
         return round(1000 * len(self.pcm) / VAD_RATE)
 
 
-InputEvent = SpeechStarted | SpeechStopped | UserAudioTurn
+@dataclass(frozen=True)
+class TurnPaused:
+    """The speech paused for `early_ms`: the turn so far, which may turn out to be all of it."""
+
+    turn: UserAudioTurn
+
+
+@dataclass(frozen=True)
+class TurnResumed:
+    """The user spoke again after a TurnPaused: the turn goes on."""
+
+
+InputEvent = SpeechStarted | SpeechStopped | UserAudioTurn | TurnPaused | TurnResumed
 
 
 class TurnInput:
-    def __init__(self, spec: AudioSpec, detection: TurnDetection, max_turn_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        spec: AudioSpec,
+        detection: TurnDetection,
+        max_turn_s: float = 60.0,
+        early_ms: int = 0,
+    ) -> None:
         self.detection = detection
         self._decoder = AudioDecoder(spec, VAD_RATE)
         self._max_turn_ms = int(max_turn_s * 1000)
         self._detector: TurnDetector | None = None
         if detection.type is TurnDetectionType.VAD:
             silence_ms = max(FRAME_MS, detection.silence_ms)
-            self._detector = TurnDetector(VadSettings(silence_ms=silence_ms))
+            self._detector = TurnDetector(VadSettings(silence_ms=silence_ms, early_ms=early_ms))
         self._speech_from_ms: int | None = None  # start of the speech in progress (vad)
         # Manual mode's buffer: the last max_turn_s of audio, as decoded chunks.
         self._chunks: collections.deque[np.ndarray] = collections.deque()
@@ -108,10 +136,16 @@ class TurnInput:
         while self._buffered - len(self._chunks[0]) >= limit and len(self._chunks) > 1:
             self._buffered -= len(self._chunks.popleft())
 
-    def _detected(self, events: list[SpeechStarted | SpeechStopped]) -> list[InputEvent]:
+    def _detected(self, events: list[VadEvent]) -> list[InputEvent]:
         assert self._detector is not None
         out: list[InputEvent] = []
         for event in events:
+            if isinstance(event, SpeechPaused):
+                out.append(TurnPaused(UserAudioTurn(self._detector.peek_turn())))
+                continue
+            if isinstance(event, SpeechResumed):
+                out.append(TurnResumed())
+                continue
             out.append(event)
             if isinstance(event, SpeechStarted):
                 self._speech_from_ms = event.audio_ms

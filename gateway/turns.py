@@ -19,6 +19,10 @@ With tools (models trained with tool calls; the Realtime API's `tools`), the mod
 element leads each request's turns, and a tool's results (`ToolOutputs`) are a turn answered
 like a user's; a client's own call (`ToolCall`) joins the history with no reply.
 
+With `--speculative-turn-ms`, a pause in the user's speech begins the reply to the turn so far,
+held back until the VAD confirms the end of turn, and dropped if the user speaks on
+(gateway/speculative_turn.py).
+
 The history holds the model's own turn objects, opaque here: the engine makes them
 (engine/api.py's turn commands, run where the model is loaded, in whichever process).
 """
@@ -61,7 +65,8 @@ from gateway.protocol import (
     TurnDetection,
 )
 from gateway.reply import Emitter, SpeechOptions
-from gateway.turn_input import TurnInput, UserAudioTurn
+from gateway.speculative_turn import Decision, SpeculativeTurn
+from gateway.turn_input import TurnInput, TurnPaused, TurnResumed, UserAudioTurn
 from gateway.turn_reply import ReplyOutcome, TurnReply
 from gateway.wire import (
     InputClear,
@@ -74,7 +79,8 @@ from gateway.wire import (
 )
 from models.tool_calls import FunctionTool
 
-QueuedTurn = UserAudioTurn | str | ToolOutputs | ToolCall  # what waits for the player task
+# What waits for the player task.
+QueuedTurn = UserAudioTurn | SpeculativeTurn | str | ToolOutputs | ToolCall
 
 
 class TurnConversation:
@@ -135,6 +141,7 @@ class TurnConversation:
         self._ready = asyncio.Event()
         self._text: list[str] = []  # text of a user turn still streaming in (final: false)
         self._reply: TurnReply | None = None
+        self._speculation: SpeculativeTurn | None = None  # a reply begun at a pause
         self._answering = False
         self._idle = asyncio.Event()  # set while no reply is being prepared or played
         self._idle.set()
@@ -172,7 +179,7 @@ class TurnConversation:
     def start(self, options: SpeechOptions, input_audio: AudioSpec, detection: TurnDetection):
         self.options = options
         self._spec, self._detection = input_audio, detection
-        self._input = TurnInput(input_audio, detection)
+        self._input = self._turn_input()
 
     def reconfigure(
         self, options: SpeechOptions, input_audio: AudioSpec | None, detection: TurnDetection | None
@@ -184,7 +191,11 @@ class TurnConversation:
             return
         self._spec = input_audio or self._spec
         self._detection = detection or self._detection
-        self._input = TurnInput(self._spec, self._detection)
+        self._drop_speculation()
+        self._input = self._turn_input()
+
+    def _turn_input(self) -> TurnInput:
+        return TurnInput(self._spec, self._detection, early_ms=self._settings.speculative_turn_ms)
 
     # --- input (the session's reader) ------------------------------------------------------
     def push(self, data: bytes) -> None:
@@ -202,6 +213,7 @@ class TurnConversation:
             self._on_input(event)
 
     def clear(self) -> None:
+        self._drop_speculation()
         if self._input is not None:
             self._input.clear()
         self._emit.event(InputCleared())
@@ -270,6 +282,7 @@ class TurnConversation:
     async def end(self, timeout_s: float) -> None:
         """`session.end`: turns still waiting are dropped, the reply playing is cancelled, and
         its `response.done` is out before this returns (or `timeout_s` passes)."""
+        self._drop_speculation()
         self._queue.clear()
         self.cancel()
         try:
@@ -281,18 +294,50 @@ class TurnConversation:
     def stop(self) -> None:
         """The session is going away: free the engine's request and the conversation's KV.
         (The session cancels the player task itself.)"""
+        self._drop_speculation()
         if self._reply is not None:
             self._reply.cancel()
         self._engine.end_conversation(self._conversation_id)
 
     def _on_input(self, event) -> None:
+        if isinstance(event, TurnPaused):
+            self._speculate(event.turn)
+            return
+        if isinstance(event, TurnResumed):
+            self._drop_speculation()
+            return
         if isinstance(event, UserAudioTurn):
             self._emit.event(InputCommitted(event.audio_ms))
+            speculation, self._speculation = self._speculation, None
+            if speculation is not None and speculation.pending:
+                self._metrics.speculative_turns.labels("confirmed").inc()
+                speculation.confirm()  # its reply answers the turn: out after the events above
+                return
             self._enqueue(event)
             return
         self._emit.event(event)
         if isinstance(event, SpeechStarted):
             self.cancel()
+
+    def _speculate(self, turn: UserAudioTurn) -> None:
+        """Begin answering the turn so far, held back until its end is confirmed; not while
+        the queue is full (the turn waits for its end then, as without speculation)."""
+        self._drop_speculation()
+        if len(self._queue) >= self._settings.max_queued_responses:
+            return
+        self._speculation = SpeculativeTurn(turn, self._emit)
+        self._enqueue(self._speculation)
+
+    def _drop_speculation(self) -> None:
+        """The user spoke on (or the input was cleared, or the session ends): the reply begun
+        at the pause is cancelled and nothing of it is sent or kept."""
+        speculation, self._speculation = self._speculation, None
+        if speculation is None or not speculation.pending:
+            return
+        self._metrics.speculative_turns.labels("discarded").inc()
+        speculation.discard()
+        with contextlib.suppress(ValueError):
+            self._queue.remove(speculation)
 
     def _enqueue(self, turn: QueuedTurn) -> None:
         if len(self._queue) >= self._settings.max_queued_responses:
@@ -323,44 +368,65 @@ class TurnConversation:
         if isinstance(turn, ToolCall):
             await self._add_call(turn)
             return
+        speculation = turn if isinstance(turn, SpeculativeTurn) else None
+        if speculation is not None and speculation.decision is Decision.DISCARDED:
+            return  # the user spoke on while it waited
         try:
             tools = await self._tools_turn()
-            if isinstance(turn, UserAudioTurn):
+            if isinstance(turn, UserAudioTurn | SpeculativeTurn):
                 # The speech tokenizer is model work: the engine runs it, off the event loop.
                 # The session's instructions (Realtime) ride along as the system prompt.
-                command = TurnFromSpeech(turn.pcm, self.options.instructions)
+                audio = turn.turn if isinstance(turn, SpeculativeTurn) else turn
+                command = TurnFromSpeech(audio.pcm, self.options.instructions)
             elif isinstance(turn, ToolOutputs):
                 command = TurnFromToolOutputs(turn.outputs)
             else:
                 command = TurnFromText(turn, self.options.instructions)
             user = await self._engine.prepare_turn(command)
         except ModelInputError as exc:
+            if speculation is not None and speculation.pending:
+                # The turn so far is refused (too short, say): answered anew once it ends.
+                self._metrics.speculative_turns.labels("unprepared").inc()
+                speculation.unprepared()
+                return
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
-        self.history.append(user)
-        if self._interrupted or (self._input is not None and self._input.in_speech):
-            # The user went on talking before the reply began: no reply to this turn; the
-            # next one answers the whole of it.
-            await self._keep_reply((), 0.0)
+        if speculation is None:
+            self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
+            self.history.append(user)
+            if self._interrupted or (self._input is not None and self._input.in_speech):
+                # The user went on talking before the reply began: no reply to this turn; the
+                # next one answers the whole of it.
+                await self._keep_reply((), 0.0)
+                return
+        elif speculation.decision is Decision.DISCARDED:
             return
-        self.replies += 1
-        self._last_reply_speed = self.options.speed
         reply = TurnReply(
             f"resp_{uuid.uuid4().hex[:16]}",
             self._engine,
             self._settings,
             self.options,
-            self._emit,
+            self._emit if speculation is None else speculation.emitter,
             self._metrics,
             self._open_encoder,
             self._log,
         )
         self._reply = reply
         # The tools lead the turns: the model writes them where its format lists tools (before
-        # the history), so a change of tools re-prefills the conversation from there.
-        turns = (*tools, *self.history)
+        # the history), so a change of tools re-prefills the conversation from there. A
+        # speculative turn joins the history only once confirmed.
+        turns = (*tools, *self.history) if speculation is None else (*tools, *self.history, user)
+        if speculation is not None:
+            speculation.reply = reply
         outcome = await reply.run(turns, self._conversation_id)
+        if speculation is not None:
+            await speculation.decided.wait()  # a reply done before the turn was waits for it
+            if speculation.decision is Decision.DISCARDED:
+                return  # nothing of it was sent, nothing of it is kept
+            self._cut_reply = None
+            self.history.append(user)
+        self.replies += 1
+        self._last_reply_speed = self.options.speed
         self.reused_tokens.append(outcome.reused_tokens)
         # An engine that died with the reply makes no cut: done() says so, and the session ends.
         with contextlib.suppress(EngineDead):

@@ -19,7 +19,7 @@ from gateway.protocol import (
     TurnDetection,
     TurnDetectionType,
 )
-from gateway.turn_input import TurnInput, UserAudioTurn
+from gateway.turn_input import TurnInput, TurnPaused, TurnResumed, UserAudioTurn
 
 pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is not installed")
 
@@ -100,3 +100,24 @@ def test_vad_clear_drops_the_speech_in_progress(words):
     assert not turns.in_speech
     events = push_all(turns, quiet_room(1.0, RATE))
     assert events == []  # no stop, no turn: it was forgotten
+
+
+def test_vad_pauses_hand_over_the_turn_so_far_and_say_when_speech_resumes(words):
+    """With early_ms, a pause that long inside speech hands over the turn so far (TurnPaused)
+    and voice after it says so (TurnResumed); the turn goes on and ends at silence_ms as
+    before, its audio beginning with what the last pause handed over. Without early_ms
+    neither event comes."""
+    room, gap = quiet_room(0.5, RATE), quiet_room(0.3, RATE, seed=7)  # 300 ms: > early, < silence
+    audio = np.concatenate([room, words, gap, words, quiet_room(1.0, RATE, seed=8)])
+    plain = push_all(TurnInput(SPEC, VAD), audio)
+    events = push_all(TurnInput(SPEC, VAD, early_ms=200), audio)
+    assert not any(isinstance(e, TurnPaused | TurnResumed) for e in plain)
+    kinds = [type(e) for e in events if not isinstance(e, TurnPaused | TurnResumed)]
+    assert kinds == [type(e) for e in plain] == [SpeechStarted, SpeechStopped, UserAudioTurn]
+    marks = [type(e) for e in events if isinstance(e, TurnPaused | TurnResumed)]
+    assert marks[-3:] == [TurnPaused, TurnResumed, TurnPaused]  # the gap, then the end
+    assert all(a is not b for a, b in zip(marks, marks[1:], strict=False))  # they alternate
+    last_pause = [e for e in events if isinstance(e, TurnPaused)][-1].turn.pcm
+    turn = events[-1].pcm
+    assert len(words) * 2 < len(last_pause) < len(turn)
+    np.testing.assert_array_equal(turn[: len(last_pause)], last_pause)
