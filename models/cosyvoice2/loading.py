@@ -35,6 +35,7 @@ from models.cosyvoice2.voices import (
     read_spk2info,
 )
 from models.layers.llama import LlamaArgs
+from models.random_weights import randomise
 
 # Generated tokens in the first audio chunk (CosyVoice's own streaming: a whole 25-token flow
 # chunk). 20 tokens plus the 3 of look-ahead: 5 decode steps sooner, and still 0.64 s of audio
@@ -137,7 +138,7 @@ def load_cosyvoice2(
     torch.manual_seed(seed)
     llm, flow, hift = build_parts(cfg, qwen_args(folder))
     if random_weights:
-        _randomise(llm)
+        randomise(llm)
     else:
         llm.load_llm_pt(load_pt(folder / "llm.pt"))
         load_flow_hift_weights(folder, flow, hift)
@@ -186,12 +187,3 @@ def ready_flow_hift(
         read_spk2info(folder / "spk2info.pt", speaker_dim), chunk, speaker_dim, encoder
     )
     return flow, hift, voices
-
-
-def _randomise(llm: SpeechLM) -> None:
-    with torch.no_grad():
-        for pname, p in llm.named_parameters():
-            if "norm" in pname:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)

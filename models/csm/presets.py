@@ -12,6 +12,7 @@ from models.codecs.mimi import make_audible, require_transformers
 from models.csm.configs import TINY_CSM
 from models.orpheus.tiny_tokenizer import write_tiny_tokenizer
 from models.preset_cache import materialise
+from models.random_weights import randomise
 
 TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
 CSM_SPECIALS = {2: "<|AUDIO|>", 3: "<|audio_eos|>"}  # offsets from <|begin_of_text|>
@@ -58,13 +59,7 @@ def random_csm_1b(
     cfg = complete_config(CSM_1B, "the csm-1b preset")
     torch.manual_seed(seed)
     backbone, depth, _ = build_csm(cfg, device, dtype)
-    with torch.no_grad():
-        for module in (backbone, depth):
-            for name, param in module.named_parameters():
-                if "norm" in name:
-                    param.fill_(1.0)
-                else:
-                    param.normal_(0.0, 0.02)
+    randomise(backbone, depth)
     mimi = make_audible(build_mimi(cfg["codec_config"]))
     tokenizer = load_tokenizer(ensure_tiny_csm())
     model = assemble(cfg, backbone, depth, mimi, tokenizer, device, "csm-1b")

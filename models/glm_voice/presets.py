@@ -14,6 +14,7 @@ from models.glm_voice import configs
 from models.glm_voice.backbone import build_glm_backbone, our_name
 from models.glm_voice.tiny_tokenizer import write_tiny_tiktoken, write_tiny_tokenizer
 from models.preset_cache import materialise
+from models.random_weights import randomise
 
 TINY_VERSION = "v3"  # bump when the tiny config or its weight recipe changes
 TINY_NUM_AUDIO = 64  # speech tokens in the tiny vocabulary (the real one has 16384)
@@ -149,12 +150,7 @@ def random_glm_voice_9b(device: torch.device, dtype: torch.dtype):
     folder = ensure_real_config()
     torch.manual_seed(0)
     llm = build_glm_backbone(configs.GLM_4_VOICE_9B, device, dtype)
-    with torch.no_grad():
-        for name, p in llm.named_parameters():
-            if "norm" in name:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
+    randomise(llm)
     speech = random_speech_tokenizer(configs.GLM_4_VOICE_TOKENIZER, device, seed=1)
     decoder = random_glm_decoder(device, dtype, seed=2)
     return GlmVoiceModel(

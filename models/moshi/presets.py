@@ -12,6 +12,7 @@ import torch
 from models.codecs.mimi import make_audible, require_transformers
 from models.moshi.configs import MOSHI_7B, TINY_MOSHI
 from models.preset_cache import materialise
+from models.random_weights import randomise
 
 TINY_VERSION = "v2"  # bump when the tiny config or its weight recipe changes
 _SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
@@ -75,12 +76,6 @@ def random_moshi_7b(device: torch.device, dtype: torch.dtype, seed: int = 0):
     cfg = complete_config(MOSHI_7B, "the moshi-7b preset")
     torch.manual_seed(seed)
     temporal, depth, mimi = build_moshi(cfg, device, dtype)
-    with torch.no_grad():
-        for module in (temporal, depth):
-            for name, param in module.named_parameters():
-                if "norm" in name:
-                    param.fill_(1.0)
-                else:
-                    param.normal_(0.0, 0.02)
+    randomise(temporal, depth)
     make_audible(mimi)
     return assemble(cfg, temporal, depth, mimi, None, device, "moshi-7b")

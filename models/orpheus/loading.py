@@ -13,6 +13,7 @@ from models.loader import iter_safetensors, read_config, resolve_source, safeten
 from models.orpheus import tokens as T
 from models.orpheus.configs import is_orpheus_config
 from models.orpheus.model import OrpheusModel
+from models.random_weights import randomise
 
 
 def _load_tokenizer(folder: Path):
@@ -85,10 +86,5 @@ def random_orpheus(
     configuration where the weights cannot be downloaded."""
     torch.manual_seed(seed)
     llm = _build_llm(cfg, device, dtype)
-    with torch.no_grad():
-        for pname, p in llm.named_parameters():
-            if "norm" in pname:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
+    randomise(llm)
     return OrpheusModel(llm.eval(), tokenizer, SnacDetokenizer(codec_model), name)
