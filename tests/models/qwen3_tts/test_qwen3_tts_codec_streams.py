@@ -56,14 +56,25 @@ def test_streams_decode_together_as_they_decode_alone(model):
     assert both[2].size == 0 and idle.slot is None
 
 
-def test_an_in_context_clip_is_decoded_first_and_its_audio_dropped(model):
-    clip, speech = random_codes(model, 7, seed=6), random_codes(model, 4, seed=7)
+def test_an_in_context_clip_is_decoded_once_and_its_audio_dropped(model, monkeypatch):
+    """A cloned voice's clip codes go through the decoder before its speech, their audio
+    dropped: the speech's audio is the whole decode's of clip + speech, cut. The state the clip
+    leaves is kept, so a second request of the voice starts from it without decoding it."""
+    clip = random_codes(model, 7, seed=6)
+    speeches = [random_codes(model, 4, seed=7), random_codes(model, 3, seed=8)]
     streams = CodecStreams(model.decoder)
-    stream = streams.new_stream(prime=clip.numpy())
-    (audio,) = streams.decode([stream], [speech.tolist()])
-    want = whole(model, torch.cat([clip, speech]))[7 * 1920 :]
-    np.testing.assert_allclose(audio, want, atol=ROUNDING, rtol=0)
-    assert stream.prime is None and stream.frames == 11
+    calls: list[int] = []
+    step = streams.step
+    monkeypatch.setattr(
+        streams, "step", lambda codes, *a: calls.append(codes.shape[1]) or step(codes, *a)
+    )
+    for speech in speeches:
+        stream = streams.new_stream(prime=clip.numpy())
+        (audio,) = streams.decode([stream], [speech.tolist()])
+        want = whole(model, torch.cat([clip, speech]))[7 * 1920 :]
+        np.testing.assert_allclose(audio, want, atol=ROUNDING, rtol=0)
+        assert stream.prime is None and stream.frames == 7 + len(speech)
+    assert calls == [7, 4, 3]  # the clip decoded for the first request only
 
 
 @pytest.mark.parametrize("top", [64, 2])
