@@ -149,3 +149,37 @@ def test_speech_after_the_pause_drops_the_reply_and_the_turn_goes_on(
     after = speculative_counts(speculating_server)
     assert after.get("discarded", 0) - before.get("discarded", 0) >= 1
     assert after.get("confirmed", 0) - before.get("confirmed", 0) == 1
+
+
+def test_ending_the_session_at_the_pause_drops_the_reply(speculating_server, tmp_path):
+    """`session.end` while a reply begun at the pause is held: the reply is dropped unsent (no
+    `response.*` event ever comes) and the session closes cleanly, at once."""
+    words = flite_speech("Never mind that.", tmp_path, RATE)
+    opening = frames_of(
+        np.concatenate([quiet_room(0.5, RATE, 9), words, quiet_room(0.24, RATE, 10)])
+    )
+    before = speculative_counts(speculating_server)
+
+    async def main():
+        async with websockets.connect(speculating_server.url, max_size=None) as ws:
+            await start_session(
+                ws,
+                input_audio=PCM16_IN,
+                output_audio=PCM16_OUT,
+                turn_detection={"type": "vad", "silence_ms": SILENCE_MS},
+                sampling=SAMPLING,
+            )
+            for frame in opening:
+                await ws.send(frame)
+            assert await nothing_but(ws, 1.0) == ["input.speech_started"]
+            await send(ws, type="session.end")
+            code, messages = await expect_close(ws)
+            assert code == 1000
+            assert not any(
+                isinstance(m, bytes) or m["type"].startswith("response") for m in messages
+            )
+
+    asyncio.run(main())
+    after = speculative_counts(speculating_server)
+    assert after.get("discarded", 0) - before.get("discarded", 0) >= 1
+    assert after.get("confirmed", 0) == before.get("confirmed", 0)
