@@ -63,30 +63,34 @@ async def nothing_but(ws, seconds: float) -> list[str]:
         return types
 
 
+async def speak_then_pause(ws, words: np.ndarray, seed: int, wait_s: float) -> None:
+    """A session with server VAD; the user says `words` and pauses 240 ms (past early_ms,
+    short of silence_ms). For `wait_s` the client sees nothing but the speech's start: a reply
+    is begun, and held."""
+    await start_session(
+        ws,
+        input_audio=PCM16_IN,
+        output_audio=PCM16_OUT,
+        turn_detection={"type": "vad", "silence_ms": SILENCE_MS},
+        sampling=SAMPLING,
+    )
+    room = quiet_room(0.5, RATE, seed)
+    for frame in frames_of(np.concatenate([room, words, quiet_room(0.24, RATE, seed + 1)])):
+        await ws.send(frame)
+    assert await nothing_but(ws, wait_s) == ["input.speech_started"]
+
+
 def test_a_reply_begun_at_the_pause_is_held_until_the_turn_ends(
     speculating_server, conversations, tmp_path
 ):
     words = flite_speech("What is the weather like today?", tmp_path, RATE)
-    # Speech and 240 ms of room: past early_ms, short of silence_ms.
-    opening = frames_of(
-        np.concatenate([quiet_room(0.5, RATE, 1), words, quiet_room(0.24, RATE, 2)])
-    )
     closing = frames_of(quiet_room(1.0, RATE, 3))
     before = speculative_counts(speculating_server)
 
     async def main():
         async with websockets.connect(speculating_server.url, max_size=None) as ws:
-            await start_session(
-                ws,
-                input_audio=PCM16_IN,
-                output_audio=PCM16_OUT,
-                turn_detection={"type": "vad", "silence_ms": SILENCE_MS},
-                sampling=SAMPLING,
-            )
-            for frame in opening:
-                await ws.send(frame)
             # The reply is being made; the client sees none of it while the turn may go on.
-            assert await nothing_but(ws, 1.5) == ["input.speech_started"]
+            await speak_then_pause(ws, words, seed=1, wait_s=1.5)
             (conversation,) = conversations
             assert conversation._speculation.reply is not None  # begun at the pause
             for frame in closing:
@@ -111,24 +115,12 @@ def test_speech_after_the_pause_drops_the_reply_and_the_turn_goes_on(
 ):
     first = flite_speech("Tell me about the sea.", tmp_path, RATE)
     second = flite_speech("And the mountains too.", tmp_path, RATE)
-    opening = frames_of(
-        np.concatenate([quiet_room(0.5, RATE, 4), first, quiet_room(0.24, RATE, 5)])
-    )
     rest = frames_of(np.concatenate([second, quiet_room(1.0, RATE, 6)]))
     before = speculative_counts(speculating_server)
 
     async def main():
         async with websockets.connect(speculating_server.url, max_size=None) as ws:
-            await start_session(
-                ws,
-                input_audio=PCM16_IN,
-                output_audio=PCM16_OUT,
-                turn_detection={"type": "vad", "silence_ms": SILENCE_MS},
-                sampling=SAMPLING,
-            )
-            for frame in opening:
-                await ws.send(frame)
-            assert await nothing_but(ws, 1.0) == ["input.speech_started"]
+            await speak_then_pause(ws, first, seed=4, wait_s=1.0)
             for frame in rest:  # the user speaks on: the reply begun at the pause is dropped
                 await ws.send(frame)
             events, _ = await read_until(ws, "response.done")
@@ -155,23 +147,11 @@ def test_ending_the_session_at_the_pause_drops_the_reply(speculating_server, tmp
     """`session.end` while a reply begun at the pause is held: the reply is dropped unsent (no
     `response.*` event ever comes) and the session closes cleanly, at once."""
     words = flite_speech("Never mind that.", tmp_path, RATE)
-    opening = frames_of(
-        np.concatenate([quiet_room(0.5, RATE, 9), words, quiet_room(0.24, RATE, 10)])
-    )
     before = speculative_counts(speculating_server)
 
     async def main():
         async with websockets.connect(speculating_server.url, max_size=None) as ws:
-            await start_session(
-                ws,
-                input_audio=PCM16_IN,
-                output_audio=PCM16_OUT,
-                turn_detection={"type": "vad", "silence_ms": SILENCE_MS},
-                sampling=SAMPLING,
-            )
-            for frame in opening:
-                await ws.send(frame)
-            assert await nothing_but(ws, 1.0) == ["input.speech_started"]
+            await speak_then_pause(ws, words, seed=9, wait_s=1.0)
             await send(ws, type="session.end")
             code, messages = await expect_close(ws)
             assert code == 1000

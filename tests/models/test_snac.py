@@ -423,19 +423,26 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     assert graphed._graph_bucket(4, 8) == 5 and graphed._graph_bucket(9, 8) is None
 
 
+def _counted_graphs(model, batches: tuple[int, ...]):
+    """A detokenizer whose graphs are captured at `batches` (EagerGraphs: what a replay runs),
+    its graphs, and the list of the decoder calls it makes (their codes' shapes)."""
+    graphed = SnacDetokenizer(model, chunk_frames=2)
+    graphed.GRAPH_BATCHES = batches
+    graphs = EagerGraphs()
+    graphed.enable_cuda_graphs(graphs)
+    calls: list = []
+    decode_frames = graphed.decoder.decode_frames
+    graphed.decoder.decode_frames = lambda *a: calls.append(a[0].shape) or decode_frames(*a)
+    graphs.shapes.clear()
+    return graphed, graphs, calls
+
+
 def test_more_rows_than_the_largest_batch_go_in_its_calls(model):
     """Five streams fed alike, with 2 rows the largest captured batch: each round's group goes
     in calls of 2, 2 and 1 rows, every one a replay, and each stream's audio is its own."""
     utterances = [_frames(12, seed=s) for s in range(5)]
     plain = SnacDetokenizer(model, chunk_frames=2)
-    graphed = SnacDetokenizer(model, chunk_frames=2)
-    graphed.GRAPH_BATCHES = (1, 2)
-    graphs = EagerGraphs()
-    graphed.enable_cuda_graphs(graphs)
-    calls = []
-    decode_frames = graphed.decoder.decode_frames
-    graphed.decoder.decode_frames = lambda *a: calls.append(a[0].shape) or decode_frames(*a)
-    graphs.shapes.clear()
+    graphed, graphs, calls = _counted_graphs(model, (1, 2))
     expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
     assert len(calls) == len(graphs.shapes) and {b for _, b, _ in graphs.shapes} == {1, 2}
@@ -447,14 +454,7 @@ def test_stateful_graph_jobs_never_run_eagerly(model):
     """A backlog of several chunks and a stream's final flush go in pieces of the captured
     lengths, a round each, so every call replays a graph (an eager call of an odd length would
     cost a served job tens of ms), and the audio is still the whole decode's."""
-    graphed = SnacDetokenizer(model, chunk_frames=2)
-    graphed.GRAPH_BATCHES = (1, 2, 4)
-    graphs = EagerGraphs()
-    graphed.enable_cuda_graphs(graphs)
-    calls = []
-    decode_frames = graphed.decoder.decode_frames
-    graphed.decoder.decode_frames = lambda *a: calls.append(a[0].shape) or decode_frames(*a)
-    graphs.shapes.clear()
+    graphed, graphs, calls = _counted_graphs(model, (1, 2, 4))
     utterances = [_frames(23, seed=1), _frames(11, seed=2)]
     streams = [graphed.new_stream(seed=s) for s in (1, 2)]
     # 7 frames at once: the first chunk and a backlog behind it; then the rest, and the end.
