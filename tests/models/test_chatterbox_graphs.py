@@ -20,7 +20,7 @@ from models.chatterbox.s3gen import S3GenVoice
 from models.codecs.flow_hift.lane import FlowHiftLane
 from models.csm.depth import FrameAttention
 from tests.cpu_graphs import EagerGraphs
-from tests.models.torch_llama_kernels import TorchLlamaKernels
+from tests.models.torch_llama_kernels import TorchLlamaKernels, fused_with
 
 # A first chunk (20 tokens and the 3 of look-ahead), a steady chunk, then the rest, final.
 PUSHES = (23, 25, 9)
@@ -139,11 +139,7 @@ def test_t3_with_the_fused_kernels_equals_the_plain_guided_forward(eager):
         attn = FrameAttention(a.num_layers, t, 2 * a.num_kv_heads, a.head_dim)
         attn.begin(1, ids.device, torch.float32)
         attn.at(0, t)
-        eager._kernels = kernels
-        try:
-            with torch.inference_mode():
-                hidden.append(eager.forward(ids, positions, attn))
-        finally:
-            eager._kernels = None
+        with fused_with(eager, "_kernels", kernels):
+            hidden.append(eager.forward(ids, positions, attn))
     assert hidden[0].shape == (t, 2 * a.hidden_size)
     torch.testing.assert_close(hidden[1], hidden[0], atol=1e-5, rtol=1e-5)

@@ -6,6 +6,9 @@ kernels themselves are checked on a GPU (tests/gpu)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 
@@ -88,3 +91,15 @@ def causal_hidden(llm: LlamaForCausalLM, ids: torch.Tensor, start: int) -> torch
     positions = torch.arange(start, start + t, device=ids.device)
     with torch.inference_mode():
         return llm(ids, positions, attn).float()
+
+
+@contextmanager
+def fused_with(owner, attr: str, kernels) -> Iterator[None]:
+    """`owner.<attr>` set to `kernels` (None: the plain blocks) for the block, in inference
+    mode, and back to None after it, so a test runs one model plain and fused in turn."""
+    setattr(owner, attr, kernels)
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        setattr(owner, attr, None)

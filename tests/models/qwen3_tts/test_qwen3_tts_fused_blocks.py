@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from models.csm.depth import FrameAttention
-from tests.models.torch_llama_kernels import TorchLlamaKernels
+from tests.models.torch_llama_kernels import TorchLlamaKernels, fused_with
 
 
 def kernels_of(stack) -> TorchLlamaKernels:
@@ -29,12 +29,8 @@ def test_the_talker_fused_equals_plain(model):
                               talker.args.head_dim)  # fmt: skip
         attn.begin(1, positions.device, torch.float32)
         attn.at(0, t)
-        talker.kernels = kernels
-        try:
-            with torch.inference_mode():
-                hidden.append(talker(rows, positions, attn))
-        finally:
-            talker.kernels = None
+        with fused_with(talker, "kernels", kernels):
+            hidden.append(talker(rows, positions, attn))
     torch.testing.assert_close(hidden[1], hidden[0], atol=1e-5, rtol=1e-5)
 
 
@@ -51,12 +47,8 @@ def test_the_depth_stage_fused_gives_the_plain_codes(model):
 
     codes = []
     for kernels in (None, kernels_of(predictor)):
-        predictor.kernels = kernels
-        try:
-            with torch.inference_mode():
-                codes.append(predictor.generate(hidden, first, greedy))
-        finally:
-            predictor.kernels = None
+        with fused_with(predictor, "kernels", kernels):
+            codes.append(predictor.generate(hidden, first, greedy))
     assert torch.equal(codes[1], codes[0]) and codes[0].shape == (3, predictor.num_codebooks)
     half = len(seen) // 2
     for plain, fused in zip(seen[:half], seen[half:], strict=True):
