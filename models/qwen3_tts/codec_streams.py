@@ -132,7 +132,8 @@ class CodecStreams:
 
     def _call(self, group: list[CodecStream], codes: torch.Tensor, graphed: bool = True):
         """One decoder call: the group's rows (padded to a captured bucket when `graphed`),
-        their state gathered and written back → audio [len(group), n·1920] (a copy)."""
+        their state gathered and written back → audio [len(group), n·1920], never a view of a
+        graph's buffer."""
         real, frames = len(group), codes.shape[1]
         batch = _bucket(real) if graphed else real
         pad = batch - real  # rows on the scratch slot, decoded and dropped
@@ -143,7 +144,8 @@ class CodecStreams:
         if pad:
             codes = torch.cat([codes, codes.new_zeros(pad, *codes.shape[1:])])
         key = ("qwen3-tts-codec", batch, frames)
-        if graphed and key in self.graphs:
+        replay = graphed and key in self.graphs
+        if replay:
             state = self._staging[batch]
             torch.index_select(self.slots.buffers[0], 0, rows, out=state)
             audio, new = self.graphs.run(key, self.step, [codes, state, starts])
@@ -152,7 +154,8 @@ class CodecStreams:
         self.slots.scatter(rows, [new])
         for s in group:
             s.frames += frames
-        return audio[:real].float().clone()
+        audio = audio[:real].float()
+        return audio.clone() if replay else audio  # a replay's buffer: the next one rewrites it
 
     def step(self, codes: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
         """codes [B, n, K], state [B, state_size], starts [B] → (audio [B, n·1920], the new
