@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.outputs import (
+    MAX_AUDIBLE_AFTER_S,
     AdmissionStats,
     AudioChunk,
     EngineEvent,
@@ -44,6 +45,7 @@ from models.tool_calls import FunctionTool
 from models.voice_clip import PendingVoice, VoiceClip
 
 __all__ = [
+    "MAX_AUDIBLE_AFTER_S",
     "AddClipVoice",
     "AppendText",
     "AudioChunk",

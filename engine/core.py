@@ -33,6 +33,7 @@ from engine.detok_pipeline import make_detokenizer
 from engine.gc_pauses import with_full_collections
 from engine.memory_bandwidth import page_seconds
 from engine.outputs import (
+    MAX_AUDIBLE_AFTER_S,
     EngineEvent,
     EngineStats,
     FinishReason,
@@ -268,6 +269,11 @@ class EngineCore:
             options = resolve_request_options(facts.request_options, spec.model_options, facts.name)
         except RequestOptionError as exc:
             raise ModelInputError(str(exc)) from None
+        if not 0.0 <= spec.audible_after_s <= MAX_AUDIBLE_AFTER_S:
+            raise ModelInputError(
+                f"audible_after_s must be in [0, {MAX_AUDIBLE_AFTER_S:g}] seconds, "
+                f"got {spec.audible_after_s}"
+            )
         prompt = self._prompt(spec, options)
         total = len(prompt.token_ids) + spec.sampling.max_tokens
         if total > self.model.facts.max_context:
@@ -286,6 +292,7 @@ class EngineCore:
             conversation_id=spec.conversation_id if self.model.recurrent_state is None else None,
             delivery_hold_s=spec.delivery_hold_s,
             playback_rate=spec.playback_rate,
+            audible_after_s=spec.audible_after_s,
             text_feed=prompt.text_feed,
         )
         if spec.word_timings and self.model.facts.word_timings and prompt.words:

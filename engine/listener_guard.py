@@ -66,7 +66,7 @@ def listener_health(
     for request in requests:
         if not request.wants_tokens:
             continue
-        first = request.first_audio_time
+        first = request.playing_since
         playing += first is not None
         if first is None or now - first < SETTLED_AFTER_S:
             unsettled += 1

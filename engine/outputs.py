@@ -116,6 +116,10 @@ class FinishReason(enum.StrEnum):
     FAILED = "failed"
 
 
+# The longest a request's audio may be held from its listener (SpeechRequest.audible_after_s).
+MAX_AUDIBLE_AFTER_S = 10.0
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     """What a caller asks the engine for.
@@ -155,6 +159,12 @@ class SpeechRequest:
     # `text` is the start of a text still arriving: the rest comes by append_text, the last
     # piece with final=True. Only for models with ModelFacts.appends_text (else refused).
     text_stream: bool = False
+    # The listener hears none of this request's audio sooner than this many seconds after it
+    # is submitted: a speculative reply, held by the gateway until its turn is confirmed. The
+    # engine's clock of the listener starts then, and the request's first audio is ranked
+    # and budgeted from then, so a reply nobody can hear yet does not go ahead of one that is
+    # awaited now. 0 to MAX_AUDIBLE_AFTER_S.
+    audible_after_s: float = 0.0
 
 
 @dataclass(frozen=True)

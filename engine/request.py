@@ -111,6 +111,7 @@ class Request:
     audio_chunks_out: int = 0
     delivery_hold_s: float = 0.0  # SpeechRequest.delivery_hold_s
     playback_rate: float = 1.0  # SpeechRequest.playback_rate: audio seconds played per second
+    audible_after_s: float = 0.0  # SpeechRequest.audible_after_s: held from the listener
     played_s: float | None = None  # from the client's `playback` report, when it sends one
     played_report_time: float | None = None
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
@@ -172,6 +173,20 @@ class Request:
         return self.status.finished
 
     @property
+    def audible_from(self) -> float:
+        """When the listener can first hear this request's audio: its arrival, or later for a
+        request held from its listener (a speculative reply). Its first audio is due from then."""
+        return self.arrival_time + self.audible_after_s
+
+    @property
+    def playing_since(self) -> float | None:
+        """When the listener began to play this request's audio, by the engine's clock: its
+        first audio out, or the end of its hold if that comes later; None before first audio."""
+        if self.first_audio_time is None:
+            return None
+        return max(self.first_audio_time, self.audible_from)
+
+    @property
     def ttfa_critical(self) -> bool:
         """No audio has reached the listener yet: time to first audio is what matters."""
         return self.first_audio_time is None
@@ -204,11 +219,13 @@ class Request:
         had not paused (exact for a stream's first gap; later ones count the earlier too).
         Audio the gateway holds back (delivery_hold_s) is not the listener's yet. The
         listener plays `playback_rate` seconds of the audio a second, so the audio ahead of
-        them lasts that much less (or more)."""
-        if self.first_audio_time is None:
+        them lasts that much less (or more); a held request's listener plays none of it
+        before its hold ends (playing_since)."""
+        since = self.playing_since
+        if since is None:
             return 0.0
         if self.played_s is not None and self.played_report_time is not None:
             played = self.played_s + (now - self.played_report_time) * self.playback_rate
         else:
-            played = (now - self.first_audio_time) * self.playback_rate
+            played = max(now - since, 0.0) * self.playback_rate
         return (self.audio_emitted_s - self.delivery_hold_s - played) / self.playback_rate

@@ -6,7 +6,8 @@ to the detokenizer. Policies:
 
 - `fcfs`: earliest arrival first, for both.
 - `slack` (default): requests that have produced no audio yet (TTFA-critical) first, earliest
-  arrival first; then the rest in ascending slack, where slack = audio buffered at the
+  due first (arrival, or the end of a held request's hold: SpeechRequest.audible_after_s);
+  then the rest in ascending slack, where slack = audio buffered at the
   listener − time until this request's next chunk can be ready. A request with ample slack
   can be left out of a full batch without an audible gap, which is what frees room for new
   arrivals. Requests more than `max_lead_s` ahead of their listener are not decoded at all,
@@ -395,9 +396,10 @@ class Scheduler:
 
     def _slack_rank(self, request: Request, buffered_s: float) -> tuple[int, float]:
         """The slack policy's sort key: requests still waiting for their first audio first,
-        by arrival, then the rest by ascending slack (`buffered_s`: the listener's buffer)."""
+        by when their listener can hear it (arrival, or a held request's end of hold), then the
+        rest by ascending slack (`buffered_s`: the listener's buffer)."""
         if request.ttfa_critical:
-            return (0, request.arrival_time)
+            return (0, request.audible_from)
         return (1, self._slack_of(buffered_s, request.pending_detok_tokens, False))
 
     # --- the step ----------------------------------------------------------------------------------
@@ -442,7 +444,7 @@ class Scheduler:
 
     def _by_slack(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
         """The slack policy's order of the streams that may decode this step: first those
-        without audio yet (earliest arrival first), then ascending slack; streams past the lead
+        without audio yet (earliest audible_from first), then ascending slack; streams past the lead
         cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out (counted in
         `out`).
 
@@ -461,8 +463,8 @@ class Scheduler:
         undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
         ranked: list[tuple[tuple[int, float], Request]] = []
         for request, buffered_s, pending in reads:
-            if request.first_audio_time is None:  # ttfa_critical: by arrival, ahead of all
-                ranked.append(((0, request.arrival_time), request))
+            if request.first_audio_time is None:  # ttfa_critical: by audible_from, ahead of all
+                ranked.append(((0, request.audible_from), request))
             elif pending >= undecoded:
                 out.held_by_codec += 1
             elif buffered_s > lead:
@@ -570,7 +572,7 @@ class Scheduler:
         heard = self._first_chunk_heard_s(request, pending)
         if heard >= self.first_chunk_cover_s():
             return True
-        past_budget_s = now - request.arrival_time + codec_s - self.config.first_audio_budget_s
+        past_budget_s = now - request.audible_from + codec_s - self.config.first_audio_budget_s
         if past_budget_s < 0:
             return False
         return past_budget_s >= self.next_chunk_wait_s() or not self._closes_gap_soon(

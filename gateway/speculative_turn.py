@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 
 from gateway.reply import Emitter
 from gateway.turn_input import UserAudioTurn
@@ -32,8 +33,13 @@ class Decision(enum.Enum):
 
 
 class SpeculativeTurn:
-    def __init__(self, turn: UserAudioTurn, emit: Emitter) -> None:
+    def __init__(self, turn: UserAudioTurn, emit: Emitter, confirm_in_s: float) -> None:
         self.turn = turn
+        # When the turn's end would be confirmed if the user stays silent (monotonic time):
+        # nothing of the reply can be heard before then, and the engine is told so
+        # (SpeechRequest.audible_after_s), so it does not rank the reply ahead of those
+        # awaited now.
+        self.confirm_due = time.monotonic() + confirm_in_s
         self._emit = emit
         self._held: list[tuple[bool, tuple]] = []  # (is audio, arguments), in order
         self.decision = Decision.PENDING

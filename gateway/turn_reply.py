@@ -10,9 +10,18 @@ the engine's `Finished`, whose `output_ids` the history needs to keep what was h
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
-from engine.api import AudioChunk, EngineClient, Finished, FinishReason, SpeechRequest, TextDelta
+from engine.api import (
+    MAX_AUDIBLE_AFTER_S,
+    AudioChunk,
+    EngineClient,
+    Finished,
+    FinishReason,
+    SpeechRequest,
+    TextDelta,
+)
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
@@ -79,9 +88,13 @@ class TurnReply:
         return self.reply.time.model_s(self.reply.heard_s(self._played_s))
 
     # --- the run ---------------------------------------------------------------------------
-    async def run(self, turns: tuple, conversation_id: str) -> ReplyOutcome:
+    async def run(
+        self, turns: tuple, conversation_id: str, audible_at: float | None = None
+    ) -> ReplyOutcome:
         """Play the reply to its end and say what the history keeps of it. The caller ends it
-        with `done` (after any transcript of its own)."""
+        with `done` (after any transcript of its own). `audible_at`: a speculative reply's
+        monotonic time before which its audio is held from the user (the engine ranks it
+        from then: SpeechRequest.audible_after_s)."""
         self.reply.start()
         if not self.cancelled:  # interrupted before the engine saw it: nothing to play
             request = SpeechRequest(
@@ -93,6 +106,7 @@ class TurnReply:
                 conversation_id=conversation_id,
                 delivery_hold_s=self.reply.delivery_hold_s,
                 playback_rate=self._options.speed,
+                audible_after_s=_hold_s(audible_at),
             )
             await self.reply.play(lambda encoder: self._play(request, encoder))
         finished = self._finished or Finished(self.response_id, FinishReason.CANCELLED, 0)
@@ -132,3 +146,10 @@ class TurnReply:
     def done(self, details: str) -> ResponseStatus:
         """`response.done`; raises EngineDead when the engine loop has stopped."""
         return self.reply.done(details)
+
+
+def _hold_s(audible_at: float | None) -> float:
+    """Seconds from now until `audible_at` (monotonic), within the engine's bounds."""
+    if audible_at is None:
+        return 0.0
+    return min(max(audible_at - time.monotonic(), 0.0), MAX_AUDIBLE_AFTER_S)

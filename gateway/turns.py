@@ -325,7 +325,9 @@ class TurnConversation:
         self._drop_speculation()
         if len(self._queue) >= self._settings.max_queued_responses:
             return
-        self._speculation = SpeculativeTurn(turn, self._emit)
+        # The pause is speculative_turn_ms of silence; the turn ends at silence_ms of it.
+        confirm_in_ms = max(self._detection.silence_ms - self._settings.speculative_turn_ms, 0)
+        self._speculation = SpeculativeTurn(turn, self._emit, confirm_in_ms / 1000)
         self._enqueue(self._speculation)
 
     def _drop_speculation(self) -> None:
@@ -418,7 +420,8 @@ class TurnConversation:
         turns = (*tools, *self.history) if speculation is None else (*tools, *self.history, user)
         if speculation is not None:
             speculation.reply = reply
-        outcome = await reply.run(turns, self._conversation_id)
+        audible_at = None if speculation is None else speculation.confirm_due
+        outcome = await reply.run(turns, self._conversation_id, audible_at)
         if speculation is not None:
             await speculation.decided.wait()  # a reply done before the turn was waits for it
             if speculation.decision is Decision.DISCARDED:

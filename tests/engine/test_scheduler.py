@@ -269,6 +269,45 @@ def test_audio_the_gateway_holds_back_is_not_the_listeners_yet():
     assert held - plain <= 7 * 2  # whole frames: at most the next frame or two
 
 
+def test_a_held_requests_listener_plays_nothing_before_its_hold_ends():
+    """A speculative reply is held from its listener (SpeechRequest.audible_after_s): audio
+    out before the hold ends is all still ahead of them, and their clock starts then."""
+    req = Request([1, 2], SamplingParams(), arrival_time=0.0, audible_after_s=0.5)
+    req.first_audio_time, req.audio_emitted_s = 0.2, 0.3
+    assert req.playing_since == 0.5
+    assert abs(req.buffered_audio_s(0.4) - 0.3) < 1e-9  # held: nothing played yet
+    assert abs(req.buffered_audio_s(0.6) - 0.2) < 1e-9  # 0.1 s played since the hold ended
+    late = Request([1, 2], SamplingParams(), arrival_time=0.0, audible_after_s=0.5)
+    late.first_audio_time, late.audio_emitted_s = 0.8, 0.3  # first audio after the hold
+    assert late.playing_since == 0.8
+    assert abs(late.buffered_audio_s(0.9) - 0.2) < 1e-9
+
+
+def test_a_held_request_waits_for_first_audio_behind_those_due_before_it():
+    """Among requests without audio, the one whose listener can hear it first goes first: a
+    reply held until 0.3 s ranks behind one that arrived at 0.1 s, ahead of one at 0.4 s,
+    and its first-audio budget counts from the end of its hold."""
+    sched = make_scheduler("slack", max_num_seqs=1)
+    held = Request(list(range(10)), SamplingParams(max_tokens=400), 0.0, audible_after_s=0.3)
+    assert sched.admit(held).ok
+    due_sooner = admit(sched, prompt_len=10, arrival=0.1)
+    assert [c.request for c in sched.schedule(0.2).chunks] == [due_sooner]
+    sched.remove(due_sooner.request_id)
+    admit(sched, prompt_len=10, arrival=0.4)
+    assert [c.request for c in sched.schedule(0.5).chunks] == [held]
+
+    def first_audio_time(hold_s: float) -> float:
+        sched = make_scheduler("slack", first_audio_budget_s=0.3)
+        sched.step_time_s, sched.detok_time_s = 0.05, 0.1  # the cover takes seconds
+        req = Request(list(range(10)), SamplingParams(max_tokens=400), 0.0, audible_after_s=hold_s)
+        assert sched.admit(req).ok
+        _run_until_first_audio(sched, req, now=0.0, dt=0.01)
+        return req.first_audio_time
+
+    assert abs(first_audio_time(0.0) - 0.2) < 0.011  # budget less the codec's time
+    assert abs(first_audio_time(0.25) - 0.45) < 0.011  # the same, from the end of the hold
+
+
 def test_kv_reservation_is_released_on_finish_and_on_removal():
     sched = make_scheduler("slack")
     free_before = sched.blocks.num_free

@@ -81,11 +81,19 @@ async def speak_then_pause(ws, words: np.ndarray, seed: int, wait_s: float) -> N
 
 
 def test_a_reply_begun_at_the_pause_is_held_until_the_turn_ends(
-    speculating_server, conversations, tmp_path
+    speculating_server, glm_engine, conversations, tmp_path, monkeypatch
 ):
     words = flite_speech("What is the weather like today?", tmp_path, RATE)
     closing = frames_of(quiet_room(1.0, RATE, 3))
     before = speculative_counts(speculating_server)
+    submitted = []
+    submit = glm_engine.submit
+
+    def recording_submit(request):
+        submitted.append(request)
+        return submit(request)
+
+    monkeypatch.setattr(glm_engine, "submit", recording_submit)
 
     async def main():
         async with websockets.connect(speculating_server.url, max_size=None) as ws:
@@ -106,6 +114,10 @@ def test_a_reply_begun_at_the_pause_is_held_until_the_turn_ends(
     asyncio.run(main())
     (conversation,) = conversations
     assert len(conversation.history) == 2 and conversation.replies == 1
+    # The engine was told the reply is held until the silence would confirm the turn: at
+    # most the rest of it (silence_ms less the pause), less the time the turn took to prepare.
+    (request,) = submitted
+    assert 0 < request.audible_after_s <= (SILENCE_MS - EARLY_MS) / 1000
     after = speculative_counts(speculating_server)
     assert after.get("confirmed", 0) - before.get("confirmed", 0) == 1
 
