@@ -17,8 +17,11 @@ On a GPU (`enable_cuda_graphs`) a job's windows replay from CUDA graphs: each st
 to emit are cut on its chunk grid (the first chunk, then whole chunks), each piece with its
 own context, so nearly every window has one of three lengths (a first chunk's, a second's,
 whose left context is cut at frame 0, and a steady chunk's); windows of a length decode in
-one call, their rows padded up to a bucket (more than the largest in several calls). A stream's last window, whose length is its own,
-runs eagerly.
+one call, their rows padded up to a bucket (more than the largest in several calls). A window
+of another length — a stream's last, which ends at its last frame — starts further back, at a
+captured length, where the stream has the frames: more left context leaves the samples it
+emits as they were (the receptive field is inside it already). Only a stream shorter than the
+smallest window that fits runs its last window eagerly.
 """
 
 from __future__ import annotations
@@ -117,7 +120,8 @@ class DacDetokenizer:
             n, start = len(stream.frames), stream.emitted
             end = n if last else n - self.right
             for s, e in self._pieces(start, end):
-                lo, hi = max(0, s - self.left), min(n, e + self.right)
+                hi = min(n, e + self.right)
+                lo = self._window_start(max(0, s - self.left), hi)
                 groups.setdefault(hi - lo, []).append((i, lo, s, e))
             stream.emitted = max(start, end)
         hop = self.samples_per_frame
@@ -148,6 +152,14 @@ class DacDetokenizer:
                 cuts.append(grid)
             grid += self.chunk
         return list(zip(cuts, [*cuts[1:], end], strict=True))
+
+    def _window_start(self, lo: int, hi: int) -> int:
+        """Where the window [lo, hi) starts: with graphs, moved back to the shortest captured
+        length that holds it, if the stream has the frames before it (it replays then)."""
+        if self.graphs is None:
+            return lo
+        fits = [length for length in self.window_lengths() if hi - lo <= length <= hi]
+        return hi - min(fits) if fits else lo
 
     def decode_frames(self, frames: list[list[int]]) -> np.ndarray:
         """Frames [n][codebooks] → float32 mono samples [n · 512], decoded at once."""

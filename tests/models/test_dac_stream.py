@@ -135,3 +135,28 @@ def test_replayed_windows_stream_as_the_whole_decode(dac, frames, pushes, top, m
         np.testing.assert_allclose(
             np.concatenate(mine), whole, rtol=0, atol=ROUNDING * np.abs(whole).max()
         )
+
+
+@pytest.mark.parametrize("pushes", [[14, 16, 7], [14, 23], [37]])
+def test_a_streams_last_window_replays_at_a_captured_length(dac, frames, pushes):
+    """A stream's last window ends at its last frame, a length of its own (37 frames: its
+    last pieces [20, 36) and [36, 37) make windows of 27 and 11): it starts further back, at a
+    captured length, and replays like the others, its audio the whole decode's. A stream
+    shorter than every captured window decodes eagerly."""
+    graphs = EagerGraphs(deferred=True)
+    detok = DacDetokenizer(dac)
+    detok.enable_cuda_graphs(graphs)
+    calls: list[int] = []  # every decode, replayed (graphs.shapes) or eager
+    decode_codes = detok.decode_codes
+    detok.decode_codes = lambda codes: calls.append(codes.shape[-1]) or decode_codes(codes)
+
+    for source, replays in (
+        (frames[:37], True),
+        (frames[: min(detok.window_lengths()) - 1], False),
+    ):
+        graphs.shapes.clear()
+        calls.clear()
+        got = _streamed(detok, source, pushes if replays else [len(source)])
+        assert len(graphs.shapes) == (len(calls) if replays else 0)
+        whole = detok.decode_frames(source)  # one window of its own length: eager
+        np.testing.assert_allclose(got, whole, rtol=0, atol=ROUNDING * np.abs(whole).max())
