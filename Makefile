@@ -71,12 +71,18 @@ $(REFERENCE_STAMP): $(BIN)/python
 	@if [ -d $(REFERENCE_DIR)/chatterbox ]; then touch $@; fi
 
 # The official Zonos code (tests/models/official_zonos.py) from GitHub at a pinned commit: the
-# `zonos` name on PyPI is an empty placeholder. --no-deps, as above.
-ZONOS_REF := git+https://github.com/Zyphra/Zonos@bc40d98e1e1ab54fc65c483be127a90e3c7c0645
-$(REFERENCE_DIR)/.zonos-installed: $(BIN)/python
-	$(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR) $(ZONOS_REF) \
-		|| echo "warning: could not install the official Zonos code; its parity tests will be skipped"
-	@if [ -d $(REFERENCE_DIR)/zonos ]; then touch $@; fi
+# `zonos` name on PyPI is an empty placeholder. Its source folder is copied as it is: a pip
+# install of that commit leaves out the `zonos.backbone` subpackage (its setuptools config
+# includes only the top-level package), which the parity tests need.
+ZONOS_REF := https://github.com/Zyphra/Zonos
+ZONOS_COMMIT := bc40d98e1e1ab54fc65c483be127a90e3c7c0645
+$(REFERENCE_DIR)/.zonos-installed-2:
+	@rm -rf $(REFERENCE_DIR)/zonos $(REFERENCE_DIR)/zonos_src && mkdir -p $(REFERENCE_DIR)/zonos_src
+	cd $(REFERENCE_DIR)/zonos_src && git init -q && git remote add origin $(ZONOS_REF) \
+		&& git fetch -q --depth 1 origin $(ZONOS_COMMIT) && git checkout -q FETCH_HEAD \
+		&& cp -r zonos .. \
+		|| echo "warning: could not fetch the official Zonos code; its parity tests will be skipped"
+	@if [ -f $(REFERENCE_DIR)/zonos/backbone/_torch.py ]; then touch $@; fi
 
 # The official Qwen3-TTS package (tests/models/official_qwen3_tts.py), also --no-deps. It is
 # written for transformers 4.57, so that version and the huggingface-hub and tokenizers it
@@ -102,7 +108,7 @@ $(REFERENCE_DIR)/.installed-step-audio2:
 		|| echo "warning: could not fetch the Step-Audio2 code; its parity tests will be skipped"
 	@if [ -d $(REFERENCE_DIR)/step_audio2/cosyvoice2 ]; then touch $@; fi
 
-reference-deps: $(REFERENCE_STAMP) $(REFERENCE_DIR)/.zonos-installed \
+reference-deps: $(REFERENCE_STAMP) $(REFERENCE_DIR)/.zonos-installed-2 \
 	$(REFERENCE_DIR)/.installed-qwen3-tts $(REFERENCE_DIR)/.installed-step-audio2
 
 test: lint browser-deps teacher-deps zonos-deps reference-deps

@@ -1,8 +1,9 @@
 """The official Zonos code (github.com/Zyphra/Zonos; the `zonos` name on PyPI is an empty
 placeholder) as an independent reference for the parity tests.
 
-`make reference-deps` installs it with `--no-deps` into the git-ignored `.ref/` folder (or
-VOXGATE_REFERENCE_DIR) from GitHub at a pinned commit; offline, the tests that need it skip.
+`make reference-deps` copies its `zonos/` source folder, fetched from GitHub at a pinned commit,
+into the git-ignored `.ref/` folder (or VOXGATE_REFERENCE_DIR): a pip install of that commit
+would leave out `zonos.backbone`. Offline, the tests that need it skip.
 Its modules import, at the top, packages that only paths these tests never take use:
 torchaudio (reference-clip resampling and the speaker model), inflect (spelling out digits),
 kanjize and sudachipy (Japanese). Where those are not installed they are registered here as

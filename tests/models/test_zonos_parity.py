@@ -26,6 +26,7 @@ from models.zonos.phonemes import espeak_available
 from models.zonos.presets import ensure_tiny_zonos
 from tests.models.engine_run import run
 from tests.models.official_zonos import official_greedy_grid, official_model
+from tests.models.test_dac_stream import ROUNDING
 from tests.torch_threads import one_torch_thread
 
 pytestmark = pytest.mark.skipif(
@@ -74,7 +75,9 @@ def test_batched_greedy_grids_and_audio_equal_the_official(folder):
         assert torch.equal(grid, want), text
         expected = _official_audio(reference, codes[:, : FRAMES - R.N_CODEBOOKS + 1])
         assert audio.shape == expected.shape
-        np.testing.assert_allclose(audio, expected, atol=1e-5 * np.abs(expected).max())
+        # Streamed in windows (models/codecs/dac.py): their seams differ from one whole
+        # decode by float rounding, as test_dac_stream.py measures it.
+        np.testing.assert_allclose(audio, expected, atol=ROUNDING * np.abs(expected).max())
 
 
 def test_eos_cascade_and_end_equal_the_official(folder, tmp_path):
