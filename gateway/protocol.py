@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from gateway import client_json
 from gateway.protocol_codes import (
     BEARER_SUBPROTOCOL_PREFIX,
     DEFAULT_FRAME_MS,
@@ -314,7 +315,7 @@ def decode_text_frame(text: str) -> ClientEvent:
     """Parse one client text frame. Raises ProtocolError (bad_json, unknown_type, bad_field,
     unsupported_audio) with a message that says what would have been accepted."""
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = client_json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(ErrorCode.BAD_JSON, f"text frames must be JSON: {exc}") from None
     if not isinstance(obj, dict):

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import client_json
 from gateway.protocol import ErrorCode, ProtocolError
 from gateway.realtime_tools import (
     FunctionCallEvent,
@@ -182,7 +183,7 @@ def _bad(message: str, code: ErrorCode = ErrorCode.BAD_FIELD) -> ProtocolError:
 
 def decode_client_event(text: str) -> RealtimeClientEvent:
     try:
-        obj = json.loads(text)
+        obj = client_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise _bad(f"events must be JSON: {exc}", ErrorCode.BAD_JSON) from None
     if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):

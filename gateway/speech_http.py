@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from engine.api import EngineDead
+from gateway import client_json
 from gateway.admission import admission_refusal
 from gateway.auth import Principal
 from gateway.protocol import AudioFormat, AudioSpec, ErrorCode, ErrorEvent, ServerEvent
@@ -258,8 +259,8 @@ async def _read_body(request: Request, limit: int) -> object:
         if len(body) > limit:
             raise SpeechHttpError(413, f"the request body is over {limit} bytes", None)
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return client_json.loads(body)
+    except ValueError as exc:  # not UTF-8, not JSON, or a lone surrogate
         raise bad(None, f"the body is not valid JSON: {exc}", None) from None
 
 

@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import client_json
 from gateway.protocol import ErrorCode, ProtocolError
 
 MULAW_ENCODING = "audio/x-mulaw"
@@ -130,7 +131,7 @@ _DECODERS = {
 
 def decode_twilio_message(text: str) -> TwilioMessage:
     try:
-        obj = json.loads(text)
+        obj = client_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(ErrorCode.BAD_JSON, f"messages must be JSON: {exc}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):

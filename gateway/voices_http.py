@@ -24,13 +24,13 @@ check that failed in `code` (gateway/clip_audio.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.api import ModelFacts
+from gateway import client_json
 from gateway.clip_audio import ClipError
 from gateway.protocol import ClipUpload, ProtocolError, decode_clip_upload
 from gateway.speech_http import error_response
@@ -146,8 +146,8 @@ async def _read_json(request: Request, max_clip_bytes: int) -> object:
         if len(body) > limit:
             raise too_large
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return client_json.loads(body)
+    except ValueError as exc:  # not UTF-8, not JSON, or a lone surrogate
         raise SpeechHttpError(
             400, f"the body is not valid JSON: {exc}", code="invalid_value"
         ) from None

@@ -232,6 +232,13 @@ def test_body_that_is_not_json_gets_a_400(server):
     assert "not valid JSON" in response.json()["error"]["message"]
 
 
+def test_body_with_a_lone_surrogate_gets_a_400_not_an_internal_error(server):
+    body = json.dumps({"model": MODEL, "input": "Hi \ud800 there", "voice": "x"})  # escaped
+    response = httpx.post(f"{server.http}/v1/audio/speech", content=body, timeout=10)
+    assert response.status_code == 400
+    assert "surrogate" in response.json()["error"]["message"]
+
+
 def test_oversized_body_gets_a_413(server):
     body = json.dumps({"model": MODEL, "input": "a" * 300_000, "voice": "x"})
     response = httpx.post(f"{server.http}/v1/audio/speech", content=body, timeout=10)

@@ -42,6 +42,14 @@ def _codes(*codes: str) -> frozenset[str]:
     return frozenset(codes)
 
 
+def _edge_codes(edge: str, *codes: str) -> frozenset[str]:
+    """The codes for a frame carrying a UNICODE_EDGES string: a lone surrogate is no text, so
+    the frame is refused as JSON before its fields are read (gateway/client_json.py)."""
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in edge):
+        return _codes("bad_json")
+    return _codes(*codes)
+
+
 def _random_text(rng: random.Random, n: int) -> str:
     # Raw text frames must be UTF-8: a lone surrogate only ever travels as a JSON escape.
     alphabet = '{}[]":,0123456789.eE+-truefalsnl \\/u' + "".join(UNICODE_EDGES[:4]) + "é€😀"
@@ -94,7 +102,8 @@ def native_frame(rng: random.Random, max_frame_bytes: int) -> Fuzz:
         return Fuzz("huge number", text=json.dumps(event), codes=codes)
     if pick == 5:  # unicode edge cases as the event type
         kind = rng.choice(UNICODE_EDGES)
-        return Fuzz("unicode type", text=json.dumps({"type": kind}), codes=_codes("unknown_type"))
+        codes = _edge_codes(kind, "unknown_type")
+        return Fuzz("unicode type", text=json.dumps({"type": kind}), codes=codes)
     if pick == 6:  # JSON's non-standard constants and deep nesting
         text = rng.choice(
             ['{"type": "playback", "played_ms": NaN}', '{"type": "text", "text": Infinity}']
@@ -130,7 +139,8 @@ def realtime_frame(rng: random.Random) -> Fuzz:
         )
     if pick == 2:
         kind = rng.choice(UNICODE_EDGES)
-        return Fuzz("unicode type", text=json.dumps({"type": kind}), codes=_codes("unknown_type"))
+        codes = _edge_codes(kind, "unknown_type")
+        return Fuzz("unicode type", text=json.dumps({"type": kind}), codes=codes)
     if pick == 3:
         event = rng.choice(
             [
@@ -166,9 +176,12 @@ def twilio_frame(rng: random.Random, stream_sid: str) -> Fuzz:
     if pick == 2:
         kind = rng.choice(UNICODE_EDGES)
         event = {"event": kind, "streamSid": stream_sid}
-        return Fuzz("unicode event", text=json.dumps(event), codes=_codes("unknown_type"))
+        return Fuzz(
+            "unicode event", text=json.dumps(event), codes=_edge_codes(kind, "unknown_type")
+        )
     if pick == 3:
-        event = {"event": "mark", "streamSid": rng.choice(UNICODE_EDGES), "mark": {"name": "x"}}
-        return Fuzz("foreign stream", text=json.dumps(event), codes=_codes("bad_field"))
+        sid = rng.choice(UNICODE_EDGES)
+        event = {"event": "mark", "streamSid": sid, "mark": {"name": "x"}}
+        return Fuzz("foreign stream", text=json.dumps(event), codes=_edge_codes(sid, "bad_field"))
     value = rng.choice([[], 7, None, {}, {"event": 5}])
     return Fuzz("not a message", text=json.dumps(value), codes=_codes("bad_json"))
