@@ -62,13 +62,25 @@ def resolve_options(
     except ConfigError as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
     return SpeechOptions(
-        sampling,
+        _within_context(sampling, facts),
         event.voice or facts.default_voice,
         event.output_audio or AudioSpec(),
         checked_model_options(event.model_options, facts),
         word_timings=facts.word_timings,
         speed=event.speed if event.speed is not None else 1.0,
     )
+
+
+def _within_context(sampling: SamplingParams, facts: ModelFacts) -> SamplingParams:
+    """`sampling`, unless no prompt could leave room for its max_tokens: refused now, with the
+    context named, rather than at every response the session asks for."""
+    if sampling.max_tokens >= facts.max_context:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"sampling: max_tokens must be below {facts.name}'s context of {facts.max_context} "
+            f"tokens (the prompt takes the rest), got {sampling.max_tokens}",
+        )
+    return sampling
 
 
 def checked_model_options(
@@ -136,7 +148,7 @@ def update_options(
         raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
     return dataclasses.replace(
         options,
-        sampling=sampling,
+        sampling=_within_context(sampling, facts),
         voice=update.voice if update.voice is not None else options.voice,
         output=update.output_audio if update.output_audio is not None else options.output,
         instructions=update.instructions
