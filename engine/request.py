@@ -112,6 +112,7 @@ class Request:
     delivery_hold_s: float = 0.0  # SpeechRequest.delivery_hold_s
     playback_rate: float = 1.0  # SpeechRequest.playback_rate: audio seconds played per second
     audible_after_s: float = 0.0  # SpeechRequest.audible_after_s: held from the listener
+    audible_from: float = field(init=False)  # arrival_time + audible_after_s (__post_init__)
     played_s: float | None = None  # from the client's `playback` report, when it sends one
     played_report_time: float | None = None
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
@@ -172,19 +173,20 @@ class Request:
     def finished(self) -> bool:
         return self.status.finished
 
-    @property
-    def audible_from(self) -> float:
-        """When the listener can first hear this request's audio: its arrival, or later for a
-        request held from its listener (a speculative reply). Its first audio is due from then."""
-        return self.arrival_time + self.audible_after_s
+    def __post_init__(self) -> None:
+        # When the listener can first hear this request's audio: its arrival, or later for a
+        # request held from its listener (a speculative reply); its first audio is due from
+        # then. A field, not a property: the scheduler reads it for every stream every step.
+        self.audible_from = self.arrival_time + self.audible_after_s
 
     @property
     def playing_since(self) -> float | None:
         """When the listener began to play this request's audio, by the engine's clock: its
         first audio out, or the end of its hold if that comes later; None before first audio."""
-        if self.first_audio_time is None:
+        first = self.first_audio_time
+        if first is None:
             return None
-        return max(self.first_audio_time, self.audible_from)
+        return first if first >= self.audible_from else self.audible_from
 
     @property
     def ttfa_critical(self) -> bool:
@@ -221,9 +223,11 @@ class Request:
         listener plays `playback_rate` seconds of the audio a second, so the audio ahead of
         them lasts that much less (or more); a held request's listener plays none of it
         before its hold ends (playing_since)."""
-        since = self.playing_since
+        since = self.first_audio_time  # playing_since, inline: this runs per stream per step
         if since is None:
             return 0.0
+        if since < self.audible_from:
+            since = self.audible_from
         if self.played_s is not None and self.played_report_time is not None:
             played = self.played_s + (now - self.played_report_time) * self.playback_rate
         else:

@@ -96,6 +96,7 @@ class DacDetokenizer:
         self.samples_per_frame = int(np.prod(dac.config.upsampling_ratios))
         self.first_chunk, self.chunk, self.left, self.right = first_chunk, chunk, left, right
         self.graphs = None  # the engine's CallableGraphs, once enable_cuda_graphs captured them
+        self.graph_lengths: tuple[int, ...] = ()  # the window lengths captured
 
     @property
     def frame_rate(self) -> float:
@@ -158,7 +159,7 @@ class DacDetokenizer:
         length that holds it, if the stream has the frames before it (it replays then)."""
         if self.graphs is None:
             return lo
-        fits = [length for length in self.window_lengths() if hi - lo <= length <= hi]
+        fits = [length for length in self.graph_lengths if hi - lo <= length <= hi]
         return hi - min(fits) if fits else lo
 
     def decode_frames(self, frames: list[list[int]]) -> np.ndarray:
@@ -201,9 +202,10 @@ class DacDetokenizer:
         at GRAPH_ROWS with the engine's CallableGraphs (largest first, so the smaller ones
         reuse its pool's memory)."""
         self.graphs = graphs
+        self.graph_lengths = tuple(self.window_lengths())
         device = next(self.dac.parameters()).device
         for rows in reversed(GRAPH_ROWS):
-            for length in self.window_lengths():
+            for length in self.graph_lengths:
                 codes = torch.zeros(
                     rows, self.num_codebooks, length, dtype=torch.long, device=device
                 )
