@@ -1,8 +1,10 @@
-"""The engine loop under Poisson arrivals, without the gateway: where a step's time goes at a
-served rate.
+"""The engine loop under Poisson arrivals, or a burst, without the gateway: where a step's time
+goes at a served rate, or with every request submitted at once.
 
     python bench/engine_load.py --model cosyvoice2-0.5b --random-weights --rates 4,8 \
         --duration 8 [--profile-at 4 --profile-steps 100]
+    python bench/engine_load.py --model orpheus-3b --random-weights --burst 512 \
+        --server-arg=--kv-cache-dtype=fp8 --server-arg=--max-num-seqs=512 [--cprofile-at 2]
 
 Requests are the benchmark workload's (bench/tts_workload.jsonl; each `audio_seconds` × the
 token rate tokens, as `voxgate bench` asks) arriving at each of `--rates` per second in turn, added to an
@@ -15,24 +17,35 @@ wall time (p50 / p90) and its batch size, and with `--profile-at T` a torch prof
 when launches wait for room in the device's queues) and waiting for the previous step's tokens
 (`resolve_ms`: the device's time). `--pacing-ab` runs each rate again with the codec's graphs
 paced (ModelFacts.codec_pacing, --codec-pacing), in the same process.
+
+`--burst N` submits the throughput benchmark's N requests at once (voxgate bench --throughput N:
+the same workload items and lengths) and reports the loop second by second: steps, rows, and
+each turn's time split into scheduling, launch, resolve, the tokens' bookkeeping, the codec's
+hand-offs and the rest. A turn that outlasts its step's device time is host-bound: the device
+idles for the difference. `--cprofile-at S` adds a Python profile of the loop's own thread
+(cProfile, `--profile-steps` turns from S seconds in): which host functions those are. The
+engine runs with `voxgate serve`'s options (`--server-arg`, as voxgate bench passes them).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from engine.config import EngineConfig
 from engine.factory import apply_gil_switch, build_core, resolve_dtype, serving_defaults
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
-from voxbench.workload import load_workload, poisson_plan
+from voxbench.throughput import served_settings
+from voxbench.workload import burst_plan, load_workload, poisson_plan
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -56,8 +69,26 @@ def main() -> None:
         action="store_true",
         help="each rate also with eager sampling (no head + sampling graphs)",
     )
+    ap.add_argument("--burst", type=int, default=0, help="N requests at once instead of rates")
+    ap.add_argument("--cprofile-at", type=float, default=0.0, help="with --burst: seconds in")
+    ap.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="a `voxgate serve` option the engine runs with (repeatable)",
+    )
     args = ap.parse_args()
-    config = serving_defaults(EngineConfig(device=args.device), args.model)
+    served = served_settings(args).engine
+    # Real-time admission would cap a burst at what plays live (as voxgate bench's throughput).
+    config = serving_defaults(
+        replace(
+            served,
+            device=args.device,
+            realtime_admission=False if args.burst else served.realtime_admission,
+        ),
+        args.model,
+    )
     apply_gil_switch(config)
     device = torch.device(args.device)
     model = load_model(
@@ -68,6 +99,10 @@ def main() -> None:
     )
     core = build_core(model, config, device)
     core.warm_up()
+    if args.burst:
+        run_burst(core, model, args)
+        core.close()
+        return
     host = HostSplit(core.worker)
     sampling_graphs = core.worker.sampling_graphs
     rates = [float(r) for r in args.rates.split(",")]
@@ -83,6 +118,19 @@ def main() -> None:
     core.close()
 
 
+def timed(fn, record):
+    """`fn`, calling `record(seconds)` with the wall time of each call."""
+
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            record(time.perf_counter() - t0)
+
+    return wrapper
+
+
 class HostSplit:
     """Times the worker's launch (queue a step) and resolve (wait for its tokens) calls."""
 
@@ -90,18 +138,7 @@ class HostSplit:
         self.launch_s: list[float] = []
         self.resolve_s: list[float] = []
         for name, sink in (("launch", self.launch_s), ("resolve", self.resolve_s)):
-            setattr(worker, name, self._timed(getattr(worker, name), sink))
-
-    @staticmethod
-    def _timed(fn, sink: list[float]):
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                sink.append(time.perf_counter() - t0)
-
-        return timed
+            setattr(worker, name, timed(getattr(worker, name), sink.append))
 
     def take(self) -> dict:
         out = {}
@@ -192,6 +229,169 @@ def run_rate(
         print(averages.table(sort_by="self_cuda_time_total", row_limit=30))
         if args.trace:
             profiler.export_chrome_trace(args.trace)
+
+
+class TurnSplit:
+    """Wall time of the loop turn's parts, by wrapping the methods EngineCore.step calls:
+    scheduling, the worker's launch and resolve, applying the tokens, and the codec's hand-offs
+    (submitting jobs, collecting finished ones). Whatever the turn spends outside them is
+    `other_ms`."""
+
+    PARTS = (
+        ("schedule", "scheduler", "schedule"),
+        ("launch", "worker", "launch"),
+        ("resolve", "worker", "resolve"),
+        ("apply_tokens", None, "_apply_tokens"),
+        ("codec_submit", "audio", "submit"),
+        ("codec_collect", "audio", "collect"),
+    )
+
+    def __init__(self, core) -> None:
+        self.spent = {name: 0.0 for name, _, _ in self.PARTS}
+        for name, owner, method in self.PARTS:
+            target = core if owner is None else getattr(core, owner)
+            setattr(target, method, timed(getattr(target, method), self._adder(name)))
+
+    def _adder(self, name: str):
+        def add(seconds: float) -> None:
+            self.spent[name] += seconds
+
+        return add
+
+    def take(self) -> dict[str, float]:
+        out, self.spent = dict(self.spent), {name: 0.0 for name in self.spent}
+        return out
+
+
+def run_burst(core, model, args) -> None:
+    """The throughput benchmark's burst against the loop alone, reported second by second."""
+    plan = burst_plan(load_workload(args.workload), args.burst, model.facts.token_rate_hz)
+    for p in plan:
+        core.add_request(
+            SpeechRequest(
+                p.item.text,
+                sampling=SamplingParams(
+                    **{
+                        **model.facts.sampling_defaults,
+                        "min_tokens": p.tokens,
+                        "max_tokens": p.tokens,
+                    }
+                ),
+            )
+        )
+    split = TurnSplit(core)
+    profiler = cProfile.Profile() if args.cprofile_at else None
+    profiled = 0
+    device_profile = DeviceWindow(args) if args.profile_at else None
+    seconds: list[dict] = []
+    second = {"turns": 0, "steps": 0, "rows": 0, "turn_s": 0.0}
+    start = time.perf_counter()
+    mark = start
+    while core.has_work():
+        now = time.perf_counter()
+        if now - mark >= 1.0:
+            seconds.append(summarise_second(len(seconds), second, split.take()))
+            second, mark = {"turns": 0, "steps": 0, "rows": 0, "turn_s": 0.0}, now
+        profiling = profiler is not None and profiled < args.profile_steps
+        if profiling and now - start >= args.cprofile_at:
+            profiler.enable()
+        if device_profile is not None:
+            device_profile.turn(now - start)
+        t0 = time.perf_counter()
+        core.step()
+        second["turn_s"] += time.perf_counter() - t0
+        if profiling and now - start >= args.cprofile_at:
+            profiler.disable()
+            profiled += 1
+        second["turns"] += 1
+        if core.last_timing.batch_size:
+            second["steps"] += 1
+            second["rows"] += core.last_timing.batch_size
+    wall = time.perf_counter() - start
+    seconds.append(summarise_second(len(seconds), second, split.take()))
+    audio_s = sum(p.tokens for p in plan) / model.facts.token_rate_hz
+    print(
+        json.dumps({"burst": args.burst, "wall_s": round(wall, 3), "rtf": round(audio_s / wall, 1)})
+    )
+    for row in seconds:
+        print(json.dumps(row))
+    if profiler is not None:
+        stats = pstats.Stats(profiler)
+        print(f"cProfile of {profiled} loop turns from {args.cprofile_at} s (the loop's thread):")
+        stats.sort_stats("tottime").print_stats(40)
+        stats.sort_stats("cumulative").print_stats(40)
+
+
+class DeviceWindow:
+    """A torch profile (host ops and CUDA kernels, every thread) of `--profile-steps` loop turns
+    from `--profile-at` seconds into the burst: the device's busy time per turn beside the
+    turn's wall time says whether the turn is bound by the device or by the host."""
+
+    def __init__(self, args) -> None:
+        self.at_s, self.turns, self.trace = args.profile_at, args.profile_steps, args.trace
+        self.profiler: torch.profiler.profile | None = None
+        self.seen = 0
+        self.started = 0.0
+
+    def turn(self, elapsed_s: float) -> None:
+        if self.seen < 0 or elapsed_s < self.at_s:
+            return
+        if self.profiler is None:
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            self.profiler = torch.profiler.profile(activities=activities)
+            self.profiler.start()
+            self.started = time.perf_counter()
+            return
+        self.seen += 1
+        if self.seen == self.turns:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - self.started
+            self.profiler.stop()
+            self.seen = -1
+            kernels = [
+                (e.time_range.start, e.time_range.end)
+                for e in self.profiler.events()
+                if e.device_type == torch.autograd.DeviceType.CUDA
+            ]
+            summed, busy = device_busy_us(kernels)
+            print(
+                f"device profile: {self.turns} turns in {1e3 * wall:.1f} ms "
+                f"({1e3 * wall / self.turns:.2f} ms a turn); kernels {summed / 1e3:.1f} ms "
+                f"summed over streams, the device busy {busy / 1e3:.1f} ms "
+                f"({busy / 1e3 / self.turns:.2f} ms a turn)"
+            )
+            averages = self.profiler.key_averages()
+            print(averages.table(sort_by="self_device_time_total", row_limit=30))
+            if self.trace:
+                self.profiler.export_chrome_trace(self.trace)
+
+
+def device_busy_us(kernels: list[tuple[float, float]]) -> tuple[float, float]:
+    """(the kernels' summed time, the time at least one ran) in µs: their intervals merged."""
+    summed = sum(end - start for start, end in kernels)
+    busy, reach = 0.0, float("-inf")
+    for start, end in sorted(kernels):
+        if end > reach:
+            busy += end - max(start, reach)
+            reach = end
+    return summed, busy
+
+
+def summarise_second(index: int, second: dict, parts: dict[str, float]) -> dict:
+    """One second of the burst: steps, mean rows, and the mean turn's parts in ms."""
+    turns = max(second["turns"], 1)
+    row = {
+        "s": index,
+        "turns": second["turns"],
+        "steps": second["steps"],
+        "rows": round(second["rows"] / max(second["steps"], 1), 1),
+        "turn_ms": round(1e3 * second["turn_s"] / turns, 2),
+    }
+    for name, spent in parts.items():
+        row[f"{name}_ms"] = round(1e3 * spent / turns, 2)
+    row["other_ms"] = round(row["turn_ms"] - sum(row[f"{n}_ms"] for n in parts), 2)
+    return row
 
 
 if __name__ == "__main__":
