@@ -417,29 +417,35 @@ class Scheduler:
         else:
             live.sort(key=lambda r: r.arrival_time)
         chosen = live[: self.config.max_num_seqs]
+        decodes: list[ScheduledChunk] = []
+        unprefilled: list[Request] = []
+        for request in chosen:
+            if request.num_computed >= len(request.prompt_ids):  # prefilled: a decode
+                decodes.append(ScheduledChunk(request, request.num_computed, 1))
+            else:
+                unprefilled.append(request)
         # One token is set aside for every chosen decode, so that prefills of new arrivals can
         # never starve a request that is about to run dry.
-        decode_reserve = sum(1 for r in chosen if r.prefilled)
         budget = self.config.max_batch_tokens
         prefills: list[ScheduledChunk] = []
-        decodes: list[ScheduledChunk] = []
-        for request in chosen:
-            if request.prefilled:
-                decodes.append(ScheduledChunk(request, request.num_computed, 1))
-                continue
-            room = budget - decode_reserve
+        for request in unprefilled:
+            room = budget - len(decodes)
             if room <= 0:
-                continue
+                break
             n = min(request.num_tokens - request.num_computed, room)
             prefills.append(ScheduledChunk(request, request.num_computed, n))
             budget -= n
         decodes = decodes[: max(budget, 0)]
+        page = self.blocks.block_size
         for chunk in prefills + decodes:
+            request = chunk.request
+            end = chunk.start + chunk.num_tokens
+            if end <= len(request.block_table) * page:
+                continue  # its pages hold the new tokens already (most decode steps)
             # Cannot fail: admission reserved the request's whole length.
-            grown = self.blocks.ensure(chunk.request.request_id, chunk.start + chunk.num_tokens)
-            if not grown:
+            if not self.blocks.ensure(request.request_id, end):
                 raise RuntimeError("KV reservation violated: block pool ran out mid-request")
-            chunk.request.block_table = self.blocks.table(chunk.request.request_id)
+            request.block_table = self.blocks.table(request.request_id)
         out.chunks = prefills + decodes
 
     def _by_slack(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
