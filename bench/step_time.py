@@ -124,6 +124,9 @@ def main() -> None:
             async_scheduling=args.async_scheduling,
             llm_stream_priority=args.llm_priority,
             gil_switch_ms=gil_switch_ms,
+            # The batch is what is measured: real-time admission would refuse rows beyond
+            # what it has seen play live.
+            realtime_admission=False,
         )
         apply_gil_switch(config)
         core = build_core(model, config, device)
