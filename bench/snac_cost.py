@@ -13,7 +13,10 @@ rows as streams with a chunk ready); for other dtypes it also reports the audio'
 float32's (RMS of the difference over RMS of the signal) on the same codes. `--compiled` also
 times each dtype with the noise and residual units' steps compiled as `--compile-codec` serves them
 (engine/cuda_graphs.py, compile_regions; SnacDetokenizer.repeated_blocks), as the variant
-`<dtype>+compiled`.
+`<dtype>+compiled`. `--profile` prints, for each variant at the first batch and chunk, the
+kernels of its replays by device time (a torch profile): which of the decoder's kernels to work
+on; with `TORCH_LOGS=output_code` in the environment Inductor also prints the code it
+generated for the compiled variants.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--compiled", action="store_true", help="also each dtype compiled")
+    ap.add_argument("--profile", action="store_true", help="kernels by time, first shape")
     args = ap.parse_args()
     device = torch.device("cuda")
     torch.manual_seed(0)
@@ -53,13 +57,13 @@ def main() -> None:
                 compile_regions(decoder.repeated_blocks())
             variants[name + ("+compiled" if compiled else "")] = (decoder, getattr(torch, name))
     rows = []
-    for batch, chunk in (
-        (int(b), int(c)) for b in args.batches.split(",") for c in args.chunks.split(",")
-    ):
+    shapes = [(int(b), int(c)) for b in args.batches.split(",") for c in args.chunks.split(",")]
+    for batch, chunk in shapes:
         codes = torch.randint(0, 4096, (batch, chunk, 7), device=device)
         reference = None
         for name, (decoder, dtype) in variants.items():
-            row, audio = _time_call(decoder, dtype, codes, args.reps)
+            profile = args.profile and (batch, chunk) == shapes[0]
+            row, audio = _time_call(decoder, dtype, codes, args.reps, name if profile else None)
             audio = audio.float()
             if name == "float32":
                 reference = audio
@@ -74,9 +78,10 @@ def main() -> None:
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}))
 
 
-def _time_call(decoder, dtype, codes: torch.Tensor, reps: int):
+def _time_call(decoder, dtype, codes: torch.Tensor, reps: int, profile: str | None = None):
     """One call of the stateful decoder on `codes` [B, chunk, 7], captured in a CUDA graph and
-    replayed; returns the row's timings and the call's audio."""
+    replayed; returns the row's timings and the call's audio. `profile`: the variant's name,
+    to print its replays' kernels by device time."""
     batch, chunk = codes.shape[:2]
     device = codes.device
     state = decoder.new_state(batch, device, dtype)
@@ -101,6 +106,8 @@ def _time_call(decoder, dtype, codes: torch.Tensor, reps: int):
             graph.replay()
         stop.record()
         torch.cuda.synchronize()
+        if profile is not None:
+            _print_kernels(graph, reps, f"{profile}, batch {batch}, chunk {chunk}")
     us = start.elapsed_time(stop) * 1000 / reps
     spf = 4 * decoder.samples_per_latent
     row = {
@@ -112,6 +119,17 @@ def _time_call(decoder, dtype, codes: torch.Tensor, reps: int):
         "warm_up_s": round(warm_up_s, 1),
     }
     return row, audio.clone()
+
+
+def _print_kernels(graph: torch.cuda.CUDAGraph, reps: int, title: str) -> None:
+    """The kernels of `reps` replays of `graph`, by device time (per replay)."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profiler:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    print(f"kernels of {title} ({reps} replays):", flush=True)
+    print(profiler.key_averages().table(sort_by="self_device_time_total", row_limit=25))
 
 
 if __name__ == "__main__":
