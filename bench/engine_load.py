@@ -44,7 +44,7 @@ from engine.factory import apply_gil_switch, build_core, resolve_dtype, serving_
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
-from voxbench.throughput import served_settings
+from voxbench.throughput import served_settings, speech_request
 from voxbench.workload import burst_plan, load_workload, poisson_plan
 
 
@@ -267,40 +267,33 @@ def run_burst(core, model, args) -> None:
     """The throughput benchmark's burst against the loop alone, reported second by second."""
     plan = burst_plan(load_workload(args.workload), args.burst, model.facts.token_rate_hz)
     for p in plan:
-        core.add_request(
-            SpeechRequest(
-                p.item.text,
-                sampling=SamplingParams(
-                    **{
-                        **model.facts.sampling_defaults,
-                        "min_tokens": p.tokens,
-                        "max_tokens": p.tokens,
-                    }
-                ),
-            )
-        )
+        core.add_request(speech_request(model, p))
     split = TurnSplit(core)
     profiler = cProfile.Profile() if args.cprofile_at else None
     profiled = 0
     device_profile = DeviceWindow(args) if args.profile_at else None
     seconds: list[dict] = []
-    second = {"turns": 0, "steps": 0, "rows": 0, "turn_s": 0.0}
+    second = new_second()
     start = time.perf_counter()
     mark = start
     while core.has_work():
         now = time.perf_counter()
         if now - mark >= 1.0:
             seconds.append(summarise_second(len(seconds), second, split.take()))
-            second, mark = {"turns": 0, "steps": 0, "rows": 0, "turn_s": 0.0}, now
-        profiling = profiler is not None and profiled < args.profile_steps
-        if profiling and now - start >= args.cprofile_at:
+            second, mark = new_second(), now
+        profiling = (
+            profiler is not None
+            and profiled < args.profile_steps
+            and now - start >= args.cprofile_at
+        )
+        if profiling:
             profiler.enable()
         if device_profile is not None:
             device_profile.turn(now - start)
         t0 = time.perf_counter()
         core.step()
         second["turn_s"] += time.perf_counter() - t0
-        if profiling and now - start >= args.cprofile_at:
+        if profiling:
             profiler.disable()
             profiled += 1
         second["turns"] += 1
@@ -376,6 +369,11 @@ def device_busy_us(kernels: list[tuple[float, float]]) -> tuple[float, float]:
             busy += end - max(start, reach)
             reach = end
     return summed, busy
+
+
+def new_second() -> dict:
+    """A second's counters, at zero."""
+    return {"turns": 0, "steps": 0, "rows": 0, "turn_s": 0.0}
 
 
 def summarise_second(index: int, second: dict, parts: dict[str, float]) -> dict:

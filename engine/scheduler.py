@@ -420,7 +420,7 @@ class Scheduler:
         decodes: list[ScheduledChunk] = []
         unprefilled: list[Request] = []
         for request in chosen:
-            if request.num_computed >= len(request.prompt_ids):  # prefilled: a decode
+            if request.prefilled:  # a decode
                 decodes.append(ScheduledChunk(request, request.num_computed, 1))
             else:
                 unprefilled.append(request)

@@ -65,7 +65,10 @@ async def _drain(stream, t0: float) -> dict[str, Any]:
     }
 
 
-def _request(engine, plan: PlannedRequest, tokens: int | None = None):
+def speech_request(engine, plan: PlannedRequest, tokens: int | None = None):
+    """The engine request of a planned one: its text, `tokens` (default: the plan's) as both
+    min_tokens and max_tokens, the model's sampling defaults otherwise. `engine`: anything
+    with the model's `facts` (an engine client, or the model itself)."""
     from engine.api import SamplingParams, SpeechRequest
 
     n = tokens or plan.tokens
@@ -115,7 +118,9 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
     the engine's time went meanwhile (`engine_loop`, None for an engine without counters)."""
     warm_tokens = round(engine.facts.token_rate_hz)  # ~1 s of audio each
     for p in plan[:warmup]:
-        await _drain(await _submit(engine, _request(engine, p, warm_tokens)), time.monotonic())
+        await _drain(
+            await _submit(engine, speech_request(engine, p, warm_tokens)), time.monotonic()
+        )
     if warmup:
         await asyncio.sleep(_SETTLE_S)  # the warm-up's last counters in before the reading
     before = loop_totals(engine)
@@ -124,7 +129,7 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
     sampler = asyncio.create_task(_sample_totals(engine, t0, samples)) if before else None
 
     async def submit_and_drain(p: PlannedRequest) -> dict[str, Any]:
-        return await _drain(await _submit(engine, _request(engine, p)), t0)
+        return await _drain(await _submit(engine, speech_request(engine, p)), t0)
 
     # All at once, each stream read from its own submission on. Submitted one after another,
     # each submit waits its round trip to the engine, which answers between steps: 512
