@@ -14,12 +14,13 @@ import torch
 
 log = logging.getLogger("voxgate.graphs")
 
-# What a failing compile raises: dynamo's and Inductor's own errors, and dynamo's refusal to
-# compile past its recompile limit under fullgraph (not one of them: a plain Exception).
-_COMPILE_FAILURES = (
-    torch._dynamo.exc.TorchDynamoException,
-    torch._dynamo.exc.FailOnRecompileLimitHit,
-)
+
+def _compile_failures() -> tuple[type[BaseException], ...]:
+    """What a failing compile raises: dynamo's and Inductor's own errors, and dynamo's refusal
+    to compile past its recompile limit under fullgraph (not one of them: a plain Exception).
+    Looked up when an error is caught, not at import: `torch._dynamo` is ~70 MB of resident
+    memory that a server compiling nothing (voxgate-tiny on a CPU) must not carry."""
+    return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
 class CompiledOrEager:
@@ -47,7 +48,7 @@ class CompiledOrEager:
             return self.eager(*args, **kwargs)
         try:
             return self.compiled(*args, **kwargs)
-        except _COMPILE_FAILURES as error:
+        except _compile_failures() as error:
             self.failed = True
             log.warning(
                 "compiling %s failed (%s); it runs uncompiled%s",

@@ -5,12 +5,18 @@ naming it; other kinds stay compiled, and the server starts either way."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from engine.cuda_graphs import compile_regions, compiled_of, uncompile_regions, warm_up
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class HostBranch(nn.Module):
@@ -128,3 +134,27 @@ def test_a_compile_refused_at_the_recompile_limit_falls_back_to_eager(caplog):
     assert guarded.failed
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and "FailOnRecompileLimitHit" in warned[0]
+
+
+def test_a_server_that_compiles_nothing_never_loads_the_compiler(tmp_path):
+    """torch._dynamo is ~70 MB resident: the default model's engine on a CPU (no codec
+    compiled) is built without importing it, as a fresh `voxgate serve` builds it."""
+    script = (
+        "import sys\n"
+        "from engine.config import EngineConfig\n"
+        "from engine.factory import load_engine_loop, serving_defaults\n"
+        "from models.registry import DEFAULT_MODEL\n"
+        "config = serving_defaults(EngineConfig(), DEFAULT_MODEL)\n"
+        "load_engine_loop(DEFAULT_MODEL, None, config)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
