@@ -4,7 +4,7 @@ stream order without first syncing the stream, as it may for pageable memory.
 `torch.tensor(values, device=cuda)` copies and then synchronises the stream, so every such
 call waits for all queued GPU work. A non-blocking copy from pageable memory is usually staged
 at once by the driver, but CUDA allows it to sync the stream first, and under load some do
-(82 of 780 waited over 1 ms in BENCHMARKS.md's Orpheus profile at 140 streams); the engine
+(82 of 780 waited over 1 ms in the Orpheus profile at 140 streams, docs/benchmark-history.md); the engine
 step makes a dozen of these. A copy from pinned memory is a DMA the stream runs in its turn:
 the host only queues it. The price is that the host buffer must stay untouched until the
 device has run the copy, which each of the three ways in here guarantees:
