@@ -333,7 +333,8 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
     """--compile-codec compiles the decoder's noise and residual-unit steps, snac's
     TorchScript Snake included (fullgraph, dynamic shapes: a graph break would be an error,
     and serving would fall back to eager kernels with a warning): two calls of different
-    lengths and rows, the second on the first's state, decode as the eager steps do. The
+    lengths and rows (2, then 3 with other ends and seeds), the second on the first's state,
+    decode as the eager steps do. The
     output conv and the last block's upsampling, noise and last residual step (dilation 9:
     the longest state carried) stand for all twenty-two (each a program of its own, ~20 s of
     CPU to compile here: the other residual steps differ only in dilation)."""
@@ -356,7 +357,11 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
         audio, state = decoder.decode_frames(
             frames[:, :3], decoder.new_state(2), rows(0, 0), rows(NO_END, NO_END), rows(1, 2)
         )
-        more, _ = decoder.decode_frames(frames[:1, 3:], state[:1], rows(12), rows(24), rows(1))
+        # Three rows (batches of 1 would compile a second, size-specialised program).
+        more, _ = decoder.decode_frames(
+            frames[[0, 1, 0], 3:], state[[0, 1, 0]], rows(12, 12, 12), rows(24, NO_END, 30),
+            rows(1, 2, 3),
+        )  # fmt: skip
         return audio, more
 
     _assert_compiled_decodes_as_eager(units, two_calls)
