@@ -378,7 +378,11 @@ class SnacDetokenizer:
     # is compute-bound from a few rows on (on the H200 a 4-frame call costs 1.8 ms at 4 rows,
     # 4.3 ms at 16), so a padded row costs about what a real one does: hence every size up to
     # 8, where the capacity edge's calls are (5-7 rows), and steps of an eighth or less above.
-    GRAPH_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
+    # None of 1: a lone row goes in the 2-row graph. The compiled blocks' programs take any
+    # batch but 1, which dynamo specialises (its 0/1 rule), so a 1-row capture would compile
+    # all 22 programs a second time at start-up (on the CPU, 4 of them: 50 s), for a call that
+    # costs about what 2 rows do.
+    GRAPH_BATCHES = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
 
     def enable_cuda_graphs(self, graphs) -> None:
         """Capture the calls of the chunk schedule (the first feeds its chunk and the R

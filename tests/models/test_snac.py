@@ -442,6 +442,21 @@ def _counted_graphs(model, batches: tuple[int, ...]):
     return graphed, graphs, calls
 
 
+def test_a_lone_stream_replays_the_two_row_graph(model):
+    """The served batch sizes start at 2: a stream decoded alone replays 2-row graphs (its row
+    and a padding copy), so the compiled blocks never see a batch of 1, which would compile
+    each of their programs a second time; its audio is still its own whole decode's."""
+    assert SnacDetokenizer.GRAPH_BATCHES[0] == 2
+    frames = _frames(12, seed=4)
+    plain = SnacDetokenizer(model, chunk_frames=2)
+    graphed, graphs, calls = _counted_graphs(model, SnacDetokenizer.GRAPH_BATCHES[:2])
+    (expected,) = _stream_all(plain, [frames], seeds=[5])
+    (got,) = _stream_all(graphed, [frames], seeds=[5])
+    assert calls and {shape[0] for shape in calls} == {2}
+    assert len(calls) == len(graphs.shapes)  # every call a replay
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
 def test_more_rows_than_the_largest_batch_go_in_its_calls(model):
     """Five streams fed alike, with 2 rows the largest captured batch: each round's group goes
     in calls of 2, 2 and 1 rows, every one a replay, and each stream's audio is its own."""
