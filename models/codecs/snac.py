@@ -236,8 +236,19 @@ class SnacDetokenizer:
     def would_emit(self, stream: SnacStream, new_frames: int) -> bool:
         """Whether a (non-final) decode would emit audio once `new_frames` more frames are
         pushed: past its first chunks a stream emits whole chunks only, so one or two new
-        frames may give nothing yet."""
-        return bool(self._chunk_plan(stream.emitted, stream.total + new_frames, final=False))
+        frames may give nothing yet. _chunk_plan's first chunk, without the plan: the engine
+        asks this of hundreds of streams a step. (A large chunk is taken only where it fits,
+        so the plan has a chunk exactly when the ramp's next one and its look-ahead fit.)"""
+        start = stream.emitted
+        return start + self._chunk_size(start) + self.right <= stream.total + new_frames
+
+    def _chunk_size(self, start: int) -> int:
+        """The ramp's chunk from frame `start` (before a large chunk replaces a full one)."""
+        if start == 0:
+            return self.first_chunk
+        # At most chunk_ramp of the frames out, rounded up (the float's error aside).
+        ramped = math.ceil(self.chunk_ramp * start - 1e-9)
+        return min(self.chunk, max(self.first_chunk, ramped))
 
     def _chunks(self, stream: SnacStream, final: bool) -> list[tuple[int, int]]:
         return self._chunk_plan(stream.emitted, stream.total, final)
@@ -250,11 +261,7 @@ class SnacDetokenizer:
         large_chunk_frames whenever that many frames are ready."""
         chunks, start = [], emitted
         while start < total:
-            if start == 0:
-                size = self.first_chunk
-            else:  # at most chunk_ramp of the frames out, rounded up (the float's error aside)
-                ramped = math.ceil(self.chunk_ramp * start - 1e-9)
-                size = min(self.chunk, max(self.first_chunk, ramped))
+            size = self._chunk_size(start)
             if size == self.chunk and start + self.large_chunk + self.right <= total:
                 size = self.large_chunk
             end = start + size
