@@ -15,8 +15,9 @@ per-request gathers are no GPU path's work); the engine, its scheduler, its requ
 bookkeeping and the codec's job plumbing run as served. On the CPU the worker takes the eager
 path (no graphs) and the codec runs inline, so `launch_ms` is the step's inputs and sampling
 rows (a GPU adds the attention's plan and the graphs' replays) and `codec_submit_ms` includes
-the codec's own Python (on a GPU its thread's, which shares the GIL). tiny-orpheus shares Orpheus' token
-layout, chunking and codec plan, so its turns are Orpheus' turns less the compute.
+the codec's own Python (on a GPU its thread's, which shares the GIL). tiny-orpheus shares
+Orpheus' token layout, chunking and codec plan, so its turns are Orpheus' turns less the
+compute.
 """
 
 from __future__ import annotations
