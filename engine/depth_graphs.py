@@ -2,7 +2,7 @@
 
 A depth stage draws a frame's codebooks one after another, each a few small layers plus a
 sampler: hundreds to thousands of tiny kernels a step (Moshi-7B: 8 codebooks × 6 layers, most
-of a frame's ~8,000 launches; BENCHMARKS.md), which leave the GPU idle while the
+of a frame's ~8,000 launches; docs/benchmark-history.md), which leave the GPU idle while the
 host launches them. Its shapes are fixed per batch size and its sampler never synchronises
 with the host (engine/code_sampling.py), so the whole stage replays as one graph per bucket.
 

@@ -8,7 +8,7 @@ walks all of them while holding the GIL: ~110 ms on 2 CPU cores, 125-210 ms on t
 host. The gateway's event loop, the engine thread and the codec thread stop together for that
 long, and a first chunk's listener holds only a few frames. (In 60-s runs of CosyVoice 2
 at 11-12 req/s with the freeze, no full collection ran at 11-12 req/s; the late frames that remained
-were the encoders': BENCHMARKS.md.) `freeze_loaded` moves
+were the encoders': docs/benchmark-history.md.) `freeze_loaded` moves
 everything alive after start-up into the collector's permanent generation (vLLM and SGLang do
 the same), so later full collections walk only what serving allocates. `GcPauses` times every
 collection, for /metrics (`voxgate_gc_pause_seconds`) and the benchmark."""

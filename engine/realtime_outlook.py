@@ -7,8 +7,8 @@ A decode step reads every running stream's KV pages, so a turn costs a part by i
 context grows by a token a step, so the turn grows as the streams age: on an H200 serving
 Orpheus, 300 streams' turn went from ~7 ms at ~450 tokens each to ~14 ms at ~2,050, past the
 ~11.6 ms a real-time turn allows there, and the streams held only on the audio they banked
-while their contexts were short (BENCHMARKS.md). A count of streams cannot say that; their
-contexts, the tokens they may still make and the audio they hold can:
+while their contexts were short (docs/benchmark-history.md). A count of streams cannot say
+that; their contexts, the tokens they may still make and the audio they hold can:
 
 - Every stream still making tokens takes one a round, as the scheduler runs them (with more
   streams than `max_num_seqs`, a round is several turns). In round k the streams whose

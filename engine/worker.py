@@ -150,7 +150,8 @@ class Worker:
         of them: one sampling graph where the model has them, else the eager head and sampler
         (and a row model's depth stage, from its own graph where it fits). An eager forward over
         the same step launches every layer's kernels one by one from Python: on the H200 such a
-        turn took ~30 ms against 7-10 ms for a decode turn, one per arrival (BENCHMARKS.md).
+        turn took ~30 ms against 7-10 ms for a decode turn, one per arrival
+        (docs/benchmark-history.md).
         None: the step does not qualify (no prompt graphs, a prompt continuing earlier tokens,
         too many tokens or rows, a sampling the sampling graph does not take)."""
         prompt_graphs, sampling_graphs = self.prompt_graphs, self.sampling_graphs

@@ -165,8 +165,8 @@ class OpusEncoder(_CodecEncoder):
 # analysis that costs most and take ~0.05 ms (385x), at ~3 dB less SNR and ~0.7 dB more
 # log-spectral distance on speech at 32 kbit/s (bench/opus_complexity.py). At 256 Orpheus
 # streams complexity 10 is ~3 cores of encoding: the worker processes' queue then grows, and
-# its waits, not the engine, made the frames late (BENCHMARKS.md). So an encode that waited
-# `--opus-hurry-ms` (20: a frame) or more for its worker (thread or process) runs at
+# its waits, not the engine, made the frames late (docs/benchmark-history.md). So an encode
+# that waited `--opus-hurry-ms` (20: a frame) or more for its worker (thread or process) runs at
 # HURRIED_COMPLEXITY, and the next one that did not wait goes back to full quality: quality
 # gives way only while the encoders are behind, and the queue drains four times faster while it
 # does. An encoder made without a threshold (None: tests, tools) never hurries, so its bytes

@@ -3,7 +3,7 @@
 The plain torch block (models/layers/llama.py) spends a decode step of a 3B model mostly in
 small element-wise kernels: RMSNorm as five of them in float32, RoPE with a concatenation,
 SiLU and the multiply apart, the residual adds apart (measured on the H200 at batch 64: ~1.8 ms
-of a ~5.9 ms step, BENCHMARKS.md). FlashInfer fuses each into one kernel: residual add +
+of a ~5.9 ms step, docs/benchmark-history.md). FlashInfer fuses each into one kernel: residual add +
 RMSNorm, RoPE in place from a float32 cos/sin table, SiLU·mul. Used only for bf16/fp16 on CUDA
 with the `gpu` extra installed; CPU and float32 keep the reference path, which the equality
 tests against transformers run. The fused results differ from the reference only by rounding

@@ -38,7 +38,7 @@ class OrpheusOptions(CodecCompileOption):
     snac_fp16: bool = option(
         False,
         "--snac-fp16",
-        "CUDA: decode SNAC in float16 (less GPU time a frame: BENCHMARKS.md; the audio "
+        "CUDA: decode SNAC in float16 (less GPU time a frame: docs/benchmark-history.md; the audio "
         "differs from float32's by float16 rounding, ~0.2 percent of its RMS)",
     )
 
