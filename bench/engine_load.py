@@ -79,8 +79,31 @@ def main() -> None:
         help="a `voxgate serve` option the engine runs with (repeatable)",
     )
     args = ap.parse_args()
+    core, model = engine_core(args)
+    if args.burst:
+        run_burst(core, model, args)
+        core.close()
+        return
+    host = HostSplit(core.worker)
+    sampling_graphs = core.worker.sampling_graphs
+    rates = [float(r) for r in args.rates.split(",")]
+    for i, rate in enumerate(rates):
+        profile_at = args.profile_at if i == len(rates) - 1 else 0.0
+        for paced in (False, True) if args.pacing_ab else (model.facts.codec_pacing,):
+            for graphs in codec_graphs(model, core):
+                graphs.paced = paced
+            for sampling in (sampling_graphs, None) if args.sampling_ab else (sampling_graphs,):
+                core.worker.sampling_graphs = sampling
+                first = paced == model.facts.codec_pacing and sampling is sampling_graphs
+                run_rate(core, model, rate, args, profile_at if first else 0.0, host, paced)
+    core.close()
+
+
+def engine_core(args: argparse.Namespace):
+    """The engine `voxgate serve --model MODEL SERVER_ARGS…` runs on `args.device`, built in
+    this process and warmed up, and its model: real-time admission off for a burst (it would
+    cap the burst at what plays live, as voxgate bench's throughput)."""
     served = served_settings(args).engine
-    # Real-time admission would cap a burst at what plays live (as voxgate bench's throughput).
     config = serving_defaults(
         replace(
             served,
@@ -99,23 +122,7 @@ def main() -> None:
     )
     core = build_core(model, config, device)
     core.warm_up()
-    if args.burst:
-        run_burst(core, model, args)
-        core.close()
-        return
-    host = HostSplit(core.worker)
-    sampling_graphs = core.worker.sampling_graphs
-    rates = [float(r) for r in args.rates.split(",")]
-    for i, rate in enumerate(rates):
-        profile_at = args.profile_at if i == len(rates) - 1 else 0.0
-        for paced in (False, True) if args.pacing_ab else (model.facts.codec_pacing,):
-            for graphs in codec_graphs(model, core):
-                graphs.paced = paced
-            for sampling in (sampling_graphs, None) if args.sampling_ab else (sampling_graphs,):
-                core.worker.sampling_graphs = sampling
-                first = paced == model.facts.codec_pacing and sampling is sampling_graphs
-                run_rate(core, model, rate, args, profile_at if first else 0.0, host, paced)
-    core.close()
+    return core, model
 
 
 def timed(fn, record):

@@ -23,17 +23,13 @@ compute.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 
 import torch
-from engine_load import run_burst
+from engine_load import engine_core, run_burst
 
-from engine.factory import build_core, serving_defaults
 from engine.worker import Worker
 from models.orpheus import tokens as T
-from models.registry import load_model
-from voxbench.throughput import served_settings
 
 
 def stand_in_device(core, model) -> None:
@@ -67,14 +63,10 @@ def stand_in_device(core, model) -> None:
 
 
 def host_engine(args: argparse.Namespace):
-    """The CPU engine `voxgate serve --model MODEL SERVER_ARGS…` runs (real-time admission
-    off, as for a burst), warmed up, then with its device's work stood in for."""
-    served = served_settings(args).engine
-    config = serving_defaults(replace(served, device="cpu", realtime_admission=False), args.model)
-    device = torch.device("cpu")
-    model = load_model(args.model, device=device, dtype=torch.float32)
-    core = build_core(model, config, device)
-    core.warm_up()
+    """The CPU engine `voxgate serve --model MODEL SERVER_ARGS…` runs for a burst
+    (engine_load's), warmed up, then with its device's work stood in for."""
+    settings = {**vars(args), "device": "cpu", "random_weights": False, "burst": True}
+    core, model = engine_core(argparse.Namespace(**settings))
     stand_in_device(core, model)
     return core, model
 
@@ -83,7 +75,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny-orpheus", help="an Orpheus preset")
     ap.add_argument("--burst", type=int, default=512)
-    ap.add_argument("--workload", default=None, help="default: bench/tts_workload.jsonl")
+    ap.add_argument("--workload", default=str(Path(__file__).with_name("tts_workload.jsonl")))
     ap.add_argument("--cprofile-at", type=float, default=0.0, help="seconds in (0: none)")
     ap.add_argument("--profile-steps", type=int, default=100)
     ap.add_argument(
@@ -94,16 +86,9 @@ def main() -> None:
         help="a `voxgate serve` option the engine runs with (repeatable)",
     )
     args = ap.parse_args()
+    args.profile_at, args.trace = 0.0, ""  # run_burst's device profile: no device here
     core, model = host_engine(args)
-    burst_args = argparse.Namespace(
-        burst=args.burst,
-        workload=args.workload or str(Path(__file__).with_name("tts_workload.jsonl")),
-        cprofile_at=args.cprofile_at,
-        profile_steps=args.profile_steps,
-        profile_at=0.0,
-        trace="",
-    )
-    run_burst(core, model, burst_args)
+    run_burst(core, model, args)
     core.close()
 
 

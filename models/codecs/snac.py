@@ -20,8 +20,8 @@ rounding: ~1e-6 of its RMS).
 Decoding each chunk again in a window with L + R context frames (3 + 2: 8 frames cost 13, 4
 cost 9) was the alternative. Beside it this decoder costs 2-8 % less a frame alone in 8-frame
 calls and 7-30 % in 4-frame ones (docs/benchmark-history.md, `bench/snac_cost.py`), has no
-seam error, and served 192 Orpheus listeners on an H200 with 99.70 / 83.63 / 100.00 / 98.59 % of frames on time
-where the windows kept 69.80 / 65.07 / 64.67 / 85.43 % (ABBA over two calls).
+seam error, and served 192 Orpheus listeners on an H200 with 99.70 / 83.63 / 100.00 / 98.59 %
+of frames on time where the windows kept 69.80 / 65.07 / 64.67 / 85.43 % (ABBA over two calls).
 """
 
 from __future__ import annotations
