@@ -7,6 +7,8 @@ Imports stay light (argparse only) so `voxgate --help` never pays for the benchm
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 import threading
@@ -411,19 +413,30 @@ def report_systems(data: dict, figure: Callable[[dict], str]) -> int:
     return 1 if failed else 0
 
 
-def _stop_in_order(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+def _stop_servers_and_exit(signum: int, frame: object) -> None:
+    """A SIGTERM stops the servers this bench started, here, then ends the bench with
+    128 + signum. Not by raising SystemExit for the `finally` blocks to unwind: raised at an
+    arbitrary point (inside an event loop's callbacks or its close) it can be replaced on its
+    way out by another error, which the bench then records as the server's and goes on or
+    exits 1 with its server still holding the GPU. The points measured so far are saved
+    already (each as it ends)."""
+    from voxbench.servers import stop_started_servers
+
+    stop_started_servers()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def run_bench(args: argparse.Namespace) -> int:
     import json
 
     # The servers a bench starts run in their own session (a terminal's ^C reaches the bench,
-    # which stops them in order), so a SIGTERM (`timeout`, an orchestrator) must unwind the
-    # bench too: its `finally` blocks stop them, where Python's default would leave them
-    # holding the GPU for the next run.
+    # which stops them in order), so a SIGTERM (`timeout`, an orchestrator) must stop them
+    # too, where Python's default would leave them holding the GPU for the next run.
     if threading.current_thread() is threading.main_thread():  # only it may set handlers
-        signal.signal(signal.SIGTERM, _stop_in_order)
+        signal.signal(signal.SIGTERM, _stop_servers_and_exit)
     if args.capacity and args.conversations:
         print("voxgate bench: --capacity and --conversations are separate runs", file=sys.stderr)
         return 2

@@ -110,6 +110,11 @@ def ready_info(http: str) -> dict | None:
     return None
 
 
+# The servers this process started and has not stopped: a SIGTERM to the bench stops them
+# (stop_started_servers) before it exits.
+_STARTED: list[ServerProcess] = []
+
+
 def start_server(
     name: str, command: list[str], port: int, log_path: Path, timeout_s: float
 ) -> ServerProcess:
@@ -135,6 +140,7 @@ def start_server(
         process,
         _log_file=log_file,
     )
+    _STARTED.append(server)
     while ready_info(http) is None:
         if process.poll() is not None or time.monotonic() - started > timeout_s:
             stop_server(server)
@@ -163,6 +169,14 @@ def stop_server(server: ServerProcess, timeout_s: float = 30.0) -> None:
     if server._log_file is not None:
         server._log_file.close()
         server._log_file = None
+    if server in _STARTED:
+        _STARTED.remove(server)
+
+
+def stop_started_servers() -> None:
+    """Stop every server this process started and has not stopped, newest first."""
+    for server in reversed(list(_STARTED)):
+        stop_server(server)
 
 
 def wait_idle(http: str, timeout_s: float = 30.0) -> bool:

@@ -452,7 +452,7 @@ def test_a_terminated_bench_stops_the_server_it_started(tmp_path):
             http = f"http://127.0.0.1:{port}"
             assert ready_info(http) is not None
             bench.send_signal(signal.SIGTERM)
-            assert bench.wait(60) == 128 + signal.SIGTERM
+            assert bench.wait(60) == 128 + signal.SIGTERM, log_path.read_text()[-4000:]
         finally:
             if bench.poll() is None:
                 bench.kill()
