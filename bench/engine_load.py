@@ -72,6 +72,13 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=0, help="N requests at once instead of rates")
     ap.add_argument("--cprofile-at", type=float, default=0.0, help="with --burst: seconds in")
     ap.add_argument(
+        "--listeners",
+        choices=("off", "on", "abba"),
+        default="off",
+        help="with --burst: the requests without a listener (as voxgate bench's throughput), "
+        "as real-time streams (on), or both in turn in one process, off-on-on-off (abba)",
+    )
+    ap.add_argument(
         "--server-arg",
         action="append",
         default=[],
@@ -81,7 +88,9 @@ def main() -> None:
     args = ap.parse_args()
     core, model = engine_core(args)
     if args.burst:
-        run_burst(core, model, args)
+        order = {"off": [False], "on": [True], "abba": [False, True, True, False]}
+        for listeners in order[args.listeners]:
+            run_burst(core, model, args, listeners)
         core.close()
         return
     host = HostSplit(core.worker)
@@ -270,11 +279,12 @@ class TurnSplit:
         return out
 
 
-def run_burst(core, model, args) -> None:
-    """The throughput benchmark's burst against the loop alone, reported second by second."""
+def run_burst(core, model, args, listeners: bool) -> None:
+    """The throughput benchmark's burst against the loop alone, reported second by second;
+    `listeners`: its requests as real-time streams (SpeechRequest.realtime)."""
     plan = burst_plan(load_workload(args.workload), args.burst, model.facts.token_rate_hz)
     for p in plan:
-        core.add_request(speech_request(model, p))
+        core.add_request(speech_request(model, p, realtime=listeners))
     split = TurnSplit(core)
     profiler = cProfile.Profile() if args.cprofile_at else None
     profiled = 0
@@ -311,7 +321,14 @@ def run_burst(core, model, args) -> None:
     seconds.append(summarise_second(len(seconds), second, split.take()))
     audio_s = sum(p.tokens for p in plan) / model.facts.token_rate_hz
     print(
-        json.dumps({"burst": args.burst, "wall_s": round(wall, 3), "rtf": round(audio_s / wall, 1)})
+        json.dumps(
+            {
+                "burst": args.burst,
+                "listeners": listeners,
+                "wall_s": round(wall, 3),
+                "rtf": round(audio_s / wall, 1),
+            }
+        )
     )
     for row in seconds:
         print(json.dumps(row))

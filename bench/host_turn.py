@@ -79,6 +79,12 @@ def main() -> None:
     ap.add_argument("--cprofile-at", type=float, default=0.0, help="seconds in (0: none)")
     ap.add_argument("--profile-steps", type=int, default=100)
     ap.add_argument(
+        "--listeners",
+        action="store_true",
+        help="the burst's requests as real-time streams (default: without a listener, as "
+        "voxgate bench's throughput)",
+    )
+    ap.add_argument(
         "--server-arg",
         action="append",
         default=["--max-num-seqs=512"],
@@ -88,7 +94,7 @@ def main() -> None:
     args = ap.parse_args()
     args.profile_at, args.trace = 0.0, ""  # run_burst's device profile: no device here
     core, model = host_engine(args)
-    run_burst(core, model, args)
+    run_burst(core, model, args, args.listeners)
     core.close()
 
 

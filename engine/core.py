@@ -293,6 +293,7 @@ class EngineCore:
             delivery_hold_s=spec.delivery_hold_s,
             playback_rate=spec.playback_rate,
             audible_after_s=spec.audible_after_s,
+            realtime=spec.realtime,
             text_feed=prompt.text_feed,
         )
         if spec.word_timings and self.model.facts.word_timings and prompt.words:

@@ -169,6 +169,13 @@ class SpeechRequest:
     # and budgeted from then, so a reply nobody can hear yet does not go ahead of one that is
     # awaited now. 0 to MAX_AUDIBLE_AFTER_S.
     audible_after_s: float = 0.0
+    # Whether someone plays this audio as it is made. False: no one does (a file returned
+    # whole, a batch job), so the request has no deadline: it runs in the room real-time
+    # streams leave (after them, and sitting out while any of their listeners is short of
+    # audio), real-time admission never refuses it (the KV pool still bounds it), and its
+    # audio is decoded in the codec's cheapest chunks (ModelFacts.large_chunk_tokens), not
+    # sized for a listener's buffer.
+    realtime: bool = True
 
 
 @dataclass(frozen=True)

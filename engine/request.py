@@ -113,6 +113,7 @@ class Request:
     playback_rate: float = 1.0  # SpeechRequest.playback_rate: audio seconds played per second
     audible_after_s: float = 0.0  # SpeechRequest.audible_after_s: held from the listener
     audible_from: float = field(init=False)  # arrival_time + audible_after_s (__post_init__)
+    realtime: bool = True  # SpeechRequest.realtime: someone plays the audio as it is made
     played_s: float | None = None  # from the client's `playback` report, when it sends one
     played_report_time: float | None = None
     # Output tokens already handed to the detokenizer (the rest wait for a chunk to fill).
@@ -190,8 +191,9 @@ class Request:
 
     @property
     def ttfa_critical(self) -> bool:
-        """No audio has reached the listener yet: time to first audio is what matters."""
-        return self.first_audio_time is None
+        """No audio has reached the listener yet: time to first audio is what matters (never
+        for a request no one plays as it is made)."""
+        return self.first_audio_time is None and self.realtime
 
     @property
     def pending_detok_tokens(self) -> int:

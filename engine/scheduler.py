@@ -14,6 +14,11 @@ to the detokenizer. Policies:
   nor are those with `max_undecoded_chunks` chunks of tokens waiting for the codec
   (backpressure from a codec that falls behind).
 
+A request no one plays as it is made (SpeechRequest.realtime False: a file returned whole, a
+batch job) has no deadline: it comes after every listener's stream (under `slack` it also sits
+out while any listener is short of audio), is not judged by real-time admission, and hands the
+codec its cheapest chunks.
+
 KV pages are reserved for a request's whole length (prompt + max_tokens) at admission, so a
 running request never has to be preempted: preempting a stream would be an audible gap.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -209,8 +215,9 @@ class Scheduler:
         process taking the cores."""
         if not self.realtime_admission or self.calibrating:
             return Verdict(True)
-        # A copy: EngineCore.stats() asks from the gateway's thread while the engine's adds.
-        live = [r for r in list(self.requests.values()) if r.wants_tokens]
+        if request is not None and not request.realtime:
+            return Verdict(True)  # no deadline: it runs in the room real-time streams leave
+        live = self._realtime_streams()
         outlooks = [self._outlook(r, now) for r in live]
         newcomer = self._newcomer(request, live)
         verdict = self.capacity.room_with(outlooks, [newcomer])
@@ -233,9 +240,15 @@ class Scheduler:
         ones and as many more of their typical length as fit (None while unmeasured). Where
         pages are priced, a bisection over the streams' outlooks (a few ms at hundreds of
         streams): stats ask through admission_view."""
-        live = [r for r in list(self.requests.values()) if r.wants_tokens]
+        live = self._realtime_streams()
         outlooks = [self._outlook(r, now) for r in live]
         return self.capacity.capacity(outlooks, self._newcomer(None, live))
+
+    def _realtime_streams(self) -> list[Request]:
+        """The live streams someone plays as they are made: what real-time admission keeps in
+        real time (a request without a listener yields to them instead). From a copy:
+        EngineCore.stats() asks from the gateway's thread while the engine's adds."""
+        return [r for r in list(self.requests.values()) if r.wants_tokens and r.realtime]
 
     def _outlook(self, request: Request, now: float) -> StreamOutlook:
         """A live stream as real-time admission's outlook sees it: its context, the most
@@ -305,7 +318,7 @@ class Scheduler:
 
     def admission_stats(self, now: float) -> AdmissionStats:
         """Real-time admission's figures for /metrics (EngineStats.admission), computed now."""
-        live = [r for r in list(self.requests.values()) if r.wants_tokens]
+        live = self._realtime_streams()
         fit = self.capacity.steps.fit()
         codec = self.capacity.codec.fit()
         health = listener_health(
@@ -377,7 +390,10 @@ class Scheduler:
 
     # --- priorities ------------------------------------------------------------------------------
     def slack(self, request: Request, now: float) -> float:
-        """Seconds the listener can wait before this request's next chunk would be late."""
+        """Seconds the listener can wait before this request's next chunk would be late
+        (without a listener, no chunk ever is)."""
+        if not request.realtime:
+            return math.inf
         return self._slack_of(
             request.buffered_audio_s(now), request.pending_detok_tokens, request.ttfa_critical
         )
@@ -390,6 +406,8 @@ class Scheduler:
         return buffered_s - (max(need, 0) * self.step_time_s + self.detok_time_s)
 
     def _priority(self, request: Request, now: float) -> tuple:
+        if not request.realtime:
+            return (2, request.arrival_time)  # after every listener, in arrival order
         if self.config.policy == "fcfs":
             return (0, request.arrival_time)
         return self._slack_rank(request, request.buffered_audio_s(now))
@@ -397,7 +415,8 @@ class Scheduler:
     def _slack_rank(self, request: Request, buffered_s: float) -> tuple[int, float]:
         """The slack policy's sort key: requests still waiting for their first audio first,
         by when their listener can hear it (arrival, or a held request's end of hold), then the
-        rest by ascending slack (`buffered_s`: the listener's buffer)."""
+        rest by ascending slack (`buffered_s`: the listener's buffer). Requests without a
+        listener come after all of them (_priority)."""
         if request.ttfa_critical:
             return (0, request.audible_from)
         return (1, self._slack_of(buffered_s, request.pending_detok_tokens, False))
@@ -415,7 +434,7 @@ class Scheduler:
         if self.config.policy == "slack":
             live = self._by_slack(live, now, out)
         else:
-            live.sort(key=lambda r: r.arrival_time)
+            live.sort(key=lambda r: (not r.realtime, r.arrival_time))
         chosen = live[: self.config.max_num_seqs]
         decodes: list[ScheduledChunk] = []
         unprefilled: list[Request] = []
@@ -450,9 +469,11 @@ class Scheduler:
 
     def _by_slack(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
         """The slack policy's order of the streams that may decode this step: first those
-        without audio yet (earliest audible_from first), then ascending slack; streams past the lead
-        cap, or with `max_undecoded_chunks` chunks waiting for the codec, sit out (counted in
-        `out`).
+        without audio yet (earliest audible_from first), then ascending slack, then requests
+        without a listener in arrival order; streams past the lead cap, or with
+        `max_undecoded_chunks` chunks waiting for the codec, sit out (counted in `out`), and
+        so do requests without a listener while some listener is short of audio (they are
+        ahead of any listener: counted with the lead cap's).
 
         This runs every turn for every stream, so each listener's buffer and pending tokens
         are read once, in one pass, and ranked as _slack_rank ranks: at a few hundred streams
@@ -461,7 +482,11 @@ class Scheduler:
         urgent = self.config.urgent_buffer_s
         short = False
         reads: list[tuple[Request, float, int]] = []
+        unheard: list[Request] = []
         for request in live:
+            if not request.realtime:
+                unheard.append(request)
+                continue
             buffered_s = request.buffered_audio_s(now)
             reads.append((request, buffered_s, request.pending_detok_tokens))
             short = short or buffered_s < urgent or request.first_audio_time is None
@@ -478,7 +503,17 @@ class Scheduler:
             else:
                 ranked.append(((1, self._slack_of(buffered_s, pending, False)), request))
         ranked.sort(key=itemgetter(0))
-        return [request for _, request in ranked]
+        order = [request for _, request in ranked]
+        if short:
+            out.held_by_lead += len(unheard)
+            return order
+        undecoded_unheard = max(undecoded, 2 * self._unheard_chunk_tokens(False))
+        for request in unheard:
+            if request.pending_detok_tokens >= undecoded_unheard:
+                out.held_by_codec += 1
+            else:
+                order.append(request)
+        return order
 
     def _lead_cap(self, short: bool) -> float:
         """How far ahead of its listener a stream may be and still decode this step (`short`:
@@ -506,6 +541,10 @@ class Scheduler:
             # Streamed text ran out: no frame comes before more text does, so the frames the
             # text so far gave are decoded now rather than held for a chunk to fill.
             return True
+        if not request.realtime:
+            return pending >= self._unheard_chunk_tokens(request.num_detokenized == 0) and (
+                self.codec_would_emit is None or self.codec_would_emit(request)
+            )
         if request.ttfa_critical:
             codec_s = self.detok_time_s if codec_s is None else codec_s
             return self._first_chunk_ready(request, now, codec_s)
@@ -525,6 +564,14 @@ class Scheduler:
             and self.slack(request, now) < self.detok_time_s
             and (self.codec_would_emit is None or self.codec_would_emit(request))
         )
+
+    def _unheard_chunk_tokens(self, first: bool) -> int:
+        """The tokens a request without a listener hands the codec at a time: its cheapest
+        chunk (ModelFacts.large_chunk_tokens, else a full chunk), and for a `first` job at
+        least what a first chunk needs. Nobody waits for its audio, so fewer, fuller codec
+        calls only make the whole cheaper."""
+        chunk = max(self.facts.large_chunk_tokens, self.facts.chunk_tokens)
+        return max(chunk, self.facts.first_chunk_tokens) if first else chunk
 
     def _can_wait_for_large(self, request: Request, now: float) -> bool:
         """Whether the listener can wait for a large chunk (ModelFacts.large_chunk_tokens):
@@ -559,7 +606,7 @@ class Scheduler:
         if request.first_audio_time is None:
             request.first_audio_time = now
             request.first_chunk_s = seconds
-        elif request.audio_chunks_out == 1:
+        elif request.audio_chunks_out == 1 and request.realtime:
             gap = now - request.first_audio_time
             old = self.second_chunk_gap_s
             self.second_chunk_gap_s = gap if old == 0.0 else ema(old, gap)
@@ -712,7 +759,10 @@ class Scheduler:
             # would only thin the listeners' buffers. Also when none is generating any more.
             return False
         due_s = 4 * self.detok_time_s * max(self.first_audio_margin, 1.0)
-        return all(not r.ttfa_critical and r.buffered_audio_s(now) >= due_s for r in ready)
+        return all(
+            not r.realtime or (not r.ttfa_critical and r.buffered_audio_s(now) >= due_s)
+            for r in ready
+        )
 
     def first_chunk_waits_for_lane(self, lane_s: float) -> bool:
         """Whether first chunks skip the steady job and wait for the lane: the lane delivers
@@ -729,6 +779,8 @@ class Scheduler:
         that waited so. With the margin (3 on CUDA) most second
         chunks take the lane: at 4 and 6 req/s no stream of 107 came late; with 1.5 in its
         place one of 15 did at 6 req/s and one of 23 at 3."""
+        if not request.realtime:
+            return False
         return request.buffered_audio_s(now) < 2 * self.detok_time_s * self.first_audio_margin
 
 

@@ -1,6 +1,11 @@
 """Throughput RTF: seconds of audio produced per wall second with every request submitted at
 once and no streaming constraint (BENCHMARK.md).
 
+No streaming constraint: each request says so (SpeechRequest.realtime False, as a batch job
+or a file returned whole would), so the engine neither sizes its chunks for a listener nor
+ranks its streams by one. `--listeners` submits them as real-time streams instead (the
+listener rules' cost to a burst, side by side).
+
 Measured through the engine surface directly (`submit` → event stream), in its own process,
 for the engine and for the HF baseline alike: the gateway's pacing (audio released at most
 `lead_ms` ahead of real time) would otherwise cap what a client can observe, and per-frame
@@ -65,17 +70,18 @@ async def _drain(stream, t0: float) -> dict[str, Any]:
     }
 
 
-def speech_request(engine, plan: PlannedRequest, tokens: int | None = None):
+def speech_request(engine, plan: PlannedRequest, tokens: int | None = None, realtime: bool = True):
     """The engine request of a planned one: its text, `tokens` (default: the plan's) as both
-    min_tokens and max_tokens, the model's sampling defaults otherwise. `engine`: anything
-    with the model's `facts` (an engine client, or the model itself)."""
+    min_tokens and max_tokens, the model's sampling defaults otherwise; `realtime`: whether
+    someone plays it as it is made (SpeechRequest.realtime). `engine`: anything with the
+    model's `facts` (an engine client, or the model itself)."""
     from engine.api import SamplingParams, SpeechRequest
 
     n = tokens or plan.tokens
     sampling = SamplingParams(
         **{**engine.facts.sampling_defaults, "min_tokens": n, "max_tokens": n}
     )
-    return SpeechRequest(plan.item.text, None, sampling)
+    return SpeechRequest(plan.item.text, None, sampling, realtime=realtime)
 
 
 def loop_totals(engine) -> dict[str, float] | None:
@@ -113,14 +119,17 @@ def burst_profile(
     }
 
 
-async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> dict[str, Any]:
+async def measure_rtf(
+    engine, plan: list[PlannedRequest], warmup: int = 2, listeners: bool = False
+) -> dict[str, Any]:
     """Submit every request of `plan` at once; total audio seconds / wall seconds, and where
-    the engine's time went meanwhile (`engine_loop`, None for an engine without counters)."""
+    the engine's time went meanwhile (`engine_loop`, None for an engine without counters).
+    `listeners`: as real-time streams (default: without a listener, the metric's "no
+    streaming constraint")."""
     warm_tokens = round(engine.facts.token_rate_hz)  # ~1 s of audio each
     for p in plan[:warmup]:
-        await _drain(
-            await _submit(engine, speech_request(engine, p, warm_tokens)), time.monotonic()
-        )
+        request = speech_request(engine, p, warm_tokens, realtime=listeners)
+        await _drain(await _submit(engine, request), time.monotonic())
     if warmup:
         await asyncio.sleep(_SETTLE_S)  # the warm-up's last counters in before the reading
     before = loop_totals(engine)
@@ -129,7 +138,8 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
     sampler = asyncio.create_task(_sample_totals(engine, t0, samples)) if before else None
 
     async def submit_and_drain(p: PlannedRequest) -> dict[str, Any]:
-        return await _drain(await _submit(engine, speech_request(engine, p)), t0)
+        request = speech_request(engine, p, realtime=listeners)
+        return await _drain(await _submit(engine, request), t0)
 
     # All at once, each stream read from its own submission on. Submitted one after another,
     # each submit waits its round trip to the engine, which answers between steps: 512
@@ -148,6 +158,7 @@ async def measure_rtf(engine, plan: list[PlannedRequest], warmup: int = 2) -> di
         finishes[r["finish"]] = finishes.get(r["finish"], 0) + 1
     return {
         "requests": len(plan),
+        "listeners": listeners,
         "audio_s": round(audio, 3),
         "wall_s": round(wall, 3),
         "rtf": round(audio / wall, 3) if wall > 0 else None,
@@ -211,7 +222,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     load_s = time.monotonic() - started
     try:
         plan = burst_plan(items, args.requests, engine.facts.token_rate_hz, args.seed)
-        result = await measure_rtf(engine, plan, args.warmup)
+        result = await measure_rtf(engine, plan, args.warmup, args.listeners)
     finally:
         await engine.shutdown()
     return {
@@ -235,6 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument(
+        "--listeners",
+        action="store_true",
+        help="submit the requests as real-time streams (SpeechRequest.realtime), not as "
+        "requests without a listener",
+    )
     p.add_argument("--workload", type=Path, default=DEFAULT_WORKLOAD)
     p.add_argument("--max-audio-seconds", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
