@@ -36,11 +36,14 @@ class AdmissionRefusal:
     message: str
 
 
-def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> AdmissionRefusal | None:
+def admission_refusal(
+    engine: EngineClient, settings: GatewaySettings, realtime: bool = True
+) -> AdmissionRefusal | None:
     """Why the engine cannot take another session now (answered with 1013), or None: the
     server would rather refuse a session than make every session stutter. Asks
     `engine.stats()` only: counting the refusal is the caller's (it may only be asking, as
-    replica placement does)."""
+    replica placement does). A request no one plays as it comes (`realtime` False) needs no
+    real-time capacity: only the KV cache and the waiting queue can refuse it."""
     if not engine.ready:
         return AdmissionRefusal(NOT_READY, "the engine is not ready; try again later")
     stats = engine.stats()
@@ -53,7 +56,7 @@ def admission_refusal(engine: EngineClient, settings: GatewaySettings) -> Admiss
         return AdmissionRefusal(
             WAITING, f"{stats.waiting} requests are waiting for the engine; try again later"
         )
-    if stats.realtime_refusal:
+    if realtime and stats.realtime_refusal:
         return AdmissionRefusal(
             stats.realtime_refusal,
             "the engine has no real-time capacity for another stream now "

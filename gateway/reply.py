@@ -106,6 +106,9 @@ class SpeechOptions:
     # Turn-based models with tool calls (ModelFacts.tool_call_syntax): the tools written into
     # each reply's prompt (the Realtime API's `tools`, unless `tool_choice` is `none`).
     tools: tuple[FunctionTool, ...] = ()
+    # Whether someone plays the replies as they are made (SpeechRequest.realtime): False for
+    # `POST /v1/audio/speech` with `realtime: false`, a file to keep or a batch job.
+    realtime: bool = True
 
 
 class ReplyState(enum.Enum):

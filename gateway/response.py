@@ -266,6 +266,7 @@ class ResponseRunner:
                 playback_rate=opts.speed,
                 model_options=opts.model_options,
                 word_timings=opts.word_timings,
+                realtime=opts.realtime,
             )
             stream = await self.reply.submit(request)
             if stream is None:  # refused (the client was told why): it fails in its turn
@@ -299,6 +300,7 @@ class ResponseRunner:
             model_options=opts.model_options,
             word_timings=opts.word_timings,
             text_stream=not final,
+            realtime=opts.realtime,
         )
         stream = await self.reply.submit(request)
         if stream is None:  # refused (the client was told why)

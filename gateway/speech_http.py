@@ -90,6 +90,7 @@ class SpeechStream:
             AudioSpec(AudioFormat.PCM16, SPEECH_RATE),
             call.model_options,
             speed=call.speed,
+            realtime=call.realtime,
         )
         self.runner = ResponseRunner(
             text,
@@ -296,7 +297,7 @@ class SpeechEndpoint:
             raise unavailable(refusal.message)
         stream = SpeechStream(gateway, call, verdict)
         try:
-            busy = admission_refusal(engine, gateway.settings)
+            busy = admission_refusal(engine, gateway.settings, call.realtime)
             if busy is not None:
                 gateway.metrics.errors.labels(ErrorCode.OVERLOADED.value).inc()
                 gateway.metrics.count_refusal(busy.cause)

@@ -19,6 +19,11 @@ testable without a server. What each field does here (docs/gateway.md says the s
   client sends them with `extra_body`), checked as `session.start`'s are.
 - `model_options`: the served model's per-request options (Chatterbox's exaggeration and
   cfg_weight; `extra_body` too), checked as `session.start`'s are.
+- `realtime`: Voxgate's (`extra_body`), default true. `false` says no one plays the audio as
+  it comes (a file to keep, a batch job): the engine then runs the request in the room the
+  real-time streams leave, behind them, and decodes it in its codec's cheapest chunks
+  (SpeechRequest.realtime); real-time admission does not refuse it, and its bytes may come
+  slower than real time.
 """
 
 from __future__ import annotations
@@ -115,6 +120,7 @@ class SpeechCall:
     ignored: tuple[str, ...] = field(default=())  # fields accepted but not applied
     model_options: dict[str, OptionValue] = field(default_factory=dict)
     speed: float = 1.0
+    realtime: bool = True  # someone plays the audio as it comes (the `realtime` field)
 
 
 def _string(body: dict, name: str, required: bool = False) -> str | None:
@@ -195,6 +201,15 @@ def _speed(body: dict) -> float:
         raise bad("speed", str(exc)) from None
 
 
+def _realtime(body: dict) -> bool:
+    value = body.get("realtime")
+    if value is None:
+        return True
+    if not isinstance(value, bool):
+        raise bad("realtime", "'realtime' must be true or false")
+    return value
+
+
 def _stream_format(body: dict) -> str:
     value = _string(body, "stream_format") or "audio"
     if value not in STREAM_FORMATS:
@@ -240,7 +255,7 @@ def parse_speech_request(
     """The checked request, or SpeechHttpError(400) for the first bad field."""
     if not isinstance(body, dict):
         raise bad(None, "the body must be a JSON object", None)
-    known = {*OPENAI_FIELDS, "stream_format", "model_options", *SAMPLING_FIELDS}
+    known = {*OPENAI_FIELDS, "stream_format", "model_options", "realtime", *SAMPLING_FIELDS}
     unknown = sorted(set(body) - known)
     if unknown:
         raise bad(unknown[0], f"unrecognized request argument supplied: {unknown[0]}", None)
@@ -259,4 +274,5 @@ def parse_speech_request(
         ignored=("instructions",) if instructions and instructions.strip() else (),
         model_options=_model_options(body, facts),
         speed=speed,
+        realtime=_realtime(body),
     )

@@ -66,6 +66,15 @@ def test_each_refusal_has_its_cause_and_says_why(figures, cause, words):
     assert words in refusal.message and refusal.message.endswith("try again later")
 
 
+def test_a_request_no_one_plays_as_it_comes_needs_no_real_time_room():
+    """POST /v1/audio/speech with `realtime: false`: the engine runs it behind the real-time
+    streams, so only the KV pool and the queue can refuse it."""
+    no_room = engine(realtime_refusal="turn_cost")
+    assert admission_refusal(no_room, SETTINGS, realtime=False) is None
+    assert admission_refusal(engine(used=100), SETTINGS, realtime=False).cause == "kv"
+    assert admission_refusal(engine(waiting=4), SETTINGS, realtime=False).cause == "waiting"
+
+
 def test_a_session_of_known_size_needs_its_pages_free():
     """A full-duplex engine states the pages a new session reserves (its whole context): the
     session is refused at start while fewer are free, not admitted to fail at submit."""

@@ -91,6 +91,29 @@ def test_pcm_is_24khz_s16le(client, voice, expected_s):
     assert abs(len(data) / 2 / 24000 - expected_s) < TOLERANCE_S
 
 
+def test_a_file_no_one_plays_as_it_comes_reaches_the_engine_so(client, voice, engine, monkeypatch):
+    """`realtime: false` (a file to keep) submits requests without a listener
+    (SpeechRequest.realtime: the engine runs them behind real-time streams, decoded in its
+    codec's large chunks); the audio is the same, but for the float rounding of the
+    chunking."""
+    submitted = []
+    submit = engine.submit
+
+    async def recording_submit(request):
+        submitted.append(request.realtime)
+        return await submit(request)
+
+    monkeypatch.setattr(engine, "submit", recording_submit)
+    heard, _ = speak(client, voice, response_format="pcm")
+    kept, _ = speak(
+        client, voice, response_format="pcm", extra_body={**FAST_SAMPLING, "realtime": False}
+    )
+    assert submitted == [True, False]
+    heard, kept = np.frombuffer(heard, dtype="<i2"), np.frombuffer(kept, dtype="<i2")
+    assert len(kept) == len(heard)
+    assert np.abs(kept.astype(np.int32) - heard).max() <= 2
+
+
 def test_default_format_is_mp3(client, voice, expected_s):
     data, headers = speak(client, voice)
     assert headers["content-type"] == "audio/mpeg"
@@ -206,6 +229,7 @@ def test_speed_time_stretches_the_audio_made(client, voice, engine, speed):
             "tiny-orpheus takes no model_options",
         ),
         ({"extra_body": {"model_options": 0.7}}, "model_options", "must be an object"),
+        ({"extra_body": {"realtime": "no"}}, "realtime", "true or false"),
     ],
 )
 def test_bad_input_gets_an_openai_400(client, voice, fields, param, says):
