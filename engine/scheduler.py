@@ -120,6 +120,12 @@ class Scheduler:
         # rate (SpeechModel.first_chunk_audio_s); None: first_chunk_audio_tokens' rule.
         self.first_audio_s = first_audio_s
         self.steady_batch_rows = facts.steady_batch_rows
+        # The tokens a request without a listener hands the codec at a time: the model's
+        # cheapest chunk (large_chunk_tokens, else a full chunk), and for its first job at
+        # least what a first chunk needs. Nobody waits for its audio, so fewer, fuller codec
+        # calls only make the whole cheaper.
+        self._unheard_chunk = max(facts.large_chunk_tokens, facts.chunk_tokens)
+        self._unheard_first_chunk = max(self._unheard_chunk, facts.first_chunk_tokens)
         self.requests: dict[str, Request] = {}  # live requests, in arrival order
         self._reserved_blocks = 0
         self._holding_kv: set[str] = set()  # requests whose KV reservation is still held
@@ -507,7 +513,7 @@ class Scheduler:
         if short:
             out.held_by_lead += len(unheard)
             return order
-        undecoded_unheard = max(undecoded, 2 * self._unheard_chunk_tokens(False))
+        undecoded_unheard = max(undecoded, 2 * self._unheard_chunk)
         for request in unheard:
             if request.pending_detok_tokens >= undecoded_unheard:
                 out.held_by_codec += 1
@@ -542,7 +548,10 @@ class Scheduler:
             # text so far gave are decoded now rather than held for a chunk to fill.
             return True
         if not request.realtime:
-            return pending >= self._unheard_chunk_tokens(request.num_detokenized == 0) and (
+            chunk = (
+                self._unheard_first_chunk if request.num_detokenized == 0 else self._unheard_chunk
+            )
+            return pending >= chunk and (
                 self.codec_would_emit is None or self.codec_would_emit(request)
             )
         if request.ttfa_critical:
@@ -564,14 +573,6 @@ class Scheduler:
             and self.slack(request, now) < self.detok_time_s
             and (self.codec_would_emit is None or self.codec_would_emit(request))
         )
-
-    def _unheard_chunk_tokens(self, first: bool) -> int:
-        """The tokens a request without a listener hands the codec at a time: its cheapest
-        chunk (ModelFacts.large_chunk_tokens, else a full chunk), and for a `first` job at
-        least what a first chunk needs. Nobody waits for its audio, so fewer, fuller codec
-        calls only make the whole cheaper."""
-        chunk = max(self.facts.large_chunk_tokens, self.facts.chunk_tokens)
-        return max(chunk, self.facts.first_chunk_tokens) if first else chunk
 
     def _can_wait_for_large(self, request: Request, now: float) -> bool:
         """Whether the listener can wait for a large chunk (ModelFacts.large_chunk_tokens):
