@@ -40,10 +40,9 @@ from pathlib import Path
 
 import torch
 
-from engine.factory import apply_gil_switch, build_core, resolve_dtype, serving_defaults
+from engine.factory import apply_gil_switch, load_engine_loop, serving_defaults
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
-from models.registry import load_model
 from voxbench.throughput import served_settings, speech_request
 from voxbench.workload import burst_plan, load_workload, poisson_plan
 
@@ -112,7 +111,8 @@ def engine_core(args: argparse.Namespace):
     """The engine `voxgate serve --model MODEL SERVER_ARGS…` runs on `args.device`, built in
     this process and warmed up, and its model: real-time admission off for a burst (it would
     cap the burst at what plays live, as voxgate bench's throughput)."""
-    served = served_settings(args).engine
+    settings = served_settings(args)
+    served = settings.engine
     config = serving_defaults(
         replace(
             served,
@@ -122,15 +122,11 @@ def engine_core(args: argparse.Namespace):
         args.model,
     )
     apply_gil_switch(config)
-    device = torch.device(args.device)
-    model = load_model(
-        args.model,
-        device=device,
-        dtype=resolve_dtype(config, device),
-        random_weights=args.random_weights,
+    # As serve loads it: the model family's options among the server args (--snac-fp16, …)
+    # reach the model.
+    model, core = load_engine_loop(
+        args.model, settings.codec, config, random_weights=args.random_weights
     )
-    core = build_core(model, config, device)
-    core.warm_up()
     return core, model
 
 
