@@ -39,3 +39,18 @@ def test_stood_in_requests_run_to_their_length_with_all_their_audio():
             assert samples[request_id] == n // 7 * frame  # every frame's audio, once
     finally:
         core.close()
+
+
+def test_the_model_familys_options_among_the_server_args_reach_the_model():
+    """engine_load's engine (host_turn builds it) loads the model as `voxgate serve` does: a
+    family option among the server args (--snac-large-chunk-frames) is the model's, not
+    parsed and dropped (a bench of --snac-fp16 would otherwise measure the default)."""
+    args = argparse.Namespace(
+        model="tiny-orpheus", server_arg=["--max-num-seqs=8", "--snac-large-chunk-frames=16"]
+    )
+    core, model = host_engine(args)
+    try:
+        assert model.detok.large_chunk == 16
+        assert model.facts.large_chunk_tokens == 16 * 7
+    finally:
+        core.close()
