@@ -2,6 +2,7 @@
 
     python bench/snac_cost.py --batches 4,16,64,256 --chunks 4,8,16 --dtypes float32,bfloat16
     python bench/snac_cost.py --batches 4,5,8,16,64 --chunks 8 --dtypes float32,float16 --compiled
+    python bench/snac_cost.py --batches 16,64 --chunks 4,8 --dtypes float32 --compiled --triton
 
 The engine decodes each stream's audio with SNAC's stateful decoder (models/codecs/
 snac_streaming.py: each frame decoded once, the convs' state carried between calls), one call
@@ -13,7 +14,9 @@ rows as streams with a chunk ready); for other dtypes it also reports the audio'
 float32's (RMS of the difference over RMS of the signal) on the same codes. `--compiled` also
 times each dtype with the noise and residual units' steps compiled as `--compile-codec` serves them
 (engine/cuda_graphs.py, compile_regions; SnacDetokenizer.repeated_blocks), as the variant
-`<dtype>+compiled`. `--profile` prints, for each variant at the first batch and chunk, the
+`<dtype>+compiled`; `--triton`, with the residual units and Snake steps as Triton kernels
+(models/codecs/snac_triton.py, `--snac-triton`) and the other steps compiled, as
+`<dtype>+triton`. `--profile` prints, for each variant at the first batch and chunk, the
 kernels of its replays by device time (a torch profile): which of the decoder's kernels to work
 on; with `TORCH_LOGS=output_code` in the environment Inductor also prints the code it
 generated for the compiled variants.
@@ -29,7 +32,7 @@ import torch
 from snac import SNAC
 
 from engine.cuda_graphs import compile_regions
-from models.codecs.snac import fold_weight_norm, snac_24khz_config
+from models.codecs.snac import fold_weight_norm, gemms_in_conv_precision, snac_24khz_config
 from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
 
 
@@ -40,9 +43,15 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--compiled", action="store_true", help="also each dtype compiled")
+    ap.add_argument(
+        "--triton",
+        action="store_true",
+        help="also each dtype with the residual units and Snakes as Triton kernels (--snac-triton)",
+    )
     ap.add_argument("--profile", action="store_true", help="kernels by time, first shape")
     args = ap.parse_args()
     device = torch.device("cuda")
+    gemms_in_conv_precision()  # float32 GEMMs in TF32, as the engine serves SNAC
     torch.manual_seed(0)
     weights = SNAC(**snac_24khz_config()).eval().state_dict()
     variants = {}
@@ -51,11 +60,14 @@ def main() -> None:
         model.load_state_dict(weights)
         model = model.to(device, getattr(torch, name))
         fold_weight_norm(model)
-        for compiled in (False, True) if args.compiled else (False,):
+        kinds = [""] + ["+compiled"] * args.compiled + ["+triton"] * args.triton
+        for kind in kinds:
             decoder = StreamingSnacDecoder(model)  # residual steps of its own
-            if compiled:
+            if kind == "+triton":
+                decoder.use_triton_kernels()
+            if kind:
                 compile_regions(decoder.repeated_blocks())
-            variants[name + ("+compiled" if compiled else "")] = (decoder, getattr(torch, name))
+            variants[name + kind] = (decoder, getattr(torch, name))
     rows = []
     shapes = [(int(b), int(c)) for b in args.batches.split(",") for c in args.chunks.split(",")]
     for batch, chunk in shapes:

@@ -84,6 +84,9 @@ class StreamingSnacDecoder:
             for conv in self.steps
             if isinstance(conv, nn.ConvTranspose1d)
         }
+        # The Triton kernels' module (models/codecs/snac_triton.py) once use_triton_kernels
+        # ran: the residual units and Snake steps then run them.
+        self.kernels = None
         self._runs = [self._runner(step) for step in self.steps]
         self.samples_per_latent = int(model.hop_length)
         self.state_shapes = [shape for step in self.steps for shape in _state_shapes(step)]
@@ -151,6 +154,18 @@ class StreamingSnacDecoder:
         packed = torch.cat([part.reshape(part.shape[0], -1) for part in new_state], dim=1)
         return x[:, 0], packed
 
+    def use_triton_kernels(self) -> None:
+        """Run the residual units and the Snake steps as hand-written Triton kernels
+        (models/codecs/snac_triton.py; `--snac-triton`) rather than as torch ops or compiled
+        blocks: the residual units leave repeated_blocks. Needs Triton (CUDA, or its
+        interpreter)."""
+        from models.codecs import snac_triton
+
+        self.kernels = snac_triton
+        for unit in self.residual_steps.values():
+            unit.kernels = snac_triton
+        self._runs = [self._runner(step) for step in self.steps]
+
     def _runner(self, step: nn.Module):
         """How a call runs `step` on x (its first sample at `rows.start`), taking its kept
         inputs from `queue` and putting what it keeps now in `new_state`: chosen once a step.
@@ -171,6 +186,9 @@ class StreamingSnacDecoder:
         if isinstance(step, PositionalNoise):
             noise = self.noise_steps[step]
             return lambda x, rows, queue, new_state: noise(x, rows.seed, rows.start)
+        kernels = self.kernels
+        if isinstance(step, Snake1d) and kernels is not None:
+            return lambda x, rows, queue, new_state: kernels.snake(x, step.alpha)
         # A pointwise conv, Snake1d, Tanh (_flatten admits nothing else): no state, no position.
         return lambda x, rows, queue, new_state: step(x)
 
@@ -178,12 +196,13 @@ class StreamingSnacDecoder:
         """The chain's two symmetric convs, the upsampling and noise steps (one each per
         upsampling block), then the residual units' steps (three per block): what
         --compile-codec compiles (cuda_graphs.compile_regions; residual steps of one width and
-        dilation share a program, the others have one each)."""
+        dilation share a program, the others have one each). Residual units that run Triton
+        kernels (use_triton_kernels) are not among them."""
         return [
             *self.conv_steps.values(),
             *self.upsample_steps.values(),
             *self.noise_steps.values(),
-            *self.residual_steps.values(),
+            *(unit for unit in self.residual_steps.values() if unit.kernels is None),
         ]
 
 
@@ -260,10 +279,14 @@ class StreamingResidualUnit(nn.Module):
         super().__init__()
         self.snake_in, self.conv, self.snake_out, self.pointwise = unit.block
         self.reach = _half_width(self.conv)
+        self.kernels = None  # models/codecs/snac_triton.py, where the unit runs its kernels
 
     def forward(self, x, skip_state, conv_state, start, end):
         """x [B, C, n] from absolute position `start` [B] → (output from start - h, the
         new skip state, the new conv state)."""
+        if self.kernels is not None:
+            layers = self.snake_in, self.conv, self.snake_out, self.pointwise
+            return self.kernels.residual_unit(x, skip_state, conv_state, start, end, *layers)
         h = self.reach
         skip, new_skip = _delayed(x, skip_state, h)
         joined = torch.cat([conv_state, _masked(self.snake_in(x), start, end)], dim=-1)

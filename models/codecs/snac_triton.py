@@ -1,0 +1,245 @@
+"""SNAC's residual units and Snake activations as hand-written Triton kernels (CUDA,
+`--snac-triton`): what snac_streaming's StreamingResidualUnit and Snake1d steps compute,
+in fewer passes over memory.
+
+Why: in Orpheus' 512-request burst on an H200, SNAC took a third of each step's device time,
+~56 µs a frame against a ~15-20 µs memory floor, and Inductor's kernels for the residual
+units (the masked Snake joined to the kept inputs, the dilated taps with the next Snake, the
+residual add around cuBLAS' pointwise conv) each moved their bytes at ~20-30 % of the copy
+bandwidth. A residual unit here is two kernels:
+
+- `_unit_join`: the unit's joined line [its kept inputs, the masked Snake of the new ones],
+  one sine a sample, and the skip path's tail for the next call;
+- `_unit_taps_mix`: for a tile of output channels and samples, the dilated 7-tap depthwise
+  conv and the second Snake of each input channel's line (the taps' overlapping reads come
+  from the cache), then the pointwise conv as a matrix product on tensor cores (TF32 where
+  torch's float32 matmuls are, or float16), its bias and the delayed skip path added before
+  the one store: the conv's output never goes to memory.
+
+Values: the unit's own formulas (snac.layers.snake, F.conv1d's cross-correlation, the
+residual add), computed in float32 whatever the storage dtype; they equal the torch ops to
+float rounding (tests/models/test_snac_triton.py runs the kernels in Triton's interpreter on
+the CPU; tests/gpu/test_gpu_engine.py compiled, in CUDA graphs). Imported only where
+`--snac-triton` asks for them: CPU installs have no Triton."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Block sizes: a join or Snake program covers JOIN_BLOCK samples of one row's channel; a
+# taps-and-mix program a [BLOCK_CO, MIX_T] tile of outputs (BLOCK_CO: the width, at most
+# MIX_CO), computing MIX_CI input channels' taps a step (SNAC's widths, 64 to 1024, are
+# multiples of 64).
+JOIN_BLOCK = 1024
+MIX_CO, MIX_CI, MIX_T = 128, 32, 128
+
+
+@triton.jit
+def _snake(v, alpha, inv_alpha):
+    """snac.layers.snake on float32 values: v + sin(alpha·v)² / (alpha + 1e-9)."""
+    s = tl.sin(alpha * v)
+    return v + inv_alpha * s * s
+
+
+@triton.jit
+def _unit_join(
+    x_ptr,  # [B, C, n] the unit's input
+    conv_state_ptr,  # [B, C, 2h] the conv's kept inputs (masked Snake values)
+    skip_state_ptr,  # [B, C, h] the skip path's kept inputs
+    start_ptr,  # [B] int64: absolute position of x's first sample
+    end_ptr,  # [B] int64: the stream's end at this rate
+    alpha_ptr,  # [C] the first Snake's
+    joined_ptr,  # [B, C, 2h + n] out: [the kept inputs, the masked Snake of x]
+    new_skip_ptr,  # [B, C, h] out: the skip line's last h
+    C,
+    n,
+    HALF: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)  # b · C + c
+    pid = tl.program_id(1)
+    b = row // C
+    c = row % C
+    KEPT: tl.constexpr = 2 * HALF
+    width = n + KEPT
+    row64 = row.to(tl.int64)
+    x_row = x_ptr + row64 * n
+    p = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = p < width
+    in_state = p < KEPT
+    kept = tl.load(conv_state_ptr + row64 * KEPT + p, mask=ok & in_state, other=0.0)
+    xi = p - KEPT
+    v = tl.load(x_row + xi, mask=ok & (xi >= 0), other=0.0).to(tl.float32)
+    pos = tl.load(start_ptr + b) + xi
+    live = (pos >= 0) & (pos < tl.load(end_ptr + b))
+    alpha = tl.load(alpha_ptr + c).to(tl.float32)
+    fresh = tl.where(live, _snake(v, alpha, 1.0 / (alpha + 1e-9)), 0.0)
+    joined = tl.where(in_state, kept.to(tl.float32), fresh)
+    tl.store(joined_ptr + row64 * width + p, joined.to(joined_ptr.dtype.element_ty), mask=ok)
+    if pid == 0:  # the skip line is [h kept, the n new]: its last h samples, for the next call
+        q = tl.arange(0, BLOCK)
+        at = n + q
+        from_kept = at < HALF
+        skip = tl.load(skip_state_ptr + row64 * HALF + at, mask=(q < HALF) & from_kept, other=0.0)
+        new = tl.load(x_row + at - HALF, mask=(q < HALF) & (at >= HALF), other=0.0)
+        tl.store(new_skip_ptr + row64 * HALF + q, tl.where(from_kept, skip, new), mask=q < HALF)
+
+
+@triton.jit
+def _unit_taps_mix(
+    joined_ptr,  # [B, C, 2h + n] _unit_join's
+    x_ptr,  # [B, C, n] the unit's input (the skip path)
+    skip_state_ptr,  # [B, C, h]
+    tap_weight_ptr,  # [C, TAPS] the dilated depthwise conv
+    tap_bias_ptr,  # [C]
+    alpha_ptr,  # [C] the second Snake's
+    mix_weight_ptr,  # [C, C] the pointwise conv
+    mix_bias_ptr,  # [C]
+    out_ptr,  # [B, C, n]
+    n,
+    C: tl.constexpr,
+    DILATION: tl.constexpr,
+    TAPS: tl.constexpr,
+    HAS_TAP_BIAS: tl.constexpr,
+    HAS_MIX_BIAS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_CO: tl.constexpr,
+    BLOCK_CI: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    CO_TILES: tl.constexpr = (C + BLOCK_CO - 1) // BLOCK_CO
+    HALF: tl.constexpr = DILATION * (TAPS - 1) // 2
+    pid = tl.program_id(0)  # b · CO_TILES + the output channels' tile
+    b = (pid // CO_TILES).to(tl.int64)
+    co = (pid % CO_TILES) * BLOCK_CO + tl.arange(0, BLOCK_CO)
+    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    width = n + 2 * HALF
+    t_ok = t < n
+    co_ok = co < C
+    acc = tl.zeros([BLOCK_CO, BLOCK_T], dtype=tl.float32)
+    for ci0 in range(0, C, BLOCK_CI):
+        # The second Snake of the taps over joined, for BLOCK_CI input channels: the taps'
+        # shifted reads overlap, so they come from the cache after the first.
+        ci = ci0 + tl.arange(0, BLOCK_CI)
+        ci_ok = ci < C
+        line = joined_ptr + (b * C + ci[:, None]) * width + t[None, :]
+        ok = ci_ok[:, None] & t_ok[None, :]
+        h = tl.zeros([BLOCK_CI, BLOCK_T], dtype=tl.float32)
+        if HAS_TAP_BIAS:
+            h += tl.load(tap_bias_ptr + ci, mask=ci_ok, other=0.0).to(tl.float32)[:, None]
+        for tap in tl.static_range(TAPS):
+            w = tl.load(tap_weight_ptr + ci * TAPS + tap, mask=ci_ok, other=0.0).to(tl.float32)
+            h += w[:, None] * tl.load(line + tap * DILATION, mask=ok, other=0.0).to(tl.float32)
+        alpha = tl.load(alpha_ptr + ci, mask=ci_ok, other=1.0).to(tl.float32)[:, None]
+        h = _snake(h, alpha, 1.0 / (alpha + 1e-9))
+        mix = tl.load(
+            mix_weight_ptr + co[:, None] * C + ci[None, :],
+            mask=co_ok[:, None] & ci_ok[None, :],
+            other=0.0,
+        )
+        acc += tl.dot(mix, h.to(mix.dtype), input_precision=PRECISION)
+    if HAS_MIX_BIAS:
+        acc += tl.load(mix_bias_ptr + co, mask=co_ok, other=0.0).to(tl.float32)[:, None]
+    rows = b * C + co[:, None]
+    ok = co_ok[:, None] & t_ok[None, :]
+    from_kept = (t < HALF)[None, :]  # the skip line [h kept, x] read at t: delayed by h
+    kept = tl.load(skip_state_ptr + rows * HALF + t[None, :], mask=ok & from_kept, other=0.0)
+    fresh = tl.load(x_ptr + rows * n + t[None, :] - HALF, mask=ok & ~from_kept, other=0.0)
+    y = acc + tl.where(from_kept, kept, fresh).to(tl.float32)
+    tl.store(out_ptr + rows * n + t[None, :], y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _snake_kernel(x_ptr, alpha_ptr, out_ptr, C, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    pid = tl.program_id(1)
+    c = row % C
+    alpha = tl.load(alpha_ptr + c).to(tl.float32)
+    inv = 1.0 / (alpha + 1e-9)
+    t = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = t < n
+    offsets = row.to(tl.int64) * n + t
+    v = tl.load(x_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offsets, _snake(v, alpha, inv).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _matmul_precision(dtype: torch.dtype) -> str:
+    """The pointwise conv's arithmetic: float32 in TF32 where torch's float32 matmuls run so
+    (snac.gemms_in_conv_precision sets it as the convs'), else IEEE; half types as they are."""
+    if dtype != torch.float32:
+        return "ieee"
+    return "tf32" if torch.backends.cuda.matmul.fp32_precision == "tf32" else "ieee"
+
+
+def residual_unit(
+    x: torch.Tensor,
+    skip_state: torch.Tensor,
+    conv_state: torch.Tensor,
+    start: torch.Tensor,
+    end: torch.Tensor,
+    snake_in: torch.nn.Module,
+    conv: torch.nn.Conv1d,
+    snake_out: torch.nn.Module,
+    pointwise: torch.nn.Conv1d,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """StreamingResidualUnit.forward in two kernels: x [B, C, n] from absolute position
+    `start` [B], its kept skip [B, C, h] and conv inputs [B, C, 2h] → (the output from
+    start - h, the new skip state, the new conv state)."""
+    b, c, n = x.shape
+    taps, dilation = conv.kernel_size[0], conv.dilation[0]
+    half = dilation * (taps - 1) // 2
+    x = x.contiguous()
+    skip_state, conv_state = skip_state.contiguous(), conv_state.contiguous()
+    joined = x.new_empty(b, c, 2 * half + n)
+    new_skip = torch.empty_like(skip_state)
+    _unit_join[(b * c, triton.cdiv(2 * half + n, JOIN_BLOCK))](
+        x,
+        conv_state,
+        skip_state,
+        start,
+        end,
+        snake_in.alpha,
+        joined,
+        new_skip,
+        c,
+        n,
+        HALF=half,
+        BLOCK=JOIN_BLOCK,
+    )
+    out = torch.empty_like(x)
+    block_co = min(MIX_CO, max(16, triton.next_power_of_2(c)))  # tl.dot: 16 rows or more
+    _unit_taps_mix[(b * triton.cdiv(c, block_co), triton.cdiv(n, MIX_T))](
+        joined,
+        x,
+        skip_state,
+        conv.weight,
+        conv.bias if conv.bias is not None else x,  # unread without a bias
+        snake_out.alpha,
+        pointwise.weight,
+        pointwise.bias if pointwise.bias is not None else x,
+        out,
+        n,
+        C=c,
+        DILATION=dilation,
+        TAPS=taps,
+        HAS_TAP_BIAS=conv.bias is not None,
+        HAS_MIX_BIAS=pointwise.bias is not None,
+        PRECISION=_matmul_precision(x.dtype),
+        BLOCK_CO=block_co,
+        BLOCK_CI=MIX_CI,
+        BLOCK_T=MIX_T,
+        num_warps=4 if block_co <= 64 else 8,
+        num_stages=1,  # each step's seven tap reads would otherwise be buffered in shared memory
+    )
+    return out, new_skip, joined[..., -2 * half :]
+
+
+def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """snac.layers.snake over x [B, C, n] with alpha [1, C, 1], in one pass."""
+    b, c, n = x.shape
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    _snake_kernel[(b * c, triton.cdiv(n, JOIN_BLOCK))](x, alpha, out, c, n, BLOCK=JOIN_BLOCK)
+    return out

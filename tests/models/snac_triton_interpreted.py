@@ -1,0 +1,70 @@
+"""Runs in a subprocess of tests/models/test_snac_triton.py, with TRITON_INTERPRET=1 and
+Triton on its path (`make reference-deps` puts it in .ref/triton): SNAC's stateful decoder
+with its residual units and Snake steps as Triton kernels (interpreted on the CPU) against
+the same decoder's torch ops, over a stream's calls. Prints one JSON line a call."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from snac import SNAC
+
+from models.codecs.snac_checkpoint import fold_weight_norm, tiny_snac_config
+from models.codecs.snac_noise import install_positional_noise
+from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    model = SNAC(**tiny_snac_config()).eval()
+    install_positional_noise(model)
+    fold_weight_norm(model)
+    with torch.no_grad():  # SNAC starts its alphas at 1 and its biases at 0: make them count
+        for name, param in model.decoder.named_parameters():
+            if name.endswith("alpha"):
+                param.uniform_(0.5, 2.0)
+            elif name.endswith("bias"):
+                param.normal_(0.0, 0.1)
+    torch_ops = StreamingSnacDecoder(model)
+    kernels = StreamingSnacDecoder(model)
+    kernels.use_triton_kernels()
+    print(
+        json.dumps(
+            {
+                "compiled_blocks": len(kernels.repeated_blocks()),
+                "compiled_blocks_torch": len(torch_ops.repeated_blocks()),
+            }
+        )
+    )
+    batch = 2
+    states = [d.new_state(batch) for d in (torch_ops, kernels)]
+    position = torch.tensor([0, 37])
+    end = torch.tensor([NO_END, 40])  # the second stream ends inside the second call
+    seed = torch.tensor([3, 11])
+    # 1 latent step: the first block's units see 8 samples, fewer than their reach (h = 27);
+    # the last call flushes the second stream: its units' inputs reach past its end.
+    for steps in (1, 4, 1, 8):
+        latent = torch.randn(batch, model.latent_dim, steps)
+        with torch.inference_mode():
+            (want, states[0]), (got, states[1]) = (
+                d.decode(latent, s, position, end, seed)
+                for d, s in zip((torch_ops, kernels), states, strict=True)
+            )
+        print(
+            json.dumps(
+                {
+                    "steps": steps,
+                    "samples": got.shape[-1],
+                    "rms": want.pow(2).mean().sqrt().item(),
+                    "max_err": (got - want).abs().max().item(),
+                    "state_max_err": (states[1] - states[0]).abs().max().item(),
+                    "state_rms": states[0].pow(2).mean().sqrt().item(),
+                }
+            )
+        )
+        position = position + steps
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""SNAC's residual units and Snake steps as Triton kernels (`--snac-triton`,
+models/codecs/snac_triton.py) decode what the torch ops do: the kernels run in Triton's
+interpreter on the CPU, in a subprocess (snac_triton_interpreted.py) with Triton from
+`make reference-deps` (.ref/triton): the project's own environment has no Triton on the CPU.
+On the GPU, tests/gpu/test_snac_triton_gpu.py runs them compiled, in CUDA graphs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("snac_triton_interpreted.py")
+
+
+def triton_dir() -> Path:
+    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref")) / "triton"
+
+
+def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
+    """Four calls of two streams (a first call of one latent step, shorter than the widest
+    units' reach; one stream ending inside the second call and flushed by the last): the
+    audio and the carried state equal the torch ops' to float32 rounding, and the residual
+    units leave the blocks to compile."""
+    root = triton_dir()
+    if not (root / "triton").is_dir():
+        pytest.skip(f"Triton is not installed in {root}: run `make reference-deps`")
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{root}"},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    blocks, calls = lines[0], lines[1:]
+    # 22 blocks compile with torch ops; the 12 residual units run kernels instead.
+    assert blocks == {"compiled_blocks": 10, "compiled_blocks_torch": 22}
+    assert [c["steps"] for c in calls] == [1, 4, 1, 8]
+    for call in calls:
+        assert call["samples"] == call["steps"] * 512
+        assert call["rms"] > 0.01 and call["state_rms"] > 0.01
+        assert call["max_err"] < 1e-5
+        assert call["state_max_err"] < 1e-5
