@@ -44,8 +44,9 @@ class OrpheusOptions(CodecCompileOption):
     snac_triton: bool = option(
         False,
         "--snac-triton",
-        "CUDA: run SNAC's residual units and Snake activations as hand-written Triton kernels "
-        "(models/codecs/snac_triton.py: fewer passes over memory than the compiled blocks)",
+        "CUDA, experimental: run SNAC's residual units and Snake activations as hand-written "
+        "Triton kernels (models/codecs/snac_triton.py) instead of the compiled blocks; not yet "
+        "measured faster (docs/models.md)",
     )
 
     def __post_init__(self) -> None:
