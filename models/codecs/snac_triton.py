@@ -14,7 +14,9 @@ bandwidth. A residual unit here is two kernels:
   conv and the second Snake of each input channel's line (the taps' overlapping reads come
   from the cache), then the pointwise conv as a matrix product on tensor cores (TF32 where
   torch's float32 matmuls are, or float16), its bias and the delayed skip path added before
-  the one store: the conv's output never goes to memory.
+  the one store: the conv's output never goes to memory. Its tile is tuned at its first
+  call for each width (TAPS_MIX_CONFIGS, triton.autotune; outside graph capture, in the
+  codec's warm-up).
 
 Values: the unit's own formulas (snac.layers.snake, F.conv1d's cross-correlation, the
 residual add), computed in float32 whatever the storage dtype; they equal the torch ops to
@@ -24,16 +26,44 @@ the CPU; tests/gpu/test_gpu_engine.py compiled, in CUDA graphs). Imported only w
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-# Block sizes: a join or Snake program covers JOIN_BLOCK samples of one row's channel; a
-# taps-and-mix program a [BLOCK_CO, MIX_T] tile of outputs (BLOCK_CO: the width, at most
-# MIX_CO), computing MIX_CI input channels' taps a step (SNAC's widths, 64 to 1024, are
-# multiples of 64).
+# A join or Snake program covers JOIN_BLOCK samples of one row's channel.
 JOIN_BLOCK = 1024
-MIX_CO, MIX_CI, MIX_T = 128, 32, 128
+
+
+def _taps_mix_config(block_co: int, block_ci: int, block_t: int, warps: int) -> triton.Config:
+    """A tile for _unit_taps_mix: [block_co output channels, block_t samples], block_ci input
+    channels' taps a step; unpipelined (pipelining buffered the seven tap reads of each step
+    in up to 297 KB of shared memory)."""
+    return triton.Config(
+        {"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_T": block_t},
+        num_warps=warps,
+        num_stages=1,
+    )
+
+
+# The tiles _unit_taps_mix is tuned over at its first call for each width (triton.autotune):
+# all compile for sm_90 without spilling registers (ptxas -v, 48-211 registers a thread), the
+# first being the one Triton's interpreter runs on the CPU.
+TAPS_MIX_CONFIGS = [
+    _taps_mix_config(64, 16, 64, 8),
+    _taps_mix_config(64, 32, 32, 8),
+    _taps_mix_config(64, 16, 32, 4),
+    _taps_mix_config(64, 32, 64, 8),
+    _taps_mix_config(32, 16, 64, 4),
+    _taps_mix_config(128, 32, 64, 8),
+]
+
+
+def _fitting_tiles(configs, named_args, **kwargs):
+    """The tiles no wider than the unit (tl.dot needs 16 rows or more)."""
+    width = max(16, named_args["C"] if "C" in named_args else kwargs["C"])
+    return [c for c in configs if c.kwargs["BLOCK_CO"] <= width] or configs[:1]
 
 
 @triton.jit
@@ -165,6 +195,20 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, C, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, _snake(v, alpha, inv).to(out_ptr.dtype.element_ty), mask=ok)
 
 
+_unit_taps_mix_tuned = triton.autotune(
+    configs=TAPS_MIX_CONFIGS, key=["C"], prune_configs_by={"early_config_prune": _fitting_tiles}
+)(_unit_taps_mix)
+
+
+def _taps_mix_kernel():
+    """The tuned kernel and no fixed tile; in Triton's interpreter (no device to time tiles
+    on), the plain kernel and the first tile."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        config = TAPS_MIX_CONFIGS[0]
+        return _unit_taps_mix, {**config.kwargs, "num_warps": config.num_warps}
+    return _unit_taps_mix_tuned, {}
+
+
 def _matmul_precision(dtype: torch.dtype) -> str:
     """The pointwise conv's arithmetic: float32 in TF32 where torch's float32 matmuls run so
     (snac.gemms_in_conv_precision sets it as the convs'), else IEEE; half types as they are."""
@@ -209,8 +253,11 @@ def residual_unit(
         BLOCK=JOIN_BLOCK,
     )
     out = torch.empty_like(x)
-    block_co = min(MIX_CO, max(16, triton.next_power_of_2(c)))  # tl.dot: 16 rows or more
-    _unit_taps_mix[(b * triton.cdiv(c, block_co), triton.cdiv(n, MIX_T))](
+    kernel, tile = _taps_mix_kernel()
+    launch = kernel[
+        lambda meta: (b * triton.cdiv(c, meta["BLOCK_CO"]), triton.cdiv(n, meta["BLOCK_T"]))
+    ]
+    launch(
         joined,
         x,
         skip_state,
@@ -227,11 +274,7 @@ def residual_unit(
         HAS_TAP_BIAS=conv.bias is not None,
         HAS_MIX_BIAS=pointwise.bias is not None,
         PRECISION=_matmul_precision(x.dtype),
-        BLOCK_CO=block_co,
-        BLOCK_CI=MIX_CI,
-        BLOCK_T=MIX_T,
-        num_warps=4 if block_co <= 64 else 8,
-        num_stages=1,  # each step's seven tap reads would otherwise be buffered in shared memory
+        **tile,
     )
     return out, new_skip, joined[..., -2 * half :]
 

@@ -64,6 +64,35 @@ def main() -> None:
             )
         )
         position = position + steps
+    print(json.dumps({"tiles": tile_errors(torch_ops)}))
+
+
+def tile_errors(decoder: StreamingSnacDecoder) -> list[float]:
+    """Each of the tiles the GPU tunes _unit_taps_mix over, on one residual unit (dilation 9:
+    a reach of 27, so a call of 40 samples reads its kept inputs too, and one of 300 spans
+    tiles): the largest difference from the torch ops over both calls' outputs and states."""
+    from models.codecs import snac_triton
+
+    unit = next(u for u in decoder.residual_steps.values() if u.conv.dilation[0] == 9)
+    c, h = unit.conv.in_channels, unit.reach
+    layers = unit.snake_in, unit.conv, unit.snake_out, unit.pointwise
+    errors = []
+    for config in snac_triton.TAPS_MIX_CONFIGS:
+        tile = {**config.kwargs, "num_warps": config.num_warps}
+        snac_triton._taps_mix_kernel = lambda tile=tile: (snac_triton._unit_taps_mix, tile)
+        worst = 0.0
+        skip, kept = torch.randn(2, c, h), torch.randn(2, c, 2 * h)
+        for n, start in ((40, 5), (300, 45)):
+            x = torch.randn(2, c, n)
+            begin, end = torch.tensor([start, start]), torch.tensor([NO_END, start + n - 7])
+            with torch.inference_mode():
+                want = unit(x, skip, kept, begin, end)
+                got = snac_triton.residual_unit(x, skip, kept, begin, end, *layers)
+            worst = max(
+                worst, *((g - w).abs().max().item() for g, w in zip(got, want, strict=True))
+            )
+        errors.append(worst)
+    return errors
 
 
 if __name__ == "__main__":

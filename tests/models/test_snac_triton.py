@@ -26,7 +26,8 @@ def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
     """Four calls of two streams (a first call of one latent step, shorter than the widest
     units' reach; one stream ending inside the second call and flushed by the last): the
     audio and the carried state equal the torch ops' to float32 rounding, and the residual
-    units leave the blocks to compile."""
+    units leave the blocks to compile. Each tile the GPU tunes the taps-and-mix kernel over
+    computes the same unit."""
     root = triton_dir()
     if not (root / "triton").is_dir():
         pytest.skip(f"Triton is not installed in {root}: run `make reference-deps`")
@@ -40,7 +41,7 @@ def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
     )
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    blocks, calls = lines[0], lines[1:]
+    blocks, calls, tiles = lines[0], lines[1:-1], lines[-1]["tiles"]
     # 22 blocks compile with torch ops; the 12 residual units run kernels instead.
     assert blocks == {"compiled_blocks": 10, "compiled_blocks_torch": 22}
     assert [c["steps"] for c in calls] == [1, 4, 1, 8]
@@ -49,3 +50,5 @@ def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
         assert call["rms"] > 0.01 and call["state_rms"] > 0.01
         assert call["max_err"] < 1e-5
         assert call["state_max_err"] < 1e-5
+    # Every tile the GPU may pick computes the same unit.
+    assert len(tiles) == 6 and max(tiles) < 1e-5
