@@ -1,0 +1,102 @@
+"""What SNAC's Triton kernels (models/codecs/snac_triton.py) take of an H100/H200's SM, without
+a GPU: each kernel compiled for sm_90 by Triton here, then Triton's own ptxas reports its
+registers a thread, spilled bytes and shared memory (a JSON line a kernel and tile). A tile that spills or needs more shared
+memory than the SM has (227 KB) is slow or does not launch; TAPS_MIX_CONFIGS keeps to tiles
+that do neither.
+
+    PYTHONPATH=.ref/triton python bench/triton_resources.py [--dtype fp16]
+
+(`make reference-deps` puts Triton in .ref/triton; the GPU machine has its own.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from models.codecs import snac_triton as K
+
+HOPPER = GPUTarget("cuda", 90, 32)
+WIDTHS = (64, 128, 256, 512)  # SNAC 24 kHz's residual units
+PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+
+
+def resources(fn, signature: dict, constants: dict, **options) -> dict:
+    """Registers a thread, spilled bytes (stores) and shared memory of `fn` compiled for sm_90."""
+    signature = {**signature, **dict.fromkeys(constants, "constexpr")}
+    kernel = triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constants),
+        target=HOPPER,
+        options=options,
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        ptx = Path(folder) / "kernel.ptx"
+        ptx.write_text(kernel.asm["ptx"])
+        report = subprocess.run(
+            [str(PTXAS), "-arch=sm_90a", "-v", str(ptx), "-o", str(ptx.with_suffix(".cubin"))],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+    return {
+        "registers": int(re.search(r"Used (\d+) registers", report).group(1)),
+        "spilled": int(re.search(r"(\d+) bytes spill stores", report).group(1)),
+        "shared": kernel.metadata.shared,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32")
+    args = ap.parse_args()
+    ptr = f"*{args.dtype}"
+    mix = dict.fromkeys(
+        ("joined_ptr", "x_ptr", "skip_state_ptr", "tap_weight_ptr", "tap_bias_ptr", "alpha_ptr")
+        + ("mix_weight_ptr", "mix_bias_ptr", "out_ptr"),
+        ptr,
+    )
+    mix["n"] = "i32"
+    for width in WIDTHS:
+        for config in K.TAPS_MIX_CONFIGS:
+            if config.kwargs["BLOCK_CO"] > width:
+                continue
+            constants = {
+                "C": width,
+                "DILATION": 9,
+                "TAPS": 7,
+                "HAS_TAP_BIAS": True,
+                "HAS_MIX_BIAS": True,
+                "PRECISION": "tf32" if args.dtype == "fp32" else "ieee",
+                **config.kwargs,
+            }
+            used = resources(
+                K._unit_taps_mix,
+                mix,
+                constants,
+                num_warps=config.num_warps,
+                num_stages=config.num_stages,
+            )
+            tile = {**config.kwargs, "warps": config.num_warps}
+            print(json.dumps({"kernel": "_unit_taps_mix", "width": width, **tile, **used}))
+    join = dict.fromkeys(
+        ("x_ptr", "conv_state_ptr", "skip_state_ptr", "alpha_ptr", "joined_ptr", "new_skip_ptr"),
+        ptr,
+    )
+    join.update(start_ptr="*i64", end_ptr="*i64", C="i32", n="i32")
+    used = resources(K._unit_join, join, {"HALF": 27, "BLOCK": K.JOIN_BLOCK}, num_warps=4)
+    print(json.dumps({"kernel": "_unit_join", **used}))
+    snake = {"x_ptr": ptr, "alpha_ptr": ptr, "out_ptr": ptr, "C": "i32", "n": "i32"}
+    used = resources(K._snake_kernel, snake, {"BLOCK": K.JOIN_BLOCK}, num_warps=4)
+    print(json.dumps({"kernel": "_snake_kernel", **used}))
+
+
+if __name__ == "__main__":
+    main()
