@@ -110,16 +110,18 @@ $(REFERENCE_DIR)/.installed-step-audio2:
 
 # Triton, for its interpreter: tests/models/test_snac_triton.py runs SNAC's Triton kernels
 # (models/codecs/snac_triton.py, CUDA in serving) on the CPU. In a folder of its own, which only
-# that test's subprocess puts on its path: the CPU torch never sees it.
+# that test's subprocess puts on its path: the CPU torch never sees it. Not named `triton`: the
+# other references' subprocesses put .ref on their path, where a `triton` folder would import
+# as a namespace package and break their transformers' imports.
 TRITON_REF := triton==3.6.0
-$(REFERENCE_DIR)/.installed-triton: $(BIN)/python
-	$(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR)/triton $(TRITON_REF) \
+$(REFERENCE_DIR)/.installed-triton-interpreter: $(BIN)/python
+	$(BIN)/pip install -q --no-deps --target $(REFERENCE_DIR)/triton-interpreter $(TRITON_REF) \
 		|| echo "warning: could not install Triton; the SNAC kernels' CPU test will be skipped"
-	@if [ -d $(REFERENCE_DIR)/triton/triton ]; then touch $@; fi
+	@if [ -d $(REFERENCE_DIR)/triton-interpreter/triton ]; then touch $@; fi
 
 reference-deps: $(REFERENCE_STAMP) $(REFERENCE_DIR)/.zonos-installed-2 \
 	$(REFERENCE_DIR)/.installed-qwen3-tts $(REFERENCE_DIR)/.installed-step-audio2 \
-	$(REFERENCE_DIR)/.installed-triton
+	$(REFERENCE_DIR)/.installed-triton-interpreter
 
 test: lint browser-deps teacher-deps zonos-deps reference-deps
 	$(BIN)/python -m pytest -q -m "not gpu" --durations=30 --durations-min=10 tests

@@ -4,9 +4,9 @@ registers a thread, spilled bytes and shared memory (a JSON line a kernel and ti
 memory than the SM has (227 KB) is slow or does not launch; TAPS_MIX_CONFIGS keeps to tiles
 that do neither.
 
-    PYTHONPATH=.ref/triton python bench/triton_resources.py [--dtype fp16]
+    PYTHONPATH=.ref/triton-interpreter python bench/triton_resources.py [--dtype fp16]
 
-(`make reference-deps` puts Triton in .ref/triton; the GPU machine has its own.)
+(`make reference-deps` puts Triton in .ref/triton-interpreter; the GPU machine has its own.)
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """SNAC's residual units and Snake steps as Triton kernels (`--snac-triton`,
 models/codecs/snac_triton.py) decode what the torch ops do: the kernels run in Triton's
 interpreter on the CPU, in a subprocess (snac_triton_interpreted.py) with Triton from
-`make reference-deps` (.ref/triton): the project's own environment has no Triton on the CPU.
-On the GPU, tests/gpu/test_snac_triton_gpu.py runs them compiled, in CUDA graphs."""
+`make reference-deps` (.ref/triton-interpreter): the project's own environment has no Triton
+on the CPU. On the GPU, tests/gpu/test_gpu_engine.py's
+test_compiled_detokenizer_graphs_equal_eager runs them compiled, in CUDA graphs. Compiled
+for sm_90 here (no GPU needed), no tile spills registers or outgrows shared memory."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ HOPPER_SHARED_BYTES = 232_448  # an H100's or H200's shared memory a block may t
 
 
 def triton_dir() -> Path:
-    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref")) / "triton"
+    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref")) / "triton-interpreter"
 
 
 def _triton_or_skip() -> Path:
