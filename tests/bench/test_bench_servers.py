@@ -7,9 +7,13 @@ import sys
 
 from voxbench import servers
 
-# A stand-in server: answers GET /ready with 200 until it is stopped.
+# A stand-in server: answers GET /ready with 200 until it is stopped. It takes SIGINT as a
+# server does (uvicorn installs its own handler): a process started in the background by a
+# non-interactive shell inherits SIGINT ignored, and stop_server's SIGINT would then wait out
+# its 30 s before SIGTERM.
 READY_SERVER = """
-import http.server, sys
+import http.server, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 class Ready(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
