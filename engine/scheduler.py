@@ -51,6 +51,14 @@ _KEEPS_KV = (
     RequestStatus.FINISHED_CANCELLED,
 )
 
+# A request without a listener yields to listeners short of audio, but not for ever: once the
+# audio its tokens make falls below this share of the time since it came, it decodes after
+# the listeners even while one is short. Under a steady stream of arrivals some listener is
+# always short (a newcomer waits for its first chunk), so without a floor a batch job would
+# never finish on a busy server; at a quarter of real time it takes at most ~4× its audio's
+# length there, and as a real-time stream it costs a quarter of one.
+UNHEARD_FLOOR_RATE = 0.25
+
 
 def ema(old: float, new: float, weight: float = 0.2) -> float:
     """The running estimates' update (step cadence, codec time, second-chunk gap)."""
@@ -479,7 +487,8 @@ class Scheduler:
         without a listener in arrival order; streams past the lead cap, or with
         `max_undecoded_chunks` chunks waiting for the codec, sit out (counted in `out`), and
         so do requests without a listener while some listener is short of audio (they are
-        ahead of any listener: counted with the lead cap's).
+        ahead of any listener: counted with the lead cap's), unless they have fallen behind
+        their floor (UNHEARD_FLOOR_RATE).
 
         This runs every turn for every stream, so each listener's buffer and pending tokens
         are read once, in one pass, and ranked as _slack_rank ranks: at a few hundred streams
@@ -511,8 +520,9 @@ class Scheduler:
         ranked.sort(key=itemgetter(0))
         order = [request for _, request in ranked]
         if short:
-            out.held_by_lead += len(unheard)
-            return order
+            behind = [r for r in unheard if self._behind_floor(r, now)]
+            out.held_by_lead += len(unheard) - len(behind)
+            unheard = behind
         undecoded_unheard = max(undecoded, 2 * self._unheard_chunk)
         for request in unheard:
             if request.pending_detok_tokens >= undecoded_unheard:
@@ -520,6 +530,12 @@ class Scheduler:
             else:
                 order.append(request)
         return order
+
+    def _behind_floor(self, request: Request, now: float) -> bool:
+        """Whether a request without a listener has made less audio than UNHEARD_FLOOR_RATE of
+        the time since it came."""
+        made_s = request.num_generated * self.facts.seconds_per_token
+        return made_s < (now - request.arrival_time) * UNHEARD_FLOOR_RATE
 
     def _lead_cap(self, short: bool) -> float:
         """How far ahead of its listener a stream may be and still decode this step (`short`:

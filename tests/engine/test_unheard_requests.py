@@ -9,7 +9,7 @@ import math
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.scheduler import ChunkingFacts, Scheduler
+from engine.scheduler import UNHEARD_FLOOR_RATE, ChunkingFacts, Scheduler
 
 # Orpheus' shapes: 7 codes a frame, first chunks of 3 frames, chunks of 4, large chunks of 8.
 FACTS = ChunkingFacts(
@@ -57,14 +57,15 @@ def decoding(sched: Scheduler, now: float) -> list[Request]:
 def test_unheard_requests_run_after_every_listener_and_only_while_none_is_short():
     now = 50.0
     sched = make_scheduler(max_num_seqs=3, urgent_buffer_s=1.0)
-    batch = streaming(sched, arrival=1.0, now=now, buffered_s=0.0, realtime=False)
-    comfortable = streaming(sched, arrival=2.0, now=now, buffered_s=1.5)
-    later = streaming(sched, arrival=3.0, now=now, buffered_s=1.2)
+    batch = streaming(sched, arrival=now - 1.0, now=now, buffered_s=0.0, realtime=False)
+    comfortable = streaming(sched, arrival=now - 3.0, now=now, buffered_s=1.5)
+    later = streaming(sched, arrival=now - 2.0, now=now, buffered_s=1.2)
     # Seats for three: the listeners first (least slack first), the batch request last,
-    # although it came first and its "buffer" is empty.
+    # although its "buffer" is empty.
     assert decoding(sched, now) == [later, comfortable, batch]
     assert decoding(make_scheduler_with(sched, max_num_seqs=2), now) == [later, comfortable]
-    # A listener short of audio: the batch request sits out (counted with the lead cap's).
+    # A listener short of audio: the batch request sits out (counted with the lead cap's):
+    # its 100 tokens (1.2 s of audio) in a second are well ahead of its floor.
     later.audio_emitted_s -= 0.5
     out = sched.schedule(now)
     assert [c.request for c in out.chunks] == [later, comfortable]
@@ -73,6 +74,27 @@ def test_unheard_requests_run_after_every_listener_and_only_while_none_is_short(
     later.audio_emitted_s += 0.5
     newcomer = admit(sched, arrival=now, realtime=True)
     assert batch not in decoding(sched, now) and newcomer in decoding(sched, now)
+
+
+def test_an_unheard_request_behind_its_floor_runs_while_a_listener_is_short():
+    """Some listener is always short under a steady stream of arrivals (a newcomer waits for
+    its first chunk): a request without a listener that has made less audio than
+    UNHEARD_FLOOR_RATE of the time since it came decodes anyway, after every listener, so a
+    batch job finishes on a busy server. One still ahead of its floor keeps sitting out."""
+    now = 50.0
+    sched = make_scheduler(urgent_buffer_s=1.0)
+    listener = streaming(sched, arrival=now - 2.0, now=now, buffered_s=1.5)
+    # 100 tokens (1.22 s of audio) each: in 49 s behind the floor, in 4 s ahead of it.
+    starved = streaming(sched, arrival=now - 49.0, now=now, buffered_s=0.0, realtime=False)
+    fresh = streaming(sched, arrival=now - 4.0, now=now, buffered_s=0.0, realtime=False)
+    assert 100 * TOKEN_S < 49.0 * UNHEARD_FLOOR_RATE and 100 * TOKEN_S > 4.0 * UNHEARD_FLOOR_RATE
+    newcomer = admit(sched, arrival=now, realtime=True)  # short: no audio yet
+    out = sched.schedule(now)
+    assert [c.request for c in out.chunks] == [newcomer, listener, starved]
+    assert out.held_by_lead == 1 and fresh not in [c.request for c in out.chunks]
+    # Once it is ahead of its floor again, it sits out with the other.
+    starved.output_ids += [7] * 1000
+    assert starved not in decoding(sched, now)
 
 
 def make_scheduler_with(sched: Scheduler, **overrides) -> Scheduler:
