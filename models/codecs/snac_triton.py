@@ -62,7 +62,7 @@ TAPS_MIX_CONFIGS = [
 
 def _fitting_tiles(configs, named_args, **kwargs):
     """The tiles no wider than the unit (tl.dot needs 16 rows or more)."""
-    width = max(16, named_args["C"] if "C" in named_args else kwargs["C"])
+    width = max(16, kwargs["C"])  # residual_unit passes C by name
     return [c for c in configs if c.kwargs["BLOCK_CO"] <= width] or configs[:1]
 
 

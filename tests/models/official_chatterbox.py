@@ -12,11 +12,9 @@ here as bare namespaces and only the named submodules run."""
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import types
 from contextlib import contextmanager
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -24,13 +22,9 @@ import torch
 
 from models.codecs.flow_hift.audible_weights import make_audible
 from models.codecs.flow_hift.hift import HiFTGenerator, positional_gaussian
+from tests.models.reference_dirs import reference_dir
 
-REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("chatterbox", "chatterbox.models", "chatterbox.models.s3gen")
-
-
-def reference_dir() -> Path:
-    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref"))
 
 
 def import_official(*modules: str) -> list[types.ModuleType]:

@@ -17,12 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.models.reference_dirs import reference_dir
+
 SCRIPT = Path(__file__).with_name("qwen3_tts_reference.py")
-
-
-def reference_dir() -> Path:
-    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref"))
 
 
 def run_official(job: dict, workdir: Path) -> dict[str, np.ndarray]:

@@ -7,17 +7,16 @@ offline, or where its modules do not import, the tests that need it skip and say
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.models.reference_dirs import reference_dir
 
 
 def official_dir() -> Path:
-    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref")) / "step_audio2"
+    return reference_dir("step_audio2")
 
 
 def import_official(*names: str):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
@@ -22,12 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.models.reference_dirs import reference_dir
+
 _STAND_INS = ("torchaudio", "inflect", "kanjize", "sudachipy")
-
-
-def reference_dir() -> Path:
-    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref"))
 
 
 def _stand_in(name: str) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.models.reference_dirs import reference_dir
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("snac_triton_interpreted.py")
 RESOURCES = REPO / "bench" / "triton_resources.py"
@@ -23,7 +25,7 @@ HOPPER_SHARED_BYTES = 232_448  # an H100's or H200's shared memory a block may t
 
 
 def triton_dir() -> Path:
-    return Path(os.environ.get("VOXGATE_REFERENCE_DIR", REPO / ".ref")) / "triton-interpreter"
+    return reference_dir("triton-interpreter")
 
 
 def _triton_or_skip() -> Path:
