@@ -32,7 +32,7 @@ fi
 # and their Triton kernels: a fresh machine's first server start compiles them (20-120 s),
 # unless an earlier call's cache was carried as .gpu/inductor.txz.
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
-# Triton's own kernels (--snac-triton's, and the tiles its tuning compiles) in the same folder,
+# Triton's own kernels (SNAC's hand-written ones, and the tiles their tuning compiles) in the same folder,
 # so that save_kernels packs them with Inductor's.
 export TRITON_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR/triton-jit
 if [ -f .gpu/inductor.txz ] && [ ! -f $TORCHINDUCTOR_CACHE_DIR/.carried ]; then

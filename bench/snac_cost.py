@@ -11,12 +11,13 @@ batched call (a captured CUDA graph replayed, CUDA events; rows 40 latent steps 
 streams, zero state: the values do not change the time) and reports µs per emitted frame and
 the audio seconds decoded per GPU second, at each batch size (a served steady job has as many
 rows as streams with a chunk ready); for other dtypes it also reports the audio's error against
-float32's (RMS of the difference over RMS of the signal) on the same codes. `--compiled` also
-times each dtype with the noise and residual units' steps compiled as `--compile-codec` serves them
-(engine/cuda_graphs.py, compile_regions; SnacDetokenizer.repeated_blocks), as the variant
-`<dtype>+compiled`; `--triton`, with the residual units and Snake steps as Triton kernels
-(models/codecs/snac_triton.py, `--snac-triton`) and the other steps compiled, as
-`<dtype>+triton`. `--profile` prints, for each variant at the first batch and chunk, the
+float32's (RMS of the difference over RMS of the signal) on the same codes. `--triton` also
+times each dtype as the engine serves it on CUDA, as the variant `<dtype>+triton`: the residual
+units and Snake steps as hand-written Triton kernels (models/codecs/snac_triton.py) and the
+other repeated steps compiled (`--compile-codec`: engine/cuda_graphs.py, compile_regions;
+SnacDetokenizer.repeated_blocks); `--compiled`, with every repeated step compiled, the residual
+units too (Inductor's kernels for them: what the hand-written ones are measured against), as
+`<dtype>+compiled`. `--profile` prints, for each variant at the first batch and chunk, the
 kernels of its replays by device time (a torch profile): which of the decoder's kernels to work
 on; with `TORCH_LOGS=output_code` in the environment Inductor also prints the code it
 generated for the compiled variants.
@@ -42,11 +43,13 @@ def main() -> None:
     ap.add_argument("--chunks", default="4,8,16")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--compiled", action="store_true", help="also each dtype compiled")
+    ap.add_argument(
+        "--compiled", action="store_true", help="also each dtype compiled, residual units too"
+    )
     ap.add_argument(
         "--triton",
         action="store_true",
-        help="also each dtype with the residual units and Snakes as Triton kernels (--snac-triton)",
+        help="also each dtype as served: residual units and Snakes as Triton kernels",
     )
     ap.add_argument("--profile", action="store_true", help="kernels by time, first shape")
     args = ap.parse_args()

@@ -387,7 +387,7 @@ class SnacDetokenizer:
     # 8, where the capacity edge's calls are (5-7 rows), and steps of an eighth or less above.
     # None of 1: a lone row goes in the 2-row graph. The compiled blocks' programs take any
     # batch but 1, which dynamo specialises (its 0/1 rule), so a 1-row capture would compile
-    # all 22 programs a second time at start-up (on the CPU, 4 of them: 50 s), for a call that
+    # every program a second time at start-up (on the CPU, 4 of them: 50 s), for a call that
     # costs about what 2 rows do.
     GRAPH_BATCHES = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
 
@@ -395,13 +395,17 @@ class SnacDetokenizer:
         """Capture the calls of the chunk schedule (the first feeds its chunk and the R
         look-ahead frames, later ones a chunk each; a stream's flush alone; and 1 frame, so any
         backlog cuts into captured pieces: _pieces) at GRAPH_BATCHES with the engine's
-        CallableGraphs, the residual units' steps compiled first when the graphs compile
-        (ModelFacts.compile_codec: --compile-codec). One state buffer a batch size serves all
-        its lengths."""
+        CallableGraphs. On CUDA the residual units and Snake steps run hand-written Triton
+        kernels in them (models/codecs/snac_triton.py: 28 % less GPU time a frame than
+        Inductor's blocks, docs/models.md); the other repeated steps are compiled first when the
+        graphs compile (ModelFacts.compile_codec: --compile-codec). One state buffer a batch
+        size serves all its lengths."""
         self.graphs = graphs
         dtype = next(self.model.parameters()).dtype
         if dtype == torch.float32:
             gemms_in_conv_precision()
+        if self.device.type == "cuda":
+            self.decoder.use_triton_kernels()
         graphs.compile_regions(self.repeated_blocks())
         chunks = self._schedule_chunks(12)
         lengths = {chunks[0][1] + self.right, self.chunk, self.flush_frames, 1}
@@ -428,9 +432,10 @@ class SnacDetokenizer:
         transposed conv's GEMM and overlap-add), noise steps (one per block: the positional
         noise's hash and Box-Muller, a pointwise conv, an add) and residual units' steps
         (three per block: two Snake activations, a dilated and a pointwise conv, a residual
-        add, and their state): what --compile-codec compiles, block by block
-        (cuda_graphs.compile_regions; units of one width and dilation share a program), so
-        each replay holds fused kernels for their elementwise passes."""
+        add, and their state; on CUDA they run Triton kernels instead and are not among
+        these): what --compile-codec compiles, block by block (cuda_graphs.compile_regions;
+        units of one width and dilation share a program), so each replay holds fused kernels
+        for their elementwise passes."""
         return self.decoder.repeated_blocks()
 
     def _schedule_chunks(self, n_chunks: int) -> list[tuple[int, int]]:

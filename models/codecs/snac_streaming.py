@@ -21,6 +21,7 @@ call can be captured in a CUDA graph, with the state tensors as its inputs and o
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +31,8 @@ from snac.layers import DecoderBlock, ResidualUnit, Snake1d
 from torch import nn
 
 from models.codecs.snac_noise import PositionalNoise, install_positional_noise, positional_normal
+
+log = logging.getLogger(__name__)
 
 # A stream's end while it is still open, in latent steps: past any real stream, and times the
 # decoder's upsampling (512) still an int64.
@@ -156,11 +159,18 @@ class StreamingSnacDecoder:
 
     def use_triton_kernels(self) -> None:
         """Run the residual units and the Snake steps as hand-written Triton kernels
-        (models/codecs/snac_triton.py; `--snac-triton`) rather than as torch ops or compiled
-        blocks: the residual units leave repeated_blocks. Needs Triton (CUDA, or its
-        interpreter)."""
-        from models.codecs import snac_triton
-
+        (models/codecs/snac_triton.py) rather than as torch ops or compiled blocks: the
+        residual units leave repeated_blocks. Needs Triton (CUDA, or its interpreter); without
+        it (a CUDA install of torch that has none) the steps stay torch ops, with a warning."""
+        try:
+            from models.codecs import snac_triton
+        except ImportError as exc:
+            log.warning(
+                "SNAC's residual units run as torch ops, slower: Triton is not importable (%s); "
+                "`pip install triton` for its kernels",
+                exc,
+            )
+            return
         self.kernels = snac_triton
         for unit in self.residual_steps.values():
             unit.kernels = snac_triton

@@ -41,13 +41,6 @@ class OrpheusOptions(CodecCompileOption):
         "CUDA: decode SNAC in float16 (less GPU time a frame: docs/benchmark-history.md; the audio "
         "differs from float32's by float16 rounding, ~0.2 percent of its RMS)",
     )
-    snac_triton: bool = option(
-        False,
-        "--snac-triton",
-        "CUDA, experimental: run SNAC's residual units and Snake activations as hand-written "
-        "Triton kernels (models/codecs/snac_triton.py) instead of the compiled blocks; not yet "
-        "measured faster (docs/models.md)",
-    )
 
     def __post_init__(self) -> None:
         ramp = self.snac_chunk_ramp
@@ -66,10 +59,6 @@ class OrpheusOptions(CodecCompileOption):
             if device.type != "cuda":
                 raise CheckpointError("--snac-fp16 needs a CUDA device; drop it on the CPU")
             detok.model.half()
-        if self.snac_triton:
-            if device.type != "cuda":
-                raise CheckpointError("--snac-triton needs a CUDA device; drop it on the CPU")
-            detok.decoder.use_triton_kernels()
         if self.snac_large_chunk_frames < detok.chunk:
             raise CheckpointError(
                 f"--snac-large-chunk-frames must be at least the codec's chunk ({detok.chunk})"

@@ -287,26 +287,24 @@ def test_float32_snac_graphs_run_their_gemms_in_tf32(gpu_tiny_dirs):
         assert error < 0.01, f"relative RMS error {error:.4f}"
 
 
-@pytest.mark.parametrize("triton", [False, True], ids=["compiled", "triton"])
 @pytest.mark.parametrize("half", [False, True], ids=["float32", "float16"])
-def test_compiled_detokenizer_graphs_equal_eager(gpu_tiny_dirs, ieee_float32, half, triton):
-    """--compile-codec on CUDA: SNAC's compiled steps (Triton kernels: the units' fused taps,
-    the noise's hash, the upsampling's overlap-add, the output conv's channel sum) replayed in
-    graphs decode what eager float32 does; in float16 (--snac-fp16, its 1x1 convs as matmuls)
-    to float16's rounding. With --snac-triton the residual units and Snake steps run the
-    hand-written kernels of models/codecs/snac_triton.py instead, the other steps compiled."""
+def test_compiled_detokenizer_graphs_equal_eager(gpu_tiny_dirs, ieee_float32, half):
+    """--compile-codec on CUDA: SNAC's graphs, its residual units and Snake steps as the
+    hand-written kernels of models/codecs/snac_triton.py and its other repeated steps compiled
+    (Triton kernels of Inductor's: the noise's hash, the upsampling's overlap-add, the output
+    conv's channel sum), decode what eager float32's torch ops do; in float16 (--snac-fp16,
+    its 1x1 convs as matmuls) to float16's rounding."""
     from engine.cuda_graphs import CallableGraphs, compiled_of
 
     eager = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
     graphed = load_tiny(gpu_tiny_dirs, CUDA, torch.float32).detok
     if half:
         graphed.model.half()
-    if triton:
-        graphed.decoder.use_triton_kernels()
     graphs = CallableGraphs(CUDA, compiled=True)
     graphed.enable_cuda_graphs(graphs)
+    assert eager.decoder.kernels is None and graphed.decoder.kernels is not None
     blocks = graphed.repeated_blocks()
-    assert len(blocks) == (10 if triton else 22)  # the 12 residual units run their kernels
+    assert len(blocks) == 10  # the 12 residual units run their kernels
     assert compiled_of(blocks) == blocks  # none fell back to eager kernels
     for a, b in zip(_detok_audio(eager), _detok_audio(graphed), strict=True):
         assert a.shape == b.shape

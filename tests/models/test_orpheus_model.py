@@ -205,8 +205,8 @@ def test_first_chunk_audio_the_scheduler_counts_on_is_what_snac_emits():
 
 def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
     """`--snac-large-chunk-frames` reaches the codec's chunk schedule and the engine's facts
-    (a comfortable listener waits for that many frames); `--snac-fp16` and `--snac-triton` need a GPU; the
-    frame count is bounded by what the codec's graphs capture."""
+    (a comfortable listener waits for that many frames); `--snac-fp16` needs a GPU; the frame
+    count is bounded by what the codec's graphs capture."""
     default = load_model("tiny-orpheus")
     assert default.facts.large_chunk_tokens == 8 * T.CODES_PER_FRAME
     model = load_model("tiny-orpheus", options={"snac_large_chunk_frames": 16})
@@ -214,8 +214,6 @@ def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
     assert max(e - s for s, e in model.detok._schedule_chunks(12)) == 16
     with pytest.raises(CheckpointError, match="--snac-fp16 needs a CUDA device"):
         load_model("tiny-orpheus", options={"snac_fp16": True})
-    with pytest.raises(CheckpointError, match="--snac-triton needs a CUDA device"):
-        load_model("tiny-orpheus", options={"snac_triton": True})
     with pytest.raises(ValueError, match="snac_large_chunk_frames must be 4-16"):
         load_model("tiny-orpheus", options={"snac_large_chunk_frames": 2})
     # `--snac-chunk-ramp` reaches the chunk schedule: after 4 frames out, a 3-frame chunk.

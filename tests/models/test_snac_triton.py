@@ -1,4 +1,4 @@
-"""SNAC's residual units and Snake steps as Triton kernels (`--snac-triton`,
+"""SNAC's residual units and Snake steps as Triton kernels (how CUDA graphs run them,
 models/codecs/snac_triton.py) decode what the torch ops do: the kernels run in Triton's
 interpreter on the CPU, in a subprocess (snac_triton_interpreted.py) with Triton from
 `make reference-deps` (.ref/triton-interpreter): the project's own environment has no Triton
