@@ -172,8 +172,6 @@ class StreamingSnacDecoder:
             )
             return
         self.kernels = snac_triton
-        for unit in self.residual_steps.values():
-            unit.kernels = snac_triton
         self._runs = [self._runner(step) for step in self.steps]
 
     def _runner(self, step: nn.Module):
@@ -184,8 +182,11 @@ class StreamingSnacDecoder:
             return _keeping(self.conv_steps[step])
         if isinstance(step, nn.ConvTranspose1d):
             return _keeping(self.upsample_steps[step])
+        kernels = self.kernels
         if isinstance(step, ResidualUnit):
             unit = self.residual_steps[step]
+            if kernels is not None:
+                unit = _on_kernels(unit, kernels)
 
             def residual(x, rows: _Rows, queue, new_state) -> torch.Tensor:
                 y, skip_state, conv_state = unit(x, next(queue), next(queue), rows.start, rows.end)
@@ -196,7 +197,6 @@ class StreamingSnacDecoder:
         if isinstance(step, PositionalNoise):
             noise = self.noise_steps[step]
             return lambda x, rows, queue, new_state: noise(x, rows.seed, rows.start)
-        kernels = self.kernels
         if isinstance(step, Snake1d) and kernels is not None:
             return lambda x, rows, queue, new_state: kernels.snake(x, step.alpha)
         # A pointwise conv, Snake1d, Tanh (_flatten admits nothing else): no state, no position.
@@ -212,7 +212,7 @@ class StreamingSnacDecoder:
             *self.conv_steps.values(),
             *self.upsample_steps.values(),
             *self.noise_steps.values(),
-            *(unit for unit in self.residual_steps.values() if unit.kernels is None),
+            *(self.residual_steps.values() if self.kernels is None else ()),
         ]
 
 
@@ -289,14 +289,10 @@ class StreamingResidualUnit(nn.Module):
         super().__init__()
         self.snake_in, self.conv, self.snake_out, self.pointwise = unit.block
         self.reach = _half_width(self.conv)
-        self.kernels = None  # models/codecs/snac_triton.py, where the unit runs its kernels
 
     def forward(self, x, skip_state, conv_state, start, end):
         """x [B, C, n] from absolute position `start` [B] → (output from start - h, the
         new skip state, the new conv state)."""
-        if self.kernels is not None:
-            layers = self.snake_in, self.conv, self.snake_out, self.pointwise
-            return self.kernels.residual_unit(x, skip_state, conv_state, start, end, *layers)
         h = self.reach
         skip, new_skip = _delayed(x, skip_state, h)
         joined = torch.cat([conv_state, _masked(self.snake_in(x), start, end)], dim=-1)
@@ -304,6 +300,17 @@ class StreamingResidualUnit(nn.Module):
         y = symmetric_conv(joined, conv)
         y = pointwise(self.snake_out(y), self.pointwise)
         return skip + y, new_skip, joined[..., -2 * h :]
+
+
+def _on_kernels(unit: StreamingResidualUnit, kernels):
+    """`unit`'s forward as the Triton kernels' module `kernels` runs it, on its layers'
+    weights."""
+    layers = unit.snake_in, unit.conv, unit.snake_out, unit.pointwise
+
+    def forward(x, skip_state, conv_state, start, end):
+        return kernels.residual_unit(x, skip_state, conv_state, start, end, *layers)
+
+    return forward
 
 
 class StreamingConv(nn.Module):
