@@ -172,14 +172,14 @@ class RealtimeCapacity:
             return None
         if self.page_s > 0 and newcomer is not None:
             extra = _most(lambda m: self.room_with(live, [newcomer] * m).ok, cap)
-            return max(1, len(live) + (extra or 0))
+            return max(1, _listeners(live) + (extra or 0))
         return _most(lambda n: self.room_for(n).ok, cap, least=1)
 
     def carries(self, live: Sequence[StreamOutlook], newcomer: StreamOutlook, n: int) -> bool:
         """Whether `n` streams stay in real time: the `live` ones and newcomers like
         `newcomer` up to n, by their outlook where pages are priced, else by the count."""
         if self.page_s > 0:
-            return self.room_with(live, [newcomer] * max(0, n - len(live))).ok
+            return self.room_with(live, [newcomer] * max(0, n - _listeners(live))).ok
         return self.room_for(n).ok
 
     def codec_load(self, streams: int) -> float | None:
@@ -195,15 +195,20 @@ class RealtimeCapacity:
     ) -> Verdict:
         """Whether the `live` streams and the `newcomers` all stay in real time: by their
         outlook where pages are priced (and the codec's budget), else by their count
-        (`room_for`)."""
-        streams = len(live) + len(newcomers)
-        if self.page_s <= 0 or streams <= 1:
-            return self.room_for(streams)
+        (`room_for`). Streams without a listener among them count at their share (a batch
+        request at its floor is a quarter of a stream); a lone listener is always admitted."""
+        everyone = [*live, *newcomers]
+        streams = _listeners(everyone)
+        load = math.ceil(sum(s.share for s in everyone if not s.listened) - 1e-9) + streams
+        if streams <= 1:
+            return Verdict(True)
+        if self.page_s <= 0:
+            return self.room_for(load)
         turn = self._turn_model()
         if turn is None:
             return Verdict(True)
         short = shortfall(
-            [*live, *newcomers],
+            everyone,
             turn,
             REALTIME_LOAD * self.seconds_per_token,
             self.lead_cap_s,
@@ -212,13 +217,14 @@ class RealtimeCapacity:
         if short is not None:
             return Verdict(
                 False,
-                f"no real-time capacity: with {streams} streams one would run "
-                f"{short.behind_s:.2f} s short of audio {short.after_s:.0f} s from now, as "
-                f"their contexts grow (measured turn costs, {1e6 * self.page_s:.2f} µs a KV "
-                "page); try again shortly",
+                f"no real-time capacity: with {streams} streams"
+                f"{_beside(len(everyone) - streams)} one would run {short.behind_s:.2f} s "
+                f"short of audio {short.after_s:.0f} s from now, as their contexts grow "
+                f"(measured turn costs, {1e6 * self.page_s:.2f} µs a KV page); try again "
+                "shortly",
                 RefusalCause.TURN_COST,
             )
-        return self._codec_verdict(streams)
+        return self._codec_verdict(load)
 
     def _turn_model(self) -> TurnModel | None:
         if not self.calibrated:
@@ -253,6 +259,15 @@ class RealtimeCapacity:
                 RefusalCause.CODEC,
             )
         return Verdict(True)
+
+
+def _listeners(streams: Sequence[StreamOutlook]) -> int:
+    return sum(1 for s in streams if s.listened)
+
+
+def _beside(unheard: int) -> str:
+    """A refusal's note of the requests without a listener counted beside the streams."""
+    return f" (beside {unheard} requests without a listener)" if unheard else ""
 
 
 def _most(fits: Callable[[int], bool], cap: int, least: int = 0) -> int | None:

@@ -24,6 +24,14 @@ that; their contexts, the tokens they may still make and the audio they hold can
 
 The remaining tokens are each request's `max_tokens` less what it made: the most it may still
 ask, so the outlook is the worst case for requests that stop early.
+
+A request without a listener (a file returned whole, a batch job) has no audio to keep up, but
+it takes rows: while some listener is short it sits out unless it is behind its floor, so it
+makes at least its `share` of a token a round (the scheduler's UNHEARD_FLOOR_RATE of real
+time). The outlook counts it at that share: a share of a row and of its pages in every round,
+its context growing a share of a token a round, until its remaining tokens are made. That is
+the least it costs the listeners; while they are comfortable it runs every turn and costs more,
+but then they bank audio.
 """
 
 from __future__ import annotations
@@ -42,6 +50,13 @@ class StreamOutlook:
     context_tokens: int  # prompt + tokens made: the KV a step reads for it
     remaining_tokens: int  # tokens it may still make
     banked_s: float  # audio made and not yet played (decoded or not), seconds
+    # The share of rounds it makes a token in: 1 for a listener; less for a request without
+    # one (no audio of its own to keep up: only its cost to the listeners counts).
+    share: float = 1.0
+
+    @property
+    def listened(self) -> bool:
+        return self.share >= 1.0
 
 
 @dataclass(frozen=True)
@@ -72,42 +87,46 @@ def shortfall(
     lead_cap_s: float = math.inf,
     end_step: int = 1,
 ) -> Shortfall | None:
-    """The largest lack of audio any of `streams` would see before its end, each making a
-    token a round against `budget_s` of playback a token, none banking more than
-    `lead_cap_s` ahead (or its own bank, if larger); None if none runs dry. Ends are rounded
-    up to a multiple of `end_step` tokens (fewer segments; a stream then counts as running
-    a little longer, which errs on the safe side)."""
+    """The largest lack of audio any listener among `streams` would see before its end,
+    each stream making its share of a token a round (a listener one) against `budget_s` of
+    playback a token, none banking more than `lead_cap_s` ahead (or its own bank, if
+    larger); None if none runs dry. Ends are rounded up to a multiple of `end_step` rounds
+    (fewer segments; a stream then counts as running a little longer, which errs on the
+    safe side)."""
     live = [s for s in streams if s.remaining_tokens > 0]
-    if not live:
+    if not any(s.listened for s in live):
         return None
-    ends = np.array([s.remaining_tokens for s in live], dtype=np.int64)
+    share = np.array([s.share for s in live], dtype=np.float64)
+    ends = np.ceil(np.array([s.remaining_tokens for s in live]) / share).astype(np.int64)
     ends = -(-ends // end_step) * end_step
     context = np.array([s.context_tokens for s in live], dtype=np.float64)
     lead = np.array([s.banked_s for s in live], dtype=np.float64)
     cap = np.maximum(lead, lead_cap_s)
+    listened = share >= 1.0
     stops = np.unique(ends)
     starts = np.concatenate([[0], stops[:-1]])
     # Segment j: rounds (starts[j], stops[j]], run by the streams whose end is at least stops[j].
     running = ends[None, :] >= stops[:, None]
-    rows = running.sum(axis=1)
-    context_run = running @ context
-    turns_a_round = -(-rows // turn.max_rows)
+    rows = running @ share
+    context_run = running @ (share * context)
+    turns_a_round = np.ceil(rows / turn.max_rows)
     by_rows = turns_a_round * turn.by_rows(np.minimum(rows, turn.max_rows))
     per_page = turn.page_s / turn.page_tokens
     # Round k of segment j takes a_j + b_j x k: its rows' part, the pages of the streams'
-    # contexts plus k tokens each, and half a page a stream for the page it is filling. A
-    # listener's lead changes by budget - (a_j + b_j x k): rising while k < k0, then falling.
+    # contexts plus their share of k tokens each, and half a page a stream for the page it is
+    # filling, each stream by its share. A listener's lead changes by budget - (a_j + b_j x k):
+    # rising while k < k0, then falling.
     a = by_rows + per_page * context_run + 0.5 * turn.page_s * rows
-    b = per_page * rows
+    b = per_page * (running @ (share * share))
     with np.errstate(divide="ignore", invalid="ignore"):
         k0 = np.where(b > 0, (budget_s - a) / b, np.where(a < budget_s, np.inf, -np.inf))
     turning = np.clip(np.ceil(k0) - 1, starts, stops)  # the last round that still gains
     gain = _rounds_sum(starts, turning, budget_s - a, -b)
     loss = _rounds_sum(turning, stops, budget_s - a, -b)
     elapsed = np.cumsum(_rounds_sum(starts, stops, a, b))
-    worst, worst_at = lead.copy(), np.zeros(len(live), dtype=np.int64)
+    worst, worst_at = np.where(listened, lead, np.inf), np.zeros(len(live), dtype=np.int64)
     for j in range(len(stops)):
-        on = running[j]
+        on = running[j] & listened
         lead = np.where(on, np.minimum(cap, lead + gain[j]) + loss[j], lead)
         lower = on & (lead < worst)
         worst = np.where(lower, lead, worst)

@@ -16,8 +16,9 @@ to the detokenizer. Policies:
 
 A request no one plays as it is made (SpeechRequest.realtime False: a file returned whole, a
 batch job) has no deadline: it comes after every listener's stream (under `slack` it also sits
-out while any listener is short of audio), is not judged by real-time admission, and hands the
-codec its cheapest chunks.
+out while any listener is short of audio, unless it falls behind its floor), is never refused
+by real-time admission (which counts it at its floor's share when it judges a listener), and
+hands the codec its cheapest chunks.
 
 KV pages are reserved for a request's whole length (prompt + max_tokens) at admission, so a
 running request never has to be preempted: preempting a stream would be an audible gap.
@@ -232,7 +233,7 @@ class Scheduler:
         if request is not None and not request.realtime:
             return Verdict(True)  # no deadline: it runs in the room real-time streams leave
         live = self._realtime_streams()
-        outlooks = [self._outlook(r, now) for r in live]
+        outlooks = self._outlooks(live, now)
         newcomer = self._newcomer(request, live)
         verdict = self.capacity.room_with(outlooks, [newcomer])
         if not verdict.ok:
@@ -255,14 +256,29 @@ class Scheduler:
         pages are priced, a bisection over the streams' outlooks (a few ms at hundreds of
         streams): stats ask through admission_view."""
         live = self._realtime_streams()
-        outlooks = [self._outlook(r, now) for r in live]
-        return self.capacity.capacity(outlooks, self._newcomer(None, live))
+        return self.capacity.capacity(self._outlooks(live, now), self._newcomer(None, live))
 
     def _realtime_streams(self) -> list[Request]:
         """The live streams someone plays as they are made: what real-time admission keeps in
         real time (a request without a listener yields to them instead). From a copy:
         EngineCore.stats() asks from the gateway's thread while the engine's adds."""
         return [r for r in list(self.requests.values()) if r.wants_tokens and r.realtime]
+
+    def _outlooks(self, live: list[Request], now: float) -> list[StreamOutlook]:
+        """Real-time admission's view of the engine's load: the `live` listeners' streams,
+        and the requests without a listener at their floor's share (each makes at least
+        UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its cost to them)."""
+        unheard = [
+            StreamOutlook(
+                r.num_tokens,
+                r.sampling.max_tokens - r.num_generated,
+                0.0,
+                share=UNHEARD_FLOOR_RATE,
+            )
+            for r in list(self.requests.values())
+            if r.wants_tokens and not r.realtime
+        ]
+        return [*(self._outlook(r, now) for r in live), *unheard]
 
     def _outlook(self, request: Request, now: float) -> StreamOutlook:
         """A live stream as real-time admission's outlook sees it: its context, the most

@@ -22,30 +22,42 @@ def walked(
     lead_cap_s: float = math.inf,
     end_step: int = 1,
 ) -> float:
-    """The largest lack of audio, round by round: every stream with tokens left makes one a
-    round, a round reads each one's context so far plus half a page, and a listener's lead
-    grows by a token's budget less the round, up to the cap (or its own bank)."""
-    ends = [-(-s.remaining_tokens // end_step) * end_step for s in streams]
+    """The largest lack of audio, round by round: every stream with tokens left makes its
+    share of one a round (a listener a whole one), a round reads each one's context so far
+    plus half a page, by its share, and a listener's lead grows by a token's budget less the
+    round, up to the cap (or its own bank)."""
+    ends = [math.ceil(s.remaining_tokens / s.share) for s in streams]
+    ends = [-(-end // end_step) * end_step for end in ends]
     leads = [s.banked_s for s in streams]
     caps = [max(s.banked_s, lead_cap_s) for s in streams]
-    worst = list(leads)
+    worst = [lead if s.listened else math.inf for lead, s in zip(leads, streams, strict=True)]
     for k in range(1, max(ends) + 1):
         active = [i for i, end in enumerate(ends) if end >= k]
-        rows = len(active)
+        rows = sum(streams[i].share for i in active)
         turns = math.ceil(rows / turn.max_rows)
-        pages = sum((streams[i].context_tokens + k) / turn.page_tokens + 0.5 for i in active)
+        pages = sum(
+            streams[i].share
+            * ((streams[i].context_tokens + streams[i].share * k) / turn.page_tokens + 0.5)
+            for i in active
+        )
         round_s = turns * float(turn.by_rows(min(rows, turn.max_rows))) + turn.page_s * pages
         for i in active:
-            leads[i] = min(caps[i], leads[i] + budget_s - round_s)
-            worst[i] = min(worst[i], leads[i])
-    return -min(worst)
+            if streams[i].listened:
+                leads[i] = min(caps[i], leads[i] + budget_s - round_s)
+                worst[i] = min(worst[i], leads[i])
+    return max(0.0, -min(worst))
 
 
 @pytest.mark.parametrize("seed", range(16))
 def test_the_closed_form_equals_walking_the_rounds(seed):
     rng = random.Random(seed)
     streams = [
-        StreamOutlook(rng.randint(0, 400), rng.randint(1, 150), rng.uniform(0, 0.5))
+        StreamOutlook(
+            rng.randint(0, 400),
+            rng.randint(1, 150),
+            rng.uniform(0, 0.5),
+            rng.choice([1.0, 1.0, 1.0, 0.25, 0.5]),  # some without a listener
+        )
         for _ in range(rng.randint(1, 25))
     ]
     turn = TurnModel(
@@ -113,3 +125,19 @@ def test_more_streams_than_a_turn_holds_take_several_turns_a_round():
 def test_nothing_to_make_is_nothing_short():
     assert shortfall([], ORPHEUS_LIKE, TOKEN_BUDGET) is None
     assert shortfall([StreamOutlook(100, 0, 0.0)], ORPHEUS_LIKE, TOKEN_BUDGET) is None
+
+
+def test_requests_without_a_listener_cost_the_listeners_their_share():
+    """Requests without a listener are nobody's audio to keep up, but their share of a row
+    and of their pages weighs on every round: 300 listeners that hold alone fall short beside
+    400 long batch requests at a quarter of real time, and sooner the larger the share. The
+    batch requests alone never fall short."""
+    listeners = [StreamOutlook(200, 900, 0.0)] * 300
+    assert shortfall(listeners, ORPHEUS_LIKE, TOKEN_BUDGET) is None
+    quarter = [StreamOutlook(200, 3000, 0.0, share=0.25)] * 400
+    short = shortfall([*listeners, *quarter], ORPHEUS_LIKE, TOKEN_BUDGET)
+    assert short is not None and short.after_tokens <= 900  # a listener's lack, before its end
+    half = [StreamOutlook(200, 3000, 0.0, share=0.5)] * 400
+    shorter = shortfall([*listeners, *half], ORPHEUS_LIKE, TOKEN_BUDGET)
+    assert shorter is not None and shorter.behind_s > short.behind_s
+    assert shortfall(quarter, ORPHEUS_LIKE, TOKEN_BUDGET) is None

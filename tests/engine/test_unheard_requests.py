@@ -34,11 +34,16 @@ def admit(sched: Scheduler, arrival: float, realtime: bool, max_tokens: int = 40
 
 
 def streaming(
-    sched: Scheduler, arrival: float, now: float, buffered_s: float, realtime: bool = True
+    sched: Scheduler,
+    arrival: float,
+    now: float,
+    buffered_s: float,
+    realtime: bool = True,
+    max_tokens: int = 400,
 ) -> Request:
     """A request past its prefill with 100 tokens made and decoded, whose audio started a
     second ago and is `buffered_s` ahead of its listener (if it has one)."""
-    request = admit(sched, arrival, realtime)
+    request = admit(sched, arrival, realtime, max_tokens)
     request.output_ids = [7] * 100
     request.num_computed = request.num_prompt_tokens + 99
     request.status = RequestStatus.RUNNING
@@ -165,10 +170,10 @@ def test_an_unheard_request_takes_no_lane_and_sets_no_listeners_gap():
     assert sched.second_chunk_gap_s == 0.0
 
 
-def test_real_time_admission_neither_refuses_nor_counts_unheard_requests():
+def test_real_time_admission_never_refuses_an_unheard_request():
     """Seeded so that one real-time stream is all the engine carries (a turn takes two token
-    times at one row): a second listener is refused, a batch request is not, and batch
-    requests running do not take a listener's place."""
+    times at one row): a second listener is refused, a batch request is not, and a lone
+    listener is admitted whatever the batch requests running (they yield to it)."""
     sched = make_scheduler()
     sched.capacity.steps.seed(1, 2 * TOKEN_S)
     now = 100.0
@@ -181,3 +186,33 @@ def test_real_time_admission_neither_refuses_nor_counts_unheard_requests():
     assert not verdict.ok and "try again" in verdict.reason
     assert sched.admit(Request([1] * 10, SamplingParams(max_tokens=50), now, realtime=False)).ok
     assert sched.admission_stats(now).streams == 1
+
+
+def test_real_time_admission_counts_unheard_requests_at_their_floor():
+    """Where KV pages are priced, admission judges the listeners' outlook with each request
+    without a listener at UNHEARD_FLOOR_RATE of a stream (a share of a row and of its pages
+    a round: what it takes from the listeners while they are short). Turns of 4 ms + 0.165
+    ms a row carry 8 listeners and a newcomer (5.3 ms); 160 long batch requests, a quarter
+    of a row each, add 40 rows (~11.9 ms, past a token's ~11.6): the newcomer is refused
+    beside them, and admitted once they are gone."""
+    blocks = BlockManager(num_blocks=65536, block_size=16)  # room for the batch's pages
+    sched = Scheduler(EngineConfig(max_num_seqs=256), blocks, FACTS)
+    sched.capacity.steps.seed(1, 0.00402)
+    sched.capacity.steps.seed(64, 0.0144)
+    sched.capacity.page_s = 1e-7
+    now = 100.0
+    for i in range(8):
+        streaming(sched, arrival=now - 2.0 + 0.01 * i, now=now, buffered_s=2.0)
+    newcomer = Request([1] * 10, SamplingParams(max_tokens=400), now, realtime=True)
+    assert sched.real_time_room(now, newcomer).ok
+    batch = [
+        streaming(sched, now - 1.0, now, buffered_s=0.0, realtime=False, max_tokens=4000)
+        for _ in range(160)
+    ]
+    verdict = sched.real_time_room(now, newcomer)
+    assert not verdict.ok and verdict.cause == "turn_cost"
+    assert "with 9 streams (beside 160 requests without a listener)" in verdict.reason
+    assert sched.admission_stats(now).streams == 8  # the stats count listeners
+    for request in batch:
+        sched.remove(request.request_id)
+    assert sched.real_time_room(now, newcomer).ok
