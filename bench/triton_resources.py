@@ -84,7 +84,7 @@ def main() -> None:
                 num_warps=config.num_warps,
                 num_stages=config.num_stages,
             )
-            tile = {**config.kwargs, "warps": config.num_warps}
+            tile = {**config.kwargs, "warps": config.num_warps, "stages": config.num_stages}
             print(json.dumps({"kernel": "_unit_taps_mix", "width": width, **tile, **used}))
     join = dict.fromkeys(
         ("x_ptr", "conv_state_ptr", "skip_state_ptr", "alpha_ptr", "joined_ptr", "new_skip_ptr"),

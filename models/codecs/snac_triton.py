@@ -18,7 +18,7 @@ A residual unit here is two kernels:
   torch's float32 matmuls are, or float16), its bias and the delayed skip path added before
   the one store: the conv's output never goes to memory. Its tile is tuned at its first
   call for each width (TAPS_MIX_CONFIGS, triton.autotune; outside graph capture, in the
-  codec's warm-up).
+  codec's warm-up, at its largest batch).
 
 Values: the unit's own formulas (snac.layers.snake, F.conv1d's cross-correlation, the
 residual add), computed in float32 whatever the storage dtype; they equal the torch ops to
@@ -38,20 +38,24 @@ import triton.language as tl
 JOIN_BLOCK = 1024
 
 
-def _taps_mix_config(block_co: int, block_ci: int, block_t: int, warps: int) -> triton.Config:
+def _taps_mix_config(
+    block_co: int, block_ci: int, block_t: int, warps: int, stages: int = 1
+) -> triton.Config:
     """A tile for _unit_taps_mix: [block_co output channels, block_t samples], block_ci input
-    channels' taps a step; unpipelined (pipelining buffered the seven tap reads of each step
-    in up to 297 KB of shared memory)."""
+    channels' taps a step; `stages` > 1 loads the next step's taps and weights while this
+    step's product runs (each stage holds them in shared memory: a 128 × 128 tile's three
+    stages asked for 297 KB and did not launch)."""
     return triton.Config(
         {"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_T": block_t},
         num_warps=warps,
-        num_stages=1,
+        num_stages=stages,
     )
 
 
 # The tiles _unit_taps_mix is tuned over at its first call for each width (triton.autotune):
-# all compile for sm_90 without spilling registers (ptxas -v, 48-211 registers a thread), the
-# first being the one Triton's interpreter runs on the CPU.
+# all compile for sm_90 without spilling registers (ptxas -v: 48-211 registers a thread, at
+# most 50 KB of shared memory), the first being the one Triton's interpreter runs on the CPU.
+# The pipelined ones are the unpipelined tiles of ≤ 150 registers with two or three stages.
 TAPS_MIX_CONFIGS = [
     _taps_mix_config(64, 16, 64, 8),
     _taps_mix_config(64, 32, 32, 8),
@@ -59,6 +63,11 @@ TAPS_MIX_CONFIGS = [
     _taps_mix_config(64, 32, 64, 8),
     _taps_mix_config(32, 16, 64, 4),
     _taps_mix_config(128, 32, 64, 8),
+    _taps_mix_config(64, 16, 64, 8, stages=2),
+    _taps_mix_config(64, 32, 32, 8, stages=2),
+    _taps_mix_config(64, 16, 32, 4, stages=2),
+    _taps_mix_config(64, 16, 32, 4, stages=3),
+    _taps_mix_config(32, 16, 64, 4, stages=2),
 ]
 
 
@@ -197,8 +206,14 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, C, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, _snake(v, alpha, inv).to(out_ptr.dtype.element_ty), mask=ok)
 
 
+# Tuned once a width, at its first call: SnacDetokenizer.enable_cuda_graphs makes that its
+# largest call (64 rows), where the codec's time matters. The choice is kept in Triton's cache
+# (cache_results), so a later start on the same GPU kind and Triton skips the timing.
 _unit_taps_mix_tuned = triton.autotune(
-    configs=TAPS_MIX_CONFIGS, key=["C"], prune_configs_by={"early_config_prune": _fitting_tiles}
+    configs=TAPS_MIX_CONFIGS,
+    key=["C"],
+    prune_configs_by={"early_config_prune": _fitting_tiles},
+    cache_results=True,
 )(_unit_taps_mix)
 
 
