@@ -9,7 +9,7 @@ Variants (environment set before CUDA starts, so each runs in a child process):
   default            the driver's defaults
   connections32      CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work queues; default 8)
   queues_quarter     CUDA_SCALE_LAUNCH_QUEUES=0.25x (smaller launch queues)
-  queues_4x          CUDA_SCALE_LAUNCH_QUEUES=4x (larger; the ninth session's served A/B)
+  queues_4x          CUDA_SCALE_LAUNCH_QUEUES=4x (larger launch queues)
 
 Prints per variant, p50 / p90 ms: the short graph's wall time alone, beside the codec
 replaying one long graph per job, and beside a paced codec (the job as 10 graphs with a wait
@@ -39,9 +39,8 @@ VARIANTS = {
 
 def chain_graph(torch, stream, n_kernels: int, numel: int):
     """A graph of `n_kernels` dependent in-place elementwise kernels over `numel` floats, and
-    the buffer it writes: the caller keeps both, since a replay writes the buffer's address.
-    (The script used to drop the buffer; the likely cause of the illegal memory access it
-    hit in the eleventh session, not yet rerun on a GPU.)"""
+    the buffer it writes: the caller keeps both, since a replay writes the buffer's address
+    (a graph whose buffer was freed writes memory that is no longer its own)."""
     x = torch.ones(numel, device="cuda")
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
