@@ -160,14 +160,16 @@ class StreamingSnacDecoder:
     def use_triton_kernels(self) -> None:
         """Run the residual units and the Snake steps as hand-written Triton kernels
         (models/codecs/snac_triton.py) rather than as torch ops or compiled blocks: the
-        residual units leave repeated_blocks. Needs Triton (CUDA, or its interpreter); without
-        it (a CUDA install of torch that has none) the steps stay torch ops, with a warning."""
+        residual units leave repeated_blocks. Needs Triton (CUDA, or its interpreter); where
+        the kernels cannot load (a CUDA install of torch without Triton, or a Triton too old
+        for them) the steps stay torch ops, with a warning."""
         try:
             from models.codecs import snac_triton
-        except ImportError as exc:
+        except Exception as exc:  # any failure to load them leaves the torch ops serving
             log.warning(
-                "SNAC's residual units run as torch ops, slower: Triton is not importable (%s); "
-                "`pip install triton` for its kernels",
+                "SNAC's residual units run as torch ops, slower: its Triton kernels did not "
+                "load (%s: %s); install the Triton your torch was built with for them",
+                type(exc).__name__,
                 exc,
             )
             return

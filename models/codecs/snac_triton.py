@@ -28,6 +28,7 @@ installs have no Triton."""
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -206,15 +207,23 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, C, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, _snake(v, alpha, inv).to(out_ptr.dtype.element_ty), mask=ok)
 
 
-# Tuned once a width, at its first call: SnacDetokenizer.enable_cuda_graphs makes that its
-# largest call (64 rows), where the codec's time matters. The choice is kept in Triton's cache
-# (cache_results), so a later start on the same GPU kind and Triton skips the timing.
-_unit_taps_mix_tuned = triton.autotune(
-    configs=TAPS_MIX_CONFIGS,
-    key=["C"],
-    prune_configs_by={"early_config_prune": _fitting_tiles},
-    cache_results=True,
-)(_unit_taps_mix)
+def _tuned(kernel):
+    """`kernel` tuned over TAPS_MIX_CONFIGS once a width, at its first call:
+    SnacDetokenizer.enable_cuda_graphs makes that its largest call (64 rows), where the
+    codec's time matters. Where Triton can (3.3 and later), the choice is kept in its cache, so
+    a later start on the same GPU kind and Triton skips the timing."""
+    options = {}
+    if "cache_results" in inspect.signature(triton.autotune).parameters:
+        options["cache_results"] = True
+    return triton.autotune(
+        configs=TAPS_MIX_CONFIGS,
+        key=["C"],
+        prune_configs_by={"early_config_prune": _fitting_tiles},
+        **options,
+    )(kernel)
+
+
+_unit_taps_mix_tuned = _tuned(_unit_taps_mix)
 
 
 def _taps_mix_kernel():

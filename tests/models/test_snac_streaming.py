@@ -2,7 +2,9 @@
 audio equals one whole decode of the utterance; rows at different points of their streams
 share a call (CPU, tiny SNAC with the published rates, strides and kernels)."""
 
+import logging
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -272,3 +274,19 @@ def test_float32_gemms_follow_the_convs_precision(conv_precision):
     finally:
         torch.backends.cudnn.conv.fp32_precision = before[0]
         torch.backends.cuda.matmul.fp32_precision = before[1]
+
+
+def test_without_its_triton_kernels_the_decoder_keeps_the_torch_ops(model, monkeypatch, caplog):
+    """Where the kernels cannot load (a CUDA install without Triton, or a Triton too old for
+    them), asking for them leaves the torch ops serving, with a warning saying why: the codec
+    still decodes, its residual units among the compiled blocks."""
+    monkeypatch.setitem(sys.modules, "models.codecs.snac_triton", None)  # the import fails
+    decoder = StreamingSnacDecoder(model)
+    blocks = len(decoder.repeated_blocks())
+    with caplog.at_level(logging.WARNING, logger="models.codecs.snac_streaming"):
+        decoder.use_triton_kernels()
+    assert decoder.kernels is None and len(decoder.repeated_blocks()) == blocks
+    assert "Triton kernels did not load" in caplog.text and "snac_triton" in caplog.text
+    frames = _frames(6, seed=2)
+    reference = _streamed(StreamingSnacDecoder(model), frames, [6], seed=1)
+    torch.testing.assert_close(_streamed(decoder, frames, [6], seed=1), reference)
