@@ -63,7 +63,7 @@ def main() -> None:
         + ("mix_weight_ptr", "mix_bias_ptr", "out_ptr"),
         ptr,
     )
-    mix["n"] = "i32"
+    mix["n"] = mix["rows_class"] = "i32"
     for width in WIDTHS:
         for config in K.TAPS_MIX_CONFIGS:
             if config.kwargs["BLOCK_CO"] > width:

@@ -412,8 +412,9 @@ class SnacDetokenizer:
         lengths |= {e - s for s, e in chunks[1:]}
         self._graph_lengths = sorted(lengths, reverse=True)
         with torch.inference_mode():
-            # Largest first: the Triton kernels tune their tiles at their first call, which
-            # should be a call where the codec's time matters (64 rows), not one of 2.
+            # Largest first: the Triton kernels tune their tiles at their first call of each
+            # size class (snac_triton.SMALL_CALL_ROWS), which should be its largest (64 rows;
+            # 8), not one of 2.
             for batch in reversed(self.GRAPH_BATCHES):
                 state = self.decoder.new_state(batch, self.device, dtype)
                 for length in self._graph_lengths:

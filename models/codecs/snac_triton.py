@@ -17,8 +17,8 @@ A residual unit here is two kernels:
   from the cache), then the pointwise conv as a matrix product on tensor cores (TF32 where
   torch's float32 matmuls are, or float16), its bias and the delayed skip path added before
   the one store: the conv's output never goes to memory. Its tile is tuned at its first
-  call for each width (TAPS_MIX_CONFIGS, triton.autotune; outside graph capture, in the
-  codec's warm-up, at its largest batch).
+  call for each width and size class (TAPS_MIX_CONFIGS, triton.autotune; outside graph
+  capture, in the codec's warm-up).
 
 Values: the unit's own formulas (snac.layers.snake, F.conv1d's cross-correlation, the
 residual add), computed in float32 whatever the storage dtype; they equal the torch ops to
@@ -129,7 +129,7 @@ def _unit_join(
         tl.store(new_skip_ptr + row64 * HALF + q, tl.where(from_kept, skip, new), mask=q < HALF)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rows_class"])
 def _unit_taps_mix(
     joined_ptr,  # [B, C, 2h + n] _unit_join's
     x_ptr,  # [B, C, n] the unit's input (the skip path)
@@ -141,6 +141,7 @@ def _unit_taps_mix(
     mix_bias_ptr,  # [C]
     out_ptr,  # [B, C, n]
     n,
+    rows_class,  # unread: part of the tuning's key (_rows_class)
     C: tl.constexpr,
     DILATION: tl.constexpr,
     TAPS: tl.constexpr,
@@ -207,17 +208,28 @@ def _snake_kernel(x_ptr, alpha_ptr, out_ptr, C, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, _snake(v, alpha, inv).to(out_ptr.dtype.element_ty), mask=ok)
 
 
+# Calls of up to this many rows are tuned apart from larger ones: a server at its listeners'
+# capacity decodes a few rows a call (5-7 for Orpheus at 300 listeners), a burst of requests
+# tens, and the tile that is fastest for one need not be for the other.
+SMALL_CALL_ROWS = 8
+
+
+def _rows_class(rows: int) -> int:
+    """The tuning's size class of a call of `rows` rows: 0 small, 1 large."""
+    return 0 if rows <= SMALL_CALL_ROWS else 1
+
+
 def _tuned(kernel):
-    """`kernel` tuned over TAPS_MIX_CONFIGS once a width, at its first call:
-    SnacDetokenizer.enable_cuda_graphs makes that its largest call (64 rows), where the
-    codec's time matters. Where Triton can (3.3 and later), the choice is kept in its cache, so
-    a later start on the same GPU kind and Triton skips the timing."""
+    """`kernel` tuned over TAPS_MIX_CONFIGS once a width and size class, at its first call
+    of each: SnacDetokenizer.enable_cuda_graphs captures its largest calls first, so each
+    class is tuned at its largest (64 rows; 8). Where Triton can (3.3 and later), the choice is
+    kept in its cache, so a later start on the same GPU kind and Triton skips the timing."""
     options = {}
     if "cache_results" in inspect.signature(triton.autotune).parameters:
         options["cache_results"] = True
     return triton.autotune(
         configs=TAPS_MIX_CONFIGS,
-        key=["C"],
+        key=["C", "rows_class"],
         prune_configs_by={"early_config_prune": _fitting_tiles},
         **options,
     )(kernel)
@@ -294,6 +306,7 @@ def residual_unit(
         pointwise.bias if pointwise.bias is not None else x,
         out,
         n,
+        _rows_class(b),
         C=c,
         DILATION=dilation,
         TAPS=taps,
