@@ -17,9 +17,10 @@ units and Snake steps as hand-written Triton kernels (models/codecs/snac_triton.
 other repeated steps compiled (`--compile-codec`: engine/cuda_graphs.py, compile_regions;
 SnacDetokenizer.repeated_blocks); `--compiled`, with every repeated step compiled, the residual
 units too (Inductor's kernels for them: what the hand-written ones are measured against), as
-`<dtype>+compiled`. `--profile` prints, for each variant at the first batch and chunk, the
-kernels of its replays by device time (a torch profile): which of the decoder's kernels to work
-on; with `TORCH_LOGS=output_code` in the environment Inductor also prints the code it
+`<dtype>+compiled`; with `--triton` it also prints the tile the tuner chose for each width and
+size class (the first shape of a class tunes it). `--profile` prints, for each variant at the
+first batch and chunk, the kernels of its replays by device time (a torch profile): which of
+the decoder's kernels to work on; with `TORCH_LOGS=output_code` in the environment Inductor also prints the code it
 generated for the compiled variants.
 """
 
@@ -90,6 +91,12 @@ def main() -> None:
             row.update(dtype=name, chunk=chunk, batch=batch)
             print(json.dumps(row), flush=True)
             rows.append(row)
+    if args.triton:
+        from models.codecs import snac_triton
+
+        # The tile the tuner chose for each (width, size class, …) key it has seen.
+        chosen = snac_triton._unit_taps_mix_tuned.cache
+        print(json.dumps({"tiles": {str(key): str(config) for key, config in chosen.items()}}))
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}))
 
 
