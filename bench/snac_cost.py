@@ -20,8 +20,8 @@ units too (Inductor's kernels for them: what the hand-written ones are measured 
 `<dtype>+compiled`; with `--triton` it also prints the tile the tuner chose for each width and
 size class (the first shape of a class tunes it). `--profile` prints, for each variant at the
 first batch and chunk, the kernels of its replays by device time (a torch profile): which of
-the decoder's kernels to work on; with `TORCH_LOGS=output_code` in the environment Inductor also prints the code it
-generated for the compiled variants.
+the decoder's kernels to work on; with `TORCH_LOGS=output_code` in the environment Inductor
+also prints the code it generated for the compiled variants.
 """
 
 from __future__ import annotations
