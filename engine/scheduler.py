@@ -265,30 +265,22 @@ class Scheduler:
         return [r for r in list(self.requests.values()) if r.wants_tokens and r.realtime]
 
     def _outlooks(self, live: list[Request], now: float) -> list[StreamOutlook]:
-        """Real-time admission's view of the engine's load: the `live` listeners' streams,
-        and the requests without a listener at their floor's share (each makes at least
-        UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its cost to them)."""
-        unheard = [
-            StreamOutlook(
-                r.num_tokens,
-                r.sampling.max_tokens - r.num_generated,
-                0.0,
-                share=UNHEARD_FLOOR_RATE,
-            )
-            for r in list(self.requests.values())
-            if r.wants_tokens and not r.realtime
-        ]
-        return [*(self._outlook(r, now) for r in live), *unheard]
+        """Real-time admission's view of the engine's load: the `live` listeners' streams and
+        the requests without a listener."""
+        unheard = [r for r in list(self.requests.values()) if r.wants_tokens and not r.realtime]
+        return [self._outlook(r, now) for r in (*live, *unheard)]
 
     def _outlook(self, request: Request, now: float) -> StreamOutlook:
-        """A live stream as real-time admission's outlook sees it: its context, the most
-        tokens it may still make, and the audio it holds (played out or not yet decoded)."""
+        """A live request as real-time admission's outlook sees it: its context, the most
+        tokens it may still make, and the audio it holds (played out or not yet decoded); a
+        request without a listener holds none to keep up and counts at its floor's share (it
+        makes at least UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its
+        cost to them)."""
+        remaining = request.sampling.max_tokens - request.num_generated
+        if not request.realtime:
+            return StreamOutlook(request.num_tokens, remaining, 0.0, share=UNHEARD_FLOOR_RATE)
         pending = request.pending_detok_tokens * self.facts.seconds_per_token
-        return StreamOutlook(
-            request.num_tokens,
-            request.sampling.max_tokens - request.num_generated,
-            request.buffered_audio_s(now) + pending,
-        )
+        return StreamOutlook(request.num_tokens, remaining, request.buffered_audio_s(now) + pending)
 
     @staticmethod
     def _newcomer(request: Request | None, live: list[Request]) -> StreamOutlook:
