@@ -102,7 +102,7 @@ def shortfall(
     context = np.array([s.context_tokens for s in live], dtype=np.float64)
     lead = np.array([s.banked_s for s in live], dtype=np.float64)
     cap = np.maximum(lead, lead_cap_s)
-    listened = share >= 1.0
+    listened = np.array([s.listened for s in live])
     stops = np.unique(ends)
     starts = np.concatenate([[0], stops[:-1]])
     # Segment j: rounds (starts[j], stops[j]], run by the streams whose end is at least stops[j].
