@@ -222,7 +222,7 @@ def _rows_class(rows: int) -> int:
 def _tuned(kernel):
     """`kernel` tuned over TAPS_MIX_CONFIGS once a width and size class, at its first call
     of each: SnacDetokenizer.enable_cuda_graphs captures its largest calls first, so each
-    class is tuned at its largest (64 rows; 8). Where Triton can (3.3 and later), the choice is
+    class is tuned at its largest (64 rows; 8). Where this Triton's autotune can, the choice is
     kept in its cache, so a later start with the same Triton on a GPU of the same architecture
     (an H100's choice serves an H200) skips the timing."""
     options = {}
