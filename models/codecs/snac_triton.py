@@ -39,24 +39,21 @@ import triton.language as tl
 JOIN_BLOCK = 1024
 
 
-def _taps_mix_config(
-    block_co: int, block_ci: int, block_t: int, warps: int, stages: int = 1
-) -> triton.Config:
+def _taps_mix_config(block_co: int, block_ci: int, block_t: int, warps: int) -> triton.Config:
     """A tile for _unit_taps_mix: [block_co output channels, block_t samples], block_ci input
-    channels' taps a step; `stages` > 1 loads the next step's taps and weights while this
-    step's product runs (each stage holds them in shared memory: a 128 × 128 tile's three
-    stages asked for 297 KB and did not launch)."""
+    channels' taps a step."""
     return triton.Config(
-        {"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_T": block_t},
-        num_warps=warps,
-        num_stages=stages,
+        {"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_T": block_t}, num_warps=warps
     )
 
 
-# The tiles _unit_taps_mix is tuned over at its first call for each width (triton.autotune):
-# all compile for sm_90 without spilling registers (ptxas -v: 48-211 registers a thread, at
-# most 50 KB of shared memory), the first being the one Triton's interpreter runs on the CPU.
-# The pipelined ones are the unpipelined tiles of ≤ 150 registers with two or three stages.
+# The tiles _unit_taps_mix is tuned over at its first call for each width and size class
+# (triton.autotune): all compile for sm_90 without spilling registers (ptxas -v: 48-211
+# registers a thread), the first being the one Triton's interpreter runs on the CPU. Software
+# pipelining (two or three stages of the taps and weights in shared memory) was tried on the
+# tiles of ≤ 150 registers: on an H100 the tuner chose a one-stage tile for every width and
+# class, at 8 and at 64 rows (bench/snac_cost.py --triton, docs/benchmark-history.md), so
+# those tiles only lengthened the tuning.
 TAPS_MIX_CONFIGS = [
     _taps_mix_config(64, 16, 64, 8),
     _taps_mix_config(64, 32, 32, 8),
@@ -64,11 +61,6 @@ TAPS_MIX_CONFIGS = [
     _taps_mix_config(64, 32, 64, 8),
     _taps_mix_config(32, 16, 64, 4),
     _taps_mix_config(128, 32, 64, 8),
-    _taps_mix_config(64, 16, 64, 8, stages=2),
-    _taps_mix_config(64, 32, 32, 8, stages=2),
-    _taps_mix_config(64, 16, 32, 4, stages=2),
-    _taps_mix_config(64, 16, 32, 4, stages=3),
-    _taps_mix_config(32, 16, 64, 4, stages=2),
 ]
 
 

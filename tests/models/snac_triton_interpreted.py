@@ -78,10 +78,8 @@ def tile_errors(decoder: StreamingSnacDecoder) -> list[float]:
     c, h = unit.conv.in_channels, unit.reach
     layers = unit.snake_in, unit.conv, unit.snake_out, unit.pointwise
     errors = []
-    # The interpreter runs a tile the same whatever its stages: each shape once.
-    shapes = {(tuple(c.kwargs.items()), c.num_warps) for c in snac_triton.TAPS_MIX_CONFIGS}
-    for kwargs, warps in sorted(shapes):
-        tile = {**dict(kwargs), "num_warps": warps}
+    for config in snac_triton.TAPS_MIX_CONFIGS:
+        tile = {**config.kwargs, "num_warps": config.num_warps}
         snac_triton._taps_mix_kernel = lambda tile=tile: (snac_triton._unit_taps_mix, tile)
         worst = 0.0
         skip, kept = torch.randn(2, c, h), torch.randn(2, c, 2 * h)

@@ -72,7 +72,7 @@ def test_every_tile_the_gpu_may_pick_fits_an_sm_without_spilling():
     """The kernels compiled for sm_90 here (bench/triton_resources.py: Triton's compiler and
     ptxas, no GPU): at each SNAC width every taps-and-mix tile, the join and the Snake kernel
     keep to their registers (no spilled bytes) and to the shared memory a block may take, so
-    none is slowed by local-memory traffic or refused at launch (the first pipelined design
+    none is slowed by local-memory traffic or refused at launch (a three-stage 128 × 128 tile
     asked for 297 KB and did not launch on an H100)."""
     done = _run(RESOURCES, _triton_or_skip())
     assert done.returncode == 0, done.stderr[-4000:]
