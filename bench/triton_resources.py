@@ -87,15 +87,15 @@ def main() -> None:
             tile = {**config.kwargs, "warps": config.num_warps, "stages": config.num_stages}
             print(json.dumps({"kernel": "_unit_taps_mix", "width": width, **tile, **used}))
     join = dict.fromkeys(
-        ("x_ptr", "conv_state_ptr", "skip_state_ptr", "alpha_ptr", "joined_ptr", "new_skip_ptr"),
+        ("x_ptr", "kept_ptr", "skip_state_ptr", "alpha_ptr", "joined_ptr", "new_skip_ptr"),
         ptr,
     )
     join.update(start_ptr="*i64", end_ptr="*i64", C="i32", n="i32")
-    used = resources(K._unit_join, join, {"HALF": 27, "BLOCK": K.JOIN_BLOCK}, num_warps=4)
-    print(json.dumps({"kernel": "_unit_join", **used}))
-    snake = {"x_ptr": ptr, "alpha_ptr": ptr, "out_ptr": ptr, "C": "i32", "n": "i32"}
-    used = resources(K._snake_kernel, snake, {"BLOCK": K.JOIN_BLOCK}, num_warps=4)
-    print(json.dumps({"kernel": "_snake_kernel", **used}))
+    # A residual unit's (dilation 9: 54 kept, 27 of skip line), and a Snake's before a conv.
+    for kept, half, warps in ((54, 27, 4), (6, 0, K.SNAKE_JOIN_WARPS)):
+        constants = {"KEPT": kept, "HALF": half, "BLOCK": K.JOIN_BLOCK}
+        used = resources(K._join, join, constants, num_warps=warps)
+        print(json.dumps({"kernel": "_join", "kept": kept, "half": half, **used}))
 
 
 if __name__ == "__main__":

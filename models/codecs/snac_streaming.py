@@ -21,6 +21,7 @@ call can be captured in a CUDA graph, with the state tensors as its inputs and o
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 
@@ -87,10 +88,18 @@ class StreamingSnacDecoder:
             for conv in self.steps
             if isinstance(conv, nn.ConvTranspose1d)
         }
+        # The stateful convs that follow a Snake (the upsampling steps, the output conv), each
+        # with its Snake and a module running the conv on its joined line alone: with the
+        # Triton kernels one kernel makes that line from the Snake's input (snake_join).
+        self.joined_steps = {
+            step: (before, _OverJoined(step))
+            for before, step in itertools.pairwise(self.steps)
+            if isinstance(before, Snake1d) and _keeps_inputs(step)
+        }
         # The Triton kernels' module (models/codecs/snac_triton.py) once use_triton_kernels
-        # ran: the residual units and Snake steps then run them.
+        # ran: the residual units, and the Snakes with the convs after them, then run them.
         self.kernels = None
-        self._runs = [self._runner(step) for step in self.steps]
+        self._runs = self._runners()
         self.samples_per_latent = int(model.hop_length)
         self.state_shapes = [shape for step in self.steps for shape in _state_shapes(step)]
         rows = _Rows(torch.zeros(1, dtype=torch.int64), torch.full((1,), NO_END), torch.zeros(1))
@@ -158,9 +167,10 @@ class StreamingSnacDecoder:
         return x[:, 0], packed
 
     def use_triton_kernels(self) -> None:
-        """Run the residual units and the Snake steps as hand-written Triton kernels
-        (models/codecs/snac_triton.py) rather than as torch ops or compiled blocks: the
-        residual units leave repeated_blocks. Needs Triton (CUDA, or its interpreter); where
+        """Run the residual units, and each Snake with the stateful conv after it, on
+        hand-written Triton kernels (models/codecs/snac_triton.py) rather than as torch ops or
+        compiled blocks: the residual units leave repeated_blocks, and those convs' blocks
+        there run on the line the kernel joined. Needs Triton (CUDA, or its interpreter); where
         the kernels cannot load (a CUDA install of torch without Triton, or a Triton too old
         for them) the steps stay torch ops, with a warning."""
         try:
@@ -174,17 +184,28 @@ class StreamingSnacDecoder:
             )
             return
         self.kernels = snac_triton
-        self._runs = [self._runner(step) for step in self.steps]
+        self._runs = self._runners()
+
+    def _runners(self) -> list:
+        """Each step's runner (_runner). With the Triton kernels a Snake before a stateful
+        conv passes its input on, and the conv's runner joins it (snake_join)."""
+        if self.kernels is None:
+            return [self._runner(step) for step in self.steps]
+        fused = {snake for snake, _ in self.joined_steps.values()}
+        return [_passing if step in fused else self._runner(step) for step in self.steps]
 
     def _runner(self, step: nn.Module):
         """How a call runs `step` on x (its first sample at `rows.start`), taking its kept
         inputs from `queue` and putting what it keeps now in `new_state`: chosen once a step.
         Where its output starts is _advance's."""
+        kernels = self.kernels
+        if kernels is not None and step in self.joined_steps:
+            snake, over_joined = self.joined_steps[step]
+            return _joining(kernels.snake_join, snake.alpha, over_joined)
         if isinstance(step, nn.Conv1d) and step.kernel_size[0] > 1:
             return _keeping(self.conv_steps[step])
         if isinstance(step, nn.ConvTranspose1d):
             return _keeping(self.upsample_steps[step])
-        kernels = self.kernels
         if isinstance(step, ResidualUnit):
             unit = self.residual_steps[step]
             if kernels is not None:
@@ -199,8 +220,6 @@ class StreamingSnacDecoder:
         if isinstance(step, PositionalNoise):
             noise = self.noise_steps[step]
             return lambda x, rows, queue, new_state: noise(x, rows.seed, rows.start)
-        if isinstance(step, Snake1d) and kernels is not None:
-            return lambda x, rows, queue, new_state: kernels.snake(x, step.alpha)
         # A pointwise conv, Snake1d, Tanh (_flatten admits nothing else): no state, no position.
         return lambda x, rows, queue, new_state: step(x)
 
@@ -208,13 +227,21 @@ class StreamingSnacDecoder:
         """The chain's two symmetric convs, the upsampling and noise steps (one each per
         upsampling block), then the residual units' steps (three per block): what
         --compile-codec compiles (cuda_graphs.compile_regions; residual steps of one width and
-        dilation share a program, the others have one each). Residual units that run Triton
-        kernels (use_triton_kernels) are not among them."""
+        dilation share a program, the others have one each). With the Triton kernels
+        (use_triton_kernels) the residual units are not among them, and the convs after a
+        Snake are their blocks on the joined line."""
+        if self.kernels is None:
+            return [
+                *self.conv_steps.values(),
+                *self.upsample_steps.values(),
+                *self.noise_steps.values(),
+                *self.residual_steps.values(),
+            ]
+        stepped = {**self.conv_steps, **self.upsample_steps}
         return [
-            *self.conv_steps.values(),
-            *self.upsample_steps.values(),
+            *(block for step, block in stepped.items() if step not in self.joined_steps),
+            *(over_joined for _, over_joined in self.joined_steps.values()),
             *self.noise_steps.values(),
-            *(self.residual_steps.values() if self.kernels is None else ()),
         ]
 
 
@@ -280,6 +307,48 @@ def _keeping(stepper: nn.Module):
         return y
 
     return run
+
+
+def _passing(x, rows: _Rows, queue, new_state) -> torch.Tensor:
+    """A step whose work the next step's runner does (a Snake the conv after it joins)."""
+    return x
+
+
+def _joining(snake_join, alpha: torch.Tensor, over_joined: nn.Module):
+    """A runner for a stateful conv and the Snake before it on the Triton kernels: one
+    kernel makes the conv's joined line [its kept inputs, the masked Snake of x]
+    (snac_triton.snake_join), `over_joined` runs the conv on it, and the line's last inputs
+    are kept as the torch ops keep them."""
+
+    def run(x, rows: _Rows, queue, new_state) -> torch.Tensor:
+        kept = next(queue)
+        joined = snake_join(x, kept, rows.start, rows.end, alpha)
+        new_state.append(joined[..., joined.shape[-1] - kept.shape[-1] :])
+        return over_joined(joined)
+
+    return run
+
+
+def _keeps_inputs(step: nn.Module) -> bool:
+    """A symmetric conv or a transposed conv: a step that keeps its last inputs."""
+    symmetric = isinstance(step, nn.Conv1d) and step.kernel_size[0] > 1
+    return symmetric or isinstance(step, nn.ConvTranspose1d)
+
+
+class _OverJoined(nn.Module):
+    """A stateful conv's work on its joined line [kept inputs, the masked new ones], as
+    StreamingConv and StreamingUpsample do it after joining: what --compile-codec compiles
+    where a Triton kernel joined the line. Shares the conv (weights)."""
+
+    def __init__(self, conv: nn.Module):
+        super().__init__()
+        self.conv = conv
+        self.transposed = isinstance(conv, nn.ConvTranspose1d)
+
+    def forward(self, joined: torch.Tensor) -> torch.Tensor:
+        if self.transposed:
+            return upsample(joined, self.conv)
+        return symmetric_conv(joined, self.conv)
 
 
 class StreamingResidualUnit(nn.Module):

@@ -1,6 +1,7 @@
-"""SNAC's residual units and Snake activations as hand-written Triton kernels (how CUDA
-graphs run them: SnacDetokenizer.enable_cuda_graphs): what snac_streaming's
-StreamingResidualUnit and Snake1d steps compute, in fewer passes over memory.
+"""SNAC's residual units, and its Snakes with the stateful convs after them, as hand-written
+Triton kernels (how CUDA graphs run them: SnacDetokenizer.enable_cuda_graphs): what
+snac_streaming's StreamingResidualUnit, and a Snake1d step with the StreamingConv or
+StreamingUpsample after it, compute, in fewer passes over memory.
 
 Why: in Orpheus' 512-request burst on an H200, SNAC took a third of each step's device time,
 ~56 µs a frame against a ~15-20 µs memory floor, and Inductor's kernels for the residual
@@ -8,10 +9,12 @@ units (the masked Snake joined to the kept inputs, the dilated taps with the nex
 residual add around cuBLAS' pointwise conv) each moved their bytes at ~20-30 % of the copy
 bandwidth. These kernels take a frame for 27.7 µs against Inductor's 38.3 (64 rows, calls of
 4 frames, float32, an H100; the 512-request burst 3.6 % faster: docs/benchmark-history.md).
-A residual unit here is two kernels:
+Two kernels:
 
-- `_unit_join`: the unit's joined line [its kept inputs, the masked Snake of the new ones],
-  one sine a sample, and the skip path's tail for the next call;
+- `_join`: a conv's joined line [its kept inputs, the masked Snake of the new ones], one sine
+  a sample; for a residual unit also its skip path's tail for the next call. Before an
+  upsampling step or the output conv it replaces the Snake's pass and the compiled
+  concatenation's (which read and wrote the line again, at half the Snake's speed);
 - `_unit_taps_mix`: for a tile of output channels and samples, the dilated 7-tap depthwise
   conv and the second Snake of each input channel's line (the taps' overlapping reads come
   from the cache), then the pointwise conv as a matrix product on tensor cores (TF32 where
@@ -35,8 +38,11 @@ import torch
 import triton
 import triton.language as tl
 
-# A join or Snake program covers JOIN_BLOCK samples of one row's channel.
+# A join program covers JOIN_BLOCK samples of one row's channel.
 JOIN_BLOCK = 1024
+# A join without a skip line (a Snake's before a conv) runs 8 warps: compiled with 4, ptxas
+# spilled to local memory (4 bytes) where the residual units' join, at 4, does not.
+SNAKE_JOIN_WARPS = 8
 
 
 def _taps_mix_config(block_co: int, block_ci: int, block_t: int, warps: int) -> triton.Config:
@@ -78,32 +84,32 @@ def _snake(v, alpha, inv_alpha):
 
 
 @triton.jit
-def _unit_join(
-    x_ptr,  # [B, C, n] the unit's input
-    conv_state_ptr,  # [B, C, 2h] the conv's kept inputs (masked Snake values)
-    skip_state_ptr,  # [B, C, h] the skip path's kept inputs
+def _join(
+    x_ptr,  # [B, C, n] the step's input
+    kept_ptr,  # [B, C, KEPT] the conv's kept inputs (masked Snake values)
+    skip_state_ptr,  # [B, C, HALF] a residual unit's skip path's kept inputs
     start_ptr,  # [B] int64: absolute position of x's first sample
     end_ptr,  # [B] int64: the stream's end at this rate
-    alpha_ptr,  # [C] the first Snake's
-    joined_ptr,  # [B, C, 2h + n] out: [the kept inputs, the masked Snake of x]
-    new_skip_ptr,  # [B, C, h] out: the skip line's last h
+    alpha_ptr,  # [C] the Snake's
+    joined_ptr,  # [B, C, KEPT + n] out: [the kept inputs, the masked Snake of x]
+    new_skip_ptr,  # [B, C, HALF] out: the skip line's last HALF
     C,
     n,
-    HALF: tl.constexpr,
+    KEPT: tl.constexpr,
+    HALF: tl.constexpr,  # 0: no skip line (a conv after a Snake, not a residual unit)
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0)  # b · C + c
     pid = tl.program_id(1)
     b = row // C
     c = row % C
-    KEPT: tl.constexpr = 2 * HALF
     width = n + KEPT
     row64 = row.to(tl.int64)
     x_row = x_ptr + row64 * n
     p = pid * BLOCK + tl.arange(0, BLOCK)
     ok = p < width
     in_state = p < KEPT
-    kept = tl.load(conv_state_ptr + row64 * KEPT + p, mask=ok & in_state, other=0.0)
+    kept = tl.load(kept_ptr + row64 * KEPT + p, mask=ok & in_state, other=0.0)
     xi = p - KEPT
     v = tl.load(x_row + xi, mask=ok & (xi >= 0), other=0.0).to(tl.float32)
     pos = tl.load(start_ptr + b) + xi
@@ -112,18 +118,22 @@ def _unit_join(
     fresh = tl.where(live, _snake(v, alpha, 1.0 / (alpha + 1e-9)), 0.0)
     joined = tl.where(in_state, kept.to(tl.float32), fresh)
     tl.store(joined_ptr + row64 * width + p, joined.to(joined_ptr.dtype.element_ty), mask=ok)
-    if pid == 0:  # the skip line is [h kept, the n new]: its last h samples, for the next call
-        q = tl.arange(0, BLOCK)
-        at = n + q
-        from_kept = at < HALF
-        skip = tl.load(skip_state_ptr + row64 * HALF + at, mask=(q < HALF) & from_kept, other=0.0)
-        new = tl.load(x_row + at - HALF, mask=(q < HALF) & (at >= HALF), other=0.0)
-        tl.store(new_skip_ptr + row64 * HALF + q, tl.where(from_kept, skip, new), mask=q < HALF)
+    # HALF is known at compile time: a kernel without a skip line has no branch here.
+    if HALF > 0:  # noqa: SIM102
+        if pid == 0:  # the skip line is [HALF kept, the n new]: its last HALF, for the next call
+            q = tl.arange(0, BLOCK)
+            at = n + q
+            from_kept = at < HALF
+            skip = tl.load(
+                skip_state_ptr + row64 * HALF + at, mask=(q < HALF) & from_kept, other=0.0
+            )
+            new = tl.load(x_row + at - HALF, mask=(q < HALF) & (at >= HALF), other=0.0)
+            tl.store(new_skip_ptr + row64 * HALF + q, tl.where(from_kept, skip, new), mask=q < HALF)
 
 
 @triton.jit(do_not_specialize=["rows_class"])
 def _unit_taps_mix(
-    joined_ptr,  # [B, C, 2h + n] _unit_join's
+    joined_ptr,  # [B, C, 2h + n] _join's
     x_ptr,  # [B, C, n] the unit's input (the skip path)
     skip_state_ptr,  # [B, C, h]
     tap_weight_ptr,  # [C, TAPS] the dilated depthwise conv
@@ -184,20 +194,6 @@ def _unit_taps_mix(
     fresh = tl.load(x_ptr + rows * n + t[None, :] - HALF, mask=ok & ~from_kept, other=0.0)
     y = acc + tl.where(from_kept, kept, fresh).to(tl.float32)
     tl.store(out_ptr + rows * n + t[None, :], y.to(out_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def _snake_kernel(x_ptr, alpha_ptr, out_ptr, C, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    pid = tl.program_id(1)
-    c = row % C
-    alpha = tl.load(alpha_ptr + c).to(tl.float32)
-    inv = 1.0 / (alpha + 1e-9)
-    t = pid * BLOCK + tl.arange(0, BLOCK)
-    ok = t < n
-    offsets = row.to(tl.int64) * n + t
-    v = tl.load(x_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offsets, _snake(v, alpha, inv).to(out_ptr.dtype.element_ty), mask=ok)
 
 
 # Calls of up to this many rows are tuned apart from larger ones: a server at its listeners'
@@ -269,7 +265,7 @@ def residual_unit(
     skip_state, conv_state = skip_state.contiguous(), conv_state.contiguous()
     joined = x.new_empty(b, c, 2 * half + n)
     new_skip = torch.empty_like(skip_state)
-    _unit_join[(b * c, triton.cdiv(2 * half + n, JOIN_BLOCK))](
+    _join[(b * c, triton.cdiv(2 * half + n, JOIN_BLOCK))](
         x,
         conv_state,
         skip_state,
@@ -280,6 +276,7 @@ def residual_unit(
         new_skip,
         c,
         n,
+        KEPT=2 * half,
         HALF=half,
         BLOCK=JOIN_BLOCK,
     )
@@ -311,10 +308,36 @@ def residual_unit(
     return out, new_skip, joined[..., -2 * half :]
 
 
-def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """snac.layers.snake over x [B, C, n] with alpha [1, C, 1], in one pass."""
+def snake_join(
+    x: torch.Tensor,
+    kept: torch.Tensor,
+    start: torch.Tensor,
+    end: torch.Tensor,
+    alpha: torch.Tensor,
+) -> torch.Tensor:
+    """A Snake and the stateful conv after it, joined: [kept, the masked Snake of x]
+    [B, C, k + n] in one pass, for x [B, C, n] from absolute position `start` [B] and the
+    conv's kept inputs `kept` [B, C, k] (StreamingConv's and StreamingUpsample's input, which
+    the torch ops make in two: the Snake, then the mask and the concatenation). The next
+    call's kept inputs are its last k."""
     b, c, n = x.shape
-    x = x.contiguous()
-    out = torch.empty_like(x)
-    _snake_kernel[(b * c, triton.cdiv(n, JOIN_BLOCK))](x, alpha, out, c, n, BLOCK=JOIN_BLOCK)
-    return out
+    k = kept.shape[-1]
+    x, kept = x.contiguous(), kept.contiguous()
+    joined = x.new_empty(b, c, k + n)
+    _join[(b * c, triton.cdiv(k + n, JOIN_BLOCK))](
+        x,
+        kept,
+        x,  # no skip line: unread
+        start,
+        end,
+        alpha,
+        joined,
+        joined,  # no skip line: unwritten
+        c,
+        n,
+        KEPT=k,
+        HALF=0,
+        BLOCK=JOIN_BLOCK,
+        num_warps=SNAKE_JOIN_WARPS,
+    )
+    return joined

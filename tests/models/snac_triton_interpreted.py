@@ -13,7 +13,7 @@ from snac import SNAC
 
 from models.codecs.snac_checkpoint import fold_weight_norm, tiny_snac_config
 from models.codecs.snac_noise import install_positional_noise
-from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
+from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder, _passing
 
 
 def main() -> None:
@@ -35,6 +35,7 @@ def main() -> None:
             {
                 "compiled_blocks": len(kernels.repeated_blocks()),
                 "compiled_blocks_torch": len(torch_ops.repeated_blocks()),
+                "joined_convs": sum(run is _passing for run in kernels._runs),
             }
         )
     )

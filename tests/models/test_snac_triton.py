@@ -1,8 +1,8 @@
-"""SNAC's residual units and Snake steps as Triton kernels (how CUDA graphs run them,
-models/codecs/snac_triton.py) decode what the torch ops do: the kernels run in Triton's
-interpreter on the CPU, in a subprocess (snac_triton_interpreted.py) with Triton from
-`make reference-deps` (.ref/triton-interpreter): the project's own environment has no Triton
-on the CPU. On the GPU, tests/gpu/test_gpu_engine.py's
+"""SNAC's residual units, and its Snakes with the convs after them, as Triton kernels (how
+CUDA graphs run them, models/codecs/snac_triton.py) decode what the torch ops do: the
+kernels run in Triton's interpreter on the CPU, in a subprocess (snac_triton_interpreted.py)
+with Triton from `make reference-deps` (.ref/triton-interpreter): the project's own
+environment has no Triton on the CPU. On the GPU, tests/gpu/test_gpu_engine.py's
 test_compiled_detokenizer_graphs_equal_eager runs them compiled, in CUDA graphs. Compiled
 for sm_90 here (no GPU needed), no tile spills registers or outgrows shared memory."""
 
@@ -50,14 +50,15 @@ def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
     """Four calls of two streams (a first call of one latent step, shorter than the widest
     units' reach; one stream ending inside the second call and flushed by the last): the
     audio and the carried state equal the torch ops' to float32 rounding, and the residual
-    units leave the blocks to compile. Each tile the GPU tunes the taps-and-mix kernel over
+    units leave the blocks to compile (the convs after a Snake stay, on their joined line). Each tile the GPU tunes the taps-and-mix kernel over
     computes the same unit."""
     done = _run(SCRIPT, _triton_or_skip(), TRITON_INTERPRET="1")
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     blocks, calls, tiles = lines[0], lines[1:-1], lines[-1]["tiles"]
     # 22 blocks compile with torch ops; the 12 residual units run kernels instead.
-    assert blocks == {"compiled_blocks": 10, "compiled_blocks_torch": 22}
+    # Each upsampling step and the output conv take their Snake's line from a join kernel.
+    assert blocks == {"compiled_blocks": 10, "compiled_blocks_torch": 22, "joined_convs": 5}
     assert [c["steps"] for c in calls] == [1, 4, 1, 8]
     for call in calls:
         assert call["samples"] == call["steps"] * 512
@@ -70,14 +71,14 @@ def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
 
 def test_every_tile_the_gpu_may_pick_fits_an_sm_without_spilling():
     """The kernels compiled for sm_90 here (bench/triton_resources.py: Triton's compiler and
-    ptxas, no GPU): at each SNAC width every taps-and-mix tile, the join and the Snake kernel
-    keep to their registers (no spilled bytes) and to the shared memory a block may take, so
-    none is slowed by local-memory traffic or refused at launch (a three-stage 128 × 128 tile
+    ptxas, no GPU): at each SNAC width every taps-and-mix tile, and the join (a residual
+    unit's, a Snake's before a conv), keep to their registers (no spilled bytes) and to the
+    shared memory a block may take, so none is slowed by local-memory traffic or refused at launch (a three-stage 128 × 128 tile
     asked for 297 KB and did not launch on an H100)."""
     done = _run(RESOURCES, _triton_or_skip())
     assert done.returncode == 0, done.stderr[-4000:]
     reports = [json.loads(line) for line in done.stdout.splitlines()]
-    assert {r["kernel"] for r in reports} == {"_unit_taps_mix", "_unit_join", "_snake_kernel"}
+    assert {r["kernel"] for r in reports} == {"_unit_taps_mix", "_join"}
     assert {r.get("width") for r in reports} == {64, 128, 256, 512, None}
     for used in reports:
         assert used["spilled"] == 0, used
