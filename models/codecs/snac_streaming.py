@@ -94,7 +94,8 @@ class StreamingSnacDecoder:
         self.joined_steps = {
             step: (before, _OverJoined(step))
             for before, step in itertools.pairwise(self.steps)
-            if isinstance(before, Snake1d) and _keeps_inputs(step)
+            if isinstance(before, Snake1d)
+            and (step in self.conv_steps or step in self.upsample_steps)
         }
         # The Triton kernels' module (models/codecs/snac_triton.py) once use_triton_kernels
         # ran: the residual units, and the Snakes with the convs after them, then run them.
@@ -327,12 +328,6 @@ def _joining(snake_join, alpha: torch.Tensor, over_joined: nn.Module):
         return over_joined(joined)
 
     return run
-
-
-def _keeps_inputs(step: nn.Module) -> bool:
-    """A symmetric conv or a transposed conv: a step that keeps its last inputs."""
-    symmetric = isinstance(step, nn.Conv1d) and step.kernel_size[0] > 1
-    return symmetric or isinstance(step, nn.ConvTranspose1d)
 
 
 class _OverJoined(nn.Module):
