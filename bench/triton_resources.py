@@ -26,6 +26,7 @@ from models.codecs import snac_triton as K
 
 HOPPER = GPUTarget("cuda", 90, 32)
 WIDTHS = (64, 128, 256, 512)  # SNAC 24 kHz's residual units
+UPSAMPLINGS = ((512, 8), (256, 8), (128, 4), (64, 2))  # its noise blocks' widths, strides
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
@@ -86,6 +87,26 @@ def main() -> None:
             )
             tile = {**config.kwargs, "warps": config.num_warps, "stages": config.num_stages}
             print(json.dumps({"kernel": "_unit_taps_mix", "width": width, **tile, **used}))
+    noise = dict.fromkeys(
+        ("z_ptr", "bias_ptr", "noise_weight_ptr", "out_ptr"),
+        ptr,
+    )
+    noise.update(seed_ptr="*i64", start_ptr="*i64", n="i32", rows_class="i32")
+    for width, stride in UPSAMPLINGS:
+        for config in K.TAPS_MIX_CONFIGS:
+            if config.kwargs["BLOCK_CO"] > width:
+                continue
+            constants = {
+                "SALT": 0,
+                "C": width,
+                "S": stride,
+                "HAS_BIAS": True,
+                "PRECISION": "tf32" if args.dtype == "fp32" else "ieee",
+                **config.kwargs,
+            }
+            used = resources(K._upsample_noise, noise, constants, num_warps=config.num_warps)
+            tile = {**config.kwargs, "warps": config.num_warps, "stride": stride}
+            print(json.dumps({"kernel": "_upsample_noise", "width": width, **tile, **used}))
     join = dict.fromkeys(
         ("x_ptr", "kept_ptr", "skip_state_ptr", "alpha_ptr", "joined_ptr", "new_skip_ptr"),
         ptr,

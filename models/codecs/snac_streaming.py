@@ -97,6 +97,17 @@ class StreamingSnacDecoder:
             if isinstance(before, Snake1d)
             and (step in self.conv_steps or step in self.upsample_steps)
         }
+        # ... and of those the upsampling steps with the noise step after them: with the
+        # kernels the upsampling's overlap-add and the noise are one kernel
+        # (snac_triton.upsample_noise).
+        self.noised_upsamples = {
+            step: after
+            for step, after in itertools.pairwise(self.steps)
+            if step in self.joined_steps
+            and step in self.upsample_steps
+            and isinstance(after, PositionalNoise)
+            and after.linear.bias is None
+        }
         # The Triton kernels' module (models/codecs/snac_triton.py) once use_triton_kernels
         # ran: the residual units, and the Snakes with the convs after them, then run them.
         self.kernels = None
@@ -168,10 +179,11 @@ class StreamingSnacDecoder:
         return x[:, 0], packed
 
     def use_triton_kernels(self) -> None:
-        """Run the residual units, and each Snake with the stateful conv after it, on
-        hand-written Triton kernels (models/codecs/snac_triton.py) rather than as torch ops or
-        compiled blocks: the residual units leave repeated_blocks, and those convs' blocks
-        there run on the line the kernel joined. Needs Triton (CUDA, or its interpreter); where
+        """Run the residual units, each Snake with the stateful conv after it, and each
+        upsampling step with its noise step on hand-written Triton kernels
+        (models/codecs/snac_triton.py) rather than as torch ops or compiled blocks: those
+        steps leave repeated_blocks, but for the output conv's, which runs on the line its
+        Snake's kernel joined. Needs Triton (CUDA, or its interpreter); where
         the kernels cannot load (a CUDA install of torch without Triton, or a Triton too old
         for them) the steps stay torch ops, with a warning."""
         try:
@@ -193,6 +205,7 @@ class StreamingSnacDecoder:
         if self.kernels is None:
             return [self._runner(step) for step in self.steps]
         fused = {snake for snake, _ in self.joined_steps.values()}
+        fused.update(self.noised_upsamples.values())
         return [_passing if step in fused else self._runner(step) for step in self.steps]
 
     def _runner(self, step: nn.Module):
@@ -200,6 +213,9 @@ class StreamingSnacDecoder:
         inputs from `queue` and putting what it keeps now in `new_state`: chosen once a step.
         Where its output starts is _advance's."""
         kernels = self.kernels
+        if kernels is not None and step in self.noised_upsamples:
+            snake, _ = self.joined_steps[step]
+            return _noised_upsampling(kernels, snake, step, self.noised_upsamples[step])
         if kernels is not None and step in self.joined_steps:
             snake, over_joined = self.joined_steps[step]
             return _joining(kernels.snake_join, snake.alpha, over_joined)
@@ -229,8 +245,8 @@ class StreamingSnacDecoder:
         upsampling block), then the residual units' steps (three per block): what
         --compile-codec compiles (cuda_graphs.compile_regions; residual steps of one width and
         dilation share a program, the others have one each). With the Triton kernels
-        (use_triton_kernels) the residual units are not among them, and the convs after a
-        Snake are their blocks on the joined line."""
+        (use_triton_kernels) only the convs that no kernel covers: the input conv, and the
+        output conv on the line its Snake's join kernel made."""
         if self.kernels is None:
             return [
                 *self.conv_steps.values(),
@@ -241,8 +257,16 @@ class StreamingSnacDecoder:
         stepped = {**self.conv_steps, **self.upsample_steps}
         return [
             *(block for step, block in stepped.items() if step not in self.joined_steps),
-            *(over_joined for _, over_joined in self.joined_steps.values()),
-            *self.noise_steps.values(),
+            *(
+                over_joined
+                for step, (_, over_joined) in self.joined_steps.items()
+                if step not in self.noised_upsamples
+            ),
+            *(
+                block
+                for noise, block in self.noise_steps.items()
+                if noise not in self.noised_upsamples.values()
+            ),
         ]
 
 
@@ -326,6 +350,23 @@ def _joining(snake_join, alpha: torch.Tensor, over_joined: nn.Module):
         joined = snake_join(x, kept, rows.start, rows.end, alpha)
         new_state.append(joined[..., joined.shape[-1] - kept.shape[-1] :])
         return over_joined(joined)
+
+    return run
+
+
+def _noised_upsampling(kernels, snake: Snake1d, upsample: nn.ConvTranspose1d, noise):
+    """A runner for a Snake, the upsampling step after it and the noise step after that, on
+    the Triton kernels: the Snake joined to the upsampling's kept step (snake_join), the
+    transposed conv's GEMM, then its overlap-add and the noise in one kernel
+    (upsample_noise), the noise drawn at the upsampled samples' positions."""
+
+    def run(x, rows: _Rows, queue, new_state) -> torch.Tensor:
+        kept = next(queue)
+        joined = kernels.snake_join(x, kept, rows.start, rows.end, snake.alpha)
+        new_state.append(joined[..., joined.shape[-1] - kept.shape[-1] :])
+        start = _advance(upsample, rows).start
+        weight = noise.linear.weight[:, :, 0]
+        return kernels.upsample_noise(joined, upsample, weight, noise.salt, rows.seed, start)
 
     return run
 

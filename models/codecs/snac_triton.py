@@ -1,7 +1,8 @@
-"""SNAC's residual units, and its Snakes with the stateful convs after them, as hand-written
-Triton kernels (how CUDA graphs run them: SnacDetokenizer.enable_cuda_graphs): what
-snac_streaming's StreamingResidualUnit, and a Snake1d step with the StreamingConv or
-StreamingUpsample after it, compute, in fewer passes over memory.
+"""SNAC's residual units, its Snakes with the stateful convs after them, and its upsampling
+steps with their noise, as hand-written Triton kernels (how CUDA graphs run them:
+SnacDetokenizer.enable_cuda_graphs): what snac_streaming's StreamingResidualUnit, a Snake1d
+step with the StreamingConv or StreamingUpsample after it, and a StreamingUpsample with the
+StreamingNoise after it compute, in fewer passes over memory.
 
 Why: in Orpheus' 512-request burst on an H200, SNAC took a third of each step's device time,
 ~56 µs a frame against a ~15-20 µs memory floor, and Inductor's kernels for the residual
@@ -9,7 +10,7 @@ units (the masked Snake joined to the kept inputs, the dilated taps with the nex
 residual add around cuBLAS' pointwise conv) each moved their bytes at ~20-30 % of the copy
 bandwidth. These kernels take a frame for 27.7 µs against Inductor's 38.3 (64 rows, calls of
 4 frames, float32, an H100; the 512-request burst 3.6 % faster: docs/benchmark-history.md).
-Two kernels:
+Three kernels:
 
 - `_join`: a conv's joined line [its kept inputs, the masked Snake of the new ones], one sine
   a sample; for a residual unit also its skip path's tail for the next call. Before an
@@ -19,12 +20,19 @@ Two kernels:
   conv and the second Snake of each input channel's line (the taps' overlapping reads come
   from the cache), then the pointwise conv as a matrix product on tensor cores (TF32 where
   torch's float32 matmuls are, or float16), its bias and the delayed skip path added before
-  the one store: the conv's output never goes to memory. Its tile is tuned at its first
-  call for each width and size class (TAPS_MIX_CONFIGS, triton.autotune; outside graph
-  capture, in the codec's warm-up).
+  the one store: the conv's output never goes to memory;
+- `_upsample_noise`: after the transposed conv's GEMM (cuBLAS), for a tile of output
+  channels and samples, the overlap-add of its product and its bias, the noise block's
+  pointwise conv on tensor cores over the upsampled line made on the fly, and the positional
+  noise (snac_noise's hash and Box-Muller, once a sample): y + noise · (W y) in one store,
+  where Inductor's blocks wrote y, read it for cuBLAS' pointwise conv and read both again.
 
-Values: the unit's own formulas (snac.layers.snake, F.conv1d's cross-correlation, the
-residual add), computed in float32 whatever the storage dtype; they equal the torch ops to
+The tiled kernels' tile is tuned at their first call for each width and size class
+(TAPS_MIX_CONFIGS, triton.autotune; outside graph capture, in the codec's warm-up).
+
+Values: the steps' own formulas (snac.layers.snake, F.conv1d's cross-correlation, the
+residual add, snac_streaming.upsample's overlap-add, snac_noise's positional noise), computed
+in float32 whatever the storage dtype; they equal the torch ops to
 float rounding (tests/models/test_snac_triton.py runs the kernels in Triton's interpreter on
 the CPU; tests/gpu/test_gpu_engine.py in CUDA graphs). Imported only for CUDA graphs: CPU
 installs have no Triton."""
@@ -196,6 +204,88 @@ def _unit_taps_mix(
     tl.store(out_ptr + rows * n + t[None, :], y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _hash32(x):
+    """snac_noise._hash32 on uint32 values: its int64 products masked to 32 bits are these
+    products' wrap-around."""
+    x = ((x >> 16) ^ x) * 0x45D9F3B
+    x = ((x >> 16) ^ x) * 0x45D9F3B
+    return (x >> 16) ^ x
+
+
+@triton.jit
+def _positional_normal(seed, salt, pos):
+    """snac_noise.positional_normal: standard-normal noise at absolute positions `pos` (int64)
+    of the stream with this `seed` (int64), `salt` telling the noise blocks apart."""
+    stream = _hash32(_hash32(seed.to(tl.uint32)) + salt)
+    key = _hash32(stream ^ pos.to(tl.uint32))
+    u1 = ((_hash32(key ^ 0x68E31DA4) >> 8).to(tl.float32) + 0.5) * 5.9604644775390625e-08
+    u2 = (_hash32(key ^ 0x1B56C4E9) >> 8).to(tl.float32) * 5.9604644775390625e-08
+    return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)  # Box-Muller
+
+
+@triton.jit(do_not_specialize=["rows_class"])
+def _upsample_noise(
+    z_ptr,  # [B, n + 1, C, 2S] the transposed conv's product: each input step's 2S outputs
+    bias_ptr,  # [C] the transposed conv's
+    noise_weight_ptr,  # [C, C] the noise block's pointwise conv
+    seed_ptr,  # [B] int64: each row's noise seed
+    start_ptr,  # [B] int64: absolute position of each row's first output sample
+    out_ptr,  # [B, C, n·S]
+    n,
+    rows_class,  # unread: part of the tuning's key (_rows_class)
+    SALT: tl.constexpr,
+    C: tl.constexpr,
+    S: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_CO: tl.constexpr,
+    BLOCK_CI: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    CO_TILES: tl.constexpr = (C + BLOCK_CO - 1) // BLOCK_CO
+    pid = tl.program_id(0)  # b · CO_TILES + the output channels' tile
+    b = (pid // CO_TILES).to(tl.int64)
+    co = (pid % CO_TILES) * BLOCK_CO + tl.arange(0, BLOCK_CO)
+    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    length = n * S
+    t_ok = t < length
+    co_ok = co < C
+    # Output sample t (of input step t // S) sums the next step's first half and its own
+    # step's second half of the product: z[b, t // S + 1, c, t % S] + z[b, t // S, c, S + t % S].
+    step = (b * (n + 1) + t // S) * C
+    late = (step + C) * 2 * S + t % S
+    early = step * 2 * S + S + t % S
+    acc = tl.zeros([BLOCK_CO, BLOCK_T], dtype=tl.float32)
+    for ci0 in range(0, C, BLOCK_CI):
+        # The upsampled line of BLOCK_CI channels, then their share of the noise block's
+        # pointwise conv: the line is never written to memory.
+        ci = ci0 + tl.arange(0, BLOCK_CI)
+        ci_ok = ci < C
+        ok = ci_ok[:, None] & t_ok[None, :]
+        at = ci[:, None] * 2 * S
+        y = tl.load(z_ptr + late[None, :] + at, mask=ok, other=0.0).to(tl.float32)
+        y += tl.load(z_ptr + early[None, :] + at, mask=ok, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + ci, mask=ci_ok, other=0.0).to(tl.float32)[:, None]
+        w = tl.load(
+            noise_weight_ptr + co[:, None] * C + ci[None, :],
+            mask=co_ok[:, None] & ci_ok[None, :],
+            other=0.0,
+        )
+        acc += tl.dot(w, y.to(w.dtype), input_precision=PRECISION)
+    ok = co_ok[:, None] & t_ok[None, :]
+    at = co[:, None] * 2 * S
+    y = tl.load(z_ptr + late[None, :] + at, mask=ok, other=0.0).to(tl.float32)
+    y += tl.load(z_ptr + early[None, :] + at, mask=ok, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + co, mask=co_ok, other=0.0).to(tl.float32)[:, None]
+    noise = _positional_normal(tl.load(seed_ptr + b), SALT, tl.load(start_ptr + b) + t)
+    out = y + noise[None, :] * acc
+    rows = b * C + co[:, None]
+    tl.store(out_ptr + rows * length + t[None, :], out.to(out_ptr.dtype.element_ty), mask=ok)
+
+
 # Calls of up to this many rows are tuned apart from larger ones: a server at its listeners'
 # capacity decodes a few rows a call (5-7 for Orpheus at 300 listeners), a burst of requests
 # tens, and the tile that is fastest for one need not be for the other.
@@ -207,33 +297,36 @@ def _rows_class(rows: int) -> int:
     return 0 if rows <= SMALL_CALL_ROWS else 1
 
 
-def _tuned(kernel):
-    """`kernel` tuned over TAPS_MIX_CONFIGS once a width and size class, at its first call
-    of each: SnacDetokenizer.enable_cuda_graphs captures its largest calls first, so each
-    class is tuned at its largest (64 rows; 8). Where this Triton's autotune can, the choice is
-    kept in its cache, so a later start with the same Triton on a GPU of the same architecture
-    (an H100's choice serves an H200) skips the timing."""
+def _tuned(kernel, key: list[str]):
+    """`kernel` tuned over TAPS_MIX_CONFIGS once a `key` (a width and size class, ...), at
+    its first call of each: SnacDetokenizer.enable_cuda_graphs captures its largest calls
+    first, so each class is tuned at its largest (64 rows; 8). Where this Triton's autotune
+    can, the choice is kept in its cache, so a later start with the same Triton on a GPU of
+    the same architecture (an H100's choice serves an H200) skips the timing."""
     options = {}
     if "cache_results" in inspect.signature(triton.autotune).parameters:
         options["cache_results"] = True
     return triton.autotune(
         configs=TAPS_MIX_CONFIGS,
-        key=["C", "rows_class"],
+        key=key,
         prune_configs_by={"early_config_prune": _fitting_tiles},
         **options,
     )(kernel)
 
 
-_unit_taps_mix_tuned = _tuned(_unit_taps_mix)
+_TUNED = {
+    _unit_taps_mix: _tuned(_unit_taps_mix, ["C", "rows_class"]),
+    _upsample_noise: _tuned(_upsample_noise, ["C", "S", "rows_class"]),
+}
 
 
-def _taps_mix_kernel():
-    """The tuned kernel and no fixed tile; in Triton's interpreter (no device to time tiles
-    on), the plain kernel and the first tile."""
+def _tiled(kernel):
+    """`kernel` tuned and no fixed tile; in Triton's interpreter (no device to time tiles
+    on), the plain kernel and the first tile (tests replace this to run each tile)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         config = TAPS_MIX_CONFIGS[0]
-        return _unit_taps_mix, {**config.kwargs, "num_warps": config.num_warps}
-    return _unit_taps_mix_tuned, {}
+        return kernel, {**config.kwargs, "num_warps": config.num_warps}
+    return _TUNED[kernel], {}
 
 
 def _matmul_precision(dtype: torch.dtype) -> str:
@@ -281,7 +374,7 @@ def residual_unit(
         BLOCK=JOIN_BLOCK,
     )
     out = torch.empty_like(x)
-    kernel, tile = _taps_mix_kernel()
+    kernel, tile = _tiled(_unit_taps_mix)
     launch = kernel[
         lambda meta: (b * triton.cdiv(c, meta["BLOCK_CO"]), triton.cdiv(n, meta["BLOCK_T"]))
     ]
@@ -341,3 +434,48 @@ def snake_join(
         num_warps=SNAKE_JOIN_WARPS,
     )
     return joined
+
+
+def upsample_noise(
+    joined: torch.Tensor,
+    upsample: torch.nn.ConvTranspose1d,
+    noise_weight: torch.Tensor,
+    salt: int,
+    seed: torch.Tensor,
+    start: torch.Tensor,
+) -> torch.Tensor:
+    """A transposed conv (kernel 2·stride) over its joined line [B, C_in, n + 1] (the kept
+    step, then the n new ones) and the noise block after it (y + N(0, 1) · noise_weight·y,
+    the noise a function of (seed [B], salt, position), the output's first sample at `start`
+    [B]): the conv as one GEMM (snac_streaming.upsample's), then one kernel for its
+    overlap-add, bias, the noise's pointwise conv and the add, where Inductor's blocks wrote
+    the upsampled line, read it for cuBLAS' pointwise conv, and read both again for the add.
+    → [B, C, n·stride]."""
+    s = upsample.stride[0]
+    b, c_in, steps = joined.shape
+    c = upsample.out_channels
+    z = torch.matmul(joined.transpose(1, 2), upsample.weight.view(c_in, c * 2 * s))
+    n = steps - 1
+    out = z.new_empty(b, c, n * s)
+    kernel, tile = _tiled(_upsample_noise)
+    launch = kernel[
+        lambda meta: (b * triton.cdiv(c, meta["BLOCK_CO"]), triton.cdiv(n * s, meta["BLOCK_T"]))
+    ]
+    bias = upsample.bias
+    launch(
+        z,
+        bias if bias is not None else z,  # unread without a bias
+        noise_weight,
+        seed,
+        start,
+        out,
+        n,
+        _rows_class(b),
+        SALT=salt,
+        C=c,
+        S=s,
+        HAS_BIAS=bias is not None,
+        PRECISION=_matmul_precision(z.dtype),
+        **tile,
+    )
+    return out

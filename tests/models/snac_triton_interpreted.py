@@ -13,7 +13,7 @@ from snac import SNAC
 
 from models.codecs.snac_checkpoint import fold_weight_norm, tiny_snac_config
 from models.codecs.snac_noise import install_positional_noise
-from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder, _passing
+from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder, _passing, upsample
 
 
 def main() -> None:
@@ -70,18 +70,21 @@ def main() -> None:
 
 
 def tile_errors(decoder: StreamingSnacDecoder) -> list[float]:
-    """Each of the tiles the GPU tunes _unit_taps_mix over, on one residual unit (dilation 9:
-    a reach of 27, so a call of 40 samples reads its kept inputs too, and one of 300 spans
-    tiles): the largest difference from the torch ops over both calls' outputs and states."""
+    """Each of the tiles the GPU tunes its kernels over, on one residual unit (dilation 9: a
+    reach of 27, so a call of 40 samples reads its kept inputs too, and one of 300 spans
+    tiles) and on the widest upsampling step with its noise (a call of 3 and one of 40 input
+    steps): the largest difference from the torch ops over both calls' outputs and states."""
     from models.codecs import snac_triton
 
     unit = next(u for u in decoder.residual_steps.values() if u.conv.dilation[0] == 9)
     c, h = unit.conv.in_channels, unit.reach
     layers = unit.snake_in, unit.conv, unit.snake_out, unit.pointwise
+    conv, noise = next(iter(decoder.noised_upsamples.items()))
+    noise_step = decoder.noise_steps[noise]
     errors = []
     for config in snac_triton.TAPS_MIX_CONFIGS:
         tile = {**config.kwargs, "num_warps": config.num_warps}
-        snac_triton._taps_mix_kernel = lambda tile=tile: (snac_triton._unit_taps_mix, tile)
+        snac_triton._tiled = lambda kernel, tile=tile: (kernel, tile)
         worst = 0.0
         skip, kept = torch.randn(2, c, h), torch.randn(2, c, 2 * h)
         for n, start in ((40, 5), (300, 45)):
@@ -93,6 +96,16 @@ def tile_errors(decoder: StreamingSnacDecoder) -> list[float]:
             worst = max(
                 worst, *((g - w).abs().max().item() for g, w in zip(got, want, strict=True))
             )
+        seed = torch.tensor([3, 11])
+        for n, start in ((3, -2), (40, 17)):
+            joined = torch.randn(2, conv.in_channels, n + 1)
+            begin = torch.tensor([start, start + 5])
+            with torch.inference_mode():
+                want = noise_step(upsample(joined, conv), seed, begin)
+                got = snac_triton.upsample_noise(
+                    joined, conv, noise.linear.weight[:, :, 0], noise.salt, seed, begin
+                )
+            worst = max(worst, (got - want).abs().max().item())
         errors.append(worst)
     return errors
 

@@ -57,8 +57,10 @@ def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     blocks, calls, tiles = lines[0], lines[1:-1], lines[-1]["tiles"]
     # 22 blocks compile with torch ops; the 12 residual units run kernels instead.
-    # Each upsampling step and the output conv take their Snake's line from a join kernel.
-    assert blocks == {"compiled_blocks": 10, "compiled_blocks_torch": 22, "joined_convs": 5}
+    # Each upsampling step and the output conv take their Snake's line from a join kernel,
+    # and the noise step after each upsampling runs in the upsampling's kernel: of the
+    # compiled blocks only the two symmetric convs' remain.
+    assert blocks == {"compiled_blocks": 2, "compiled_blocks_torch": 22, "joined_convs": 9}
     assert [c["steps"] for c in calls] == [1, 4, 1, 8]
     for call in calls:
         assert call["samples"] == call["steps"] * 512
@@ -78,7 +80,7 @@ def test_every_tile_the_gpu_may_pick_fits_an_sm_without_spilling():
     done = _run(RESOURCES, _triton_or_skip())
     assert done.returncode == 0, done.stderr[-4000:]
     reports = [json.loads(line) for line in done.stdout.splitlines()]
-    assert {r["kernel"] for r in reports} == {"_unit_taps_mix", "_join"}
+    assert {r["kernel"] for r in reports} == {"_unit_taps_mix", "_join", "_upsample_noise"}
     assert {r.get("width") for r in reports} == {64, 128, 256, 512, None}
     for used in reports:
         assert used["spilled"] == 0, used
