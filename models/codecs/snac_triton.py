@@ -224,6 +224,21 @@ def _positional_normal(seed, salt, pos):
     return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)  # Box-Muller
 
 
+@triton.jit
+def _upsampled(
+    z_ptr, bias_ptr, late, early, c, c_ok, t_ok, S: tl.constexpr, HAS_BIAS: tl.constexpr
+):
+    """The transposed conv's output [channels c, samples] in float32 from its product z:
+    the overlap-add of the `late` and `early` halves (_upsample_noise's offsets) and the bias."""
+    ok = c_ok[:, None] & t_ok[None, :]
+    at = c[:, None] * 2 * S
+    y = tl.load(z_ptr + late[None, :] + at, mask=ok, other=0.0).to(tl.float32)
+    y += tl.load(z_ptr + early[None, :] + at, mask=ok, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + c, mask=c_ok, other=0.0).to(tl.float32)[:, None]
+    return y
+
+
 @triton.jit(do_not_specialize=["rows_class"])
 def _upsample_noise(
     z_ptr,  # [B, n + 1, C, 2S] the transposed conv's product: each input step's 2S outputs
@@ -262,27 +277,18 @@ def _upsample_noise(
         # pointwise conv: the line is never written to memory.
         ci = ci0 + tl.arange(0, BLOCK_CI)
         ci_ok = ci < C
-        ok = ci_ok[:, None] & t_ok[None, :]
-        at = ci[:, None] * 2 * S
-        y = tl.load(z_ptr + late[None, :] + at, mask=ok, other=0.0).to(tl.float32)
-        y += tl.load(z_ptr + early[None, :] + at, mask=ok, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            y += tl.load(bias_ptr + ci, mask=ci_ok, other=0.0).to(tl.float32)[:, None]
+        y = _upsampled(z_ptr, bias_ptr, late, early, ci, ci_ok, t_ok, S, HAS_BIAS)
         w = tl.load(
             noise_weight_ptr + co[:, None] * C + ci[None, :],
             mask=co_ok[:, None] & ci_ok[None, :],
             other=0.0,
         )
         acc += tl.dot(w, y.to(w.dtype), input_precision=PRECISION)
-    ok = co_ok[:, None] & t_ok[None, :]
-    at = co[:, None] * 2 * S
-    y = tl.load(z_ptr + late[None, :] + at, mask=ok, other=0.0).to(tl.float32)
-    y += tl.load(z_ptr + early[None, :] + at, mask=ok, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        y += tl.load(bias_ptr + co, mask=co_ok, other=0.0).to(tl.float32)[:, None]
+    y = _upsampled(z_ptr, bias_ptr, late, early, co, co_ok, t_ok, S, HAS_BIAS)
     noise = _positional_normal(tl.load(seed_ptr + b), SALT, tl.load(start_ptr + b) + t)
     out = y + noise[None, :] * acc
     rows = b * C + co[:, None]
+    ok = co_ok[:, None] & t_ok[None, :]
     tl.store(out_ptr + rows * length + t[None, :], out.to(out_ptr.dtype.element_ty), mask=ok)
 
 
