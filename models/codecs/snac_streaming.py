@@ -109,7 +109,8 @@ class StreamingSnacDecoder:
             and after.linear.bias is None
         }
         # The Triton kernels' module (models/codecs/snac_triton.py) once use_triton_kernels
-        # ran: the residual units, and the Snakes with the convs after them, then run them.
+        # ran: the residual units, the Snakes with the convs after them and the upsamplings
+        # with their noise then run them.
         self.kernels = None
         self._runs = self._runners()
         self.samples_per_latent = int(model.hop_length)
@@ -201,7 +202,8 @@ class StreamingSnacDecoder:
 
     def _runners(self) -> list:
         """Each step's runner (_runner). With the Triton kernels a Snake before a stateful
-        conv passes its input on, and the conv's runner joins it (snake_join)."""
+        conv passes its input on, and the conv's runner joins it (snake_join); so does a
+        noise step after an upsampling, whose runner adds the noise (upsample_noise)."""
         if self.kernels is None:
             return [self._runner(step) for step in self.steps]
         fused = {snake for snake, _ in self.joined_steps.values()}
