@@ -395,11 +395,12 @@ class SnacDetokenizer:
         """Capture the calls of the chunk schedule (the first feeds its chunk and the R
         look-ahead frames, later ones a chunk each; a stream's flush alone; and 1 frame, so any
         backlog cuts into captured pieces: _pieces) at GRAPH_BATCHES with the engine's
-        CallableGraphs. On CUDA the residual units and Snake steps run hand-written Triton
-        kernels in them (models/codecs/snac_triton.py: 28 % less GPU time a frame than
-        Inductor's blocks, docs/models.md); the other repeated steps are compiled first when the
-        graphs compile (ModelFacts.compile_codec: --compile-codec). One state buffer a batch
-        size serves all its lengths."""
+        CallableGraphs. On CUDA hand-written Triton kernels run the residual units, the Snakes
+        with the convs after them and the upsamplings with their noise in them
+        (models/codecs/snac_triton.py; the residual units' 28 % less GPU time a frame than
+        Inductor's blocks, docs/models.md); the other repeated steps (the input and output
+        convs) are compiled first when the graphs compile (ModelFacts.compile_codec:
+        --compile-codec). One state buffer a batch size serves all its lengths."""
         self.graphs = graphs
         dtype = next(self.model.parameters()).dtype
         if dtype == torch.float32:
@@ -431,14 +432,14 @@ class SnacDetokenizer:
     def repeated_blocks(self) -> list[torch.nn.Module]:
         """The decoder's two symmetric convs (the latent's depthwise one and the output
         conv, each with its mask and kept inputs), its upsampling steps (one per block: a
-        mask, the kept step, the
-        transposed conv's GEMM and overlap-add), noise steps (one per block: the positional
-        noise's hash and Box-Muller, a pointwise conv, an add) and residual units' steps
-        (three per block: two Snake activations, a dilated and a pointwise conv, a residual
-        add, and their state; on CUDA they run Triton kernels instead and are not among
-        these): what --compile-codec compiles, block by block (cuda_graphs.compile_regions;
-        units of one width and dilation share a program), so each replay holds fused kernels
-        for their elementwise passes."""
+        mask, the kept step, the transposed conv's GEMM and overlap-add), noise steps (one
+        per block: the positional noise's hash and Box-Muller, a pointwise conv, an add) and
+        residual units' steps (three per block: two Snake activations, a dilated and a
+        pointwise conv, a residual add, and their state): what --compile-codec compiles,
+        block by block (cuda_graphs.compile_regions; units of one width and dilation share a
+        program), so each replay holds fused kernels for their elementwise passes. On CUDA
+        Triton kernels run all but the two symmetric convs (StreamingSnacDecoder.
+        repeated_blocks)."""
         return self.decoder.repeated_blocks()
 
     def _schedule_chunks(self, n_chunks: int) -> list[tuple[int, int]]:
