@@ -13,8 +13,8 @@ the audio seconds decoded per GPU second, at each batch size (a served steady jo
 rows as streams with a chunk ready); for other dtypes it also reports the audio's error against
 float32's (RMS of the difference over RMS of the signal) on the same codes. `--triton` also
 times each dtype as the engine serves it on CUDA, as the variant `<dtype>+triton`: the residual
-units and Snake steps as hand-written Triton kernels (models/codecs/snac_triton.py) and the
-other repeated steps compiled (`--compile-codec`: engine/cuda_graphs.py, compile_regions;
+units, the Snakes and the upsamplings with their noise as hand-written Triton kernels
+(models/codecs/snac_triton.py) and the two symmetric convs compiled (`--compile-codec`: engine/cuda_graphs.py, compile_regions;
 SnacDetokenizer.repeated_blocks); `--compiled`, with every repeated step compiled, the residual
 units too (Inductor's kernels for them: what the hand-written ones are measured against), as
 `<dtype>+compiled`; with `--triton` it also prints the tile the tuner chose for each width and

@@ -1,7 +1,7 @@
 """Runs in a subprocess of tests/models/test_snac_triton.py, with TRITON_INTERPRET=1 and
 Triton on its path (`make reference-deps` puts it in .ref/triton-interpreter): SNAC's
-stateful decoder with its residual units and Snake steps as Triton kernels (interpreted on
-the CPU) against the same decoder's torch ops, over a stream's calls. Prints one JSON line a
+stateful decoder with its residual units, Snakes and upsamplings with their noise as Triton
+kernels (interpreted on the CPU) against the same decoder's torch ops, over a stream's calls. Prints one JSON line a
 call."""
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ def test_the_triton_kernels_decode_a_stream_as_the_torch_ops_do():
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     blocks, calls, tiles = lines[0], lines[1:-1], lines[-1]["tiles"]
-    # 22 blocks compile with torch ops; the 12 residual units run kernels instead.
-    # Each upsampling step and the output conv take their Snake's line from a join kernel,
+    # 22 blocks compile with torch ops. With the kernels the 12 residual units run them, each
+    # upsampling step and the output conv take their Snake's line from a join kernel,
     # and the noise step after each upsampling runs in the upsampling's kernel: of the
     # compiled blocks only the two symmetric convs' remain.
     assert blocks == {"compiled_blocks": 2, "compiled_blocks_torch": 22, "joined_convs": 9}
