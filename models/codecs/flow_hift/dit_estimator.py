@@ -21,6 +21,7 @@ from torch import nn
 
 from models.codecs.flow_hift.dit_config import DitConfig
 from models.codecs.flow_hift.encoder import chunk_mask
+from models.codecs.flow_hift.qkv import JoinableQkv
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -52,7 +53,7 @@ class TimeEmbedding(nn.Module):
         return self.mlp["2"](F.silu(self.mlp["0"](emb)))
 
 
-class DitAttention(nn.Module):
+class DitAttention(JoinableQkv):
     def __init__(self, dim: int, heads: int, head_dim: int) -> None:
         super().__init__()
         self.h, self.d = heads, head_dim
@@ -67,10 +68,7 @@ class DitAttention(nn.Module):
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """x [B, T, D]; bias [B, T, T] added to the scores (large negative: masked)."""
         b, t, _ = x.shape
-        q, k, v = (
-            p(x).view(b, t, self.h, self.d).transpose(1, 2)
-            for p in (self.to_q, self.to_k, self.to_v)
-        )
+        q, k, v = (p.view(b, t, self.h, self.d).transpose(1, 2) for p in self.qkv(x))
         out = F.scaled_dot_product_attention(
             self.q_norm(q), self.k_norm(k), v, attn_mask=bias[:, None]
         )

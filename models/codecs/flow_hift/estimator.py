@@ -12,6 +12,7 @@ from torch import nn
 
 from models.checkpoint_errors import CheckpointError
 from models.codecs.flow_hift.encoder import chunk_mask
+from models.codecs.flow_hift.qkv import JoinableQkv
 
 
 class CausalConv1d(nn.Conv1d):
@@ -57,7 +58,7 @@ class ResnetBlock1D(nn.Module):
         return self.block2(h, mask) + self.res_conv(x * mask)
 
 
-class Attention(nn.Module):
+class Attention(JoinableQkv):
     def __init__(self, dim: int, heads: int, head_dim: int) -> None:
         super().__init__()
         self.h, self.d = heads, head_dim
@@ -69,10 +70,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        q, k, v = (
-            p(x).view(b, t, self.h, self.d).transpose(1, 2)
-            for p in (self.to_q, self.to_k, self.to_v)
-        )
+        q, k, v = (p.view(b, t, self.h, self.d).transpose(1, 2) for p in self.qkv(x))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, None])
         return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.h * self.d))
 

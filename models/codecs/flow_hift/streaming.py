@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.hift_stream import HiftStreamer, graph_calls, note_eager
+from models.codecs.flow_hift.qkv import join_qkv
 
 log = logging.getLogger("voxgate.flow_hift")
 
@@ -443,7 +444,9 @@ class FlowHiftDetokenizer:
         dev = self.device
         began = time.perf_counter()
         # The windowed flow per (rows, frames): conditioning + the solver's inputs ("prep"),
-        # then one Euler step ("euler"). Inductor's kernels for the estimator's blocks, if asked.
+        # then one Euler step ("euler"). The estimator's attention projections as one GEMM
+        # (flow_hift/qkv.py), then Inductor's kernels for its blocks, if asked.
+        join_qkv(self.flow.decoder.estimator)
         graphs.compile_regions(self.flow.decoder.estimator.repeated_blocks())
         with torch.inference_mode():
             for rows in reversed(self.graph_rows):
