@@ -88,22 +88,20 @@ class StreamingSnacDecoder:
             for conv in self.steps
             if isinstance(conv, nn.ConvTranspose1d)
         }
-        # The stateful convs that follow a Snake (the upsampling steps, the output conv), each
-        # with its Snake and a module running the conv on its joined line alone: with the
-        # Triton kernels one kernel makes that line from the Snake's input (snake_join).
-        self.joined_steps = {
+        # With the Triton kernels a Snake and the stateful step after it run as one: the
+        # symmetric conv after a Snake (the output conv) on the line a kernel joined
+        # (snake_join), with a module running the conv on that line alone ...
+        self.joined_convs = {
             step: (before, _OverJoined(step))
             for before, step in itertools.pairwise(self.steps)
-            if isinstance(before, Snake1d)
-            and (step in self.conv_steps or step in self.upsample_steps)
+            if isinstance(before, Snake1d) and step in self.conv_steps
         }
-        # ... and of those the upsampling steps with the noise step after them: with the
-        # kernels the upsampling's overlap-add and the noise are one kernel
-        # (snac_triton.upsample_noise).
+        # ... and an upsampling step between a Snake and a noise step with the noise, its
+        # overlap-add and the noise one kernel after its GEMM (upsample_noise).
         self.noised_upsamples = {
-            step: after
-            for step, after in itertools.pairwise(self.steps)
-            if step in self.joined_steps
+            step: (before, after)
+            for before, step, after in zip(self.steps, self.steps[1:], self.steps[2:], strict=False)
+            if isinstance(before, Snake1d)
             and step in self.upsample_steps
             and isinstance(after, PositionalNoise)
             and after.linear.bias is None
@@ -206,8 +204,8 @@ class StreamingSnacDecoder:
         noise step after an upsampling, whose runner adds the noise (upsample_noise)."""
         if self.kernels is None:
             return [self._runner(step) for step in self.steps]
-        fused = {snake for snake, _ in self.joined_steps.values()}
-        fused.update(self.noised_upsamples.values())
+        fused = {snake for snake, _ in self.joined_convs.values()}
+        fused.update(m for pair in self.noised_upsamples.values() for m in pair)
         return [_passing if step in fused else self._runner(step) for step in self.steps]
 
     def _runner(self, step: nn.Module):
@@ -216,11 +214,11 @@ class StreamingSnacDecoder:
         Where its output starts is _advance's."""
         kernels = self.kernels
         if kernels is not None and step in self.noised_upsamples:
-            snake, _ = self.joined_steps[step]
-            return _noised_upsampling(kernels, snake, step, self.noised_upsamples[step])
-        if kernels is not None and step in self.joined_steps:
-            snake, over_joined = self.joined_steps[step]
-            return _joining(kernels.snake_join, snake.alpha, over_joined)
+            snake, noise = self.noised_upsamples[step]
+            return _joining(kernels, snake, _noising(kernels, step, noise))
+        if kernels is not None and step in self.joined_convs:
+            snake, over_joined = self.joined_convs[step]
+            return _joining(kernels, snake, lambda joined, rows: over_joined(joined))
         if isinstance(step, nn.Conv1d) and step.kernel_size[0] > 1:
             return _keeping(self.conv_steps[step])
         if isinstance(step, nn.ConvTranspose1d):
@@ -256,19 +254,12 @@ class StreamingSnacDecoder:
                 *self.noise_steps.values(),
                 *self.residual_steps.values(),
             ]
-        stepped = {**self.conv_steps, **self.upsample_steps}
+        noised = {noise for _, noise in self.noised_upsamples.values()}
         return [
-            *(block for step, block in stepped.items() if step not in self.joined_steps),
-            *(
-                over_joined
-                for step, (_, over_joined) in self.joined_steps.items()
-                if step not in self.noised_upsamples
-            ),
-            *(
-                block
-                for noise, block in self.noise_steps.items()
-                if noise not in self.noised_upsamples.values()
-            ),
+            *(block for conv, block in self.conv_steps.items() if conv not in self.joined_convs),
+            *(over_joined for _, over_joined in self.joined_convs.values()),
+            *(b for up, b in self.upsample_steps.items() if up not in self.noised_upsamples),
+            *(block for noise, block in self.noise_steps.items() if noise not in noised),
         ]
 
 
@@ -341,51 +332,45 @@ def _passing(x, rows: _Rows, queue, new_state) -> torch.Tensor:
     return x
 
 
-def _joining(snake_join, alpha: torch.Tensor, over_joined: nn.Module):
-    """A runner for a stateful conv and the Snake before it on the Triton kernels: one
-    kernel makes the conv's joined line [its kept inputs, the masked Snake of x]
-    (snac_triton.snake_join), `over_joined` runs the conv on it, and the line's last inputs
-    are kept as the torch ops keep them."""
-
-    def run(x, rows: _Rows, queue, new_state) -> torch.Tensor:
-        kept = next(queue)
-        joined = snake_join(x, kept, rows.start, rows.end, alpha)
-        new_state.append(joined[..., joined.shape[-1] - kept.shape[-1] :])
-        return over_joined(joined)
-
-    return run
-
-
-def _noised_upsampling(kernels, snake: Snake1d, upsample: nn.ConvTranspose1d, noise):
-    """A runner for a Snake, the upsampling step after it and the noise step after that, on
-    the Triton kernels: the Snake joined to the upsampling's kept step (snake_join), the
-    transposed conv's GEMM, then its overlap-add and the noise in one kernel
-    (upsample_noise), the noise drawn at the upsampled samples' positions."""
+def _joining(kernels, snake: Snake1d, then):
+    """A runner for a Snake and the stateful step after it on the Triton kernels: one kernel
+    makes the step's joined line [its kept inputs, the masked Snake of x]
+    (snac_triton.snake_join), the line's last inputs are kept as the torch ops keep them, and
+    `then(joined, rows)` runs the step on the line."""
 
     def run(x, rows: _Rows, queue, new_state) -> torch.Tensor:
         kept = next(queue)
         joined = kernels.snake_join(x, kept, rows.start, rows.end, snake.alpha)
         new_state.append(joined[..., joined.shape[-1] - kept.shape[-1] :])
-        start = _advance(upsample, rows).start
-        weight = noise.linear.weight[:, :, 0]
-        return kernels.upsample_noise(joined, upsample, weight, noise.salt, rows.seed, start)
+        return then(joined, rows)
 
     return run
 
 
-class _OverJoined(nn.Module):
-    """A stateful conv's work on its joined line [kept inputs, the masked new ones], as
-    StreamingConv and StreamingUpsample do it after joining: what --compile-codec compiles
-    where a Triton kernel joined the line. Shares the conv (weights)."""
+def _noising(kernels, upsample: nn.ConvTranspose1d, noise: PositionalNoise):
+    """An upsampling step and the noise step after it on a joined line: the transposed conv's
+    GEMM, then its overlap-add and the noise in one kernel (snac_triton.upsample_noise), the
+    noise drawn at the upsampled samples' positions."""
 
-    def __init__(self, conv: nn.Module):
+    def then(joined: torch.Tensor, rows: _Rows) -> torch.Tensor:
+        start = _advance(upsample, rows).start
+        z = transposed_product(joined, upsample)
+        weight = noise.linear.weight[:, :, 0]
+        return kernels.upsample_noise(z, upsample.bias, weight, noise.salt, rows.seed, start)
+
+    return then
+
+
+class _OverJoined(nn.Module):
+    """A symmetric conv on its joined line [kept inputs, the masked new ones], as
+    StreamingConv runs it after joining: what --compile-codec compiles where a Triton kernel
+    joined the line. Shares the conv (weights)."""
+
+    def __init__(self, conv: nn.Conv1d):
         super().__init__()
         self.conv = conv
-        self.transposed = isinstance(conv, nn.ConvTranspose1d)
 
     def forward(self, joined: torch.Tensor) -> torch.Tensor:
-        if self.transposed:
-            return upsample(joined, self.conv)
         return symmetric_conv(joined, self.conv)
 
 
@@ -504,13 +489,21 @@ def upsample(joined: torch.Tensor, conv: nn.ConvTranspose1d) -> torch.Tensor:
     (samples t·s … t·s + s − 1 of the new steps) is z[t + 1]'s first half plus z[t]'s second
     (the full convolution's blocks 1 … n: what the kept step makes room for)."""
     s = conv.stride[0]
-    b, c, steps = joined.shape
+    b, _, steps = joined.shape
     out = conv.out_channels
-    z = torch.matmul(joined.transpose(1, 2), conv.weight.view(c, out * 2 * s))
-    z = z.view(b, steps, out, 2 * s)
+    z = transposed_product(joined, conv)
     y = z[:, 1:, :, :s] + z[:, :-1, :, s:]  # [B, n, C_out, s]
     y = y.permute(0, 2, 1, 3).reshape(b, out, (steps - 1) * s)
     return y if conv.bias is None else y + conv.bias[:, None]
+
+
+def transposed_product(joined: torch.Tensor, conv: nn.ConvTranspose1d) -> torch.Tensor:
+    """`upsample`'s GEMM: z [B, n + 1, C_out, 2s], each input step's contribution to the 2s
+    output samples from its own (the overlap-add makes the output of it)."""
+    s = conv.stride[0]
+    b, c, steps = joined.shape
+    z = torch.matmul(joined.transpose(1, 2), conv.weight.view(c, conv.out_channels * 2 * s))
+    return z.view(b, steps, conv.out_channels, 2 * s)
 
 
 def pointwise(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:

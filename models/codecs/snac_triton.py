@@ -443,31 +443,27 @@ def snake_join(
 
 
 def upsample_noise(
-    joined: torch.Tensor,
-    upsample: torch.nn.ConvTranspose1d,
+    z: torch.Tensor,
+    bias: torch.Tensor | None,
     noise_weight: torch.Tensor,
     salt: int,
     seed: torch.Tensor,
     start: torch.Tensor,
 ) -> torch.Tensor:
-    """A transposed conv (kernel 2·stride) over its joined line [B, C_in, n + 1] (the kept
-    step, then the n new ones) and the noise block after it (y + N(0, 1) · noise_weight·y,
-    the noise a function of (seed [B], salt, position), the output's first sample at `start`
-    [B]): the conv as one GEMM (snac_streaming.upsample's), then one kernel for its
-    overlap-add, bias, the noise's pointwise conv and the add, where Inductor's blocks wrote
-    the upsampled line, read it for cuBLAS' pointwise conv, and read both again for the add.
-    → [B, C, n·stride]."""
-    s = upsample.stride[0]
-    b, c_in, steps = joined.shape
-    c = upsample.out_channels
-    z = torch.matmul(joined.transpose(1, 2), upsample.weight.view(c_in, c * 2 * s))
+    """A transposed conv (kernel 2·stride) from its GEMM's product z [B, n + 1, C, 2·stride]
+    (snac_streaming.transposed_product) and its `bias`, with the noise block after it
+    (y + N(0, 1) · noise_weight·y, the noise a function of (seed [B], salt, position), the
+    output's first sample at `start` [B]), in one kernel: the overlap-add, the bias, the
+    noise's pointwise conv and the add, where Inductor's blocks wrote the upsampled line,
+    read it for cuBLAS' pointwise conv, and read both again for the add. → [B, C, n·stride]."""
+    b, steps, c, two_s = z.shape
+    s = two_s // 2
     n = steps - 1
     out = z.new_empty(b, c, n * s)
     kernel, tile = _tiled(_upsample_noise)
     launch = kernel[
         lambda meta: (b * triton.cdiv(c, meta["BLOCK_CO"]), triton.cdiv(n * s, meta["BLOCK_T"]))
     ]
-    bias = upsample.bias
     launch(
         z,
         bias if bias is not None else z,  # unread without a bias

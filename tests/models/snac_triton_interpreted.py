@@ -13,7 +13,13 @@ from snac import SNAC
 
 from models.codecs.snac_checkpoint import fold_weight_norm, tiny_snac_config
 from models.codecs.snac_noise import install_positional_noise
-from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder, _passing, upsample
+from models.codecs.snac_streaming import (
+    NO_END,
+    StreamingSnacDecoder,
+    _passing,
+    transposed_product,
+    upsample,
+)
 
 
 def main() -> None:
@@ -79,7 +85,7 @@ def tile_errors(decoder: StreamingSnacDecoder) -> list[float]:
     unit = next(u for u in decoder.residual_steps.values() if u.conv.dilation[0] == 9)
     c, h = unit.conv.in_channels, unit.reach
     layers = unit.snake_in, unit.conv, unit.snake_out, unit.pointwise
-    conv, noise = next(iter(decoder.noised_upsamples.items()))
+    conv, (_, noise) = next(iter(decoder.noised_upsamples.items()))
     noise_step = decoder.noise_steps[noise]
     errors = []
     for config in snac_triton.TAPS_MIX_CONFIGS:
@@ -102,9 +108,9 @@ def tile_errors(decoder: StreamingSnacDecoder) -> list[float]:
             begin = torch.tensor([start, start + 5])
             with torch.inference_mode():
                 want = noise_step(upsample(joined, conv), seed, begin)
-                got = snac_triton.upsample_noise(
-                    joined, conv, noise.linear.weight[:, :, 0], noise.salt, seed, begin
-                )
+                z = transposed_product(joined, conv)
+                weight = noise.linear.weight[:, :, 0]
+                got = snac_triton.upsample_noise(z, conv.bias, weight, noise.salt, seed, begin)
             worst = max(worst, (got - want).abs().max().item())
         errors.append(worst)
     return errors
