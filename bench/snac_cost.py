@@ -14,8 +14,8 @@ rows as streams with a chunk ready); for other dtypes it also reports the audio'
 float32's (RMS of the difference over RMS of the signal) on the same codes. `--triton` also
 times each dtype as the engine serves it on CUDA, as the variant `<dtype>+triton`: the residual
 units, the Snakes and the upsamplings with their noise as hand-written Triton kernels
-(models/codecs/snac_triton.py) and the two symmetric convs compiled (`--compile-codec`: engine/cuda_graphs.py, compile_regions;
-SnacDetokenizer.repeated_blocks); `--compiled`, with every repeated step compiled, the residual
+(models/codecs/snac_triton.py) and the two symmetric convs compiled (`--compile-codec`:
+engine/cuda_graphs.py, compile_regions; SnacDetokenizer.repeated_blocks); `--compiled`, with every repeated step compiled, the residual
 units too (Inductor's kernels for them: what the hand-written ones are measured against), as
 `<dtype>+compiled`; with `--triton` it also prints the tile the tuner chose for each width and
 size class (the first shape of a class tunes it). `--profile` prints, for each variant at the
@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument(
         "--triton",
         action="store_true",
-        help="also each dtype as served: residual units and Snakes as Triton kernels",
+        help="also each dtype as served: SNAC's Triton kernels, the symmetric convs compiled",
     )
     ap.add_argument("--profile", action="store_true", help="kernels by time, first shape")
     args = ap.parse_args()
@@ -94,9 +94,13 @@ def main() -> None:
     if args.triton:
         from models.codecs import snac_triton
 
-        # The tile the tuner chose for each (width, size class, …) key it has seen.
-        chosen = snac_triton._unit_taps_mix_tuned.cache
-        print(json.dumps({"tiles": {str(key): str(config) for key, config in chosen.items()}}))
+        # The tile the tuner chose for each kernel and (width, size class, …) key it has seen.
+        tiles = {
+            f"{kernel.__name__} {key}": str(config)
+            for kernel, tuned in snac_triton._TUNED.items()
+            for key, config in tuned.cache.items()
+        }
+        print(json.dumps({"tiles": tiles}))
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}))
 
 
