@@ -1,5 +1,5 @@
 """`voxgate bench`: goodput, TTFA, streaming viability and throughput RTF of the system under
-test and of the per-request Hugging Face baseline, in one run (BENCHMARK.md).
+test and of the per-request Hugging Face baseline, in one run (docs/benchmarking.md).
 
 Imports stay light (argparse only) so `voxgate --help` never pays for the benchmark's stack.
 """
@@ -110,13 +110,13 @@ def add_bench_parser(subparsers) -> None:
         "--duration",
         type=float,
         default=60.0,
-        help="seconds of arrivals per point (BENCHMARK.md: 60)",
+        help="seconds of arrivals per point (the method: 60)",
     )
     g.add_argument(
         "--min-requests",
         type=int,
         default=400,
-        help="requests per point at least (BENCHMARK.md: 400)",
+        help="requests per point at least (the method: 400)",
     )
     g.add_argument(
         "--baseline-min-requests",

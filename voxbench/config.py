@@ -108,7 +108,7 @@ class BenchConfig:
         - a policy after the first: the rates the first one ran at, no search of its own (the
           ablation's curves then share x values);
         - the baseline, when its throughput RTF is below 1: it cannot stream even one request
-          in real time, so only its lowest rate runs, to the end (BENCHMARK.md: report its RTF
+          in real time, so only its lowest rate runs, to the end (the method: report its RTF
           and its viability there);
         - otherwise doubling / the explicit rates, then bisection.
         """

@@ -1,4 +1,4 @@
-"""The per-request baseline of BENCHMARK.md for CosyVoice 2: what CosyVoice's own
+"""The per-request baseline (docs/benchmarking.md) for CosyVoice 2: what CosyVoice's own
 `inference_zero_shot(..., stream=True)` does, one request at a time.
 
 - The LLM: transformers' `Qwen2ForCausalLM` (CosyVoice's `Qwen2Encoder` wraps one) run token

@@ -1,5 +1,5 @@
 """Goodput: the highest request rate at which the SLO holds (p90 TTFA ≤ 500 ms AND viability
-≥ 99 %, BENCHMARK.md), found by evaluating rate points.
+≥ 99 %, docs/benchmarking.md), found by evaluating rate points.
 
 The search is pure: it is handed `evaluate(rate) -> passed` (one full rate point, run by the
 caller) and decides which rates to try:

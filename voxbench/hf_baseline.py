@@ -1,4 +1,4 @@
-"""The per-request Hugging Face baseline of BENCHMARK.md, behind the engine surface the gateway
+"""The per-request Hugging Face baseline of the benchmark method (docs/benchmarking.md), behind the engine surface the gateway
 uses (`facts`, `ready`, `start`, `submit` → event stream, `cancel`, `report_playback`,
 `stats`, `shutdown`), so `gateway.app.create_app(settings, engine=HFBaseline(...))` serves it
 over the very same WebSocket protocol, pacing and Opus path as the system under test.

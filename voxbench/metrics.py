@@ -1,4 +1,4 @@
-"""BENCHMARK.md's client-side metrics, as pure functions over recorded frame timelines.
+"""The benchmark method's client-side metrics (docs/benchmarking.md), as pure functions over recorded frame timelines.
 
 A timeline is the arrival time of every audio frame of one response (ms, any common origin)
 and each frame's duration (ms). Playback starts when the first frame arrives (t0); with an

@@ -1,4 +1,4 @@
-"""What every per-request baseline of BENCHMARK.md shares: the engine surface the gateway
+"""What every per-request baseline (docs/benchmarking.md) shares: the engine surface the gateway
 drives (`facts`, `ready`, `start`, `submit` → event stream, `cancel`, `report_playback`,
 `stats`, `shutdown`) over a FIFO of requests that one worker thread serves one at a time, the
 way a model card's example code runs. A model's baseline says how to build a prompt

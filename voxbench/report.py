@@ -174,7 +174,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def headline(results: dict[str, Any], cfg) -> dict[str, Any]:
     """Top-level keys: the primary system's goodput, TTFA and viability at that rate, RTF; the
-    baseline's; their ratios; and every way the run departed from BENCHMARK.md."""
+    baseline's; their ratios; and every way the run departed from the benchmark method (docs/benchmarking.md)."""
     systems = results["systems"]
     engines = [name for name, s in systems.items() if s["kind"] == "voxgate"]
     primary = systems[engines[0]] if engines else {}  # the first policy, even if it did not run

@@ -98,7 +98,7 @@ class BenchRun:
         log.info("results: %s", self.path)
         with LoadGenerator(self.cfg.client_procs) as gen:
             for i, spec in enumerate(specs):
-                # Priorities: the first policy, then the baseline (BENCHMARK.md wants both in
+                # Priorities: the first policy, then the baseline (the method wants both in
                 # one run), then ablation policies with whatever time is left.
                 later_baseline = sum(1 for s in specs[i + 1 :] if s.kind == "hf-baseline")
                 self._run_system(gen, spec, reserve_s=self._reserve(later_baseline, 0.4))

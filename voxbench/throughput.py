@@ -1,5 +1,5 @@
 """Throughput RTF: seconds of audio produced per wall second with every request submitted at
-once and no streaming constraint (BENCHMARK.md).
+once and no streaming constraint (docs/benchmarking.md).
 
 No streaming constraint: each request says so (SpeechRequest.realtime False, as a batch job
 or a file returned whole would), so the engine neither sizes its chunks for a listener nor

@@ -1,4 +1,4 @@
-"""BENCHMARK.md's client-side metrics on hand-made frame timelines (no server, no torch)."""
+"""The benchmark method's client-side metrics (docs/benchmarking.md) on hand-made frame timelines (no server, no torch)."""
 
 from __future__ import annotations
 
