@@ -53,6 +53,24 @@ def tool_call_families() -> str:
     return "; ".join(named) or "none"
 
 
+def names_text(names: list[str]) -> str:
+    """ "CosyVoice 2", "CosyVoice 2 and CSM", "CosyVoice 2, CSM and Zonos" …"""
+    if not names:
+        return "none"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def codec_families() -> str:
+    """The families whose models take --codec, for help and errors."""
+    return names_text([f.name for f in FAMILIES if f.takes_codec])
+
+
+def cloning_families() -> str:
+    """The families whose models make voices from reference clips (--voices-dir, clients'
+    clips), for help and errors: "CosyVoice 2, Chatterbox, CSM, Zonos and Qwen3-TTS Base"."""
+    return names_text([f.cloning_name for f in FAMILIES if f.takes_voices])
+
+
 def family_of(model: str) -> ModelFamily:
     """The family of `model` (a preset, a checkpoint folder or a Hub repo id, which is fetched
     to read its config), or CheckpointError saying what Voxgate knows."""
@@ -110,8 +128,7 @@ def option_owners(name: str) -> tuple[tuple[ModelFamily, ...], dataclasses.Field
 
 def owners_text(owners: tuple[ModelFamily, ...]) -> str:
     """ "CosyVoice 2", "CosyVoice 2, Chatterbox and Step-Audio 2" …"""
-    names = [family.name for family in owners]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return names_text([family.name for family in owners])
 
 
 def check_load_options(given: dict) -> dict:

@@ -50,21 +50,13 @@ class LoadRequest:
     """One load, as a family's `load` receives it."""
 
     model: str  # the name as given: a preset of the family, a folder or a Hub repo id
-    codec: str | None  # a codec override (families with a fixed codec refuse it)
+    codec: str | None  # a codec override (only a family with ModelFamily.takes_codec gets one)
     device: torch.device
     dtype: torch.dtype
     progress: bool
     random_weights: bool
-    voices_dir: str | None
+    voices_dir: str | None  # only a family with ModelFamily.takes_voices gets one
     options: Any  # the family's options dataclass (NoOptions when it has none)
-
-    def refuse(self, codec: str | None = None, voices: str | None = None) -> None:
-        """Raise CheckpointError with `codec` (or `voices`) as its message when the load asks
-        for a codec (or voices) the family cannot take."""
-        if codec is not None and self.codec:
-            raise CheckpointError(codec)
-        if voices is not None and self.voices_dir:
-            raise CheckpointError(voices)
 
 
 class Checkpoint:
@@ -102,7 +94,11 @@ class ModelFamily:
     (the unknown-model error lists them). `load` builds the model; `options` is the dataclass of
     its own load-time options (fields made with `option`), `request_options` the dataclass of
     the options each request may set (fields made with `request_option`; its models announce
-    them as ModelFacts.request_options)."""
+    them as ModelFacts.request_options).
+
+    What a load may ask besides the model is declared here and checked once, before the
+    family's `load` runs (models/registry.py): a family that declares nothing refuses --codec
+    and --voices-dir."""
 
     name: str
     presets: Mapping[str, str]
@@ -112,9 +108,23 @@ class ModelFamily:
     options: type = NoOptions
     request_options: type = NoOptions
     serving: ServingDefaults = ServingDefaults()
+    # --codec: its models take another codec (a repo id or folder) in place of their own.
+    takes_codec: bool = False
+    # The codec its checkpoints carry, as the refusal of --codec names it ("their own Mimi
+    # codec"); read only when takes_codec is False.
+    own_codec: str = "their own codec"
+    # --voices-dir (and clients' clips, POST /v1/voices): its models make voices from reference
+    # clips. `cloning_models` names them where only some of the family's do ("Qwen3-TTS Base").
+    takes_voices: bool = False
+    cloning_models: str = ""
     # Its models were trained with function calling (their facts name a tool_call_syntax);
     # the gateway names these families when another model is offered tools.
     tool_calls: bool = False
+
+    @property
+    def cloning_name(self) -> str:
+        """The family's models that clone, as help and errors name them."""
+        return self.cloning_models or self.name
 
     def option_names(self) -> frozenset[str]:
         return frozenset(f.name for f in dataclasses.fields(self.options))

@@ -12,6 +12,7 @@ from models.base import SpeechModel
 from models.checkpoint_errors import CheckpointError
 from models.families import all_presets, family_of
 from models.family_spec import LoadRequest
+from models.load_checks import check_load
 from models.request_options import option_specs, same_options
 
 DEFAULT_MODEL = "voxgate-tiny"  # the trained voice shipped in models/voxgate_tiny/weights
@@ -32,12 +33,14 @@ def load_model(
     """Load `model` (preset name, folder or repo id). `codec` overrides the model's default codec
     (a repo id or folder). `random_weights` builds a preset's real configuration with seeded
     random weights instead of reading a checkpoint (benchmarks without the download).
-    `voices_dir`: reference clips for voice prompting (CSM, CosyVoice 2; see models/csm/voices.py).
+    `voices_dir`: reference clips for voice prompting (the families with
+    ModelFamily.takes_voices; others refuse it, as those without takes_codec refuse `codec`).
     `options`: the model family's own options the user set (name → value, e.g.
     {"first_hop_tokens": 12} for CosyVoice 2); another family's option is refused."""
     if random_weights and model not in PRESETS:
         raise CheckpointError(f"--random-weights works with presets only ({', '.join(PRESETS)})")
     family = family_of(model)
+    check_load(family, codec, voices_dir)
     request = LoadRequest(
         model=model,
         codec=codec,

@@ -43,7 +43,6 @@ def _load(request: LoadRequest):
     from models.chatterbox.presets import ensure_random_chatterbox, ensure_tiny_chatterbox
 
     model = request.model
-    request.refuse(codec="Chatterbox's codec is its own S3Gen; drop --codec")
     if model == "tiny-chatterbox":
         if request.random_weights:
             raise CheckpointError(
@@ -75,4 +74,6 @@ FAMILY = ModelFamily(
     checkpoint_hint="Chatterbox: t3_cfg.safetensors and s3gen.safetensors (ResembleAI/chatterbox)",
     options=FlowHiftLaneOptions,
     request_options=ChatterboxOptions,
+    own_codec="their own S3Gen codec",
+    takes_voices=True,
 )

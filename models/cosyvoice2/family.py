@@ -55,7 +55,6 @@ def _load(request: LoadRequest):
     from models.cosyvoice2.loading import load_cosyvoice2
     from models.cosyvoice2.presets import ensure_real_config, ensure_tiny_cosyvoice2
 
-    request.refuse(codec="CosyVoice 2 checkpoints carry their own flow + HiFT codec; drop --codec")
     model, device, dtype = request.model, request.device, request.dtype
     first_hop = request.options.first_hop_tokens
     if model == "tiny-cosyvoice2":
@@ -85,4 +84,6 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="CosyVoice 2: a folder with cosyvoice2.yaml",
     options=CosyVoiceOptions,
+    own_codec="their own flow + HiFT codec",
+    takes_voices=True,
 )

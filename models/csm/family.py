@@ -21,7 +21,6 @@ def _load(request: LoadRequest):
     from models.csm.presets import ensure_tiny_csm, random_csm_1b
 
     model, device, dtype, progress = request.model, request.device, request.dtype, request.progress
-    request.refuse(codec="CSM checkpoints carry their own Mimi codec; drop --codec")
     if request.random_weights:
         if model != "csm-1b":
             raise CheckpointError("--random-weights works with csm-1b (tiny-csm is random already)")
@@ -38,4 +37,6 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="CSM: transformers' CsmConfig",
+    own_codec="their own Mimi codec",
+    takes_voices=True,
 )

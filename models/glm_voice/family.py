@@ -14,8 +14,6 @@ def _load(request: LoadRequest):
     from models.glm_voice.loading import load_glm_voice
     from models.glm_voice.presets import ensure_tiny_glm_voice, random_glm_voice_9b
 
-    refusal = "GLM-4-Voice has one voice and its own decoder; drop --codec / --voices-dir"
-    request.refuse(codec=refusal, voices=refusal)
     device, dtype = request.device, request.dtype
     if request.model == "glm-4-voice-9b":
         if request.random_weights:  # the real backbone shapes, nothing downloaded
@@ -57,4 +55,5 @@ FAMILY = ModelFamily(
         "(22.05 kHz)",
     },
     load=_load,
+    own_codec="their own decoder (flow + HiFT) and one voice",
 )

@@ -20,10 +20,6 @@ def _load(request: LoadRequest):
     from models.moshi.loading import load_moshi
     from models.moshi.presets import ensure_tiny_moshi, random_moshi_7b
 
-    refusal = (
-        "Moshi checkpoints carry their own Mimi codec and one voice; drop --codec / --voices-dir"
-    )
-    request.refuse(codec=refusal, voices=refusal)
     model, device, dtype, progress = request.model, request.device, request.dtype, request.progress
     if model == "moshi-7b" and request.random_weights:
         return random_moshi_7b(device, dtype)
@@ -42,4 +38,5 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Moshi: transformers' MoshiConfig",
+    own_codec="their own Mimi codec and one voice",
 )

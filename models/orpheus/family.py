@@ -20,7 +20,6 @@ def _load_model(request: LoadRequest):
     from models.orpheus.loading import load_orpheus
     from models.orpheus.presets import ensure_tiny_orpheus
 
-    request.refuse(voices="--voices-dir works with CSM and CosyVoice 2 models only")
     model, codec, device, dtype = request.model, request.codec, request.device, request.dtype
     if model == "tiny-orpheus":
         model_dir, codec_dir = ensure_tiny_orpheus()
@@ -77,4 +76,5 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="Orpheus: Llama config with the audio vocabulary",
     options=OrpheusOptions,
+    takes_codec=True,  # another SNAC checkpoint (a repo id or folder)
 )

@@ -101,9 +101,6 @@ def _load(request: LoadRequest):
     from models.qwen3_tts.presets import ensure_random_qwen3_tts, ensure_tiny_qwen3_tts
 
     model = request.model
-    request.refuse(
-        codec="Qwen3-TTS checkpoints carry their own 12 Hz speech tokenizer; drop --codec"
-    )
     if model == "tiny-qwen3-tts":
         if request.random_weights:
             raise CheckpointError(
@@ -129,4 +126,8 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="Qwen3-TTS: config.json model_type 'qwen3_tts' with speech_tokenizer/",
     request_options=Qwen3TtsRequestOptions,
+    own_codec="their own 12 Hz speech tokenizer",
+    # Base checkpoints only (load_qwen3_tts refuses --voices-dir for the others).
+    takes_voices=True,
+    cloning_models="Qwen3-TTS Base",
 )

@@ -34,8 +34,6 @@ def _load_model(request: LoadRequest):
     from models.step_audio2.loading import load_step_audio2
     from models.step_audio2.presets import ensure_real_config, ensure_tiny_step_audio2
 
-    refusal = "Step-Audio 2 has one voice and its own token2wav; drop --codec / --voices-dir"
-    request.refuse(codec=refusal, voices=refusal)
     device, dtype = request.device, request.dtype
     if request.model == "tiny-step-audio2":
         if request.random_weights:
@@ -95,4 +93,5 @@ FAMILY = ModelFamily(
     checkpoint_hint="a Step-Audio-2-mini folder (config.json model_type step_audio_2)",
     options=FlowHiftOptions,
     tool_calls=True,
+    own_codec="their own token2wav and one voice",
 )

@@ -17,10 +17,6 @@ def _load(request: LoadRequest):
     from models.voxgate_tiny.loading import load_voxgate_tiny, shipped_weights
     from models.voxgate_tiny.presets import ensure_random_voxgate_tiny
 
-    request.refuse(
-        codec="voxgate-tiny carries its own codec and one voice; drop --codec / --voices-dir",
-        voices="voxgate-tiny carries its own codec and one voice; drop --codec / --voices-dir",
-    )
     if request.model == PRESET:
         source = ensure_random_voxgate_tiny() if request.random_weights else shipped_weights()
         return load_voxgate_tiny(source, request.device, request.dtype, name=PRESET)
@@ -38,6 +34,7 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="voxgate-tiny: its config.json with model_type voxgate_tiny",
+    own_codec="their own codec (VoxCodec) and one voice",
     serving=ServingDefaults(
         cpu_engine_process=True,
         cpu_int8=True,

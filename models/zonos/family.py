@@ -39,10 +39,6 @@ def _load(request: LoadRequest):
     from models.zonos.speaker import SPEAKER_REPO
 
     model = request.model
-    request.refuse(
-        codec="Zonos' codec is DAC 44.1 kHz (a dac/ folder beside the model, or "
-        "descript/dac_44khz); drop --codec",
-    )
     device, dtype, voices = request.device, request.dtype, request.voices_dir
     if model in _SCALED:
         if request.random_weights:
@@ -74,4 +70,6 @@ FAMILY = ModelFamily(
     # a second torch thread per op buys little and stalls when the gateway needs the core.
     serving=ServingDefaults(cpu_half_threads=True),
     request_options=REQUEST_OPTIONS,
+    own_codec="DAC 44.1 kHz (a dac/ folder beside the model, or descript/dac_44khz)",
+    takes_voices=True,
 )
