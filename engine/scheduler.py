@@ -411,6 +411,9 @@ class Scheduler:
         return sum(1 for r in self.requests.values() if r.status == RequestStatus.RUNNING)
 
     # --- priorities ------------------------------------------------------------------------------
+    # Every order the scheduler makes (the LLM's steps, the codec's steady and lane jobs) ranks
+    # requests with _rank: the policy's rank for a listener's stream, then requests without a
+    # listener after all of them, in arrival order.
     def slack(self, request: Request, now: float) -> float:
         """Seconds the listener can wait before this request's next chunk would be late
         (without a listener, no chunk ever is)."""
@@ -427,21 +430,33 @@ class Scheduler:
         need = (self.facts.first_chunk_tokens if critical else self.facts.chunk_tokens) - pending
         return buffered_s - (max(need, 0) * self.step_time_s + self.detok_time_s)
 
-    def _priority(self, request: Request, now: float) -> tuple:
-        if not request.realtime:
-            return (2, request.arrival_time)  # after every listener, in arrival order
-        if self.config.policy == "fcfs":
-            return (0, request.arrival_time)
-        return self._slack_rank(request, request.buffered_audio_s(now))
+    def _priority(self, request: Request, now: float) -> tuple[int, float]:
+        """_rank, reading the request's buffer and pending tokens now."""
+        return self._rank(request, request.buffered_audio_s(now), request.pending_detok_tokens)
 
-    def _slack_rank(self, request: Request, buffered_s: float) -> tuple[int, float]:
-        """The slack policy's sort key: requests still waiting for their first audio first,
-        by when their listener can hear it (arrival, or a held request's end of hold), then the
-        rest by ascending slack (`buffered_s`: the listener's buffer). Requests without a
-        listener come after all of them (_priority)."""
+    def _rank(self, request: Request, buffered_s: float, pending: int) -> tuple[int, float]:
+        """The sort key (lowest first) of every order: the policy's rank of a listener's stream
+        (`buffered_s`: its listener's buffer, `pending`: its tokens waiting for the codec, read
+        once by callers that rank every stream), and for a request without a listener a rank
+        after all of them, in arrival order."""
+        if not request.realtime:
+            return (2, request.arrival_time)
+        if self.config.policy == "fcfs":
+            return self._fcfs_rank(request)
+        return self._slack_rank(request, buffered_s, pending)
+
+    @staticmethod
+    def _fcfs_rank(request: Request) -> tuple[int, float]:
+        """The fcfs policy's rank of a listener's stream: earliest arrival first."""
+        return (0, request.arrival_time)
+
+    def _slack_rank(self, request: Request, buffered_s: float, pending: int) -> tuple[int, float]:
+        """The slack policy's rank of a listener's stream: streams still waiting for their
+        first audio first, by when their listener can hear it (arrival, or a held request's end
+        of hold), then the rest by ascending slack."""
         if request.ttfa_critical:
             return (0, request.audible_from)
-        return (1, self._slack_of(buffered_s, request.pending_detok_tokens, False))
+        return (1, self._slack_of(buffered_s, pending, False))
 
     # --- the step ----------------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -453,11 +468,7 @@ class Scheduler:
     def _schedule_llm(self, now: float, out: SchedulerOutput) -> None:
         # A request of streamed text that has used up its text waits for more (append_text).
         live = [r for r in self.requests.values() if r.wants_tokens and not r.awaits_text]
-        if self.config.policy == "slack":
-            live = self._by_slack(live, now, out)
-        else:
-            live.sort(key=lambda r: (not r.realtime, r.arrival_time))
-        chosen = live[: self.config.max_num_seqs]
+        chosen = self._decode_order(live, now, out)[: self.config.max_num_seqs]
         decodes: list[ScheduledChunk] = []
         unprefilled: list[Request] = []
         for request in chosen:
@@ -489,21 +500,19 @@ class Scheduler:
             request.block_table = self.blocks.table(request.request_id)
         out.chunks = prefills + decodes
 
-    def _by_slack(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
-        """The slack policy's order of the streams that may decode this step: first those
-        without audio yet (earliest audible_from first), then ascending slack, then requests
-        without a listener in arrival order; streams past the lead cap, or with
-        `max_undecoded_chunks` chunks waiting for the codec, sit out (counted in `out`), and
-        so do requests without a listener while some listener is short of audio (they are
-        ahead of any listener: counted with the lead cap's), unless they have fallen behind
-        their floor (UNHEARD_FLOOR_RATE).
+    def _decode_order(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
+        """The `live` streams that may decode this step, ranked by _rank. Under slack, streams
+        past the lead cap (_lead_cap) or with `max_undecoded_chunks` chunks waiting for the
+        codec sit out (_may_decode, counted in `out`); while some listener is short of audio
+        (contended), so do requests without a listener, unless they have fallen behind their
+        floor (UNHEARD_FLOOR_RATE; counted with the lead cap's: they are ahead of any listener).
 
         This runs every turn for every stream, so each listener's buffer and pending tokens
-        are read once, in one pass, and ranked as _slack_rank ranks: at a few hundred streams
-        these reads are most of the scheduler's host time, which with async scheduling is the
-        turn's whenever the turn outlasts the LLM's step."""
+        are read once, in one pass: at a few hundred streams these reads are most of the
+        scheduler's host time, which with async scheduling is the turn's whenever the turn
+        outlasts the LLM's step."""
         urgent = self.config.urgent_buffer_s
-        short = False
+        contended = False
         reads: list[tuple[Request, float, int]] = []
         unheard: list[Request] = []
         for request in live:
@@ -512,32 +521,51 @@ class Scheduler:
                 continue
             buffered_s = request.buffered_audio_s(now)
             reads.append((request, buffered_s, request.pending_detok_tokens))
-            short = short or buffered_s < urgent or request.first_audio_time is None
-        lead = self._lead_cap(short)
-        undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
-        ranked: list[tuple[tuple[int, float], Request]] = []
-        for request, buffered_s, pending in reads:
-            if request.first_audio_time is None:  # ttfa_critical: by audible_from, ahead of all
-                ranked.append(((0, request.audible_from), request))
-            elif pending >= undecoded:
-                out.held_by_codec += 1
-            elif buffered_s > lead:
-                out.held_by_lead += 1
-            else:
-                ranked.append(((1, self._slack_of(buffered_s, pending, False)), request))
+            contended = contended or buffered_s < urgent or request.first_audio_time is None
+        filtered = self.config.policy == "slack"
+        lead = self._lead_cap(contended)
+        ranked = [
+            (self._rank(request, buffered_s, pending), request)
+            for request, buffered_s, pending in reads
+            if not filtered or self._may_decode(request, buffered_s, pending, lead, out)
+        ]
         ranked.sort(key=itemgetter(0))
         order = [request for _, request in ranked]
-        if short:
+        if filtered and contended:
             behind = [r for r in unheard if self._behind_floor(r, now)]
             out.held_by_lead += len(unheard) - len(behind)
             unheard = behind
-        undecoded_unheard = max(undecoded, 2 * self._unheard_chunk)
-        for request in unheard:
-            if request.pending_detok_tokens >= undecoded_unheard:
-                out.held_by_codec += 1
-            else:
-                order.append(request)
+        unheard.sort(key=lambda r: r.arrival_time)
+        order += [r for r in unheard if not filtered or self._unheard_may_decode(r, out)]
         return order
+
+    def _may_decode(
+        self, request: Request, buffered_s: float, pending: int, lead: float, out: SchedulerOutput
+    ) -> bool:
+        """Whether a listener's stream (`buffered_s` ahead of its listener, `pending` tokens
+        waiting for the codec) may decode this step: not with `max_undecoded_chunks` chunks
+        waiting for the codec (held_by_codec), nor more than `lead` ahead (held_by_lead). A
+        stream waiting for its first audio always may."""
+        if request.first_audio_time is None:
+            return True
+        if pending >= self.config.max_undecoded_chunks * self.facts.chunk_tokens:
+            out.held_by_codec += 1
+            return False
+        if buffered_s > lead:
+            out.held_by_lead += 1
+            return False
+        return True
+
+    def _unheard_may_decode(self, request: Request, out: SchedulerOutput) -> bool:
+        """Whether a request without a listener may decode this step: not with two of its
+        codec chunks (or `max_undecoded_chunks` chunks, if more) waiting (held_by_codec)."""
+        undecoded = max(
+            self.config.max_undecoded_chunks * self.facts.chunk_tokens, 2 * self._unheard_chunk
+        )
+        if request.pending_detok_tokens >= undecoded:
+            out.held_by_codec += 1
+            return False
+        return True
 
     def _behind_floor(self, request: Request, now: float) -> bool:
         """Whether a request without a listener has made less audio than UNHEARD_FLOOR_RATE of
@@ -545,17 +573,16 @@ class Scheduler:
         made_s = request.num_generated * self.facts.seconds_per_token
         return made_s < (now - request.arrival_time) * UNHEARD_FLOOR_RATE
 
-    def _lead_cap(self, short: bool) -> float:
-        """How far ahead of its listener a stream may be and still decode this step (`short`:
-        whether some live stream is short of audio).
+    def _lead_cap(self, contended: bool) -> float:
+        """How far ahead of its listener a stream may be and still decode this step
+        (`contended`: whether some listener is short of audio, waiting for its first chunk or
+        with less than `urgent_buffer_s` buffered).
 
-        While some listener is short of audio — a request waiting for its first chunk, or one
-        with less than `urgent_buffer_s` buffered — streams more than `contended_lead_s` ahead
-        sit out: each step then carries fewer rows (and less KV to read) and comes round sooner
-        for those who need it, at no loss to the comfortable streams. Otherwise every stream
-        runs, up to `max_lead_s`, so a load with no one short (a batch of offline requests)
-        runs at full speed."""
-        if short:
+        While contended, streams more than `contended_lead_s` ahead sit out: each step then
+        carries fewer rows (and less KV to read) and comes round sooner for those who need it,
+        at no loss to the comfortable streams. Otherwise every stream runs, up to `max_lead_s`,
+        so a load with no one short (a batch of offline requests) runs at full speed."""
+        if contended:
             return min(self.config.contended_lead_s, self.config.max_lead_s)
         return self.config.max_lead_s
 
@@ -745,6 +772,8 @@ class Scheduler:
                 elif not r.ttfa_critical and self.lane_urgent(r, now):
                     urgent.append(r)
             fresh.sort(key=lambda r: self._priority(r, now))
+            # Urgent chunks by how soon their listener runs dry, under every policy: the lane
+            # is for deadlines (under slack this is _rank's order too).
             urgent.sort(key=lambda r: self.slack(r, now))
             plan.lane = (fresh + urgent)[:lane_room]
         if steady_free:

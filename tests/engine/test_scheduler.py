@@ -660,3 +660,24 @@ def test_a_step_reads_the_pages_of_its_rows_not_those_of_streams_sitting_it_out(
     assert {c.request.request_id for c in plan.chunks} == {r.request_id for r in short}
     assert plan.pages_read == sum(len(r.block_table) for r in short) > 0
     assert sched.blocks.num_used == plan.pages_read + len(comfortable.block_table)
+
+
+@pytest.mark.parametrize("policy", ["slack", "fcfs"])
+def test_the_llm_and_the_codec_rank_streams_alike(policy):
+    """One rank per policy (Scheduler._rank): the LLM's step and the codec's steady job order
+    the same streams the same way."""
+    now = 60.0
+    sched = make_scheduler(policy)
+    buffers = (1.5, 0.3, 1.2, 0.8, 1.9)
+    streams = [
+        make_steady(sched, arrival=float(i), buffered_s=b, now=now) for i, b in enumerate(buffers)
+    ]
+    for req in streams:
+        req.output_ids += [7] * FACTS.chunk_tokens  # a chunk ready for the codec
+    llm = [c.request for c in sched.schedule(now).chunks]
+    codec = sched.schedule_detok(now)
+    assert llm == codec and len(llm) == len(streams)
+    if policy == "fcfs":
+        assert llm == streams  # arrival order
+    else:
+        assert [buffers[streams.index(r)] for r in llm] == sorted(buffers)  # emptiest first
