@@ -2,17 +2,19 @@
 
 Each step `schedule(now)` decides (a) which requests advance the LLM — prefill chunks and
 single-token decodes mixed under a token budget — and (b) which requests' buffered tokens go
-to the detokenizer. Policies:
+to the detokenizer. Under every policy, requests more than `max_lead_s` ahead of their
+listener are not decoded at all, nor are those with `max_undecoded_chunks` chunks of tokens
+waiting for the codec (backpressure from a codec that falls behind). The policy orders the
+rest, one rank (`_rank`) for the LLM and the codec alike:
 
-- `fcfs`: earliest arrival first, for both.
+- `fcfs`: earliest arrival first.
 - `slack` (default): requests that have produced no audio yet (TTFA-critical) first, earliest
   due first (arrival, or the end of a held request's hold: SpeechRequest.audible_after_s);
   then the rest in ascending slack, where slack = audio buffered at the
   listener − time until this request's next chunk can be ready. A request with ample slack
   can be left out of a full batch without an audible gap, which is what frees room for new
-  arrivals. Requests more than `max_lead_s` ahead of their listener are not decoded at all,
-  nor are those with `max_undecoded_chunks` chunks of tokens waiting for the codec
-  (backpressure from a codec that falls behind).
+  arrivals. While some listener is short of audio, streams more than `contended_lead_s` ahead
+  sit out too (_lead_cap).
 
 A request no one plays as it is made (SpeechRequest.realtime False: a file returned whole, a
 batch job) has no deadline: it comes after every listener's stream (under `slack` it also sits
@@ -501,11 +503,13 @@ class Scheduler:
         out.chunks = prefills + decodes
 
     def _decode_order(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
-        """The `live` streams that may decode this step, ranked by _rank. Under slack, streams
-        past the lead cap (_lead_cap) or with `max_undecoded_chunks` chunks waiting for the
-        codec sit out (_may_decode, counted in `out`); while some listener is short of audio
-        (contended), so do requests without a listener, unless they have fallen behind their
-        floor (UNHEARD_FLOOR_RATE; counted with the lead cap's: they are ahead of any listener).
+        """The `live` streams that may decode this step, ranked by _rank. Under every policy a
+        stream past the lead cap (`max_lead_s`) or with `max_undecoded_chunks` chunks waiting
+        for the codec sits out (_may_decode, _unheard_may_decode; counted in `out`). Under
+        slack, while some listener is short of audio (contended), the cap tightens to
+        `contended_lead_s` (_lead_cap) and requests without a listener sit out too, unless they
+        have fallen behind their floor (UNHEARD_FLOOR_RATE; counted with the lead cap's: they
+        are ahead of any listener).
 
         This runs every turn for every stream, so each listener's buffer and pending tokens
         are read once, in one pass: at a few hundred streams these reads are most of the
@@ -522,21 +526,21 @@ class Scheduler:
             buffered_s = request.buffered_audio_s(now)
             reads.append((request, buffered_s, request.pending_detok_tokens))
             contended = contended or buffered_s < urgent or request.first_audio_time is None
-        filtered = self.config.policy == "slack"
+        contended = contended and self.config.policy == "slack"  # slack's rules, not fcfs'
         lead = self._lead_cap(contended)
         ranked = [
             (self._rank(request, buffered_s, pending), request)
             for request, buffered_s, pending in reads
-            if not filtered or self._may_decode(request, buffered_s, pending, lead, out)
+            if self._may_decode(request, buffered_s, pending, lead, out)
         ]
         ranked.sort(key=itemgetter(0))
         order = [request for _, request in ranked]
-        if filtered and contended:
+        if contended:
             behind = [r for r in unheard if self._behind_floor(r, now)]
             out.held_by_lead += len(unheard) - len(behind)
             unheard = behind
         unheard.sort(key=lambda r: r.arrival_time)
-        order += [r for r in unheard if not filtered or self._unheard_may_decode(r, out)]
+        order += [r for r in unheard if self._unheard_may_decode(r, out)]
         return order
 
     def _may_decode(

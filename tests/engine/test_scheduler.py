@@ -681,3 +681,33 @@ def test_the_llm_and_the_codec_rank_streams_alike(policy):
         assert llm == streams  # arrival order
     else:
         assert [buffers[streams.index(r)] for r in llm] == sorted(buffers)  # emptiest first
+
+
+def test_fcfs_too_holds_back_a_stream_past_the_lead_cap():
+    """The lead cap is eligibility, not order: under fcfs a stream 50 s ahead of its listener
+    (max_lead_s 30) sits out too, however early it came."""
+    now = 200.0
+    sched = make_scheduler("fcfs")
+    ahead = make_steady(sched, arrival=1.0, buffered_s=50.0, now=now)
+    behind = make_steady(sched, arrival=2.0, buffered_s=1.5, now=now)
+    out = sched.schedule(now)
+    assert [c.request for c in out.chunks] == [behind]
+    assert out.held_by_lead == 1 and ahead not in [c.request for c in out.chunks]
+    ahead.audio_emitted_s -= 25.0  # 25 s ahead: under the cap, it decodes again, first
+    assert [c.request for c in sched.schedule(now).chunks] == [ahead, behind]
+
+
+def test_fcfs_too_holds_back_a_stream_whose_chunks_wait_for_the_codec():
+    """Codec backpressure is eligibility, not order: under fcfs a stream with
+    max_undecoded_chunks chunks waiting for the codec sits out until the codec takes them."""
+    now = 200.0
+    sched = make_scheduler("fcfs")
+    waiting = make_steady(sched, arrival=1.0, buffered_s=1.5, now=now)
+    other = make_steady(sched, arrival=2.0, buffered_s=1.5, now=now)
+    waiting.output_ids += [7] * (sched.config.max_undecoded_chunks * FACTS.chunk_tokens)
+    waiting.num_computed = waiting.num_tokens - 1
+    out = sched.schedule(now)
+    assert [c.request for c in out.chunks] == [other]
+    assert out.held_by_codec == 1
+    waiting.num_detokenized = len(waiting.output_ids)  # the codec took them
+    assert [c.request for c in sched.schedule(now).chunks] == [waiting, other]
