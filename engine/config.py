@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.request import ConfigError
+from models.families import half_thread_families
 
 POLICIES = ("slack", "fcfs")
 # `voxgate serve --help` groups whose options a user needs first: picking and placing the model,
@@ -149,8 +150,9 @@ class EngineConfig:
         default=None,
         metadata=cli(
             "--cpu-threads",
-            "torch threads of the engine on the CPU (default: the model family's; voxgate-tiny "
-            "takes half the cores, leaving the rest to the gateway; others every core)",
+            "torch threads of the engine on the CPU (default: the model family's; "
+            f"{half_thread_families()} take half the cores, leaving the rest to the gateway; "
+            "others every core)",
             metavar="N",
         ),
     )

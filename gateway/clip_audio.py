@@ -24,6 +24,7 @@ import io
 import numpy as np
 
 from engine.api import ModelFacts, VoiceClip
+from models.families import cloning_families
 
 # PyAV's container names of the formats accepted (browsers' MediaRecorder writes WebM or Ogg
 # Opus, Safari MP4/AAC; files people keep are WAV, FLAC, MP3).
@@ -59,7 +60,7 @@ def check_request(facts: ModelFacts, transcript: str | None) -> str:
         raise ClipError(
             "cloning_unsupported",
             f"{facts.name} cannot make a voice from a clip; pick one of its voices "
-            "(GET /v1/voices) or serve a model that clones (CSM, CosyVoice 2, Zonos, Qwen3-TTS Base)",
+            f"(GET /v1/voices) or serve a model that clones ({cloning_families()})",
         )
     transcript = (transcript or "").strip()
     if facts.clip_rules.needs_transcript and not transcript:

@@ -11,6 +11,7 @@ from pathlib import Path
 from engine.config import MODEL, NETWORK, EngineConfig, cli
 from engine.request import ConfigError
 from gateway.protocol import Limits
+from models.families import cloning_families
 
 API_KEYS_ENV = "VOXGATE_API_KEYS"
 # A key may travel as the subprotocol `bearer.<key>`, so it must be an HTTP token (RFC 9110
@@ -67,8 +68,8 @@ class GatewaySettings:
         default=None,
         metadata=cli(
             "--voices-dir",
-            "reference clips for voice prompting (CSM, CosyVoice 2, Zonos, Qwen3-TTS Base): "
-            "NAME.wav + NAME.txt (its transcript; Zonos needs none); clients pick one with "
+            f"reference clips for voice prompting ({cloning_families()}): NAME.wav + NAME.txt "
+            "(its transcript, for the models that need one); clients pick one with "
             "session.start voice=NAME (default: none)",
             group=MODEL,
             metavar="DIR",
