@@ -71,6 +71,11 @@ def cloning_families() -> str:
     return names_text([f.cloning_name for f in FAMILIES if f.takes_voices])
 
 
+def random_layouts() -> list[str]:
+    """Every preset whose real layout --random-weights builds, in table order."""
+    return [name for f in FAMILIES for name in f.presets if name in f.random_layouts]
+
+
 def half_thread_families() -> str:
     """The families whose models take half the CPU cores as torch threads (ServingDefaults.
     cpu_half_threads), for help texts."""

@@ -117,6 +117,11 @@ class ModelFamily:
     # clips. `cloning_models` names them where only some of the family's do ("Qwen3-TTS Base").
     takes_voices: bool = False
     cloning_models: str = ""
+    # --random-weights: the presets whose real layout it builds with seeded random weights
+    # (benchmarks without the download), and those whose weights are seeded random already.
+    # Every preset is one or the other; the flag on any other model is refused.
+    random_layouts: frozenset[str] = frozenset()
+    seeded_presets: frozenset[str] = frozenset()
     # Its models were trained with function calling (their facts name a tool_call_syntax);
     # the gateway names these families when another model is offered tools.
     tool_calls: bool = False

@@ -9,10 +9,9 @@ from typing import Any
 import torch
 
 from models.base import SpeechModel
-from models.checkpoint_errors import CheckpointError
 from models.families import all_presets, family_of
 from models.family_spec import LoadRequest
-from models.load_checks import check_load
+from models.load_checks import check_load, check_random_weights
 from models.request_options import option_specs, same_options
 
 DEFAULT_MODEL = "voxgate-tiny"  # the trained voice shipped in models/voxgate_tiny/weights
@@ -37,10 +36,10 @@ def load_model(
     ModelFamily.takes_voices; others refuse it, as those without takes_codec refuse `codec`).
     `options`: the model family's own options the user set (name → value, e.g.
     {"first_hop_tokens": 12} for CosyVoice 2); another family's option is refused."""
-    if random_weights and model not in PRESETS:
-        raise CheckpointError(f"--random-weights works with presets only ({', '.join(PRESETS)})")
+    if random_weights:
+        check_random_weights(model, PRESETS)
     family = family_of(model)
-    check_load(family, codec, voices_dir)
+    check_load(family, model, codec, voices_dir, random_weights)
     request = LoadRequest(
         model=model,
         codec=codec,

@@ -44,10 +44,6 @@ def _load(request: LoadRequest):
 
     model = request.model
     if model == "tiny-chatterbox":
-        if request.random_weights:
-            raise CheckpointError(
-                "tiny-chatterbox has random weights already; drop --random-weights"
-            )
         folder = ensure_tiny_chatterbox()
     elif model == "chatterbox":
         if not request.random_weights:
@@ -76,4 +72,6 @@ FAMILY = ModelFamily(
     request_options=ChatterboxOptions,
     own_codec="their own S3Gen codec",
     takes_voices=True,
+    random_layouts=frozenset({"chatterbox"}),
+    seeded_presets=frozenset({"tiny-chatterbox"}),
 )

@@ -58,10 +58,6 @@ def _load(request: LoadRequest):
     model, device, dtype = request.model, request.device, request.dtype
     first_hop = request.options.first_hop_tokens
     if model == "tiny-cosyvoice2":
-        if request.random_weights:
-            raise CheckpointError(
-                "tiny-cosyvoice2 has random weights already; drop --random-weights"
-            )
         source, name, random = str(ensure_tiny_cosyvoice2()), model, False
     elif model == "cosyvoice2-0.5b":
         # With --random-weights, the real configuration and nothing downloaded.
@@ -86,4 +82,6 @@ FAMILY = ModelFamily(
     options=CosyVoiceOptions,
     own_codec="their own flow + HiFT codec",
     takes_voices=True,
+    random_layouts=frozenset({"cosyvoice2-0.5b"}),
+    seeded_presets=frozenset({"tiny-cosyvoice2"}),
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 
 PRESETS = {
@@ -21,9 +20,7 @@ def _load(request: LoadRequest):
     from models.csm.presets import ensure_tiny_csm, random_csm_1b
 
     model, device, dtype, progress = request.model, request.device, request.dtype, request.progress
-    if request.random_weights:
-        if model != "csm-1b":
-            raise CheckpointError("--random-weights works with csm-1b (tiny-csm is random already)")
+    if request.random_weights:  # csm-1b's real shapes (models/load_checks.py refuses others)
         return random_csm_1b(device, dtype, voices_dir=request.voices_dir)
     if model in PRESETS:
         source = str(ensure_tiny_csm()) if model == "tiny-csm" else configs.REPO_ID
@@ -39,4 +36,6 @@ FAMILY = ModelFamily(
     checkpoint_hint="CSM: transformers' CsmConfig",
     own_codec="their own Mimi codec",
     takes_voices=True,
+    random_layouts=frozenset({"csm-1b"}),
+    seeded_presets=frozenset({"tiny-csm"}),
 )

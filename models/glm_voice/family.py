@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-from models.checkpoint_errors import CheckpointError
 from models.family_spec import LoadRequest, ModelFamily
 
 
@@ -27,8 +26,6 @@ def _load(request: LoadRequest):
             speech_tokenizer=env("VOXGATE_GLM_VOICE_TOKENIZER", configs.TOKENIZER_REPO_ID),
             decoder=env("VOXGATE_GLM_VOICE_DECODER", configs.DECODER_REPO_ID),
         )
-    if request.random_weights:
-        raise CheckpointError("tiny-glm-voice has random weights already; drop --random-weights")
     from models.glm_voice.model import TRAINED_INTERLEAVE
 
     root = ensure_tiny_glm_voice()
@@ -55,5 +52,7 @@ FAMILY = ModelFamily(
         "(22.05 kHz)",
     },
     load=_load,
+    random_layouts=frozenset({"glm-4-voice-9b"}),
+    seeded_presets=frozenset({"tiny-glm-voice"}),
     own_codec="their own decoder (flow + HiFT) and one voice",
 )

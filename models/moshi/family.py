@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 
 PRESETS = {
@@ -23,8 +22,6 @@ def _load(request: LoadRequest):
     model, device, dtype, progress = request.model, request.device, request.dtype, request.progress
     if model == "moshi-7b" and request.random_weights:
         return random_moshi_7b(device, dtype)
-    if request.random_weights:
-        raise CheckpointError("--random-weights works with moshi-7b (tiny-moshi is random already)")
     if model == "tiny-moshi":
         return load_moshi(str(ensure_tiny_moshi()), device, dtype, progress, name=model)
     if model == "moshi-7b":
@@ -39,4 +36,6 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="Moshi: transformers' MoshiConfig",
     own_codec="their own Mimi codec and one voice",
+    random_layouts=frozenset({"moshi-7b"}),
+    seeded_presets=frozenset({"tiny-moshi"}),
 )

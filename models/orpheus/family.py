@@ -77,4 +77,6 @@ FAMILY = ModelFamily(
     checkpoint_hint="Orpheus: Llama config with the audio vocabulary",
     options=OrpheusOptions,
     takes_codec=True,  # another SNAC checkpoint (a repo id or folder)
+    random_layouts=frozenset({"orpheus-3b"}),
+    seeded_presets=frozenset({"tiny-orpheus"}),
 )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 from models.request_options import OptionSpec, option_specs, text_option
 
@@ -102,16 +101,10 @@ def _load(request: LoadRequest):
 
     model = request.model
     if model == "tiny-qwen3-tts":
-        if request.random_weights:
-            raise CheckpointError(
-                "tiny-qwen3-tts has random weights already; drop --random-weights"
-            )
         source = str(ensure_tiny_qwen3_tts())
     elif model in REPO_IDS:
         source = str(ensure_random_qwen3_tts(model)) if request.random_weights else REPO_IDS[model]
     else:
-        if request.random_weights:
-            raise CheckpointError("--random-weights works with the presets " + ", ".join(REPO_IDS))
         source = model
     name = model if model in PRESETS else None
     return load_qwen3_tts(
@@ -130,4 +123,6 @@ FAMILY = ModelFamily(
     # Base checkpoints only (load_qwen3_tts refuses --voices-dir for the others).
     takes_voices=True,
     cloning_models="Qwen3-TTS Base",
+    random_layouts=frozenset(PRESETS) - {"tiny-qwen3-tts"},
+    seeded_presets=frozenset({"tiny-qwen3-tts"}),
 )

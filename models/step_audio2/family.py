@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-from models.checkpoint_errors import CheckpointError
 from models.codecs.flow_hift.serving_options import FlowHiftOptions
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 
@@ -36,10 +35,6 @@ def _load_model(request: LoadRequest):
 
     device, dtype = request.device, request.dtype
     if request.model == "tiny-step-audio2":
-        if request.random_weights:
-            raise CheckpointError(
-                "tiny-step-audio2 has random weights already; drop --random-weights"
-            )
         root = ensure_tiny_step_audio2()
         return load_step_audio2(
             str(root), device, dtype, "tiny-step-audio2", token2wav=str(root / "token2wav")
@@ -94,4 +89,6 @@ FAMILY = ModelFamily(
     options=FlowHiftOptions,
     tool_calls=True,
     own_codec="their own token2wav and one voice",
+    random_layouts=frozenset({"step-audio2-mini"}),
+    seeded_presets=frozenset({"tiny-step-audio2"}),
 )

@@ -35,6 +35,8 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="voxgate-tiny: its config.json with model_type voxgate_tiny",
     own_codec="their own codec (VoxCodec) and one voice",
+    # Its preset holds trained weights; --random-weights builds the same layout untrained.
+    random_layouts=frozenset({PRESET}),
     serving=ServingDefaults(
         cpu_engine_process=True,
         cpu_int8=True,

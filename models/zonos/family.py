@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from models.checkpoint_errors import CheckpointError
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily, ServingDefaults
 from models.zonos.request_options import ZonosRequestOptions
 
@@ -41,8 +40,6 @@ def _load(request: LoadRequest):
     model = request.model
     device, dtype, voices = request.device, request.dtype, request.voices_dir
     if model in _SCALED:
-        if request.random_weights:
-            raise CheckpointError(f"{model} has random weights already; drop --random-weights")
         folder = getattr(presets, _SCALED[model])() / "model"
         return load_zonos(str(folder), device, dtype, name=model, voices_dir=voices)
     if model in _REAL:
@@ -52,10 +49,6 @@ def _load(request: LoadRequest):
             return load_zonos(str(folder), device, dtype, name=model, voices_dir=voices)
         source = getattr(config, repo)
         return load_zonos(source, device, dtype, config.DAC_REPO, model, voices, SPEAKER_REPO)
-    if request.random_weights:
-        raise CheckpointError(
-            "--random-weights goes with the zonos-v0.1 and zonos-v0.1-hybrid presets"
-        )
     return load_zonos(model, device, dtype, voices_dir=voices)
 
 
@@ -72,4 +65,6 @@ FAMILY = ModelFamily(
     request_options=REQUEST_OPTIONS,
     own_codec="DAC 44.1 kHz (a dac/ folder beside the model, or descript/dac_44khz)",
     takes_voices=True,
+    random_layouts=frozenset(_REAL),
+    seeded_presets=frozenset(_SCALED),
 )

@@ -117,7 +117,7 @@ def test_the_flow_hift_families_share_their_codec_options():
     owners = {spec.name: [f.name for f in families] for families, spec in option_fields()}
     assert set(owners["codec_pacing"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2"}
     assert set(owners["compile_codec"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2", "Orpheus"}
-    orpheus = load_model("tiny-orpheus", random_weights=True, options={"compile_codec": False})
+    orpheus = load_model("tiny-orpheus", options={"compile_codec": False})
     assert orpheus.facts.compile_codec is False
     # The first-chunk lane's options: the text-to-speech flow + HiFT families'.
     assert (

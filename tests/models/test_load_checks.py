@@ -23,32 +23,32 @@ BARE = ModelFamily(
 
 def test_a_family_that_declares_nothing_refuses_a_codec_and_voices():
     with pytest.raises(CheckpointError) as err:
-        check_load(BARE, "hubertsiuzdak/snac_24khz", None)
+        check_load(BARE, "bare", "hubertsiuzdak/snac_24khz", None)
     assert str(err.value) == (
         f"Bare checkpoints carry their own codec; drop --codec (it is for {codec_families()} "
         "models)"
     )
     with pytest.raises(CheckpointError) as err:
-        check_load(BARE, None, "/voices")
+        check_load(BARE, "bare", None, "/voices")
     assert str(err.value) == (
         "Bare models make no voices from clips; drop --voices-dir "
         f"(it is for {cloning_families()} models)"
     )
-    check_load(BARE, None, None)
+    check_load(BARE, "bare", None, None)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_family_is_checked_by_its_declaration(family):
     if family.takes_codec:
-        check_load(family, "some/codec", None)
+        check_load(family, "m", "some/codec", None)
     else:
         with pytest.raises(CheckpointError, match="drop --codec"):
-            check_load(family, "some/codec", None)
+            check_load(family, "m", "some/codec", None)
     if family.takes_voices:
-        check_load(family, None, "/voices")
+        check_load(family, "m", None, "/voices")
     else:
         with pytest.raises(CheckpointError, match="drop --voices-dir"):
-            check_load(family, None, "/voices")
+            check_load(family, "m", None, "/voices")
 
 
 def test_the_declarations_name_the_families_that_take_each():
@@ -63,3 +63,34 @@ def test_load_model_refuses_before_loading():
         load_model("voxgate-tiny", codec="hubertsiuzdak/snac_24khz")
     with pytest.raises(CheckpointError, match="Orpheus models make no voices from clips"):
         load_model("tiny-orpheus", voices_dir="/nowhere")
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_random_weights_are_declared_for_every_preset_and_refused_on_seeded_ones(family):
+    """Every preset either is seeded random weights already or has a real layout that
+    --random-weights builds; the flag on a seeded preset is refused with one message."""
+    assert family.random_layouts | family.seeded_presets == set(family.presets)
+    assert not family.random_layouts & family.seeded_presets
+    for preset in family.random_layouts:
+        check_load(family, preset, None, None, random_weights=True)
+    for preset in family.seeded_presets:
+        layouts = ", ".join(n for n in family.presets if n in family.random_layouts)
+        with pytest.raises(CheckpointError) as err:
+            check_load(family, preset, None, None, random_weights=True)
+        assert str(err.value) == (
+            f"{preset} is random already: its seeded random weights already stand in for a "
+            f"checkpoint; drop --random-weights (--random-weights works with {layouts})"
+        )
+        check_load(family, preset, None, None, random_weights=False)
+
+
+def test_random_weights_on_a_preset_of_neither_kind_or_a_checkpoint_are_refused():
+    with pytest.raises(CheckpointError, match="^bare takes no --random-weights"):
+        check_load(BARE, "bare", None, None, random_weights=True)
+    from models.registry import load_model
+
+    with pytest.raises(CheckpointError, match="--random-weights works with presets only"):
+        load_model("/some/folder", random_weights=True)
+    # tiny-orpheus is seeded random weights: the flag is refused there as in every family.
+    with pytest.raises(CheckpointError, match="tiny-orpheus is random already"):
+        load_model("tiny-orpheus", random_weights=True)
