@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.request import ConfigError
-from models.families import half_thread_families
 
 POLICIES = ("slack", "fcfs")
 # `voxgate serve --help` groups whose options a user needs first: picking and placing the model,
@@ -150,9 +149,9 @@ class EngineConfig:
         default=None,
         metadata=cli(
             "--cpu-threads",
-            "torch threads of the engine on the CPU (default: the model family's; "
-            f"{half_thread_families()} take half the cores, leaving the rest to the gateway; "
-            "others every core)",
+            "torch threads of the engine on the CPU (default: the model family's: half the "
+            "cores for the families that ask for it, leaving the rest to the gateway; every "
+            "core for the others)",
             metavar="N",
         ),
     )

@@ -76,12 +76,6 @@ def random_layouts() -> list[str]:
     return [name for f in FAMILIES for name in f.presets if name in f.random_layouts]
 
 
-def half_thread_families() -> str:
-    """The families whose models take half the CPU cores as torch threads (ServingDefaults.
-    cpu_half_threads), for help texts."""
-    return names_text([f.name for f in FAMILIES if f.serving.cpu_half_threads])
-
-
 def family_of(model: str) -> ModelFamily:
     """The family of `model` (a preset, a checkpoint folder or a Hub repo id, which is fetched
     to read its config), or CheckpointError saying what Voxgate knows."""
