@@ -9,14 +9,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.api import (
-    ConfigError,
-    ModelFacts,
-    OptionValue,
-    RequestOptionError,
-    SamplingParams,
-    resolve_request_options,
-)
+from engine.api import ModelFacts, OptionValue
+from gateway import speech_options
 from gateway.config import GatewaySettings
 from gateway.protocol import (
     AudioSpec,
@@ -27,25 +21,23 @@ from gateway.protocol import (
     SessionStarted,
 )
 from gateway.reply import SpeechOptions
+from gateway.speech_options import (
+    AskedOptions,
+    OptionRefused,
+    check_speed,
+    check_voice,
+    checked_sampling,
+    resolve_speech_options,
+)
 
 if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed
     from gateway.wire import SessionUpdate
 
 
-def _check_voice(voice: str | None, facts: ModelFacts) -> None:
-    if voice is not None and facts.voices and voice not in facts.voices:
-        voices = ", ".join(facts.voices)
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"voice must be one of {voices}")
-
-
-def _check_speed(speed: float | None, facts: ModelFacts) -> None:
-    """A full-duplex model talks and listens on one real-time clock: its audio cannot be
-    played faster or slower than it is made."""
-    if speed is not None and speed != 1.0 and facts.full_duplex:
-        raise ProtocolError(
-            ErrorCode.BAD_FIELD,
-            f"{facts.name} is full-duplex: its audio plays in real time, so `speed` must be 1",
-        )
+def _bad_field(refused: OptionRefused) -> ProtocolError:
+    """A refused option as a WebSocket's `bad_field` error (sampling's named as such)."""
+    prefix = "sampling: " if refused.group == "sampling" else ""
+    return ProtocolError(ErrorCode.BAD_FIELD, prefix + refused.message)
 
 
 def resolve_options(
@@ -54,49 +46,23 @@ def resolve_options(
     """The session's speech options, or ProtocolError(bad_field) naming what is accepted."""
     if event.model is not None and event.model not in (facts.name, served_model):
         raise ProtocolError(ErrorCode.BAD_FIELD, f"this server serves model {facts.name!r}")
-    _check_voice(event.voice, facts)
-    _check_speed(event.speed, facts)
+    asked = AskedOptions(event.voice, event.sampling, event.model_options, event.speed)
     try:
-        # The model's recommended sampling, overridden field by field by the client's.
-        sampling = SamplingParams(**{**facts.sampling_defaults, **event.sampling})
-    except ConfigError as exc:
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
-    return SpeechOptions(
-        _within_context(sampling, facts),
-        event.voice or facts.default_voice,
-        event.output_audio or AudioSpec(),
-        checked_model_options(event.model_options, facts),
-        word_timings=facts.word_timings,
-        speed=event.speed if event.speed is not None else 1.0,
-    )
-
-
-def _within_context(sampling: SamplingParams, facts: ModelFacts) -> SamplingParams:
-    """`sampling`, unless no prompt could leave room for its max_tokens: refused now, with the
-    context named, rather than at every response the session asks for."""
-    if sampling.max_tokens >= facts.max_context:
-        raise ProtocolError(
-            ErrorCode.BAD_FIELD,
-            f"sampling: max_tokens must be below {facts.name}'s context of {facts.max_context} "
-            f"tokens (the prompt takes the rest), got {sampling.max_tokens}",
+        return resolve_speech_options(
+            asked, facts, event.output_audio or AudioSpec(), word_timings=facts.word_timings
         )
-    return sampling
+    except OptionRefused as refused:
+        raise _bad_field(refused) from None
 
 
 def checked_model_options(
     given: Mapping[str, Any], facts: ModelFacts, over: Mapping[str, OptionValue] | None = None
 ) -> dict[str, OptionValue]:
-    """`given` (a client's `model_options`) laid over `over` (the session's), checked against
-    the served model's options (numbers in a range, text from a list or of bounded length);
-    or ProtocolError(bad_field) naming the option and what it takes (a model that takes none
-    refuses any, by name). Only the options set are kept, in the form the model takes them
-    (a text choice spelt as the model lists it); the model fills in the rest."""
-    merged = {**(over or {}), **given}
+    """gateway/speech_options.checked_model_options, refused as ProtocolError(bad_field)."""
     try:
-        values = resolve_request_options(facts.request_options, merged, facts.name)
-    except RequestOptionError as exc:
-        raise ProtocolError(ErrorCode.BAD_FIELD, str(exc)) from None
-    return {name: values[name] for name in merged}
+        return speech_options.checked_model_options(given, facts, over)
+    except OptionRefused as refused:
+        raise _bad_field(refused) from None
 
 
 def announced_options(facts: ModelFacts) -> tuple[dict[str, Any], ...]:
@@ -140,15 +106,15 @@ def update_options(
 ) -> SpeechOptions:
     """The session's options with an update applied field by field, or ProtocolError(bad_field)
     (then nothing changes: an update is applied whole or not at all)."""
-    _check_voice(update.voice, facts)
-    _check_speed(update.speed, facts)
     try:
-        sampling = dataclasses.replace(options.sampling, **update.sampling)
-    except (ConfigError, TypeError) as exc:
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"sampling: {exc}") from None
+        check_voice(update.voice, facts)
+        check_speed(update.speed, facts)
+        sampling = checked_sampling(update.sampling, facts, over=options.sampling)
+    except OptionRefused as refused:
+        raise _bad_field(refused) from None
     return dataclasses.replace(
         options,
-        sampling=_within_context(sampling, facts),
+        sampling=sampling,
         voice=update.voice if update.voice is not None else options.voice,
         output=update.output_audio if update.output_audio is not None else options.output,
         instructions=update.instructions

@@ -35,12 +35,12 @@ from engine.api import EngineDead
 from gateway import client_json
 from gateway.admission import admission_refusal
 from gateway.auth import Principal
-from gateway.protocol import AudioFormat, AudioSpec, ErrorCode, ErrorEvent, ServerEvent
-from gateway.reply import Emitter, SpeechOptions
+from gateway.protocol import ErrorCode, ErrorEvent, ServerEvent
+from gateway.reply import Emitter
 from gateway.response import Response as TextResponse
 from gateway.response import ResponseRunner
 from gateway.segmenter import SentenceSegmenter
-from gateway.speech_formats import SPEECH_RATE, available_formats, open_writer
+from gateway.speech_formats import available_formats, open_writer
 from gateway.speech_request import (
     RETRY_AFTER_S,
     SpeechCall,
@@ -84,19 +84,11 @@ class SpeechStream:
             SentenceSegmenter(settings.min_segment_chars, settings.max_segment_chars),
         )
         text.add_text(call.text, final=True)
-        options = SpeechOptions(
-            call.sampling,
-            call.voice,
-            AudioSpec(AudioFormat.PCM16, SPEECH_RATE),
-            call.model_options,
-            speed=call.speed,
-            realtime=call.realtime,
-        )
         self.runner = ResponseRunner(
             text,
             gateway.engine,
             settings,
-            options,
+            call.options,
             Emitter(self._event, self._audio),
             gateway.metrics,
             gateway.open_encoder,
@@ -287,7 +279,7 @@ class SpeechEndpoint:
         # The model's voices and the ones this key added from clips (gateway/client_voices.py).
         facts = gateway.client_voices.facts_for(engine, verdict.label)
         call = parse_speech_request(body, facts, gateway.settings, self._formats)
-        gateway.client_voices.touch(verdict.label, call.voice)
+        gateway.client_voices.touch(verdict.label, call.options.voice)
         refusal = gateway.slots.acquire(verdict)
         if refusal is not None:
             gateway.metrics.errors.labels(refusal.code.value).inc()
@@ -297,7 +289,7 @@ class SpeechEndpoint:
             raise unavailable(refusal.message)
         stream = SpeechStream(gateway, call, verdict)
         try:
-            busy = admission_refusal(engine, gateway.settings, call.realtime)
+            busy = admission_refusal(engine, gateway.settings, call.options.realtime)
             if busy is not None:
                 gateway.metrics.errors.labels(ErrorCode.OVERLOADED.value).inc()
                 gateway.metrics.count_refusal(busy.cause)

@@ -29,18 +29,15 @@ testable without a server. What each field does here (docs/gateway.md says the s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from engine.api import (
-    ConfigError,
-    ModelFacts,
-    OptionValue,
-    RequestOptionError,
-    SamplingParams,
-    resolve_request_options,
-)
+from engine.api import ModelFacts
 from gateway.auth import Denial, Principal
 from gateway.config import GatewaySettings
-from gateway.speech_formats import SpeechFormat
+from gateway.protocol import AudioFormat, AudioSpec
+from gateway.reply import SpeechOptions
+from gateway.speech_formats import SPEECH_RATE, SpeechFormat
+from gateway.speech_options import AskedOptions, OptionRefused, resolve_speech_options
 from gateway.time_stretch import check_speed
 
 OPENAI_TTS_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
@@ -113,14 +110,12 @@ class SpeechCall:
     """A checked request."""
 
     text: str
-    voice: str | None
     format: SpeechFormat
     stream_format: str
-    sampling: SamplingParams
+    # The reply's voice, sampling, model options, speed and `realtime`: 24 kHz PCM16 out,
+    # which the response format's writer encodes.
+    options: SpeechOptions
     ignored: tuple[str, ...] = field(default=())  # fields accepted but not applied
-    model_options: dict[str, OptionValue] = field(default_factory=dict)
-    speed: float = 1.0
-    realtime: bool = True  # someone plays the audio as it comes (the `realtime` field)
 
 
 def _string(body: dict, name: str, required: bool = False) -> str | None:
@@ -174,11 +169,8 @@ def _voice(body: dict, facts: ModelFacts) -> str | None:
         raise bad("voice", "'voice' is required", "missing_required_parameter")
     if not isinstance(value, str) or not value:
         raise bad("voice", "'voice' must be a voice name")
-    if facts.voices and value not in facts.voices:
-        raise bad(
-            "voice", f"voice {value!r} is not one of {facts.name}'s: {', '.join(facts.voices)}"
-        )
-    return value if facts.voices else facts.default_voice
+    # A model without named voices speaks in its own whatever an OpenAI client names.
+    return value if facts.voices else None
 
 
 def _format(body: dict, formats: dict[str, SpeechFormat]) -> SpeechFormat:
@@ -217,33 +209,36 @@ def _stream_format(body: dict) -> str:
     return value
 
 
-def _sampling(body: dict, facts: ModelFacts) -> SamplingParams:
+def _sampling(body: dict) -> dict[str, int | float]:
+    """The sampling fields the body sets, type-checked (their ranges are the resolver's)."""
     chosen = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
     for name, value in chosen.items():
         whole = name in ("seed", "max_tokens")
         if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
             kind = "an integer" if whole else "a number"
             raise bad(name, f"'{name}' must be {kind}")
-    try:
-        return SamplingParams(**{**facts.sampling_defaults, **chosen})
-    except ConfigError as exc:
-        raise bad(next(iter(chosen), None), str(exc)) from None
+    return chosen
 
 
-def _model_options(body: dict, facts: ModelFacts) -> dict[str, OptionValue]:
-    """The options the body sets, checked (numbers or text, as the model declares each), in
-    the form the model takes them (a text choice spelt as the model lists it)."""
+def _model_options(body: dict) -> dict[str, Any]:
+    """The model options the body sets (checked against the model by the resolver)."""
     given = body.get("model_options")
     if given is None:
         return {}
     if not isinstance(given, dict):
         raise bad("model_options", "'model_options' must be an object")
+    return given
+
+
+def _options(body: dict, facts: ModelFacts, voice: str | None, speed: float) -> SpeechOptions:
+    """The reply's options, resolved as session.start's are (gateway/speech_options.py): the
+    model's sampling under the body's, max_tokens within its context, its model options."""
+    asked = AskedOptions(voice, _sampling(body), _model_options(body), speed)
+    output = AudioSpec(AudioFormat.PCM16, SPEECH_RATE)
     try:
-        values = resolve_request_options(facts.request_options, given, facts.name)
-    except RequestOptionError as exc:
-        param = f"model_options.{exc.option}" if exc.option else "model_options"
-        raise bad(param, str(exc)) from None
-    return {name: values[name] for name in given}
+        return resolve_speech_options(asked, facts, output, realtime=_realtime(body))
+    except OptionRefused as refused:
+        raise bad(refused.field, refused.message) from None
 
 
 def parse_speech_request(
@@ -265,14 +260,11 @@ def parse_speech_request(
     fmt = _format(body, formats)
     speed = _speed(body)
     instructions = _text(body, "instructions", settings.max_text_chars, required=False)
+    stream_format = _stream_format(body)
     return SpeechCall(
         text=text,
-        voice=voice,
         format=fmt,
-        stream_format=_stream_format(body),
-        sampling=_sampling(body, facts),
+        stream_format=stream_format,
+        options=_options(body, facts, voice, speed),
         ignored=("instructions",) if instructions and instructions.strip() else (),
-        model_options=_model_options(body, facts),
-        speed=speed,
-        realtime=_realtime(body),
     )

@@ -243,11 +243,38 @@ def test_bad_input_gets_an_openai_400(client, voice, fields, param, says):
 
 
 def test_a_request_the_engine_refuses_gets_its_error_before_any_audio(client, voice, engine):
+    # Below the context, so the gateway passes it on; with the prompt, beyond it.
+    max_tokens = engine.facts.max_context - 1
     with pytest.raises(openai.BadRequestError) as info:
-        speak(client, voice, response_format="pcm", extra_body={"max_tokens": 100_000})
+        speak(client, voice, response_format="pcm", extra_body={"max_tokens": max_tokens})
     error = info.value.response.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert f"context of {engine.facts.max_context}" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("text", "max_tokens"),
+    [
+        (TEXT, 10_000_000),
+        # Shared out by length, each sentence's part would fit: still refused as a whole.
+        ("One sentence here. Another one there. A third for luck. And a fourth.", None),
+    ],
+)
+def test_max_tokens_beyond_the_context_is_refused_as_session_start_refuses_it(
+    server, voice, engine, text, max_tokens
+):
+    """The reply's max_tokens is checked against the model's context before anything is
+    submitted, with the same words as session.start's bad_field."""
+    context = engine.facts.max_context
+    body = {"model": MODEL, "input": text, "voice": voice, "max_tokens": max_tokens or context}
+    response = httpx.post(f"{server.http}/v1/audio/speech", json=body, timeout=30)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "max_tokens"
+    assert error["message"] == (
+        f"max_tokens must be below {MODEL}'s context of {context} tokens "
+        f"(the prompt takes the rest), got {max_tokens or context}"
+    )
 
 
 def test_body_that_is_not_json_gets_a_400(server):
