@@ -22,7 +22,7 @@ from engine.outputs import (
 )
 from engine.request import Request, RequestStatus
 from engine.request_trace import TraceWriter
-from engine.scheduler import Scheduler, ema
+from engine.scheduler import Scheduler
 from engine.worker import Worker
 from models.base import SpeechModel
 
@@ -82,17 +82,12 @@ class AudioOut:
         rate = self.model.facts.sample_rate
         for job in jobs:
             self._count(job)
-            if job.lane:  # the steady estimate (slack, cover, first-audio budget) stays steady
+            made_s = sum(len(pcm) for pcm in job.audio or ()) / rate
+            self.scheduler.observe_codec_job(job.seconds, made_s, lane=job.lane)
+            if job.lane:
                 self.lane_jobs += 1
-                lane_s = self.scheduler.lane_time_s
-                self.scheduler.lane_time_s = (
-                    job.seconds if lane_s is None else ema(lane_s, job.seconds)
-                )
             else:
                 self.last_job_s = job.seconds
-                self.scheduler.detok_time_s = ema(self.scheduler.detok_time_s, job.seconds)
-                made_s = sum(len(pcm) for pcm in job.audio or ()) / rate
-                self.scheduler.observe_codec_job(made_s, job.seconds)
             if job.error is not None:
                 raise RuntimeError(f"detokenizer failed: {job.error}") from job.error
             for request, pcm, final in zip(job.requests, job.audio, job.final, strict=True):

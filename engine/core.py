@@ -46,7 +46,7 @@ from engine.outputs import (
 from engine.realtime_capacity import REALTIME_LOAD
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
-from engine.scheduler import ChunkingFacts, Scheduler, ema
+from engine.scheduler import ChunkingFacts, Scheduler
 from engine.word_timing import WordClock
 from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
@@ -201,7 +201,7 @@ class EngineCore:
         deadline = self.clock() + budget_s
         sched = self.scheduler
         # The bursts must not move the estimates that size first chunks and slack.
-        kept = (sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s, sched.lane_time_s)
+        kept = sched.measured_costs()
         sched.calibrating = True
         try:
             for size in sizes:
@@ -216,9 +216,7 @@ class EngineCore:
                     break
         finally:
             sched.calibrating = False
-            sched.step_time_s, sched.detok_time_s, sched.second_chunk_gap_s, sched.lane_time_s = (
-                kept
-            )
+            sched.restore_costs(kept)
             self._last_llm_start = None
         fit = sched.capacity.steps.fit()
         if fit is not None:
@@ -463,7 +461,7 @@ class EngineCore:
             events += self._apply_tokens(launched, tokens)
         if plan.chunks:
             interval = self._token_interval(t0, timing.llm_s)
-            self.scheduler.step_time_s = ema(self.scheduler.step_time_s, interval)
+            self.scheduler.observe_llm_turn(interval)
             self._observe_turn(plan)
         # One steady detokenizer job at a time: chunks that became ready meanwhile wait here
         # rather than queue behind it, so the next job takes the most urgent of them (first

@@ -77,6 +77,17 @@ ADMISSION_VIEW_S = 0.25
 
 
 @dataclass(frozen=True)
+class MeasuredCosts:
+    """The scheduler's running estimates of what a turn and a codec job take
+    (Scheduler.measured_costs)."""
+
+    step_time_s: float
+    detok_time_s: float
+    lane_time_s: float | None
+    second_chunk_gap_s: float
+
+
+@dataclass(frozen=True)
 class ChunkingFacts:
     """The model facts the scheduler needs, without importing the model."""
 
@@ -141,7 +152,8 @@ class Scheduler:
         self._reserved_blocks = 0
         self._holding_kv: set[str] = set()  # requests whose KV reservation is still held
         self.prefix_reused_tokens = 0  # prompt tokens whose KV a conversation had kept
-        # Estimated wall time of one LLM step and one detokenizer call; the core feeds these.
+        # Estimated wall time of one LLM step and one detokenizer call; the core reports its
+        # measurements (observe_llm_turn, observe_codec_job).
         self.step_time_s = 0.02
         self.detok_time_s = 0.01
         # The first-chunk lane's job time (None: no lane job measured yet). A first chunk bound
@@ -179,6 +191,26 @@ class Scheduler:
         """On unless turned off (None, the command line's 'not given', counts as on)."""
         return self.config.realtime_admission is not False
 
+    # --- what the core measures ------------------------------------------------------------------
+    def observe_llm_turn(self, token_interval_s: float) -> None:
+        """How long a running stream waited for this turn's token (the core's token
+        interval): the step cadence that slack and the first chunk's cover are estimated with
+        (step_time_s)."""
+        self.step_time_s = ema(self.step_time_s, token_interval_s)
+
+    def observe_codec_job(self, seconds: float, audio_s: float, lane: bool = False) -> None:
+        """A finished codec job: its time and the seconds of audio it made, all rows. A lane
+        job's time is the lane's estimate (lane_time_s) only, so the steady estimate (slack,
+        cover, first-audio budget) stays the steady job's; a steady job's feeds detok_time_s
+        and real-time admission's codec budget (threaded codecs)."""
+        if lane:
+            self.lane_time_s = (
+                seconds if self.lane_time_s is None else ema(self.lane_time_s, seconds)
+            )
+            return
+        self.detok_time_s = ema(self.detok_time_s, seconds)
+        self.capacity.codec.observe(audio_s, seconds)
+
     def observe_step(self, batch_size: int, interval_s: float, kv_pages: int = 0) -> None:
         """A decode-only turn's seconds at its rows, having read `kv_pages` KV pages (the core
         reports each): the samples real-time admission's turn cost is fitted to. The
@@ -186,10 +218,17 @@ class Scheduler:
         if not self.calibrating:
             self.capacity.observe_turn(batch_size, interval_s, kv_pages)
 
-    def observe_codec_job(self, audio_s: float, seconds: float) -> None:
-        """A steady codec job's time and the seconds of audio it made, all rows (threaded
-        codecs' budget)."""
-        self.capacity.codec.observe(audio_s, seconds)
+    def measured_costs(self) -> MeasuredCosts:
+        """The running estimates the observe_* calls move, to put back with restore_costs
+        (the warm-up's bursts must not move those that size first chunks and slack)."""
+        return MeasuredCosts(
+            self.step_time_s, self.detok_time_s, self.lane_time_s, self.second_chunk_gap_s
+        )
+
+    def restore_costs(self, costs: MeasuredCosts) -> None:
+        """Put back estimates taken with measured_costs."""
+        self.step_time_s, self.detok_time_s = costs.step_time_s, costs.detok_time_s
+        self.lane_time_s, self.second_chunk_gap_s = costs.lane_time_s, costs.second_chunk_gap_s
 
     # --- admission and removal -------------------------------------------------------------------
     def _reservation(self, request: Request) -> int:

@@ -5,7 +5,8 @@ play their audio in real time from their first chunk, and arrivals over time tha
 after a refusal.
 
 The codec is inline and free (its cost is inside the turn's), as on a CPU; the turn's time is
-reported to the scheduler the way EngineCore does (Scheduler.observe_step), except for
+reported to the scheduler the way EngineCore does (Scheduler.observe_llm_turn and
+observe_step), except for
 `unseen_per_row_s`: work per stream that takes the wall clock but not the engine's turns
 (the gateway's encoding on the same cores), which only the listeners' buffers reveal.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.scheduler import ChunkingFacts, Scheduler, ema
+from engine.scheduler import ChunkingFacts, Scheduler
 
 IDLE_TICK_S = 0.002  # the loop's wait when every stream sits out (lead caps)
 
@@ -123,7 +124,7 @@ class RealtimeSim:
             pages = plan.pages_read  # a step reads its rows' KV, not that of streams sitting out
             seen = self.cost.seen(rows, prompt, pages)
             self.now += seen + self.cost.unseen_per_row_s * rows
-            sched.step_time_s = ema(sched.step_time_s, seen)
+            sched.observe_llm_turn(seen)
             if plan.num_tokens == rows:
                 sched.observe_step(rows, seen, pages)
         else:

@@ -129,8 +129,8 @@ def test_a_codec_beside_the_llm_has_its_own_budget():
     sched.capacity.steps.seed(1, 0.1 * TOKEN_S)
     sched.capacity.steps.seed(64, 0.2 * TOKEN_S)
     for _ in range(3):
-        sched.observe_codec_job(1.28, 0.020 + 0.100 * 1.28)
-        sched.observe_codec_job(0.32, 0.020 + 0.100 * 0.32)
+        sched.observe_codec_job(0.020 + 0.100 * 1.28, audio_s=1.28)
+        sched.observe_codec_job(0.020 + 0.100 * 0.32, audio_s=0.32)
     admitted, reason = burst(sched, 20)
     assert admitted == 8 and "the codec would be busy" in reason
 
