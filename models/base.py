@@ -100,8 +100,8 @@ class ModelFacts:
     # Sampling values the model was trained/tuned with; callers' own values override them.
     sampling_defaults: dict[str, float] = field(default_factory=dict)
     # The options a request may set (SpeechRequest.model_options): its family's
-    # request_options as plain specs (models/request_options.py); () for a model that takes
-    # none. The engine hands each request's values to preprocess_with_options and
+    # request_options as plain specs (models/request_options.py), which the registry fills in
+    # when a model leaves them (); () for a model that takes none. The engine hands each request's values to preprocess_with_options and
     # candidates_with_options.
     request_options: tuple[OptionSpec, ...] = ()
     # 0: each token is one id. W > 0: each token is a row of W ids (see Token); column 0 is the

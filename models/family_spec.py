@@ -93,8 +93,8 @@ class ModelFamily:
     None for a family served from its presets only. `checkpoint_hint` says what it looks for
     (the unknown-model error lists them). `load` builds the model; `options` is the dataclass of
     its own load-time options (fields made with `option`), `request_options` the dataclass of
-    the options each request may set (fields made with `request_option`; its models announce
-    them as ModelFacts.request_options).
+    the options each request may set (fields made with `request_option`; the registry has its
+    models announce them as ModelFacts.request_options).
 
     What a load may ask besides the model is declared here and checked once, before the
     family's `load` runs (models/registry.py): a family that declares nothing refuses --codec

@@ -3,6 +3,7 @@ models/families.py says which family it belongs to and the family loads it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +11,7 @@ import torch
 
 from models.base import SpeechModel
 from models.families import all_presets, family_of
-from models.family_spec import LoadRequest
+from models.family_spec import LoadRequest, ModelFamily
 from models.load_checks import check_load, check_random_weights
 from models.request_options import option_specs, same_options
 
@@ -50,15 +51,23 @@ def load_model(
         voices_dir=voices_dir,
         options=family.make_options(dict(options or {}), model),
     )
-    loaded = family.load(request)
+    return with_request_options(family.load(request), family)
+
+
+def with_request_options(model: SpeechModel, family: ModelFamily) -> SpeechModel:
+    """`model`, announcing the request options its family declares (ModelFacts.
+    request_options). A model that announces its own instead narrows the family's to its
+    checkpoint (a Qwen3-TTS checkpoint's languages): the names, kinds and defaults must
+    agree. The registry does this for every load; a model built without it takes none."""
     declared = option_specs(family.request_options)
-    # A family's model and its table entry agree (the model may narrow a text option's
-    # choices to its checkpoint's: a Qwen3-TTS checkpoint's languages).
-    if not same_options(loaded.facts.request_options, declared):
+    announced = model.facts.request_options
+    if not announced:
+        model.facts = dataclasses.replace(model.facts, request_options=declared)
+    elif not same_options(announced, declared):
         raise RuntimeError(
             f"{family.name}: the model announces request options "
-            f"{[(s.name, s.kind, s.default) for s in loaded.facts.request_options]} but its "
-            f"family.py declares {[(s.name, s.kind, s.default) for s in declared]}; announce "
-            "option_specs(family.request_options)"
+            f"{[(s.name, s.kind, s.default) for s in announced]} but its family.py declares "
+            f"{[(s.name, s.kind, s.default) for s in declared]}; narrow the family's "
+            "(OptionSpec.narrowed) or announce none"
         )
-    return loaded
+    return model

@@ -6,7 +6,7 @@ An option is a number in a range (`request_option`) or text (`text_option`): one
 set of `choices` (a language list) or free text of at most `max_chars` characters (an
 instruction). A family declares them as a frozen dataclass whose fields are made with these
 two helpers (its `family.py`, ModelFamily.request_options). The served model announces them
-as `OptionSpec`s (ModelFacts.request_options): plain data, so the gateway validates a client's
+as `OptionSpec`s (ModelFacts.request_options, filled in by models/registry.py): plain data, so the gateway validates a client's
 `model_options` and lists them in `session.started` without importing the family table, and
 they cross the engine's process boundary as they are. A model may narrow what its family
 declares to what its checkpoint holds (`OptionSpec.narrowed`: the languages of this

@@ -72,7 +72,6 @@ from models.codecs.flow_hift.serving_options import STEADY_BATCH_ROWS
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer, FlowHiftStream
 from models.device_util import upload
 from models.layers.llama import fused_kernels_for
-from models.request_options import option_specs
 from models.voice_clip import VOICE_NAME, ClipRules, PendingVoice, VoiceClip, resample
 
 log = logging.getLogger("voxgate.chatterbox")
@@ -189,7 +188,6 @@ class ChatterboxModel(SpeechModel):
                 "min_p": SAMPLING.min_p,
                 "repetition_penalty": SAMPLING.repetition_penalty,
             },
-            request_options=option_specs(ChatterboxOptions),
             row_width=2,
             # First chunks may be decoded by a twin detokenizer beside the steady job
             # (first_chunk_lane_codec). S3Gen streams on CosyVoice 2's grid (a 20-token first

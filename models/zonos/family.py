@@ -5,8 +5,8 @@ from __future__ import annotations
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily, ServingDefaults
 from models.zonos.request_options import ZonosRequestOptions
 
-# The options each request may set (the generic per-request options path's ModelFamily.
-# request_options, ModelFacts.request_options; applied by ZonosModel.preprocess_with_options).
+# The options each request may set (ModelFamily.request_options, which the registry announces
+# as the model's ModelFacts.request_options; applied by ZonosModel.preprocess_with_options).
 REQUEST_OPTIONS = ZonosRequestOptions
 
 PRESETS = {

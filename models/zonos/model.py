@@ -37,7 +37,6 @@ from models.base import (
     block_stops,
 )
 from models.codecs.dac import DacDetokenizer, DacStream
-from models.request_options import option_specs
 from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 from models.zonos import rows as R
 from models.zonos import sampling as S
@@ -45,7 +44,6 @@ from models.zonos.checkpoint import ZonosWeights
 from models.zonos.config import CODEBOOK_SIZE, EMBED_ROWS, EOS_CODE, N_CODEBOOKS
 from models.zonos.options import ZonosOptions
 from models.zonos.phonemes import VOCAB_SIZE, phoneme_ids, phonemize
-from models.zonos.request_options import ZonosRequestOptions
 from models.zonos.speaker import SAMPLE_RATE as SPEAKER_RATE
 from models.zonos.speaker import SpeakerModel
 
@@ -114,7 +112,6 @@ class ZonosModel(SpeechModel):
                 "repetition_penalty": 1.0,
             },
             row_width=R.WIDTH,
-            request_options=option_specs(ZonosRequestOptions),
         )
         dtype = weights.heads[0].weight.dtype
         if s.ssm is not None:  # the hybrid: its Mamba2 layers' state per request

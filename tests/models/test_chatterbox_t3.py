@@ -188,12 +188,15 @@ def engine_model(ours, tmp_path_factory):
     """The engine's ChatterboxModel around the official weights' T3 (the tiny preset's S3Gen,
     tokenizer and voice: only T3's tokens are compared)."""
     from models.chatterbox.checkpoint import load_chatterbox
+    from models.chatterbox.family import FAMILY
     from models.chatterbox.model import ChatterboxModel
     from models.chatterbox.presets import ensure_tiny_chatterbox
+    from models.registry import with_request_options
 
     parts = load_chatterbox(ensure_tiny_chatterbox(tmp_path_factory.mktemp("c")))
     parts.t3 = ours
-    return ChatterboxModel(parts, constrain_codes=False)  # all 8,194 rows, as the official
+    # all 8,194 rows, as the official; its request options as the registry announces them
+    return with_request_options(ChatterboxModel(parts, constrain_codes=False), FAMILY)
 
 
 def test_one_batch_with_two_option_settings_gives_the_official_tokens(official_t3, engine_model):

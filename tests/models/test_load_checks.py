@@ -4,6 +4,8 @@ nothing refuses both, with a message that says what to drop and who takes it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from models.checkpoint_errors import CheckpointError
@@ -94,3 +96,26 @@ def test_random_weights_on_a_preset_of_neither_kind_or_a_checkpoint_are_refused(
     # tiny-orpheus is seeded random weights: the flag is refused there as in every family.
     with pytest.raises(CheckpointError, match="tiny-orpheus is random already"):
         load_model("tiny-orpheus", random_weights=True)
+
+
+def test_a_model_announces_its_familys_request_options_unless_it_narrows_them():
+    """The family declares its request options once; the registry gives them to a model that
+    announces none and checks a model that narrows them (Qwen3-TTS' languages)."""
+    from types import SimpleNamespace
+
+    from models.chatterbox.family import FAMILY as CHATTERBOX
+    from models.qwen3_tts.family import FAMILY as QWEN3_TTS
+    from models.qwen3_tts.family import checkpoint_options
+    from models.registry import load_model, with_request_options
+    from models.request_options import option_specs
+
+    facts = load_model("voxgate-tiny").facts
+    assert facts.request_options == ()
+    model = with_request_options(SimpleNamespace(facts=facts), CHATTERBOX)
+    assert model.facts.request_options == option_specs(CHATTERBOX.request_options)
+    narrowed = checkpoint_options(["auto", "english"], None, False)
+    model = with_request_options(SimpleNamespace(facts=facts), QWEN3_TTS)
+    model.facts = dataclasses.replace(model.facts, request_options=narrowed)
+    assert with_request_options(model, QWEN3_TTS).facts.request_options == narrowed
+    with pytest.raises(RuntimeError, match="Chatterbox: the model announces request options"):
+        with_request_options(model, CHATTERBOX)
