@@ -87,17 +87,7 @@ class EngineCore:
         self.scheduler = Scheduler(
             config,
             self.blocks,
-            ChunkingFacts(
-                facts.first_chunk_tokens,
-                facts.chunk_tokens,
-                facts.seconds_per_token,
-                facts.frame_tokens,
-                facts.held_back_tokens,
-                facts.lookahead_tokens,
-                facts.first_audio_margin,
-                facts.steady_batch_rows,
-                facts.large_chunk_tokens or 0,
-            ),
+            ChunkingFacts.from_facts(facts),
             threaded_codec=threaded_codec,
             codec_would_emit=self._codec_hook(model),
             first_audio_s=(

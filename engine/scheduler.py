@@ -35,6 +35,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 from engine.block_manager import Admission, BlockManager
 from engine.config import EngineConfig
@@ -107,6 +108,22 @@ class ChunkingFacts:
     steady_batch_rows: int = 0
     # ModelFacts.large_chunk_tokens: a cheaper chunk a comfortable listener waits for (0: none).
     large_chunk_tokens: int = 0
+
+    @classmethod
+    def from_facts(cls, facts: Any) -> ChunkingFacts:
+        """The scheduler's part of a model's facts (models.base.ModelFacts, read by name so
+        this module imports neither the model nor torch)."""
+        return cls(
+            first_chunk_tokens=facts.first_chunk_tokens,
+            chunk_tokens=facts.chunk_tokens,
+            seconds_per_token=facts.seconds_per_token,
+            frame_tokens=facts.frame_tokens,
+            held_back_tokens=facts.held_back_tokens,
+            lookahead_tokens=facts.lookahead_tokens,
+            first_audio_margin=facts.first_audio_margin,
+            steady_batch_rows=facts.steady_batch_rows,
+            large_chunk_tokens=facts.large_chunk_tokens or 0,
+        )
 
     def first_chunk_audio_tokens(self, pending: int) -> int:
         """Tokens of audio the first detokenizer call makes from `pending` tokens (at least

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 
@@ -711,3 +712,22 @@ def test_fcfs_too_holds_back_a_stream_whose_chunks_wait_for_the_codec():
     assert out.held_by_codec == 1
     waiting.num_detokenized = len(waiting.output_ids)  # the codec took them
     assert [c.request for c in sched.schedule(now).chunks] == [waiting, other]
+
+
+def test_chunking_facts_are_read_from_a_models_facts_by_name():
+    """ChunkingFacts.from_facts takes any object with ModelFacts' names (no model import); a
+    model without large chunks (None) has none (0)."""
+    model_facts = types.SimpleNamespace(
+        first_chunk_tokens=23,
+        chunk_tokens=25,
+        seconds_per_token=0.04,
+        frame_tokens=5,
+        held_back_tokens=4,
+        lookahead_tokens=3,
+        first_audio_margin=2.0,
+        steady_batch_rows=8,
+        large_chunk_tokens=None,
+    )
+    facts = ChunkingFacts.from_facts(model_facts)
+    expected = {**vars(model_facts), "large_chunk_tokens": 0}
+    assert dataclasses.asdict(facts) == expected
