@@ -1,9 +1,16 @@
-"""The four-stage model interface the engine drives, and the facts a model declares.
+"""The model interface the engine drives (SpeechModel), and the facts a model declares
+(ModelFacts). docs/models.md, "The interface", describes it in full.
 
-Stages (DESIGN.md): preprocess (prompt → token ids), forward (backbone over the batch on the
-engine's paged KV cache), sample (logits constraint + optional depth stage; the generic
-temperature/top-k/top-p work is the engine's), postprocess (tokens → waveform chunks, with
-explicit per-request streaming state).
+A step goes through four groups of methods, marked below:
+1. preprocess: `preprocess(text, voice) → Prompt` (with `preprocess_with_options`,
+   `preprocess_text_stream` / `extend_request`, `preprocess_turns` for turn-based models);
+2. forward: `forward(input_ids, positions, attn) → hidden`, the backbone over a step's tokens
+   on the engine's paged KV cache, and `compute_logits(hidden)`;
+3. sample: `candidate_logits` / `candidates_with_options` (the logits the engine's sampler
+   draws from, invalid tokens masked; `device_candidates` for a captured head), and
+   `depth_stage` for models whose tokens are rows (ModelFacts.row_width);
+4. postprocess: `new_stream_state()` / `stream_state_for(extras)` and
+   `detokenize(states, new_tokens, final) → audio`, each request's streaming state explicit.
 """
 
 from __future__ import annotations
