@@ -1,0 +1,29 @@
+"""voxbench's per-request baselines (voxbench/baselines.py) are chosen by the model's family:
+a model of a family without one is refused before anything loads, naming those with one."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.checkpoint_errors import CheckpointError
+from models.families import FAMILIES
+from voxbench.baselines import BASELINE_FAMILIES, baseline_family, load_baseline
+
+
+def test_the_baseline_families_are_in_the_table():
+    assert set(BASELINE_FAMILIES) <= {f.name for f in FAMILIES}
+
+
+@pytest.mark.parametrize("model", ["tiny-orpheus", "orpheus-3b", "tiny-cosyvoice2"])
+def test_orpheus_and_cosyvoice2_models_have_one(model):
+    assert baseline_family(model) in BASELINE_FAMILIES
+
+
+@pytest.mark.parametrize("model", ["tiny-csm", "voxgate-tiny", "tiny-zonos", "tiny-moshi"])
+def test_another_familys_model_is_refused_naming_those_with_one(model):
+    with pytest.raises(CheckpointError) as err:
+        load_baseline(model, "cpu")
+    message = str(err.value)
+    assert "has no per-request baseline" in message and "not Orpheus" not in message
+    assert "CosyVoice 2 (tiny-cosyvoice2, cosyvoice2-0.5b)" in message
+    assert "Orpheus (tiny-orpheus, orpheus-3b)" in message
