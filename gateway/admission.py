@@ -12,10 +12,12 @@ engine's `max_num_seqs`), plus the gateway's own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from engine.api import EngineClient
 from engine.refusal_causes import RefusalCause
 from gateway.config import GatewaySettings
+from gateway.protocol_codes import ErrorCode
 
 # The gateway's own causes (beside the engine's, which come from EngineStats).
 NOT_READY = "not_ready"  # the engine is not running, or is being restarted
@@ -34,6 +36,7 @@ class AdmissionRefusal:
 
     cause: str
     message: str
+    code: ClassVar[ErrorCode] = ErrorCode.OVERLOADED  # the error its client gets
 
 
 def admission_refusal(

@@ -223,8 +223,7 @@ class Gateway:
         await ws.accept(subprotocol=wire.subprotocol)
         refusal = self.slots.acquire(verdict)
         if refusal is not None:
-            self.metrics.errors.labels(refusal.code.value).inc()
-            self.metrics.count_refusal(refusal.cause)
+            self.metrics.count_refused(refusal)
             log.info("session refused key=%s: %s", verdict.label, refusal.message)
             try:
                 for item in wire.encode_event(ErrorEvent(refusal.code, refusal.message, True)):

@@ -30,6 +30,8 @@ from gateway.admission import GATEWAY_CAUSES
 from gateway.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
+    from gateway.admission import AdmissionRefusal
+    from gateway.auth import SlotRefusal
     from gateway.codec_workers import CodecWorkers
     from gateway.replica_pool import ReplicaPool
     from gateway.supervisor import SupervisedEngine
@@ -387,9 +389,12 @@ class GatewayMetrics:
         r.register(EngineCollector(engine_stats))
         r.register(GcPauseCollector(GC_PAUSES.install()))
 
-    def count_refusal(self, cause: str) -> None:
-        """A session or request refused before it reached the engine, by its cause."""
-        self.admission_refusals.labels(cause).inc()
+    def count_refused(self, refusal: AdmissionRefusal | SlotRefusal) -> None:
+        """A session or HTTP speech request refused before it reached the engine: the error
+        its client is told (`voxgate_errors{code}`) and the cause it is refused for
+        (`voxgate_gateway_admission_refusals{cause}`)."""
+        self.errors.labels(refusal.code.value).inc()
+        self.admission_refusals.labels(refusal.cause).inc()
 
     def watch_codec_workers(self, workers: CodecWorkers) -> None:
         self.registry.register(CodecWorkersCollector(workers))

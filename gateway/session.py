@@ -29,7 +29,7 @@ from starlette.types import Message
 from starlette.websockets import WebSocket
 
 from engine.api import EngineClient, EngineDead
-from gateway.admission import admission_refusal
+from gateway.admission import AdmissionRefusal, admission_refusal
 from gateway.audio import OpenEncoder
 from gateway.audio_in import UndecodableAudio
 from gateway.client_voices import ClientVoices
@@ -191,15 +191,19 @@ class Session:
         error: ErrorEvent | None = None,
         ended: EndReason | None = None,
         drain: bool = True,
+        error_counted: bool = False,
     ) -> None:
         """Decide how the session ends; the first decision wins. Nothing is queued after the
-        final events, so they are the last thing the client reads before the close frame."""
+        final events, so they are the last thing the client reads before the close frame.
+        `error_counted`: the error is in voxgate_errors already (a refusal, counted with its
+        cause)."""
         if self._close is not None:
             return
         self._close = CloseRequest(code, reason, drain)
         self.state = SessionState.CLOSING
         if drain and error is not None:
-            self._metrics.errors.labels(error.code.value).inc()
+            if not error_counted:
+                self._metrics.errors.labels(error.code.value).inc()
             for item in self._wire.encode_event(error):
                 self._sendq.put_final(item)
         if drain and ended is not None:
@@ -271,6 +275,14 @@ class Session:
     def _fatal(self, code: ErrorCode, message: str, close: CloseCode) -> None:
         self.log.info("fatal %s: %s", code.value, message)
         self._begin_close(close, code.value, ErrorEvent(code, message, fatal=True))
+
+    def _refused(self, refusal: AdmissionRefusal) -> None:
+        """The engine cannot take this session now: the refusal counted (its error and its
+        cause, GatewayMetrics.count_refused) and the session closed with it (1013)."""
+        self._metrics.count_refused(refusal)
+        self.log.info("fatal %s: %s", refusal.code.value, refusal.message)
+        error = ErrorEvent(refusal.code, refusal.message, fatal=True)
+        self._begin_close(CloseCode.TRY_AGAIN_LATER, refusal.code.value, error, error_counted=True)
 
     def _overloaded(self, message: str) -> None:
         """The engine refused the session's conversation for room (counted by the engine, by
@@ -447,8 +459,7 @@ class Session:
         self._voices.touch(self._responses.options.voice)
         refusal = admission_refusal(self._engine, self._settings)
         if refusal is not None:
-            self._metrics.count_refusal(refusal.cause)
-            self._fatal(ErrorCode.OVERLOADED, refusal.message, CloseCode.TRY_AGAIN_LATER)
+            self._refused(refusal)
             return
         self.state = SessionState.ACTIVE
         input_audio = input_audio_of(event, facts)

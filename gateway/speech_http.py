@@ -282,8 +282,7 @@ class SpeechEndpoint:
         gateway.client_voices.touch(verdict.label, call.options.voice)
         refusal = gateway.slots.acquire(verdict)
         if refusal is not None:
-            gateway.metrics.errors.labels(refusal.code.value).inc()
-            gateway.metrics.count_refusal(refusal.cause)
+            gateway.metrics.count_refused(refusal)
             if refusal.code is ErrorCode.RATE_LIMITED:
                 raise unavailable(refusal.message, 429, "rate_limit_error")
             raise unavailable(refusal.message)
@@ -291,8 +290,7 @@ class SpeechEndpoint:
         try:
             busy = admission_refusal(engine, gateway.settings, call.options.realtime)
             if busy is not None:
-                gateway.metrics.errors.labels(ErrorCode.OVERLOADED.value).inc()
-                gateway.metrics.count_refusal(busy.cause)
+                gateway.metrics.count_refused(busy)
                 raise unavailable(busy.message)
             error = await stream.start()
         except BaseException:

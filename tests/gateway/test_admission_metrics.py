@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from prometheus_client import generate_latest
 
 from engine.outputs import AdmissionStats, EngineStats, StepTiming
-from gateway.admission import GATEWAY_CAUSES
+from gateway.admission import GATEWAY_CAUSES, AdmissionRefusal
 from gateway.metrics import GatewayMetrics
 
 
@@ -23,7 +23,7 @@ def metrics_text(
     metrics = GatewayMetrics(lambda: stats)
     for cause, count in (gateway_refusals or {}).items():
         for _ in range(count):
-            metrics.count_refusal(cause)
+            metrics.count_refused(AdmissionRefusal(cause, "refused"))
     return generate_latest(metrics.registry).decode()
 
 
