@@ -243,9 +243,8 @@ class EngineConfig:
     # turn fitted from live turns (engine/turn_cost.py, seeded at warm-up) predicts that one
     # more stream would make every stream's token interval exceed REALTIME_LOAD of a token's
     # audio (engine/realtime_capacity.py), or while the listeners already playing run short
-    # of audio (engine/listener_guard.py). On for every model and device; None (the command
-    # line's "not given") counts as on.
-    realtime_admission: bool | None = field(
+    # of audio (engine/listener_guard.py). On for every model and device.
+    realtime_admission: bool = field(
         default=True,
         metadata=cli(
             "--realtime-admission",

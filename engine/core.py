@@ -156,7 +156,7 @@ class EngineCore:
             return
         while self.has_work():
             self.step()
-        if self.scheduler.realtime_admission:
+        if self.config.realtime_admission:
             self._price_kv_pages()
             self._calibrate_realtime()
         # The warm-up's own turns (first-use compiles) say nothing about serving, and a burst

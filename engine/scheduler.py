@@ -203,11 +203,6 @@ class Scheduler:
         # (when, refusal cause, figures): the view stats reuse (admission_view)
         self._admission_view: tuple[float, str, AdmissionStats] | None = None
 
-    @property
-    def realtime_admission(self) -> bool:
-        """On unless turned off (None, the command line's 'not given', counts as on)."""
-        return self.config.realtime_admission is not False
-
     # --- what the core measures ------------------------------------------------------------------
     def observe_llm_turn(self, token_interval_s: float) -> None:
         """How long a running stream waited for this turn's token (the core's token
@@ -286,7 +281,7 @@ class Scheduler:
         (streams admitted but not yet prefilled count too); and by the listeners' buffers
         (engine/listener_guard.py), which see what the fit cannot: the gateway or another
         process taking the cores."""
-        if not self.realtime_admission or self.calibrating:
+        if not self.config.realtime_admission or self.calibrating:
             return Verdict(True)
         if request is not None and not request.realtime:
             return Verdict(True)  # no deadline: it runs in the room real-time streams leave

@@ -155,10 +155,9 @@ def test_a_long_flush_or_a_stall_leaves_the_room_where_the_costs_put_it():
 def test_admission_is_on_by_default_and_off_only_when_asked():
     on = RealtimeCapacity(TOKEN_S, 8, 128, 64, threaded_codec=False)
     assert on.room_for(1000).ok  # an engine never measured: the KV pool decides
-    for config in ({}, {"realtime_admission": None}):  # None: the command line's "not given"
-        sched = make_scheduler(**config)
-        sched.capacity.steps.seed(1, 2 * TOKEN_S)
-        assert burst(sched, 3)[0] == 1  # a lone stream pushes no one behind
+    sched = make_scheduler()
+    sched.capacity.steps.seed(1, 2 * TOKEN_S)
+    assert burst(sched, 3)[0] == 1  # a lone stream pushes no one behind
     off = make_scheduler(realtime_admission=False)
     off.capacity.steps.seed(1, 2 * TOKEN_S)
     assert burst(off, 3)[0] == 3
