@@ -4,6 +4,8 @@ without loading weights, an unknown model is a clear error, and options belong t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -136,3 +138,29 @@ def test_serving_defaults_come_from_the_family():
     for name in ("tiny-orpheus", "tiny-csm", "tiny-moshi", "tiny-cosyvoice2", "tiny-glm-voice"):
         serving = family_of(name).serving
         assert not (serving.cpu_int8 or serving.cpu_engine_process or serving.cpu_half_threads)
+
+
+def test_importing_the_table_loads_no_torch():
+    """The command line reads the table for its help: importing it, and so every family.py,
+    must not import torch (a family imports its loader inside `load`)."""
+    code = "import sys, models.families; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+# Tiny presets the engine-level lists leave out, and why.
+NOT_IN_ENGINE_RUN = {
+    "tiny-moshi": "full duplex: no text request or turn; tests/models/test_moshi.py drives it",
+    "tiny-zonos-hybrid": "tiny-zonos stands for Zonos; tests/models/test_zonos_hybrid.py",
+}
+
+
+def test_every_familys_tiny_preset_is_in_the_engine_run_lists():
+    """tests/models/engine_run.py's lists are kept by hand (docs/models.md, "Adding a model
+    family"): each seeded preset is in one of them or named above with the reason."""
+    from tests.models.engine_run import SPOKEN_TURNS, TEXT_TO_SPEECH
+
+    listed = set(TEXT_TO_SPEECH) | set(SPOKEN_TURNS) | set(NOT_IN_ENGINE_RUN)
+    for family in FAMILIES:
+        missing = set(family.seeded_presets) - listed
+        assert not missing, f"{family.name}: {sorted(missing)} in no engine_run list"
