@@ -10,9 +10,11 @@ still waiting for the codec included (so the chunk-by-chunk sawtooth of the audi
 does not count); it is short below the cover the scheduler gives a first chunk
 (Scheduler.first_chunk_cover_s: the time to make the next chunk, times the first-audio
 margin), since a healthy stream starts with that much and only gains: one below it has lost
-ground. A stream whose first chunk was let out with less (the first-audio budget ran out,
-under load) is short below its first chunk's audio. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a stream
-with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
+ground (Scheduler.guard_short_below_s; this "short" is not the scheduler's contention, a
+listener under `urgent_buffer_s` or waiting for its first chunk). A stream whose first chunk
+was let out with less (the first-audio budget ran out, under load) is short below its first
+chunk's audio. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a
+stream with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
 
 - beyond half the streams the cost model predicts, or twice the most streams heard playing
   at once (audio out) in the last `CARRIED_WINDOW_S`, or `SLOW_START_STREAMS`, whichever is

@@ -292,7 +292,7 @@ class Scheduler:
         if not verdict.ok:
             return verdict
         health = listener_health(
-            live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
+            live, now, self.guard_short_below_s(), self.facts.seconds_per_token
         )
         carries = None
         if self.capacity.calibrated:
@@ -397,7 +397,7 @@ class Scheduler:
         fit = self.capacity.steps.fit()
         codec = self.capacity.codec.fit()
         health = listener_health(
-            live, now, self.first_chunk_cover_s(), self.facts.seconds_per_token
+            live, now, self.guard_short_below_s(), self.facts.seconds_per_token
         )
         return AdmissionStats(
             streams=len(live),
@@ -704,8 +704,18 @@ class Scheduler:
     def first_chunk_cover_s(self) -> float:
         """Audio the first chunk should hold: enough to play while the next chunk is generated
         and decoded, with a margin. The listener starts playing at the first frame (no client
-        buffer), so a first chunk shorter than this is followed by a gap under load."""
+        buffer), so a first chunk shorter than this is followed by a gap under load.
+
+        Coupled: this is also real-time admission's line for a settled listener that has lost
+        ground (guard_short_below_s), so a change here moves admission too."""
         return self.first_audio_margin * self.next_chunk_wait_s()
+
+    def guard_short_below_s(self) -> float:
+        """The lead below which the listener guard counts a settled listener short
+        (engine/listener_guard.py): the first chunk's cover, since a healthy stream starts
+        with that much and only gains. Not the scheduler's contention (_decode_order: a
+        listener under `urgent_buffer_s` or still waiting for its first chunk)."""
+        return self.first_chunk_cover_s()
 
     def audio_out(self, request: Request, now: float, seconds: float) -> None:
         """Book a chunk of `seconds` of audio leaving for the listener; the second chunk of a
