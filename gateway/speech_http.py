@@ -28,28 +28,28 @@ import uuid
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from engine.api import EngineDead
 from gateway import client_json
 from gateway.admission import admission_refusal
 from gateway.auth import Principal
+from gateway.http_common import (
+    RETRY_AFTER_S,
+    HttpError,
+    authorize,
+    bad,
+    error_response,
+    unavailable,
+)
 from gateway.protocol import ErrorCode, ErrorEvent, ServerEvent
 from gateway.reply import Emitter
 from gateway.response import Response as TextResponse
 from gateway.response import ResponseRunner
 from gateway.segmenter import SentenceSegmenter
 from gateway.speech_formats import available_formats, open_writer
-from gateway.speech_request import (
-    RETRY_AFTER_S,
-    SpeechCall,
-    SpeechHttpError,
-    authorize,
-    bad,
-    parse_speech_request,
-    unavailable,
-)
+from gateway.speech_request import SpeechCall, parse_speech_request
 from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("voxgate.gateway")
@@ -61,11 +61,6 @@ _STATUS_OF: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.RATE_LIMITED: (429, "rate_limit_error"),
     ErrorCode.BAD_FIELD: (400, "invalid_request_error"),
 }
-
-
-def error_response(error: SpeechHttpError) -> JSONResponse:
-    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s else None
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
 class SpeechStream:
@@ -118,7 +113,7 @@ class SpeechStream:
         finally:
             self._frames.put_nowait(None)
 
-    async def start(self) -> SpeechHttpError | None:
+    async def start(self) -> HttpError | None:
         """Start generating and wait for the first audio; the error to answer instead when
         the reply ended without any (the engine refused it, or it failed)."""
         self._task = asyncio.create_task(self._run(), name=self.response_id)
@@ -128,7 +123,7 @@ class SpeechStream:
         first = self.errors[0]
         status, kind = _STATUS_OF.get(first.code, (500, "server_error"))
         retry = RETRY_AFTER_S if status in (429, 503) else None
-        return SpeechHttpError(status, first.message, kind=kind, retry_after_s=retry)
+        return HttpError(status, first.message, kind=kind, retry_after_s=retry)
 
     async def file_bytes(self) -> AsyncIterator[bytes]:
         """The response file, a piece at a time: every frame waiting is written at once, off
@@ -250,7 +245,7 @@ async def _read_body(request: Request, limit: int) -> object:
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise SpeechHttpError(413, f"the request body is over {limit} bytes", None)
+            raise HttpError(413, f"the request body is over {limit} bytes", None)
     try:
         return client_json.loads(body)
     except ValueError as exc:  # not UTF-8, not JSON, or a lone surrogate
@@ -268,7 +263,7 @@ class SpeechEndpoint:
     async def create(self, request: Request) -> Response:
         try:
             return await self._create(request)
-        except SpeechHttpError as error:
+        except HttpError as error:
             return error_response(error)
 
     async def _create(self, request: Request) -> Response:

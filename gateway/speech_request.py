@@ -1,5 +1,6 @@
 """The body of `POST /v1/audio/speech`, checked: OpenAI's fields (and Voxgate's sampling
-extensions) → a `SpeechCall`, or a `SpeechHttpError` naming the field and what is accepted.
+extensions) → a `SpeechCall`, or an `HttpError` (gateway/http_common.py) naming the field and
+what is accepted.
 
 Pure: a function of the JSON body, the model's facts and the settings, so every rule is
 testable without a server. What each field does here (docs/gateway.md says the same):
@@ -32,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import ModelFacts
-from gateway.auth import Denial, Principal
 from gateway.config import GatewaySettings
+from gateway.http_common import bad
 from gateway.protocol import AudioFormat, AudioSpec
 from gateway.reply import SpeechOptions
 from gateway.speech_formats import SPEECH_RATE, SpeechFormat
@@ -45,64 +46,6 @@ SAMPLING_FIELDS = ("temperature", "top_p", "min_p", "seed", "max_tokens")
 OPENAI_FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed")
 STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
-
-
-class SpeechHttpError(Exception):
-    """An answer in OpenAI's error shape: `{"error": {message, type, param, code}}`."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        *,
-        kind: str = "invalid_request_error",
-        code: str | None = None,
-        retry_after_s: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.kind = kind
-        self.code = code
-        self.retry_after_s = retry_after_s
-
-    def body(self) -> dict:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-
-def bad(param: str | None, message: str, code: str | None = "invalid_value") -> SpeechHttpError:
-    return SpeechHttpError(400, message, param, code=code)
-
-
-RETRY_AFTER_S = 1  # what a 429 / 503 asks the client to wait
-
-
-def unavailable(message: str, status: int = 503, kind: str = "server_error") -> SpeechHttpError:
-    return SpeechHttpError(status, message, kind=kind, retry_after_s=RETRY_AFTER_S)
-
-
-def authorize(gateway, headers) -> Principal:
-    """The caller of an HTTP route, by the API keys (gateway/auth.py), with the engine ready;
-    otherwise SpeechHttpError in OpenAI's shape (the refusal counted)."""
-    verdict = gateway.auth.check(headers, [])
-    if isinstance(verdict, Denial):
-        gateway.metrics.handshakes_refused.labels(str(verdict.status)).inc()
-        code = "invalid_api_key" if verdict.status in (401, 403) else None
-        kind = "authentication_error" if verdict.status == 401 else "permission_error"
-        raise SpeechHttpError(verdict.status, verdict.message, kind=kind, code=code)
-    engine = gateway.engine
-    if engine is None or not engine.ready:
-        raise unavailable("the engine is not ready; try again later")
-    return verdict
 
 
 @dataclass(frozen=True)
@@ -247,7 +190,7 @@ def parse_speech_request(
     settings: GatewaySettings,
     formats: dict[str, SpeechFormat],
 ) -> SpeechCall:
-    """The checked request, or SpeechHttpError(400) for the first bad field."""
+    """The checked request, or HttpError(400) for the first bad field."""
     if not isinstance(body, dict):
         raise bad(None, "the body must be a JSON object", None)
     known = {*OPENAI_FIELDS, "stream_format", "model_options", "realtime", *SAMPLING_FIELDS}

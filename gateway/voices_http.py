@@ -32,9 +32,8 @@ from starlette.responses import JSONResponse, Response
 from engine.api import ModelFacts
 from gateway import client_json
 from gateway.clip_audio import ClipError
+from gateway.http_common import HttpError, authorize, error_response
 from gateway.protocol import ClipUpload, ProtocolError, decode_clip_upload
-from gateway.speech_http import error_response
-from gateway.speech_request import SpeechHttpError, authorize
 from gateway.voice_lru import ClientVoice
 
 JSON_ALLOWANCE = 64 * 1024  # the body's bytes besides the base64 clip (transcript, name)
@@ -72,7 +71,7 @@ class VoicesEndpoint:
     async def list(self, request: Request) -> JSONResponse:
         try:
             principal = authorize(self._gateway, request.headers)
-        except SpeechHttpError as error:
+        except HttpError as error:
             return error_response(error)
         engine = self._gateway.engine
         added = self._gateway.client_voices.owned(engine, principal.label)
@@ -85,7 +84,7 @@ class VoicesEndpoint:
             body = await _read_json(request, gateway.settings.max_clip_bytes)
             upload = _upload(body)
             voice = await gateway.client_voices.add(gateway.engine, principal.label, upload)
-        except SpeechHttpError as error:
+        except HttpError as error:
             return error_response(error)
         except ClipError as error:
             return error_response(_http_error(error))
@@ -95,27 +94,27 @@ class VoicesEndpoint:
         gateway = self._gateway
         try:
             principal = authorize(gateway, request.headers)
-        except SpeechHttpError as error:
+        except HttpError as error:
             return error_response(error)
         name = request.path_params["name"]
         if not gateway.client_voices.remove(gateway.engine, principal.label, name):
             return error_response(
-                SpeechHttpError(
+                HttpError(
                     404, f"no voice {name!r} added by this key", "name", code="voice_not_found"
                 )
             )
         return Response(status_code=204)
 
 
-def _http_error(error: ClipError) -> SpeechHttpError:
+def _http_error(error: ClipError) -> HttpError:
     param = "transcript" if error.code.startswith("transcript") else "audio"
-    return SpeechHttpError(error.status, error.message, param, code=error.code)
+    return HttpError(error.status, error.message, param, code=error.code)
 
 
 def _upload(body: object) -> ClipUpload:
     """The body's shape, as session.start's voice_clip is checked."""
     if isinstance(body, dict) and "audio" not in body:
-        raise SpeechHttpError(
+        raise HttpError(
             400,
             "'audio' (the clip file, base64-encoded) is required",
             "audio",
@@ -124,7 +123,7 @@ def _upload(body: object) -> ClipUpload:
     try:
         return decode_clip_upload(body, "body")
     except ProtocolError as exc:
-        raise SpeechHttpError(400, exc.message, code="invalid_value") from None
+        raise HttpError(400, exc.message, code="invalid_value") from None
 
 
 async def _read_json(request: Request, max_clip_bytes: int) -> object:
@@ -132,7 +131,7 @@ async def _read_json(request: Request, max_clip_bytes: int) -> object:
     can make it (Content-Length first), before any of it is decoded."""
     limit = 4 * (max_clip_bytes + 2) // 3 + JSON_ALLOWANCE  # base64 of the clip, and the rest
     declared = request.headers.get("content-length", "")
-    too_large = SpeechHttpError(
+    too_large = HttpError(
         413,
         f"the request body is over {limit} bytes: clips are limited to {max_clip_bytes} bytes",
         "audio",
@@ -148,6 +147,4 @@ async def _read_json(request: Request, max_clip_bytes: int) -> object:
     try:
         return client_json.loads(body)
     except ValueError as exc:  # not UTF-8, not JSON, or a lone surrogate
-        raise SpeechHttpError(
-            400, f"the body is not valid JSON: {exc}", code="invalid_value"
-        ) from None
+        raise HttpError(400, f"the body is not valid JSON: {exc}", code="invalid_value") from None
