@@ -669,11 +669,9 @@ class Scheduler:
             )
         # Waiting for a full chunk would leave this listener without audio: decode the whole
         # frames there are now, if the codec makes audio of them (SNAC past a stream's first
-        # chunks does not: sent anyway, the request sat out the next job for nothing; behind
-        # Orpheus' capacity edge on the H200 codec jobs took 47k request parts for ~56k frames
-        # that go out 4 at a time). Full chunks stay the rule while buffers are comfortable,
-        # since each codec call has a fixed cost (a flow + HiFT window's context frames,
-        # SNAC's launches).
+        # chunks does not, and a request sent anyway sits out the next job for nothing). Full
+        # chunks stay the rule while buffers are comfortable, since each codec call has a
+        # fixed cost (a flow + HiFT window's context frames, SNAC's launches).
         return (
             pending >= self.facts.frame_tokens
             and self.slack(request, now) < self.detok_time_s
@@ -684,8 +682,7 @@ class Scheduler:
         """Whether the listener can wait for a large chunk (ModelFacts.large_chunk_tokens):
         its buffer, less the wait for the rest of it and its decode (with the first-audio
         margin), stays above the urgent buffer. The codec then pays its call's fixed cost once
-        for more audio: on Orpheus' SNAC (H200) a frame costs 9-29 % less in 8-frame calls
-        than in 4-frame ones."""
+        for more audio, so a frame costs less in a large chunk."""
         missing = self.facts.large_chunk_tokens - request.pending_detok_tokens
         if missing <= 0:
             return False
@@ -696,8 +693,7 @@ class Scheduler:
         """How long after a stream's first chunk its next one comes: the time to generate and
         decode it, from the measured token cadence and codec time, or the measured
         second-chunk gap when that is longer (it includes waiting for a codec job in flight and
-        the async pipeline's lag; on the H200 at 2-8 req/s, Orpheus first chunks sized by the
-        estimate alone were followed by gaps of up to 217 ms after 160 ms of audio)."""
+        the async pipeline's lag, which the estimate alone leaves out)."""
         estimate = self.facts.chunk_tokens * self.step_time_s + self.detok_time_s
         return max(estimate, self.second_chunk_gap_s)
 
@@ -733,8 +729,7 @@ class Scheduler:
     def _first_chunk_ready(self, request: Request, now: float, codec_s: float) -> bool:
         """Whether a first chunk goes out now: once it covers the next chunk's wait with the
         margin, or once the first-audio budget is spent (the budget is for the audio to be
-        out, so the codec's own time counts against it: CosyVoice 2's flow + HiFT chunk is
-        ~0.1 s on the H200, its lane job less), unless a few more steps close a gap
+        out, so the codec's own time counts against it), unless a few more steps close a gap
         (_closes_gap_soon)."""
         pending = request.pending_detok_tokens
         if pending < self.facts.first_chunk_tokens:
@@ -783,9 +778,7 @@ class Scheduler:
     def _closes_gap_soon(self, request: Request, pending: int, heard: float) -> bool:
         """Past the budget first audio matters more than the margin, but not more than the
         next chunk's wait itself: a first chunk shorter than that wait is followed by a gap
-        however soon it goes out (Orpheus on the H200 at 30 req/s: every stream the engine saw
-        run dry at its second chunk had gone out at the budget with 4 frames, 143 ms, in a
-        stretch of slow steps).
+        however soon it goes out.
         Whether the chunk should wait for the tokens that close the gap: while tokens come
         faster than they play, and the wait costs at most GAP_WEIGHT times the gap it spares
         (a gap mid-speech is the worse silence: it cuts a word, and the stream is no longer
@@ -864,12 +857,10 @@ class Scheduler:
         held chunk goes out in a steady job well before it would need the lane, and under light
         load, or once no stream is generating, nothing waits.
 
-        Why: a job of CosyVoice 2's flow + HiFT is thousands of small kernels whatever its rows
-        (on the H200: ~50 ms at 1 row, 66 ms at 8, 163 ms at 32). At 8 req/s steady jobs ran
-        back to back with 3 rows at the median while listeners held 1.9 s of audio, and their
-        kernels slowed the LLM's every step. A few large jobs leave the GPU to
-        the LLM in between. Only with a lane, which takes first chunks and any chunk that comes
-        due while a large steady job runs."""
+        Why: a codec job whose cost hardly grows with its rows (CosyVoice 2's flow + HiFT:
+        thousands of small kernels) is cheaper run as a few large jobs, which leave the GPU to
+        the LLM in between, than as many small ones back to back. Only with a lane, which takes
+        first chunks and any chunk that comes due while a large steady job runs."""
         if not ready or len(ready) >= self.steady_batch_rows:
             return False
         live = {id(r) for r in ready} | {id(r) for r in self.requests.values() if r.wants_tokens}
@@ -886,18 +877,15 @@ class Scheduler:
     def first_chunk_waits_for_lane(self, lane_s: float) -> bool:
         """Whether first chunks skip the steady job and wait for the lane: the lane delivers
         within the job it may have in flight plus its own (2 x `lane_s`), and a steady job
-        that takes longer would hold the first audio back. On the H200 at 4 req/s, steady
-        jobs of 2-8 rows took 100-560 ms against the lane's ~50 ms, and the first chunks that
-        rode them made the whole p90 of time to first audio."""
+        that takes longer would hold the first audio back."""
         return self.detok_time_s >= 2 * lane_s
 
     def lane_urgent(self, request: Request, now: float) -> bool:
         """Whether a playing request's ready chunk belongs on the lane: its listener's buffer
         would not last, with the first-audio margin, through a steady job in flight and then
-        its own (two steady jobs). On the H200 the streams that came late were second chunks
-        that waited so. With the margin (3 on CUDA) most second
-        chunks take the lane: at 4 and 6 req/s no stream of 107 came late; with 1.5 in its
-        place one of 15 did at 6 req/s and one of 23 at 3."""
+        its own (two steady jobs): a chunk that waits so comes late, and at the first-audio
+        margin most second chunks take the lane (docs/benchmark-history.md has the runs that
+        set it)."""
         if not request.realtime:
             return False
         return request.buffered_audio_s(now) < 2 * self.detok_time_s * self.first_audio_margin
