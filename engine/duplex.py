@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from engine.outputs import (
 )
 from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
-from models.base import ModelInputError, SpeechModel
+from models.base import DuplexModel, ModelInputError, SpeechModel
 
 log = logging.getLogger("voxgate.engine")
 _RECENT = 1024
@@ -84,7 +85,9 @@ class DuplexEngine:
             from engine.cuda_graphs import CallableGraphs
 
             model.enable_cuda_graphs(CallableGraphs(device))  # its codec runs on this thread
-        self.samples_per_frame: int = model.samples_per_frame  # type: ignore[attr-defined]
+        # A full-duplex model offers DuplexModel's methods besides SpeechModel's.
+        self.duplex = cast(DuplexModel, model)
+        self.samples_per_frame: int = self.duplex.samples_per_frame
         self.scheduler = FrameScheduler(
             model.facts.seconds_per_token,
             config.duplex_max_input_frames,
@@ -168,7 +171,7 @@ class DuplexEngine:
             request.request_id = spec.request_id
         self._reserved += self.blocks.blocks_for(total)
         self.worker.add_request(request)
-        self.sessions[request.request_id] = _Live(request, self.model.new_input_state())  # type: ignore[attr-defined]
+        self.sessions[request.request_id] = _Live(request, self.duplex.new_input_state())
         self.scheduler.join(request.request_id)
         return request
 
@@ -316,10 +319,10 @@ class DuplexEngine:
                 self._take_frame(x, s.use_input, s.drop_before)
                 for x, s in zip(live, plan.live, strict=True)
             ]
-            self.model.encode_input([x.input_state for x in live], frames)  # type: ignore[attr-defined]
+            self.duplex.encode_input([x.input_state for x in live], frames)
             for x in live:
                 out = x.request.output_ids
-                out[-1] = self.model.next_input_row(x.input_state, out[-1], len(out) - 1)  # type: ignore[attr-defined]
+                out[-1] = self.duplex.next_input_row(x.input_state, out[-1], len(out) - 1)
         stepping = [self.sessions[i].request for i in plan.priming] + [x.request for x in live]
         chunks = [ScheduledChunk(r, r.num_computed, 1) for r in stepping]
         for chunk in chunks:
@@ -337,7 +340,7 @@ class DuplexEngine:
         rate = self.model.facts.sample_rate
         events: list[EngineEvent] = []
         for request, row, pcm in zip(stepping, rows, audio, strict=True):
-            text = self.model.text_piece(row)  # type: ignore[attr-defined]
+            text = self.duplex.text_piece(row)
             if text:
                 events.append(TextDelta(request.request_id, text))
             if len(pcm):

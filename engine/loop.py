@@ -134,18 +134,14 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
     return Applied()
 
 
-# The turn interface of a turn-based model (models/glm_voice/model.py), duck-typed.
-_TURN_METHODS = ("user_audio_turn", "user_text_turn", "heard_reply", "reply_text")
-
-
 def prepare_speech_turns(
     model: SpeechModel, commands: Sequence[TurnFromSpeech]
 ) -> list[Any | Exception]:
     """Several sessions' TurnFromSpeech at once → each one's user turn, or the exception its
-    caller gets. Models with a batched audio stage (`user_audio_turns`: Step-Audio 2's encoder)
-    run it once for all of them; the others one by one, as prepare_turn."""
-    batched = getattr(model, "user_audio_turns", None)
-    if batched is None or not model.facts.accepts_turns or len(commands) < 2:
+    caller gets. Models with a batched audio stage (SpeechModel.user_audio_turns overridden:
+    Step-Audio 2's encoder) run it once for all of them; the others one by one, as
+    prepare_turn."""
+    if not model.facts.accepts_turns or len(commands) < 2 or not model.has_batched_audio_turns():
         return [_attempt(model, c) for c in commands]
     results: list[Any | Exception] = [None] * len(commands)
     ready: list[int] = []
@@ -155,7 +151,9 @@ def prepare_speech_turns(
         else:
             ready.append(i)
     try:
-        turns = batched([commands[i].pcm_16k for i in ready], [commands[i].system for i in ready])
+        turns = model.user_audio_turns(
+            [commands[i].pcm_16k for i in ready], [commands[i].system for i in ready]
+        )
     except Exception as exc:  # the whole batch failed: each caller hears why
         turns = [exc] * len(ready)
     for i, turn in zip(ready, turns, strict=True):
@@ -172,29 +170,28 @@ def _attempt(model: SpeechModel, command: TurnFromSpeech) -> Any | Exception:
 
 def prepare_turn(model: SpeechModel, command: TurnCommand) -> Any:
     facts = model.facts
-    if not facts.accepts_turns or not all(hasattr(model, m) for m in _TURN_METHODS):
+    if not facts.accepts_turns:  # (its turn methods would be SpeechModel's, which refuse)
         raise ModelInputError(f"{facts.name} is not a turn-based model: it takes no turns")
     tool_commands = ToolsTurn | TurnFromToolOutputs | TurnFromToolCall
     if isinstance(command, tool_commands) and facts.tool_call_syntax is None:
         raise ModelInputError(f"{facts.name} was not trained with tool calls; it takes no tools")
-    turns: Any = model
     system = getattr(command, "system", None)
     if system is not None and not facts.system_prompt:
         raise ModelInputError(f"{facts.name} takes no system prompt; leave it out")
     extra = {} if system is None else {"system": system}
     match command:
         case TurnFromSpeech(pcm):
-            return turns.user_audio_turn(pcm, **extra)
+            return model.user_audio_turn(pcm, **extra)
         case TurnFromText(text):
-            return turns.user_text_turn(text, **extra)
+            return model.user_text_turn(text, **extra)
         case HeardReply(output_ids, heard_s):
-            return turns.heard_reply(output_ids, heard_s)
+            return model.heard_reply(output_ids, heard_s)
         case ReplyTranscript(output_ids, heard_s):
-            kept = turns.heard_reply(output_ids, heard_s)
-            return turns.reply_text(tuple(kept.token_ids))
+            kept = model.heard_reply(output_ids, heard_s)
+            return model.reply_text(tuple(kept.token_ids))
         case ToolsTurn(tools):
-            return turns.tools_turn(tools)
+            return model.tools_turn(tools)
         case TurnFromToolOutputs(outputs):
-            return turns.tool_output_turn(outputs)
+            return model.tool_output_turn(outputs)
         case TurnFromToolCall(name, arguments):
-            return turns.tool_call_turn(name, arguments)
+            return model.tool_call_turn(name, arguments)

@@ -255,6 +255,35 @@ class LaneCodec(Protocol):
         ...
 
 
+class DuplexModel(Protocol):
+    """What a full-duplex model (ModelFacts.full_duplex: Moshi) offers besides SpeechModel:
+    the engine's duplex loop (engine/duplex.py) feeds each session's audio in frame by frame
+    while it speaks, and streams its transcript."""
+
+    # float32 samples of one frame at facts.sample_rate: what the loop takes from each
+    # session's input per step (and what each step's audio holds).
+    samples_per_frame: int
+
+    def new_input_state(self) -> Any:
+        """A new session's input state (its streaming audio encoder's, and the codes waiting
+        for next_input_row)."""
+        ...
+
+    def encode_input(self, states: list[Any], frames: list[np.ndarray]) -> None:
+        """One frame (samples_per_frame float32 samples) per session, encoded together; the
+        codes wait in each state for next_input_row. Returns nothing."""
+        ...
+
+    def next_input_row(self, state: Any, sampled: Token, position: int) -> Token:
+        """The row sampled at `position` completed with the user's newest frame: the input
+        of position + 1."""
+        ...
+
+    def text_piece(self, token: Token) -> str:
+        """The transcript text of a sampled row's text token ('' for padding)."""
+        ...
+
+
 class SpeechModel(abc.ABC):
     facts: ModelFacts
     shape: BackboneShape
@@ -303,9 +332,52 @@ class SpeechModel(abc.ABC):
             f"{self.facts.name} does not take conversation turns; send it text instead"
         )
 
+    # turns (facts.accepts_turns; engine/loop.py prepare_turn) --------------------------------
+    # A turn-based model makes the turn objects preprocess_turns reads from what a session
+    # says. The defaults refuse: a model that is not turn-based takes no turns.
+    def user_audio_turn(self, pcm_16k: np.ndarray, system: str | None = None) -> Any:
+        """Turn-based models: a user's spoken turn (float32 mono, 16 kHz) → the model's user
+        turn, with the session's instructions from it on (`system`, facts.system_prompt
+        models; None: those in force). ModelInputError when it holds nothing to answer."""
+        raise ModelInputError(f"{self.facts.name} is not a turn-based model")
+
+    def user_audio_turns(
+        self, pcms_16k: Sequence[np.ndarray], systems: Sequence[str | None]
+    ) -> list[Any]:
+        """Turn-based models with a batched audio stage (Step-Audio 2's encoder): several
+        sessions' spoken turns → each one's user turn, or the ModelInputError its session gets,
+        in one run of the stage. The engine calls it only where a model overrides it
+        (has_batched_audio_turns); the default takes them one by one."""
+        return [self.user_audio_turn(p, s) for p, s in zip(pcms_16k, systems, strict=True)]
+
+    def has_batched_audio_turns(self) -> bool:
+        """Whether the model overrides user_audio_turns (the engine then batches turns)."""
+        return type(self).user_audio_turns is not SpeechModel.user_audio_turns
+
+    def user_text_turn(self, text: str, system: str | None = None) -> Any:
+        """Turn-based models: a user's typed turn → the model's user turn (`system` as
+        user_audio_turn's). ModelInputError for an empty one."""
+        raise ModelInputError(f"{self.facts.name} is not a turn-based model")
+
+    def tools_turn(self, tools: Sequence[Any]) -> Any:
+        """Turn-based models trained with function calling (facts.tool_call_syntax): the
+        session's tools (FunctionTool) → the turn that leads its requests' conversations."""
+        raise ModelInputError(f"{self.facts.name} was not trained with tool calls")
+
+    def tool_output_turn(self, outputs: Sequence[str]) -> Any:
+        """Function-calling models: the results of the last reply's tool calls → the turn
+        that answers them."""
+        raise ModelInputError(f"{self.facts.name} was not trained with tool calls")
+
+    def tool_call_turn(self, name: str, arguments: str) -> Any:
+        """Function-calling models: a call the client put in the conversation (not one of
+        the model's replies) → an assistant turn."""
+        raise ModelInputError(f"{self.facts.name} was not trained with tool calls")
+
     def heard_reply(self, output_ids: Sequence[Token], heard_s: float | None) -> Any:
         """Turn-based models: a reply's generated ids (Finished.output_ids) → the assistant
-        turn to keep in the history; with `heard_s`, only what the user heard (barge-in)."""
+        turn to keep in the history; with `heard_s`, only what the user heard (barge-in). The
+        turn has the `token_ids` it keeps."""
         raise ModelInputError(f"{self.facts.name} is not a turn-based model")
 
     def is_text_token(self, token: Token) -> bool:
