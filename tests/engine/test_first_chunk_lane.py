@@ -10,11 +10,10 @@ from collections import defaultdict
 
 import pytest
 
-from engine.block_manager import BlockManager
-from engine.config import EngineConfig
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.request import Request, RequestStatus
 from engine.scheduler import ChunkingFacts, Scheduler
-from tests.engine.test_scheduler import apply_llm_step
+from tests.engine import sched_fakes
+from tests.engine.sched_fakes import apply_llm_step
 
 FACTS = ChunkingFacts(
     first_chunk_tokens=23,
@@ -32,15 +31,13 @@ def make_scheduler(**overrides) -> Scheduler:
     # buffers (barely faster than real time) would rightly turn later arrivals away, and
     # these tests are about the codec's jobs, not admission.
     rows = overrides.pop("steady_batch_rows", FACTS.steady_batch_rows)  # the model's fact
-    config = EngineConfig(**{"first_audio_margin": 0.0, "realtime_admission": False, **overrides})
     facts = dataclasses.replace(FACTS, steady_batch_rows=rows)
-    return Scheduler(config, BlockManager(num_blocks=1024, block_size=16), facts)
+    settings = {"first_audio_margin": 0.0, "realtime_admission": False, **overrides}
+    return sched_fakes.make_scheduler(facts, num_blocks=1024, **settings)
 
 
 def admit(sched: Scheduler, arrival: float, max_tokens: int = 400) -> Request:
-    req = Request(list(range(8)), SamplingParams(max_tokens=max_tokens), arrival)
-    assert sched.admit(req).ok
-    return req
+    return sched_fakes.admit(sched, arrival, prompt_len=8, max_tokens=max_tokens)
 
 
 def generate(sched: Scheduler, req: Request, n: int) -> None:

@@ -1,7 +1,9 @@
 """Real-time admission from measured costs (engine/realtime_capacity.py, engine/turn_cost.py,
-engine/listener_guard.py, the scheduler's admit): no torch, costs given as a warm-up or live
-turns would report them, and a simulated engine (realtime_sim.py) whose turns cost
-fixed + per_row x rows, with listeners playing in real time."""
+engine/listener_guard.py, the scheduler's admit): costs given as a warm-up or live turns would
+report them, and a simulated engine (realtime_sim.py) whose turns cost fixed + per_row x rows,
+with listeners playing in real time. Those judges are torch-free; this module is not: the KV
+page's price is measured with torch (engine/memory_bandwidth.py), and one test builds a real
+voxgate-tiny engine to check its warm-up's calibration."""
 
 from __future__ import annotations
 

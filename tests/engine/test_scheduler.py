@@ -11,6 +11,8 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
+from tests.engine import sched_fakes
+from tests.engine.sched_fakes import admit, fake_step, streaming
 
 FACTS = ChunkingFacts(
     first_chunk_tokens=21, chunk_tokens=28, seconds_per_token=1 / 82, frame_tokens=7
@@ -18,76 +20,30 @@ FACTS = ChunkingFacts(
 
 
 def make_scheduler(policy: str = "slack", **overrides) -> Scheduler:
-    config = EngineConfig(policy=policy, **overrides)
-    return Scheduler(config, BlockManager(num_blocks=512, block_size=16), FACTS)
-
-
-def admit(sched: Scheduler, prompt_len: int, arrival: float, max_tokens: int = 400) -> Request:
-    req = Request(list(range(prompt_len)), SamplingParams(max_tokens=max_tokens), arrival)
-    assert sched.admit(req).ok
-    return req
-
-
-def apply_llm_step(sched: Scheduler, now: float) -> None:
-    """Schedule and apply one LLM step the way the engine core does, with a dummy token."""
-    for chunk in sched.schedule(now).chunks:
-        req = chunk.request
-        req.num_computed = chunk.start + chunk.num_tokens
-        if chunk.samples:
-            req.output_ids.append(7)
-            req.status = RequestStatus.RUNNING
-            if len(req.output_ids) >= req.sampling.max_tokens:
-                sched.finish_generation(req, RequestStatus.FINISHED_LENGTH)
-
-
-def fake_step(sched: Scheduler, now: float) -> None:
-    """Apply one step the way the engine core does, with a dummy sampled token."""
-    apply_llm_step(sched, now)
-    for req in sched.schedule_detok(now):
-        seconds = req.pending_detok_tokens * FACTS.seconds_per_token
-        req.num_detokenized = len(req.output_ids)
-        if seconds:
-            sched.audio_out(req, now, seconds)
-        if req.finished:
-            sched.remove(req.request_id)
-
-
-def make_steady(sched: Scheduler, arrival: float, buffered_s: float, now: float) -> Request:
-    """A request that has been streaming and has `buffered_s` of audio at the listener."""
-    req = admit(sched, prompt_len=10, arrival=arrival)
-    req.num_computed = 10
-    req.output_ids = [7] * 100
-    req.num_computed = 10 + 99
-    req.status = RequestStatus.RUNNING
-    req.num_detokenized = 100
-    req.first_audio_time = now - 1.0
-    req.audio_emitted_s = 1.0 + buffered_s
-    sched.blocks.ensure(req.request_id, req.num_tokens)
-    req.block_table = sched.blocks.table(req.request_id)
-    return req
+    return sched_fakes.make_scheduler(FACTS, policy, **overrides)
 
 
 def test_request_about_to_underrun_is_served_before_one_with_seconds_buffered():
     now = 100.0
     sched = make_scheduler("slack", max_num_seqs=1)
-    relaxed = make_steady(sched, arrival=1.0, buffered_s=5.0, now=now)
-    urgent = make_steady(sched, arrival=2.0, buffered_s=0.05, now=now)
+    relaxed = streaming(sched, arrival=1.0, buffered_s=5.0, now=now)
+    urgent = streaming(sched, arrival=2.0, buffered_s=0.05, now=now)
     assert sched.slack(urgent, now) < 0.1 < sched.slack(relaxed, now)
     plan = sched.schedule(now)
     assert [c.request for c in plan.chunks] == [urgent]
 
     # fcfs ignores the buffers and serves the earlier arrival: the baseline the policy beats.
     fcfs = make_scheduler("fcfs", max_num_seqs=1)
-    relaxed = make_steady(fcfs, arrival=1.0, buffered_s=5.0, now=now)
-    make_steady(fcfs, arrival=2.0, buffered_s=0.05, now=now)
+    relaxed = streaming(fcfs, arrival=1.0, buffered_s=5.0, now=now)
+    streaming(fcfs, arrival=2.0, buffered_s=0.05, now=now)
     assert [c.request for c in fcfs.schedule(now).chunks] == [relaxed]
 
 
 def test_detokenizer_serves_the_emptiest_buffer_first():
     now = 50.0
     sched = make_scheduler("slack", max_detok_batch=1)
-    full = make_steady(sched, arrival=1.0, buffered_s=4.0, now=now)
-    dry = make_steady(sched, arrival=2.0, buffered_s=0.02, now=now)
+    full = streaming(sched, arrival=1.0, buffered_s=4.0, now=now)
+    dry = streaming(sched, arrival=2.0, buffered_s=0.02, now=now)
     for req in (full, dry):
         req.output_ids += [7] * FACTS.chunk_tokens  # a chunk ready for each
     assert sched.schedule_detok(now) == [dry]
@@ -98,8 +54,8 @@ def test_a_listener_about_to_run_dry_gets_the_frames_there_are():
     decoded at once (one frame); one with seconds buffered waits for the full, cheaper chunk."""
     now = 40.0
     sched = make_scheduler("slack")
-    dry = make_steady(sched, arrival=1.0, buffered_s=0.05, now=now)
-    comfortable = make_steady(sched, arrival=2.0, buffered_s=3.0, now=now)
+    dry = streaming(sched, arrival=1.0, buffered_s=0.05, now=now)
+    comfortable = streaming(sched, arrival=2.0, buffered_s=3.0, now=now)
     for req in (dry, comfortable):
         req.output_ids += [7] * FACTS.frame_tokens
     assert sched.schedule_detok(now) == [dry]
@@ -115,8 +71,8 @@ def test_a_comfortable_listener_waits_for_a_large_chunk_a_short_one_does_not():
     facts = dataclasses.replace(FACTS, large_chunk_tokens=2 * FACTS.chunk_tokens)
     sched = Scheduler(EngineConfig(), BlockManager(num_blocks=512, block_size=16), facts)
     sched.step_time_s, sched.detok_time_s = 0.012, 0.02
-    comfortable = make_steady(sched, arrival=1.0, buffered_s=3.0, now=now)
-    short = make_steady(sched, arrival=2.0, buffered_s=1.1, now=now)
+    comfortable = streaming(sched, arrival=1.0, buffered_s=3.0, now=now)
+    short = streaming(sched, arrival=2.0, buffered_s=1.1, now=now)
     for req in (comfortable, short):
         req.output_ids += [7] * FACTS.chunk_tokens
     assert sched.schedule_detok(now) == [short]
@@ -132,7 +88,7 @@ def test_new_arrival_gets_first_audio_before_steady_requests_with_slack():
     dt = 0.02
     now = 10.0
     sched = make_scheduler("slack", max_num_seqs=2)
-    steady = [make_steady(sched, arrival=1.0 + i, buffered_s=3.0, now=now) for i in range(2)]
+    steady = [streaming(sched, arrival=1.0 + i, buffered_s=3.0, now=now) for i in range(2)]
     newcomer = admit(sched, prompt_len=30, arrival=now)
     steps = 0
     while newcomer.first_audio_time is None:
@@ -147,7 +103,7 @@ def test_new_arrival_gets_first_audio_before_steady_requests_with_slack():
     fcfs = make_scheduler("fcfs", max_num_seqs=2)
     now = 10.0
     for i in range(2):
-        make_steady(fcfs, arrival=1.0 + i, buffered_s=3.0, now=now)
+        streaming(fcfs, arrival=1.0 + i, buffered_s=3.0, now=now)
     late = admit(fcfs, prompt_len=30, arrival=now)
     assert late.request_id not in {c.request.request_id for c in fcfs.schedule(now).chunks}
 
@@ -167,7 +123,7 @@ def test_prefill_never_takes_the_token_a_running_decode_needs():
     # Real-time admission off: its buffer guard would refuse the newcomer (the running
     # stream would run dry before its next chunk); this is about the prefill's budget.
     sched = make_scheduler("slack", max_batch_tokens=32, realtime_admission=False)
-    running = make_steady(sched, arrival=1.0, buffered_s=0.3, now=now)
+    running = streaming(sched, arrival=1.0, buffered_s=0.3, now=now)
     newcomer = admit(sched, prompt_len=200, arrival=now)
     plan = sched.schedule(now)
     sizes = {ch.request.request_id: ch.num_tokens for ch in plan.chunks}
@@ -177,8 +133,8 @@ def test_prefill_never_takes_the_token_a_running_decode_needs():
 def test_requests_far_ahead_of_their_listener_are_not_decoded():
     now = 30.0
     sched = make_scheduler("slack", max_lead_s=2.0)
-    ahead = make_steady(sched, arrival=1.0, buffered_s=10.0, now=now)
-    behind = make_steady(sched, arrival=2.0, buffered_s=1.0, now=now)
+    ahead = streaming(sched, arrival=1.0, buffered_s=10.0, now=now)
+    behind = streaming(sched, arrival=2.0, buffered_s=1.0, now=now)
     assert [c.request for c in sched.schedule(now).chunks] == [behind]
     assert ahead.status == RequestStatus.RUNNING
 
@@ -188,10 +144,10 @@ def test_comfortable_streams_sit_out_while_another_listener_is_short():
     makes streams more than contended_lead_s ahead sit out; with no one short, they all run."""
     now = 30.0
     sched = make_scheduler("slack", contended_lead_s=2.0, urgent_buffer_s=1.0)
-    ahead = make_steady(sched, arrival=1.0, buffered_s=5.0, now=now)
-    fine = make_steady(sched, arrival=2.0, buffered_s=1.5, now=now)
+    ahead = streaming(sched, arrival=1.0, buffered_s=5.0, now=now)
+    fine = streaming(sched, arrival=2.0, buffered_s=1.5, now=now)
     assert {c.request for c in sched.schedule(now).chunks} == {ahead, fine}  # no one short
-    short = make_steady(sched, arrival=3.0, buffered_s=0.4, now=now)
+    short = streaming(sched, arrival=3.0, buffered_s=0.4, now=now)
     out = sched.schedule(now)
     assert {c.request for c in out.chunks} == {fine, short}
     assert (out.held_by_lead, out.held_by_codec) == (1, 0)  # counted for the engine's profile
@@ -206,11 +162,11 @@ def test_requests_whose_codec_fell_behind_wait_for_it():
     codec sits out until the codec takes them; one with less keeps decoding."""
     now = 30.0
     sched = make_scheduler("slack", max_undecoded_chunks=2)
-    backlog = make_steady(sched, arrival=1.0, buffered_s=0.5, now=now)
+    backlog = streaming(sched, arrival=1.0, buffered_s=0.5, now=now)
     backlog.output_ids += [7] * (2 * FACTS.chunk_tokens)  # two chunks waiting for the codec
     backlog.num_computed += 2 * FACTS.chunk_tokens
     sched.blocks.ensure(backlog.request_id, backlog.num_tokens)
-    fine = make_steady(sched, arrival=2.0, buffered_s=1.0, now=now)
+    fine = streaming(sched, arrival=2.0, buffered_s=1.0, now=now)
     fine.output_ids += [7] * (2 * FACTS.chunk_tokens - 1)
     fine.num_computed += 2 * FACTS.chunk_tokens - 1
     sched.blocks.ensure(fine.request_id, fine.num_tokens)
@@ -655,8 +611,8 @@ def test_a_step_reads_the_pages_of_its_rows_not_those_of_streams_sitting_it_out(
     read, though they stay in use."""
     now = 100.0
     sched = make_scheduler("slack")
-    short = [make_steady(sched, arrival=float(i), buffered_s=0.5, now=now) for i in range(2)]
-    comfortable = make_steady(sched, arrival=3.0, buffered_s=5.0, now=now)
+    short = [streaming(sched, arrival=float(i), buffered_s=0.5, now=now) for i in range(2)]
+    comfortable = streaming(sched, arrival=3.0, buffered_s=5.0, now=now)
     plan = sched.schedule(now)
     assert {c.request.request_id for c in plan.chunks} == {r.request_id for r in short}
     assert plan.pages_read == sum(len(r.block_table) for r in short) > 0
@@ -671,7 +627,7 @@ def test_the_llm_and_the_codec_rank_streams_alike(policy):
     sched = make_scheduler(policy)
     buffers = (1.5, 0.3, 1.2, 0.8, 1.9)
     streams = [
-        make_steady(sched, arrival=float(i), buffered_s=b, now=now) for i, b in enumerate(buffers)
+        streaming(sched, arrival=float(i), buffered_s=b, now=now) for i, b in enumerate(buffers)
     ]
     for req in streams:
         req.output_ids += [7] * FACTS.chunk_tokens  # a chunk ready for the codec
@@ -689,8 +645,8 @@ def test_fcfs_too_holds_back_a_stream_past_the_lead_cap():
     (max_lead_s 30) sits out too, however early it came."""
     now = 200.0
     sched = make_scheduler("fcfs")
-    ahead = make_steady(sched, arrival=1.0, buffered_s=50.0, now=now)
-    behind = make_steady(sched, arrival=2.0, buffered_s=1.5, now=now)
+    ahead = streaming(sched, arrival=1.0, buffered_s=50.0, now=now)
+    behind = streaming(sched, arrival=2.0, buffered_s=1.5, now=now)
     out = sched.schedule(now)
     assert [c.request for c in out.chunks] == [behind]
     assert out.held_by_lead == 1 and ahead not in [c.request for c in out.chunks]
@@ -703,8 +659,8 @@ def test_fcfs_too_holds_back_a_stream_whose_chunks_wait_for_the_codec():
     max_undecoded_chunks chunks waiting for the codec sits out until the codec takes them."""
     now = 200.0
     sched = make_scheduler("fcfs")
-    waiting = make_steady(sched, arrival=1.0, buffered_s=1.5, now=now)
-    other = make_steady(sched, arrival=2.0, buffered_s=1.5, now=now)
+    waiting = streaming(sched, arrival=1.0, buffered_s=1.5, now=now)
+    other = streaming(sched, arrival=2.0, buffered_s=1.5, now=now)
     waiting.output_ids += [7] * (sched.config.max_undecoded_chunks * FACTS.chunk_tokens)
     waiting.num_computed = waiting.num_tokens - 1
     out = sched.schedule(now)

@@ -10,6 +10,8 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import UNHEARD_FLOOR_RATE, ChunkingFacts, Scheduler
+from tests.engine import sched_fakes
+from tests.engine.sched_fakes import admit, streaming
 
 # Orpheus' shapes: 7 codes a frame, first chunks of 3 frames, chunks of 4, large chunks of 8.
 FACTS = ChunkingFacts(
@@ -23,36 +25,7 @@ TOKEN_S = FACTS.seconds_per_token
 
 
 def make_scheduler(policy: str = "slack", **overrides) -> Scheduler:
-    config = EngineConfig(policy=policy, **overrides)
-    return Scheduler(config, BlockManager(num_blocks=2048, block_size=16), FACTS)
-
-
-def admit(sched: Scheduler, arrival: float, realtime: bool, max_tokens: int = 400) -> Request:
-    request = Request([1] * 10, SamplingParams(max_tokens=max_tokens), arrival, realtime=realtime)
-    assert sched.admit(request).ok
-    return request
-
-
-def streaming(
-    sched: Scheduler,
-    arrival: float,
-    now: float,
-    buffered_s: float,
-    realtime: bool = True,
-    max_tokens: int = 400,
-) -> Request:
-    """A request past its prefill with 100 tokens made and decoded, whose audio started a
-    second ago and is `buffered_s` ahead of its listener (if it has one)."""
-    request = admit(sched, arrival, realtime, max_tokens)
-    request.output_ids = [7] * 100
-    request.num_computed = request.num_prompt_tokens + 99
-    request.status = RequestStatus.RUNNING
-    request.num_detokenized = 100
-    request.first_audio_time = now - 1.0
-    request.audio_emitted_s = 1.0 + buffered_s
-    sched.blocks.ensure(request.request_id, request.num_tokens)
-    request.block_table = sched.blocks.table(request.request_id)
-    return request
+    return sched_fakes.make_scheduler(FACTS, policy, num_blocks=2048, **overrides)
 
 
 def decoding(sched: Scheduler, now: float) -> list[Request]:
