@@ -4,8 +4,21 @@ running engine, and every value and error that crosses.
 Two clients implement `EngineClient`: `engine/client.py` (the engine loop in a thread of the
 caller's process) and `engine/process_engine.py` (in a process of its own). Each call becomes
 one of the command values below; `engine/loop.py:apply` executes a command against the engine
-loop, the same way for both clients, which keep only their transport. Callers import this
-module alone, never the engine's insides.
+loop, the same way for both clients, which keep only their transport.
+
+Callers talk to a running engine through this module alone: every value and error that
+crosses, and the causes of its refusals (RefusalCause), are here. The gateway imports nothing
+else of the engine but what builds an engine or serves the process around it:
+
+- `engine.config`: EngineConfig and the command-line flags that fill it (gateway/config.py,
+  gateway/settings.py, gateway/synth.py);
+- `engine.request.ConfigError` in gateway/config.py and gateway/settings.py, which build the
+  command line without loading torch (`voxgate --help`), as importing this module would
+  (everywhere else ConfigError comes from here);
+- `engine.factory.build_engine` (gateway/app.py, gateway/synth.py), and `engine.engine_host`
+  and `engine.ray_engine` for Ray replicas (gateway/ray_cluster.py);
+- `engine.parent_watch` (a gateway worker process exits with its parent) and
+  `engine.gc_pauses` (the process's garbage-collection pauses, on /metrics).
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ from engine.outputs import (
     TextDelta,
     WordTimings,
 )
+from engine.refusal_causes import RefusalCause
 from engine.request import ConfigError, SamplingParams
 from engine.word_timing import WordTiming
 from models.base import ModelFacts, ModelInputError
@@ -72,6 +86,7 @@ __all__ = [
     "OptionValue",
     "PendingVoice",
     "PushAudio",
+    "RefusalCause",
     "RemoveClipVoice",
     "ReplyTranscript",
     "ReportPlayback",

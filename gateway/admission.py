@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.api import EngineClient
-from engine.refusal_causes import RefusalCause
+from engine.api import EngineClient, RefusalCause
 from gateway.config import GatewaySettings
 from gateway.protocol_codes import ErrorCode
 

@@ -13,7 +13,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor, wait
 
-from engine.request import ConfigError
+from engine.api import ConfigError
 from gateway.config import GatewaySettings
 from gateway.replica_pool import ReplicaPool
 from gateway.supervisor import RestartPolicy, SupervisedEngine

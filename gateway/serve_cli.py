@@ -64,7 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def _check_writable(path: str) -> None:
     """--trace-requests must name a file the engine can append to: say so now, in one line,
     rather than when the engine process starts."""
-    from engine.request import ConfigError
+    from engine.api import ConfigError
 
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
