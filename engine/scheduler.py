@@ -803,19 +803,21 @@ class Scheduler:
         return extra * self.step_time_s <= GAP_WEIGHT * gap_s
 
     def schedule_detok(self, now: float) -> list[Request]:
-        """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so
-        a chunk completed by this step's token is decoded in this step."""
+        """The steady job's pick with the job free and no lane: a convenience for the tests and
+        the simulator (the engine calls schedule_detok_jobs)."""
         return self.schedule_detok_jobs(now, steady_free=True).steady
 
     def schedule_detok_jobs(
         self, now: float, steady_free: bool, lane_room: int = 0, has_lane: bool = False
     ) -> DetokPlan:
-        """schedule_detok with a first-chunk lane: up to `lane_room` requests (0: no lane, or
-        its job is in flight) go out now as a lane job of their own, whether or not the steady
-        job is free: first chunks first, then chunks whose listener would run dry waiting for
-        a steady job (lane_urgent). The steady job, when `steady_free`, takes the rest as
-        schedule_detok does, except first chunks that the lane (`has_lane`) would deliver
-        sooner (first_chunk_waits_for_lane). A request is in at most one job
+        """The detokenizer part of a step, chosen after the LLM's tokens of the step are in, so
+        a chunk completed by this step's token is decoded in this step. Up to `lane_room`
+        requests (0: no lane, or its job is in flight) go out now as a lane job of their own,
+        whether or not the steady job is free: first chunks first, then chunks whose listener
+        would run dry waiting for a steady job (lane_urgent). The steady job, when
+        `steady_free`, takes the rest that are ready (_detok_ready) in _rank's order, except
+        first chunks that the lane (`has_lane`) would deliver sooner
+        (first_chunk_waits_for_lane). A request is in at most one job
         (Request.detok_in_flight: _detok_ready), so its chunks come back in order whichever
         job takes them."""
         plan = DetokPlan()
