@@ -68,6 +68,7 @@ class Gateway:
         self.auth = Authenticator(settings.api_keys, settings.allowed_origins)
         self.slots = SessionSlots(settings.max_sessions, settings.max_sessions_per_key)
         self.metrics = GatewayMetrics(self.engine_stats)
+        self.metrics.watch_slots(self.slots)
         self.encode_workers: CodecWorkers | None = None  # the lifespan starts them, if asked
         self.mic_workers: CodecWorkers | None = None  # likewise, the microphones' decoders
         # Voices clients add from clips, per key, held by the gateway's engine (with replicas

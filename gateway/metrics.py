@@ -31,7 +31,7 @@ from gateway.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
     from gateway.admission import AdmissionRefusal
-    from gateway.auth import SlotRefusal
+    from gateway.auth import SessionSlots, SlotRefusal
     from gateway.codec_workers import CodecWorkers
     from gateway.replica_pool import ReplicaPool
     from gateway.supervisor import SupervisedEngine
@@ -301,7 +301,13 @@ class GatewayMetrics:
     def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.sessions = Gauge("voxgate_sessions", "Open WebSocket sessions", registry=r)
+        # Read from the session slots at scrape time (watch_slots), the count --max-sessions caps.
+        self.sessions = Gauge(
+            "voxgate_sessions",
+            "Sessions holding a slot: open WebSocket sessions and HTTP speech requests in "
+            "progress (the count --max-sessions caps)",
+            registry=r,
+        )
         self.sessions_closed = Counter(
             "voxgate_sessions_closed", "Sessions ended, by close code", ["code"], registry=r
         )
@@ -395,6 +401,10 @@ class GatewayMetrics:
         (`voxgate_gateway_admission_refusals{cause}`)."""
         self.errors.labels(refusal.code.value).inc()
         self.admission_refusals.labels(refusal.cause).inc()
+
+    def watch_slots(self, slots: SessionSlots) -> None:
+        """`voxgate_sessions` is the slots held, by WebSocket sessions and HTTP requests alike."""
+        self.sessions.set_function(lambda: slots.total)
 
     def watch_codec_workers(self, workers: CodecWorkers) -> None:
         self.registry.register(CodecWorkersCollector(workers))

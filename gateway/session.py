@@ -150,7 +150,6 @@ class Session:
     # --- lifecycle -------------------------------------------------------------------------
     async def run(self) -> None:
         """Serve the (already accepted) socket until the session ends, however it ends."""
-        self._metrics.sessions.inc()
         self.log.info("session open key=%s", self._principal)
         reader = asyncio.create_task(self._read_loop(), name=f"{self.session_id}-reader")
         writer = asyncio.create_task(self._writer.run(), name=f"{self.session_id}-writer")
@@ -167,7 +166,6 @@ class Session:
         finally:
             closing.cancel()
             await self._teardown(reader, writer, player)
-            self._metrics.sessions.dec()
 
     def _task_failed(self, exc: BaseException) -> None:
         if isinstance(exc, SendQueueFull):

@@ -362,6 +362,34 @@ def test_a_full_server_gets_503_with_retry_after(make_server, engine, voice):
     asyncio.run(wait_engine_idle(engine))
 
 
+def open_sessions(server) -> float:
+    metrics = httpx.get(f"{server.http}/metrics", timeout=10).text
+    return next(
+        float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("voxgate_sessions ")
+    )
+
+
+def test_a_speech_request_counts_as_an_open_session_while_it_holds_its_slot(
+    make_server, engine, voice
+):
+    """voxgate_sessions counts what --max-sessions caps: an HTTP request holds a slot too."""
+    capped = make_server(max_sessions=1)
+    assert open_sessions(capped) == 0
+    http, response = _open_stream(capped, voice)
+    try:
+        assert open_sessions(capped) == 1
+    finally:
+        response.close()
+        http.close()
+    asyncio.run(wait_engine_idle(engine))
+    deadline = time.monotonic() + 10
+    while open_sessions(capped) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_sessions(capped) == 0
+
+
 def test_disconnect_cancels_the_engine_request(server, engine, voice):
     tokens_before = engine.stats().totals.tokens
     http, response = _open_stream(server, voice)
