@@ -19,7 +19,10 @@ TINY_VERSION = "v1"  # bump when the tiny config or its weight recipe changes
 
 
 def random_llama_state(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
-    """HF `LlamaForCausalLM` tensor names and shapes, N(0, 0.02) weights, unit norms."""
+    """HF `LlamaForCausalLM` tensor names and shapes, N(0, 0.02) weights, unit norms.
+    Not models/random_weights.randomise: these tensors are drawn in this order from a generator
+    of their own, which no module's parameter order reproduces, and tiny-orpheus must keep its
+    weights byte for byte (the tests' expectations rest on them)."""
     a = LlamaArgs.from_hf_config(cfg)
     gen = torch.Generator().manual_seed(seed)
 

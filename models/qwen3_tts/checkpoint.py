@@ -216,7 +216,9 @@ def _no_instruction(cfg: dict) -> str | None:
 def _seeded(module: nn.Module, std: float = 0.02) -> None:
     """normal(0, std) matrices and embeddings (transformers' init for these models), and
     biases and norm weights drawn near their usual 0 and 1 rather than at them, so that a
-    loader that dropped one would show."""
+    loader that dropped one would show. Its own recipe (by a parameter's shape, not its name),
+    not models/random_weights.randomise, whose norms of exactly 1 would change tiny-qwen3-tts'
+    weights."""
     for pname, param in module.named_parameters():
         if param.dim() > 1 or pname.endswith("bias"):
             param.normal_(0.0, std)

@@ -13,6 +13,7 @@ from models.checkpoint_errors import CheckpointError, check_state_dict
 from models.interleave import InterleaveRule
 from models.layers.llama import LlamaArgs, LlamaForCausalLM
 from models.loader import iter_safetensors, read_config, resolve_source
+from models.random_weights import randomise
 from models.step_audio2.audio_encoder import AudioEncoderConfig, AudioInput
 from models.step_audio2.audio_slots import DEFAULT_SLOTS
 from models.step_audio2.model import StepAudio2Model
@@ -121,7 +122,8 @@ def load_step_audio2(
     torch.manual_seed(0)
     llm, audio = build_parts(cfg, device, dtype)
     if random_weights:
-        randomise(llm, audio)
+        # The audio encoder's LayerNorms are named `*_ln`; its biases start at 0.
+        randomise(llm, audio, zero_biases=True, norm_names=("norm", "_ln.weight"))
     else:
         load_weights(llm, audio, folder)
     if token2wav is not None:
@@ -137,15 +139,3 @@ def load_step_audio2(
         audio_slots=audio_slots,
         interleave=interleave,
     )
-
-
-def randomise(*modules: torch.nn.Module) -> None:
-    with torch.no_grad():
-        for module in modules:
-            for pname, p in module.named_parameters():
-                if "norm" in pname or pname.endswith("_ln.weight"):
-                    p.fill_(1.0)
-                elif pname.endswith("bias"):
-                    p.zero_()
-                else:
-                    p.normal_(0.0, 0.02)

@@ -23,6 +23,7 @@ import torch
 from models.checkpoint_errors import CheckpointError
 from models.codecs.voxcodec import VoxCodec
 from models.layers.llama import hf_layer_targets
+from models.random_weights import randomise
 from models.voxgate_tiny.config import VoxgateTinyConfig
 from models.voxgate_tiny.lm import VoxgateTinyLM
 from models.voxgate_tiny.phone_text import PhoneTokenizer
@@ -163,8 +164,5 @@ def write_random_checkpoint(
     torch.manual_seed(seed)
     parsed = VoxgateTinyConfig.from_dict(config)
     lm, codec = build_lm(parsed), VoxCodec(VoxCodecConfig.from_dict(config["codec_config"]))
-    with torch.no_grad():
-        for name, p in lm.named_parameters():
-            if "norm" not in name:
-                p.normal_(0.0, 0.02)
+    randomise(lm)
     return save_checkpoint(folder, config, lm, codec, tokenizer or CharTokenizer(), dtype)
