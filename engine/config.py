@@ -263,9 +263,10 @@ class EngineConfig:
             metavar="S",
         ),
     )
-    # ... and while some listener is short of audio (waiting for its first chunk, or with less
-    # than urgent_buffer_s buffered), neither is one more than contended_lead_s ahead: the
-    # steps then come round sooner for those who need them (Scheduler._lead_cap).
+    # ... and under the slack policy, while some listener is short of audio (waiting for its
+    # first chunk, or with less than urgent_buffer_s buffered), neither is one more than
+    # contended_lead_s ahead: the steps then come round sooner for those who need them
+    # (Scheduler._lead_cap).
     contended_lead_s: float = field(
         default=2.0,
         metadata=cli(

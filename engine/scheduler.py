@@ -567,7 +567,7 @@ class Scheduler:
         scheduler's host time, which with async scheduling is the turn's whenever the turn
         outlasts the LLM's step."""
         urgent = self.config.urgent_buffer_s
-        contended = False
+        someone_short = False
         reads: list[tuple[Request, float, int]] = []
         unheard: list[Request] = []
         for request in live:
@@ -576,8 +576,8 @@ class Scheduler:
                 continue
             buffered_s = request.buffered_audio_s(now)
             reads.append((request, buffered_s, request.pending_detok_tokens))
-            contended = contended or buffered_s < urgent or request.first_audio_time is None
-        contended = contended and self.config.policy == "slack"  # slack's rules, not fcfs'
+            someone_short = someone_short or buffered_s < urgent or request.first_audio_time is None
+        contended = someone_short and self.config.policy == "slack"  # slack's rules only
         lead = self._lead_cap(contended)
         ranked = [
             (self._rank(request, buffered_s, pending), request)
