@@ -5,8 +5,8 @@ A `TwilioWire` translates one bidirectional stream (`<Connect><Stream>`):
     connected                → nothing (the stream's identity comes with `start`)
     start                    → session.start (μ-law 8 kHz out), then the `greeting` custom
                                parameter, if any, as a `text` to speak
-    media (caller audio)     → buffered (InboundAudio) for the speech-to-speech path; handed to
-                               the session as audio when the model takes audio
+    media (caller audio)     → the session's audio when the model takes audio; dropped for a
+                               text-to-speech model, which has no use for it
     mark (echoed by Twilio)  → `playback`: the caller has heard the response up to that point
     dtmf                     → `response.cancel`: a key press interrupts what is playing
     stop                     → `session.end`
@@ -20,7 +20,6 @@ Twilio has no error message: errors are logged and counted (metrics), never sent
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -70,27 +69,6 @@ END_MARK = "end"  # the last mark of a response: `<response_id>:<audio_ms>:end`
 _SAMPLING_PARAMETERS = {"temperature": float, "top_p": float, "seed": int, "max_tokens": int}
 
 
-class InboundAudio:
-    """The caller's most recent audio (μ-law bytes), bounded: kept for the speech-to-speech
-    path (issue 8), which will take the caller's turn from here."""
-
-    def __init__(self, max_seconds: float = 30.0) -> None:
-        self.max_bytes = int(max_seconds * MULAW_RATE)  # one byte a sample
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self.size = 0
-        self.received = 0  # bytes ever received
-
-    def push(self, mulaw: bytes) -> None:
-        self._chunks.append(mulaw)
-        self.size += len(mulaw)
-        self.received += len(mulaw)
-        while self.size > self.max_bytes:
-            self.size -= len(self._chunks.popleft())
-
-    def bytes(self) -> bytes:
-        return b"".join(self._chunks)
-
-
 def _sampling_from(parameters: dict[str, str]) -> dict[str, float | int | None]:
     raw: dict[str, float | int] = {}
     for name, kind in _SAMPLING_PARAMETERS.items():
@@ -118,10 +96,9 @@ def _speed_from(parameters: dict[str, str]) -> float | None:
 
 
 class TwilioWire(Wire):
-    def __init__(self, facts: ModelFacts, inbound_seconds: float = 30.0) -> None:
+    def __init__(self, facts: ModelFacts) -> None:
         self._facts = facts
         self.stream_sid: str | None = None
-        self.inbound = InboundAudio(inbound_seconds)
         self._response_id: str | None = None  # the response playing, for its marks
         self._sent_ms = 0  # of that response
         self._since_mark_ms = 0
@@ -138,10 +115,7 @@ class TwilioWire(Wire):
         if message.stream_sid != self.stream_sid:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"unknown streamSid {message.stream_sid!r}")
         if isinstance(message, Media):
-            if self._facts.accepts_audio:
-                return (AudioInput(message.payload),)
-            self.inbound.push(message.payload)
-            return ()
+            return (AudioInput(message.payload),) if self._facts.accepts_audio else ()
         if isinstance(message, Mark):
             return self._heard(message.name)
         if isinstance(message, Dtmf):

@@ -10,7 +10,6 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gateway.protocol import ErrorCode, ProtocolError
-from gateway.twilio import InboundAudio
 from gateway.twilio_protocol import (
     Connected,
     ConnectStream,
@@ -100,11 +99,3 @@ def test_twiml_escapes_parameters():
     assert xml.startswith('<?xml version="1.0" encoding="UTF-8"?><Response><Connect><Stream')
     parameter = ET.fromstring(xml.split("?>", 1)[1]).find("./Connect/Stream/Parameter")
     assert parameter.attrib == {"name": "greeting", "value": '<"Hi">'}
-
-
-def test_inbound_audio_keeps_the_latest_seconds():
-    inbound = InboundAudio(max_seconds=0.05)  # 400 bytes of μ-law
-    for i in range(5):
-        inbound.push(bytes([i]) * 160)
-    assert inbound.received == 800
-    assert inbound.bytes() == bytes([3]) * 160 + bytes([4]) * 160
