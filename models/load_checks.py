@@ -1,16 +1,18 @@
 """What a load asks of a model family besides the model itself (--codec, --voices-dir,
---random-weights), checked
-against the family's declaration (models/family_spec.py, ModelFamily) before the family loads
-anything, with one message for every family. Light: no torch."""
+--random-weights), checked against the family's declaration (models/family_spec.py,
+ModelFamily) before the family loads anything, with one message for every family. Light: no
+torch."""
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from models.checkpoint_errors import CheckpointError
 from models.families import cloning_families, codec_families, random_layouts
 from models.family_spec import ModelFamily
 
 
-def check_random_weights(model: str, presets: frozenset[str] | dict[str, str]) -> None:
+def check_random_weights(model: str, presets: Collection[str]) -> None:
     """--random-weights on a model that is not a preset (`presets`: every preset) is refused
     before the model is looked for, so that nothing is downloaded."""
     if model not in presets:
