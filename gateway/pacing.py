@@ -17,7 +17,8 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from gateway.socket_items import OutAudio, OutItem, OutText
 
 # Once a response's lead is full, its frames are released in groups this long, not one by
 # one. Why: frame by frame, a gateway streaming 100 responses wakes 5,000 times a second to send
@@ -91,26 +92,6 @@ class PlaybackClock:
         pause = self.wait_s()
         if pause > 0:
             await asyncio.sleep(pause)
-
-
-@dataclass(frozen=True)
-class OutText:
-    text: str
-
-
-@dataclass(frozen=True)
-class OutAudio:
-    data: bytes | str  # a binary frame, or a text frame carrying audio (e.g. base64 in JSON)
-    duration_ms: int
-
-
-@dataclass(frozen=True)
-class OutClose:
-    code: int
-    reason: str = ""
-
-
-OutItem = OutText | OutAudio | OutClose
 
 
 class SendQueueFull(Exception):

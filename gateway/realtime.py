@@ -37,12 +37,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from engine.api import ModelFacts
-from gateway.pacing import OutAudio, OutItem, OutText
 from gateway.realtime_calls import SessionTools
 from gateway.realtime_inbound import RealtimeInbound
 from gateway.realtime_outbound import RealtimeOutbound
 from gateway.realtime_protocol import BETA_HEADER_VALUE, BETA_SUBPROTOCOL, SUBPROTOCOL, Dialect
 from gateway.realtime_state import RealtimeState
+from gateway.socket_items import OutAudio, OutItem, OutText
 from gateway.wire import Wire, WireEvent, WireInput
 
 

@@ -36,7 +36,7 @@ from gateway.client_voices import ClientVoices
 from gateway.config import GatewaySettings
 from gateway.duplex import DuplexConversation, OpenMicDecoder
 from gateway.metrics import GatewayMetrics
-from gateway.pacing import OutClose, OutItem, OutText, SendQueue, SendQueueFull
+from gateway.pacing import SendQueue, SendQueueFull
 from gateway.playlist import ResponseQueue
 from gateway.protocol import (
     AudioInput,
@@ -65,6 +65,7 @@ from gateway.session_start import (
 )
 from gateway.session_state import CloseRequest, SessionLog, SessionState
 from gateway.session_voices import SessionVoices
+from gateway.socket_items import OutClose, OutItem, OutText
 from gateway.socket_writer import SocketWriter
 from gateway.speech_conversation import SpeechConversation
 from gateway.tasks import cancel_and_wait

@@ -9,7 +9,8 @@ import logging
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway.pacing import OutClose, OutText, SendQueue
+from gateway.pacing import SendQueue
+from gateway.socket_items import OutClose, OutText
 
 
 class SocketWriter:

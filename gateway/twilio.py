@@ -25,7 +25,6 @@ import logging
 from collections.abc import Sequence
 
 from engine.api import ModelFacts
-from gateway.pacing import OutAudio, OutItem, OutText
 from gateway.protocol import (
     AudioFormat,
     AudioInput,
@@ -43,6 +42,7 @@ from gateway.protocol import (
     TextInput,
     decode_sampling,
 )
+from gateway.socket_items import OutAudio, OutItem, OutText
 from gateway.time_stretch import check_speed
 from gateway.twilio_protocol import (
     MULAW_ENCODING,

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from gateway.pacing import OutAudio, OutItem, OutText
 from gateway.protocol import (
     AudioInput,
     AudioSpec,
@@ -33,6 +32,7 @@ from gateway.protocol import (
     encode_event,
 )
 from gateway.reply import SpeechOptions
+from gateway.socket_items import OutAudio, OutItem, OutText
 from models.tool_calls import FunctionTool
 
 

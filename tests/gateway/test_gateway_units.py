@@ -7,9 +7,10 @@ import pytest
 from engine.request import ConfigError
 from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
 from gateway.config import GatewaySettings, keys_from_env
-from gateway.pacing import OutAudio, OutClose, OutText, PlaybackClock, SendQueue, SendQueueFull
+from gateway.pacing import PlaybackClock, SendQueue, SendQueueFull
 from gateway.protocol import CloseCode, ErrorCode
 from gateway.segmenter import SentenceSegmenter
+from gateway.socket_items import OutAudio, OutClose, OutText
 
 
 # --- segmentation -----------------------------------------------------------------------------
