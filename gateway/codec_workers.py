@@ -28,10 +28,10 @@ life (its state is sequential), chosen round-robin; a pipe per worker carries th
 one encoder run in the order they were made, and one whose awaiting task was cancelled
 (barge-in) still runs before the next, as on threads. A sender thread per worker keeps the
 event loop from blocking on a full pipe; a reader thread resolves the futures. If a worker
-dies, its calls in flight and any later call on its encoders raise `EncoderProcessFailed`
-(their state died with it); new encoders go to the workers still alive, and a successor is
-started in its place after a pause that doubles while its slot keeps dying (a worker that
-crashes on every encode must not become a busy loop of spawns).
+dies, its calls in flight and any later call on its encoders or decoders raise
+`CodecProcessFailed` (their state died with it); new ones go to the workers still alive, and a
+successor is started in its place after a pause that doubles while its slot keeps dying (a
+worker that crashes on every encode must not become a busy loop of spawns).
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ def _runs_on_cuda(device: str | None) -> bool:
     return torch.cuda.is_available()
 
 
-class EncoderProcessFailed(RuntimeError):
-    """The encoder's worker process is gone, or the encode failed there."""
+class CodecProcessFailed(RuntimeError):
+    """The codec's worker process is gone (an output encoder's or a microphone decoder's), or
+    the encode or decode failed there."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class _Worker:
         ours.send([("ping",)])
         if not ours.poll(START_TIMEOUT_S):
             self.process.terminate()
-            raise EncoderProcessFailed(f"{self.name} did not start in {START_TIMEOUT_S:.0f} s")
+            raise CodecProcessFailed(f"{self.name} did not start in {START_TIMEOUT_S:.0f} s")
         ours.recv()
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future, float]] = {}
@@ -244,7 +245,7 @@ class _Worker:
         future = loop.create_future()
         with self._lock:
             if self.failure is not None:
-                future.set_exception(EncoderProcessFailed(self.failure))
+                future.set_exception(CodecProcessFailed(self.failure))
                 return future
             seq = next(self._seq)
             self._pending[seq] = (loop, future, time.perf_counter())
@@ -304,7 +305,7 @@ class _Worker:
                 if status == "ok":
                     outcome = (future, (value, now - sent - run_s, run_s, hurried), None)
                 else:
-                    outcome = (future, None, EncoderProcessFailed(value))
+                    outcome = (future, None, CodecProcessFailed(value))
                 by_loop.setdefault(loop, []).append(outcome)
             for loop, outcomes in by_loop.items():
                 _resolve_all_from_thread(loop, outcomes)
@@ -314,7 +315,7 @@ class _Worker:
             self.failure = reason
             pending, self._pending = self._pending, {}
         for loop, future, _ in pending.values():
-            _resolve_all_from_thread(loop, [(future, None, EncoderProcessFailed(reason))])
+            _resolve_all_from_thread(loop, [(future, None, CodecProcessFailed(reason))])
 
 
 def _resolve_all_from_thread(loop, outcomes: list) -> None:
@@ -386,7 +387,7 @@ class PooledDecoder:
 
     def decode(self, packets: list[bytes]) -> asyncio.Future:
         """Packets in order, one call; resolves to what `decoded` reads, or raises
-        EncoderProcessFailed (the worker is gone)."""
+        CodecProcessFailed (the worker is gone)."""
         return self._worker.call("decode", self._did, packets)
 
     @staticmethod
@@ -495,7 +496,7 @@ class CodecWorkers:
     def _next_worker(self) -> _Worker:
         alive = [w for w in self._workers if w.failure is None]
         if not alive:
-            raise EncoderProcessFailed(
+            raise CodecProcessFailed(
                 f"no {self.role.kind} process is running (successors are starting; if this "
                 f"persists, see the server log, or serve with {self.role.option} 0)"
             )

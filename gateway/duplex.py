@@ -49,7 +49,7 @@ from engine.api import (
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.audio_in import AudioDecoder, UndecodableAudio
-from gateway.codec_workers import EncoderProcessFailed, PooledDecoder
+from gateway.codec_workers import CodecProcessFailed, PooledDecoder
 from gateway.metrics import GatewayMetrics
 from gateway.opus_lib import packet_ms
 from gateway.pacing import SendQueueFull
@@ -131,7 +131,7 @@ class DuplexConversation:
         if self._open_mic_decoder is not None and self._decoder.direct_opus:
             try:
                 self._mic = self._open_mic_decoder(facts.sample_rate)
-            except EncoderProcessFailed as exc:
+            except CodecProcessFailed as exc:
                 self._log.warning("microphone decoded on the event loop: %s", exc)
 
     # --- input (the session's reader) ----------------------------------------------------------

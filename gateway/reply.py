@@ -47,7 +47,7 @@ from engine.api import (
     SpeechRequest,
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
-from gateway.codec_workers import EncoderProcessFailed
+from gateway.codec_workers import CodecProcessFailed
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
 from gateway.protocol import (
@@ -350,7 +350,7 @@ class ReplyLifecycle:
             opened = self._open_encoder(self._output, self._engine.facts.sample_rate)
             encoder = at_speed(opened, self.time.speed)
             await body(encoder)
-        except EncoderProcessFailed as exc:  # --encode-processes: its worker is gone
+        except CodecProcessFailed as exc:  # --encode-processes: its worker is gone
             self._log.error("%s %s: %s", self.kind, self.response_id, exc)
             self.fail(ErrorCode.INTERNAL, str(exc))
         finally:

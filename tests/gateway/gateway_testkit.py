@@ -215,11 +215,11 @@ def write_wav(path, pcm: np.ndarray, rate: int):
 
 def fail_first_encoder(monkeypatch) -> list[str]:
     """The next response's output encoder behaves as one whose encoder process died (every
-    call raises EncoderProcessFailed); later responses get real ones. Returns the failures
+    call raises CodecProcessFailed); later responses get real ones. Returns the failures
     raised, so a test can check the dead encoder was reached."""
     from gateway.app import Gateway
     from gateway.audio import ChunkEncoder
-    from gateway.codec_workers import EncoderProcessFailed
+    from gateway.codec_workers import CodecProcessFailed
 
     raised: list[str] = []
     real_open = Gateway.open_encoder
@@ -230,11 +230,11 @@ def fail_first_encoder(monkeypatch) -> list[str]:
 
         async def encode(self, pcm) -> list[bytes]:
             raised.append("encode")
-            raise EncoderProcessFailed("output encoder process voxgate-encoder-0 exited")
+            raise CodecProcessFailed("output encoder process voxgate-encoder-0 exited")
 
         async def flush(self) -> list[bytes]:
             raised.append("flush")
-            raise EncoderProcessFailed("output encoder process voxgate-encoder-0 exited")
+            raise CodecProcessFailed("output encoder process voxgate-encoder-0 exited")
 
     given = []
 

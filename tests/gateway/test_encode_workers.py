@@ -25,7 +25,7 @@ from gateway_testkit import (
 )
 
 from gateway.audio import make_off_loop_encoder
-from gateway.codec_workers import CodecWorkers, EncoderProcessFailed
+from gateway.codec_workers import CodecProcessFailed, CodecWorkers
 from gateway.protocol import AudioFormat, AudioSpec
 from tests.orphans import kill_left, spawned_children, wait_gone
 
@@ -126,15 +126,15 @@ async def test_a_dead_worker_fails_its_calls_and_new_encoders_go_elsewhere():
         assert await second.encode(noise(0.1, 2))
         dead = pool._workers[0]
         dead.process.kill()
-        with pytest.raises(EncoderProcessFailed, match="exited"):
+        with pytest.raises(CodecProcessFailed, match="exited"):
             await asyncio.wait_for(first.encode(noise(0.1, 3)), 10)
         # New encoders go to the worker still alive, and work.
         for _ in range(3):
             assert await pool.open(AudioSpec(), RATE).encode(noise(0.1, 4))
         pool._workers[1].process.kill()
-        with pytest.raises(EncoderProcessFailed, match="exited"):
+        with pytest.raises(CodecProcessFailed, match="exited"):
             await asyncio.wait_for(second.encode(noise(0.1, 5)), 10)
-        with pytest.raises(EncoderProcessFailed, match="no output encoder process"):
+        with pytest.raises(CodecProcessFailed, match="no output encoder process"):
             pool.open(AudioSpec(), RATE)
         assert pool.alive == 0 and pool.restarts == 0
     finally:
@@ -148,7 +148,7 @@ async def test_a_successor_takes_a_dead_workers_place():
         assert await doomed.encode(noise(0.1, 1))
         pid = pool._workers[0].process.pid
         pool._workers[0].process.kill()
-        with pytest.raises(EncoderProcessFailed, match="exited"):
+        with pytest.raises(CodecProcessFailed, match="exited"):
             await asyncio.wait_for(doomed.encode(noise(0.1, 2)), 10)
         for _ in range(600):  # the successor spawns and imports: seconds on a busy machine
             if pool.restarts == 1 and pool.alive == 2:

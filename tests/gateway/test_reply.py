@@ -20,7 +20,7 @@ from engine.api import (
     SpeechRequest,
 )
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
-from gateway.codec_workers import EncoderProcessFailed
+from gateway.codec_workers import CodecProcessFailed
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
     AudioFormat,
@@ -101,10 +101,10 @@ class DeadEncoder(ChunkEncoder):
         self.closed = False
 
     async def encode(self, pcm: np.ndarray) -> list[bytes]:
-        raise EncoderProcessFailed("output encoder process voxgate-encoder-0 exited")
+        raise CodecProcessFailed("output encoder process voxgate-encoder-0 exited")
 
     async def flush(self) -> list[bytes]:
-        raise EncoderProcessFailed("output encoder process voxgate-encoder-0 exited")
+        raise CodecProcessFailed("output encoder process voxgate-encoder-0 exited")
 
     def close(self) -> None:
         self.closed = True
@@ -242,7 +242,7 @@ async def test_an_encoder_that_cannot_be_opened_fails_the_reply_before_any_submi
     engine, client, metrics = RecordingEngine(), Client(), GatewayMetrics(lambda: None)
 
     def no_encoder(spec, rate):
-        raise EncoderProcessFailed("no output encoder process is running")
+        raise CodecProcessFailed("no output encoder process is running")
 
     reply = make_reply(engine, client, metrics, open_encoder=no_encoder)
     reply.start()
