@@ -1,6 +1,8 @@
-"""The one task that writes to a session's socket (DESIGN.md principle 8: a reader and a
-writer per connection). It drains the session's bounded send queue in order; control events
-are put ahead of audio by the queue itself (gateway.pacing), not here."""
+"""The one task that writes to a session's socket. Each connection has one reader and one
+writer: only this task sends, so frames never interleave and a client that stops reading
+stalls its own writer alone, never the session's reader or another session. It drains the
+session's bounded send queue (gateway/pacing.py) in order; control overtakes audio before the
+queue, where paced audio still waits for its slot, not here."""
 
 from __future__ import annotations
 
