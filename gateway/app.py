@@ -55,7 +55,8 @@ _TWIML_PARAMETERS = ("greeting", "voice", "temperature", "top_p", "seed", "max_t
 
 _NO_DEMO = """<!doctype html><meta charset="utf-8"><title>Voxgate</title>
 <h1>Voxgate</h1><p>The gateway is running; the web demo folder was not found at {path}.</p>
-<p>WebSocket endpoints: <code>/v1/stream</code>, <code>/v1/realtime</code> (OpenAI Realtime), <code>/v1/twilio</code> · <a href="/health">/health</a> ·
+<p>WebSocket endpoints: <code>/v1/stream</code>, <code>/v1/realtime</code> (OpenAI Realtime), <code>/v1/twilio</code> ·
+HTTP: <code>POST /v1/audio/speech</code> (OpenAI speech), <code>/v1/voices</code> · <a href="/health">/health</a> ·
 <a href="/ready">/ready</a> · <a href="/metrics">/metrics</a></p>"""
 
 
