@@ -62,7 +62,6 @@ class ModelFacts:
     name: str
     sample_rate: int  # Hz of the waveform postprocess returns
     token_rate_hz: float  # LLM tokens per second of audio
-    n_codebooks: int
     stop_token_ids: tuple[int, ...]
     first_chunk_tokens: int  # tokens needed before the first audio chunk can be decoded
     chunk_tokens: int  # tokens per steady-state detokenizer chunk

@@ -46,7 +46,6 @@ def baseline_facts(name: str, sample_rate: int = 24000, max_context: int = 4096)
         name=name,
         sample_rate=sample_rate,
         token_rate_hz=frames_per_s * T.CODES_PER_FRAME,
-        n_codebooks=3,
         stop_token_ids=(T.END_OF_SPEECH,),
         first_chunk_tokens=WINDOW_TOKENS,
         chunk_tokens=T.CODES_PER_FRAME,

@@ -165,7 +165,6 @@ class ChatterboxModel(SpeechModel):
             name=name,
             sample_rate=SAMPLE_RATE,
             token_rate_hz=float(TOKEN_RATE),
-            n_codebooks=1,
             stop_token_ids=(self.ids.stop,),
             # A chunk's mel needs its tokens and the flow's 3 look-ahead tokens after it; the
             # first chunk is detok.first_hop tokens, the rest whole chunks (s3gen_stream.py).

@@ -63,7 +63,6 @@ class CosyVoice2Model(SpeechModel):
             name=name,
             sample_rate=detok.sample_rate,
             token_rate_hz=float(cfg.token_frame_rate),
-            n_codebooks=1,
             stop_token_ids=self.ids.stop_ids,
             # A chunk's mel needs its tokens and the 3 look-ahead tokens after it. The first
             # chunk is detok.first_hop tokens (docs/models.md: shorter than the flow's 25-token

@@ -70,7 +70,6 @@ class CsmModel(SpeechModel):
             name=name,
             sample_rate=detok.sample_rate,
             token_rate_hz=detok.frame_rate,
-            n_codebooks=self.num_codebooks,
             stop_token_ids=(),  # a stop is a frame (is_stop), not one id
             first_chunk_tokens=detok.first_chunk,
             chunk_tokens=detok.chunk,

@@ -82,7 +82,6 @@ class GlmVoiceModel(InterleavedSampling, SpeechModel):
             token_rate_hz=SPEECH_TOKEN_RATE_HZ
             * (T.TEXT_TOKENS_PER_BLOCK + T.AUDIO_TOKENS_PER_BLOCK)
             / T.AUDIO_TOKENS_PER_BLOCK,
-            n_codebooks=1,
             stop_token_ids=self.ids.stop_ids,
             # The reference demo decodes speech in blocks of 10, 20, then 40 tokens.
             first_chunk_tokens=T.TEXT_TOKENS_PER_BLOCK + 10,

@@ -73,7 +73,6 @@ class MoshiModel(SpeechModel):
             name=name,
             sample_rate=detok.sample_rate,
             token_rate_hz=detok.frame_rate,
-            n_codebooks=self.k,
             stop_token_ids=(),  # a conversation ends when the user leaves, never by a token
             first_chunk_tokens=1,
             chunk_tokens=1,

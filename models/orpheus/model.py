@@ -76,7 +76,6 @@ class OrpheusModel(SpeechModel):
             name=name,
             sample_rate=detok.sample_rate,
             token_rate_hz=frame_rate * T.CODES_PER_FRAME,
-            n_codebooks=3,
             stop_token_ids=(T.END_OF_SPEECH,),
             first_chunk_tokens=T.CODES_PER_FRAME * detok.first_audio_frames,
             chunk_tokens=T.CODES_PER_FRAME * detok.chunk,

@@ -108,7 +108,6 @@ class Qwen3TtsModel(SpeechModel):
             name=name,
             sample_rate=sample_rate,
             token_rate_hz=sample_rate / decoder.cfg.samples_per_frame,
-            n_codebooks=self.k,
             stop_token_ids=(),  # a stop is a frame whose codebook 0 is the end code (is_stop)
             first_chunk_tokens=FIRST_CHUNK_FRAMES,
             chunk_tokens=CHUNK_FRAMES,

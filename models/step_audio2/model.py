@@ -98,7 +98,6 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
             name=name,
             sample_rate=token2wav.sample_rate if token2wav is not None else SAMPLE_RATE,
             token_rate_hz=TOKENS_PER_SECOND,
-            n_codebooks=1,
             stop_token_ids=self.ids.stop_ids,
             # token2wav's first chunk (its first_hop codes + look-ahead) and its 25-code
             # chunks, counted in generated tokens (codes plus the text between them).

@@ -82,7 +82,6 @@ class VoxgateTinyModel(SpeechModel):
             name=name,
             sample_rate=detok.sample_rate,
             token_rate_hz=detok.frame_rate / frames_per_row,
-            n_codebooks=detok.num_codebooks,
             stop_token_ids=(),  # a stop is a row whose codebook 0 is end-of-audio (is_stop)
             # The decoder is causal: audio can start after any row. One row (40 ms at two
             # frames a row) first, three (120 ms) a chunk after that: few CPU decoder calls.

@@ -91,7 +91,6 @@ class ZonosModel(SpeechModel):
             name=name,
             sample_rate=detok.sample_rate,
             token_rate_hz=detok.frame_rate,
-            n_codebooks=N_CODEBOOKS,
             stop_token_ids=(),  # a stop is EOS reaching codebook 8 (is_stop), not one id
             first_chunk_tokens=DELAY + detok.first_chunk + detok.right,
             chunk_tokens=detok.chunk,

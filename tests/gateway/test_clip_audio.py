@@ -23,9 +23,9 @@ from gateway.clip_audio import (
 from gateway.protocol import ClipUpload, ErrorCode, ProtocolError, decode_text_frame
 from models.voice_clip import ClipRules
 
-CLONES = ModelFacts("cloner", 24000, 12.5, 1, (), 1, 1, voice_cloning=True)
+CLONES = ModelFacts("cloner", 24000, 12.5, (), 1, 1, voice_cloning=True)
 NO_TRANSCRIPT = ModelFacts(
-    "embedder", 24000, 12.5, 1, (), 1, 1, voice_cloning=True,
+    "embedder", 24000, 12.5, (), 1, 1, voice_cloning=True,
     clip_rules=ClipRules(needs_transcript=False),
 )  # fmt: skip
 CAP = 2 * 2**20
@@ -53,7 +53,7 @@ def test_browser_recordings_decode(container):
 
 
 def test_the_model_cannot_clone():
-    facts = ModelFacts("tts", 24000, 12.5, 1, (), 1, 1)
+    facts = ModelFacts("tts", 24000, 12.5, (), 1, 1)
     error = refused(check_request, facts, "Hello.")
     assert error.code == "cloning_unsupported" and "tts cannot make a voice" in error.message
 

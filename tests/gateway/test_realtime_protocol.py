@@ -215,7 +215,7 @@ def _wire(max_pending_chars: int = 40, accepts_audio: bool = False):
     from models.base import ModelFacts
 
     facts = ModelFacts(
-        "tts", 24000, 80.0, 1, (0,), 28, 28, voices=("tara",), default_voice="tara",
+        "tts", 24000, 80.0, (0,), 28, 28, voices=("tara",), default_voice="tara",
         accepts_audio=accepts_audio,
     )  # fmt: skip
     return RealtimeWire(Dialect.GA, facts, None, max_pending_chars=max_pending_chars)

@@ -35,7 +35,6 @@ def facts(name: str, syntax: str | None) -> ModelFacts:
         name=name,
         sample_rate=24000,
         token_rate_hz=30.0,
-        n_codebooks=1,
         stop_token_ids=(0,),
         first_chunk_tokens=30,
         chunk_tokens=30,

@@ -192,7 +192,7 @@ async def test_voices_go_to_the_gateways_engine_and_are_off_with_several_gateway
     from models.voice_clip import ClipRules
 
     facts = ModelFacts(
-        "m", 24000, 25.0, 1, (), 25, 25, voice_cloning=True, clip_rules=ClipRules(2, 30, False)
+        "m", 24000, 25.0, (), 25, 25, voice_cloning=True, clip_rules=ClipRules(2, 30, False)
     )
     home, session_engine = MemoryEngine(), MemoryEngine()
     home.facts = session_engine.facts = facts

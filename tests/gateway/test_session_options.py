@@ -11,7 +11,7 @@ from gateway.protocol import ErrorCode, ProtocolError, SessionStart
 from gateway.session_start import resolve_options, update_options
 from gateway.wire import SessionUpdate
 
-FACTS = ModelFacts("tts", 24000, 82.0, 7, (), 1, 1, max_context=4096)
+FACTS = ModelFacts("tts", 24000, 82.0, (), 1, 1, max_context=4096)
 
 
 def test_max_tokens_beyond_the_context_is_refused_at_session_start():

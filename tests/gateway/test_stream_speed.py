@@ -64,7 +64,7 @@ async def test_a_bad_speed_refuses_the_session(tiny, speed):
 
 
 def test_a_full_duplex_model_refuses_another_speed():
-    duplex = ModelFacts("duplex", 24000, 12.5, 1, (), 1, 1, full_duplex=True)
+    duplex = ModelFacts("duplex", 24000, 12.5, (), 1, 1, full_duplex=True)
     assert resolve_options(SessionStart(speed=1.0), duplex, None).speed == 1.0
     with pytest.raises(ProtocolError) as info:
         resolve_options(SessionStart(speed=1.5), duplex, None)
@@ -76,7 +76,7 @@ def twilio_start(**parameters: str):
 
     from gateway.twilio import TwilioWire
 
-    facts = ModelFacts("tts", 24000, 12.5, 1, (), 1, 1)
+    facts = ModelFacts("tts", 24000, 12.5, (), 1, 1)
     start = {
         "event": "start",
         "streamSid": "MZ1",

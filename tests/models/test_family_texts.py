@@ -42,7 +42,6 @@ def test_cloning_unsupported_names_every_family_that_clones():
         name="tts",
         sample_rate=24000,
         token_rate_hz=75.0,
-        n_codebooks=1,
         stop_token_ids=(0,),
         first_chunk_tokens=1,
         chunk_tokens=1,

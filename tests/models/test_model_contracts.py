@@ -20,7 +20,6 @@ class _Turns(SpeechModel):
             name="turns",
             sample_rate=16000,
             token_rate_hz=12.5,
-            n_codebooks=1,
             stop_token_ids=(0,),
             first_chunk_tokens=1,
             chunk_tokens=1,

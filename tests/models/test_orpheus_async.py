@@ -166,7 +166,6 @@ def test_only_single_id_models_without_host_sampling_state_overlap():
         name="m",
         sample_rate=24000,
         token_rate_hz=80.0,
-        n_codebooks=1,
         stop_token_ids=(0,),
         first_chunk_tokens=8,
         chunk_tokens=8,
