@@ -494,20 +494,26 @@ class Scheduler:
         after all of them, in arrival order."""
         if not request.realtime:
             return (2, request.arrival_time)
+        return self._listener_rank()(request, buffered_s, pending)
+
+    def _listener_rank(self) -> Callable[[Request, float, int], tuple[int, float]]:
+        """The policy's rank of a listener's stream (request, its buffer, its pending
+        tokens), looked up once by _decode_order, which ranks every stream each turn."""
         if self.config.policy == "fcfs":
-            return self._fcfs_rank(request)
-        return self._slack_rank(request, buffered_s, pending)
+            return self._fcfs_rank
+        return self._slack_rank
 
     @staticmethod
-    def _fcfs_rank(request: Request) -> tuple[int, float]:
+    def _fcfs_rank(request: Request, buffered_s: float, pending: int) -> tuple[int, float]:
         """The fcfs policy's rank of a listener's stream: earliest arrival first."""
         return (0, request.arrival_time)
 
     def _slack_rank(self, request: Request, buffered_s: float, pending: int) -> tuple[int, float]:
         """The slack policy's rank of a listener's stream: streams still waiting for their
         first audio first, by when their listener can hear it (arrival, or a held request's end
-        of hold), then the rest by ascending slack."""
-        if request.ttfa_critical:
+        of hold), then the rest by ascending slack. (A listener's stream: ttfa_critical is
+        no audio yet.)"""
+        if request.first_audio_time is None:
             return (0, request.audible_from)
         return (1, self._slack_of(buffered_s, pending, False))
 
@@ -556,7 +562,9 @@ class Scheduler:
     def _decode_order(self, live: list[Request], now: float, out: SchedulerOutput) -> list[Request]:
         """The `live` streams that may decode this step, ranked by _rank. Under every policy a
         stream past the lead cap (`max_lead_s`) or with `max_undecoded_chunks` chunks waiting
-        for the codec sits out (_may_decode, _unheard_may_decode; counted in `out`). Under
+        for the codec sits out (counted in `out`: held_by_lead, held_by_codec; a stream still
+        waiting for its first audio never does; _unheard_may_decode for those without a
+        listener). Under
         slack, while some listener is short of audio (contended), the cap tightens to
         `contended_lead_s` (_lead_cap) and requests without a listener sit out too, unless they
         have fallen behind their floor (UNHEARD_FLOOR_RATE; counted with the lead cap's: they
@@ -579,11 +587,18 @@ class Scheduler:
             someone_short = someone_short or buffered_s < urgent or request.first_audio_time is None
         contended = someone_short and self.config.policy == "slack"  # slack's rules only
         lead = self._lead_cap(contended)
-        ranked = [
-            (self._rank(request, buffered_s, pending), request)
-            for request, buffered_s, pending in reads
-            if self._may_decode(request, buffered_s, pending, lead, out)
-        ]
+        undecoded = self.config.max_undecoded_chunks * self.facts.chunk_tokens
+        rank = self._listener_rank()
+        ranked: list[tuple[tuple[int, float], Request]] = []
+        for request, buffered_s, pending in reads:
+            if request.first_audio_time is not None:
+                if pending >= undecoded:
+                    out.held_by_codec += 1
+                    continue
+                if buffered_s > lead:
+                    out.held_by_lead += 1
+                    continue
+            ranked.append((rank(request, buffered_s, pending), request))
         ranked.sort(key=itemgetter(0))
         order = [request for _, request in ranked]
         if contended:
@@ -593,23 +608,6 @@ class Scheduler:
         unheard.sort(key=lambda r: r.arrival_time)
         order += [r for r in unheard if self._unheard_may_decode(r, out)]
         return order
-
-    def _may_decode(
-        self, request: Request, buffered_s: float, pending: int, lead: float, out: SchedulerOutput
-    ) -> bool:
-        """Whether a listener's stream (`buffered_s` ahead of its listener, `pending` tokens
-        waiting for the codec) may decode this step: not with `max_undecoded_chunks` chunks
-        waiting for the codec (held_by_codec), nor more than `lead` ahead (held_by_lead). A
-        stream waiting for its first audio always may."""
-        if request.first_audio_time is None:
-            return True
-        if pending >= self.config.max_undecoded_chunks * self.facts.chunk_tokens:
-            out.held_by_codec += 1
-            return False
-        if buffered_s > lead:
-            out.held_by_lead += 1
-            return False
-        return True
 
     def _unheard_may_decode(self, request: Request, out: SchedulerOutput) -> bool:
         """Whether a request without a listener may decode this step: not with two of its
