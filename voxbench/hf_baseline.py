@@ -147,6 +147,12 @@ def load_orpheus_baseline(
     from models.orpheus import configs
     from models.orpheus.presets import ensure_tiny_orpheus
 
+    if random_weights and model != "orpheus-3b":
+        # As the engine's loader says it (models/load_checks.py).
+        raise ValueError(
+            "--random-weights works with orpheus-3b only"
+            + (" (tiny-orpheus is random already)" if model == "tiny-orpheus" else "")
+        )
     tiny_model, tiny_codec = ensure_tiny_orpheus()
     if model == "tiny-orpheus":
         folder, codec = tiny_model, str(tiny_codec)
@@ -162,8 +168,6 @@ def load_orpheus_baseline(
         # As the engine does: the tiny preset's tokenizer has Llama 3's special ids.
         tokenizer = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
         return _started(HFBaseline(llm, tokenizer, snac, model, dev))
-    elif random_weights:
-        raise ValueError("--random-weights works with the presets tiny-orpheus and orpheus-3b only")
     else:
         source = configs.REPO_ID if model == "orpheus-3b" else model
         folder, codec = (

@@ -27,3 +27,10 @@ def test_another_familys_model_is_refused_naming_those_with_one(model):
     assert "has no per-request baseline" in message and "not Orpheus" not in message
     assert "CosyVoice 2 (tiny-cosyvoice2, cosyvoice2-0.5b)" in message
     assert "Orpheus (tiny-orpheus, orpheus-3b)" in message
+
+
+def test_the_orpheus_baseline_refuses_random_weights_as_the_engine_does():
+    """tiny-orpheus is seeded random weights already: the baseline refuses --random-weights
+    for it as `voxgate serve` does (models/load_checks.py), before anything loads."""
+    with pytest.raises(ValueError, match="tiny-orpheus is random already"):
+        load_baseline("tiny-orpheus", "cpu", random_weights=True)
