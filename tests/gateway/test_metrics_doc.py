@@ -39,3 +39,30 @@ def test_every_exported_metric_is_documented():
     assert "voxgate_engine_lane_jobs" in exported and "voxgate_encoder_processes_alive" in exported
     missing = sorted(exported - documented_names())
     assert not missing, f"add to docs/gateway.md's metrics table: {', '.join(missing)}"
+
+
+def test_every_replica_metric_is_in_the_scale_out_doc():
+    """A replica pool's per-replica metrics (gateway/replica_metrics.py) are listed in
+    docs/scale-out.md, in full or by their suffix after `voxgate_replica`."""
+    from gateway.replica_metrics import ReplicaCollector
+
+    replica = SimpleNamespace(
+        ready=True,
+        healthy=True,
+        seconds_since_start=lambda: 1.0,
+        record=SimpleNamespace(restarts=0),
+    )
+    stats = SimpleNamespace(
+        running=0, waiting=0, kv_blocks_used=0, kv_blocks_total=1, realtime_room=True, steps=0
+    )
+    replica.stats = lambda: stats
+    pool = SimpleNamespace(names=["replica-0"], replicas=[replica], pinned=[0])
+    exported = {family.name for family in ReplicaCollector(pool).collect()}
+    assert "voxgate_replica_up" in exported and "voxgate_replicas_ready" in exported
+    doc = (DOC.parent / "scale-out.md").read_text()
+    missing = sorted(
+        name
+        for name in exported
+        if name not in doc and f"`{name.removeprefix('voxgate_replica')}" not in doc
+    )
+    assert not missing, f"add to docs/scale-out.md's metrics: {', '.join(missing)}"
