@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -300,6 +300,31 @@ class ResponseStream:
         self.request_id = request_id  # set on admission when not known up front
         self._loop = loop
         self._queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self.lost = False  # the engine went away before the stream's end (lose)
+        self._on_lost: list[Callable[[], None]] = []
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call `callback` on the consumer's event loop when the engine is lost before this
+        stream ends (at once if it already was). The stream's failed `Finished` is queued
+        behind the audio that came before it, which a paced consumer would play out first:
+        this says sooner that none of it will be followed."""
+        if self.lost:
+            callback()
+        else:
+            self._on_lost.append(callback)
+
+    def lose(self, finished: Finished) -> None:
+        """The engine is gone: `finished` (failed) ends the stream and the on_lost callbacks
+        run. From any thread."""
+
+        def deliver() -> None:
+            self.lost = True
+            self._queue.put_nowait(finished)
+            for callback in self._on_lost:
+                callback()
+
+        with contextlib.suppress(RuntimeError):  # the consumer's loop has closed
+            self._loop.call_soon_threadsafe(deliver)
 
     def push(self, event: EngineEvent) -> None:
         """Deliver from any thread. A consumer whose event loop has closed is simply gone: that

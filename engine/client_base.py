@@ -198,7 +198,7 @@ class ClientBase:
             streams, self._streams = self._streams, {}
             waiting, self._waiting = self._waiting, {}
         for request_id, stream in streams.items():
-            stream.push(Finished(request_id, FinishReason.FAILED, 0, reason))
+            stream.lose(Finished(request_id, FinishReason.FAILED, 0, reason))
         for w in waiting.values():
             if w.future.set_running_or_notify_cancel():
                 w.future.set_exception(EngineDead(reason))

@@ -173,6 +173,9 @@ class ReplyLifecycle:
         # audio_ms, the pacing and heard_s are played time; the engine's requests model time.
         self.time = PlayedTime(speed)
         self._stopped = asyncio.Event()  # set by a barge-in: no more audio goes out
+        # Set by a barge-in or the engine's loss: frames waiting for their pacing slot are
+        # dropped, so the loss is told at once, not after the audio already made plays out.
+        self._halted = asyncio.Event()
         self._requests: dict[str, RequestState] = {}
         self._submits: dict[str, asyncio.Future] = {}  # submits in flight, by request id
         self._first_submit: float | None = None
@@ -257,6 +260,7 @@ class ReplyLifecycle:
         self._submits.pop(request_id, None)
         if self._requests[request_id] is RequestState.SUBMITTING:
             self._requests[request_id] = RequestState.GENERATING
+        stream.on_lost(self._halted.set)
         return stream
 
     def _refused(self, exc: Exception) -> None:
@@ -313,6 +317,7 @@ class ReplyLifecycle:
         if not self.cancelled:
             self.status = combined(self.status, ResponseStatus.CANCELLED)
             self._stopped.set()
+            self._halted.set()
         self.cancel_engine_requests()
 
     def cancel_engine_requests(self) -> None:
@@ -360,7 +365,7 @@ class ReplyLifecycle:
 
     async def send(self, frames: list[bytes]) -> bool:
         """Send frames in order, each once its pacing slot comes. False once the reply was
-        cancelled: the frames not yet sent are dropped."""
+        cancelled or its engine lost: the frames not yet sent are dropped."""
         frame_ms = self._output.frame_ms
         for frame in frames:
             if not await self._slot(frame_ms / 1000):
@@ -376,8 +381,9 @@ class ReplyLifecycle:
         return True
 
     async def _slot(self, frame_s: float) -> bool:
-        """Wait until the next frame may leave; False once a barge-in stopped the reply."""
-        if self._stopped.is_set():
+        """Wait until the next frame may leave; False once a barge-in stopped the reply or its
+        engine was lost."""
+        if self._halted.is_set():
             return False
         if self._clock is None:
             return True
@@ -385,7 +391,7 @@ class ReplyLifecycle:
         if pause > 0:
             try:
                 async with asyncio.timeout(pause):
-                    await self._stopped.wait()
+                    await self._halted.wait()
                 return False
             except TimeoutError:
                 pass

@@ -338,7 +338,8 @@ class ResponseRunner:
             if isinstance(event, AudioChunk):
                 self._model_audio_s += event.duration_s
                 async for frames in encoder.encode_parts(event.pcm):
-                    await self.reply.send(frames)
+                    if not await self.reply.send(frames):
+                        break  # cancelled, or the engine lost: encode no more of it
                     self._words.release(self.reply.audio_ms)
                 continue
             if isinstance(event, WordTimings):

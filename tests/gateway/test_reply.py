@@ -325,6 +325,36 @@ async def test_a_cancel_stops_paced_audio_at_once():
     assert metrics.registry.get_sample_value("voxgate_ttfa_seconds_count") == 1
 
 
+async def test_an_engine_lost_stops_paced_audio_at_once():
+    """The engine dies with audio still waiting for its pacing slots: those frames are dropped
+    and the stream's failed end comes next, so the session is told now, not after up to the
+    lead of audio already made has played out."""
+    engine, client, metrics = RecordingEngine(), Client(), GatewayMetrics(lambda: None)
+    reply = make_reply(engine, client, metrics, lead_s=0.1)
+    reply.start()
+    stream = await reply.submit(request())
+    sending = asyncio.create_task(reply.send([bytes(960)] * 50))  # 1 s of 20-ms frames
+    await asyncio.sleep(0.05)
+    stream.lose(Finished("resp_test", FinishReason.FAILED, 0, "the engine process exited"))
+    assert await asyncio.wait_for(sending, 0.5) is False  # not after the whole second
+    assert 5 <= client.frames < 50 and not reply.cancelled
+    assert await reply.send([bytes(960)]) is False
+    event = await stream.get()
+    assert (event.reason, event.error) == (FinishReason.FAILED, "the engine process exited")
+    assert reply.finished(event) is ResponseStatus.FAILED
+    assert client.events[-1] == ErrorEvent(ErrorCode.MODEL_ERROR, "the engine process exited")
+
+
+async def test_a_stream_lost_before_its_consumer_watches_it_says_so_at_once():
+    stream = ResponseStream(asyncio.get_running_loop(), "r")
+    stream.lose(Finished("r", FinishReason.FAILED, 0, "gone"))
+    await until(lambda: stream.lost)
+    told = []
+    stream.on_lost(lambda: told.append(True))
+    assert told == [True]
+    assert (await stream.get()).reason is FinishReason.FAILED
+
+
 async def test_what_the_user_heard_is_their_report_capped_at_what_was_sent():
     engine, client, metrics = RecordingEngine(), Client(), GatewayMetrics(lambda: None)
     reply = make_reply(engine, client, metrics, lead_s=0.2)
