@@ -171,10 +171,16 @@ async def _synthesize(
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    from engine.api import SamplingParams, resolve_request_options
+    from engine.api import resolve_request_options
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from gateway.response import length_shares, share_tokens
+    from gateway.speech_options import (
+        OptionRefused,
+        check_voice,
+        checked_model_options,
+        checked_sampling,
+    )
     from gateway.time_stretch import check_speed
     from models.families import known_family
     from models.registry import DEFAULT_MODEL
@@ -208,15 +214,15 @@ def run_synth(args: argparse.Namespace) -> int:
         "min_tokens": args.min_tokens,
     }
     facts = engine.facts
-    try:
-        sampling = SamplingParams(
-            **{**facts.sampling_defaults, **{k: v for k, v in given.items() if v is not None}}
+    try:  # checked as the gateway's endpoints check them (gateway/speech_options.py)
+        check_voice(args.voice, facts)
+        sampling = checked_sampling({k: v for k, v in given.items() if v is not None}, facts)
+        model_options = checked_model_options(
+            typed_model_options(raw_options, facts.request_options), facts
         )
-        model_options = typed_model_options(raw_options, facts.request_options)
-        resolve_request_options(facts.request_options, model_options, facts.name)
-    except ValueError:  # said in one line by the command line; the engine is not needed
+    except (OptionRefused, ValueError) as exc:  # said in one line; the engine is not needed
         asyncio.run(engine.shutdown())
-        raise
+        raise ValueError(exc.message if isinstance(exc, OptionRefused) else str(exc)) from None
     # max/min_tokens are the whole text's, shared out by length as the gateway shares them.
     samplings = [share_tokens(sampling, share) for share in length_shares(segments)]
     audio, finished = asyncio.run(

@@ -89,6 +89,17 @@ def test_synth_rejects_bad_sampling_values(tmp_path):
     assert result.returncode == 2 and "temperature must be in" in result.stderr
 
 
+def test_synth_checks_its_options_as_the_endpoints_do(tmp_path):
+    """max_tokens beyond the model's context and a voice the model lacks: one line each, as
+    session.start and POST /v1/audio/speech refuse them (gateway/speech_options.py)."""
+    out = str(tmp_path / "z.wav")
+    long = run_cli("synth", "--text", "Hi", "--out", out, "--max-tokens", "100000000")
+    assert long.returncode == 2 and "below voxgate-tiny's context" in long.stderr
+    voice = run_cli("synth", "--text", "Hi", "--out", out, "--voice", "nobody")
+    assert voice.returncode == 2 and "voice is not one of voxgate-tiny's" in voice.stderr
+    assert "Traceback" not in long.stderr + voice.stderr
+
+
 def test_synth_says_every_sentence_of_a_paragraph_with_the_default_voice(tmp_path):
     """voxgate-tiny learned single sentences and ends its audio at a sentence's final mark: a
     paragraph is cut into sentences as the gateway cuts it, and every one is said."""
