@@ -225,7 +225,10 @@ class SpeechResponse(Response):
                 "speech %s failed after its first audio: %s", self.stream.response_id, failed
             )
             if not sse:
-                raise RuntimeError(f"speech {self.stream.response_id} failed: {failed}")
+                # An audio body has no way to say it failed: it ends without its last chunk,
+                # which the server answers by closing the connection (one log line), so the
+                # client sees a cut-off transfer, never a short file that looks whole.
+                return
             end = _sse({"type": "error", "error": {"message": failed, "type": "server_error"}})
         elif sse:
             tokens = self.stream.generated_tokens
