@@ -44,9 +44,11 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | No
 
 def run_serve(args: argparse.Namespace) -> int:
     import logging
+    import os
 
     from gateway.startup import serve
 
+    warn_unknown_environment(os.environ)
     settings = settings_from_args(args)
     log = logging.getLogger("voxgate.gateway")
     if settings.auth_enabled:
@@ -59,6 +61,17 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     # Port, model, weights and KV cache are checked before serving; a bad one is one line.
     return serve(settings, getattr(args, "log_level", "info").lower())
+
+
+def warn_unknown_environment(environ: Mapping[str, str]) -> None:
+    """A warning per VOXGATE_* variable that no setting reads: a mistyped name would otherwise
+    be ignored in silence (VOXGATE_API_KEYZ leaving the server open)."""
+    import logging
+
+    from gateway.settings import unknown_environment
+
+    for line in unknown_environment(environ):
+        logging.getLogger("voxgate.gateway").warning("%s", line)
 
 
 def _check_writable(path: str) -> None:

@@ -6,7 +6,10 @@ the field's default. Values are validated where they land (GatewaySettings, Engi
 family's options), so every source gets the same one-line errors.
 
 A key is the long option without its dashes, `-` as `_`: `--max-num-seqs` is `max_num_seqs`
-in the file and VOXGATE_MAX_NUM_SEQS in the environment.
+in the file and VOXGATE_MAX_NUM_SEQS in the environment. A field may also name a variable of its
+own (`--api-key`: VOXGATE_API_KEY and VOXGATE_API_KEYS; keys from both are accepted). A
+VOXGATE_* variable that is neither a setting nor in OTHER_ENVIRONMENT is reported at start-up
+(unknown_environment), never refused.
 
 Light: no torch and no server stack, so `voxgate --help` stays fast."""
 
@@ -29,6 +32,28 @@ from gateway.config import GatewaySettings
 from models.families import check_load_options, option_fields, owners_text
 
 TWILIO_TOKEN_ENV = "VOXGATE_TWILIO_AUTH_TOKEN"  # a secret: environment only, never a flag
+
+# The VOXGATE_* variables read elsewhere than the settings (the secret above, the preset cache,
+# model families' checkpoints, test switches and compose files), so that start-up does not
+# report them as unknown. tests/gateway/test_settings.py checks that every VOXGATE_* name in
+# the repository is a setting or listed here.
+OTHER_ENVIRONMENT = frozenset(
+    {
+        TWILIO_TOKEN_ENV,
+        "VOXGATE_CACHE",  # models/preset_cache.py: where presets are written
+        "VOXGATE_STEP_AUDIO2_MINI",  # models/step_audio2/family.py: checkpoints and voice
+        "VOXGATE_STEP_AUDIO2_PROMPT_WAV",
+        "VOXGATE_STEP_AUDIO2_TOKEN2WAV",
+        "VOXGATE_GLM_VOICE_9B",  # models/glm_voice/family.py: checkpoints
+        "VOXGATE_GLM_VOICE_TOKENIZER",
+        "VOXGATE_GLM_VOICE_DECODER",
+        "VOXGATE_RAY_HEAD",  # docker-compose.yml: the Ray head a worker joins
+        "VOXGATE_REFERENCE_DIR",  # tests: reference implementations, the soak, screenshots
+        "VOXGATE_SOAK_S",
+        "VOXGATE_RELIABILITY_FULL",
+        "VOXGATE_BROWSER_SCREENSHOT",
+    }
+)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -48,8 +73,10 @@ class Option:
         return self.meta["flag"]
 
     @property
-    def env(self) -> str:
-        return self.meta.get("env") or f"VOXGATE_{self.key.upper()}"
+    def envs(self) -> tuple[str, ...]:
+        """Its variables: VOXGATE_<KEY upper>, then the field's own name where it has one."""
+        rule = f"VOXGATE_{self.key.upper()}"
+        return tuple(dict.fromkeys((rule, self.meta.get("env") or rule)))
 
     @property
     def group(self) -> str:
@@ -191,29 +218,51 @@ def _checked(option: Option, value: Any, where: str) -> Any:
 
 
 def read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The settings given as VOXGATE_* variables (others are left alone: VOXGATE_CACHE …)."""
-    values = {}
+    """The settings given as VOXGATE_* variables (others are left alone: VOXGATE_CACHE …). An
+    option with two variables takes the first one set, or, for a `merge` option (API keys),
+    the values of both."""
+    values: dict[str, Any] = {}
     for option in options():
-        raw = environ.get(option.env)
-        if not raw:  # unset, or set empty (as compose files leave them): not given
+        given = [_parsed(option, environ[n], n) for n in option.envs if environ.get(n)]
+        if not given:  # unset, or set empty (as compose files leave them): not given
             continue
-        values[option.key] = _parsed(option, raw)
+        if option.meta.get("merge"):
+            values[option.key] = [v for vs in given for v in vs]
+        else:
+            values[option.key] = given[0]
     return values
 
 
-def _parsed(option: Option, raw: str) -> Any:
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """One line per VOXGATE_* variable that nothing reads (a mistyped name), with the closest
+    known name: start-up logs them rather than refusing to start."""
+    known = {name for option in options() for name in option.envs} | OTHER_ENVIRONMENT
+    lines = []
+    for name in sorted(environ):
+        if not name.startswith("VOXGATE_") or name in known:
+            continue
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        lines.append(
+            f"${name} is not a voxgate setting and is ignored: {hint}A setting's variable is "
+            "VOXGATE_ and its long option in capitals with _ for - (voxgate serve --help)"
+        )
+    return lines
+
+
+def _parsed(option: Option, raw: str, name: str) -> Any:
     kind = option.kind
     if kind is tuple:
         return _split(raw)
     if kind is bool:
         word = raw.strip().lower()
         if word not in (*_TRUE, *_FALSE):
-            raise ConfigError(f"${option.env} must be true or false (1/0, yes/no), got {raw!r}")
+            raise ConfigError(f"${name} must be true or false (1/0, yes/no), got {raw!r}")
         return word in _TRUE
     try:
         return kind(raw)
     except ValueError:
-        raise ConfigError(f"${option.env} must be {kind.__name__}, got {raw!r}") from None
+        raise ConfigError(f"${name} must be {kind.__name__}, got {raw!r}") from None
 
 
 def _split(raw: str) -> list[str]:

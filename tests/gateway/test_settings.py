@@ -110,3 +110,47 @@ def test_every_option_has_one_flag_and_key():
     assert {"--eager", "--llm-priority", "--trace-requests", "--first-audio-budget"} <= {
         o.flag for o in found
     }
+
+
+def test_api_keys_come_from_the_variable_the_naming_rule_gives_and_from_the_old_one():
+    assert settings(environ={"VOXGATE_API_KEY": "s3cret"}).api_keys == ("s3cret",)
+    assert settings(environ={"VOXGATE_API_KEYS": "a,b"}).api_keys == ("a", "b")
+    both = {"VOXGATE_API_KEY": "k1", "VOXGATE_API_KEYS": "k2 k1"}
+    assert settings(environ=both).api_keys == ("k1", "k2")  # both are accepted
+
+
+def test_an_unknown_voxgate_variable_is_reported_with_the_closest_name(caplog):
+    from gateway.serve_cli import warn_unknown_environment
+
+    environ = {"VOXGATE_PORTT": "9000", "VOXGATE_PORT": "9001", "HOME": "/root"}
+    with caplog.at_level("WARNING", logger="voxgate.gateway"):
+        warn_unknown_environment(environ)
+    (line,) = caplog.messages
+    assert "$VOXGATE_PORTT is not a voxgate setting and is ignored" in line
+    assert "did you mean VOXGATE_PORT?" in line
+    assert settings(environ=environ).port == 9001  # reported, never refused
+
+
+def test_every_voxgate_variable_the_repository_reads_is_known():
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from gateway.settings import OTHER_ENVIRONMENT, unknown_environment
+
+    root = Path(__file__).resolve().parents[2]
+    files = subprocess.run(
+        ["git", "ls-files", "*.py", "*.yml", "*.toml", "*.sh", "Dockerfile*", "Makefile"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    read = re.compile(r"(?:[\"'${]|- )(VOXGATE_[A-Z0-9_]*[A-Z0-9])\b")  # quoted, $X, ${X}, - X=
+    names = set()
+    for name in files:
+        path = root / name
+        if path.is_file() and path != Path(__file__).resolve():  # this file mistypes on purpose
+            names |= set(read.findall(path.read_text()))
+    assert "VOXGATE_CACHE" in names and "VOXGATE_CACHE" in OTHER_ENVIRONMENT
+    assert unknown_environment(dict.fromkeys(names, "x")) == []
