@@ -239,6 +239,18 @@ class EngineConfig:
             "the model family asks for it)",
         ),
     )
+    # How long the engine's own process (engine_process) may take to load and warm up the
+    # model (a first download, Orpheus' first codec compile: minutes) before its start fails.
+    # A process that dies meanwhile fails the start at once, whatever this is.
+    engine_start_timeout_s: float = field(
+        default=600.0,
+        metadata=cli(
+            "--engine-start-timeout",
+            "seconds the engine process may take to load and warm up the model before its "
+            "start fails (a dead one fails at once)",
+            metavar="S",
+        ),
+    )
     # Refuse a new request (EngineOverloaded: the gateway's `overloaded` error) when the decode
     # turn fitted from live turns (engine/turn_cost.py, seeded at warm-up) predicts that one
     # more stream would make every stream's token interval exceed REALTIME_LOAD of a token's
@@ -352,6 +364,10 @@ class EngineConfig:
             )
         if not 0.05 <= self.gil_switch_ms <= 50:
             raise ConfigError(f"gil_switch_ms must be in [0.05, 50], got {self.gil_switch_ms}")
+        if self.engine_start_timeout_s <= 0:
+            raise ConfigError(
+                f"engine_start_timeout_s must be > 0, got {self.engine_start_timeout_s}"
+            )
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if min(self.max_lead_s, self.contended_lead_s) <= 0 or self.urgent_buffer_s < 0:

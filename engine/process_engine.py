@@ -23,7 +23,9 @@ import asyncio
 import logging
 import multiprocessing as mp
 import queue
+import signal
 import threading
+import time
 
 from engine.engine_host import (
     CommandBatch,
@@ -35,14 +37,41 @@ from engine.engine_host import (
 )
 from engine.parent_watch import exit_with_parent
 
-__all__ = ["EngineSpec", "ProcessEngine"]
+__all__ = ["EngineSpec", "ProcessEngine", "describe_exit"]
+
+# While the child loads, start() looks this often whether it is still alive: one that dies
+# (killed, out of memory) fails the start at once instead of after the whole deadline.
+START_POLL_S = 0.2
+# What a child that has just exited may still have sent (its StartFailed): read before its
+# exit code is taken as the reason.
+LAST_WORDS_S = 0.5
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How an engine process ended, for a log line or a metric label: its exit status, or the
+    signal that killed it (SIGKILL is what the kernel's OOM killer sends)."""
+    if exitcode is None:
+        return "stopped answering"
+    if exitcode >= 0:
+        return f"exited with status {exitcode}"
+    number = -exitcode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"was killed by signal {number}"
+    if number == signal.SIGKILL:
+        return f"was killed by {name} (signal {number}; the kernel's OOM killer sends it)"
+    return f"was killed by {name} (signal {number})"
 
 
 class ProcessEngine(HostedClient):
-    def __init__(self, spec: EngineSpec, start_timeout_s: float = 600.0) -> None:
+    def __init__(self, spec: EngineSpec, start_timeout_s: float | None = None) -> None:
         super().__init__()
         self.spec = spec
-        self.start_timeout_s = start_timeout_s
+        # How long loading and warming up the model may take (--engine-start-timeout).
+        self.start_timeout_s = (
+            spec.config.engine_start_timeout_s if start_timeout_s is None else start_timeout_s
+        )
         ctx = mp.get_context("spawn")  # CUDA cannot be forked
         self._commands = ctx.Queue()
         self._events = ctx.Queue()
@@ -57,13 +86,10 @@ class ProcessEngine(HostedClient):
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the child and wait until its engine is built and warmed up."""
+        """Start the child and wait until its engine is built and warmed up. Raises
+        RuntimeError at once if the child dies meanwhile, naming its exit status or signal."""
         self._process.start()
-        try:
-            message = self._events.get(timeout=self.start_timeout_s)
-        except queue.Empty:
-            self._process.kill()
-            raise RuntimeError("the engine process did not become ready in time") from None
+        message = self._await_start()
         if not isinstance(message, Ready):
             self._process.join(5)
             raise RuntimeError(f"the engine process failed to start: {message.reason}")
@@ -72,6 +98,31 @@ class ProcessEngine(HostedClient):
             target=self._read, name="voxgate-engine-events", daemon=True
         )
         self._reader.start()
+
+    def _await_start(self) -> object:
+        """The child's first message (Ready or StartFailed), waited for in short slices so that
+        a child that died while loading is noticed at once."""
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            try:
+                return self._events.get(timeout=START_POLL_S)
+            except queue.Empty:
+                pass
+            if not self._process.is_alive():
+                try:
+                    return self._events.get(timeout=LAST_WORDS_S)  # its StartFailed, if any
+                except queue.Empty:
+                    raise RuntimeError(
+                        f"the engine process {describe_exit(self._process.exitcode)} while "
+                        "loading the model; its log lines above say why, if it wrote any"
+                    ) from None
+            if time.monotonic() > deadline:
+                self._process.kill()
+                raise RuntimeError(
+                    f"the engine process did not load and warm up the model within "
+                    f"{self.start_timeout_s:g} s: raise --engine-start-timeout if a first "
+                    "download or compile takes longer"
+                )
 
     async def shutdown(self) -> None:
         if self._process.is_alive():
@@ -96,7 +147,8 @@ class ProcessEngine(HostedClient):
                 message = self._events.get(timeout=0.5)
             except queue.Empty:
                 if not self._process.is_alive():
-                    self.failure = self.failure or "the engine process exited"
+                    exited = f"the engine process {describe_exit(self._process.exitcode)}"
+                    self.failure = self.failure or exited
                     self._fail_all(self.failure)
                     return
                 continue

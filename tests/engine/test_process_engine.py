@@ -211,3 +211,45 @@ def test_stats_keep_the_realtime_verdict_and_refusals_across_the_process_boundar
     got = caller.stats()
     assert got.stepping and got.realtime_refusal == "listeners" and not got.realtime_room
     assert got.admission.refusals == {"listeners": 3, "kv": 1}
+
+
+def test_an_engine_process_that_dies_while_loading_fails_its_start_at_once():
+    """A child killed while it loads the model (the OOM killer, an operator) fails start() at
+    once, naming the signal, instead of leaving it waiting out the start deadline."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from engine.process_engine import EngineSpec, ProcessEngine
+
+    engine = ProcessEngine(EngineSpec("tiny-orpheus", None, EngineConfig(num_kv_blocks=256)))
+    assert engine.start_timeout_s == 600.0  # EngineConfig.engine_start_timeout_s
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            engine.start()
+        except RuntimeError as exc:
+            failed.append(exc)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    while engine._process.pid is None:
+        time.sleep(0.01)
+    time.sleep(0.3)  # spawned, loading
+    os.kill(engine._process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    starting.join(30)
+    assert not starting.is_alive() and time.monotonic() - killed < 3.0
+    (error,) = failed
+    assert "was killed by SIGKILL (signal 9" in str(error) and "while loading" in str(error)
+
+
+def test_an_engine_process_exit_names_its_status_or_signal():
+    from engine.process_engine import describe_exit
+
+    assert describe_exit(3) == "exited with status 3"
+    assert describe_exit(-9).startswith("was killed by SIGKILL (signal 9; the kernel's OOM")
+    assert describe_exit(-11) == "was killed by SIGSEGV (signal 11)"
+    assert describe_exit(-200) == "was killed by signal 200"
