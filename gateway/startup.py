@@ -11,6 +11,7 @@ same way when it dies; with --replicas, each Ray replica under its own (gateway/
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import socket
 import sys
@@ -33,6 +34,13 @@ def check_port(host: str, port: int) -> None:
         probe.bind((host, port))
 
 
+def listen_host(host: str) -> str:
+    """The address to bind: an IPv6 literal may be given as in a URL, `[::]`."""
+    if host.startswith("[") and host.endswith("]"):
+        return host[1:-1]
+    return host
+
+
 def explain(exc: BaseException, settings: GatewaySettings) -> str | None:
     """One line saying what went wrong and what to do, or None: not a configuration error."""
     name, text = type(exc).__name__, str(exc)
@@ -40,6 +48,11 @@ def explain(exc: BaseException, settings: GatewaySettings) -> str | None:
         if isinstance(exc, RuntimeError) and text.startswith(prefix):
             name, _, text = text.removeprefix(prefix).partition(": ")
     first = text.strip().splitlines()[0] if text.strip() else name
+    if isinstance(exc, socket.gaierror):  # before OSError: its errno is a resolver code
+        return (
+            f"cannot resolve --host {settings.host}: {exc.strerror or first}; give an address "
+            "of this machine or a name it resolves"
+        )
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         return (
             f"port {settings.port} on {settings.host} is already in use: stop the server "
@@ -76,6 +89,7 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
     from gateway.app import build_engine_for, create_app, uvicorn_config
     from gateway.supervisor import SupervisedEngine
 
+    settings = dataclasses.replace(settings, host=listen_host(settings.host))
     factory: Callable = lambda: build_engine_for(settings)  # noqa: E731 - rebuilt on restart
     if settings.gateway_processes > 1:
         return _serve_processes(settings, log_level)
