@@ -7,7 +7,11 @@ Light: imports no torch, so `voxgate serve --help` can list the families' option
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import errno
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from models.chatterbox.family import FAMILY as CHATTERBOX
 from models.checkpoint_errors import CheckpointError
@@ -96,7 +100,7 @@ def known_family(model: str) -> ModelFamily | None:
     the model loads (engine/factory.py)."""
     try:
         return _find(model, Checkpoint(model, fetch=False))
-    except CheckpointError:
+    except (CheckpointError, OSError):  # family_of, at load, says what is wrong
         return None
 
 
@@ -104,10 +108,31 @@ def _find(model: str, checkpoint: Checkpoint) -> ModelFamily | None:
     for family in FAMILIES:
         if model in family.presets:
             return family
+    _check_source(model)
     for family in FAMILIES:
         if family.recognises is not None and family.recognises(checkpoint):
             return family
     return None
+
+
+def _check_source(model: str) -> None:
+    """Refuse, naming what is at fault, a name that is not a preset and cannot be a checkpoint:
+    a folder this user cannot read (rather than the first file a family looks for in it), or a
+    plain name that is no folder here (a mistyped preset, rather than "no checkpoint folder")."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "this user cannot read the folder", str(path))
+        return
+    if path.exists() or "/" in model or model.startswith((".", "~")):
+        return  # a file, a path or a repo id: the loader says what is wrong with it
+    presets = list(all_presets())
+    near = difflib.get_close_matches(model, presets, n=2, cutoff=0.75)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    raise CheckpointError(
+        f"{model!r} is neither a preset nor a checkpoint folder (nor a Hugging Face repo id like "
+        f"owner/name): {hint}presets are {', '.join(presets)}"
+    )
 
 
 def option_fields() -> Iterator[tuple[tuple[ModelFamily, ...], dataclasses.Field]]:

@@ -164,3 +164,26 @@ def test_every_familys_tiny_preset_is_in_the_engine_run_lists():
     for family in FAMILIES:
         missing = set(family.seeded_presets) - listed
         assert not missing, f"{family.name}: {sorted(missing)} in no engine_run list"
+
+
+def test_a_mistyped_preset_is_named_as_one_with_the_closest_presets():
+    with pytest.raises(CheckpointError) as err:
+        family_of("tiny-orpheuss")
+    line = str(err.value)
+    assert "'tiny-orpheuss' is neither a preset nor a checkpoint folder" in line
+    assert "did you mean tiny-orpheus?" in line and "presets are tiny-cosyvoice2," in line
+    assert "no checkpoint folder" not in line and "\n" not in line
+    assert known_family("tiny-orpheuss") is None
+
+
+def test_an_unreadable_folder_is_named_rather_than_a_file_inside_it(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    folder = folder_with(tmp_path, "locked", {"model_type": "llama"})
+    readable = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: str(p) != str(folder) and readable(p, mode))
+    with pytest.raises(PermissionError) as err:
+        family_of(str(folder))
+    assert err.value.errno == errno.EACCES and err.value.filename == str(folder)
+    assert known_family(str(folder)) is None
