@@ -257,8 +257,9 @@ class CodecWorkersCollector(Collector):
 
 
 class SupervisorCollector(Collector):
-    """Engine supervision (gateway.supervisor): restarts, the serving engine's age, why the
-    last one died, and whether the supervisor still tries."""
+    """Engine supervision (gateway.supervisor): deaths, restarts and failed restarts, the
+    serving engine's age, why the last one died and why the last rebuild failed, and whether
+    the supervisor still tries."""
 
     def __init__(self, supervisor: SupervisedEngine) -> None:
         self._supervisor = supervisor
@@ -270,6 +271,16 @@ class SupervisorCollector(Collector):
             "Engines built in place of a dead one",
             value=record.restarts,
         )
+        yield CounterMetricFamily(
+            "voxgate_engine_deaths",
+            "Engines that died while serving (killed, crashed)",
+            value=record.deaths,
+        )
+        yield CounterMetricFamily(
+            "voxgate_engine_restart_failures",
+            "Rebuilds of a dead engine that failed (to build, to load, or to be prepared)",
+            value=record.restart_failures,
+        )
         yield GaugeMetricFamily(
             "voxgate_engine_seconds_since_restart",
             "Seconds since the engine serving now became ready (its start, or the last restart)",
@@ -280,14 +291,24 @@ class SupervisorCollector(Collector):
             "0 once the supervisor has given up restarting a crash-looping engine",
             value=int(record.healthy),
         )
-        if record.last_reason:
-            info = GaugeMetricFamily(
-                "voxgate_engine_last_death",
-                "Why the last engine died (label reason); 1 once one has",
-                labels=["reason"],
-            )
-            info.add_metric([record.last_reason[:200]], 1)
-            yield info
+        yield from _reason_info(
+            "voxgate_engine_last_death",
+            "Why the last engine died (label reason); 1 once one has",
+            record.last_death,
+        )
+        yield from _reason_info(
+            "voxgate_engine_last_restart_failure",
+            "Why the last rebuild of a dead engine failed (label reason); 1 once one has",
+            record.last_restart_failure,
+        )
+
+
+def _reason_info(name: str, help_text: str, reason: str) -> Iterator[Metric]:
+    """A reason as an info-style gauge (1, labelled `reason`), once there is one."""
+    if reason:
+        info = GaugeMetricFamily(name, help_text, labels=["reason"])
+        info.add_metric([reason[:200]], 1)
+        yield info
 
 
 def _loop_tasks() -> int:

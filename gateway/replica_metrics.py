@@ -61,11 +61,24 @@ class ReplicaCollector(Collector):
         restarts = CounterMetricFamily(
             "voxgate_replica_restarts", "Replicas built in place of a dead one", labels=["replica"]
         )
+        deaths = CounterMetricFamily(
+            "voxgate_replica_deaths", "Replicas that died while serving", labels=["replica"]
+        )
+        last_death = GaugeMetricFamily(
+            "voxgate_replica_last_death",
+            "Why the replica's last engine died (label reason); 1 once one has",
+            labels=["replica", "reason"],
+        )
         for name, replica, stats, _ in rows:
             steps.add_metric([name], stats.steps)
             restarts.add_metric([name], replica.record.restarts)
+            deaths.add_metric([name], replica.record.deaths)
+            if replica.record.last_death:
+                last_death.add_metric([name, replica.record.last_death[:200]], 1)
         yield steps
         yield restarts
+        yield deaths
+        yield last_death
         yield GaugeMetricFamily(
             "voxgate_replicas_ready",
             "Replicas serving now",

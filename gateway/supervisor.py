@@ -40,6 +40,10 @@ from gateway.replica_voices import ReplicaVoices
 
 log = logging.getLogger("voxgate.supervisor")
 
+# How long the watcher waits, once an engine is no longer ready, for the engine's own account of
+# its death (a process engine's reader thread learns the exit status or signal within ~0.5 s).
+DEATH_REASON_WAIT_S = 1.0
+
 
 @dataclass(frozen=True)
 class RestartPolicy:
@@ -89,8 +93,12 @@ class RestartRecord:
     """What `/metrics` shows of the supervisor."""
 
     restarts: int = 0  # engines built in place of a dead one
+    deaths: int = 0  # engines that died while serving
+    restart_failures: int = 0  # rebuilds that failed (to build, to load, or to be prepared)
     started_at: float = 0.0  # when the engine serving now became ready (clock of the supervisor)
-    last_reason: str = ""  # why the last engine died ("" before any death)
+    last_reason: str = ""  # the last failure, a death's or a failed rebuild's ("" before any)
+    last_death: str = ""  # why the last serving engine died ("" before any death)
+    last_restart_failure: str = ""  # why the last rebuild failed ("" before any)
     healthy: bool = True  # False once the supervisor has given up
 
 
@@ -227,14 +235,33 @@ class SupervisedEngine:
         while self.record.healthy:
             await asyncio.sleep(self.policy.poll_s)
             if not self._engine.ready:
-                await self._recover(_death_reason(self._engine))
+                await self._recover(await self._death_reason(self._engine))
+
+    async def _death_reason(self, engine: Any) -> str:
+        """The dead engine's own account of its death (its `failure`), waited for briefly: a
+        process engine's reader thread sets it a moment after the process is gone."""
+        waited = 0.0
+        while not getattr(engine, "failure", None) and waited < DEATH_REASON_WAIT_S:
+            await asyncio.sleep(self.policy.poll_s)
+            waited += self.policy.poll_s
+        failure = getattr(engine, "failure", None)
+        return str(failure) if failure else "the engine stopped without saying why"
+
+    def _record_death(self, reason: str) -> None:
+        self.record.deaths += 1
+        self.record.last_death = self.record.last_reason = reason
+        log.error("engine died (%s); restarting it", reason)
+
+    def _record_restart_failure(self, reason: str) -> None:
+        self.record.restart_failures += 1
+        self.record.last_restart_failure = self.record.last_reason = f"restart failed: {reason}"
+        log.error("%s", self.record.last_reason)
 
     async def _recover(self, reason: str) -> None:
         """Replace the dead engine, backing off between attempts; give up in a crash loop."""
         self._restarting = True
         try:
-            self.record.last_reason = reason
-            log.error("engine died (%s); restarting it", reason)
+            self._record_death(reason)
             dead, self._engine = self._engine, _Stopped(self.facts, self._engine.stats(), reason)
             await self._dispose(dead)
             del dead  # its memory (a KV cache on the GPU) must be free before the next one sizes
@@ -244,11 +271,12 @@ class SupervisedEngine:
                 if self._crashes.gave_up(now):
                     self.record.healthy = False
                     log.error(
-                        "engine failed %d times in %.0f s; not restarting it again (last: %s). "
-                        "/health now fails: restart the server",
+                        "engine failed %d times in %.0f s; not restarting it again (last death: "
+                        "%s; last failed restart: %s). /health now fails: restart the server",
                         self.policy.max_failures,
                         self.policy.window_s,
-                        self.record.last_reason,
+                        self.record.last_death,
+                        self.record.last_restart_failure or "none",
                     )
                     return
                 await asyncio.sleep(self._crashes.backoff_s(now))
@@ -256,8 +284,7 @@ class SupervisedEngine:
                 try:
                     engine = await asyncio.to_thread(self._factory)
                 except Exception as exc:  # noqa: BLE001 - counted as a failure, retried
-                    self.record.last_reason = f"restart failed: {type(exc).__name__}: {exc}"
-                    log.error("%s", self.record.last_reason)
+                    self._record_restart_failure(f"{type(exc).__name__}: {exc}")
                     continue
                 if not await self._prepare(engine):
                     continue
@@ -277,10 +304,7 @@ class SupervisedEngine:
         try:
             await self.before_serving(engine)
         except Exception as exc:  # noqa: BLE001 - counted as a failure, retried
-            self.record.last_reason = (
-                f"restart failed: preparing the new engine: {type(exc).__name__}: {exc}"
-            )
-            log.error("%s", self.record.last_reason)
+            self._record_restart_failure(f"preparing the new engine: {type(exc).__name__}: {exc}")
             await self._dispose(engine)
             return False
         return True
@@ -363,8 +387,3 @@ class _Stopped:
 
     async def shutdown(self) -> None:
         pass
-
-
-def _death_reason(engine: Any) -> str:
-    failure = getattr(engine, "failure", None)
-    return str(failure) if failure else "the engine stopped"

@@ -21,7 +21,15 @@ def exported_names() -> set[str]:
     metrics = GatewayMetrics(lambda: stats)
     for role in (ENCODERS, MIC_DECODERS):
         metrics.watch_codec_workers(SimpleNamespace(role=role, alive=1, restarts=0))
-    record = SimpleNamespace(restarts=1, healthy=True, last_reason="killed")
+    record = SimpleNamespace(
+        restarts=1,
+        deaths=2,
+        restart_failures=1,
+        healthy=True,
+        last_reason="restart failed: out of memory",
+        last_death="killed",
+        last_restart_failure="restart failed: out of memory",
+    )
     metrics.watch_supervisor(SimpleNamespace(record=record, seconds_since_start=lambda: 1.0))
     return {family.name for family in metrics.registry.collect()}
 
@@ -50,7 +58,7 @@ def test_every_replica_metric_is_in_the_scale_out_doc():
         ready=True,
         healthy=True,
         seconds_since_start=lambda: 1.0,
-        record=SimpleNamespace(restarts=0),
+        record=SimpleNamespace(restarts=0, deaths=1, last_death="killed"),
     )
     stats = SimpleNamespace(
         running=0, waiting=0, kv_blocks_used=0, kv_blocks_total=1, realtime_room=True, steps=0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -142,7 +143,57 @@ async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts():
         assert len(attempts) == 1 + FAST.max_failures - 1
         await asyncio.sleep(0.3)
         assert len(attempts) == FAST.max_failures
+        # The death and the failed rebuilds are counted apart, each with its own reason.
+        record = supervised.record
+        assert (record.deaths, record.restart_failures) == (1, FAST.max_failures - 1)
+        assert "division by zero" in record.last_death
+        assert "CUDA out of memory" in record.last_restart_failure
         with pytest.raises(RuntimeError, match="not running"):
             await supervised.submit(SpeechRequest("Hi."))
+    finally:
+        await supervised.shutdown()
+
+
+async def test_a_replacement_killed_while_loading_is_a_failed_restart_apart_from_the_death():
+    """The engine process is killed, then so is its replacement while it loads: the death
+    names the signal, the replacement's start fails at once and counts as a failed restart
+    (its reason kept apart from the death's), and the next rebuild serves."""
+    from gateway.metrics import SupervisorCollector
+
+    builds = []
+
+    def kill_when_spawned(known: set[int]) -> None:
+        while not (new := _engine_processes() - known):
+            time.sleep(0.01)
+        time.sleep(0.3)  # loading
+        os.kill(new.pop(), signal.SIGKILL)
+
+    def factory():
+        builds.append(time.monotonic())
+        if len(builds) == 2:
+            known = _engine_processes()
+            threading.Thread(target=kill_when_spawned, args=(known,), daemon=True).start()
+        return _tiny(engine_process=True)
+
+    before = _engine_processes()
+    supervised = await SupervisedEngine.start(factory, FAST)
+    try:
+        (pid,) = _engine_processes() - before
+        os.kill(pid, signal.SIGKILL)
+        await _until(lambda: supervised.record.restarts == 1, timeout=120)
+        record = supervised.record
+        assert len(builds) == 3 and supervised.ready
+        assert (record.deaths, record.restart_failures) == (1, 1)
+        assert "killed by SIGKILL (signal 9" in record.last_death
+        assert "restart failed" not in record.last_death
+        assert "restart failed" in record.last_restart_failure
+        assert "killed by SIGKILL" in record.last_restart_failure
+        assert "while loading" in record.last_restart_failure
+        samples = {s.name: s for f in SupervisorCollector(supervised).collect() for s in f.samples}
+        assert samples["voxgate_engine_deaths_total"].value == 1
+        assert samples["voxgate_engine_restart_failures_total"].value == 1
+        assert samples["voxgate_engine_restarts_total"].value == 1
+        assert "SIGKILL" in samples["voxgate_engine_last_death"].labels["reason"]
+        await _speaks(supervised)
     finally:
         await supervised.shutdown()
