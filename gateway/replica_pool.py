@@ -40,7 +40,7 @@ from gateway.admission import NOT_READY, admission_refusal
 from gateway.config import GatewaySettings
 from gateway.placement import ReplicaLoad, pick_replica, pool_refusal
 from gateway.replica_voices import ReplicaVoices
-from gateway.supervisor import SupervisedEngine
+from gateway.supervisor import SupervisedEngine, exit_server
 
 
 class ReplicaPool:
@@ -66,6 +66,7 @@ class ReplicaPool:
         self.voices = ReplicaVoices(self.replicas)
         for replica in self.replicas:
             replica.keep_voices_in(self.voices.restore)
+            replica.on_gave_up = self._exit_once_none_recovers
 
     # --- placement -----------------------------------------------------------------------------
     def loads(self) -> list[ReplicaLoad]:
@@ -172,6 +173,12 @@ class ReplicaPool:
         return sum_stats(stats, pooled_realtime_refusal(ready), self.refusals)
 
     # --- lifecycle -----------------------------------------------------------------------------
+    async def _exit_once_none_recovers(self) -> None:
+        """A replica's supervisor gave up: the others serve on, but once every one has given
+        up (/health fails) the server exits, as with one engine (gateway/supervisor.py)."""
+        if not self.healthy:
+            await exit_server("every engine replica kept dying")
+
     def watch(self) -> None:
         for replica in self.replicas:
             replica.watch()

@@ -10,8 +10,10 @@ sessions are refused with 1013 and `/ready` answers 503; sessions that were mid-
 already told by the dead engine (every open stream ends `failed`) and end with `internal`, 1011.
 
 After `max_failures` deaths (or failed rebuilds) within `window_s` the supervisor stops
-trying and `healthy` turns False, so `/health` fails and an orchestrator restarts the whole
-server: a crash loop that a restart in place does not cure is the orchestrator's to handle.
+trying and `healthy` turns False, so `/health` fails; `GAVE_UP_EXIT_GRACE_S` later the server
+process exits with `GAVE_UP_EXIT_STATUS` (`on_gave_up`, `exit_server`), so that whatever runs
+it starts it again: a crash loop that a restart in place does not cure is the orchestrator's to
+handle, and docker's `restart:` policies act only on an exit.
 
 Voices clients add from a clip (POST /v1/voices, session.start's `voice_clip`) live in the
 engine, so the supervisor records each one it forwards (gateway/replica_voices.py, as a pool of
@@ -30,6 +32,9 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import multiprocessing as mp
+import os
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -43,6 +48,12 @@ log = logging.getLogger("voxgate.supervisor")
 # How long the watcher waits, once an engine is no longer ready, for the engine's own account of
 # its death (a process engine's reader thread learns the exit status or signal within ~0.5 s).
 DEATH_REASON_WAIT_S = 1.0
+# Once the supervisor has given up, /health fails for this long before the server process
+# exits: long enough for a last scrape of /metrics and a liveness probe to see why.
+GAVE_UP_EXIT_GRACE_S = 10.0
+# The server's exit status then: non-zero, so that any restart policy (docker's on-failure,
+# unless-stopped, always; a systemd unit's on-failure) starts it again.
+GAVE_UP_EXIT_STATUS = 1
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,9 @@ class SupervisedEngine:
         # Run on a rebuilt engine before it serves (it gives it the clients' voices:
         # gateway/replica_voices.py); its failure is a failed restart.
         self.before_serving: Callable[[Any], Awaitable[None]] | None = self._voices.restore
+        # Run once the supervisor has given up: the server process exits after a grace
+        # (exit_server). A replica pool exits only once every replica has given up.
+        self.on_gave_up: Callable[[], Awaitable[None]] | None = self._exit_server
 
     @classmethod
     async def start(
@@ -236,6 +250,11 @@ class SupervisedEngine:
             await asyncio.sleep(self.policy.poll_s)
             if not self._engine.ready:
                 await self._recover(await self._death_reason(self._engine))
+        if self.on_gave_up is not None:
+            await self.on_gave_up()
+
+    async def _exit_server(self) -> None:
+        await exit_server(f"the engine kept dying (last: {self.record.last_reason})")
 
     async def _death_reason(self, engine: Any) -> str:
         """The dead engine's own account of its death (its `failure`), waited for briefly: a
@@ -315,6 +334,35 @@ class SupervisedEngine:
             await asyncio.wait_for(engine.shutdown(), self.policy.shutdown_timeout_s)
         except Exception:  # noqa: BLE001 - a dead engine may fail to shut down; it is dropped
             log.warning("the dead engine did not shut down cleanly", exc_info=True)
+
+
+async def exit_server(why: str) -> None:
+    """End a server that cannot recover on its own: /health has failed since the supervisor
+    gave up; after GAVE_UP_EXIT_GRACE_S more (a last scrape and a liveness probe see it), the
+    process exits with GAVE_UP_EXIT_STATUS and one log line saying why, so that whatever runs
+    it (docker compose's `restart:`, Kubernetes, systemd) starts it again. Cancelled (the
+    server is being stopped meanwhile), it does nothing."""
+    await asyncio.sleep(GAVE_UP_EXIT_GRACE_S)
+    log.critical(
+        "exiting with status %d: %s, and the supervisor gave up restarting it in place; the "
+        "container or service manager must start the server again",
+        GAVE_UP_EXIT_STATUS,
+        why,
+    )
+    _exit_process(GAVE_UP_EXIT_STATUS)
+
+
+def _exit_process(status: int) -> None:
+    """Exit now, from the event loop, whatever the server's shutdown path would wait for: the
+    engine is dead already; the codec worker processes are stopped first and the log lines
+    flushed."""
+    for child in mp.active_children():
+        child.terminate()
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 class _Serving:

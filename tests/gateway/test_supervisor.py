@@ -14,8 +14,16 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.factory import build_engine
-from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
+from engine.outputs import (
+    AudioChunk,
+    EngineStats,
+    Finished,
+    FinishReason,
+    SpeechRequest,
+    StepTiming,
+)
 from engine.request import SamplingParams
+from gateway import supervisor as supervisor_module
 from gateway.supervisor import CrashLoop, RestartPolicy, SupervisedEngine
 
 FAST = RestartPolicy(backoff_s=0.05, max_backoff_s=0.2, max_failures=3, window_s=60, poll_s=0.02)
@@ -123,7 +131,11 @@ async def test_a_killed_engine_process_is_replaced_and_serves_again():
         await supervised.shutdown()
 
 
-async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts():
+async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts(monkeypatch, caplog):
+    # The server process exits a grace after the supervisor gives up: here into `exits`.
+    exits: list[int] = []
+    monkeypatch.setattr(supervisor_module, "GAVE_UP_EXIT_GRACE_S", 0.5)
+    monkeypatch.setattr(supervisor_module, "_exit_process", exits.append)
     attempts = []
 
     def factory():
@@ -137,6 +149,7 @@ async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts():
         supervised.engine.core.step = lambda: 1 / 0
         await supervised.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=20)))
         await _until(lambda: not supervised.healthy, timeout=30)
+        gave_up = time.monotonic()
         assert not supervised.ready and supervised.record.restarts == 0
         assert "CUDA out of memory" in supervised.record.last_reason
         # The death and two failed rebuilds make three failures; then nothing more is tried.
@@ -150,6 +163,13 @@ async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts():
         assert "CUDA out of memory" in record.last_restart_failure
         with pytest.raises(RuntimeError, match="not running"):
             await supervised.submit(SpeechRequest("Hi."))
+        # /health failed meanwhile (healthy False); after the grace the process exits, non-zero.
+        assert exits == []
+        await _until(lambda: exits, timeout=10)
+        assert exits == [1] and time.monotonic() - gave_up >= 0.5
+        (line,) = [r.getMessage() for r in caplog.records if "exiting with status" in r.message]
+        assert "exiting with status 1: the engine kept dying" in line
+        assert "CUDA out of memory" in line
     finally:
         await supervised.shutdown()
 
@@ -197,3 +217,52 @@ async def test_a_replacement_killed_while_loading_is_a_failed_restart_apart_from
         await _speaks(supervised)
     finally:
         await supervised.shutdown()
+
+
+class _FakeEngine:
+    """Just what a supervisor and a replica pool read of an engine; `die()` kills it."""
+
+    facts = None
+    failure: str | None = None
+    ready = True
+
+    def die(self) -> None:
+        self.failure, self.ready = "the engine process was killed by SIGKILL", False
+
+    def stats(self) -> EngineStats:
+        return EngineStats(0, 0, 100, 0, 0, StepTiming(), self.ready)
+
+    async def shutdown(self) -> None:
+        pass
+
+
+async def test_a_replica_pool_exits_only_once_every_replica_has_given_up(monkeypatch, caplog):
+    """One replica in a crash loop gives up alone and the others serve on; the server exits
+    once none can recover (/health fails then)."""
+    from gateway.config import GatewaySettings
+    from gateway.replica_pool import ReplicaPool
+
+    exits: list[int] = []
+    monkeypatch.setattr(supervisor_module, "GAVE_UP_EXIT_GRACE_S", 0.2)
+    monkeypatch.setattr(supervisor_module, "_exit_process", exits.append)
+
+    def no_rebuild():
+        raise RuntimeError("CUDA out of memory")
+
+    engines = [_FakeEngine(), _FakeEngine()]
+    replicas = [SupervisedEngine(no_rebuild, engine, FAST) for engine in engines]
+    pool = ReplicaPool(replicas, ["replica-0", "replica-1"], GatewaySettings())
+    pool.watch()
+    try:
+        engines[0].die()
+        await _until(lambda: not replicas[0].healthy, timeout=10)
+        await asyncio.sleep(0.5)  # past the grace
+        assert pool.healthy and exits == []
+        assert "SIGKILL" in replicas[0].record.last_death
+        engines[1].die()
+        await _until(lambda: not pool.healthy, timeout=10)
+        await _until(lambda: exits, timeout=10)
+        assert exits == [1]
+        assert any("every engine replica kept dying" in r.message for r in caplog.records)
+    finally:
+        await pool.stop_watching()
