@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import parse_qsl
 
 import uvicorn
@@ -23,8 +24,16 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.api import EngineClient, EngineStats
+from gateway.admission import NOT_READY
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
-from gateway.auth import Authenticator, Denial, Principal, SessionSlots, select_subprotocol
+from gateway.auth import (
+    Authenticator,
+    Denial,
+    Principal,
+    SessionSlots,
+    SlotRefusal,
+    select_subprotocol,
+)
 from gateway.client_voices import ClientVoices
 from gateway.codec_workers import (
     GPU_DEFAULT_DECODE_PROCESSES,
@@ -36,7 +45,7 @@ from gateway.codec_workers import (
 from gateway.config import GatewaySettings
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.protocol import AudioSpec, ErrorEvent
+from gateway.protocol import AudioSpec, CloseCode, ErrorCode, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.replica_pool import ReplicaPool, replica_counts
 from gateway.session import Session
@@ -82,6 +91,9 @@ class Gateway:
             else settings
         )
         self.client_voices = ClientVoices(voice_settings, home=lambda: self.engine)
+        self.sessions: set[Session] = set()  # the WebSocket sessions open now
+        self.draining = False  # the server is stopping (drain): not ready, no new sessions
+        self.engine_shut_down = False  # by the lifespan, when it owns the engine
 
     def open_encoder(self, spec: AudioSpec, source_rate: int) -> ChunkEncoder:
         """A response's output encoder (gateway.audio.OpenEncoder): on this process's worker
@@ -109,7 +121,24 @@ class Gateway:
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None and self.engine.ready
+        return not self.draining and self.engine is not None and self.engine.ready
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop gracefully: /ready turns 503 and new sessions are refused (1013) at once; the
+        responses in flight get up to `timeout_s` to finish; then every session still open is
+        closed with 1001 (going away), each given close_timeout_s to say goodbye."""
+        self.draining = True
+        busy = sum(session.busy for session in self.sessions)
+        log.info(
+            "stopping: %d sessions open, %d with a response in flight; waiting up to %g s",
+            len(self.sessions),
+            busy,
+            timeout_s,
+        )
+        await _wait_until(lambda: not any(s.busy for s in self.sessions), timeout_s)
+        for session in list(self.sessions):
+            session.go_away()
+        await _wait_until(lambda: not self.sessions, self.settings.close_timeout_s + 1)
 
     # --- routes ----------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -130,6 +159,8 @@ class Gateway:
         extra = {"replicas": replica_counts(pool)} if pool is not None else {}
         if self.ready:
             return JSONResponse({"status": "ready", "model": self.engine.facts.name, **extra})
+        if self.draining:
+            return JSONResponse({"status": "stopping", **extra}, status_code=503)
         restarting = isinstance(self.engine, SupervisedEngine | ReplicaPool) and (
             self.engine.restarting
         )
@@ -223,7 +254,7 @@ class Gateway:
             return
         wire = make_wire(ws, self.engine)
         await ws.accept(subprotocol=wire.subprotocol)
-        refusal = self.slots.acquire(verdict)
+        refusal = _STOPPING if self.draining else self.slots.acquire(verdict)
         if refusal is not None:
             self.metrics.count_refused(refusal)
             log.info("session refused key=%s: %s", verdict.label, refusal.message)
@@ -261,7 +292,11 @@ class Gateway:
             self.client_voices,
             self.open_mic_decoder,
         )
-        await session.run()
+        self.sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            self.sessions.discard(session)
 
     async def _deny(self, ws: WebSocket, denial: Denial) -> None:
         self.metrics.handshakes_refused.labels(str(denial.status)).inc()
@@ -272,6 +307,22 @@ class Gateway:
             )
         else:  # servers without the denial extension answer a pre-accept close with 403
             await ws.close()
+
+
+# A session opened while the server stops: refused as one beyond capacity is (error
+# `overloaded`, close 1013), so clients retry elsewhere or later; counted as `not_ready`.
+_STOPPING = SlotRefusal(
+    ErrorCode.OVERLOADED,
+    CloseCode.TRY_AGAIN_LATER,
+    "the server is stopping: connect again later or to another server",
+    NOT_READY,
+)
+
+
+async def _wait_until(done: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
 
 
 def _static_routes(settings: GatewaySettings) -> list:
@@ -290,21 +341,24 @@ def create_app(
     settings: GatewaySettings,
     engine: EngineClient | SupervisedEngine | None = None,
     restart_policy: RestartPolicy | None = None,
+    owns_engine: bool = False,
 ) -> Starlette:
     """The app. Without `engine`, the lifespan builds a supervised one from the settings
     (restarted by `restart_policy` when it dies), or with `settings.replicas` a pool of
-    supervised Ray replicas; a given engine is the caller's to own, and is supervised only if
-    it is a SupervisedEngine or a ReplicaPool."""
+    supervised Ray replicas; a given engine is the caller's to own unless `owns_engine` (then
+    the lifespan shuts it down, as `voxgate serve` wants), and is supervised only if it is a
+    SupervisedEngine or a ReplicaPool."""
     gateway = Gateway(settings, engine)
-    owns_engine = engine is None
+    builds_engine = engine is None
+    owns_engine = owns_engine or builds_engine
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if owns_engine and settings.replicas:
+        if builds_engine and settings.replicas:
             from gateway.ray_cluster import build_replica_pool  # imports Ray
 
             gateway.engine = await asyncio.to_thread(build_replica_pool, settings, restart_policy)
-        elif owns_engine:
+        elif builds_engine:
             # A dead engine is rebuilt from the settings, as at start-up (gateway.supervisor).
             gateway.engine = await SupervisedEngine.start(
                 lambda: build_engine_for(settings), restart_policy
@@ -343,6 +397,7 @@ def create_app(
                 await watched.stop_watching()
             if owns_engine and gateway.engine is not None:
                 await gateway.engine.shutdown()
+                gateway.engine_shut_down = True
 
     voices = VoicesEndpoint(gateway)
     routes = [

@@ -204,6 +204,15 @@ class GatewaySettings:
         ),
     )
     close_timeout_s: float = 5.0
+    drain_timeout_s: float = field(
+        default=20.0,
+        metadata=cli(
+            "--drain-timeout",
+            "seconds a stopping server (SIGTERM, Ctrl+C) gives responses in flight to finish "
+            "before it closes the sessions still open with 1001",
+            group=LIMITS,
+        ),
+    )
     # --- streamed text → engine requests ---
     min_segment_chars: int = 20
     max_segment_chars: int = 300
@@ -335,6 +344,7 @@ class GatewaySettings:
         self._check_range("start_timeout_s", self.start_timeout_s, 0.1, 3600)
         self._check_range("idle_timeout_s", self.idle_timeout_s, 1, 86_400)
         self._check_range("close_timeout_s", self.close_timeout_s, 0.1, 600)
+        self._check_range("drain_timeout_s", self.drain_timeout_s, 0, 3600)
         self._check_range("min_segment_chars", self.min_segment_chars, 1, self.max_segment_chars)
         self._check_range("max_segment_chars", self.max_segment_chars, 16, 100_000)
         self._check_range("segment_pipeline_depth", self.segment_pipeline_depth, 1, 16)

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from starlette.status import WS_1001_GOING_AWAY
 from starlette.types import Message
 from starlette.websockets import WebSocket
 
@@ -167,6 +168,16 @@ class Session:
         finally:
             closing.cancel()
             await self._teardown(reader, writer, player)
+
+    @property
+    def busy(self) -> bool:
+        """A response is being made or played: a stopping server waits for it (Gateway.drain)."""
+        conversation = self._speech
+        return self._responses.busy or (conversation is not None and conversation.busy)
+
+    def go_away(self) -> None:
+        """The server is stopping: close with 1001 (going away) once what is queued is sent."""
+        self._begin_close(WS_1001_GOING_AWAY, "server shutting down")
 
     def _task_failed(self, exc: BaseException) -> None:
         if isinstance(exc, SendQueueFull):
@@ -320,7 +331,7 @@ class Session:
     def _idle_since(self) -> float:
         """Idle means no client message and nothing playing; playing audio is not idling."""
         conversation = self._speech
-        if self._responses.busy or (conversation is not None and conversation.busy):
+        if self.busy:
             return time.monotonic()
         played = conversation.last_played if conversation is not None else 0.0
         return max(self._reader.last_activity, self._responses.last_played, played)

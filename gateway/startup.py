@@ -6,6 +6,9 @@ operator can fix (a port in use, an unknown model, weights that cannot be read, 
 room for the KV cache) surface here, not inside uvicorn's lifespan (which prints tracebacks).
 The engine then serves under the supervisor (gateway/supervisor.py), which rebuilds it the
 same way when it dies; with --replicas, each Ray replica under its own (gateway/ray_cluster.py). Anything not mapped here is a bug and keeps its traceback.
+
+SIGTERM or Ctrl+C stops the server gracefully (DrainingServer): responses in flight finish within
+--drain-timeout, the app's lifespan shuts the engine down, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ import dataclasses
 import errno
 import socket
 import sys
+import time
 from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import uvicorn
 
 from gateway.config import GatewaySettings
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
 
 # What the engine's own process, or a Ray replica, reports as "<ExceptionType>: <message>"
 # (engine/process_engine.py, engine/ray_replica.py).
@@ -84,8 +95,6 @@ def explain(exc: BaseException, settings: GatewaySettings) -> str | None:
 def serve(settings: GatewaySettings, log_level: str) -> int:
     """Check the port, build and supervise the engine, serve until stopped; 2 with one line on
     stderr for a bad configuration."""
-    import uvicorn
-
     from gateway.app import build_engine_for, create_app, uvicorn_config
     from gateway.supervisor import SupervisedEngine
 
@@ -107,13 +116,56 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
             raise
         print(f"error: {line}", file=sys.stderr)
         return 2
+    app = create_app(settings, engine, owns_engine=True)  # its lifespan shuts the engine down
+    gateway = app.state.gateway
     try:
-        uvicorn.Server(
-            uvicorn_config(create_app(settings, engine), settings, log_level=log_level)
-        ).run()
+        DrainingServer(uvicorn_config(app, settings, log_level=log_level), gateway, settings).run()
     finally:
-        asyncio.run(engine.shutdown())
+        if not gateway.engine_shut_down:  # the lifespan never ran, or a second signal cut it
+            asyncio.run(engine.shutdown())
     return 0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, stopping gracefully. On SIGTERM or Ctrl+C the gateway drains first
+    (Gateway.drain: /ready 503 and new sessions refused at once, responses in flight finish
+    within --drain-timeout, the sessions still open closed with 1001); then uvicorn shuts down,
+    giving HTTP requests in flight what is left of the drain time (at least close_timeout_s;
+    Config.timeout_graceful_shutdown), and runs the lifespan's shutdown, which stops the
+    engine. Left alone, uvicorn would close every WebSocket at once (1012) and re-raise the
+    signal (exit -15); a handled signal exits 0. A second signal stops at once."""
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway, settings: GatewaySettings):
+        super().__init__(config)
+        self._gateway = gateway
+        self._settings = settings
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._drain: asyncio.Task | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._loop is None or self._stopping:  # still starting, or asked twice: now
+            self.force_exit = self._stopping
+            self.should_exit = True
+            return
+        self._stopping = True
+        self._loop.call_soon_threadsafe(self._start_drain)  # safe from a signal handler
+
+    def _start_drain(self) -> None:
+        self._drain = asyncio.create_task(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        deadline = time.monotonic() + self._settings.drain_timeout_s
+        try:
+            await self._gateway.drain(self._settings.drain_timeout_s)
+        finally:
+            left = deadline - time.monotonic()
+            self.config.timeout_graceful_shutdown = max(left, self._settings.close_timeout_s)
+            self.should_exit = True
 
 
 def _serve_processes(settings: GatewaySettings, log_level: str) -> int:
