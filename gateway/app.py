@@ -24,14 +24,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.api import EngineClient, EngineStats
-from gateway.admission import NOT_READY
 from gateway.audio import ChunkEncoder, make_off_loop_encoder
 from gateway.auth import (
     Authenticator,
     Denial,
     Principal,
     SessionSlots,
-    SlotRefusal,
     select_subprotocol,
 )
 from gateway.client_voices import ClientVoices
@@ -45,7 +43,7 @@ from gateway.codec_workers import (
 from gateway.config import GatewaySettings
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.protocol import AudioSpec, CloseCode, ErrorCode, ErrorEvent
+from gateway.protocol import AudioSpec, ErrorEvent
 from gateway.realtime import RealtimeWire, dialect_of
 from gateway.replica_pool import ReplicaPool, replica_counts
 from gateway.session import Session
@@ -128,6 +126,7 @@ class Gateway:
         responses in flight get up to `timeout_s` to finish; then every session still open is
         closed with 1001 (going away), each given close_timeout_s to say goodbye."""
         self.draining = True
+        self.slots.closed = True  # new sessions and speech requests are refused from now
         busy = sum(session.busy for session in self.sessions)
         log.info(
             "stopping: %d sessions open, %d with a response in flight; waiting up to %g s",
@@ -254,7 +253,7 @@ class Gateway:
             return
         wire = make_wire(ws, self.engine)
         await ws.accept(subprotocol=wire.subprotocol)
-        refusal = _STOPPING if self.draining else self.slots.acquire(verdict)
+        refusal = self.slots.acquire(verdict)
         if refusal is not None:
             self.metrics.count_refused(refusal)
             log.info("session refused key=%s: %s", verdict.label, refusal.message)
@@ -307,16 +306,6 @@ class Gateway:
             )
         else:  # servers without the denial extension answer a pre-accept close with 403
             await ws.close()
-
-
-# A session opened while the server stops: refused as one beyond capacity is (error
-# `overloaded`, close 1013), so clients retry elsewhere or later; counted as `not_ready`.
-_STOPPING = SlotRefusal(
-    ErrorCode.OVERLOADED,
-    CloseCode.TRY_AGAIN_LATER,
-    "the server is stopping: connect again later or to another server",
-    NOT_READY,
-)
 
 
 async def _wait_until(done: Callable[[], bool], timeout_s: float) -> None:

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gateway.admission import KEY_SESSIONS, MAX_SESSIONS
+from gateway.admission import KEY_SESSIONS, MAX_SESSIONS, NOT_READY
 from gateway.config import normalize_origin
 from gateway.protocol_codes import BEARER_SUBPROTOCOL_PREFIX, SUBPROTOCOL, CloseCode, ErrorCode
 
@@ -110,16 +110,32 @@ class Authenticator:
         return found
 
 
+# A session or speech request that comes while the server stops: refused as one beyond
+# capacity is (error `overloaded`, close 1013, HTTP 503), so clients retry elsewhere or later;
+# counted as `not_ready`.
+STOPPING = SlotRefusal(
+    ErrorCode.OVERLOADED,
+    CloseCode.TRY_AGAIN_LATER,
+    "the server is stopping: connect again later or to another server",
+    NOT_READY,
+)
+
+
 class SessionSlots:
-    """Open sessions per key and server-wide; a slot is held from accept to close."""
+    """Open sessions per key and server-wide; a slot is held from accept to close (a
+    WebSocket session) or to the end of the body (an HTTP speech request). Once `closed` (the
+    server stops), every new one is refused."""
 
     def __init__(self, max_sessions: int, max_per_key: int) -> None:
         self.max_sessions = max_sessions
         self.max_per_key = max_per_key
         self._per_key: Counter[str] = Counter()
         self.total = 0
+        self.closed = False
 
     def acquire(self, principal: Principal) -> SlotRefusal | None:
+        if self.closed:
+            return STOPPING
         if self.total >= self.max_sessions:
             return SlotRefusal(
                 ErrorCode.OVERLOADED,

@@ -1,5 +1,5 @@
 """SIGTERM stops `voxgate serve` gracefully (gateway/startup.py DrainingServer, Gateway.drain):
-/ready turns 503 and new sessions are refused (1013) at once, the response in flight plays to
+/ready turns 503 and new sessions (1013) and speech requests (503) are refused at once, the response in flight plays to
 its end, the sessions still open are then closed with 1001, the engine is shut down by the
 app's lifespan, and the process exits 0 with no engine process left."""
 
@@ -10,6 +10,7 @@ import json
 import signal
 import time
 
+import httpx
 import websockets
 from reliability_kit import ORPHEUS_ENGINE_PROCESS, ServeProcess, probe
 
@@ -54,11 +55,15 @@ async def _stop_mid_response(server: ServeProcess, tokens: int, drain_s: float) 
     late = await websockets.connect(server.ws + "/v1/stream", open_timeout=10)
     refusal = json.loads(await late.recv())  # refused as soon as it is accepted
     await late.wait_closed()
+    async with httpx.AsyncClient(base_url=server.http, timeout=10) as http:
+        body = {"model": "tiny-orpheus", "input": "Hi.", "voice": "tara"}
+        speech = await http.post("/v1/audio/speech", json=body)
     events = await asyncio.wait_for(reading, drain_s + 10)
     await asyncio.wait_for(idle_closed, 10)
     return {
         "ready": ready_during_drain,
         "refusal": (refusal.get("code"), late.close_code),
+        "speech": (speech.status_code, speech.headers.get("retry-after")),
         "events": events,
         "closes": (streaming.close_code, idle.close_code),
         "drained_s": time.monotonic() - stopped_at,
@@ -78,6 +83,7 @@ def _stopped(tmp_path, tokens: int, drain_s: float) -> dict:
         log = server.log_text()
         assert seen["ready"] == 503, log[-3000:]
         assert seen["refusal"] == ("overloaded", 1013), seen
+        assert seen["speech"] == (503, "1"), seen  # HTTP speech requests are refused too
         assert seen["closes"] == (1001, 1001), seen
         assert exit_code == 0, log[-3000:]
         assert all(wait_gone(pid, 20) for pid in engines), log[-3000:]
