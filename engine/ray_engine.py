@@ -70,14 +70,17 @@ class RayEngine(HostedClient):
         spec: EngineSpec,
         resources: ReplicaResources,
         name: str,
-        start_timeout_s: float = 600.0,
+        start_timeout_s: float | None = None,
         shared: bool = False,
         callers: int = 1,
     ) -> RayEngine:
         """Place a new replica on the cluster and wait until its engine is warmed up (raises
         RuntimeError with the replica's reason when it cannot start). `shared`: named, for
         other gateway processes to `attach` to; `callers`: how many processes will poll it
-        (this one included), each needing a thread of the actor's (`replica_concurrency`)."""
+        (this one included), each needing a thread of the actor's (`replica_concurrency`).
+        `start_timeout_s`: None, the engine's own (EngineConfig.engine_start_timeout_s)."""
+        if start_timeout_s is None:
+            start_timeout_s = spec.config.engine_start_timeout_s
         options: dict[str, Any] = dict(
             num_gpus=resources.gpus,
             num_cpus=resources.cpus,
@@ -105,10 +108,11 @@ class RayEngine(HostedClient):
         return engine
 
     @classmethod
-    def attach(cls, name: str, start_timeout_s: float = 600.0) -> RayEngine:
+    def attach(cls, name: str, start_timeout_s: float) -> RayEngine:
         """The shared replica `name` another process started (gateway processes on one port):
-        waits until it exists and is warmed up. Its owner restarts it when it dies; this
-        process attaches again (its supervisor calls this as its factory)."""
+        waits until it exists and is warmed up, up to `start_timeout_s` (the engine's
+        engine_start_timeout_s). Its owner restarts it when it dies; this process attaches
+        again (its supervisor calls this as its factory)."""
         deadline = time.monotonic() + start_timeout_s
         while True:
             try:

@@ -143,7 +143,8 @@ def attach_replica_pool(
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, configure_logging=False)
     names = replica_names(settings)
-    factories = [(lambda name=name: RayEngine.attach(name)) for name in names]
+    timeout_s = settings.engine.engine_start_timeout_s
+    factories = [(lambda name=name: RayEngine.attach(name, timeout_s)) for name in names]
     engines = _start_all(factories)
     replicas = [
         SupervisedEngine(factory, engine, policy)
