@@ -86,7 +86,7 @@ class GatewaySettings:
         default=(),
         metadata=cli(
             "--api-key",
-            "accept this API key (repeatable; also $VOXGATE_API_KEYS, comma-separated); without "
+            "accept this API key (repeatable; also $VOXGATE_API_KEY, comma-separated); without "
             "any key the server is open (default: none)",
             group=NETWORK,
             metavar="KEY",
