@@ -199,9 +199,9 @@ def test_synth_reads_text_options_as_text_and_checks_them_before_loading(tmp_pat
     assert raw == {"language": "English", "instruction": "Slowly, = calmly.", "pace": "2"}
     specs = option_specs(Qwen3TtsRequestOptions)
     assert typed_model_options(raw, specs)["instruction"] == "Slowly, = calmly."
-    from models.chatterbox.family import ChatterboxOptions
+    from models.chatterbox.family import ChatterboxRequestOptions
 
-    numbers = option_specs(ChatterboxOptions)
+    numbers = option_specs(ChatterboxRequestOptions)
     assert typed_model_options({"exaggeration": "0.7"}, numbers) == {"exaggeration": 0.7}
     with pytest.raises(ValueError, match="exaggeration is a number"):
         typed_model_options({"exaggeration": "loud"}, numbers)

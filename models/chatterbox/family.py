@@ -18,7 +18,7 @@ PRESETS = {
 
 
 @dataclass(frozen=True)
-class ChatterboxOptions:
+class ChatterboxRequestOptions:
     """What each request may set (`model_options`), with ChatterboxTTS.generate's defaults
     (config.py, SAMPLING). The exaggeration replaces the voice's own, as generate's does."""
 
@@ -69,7 +69,7 @@ FAMILY = ModelFamily(
     recognises=_recognises,
     checkpoint_hint="Chatterbox: t3_cfg.safetensors and s3gen.safetensors (ResembleAI/chatterbox)",
     options=FlowHiftLaneOptions,
-    request_options=ChatterboxOptions,
+    request_options=ChatterboxRequestOptions,
     own_codec="their own S3Gen codec",
     takes_voices=True,
     random_layouts=frozenset({"chatterbox"}),

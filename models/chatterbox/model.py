@@ -19,7 +19,7 @@ Each request's two classifier-free-guidance rows run as one sequence with stacke
 (guided.py); candidates_with_options mixes them with each request's CFG weight, and the
 engine's sampler applies the repetition penalty (over the start token and every generated
 one, as T3.inference), temperature, min-p and top-p. Per-request options (family.py,
-ChatterboxOptions): exaggeration and cfg_weight, with ChatterboxTTS.generate's defaults.
+ChatterboxRequestOptions): exaggeration and cfg_weight, with ChatterboxTTS.generate's defaults.
 
 Voices: each has a slot of one conditioning table (`_bank`), reserved at start-up for
 MAX_VOICES so that it never moves (captured CUDA graphs of the decode step read it where it
@@ -62,7 +62,7 @@ from models.chatterbox.config import (
     T3_FACTS,
     TOKEN_RATE,
 )
-from models.chatterbox.family import ChatterboxOptions
+from models.chatterbox.family import ChatterboxRequestOptions
 from models.chatterbox.guided import guided_forward
 from models.chatterbox.s3gen_stream import S3GenStream, S3GenStreamer
 from models.chatterbox.sampling import guided
@@ -346,7 +346,7 @@ class ChatterboxModel(SpeechModel):
     def preprocess_with_options(
         self, text: str, voice: str | None, options: dict[str, float]
     ) -> Prompt:
-        chosen = ChatterboxOptions(**options)
+        chosen = ChatterboxRequestOptions(**options)
         text = text.strip()
         if not text:
             raise ModelInputError("text is empty: give the model something to say")
@@ -426,7 +426,7 @@ class ChatterboxModel(SpeechModel):
     ) -> Candidates:
         """Each row's CFG rows mixed with its request's cfg_weight, in the logits' float32
         (T3.inference: `cond + cfg * (cond - uncond)`)."""
-        weights = [ChatterboxOptions(**o).cfg_weight for o in options]
+        weights = [ChatterboxRequestOptions(**o).cfg_weight for o in options]
         cfg = upload(weights, torch.float32, hidden.device)[:, None]
         logits = self.compute_logits(hidden, cfg)
         if self.constrain_codes:

@@ -18,7 +18,7 @@ PRESETS = {
 
 
 @dataclass(frozen=True)
-class CosyVoiceOptions(FlowHiftLaneOptions):
+class CosyVoiceLoadOptions(FlowHiftLaneOptions):
     first_hop_tokens: int | None = option(
         None,
         "--first-hop-tokens",
@@ -79,7 +79,7 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="CosyVoice 2: a folder with cosyvoice2.yaml",
-    options=CosyVoiceOptions,
+    options=CosyVoiceLoadOptions,
     own_codec="their own flow + HiFT codec",
     takes_voices=True,
     random_layouts=frozenset({"cosyvoice2-0.5b"}),

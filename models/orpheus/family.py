@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 from models.orpheus import configs
-from models.orpheus.serving_options import OrpheusOptions
+from models.orpheus.serving_options import OrpheusLoadOptions
 
 
 def _recognises(checkpoint: Checkpoint) -> bool:
@@ -75,7 +75,7 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Orpheus: Llama config with the audio vocabulary",
-    options=OrpheusOptions,
+    options=OrpheusLoadOptions,
     takes_codec=True,  # another SNAC checkpoint (a repo id or folder)
     random_layouts=frozenset({"orpheus-3b"}),
     seeded_presets=frozenset({"tiny-orpheus"}),

@@ -18,7 +18,7 @@ MAX_LARGE_CHUNK_FRAMES = 16  # a call of 16 frames: the codec captures graphs of
 
 
 @dataclass(frozen=True)
-class OrpheusOptions(CodecCompileOption):
+class OrpheusLoadOptions(CodecCompileOption):
     snac_large_chunk_frames: int = option(
         LARGE_CHUNK_FRAMES,
         "--snac-large-chunk-frames",

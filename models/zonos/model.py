@@ -42,7 +42,7 @@ from models.zonos import rows as R
 from models.zonos import sampling as S
 from models.zonos.checkpoint import ZonosWeights
 from models.zonos.config import CODEBOOK_SIZE, EMBED_ROWS, EOS_CODE, N_CODEBOOKS
-from models.zonos.options import ZonosOptions
+from models.zonos.options import ZonosConditioning
 from models.zonos.phonemes import VOCAB_SIZE, phoneme_ids, phonemize
 from models.zonos.speaker import SAMPLE_RATE as SPEAKER_RATE
 from models.zonos.speaker import SpeakerModel
@@ -186,7 +186,7 @@ class ZonosModel(SpeechModel):
 
     # 1. preprocess ---------------------------------------------------------------------------
     def preprocess(self, text: str, voice: str | None) -> Prompt:
-        return self.preprocess_with(text, voice, ZonosOptions())
+        return self.preprocess_with(text, voice, ZonosConditioning())
 
     def preprocess_with_options(
         self, text: str, voice: str | None, options: dict[str, float | str]
@@ -194,9 +194,9 @@ class ZonosModel(SpeechModel):
         """A request's options by the names of request_options.py, numbers and the language
         (the generic per-request options path hands them checked and completed with the
         defaults)."""
-        return self.preprocess_with(text, voice, ZonosOptions.from_request(options))
+        return self.preprocess_with(text, voice, ZonosConditioning.from_request(options))
 
-    def preprocess_with(self, text: str, voice: str | None, options: ZonosOptions) -> Prompt:
+    def preprocess_with(self, text: str, voice: str | None, options: ZonosConditioning) -> Prompt:
         text = text.strip()
         if not text:
             raise ModelInputError("text is empty: give the model something to say")

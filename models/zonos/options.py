@@ -1,7 +1,7 @@
 """Zonos' per-request conditioning, typed, with the published defaults (`make_cond_dict` of the
 official package) and clear errors for values outside the ranges its conditioners were
 trained on. A request's options (request_options.py's flat names, or `emotion` as 8 weights
-or a map by name, and `language`) become one through ZonosOptions.from_request."""
+or a map by name, and `language`) become one through ZonosConditioning.from_request."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ DEFAULT_EMOTION = tuple(getattr(_PUBLISHED, f"emotion_{n}") for n in EMOTIONS)
 
 
 @dataclass(frozen=True)
-class ZonosOptions:
+class ZonosConditioning:
     """emotion: 8 weights in [0, 1] (EMOTIONS order; normalised to sum 1 as Zonos does);
     fmax: the highest frequency in Hz, 0-24000 (22050 for 44.1 kHz audio and for cloning);
     pitch_std: pitch variation, 0-400 (20-45 normal speech, 60-150 expressive);
@@ -60,7 +60,7 @@ class ZonosOptions:
         return tuple(e / total for e in self.emotion)
 
     @classmethod
-    def from_request(cls, given: Mapping[str, Any] | None) -> ZonosOptions:
+    def from_request(cls, given: Mapping[str, Any] | None) -> ZonosConditioning:
         """A request's options (name → value) over the defaults; unknown names are refused."""
         given = dict(given or {})
         known = {f.name for f in fields(cls)} | {f"emotion_{n}" for n in EMOTIONS}

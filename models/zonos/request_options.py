@@ -3,7 +3,7 @@ dataclass of numbers (`models.request_options.request_option`: published default
 help) and the language (`text_option`, one of the eSpeak codes Zonos speaks), that the family
 hands to ModelFamily.request_options and its model announces as ModelFacts.request_options.
 The engine then hands each request's values, checked and completed, to
-ZonosModel.preprocess_with_options, which turns them into ZonosOptions (options.py).
+ZonosModel.preprocess_with_options, which turns them into ZonosConditioning (options.py).
 
 The emotion vector travels as its 8 named weights. Light: no torch at import."""
 

@@ -23,7 +23,7 @@ from engine.request import SamplingParams
 from models.codecs.flow_hift.lane import FlowHiftLane
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2 import configs
-from models.cosyvoice2.family import CosyVoiceOptions
+from models.cosyvoice2.family import CosyVoiceLoadOptions
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
 from tests.gpu.graph_compare import ComparedGraphs, random_streams
@@ -86,7 +86,7 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urge
     write_cosyvoice2_checkpoint(folder, configs.TINY_SIZES, configs.TINY_QWEN2, seed=2025)
     model = load_cosyvoice2(str(folder), CUDA, torch.float32, name="tiny-cosyvoice2")
     # Steady jobs of any size (--steady-batch-rows 0): the lane's hand-overs are the test.
-    model = CosyVoiceOptions(steady_batch_rows=0).apply(model)
+    model = CosyVoiceLoadOptions(steady_batch_rows=0).apply(model)
     config = dataclasses.replace(
         EngineConfig(max_num_seqs=8, max_batch_tokens=256, num_kv_blocks=256),
         first_audio_margin=0.0,

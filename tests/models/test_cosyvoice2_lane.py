@@ -20,7 +20,7 @@ from engine.detok_threads import ThreadedDetokenizer
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
 from models.codecs.flow_hift.lane import FlowHiftLane
-from models.cosyvoice2.family import CosyVoiceOptions
+from models.cosyvoice2.family import CosyVoiceLoadOptions
 from models.registry import load_model
 
 CPU = torch.device("cpu")
@@ -35,7 +35,7 @@ def served_with(model, **options):
     """`model` served with these CosyVoice 2 options (as `voxgate serve` would load it); undo
     with `model.facts = kept`."""
     kept = model.facts
-    CosyVoiceOptions(**options).apply(model)
+    CosyVoiceLoadOptions(**options).apply(model)
     return kept
 
 

@@ -21,7 +21,7 @@ from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.zonos import rows as R
 from models.zonos.loading import load_zonos
-from models.zonos.options import EMOTIONS, ZonosOptions
+from models.zonos.options import EMOTIONS, ZonosConditioning
 from models.zonos.phonemes import espeak_available
 from models.zonos.presets import ensure_tiny_zonos
 from tests.models.engine_run import run
@@ -111,7 +111,7 @@ def test_prefix_with_options_equals_the_official(folder):
     _, conditioning, _ = import_official()
     reference = official_model(folder, folder / "dac")
     model = load_zonos(str(folder), torch.device("cpu"), torch.float32)
-    options = ZonosOptions(
+    options = ZonosConditioning(
         emotion=(0.9, 0.0, 0.1, 0.0, 0.0, 0.2, 0.1, 0.1),
         fmax=24000.0,
         pitch_std=120.0,

@@ -11,12 +11,12 @@ from models.base import ModelInputError
 from models.codecs.dac import DacStream
 from models.zonos import rows as R
 from models.zonos.model import ZonosStream, audio_frames
-from models.zonos.options import DEFAULT_EMOTION, ZonosOptions
+from models.zonos.options import DEFAULT_EMOTION, ZonosConditioning
 from models.zonos.phonemes import LANGUAGES, phoneme_ids
 
 
 def test_defaults_are_the_published_ones():
-    o = ZonosOptions()
+    o = ZonosConditioning()
     assert (o.fmax, o.pitch_std, o.speaking_rate, o.language) == (22050.0, 20.0, 15.0, "en-us")
     assert o.emotion == DEFAULT_EMOTION
     assert sum(o.normalised_emotion) == pytest.approx(1.0)
@@ -40,11 +40,11 @@ def test_defaults_are_the_published_ones():
 )
 def test_bad_options_get_clear_errors(given, message):
     with pytest.raises(ModelInputError, match=message):
-        ZonosOptions.from_request(given)
+        ZonosConditioning.from_request(given)
 
 
 def test_emotion_by_name():
-    o = ZonosOptions.from_request({"emotion": {"anger": 1.0, "neutral": 1.0}})
+    o = ZonosConditioning.from_request({"emotion": {"anger": 1.0, "neutral": 1.0}})
     assert o.normalised_emotion == (0, 0, 0, 0, 0, 0.5, 0, 0.5)
 
 
@@ -109,19 +109,19 @@ def test_request_options_are_declared_for_the_generic_path():
     assert specs[-1].choices == tuple(c for c in LANGUAGES if c != "ja")
     values = {f.name: f.default for f in dataclasses.fields(REQUEST_OPTIONS)}
     assert resolve_request_options(specs, {}, "tiny-zonos") == values
-    assert ZonosOptions.from_request(values) == ZonosOptions()
-    angry = ZonosOptions.from_request({**values, "emotion_anger": 1.0, "pitch_std": 90.0})
+    assert ZonosConditioning.from_request(values) == ZonosConditioning()
+    angry = ZonosConditioning.from_request({**values, "emotion_anger": 1.0, "pitch_std": 90.0})
     assert angry.emotion[5] == 1.0 and angry.pitch_std == 90.0
     german = resolve_request_options(specs, {"language": "DE"}, "tiny-zonos")
-    assert ZonosOptions.from_request(german).language_id == LANGUAGES.index("de")
+    assert ZonosConditioning.from_request(german).language_id == LANGUAGES.index("de")
     # Japanese is refused before the model, with the reason the model gives too.
     with pytest.raises(RequestOptionError, match="Sudachi") as info:
         resolve_request_options(specs, {"language": "ja"}, "tiny-zonos")
     assert info.value.option == "language" and "en-us" in str(info.value)
     with pytest.raises(ModelInputError, match="Sudachi"):
-        ZonosOptions.from_request({"language": "ja"})
+        ZonosConditioning.from_request({"language": "ja"})
     with pytest.raises(ModelInputError, match="emotion_\\* weights"):
-        ZonosOptions.from_request({"emotion_fear": 1.0, "emotion": [1.0] * 8})
+        ZonosConditioning.from_request({"emotion_fear": 1.0, "emotion": [1.0] * 8})
 
 
 def test_voices_from_speaker_embedding_files(tmp_path):
