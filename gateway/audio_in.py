@@ -1,4 +1,4 @@
-"""Input audio: wire frames in (Opus packets, pcm16 or μ-law chunks), model PCM out.
+"""Input audio: wire frames in (Opus packets, pcm16, μ-law or A-law chunks), model PCM out.
 
 The mirror of `gateway/audio.py`: libopus / libavcodec decode and libswresample resample, both
 through PyAV. A decoder belongs to one session and keeps the codec and resampler state across
@@ -17,6 +17,9 @@ from gateway.opus_lib import NATIVE_RATES, OpusError, OpusLib, load_opus
 from gateway.protocol import AudioFormat, AudioSpec
 
 _LONGEST_PACKET_MS = 120  # an Opus packet holds at most 120 ms (RFC 6716, 3.2.1)
+
+# G.711's two companding laws, each decoded by libavcodec's codec of that law.
+_G711_CODECS = {AudioFormat.MULAW: "pcm_mulaw", AudioFormat.ALAW: "pcm_alaw"}
 
 
 class UndecodableAudio(ValueError):
@@ -55,8 +58,8 @@ class AudioDecoder:
         self._direct = DirectOpusDecoder(target_rate, lib) if lib is not None else None
         if spec.format is AudioFormat.OPUS and self._direct is None:
             self._codec = av.CodecContext.create("libopus", "r")
-        elif spec.format is AudioFormat.MULAW:
-            self._codec = av.CodecContext.create("pcm_mulaw", "r")
+        elif spec.format in _G711_CODECS:
+            self._codec = av.CodecContext.create(_G711_CODECS[spec.format], "r")
         if self._codec is not None:
             self._codec.sample_rate = spec.sample_rate
             self._codec.layout = "mono"
