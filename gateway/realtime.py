@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from engine.api import ModelFacts
+from gateway.config import GatewaySettings
 from gateway.realtime_calls import SessionTools
 from gateway.realtime_inbound import RealtimeInbound
 from gateway.realtime_outbound import RealtimeOutbound
@@ -52,6 +53,10 @@ def dialect_of(headers: Mapping[str, str], subprotocols: Sequence[str]) -> Diale
     return Dialect.BETA if beta else Dialect.GA
 
 
+# The gateway's default limits, for a wire built without the served settings.
+_DEFAULTS = GatewaySettings()
+
+
 class RealtimeWire(Wire):
     def __init__(
         self,
@@ -59,12 +64,13 @@ class RealtimeWire(Wire):
         facts: ModelFacts,
         model: str | None,
         offered_subprotocols: Sequence[str] = (),
-        max_pending_chars: int = 32768,
+        max_pending_chars: int = _DEFAULTS.max_response_text_chars,
+        max_frame_bytes: int = _DEFAULTS.max_frame_bytes,
     ) -> None:
         self.dialect = dialect
         self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered_subprotocols else None
         self._state = RealtimeState(dialect, facts, SessionTools(facts, max_pending_chars))
-        self._inbound = RealtimeInbound(self._state, model, max_pending_chars)
+        self._inbound = RealtimeInbound(self._state, model, max_pending_chars, max_frame_bytes)
         self._outbound = RealtimeOutbound(self._state)
 
     # --- client → session ------------------------------------------------------------------

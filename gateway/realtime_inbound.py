@@ -76,14 +76,29 @@ def _audio_input_refusal(kind: str, facts: ModelFacts) -> ProtocolError:
     )
 
 
+def audio_frames(audio: bytes, max_frame_bytes: int) -> tuple[AudioInput, ...]:
+    """One `input_audio_buffer.append` as the session's audio frames: OpenAI takes appends of
+    up to 15 MiB (clients send 0.5-1 s chunks or whole files), the session's audio path frames
+    of at most `max_frame_bytes`. The size is even, so a pcm16 sample is never split."""
+    size = max(2, max_frame_bytes - max_frame_bytes % 2)
+    return tuple(AudioInput(audio[at : at + size]) for at in range(0, len(audio), size))
+
+
 class RealtimeInbound:
-    def __init__(self, state: RealtimeState, model: str | None, max_pending_chars: int) -> None:
+    def __init__(
+        self,
+        state: RealtimeState,
+        model: str | None,
+        max_pending_chars: int,
+        max_frame_bytes: int,
+    ) -> None:
         self._state = state
         self._facts = state.facts
         self._tools = state.tools
         self._model = model  # the client's `?model=`; the session refuses another model's name
         self._pending_text: list[str] = []  # text items since the last response.create
         self._max_pending_chars = max_pending_chars  # a response's text limit, bounding memory
+        self._max_frame_bytes = max_frame_bytes  # the session's limit on one audio frame
 
     def opening(self) -> Sequence[WireInput]:
         # A Realtime session starts with the connection; `session.created` answers it.
@@ -230,7 +245,7 @@ class RealtimeInbound:
         if event.type == "input_audio_buffer.commit":
             return (InputCommit(),)
         if event.type == "input_audio_buffer.append":
-            return (AudioInput(event.audio),)
+            return audio_frames(event.audio, self._max_frame_bytes)
         return (InputClear(),)
 
     def _truncate(self, event: TruncateEvent) -> Sequence[WireInput]:

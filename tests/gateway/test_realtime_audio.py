@@ -4,6 +4,7 @@ VAD turns, truncate, manual commit + response.create, cancel."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import shutil
 
@@ -26,8 +27,8 @@ def client(server) -> openai.AsyncOpenAI:
     )
 
 
-async def speak(conn, text: str, tmp_path, seed: int) -> None:
-    """The words between stretches of quiet room, appended in 100 ms chunks."""
+async def speak(conn, text: str, tmp_path, seed: int, chunk_s: float = 0.1) -> None:
+    """The words between stretches of quiet room, appended in `chunk_s` chunks."""
     pcm = np.concatenate(
         [
             quiet_room(0.5, RATE, seed),
@@ -36,7 +37,7 @@ async def speak(conn, text: str, tmp_path, seed: int) -> None:
         ]
     )
     data = (np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes()
-    step = RATE // 10 * 2
+    step = int(RATE * chunk_s) * 2
     for at in range(0, len(data), step):
         await conn.input_audio_buffer.append(audio=base64.b64encode(data[at : at + step]).decode())
 
@@ -105,4 +106,23 @@ async def test_audio_in_server_vad_truncate_manual_commit_and_cancel(
         await conn.input_audio_buffer.commit()
         error, _ = await until_event(conn, "error")
         assert error.error.type == "invalid_request_error"
+    await wait_engine_idle(glm_engine)
+
+
+async def test_an_append_of_seconds_of_audio_is_taken_whole(glm_server, glm_engine, tmp_path):
+    """OpenAI takes appends up to 15 MiB; the gateway splits one into its audio frames (a
+    3-s append is 144,000 bytes, the session's frames at most 16,384)."""
+    async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+        await until_event(conn, "session.created")
+        session = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, **FAST}
+        await conn.send({"type": "session.update", "session": session})
+        await until_event(conn, "session.updated")
+        await speak(conn, "What is the weather like today?", tmp_path, 1, chunk_s=10.0)
+        await conn.input_audio_buffer.commit()
+        first = await asyncio.wait_for(conn.recv(), 30)
+        assert first.type == "input_audio_buffer.committed", first  # not error too_large
+        await conn.response.create()
+        done, seen = await until_event(conn, "response.done")
+        assert done.response.status in ("completed", "incomplete")
+        assert any(e.type == "response.output_audio.delta" for e in seen)
     await wait_engine_idle(glm_engine)

@@ -261,3 +261,13 @@ def test_audio_events_need_a_speech_to_speech_model():
     s2s = _wire(accepts_audio=True)  # handed to the session, which owns the audio path
     assert s2s.decode_text(append) == (AudioInput(b"\x00\x00"),)
     assert s2s.decode_text('{"type": "input_audio_buffer.commit"}') == (InputCommit(),)
+
+
+def test_an_append_becomes_frames_the_session_takes():
+    from gateway.realtime_inbound import audio_frames
+
+    audio = bytes(range(256)) * 100  # 25,600 bytes
+    frames = audio_frames(audio, 1001)  # an odd limit: frames of 1000, whole pcm16 samples
+    assert all(len(f.data) == 1000 for f in frames[:-1]) and len(frames[-1].data) == 600
+    assert b"".join(f.data for f in frames) == audio
+    assert audio_frames(b"", 1000) == ()
