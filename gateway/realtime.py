@@ -66,11 +66,14 @@ class RealtimeWire(Wire):
         offered_subprotocols: Sequence[str] = (),
         max_pending_chars: int = _DEFAULTS.max_response_text_chars,
         max_frame_bytes: int = _DEFAULTS.max_frame_bytes,
+        max_text_chars: int = _DEFAULTS.max_text_chars,
     ) -> None:
         self.dialect = dialect
         self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered_subprotocols else None
         self._state = RealtimeState(dialect, facts, SessionTools(facts, max_pending_chars))
-        self._inbound = RealtimeInbound(self._state, model, max_pending_chars, max_frame_bytes)
+        self._inbound = RealtimeInbound(
+            self._state, model, max_pending_chars, max_frame_bytes, max_text_chars
+        )
         self._outbound = RealtimeOutbound(self._state)
 
     # --- client → session ------------------------------------------------------------------

@@ -91,6 +91,7 @@ class RealtimeInbound:
         model: str | None,
         max_pending_chars: int,
         max_frame_bytes: int,
+        max_text_chars: int,
     ) -> None:
         self._state = state
         self._facts = state.facts
@@ -99,6 +100,7 @@ class RealtimeInbound:
         self._pending_text: list[str] = []  # text items since the last response.create
         self._max_pending_chars = max_pending_chars  # a response's text limit, bounding memory
         self._max_frame_bytes = max_frame_bytes  # the session's limit on one audio frame
+        self._max_text_chars = max_text_chars  # the most text one response.create speaks
 
     def opening(self) -> Sequence[WireInput]:
         # A Realtime session starts with the connection; `session.created` answers it.
@@ -231,6 +233,7 @@ class RealtimeInbound:
                     f"a response is limited to {self._max_pending_chars} characters of text; "
                     "send response.create before adding more",
                 )
+            self._check_spoken_text(event.text)
             self._pending_text.append(event.text)
         # A system message has nothing to speak; it is acknowledged and otherwise ignored.
         reply = encode_item_created(
@@ -238,6 +241,26 @@ class RealtimeInbound:
         )
         self._state.last_item_id = item_id
         return Reply(reply)
+
+    def _check_spoken_text(self, text: str) -> None:
+        """response.create speaks the waiting messages' text as one text input, which the
+        session limits to max_text_chars: a message that would take it over is refused now,
+        while the client can still split it, not when the response is asked for."""
+        limit = self._max_text_chars
+        if len(text) > limit:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"a message's text is limited to {limit} characters (what one response speaks); "
+                f"this one has {len(text)}: split it over several responses",
+            )
+        spoken = len(" ".join([*self._pending_text, text]))
+        if spoken > limit:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"one response speaks at most {limit} characters, and with this message the "
+                f"messages waiting for response.create have {spoken}: send response.create "
+                "before adding it",
+            )
 
     def _audio_input(self, event: AudioInputEvent) -> Sequence[WireInput]:
         if not self._facts.accepts_audio:

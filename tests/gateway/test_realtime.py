@@ -284,3 +284,32 @@ async def test_auth_by_header_and_by_browser_subprotocol(make_server):
         async with websockets.connect(url, subprotocols=["openai-insecure-api-key.wrong"]):
             pass
     assert refused.value.response.status_code == 403
+
+
+async def test_a_message_over_the_text_limit_is_refused_when_it_is_created(server, engine):
+    """One response speaks at most max_text_chars (4096) characters: a message that would take
+    the waiting text over is refused at conversation.item.create, and the session goes on."""
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        await conn.send({"type": "session.update", "session": FAST})
+        await next_event(conn)
+        for waiting, text in (("", "x" * 4097), ("a" * 3000, "b" * 1096)):
+            if waiting:
+                await conn.conversation.item.create(
+                    item={"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": waiting}]}
+                )  # fmt: skip
+                assert (await next_event(conn)).type == "conversation.item.created"
+            await conn.conversation.item.create(
+                item={"type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": text}]}
+            )  # fmt: skip
+            error = await next_event(conn)
+            assert error.type == "error", error
+            assert error.error.type == "invalid_request_error"
+            assert error.error.code == "bad_field" and "4096 characters" in error.error.message
+        await conn.response.create()  # the 3000 characters that were taken
+        done, seen = await until_event(conn, "response.done")
+        assert not [e for e in seen if e.type == "error"]
+        assert_ran_to_its_token_budget(done)
+    await wait_engine_idle(engine)
