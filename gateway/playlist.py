@@ -2,8 +2,8 @@
 
 `text` events land here. The newest response takes text while its input is open; text after a
 `final` opens the next response, which plays when the current one is done (responses never
-overlap: one voice, one playback timeline). A barge-in stops the playing response and drops
-the waiting ones.
+overlap: one voice, one playback timeline). A barge-in stops the current response (the
+playing one, else the first waiting) and drops the ones waiting behind it.
 """
 
 from __future__ import annotations
@@ -106,14 +106,22 @@ class ResponseQueue:
             self._runner.report_playback(played_ms)
 
     async def cancel(self) -> None:
-        """Barge-in: drop the waiting responses, stop the playing one (`response.done`
-        cancelled, its engine requests freed). A no-op when nothing plays."""
-        self._waiting.clear()
+        """Barge-in: stop the current response and drop the ones waiting behind it. The
+        current one is the playing one or, when the player has not taken it up yet, the first
+        one waiting; either way the client gets its `response.started` and `response.done`
+        cancelled (it opened it), and its engine requests are freed. A no-op when none is open."""
         runner, task = self._runner, self._runner_task
-        if runner is None or task is None or task.done():
+        playing = runner is not None and task is not None and not task.done()
+        if not playing and self._waiting:
+            self._runner_for(self._waiting.popleft()).end_unplayed()
+        self._waiting.clear()
+        if not playing:
             return
         runner.cancel()
-        task.cancel()
+        if runner.started:
+            task.cancel()  # its `run` answers with `response.done`
+        # A `run` not started yet sees the cancel when it starts and ends at once; cancelling
+        # its task now would end it before its first line, with no word to the client.
         await asyncio.wait({task})
 
     async def stop(self) -> None:
@@ -130,19 +138,7 @@ class ResponseQueue:
                 self._ready.clear()
                 await self._ready.wait()
             response = self._waiting.popleft()
-            options = self.options
-            if response.model_options is not None:
-                options = dataclasses.replace(options, model_options=response.model_options)
-            self._runner = ResponseRunner(
-                response,
-                self._engine,
-                self._settings,
-                options,
-                self._emit,
-                self._metrics,
-                self._open_encoder,
-                self._log,
-            )
+            self._runner = self._runner_for(response)
             self._runner_task = asyncio.create_task(self._runner.run())
             try:
                 # Not `await task`: a barge-in cancels the runner, not this loop.
@@ -163,6 +159,21 @@ class ResponseQueue:
         else:
             return None
         return None if newest.input_closed else newest
+
+    def _runner_for(self, response: Response) -> ResponseRunner:
+        options = self.options
+        if response.model_options is not None:
+            options = dataclasses.replace(options, model_options=response.model_options)
+        return ResponseRunner(
+            response,
+            self._engine,
+            self._settings,
+            options,
+            self._emit,
+            self._metrics,
+            self._open_encoder,
+            self._log,
+        )
 
     def _new_response(self) -> Response:
         s = self._settings

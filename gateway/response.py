@@ -43,7 +43,7 @@ from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ResponseStatus, SpokenWord
-from gateway.reply import Emitter, ReplyLifecycle, SpeechOptions
+from gateway.reply import Emitter, ReplyLifecycle, ReplyState, SpeechOptions
 from gateway.segmenter import SentenceSegmenter
 from gateway.spoken_words import SpokenWords
 
@@ -187,6 +187,11 @@ class ResponseRunner:
         self._words = SpokenWords(response.response_id, emit.event, self.reply.time)
         self._played_ms: float | None = None  # the client's last playback report
 
+    @property
+    def started(self) -> bool:
+        """`run` has begun: its `response.started` is out."""
+        return self.reply.state is not ReplyState.CREATED
+
     # --- control, from the session ---------------------------------------------------------
     def report_playback(self, played_ms: float) -> None:
         """Hand the client's position to the engine request of the segment being heard."""
@@ -198,15 +203,18 @@ class ResponseRunner:
                 return
 
     def cancel(self) -> None:
-        """Barge-in: the response ends `cancelled`; the caller then cancels the runner's task,
-        which `run` answers with `response.done` (any other cancel of the task is the session
-        going away and propagates without a word to the client)."""
+        """Barge-in: the response ends `cancelled`. Once `run` has started, the caller then
+        cancels the runner's task, which `run` answers with `response.done` (any other cancel
+        of the task is the session going away and propagates without a word to the client);
+        a `run` not started yet ends at once (`end_unplayed`)."""
         self.reply.cancel()
         self.response.close_input()  # text that follows the cancel starts a new response
 
     # --- the run ---------------------------------------------------------------------------
     async def run(self) -> ResponseStatus:
         """Play the response to its end, or to its barge-in (`cancel`)."""
+        if self.reply.cancelled:  # cancelled before its turn came: nothing to play
+            return self.end_unplayed()
         self.reply.start()
         try:
             await self.reply.play(self._play)
@@ -221,6 +229,13 @@ class ResponseRunner:
             for task in self._tasks:
                 task.cancel()
         return self.reply.done(f"segments={len(self.segments)}", self._heard_words())
+
+    def end_unplayed(self) -> ResponseStatus:
+        """A response cancelled before it played: `response.started`, then at once
+        `response.done` `cancelled` (the client opened it, so it is told how it ended)."""
+        self.cancel()
+        self.reply.start()
+        return self.reply.done("cancelled before it played", self._heard_words())
 
     def _heard_words(self) -> tuple[SpokenWord, ...] | None:
         """For a response cut short in a session with word timings: the words heard to
