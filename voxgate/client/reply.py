@@ -86,7 +86,12 @@ class Reply:
 class ReplyStream:
     """The events of one response, from `response.started` to its `response.done` (both
     included). An `error` that comes before the response starts means the server did not open
-    it (text too large, too many queued, bad input): iterating raises its typed error."""
+    it (text too large, too many queued, bad input): iterating raises its typed error.
+
+    Events of other responses are skipped: what comes before this response's `response.started`
+    (the rest of a response cancelled and left unread, say) and any event naming another
+    response. Events that name no response (`SpeechStarted`, `Error` …) are the session's and
+    pass through once the response has started."""
 
     def __init__(self, session: Session, send: Callable[[], Awaitable[None]] | None) -> None:
         self._session = session
@@ -105,11 +110,20 @@ class ReplyStream:
             if self.response_id is None:
                 if isinstance(event, Error):
                     raise event.exception()
-                if isinstance(event, ResponseStarted):
-                    self.response_id = event.response_id
+                if not isinstance(event, ResponseStarted):
+                    continue  # before this response: not one of its events
+                self.response_id = event.response_id
+            elif not self._is_own(event):
+                continue
             yield event
             if isinstance(event, ResponseDone) and event.response_id == self.response_id:
                 return
+
+    def _is_own(self, event: Event) -> bool:
+        """The event is this response's, or names no response (the session's)."""
+        if not hasattr(event, "response_id"):
+            return True
+        return event.response_id == self.response_id
 
     async def collect(self) -> Reply:
         """Read the whole response. Raises the typed error of a response the server refused
