@@ -8,8 +8,9 @@ The replies to them are gateway.realtime_outbound's.
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from engine.api import ModelFacts
 from gateway.protocol import (
@@ -37,7 +38,7 @@ from gateway.realtime_protocol import (
     decode_client_event,
     event_id_of,
 )
-from gateway.realtime_state import SPECS, RealtimeState
+from gateway.realtime_state import SERVER_VAD, SPECS, RealtimeState
 from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.wire import (
     InputClear,
@@ -49,10 +50,27 @@ from gateway.wire import (
     WireInput,
 )
 
+# Turn detection fields the server does not change, each with the one value it accepts: what
+# it does anyway (OpenAI's defaults, which the official SDKs send). Any other value is refused.
+_FIXED_TURN_FIELDS: Mapping[str, tuple[object, str]] = {
+    "threshold": (0.5, "the server's VAD (webrtcvad) has no threshold to set"),
+    "prefix_padding_ms": (300, "a turn's audio always starts 300 ms before the speech"),
+    "create_response": (
+        True,
+        "the server answers each turn its VAD ends; to create responses yourself, send "
+        "`turn_detection` null, then input_audio_buffer.commit and response.create",
+    ),
+    "interrupt_response": (True, "speech during a response always interrupts it (barge-in)"),
+    "idle_timeout_ms": (None, "the server sends no idle timeouts"),
+    "eagerness": ("auto", "semantic_vad is served by the server's VAD"),
+}
+
 
 def native_turn_detection(turn: object) -> TurnDetection | None:
     """A Realtime `turn_detection` (an object, or null: the client commits turns) → the native
-    one. `server_vad` and `semantic_vad` both mean the server's VAD; ProtocolError else."""
+    one. `server_vad` and `semantic_vad` both mean the server's VAD, which applies
+    `silence_duration_ms`; the other fields are refused (ProtocolError) unless they hold the
+    value the server acts on anyway (_FIXED_TURN_FIELDS)."""
     if turn is UNSET:
         return None
     if turn is None:
@@ -65,7 +83,32 @@ def native_turn_detection(turn: object) -> TurnDetection | None:
     silence = turn.get("silence_duration_ms", 500)
     if not isinstance(silence, int) or isinstance(silence, bool) or not 0 < silence <= 10_000:
         raise ProtocolError(ErrorCode.BAD_FIELD, "`silence_duration_ms` must be in 1..10000")
+    for name, (served, why) in _FIXED_TURN_FIELDS.items():
+        if not _is_served(turn.get(name, served), served):
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`turn_detection.{name}` is not applied: {why}; leave it out or send "
+                f"{json.dumps(served)}",
+            )
     return TurnDetection(TurnDetectionType.VAD, silence)
+
+
+def _is_served(value: object, served: object) -> bool:
+    """Whether a client's value is the served one: numbers by value (300 or 300.0), anything
+    else of the same type too (so `1` is not `true`)."""
+    if isinstance(served, (int, float)) and not isinstance(served, bool):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == served
+    return type(value) is type(served) and value == served
+
+
+def turn_detection_view(detection: TurnDetection | None) -> object:
+    """What `session.updated` shows of the session's turn detection: the server's VAD with the
+    silence it applies (UNSET: unchanged; None: off)."""
+    if detection is None:
+        return UNSET
+    if detection.type is TurnDetectionType.NONE:
+        return None
+    return {**SERVER_VAD, "silence_duration_ms": detection.silence_ms}
 
 
 def _audio_input_refusal(kind: str, facts: ModelFacts) -> ProtocolError:
@@ -182,7 +225,8 @@ class RealtimeInbound:
         tools, choice = self._tools.update(event)
         # What the session does not own comes back in SessionUpdated once the update is taken
         # (gateway.realtime_outbound unpacks it).
-        echo = (event.turn_detection, event.instructions, event.input_format, tools, choice)
+        turn = turn_detection_view(detection)
+        echo = (turn, event.instructions, event.input_format, tools, choice)
         return SessionUpdate(
             event.voice,
             output,

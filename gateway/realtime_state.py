@@ -21,7 +21,16 @@ SPECS: Mapping[RealtimeFormat, AudioSpec] = {
 }
 FORMAT_OF = {spec.format: fmt for fmt, spec in SPECS.items()}
 
-SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
+# The server's VAD as the Realtime API shows it: 500 ms of silence ends a turn (the one field
+# a client changes), the turn's audio starts 300 ms before the speech, the server answers each
+# turn, and speech during a response interrupts it.
+SERVER_VAD = {
+    "type": "server_vad",
+    "silence_duration_ms": 500,
+    "prefix_padding_ms": 300,
+    "create_response": True,
+    "interrupt_response": True,
+}
 
 
 @dataclass

@@ -126,3 +126,49 @@ async def test_an_append_of_seconds_of_audio_is_taken_whole(glm_server, glm_engi
         assert done.response.status in ("completed", "incomplete")
         assert any(e.type == "response.output_audio.delta" for e in seen)
     await wait_engine_idle(glm_engine)
+
+
+OPENAI_DEFAULT_VAD = {
+    "type": "server_vad",
+    "threshold": 0.5,
+    "prefix_padding_ms": 300,
+    "silence_duration_ms": 500,
+    "create_response": True,
+    "interrupt_response": True,
+}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("create_response", False),
+        ("interrupt_response", False),
+        ("threshold", 0.9),
+        ("prefix_padding_ms", 0),
+        ("idle_timeout_ms", 5000),
+    ],
+)
+async def test_turn_detection_shows_what_is_applied_and_refuses_the_rest(glm_server, field, value):
+    """OpenAI's defaults (what the SDK sends) are taken and `silence_duration_ms` is applied;
+    a value the server's VAD would not act on is an error, never echoed back as taken."""
+    async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+        await until_event(conn, "session.created")
+        vad = {**OPENAI_DEFAULT_VAD, "silence_duration_ms": 700}
+        await conn.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": vad}}}
+        )
+        updated, _ = await until_event(conn, "session.updated")
+        shown = updated.session.audio.input.turn_detection
+        assert shown.type == "server_vad" and shown.silence_duration_ms == 700
+        assert shown.create_response is True and shown.interrupt_response is True
+        assert shown.prefix_padding_ms == 300
+        assert shown.threshold is None  # webrtcvad has none: the client's 0.5 is not shown
+
+        refused = {**OPENAI_DEFAULT_VAD, field: value}
+        await conn.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": refused}}}
+        )
+        error = await asyncio.wait_for(conn.recv(), 10)
+        assert error.type == "error", error  # not session.updated
+        assert error.error.type == "invalid_request_error" and error.error.code == "bad_field"
+        assert f"turn_detection.{field}" in error.error.message
