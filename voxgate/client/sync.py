@@ -26,7 +26,9 @@ T = TypeVar("T")
 
 
 class SyncSession:
-    """The blocking face of a `Session` (same methods, same errors)."""
+    """The blocking face of a `Session`: the same methods and attributes, the same errors.
+    `speak` and `next_reply` wait for the whole response (a `Reply`, as `collect()` returns);
+    `events` is a plain iterator."""
 
     def __init__(self, **connect_kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
@@ -46,12 +48,25 @@ class SyncSession:
         assert self._session.info is not None
         return self._session.info
 
+    @property
+    def closed(self) -> bool:
+        return self._session.closed
+
+    @property
+    def close_code(self) -> int | None:
+        """The close code once the session has closed (1000 after a normal end)."""
+        return self._session.close_code
+
     def speak(self, text: str, extra: Mapping[str, Any] | None = None) -> Reply:
         """Speak `text` and wait for the whole response (ReplyStream.collect)."""
         return self._call(self._session.speak(text, extra).collect())
 
     def next_reply(self) -> Reply:
         return self._call(self._session.next_reply().collect())
+
+    def send_event(self, event: Mapping[str, Any]) -> None:
+        """Send one client event as it is (a JSON object with a `type`)."""
+        self._call(self._session.send_event(event))
 
     def send_text(
         self, text: str, final: bool = True, extra: Mapping[str, Any] | None = None
@@ -63,6 +78,10 @@ class SyncSession:
 
     def send_pcm(self, pcm: np.ndarray, sample_rate: int) -> int:
         return self._call(self._session.send_pcm(pcm, sample_rate))
+
+    def flush_audio(self) -> int:
+        """Send the microphone audio still held back, padded to a whole frame."""
+        return self._call(self._session.flush_audio())
 
     def commit(self) -> None:
         self._call(self._session.commit())
