@@ -237,8 +237,16 @@ class Gateway:
         offered = ws.scope.get("subprotocols", [])
         dialect = dialect_of(ws.headers, offered)
         model = ws.query_params.get("model")
-        limit = self.settings.max_response_text_chars
-        return RealtimeWire(dialect, engine.facts, model, offered, max_pending_chars=limit)
+        settings = self.settings
+        return RealtimeWire(
+            dialect,
+            engine.facts,
+            model,
+            offered,
+            max_pending_chars=settings.max_response_text_chars,
+            max_frame_bytes=settings.max_frame_bytes,
+            max_text_chars=settings.max_text_chars,
+        )
 
     async def _serve(self, ws: WebSocket, make_wire, principal: Principal | None = None) -> None:
         """Every WebSocket endpoint: the same auth, slots, metrics and session layer; only the
