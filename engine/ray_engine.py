@@ -169,7 +169,9 @@ class RayEngine(HostedClient):
                 messages = ray.get(self._actor.poll.remote(self.client_id, POLL_WAIT_S))
             except RayError as exc:
                 if not self._stopping:
-                    self.failure = f"engine replica {self.name} died: {_cause(exc)}"
+                    # The first reason stands: a replica whose engine crashed (Crashed) is then
+                    # killed by its owner, and that kill must not become the reason.
+                    self.failure = self.failure or f"engine replica {self.name} died: {_cause(exc)}"
                     log.error("%s", self.failure)
                     self._fail_all(self.failure)
                 return

@@ -29,7 +29,9 @@ from gateway.config import GatewaySettings
 
 log = logging.getLogger("voxgate.gateway")
 
-CHILD_STOP_TIMEOUT_S = 30.0
+# A stopping gateway process drains (--drain-timeout), then closes its sockets: this long
+# more before it is killed.
+CHILD_STOP_MARGIN_S = 10.0
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -73,9 +75,9 @@ def serve_processes(settings: GatewaySettings, log_level: str) -> int:
     finally:
         for child in children:
             if child.is_alive():
-                child.terminate()  # SIGTERM: uvicorn shuts down gracefully
+                child.terminate()  # SIGTERM: it drains, then stops
         for child in children:
-            child.join(CHILD_STOP_TIMEOUT_S)
+            child.join(settings.drain_timeout_s + CHILD_STOP_MARGIN_S)
             if child.is_alive():
                 child.kill()
         asyncio.run(pool.shutdown())
@@ -116,19 +118,21 @@ def _gateway_main(
         stream=sys.stdout,
     )
     exit_with_parent(f"gateway process {index}", log)
-    import uvicorn
 
     from gateway.app import create_app, uvicorn_config
     from gateway.ray_cluster import attach_replica_pool
+    from gateway.startup import DrainingServer
 
     pool = attach_replica_pool(settings, address)
     sock = reuseport_socket(settings.host, port)
+    app = create_app(settings, pool)
     # log_config None: uvicorn's lines go through the format above (which process said it).
-    config = uvicorn_config(
-        create_app(settings, pool), settings, log_level=log_level, port=port, log_config=None
-    )
+    config = uvicorn_config(app, settings, log_level=log_level, port=port, log_config=None)
+    # The server process's SIGTERM reaches each gateway process, which drains as one server
+    # does (docs/gateway.md, "Stopping").
+    server = DrainingServer(config, app.state.gateway, settings)
     try:
-        asyncio.run(_serve(uvicorn.Server(config), sock, index))
+        asyncio.run(_serve(server, sock, index))
     finally:
         asyncio.run(pool.shutdown())  # detaches: the replicas serve the other processes on
 

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import socket
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from engine.api import ConfigError
@@ -43,10 +44,41 @@ def connect(settings: GatewaySettings) -> bool:
         return False
     common = dict(include_dashboard=False, configure_logging=False)
     if settings.ray_address:
-        ray.init(address=settings.ray_address, **common)
+        check_reachable(settings.ray_address)
+        try:
+            ray.init(address=settings.ray_address, **common)
+        except ConnectionError as exc:  # `auto` with no cluster running on this machine
+            raise ConfigError(
+                f"no Ray cluster found at --ray-address {settings.ray_address}: start one "
+                "(ray start --head) or give its head's host:port"
+                f" ({str(exc).splitlines()[0]})"
+            ) from None
         return False
-    ray.init(num_cpus=os.cpu_count() or 1, **common)
+    # "local": a runtime of this server's own, even where another Ray cluster runs on this
+    # machine (without it, ray.init would join that one and refuse num_cpus).
+    ray.init(address="local", num_cpus=os.cpu_count() or 1, **common)
     return True
+
+
+# How long --ray-address's head may take to accept a TCP connection before the server gives up
+# (Ray itself retries an unreachable head for minutes, saying nothing useful).
+RAY_HEAD_CONNECT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """ConfigError at once when --ray-address names a host:port nothing answers on (`auto`,
+    `local` and ray:// addresses are left to Ray)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), RAY_HEAD_CONNECT_S):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot reach the Ray head at --ray-address {address} ({exc.strerror or exc}): "
+            "check the address, that the head runs (ray start --head) and that its port is open"
+        ) from None
 
 
 def replica_resources(settings: GatewaySettings):
