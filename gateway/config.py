@@ -286,7 +286,8 @@ class GatewaySettings:
         default=None,
         metadata=cli(
             "--replica-gpus",
-            "GPUs each replica takes (default: 1 when the cluster has GPUs, else 0)",
+            "GPUs each replica takes (default: 0 with --device cpu, else 1 on a cluster "
+            "(--ray-address) or on a machine with a GPU, else 0)",
             group=SCALE_OUT,
         ),
     )

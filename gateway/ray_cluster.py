@@ -81,17 +81,33 @@ def check_reachable(address: str) -> None:
         ) from None
 
 
+def default_replica_gpus(device: str, ray_address: str | None, cluster_gpus: float) -> float:
+    """GPUs a replica takes when --replica-gpus is not given: none with --device cpu; on a
+    cluster (--ray-address) one, since its GPU workers may join after the gateway starts (the
+    replicas wait for them); on this machine one if it has a GPU."""
+    if device == "cpu":
+        return 0.0
+    if ray_address:
+        return 1.0
+    return 1.0 if cluster_gpus >= 1 else 0.0
+
+
 def replica_resources(settings: GatewaySettings):
-    """What each replica takes: --replica-gpus (default one GPU when the cluster has any and
-    --device is not cpu) and --replica-cpus. A local runtime that cannot hold them all is a
+    """What each replica takes: --replica-gpus (default_replica_gpus) and --replica-cpus. A local runtime that cannot hold them all is a
     ConfigError now, rather than replicas waiting for resources that never come."""
     ray = import_ray()
     from engine.ray_engine import ReplicaResources
 
     cluster = ray.cluster_resources()
     gpus = settings.replica_gpus
+    device = settings.engine.device or ""
     if gpus is None:
-        gpus = 1.0 if cluster.get("GPU", 0) >= 1 and settings.engine.device != "cpu" else 0.0
+        gpus = default_replica_gpus(device, settings.ray_address, cluster.get("GPU", 0))
+    if gpus == 0 and device.startswith("cuda"):
+        raise ConfigError(
+            f"--device {device} with replicas of no GPU (--replica-gpus 0, or no GPU on this "
+            "machine): give the replicas GPUs, or serve with --device cpu"
+        )
     wanted = ReplicaResources(gpus=gpus, cpus=settings.replica_cpus)
     if not settings.ray_address:  # a cluster may grow (autoscaler); this machine will not
         for kind, each in (("GPU", wanted.gpus), ("CPU", wanted.cpus)):

@@ -42,3 +42,30 @@ def test_auto_with_no_cluster_running_is_one_line(monkeypatch):
     settings = GatewaySettings(replicas=1, ray_address="auto")
     with pytest.raises(ConfigError, match="no Ray cluster found at --ray-address auto"):
         connect(settings)
+
+
+@pytest.mark.parametrize(
+    ("device", "address", "cluster_gpus", "gpus"),
+    [
+        ("cpu", "auto", 8, 0.0),  # --device cpu: never a GPU
+        ("", "auto", 0, 1.0),  # a cluster: its GPU workers may join after the gateway starts
+        ("cuda", "10.0.0.5:6379", 0, 1.0),
+        ("", None, 0, 0.0),  # this machine, no GPU: CPU replicas
+        ("", None, 2, 1.0),
+    ],
+)
+def test_a_replica_takes_a_gpu_by_default_where_one_may_come(device, address, cluster_gpus, gpus):
+    from gateway.ray_cluster import default_replica_gpus
+
+    assert default_replica_gpus(device, address, cluster_gpus) == gpus
+
+
+def test_cuda_replicas_with_no_gpu_are_refused(monkeypatch):
+    from gateway import ray_cluster
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    from engine.config import EngineConfig
+
+    settings = GatewaySettings(replicas=1, replica_gpus=0, engine=EngineConfig(device="cuda"))
+    with pytest.raises(ConfigError, match="--device cuda with replicas of no GPU"):
+        ray_cluster.replica_resources(settings)
