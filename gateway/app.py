@@ -90,7 +90,6 @@ class Gateway:
         )
         self.client_voices = ClientVoices(voice_settings, home=lambda: self.engine)
         self.sessions: set[Session] = set()  # the WebSocket sessions open now
-        self.draining = False  # the server is stopping (drain): not ready, no new sessions
         self.engine_shut_down = False  # by the lifespan, when it owns the engine
 
     def open_encoder(self, spec: AudioSpec, source_rate: int) -> ChunkEncoder:
@@ -118,6 +117,11 @@ class Gateway:
         return self.engine.stats() if self.engine is not None else None
 
     @property
+    def draining(self) -> bool:
+        """The server is stopping (drain): not ready, its session slots closed to newcomers."""
+        return self.slots.closed
+
+    @property
     def ready(self) -> bool:
         return not self.draining and self.engine is not None and self.engine.ready
 
@@ -125,7 +129,6 @@ class Gateway:
         """Stop gracefully: /ready turns 503 and new sessions are refused (1013) at once; the
         responses in flight get up to `timeout_s` to finish; then every session still open is
         closed with 1001 (going away), each given close_timeout_s to say goodbye."""
-        self.draining = True
         self.slots.closed = True  # new sessions and speech requests are refused from now
         busy = sum(session.busy for session in self.sessions)
         log.info(
