@@ -69,9 +69,11 @@ class ReplicaPool:
             replica.on_gave_up = self._exit_once_none_recovers
 
     # --- placement -----------------------------------------------------------------------------
-    def loads(self) -> list[ReplicaLoad]:
+    def loads(self, realtime: bool = True) -> list[ReplicaLoad]:
+        """Each replica as placement sees it. `realtime` False: for a request no one plays as
+        it comes, which real-time admission never refuses (gateway/admission.py)."""
         return [
-            ReplicaLoad(r.stats(), n, admission_refusal(r, self._settings))
+            ReplicaLoad(r.stats(), n, admission_refusal(r, self._settings, realtime))
             for r, n in zip(self.replicas, self.pinned, strict=True)
         ]
 
@@ -108,7 +110,10 @@ class ReplicaPool:
         return any(r.restarting for r in self.replicas)
 
     async def submit(self, request: SpeechRequest) -> ResponseStream:
-        loads = self.loads()
+        # Judged as the request's own engine would judge it: one no one plays as it comes
+        # (`realtime` False) runs in the room real-time streams leave, so a pool whose replicas
+        # have no real-time room still takes it.
+        loads = self.loads(request.realtime)
         index = pick_replica(loads)
         if index is None:
             refusal = pool_refusal(loads)
