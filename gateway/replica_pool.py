@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +27,6 @@ from engine.api import (
     EngineDead,
     EngineOverloaded,
     EngineStats,
-    LoopTotals,
     ModelFacts,
     ResponseStream,
     SpeechRequest,
@@ -38,6 +36,7 @@ from engine.api import (
 )
 from gateway.admission import NOT_READY, admission_refusal
 from gateway.config import GatewaySettings
+from gateway.engine_counters import add_refusals, add_totals
 from gateway.placement import ReplicaLoad, pick_replica, pool_refusal
 from gateway.replica_voices import ReplicaVoices
 from gateway.supervisor import SupervisedEngine, exit_server
@@ -227,16 +226,12 @@ def sum_stats(
     """Replicas' stats as one engine's: counts added up, the loop totals added up, the last
     step of the replica with the largest batch; stepping while any steps; the real-time
     verdict the pool is told; refusals by cause, the pool's own (`own_refusals`) added."""
-    totals = LoopTotals()
-    for s in stats:
-        for f in dataclasses.fields(LoopTotals):
-            setattr(totals, f.name, getattr(totals, f.name) + getattr(s.totals, f.name))
     busiest = max(stats, key=lambda s: s.last_step.batch_size, default=None)
     return EngineStats(
         **{name: sum(getattr(s, name) for s in stats) for name in _SUMMED},
         last_step=busiest.last_step if busiest is not None else StepTiming(),
         stepping=any(s.stepping for s in stats),
-        totals=totals,
+        totals=add_totals(s.totals for s in stats),
         realtime_refusal=realtime_refusal,
         admission=sum_admission([s.admission for s in stats], own_refusals),
         kv_blocks_per_session=max((s.kv_blocks_per_session for s in stats), default=0),
@@ -250,10 +245,7 @@ def sum_admission(
     refusals added up (with the pool's own, `own_refusals`); the turn and codec costs of
     the replica with the most streams."""
     busiest = max(replicas, key=lambda a: a.streams, default=AdmissionStats())
-    refusals: dict[str, int] = {}
-    for counts in [*(a.refusals for a in replicas), own_refusals or {}]:
-        for cause, count in list(counts.items()):
-            refusals[cause] = refusals.get(cause, 0) + count
+    refusals = add_refusals([*(a.refusals for a in replicas), own_refusals or {}])
     return AdmissionStats(
         streams=sum(a.streams for a in replicas),
         capacity_streams=sum(a.capacity_streams for a in replicas),

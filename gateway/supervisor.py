@@ -15,6 +15,10 @@ process exits with `GAVE_UP_EXIT_STATUS` (`on_gave_up`, `exit_server`), so that 
 it starts it again: a crash loop that a restart in place does not cure is the orchestrator's to
 handle, and docker's `restart:` policies act only on an exit.
 
+The engine's counters (steps, loop totals, refusals: gateway/engine_counters.py) carry on
+across a restart: the dead engine's last figures are added to the new one's, so /metrics'
+counters never go down.
+
 Voices clients add from a clip (POST /v1/voices, session.start's `voice_clip`) live in the
 engine, so the supervisor records each one it forwards (gateway/replica_voices.py, as a pool of
 one) and gives a rebuilt engine every recorded voice before it serves: a voice added once
@@ -41,6 +45,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.engine_counters import EngineCounters
 from gateway.replica_voices import ReplicaVoices
 
 log = logging.getLogger("voxgate.supervisor")
@@ -134,6 +139,9 @@ class SupervisedEngine:
         self._restarting = False
         self._watcher: asyncio.Task | None = None
         self.facts = engine.facts
+        # The counters of the engines this one replaced, added to its own (stats()): a new
+        # engine counts from 0, and a Prometheus counter must never go down.
+        self._carried = EngineCounters()
         # Clients' voices, recorded as they are added and given to a rebuilt engine.
         self._voices: ReplicaVoices | None = ReplicaVoices([_Serving(self)])
         # Run on a rebuilt engine before it serves (it gives it the clients' voices:
@@ -225,7 +233,8 @@ class SupervisedEngine:
             self._voices.remove(name)
 
     def stats(self):
-        return self._engine.stats()
+        """The engine's stats, its counters carried on from the engines it replaced."""
+        return self._carried.onto(self._engine.stats())
 
     def __getattr__(self, name: str) -> Any:
         # Anything else of the engine's surface (e.g. `core` of an in-process engine).
@@ -307,6 +316,8 @@ class SupervisedEngine:
                     continue
                 if not await self._prepare(engine):
                     continue
+                # The stand-in holds the dead engine's last stats: its counters carry on.
+                self._carried = self._carried + EngineCounters.of(self._engine.stats())
                 self._engine = engine
                 self.record.restarts += 1
                 self.record.started_at = self._clock()

@@ -1,13 +1,16 @@
 """A pool of engine replicas (gateway/replica_pool.py) on fake engines, no Ray: a request the
-pool places itself is judged as its own engine would judge it. The live pool on Ray is
-tests/scaleout's."""
+pool places itself is judged as its own engine would judge it, and the pool's counters never
+go down when a replica restarts. The live pool on Ray is tests/scaleout's."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 
 from engine.api import EngineOverloaded
-from engine.outputs import EngineStats, SpeechRequest, StepTiming
+from engine.outputs import AdmissionStats, EngineStats, LoopTotals, SpeechRequest, StepTiming
 from gateway.config import GatewaySettings
 from gateway.replica_pool import ReplicaPool
 from gateway.supervisor import RestartPolicy, SupervisedEngine
@@ -17,19 +20,35 @@ FAST = RestartPolicy(backoff_s=0.05, max_backoff_s=0.2, max_failures=3, window_s
 
 class FakeReplica:
     """What a supervisor and the pool read of an engine: its stats (`realtime_refusal`: why
-    real-time admission would refuse a stream), and the requests submitted to it."""
+    real-time admission would refuse a stream; `steps`: how far its counters have come, each
+    counter a multiple of it), and the requests submitted to it. `die()` kills it."""
 
     facts = None
     failure: str | None = None
     ready = True
 
-    def __init__(self, realtime_refusal: str = "") -> None:
+    def __init__(self, realtime_refusal: str = "", steps: int = 0) -> None:
         self.realtime_refusal = realtime_refusal
+        self.steps = steps
         self.submitted: list[SpeechRequest] = []
 
+    def die(self) -> None:
+        self.failure, self.ready = "the engine process was killed by SIGKILL", False
+
     def stats(self) -> EngineStats:
+        n = self.steps
         return EngineStats(
-            0, 0, 100, 0, 0, StepTiming(), self.ready, realtime_refusal=self.realtime_refusal
+            0,
+            0,
+            100,
+            0,
+            n,
+            StepTiming(),
+            self.ready,
+            prefix_reused_tokens=3 * n,
+            totals=LoopTotals(loop_turns=2 * n, audio_s=0.5 * n),
+            realtime_refusal=self.realtime_refusal,
+            admission=AdmissionStats(refusals={"kv": n, "listeners": 1} if n else {}),
         )
 
     async def submit(self, request: SpeechRequest) -> str:
@@ -41,6 +60,8 @@ class FakeReplica:
 
 
 def pool_of(*engines: FakeReplica) -> ReplicaPool:
+    """Supervised replicas of the engines given; each is rebuilt as a fresh engine, its
+    counters at 0."""
     replicas = [SupervisedEngine(lambda: FakeReplica(), e, FAST) for e in engines]
     return ReplicaPool(replicas, [f"replica-{i}" for i in range(len(engines))], GatewaySettings())
 
@@ -57,3 +78,44 @@ async def test_a_request_no_one_plays_as_it_comes_is_placed_without_real_time_ro
     with pytest.raises(EngineOverloaded, match="no engine replica has room"):
         await pool.submit(SpeechRequest("played as it comes"))
     assert sum(pool.refusals.values()) == 1 and set(pool.refusals) <= {"listeners", "turn_cost"}
+
+
+def counters(stats: EngineStats) -> dict[str, float]:
+    return {
+        "steps": stats.steps,
+        "prefix_reused_tokens": stats.prefix_reused_tokens,
+        "loop_turns": stats.totals.loop_turns,
+        "audio_s": stats.totals.audio_s,
+        **{f"refused_{cause}": n for cause, n in stats.admission.refusals.items()},
+    }
+
+
+async def test_the_pools_counters_never_go_down_when_a_replica_restarts():
+    """A rebuilt replica counts from 0; its supervisor carries the dead one's counters on, so
+    the pool's sums (and the replica's own) stay where they were and grow from there."""
+    engines = [FakeReplica(steps=100), FakeReplica(steps=10)]
+    pool = pool_of(*engines)
+    before = counters(pool.stats())
+    assert before == {
+        "steps": 110,
+        "prefix_reused_tokens": 330,
+        "loop_turns": 220,
+        "audio_s": 55.0,
+        "refused_kv": 110,
+        "refused_listeners": 2,
+    }
+    pool.watch()
+    try:
+        engines[0].die()
+        deadline = time.monotonic() + 10
+        while pool.replicas[0].record.restarts < 1:
+            assert time.monotonic() < deadline, "replica-0 was not rebuilt"
+            await asyncio.sleep(0.02)
+        assert counters(pool.stats()) == before  # the new replica's own counters are at 0
+        assert counters(pool.replicas[0].stats())["steps"] == 100
+        pool.replicas[0].engine.steps = 5  # the new replica runs on
+        after = counters(pool.stats())
+        assert after["steps"] == 115 and after["loop_turns"] == 230
+        assert after["refused_kv"] == 115 and after["refused_listeners"] == 3
+    finally:
+        await pool.stop_watching()
