@@ -368,7 +368,7 @@ def create_app(
         )
         if watched is not None:
             watched.watch()  # on this loop, for as long as the app serves
-        if isinstance(watched, SupervisedEngine):
+        if watched is not None:  # a pool's: its replicas' supervision as one (voxgate_engine_*)
             gateway.metrics.watch_supervisor(watched)
         if isinstance(watched, ReplicaPool):
             gateway.metrics.watch_replicas(watched)

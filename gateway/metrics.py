@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from gateway.auth import SessionSlots, SlotRefusal
     from gateway.codec_workers import CodecWorkers
     from gateway.replica_pool import ReplicaPool
-    from gateway.supervisor import SupervisedEngine
+    from gateway.supervisor import RestartRecord
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _TTFA_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
@@ -256,12 +256,22 @@ class CodecWorkersCollector(Collector):
         )
 
 
+class Supervised(Protocol):
+    """What SupervisorCollector reads: one engine's supervisor (gateway.supervisor), or a
+    replica pool, whose replicas' supervision it gives as one (gateway.replica_records)."""
+
+    @property
+    def record(self) -> RestartRecord: ...
+
+    def seconds_since_start(self) -> float: ...
+
+
 class SupervisorCollector(Collector):
     """Engine supervision (gateway.supervisor): deaths, restarts and failed restarts, the
     serving engine's age, why the last one died and why the last rebuild failed, and whether
     the supervisor still tries."""
 
-    def __init__(self, supervisor: SupervisedEngine) -> None:
+    def __init__(self, supervisor: Supervised) -> None:
         self._supervisor = supervisor
 
     def collect(self) -> Iterator[Metric]:
@@ -430,7 +440,7 @@ class GatewayMetrics:
     def watch_codec_workers(self, workers: CodecWorkers) -> None:
         self.registry.register(CodecWorkersCollector(workers))
 
-    def watch_supervisor(self, supervisor: SupervisedEngine) -> None:
+    def watch_supervisor(self, supervisor: Supervised) -> None:
         self.registry.register(SupervisorCollector(supervisor))
 
     def watch_replicas(self, pool: ReplicaPool) -> None:

@@ -64,21 +64,32 @@ class ReplicaCollector(Collector):
         deaths = CounterMetricFamily(
             "voxgate_replica_deaths", "Replicas that died while serving", labels=["replica"]
         )
+        restart_failures = CounterMetricFamily(
+            "voxgate_replica_restart_failures",
+            "Rebuilds of the dead replica that failed (to be placed, to load, or to be prepared)",
+            labels=["replica"],
+        )
         last_death = GaugeMetricFamily(
             "voxgate_replica_last_death",
             "Why the replica's last engine died (label reason); 1 once one has",
             labels=["replica", "reason"],
         )
+        last_restart_failure = GaugeMetricFamily(
+            "voxgate_replica_last_restart_failure",
+            "Why the replica's last rebuild failed (label reason); 1 once one has",
+            labels=["replica", "reason"],
+        )
         for name, replica, stats, _ in rows:
+            record = replica.record
             steps.add_metric([name], stats.steps)
-            restarts.add_metric([name], replica.record.restarts)
-            deaths.add_metric([name], replica.record.deaths)
-            if replica.record.last_death:
-                last_death.add_metric([name, replica.record.last_death[:200]], 1)
-        yield steps
-        yield restarts
-        yield deaths
-        yield last_death
+            restarts.add_metric([name], record.restarts)
+            deaths.add_metric([name], record.deaths)
+            restart_failures.add_metric([name], record.restart_failures)
+            if record.last_death:
+                last_death.add_metric([name, record.last_death[:200]], 1)
+            if record.last_restart_failure:
+                last_restart_failure.add_metric([name, record.last_restart_failure[:200]], 1)
+        yield from (steps, restarts, deaths, restart_failures, last_death, last_restart_failure)
         yield GaugeMetricFamily(
             "voxgate_replicas_ready",
             "Replicas serving now",

@@ -38,8 +38,9 @@ from gateway.admission import NOT_READY, admission_refusal
 from gateway.config import GatewaySettings
 from gateway.engine_counters import add_refusals, add_totals
 from gateway.placement import ReplicaLoad, pick_replica, pool_refusal
+from gateway.replica_records import pooled_record
 from gateway.replica_voices import ReplicaVoices
-from gateway.supervisor import SupervisedEngine, exit_server
+from gateway.supervisor import RestartRecord, SupervisedEngine, exit_server
 
 
 class ReplicaPool:
@@ -107,6 +108,16 @@ class ReplicaPool:
     @property
     def restarting(self) -> bool:
         return any(r.restarting for r in self.replicas)
+
+    @property
+    def record(self) -> RestartRecord:
+        """The replicas' supervision as one supervisor's (the `voxgate_engine_*` supervision
+        metrics): deaths and restarts added up, the latest death named by its replica."""
+        return pooled_record(self.names, [r.record for r in self.replicas])
+
+    def seconds_since_start(self) -> float:
+        """Seconds since a replica last became ready (the pool's start, or its latest restart)."""
+        return min(r.seconds_since_start() for r in self.replicas)
 
     async def submit(self, request: SpeechRequest) -> ResponseStream:
         # Judged as the request's own engine would judge it: one no one plays as it comes

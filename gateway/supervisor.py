@@ -116,6 +116,10 @@ class RestartRecord:
     last_death: str = ""  # why the last serving engine died ("" before any death)
     last_restart_failure: str = ""  # why the last rebuild failed ("" before any)
     healthy: bool = True  # False once the supervisor has given up
+    # When the last death and the last failed rebuild happened (the supervisor's clock; 0.0
+    # before any): a replica pool reports the latest of its replicas' (gateway/replica_records.py).
+    last_death_at: float = 0.0
+    last_restart_failure_at: float = 0.0
 
 
 class SupervisedEngine:
@@ -278,11 +282,13 @@ class SupervisedEngine:
     def _record_death(self, reason: str) -> None:
         self.record.deaths += 1
         self.record.last_death = self.record.last_reason = reason
+        self.record.last_death_at = self._clock()
         log.error("engine died (%s); restarting it", reason)
 
     def _record_restart_failure(self, reason: str) -> None:
         self.record.restart_failures += 1
         self.record.last_restart_failure = self.record.last_reason = f"restart failed: {reason}"
+        self.record.last_restart_failure_at = self._clock()
         log.error("%s", self.record.last_reason)
 
     async def _recover(self, reason: str) -> None:

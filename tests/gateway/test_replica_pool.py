@@ -1,6 +1,7 @@
 """A pool of engine replicas (gateway/replica_pool.py) on fake engines, no Ray: a request the
-pool places itself is judged as its own engine would judge it, and the pool's counters never
-go down when a replica restarts. The live pool on Ray is tests/scaleout's."""
+pool places itself is judged as its own engine would judge it, the pool's counters never go
+down when a replica restarts, and /metrics has the supervision figures one engine has, pooled,
+beside each replica's. The live pool on Ray is tests/scaleout's."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import asyncio
 import time
 
 import pytest
+from starlette.testclient import TestClient
 
 from engine.api import EngineOverloaded
 from engine.outputs import AdmissionStats, EngineStats, LoopTotals, SpeechRequest, StepTiming
+from gateway.app import create_app
 from gateway.config import GatewaySettings
 from gateway.replica_pool import ReplicaPool
-from gateway.supervisor import RestartPolicy, SupervisedEngine
+from gateway.replica_records import pooled_record
+from gateway.supervisor import RestartPolicy, RestartRecord, SupervisedEngine
 
 FAST = RestartPolicy(backoff_s=0.05, max_backoff_s=0.2, max_failures=3, window_s=60, poll_s=0.02)
 
@@ -119,3 +123,68 @@ async def test_the_pools_counters_never_go_down_when_a_replica_restarts():
         assert after["refused_kv"] == 115 and after["refused_listeners"] == 3
     finally:
         await pool.stop_watching()
+
+
+def test_metrics_have_the_supervision_figures_of_one_engine_pooled_and_per_replica():
+    """A replica dies, its first rebuild fails, its second serves: the engine's supervision
+    metrics count them for the pool (reasons naming the replica), and the replica's own
+    failed restarts are counted beside its deaths and restarts."""
+    dying = FakeReplica()
+    rebuilds = iter([RuntimeError("CUDA out of memory"), FakeReplica()])
+
+    def rebuild() -> FakeReplica:
+        built = next(rebuilds)
+        if isinstance(built, Exception):
+            raise built
+        return built
+
+    replicas = [
+        SupervisedEngine(rebuild, dying, FAST),
+        SupervisedEngine(FakeReplica, FakeReplica(), FAST),
+    ]
+    pool = ReplicaPool(replicas, ["replica-0", "replica-1"], GatewaySettings())
+    settings = GatewaySettings(encode_processes=0, decode_processes=0)
+    with TestClient(create_app(settings, pool)) as client:  # its lifespan watches the pool
+        dying.die()
+        deadline = time.monotonic() + 10
+        while replicas[0].record.restarts < 1:
+            assert time.monotonic() < deadline, "replica-0 was not rebuilt"
+            time.sleep(0.02)
+        text = client.get("/metrics").text
+    killed = "replica-0: the engine process was killed by SIGKILL"
+    failed = "replica-0: restart failed: RuntimeError: CUDA out of memory"
+    for line in (
+        "voxgate_engine_deaths_total 1.0",
+        "voxgate_engine_restarts_total 1.0",
+        "voxgate_engine_restart_failures_total 1.0",
+        "voxgate_engine_healthy 1.0",
+        "voxgate_engine_seconds_since_restart ",
+        f'voxgate_engine_last_death{{reason="{killed}"}} 1.0',
+        f'voxgate_engine_last_restart_failure{{reason="{failed}"}} 1.0',
+        'voxgate_replica_restart_failures_total{replica="replica-0"} 1.0',
+        'voxgate_replica_restart_failures_total{replica="replica-1"} 0.0',
+        'voxgate_replica_last_restart_failure{reason="restart failed: RuntimeError: CUDA out of '
+        'memory",replica="replica-0"} 1.0',
+    ):
+        assert line in text, line
+
+
+def test_the_pools_record_is_the_latest_of_any_replica_and_healthy_while_one_tries():
+    early = RestartRecord(deaths=2, restarts=1, last_death="killed", last_death_at=10.0)
+    late = RestartRecord(
+        deaths=1,
+        restart_failures=2,
+        last_death="out of memory",
+        last_death_at=20.0,
+        last_restart_failure="restart failed: no GPU",
+        last_restart_failure_at=15.0,
+        healthy=False,
+    )
+    pooled = pooled_record(["replica-0", "replica-1"], [early, late])
+    assert (pooled.deaths, pooled.restarts, pooled.restart_failures) == (3, 1, 2)
+    assert pooled.last_death == pooled.last_reason == "replica-1: out of memory"
+    assert pooled.last_restart_failure == "replica-1: restart failed: no GPU"
+    assert pooled.healthy  # replica-0's supervisor still tries
+    late.healthy = early.healthy = False
+    assert not pooled_record(["replica-0", "replica-1"], [early, late]).healthy
+    assert pooled_record(["replica-0"], [RestartRecord()]).last_death == ""
