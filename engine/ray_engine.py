@@ -32,15 +32,16 @@ from ray.exceptions import GetTimeoutError, RayError
 
 from engine.engine_host import CommandBatch, EngineSpec, HostedClient
 from engine.ray_replica import replica_actor, replica_concurrency
+from engine.request import ConfigError
 
 log = logging.getLogger("voxgate.engine")
 
 POLL_WAIT_S = 0.5  # a poll's longest wait for the first message; the next one follows at once
-NAMESPACE = "voxgate"  # where shared replicas are named
 
 
 def actor_name(name: str) -> str:
-    """A shared replica's name in Ray (`voxgate-replica-0` …)."""
+    """A shared replica's name in Ray (`voxgate-replica-0` …), within its server's namespace
+    (--ray-namespace: each server's own, so that servers on one cluster never collide)."""
     return f"voxgate-{name}"
 
 
@@ -71,12 +72,13 @@ class RayEngine(HostedClient):
         resources: ReplicaResources,
         name: str,
         start_timeout_s: float | None = None,
-        shared: bool = False,
+        namespace: str | None = None,
         callers: int = 1,
     ) -> RayEngine:
         """Place a new replica on the cluster and wait until its engine is warmed up (raises
-        RuntimeError with the replica's reason when it cannot start). `shared`: named, for
-        other gateway processes to `attach` to; `callers`: how many processes will poll it
+        RuntimeError with the replica's reason when it cannot start). `namespace`: named in
+        this Ray namespace, for other gateway processes of the same server to `attach` to
+        (None: unnamed, this process's alone); `callers`: how many processes will poll it
         (this one included), each needing a thread of the actor's (`replica_concurrency`).
         `start_timeout_s`: None, the engine's own (EngineConfig.engine_start_timeout_s)."""
         if start_timeout_s is None:
@@ -86,9 +88,20 @@ class RayEngine(HostedClient):
             num_cpus=resources.cpus,
             max_concurrency=replica_concurrency(callers),
         )
-        if shared:  # other gateway processes find it by name (`attach`)
-            options.update(name=actor_name(name), namespace=NAMESPACE)
-        handle = replica_actor().options(**options).remote(spec)
+        if namespace is not None:  # other gateway processes find it by name (`attach`)
+            options.update(name=actor_name(name), namespace=namespace)
+        try:
+            handle = replica_actor().options(**options).remote(spec)
+        except ValueError as exc:  # Ray's ActorAlreadyExistsError is one: the name is taken
+            if namespace is None:
+                raise
+            raise ConfigError(
+                f"engine replica {name} cannot be named {actor_name(name)} in Ray namespace "
+                f"{namespace}: {exc}. At start-up, another voxgate serve on this Ray cluster "
+                "has the same --ray-namespace: give each server its own, or leave it unset (each "
+                "server then makes one of its own); in a restart, the replica's previous actor "
+                "is not gone yet, and the restart is tried again"
+            ) from None
         engine = cls(handle, name)
         try:
             # The actor may first wait for a free GPU (or CPUs): that counts against the timeout.
@@ -108,20 +121,23 @@ class RayEngine(HostedClient):
         return engine
 
     @classmethod
-    def attach(cls, name: str, start_timeout_s: float) -> RayEngine:
-        """The shared replica `name` another process started (gateway processes on one port):
-        waits until it exists and is warmed up, up to `start_timeout_s` (the engine's
-        engine_start_timeout_s). Its owner restarts it when it dies; this process attaches
-        again (its supervisor calls this as its factory)."""
+    def attach(cls, name: str, namespace: str, start_timeout_s: float) -> RayEngine:
+        """The shared replica `name` another process of this server started in its Ray
+        `namespace` (gateway processes on one port): waits until it exists and is warmed up,
+        up to `start_timeout_s` (the engine's engine_start_timeout_s). Its owner restarts it
+        when it dies; this process attaches again (its supervisor calls this as its
+        factory)."""
         deadline = time.monotonic() + start_timeout_s
         while True:
             try:
-                handle = ray.get_actor(actor_name(name), namespace=NAMESPACE)
+                handle = ray.get_actor(actor_name(name), namespace=namespace)
                 ready = ray.get(handle.start.remote(start_timeout_s), timeout=start_timeout_s)
                 break
             except (ValueError, RayError) as exc:  # not there (yet), or died meanwhile
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"engine replica {name} is not there: {exc}") from None
+                    raise RuntimeError(
+                        f"engine replica {name} is not there in Ray namespace {namespace}: {exc}"
+                    ) from None
                 time.sleep(0.5)
         engine = cls(handle, name, owner=False)
         engine.where = ray.get(handle.where.remote())

@@ -18,6 +18,7 @@ API_KEYS_ENV = "VOXGATE_API_KEYS"
 # tchar) or the browser refuses to send it.
 _KEY_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _ORIGIN_RE = re.compile(r"^(https?)://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # --ray-namespace
 _WEB_DEMO = Path(__file__).resolve().parents[1] / "web_demo"
 
 
@@ -282,6 +283,17 @@ class GatewaySettings:
             metavar="ADDR",
         ),
     )
+    ray_namespace: str | None = field(
+        default=None,
+        metadata=cli(
+            "--ray-namespace",
+            "Ray namespace of this server's replicas, where its --gateway-processes find them "
+            "by name; servers sharing a Ray cluster each need their own (default: "
+            "voxgate-<random id>, made for this server)",
+            group=SCALE_OUT,
+            metavar="NAME",
+        ),
+    )
     replica_gpus: float | None = field(
         default=None,
         metadata=cli(
@@ -368,6 +380,17 @@ class GatewaySettings:
             raise ConfigError(
                 "--ray-address places engine replicas on a Ray cluster: give --replicas N too"
             )
+        if self.ray_namespace is not None:
+            if not self.replicas:
+                raise ConfigError(
+                    "--ray-namespace names the namespace of engine replicas on Ray: give "
+                    "--replicas N too"
+                )
+            if not _NAMESPACE_RE.match(self.ray_namespace):
+                raise ConfigError(
+                    f"--ray-namespace {self.ray_namespace!r}: use 1 to 64 letters, digits and "
+                    "._- (starting with a letter or digit), e.g. voxgate-prod"
+                )
 
     @staticmethod
     def _check_range(name: str, value: float, low: float, high: float | None = None) -> None:

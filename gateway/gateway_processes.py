@@ -2,8 +2,9 @@
 serving from the same N engine replicas, so that one Python event loop (WebSocket frames, Opus,
 pacing) is not the ceiling.
 
-This process owns the Ray runtime (or joins `--ray-address`) and the replicas (named actors,
-gateway/ray_cluster.py), supervises them — a dead replica is rebuilt here — and runs no
+This process owns the Ray runtime (or joins `--ray-address`) and the replicas (actors named in
+the server's own Ray namespace, --ray-namespace or one made for it: gateway/ray_cluster.py),
+supervises them — a dead replica is rebuilt here — and runs no
 gateway itself. Each gateway process joins the same Ray runtime, attaches to every replica by
 name (engine/ray_engine.py: `RayEngine.attach`; a replica serves several callers), and listens
 on the port with SO_REUSEPORT: the kernel spreads new connections over the processes. A
@@ -50,8 +51,11 @@ def serve_processes(settings: GatewaySettings, log_level: str) -> int:
     """Start the shared replicas, then the gateway processes; serve until SIGINT/SIGTERM."""
     import ray
 
-    from gateway.ray_cluster import build_replica_pool
+    from gateway.ray_cluster import build_replica_pool, with_namespace
 
+    # The replicas are named in this server's own Ray namespace, and the gateway processes
+    # are given the same settings: they find these replicas, never another server's.
+    settings = with_namespace(settings)
     pool = build_replica_pool(settings, shared=True)
     address = ray.get_runtime_context().gcs_address
     # Held (bound, never listening) for the server's life: the port stays ours, and with

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import socket
+import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from engine.api import ConfigError
@@ -35,14 +36,27 @@ def import_ray():
     return ray
 
 
+def with_namespace(settings: GatewaySettings) -> GatewaySettings:
+    """The settings with the Ray namespace of this server's replicas settled: --ray-namespace,
+    else one made for this server (`voxgate-` and a random id). Two servers on one Ray cluster
+    then never take each other's replicas' names, and this server's gateway processes, given
+    these settings, find its own replicas."""
+    if settings.ray_namespace:
+        return settings
+    return dataclasses.replace(settings, ray_namespace=f"voxgate-{uuid.uuid4().hex[:12]}")
+
+
 def connect(settings: GatewaySettings) -> bool:
     """Join the cluster at --ray-address, or start a Ray runtime on this machine; True when
-    this process started it (and so stops it at exit). A runtime already connected in this
-    process (an embedder's, a test's) is used as it is."""
+    this process started it (and so stops it at exit). This process's Ray job is in the
+    server's namespace (`with_namespace`), so its replicas list under it (`ray list actors`).
+    A runtime already connected in this process (an embedder's, a test's) is used as it is."""
     ray = import_ray()
     if ray.is_initialized():
         return False
-    common = dict(include_dashboard=False, configure_logging=False)
+    common = dict(
+        include_dashboard=False, configure_logging=False, namespace=settings.ray_namespace
+    )
     if settings.ray_address:
         check_reachable(settings.ray_address)
         try:
@@ -146,8 +160,11 @@ def build_replica_pool(
     settings: GatewaySettings, policy: RestartPolicy | None = None, shared: bool = False
 ) -> ReplicaPool:
     """Connect to Ray, start every replica (in parallel) and wait until all are warmed up.
-    `shared`: the replicas are named, for gateway processes to attach to
-    (gateway/gateway_processes.py); this pool owns and restarts them."""
+    `shared`: the replicas are named in the server's Ray namespace, for its gateway processes
+    to attach to (gateway/gateway_processes.py, which settles the namespace first:
+    `with_namespace`); this pool owns and restarts them."""
+    settings = with_namespace(settings)
+    log.info("engine replicas in Ray namespace %s", settings.ray_namespace)
     started_here = connect(settings)
     ray = import_ray()
     try:
@@ -158,10 +175,11 @@ def build_replica_pool(
         names = replica_names(settings)
         # Every gateway process polls each replica, and so does this pool.
         callers = 1 + (settings.gateway_processes if shared else 0)
+        namespace = settings.ray_namespace if shared else None  # named only to be shared
         factories = [
             (
                 lambda name=name: RayEngine.start(
-                    spec, resources, name, shared=shared, callers=callers
+                    spec, resources, name, namespace=namespace, callers=callers
                 )
             )
             for name in names
@@ -182,17 +200,23 @@ def build_replica_pool(
 def attach_replica_pool(
     settings: GatewaySettings, address: str, policy: RestartPolicy | None = None
 ) -> ReplicaPool:
-    """A gateway process's pool of the shared replicas another process owns
-    (gateway/gateway_processes.py): joins its Ray runtime and attaches to each replica by name.
-    When one dies, this pool's supervisor attaches again once the owner has rebuilt it."""
+    """A gateway process's pool of the shared replicas another process of its server owns
+    (gateway/gateway_processes.py): joins its Ray runtime and attaches to each replica by name
+    in the server's Ray namespace (settled by the owner: `with_namespace`). When one dies, this
+    pool's supervisor attaches again once the owner has rebuilt it."""
     ray = import_ray()
     from engine.ray_engine import RayEngine
 
+    namespace = settings.ray_namespace
+    if not namespace:
+        raise ValueError("attach_replica_pool needs the owner's settings (with_namespace)")
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, configure_logging=False)
+        ray.init(
+            address=address, include_dashboard=False, configure_logging=False, namespace=namespace
+        )
     names = replica_names(settings)
     timeout_s = settings.engine.engine_start_timeout_s
-    factories = [(lambda name=name: RayEngine.attach(name, timeout_s)) for name in names]
+    factories = [(lambda name=name: RayEngine.attach(name, namespace, timeout_s)) for name in names]
     engines = _start_all(factories)
     replicas = [
         SupervisedEngine(factory, engine, policy)
