@@ -22,9 +22,9 @@ def realtime_client(server):
     )
 
 
-async def speak(conn, text: str, tmp_path, seed: int, chunk_s: float = 0.1) -> None:
-    """The words between stretches of quiet room, appended in `chunk_s` chunks (faster than
-    real time: the server's VAD runs on the audio's clock)."""
+def utterance(text: str, tmp_path, seed: int) -> bytes:
+    """The words between stretches of quiet room (half a second before, a second after: the
+    end of the turn), as pcm16 at RATE."""
     pcm = np.concatenate(
         [
             quiet_room(0.5, RATE, seed),
@@ -32,7 +32,17 @@ async def speak(conn, text: str, tmp_path, seed: int, chunk_s: float = 0.1) -> N
             quiet_room(1.0, RATE, seed + 1),
         ]
     )
-    data = (np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes()
+    return (np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+async def append(conn, data: bytes, chunk_s: float = 0.1) -> None:
+    """pcm16 appended in `chunk_s` chunks, faster than real time (the server's VAD runs on the
+    audio's clock)."""
     step = int(RATE * chunk_s) * 2
     for at in range(0, len(data), step):
         await conn.input_audio_buffer.append(audio=base64.b64encode(data[at : at + step]).decode())
+
+
+async def speak(conn, text: str, tmp_path, seed: int, chunk_s: float = 0.1) -> None:
+    """An utterance of `text`, appended in `chunk_s` chunks."""
+    await append(conn, utterance(text, tmp_path, seed), chunk_s)

@@ -117,16 +117,15 @@ OPENAI_DEFAULT_VAD = {
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("create_response", False),
-        ("interrupt_response", False),
         ("threshold", 0.9),
         ("prefix_padding_ms", 0),
         ("idle_timeout_ms", 5000),
     ],
 )
 async def test_turn_detection_shows_what_is_applied_and_refuses_the_rest(glm_server, field, value):
-    """OpenAI's defaults (what the SDK sends) are taken and `silence_duration_ms` is applied;
-    a value the server's VAD would not act on is an error, never echoed back as taken."""
+    """OpenAI's defaults (what the SDK sends) are taken and `silence_duration_ms` is applied
+    (`create_response` and `interrupt_response` too: test_realtime_turn_responses.py); a value
+    the server's VAD would not act on is an error, never echoed back as taken."""
     async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
         vad = {**OPENAI_DEFAULT_VAD, "silence_duration_ms": 700}
