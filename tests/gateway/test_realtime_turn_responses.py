@@ -162,3 +162,26 @@ async def test_session_update_round_trips_the_response_flags(glm_server):
         # A turn_detection object replaces the one in force: left out, OpenAI's defaults.
         shown = await set_vad(conn)
         assert shown.create_response is True and shown.interrupt_response is True
+
+
+async def test_changing_only_the_flags_mid_turn_keeps_the_turn(glm_server, glm_engine, tmp_path):
+    """The VAD is unchanged, so the speech in progress goes on as one turn (a new VAD setting
+    would drop it and start over), and the new flag applies to it."""
+    data = utterance("What is the weather like today?", tmp_path, 1)
+    half = len(data) // 4 * 2  # into the words, on a whole sample
+    async with realtime_client(glm_server).realtime.connect(model=MODEL) as conn:
+        await until_event(conn, "session.created")
+        await set_vad(conn)
+        await append(conn, data[:half])
+        await until_event(conn, "input_audio_buffer.speech_started")
+        shown = await set_vad(conn, create_response=False)
+        assert shown.create_response is False
+        await append(conn, data[half:])
+        committed, seen = await until_event(conn, "input_audio_buffer.committed")
+        assert [e.type for e in seen] == ["input_audio_buffer.speech_stopped"]
+        created, _ = await until_event(conn, "conversation.item.created")
+        assert created.item.id == committed.item_id
+        with pytest.raises(TimeoutError):  # held: create_response false applies to it
+            event = await asyncio.wait_for(conn.recv(), 1.0)
+            pytest.fail(f"{event.type} after a turn held for response.create")
+    await wait_engine_idle(glm_engine)
