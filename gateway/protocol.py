@@ -110,6 +110,16 @@ class AudioSpec:
 class TurnDetection:
     type: TurnDetectionType = TurnDetectionType.VAD
     silence_ms: int = 500
+    # What a turn the VAD ends does to responses (OpenAI's `create_response` and
+    # `interrupt_response`; the native protocol has no field for them, so its sessions keep
+    # these defaults): the server answers each such turn itself, and the user starting to
+    # speak cancels the reply playing (barge-in). Only `type` vad reads them.
+    create_response: bool = True
+    interrupt_response: bool = True
+
+    def same_vad(self, other: TurnDetection) -> bool:
+        """Whether `other` detects turns as this does (only what it does with them may differ)."""
+        return (self.type, self.silence_ms) == (other.type, other.silence_ms)
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,10 @@ from gateway.realtime_protocol import (
     decode_client_event,
     event_id_of,
 )
-from gateway.realtime_state import SERVER_VAD, SPECS, RealtimeState
+from gateway.realtime_state import PREFIX_PADDING_MS, SPECS, RealtimeState, server_vad_view
 from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.wire import (
+    AnswerTurns,
     InputClear,
     Reply,
     SessionUpdate,
@@ -54,13 +55,10 @@ from gateway.wire import (
 # it does anyway (OpenAI's defaults, which the official SDKs send). Any other value is refused.
 _FIXED_TURN_FIELDS: Mapping[str, tuple[object, str]] = {
     "threshold": (0.5, "the server's VAD (webrtcvad) has no threshold to set"),
-    "prefix_padding_ms": (300, "a turn's audio always starts 300 ms before the speech"),
-    "create_response": (
-        True,
-        "the server answers each turn its VAD ends; to create responses yourself, send "
-        "`turn_detection` null, then input_audio_buffer.commit and response.create",
+    "prefix_padding_ms": (
+        PREFIX_PADDING_MS,
+        f"a turn's audio always starts {PREFIX_PADDING_MS} ms before the speech",
     ),
-    "interrupt_response": (True, "speech during a response always interrupts it (barge-in)"),
     "idle_timeout_ms": (None, "the server sends no idle timeouts"),
     "eagerness": ("auto", "semantic_vad is served by the server's VAD"),
 }
@@ -69,8 +67,10 @@ _FIXED_TURN_FIELDS: Mapping[str, tuple[object, str]] = {
 def native_turn_detection(turn: object) -> TurnDetection | None:
     """A Realtime `turn_detection` (an object, or null: the client commits turns) → the native
     one. `server_vad` and `semantic_vad` both mean the server's VAD, which applies
-    `silence_duration_ms`; the other fields are refused (ProtocolError) unless they hold the
-    value the server acts on anyway (_FIXED_TURN_FIELDS)."""
+    `silence_duration_ms`, `create_response` and `interrupt_response`; the other fields are
+    refused (ProtocolError) unless they hold the value the server acts on anyway
+    (_FIXED_TURN_FIELDS). A field left out takes OpenAI's default: the object replaces the
+    one in force."""
     if turn is UNSET:
         return None
     if turn is None:
@@ -90,7 +90,22 @@ def native_turn_detection(turn: object) -> TurnDetection | None:
                 f"`turn_detection.{name}` is not applied: {why}; leave it out or send "
                 f"{json.dumps(served)}",
             )
-    return TurnDetection(TurnDetectionType.VAD, silence)
+    return TurnDetection(
+        TurnDetectionType.VAD,
+        silence,
+        create_response=_flag(turn, "create_response"),
+        interrupt_response=_flag(turn, "interrupt_response"),
+    )
+
+
+def _flag(turn: dict, name: str) -> bool:
+    """A true/false turn detection field; left out or null, OpenAI's default (true)."""
+    value = turn.get(name)
+    if value is None:
+        return getattr(TurnDetection(), name)
+    if not isinstance(value, bool):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`turn_detection.{name}` must be true or false")
+    return value
 
 
 def _is_served(value: object, served: object) -> bool:
@@ -108,7 +123,19 @@ def turn_detection_view(detection: TurnDetection | None) -> object:
         return UNSET
     if detection.type is TurnDetectionType.NONE:
         return None
-    return {**SERVER_VAD, "silence_duration_ms": detection.silence_ms}
+    return server_vad_view(detection)
+
+
+def _refuse_response_flags(detection: TurnDetection, facts: ModelFacts) -> None:
+    """A full-duplex model has no turns: holding or not interrupting a reply means nothing."""
+    for name in ("create_response", "interrupt_response"):
+        if not getattr(detection, name):
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`turn_detection.{name}` is not applied: {facts.name} is a full-duplex model, "
+                "which listens and speaks at once with no turns to answer or interrupt; leave "
+                "it out or send true",
+            )
 
 
 def _audio_input_refusal(kind: str, facts: ModelFacts) -> ProtocolError:
@@ -184,20 +211,33 @@ class RealtimeInbound:
         )
 
     def _response_create(self) -> Sequence[WireInput]:
+        state = self._state
         if self._tools.has_outputs:
+            state.audio_turns_waiting = 0  # the response answers what came before too
             return (ToolOutputs(self._tools.take_outputs()),)
-        if not self._pending_text and self._state.audio_turn_answered:
-            self._state.audio_turn_answered = False
+        if self._pending_text:
+            state.audio_turns_waiting = 0
+            text_to_speak = " ".join(self._pending_text)
+            self._pending_text.clear()
+            return (TextInput(text_to_speak, final=True),)
+        if state.audio_turns_waiting:
+            state.audio_turns_waiting = 0
+            return (AnswerTurns(),)  # turns committed with create_response false
+        if state.audio_turn_answered:
+            state.audio_turn_answered = False
             return ()  # the committed audio turn is already being answered
-        if not self._pending_text:
+        if self._facts.accepts_turns:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
-                "nothing to speak: add a user or assistant text message with "
-                "conversation.item.create before response.create",
+                "nothing to answer: no user turn is waiting for a response; speak (server VAD "
+                "commits each turn) or send input_audio_buffer.commit, or add a text message "
+                "with conversation.item.create, then send response.create",
             )
-        text_to_speak = " ".join(self._pending_text)
-        self._pending_text.clear()
-        return (TextInput(text_to_speak, final=True),)
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            "nothing to speak: add a user or assistant text message with "
+            "conversation.item.create before response.create",
+        )
 
     def _session_update(self, event: SessionUpdateEvent) -> SessionUpdate:
         sampling = decode_sampling(event.sampling)  # the Voxgate extension, type-checked
@@ -222,6 +262,8 @@ class RealtimeInbound:
         if event.turn_detection not in (UNSET, None) and not self._facts.accepts_audio:
             raise _audio_input_refusal("turn_detection", self._facts)
         detection = native_turn_detection(event.turn_detection)
+        if self._facts.full_duplex and detection is not None:
+            _refuse_response_flags(detection, self._facts)
         tools, choice = self._tools.update(event)
         # What the session does not own comes back in SessionUpdated once the update is taken
         # (gateway.realtime_outbound unpacks it).

@@ -93,7 +93,9 @@ class RealtimeOutbound:
             item = self._input_item or f"item_{uuid.uuid4().hex[:20]}"
             previous, self._state.last_item_id = self._state.last_item_id, item
             self._input_item = None
-            self._state.audio_turn_answered = True
+            # Whether the server answers it, or a response.create will (create_response false).
+            self._state.audio_turn_answered = event.answered
+            self._state.audio_turns_waiting += not event.answered
             return [
                 encode_input_event("input_audio_buffer.committed", item, previous),
                 encode_user_audio_item(item, previous),

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.api import ModelFacts
-from gateway.protocol import AudioFormat, AudioSpec
+from gateway.protocol import AudioFormat, AudioSpec, TurnDetection
 from gateway.realtime_calls import SessionTools
 from gateway.realtime_protocol import Dialect, RealtimeFormat
+from gateway.vad import VadSettings
 
 _FRAME_MS = 20
 SPECS: Mapping[RealtimeFormat, AudioSpec] = {
@@ -21,16 +22,23 @@ SPECS: Mapping[RealtimeFormat, AudioSpec] = {
 }
 FORMAT_OF = {spec.format: fmt for fmt, spec in SPECS.items()}
 
-# The server's VAD as the Realtime API shows it: 500 ms of silence ends a turn (the one field
-# a client changes), the turn's audio starts 300 ms before the speech, the server answers each
-# turn, and speech during a response interrupts it.
-SERVER_VAD = {
-    "type": "server_vad",
-    "silence_duration_ms": 500,
-    "prefix_padding_ms": 300,
-    "create_response": True,
-    "interrupt_response": True,
-}
+PREFIX_PADDING_MS = VadSettings().prefix_ms  # a turn's audio starts this long before the speech
+
+
+def server_vad_view(detection: TurnDetection) -> dict:
+    """The server's VAD as the Realtime API shows it: the silence that ends a turn, the audio
+    kept before the speech, whether the server answers each turn and whether speech during a
+    response interrupts it."""
+    return {
+        "type": "server_vad",
+        "silence_duration_ms": detection.silence_ms,
+        "prefix_padding_ms": PREFIX_PADDING_MS,
+        "create_response": detection.create_response,
+        "interrupt_response": detection.interrupt_response,
+    }
+
+
+SERVER_VAD = server_vad_view(TurnDetection())  # what a session starts with
 
 
 @dataclass
@@ -45,4 +53,7 @@ class RealtimeState:
     # An audio turn was committed and is being answered: a response.create that follows
     # (what clients send after input_audio_buffer.commit) asks for that answer.
     audio_turn_answered: bool = False
+    # Audio turns committed with no response (turn detection's create_response false), which
+    # the next response.create answers.
+    audio_turns_waiting: int = 0
     event_id: str | None = None  # the client event being handled, for its errors

@@ -15,6 +15,12 @@ while a reply plays, or `response.cancel` — cancels the reply within one engin
 reply enters the history cut to what the user heard (`HeardReply`): the client's
 `playback` report when it sent one, else the server's own send clock.
 
+Turn detection's `create_response` false (the Realtime API's) holds each turn the VAD ends: it
+joins the history with no reply until the client asks for one (`AnswerTurns`); a turn that
+follows a held one unanswered is preceded by an empty reply, so the history alternates and the
+next reply answers both. `interrupt_response` false lets speech during a reply leave it
+playing: the user's turn is answered after it.
+
 With tools (models trained with tool calls; the Realtime API's `tools`), the model's tools
 element leads each request's turns, and a tool's results (`ToolOutputs`) are a turn answered
 like a user's; a client's own call (`ToolCall`) joins the history with no reply.
@@ -34,6 +40,7 @@ import collections
 import contextlib
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from engine.api import (
@@ -63,12 +70,14 @@ from gateway.protocol import (
     TextInput,
     TranscriptDelta,
     TurnDetection,
+    TurnDetectionType,
 )
 from gateway.reply import Emitter, SpeechOptions
 from gateway.speculative_turn import Decision, SpeculativeTurn
 from gateway.turn_input import TurnInput, TurnPaused, TurnResumed, UserAudioTurn
 from gateway.turn_reply import ReplyOutcome, TurnReply
 from gateway.wire import (
+    AnswerTurns,
     InputClear,
     InputCleared,
     InputCommitted,
@@ -79,8 +88,17 @@ from gateway.wire import (
 )
 from models.tool_calls import FunctionTool
 
+
+@dataclass(frozen=True)
+class HeldTurn:
+    """A user turn the VAD ended while `create_response` is false: it joins the history with
+    no reply, until the client asks for one (AnswerTurns)."""
+
+    turn: UserAudioTurn
+
+
 # What waits for the player task.
-QueuedTurn = UserAudioTurn | SpeculativeTurn | str | ToolOutputs | ToolCall
+QueuedTurn = UserAudioTurn | SpeculativeTurn | HeldTurn | AnswerTurns | str | ToolOutputs | ToolCall
 
 
 class TurnConversation:
@@ -94,6 +112,7 @@ class TurnConversation:
         Truncate,
         ToolOutputs,
         ToolCall,
+        AnswerTurns,
     )
 
     @classmethod
@@ -129,7 +148,10 @@ class TurnConversation:
         self._input: TurnInput | None = None
         self._spec, self._detection = AudioSpec(), TurnDetection()
         self.history: list[Any] = []  # the model's turn objects, user first, alternating
+        # The history ends with a user turn no reply follows yet (a held turn).
+        self._open_turn = False
         self._last_reply_ids: tuple | None = None  # the last reply's whole output, for truncate
+        self._last_reply_at = -1  # its place in the history (held user turns may follow it)
         self._last_reply_speed = 1.0  # the speed it played at: truncate's time is played time
         # The last reply, when it was cut at barge-in and is still the newest turn: a playback
         # report that was in flight when it was cut still moves the cut (see report_playback).
@@ -172,7 +194,7 @@ class TurnConversation:
             self.clear()
         elif isinstance(event, Truncate):
             await self.truncate(event.audio_end_ms)
-        elif isinstance(event, ToolOutputs | ToolCall):
+        elif isinstance(event, ToolOutputs | ToolCall | AnswerTurns):
             self._enqueue(event)
         return True
 
@@ -184,15 +206,19 @@ class TurnConversation:
     def reconfigure(
         self, options: SpeechOptions, input_audio: AudioSpec | None, detection: TurnDetection | None
     ) -> None:
-        """New options for later replies; a new input format or turn detection (OpenAI
-        `session.update`) drops the audio of a turn in progress with the old settings."""
+        """New options for later replies; a change of input format or of how turns are
+        detected (OpenAI `session.update`) drops the audio of a turn in progress with the old
+        settings. A reply begun at a pause is dropped either way: whether the turn gets a reply
+        may have changed (`create_response`)."""
         self.options = options
         if input_audio is None and detection is None:
             return
-        self._spec = input_audio or self._spec
-        self._detection = detection or self._detection
+        spec, detection = input_audio or self._spec, detection or self._detection
+        same_input = spec == self._spec and detection.same_vad(self._detection)
+        self._spec, self._detection = spec, detection
         self._drop_speculation()
-        self._input = self._turn_input()
+        if not same_input:
+            self._input = self._turn_input()
 
     def _turn_input(self) -> TurnInput:
         return TurnInput(self._spec, self._detection, early_ms=self._settings.speculative_turn_ms)
@@ -261,7 +287,7 @@ class TurnConversation:
         heard by now, unless a newer turn has come meanwhile (its cut is final then)."""
         if self._last_reply_ids is None:
             return
-        index = len(self.history) - 1
+        index = self._last_reply_at
         kept = await self._engine.prepare_turn(HeardReply(self._last_reply_ids, reply.heard_s()))
         if self._cut_reply is reply:
             self.history[index] = kept
@@ -273,7 +299,7 @@ class TurnConversation:
                 ErrorCode.BAD_FIELD,
                 "nothing to truncate: only the last finished reply can be truncated",
             )
-        index = len(self.history) - 1
+        index = self._last_reply_at  # held user turns may follow it
         cut = HeardReply(self._last_reply_ids, audio_end_ms / 1000 * self._last_reply_speed)
         self.history[index] = await self._engine.prepare_turn(cut)
         self._cut_reply = None  # the client said where it ends: later reports do not move it
@@ -299,24 +325,37 @@ class TurnConversation:
             self._reply.cancel()
         self._engine.end_conversation(self._conversation_id)
 
+    @property
+    def _answers_turns(self) -> bool:
+        """Whether a finished user turn is answered at once (else it is held)."""
+        detection = self._detection
+        return detection.type is not TurnDetectionType.VAD or detection.create_response
+
+    @property
+    def _speech_interrupts(self) -> bool:
+        """Whether the user speaking cuts the reply playing (barge-in)."""
+        return self._detection.interrupt_response
+
     def _on_input(self, event) -> None:
         if isinstance(event, TurnPaused):
-            self._speculate(event.turn)
+            if self._answers_turns:  # a held turn gets no reply to begin early
+                self._speculate(event.turn)
             return
         if isinstance(event, TurnResumed):
             self._drop_speculation()
             return
         if isinstance(event, UserAudioTurn):
-            self._emit.event(InputCommitted(event.audio_ms))
+            answered = self._answers_turns
+            self._emit.event(InputCommitted(event.audio_ms, answered))
             speculation, self._speculation = self._speculation, None
             if speculation is not None and speculation.pending:
                 self._metrics.speculative_turns.labels("confirmed").inc()
                 speculation.confirm()  # its reply answers the turn: out after the events above
                 return
-            self._enqueue(event)
+            self._enqueue(event if answered else HeldTurn(event))
             return
         self._emit.event(event)
-        if isinstance(event, SpeechStarted):
+        if isinstance(event, SpeechStarted) and self._speech_interrupts:
             self.cancel()
 
     def _speculate(self, turn: UserAudioTurn) -> None:
@@ -370,21 +409,15 @@ class TurnConversation:
         if isinstance(turn, ToolCall):
             await self._add_call(turn)
             return
+        if isinstance(turn, AnswerTurns):
+            await self._answer_held()
+            return
         speculation = turn if isinstance(turn, SpeculativeTurn) else None
         if speculation is not None and speculation.decision is Decision.DISCARDED:
             return  # the user spoke on while it waited
         try:
             tools = await self._tools_turn()
-            if isinstance(turn, UserAudioTurn | SpeculativeTurn):
-                # The speech tokenizer is model work: the engine runs it, off the event loop.
-                # The session's instructions (Realtime) ride along as the system prompt.
-                audio = turn.turn if isinstance(turn, SpeculativeTurn) else turn
-                command = TurnFromSpeech(audio.pcm, self.options.instructions)
-            elif isinstance(turn, ToolOutputs):
-                command = TurnFromToolOutputs(turn.outputs)
-            else:
-                command = TurnFromText(turn, self.options.instructions)
-            user = await self._engine.prepare_turn(command)
+            user = await self._engine.prepare_turn(self._turn_command(turn))
         except ModelInputError as exc:
             if speculation is not None and speculation.pending:
                 # The turn so far is refused (too short, say): answered anew once it ends.
@@ -393,16 +426,62 @@ class TurnConversation:
                 return
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        if speculation is None:
+        await self._close_open_turn()
+        if isinstance(turn, HeldTurn):
             self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
             self.history.append(user)
-            if self._interrupted or (self._input is not None and self._input.in_speech):
+            self._open_turn = True
+            return
+        if speculation is None:
+            self._cut_reply = None
+            self.history.append(user)
+            spoke_on = self._input is not None and self._input.in_speech and self._speech_interrupts
+            if self._interrupted or spoke_on:
                 # The user went on talking before the reply began: no reply to this turn; the
                 # next one answers the whole of it.
                 await self._keep_reply((), 0.0)
                 return
         elif speculation.decision is Decision.DISCARDED:
             return
+        await self._run_reply(tools, speculation, user)
+
+    def _turn_command(
+        self, turn: QueuedTurn
+    ) -> TurnFromSpeech | TurnFromToolOutputs | TurnFromText:
+        """The engine's command that makes the model's user turn of a queued one."""
+        if isinstance(turn, HeldTurn | UserAudioTurn | SpeculativeTurn):
+            # The speech tokenizer is model work: the engine runs it, off the event loop.
+            # The session's instructions (Realtime) ride along as the system prompt.
+            audio = turn if isinstance(turn, UserAudioTurn) else turn.turn
+            return TurnFromSpeech(audio.pcm, self.options.instructions)
+        if isinstance(turn, ToolOutputs):
+            return TurnFromToolOutputs(turn.outputs)
+        assert isinstance(turn, str)
+        return TurnFromText(turn, self.options.instructions)
+
+    async def _answer_held(self) -> None:
+        """The client asks for the reply to the held user turns: the history as it stands."""
+        if not self._open_turn:
+            self._emit.event(
+                ErrorEvent(
+                    ErrorCode.BAD_FIELD,
+                    "no user turn is waiting for a response (a held turn was refused, see the "
+                    "error before, or already answered): speak or send a message, then ask "
+                    "for the response",
+                )
+            )
+            return
+        try:
+            tools = await self._tools_turn()
+        except ModelInputError as exc:
+            self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
+            return
+        await self._run_reply(tools)
+
+    async def _run_reply(
+        self, tools: tuple[Any, ...], speculation: SpeculativeTurn | None = None, user: Any = None
+    ) -> None:
+        """One reply to the history (and, speculating, to `user`, not in the history yet)."""
         reply = TurnReply(
             f"resp_{uuid.uuid4().hex[:16]}",
             self._engine,
@@ -437,6 +516,14 @@ class TurnConversation:
         heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
         reply.done(f"tokens={len(outcome.output_ids)} heard={heard} reused={outcome.reused_tokens}")
 
+    async def _close_open_turn(self) -> None:
+        """A held user turn still unanswered when another turn comes is followed by an empty
+        reply, so that the history alternates as the model's format wants; the next reply
+        answers both."""
+        if self._open_turn:
+            self.history.append(await self._engine.prepare_turn(HeardReply((), 0.0)))
+            self._open_turn = False
+
     async def _add_call(self, call: ToolCall) -> None:
         """A client's call joins the history as the model's turn; nothing is answered."""
         try:
@@ -445,6 +532,7 @@ class TurnConversation:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
         self.history.append(kept)
+        self._open_turn = False  # the call is the model's turn after a held one
         # The newest turn is no reply now: there is none to truncate or recut.
         self._last_reply_ids, self._cut_reply = None, None
 
@@ -475,5 +563,6 @@ class TurnConversation:
     async def _keep_reply(self, output_ids: tuple, heard_s: float | None) -> None:
         kept = await self._engine.prepare_turn(HeardReply(tuple(output_ids), heard_s))
         self.history.append(kept)
-        self._last_reply_ids = tuple(output_ids)
+        self._open_turn = False
+        self._last_reply_ids, self._last_reply_at = tuple(output_ids), len(self.history) - 1
         return kept

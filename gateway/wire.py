@@ -12,8 +12,9 @@ never a second copy of the session's logic, limits, pacing or metrics.
 A few events exist only on this seam, for protocols that can do what the native v1 protocol
 cannot (its decoder never produces them, its encoder drops them): `SessionUpdate` in and
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
-`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `ToolOutputs` and
-`ToolCall` in (a tool's results, a client's call: models with tool calls).
+`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
+(answer user turns committed without a response), `ToolOutputs` and `ToolCall` in (a tool's
+results, a client's call: models with tool calls).
 """
 
 from __future__ import annotations
@@ -80,11 +81,20 @@ class Truncate:
 
 @dataclass(frozen=True)
 class InputCommitted:
-    """A user turn was taken from the input audio (VAD end of turn or a commit); it is
-    answered next. The native protocol has no event for it (never sent there)."""
+    """A user turn was taken from the input audio (VAD end of turn or a commit) and joins the
+    conversation. The native protocol has no event for it (never sent there)."""
 
     TYPE: ClassVar[str] = "input.committed"
     audio_ms: int  # the turn's length
+    # The server answers it next; False: it waits for AnswerTurns (turn detection's
+    # `create_response` false).
+    answered: bool = True
+
+
+@dataclass(frozen=True)
+class AnswerTurns:
+    """Answer the user turns that joined the conversation without a response (OpenAI
+    `response.create` after turns its VAD ended with `create_response` false)."""
 
 
 @dataclass(frozen=True)

@@ -8,45 +8,21 @@ import asyncio
 import base64
 import shutil
 
-import numpy as np
 import pytest
-from gateway_testkit import flite_speech, quiet_room, until_event, wait_engine_idle
+from gateway_testkit import until_event, wait_engine_idle
+from realtime_testkit import realtime_client, speak
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is not installed")
 
-RATE = 24000  # pcm16, the Realtime default
 FAST = {"temperature": 0.0, "max_output_tokens": 120}
-
-
-def client(server) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=server.http + "/v1",
-        websocket_base_url=server.url.removesuffix("/stream"),
-        api_key="unused",
-    )
-
-
-async def speak(conn, text: str, tmp_path, seed: int, chunk_s: float = 0.1) -> None:
-    """The words between stretches of quiet room, appended in `chunk_s` chunks."""
-    pcm = np.concatenate(
-        [
-            quiet_room(0.5, RATE, seed),
-            flite_speech(text, tmp_path, RATE),
-            quiet_room(1.0, RATE, seed + 1),
-        ]
-    )
-    data = (np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes()
-    step = int(RATE * chunk_s) * 2
-    for at in range(0, len(data), step):
-        await conn.input_audio_buffer.append(audio=base64.b64encode(data[at : at + step]).decode())
 
 
 async def test_audio_in_server_vad_truncate_manual_commit_and_cancel(
     glm_server, glm_engine, conversations, tmp_path
 ):
     model = glm_engine.core.model
-    async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         created, _ = await until_event(conn, "session.created")
         assert created.session.audio.input.turn_detection.type == "server_vad"
         vad = {"type": "server_vad", "silence_duration_ms": 400}
@@ -112,7 +88,7 @@ async def test_audio_in_server_vad_truncate_manual_commit_and_cancel(
 async def test_an_append_of_seconds_of_audio_is_taken_whole(glm_server, glm_engine, tmp_path):
     """OpenAI takes appends up to 15 MiB; the gateway splits one into its audio frames (a
     3-s append is 144,000 bytes, the session's frames at most 16,384)."""
-    async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
         session = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, **FAST}
         await conn.send({"type": "session.update", "session": session})
@@ -141,17 +117,16 @@ OPENAI_DEFAULT_VAD = {
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("create_response", False),
-        ("interrupt_response", False),
         ("threshold", 0.9),
         ("prefix_padding_ms", 0),
         ("idle_timeout_ms", 5000),
     ],
 )
 async def test_turn_detection_shows_what_is_applied_and_refuses_the_rest(glm_server, field, value):
-    """OpenAI's defaults (what the SDK sends) are taken and `silence_duration_ms` is applied;
-    a value the server's VAD would not act on is an error, never echoed back as taken."""
-    async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+    """OpenAI's defaults (what the SDK sends) are taken and `silence_duration_ms` is applied
+    (`create_response` and `interrupt_response` too: test_realtime_turn_responses.py); a value
+    the server's VAD would not act on is an error, never echoed back as taken."""
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
         vad = {**OPENAI_DEFAULT_VAD, "silence_duration_ms": 700}
         await conn.session.update(

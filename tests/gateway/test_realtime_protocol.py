@@ -210,13 +210,13 @@ def test_error_event_parses_as_the_sdk_type():
 
 
 # --- the adapter's mapping (gateway.realtime.RealtimeWire), without a server ------------------
-def _wire(max_pending_chars: int = 40, accepts_audio: bool = False):
+def _wire(max_pending_chars: int = 40, accepts_audio: bool = False, **facts_fields):
     from gateway.realtime import RealtimeWire
     from models.base import ModelFacts
 
     facts = ModelFacts(
         "tts", 24000, 80.0, (0,), 28, 28, voices=("tara",), default_voice="tara",
-        accepts_audio=accepts_audio,
+        accepts_audio=accepts_audio, **facts_fields,
     )  # fmt: skip
     return RealtimeWire(Dialect.GA, facts, None, max_pending_chars=max_pending_chars)
 
@@ -271,3 +271,57 @@ def test_an_append_becomes_frames_the_session_takes():
     assert all(len(f.data) == 1000 for f in frames[:-1]) and len(frames[-1].data) == 600
     assert b"".join(f.data for f in frames) == audio
     assert audio_frames(b"", 1000) == ()
+
+
+def _vad_update(**fields) -> str:
+    vad = {"type": "server_vad", **fields}
+    session = {"type": "realtime", "audio": {"input": {"turn_detection": vad}}}
+    return json.dumps({"type": "session.update", "session": session})
+
+
+def test_turn_detection_response_flags_reach_the_session():
+    from gateway.protocol import TurnDetection, TurnDetectionType
+    from gateway.wire import SessionUpdate
+
+    wire = _wire(accepts_audio=True, accepts_turns=True)
+    (update,) = wire.decode_text(_vad_update(create_response=False, interrupt_response=False))
+    assert isinstance(update, SessionUpdate)
+    assert update.turn_detection == TurnDetection(
+        TurnDetectionType.VAD, 500, create_response=False, interrupt_response=False
+    )
+    shown = update.echo[0]  # what session.updated shows
+    assert shown["create_response"] is False and shown["interrupt_response"] is False
+    (update,) = wire.decode_text(_vad_update())  # left out: OpenAI's defaults
+    assert update.turn_detection == TurnDetection(TurnDetectionType.VAD, 500)
+    for value in ("false", 0, []):  # only true and false
+        with pytest.raises(ProtocolError) as err:
+            wire.decode_text(_vad_update(interrupt_response=value))
+        assert err.value.code == ErrorCode.BAD_FIELD
+        assert "turn_detection.interrupt_response" in err.value.message
+
+
+@pytest.mark.parametrize("field", ["create_response", "interrupt_response"])
+def test_a_full_duplex_model_refuses_the_response_flags(field):
+    wire = _wire(accepts_audio=True, full_duplex=True)
+    with pytest.raises(ProtocolError) as err:
+        wire.decode_text(_vad_update(**{field: False}))
+    assert err.value.code == ErrorCode.BAD_FIELD and f"turn_detection.{field}" in err.value.message
+    assert "full-duplex" in err.value.message
+    assert wire.decode_text(_vad_update(**{field: True}))  # what it does anyway
+
+
+def test_response_create_answers_turns_committed_without_a_response():
+    from gateway.wire import AnswerTurns, InputCommitted
+
+    wire = _wire(accepts_audio=True, accepts_turns=True)
+    with pytest.raises(ProtocolError) as err:  # nothing committed yet
+        wire.decode_text('{"type": "response.create"}')
+    assert "nothing to answer" in err.value.message
+    wire.encode_event(InputCommitted(800, answered=False))
+    wire.encode_event(InputCommitted(900, answered=False))
+    assert wire.decode_text('{"type": "response.create"}') == (AnswerTurns(),)  # both at once
+    with pytest.raises(ProtocolError):
+        wire.decode_text('{"type": "response.create"}')
+    # A turn the server answers itself: the response.create that follows asks for that answer.
+    wire.encode_event(InputCommitted(800))
+    assert wire.decode_text('{"type": "response.create"}') == ()

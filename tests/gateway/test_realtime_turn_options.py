@@ -9,19 +9,12 @@ import base64
 
 import pytest
 from gateway_testkit import until_event, wait_engine_idle
+from realtime_testkit import realtime_client
 
 openai = pytest.importorskip("openai")
 
 FAST = {"temperature": 0.0, "max_output_tokens": 120}
 INSTRUCTIONS = "Answer like a pirate."
-
-
-def client(server) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=server.http + "/v1",
-        websocket_base_url=server.url.removesuffix("/stream"),
-        api_key="unused",
-    )
 
 
 async def test_instructions_and_speed_reach_a_turn_based_model(
@@ -30,7 +23,7 @@ async def test_instructions_and_speed_reach_a_turn_based_model(
     from models.glm_voice.tokens import TEXT_SYSTEM_PROMPT
 
     model = glm_engine.core.model
-    async with client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
         session = {
             "type": "realtime",
