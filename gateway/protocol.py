@@ -110,10 +110,12 @@ class AudioSpec:
 class TurnDetection:
     type: TurnDetectionType = TurnDetectionType.VAD
     silence_ms: int = 500
-    # What a turn the VAD ends does to responses (OpenAI's `create_response` and
+    # What a finished turn does to responses (OpenAI's `create_response` and
     # `interrupt_response`; the native protocol has no field for them, so its sessions keep
-    # these defaults): the server answers each such turn itself, and the user starting to
-    # speak cancels the reply playing (barge-in). Only `type` vad reads them.
+    # these defaults): the server answers each turn itself, and the user starting to speak
+    # cancels the reply playing (barge-in). `create_response` false holds each turn until the
+    # client asks for its response; with `type` none it holds the turns the client commits
+    # (the Realtime API's manual turns). `interrupt_response` only matters with `type` vad.
     create_response: bool = True
     interrupt_response: bool = True
 

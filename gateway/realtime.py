@@ -10,9 +10,10 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
     response.cancel          → `response.cancel`                  → response.done cancelled
     input_audio_buffer.append → audio (turn-based speech-to-speech models; server VAD →
                                input_audio_buffer.speech_started / speech_stopped / committed)
-    response.create after turns committed with turn_detection.create_response false
+    input_audio_buffer.commit / .clear → `input.commit` / InputClear; with turn_detection
+                               null the committed turn is held (no response starts)
+    response.create after turns committed with turn_detection null or create_response false
                              → AnswerTurns: the held turns are answered
-    input_audio_buffer.commit / .clear → `input.commit` / InputClear
     conversation.item.truncate → Truncate: the reply is kept only as far as it was heard
     session.tools / tool_choice → SessionUpdate.tools (models with tool calls): the reply's
                                transcript is parsed as it streams (models/tool_calls.py), and

@@ -74,7 +74,9 @@ def native_turn_detection(turn: object) -> TurnDetection | None:
     if turn is UNSET:
         return None
     if turn is None:
-        return TurnDetection(TurnDetectionType.NONE)
+        # Manual turns: the client commits each turn and then asks for its response with
+        # response.create (OpenAI's commit never starts one), so every committed turn is held.
+        return TurnDetection(TurnDetectionType.NONE, create_response=False)
     assert isinstance(turn, dict)
     if turn.get("type", "server_vad") not in ("server_vad", "semantic_vad"):
         raise ProtocolError(
@@ -127,7 +129,10 @@ def turn_detection_view(detection: TurnDetection | None) -> object:
 
 
 def _refuse_response_flags(detection: TurnDetection, facts: ModelFacts) -> None:
-    """A full-duplex model has no turns: holding or not interrupting a reply means nothing."""
+    """A full-duplex model has no turns: holding or not interrupting a reply means nothing.
+    (Turn detection off is accepted and changes nothing: it has no turns to hold either.)"""
+    if detection.type is not TurnDetectionType.VAD:
+        return
     for name in ("create_response", "interrupt_response"):
         if not getattr(detection, name):
             raise ProtocolError(

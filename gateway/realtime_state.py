@@ -50,10 +50,11 @@ class RealtimeState:
     last_item_id: str | None = None  # the newest item: the next one's previous_item_id
     last_reply_item: str | None = None  # the last assistant item, for truncate
     truncating: str | None = None  # the item a truncate was sent for, until it is done
-    # An audio turn was committed and is being answered: a response.create that follows
-    # (what clients send after input_audio_buffer.commit) asks for that answer.
+    # An audio turn was committed and is being answered (server VAD with create_response
+    # true, which also answers a turn an input_audio_buffer.commit ends): a response.create
+    # that follows, as clients send after a commit, asks for that answer.
     audio_turn_answered: bool = False
-    # Audio turns committed with no response (turn detection's create_response false), which
-    # the next response.create answers.
+    # Audio turns committed with no response (create_response false, or turn detection off:
+    # the client's commits), which the next response.create answers.
     audio_turns_waiting: int = 0
     event_id: str | None = None  # the client event being handled, for its errors

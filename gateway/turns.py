@@ -15,11 +15,11 @@ while a reply plays, or `response.cancel` — cancels the reply within one engin
 reply enters the history cut to what the user heard (`HeardReply`): the client's
 `playback` report when it sent one, else the server's own send clock.
 
-Turn detection's `create_response` false (the Realtime API's) holds each turn the VAD ends: it
-joins the history with no reply until the client asks for one (`AnswerTurns`); a turn that
-follows a held one unanswered is preceded by an empty reply, so the history alternates and the
-next reply answers both. `interrupt_response` false lets speech during a reply leave it
-playing: the user's turn is answered after it.
+Turn detection's `create_response` false (the Realtime API's; also its manual turns, which a
+commit ends) holds each turn: it joins the history with no reply until the client asks for
+one (`AnswerTurns`); a turn that follows a held one unanswered is preceded by an empty reply,
+so the history alternates and the next reply answers both. `interrupt_response` false lets
+speech during a reply leave it playing: the user's turn is answered after it.
 
 With tools (models trained with tool calls; the Realtime API's `tools`), the model's tools
 element leads each request's turns, and a tool's results (`ToolOutputs`) are a turn answered
@@ -70,7 +70,6 @@ from gateway.protocol import (
     TextInput,
     TranscriptDelta,
     TurnDetection,
-    TurnDetectionType,
 )
 from gateway.reply import Emitter, SpeechOptions
 from gateway.speculative_turn import Decision, SpeculativeTurn
@@ -91,8 +90,8 @@ from models.tool_calls import FunctionTool
 
 @dataclass(frozen=True)
 class HeldTurn:
-    """A user turn the VAD ended while `create_response` is false: it joins the history with
-    no reply, until the client asks for one (AnswerTurns)."""
+    """A user turn ended while `create_response` is false: it joins the history with no
+    reply, until the client asks for one (AnswerTurns)."""
 
     turn: UserAudioTurn
 
@@ -327,9 +326,10 @@ class TurnConversation:
 
     @property
     def _answers_turns(self) -> bool:
-        """Whether a finished user turn is answered at once (else it is held)."""
-        detection = self._detection
-        return detection.type is not TurnDetectionType.VAD or detection.create_response
+        """Whether a finished user turn is answered at once, else held for AnswerTurns: with
+        VAD by `create_response`; with turn detection off too, where the Realtime API's commit
+        never starts a response (the native protocol's `input.commit` answers the turn)."""
+        return self._detection.create_response
 
     @property
     def _speech_interrupts(self) -> bool:

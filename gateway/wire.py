@@ -87,7 +87,7 @@ class InputCommitted:
     TYPE: ClassVar[str] = "input.committed"
     audio_ms: int  # the turn's length
     # The server answers it next; False: it waits for AnswerTurns (turn detection's
-    # `create_response` false).
+    # `create_response` false, which the Realtime API's manual turns also have).
     answered: bool = True
 
 

@@ -325,3 +325,15 @@ def test_response_create_answers_turns_committed_without_a_response():
     # A turn the server answers itself: the response.create that follows asks for that answer.
     wire.encode_event(InputCommitted(800))
     assert wire.decode_text('{"type": "response.create"}') == ()
+
+
+def test_turn_detection_null_holds_committed_turns_for_response_create():
+    """Manual turns: OpenAI's commit starts no response, so the session holds each one."""
+    from gateway.protocol import TurnDetection, TurnDetectionType
+
+    off = json.dumps({"type": "session.update", "session": {"turn_detection": None}})
+    (update,) = _wire(accepts_audio=True, accepts_turns=True).decode_text(off)
+    assert update.turn_detection == TurnDetection(TurnDetectionType.NONE, create_response=False)
+    assert update.echo[0] is None  # session.updated shows turn detection off
+    # A full-duplex model has no turns to hold: null is taken, as before.
+    assert _wire(accepts_audio=True, full_duplex=True).decode_text(off)

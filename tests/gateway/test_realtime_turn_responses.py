@@ -1,7 +1,8 @@
 """`/v1/realtime` turn detection's `create_response` and `interrupt_response` on a turn-based
 speech-to-speech model (tiny-glm-voice), with the official `openai` client and flite speech:
 turns the server's VAD ends are held for the client's `response.create` (create_response
-false), and speech during a response leaves it playing (interrupt_response false)."""
+false), as are the turns the client commits with turn detection off, and speech during a
+response leaves it playing (interrupt_response false)."""
 
 from __future__ import annotations
 
@@ -40,10 +41,15 @@ async def held_turn(conn, text: str, tmp_path, seed: int) -> str:
     assert kinds[:2] == ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped"]
     created, _ = await until_event(conn, "conversation.item.created")
     assert created.item.id == committed.item_id and created.item.role == "user"
-    with pytest.raises(TimeoutError):  # no response.created: the client asks for it
-        event = await asyncio.wait_for(conn.recv(), 1.0)
-        pytest.fail(f"{event.type} after a turn held for response.create")
+    await no_response_within(conn)  # no response.created: the client asks for it
     return committed.item_id
+
+
+async def no_response_within(conn, seconds: float = 1.0) -> None:
+    """Nothing comes (no response.created) until the client asks."""
+    with pytest.raises(TimeoutError):
+        event = await asyncio.wait_for(conn.recv(), seconds)
+        pytest.fail(f"{event.type} after a turn held for response.create")
 
 
 def audio_of(events) -> bytes:
@@ -101,6 +107,50 @@ async def test_create_response_false_holds_turns_until_response_create(
         # user, reply (cut), user, (no reply), user, reply
         assert len(history) == 6 and history[3].token_ids == () and history[4].speech_tokens
         assert conversation.replies == 2
+    await wait_engine_idle(glm_engine)
+
+
+async def test_manual_turns_are_committed_and_wait_for_response_create(
+    glm_server, glm_engine, conversations, tmp_path
+):
+    """turn_detection null: as with OpenAI, input_audio_buffer.commit commits the buffer and
+    creates the user item but starts no response; response.create answers the turns
+    committed since the last response, once (a client written for OpenAI sends both)."""
+    async with realtime_client(glm_server).realtime.connect(model=MODEL) as conn:
+        await until_event(conn, "session.created")
+        session = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, **FAST}
+        await conn.send({"type": "session.update", "session": session})
+        updated, _ = await until_event(conn, "session.updated")
+        assert updated.session.audio.input.turn_detection is None
+        (conversation,) = conversations
+
+        for seed, text in ((1, "What is the weather like today?"), (3, "And tomorrow?")):
+            await speak(conn, text, tmp_path, seed)
+            await conn.input_audio_buffer.commit()
+            committed, seen = await until_event(conn, "input_audio_buffer.committed")
+            assert not seen  # no speech events with turn detection off
+            created, _ = await until_event(conn, "conversation.item.created")
+            assert created.item.id == committed.item_id and created.item.role == "user"
+            await no_response_within(conn)
+        assert conversation.replies == 0
+
+        # One response.create: one response, to both turns.
+        await conn.response.create()
+        created, _ = await until_event(conn, "response.created")
+        done, seen = await until_event(conn, "response.done")
+        assert done.response.id == created.response.id
+        assert done.response.status in ("completed", "incomplete")
+        assert len(audio_of(seen)) > 0
+        history = conversation.history
+        # user, (no reply), user, reply
+        assert len(history) == 4 and history[1].token_ids == () and history[2].speech_tokens
+        assert conversation.replies == 1
+
+        # Nothing waits now: a second response.create is the client's error, not a reply.
+        await conn.response.create()
+        error, seen = await until_event(conn, "error")
+        assert not seen and "nothing to answer" in error.error.message
+        assert conversation.replies == 1
     await wait_engine_idle(glm_engine)
 
 
