@@ -17,9 +17,9 @@ reply enters the history cut to what the user heard (`HeardReply`): the client's
 
 Turn detection's `create_response` false (the Realtime API's; also its manual turns, which a
 commit ends) holds each turn: it joins the history with no reply until the client asks for
-one (`AnswerTurns`); a turn that follows a held one unanswered is preceded by an empty reply,
-so the history alternates and the next reply answers both. `interrupt_response` false lets
-speech during a reply leave it playing: the user's turn is answered after it.
+one (`AnswerTurns`; gateway/held_turns.py keeps the history alternating meanwhile).
+`interrupt_response` false lets speech during a reply leave it playing: the user's turn is
+answered after it.
 
 With tools (models trained with tool calls; the Realtime API's `tools`), the model's tools
 element leads each request's turns, and a tool's results (`ToolOutputs`) are a turn answered
@@ -40,7 +40,6 @@ import collections
 import contextlib
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from engine.api import (
@@ -57,6 +56,7 @@ from engine.api import (
 )
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
+from gateway.held_turns import HeldTurn, HeldTurns
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
     AudioSpec,
@@ -86,15 +86,6 @@ from gateway.wire import (
     Truncated,
 )
 from models.tool_calls import FunctionTool
-
-
-@dataclass(frozen=True)
-class HeldTurn:
-    """A user turn ended while `create_response` is false: it joins the history with no
-    reply, until the client asks for one (AnswerTurns)."""
-
-    turn: UserAudioTurn
-
 
 # What waits for the player task.
 QueuedTurn = UserAudioTurn | SpeculativeTurn | HeldTurn | AnswerTurns | str | ToolOutputs | ToolCall
@@ -147,8 +138,7 @@ class TurnConversation:
         self._input: TurnInput | None = None
         self._spec, self._detection = AudioSpec(), TurnDetection()
         self.history: list[Any] = []  # the model's turn objects, user first, alternating
-        # The history ends with a user turn no reply follows yet (a held turn).
-        self._open_turn = False
+        self._held = HeldTurns(engine, self.history)  # user turns waiting for AnswerTurns
         self._last_reply_ids: tuple | None = None  # the last reply's whole output, for truncate
         self._last_reply_at = -1  # its place in the history (held user turns may follow it)
         self._last_reply_speed = 1.0  # the speed it played at: truncate's time is played time
@@ -426,11 +416,10 @@ class TurnConversation:
                 return
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        await self._close_open_turn()
+        await self._held.close()
         if isinstance(turn, HeldTurn):
             self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
-            self.history.append(user)
-            self._open_turn = True
+            await self._held.hold(user)
             return
         if speculation is None:
             self._cut_reply = None
@@ -461,15 +450,8 @@ class TurnConversation:
 
     async def _answer_held(self) -> None:
         """The client asks for the reply to the held user turns: the history as it stands."""
-        if not self._open_turn:
-            self._emit.event(
-                ErrorEvent(
-                    ErrorCode.BAD_FIELD,
-                    "no user turn is waiting for a response (a held turn was refused, see the "
-                    "error before, or already answered): speak or send a message, then ask "
-                    "for the response",
-                )
-            )
+        if not self._held.waiting:
+            self._emit.event(self._held.nothing_waiting())
             return
         try:
             tools = await self._tools_turn()
@@ -516,14 +498,6 @@ class TurnConversation:
         heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
         reply.done(f"tokens={len(outcome.output_ids)} heard={heard} reused={outcome.reused_tokens}")
 
-    async def _close_open_turn(self) -> None:
-        """A held user turn still unanswered when another turn comes is followed by an empty
-        reply, so that the history alternates as the model's format wants; the next reply
-        answers both."""
-        if self._open_turn:
-            self.history.append(await self._engine.prepare_turn(HeardReply((), 0.0)))
-            self._open_turn = False
-
     async def _add_call(self, call: ToolCall) -> None:
         """A client's call joins the history as the model's turn; nothing is answered."""
         try:
@@ -532,7 +506,7 @@ class TurnConversation:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
         self.history.append(kept)
-        self._open_turn = False  # the call is the model's turn after a held one
+        self._held.answered()  # the call is the model's turn after any held ones
         # The newest turn is no reply now: there is none to truncate or recut.
         self._last_reply_ids, self._cut_reply = None, None
 
@@ -563,6 +537,6 @@ class TurnConversation:
     async def _keep_reply(self, output_ids: tuple, heard_s: float | None) -> None:
         kept = await self._engine.prepare_turn(HeardReply(tuple(output_ids), heard_s))
         self.history.append(kept)
-        self._open_turn = False
+        self._held.answered()
         self._last_reply_ids, self._last_reply_at = tuple(output_ids), len(self.history) - 1
         return kept

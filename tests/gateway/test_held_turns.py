@@ -1,0 +1,55 @@
+"""gateway/held_turns.py without a model: user turns held for `response.create` join the
+history at once, and the history keeps alternating user / assistant whatever comes next (an
+empty reply before another user turn; nothing before the model's own turn). The same held
+turns end to end, over the Realtime API: test_realtime_turn_responses.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.api import HeardReply
+from gateway.held_turns import HeldTurns
+from gateway.protocol import ErrorCode
+
+
+class Engine:
+    """Makes the model's turn for an empty reply (what HeldTurns asks of the engine)."""
+
+    def __init__(self) -> None:
+        self.asked: list[object] = []
+
+    async def prepare_turn(self, command: object) -> object:
+        self.asked.append(command)
+        return "empty reply"
+
+
+def test_held_turns_keep_the_history_alternating():
+    async def run() -> None:
+        engine, history = Engine(), ["user 1", "reply 1"]
+        held = HeldTurns(engine, history)
+        assert not held.waiting
+        await held.close()  # nothing held: nothing to add
+        assert history == ["user 1", "reply 1"] and engine.asked == []
+
+        await held.hold("user 2")
+        assert held.waiting and history[-1] == "user 2"
+        await held.hold("user 3")  # a second held turn: an empty reply between the two
+        assert history[2:] == ["user 2", "empty reply", "user 3"]
+        assert engine.asked == [HeardReply((), 0.0)]
+
+        await held.close()  # another user turn comes (typed, say): the empty reply first
+        assert history[-1] == "empty reply" and not held.waiting
+
+        await held.hold("user 4")
+        held.answered()  # the reply the client asked for follows it: nothing to add
+        assert not held.waiting
+        await held.close()
+        assert history[-1] == "user 4" and len(engine.asked) == 2
+
+    asyncio.run(run())
+
+
+def test_asking_with_nothing_held_is_the_clients_error():
+    error = HeldTurns.nothing_waiting()
+    assert error.code is ErrorCode.BAD_FIELD and not error.fatal
+    assert "no user turn is waiting for a response" in error.message
