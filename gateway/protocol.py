@@ -86,12 +86,16 @@ __all__ = [
 
 
 class ProtocolError(Exception):
-    """A client frame the server cannot honour; `code` is the error code to answer with."""
+    """A client frame the server cannot honour; `code` is the error code to answer with.
+    `param`: the field to blame, as the client's protocol names it (the OpenAI Realtime API's
+    `error.param`, a path from the event's root such as `session.voice`), None when no one
+    field is; the native protocol does not send it (ErrorEvent)."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.param = param
 
 
 # --- shared values ----------------------------------------------------------------------------
@@ -287,6 +291,10 @@ class ErrorEvent:
     code: ErrorCode
     message: str
     fatal: bool = False
+    # The field to blame (ProtocolError.param), for adapters whose protocol reports it (the
+    # Realtime API's `error.param`); the native protocol has no such field.
+    param: str | None = None
+    ADAPTER_ONLY: ClassVar[tuple[str, ...]] = ("param",)
 
 
 @dataclass(frozen=True)
@@ -310,8 +318,11 @@ ServerEvent = (
 
 def encode_event(event: ServerEvent) -> str:
     """The JSON text frame of a server event (StrEnum values serialise as their strings).
-    Optional fields an event lists in OMIT_WHEN_NONE are left out while unset."""
+    Optional fields an event lists in OMIT_WHEN_NONE are left out while unset; those it lists
+    in ADAPTER_ONLY (for compatibility endpoints) are never sent."""
     body = asdict(event)
+    for name in getattr(event, "ADAPTER_ONLY", ()):
+        del body[name]
     for name in getattr(event, "OMIT_WHEN_NONE", ()):
         if body[name] is None:
             del body[name]
@@ -458,20 +469,23 @@ def _sampling(obj: Mapping[str, Any]) -> dict[str, float | int | None]:
     return decode_sampling(obj.get("sampling"))
 
 
-def decode_sampling(raw: object) -> dict[str, float | int | None]:
+def decode_sampling(raw: object, path: str = "sampling") -> dict[str, float | int | None]:
     """A `sampling` object (docs/protocol.md) → the overrides it names, type-checked (the values'
-    ranges are SamplingParams' to check). Raises ProtocolError(bad_field)."""
+    ranges are SamplingParams' to check). Raises ProtocolError(bad_field), its `param` the
+    field under `path` (where the client's event holds the object)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ProtocolError(ErrorCode.BAD_FIELD, "`sampling` must be an object")
+        raise ProtocolError(ErrorCode.BAD_FIELD, "`sampling` must be an object", path)
     out: dict[str, float | int | None] = {}
     for key, value in raw.items():
         kind = SAMPLING_FIELDS.get(key)
         if kind is None:
             known = ", ".join(SAMPLING_FIELDS)
             raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"unknown sampling field {key[:64]!r}; known: {known}"
+                ErrorCode.BAD_FIELD,
+                f"unknown sampling field {key[:64]!r}; known: {known}",
+                f"{path}.{key[:64]}",
             )
         if value is None and key == "seed":
             out[key] = None
@@ -480,7 +494,9 @@ def decode_sampling(raw: object) -> dict[str, float | int | None]:
         elif kind is float and _is_number(value) and math.isfinite(value):
             out[key] = float(value)
         else:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"`sampling.{key}` must be a {kind.__name__}")
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"`sampling.{key}` must be a {kind.__name__}", f"{path}.{key}"
+            )
     return out
 
 

@@ -83,6 +83,7 @@ class SessionTools:
                 ErrorCode.BAD_FIELD,
                 f"`session.tools`: {self._facts.name} was not trained with function calling, "
                 f"so it is served without tools; models that take them: {tool_call_families()}",
+                "session.tools",
             )
         choice = event.tool_choice or self.choice
         if event.tools is None and event.tool_choice is None:
@@ -135,6 +136,7 @@ class SessionTools:
                 ErrorCode.BAD_FIELD,
                 f"no function call awaits an output with call_id {event.call_id[:64]!r}; the "
                 f"calls awaiting one: {waiting}",
+                "item.call_id",
             )
         pending = sum(map(len, self._outputs)) + len(event.output)
         if pending > self._max_pending_chars:
@@ -165,6 +167,7 @@ class SessionTools:
                 ErrorCode.BAD_FIELD,
                 f"a function_call item must call one of the session's tools (`session.tools`, "
                 f"tool_choice auto); {event.name!r} is not one",
+                "item.name",
             )
         if self._outputs:
             raise ProtocolError(
@@ -174,7 +177,9 @@ class SessionTools:
             )
         call_id = event.call_id or _new_id("call")
         if call_id in self._open:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"call_id {call_id[:64]!r} is already open")
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, f"call_id {call_id[:64]!r} is already open", "item.call_id"
+            )
         item_id = event.item_id or _new_id("item")
         self._open[call_id] = event.name
         created = encode_call_created(

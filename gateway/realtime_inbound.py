@@ -64,13 +64,15 @@ _FIXED_TURN_FIELDS: Mapping[str, tuple[object, str]] = {
 }
 
 
-def native_turn_detection(turn: object) -> TurnDetection | None:
+def native_turn_detection(
+    turn: object, path: str = "session.turn_detection"
+) -> TurnDetection | None:
     """A Realtime `turn_detection` (an object, or null: the client commits turns) → the native
     one. `server_vad` and `semantic_vad` both mean the server's VAD, which applies
     `silence_duration_ms`, `create_response` and `interrupt_response`; the other fields are
-    refused (ProtocolError) unless they hold the value the server acts on anyway
-    (_FIXED_TURN_FIELDS). A field left out takes OpenAI's default: the object replaces the
-    one in force."""
+    refused (ProtocolError, its `param` the field under `path`, where the event holds the
+    object) unless they hold the value the server acts on anyway (_FIXED_TURN_FIELDS). A field
+    left out takes OpenAI's default: the object replaces the one in force."""
     if turn is UNSET:
         return None
     if turn is None:
@@ -80,33 +82,42 @@ def native_turn_detection(turn: object) -> TurnDetection | None:
     assert isinstance(turn, dict)
     if turn.get("type", "server_vad") not in ("server_vad", "semantic_vad"):
         raise ProtocolError(
-            ErrorCode.BAD_FIELD, "`turn_detection.type` must be server_vad or semantic_vad"
+            ErrorCode.BAD_FIELD,
+            "`turn_detection.type` must be server_vad or semantic_vad",
+            f"{path}.type",
         )
     silence = turn.get("silence_duration_ms", 500)
     if not isinstance(silence, int) or isinstance(silence, bool) or not 0 < silence <= 10_000:
-        raise ProtocolError(ErrorCode.BAD_FIELD, "`silence_duration_ms` must be in 1..10000")
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            "`silence_duration_ms` must be in 1..10000",
+            f"{path}.silence_duration_ms",
+        )
     for name, (served, why) in _FIXED_TURN_FIELDS.items():
         if not _is_served(turn.get(name, served), served):
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
                 f"`turn_detection.{name}` is not applied: {why}; leave it out or send "
                 f"{json.dumps(served)}",
+                f"{path}.{name}",
             )
     return TurnDetection(
         TurnDetectionType.VAD,
         silence,
-        create_response=_flag(turn, "create_response"),
-        interrupt_response=_flag(turn, "interrupt_response"),
+        create_response=_flag(turn, "create_response", path),
+        interrupt_response=_flag(turn, "interrupt_response", path),
     )
 
 
-def _flag(turn: dict, name: str) -> bool:
+def _flag(turn: dict, name: str, path: str) -> bool:
     """A true/false turn detection field; left out or null, OpenAI's default (true)."""
     value = turn.get(name)
     if value is None:
         return getattr(TurnDetection(), name)
     if not isinstance(value, bool):
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"`turn_detection.{name}` must be true or false")
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD, f"`turn_detection.{name}` must be true or false", f"{path}.{name}"
+        )
     return value
 
 
@@ -128,7 +139,7 @@ def turn_detection_view(detection: TurnDetection | None) -> object:
     return server_vad_view(detection)
 
 
-def _refuse_response_flags(detection: TurnDetection, facts: ModelFacts) -> None:
+def _refuse_response_flags(detection: TurnDetection, facts: ModelFacts, path: str) -> None:
     """A full-duplex model has no turns: holding or not interrupting a reply means nothing.
     (Turn detection off is accepted and changes nothing: it has no turns to hold either.)"""
     if detection.type is not TurnDetectionType.VAD:
@@ -140,14 +151,17 @@ def _refuse_response_flags(detection: TurnDetection, facts: ModelFacts) -> None:
                 f"`turn_detection.{name}` is not applied: {facts.name} is a full-duplex model, "
                 "which listens and speaks at once with no turns to answer or interrupt; leave "
                 "it out or send true",
+                f"{path}.{name}",
             )
 
 
-def _audio_input_refusal(kind: str, facts: ModelFacts) -> ProtocolError:
+def _audio_input_refusal(kind: str, facts: ModelFacts, param: str | None = None) -> ProtocolError:
+    """`kind`: the event or field refused; `param`: the field's path (None: the whole event)."""
     return ProtocolError(
         ErrorCode.UNSUPPORTED_INPUT,
         f"{kind}: audio input needs a speech-to-speech model, and {facts.name} is text-to-speech; "
         "send text with conversation.item.create, then response.create",
+        param,
     )
 
 
@@ -245,7 +259,8 @@ class RealtimeInbound:
         )
 
     def _session_update(self, event: SessionUpdateEvent) -> SessionUpdate:
-        sampling = decode_sampling(event.sampling)  # the Voxgate extension, type-checked
+        # The Voxgate extension, type-checked.
+        sampling = decode_sampling(event.sampling, "session.sampling")
         if event.temperature is not None:
             sampling["temperature"] = event.temperature
         if event.max_output_tokens is not None:
@@ -257,18 +272,20 @@ class RealtimeInbound:
                 ErrorCode.BAD_FIELD,
                 f"`instructions` are not applied: {self._facts.name} is not given a system "
                 "prompt by this server; leave them out (or send an empty string)",
+                "session.instructions",
             )
         # The system prompt of later turns ("" : the model's own); None: unchanged.
         instructions = event.instructions if self._facts.system_prompt else None
         output = SPECS[event.output_format] if event.output_format is not None else None
         input_audio = SPECS[event.input_format] if event.input_format is not None else None
+        paths = event.paths
         if input_audio is not None and not self._facts.accepts_audio:
-            raise _audio_input_refusal("input_audio_format", self._facts)
+            raise _audio_input_refusal("input_audio_format", self._facts, paths["input_format"])
         if event.turn_detection not in (UNSET, None) and not self._facts.accepts_audio:
-            raise _audio_input_refusal("turn_detection", self._facts)
-        detection = native_turn_detection(event.turn_detection)
+            raise _audio_input_refusal("turn_detection", self._facts, paths["turn_detection"])
+        detection = native_turn_detection(event.turn_detection, paths["turn_detection"])
         if self._facts.full_duplex and detection is not None:
-            _refuse_response_flags(detection, self._facts)
+            _refuse_response_flags(detection, self._facts, paths["turn_detection"])
         tools, choice = self._tools.update(event)
         # What the session does not own comes back in SessionUpdated once the update is taken
         # (gateway.realtime_outbound unpacks it).
@@ -284,6 +301,7 @@ class RealtimeInbound:
             instructions,
             speed=event.speed,
             tools=None if tools is None else self._tools.prompt_tools(tools, choice),
+            param_paths=paths,
         )
 
     def _refuse_while_messages_wait(self, message: str) -> None:
@@ -323,6 +341,7 @@ class RealtimeInbound:
                     ErrorCode.TOO_LARGE,
                     f"a response is limited to {self._max_pending_chars} characters of text; "
                     "send response.create before adding more",
+                    "item.content",
                 )
             self._check_spoken_text(event.text)
             self._pending_text.append(event.text)
@@ -343,6 +362,7 @@ class RealtimeInbound:
                 ErrorCode.BAD_FIELD,
                 f"a message's text is limited to {limit} characters (what one response speaks); "
                 f"this one has {len(text)}: split it over several responses",
+                "item.content",
             )
         spoken = len(" ".join([*self._pending_text, text]))
         if spoken > limit:
@@ -351,6 +371,7 @@ class RealtimeInbound:
                 f"one response speaks at most {limit} characters, and with this message the "
                 f"messages waiting for response.create have {spoken}: send response.create "
                 "before adding it",
+                "item.content",
             )
 
     def _audio_input(self, event: AudioInputEvent) -> Sequence[WireInput]:
@@ -372,6 +393,7 @@ class RealtimeInbound:
                 ErrorCode.BAD_FIELD,
                 "only the audio (content_index 0) of the last finished assistant item can be "
                 f"truncated; that is {self._state.last_reply_item!r}",
+                "item_id" if event.item_id != self._state.last_reply_item else "content_index",
             )
         self._state.truncating = event.item_id
         return (Truncate(event.audio_end_ms),)

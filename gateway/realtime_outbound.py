@@ -112,7 +112,12 @@ class RealtimeOutbound:
             ]
         if isinstance(event, ErrorEvent):
             error_type = "server_error" if event.code in _SERVER_ERRORS else "invalid_request_error"
-            return [encode_error(error_type, event.code.value, event.message, self._state.event_id)]
+            state = self._state
+            return [
+                encode_error(
+                    error_type, event.code.value, event.message, state.event_id, event.param
+                )
+            ]
         if isinstance(event, SessionEnded):
             return []  # the Realtime API has no such event: the close frame says it
         return []

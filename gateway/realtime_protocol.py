@@ -82,6 +82,10 @@ class SessionUpdateEvent:
     # Function calling (gateway/realtime_tools.py): None = not sent (unchanged).
     tools: tuple[FunctionTool, ...] | None = None
     tool_choice: str | None = None  # auto | none
+    # Where the event set each field it sent (beta and GA name some differently, and either
+    # may be sent): `voice`, `speed`, `temperature`, `max_tokens`, `turn_detection`,
+    # `input_format` and each `sampling` field → its path, for an error's `param`.
+    paths: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 # Session fields no served model applies, each with the values that ask for nothing (what the
@@ -115,7 +119,10 @@ def _refuse_unserved(session: dict) -> None:
             obj = obj.get(parent) if isinstance(obj, dict) else None
         if not isinstance(obj, dict) or name not in obj or asks_nothing(obj[name]):
             continue
-        raise _bad(f"`session.{path}` is not applied by this server ({why}); leave it out")
+        raise _bad(
+            f"`session.{path}` is not applied by this server ({why}); leave it out",
+            f"session.{path}",
+        )
 
 
 @dataclass(frozen=True)
@@ -158,11 +165,11 @@ class TruncateEvent:
         """ProtocolError(bad_field) unless the fields are well-formed. Separate from decoding
         so that a text-to-speech server refuses the event as audio input first."""
         if not isinstance(self.item_id, str) or not self.item_id:
-            raise _bad("`item_id` must name the assistant item to truncate")
+            raise _bad("`item_id` must name the assistant item to truncate", "item_id")
         for name in ("content_index", "audio_end_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise _bad(f"`{name}` must be an integer >= 0")
+                raise _bad(f"`{name}` must be an integer >= 0", name)
 
 
 RealtimeClientEvent = (
@@ -177,23 +184,28 @@ RealtimeClientEvent = (
 )
 
 
-def _bad(message: str, code: ErrorCode = ErrorCode.BAD_FIELD) -> ProtocolError:
-    return ProtocolError(code, message)
+def _bad(
+    message: str, param: str | None = None, code: ErrorCode = ErrorCode.BAD_FIELD
+) -> ProtocolError:
+    """`param`: the offending field's path from the event's root (`session.temperature`)."""
+    return ProtocolError(code, message, param)
 
 
 def decode_client_event(text: str) -> RealtimeClientEvent:
     try:
         obj = client_json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise _bad(f"events must be JSON: {exc}", ErrorCode.BAD_JSON) from None
+        raise _bad(f"events must be JSON: {exc}", code=ErrorCode.BAD_JSON) from None
     if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
-        raise _bad("an event must be a JSON object with a string `type`", ErrorCode.BAD_JSON)
+        raise _bad("an event must be a JSON object with a string `type`", code=ErrorCode.BAD_JSON)
     kind = obj["type"]
     decoder = _DECODERS.get(kind)
     if decoder is None:
         known = ", ".join(_DECODERS)
         raise _bad(
-            f"unsupported event type {kind[:64]!r}; supported: {known}", ErrorCode.UNKNOWN_TYPE
+            f"unsupported event type {kind[:64]!r}; supported: {known}",
+            "type",
+            code=ErrorCode.UNKNOWN_TYPE,
         )
     return decoder(obj)
 
@@ -207,10 +219,11 @@ def event_id_of(text: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _str(obj: dict, name: str) -> str | None:
+def _str(obj: dict, name: str, path: str | None = None) -> str | None:
+    """`obj[name]`, a string or null; `path`: where the event holds it (default `name`)."""
     value = obj.get(name)
     if value is not None and not isinstance(value, str):
-        raise _bad(f"`{name}` must be a string")
+        raise _bad(f"`{name}` must be a string", path or name)
     return value
 
 
@@ -225,24 +238,42 @@ def _decode_format(value: Any, name: str) -> RealtimeFormat | None:
     elif isinstance(value, dict) and value.get("type") in _GA_FORMAT_TYPES:  # GA
         fmt = _GA_FORMAT_TYPES[value["type"]]
         if fmt is RealtimeFormat.PCM16 and value.get("rate", 24000) != 24000:
-            raise _bad(f"`{name}.rate` must be 24000")
+            raise _bad(f"`{name}.rate` must be 24000", f"{name}.rate")
         return fmt
     beta = ", ".join(f.value for f in RealtimeFormat)
     ga = ", ".join(_GA_FORMAT_TYPES)
     raise ProtocolError(
-        ErrorCode.UNSUPPORTED_AUDIO, f"`{name}` must be one of {beta} (or type {ga})"
+        ErrorCode.UNSUPPORTED_AUDIO, f"`{name}` must be one of {beta} (or type {ga})", name
     )
 
 
 def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     session = obj.get("session")
     if not isinstance(session, dict):
-        raise _bad("`session` must be an object")
+        raise _bad("`session` must be an object", "session")
     _refuse_unserved(session)
     audio = session.get("audio") if isinstance(session.get("audio"), dict) else {}
     out = audio.get("output") if isinstance(audio.get("output"), dict) else {}
     inp = audio.get("input") if isinstance(audio.get("input"), dict) else {}
-    voice = _str(out, "voice") if "voice" in out else _str(session, "voice")
+    # Each field's path as sent: GA nests some under `audio`, beta (or a GA client) flat.
+    paths = {
+        "voice": "session.audio.output.voice" if "voice" in out else "session.voice",
+        "speed": "session.audio.output.speed" if "speed" in out else "session.speed",
+        "input_format": (
+            "session.audio.input.format" if "format" in inp else "session.input_audio_format"
+        ),
+        "turn_detection": (
+            "session.audio.input.turn_detection"
+            if "turn_detection" in inp
+            else "session.turn_detection"
+        ),
+    }
+    max_tokens_path = (
+        "session.max_output_tokens"
+        if "max_output_tokens" in session
+        else "session.max_response_output_tokens"
+    )
+    voice = _str(out if "voice" in out else session, "voice", paths["voice"])
     if "format" in out:
         fmt = _decode_format(out["format"], "session.audio.output.format")
     else:
@@ -253,42 +284,48 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         in_fmt = _decode_format(session.get("input_audio_format"), "session.input_audio_format")
     turn = inp.get("turn_detection", session.get("turn_detection", UNSET))
     if turn is not UNSET and turn is not None and not isinstance(turn, dict):
-        raise _bad("`turn_detection` must be an object or null")
+        raise _bad("`turn_detection` must be an object or null", paths["turn_detection"])
     temperature = session.get("temperature")
     if temperature is not None and (
         not isinstance(temperature, int | float)
         or isinstance(temperature, bool)
         or not math.isfinite(temperature)
     ):
-        raise _bad("`session.temperature` must be a number")
+        raise _bad("`session.temperature` must be a number", "session.temperature")
     max_tokens = session.get("max_output_tokens", session.get("max_response_output_tokens"))
     if max_tokens == "inf":
         max_tokens = None
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
-        raise _bad('`max_output_tokens` must be an integer or "inf"')
+        raise _bad('`max_output_tokens` must be an integer or "inf"', max_tokens_path)
     sampling = session.get("sampling", {})
     if not isinstance(sampling, dict):
-        raise _bad("`session.sampling` must be an object")
-    speed_name = "audio.output.speed" if "speed" in out else "speed"
+        raise _bad("`session.sampling` must be an object", "session.sampling")
+    # The sampling fields: the Voxgate extension's, unless a standard field set them.
+    paths.update({key: f"session.sampling.{key}" for key in sampling})
+    if temperature is not None:
+        paths["temperature"] = "session.temperature"
+    if max_tokens is not None:
+        paths["max_tokens"] = max_tokens_path
     speed = out.get("speed", session.get("speed"))
     if speed is not None:
         try:
-            speed = check_speed(speed, f"session.{speed_name}")
+            speed = check_speed(speed, paths["speed"])
         except ValueError as exc:
-            raise _bad(str(exc)) from None
+            raise _bad(str(exc), paths["speed"]) from None
     return SessionUpdateEvent(
         event_id=_str(obj, "event_id"),
         voice=voice,
         output_format=fmt,
         input_format=in_fmt,
         turn_detection=turn,
-        instructions=_str(session, "instructions"),
+        instructions=_str(session, "instructions", "session.instructions"),
         temperature=None if temperature is None else float(temperature),
         max_output_tokens=max_tokens,
         sampling=sampling,
         speed=speed,
         tools=decode_tools(session["tools"]) if "tools" in session else None,
         tool_choice=decode_tool_choice(session.get("tool_choice")),
+        paths=paths,
     )
 
 
@@ -298,44 +335,49 @@ _TEXT_PARTS = ("input_text", "text", "output_text")
 def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent | FunctionCallEvent:
     item = obj.get("item")
     if not isinstance(item, dict):
-        raise _bad("`item` must be an object")
+        raise _bad("`item` must be an object", "item")
     kind = item.get("type", "message")
     if kind == "function_call_output":
         return decode_function_output(_str(obj, "event_id"), item)
     if kind == "function_call":
         return decode_function_call(_str(obj, "event_id"), item)
     if kind != "message":
-        raise _bad("`item.type` must be message, function_call or function_call_output")
+        raise _bad(
+            "`item.type` must be message, function_call or function_call_output", "item.type"
+        )
     role = item.get("role")
     if role not in ("user", "assistant", "system"):
-        raise _bad("`item.role` must be user, assistant or system")
+        raise _bad("`item.role` must be user, assistant or system", "item.role")
     content = item.get("content")
     if not isinstance(content, list) or not content:
-        raise _bad("`item.content` must be a non-empty list")
+        raise _bad("`item.content` must be a non-empty list", "item.content")
     texts = []
-    for part in content:
+    for i, part in enumerate(content):
+        where = f"item.content[{i}]"
         if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind == "input_audio":
                 raise ProtocolError(
                     ErrorCode.UNSUPPORTED_INPUT,
                     "audio items need a speech-to-speech model; send text parts (input_text)",
+                    f"{where}.type",
                 )
-            raise _bad(f"content parts must be one of {', '.join(_TEXT_PARTS)}")
+            raise _bad(f"content parts must be one of {', '.join(_TEXT_PARTS)}", f"{where}.type")
         if not isinstance(part.get("text"), str):
-            raise _bad("a text content part needs a string `text`")
+            raise _bad("a text content part needs a string `text`", f"{where}.text")
         texts.append(part["text"])
-    return ItemCreateEvent(_str(obj, "event_id"), _str(item, "id"), role, " ".join(texts))
+    item_id = _str(item, "id", "item.id")
+    return ItemCreateEvent(_str(obj, "event_id"), item_id, role, " ".join(texts))
 
 
 def _decode_append(obj: dict) -> AudioInputEvent:
     audio = obj.get("audio")
     if not isinstance(audio, str):
-        raise _bad("`audio` must be a base64 string")
+        raise _bad("`audio` must be a base64 string", "audio")
     try:
         data = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError):
-        raise _bad("`audio` is not valid base64") from None
+        raise _bad("`audio` is not valid base64", "audio") from None
     return AudioInputEvent(_str(obj, "event_id"), obj["type"], data)
 
 

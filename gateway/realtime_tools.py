@@ -20,8 +20,9 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 TOOL_CHOICES = ("auto", "none")  # `required` and a named function are refused: not honoured
 
 
-def _bad(message: str) -> ProtocolError:
-    return ProtocolError(ErrorCode.BAD_FIELD, message)
+def _bad(message: str, param: str) -> ProtocolError:
+    """`param`: the offending field's path from the event's root (`session.tools[0].name`)."""
+    return ProtocolError(ErrorCode.BAD_FIELD, message, param)
 
 
 def decode_tools(value: Any) -> tuple[FunctionTool, ...]:
@@ -30,37 +31,47 @@ def decode_tools(value: Any) -> tuple[FunctionTool, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _bad("`session.tools` must be a list of function tools")
+        raise _bad("`session.tools` must be a list of function tools", "session.tools")
     if len(value) > MAX_TOOLS:
-        raise _bad(f"`session.tools` has {len(value)} tools; the limit is {MAX_TOOLS}")
+        raise _bad(
+            f"`session.tools` has {len(value)} tools; the limit is {MAX_TOOLS}", "session.tools"
+        )
     tools: list[FunctionTool] = []
     for i, tool in enumerate(value):
-        where = f"`session.tools[{i}]`"
+        path = f"session.tools[{i}]"
+        where = f"`{path}`"
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise _bad(
-                f"{where} must be an object with type `function` (only functions are served)"
+                f"{where} must be an object with type `function` (only functions are served)",
+                path if not isinstance(tool, dict) else f"{path}.type",
             )
         name = tool.get("name")
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise _bad(f"{where}.name must be 1-64 letters, digits, `_` or `-`")
+            raise _bad(f"{where}.name must be 1-64 letters, digits, `_` or `-`", f"{path}.name")
         if any(t.name == name for t in tools):
-            raise _bad(f"{where}.name {name!r} is used twice; tool names must be unique")
+            raise _bad(
+                f"{where}.name {name!r} is used twice; tool names must be unique", f"{path}.name"
+            )
         description = tool.get("description", "")
         if description is None:
             description = ""
         if not isinstance(description, str):
-            raise _bad(f"{where}.description must be a string")
+            raise _bad(f"{where}.description must be a string", f"{path}.description")
         parameters = tool.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(parameters, dict):
-            raise _bad(f"{where}.parameters must be a JSON schema object")
+            raise _bad(f"{where}.parameters must be a JSON schema object", f"{path}.parameters")
         if parameters.get("type", "object") != "object":
-            raise _bad(f"{where}.parameters must be an object schema (type `object`)")
+            raise _bad(
+                f"{where}.parameters must be an object schema (type `object`)",
+                f"{path}.parameters.type",
+            )
         tools.append(FunctionTool(name, description, parameters))
     size = len(json.dumps([t.__dict__ for t in tools], ensure_ascii=False))
     if size > MAX_TOOLS_JSON_CHARS:
         raise _bad(
             f"`session.tools` take {size} characters as JSON; the limit is "
-            f"{MAX_TOOLS_JSON_CHARS}: offer fewer tools or shorter descriptions and schemas"
+            f"{MAX_TOOLS_JSON_CHARS}: offer fewer tools or shorter descriptions and schemas",
+            "session.tools",
         )
     return tuple(tools)
 
@@ -75,9 +86,10 @@ def decode_tool_choice(value: Any) -> str | None:
     if value == "required" or isinstance(value, dict):
         raise _bad(
             "`session.tool_choice` can be `auto` or `none` here: the model decides by itself "
-            "whether to call a tool, so `required` or a named function cannot be honoured"
+            "whether to call a tool, so `required` or a named function cannot be honoured",
+            "session.tool_choice",
         )
-    raise _bad("`session.tool_choice` must be `auto` or `none`")
+    raise _bad("`session.tool_choice` must be `auto` or `none`", "session.tool_choice")
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,20 @@ class FunctionOutputEvent:
 def decode_function_output(event_id: str | None, item: dict) -> FunctionOutputEvent:
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str) or not call_id:
-        raise _bad("a function_call_output item needs the `call_id` of the call it answers")
+        raise _bad(
+            "a function_call_output item needs the `call_id` of the call it answers",
+            "item.call_id",
+        )
     if not isinstance(output, str):
-        raise _bad("a function_call_output item needs a string `output` (JSON text or plain)")
+        raise _bad(
+            "a function_call_output item needs a string `output` (JSON text or plain)",
+            "item.output",
+        )
     if len(output) > MAX_OUTPUT_CHARS:
         raise ProtocolError(
             ErrorCode.TOO_LARGE,
             f"`output` is {len(output)} characters; the limit is {MAX_OUTPUT_CHARS}",
+            "item.output",
         )
     item_id = item.get("id")
     return FunctionOutputEvent(
@@ -122,16 +141,21 @@ class FunctionCallEvent:
 def decode_function_call(event_id: str | None, item: dict) -> FunctionCallEvent:
     name, arguments, call_id = item.get("name"), item.get("arguments", "{}"), item.get("call_id")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise _bad("a function_call item needs the `name` of one of the session's tools")
+        raise _bad(
+            "a function_call item needs the `name` of one of the session's tools", "item.name"
+        )
     if not isinstance(arguments, str) or not _is_json_object(arguments):
-        raise _bad("a function_call item's `arguments` must be a JSON object, as text")
+        raise _bad(
+            "a function_call item's `arguments` must be a JSON object, as text", "item.arguments"
+        )
     if len(arguments) > MAX_OUTPUT_CHARS:
         raise ProtocolError(
             ErrorCode.TOO_LARGE,
             f"`arguments` are {len(arguments)} characters; the limit is {MAX_OUTPUT_CHARS}",
+            "item.arguments",
         )
     if call_id is not None and (not isinstance(call_id, str) or not call_id):
-        raise _bad("a function_call item's `call_id` must be a non-empty string")
+        raise _bad("a function_call item's `call_id` must be a non-empty string", "item.call_id")
     item_id = item.get("id")
     return FunctionCallEvent(
         event_id, item_id if isinstance(item_id, str) else None, call_id, name, arguments

@@ -279,8 +279,8 @@ class Session:
         for item in self._wire.encode_audio(data, duration_ms):
             self._put(item)
 
-    def _error(self, code: ErrorCode, message: str) -> None:
-        self._emit_event(ErrorEvent(code, message, fatal=False))
+    def _error(self, code: ErrorCode, message: str, param: str | None = None) -> None:
+        self._emit_event(ErrorEvent(code, message, fatal=False, param=param))
 
     def _fatal(self, code: ErrorCode, message: str, close: CloseCode) -> None:
         self.log.info("fatal %s: %s", code.value, message)
@@ -358,7 +358,7 @@ class Session:
         if self.state is SessionState.AWAITING_START:
             self._fatal(exc.code, exc.message, _START_CLOSE_CODES.get(exc.code, CloseCode.POLICY))
         else:
-            self._error(exc.code, exc.message)
+            self._error(exc.code, exc.message, exc.param)
 
     def _on_audio(self, data: bytes) -> None:
         if self.state is SessionState.AWAITING_START:
@@ -376,7 +376,7 @@ class Session:
             except UndecodableAudio as exc:
                 self._error(ErrorCode.UNSUPPORTED_AUDIO, str(exc))
             except ProtocolError as exc:
-                self._error(exc.code, exc.message)
+                self._error(exc.code, exc.message, exc.param)
         else:  # audio-in models converse (above); this one reads text
             self._error(
                 ErrorCode.UNSUPPORTED_INPUT, f"{self._engine.facts.name} takes text only, not audio"
@@ -427,7 +427,7 @@ class Session:
         try:
             return await self._speech.handle(event)
         except ProtocolError as exc:
-            self._error(exc.code, exc.message)
+            self._error(exc.code, exc.message, exc.param)
             return True
 
     # --- voices from clients: session.start's voice_clip -----------------------------------
@@ -448,7 +448,7 @@ class Session:
         try:
             options = update_options(self._responses.options, event, self._voices.facts())
         except ProtocolError as exc:
-            self._error(exc.code, exc.message)
+            self._error(exc.code, exc.message, exc.param)
             return
         self._responses.options = options  # responses already playing keep theirs
         self._voices.touch(options.voice)

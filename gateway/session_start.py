@@ -34,10 +34,14 @@ if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the typ
     from gateway.wire import SessionUpdate
 
 
-def _bad_field(refused: OptionRefused) -> ProtocolError:
-    """A refused option as a WebSocket's `bad_field` error (sampling's named as such)."""
+def _bad_field(
+    refused: OptionRefused, param_paths: Mapping[str, str] | None = None
+) -> ProtocolError:
+    """A refused option as a WebSocket's `bad_field` error (sampling's named as such), blaming
+    the field where `param_paths` says the client set it."""
     prefix = "sampling: " if refused.group == "sampling" else ""
-    return ProtocolError(ErrorCode.BAD_FIELD, prefix + refused.message)
+    param = (param_paths or {}).get(refused.field) if refused.field else None
+    return ProtocolError(ErrorCode.BAD_FIELD, prefix + refused.message, param)
 
 
 def resolve_options(
@@ -111,7 +115,7 @@ def update_options(
         check_speed(update.speed, facts)
         sampling = checked_sampling(update.sampling, facts, over=options.sampling)
     except OptionRefused as refused:
-        raise _bad_field(refused) from None
+        raise _bad_field(refused, update.param_paths) from None
     return dataclasses.replace(
         options,
         sampling=sampling,

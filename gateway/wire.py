@@ -55,6 +55,10 @@ class SessionUpdate:
     # The tools written into the prompt of later replies (models with
     # ModelFacts.tool_call_syntax); () for none, None: unchanged.
     tools: tuple[FunctionTool, ...] | None = None
+    # Where the client's event set each option, by the name a refusal blames it with
+    # (OptionRefused.field: `voice`, `speed`, `temperature`, `max_tokens`, `top_p`, …): the
+    # refused update's error names that path (ProtocolError.param).
+    param_paths: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

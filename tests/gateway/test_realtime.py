@@ -225,6 +225,41 @@ async def test_bad_events_get_error_events_and_the_session_stays_usable(server):
         assert_ran_to_its_token_budget(done)
 
 
+async def test_errors_name_the_field_and_the_client_event(server):
+    """OpenAI's `error.param` is the refused field's path as the client sent it (GA or beta
+    shape), and `error.event_id` the client event's own id; both null where there is none."""
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        cases = [
+            # Refused by the session's options (the served model's voices and ranges).
+            ({"audio": {"output": {"voice": "alloy"}}}, "session.audio.output.voice"),
+            ({"voice": "alloy"}, "session.voice"),
+            ({"sampling": {"top_p": 7.0}}, "session.sampling.top_p"),
+            ({"temperature": -1.0}, "session.temperature"),
+            # Refused by the event's shape.
+            ({"turn_detection": "server_vad"}, "session.turn_detection"),
+            ({"tool_choice": "required"}, "session.tool_choice"),
+        ]
+        for i, (session, param) in enumerate(cases):
+            update = {"type": "session.update", "event_id": f"ev_{i}", "session": session}
+            await conn.send_raw(json.dumps(update))
+            error = await next_event(conn)
+            assert error.type == "error", (session, error)
+            assert error.error.code == "bad_field", error
+            assert (error.error.param, error.error.event_id) == (param, f"ev_{i}"), error
+        item = {
+            "type": "message",
+            "role": "robot",
+            "content": [{"type": "input_text", "text": "Hi"}],
+        }
+        await conn.send_raw(json.dumps({"type": "conversation.item.create", "item": item}))
+        error = await next_event(conn)
+        assert (error.error.param, error.error.event_id) == ("item.role", None)
+        await conn.send_raw(json.dumps({"type": "response.create", "event_id": "ev_last"}))
+        error = await next_event(conn)  # nothing to speak: no one field to blame
+        assert (error.error.param, error.error.event_id) == (None, "ev_last")
+
+
 async def test_session_fields_not_applied_are_refused_and_applied_ones_still_work(server):
     """`instructions` (tiny-orpheus is given no system prompt), tools and text-only output
     get an `error` naming the field instead of a silent echo in `session.updated`; the refused

@@ -337,3 +337,59 @@ def test_turn_detection_null_holds_committed_turns_for_response_create():
     assert update.echo[0] is None  # session.updated shows turn detection off
     # A full-duplex model has no turns to hold: null is taken, as before.
     assert _wire(accepts_audio=True, full_duplex=True).decode_text(off)
+
+
+@pytest.mark.parametrize(
+    "event, param",
+    [
+        ({"type": "response.explode"}, "type"),
+        ({"type": "session.update", "session": {"temperature": "hot"}}, "session.temperature"),
+        ({"type": "session.update", "session": {"max_response_output_tokens": 1.5}},
+         "session.max_response_output_tokens"),
+        ({"type": "session.update", "session": {"audio": {"output": {"speed": 9}}}},
+         "session.audio.output.speed"),
+        ({"type": "session.update", "session": {"output_audio_format": "mp3"}},
+         "session.output_audio_format"),
+        ({"type": "session.update", "session": {"output_modalities": ["text"]}},
+         "session.output_modalities"),
+        ({"type": "session.update", "session": {"tools": [{"type": "function", "name": "a b"}]}},
+         "session.tools[0].name"),
+        ({"type": "conversation.item.create", "item": {"role": "robot", "content": []}},
+         "item.role"),
+        ({"type": "conversation.item.create",
+          "item": {"role": "user", "content": [{"type": "input_text", "text": 3}]}},
+         "item.content[0].text"),
+        ({"type": "input_audio_buffer.append", "audio": "not base64!"}, "audio"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_offending_field_as_param(event, param):
+    """OpenAI's `error.param`: the field's path from the event's root, as the client sent it."""
+    with pytest.raises(ProtocolError) as err:
+        decode(**event)
+    assert err.value.param == param
+
+
+def test_turn_detection_refusals_name_the_field_where_the_client_put_it():
+    beta = {"turn_detection": {"type": "server_vad", "create_response": "no"}}
+    ga = {"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 0.9}}}}
+    wire = _wire(accepts_audio=True, accepts_turns=True)
+    for session, param in (
+        (beta, "session.turn_detection.create_response"),
+        (ga, "session.audio.input.turn_detection.threshold"),
+    ):
+        with pytest.raises(ProtocolError) as err:
+            wire.decode_text(json.dumps({"type": "session.update", "session": session}))
+        assert err.value.code == ErrorCode.BAD_FIELD and err.value.param == param
+
+
+def test_the_error_event_carries_param_and_the_native_one_does_not():
+    from gateway.protocol import ErrorEvent, encode_event
+
+    wire = _wire()
+    update = {"type": "session.update", "event_id": "ev_3", "session": {"voice": "alloy"}}
+    wire.decode_text(json.dumps(update))  # the session refuses the voice while handling it
+    (out,) = wire.encode_event(ErrorEvent(ErrorCode.BAD_FIELD, "no", param="session.voice"))
+    parsed = openai_types.RealtimeErrorEvent.model_validate_json(out.text)
+    assert parsed.error.param == "session.voice" and parsed.error.event_id == "ev_3"
+    native = json.loads(encode_event(ErrorEvent(ErrorCode.BAD_FIELD, "no", param="x")))
+    assert native == {"type": "error", "code": "bad_field", "message": "no", "fatal": False}

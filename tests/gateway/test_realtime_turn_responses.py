@@ -208,6 +208,7 @@ async def test_session_update_round_trips_the_response_flags(glm_server):
         assert error.type == "error", error
         assert error.error.code == "bad_field"
         assert "turn_detection.create_response" in error.error.message
+        assert error.error.param == "session.audio.input.turn_detection.create_response"
 
         # A turn_detection object replaces the one in force: left out, OpenAI's defaults.
         shown = await set_vad(conn)
