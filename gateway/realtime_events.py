@@ -57,7 +57,10 @@ class ResponseOutcome:
     status: str  # completed | cancelled | incomplete | failed
     reason: str | None = None  # client_cancelled | max_output_tokens | None
     error: str | None = None  # the failure's message
-    transcript: str | None = None  # the text the audio says, where the model has it
+    # The text the audio says, as far as the model wrote it: "" where it wrote none (a
+    # text-to-speech model, a reply cancelled before its first word). OpenAI's audio parts
+    # always carry a string transcript; null is only for user audio nothing transcribed.
+    transcript: str = ""
 
 
 def _event(kind: str, **fields: Any) -> str:
@@ -135,12 +138,12 @@ def encode_item_created(
     return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
 
 
-def _audio_part(dialect: Dialect, transcript: str | None) -> dict[str, Any]:
+def _audio_part(dialect: Dialect, transcript: str) -> dict[str, Any]:
     kind = "audio" if dialect is Dialect.BETA else "output_audio"
     return {"type": kind, "transcript": transcript}
 
 
-def _item(dialect: Dialect, out: OutputItem, status: str, transcript: str | None) -> dict:
+def _item(dialect: Dialect, out: OutputItem, status: str, transcript: str) -> dict:
     return {
         "id": out.item_id,
         "object": "realtime.item",
@@ -170,7 +173,7 @@ def _response(dialect: Dialect, out: OutputItem, status: str, output: list, deta
 def encode_response_started(
     dialect: Dialect, out: OutputItem, previous_item_id: str | None
 ) -> list[str]:
-    item = _item(dialect, out, "in_progress", None)
+    item = _item(dialect, out, "in_progress", "")  # in progress: no content yet
     ids = {"response_id": out.response_id, "output_index": out.output_index}
     part_ids = {**ids, "item_id": out.item_id, "content_index": out.content_index}
     return [
@@ -301,8 +304,10 @@ def encode_response_done(
     outcome: ResponseOutcome,
     calls: list[dict[str, Any]] | None = None,
 ) -> list[str]:
-    """The reply's message item done, then `response.done` listing it and the response's
-    `function_call` items (`calls`, as call_item made them), in output order."""
+    """The reply's audio and transcript done (the transcript's `done` whether or not any
+    delta came, as OpenAI sends it for every audio part), its message item done, then
+    `response.done` listing it and the response's `function_call` items (`calls`, as
+    call_item made them), in output order."""
     audio, transcript = _names(dialect)
     item_status = "completed" if outcome.status == "completed" else "incomplete"
     item = _item(dialect, out, item_status, outcome.transcript)
@@ -311,9 +316,10 @@ def encode_response_done(
         details = {"type": outcome.status, "reason": outcome.reason}
         if outcome.error is not None:
             details["error"] = {"type": "server_error", "message": outcome.error}
-    events = [_event(audio + ".done", **_part_ids(out))]
-    if outcome.transcript is not None:
-        events.append(_event(transcript + ".done", transcript=outcome.transcript, **_part_ids(out)))
+    events = [
+        _event(audio + ".done", **_part_ids(out)),
+        _event(transcript + ".done", transcript=outcome.transcript, **_part_ids(out)),
+    ]
     part = _audio_part(dialect, outcome.transcript)
     events += [
         _event("response.content_part.done", part=part, **_part_ids(out)),
@@ -350,8 +356,9 @@ def encode_input_event(
 
 
 def encode_user_audio_item(item_id: str, previous_item_id: str | None) -> str:
-    """`conversation.item.created` for a committed user audio turn (no transcript: the model
-    reads the speech tokens, nothing transcribes them)."""
+    """`conversation.item.created` for a committed user audio turn. Its transcript is null, as
+    OpenAI sends it with input transcription off: the model reads the speech tokens, nothing
+    transcribes them."""
     item = {
         "id": item_id,
         "object": "realtime.item",

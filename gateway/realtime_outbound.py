@@ -148,7 +148,7 @@ class RealtimeOutbound:
             self._state.last_item_id = self._calls.last_item_id
         self._calls = None
         status, reason = _OUTCOMES[event.status]
-        transcript = "".join(self._transcript) if self._transcript else None
+        transcript = "".join(self._transcript)  # "" where the model wrote none
         error = "generation failed" if event.status is ResponseStatus.FAILED else None
         outcome = ResponseOutcome(status, reason, error, transcript)
         out, self._current = self._current, None

@@ -83,11 +83,18 @@ async def test_ga_client_text_in_pcm16_out_equals_engine_audio(server, engine):
         "conversation.item.created",
         "response.content_part.added",
     ]
-    assert kinds[-3:] == [
+    assert kinds[-4:] == [
         "response.output_audio.done",
+        "response.output_audio_transcript.done",  # OpenAI sends it for every audio part
         "response.content_part.done",
         "response.output_item.done",
     ]
+    # tiny-orpheus writes no text: the audio's transcript is "" (a string, as OpenAI's always
+    # is), not null; in progress, the item has no content yet.
+    assert events[1].item.content == [] and events[3].part.transcript == ""
+    assert [e.transcript for e in events[-4:] if e.type.endswith("transcript.done")] == [""]
+    assert events[-2].part.transcript == events[-1].item.content[0].transcript == ""
+    assert done.response.output[0].content[0].transcript == ""
     assert "response.audio.delta" not in kinds  # GA clients get GA names only
     assert_ran_to_its_token_budget(done)
     assert done.response.id == events[0].response.id

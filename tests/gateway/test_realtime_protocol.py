@@ -393,3 +393,24 @@ def test_the_error_event_carries_param_and_the_native_one_does_not():
     assert parsed.error.param == "session.voice" and parsed.error.event_id == "ev_3"
     native = json.loads(encode_event(ErrorEvent(ErrorCode.BAD_FIELD, "no", param="x")))
     assert native == {"type": "error", "code": "bad_field", "message": "no", "fatal": False}
+
+
+@pytest.mark.parametrize("dialect", [Dialect.GA, Dialect.BETA])
+def test_audio_without_a_transcript_has_an_empty_one_and_user_audio_a_null_one(dialect):
+    """OpenAI's assistant audio parts always carry a string transcript (the transcript's
+    `done` event too); a user's audio item has null while nothing transcribes it."""
+    from gateway.realtime_events import encode_response_started, encode_user_audio_item
+
+    out = OutputItem("resp_1", "item_1")
+    started = [json.loads(e) for e in encode_response_started(dialect, out, None)]
+    assert started[1]["item"]["content"] == [] == started[2]["item"]["content"]  # in progress
+    assert started[3]["part"]["transcript"] == ""
+    prefix = "response.audio" if dialect is Dialect.BETA else "response.output_audio"
+    for outcome in (ResponseOutcome("completed"), ResponseOutcome("cancelled", "client_cancelled")):
+        done = {e["type"]: e for e in map(json.loads, encode_response_done(dialect, out, outcome))}
+        assert done[prefix + "_transcript.done"]["transcript"] == ""
+        assert done["response.content_part.done"]["part"]["transcript"] == ""
+        assert done["response.output_item.done"]["item"]["content"][0]["transcript"] == ""
+        assert done["response.done"]["response"]["output"][0]["content"][0]["transcript"] == ""
+    user = json.loads(encode_user_audio_item("item_2", None))
+    assert user["item"]["content"] == [{"type": "input_audio", "transcript": None}]
