@@ -231,6 +231,9 @@ class RealtimeInbound:
 
     def _response_create(self) -> Sequence[WireInput]:
         state = self._state
+        # The answer to a committed audio turn is asked for by the first response.create
+        # after the commit at most, whatever that response.create then answers.
+        answered, state.audio_turn_answered = state.audio_turn_answered, False
         if self._tools.has_outputs:
             state.audio_turns_waiting = 0  # the response answers what came before too
             return (ToolOutputs(self._tools.take_outputs()),)
@@ -242,8 +245,7 @@ class RealtimeInbound:
         if state.audio_turns_waiting:
             state.audio_turns_waiting = 0
             return (AnswerTurns(),)  # turns committed with create_response false
-        if state.audio_turn_answered:
-            state.audio_turn_answered = False
+        if answered:
             return ()  # the committed audio turn is already being answered
         if self._facts.accepts_turns:
             raise ProtocolError(

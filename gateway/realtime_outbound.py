@@ -64,6 +64,8 @@ class RealtimeOutbound:
         self._transcript: list[str] = []
         self._input_item: str | None = None  # the user audio item being spoken
         self._calls: ResponseCalls | None = None  # the current response's, with tools
+        # The current response answers a committed audio turn (RealtimeState.audio_turn_answered).
+        self._answering_turn = False
 
     def encode(self, event: WireEvent) -> list[str]:
         dialect = self._state.dialect
@@ -131,6 +133,7 @@ class RealtimeOutbound:
         dialect = self._state.dialect
         item_id = f"item_{uuid.uuid4().hex[:20]}"
         self._current = OutputItem(event.response_id, item_id)
+        self._answering_turn = self._state.audio_turn_answered
         self._transcript = []
         previous, self._state.last_item_id = self._state.last_item_id, item_id
         parser = self._tools.parser()
@@ -153,6 +156,8 @@ class RealtimeOutbound:
         outcome = ResponseOutcome(status, reason, error, transcript)
         out, self._current = self._current, None
         assert out is not None
+        if self._answering_turn:  # the answer is done: a response.create now asks anew
+            self._state.audio_turn_answered = self._answering_turn = False
         self._state.last_reply_item = out.item_id
         return events + encode_response_done(self._state.dialect, out, outcome, items)
 

@@ -52,7 +52,8 @@ class RealtimeState:
     truncating: str | None = None  # the item a truncate was sent for, until it is done
     # An audio turn was committed and is being answered (server VAD with create_response
     # true, which also answers a turn an input_audio_buffer.commit ends): a response.create
-    # that follows, as clients send after a commit, asks for that answer.
+    # that follows, as clients send after a commit, asks for that answer. Cleared by that
+    # response.create, or once the answer is done: a response.create after it asks anew.
     audio_turn_answered: bool = False
     # Audio turns committed with no response (create_response false, or turn detection off:
     # the client's commits), which the next response.create answers.

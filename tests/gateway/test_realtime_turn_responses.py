@@ -181,6 +181,11 @@ async def test_speech_during_a_response_cancels_it_unless_interrupt_response_is_
         assert done.response.status in ("completed", "incomplete")
         (conversation,) = conversations
         assert conversation.replies == 2 and len(conversation.history) == 4
+        # Both answers are done: a response.create now asks anew and, with no turn waiting,
+        # is the client's error (it was silently dropped, as if asking for the VAD's answer).
+        await conn.response.create()
+        error, seen = await until_event(conn, "error")
+        assert not seen and "nothing to answer" in error.error.message
     await wait_engine_idle(glm_engine)
 
 
