@@ -52,6 +52,17 @@ async def no_response_within(conn, seconds: float = 1.0) -> None:
         pytest.fail(f"{event.type} after a turn held for response.create")
 
 
+async def ask_for_a_spoken_reply(conn):
+    """response.create; the response it starts ends with audio. Its response.done."""
+    await conn.response.create()
+    created, _ = await until_event(conn, "response.created")
+    done, seen = await until_event(conn, "response.done")
+    assert done.response.id == created.response.id
+    assert done.response.status in ("completed", "incomplete")
+    assert len(audio_of(seen)) > 0
+    return done
+
+
 def audio_of(events) -> bytes:
     return b"".join(
         base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta"
@@ -80,12 +91,7 @@ async def test_create_response_false_holds_turns_until_response_create(
         # A spoken turn is committed and held; response.create answers it.
         await held_turn(conn, "What is the weather like today?", tmp_path, 1)
         assert conversation.replies == 0 and len(conversation.history) == 1
-        await conn.response.create()
-        created, _ = await until_event(conn, "response.created")
-        done, seen = await until_event(conn, "response.done")
-        assert done.response.id == created.response.id
-        assert done.response.status in ("completed", "incomplete")
-        assert len(audio_of(seen)) > 0
+        done = await ask_for_a_spoken_reply(conn)
         assert len(conversation.history) == 2
         reply_item = done.response.output[0].id
 
@@ -135,12 +141,7 @@ async def test_manual_turns_are_committed_and_wait_for_response_create(
         assert conversation.replies == 0
 
         # One response.create: one response, to both turns.
-        await conn.response.create()
-        created, _ = await until_event(conn, "response.created")
-        done, seen = await until_event(conn, "response.done")
-        assert done.response.id == created.response.id
-        assert done.response.status in ("completed", "incomplete")
-        assert len(audio_of(seen)) > 0
+        await ask_for_a_spoken_reply(conn)
         history = conversation.history
         # user, (no reply), user, reply
         assert len(history) == 4 and history[1].token_ids == () and history[2].speech_tokens
