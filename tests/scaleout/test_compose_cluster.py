@@ -36,7 +36,9 @@ def test_cluster_profile_runs_the_gateway_on_the_head_and_gpus_on_workers():
     assert "ray start --address=" in worker["command"][-1]
     assert "--block" in worker["command"][-1]
     gpus = worker["deploy"]["resources"]["reservations"]["devices"][0]
-    assert gpus["capabilities"] == ["gpu"] and gpus["count"] == 1
+    # All the machine's GPUs, one worker a machine: Ray gives each replica one. (`count: 1` with
+    # --scale gave every worker the machine's first GPU.)
+    assert gpus["capabilities"] == ["gpu"] and gpus["count"] == "all"
     assert "deploy" not in head  # the head takes no GPU (--num-gpus=0)
     probe = " ".join(head["healthcheck"]["test"])
     assert "127.0.0.1:${VOXGATE_PORT:-8000}/health'" in probe
@@ -84,8 +86,9 @@ def test_a_worker_joins_the_head_it_is_given_or_the_one_on_its_machine(tmp_path,
 
 
 def test_the_scale_out_recipe_starts_the_cluster_profiles_services():
-    """docs/scale-out.md's compose commands name the cluster profile's services, and the one for
-    another machine starts a worker joining VOXGATE_RAY_HEAD, nothing else."""
+    """docs/scale-out.md's compose commands name the cluster profile's services, start one
+    worker a machine, and the one for another machine starts a worker joining
+    VOXGATE_RAY_HEAD, nothing else."""
     services = set(yaml.safe_load(COMPOSE.read_text())["services"])
     doc = (ROOT / "docs" / "scale-out.md").read_text()
     ups = re.findall(r"^(.*docker compose --profile cluster up.*)$", doc, re.M)
@@ -96,6 +99,8 @@ def test_the_scale_out_recipe_starts_the_cluster_profiles_services():
         assert named and set(named) <= services, line
     remote = [line for line in ups if line.startswith("VOXGATE_RAY_HEAD=")]
     assert remote and all(line.rstrip().endswith(" ray-worker") for line in remote), remote
+    # One worker a machine with all its GPUs: a scaled worker would share the first GPU.
+    assert not any("--scale" in line for line in ups), ups
     assert "network_mode: host" in doc or "host's network" in doc
 
 
