@@ -104,8 +104,19 @@ def main() -> None:
                 "PRECISION": "tf32" if args.dtype == "fp32" else "ieee",
                 **config.kwargs,
             }
-            used = resources(K._upsample_noise, noise, constants, num_warps=config.num_warps)
-            tile = {**config.kwargs, "warps": config.num_warps, "stride": stride}
+            used = resources(
+                K._upsample_noise,
+                noise,
+                constants,
+                num_warps=config.num_warps,
+                num_stages=config.num_stages,
+            )
+            tile = {
+                **config.kwargs,
+                "warps": config.num_warps,
+                "stages": config.num_stages,
+                "stride": stride,
+            }
             print(json.dumps({"kernel": "_upsample_noise", "width": width, **tile, **used}))
     join = dict.fromkeys(
         ("x_ptr", "kept_ptr", "skip_state_ptr", "alpha_ptr", "joined_ptr", "new_skip_ptr"),

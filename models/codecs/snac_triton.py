@@ -55,9 +55,14 @@ SNAKE_JOIN_WARPS = 8
 
 def _taps_mix_config(block_co: int, block_ci: int, block_t: int, warps: int) -> triton.Config:
     """A tile for _unit_taps_mix: [block_co output channels, block_t samples], block_ci input
-    channels' taps a step."""
+    channels' taps a step, in one stage: triton.Config's own default is three (the taps and
+    weights of the next steps loaded into shared memory while this one's product runs), which
+    made the kernels ~30 % slower a frame on an H100 (37.2 against 27.7 µs at 64 rows ×
+    4 frames, bench/snac_cost.py --triton)."""
     return triton.Config(
-        {"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_T": block_t}, num_warps=warps
+        {"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_T": block_t},
+        num_warps=warps,
+        num_stages=1,
     )
 
 
@@ -67,7 +72,7 @@ def _taps_mix_config(block_co: int, block_ci: int, block_t: int, warps: int) -> 
 # pipelining (two or three stages of the taps and weights in shared memory) was tried on the
 # tiles of ≤ 150 registers: on an H100 the tuner chose a one-stage tile for every width and
 # class, at 8 and at 64 rows (bench/snac_cost.py --triton, docs/benchmark-history.md), so
-# those tiles only lengthened the tuning.
+# every tile is one-stage.
 TAPS_MIX_CONFIGS = [
     _taps_mix_config(64, 16, 64, 8),
     _taps_mix_config(64, 32, 32, 8),
