@@ -54,6 +54,18 @@ def resources(fn, signature: dict, constants: dict, **options) -> dict:
     }
 
 
+def tile_resources(fn, signature: dict, constants: dict, config) -> dict:
+    """A tuning tile's settings (a triton.Config) and what `fn` compiled with them uses."""
+    used = resources(
+        fn,
+        signature,
+        {**constants, **config.kwargs},
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return {**config.kwargs, "warps": config.num_warps, "stages": config.num_stages, **used}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32")
@@ -76,17 +88,9 @@ def main() -> None:
                 "HAS_TAP_BIAS": True,
                 "HAS_MIX_BIAS": True,
                 "PRECISION": "tf32" if args.dtype == "fp32" else "ieee",
-                **config.kwargs,
             }
-            used = resources(
-                K._unit_taps_mix,
-                mix,
-                constants,
-                num_warps=config.num_warps,
-                num_stages=config.num_stages,
-            )
-            tile = {**config.kwargs, "warps": config.num_warps, "stages": config.num_stages}
-            print(json.dumps({"kernel": "_unit_taps_mix", "width": width, **tile, **used}))
+            tile = tile_resources(K._unit_taps_mix, mix, constants, config)
+            print(json.dumps({"kernel": "_unit_taps_mix", "width": width, **tile}))
     noise = dict.fromkeys(
         ("z_ptr", "bias_ptr", "noise_weight_ptr", "out_ptr"),
         ptr,
@@ -102,22 +106,11 @@ def main() -> None:
                 "S": stride,
                 "HAS_BIAS": True,
                 "PRECISION": "tf32" if args.dtype == "fp32" else "ieee",
-                **config.kwargs,
             }
-            used = resources(
-                K._upsample_noise,
-                noise,
-                constants,
-                num_warps=config.num_warps,
-                num_stages=config.num_stages,
+            tile = tile_resources(K._upsample_noise, noise, constants, config)
+            print(
+                json.dumps({"kernel": "_upsample_noise", "width": width, "stride": stride, **tile})
             )
-            tile = {
-                **config.kwargs,
-                "warps": config.num_warps,
-                "stages": config.num_stages,
-                "stride": stride,
-            }
-            print(json.dumps({"kernel": "_upsample_noise", "width": width, **tile, **used}))
     join = dict.fromkeys(
         ("x_ptr", "kept_ptr", "skip_state_ptr", "alpha_ptr", "joined_ptr", "new_skip_ptr"),
         ptr,
