@@ -64,7 +64,7 @@ class HeldTurns:
         """The client asked for the reply to held turns while none waits."""
         return ErrorEvent(
             ErrorCode.BAD_FIELD,
-            "no user turn is waiting for a response (a held turn was refused, see the "
-            "error before, or already answered): speak or send a message, then ask "
-            "for the response",
+            "nothing to answer: no user turn is waiting for a response (none was committed "
+            "since the last response, or a held turn was refused: see the error before); "
+            "speak or commit the input audio, or add a text message, then ask for the response",
         )

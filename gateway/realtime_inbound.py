@@ -235,25 +235,18 @@ class RealtimeInbound:
         # after the commit at most, whatever that response.create then answers.
         answered, state.audio_turn_answered = state.audio_turn_answered, False
         if self._tools.has_outputs:
-            state.audio_turns_waiting = 0  # the response answers what came before too
             return (ToolOutputs(self._tools.take_outputs()),)
         if self._pending_text:
-            state.audio_turns_waiting = 0
             text_to_speak = " ".join(self._pending_text)
             self._pending_text.clear()
             return (TextInput(text_to_speak, final=True),)
-        if state.audio_turns_waiting:
-            state.audio_turns_waiting = 0
-            return (AnswerTurns(),)  # turns committed with create_response false
         if answered:
             return ()  # the committed audio turn is already being answered
         if self._facts.accepts_turns:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                "nothing to answer: no user turn is waiting for a response; speak (server VAD "
-                "commits each turn) or send input_audio_buffer.commit, or add a text message "
-                "with conversation.item.create, then send response.create",
-            )
+            # The turns committed with no response (create_response false, or the client's
+            # commits with turn detection off): the conversation answers them, or says that
+            # none waits (gateway/held_turns.py keeps that fact).
+            return (AnswerTurns(),)
         raise ProtocolError(
             ErrorCode.BAD_FIELD,
             "nothing to speak: add a user or assistant text message with "

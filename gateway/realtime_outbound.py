@@ -97,7 +97,6 @@ class RealtimeOutbound:
             self._input_item = None
             # Whether the server answers it, or a response.create will (create_response false).
             self._state.audio_turn_answered = event.answered
-            self._state.audio_turns_waiting += not event.answered
             return [
                 encode_input_event("input_audio_buffer.committed", item, previous),
                 encode_user_audio_item(item, previous),

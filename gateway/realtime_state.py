@@ -55,7 +55,4 @@ class RealtimeState:
     # that follows, as clients send after a commit, asks for that answer. Cleared by that
     # response.create, or once the answer is done: a response.create after it asks anew.
     audio_turn_answered: bool = False
-    # Audio turns committed with no response (create_response false, or turn detection off:
-    # the client's commits), which the next response.create answers.
-    audio_turns_waiting: int = 0
     event_id: str | None = None  # the client event being handled, for its errors

@@ -310,21 +310,24 @@ def test_a_full_duplex_model_refuses_the_response_flags(field):
     assert wire.decode_text(_vad_update(**{field: True}))  # what it does anyway
 
 
-def test_response_create_answers_turns_committed_without_a_response():
+def test_response_create_asks_the_conversation_for_its_held_turns():
+    """The wire keeps no count of held turns: response.create with nothing else to answer asks
+    the conversation (gateway/held_turns.py), which answers the turns it holds or refuses;
+    only the one response.create after a turn the server answers itself is consumed here."""
     from gateway.wire import AnswerTurns, InputCommitted
 
     wire = _wire(accepts_audio=True, accepts_turns=True)
-    with pytest.raises(ProtocolError) as err:  # nothing committed yet
-        wire.decode_text('{"type": "response.create"}')
-    assert "nothing to answer" in err.value.message
+    assert wire.decode_text('{"type": "response.create"}') == (AnswerTurns(),)
     wire.encode_event(InputCommitted(800, answered=False))
-    wire.encode_event(InputCommitted(900, answered=False))
-    assert wire.decode_text('{"type": "response.create"}') == (AnswerTurns(),)  # both at once
-    with pytest.raises(ProtocolError):
-        wire.decode_text('{"type": "response.create"}')
+    assert wire.decode_text('{"type": "response.create"}') == (AnswerTurns(),)
     # A turn the server answers itself: the response.create that follows asks for that answer.
     wire.encode_event(InputCommitted(800))
     assert wire.decode_text('{"type": "response.create"}') == ()
+    assert wire.decode_text('{"type": "response.create"}') == (AnswerTurns(),)  # asks anew
+    # A text-to-speech model has no turns: nothing to speak is the client's error at once.
+    with pytest.raises(ProtocolError) as err:
+        _wire(accepts_audio=False).decode_text('{"type": "response.create"}')
+    assert "nothing to speak" in err.value.message
 
 
 def test_turn_detection_null_holds_committed_turns_for_response_create():
