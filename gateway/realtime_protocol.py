@@ -17,7 +17,7 @@ import enum
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gateway import client_json
 from gateway.protocol import ErrorCode, ProtocolError
@@ -95,9 +95,11 @@ def _speaks_audio(value: Any) -> bool:
     return isinstance(value, list) and "audio" in value
 
 
-_UNSERVED_FIELDS: tuple[tuple[str, Any, str], ...] = (
-    ("modalities", lambda v: v is None or _speaks_audio(v), "every response is audio"),
-    ("output_modalities", lambda v: v is None or _speaks_audio(v), "every response is audio"),
+Unserved = tuple[tuple[str, Any, str], ...]  # (path, asks_nothing(value), why)
+_AUDIO_ONLY = "every response is audio"
+_UNSERVED_FIELDS: Unserved = (
+    ("modalities", lambda v: v is None or _speaks_audio(v), _AUDIO_ONLY),
+    ("output_modalities", lambda v: v is None or _speaks_audio(v), _AUDIO_ONLY),
     ("input_audio_transcription", lambda v: v is None, "input transcription is not served"),
     ("input_audio_noise_reduction", lambda v: v is None, "noise reduction is not served"),
     ("audio.input.transcription", lambda v: v is None, "input transcription is not served"),
@@ -109,19 +111,39 @@ _UNSERVED_FIELDS: tuple[tuple[str, Any, str], ...] = (
         "a model's own options are set on /v1/stream or /v1/audio/speech, not in an OpenAI session",
     ),
 )
+# The same for response.create's `response`: a response always answers the session's one
+# conversation, with the session's context, and joins it.
+_UNSERVED_RESPONSE_FIELDS: Unserved = (
+    (
+        "conversation",
+        lambda v: v is None or v == "auto",
+        "out-of-band responses are not served: every response answers the session's "
+        "conversation and joins it, as `auto` does",
+    ),
+    (
+        "input",
+        lambda v: v is None,
+        "a response answers the session's conversation; a context of its own is not served",
+    ),
+    ("modalities", lambda v: v is None or _speaks_audio(v), _AUDIO_ONLY),
+    ("output_modalities", lambda v: v is None or _speaks_audio(v), _AUDIO_ONLY),
+    ("prompt", lambda v: v is None, "stored prompts are not served"),
+)
 
 
-def _refuse_unserved(session: dict) -> None:
-    for path, asks_nothing, why in _UNSERVED_FIELDS:
-        obj: Any = session
+def _refuse_unserved(obj: dict, fields: Unserved, root: str) -> None:
+    """`obj` (the event's `root` object) holds none of `fields` with a value that asks for
+    something; else ProtocolError(bad_field) naming the first such field."""
+    for path, asks_nothing, why in fields:
+        value: Any = obj
         *parents, name = path.split(".")
         for parent in parents:
-            obj = obj.get(parent) if isinstance(obj, dict) else None
-        if not isinstance(obj, dict) or name not in obj or asks_nothing(obj[name]):
+            value = value.get(parent) if isinstance(value, dict) else None
+        if not isinstance(value, dict) or name not in value or asks_nothing(value[name]):
             continue
         raise _bad(
-            f"`session.{path}` is not applied by this server ({why}); leave it out",
-            f"session.{path}",
+            f"`{root}.{path}` is not applied by this server ({why}); leave it out",
+            f"{root}.{path}",
         )
 
 
@@ -133,9 +155,28 @@ class ItemCreateEvent:
     text: str  # the item's text parts, joined
 
 
+MAX_METADATA_PAIRS = 16  # OpenAI's limits on a response's `metadata`
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+
+
 @dataclass(frozen=True)
 class ResponseCreateEvent:
+    """`response.create`, with the fields of its `response` object: options for this one
+    response (None: not sent, the session's), each checked for its shape only."""
+
     event_id: str | None
+    voice: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+    instructions: str | None = None
+    output_format: RealtimeFormat | None = None
+    tools: tuple[FunctionTool, ...] | None = None
+    tool_choice: str | None = None
+    metadata: dict[str, str] | None = None  # echoed in the response's events
+    # Where the event set each field (beta and GA name some differently), by the names
+    # SessionUpdateEvent.paths uses (`voice`, `temperature`, `max_tokens`, …): for `param`.
+    paths: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -247,17 +288,66 @@ def _decode_format(value: Any, name: str) -> RealtimeFormat | None:
     )
 
 
+def _object(obj: dict, name: str) -> dict:
+    """`obj[name]` when it is an object, else {} (a shape the caller checks or ignores)."""
+    value = obj.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _audio_output(obj: dict) -> dict:
+    """GA's `audio.output` of a session or response ({} when not sent)."""
+    return _object(_object(obj, "audio"), "output")
+
+
+def _decode_voice(obj: dict, root: str) -> tuple[str | None, str]:
+    """The voice of a session or response (`root`), GA `audio.output.voice` or beta `voice`,
+    and its path as sent."""
+    out = _audio_output(obj)
+    path = f"{root}.audio.output.voice" if "voice" in out else f"{root}.voice"
+    return _str(out if "voice" in out else obj, "voice", path), path
+
+
+def _decode_output_format(obj: dict, root: str) -> tuple[RealtimeFormat | None, str]:
+    """The output audio format, GA `audio.output.format` or beta `output_audio_format`, and
+    its path as sent."""
+    out = _audio_output(obj)
+    if "format" in out:
+        path = f"{root}.audio.output.format"
+        return _decode_format(out["format"], path), path
+    path = f"{root}.output_audio_format"
+    return _decode_format(obj.get("output_audio_format"), path), path
+
+
+def _decode_temperature(obj: dict, root: str) -> float | None:
+    value = obj.get("temperature")
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise _bad(f"`{root}.temperature` must be a number", f"{root}.temperature")
+    return float(value)
+
+
+def _decode_max_tokens(obj: dict, root: str) -> tuple[int | Literal["inf"] | None, str]:
+    """GA `max_output_tokens` or beta `max_response_output_tokens` (an integer or "inf"),
+    and its path as sent."""
+    name = "max_output_tokens" if "max_output_tokens" in obj else "max_response_output_tokens"
+    value = obj.get(name)
+    if value not in (None, "inf") and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _bad('`max_output_tokens` must be an integer or "inf"', f"{root}.{name}")
+    return value, f"{root}.{name}"
+
+
 def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     session = obj.get("session")
     if not isinstance(session, dict):
         raise _bad("`session` must be an object", "session")
-    _refuse_unserved(session)
-    audio = session.get("audio") if isinstance(session.get("audio"), dict) else {}
-    out = audio.get("output") if isinstance(audio.get("output"), dict) else {}
-    inp = audio.get("input") if isinstance(audio.get("input"), dict) else {}
+    _refuse_unserved(session, _UNSERVED_FIELDS, "session")
+    out = _audio_output(session)
+    inp = _object(_object(session, "audio"), "input")
+    voice, voice_path = _decode_voice(session, "session")
     # Each field's path as sent: GA nests some under `audio`, beta (or a GA client) flat.
     paths = {
-        "voice": "session.audio.output.voice" if "voice" in out else "session.voice",
+        "voice": voice_path,
         "speed": "session.audio.output.speed" if "speed" in out else "session.speed",
         "input_format": (
             "session.audio.input.format" if "format" in inp else "session.input_audio_format"
@@ -268,16 +358,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
             else "session.turn_detection"
         ),
     }
-    max_tokens_path = (
-        "session.max_output_tokens"
-        if "max_output_tokens" in session
-        else "session.max_response_output_tokens"
-    )
-    voice = _str(out if "voice" in out else session, "voice", paths["voice"])
-    if "format" in out:
-        fmt = _decode_format(out["format"], "session.audio.output.format")
-    else:
-        fmt = _decode_format(session.get("output_audio_format"), "session.output_audio_format")
+    fmt, _ = _decode_output_format(session, "session")
     if "format" in inp:
         in_fmt = _decode_format(inp["format"], "session.audio.input.format")
     else:
@@ -285,18 +366,8 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     turn = inp.get("turn_detection", session.get("turn_detection", UNSET))
     if turn is not UNSET and turn is not None and not isinstance(turn, dict):
         raise _bad("`turn_detection` must be an object or null", paths["turn_detection"])
-    temperature = session.get("temperature")
-    if temperature is not None and (
-        not isinstance(temperature, int | float)
-        or isinstance(temperature, bool)
-        or not math.isfinite(temperature)
-    ):
-        raise _bad("`session.temperature` must be a number", "session.temperature")
-    max_tokens = session.get("max_output_tokens", session.get("max_response_output_tokens"))
-    if max_tokens == "inf":
-        max_tokens = None
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
-        raise _bad('`max_output_tokens` must be an integer or "inf"', max_tokens_path)
+    temperature = _decode_temperature(session, "session")
+    max_tokens, max_tokens_path = _decode_max_tokens(session, "session")
     sampling = session.get("sampling", {})
     if not isinstance(sampling, dict):
         raise _bad("`session.sampling` must be an object", "session.sampling")
@@ -304,7 +375,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     paths.update({key: f"session.sampling.{key}" for key in sampling})
     if temperature is not None:
         paths["temperature"] = "session.temperature"
-    if max_tokens is not None:
+    if max_tokens not in (None, "inf"):
         paths["max_tokens"] = max_tokens_path
     speed = out.get("speed", session.get("speed"))
     if speed is not None:
@@ -319,12 +390,69 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         input_format=in_fmt,
         turn_detection=turn,
         instructions=_str(session, "instructions", "session.instructions"),
-        temperature=None if temperature is None else float(temperature),
-        max_output_tokens=max_tokens,
+        temperature=temperature,
+        max_output_tokens=None if max_tokens == "inf" else max_tokens,
         sampling=sampling,
         speed=speed,
         tools=decode_tools(session["tools"]) if "tools" in session else None,
         tool_choice=decode_tool_choice(session.get("tool_choice")),
+        paths=paths,
+    )
+
+
+def _decode_metadata(value: Any) -> dict[str, str] | None:
+    """A response's `metadata`: up to 16 string pairs, keys of at most 64 characters and
+    values of at most 512 (OpenAI's limits)."""
+    path = "response.metadata"
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _bad(f"`{path}` must be an object of string values, or null", path)
+    if len(value) > MAX_METADATA_PAIRS:
+        raise _bad(f"`{path}` has {len(value)} pairs; the limit is {MAX_METADATA_PAIRS}", path)
+    for key, text in value.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise _bad(f"`{path}` keys are at most {MAX_METADATA_KEY_CHARS} characters", path)
+        if len(text) > MAX_METADATA_VALUE_CHARS:
+            raise _bad(
+                f"`{path}` values are at most {MAX_METADATA_VALUE_CHARS} characters; "
+                f"{key!r} has {len(text)}",
+                path,
+            )
+    return dict(value)
+
+
+def _decode_response_create(obj: dict) -> ResponseCreateEvent:
+    event_id = _str(obj, "event_id")
+    response = obj.get("response")
+    if response is None:
+        return ResponseCreateEvent(event_id)
+    if not isinstance(response, dict):
+        raise _bad("`response` must be an object", "response")
+    _refuse_unserved(response, _UNSERVED_RESPONSE_FIELDS, "response")
+    voice, voice_path = _decode_voice(response, "response")
+    fmt, format_path = _decode_output_format(response, "response")
+    max_tokens, max_tokens_path = _decode_max_tokens(response, "response")
+    paths = {
+        "voice": voice_path,
+        "output_format": format_path,
+        "temperature": "response.temperature",
+        "max_tokens": max_tokens_path,
+        "instructions": "response.instructions",
+        "metadata": "response.metadata",
+    }
+    return ResponseCreateEvent(
+        event_id,
+        voice=voice,
+        temperature=_decode_temperature(response, "response"),
+        max_output_tokens=max_tokens,
+        instructions=_str(response, "instructions", "response.instructions"),
+        output_format=fmt,
+        tools=decode_tools(response["tools"], "response.tools") if "tools" in response else None,
+        tool_choice=decode_tool_choice(response.get("tool_choice"), "response.tool_choice"),
+        metadata=_decode_metadata(response.get("metadata")),
         paths=paths,
     )
 
@@ -393,7 +521,7 @@ def _decode_truncate(obj: dict) -> TruncateEvent:
 _DECODERS = {
     "session.update": _decode_session_update,
     "conversation.item.create": _decode_item_create,
-    "response.create": lambda obj: ResponseCreateEvent(_str(obj, "event_id")),
+    "response.create": _decode_response_create,
     "response.cancel": lambda obj: ResponseCancelEvent(_str(obj, "event_id")),
     "input_audio_buffer.append": _decode_append,
     "input_audio_buffer.commit": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),

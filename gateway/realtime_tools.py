@@ -25,20 +25,19 @@ def _bad(message: str, param: str) -> ProtocolError:
     return ProtocolError(ErrorCode.BAD_FIELD, message, param)
 
 
-def decode_tools(value: Any) -> tuple[FunctionTool, ...]:
+def decode_tools(value: Any, root: str = "session.tools") -> tuple[FunctionTool, ...]:
     """`session.tools` (a list of `{"type": "function", "name", "description", "parameters"}`)
-    → the tools, or ProtocolError. null and [] both mean no tools."""
+    → the tools, or ProtocolError. null and [] both mean no tools. `root`: where the event
+    holds them (`response.tools` in response.create)."""
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _bad("`session.tools` must be a list of function tools", "session.tools")
+        raise _bad(f"`{root}` must be a list of function tools", root)
     if len(value) > MAX_TOOLS:
-        raise _bad(
-            f"`session.tools` has {len(value)} tools; the limit is {MAX_TOOLS}", "session.tools"
-        )
+        raise _bad(f"`{root}` has {len(value)} tools; the limit is {MAX_TOOLS}", root)
     tools: list[FunctionTool] = []
     for i, tool in enumerate(value):
-        path = f"session.tools[{i}]"
+        path = f"{root}[{i}]"
         where = f"`{path}`"
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise _bad(
@@ -69,27 +68,27 @@ def decode_tools(value: Any) -> tuple[FunctionTool, ...]:
     size = len(json.dumps([t.__dict__ for t in tools], ensure_ascii=False))
     if size > MAX_TOOLS_JSON_CHARS:
         raise _bad(
-            f"`session.tools` take {size} characters as JSON; the limit is "
+            f"`{root}` take {size} characters as JSON; the limit is "
             f"{MAX_TOOLS_JSON_CHARS}: offer fewer tools or shorter descriptions and schemas",
-            "session.tools",
+            root,
         )
     return tuple(tools)
 
 
-def decode_tool_choice(value: Any) -> str | None:
-    """`session.tool_choice` → "auto" / "none" (None: not sent). `required` and a named
-    function are refused: nothing makes the model call a tool."""
+def decode_tool_choice(value: Any, path: str = "session.tool_choice") -> str | None:
+    """`session.tool_choice` (or, `path`, another event's) → "auto" / "none" (None: not
+    sent). `required` and a named function are refused: nothing makes the model call a tool."""
     if value is None:
         return None
     if value in TOOL_CHOICES:
         return value
     if value == "required" or isinstance(value, dict):
         raise _bad(
-            "`session.tool_choice` can be `auto` or `none` here: the model decides by itself "
+            f"`{path}` can be `auto` or `none` here: the model decides by itself "
             "whether to call a tool, so `required` or a named function cannot be honoured",
-            "session.tool_choice",
+            path,
         )
-    raise _bad("`session.tool_choice` must be `auto` or `none`", "session.tool_choice")
+    raise _bad(f"`{path}` must be `auto` or `none`", path)
 
 
 @dataclass(frozen=True)

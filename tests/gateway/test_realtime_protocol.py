@@ -24,6 +24,7 @@ from gateway.realtime_protocol import (
     Dialect,
     ItemCreateEvent,
     RealtimeFormat,
+    ResponseCreateEvent,
     SessionUpdateEvent,
     decode_client_event,
 )
@@ -141,6 +142,93 @@ def test_session_fields_that_ask_for_nothing_are_accepted():
         "prompt": None,
     }
     assert isinstance(decode(type="session.update", session=session), SessionUpdateEvent)
+
+
+def test_response_create_decodes_its_response_in_either_dialect():
+    """`response`: options for one response, shaped as session.update's (GA nests the voice
+    and format under `audio.output`); the values that ask for nothing are accepted."""
+    ga = decode(
+        type="response.create",
+        event_id="ev_1",
+        response={
+            "audio": {"output": {"voice": "leo", "format": {"type": "audio/pcmu"}}},
+            "max_output_tokens": 40,
+            "instructions": "Be brief.",
+            "metadata": {"turn": "1"},
+            "conversation": "auto",
+            "output_modalities": ["audio"],
+            "tools": [],
+            "tool_choice": "auto",
+        },
+    )
+    assert ga == ResponseCreateEvent(
+        "ev_1",
+        voice="leo",
+        max_output_tokens=40,
+        instructions="Be brief.",
+        output_format=RealtimeFormat.G711_ULAW,
+        tools=(),
+        tool_choice="auto",
+        metadata={"turn": "1"},
+    )
+    assert ga.paths["voice"] == "response.audio.output.voice"
+    assert ga.paths["max_tokens"] == "response.max_output_tokens"
+    beta = decode(
+        type="response.create",
+        response={
+            "voice": "tara",
+            "temperature": 0.3,
+            "max_response_output_tokens": "inf",
+            "output_audio_format": "g711_alaw",
+            "modalities": ["text", "audio"],
+            "metadata": None,
+        },
+    )
+    assert (beta.voice, beta.temperature, beta.max_output_tokens) == ("tara", 0.3, "inf")
+    assert beta.output_format is RealtimeFormat.G711_ALAW and beta.metadata is None
+    assert beta.paths["voice"] == "response.voice"
+    assert beta.paths["max_tokens"] == "response.max_response_output_tokens"
+    assert decode(type="response.create") == ResponseCreateEvent(None)
+    assert decode(type="response.create", response=None) == ResponseCreateEvent(None)
+
+
+def test_response_metadata_is_held_to_openais_limits():
+    most = {f"k{i:062d}": "v" * 512 for i in range(16)}  # 16 pairs, 64-character keys
+    assert decode(type="response.create", response={"metadata": most}).metadata == most
+    for metadata in (
+        {"k": 1},
+        ["k", "v"],
+        {f"k{i}": "v" for i in range(17)},
+        {"k" * 65: "v"},
+        {"k": "v" * 513},
+    ):
+        with pytest.raises(ProtocolError) as err:
+            decode(type="response.create", response={"metadata": metadata})
+        assert err.value.code == ErrorCode.BAD_FIELD and err.value.param == "response.metadata"
+
+
+@pytest.mark.parametrize(
+    "response, param, says",
+    [
+        ({"conversation": "none"}, "response.conversation", "out-of-band"),
+        ({"input": []}, "response.input", "context of its own"),
+        ({"output_modalities": ["text"]}, "response.output_modalities", "every response is audio"),
+        ({"modalities": ["text"]}, "response.modalities", "every response is audio"),
+        ({"prompt": {"id": "pmpt_1"}}, "response.prompt", "stored prompts"),
+        ({"temperature": "hot"}, "response.temperature", "must be a number"),
+        ({"max_output_tokens": 1.5}, "response.max_output_tokens", "integer"),
+        ({"max_response_output_tokens": "lots"}, "response.max_response_output_tokens", "inf"),
+        ({"audio": {"output": {"voice": 3}}}, "response.audio.output.voice", "string"),
+        ({"output_audio_format": "mp3"}, "response.output_audio_format", "g711_ulaw"),
+        ({"tools": [{"type": "function", "name": "a b"}]}, "response.tools[0].name", "letters"),
+        ({"tool_choice": "required"}, "response.tool_choice", "cannot be honoured"),
+        ("fast", "response", "object"),
+    ],
+)
+def test_response_create_refusals_name_the_field(response, param, says):
+    with pytest.raises(ProtocolError) as err:
+        decode(type="response.create", event_id="ev_1", response=response)
+    assert err.value.param == param and says in err.value.message
 
 
 def test_item_create_joins_text_parts_and_refuses_audio_parts():
