@@ -93,6 +93,7 @@ class ResponseQueue:
                 return
             response = self._new_response()
             response.model_options = own_options
+            response.overrides = event.overrides  # a Realtime response.create's own
         if response.text_chars + len(event.text) > s.max_response_text_chars:
             self._error(
                 ErrorCode.TOO_LARGE,
@@ -164,6 +165,8 @@ class ResponseQueue:
         options = self.options
         if response.model_options is not None:
             options = dataclasses.replace(options, model_options=response.model_options)
+        if response.overrides is not None:  # laid over the options in force as it starts
+            options = response.overrides.over(options)
         return ResponseRunner(
             response,
             self._engine,

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gateway import client_json
 from gateway.protocol_codes import (
@@ -36,6 +36,9 @@ from gateway.protocol_codes import (
     TurnDetectionType,
 )
 from gateway.time_stretch import check_speed
+
+if TYPE_CHECKING:  # gateway.wire imports this module; only the type is needed
+    from gateway.wire import ResponseOverrides
 
 __all__ = [
     # re-exported vocabulary (gateway.protocol_codes)
@@ -166,6 +169,9 @@ class TextInput:
     final: bool = True
     # model_options for the response this text opens, over the session's (None: the session's).
     model_options: Mapping[str, Any] | None = None
+    # Adapters only (the native decoder never sets it): the options of the response this text
+    # opens, over the session's (OpenAI response.create's).
+    overrides: ResponseOverrides | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +237,10 @@ class SessionStarted:
 class ResponseStarted:
     TYPE: ClassVar[ServerEventType] = ServerEventType.RESPONSE_STARTED
     response_id: str
+    # ResponseOverrides.echo of the input that started the response: the adapter's own data
+    # (OpenAI's `metadata`); the native protocol has no such field.
+    echo: object = None
+    ADAPTER_ONLY: ClassVar[tuple[str, ...]] = ("echo",)
 
 
 @dataclass(frozen=True)

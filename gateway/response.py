@@ -26,6 +26,7 @@ import enum
 import logging
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.api import (
     AudioChunk,
@@ -46,6 +47,9 @@ from gateway.protocol import ResponseStatus, SpokenWord
 from gateway.reply import Emitter, ReplyLifecycle, ReplyState, SpeechOptions
 from gateway.segmenter import SentenceSegmenter
 from gateway.spoken_words import SpokenWords
+
+if TYPE_CHECKING:  # gateway.wire imports gateway.reply; only the type is needed
+    from gateway.wire import ResponseOverrides
 
 
 def share_tokens(sampling: SamplingParams, share: float) -> SamplingParams:
@@ -88,6 +92,8 @@ class Response:
         self.token_shares: list[float] | None = None  # per segment, when known up front
         # The response's own model options over the session's (its first `text` set them).
         self.model_options: dict[str, OptionValue] | None = None
+        # Its own options over the session's (OpenAI response.create's), likewise.
+        self.overrides: ResponseOverrides | None = None
 
     def add_text(self, text: str, final: bool) -> None:
         single_shot = final and self.text_chars == 0
@@ -179,6 +185,7 @@ class ResponseRunner:
             kind="response",
             lead_s=settings.lead_ms / 1000 if paced else None,
             speed=options.speed,
+            echo=response.overrides.echo if response.overrides is not None else None,
         )
         self.segments: list[Segment] = []
         self._ordered: asyncio.Queue[Segment | None] = asyncio.Queue()

@@ -59,6 +59,7 @@ from gateway.protocol import (
 from gateway.reply import Emitter
 from gateway.session_reader import FrameTooLarge, SessionReader, Silence
 from gateway.session_start import (
+    check_overrides,
     input_audio_of,
     resolve_options,
     started_event,
@@ -80,6 +81,7 @@ from gateway.wire import (
     Wire,
     WireEvent,
     WireInput,
+    overrides_of,
 )
 
 log = logging.getLogger("voxgate.gateway")
@@ -397,6 +399,8 @@ class Session:
             )
         elif isinstance(event, SessionUpdate):
             self._on_update(event)
+        elif not self._overrides_taken(event):
+            self._wire.refused(event)
         elif self._speech is not None and isinstance(event, TextInput) and event.model_options:
             self._error(  # speech-to-speech models take no per-request options
                 ErrorCode.BAD_FIELD,
@@ -444,6 +448,21 @@ class Session:
         return None
 
     # --- session.start / update -------------------------------------------------------------
+    def _overrides_taken(self, event: WireInput) -> bool:
+        """The options a response asks for itself (OpenAI response.create's), checked as the
+        input that starts it arrives, as an update is: False, with the error sent, when
+        refused (the input is then not acted on)."""
+        overrides = overrides_of(event)
+        if overrides is None:
+            return True
+        try:
+            check_overrides(self._responses.options, overrides, self._voices.facts())
+        except ProtocolError as exc:
+            self._error(exc.code, exc.message, exc.param)
+            return False
+        self._voices.touch(overrides.voice)
+        return True
+
     def _on_update(self, event: SessionUpdate) -> None:
         try:
             options = update_options(self._responses.options, event, self._voices.facts())

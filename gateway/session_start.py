@@ -31,7 +31,7 @@ from gateway.speech_options import (
 )
 
 if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed
-    from gateway.wire import SessionUpdate
+    from gateway.wire import ResponseOverrides, SessionUpdate
 
 
 def _bad_field(
@@ -127,3 +127,11 @@ def update_options(
         speed=update.speed if update.speed is not None else options.speed,
         tools=update.tools if update.tools is not None else options.tools,
     )
+
+
+def check_overrides(
+    options: SpeechOptions, overrides: ResponseOverrides, facts: ModelFacts
+) -> None:
+    """ProtocolError(bad_field) unless one response may take `overrides` over the session's
+    `options`: the same checks as an update's (a voice of the model's, sampling in range)."""
+    update_options(options, overrides.as_update(), facts)

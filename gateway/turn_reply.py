@@ -50,6 +50,7 @@ class TurnReply:
         metrics: GatewayMetrics,
         open_encoder: OpenEncoder,
         log: logging.LoggerAdapter | logging.Logger,
+        echo: object = None,  # ResponseStarted.echo (ResponseOverrides.echo)
     ) -> None:
         self.response_id = response_id
         self._options, self._emit = options, emit
@@ -64,6 +65,7 @@ class TurnReply:
             kind="reply",
             lead_s=settings.lead_ms / 1000,
             speed=options.speed,
+            echo=echo,
         )
         self._played_s: float | None = None  # the client's own playback report
         self._finished: Finished | None = None

@@ -40,6 +40,7 @@ import collections
 import contextlib
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from engine.api import (
@@ -80,6 +81,7 @@ from gateway.wire import (
     InputClear,
     InputCleared,
     InputCommitted,
+    ResponseOverrides,
     ToolCall,
     ToolOutputs,
     Truncate,
@@ -87,8 +89,20 @@ from gateway.wire import (
 )
 from models.tool_calls import FunctionTool
 
+
+@dataclass(frozen=True)
+class TextTurn:
+    """A typed user turn, with the options of the response that answers it (OpenAI
+    response.create's own; None: the session's)."""
+
+    text: str
+    overrides: ResponseOverrides | None = None
+
+
 # What waits for the player task.
-QueuedTurn = UserAudioTurn | SpeculativeTurn | HeldTurn | AnswerTurns | str | ToolOutputs | ToolCall
+QueuedTurn = (
+    UserAudioTurn | SpeculativeTurn | HeldTurn | AnswerTurns | TextTurn | ToolOutputs | ToolCall
+)
 
 
 class TurnConversation:
@@ -151,6 +165,7 @@ class TurnConversation:
         self._tools: tuple[tuple[FunctionTool, ...], Any] | None = None
         self._ready = asyncio.Event()
         self._text: list[str] = []  # text of a user turn still streaming in (final: false)
+        self._steered = False  # a user turn has carried a response's own instructions
         self._reply: TurnReply | None = None
         self._speculation: SpeculativeTurn | None = None  # a reply begun at a pause
         self._answering = False
@@ -249,7 +264,7 @@ class TurnConversation:
             text, self._text = "".join(self._text), []
             if not text.strip():
                 raise ProtocolError(ErrorCode.BAD_FIELD, "`text` is empty")
-            self._enqueue(text)
+            self._enqueue(TextTurn(text, event.overrides))
 
     def cancel(self) -> None:
         """Barge-in (`response.cancel`, or the user speaking): the reply playing stops; one
@@ -400,7 +415,7 @@ class TurnConversation:
             await self._add_call(turn)
             return
         if isinstance(turn, AnswerTurns):
-            await self._answer_held()
+            await self._answer_held(turn.overrides)
             return
         speculation = turn if isinstance(turn, SpeculativeTurn) else None
         if speculation is not None and speculation.decision is Decision.DISCARDED:
@@ -432,7 +447,8 @@ class TurnConversation:
                 return
         elif speculation.decision is Decision.DISCARDED:
             return
-        await self._run_reply(tools, speculation, user)
+        overrides = turn.overrides if isinstance(turn, TextTurn | ToolOutputs) else None
+        await self._run_reply(tools, speculation, user, overrides)
 
     def _turn_command(
         self, turn: QueuedTurn
@@ -442,13 +458,25 @@ class TurnConversation:
             # The speech tokenizer is model work: the engine runs it, off the event loop.
             # The session's instructions (Realtime) ride along as the system prompt.
             audio = turn if isinstance(turn, UserAudioTurn) else turn.turn
-            return TurnFromSpeech(audio.pcm, self.options.instructions)
+            return TurnFromSpeech(audio.pcm, self._system(None))
         if isinstance(turn, ToolOutputs):
             return TurnFromToolOutputs(turn.outputs)
-        assert isinstance(turn, str)
-        return TurnFromText(turn, self.options.instructions)
+        assert isinstance(turn, TextTurn)
+        return TurnFromText(turn.text, self._system(turn.overrides))
 
-    async def _answer_held(self) -> None:
+    def _system(self, overrides: ResponseOverrides | None) -> str | None:
+        """The system prompt a user turn carries (models with ModelFacts.system_prompt; None:
+        the one in force): the session's instructions, or the response's own. A turn's system
+        prompt holds from it on, so once a response had its own, every later turn names the
+        session's ("": the model's default) to have them back."""
+        own = overrides.instructions if overrides is not None else None
+        if own is not None:
+            self._steered = True
+            return own
+        session = self.options.instructions
+        return "" if session is None and self._steered else session
+
+    async def _answer_held(self, overrides: ResponseOverrides | None) -> None:
         """The client asks for the reply to the held user turns: the history as it stands."""
         if not self._held.waiting:
             self._emit.event(self._held.nothing_waiting())
@@ -458,21 +486,27 @@ class TurnConversation:
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        await self._run_reply(tools)
+        await self._run_reply(tools, overrides=overrides)
 
     async def _run_reply(
-        self, tools: tuple[Any, ...], speculation: SpeculativeTurn | None = None, user: Any = None
+        self,
+        tools: tuple[Any, ...],
+        speculation: SpeculativeTurn | None = None,
+        user: Any = None,
+        overrides: ResponseOverrides | None = None,
     ) -> None:
-        """One reply to the history (and, speculating, to `user`, not in the history yet)."""
+        """One reply to the history (and, speculating, to `user`, not in the history yet),
+        with the session's options or, for this reply only, `overrides` laid over them."""
         reply = TurnReply(
             f"resp_{uuid.uuid4().hex[:16]}",
             self._engine,
             self._settings,
-            self.options,
+            self.options if overrides is None else overrides.over(self.options),
             self._emit if speculation is None else speculation.emitter,
             self._metrics,
             self._open_encoder,
             self._log,
+            echo=overrides.echo if overrides is not None else None,
         )
         self._reply = reply
         # The tools lead the turns: the model writes them where its format lists tools (before

@@ -14,11 +14,14 @@ cannot (its decoder never produces them, its encoder drops them): `SessionUpdate
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
 `InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
 (answer user turns committed without a response), `ToolOutputs` and `ToolCall` in (a tool's
-results, a client's call: models with tool calls).
+results, a client's call: models with tool calls), and `ResponseOverrides` on the input that
+starts a response (`TextInput`, `AnswerTurns`, `ToolOutputs`: options for that response only),
+echoed back in its `ResponseStarted`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -28,6 +31,7 @@ from gateway.protocol import (
     AudioSpec,
     ClientEvent,
     ServerEvent,
+    TextInput,
     TurnDetection,
     decode_text_frame,
     encode_event,
@@ -59,6 +63,47 @@ class SessionUpdate:
     # (OptionRefused.field: `voice`, `speed`, `temperature`, `max_tokens`, `top_p`, …): the
     # refused update's error names that path (ProtocolError.param).
     param_paths: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResponseOverrides:
+    """Options for one response only (OpenAI `response.create`'s `response`), carried by the
+    input that starts it. The session checks them as that input arrives, as it checks a
+    `SessionUpdate` (gateway.session_start.check_overrides), and they are laid over the
+    session's options when the response starts (`over`); the next response has the
+    session's again. `echo` is the adapter's own data, handed back untouched in the
+    response's `ResponseStarted`."""
+
+    voice: str | None = None
+    sampling: Mapping[str, float | int] = field(default_factory=dict)  # temperature, max_tokens
+    # Models with ModelFacts.system_prompt: the system prompt of the user turn it answers.
+    instructions: str | None = None
+    echo: object = None
+    # Where the client's event set each option, as SessionUpdate.param_paths.
+    param_paths: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def as_update(self) -> SessionUpdate:
+        """The same options as a session update, to check them as session.update's are."""
+        return SessionUpdate(
+            self.voice,
+            sampling=self.sampling,
+            instructions=self.instructions,
+            param_paths=self.param_paths,
+        )
+
+    def over(self, options: SpeechOptions) -> SpeechOptions:
+        """`options` (the session's, as the response starts) with these laid over them."""
+        sampling = dict(self.sampling)
+        if "max_tokens" in sampling:  # a session's min_tokens never outgrows the budget
+            sampling["min_tokens"] = min(options.sampling.min_tokens, sampling["max_tokens"])
+        return dataclasses.replace(
+            options,
+            voice=self.voice if self.voice is not None else options.voice,
+            sampling=dataclasses.replace(options.sampling, **sampling),
+            instructions=(
+                self.instructions if self.instructions is not None else options.instructions
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -100,6 +145,8 @@ class AnswerTurns:
     """Answer the user turns that joined the conversation without a response (OpenAI
     `response.create` after turns its VAD ended with `create_response` false)."""
 
+    overrides: ResponseOverrides | None = None  # the response's own options
+
 
 @dataclass(frozen=True)
 class InputCleared:
@@ -118,6 +165,7 @@ class ToolOutputs:
     `response.create`): a turn the model answers, as it answers a user turn."""
 
     outputs: tuple[str, ...]
+    overrides: ResponseOverrides | None = None  # the response's own options
 
 
 @dataclass(frozen=True)
@@ -143,6 +191,13 @@ WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Trunc
 _WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated)
 
 
+def overrides_of(event: WireInput) -> ResponseOverrides | None:
+    """The options of the response `event` starts, where it carries its own."""
+    if isinstance(event, TextInput | AnswerTurns | ToolOutputs):
+        return event.overrides
+    return None
+
+
 class Wire:
     """The native protocol (docs/protocol.md): events are JSON text frames, audio is binary frames.
     Adapters subclass it and override what their protocol does differently."""
@@ -163,6 +218,10 @@ class Wire:
 
     def dispatched(self) -> None:
         """The session has acted on the last decoded frame (its synchronous errors are out)."""
+
+    def refused(self, event: WireInput) -> None:
+        """The session refused `event`'s response overrides (the error is out) and did not act
+        on it: what the adapter took from its own state to make it goes back."""
 
     def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
         if isinstance(event, _WIRE_ONLY):
