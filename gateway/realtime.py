@@ -92,6 +92,9 @@ class RealtimeWire(Wire):
     def dispatched(self) -> None:
         self._state.event_id = None
 
+    def refused(self, event: WireInput) -> None:
+        self._inbound.refused(event)
+
     # --- session → client ------------------------------------------------------------------
     def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
         return [OutText(text) for text in self._outbound.encode(event)]

@@ -191,6 +191,25 @@ class SessionTools:
         outputs, self._outputs = tuple(self._outputs), []
         return outputs
 
+    def give_back(self, outputs: tuple[str, ...]) -> None:
+        """Outputs taken for a response the session refused: they wait for the next one."""
+        self._outputs[:0] = outputs
+
+    def check_response(self, tools: Tools | None, choice: str | None) -> None:
+        """A response.create's own `tools` and `tool_choice`: refused unless they are the
+        session's (None: not sent). A response is answered with the session's tools."""
+        for name, value, current in (
+            ("tools", tools, self.tools),
+            ("tool_choice", choice, self.choice),
+        ):
+            if value is not None and value != current:
+                raise ProtocolError(
+                    ErrorCode.BAD_FIELD,
+                    f"`response.{name}` is not applied: a response uses the session's tools "
+                    "and tool_choice; set them with session.update, or leave it out",
+                    f"response.{name}",
+                )
+
 
 class ResponseCalls:
     """One response's text → transcript deltas and function_call items (see the module)."""

@@ -154,7 +154,15 @@ def _item(dialect: Dialect, out: OutputItem, status: str, transcript: str) -> di
     }
 
 
-def _response(dialect: Dialect, out: OutputItem, status: str, output: list, details=None) -> dict:
+def _response(
+    dialect: Dialect,
+    out: OutputItem,
+    status: str,
+    output: list,
+    details: dict | None = None,
+    metadata: dict[str, str] | None = None,
+) -> dict:
+    """The response resource; `metadata`: the client's, from its response.create."""
     body = {
         "id": out.response_id,
         "object": "realtime.response",
@@ -162,6 +170,7 @@ def _response(dialect: Dialect, out: OutputItem, status: str, output: list, deta
         "status_details": details,
         "output": output,
         "usage": None,
+        "metadata": metadata,
     }
     if dialect is Dialect.BETA:
         body["modalities"] = ["audio"]
@@ -171,13 +180,17 @@ def _response(dialect: Dialect, out: OutputItem, status: str, output: list, deta
 
 
 def encode_response_started(
-    dialect: Dialect, out: OutputItem, previous_item_id: str | None
+    dialect: Dialect,
+    out: OutputItem,
+    previous_item_id: str | None,
+    metadata: dict[str, str] | None = None,
 ) -> list[str]:
     item = _item(dialect, out, "in_progress", "")  # in progress: no content yet
     ids = {"response_id": out.response_id, "output_index": out.output_index}
     part_ids = {**ids, "item_id": out.item_id, "content_index": out.content_index}
+    created = _response(dialect, out, "in_progress", [], metadata=metadata)
     return [
-        _event("response.created", response=_response(dialect, out, "in_progress", [])),
+        _event("response.created", response=created),
         _event("response.output_item.added", item=item, **ids),
         _event("conversation.item.created", previous_item_id=previous_item_id, item=item),
         _event("response.content_part.added", part=_audio_part(dialect, ""), **part_ids),
@@ -303,11 +316,12 @@ def encode_response_done(
     out: OutputItem,
     outcome: ResponseOutcome,
     calls: list[dict[str, Any]] | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> list[str]:
     """The reply's audio and transcript done (the transcript's `done` whether or not any
     delta came, as OpenAI sends it for every audio part), its message item done, then
     `response.done` listing it and the response's `function_call` items (`calls`, as
-    call_item made them), in output order."""
+    call_item made them), in output order, with the response.create's `metadata`."""
     audio, transcript = _names(dialect)
     item_status = "completed" if outcome.status == "completed" else "incomplete"
     item = _item(dialect, out, item_status, outcome.transcript)
@@ -331,7 +345,9 @@ def encode_response_done(
         ),
         _event(
             "response.done",
-            response=_response(dialect, out, outcome.status, [item, *(calls or ())], details),
+            response=_response(
+                dialect, out, outcome.status, [item, *(calls or ())], details, metadata
+            ),
         ),
     ]
     return events

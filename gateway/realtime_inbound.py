@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 
-from engine.api import ModelFacts
+from engine.api import ModelFacts, SamplingParams
 from gateway.protocol import (
     AudioInput,
     ErrorCode,
@@ -44,6 +44,7 @@ from gateway.wire import (
     AnswerTurns,
     InputClear,
     Reply,
+    ResponseOverrides,
     SessionUpdate,
     ToolCall,
     ToolOutputs,
@@ -165,6 +166,18 @@ def _audio_input_refusal(kind: str, facts: ModelFacts, param: str | None = None)
     )
 
 
+def _first_asked(overrides: ResponseOverrides) -> str:
+    """The path of the first option a response asks for, for a refusal's `param`."""
+    asked = {
+        "voice": overrides.voice,
+        **overrides.sampling,
+        "instructions": overrides.instructions,
+        "metadata": overrides.echo,
+    }
+    name = next(name for name, value in asked.items() if value is not None)
+    return overrides.param_paths[name]
+
+
 def audio_frames(audio: bytes, max_frame_bytes: int) -> tuple[AudioInput, ...]:
     """One `input_audio_buffer.append` as the session's audio frames: OpenAI takes appends of
     up to 15 MiB (clients send 0.5-1 s chunks or whole files), the session's audio path frames
@@ -215,7 +228,7 @@ class RealtimeInbound:
         if isinstance(event, FunctionCallEvent):
             return self._function_call(event)
         if isinstance(event, ResponseCreateEvent):
-            return self._response_create()
+            return self._response_create(event)
         if isinstance(event, ResponseCancelEvent):
             return (ResponseCancel(),)
         if isinstance(event, TruncateEvent):
@@ -229,29 +242,125 @@ class RealtimeInbound:
             "not in binary frames",
         )
 
-    def _response_create(self) -> Sequence[WireInput]:
+    def refused(self, event: WireInput) -> None:
+        """The session refused the options of the response `event` starts: what
+        response.create took for it waits for the next response.create."""
+        if isinstance(event, TextInput):
+            self._pending_text.insert(0, event.text)
+        elif isinstance(event, ToolOutputs):
+            self._tools.give_back(event.outputs)
+
+    def _response_create(self, event: ResponseCreateEvent) -> Sequence[WireInput]:
         state = self._state
+        overrides = self._overrides(event)
+        if overrides is not None:
+            self._refuse_unanswerable(overrides)
         # The answer to a committed audio turn is asked for by the first response.create
         # after the commit at most, whatever that response.create then answers.
         answered, state.audio_turn_answered = state.audio_turn_answered, False
         if self._tools.has_outputs:
-            return (ToolOutputs(self._tools.take_outputs()),)
+            return (ToolOutputs(self._tools.take_outputs(), overrides),)
         if self._pending_text:
             text_to_speak = " ".join(self._pending_text)
             self._pending_text.clear()
-            return (TextInput(text_to_speak, final=True),)
+            return (TextInput(text_to_speak, final=True, overrides=overrides),)
         if answered:
             return ()  # the committed audio turn is already being answered
         if self._facts.accepts_turns:
             # The turns committed with no response (create_response false, or the client's
             # commits with turn detection off): the conversation answers them, or says that
             # none waits (gateway/held_turns.py keeps that fact).
-            return (AnswerTurns(),)
+            return (AnswerTurns(overrides),)
         raise ProtocolError(
             ErrorCode.BAD_FIELD,
             "nothing to speak: add a user or assistant text message with "
             "conversation.item.create before response.create",
         )
+
+    def _overrides(self, event: ResponseCreateEvent) -> ResponseOverrides | None:
+        """The response's own options (None: it asks for none), checked where this side
+        knows the answer: the session's output format and tools (which a response may only
+        repeat) and the model's system prompt; the session checks the voice and sampling."""
+        paths = event.paths
+        if event.output_format not in (None, self._state.output_format):
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`{paths['output_format']}` is not applied: a session's responses share one "
+                f"audio stream, in the session's format ({self._state.output_format.value}); "
+                "change it with session.update, or leave it out",
+                paths["output_format"],
+            )
+        self._tools.check_response(event.tools, event.tool_choice)
+        instructions = self._instructions(
+            event.instructions, paths.get("instructions", "response.instructions")
+        )
+        sampling: dict[str, float | int] = {}
+        if event.temperature is not None:
+            sampling["temperature"] = event.temperature
+        if event.max_output_tokens is not None:
+            sampling["max_tokens"] = self._max_tokens(event.max_output_tokens)
+        asks = event.voice, instructions, event.metadata
+        if not sampling and all(value is None for value in asks):
+            return None
+        return ResponseOverrides(event.voice, sampling, instructions, event.metadata, paths)
+
+    def _refuse_unanswerable(self, overrides: ResponseOverrides) -> None:
+        """Options are refused where response.create starts no response they can apply to:
+        on a full-duplex model, or when it asks for the answer the server is already giving
+        a committed audio turn; and instructions where the response answers no new text
+        message (they go with the user's turn)."""
+        path = _first_asked(overrides)
+        facts = self._facts
+        if facts.full_duplex:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`{path}` is not applied: {facts.name} is a full-duplex model, which speaks "
+                "in one conversation that the user's audio opens, not in responses that "
+                "response.create starts; leave the response's options out",
+                path,
+            )
+        new_turn = self._tools.has_outputs or self._pending_text
+        if self._state.audio_turn_answered and not new_turn:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`{path}` is not applied: this response.create asks for the answer the server "
+                "is already giving the committed audio turn (turn detection's "
+                "`create_response` true), which has the session's options; for a response "
+                "with options of its own, set `create_response` false and ask for it with "
+                "response.create",
+                path,
+            )
+        if overrides.instructions is not None and not self._pending_text:
+            path = overrides.param_paths["instructions"]
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`{path}` is not applied: a response's own instructions go with the text "
+                "message it answers, and this response answers turns already in the "
+                "conversation (committed audio, function call outputs), which have the "
+                "session's; set them with session.update before the turn, or leave them out",
+                path,
+            )
+
+    def _instructions(self, instructions: str | None, path: str) -> str | None:
+        """The system prompt of the turns to come ("": the model's default; None: unchanged,
+        or a model given none, which refuses any but "")."""
+        if instructions and not self._facts.system_prompt:
+            # Only models with a system prompt (Step-Audio 2, GLM-4-Voice) are steered by
+            # them; echoing them back would tell the client they steer the answers.
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`instructions` are not applied: {self._facts.name} is not given a system "
+                "prompt by this server; leave them out (or send an empty string)",
+                path,
+            )
+        return instructions if self._facts.system_prompt else None
+
+    def _max_tokens(self, value: int | str) -> int:
+        """A max tokens field: an integer, or "inf": the model's default."""
+        if value == "inf":
+            return SamplingParams(**self._facts.sampling_defaults).max_tokens
+        assert isinstance(value, int)
+        return value
 
     def _session_update(self, event: SessionUpdateEvent) -> SessionUpdate:
         # The Voxgate extension, type-checked.
@@ -260,17 +369,7 @@ class RealtimeInbound:
             sampling["temperature"] = event.temperature
         if event.max_output_tokens is not None:
             sampling["max_tokens"] = event.max_output_tokens
-        if event.instructions and not self._facts.system_prompt:
-            # Only models with a system prompt (Step-Audio 2, GLM-4-Voice) are steered by
-            # them; echoing them back would tell the client they steer the answers.
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                f"`instructions` are not applied: {self._facts.name} is not given a system "
-                "prompt by this server; leave them out (or send an empty string)",
-                "session.instructions",
-            )
-        # The system prompt of later turns ("" : the model's own); None: unchanged.
-        instructions = event.instructions if self._facts.system_prompt else None
+        instructions = self._instructions(event.instructions, "session.instructions")
         output = SPECS[event.output_format] if event.output_format is not None else None
         input_audio = SPECS[event.input_format] if event.input_format is not None else None
         paths = event.paths

@@ -64,6 +64,8 @@ class RealtimeOutbound:
         self._transcript: list[str] = []
         self._input_item: str | None = None  # the user audio item being spoken
         self._calls: ResponseCalls | None = None  # the current response's, with tools
+        # The current response's `metadata` (its response.create's; None: none).
+        self._metadata: dict[str, str] | None = None
         # The current response answers a committed audio turn (RealtimeState.audio_turn_answered).
         self._answering_turn = False
 
@@ -71,9 +73,12 @@ class RealtimeOutbound:
         dialect = self._state.dialect
         if isinstance(event, SessionStarted):
             self._view = self._started_view(event)
+            self._state.output_format = self._view.output_format
             return [encode_session("session.created", dialect, self._view)]
         if isinstance(event, SessionUpdated):
-            return [encode_session("session.updated", dialect, self._updated_view(event))]
+            self._view = self._updated_view(event)
+            self._state.output_format = self._view.output_format
+            return [encode_session("session.updated", dialect, self._view)]
         if isinstance(event, ResponseStarted):
             return self._response_started(event)
         if isinstance(event, TranscriptDelta) and self._current is not None:
@@ -141,7 +146,9 @@ class RealtimeOutbound:
             self._calls = ResponseCalls(
                 dialect, self._current, parser, self._transcript, item_id, self._tools.opened
             )
-        return encode_response_started(dialect, self._current, previous)
+        # The echo is the metadata gateway.realtime_inbound put in the response's overrides.
+        self._metadata = event.echo if isinstance(event.echo, dict) else None
+        return encode_response_started(dialect, self._current, previous, self._metadata)
 
     def _response_done(self, event: ResponseDone) -> list[str]:
         events, items = [], []
@@ -158,7 +165,8 @@ class RealtimeOutbound:
         if self._answering_turn:  # the answer is done: a response.create now asks anew
             self._state.audio_turn_answered = self._answering_turn = False
         self._state.last_reply_item = out.item_id
-        return events + encode_response_done(self._state.dialect, out, outcome, items)
+        done = encode_response_done(self._state.dialect, out, outcome, items, self._metadata)
+        return events + done
 
     def _started_view(self, event: SessionStarted) -> SessionView:
         sampling = SamplingParams(**self._facts.sampling_defaults)
@@ -184,7 +192,7 @@ class RealtimeOutbound:
         view = self._view
         if view is None:  # the session acts on updates only once it has started
             raise RuntimeError("session.updated before session.created")
-        self._view = replace(
+        return replace(
             view,
             voice=options.voice,
             output_format=FORMAT_OF[options.output.format],
@@ -197,4 +205,3 @@ class RealtimeOutbound:
             tools=tuple(tool_resource(t) for t in self._tools.tools),
             tool_choice=self._tools.choice,
         )
-        return self._view

@@ -55,4 +55,6 @@ class RealtimeState:
     # that follows, as clients send after a commit, asks for that answer. Cleared by that
     # response.create, or once the answer is done: a response.create after it asks anew.
     audio_turn_answered: bool = False
+    # The session's output format, as session.created / session.updated last showed it.
+    output_format: RealtimeFormat = RealtimeFormat.PCM16
     event_id: str | None = None  # the client event being handled, for its errors

@@ -137,14 +137,16 @@ async def wait_engine_idle(engine, timeout: float = 10) -> None:
 
 
 # --- audio checks -----------------------------------------------------------------------------
-async def engine_pcm(engine, text: str, sampling: dict) -> np.ndarray:
+async def engine_pcm(engine, text: str, sampling: dict, voice: str | None = None) -> np.ndarray:
     """What the engine itself produces for the request the gateway makes (same voice, the
-    model's sampling defaults overridden by the session's, greedy so it is repeatable)."""
+    model's default unless given, the model's sampling defaults overridden by the session's,
+    greedy so it is repeatable)."""
     from engine.outputs import AudioChunk, SpeechRequest
     from engine.request import SamplingParams
 
     params = SamplingParams(**{**engine.facts.sampling_defaults, **sampling})
-    stream = await engine.submit(SpeechRequest(text, engine.facts.default_voice, params))
+    voice = voice or engine.facts.default_voice
+    stream = await engine.submit(SpeechRequest(text, voice, params))
     return np.concatenate([e.pcm async for e in stream if isinstance(e, AudioChunk)])
 
 

@@ -34,7 +34,8 @@ async def next_event(conn, timeout: float = 30):
     return await asyncio.wait_for(conn.recv(), timeout)
 
 
-async def say(conn, text: str = TEXT, role: str = "user") -> None:
+async def say(conn, text: str = TEXT, role: str = "user", **create) -> None:
+    """A message, then response.create (`create`: its fields, such as `response`)."""
     part = "input_text" if role == "user" else "output_text"
     await conn.conversation.item.create(
         item={"type": "message", "role": role, "content": [{"type": part, "text": text}]}
@@ -42,7 +43,7 @@ async def say(conn, text: str = TEXT, role: str = "user") -> None:
     created = await next_event(conn)
     assert created.type == "conversation.item.created", created
     assert created.item.content[0].text == text
-    await conn.response.create()
+    await conn.response.create(**create)
 
 
 def assert_ran_to_its_token_budget(done) -> None:
@@ -126,6 +127,87 @@ async def test_speed_is_applied_to_the_responses_after_it(server, engine):
     assert len(want) == round(len(made) / 2)
     assert len(want) <= len(got) < len(want) + 480
     assert np.max(np.abs(got[: len(want)] - want)) <= 1.5 / 32768
+
+
+def assert_engine_audio(got: bytes, want: np.ndarray) -> None:
+    """pcm16 deltas that are the engine's audio (the last 20 ms frame padded)."""
+    pcm = np.frombuffer(got, "<i2") / 32768
+    want = np.clip(want, -1, 1)
+    assert len(want) <= len(pcm) < len(want) + 480
+    assert np.max(np.abs(pcm[: len(want)] - want)) <= 1.5 / 32768
+
+
+async def test_response_create_options_apply_to_that_response_only(server, engine):
+    """GA `response`: a voice and a token budget of its own for one response, and its
+    metadata in response.created and response.done; the next response has the session's."""
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        await conn.send({"type": "session.update", "session": {"type": "realtime", **FAST}})
+        await next_event(conn)
+        own = {
+            "audio": {"output": {"voice": "leo"}},
+            "max_output_tokens": 20,
+            "metadata": {"turn": "first"},
+        }
+        await say(conn, response=own)
+        done, events = await until_event(conn, "response.done")
+        assert events[0].type == "response.created"
+        assert events[0].response.metadata == {"turn": "first"} == done.response.metadata
+        assert_ran_to_its_token_budget(done)
+        leo = await engine_pcm(engine, TEXT, {**FAST_SAMPLING, "max_tokens": 20}, voice="leo")
+        assert_engine_audio(audio_of(events, "response.output_audio.delta"), leo)
+
+        await say(conn)
+        done, events = await until_event(conn, "response.done")
+        assert events[0].response.metadata is None and done.response.metadata is None
+        session = await engine_pcm(engine, TEXT, FAST_SAMPLING)
+        assert_engine_audio(audio_of(events, "response.output_audio.delta"), session)
+
+
+async def test_beta_response_options_refused_by_name_then_applied(server, engine):
+    """Beta `response`: each refusal names its field (`param`) and leaves the message
+    waiting; a temperature and budget of their own then speak it, greedy although the
+    session samples, and the next response has the session's budget again."""
+    async with client(server).beta.realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        session = {"temperature": 1.0, "max_response_output_tokens": 60}
+        await conn.session.update(session=session)
+        await next_event(conn)
+        await conn.conversation.item.create(
+            item={
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": TEXT}],
+            }
+        )
+        await next_event(conn)
+        refused = [
+            ({"conversation": "none"}, "response.conversation", "out-of-band"),
+            ({"voice": "alloy"}, "response.voice", "tara"),  # the session checks voices
+            ({"output_audio_format": "g711_ulaw"}, "response.output_audio_format", "pcm16"),
+            ({"max_response_output_tokens": 0}, "response.max_response_output_tokens", ">= 1"),
+            ({"metadata": {"k": 1}}, "response.metadata", "string values"),
+        ]
+        for i, (response, param, says) in enumerate(refused):
+            event = {"type": "response.create", "event_id": f"ev_{i}", "response": response}
+            await conn.send(event)
+            error = await next_event(conn)
+            assert error.type == "error", (response, error)
+            assert error.error.code == "bad_field", error
+            assert (error.error.param, error.error.event_id) == (param, f"ev_{i}"), error
+            assert says in error.error.message, error
+        own = {"temperature": 0.0, "max_response_output_tokens": 20, "metadata": {"k": "v"}}
+        await conn.response.create(response=own)
+        done, events = await until_event(conn, "response.done")
+        assert done.response.metadata == {"k": "v"}
+        greedy = await engine_pcm(engine, TEXT, {**FAST_SAMPLING, "max_tokens": 20})
+        first = audio_of(events, "response.audio.delta")
+        assert_engine_audio(first, greedy)
+
+        await say(conn)
+        done, events = await until_event(conn, "response.done")
+        assert_ran_to_its_token_budget(done)
+        assert len(audio_of(events, "response.audio.delta")) > 2 * len(first)  # 60 tokens
 
 
 async def test_beta_client_g711_ulaw_out(server, engine):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from engine.api import SamplingParams
 from gateway.protocol import ErrorCode, ProtocolError
 from gateway.realtime_events import (
     OutputItem,
@@ -298,7 +299,12 @@ def test_error_event_parses_as_the_sdk_type():
 
 
 # --- the adapter's mapping (gateway.realtime.RealtimeWire), without a server ------------------
-def _wire(max_pending_chars: int = 40, accepts_audio: bool = False, **facts_fields):
+def _wire(
+    max_pending_chars: int = 40,
+    accepts_audio: bool = False,
+    dialect: Dialect = Dialect.GA,
+    **facts_fields,
+):
     from gateway.realtime import RealtimeWire
     from models.base import ModelFacts
 
@@ -306,7 +312,7 @@ def _wire(max_pending_chars: int = 40, accepts_audio: bool = False, **facts_fiel
         "tts", 24000, 80.0, (0,), 28, 28, voices=("tara",), default_voice="tara",
         accepts_audio=accepts_audio, **facts_fields,
     )  # fmt: skip
-    return RealtimeWire(Dialect.GA, facts, None, max_pending_chars=max_pending_chars)
+    return RealtimeWire(dialect, facts, None, max_pending_chars=max_pending_chars)
 
 
 def _item(text: str, role: str = "user") -> str:
@@ -505,3 +511,127 @@ def test_audio_without_a_transcript_has_an_empty_one_and_user_audio_a_null_one(d
         assert done["response.done"]["response"]["output"][0]["content"][0]["transcript"] == ""
     user = json.loads(encode_user_audio_item("item_2", None))
     assert user["item"]["content"] == [{"type": "input_audio", "transcript": None}]
+
+
+# --- response.create's own options (gateway.realtime_inbound → gateway.wire.ResponseOverrides)
+def _create(**response) -> str:
+    return json.dumps({"type": "response.create", "event_id": "ev_r", "response": response})
+
+
+def test_response_options_ride_with_the_text_they_answer_and_apply_to_it_only():
+    from gateway.protocol import TextInput
+    from gateway.reply import SpeechOptions
+    from gateway.wire import ResponseOverrides
+
+    wire = _wire()
+    wire.decode_text(_item("One."))
+    ga = {"voice": "leo", "format": {"type": "audio/pcm"}}  # the session's format: a no-op
+    (text,) = wire.decode_text(
+        _create(audio={"output": ga}, max_output_tokens=20, metadata={"k": "v"}, instructions="")
+    )
+    assert isinstance(text, TextInput) and text.text == "One."
+    assert text.overrides == ResponseOverrides("leo", {"max_tokens": 20}, None, {"k": "v"})
+    assert text.overrides.param_paths["voice"] == "response.audio.output.voice"
+    session = SpeechOptions(voice="tara", instructions="Be kind.")
+    own = text.overrides.over(session)
+    assert (own.voice, own.sampling.max_tokens, own.instructions) == ("leo", 20, "Be kind.")
+    assert own.sampling.temperature == session.sampling.temperature
+    # "inf": the model's own budget; metadata alone is an override too (it is echoed).
+    wire.decode_text(_item("Two."))
+    (text,) = wire.decode_text(_create(max_response_output_tokens="inf", temperature=0.2))
+    assert text.overrides.sampling == {"max_tokens": 1200, "temperature": 0.2}
+    wire.decode_text(_item("Three."))
+    assert wire.decode_text(_create(metadata=None, conversation="auto")) == (TextInput("Three."),)
+    # A session's min_tokens is capped at a smaller budget rather than refusing to start.
+    capped = ResponseOverrides(sampling={"max_tokens": 5}).over(
+        SpeechOptions(sampling=SamplingParams(min_tokens=10))
+    )
+    assert (capped.sampling.max_tokens, capped.sampling.min_tokens) == (5, 5)
+
+
+@pytest.mark.parametrize(
+    "response, param",
+    [
+        ({"instructions": "Be brief."}, "response.instructions"),
+        ({"audio": {"output": {"format": {"type": "audio/pcmu"}}}}, "response.audio.output.format"),
+        ({"output_audio_format": "g711_alaw"}, "response.output_audio_format"),
+        ({"tools": [{"type": "function", "name": "f"}]}, "response.tools"),
+        ({"tool_choice": "none"}, "response.tool_choice"),
+    ],
+)
+def test_response_options_unlike_the_sessions_are_refused_and_the_text_waits(response, param):
+    from gateway.protocol import TextInput
+
+    wire = _wire()
+    wire.decode_text(_item("One."))
+    with pytest.raises(ProtocolError) as err:
+        wire.decode_text(_create(**response))
+    assert err.value.code == ErrorCode.BAD_FIELD and err.value.param == param
+    assert "not applied" in err.value.message
+    assert wire.decode_text('{"type": "response.create"}') == (TextInput("One."),)
+
+
+def test_a_response_the_session_refuses_leaves_its_text_for_the_next_response_create():
+    """The voice and sampling ranges are the session's to check (its key's voices): when it
+    refuses them, the text response.create took waits for the next one."""
+    from gateway.protocol import TextInput
+
+    wire = _wire()
+    wire.decode_text(_item("One."))
+    (refused,) = wire.decode_text(_create(voice="alloy"))
+    wire.refused(refused)
+    wire.decode_text(_item("Two."))
+    assert wire.decode_text('{"type": "response.create"}') == (TextInput("One. Two."),)
+
+
+def test_response_options_on_turns_already_in_the_conversation():
+    """Held turns (AnswerTurns) take the options; not instructions, which go with a text
+    turn; and the answer the server is already giving a committed turn takes none."""
+    from gateway.protocol import TextInput
+    from gateway.wire import AnswerTurns, InputCommitted, ResponseOverrides
+
+    wire = _wire(accepts_audio=True, accepts_turns=True, system_prompt=True)
+    (answer,) = wire.decode_text(_create(max_output_tokens=8, metadata={"k": "v"}))
+    assert answer == AnswerTurns(ResponseOverrides(sampling={"max_tokens": 8}, echo={"k": "v"}))
+    for instructions in ("Be brief.", ""):  # "": the model's default, for this response
+        with pytest.raises(ProtocolError) as err:
+            wire.decode_text(_create(instructions=instructions))
+        assert err.value.param == "response.instructions"
+        assert "turns already in the conversation" in err.value.message
+    wire.decode_text(_item("Hi."))
+    (text,) = wire.decode_text(_create(instructions="Be brief."))
+    assert isinstance(text, TextInput) and text.overrides.instructions == "Be brief."
+    # A turn the server answers: the response.create after it asks for that answer, which
+    # has the session's options; it is refused and still asks for it afterwards.
+    wire.encode_event(InputCommitted(800))
+    with pytest.raises(ProtocolError) as err:
+        wire.decode_text(_create(voice="tara", metadata={"k": "v"}))
+    assert err.value.param == "response.voice" and "create_response" in err.value.message
+    assert wire.decode_text(_create(metadata=None)) == ()
+
+
+def test_a_full_duplex_model_refuses_response_options():
+    wire = _wire(accepts_audio=True, full_duplex=True)
+    with pytest.raises(ProtocolError) as err:
+        wire.decode_text(_create(metadata={"k": "v"}))
+    assert err.value.param == "response.metadata" and "full-duplex" in err.value.message
+
+
+@pytest.mark.parametrize("dialect", [Dialect.GA, Dialect.BETA])
+def test_metadata_is_echoed_in_its_responses_created_and_done(dialect):
+    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus, encode_event
+
+    wire = _wire(dialect=dialect)
+    types = openai_types if dialect is Dialect.GA else beta_types
+    seen = []
+    for echo in ({"k": "v"}, None):
+        started = wire.encode_event(ResponseStarted("resp_1", echo))
+        done = wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
+        created = types.ResponseCreatedEvent.model_validate_json(started[0].text)
+        finished = types.ResponseDoneEvent.model_validate_json(done[-1].text)
+        seen.append((created.response.metadata, finished.response.metadata))
+    assert seen == [({"k": "v"}, {"k": "v"}), (None, None)]
+    assert json.loads(encode_event(ResponseStarted("r", {"k": "v"}))) == {
+        "type": "response.started",
+        "response_id": "r",
+    }

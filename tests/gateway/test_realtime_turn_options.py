@@ -1,15 +1,17 @@
 """Realtime `instructions` and `speed` on a turn-based speech-to-speech model (tiny-glm-voice),
 with the official `openai` client and typed turns: the instructions reach the model's prompt
 after its output-format system prompt, and a reply played at another speed is truncated in the
-time the listener heard."""
+time the listener heard. Also response.create's own options (instructions, budget, metadata)
+for the one response it starts, to a typed turn and to held ones."""
 
 from __future__ import annotations
 
 import base64
 
+import numpy as np
 import pytest
 from gateway_testkit import until_event, wait_engine_idle
-from realtime_testkit import realtime_client
+from realtime_testkit import RATE, append, realtime_client
 
 openai = pytest.importorskip("openai")
 
@@ -65,4 +67,83 @@ async def test_instructions_and_speed_reach_a_turn_based_model(
         await until_event(conn, "conversation.item.truncated")
         kept = conversation.history[-1]
         assert sum(model.ids.is_audio(t) for t in kept.token_ids) == 10
+    await wait_engine_idle(glm_engine)
+
+
+async def ask(conn, text: str, **create):
+    """A typed user turn, then response.create (`create`: its fields); its response.done."""
+    content = [{"type": "input_text", "text": text}]
+    await conn.conversation.item.create(
+        item={"type": "message", "role": "user", "content": content}
+    )
+    await conn.response.create(**create)
+    done, _ = await until_event(conn, "response.done")
+    return done
+
+
+async def test_a_responses_own_instructions_and_budget_are_for_it_only(
+    glm_server, glm_engine, conversations
+):
+    """response.create's `instructions` go before the user turn it answers, its
+    `max_output_tokens` bound that reply; the next turn has the session's (none: the model's
+    own system prompt, written again) and the session's budget."""
+    from models.glm_voice.tokens import TEXT_SYSTEM_PROMPT
+
+    model = glm_engine.core.model
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+        await until_event(conn, "session.created")
+        session = {"type": "realtime", "temperature": 0.0, "max_output_tokens": 30}
+        await conn.send({"type": "session.update", "session": session})
+        await until_event(conn, "session.updated")
+        own = {"instructions": INSTRUCTIONS, "max_output_tokens": 8, "metadata": {"k": "v"}}
+        done = await ask(conn, "Where is the ship?", response=own)
+        assert done.response.metadata == {"k": "v"}
+        assert done.response.status_details.reason == "max_output_tokens"
+        done = await ask(conn, "And the crew?")
+        assert done.response.metadata is None
+        (conversation,) = conversations
+        first, short, second, reply = conversation.history
+        assert (first.system, second.system) == (INSTRUCTIONS, "")
+        assert len(short.token_ids) == 8 < len(reply.token_ids)
+        ids = model.preprocess_turns([first, short, second]).token_ids
+        systems = [at for at, t in enumerate(ids) if t == model.ids.system]
+        users = [at for at, t in enumerate(ids) if t == model.ids.user]
+        prompts = [
+            model.tokenizer.decode(ids[s + 1 : u]) for s, u in zip(systems, users, strict=True)
+        ]
+        assert prompts == [
+            "\n" + TEXT_SYSTEM_PROMPT + " " + INSTRUCTIONS,
+            "\n" + TEXT_SYSTEM_PROMPT,
+        ]
+    await wait_engine_idle(glm_engine)
+
+
+async def test_held_turns_are_answered_with_the_responses_own_budget(
+    glm_server, glm_engine, conversations
+):
+    """Manual turns (turn detection off) wait for response.create, whose own budget bounds
+    that reply; the next one has the session's."""
+    noise = np.random.default_rng(1).standard_normal(RATE) * 0.1  # a second of it
+    turn = (noise * 32767).astype("<i2").tobytes()
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+        await until_event(conn, "session.created")
+        session = {
+            "type": "realtime",
+            "audio": {"input": {"turn_detection": None}},
+            "temperature": 0.0,
+            "max_output_tokens": 30,
+        }
+        await conn.send({"type": "session.update", "session": session})
+        await until_event(conn, "session.updated")
+        (conversation,) = conversations
+        spoken = []
+        for create in ({"response": {"max_output_tokens": 8, "metadata": {"k": "v"}}}, {}):
+            await append(conn, turn)
+            await conn.input_audio_buffer.commit()
+            await until_event(conn, "conversation.item.created")
+            await conn.response.create(**create)
+            done, _ = await until_event(conn, "response.done")
+            spoken.append((done.response.metadata, len(conversation.history[-1].token_ids)))
+        (metadata, short), (none, longer) = spoken
+        assert (metadata, none) == ({"k": "v"}, None) and short == 8 < longer
     await wait_engine_idle(glm_engine)
