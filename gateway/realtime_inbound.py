@@ -368,7 +368,7 @@ class RealtimeInbound:
         if event.temperature is not None:
             sampling["temperature"] = event.temperature
         if event.max_output_tokens is not None:
-            sampling["max_tokens"] = event.max_output_tokens
+            sampling["max_tokens"] = self._max_tokens(event.max_output_tokens)
         instructions = self._instructions(event.instructions, "session.instructions")
         output = SPECS[event.output_format] if event.output_format is not None else None
         input_audio = SPECS[event.input_format] if event.input_format is not None else None

@@ -74,7 +74,7 @@ class SessionUpdateEvent:
     turn_detection: Any = UNSET  # dict, None (off) or UNSET
     instructions: str | None = None
     temperature: float | None = None
-    max_output_tokens: int | None = None
+    max_output_tokens: int | Literal["inf"] | None = None  # "inf": the model's default
     # Voxgate extension: the native `sampling` object (seed, top_p, …), for repeatable output.
     sampling: dict[str, Any] = field(default_factory=dict)
     input_format: RealtimeFormat | None = None  # turn-based speech-to-speech models
@@ -375,7 +375,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     paths.update({key: f"session.sampling.{key}" for key in sampling})
     if temperature is not None:
         paths["temperature"] = "session.temperature"
-    if max_tokens not in (None, "inf"):
+    if max_tokens is not None:
         paths["max_tokens"] = max_tokens_path
     speed = out.get("speed", session.get("speed"))
     if speed is not None:
@@ -391,7 +391,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         turn_detection=turn,
         instructions=_str(session, "instructions", "session.instructions"),
         temperature=temperature,
-        max_output_tokens=None if max_tokens == "inf" else max_tokens,
+        max_output_tokens=max_tokens,
         sampling=sampling,
         speed=speed,
         tools=decode_tools(session["tools"]) if "tools" in session else None,

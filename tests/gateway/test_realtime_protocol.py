@@ -68,7 +68,7 @@ def test_session_update_fields():
         },
     )
     assert event == SessionUpdateEvent(
-        "ev_1", "tara", None, None, "be brief", 0.7, None, {"seed": 3}
+        "ev_1", "tara", None, None, "be brief", 0.7, "inf", {"seed": 3}
     )
     ga = decode(type="session.update", session={"audio": {"output": {"voice": "leo"}}})
     assert ga.voice == "leo"
@@ -371,6 +371,17 @@ def _vad_update(**fields) -> str:
     vad = {"type": "server_vad", **fields}
     session = {"type": "realtime", "audio": {"input": {"turn_detection": vad}}}
     return json.dumps({"type": "session.update", "session": session})
+
+
+def test_max_tokens_inf_is_the_models_default_whatever_the_session_had():
+    from gateway.wire import SessionUpdate
+
+    wire = _wire()
+    for sent, budget in ((60, 60), ("inf", 1200)):
+        update = {"type": "session.update", "session": {"max_output_tokens": sent}}
+        (taken,) = wire.decode_text(json.dumps(update))
+        assert isinstance(taken, SessionUpdate) and taken.sampling["max_tokens"] == budget
+        assert taken.param_paths["max_tokens"] == "session.max_output_tokens"
 
 
 def test_turn_detection_response_flags_reach_the_session():
