@@ -7,6 +7,8 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
     conversation.item.create → the text is kept (user and assistant messages are what a
                                text-to-speech model speaks)       → `conversation.item.created`
     response.create          → `text` (final) with the kept text  → response.created, …
+                               its `response` options ride along (ResponseOverrides) for
+                               that response only; its `metadata` is echoed in it
     response.cancel          → `response.cancel`                  → response.done cancelled
     input_audio_buffer.append → audio (turn-based speech-to-speech models; server VAD →
                                input_audio_buffer.speech_started / speech_stopped / committed)

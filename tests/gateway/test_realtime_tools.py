@@ -132,6 +132,26 @@ def test_a_call_from_the_client_opens_for_its_output():
         tools.add_call(FunctionCallEvent(None, None, None, "get_weather", "{}"), item_id)
 
 
+def test_a_response_repeats_the_sessions_tools_and_gives_back_outputs_it_took():
+    """response.create's own tools are refused unless the session's; outputs taken for a
+    response the session then refused wait for the next response.create."""
+    tools = SessionTools(WITH_TOOLS, 1000)
+    tools.accept(decode_tools([WEATHER]), "auto")
+    tools.check_response(decode_tools([WEATHER]), "auto")
+    tools.check_response(None, None)
+    for listed, choice, param in (
+        ([], None, "response.tools"),
+        (None, "none", "response.tool_choice"),
+    ):
+        with pytest.raises(ProtocolError) as err:
+            tools.check_response(None if listed is None else decode_tools(listed), choice)
+        assert err.value.param == param
+    tools.add_call(FunctionCallEvent(None, None, "call_c", "get_weather", "{}"), None)
+    tools.add_output(FunctionOutputEvent(None, None, "call_c", "sunny"), None)
+    tools.give_back(tools.take_outputs())
+    assert tools.has_outputs and tools.take_outputs() == ("sunny",)
+
+
 def test_a_model_without_tool_calls_refuses_tools_naming_the_models_that_take_them():
     tools = SessionTools(WITHOUT, 1000)
     with pytest.raises(ProtocolError) as err:
