@@ -85,7 +85,10 @@ def main() -> None:
         help="codec threads wait between a job's graphs (flow + HiFT models' --codec-pacing)",
     )
     ap.add_argument(
-        "--snac-fp16", action="store_true", help="Orpheus: SNAC in float16 (serve's --snac-fp16)"
+        "--snac-fp16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Orpheus: SNAC in float16 where its weights allow (serve's --snac-fp16, the default)",
     )
     ap.add_argument("--profile", type=int, default=0, help="profile the steps of this batch size")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (tiny-orpheus), no floor")

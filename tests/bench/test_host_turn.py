@@ -44,7 +44,7 @@ def test_stood_in_requests_run_to_their_length_with_all_their_audio():
 def test_the_model_familys_options_among_the_server_args_reach_the_model():
     """engine_load's engine (host_turn builds it) loads the model as `voxgate serve` does: a
     family option among the server args (--snac-large-chunk-frames) is the model's, not
-    parsed and dropped (a bench of --snac-fp16 would otherwise measure the default)."""
+    parsed and dropped (a bench of --no-snac-fp16 would otherwise measure the default)."""
     args = argparse.Namespace(
         model="tiny-orpheus", server_arg=["--max-num-seqs=8", "--snac-large-chunk-frames=16"]
     )

@@ -205,15 +205,15 @@ def test_first_chunk_audio_the_scheduler_counts_on_is_what_snac_emits():
 
 def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
     """`--snac-large-chunk-frames` reaches the codec's chunk schedule and the engine's facts
-    (a comfortable listener waits for that many frames); `--snac-fp16` needs a GPU; the frame
+    (a comfortable listener waits for that many frames); `--snac-fp16` is a GPU's; the frame
     count is bounded by what the codec's graphs capture."""
     default = load_model("tiny-orpheus")
     assert default.facts.large_chunk_tokens == 8 * T.CODES_PER_FRAME
     model = load_model("tiny-orpheus", options={"snac_large_chunk_frames": 16})
     assert model.facts.large_chunk_tokens == 16 * T.CODES_PER_FRAME
     assert max(e - s for s, e in model.detok._schedule_chunks(12)) == 16
-    with pytest.raises(CheckpointError, match="--snac-fp16 needs a CUDA device"):
-        load_model("tiny-orpheus", options={"snac_fp16": True})
+    # `--snac-fp16` (the default) is CUDA's: on the CPU SNAC stays float32.
+    assert {p.dtype for p in default.detok.model.parameters()} == {torch.float32}
     with pytest.raises(ValueError, match="snac_large_chunk_frames must be 4-16"):
         load_model("tiny-orpheus", options={"snac_large_chunk_frames": 2})
     # `--snac-chunk-ramp` reaches the chunk schedule: after 4 frames out, a 3-frame chunk.
