@@ -60,11 +60,13 @@ class HeldTurns:
         self._waiting = False
 
     @staticmethod
-    def nothing_waiting() -> ErrorEvent:
-        """The client asked for the reply to held turns while none waits."""
+    def nothing_waiting(event_id: str | None = None) -> ErrorEvent:
+        """The client asked for the reply to held turns while none waits (`event_id`: the
+        asking event's, where the client's protocol names it)."""
         return ErrorEvent(
             ErrorCode.BAD_FIELD,
             "nothing to answer: no user turn is waiting for a response (none was committed "
             "since the last response, or a held turn was refused: see the error before); "
             "speak or commit the input audio, or add a text message, then ask for the response",
+            event_id=event_id,
         )

@@ -304,7 +304,11 @@ class ErrorEvent:
     # The field to blame (ProtocolError.param), for adapters whose protocol reports it (the
     # Realtime API's `error.param`); the native protocol has no such field.
     param: str | None = None
-    ADAPTER_ONLY: ClassVar[tuple[str, ...]] = ("param",)
+    # The client event it answers, where an adapter's protocol names it (the Realtime API's
+    # `error.event_id`) and the error comes after that event was handled; None: the event
+    # being handled.
+    event_id: str | None = None
+    ADAPTER_ONLY: ClassVar[tuple[str, ...]] = ("param", "event_id")
 
 
 @dataclass(frozen=True)

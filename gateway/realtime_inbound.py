@@ -270,7 +270,7 @@ class RealtimeInbound:
             # The turns committed with no response (create_response false, or the client's
             # commits with turn detection off): the conversation answers them, or says that
             # none waits (gateway/held_turns.py keeps that fact).
-            return (AnswerTurns(overrides),)
+            return (AnswerTurns(overrides, state.event_id),)
         raise ProtocolError(
             ErrorCode.BAD_FIELD,
             "nothing to speak: add a user or assistant text message with "

@@ -121,7 +121,11 @@ class RealtimeOutbound:
             state = self._state
             return [
                 encode_error(
-                    error_type, event.code.value, event.message, state.event_id, event.param
+                    error_type,
+                    event.code.value,
+                    event.message,
+                    event.event_id or state.event_id,
+                    event.param,
                 )
             ]
         if isinstance(event, SessionEnded):

@@ -415,7 +415,7 @@ class TurnConversation:
             await self._add_call(turn)
             return
         if isinstance(turn, AnswerTurns):
-            await self._answer_held(turn.overrides)
+            await self._answer_held(turn)
             return
         speculation = turn if isinstance(turn, SpeculativeTurn) else None
         if speculation is not None and speculation.decision is Decision.DISCARDED:
@@ -476,17 +476,17 @@ class TurnConversation:
         session = self.options.instructions
         return "" if session is None and self._steered else session
 
-    async def _answer_held(self, overrides: ResponseOverrides | None) -> None:
+    async def _answer_held(self, ask: AnswerTurns) -> None:
         """The client asks for the reply to the held user turns: the history as it stands."""
         if not self._held.waiting:
-            self._emit.event(self._held.nothing_waiting())
+            self._emit.event(self._held.nothing_waiting(ask.event_id))
             return
         try:
             tools = await self._tools_turn()
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        await self._run_reply(tools, overrides=overrides)
+        await self._run_reply(tools, overrides=ask.overrides)
 
     async def _run_reply(
         self,

@@ -146,6 +146,9 @@ class AnswerTurns:
     `response.create` after turns its VAD ended with `create_response` false)."""
 
     overrides: ResponseOverrides | None = None  # the response's own options
+    # The client's id of the event that asked (the Realtime API's event_id), for the error
+    # the conversation sends later if no turn waits.
+    event_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -147,10 +147,12 @@ async def test_manual_turns_are_committed_and_wait_for_response_create(
         assert len(history) == 4 and history[1].token_ids == () and history[2].speech_tokens
         assert conversation.replies == 1
 
-        # Nothing waits now: a second response.create is the client's error, not a reply.
-        await conn.response.create()
+        # Nothing waits now: a second response.create is the client's error, not a reply,
+        # naming the event that asked (the conversation answers it after the event was read).
+        await conn.response.create(event_id="ask_again")
         error, seen = await until_event(conn, "error")
         assert not seen and "nothing to answer" in error.error.message
+        assert error.error.event_id == "ask_again"
         assert conversation.replies == 1
     await wait_engine_idle(glm_engine)
 
