@@ -603,7 +603,8 @@ def test_response_options_on_turns_already_in_the_conversation():
 
     wire = _wire(accepts_audio=True, accepts_turns=True, system_prompt=True)
     (answer,) = wire.decode_text(_create(max_output_tokens=8, metadata={"k": "v"}))
-    assert answer == AnswerTurns(ResponseOverrides(sampling={"max_tokens": 8}, echo={"k": "v"}))
+    options = ResponseOverrides(sampling={"max_tokens": 8}, echo={"k": "v"})
+    assert answer == AnswerTurns(options, event_id="ev_r")  # the asking event, for its error
     for instructions in ("Be brief.", ""):  # "": the model's default, for this response
         with pytest.raises(ProtocolError) as err:
             wire.decode_text(_create(instructions=instructions))
