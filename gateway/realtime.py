@@ -17,6 +17,11 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
     response.create after turns committed with turn_detection null or create_response false
                              → AnswerTurns: the held turns are answered
     conversation.item.truncate → Truncate: the reply is kept only as far as it was heard
+    conversation.item.retrieve → `conversation.item.retrieved`: the item as last shown
+                               (RealtimeState.items remembers the newest MAX_ITEMS)
+    conversation.item.delete → `conversation.item.deleted`: a text message waiting for
+                               response.create is dropped, a spoken one forgotten; refused
+                               for a turn-based model's history and on full-duplex models
     session.tools / tool_choice → SessionUpdate.tools (models with tool calls): the reply's
                                transcript is parsed as it streams (models/tool_calls.py), and
                                each call becomes a `function_call` item (output_item.added,
@@ -49,7 +54,7 @@ from gateway.realtime_outbound import RealtimeOutbound
 from gateway.realtime_protocol import BETA_HEADER_VALUE, BETA_SUBPROTOCOL, SUBPROTOCOL, Dialect
 from gateway.realtime_state import RealtimeState
 from gateway.socket_items import OutAudio, OutItem, OutText
-from gateway.wire import Wire, WireEvent, WireInput
+from gateway.wire import Reply, Wire, WireEvent, WireInput
 
 
 def dialect_of(headers: Mapping[str, str], subprotocols: Sequence[str]) -> Dialect:
@@ -86,7 +91,11 @@ class RealtimeWire(Wire):
         return self._inbound.opening()
 
     def decode_text(self, text: str) -> Sequence[WireInput]:
-        return self._inbound.decode(text)
+        inputs = self._inbound.decode(text)
+        for event in inputs:
+            if isinstance(event, Reply):
+                self._state.items.note(event.text)
+        return inputs
 
     def decode_binary(self, data: bytes) -> Sequence[WireInput]:
         return self._inbound.decode_binary(data)
@@ -99,7 +108,10 @@ class RealtimeWire(Wire):
 
     # --- session → client ------------------------------------------------------------------
     def encode_event(self, event: WireEvent) -> Sequence[OutItem]:
-        return [OutText(text) for text in self._outbound.encode(event)]
+        texts = self._outbound.encode(event)
+        for text in texts:
+            self._state.items.note(text)
+        return [OutText(text) for text in texts]
 
     def encode_audio(self, data: bytes, duration_ms: int) -> Sequence[OutItem]:
         return (OutAudio(self._outbound.audio_delta(data), duration_ms),)

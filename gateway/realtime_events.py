@@ -138,6 +138,16 @@ def encode_item_created(
     return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
 
 
+def encode_item_retrieved(item: dict[str, Any]) -> str:
+    """`conversation.item.retrieved`: the item as the server last showed it (its
+    `conversation.item.created`, or `response.output_item.done` once a response finished it)."""
+    return _event("conversation.item.retrieved", item=item)
+
+
+def encode_item_deleted(item_id: str) -> str:
+    return _event("conversation.item.deleted", item_id=item_id)
+
+
 def _audio_part(dialect: Dialect, transcript: str) -> dict[str, Any]:
     kind = "audio" if dialect is Dialect.BETA else "output_audio"
     return {"type": kind, "transcript": transcript}

@@ -25,11 +25,16 @@ from gateway.protocol import (
     TurnDetectionType,
     decode_sampling,
 )
-from gateway.realtime_events import encode_item_created
+from gateway.realtime_events import (
+    encode_item_created,
+    encode_item_deleted,
+    encode_item_retrieved,
+)
 from gateway.realtime_protocol import (
     UNSET,
     AudioInputEvent,
     ItemCreateEvent,
+    ItemRefEvent,
     RealtimeFormat,
     ResponseCancelEvent,
     ResponseCreateEvent,
@@ -38,7 +43,13 @@ from gateway.realtime_protocol import (
     decode_client_event,
     event_id_of,
 )
-from gateway.realtime_state import PREFIX_PADDING_MS, SPECS, RealtimeState, server_vad_view
+from gateway.realtime_state import (
+    MAX_ITEMS,
+    PREFIX_PADDING_MS,
+    SPECS,
+    RealtimeState,
+    server_vad_view,
+)
 from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.wire import (
     AnswerTurns,
@@ -199,10 +210,16 @@ class RealtimeInbound:
         self._facts = state.facts
         self._tools = state.tools
         self._model = model  # the client's `?model=`; the session refuses another model's name
-        self._pending_text: list[str] = []  # text items since the last response.create
+        # The text messages since the last response.create, (item id, text).
+        self._pending: list[tuple[str, str]] = []
+        self._taken: list[tuple[str, str]] = []  # what the last response.create took of them
         self._max_pending_chars = max_pending_chars  # a response's text limit, bounding memory
         self._max_frame_bytes = max_frame_bytes  # the session's limit on one audio frame
         self._max_text_chars = max_text_chars  # the most text one response.create speaks
+
+    @property
+    def _pending_text(self) -> list[str]:
+        return [text for _, text in self._pending]
 
     def opening(self) -> Sequence[WireInput]:
         # A Realtime session starts with the connection; `session.created` answers it.
@@ -233,6 +250,8 @@ class RealtimeInbound:
             return (ResponseCancel(),)
         if isinstance(event, TruncateEvent):
             return self._truncate(event)
+        if isinstance(event, ItemRefEvent):
+            return (self._item_ref(event),)
         return self._audio_input(event)
 
     def decode_binary(self, data: bytes) -> Sequence[WireInput]:
@@ -246,7 +265,9 @@ class RealtimeInbound:
         """The session refused the options of the response `event` starts: what
         response.create took for it waits for the next response.create."""
         if isinstance(event, TextInput):
-            self._pending_text.insert(0, event.text)
+            self._pending[0:0] = self._taken or [("", event.text)]
+            self._state.answering.difference_update(item_id for item_id, _ in self._taken)
+            self._taken = []
         elif isinstance(event, ToolOutputs):
             self._tools.give_back(event.outputs)
 
@@ -260,9 +281,10 @@ class RealtimeInbound:
         answered, state.audio_turn_answered = state.audio_turn_answered, False
         if self._tools.has_outputs:
             return (ToolOutputs(self._tools.take_outputs(), overrides),)
-        if self._pending_text:
+        if self._pending:
             text_to_speak = " ".join(self._pending_text)
-            self._pending_text.clear()
+            self._taken, self._pending = self._pending, []
+            state.answering.update(item_id for item_id, _ in self._taken)
             return (TextInput(text_to_speak, final=True, overrides=overrides),)
         if answered:
             return ()  # the committed audio turn is already being answered
@@ -319,7 +341,7 @@ class RealtimeInbound:
                 "response.create starts; leave the response's options out",
                 path,
             )
-        new_turn = self._tools.has_outputs or self._pending_text
+        new_turn = self._tools.has_outputs or self._pending
         if self._state.audio_turn_answered and not new_turn:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
@@ -438,7 +460,7 @@ class RealtimeInbound:
                     "item.content",
                 )
             self._check_spoken_text(event.text)
-            self._pending_text.append(event.text)
+            self._pending.append((item_id, event.text))
         # A system message has nothing to speak; it is acknowledged and otherwise ignored.
         reply = encode_item_created(
             self._state.dialect, item_id, event.role, event.text, self._state.last_item_id
@@ -491,3 +513,54 @@ class RealtimeInbound:
             )
         self._state.truncating = event.item_id
         return (Truncate(event.audio_end_ms),)
+
+    def _item_ref(self, event: ItemRefEvent) -> Reply:
+        """conversation.item.retrieve / .delete: the item as the client was last shown it, or
+        the item out of what the next responses take (ProtocolError where it cannot be)."""
+        item_id, facts = event.item_id, self._facts
+        if event.type == "conversation.item.delete" and facts.full_duplex:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"conversation.item.delete: {facts.name} is a full-duplex model, whose "
+                "conversation is one stream the model has already heard, not items that can "
+                "be taken out of it",
+                "item_id",
+            )
+        item = self._state.items.get(item_id)
+        if item is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"no item {item_id[:64]!r} in this conversation: items are known from their "
+                f"creation on (conversation.item.created), and the server remembers the last "
+                f"{MAX_ITEMS}",
+                "item_id",
+            )
+        if event.type == "conversation.item.retrieve":
+            return Reply(encode_item_retrieved(item))
+        self._refuse_delete(item_id)
+        self._pending = [(i, text) for i, text in self._pending if i != item_id]
+        self._state.items.forget(item_id)
+        if self._state.last_item_id == item_id:  # the next item follows the one before
+            self._state.last_item_id = self._state.items.newest
+        return Reply(encode_item_deleted(item_id))
+
+    def _refuse_delete(self, item_id: str) -> None:
+        """An item can be deleted unless the response being given speaks it, or, with a
+        turn-based model, it is already in the model's history (anything but a text message
+        still waiting for response.create)."""
+        if item_id in self._state.answering:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"item {item_id!r} is being spoken by the response in progress: cancel it "
+                "(response.cancel) and wait for response.done before deleting the item",
+                "item_id",
+            )
+        if self._facts.accepts_turns and all(i != item_id for i, _ in self._pending):
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"item {item_id!r} cannot be deleted: {self._facts.name} keeps the conversation "
+                "as its own turns, which this server does not take turns out of, so the model "
+                "would still hear it; only a text message still waiting for response.create "
+                "can be deleted. To leave the item out, start a new session",
+                "item_id",
+            )

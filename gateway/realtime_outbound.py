@@ -144,6 +144,7 @@ class RealtimeOutbound:
         self._answering_turn = self._state.audio_turn_answered
         self._transcript = []
         previous, self._state.last_item_id = self._state.last_item_id, item_id
+        self._state.answering.add(item_id)
         parser = self._tools.parser()
         self._calls = None
         if parser is not None:
@@ -169,6 +170,7 @@ class RealtimeOutbound:
         if self._answering_turn:  # the answer is done: a response.create now asks anew
             self._state.audio_turn_answered = self._answering_turn = False
         self._state.last_reply_item = out.item_id
+        self._state.answering.clear()
         done = encode_response_done(self._state.dialect, out, outcome, items, self._metadata)
         return events + done
 

@@ -213,6 +213,15 @@ class TruncateEvent:
                 raise _bad(f"`{name}` must be an integer >= 0", name)
 
 
+@dataclass(frozen=True)
+class ItemRefEvent:
+    """`conversation.item.retrieve` / `conversation.item.delete`: one item, by its id."""
+
+    event_id: str | None
+    type: str
+    item_id: str
+
+
 RealtimeClientEvent = (
     SessionUpdateEvent
     | ItemCreateEvent
@@ -220,6 +229,7 @@ RealtimeClientEvent = (
     | ResponseCancelEvent
     | AudioInputEvent
     | TruncateEvent
+    | ItemRefEvent
     | FunctionOutputEvent
     | FunctionCallEvent
 )
@@ -518,6 +528,13 @@ def _decode_truncate(obj: dict) -> TruncateEvent:
     )
 
 
+def _decode_item_ref(obj: dict) -> ItemRefEvent:
+    item_id = obj.get("item_id")
+    if not isinstance(item_id, str) or not item_id:
+        raise _bad("`item_id` must name an item of the conversation", "item_id")
+    return ItemRefEvent(_str(obj, "event_id"), obj["type"], item_id)
+
+
 _DECODERS = {
     "session.update": _decode_session_update,
     "conversation.item.create": _decode_item_create,
@@ -527,4 +544,6 @@ _DECODERS = {
     "input_audio_buffer.commit": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
     "input_audio_buffer.clear": lambda obj: AudioInputEvent(_str(obj, "event_id"), obj["type"]),
     "conversation.item.truncate": _decode_truncate,
+    "conversation.item.retrieve": _decode_item_ref,
+    "conversation.item.delete": _decode_item_ref,
 }

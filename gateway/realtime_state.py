@@ -5,8 +5,10 @@ formats the Realtime API names, and the conversation's bookkeeping that client e
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.api import ModelFacts
 from gateway.protocol import AudioFormat, AudioSpec, TurnDetection
@@ -41,6 +43,49 @@ def server_vad_view(detection: TurnDetection) -> dict:
 SERVER_VAD = server_vad_view(TurnDetection())  # what a session starts with
 
 
+# The most items a connection remembers for conversation.item.retrieve / .delete; the oldest
+# is forgotten first, so a long call's memory stays bounded (each item is its text, at most
+# a response's worth).
+MAX_ITEMS = 256
+# The server events that show an item as it now stands (gateway.realtime_events writes
+# `type` first, so a prefix tells them from the rest without parsing every event).
+_ITEM_EVENTS = tuple(
+    f'{{"type":"{kind}"' for kind in ("conversation.item.created", "response.output_item.done")
+)
+
+
+class ConversationItems:
+    """The conversation's items as the client was last shown them, by id: the newest
+    MAX_ITEMS, in the order they were created. Audio is not kept (the items the server sends
+    carry none: audio parts have their transcript only)."""
+
+    def __init__(self, limit: int = MAX_ITEMS) -> None:
+        self._items: OrderedDict[str, dict] = OrderedDict()
+        self._limit = limit
+
+    def note(self, text: str) -> None:
+        """A server event on its way to the client: an item it shows is remembered as shown
+        (a later event about the same item replaces it, in its place)."""
+        if not text.startswith(_ITEM_EVENTS):
+            return
+        item = json.loads(text).get("item")
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            return
+        self._items[item["id"]] = item
+        while len(self._items) > self._limit:
+            self._items.popitem(last=False)
+
+    def get(self, item_id: str) -> dict | None:
+        return self._items.get(item_id)
+
+    def forget(self, item_id: str) -> None:
+        self._items.pop(item_id, None)
+
+    @property
+    def newest(self) -> str | None:
+        return next(reversed(self._items), None)
+
+
 @dataclass
 class RealtimeState:
     dialect: Dialect
@@ -58,3 +103,7 @@ class RealtimeState:
     # The session's output format, as session.created / session.updated last showed it.
     output_format: RealtimeFormat = RealtimeFormat.PCM16
     event_id: str | None = None  # the client event being handled, for its errors
+    items: ConversationItems = field(default_factory=ConversationItems)
+    # The items of the response being given: the text messages its response.create took and
+    # its output item, from response.create (or response.started) until response.done.
+    answering: set[str] = field(default_factory=set)

@@ -647,3 +647,82 @@ def test_metadata_is_echoed_in_its_responses_created_and_done(dialect):
         "type": "response.started",
         "response_id": "r",
     }
+
+
+def _ref(kind: str, item_id: object) -> str:
+    return json.dumps({"type": f"conversation.item.{kind}", "item_id": item_id})
+
+
+def _refused(wire, text: str) -> ProtocolError:
+    with pytest.raises(ProtocolError) as err:
+        wire.decode_text(text)
+    return err.value
+
+
+def test_retrieve_and_delete_decode_with_their_item_id():
+    from gateway.realtime_protocol import ItemRefEvent
+
+    assert decode(type="conversation.item.delete", event_id="e", item_id="i") == ItemRefEvent(
+        "e", "conversation.item.delete", "i"
+    )
+    for item_id in (None, "", 3):
+        err = _refused(_wire(), _ref("retrieve", item_id))
+        assert (err.code, err.param) == (ErrorCode.BAD_FIELD, "item_id")
+
+
+@pytest.mark.parametrize("dialect", [Dialect.GA, Dialect.BETA])
+def test_retrieve_shows_an_item_and_delete_drops_a_waiting_message(dialect):
+    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus, TextInput
+
+    wire = _wire(dialect=dialect)
+    server = openai_types if dialect is Dialect.GA else beta_types
+    events = server.realtime_server_event
+    first = json.loads(wire.decode_text(_item("One."))[0].text)["item"]["id"]
+    second = json.loads(wire.decode_text(_item("Two."))[0].text)["item"]
+    (got,) = wire.decode_text(_ref("retrieve", second["id"]))
+    retrieved = events.ConversationItemRetrieved.model_validate_json(got.text)
+    assert json.loads(got.text)["item"] == second and retrieved.item.content[0].text == "Two."
+    (gone,) = wire.decode_text(_ref("delete", first))
+    assert server.ConversationItemDeletedEvent.model_validate_json(gone.text).item_id == first
+    err = _refused(wire, _ref("retrieve", first))  # forgotten
+    assert (err.code, err.param) == (ErrorCode.BAD_FIELD, "item_id")
+    assert first in err.message and "from their creation on" in err.message
+    assert wire.decode_text('{"type": "response.create"}') == (TextInput("Two."),)
+    # The response's item is remembered as shown, and cannot be deleted while it plays.
+    started = wire.encode_event(ResponseStarted("resp_1"))
+    reply = json.loads(started[1].text)["item"]["id"]
+    for item_id in (reply, second["id"]):
+        assert "response.cancel" in _refused(wire, _ref("delete", item_id)).message
+    wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
+    (got,) = wire.decode_text(_ref("retrieve", reply))
+    assert json.loads(got.text)["item"]["status"] == "completed"
+    assert wire.decode_text(_ref("delete", reply))  # spoken: simply forgotten
+    assert "response.create" not in _refused(wire, _ref("delete", reply)).message
+
+
+def test_remembered_items_are_bounded_oldest_first():
+    from gateway.realtime_state import ConversationItems
+
+    items = ConversationItems(limit=2)
+    for item_id in ("a", "b", "c"):
+        event = {"type": "conversation.item.created", "item": {"id": item_id}}
+        items.note(json.dumps(event, separators=(",", ":")))  # as the server writes events
+    assert items.get("a") is None and items.get("c") == {"id": "c"} and items.newest == "c"
+
+
+def test_a_turn_model_deletes_only_messages_waiting_for_response_create():
+    """Its history is the model's own turns, which the server does not edit; full-duplex
+    models refuse delete outright."""
+    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus, TextInput
+
+    wire = _wire(accepts_audio=True, accepts_turns=True)
+    waiting = json.loads(wire.decode_text(_item("Skip this."))[0].text)["item"]["id"]
+    assert wire.decode_text(_ref("delete", waiting))
+    kept = json.loads(wire.decode_text(_item("Hi."))[0].text)["item"]["id"]
+    assert wire.decode_text('{"type": "response.create"}') == (TextInput("Hi."),)
+    wire.encode_event(ResponseStarted("resp_1"))
+    wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
+    err = _refused(wire, _ref("delete", kept))
+    assert err.param == "item_id" and "new session" in err.message
+    duplex = _wire(accepts_audio=True, full_duplex=True)
+    assert "full-duplex" in _refused(duplex, _ref("delete", "x")).message
