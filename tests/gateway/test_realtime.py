@@ -437,3 +437,41 @@ async def test_a_message_over_the_text_limit_is_refused_when_it_is_created(serve
         assert not [e for e in seen if e.type == "error"]
         assert_ran_to_its_token_budget(done)
     await wait_engine_idle(engine)
+
+
+async def test_deleted_message_is_not_spoken_and_items_are_retrieved(server, engine):
+    """Two messages, the first deleted: response.create speaks only the second (the engine's
+    audio for its text alone). Items are retrieved as shown; unknown ids are refused by
+    `item_id`, and the session goes on."""
+    short = {**FAST, "max_output_tokens": 20}
+    async with client(server).realtime.connect(model="tiny-orpheus") as conn:
+        await next_event(conn)
+        await conn.send({"type": "session.update", "session": {"type": "realtime", **short}})
+        await next_event(conn)
+        ids = []
+        for text in ("Forget this one.", "Second."):
+            part = {"type": "input_text", "text": text}
+            await conn.conversation.item.create(
+                item={"type": "message", "role": "user", "content": [part]}
+            )
+            ids.append((await next_event(conn)).item.id)
+        await conn.conversation.item.delete(item_id=ids[0])
+        deleted = await next_event(conn)
+        assert (deleted.type, deleted.item_id) == ("conversation.item.deleted", ids[0])
+        for item_id in (ids[0], "item_nope"):
+            await conn.conversation.item.retrieve(item_id=item_id, event_id="ev_r")
+            error = await next_event(conn)
+            assert error.type == "error", error
+            assert (error.error.code, error.error.param) == ("bad_field", "item_id")
+            assert item_id in error.error.message and error.error.event_id == "ev_r"
+        await conn.conversation.item.delete(item_id="item_nope")
+        assert (await next_event(conn)).error.param == "item_id"
+        await conn.response.create()
+        done, events = await until_event(conn, "response.done")
+        want = await engine_pcm(engine, "Second.", {**FAST_SAMPLING, "max_tokens": 20})
+        assert_engine_audio(audio_of(events, "response.output_audio.delta"), want)
+        for item in (ids[1], done.response.output[0].id):
+            await conn.conversation.item.retrieve(item_id=item)
+            got = await next_event(conn)
+            assert got.type == "conversation.item.retrieved" and got.item.id == item, got
+        assert got.item.model_dump() == done.response.output[0].model_dump()

@@ -147,3 +147,35 @@ async def test_held_turns_are_answered_with_the_responses_own_budget(
         (metadata, short), (none, longer) = spoken
         assert (metadata, none) == ({"k": "v"}, None) and short == 8 < longer
     await wait_engine_idle(glm_engine)
+
+
+async def test_delete_drops_a_waiting_message_and_refuses_the_history(
+    glm_server, glm_engine, conversations
+):
+    """A typed message deleted before response.create never reaches the model's prompt; the
+    turns already in the history are refused (the server does not edit them), with the session
+    going on."""
+    model = glm_engine.core.model
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+        await until_event(conn, "session.created")
+        session = {"type": "realtime", "temperature": 0.0, "max_output_tokens": 8}
+        await conn.send({"type": "session.update", "session": session})
+        await until_event(conn, "session.updated")
+        content = [{"type": "input_text", "text": "Skip this parrot."}]
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": content}
+        )
+        created, _ = await until_event(conn, "conversation.item.created")
+        await conn.conversation.item.delete(item_id=created.item.id)
+        await until_event(conn, "conversation.item.deleted")
+        done = await ask(conn, "Where is the ship?")
+        (conversation,) = conversations
+        (user, _reply) = conversation.history
+        prompt = model.tokenizer.decode(model.preprocess_turns([user]).token_ids)
+        assert "ship" in prompt and "parrot" not in prompt
+        await conn.conversation.item.delete(item_id=done.response.output[0].id)
+        error, _ = await until_event(conn, "error")
+        assert error.error.param == "item_id" and "new session" in error.error.message
+        done = await ask(conn, "And the crew?")
+        assert len(conversation.history) == 4
+    await wait_engine_idle(glm_engine)
