@@ -63,9 +63,28 @@ class ResponseOutcome:
     transcript: str = ""
 
 
-def _event(kind: str, **fields: Any) -> str:
+# The server events that show a conversation item as it now stands (what
+# conversation.item.retrieve gives back: gateway.realtime_state.ConversationItems).
+ITEM_SHOWING = frozenset({"conversation.item.created", "response.output_item.done"})
+
+
+class EncodedEvent(str):
+    """A server event's JSON text, carrying the conversation item it shows (`item`; None for
+    other events), so the connection can remember items as shown without parsing its own
+    output back."""
+
+    item: dict[str, Any] | None
+
+    def __new__(cls, text: str, item: dict[str, Any] | None = None) -> EncodedEvent:
+        encoded = super().__new__(cls, text)
+        encoded.item = item
+        return encoded
+
+
+def _event(kind: str, **fields: Any) -> EncodedEvent:
     body = {"type": kind, "event_id": f"event_{uuid.uuid4().hex[:20]}", **fields}
-    return json.dumps(body, separators=(",", ":"))
+    item = fields.get("item") if kind in ITEM_SHOWING else None
+    return EncodedEvent(json.dumps(body, separators=(",", ":")), item)
 
 
 def _format(dialect: Dialect, fmt: RealtimeFormat) -> Any:

@@ -5,7 +5,7 @@ formats the Realtime API names, and the conversation's bookkeeping that client e
 
 from __future__ import annotations
 
-import json
+import copy
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,11 +47,6 @@ SERVER_VAD = server_vad_view(TurnDetection())  # what a session starts with
 # is forgotten first, so a long call's memory stays bounded (each item is its text, at most
 # a response's worth).
 MAX_ITEMS = 256
-# The server events that show an item as it now stands (gateway.realtime_events writes
-# `type` first, so a prefix tells them from the rest without parsing every event).
-_ITEM_EVENTS = tuple(
-    f'{{"type":"{kind}"' for kind in ("conversation.item.created", "response.output_item.done")
-)
 
 
 class ConversationItems:
@@ -64,14 +59,13 @@ class ConversationItems:
         self._limit = limit
 
     def note(self, text: str) -> None:
-        """A server event on its way to the client: an item it shows is remembered as shown
-        (a later event about the same item replaces it, in its place)."""
-        if not text.startswith(_ITEM_EVENTS):
-            return
-        item = json.loads(text).get("item")
+        """A server event on its way to the client: the item it shows (the EncodedEvent's of
+        gateway.realtime_events; other text shows none) is remembered as shown, a copy, in
+        its place if an earlier event showed it."""
+        item = getattr(text, "item", None)
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
             return
-        self._items[item["id"]] = item
+        self._items[item["id"]] = copy.deepcopy(item)
         while len(self._items) > self._limit:
             self._items.popitem(last=False)
 

@@ -701,13 +701,17 @@ def test_retrieve_shows_an_item_and_delete_drops_a_waiting_message(dialect):
 
 
 def test_remembered_items_are_bounded_oldest_first():
+    from gateway.realtime_events import EncodedEvent
     from gateway.realtime_state import ConversationItems
 
     items = ConversationItems(limit=2)
     for item_id in ("a", "b", "c"):
-        event = {"type": "conversation.item.created", "item": {"id": item_id}}
-        items.note(json.dumps(event, separators=(",", ":")))  # as the server writes events
+        shown = {"id": item_id}
+        items.note(EncodedEvent(json.dumps({"item": shown}), shown))  # as the server writes it
+        shown["status"] = "changed after it was sent"  # what was shown is kept, not the dict
     assert items.get("a") is None and items.get("c") == {"id": "c"} and items.newest == "c"
+    items.note('{"item": {"id": "d"}}')  # text that is not an item-showing event shows none
+    assert items.get("d") is None
 
 
 def test_a_turn_model_deletes_only_messages_waiting_for_response_create():
