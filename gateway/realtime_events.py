@@ -81,10 +81,12 @@ class EncodedEvent(str):
         return encoded
 
 
-def _event(kind: str, **fields: Any) -> EncodedEvent:
+def _event(kind: str, **fields: Any) -> str:
+    """The event's JSON text; an EncodedEvent where it shows an item (the audio deltas, the
+    per-frame events, stay plain strings)."""
     body = {"type": kind, "event_id": f"event_{uuid.uuid4().hex[:20]}", **fields}
-    item = fields.get("item") if kind in ITEM_SHOWING else None
-    return EncodedEvent(json.dumps(body, separators=(",", ":")), item)
+    text = json.dumps(body, separators=(",", ":"))
+    return EncodedEvent(text, fields.get("item")) if kind in ITEM_SHOWING else text
 
 
 def _format(dialect: Dialect, fmt: RealtimeFormat) -> Any:

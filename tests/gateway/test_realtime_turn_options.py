@@ -70,6 +70,13 @@ async def test_instructions_and_speed_reach_a_turn_based_model(
     await wait_engine_idle(glm_engine)
 
 
+async def greedy_session(conn, max_output_tokens: int, **fields) -> None:
+    """session.update to greedy sampling with this budget (`fields`: more of the session)."""
+    session = {"type": "realtime", "temperature": 0.0, "max_output_tokens": max_output_tokens}
+    await conn.send({"type": "session.update", "session": {**session, **fields}})
+    await until_event(conn, "session.updated")
+
+
 async def ask(conn, text: str, **create):
     """A typed user turn, then response.create (`create`: its fields); its response.done."""
     content = [{"type": "input_text", "text": text}]
@@ -92,9 +99,7 @@ async def test_a_responses_own_instructions_and_budget_are_for_it_only(
     model = glm_engine.core.model
     async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
-        session = {"type": "realtime", "temperature": 0.0, "max_output_tokens": 30}
-        await conn.send({"type": "session.update", "session": session})
-        await until_event(conn, "session.updated")
+        await greedy_session(conn, 30)
         own = {"instructions": INSTRUCTIONS, "max_output_tokens": 8, "metadata": {"k": "v"}}
         done = await ask(conn, "Where is the ship?", response=own)
         assert done.response.metadata == {"k": "v"}
@@ -127,14 +132,7 @@ async def test_held_turns_are_answered_with_the_responses_own_budget(
     turn = (noise * 32767).astype("<i2").tobytes()
     async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
-        session = {
-            "type": "realtime",
-            "audio": {"input": {"turn_detection": None}},
-            "temperature": 0.0,
-            "max_output_tokens": 30,
-        }
-        await conn.send({"type": "session.update", "session": session})
-        await until_event(conn, "session.updated")
+        await greedy_session(conn, 30, audio={"input": {"turn_detection": None}})
         (conversation,) = conversations
         spoken = []
         for create in ({"response": {"max_output_tokens": 8, "metadata": {"k": "v"}}}, {}):
@@ -158,9 +156,7 @@ async def test_delete_drops_a_waiting_message_and_refuses_the_history(
     model = glm_engine.core.model
     async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
-        session = {"type": "realtime", "temperature": 0.0, "max_output_tokens": 8}
-        await conn.send({"type": "session.update", "session": session})
-        await until_event(conn, "session.updated")
+        await greedy_session(conn, 8)
         content = [{"type": "input_text", "text": "Skip this parrot."}]
         await conn.conversation.item.create(
             item={"type": "message", "role": "user", "content": content}
