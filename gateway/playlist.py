@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
 import time
 import uuid
@@ -19,11 +18,10 @@ from engine.api import EngineClient
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.metrics import GatewayMetrics
-from gateway.protocol import ErrorCode, ErrorEvent, ProtocolError, TextInput
+from gateway.protocol import ErrorCode, ErrorEvent, TextInput
 from gateway.reply import Emitter, SpeechOptions
 from gateway.response import Response, ResponseRunner
 from gateway.segmenter import SentenceSegmenter
-from gateway.session_start import checked_model_options
 from gateway.tasks import cancel_and_wait
 
 
@@ -65,22 +63,13 @@ class ResponseQueue:
             )
             return
         response = self._open_response()
-        if response is not None and event.model_options is not None:
+        if response is not None and event.overrides is not None:
             self._error(
                 ErrorCode.BAD_FIELD,
-                "model_options apply to a whole response: send them with the text that opens "
-                "it (this text was not added)",
+                "a response's own options (model_options) apply to all of it: send them with "
+                "the text that opens it (this text was not added)",
             )
             return
-        own_options = None
-        if response is None and event.model_options is not None:
-            try:
-                own_options = checked_model_options(
-                    event.model_options, self._engine.facts, self.options.model_options
-                )
-            except ProtocolError as exc:
-                self._error(exc.code, exc.message)
-                return
         if response is None:
             if not event.text.strip():
                 self._error(ErrorCode.BAD_FIELD, "`text` is empty")
@@ -92,8 +81,7 @@ class ResponseQueue:
                 )
                 return
             response = self._new_response()
-            response.model_options = own_options
-            response.overrides = event.overrides  # a Realtime response.create's own
+            response.overrides = event.overrides
         if response.text_chars + len(event.text) > s.max_response_text_chars:
             self._error(
                 ErrorCode.TOO_LARGE,
@@ -163,8 +151,6 @@ class ResponseQueue:
 
     def _runner_for(self, response: Response) -> ResponseRunner:
         options = self.options
-        if response.model_options is not None:
-            options = dataclasses.replace(options, model_options=response.model_options)
         if response.overrides is not None:  # laid over the options in force as it starts
             options = response.overrides.over(options)
         return ResponseRunner(

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from gateway import client_json
 from gateway.protocol_codes import (
@@ -35,10 +35,8 @@ from gateway.protocol_codes import (
     ServerEventType,
     TurnDetectionType,
 )
+from gateway.response_overrides import ResponseOverrides
 from gateway.time_stretch import check_speed
-
-if TYPE_CHECKING:  # gateway.wire imports this module; only the type is needed
-    from gateway.wire import ResponseOverrides
 
 __all__ = [
     # re-exported vocabulary (gateway.protocol_codes)
@@ -167,10 +165,8 @@ class SessionStart:
 class TextInput:
     text: str
     final: bool = True
-    # model_options for the response this text opens, over the session's (None: the session's).
-    model_options: Mapping[str, Any] | None = None
-    # Adapters only (the native decoder never sets it): the options of the response this text
-    # opens, over the session's (OpenAI response.create's).
+    # The options of the response this text opens, over the session's: the native event's
+    # `model_options`, or an adapter's (OpenAI response.create's). None: the session's.
     overrides: ResponseOverrides | None = None
 
 
@@ -408,9 +404,9 @@ def _decode_text(obj: dict[str, Any]) -> TextInput:
     if not isinstance(text, str):
         raise ProtocolError(ErrorCode.BAD_FIELD, "`text` must be a string")
     final = _optional(obj, "final", bool)
-    return TextInput(
-        text=text, final=True if final is None else final, model_options=_model_options(obj)
-    )
+    model_options = _model_options(obj)
+    overrides = None if model_options is None else ResponseOverrides(model_options=model_options)
+    return TextInput(text=text, final=True if final is None else final, overrides=overrides)
 
 
 def _decode_playback(obj: dict[str, Any]) -> Playback:

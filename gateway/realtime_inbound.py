@@ -51,11 +51,11 @@ from gateway.realtime_state import (
     server_vad_view,
 )
 from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
+from gateway.response_overrides import ResponseOverrides
 from gateway.wire import (
     AnswerTurns,
     InputClear,
     Reply,
-    ResponseOverrides,
     SessionUpdate,
     ToolCall,
     ToolOutputs,

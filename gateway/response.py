@@ -34,7 +34,6 @@ from engine.api import (
     EngineEvent,
     Finished,
     FinishReason,
-    OptionValue,
     ResponseStream,
     SamplingParams,
     SpeechRequest,
@@ -48,8 +47,8 @@ from gateway.reply import Emitter, ReplyLifecycle, ReplyState, SpeechOptions
 from gateway.segmenter import SentenceSegmenter
 from gateway.spoken_words import SpokenWords
 
-if TYPE_CHECKING:  # gateway.wire imports gateway.reply; only the type is needed
-    from gateway.wire import ResponseOverrides
+if TYPE_CHECKING:
+    from gateway.response_overrides import ResponseOverrides
 
 
 def share_tokens(sampling: SamplingParams, share: float) -> SamplingParams:
@@ -90,9 +89,7 @@ class Response:
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()  # None: input closed
         self._pieces: asyncio.Queue[tuple[str, bool] | None] = asyncio.Queue()  # streamed
         self.token_shares: list[float] | None = None  # per segment, when known up front
-        # The response's own model options over the session's (its first `text` set them).
-        self.model_options: dict[str, OptionValue] | None = None
-        # Its own options over the session's (OpenAI response.create's), likewise.
+        # Its own options over the session's (its first `text` or response.create set them).
         self.overrides: ResponseOverrides | None = None
 
     def add_text(self, text: str, final: bool) -> None:

@@ -20,6 +20,7 @@ and them into socket frames: the native protocol on `/v1/stream`, adapters on `/
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -399,14 +400,14 @@ class Session:
             )
         elif isinstance(event, SessionUpdate):
             self._on_update(event)
-        elif not self._overrides_taken(event):
+        elif (checked := self._with_checked_overrides(event)) is None:
             self._wire.refused(event)
-        elif self._speech is not None and isinstance(event, TextInput) and event.model_options:
-            self._error(  # speech-to-speech models take no per-request options
-                ErrorCode.BAD_FIELD,
-                f"{self._engine.facts.name} takes no model_options; the text was not added",
-            )
-        elif self._speech is not None and await self._speech_handles(event):
+        else:
+            await self._dispatch_started(checked)
+
+    async def _dispatch_started(self, event: WireInput) -> None:
+        """A started session's input (its own response options already checked)."""
+        if self._speech is not None and await self._speech_handles(event):
             pass
         elif isinstance(event, TextInput):
             self._responses.add_text(event)
@@ -448,20 +449,21 @@ class Session:
         return None
 
     # --- session.start / update -------------------------------------------------------------
-    def _overrides_taken(self, event: WireInput) -> bool:
-        """The options a response asks for itself (OpenAI response.create's), checked as the
-        input that starts it arrives, as an update is: False, with the error sent, when
-        refused (the input is then not acted on)."""
+    def _with_checked_overrides(self, event: WireInput) -> WireInput | None:
+        """`event` with the options of the response it starts (a native text's model_options,
+        OpenAI response.create's) checked as it arrives, as an update is, and in the form the
+        model takes them; None, with the error sent, when refused (the input is then not acted
+        on)."""
         overrides = overrides_of(event)
         if overrides is None:
-            return True
+            return event
         try:
-            check_overrides(self._responses.options, overrides, self._voices.facts())
+            checked = check_overrides(self._responses.options, overrides, self._voices.facts())
         except ProtocolError as exc:
             self._error(exc.code, exc.message, exc.param)
-            return False
+            return None
         self._voices.touch(overrides.voice)
-        return True
+        return dataclasses.replace(event, overrides=checked)
 
     def _on_update(self, event: SessionUpdate) -> None:
         try:

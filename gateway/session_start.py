@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.api import ModelFacts, OptionValue
+from engine.api import ModelFacts
 from gateway import speech_options
 from gateway.config import GatewaySettings
 from gateway.protocol import (
@@ -21,6 +21,7 @@ from gateway.protocol import (
     SessionStarted,
 )
 from gateway.reply import SpeechOptions
+from gateway.response_overrides import ResponseOverrides
 from gateway.speech_options import (
     AskedOptions,
     OptionRefused,
@@ -31,7 +32,7 @@ from gateway.speech_options import (
 )
 
 if TYPE_CHECKING:  # gateway.wire imports this module's neighbours; only the type is needed
-    from gateway.wire import ResponseOverrides, SessionUpdate
+    from gateway.wire import SessionUpdate
 
 
 def _bad_field(
@@ -55,16 +56,6 @@ def resolve_options(
         return resolve_speech_options(
             asked, facts, event.output_audio or AudioSpec(), word_timings=facts.word_timings
         )
-    except OptionRefused as refused:
-        raise _bad_field(refused) from None
-
-
-def checked_model_options(
-    given: Mapping[str, Any], facts: ModelFacts, over: Mapping[str, OptionValue] | None = None
-) -> dict[str, OptionValue]:
-    """gateway/speech_options.checked_model_options, refused as ProtocolError(bad_field)."""
-    try:
-        return speech_options.checked_model_options(given, facts, over)
     except OptionRefused as refused:
         raise _bad_field(refused) from None
 
@@ -131,7 +122,20 @@ def update_options(
 
 def check_overrides(
     options: SpeechOptions, overrides: ResponseOverrides, facts: ModelFacts
-) -> None:
-    """ProtocolError(bad_field) unless one response may take `overrides` over the session's
-    `options`: the same checks as an update's (a voice of the model's, sampling in range)."""
-    update_options(options, overrides.as_update(), facts)
+) -> ResponseOverrides:
+    """`overrides` as one response may take them over the session's `options` — its
+    `model_options` in the form the model takes them — or ProtocolError(bad_field): the same
+    checks as an update's (a voice of the model's, sampling in range) and session.start's
+    (the model's own options)."""
+    try:
+        check_voice(overrides.voice, facts)
+        checked_sampling(overrides.sampling, facts, over=options.sampling)
+        if overrides.model_options is None:
+            return overrides
+        merged = speech_options.checked_model_options(
+            overrides.model_options, facts, options.model_options
+        )
+    except OptionRefused as refused:
+        raise _bad_field(refused, overrides.param_paths) from None
+    own = {name: merged[name] for name in overrides.model_options}
+    return dataclasses.replace(overrides, model_options=own)

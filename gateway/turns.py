@@ -73,6 +73,7 @@ from gateway.protocol import (
     TurnDetection,
 )
 from gateway.reply import Emitter, SpeechOptions
+from gateway.response_overrides import ResponseOverrides
 from gateway.speculative_turn import Decision, SpeculativeTurn
 from gateway.turn_input import TurnInput, TurnPaused, TurnResumed, UserAudioTurn
 from gateway.turn_reply import ReplyOutcome, TurnReply
@@ -81,7 +82,6 @@ from gateway.wire import (
     InputClear,
     InputCleared,
     InputCommitted,
-    ResponseOverrides,
     ToolCall,
     ToolOutputs,
     Truncate,

@@ -14,14 +14,13 @@ cannot (its decoder never produces them, its encoder drops them): `SessionUpdate
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
 `InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
 (answer user turns committed without a response), `ToolOutputs` and `ToolCall` in (a tool's
-results, a client's call: models with tool calls), and `ResponseOverrides` on the input that
-starts a response (`TextInput`, `AnswerTurns`, `ToolOutputs`: options for that response only),
-echoed back in its `ResponseStarted`.
+results, a client's call: models with tool calls). The input that starts a response
+(`TextInput`, `AnswerTurns`, `ToolOutputs`) may carry that response's own options
+(gateway.response_overrides), whose `echo` comes back in its `ResponseStarted`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -37,6 +36,7 @@ from gateway.protocol import (
     encode_event,
 )
 from gateway.reply import SpeechOptions
+from gateway.response_overrides import ResponseOverrides
 from gateway.socket_items import OutAudio, OutItem, OutText
 from models.tool_calls import FunctionTool
 
@@ -63,47 +63,6 @@ class SessionUpdate:
     # (OptionRefused.field: `voice`, `speed`, `temperature`, `max_tokens`, `top_p`, …): the
     # refused update's error names that path (ProtocolError.param).
     param_paths: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ResponseOverrides:
-    """Options for one response only (OpenAI `response.create`'s `response`), carried by the
-    input that starts it. The session checks them as that input arrives, as it checks a
-    `SessionUpdate` (gateway.session_start.check_overrides), and they are laid over the
-    session's options when the response starts (`over`); the next response has the
-    session's again. `echo` is the adapter's own data, handed back untouched in the
-    response's `ResponseStarted`."""
-
-    voice: str | None = None
-    sampling: Mapping[str, float | int] = field(default_factory=dict)  # temperature, max_tokens
-    # Models with ModelFacts.system_prompt: the system prompt of the user turn it answers.
-    instructions: str | None = None
-    echo: object = None
-    # Where the client's event set each option, as SessionUpdate.param_paths.
-    param_paths: Mapping[str, str] = field(default_factory=dict, compare=False)
-
-    def as_update(self) -> SessionUpdate:
-        """The same options as a session update, to check them as session.update's are."""
-        return SessionUpdate(
-            self.voice,
-            sampling=self.sampling,
-            instructions=self.instructions,
-            param_paths=self.param_paths,
-        )
-
-    def over(self, options: SpeechOptions) -> SpeechOptions:
-        """`options` (the session's, as the response starts) with these laid over them."""
-        sampling = dict(self.sampling)
-        if "max_tokens" in sampling:  # a session's min_tokens never outgrows the budget
-            sampling["min_tokens"] = min(options.sampling.min_tokens, sampling["max_tokens"])
-        return dataclasses.replace(
-            options,
-            voice=self.voice if self.voice is not None else options.voice,
-            sampling=dataclasses.replace(options.sampling, **sampling),
-            instructions=(
-                self.instructions if self.instructions is not None else options.instructions
-            ),
-        )
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from gateway.protocol import (
     decode_text_frame,
     encode_event,
 )
+from gateway.response_overrides import ResponseOverrides
 
 
 def decode(obj) -> object:
@@ -171,10 +172,11 @@ def test_encode_events():
 
 
 def test_model_options_decode_as_given():
-    """Their names and values are the served model's to check (gateway/session_start.py)."""
+    """Their names and values are the served model's to check (gateway/session_start.py); a
+    text's are the options of the response it opens."""
     start = decode_text_frame('{"type": "session.start", "model_options": {"exaggeration": 0.7}}')
     assert start.model_options == {"exaggeration": 0.7}
     assert decode_text_frame('{"type": "session.start"}').model_options == {}
     text = decode_text_frame('{"type": "text", "text": "hi", "model_options": {"cfg_weight": 0}}')
-    assert text.model_options == {"cfg_weight": 0}
-    assert decode_text_frame('{"type": "text", "text": "hi"}').model_options is None
+    assert text.overrides == ResponseOverrides(model_options={"cfg_weight": 0})
+    assert decode_text_frame('{"type": "text", "text": "hi"}').overrides is None

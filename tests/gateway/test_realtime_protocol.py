@@ -524,7 +524,7 @@ def test_audio_without_a_transcript_has_an_empty_one_and_user_audio_a_null_one(d
     assert user["item"]["content"] == [{"type": "input_audio", "transcript": None}]
 
 
-# --- response.create's own options (gateway.realtime_inbound → gateway.wire.ResponseOverrides)
+# --- response.create's own options (gateway.realtime_inbound → ResponseOverrides)
 def _create(**response) -> str:
     return json.dumps({"type": "response.create", "event_id": "ev_r", "response": response})
 
@@ -532,7 +532,7 @@ def _create(**response) -> str:
 def test_response_options_ride_with_the_text_they_answer_and_apply_to_it_only():
     from gateway.protocol import TextInput
     from gateway.reply import SpeechOptions
-    from gateway.wire import ResponseOverrides
+    from gateway.response_overrides import ResponseOverrides
 
     wire = _wire()
     wire.decode_text(_item("One."))
@@ -599,7 +599,8 @@ def test_response_options_on_turns_already_in_the_conversation():
     """Held turns (AnswerTurns) take the options; not instructions, which go with a text
     turn; and the answer the server is already giving a committed turn takes none."""
     from gateway.protocol import TextInput
-    from gateway.wire import AnswerTurns, InputCommitted, ResponseOverrides
+    from gateway.response_overrides import ResponseOverrides
+    from gateway.wire import AnswerTurns, InputCommitted
 
     wire = _wire(accepts_audio=True, accepts_turns=True, system_prompt=True)
     (answer,) = wire.decode_text(_create(max_output_tokens=8, metadata={"k": "v"}))
