@@ -8,6 +8,7 @@ The replies to them are gateway.realtime_outbound's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,7 @@ from gateway.realtime_state import (
     PREFIX_PADDING_MS,
     SPECS,
     RealtimeState,
+    ResponseEcho,
     server_vad_view,
 )
 from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
@@ -183,7 +185,7 @@ def _first_asked(overrides: ResponseOverrides) -> str:
         "voice": overrides.voice,
         **overrides.sampling,
         "instructions": overrides.instructions,
-        "metadata": overrides.echo,
+        "metadata": overrides.echo.metadata if isinstance(overrides.echo, ResponseEcho) else None,
     }
     name = next(name for name, value in asked.items() if value is not None)
     return overrides.param_paths[name]
@@ -284,7 +286,10 @@ class RealtimeInbound:
         if self._pending:
             text_to_speak = " ".join(self._pending_text)
             self._taken, self._pending = self._pending, []
-            state.answering.update(item_id for item_id, _ in self._taken)
+            taken = tuple(item_id for item_id, _ in self._taken if item_id)
+            state.answering.update(taken)
+            echo = ResponseEcho(event.metadata, taken)  # delete refuses them until it is done
+            overrides = dataclasses.replace(overrides or ResponseOverrides(), echo=echo)
             return (TextInput(text_to_speak, final=True, overrides=overrides),)
         if answered:
             return ()  # the committed audio turn is already being answered
@@ -324,7 +329,8 @@ class RealtimeInbound:
         asks = event.voice, instructions, event.metadata
         if not sampling and all(value is None for value in asks):
             return None
-        return ResponseOverrides(event.voice, sampling, instructions, event.metadata, paths)
+        echo = ResponseEcho(event.metadata) if event.metadata is not None else None
+        return ResponseOverrides(event.voice, sampling, instructions, echo, paths)
 
     def _refuse_unanswerable(self, overrides: ResponseOverrides) -> None:
         """Options are refused where response.create starts no response they can apply to:

@@ -41,7 +41,7 @@ from gateway.realtime_events import (
     encode_user_audio_item,
 )
 from gateway.realtime_protocol import UNSET
-from gateway.realtime_state import FORMAT_OF, SERVER_VAD, RealtimeState
+from gateway.realtime_state import FORMAT_OF, SERVER_VAD, RealtimeState, ResponseEcho
 from gateway.wire import InputCleared, InputCommitted, SessionUpdated, Truncated, WireEvent
 
 _OUTCOMES = {
@@ -66,6 +66,7 @@ class RealtimeOutbound:
         self._calls: ResponseCalls | None = None  # the current response's, with tools
         # The current response's `metadata` (its response.create's; None: none).
         self._metadata: dict[str, str] | None = None
+        self._spoken_items: tuple[str, ...] = ()  # the text messages it speaks
         # The current response answers a committed audio turn (RealtimeState.audio_turn_answered).
         self._answering_turn = False
 
@@ -151,8 +152,9 @@ class RealtimeOutbound:
             self._calls = ResponseCalls(
                 dialect, self._current, parser, self._transcript, item_id, self._tools.opened
             )
-        # The echo is the metadata gateway.realtime_inbound put in the response's overrides.
-        self._metadata = event.echo if isinstance(event.echo, dict) else None
+        # What gateway.realtime_inbound put in the response's overrides.
+        echo = event.echo if isinstance(event.echo, ResponseEcho) else ResponseEcho()
+        self._metadata, self._spoken_items = echo.metadata, echo.items
         return encode_response_started(dialect, self._current, previous, self._metadata)
 
     def _response_done(self, event: ResponseDone) -> list[str]:
@@ -170,7 +172,7 @@ class RealtimeOutbound:
         if self._answering_turn:  # the answer is done: a response.create now asks anew
             self._state.audio_turn_answered = self._answering_turn = False
         self._state.last_reply_item = out.item_id
-        self._state.answering.clear()
+        self._state.answering.difference_update((out.item_id, *self._spoken_items))
         done = encode_response_done(self._state.dialect, out, outcome, items, self._metadata)
         return events + done
 

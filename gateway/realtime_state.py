@@ -24,6 +24,18 @@ SPECS: Mapping[RealtimeFormat, AudioSpec] = {
 }
 FORMAT_OF = {spec.format: fmt for fmt, spec in SPECS.items()}
 
+
+@dataclass(frozen=True)
+class ResponseEcho:
+    """What a response.create's response carries through the session and gets back in its
+    ResponseStarted (ResponseOverrides.echo): the client's `metadata` and the text messages
+    it speaks, which delete refuses until that response's own response.done (other
+    responses may be queued behind it)."""
+
+    metadata: dict | None = None
+    items: tuple[str, ...] = ()
+
+
 PREFIX_PADDING_MS = VadSettings().prefix_ms  # a turn's audio starts this long before the speech
 
 
@@ -98,6 +110,7 @@ class RealtimeState:
     output_format: RealtimeFormat = RealtimeFormat.PCM16
     event_id: str | None = None  # the client event being handled, for its errors
     items: ConversationItems = field(default_factory=ConversationItems)
-    # The items of the response being given: the text messages its response.create took and
-    # its output item, from response.create (or response.started) until response.done.
+    # The items of the responses asked for and not yet done: the text messages each
+    # response.create took and each response's output item, from response.create (or
+    # response.started) until that response's response.done.
     answering: set[str] = field(default_factory=set)

@@ -4,6 +4,7 @@ functions; the shapes are checked against the `openai` package's own pydantic ty
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 
 import pytest
@@ -315,6 +316,19 @@ def _wire(
     return RealtimeWire(dialect, facts, None, max_pending_chars=max_pending_chars)
 
 
+def _spoken(events) -> tuple:
+    """The texts of the responses `events` start, where they ask for no options of their own
+    (the echo, which carries the messages spoken, aside); anything else as it is."""
+    from gateway.protocol import TextInput
+    from gateway.response_overrides import ResponseOverrides
+
+    def plain(event) -> bool:
+        own = event.overrides
+        return own is None or dataclasses.replace(own, echo=None) == ResponseOverrides()
+
+    return tuple(e.text if isinstance(e, TextInput) and plain(e) else e for e in events)
+
+
 def _item(text: str, role: str = "user") -> str:
     content = [{"type": "input_text", "text": text}]
     return json.dumps({"type": "conversation.item.create",
@@ -322,7 +336,6 @@ def _item(text: str, role: str = "user") -> str:
 
 
 def test_items_are_spoken_by_the_next_response_create():
-    from gateway.protocol import TextInput
     from gateway.wire import Reply
 
     wire = _wire()
@@ -331,7 +344,7 @@ def test_items_are_spoken_by_the_next_response_create():
     assert json.loads(reply.text)["type"] == "conversation.item.created"
     wire.decode_text(_item("Be brief.", role="system"))  # acknowledged, not spoken
     wire.decode_text(_item("Two."))
-    assert wire.decode_text('{"type": "response.create"}') == (TextInput("One. Two."),)
+    assert _spoken(wire.decode_text('{"type": "response.create"}')) == ("One. Two.",)
     with pytest.raises(ProtocolError):  # nothing new to speak
         wire.decode_text('{"type": "response.create"}')
 
@@ -531,17 +544,19 @@ def _create(**response) -> str:
 
 def test_response_options_ride_with_the_text_they_answer_and_apply_to_it_only():
     from gateway.protocol import TextInput
+    from gateway.realtime_state import ResponseEcho
     from gateway.reply import SpeechOptions
     from gateway.response_overrides import ResponseOverrides
 
     wire = _wire()
-    wire.decode_text(_item("One."))
+    one = json.loads(wire.decode_text(_item("One."))[0].text)["item"]["id"]
     ga = {"voice": "leo", "format": {"type": "audio/pcm"}}  # the session's format: a no-op
     (text,) = wire.decode_text(
         _create(audio={"output": ga}, max_output_tokens=20, metadata={"k": "v"}, instructions="")
     )
     assert isinstance(text, TextInput) and text.text == "One."
-    assert text.overrides == ResponseOverrides("leo", {"max_tokens": 20}, None, {"k": "v"})
+    echo = ResponseEcho({"k": "v"}, (one,))  # metadata, and the message it speaks
+    assert text.overrides == ResponseOverrides("leo", {"max_tokens": 20}, None, echo)
     assert text.overrides.param_paths["voice"] == "response.audio.output.voice"
     session = SpeechOptions(voice="tara", instructions="Be kind.")
     own = text.overrides.over(session)
@@ -552,7 +567,7 @@ def test_response_options_ride_with_the_text_they_answer_and_apply_to_it_only():
     (text,) = wire.decode_text(_create(max_response_output_tokens="inf", temperature=0.2))
     assert text.overrides.sampling == {"max_tokens": 1200, "temperature": 0.2}
     wire.decode_text(_item("Three."))
-    assert wire.decode_text(_create(metadata=None, conversation="auto")) == (TextInput("Three."),)
+    assert _spoken(wire.decode_text(_create(metadata=None, conversation="auto"))) == ("Three.",)
     # A session's min_tokens is capped at a smaller budget rather than refusing to start.
     capped = ResponseOverrides(sampling={"max_tokens": 5}).over(
         SpeechOptions(sampling=SamplingParams(min_tokens=10))
@@ -571,7 +586,6 @@ def test_response_options_ride_with_the_text_they_answer_and_apply_to_it_only():
     ],
 )
 def test_response_options_unlike_the_sessions_are_refused_and_the_text_waits(response, param):
-    from gateway.protocol import TextInput
 
     wire = _wire()
     wire.decode_text(_item("One."))
@@ -579,32 +593,32 @@ def test_response_options_unlike_the_sessions_are_refused_and_the_text_waits(res
         wire.decode_text(_create(**response))
     assert err.value.code == ErrorCode.BAD_FIELD and err.value.param == param
     assert "not applied" in err.value.message
-    assert wire.decode_text('{"type": "response.create"}') == (TextInput("One."),)
+    assert _spoken(wire.decode_text('{"type": "response.create"}')) == ("One.",)
 
 
 def test_a_response_the_session_refuses_leaves_its_text_for_the_next_response_create():
     """The voice and sampling ranges are the session's to check (its key's voices): when it
     refuses them, the text response.create took waits for the next one."""
-    from gateway.protocol import TextInput
 
     wire = _wire()
     wire.decode_text(_item("One."))
     (refused,) = wire.decode_text(_create(voice="alloy"))
     wire.refused(refused)
     wire.decode_text(_item("Two."))
-    assert wire.decode_text('{"type": "response.create"}') == (TextInput("One. Two."),)
+    assert _spoken(wire.decode_text('{"type": "response.create"}')) == ("One. Two.",)
 
 
 def test_response_options_on_turns_already_in_the_conversation():
     """Held turns (AnswerTurns) take the options; not instructions, which go with a text
     turn; and the answer the server is already giving a committed turn takes none."""
     from gateway.protocol import TextInput
+    from gateway.realtime_state import ResponseEcho
     from gateway.response_overrides import ResponseOverrides
     from gateway.wire import AnswerTurns, InputCommitted
 
     wire = _wire(accepts_audio=True, accepts_turns=True, system_prompt=True)
     (answer,) = wire.decode_text(_create(max_output_tokens=8, metadata={"k": "v"}))
-    options = ResponseOverrides(sampling={"max_tokens": 8}, echo={"k": "v"})
+    options = ResponseOverrides(sampling={"max_tokens": 8}, echo=ResponseEcho({"k": "v"}))
     assert answer == AnswerTurns(options, event_id="ev_r")  # the asking event, for its error
     for instructions in ("Be brief.", ""):  # "": the model's default, for this response
         with pytest.raises(ProtocolError) as err:
@@ -633,11 +647,12 @@ def test_a_full_duplex_model_refuses_response_options():
 @pytest.mark.parametrize("dialect", [Dialect.GA, Dialect.BETA])
 def test_metadata_is_echoed_in_its_responses_created_and_done(dialect):
     from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus, encode_event
+    from gateway.realtime_state import ResponseEcho
 
     wire = _wire(dialect=dialect)
     types = openai_types if dialect is Dialect.GA else beta_types
     seen = []
-    for echo in ({"k": "v"}, None):
+    for echo in (ResponseEcho({"k": "v"}), None):
         started = wire.encode_event(ResponseStarted("resp_1", echo))
         done = wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
         created = types.ResponseCreatedEvent.model_validate_json(started[0].text)
@@ -673,7 +688,7 @@ def test_retrieve_and_delete_decode_with_their_item_id():
 
 @pytest.mark.parametrize("dialect", [Dialect.GA, Dialect.BETA])
 def test_retrieve_shows_an_item_and_delete_drops_a_waiting_message(dialect):
-    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus, TextInput
+    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus
 
     wire = _wire(dialect=dialect)
     server = openai_types if dialect is Dialect.GA else beta_types
@@ -688,7 +703,7 @@ def test_retrieve_shows_an_item_and_delete_drops_a_waiting_message(dialect):
     err = _refused(wire, _ref("retrieve", first))  # forgotten
     assert (err.code, err.param) == (ErrorCode.BAD_FIELD, "item_id")
     assert first in err.message and "from their creation on" in err.message
-    assert wire.decode_text('{"type": "response.create"}') == (TextInput("Two."),)
+    assert _spoken(wire.decode_text('{"type": "response.create"}')) == ("Two.",)
     # The response's item is remembered as shown, and cannot be deleted while it plays.
     started = wire.encode_event(ResponseStarted("resp_1"))
     reply = json.loads(started[1].text)["item"]["id"]
@@ -699,6 +714,25 @@ def test_retrieve_shows_an_item_and_delete_drops_a_waiting_message(dialect):
     assert json.loads(got.text)["item"]["status"] == "completed"
     assert wire.decode_text(_ref("delete", reply))  # spoken: simply forgotten
     assert "response.create" not in _refused(wire, _ref("delete", reply)).message
+
+
+def test_delete_refuses_a_queued_responses_messages_until_its_own_response_done():
+    """Responses queue: the first one's response.done frees only its own items."""
+    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus
+
+    wire = _wire()
+    ids, asked = [], []
+    for text in ("One.", "Two."):
+        ids.append(json.loads(wire.decode_text(_item(text))[0].text)["item"]["id"])
+        (created,) = wire.decode_text(_create(metadata={"n": text}))
+        asked.append(created.overrides.echo)
+    assert [echo.items for echo in asked] == [(ids[0],), (ids[1],)]
+    for n, echo in enumerate(asked):
+        wire.encode_event(ResponseStarted(f"resp_{n}", echo))
+        wire.encode_event(ResponseDone(f"resp_{n}", ResponseStatus.COMPLETED, 0, None))
+        if n == 0:
+            assert "response.cancel" in _refused(wire, _ref("delete", ids[1])).message
+    assert all(wire.decode_text(_ref("delete", item_id)) for item_id in ids)
 
 
 def test_remembered_items_are_bounded_oldest_first():
@@ -718,14 +752,15 @@ def test_remembered_items_are_bounded_oldest_first():
 def test_a_turn_model_deletes_only_messages_waiting_for_response_create():
     """Its history is the model's own turns, which the server does not edit; full-duplex
     models refuse delete outright."""
-    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus, TextInput
+    from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus
 
     wire = _wire(accepts_audio=True, accepts_turns=True)
     waiting = json.loads(wire.decode_text(_item("Skip this."))[0].text)["item"]["id"]
     assert wire.decode_text(_ref("delete", waiting))
     kept = json.loads(wire.decode_text(_item("Hi."))[0].text)["item"]["id"]
-    assert wire.decode_text('{"type": "response.create"}') == (TextInput("Hi."),)
-    wire.encode_event(ResponseStarted("resp_1"))
+    (created,) = wire.decode_text('{"type": "response.create"}')
+    assert _spoken([created]) == ("Hi.",)
+    wire.encode_event(ResponseStarted("resp_1", created.overrides.echo))
     wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
     err = _refused(wire, _ref("delete", kept))
     assert err.param == "item_id" and "new session" in err.message
