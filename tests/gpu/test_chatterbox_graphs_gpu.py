@@ -29,20 +29,8 @@ def folder(tmp_path_factory):
     return ensure_tiny_chatterbox(tmp_path_factory.mktemp("chatterbox"))
 
 
-@pytest.fixture
-def strict_fp32():
-    """Float32 convolutions and matmuls in IEEE float32, not TF32 (cuDNN's default): with TF32
-    the captured shapes may pick other kernels than the eager ones and differ by TF32's
-    rounding (~1e-3 of the signal), which would hide a real difference in what is replayed."""
-    conv, matmul = torch.backends.cudnn.conv, torch.backends.cuda.matmul
-    saved = conv.fp32_precision, matmul.fp32_precision
-    conv.fp32_precision = matmul.fp32_precision = "ieee"
-    yield
-    conv.fp32_precision, matmul.fp32_precision = saved
-
-
 @pytest.mark.parametrize("compiled", [False, True])
-def test_graphed_s3gen_streams_as_eager_on_the_gpu(folder, compiled, strict_fp32):
+def test_graphed_s3gen_streams_as_eager_on_the_gpu(folder, compiled, ieee_float32):
     eager = ChatterboxModel(load_chatterbox(folder, "cuda"))
     graphed = ChatterboxModel(load_chatterbox(folder, "cuda"))
     graphed.enable_cuda_graphs(CallableGraphs(CUDA, paced=True, compiled=compiled))
@@ -53,7 +41,7 @@ def test_graphed_s3gen_streams_as_eager_on_the_gpu(folder, compiled, strict_fp32
     assert not graphed.streamer.detok.eager_calls
     for a, b in zip(want, got, strict=True):
         assert len(a) == len(b)
-        # IEEE float32 on both sides (strict_fp32); the captured shapes may still pick other
+        # IEEE float32 on both sides (ieee_float32); the captured shapes may still pick other
         # kernels, so a tolerance on the signal's scale, not bit-exact.
         np.testing.assert_allclose(b, a, atol=1e-4 * max(1.0, float(np.abs(a).max())))
 

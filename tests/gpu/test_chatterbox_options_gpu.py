@@ -15,8 +15,10 @@ from engine.core import EngineCore
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.chatterbox.checkpoint import load_chatterbox
+from models.chatterbox.family import FAMILY
 from models.chatterbox.model import ChatterboxModel
 from models.chatterbox.presets import ensure_tiny_chatterbox
+from models.registry import with_request_options
 
 pytestmark = pytest.mark.gpu
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
@@ -30,7 +32,10 @@ def folder(tmp_path_factory):
 
 
 def model_on(folder, device) -> ChatterboxModel:
-    return ChatterboxModel(load_chatterbox(folder, device, torch.float32))
+    """The model as the registry serves it: announcing its family's request options."""
+    return with_request_options(
+        ChatterboxModel(load_chatterbox(folder, device, torch.float32)), FAMILY
+    )
 
 
 def test_option_dependent_parts_equal_the_cpu(folder):

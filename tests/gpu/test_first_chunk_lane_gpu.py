@@ -79,7 +79,7 @@ def run_staggered(core: EngineCore, lengths: list[int], every: int = 6):
 
 
 @pytest.mark.parametrize("urgent", [False, True])
-def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urgent):
+def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urgent, ieee_float32):
     """urgent: every playing request's ready chunk counts as about to be late, so the lane
     takes chunks of streams the steady job began (and hands them back) whenever it is free."""
     folder = tmp_path / "model"
@@ -129,4 +129,7 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urge
         assert sum(len(t) for t, _ in mine) == len(r.output_ids)
         state = model.stream_state_for(r.extras)
         expected = np.concatenate([eager.detokenize([state], [t], [fin])[0] for t, fin in mine])
-        np.testing.assert_allclose(np.concatenate(audio[r.request_id]), expected, atol=1e-4)
+        # IEEE float32 on both sides (ieee_float32); graphs captured at padded batch sizes may
+        # still pick other kernels than the eager decode, so a tolerance on the signal's scale.
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(np.concatenate(audio[r.request_id]), expected, atol=1e-4 * scale)
