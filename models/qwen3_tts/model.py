@@ -42,6 +42,16 @@ from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 MAX_TEXT_CHARS = 4000
 FIRST_CHUNK_FRAMES = 2  # 160 ms of audio before the first chunk decodes
 CHUNK_FRAMES = 4
+# The engine's first-audio margin (ModelFacts.first_audio_margin): a first chunk holds 2x the
+# next chunk's wait, not the engine's 3x. A frame is 80 ms of audio and on an H100 a stream
+# made one every ~20 ms at 10 req/s, so the next 4-frame chunk comes ~100 ms after the first:
+# with 3x the first chunks waited 48 ms at the median for 4-5 frames (first audio 116 ms at
+# the median), and at 20 req/s for 8 (held 200 ms; p90 TTFA 590 ms failed). Replayed on those
+# runs' request traces (each token and codec job at its measured time,
+# bench/results/2026-12-06-nvidia-h100-qwen3-tts-1.7b-s50-*), first chunks of 3 frames at
+# 10 req/s and 4 at 20 left no stream short of audio, 2 frames did at 20 req/s; 2x gives 3 and
+# ~5 there. Not yet A/B'd served (BENCHMARKS.md's plan).
+FIRST_AUDIO_MARGIN = 2.0
 MIN_FRAMES = 2  # the shortest utterance the published generate makes
 # A cloned voice's clip is in every prompt of that voice and decoded before its audio.
 MAX_CLIP_SECONDS = 30
@@ -111,6 +121,7 @@ class Qwen3TtsModel(SpeechModel):
             stop_token_ids=(),  # a stop is a frame whose codebook 0 is the end code (is_stop)
             first_chunk_tokens=FIRST_CHUNK_FRAMES,
             chunk_tokens=CHUNK_FRAMES,
+            first_audio_margin=FIRST_AUDIO_MARGIN,
             voices=speakers,
             default_voice=speakers[0] if speakers else None,
             max_context=talker.args.max_positions,
