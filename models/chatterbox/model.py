@@ -438,6 +438,12 @@ class ChatterboxModel(SpeechModel):
         ids = torch.arange(self.ids.speech_base, self.ids.speech_base + k, device=logits.device)
         return Candidates(logits, ids.expand(n, k))
 
+    def prompt_graphs_sample_eagerly(self) -> bool:
+        """T3's guided forward over a prompt is its decode forward over more rows (embed:
+        gathers and selects from the fixed voice table, no host reads): prompts replay from
+        the prompt graphs, and the CFG mix with each request's options samples after them."""
+        return True
+
     def depth_stage(self, hidden: torch.Tensor, first_tokens: torch.Tensor, sample) -> torch.Tensor:
         """No depth transformer: column 1 (the speech position) is written by follow_row."""
         return torch.stack([first_tokens, torch.zeros_like(first_tokens)], dim=1)

@@ -143,3 +143,39 @@ def test_t3_with_the_fused_kernels_equals_the_plain_guided_forward(eager):
             hidden.append(eager.forward(ids, positions, attn))
     assert hidden[0].shape == (t, 2 * a.hidden_size)
     torch.testing.assert_close(hidden[1], hidden[0], atol=1e-5, rtol=1e-5)
+
+
+def test_arrivals_from_the_prompt_graphs_change_nothing(folder):
+    """T3's prompts replay from the prompt graphs (their CFG rows side by side, each request's
+    exaggeration in its emotion row) beside decodes, the CFG mix with each request's options
+    sampled after them: the same tokens and audio as eager forwards."""
+    from engine.config import EngineConfig
+    from engine.outputs import SpeechRequest
+    from engine.request import SamplingParams
+    from models.chatterbox.family import FAMILY
+    from models.registry import with_request_options
+    from tests.cpu_graphs import with_cpu_row_graphs
+    from tests.models.engine_run import eager_and_graphed_runs
+
+    model = with_request_options(ChatterboxModel(load_chatterbox(folder)), FAMILY)
+    assert model.prompt_graphs_sample_eagerly()
+    texts = ["Hello there.", "A longer sentence to say now.", "Third!", "And a fourth."]
+    options = [{"exaggeration": 1.7, "cfg_weight": 0.0}, {"exaggeration": 0.2}, {}, {}]
+    specs = [
+        SpeechRequest(
+            text,
+            sampling=SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n)
+            if i % 2
+            else SamplingParams(temperature=0.8, top_p=0.95, seed=i, max_tokens=n, min_tokens=n),
+            model_options=o,
+        )
+        for i, (text, o, n) in enumerate(zip(texts, options, [30, 26, 28, 24], strict=True))
+    ]
+    config = EngineConfig(max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=128)
+    eager, from_graphs, graphed = eager_and_graphed_runs(
+        model, specs, config, lambda w: with_cpu_row_graphs(w, prompt_buckets=(16, 32, 64, 128))
+    )
+    assert len(graphed) >= 2 and max(graphed) > 1  # arrivals beside decodes, from graphs
+    assert [tokens for tokens, _ in from_graphs] == [tokens for tokens, _ in eager]
+    for (_, pcm), (_, g_pcm) in zip(eager, from_graphs, strict=True):
+        np.testing.assert_allclose(g_pcm, pcm, atol=1e-4)
