@@ -32,6 +32,18 @@ class SessionView:
 
 
 @dataclass(frozen=True)
+class ResponseView:
+    """What a response resource shows of the options it runs with: the session's, or those its
+    response.create gave it (`response.created` / `response.done`)."""
+
+    voice: str | None = None
+    output_format: RealtimeFormat = RealtimeFormat.PCM16
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    metadata: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class OutputItem:
     """The one assistant message a response produces, with its audio content part."""
 
@@ -191,9 +203,9 @@ def _response(
     status: str,
     output: list,
     details: dict | None = None,
-    metadata: dict[str, str] | None = None,
+    view: ResponseView = ResponseView(),
 ) -> dict:
-    """The response resource; `metadata`: the client's, from its response.create."""
+    """The response resource, with the options it runs with (`view`)."""
     body = {
         "id": out.response_id,
         "object": "realtime.response",
@@ -201,12 +213,18 @@ def _response(
         "status_details": details,
         "output": output,
         "usage": None,
-        "metadata": metadata,
+        "metadata": view.metadata,
+        "max_output_tokens": view.max_output_tokens,
     }
     if dialect is Dialect.BETA:
         body["modalities"] = ["audio"]
+        body["voice"] = view.voice
+        body["output_audio_format"] = view.output_format.value
+        body["temperature"] = view.temperature
     else:
         body["output_modalities"] = ["audio"]
+        output_audio = {"format": _format(dialect, view.output_format), "voice": view.voice}
+        body["audio"] = {"output": output_audio}
     return body
 
 
@@ -214,12 +232,12 @@ def encode_response_started(
     dialect: Dialect,
     out: OutputItem,
     previous_item_id: str | None,
-    metadata: dict[str, str] | None = None,
+    view: ResponseView = ResponseView(),
 ) -> list[str]:
     item = _item(dialect, out, "in_progress", "")  # in progress: no content yet
     ids = {"response_id": out.response_id, "output_index": out.output_index}
     part_ids = {**ids, "item_id": out.item_id, "content_index": out.content_index}
-    created = _response(dialect, out, "in_progress", [], metadata=metadata)
+    created = _response(dialect, out, "in_progress", [], view=view)
     return [
         _event("response.created", response=created),
         _event("response.output_item.added", item=item, **ids),
@@ -347,12 +365,12 @@ def encode_response_done(
     out: OutputItem,
     outcome: ResponseOutcome,
     calls: list[dict[str, Any]] | None = None,
-    metadata: dict[str, str] | None = None,
+    view: ResponseView = ResponseView(),
 ) -> list[str]:
     """The reply's audio and transcript done (the transcript's `done` whether or not any
     delta came, as OpenAI sends it for every audio part), its message item done, then
     `response.done` listing it and the response's `function_call` items (`calls`, as
-    call_item made them), in output order, with the response.create's `metadata`."""
+    call_item made them), in output order, with the options it ran with (`view`)."""
     audio, transcript = _names(dialect)
     item_status = "completed" if outcome.status == "completed" else "incomplete"
     item = _item(dialect, out, item_status, outcome.transcript)
@@ -376,9 +394,7 @@ def encode_response_done(
         ),
         _event(
             "response.done",
-            response=_response(
-                dialect, out, outcome.status, [item, *(calls or ())], details, metadata
-            ),
+            response=_response(dialect, out, outcome.status, [item, *(calls or ())], details, view),
         ),
     ]
     return events

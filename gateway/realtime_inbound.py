@@ -288,8 +288,10 @@ class RealtimeInbound:
             self._taken, self._pending = self._pending, []
             taken = tuple(item_id for item_id, _ in self._taken if item_id)
             state.answering.update(taken)
-            echo = ResponseEcho(event.metadata, taken)  # delete refuses them until it is done
-            overrides = dataclasses.replace(overrides or ResponseOverrides(), echo=echo)
+            own = overrides or ResponseOverrides()
+            asked = own.echo if isinstance(own.echo, ResponseEcho) else ResponseEcho()
+            echo = dataclasses.replace(asked, items=taken)  # delete refuses them until done
+            overrides = dataclasses.replace(own, echo=echo)
             return (TextInput(text_to_speak, final=True, overrides=overrides),)
         if answered:
             return ()  # the committed audio turn is already being answered
@@ -329,7 +331,12 @@ class RealtimeInbound:
         asks = event.voice, instructions, event.metadata
         if not sampling and all(value is None for value in asks):
             return None
-        echo = ResponseEcho(event.metadata) if event.metadata is not None else None
+        echo = ResponseEcho(
+            event.metadata,
+            voice=event.voice,
+            temperature=sampling.get("temperature"),
+            max_output_tokens=sampling.get("max_tokens"),
+        )
         return ResponseOverrides(event.voice, sampling, instructions, echo, paths)
 
     def _refuse_unanswerable(self, overrides: ResponseOverrides) -> None:

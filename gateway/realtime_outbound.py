@@ -29,6 +29,7 @@ from gateway.realtime_calls import ResponseCalls, tool_resource
 from gateway.realtime_events import (
     OutputItem,
     ResponseOutcome,
+    ResponseView,
     SessionView,
     encode_audio_delta,
     encode_error,
@@ -65,7 +66,7 @@ class RealtimeOutbound:
         self._input_item: str | None = None  # the user audio item being spoken
         self._calls: ResponseCalls | None = None  # the current response's, with tools
         # The current response's `metadata` (its response.create's; None: none).
-        self._metadata: dict[str, str] | None = None
+        self._response_view = ResponseView()  # the current response's options, as shown
         self._spoken_items: tuple[str, ...] = ()  # the text messages it speaks
         # The current response answers a committed audio turn (RealtimeState.audio_turn_answered).
         self._answering_turn = False
@@ -154,8 +155,25 @@ class RealtimeOutbound:
             )
         # What gateway.realtime_inbound put in the response's overrides.
         echo = event.echo if isinstance(event.echo, ResponseEcho) else ResponseEcho()
-        self._metadata, self._spoken_items = echo.metadata, echo.items
-        return encode_response_started(dialect, self._current, previous, self._metadata)
+        self._spoken_items = echo.items
+        self._response_view = self._response_view_of(echo)
+        return encode_response_started(dialect, self._current, previous, self._response_view)
+
+    def _response_view_of(self, echo: ResponseEcho) -> ResponseView:
+        """The options the response runs with: its own where its response.create set them,
+        else the session's as session.created / session.updated last showed them."""
+        session = self._view
+
+        def own(asked, shown):
+            return asked if asked is not None or session is None else shown(session)
+
+        return ResponseView(
+            voice=own(echo.voice, lambda v: v.voice),
+            output_format=self._state.output_format,
+            temperature=own(echo.temperature, lambda v: v.temperature),
+            max_output_tokens=own(echo.max_output_tokens, lambda v: v.max_output_tokens),
+            metadata=echo.metadata,
+        )
 
     def _response_done(self, event: ResponseDone) -> list[str]:
         events, items = [], []
@@ -173,7 +191,7 @@ class RealtimeOutbound:
             self._state.audio_turn_answered = self._answering_turn = False
         self._state.last_reply_item = out.item_id
         self._state.answering.difference_update((out.item_id, *self._spoken_items))
-        done = encode_response_done(self._state.dialect, out, outcome, items, self._metadata)
+        done = encode_response_done(self._state.dialect, out, outcome, items, self._response_view)
         return events + done
 
     def _started_view(self, event: SessionStarted) -> SessionView:

@@ -555,7 +555,7 @@ def test_response_options_ride_with_the_text_they_answer_and_apply_to_it_only():
         _create(audio={"output": ga}, max_output_tokens=20, metadata={"k": "v"}, instructions="")
     )
     assert isinstance(text, TextInput) and text.text == "One."
-    echo = ResponseEcho({"k": "v"}, (one,))  # metadata, and the message it speaks
+    echo = ResponseEcho({"k": "v"}, (one,), "leo", None, 20)  # metadata, message, own options
     assert text.overrides == ResponseOverrides("leo", {"max_tokens": 20}, None, echo)
     assert text.overrides.param_paths["voice"] == "response.audio.output.voice"
     session = SpeechOptions(voice="tara", instructions="Be kind.")
@@ -618,7 +618,9 @@ def test_response_options_on_turns_already_in_the_conversation():
 
     wire = _wire(accepts_audio=True, accepts_turns=True, system_prompt=True)
     (answer,) = wire.decode_text(_create(max_output_tokens=8, metadata={"k": "v"}))
-    options = ResponseOverrides(sampling={"max_tokens": 8}, echo=ResponseEcho({"k": "v"}))
+    options = ResponseOverrides(
+        sampling={"max_tokens": 8}, echo=ResponseEcho({"k": "v"}, max_output_tokens=8)
+    )
     assert answer == AnswerTurns(options, event_id="ev_r")  # the asking event, for its error
     for instructions in ("Be brief.", ""):  # "": the model's default, for this response
         with pytest.raises(ProtocolError) as err:
@@ -635,6 +637,44 @@ def test_response_options_on_turns_already_in_the_conversation():
         wire.decode_text(_create(voice="tara", metadata={"k": "v"}))
     assert err.value.param == "response.voice" and "create_response" in err.value.message
     assert wire.decode_text(_create(metadata=None)) == ()
+
+
+@pytest.mark.parametrize("dialect", [Dialect.GA, Dialect.BETA])
+def test_a_responses_resource_shows_its_own_options_else_the_sessions(dialect):
+    from gateway.config import GatewaySettings
+    from gateway.protocol import (
+        ResponseDone,
+        ResponseStarted,
+        ResponseStatus,
+        SessionStarted,
+    )
+    from gateway.realtime_state import SPECS
+
+    wire = _wire(dialect=dialect)
+    types = openai_types if dialect is Dialect.GA else beta_types
+    limits = GatewaySettings().limits()
+    pcm = SPECS[RealtimeFormat.PCM16]
+    (created,) = wire.encode_event(SessionStarted("s1", "tts", None, pcm, limits))
+    session = json.loads(created.text)["session"]  # the model's defaults, shown at the start
+    wire.decode_text(_item("One."))
+    (own,) = wire.decode_text(_create(voice="leo", temperature=0.0, max_output_tokens=20))
+    shown = []
+    for echo in (own.overrides.echo, None):  # its own options; a server VAD answer's none
+        started = wire.encode_event(ResponseStarted("resp_1", echo))
+        done = wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
+        for event in (started[0], done[-1]):
+            parsed = types.ResponseCreatedEvent if event is started[0] else types.ResponseDoneEvent
+            response = parsed.model_validate_json(event.text).response
+            if dialect is Dialect.GA:
+                shown.append((response.audio.output.voice, response.max_output_tokens))
+            else:
+                shown.append((response.voice, response.max_output_tokens, response.temperature))
+    if dialect is Dialect.GA:
+        assert shown == [("leo", 20)] * 2 + [("tara", session["max_output_tokens"])] * 2
+    else:
+        theirs = ("tara", session["max_response_output_tokens"], session["temperature"])
+        assert shown == [("leo", 20, 0.0)] * 2 + [theirs] * 2
+    assert session["max_output_tokens" if dialect is Dialect.GA else "temperature"] not in (20, 0.0)
 
 
 def test_a_full_duplex_model_refuses_response_options():
