@@ -80,3 +80,21 @@ def eager_and_graphed_runs(
         requests, audio, _, _ = run(core, copy.deepcopy(specs))
         results.append([(r.output_ids, np.concatenate(audio[r.request_id])) for r in requests])
     return results[0], results[1], graphed
+
+
+def assert_row_prompt_graphs_change_nothing(
+    model, specs: list[SpeechRequest], config: EngineConfig
+) -> None:
+    """A row model's arrivals replayed from the prompt graphs as the CPU runs them
+    (tests/cpu_graphs.with_cpu_row_graphs), some beside decodes, give the eager forwards'
+    tokens and audio. The codec groups streams into batches as the steps ended, which moves
+    samples by float32 rounding only."""
+    from tests.cpu_graphs import with_cpu_row_graphs
+
+    eager, from_graphs, graphed = eager_and_graphed_runs(
+        model, specs, config, lambda w: with_cpu_row_graphs(w, prompt_buckets=(16, 32, 64, 128))
+    )
+    assert len(graphed) >= 2 and max(graphed) > 1  # arrivals beside decodes, from graphs
+    assert [tokens for tokens, _ in from_graphs] == [tokens for tokens, _ in eager]
+    for (_, pcm), (_, g_pcm) in zip(eager, from_graphs, strict=True):
+        np.testing.assert_allclose(g_pcm, pcm, atol=1e-4)

@@ -154,8 +154,7 @@ def test_arrivals_from_the_prompt_graphs_change_nothing(folder):
     from engine.request import SamplingParams
     from models.chatterbox.family import FAMILY
     from models.registry import with_request_options
-    from tests.cpu_graphs import with_cpu_row_graphs
-    from tests.models.engine_run import eager_and_graphed_runs
+    from tests.models.engine_run import assert_row_prompt_graphs_change_nothing
 
     model = with_request_options(ChatterboxModel(load_chatterbox(folder)), FAMILY)
     assert model.prompt_graphs_sample_eagerly()
@@ -172,10 +171,4 @@ def test_arrivals_from_the_prompt_graphs_change_nothing(folder):
         for i, (text, o, n) in enumerate(zip(texts, options, [30, 26, 28, 24], strict=True))
     ]
     config = EngineConfig(max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=128)
-    eager, from_graphs, graphed = eager_and_graphed_runs(
-        model, specs, config, lambda w: with_cpu_row_graphs(w, prompt_buckets=(16, 32, 64, 128))
-    )
-    assert len(graphed) >= 2 and max(graphed) > 1  # arrivals beside decodes, from graphs
-    assert [tokens for tokens, _ in from_graphs] == [tokens for tokens, _ in eager]
-    for (_, pcm), (_, g_pcm) in zip(eager, from_graphs, strict=True):
-        np.testing.assert_allclose(g_pcm, pcm, atol=1e-4)
+    assert_row_prompt_graphs_change_nothing(model, specs, config)

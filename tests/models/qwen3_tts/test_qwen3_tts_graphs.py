@@ -4,13 +4,10 @@ sampled after them (Worker._launch_graphed), with the tokens and audio of eager 
 
 from __future__ import annotations
 
-import numpy as np
-
 from engine.config import EngineConfig
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
-from tests.cpu_graphs import with_cpu_row_graphs
-from tests.models.engine_run import eager_and_graphed_runs
+from tests.models.engine_run import assert_row_prompt_graphs_change_nothing
 
 TEXTS = [
     "Hello there.",
@@ -39,12 +36,4 @@ def test_arrivals_from_the_prompt_graphs_change_nothing(model):
         for i, (text, n) in enumerate(zip(TEXTS, [9, 6, 8, 5], strict=True))
     ]
     config = EngineConfig(max_num_seqs=4, max_batch_tokens=512, num_kv_blocks=64)
-    eager, from_graphs, graphed = eager_and_graphed_runs(
-        model, specs, config, lambda w: with_cpu_row_graphs(w, prompt_buckets=(16, 32, 64, 128))
-    )
-    assert len(graphed) >= 2 and max(graphed) > 1  # arrivals beside decodes, from graphs
-    assert [tokens for tokens, _ in from_graphs] == [tokens for tokens, _ in eager]
-    for (_, pcm), (_, g_pcm) in zip(eager, from_graphs, strict=True):
-        # The same rows; the codec groups streams into batches as the steps ended, which
-        # moves samples by float32 rounding only.
-        np.testing.assert_allclose(g_pcm, pcm, atol=1e-4)
+    assert_row_prompt_graphs_change_nothing(model, specs, config)
