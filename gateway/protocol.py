@@ -236,7 +236,11 @@ class ResponseStarted:
     # ResponseOverrides.echo of the input that started the response: the adapter's own data
     # (OpenAI's `metadata`); the native protocol has no such field.
     echo: object = None
-    ADAPTER_ONLY: ClassVar[tuple[str, ...]] = ("echo",)
+    # The options the reply runs with (gateway.reply.SpeechOptions: the session's, with the
+    # response's own over them; None where it has no such options), for adapters that show
+    # them (OpenAI's response resource); the native protocol does not send them.
+    options: object = None
+    ADAPTER_ONLY: ClassVar[tuple[str, ...]] = ("echo", "options")
 
 
 @dataclass(frozen=True)

@@ -331,13 +331,9 @@ class RealtimeInbound:
         asks = event.voice, instructions, event.metadata
         if not sampling and all(value is None for value in asks):
             return None
-        echo = ResponseEcho(
-            event.metadata,
-            voice=event.voice,
-            temperature=sampling.get("temperature"),
-            max_output_tokens=sampling.get("max_tokens"),
+        return ResponseOverrides(
+            event.voice, sampling, instructions, ResponseEcho(event.metadata), paths
         )
-        return ResponseOverrides(event.voice, sampling, instructions, echo, paths)
 
     def _refuse_unanswerable(self, overrides: ResponseOverrides) -> None:
         """Options are refused where response.create starts no response they can apply to:

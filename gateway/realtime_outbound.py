@@ -43,6 +43,7 @@ from gateway.realtime_events import (
 )
 from gateway.realtime_protocol import UNSET
 from gateway.realtime_state import FORMAT_OF, SERVER_VAD, RealtimeState, ResponseEcho
+from gateway.reply import SpeechOptions
 from gateway.wire import InputCleared, InputCommitted, SessionUpdated, Truncated, WireEvent
 
 _OUTCOMES = {
@@ -156,23 +157,30 @@ class RealtimeOutbound:
         # What gateway.realtime_inbound put in the response's overrides.
         echo = event.echo if isinstance(event.echo, ResponseEcho) else ResponseEcho()
         self._spoken_items = echo.items
-        self._response_view = self._response_view_of(echo)
+        self._response_view = self._response_view_of(event.options, echo.metadata)
         return encode_response_started(dialect, self._current, previous, self._response_view)
 
-    def _response_view_of(self, echo: ResponseEcho) -> ResponseView:
-        """The options the response runs with: its own where its response.create set them,
-        else the session's as session.created / session.updated last showed them."""
+    def _response_view_of(self, options: object, metadata: dict | None) -> ResponseView:
+        """The options the response runs with, as its ResponseStarted says (the session's
+        with its response.create's over them); a reply without options of its own (a
+        full-duplex model's) shows the session's, as session.created / .updated did."""
+        view = ResponseView(output_format=self._state.output_format, metadata=metadata)
+        if isinstance(options, SpeechOptions):
+            sampling = options.sampling
+            return replace(
+                view,
+                voice=options.voice,
+                temperature=sampling.temperature,
+                max_output_tokens=sampling.max_tokens,
+            )
+        if self._view is None:
+            return view
         session = self._view
-
-        def own(asked, shown):
-            return asked if asked is not None or session is None else shown(session)
-
-        return ResponseView(
-            voice=own(echo.voice, lambda v: v.voice),
-            output_format=self._state.output_format,
-            temperature=own(echo.temperature, lambda v: v.temperature),
-            max_output_tokens=own(echo.max_output_tokens, lambda v: v.max_output_tokens),
-            metadata=echo.metadata,
+        return replace(
+            view,
+            voice=session.voice,
+            temperature=session.temperature,
+            max_output_tokens=session.max_output_tokens,
         )
 
     def _response_done(self, event: ResponseDone) -> list[str]:

@@ -28,16 +28,12 @@ FORMAT_OF = {spec.format: fmt for fmt, spec in SPECS.items()}
 @dataclass(frozen=True)
 class ResponseEcho:
     """What a response.create's response carries through the session and gets back in its
-    ResponseStarted (ResponseOverrides.echo): the client's `metadata`; the text messages it
-    speaks, which delete refuses until that response's own response.done (other responses
-    may be queued behind it); and the options it set for itself (None: the session's), which
-    its response.created and response.done show."""
+    ResponseStarted (ResponseOverrides.echo): the client's `metadata`, and the text messages
+    it speaks, which delete refuses until that response's own response.done (other
+    responses may be queued behind it)."""
 
     metadata: dict | None = None
     items: tuple[str, ...] = ()
-    voice: str | None = None
-    temperature: float | None = None
-    max_output_tokens: int | None = None
 
 
 PREFIX_PADDING_MS = VadSettings().prefix_ms  # a turn's audio starts this long before the speech

@@ -160,9 +160,10 @@ class ReplyLifecycle:
         lead_s: float | None = None,  # pacing lead; None: frames go out as they come
         speed: float = 1.0,  # the listener hears the model's audio at this rate
         echo: object = None,  # ResponseStarted.echo: the adapter's data for this reply
+        options: SpeechOptions | None = None,  # ResponseStarted.options: what it runs with
     ) -> None:
         self.response_id = response_id
-        self._echo = echo
+        self._echo, self._options = echo, options
         self.kind = kind
         self.state = ReplyState.CREATED
         self.status = ResponseStatus.COMPLETED
@@ -200,7 +201,7 @@ class ReplyLifecycle:
         """`response.started`."""
         assert self.state is ReplyState.CREATED, self.state
         self.state = ReplyState.STARTED
-        self._emit.event(ResponseStarted(self.response_id, self._echo))
+        self._emit.event(ResponseStarted(self.response_id, self._echo, self._options))
 
     def done(
         self, details: str = "", heard_words: tuple[SpokenWord, ...] | None = None

@@ -183,6 +183,7 @@ class ResponseRunner:
             lead_s=settings.lead_ms / 1000 if paced else None,
             speed=options.speed,
             echo=response.overrides.echo if response.overrides is not None else None,
+            options=options,
         )
         self.segments: list[Segment] = []
         self._ordered: asyncio.Queue[Segment | None] = asyncio.Queue()

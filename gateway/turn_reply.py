@@ -66,6 +66,7 @@ class TurnReply:
             lead_s=settings.lead_ms / 1000,
             speed=options.speed,
             echo=echo,
+            options=options,
         )
         self._played_s: float | None = None  # the client's own playback report
         self._finished: Finished | None = None

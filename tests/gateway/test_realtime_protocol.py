@@ -555,7 +555,7 @@ def test_response_options_ride_with_the_text_they_answer_and_apply_to_it_only():
         _create(audio={"output": ga}, max_output_tokens=20, metadata={"k": "v"}, instructions="")
     )
     assert isinstance(text, TextInput) and text.text == "One."
-    echo = ResponseEcho({"k": "v"}, (one,), "leo", None, 20)  # metadata, message, own options
+    echo = ResponseEcho({"k": "v"}, (one,))  # metadata, and the message it speaks
     assert text.overrides == ResponseOverrides("leo", {"max_tokens": 20}, None, echo)
     assert text.overrides.param_paths["voice"] == "response.audio.output.voice"
     session = SpeechOptions(voice="tara", instructions="Be kind.")
@@ -618,9 +618,7 @@ def test_response_options_on_turns_already_in_the_conversation():
 
     wire = _wire(accepts_audio=True, accepts_turns=True, system_prompt=True)
     (answer,) = wire.decode_text(_create(max_output_tokens=8, metadata={"k": "v"}))
-    options = ResponseOverrides(
-        sampling={"max_tokens": 8}, echo=ResponseEcho({"k": "v"}, max_output_tokens=8)
-    )
+    options = ResponseOverrides(sampling={"max_tokens": 8}, echo=ResponseEcho({"k": "v"}))
     assert answer == AnswerTurns(options, event_id="ev_r")  # the asking event, for its error
     for instructions in ("Be brief.", ""):  # "": the model's default, for this response
         with pytest.raises(ProtocolError) as err:
@@ -649,6 +647,7 @@ def test_a_responses_resource_shows_its_own_options_else_the_sessions(dialect):
         SessionStarted,
     )
     from gateway.realtime_state import SPECS
+    from gateway.reply import SpeechOptions
 
     wire = _wire(dialect=dialect)
     types = openai_types if dialect is Dialect.GA else beta_types
@@ -658,9 +657,12 @@ def test_a_responses_resource_shows_its_own_options_else_the_sessions(dialect):
     session = json.loads(created.text)["session"]  # the model's defaults, shown at the start
     wire.decode_text(_item("One."))
     (own,) = wire.decode_text(_create(voice="leo", temperature=0.0, max_output_tokens=20))
+    # As the session starts the response: its own options over the session's; then a reply
+    # with no options of its own (a full-duplex model's).
+    runs_with = own.overrides.over(SpeechOptions(voice="tara"))
     shown = []
-    for echo in (own.overrides.echo, None):  # its own options; a server VAD answer's none
-        started = wire.encode_event(ResponseStarted("resp_1", echo))
+    for echo, options in ((own.overrides.echo, runs_with), (None, None)):
+        started = wire.encode_event(ResponseStarted("resp_1", echo, options))
         done = wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
         for event in (started[0], done[-1]):
             parsed = types.ResponseCreatedEvent if event is started[0] else types.ResponseDoneEvent
