@@ -164,24 +164,23 @@ class RealtimeOutbound:
         """The options the response runs with, as its ResponseStarted says (the session's
         with its response.create's over them); a reply without options of its own (a
         full-duplex model's) shows the session's, as session.created / .updated did."""
-        view = ResponseView(output_format=self._state.output_format, metadata=metadata)
         if isinstance(options, SpeechOptions):
             sampling = options.sampling
-            return replace(
-                view,
-                voice=options.voice,
-                temperature=sampling.temperature,
-                max_output_tokens=sampling.max_tokens,
+            voice, temperature, max_tokens = (
+                options.voice,
+                sampling.temperature,
+                sampling.max_tokens,
             )
-        if self._view is None:
-            return view
-        session = self._view
-        return replace(
-            view,
-            voice=session.voice,
-            temperature=session.temperature,
-            max_output_tokens=session.max_output_tokens,
-        )
+        elif self._view is not None:
+            session = self._view
+            voice, temperature, max_tokens = (
+                session.voice,
+                session.temperature,
+                session.max_output_tokens,
+            )
+        else:
+            voice = temperature = max_tokens = None
+        return ResponseView(voice, self._state.output_format, temperature, max_tokens, metadata)
 
     def _response_done(self, event: ResponseDone) -> list[str]:
         events, items = [], []
