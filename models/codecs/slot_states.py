@@ -14,6 +14,12 @@ what they leave there (every layer of the codecs is row-wise across the batch). 
 row is reset to the fresh state when it is bound. Buffers grow (doubling) when every slot is
 taken; that reallocates them, so a graph captured before reads stale buffers: `generation`
 says when, and the codec stops replaying (`size_for` beforehand avoids it).
+
+Two codec contexts on two threads and CUDA streams may share one StateSlots (Qwen3-TTS's
+first-chunk lane and its steady codec: a stream's row is then read and written by whichever
+context runs its chunk, never by both at once). Every read and write of the buffers is
+enqueued under the lock, and growth waits for the device before copying the rows and after,
+so no thread's work lands in a buffer being replaced or reads one half copied.
 """
 
 from __future__ import annotations
@@ -62,20 +68,39 @@ class StateSlots:
                 if not self._free:
                     self._allocate(2 * self.capacity)
                 slot = self._free.pop()
-            for buffer, fresh in zip(self.buffers, self._fresh, strict=True):
-                buffer[slot].copy_(fresh)
+                for buffer, fresh in zip(self.buffers, self._fresh, strict=True):
+                    buffer[slot].copy_(fresh)
             stream.slot = slot
             weakref.finalize(stream, self._release, slot)
         return stream.slot
 
     def gather(self, rows: torch.Tensor) -> list[torch.Tensor]:
         """The state of the streams at `rows` (int64 [B] on the buffers' device), [B, ...]."""
-        return [buffer.index_select(0, rows) for buffer in self.buffers]
+        with self._lock:
+            return [buffer.index_select(0, rows) for buffer in self.buffers]
+
+    def gather_into(self, rows: torch.Tensor, out: Sequence[torch.Tensor]) -> None:
+        """`gather` into given tensors (a CUDA graph's inputs)."""
+        with self._lock:
+            for buffer, target in zip(self.buffers, out, strict=True):
+                torch.index_select(buffer, 0, rows, out=target)
 
     def scatter(self, rows: torch.Tensor, state: Sequence[torch.Tensor]) -> None:
         """Write a call's new state [B, ...] back to the streams' rows."""
-        for buffer, new in zip(self.buffers, state, strict=True):
-            buffer.index_copy_(0, rows, new.to(buffer.dtype))
+        with self._lock:
+            for buffer, new in zip(self.buffers, state, strict=True):
+                buffer.index_copy_(0, rows, new.to(buffer.dtype))
+
+    def read_row(self, slot: int) -> list[torch.Tensor]:
+        """A copy of one slot's state."""
+        with self._lock:
+            return [buffer[slot].clone() for buffer in self.buffers]
+
+    def write_row(self, slot: int, state: Sequence[torch.Tensor]) -> None:
+        """Set one slot's state (a copy of `state`)."""
+        with self._lock:
+            for buffer, value in zip(self.buffers, state, strict=True):
+                buffer[slot].copy_(value)
 
     @property
     def in_use(self) -> int:
@@ -91,12 +116,17 @@ class StateSlots:
     def _allocate(self, capacity: int) -> None:
         """Grow to `capacity` rows, keeping the rows in use; new rows are free."""
         old = self.capacity if self.buffers else 0
+        on_cuda = old and self.buffers[0].is_cuda
+        if on_cuda:  # another thread's gathers and scatters, enqueued on its stream, land first
+            torch.cuda.synchronize(self.buffers[0].device)
         grown = []
         for i, fresh in enumerate(self._fresh):
             buffer = fresh.unsqueeze(0).repeat(capacity, *([1] * fresh.dim()))
             if old:
                 buffer[:old] = self.buffers[i]
             grown.append(buffer)
+        if on_cuda:  # the copies are done before another stream writes the new buffers
+            torch.cuda.synchronize(self.buffers[0].device)
         self.buffers = grown
         # Lowest rows first: pop() takes from the end.
         self._free = sorted(set(self._free) | set(range(max(old, 1), capacity)), reverse=True)

@@ -17,6 +17,10 @@ its real size.
 An in-context clone's stream first reads its clip's codes (their audio dropped). Every request
 of the voice starts from the state they leave, so it is kept per clip (`PRIMED_STATES`) and
 copied into a new stream's row.
+
+The engine's first-chunk lane decodes on a `twin`: the same decoder and the same state slots
+(a stream's row is where either context left it), with graphs and a staging buffer of its own
+for up to LANE_GRAPH_ROWS[-1] rows a call (models/qwen3_tts/lane.py).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from models.qwen3_tts.codec import SpeechDecoder
 # a first chunk is 2, a steady chunk 4, a final flush 1-3 (any count is cut into these).
 GRAPH_ROWS = tuple(b for b in PAD_BUCKETS if b <= 64)
 GRAPH_FRAMES = (4, 2, 1)
+# The lane's: first chunks, and chunks whose listener would run dry, a few at a time.
+LANE_GRAPH_ROWS = tuple(b for b in PAD_BUCKETS if b <= 8)
 # Cloned voices whose clip's decoder state is kept (5.2 MB each at the real shape, float32).
 PRIMED_STATES = 32
 
@@ -55,8 +61,16 @@ class CodecStream:
 
 
 class CodecStreams:
-    def __init__(self, decoder: SpeechDecoder) -> None:
+    def __init__(
+        self,
+        decoder: SpeechDecoder,
+        graph_rows: tuple[int, ...] = GRAPH_ROWS,
+        slots: StateSlots | None = None,
+    ) -> None:
+        """`graph_rows`: the row buckets its graphs capture; `slots`: another context's
+        state slots to share (`twin`), else its own."""
         self.decoder = decoder.eval()
+        self.graph_rows = graph_rows
         param = next(decoder.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.num_quantizers = decoder.cfg.num_quantizers
@@ -67,13 +81,18 @@ class CodecStreams:
         ends = list(itertools.accumulate(sizes))
         self._bounds = [(end - size, end) for size, end in zip(sizes, ends, strict=True)]
         self.state_size = sum(sizes)
-        self.slots = StateSlots(
+        self.slots = slots or StateSlots(
             [torch.zeros(self.state_size, dtype=self.dtype, device=self.device)]
         )
         self.graphs = None  # the engine's CallableGraphs, once enable_cuda_graphs captured them
         self._staging: dict[int, torch.Tensor] = {}  # rows → the graphs' state input
         # The state each recently used clip leaves (in-context clones' primes), newest last.
         self._primed: collections.OrderedDict[tuple, torch.Tensor] = collections.OrderedDict()
+
+    def twin(self, graph_rows: tuple[int, ...] = LANE_GRAPH_ROWS) -> CodecStreams:
+        """A second context over the same decoder and state slots, to run on another thread
+        (the engine's first-chunk lane): streams go on in either."""
+        return CodecStreams(self.decoder, graph_rows, self.slots)
 
     def new_stream(self, prime: np.ndarray | None = None) -> CodecStream:
         return CodecStream(prime=prime if prime is not None and len(prime) else None)
@@ -108,11 +127,11 @@ class CodecStreams:
         slot = self.slots.bind(stream)
         if primed is not None:
             self._primed.move_to_end(key)
-            self.slots.buffers[0][slot].copy_(primed)
+            self.slots.write_row(slot, [primed])
             stream.frames = len(prime)
             return
         self._call([stream], upload(prime, torch.long, self.device)[None], graphed=False)
-        self._primed[key] = self.slots.buffers[0][slot].clone()
+        self._primed[key] = self.slots.read_row(slot)[0]
         if len(self._primed) > PRIMED_STATES:
             self._primed.popitem(last=False)
 
@@ -120,7 +139,7 @@ class CodecStreams:
         """codes [B, n, K] for streams each at its own position → audio [B, n·1920]."""
         if self.graphs is None:
             return self._call(group, codes, graphed=False)
-        top, parts = GRAPH_ROWS[-1], []
+        top, parts = self.graph_rows[-1], []
         for start in range(0, len(group), top):
             rows, pieces, at = slice(start, start + top), [], 0
             for length in _pieces(codes.shape[1]):
@@ -135,7 +154,7 @@ class CodecStreams:
         their state gathered and written back → audio [len(group), n·1920], never a view of a
         graph's buffer."""
         real, frames = len(group), codes.shape[1]
-        batch = _bucket(real) if graphed else real
+        batch = self._bucket(real) if graphed else real
         pad = batch - real  # rows on the scratch slot, decoded and dropped
         rows = upload(
             [self.slots.bind(s) for s in group] + [SCRATCH] * pad, torch.long, self.device
@@ -147,7 +166,7 @@ class CodecStreams:
         replay = graphed and key in self.graphs
         if replay:
             state = self._staging[batch]
-            torch.index_select(self.slots.buffers[0], 0, rows, out=state)
+            self.slots.gather_into(rows, [state])
             audio, new = self.graphs.run(key, self.step, [codes, state, starts])
         else:
             audio, new = self.step(codes, self.slots.gather(rows)[0], starts)
@@ -156,6 +175,9 @@ class CodecStreams:
             s.frames += frames
         audio = audio[:real].float()
         return audio.clone() if replay else audio  # a replay's buffer: the next one rewrites it
+
+    def _bucket(self, rows: int) -> int:
+        return next(b for b in self.graph_rows if b >= rows)
 
     def step(self, codes: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
         """codes [B, n, K], state [B, state_size], starts [B] → (audio [B, n·1920], the new
@@ -171,15 +193,16 @@ class CodecStreams:
 
     @torch.inference_mode()
     def enable_cuda_graphs(self, graphs) -> None:
-        """Capture every (GRAPH_ROWS, GRAPH_FRAMES) call with the engine's CallableGraphs
+        """Capture every (graph_rows, GRAPH_FRAMES) call with the engine's CallableGraphs
         (largest first, so the smaller ones reuse its pool's memory); their state input is a
         view of one staging buffer of the most rows."""
         self.graphs = graphs
         # Rows for as many streams as the largest call, taken now, before the engine sizes its
         # KV pool from the memory left; more streams grow the buffer while serving.
         self.slots.size_for(GRAPH_ROWS[-1])
-        staging = torch.zeros(GRAPH_ROWS[-1], self.state_size, dtype=self.dtype, device=self.device)
-        for rows in reversed(GRAPH_ROWS):
+        most = self.graph_rows[-1]
+        staging = torch.zeros(most, self.state_size, dtype=self.dtype, device=self.device)
+        for rows in reversed(self.graph_rows):
             self._staging[rows] = staging[:rows]
             for frames in GRAPH_FRAMES:
                 inputs = [
@@ -200,7 +223,3 @@ def _pieces(frames: int) -> list[int]:
             out.append(length)
             frames -= length
     return out
-
-
-def _bucket(rows: int) -> int:
-    return next(b for b in GRAPH_ROWS if b >= rows)

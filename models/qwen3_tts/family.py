@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
+from models.codecs.lane_option import FirstChunkLaneOption
 from models.family_spec import Checkpoint, LoadRequest, ModelFamily
 from models.request_options import OptionSpec, option_specs, text_option
 
@@ -90,6 +93,16 @@ def read_request_options(given: dict) -> Qwen3TtsRequestOptions:
     return Qwen3TtsRequestOptions(**given)
 
 
+@dataclass(frozen=True)
+class Qwen3TtsLoadOptions(FirstChunkLaneOption):
+    """Qwen3-TTS's load-time options: its first chunks on the decoder's lane (on CUDA)."""
+
+    def apply(self, model: Any) -> Any:
+        """`model` (a loaded Qwen3TtsModel) with its facts saying how to serve it; returned."""
+        model.facts = dataclasses.replace(model.facts, first_chunk_lane=self.first_chunk_lane)
+        return model
+
+
 def _recognises(checkpoint: Checkpoint) -> bool:
     return checkpoint.model_type() == "qwen3_tts"
 
@@ -107,9 +120,10 @@ def _load(request: LoadRequest):
     else:
         source = model
     name = model if model in PRESETS else None
-    return load_qwen3_tts(
+    loaded = load_qwen3_tts(
         source, request.device, request.dtype, request.progress, name, request.voices_dir
     )
+    return request.options.apply(loaded)
 
 
 FAMILY = ModelFamily(
@@ -118,6 +132,7 @@ FAMILY = ModelFamily(
     load=_load,
     recognises=_recognises,
     checkpoint_hint="Qwen3-TTS: config.json model_type 'qwen3_tts' with speech_tokenizer/",
+    options=Qwen3TtsLoadOptions,
     request_options=Qwen3TtsRequestOptions,
     own_codec="their own 12 Hz speech tokenizer",
     # Base checkpoints only (load_qwen3_tts refuses --voices-dir for the others).

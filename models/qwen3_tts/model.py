@@ -32,6 +32,7 @@ from models.qwen3_tts.family import (
     checkpoint_options,
     read_request_options,
 )
+from models.qwen3_tts.lane import Qwen3TtsLane
 from models.qwen3_tts.predictor import CodePredictor
 from models.qwen3_tts.speaker_encoder import SpeakerEncoder, log_mel
 from models.qwen3_tts.streamed_text import StreamedText
@@ -50,7 +51,8 @@ CHUNK_FRAMES = 4
 # runs' request traces (each token and codec job at its measured time,
 # bench/results/2026-12-06-nvidia-h100-qwen3-tts-1.7b-s50-*), first chunks of 3 frames at
 # 10 req/s and 4 at 20 left no stream short of audio, 2 frames did at 20 req/s; 2x gives 3 and
-# ~5 there. Not yet A/B'd served (BENCHMARKS.md's plan).
+# ~5 there. Served on one H100 at 20 req/s, 2x passed three runs (p90 TTFA 309-350 ms) where
+# 3x failed two (549, 565 ms): BENCHMARKS.md, "New families on an H100".
 FIRST_AUDIO_MARGIN = 2.0
 MIN_FRAMES = 2  # the shortest utterance the published generate makes
 # A cloned voice's clip is in every prompt of that voice and decoded before its audio.
@@ -122,6 +124,9 @@ class Qwen3TtsModel(SpeechModel):
             first_chunk_tokens=FIRST_CHUNK_FRAMES,
             chunk_tokens=CHUNK_FRAMES,
             first_audio_margin=FIRST_AUDIO_MARGIN,
+            # On CUDA first chunks decode on a lane of their own (first_chunk_lane_codec);
+            # `--no-first-chunk-lane` turns it off (Qwen3TtsLoadOptions).
+            first_chunk_lane=True,
             voices=speakers,
             default_voice=speakers[0] if speakers else None,
             max_context=talker.args.max_positions,
@@ -378,11 +383,21 @@ class Qwen3TtsModel(SpeechModel):
         self, states: list[StreamState], new_tokens: list[list[Token]], final: list[bool]
     ) -> list[np.ndarray]:
         """Streams that bring the same number of frames decode together (CodecStreams)."""
+        return self._decode_on(self.codec, states, new_tokens)
+
+    def _decode_on(
+        self, codec: CodecStreams, states: list[StreamState], new_tokens: list[list[Token]]
+    ) -> list[np.ndarray]:
+        """detokenize on one of the decoder's contexts: the model's, or its lane's."""
         frames = [
             [list(row[: self.k]) for row in rows if not self.is_stop(row)] for rows in new_tokens
         ]
         streams = [state.decoder for state in states]  # type: ignore[attr-defined]
-        return self.codec.decode(streams, frames)
+        return codec.decode(streams, frames)
+
+    def first_chunk_lane_codec(self) -> Qwen3TtsLane:
+        """The decoder's second context, for the engine's first-chunk lane (on CUDA)."""
+        return Qwen3TtsLane(self.codec, self._decode_on)
 
     def enable_cuda_graphs(self, graphs: Any) -> None:
         """The decoder's calls replay from CUDA graphs (CodecStreams.enable_cuda_graphs):

@@ -27,7 +27,7 @@ from models.cosyvoice2.family import CosyVoiceLoadOptions
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
 from tests.gpu.graph_compare import ComparedGraphs, random_streams
-from tests.models.test_cosyvoice2_lane import LoggedCodec
+from tests.models.lane_codecs import LoggedCodec
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

@@ -112,7 +112,8 @@ def test_random_weights_and_options_are_checked_before_any_load(tmp_path):
 def test_the_flow_hift_families_share_their_codec_options():
     """--codec-pacing / --compile-codec: one option each, taken by every flow + HiFT family
     (--compile-codec by Orpheus too, for SNAC) and refused by the others, naming all who take
-    it; --first-chunk-lane / --steady-batch-rows by the text-to-speech ones."""
+    it; --steady-batch-rows by the text-to-speech ones, and --first-chunk-lane by them and
+    Qwen3-TTS (its 12 Hz decoder has a lane too)."""
     shared = {"codec_pacing", "compile_codec"}
     for name in ("tiny-cosyvoice2", "tiny-chatterbox", "tiny-step-audio2"):
         assert shared <= family_of(name).option_names(), name
@@ -121,10 +122,9 @@ def test_the_flow_hift_families_share_their_codec_options():
     assert set(owners["compile_codec"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2", "Orpheus"}
     orpheus = load_model("tiny-orpheus", options={"compile_codec": False})
     assert orpheus.facts.compile_codec is False
-    # The first-chunk lane's options: the text-to-speech flow + HiFT families'.
-    assert (
-        owners["first_chunk_lane"] == owners["steady_batch_rows"] == ["CosyVoice 2", "Chatterbox"]
-    )
+    # The first-chunk lane's options: the text-to-speech flow + HiFT families' and Qwen3-TTS.
+    assert owners["steady_batch_rows"] == ["CosyVoice 2", "Chatterbox"]
+    assert owners["first_chunk_lane"] == ["CosyVoice 2", "Chatterbox", "Qwen3-TTS"]
     assert "first_chunk_lane" not in family_of("tiny-step-audio2").option_names()
     with pytest.raises(CheckpointError, match="--codec-pacing is for CosyVoice 2, Chatterbox"):
         load_model("voxgate-tiny", options={"codec_pacing": False})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.codecs.compile_option import CodecCompileOption
+from models.codecs.lane_option import FirstChunkLaneOption
 from models.family_spec import option
 
 
@@ -46,16 +47,10 @@ STEADY_BATCH_ROWS = 16
 
 
 @dataclass(frozen=True)
-class FlowHiftLaneOptions(FlowHiftOptions):
+class FlowHiftLaneOptions(FlowHiftOptions, FirstChunkLaneOption):
     """The text-to-speech flow + HiFT families' (CosyVoice 2, Chatterbox): their first chunks
     decoded on a lane of their own, and steady jobs that wait for rows."""
 
-    first_chunk_lane: bool = option(
-        True,
-        "--first-chunk-lane",
-        "CUDA: decode first chunks (and chunks whose listener would run dry) on a detokenizer "
-        "lane of their own while a steady job runs (docs/engine.md)",
-    )
     steady_batch_rows: int = option(
         STEADY_BATCH_ROWS,
         "--steady-batch-rows",

@@ -78,17 +78,15 @@ def test_an_in_context_clip_is_decoded_once_and_its_audio_dropped(model, monkeyp
 
 
 @pytest.mark.parametrize("top", [64, 2])
-def test_replayed_calls_stream_as_the_eager_ones(model, monkeypatch, top):
+def test_replayed_calls_stream_as_the_eager_ones(model, top):
     """Five streams join one by one, all bringing r + 1 frames at round r (3 are cut into
     2 + 1, 5 into 4 + 1), each at its own position; stream 1 leaves at round 3, its row then
     taken by stream 3 (with a fresh state, not stream 1's). 3-4 rows go in a bucket of 4, or with
     a top bucket of 2 in two calls. Every call replays a captured key; the audio equals the
     eager decode's."""
-    monkeypatch.setattr(
-        codec_streams, "GRAPH_ROWS", tuple(b for b in codec_streams.GRAPH_ROWS if b <= top)
-    )
+    rows = tuple(b for b in codec_streams.GRAPH_ROWS if b <= top)
     graphs = EagerGraphs(deferred=True)  # traces only the keys that run
-    replayed, eager = CodecStreams(model.decoder), CodecStreams(model.decoder)
+    replayed, eager = CodecStreams(model.decoder, rows), CodecStreams(model.decoder)
     replayed.enable_cuda_graphs(graphs)
     codes = [random_codes(model, 15, seed=10 + i) for i in range(5)]
     heard: dict[str, list[list[np.ndarray]]] = {}
