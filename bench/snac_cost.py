@@ -34,8 +34,9 @@ import torch
 from snac import SNAC
 
 from engine.cuda_graphs import compile_regions
-from models.codecs.snac import fold_weight_norm, gemms_in_conv_precision, snac_24khz_config
+from models.codecs.snac import fold_weight_norm, snac_24khz_config
 from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
+from models.device_util import gemms_in_conv_precision
 
 
 def main() -> None:

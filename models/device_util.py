@@ -150,3 +150,18 @@ class StagingRing:
         """Copy `values` (shaped like `dst`, or broadcast to it) into `dst` through the ring."""
         with self.fill(dst) as host:
             host[...] = values
+
+
+def gemms_in_conv_precision() -> None:
+    """Float32 GEMMs (cuBLAS) in the arithmetic cuDNN's float32 convs use: TF32 unless
+    `torch.backends.cudnn.conv.fp32_precision` says otherwise. Called by the float32 codecs
+    as they capture their graphs: SNAC's stateful decoder runs its transposed convs and its
+    output conv's channel sum as GEMMs (snac_streaming.upsample, conv_taps) where SNAC ran
+    cuDNN convs (as IEEE float32 GEMMs they ran on SIMT cores, ~0.4 ms a codec job beside
+    Orpheus' steps on an H200, in blocks that held SMs the LLM's next kernel waited for); the
+    flow + HiFT codecs' estimator is most of its work in linear layers beside convs already in
+    TF32 (a steady Chatterbox row: 0.58 of its 0.69 TFLOP in GEMMs, counted on the CPU by
+    torch's FlopCounterMode). Process-wide (cuBLAS has one setting): in a server the codec's
+    are the only float32 GEMMs, the LLM's being bf16."""
+    if torch.backends.cudnn.conv.fp32_precision == "tf32":
+        torch.backends.cuda.matmul.fp32_precision = "tf32"

@@ -53,7 +53,7 @@ from models.codecs.snac_noise import (
     positional_normal,
 )
 from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
-from models.device_util import download, upload
+from models.device_util import download, gemms_in_conv_precision, upload
 
 __all__ = [
     "CONFIG_FILE",
@@ -118,18 +118,6 @@ class _Feed:
     def length(self, flush_frames: int) -> int:
         """Frames in the call: the new ones, and the flush at the end."""
         return self.upto - self.fed + (flush_frames if self.final else 0)
-
-
-def gemms_in_conv_precision() -> None:
-    """Float32 GEMMs (cuBLAS) in the arithmetic cuDNN's float32 convs use: TF32 unless
-    `torch.backends.cudnn.conv.fp32_precision` says otherwise. The stateful decoder runs its
-    transposed convs and its output conv's channel sum as GEMMs (snac_streaming.upsample,
-    conv_taps) where SNAC ran cuDNN convs, TF32 by torch's default; as IEEE float32 GEMMs they
-    ran on SIMT cores, the 8x upsampling's ~0.4 ms a codec job beside Orpheus' steps on an
-    H200, in blocks that held SMs the LLM's next kernel waited for. Process-wide (cuBLAS has
-    one setting): in a server the codec's are the only float32 GEMMs, the LLM's being bf16."""
-    if torch.backends.cudnn.conv.fp32_precision == "tf32":
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
 
 
 class SnacDetokenizer:

@@ -481,7 +481,7 @@ def upsample(joined: torch.Tensor, conv: nn.ConvTranspose1d) -> torch.Tensor:
     Why not F.conv_transpose1d: cuDNN runs it as a "dgrad" convolution whose kernels took 0.8-
     1.5 ms a call for the 8× blocks beside Orpheus' decode steps on an H200 (a 1.5-ms kernel on
     every SM also holds the LLM's next kernel back). As a GEMM it is the weights read once
-    and tensor-core arithmetic: float16, or TF32 in float32 as the convs' (snac.py,
+    and tensor-core arithmetic: float16, or TF32 in float32 as the convs' (device_util.py,
     gemms_in_conv_precision).
 
     How: with W [C, C_out, 2s] viewed as [C, C_out·2s] (free), z[t] = joined[t] @ W holds,

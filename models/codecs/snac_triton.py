@@ -342,7 +342,7 @@ def _tiled(kernel):
 
 def _matmul_precision(dtype: torch.dtype) -> str:
     """The pointwise conv's arithmetic: float32 in TF32 where torch's float32 matmuls run so
-    (snac.gemms_in_conv_precision sets it as the convs'), else IEEE; half types as they are."""
+    (device_util.gemms_in_conv_precision sets it as the convs'), else IEEE; half types as they are."""
     if dtype != torch.float32:
         return "ieee"
     return "tf32" if torch.backends.cuda.matmul.fp32_precision == "tf32" else "ieee"

@@ -16,7 +16,7 @@ CUDA = torch.device("cuda")
 @pytest.fixture(autouse=True)
 def float32_precision_kept():
     """No test leaves its float32 precision to the next: serving float32 SNAC sets cuBLAS'
-    TF32 process-wide (models/codecs/snac.py, gemms_in_conv_precision), which would change
+    TF32 process-wide (models/device_util.py, gemms_in_conv_precision), which would change
     what a later test's float32 comparison computes."""
     before = torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision
     yield

@@ -14,7 +14,9 @@ from engine.cuda_graphs import CallableGraphs
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from tests.gpu.graph_compare import ComparedGraphs, random_streams
 
-pytestmark = pytest.mark.gpu
+# Graphs against eager in IEEE float32 (ieee_float32): captured at padded shapes they may pick
+# other kernels, whose TF32 rounding would differ (served, the flow runs in TF32).
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("ieee_float32")]
 CUDA = torch.device("cuda")
 
 
@@ -78,3 +80,20 @@ def test_a_long_voice_prompt_replays_its_covered_buckets(parts):
     assert not [key for key in graphed.eager_calls if key[0] == "flow"]
     for a, b in zip(want, got, strict=True):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+def test_served_flow_runs_its_gemms_in_its_convs_tf32(parts):
+    """Served (cuDNN's float32 convs in TF32, torch's default), the flow + HiFT graphs run the
+    estimator's linear layers in TF32 too (models/device_util.py, gemms_in_conv_precision),
+    most of a job's arithmetic: the audio stays within TF32's rounding of IEEE float32's."""
+    flow, hift, chunk = parts
+    pushes = [23, 25, 25, 10]
+    exact = stream(FlowHiftDetokenizer(flow, hift, chunk, first_hop=20), 3, pushes)
+    torch.backends.cudnn.conv.fp32_precision = "tf32"  # restored after the test (conftest)
+    graphed = FlowHiftDetokenizer(flow, hift, chunk, first_hop=20, graph_rows=(1, 2, 4))
+    graphed.enable_cuda_graphs(CallableGraphs(CUDA))
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    for a, b in zip(exact, stream(graphed, 3, pushes), strict=True):
+        assert a.pow(2).mean().sqrt() > 1e-4  # a signal to compare
+        error = (b - a).pow(2).mean().sqrt() / a.pow(2).mean().sqrt()
+        assert error < 0.01, f"relative RMS error {error:.4f}"

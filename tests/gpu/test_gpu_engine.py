@@ -272,7 +272,7 @@ def test_detokenizer_graph_replay_equals_eager(gpu_tiny_dirs, ieee_float32):
 
 def test_float32_snac_graphs_run_their_gemms_in_tf32(gpu_tiny_dirs):
     """Served in float32, SNAC's GEMM forms of its convs take the convs' TF32 arithmetic
-    (models/codecs/snac.py, gemms_in_conv_precision): as IEEE float32 GEMMs they ran on SIMT
+    (models/device_util.py, gemms_in_conv_precision): as IEEE float32 GEMMs they ran on SIMT
     cores beside the LLM's steps. The audio stays within TF32's rounding of IEEE float32's."""
     from engine.cuda_graphs import CallableGraphs
 

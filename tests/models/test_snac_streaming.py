@@ -14,11 +14,11 @@ from snac import SNAC
 
 from models.codecs.snac import (
     fold_weight_norm,
-    gemms_in_conv_precision,
     install_positional_noise,
     tiny_snac_config,
 )
 from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
+from models.device_util import gemms_in_conv_precision
 
 SPF = 2048  # samples per frame at 24 kHz
 HOP = 512  # samples per latent step

@@ -51,6 +51,7 @@ from models.codecs.flow_hift.flow import NOISE_FRAMES, CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.hift_stream import HiftStreamer, graph_calls, note_eager
 from models.codecs.flow_hift.qkv import join_qkv
+from models.device_util import gemms_in_conv_precision
 
 log = logging.getLogger("voxgate.flow_hift")
 
@@ -443,6 +444,8 @@ class FlowHiftDetokenizer:
         m, e = self.flow.cfg.output_size, self.flow.cfg.spk_embed_dim
         dev = self.device
         began = time.perf_counter()
+        if dev.type == "cuda":
+            gemms_in_conv_precision()  # the estimator's linear layers in its convs' TF32
         # The windowed flow per (rows, frames): conditioning + the solver's inputs ("prep"),
         # then one Euler step ("euler"). The estimator's attention projections as one GEMM
         # (flow_hift/qkv.py), then Inductor's kernels for its blocks, if asked.
