@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
 
@@ -27,7 +26,7 @@ from models.cosyvoice2.family import CosyVoiceLoadOptions
 from models.cosyvoice2.loading import load_cosyvoice2
 from models.cosyvoice2.presets import write_cosyvoice2_checkpoint
 from tests.gpu.graph_compare import ComparedGraphs, random_streams
-from tests.models.lane_codecs import LoggedCodec
+from tests.models.lane_codecs import LoggedCodec, assert_audio_is_eager_decode_of_pushes
 
 # Graphs against eager in IEEE float32 (ieee_float32): captured at padded shapes they may pick
 # other kernels, whose TF32 rounding would differ (served, the flow runs in TF32).
@@ -119,19 +118,4 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urge
     finally:
         core.close()
     assert core.lane_jobs >= 1
-    continued = [
-        lane_push
-        for i, (sid, *_, lane_push) in enumerate(pushes)
-        if any(earlier[0] == sid for earlier in pushes[:i])
-    ]
-    assert any(continued) == urgent  # the lane continued streams only when asked to
-    eager = model.first_chunk_lane_codec()  # a twin without graphs: the eager decode
-    for r in requests:
-        mine = [(t, fin) for sid, t, fin, _ in pushes if sid == state_ids[r.request_id]]
-        assert sum(len(t) for t, _ in mine) == len(r.output_ids)
-        state = model.stream_state_for(r.extras)
-        expected = np.concatenate([eager.detokenize([state], [t], [fin])[0] for t, fin in mine])
-        # IEEE float32 on both sides (the module's ieee_float32); graphs captured at padded batch sizes may
-        # still pick other kernels than the eager decode, so a tolerance on the signal's scale.
-        scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(np.concatenate(audio[r.request_id]), expected, atol=1e-4 * scale)
+    assert_audio_is_eager_decode_of_pushes(model, requests, state_ids, pushes, audio, urgent)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
 
@@ -23,7 +22,7 @@ from engine.request import SamplingParams
 from models.qwen3_tts.checkpoint import load_qwen3_tts
 from models.qwen3_tts.lane import Qwen3TtsLane
 from models.qwen3_tts.presets import ensure_tiny_qwen3_tts
-from tests.models.lane_codecs import LoggedCodec
+from tests.models.lane_codecs import LoggedCodec, assert_audio_is_eager_decode_of_pushes
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -66,19 +65,4 @@ def test_engine_lane_audio_equals_eager_decode_of_the_same_pushes(tmp_path, urge
     finally:
         core.close()
     assert core.lane_jobs >= 1
-    continued = [
-        on_lane
-        for i, (sid, *_, on_lane) in enumerate(pushes)
-        if any(earlier[0] == sid for earlier in pushes[:i])
-    ]
-    assert any(continued) == urgent  # the lane continued streams only when asked to
-    eager = model.first_chunk_lane_codec()  # a context without graphs: the eager decode
-    for r in requests:
-        mine = [(t, fin) for sid, t, fin, _ in pushes if sid == state_ids[r.request_id]]
-        assert sum(len(t) for t, _ in mine) == len(r.output_ids)
-        state = model.stream_state_for(r.extras)
-        expected = np.concatenate([eager.detokenize([state], [t], [fin])[0] for t, fin in mine])
-        # Graphs captured at padded batch sizes may pick other kernels than the eager calls:
-        # a tolerance on the signal's scale.
-        scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(np.concatenate(audio[r.request_id]), expected, atol=1e-4 * scale)
+    assert_audio_is_eager_decode_of_pushes(model, requests, state_ids, pushes, audio, urgent)

@@ -21,7 +21,7 @@ from engine.request import SamplingParams
 from models.codecs.flow_hift.lane import FlowHiftLane
 from models.cosyvoice2.family import CosyVoiceLoadOptions
 from models.registry import load_model
-from tests.models.lane_codecs import LoggedCodec, run_until
+from tests.models.lane_codecs import LoggedCodec, held_lane_engine, run_until
 
 CPU = torch.device("cpu")
 
@@ -62,10 +62,7 @@ def test_first_chunks_skip_the_steady_job_and_audio_equals_the_models_own(unbatc
     default.close()
     config = dataclasses.replace(config, first_audio_margin=0.0)  # first chunk at 23 tokens
     core = EngineCore(model, config, CPU, "sdpa")
-    pushes: list[tuple] = []
-    steady = LoggedCodec(model, pushes, lane=False, gated=True)
-    lane = LoggedCodec(model.first_chunk_lane_codec(), pushes, lane=True)
-    core.detok = ThreadedDetokenizer(steady, core.clock, CPU, lane)
+    pushes, steady = held_lane_engine(model, core, CPU)
     audio: dict[str, list[np.ndarray]] = {}
     request_of: dict[int, str] = {}  # id of a stream state -> its request
 

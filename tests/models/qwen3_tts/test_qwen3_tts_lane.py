@@ -17,14 +17,13 @@ import torch
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.detok_pipeline import make_detokenizer
-from engine.detok_threads import ThreadedDetokenizer
 from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.codecs.slot_states import StateSlots
 from models.qwen3_tts.codec_streams import LANE_GRAPH_ROWS, CodecStreams
 from models.qwen3_tts.family import Qwen3TtsLoadOptions
 from tests.cpu_graphs import EagerGraphs
-from tests.models.lane_codecs import LoggedCodec, run_until
+from tests.models.lane_codecs import held_lane_engine, run_until
 from tests.models.qwen3_tts.test_qwen3_tts_codec_streams import ROUNDING, random_codes, whole
 
 CPU = torch.device("cpu")
@@ -131,10 +130,7 @@ def test_first_chunks_take_the_lane_while_the_steady_job_is_held(model):
     audio equals the model's own detokenizer fed the same pushes."""
     config = EngineConfig(num_kv_blocks=64, max_num_seqs=4, first_audio_margin=0.0)
     core = EngineCore(model, config, CPU, "sdpa")
-    pushes: list[tuple] = []
-    steady = LoggedCodec(model, pushes, lane=False, gated=True)
-    lane = LoggedCodec(model.first_chunk_lane_codec(), pushes, lane=True)
-    core.detok = ThreadedDetokenizer(steady, core.clock, CPU, lane)
+    pushes, steady = held_lane_engine(model, core, CPU)
     audio: dict[str, list[np.ndarray]] = {}
     request_of: dict[int, str] = {}
 
