@@ -24,6 +24,7 @@ so no thread's work lands in a buffer being replaced or reads one half copied.
 
 from __future__ import annotations
 
+import queue
 import threading
 import weakref
 from collections.abc import Sequence
@@ -43,7 +44,11 @@ class StateSlots:
         """`fresh`: a new stream's state, one tensor per state entry, without the batch
         dimension. `capacity`: rows to start with, scratch included."""
         self._fresh = [t.detach().clone() for t in fresh]
-        self._lock = threading.Lock()  # a stream's release may run on another thread
+        self._lock = threading.Lock()  # two codec contexts' threads (module docstring)
+        # Slots of streams gone, handed back by their finalizers: a finalizer may run on any
+        # thread, inside a locked section too (a garbage collection there), so it only queues
+        # the slot (SimpleQueue.put is reentrant) and the lock's holders take it back.
+        self._released: queue.SimpleQueue[int] = queue.SimpleQueue()
         self.buffers: list[torch.Tensor] = []
         self._free: list[int] = []
         self.generation = 0  # bumped whenever the buffers are reallocated
@@ -65,6 +70,7 @@ class StateSlots:
         the stream object is garbage (a finalizer, so no caller has to remember to free it)."""
         if stream.slot is None:
             with self._lock:
+                self._take_back_released()
                 if not self._free:
                     self._allocate(2 * self.capacity)
                 slot = self._free.pop()
@@ -106,12 +112,19 @@ class StateSlots:
     def in_use(self) -> int:
         """Streams holding a slot now."""
         with self._lock:
+            self._take_back_released()
             return self.capacity - 1 - len(self._free)
 
     def _release(self, slot: int) -> None:
-        with self._lock:
-            if slot < self.capacity:
-                self._free.append(slot)
+        self._released.put(slot)
+
+    def _take_back_released(self) -> None:
+        """Under the lock: the slots of streams gone since, free again."""
+        while True:
+            try:
+                self._free.append(self._released.get_nowait())
+            except queue.Empty:
+                return
 
     def _allocate(self, capacity: int) -> None:
         """Grow to `capacity` rows, keeping the rows in use; new rows are free."""

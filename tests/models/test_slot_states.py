@@ -5,6 +5,7 @@ grown without losing rows; graphs replayed only against the buffers they capture
 from __future__ import annotations
 
 import gc
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,27 @@ def test_a_stream_that_is_gone_gives_its_row_back():
     assert slots.in_use == 0
     b = Stream()
     assert slots.bind(b) == row and torch.equal(slots.buffers[0][row], FRESH[0])
+
+
+def test_a_stream_collected_inside_a_locked_section_gives_its_row_back_later():
+    """A finalizer runs wherever a garbage collection does, inside the slots' own locked
+    section too (two codec threads share them): it only queues the row, which the lock's next
+    holder takes back, where taking the lock itself would hang that thread."""
+    slots = StateSlots(FRESH, capacity=3)
+    a = Stream()
+    a.cycle = a  # garbage only to the cycle collector
+    row = slots.bind(a)
+    del a
+    done = threading.Event()
+
+    def collect_while_locked() -> None:
+        with slots._lock:
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=collect_while_locked, daemon=True).start()
+    assert done.wait(30), "the finalizer waited for the lock its own thread held"
+    assert slots.in_use == 0 and slots.bind(Stream()) == row
 
 
 def test_growing_keeps_every_row_and_says_so():
