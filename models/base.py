@@ -119,7 +119,7 @@ class ModelFacts:
     # that may decode requests' first chunks on another thread and stream while a steady job
     # runs (the engine's first-chunk lane, docs/engine.md). Its stream states must be plain data
     # that either context can continue. A family that offers it may let the user turn it off
-    # (CosyVoice 2's --no-first-chunk-lane).
+    # (--no-first-chunk-lane: models/codecs/lane_option.py).
     first_chunk_lane: bool = False
     # The first-audio margin (EngineConfig.first_audio_margin) this model measured best with a
     # threaded codec (CUDA); None: the engine's default, 3.
