@@ -430,10 +430,12 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
 
 def _counted_graphs(model, batches: tuple[int, ...]):
     """A detokenizer whose graphs are captured at `batches` (EagerGraphs: what a replay runs),
-    its graphs, and the list of the decoder calls it makes (their codes' shapes)."""
+    its graphs, and the list of the decoder calls it makes (their codes' shapes). Its captures
+    are traced when their keys first run (deferred): these tests count which keys run, and
+    test_stateful_graph_jobs_pad_and_keep_each_rows_audio traces every key it captures."""
     graphed = SnacDetokenizer(model, chunk_frames=2)
     graphed.GRAPH_BATCHES = batches
-    graphs = EagerGraphs()
+    graphs = EagerGraphs(deferred=True)
     graphed.enable_cuda_graphs(graphs)
     calls: list = []
     decode_frames = graphed.decoder.decode_frames
