@@ -114,13 +114,19 @@ def test_flow_mel_chunked_equals_whole(detok):
     torch.testing.assert_close(a.mel, b.mel, atol=1e-4, rtol=1e-4)
 
 
-def assert_batch_equals_singles(detok, setups) -> None:
-    """setups: (seed, prompt chunks, tokens, pushes) per request. The requests streamed
-    together (every push round in one decode call, then the rest final) give each the audio it
-    gets streamed alone with the same pushes."""
-    singles = [
+def streamed_alone(detok, setups) -> list[np.ndarray]:
+    """Each request of `setups` (seed, prompt chunks, tokens, pushes) streamed alone."""
+    return [
         streamed(detok, stream_for(detok, s, p), codes(s, n), pushes) for s, p, n, pushes in setups
     ]
+
+
+def assert_batch_equals_singles(detok, setups, singles=None) -> None:
+    """setups: (seed, prompt chunks, tokens, pushes) per request. The requests streamed
+    together (every push round in one decode call, then the rest final) give each the audio it
+    gets streamed alone with the same pushes (`singles`, when the caller has streamed them)."""
+    if singles is None:
+        singles = streamed_alone(detok, setups)
     states = [stream_for(detok, s, p) for s, p, _, _ in setups]
     tokens = [codes(s, n) for s, _, n, _ in setups]
     out = [[] for _ in setups]
@@ -422,16 +428,12 @@ def test_graphed_job_streams_the_same_audio_as_eager(short_first, graphed_short_
         (92, 0, 60, [hop + 3, 25, 10]),
         (93, 1, 45, [hop + 3, 25, 5]),
     ]
-    assert_batch_equals_singles(graphed, setups)  # graphed batch of 3 == graphed singles
-    eager = [streamed(d, stream_for(d, s, p), codes(s, n), pushes) for s, p, n, pushes in setups]
-    shapes = len(graphs.shapes)
-    ours = [
-        streamed(graphed, stream_for(graphed, s, p), codes(s, n), pushes)
-        for s, p, n, pushes in setups
-    ]
+    ours = streamed_alone(graphed, setups)
+    assert ("hift", 1, 2 * d.chunk + 16) in graphs.shapes  # steady, left + chunk + right
+    assert_batch_equals_singles(graphed, setups, ours)  # graphed batch of 3 == graphed singles
+    eager = streamed_alone(d, setups)
     for a, b in zip(eager, ours, strict=True):
         np.testing.assert_allclose(b, a, atol=1e-5)
-    assert ("hift", 1, 2 * d.chunk + 16) in graphs.shapes[shapes:]  # steady, left + chunk + right
     assert ("hift", 4, 2 * hop) in graphs.shapes and ("prep", 4, 2 * (25 + hop)) in graphs.shapes
 
 
