@@ -110,27 +110,6 @@ def _engine_processes() -> set[int]:
     return found
 
 
-async def test_a_killed_engine_process_is_replaced_and_serves_again():
-    before = _engine_processes()
-    supervised = await SupervisedEngine.start(lambda: _tiny(engine_process=True), FAST)
-    try:
-        first = supervised.engine
-        (pid,) = _engine_processes() - before
-        stream = await supervised.submit(LONG)
-        assert isinstance(await stream.get(), AudioChunk)
-        os.kill(pid, signal.SIGKILL)
-        told = time.monotonic()
-        finished = [e async for e in stream][-1]
-        assert finished.reason == FinishReason.FAILED
-        assert time.monotonic() - told < 1.0  # the listener hears of it at once
-        await _until(lambda: supervised.ready)
-        assert supervised.engine is not first and supervised.record.restarts == 1
-        assert len(_engine_processes() - before - {pid}) == 1  # a new process serves
-        await _speaks(supervised)
-    finally:
-        await supervised.shutdown()
-
-
 async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts(monkeypatch, caplog):
     # The server process exits a grace after the supervisor gives up: here into `exits`.
     exits: list[int] = []
@@ -174,19 +153,22 @@ async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts(monkeypatch, 
         await supervised.shutdown()
 
 
-async def test_a_replacement_killed_while_loading_is_a_failed_restart_apart_from_the_death():
-    """The engine process is killed, then so is its replacement while it loads: the death
-    names the signal, the replacement's start fails at once and counts as a failed restart
-    (its reason kept apart from the death's), and the next rebuild serves."""
+async def test_a_killed_engine_process_and_its_replacement_killed_while_loading():
+    """The engine process is killed with a stream in flight, then so is its replacement while
+    it loads: the listener hears of the death at once, the death names the signal, the
+    replacement's start fails at once and counts as a failed restart (its reason kept apart
+    from the death's), and the next rebuild, in a process of its own, serves."""
     from gateway.metrics import SupervisorCollector
 
     builds = []
+    replacement: list[int] = []
 
     def kill_when_spawned(known: set[int]) -> None:
         while not (new := _engine_processes() - known):
             time.sleep(0.01)
         time.sleep(0.3)  # loading
-        os.kill(new.pop(), signal.SIGKILL)
+        replacement.append(new.pop())
+        os.kill(replacement[0], signal.SIGKILL)
 
     def factory():
         builds.append(time.monotonic())
@@ -198,11 +180,20 @@ async def test_a_replacement_killed_while_loading_is_a_failed_restart_apart_from
     before = _engine_processes()
     supervised = await SupervisedEngine.start(factory, FAST)
     try:
+        first = supervised.engine
         (pid,) = _engine_processes() - before
+        stream = await supervised.submit(LONG)
+        assert isinstance(await stream.get(), AudioChunk)
         os.kill(pid, signal.SIGKILL)
+        told = time.monotonic()
+        finished = [e async for e in stream][-1]
+        assert finished.reason == FinishReason.FAILED
+        assert time.monotonic() - told < 1.0  # the listener hears of it at once
         await _until(lambda: supervised.record.restarts == 1, timeout=120)
         record = supervised.record
-        assert len(builds) == 3 and supervised.ready
+        assert len(builds) == 3 and supervised.ready and supervised.engine is not first
+        # A new process serves: neither the killed one nor the replacement killed loading.
+        assert len(_engine_processes() - before - {pid, *replacement}) == 1
         assert (record.deaths, record.restart_failures) == (1, 1)
         assert "killed by SIGKILL (signal 9" in record.last_death
         assert "restart failed" not in record.last_death
