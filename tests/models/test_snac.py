@@ -336,8 +336,8 @@ def test_compiled_stateful_units_decode_as_the_eager_ones():
     lengths and rows (2, then 3 with other ends and seeds), the second on the first's state,
     decode as the eager steps do. The
     output conv and the last block's upsampling, noise and last residual step (dilation 9:
-    the longest state carried) stand for all twenty-two (each a program of its own, ~20 s of
-    CPU to compile here: the other residual steps differ only in dilation)."""
+    the longest state carried) stand for all twenty-two (each a program of its own, up to
+    ~20 s of CPU to compile here: the other residual steps differ only in dilation)."""
     from models.codecs.snac_streaming import NO_END
 
     det = SnacDetokenizer(_tiny(seed=1))
