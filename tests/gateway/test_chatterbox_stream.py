@@ -48,9 +48,10 @@ def cb_engine(tmp_path_factory, voices_dir):
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VOXGATE_CACHE", str(tmp_path_factory.mktemp("cache")))
-    eng = build_engine(
-        "tiny-chatterbox", config=EngineConfig(kv_cache_mb=64), voices_dir=str(voices_dir)
-    )
+    # Real-time admission off, as in the gateway's other engines (conftest.py): its
+    # calibration bursts at start-up took ~7 s of CPU here.
+    config = EngineConfig(kv_cache_mb=64, realtime_admission=False)
+    eng = build_engine("tiny-chatterbox", config=config, voices_dir=str(voices_dir))
     yield eng
     asyncio.run(eng.shutdown())
     mp.undo()

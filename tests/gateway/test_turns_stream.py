@@ -227,14 +227,16 @@ def test_a_reply_whose_encoder_process_died_fails_alone(glm_server, glm_engine, 
 
 @pytest.fixture(scope="module")
 def glm_process_server():
-    """tiny-glm-voice with the engine in a process of its own (the GPU default)."""
+    """tiny-glm-voice with the engine in a process of its own (the GPU default); real-time
+    admission off, as in glm_engine (conftest.py), whose replies it is compared with."""
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from engine.process_engine import ProcessEngine
     from gateway.config import GatewaySettings
 
     engine = build_engine(
-        "tiny-glm-voice", config=EngineConfig(kv_cache_mb=64, engine_process=True)
+        "tiny-glm-voice",
+        config=EngineConfig(kv_cache_mb=64, engine_process=True, realtime_admission=False),
     )
     assert isinstance(engine, ProcessEngine)
     server = start_server(GatewaySettings(model="tiny-glm-voice"), engine)

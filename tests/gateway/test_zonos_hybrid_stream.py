@@ -37,8 +37,10 @@ def hybrid_engine():
     from engine.factory import build_engine
 
     # The session's preset cache (tests/conftest.py): written once for these tests and
-    # tests/models/test_zonos_hybrid.py.
-    eng = build_engine("tiny-zonos-hybrid", config=EngineConfig(kv_cache_mb=32))
+    # tests/models/test_zonos_hybrid.py. Real-time admission off, as in the gateway's other
+    # engines (conftest.py).
+    config = EngineConfig(kv_cache_mb=32, realtime_admission=False)
+    eng = build_engine("tiny-zonos-hybrid", config=config)
     yield eng
     asyncio.run(eng.shutdown())
 

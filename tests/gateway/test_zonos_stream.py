@@ -43,7 +43,8 @@ def zonos_engine(tmp_path_factory):
     mp.setenv("VOXGATE_CACHE", str(tmp_path_factory.mktemp("cache")))
     voices = tmp_path_factory.mktemp("voices")
     (voices / "narrator.wav").write_bytes(VOICE_CLIP)
-    config = EngineConfig(kv_cache_mb=32)
+    # Real-time admission off, as in the gateway's other engines (conftest.py).
+    config = EngineConfig(kv_cache_mb=32, realtime_admission=False)
     eng = build_engine("tiny-zonos", config=config, voices_dir=str(voices))
     yield eng
     asyncio.run(eng.shutdown())
