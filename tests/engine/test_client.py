@@ -9,6 +9,10 @@ from engine.factory import build_engine
 from engine.outputs import AudioChunk, Finished, FinishReason, SpeechRequest
 from engine.request import SamplingParams
 
+# Real-time admission off: its calibration bursts at start-up (~1.5 s of CPU here) test
+# nothing of the client. test_build_engine_warms_up_and_leaves_the_engine_empty keeps them.
+CONFIG = EngineConfig(num_kv_blocks=256, realtime_admission=False)
+
 
 async def wait_idle(engine, timeout_s: float = 30.0) -> None:
     for _ in range(int(timeout_s / 0.05)):
@@ -20,7 +24,7 @@ async def wait_idle(engine, timeout_s: float = 30.0) -> None:
 
 
 async def test_cancelled_submit_neither_kills_the_loop_nor_orphans_work():
-    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
+    engine = build_engine("tiny-orpheus", config=CONFIG)
     try:
         long = SpeechRequest(
             "Hello there.", sampling=SamplingParams(max_tokens=2000, min_tokens=2000)
@@ -47,7 +51,7 @@ async def test_cancelled_submit_neither_kills_the_loop_nor_orphans_work():
 
 
 async def test_cancel_ends_the_stream_with_cancelled():
-    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
+    engine = build_engine("tiny-orpheus", config=CONFIG)
     try:
         stream = await engine.submit(
             SpeechRequest("Hello.", sampling=SamplingParams(max_tokens=2000))
@@ -79,7 +83,7 @@ async def test_bad_commands_are_refused_and_a_dead_engine_fails_its_callers(monk
 
     from engine.api import EngineDead, ModelInputError, TurnFromText
 
-    engine = build_engine("tiny-orpheus", config=EngineConfig(num_kv_blocks=256))
+    engine = build_engine("tiny-orpheus", config=CONFIG)
     try:
         # Streamed audio for a text-to-speech engine is refused, and the loop goes on.
         engine.push_audio("nobody", np.zeros(160, np.float32))

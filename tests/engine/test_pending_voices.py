@@ -33,7 +33,9 @@ async def speaks(engine, voice: str) -> int:
 
 async def test_a_pending_voice_is_installed_and_removed_in_order(tmp_path, monkeypatch):
     monkeypatch.setenv("VOXGATE_CACHE", str(tmp_path))
-    config = EngineConfig(kv_cache_mb=32, engine_process=True)
+    # Real-time admission off: its calibration bursts at start-up (~7 s of CPU for
+    # tiny-chatterbox) test nothing of the voices.
+    config = EngineConfig(kv_cache_mb=32, engine_process=True, realtime_admission=False)
     engine = build_engine("tiny-chatterbox", config=config)
     try:
         assert engine.facts.voice_cloning and not engine.facts.clip_rules.needs_transcript
