@@ -80,25 +80,24 @@ class ResponseOutcome:
 ITEM_SHOWING = frozenset({"conversation.item.created", "response.output_item.done"})
 
 
-class EncodedEvent(str):
-    """A server event's JSON text, carrying the conversation item it shows (`item`; None for
-    other events), so the connection can remember items as shown without parsing its own
-    output back."""
-
-    item: dict[str, Any] | None
-
-    def __new__(cls, text: str, item: dict[str, Any] | None = None) -> EncodedEvent:
-        encoded = super().__new__(cls, text)
-        encoded.item = item
-        return encoded
+# _event writes "type" first, so an event's kind is known from the start of its text.
+_ITEM_SHOWING_PREFIXES = tuple(f'{{"type":"{kind}",' for kind in sorted(ITEM_SHOWING))
 
 
 def _event(kind: str, **fields: Any) -> str:
-    """The event's JSON text; an EncodedEvent where it shows an item (the audio deltas, the
-    per-frame events, stay plain strings)."""
+    """The event's JSON text, its "type" first (what `shown_item` reads)."""
     body = {"type": kind, "event_id": f"event_{uuid.uuid4().hex[:20]}", **fields}
-    text = json.dumps(body, separators=(",", ":"))
-    return EncodedEvent(text, fields.get("item")) if kind in ITEM_SHOWING else text
+    return json.dumps(body, separators=(",", ":"))
+
+
+def shown_item(text: str) -> dict[str, Any] | None:
+    """The conversation item a server event's text shows (an ITEM_SHOWING event's `item`),
+    else None. Only those few events a response are parsed: the audio deltas, most of what a
+    connection sends, are told apart by their first bytes."""
+    if not text.startswith(_ITEM_SHOWING_PREFIXES):
+        return None
+    item = json.loads(text).get("item")
+    return item if isinstance(item, dict) else None
 
 
 def _format(dialect: Dialect, fmt: RealtimeFormat) -> Any:

@@ -5,7 +5,6 @@ formats the Realtime API names, and the conversation's bookkeeping that client e
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from engine.api import ModelFacts
 from gateway.protocol import AudioFormat, AudioSpec, TurnDetection
 from gateway.realtime_calls import SessionTools
+from gateway.realtime_events import shown_item
 from gateway.realtime_protocol import Dialect, RealtimeFormat
 from gateway.vad import VadSettings
 
@@ -71,13 +71,13 @@ class ConversationItems:
         self._limit = limit
 
     def note(self, text: str) -> None:
-        """A server event on its way to the client: the item it shows (the EncodedEvent's of
-        gateway.realtime_events; other text shows none) is remembered as shown, a copy, in
-        its place if an earlier event showed it."""
-        item = getattr(text, "item", None)
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        """A server event on its way to the client: the item it shows (gateway.realtime_events'
+        `shown_item`; most events show none) is remembered as shown, in its place if an
+        earlier event showed it."""
+        item = shown_item(text)
+        if item is None or not isinstance(item.get("id"), str):
             return
-        self._items[item["id"]] = copy.deepcopy(item)
+        self._items[item["id"]] = item
         while len(self._items) > self._limit:
             self._items.popitem(last=False)
 

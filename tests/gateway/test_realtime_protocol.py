@@ -778,17 +778,18 @@ def test_delete_refuses_a_queued_responses_messages_until_its_own_response_done(
 
 
 def test_remembered_items_are_bounded_oldest_first():
-    from gateway.realtime_events import EncodedEvent
+    from gateway.realtime_events import encode_item_created
     from gateway.realtime_state import ConversationItems
 
     items = ConversationItems(limit=2)
     for item_id in ("a", "b", "c"):
-        shown = {"id": item_id}
-        items.note(EncodedEvent(json.dumps({"item": shown}), shown))  # as the server writes it
-        shown["status"] = "changed after it was sent"  # what was shown is kept, not the dict
-    assert items.get("a") is None and items.get("c") == {"id": "c"} and items.newest == "c"
-    items.note('{"item": {"id": "d"}}')  # text that is not an item-showing event shows none
-    assert items.get("d") is None
+        items.note(encode_item_created(Dialect.GA, item_id, "user", "Hi.", None))
+    assert items.get("a") is None and items.newest == "c"
+    assert items.get("c")["id"] == "c" and items.get("c")["content"][0]["text"] == "Hi."
+    # Text that is not an item-showing event shows none, whatever it holds.
+    items.note('{"type":"conversation.item.retrieved","item":{"id":"d"}}')
+    items.note('{"item": {"id": "e"}}')
+    assert items.get("d") is None and items.get("e") is None
 
 
 def test_a_turn_model_deletes_only_messages_waiting_for_response_create():
