@@ -171,7 +171,7 @@ async def _synthesize(
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    from engine.api import resolve_request_options
+    from engine.api import ConfigError, SamplingParams, resolve_request_options
     from engine.config import EngineConfig
     from engine.factory import build_engine
     from gateway.response import length_shares, share_tokens
@@ -197,6 +197,19 @@ def run_synth(args: argparse.Namespace) -> int:
     if family is not None:
         declared = option_specs(family.request_options)
         resolve_request_options(declared, typed_model_options(raw_options, declared), model)
+    # The model's tuned sampling (as the gateway uses), with what the command line sets on top:
+    # each value's range checked now, the model's context once it is loaded.
+    given = {
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "max_tokens": args.max_tokens,
+        "min_tokens": args.min_tokens,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    try:
+        SamplingParams(**given)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     start = time.monotonic()
     engine = build_engine(
         model,
@@ -206,17 +219,10 @@ def run_synth(args: argparse.Namespace) -> int:
         progress=True,
         random_weights=args.random_weights,
     )
-    # The model's tuned sampling (as the gateway uses), with what the command line sets on top.
-    given = {
-        "temperature": args.temperature,
-        "seed": args.seed,
-        "max_tokens": args.max_tokens,
-        "min_tokens": args.min_tokens,
-    }
     facts = engine.facts
     try:  # checked as the gateway's endpoints check them (gateway/speech_options.py)
         check_voice(args.voice, facts)
-        sampling = checked_sampling({k: v for k, v in given.items() if v is not None}, facts)
+        sampling = checked_sampling(given, facts)
         model_options = checked_model_options(
             typed_model_options(raw_options, facts.request_options), facts
         )
