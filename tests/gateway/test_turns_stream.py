@@ -31,8 +31,10 @@ RATE = 16000
 FRAME = RATE // 50  # 20 ms
 PCM16_IN = {"format": "pcm16", "sample_rate": RATE}
 PCM16_OUT = {"format": "pcm16", "sample_rate": RATE, "frame_ms": 20}
-# Greedy; a short reply (about 2 s of speech from random weights) keeps the test quick.
-SAMPLING = {"temperature": 0.0, "max_tokens": 120}
+# Greedy; a short reply keeps the test quick: 60 tokens are GLM-4-Voice's blocks of 13 text
+# and 26 speech tokens, then 13 text and 8 speech (34 speech tokens: 2.72 s, paced to real
+# time), long enough to still be playing when a test cuts in 480 ms into it.
+SAMPLING = {"temperature": 0.0, "max_tokens": 60}
 SPEECH_TOKEN_S = 0.08  # GLM-4-Voice: 12.5 speech tokens per second
 
 
