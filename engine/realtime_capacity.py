@@ -3,11 +3,12 @@ the engine's measured turn cost, and the codec's budget where it runs beside the
 a stream is refused *before* it would push the streams already playing behind real time.
 
 A stream gets one token per LLM step it takes part in. With `n` streams and at most
-`max_num_seqs` per step, each stream waits ceil(n / max_num_seqs) turns of
-min(n, max_num_seqs) rows between tokens; that interval must stay under `REALTIME_LOAD` of a
-token's playback time. This is the sustained-throughput condition whatever the lead caps do:
-streams that sit out a step catch up in a later one, and a turn of r rows yields r tokens
-for a + c*r seconds, which is best at r = n. The turn's cost by rows is fitted from live turns
+`max_num_seqs` per step, a stream waits n / max_num_seqs turns of min(n, max_num_seqs) rows
+between tokens on average (beyond the cap every turn is full, of the most urgent streams, and
+a stream that sits out one runs in a later one, on the audio it banked); that interval must
+stay under `REALTIME_LOAD` of a token's playback time. This is the sustained-throughput
+condition whatever the lead caps do: streams that sit out a step catch up in a later one,
+and a turn of r rows yields r tokens for a + c*r seconds, which is best at r = n. The turn's cost by rows is fitted from live turns
 (engine/turn_cost.py). A codec that runs beside the LLM (a thread of its own, on CUDA) has
 its own budget: every stream needs a second of audio a second, in jobs of at most
 `max_detok_batch` rows of a chunk each, and a job costs a fixed part plus a part per second
@@ -156,7 +157,7 @@ class RealtimeCapacity:
         cost = self.steps.predict(batch)
         if cost is None:
             return None
-        return math.ceil(streams / self.max_num_seqs) * cost
+        return streams / batch * cost  # full turns beyond the cap, each stream its share
 
     def capacity(
         self,

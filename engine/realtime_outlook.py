@@ -11,7 +11,8 @@ while their contexts were short (docs/benchmark-history.md). A count of streams 
 that; their contexts, the tokens they may still make and the audio they hold can:
 
 - Every stream still making tokens takes one a round, as the scheduler runs them (with more
-  streams than `max_num_seqs`, a round is several turns). In round k the streams whose
+  streams than `max_num_seqs`, a round is rows / max_num_seqs full turns: every turn runs
+  the most urgent, and a stream that sits out one runs in the next on its banked audio). In round k the streams whose
   remaining tokens are at least k run, each reading its context plus k tokens of pages, so a
   round's time is linear in k between two streams' ends (a segment).
 - A listener's lead (the audio it holds, `banked_s` now) grows by a token's playback time
@@ -109,7 +110,7 @@ def shortfall(
     running = ends[None, :] >= stops[:, None]
     rows = running @ share
     context_run = running @ (share * context)
-    turns_a_round = np.ceil(rows / turn.max_rows)
+    turns_a_round = np.maximum(rows / turn.max_rows, 1.0)
     by_rows = turns_a_round * turn.by_rows(np.minimum(rows, turn.max_rows))
     per_page = turn.page_s / turn.page_tokens
     # Round k of segment j takes a_j + b_j x k: its rows' part, the pages of the streams'

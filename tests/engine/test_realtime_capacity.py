@@ -98,10 +98,11 @@ def test_a_burst_is_cut_at_the_size_that_would_fall_behind():
     assert "7 streams would get a token every" in reason and "try again" in reason
 
 
-def test_streams_beyond_max_num_seqs_wait_whole_steps():
+def test_streams_beyond_max_num_seqs_share_full_steps():
     sched = make_scheduler(max_num_seqs=4)
     sched.capacity.steps.seed(4, 0.4 * TOKEN_S)
-    assert burst(sched, 20)[0] == 8  # 2 steps a token = 0.8; a ninth makes it 3 steps
+    # 9 streams: 9 / 4 full steps a token = 0.9 token times; a tenth makes it 1.0.
+    assert burst(sched, 20)[0] == 9
 
 
 def test_live_steps_refine_the_calibration():
@@ -547,3 +548,29 @@ async def test_a_warm_up_the_kv_pool_cannot_hold_refuses_no_client():
         assert engine.stats().admission.refusals == {"kv": 1}
     finally:
         await engine.shutdown()
+
+
+@pytest.mark.parametrize(
+    "cost, max_num_seqs, stream_tokens",
+    [(GPU_LIKE, 40, 1000), (PAGE_BOUND, 60, 800)],
+    ids=["by-count", "by-outlook"],
+)
+def test_streams_beyond_max_num_seqs_take_turns_and_keep_up(cost, max_num_seqs, stream_tokens):
+    """With a cap on rows a step below what the device carries, every turn runs the
+    `max_num_seqs` most urgent streams and the others the next: a stream makes a token every
+    n / max_num_seqs full turns on average, the audio it banked covering the turn it sits
+    out. Admission lets in streams past the cap as far as full turns keep up, and no
+    listener runs dry (without admission, the streams that full turns cannot carry do)."""
+    seeds = {rows: cost.seen(rows, 0, 2 * rows) for rows in (1, 8, 32, max_num_seqs)}
+    full_turn = cost.seen(max_num_seqs, 0)
+    carried = int(REALTIME_LOAD * TOKEN_S * max_num_seqs / full_turn)
+    assert carried > max_num_seqs
+    sim = RealtimeSim(cost, FACTS, seeds, max_num_seqs=max_num_seqs)
+    result = sim.run(steady_arrivals(2 * carried, 10), stream_tokens=stream_tokens, until_s=30)
+    assert max_num_seqs < result.peak_streams <= carried, result
+    assert not result.late_streams and result.worst_lead_s == 0.0
+    beyond = RealtimeSim(cost, FACTS, seeds, max_num_seqs=max_num_seqs, realtime_admission=False)
+    crowd = beyond.run(
+        steady_arrivals(int(1.3 * carried), 10), stream_tokens=stream_tokens, until_s=30
+    )
+    assert crowd.late_streams

@@ -34,7 +34,7 @@ def walked(
     for k in range(1, max(ends) + 1):
         active = [i for i, end in enumerate(ends) if end >= k]
         rows = sum(streams[i].share for i in active)
-        turns = math.ceil(rows / turn.max_rows)
+        turns = max(rows / turn.max_rows, 1.0)  # beyond the cap, full turns in turn
         pages = sum(
             streams[i].share
             * ((streams[i].context_tokens + streams[i].share * k) / turn.page_tokens + 0.5)
@@ -130,14 +130,14 @@ def test_nothing_to_make_is_nothing_short():
 def test_requests_without_a_listener_cost_the_listeners_their_share():
     """Requests without a listener are nobody's audio to keep up, but their share of a row
     and of their pages weighs on every round: 300 listeners that hold alone fall short beside
-    400 long batch requests at a quarter of real time, and sooner the larger the share. The
+    1,000 long batch requests at a quarter of real time, and more the larger the share. The
     batch requests alone never fall short."""
     listeners = [StreamOutlook(200, 900, 0.0)] * 300
     assert shortfall(listeners, ORPHEUS_LIKE, TOKEN_BUDGET) is None
-    quarter = [StreamOutlook(200, 3000, 0.0, share=0.25)] * 400
+    quarter = [StreamOutlook(200, 3000, 0.0, share=0.25)] * 1000
     short = shortfall([*listeners, *quarter], ORPHEUS_LIKE, TOKEN_BUDGET)
     assert short is not None and short.after_tokens <= 900  # a listener's lack, before its end
-    half = [StreamOutlook(200, 3000, 0.0, share=0.5)] * 400
+    half = [StreamOutlook(200, 3000, 0.0, share=0.5)] * 1000
     shorter = shortfall([*listeners, *half], ORPHEUS_LIKE, TOKEN_BUDGET)
     assert shorter is not None and shorter.behind_s > short.behind_s
     assert shortfall(quarter, ORPHEUS_LIKE, TOKEN_BUDGET) is None
