@@ -28,9 +28,11 @@ MIC_RATE = 48000
 # Chromium loops the file for as long as the microphone runs: the silence after the words is
 # long enough that the loop never speaks a second turn within a test.
 SILENCE_AFTER_S = 40.0
-# Greedy and short: a reply of about 2 s of speech from random weights. min_tokens holds back
-# the stop token, so a reply is never too short for what a test does while it plays.
-PAGE_QUERY = "?temperature=0&min_tokens=40&max_tokens=120"
+# Greedy and short: a reply of 2-2.7 s of speech from random weights (GLM-4-Voice's blocks of
+# 13 text and 26 speech tokens: 40 tokens hold 26 speech tokens, 60 hold 34; it is played out
+# in real time). min_tokens holds back the stop token, so a reply is never too short for what a
+# test does while it plays.
+PAGE_QUERY = "?temperature=0&min_tokens=40&max_tokens=60"
 LONG_REPLY_QUERY = "?temperature=0&min_tokens=300&max_tokens=400"  # some 15 s of speech
 WAIT_MS = 60_000  # generous: a loaded 2-core machine
 
