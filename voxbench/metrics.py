@@ -190,6 +190,23 @@ def summarize(
     return summary
 
 
+def describe_not_viable(summary: dict[str, Any]) -> str | None:
+    """Why a point's requests were not viable, as a log line (None when all were): each
+    failure by its reason, most first (`stopped`: cut by the benchmark's early stop; an
+    `overloaded` one: refused by the server's real-time admission), then the successful ones
+    whose audio ran late."""
+    failures = sorted(summary["failures"].items(), key=lambda kv: (-kv[1], kv[0]))
+    late = summary["ok"] - summary["viable"]
+    if not failures and not late:
+        return None
+    parts = [f"{n} {reason}" for reason, n in failures]
+    parts.append(
+        f"{late} completed with audio late ({summary['late_frames']} late frames, "
+        f"{summary['requests_with_underrun']} with an underrun)"
+    )
+    return "not viable: " + ", ".join(parts)
+
+
 def meets_slo(summary: dict[str, Any], slo: Slo) -> bool:
     p90 = summary["ttfa_ms"]["p90"]
     return (

@@ -54,7 +54,10 @@ class RequestRecord:
         if self.aborted:
             return "late_then_stopped" if self.late else "stopped"
         if self.done is not None and self.done.get("status") not in OK_STATUSES:
-            return f"status_{self.done.get('status')}"
+            # With the error that ended it, where one came: a refusal (real-time admission's
+            # `overloaded`) reads apart from a fault.
+            code = self.errors[-1].get("code") if self.errors else None
+            return f"status_{self.done.get('status')}" + (f"_{code}" if code else "")
         if self.errors:
             return f"error_{self.errors[-1].get('code')}"
         if self.close_code is not None:

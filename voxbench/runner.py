@@ -25,7 +25,7 @@ from voxbench.config import BenchConfig
 from voxbench.engine_loop import describe_loop, loop_profile, read_loop_totals
 from voxbench.goodput import search_goodput
 from voxbench.loadgen import ClientOptions, LoadGenerator, probe_session
-from voxbench.metrics import summarize
+from voxbench.metrics import describe_not_viable, summarize
 from voxbench.records import RequestRecord
 from voxbench.workload import (
     burst_plan,
@@ -302,6 +302,9 @@ class BenchRun:
             "PASS" if summary["passes"] else "fail",
             " (stopped early)" if outcome.stopped_early else "",
         )
+        not_viable = describe_not_viable(summary)
+        if not_viable:
+            log.info("  %s", not_viable)
         for line in describe_loop(entry["points"][-1]["engine_loop"]):
             log.info("  %s", line)
         self._save()

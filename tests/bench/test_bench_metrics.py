@@ -10,6 +10,7 @@ import pytest
 from voxbench.metrics import (
     OnTimeTracker,
     Slo,
+    describe_not_viable,
     distribution,
     late_frames,
     meets_slo,
@@ -148,6 +149,13 @@ def test_failed_requests_are_never_viable():
     assert not request_viable(cancelled, 0) and cancelled.failure == "status_cancelled"
     timed_out = record(2, on_schedule(3), status=None, exception="drain_timeout")
     assert timed_out.failure == "drain_timeout"
+    # A response the server's real-time admission refused in an open session reads apart
+    # from one that failed without an error.
+    admission = record(
+        3, [], status="failed", errors=[{"code": "overloaded", "message": "no real-time capacity"}]
+    )
+    assert admission.failure == "status_failed_overloaded"
+    assert record(4, [], status="failed").failure == "status_failed"
 
 
 def test_summary_of_a_point():
@@ -168,6 +176,10 @@ def test_summary_of_a_point():
     assert s["late_frames"] == 4  # fixed deadlines: 7-9 (due 340-380) are late too
     assert s["audio_s_received"] == pytest.approx(0.6)
     assert s["achieved_rate"] == pytest.approx(3 / 1.5)
+    assert describe_not_viable(s) == (
+        "not viable: 1 close_1013, 1 completed with audio late (4 late frames, 1 with an underrun)"
+    )
+    assert describe_not_viable(summarize(records[:1], 0.0, Slo())) is None
     assert not s["passes"]
 
 
