@@ -15,14 +15,16 @@ from gateway_testkit import expect_close, send, start_session
 from gateway.audio import make_encoder
 from gateway.protocol import AudioSpec
 
-SECONDS = 10.0
+# Four seconds of talk: 50 Moshi frames each way, every packet paced in real time; enough for
+# Moshi's text stream and the frame accounting, and more than the longest slice a test sends.
+SECONDS = 4.0
 PACKET_MS = 20
 FRAME_MS = 80  # one Moshi frame
 SESSIONS = 3
 
 
 def microphone_packets(seed: int) -> list[bytes]:
-    """10 s of a wobbling tone as a browser would send it: 20 ms Opus packets at 48 kHz."""
+    """SECONDS of a wobbling tone as a browser would send it: 20 ms Opus packets at 48 kHz."""
     rng = np.random.default_rng(seed)
     t = np.arange(int(SECONDS * 24000)) / 24000
     pcm = 0.3 * np.sin(2 * np.pi * rng.uniform(120, 300) * t) * (0.6 + 0.4 * np.sin(5 * t))
