@@ -308,8 +308,10 @@ def test_turns_with_the_engine_in_its_own_process(
     assert audio_tokens(model, cut) == int(0.4 / SPEECH_TOKEN_S)
 
     async def both():
-        return await typed_turn(server.url, "How are you?"), await typed_turn(
-            glm_server.url, "How are you?"
+        # At once: each engine serves only its own turn, greedy, so its reply is the same as
+        # alone, and the two replies' real-time playback overlaps instead of adding up.
+        return await asyncio.gather(
+            typed_turn(server.url, "How are you?"), typed_turn(glm_server.url, "How are you?")
         )
 
     (done, audio, transcript), (want_done, want_audio, want_transcript) = asyncio.run(both())
