@@ -41,7 +41,9 @@ async def test_a_call_with_speech_in_barge_in_clears_and_the_reply_is_cut_at_the
     url = glm_server.url.replace("/v1/stream", "/v1/twilio")
     async with websockets.connect(url) as ws:
         twilio = FakeTwilio(ws)
-        await twilio.open(temperature="0", max_tokens="300")  # ~5 s of reply
+        # ~5 s of reply: GLM-4-Voice's blocks of 13 text and 26 speech tokens, 61 speech tokens
+        # (4.88 s) in 100, played in real time: still playing when the caller talks over it.
+        await twilio.open(temperature="0", max_tokens="100")
         for payload in mulaw_chunks("What is the weather like today?", tmp_path, 1):
             await twilio.caller_speaks(payload)
         # The answer: μ-law media on this stream, a mark every 500 ms of it.
