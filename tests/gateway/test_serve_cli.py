@@ -154,6 +154,9 @@ async def test_voxgate_serve_runs_end_to_end(engine_args):
             "cpu",
             "--kv-cache-mb",
             "16",
+            # Admission's calibration at warm-up only delays /ready here; the reliability
+            # suite's tiny_server serves with it calibrated.
+            "--no-realtime-admission",
             *engine_args,
         ],
         cwd=REPO,
