@@ -205,7 +205,11 @@ async def test_engine_failure_is_model_error_then_1011(engine):
     from engine.factory import build_engine
     from gateway.config import GatewaySettings
 
-    doomed = build_engine("tiny-orpheus", config=EngineConfig(kv_cache_mb=8))
+    # Real-time admission off, as in the shared engine (conftest.py): its calibration at
+    # warm-up has nothing to do with a loop that dies.
+    doomed = build_engine(
+        "tiny-orpheus", config=EngineConfig(kv_cache_mb=8, realtime_admission=False)
+    )
     srv = start_server(GatewaySettings(model="tiny-orpheus"), doomed)
     try:
         async with websockets.connect(srv.url) as ws:
