@@ -412,7 +412,9 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     utterances = [_frames(12, seed=s) for s in range(5)]
     plain = SnacDetokenizer(model, chunk_frames=2)
     graphed = SnacDetokenizer(model, chunk_frames=2)
-    graphed.GRAPH_BATCHES = (1, 5, 8)  # fewer sizes than served: each capture traces the call
+    # Fewer sizes than served (each capture traces the call): 5 rows take the 5-row graphs,
+    # not the 8-row ones, and 9 fit none.
+    graphed.GRAPH_BATCHES = (5, 8)
     graphs = EagerGraphs()
     graphed.enable_cuda_graphs(graphs)
     assert {kind for kind, _, _ in graphs.keys} == {"snac"}
