@@ -51,10 +51,12 @@ def main() -> None:
     end = torch.tensor([NO_END, 40])  # the second stream ends inside the second call
     seed = torch.tensor([3, 11])
     # 1 latent step: the first block's units see 8 samples, fewer than their reach (h = 27);
-    # 4 steps: 32, more than it. The last call flushes the second stream: its units' inputs
-    # reach past its end. Interpreted kernels cost seconds a step, and from 2 steps the last
-    # blocks' lines span two join programs, so no call needs more.
-    for steps in (1, 4, 1, 2):
+    # 4 steps: 32, more than it, and the last two blocks' lines (1024 and 2048 samples with
+    # their kept inputs) span two and three join programs. The last call flushes the second
+    # stream (at 1 step as at 2, the same units see its end inside their lines): its
+    # first block's units' inputs reach past its end. Interpreted kernels cost seconds a
+    # step, so no other call takes more than 1.
+    for steps in (1, 4, 1, 1):
         latent = torch.randn(batch, model.latent_dim, steps)
         with torch.inference_mode():
             (want, states[0]), (got, states[1]) = (
