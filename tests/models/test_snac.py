@@ -405,12 +405,21 @@ def test_each_chunk_comes_out_short_of_the_decoders_delay(model):
     assert out + len(rest) == len(frames) * SPF
 
 
-def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
+@pytest.fixture(scope="module")
+def five_streams(model) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Five utterances fed alike (seed 3: a frame a round) and each one's audio streamed by a
+    plain (eager) detokenizer: what the graphed detokenizers below must give. Arrays the tests
+    only read."""
+    utterances = [_frames(12, seed=s) for s in range(5)]
+    plain = SnacDetokenizer(model, chunk_frames=2)
+    return utterances, _stream_all(plain, utterances, seeds=[3] * 5)
+
+
+def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model, five_streams):
     """The stateful calls replay captured graphs of the schedule's lengths (the first chunk
     with its look-ahead, then the chunks), padded with copies of the first row, whose state
     and audio change no stream's."""
-    utterances = [_frames(12, seed=s) for s in range(5)]
-    plain = SnacDetokenizer(model, chunk_frames=2)
+    utterances, expected = five_streams
     graphed = SnacDetokenizer(model, chunk_frames=2)
     # Fewer sizes than served (each capture traces the call): 5 rows take the 5-row graphs,
     # not the 8-row ones, and 9 fit none.
@@ -422,7 +431,6 @@ def test_stateful_graph_jobs_pad_and_keep_each_rows_audio(model):
     assert graphs.regions == graphed.decoder.repeated_blocks()  # compiled before capture
     # the latent's and the output's convs; a block's upsample, noise, 3 units
     assert len(graphs.regions) == 2 + 5 * len(model.decoder_rates)
-    expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
     assert graphs.shapes and {b for _, b, _ in graphs.shapes} == {5}
     for e, g in zip(expected, got, strict=True):
@@ -461,13 +469,11 @@ def test_a_lone_stream_replays_the_two_row_graph(model):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
 
-def test_more_rows_than_the_largest_batch_go_in_its_calls(model):
+def test_more_rows_than_the_largest_batch_go_in_its_calls(model, five_streams):
     """Five streams fed alike, with 2 rows the largest captured batch: each round's group goes
     in calls of 2, 2 and 1 rows, every one a replay, and each stream's audio is its own."""
-    utterances = [_frames(12, seed=s) for s in range(5)]
-    plain = SnacDetokenizer(model, chunk_frames=2)
+    utterances, expected = five_streams
     graphed, graphs, calls = _counted_graphs(model, (1, 2))
-    expected = _stream_all(plain, utterances, seeds=[3] * 5)
     got = _stream_all(graphed, utterances, seeds=[3] * 5)
     assert len(calls) == len(graphs.shapes) and {b for _, b, _ in graphs.shapes} == {1, 2}
     for e, g in zip(expected, got, strict=True):
