@@ -7,16 +7,16 @@ A stream gets one token per LLM step it takes part in. With `n` streams and at m
 between tokens on average (beyond the cap every turn is full, of the most urgent streams, and
 a stream that sits out one runs in a later one, on the audio it banked); that interval must
 stay under `REALTIME_LOAD` of a token's playback time. This is the sustained-throughput
-condition whatever the lead caps do: streams that sit out a step catch up in a later one,
-and a turn of r rows yields r tokens for a + c*r seconds, which is best at r = n. The turn's cost by rows is fitted from live turns
-(engine/turn_cost.py). A codec that runs beside the LLM (a thread of its own, on CUDA) has
-its own budget: every stream needs a second of audio a second, in jobs of at most
-`max_detok_batch` rows of a chunk each, and a job costs a fixed part plus a part per second
-of audio it makes (`CodecCost`), so the codec's busy share grows with the streams and must
-stay under `REALTIME_LOAD`. Both predictions never fall as streams are added, so the most
-streams that fit (`capacity`, the metrics' room) is found by bisection. Where nothing is
-measured at all, the model cannot be judged and admission leaves it to the KV pool (and the
-listeners' buffers: engine/listener_guard.py).
+condition whatever the lead caps do: streams that sit out a step catch up in a later one, and
+a turn of r rows yields r tokens for a + c*r seconds, which is best at r = n. The turn's cost
+by rows is fitted from live turns (engine/turn_cost.py). A codec that runs beside the LLM (a
+thread of its own, on CUDA) has its own budget: every stream needs a second of audio a
+second, in jobs of at most `max_detok_batch` rows of a chunk each, and a job costs a fixed
+part plus a part per second of audio it makes (`CodecCost`), so the codec's busy share grows
+with the streams and must stay under `REALTIME_LOAD`. Both predictions never fall as streams
+are added, so the most streams that fit (`capacity`, the metrics' room) is found by
+bisection. Where nothing is measured at all, the model cannot be judged and admission leaves
+it to the KV pool (and the listeners' buffers: engine/listener_guard.py).
 
 Where the KV pages a step reads are priced (`page_s`, from the device's memory bandwidth at
 warm-up), the turn is its part by rows plus its pages, and a count of streams no longer says

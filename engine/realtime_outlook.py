@@ -12,9 +12,10 @@ that; their contexts, the tokens they may still make and the audio they hold can
 
 - Every stream still making tokens takes one a round, as the scheduler runs them (with more
   streams than `max_num_seqs`, a round is rows / max_num_seqs full turns: every turn runs
-  the most urgent, and a stream that sits out one runs in the next on its banked audio). In round k the streams whose
-  remaining tokens are at least k run, each reading its context plus k tokens of pages, so a
-  round's time is linear in k between two streams' ends (a segment).
+  the most urgent, and a stream that sits out one runs in the next on its banked audio). In
+  round k the streams whose remaining tokens are at least k run, each reading its context
+  plus k tokens of pages, so a round's time is linear in k between two streams' ends (a
+  segment).
 - A listener's lead (the audio it holds, `banked_s` now) grows by a token's playback time
   (less admission's margin: `budget`) and shrinks by the round's time, and a stream banks at
   most `lead_cap_s` (the scheduler's lead cap while someone waits for a first chunk, as a

@@ -445,7 +445,8 @@ class FlowHiftDetokenizer:
         dev = self.device
         began = time.perf_counter()
         if dev.type == "cuda":
-            gemms_in_conv_precision()  # a float32 flow's (and HiFT's) linear layers in the convs' TF32
+            # A float32 flow's (and HiFT's) linear layers in the convs' TF32.
+            gemms_in_conv_precision()
         # The windowed flow per (rows, frames): conditioning + the solver's inputs ("prep"),
         # then one Euler step ("euler"). The estimator's attention projections as one GEMM
         # (flow_hift/qkv.py), then Inductor's kernels for its blocks, if asked.
