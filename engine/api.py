@@ -75,6 +75,7 @@ __all__ = [
     "EngineStats",
     "Finished",
     "FinishReason",
+    "ErasedTurn",
     "HeardReply",
     "InstallClipVoice",
     "LoopCommand",
@@ -247,6 +248,15 @@ class TurnFromToolCall:
     arguments: str
 
 
+@dataclass(frozen=True)
+class ErasedTurn:
+    """A turn of the history (one the model made) → what stays in its place once it is taken
+    out of the conversation (the Realtime API's conversation.item.delete): an empty message
+    of the same role, so the turns still alternate; a user turn keeps its system prompt."""
+
+    turn: Any
+
+
 TurnCommand = (
     TurnFromSpeech
     | TurnFromText
@@ -255,6 +265,7 @@ TurnCommand = (
     | ToolsTurn
     | TurnFromToolOutputs
     | TurnFromToolCall
+    | ErasedTurn
 )
 
 

@@ -27,6 +27,7 @@ from engine.api import (
     Command,
     EndConversation,
     EndSession,
+    ErasedTurn,
     HeardReply,
     InstallClipVoice,
     PushAudio,
@@ -118,6 +119,7 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
             | ToolsTurn()
             | TurnFromToolOutputs()
             | TurnFromToolCall()
+            | ErasedTurn()
         ):
             return Applied(prepare_turn(loop.model, command))
         case AddClipVoice(name, clip):
@@ -195,3 +197,5 @@ def prepare_turn(model: SpeechModel, command: TurnCommand) -> Any:
             return model.tool_output_turn(outputs)
         case TurnFromToolCall(name, arguments):
             return model.tool_call_turn(name, arguments)
+        case ErasedTurn(turn):
+            return model.erased_turn(turn)

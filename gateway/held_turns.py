@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.api import EngineClient, HeardReply
 from gateway.protocol import ErrorCode, ErrorEvent
+from gateway.turn_history import TurnHistory
 from gateway.turn_input import UserAudioTurn
 
 
@@ -32,9 +33,9 @@ class HeldTurn:
 
 
 class HeldTurns:
-    def __init__(self, engine: EngineClient, history: list[Any]) -> None:
+    def __init__(self, engine: EngineClient, history: TurnHistory) -> None:
         self._engine = engine
-        self._history = history  # the conversation's own list, appended to here
+        self._history = history  # the conversation's own, appended to here
         self._waiting = False  # the history ends with held user turns no reply follows yet
 
     @property
@@ -42,10 +43,10 @@ class HeldTurns:
         """Whether held user turns wait for a reply (what AnswerTurns answers)."""
         return self._waiting
 
-    async def hold(self, user: Any) -> None:
+    async def hold(self, user: Any, turn_id: str) -> None:
         """A held user turn (the model's turn object) joins the history, with no reply."""
         await self.close()
-        self._history.append(user)
+        self._history.append(user, turn_id)
         self._waiting = True
 
     async def close(self) -> None:

@@ -168,6 +168,9 @@ class TextInput:
     # The options of the response this text opens, over the session's: the native event's
     # `model_options`, or an adapter's (OpenAI response.create's). None: the session's.
     overrides: ResponseOverrides | None = None
+    # Turn-based models: the id of the user turn it makes (gateway.wire's ForgetTurn takes it
+    # out again); set by an adapter that deletes items (OpenAI's), never by the native event.
+    turn_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
     conversation.item.retrieve → `conversation.item.retrieved`: the item as last shown
                                (RealtimeState.items remembers the newest MAX_ITEMS)
     conversation.item.delete → `conversation.item.deleted`: a text message waiting for
-                               response.create is dropped, a spoken one forgotten; refused
-                               for a turn-based model's history and on full-duplex models
+                               response.create is dropped, a spoken one forgotten; in a
+                               turn-based model's history → ForgetTurn (its turn erased;
+                               TurnForgotten → deleted for each of the turn's items);
+                               refused on full-duplex models
     session.tools / tool_choice → SessionUpdate.tools (models with tool calls): the reply's
                                transcript is parsed as it streams (models/tool_calls.py), and
                                each call becomes a `function_call` item (output_item.added,

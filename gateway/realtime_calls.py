@@ -17,7 +17,7 @@ cannot be answered."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from engine.api import ModelFacts
 from gateway.protocol import ErrorCode, ProtocolError
@@ -72,7 +72,8 @@ class SessionTools:
         self.tools: Tools = ()  # in force (once session.updated said so)
         self.choice = "auto"
         self._open: dict[str, str] = {}  # call_id → name, awaiting its output
-        self._outputs: list[str] = []  # function_call_output items for the next response
+        # function_call_output items for the next response: (item id, output)
+        self._outputs: list[tuple[str, str]] = []
 
     # --- session.update ----------------------------------------------------------------------
     def update(self, event: SessionUpdateEvent) -> tuple[Tools | None, str]:
@@ -138,7 +139,7 @@ class SessionTools:
                 f"calls awaiting one: {waiting}",
                 "item.call_id",
             )
-        pending = sum(map(len, self._outputs)) + len(event.output)
+        pending = sum(len(output) for _, output in self._outputs) + len(event.output)
         if pending > self._max_pending_chars:
             raise ProtocolError(
                 ErrorCode.TOO_LARGE,
@@ -146,8 +147,8 @@ class SessionTools:
                 "call outputs; send response.create before adding more",
             )
         del self._open[event.call_id]
-        self._outputs.append(event.output)
         item_id = event.item_id or _new_id("item")
+        self._outputs.append((item_id, event.output))
         created = encode_function_output_created(
             item_id, event.call_id, event.output, previous_item_id
         )
@@ -187,13 +188,18 @@ class SessionTools:
         )
         return item_id, created
 
-    def take_outputs(self) -> tuple[str, ...]:
-        outputs, self._outputs = tuple(self._outputs), []
-        return outputs
+    def holds_output(self, item_id: str) -> bool:
+        """Whether the item is an output waiting for response.create."""
+        return any(item == item_id for item, _ in self._outputs)
 
-    def give_back(self, outputs: tuple[str, ...]) -> None:
+    def take_outputs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The outputs waiting for response.create, and their items' ids."""
+        taken, self._outputs = self._outputs, []
+        return tuple(output for _, output in taken), tuple(item for item, _ in taken)
+
+    def give_back(self, outputs: tuple[str, ...], items: Sequence[str]) -> None:
         """Outputs taken for a response the session refused: they wait for the next one."""
-        self._outputs[:0] = outputs
+        self._outputs[:0] = zip(items, outputs, strict=True)
 
     def check_response(self, tools: Tools | None, choice: str | None) -> None:
         """A response.create's own `tools` and `tool_choice`: refused unless they are the

@@ -56,6 +56,7 @@ from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.response_overrides import ResponseOverrides
 from gateway.wire import (
     AnswerTurns,
+    ForgetTurn,
     InputClear,
     Reply,
     SessionUpdate,
@@ -215,6 +216,7 @@ class RealtimeInbound:
         # The text messages since the last response.create, (item id, text).
         self._pending: list[tuple[str, str]] = []
         self._taken: list[tuple[str, str]] = []  # what the last response.create took of them
+        self._taken_outputs: tuple[str, ...] = ()  # the function call outputs' items it took
         self._max_pending_chars = max_pending_chars  # a response's text limit, bounding memory
         self._max_frame_bytes = max_frame_bytes  # the session's limit on one audio frame
         self._max_text_chars = max_text_chars  # the most text one response.create speaks
@@ -271,7 +273,9 @@ class RealtimeInbound:
             self._state.answering.difference_update(item_id for item_id, _ in self._taken)
             self._taken = []
         elif isinstance(event, ToolOutputs):
-            self._tools.give_back(event.outputs)
+            self._tools.give_back(event.outputs, self._taken_outputs)
+        if isinstance(event, TextInput | ToolOutputs) and event.turn_id is not None:
+            self._state.turn_items.take(event.turn_id)  # no such turn: its items are in none
 
     def _response_create(self, event: ResponseCreateEvent) -> Sequence[WireInput]:
         state = self._state
@@ -282,7 +286,8 @@ class RealtimeInbound:
         # after the commit at most, whatever that response.create then answers.
         answered, state.audio_turn_answered = state.audio_turn_answered, False
         if self._tools.has_outputs:
-            return (ToolOutputs(self._tools.take_outputs(), overrides),)
+            outputs, self._taken_outputs = self._tools.take_outputs()
+            return (ToolOutputs(outputs, overrides, self._turn_of(self._taken_outputs)),)
         if self._pending:
             text_to_speak = " ".join(self._pending_text)
             self._taken, self._pending = self._pending, []
@@ -292,7 +297,8 @@ class RealtimeInbound:
             asked = own.echo if isinstance(own.echo, ResponseEcho) else ResponseEcho()
             echo = dataclasses.replace(asked, items=taken)  # delete refuses them until done
             overrides = dataclasses.replace(own, echo=echo)
-            return (TextInput(text_to_speak, final=True, overrides=overrides),)
+            turn_id = self._turn_of(taken) if self._facts.accepts_turns else None
+            return (TextInput(text_to_speak, final=True, overrides=overrides, turn_id=turn_id),)
         if answered:
             return ()  # the committed audio turn is already being answered
         if self._facts.accepts_turns:
@@ -305,6 +311,13 @@ class RealtimeInbound:
             "nothing to speak: add a user or assistant text message with "
             "conversation.item.create before response.create",
         )
+
+    def _turn_of(self, items: Sequence[str]) -> str:
+        """A new turn of the model's conversation, made of `items` (delete takes it out)."""
+        turn_id = f"turn_{uuid.uuid4().hex[:16]}"
+        for item_id in items:
+            self._state.turn_items.add(item_id, turn_id)
+        return turn_id
 
     def _overrides(self, event: ResponseCreateEvent) -> ResponseOverrides | None:
         """The response's own options (None: it asks for none), checked where this side
@@ -449,7 +462,7 @@ class RealtimeInbound:
         )
         item_id, created = self._tools.add_call(event, self._state.last_item_id)
         self._state.last_item_id = item_id
-        return (Reply(created), ToolCall(event.name, event.arguments))
+        return (Reply(created), ToolCall(event.name, event.arguments, self._turn_of((item_id,))))
 
     def _item_create(self, event: ItemCreateEvent) -> Reply:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"
@@ -523,9 +536,12 @@ class RealtimeInbound:
         self._state.truncating = event.item_id
         return (Truncate(event.audio_end_ms),)
 
-    def _item_ref(self, event: ItemRefEvent) -> Reply:
+    def _item_ref(self, event: ItemRefEvent) -> WireInput:
         """conversation.item.retrieve / .delete: the item as the client was last shown it, or
-        the item out of what the next responses take (ProtocolError where it cannot be)."""
+        the item out of what the next responses take (ProtocolError where it cannot be). A
+        turn-based model's item in its conversation is taken out by the conversation
+        (ForgetTurn), whose TurnForgotten the outbound side answers with the deletion of each
+        item of that turn."""
         item_id, facts = event.item_id, self._facts
         if event.type == "conversation.item.delete" and facts.full_duplex:
             raise ProtocolError(
@@ -547,6 +563,9 @@ class RealtimeInbound:
         if event.type == "conversation.item.retrieve":
             return Reply(encode_item_retrieved(item))
         self._refuse_delete(item_id)
+        turn_id = self._state.turn_items.turn_of(item_id)
+        if turn_id is not None:
+            return ForgetTurn(turn_id)
         self._pending = [(i, text) for i, text in self._pending if i != item_id]
         self._state.items.forget(item_id)
         if self._state.last_item_id == item_id:  # the next item follows the one before
@@ -554,9 +573,8 @@ class RealtimeInbound:
         return Reply(encode_item_deleted(item_id))
 
     def _refuse_delete(self, item_id: str) -> None:
-        """An item can be deleted unless the response being given speaks it, or, with a
-        turn-based model, it is already in the model's history (anything but a text message
-        still waiting for response.create)."""
+        """An item can be deleted unless the response being given speaks it, or it is a
+        function call's output waiting for response.create (its call awaits it)."""
         if item_id in self._state.answering:
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
@@ -564,12 +582,10 @@ class RealtimeInbound:
                 "(response.cancel) and wait for response.done before deleting the item",
                 "item_id",
             )
-        if self._facts.accepts_turns and all(i != item_id for i, _ in self._pending):
+        if self._tools.holds_output(item_id):
             raise ProtocolError(
                 ErrorCode.BAD_FIELD,
-                f"item {item_id!r} cannot be deleted: {self._facts.name} keeps the conversation "
-                "as its own turns, which this server does not take turns out of, so the model "
-                "would still hear it; only a text message still waiting for response.create "
-                "can be deleted. To leave the item out, start a new session",
+                f"item {item_id!r} is a function call's output waiting for response.create, "
+                "which its call awaits: send response.create, then delete it",
                 "item_id",
             )

@@ -34,6 +34,7 @@ from gateway.realtime_events import (
     encode_audio_delta,
     encode_error,
     encode_input_event,
+    encode_item_deleted,
     encode_response_done,
     encode_response_started,
     encode_session,
@@ -44,7 +45,14 @@ from gateway.realtime_events import (
 from gateway.realtime_protocol import UNSET
 from gateway.realtime_state import FORMAT_OF, SERVER_VAD, RealtimeState, ResponseEcho
 from gateway.reply import SpeechOptions
-from gateway.wire import InputCleared, InputCommitted, SessionUpdated, Truncated, WireEvent
+from gateway.wire import (
+    InputCleared,
+    InputCommitted,
+    SessionUpdated,
+    Truncated,
+    TurnForgotten,
+    WireEvent,
+)
 
 _OUTCOMES = {
     ResponseStatus.COMPLETED: ("completed", None),
@@ -103,6 +111,7 @@ class RealtimeOutbound:
             item = self._input_item or f"item_{uuid.uuid4().hex[:20]}"
             previous, self._state.last_item_id = self._state.last_item_id, item
             self._input_item = None
+            self._state.turn_items.add(item, event.turn_id)
             # Whether the server answers it, or a response.create will (create_response false).
             self._state.audio_turn_answered = event.answered
             return [
@@ -131,6 +140,8 @@ class RealtimeOutbound:
                     event.param,
                 )
             ]
+        if isinstance(event, TurnForgotten):
+            return self._turn_forgotten(event.turn_id)
         if isinstance(event, SessionEnded):
             return []  # the Realtime API has no such event: the close frame says it
         return []
@@ -148,6 +159,8 @@ class RealtimeOutbound:
         self._transcript = []
         previous, self._state.last_item_id = self._state.last_item_id, item_id
         self._state.answering.add(item_id)
+        if self._facts.accepts_turns:  # the reply joins the conversation as the model's turn
+            self._state.turn_items.add(item_id, event.response_id)
         parser = self._tools.parser()
         self._calls = None
         if parser is not None:
@@ -187,6 +200,8 @@ class RealtimeOutbound:
         if self._calls is not None:
             events, items = self._calls.finish(), self._calls.items
             self._state.last_item_id = self._calls.last_item_id
+            for call in items:  # the calls are part of the reply's turn
+                self._state.turn_items.add(call["id"], event.response_id)
         self._calls = None
         status, reason = _OUTCOMES[event.status]
         transcript = "".join(self._transcript)  # "" where the model wrote none
@@ -200,6 +215,19 @@ class RealtimeOutbound:
         self._state.answering.difference_update((out.item_id, *self._spoken_items))
         done = encode_response_done(self._state.dialect, out, outcome, items, self._response_view)
         return events + done
+
+    def _turn_forgotten(self, turn_id: str) -> list[str]:
+        """The conversation took a turn out (a conversation.item.delete): each of its items is
+        deleted, in order: the one asked for and any that were one turn with it."""
+        state = self._state
+        deleted = [item for item in state.turn_items.take(turn_id) if state.items.get(item)]
+        for item_id in deleted:  # (an item not remembered: deleted already, or too old)
+            state.items.forget(item_id)
+        if state.last_reply_item in deleted:
+            state.last_reply_item = None
+        if state.last_item_id in deleted:
+            state.last_item_id = state.items.newest  # the next item follows the newest left
+        return [encode_item_deleted(item_id) for item_id in deleted]
 
     def _started_view(self, event: SessionStarted) -> SessionView:
         sampling = SamplingParams(**self._facts.sampling_defaults)

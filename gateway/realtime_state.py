@@ -92,6 +92,31 @@ class ConversationItems:
         return next(reversed(self._items), None)
 
 
+class TurnItems:
+    """Turn-based models: which of the model's turns (gateway.turn_history's ids) each item is
+    part of, for conversation.item.delete. A turn may hold several items (the text messages
+    one response.create answered, a reply and its function calls). The newest MAX_ITEMS."""
+
+    def __init__(self, limit: int = MAX_ITEMS) -> None:
+        self._turn_of: OrderedDict[str, str] = OrderedDict()
+        self._limit = limit
+
+    def add(self, item_id: str, turn_id: str) -> None:
+        self._turn_of[item_id] = turn_id
+        while len(self._turn_of) > self._limit:
+            self._turn_of.popitem(last=False)
+
+    def turn_of(self, item_id: str) -> str | None:
+        return self._turn_of.get(item_id)
+
+    def take(self, turn_id: str) -> list[str]:
+        """The turn's items, in the order they were added; forgotten here."""
+        items = [item for item, turn in self._turn_of.items() if turn == turn_id]
+        for item in items:
+            del self._turn_of[item]
+        return items
+
+
 @dataclass
 class RealtimeState:
     dialect: Dialect
@@ -110,6 +135,7 @@ class RealtimeState:
     output_format: RealtimeFormat = RealtimeFormat.PCM16
     event_id: str | None = None  # the client event being handled, for its errors
     items: ConversationItems = field(default_factory=ConversationItems)
+    turn_items: TurnItems = field(default_factory=TurnItems)  # turn-based models
     # The items of the responses asked for and not yet done: the text messages each
     # response.create took and each response's output item, from response.create (or
     # response.started) until that response's response.done.

@@ -45,6 +45,7 @@ class SpeculativeTurn:
         self.decision = Decision.PENDING
         self.decided = asyncio.Event()  # set once confirmed or discarded
         self.reply = None  # the TurnReply answering it, once begun (gateway/turn_reply.py)
+        self.turn_id = ""  # the committed turn's id, once confirmed
         self.emitter = Emitter(
             event=lambda event: self._out(False, (event,)),
             audio=lambda frame, ms: self._out(True, (frame, ms)),
@@ -55,10 +56,12 @@ class SpeculativeTurn:
     def pending(self) -> bool:
         return self.decision is Decision.PENDING
 
-    def confirm(self) -> None:
-        """The turn ended: what the reply made so far goes out, in order; the rest as it comes."""
+    def confirm(self, turn_id: str) -> None:
+        """The turn ended (committed as `turn_id`): what the reply made so far goes out, in
+        order; the rest as it comes."""
         if not self.pending:
             return
+        self.turn_id = turn_id
         self.decision = Decision.CONFIRMED
         held, self._held = self._held, []
         for is_audio, args in held:

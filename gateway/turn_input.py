@@ -47,6 +47,7 @@ class UserAudioTurn:
     """The audio of one finished user turn."""
 
     pcm: np.ndarray  # float32 [samples] at VAD_RATE (16 kHz)
+    turn_id: str = ""  # its id in the conversation's history, given when it is committed
 
     @property
     def audio_ms(self) -> int:

@@ -8,11 +8,12 @@ How it maps onto PROTOCOL v1 (docs/gateway.md, "Turn-based speech-to-speech sess
     history + user turn ──SpeechRequest(turns, conversation_id)──▶ one reply: response.started,
                                                  audio, transcript.delta, response.done
 
-The history lives here, one entry per turn, user and assistant alternating. The engine keeps
-the conversation's KV between turns (`conversation_id` = the session id) and reuses the
-common prefix, so a turn costs only its new tokens. Barge-in — the user starting to speak
-while a reply plays, or `response.cancel` — cancels the reply within one engine step, and the
-reply enters the history cut to what the user heard (`HeardReply`): the client's
+The history lives here (gateway/turn_history.py), one entry per turn, user and assistant
+alternating, each under an id a client can take it out by (ForgetTurn: erased in place). The
+engine keeps the conversation's KV between turns (`conversation_id` = the session id) and
+reuses the common prefix, so a turn costs only its new tokens. Barge-in — the user starting to
+speak while a reply plays, or `response.cancel` — cancels the reply within one engine step,
+and the reply enters the history cut to what the user heard (`HeardReply`): the client's
 `playback` report when it sent one, else the server's own send clock.
 
 Turn detection's `create_response` false (the Realtime API's; also its manual turns, which a
@@ -38,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from typing import Any
 from engine.api import (
     EngineClient,
     EngineDead,
+    ErasedTurn,
     HeardReply,
     ModelInputError,
     ReplyTranscript,
@@ -75,10 +78,12 @@ from gateway.protocol import (
 from gateway.reply import Emitter, SpeechOptions
 from gateway.response_overrides import ResponseOverrides
 from gateway.speculative_turn import Decision, SpeculativeTurn
+from gateway.turn_history import TurnHistory
 from gateway.turn_input import TurnInput, TurnPaused, TurnResumed, UserAudioTurn
 from gateway.turn_reply import ReplyOutcome, TurnReply
 from gateway.wire import (
     AnswerTurns,
+    ForgetTurn,
     InputClear,
     InputCleared,
     InputCommitted,
@@ -86,6 +91,7 @@ from gateway.wire import (
     ToolOutputs,
     Truncate,
     Truncated,
+    TurnForgotten,
 )
 from models.tool_calls import FunctionTool
 
@@ -97,6 +103,7 @@ class TextTurn:
 
     text: str
     overrides: ResponseOverrides | None = None
+    turn_id: str | None = None  # its id in the history (TextInput's)
 
 
 # What waits for the player task.
@@ -117,6 +124,7 @@ class TurnConversation:
         ToolOutputs,
         ToolCall,
         AnswerTurns,
+        ForgetTurn,
     )
 
     @classmethod
@@ -151,7 +159,7 @@ class TurnConversation:
         self.options = SpeechOptions()  # session.start / session.update set it
         self._input: TurnInput | None = None
         self._spec, self._detection = AudioSpec(), TurnDetection()
-        self.history: list[Any] = []  # the model's turn objects, user first, alternating
+        self.history = TurnHistory()  # the model's turn objects, user first, alternating
         self._held = HeldTurns(engine, self.history)  # user turns waiting for AnswerTurns
         self._last_reply_ids: tuple | None = None  # the last reply's whole output, for truncate
         self._last_reply_at = -1  # its place in the history (held user turns may follow it)
@@ -167,6 +175,8 @@ class TurnConversation:
         self._text: list[str] = []  # text of a user turn still streaming in (final: false)
         self._steered = False  # a user turn has carried a response's own instructions
         self._reply: TurnReply | None = None
+        # The queued turn being prepared or answered (not in the history yet).
+        self._current: QueuedTurn | None = None
         self._speculation: SpeculativeTurn | None = None  # a reply begun at a pause
         self._answering = False
         self._idle = asyncio.Event()  # set while no reply is being prepared or played
@@ -198,6 +208,8 @@ class TurnConversation:
             self.clear()
         elif isinstance(event, Truncate):
             await self.truncate(event.audio_end_ms)
+        elif isinstance(event, ForgetTurn):
+            await self.forget(event)
         elif isinstance(event, ToolOutputs | ToolCall | AnswerTurns):
             self._enqueue(event)
         return True
@@ -264,7 +276,7 @@ class TurnConversation:
             text, self._text = "".join(self._text), []
             if not text.strip():
                 raise ProtocolError(ErrorCode.BAD_FIELD, "`text` is empty")
-            self._enqueue(TextTurn(text, event.overrides))
+            self._enqueue(TextTurn(text, event.overrides, event.turn_id))
 
     def cancel(self) -> None:
         """Barge-in (`response.cancel`, or the user speaking): the reply playing stops; one
@@ -294,7 +306,7 @@ class TurnConversation:
         index = self._last_reply_at
         kept = await self._engine.prepare_turn(HeardReply(self._last_reply_ids, reply.heard_s()))
         if self._cut_reply is reply:
-            self.history[index] = kept
+            self.history.replace(index, kept)
 
     async def truncate(self, audio_end_ms: int) -> None:
         """Keep only the first `audio_end_ms` of the last reply. Raises ProtocolError."""
@@ -305,9 +317,40 @@ class TurnConversation:
             )
         index = self._last_reply_at  # held user turns may follow it
         cut = HeardReply(self._last_reply_ids, audio_end_ms / 1000 * self._last_reply_speed)
-        self.history[index] = await self._engine.prepare_turn(cut)
+        self.history.replace(index, await self._engine.prepare_turn(cut))
         self._cut_reply = None  # the client said where it ends: later reports do not move it
         self._emit.event(Truncated(audio_end_ms))
+
+    async def forget(self, event: ForgetTurn) -> None:
+        """Take a turn out of the conversation (OpenAI conversation.item.delete): in the
+        history, the model's erased turn takes its place (an empty message of its role, so the
+        turns still alternate) and the next reply prefills from there; still waiting in the
+        queue, it is dropped unanswered. A turn being prepared or answered now is refused; an
+        id the conversation never kept (a turn the model refused) is forgotten as it is."""
+        turn_id = event.turn_id
+        index = self.history.index_of(turn_id)
+        if index is not None:
+            if index == self._last_reply_at:  # nothing of it to truncate or cut again
+                self._last_reply_ids, self._cut_reply = None, None
+            erased = await self._engine.prepare_turn(ErasedTurn(self.history[index]))
+            self.history.replace(index, erased)
+        elif turn_id in self._being_answered():
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                "the turn is being answered: cancel the response (response.cancel) or wait for "
+                "its response.done, then delete it",
+                "item_id",
+            )
+        else:
+            for queued in [t for t in self._queue if _id_of(t) == turn_id]:
+                self._queue.remove(queued)
+        self._emit.event(TurnForgotten(turn_id))
+
+    def _being_answered(self) -> tuple[str | None, ...]:
+        """The ids of the turn being prepared or answered and of its reply, neither in the
+        history yet (a speculative turn gets its id when it is confirmed, mid-reply)."""
+        current = None if self._current is None else _id_of(self._current)
+        return (current, None if self._reply is None else self._reply.response_id)
 
     async def end(self, timeout_s: float) -> None:
         """`session.end`: turns still waiting are dropped, the reply playing is cancelled, and
@@ -351,11 +394,13 @@ class TurnConversation:
             return
         if isinstance(event, UserAudioTurn):
             answered = self._answers_turns
-            self._emit.event(InputCommitted(event.audio_ms, answered))
+            event = dataclasses.replace(event, turn_id=f"turn_{uuid.uuid4().hex[:16]}")
+            self._emit.event(InputCommitted(event.audio_ms, answered, event.turn_id))
             speculation, self._speculation = self._speculation, None
             if speculation is not None and speculation.pending:
                 self._metrics.speculative_turns.labels("confirmed").inc()
-                speculation.confirm()  # its reply answers the turn: out after the events above
+                # Its reply answers the turn: out after the events above.
+                speculation.confirm(event.turn_id)
                 return
             self._enqueue(event if answered else HeldTurn(event))
             return
@@ -402,11 +447,12 @@ class TurnConversation:
                 await self._ready.wait()
             turn = self._queue.popleft()
             self._answering, self._interrupted = True, False
+            self._current = turn
             self._idle.clear()
             try:
                 await self._answer(turn)
             finally:
-                self._answering, self._reply = False, None
+                self._answering, self._reply, self._current = False, None, None
                 self.last_played = time.monotonic()
                 self._idle.set()
 
@@ -434,11 +480,11 @@ class TurnConversation:
         await self._held.close()
         if isinstance(turn, HeldTurn):
             self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
-            await self._held.hold(user)
+            await self._held.hold(user, turn.turn.turn_id)
             return
         if speculation is None:
             self._cut_reply = None
-            self.history.append(user)
+            self.history.append(user, _id_of(turn))
             spoke_on = self._input is not None and self._input.in_speech and self._speech_interrupts
             if self._interrupted or spoke_on:
                 # The user went on talking before the reply began: no reply to this turn; the
@@ -522,7 +568,7 @@ class TurnConversation:
             if speculation.decision is Decision.DISCARDED:
                 return  # nothing of it was sent, nothing of it is kept
             self._cut_reply = None
-            self.history.append(user)
+            self.history.append(user, speculation.turn_id)
         self.replies += 1
         self._last_reply_speed = self.options.speed
         self.reused_tokens.append(outcome.reused_tokens)
@@ -539,7 +585,7 @@ class TurnConversation:
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        self.history.append(kept)
+        self.history.append(kept, call.turn_id)
         self._held.answered()  # the call is the model's turn after any held ones
         # The newest turn is no reply now: there is none to truncate or recut.
         self._last_reply_ids, self._cut_reply = None, None
@@ -558,7 +604,7 @@ class TurnConversation:
         """The reply into the history, cut to what the user heard; and its transcript, when
         the engine streamed none."""
         reports = self._playback_reports
-        await self._keep_reply(outcome.output_ids, outcome.heard_s)
+        await self._keep_reply(outcome.output_ids, outcome.heard_s, reply.response_id)
         self._cut_reply = reply if outcome.heard_s is not None else None
         if self._cut_reply is reply and self._playback_reports != reports:
             await self._recut(reply)  # a report came while the engine made the cut
@@ -568,9 +614,24 @@ class TurnConversation:
             if text:
                 self._emit.event(TranscriptDelta(reply.response_id, text))
 
-    async def _keep_reply(self, output_ids: tuple, heard_s: float | None) -> None:
+    async def _keep_reply(
+        self, output_ids: tuple, heard_s: float | None, response_id: str | None = None
+    ) -> None:
         kept = await self._engine.prepare_turn(HeardReply(tuple(output_ids), heard_s))
-        self.history.append(kept)
+        self.history.append(kept, response_id)
         self._held.answered()
         self._last_reply_ids, self._last_reply_at = tuple(output_ids), len(self.history) - 1
         return kept
+
+
+def _id_of(turn: QueuedTurn) -> str | None:
+    """The id a queued turn joins the history under (None: one nobody can name)."""
+    if isinstance(turn, UserAudioTurn):
+        return turn.turn_id
+    if isinstance(turn, HeldTurn):
+        return turn.turn.turn_id
+    if isinstance(turn, SpeculativeTurn):
+        return turn.turn_id or None
+    if isinstance(turn, TextTurn | ToolOutputs | ToolCall):
+        return turn.turn_id
+    return None

@@ -14,7 +14,8 @@ cannot (its decoder never produces them, its encoder drops them): `SessionUpdate
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
 `InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
 (answer user turns committed without a response), `ToolOutputs` and `ToolCall` in (a tool's
-results, a client's call: models with tool calls). The input that starts a response
+results, a client's call: models with tool calls), `ForgetTurn` in and `TurnForgotten` out (a
+turn taken out of the conversation). The input that starts a response
 (`TextInput`, `AnswerTurns`, `ToolOutputs`) may carry that response's own options
 (gateway.response_overrides), whose `echo` comes back in its `ResponseStarted`.
 """
@@ -97,6 +98,8 @@ class InputCommitted:
     # The server answers it next; False: it waits for AnswerTurns (turn detection's
     # `create_response` false, which the Realtime API's manual turns also have).
     answered: bool = True
+    # The turn's id in the conversation's history (ForgetTurn takes it out again).
+    turn_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class ToolOutputs:
 
     outputs: tuple[str, ...]
     overrides: ResponseOverrides | None = None  # the response's own options
+    turn_id: str | None = None  # its id in the conversation's history, for ForgetTurn
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,25 @@ class ToolCall:
 
     name: str
     arguments: str
+    turn_id: str | None = None  # its id in the conversation's history, for ForgetTurn
+
+
+@dataclass(frozen=True)
+class ForgetTurn:
+    """Take a turn out of a turn-based conversation (OpenAI `conversation.item.delete`): the
+    model hears nothing of it from the next reply on. `turn_id` is the id the turn was given
+    (InputCommitted's, a reply's response id, or the one its TextInput, ToolOutputs or
+    ToolCall carried); `TurnForgotten` says it is done, an `error` why not."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class TurnForgotten:
+    """A ForgetTurn is done (never sent on the native wire)."""
+
+    TYPE: ClassVar[str] = "turn.forgotten"
+    turn_id: str
 
 
 @dataclass(frozen=True)
@@ -147,10 +170,19 @@ class Reply:
     text: str
 
 
-WireInput = ClientEvent | SessionUpdate | Reply | InputClear | Truncate | ToolOutputs | ToolCall
-WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated
+WireInput = (
+    ClientEvent
+    | SessionUpdate
+    | Reply
+    | InputClear
+    | Truncate
+    | ToolOutputs
+    | ToolCall
+    | ForgetTurn
+)
+WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated | TurnForgotten
 # Events only adapters speak; the native encoder drops them.
-_WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated)
+_WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated, TurnForgotten)
 
 
 def overrides_of(event: WireInput) -> ResponseOverrides | None:

@@ -379,6 +379,12 @@ class SpeechModel(abc.ABC):
         turn has the `token_ids` it keeps."""
         raise ModelInputError(f"{self.facts.name} is not a turn-based model")
 
+    def erased_turn(self, turn: Any) -> Any:
+        """Turn-based models: a turn of the history (one this model made) as it stays once
+        taken out of the conversation: in its place, so the turns still alternate, with
+        nothing of what was said (an empty message; a user turn keeps its system prompt)."""
+        raise ModelInputError(f"{self.facts.name} is not a turn-based model")
+
     def is_text_token(self, token: Token) -> bool:
         """Turn-based models whose replies interleave text and speech: is this generated
         token transcript text? The engine then streams the transcript (reply_text)."""

@@ -21,7 +21,7 @@ from models.base import (
     Token,
 )
 from models.glm_voice import tokens as T
-from models.glm_voice.prompt import AssistantTurn, Turn, UserTurn, conversation_ids
+from models.glm_voice.prompt import AssistantTurn, Turn, UserTurn, conversation_ids, erased
 from models.glm_voice.tokens import GlmVoiceIds
 from models.interleave import InterleaveConstraint, InterleavedSampling, InterleaveRule
 from models.layers.llama import LlamaForCausalLM
@@ -142,6 +142,11 @@ class GlmVoiceModel(InterleavedSampling, SpeechModel):
         if not text.strip():
             raise ModelInputError("the user turn is empty: give it text or speech")
         return UserTurn(text=text, system=system)
+
+    def erased_turn(self, turn: Turn) -> Turn:
+        if not isinstance(turn, UserTurn | AssistantTurn):
+            raise ModelInputError(f"not a {self.facts.name} turn: {type(turn).__name__}")
+        return erased(turn)
 
     def is_text_token(self, token: Token) -> bool:
         return not self.ids.is_audio(token) and token not in self.ids.stop_ids

@@ -30,6 +30,10 @@ class UserTurn:
     speech_tokens: tuple[int, ...] | None = None
     # The session's instructions from this turn on (None: those in force; "": none).
     system: str | None = None
+    # Taken out of the conversation (erased): an empty user message in its place, which
+    # keeps the turns alternating, its instructions and, as the first turn, the system
+    # prompt's modality (speech_tokens () for a spoken turn).
+    erased: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,18 @@ class AssistantTurn:
 Turn = UserTurn | AssistantTurn
 
 
+def erased(turn: Turn) -> Turn:
+    """The turn as it stays in a conversation it was taken out of (Realtime's
+    conversation.item.delete): a user turn empty, a reply with no tokens."""
+    if isinstance(turn, AssistantTurn):
+        return AssistantTurn(())
+    speech = None if turn.speech_tokens is None else ()
+    return UserTurn(speech_tokens=speech, system=turn.system, erased=True)
+
+
 def _user_ids(tokenizer: Any, ids: GlmVoiceIds, turn: UserTurn) -> list[int]:
+    if turn.erased:
+        return []
     if turn.speech_tokens is not None:
         if not turn.speech_tokens:
             raise ModelInputError(

@@ -35,6 +35,7 @@ from models.step_audio2.prompt import (
     Turn,
     UserTurn,
     conversation_ids,
+    erased,
     tool_call_turn,
     tool_result_turn,
     tools_message,
@@ -188,6 +189,11 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
     def tool_call_turn(self, name: str, arguments: str) -> AssistantTurn:
         """A call the client put in the conversation (not one of the model's replies)."""
         return tool_call_turn(self.tokenizer, name, arguments)
+
+    def erased_turn(self, turn: Turn) -> Turn:
+        if not isinstance(turn, UserTurn | AssistantTurn | ToolResultTurn):
+            raise ModelInputError(f"not a {self.facts.name} turn: {type(turn).__name__}")
+        return erased(turn)
 
     def heard_reply(self, output_ids: Sequence[int], heard_s: float | None) -> AssistantTurn:
         """The assistant turn to keep: all of the reply (heard_s None), or on barge-in the

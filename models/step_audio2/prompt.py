@@ -47,6 +47,9 @@ class UserTurn:
     audio: SpokenAudio | None = None
     # The system prompt from this turn on (None: unchanged; "": the model's default).
     system: str | None = None
+    # Taken out of the conversation (erased): an empty user message in its place, which keeps
+    # the turns alternating and its system prompt.
+    erased: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,20 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
+def erased(turn: Turn) -> Turn:
+    """The turn as it stays in a conversation it was taken out of (Realtime's
+    conversation.item.delete): a user turn empty, a reply with no tokens, tool results
+    empty (one empty result a call, as many as there were)."""
+    if isinstance(turn, AssistantTurn):
+        return AssistantTurn(())
+    if isinstance(turn, ToolResultTurn):
+        return ToolResultTurn(("",) * len(turn.outputs))
+    return UserTurn(system=turn.system, erased=True)
+
+
 def _user_ids(tokenizer: Any, ids: StepAudio2Ids, turn: UserTurn, slots: SlotIds) -> list[int]:
+    if turn.erased:
+        return []
     if turn.audio is not None:
         if turn.audio.embeds.shape[0] == 0:
             raise ModelInputError("the turn's audio is too short: send at least 80 ms of speech")

@@ -10,6 +10,7 @@ import asyncio
 from engine.api import HeardReply
 from gateway.held_turns import HeldTurns
 from gateway.protocol import ErrorCode
+from gateway.turn_history import TurnHistory
 
 
 class Engine:
@@ -25,22 +26,25 @@ class Engine:
 
 def test_held_turns_keep_the_history_alternating():
     async def run() -> None:
-        engine, history = Engine(), ["user 1", "reply 1"]
+        engine, history = Engine(), TurnHistory()
+        history.append("user 1", "turn_1")
+        history.append("reply 1", "resp_1")
         held = HeldTurns(engine, history)
         assert not held.waiting
         await held.close()  # nothing held: nothing to add
-        assert history == ["user 1", "reply 1"] and engine.asked == []
+        assert list(history) == ["user 1", "reply 1"] and engine.asked == []
 
-        await held.hold("user 2")
+        await held.hold("user 2", "turn_2")
         assert held.waiting and history[-1] == "user 2"
-        await held.hold("user 3")  # a second held turn: an empty reply between the two
+        await held.hold("user 3", "turn_3")  # a second held turn: an empty reply between them
         assert history[2:] == ["user 2", "empty reply", "user 3"]
+        assert history.index_of("turn_3") == 4 and history.index_of("turn_9") is None
         assert engine.asked == [HeardReply((), 0.0)]
 
         await held.close()  # another user turn comes (typed, say): the empty reply first
         assert history[-1] == "empty reply" and not held.waiting
 
-        await held.hold("user 4")
+        await held.hold("user 4", "turn_4")
         held.answered()  # the reply the client asked for follows it: nothing to add
         assert not held.waiting
         await held.close()

@@ -792,20 +792,34 @@ def test_remembered_items_are_bounded_oldest_first():
     assert items.get("d") is None and items.get("e") is None
 
 
-def test_a_turn_model_deletes_only_messages_waiting_for_response_create():
-    """Its history is the model's own turns, which the server does not edit; full-duplex
-    models refuse delete outright."""
+def test_a_turn_models_items_are_deleted_by_the_turns_they_are_part_of():
+    """A message waiting for response.create is dropped at once; an item in the model's
+    conversation asks the conversation to take its turn out (ForgetTurn), and the turn's
+    TurnForgotten deletes each of its items: the messages one response.create spoke together
+    go together. Full-duplex models refuse delete outright."""
     from gateway.protocol import ResponseDone, ResponseStarted, ResponseStatus
+    from gateway.wire import ForgetTurn, InputCommitted, TurnForgotten
 
     wire = _wire(accepts_audio=True, accepts_turns=True)
     waiting = json.loads(wire.decode_text(_item("Skip this."))[0].text)["item"]["id"]
     assert wire.decode_text(_ref("delete", waiting))
-    kept = json.loads(wire.decode_text(_item("Hi."))[0].text)["item"]["id"]
+    kept = [json.loads(wire.decode_text(_item(t))[0].text)["item"]["id"] for t in ("Hi.", "Yo.")]
     (created,) = wire.decode_text('{"type": "response.create"}')
-    assert _spoken([created]) == ("Hi.",)
-    wire.encode_event(ResponseStarted("resp_1", created.overrides.echo))
+    assert _spoken([created]) == ("Hi. Yo.",) and created.turn_id
+    started = wire.encode_event(ResponseStarted("resp_1", created.overrides.echo))
+    reply_item = json.loads(started[1].text)["item"]["id"]
     wire.encode_event(ResponseDone("resp_1", ResponseStatus.COMPLETED, 0, None))
-    err = _refused(wire, _ref("delete", kept))
-    assert err.param == "item_id" and "new session" in err.message
+    assert wire.decode_text(_ref("delete", kept[1])) == (ForgetTurn(created.turn_id),)
+    assert wire.decode_text(_ref("delete", reply_item)) == (ForgetTurn("resp_1"),)
+    deleted = [json.loads(out.text) for out in wire.encode_event(TurnForgotten(created.turn_id))]
+    assert [(d["type"], d["item_id"]) for d in deleted] == [
+        ("conversation.item.deleted", kept[0]),
+        ("conversation.item.deleted", kept[1]),
+    ]
+    assert "no item" in _refused(wire, _ref("retrieve", kept[0])).message
+    # A committed audio turn's item is its turn's, by the id the commit carried.
+    committed = wire.encode_event(InputCommitted(800, turn_id="turn_a"))
+    audio_item = json.loads(committed[0].text)["item_id"]
+    assert wire.decode_text(_ref("delete", audio_item)) == (ForgetTurn("turn_a"),)
     duplex = _wire(accepts_audio=True, full_duplex=True)
     assert "full-duplex" in _refused(duplex, _ref("delete", "x")).message

@@ -147,9 +147,11 @@ def test_a_response_repeats_the_sessions_tools_and_gives_back_outputs_it_took():
             tools.check_response(None if listed is None else decode_tools(listed), choice)
         assert err.value.param == param
     tools.add_call(FunctionCallEvent(None, None, "call_c", "get_weather", "{}"), None)
-    tools.add_output(FunctionOutputEvent(None, None, "call_c", "sunny"), None)
-    tools.give_back(tools.take_outputs())
-    assert tools.has_outputs and tools.take_outputs() == ("sunny",)
+    item_id, _ = tools.add_output(FunctionOutputEvent(None, None, "call_c", "sunny"), None)
+    assert tools.holds_output(item_id)
+    tools.give_back(*tools.take_outputs())
+    assert tools.has_outputs and tools.take_outputs() == (("sunny",), (item_id,))
+    assert not tools.holds_output(item_id)
 
 
 def test_a_model_without_tool_calls_refuses_tools_naming_the_models_that_take_them():
@@ -209,7 +211,7 @@ def test_a_reply_maps_onto_a_message_and_function_call_items():
         FunctionOutputEvent(None, None, call["call_id"], "12 C"), calls.last_item_id
     )
     assert json.loads(created_text)["item"]["output"] == "12 C"
-    assert tools.take_outputs() == ("12 C",)
+    assert tools.take_outputs() == (("12 C",), (item_id,))
     with pytest.raises(ProtocolError, match="no function call awaits"):
         tools.add_output(FunctionOutputEvent(None, None, call["call_id"], "again"), item_id)
 

@@ -149,16 +149,21 @@ async def test_held_turns_are_answered_with_the_responses_own_budget(
     await wait_engine_idle(glm_engine)
 
 
-async def test_delete_drops_a_waiting_message_and_refuses_the_history(
+async def test_delete_takes_items_out_of_what_the_model_hears(
     glm_server, glm_engine, conversations
 ):
-    """A typed message deleted before response.create never reaches the model's prompt; the
-    turns already in the history are refused (the server does not edit them), with the session
-    going on."""
+    """A typed message deleted before response.create never reaches the model's prompt; a turn
+    already in the history, typed, spoken or the model's reply, is erased in its place: the
+    next prompt has nothing of it and the turns still alternate. A turn of two messages goes
+    out whole, each of its items deleted."""
+    from models.glm_voice.prompt import AssistantTurn, UserTurn
+
     model = glm_engine.core.model
+    noise = np.random.default_rng(2).standard_normal(RATE) * 0.1  # a second of it
+    spoken = (noise * 32767).astype("<i2").tobytes()
     async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
         await until_event(conn, "session.created")
-        await greedy_session(conn, 8)
+        await greedy_session(conn, 8, audio={"input": {"turn_detection": None}})
         content = [{"type": "input_text", "text": "Skip this parrot."}]
         await conn.conversation.item.create(
             item={"type": "message", "role": "user", "content": content}
@@ -166,14 +171,48 @@ async def test_delete_drops_a_waiting_message_and_refuses_the_history(
         created, _ = await until_event(conn, "conversation.item.created")
         await conn.conversation.item.delete(item_id=created.item.id)
         await until_event(conn, "conversation.item.deleted")
-        done = await ask(conn, "Where is the ship?")
+        first = await ask(conn, "Where is the ship?")
         (conversation,) = conversations
         (user, _reply) = conversation.history
         prompt = model.tokenizer.decode(model.preprocess_turns([user]).token_ids)
         assert "ship" in prompt and "parrot" not in prompt
-        await conn.conversation.item.delete(item_id=done.response.output[0].id)
+
+        # A spoken turn (held: turn detection off), answered; then two typed messages as one.
+        await append(conn, spoken)
+        await conn.input_audio_buffer.commit()
+        audio_item, _ = await until_event(conn, "conversation.item.created")
+        await conn.response.create()
+        await until_event(conn, "response.done")
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [_text("Hoist the sails.")]}
+        )
+        together, _ = await until_event(conn, "conversation.item.created")
+        await ask(conn, "And the crew?")
+        assert len(conversation.history) == 6
+
+        await conn.conversation.item.delete(item_id=first.response.output[0].id)
+        deleted, _ = await until_event(conn, "conversation.item.deleted")
+        assert deleted.item_id == first.response.output[0].id
+        await conn.conversation.item.delete(item_id=audio_item.item.id)
+        await until_event(conn, "conversation.item.deleted")
+        await conn.conversation.item.delete(item_id=together.item.id)
+        both = [(await until_event(conn, "conversation.item.deleted"))[0] for _ in range(2)]
+        assert both[0].item_id == together.item.id  # and the message answered with it
+        await conn.conversation.item.retrieve(item_id=both[1].item_id)
         error, _ = await until_event(conn, "error")
-        assert error.error.param == "item_id" and "new session" in error.error.message
-        done = await ask(conn, "And the crew?")
-        assert len(conversation.history) == 4
+        assert "no item" in error.error.message  # it is gone from the conversation too
+
+        history = list(conversation.history)
+        assert history[1] == AssistantTurn(()) and history[2].erased
+        assert history[2].speech_tokens == () and history[4].erased  # still a spoken turn
+        assert isinstance(history[0], UserTurn) and not history[0].erased
+        await ask(conn, "Now the anchor.")
+        assert len(conversation.history) == 8
+        prompt = model.tokenizer.decode(model.preprocess_turns(conversation.history[:7]).token_ids)
+        assert "ship" in prompt and "anchor" in prompt
+        assert "sails" not in prompt and "crew" not in prompt
     await wait_engine_idle(glm_engine)
+
+
+def _text(text: str) -> dict:
+    return {"type": "input_text", "text": text}

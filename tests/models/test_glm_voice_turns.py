@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.api import TurnFromSpeech
+from engine.api import ErasedTurn, TurnFromSpeech
 from engine.loop import prepare_turn
 from models.base import ModelInputError
 from models.glm_voice.prompt import AssistantTurn, UserTurn
@@ -84,6 +84,31 @@ def test_instructions_follow_the_output_format_prompt(model):
     plain_model.facts = dataclasses.replace(model.facts, system_prompt=False)
     with pytest.raises(ModelInputError, match="no system prompt"):
         prepare_turn(plain_model, TurnFromSpeech(pcm, system="Be brief."))
+
+
+def test_an_erased_turn_keeps_the_prompts_form_and_instructions(model):
+    """A turn taken out of the conversation (the engine's ErasedTurn) leaves an empty message
+    of its role: a first spoken turn erased still selects the speech system prompt, with the
+    instructions it carried; nothing of its speech, nor of an erased reply, is in the prompt."""
+    from models.glm_voice.tokens import SPEECH_SYSTEM_PROMPT
+
+    pcm = (0.1 * np.random.default_rng(3).standard_normal(8000)).astype(np.float32)
+    spoken = prepare_turn(model, TurnFromSpeech(pcm, system="Be brief."))
+    reply = model.heard_reply([5, 6, model.ids.audio_base + 1], None)
+    erased = [prepare_turn(model, ErasedTurn(turn)) for turn in (spoken, reply)]
+    assert erased == [
+        UserTurn(speech_tokens=(), system="Be brief.", erased=True),
+        AssistantTurn(()),
+    ]
+    ids = model.preprocess_turns([*erased, model.user_text_turn("again")]).token_ids
+    assert system_texts(model, ids) == ["\n" + SPEECH_SYSTEM_PROMPT + "Be brief."]
+    first_user, first_reply = ids.index(model.ids.user), ids.index(model.ids.assistant)
+    mode = model.tokenizer.encode("\n", add_special_tokens=False).ids
+    assert ids[first_user + 1 : first_reply] == mode  # an empty user message
+    assert not any(model.ids.is_audio(t) for t in ids[first_user:])
+    assert ids.count(model.ids.user) == 2 and ids.count(model.ids.assistant) == 2
+    with pytest.raises(ModelInputError, match="not a"):
+        prepare_turn(model, ErasedTurn("not a turn"))
 
 
 def test_reply_routing_and_truncation_to_what_was_heard(model):

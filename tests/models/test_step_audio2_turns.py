@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.api import ModelInputError, TurnFromSpeech, TurnFromText
+from engine.api import ErasedTurn, ModelInputError, TurnFromSpeech, TurnFromText
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.loop import prepare_speech_turns, prepare_turn
@@ -19,7 +19,7 @@ from engine.outputs import SpeechRequest
 from engine.request import SamplingParams
 from models.registry import load_model
 from models.step_audio2 import tokens as T
-from models.step_audio2.prompt import AssistantTurn, UserTurn
+from models.step_audio2.prompt import AssistantTurn, ToolResultTurn, UserTurn
 from models.step_audio2.token2wav import FIRST_HOP
 from tests.models.engine_run import run
 from tests.models.hift_seams import assert_within_seams
@@ -86,6 +86,27 @@ def test_system_prompt_is_written_when_it_changes(model):
     assert turn == UserTurn(text="hi", system="Be kind.")
     spoken = prepare_turn(model, TurnFromSpeech(speech(0.5, 3), system="Be kind."))
     assert spoken.system == "Be kind." and spoken.audio.embeds.shape[0] == 6  # compute_token_num
+
+
+def test_an_erased_turn_leaves_an_empty_message_and_its_system_prompt(model):
+    """A turn taken out of the conversation (the engine's ErasedTurn) is an empty message of
+    its role in its place: the turns alternate as before, nothing of what was said is left,
+    and the system prompt the erased user turn set still holds for the turns after it."""
+    ids = model.ids
+    said = prepare_turn(model, TurnFromSpeech(speech(1.0, 4), system="Be terse."))
+    history = [said, AssistantTurn(tuple(encode(model, "Aye"))), UserTurn(text="again")]
+    erased = [prepare_turn(model, ErasedTurn(turn)) for turn in history[:2]]
+    assert erased == [UserTurn(system="Be terse.", erased=True), AssistantTurn(())]
+    prompt = model.preprocess_turns([*erased, history[2]]).token_ids
+    human, assistant = encode(model, "human\n"), encode(model, "assistant\n")
+    expected = [ids.bot, *encode(model, "system\nBe terse."), ids.eot]
+    expected += [ids.bot, *human, ids.eot, ids.bot, *assistant, ids.tts_start, ids.eot]
+    expected += [ids.bot, *human, *encode(model, "again"), ids.eot, ids.bot, *assistant]
+    assert prompt == [*expected, ids.tts_start]
+    results = prepare_turn(model, ErasedTurn(ToolResultTurn(("sunny", "12 C"))))
+    assert results == ToolResultTurn(("", ""))
+    with pytest.raises(ModelInputError, match="not a"):
+        prepare_turn(model, ErasedTurn("not a turn"))
 
 
 def test_several_sessions_turns_are_encoded_together(model):
