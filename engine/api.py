@@ -89,6 +89,7 @@ __all__ = [
     "PushAudio",
     "RefusalCause",
     "RemoveClipVoice",
+    "ReplyFromText",
     "ReplyTranscript",
     "ReportPlayback",
     "RequestOptionError",
@@ -249,6 +250,15 @@ class TurnFromToolCall:
 
 
 @dataclass(frozen=True)
+class ReplyFromText:
+    """Text the client puts in the conversation as the model's own words (the Realtime API's
+    assistant message) → the model's assistant turn holding it as text, with no speech.
+    Raises ModelInputError (empty, too long)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class ErasedTurn:
     """A turn of the history (one the model made) → what stays in its place once it is taken
     out of the conversation (the Realtime API's conversation.item.delete): an empty message
@@ -265,6 +275,7 @@ TurnCommand = (
     | ToolsTurn
     | TurnFromToolOutputs
     | TurnFromToolCall
+    | ReplyFromText
     | ErasedTurn
 )
 

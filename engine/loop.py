@@ -32,6 +32,7 @@ from engine.api import (
     InstallClipVoice,
     PushAudio,
     RemoveClipVoice,
+    ReplyFromText,
     ReplyTranscript,
     ReportPlayback,
     Submit,
@@ -119,6 +120,7 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
             | ToolsTurn()
             | TurnFromToolOutputs()
             | TurnFromToolCall()
+            | ReplyFromText()
             | ErasedTurn()
         ):
             return Applied(prepare_turn(loop.model, command))
@@ -197,5 +199,7 @@ def prepare_turn(model: SpeechModel, command: TurnCommand) -> Any:
             return model.tool_output_turn(outputs)
         case TurnFromToolCall(name, arguments):
             return model.tool_call_turn(name, arguments)
+        case ReplyFromText(text):
+            return model.assistant_text_turn(text)
         case ErasedTurn(turn):
             return model.erased_turn(turn)

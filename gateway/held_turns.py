@@ -43,7 +43,7 @@ class HeldTurns:
         """Whether held user turns wait for a reply (what AnswerTurns answers)."""
         return self._waiting
 
-    async def hold(self, user: Any, turn_id: str) -> None:
+    async def hold(self, user: Any, turn_id: str | None) -> None:
         """A held user turn (the model's turn object) joins the history, with no reply."""
         await self.close()
         self._history.append(user, turn_id)

@@ -171,6 +171,9 @@ class TextInput:
     # Turn-based models: the id of the user turn it makes (gateway.wire's ForgetTurn takes it
     # out again); set by an adapter that deletes items (OpenAI's), never by the native event.
     turn_id: str | None = None
+    # Turn-based models: False joins the turn to the conversation unanswered (OpenAI's user
+    # messages followed by an assistant message); set by an adapter, never by the native event.
+    answered: bool = True
 
 
 @dataclass(frozen=True)

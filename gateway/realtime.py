@@ -5,7 +5,9 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
     on open                  → session.start (pcm16 24 kHz out)  → `session.created`
     session.update           → SessionUpdate (voice, format, sampling) → `session.updated`
     conversation.item.create → the text is kept (user and assistant messages are what a
-                               text-to-speech model speaks)       → `conversation.item.created`
+                               text-to-speech model speaks; a turn-based model takes an
+                               assistant message as its own turn: AssistantMessage)
+                                                                  → `conversation.item.created`
     response.create          → `text` (final) with the kept text  → response.created, …
                                its `response` options ride along (ResponseOverrides) for
                                that response only; its `metadata` is echoed in it

@@ -56,6 +56,7 @@ from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.response_overrides import ResponseOverrides
 from gateway.wire import (
     AnswerTurns,
+    AssistantMessage,
     ForgetTurn,
     InputClear,
     Reply,
@@ -243,7 +244,7 @@ class RealtimeInbound:
         if isinstance(event, SessionUpdateEvent):
             return (self._session_update(event),)
         if isinstance(event, ItemCreateEvent):
-            return (self._item_create(event),)
+            return self._item_create(event)
         if isinstance(event, FunctionOutputEvent):
             return (self._function_output(event),)
         if isinstance(event, FunctionCallEvent):
@@ -464,7 +465,7 @@ class RealtimeInbound:
         self._state.last_item_id = item_id
         return (Reply(created), ToolCall(event.name, event.arguments, self._turn_of((item_id,))))
 
-    def _item_create(self, event: ItemCreateEvent) -> Reply:
+    def _item_create(self, event: ItemCreateEvent) -> Sequence[WireInput]:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"
         if event.role in ("user", "assistant") and self._tools.has_outputs:
             raise ProtocolError(
@@ -482,13 +483,28 @@ class RealtimeInbound:
                     "item.content",
                 )
             self._check_spoken_text(event.text)
-            self._pending.append((item_id, event.text))
         # A system message has nothing to speak; it is acknowledged and otherwise ignored.
         reply = encode_item_created(
             self._state.dialect, item_id, event.role, event.text, self._state.last_item_id
         )
         self._state.last_item_id = item_id
-        return Reply(reply)
+        if event.role == "assistant" and self._facts.accepts_turns:
+            return (Reply(reply), *self._model_words(item_id, event.text))
+        if event.role in ("user", "assistant"):
+            self._pending.append((item_id, event.text))
+        return (Reply(reply),)
+
+    def _model_words(self, item_id: str, text: str) -> Sequence[WireInput]:
+        """A turn-based model's conversation takes an assistant message as the model's own
+        turn, unanswered; the user messages waiting for response.create join it before, as
+        one user turn, unanswered too (the order the client put them in)."""
+        waiting: tuple[WireInput, ...] = ()
+        if self._pending:
+            taken, self._pending = self._pending, []
+            turn_id = self._turn_of([i for i, _ in taken])
+            text_before = " ".join(t for _, t in taken)
+            waiting = (TextInput(text_before, final=True, turn_id=turn_id, answered=False),)
+        return (*waiting, AssistantMessage(text, self._turn_of((item_id,))))
 
     def _check_spoken_text(self, text: str) -> None:
         """response.create speaks the waiting messages' text as one text input, which the

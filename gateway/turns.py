@@ -51,6 +51,7 @@ from engine.api import (
     ErasedTurn,
     HeardReply,
     ModelInputError,
+    ReplyFromText,
     ReplyTranscript,
     ToolsTurn,
     TurnFromSpeech,
@@ -83,6 +84,7 @@ from gateway.turn_input import TurnInput, TurnPaused, TurnResumed, UserAudioTurn
 from gateway.turn_reply import ReplyOutcome, TurnReply
 from gateway.wire import (
     AnswerTurns,
+    AssistantMessage,
     ForgetTurn,
     InputClear,
     InputCleared,
@@ -104,11 +106,19 @@ class TextTurn:
     text: str
     overrides: ResponseOverrides | None = None
     turn_id: str | None = None  # its id in the history (TextInput's)
+    answered: bool = True  # False: it joins the history unanswered (TextInput's)
 
 
 # What waits for the player task.
 QueuedTurn = (
-    UserAudioTurn | SpeculativeTurn | HeldTurn | AnswerTurns | TextTurn | ToolOutputs | ToolCall
+    UserAudioTurn
+    | SpeculativeTurn
+    | HeldTurn
+    | AnswerTurns
+    | TextTurn
+    | ToolOutputs
+    | ToolCall
+    | AssistantMessage
 )
 
 
@@ -124,6 +134,7 @@ class TurnConversation:
         ToolOutputs,
         ToolCall,
         AnswerTurns,
+        AssistantMessage,
         ForgetTurn,
     )
 
@@ -210,7 +221,7 @@ class TurnConversation:
             await self.truncate(event.audio_end_ms)
         elif isinstance(event, ForgetTurn):
             await self.forget(event)
-        elif isinstance(event, ToolOutputs | ToolCall | AnswerTurns):
+        elif isinstance(event, ToolOutputs | ToolCall | AnswerTurns | AssistantMessage):
             self._enqueue(event)
         return True
 
@@ -276,7 +287,7 @@ class TurnConversation:
             text, self._text = "".join(self._text), []
             if not text.strip():
                 raise ProtocolError(ErrorCode.BAD_FIELD, "`text` is empty")
-            self._enqueue(TextTurn(text, event.overrides, event.turn_id))
+            self._enqueue(TextTurn(text, event.overrides, event.turn_id, event.answered))
 
     def cancel(self) -> None:
         """Barge-in (`response.cancel`, or the user speaking): the reply playing stops; one
@@ -458,7 +469,10 @@ class TurnConversation:
 
     async def _answer(self, turn: QueuedTurn) -> None:
         if isinstance(turn, ToolCall):
-            await self._add_call(turn)
+            await self._add_model_turn(TurnFromToolCall(turn.name, turn.arguments), turn.turn_id)
+            return
+        if isinstance(turn, AssistantMessage):
+            await self._add_model_turn(ReplyFromText(turn.text), turn.turn_id)
             return
         if isinstance(turn, AnswerTurns):
             await self._answer_held(turn)
@@ -478,9 +492,9 @@ class TurnConversation:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
         await self._held.close()
-        if isinstance(turn, HeldTurn):
+        if isinstance(turn, HeldTurn) or (isinstance(turn, TextTurn) and not turn.answered):
             self._cut_reply = None  # a newer turn follows the cut reply: its cut is final
-            await self._held.hold(user, turn.turn.turn_id)
+            await self._held.hold(user, _id_of(turn))
             return
         if speculation is None:
             self._cut_reply = None
@@ -578,15 +592,18 @@ class TurnConversation:
         heard = "all" if outcome.heard_s is None else f"{outcome.heard_s:.2f}s"
         reply.done(f"tokens={len(outcome.output_ids)} heard={heard} reused={outcome.reused_tokens}")
 
-    async def _add_call(self, call: ToolCall) -> None:
-        """A client's call joins the history as the model's turn; nothing is answered."""
+    async def _add_model_turn(
+        self, command: TurnFromToolCall | ReplyFromText, turn_id: str | None
+    ) -> None:
+        """A client's call, or words it puts in the model's mouth, join the history as the
+        model's turn; nothing is answered."""
         try:
-            kept = await self._engine.prepare_turn(TurnFromToolCall(call.name, call.arguments))
+            kept = await self._engine.prepare_turn(command)
         except ModelInputError as exc:
             self._emit.event(ErrorEvent(ErrorCode.BAD_FIELD, str(exc)))
             return
-        self.history.append(kept, call.turn_id)
-        self._held.answered()  # the call is the model's turn after any held ones
+        self.history.append(kept, turn_id)
+        self._held.answered()  # the model's turn after any held ones
         # The newest turn is no reply now: there is none to truncate or recut.
         self._last_reply_ids, self._cut_reply = None, None
 
@@ -632,6 +649,6 @@ def _id_of(turn: QueuedTurn) -> str | None:
         return turn.turn.turn_id
     if isinstance(turn, SpeculativeTurn):
         return turn.turn_id or None
-    if isinstance(turn, TextTurn | ToolOutputs | ToolCall):
+    if isinstance(turn, TextTurn | ToolOutputs | ToolCall | AssistantMessage):
         return turn.turn_id
     return None

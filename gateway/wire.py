@@ -14,8 +14,9 @@ cannot (its decoder never produces them, its encoder drops them): `SessionUpdate
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
 `InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
 (answer user turns committed without a response), `ToolOutputs` and `ToolCall` in (a tool's
-results, a client's call: models with tool calls), `ForgetTurn` in and `TurnForgotten` out (a
-turn taken out of the conversation). The input that starts a response
+results, a client's call: models with tool calls), `AssistantMessage` in (the model's words,
+put in by the client), `ForgetTurn` in and `TurnForgotten` out (a turn taken out of the
+conversation). The input that starts a response
 (`TextInput`, `AnswerTurns`, `ToolOutputs`) may carry that response's own options
 (gateway.response_overrides), whose `echo` comes back in its `ResponseStarted`.
 """
@@ -145,6 +146,16 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class AssistantMessage:
+    """Text the client puts in the conversation as the model's own words (OpenAI `message`
+    item with role `assistant`, for a turn-based model): it joins the history as the model's
+    turn, with no reply."""
+
+    text: str
+    turn_id: str | None = None  # its id in the conversation's history, for ForgetTurn
+
+
+@dataclass(frozen=True)
 class ForgetTurn:
     """Take a turn out of a turn-based conversation (OpenAI `conversation.item.delete`): the
     model hears nothing of it from the next reply on. `turn_id` is the id the turn was given
@@ -178,6 +189,7 @@ WireInput = (
     | Truncate
     | ToolOutputs
     | ToolCall
+    | AssistantMessage
     | ForgetTurn
 )
 WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated | TurnForgotten

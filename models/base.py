@@ -379,6 +379,12 @@ class SpeechModel(abc.ABC):
         turn has the `token_ids` it keeps."""
         raise ModelInputError(f"{self.facts.name} is not a turn-based model")
 
+    def assistant_text_turn(self, text: str) -> Any:
+        """Turn-based models: text the client puts in the conversation as the model's own
+        words → an assistant turn holding it as text (no speech). ModelInputError for an
+        empty or too long one."""
+        raise ModelInputError(f"{self.facts.name} is not a turn-based model")
+
     def erased_turn(self, turn: Any) -> Any:
         """Turn-based models: a turn of the history (one this model made) as it stays once
         taken out of the conversation: in its place, so the turns still alternate, with

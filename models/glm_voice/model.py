@@ -21,7 +21,14 @@ from models.base import (
     Token,
 )
 from models.glm_voice import tokens as T
-from models.glm_voice.prompt import AssistantTurn, Turn, UserTurn, conversation_ids, erased
+from models.glm_voice.prompt import (
+    AssistantTurn,
+    Turn,
+    UserTurn,
+    assistant_text,
+    conversation_ids,
+    erased,
+)
 from models.glm_voice.tokens import GlmVoiceIds
 from models.interleave import InterleaveConstraint, InterleavedSampling, InterleaveRule
 from models.layers.llama import LlamaForCausalLM
@@ -142,6 +149,9 @@ class GlmVoiceModel(InterleavedSampling, SpeechModel):
         if not text.strip():
             raise ModelInputError("the user turn is empty: give it text or speech")
         return UserTurn(text=text, system=system)
+
+    def assistant_text_turn(self, text: str) -> AssistantTurn:
+        return assistant_text(self.tokenizer, text)
 
     def erased_turn(self, turn: Turn) -> Turn:
         if not isinstance(turn, UserTurn | AssistantTurn):

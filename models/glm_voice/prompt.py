@@ -47,6 +47,17 @@ class AssistantTurn:
 Turn = UserTurn | AssistantTurn
 
 
+def assistant_text(tokenizer: Any, text: str) -> AssistantTurn:
+    """Text the client puts in the conversation as the model's words: a reply of text tokens
+    alone (no speech)."""
+    text = text.strip()
+    if not text:
+        raise ModelInputError("the assistant message is empty: give it text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+    return AssistantTurn(tuple(tokenizer.encode(text, add_special_tokens=False).ids))
+
+
 def erased(turn: Turn) -> Turn:
     """The turn as it stays in a conversation it was taken out of (Realtime's
     conversation.item.delete): a user turn empty, a reply with no tokens."""

@@ -34,6 +34,7 @@ from models.step_audio2.prompt import (
     ToolsMessage,
     Turn,
     UserTurn,
+    assistant_text,
     conversation_ids,
     erased,
     tool_call_turn,
@@ -189,6 +190,9 @@ class StepAudio2Model(InterleavedSampling, SpeechModel):
     def tool_call_turn(self, name: str, arguments: str) -> AssistantTurn:
         """A call the client put in the conversation (not one of the model's replies)."""
         return tool_call_turn(self.tokenizer, name, arguments)
+
+    def assistant_text_turn(self, text: str) -> AssistantTurn:
+        return assistant_text(self.tokenizer, text)
 
     def erased_turn(self, turn: Turn) -> Turn:
         if not isinstance(turn, UserTurn | AssistantTurn | ToolResultTurn):

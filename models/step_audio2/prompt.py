@@ -84,6 +84,17 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
+def assistant_text(tokenizer: Any, text: str) -> AssistantTurn:
+    """Text the client puts in the conversation as the model's words: its assistant message
+    with text tokens alone (no speech codes)."""
+    text = text.strip()
+    if not text:
+        raise ModelInputError("the assistant message is empty: give it text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+    return AssistantTurn(tuple(_encode(tokenizer, text)))
+
+
 def erased(turn: Turn) -> Turn:
     """The turn as it stays in a conversation it was taken out of (Realtime's
     conversation.item.delete): a user turn empty, a reply with no tokens, tool results

@@ -216,3 +216,33 @@ async def test_delete_takes_items_out_of_what_the_model_hears(
 
 def _text(text: str) -> dict:
     return {"type": "input_text", "text": text}
+
+
+async def test_an_assistant_message_joins_the_conversation_as_the_models_words(
+    glm_server, glm_engine, conversations
+):
+    """An assistant message is the model's own turn, unanswered and unspoken (a text-to-speech
+    model would speak it); the user message before it joins first, unanswered too; the next
+    response answers the user message after it, the model having "said" the assistant's."""
+    from models.glm_voice.prompt import AssistantTurn, UserTurn
+
+    model = glm_engine.core.model
+    async with realtime_client(glm_server).realtime.connect(model="tiny-glm-voice") as conn:
+        await until_event(conn, "session.created")
+        await greedy_session(conn, 8)
+        for role, text in (("user", "Where is the ship?"), ("assistant", "It sank by the reef.")):
+            await conn.conversation.item.create(
+                item={"type": "message", "role": role, "content": [_text(text)]}
+            )
+            await until_event(conn, "conversation.item.created")
+        done = await ask(conn, "And the crew?")
+        assert done.response.status in ("completed", "incomplete")
+        (conversation,) = conversations
+        asked, said, user, _reply = conversation.history
+        assert isinstance(asked, UserTurn) and asked.text == "Where is the ship?"
+        said_ids = model.tokenizer.encode("It sank by the reef.", add_special_tokens=False).ids
+        assert said == AssistantTurn(tuple(said_ids))
+        assert user.text == "And the crew?"
+        prompt = model.tokenizer.decode(model.preprocess_turns([asked, said, user]).token_ids)
+        assert prompt.index("ship") < prompt.index("reef") < prompt.index("crew")
+    await wait_engine_idle(glm_engine)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.api import ErasedTurn, ModelInputError, TurnFromSpeech, TurnFromText
+from engine.api import ErasedTurn, ModelInputError, ReplyFromText, TurnFromSpeech, TurnFromText
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.loop import prepare_speech_turns, prepare_turn
@@ -94,7 +94,11 @@ def test_an_erased_turn_leaves_an_empty_message_and_its_system_prompt(model):
     and the system prompt the erased user turn set still holds for the turns after it."""
     ids = model.ids
     said = prepare_turn(model, TurnFromSpeech(speech(1.0, 4), system="Be terse."))
-    history = [said, AssistantTurn(tuple(encode(model, "Aye"))), UserTurn(text="again")]
+    words = prepare_turn(model, ReplyFromText(" Aye "))  # the client's words for the model
+    assert words == AssistantTurn(tuple(encode(model, "Aye")))
+    with pytest.raises(ModelInputError, match="empty"):
+        prepare_turn(model, ReplyFromText("  "))
+    history = [said, words, UserTurn(text="again")]
     erased = [prepare_turn(model, ErasedTurn(turn)) for turn in history[:2]]
     assert erased == [UserTurn(system="Be terse.", erased=True), AssistantTurn(())]
     prompt = model.preprocess_turns([*erased, history[2]]).token_ids
