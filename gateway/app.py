@@ -41,6 +41,7 @@ from gateway.codec_workers import (
     process_count,
 )
 from gateway.config import GatewaySettings
+from gateway.input_transcription import InputTranscriber
 from gateway.loop_lag import probe_loop_lag
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.protocol import AudioSpec, ErrorEvent
@@ -90,6 +91,8 @@ class Gateway:
         )
         self.client_voices = ClientVoices(voice_settings, home=lambda: self.engine)
         self.sessions: set[Session] = set()  # the WebSocket sessions open now
+        # Transcribes spoken turns (--input-transcription-model); the lifespan loads it.
+        self.transcriber: InputTranscriber | None = None
         self.engine_shut_down = False  # by the lifespan, when it owns the engine
 
     def open_encoder(self, spec: AudioSpec, source_rate: int) -> ChunkEncoder:
@@ -249,6 +252,7 @@ class Gateway:
             max_pending_chars=settings.max_response_text_chars,
             max_frame_bytes=settings.max_frame_bytes,
             max_text_chars=settings.max_text_chars,
+            transcription=settings.input_transcription_model,
         )
 
     async def _serve(self, ws: WebSocket, make_wire, principal: Principal | None = None) -> None:
@@ -301,6 +305,7 @@ class Gateway:
             wire,
             self.client_voices,
             self.open_mic_decoder,
+            self.transcriber,
         )
         self.sessions.add(session)
         try:
@@ -342,6 +347,7 @@ def create_app(
     engine: EngineClient | SupervisedEngine | None = None,
     restart_policy: RestartPolicy | None = None,
     owns_engine: bool = False,
+    transcriber: InputTranscriber | None = None,
 ) -> Starlette:
     """The app. Without `engine`, the lifespan builds a supervised one from the settings
     (restarted by `restart_policy` when it dies), or with `settings.replicas` a pool of
@@ -349,11 +355,16 @@ def create_app(
     the lifespan shuts it down, as `voxgate serve` wants), and is supervised only if it is a
     SupervisedEngine or a ReplicaPool."""
     gateway = Gateway(settings, engine)
+    gateway.transcriber = transcriber  # else the lifespan loads settings' (and closes it)
     builds_engine = engine is None
     owns_engine = owns_engine or builds_engine
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.input_transcription_model and gateway.transcriber is None:
+            gateway.transcriber = await asyncio.to_thread(
+                InputTranscriber, settings.input_transcription_model
+            )
         if builds_engine and settings.replicas:
             from gateway.ray_cluster import build_replica_pool  # imports Ray
 
@@ -390,6 +401,8 @@ def create_app(
             yield
         finally:
             probe.cancel()
+            if gateway.transcriber is not None:
+                gateway.transcriber.close()
             for workers in (gateway.encode_workers, gateway.mic_workers):
                 if workers is not None:
                     await asyncio.to_thread(workers.close)

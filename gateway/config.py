@@ -171,6 +171,19 @@ class GatewaySettings:
             metavar="MS",
         ),
     )
+    # Turn-based sessions: the Whisper model (faster-whisper) that transcribes the user's spoken
+    # turns when a session asks (gateway/input_transcription.py); None: not offered.
+    input_transcription_model: str | None = field(
+        default=None,
+        metadata=cli(
+            "--input-transcription-model",
+            "spoken turns: transcribe them with this faster-whisper model (a name such as "
+            "base.en, or a folder) when a session asks (OpenAI input_audio_transcription); "
+            "needs pip install 'voxgate[transcription]'",
+            group=LIMITS,
+            metavar="MODEL",
+        ),
+    )
     # --- voices from clients (POST /v1/voices, session.start voice_clip) ---
     max_clip_bytes: int = field(
         default=2 * 2**20,

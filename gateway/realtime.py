@@ -34,6 +34,9 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
                                ToolOutputs: the model answers the results
     conversation.item.create function_call → ToolCall: the client's call joins the history
     audio input events       → `error` (needs a speech-to-speech model) for TTS models
+    session.update input_audio_transcription → SessionUpdate.input_transcription: each
+                               committed turn's InputTranscribed →
+                               conversation.item.input_audio_transcription.completed
 
 Everything else — limits, pacing, backpressure, barge-in, metrics, engine requests — is the
 session's, exactly as on `/v1/stream`. Audio leaves as base64 `response.audio.delta` (beta) or
@@ -81,12 +84,15 @@ class RealtimeWire(Wire):
         max_pending_chars: int = _DEFAULTS.max_response_text_chars,
         max_frame_bytes: int = _DEFAULTS.max_frame_bytes,
         max_text_chars: int = _DEFAULTS.max_text_chars,
+        transcription: str | None = None,
     ) -> None:
+        """`transcription`: the server's transcription model (None: transcripts are not
+        offered, and a session asking for them is refused)."""
         self.dialect = dialect
         self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered_subprotocols else None
         self._state = RealtimeState(dialect, facts, SessionTools(facts, max_pending_chars))
         self._inbound = RealtimeInbound(
-            self._state, model, max_pending_chars, max_frame_bytes, max_text_chars
+            self._state, model, max_pending_chars, max_frame_bytes, max_text_chars, transcription
         )
         self._outbound = RealtimeOutbound(self._state)
 

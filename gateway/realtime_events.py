@@ -29,6 +29,8 @@ class SessionView:
     speed: float = 1.0  # the replies' playback speed (time-stretched, pitch unchanged)
     tools: tuple[dict[str, Any], ...] = ()  # as the client gave them (Realtime function tools)
     tool_choice: str = "auto"
+    # Transcripts of spoken turns, as asked ({model, language, prompt}); None: off.
+    input_transcription: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def session_resource(dialect: Dialect, view: SessionView) -> dict[str, Any]:
             "voice": view.voice,
             "input_audio_format": view.input_format.value if view.input_format else None,
             "output_audio_format": view.output_format.value,
-            "input_audio_transcription": None,
+            "input_audio_transcription": view.input_transcription,
             "turn_detection": view.turn_detection,
             "temperature": view.temperature,
             "max_response_output_tokens": view.max_output_tokens,
@@ -132,7 +134,11 @@ def session_resource(dialect: Dialect, view: SessionView) -> dict[str, Any]:
         "type": "realtime",
         "output_modalities": ["audio"],
         "audio": {
-            "input": {**audio_in, "turn_detection": view.turn_detection},
+            "input": {
+                **audio_in,
+                "transcription": view.input_transcription,
+                "turn_detection": view.turn_detection,
+            },
             "output": {
                 "format": _format(dialect, view.output_format),
                 "voice": view.voice,
@@ -430,6 +436,27 @@ def encode_user_audio_item(item_id: str, previous_item_id: str | None) -> str:
         "content": [{"type": "input_audio", "transcript": None}],
     }
     return _event("conversation.item.created", previous_item_id=previous_item_id, item=item)
+
+
+def encode_input_transcript(item_id: str, transcript: str) -> str:
+    """`conversation.item.input_audio_transcription.completed`: a spoken turn's words."""
+    return _event(
+        "conversation.item.input_audio_transcription.completed",
+        item_id=item_id,
+        content_index=0,
+        transcript=transcript,
+    )
+
+
+def encode_input_transcript_failed(item_id: str, message: str) -> str:
+    """`conversation.item.input_audio_transcription.failed`: no transcript of the turn."""
+    error = {"type": "transcription_error", "code": "model_error", "message": message}
+    return _event(
+        "conversation.item.input_audio_transcription.failed",
+        item_id=item_id,
+        content_index=0,
+        error=error,
+    )
 
 
 def encode_error(

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from engine.api import ModelFacts, SamplingParams
+from gateway.input_transcription import NO_TRANSCRIPTION, InputTranscription
 from gateway.protocol import (
     AudioInput,
     ErrorCode,
@@ -209,8 +210,10 @@ class RealtimeInbound:
         max_pending_chars: int,
         max_frame_bytes: int,
         max_text_chars: int,
+        transcription: str | None = None,
     ) -> None:
         self._state = state
+        self._transcription = transcription  # the server's transcription model, if it has one
         self._facts = state.facts
         self._tools = state.tools
         self._model = model  # the client's `?model=`; the session refuses another model's name
@@ -426,6 +429,7 @@ class RealtimeInbound:
         if self._facts.full_duplex and detection is not None:
             _refuse_response_flags(detection, self._facts, paths["turn_detection"])
         tools, choice = self._tools.update(event)
+        transcription = self._input_transcription(event)
         # What the session does not own comes back in SessionUpdated once the update is taken
         # (gateway.realtime_outbound unpacks it).
         turn = turn_detection_view(detection)
@@ -440,8 +444,34 @@ class RealtimeInbound:
             instructions,
             speed=event.speed,
             tools=None if tools is None else self._tools.prompt_tools(tools, choice),
+            input_transcription=transcription,
             param_paths=paths,
         )
+
+    def _input_transcription(self, event: SessionUpdateEvent) -> InputTranscription | None:
+        """The update's transcription of spoken turns (NO_TRANSCRIPTION: off; None: not sent),
+        refused where there is nothing to transcribe or nothing to transcribe it with."""
+        asked = event.input_transcription
+        if asked is UNSET:
+            return None
+        if asked is None:
+            return NO_TRANSCRIPTION
+        path, facts = event.paths["input_transcription"], self._facts
+        if not facts.accepts_turns or facts.full_duplex:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`{path}`: transcripts are made of a turn-based speech-to-speech model's spoken "
+                f"turns, and {facts.name} takes none",
+                path,
+            )
+        if self._transcription is None:
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD,
+                f"`{path}`: this server does not transcribe spoken turns; it does when started "
+                "with --input-transcription-model (pip install 'voxgate[transcription]')",
+                path,
+            )
+        return asked
 
     def _refuse_while_messages_wait(self, message: str) -> None:
         """Tool items and text messages are answered by separate response.create events."""

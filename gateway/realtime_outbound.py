@@ -13,6 +13,7 @@ import uuid
 from dataclasses import replace
 
 from engine.api import SamplingParams
+from gateway.input_transcription import InputTranscription
 from gateway.protocol import (
     ErrorCode,
     ErrorEvent,
@@ -34,6 +35,8 @@ from gateway.realtime_events import (
     encode_audio_delta,
     encode_error,
     encode_input_event,
+    encode_input_transcript,
+    encode_input_transcript_failed,
     encode_item_deleted,
     encode_response_done,
     encode_response_started,
@@ -48,6 +51,7 @@ from gateway.reply import SpeechOptions
 from gateway.wire import (
     InputCleared,
     InputCommitted,
+    InputTranscribed,
     SessionUpdated,
     Truncated,
     TurnForgotten,
@@ -142,6 +146,8 @@ class RealtimeOutbound:
             ]
         if isinstance(event, TurnForgotten):
             return self._turn_forgotten(event.turn_id)
+        if isinstance(event, InputTranscribed):
+            return self._transcribed(event)
         if isinstance(event, SessionEnded):
             return []  # the Realtime API has no such event: the close frame says it
         return []
@@ -216,6 +222,17 @@ class RealtimeOutbound:
         done = encode_response_done(self._state.dialect, out, outcome, items, self._response_view)
         return events + done
 
+    def _transcribed(self, event: InputTranscribed) -> list[str]:
+        """A spoken turn's transcript, for its user audio item (none once that is deleted)."""
+        out = []
+        for item_id in self._state.turn_items.items_of(event.turn_id):
+            if event.failed is not None:
+                out.append(encode_input_transcript_failed(item_id, event.failed))
+            else:
+                self._state.items.transcribed(item_id, event.transcript)
+                out.append(encode_input_transcript(item_id, event.transcript))
+        return out
+
     def _turn_forgotten(self, turn_id: str) -> list[str]:
         """The conversation took a turn out (a conversation.item.delete): each of its items is
         deleted, in order: the one asked for and any that were one turn with it."""
@@ -265,4 +282,12 @@ class RealtimeOutbound:
             speed=options.speed,
             tools=tuple(tool_resource(t) for t in self._tools.tools),
             tool_choice=self._tools.choice,
+            input_transcription=_transcription_view(options.input_transcription),
         )
+
+
+def _transcription_view(asked: InputTranscription | None) -> dict | None:
+    """The session's transcription as the client set it (the model it named)."""
+    if asked is None:
+        return None
+    return {"model": asked.model, "language": asked.language, "prompt": asked.prompt}

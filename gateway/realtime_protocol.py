@@ -16,10 +16,12 @@ import binascii
 import enum
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway import client_json
+from gateway.input_transcription import MAX_PROMPT_CHARS, InputTranscription
 from gateway.protocol import ErrorCode, ProtocolError
 from gateway.realtime_tools import (
     FunctionCallEvent,
@@ -82,6 +84,8 @@ class SessionUpdateEvent:
     # Function calling (gateway/realtime_tools.py): None = not sent (unchanged).
     tools: tuple[FunctionTool, ...] | None = None
     tool_choice: str | None = None  # auto | none
+    # Transcripts of the user's spoken turns: InputTranscription, None (off) or UNSET.
+    input_transcription: Any = UNSET
     # Where the event set each field it sent (beta and GA name some differently, and either
     # may be sent): `voice`, `speed`, `temperature`, `max_tokens`, `turn_detection`,
     # `input_format` and each `sampling` field → its path, for an error's `param`.
@@ -100,9 +104,7 @@ _AUDIO_ONLY = "every response is audio"
 _UNSERVED_FIELDS: Unserved = (
     ("modalities", lambda v: v is None or _speaks_audio(v), _AUDIO_ONLY),
     ("output_modalities", lambda v: v is None or _speaks_audio(v), _AUDIO_ONLY),
-    ("input_audio_transcription", lambda v: v is None, "input transcription is not served"),
     ("input_audio_noise_reduction", lambda v: v is None, "noise reduction is not served"),
-    ("audio.input.transcription", lambda v: v is None, "input transcription is not served"),
     ("audio.input.noise_reduction", lambda v: v is None, "noise reduction is not served"),
     ("prompt", lambda v: v is None, "stored prompts are not served"),
     (
@@ -373,6 +375,7 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         in_fmt = _decode_format(inp["format"], "session.audio.input.format")
     else:
         in_fmt = _decode_format(session.get("input_audio_format"), "session.input_audio_format")
+    transcription = _decode_transcription(session, inp, paths)
     turn = inp.get("turn_detection", session.get("turn_detection", UNSET))
     if turn is not UNSET and turn is not None and not isinstance(turn, dict):
         raise _bad("`turn_detection` must be an object or null", paths["turn_detection"])
@@ -406,8 +409,45 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
         speed=speed,
         tools=decode_tools(session["tools"]) if "tools" in session else None,
         tool_choice=decode_tool_choice(session.get("tool_choice")),
+        input_transcription=transcription,
         paths=paths,
     )
+
+
+_LANGUAGE = re.compile(r"^[a-z]{2,3}$")  # an ISO-639-1 (or -3) code, as Whisper takes them
+
+
+def _decode_transcription(session: dict, inp: dict, paths: dict[str, str]) -> Any:
+    """GA `audio.input.transcription` or beta `input_audio_transcription`: an object with a
+    `model` (any name: the server transcribes with its own), an optional `language` (ISO-639-1)
+    and `prompt`; null turns transcription off; UNSET when not sent. Its path goes in `paths`
+    ("input_transcription")."""
+    if "transcription" in inp:
+        value, path = inp["transcription"], "session.audio.input.transcription"
+    elif "input_audio_transcription" in session:
+        value, path = session["input_audio_transcription"], "session.input_audio_transcription"
+    else:
+        return UNSET
+    paths["input_transcription"] = path
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad("`transcription` must be an object or null", path)
+    model = value.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("`transcription.model` must be a model name", f"{path}.model")
+    language = value.get("language")
+    if language is not None and (not isinstance(language, str) or not _LANGUAGE.match(language)):
+        raise _bad(
+            "`transcription.language` must be a language code such as en", f"{path}.language"
+        )
+    prompt = value.get("prompt")
+    if prompt is not None and (not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS):
+        raise _bad(
+            f"`transcription.prompt` must be a string of at most {MAX_PROMPT_CHARS} characters",
+            f"{path}.prompt",
+        )
+    return InputTranscription(model, language or None, prompt or None)
 
 
 def _decode_metadata(value: Any) -> dict[str, str] | None:

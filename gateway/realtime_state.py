@@ -87,6 +87,12 @@ class ConversationItems:
     def forget(self, item_id: str) -> None:
         self._items.pop(item_id, None)
 
+    def transcribed(self, item_id: str, transcript: str) -> None:
+        """A spoken user item's transcript came: retrieve shows it from now on."""
+        item = self._items.get(item_id)
+        if item is not None and item.get("content"):
+            item["content"][0]["transcript"] = transcript
+
     @property
     def newest(self) -> str | None:
         return next(reversed(self._items), None)
@@ -109,9 +115,13 @@ class TurnItems:
     def turn_of(self, item_id: str) -> str | None:
         return self._turn_of.get(item_id)
 
+    def items_of(self, turn_id: str) -> list[str]:
+        """The turn's items, in the order they were added."""
+        return [item for item, turn in self._turn_of.items() if turn == turn_id]
+
     def take(self, turn_id: str) -> list[str]:
         """The turn's items, in the order they were added; forgotten here."""
-        items = [item for item, turn in self._turn_of.items() if turn == turn_id]
+        items = self.items_of(turn_id)
         for item in items:
             del self._turn_of[item]
         return items

@@ -48,6 +48,7 @@ from engine.api import (
 )
 from gateway.audio import ChunkEncoder, OpenEncoder
 from gateway.codec_workers import CodecProcessFailed
+from gateway.input_transcription import InputTranscription
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import PlaybackClock
 from gateway.protocol import (
@@ -109,6 +110,9 @@ class SpeechOptions:
     # Whether someone plays the replies as they are made (SpeechRequest.realtime): False for
     # `POST /v1/audio/speech` with `realtime: false`, a file to keep or a batch job.
     realtime: bool = True
+    # Turn-based models: transcripts of the user's spoken turns, as asked (the Realtime API's
+    # input_audio_transcription; gateway/input_transcription.py); None: none.
+    input_transcription: InputTranscription | None = None
 
 
 class ReplyState(enum.Enum):

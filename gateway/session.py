@@ -37,6 +37,7 @@ from gateway.audio_in import UndecodableAudio
 from gateway.client_voices import ClientVoices
 from gateway.config import GatewaySettings
 from gateway.duplex import DuplexConversation, OpenMicDecoder
+from gateway.input_transcription import InputTranscriber
 from gateway.metrics import GatewayMetrics
 from gateway.pacing import SendQueue, SendQueueFull
 from gateway.playlist import ResponseQueue
@@ -107,6 +108,7 @@ class Session:
         wire: Wire | None = None,
         client_voices: ClientVoices | None = None,
         open_mic_decoder: OpenMicDecoder | None = None,
+        transcriber: InputTranscriber | None = None,
     ) -> None:
         self.session_id = f"sess_{uuid.uuid4().hex[:16]}"
         self.state = SessionState.AWAITING_START
@@ -148,7 +150,14 @@ class Session:
             )
             if duplex
             else TurnConversation.for_engine(
-                engine, self.session_id, settings, emit, metrics, open_encoder, self.log
+                engine,
+                self.session_id,
+                settings,
+                emit,
+                metrics,
+                open_encoder,
+                self.log,
+                transcriber,
             )
         )
 

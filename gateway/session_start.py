@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.api import ModelFacts
 from gateway import speech_options
 from gateway.config import GatewaySettings
+from gateway.input_transcription import NO_TRANSCRIPTION, InputTranscription
 from gateway.protocol import (
     AudioSpec,
     ErrorCode,
@@ -117,7 +118,17 @@ def update_options(
         else options.instructions,
         speed=update.speed if update.speed is not None else options.speed,
         tools=update.tools if update.tools is not None else options.tools,
+        input_transcription=_transcription(options.input_transcription, update),
     )
+
+
+def _transcription(
+    current: InputTranscription | None, update: SessionUpdate
+) -> InputTranscription | None:
+    asked = update.input_transcription
+    if asked is None:
+        return current
+    return None if asked == NO_TRANSCRIPTION else asked
 
 
 def check_overrides(

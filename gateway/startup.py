@@ -1,9 +1,9 @@
 """`voxgate serve` from settings to a listening server, where a bad configuration ends with one
 line saying what to do instead of a traceback.
 
-The port is checked and the first engine is built *before* uvicorn starts, so the failures an
-operator can fix (a port in use, an unknown model, weights that cannot be read, a GPU without
-room for the KV cache) surface here, not inside uvicorn's lifespan (which prints tracebacks).
+The port is checked and the first engine (and the transcription model, if one is named) is built
+*before* uvicorn starts, so the failures an operator can fix (a port in use, an unknown model,
+weights that cannot be read, a GPU without room for the KV cache) surface here, not inside uvicorn's lifespan (which prints tracebacks).
 The engine then serves under the supervisor (gateway/supervisor.py), which rebuilds it the
 same way when it dies; with --replicas, each Ray replica under its own (gateway/ray_cluster.py). Anything not mapped here is a bug and keeps its traceback.
 
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from gateway.config import GatewaySettings
+from gateway.input_transcription import InputTranscriber
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -102,8 +103,11 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
     factory: Callable = lambda: build_engine_for(settings)  # noqa: E731 - rebuilt on restart
     if settings.gateway_processes > 1:
         return _serve_processes(settings, log_level)
+    transcriber = None
     try:
         check_port(settings.host, settings.port)
+        if settings.input_transcription_model:  # before the engine: a bad name fails at once
+            transcriber = InputTranscriber(settings.input_transcription_model)
         if settings.replicas:
             from gateway.ray_cluster import build_replica_pool  # imports Ray
 
@@ -116,7 +120,8 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
             raise
         print(f"error: {line}", file=sys.stderr)
         return 2
-    app = create_app(settings, engine, owns_engine=True)  # its lifespan shuts the engine down
+    # Its lifespan shuts the engine down (and closes the transcriber).
+    app = create_app(settings, engine, owns_engine=True, transcriber=transcriber)
     gateway = app.state.gateway
     try:
         DrainingServer(uvicorn_config(app, settings, log_level=log_level), gateway, settings).run()

@@ -62,6 +62,7 @@ from engine.api import (
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.held_turns import HeldTurn, HeldTurns
+from gateway.input_transcription import InputTranscriber
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
     AudioSpec,
@@ -89,6 +90,7 @@ from gateway.wire import (
     InputClear,
     InputCleared,
     InputCommitted,
+    InputTranscribed,
     ToolCall,
     ToolOutputs,
     Truncate,
@@ -148,11 +150,12 @@ class TurnConversation:
         metrics,
         open_encoder: OpenEncoder,
         log,
+        transcriber: InputTranscriber | None = None,
     ) -> TurnConversation | None:
         """The session's conversation when the engine serves a turn-based model, else None."""
         if not engine.facts.accepts_turns or engine.facts.full_duplex:
             return None
-        return cls(engine, session_id, settings, emit, metrics, open_encoder, log)
+        return cls(engine, session_id, settings, emit, metrics, open_encoder, log, transcriber)
 
     def __init__(
         self,
@@ -163,8 +166,12 @@ class TurnConversation:
         metrics: GatewayMetrics,
         open_encoder: OpenEncoder,
         log,
+        transcriber: InputTranscriber | None = None,
     ) -> None:
         self._engine, self._conversation_id = engine, conversation_id
+        # Transcribes spoken turns for sessions that ask (options.input_transcription).
+        self._transcriber = transcriber
+        self._transcripts: set[asyncio.Task] = set()  # transcriptions in flight
         self._settings, self._emit, self._metrics, self._log = settings, emit, metrics, log
         self._open_encoder = open_encoder
         self.options = SpeechOptions()  # session.start / session.update set it
@@ -381,6 +388,8 @@ class TurnConversation:
         self._drop_speculation()
         if self._reply is not None:
             self._reply.cancel()
+        for task in self._transcripts:
+            task.cancel()
         self._engine.end_conversation(self._conversation_id)
 
     @property
@@ -407,6 +416,7 @@ class TurnConversation:
             answered = self._answers_turns
             event = dataclasses.replace(event, turn_id=f"turn_{uuid.uuid4().hex[:16]}")
             self._emit.event(InputCommitted(event.audio_ms, answered, event.turn_id))
+            self._transcribe(event)
             speculation, self._speculation = self._speculation, None
             if speculation is not None and speculation.pending:
                 self._metrics.speculative_turns.labels("confirmed").inc()
@@ -418,6 +428,27 @@ class TurnConversation:
         self._emit.event(event)
         if isinstance(event, SpeechStarted) and self._speech_interrupts:
             self.cancel()
+
+    def _transcribe(self, turn: UserAudioTurn) -> None:
+        """The turn's transcript, where the session asked for them: made beside the reply,
+        sent when done (InputTranscribed)."""
+        asked = self.options.input_transcription
+        if asked is None or self._transcriber is None:
+            return
+        task = asyncio.create_task(self._send_transcript(self._transcriber, turn, asked))
+        self._transcripts.add(task)
+        task.add_done_callback(self._transcripts.discard)
+
+    async def _send_transcript(
+        self, transcriber: InputTranscriber, turn: UserAudioTurn, asked
+    ) -> None:
+        try:
+            text = await transcriber.transcribe(turn.pcm, asked)
+        except Exception as exc:  # the model's failure is this transcript's, not the session's
+            self._log.warning("transcribing turn %s failed: %s", turn.turn_id, exc)
+            self._emit.event(InputTranscribed(turn.turn_id, failed=str(exc)))
+            return
+        self._emit.event(InputTranscribed(turn.turn_id, text))
 
     def _speculate(self, turn: UserAudioTurn) -> None:
         """Begin answering the turn so far, held back until its end is confirmed; not while

@@ -12,7 +12,7 @@ never a second copy of the session's logic, limits, pacing or metrics.
 A few events exist only on this seam, for protocols that can do what the native v1 protocol
 cannot (its decoder never produces them, its encoder drops them): `SessionUpdate` in and
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
-`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
+`InputCommitted` / `InputTranscribed` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
 (answer user turns committed without a response), `ToolOutputs` and `ToolCall` in (a tool's
 results, a client's call: models with tool calls), `AssistantMessage` in (the model's words,
 put in by the client), `ForgetTurn` in and `TurnForgotten` out (a turn taken out of the
@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from gateway.input_transcription import InputTranscription
 from gateway.protocol import (
     AudioInput,
     AudioSpec,
@@ -61,6 +62,9 @@ class SessionUpdate:
     # The tools written into the prompt of later replies (models with
     # ModelFacts.tool_call_syntax); () for none, None: unchanged.
     tools: tuple[FunctionTool, ...] | None = None
+    # Transcripts of later spoken turns (turn-based models; the server must offer them):
+    # NO_TRANSCRIPTION for none, None: unchanged.
+    input_transcription: InputTranscription | None = None
     # Where the client's event set each option, by the name a refusal blames it with
     # (OptionRefused.field: `voice`, `speed`, `temperature`, `max_tokens`, `top_p`, …): the
     # refused update's error names that path (ProtocolError.param).
@@ -101,6 +105,18 @@ class InputCommitted:
     answered: bool = True
     # The turn's id in the conversation's history (ForgetTurn takes it out again).
     turn_id: str = ""
+
+
+@dataclass(frozen=True)
+class InputTranscribed:
+    """The transcript of a committed spoken turn (InputCommitted's `turn_id`), or why there is
+    none (`failed`), for a session that asked (SpeechOptions.input_transcription). Never sent
+    on the native wire."""
+
+    TYPE: ClassVar[str] = "input.transcribed"
+    turn_id: str
+    transcript: str = ""
+    failed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,9 +208,24 @@ WireInput = (
     | AssistantMessage
     | ForgetTurn
 )
-WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated | TurnForgotten
+WireEvent = (
+    ServerEvent
+    | SessionUpdated
+    | InputCommitted
+    | InputTranscribed
+    | InputCleared
+    | Truncated
+    | TurnForgotten
+)
 # Events only adapters speak; the native encoder drops them.
-_WIRE_ONLY = (SessionUpdated, InputCommitted, InputCleared, Truncated, TurnForgotten)
+_WIRE_ONLY = (
+    SessionUpdated,
+    InputCommitted,
+    InputTranscribed,
+    InputCleared,
+    Truncated,
+    TurnForgotten,
+)
 
 
 def overrides_of(event: WireInput) -> ResponseOverrides | None:

@@ -96,8 +96,6 @@ def test_bad_session_updates(session, code):
     [
         ({"modalities": ["text"]}, "session.modalities"),
         ({"output_modalities": ["text"]}, "session.output_modalities"),
-        ({"input_audio_transcription": {"model": "whisper-1"}}, "input_audio_transcription"),
-        ({"audio": {"input": {"transcription": {"model": "x"}}}}, "audio.input.transcription"),
         ({"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}, "noise_reduction"),
         ({"prompt": {"id": "pmpt_1"}}, "session.prompt"),
         ({"model_options": {"exaggeration": 0.8}}, "session.model_options"),
@@ -108,6 +106,46 @@ def test_session_fields_no_model_applies_are_refused_by_name(session, field):
         decode(type="session.update", session=session)
     assert err.value.code == ErrorCode.BAD_FIELD
     assert field in err.value.message and "not applied" in err.value.message
+
+
+def test_input_transcription_is_decoded_from_either_dialect_and_checked():
+    from gateway.input_transcription import InputTranscription
+    from gateway.realtime_protocol import UNSET
+
+    ga = {"audio": {"input": {"transcription": {"model": "whisper-1", "language": "de"}}}}
+    event = decode(type="session.update", session=ga)
+    assert event.input_transcription == InputTranscription("whisper-1", "de")
+    assert event.paths["input_transcription"] == "session.audio.input.transcription"
+    beta = {"input_audio_transcription": {"model": "gpt-4o-transcribe", "prompt": "Voxgate"}}
+    assert decode(type="session.update", session=beta).input_transcription == (
+        InputTranscription("gpt-4o-transcribe", None, "Voxgate")
+    )
+    off = {"input_audio_transcription": None}
+    assert decode(type="session.update", session=off).input_transcription is None
+    assert decode(type="session.update", session={}).input_transcription is UNSET
+    for bad, param in (
+        ({"input_audio_transcription": {}}, "session.input_audio_transcription.model"),
+        ({"input_audio_transcription": "whisper-1"}, "session.input_audio_transcription"),
+        (
+            {"audio": {"input": {"transcription": {"model": "m", "language": "English"}}}},
+            "session.audio.input.transcription.language",
+        ),
+        (
+            {"input_audio_transcription": {"model": "m", "prompt": "x" * 1025}},
+            "session.input_audio_transcription.prompt",
+        ),
+    ):
+        with pytest.raises(ProtocolError) as err:
+            decode(type="session.update", session=bad)
+        assert err.value.code == ErrorCode.BAD_FIELD and err.value.param == param
+
+
+def test_a_text_to_speech_model_refuses_input_transcription():
+    wire = _wire()
+    update = {"type": "session.update", "session": {"input_audio_transcription": {"model": "m"}}}
+    refused = _refused(wire, json.dumps(update))
+    assert "takes none" in refused.message
+    assert refused.param == "session.input_audio_transcription"
 
 
 @pytest.mark.parametrize(

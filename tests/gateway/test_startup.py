@@ -61,6 +61,15 @@ def test_an_unknown_model_is_one_line():
     assert_one_line(result, "no-such-model", "Hugging Face repo id")
 
 
+def test_a_transcription_model_that_does_not_load_is_one_line_before_the_engine(tmp_path):
+    pytest.importorskip("faster_whisper")
+    empty = tmp_path / "whisper"
+    empty.mkdir()
+    result = serve("--input-transcription-model", str(empty), "--port", "0")
+    assert_one_line(result, "--input-transcription-model", "could not be loaded", "base.en")
+    assert "engine ready" not in result.stderr
+
+
 def test_unreadable_weights_and_a_full_gpu_say_what_to_do():
     denied = PermissionError(errno.EACCES, "Permission denied", "/models/x/model.safetensors")
     assert "cannot read the model's files (/models/x/model.safetensors)" in explain(
