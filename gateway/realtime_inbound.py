@@ -246,6 +246,8 @@ class RealtimeInbound:
         self._state.event_id = event.event_id
         if isinstance(event, SessionUpdateEvent):
             return (self._session_update(event),)
+        if isinstance(event, ItemCreateEvent | FunctionOutputEvent | FunctionCallEvent):
+            self._check_position(event.previous_item_id)
         if isinstance(event, ItemCreateEvent):
             return self._item_create(event)
         if isinstance(event, FunctionOutputEvent):
@@ -494,6 +496,21 @@ class RealtimeInbound:
         item_id, created = self._tools.add_call(event, self._state.last_item_id)
         self._state.last_item_id = item_id
         return (Reply(created), ToolCall(event.name, event.arguments, self._turn_of((item_id,))))
+
+    def _check_position(self, previous_item_id: str | None) -> None:
+        """An item goes at the end of the conversation: `previous_item_id`, when sent, must be
+        the newest item (or `root` while there is none). The model's history is in the order it
+        was said, so inserting before other items is refused rather than done at the end."""
+        newest = self._state.last_item_id
+        if previous_item_id is None or previous_item_id == (newest or "root"):
+            return
+        where = f"the newest item, {newest!r}" if newest else '"root" (the conversation is empty)'
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"items are added at the end of the conversation: previous_item_id must be {where}, "
+            "or left out; inserting an item before others is not served",
+            "previous_item_id",
+        )
 
     def _item_create(self, event: ItemCreateEvent) -> Sequence[WireInput]:
         item_id = event.item_id or f"item_{uuid.uuid4().hex[:20]}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import enum
 import json
 import math
@@ -155,6 +156,7 @@ class ItemCreateEvent:
     item_id: str | None
     role: str  # user | assistant | system
     text: str  # the item's text parts, joined
+    previous_item_id: str | None = None  # where it goes (None: at the end)
 
 
 MAX_METADATA_PAIRS = 16  # OpenAI's limits on a response's `metadata`
@@ -514,11 +516,14 @@ def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent | Fu
     item = obj.get("item")
     if not isinstance(item, dict):
         raise _bad("`item` must be an object", "item")
+    previous = _str(obj, "previous_item_id", "previous_item_id")
     kind = item.get("type", "message")
     if kind == "function_call_output":
-        return decode_function_output(_str(obj, "event_id"), item)
+        output = decode_function_output(_str(obj, "event_id"), item)
+        return dataclasses.replace(output, previous_item_id=previous)
     if kind == "function_call":
-        return decode_function_call(_str(obj, "event_id"), item)
+        call = decode_function_call(_str(obj, "event_id"), item)
+        return dataclasses.replace(call, previous_item_id=previous)
     if kind != "message":
         raise _bad(
             "`item.type` must be message, function_call or function_call_output", "item.type"
@@ -537,7 +542,9 @@ def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent | Fu
             if kind == "input_audio":
                 raise ProtocolError(
                     ErrorCode.UNSUPPORTED_INPUT,
-                    "audio items need a speech-to-speech model; send text parts (input_text)",
+                    "audio content parts are not taken in conversation.item.create: send text "
+                    "parts (input_text), or, to a speech-to-speech model, stream the user's "
+                    "audio with input_audio_buffer.append",
                     f"{where}.type",
                 )
             raise _bad(f"content parts must be one of {', '.join(_TEXT_PARTS)}", f"{where}.type")
@@ -545,7 +552,7 @@ def _decode_item_create(obj: dict) -> ItemCreateEvent | FunctionOutputEvent | Fu
             raise _bad("a text content part needs a string `text`", f"{where}.text")
         texts.append(part["text"])
     item_id = _str(item, "id", "item.id")
-    return ItemCreateEvent(_str(obj, "event_id"), item_id, role, " ".join(texts))
+    return ItemCreateEvent(_str(obj, "event_id"), item_id, role, " ".join(texts), previous)
 
 
 def _decode_append(obj: dict) -> AudioInputEvent:

@@ -99,6 +99,7 @@ class FunctionOutputEvent:
     item_id: str | None
     call_id: str
     output: str
+    previous_item_id: str | None = None  # where it goes (None: at the end)
 
 
 def decode_function_output(event_id: str | None, item: dict) -> FunctionOutputEvent:
@@ -135,6 +136,7 @@ class FunctionCallEvent:
     call_id: str | None  # None: the server names it
     name: str
     arguments: str
+    previous_item_id: str | None = None  # where it goes (None: at the end)
 
 
 def decode_function_call(event_id: str | None, item: dict) -> FunctionCallEvent:
