@@ -180,6 +180,8 @@ def _serve_processes(settings: GatewaySettings, log_level: str) -> int:
 
     try:
         check_port(settings.host, settings.port)
+        if settings.input_transcription_model:  # each process loads its own: checked here once
+            InputTranscriber(settings.input_transcription_model).close()
         return serve_processes(settings, log_level)
     except Exception as exc:  # noqa: BLE001 - mapped to one line, or raised again
         line = explain(exc, settings)
