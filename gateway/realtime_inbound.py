@@ -498,17 +498,16 @@ class RealtimeInbound:
         return (Reply(created), ToolCall(event.name, event.arguments, self._turn_of((item_id,))))
 
     def _check_position(self, previous_item_id: str | None) -> None:
-        """An item goes at the end of the conversation: `previous_item_id`, when sent, must be
-        the newest item (or `root` while there is none). The model's history is in the order it
-        was said, so inserting before other items is refused rather than done at the end."""
-        newest = self._state.last_item_id
-        if previous_item_id is None or previous_item_id == (newest or "root"):
+        """An item goes at the end of the conversation, wherever `previous_item_id` says (the
+        model's history is in the order things were said; a client naming the item it last
+        saw races the server's own, such as a response's calls); an id the conversation does
+        not have is refused, as for retrieve and delete."""
+        if previous_item_id in (None, "root") or self._state.items.get(previous_item_id):
             return
-        where = f"the newest item, {newest!r}" if newest else '"root" (the conversation is empty)'
         raise ProtocolError(
             ErrorCode.BAD_FIELD,
-            f"items are added at the end of the conversation: previous_item_id must be {where}, "
-            "or left out; inserting an item before others is not served",
+            f"no item {previous_item_id[:64]!r} in this conversation: previous_item_id names an "
+            f"item from its creation on (the server remembers the last {MAX_ITEMS}), or root",
             "previous_item_id",
         )
 

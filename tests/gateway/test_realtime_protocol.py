@@ -373,23 +373,25 @@ def _item(text: str, role: str = "user") -> str:
                        "item": {"type": "message", "role": role, "content": content}})  # fmt: skip
 
 
-def test_an_item_goes_at_the_end_or_is_refused_where_it_would_be_inserted():
-    """previous_item_id: the newest item (or "root" while there is none) is where an item goes
-    anyway; any other is refused, the conversation unchanged."""
+def test_an_item_goes_at_the_end_and_must_name_a_known_previous_item():
+    """previous_item_id: any item the conversation has, or "root", is accepted and the item
+    goes at the end (nothing is inserted before others); an unknown id is refused and the
+    item not kept."""
     wire = _wire()
     first = json.loads(_item("One."))
     first["previous_item_id"] = "root"
     (reply,) = wire.decode_text(json.dumps(first))
     one = json.loads(reply.text)["item"]["id"]
-    second = json.loads(_item("Two."))
-    second["previous_item_id"] = one
-    wire.decode_text(json.dumps(second))
-    for where, says in (("root", "at the end"), (one, "at the end"), (7, "must be a string")):
-        third = json.loads(_item("Three."))
-        third["previous_item_id"] = where
-        refused = _refused(wire, json.dumps(third))
+    wire.decode_text(_item("Two."))
+    third = json.loads(_item("Three."))
+    third["previous_item_id"] = one  # not the newest: still at the end
+    wire.decode_text(json.dumps(third))
+    for where, says in (("item_nope", "no item 'item_nope'"), (7, "must be a string")):
+        fourth = json.loads(_item("Four."))
+        fourth["previous_item_id"] = where
+        refused = _refused(wire, json.dumps(fourth))
         assert refused.param == "previous_item_id" and says in refused.message
-    assert _spoken(wire.decode_text('{"type": "response.create"}')) == ("One. Two.",)
+    assert _spoken(wire.decode_text('{"type": "response.create"}')) == ("One. Two. Three.",)
 
 
 def test_items_are_spoken_by_the_next_response_create():
