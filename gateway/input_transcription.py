@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-
-from engine.api import ConfigError
 
 MAX_PROMPT_CHARS = 1024  # a transcription prompt (Whisper's initial prompt): 224 tokens at most
 
@@ -40,11 +40,46 @@ class InputTranscription:
 # The update that turns a session's transcription off (SessionUpdate.input_transcription).
 NO_TRANSCRIPTION = InputTranscription("")
 
+_LANGUAGE = re.compile(r"^[a-z]{2,3}$")  # an ISO-639-1 (or -3) code, as Whisper takes them
+
+
+class TranscriptionRefused(ValueError):
+    """A transcription request's field that cannot be taken; `path` names it."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def checked_transcription(value: Any, path: str, model: str | None) -> InputTranscription:
+    """A client's transcription object → InputTranscription: `model` (a name; required where
+    `model` is None, else that default), `language` (ISO-639-1; none: detected) and `prompt`.
+    Raises TranscriptionRefused."""
+    if not isinstance(value, dict):
+        raise TranscriptionRefused("`transcription` must be an object or null", path)
+    named = value.get("model", model)
+    if not isinstance(named, str) or not named:
+        raise TranscriptionRefused("`transcription.model` must be a model name", f"{path}.model")
+    language = value.get("language")
+    if language is not None and (not isinstance(language, str) or not _LANGUAGE.match(language)):
+        raise TranscriptionRefused(
+            "`transcription.language` must be a language code such as en", f"{path}.language"
+        )
+    prompt = value.get("prompt")
+    if prompt is not None and (not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS):
+        raise TranscriptionRefused(
+            f"`transcription.prompt` must be a string of at most {MAX_PROMPT_CHARS} characters",
+            f"{path}.prompt",
+        )
+    return InputTranscription(named, language or None, prompt or None)
+
 
 class InputTranscriber:
     """The server's transcription model. Raises ConfigError where it cannot be loaded."""
 
     def __init__(self, model: str, threads: int = 2) -> None:
+        from engine.api import ConfigError  # here: the protocol's clients import this module
+
         try:
             from faster_whisper import WhisperModel
         except ImportError:

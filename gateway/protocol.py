@@ -16,6 +16,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from gateway import client_json
+from gateway.input_transcription import (
+    InputTranscription,
+    TranscriptionRefused,
+    checked_transcription,
+)
 from gateway.protocol_codes import (
     BEARER_SUBPROTOCOL_PREFIX,
     DEFAULT_FRAME_MS,
@@ -159,6 +164,8 @@ class SessionStart:
     model_options: Mapping[str, Any] = field(default_factory=dict)
     # OpenAI's `speed` (optional extension): the session's replies time-stretched to it.
     speed: float | None = None
+    # Transcripts of the user's spoken turns (optional extension, turn-based models).
+    input_transcription: InputTranscription | None = None
 
 
 @dataclass(frozen=True)
@@ -225,7 +232,7 @@ class SessionStarted:
     # The session's voice (additive, left out when the model has none): with session.start's
     # voice_clip, the id of the voice made from it, which the same API key may name afterwards.
     voice: str | None = None
-    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("voice", "speed")
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("voice", "speed", "input_transcription")
     # The model's per-request options, each {name, default, minimum, maximum, help} (additive):
     # what `model_options` on session.start or a response's first `text` may set.
     model_options: tuple[Mapping[str, Any], ...] = ()
@@ -233,6 +240,8 @@ class SessionStarted:
     word_timings: bool = False
     # The session's `speed` (additive), when session.start set one: it is applied.
     speed: float | None = None
+    # Transcripts of spoken turns (additive), when session.start asked: {model, language, prompt}.
+    input_transcription: InputTranscription | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +297,20 @@ class SpeechStopped:
 
 
 @dataclass(frozen=True)
+class InputTranscript:
+    """A committed spoken turn's words (optional extension), for a session that asked
+    (SpeechOptions.input_transcription): `text`, or `error` saying why there are none."""
+
+    TYPE: ClassVar[ServerEventType] = ServerEventType.INPUT_TRANSCRIPT
+    text: str = ""
+    error: str | None = None
+    # The turn's id in the conversation (InputCommitted's), for adapters that name its item.
+    turn_id: str = ""
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("error",)
+    ADAPTER_ONLY: ClassVar[tuple[str, ...]] = ("turn_id",)
+
+
+@dataclass(frozen=True)
 class ResponseDone:
     TYPE: ClassVar[ServerEventType] = ServerEventType.RESPONSE_DONE
     response_id: str
@@ -330,6 +353,7 @@ ServerEvent = (
     | ResponseWords
     | SpeechStarted
     | SpeechStopped
+    | InputTranscript
     | ResponseDone
     | ErrorEvent
     | SessionEnded
@@ -387,7 +411,19 @@ def _decode_session_start(obj: dict[str, Any]) -> SessionStart:
         voice_clip=_voice_clip(obj),
         model_options=_model_options(obj) or {},
         speed=_speed(obj),
+        input_transcription=_input_transcription(obj),
     )
+
+
+def _input_transcription(obj: Mapping[str, Any]) -> InputTranscription | None:
+    """`input_transcription`: {language?, prompt?} (the server's model transcribes), or null."""
+    value = obj.get("input_transcription")
+    if value is None:
+        return None
+    try:
+        return checked_transcription(value, "input_transcription", model="server")
+    except TranscriptionRefused as refused:
+        raise ProtocolError(ErrorCode.BAD_FIELD, str(refused), refused.path) from None
 
 
 def _speed(obj: Mapping[str, Any]) -> float | None:

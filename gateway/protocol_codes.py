@@ -29,6 +29,8 @@ class ServerEventType(enum.StrEnum):
     RESPONSE_WORDS = "response.words"
     SPEECH_STARTED = "input.speech_started"
     SPEECH_STOPPED = "input.speech_stopped"
+    # Optional extension: sessions that asked for `input_transcription`.
+    INPUT_TRANSCRIPT = "input.transcript"
     RESPONSE_DONE = "response.done"
     ERROR = "error"
     SESSION_ENDED = "session.ended"

@@ -35,7 +35,7 @@ A `RealtimeWire` is the per-connection translator a `Session` is handed (gateway
     conversation.item.create function_call → ToolCall: the client's call joins the history
     audio input events       → `error` (needs a speech-to-speech model) for TTS models
     session.update input_audio_transcription → SessionUpdate.input_transcription: each
-                               committed turn's InputTranscribed →
+                               committed turn's InputTranscript →
                                conversation.item.input_audio_transcription.completed
 
 Everything else — limits, pacing, backpressure, barge-in, metrics, engine requests — is the

@@ -55,6 +55,7 @@ from gateway.realtime_state import (
 )
 from gateway.realtime_tools import FunctionCallEvent, FunctionOutputEvent
 from gateway.response_overrides import ResponseOverrides
+from gateway.session_start import check_transcription_offered
 from gateway.wire import (
     AnswerTurns,
     AssistantMessage,
@@ -458,21 +459,9 @@ class RealtimeInbound:
             return None
         if asked is None:
             return NO_TRANSCRIPTION
-        path, facts = event.paths["input_transcription"], self._facts
-        if not facts.accepts_turns or facts.full_duplex:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                f"`{path}`: transcripts are made of a turn-based speech-to-speech model's spoken "
-                f"turns, and {facts.name} takes none",
-                path,
-            )
-        if self._transcription is None:
-            raise ProtocolError(
-                ErrorCode.BAD_FIELD,
-                f"`{path}`: this server does not transcribe spoken turns; it does when started "
-                "with --input-transcription-model (pip install 'voxgate[transcription]')",
-                path,
-            )
+        check_transcription_offered(
+            self._facts, self._transcription, event.paths["input_transcription"]
+        )
         return asked
 
     def _refuse_while_messages_wait(self, message: str) -> None:

@@ -17,6 +17,7 @@ from gateway.input_transcription import InputTranscription
 from gateway.protocol import (
     ErrorCode,
     ErrorEvent,
+    InputTranscript,
     ResponseDone,
     ResponseStarted,
     ResponseStatus,
@@ -51,7 +52,6 @@ from gateway.reply import SpeechOptions
 from gateway.wire import (
     InputCleared,
     InputCommitted,
-    InputTranscribed,
     SessionUpdated,
     Truncated,
     TurnForgotten,
@@ -146,7 +146,7 @@ class RealtimeOutbound:
             ]
         if isinstance(event, TurnForgotten):
             return self._turn_forgotten(event.turn_id)
-        if isinstance(event, InputTranscribed):
+        if isinstance(event, InputTranscript):
             return self._transcribed(event)
         if isinstance(event, SessionEnded):
             return []  # the Realtime API has no such event: the close frame says it
@@ -222,15 +222,15 @@ class RealtimeOutbound:
         done = encode_response_done(self._state.dialect, out, outcome, items, self._response_view)
         return events + done
 
-    def _transcribed(self, event: InputTranscribed) -> list[str]:
+    def _transcribed(self, event: InputTranscript) -> list[str]:
         """A spoken turn's transcript, for its user audio item (none once that is deleted)."""
         out = []
         for item_id in self._state.turn_items.items_of(event.turn_id):
-            if event.failed is not None:
-                out.append(encode_input_transcript_failed(item_id, event.failed))
+            if event.error is not None:
+                out.append(encode_input_transcript_failed(item_id, event.error))
             else:
-                self._state.items.transcribed(item_id, event.transcript)
-                out.append(encode_input_transcript(item_id, event.transcript))
+                self._state.items.transcribed(item_id, event.text)
+                out.append(encode_input_transcript(item_id, event.text))
         return out
 
     def _turn_forgotten(self, turn_id: str) -> list[str]:

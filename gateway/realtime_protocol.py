@@ -17,12 +17,11 @@ import dataclasses
 import enum
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway import client_json
-from gateway.input_transcription import MAX_PROMPT_CHARS, InputTranscription
+from gateway.input_transcription import TranscriptionRefused, checked_transcription
 from gateway.protocol import ErrorCode, ProtocolError
 from gateway.realtime_tools import (
     FunctionCallEvent,
@@ -416,9 +415,6 @@ def _decode_session_update(obj: dict) -> SessionUpdateEvent:
     )
 
 
-_LANGUAGE = re.compile(r"^[a-z]{2,3}$")  # an ISO-639-1 (or -3) code, as Whisper takes them
-
-
 def _decode_transcription(session: dict, inp: dict, paths: dict[str, str]) -> Any:
     """GA `audio.input.transcription` or beta `input_audio_transcription`: an object with a
     `model` (any name: the server transcribes with its own), an optional `language` (ISO-639-1)
@@ -433,23 +429,10 @@ def _decode_transcription(session: dict, inp: dict, paths: dict[str, str]) -> An
     paths["input_transcription"] = path
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise _bad("`transcription` must be an object or null", path)
-    model = value.get("model")
-    if not isinstance(model, str) or not model:
-        raise _bad("`transcription.model` must be a model name", f"{path}.model")
-    language = value.get("language")
-    if language is not None and (not isinstance(language, str) or not _LANGUAGE.match(language)):
-        raise _bad(
-            "`transcription.language` must be a language code such as en", f"{path}.language"
-        )
-    prompt = value.get("prompt")
-    if prompt is not None and (not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS):
-        raise _bad(
-            f"`transcription.prompt` must be a string of at most {MAX_PROMPT_CHARS} characters",
-            f"{path}.prompt",
-        )
-    return InputTranscription(model, language or None, prompt or None)
+    try:
+        return checked_transcription(value, path, model=None)
+    except TranscriptionRefused as refused:
+        raise _bad(str(refused), refused.path) from None
 
 
 def _decode_metadata(value: Any) -> dict[str, str] | None:

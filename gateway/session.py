@@ -492,7 +492,9 @@ class Session:
             return
         facts = self._voices.facts()
         try:
-            self._responses.options = resolve_options(event, facts, self._settings.model)
+            self._responses.options = resolve_options(
+                event, facts, self._settings.model, self._settings.input_transcription_model
+            )
         except ProtocolError as exc:
             self._protocol_error(exc)
             return

@@ -47,18 +47,50 @@ def _bad_field(
 
 
 def resolve_options(
-    event: SessionStart, facts: ModelFacts, served_model: str | None
+    event: SessionStart,
+    facts: ModelFacts,
+    served_model: str | None,
+    transcription_model: str | None = None,
 ) -> SpeechOptions:
-    """The session's speech options, or ProtocolError(bad_field) naming what is accepted."""
+    """The session's speech options, or ProtocolError(bad_field) naming what is accepted
+    (`transcription_model`: the server's, which transcripts of spoken turns need)."""
     if event.model is not None and event.model not in (facts.name, served_model):
         raise ProtocolError(ErrorCode.BAD_FIELD, f"this server serves model {facts.name!r}")
     asked = AskedOptions(event.voice, event.sampling, event.model_options, event.speed)
     try:
-        return resolve_speech_options(
+        options = resolve_speech_options(
             asked, facts, event.output_audio or AudioSpec(), word_timings=facts.word_timings
         )
     except OptionRefused as refused:
         raise _bad_field(refused) from None
+    transcription = event.input_transcription
+    if transcription is None:
+        return options
+    check_transcription_offered(facts, transcription_model, "input_transcription")
+    return dataclasses.replace(
+        options, input_transcription=dataclasses.replace(transcription, model=transcription_model)
+    )
+
+
+def check_transcription_offered(
+    facts: ModelFacts, transcription_model: str | None, path: str
+) -> None:
+    """Transcripts of spoken turns need a turn-based model and a server that makes them;
+    else ProtocolError(bad_field) blaming `path`."""
+    if not facts.accepts_turns or facts.full_duplex:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"`{path}`: transcripts are made of a turn-based speech-to-speech model's spoken "
+            f"turns, and {facts.name} takes none",
+            path,
+        )
+    if transcription_model is None:
+        raise ProtocolError(
+            ErrorCode.BAD_FIELD,
+            f"`{path}`: this server does not transcribe spoken turns; it does when started "
+            "with --input-transcription-model (pip install 'voxgate[transcription]')",
+            path,
+        )
 
 
 def announced_options(facts: ModelFacts) -> tuple[dict[str, Any], ...]:
@@ -94,6 +126,7 @@ def started_event(
         announced_options(facts),
         word_timings=options.word_timings,
         speed=speed,
+        input_transcription=options.input_transcription,
     )
 
 

@@ -69,6 +69,7 @@ from gateway.protocol import (
     ErrorCode,
     ErrorEvent,
     InputCommit,
+    InputTranscript,
     Playback,
     ProtocolError,
     ResponseCancel,
@@ -90,7 +91,6 @@ from gateway.wire import (
     InputClear,
     InputCleared,
     InputCommitted,
-    InputTranscribed,
     ToolCall,
     ToolOutputs,
     Truncate,
@@ -431,7 +431,7 @@ class TurnConversation:
 
     def _transcribe(self, turn: UserAudioTurn) -> None:
         """The turn's transcript, where the session asked for them: made beside the reply,
-        sent when done (InputTranscribed)."""
+        sent when done (InputTranscript)."""
         asked = self.options.input_transcription
         if asked is None or self._transcriber is None:
             return
@@ -446,9 +446,9 @@ class TurnConversation:
             text = await transcriber.transcribe(turn.pcm, asked)
         except Exception as exc:  # the model's failure is this transcript's, not the session's
             self._log.warning("transcribing turn %s failed: %s", turn.turn_id, exc)
-            self._emit.event(InputTranscribed(turn.turn_id, failed=str(exc)))
+            self._emit.event(InputTranscript(error=str(exc), turn_id=turn.turn_id))
             return
-        self._emit.event(InputTranscribed(turn.turn_id, text))
+        self._emit.event(InputTranscript(text, turn_id=turn.turn_id))
 
     def _speculate(self, turn: UserAudioTurn) -> None:
         """Begin answering the turn so far, held back until its end is confirmed; not while

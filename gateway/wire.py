@@ -12,7 +12,7 @@ never a second copy of the session's logic, limits, pacing or metrics.
 A few events exist only on this seam, for protocols that can do what the native v1 protocol
 cannot (its decoder never produces them, its encoder drops them): `SessionUpdate` in and
 `SessionUpdated` out (options mid-session), `InputClear` / `Truncate` in and
-`InputCommitted` / `InputTranscribed` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
+`InputCommitted` / `InputCleared` / `Truncated` out (turn-based audio input), `AnswerTurns` in
 (answer user turns committed without a response), `ToolOutputs` and `ToolCall` in (a tool's
 results, a client's call: models with tool calls), `AssistantMessage` in (the model's words,
 put in by the client), `ForgetTurn` in and `TurnForgotten` out (a turn taken out of the
@@ -108,18 +108,6 @@ class InputCommitted:
 
 
 @dataclass(frozen=True)
-class InputTranscribed:
-    """The transcript of a committed spoken turn (InputCommitted's `turn_id`), or why there is
-    none (`failed`), for a session that asked (SpeechOptions.input_transcription). Never sent
-    on the native wire."""
-
-    TYPE: ClassVar[str] = "input.transcribed"
-    turn_id: str
-    transcript: str = ""
-    failed: str | None = None
-
-
-@dataclass(frozen=True)
 class AnswerTurns:
     """Answer the user turns that joined the conversation without a response (OpenAI
     `response.create` after turns its VAD ended with `create_response` false)."""
@@ -208,20 +196,11 @@ WireInput = (
     | AssistantMessage
     | ForgetTurn
 )
-WireEvent = (
-    ServerEvent
-    | SessionUpdated
-    | InputCommitted
-    | InputTranscribed
-    | InputCleared
-    | Truncated
-    | TurnForgotten
-)
+WireEvent = ServerEvent | SessionUpdated | InputCommitted | InputCleared | Truncated | TurnForgotten
 # Events only adapters speak; the native encoder drops them.
 _WIRE_ONLY = (
     SessionUpdated,
     InputCommitted,
-    InputTranscribed,
     InputCleared,
     Truncated,
     TurnForgotten,

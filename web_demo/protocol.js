@@ -50,6 +50,7 @@ export const S = Object.freeze({
   RESPONSE_WORDS: "response.words",
   SPEECH_STARTED: "input.speech_started",
   SPEECH_STOPPED: "input.speech_stopped",
+  INPUT_TRANSCRIPT: "input.transcript",
   RESPONSE_DONE: "response.done",
   ERROR: "error",
   SESSION_ENDED: "session.ended",

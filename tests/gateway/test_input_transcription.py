@@ -1,16 +1,19 @@
-"""Transcripts of the user's spoken turns on `/v1/realtime` (`audio.input.transcription`,
-gateway/input_transcription.py), with the official `openai` client, a turn-based model
-(tiny-glm-voice) and flite speech: a server started with --input-transcription-model (Whisper
-tiny.en here, the judge's weights) transcribes each committed turn; one without refuses the
-field, naming the option."""
+"""Transcripts of the user's spoken turns (gateway/input_transcription.py) on `/v1/realtime`
+(`audio.input.transcription`, with the official `openai` client) and on `/v1/stream` (the
+`input_transcription` extension), with a turn-based model (tiny-glm-voice) and flite speech: a
+server started with --input-transcription-model (Whisper tiny.en here, the judge's weights)
+transcribes each committed turn; one without refuses the field, naming the option."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
-from gateway_testkit import start_server, until_event, wait_engine_idle
+import websockets
+from gateway_testkit import send, start_server, start_session, until_event, wait_engine_idle
 from realtime_testkit import append, realtime_client, utterance
+from test_turns_stream import PCM16_IN, PCM16_OUT, SAMPLING, read_until, send_frames
+from test_turns_stream import utterance as native_utterance
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("faster_whisper")
@@ -82,4 +85,42 @@ async def test_a_server_without_a_transcription_model_refuses_the_field(glm_serv
         error, _ = await until_event(conn, "error")
         assert error.error.param == "session.input_audio_transcription"
         assert "--input-transcription-model" in error.error.message
+    await wait_engine_idle(glm_engine)
+
+
+async def test_a_native_session_gets_an_input_transcript_after_each_turn(
+    transcribing_server, glm_engine, tmp_path
+):
+    async with websockets.connect(transcribing_server.url, max_size=None) as ws:
+        started = await start_session(
+            ws,
+            input_audio=PCM16_IN,
+            output_audio=PCM16_OUT,
+            turn_detection={"type": "none"},
+            sampling=SAMPLING,
+            input_transcription={"language": "en"},
+        )
+        assert started["input_transcription"]["language"] == "en"
+        assert started["input_transcription"]["model"] == str(whisper.get_model_path())
+        await send_frames(ws, native_utterance(SPOKEN, tmp_path, 11))
+        await send(ws, type="input.commit")
+        # The transcript and the reply come independently, in either order.
+        events, _ = await read_until(ws, "input.transcript")
+        if "response.done" not in [e["type"] for e in events]:
+            await read_until(ws, "response.done")
+        transcript = events[-1]
+        assert set(transcript) == {"type", "text"}  # no turn id: the native wire has no items
+        assert "pod" in transcript["text"].lower(), transcript
+    await wait_engine_idle(glm_engine)
+
+
+async def test_a_native_session_start_asking_for_transcripts_is_refused_without_a_model(
+    glm_server, glm_engine
+):
+    async with websockets.connect(glm_server.url, max_size=None) as ws:
+        await send(ws, type="session.start", input_transcription={})
+        error, _ = await read_until(ws, "error")
+        refused = error[-1]
+        assert refused["code"] == "bad_field" and refused["fatal"]
+        assert "--input-transcription-model" in refused["message"]
     await wait_engine_idle(glm_engine)
