@@ -11,6 +11,7 @@ from gateway.protocol import (
     EndReason,
     ErrorCode,
     ErrorEvent,
+    InputTranscript,
     Limits,
     ResponseDone,
     ResponseStarted,
@@ -37,6 +38,8 @@ WORD = SpokenWord("hello", 0, 320)
         (TranscriptDelta("r1", "hi"), ev.TranscriptDelta("r1", "hi")),
         (ResponseWords("r1", (WORD,)), ev.Words("r1", (ev.Word("hello", 0, 320),))),
         (SpeechStarted(120), ev.SpeechStarted(120)),
+        (InputTranscript("open the doors", turn_id="t1"), ev.InputTranscript("open the doors")),
+        (InputTranscript(error="no model"), ev.InputTranscript("", "no model")),
         (
             ResponseDone("r1", ResponseStatus.COMPLETED, 400, 90),
             ev.ResponseDone("r1", "completed", 400, 90, None),

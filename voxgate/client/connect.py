@@ -30,6 +30,7 @@ def session_start_event(
     sampling: Mapping[str, Any] | None = None,
     turn_detection: Mapping[str, Any] | None = None,
     speed: float | None = None,
+    input_transcription: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `session.start` event: the fields given (None ones left out, so the server's
@@ -44,6 +45,7 @@ def session_start_event(
         "sampling": sampling,
         "turn_detection": turn_detection,
         "speed": speed,
+        "input_transcription": input_transcription,
     }
     event.update(
         {k: dict(v) if isinstance(v, Mapping) else v for k, v in named.items() if v is not None}
@@ -83,6 +85,7 @@ def connect(
     sampling: Mapping[str, Any] | None = None,
     turn_detection: Mapping[str, Any] | None = None,
     speed: float | None = None,
+    input_transcription: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
     decode_audio: bool = True,
     open_timeout: float = 30.0,
@@ -97,7 +100,8 @@ def connect(
     `api_key` goes in an `Authorization` header (`key_in_subprotocol`: in an offered
     `bearer.<key>` subprotocol, as browsers must). The session fields are session.start's
     (docs/protocol.md; None leaves the server's default; `speed`, 0.25-4.0, plays the
-    session's replies faster or slower, pitch unchanged), `extra` is merged into the event
+    session's replies faster or slower, pitch unchanged; `input_transcription`, {} or
+    {language, prompt}, asks for InputTranscript events of spoken turns), `extra` is merged into the event
     as it is. `decode_audio=False` keeps frames as the bytes sent (`Audio.pcm` None).
     Raises AuthenticationError, HandshakeError, or the typed error of a refused session
     (Overloaded, BadField, UnsupportedAudio ...)."""
@@ -109,6 +113,7 @@ def connect(
         sampling=sampling,
         turn_detection=turn_detection,
         speed=speed,
+        input_transcription=input_transcription,
         extra=extra,
     )
     subprotocols = [SUBPROTOCOL]

@@ -89,6 +89,16 @@ class SpeechStopped:
 
 
 @dataclass(frozen=True)
+class InputTranscript:
+    """A spoken turn's words (sessions started with `input_transcription`), or `error` saying
+    why there are none."""
+
+    text: str
+    error: str | None = None
+    received_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class ResponseDone:
     response_id: str
     status: str  # completed, cancelled, length, failed
@@ -132,6 +142,7 @@ Event = (
     | Words
     | SpeechStarted
     | SpeechStopped
+    | InputTranscript
     | ResponseDone
     | Error
     | SessionEnded
@@ -175,6 +186,8 @@ def parse_event(text: str, received_at: float = 0.0) -> Event:
                 return SpeechStarted(obj["audio_ms"], at)
             case "input.speech_stopped":
                 return SpeechStopped(obj["audio_ms"], at)
+            case "input.transcript":
+                return InputTranscript(obj["text"], obj.get("error"), at)
             case "response.done":
                 heard = obj.get("heard_words")
                 return ResponseDone(
