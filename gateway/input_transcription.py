@@ -29,10 +29,10 @@ MAX_PROMPT_CHARS = 1024  # a transcription prompt (Whisper's initial prompt): 22
 @dataclass(frozen=True)
 class InputTranscription:
     """What a session asked transcripts of its spoken turns with: the model it named (shown
-    back as given: the server transcribes with its own), the language of the speech (None:
-    detected) and a prompt of words to expect."""
+    back as given: the server transcribes with its own; None: none named), the language of the
+    speech (None: detected) and a prompt of words to expect."""
 
-    model: str
+    model: str | None = None
     language: str | None = None
     prompt: str | None = None
 
@@ -51,14 +51,14 @@ class TranscriptionRefused(ValueError):
         self.path = path
 
 
-def checked_transcription(value: Any, path: str, model: str | None) -> InputTranscription:
-    """A client's transcription object → InputTranscription: `model` (a name; required where
-    `model` is None, else that default), `language` (ISO-639-1; none: detected) and `prompt`.
-    Raises TranscriptionRefused."""
+def checked_transcription(value: Any, path: str, model_required: bool) -> InputTranscription:
+    """A client's transcription object → InputTranscription: `model` (a name, optional unless
+    `model_required`), `language` (ISO-639-1; none: detected) and `prompt`. Raises
+    TranscriptionRefused."""
     if not isinstance(value, dict):
         raise TranscriptionRefused("`transcription` must be an object or null", path)
-    named = value.get("model", model)
-    if not isinstance(named, str) or not named:
+    named = value.get("model")
+    if (named is not None or model_required) and (not isinstance(named, str) or not named):
         raise TranscriptionRefused("`transcription.model` must be a model name", f"{path}.model")
     language = value.get("language")
     if language is not None and (not isinstance(language, str) or not _LANGUAGE.match(language)):
@@ -96,7 +96,6 @@ class InputTranscriber:
                 f"--input-transcription-model {model!r} could not be loaded ({exc}): give a "
                 "faster-whisper model name such as base.en, or a folder of one"
             ) from None
-        self.model = model
         self._pool = concurrent.futures.ThreadPoolExecutor(1, "voxgate-transcribe")
 
     async def transcribe(self, pcm_16k: np.ndarray, asked: InputTranscription) -> str:

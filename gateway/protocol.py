@@ -421,7 +421,7 @@ def _input_transcription(obj: Mapping[str, Any]) -> InputTranscription | None:
     if value is None:
         return None
     try:
-        return checked_transcription(value, "input_transcription", model="server")
+        return checked_transcription(value, "input_transcription", model_required=False)
     except TranscriptionRefused as refused:
         raise ProtocolError(ErrorCode.BAD_FIELD, str(refused), refused.path) from None
 

@@ -10,10 +10,9 @@ function calls (gateway.realtime_calls). What the client sends is gateway.realti
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from engine.api import SamplingParams
-from gateway.input_transcription import InputTranscription
 from gateway.protocol import (
     ErrorCode,
     ErrorEvent,
@@ -282,12 +281,7 @@ class RealtimeOutbound:
             speed=options.speed,
             tools=tuple(tool_resource(t) for t in self._tools.tools),
             tool_choice=self._tools.choice,
-            input_transcription=_transcription_view(options.input_transcription),
+            input_transcription=(
+                None if options.input_transcription is None else asdict(options.input_transcription)
+            ),
         )
-
-
-def _transcription_view(asked: InputTranscription | None) -> dict | None:
-    """The session's transcription as the client set it (the model it named)."""
-    if asked is None:
-        return None
-    return {"model": asked.model, "language": asked.language, "prompt": asked.prompt}

@@ -430,7 +430,7 @@ def _decode_transcription(session: dict, inp: dict, paths: dict[str, str]) -> An
     if value is None:
         return None
     try:
-        return checked_transcription(value, path, model=None)
+        return checked_transcription(value, path, model_required=True)
     except TranscriptionRefused as refused:
         raise _bad(str(refused), refused.path) from None
 

@@ -62,7 +62,7 @@ from engine.api import (
 from gateway.audio import OpenEncoder
 from gateway.config import GatewaySettings
 from gateway.held_turns import HeldTurn, HeldTurns
-from gateway.input_transcription import InputTranscriber
+from gateway.input_transcription import InputTranscriber, InputTranscription
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import (
     AudioSpec,
@@ -440,7 +440,7 @@ class TurnConversation:
         task.add_done_callback(self._transcripts.discard)
 
     async def _send_transcript(
-        self, transcriber: InputTranscriber, turn: UserAudioTurn, asked
+        self, transcriber: InputTranscriber, turn: UserAudioTurn, asked: InputTranscription
     ) -> None:
         try:
             text = await transcriber.transcribe(turn.pcm, asked)
