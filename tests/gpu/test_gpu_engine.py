@@ -377,6 +377,9 @@ def second_turns(model, device, attention, reuse: bool, cuda_graphs=True, async_
         block_size=16,
         cuda_graphs=cuda_graphs,
         async_scheduling=async_scheduling,
+        # The second turns arrive after the first turns' decodes were measured: admission,
+        # not what this tests, must not refuse one of them.
+        realtime_admission=False,
     )
     core = EngineCore(model, config, device, attention)
     greedy = SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=24, min_tokens=24)
