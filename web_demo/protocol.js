@@ -180,11 +180,14 @@ function drop(obj) {
  * @param {{type: "vad"|"none", silence_ms?: number}} [fields.turnDetection]
  * @param {number} [fields.speed] playback speed of the replies, 0.25-4.0, pitch unchanged
  *   (default 1; full-duplex models take only 1)
+ * @param {{language?: string, prompt?: string}} [fields.inputTranscription] transcripts of
+ *   the user's spoken turns (`input.transcript`; turn-based models, on a server started with
+ *   --input-transcription-model: any other refuses the session); `{}` detects the language
  * @param {object} [fields.extra] more session.start fields, merged in as they are (optional
  *   extensions this module does not name)
  * @returns {string} JSON text
  */
-export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, turnDetection, speed, extra } = {}) {
+export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, turnDetection, speed, inputTranscription, extra } = {}) {
   return JSON.stringify({
     type: C.SESSION_START,
     ...drop({
@@ -196,6 +199,8 @@ export function sessionStart({ model, voice, inputAudio, outputAudio, sampling, 
       turn_detection: turnDetection,
       speed,
     }),
+    // Sent even empty: `{}` asks for transcripts in the detected language.
+    ...(inputTranscription ? { input_transcription: drop(inputTranscription) } : {}),
     ...(extra || {}),
   });
 }
@@ -280,6 +285,8 @@ export const KIND = Object.freeze({ TTS: "tts", TURNS: "turns", FULL_DUPLEX: "fu
  * @property {boolean} turns spoken turns ended by the server's VAD (or input.commit)
  * @property {boolean} acceptsText
  * @property {boolean} wordTimings responses carry `response.words` (and barge-in `heard_words`)
+ * @property {boolean} inputTranscripts spoken turns' words come as `input.transcript` (the
+ *   session asked for them, and the server transcribes)
  */
 
 /**
@@ -313,6 +320,7 @@ export function modelInfo(started) {
     turns: kind === KIND.TURNS,
     acceptsText: kind !== KIND.FULL_DUPLEX,
     wordTimings: started.word_timings === true,
+    inputTranscripts: Boolean(started.input_transcription),
   };
 }
 
