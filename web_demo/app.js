@@ -34,6 +34,7 @@ const stats = (window.voxgateStats = {
   listenState: "off", // the microphone card's state pill (off/listening/speaking/waiting/replying)
   voices: [], // the voice picker's names (GET /v1/voices)
   voiceErrors: [], // codes of clips POST /v1/voices refused
+  inputTranscripts: [], // input.transcript texts (spoken turns' words: ?input_transcription)
   ready: false,
 });
 
@@ -65,6 +66,7 @@ let connecting = null; // Promise while a socket is opening
 let sessionDirty = false; // a session setting changed: reconnect before the next Speak
 let inputFormat = null; // how the microphone would be sent (decided once per page)
 let wantInput = false; // declare input_audio in session.start (only once the mic is used)
+let transcriptsRefused = false; // the server refused input_transcription: ask no more
 let mic = null;
 let userSpeaking = false; // between input.speech_started and input.speech_stopped
 let worklet = { gen: -1, genPlayedSamples: 0, bufferedSamples: 0 };
@@ -99,8 +101,19 @@ async function connect() {
   if (connecting) return connecting;
   if (ws && session && !sessionDirty) return;
   if (ws) await disconnect();
-  connecting = openSocket().finally(() => (connecting = null));
+  connecting = openSocket()
+    // A server that transcribes nothing refused the session asking for transcripts: again
+    // without them.
+    .catch((err) => (err.transcriptsRefused ? openSocket() : Promise.reject(err)))
+    .finally(() => (connecting = null));
   return connecting;
+}
+
+/** Ask for the words of spoken turns (?input_transcription): once the microphone is wanted,
+ * of a model a session showed to be turn-based, unless the server refused them. */
+function wantsTranscripts() {
+  return wantInput && Boolean(model && model.turns) && !transcriptsRefused &&
+    settings.inputTranscription() !== undefined;
 }
 
 function openSocket() {
@@ -120,7 +133,9 @@ function openSocket() {
     setConn("connecting", "Connecting…");
     log("note", `connecting to ${url}`);
     sock.onopen = () => {
-      const start = P.sessionStart(settings.sessionConfig(wantInput ? inputFormat : undefined));
+      sock.askedTranscripts = wantsTranscripts();
+      const config = settings.sessionConfig(wantInput ? inputFormat : undefined, sock.askedTranscripts);
+      const start = P.sessionStart(config);
       sock.send(start);
       log("out", start);
     };
@@ -133,6 +148,7 @@ function openSocket() {
       onClose(sock, ev);
       const err = new Error(`closed before the session started (${ev.code})`);
       err.shown = true; // onClose already told the user
+      err.transcriptsRefused = Boolean(sock.transcriptsRefused);
       reject(err); // a no-op once the session started
     };
   });
@@ -161,6 +177,7 @@ function onClose(sock, ev) {
   if (turn.open || turn.pending) player.endResponse(); // let what arrived play out
   Object.assign(turn, { pending: false, open: false, awaitingFirst: false, cancelled: false });
   userSpeaking = false;
+  conversationLog.forgetUnheard();
   if (mic && mic.active) mic.stop().catch((err) => recordError(err.message));
   const reason = ev.reason ? ` — “${ev.reason}”` : "";
   const text = `Connection closed: ${ev.code} ${P.describeClose(ev.code)}${reason}`;
@@ -219,8 +236,15 @@ function onEvent(data, resolveStarted) {
       stats.speechStopped += 1;
       userSpeaking = false;
       Object.assign(turn, { t0: performance.now(), awaitingFirst: true });
-      if (model && model.turns) addToConversation("user", `(spoken turn, ${seconds(ev.audio_ms - speechFromMs)})`);
+      // Its words replace the line when they come (input.transcript), in sessions that asked.
+      if (model && model.turns) {
+        addToConversation("user", `(spoken turn, ${seconds(ev.audio_ms - speechFromMs)})`, model.inputTranscripts);
+      }
       updateListenState();
+      return;
+    case P.S.INPUT_TRANSCRIPT:
+      stats.inputTranscripts.push(ev.text);
+      conversationLog.heard(ev.error ? `(not transcribed: ${ev.error})` : ev.text.trim() || "(no words heard)");
       return;
     case P.S.RESPONSE_DONE:
       if (!turn.cancelled) player.endResponse();
@@ -236,6 +260,13 @@ function onEvent(data, resolveStarted) {
       return;
     case P.S.ERROR:
       stats.serverErrors.push(ev);
+      if (!session && ws.askedTranscripts && ev.code === P.ERROR.BAD_FIELD &&
+        String(ev.message).includes("input_transcription")) {
+        transcriptsRefused = ws.transcriptsRefused = true; // connect() starts one without
+        notice("This server does not transcribe spoken turns (it does when started with " +
+          "--input-transcription-model): your turns are shown without their words.", "info", "transcripts");
+        return;
+      }
       notice(P.describeError(ev), "error");
       // A refused text opens no response, so nothing else will end this turn.
       if (turn.pending && !turn.open) {
@@ -271,8 +302,8 @@ function onSpeechStarted(ev) {
 
 const seconds = (ms) => `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
 
-function addToConversation(who, text) {
-  conversationLog.add(who, model && model.name, text);
+function addToConversation(who, text, awaitsWords = false) {
+  conversationLog.add(who, model && model.name, text, awaitsWords);
 }
 
 /** The microphone card's pill: what the conversation is waiting for. */
@@ -440,6 +471,12 @@ async function toggleMic() {
     if (session && !sameFormat(session.input_audio, inputFormat)) sessionDirty = true;
     wantInput = true;
     await connect();
+    // The spoken turns' words, where the URL asks: a session that did not ask for them (the
+    // first, before the model was known to take turns) is replaced by one that does.
+    if (wantsTranscripts() && !model.inputTranscripts) {
+      sessionDirty = true;
+      await connect();
+    }
     if (!model.acceptsAudio) return;
     mic = new Microphone(inputFormat, {
       send: (packet) => ws && ws.readyState === WebSocket.OPEN && ws.send(packet),

@@ -31,23 +31,41 @@ export function listenState({ model, micOn, userSpeaking, turn }) {
 const MAX_LINES = 40;
 const MAX_CHARS = 300;
 
+const clip = (text) => (text.length > MAX_CHARS ? `${text.slice(0, MAX_CHARS)}…` : text);
+
 /** Turn-based models: one line per turn, the user's and the model's, newest last. */
 export class ConversationLog {
   constructor(list) {
     this.list = list;
+    this.unheard = []; // spoken turns' text nodes waiting for their words (input.transcript)
   }
 
-  /** `who`: "user" or "model"; `name`: the model's name for its lines. */
-  add(who, name, text) {
+  /** `who`: "user" or "model"; `name`: the model's name for its lines; `awaitsWords`: a spoken
+   * turn whose transcript will come (the session asked for them). */
+  add(who, name, text, awaitsWords = false) {
     const item = document.createElement("li");
     item.className = who;
     const label = document.createElement("strong");
     label.textContent = who === "user" ? "You: " : `${name || "Model"}: `;
-    const shown = text.length > MAX_CHARS ? `${text.slice(0, MAX_CHARS)}…` : text;
-    item.append(label, document.createTextNode(shown));
+    const words = document.createTextNode(clip(text));
+    item.append(label, words);
     this.list.append(item);
     this.list.hidden = false;
     while (this.list.children.length > MAX_LINES) this.list.firstElementChild.remove();
+    if (awaitsWords) this.unheard.push(words);
+  }
+
+  /** A spoken turn's words (input.transcript), in place of the oldest spoken turn's line still
+   * without them, or a line of their own (a turn ended by input.commit has no line yet). */
+  heard(text) {
+    const words = this.unheard.shift();
+    if (words) words.textContent = clip(text);
+    else this.add("user", "", text);
+  }
+
+  /** The session ended: transcripts still due will not come. */
+  forgetUnheard() {
+    this.unheard = [];
   }
 
   /** The last line was a turn the server refused (an `error`, no response). */

