@@ -2,8 +2,9 @@
 drives (`facts`, `ready`, `start`, `submit` → event stream, `cancel`, `report_playback`,
 `stats`, `shutdown`) over a FIFO of requests that one worker thread serves one at a time, the
 way a model card's example code runs. A model's baseline says how to build a prompt
-(`prompt_ids`) and how to generate one request (`_generate`): voxbench/hf_baseline.py
-(Orpheus: transformers `generate` + SNAC) and voxbench/cosyvoice_baseline.py."""
+(`prompt_ids`, or `request_prompt` where the request's model options shape it too) and how to
+generate one request (`_generate`): voxbench/hf_baseline.py (Orpheus: transformers `generate`
++ SNAC), voxbench/cosyvoice_baseline.py and voxbench/qwen3_tts_baseline.py."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import itertools
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from engine.api import (
     EngineStats,
@@ -34,7 +36,7 @@ _ids = itertools.count()
 @dataclass(eq=False)
 class Job:
     request_id: str
-    prompt: list[int]
+    prompt: list[Any]  # token ids; rows of them (a column a codebook) for multi-codebook models
     sampling: SamplingParams
     stream: ResponseStream
     voice: str | None = None
@@ -54,8 +56,13 @@ class PerRequestBaseline(abc.ABC):
         self._tokens = 0
 
     @abc.abstractmethod
-    def prompt_ids(self, text: str, voice: str | None) -> list[int]:
+    def prompt_ids(self, text: str, voice: str | None) -> list[Any]:
         """The request's prompt; ModelInputError for text or a voice it cannot take."""
+
+    def request_prompt(self, request: SpeechRequest) -> list[Any]:
+        """The prompt of `request`: prompt_ids of its text and voice. A model whose request
+        options (SpeechRequest.model_options) change the prompt builds it here instead."""
+        return self.prompt_ids(request.text, request.voice)
 
     @abc.abstractmethod
     def _generate(self, job: Job) -> tuple[FinishReason, int]:
@@ -86,7 +93,7 @@ class PerRequestBaseline(abc.ABC):
     async def submit(self, request: SpeechRequest) -> ResponseStream:
         if not self.ready:
             raise RuntimeError("the baseline is not running")
-        prompt = self.prompt_ids(request.text, request.voice)
+        prompt = self.request_prompt(request)
         request_id = request.request_id or f"hf-{next(_ids)}"
         job = Job(
             request_id,
