@@ -18,7 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the per-request Hugging Face baseline over /v1/stream",
     )
     p.add_argument(
-        "--model", default="tiny-orpheus", help="tiny-orpheus, orpheus-3b or a checkpoint folder"
+        "--model",
+        default="tiny-orpheus",
+        help="a preset or checkpoint folder of a family with a baseline (voxbench/baselines.py)",
     )
     p.add_argument(
         "--random-weights", action="store_true", help="a preset's real config, random weights"

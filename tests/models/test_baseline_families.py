@@ -14,8 +14,10 @@ def test_the_baseline_families_are_in_the_table():
     assert set(BASELINE_FAMILIES) <= {f.name for f in FAMILIES}
 
 
-@pytest.mark.parametrize("model", ["tiny-orpheus", "orpheus-3b", "tiny-cosyvoice2"])
-def test_orpheus_and_cosyvoice2_models_have_one(model):
+@pytest.mark.parametrize(
+    "model", ["tiny-orpheus", "orpheus-3b", "tiny-cosyvoice2", "tiny-qwen3-tts", "qwen3-tts-1.7b"]
+)
+def test_orpheus_cosyvoice2_and_qwen3_tts_models_have_one(model):
     assert baseline_family(model) in BASELINE_FAMILIES
 
 
@@ -27,6 +29,7 @@ def test_another_familys_model_is_refused_naming_those_with_one(model):
     assert "has no per-request baseline" in message and "not Orpheus" not in message
     assert "CosyVoice 2 (tiny-cosyvoice2, cosyvoice2-0.5b)" in message
     assert "Orpheus (tiny-orpheus, orpheus-3b)" in message
+    assert "Qwen3-TTS (tiny-qwen3-tts, qwen3-tts-0.6b" in message
 
 
 def test_the_orpheus_baseline_refuses_random_weights_as_the_engine_does():
