@@ -15,6 +15,9 @@
     orpheus_reference.py  Orpheus's reference decoding scheme and token constraint for generate()
     hf_baseline.py Orpheus's per-request Hugging Face baseline
     cosyvoice_baseline.py  CosyVoice 2's per-request baseline
+    zonos_reference.py  the Zonos package's generate() rules: delayed grid, sampler, codes out
+    zonos_stablelm.py   Zonos' transformer backbone as transformers' StableLmModel
+    zonos_baseline.py   Zonos v0.1's per-request baseline
     baseline_server.py  `python -m voxbench.baseline_server`: a baseline over WebSocket
     servers.py     starting / stopping the systems under test as subprocesses
     report.py      the results JSON and the plot
