@@ -28,6 +28,7 @@ from engine.api import AudioChunk, FinishReason, SamplingParams
 from models.base import RepetitionAwareSampling
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.model import CosyVoice2Model
+from voxbench.hf_cache import cache_kwargs
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
@@ -104,7 +105,9 @@ class CosyVoiceBaseline(PerRequestBaseline):
             if job.cancelled:
                 reason = FinishReason.CANCELLED
                 break
-            out = self.qwen.model(inputs_embeds=x, cache=cache, use_cache=True)
+            out = self.qwen.model(
+                inputs_embeds=x, use_cache=True, **cache_kwargs(self.qwen.model, cache)
+            )
             cache = out.past_key_values
             logits = self.llm_decoder(out.last_hidden_state[0, -1]).float()
             if len(generated) < s.min_tokens:

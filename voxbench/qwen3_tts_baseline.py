@@ -35,7 +35,6 @@ does.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import time
 
@@ -55,6 +54,7 @@ from engine.api import AudioChunk, FinishReason, SamplingParams, SpeechRequest
 from models.layers.llama import LlamaArgs
 from models.qwen3_tts.codec import SpeechDecoder
 from models.qwen3_tts.model import MIN_FRAMES, Qwen3TtsModel
+from voxbench.hf_cache import cache_keyword
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
@@ -74,7 +74,7 @@ class Qwen3TtsBaseline(PerRequestBaseline):
         embeddings, codec head, code predictor heads, decoder)."""
         super().__init__()
         self.talker_lm, self.depth_lm = talker_lm.eval(), depth_lm.eval()
-        self._cache_arg = cache_argument(talker_lm)
+        self._cache_arg = cache_keyword(talker_lm)
         self.model, self.device = model, device
         # It takes no text into a running request, and clones no voices from clients' clips.
         self.facts = dataclasses.replace(
@@ -190,12 +190,6 @@ def decode_like_the_package(decoder: SpeechDecoder, codes: torch.Tensor) -> np.n
 
 
 # --- building it ----------------------------------------------------------------------------
-def cache_argument(lm) -> str:
-    """The keyword by which `lm`'s forward takes its KV cache: `cache` in recent transformers
-    5 releases, `past_key_values` in earlier ones (a GPU image's may be either)."""
-    return "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
-
-
 def qwen3_stack(
     args: LlamaArgs,
     published: dict[str, torch.Tensor],

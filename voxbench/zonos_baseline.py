@@ -30,7 +30,6 @@ and is refused.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 
@@ -43,6 +42,7 @@ from models.checkpoint_errors import CheckpointError
 from models.zonos.config import EOS_CODE, MASK_CODE, N_CODEBOOKS
 from models.zonos.model import MAX_POSITIONS, ZonosModel
 from voxbench import zonos_reference as Z
+from voxbench.hf_cache import cache_keyword
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
@@ -73,9 +73,7 @@ class ZonosBaseline(PerRequestBaseline):
         self.embeddings = model.weights.embeddings
         self.heads = torch.cat([h.weight for h in model.weights.heads]).detach()
         self.dac = model.detok.dac
-        # transformers 5 renamed forward's `past_key_values` to `cache`.
-        params = inspect.signature(type(lm).forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache_arg = cache_keyword(lm)
 
     def prompt_ids(self, text: str, voice: str | None) -> list[Token]:
         """The engine's Zonos prompt rows (models/zonos/rows.py), frame 0 last."""
