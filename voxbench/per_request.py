@@ -4,7 +4,8 @@ drives (`facts`, `ready`, `start`, `submit` → event stream, `cancel`, `report_
 way a model card's example code runs. A model's baseline says how to build a prompt
 (`prompt_ids`, or `request_prompt` where the request's model options shape it too) and how to
 generate one request (`_generate`): voxbench/hf_baseline.py (Orpheus: transformers `generate`
-+ SNAC), voxbench/cosyvoice_baseline.py and voxbench/qwen3_tts_baseline.py."""
++ SNAC), voxbench/cosyvoice_baseline.py, voxbench/qwen3_tts_baseline.py,
+voxbench/zonos_baseline.py and voxbench/chatterbox_baseline.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import collections
 import itertools
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import (
@@ -41,6 +42,10 @@ class Job:
     stream: ResponseStream
     voice: str | None = None
     cancelled: bool = False
+    # The request's model options (SpeechRequest.model_options) as the client gave them, for a
+    # baseline whose options act while it generates (Chatterbox's cfg_weight), not only on the
+    # prompt.
+    model_options: dict[str, Any] = field(default_factory=dict)
 
 
 class PerRequestBaseline(abc.ABC):
@@ -101,6 +106,7 @@ class PerRequestBaseline(abc.ABC):
             request.sampling,
             ResponseStream(asyncio.get_running_loop(), request_id),
             request.voice,
+            model_options=dict(request.model_options),
         )
         with self._cv:
             self._jobs[request_id] = job
