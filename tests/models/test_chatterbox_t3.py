@@ -6,80 +6,31 @@ only the likeliest token, which is what is compared."""
 
 from __future__ import annotations
 
-from unittest import mock
-
 import pytest
 import torch
-from official_chatterbox import import_official
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from models.chatterbox.config import T3_FACTS, t3_sizes
 from models.chatterbox.sampling import T3Sampling, keep_min_p, keep_top_p, penalise_repeats
 from models.chatterbox.t3 import load_t3, t3_state_dict
 from models.chatterbox.t3_decode import T3Request, generate_speech_tokens
 from models.checkpoint_errors import CheckpointError
-
-# The official perceiver is 1024 wide whatever the backbone, so the backbone is too; depth,
-# MLP and KV heads are scaled down (4 KV heads for 16 query heads: grouped-query attention).
-TEST_LLAMA = {
-    "vocab_size": 8,
-    "max_position_embeddings": 131072,
-    "hidden_size": 1024,
-    "intermediate_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 4,
-    "head_dim": 64,
-    "attn_implementation": "eager",
-    "tie_word_embeddings": False,
-    "hidden_act": "silu",
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "initializer_range": 0.02,
-    "mlp_bias": False,
-    "model_type": "llama",
-    "pretraining_tp": 1,
-    "rms_norm_eps": 1e-05,
-    "rope_scaling": {
-        "factor": 8.0,
-        "high_freq_factor": 4.0,
-        "low_freq_factor": 1.0,
-        "original_max_position_embeddings": 8192,
-        "rope_type": "llama3",
-    },
-    "rope_theta": 500000.0,
-    "use_cache": True,
-}
+from tests.models.official_chatterbox_t3 import (
+    build_official_t3,
+    engine_model_around,
+    official_tokens,
+    our_t3,
+)
 
 
 @pytest.fixture(scope="module")
 def official_t3():
-    t3_module, configs, cond_module = import_official(
-        "chatterbox.models.t3.t3",
-        "chatterbox.models.t3.modules.t3_config",
-        "chatterbox.models.t3.modules.cond_enc",
-    )
-    with mock.patch.dict(t3_module.LLAMA_CONFIGS, {"voxgate_test": TEST_LLAMA}):
-        hp = configs.T3Config.english_only()
-        hp.llama_config_name = "voxgate_test"
-        model = t3_module.T3(hp)
-    g = torch.Generator().manual_seed(21)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):  # RMS/LayerNorm gains near one
-                p.add_(1.0)
-    # The published layout: the state before inference registers its `patched_model` wrapper.
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    return model.eval(), cond_module.T3Cond, state
+    return build_official_t3()
 
 
 @pytest.fixture(scope="module")
 def ours(official_t3, tmp_path_factory):
-    path = tmp_path_factory.mktemp("t3") / "t3_cfg.safetensors"
-    save_file({k: v.contiguous() for k, v in official_t3[2].items()}, str(path))
-    return load_t3(load_file(str(path)))
+    return our_t3(official_t3[2], tmp_path_factory.mktemp("t3"))
 
 
 def conditioning(seed: int, prompt_len: int = 20):
@@ -92,27 +43,6 @@ def conditioning(seed: int, prompt_len: int = 20):
         T3_FACTS.stop_text,
     ]
     return speaker, prompt, text
-
-
-def official_tokens(official_t3, speaker, prompt, text, exaggeration, cfg_weight, n):
-    model, T3Cond, _ = official_t3
-    cond = T3Cond(
-        speaker_emb=speaker[None],
-        cond_prompt_speech_tokens=prompt[None],
-        emotion_adv=exaggeration * torch.ones(1, 1, 1),
-    )
-    text_tokens = torch.tensor([text, text])
-    tokens = model.inference(
-        t3_cond=cond,
-        text_tokens=text_tokens,
-        max_new_tokens=n,
-        temperature=0.8,
-        cfg_weight=cfg_weight,
-        repetition_penalty=1.2,
-        min_p=1.0,
-        top_p=1.0,
-    )[0].tolist()
-    return tokens[:-1] if tokens and tokens[-1] == T3_FACTS.stop_speech else tokens
 
 
 @pytest.mark.parametrize(
@@ -185,18 +115,9 @@ def test_tiny_preset_uses_the_official_names_and_conds(official_t3, tmp_path):
 
 @pytest.fixture(scope="module")
 def engine_model(ours, tmp_path_factory):
-    """The engine's ChatterboxModel around the official weights' T3 (the tiny preset's S3Gen,
-    tokenizer and voice: only T3's tokens are compared)."""
-    from models.chatterbox.checkpoint import load_chatterbox
-    from models.chatterbox.family import FAMILY
-    from models.chatterbox.model import ChatterboxModel
-    from models.chatterbox.presets import ensure_tiny_chatterbox
-    from models.registry import with_request_options
-
-    parts = load_chatterbox(ensure_tiny_chatterbox(tmp_path_factory.mktemp("c")))
-    parts.t3 = ours
-    # all 8,194 rows, as the official; its request options as the registry announces them
-    return with_request_options(ChatterboxModel(parts, constrain_codes=False), FAMILY)
+    """The engine's ChatterboxModel around the official weights' T3, sampling all 8,194 rows
+    as the official does."""
+    return engine_model_around(ours, tmp_path_factory.mktemp("c"))
 
 
 def test_one_batch_with_two_option_settings_gives_the_official_tokens(official_t3, engine_model):
