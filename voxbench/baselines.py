@@ -15,6 +15,7 @@ from voxbench.per_request import PerRequestBaseline
 # at a time), by the family name models/families.py gives them: the module and its loader,
 # `load(model, device, dtype, random_weights) -> PerRequestBaseline`.
 BASELINES = {
+    "Chatterbox": ("voxbench.chatterbox_baseline", "load_chatterbox_baseline"),
     "CosyVoice 2": ("voxbench.cosyvoice_baseline", "load_cosyvoice_baseline"),
     "Orpheus": ("voxbench.hf_baseline", "load_orpheus_baseline"),
     "Qwen3-TTS": ("voxbench.qwen3_tts_baseline", "load_qwen3_tts_baseline"),
@@ -26,9 +27,10 @@ def load_baseline(
     model: str, device: str | None = None, random_weights: bool = False
 ) -> PerRequestBaseline:
     """The baseline for a preset (`tiny-orpheus`, `orpheus-3b`, `tiny-cosyvoice2`,
-    `qwen3-tts-1.7b`, `zonos-v0.1` …) or a checkpoint folder / repo id of a family in
-    `BASELINES`, loaded the way its model card does, in bf16 on a GPU (float32 on the CPU);
-    started and ready to serve. CheckpointError for a model of a family without a baseline."""
+    `qwen3-tts-1.7b`, `zonos-v0.1`, `chatterbox` …) or a checkpoint folder / repo id of a
+    family in `BASELINES`, loaded the way its model card does, in bf16 on a GPU (float32 on
+    the CPU); started and ready to serve. CheckpointError for a model of a family without a
+    baseline."""
     module, loader = BASELINES[baseline_family(model)]
     import torch
 

@@ -23,6 +23,8 @@ def test_the_baseline_families_are_in_the_table():
         "tiny-qwen3-tts",
         "qwen3-tts-1.7b",
         "tiny-zonos",
+        "tiny-chatterbox",
+        "chatterbox",
     ],
 )
 def test_the_baseline_families_models_have_one(model):
