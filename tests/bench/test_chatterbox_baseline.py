@@ -145,6 +145,21 @@ def test_the_baselines_greedy_tokens_are_the_packages(tmp_path_factory):
     assert wanted[0] != wanted[1] and len(set(wanted[0])) > 3
 
 
+async def test_the_bench_measures_the_baselines_throughput(baseline):
+    """`voxgate bench --baseline-throughput` on it: a burst through the engine surface, the
+    model's sampling defaults (generate()'s), min_tokens = max_tokens."""
+    from voxbench.config import BenchConfig
+    from voxbench.throughput import measure_rtf
+    from voxbench.workload import burst_plan, load_workload
+
+    items = load_workload(BenchConfig(serve=True).workload, max_audio_seconds=0.5)
+    plan = burst_plan(items, 2, baseline.facts.token_rate_hz)
+    result = await measure_rtf(baseline, plan, warmup=0)
+    assert result["requests"] == 2 and result["finish"] == {"length": 2}
+    asked = sum(p.tokens for p in plan) * SAMPLES_PER_TOKEN / SAMPLE_RATE
+    assert result["audio_s"] == pytest.approx(asked, abs=1e-3)
+
+
 async def test_the_baseline_cancels_and_refuses_bad_input(baseline):
     with pytest.raises(ModelInputError):
         await baseline.submit(SpeechRequest("hi", voice="nobody"))
