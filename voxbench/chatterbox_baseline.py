@@ -69,7 +69,7 @@ from models.chatterbox.family import ChatterboxRequestOptions
 from models.chatterbox.model import ChatterboxModel
 from models.chatterbox.sampling import guided
 from models.request_options import RequestOptionError, resolve_request_options
-from voxbench.hf_cache import cache_keyword
+from voxbench.hf_models import cache_keyword
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")

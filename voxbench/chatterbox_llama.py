@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from models.chatterbox.t3 import BACKBONE, T3, t3_state_dict
+from voxbench.hf_models import decoder_config_fields
 
 
 def t3_llama(t3: T3, device: torch.device, dtype: torch.dtype):
@@ -23,15 +24,7 @@ def t3_llama(t3: T3, device: torch.device, dtype: torch.dtype):
     args = t3.sizes.llama_args()
     rope = args.rope
     config = LlamaConfig(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        intermediate_size=args.intermediate_size,
-        num_hidden_layers=args.num_layers,
-        num_attention_heads=args.num_heads,
-        num_key_value_heads=args.num_kv_heads,
-        head_dim=args.head_dim,
-        rms_norm_eps=args.rms_norm_eps,
-        max_position_embeddings=args.max_positions,
+        **decoder_config_fields(args),
         hidden_act="silu",
         attention_bias=False,
         mlp_bias=False,

@@ -28,7 +28,7 @@ from engine.api import AudioChunk, FinishReason, SamplingParams
 from models.base import RepetitionAwareSampling
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.model import CosyVoice2Model
-from voxbench.hf_cache import cache_kwargs
+from voxbench.hf_models import cache_kwargs
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")

@@ -54,7 +54,7 @@ from engine.api import AudioChunk, FinishReason, SamplingParams, SpeechRequest
 from models.layers.llama import LlamaArgs
 from models.qwen3_tts.codec import SpeechDecoder
 from models.qwen3_tts.model import MIN_FRAMES, Qwen3TtsModel
-from voxbench.hf_cache import cache_keyword
+from voxbench.hf_models import cache_keyword, decoder_config_fields
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
@@ -203,15 +203,7 @@ def qwen3_stack(
     from transformers import Qwen3Config, Qwen3Model
 
     config = Qwen3Config(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        intermediate_size=args.intermediate_size,
-        num_hidden_layers=args.num_layers,
-        num_attention_heads=args.num_heads,
-        num_key_value_heads=args.num_kv_heads,
-        head_dim=args.head_dim,
-        rms_norm_eps=args.rms_norm_eps,
-        max_position_embeddings=args.max_positions,
+        **decoder_config_fields(args),
         rope_parameters={"rope_type": "default", "rope_theta": args.rope.theta},
         attention_bias=args.attention_bias,
     )

@@ -42,7 +42,7 @@ from models.checkpoint_errors import CheckpointError
 from models.zonos.config import EOS_CODE, MASK_CODE, N_CODEBOOKS
 from models.zonos.model import MAX_POSITIONS, ZonosModel
 from voxbench import zonos_reference as Z
-from voxbench.hf_cache import cache_keyword
+from voxbench.hf_models import cache_keyword
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.api import FinishReason, SamplingParams, SpeechRequest
+import numpy as np
+
+from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
 
 
 async def assert_cancels_a_running_request(baseline, sampling: SamplingParams) -> None:
@@ -16,3 +18,15 @@ async def assert_cancels_a_running_request(baseline, sampling: SamplingParams) -
     events = [e async for e in long]
     assert events[-1].reason is FinishReason.CANCELLED and events[-1].num_tokens < 2000
     assert baseline.stats().waiting == 0 and baseline.stats().running == 0
+
+
+async def audio_of(baseline, request: SpeechRequest) -> tuple[list[np.ndarray], Finished]:
+    """The audio chunks a request streams, and how it finished."""
+    stream = await baseline.submit(request)
+    chunks, finished = [], None
+    async for event in stream:
+        if isinstance(event, AudioChunk):
+            chunks.append(event.pcm)
+        else:
+            finished = event
+    return chunks, finished

@@ -11,9 +11,9 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from baseline_testkit import assert_cancels_a_running_request
+from baseline_testkit import assert_cancels_a_running_request, audio_of
 
-from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
+from engine.api import FinishReason, SamplingParams, SpeechRequest
 from models.base import ModelInputError
 from models.chatterbox.config import SAMPLE_RATE, TOKEN_RATE
 from tests.torch_threads import one_torch_thread
@@ -41,17 +41,6 @@ def tokens(n: int, min_tokens: int | None = None, **sampling) -> SamplingParams:
     return SamplingParams(min_tokens=n if min_tokens is None else min_tokens, max_tokens=n, **given)
 
 
-async def events_of(baseline, request: SpeechRequest) -> tuple[list[np.ndarray], Finished]:
-    stream = await baseline.submit(request)
-    chunks, finished = [], None
-    async for event in stream:
-        if isinstance(event, AudioChunk):
-            chunks.append(event.pcm)
-        else:
-            finished = event
-    return chunks, finished
-
-
 def job(baseline, request: SpeechRequest) -> Job:
     """A request as the worker gets it; speech_tokens pushes nothing to its stream."""
     prompt = baseline.request_prompt(request)
@@ -62,7 +51,7 @@ def job(baseline, request: SpeechRequest) -> Job:
 async def test_a_request_is_one_decode_of_its_tokens_at_the_end(baseline):
     # generate() returns the whole waveform once T3 ends: one chunk, 960 samples a token.
     request = SpeechRequest(TEXT, sampling=tokens(30), request_id="a")
-    chunks, finished = await events_of(baseline, request)
+    chunks, finished = await audio_of(baseline, request)
     assert finished.reason is FinishReason.LENGTH and finished.num_tokens == 30
     assert [len(c) for c in chunks] == [30 * SAMPLES_PER_TOKEN]
     codes, _ = baseline.speech_tokens(job(baseline, request))
@@ -72,7 +61,7 @@ async def test_a_request_is_one_decode_of_its_tokens_at_the_end(baseline):
 
     async def sampled(seed: int) -> np.ndarray:
         sampling = tokens(12, temperature=0.8, min_p=0.05, top_p=0.9, seed=seed)
-        chunks, _ = await events_of(baseline, SpeechRequest(TEXT, sampling=sampling))
+        chunks, _ = await audio_of(baseline, SpeechRequest(TEXT, sampling=sampling))
         return np.concatenate(chunks)
 
     first, same, other = await sampled(1), await sampled(1), await sampled(2)

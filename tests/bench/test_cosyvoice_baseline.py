@@ -8,9 +8,9 @@ import asyncio
 
 import numpy as np
 import pytest
-from baseline_testkit import assert_cancels_a_running_request
+from baseline_testkit import assert_cancels_a_running_request, audio_of
 
-from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
+from engine.api import FinishReason, SamplingParams, SpeechRequest
 from models.base import ModelInputError
 from voxbench.baselines import load_baseline
 
@@ -27,17 +27,6 @@ def greedy(tokens: int) -> SamplingParams:
     return SamplingParams(
         temperature=0.0, repetition_penalty=1.0, min_tokens=tokens, max_tokens=tokens
     )
-
-
-async def audio_of(baseline, request: SpeechRequest) -> tuple[list[np.ndarray], Finished]:
-    stream = await baseline.submit(request)
-    chunks, finished = [], None
-    async for event in stream:
-        if isinstance(event, AudioChunk):
-            chunks.append(event.pcm)
-        else:
-            finished = event
-    return chunks, finished
 
 
 async def test_the_baseline_streams_cosyvoices_chunks_of_the_whole_utterance(baseline):

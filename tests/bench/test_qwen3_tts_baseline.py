@@ -9,9 +9,9 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from baseline_testkit import assert_cancels_a_running_request
+from baseline_testkit import assert_cancels_a_running_request, audio_of
 
-from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
+from engine.api import FinishReason, SamplingParams, SpeechRequest
 from models.base import ModelInputError
 from tests.torch_threads import one_torch_thread
 from voxbench.baselines import load_baseline
@@ -33,28 +33,17 @@ def frames(n: int, **sampling) -> SamplingParams:
     return SamplingParams(min_tokens=n, max_tokens=n, **given)
 
 
-async def events_of(baseline, request: SpeechRequest) -> tuple[list[np.ndarray], Finished]:
-    stream = await baseline.submit(request)
-    chunks, finished = [], None
-    async for event in stream:
-        if isinstance(event, AudioChunk):
-            chunks.append(event.pcm)
-        else:
-            finished = event
-    return chunks, finished
-
-
 async def test_the_baseline_sends_the_whole_utterance_once_it_is_made(baseline):
     # The package decodes after generating: one chunk of 1920 samples a frame.
     request = SpeechRequest("Hello there.", voice="vivian", sampling=frames(7), request_id="a")
-    chunks, finished = await events_of(baseline, request)
+    chunks, finished = await audio_of(baseline, request)
     assert finished.reason is FinishReason.LENGTH and finished.num_tokens == 7
     assert [len(c) for c in chunks] == [7 * 1920]
     assert np.abs(chunks[0]).max() > 0
 
     async def sampled(seed: int) -> np.ndarray:
         sampling = frames(4, temperature=0.9, top_k=50, repetition_penalty=1.05, seed=seed)
-        chunks, _ = await events_of(baseline, SpeechRequest("Hello there.", sampling=sampling))
+        chunks, _ = await audio_of(baseline, SpeechRequest("Hello there.", sampling=sampling))
         return np.concatenate(chunks)
 
     first, same, other = await sampled(1), await sampled(1), await sampled(2)

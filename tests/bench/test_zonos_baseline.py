@@ -10,9 +10,9 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from baseline_testkit import assert_cancels_a_running_request
+from baseline_testkit import assert_cancels_a_running_request, audio_of
 
-from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
+from engine.api import FinishReason, SamplingParams, SpeechRequest
 from models.base import ModelInputError
 from models.checkpoint_errors import CheckpointError
 from models.zonos import rows as R
@@ -44,17 +44,6 @@ def greedy(frames: int, min_tokens: int | None = None) -> SamplingParams:
         min_tokens=frames if min_tokens is None else min_tokens,
         max_tokens=frames,
     )
-
-
-async def audio_of(baseline, request: SpeechRequest) -> tuple[list[np.ndarray], Finished]:
-    stream = await baseline.submit(request)
-    chunks, finished = [], None
-    async for event in stream:
-        if isinstance(event, AudioChunk):
-            chunks.append(event.pcm)
-        else:
-            finished = event
-    return chunks, finished
 
 
 async def test_a_request_is_one_decode_of_its_frames_at_the_end(baseline):

@@ -3,7 +3,7 @@ context (the forward's **kwargs swallows it), so the keyword is read from the si
 
 from transformers import Qwen2Config, Qwen2Model
 
-from voxbench.hf_cache import cache_keyword, cache_kwargs
+from voxbench.hf_models import cache_keyword, cache_kwargs
 
 
 class _Before:  # transformers before 5.24
