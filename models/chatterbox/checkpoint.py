@@ -92,12 +92,18 @@ def read_conds(path: Path) -> Voice:
 
 
 def load_chatterbox(
-    folder: Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+    folder: Path,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    flow_dtype: torch.dtype | None = None,
 ) -> Chatterbox:
+    """T3 in `dtype`; S3Gen's flow in `flow_dtype` (None: `dtype`, as CosyVoice 2's flow
+    serves in its model's), its HiFT in float32 (the sine source's phase, the iSTFT)."""
     folder = Path(folder)
     t3 = load_t3(read_safetensors(folder / T3_FILE)).to(device, dtype)
     s3gen_state = read_safetensors(folder / S3GEN_FILE)
-    s3gen = load_s3gen(s3gen_state).to(device)  # the codec stays fp32
+    s3gen = load_s3gen(s3gen_state).to(device)
+    s3gen.flow.to(dtype if flow_dtype is None else flow_dtype)
     ve = folder / VE_FILE
     # The clip encoders run once per voice, on the CPU: no device memory for them.
     clips = load_clip_encoders(read_safetensors(ve) if ve.exists() else None, s3gen_state)
@@ -119,7 +125,7 @@ def _seeded(module: nn.Module, seed: int, scale: float) -> nn.Module:
     return module
 
 
-def _seeded_s3gen(sizes: S3GenSizes, seed: int) -> S3Gen:
+def seeded_s3gen(sizes: S3GenSizes, seed: int) -> S3Gen:
     """S3Gen with seeded random weights whose audio follows its tokens: torch's default init
     for the flow, its norms, biases and relative-position biases moved off their defaults (so a
     mix-up of them shows); HiFT made audible (audible_weights.py). Weights of one fixed scale
@@ -173,7 +179,7 @@ def write_chatterbox_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     t3 = _seeded(T3(t3_sizes), seed, 0.05)
     save_file(t3_state_dict(t3), str(folder / T3_FILE))
-    s3gen = _seeded_s3gen(s3gen_sizes, seed + 1)
+    s3gen = seeded_s3gen(s3gen_sizes, seed + 1)
     state = {f"flow.{k}": v for k, v in s3gen.flow.state_dict().items()}
     state |= {f"mel2wav.{k}": v for k, v in s3gen.mel2wav.state_dict().items()}
     # The clip encoders: the S3 tokenizer and CAM++ (published in s3gen.safetensors too).

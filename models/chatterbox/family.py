@@ -56,7 +56,9 @@ def _load(request: LoadRequest):
     else:
         folder = Path(model).expanduser()
     name = model if model in PRESETS else "chatterbox"
-    loaded = ChatterboxModel(load_chatterbox(folder, request.device, request.dtype), name=name)
+    flow_dtype = request.options.flow_dtype(request.dtype)
+    parts = load_chatterbox(folder, request.device, request.dtype, flow_dtype)
+    loaded = ChatterboxModel(parts, name=name)
     if request.voices_dir is not None:
         loaded.add_voices_dir(request.voices_dir)
     return request.options.apply(loaded)

@@ -160,8 +160,10 @@ class S3Gen(nn.Module):
 
     @torch.inference_mode()
     def mel(self, tokens: list[int], voice: S3GenVoice) -> torch.Tensor:
-        """A whole utterance's generated mel [80, 2N] (S3Token2Mel.forward, finalize=True)."""
-        device = self.flow.noise.device
+        """A whole utterance's generated mel [80, 2N] float32 (S3Token2Mel.forward,
+        finalize=True), the flow in its own dtype."""
+        weight = self.flow.encoder_proj.weight
+        device, dtype = weight.device, weight.dtype
         codes = torch.tensor([t for t in tokens if 0 <= t < SPEECH_CODES], dtype=torch.long)
         if codes.numel() == 0:
             raise ValueError("no speech tokens to decode")
@@ -172,9 +174,9 @@ class S3Gen(nn.Module):
             every,
             n,
             n,
-            voice.prompt_mel.to(device)[None],
+            voice.prompt_mel.to(device, dtype)[None],
             torch.tensor([2 * p], device=device),
-            voice.xvector.to(device)[None],
+            voice.xvector.to(device, dtype)[None],
             streaming=False,
         )
         return mel[0, :, 2 * p :]

@@ -66,7 +66,13 @@ def _load(request: LoadRequest):
     else:
         source, name, random = model, None, False
     loaded = load_cosyvoice2(
-        source, device, dtype, name=name, random_weights=random, first_hop=first_hop
+        source,
+        device,
+        dtype,
+        name=name,
+        random_weights=random,
+        first_hop=first_hop,
+        flow_dtype=request.options.flow_dtype(dtype),
     )
     if request.voices_dir is not None:
         loaded.add_voices_dir(request.voices_dir)

@@ -130,9 +130,11 @@ def load_cosyvoice2(
     random_weights: bool = False,
     seed: int = 0,
     first_hop: int | None = None,
+    flow_dtype: torch.dtype | None = None,
 ) -> CosyVoice2Model:
     """`random_weights`: the folder's config and tokenizer, seeded random weights (benchmarks).
-    `first_hop`: tokens in the first audio chunk (None: DEFAULT_FIRST_HOP; docs/models.md)."""
+    `first_hop`: tokens in the first audio chunk (None: DEFAULT_FIRST_HOP; docs/models.md).
+    `flow_dtype`: the flow's (None: `dtype`, the LLM's); HiFT is float32."""
     folder = resolve_folder(source) if not random_weights else Path(source)
     cfg = load_config(folder)
     torch.manual_seed(seed)
@@ -144,7 +146,13 @@ def load_cosyvoice2(
         load_flow_hift_weights(folder, flow, hift)
     llm = llm.to(device=device, dtype=dtype).eval()
     flow, hift, voices = ready_flow_hift(
-        folder, cfg.chunk_size, cfg.flow.spk_embed_dim, flow, hift, device, dtype
+        folder,
+        cfg.chunk_size,
+        cfg.flow.spk_embed_dim,
+        flow,
+        hift,
+        device,
+        dtype if flow_dtype is None else flow_dtype,
     )
     if first_hop is None:
         first_hop = min(DEFAULT_FIRST_HOP, cfg.chunk_size)

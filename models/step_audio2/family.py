@@ -34,10 +34,16 @@ def _load_model(request: LoadRequest):
     from models.step_audio2.presets import ensure_real_config, ensure_tiny_step_audio2
 
     device, dtype = request.device, request.dtype
+    flow_dtype = request.options.flow_dtype(dtype)
     if request.model == "tiny-step-audio2":
         root = ensure_tiny_step_audio2()
         return load_step_audio2(
-            str(root), device, dtype, "tiny-step-audio2", token2wav=str(root / "token2wav")
+            str(root),
+            device,
+            dtype,
+            "tiny-step-audio2",
+            token2wav=str(root / "token2wav"),
+            flow_dtype=flow_dtype,
         )
     if request.random_weights:  # the real decoder and encoder shapes, nothing downloaded
         from models.step_audio2.model import RANDOM_WEIGHTS_INTERLEAVE
@@ -49,7 +55,7 @@ def _load_model(request: LoadRequest):
             dtype,
             request.model,
             random_weights=True,
-            codec=random_token2wav(device, dtype),
+            codec=random_token2wav(device, flow_dtype),
             # Random weights keep no text/speech mix: a benchmark deviation (docs/models.md).
             interleave=RANDOM_WEIGHTS_INTERLEAVE,
         )
@@ -68,6 +74,7 @@ def _load_model(request: LoadRequest):
         request.model,
         token2wav=_token2wav_folder(str(folder)),
         prompt_wav=os.environ.get(PROMPT_WAV_ENV) or None,
+        flow_dtype=flow_dtype,
     )
 
 

@@ -106,12 +106,14 @@ def load_step_audio2(
     prompt_wav: str | None = None,
     codec=None,
     interleave: InterleaveRule | None = None,
+    flow_dtype: torch.dtype | None = None,
 ) -> StepAudio2Model:
     """`source`: a Step-Audio-2-mini folder or repo id. `token2wav`: a token2wav folder
     (token2wav.py; None: transcript only). `random_weights`: the folder's config and
     tokenizer with seeded random weights (GPU benchmarks of the real shapes). `codec`: a
     built token2wav in place of `token2wav`. `interleave`: sample under that block rule
-    (models/interleave.py; random-weights benchmarks and their tests; None: freely)."""
+    (models/interleave.py; random-weights benchmarks and their tests; None: freely).
+    `flow_dtype`: the token2wav flow's (None: `dtype`); its HiFT is float32."""
     folder = Path(source) if random_weights else resolve_source(source, required=("config.json",))
     cfg = read_config(folder)
     if not is_step_audio2_config(cfg):
@@ -129,7 +131,8 @@ def load_step_audio2(
     if token2wav is not None:
         from models.step_audio2.token2wav import load_token2wav
 
-        codec = load_token2wav(Path(token2wav), device, dtype, prompt_wav)
+        flow_dtype = dtype if flow_dtype is None else flow_dtype
+        codec = load_token2wav(Path(token2wav), device, flow_dtype, prompt_wav)
     return StepAudio2Model(
         llm.eval(),
         audio.eval(),

@@ -77,8 +77,9 @@ class Token2Wav:
 def load_token2wav(
     folder: Path, device: torch.device, dtype: torch.dtype, prompt_wav: str | None = None
 ) -> Token2Wav:
-    """`prompt_wav`: a speaker prompt clip (any rate; 3-30 s) for the voice, in place of the
-    folder's first spk2info.pt speaker; it needs the folder's two ONNX models."""
+    """`dtype`: the flow's (HiFT is float32). `prompt_wav`: a speaker prompt clip (any rate;
+    3-30 s) for the voice, in place of the folder's first spk2info.pt speaker; it needs the
+    folder's two ONNX models."""
     if (folder / CONFIG_FILE).exists() or (folder / T2W.FLOW_FILE).exists():
         for name in ("flow.pt", "hift.pt"):
             if not (folder / name).exists():
@@ -140,7 +141,7 @@ def _step_audio2_layout(
 def random_token2wav(device: torch.device, dtype: torch.dtype) -> Token2Wav:
     """Step-Audio-2-mini's token2wav shapes (its flow.yaml: the 16-block DiT; its HiFT) with
     seeded random weights and a random speaker, nothing downloaded: the codec cost of
-    `step-audio2-mini --random-weights`."""
+    `step-audio2-mini --random-weights`. `dtype`: the flow's (HiFT is float32)."""
     cfg = T2W.parse_flow_yaml(parse_yaml_text(T2W.flow_yaml(T2W.REAL_SIZES), T2W.FLOW_FILE))
     torch.manual_seed(0)
     flow, hift = CausalFlow(cfg), HiFTGenerator(T2W.REAL_HIFT)

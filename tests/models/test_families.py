@@ -110,15 +110,16 @@ def test_random_weights_and_options_are_checked_before_any_load(tmp_path):
 
 
 def test_the_flow_hift_families_share_their_codec_options():
-    """--codec-pacing / --compile-codec: one option each, taken by every flow + HiFT family
-    (--compile-codec by Orpheus too, for SNAC) and refused by the others, naming all who take
-    it; --steady-batch-rows by the text-to-speech ones, and --first-chunk-lane by them and
-    Qwen3-TTS (its 12 Hz decoder has a lane too)."""
-    shared = {"codec_pacing", "compile_codec"}
+    """--codec-pacing / --compile-codec / --flow-float32: one option each, taken by every
+    flow + HiFT family (--compile-codec by Orpheus too, for SNAC) and refused by the others,
+    naming all who take it; --steady-batch-rows by the text-to-speech ones, and
+    --first-chunk-lane by them and Qwen3-TTS (its 12 Hz decoder has a lane too)."""
+    shared = {"codec_pacing", "compile_codec", "flow_float32"}
     for name in ("tiny-cosyvoice2", "tiny-chatterbox", "tiny-step-audio2"):
         assert shared <= family_of(name).option_names(), name
     owners = {spec.name: [f.name for f in families] for families, spec in option_fields()}
     assert set(owners["codec_pacing"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2"}
+    assert set(owners["flow_float32"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2"}
     assert set(owners["compile_codec"]) == {"CosyVoice 2", "Chatterbox", "Step-Audio 2", "Orpheus"}
     orpheus = load_model("tiny-orpheus", options={"compile_codec": False})
     assert orpheus.facts.compile_codec is False
@@ -187,3 +188,23 @@ def test_an_unreadable_folder_is_named_rather_than_a_file_inside_it(tmp_path, mo
         family_of(str(folder))
     assert err.value.errno == errno.EACCES and err.value.filename == str(folder)
     assert known_family(str(folder)) is None
+
+
+@pytest.mark.parametrize(
+    "name,detok_of",
+    [
+        ("tiny-cosyvoice2", lambda m: m.detok),
+        ("tiny-chatterbox", lambda m: m.streamer.detok),
+        ("tiny-step-audio2", lambda m: m.token2wav.detok),
+    ],
+)
+def test_the_flow_hift_families_load_their_flow_in_the_models_dtype(name, detok_of):
+    """The flow in the model's dtype (bf16 as served on CUDA; here on the CPU), HiFT in float32;
+    --flow-float32 puts the flow in float32 whatever the model's dtype."""
+    import torch
+
+    for options, flow_dtype in (({}, torch.bfloat16), ({"flow_float32": True}, torch.float32)):
+        detok = detok_of(load_model(name, dtype=torch.bfloat16, options=options))
+        assert {p.dtype for p in detok.flow.parameters()} == {flow_dtype}, options
+        assert {p.dtype for p in detok.hift.parameters()} == {torch.float32}, options
+        assert detok.dtype == flow_dtype

@@ -1,8 +1,9 @@
 """The load-time options every family with a flow + HiFT codec takes (CosyVoice 2, Chatterbox,
-Step-Audio 2's token2wav): how the engine runs that codec's CUDA graphs; and those of the
-text-to-speech ones that stream through the engine's first-chunk lane (CosyVoice 2,
-Chatterbox). A family's options dataclass is one of these or a subclass of one; `voxgate serve` offers each option once, in a group
-naming every family that takes it (models/families.py, option_fields).
+Step-Audio 2's token2wav): how the engine runs that codec's CUDA graphs and the precision its
+flow loads in; and those of the text-to-speech ones that stream through the engine's
+first-chunk lane (CosyVoice 2, Chatterbox). A family's options dataclass is one of these or a
+subclass of one; `voxgate serve` offers each option once, in a group naming every family that
+takes it (models/families.py, option_fields).
 
 Light: no torch, so the CLI can read the options for its help."""
 
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from models.codecs.compile_option import CodecCompileOption
 from models.codecs.lane_option import FirstChunkLaneOption
 from models.family_spec import option
+
+if TYPE_CHECKING:  # the CLI reads these options without loading torch
+    import torch
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,23 @@ class FlowHiftOptions(CodecCompileOption):
         "before queueing the next, so the LLM's launches never wait behind a whole queued job",
     )
 
+    flow_float32: bool = option(
+        False,
+        "--flow-float32",
+        "the flow-matching decoder in float32 (TF32 GEMMs on CUDA) instead of the model's "
+        "--dtype (bfloat16 on GPUs, float32 on the CPU); HiFT is float32 either way. For "
+        "comparing precisions: bfloat16 makes a steady chunk cheaper",
+    )
+
     def serving_facts(self) -> dict[str, Any]:
         """The ModelFacts fields these options set (dataclasses.replace keywords)."""
         return {"codec_pacing": self.codec_pacing, "compile_codec": self.compile_codec}
+
+    def flow_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype the family loads its flow in, given the model's `dtype`."""
+        import torch
+
+        return torch.float32 if self.flow_float32 else dtype
 
     def apply(self, model: Any) -> Any:
         """`model` (a loaded SpeechModel) with its facts saying how to serve it; returned."""
