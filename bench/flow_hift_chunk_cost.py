@@ -1,6 +1,7 @@
 """Per-chunk cost of the streaming flow + HiFT detokenizer against the chunk's index.
 
-Builds CosyVoice 2's flow and HiFT from the tiny or the real configuration with seeded random
+Builds CosyVoice 2's flow and HiFT from the tiny or the real configuration, or Chatterbox's
+S3Gen at its real size (`--size chatterbox`: full attention, 12 mid blocks), with seeded random
 weights (no checkpoint needed), streams `--chunks` chunks of random speech tokens through
 `FlowHiftDetokenizer` one chunk per call for `--batch` requests at once, and prints the wall
 time of each call. A detokenizer whose cost grows with the utterance shows it here.
@@ -11,6 +12,8 @@ time of each call. A detokenizer whose cost grows with the utterance shows it he
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 4 --stages
     PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size real --chunks 8 --batch 8 \
         --device cuda --bf16 --graphs --compile   # the estimator's blocks through torch.compile first
+    PYTHONPATH=$PWD python bench/flow_hift_chunk_cost.py --size chatterbox --chunks 8 --batch 8 \
+        --device cuda --graphs [--bf16]   # Chatterbox's S3Gen, float32 + TF32 or bf16 flow
 
 `--stages` (eager only) splits each call into the flow's conditioning encoder, its Euler
 solver (10 steps x 2 estimator passes for CFG) and HiFT: what a cheaper detokenizer must cut.
@@ -25,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from models.chatterbox.s3gen import REAL_S3GEN
+from models.chatterbox.s3gen_stream import CHUNK_TOKENS
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
@@ -33,26 +38,31 @@ from models.cosyvoice2.configs import REAL_SIZES, TINY_SIZES, cosyvoice2_yaml
 
 
 def build(size: str, device: str, dtype: torch.dtype, **detok_args) -> FlowHiftDetokenizer:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "cosyvoice2.yaml"
-        path.write_text(cosyvoice2_yaml(TINY_SIZES if size == "tiny" else REAL_SIZES))
-        cfg = parse_config(read_yaml(path))
+    """The detokenizer with its flow in `dtype` and HiFT in float32, as the families serve."""
+    if size == "chatterbox":
+        flow_cfg, hift_cfg, chunk = REAL_S3GEN.flow_config(), REAL_S3GEN.hift_config(), CHUNK_TOKENS
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "cosyvoice2.yaml"
+            path.write_text(cosyvoice2_yaml(TINY_SIZES if size == "tiny" else REAL_SIZES))
+            cfg = parse_config(read_yaml(path))
+        flow_cfg, hift_cfg, chunk = cfg.flow, cfg.hift, cfg.chunk_size
     torch.manual_seed(0)
-    flow, hift = CausalFlow(cfg.flow).eval(), HiFTGenerator(cfg.hift).eval()
+    flow, hift = CausalFlow(flow_cfg).eval(), HiFTGenerator(hift_cfg).eval()
     hift.fold_weight_norm()
     flow.to(device, dtype)
     hift.to(device)
-    return FlowHiftDetokenizer(flow, hift, cfg.chunk_size, **detok_args)
+    return FlowHiftDetokenizer(flow, hift, chunk, **detok_args)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", choices=["tiny", "real"], default="tiny")
+    ap.add_argument("--size", choices=["tiny", "real", "chatterbox"], default="tiny")
     ap.add_argument("--chunks", type=int, default=10)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt-chunks", type=int, default=0, help="voice prompt length (0: preset)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="the flow in bf16 (HiFT stays float32)")
     ap.add_argument("--graphs", action="store_true", help="CUDA: capture the solver as serve does")
     ap.add_argument(
         "--compile",
