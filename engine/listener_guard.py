@@ -57,6 +57,9 @@ class ListenerHealth:
     short: int = 0  # ... of them, those whose lead is short
     unsettled: int = 0  # generating streams not settled yet (no audio yet included)
     playing: int = 0  # generating streams with audio out (settled or not)
+    # The short stream furthest under its line: (its lead, its line), seconds; refusals name
+    # them, so that a run's refusals say how far short the guard saw its listeners.
+    shortest: tuple[float, float] | None = None
 
 
 def listener_health(
@@ -65,6 +68,7 @@ def listener_health(
     """The generating `requests`' leads at `now` (`token_s`: a token's audio); short: less
     than `short_below_s`."""
     settled = short = unsettled = playing = 0
+    shortest: tuple[float, float] | None = None
     for request in requests:
         if not request.wants_tokens:
             continue
@@ -77,8 +81,19 @@ def listener_health(
         lead = request.audio_lead_s(now) + request.pending_detok_tokens * token_s
         # A first chunk let out early (the first-audio budget) starts the stream lower.
         line = min(short_below_s, request.first_chunk_s or short_below_s)
-        short += lead < line
-    return ListenerHealth(settled, short, unsettled, playing)
+        if lead < line:
+            short += 1
+            if shortest is None or lead - line < shortest[0] - shortest[1]:
+                shortest = (lead, line)
+    return ListenerHealth(settled, short, unsettled, playing, shortest)
+
+
+def _shortest_text(shortest: tuple[float, float] | None) -> str:
+    """A refusal's note of how far short the guard saw a listener."""
+    if shortest is None:
+        return ""
+    lead, line = shortest
+    return f" (the furthest short held {lead:.2f} s of audio, under its {line:.2f}-s line)"
 
 
 class ListenerGuard:
@@ -86,6 +101,7 @@ class ListenerGuard:
 
     def __init__(self) -> None:
         self.strained_at: float | None = None  # when a settled stream was last seen short
+        self.strained_by: tuple[float, float] | None = None  # then: ListenerHealth.shortest
         # The most streams heard playing at once lately (a running maximum, restarted from
         # the present once CARRIED_WINDOW_S old), and when it was seen.
         self.carried = 0
@@ -99,7 +115,7 @@ class ListenerGuard:
         streams (None: not measured). Asked once, at twice the streams: the slow start's
         question is whether the streams are at most half what the model carries."""
         if health.short:
-            self.strained_at = now
+            self.strained_at, self.strained_by = now, health.shortest
         if health.playing >= self.carried or now - self.carried_at > CARRIED_WINDOW_S:
             self.carried, self.carried_at = health.playing, now
         streams = health.settled + health.unsettled
@@ -118,13 +134,14 @@ class ListenerGuard:
             return (
                 RefusalCause.LISTENERS,
                 f"{health.short} of the {health.settled} streams playing are running short "
-                "of audio",
+                f"of audio{_shortest_text(health.shortest)}",
             )
         strained = self.strained_at is not None and now - self.strained_at < STRAIN_MEMORY_S
         if strained and health.settled and health.unsettled:
             return (
                 RefusalCause.LISTENERS,
-                f"listeners ran short of audio {now - self.strained_at:.1f} s ago and "
-                f"{health.unsettled} newer stream(s) have not settled yet",
+                f"listeners ran short of audio {now - self.strained_at:.1f} s ago"
+                f"{_shortest_text(self.strained_by)} and {health.unsettled} newer stream(s) "
+                "have not settled yet",
             )
         return None

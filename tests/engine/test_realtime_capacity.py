@@ -280,7 +280,8 @@ def test_listener_health_counts_settled_streams_short_of_audio():
     covered.output_ids = [7] * 9  # 8 tokens (320 ms) waiting for the codec
     playing(sched, now, played_s=0.5, lead_s=0.1)  # not settled yet
     health = listener_health(sched.requests.values(), now, 0.5, TOKEN_S)
-    assert health == ListenerHealth(settled=3, short=1, unsettled=1, playing=4)
+    counts = (health.settled, health.short, health.unsettled, health.playing)
+    assert counts == (3, 1, 1, 4) and health.shortest == pytest.approx((0.3, 0.5))
     short.first_chunk_s = 0.2  # let out early: it started lower, and has gained since
     assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
     short.first_chunk_s = 0.4
@@ -293,11 +294,16 @@ def test_listener_health_counts_settled_streams_short_of_audio():
 def test_the_guard_refuses_while_listeners_run_short_and_then_one_at_a_time():
     guard = ListenerGuard()
     assert guard.refusal(ListenerHealth(settled=40, short=0, unsettled=5), 10.0) is None
-    cause, why = guard.refusal(ListenerHealth(settled=40, short=3, unsettled=0), 10.0)
+    cause, why = guard.refusal(
+        ListenerHealth(settled=40, short=3, unsettled=0, shortest=(0.12, 0.4)), 10.0
+    )
     assert cause == "listeners" and "3 of the 40 streams playing are running short" in why
+    assert "held 0.12 s of audio, under its 0.40-s line" in why
     # 1 of 40 is within the share, but under strain a newcomer waits for the last to settle
-    cause, why = guard.refusal(ListenerHealth(settled=40, short=1, unsettled=1), 11.0)
-    assert cause == "listeners" and "not settled yet" in why
+    cause, why = guard.refusal(
+        ListenerHealth(settled=40, short=1, unsettled=1, shortest=(0.35, 0.4)), 11.0
+    )
+    assert cause == "listeners" and "not settled yet" in why and "held 0.35 s" in why
     assert guard.refusal(ListenerHealth(settled=40, short=1, unsettled=0), 11.0) is None
     # The strain is remembered for a while after the last short listener caught up, while
     # settled streams play (with none left, their buffers are no longer at stake).
