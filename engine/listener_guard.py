@@ -29,7 +29,14 @@ stream with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
   has not settled yet (with settled streams playing: their buffers are the ones at stake):
   under strain, newcomers go in one at a time, each judged by buffers that have felt the
   last one (a burst of arrivals, or of retries, must not all go in on one view of the
-  buffers, the moment the last short listener has caught up).
+  buffers, the moment the last short listener has caught up). A newcomer that only takes
+  the place of a stream that ended, with fewer streams than were heard playing at once
+  lately, adds nothing the listeners have not carried and goes in: a steady load of tens
+  of arrivals a second always has some stream unsettled, and one listener of hundreds
+  dipping under the cover stopped it for a second at a time (docs/benchmark-history.md,
+  Qwen3-TTS at 25 req/s on an H100: every stream so refused was served in time with
+  admission off). Growth beyond what was carried still goes one at a time, and many short
+  listeners are the share rule's.
 
 What it cannot do: a buffer only runs short some time after the engine fell behind (2 s of
 lead drain in 10 s at 20 % over), so while the model is far too hopeful and arrivals come
@@ -137,7 +144,7 @@ class ListenerGuard:
                 f"of audio{_shortest_text(health.shortest)}",
             )
         strained = self.strained_at is not None and now - self.strained_at < STRAIN_MEMORY_S
-        if strained and health.settled and health.unsettled:
+        if strained and health.settled and health.unsettled and streams >= self.carried:
             return (
                 RefusalCause.LISTENERS,
                 f"listeners ran short of audio {now - self.strained_at:.1f} s ago"

@@ -313,6 +313,25 @@ def test_the_guard_refuses_while_listeners_run_short_and_then_one_at_a_time():
     assert guard.refusal(ListenerHealth(settled=41, short=0, unsettled=3), later) is None
 
 
+def test_under_strain_a_newcomer_may_take_the_place_of_a_stream_that_ended():
+    """Under strain newcomers go in one at a time as the engine grows; one that only takes
+    the place of a stream that ended, with fewer streams than were heard playing at once
+    lately, adds nothing the listeners have not carried (a steady load at tens of arrivals
+    a second always has some stream unsettled, and one of hundreds dipping under the cover
+    must not stop it)."""
+    guard = ListenerGuard()
+    assert guard.refusal(ListenerHealth(settled=170, unsettled=5, playing=175), 10.0) is None
+    strained = ListenerHealth(settled=165, short=1, unsettled=5, playing=168)
+    refusal = guard.refusal(strained, 10.5)  # 170 streams, where 175 played at once
+    assert refusal is None
+    grown = ListenerHealth(settled=165, short=1, unsettled=10, playing=170)
+    cause, why = guard.refusal(grown, 10.6)  # 175: as many as were carried, under strain
+    assert cause == "listeners" and "not settled yet" in why
+    # Many short listeners are refused by their share whatever was carried.
+    many = ListenerHealth(settled=160, short=12, unsettled=5, playing=165)
+    assert guard.refusal(many, 10.7)[0] == "listeners"
+
+
 def test_the_slow_start_trusts_a_prediction_halfway_until_its_streams_are_heard():
     """Streams may be as many as half the prediction, or twice the most heard playing at
     once lately, or 4 (fewer are the cost model's alone to judge)."""
