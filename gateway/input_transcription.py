@@ -9,21 +9,31 @@ the gateway transcribes each committed turn itself, with a Whisper model run by 
 `input_audio_transcription` (GA: `audio.input.transcription`); the transcript arrives after
 the turn is committed, independently of the reply (gateway/turns.py).
 
-One transcription runs at a time, in a thread of its own (CTranslate2 releases the GIL): under
-many sessions the transcripts queue behind each other, the replies do not.
+Transcriptions run in a few threads of their own (CTranslate2 releases the GIL; faster-whisper
+runs one at a time per worker, so the model gets as many workers as threads): a quarter of the
+machine's cores, two threads each, 1 to 4 workers. Beyond `BACKLOG_PER_WORKER` turns waiting
+for each, a turn gets no transcript (its `.failed` event says the transcriber is busy) rather
+than one that comes ever later: under many sessions transcripts must not queue without bound.
+The replies never wait for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 MAX_PROMPT_CHARS = 1024  # a transcription prompt (Whisper's initial prompt): 224 tokens at most
+MAX_WORKERS = 4
+THREADS_PER_WORKER = 2
+# Turns that may wait for each worker: a few seconds of transcripts at a turn's ~0.3-1 s.
+BACKLOG_PER_WORKER = 8
 
 
 @dataclass(frozen=True)
@@ -74,10 +84,47 @@ def checked_transcription(value: Any, path: str, model_required: bool) -> InputT
     return InputTranscription(named, language or None, prompt or None)
 
 
+class TranscriberBusy(RuntimeError):
+    """More turns wait for the transcriber than its backlog takes."""
+
+
+def default_workers(cores: int | None = None) -> int:
+    """A quarter of the machine's cores (`cores`: os.cpu_count()), 1 to MAX_WORKERS."""
+    return max(1, min(MAX_WORKERS, (cores or os.cpu_count() or 1) // 4))
+
+
+class TranscriptionPool:
+    """Runs transcriptions in `workers` threads, with at most `backlog` waiting beyond those
+    running: one more raises TranscriberBusy at once. No torch, no model: the caller's
+    function does the work."""
+
+    def __init__(self, workers: int, backlog: int) -> None:
+        self.workers = workers
+        self.backlog = backlog
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, "voxgate-transcribe")
+        self._in_flight = 0  # submitted and not done: running or waiting (the event loop's)
+
+    async def run(self, work: Callable[[], str]) -> str:
+        if self._in_flight >= self.workers + self.backlog:
+            raise TranscriberBusy(
+                f"the server's transcriber is busy ({self._in_flight} turns ahead): this turn "
+                "has no transcript"
+            )
+        self._in_flight += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, work)
+        finally:
+            self._in_flight -= 1
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 class InputTranscriber:
     """The server's transcription model. Raises ConfigError where it cannot be loaded."""
 
-    def __init__(self, model: str, threads: int = 2) -> None:
+    def __init__(self, model: str, workers: int | None = None) -> None:
+        workers = workers or default_workers()
         from engine.api import ConfigError  # here: the protocol's clients import this module
 
         try:
@@ -89,19 +136,23 @@ class InputTranscriber:
             ) from None
         try:
             self._model = WhisperModel(
-                model, device="cpu", compute_type="int8", cpu_threads=threads
+                model,
+                device="cpu",
+                compute_type="int8",
+                cpu_threads=THREADS_PER_WORKER,
+                num_workers=workers,
             )
         except Exception as exc:  # a name the Hub does not know, a folder of something else, …
             raise ConfigError(
                 f"--input-transcription-model {model!r} could not be loaded ({exc}): give a "
                 "faster-whisper model name such as base.en, or a folder of one"
             ) from None
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, "voxgate-transcribe")
+        self._pool = TranscriptionPool(workers, BACKLOG_PER_WORKER * workers)
 
     async def transcribe(self, pcm_16k: np.ndarray, asked: InputTranscription) -> str:
-        """The words of one turn's audio (float32 mono, 16 kHz)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._transcribe, pcm_16k, asked)
+        """The words of one turn's audio (float32 mono, 16 kHz); TranscriberBusy when too
+        many turns wait already."""
+        return await self._pool.run(lambda: self._transcribe(pcm_16k, asked))
 
     def _transcribe(self, pcm_16k: np.ndarray, asked: InputTranscription) -> str:
         segments, _ = self._model.transcribe(
@@ -116,4 +167,4 @@ class InputTranscriber:
         return " ".join(segment.text.strip() for segment in segments).strip()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
