@@ -28,7 +28,7 @@ from engine.api import AudioChunk, FinishReason, SamplingParams
 from models.base import RepetitionAwareSampling
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.model import CosyVoice2Model
-from voxbench.hf_models import cache_kwargs
+from voxbench.hf_models import cache_kwargs, output_cache
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
@@ -108,7 +108,7 @@ class CosyVoiceBaseline(PerRequestBaseline):
             out = self.qwen.model(
                 inputs_embeds=x, use_cache=True, **cache_kwargs(self.qwen.model, cache)
             )
-            cache = out.past_key_values
+            cache = output_cache(out)
             logits = self.llm_decoder(out.last_hidden_state[0, -1]).float()
             if len(generated) < s.min_tokens:
                 logits[self.codes :] = float("-inf")

@@ -4,7 +4,8 @@ configuration fields of a Llama-shaped decoder from the engine's `LlamaArgs`
 from transformers 5.24, `past_key_values` before (the project allows 5.21 and later, and a GPU
 image may hold either). A cache passed under the wrong keyword is swallowed by the forward's
 `**kwargs` without an error and the model runs without its context, so every baseline that
-steps a transformers model token by token names the keyword through `cache_kwargs`."""
+steps a transformers model token by token names the keyword through `cache_kwargs`, and reads
+the cache a forward returns through `output_cache`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ def cache_keyword(lm) -> str:
     """`cache` or `past_key_values`: the keyword `lm`'s forward takes its KV cache by."""
     parameters = inspect.signature(type(lm).forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
+
+
+def output_cache(output):
+    """The KV cache a forward returned: `output.cache` from transformers 5.24,
+    `output.past_key_values` before (a deprecated alias after)."""
+    return output.cache if hasattr(output, "cache") else output.past_key_values
 
 
 def cache_kwargs(lm, cache) -> dict:

@@ -42,7 +42,7 @@ from models.checkpoint_errors import CheckpointError
 from models.zonos.config import EOS_CODE, MASK_CODE, N_CODEBOOKS
 from models.zonos.model import MAX_POSITIONS, ZonosModel
 from voxbench import zonos_reference as Z
-from voxbench.hf_models import cache_keyword
+from voxbench.hf_models import cache_keyword, output_cache
 from voxbench.per_request import Job, PerRequestBaseline
 
 log = logging.getLogger("voxgate.bench.baseline")
@@ -89,7 +89,7 @@ class ZonosBaseline(PerRequestBaseline):
 
     def _step(self, x: torch.Tensor, cache):
         out = self.lm(inputs_embeds=x, use_cache=True, **{self._cache_arg: cache})
-        return self._logits(out.last_hidden_state[:, -1]), out.past_key_values
+        return self._logits(out.last_hidden_state[:, -1]), output_cache(out)
 
     @torch.inference_mode()
     def delayed_codes(self, prompt: list[Token], s: SamplingParams, job: Job | None = None):

@@ -3,7 +3,7 @@ context (the forward's **kwargs swallows it), so the keyword is read from the si
 
 from transformers import Qwen2Config, Qwen2Model
 
-from voxbench.hf_models import cache_keyword, cache_kwargs
+from voxbench.hf_models import cache_keyword, cache_kwargs, output_cache
 
 
 class _Before:  # transformers before 5.24
@@ -37,5 +37,5 @@ def test_the_installed_transformers_takes_the_cache_it_is_given():
     with torch.no_grad():
         whole = lm(inputs_embeds=x).last_hidden_state[0, -1]
         first = lm(inputs_embeds=x[:, :4], use_cache=True)
-        last = lm(inputs_embeds=x[:, 4:], use_cache=True, **cache_kwargs(lm, first.past_key_values))
+        last = lm(inputs_embeds=x[:, 4:], use_cache=True, **cache_kwargs(lm, output_cache(first)))
     torch.testing.assert_close(last.last_hidden_state[0, -1], whole, rtol=1e-4, atol=1e-5)
