@@ -172,6 +172,7 @@ class TurnConversation:
         # Transcribes spoken turns for sessions that ask (options.input_transcription).
         self._transcriber = transcriber
         self._transcripts: set[asyncio.Task] = set()  # transcriptions in flight
+        self._last_transcript: asyncio.Task | None = None  # the latest turn's
         self._settings, self._emit, self._metrics, self._log = settings, emit, metrics, log
         self._open_encoder = open_encoder
         self.options = SpeechOptions()  # session.start / session.update set it
@@ -435,20 +436,31 @@ class TurnConversation:
         asked = self.options.input_transcription
         if asked is None or self._transcriber is None:
             return
-        task = asyncio.create_task(self._send_transcript(self._transcriber, turn, asked))
+        # Transcriptions run in parallel on the transcriber's workers; a session's are sent in
+        # the order of its turns (the native event names no turn: clients match them in order).
+        ahead = self._last_transcript
+        task = asyncio.create_task(self._send_transcript(self._transcriber, turn, asked, ahead))
+        self._last_transcript = task
         self._transcripts.add(task)
         task.add_done_callback(self._transcripts.discard)
 
     async def _send_transcript(
-        self, transcriber: InputTranscriber, turn: UserAudioTurn, asked: InputTranscription
+        self,
+        transcriber: InputTranscriber,
+        turn: UserAudioTurn,
+        asked: InputTranscription,
+        ahead: asyncio.Task | None,
     ) -> None:
         try:
-            text = await transcriber.transcribe(turn.pcm, asked)
+            event = InputTranscript(
+                await transcriber.transcribe(turn.pcm, asked), turn_id=turn.turn_id
+            )
         except Exception as exc:  # the model's failure is this transcript's, not the session's
             self._log.warning("transcribing turn %s failed: %s", turn.turn_id, exc)
-            self._emit.event(InputTranscript(error=str(exc), turn_id=turn.turn_id))
-            return
-        self._emit.event(InputTranscript(text, turn_id=turn.turn_id))
+            event = InputTranscript(error=str(exc), turn_id=turn.turn_id)
+        if ahead is not None:
+            await asyncio.wait([ahead])  # sent (or cancelled with the session) first
+        self._emit.event(event)
 
     def _speculate(self, turn: UserAudioTurn) -> None:
         """Begin answering the turn so far, held back until its end is confirmed; not while
