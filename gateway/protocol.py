@@ -232,7 +232,12 @@ class SessionStarted:
     # The session's voice (additive, left out when the model has none): with session.start's
     # voice_clip, the id of the voice made from it, which the same API key may name afterwards.
     voice: str | None = None
-    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ("voice", "speed", "input_transcription")
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = (
+        "voice",
+        "speed",
+        "input_transcription",
+        "transcribes",
+    )
     # The model's per-request options, each {name, default, minimum, maximum, help} (additive):
     # what `model_options` on session.start or a response's first `text` may set.
     model_options: tuple[Mapping[str, Any], ...] = ()
@@ -242,6 +247,9 @@ class SessionStarted:
     speed: float | None = None
     # Transcripts of spoken turns (additive), when session.start asked: {model, language, prompt}.
     input_transcription: InputTranscription | None = None
+    # True where this session could ask for them (additive; left out otherwise): a turn-based
+    # model on a server that transcribes. A client learns it before asking, not by a refusal.
+    transcribes: bool | None = None
 
 
 @dataclass(frozen=True)

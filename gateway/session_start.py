@@ -127,7 +127,15 @@ def started_event(
         word_timings=options.word_timings,
         speed=speed,
         input_transcription=options.input_transcription,
+        transcribes=_transcribes(facts, settings) or None,
     )
+
+
+def _transcribes(facts: ModelFacts, settings: GatewaySettings) -> bool:
+    """Whether a session of this server may ask for transcripts of its spoken turns
+    (check_transcription_offered's conditions)."""
+    turns = facts.accepts_turns and not facts.full_duplex
+    return turns and settings.input_transcription_model is not None
 
 
 def update_options(

@@ -34,7 +34,7 @@ const stats = (window.voxgateStats = {
   listenState: "off", // the microphone card's state pill (off/listening/speaking/waiting/replying)
   voices: [], // the voice picker's names (GET /v1/voices)
   voiceErrors: [], // codes of clips POST /v1/voices refused
-  inputTranscripts: [], // input.transcript texts (spoken turns' words: ?input_transcription)
+  inputTranscripts: [], // input.transcript texts (spoken turns' words, where the server transcribes)
   ready: false,
 });
 
@@ -66,7 +66,6 @@ let connecting = null; // Promise while a socket is opening
 let sessionDirty = false; // a session setting changed: reconnect before the next Speak
 let inputFormat = null; // how the microphone would be sent (decided once per page)
 let wantInput = false; // declare input_audio in session.start (only once the mic is used)
-let transcriptsRefused = false; // the server refused input_transcription: ask no more
 let mic = null;
 let userSpeaking = false; // between input.speech_started and input.speech_stopped
 let worklet = { gen: -1, genPlayedSamples: 0, bufferedSamples: 0 };
@@ -101,18 +100,15 @@ async function connect() {
   if (connecting) return connecting;
   if (ws && session && !sessionDirty) return;
   if (ws) await disconnect();
-  connecting = openSocket()
-    // A server that transcribes nothing refused the session asking for transcripts: again
-    // without them.
-    .catch((err) => (err.transcriptsRefused ? openSocket() : Promise.reject(err)))
-    .finally(() => (connecting = null));
+  connecting = openSocket().finally(() => (connecting = null));
   return connecting;
 }
 
-/** Ask for the words of spoken turns (?input_transcription): once the microphone is wanted,
- * of a model a session showed to be turn-based, unless the server refused them. */
+/** Ask for the words of spoken turns: once the microphone is wanted, where a session showed
+ * the server transcribes this model's turns (session.started `transcribes`), unless the URL
+ * says ?input_transcription=0. */
 function wantsTranscripts() {
-  return wantInput && Boolean(model && model.turns) && !transcriptsRefused &&
+  return wantInput && Boolean(model && model.transcribes) &&
     settings.inputTranscription() !== undefined;
 }
 
@@ -133,8 +129,7 @@ function openSocket() {
     setConn("connecting", "Connecting…");
     log("note", `connecting to ${url}`);
     sock.onopen = () => {
-      sock.askedTranscripts = wantsTranscripts();
-      const config = settings.sessionConfig(wantInput ? inputFormat : undefined, sock.askedTranscripts);
+      const config = settings.sessionConfig(wantInput ? inputFormat : undefined, wantsTranscripts());
       const start = P.sessionStart(config);
       sock.send(start);
       log("out", start);
@@ -148,7 +143,6 @@ function openSocket() {
       onClose(sock, ev);
       const err = new Error(`closed before the session started (${ev.code})`);
       err.shown = true; // onClose already told the user
-      err.transcriptsRefused = Boolean(sock.transcriptsRefused);
       reject(err); // a no-op once the session started
     };
   });
@@ -260,13 +254,6 @@ function onEvent(data, resolveStarted) {
       return;
     case P.S.ERROR:
       stats.serverErrors.push(ev);
-      if (!session && ws.askedTranscripts && ev.code === P.ERROR.BAD_FIELD &&
-        String(ev.message).includes("input_transcription")) {
-        transcriptsRefused = ws.transcriptsRefused = true; // connect() starts one without
-        notice("This server does not transcribe spoken turns (it does when started with " +
-          "--input-transcription-model): your turns are shown without their words.", "info", "transcripts");
-        return;
-      }
       notice(P.describeError(ev), "error");
       // A refused text opens no response, so nothing else will end this turn.
       if (turn.pending && !turn.open) {
@@ -471,8 +458,8 @@ async function toggleMic() {
     if (session && !sameFormat(session.input_audio, inputFormat)) sessionDirty = true;
     wantInput = true;
     await connect();
-    // The spoken turns' words, where the URL asks: a session that did not ask for them (the
-    // first, before the model was known to take turns) is replaced by one that does.
+    // The spoken turns' words, where the server makes them: a session that did not ask (the
+    // first, before the server was known to transcribe) is replaced by one that does.
     if (wantsTranscripts() && !model.inputTranscripts) {
       sessionDirty = true;
       await connect();

@@ -287,6 +287,8 @@ export const KIND = Object.freeze({ TTS: "tts", TURNS: "turns", FULL_DUPLEX: "fu
  * @property {boolean} wordTimings responses carry `response.words` (and barge-in `heard_words`)
  * @property {boolean} inputTranscripts spoken turns' words come as `input.transcript` (the
  *   session asked for them, and the server transcribes)
+ * @property {boolean} transcribes the server transcribes this model's spoken turns: a session
+ *   may ask for them (`session.started` `transcribes`)
  */
 
 /**
@@ -321,6 +323,8 @@ export function modelInfo(started) {
     acceptsText: kind !== KIND.FULL_DUPLEX,
     wordTimings: started.word_timings === true,
     inputTranscripts: Boolean(started.input_transcription),
+    // The server transcribes this model's spoken turns: a session may ask (input_transcription).
+    transcribes: started.transcribes === true,
   };
 }
 

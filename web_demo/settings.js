@@ -85,11 +85,12 @@ export class Settings {
     return this.turn.value === P.TURN.NONE;
   }
 
-  /** session.start's input_transcription as the URL asks for it (?input_transcription=1, or a
-   * language code such as en), else undefined. */
+  /** session.start's input_transcription where the server transcribes: the language detected,
+   * or the one the URL names (?input_transcription=en); undefined (none asked) for
+   * ?input_transcription=0. */
   inputTranscription() {
     const asked = (this.params.get("input_transcription") || "").trim().toLowerCase();
-    if (asked === "" || asked === "0") return undefined;
+    if (asked === "0" || asked === "off") return undefined;
     return /^[a-z]{2}$/.test(asked) ? { language: asked } : {};
   }
 

@@ -62,6 +62,9 @@ def test_session_started_and_unknown_events():
     assert (info.session_id, info.model, info.input_audio) == ("s1", "voxgate-tiny", None)
     assert info.output_audio == {"format": "opus", "sample_rate": 48000, "frame_ms": 20}
     assert info.limits["lead_ms"] == 8 and info.word_timings and info.received_at == 5.0
+    assert not info.transcribes  # left out: the server does not transcribe this model's turns
+    offered = SessionStarted("s1", "glm", None, AudioSpec(), LIMITS, transcribes=True)
+    assert ev.parse_event(encode_event(offered)).transcribes
     # A newer server's optional event is passed on, not refused.
     other = ev.parse_event('{"type": "response.visemes", "response_id": "r1"}')
     assert other == ev.UnknownEvent(

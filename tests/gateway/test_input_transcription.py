@@ -102,6 +102,7 @@ async def test_a_native_session_gets_an_input_transcript_after_each_turn(
         )
         assert started["input_transcription"]["language"] == "en"
         assert started["input_transcription"]["model"] == str(whisper.get_model_path())
+        assert started["transcribes"] is True  # the server says so before a client asks
         await send_frames(ws, native_utterance(SPOKEN, tmp_path, 11))
         await send(ws, type="input.commit")
         # The transcript and the reply come independently, in either order.
@@ -117,6 +118,9 @@ async def test_a_native_session_gets_an_input_transcript_after_each_turn(
 async def test_a_native_session_start_asking_for_transcripts_is_refused_without_a_model(
     glm_server, glm_engine
 ):
+    async with websockets.connect(glm_server.url, max_size=None) as ws:
+        started = await start_session(ws, sampling=SAMPLING)
+        assert "transcribes" not in started  # nothing to ask for here
     async with websockets.connect(glm_server.url, max_size=None) as ws:
         await send(ws, type="session.start", input_transcription={})
         error, _ = await read_until(ws, "error")

@@ -38,6 +38,8 @@ class SessionInfo:
     model_kind: str = "tts"  # tts, turns or full_duplex
     token_rate_hz: float | None = None
     word_timings: bool = False  # responses carry `response.words`
+    # The server transcribes this model's spoken turns: connect(input_transcription=...) may ask.
+    transcribes: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     received_at: float = 0.0
 
@@ -173,6 +175,7 @@ def parse_event(text: str, received_at: float = 0.0) -> Event:
                     obj.get("model_kind", "tts"),
                     obj.get("token_rate_hz"),
                     bool(obj.get("word_timings", False)),
+                    obj.get("transcribes") is True,
                     obj,
                     at,
                 )
