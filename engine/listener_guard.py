@@ -32,11 +32,10 @@ stream with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
   buffers, the moment the last short listener has caught up). A newcomer that only takes
   the place of a stream that ended, with fewer streams than were heard playing at once
   lately, adds nothing the listeners have not carried and goes in: a steady load of tens
-  of arrivals a second always has some stream unsettled, and one listener of hundreds
-  dipping under the cover stopped it for a second at a time (docs/benchmark-history.md,
-  Qwen3-TTS at 25 req/s on an H100: every stream so refused was served in time with
-  admission off). Growth beyond what was carried still goes one at a time, and many short
-  listeners are the share rule's.
+  of arrivals a second always has some stream unsettled, and among hundreds of streams one
+  dipping under the cover and back is ordinary, not a sign the engine is behind. Growth
+  beyond what was carried still goes one at a time, and many short listeners are the share
+  rule's.
 
 What it cannot do: a buffer only runs short some time after the engine fell behind (2 s of
 lead drain in 10 s at 20 % over), so while the model is far too hopeful and arrivals come

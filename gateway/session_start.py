@@ -77,7 +77,7 @@ def check_transcription_offered(
 ) -> None:
     """Transcripts of spoken turns need a turn-based model and a server that makes them;
     else ProtocolError(bad_field) blaming `path`."""
-    if not facts.accepts_turns or facts.full_duplex:
+    if not _takes_spoken_turns(facts):
         raise ProtocolError(
             ErrorCode.BAD_FIELD,
             f"`{path}`: transcripts are made of a turn-based speech-to-speech model's spoken "
@@ -134,8 +134,12 @@ def started_event(
 def _transcribes(facts: ModelFacts, settings: GatewaySettings) -> bool:
     """Whether a session of this server may ask for transcripts of its spoken turns
     (check_transcription_offered's conditions)."""
-    turns = facts.accepts_turns and not facts.full_duplex
-    return turns and settings.input_transcription_model is not None
+    return _takes_spoken_turns(facts) and settings.input_transcription_model is not None
+
+
+def _takes_spoken_turns(facts: ModelFacts) -> bool:
+    """A turn-based speech-to-speech model: the one kind whose spoken turns are transcribed."""
+    return facts.accepts_turns and not facts.full_duplex
 
 
 def update_options(

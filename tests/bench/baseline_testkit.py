@@ -7,6 +7,7 @@ import asyncio
 import numpy as np
 
 from engine.api import AudioChunk, Finished, FinishReason, SamplingParams, SpeechRequest
+from models.base import ModelInputError
 
 
 async def assert_cancels_a_running_request(baseline, sampling: SamplingParams) -> None:
@@ -30,3 +31,13 @@ async def audio_of(baseline, request: SpeechRequest) -> tuple[list[np.ndarray], 
         else:
             finished = event
     return chunks, finished
+
+
+async def assert_refuses_an_unknown_voice_and_blank_text(baseline) -> None:
+    """Refused at submit as the engine refuses them (ModelInputError)."""
+    import pytest
+
+    with pytest.raises(ModelInputError):
+        await baseline.submit(SpeechRequest("hi", voice="nobody"))
+    with pytest.raises(ModelInputError):
+        await baseline.submit(SpeechRequest("   "))

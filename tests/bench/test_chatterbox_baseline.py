@@ -11,7 +11,11 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from baseline_testkit import assert_cancels_a_running_request, audio_of
+from baseline_testkit import (
+    assert_cancels_a_running_request,
+    assert_refuses_an_unknown_voice_and_blank_text,
+    audio_of,
+)
 
 from engine.api import FinishReason, SamplingParams, SpeechRequest
 from models.base import ModelInputError
@@ -150,10 +154,7 @@ async def test_the_bench_measures_the_baselines_throughput(baseline):
 
 
 async def test_the_baseline_cancels_and_refuses_bad_input(baseline):
-    with pytest.raises(ModelInputError):
-        await baseline.submit(SpeechRequest("hi", voice="nobody"))
-    with pytest.raises(ModelInputError):
-        await baseline.submit(SpeechRequest("   "))
+    await assert_refuses_an_unknown_voice_and_blank_text(baseline)
     with pytest.raises(ModelInputError, match="cfg_weight"):
         await baseline.submit(SpeechRequest("hi", model_options={"cfg_weight": 3.0}))
     with pytest.raises(ModelInputError, match="unknown model option"):

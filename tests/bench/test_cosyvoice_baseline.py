@@ -8,10 +8,13 @@ import asyncio
 
 import numpy as np
 import pytest
-from baseline_testkit import assert_cancels_a_running_request, audio_of
+from baseline_testkit import (
+    assert_cancels_a_running_request,
+    assert_refuses_an_unknown_voice_and_blank_text,
+    audio_of,
+)
 
 from engine.api import FinishReason, SamplingParams, SpeechRequest
-from models.base import ModelInputError
 from voxbench.baselines import load_baseline
 
 
@@ -82,8 +85,5 @@ async def test_the_baselines_greedy_tokens_are_the_engines(baseline):
 
 
 async def test_the_baseline_cancels_and_refuses_bad_input(baseline):
-    with pytest.raises(ModelInputError):
-        await baseline.submit(SpeechRequest("hi", voice="nobody"))
-    with pytest.raises(ModelInputError):
-        await baseline.submit(SpeechRequest("   "))
+    await assert_refuses_an_unknown_voice_and_blank_text(baseline)
     await assert_cancels_a_running_request(baseline, greedy(2000))

@@ -10,10 +10,13 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from baseline_testkit import assert_cancels_a_running_request, audio_of
+from baseline_testkit import (
+    assert_cancels_a_running_request,
+    assert_refuses_an_unknown_voice_and_blank_text,
+    audio_of,
+)
 
 from engine.api import FinishReason, SamplingParams, SpeechRequest
-from models.base import ModelInputError
 from models.checkpoint_errors import CheckpointError
 from models.zonos import rows as R
 from models.zonos.phonemes import espeak_available
@@ -131,10 +134,7 @@ def test_the_tail_fills_as_the_package_does():
 
 
 async def test_the_baseline_cancels_and_refuses_bad_input(baseline):
-    with pytest.raises(ModelInputError):
-        await baseline.submit(SpeechRequest("hi", voice="nobody"))
-    with pytest.raises(ModelInputError):
-        await baseline.submit(SpeechRequest("   "))
+    await assert_refuses_an_unknown_voice_and_blank_text(baseline)
     await assert_cancels_a_running_request(baseline, greedy(2000))
 
 
