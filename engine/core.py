@@ -283,6 +283,7 @@ class EngineCore:
             audible_after_s=spec.audible_after_s,
             realtime=spec.realtime,
             text_feed=prompt.text_feed,
+            text_chars=0 if spec.text_stream or spec.turns is not None else len(spec.text),
         )
         if spec.word_timings and self.model.facts.word_timings and prompt.words:
             request.words = WordClock(prompt.words, self.model.facts.seconds_per_token)

@@ -24,8 +24,8 @@ that; their contexts, the tokens they may still make and the audio they hold can
   point is at a segment's start or end, and a pass over the segments, all streams at once,
   finds every listener's lowest lead exactly.
 
-The remaining tokens are each request's `max_tokens` less what it made: the most it may still
-ask, so the outlook is the worst case for requests that stop early.
+The remaining tokens are what the scheduler expects a request may still make: its text's
+learned bound (engine/speech_lengths.py) or, without one, its `max_tokens`, less what it made.
 
 A request without a listener (a file returned whole, a batch job) has no audio to keep up, but
 it takes rows: while some listener is short it sits out unless it is behind its floor, so it

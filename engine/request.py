@@ -126,6 +126,9 @@ class Request:
     conversation_id: str | None = None
     num_reused: int = 0
     transcript_chars: int = 0  # turn-based models: transcript characters sent as TextDelta
+    # Characters of the text it speaks, known whole at submission (0: turns, streamed text):
+    # what real-time admission bounds its length by (engine/speech_lengths.py).
+    text_chars: int = 0
     # Times the words as they are spoken (SpeechRequest.word_timings on a model that can).
     words: WordClock | None = None
     # What the model's preprocess attached for its later stages (models.base.Prompt.extras:

@@ -45,6 +45,7 @@ from engine.realtime_capacity import RealtimeCapacity, Verdict
 from engine.realtime_outlook import StreamOutlook
 from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams, Token
+from engine.speech_lengths import SpeechLengths
 
 log = logging.getLogger("voxgate.engine")
 
@@ -193,6 +194,10 @@ class Scheduler:
             blocks.block_size,
             min(config.contended_lead_s, config.max_lead_s),
         )
+        # How long a text's speech runs, learned from requests that stopped by themselves:
+        # the outlook's length of a stream instead of its max_tokens (engine/speech_lengths.py).
+        # Short texts get half a second of audio as slack.
+        self.lengths = SpeechLengths(slack_tokens=math.ceil(0.5 / facts.seconds_per_token))
         self.calibrating = False  # the core's warm-up measures costs: nothing is refused
         # Requests refused, by cause (real-time admission's turn_cost, codec, slow_start,
         # listeners; kv), and
@@ -329,22 +334,32 @@ class Scheduler:
         request without a listener holds none to keep up and counts at its floor's share (it
         makes at least UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its
         cost to them)."""
-        remaining = request.sampling.max_tokens - request.num_generated
+        remaining = self._expected_tokens(request) - request.num_generated
         if not request.realtime:
             return StreamOutlook(request.num_tokens, remaining, 0.0, share=UNHEARD_FLOOR_RATE)
         pending = request.pending_detok_tokens * self.facts.seconds_per_token
         return StreamOutlook(request.num_tokens, remaining, request.buffered_audio_s(now) + pending)
 
-    @staticmethod
-    def _newcomer(request: Request | None, live: list[Request]) -> StreamOutlook:
+    def _expected_tokens(self, request: Request) -> int:
+        """The most tokens the outlook expects `request` to make: its text's learned bound
+        (engine/speech_lengths.py) within [min_tokens, max_tokens], or max_tokens where there
+        is none, or once it ran past it."""
+        ceiling = request.sampling.max_tokens
+        bound = self.lengths.bound(request.text_chars)
+        if bound is None:
+            return ceiling
+        bound = max(bound, request.sampling.min_tokens)
+        return ceiling if request.num_generated >= bound else min(bound, ceiling)
+
+    def _newcomer(self, request: Request | None, live: list[Request]) -> StreamOutlook:
         """The stream a newcomer would be: `request` itself, or (asked without one, for the
         metrics' room) the live streams' median prompt and length, or a default request's."""
         if request is not None:
-            return StreamOutlook(request.num_prompt_tokens, request.sampling.max_tokens, 0.0)
+            return StreamOutlook(request.num_prompt_tokens, self._expected_tokens(request), 0.0)
         if not live:
             return StreamOutlook(0, SamplingParams().max_tokens, 0.0)
         prompt = statistics.median_low(r.num_prompt_tokens for r in live)
-        length = statistics.median_low(r.sampling.max_tokens for r in live)
+        length = statistics.median_low(self._expected_tokens(r) for r in live)
         return StreamOutlook(prompt, length, 0.0)
 
     def _note_admission(self, verdict: Verdict, now: float) -> None:
@@ -417,6 +432,12 @@ class Scheduler:
         """The LLM is done with `request`: its KV pages go back to the pool at once. It stays
         live until the detokenizer has flushed its last audio."""
         request.status = status
+        if (
+            status == RequestStatus.FINISHED_STOPPED
+            and request.sampling.min_tokens == 0
+            and not self.calibrating
+        ):
+            self.lengths.observe(request.text_chars, len(request.output_ids))
         self._release_kv(request)
 
     def remove(self, request_id: str) -> Request | None:

@@ -80,6 +80,7 @@ class RealtimeSim:
         if priced_pages:
             self.scheduler.capacity.page_s = cost.per_page_s
         self.now = 0.0
+        self._stops_at = 0  # tokens after which a stream stops by itself (run's stream_tokens)
 
     def run(
         self,
@@ -88,9 +89,14 @@ class RealtimeSim:
         until_s: float,
         retry_s: float | None = 1.0,
         prompt_tokens: int = 16,
+        max_tokens: int | None = None,
+        text_chars: int = 0,
     ) -> SimResult:
         """Listeners arrive at `arrivals` (seconds), each for a stream of `stream_tokens`
-        tokens; a refused one tries again `retry_s` later (None: gives up)."""
+        tokens; a refused one tries again `retry_s` later (None: gives up). With `max_tokens`
+        above `stream_tokens` a stream asks for that ceiling and stops by itself at its
+        length, as a real model's do, for a text of `text_chars` characters."""
+        self._stops_at = stream_tokens
         sched, result = self.scheduler, SimResult()
         queue = [(t, i) for i, t in enumerate(arrivals)]
         heapq.heapify(queue)
@@ -98,7 +104,10 @@ class RealtimeSim:
             while queue and queue[0][0] <= self.now:
                 _, listener = heapq.heappop(queue)
                 request = Request(
-                    [1] * prompt_tokens, SamplingParams(max_tokens=stream_tokens), self.now
+                    [1] * prompt_tokens,
+                    SamplingParams(max_tokens=max(stream_tokens, max_tokens or 0)),
+                    self.now,
+                    text_chars=text_chars,
                 )
                 decision = sched.admit(request)
                 if decision.ok:
@@ -137,6 +146,8 @@ class RealtimeSim:
                 request.status = RequestStatus.RUNNING
                 if len(request.output_ids) >= request.sampling.max_tokens:
                     sched.finish_generation(request, RequestStatus.FINISHED_LENGTH)
+                elif len(request.output_ids) >= self._stops_at:
+                    sched.finish_generation(request, RequestStatus.FINISHED_STOPPED)
         self._codec(result)
 
     def _codec(self, result: SimResult) -> None:
