@@ -241,6 +241,10 @@ class AdmissionStats:
     codec_per_audio_s: float = 0.0
     settled_listeners: int = 0  # streams playing for a while (engine/listener_guard.py)
     short_listeners: int = 0  # ... of them, those that would run dry before their next audio
+    # The tokens per character of text a stream is bounded by (engine/speech_lengths.py: a
+    # high quantile of the pace learned; 0 until learned) and the requests it is learned from.
+    tokens_per_char: float = 0.0
+    length_samples: int = 0
     refusals: dict[str, int] = field(default_factory=dict)  # requests refused so far, by cause
 
 

@@ -425,6 +425,8 @@ class Scheduler:
             codec_per_audio_s=codec.per_unit_s if codec else 0.0,
             settled_listeners=health.settled,
             short_listeners=health.short,
+            tokens_per_char=self.lengths.tokens_per_char() or 0.0,
+            length_samples=self.lengths.samples,
             refusals=dict(self.refusals),
         )
 

@@ -180,6 +180,15 @@ ADMISSION_GAUGES = {
         "Settled streams that would run dry before their next audio",
         "short_listeners",
     ),
+    "voxgate_engine_speech_tokens_per_char": (
+        "Tokens per character of text a stream is expected within (a high quantile of the "
+        "pace learned from requests that stopped by themselves; 0 until learned)",
+        "tokens_per_char",
+    ),
+    "voxgate_engine_speech_length_samples": (
+        "Requests that stopped by themselves the speech pace is learned from",
+        "length_samples",
+    ),
 }
 
 

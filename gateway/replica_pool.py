@@ -268,6 +268,8 @@ def sum_admission(
         codec_per_audio_s=busiest.codec_per_audio_s,
         settled_listeners=sum(a.settled_listeners for a in replicas),
         short_listeners=sum(a.short_listeners for a in replicas),
+        tokens_per_char=busiest.tokens_per_char,
+        length_samples=sum(a.length_samples for a in replicas),
         refusals=refusals,
     )
 

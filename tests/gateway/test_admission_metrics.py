@@ -38,6 +38,8 @@ def test_admission_figures_and_refusals_by_cause_are_exported():
         codec_per_audio_s=0.0012,
         settled_listeners=40,
         short_listeners=3,
+        tokens_per_char=4.25,
+        length_samples=512,
         refusals={"turn_cost": 12, "listeners": 5},
     )
     text = metrics_text(admission, {"listeners": 2, "waiting": 1})
@@ -50,6 +52,8 @@ def test_admission_figures_and_refusals_by_cause_are_exported():
         "voxgate_engine_codec_job_fixed_seconds 0.005",
         "voxgate_engine_codec_seconds_per_audio_second 0.0012",
         "voxgate_engine_listeners_short 3.0",
+        "voxgate_engine_speech_tokens_per_char 4.25",
+        "voxgate_engine_speech_length_samples 512.0",
         'voxgate_engine_admission_refusals_total{cause="turn_cost"} 12.0',
         'voxgate_engine_admission_refusals_total{cause="listeners"} 5.0',
         'voxgate_gateway_admission_refusals_total{cause="listeners"} 2.0',
