@@ -59,11 +59,11 @@ class SpeechLengths:
 
     def tokens_per_char(self) -> float | None:
         """The learned ratio's `QUANTILE` (None until `min_samples` requests are in)."""
+        cached_version, cached = self._cache
+        if cached_version == self._version:
+            return cached  # asked for every live stream at each admission decision
         with self._lock:
             version, ratios = self._version, sorted(self._ratios)
-        cached_version, cached = self._cache
-        if cached_version == version:
-            return cached
         ratio = None
         if len(ratios) >= self.min_samples:
             ratio = ratios[min(len(ratios) - 1, math.ceil(QUANTILE * len(ratios)) - 1)]
