@@ -88,6 +88,7 @@ __all__ = [
     "encode_event",
     "decode_text_frame",
     "decode_sampling",
+    "json_type_name",
 ]
 
 
@@ -489,13 +490,26 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# How an error names the type a field takes: as JSON spells it, for the client who reads it.
+JSON_TYPE_NAMES: Mapping[type, str] = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+}
+
+
+def json_type_name(kind: type) -> str:
+    return JSON_TYPE_NAMES.get(kind, f"a {kind.__name__}")
+
+
 def _optional(obj: Mapping[str, Any], name: str, kind: type) -> Any:
     value = obj.get(name)
     if value is None:
         return None
     ok = _is_int(value) if kind is int else isinstance(value, kind)
     if not ok:
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be a {kind.__name__}")
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be {json_type_name(kind)}")
     return value
 
 
@@ -559,7 +573,9 @@ def decode_sampling(raw: object, path: str = "sampling") -> dict[str, float | in
             out[key] = float(value)
         else:
             raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"`sampling.{key}` must be a {kind.__name__}", f"{path}.{key}"
+                ErrorCode.BAD_FIELD,
+                f"`sampling.{key}` must be {json_type_name(kind)}",
+                f"{path}.{key}",
             )
     return out
 
