@@ -115,7 +115,7 @@ def test_synth_checks_its_options_as_the_endpoints_do(tmp_path):
     long = run_cli("synth", "--text", "Hi", "--out", out, "--max-tokens", "100000000")
     assert long.returncode == 2 and "below voxgate-tiny's context" in long.stderr
     voice = run_cli("synth", "--text", "Hi", "--out", out, "--voice", "nobody")
-    assert voice.returncode == 2 and "voice is not one of voxgate-tiny's" in voice.stderr
+    assert voice.returncode == 2 and "voice 'nobody' is not one of voxgate-tiny's" in voice.stderr
     assert "Traceback" not in long.stderr + voice.stderr
 
 
