@@ -623,25 +623,33 @@ class ClipUpload:
     name: str | None = None
 
 
-def decode_clip_upload(raw: object, where: str) -> ClipUpload:
-    """Check a clip object's shape (its content is checked when it is encoded). Raises
-    ProtocolError(bad_field) naming `where`."""
+def decode_clip_upload(raw: object, where: str | None) -> ClipUpload:
+    """Check a clip object's shape (its content is checked when it is encoded). `where`: the
+    object's field in its event (session.start's `voice_clip`), None for a body whose fields
+    are top-level (POST /v1/voices). Raises ProtocolError(bad_field) naming the field, as its
+    `param` too."""
+
+    def path(name: str) -> str:
+        return f"{where}.{name}" if where else name
+
     if not isinstance(raw, dict):
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}` must be an object")
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where or 'the body'}` must be an object")
     unknown = sorted(set(raw) - set(CLIP_FIELDS))
     if unknown:
+        name = path(unknown[0][:64])
         raise ProtocolError(
-            ErrorCode.BAD_FIELD,
-            f"unknown field `{where}.{unknown[0][:64]}`; known: {', '.join(CLIP_FIELDS)}",
+            ErrorCode.BAD_FIELD, f"unknown field `{name}`; known: {', '.join(CLIP_FIELDS)}", name
         )
     audio = raw.get("audio")
     if not isinstance(audio, str) or not audio:
         raise ProtocolError(
-            ErrorCode.BAD_FIELD, f"`{where}.audio` must be the clip file, base64-encoded"
+            ErrorCode.BAD_FIELD,
+            f"`{path('audio')}` must be the clip file, base64-encoded",
+            path("audio"),
         )
     for name in ("transcript", "name"):
         if raw.get(name) is not None and not isinstance(raw[name], str):
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}.{name}` must be a string")
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"`{path(name)}` must be a string", path(name))
     return ClipUpload(audio, raw.get("transcript"), raw.get("name"))
 
 
