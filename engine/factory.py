@@ -32,11 +32,25 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def resolve_device(config: EngineConfig) -> torch.device:
+    """`--device` as a torch device on this machine: the engine runs on the CPU or a CUDA GPU,
+    so any other name (or a GPU index the machine lacks) is refused here, naming the flag,
+    before a model loads."""
     if config.device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(config.device)
+    asked = f"--device {config.device!r}"
+    try:
+        device = torch.device(config.device)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{asked} is not a device Voxgate runs on: give cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {config.device!r} asked for, but no CUDA GPU is visible")
+        raise ConfigError(f"{asked} asked for, but no CUDA GPU is visible: use --device cpu")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigError(
+            f"{asked}: this machine has {count} CUDA GPUs, give cuda:0 to cuda:{count - 1}"
+        )
     return device
 
 

@@ -57,6 +57,8 @@ from gateway.voices_http import VoicesEndpoint
 from gateway.wire import Wire
 
 log = logging.getLogger("voxgate.gateway")
+# The WebSocket endpoints, as a refused socket to any other path names them.
+SOCKET_PATHS = ("/v1/stream", "/v1/realtime", "/v1/twilio")
 
 # Query parameters of the TwiML route that are passed on to the stream (gateway.twilio).
 _TWIML_PARAMETERS = ("greeting", "voice", "temperature", "top_p", "seed", "max_tokens", "speed")
@@ -313,6 +315,12 @@ class Gateway:
         finally:
             self.sessions.discard(session)
 
+    async def no_endpoint(self, ws: WebSocket) -> None:
+        """A WebSocket to a path that serves none: 404 naming the ones there are, so that a
+        mistyped path is not taken for a refused key (a pre-accept close reads as 403)."""
+        paths = ", ".join(SOCKET_PATHS)
+        await self._deny(ws, Denial(404, f"no WebSocket endpoint at {ws.url.path}: use {paths}"))
+
     async def _deny(self, ws: WebSocket, denial: Denial) -> None:
         self.metrics.handshakes_refused.labels(str(denial.status)).inc()
         log.info("handshake refused status=%d: %s", denial.status, denial.message)
@@ -420,6 +428,7 @@ def create_app(
         WebSocketRoute("/v1/stream", gateway.stream),
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/twilio", gateway.twilio),
+        WebSocketRoute("/{path:path}", gateway.no_endpoint),  # after every socket endpoint
         Route("/v1/twilio/twiml", gateway.twiml, methods=["GET", "POST"]),
         Route("/v1/audio/speech", SpeechEndpoint(gateway).create, methods=["POST"]),
         Route("/v1/voices", voices.list, methods=["GET"]),

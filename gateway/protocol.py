@@ -88,6 +88,7 @@ __all__ = [
     "encode_event",
     "decode_text_frame",
     "decode_sampling",
+    "json_type_name",
 ]
 
 
@@ -489,13 +490,26 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# How an error names the type a field takes: as JSON spells it, for the client who reads it.
+JSON_TYPE_NAMES: Mapping[type, str] = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+}
+
+
+def json_type_name(kind: type) -> str:
+    return JSON_TYPE_NAMES.get(kind, f"a {kind.__name__}")
+
+
 def _optional(obj: Mapping[str, Any], name: str, kind: type) -> Any:
     value = obj.get(name)
     if value is None:
         return None
     ok = _is_int(value) if kind is int else isinstance(value, kind)
     if not ok:
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be a {kind.__name__}")
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be {json_type_name(kind)}")
     return value
 
 
@@ -559,7 +573,9 @@ def decode_sampling(raw: object, path: str = "sampling") -> dict[str, float | in
             out[key] = float(value)
         else:
             raise ProtocolError(
-                ErrorCode.BAD_FIELD, f"`sampling.{key}` must be a {kind.__name__}", f"{path}.{key}"
+                ErrorCode.BAD_FIELD,
+                f"`sampling.{key}` must be {json_type_name(kind)}",
+                f"{path}.{key}",
             )
     return out
 
@@ -607,25 +623,33 @@ class ClipUpload:
     name: str | None = None
 
 
-def decode_clip_upload(raw: object, where: str) -> ClipUpload:
-    """Check a clip object's shape (its content is checked when it is encoded). Raises
-    ProtocolError(bad_field) naming `where`."""
+def decode_clip_upload(raw: object, where: str | None) -> ClipUpload:
+    """Check a clip object's shape (its content is checked when it is encoded). `where`: the
+    object's field in its event (session.start's `voice_clip`), None for a body whose fields
+    are top-level (POST /v1/voices). Raises ProtocolError(bad_field) naming the field, as its
+    `param` too."""
+
+    def path(name: str) -> str:
+        return f"{where}.{name}" if where else name
+
     if not isinstance(raw, dict):
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}` must be an object")
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where or 'the body'}` must be an object")
     unknown = sorted(set(raw) - set(CLIP_FIELDS))
     if unknown:
+        name = path(unknown[0][:64])
         raise ProtocolError(
-            ErrorCode.BAD_FIELD,
-            f"unknown field `{where}.{unknown[0][:64]}`; known: {', '.join(CLIP_FIELDS)}",
+            ErrorCode.BAD_FIELD, f"unknown field `{name}`; known: {', '.join(CLIP_FIELDS)}", name
         )
     audio = raw.get("audio")
     if not isinstance(audio, str) or not audio:
         raise ProtocolError(
-            ErrorCode.BAD_FIELD, f"`{where}.audio` must be the clip file, base64-encoded"
+            ErrorCode.BAD_FIELD,
+            f"`{path('audio')}` must be the clip file, base64-encoded",
+            path("audio"),
         )
     for name in ("transcript", "name"):
         if raw.get(name) is not None and not isinstance(raw[name], str):
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"`{where}.{name}` must be a string")
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"`{path(name)}` must be a string", path(name))
     return ClipUpload(audio, raw.get("transcript"), raw.get("name"))
 
 

@@ -86,7 +86,7 @@ def check_voice(voice: str | None, facts: ModelFacts) -> None:
         raise OptionRefused(
             "voice",
             "voice",
-            f"voice is not one of {facts.name}'s: {', '.join(facts.voices)}",
+            f"voice {voice[:64]!r} is not one of {facts.name}'s: {', '.join(facts.voices)}",
         )
 
 

@@ -21,17 +21,40 @@ import numpy as np
 
 
 def add_synth_parser(subparsers) -> None:
-    p = subparsers.add_parser("synth", help="synthesize text to a WAV file (offline)")
-    p.add_argument("--model", default=None, help="preset name, checkpoint folder or HF repo id")
-    p.add_argument("--codec", default=None, help="codec repo id or folder (default: the model's)")
+    p = subparsers.add_parser(
+        "synth",
+        help="synthesize text to a WAV file (offline)",
+        description="Synthesize text to a WAV file, offline, through the same engine as "
+        "`voxgate serve` (sentence by sentence, as the gateway says a reply).",
+    )
     p.add_argument("--text", required=True, help="what to say")
     p.add_argument("--out", required=True, type=Path, help="output .wav path")
-    p.add_argument("--voice", default=None)
-    p.add_argument("--temperature", type=float, default=None, help="(default: the model's)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="preset name (README's Models table), checkpoint folder or HF repo id "
+        "(default: voxgate-tiny)",
+    )
+    p.add_argument("--codec", default=None, help="codec repo id or folder (default: the model's)")
+    p.add_argument(
+        "--voice",
+        default=None,
+        metavar="NAME",
+        help="one of the model's voices (default: the model's; voxgate serve lists them at "
+        "GET /v1/voices)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        metavar="X",
+        help="sampling temperature, 0 for greedy (default: the model's)",
+    )
     p.add_argument(
         "--speed",
         type=float,
         default=1.0,
+        metavar="X",
         help="playback speed, 0.25 to 4.0, pitch unchanged (as /v1/audio/speech's `speed`; "
         "default 1)",
     )
@@ -39,6 +62,7 @@ def add_synth_parser(subparsers) -> None:
         "--seed",
         type=int,
         default=None,
+        metavar="N",
         help="repeatable output (to a rounding bit of the audio): with a seed the sentences "
         "are synthesized one after another "
         "(batched together, their numerics would depend on when each joined the batch)",
@@ -52,8 +76,20 @@ def add_synth_parser(subparsers) -> None:
         "exaggeration=0.8, cfg_weight=0.3; Qwen3-TTS: language=english, "
         "'instruction=Speak slowly.'; Zonos: language=de, pitch_std=60; default: the model's)",
     )
-    p.add_argument("--max-tokens", type=int, default=1200)
-    p.add_argument("--min-tokens", type=int, default=0)
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=1200,
+        metavar="N",
+        help="speech tokens for the whole text at most, shared among its sentences (default 1200)",
+    )
+    p.add_argument(
+        "--min-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="speech tokens at least, for models whose stop never comes (default 0)",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if present)")
     p.add_argument(
         "--cpu-int8",

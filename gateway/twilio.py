@@ -41,6 +41,7 @@ from gateway.protocol import (
     SessionStart,
     TextInput,
     decode_sampling,
+    json_type_name,
 )
 from gateway.socket_items import OutAudio, OutItem, OutText
 from gateway.time_stretch import check_speed
@@ -77,7 +78,7 @@ def _sampling_from(parameters: dict[str, str]) -> dict[str, float | int | None]:
                 raw[name] = kind(parameters[name])
             except ValueError:
                 raise ProtocolError(
-                    ErrorCode.BAD_FIELD, f"parameter {name} must be a {kind.__name__}"
+                    ErrorCode.BAD_FIELD, f"parameter {name} must be {json_type_name(kind)}"
                 ) from None
     return decode_sampling(raw)
 

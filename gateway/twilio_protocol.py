@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import client_json
-from gateway.protocol import ErrorCode, ProtocolError
+from gateway.protocol import ErrorCode, ProtocolError, json_type_name
 
 MULAW_ENCODING = "audio/x-mulaw"
 MULAW_RATE = 8000
@@ -76,7 +76,7 @@ TwilioMessage = Connected | Start | Media | Mark | Dtmf | Stop
 def _field(obj: dict, name: str, kind: type = str, default: Any = None) -> Any:
     value = obj.get(name, default)
     if not isinstance(value, kind):
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be a {kind.__name__}")
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be {json_type_name(kind)}")
     return value
 
 

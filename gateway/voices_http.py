@@ -121,9 +121,9 @@ def _upload(body: object) -> ClipUpload:
             code="missing_required_parameter",
         )
     try:
-        return decode_clip_upload(body, "body")
+        return decode_clip_upload(body, None)
     except ProtocolError as exc:
-        raise HttpError(400, exc.message, code="invalid_value") from None
+        raise HttpError(400, exc.message, exc.param, code="invalid_value") from None
 
 
 async def _read_json(request: Request, max_clip_bytes: int) -> object:

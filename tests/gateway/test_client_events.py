@@ -75,6 +75,19 @@ def test_session_started_and_unknown_events():
             ev.parse_event(bad)
 
 
+def test_session_started_gives_the_voice_and_the_models_options():
+    """The session's voice (after a voice_clip, the new voice's id, to name again later) and
+    the options the model takes are fields of SessionInfo, not only of its raw event."""
+    option = {"name": "exaggeration", "default": 0.5, "minimum": 0.0, "maximum": 2.0, "help": ""}
+    started = SessionStarted(
+        "s1", "tiny-chatterbox", None, AudioSpec(), LIMITS, voice="clip-1", model_options=(option,)
+    )
+    info = ev.parse_event(encode_event(started))
+    assert info.voice == "clip-1" and info.model_options == (option,)
+    plain = ev.parse_event(encode_event(SessionStarted("s1", "glm", None, AudioSpec(), LIMITS)))
+    assert plain.voice is None and plain.model_options == ()  # a model without either
+
+
 def test_every_error_code_and_close_code_has_its_class():
     for code in ErrorCode:
         exc = errors.server_error(code.value, "why", fatal=True, close_code=1013)

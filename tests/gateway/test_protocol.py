@@ -119,6 +119,24 @@ def test_malformed_frames(frame, code):
     assert info.value.message
 
 
+@pytest.mark.parametrize(
+    "frame, says",
+    [
+        ('{"type": "session.start", "sampling": {"max_tokens": 1.5}}', "must be an integer"),
+        ('{"type": "session.start", "sampling": {"seed": "7"}}', "must be an integer"),
+        ('{"type": "session.start", "sampling": {"top_p": "high"}}', "must be a number"),
+        ('{"type": "session.start", "voice": 3}', "`voice` must be a string"),
+        ('{"type": "text", "text": "a", "final": "yes"}', "`final` must be true or false"),
+    ],
+)
+def test_a_wrong_type_is_named_as_json_names_it(frame, says):
+    """A client reads the message: it names the JSON type the field takes, never a Python
+    class (`int`, `str`)."""
+    with pytest.raises(ProtocolError) as info:
+        decode_text_frame(frame)
+    assert says in info.value.message
+
+
 def test_encode_events():
     limits = Limits(1, 2, 3, 4, 5, 6, 7, 8, 9)
     started = json.loads(

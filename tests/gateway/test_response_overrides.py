@@ -53,7 +53,7 @@ def test_a_texts_model_options_are_checked_into_the_models_form_and_laid_over_th
         (ResponseOverrides(model_options={"warmth": 1}), "warmth", None),
         (
             ResponseOverrides("nobody", param_paths={"voice": "response.audio.output.voice"}),
-            "voice is not one of knobs's: ava",
+            "voice 'nobody' is not one of knobs's: ava",
             "response.audio.output.voice",
         ),
     ],

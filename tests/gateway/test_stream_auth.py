@@ -10,7 +10,7 @@ import websockets
 from gateway_testkit import expect_close, send, start_session
 from websockets.exceptions import InvalidStatus
 
-from voxgate.client import connect
+from voxgate.client import AuthenticationError, HandshakeError, connect
 
 KEYS = ("alpha-key-0001", "beta-key-0002")
 ORIGIN = "https://app.example.com"
@@ -117,3 +117,19 @@ async def test_per_key_session_cap(secured):
 async def test_open_server_needs_no_key(server):
     async with websockets.connect(server.url) as ws:
         await session_works(ws)
+
+
+async def test_a_socket_to_no_endpoint_is_404_naming_the_endpoints(server):
+    """A mistyped path is told apart from a refused key: HTTP 404 with the socket endpoints in
+    its body (before, every unknown path was a bare 403, which the client read as a bad key)."""
+    nowhere = server.url.replace("/v1/stream", "/v1/strem")
+    with pytest.raises(InvalidStatus) as info:
+        async with websockets.connect(nowhere):
+            pass
+    response = info.value.response
+    assert response.status_code == 404
+    assert b"/v1/stream" in response.body and b"/v1/realtime" in response.body
+    with pytest.raises(HandshakeError) as refused:
+        await connect(nowhere)
+    assert refused.value.status == 404 and not isinstance(refused.value, AuthenticationError)
+    assert "/v1/stream" in str(refused.value)

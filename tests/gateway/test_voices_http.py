@@ -107,3 +107,20 @@ def test_every_listed_voice_is_accepted_by_the_speech_endpoint(server):
     )
     assert refused.status_code == 400
     assert all(name in refused.json()["error"]["message"] for name in names)
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "says"),
+    [
+        ({"audio": 5}, "audio", "`audio` must be the clip file, base64-encoded"),
+        ({"audio": "AAAA", "transcript": 3}, "transcript", "`transcript` must be a string"),
+        ({"audio": "AAAA", "lang": "en"}, "lang", "unknown field `lang`; known: audio"),
+    ],
+)
+def test_a_misshapen_clip_body_names_the_field_as_the_client_sent_it(server, body, param, says):
+    """The body's fields are top-level: an error names `audio`, not `body.audio`, and says
+    which in `param`, as the speech endpoint's errors do."""
+    response = httpx.post(f"{server.http}/v1/voices", json=body, timeout=10)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"].startswith(says)

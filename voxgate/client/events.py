@@ -40,6 +40,12 @@ class SessionInfo:
     word_timings: bool = False  # responses carry `response.words`
     # The server transcribes this model's spoken turns: connect(input_transcription=...) may ask.
     transcribes: bool = False
+    # The session's voice (None: the model has none); after a voice_clip, the new voice's id,
+    # which the same API key may pass as `voice` later.
+    voice: str | None = None
+    # The options the model takes (`model_options` on connect or speak): each a dict with
+    # name, default, help, and a number's minimum/maximum or a text option's kind and choices.
+    model_options: tuple[dict[str, Any], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     received_at: float = 0.0
 
@@ -172,12 +178,14 @@ def parse_event(text: str, received_at: float = 0.0) -> Event:
                     obj.get("input_audio"),
                     obj["output_audio"],
                     obj.get("limits") or {},
-                    obj.get("model_kind", "tts"),
-                    obj.get("token_rate_hz"),
-                    bool(obj.get("word_timings", False)),
-                    obj.get("transcribes") is True,
-                    obj,
-                    at,
+                    model_kind=obj.get("model_kind", "tts"),
+                    token_rate_hz=obj.get("token_rate_hz"),
+                    word_timings=bool(obj.get("word_timings", False)),
+                    transcribes=obj.get("transcribes") is True,
+                    voice=obj.get("voice"),
+                    model_options=tuple(obj.get("model_options") or ()),
+                    raw=obj,
+                    received_at=at,
                 )
             case "response.started":
                 return ResponseStarted(obj["response_id"], at)
