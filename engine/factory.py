@@ -46,7 +46,11 @@ def resolve_device(config: EngineConfig) -> torch.device:
         raise ConfigError(f"{asked} is not a device Voxgate runs on: give cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"{asked} asked for, but no CUDA GPU is visible: use --device cpu")
-    if device.index is not None and device.index >= torch.cuda.device_count():
+    if (
+        device.type == "cuda"
+        and device.index is not None
+        and device.index >= torch.cuda.device_count()
+    ):
         count = torch.cuda.device_count()
         raise ConfigError(
             f"{asked}: this machine has {count} CUDA GPUs, give cuda:0 to cuda:{count - 1}"

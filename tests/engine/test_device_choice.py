@@ -14,6 +14,7 @@ from engine.request import ConfigError
 
 def test_cpu_and_the_default_resolve():
     assert resolve_device(EngineConfig(device="cpu")) == torch.device("cpu")
+    assert resolve_device(EngineConfig(device="cpu:0")) == torch.device("cpu:0")  # no GPU asked
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device(EngineConfig()).type == expected
 
