@@ -19,7 +19,8 @@ bisection. Where nothing is measured at all, the model cannot be judged and admi
 it to the KV pool (and the listeners' buffers: engine/listener_guard.py).
 
 Where the KV pages a step reads are priced (`page_s`, from the device's memory bandwidth at
-warm-up), the turn is its part by rows plus its pages, and a count of streams no longer says
+warm-up, then from the live turns: engine/page_price.py), the turn is its part by rows plus its
+pages, and a count of streams no longer says
 enough: the streams' contexts grow as they run, so `room_with` judges the streams themselves
 through their outlook (engine/realtime_outlook.py): every one, the newcomer included, must
 stay in audio to its end as the turns grow with the pages.
@@ -32,6 +33,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from engine.page_price import PagePrice
 from engine.realtime_outlook import StreamOutlook, TurnModel, shortfall
 from engine.refusal_causes import RefusalCause
 from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
@@ -135,16 +137,28 @@ class RealtimeCapacity:
         # scheduler's contended lead cap): a newcomer always does, so the outlook credits a
         # stream's cheap early turns only up to this lead.
         self.lead_cap_s = lead_cap_s
-        # Seconds a KV page in use adds to a decode turn (measured at warm-up: the page's bytes
-        # at the device's memory bandwidth); 0 while unpriced, when the turn is judged by its
-        # rows alone. Set before live turns are observed: they are booked less their pages.
-        self.page_s = 0.0
+        # Seconds a KV page in use adds to a decode turn: priced at warm-up (the page's bytes
+        # at the device's memory bandwidth), then learned from the live turns
+        # (engine/page_price.py); 0 while unpriced, when the turn is judged by its rows alone.
+        # Set before live turns are observed: they are booked less their pages.
+        self.pages = PagePrice()
         self.steps = TurnCostModel()  # a decode turn's seconds by rows (less its pages)
         self.codec = CodecCost()  # codec job seconds by audio made (threaded codec only)
 
+    @property
+    def page_s(self) -> float:
+        """Seconds a KV page in use adds to a decode turn (0: unpriced)."""
+        return self.pages.seconds()
+
+    @page_s.setter
+    def page_s(self, seconds: float) -> None:
+        """The warm-up's price, which the live turns refine."""
+        self.pages.prior_s = seconds
+
     def observe_turn(self, rows: int, seconds: float, pages: int) -> None:
         """A live decode turn of `rows` rows that took `seconds` reading `pages` KV pages:
-        its part by rows goes to the turn cost's fit."""
+        it refines the page's price, and its part by rows goes to the turn cost's fit."""
+        self.pages.observe(rows, pages, seconds)
         self.steps.observe(rows, max(0.0, seconds - self.page_s * pages))
 
     @property

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
@@ -34,6 +35,7 @@ class TurnCost:
     prompt_token_s: float = 0.0
     unseen_per_row_s: float = 0.0  # wall time the engine's turn timing does not see
     per_page_s: float = 0.0  # each KV page the step reads (a GPU's decode: its rows')
+    noise_s: float = 0.0  # the turns' jitter: normal, this standard deviation (seeded)
 
     def seen(self, rows: int, prompt_tokens: int, pages: int = 0) -> float:
         return (
@@ -81,6 +83,7 @@ class RealtimeSim:
             self.scheduler.capacity.page_s = cost.per_page_s
         self.now = 0.0
         self._stops_at = 0  # tokens after which a stream stops by itself (run's stream_tokens)
+        self._jitter = random.Random(0)
 
     def run(
         self,
@@ -132,6 +135,8 @@ class RealtimeSim:
         if rows:
             pages = plan.pages_read  # a step reads its rows' KV, not that of streams sitting out
             seen = self.cost.seen(rows, prompt, pages)
+            if self.cost.noise_s:
+                seen = max(0.2 * seen, seen + self._jitter.gauss(0.0, self.cost.noise_s))
             self.now += seen + self.cost.unseen_per_row_s * rows
             sched.observe_llm_turn(seen)
             if plan.num_tokens == rows:

@@ -1,0 +1,98 @@
+"""What a KV page in use adds to a decode turn, learned from the live turns (no torch).
+
+At warm-up the engine prices a page from the device's copy bandwidth
+(engine/memory_bandwidth.py): a fixed share of it, chosen from served runs. What a page really
+costs served depends on what runs beside the attention kernels (the codec's kernels on the
+same SMs, their precision, the batch), and it moves with them: Orpheus' capacity points on an
+H200 fitted 0.217-0.250 µs a page where the warm-up priced 0.257, and at the peak's 43,000
+pages that difference is 1.7 ms of a 14-ms turn: admission then refused a quarter of the
+listeners the engine carried. So the price is refitted from the live turns: turn seconds =
+fixed + per row × rows + price × pages, least squares over the last `PRICE_WINDOW` turns,
+fitted twice so that turns far off the first line (a collection, a page fault) move nothing. Only where the
+turns read widely different numbers of pages at like rows can the two parts be told apart
+(while contexts grow, or streams of different ages share the batch): until the fit's standard
+error on the price is within `MAX_PRICE_ERROR` of the warm-up's, over at least `MIN_TURNS`
+turns, the warm-up's price stands. The learned price stays within `PRICE_BOUNDS` of the warm-up's, so a
+noisy window can never price pages at nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import numpy as np
+
+PRICE_WINDOW = 2048  # live decode turns (~20 s at a hundred turns a second)
+MIN_TURNS = 256
+MAX_PRICE_ERROR = 0.03  # the fit's standard error on the price, in shares of the warm-up's
+PRICE_BOUNDS = (0.8, 1.5)  # the learned price, in shares of the warm-up's
+REFIT_TURNS = 64  # the price is refitted after this many new turns (asked at every decision)
+OUTLIER_SPREADS = 5.0  # a turn this many median deviations off the first fit is left out
+
+
+class PagePrice:
+    """The seconds a KV page in use adds to a decode turn: the warm-up's `prior_s` until the
+    live turns say better."""
+
+    def __init__(self, window: int = PRICE_WINDOW) -> None:
+        self.prior_s = 0.0
+        self._turns: deque[tuple[int, int, float]] = deque(maxlen=window)
+        self._lock = threading.Lock()  # observed by the engine loop, read by stats too
+        self._since_fit = 0
+        self._learned: float | None = None
+
+    def observe(self, rows: int, pages: int, seconds: float) -> None:
+        """A live decode turn of `rows` rows that read `pages` KV pages in `seconds`."""
+        if rows >= 1 and seconds >= 0:
+            with self._lock:
+                self._turns.append((rows, pages, seconds))
+                self._since_fit += 1
+
+    @property
+    def learned(self) -> bool:
+        return self._learned is not None
+
+    def seconds(self) -> float:
+        """The price of a page in use: learned from the live turns where they tell it, else
+        the warm-up's (0: pages unpriced, as on a CPU)."""
+        if self.prior_s <= 0:
+            return 0.0
+        with self._lock:
+            stale = self._since_fit >= REFIT_TURNS
+            turns = list(self._turns) if stale else None
+            if stale:
+                self._since_fit = 0
+        if turns is not None:
+            fitted = self._fit(turns)
+            if fitted is not None:  # else the last trusted price stands
+                self._learned = fitted
+        return self.prior_s if self._learned is None else self._learned
+
+    def _fit(self, turns: list[tuple[int, int, float]]) -> float | None:
+        if len(turns) < MIN_TURNS:
+            return None
+        rows, pages, secs = np.array(turns, dtype=np.float64).T
+        if not pages.any():
+            return None
+        full = np.stack([np.ones_like(rows), rows, pages], axis=1)
+        coef, *_ = np.linalg.lstsq(full, secs, rcond=None)
+        # Once more without the turns far off the line (a collection, a page fault).
+        residual = secs - full @ coef
+        spread = np.median(np.abs(residual - np.median(residual)))
+        kept = np.abs(residual) <= OUTLIER_SPREADS * max(float(spread), 1e-6)
+        if kept.sum() < MIN_TURNS:
+            return None
+        full, secs = full[kept], secs[kept]
+        coef, *_ = np.linalg.lstsq(full, secs, rcond=None)
+        # Trusted only as far as the turns tell the pages' part from the rows': its standard
+        # error is the turns' noise over the spread of pages the rows do not explain, which
+        # is small while both grow together (a ramp of arrivals).
+        noise = float(np.sum((secs - full @ coef) ** 2)) / max(1, len(secs) - 3)
+        by_rows = full[:, :2]
+        explained, *_ = np.linalg.lstsq(by_rows, full[:, 2], rcond=None)
+        unexplained = float(np.sum((full[:, 2] - by_rows @ explained) ** 2))
+        if unexplained <= 0 or np.sqrt(noise / unexplained) > MAX_PRICE_ERROR * self.prior_s:
+            return None
+        low, high = PRICE_BOUNDS
+        return float(np.clip(coef[2], low * self.prior_s, high * self.prior_s))
