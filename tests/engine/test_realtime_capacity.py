@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 import torch
 from realtime_sim import RealtimeSim, TurnCost, steady_arrivals
@@ -240,6 +241,26 @@ def test_live_turns_of_one_size_keep_the_bursts_slope():
     assert fit.per_unit_s > 0.0001
     assert model.predict(10) == pytest.approx(0.015, rel=0.02)
     assert model.predict(20) > model.predict(10)
+
+
+def test_beyond_the_live_sizes_a_turn_grows_no_faster_than_the_bursts_did():
+    """Live turns of 110-145 rows whose slope came out steep (0.019 ms a row, where the
+    bursts' is 0.010): within their sizes the live line stands; past the largest, a turn
+    grows from it at the bursts' slope, so 211 rows are not priced along the steep line."""
+    model = TurnCostModel()
+    for rows in (1, 8, 64, 256, 512):
+        model.seed(rows, 0.0028 + 0.0000098 * rows)
+    for i in range(LIVE_WINDOW):
+        rows = 110 + i % 36
+        model.observe(rows, 0.00165 + 0.0000189 * rows)
+    fit = model.fit()
+    assert fit.per_unit_s == pytest.approx(0.0000189, rel=0.01)
+    assert model.predict(130) == pytest.approx(fit.at(130))
+    at_145 = fit.at(145)
+    assert model.predict(211) == pytest.approx(at_145 + 0.0000098 * 66, rel=0.01)
+    assert model.predict_rows(np.array([130, 211])) == pytest.approx(
+        [fit.at(130), at_145 + 0.0000098 * 66], rel=0.01
+    )
 
 
 def test_a_larger_batch_is_never_predicted_cheaper_than_a_smaller_one_measured():
