@@ -19,8 +19,9 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.routing import Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.api import EngineClient, EngineStats
@@ -53,6 +54,7 @@ from gateway.supervisor import RestartPolicy, SupervisedEngine
 from gateway.twilio import TwilioWire
 from gateway.twilio_protocol import ConnectStream, encode_twiml
 from gateway.twilio_signature import SIGNATURE_HEADER, is_valid_twilio_signature, public_url
+from gateway.unmatched_http import UnmatchedHttp, method_not_allowed_handler
 from gateway.voices_http import VoicesEndpoint
 from gateway.wire import Wire
 
@@ -338,16 +340,22 @@ async def _wait_until(done: Callable[[], bool], timeout_s: float) -> None:
         await asyncio.sleep(0.05)
 
 
-def _static_routes(settings: GatewaySettings) -> list:
+def _web_demo(settings: GatewaySettings) -> ASGIApp | None:
+    """The web demo's files, served for any path no route matches; None without the folder."""
     folder = settings.web_demo_dir
     if (folder / "index.html").is_file():
-        return [Mount("/", app=StaticFiles(directory=folder, html=True), name="web_demo")]
-    note = _NO_DEMO.format(path=folder)
+        return StaticFiles(directory=folder, html=True)
+    return None
+
+
+def _no_demo_route(settings: GatewaySettings) -> Route:
+    """Without the web demo, "/" says where it was looked for and what the server serves."""
+    note = _NO_DEMO.format(path=settings.web_demo_dir)
 
     async def no_demo(request: Request) -> Response:
         return HTMLResponse(note)
 
-    return [Route("/", no_demo)]
+    return Route("/", no_demo)
 
 
 def create_app(
@@ -421,6 +429,7 @@ def create_app(
                 gateway.engine_shut_down = True
 
     voices = VoicesEndpoint(gateway)
+    web_demo = _web_demo(settings)
     routes = [
         Route("/health", gateway.health),
         Route("/ready", gateway.ready_route),
@@ -434,9 +443,15 @@ def create_app(
         Route("/v1/voices", voices.list, methods=["GET"]),
         Route("/v1/voices", voices.add, methods=["POST"]),
         Route("/v1/voices/{name}", voices.delete, methods=["DELETE"]),
-        *_static_routes(settings),  # last: "/" must not shadow the routes above
+        *([] if web_demo else [_no_demo_route(settings)]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={405: method_not_allowed_handler(routes)},
+    )
+    # Paths no route matches: a JSON 404 under /v1/, else the demo (gateway.unmatched_http).
+    app.router.default = UnmatchedHttp(routes, web_demo)
     app.state.gateway = gateway
     return app
 

@@ -1,4 +1,5 @@
-"""/health, /ready, /metrics, the web demo at /, and the app building its own engine."""
+"""/health, /ready, /metrics, the web demo at /, wrong methods and unknown API paths, and the app
+building its own engine."""
 
 from __future__ import annotations
 
@@ -54,6 +55,42 @@ async def test_web_demo_is_served_at_root(server):
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "<html" in page.text.lower()
     assert health.json() == {"status": "ok"}
+
+
+async def test_a_wrong_method_on_an_api_route_is_405_with_allow(server):
+    """The web demo's files at / do not swallow a known route asked with the wrong method."""
+    async with httpx.AsyncClient(base_url=server.http) as client:
+        speech = await client.get("/v1/audio/speech")
+        voices = await client.put("/v1/voices")
+        health = await client.post("/health")
+    assert speech.status_code == 405 and speech.headers["allow"] == "POST"
+    error = speech.json()["error"]
+    assert error["code"] == "method_not_allowed" and "POST /v1/audio/speech" in error["message"]
+    # Two routes share /v1/voices: Allow names the methods of both.
+    assert voices.status_code == 405 and voices.headers["allow"] == "GET, HEAD, POST"
+    assert health.status_code == 405 and health.headers["allow"] == "GET, HEAD"
+
+
+async def test_an_unknown_api_path_is_a_json_404_naming_the_routes(server):
+    async with httpx.AsyncClient(base_url=server.http) as client:
+        missing = await client.get("/v1/audio/speach")
+        asset = await client.get("/app.js")  # the demo's files are still served
+        no_file = await client.get("/nothing-here.js")
+    assert missing.status_code == 404
+    error = missing.json()["error"]
+    assert error["code"] == "not_found" and "/v1/audio/speach" in error["message"]
+    assert "POST /v1/audio/speech" in error["message"] and "GET /v1/voices" in error["message"]
+    assert asset.status_code == 200 and "javascript" in asset.headers["content-type"]
+    assert no_file.status_code == 404
+
+
+def test_api_routes_answer_405_and_404_without_the_web_demo(tmp_path, engine):
+    app = create_app(GatewaySettings(web_demo_dir=tmp_path / "nowhere"), engine=engine)
+    with TestClient(app) as client:
+        speech = client.get("/v1/audio/speech")
+        missing = client.get("/v1/nowhere")
+    assert speech.status_code == 405 and speech.headers["allow"] == "POST"
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 
 
 def test_missing_web_demo_folder_serves_a_note(tmp_path, engine):
