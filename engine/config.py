@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.request import ConfigError
+from engine.request import SettingError
 
 POLICIES = ("slack", "fcfs")
 # `voxgate serve --help` groups whose options a user needs first: picking and placing the model,
@@ -338,47 +338,68 @@ class EngineConfig:
         return 3.0 if model_margin is None else model_margin
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.kv_cache_dtype not in ("auto", "fp8"):
-            raise ConfigError(f"kv_cache_dtype must be auto or fp8, got {self.kv_cache_dtype!r}")
-        if self.block_size not in (8, 16, 32, 64):
-            raise ConfigError(f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
-            raise ConfigError(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
-        if self.max_num_seqs < 1 or self.max_batch_tokens < 1 or self.max_detok_batch < 1:
-            raise ConfigError("max_num_seqs, max_batch_tokens and max_detok_batch must be >= 1")
-        if not 0.05 <= self.kv_memory_fraction <= 0.98:
-            raise ConfigError(
-                f"kv_memory_fraction must be in [0.05, 0.98], got {self.kv_memory_fraction}"
-            )
-        if self.dtype not in (None, "float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
-        if self.attention not in (None, "sdpa", "flashinfer"):
-            raise ConfigError(f"attention must be sdpa or flashinfer, got {self.attention!r}")
-        if (self.first_audio_margin or 0) < 0 or self.first_audio_budget_s < 0:
-            raise ConfigError("first_audio_margin and first_audio_budget_s must be >= 0")
-        if self.duplex_max_input_frames < 1 or self.duplex_max_catch_up_frames < 0:
-            raise ConfigError(
-                "duplex_max_input_frames must be >= 1, duplex_max_catch_up_frames >= 0"
-            )
-        if not 0.05 <= self.gil_switch_ms <= 50:
-            raise ConfigError(f"gil_switch_ms must be in [0.05, 50], got {self.gil_switch_ms}")
-        if self.engine_start_timeout_s <= 0:
-            raise ConfigError(
-                f"engine_start_timeout_s must be > 0, got {self.engine_start_timeout_s}"
-            )
-        if self.cpu_threads is not None and self.cpu_threads < 1:
-            raise ConfigError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
-        if min(self.max_lead_s, self.contended_lead_s) <= 0 or self.urgent_buffer_s < 0:
-            raise ConfigError(
-                "max_lead_s and contended_lead_s must be > 0 and urgent_buffer_s >= 0, got "
-                f"{self.max_lead_s}, {self.contended_lead_s}, {self.urgent_buffer_s}"
-            )
-        if self.max_undecoded_chunks < 1:
-            raise ConfigError(f"max_undecoded_chunks must be >= 1, got {self.max_undecoded_chunks}")
-        if self.profile_at_streams < 1 or self.profile_after_s < 0:
-            raise ConfigError(
-                "profile_at_streams must be >= 1 and profile_after_s >= 0, got "
-                f"{self.profile_at_streams}, {self.profile_after_s}"
-            )
+        require(self.policy in POLICIES, "policy", f"must be one of {POLICIES}", self.policy)
+        kv_dtypes = ("auto", "fp8")
+        require(
+            self.kv_cache_dtype in kv_dtypes,
+            "kv_cache_dtype",
+            "must be auto or fp8",
+            self.kv_cache_dtype,
+        )
+        require(
+            self.block_size in (8, 16, 32, 64),
+            "block_size",
+            "must be 8, 16, 32 or 64",
+            self.block_size,
+        )
+        if self.num_kv_blocks is not None:
+            check_range("num_kv_blocks", self.num_kv_blocks, 2)
+        check_range("max_num_seqs", self.max_num_seqs, 1)
+        check_range("max_batch_tokens", self.max_batch_tokens, 1)
+        check_range("max_detok_batch", self.max_detok_batch, 1)
+        check_range("kv_memory_fraction", self.kv_memory_fraction, 0.05, 0.98)
+        require(
+            self.dtype in (None, "float32", "bfloat16", "float16"),
+            "dtype",
+            "must be float32, bfloat16 or float16",
+            self.dtype,
+        )
+        require(
+            self.attention in (None, "sdpa", "flashinfer"),
+            "attention",
+            "must be sdpa or flashinfer",
+            self.attention,
+        )
+        if self.first_audio_margin is not None:
+            check_range("first_audio_margin", self.first_audio_margin, 0)
+        check_range("first_audio_budget_s", self.first_audio_budget_s, 0)
+        check_range("duplex_max_input_frames", self.duplex_max_input_frames, 1)
+        check_range("duplex_max_catch_up_frames", self.duplex_max_catch_up_frames, 0)
+        check_range("gil_switch_ms", self.gil_switch_ms, 0.05, 50)
+        require(
+            self.engine_start_timeout_s > 0,
+            "engine_start_timeout_s",
+            "must be > 0",
+            self.engine_start_timeout_s,
+        )
+        if self.cpu_threads is not None:
+            check_range("cpu_threads", self.cpu_threads, 1)
+        require(self.max_lead_s > 0, "max_lead_s", "must be > 0", self.max_lead_s)
+        require(self.contended_lead_s > 0, "contended_lead_s", "must be > 0", self.contended_lead_s)
+        check_range("urgent_buffer_s", self.urgent_buffer_s, 0)
+        check_range("max_undecoded_chunks", self.max_undecoded_chunks, 1)
+        check_range("profile_at_streams", self.profile_at_streams, 1)
+        check_range("profile_after_s", self.profile_after_s, 0)
+
+
+def require(ok: bool, field: str, rule: str, value: Any) -> None:
+    """Refuse a settings field's value unless `ok`: SettingError, which `voxgate serve` words
+    with the option's flag (gateway/settings.py)."""
+    if not ok:
+        raise SettingError(field, rule, value)
+
+
+def check_range(field: str, value: float, low: float, high: float | None = None) -> None:
+    """Refuse a settings field's value below `low` or above `high` (inclusive)."""
+    bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+    require(low <= value and (high is None or value <= high), field, f"must be {bound}", value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.request_trace import RequestTrace
@@ -24,6 +24,23 @@ Token = int | tuple[int, ...]
 
 class ConfigError(ValueError):
     """A user-supplied value is out of range; the message says what would be accepted."""
+
+
+class SettingError(ConfigError):
+    """One setting's value refused: `field` (the settings dataclass field), the `rule` it broke
+    ("must be >= 1") and the `value`. The message names the field, as an embedder sets it;
+    `voxgate serve` names the option as its user set it instead (gateway/settings.py)."""
+
+    def __init__(self, field: str, rule: str, value: Any) -> None:
+        self.field, self.rule, self.value = field, rule, value
+        super().__init__(self.named(field))
+
+    def named(self, name: str) -> str:
+        """The message with the setting called `name` (a flag, a variable, a file's key)."""
+        return f"{name} {self.rule}, got {self.value!r}"
+
+    def __reduce__(self):  # crosses process boundaries (an engine process's start) whole
+        return SettingError, (self.field, self.rule, self.value)
 
 
 @dataclass(frozen=True)

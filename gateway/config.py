@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import MODEL, NETWORK, EngineConfig, cli
+from engine.config import MODEL, NETWORK, EngineConfig, check_range, cli
 from engine.request import ConfigError
 from gateway.protocol import Limits
 from models.families import cloning_families
@@ -336,8 +336,7 @@ class GatewaySettings:
     web_demo_dir: Path = _WEB_DEMO
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        check_range("port", self.port, 0, 65535)
         for key in self.api_keys:
             if not _KEY_RE.match(key):
                 raise ConfigError(
@@ -349,41 +348,39 @@ class GatewaySettings:
                 raise ConfigError(
                     f"allowed origin {origin!r} must look like https://host or http://host:port"
                 )
-        self._check_range("max_sessions_per_key", self.max_sessions_per_key, 0)
-        self._check_range("max_sessions", self.max_sessions, 1)
-        self._check_range("max_engine_waiting", self.max_engine_waiting, 1)
-        self._check_range("lead_ms", self.lead_ms, 0, 60_000)
-        self._check_range("max_send_queue_ms", self.max_send_queue_ms, 100, 600_000)
-        self._check_range("max_send_queue_events", self.max_send_queue_events, 8)
-        self._check_range("max_text_chars", self.max_text_chars, 1)
-        self._check_range(
-            "max_response_text_chars", self.max_response_text_chars, self.max_text_chars
-        )
-        self._check_range("max_frame_bytes", self.max_frame_bytes, 64, self.max_message_bytes)
-        self._check_range("max_message_bytes", self.max_message_bytes, 1024, 64 * 2**20)
-        self._check_range("max_queued_responses", self.max_queued_responses, 0, 1000)
-        self._check_range("speculative_turn_ms", self.speculative_turn_ms, 0, 10_000)
-        self._check_range("max_clip_bytes", self.max_clip_bytes, 1024, 64 * 2**20)
-        self._check_range("client_voices_per_key", self.client_voices_per_key, 0, 10_000)
-        self._check_range("client_voice_bytes_per_key", self.client_voice_bytes_per_key, 0)
-        self._check_range("max_client_voices", self.max_client_voices, 0)
-        self._check_range("start_timeout_s", self.start_timeout_s, 0.1, 3600)
-        self._check_range("idle_timeout_s", self.idle_timeout_s, 1, 86_400)
-        self._check_range("close_timeout_s", self.close_timeout_s, 0.1, 600)
-        self._check_range("drain_timeout_s", self.drain_timeout_s, 0, 3600)
-        self._check_range("min_segment_chars", self.min_segment_chars, 1, self.max_segment_chars)
-        self._check_range("max_segment_chars", self.max_segment_chars, 16, 100_000)
-        self._check_range("segment_pipeline_depth", self.segment_pipeline_depth, 1, 16)
-        self._check_range("opus_bitrate", self.opus_bitrate, 6000, 510_000)
-        self._check_range("opus_hurry_ms", self.opus_hurry_ms, 0, 10_000)
+        check_range("max_sessions_per_key", self.max_sessions_per_key, 0)
+        check_range("max_sessions", self.max_sessions, 1)
+        check_range("max_engine_waiting", self.max_engine_waiting, 1)
+        check_range("lead_ms", self.lead_ms, 0, 60_000)
+        check_range("max_send_queue_ms", self.max_send_queue_ms, 100, 600_000)
+        check_range("max_send_queue_events", self.max_send_queue_events, 8)
+        check_range("max_text_chars", self.max_text_chars, 1)
+        check_range("max_response_text_chars", self.max_response_text_chars, self.max_text_chars)
+        check_range("max_frame_bytes", self.max_frame_bytes, 64, self.max_message_bytes)
+        check_range("max_message_bytes", self.max_message_bytes, 1024, 64 * 2**20)
+        check_range("max_queued_responses", self.max_queued_responses, 0, 1000)
+        check_range("speculative_turn_ms", self.speculative_turn_ms, 0, 10_000)
+        check_range("max_clip_bytes", self.max_clip_bytes, 1024, 64 * 2**20)
+        check_range("client_voices_per_key", self.client_voices_per_key, 0, 10_000)
+        check_range("client_voice_bytes_per_key", self.client_voice_bytes_per_key, 0)
+        check_range("max_client_voices", self.max_client_voices, 0)
+        check_range("start_timeout_s", self.start_timeout_s, 0.1, 3600)
+        check_range("idle_timeout_s", self.idle_timeout_s, 1, 86_400)
+        check_range("close_timeout_s", self.close_timeout_s, 0.1, 600)
+        check_range("drain_timeout_s", self.drain_timeout_s, 0, 3600)
+        check_range("min_segment_chars", self.min_segment_chars, 1, self.max_segment_chars)
+        check_range("max_segment_chars", self.max_segment_chars, 16, 100_000)
+        check_range("segment_pipeline_depth", self.segment_pipeline_depth, 1, 16)
+        check_range("opus_bitrate", self.opus_bitrate, 6000, 510_000)
+        check_range("opus_hurry_ms", self.opus_hurry_ms, 0, 10_000)
         for name in ("encode_processes", "decode_processes"):
             if getattr(self, name) is not None:
-                self._check_range(name, getattr(self, name), 0, 64)
-        self._check_range("replicas", self.replicas, 0, 4096)
-        self._check_range("replica_cpus", self.replica_cpus, 0.01)
+                check_range(name, getattr(self, name), 0, 64)
+        check_range("replicas", self.replicas, 0, 4096)
+        check_range("replica_cpus", self.replica_cpus, 0.01)
         if self.replica_gpus is not None:
-            self._check_range("replica_gpus", self.replica_gpus, 0, 64)
-        self._check_range("gateway_processes", self.gateway_processes, 1, 256)
+            check_range("replica_gpus", self.replica_gpus, 0, 64)
+        check_range("gateway_processes", self.gateway_processes, 1, 256)
         if self.gateway_processes > 1 and not self.replicas:
             raise ConfigError(
                 "--gateway-processes N shares engine replicas between gateway processes: give "
@@ -404,12 +401,6 @@ class GatewaySettings:
                     f"--ray-namespace {self.ray_namespace!r}: use 1 to 64 letters, digits and "
                     "._- (starting with a letter or digit), e.g. voxgate-prod"
                 )
-
-    @staticmethod
-    def _check_range(name: str, value: float, low: float, high: float | None = None) -> None:
-        if value < low or (high is not None and value > high):
-            bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-            raise ConfigError(f"{name} must be {bound}, got {value}")
 
     @property
     def auth_enabled(self) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.request import ConfigError
+from engine.request import ConfigError, SettingError
 from gateway.config import GatewaySettings
 from models.families import check_load_options, option_fields, owners_text
 
@@ -310,6 +310,8 @@ def _family_checked(load_options: dict[str, Any]) -> dict[str, Any]:
     """The model families' load-time options, each checked by its family (ConfigError)."""
     try:
         return check_load_options(load_options)
+    except SettingError:
+        raise
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -319,6 +321,32 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     config_path: str | None = None,
 ) -> GatewaySettings:
+    """The settings from the command line's values (by key), the environment and the file; a
+    refused value is a ConfigError naming the option as the user set it (_given_as)."""
     environ = os.environ if environ is None else environ
     file = read_config_file(config_path) if config_path else {}
-    return settings_from_values(merged_values(cli, environ, file), environ)
+    try:
+        return settings_from_values(merged_values(cli, environ, file), environ)
+    except SettingError as exc:
+        option = next((o for o in options() if o.attr == exc.field), None)
+        if option is None:  # a field that is no option (an embedder's): its own name
+            raise
+        where = _given_as(option, cli, environ, config_path if option.key in file else None)
+        raise ConfigError(exc.named(where)) from None
+
+
+def _given_as(
+    option: Option, cli: Mapping[str, Any], environ: Mapping[str, str], file: str | None
+) -> str:
+    """The option as the source its value came from names it, with its flag: `--lead-ms`,
+    `$VOXGATE_LEAD_MS (--lead-ms)`, `voxgate.toml: lead_ms (--lead-ms)` (`file`: the path of
+    the file that gave it). A value no source gave (a default refused beside another
+    setting's value) is named by its flag."""
+    if option.key in cli:
+        return option.flag
+    variable = next((name for name in option.envs if environ.get(name)), None)
+    if variable is not None:
+        return f"${variable} ({option.flag})"
+    if file is not None:
+        return f"{file}: {option.key} ({option.flag})"
+    return option.flag

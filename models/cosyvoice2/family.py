@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+from engine.request import SettingError
 from models.checkpoint_errors import CheckpointError
 from models.codecs.flow_hift.serving_options import FlowHiftLaneOptions
 from models.cosyvoice2.config import CONFIG_FILE
@@ -31,7 +32,7 @@ class CosyVoiceLoadOptions(FlowHiftLaneOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.first_hop_tokens is not None and self.first_hop_tokens < 1:
-            raise ValueError(f"first_hop_tokens must be >= 1, got {self.first_hop_tokens}")
+            raise SettingError("first_hop_tokens", "must be >= 1", self.first_hop_tokens)
 
 
 def _recognises(checkpoint: Checkpoint) -> bool:

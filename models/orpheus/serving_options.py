@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.request import SettingError
 from models.checkpoint_errors import CheckpointError
 from models.codecs.compile_option import CodecCompileOption
 from models.family_spec import option
@@ -46,12 +47,11 @@ class OrpheusLoadOptions(CodecCompileOption):
     def __post_init__(self) -> None:
         ramp = self.snac_chunk_ramp
         if not 0 < ramp <= 1:
-            raise ValueError(f"snac_chunk_ramp must be in (0, 1], got {ramp}")
+            raise SettingError("snac_chunk_ramp", "must be in (0, 1]", ramp)
         n = self.snac_large_chunk_frames
         if not 4 <= n <= MAX_LARGE_CHUNK_FRAMES:
-            raise ValueError(
-                f"snac_large_chunk_frames must be 4-{MAX_LARGE_CHUNK_FRAMES} (SNAC frames), got {n}"
-            )
+            rule = f"must be 4-{MAX_LARGE_CHUNK_FRAMES} (SNAC frames)"
+            raise SettingError("snac_large_chunk_frames", rule, n)
 
     def apply(self, model: Any, device: torch.device) -> Any:
         """The loaded OrpheusModel with its codec serving as these options say; returned."""

@@ -67,8 +67,8 @@ def test_the_twilio_token_comes_from_the_environment_only(tmp_path):
         ("[engine]\npolicy = 'slack'\n", "unknown setting 'engine'"),
         ('port = "80"\n', "port must be int, got '80'"),
         ("eager = 1\n", "eager must be true or false"),
-        ("port = 70000\n", "port must be in 0..65535"),
-        ("first_hop_tokens = 0\n", "first_hop_tokens must be >= 1"),
+        ("port = 70000\n", "voxgate.toml: port (--port) must be in [0, 65535], got 70000"),
+        ("first_hop_tokens = 0\n", "first_hop_tokens (--first-hop-tokens) must be >= 1"),
         ("port = \n", "not valid TOML"),
     ],
 )
@@ -89,6 +89,54 @@ def test_a_missing_file_and_bad_variables_are_clear(tmp_path, monkeypatch, capsy
         settings(environ={"VOXGATE_CPU_INT8": "maybe"})
     # Variables that are no setting are left alone.
     assert settings(environ={"VOXGATE_CACHE": "/tmp/x"}).port == 8000
+
+
+@pytest.mark.parametrize(
+    "argv, environ, text, words",
+    [
+        (["--lead-ms", "-5"], {}, "", "--lead-ms must be in [0, 60000], got -5"),
+        (["--max-batch-tokens", "0"], {}, "", "--max-batch-tokens must be >= 1, got 0"),
+        (["--policy", "fcfs", "--max-num-seqs", "0"], {}, "", "--max-num-seqs must be >= 1, got 0"),
+        (
+            [],
+            {"VOXGATE_START_TIMEOUT": "0"},
+            "",
+            "$VOXGATE_START_TIMEOUT (--start-timeout) must be in [0.1, 3600], got 0.0",
+        ),
+        (
+            [],
+            {},
+            "first_audio_budget = -1\n",
+            "voxgate.toml: first_audio_budget (--first-audio-budget) must be >= 0, got -1.0",
+        ),
+        (["--snac-chunk-ramp", "0"], {}, "", "--snac-chunk-ramp must be in (0, 1], got 0.0"),
+        # Given in the file but overridden on the command line: the command line's is named.
+        (
+            ["--max-detok-batch", "0"],
+            {},
+            "max_detok_batch = 8\n",
+            "--max-detok-batch must be >= 1, got 0",
+        ),
+    ],
+)
+def test_a_bad_value_names_the_option_as_the_user_set_it(tmp_path, argv, environ, text, words):
+    """The flag (and the variable or the file's key it came from), and the value refused."""
+    config = tmp_path / "voxgate.toml"
+    config.write_text(text)
+    with pytest.raises(ValueError) as refused:
+        settings("--config", str(config), *argv, environ=environ)
+    assert str(refused.value).endswith(words), str(refused.value)
+
+
+def test_a_bad_value_given_to_the_dataclass_names_its_field():
+    """Embedders and tests build EngineConfig and GatewaySettings directly: the field's name."""
+    from engine.config import EngineConfig
+    from gateway.config import GatewaySettings
+
+    with pytest.raises(ValueError, match=r"^max_batch_tokens must be >= 1, got 0$"):
+        EngineConfig(max_batch_tokens=0)
+    with pytest.raises(ValueError, match=r"^start_timeout_s must be in \[0.1, 3600\], got 0$"):
+        GatewaySettings(start_timeout_s=0)
 
 
 def test_help_shows_the_user_options_first_and_groups_the_expert_ones(capsys):

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.request import SettingError
 from models.codecs.compile_option import CodecCompileOption
 from models.codecs.lane_option import FirstChunkLaneOption
 from models.family_spec import option
@@ -79,7 +80,7 @@ class FlowHiftLaneOptions(FlowHiftOptions, FirstChunkLaneOption):
 
     def __post_init__(self) -> None:
         if self.steady_batch_rows < 0:
-            raise ValueError(f"steady_batch_rows must be >= 0, got {self.steady_batch_rows}")
+            raise SettingError("steady_batch_rows", "must be >= 0", self.steady_batch_rows)
 
     def serving_facts(self) -> dict[str, Any]:
         return {
