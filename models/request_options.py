@@ -261,7 +261,15 @@ def resolve_request_options(
                 )
             known = ", ".join(by_name)
             raise RequestOptionError(
-                f"unknown model option {str(name)[:64]!r} for {model}; it takes: {known}",
+                f"unknown model option {str(name)[:64]!r} for {model}{_near(str(name), by_name)}; "
+                f"it takes: {known}",
                 str(name),
             )
     return {spec.name: spec.value(given.get(spec.name, spec.default)) for spec in specs}
+
+
+def _near(name: str, known: Mapping[str, Any]) -> str:
+    """` (did you mean 'emotion_happiness'?)` for the known name closest to a mistyped one, or
+    nothing (short names only: matching costs their length)."""
+    near = difflib.get_close_matches(name, list(known), n=1) if len(name) <= 64 else []
+    return f" (did you mean {near[0]!r}?)" if near else ""

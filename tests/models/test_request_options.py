@@ -68,6 +68,22 @@ def test_bad_options_name_the_option_and_what_is_accepted(given, option, says):
     assert says in str(info.value)
 
 
+def test_an_unknown_option_suggests_the_closest_name():
+    from models.zonos.family import FAMILY as ZONOS
+
+    specs = option_specs(ZONOS.request_options)
+    with pytest.raises(RequestOptionError) as info:
+        resolve_request_options(specs, {"happiness": 0.5}, "zonos")
+    assert info.value.option == "happiness"
+    assert "unknown model option 'happiness' for zonos (did you mean 'emotion_happiness'?)" in str(
+        info.value
+    )
+    assert "it takes: emotion_happiness, emotion_sadness" in str(info.value)
+    with pytest.raises(RequestOptionError) as far:  # nothing near: no guess
+        resolve_request_options(specs, {"volume": 1}, "zonos")
+    assert "did you mean" not in str(far.value)
+
+
 def test_a_model_without_options_refuses_any_by_name():
     assert resolve_request_options((), {}, "tiny-orpheus") == {}
     with pytest.raises(RequestOptionError, match="tiny-orpheus takes no model_options"):
