@@ -263,16 +263,17 @@ class EngineCore:
                 f"got {spec.audible_after_s}"
             )
         prompt = self._prompt(spec, options)
-        total = len(prompt.token_ids) + spec.sampling.max_tokens
+        sampling = spec.sampling.within(prompt.length)
+        total = len(prompt.token_ids) + sampling.max_tokens
         if total > self.model.facts.max_context:
             raise ModelInputError(
                 f"prompt ({len(prompt.token_ids)} tokens) plus max_tokens "
-                f"({spec.sampling.max_tokens}) exceeds the model's context of "
+                f"({sampling.max_tokens}) exceeds the model's context of "
                 f"{self.model.facts.max_context}; shorten the text or lower max_tokens"
             )
         request = Request(
             prompt.token_ids,
-            spec.sampling,
+            sampling,
             arrival_time=self.clock(),
             extras=prompt.extras,
             model_options=options,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,6 +79,16 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def within(self, length: tuple[int, int] | None) -> SamplingParams:
+        """These parameters inside a model's own length rule for a text (models.base.Prompt.
+        length: the fewest and most tokens its published inference lets that text make). A
+        request that fixes its length (min_tokens = max_tokens) keeps it."""
+        if length is None or self.min_tokens >= self.max_tokens:
+            return self
+        fewest, most = length
+        most = max(1, min(self.max_tokens, most))
+        return replace(self, min_tokens=min(max(self.min_tokens, fewest), most), max_tokens=most)
 
 
 class RequestStatus(enum.IntEnum):

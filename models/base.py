@@ -206,6 +206,10 @@ class Prompt:
     # A request opened for streamed text (preprocess_text_stream): the ids it consumes as it
     # generates, extended by extend_request.
     text_feed: TextFeed | None = None
+    # The fewest and most tokens the model's published inference lets this text make (CosyVoice
+    # 2: 2 and 20 a text token), which the engine holds a request to unless it fixes its own
+    # length (SamplingParams.within); None: no rule beyond the request's.
+    length: tuple[int, int] | None = None
 
 
 @dataclass

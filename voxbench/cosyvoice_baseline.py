@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from engine.api import AudioChunk, FinishReason, SamplingParams
+from engine.api import AudioChunk, FinishReason, SamplingParams, SpeechRequest
 from models.base import RepetitionAwareSampling
 from models.codecs.flow_hift.streaming import FlowHiftDetokenizer
 from models.cosyvoice2.model import CosyVoice2Model
@@ -54,6 +54,10 @@ class CosyVoiceBaseline(PerRequestBaseline):
 
     def prompt_ids(self, text: str, voice: str | None) -> list[int]:
         return self.model.preprocess(text, voice).token_ids
+
+    def request_sampling(self, request: SpeechRequest) -> SamplingParams:
+        length = self.model.preprocess(request.text, request.voice).length
+        return request.sampling.within(length)
 
     def _prompt_embeddings(self, prompt: list[int]) -> torch.Tensor:
         """[1, T, H]: sos, text, task_id, prompt speech, each from its own table."""

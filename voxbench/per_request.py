@@ -64,6 +64,11 @@ class PerRequestBaseline(abc.ABC):
     def prompt_ids(self, text: str, voice: str | None) -> list[Any]:
         """The request's prompt; ModelInputError for text or a voice it cannot take."""
 
+    def request_sampling(self, request: SpeechRequest) -> SamplingParams:
+        """The sampling `request` runs with: its own, or within the model's length rule for
+        its text where the model has one (models.base.Prompt.length), as the engine does."""
+        return request.sampling
+
     def request_prompt(self, request: SpeechRequest) -> list[Any]:
         """The prompt of `request`: prompt_ids of its text and voice. A model whose request
         options (SpeechRequest.model_options) change the prompt builds it here instead."""
@@ -103,7 +108,7 @@ class PerRequestBaseline(abc.ABC):
         job = Job(
             request_id,
             prompt,
-            request.sampling,
+            self.request_sampling(request),
             ResponseStream(asyncio.get_running_loop(), request_id),
             request.voice,
             model_options=dict(request.model_options),

@@ -32,6 +32,11 @@ from models.voice_clip import VOICE_NAME, ClipRules, VoiceClip, resample
 log = logging.getLogger("voxgate.cosyvoice2")
 
 MAX_TEXT_CHARS = 4000
+# The published inference's length rule (`Qwen2LM.inference`'s min/max_token_text_ratio): a
+# text of n tokens makes at least 2n speech tokens (its stop tokens held back until then) and
+# at most 20n, which also ends a generation that runs away.
+MIN_TOKEN_TEXT_RATIO = 2
+MAX_TOKEN_TEXT_RATIO = 20
 
 
 class CosyVoice2Stream(StreamState):
@@ -170,9 +175,14 @@ class CosyVoice2Model(SpeechModel):
             raise ModelInputError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
         v = self.voices.get(voice)
         ids = self.ids
-        tokens = [ids.sos, *v.text_ids, *self.text_ids(text), ids.task_id]
+        text_ids = self.text_ids(text)
+        tokens = [ids.sos, *v.text_ids, *text_ids, ids.task_id]
         tokens += [ids.speech(s) for s in v.llm_tokens]
-        return Prompt(tokens, extras={"voice": v})
+        length = (
+            int(len(text_ids) * MIN_TOKEN_TEXT_RATIO),
+            int(len(text_ids) * MAX_TOKEN_TEXT_RATIO),
+        )
+        return Prompt(tokens, extras={"voice": v}, length=length)
 
     # 2. forward ------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Any) -> torch.Tensor:

@@ -126,3 +126,16 @@ def test_the_engine_counts_the_characters_a_request_speaks():
     core = EngineCore(load_model("tiny-orpheus"), EngineConfig(), torch.device("cpu"), "sdpa")
     request = core.add_request(SpeechRequest("Hello there.", sampling=SamplingParams(max_tokens=8)))
     assert request.text_chars == len("Hello there.")
+
+
+def test_a_models_length_rule_bounds_a_request_that_does_not_fix_its_own():
+    default = SamplingParams()
+    assert default.within(None) is default
+    assert (default.within((20, 200)).min_tokens, default.within((20, 200)).max_tokens) == (20, 200)
+    asked = SamplingParams(min_tokens=50, max_tokens=100)
+    assert (asked.within((20, 200)).min_tokens, asked.within((20, 200)).max_tokens) == (50, 100)
+    short = SamplingParams(max_tokens=10)  # the request's ceiling under the rule's floor
+    assert (short.within((20, 200)).min_tokens, short.within((20, 200)).max_tokens) == (10, 10)
+    exact = SamplingParams(min_tokens=300, max_tokens=300)
+    assert exact.within((20, 200)) is exact
+    assert SamplingParams().within((0, 0)).max_tokens == 1  # an empty rule leaves one token

@@ -195,6 +195,24 @@ def test_prompt_layout(model):
         model.preprocess("  ", None)
 
 
+def test_a_text_makes_between_2_and_20_speech_tokens_a_text_token(model):
+    """The published inference's length rule (min/max_token_text_ratio), counted on the text
+    to speak alone, not the voice prompt's transcript: the engine holds a request to it (its
+    stop tokens held back until the fewest) unless the request fixes its own length."""
+    text = "Hello there, how are you today?"
+    n = len(model.text_ids(text))
+    assert model.preprocess(text, "clip").length == (2 * n, 20 * n)
+    core = EngineCore(model, EngineConfig(), torch.device("cpu"), "sdpa")
+    asked = SamplingParams(temperature=0.0, repetition_penalty=1.0, seed=0)
+    bounded = core.add_request(SpeechRequest(text, "clip", asked))
+    assert (bounded.sampling.min_tokens, bounded.sampling.max_tokens) == (2 * n, 20 * n)
+    exact = SamplingParams(temperature=0.0, min_tokens=500, max_tokens=500)
+    assert core.add_request(SpeechRequest(text, "clip", exact)).sampling == exact
+    while core.has_work():
+        core.step()
+    assert 2 * n <= len(bounded.output_ids) <= 20 * n
+
+
 def test_a_clients_voice_is_served_unlisted_within_the_graphs_and_forgotten(model):
     """add_clip_voice (voices from clients): the clip at its own rate, resampled to the 16 and
     24 kHz the encoders take; served by name but never listed nor the default; its flow
