@@ -434,11 +434,9 @@ class Scheduler:
         """The LLM is done with `request`: its KV pages go back to the pool at once. It stays
         live until the detokenizer has flushed its last audio."""
         request.status = status
-        if (
-            status == RequestStatus.FINISHED_STOPPED
-            and request.sampling.min_tokens == 0
-            and not self.calibrating
-        ):
+        if status == RequestStatus.FINISHED_STOPPED and not self.calibrating:
+            # A stop token ended it: the model chose its length (past any min_tokens, which a
+            # model's own length rule sets too). A request held to max_tokens teaches nothing.
             self.lengths.observe(request.text_chars, len(request.output_ids))
         self._release_kv(request)
 

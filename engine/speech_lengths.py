@@ -8,7 +8,7 @@ seconds. Admission's outlook (engine/realtime_outlook.py) follows every stream t
 the KV pages it reads grow, so judging each one by its ceiling sees streams that run minutes
 and refuses newcomers long before the engine is full. Speech runs nearly in proportion to
 its text, so the engine learns the model's tokens per character from the requests that
-stopped on their own (their `min_tokens` unset: nothing forced their length), and bounds a
+stopped on their own (a stop token, not their `max_tokens`, ended them), and bounds a
 text's stream by a high quantile of that ratio with a margin, plus half a second of audio for
 short texts' pauses and breaths. Until `MIN_SAMPLES` requests have ended that way there is
 no bound and the ceiling stands; a stream that runs past its bound is judged by its ceiling

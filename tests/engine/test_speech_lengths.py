@@ -76,8 +76,10 @@ def test_requests_that_stop_by_themselves_teach_the_scheduler_their_pace():
     assert sched._outlook(short, 0.0).remaining_tokens == 200
 
 
-def test_lengths_forced_by_min_tokens_teach_nothing():
-    assert scheduler_with(min_tokens=300).lengths.samples == 0
+def test_only_requests_that_stopped_by_themselves_teach():
+    """A stop token after a model's own floor (CosyVoice 2's 2 a text token, as min_tokens)
+    teaches; a request ended by its max_tokens (a benchmark's fixed length) does not."""
+    assert scheduler_with(min_tokens=200).lengths.samples == MIN_SAMPLES
     sched = scheduler_with()
     ran_out = Request([1] * 8, SamplingParams(max_tokens=50), 0.0, text_chars=100)
     ran_out.output_ids = [7] * 50
