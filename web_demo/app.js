@@ -320,6 +320,9 @@ function onSessionStarted(ev, resolveStarted) {
   // The picker from GET /v1/voices, once a session shows the key is good (no 401 to log).
   voices.load();
   updateMicAvailability();
+  // Now, not at the next animation frame (which a background tab may hold back): Speak is off
+  // for a model that takes no text from the moment the page knows it.
+  updateButtons();
   resolveStarted();
 }
 
