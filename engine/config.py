@@ -338,38 +338,19 @@ class EngineConfig:
         return 3.0 if model_margin is None else model_margin
 
     def __post_init__(self) -> None:
-        require(self.policy in POLICIES, "policy", f"must be one of {POLICIES}", self.policy)
-        kv_dtypes = ("auto", "fp8")
-        require(
-            self.kv_cache_dtype in kv_dtypes,
-            "kv_cache_dtype",
-            "must be auto or fp8",
-            self.kv_cache_dtype,
-        )
-        require(
-            self.block_size in (8, 16, 32, 64),
-            "block_size",
-            "must be 8, 16, 32 or 64",
-            self.block_size,
-        )
+        require_choice("policy", self.policy, POLICIES)
+        require_choice("kv_cache_dtype", self.kv_cache_dtype, ("auto", "fp8"))
+        require_choice("block_size", self.block_size, (8, 16, 32, 64))
         if self.num_kv_blocks is not None:
             check_range("num_kv_blocks", self.num_kv_blocks, 2)
         check_range("max_num_seqs", self.max_num_seqs, 1)
         check_range("max_batch_tokens", self.max_batch_tokens, 1)
         check_range("max_detok_batch", self.max_detok_batch, 1)
         check_range("kv_memory_fraction", self.kv_memory_fraction, 0.05, 0.98)
-        require(
-            self.dtype in (None, "float32", "bfloat16", "float16"),
-            "dtype",
-            "must be float32, bfloat16 or float16",
-            self.dtype,
-        )
-        require(
-            self.attention in (None, "sdpa", "flashinfer"),
-            "attention",
-            "must be sdpa or flashinfer",
-            self.attention,
-        )
+        if self.dtype is not None:
+            require_choice("dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        if self.attention is not None:
+            require_choice("attention", self.attention, ("sdpa", "flashinfer"))
         if self.first_audio_margin is not None:
             check_range("first_audio_margin", self.first_audio_margin, 0)
         check_range("first_audio_budget_s", self.first_audio_budget_s, 0)
@@ -397,6 +378,13 @@ def require(ok: bool, field: str, rule: str, value: Any) -> None:
     with the option's flag (gateway/settings.py)."""
     if not ok:
         raise SettingError(field, rule, value)
+
+
+def require_choice(field: str, value: Any, choices: tuple[Any, ...]) -> None:
+    """Refuse a settings field's value that is not one of `choices` ("must be a, b or c")."""
+    names = [str(choice) for choice in choices]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    require(value in choices, field, f"must be {listed}", value)
 
 
 def check_range(field: str, value: float, low: float, high: float | None = None) -> None:

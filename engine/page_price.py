@@ -18,10 +18,9 @@ noisy window can never price pages at nothing.
 
 from __future__ import annotations
 
-import threading
-from collections import deque
-
 import numpy as np
+
+from engine.turn_cost import SampleWindow
 
 PRICE_WINDOW = 2048  # live decode turns (~20 s at a hundred turns a second)
 MIN_TURNS = 256
@@ -37,17 +36,14 @@ class PagePrice:
 
     def __init__(self, window: int = PRICE_WINDOW) -> None:
         self.prior_s = 0.0
-        self._turns: deque[tuple[int, int, float]] = deque(maxlen=window)
-        self._lock = threading.Lock()  # observed by the engine loop, read by stats too
-        self._since_fit = 0
+        self._turns = SampleWindow(window)
+        self._fitted_version = 0  # the window's version when the price was last fitted
         self._learned: float | None = None
 
     def observe(self, rows: int, pages: int, seconds: float) -> None:
         """A live decode turn of `rows` rows that read `pages` KV pages in `seconds`."""
         if rows >= 1 and seconds >= 0:
-            with self._lock:
-                self._turns.append((rows, pages, seconds))
-                self._since_fit += 1
+            self._turns.append(rows, pages, seconds)
 
     @property
     def learned(self) -> bool:
@@ -58,18 +54,15 @@ class PagePrice:
         the warm-up's (0: pages unpriced, as on a CPU)."""
         if self.prior_s <= 0:
             return 0.0
-        with self._lock:
-            stale = self._since_fit >= REFIT_TURNS
-            turns = list(self._turns) if stale else None
-            if stale:
-                self._since_fit = 0
-        if turns is not None:
+        if self._turns.version - self._fitted_version >= REFIT_TURNS:
+            version, turns = self._turns.snapshot()
+            self._fitted_version = version
             fitted = self._fit(turns)
             if fitted is not None:  # else the last trusted price stands
                 self._learned = fitted
         return self.prior_s if self._learned is None else self._learned
 
-    def _fit(self, turns: list[tuple[int, int, float]]) -> float | None:
+    def _fit(self, turns: tuple[tuple[float, ...], ...]) -> float | None:
         if len(turns) < MIN_TURNS:
             return None
         rows, pages, secs = np.array(turns, dtype=np.float64).T

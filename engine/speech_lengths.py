@@ -19,8 +19,8 @@ they come; the listeners' buffers guard what the bound misses (engine/listener_g
 from __future__ import annotations
 
 import math
-import threading
-from collections import deque
+
+from engine.turn_cost import SampleWindow
 
 LENGTH_WINDOW = 512  # the latest requests the ratio is learned from
 MIN_SAMPLES = 32  # requests ended by themselves before a text's length is bounded
@@ -40,18 +40,14 @@ class SpeechLengths:
     ) -> None:
         self.slack_tokens = slack_tokens
         self.min_samples = min_samples
-        self._ratios: deque[float] = deque(maxlen=window)
-        self._lock = threading.Lock()  # observed by the engine loop, read by stats too
-        self._version = 0
+        self._ratios = SampleWindow(window)  # observed by the engine loop, read by stats too
         self._cache: tuple[int, float | None] = (-1, None)
 
     def observe(self, text_chars: int, tokens: int) -> None:
         """A request for `text_chars` characters of text that stopped by itself after
         `tokens` tokens."""
         if text_chars > 0 and tokens > 0:
-            with self._lock:
-                self._ratios.append(tokens / text_chars)
-                self._version += 1
+            self._ratios.append(tokens / text_chars)
 
     @property
     def samples(self) -> int:
@@ -60,10 +56,10 @@ class SpeechLengths:
     def tokens_per_char(self) -> float | None:
         """The learned ratio's `QUANTILE` (None until `min_samples` requests are in)."""
         cached_version, cached = self._cache
-        if cached_version == self._version:
+        if cached_version == self._ratios.version:
             return cached  # asked for every live stream at each admission decision
-        with self._lock:
-            version, ratios = self._version, sorted(self._ratios)
+        version, samples = self._ratios.snapshot()
+        ratios = sorted(ratio for (ratio,) in samples)
         ratio = None
         if len(ratios) >= self.min_samples:
             ratio = ratios[min(len(ratios) - 1, math.ceil(QUANTILE * len(ratios)) - 1)]

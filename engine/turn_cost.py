@@ -77,18 +77,18 @@ class Reach:
 
 class SampleWindow:
     """The last `size` samples of a live measurement (a turn's rows and seconds, a codec job's
-    audio and seconds): appended by the engine loop, copied by readers on other threads (the
-    gateway's stats), with a version that changes with every change, so that a fit of them
-    is computed once per version."""
+    audio and seconds, a turn's rows, pages and seconds): appended by the engine loop, copied
+    by readers on other threads (the gateway's stats), with a version that changes with every
+    change, so that a fit of them is computed once per version."""
 
     def __init__(self, size: int) -> None:
-        self._samples: deque[tuple[float, float]] = deque(maxlen=size)
+        self._samples: deque[tuple[float, ...]] = deque(maxlen=size)
         self._lock = threading.Lock()
         self.version = 0
 
-    def append(self, size: float, seconds: float) -> None:
+    def append(self, *sample: float) -> None:
         with self._lock:
-            self._samples.append((size, seconds))
+            self._samples.append(sample)
             self.version += 1
 
     def clear(self) -> None:
@@ -96,7 +96,7 @@ class SampleWindow:
             self._samples.clear()
             self.version += 1
 
-    def snapshot(self) -> tuple[int, tuple[tuple[float, float], ...]]:
+    def snapshot(self) -> tuple[int, tuple[tuple[float, ...], ...]]:
         """The version and a copy of the samples, taken together."""
         with self._lock:
             return self.version, tuple(self._samples)

@@ -248,7 +248,8 @@ class SessionStarted:
     speed: float | None = None
     # Transcripts of spoken turns (additive), when session.start asked: {model, language, prompt}.
     input_transcription: InputTranscription | None = None
-    # True where this session could ask for them (additive; left out otherwise): a turn-based
+    # True where the client could ask for them on this connection (additive; left out
+    # otherwise): a turn-based
     # model on a server that transcribes. A client learns it before asking, not by a refusal.
     transcribes: bool | None = None
 
