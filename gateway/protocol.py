@@ -487,8 +487,16 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def json_int(value: object) -> int | None:
+    """`value` as an integer where JSON calls it one: 100, or 100.0 (a number with no fraction,
+    as some encoders write every number); None for anything else, true and false included."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 # How an error names the type a field takes: as JSON spells it, for the client who reads it.
@@ -508,8 +516,7 @@ def _optional(obj: Mapping[str, Any], name: str, kind: type) -> Any:
     value = obj.get(name)
     if value is None:
         return None
-    ok = _is_int(value) if kind is int else isinstance(value, kind)
-    if not ok:
+    if not isinstance(value, kind):
         raise ProtocolError(ErrorCode.BAD_FIELD, f"`{name}` must be {json_type_name(kind)}")
     return value
 
@@ -530,14 +537,14 @@ def _audio_spec(obj: Mapping[str, Any], name: str) -> AudioSpec | None:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_AUDIO, f"`{name}.format` must be one of {formats}"
         ) from None
-    rate = raw.get("sample_rate", DEFAULT_SAMPLE_RATE[fmt])
-    if not _is_int(rate) or rate not in SAMPLE_RATES[fmt]:
+    rate = json_int(raw.get("sample_rate", DEFAULT_SAMPLE_RATE[fmt]))
+    if rate not in SAMPLE_RATES[fmt]:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_AUDIO,
             f"`{name}.sample_rate` for {fmt.value} must be one of {SAMPLE_RATES[fmt]}",
         )
-    frame_ms = raw.get("frame_ms", DEFAULT_FRAME_MS)
-    if not _is_int(frame_ms) or frame_ms not in FRAME_MS:
+    frame_ms = json_int(raw.get("frame_ms", DEFAULT_FRAME_MS))
+    if frame_ms not in FRAME_MS:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_AUDIO, f"`{name}.frame_ms` must be one of {FRAME_MS}"
         )
@@ -568,8 +575,8 @@ def decode_sampling(raw: object, path: str = "sampling") -> dict[str, float | in
             )
         if value is None and key == "seed":
             out[key] = None
-        elif kind is int and _is_int(value):
-            out[key] = value
+        elif kind is int and json_int(value) is not None:
+            out[key] = json_int(value)
         elif kind is float and _is_number(value) and math.isfinite(value):
             out[key] = float(value)
         else:
@@ -604,8 +611,8 @@ def _turn_detection(obj: Mapping[str, Any]) -> TurnDetection | None:
         raise ProtocolError(
             ErrorCode.BAD_FIELD, "`turn_detection.type` must be vad or none"
         ) from None
-    silence = raw.get("silence_ms", TurnDetection.silence_ms)
-    if not _is_int(silence) or not 0 < silence <= 10_000:
+    silence = json_int(raw.get("silence_ms", TurnDetection.silence_ms))
+    if silence is None or not 0 < silence <= 10_000:
         raise ProtocolError(ErrorCode.BAD_FIELD, "`turn_detection.silence_ms` must be in 1..10000")
     return TurnDetection(type=kind, silence_ms=silence)
 

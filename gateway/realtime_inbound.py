@@ -26,6 +26,7 @@ from gateway.protocol import (
     TurnDetection,
     TurnDetectionType,
     decode_sampling,
+    json_int,
 )
 from gateway.realtime_events import (
     encode_item_created,
@@ -104,8 +105,8 @@ def native_turn_detection(
             "`turn_detection.type` must be server_vad or semantic_vad",
             f"{path}.type",
         )
-    silence = turn.get("silence_duration_ms", 500)
-    if not isinstance(silence, int) or isinstance(silence, bool) or not 0 < silence <= 10_000:
+    silence = json_int(turn.get("silence_duration_ms", 500))
+    if silence is None or not 0 < silence <= 10_000:
         raise ProtocolError(
             ErrorCode.BAD_FIELD,
             "`silence_duration_ms` must be in 1..10000",

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from gateway import client_json
 from gateway.input_transcription import TranscriptionRefused, checked_transcription
-from gateway.protocol import ErrorCode, ProtocolError
+from gateway.protocol import ErrorCode, ProtocolError, json_int
 from gateway.realtime_tools import (
     FunctionCallEvent,
     FunctionOutputEvent,
@@ -345,8 +345,10 @@ def _decode_max_tokens(obj: dict, root: str) -> tuple[int | Literal["inf"] | Non
     and its path as sent."""
     name = "max_output_tokens" if "max_output_tokens" in obj else "max_response_output_tokens"
     value = obj.get(name)
-    if value not in (None, "inf") and (not isinstance(value, int) or isinstance(value, bool)):
-        raise _bad('`max_output_tokens` must be an integer or "inf"', f"{root}.{name}")
+    if value not in (None, "inf"):
+        value = json_int(value)
+        if value is None:
+            raise _bad('`max_output_tokens` must be an integer or "inf"', f"{root}.{name}")
     return value, f"{root}.{name}"
 
 
@@ -550,11 +552,15 @@ def _decode_append(obj: dict) -> AudioInputEvent:
 
 
 def _decode_truncate(obj: dict) -> TruncateEvent:
+    def whole(value: object) -> object:  # 250.0 as 250; anything else as sent, for check()
+        number = json_int(value)
+        return value if number is None else number
+
     return TruncateEvent(
         _str(obj, "event_id"),
         obj.get("item_id"),
-        obj.get("content_index", 0),
-        obj.get("audio_end_ms"),
+        whole(obj.get("content_index", 0)),
+        whole(obj.get("audio_end_ms")),
     )
 
 

@@ -35,7 +35,7 @@ from typing import Any
 from engine.api import ModelFacts
 from gateway.config import GatewaySettings
 from gateway.http_common import bad
-from gateway.protocol import AudioFormat, AudioSpec
+from gateway.protocol import AudioFormat, AudioSpec, json_int
 from gateway.reply import SpeechOptions
 from gateway.speech_formats import SPEECH_RATE, SpeechFormat
 from gateway.speech_options import AskedOptions, OptionRefused, resolve_speech_options
@@ -156,10 +156,12 @@ def _sampling(body: dict) -> dict[str, int | float]:
     """The sampling fields the body sets, type-checked (their ranges are the resolver's)."""
     chosen = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
     for name, value in chosen.items():
-        whole = name in ("seed", "max_tokens")
-        if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
-            kind = "an integer" if whole else "a number"
-            raise bad(name, f"'{name}' must be {kind}")
+        if name in ("seed", "max_tokens"):
+            chosen[name] = json_int(value)
+            if chosen[name] is None:
+                raise bad(name, f"'{name}' must be an integer")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad(name, f"'{name}' must be a number")
     return chosen
 
 

@@ -137,6 +137,29 @@ def test_a_wrong_type_is_named_as_json_names_it(frame, says):
     assert says in info.value.message
 
 
+def test_a_whole_number_written_with_a_fraction_is_an_integer():
+    """JSON has one number type: 100.0 is the integer 100 (as JSON Schema's "integer" reads it,
+    and as encoders that write every number as a float send it); 100.5 and true are not."""
+    start = decode_text_frame(
+        json.dumps(
+            {
+                "type": "session.start",
+                "sampling": {"max_tokens": 100.0, "seed": 7.0},
+                "output_audio": {"format": "pcm16", "sample_rate": 24000.0, "frame_ms": 20.0},
+                "turn_detection": {"type": "vad", "silence_ms": 500.0},
+            }
+        )
+    )
+    assert start.sampling == {"max_tokens": 100, "seed": 7}
+    assert all(type(v) is int for v in start.sampling.values())
+    assert (start.output_audio.sample_rate, start.output_audio.frame_ms) == (24000, 20)
+    assert type(start.output_audio.sample_rate) is int
+    assert start.turn_detection.silence_ms == 500
+    for bad in (100.5, True, "100"):
+        with pytest.raises(ProtocolError, match="must be an integer"):
+            decode_text_frame(json.dumps({"type": "session.start", "sampling": {"seed": bad}}))
+
+
 def test_encode_events():
     limits = Limits(1, 2, 3, 4, 5, 6, 7, 8, 9)
     started = json.loads(

@@ -75,6 +75,17 @@ def test_session_update_fields():
     assert ga.voice == "leo"
 
 
+def test_whole_numbers_written_with_a_fraction_are_integers():
+    event = decode(type="session.update", session={"max_output_tokens": 400.0})
+    assert event.max_output_tokens == 400 and type(event.max_output_tokens) is int
+    cut = decode(type="conversation.item.truncate", item_id="it_1", audio_end_ms=1500.0)
+    cut.check()
+    assert cut.audio_end_ms == 1500 and type(cut.audio_end_ms) is int
+    half = decode(type="conversation.item.truncate", item_id="it_1", audio_end_ms=1500.5)
+    with pytest.raises(ProtocolError, match="integer"):
+        half.check()
+
+
 @pytest.mark.parametrize(
     "session, code",
     [

@@ -114,6 +114,17 @@ def test_a_file_no_one_plays_as_it_comes_reaches_the_engine_so(client, voice, en
     assert np.abs(kept.astype(np.int32) - heard).max() <= 2
 
 
+def test_a_whole_max_tokens_written_with_a_fraction_is_an_integer(client, voice, expected_s):
+    """JSON's 100.0 is the integer 100: the same audio as the same request sending 100."""
+    data, _ = speak(
+        client,
+        voice,
+        response_format="pcm",
+        extra_body={**FAST_SAMPLING, "max_tokens": float(FAST_SAMPLING["max_tokens"])},
+    )
+    assert abs(len(data) / 2 / 24000 - expected_s) < TOLERANCE_S
+
+
 def test_default_format_is_mp3(client, voice, expected_s):
     data, headers = speak(client, voice)
     assert headers["content-type"] == "audio/mpeg"
@@ -220,6 +231,7 @@ def test_speed_time_stretches_the_audio_made(client, voice, engine, speed):
         ({"model": "whisper-1"}, "model", "tiny-orpheus"),
         ({"instructions": "x" * 4097}, "instructions", "4096"),
         ({"extra_body": {"max_tokens": 0}}, "max_tokens", "max_tokens"),
+        ({"extra_body": {"max_tokens": 1.5}}, "max_tokens", "must be an integer"),
         ({"extra_body": {"temperature": "hot"}}, "temperature", "number"),
         ({"extra_body": {"volume": 2}}, "volume", "unrecognized"),
         ({"extra_body": {"min_p": 2.0}}, "min_p", "min_p must be in [0, 1]"),
