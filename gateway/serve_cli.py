@@ -43,22 +43,12 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | No
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import logging
     import os
 
     from gateway.startup import serve
 
     warn_unknown_environment(os.environ)
     settings = settings_from_args(args)
-    log = logging.getLogger("voxgate.gateway")
-    if settings.auth_enabled:
-        log.info("API keys: %d configured (values are never logged)", len(settings.api_keys))
-    else:
-        log.warning(
-            "no API keys configured: anyone who can reach %s:%d may connect",
-            settings.host,
-            settings.port,
-        )
     # Port, model, weights and KV cache are checked before serving; a bad one is one line.
     return serve(settings, getattr(args, "log_level", "info").lower())
 

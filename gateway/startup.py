@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import logging
 import socket
 import sys
 import time
@@ -27,6 +28,8 @@ import uvicorn
 
 from gateway.config import GatewaySettings
 from gateway.input_transcription import InputTranscriber
+
+log = logging.getLogger("voxgate.gateway")
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -93,6 +96,19 @@ def explain(exc: BaseException, settings: GatewaySettings) -> str | None:
     return None
 
 
+def log_access(settings: GatewaySettings) -> None:
+    """Who may connect, logged once the configuration is known to be good (a bad one ends in
+    its own error line, with no warning about keys before it)."""
+    if settings.auth_enabled:
+        log.info("API keys: %d configured (values are never logged)", len(settings.api_keys))
+    else:
+        log.warning(
+            "no API keys configured: anyone who can reach %s:%d may connect",
+            settings.host,
+            settings.port,
+        )
+
+
 def serve(settings: GatewaySettings, log_level: str) -> int:
     """Check the port, build and supervise the engine, serve until stopped; 2 with one line on
     stderr for a bad configuration."""
@@ -120,6 +136,7 @@ def serve(settings: GatewaySettings, log_level: str) -> int:
             raise
         print(f"error: {line}", file=sys.stderr)
         return 2
+    log_access(settings)
     # Its lifespan shuts the engine down (and closes the transcriber).
     app = create_app(settings, engine, owns_engine=True, transcriber=transcriber)
     gateway = app.state.gateway
@@ -182,6 +199,7 @@ def _serve_processes(settings: GatewaySettings, log_level: str) -> int:
         check_port(settings.host, settings.port)
         if settings.input_transcription_model:  # each process loads its own: checked here once
             InputTranscriber(settings.input_transcription_model).close()
+        log_access(settings)
         return serve_processes(settings, log_level)
     except Exception as exc:  # noqa: BLE001 - mapped to one line, or raised again
         line = explain(exc, settings)

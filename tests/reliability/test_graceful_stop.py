@@ -88,6 +88,7 @@ def _stopped(tmp_path, tokens: int, drain_s: float) -> dict:
         assert exit_code == 0, log[-3000:]
         assert all(wait_gone(pid, 20) for pid in engines), log[-3000:]
         assert "leaked semaphore" not in log and "Traceback" not in log, log[-3000:]
+        assert log.count("no API keys configured") == 1, log[-3000:]  # said once it serves
         return seen
     finally:
         server.stop()
