@@ -31,7 +31,6 @@ from engine.config import EngineConfig
 from engine.detok_job import Detokenizer
 from engine.detok_pipeline import make_detokenizer
 from engine.gc_pauses import with_full_collections
-from engine.memory_bandwidth import page_seconds
 from engine.outputs import (
     MAX_AUDIBLE_AFTER_S,
     EngineEvent,
@@ -43,10 +42,10 @@ from engine.outputs import (
     TextDelta,
     WordTimings,
 )
-from engine.realtime_capacity import REALTIME_LOAD
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler
+from engine.warm_up_calibration import WarmUpCalibration
 from engine.word_timing import WordClock
 from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
@@ -157,97 +156,12 @@ class EngineCore:
         while self.has_work():
             self.step()
         if self.config.realtime_admission:
-            self._price_kv_pages()
-            self._calibrate_realtime()
+            WarmUpCalibration(self).run()
         # The warm-up's own turns (first-use compiles) say nothing about serving, and a burst
         # the KV pool could not hold refused no client.
-        self.scheduler.capacity.steps.clear_live()
+        self.scheduler.capacity.clear_live()
         self.scheduler.refusals.clear()
         self.steps = 0
-
-    def _price_kv_pages(self) -> None:
-        """Real-time admission's price of a KV page in use (engine/memory_bandwidth.py): set
-        before the bursts, whose turns are then booked less their pages too."""
-        page_s = page_seconds(self._device, self._kv_bytes_per_block)
-        self.scheduler.capacity.page_s = page_s
-        if page_s > 0:
-            log.info(
-                "real-time admission: a KV page in use costs %.3f µs a step (%d bytes at the "
-                "measured copy bandwidth)",
-                1e6 * page_s,
-                self._kv_bytes_per_block,
-            )
-
-    def _calibrate_realtime(self, budget_s: float = 20.0) -> None:
-        """Real-time admission's turn cost (engine/turn_cost.py) seeded at batch sizes
-        1, 2, 4, … up to max_num_seqs: each a burst of requests stepped to their end (the
-        codec's chunks included), its mean token interval recorded. Stops at the first size
-        that already falls behind real time (larger ones are refused anyway), when the KV pool
-        cannot hold the burst, or after `budget_s`. Live turns of every size take over."""
-        facts = self.model.facts
-        n = facts.first_chunk_tokens + facts.chunk_tokens
-        limit = REALTIME_LOAD * facts.seconds_per_token
-        sizes = sorted({min(2**i, self.config.max_num_seqs) for i in range(12)})
-        deadline = self.clock() + budget_s
-        sched = self.scheduler
-        # The bursts must not move the estimates that size first chunks and slack.
-        kept = sched.measured_costs()
-        sched.calibrating = True
-        try:
-            for size in sizes:
-                interval = self._calibration_burst(size, n)
-                if interval is None:
-                    break
-                sched.capacity.steps.seed(size, interval)
-                log.info(
-                    "real-time admission: batch %d takes %.1f ms a token", size, 1e3 * interval
-                )
-                if interval > limit or self.clock() > deadline:
-                    break
-        finally:
-            sched.calibrating = False
-            sched.restore_costs(kept)
-            self._last_llm_start = None
-        fit = sched.capacity.steps.fit()
-        if fit is not None:
-            log.info(
-                "real-time admission: turn %.2f ms + %.3f ms/row (warm-up bursts): room for %s "
-                "streams until live turns refine it",
-                1e3 * fit.fixed_s,
-                1e3 * fit.per_unit_s,
-                sched.room(self.clock()),
-            )
-        one = sched.capacity.token_interval(1)
-        if one is not None and one > limit:
-            log.warning(
-                "%s cannot keep even one stream in real time on this device (%.1f ms a token "
-                "for %.1f ms of audio): each stream is served alone, and will stutter",
-                facts.name,
-                1e3 * one,
-                1e3 * facts.seconds_per_token,
-            )
-
-    def _calibration_burst(self, size: int, n: int) -> float | None:
-        """`size` requests of `n` tokens stepped together to their end: the mean time between
-        decode steps (prefill excluded), or None when the pool cannot hold them all."""
-        params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
-        admitted = []
-        try:
-            for _ in range(size):
-                spec = SpeechRequest("Warming up.", self.model.facts.default_voice, params)
-                admitted.append(self.add_request(spec).request_id)
-        except EngineOverloaded:
-            for request_id in admitted:
-                self.cancel(request_id)
-            while self.has_work():
-                self.step()
-            return None
-        self.step()  # the prefill
-        start, decode_steps = self.clock(), 0
-        while self.has_work():
-            self.step()
-            decode_steps += 1
-        return (self.clock() - start) / max(decode_steps, 1)
 
     # --- requests --------------------------------------------------------------------------------
     @on_llm_stream

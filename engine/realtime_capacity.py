@@ -161,6 +161,11 @@ class RealtimeCapacity:
         self.pages.observe(rows, pages, seconds)
         self.steps.observe(rows, max(0.0, seconds - self.page_s * pages))
 
+    def clear_live(self) -> None:
+        """Forget the live turns (the warm-up's own, with their one-off compiles)."""
+        self.steps.clear_live()
+        self.pages.clear_live()
+
     @property
     def calibrated(self) -> bool:
         return self.steps.measured
