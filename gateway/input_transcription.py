@@ -143,9 +143,13 @@ class InputTranscriber:
                 num_workers=workers,
             )
         except Exception as exc:  # a name the Hub does not know, a folder of something else, …
+            # `voxgate serve` prints a ConfigError's first line only, and the Hub's errors span
+            # several (an unreachable Hub: the connection error, then what to check).
+            reason = " ".join(str(exc).split())
             raise ConfigError(
-                f"--input-transcription-model {model!r} could not be loaded ({exc}): give a "
-                "faster-whisper model name such as base.en, or a folder of one"
+                f"--input-transcription-model {model!r} could not be loaded ({reason}): give a "
+                "faster-whisper model name such as base.en (fetched from the Hugging Face Hub, "
+                "which this machine must reach the first time), or a folder of one"
             ) from None
         self._pool = TranscriptionPool(workers, BACKLOG_PER_WORKER * workers)
 
