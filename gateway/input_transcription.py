@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from models.checkpoint_errors import one_line
+
 MAX_PROMPT_CHARS = 1024  # a transcription prompt (Whisper's initial prompt): 224 tokens at most
 MAX_WORKERS = 4
 THREADS_PER_WORKER = 2
@@ -143,11 +145,9 @@ class InputTranscriber:
                 num_workers=workers,
             )
         except Exception as exc:  # a name the Hub does not know, a folder of something else, …
-            # `voxgate serve` prints a ConfigError's first line only, and the Hub's errors span
-            # several (an unreachable Hub: the connection error, then what to check).
-            reason = " ".join(str(exc).split())
             raise ConfigError(
-                f"--input-transcription-model {model!r} could not be loaded ({reason}): give a "
+                f"--input-transcription-model {model!r} could not be loaded "
+                f"({one_line(str(exc))}): give a "
                 "faster-whisper model name such as base.en (fetched from the Hugging Face Hub, "
                 "which this machine must reach the first time), or a folder of one"
             ) from None
