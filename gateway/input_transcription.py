@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from models.checkpoint_errors import one_line
+
 MAX_PROMPT_CHARS = 1024  # a transcription prompt (Whisper's initial prompt): 224 tokens at most
 MAX_WORKERS = 4
 THREADS_PER_WORKER = 2
@@ -144,8 +146,10 @@ class InputTranscriber:
             )
         except Exception as exc:  # a name the Hub does not know, a folder of something else, …
             raise ConfigError(
-                f"--input-transcription-model {model!r} could not be loaded ({exc}): give a "
-                "faster-whisper model name such as base.en, or a folder of one"
+                f"--input-transcription-model {model!r} could not be loaded "
+                f"({one_line(str(exc))}): give a "
+                "faster-whisper model name such as base.en (fetched from the Hugging Face Hub, "
+                "which this machine must reach the first time), or a folder of one"
             ) from None
         self._pool = TranscriptionPool(workers, BACKLOG_PER_WORKER * workers)
 

@@ -9,8 +9,11 @@ Rules (docs/gateway.md repeats them for client authors):
   followed by closing quotes or brackets, then whitespace; or a line break. Requiring the
   whitespace means "3.5" and a half-streamed "e.g" are never cut, and a chunk ending in "."
   waits for the next chunk (or `final`) to confirm the boundary.
-- A segment shorter than `min_chars` is merged with what follows, so "Hi." or "Dr." does not
-  become a request of its own (short prompts also give the model little prosody to work with).
+- The period of a title or a Latin abbreviation that never ends a sentence (`Mr.`, `Mrs.`,
+  `Ms.`, `Dr.`, `Prof.`, `vs.`, `e.g.`, `i.e.`) is no boundary: "Dr. Smith" stays in one
+  segment, where the model reads "doctor smith", not a segment ending in a bare "dr".
+- A segment shorter than `min_chars` is merged with what follows, so "Hi." does not become a
+  request of its own (short prompts also give the model little prosody to work with).
 - Text that grows past `max_chars` without a boundary is cut at the last space before it, so a
   run-on answer still starts speaking.
 """
@@ -20,6 +23,8 @@ from __future__ import annotations
 import re
 
 _BOUNDARY = re.compile(r"[.!?…]+[\"'”’»)\]]*\s+|[。！？]+[」』”’)]*\s*|\n+")
+# Text ending in one of these words, just before a period: the period is the abbreviation's.
+_ABBREVIATION = re.compile(r"(?<![\w.])(?:mr|mrs|ms|dr|prof|vs|e\.g|i\.e)$", re.IGNORECASE)
 
 
 class SentenceSegmenter:
@@ -53,9 +58,19 @@ class SentenceSegmenter:
 
     def _next_cut(self) -> int | None:
         for match in _BOUNDARY.finditer(self._buffer):
+            if self._ends_an_abbreviation(match):
+                continue
             if len(self._buffer[: match.end()].strip()) >= self.min_chars:
                 return match.end()
         if len(self._buffer) <= self.max_chars:
             return None
         space = self._buffer.rfind(" ", 0, self.max_chars)
         return space + 1 if space > 0 else self.max_chars
+
+    def _ends_an_abbreviation(self, match: re.Match[str]) -> bool:
+        """Whether the boundary `match` is a lone period closing a title such as "Dr." (a line
+        break after it still ends the segment)."""
+        text = match.group()
+        if not text.startswith(".") or text.startswith("..") or "\n" in text:
+            return False
+        return _ABBREVIATION.search(self._buffer, 0, match.start()) is not None

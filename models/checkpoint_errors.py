@@ -5,6 +5,13 @@ class CheckpointError(ValueError):
     """The message names the file or tensor at fault and what to do about it."""
 
 
+def one_line(text: str) -> str:
+    """`text` with its line breaks as spaces. `voxgate serve` shows the first line of a
+    configuration error only, so a message quoting another library's error (huggingface_hub's
+    span several lines) puts it on one line, ahead of the advice that follows it."""
+    return " ".join(text.split())
+
+
 def check_state_dict(expected: dict, state: dict, what: str) -> None:
     """Compare checkpoint tensors with a model's state dict before loading. load_state_dict
     (strict=True) would also refuse, but in one long RuntimeError; this names the first few

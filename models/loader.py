@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint_errors import CheckpointError
+from models.checkpoint_errors import CheckpointError, one_line
 
 DEFAULT_PATTERNS = ("*.json", "*.safetensors", "*.bin", "*.model", "*.txt")
 
@@ -44,7 +44,8 @@ def _download(repo_id: str, patterns: tuple[str, ...] = DEFAULT_PATTERNS) -> Pat
         return Path(snapshot_download(repo_id, allow_patterns=list(patterns)))
     except Exception as exc:  # offline, gated or missing repo: say which and how to fix it
         raise CheckpointError(
-            f"could not fetch {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}: {exc}). "
+            f"could not fetch {repo_id!r} from the Hugging Face Hub "
+            f"({type(exc).__name__}: {one_line(str(exc))}). "
             "Download it elsewhere and pass the local folder instead."
         ) from exc
 

@@ -14,7 +14,7 @@ from snac import SNAC
 from snac.layers import NoiseBlock
 from torch import nn
 
-from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.checkpoint_errors import CheckpointError, check_state_dict, one_line
 from models.codecs.snac_noise import PositionalNoise, install_positional_noise
 
 DEFAULT_REPO = "hubertsiuzdak/snac_24khz"
@@ -118,8 +118,9 @@ def _resolve(source: str) -> Path:
         return Path(snapshot_download(source, allow_patterns=[CONFIG_FILE, WEIGHTS_FILE]))
     except (OSError, ValueError) as e:  # hub HTTP/offline errors are OSError, bad ids ValueError
         raise CheckpointError(
-            f"could not fetch {source!r} from the Hugging Face Hub ({e}). Without network, "
-            f"download it where there is (`hf download {source} --local-dir DIR`) and pass DIR"
+            f"could not fetch {source!r} from the Hugging Face Hub ({one_line(str(e))}). "
+            f"Without network, download it where there is (`hf download {source} --local-dir "
+            "DIR`) and pass DIR"
         ) from e
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint_errors import CheckpointError, check_state_dict
+from models.checkpoint_errors import CheckpointError, check_state_dict, one_line
 from models.codecs.flow_hift.checkpoint import hift_state, load_pt
 from models.codecs.flow_hift.flow import CausalFlow
 from models.codecs.flow_hift.hift import HiFTGenerator
@@ -94,7 +94,8 @@ def _download(repo_id: str) -> Path:
         )
     except Exception as exc:  # offline, gated or missing repo: say which and how to fix it
         raise CheckpointError(
-            f"could not fetch {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}: {exc}). "
+            f"could not fetch {repo_id!r} from the Hugging Face Hub "
+            f"({type(exc).__name__}: {one_line(str(exc))}). "
             "Download it elsewhere and pass the local folder instead."
         ) from exc
 

@@ -33,6 +33,20 @@ def test_short_sentences_merge_and_long_text_is_cut():
     assert " ".join(pieces + seg.finish()).split() == words.split()
 
 
+def test_a_title_or_latin_abbreviation_does_not_end_a_segment():
+    # "Dr." past min_chars: cut there, the model would read a bare "dr" and "Lee!" apart.
+    seg = SentenceSegmenter(min_chars=20, max_chars=300)
+    assert seg.push("Call me at 10:30, Dr. ") == []  # streamed: waits for the name
+    assert seg.push("Lee! Then Mrs. Jones, e.g. at noon. ") == [
+        "Call me at 10:30, Dr. Lee!",
+        "Then Mrs. Jones, e.g. at noon.",
+    ]
+    # A word merely ending in those letters is a word; a line break still ends the segment.
+    assert seg.push("The pipe is marked hydr. ") == ["The pipe is marked hydr."]
+    assert seg.push("A long line written to Dr.\nNext") == ["A long line written to Dr."]
+    assert seg.finish() == ["Next"]
+
+
 def test_line_breaks_and_cjk_are_boundaries():
     seg = SentenceSegmenter(min_chars=2, max_chars=100)
     assert seg.push("first line\nsecond") == ["first line"]

@@ -120,6 +120,8 @@ async def test_api_keys(make_tiny_server):
     with pytest.raises(AuthenticationError) as wrong:
         await connect(server.url, api_key="guess-0001")
     assert (missing.value.status, wrong.value.status) == (401, 403)
+    assert "requires an API key: pass api_key" in str(missing.value)
+    assert "refused this client" in str(wrong.value) and "invalid API key" in str(wrong.value)
     for in_subprotocol in (False, True):
         async with connect(
             server.url, api_key="key-0001", key_in_subprotocol=in_subprotocol

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.api import ConfigError
 from gateway.config import GatewaySettings
 from gateway.startup import check_port, explain
 from models.checkpoint_errors import CheckpointError
@@ -70,6 +71,50 @@ def test_a_transcription_model_that_does_not_load_is_one_line_before_the_engine(
     result = serve("--input-transcription-model", str(empty), "--port", "0")
     assert_one_line(result, "--input-transcription-model", "could not be loaded", "base.en")
     assert "engine ready" not in result.stderr
+
+
+def unreachable_hub(*args, **kwargs):
+    # huggingface_hub's error for a repo id when the Hub cannot be reached: two lines.
+    raise OSError(
+        "Got: ConnectError: [Errno -2] Name or service not known\n"
+        "An error happened while trying to locate the files on the Hub. "
+        "Please check your internet connection and try again."
+    )
+
+
+def test_a_model_the_hub_cannot_give_keeps_the_advice_on_its_line(monkeypatch):
+    import huggingface_hub
+
+    from models.codecs import snac_checkpoint
+    from models.cosyvoice2.loading import resolve_folder
+    from models.loader import resolve_source
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable_hub)
+    monkeypatch.setattr(snac_checkpoint, "snapshot_download", unreachable_hub)
+    loads = {  # --model, a CosyVoice 2 --model, Orpheus' --codec
+        "owner/speech-model": (resolve_source, "pass the local folder instead"),
+        "owner/cosyvoice": (resolve_folder, "pass the local folder instead"),
+        "owner/snac": (snac_checkpoint.load_snac, "--local-dir DIR`) and pass DIR"),
+    }
+    for repo_id, (load, advice) in loads.items():
+        with pytest.raises(CheckpointError) as raised:
+            load(repo_id)
+        line = explain(raised.value, SETTINGS)
+        assert line.startswith(f"could not fetch {repo_id!r} from the Hugging Face Hub"), line
+        assert "check your internet connection" in line and advice in line, line
+
+
+def test_a_transcription_model_the_hub_cannot_give_keeps_the_advice_on_its_line(monkeypatch):
+    faster_whisper = pytest.importorskip("faster_whisper")
+    from gateway.input_transcription import InputTranscriber
+
+    monkeypatch.setattr(faster_whisper, "WhisperModel", unreachable_hub)
+    with pytest.raises(ConfigError) as raised:
+        InputTranscriber("base.en")
+    line = explain(raised.value, SETTINGS)
+    assert line.startswith("--input-transcription-model 'base.en' could not be loaded")
+    assert "Name or service not known" in line and "check your internet connection" in line
+    assert "Hugging Face Hub" in line and "a folder of one" in line
 
 
 def test_unreadable_weights_and_a_full_gpu_say_what_to_do():

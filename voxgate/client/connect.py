@@ -158,8 +158,10 @@ def _handshake_error(exc: InvalidStatus) -> VoxgateError:
     status = exc.response.status_code
     body = exc.response.body.decode(errors="replace").strip() if exc.response.body else ""
     message = f"HTTP {status}{': ' + body if body else ''}"
-    if status in (401, 403):
-        return AuthenticationError(f"the server refused the API key ({message})", status)
+    if status == 401:  # no key was sent: saying one was refused would mislead
+        return AuthenticationError(f"the server requires an API key: pass api_key ({message})", 401)
+    if status == 403:  # the body says why: a wrong key, or an Origin not allowed
+        return AuthenticationError(f"the server refused this client ({message})", 403)
     if status == 503:
         return ServerUnavailable(f"the server cannot take sessions yet ({message})", status)
     return HandshakeError(f"the server refused the WebSocket ({message})", status)
