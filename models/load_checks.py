@@ -6,6 +6,7 @@ torch."""
 from __future__ import annotations
 
 from collections.abc import Collection
+from pathlib import Path
 
 from models.checkpoint_errors import CheckpointError
 from models.families import cloning_families, codec_families, random_layouts
@@ -49,4 +50,9 @@ def check_load(
         raise CheckpointError(
             f"{family.name} models make no voices from clips; drop --voices-dir "
             f"(it is for {cloning_families()} models)"
+        )
+    if voices_dir and not Path(voices_dir).expanduser().is_dir():  # before loading weights
+        raise CheckpointError(
+            f"--voices-dir {voices_dir}: no such folder; give a folder of NAME.wav clips, "
+            "each with its transcript in NAME.txt"
         )

@@ -40,17 +40,28 @@ def test_a_family_that_declares_nothing_refuses_a_codec_and_voices():
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
-def test_every_family_is_checked_by_its_declaration(family):
+def test_every_family_is_checked_by_its_declaration(family, tmp_path):
     if family.takes_codec:
         check_load(family, "m", "some/codec", None)
     else:
         with pytest.raises(CheckpointError, match="drop --codec"):
             check_load(family, "m", "some/codec", None)
     if family.takes_voices:
-        check_load(family, "m", None, "/voices")
+        check_load(family, "m", None, str(tmp_path))
     else:
         with pytest.raises(CheckpointError, match="drop --voices-dir"):
-            check_load(family, "m", None, "/voices")
+            check_load(family, "m", None, str(tmp_path))
+
+
+def test_a_voices_folder_that_is_not_there_is_refused_before_any_weights_load(tmp_path):
+    cloning = next(f for f in FAMILIES if f.takes_voices)
+    missing = tmp_path / "my-voices"
+    with pytest.raises(CheckpointError) as err:
+        check_load(cloning, "m", None, str(missing))
+    assert str(err.value) == (
+        f"--voices-dir {missing}: no such folder; give a folder of NAME.wav clips, each with "
+        "its transcript in NAME.txt"
+    )
 
 
 def test_the_declarations_name_the_families_that_take_each():
