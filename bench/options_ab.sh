@@ -20,7 +20,8 @@
 # the call carries it beside .gpu (carry [".gpu", ".old"]).
 #
 # Env: VARIANTS: space-separated NAME:ARGS, ARGS the variant's server arguments separated by
-# commas (empty for the defaults). ORDER: the variant names in run order (default: ABBA over
+# commas (empty for the defaults; a variant that runs the checkout is best named after its
+# commit, since REV in BENCH_ARGS, as in "--commit REV", becomes each run's variant name). ORDER: the variant names in run order (default: ABBA over
 # the first two). BENCH_ARGS: the bench's arguments after --serve. WARMUP (default 1): first a
 # run of the first variant whose result is dropped. PREFAULT_GIB (default 48): host memory
 # touched once first (the VM's memory grows as it is used). RUN_S: each run's time limit
@@ -69,9 +70,10 @@ run() {  # run TAG NAME [LIMIT_S]: one bench run of variant NAME, its files tagg
         [ -d "$tree" ] || { mkdir -p "$tree" && tar xzf ".old/$name.tgz" -C "$tree"; }
     fi
     echo "== $tag $name ${server[*]} (from $tree)"
-    # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+    local args=${BENCH_ARGS//REV/$name}  # "--commit REV": the variant's name (its commit)
+    # shellcheck disable=SC2086  # the bench's arguments are a list of words
     (cd "$tree" && PYTHONPATH="$tree:${SITE:-/tmp/site}" timeout -k 20 "$limit" \
-        python3 -m gateway.cli bench --serve $BENCH_ARGS "${server[@]}" --out "$results") \
+        python3 -m gateway.cli bench --serve $args "${server[@]}" --out "$results") \
         > "$results.txt" 2>&1
     echo "exit $?"
     after_run "run $tag" "$results.txt" "$results" "$tag-$name"

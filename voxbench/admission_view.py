@@ -107,7 +107,7 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
     total = sum(engine.values()) + sum(gateway.values())
     fit = (
         f"turn {1e3 * view['turn_fixed_s']:.2f} ms + {1e3 * view['turn_per_row_s']:.3f} ms/row"
-        if view.get("turn_per_row_s")
+        if view.get("turn_fixed_s", 0.0) + view.get("turn_per_row_s", 0.0) > 0  # fitted
         else "turn cost not fitted"
     )
     if view.get("turn_per_page_s"):

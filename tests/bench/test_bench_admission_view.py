@@ -62,6 +62,11 @@ def test_refusals_during_a_point_by_cause_and_the_capacity_at_its_end():
     unchanged = admission_during(after, after)
     assert unchanged["refusals"] == {} and unchanged["gateway_refusals"] == {}
     assert "0 in all" in describe_admission(unchanged)[0]
+    # A fit with no part by rows (a window of turns at like rows) is a fit all the same.
+    flat = {**view, "turn_fixed_s": 0.00312, "turn_per_row_s": 0.0}
+    assert "turn 3.12 ms + 0.000 ms/row" in describe_admission(flat)[0]
+    unfitted = {**view, "turn_fixed_s": 0.0, "turn_per_row_s": 0.0}
+    assert "turn cost not fitted" in describe_admission(unfitted)[0]
 
 
 def test_a_server_without_the_gateway_family_reads_as_none_refused_there():
