@@ -82,17 +82,25 @@ def admission_during(
 
 def turn_fit_by_second(
     readings: list[tuple[float, dict[str, Any] | None]],
-) -> dict[int, tuple[float, float]]:
+) -> dict[int, tuple[float, ...]]:
     """(seconds into the point, admission view) readings → the turn cost admission judged by
-    at each, (fixed ms, ms a row), keyed by its second (the last reading of a second wins):
-    the fit follows a window of the last few seconds' turns, so how it moved through the
-    ramp says what each refusal was judged by."""
-    return {
-        int(t): (round(1e3 * view["turn_fixed_s"], 2), round(1e3 * view["turn_per_row_s"], 4))
-        for t, view in readings
-        if view is not None
-        and view.get("turn_fixed_s", 0.0) + view.get("turn_per_row_s", 0.0) > 0  # fitted
-    }
+    at each, (fixed ms, ms a row) and, where it prices KV pages, µs a page, keyed by its second
+    (the last reading of a second wins): the fit follows a window of the last few seconds'
+    turns and the page's price is learned from them, so how both moved through the ramp says
+    what each refusal was judged by."""
+    fits: dict[int, tuple[float, ...]] = {}
+    for t, view in readings:
+        if view is None or view.get("turn_fixed_s", 0.0) + view.get("turn_per_row_s", 0.0) <= 0:
+            continue  # not fitted (yet)
+        fit = (round(1e3 * view["turn_fixed_s"], 2), round(1e3 * view["turn_per_row_s"], 4))
+        page_us = round(1e6 * view.get("turn_per_page_s", 0.0), 3)
+        fits[int(t)] = (*fit, page_us) if page_us > 0 else fit
+    return fits
+
+
+def _fit_text(fit: tuple[float, ...] | list[float]) -> str:
+    text = f"{fit[0]:g}+{fit[1]:g}"
+    return text + f"+{fit[2]:g}us" if len(fit) > 2 else text
 
 
 def _causes(refusals: dict[str, int]) -> str:
@@ -129,7 +137,7 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
         )
     if view.get("turn_fit_by_second"):
         lines.append(
-            "admission turn fit by second (ms + ms/row): "
-            + " ".join(f"{s}s:{f:g}+{r:g}" for s, (f, r) in view["turn_fit_by_second"].items())
+            "admission turn fit by second (ms + ms/row [+ µs/page]): "
+            + " ".join(f"{s}s:{_fit_text(fit)}" for s, fit in view["turn_fit_by_second"].items())
         )
     return lines

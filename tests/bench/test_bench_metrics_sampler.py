@@ -127,5 +127,33 @@ def test_the_turn_fit_admission_judged_by_is_read_each_second():
         "turn_fit_by_second": {str(s): list(f) for s, f in fits.items()},
     }
     assert describe_admission(view)[-1] == (
-        "admission turn fit by second (ms + ms/row): 0s:3+0.022 3s:2.75+0.0087"
+        "admission turn fit by second (ms + ms/row [+ µs/page]): 0s:3+0.022 3s:2.75+0.0087"
     )
+
+
+def test_the_page_price_admission_judged_by_is_read_each_second():
+    """Where pages are priced the reading carries the price in use: the warm-up's at first,
+    then what the live turns taught, second by second."""
+
+    def body(page_s: float) -> str:
+        stats = AdmissionStats(
+            streams=10,
+            capacity_streams=100,
+            live_turns=5,
+            turn_fixed_s=0.003,
+            turn_per_row_s=5e-6,
+            turn_per_page_s=page_s,
+        )
+        return metrics_text(stats)
+
+    readings = [(0.4, parse_reading(0.4, body(2.57e-7)).admission)]
+    readings.append((9.2, parse_reading(9.2, body(2.29e-7)).admission))
+    fits = turn_fit_by_second(readings)
+    assert fits == {0: (3.0, 0.005, 0.257), 9: (3.0, 0.005, 0.229)}
+    view = {
+        **readings[-1][1],
+        "refusals": {},
+        "gateway_refusals": {},
+        "turn_fit_by_second": {str(s): list(f) for s, f in fits.items()},
+    }
+    assert describe_admission(view)[-1].endswith("0s:3+0.005+0.257us 9s:3+0.005+0.229us")
