@@ -81,8 +81,8 @@ class EngineCore:
         self.blocks, self.worker = backbone.blocks, backbone.worker
         self.on_llm_stream = backbone.on_llm_stream
         num_blocks = backbone.num_blocks
-        self._kv_bytes_per_block = backbone.kv_bytes_per_block
-        self._device = device
+        self.kv_bytes_per_block = backbone.kv_bytes_per_block
+        self.device = device
         self.scheduler = Scheduler(
             config,
             self.blocks,
@@ -162,6 +162,7 @@ class EngineCore:
         self.scheduler.capacity.clear_live()
         self.scheduler.refusals.clear()
         self.steps = 0
+        self._last_llm_start = None  # the first served turn is timed from its own start
 
     # --- requests --------------------------------------------------------------------------------
     @on_llm_stream

@@ -22,9 +22,8 @@ log = logging.getLogger("voxgate.engine")
 # The share of a large copy's bandwidth decode attention reaches served, beside the codec's
 # kernels: Orpheus' served turns on an H200 grew 0.22-0.25 µs a page where the copy moves a page
 # in 0.214-0.224 µs (BENCHMARKS.md, the Orpheus capacity points' fits), so a page is priced at
-# its copy time over this share, on the dear side: the warm-up's page burst measures it where
-# it can (engine/warm_up_calibration.py) and the live turns refine it (engine/page_price.py);
-# until they do, a price too dear only refuses early.
+# its copy time over this share, on the dear side: the live turns refine it
+# (engine/page_price.py), and until they do, a price too dear only refuses early.
 ATTENTION_SHARE = 0.87
 COPY_BYTES = 256 << 20  # large enough to leave the caches, small beside a loaded GPU's memory
 REPEATS = 10

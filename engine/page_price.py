@@ -1,9 +1,7 @@
 """What a KV page in use adds to a decode turn, learned from the live turns (no torch).
 
 At warm-up the engine prices a page from the device's copy bandwidth
-(engine/memory_bandwidth.py), then measures it where it can: a burst whose long prompts read
-many times the pages of a short burst at the same rows (engine/warm_up_calibration.py,
-`price_from_bursts`). What a page really
+(engine/memory_bandwidth.py): a fixed share of it, chosen from served runs. What a page really
 costs served depends on what runs beside the attention kernels (the codec's kernels on the
 same SMs, their precision, the batch), and it moves with them: Orpheus' capacity points on an
 H200 fitted 0.217-0.250 µs a page where the warm-up priced 0.257, and at the peak's 43,000
@@ -28,7 +26,6 @@ PRICE_WINDOW = 2048  # live decode turns (~20 s at a hundred turns a second)
 MIN_TURNS = 256
 MAX_PRICE_ERROR = 0.03  # the fit's standard error on the price, in shares of the warm-up's
 PRICE_BOUNDS = (0.8, 1.5)  # the learned price, in shares of the warm-up's
-MIN_PAGE_CONTRAST = 4.0  # the page burst reads at least this many times the short burst's pages
 REFIT_TURNS = 64  # the price is refitted after this many new turns (asked at every decision)
 OUTLIER_SPREADS = 5.0  # a turn this many median deviations off the first fit is left out
 
@@ -98,19 +95,3 @@ class PagePrice:
             return None
         low, high = PRICE_BOUNDS
         return float(np.clip(coef[2], low * self.prior_s, high * self.prior_s))
-
-
-def price_from_bursts(
-    short: tuple[float, float], long: tuple[float, float], bandwidth_s: float
-) -> float | None:
-    """What a page adds to a turn, from two warm-up bursts at the same rows, each as (mean turn
-    seconds, mean pages a turn read): the turns' difference over the pages'. None where the
-    long burst read under MIN_PAGE_CONTRAST times the short one's pages, or where the price
-    falls outside PRICE_BOUNDS of the bandwidth's `bandwidth_s` (a burst disturbed by
-    something else: the bandwidth's price is then the better guess)."""
-    (short_s, short_pages), (long_s, long_pages) = short, long
-    if bandwidth_s <= 0 or long_pages < MIN_PAGE_CONTRAST * max(short_pages, 1.0):
-        return None
-    price = (long_s - short_s) / (long_pages - short_pages)
-    low, high = PRICE_BOUNDS
-    return price if low * bandwidth_s <= price <= high * bandwidth_s else None

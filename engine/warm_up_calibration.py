@@ -1,17 +1,15 @@
 """Real-time admission's warm-up measurements (EngineCore.warm_up, before the engine serves):
 what a decode turn costs by its rows, and what a KV page in use adds to it.
 
-- A KV page is first priced from the device's memory bandwidth (engine/memory_bandwidth.py).
+- A KV page is priced from the device's memory bandwidth (engine/memory_bandwidth.py; 0 on a
+  CPU, where a turn is judged by its rows).
 - Bursts of requests at batch sizes 1, 2, 4, … up to max_num_seqs, each stepped to its end
   (the codec's chunks included), give the mean turn at each size: the turn cost's seeds
-  (engine/turn_cost.py), each less the pages its turns read.
-- Where pages are priced (a GPU), one more burst at a size the bursts kept in real time, its
-  requests' prompts as long as served streams' contexts, reads many times the pages of the
-  short burst of the same size: the difference of the two mean turns over the difference of
-  their pages is what a page costs on this device with this model's kernels beside the
-  attention's, and replaces the bandwidth's price (engine/page_price.py:price_from_bursts).
+  (engine/turn_cost.py), each less the pages its turns read at that price, as live turns are
+  booked.
 
-Live turns of every size refine both once the engine serves (engine/realtime_capacity.py).
+Live turns of every size refine both once the engine serves (engine/realtime_capacity.py,
+engine/page_price.py).
 """
 
 from __future__ import annotations
@@ -20,12 +18,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from engine.api import EngineOverloaded, ModelInputError
+from engine.api import EngineOverloaded
 from engine.memory_bandwidth import page_seconds
 from engine.outputs import SpeechRequest
-from engine.page_price import price_from_bursts
 from engine.realtime_capacity import REALTIME_LOAD
 from engine.request import SamplingParams
 
@@ -34,29 +29,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("voxgate.engine")
 
-BUDGET_S = 20.0  # the turn-cost bursts stop after this long (the page burst comes after)
+BUDGET_S = 20.0  # the bursts stop after this long
 WARM_TEXT = "Warming up."
-# The page burst: at most this many rows, each with a prompt of about this many tokens (a
-# served stream's context after ~15 s of Orpheus' audio), using at most this share of the free
-# KV pool.
-PAGE_BURST_ROWS = 64
-PAGE_BURST_CONTEXT = 1536
-PAGE_BURST_POOL_SHARE = 0.5
-LONG_TEXT = (
-    "The quick brown fox jumps over the lazy dog while the river runs past the old mill, "
-    "and the miller counts the sacks of grain he will carry to town in the morning. "
-)
 
 
 @dataclass(frozen=True)
 class Burst:
-    """A burst's decode turns (prefill excluded): their mean seconds, and the median turn and
-    median KV pages a turn read (what a page is priced by: a first-use stall moves neither)."""
+    """A burst's decode turns (prefill excluded): their mean seconds and the mean KV pages a
+    turn read."""
 
     rows: int
     interval_s: float
     pages: float
-    median_s: float
 
 
 class WarmUpCalibration:
@@ -71,14 +55,14 @@ class WarmUpCalibration:
 
     def run(self) -> None:
         core = self.core
-        bandwidth_s = page_seconds(core._device, core._kv_bytes_per_block)
+        bandwidth_s = page_seconds(core.device, core.kv_bytes_per_block)
         self.capacity.page_s = bandwidth_s
         if bandwidth_s > 0:
             log.info(
                 "real-time admission: a KV page in use costs %.3f µs a step (%d bytes at the "
                 "measured copy bandwidth)",
                 1e6 * bandwidth_s,
-                core._kv_bytes_per_block,
+                core.kv_bytes_per_block,
             )
         sched = core.scheduler
         self.capacity.clear_live()  # the warm-up request's turns (first-use compiles)
@@ -86,12 +70,9 @@ class WarmUpCalibration:
         sched.calibrating = True
         try:
             bursts = self._turn_bursts()
-            if bandwidth_s > 0 and bursts:
-                self._price_pages(bursts, bandwidth_s)
         finally:
             sched.calibrating = False
             sched.restore_costs(kept)
-            core._last_llm_start = None
         for burst in bursts:
             self.capacity.steps.seed(
                 burst.rows, max(0.0, burst.interval_s - self.capacity.page_s * burst.pages)
@@ -108,7 +89,7 @@ class WarmUpCalibration:
         deadline = core.clock() + BUDGET_S
         bursts: list[Burst] = []
         for size in sizes:
-            burst = self._burst(size, WARM_TEXT)
+            burst = self._burst(size)
             if burst is None:
                 break
             bursts.append(burst)
@@ -124,110 +105,30 @@ class WarmUpCalibration:
     def _real_time_limit(self) -> float:
         return REALTIME_LOAD * self.core.model.facts.seconds_per_token
 
-    def _price_pages(self, bursts: list[Burst], bandwidth_s: float) -> None:
-        """The page burst against the short burst of the same size (see the module's notes);
-        the bandwidth's price stays where the burst cannot run or tells nothing sure."""
-        short = self._page_burst_size(bursts)
-        text = self._long_text() if short is not None else None
-        if short is None or text is None:
-            return
-        long = self._burst(short.rows, text)
-        if long is None:
-            return
-        price = price_from_bursts(
-            (short.median_s, short.pages), (long.median_s, long.pages), bandwidth_s
-        )
-        if price is None:
-            log.info(
-                "real-time admission: the page burst (%d rows, %.0f pages a turn, %.2f ms "
-                "against %.2f at %.0f pages) tells no price within bounds: the bandwidth's "
-                "%.3f µs a page stands",
-                long.rows,
-                long.pages,
-                1e3 * long.median_s,
-                1e3 * short.median_s,
-                short.pages,
-                1e6 * bandwidth_s,
-            )
-            return
-        self.capacity.page_s = price
-        log.info(
-            "real-time admission: a KV page in use costs %.3f µs a step, measured (%d rows "
-            "reading %.0f pages a turn took %.2f ms, at %.0f pages %.2f ms; the bandwidth "
-            "priced %.3f µs)",
-            1e6 * price,
-            long.rows,
-            long.pages,
-            1e3 * long.median_s,
-            short.pages,
-            1e3 * short.median_s,
-            1e6 * bandwidth_s,
-        )
-
-    def _page_burst_size(self, bursts: list[Burst]) -> Burst | None:
-        """The short burst to compare with: the largest size within real time and
-        PAGE_BURST_ROWS whose long prompts fit PAGE_BURST_POOL_SHARE of the free pool."""
-        blocks = self.core.blocks
-        per_row = blocks.blocks_for(PAGE_BURST_CONTEXT + self.tokens)
-        room = int(PAGE_BURST_POOL_SHARE * blocks.num_free) // max(1, per_row)
-        limit = self._real_time_limit()
-        fitting = [
-            b for b in bursts if b.rows <= min(PAGE_BURST_ROWS, room) and b.interval_s <= limit
-        ]
-        return fitting[-1] if fitting else None
-
-    def _long_text(self) -> str | None:
-        """A text whose prompt is about PAGE_BURST_CONTEXT tokens (within the model's
-        context), None for a model that refuses a long text or cuts it short."""
-        model = self.core.model
-        most = model.facts.max_context - self.tokens - 1
-        target = min(PAGE_BURST_CONTEXT, most)
-
-        def prompt_tokens(text: str) -> int:
-            return len(model.preprocess(text, model.facts.default_voice).token_ids)
-
-        try:
-            one, two = prompt_tokens(LONG_TEXT), prompt_tokens(2 * LONG_TEXT)
-            per_copy = two - one
-            if per_copy <= 0:
-                return None
-            copies = max(1, -(-(target - (one - per_copy)) // per_copy))
-            text = LONG_TEXT * copies
-            length = prompt_tokens(text)
-        except (ModelInputError, ValueError):
-            return None
-        return text if 0.9 * target <= length <= most else None
-
-    def _burst(self, size: int, text: str) -> Burst | None:
-        """`size` requests of `text`, `self.tokens` tokens each, stepped together to their
-        end; None when the pool cannot hold them all or the model refuses the text."""
+    def _burst(self, size: int) -> Burst | None:
+        """`size` requests of `self.tokens` tokens each, stepped together to their end; None
+        when the KV pool cannot hold them all."""
         core = self.core
         params = SamplingParams(max_tokens=self.tokens, min_tokens=self.tokens, seed=0)
         requests = []
         try:
             for _ in range(size):
-                spec = SpeechRequest(text, core.model.facts.default_voice, params)
+                spec = SpeechRequest(WARM_TEXT, core.model.facts.default_voice, params)
                 requests.append(core.add_request(spec))
-        except (EngineOverloaded, ModelInputError):
+        except EngineOverloaded:
             for request in requests:
                 core.cancel(request.request_id)
             while core.has_work():
                 core.step()
             return None
-        core.step()  # the prefill (a long prompt's may take several steps: not decode turns)
-        while core.has_work() and any(r.num_computed < len(r.prompt_ids) for r in requests):
-            core.step()
+        core.step()  # the prefill
         start = core.clock()
-        turns, pages = [], []
+        pages = []
         while core.has_work():
             pages.append(sum(len(r.block_table) for r in requests if not r.finished))
-            began = core.clock()
             core.step()
-            turns.append(core.clock() - began)
-        if not turns:
-            return Burst(size, 0.0, 0.0, 0.0)
-        interval = (core.clock() - start) / len(turns)
-        return Burst(size, interval, float(np.median(pages)), float(np.median(turns)))
+        turns = max(len(pages), 1)
+        return Burst(size, (core.clock() - start) / turns, sum(pages) / turns)
 
     def _report(self) -> None:
         core, facts = self.core, self.core.model.facts
