@@ -190,7 +190,7 @@ def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     one class share one compiled program (their weights are the program's inputs), so the
     compile costs one block of each kind, not the model's depth: a whole deep model as one
     graph (CosyVoice 2's flow estimator, 56 transformer blocks) does not finish compiling in
-    550 s on an H200. `fullgraph`: a graph break would split the
+    550 s on an H200 (docs/benchmark-history.md). `fullgraph`: a graph break would split the
     fused kernels back up; dynamic shapes: every bucket of rows and frames shares the
     program. Inductor fuses what eager torch launches one by one (layer norms with their
     residual adds, masks, activations), so a replay holds fewer, larger kernels.

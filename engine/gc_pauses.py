@@ -6,9 +6,9 @@ parameters, compiled kernels' wrappers, captured graphs: 237k for CosyVoice 2's 
 configuration on the CPU, more with compiled blocks), and every full (generation-2) collection
 walks all of them while holding the GIL: ~110 ms on 2 CPU cores, 125-210 ms on the H200
 host. The gateway's event loop, the engine thread and the codec thread stop together for that
-long, and a first chunk's listener holds only a few frames. (In 60-s runs of CosyVoice 2
-at 11-12 req/s with the freeze, no full collection ran at 11-12 req/s; the late frames that remained
-were the encoders': docs/benchmark-history.md.) `freeze_loaded` moves
+long, and a first chunk's listener holds only a few frames. (With the freeze, 60-s runs of
+CosyVoice 2 at 11-12 req/s ran no full collection; the late frames that remained were the
+encoders': docs/benchmark-history.md.) `freeze_loaded` moves
 everything alive after start-up into the collector's permanent generation (vLLM and SGLang do
 the same), so later full collections walk only what serving allocates. `GcPauses` times every
 collection, for /metrics (`voxgate_gc_pause_seconds`) and the benchmark."""

@@ -5,15 +5,16 @@ At warm-up the engine prices a page from the device's copy bandwidth
 costs served depends on what runs beside the attention kernels (the codec's kernels on the
 same SMs, their precision, the batch), and it moves with them: Orpheus' capacity points on an
 H200 fitted 0.217-0.250 µs a page where the warm-up priced 0.257, and at the peak's 43,000
-pages that difference is 1.7 ms of a 14-ms turn: admission then refused a quarter of the
-listeners the engine carried. So the price is refitted from the live turns: turn seconds =
-fixed + per row × rows + price × pages, least squares over the last `PRICE_WINDOW` turns,
-fitted twice so that turns far off the first line (a collection, a page fault) move nothing. Only where the
-turns read widely different numbers of pages at like rows can the two parts be told apart
-(while contexts grow, or streams of different ages share the batch): until the fit's standard
-error on the price is within `MAX_PRICE_ERROR` of the warm-up's, over at least `MIN_TURNS`
-turns, the warm-up's price stands. The learned price stays within `PRICE_BOUNDS` of the
-warm-up's, so a noisy window can never price pages at nothing.
+pages that difference is 1.7 ms of a 14-ms turn, enough for admission to refuse a quarter of
+the listeners the engine carries (BENCHMARKS.md). So the price is refitted from the live
+turns: turn seconds = fixed + per row × rows + price × pages, least squares over the last
+`PRICE_WINDOW` turns, fitted twice so that turns far off the first line (a collection, a page
+fault) move nothing. Only where the turns read widely different numbers of pages at like rows
+can the two parts be told apart (while contexts grow, or streams of different ages share the
+batch): until the fit's standard error on the price is within `MAX_PRICE_ERROR` of the
+warm-up's, over at least `MIN_TURNS` turns, the warm-up's price stands. The learned price
+stays within `PRICE_BOUNDS` of the warm-up's, so a noisy window can never price pages at
+nothing.
 """
 
 from __future__ import annotations

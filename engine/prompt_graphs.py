@@ -1,10 +1,11 @@
 """CUDA graphs for fresh prompts: prefill chunks that start at a request's first token.
 
-A decode step replays one graph per batch bucket (engine/cuda_graphs.py), but a step with a
-prompt in it used to run eagerly: every layer's kernels launched one by one from Python, some
+A decode step replays one graph per batch bucket (engine/cuda_graphs.py); a step with a
+prompt in it, run eagerly, launches every layer's kernels one by one from Python, some
 hundreds a forward. On a loaded host each launch costs tens of microseconds, so the turn that
-prefilled one arrival's prompt took three decode turns' time, and under a ramp of arrivals
-those turns were where the listeners fell behind.
+prefills one arrival's prompt eagerly takes about three decode turns' time
+(docs/benchmark-history.md), and under a ramp of arrivals those turns are where the listeners
+fall behind.
 
 A fresh prompt needs nothing from the KV cache: each of its tokens attends to the tokens
 before it in the same chunk, all of which are in the step. So its attention is plain causal

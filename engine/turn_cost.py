@@ -21,8 +21,9 @@ slope:
   the largest live size grows from it at the bursts' slope (`Reach`). On an H200 serving
   Orpheus a window of turns at 110-145 rows fitted 0.019 ms a row where the bursts' was 0.010
   and the served points' 0.002-0.004, and admission, extrapolating it to 211 streams,
-  refused them as 1.3 s short of audio. Within the live sizes the live line stands (on a CPU
-  the live turns may rightly be the steeper: the gateway's encoding shares the cores).
+  refused them as 1.3 s short of audio (BENCHMARKS.md). Within the live sizes the live line
+  stands (on a CPU the live turns may rightly be the steeper: the gateway's encoding shares
+  the cores).
 - **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
   of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
   never costs less per step than a smaller one did); the slope is never negative.

@@ -1,4 +1,6 @@
-"""Runs the model stages for what the scheduler chose: LLM forward + sampling, detokenizer."""
+"""Runs the LLM's stages for what the scheduler chose (`launch`: forward, candidate logits,
+sampling, tokens left on the device; `resolve`: the tokens on the host), and snapshots the
+detokenizer's jobs (`detok_job`; engine/detok_pipeline.py runs them)."""
 
 from __future__ import annotations
 
