@@ -152,8 +152,10 @@ class RealtimeCapacity:
 
     @page_s.setter
     def page_s(self, seconds: float) -> None:
-        """The warm-up's price, which the live turns refine."""
+        """The warm-up's price, which the live turns refine. Pages are priced on a GPU, whose
+        warm-up bursts bound a turn's growth by rows (engine/turn_cost.py)."""
         self.pages.prior_s = seconds
+        self.steps.slope_bound_by_bursts = seconds > 0
 
     def observe_turn(self, rows: int, seconds: float, pages: int) -> None:
         """A live decode turn of `rows` rows that took `seconds` reading `pages` KV pages:

@@ -14,16 +14,17 @@ slope:
   are dearer than steady turns (every first chunk hits the codec at once), so once live
   turns of several sizes are in, they alone decide; live turns of a single size say nothing
   about the slope, so the bursts then keep a weight of one turn each to anchor it.
-- **Beyond the live sizes, no steeper than the bursts**: a burst's turns are the dearer ones
-  at every size on a GPU (each row's first chunk hits the codec in the same turns), so where
-  the live turns' slope comes out steeper than the bursts' (turns of a narrow range of sizes,
-  noisy, or dearer for a while as arrivals' first chunks crowd the codec), a prediction past
-  the largest live size grows from it at the bursts' slope (`Reach`). On an H200 serving
-  Orpheus a window of turns at 110-145 rows fitted 0.019 ms a row where the bursts' was 0.010
-  and the served points' 0.002-0.004, and admission, extrapolating it to 211 streams,
-  refused them as 1.3 s short of audio (BENCHMARKS.md). Within the live sizes the live line
-  stands (on a CPU the live turns may rightly be the steeper: the gateway's encoding shares
-  the cores).
+- **No steeper than the bursts on a GPU** (`slope_bound_by_bursts`, set where KV pages are
+  priced): a burst's turns are the dearer ones at every size there (each row's first chunk
+  hits the codec in the same turns), so where the live turns' slope comes out steeper than
+  the bursts' (turns of a narrow range of sizes, noisy, or dearer for a while as arrivals'
+  first chunks crowd the codec), the line takes the bursts' slope through the live turns'
+  weighted mean: their level, the bursts' growth. On an H200 serving Orpheus, windows of the
+  ramp's turns fitted 0.019-0.023 ms a row where the bursts' was 0.008-0.010 and the served
+  points' 0.004-0.006, and admission, pricing 336 rows along them, let in 154-211 streams
+  where 336 hold (BENCHMARKS.md). On a CPU the live turns may rightly be the steeper (the
+  gateway's encoding shares the cores): there the live line stands within the live sizes,
+  and only past the largest a prediction grows from it at the bursts' slope (`Reach`).
 - **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
   of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
   never costs less per step than a smaller one did); the slope is never negative.
@@ -110,6 +111,7 @@ class TurnCostModel:
     def __init__(self, window: int = LIVE_WINDOW, prior_weight: float = PRIOR_WEIGHT) -> None:
         self.window = window
         self.prior_weight = prior_weight
+        self.slope_bound_by_bursts = False  # a GPU's: see the module's notes
         self._prior: dict[int, float] = {}
         self._prior_version = 0
         self._live = SampleWindow(window)
@@ -188,16 +190,19 @@ class TurnCostModel:
         weight = self._prior_weight(live)
         points += [(rows, seconds, weight) for rows, seconds in prior.items()]
         fit = weighted_line(points)
+        reach = Reach()
+        if fit is not None and by_size and len(prior) > 1:
+            bursts = weighted_line([(rows, seconds, 1.0) for rows, seconds in prior.items()])
+            if bursts is not None and fit.per_unit_s > bursts.per_unit_s:
+                if self.slope_bound_by_bursts:
+                    fit = line_with_slope(points, bursts.per_unit_s)
+                else:
+                    reach = Reach(by_size[-1][0], bursts.per_unit_s)
         floors = tuple(
             (rows, statistics.median(times))
             for rows, times in by_size
             if len(times) >= FLOOR_SAMPLES
         )
-        reach = Reach()
-        if fit is not None and by_size and len(prior) > 1:
-            bursts = weighted_line([(rows, seconds, 1.0) for rows, seconds in prior.items()])
-            if bursts is not None and fit.per_unit_s > bursts.per_unit_s:
-                reach = Reach(by_size[-1][0], bursts.per_unit_s)
         self._cache = (version, fit, floors, reach)
         return fit, floors, reach
 
@@ -228,6 +233,15 @@ def weighted_line(points: list[tuple[float, float, float]]) -> CostLine | None:
         rr = sum(w * r * r for r, _, w in points)
         return CostLine(0.0, sum(w * r * s for r, s, w in points) / rr)
     return CostLine(fixed, slope)
+
+
+def line_with_slope(points: list[tuple[float, float, float]], slope: float) -> CostLine:
+    """The line of `slope` through the weighted mean of (size, seconds, weight) `points` (least
+    squares with the slope given), its fixed cost >= 0."""
+    total = sum(w for _, _, w in points)
+    mean_r = sum(w * r for r, _, w in points) / total
+    mean_s = sum(w * s for _, s, w in points) / total
+    return CostLine(max(0.0, mean_s - slope * mean_r), slope)
 
 
 def _by_size(live: tuple[tuple[int, float], ...]) -> list[tuple[int, list[float]]]:

@@ -263,6 +263,37 @@ def test_beyond_the_live_sizes_a_turn_grows_no_faster_than_the_bursts_did():
     )
 
 
+def test_on_a_gpu_a_live_slope_steeper_than_the_bursts_takes_theirs_through_the_live_turns():
+    """Where pages are priced (a GPU) the bursts' slope bounds the live one everywhere: live
+    turns of 107-178 rows fitting 0.0215 ms a row (an H200's ramp; the bursts' 0.008) give a
+    line of the bursts' slope at the live turns' level, not the steep line up to 178 rows.
+    Pages unpriced (a CPU), the live line stands within the live sizes."""
+    steep = (0.0014, 0.0000215)
+
+    def observed(model: TurnCostModel) -> TurnCostModel:
+        for rows in (1, 8, 64, 256):
+            model.seed(rows, 0.0028 + 0.000008 * rows)
+        for i in range(LIVE_WINDOW):
+            rows = 107 + i % 72
+            model.observe(rows, steep[0] + steep[1] * rows)
+        return model
+
+    capacity = RealtimeCapacity(TOKEN_S, 8, 512, 64, threaded_codec=True)
+    capacity.page_s = 0.25e-6
+    gpu = observed(capacity.steps)
+    fit = gpu.fit()
+    assert fit.per_unit_s == pytest.approx(0.000008)
+    mean_rows = 107 + 35.5  # the live sizes' mean, each as many turns
+    level = steep[0] + steep[1] * mean_rows
+    assert fit.at(mean_rows) == pytest.approx(level, rel=0.01)
+    assert gpu.predict(336) == pytest.approx(level + 0.000008 * (336 - mean_rows), rel=0.01)
+    cpu = observed(TurnCostModel())
+    assert cpu.fit().per_unit_s == pytest.approx(steep[1], rel=0.01)
+    assert cpu.predict(150) == pytest.approx(steep[0] + steep[1] * 150, rel=0.01)
+    # There the steep line runs to 178 rows before the bursts' slope takes over.
+    assert cpu.predict(336) == pytest.approx(steep[0] + steep[1] * 178 + 0.000008 * 158, rel=0.01)
+
+
 def test_a_larger_batch_is_never_predicted_cheaper_than_a_smaller_one_measured():
     """Live turns with a falling trend: the slope is clamped at 0 and every size is at least
     the median turn measured at any smaller size (3 turns of a size needed, so one slow turn
