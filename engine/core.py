@@ -45,7 +45,7 @@ from engine.outputs import (
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler
-from engine.warm_up_calibration import WarmUpCalibration
+from engine.warm_up_calibration import WARM_TEXT, WarmUpCalibration
 from engine.word_timing import WordClock
 from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
@@ -148,7 +148,7 @@ class EngineCore:
         n = facts.first_chunk_tokens + facts.chunk_tokens
         params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         try:
-            self.add_request(SpeechRequest("Warming up.", facts.default_voice, params))
+            self.add_request(SpeechRequest(WARM_TEXT, facts.default_voice, params))
         except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first requests may be slower")
             self.scheduler.refusals.clear()  # the warm-up's refusal refused no client
