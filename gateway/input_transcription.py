@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from models.checkpoint_errors import one_line
-
 MAX_PROMPT_CHARS = 1024  # a transcription prompt (Whisper's initial prompt): 224 tokens at most
 MAX_WORKERS = 4
 THREADS_PER_WORKER = 2
@@ -145,6 +143,9 @@ class InputTranscriber:
                 num_workers=workers,
             )
         except Exception as exc:  # a name the Hub does not know, a folder of something else, …
+            # Imported here: the client package imports this module's vocabulary, never models.
+            from models.checkpoint_errors import one_line
+
             raise ConfigError(
                 f"--input-transcription-model {model!r} could not be loaded "
                 f"({one_line(str(exc))}): give a "
