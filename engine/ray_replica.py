@@ -4,7 +4,7 @@ process (engine/engine_host.py), hosted in the actor's process, on the GPU (or C
 The loop runs in a child process of the actor (engine/process_engine.py's, with its two
 multiprocessing queues), not on a thread of it: the actor's process handles every Ray call
 (a `send` per turn of each caller's event loop, a `poll` per batch of events, their pickling),
-and on a thread beside them the engine loop lost the GIL to them often enough to miss its
+and an engine loop on a thread beside them loses the GIL to them often enough to miss its
 frames' deadlines at a hundred full-duplex sessions. Callers
 (engine/ray_engine.py; one per gateway process sharing the replica) reach it with plain Ray
 actor calls, each naming the caller:
