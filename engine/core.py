@@ -42,10 +42,10 @@ from engine.outputs import (
     TextDelta,
     WordTimings,
 )
-from engine.request import Request, RequestStatus, SamplingParams, Token
+from engine.request import Request, RequestStatus, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler
-from engine.warm_up_calibration import WARM_TEXT, WarmUpCalibration
+from engine.warm_up_calibration import WarmUpCalibration, warm_up_request
 from engine.word_timing import WordClock
 from engine.worker import LaunchedStep
 from models.base import ModelInputError, Prompt, SpeechModel
@@ -145,10 +145,8 @@ class EngineCore:
         facts = self.model.facts
         self.model.warm_up_batches(self.config.max_num_seqs)
         self.model.warm_up_audio_input()
-        n = facts.first_chunk_tokens + facts.chunk_tokens
-        params = SamplingParams(max_tokens=n, min_tokens=n, seed=0)
         try:
-            self.add_request(SpeechRequest(WARM_TEXT, facts.default_voice, params))
+            self.add_request(warm_up_request(facts))
         except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first requests may be slower")
             self.scheduler.refusals.clear()  # the warm-up's refusal refused no client

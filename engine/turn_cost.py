@@ -116,7 +116,8 @@ class TurnCostModel:
         self._prior_version = 0
         self._live = SampleWindow(window)
         self._cache: (
-            tuple[tuple[int, int], CostLine | None, tuple[tuple[int, float], ...], Reach] | None
+            tuple[tuple[int, int, bool], CostLine | None, tuple[tuple[int, float], ...], Reach]
+            | None
         ) = None
 
     def seed(self, rows: int, seconds: float) -> None:
@@ -178,10 +179,10 @@ class TurnCostModel:
     # --- the fit ---------------------------------------------------------------------------------
     def _model(self) -> tuple[CostLine | None, tuple[tuple[int, float], ...], Reach]:
         cache = self._cache
-        if cache is not None and cache[0] == (self._live.version, self._prior_version):
+        if cache is not None and cache[0] == self._inputs_version(self._live.version):
             return cache[1], cache[2], cache[3]
         live_version, live = self._live.snapshot()
-        version = (live_version, self._prior_version)
+        version = self._inputs_version(live_version)
         prior = dict(self._prior)
         by_size = _by_size(live)
         # Each size's median turn, weighing as many turns as it has: one slow turn (a
@@ -206,6 +207,10 @@ class TurnCostModel:
         self._cache = (version, fit, floors, reach)
         return fit, floors, reach
 
+    def _inputs_version(self, live_version: int) -> tuple[int, int, bool]:
+        """What a fit depends on: the live turns, the seeds and whether they bound the slope."""
+        return live_version, self._prior_version, self.slope_bound_by_bursts
+
     def _prior_weight(self, live: tuple[tuple[int, float], ...]) -> float:
         fading = self.prior_weight * max(0.0, 1.0 - len(live) / self.window)
         sizes = {rows for rows, _ in live}
@@ -220,8 +225,7 @@ def weighted_line(points: list[tuple[float, float, float]]) -> CostLine | None:
     total = sum(w for _, _, w in points)
     if total <= 0:
         return None
-    mean_r = sum(w * r for r, _, w in points) / total
-    mean_s = sum(w * s for _, s, w in points) / total
+    mean_r, mean_s = _weighted_means(points)
     srr = sum(w * (r - mean_r) ** 2 for r, _, w in points)
     if srr <= 1e-9 * total:
         return CostLine(0.0, mean_s / mean_r)
@@ -238,10 +242,15 @@ def weighted_line(points: list[tuple[float, float, float]]) -> CostLine | None:
 def line_with_slope(points: list[tuple[float, float, float]], slope: float) -> CostLine:
     """The line of `slope` through the weighted mean of (size, seconds, weight) `points` (least
     squares with the slope given), its fixed cost >= 0."""
-    total = sum(w for _, _, w in points)
-    mean_r = sum(w * r for r, _, w in points) / total
-    mean_s = sum(w * s for _, s, w in points) / total
+    mean_r, mean_s = _weighted_means(points)
     return CostLine(max(0.0, mean_s - slope * mean_r), slope)
+
+
+def _weighted_means(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """The weighted means of size and seconds of (size, seconds, weight) points, whose weights
+    add up to more than 0."""
+    total = sum(w for _, _, w in points)
+    return sum(w * r for r, _, w in points) / total, sum(w * s for _, s, w in points) / total
 
 
 def _by_size(live: tuple[tuple[int, float], ...]) -> list[tuple[int, list[float]]]:

@@ -26,11 +26,20 @@ from engine.request import SamplingParams
 
 if TYPE_CHECKING:
     from engine.core import EngineCore
+    from models.base import ModelFacts
 
 log = logging.getLogger("voxgate.engine")
 
 BUDGET_S = 20.0  # the bursts stop after this long
 WARM_TEXT = "Warming up."
+
+
+def warm_up_request(facts: ModelFacts) -> SpeechRequest:
+    """The warm-up's request: a short text held to a first chunk and one more, so that it runs
+    every stage (prefill, decode, the codec's first and steady chunks) and no further."""
+    tokens = facts.first_chunk_tokens + facts.chunk_tokens
+    params = SamplingParams(max_tokens=tokens, min_tokens=tokens, seed=0)
+    return SpeechRequest(WARM_TEXT, facts.default_voice, params)
 
 
 @dataclass(frozen=True)
@@ -50,8 +59,6 @@ class WarmUpCalibration:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
         self.capacity = core.scheduler.capacity
-        facts = core.model.facts
-        self.tokens = facts.first_chunk_tokens + facts.chunk_tokens  # a burst request's length
 
     def run(self) -> None:
         core = self.core
@@ -106,15 +113,13 @@ class WarmUpCalibration:
         return REALTIME_LOAD * self.core.model.facts.seconds_per_token
 
     def _burst(self, size: int) -> Burst | None:
-        """`size` requests of `self.tokens` tokens each, stepped together to their end; None
-        when the KV pool cannot hold them all."""
+        """`size` warm-up requests stepped together to their end; None when the KV pool
+        cannot hold them all."""
         core = self.core
-        params = SamplingParams(max_tokens=self.tokens, min_tokens=self.tokens, seed=0)
         requests = []
         try:
             for _ in range(size):
-                spec = SpeechRequest(WARM_TEXT, core.model.facts.default_voice, params)
-                requests.append(core.add_request(spec))
+                requests.append(core.add_request(warm_up_request(core.model.facts)))
         except EngineOverloaded:
             for request in requests:
                 core.cancel(request.request_id)

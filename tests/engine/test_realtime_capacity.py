@@ -290,6 +290,9 @@ def test_on_a_gpu_a_live_slope_steeper_than_the_bursts_takes_theirs_through_the_
     cpu = observed(TurnCostModel())
     assert cpu.fit().per_unit_s == pytest.approx(steep[1], rel=0.01)
     assert cpu.predict(150) == pytest.approx(steep[0] + steep[1] * 150, rel=0.01)
+    cpu.slope_bound_by_bursts = True  # pages priced later: the cached fit does not stand
+    assert cpu.fit() == fit
+    cpu.slope_bound_by_bursts = False
     # There the steep line runs to 178 rows before the bursts' slope takes over.
     assert cpu.predict(336) == pytest.approx(steep[0] + steep[1] * 178 + 0.000008 * 158, rel=0.01)
 
