@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.page_price import PagePrice
-from engine.realtime_outlook import StreamOutlook, TurnModel, shortfall
+from engine.realtime_outlook import OutlookInputs, StreamOutlook, TurnModel
 from engine.refusal_causes import RefusalCause
 from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
 
@@ -55,6 +55,8 @@ class Verdict:
     ok: bool
     reason: str = ""
     cause: str = ""  # a RefusalCause for metrics (the scheduler adds its own)
+    # A refusal by the streams' outlook: what it read (a trace of the request keeps it).
+    outlook: OutlookInputs | None = None
 
     @property
     def refusal_cause(self) -> str:
@@ -229,13 +231,14 @@ class RealtimeCapacity:
         turn = self._turn_model()
         if turn is None:
             return Verdict(True)
-        short = shortfall(
+        inputs = OutlookInputs(
             everyone,
             turn,
             REALTIME_LOAD * self.seconds_per_token,
             self.lead_cap_s,
             OUTLOOK_END_STEP,
         )
+        short = inputs.shortfall()
         if short is not None:
             return Verdict(
                 False,
@@ -245,6 +248,7 @@ class RealtimeCapacity:
                 f"(measured turn costs, {1e6 * self.page_s:.2f} µs a KV page); try again "
                 "shortly",
                 RefusalCause.TURN_COST,
+                inputs,
             )
         return self._codec_verdict(load)
 

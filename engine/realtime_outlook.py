@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -80,6 +81,66 @@ class TurnModel:
     page_s: float
     page_tokens: int
     max_rows: int
+
+
+@dataclass(frozen=True)
+class OutlookInputs:
+    """What one judgement of the outlook read: kept with a refusal, so that a trace of the
+    refused request (engine/request_trace.py) says what decided it and can be judged again
+    offline with one input changed (bench/replay_refusals.py)."""
+
+    streams: Sequence[StreamOutlook]  # the live streams, then the newcomers
+    turn: TurnModel
+    budget_s: float
+    lead_cap_s: float
+    end_step: int
+
+    def shortfall(self) -> Shortfall | None:
+        return shortfall(self.streams, self.turn, self.budget_s, self.lead_cap_s, self.end_step)
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain data for a JSON line: the turn's part by rows as points on a grid (exact for
+        the piecewise-linear lines engine/turn_cost.py fits), each stream as
+        [context, remaining, banked_s, share]."""
+        grid = _rows_grid(self.turn.max_rows)
+        by_rows = self.turn.by_rows(grid.astype(np.float64))
+        return {
+            "budget_s": self.budget_s,
+            "lead_cap_s": None if math.isinf(self.lead_cap_s) else self.lead_cap_s,
+            "end_step": self.end_step,
+            "page_s": self.turn.page_s,
+            "page_tokens": self.turn.page_tokens,
+            "max_rows": self.turn.max_rows,
+            "turn_by_rows": [
+                [int(r), round(float(s), 7)] for r, s in zip(grid, by_rows, strict=True)
+            ],
+            "streams": [
+                [s.context_tokens, s.remaining_tokens, round(s.banked_s, 4), s.share]
+                for s in self.streams
+            ],
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> OutlookInputs:
+        """The inputs `to_record` wrote (the turn's part by rows interpolated on its grid)."""
+        rows, seconds = np.array(record["turn_by_rows"], dtype=np.float64).T
+        turn = TurnModel(
+            lambda r: np.interp(r, rows, seconds),
+            record["page_s"],
+            record["page_tokens"],
+            record["max_rows"],
+        )
+        streams = [StreamOutlook(int(c), int(r), b, s) for c, r, b, s in record["streams"]]
+        cap = record["lead_cap_s"]
+        return cls(
+            streams, turn, record["budget_s"], math.inf if cap is None else cap, record["end_step"]
+        )
+
+
+def _rows_grid(max_rows: int) -> np.ndarray:
+    """Row counts a turn model is written at: the small powers of two, every 16 rows, the cap."""
+    small = [2**i for i in range(5) if 2**i < max_rows]
+    return np.unique(np.array([*small, *range(16, max_rows, 16), max_rows], dtype=np.int64))
 
 
 def shortfall(

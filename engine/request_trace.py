@@ -8,6 +8,10 @@ steps until its first chunk has its tokens, the time the chunk is held (the firs
 building cover, or both codec workers busy), the wait for its job to start and the job itself. A gap is a chunk that came
 out after the listener's buffer ran dry. Each of those is a different fix.
 
+A request refused at submit is written too, as a line of its own (`"refused"`: when, why, and
+where the streams' outlook refused it, what the outlook read: engine/realtime_outlook.py), so a
+run's refusals can be judged again offline (bench/replay_refusals.py).
+
 Times are the engine's clock (time.monotonic, the same clock across the machine's processes):
 `arrival` is absolute, every other time is milliseconds after it. Plain data, no torch: the
 scheduler and core fill it in; nothing here changes what they decide.
@@ -20,7 +24,9 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from engine.realtime_outlook import OutlookInputs
 
 
 @dataclass
@@ -97,6 +103,20 @@ class TraceWriter:
         if self._file is not None:
             self._file.write(trace.to_json(request_id) + "\n")
 
+    def write_refusal(
+        self, arrival: float, cause: str, reason: str, outlook: OutlookInputs | None
+    ) -> None:
+        """A request refused at submit: its `cause` (engine/refusal_causes.py), the words its
+        client got, and the outlook's inputs where the outlook refused it."""
+        if self._file is not None:
+            record = {
+                "arrival": arrival,
+                "cause": cause,
+                "reason": reason,
+                "outlook": None if outlook is None else outlook.to_record(),
+            }
+            self._file.write(json.dumps({"refused": record}, separators=(",", ":")) + "\n")
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -106,15 +126,18 @@ class TraceWriter:
 def read_traces(path: str | Path, since: float = -math.inf, until: float = math.inf) -> list[dict]:
     """The timelines in `path` (gzipped if it ends in .gz, as bench/results keeps them) of
     requests that arrived in [since, until) (engine clock)."""
-    out = []
+    return [t for t in _lines(path) if "refused" not in t and since <= t["arrival"] < until]
+
+
+def read_refusals(path: str | Path) -> list[dict[str, Any]]:
+    """The refusals in `path` (TraceWriter.write_refusal's records), in the order written."""
+    return [line["refused"] for line in _lines(path) if "refused" in line]
+
+
+def _lines(path: str | Path) -> list[dict[str, Any]]:
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
-        for line in f:
-            if line.strip():
-                trace = json.loads(line)
-                if since <= trace["arrival"] < until:
-                    out.append(trace)
-    return out
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _percentiles(values: list[float]) -> dict[str, float] | None:

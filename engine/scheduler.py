@@ -203,6 +203,9 @@ class Scheduler:
         # listeners; kv), and
         # whether the last one asked was admitted (a change of mind is logged once).
         self.refusals: dict[str, int] = {}
+        # admit's last refusal by real-time admission, with what its outlook read (None after
+        # an admission): EngineCore traces it (engine/request_trace.py).
+        self.last_refusal: Verdict | None = None
         self.listener_guard = ListenerGuard()
         self._admitting = True
         # (when, refusal cause, figures): the view stats reuse (admission_view)
@@ -257,6 +260,7 @@ class Scheduler:
         conversation starts with the KV of its prompt's common prefix with the kept one."""
         verdict = self.real_time_room(request.arrival_time, request)
         self._note_admission(verdict, request.arrival_time)
+        self.last_refusal = None if verdict.ok else verdict
         decision = Admission(verdict.ok, verdict.reason)
         if decision.ok:
             decision = self.blocks.can_admit(

@@ -2,6 +2,7 @@
 streams' ends equals a round-by-round walk, and it judges growing contexts as a listener
 would hear them."""
 
+import json
 import math
 import random
 
@@ -141,3 +142,28 @@ def test_requests_without_a_listener_cost_the_listeners_their_share():
     shorter = shortfall([*listeners, *half], ORPHEUS_LIKE, TOKEN_BUDGET)
     assert shorter is not None and shorter.behind_s > short.behind_s
     assert shortfall(quarter, ORPHEUS_LIKE, TOKEN_BUDGET) is None
+
+
+def test_a_refusal_keeps_what_the_outlook_read_and_its_record_judges_the_same():
+    """Where the streams' outlook refuses, the verdict carries its inputs; written as plain
+    data and read back (the turn's part by rows on a grid), they give the same shortfall."""
+    from engine.realtime_capacity import RealtimeCapacity
+    from engine.realtime_outlook import OutlookInputs
+
+    capacity = RealtimeCapacity(
+        1 / 82.03, 28, max_num_seqs=320, max_detok_batch=64, threaded_codec=False
+    )
+    capacity.page_s = ORPHEUS_LIKE.page_s
+    for rows in (1, 8, 64, 256):
+        capacity.steps.seed(rows, float(ORPHEUS_LIKE.by_rows(np.array([rows]))[0]))
+    live = [StreamOutlook(1000 + 4 * i, 1500, 0.5) for i in range(300)]
+    verdict = capacity.room_with(live, [StreamOutlook(40, 1500, 0.0)])
+    assert not verdict.ok and verdict.outlook is not None
+    recorded = verdict.outlook.shortfall()
+    again = OutlookInputs.from_record(json.loads(json.dumps(verdict.outlook.to_record())))
+    assert len(again.streams) == 301 and again.streams[-1] == StreamOutlook(40, 1500, 0.0)
+    replayed = again.shortfall()
+    assert replayed.after_tokens == recorded.after_tokens
+    assert replayed.behind_s == pytest.approx(recorded.behind_s, rel=1e-4)
+    # With room for all, nothing is kept.
+    assert capacity.room_with(live[:20], [StreamOutlook(40, 1500, 0.0)]).outlook is None

@@ -126,3 +126,26 @@ def test_the_engine_writes_each_requests_timeline(model, tmp_path):
     assert t["first_token_ms"] < t["last_token_ms"] <= t["chunks"][-1]["submitted_ms"]
     s = summarize(list(lines.values()))
     assert s["requests"] == 2 and s["first_audio"]["n"] == 1
+
+
+def test_a_refused_request_is_traced_with_its_cause_and_never_read_as_a_timeline(model, tmp_path):
+    """A request the KV pool cannot hold is written as a refusal of its own (cause `kv`, no
+    outlook: the pool, not the streams' outlook, refused it); read_traces leaves it out and
+    read_refusals reads it."""
+    from engine.api import EngineOverloaded
+    from engine.request_trace import read_refusals
+
+    path = tmp_path / "trace.jsonl"
+    config = EngineConfig(num_kv_blocks=8, max_num_seqs=4, trace_path=str(path))
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa")
+    params = SamplingParams(max_tokens=400)
+    with pytest.raises(EngineOverloaded) as refused:
+        core.add_request(SpeechRequest("Far too long for this pool.", None, params))
+    kept = core.add_request(SpeechRequest("Hi.", None, SamplingParams(max_tokens=8)))
+    while core.has_work():
+        core.step()
+    core.close()
+    [refusal] = read_refusals(path)
+    assert refusal["cause"] == "kv" and refusal["outlook"] is None
+    assert refusal["reason"] == str(refused.value)
+    assert [t["request_id"] for t in read_traces(path)] == [kept.request_id]
