@@ -27,7 +27,11 @@ slope:
   and only past the largest a prediction grows from it at the bursts' slope (`Reach`).
 - **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
   of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
-  never costs less per step than a smaller one did); the slope is never negative.
+  never costs less per step than a smaller one did); the slope is never negative. A floor is
+  the highest of many sizes' medians, so each must be steady: with a median of 3 turns, the
+  highest of a ramp's dozens of sizes sat well above the line wherever turns are noisy (in the
+  simulator, Orpheus' costs with turns 2 ms apart: admission let in 305 of the 337 it admits
+  with none; with 8 turns a size, 337, none late).
 
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
 gateway's thread): readers fit a copy of the window.
@@ -45,7 +49,7 @@ import numpy as np
 
 LIVE_WINDOW = 256  # live turns the fit looks at (~3 s on an H200, ~10 s on a CPU)
 PRIOR_WEIGHT = 4.0  # a warm-up burst's figure, in live turns, while the window is empty
-FLOOR_SAMPLES = 3  # live turns of a size before their median floors the prediction
+FLOOR_SAMPLES = 8  # live turns of a size before their median floors the prediction
 
 
 @dataclass(frozen=True)

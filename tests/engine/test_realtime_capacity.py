@@ -28,7 +28,7 @@ from engine.realtime_capacity import REALTIME_LOAD, CodecCost, RealtimeCapacity
 from engine.realtime_outlook import StreamOutlook
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
-from engine.turn_cost import LIVE_WINDOW, TurnCostModel
+from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel
 
 TOKEN_S = 0.04  # voxgate-tiny's 25 tokens a second
 FACTS = ChunkingFacts(first_chunk_tokens=4, chunk_tokens=8, seconds_per_token=TOKEN_S)
@@ -299,10 +299,11 @@ def test_on_a_gpu_a_live_slope_steeper_than_the_bursts_takes_theirs_through_the_
 
 def test_a_larger_batch_is_never_predicted_cheaper_than_a_smaller_one_measured():
     """Live turns with a falling trend: the slope is clamped at 0 and every size is at least
-    the median turn measured at any smaller size (3 turns of a size needed, so one slow turn
-    of a rare size does not floor everything). A slow turn moves no size's median."""
+    the median turn measured at any smaller size (FLOOR_SAMPLES turns of a size needed, so a
+    few slow turns of a rare size do not floor everything). A slow turn moves no size's
+    median."""
     model = TurnCostModel()
-    for _ in range(5):
+    for _ in range(FLOOR_SAMPLES):
         model.observe(8, 0.030)
         model.observe(16, 0.020)
     assert model.fit().per_unit_s == 0.0
