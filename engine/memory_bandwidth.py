@@ -20,11 +20,15 @@ import torch
 log = logging.getLogger("voxgate.engine")
 
 # The share of a large copy's bandwidth decode attention reaches served, beside the codec's
-# kernels: Orpheus' served turns on an H200 grew 0.22-0.25 µs a page where the copy moves a page
-# in 0.214-0.224 µs (BENCHMARKS.md, the Orpheus capacity points' fits), so a page is priced at
-# its copy time over this share, on the dear side: the live turns refine it
-# (engine/page_price.py), and until they do, a price too dear only refuses early.
-ATTENTION_SHARE = 0.87
+# kernels: Orpheus' served capacity points on an H200 fitted 0.217-0.250 µs a page, the latest
+# three 0.227-0.229, where the copy moved a page in 0.214-0.224 µs (BENCHMARKS.md), so a page is
+# priced at its copy time over this share: the middle of what the points fitted. A price too
+# dear refuses streams the engine carries for as long as a fresh server's ramp runs on it (the
+# live turns of a ramp teach the price little: engine/page_price.py): in the simulator, at
+# Orpheus' costs on the H200, a page priced 0.25 µs where it cost 0.229 let in 334 listeners
+# where the true price let in 354, none late either way. One too cheap the live turns correct,
+# and the listeners' buffers (engine/listener_guard.py) stop admissions meanwhile.
+ATTENTION_SHARE = 0.95
 COPY_BYTES = 256 << 20  # large enough to leave the caches, small beside a loaded GPU's memory
 REPEATS = 10
 
