@@ -77,16 +77,17 @@ def test_the_baselines_greedy_codes_are_the_engines(baseline):
 def test_long_utterances_decode_in_the_packages_pieces(baseline):
     """Past 300 frames the package decodes pieces of 300, each from scratch with the 25 frames
     before it as context, whose audio it drops. The tiny decoder hears less than 25 frames
-    back, so the pieces make the whole-utterance audio: exactly the first piece, and the
-    next up to rounding (its positions start at 0). Without the context, or misaligned, the
-    second piece's audio would be another."""
+    back, so the pieces make the whole-utterance audio up to rounding (the first piece's
+    kernels run at another length than the whole's, which may order their sums otherwise:
+    2.6e-5 apart seen; the second's positions start at 0). Without the context, or
+    misaligned, the second piece's audio would be another."""
     decoder = baseline.model.decoder
     codes = torch.randint(0, 2048, (310, 16), generator=torch.Generator().manual_seed(0))
     pieces = decode_like_the_package(decoder, codes)
     whole = decoder.decode(codes.T[None])[0].numpy()
     assert pieces.shape == whole.shape == (310 * 1920,)
     cut = 300 * 1920
-    np.testing.assert_array_equal(pieces[:cut], whole[:cut])
+    np.testing.assert_allclose(pieces[:cut], whole[:cut], atol=1e-4, rtol=0)
     np.testing.assert_allclose(pieces[cut:], whole[cut:], atol=2e-4, rtol=0)
 
 
