@@ -11,8 +11,10 @@ recorded and under each variant, and says how many each variant would have admit
     python bench/replay_refusals.py run.trace.jsonl.gz --page-us 0.229 --turn-ms 2.72,0.0051
 
 With no variant given it tries a standard set: the page's price 10 % lower, the turn's part by
-rows 10 % lower, the banked audio credited up to 30 s (the uncontended lead cap), the budget at
-100 % of a token's playback. A variant that admits most refusals names the input that decided.
+rows 10 % lower, the banked audio credited up to 30 s (the default `--max-lead-s`, the lead
+cap while no listener is short), the whole of a token's playback as the budget (not
+REALTIME_LOAD of it). A variant that admits most refusals names the input that decided. Only
+refusals the record reproduces (judged again as recorded, still refused) are counted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from engine.realtime_capacity import REALTIME_LOAD
 from engine.realtime_outlook import OutlookInputs, TurnModel
 from engine.request_trace import read_refusals
 
@@ -62,27 +65,28 @@ def budget_scale(factor: float) -> Variant:
     return lambda o: dataclasses.replace(o, budget_s=o.budget_s * factor)
 
 
-def standard_variants(budget_share: float) -> dict[str, Variant]:
+def standard_variants() -> dict[str, Variant]:
     return {
         "page price -10 %": page_scale(0.9),
         "turn by rows -10 %": turn_scale(0.9),
         "lead credited to 30 s": lead_cap(30.0),
-        "budget at 100 %": budget_scale(1.0 / budget_share),
+        "budget at 100 %": budget_scale(1.0 / REALTIME_LOAD),
     }
 
 
 def replay(refusals: list[dict], variants: dict[str, Variant]) -> list[str]:
     """Lines of a report: each outlook refusal as recorded and under each variant, then how
-    many each variant admits."""
+    many of those the record reproduces each variant admits."""
     judged = [r for r in refusals if r.get("outlook")]
     lines = [
         f"{len(refusals)} refusals, {len(judged)} by the streams' outlook"
-        + (f" (others: {_causes(refusals, judged)})" if len(judged) < len(refusals) else "")
+        + (f" (others: {_other_causes(refusals)})" if len(judged) < len(refusals) else "")
     ]
     if not judged:
         return lines
     start = judged[0]["arrival"]
     admitted = dict.fromkeys(variants, 0)
+    reproduced = 0
     for refusal in judged:
         inputs = OutlookInputs.from_record(refusal["outlook"])
         short = inputs.shortfall()
@@ -92,11 +96,11 @@ def replay(refusals: list[dict], variants: dict[str, Variant]) -> list[str]:
             f"+{refusal['arrival'] - start:6.2f} s  {streams:4d} streams  banked p50 "
             f"{np.median(banked):.2f} s  page {1e6 * inputs.turn.page_s:.3f} µs  "
         )
-        head += (
-            "admits as recorded"
-            if short is None
-            else f"short {short.behind_s:.2f} s at {short.after_s:.0f} s"
-        )
+        if short is None:
+            lines.append(head + "admits as recorded: not reproduced, not counted")
+            continue
+        reproduced += 1
+        head += f"short {short.behind_s:.2f} s at {short.after_s:.0f} s"
         verdicts = []
         for name, variant in variants.items():
             ok = variant(inputs).shortfall() is None
@@ -104,15 +108,14 @@ def replay(refusals: list[dict], variants: dict[str, Variant]) -> list[str]:
             verdicts.append(f"{name}: {'admits' if ok else 'refuses'}")
         lines.append(head + "  |  " + "; ".join(verdicts))
     lines.append(
-        "admitted of "
-        + str(len(judged))
-        + ": "
+        f"admitted of the {reproduced} reproduced: "
         + "; ".join(f"{name} {count}" for name, count in admitted.items())
     )
     return lines
 
 
-def _causes(refusals: list[dict], judged: list[dict]) -> str:
+def _other_causes(refusals: list[dict]) -> str:
+    """The refusals not by the outlook, counted by cause."""
     counts: dict[str, int] = {}
     for r in refusals:
         if not r.get("outlook"):
@@ -128,12 +131,6 @@ def main(argv: list[str] | None = None) -> int:
         "--turn-ms", help="the turn's part by rows as FIXED,PER_ROW in ms (e.g. 2.72,0.0051)"
     )
     ap.add_argument("--lead-cap-s", type=float, help="credit banked audio up to this lead")
-    ap.add_argument(
-        "--budget-share",
-        type=float,
-        default=0.95,
-        help="the share of a token's playback the run's outlook budgeted (REALTIME_LOAD)",
-    )
     args = ap.parse_args(argv)
     variants: dict[str, Variant] = {}
     if args.page_us is not None:
@@ -147,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.lead_cap_s is not None:
         variants[f"lead cap {args.lead_cap_s} s"] = lead_cap(args.lead_cap_s)
     if not variants:
-        variants = standard_variants(args.budget_share)
+        variants = standard_variants()
     try:
         refusals = read_refusals(args.trace)
     except (OSError, ValueError) as exc:

@@ -18,13 +18,24 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from engine.refusal_causes import RefusalCause
+
+if TYPE_CHECKING:
+    from engine.realtime_outlook import OutlookInputs
 
 
 @dataclass(frozen=True)
 class Admission:
+    """Whether a request is admitted; if not, why: the words its client gets, the cause it is
+    counted under (engine/refusal_causes.py), and where real-time admission's outlook refused
+    it, what the outlook read (a request trace keeps it: engine/request_trace.py)."""
+
     ok: bool
     reason: str = ""
+    cause: str = ""
+    outlook: OutlookInputs | None = None
 
 
 @dataclass
@@ -75,10 +86,13 @@ class BlockManager:
                 False,
                 f"request needs {need} KV pages of {self.block_size} tokens but the pool has "
                 f"only {self.num_blocks}; lower max_tokens or give the engine more KV memory",
+                RefusalCause.KV,
             )
         if need + reserved_blocks > self.num_blocks:
             return Admission(
-                False, "the KV cache is fully committed to running requests; retry later"
+                False,
+                "the KV cache is fully committed to running requests; retry later",
+                RefusalCause.KV,
             )
         return Admission(True)
 

@@ -42,7 +42,6 @@ from engine.outputs import (
     TextDelta,
     WordTimings,
 )
-from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, Token
 from engine.request_trace import RequestTrace, TraceWriter
 from engine.scheduler import ChunkingFacts, Scheduler
@@ -208,22 +207,15 @@ class EngineCore:
             request.request_id = spec.request_id
         decision = self.scheduler.admit(request)
         if not decision.ok:
-            self._trace_refusal(request, decision.reason)
+            if self.audio.traces is not None:
+                self.audio.traces.write_refusal(
+                    request.arrival_time, decision.cause, decision.reason, decision.outlook
+                )
             raise EngineOverloaded(decision.reason)
         self.worker.add_request(request)
         if self.audio.traces is not None:
             request.trace = RequestTrace(request.arrival_time, request.num_prompt_tokens)
         return request
-
-    def _trace_refusal(self, request: Request, reason: str) -> None:
-        """With --trace-requests: the refused request's line, with what real-time admission's
-        outlook read where it refused (else the KV pool did)."""
-        if self.audio.traces is None:
-            return
-        verdict = self.scheduler.last_refusal
-        cause = verdict.cause if verdict is not None else RefusalCause.KV
-        outlook = verdict.outlook if verdict is not None else None
-        self.audio.traces.write_refusal(request.arrival_time, cause, reason, outlook)
 
     def _prompt(self, spec: SpeechRequest, options: dict[str, OptionValue]) -> Prompt:
         if spec.text_stream:

@@ -4,18 +4,12 @@ step reads (real-time admission: engine/realtime_outlook.py).
 A decode step reads every running stream's KV pages once, and at hundreds of streams those
 reads are most of the step. So a page's price is its bytes at the bandwidth of a large
 device-to-device copy (bytes read plus bytes written, over its time), measured in a fraction of
-a second: what decode attention reaches served, within a few per cent either way. Orpheus' fp8
-pages (917,504 bytes) on an H200, whose copy moved a page in 0.214-0.224 µs: its served
-capacity points fitted 0.217-0.250 µs a page in use (least squares over whole points, the
-latest three 0.227-0.229); on an H100, whose copy moved one in 0.31 µs, 0.297-0.305
-(BENCHMARKS.md). Priced dearer (at 0.87 or 0.95 of the copy's bandwidth), admission refused
-listeners the engine carried while a fresh server's ramp ran on that price (the live turns of a
-ramp teach it little: engine/page_price.py): on the H100, 32 of the 37 refusals of two runs
-at 248 listeners would have been admissions at the copy's price (bench/replay_refusals.py).
-One priced a few per cent too cheap the live turns correct, and the listeners' buffers
-(engine/listener_guard.py) stop admissions meanwhile: in the simulator, at Orpheus' H200
-costs, a page priced 5 % under its cost let in 366-369 listeners where the true price let in
-353-356, none late either way.
+a second: decode attention reads at about that bandwidth served. Orpheus' fp8 pages fitted
+from 3 % under to 17 % over their copy time on an H200 (the latest three points 2-7 % over)
+and 2-4 % under it on an H100 (BENCHMARKS.md). A price too dear refuses listeners the engine
+carries for as long as a fresh server's ramp runs on it (a ramp's turns teach the price
+little: engine/page_price.py); one a little too cheap the live turns correct, and the
+listeners' buffers (engine/listener_guard.py) stop admissions meanwhile.
 """
 
 from __future__ import annotations

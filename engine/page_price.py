@@ -1,13 +1,11 @@
 """What a KV page in use adds to a decode turn, learned from the live turns (no torch).
 
-At warm-up the engine prices a page from the device's copy bandwidth
-(engine/memory_bandwidth.py): a fixed share of it, chosen from served runs. What a page really
-costs served depends on what runs beside the attention kernels (the codec's kernels on the
-same SMs, their precision, the batch), and it moves with them: Orpheus' capacity points on an
-H200 fitted 0.217-0.250 µs a page where the warm-up priced 0.257, and at the peak's 43,000
-pages that difference is 1.7 ms of a 14-ms turn, enough for admission to refuse a quarter of
-the listeners the engine carries (BENCHMARKS.md). So the price is refitted from the live
-turns: turn seconds = fixed + per row × rows + price × pages, least squares over the last
+At warm-up the engine prices a page at its bytes over the device's copy bandwidth
+(engine/memory_bandwidth.py). What a page really costs served depends on what runs beside the
+attention kernels (the codec's kernels on the same SMs, their precision, the batch), and it
+moves with them: Orpheus' capacity points on an H200 fitted 0.217-0.250 µs a page, and at a
+peak's 43,000 pages every 0.01 µs is 0.4 ms of a 14-ms turn (BENCHMARKS.md). So the price is
+refitted from the live turns: turn seconds = fixed + per row × rows + price × pages, least squares over the last
 `PRICE_WINDOW` turns, fitted twice so that turns far off the first line (a collection, a page
 fault) move nothing. Only where the turns read widely different numbers of pages at like rows
 can the two parts be told apart (while contexts grow, or streams of different ages share the

@@ -99,11 +99,13 @@ class OutlookInputs:
         return shortfall(self.streams, self.turn, self.budget_s, self.lead_cap_s, self.end_step)
 
     def to_record(self) -> dict[str, Any]:
-        """Plain data for a JSON line: the turn's part by rows as points on a grid (exact for
-        the piecewise-linear lines engine/turn_cost.py fits), each stream as
-        [context, remaining, banked_s, share]."""
-        grid = _rows_grid(self.turn.max_rows)
-        by_rows = self.turn.by_rows(grid.astype(np.float64))
+        """Plain data for a JSON line: the turn's part by rows at every row count from 1 to
+        `max_rows` (the fitted line, its floors and its reach as predicted: a listener's row is
+        whole, so nothing between is needed but for requests without a listener, which the
+        replay interpolates), each stream as [context, remaining, banked_s, share]. Written
+        right after the judgement, on the engine's thread, whose turns alone move the model."""
+        rows = np.arange(1, self.turn.max_rows + 1, dtype=np.float64)
+        by_rows = self.turn.by_rows(rows)
         return {
             "budget_s": self.budget_s,
             "lead_cap_s": None if math.isinf(self.lead_cap_s) else self.lead_cap_s,
@@ -111,9 +113,7 @@ class OutlookInputs:
             "page_s": self.turn.page_s,
             "page_tokens": self.turn.page_tokens,
             "max_rows": self.turn.max_rows,
-            "turn_by_rows": [
-                [int(r), round(float(s), 7)] for r, s in zip(grid, by_rows, strict=True)
-            ],
+            "turn_by_rows_s": [round(float(seconds), 7) for seconds in by_rows],
             "streams": [
                 [s.context_tokens, s.remaining_tokens, round(s.banked_s, 4), s.share]
                 for s in self.streams
@@ -122,8 +122,14 @@ class OutlookInputs:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> OutlookInputs:
-        """The inputs `to_record` wrote (the turn's part by rows interpolated on its grid)."""
-        rows, seconds = np.array(record["turn_by_rows"], dtype=np.float64).T
+        """The inputs `to_record` wrote (or, in the traces of bench/results dated 2026-12-07,
+        the turn at a grid of row counts, `turn_by_rows`: [rows, seconds] pairs, interpolated
+        between them, which misses a floor's step that falls between two)."""
+        if "turn_by_rows_s" in record:
+            seconds = np.array(record["turn_by_rows_s"], dtype=np.float64)
+            rows = np.arange(1, len(seconds) + 1, dtype=np.float64)
+        else:
+            rows, seconds = np.array(record["turn_by_rows"], dtype=np.float64).T
         turn = TurnModel(
             lambda r: np.interp(r, rows, seconds),
             record["page_s"],
@@ -135,12 +141,6 @@ class OutlookInputs:
         return cls(
             streams, turn, record["budget_s"], math.inf if cap is None else cap, record["end_step"]
         )
-
-
-def _rows_grid(max_rows: int) -> np.ndarray:
-    """Row counts a turn model is written at: the small powers of two, every 16 rows, the cap."""
-    small = [2**i for i in range(5) if 2**i < max_rows]
-    return np.unique(np.array([*small, *range(16, max_rows, 16), max_rows], dtype=np.int64))
 
 
 def shortfall(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -92,7 +93,8 @@ class RequestTrace:
 
 
 class TraceWriter:
-    """Appends finished requests' timelines to a JSON-lines file, a line at a time."""
+    """Appends finished requests' timelines, and requests refused at submit, to a JSON-lines
+    file, a line at a time."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -134,10 +136,12 @@ def read_refusals(path: str | Path) -> list[dict[str, Any]]:
     return [line["refused"] for line in _lines(path) if "refused" in line]
 
 
-def _lines(path: str | Path) -> list[dict[str, Any]]:
+def _lines(path: str | Path) -> Iterator[dict[str, Any]]:
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
 
 
 def _percentiles(values: list[float]) -> dict[str, float] | None:

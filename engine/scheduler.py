@@ -203,9 +203,6 @@ class Scheduler:
         # listeners; kv), and
         # whether the last one asked was admitted (a change of mind is logged once).
         self.refusals: dict[str, int] = {}
-        # admit's last refusal by real-time admission, with what its outlook read (None after
-        # an admission): EngineCore traces it (engine/request_trace.py).
-        self.last_refusal: Verdict | None = None
         self.listener_guard = ListenerGuard()
         self._admitting = True
         # (when, refusal cause, figures): the view stats reuse (admission_view)
@@ -260,8 +257,7 @@ class Scheduler:
         conversation starts with the KV of its prompt's common prefix with the kept one."""
         verdict = self.real_time_room(request.arrival_time, request)
         self._note_admission(verdict, request.arrival_time)
-        self.last_refusal = None if verdict.ok else verdict
-        decision = Admission(verdict.ok, verdict.reason)
+        decision = Admission(verdict.ok, verdict.reason, verdict.cause, verdict.outlook)
         if decision.ok:
             decision = self.blocks.can_admit(
                 request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks

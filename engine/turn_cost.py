@@ -27,11 +27,11 @@ slope:
   and only past the largest a prediction grows from it at the bursts' slope (`Reach`).
 - **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
   of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
-  never costs less per step than a smaller one did); the slope is never negative. A floor is
-  the highest of many sizes' medians, so each must be steady: with a median of 3 turns, the
-  highest of a ramp's dozens of sizes sat well above the line wherever turns are noisy (in the
-  simulator, Orpheus' costs with turns 2 ms apart: admission let in 305 of the 337 it admits
-  with none; with 8 turns a size, 337, none late).
+  never costs less per step than a smaller one did); the slope is never negative. The floor
+  at `rows` is the highest of every smaller size's median, and the highest of dozens of
+  noisy medians sits above all of their means: so each median must be of enough turns to be
+  steady (a ramp's turns spread over dozens of sizes; BENCHMARKS.md has what 3 turns a size
+  cost admission in the simulator).
 
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
 gateway's thread): readers fit a copy of the window.

@@ -1,6 +1,7 @@
 """bench/replay_refusals.py: a traced refusal judged again offline, as recorded and with one
 of the outlook's inputs changed."""
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -32,6 +33,9 @@ def refused_trace(path: Path) -> None:
     writer = TraceWriter(path)
     writer.write_refusal(10.0, verdict.cause, verdict.reason, verdict.outlook)
     writer.write_refusal(11.0, "kv", "the KV cache is full", None)
+    # A record the outlook would admit as it stands: not reproduced, so counted by no variant.
+    few = dataclasses.replace(verdict.outlook, streams=verdict.outlook.streams[:10])
+    writer.write_refusal(12.0, verdict.cause, verdict.reason, few)
     writer.close()
 
 
@@ -40,10 +44,11 @@ def test_a_refusal_replays_as_recorded_and_a_cheaper_page_admits_it(tmp_path, ca
     refused_trace(path)
     assert main([str(path), "--page-us", "0.05", "--lead-cap-s", "0"]) == 0
     out = capsys.readouterr().out
-    assert "2 refusals, 1 by the streams' outlook (others: kv 1)" in out
+    assert "3 refusals, 2 by the streams' outlook (others: kv 1)" in out
+    assert "  10 streams" in out and "admits as recorded: not reproduced, not counted" in out
     assert "301 streams" in out and "short " in out and "page 0.240 µs" in out
     assert "page 0.05 µs: admits; lead cap 0.0 s: refuses" in out
-    assert out.strip().endswith("admitted of 1: page 0.05 µs 1; lead cap 0.0 s 0")
+    assert out.strip().endswith("admitted of the 1 reproduced: page 0.05 µs 1; lead cap 0.0 s 0")
 
 
 def test_the_standard_variants_and_a_file_that_is_no_trace(tmp_path, capsys):

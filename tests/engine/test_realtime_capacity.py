@@ -26,6 +26,7 @@ from engine.listener_guard import (
 from engine.memory_bandwidth import copy_bandwidth, page_seconds
 from engine.realtime_capacity import REALTIME_LOAD, CodecCost, RealtimeCapacity
 from engine.realtime_outlook import StreamOutlook
+from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel
@@ -315,6 +316,21 @@ def test_a_larger_batch_is_never_predicted_cheaper_than_a_smaller_one_measured()
     assert model.predict(4) < 0.2
 
 
+def test_a_size_floors_the_turn_only_once_it_has_enough_turns_to_trust():
+    """The highest of many sizes' medians is biased upward where turns are noisy, so a size's
+    median floors the prediction only from FLOOR_SAMPLES turns: one turn fewer, at a dearer
+    cost than the line's, moves larger sizes by the line alone."""
+    model = TurnCostModel()
+    for _ in range(40):
+        model.observe(8, 0.030)
+        model.observe(16, 0.030)
+    for _ in range(FLOOR_SAMPLES - 1):
+        model.observe(12, 0.040)
+    assert model.predict(16) < 0.032
+    model.observe(12, 0.040)
+    assert model.predict(16) == pytest.approx(0.040)
+
+
 # --- the listeners' buffers (engine/listener_guard.py) ----------------------------------------
 def playing(sched: Scheduler, now: float, played_s: float, lead_s: float) -> Request:
     """A request whose listener has played `played_s` and holds `lead_s` of audio."""
@@ -447,11 +463,37 @@ def test_priced_pages_judge_the_streams_by_their_outlook_not_their_count():
     verdict = capacity.room_with([StreamOutlook(16, 800, 0.5)] * 150, [newcomer])
     assert not verdict.ok and verdict.cause == "turn_cost"
     assert "short of audio" in verdict.reason and "KV page" in verdict.reason
+    assert verdict.outlook is not None and verdict.outlook.shortfall() is not None
     ending = [StreamOutlook(100, 50, 0.5)] * 150
     assert capacity.room_with(ending, [StreamOutlook(16, 50, 0.0)]).ok
     room = capacity.capacity(ending, StreamOutlook(16, 50, 0.0))
     assert 151 <= room <= capacity.capacity()  # never more than the count allows
     assert capacity.capacity([StreamOutlook(16, 800, 0.5)] * 150, newcomer) == 150  # no room
+
+
+def test_a_refusal_says_its_cause_and_what_the_outlook_read():
+    """The scheduler's refusal carries its cause and, where the streams' outlook refused, the
+    outlook's inputs (EngineCore writes both to the request trace); a refusal by the KV pool
+    carries its own cause and no outlook."""
+    sched = Scheduler(EngineConfig(), BlockManager(num_blocks=65536, block_size=16), FACTS)
+    sched.capacity.steps.seed(1, 0.0081)
+    sched.capacity.steps.seed(64, 0.0144)
+    sched.capacity.page_s = 6e-6
+    decision = None
+    for i in range(200):
+        now = 100.0 + 0.001 * i
+        request = Request([1] * 16, SamplingParams(max_tokens=800), now)
+        decision = sched.admit(request)
+        if not decision.ok:
+            break
+        heard_playing(request, now, played_s=5.0, lead_s=0.5)
+    assert not decision.ok and decision.cause == RefusalCause.TURN_COST
+    short = decision.outlook.shortfall()
+    assert short is not None and f"{short.behind_s:.2f} s short" in decision.reason
+    assert decision.outlook.streams[-1].remaining_tokens == 800  # the newcomer, last
+    full = make_scheduler(realtime_admission=False)
+    kv = full.admit(Request([1] * 16, SamplingParams(max_tokens=4096 * 16), 0.0))
+    assert not kv.ok and kv.cause == RefusalCause.KV and kv.outlook is None
 
 
 def test_stats_reuse_admissions_view_only_where_pages_are_priced():
@@ -479,6 +521,15 @@ def test_a_page_costs_its_bytes_at_the_gpus_bandwidth_and_nothing_on_the_cpu():
     cpu = torch.device("cpu")
     assert copy_bandwidth(cpu, nbytes=8 << 20) > 1e8  # any machine moves 100 MB/s
     assert page_seconds(cpu, 917_504) == 0.0
+
+
+def test_a_gpu_prices_a_page_at_its_bytes_over_the_copys_bandwidth(monkeypatch):
+    """No share of the bandwidth held back: served decode attention reaches a large copy's
+    within a few per cent either way (BENCHMARKS.md), so a page costs its copy time."""
+    import engine.memory_bandwidth as bandwidth
+
+    monkeypatch.setattr(bandwidth, "copy_bandwidth", lambda device, nbytes: 4.28e12)
+    assert page_seconds(torch.device("cuda"), 917_504) == pytest.approx(917_504 / 4.28e12)
 
 
 def test_a_gpu_with_no_memory_left_to_measure_leaves_pages_unpriced(monkeypatch, caplog):

@@ -156,12 +156,19 @@ def test_a_refusal_keeps_what_the_outlook_read_and_its_record_judges_the_same():
     capacity.page_s = ORPHEUS_LIKE.page_s
     for rows in (1, 8, 64, 256):
         capacity.steps.seed(rows, float(ORPHEUS_LIKE.by_rows(np.array([rows]))[0]))
+    for _ in range(8):  # a size whose median floors the larger ones: a step off the line
+        capacity.steps.observe(203, 0.0065)
     live = [StreamOutlook(1000 + 4 * i, 1500, 0.5) for i in range(300)]
     verdict = capacity.room_with(live, [StreamOutlook(40, 1500, 0.0)])
     assert not verdict.ok and verdict.outlook is not None
     recorded = verdict.outlook.shortfall()
     again = OutlookInputs.from_record(json.loads(json.dumps(verdict.outlook.to_record())))
     assert len(again.streams) == 301 and again.streams[-1] == StreamOutlook(40, 1500, 0.0)
+    rows = np.arange(1, 321, dtype=np.float64)
+    np.testing.assert_allclose(
+        again.turn.by_rows(rows), capacity.steps.predict_rows(rows), atol=1e-7
+    )
+    assert capacity.steps.predict(203) > capacity.steps.predict(202)  # the floor's step
     replayed = again.shortfall()
     assert replayed.after_tokens == recorded.after_tokens
     assert replayed.behind_s == pytest.approx(recorded.behind_s, rel=1e-4)
