@@ -39,7 +39,7 @@ stream with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
 
 What it cannot do: a buffer only runs short some time after the engine fell behind (2 s of
 lead drain in 10 s at 20 % over), so while the model is far too hopeful and arrivals come
-slowly, streams admitted meanwhile can still end up behind (tests/engine/realtime_sim.py).
+slowly, streams admitted meanwhile can still end up behind (voxbench/realtime_sim.py).
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 from engine import page_price
 from engine.page_price import MIN_TURNS, PRICE_BOUNDS, REFIT_TURNS, PagePrice
 from engine.realtime_capacity import RealtimeCapacity
 from engine.scheduler import ChunkingFacts
+from voxbench.realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 TRUE_PRICE = 0.228e-6  # Orpheus' fp8 pages served on an H200 (BENCHMARKS.md)
 

@@ -1,6 +1,6 @@
 """Real-time admission from measured costs (engine/realtime_capacity.py, engine/turn_cost.py,
 engine/listener_guard.py, the scheduler's admit): costs given as a warm-up or live turns would
-report them, and a simulated engine (realtime_sim.py) whose turns cost fixed + per_row x rows,
+report them, and a simulated engine (voxbench/realtime_sim.py) whose turns cost fixed + per_row x rows,
 with listeners playing in real time. Those judges are torch-free; this module is not: the KV
 page's price is measured with torch (engine/memory_bandwidth.py), and one test builds a real
 voxgate-tiny engine to check its warm-up's calibration."""
@@ -12,7 +12,6 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 from engine import memory_bandwidth
 from engine.block_manager import BlockManager
@@ -30,6 +29,7 @@ from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel
+from voxbench.realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 TOKEN_S = 0.04  # voxgate-tiny's 25 tokens a second
 FACTS = ChunkingFacts(first_chunk_tokens=4, chunk_tokens=8, seconds_per_token=TOKEN_S)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -15,6 +14,7 @@ from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.speech_lengths import MARGIN, MIN_SAMPLES, SpeechLengths
 from models.registry import load_model
+from voxbench.realtime_sim import RealtimeSim, TurnCost, steady_arrivals
 
 
 def test_no_bound_until_enough_requests_ended_by_themselves():

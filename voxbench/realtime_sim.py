@@ -9,6 +9,17 @@ reported to the scheduler the way EngineCore does (Scheduler.observe_llm_turn an
 observe_step), except for
 `unseen_per_row_s`: work per stream that takes the wall clock but not the engine's turns
 (the gateway's encoding on the same cores), which only the listeners' buffers reveal.
+
+The tests (tests/engine/test_realtime_capacity.py and others) drive it; so can a person, to
+see what a change to admission's rules or a wrong warm-up figure costs at a GPU's scale
+without a GPU: `python -m voxbench.realtime_sim` runs the capacity benchmark's ramp (N
+listeners starting over `--stagger-s`, each for `--stream-s` of audio, a refused one gone) at
+Orpheus' costs on an H200 (the Orpheus table of BENCHMARKS.md) unless told otherwise, and says
+how many were admitted and how many ran dry:
+
+    python -m voxbench.realtime_sim --listeners 336,400 --noise-ms 1
+    python -m voxbench.realtime_sim --listeners 400 --prior-page-us 0.25   # the warm-up dear
+    python -m voxbench.realtime_sim --listeners 380 --no-admission          # what holds
 """
 
 from __future__ import annotations
@@ -174,3 +185,91 @@ class RealtimeSim:
 def steady_arrivals(count: int, per_second: float, start_s: float = 0.0) -> list[float]:
     """`count` listeners arriving one every 1/per_second seconds."""
     return [start_s + i / per_second for i in range(count)]
+
+
+# Orpheus on an H200 (BENCHMARKS.md, the Orpheus table's capacity points): SNAC's frame of 2,048
+# samples at 24 kHz is 7 tokens; chunks of 4 frames, large ones of 8; a capacity point's turn fit.
+ORPHEUS_TOKEN_S = 2048 / 24000 / 7
+ORPHEUS_FACTS = ChunkingFacts(
+    first_chunk_tokens=28,
+    chunk_tokens=28,
+    seconds_per_token=ORPHEUS_TOKEN_S,
+    frame_tokens=7,
+    held_back_tokens=17,
+    large_chunk_tokens=56,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m voxbench.realtime_sim",
+        description="The capacity benchmark's ramp through the real scheduler on a simulated "
+        "device (defaults: Orpheus' costs on an H200): listeners admitted and late.",
+    )
+    ap.add_argument("--listeners", default="336", help="comma-separated counts (default 336)")
+    ap.add_argument("--stagger-s", type=float, default=10.0)
+    ap.add_argument("--stream-s", type=float, default=30.0)
+    ap.add_argument("--prompt-tokens", type=int, default=40)
+    ap.add_argument(
+        "--turn-ms", default="2.72,0.0051", help="a turn's FIXED,PER_ROW ms (default 2.72,0.0051)"
+    )
+    ap.add_argument("--page-us", type=float, default=0.229, help="a KV page's true cost, µs")
+    ap.add_argument(
+        "--prior-page-us", type=float, help="the warm-up's price of a page (default: the true)"
+    )
+    ap.add_argument(
+        "--burst-slope-ms",
+        type=float,
+        default=0.0101,
+        help="ms a row of the warm-up bursts' turns (default 0.0101, as measured)",
+    )
+    ap.add_argument("--noise-ms", type=float, default=0.0, help="the turns' jitter (normal, sd)")
+    ap.add_argument("--max-num-seqs", type=int, default=336)
+    ap.add_argument("--no-admission", action="store_true", help="real-time admission off")
+    args = ap.parse_args(argv)
+    try:
+        counts = [int(n) for n in args.listeners.split(",")]
+        fixed_ms, per_row_ms = (float(x) for x in args.turn_ms.split(","))
+    except ValueError:
+        ap.error("--listeners takes counts like 336,400 and --turn-ms FIXED,PER_ROW in ms")
+    if min(counts) < 1 or args.stagger_s < 0 or args.stream_s <= 0:
+        ap.error("--listeners must be >= 1, --stagger-s >= 0 and --stream-s > 0")
+    cost = TurnCost(
+        fixed_s=fixed_ms / 1e3,
+        per_row_s=per_row_ms / 1e3,
+        prompt_token_s=2e-6,
+        per_page_s=args.page_us * 1e-6,
+        noise_s=args.noise_ms / 1e3,
+    )
+    seeds = {r: (fixed_ms + args.burst_slope_ms * r) / 1e3 for r in (1, 16, 64, 128, 256)}
+    stream_tokens = round(args.stream_s / ORPHEUS_TOKEN_S)
+    for n in counts:
+        sim = RealtimeSim(
+            cost,
+            ORPHEUS_FACTS,
+            seeds,
+            realtime_admission=not args.no_admission,
+            max_num_seqs=args.max_num_seqs,
+        )
+        if args.prior_page_us is not None:
+            sim.scheduler.capacity.page_s = args.prior_page_us * 1e-6
+        arrivals = [args.stagger_s * i / n for i in range(n)]
+        result = sim.run(
+            arrivals,
+            stream_tokens,
+            until_s=args.stagger_s + args.stream_s + 10,
+            retry_s=None,
+            prompt_tokens=args.prompt_tokens,
+        )
+        print(
+            f"{n} listeners: {result.admitted} admitted, {result.refusals} refused, "
+            f"{len(result.late_streams)} late (worst lead {result.worst_lead_s:.2f} s), "
+            f"page priced {1e6 * sim.scheduler.capacity.page_s:.3f} µs at the end"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""`python -m voxbench.realtime_sim`: the capacity benchmark's ramp through the real scheduler
+on a simulated device, from the command line."""
+
+import re
+
+import pytest
+
+from voxbench.realtime_sim import main
+
+# A device that carries a handful of streams: 3 ms + 1 ms a row against 12.2 ms of audio a token.
+SMALL = ["--stream-s", "3", "--stagger-s", "1", "--turn-ms", "3,1", "--burst-slope-ms", "1"]
+
+
+def counts(out: str) -> tuple[int, int, int]:
+    m = re.search(r"(\d+) admitted, (\d+) refused, (\d+) late", out)
+    assert m, out
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def test_admission_keeps_every_listener_in_audio_where_without_it_they_run_dry(capsys):
+    assert main(["--listeners", "24", *SMALL, "--no-admission"]) == 0
+    admitted, refused, late = counts(capsys.readouterr().out)
+    assert (admitted, refused) == (24, 0) and late > 0
+    assert main(["--listeners", "24", *SMALL]) == 0
+    admitted, refused, late = counts(capsys.readouterr().out)
+    assert 4 <= admitted < 24 and refused == 24 - admitted and late == 0
+
+
+def test_bad_arguments_are_refused_with_a_message(capsys):
+    for bad in (["--listeners", "0"], ["--turn-ms", "3"], ["--listeners", "a"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(bad)
+        assert exit_info.value.code == 2
+    assert "--turn-ms" in capsys.readouterr().err
