@@ -18,24 +18,9 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine.refusal_causes import RefusalCause
-
-if TYPE_CHECKING:
-    from engine.realtime_outlook import OutlookInputs
-
-
-@dataclass(frozen=True)
-class Admission:
-    """Whether a request is admitted; if not, why: the words its client gets, the cause it is
-    counted under (engine/refusal_causes.py), and where real-time admission's outlook refused
-    it, what the outlook read (a request trace keeps it: engine/request_trace.py)."""
-
-    ok: bool
-    reason: str = ""
-    cause: str = ""
-    outlook: OutlookInputs | None = None
+from engine.refusal_causes import Admission, RefusalCause
 
 
 @dataclass

@@ -31,11 +31,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from engine.page_price import PagePrice
 from engine.realtime_outlook import OutlookInputs, StreamOutlook, TurnModel
-from engine.refusal_causes import RefusalCause
+from engine.refusal_causes import Admission, RefusalCause
 from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
 
 # A stream is refused once the predicted token interval exceeds this share of a token's
@@ -48,20 +47,6 @@ REALTIME_LOAD = 0.95
 # decision at 300 streams then takes ~0.3 ms), each stream a little longer (64 of Orpheus'
 # tokens are 0.8 s of audio at the end of streams of tens of seconds).
 OUTLOOK_END_STEP = 64
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    reason: str = ""
-    cause: str = ""  # a RefusalCause for metrics (the scheduler adds its own)
-    # A refusal by the streams' outlook: what it read (a trace of the request keeps it).
-    outlook: OutlookInputs | None = None
-
-    @property
-    def refusal_cause(self) -> str:
-        """The cause a refusal is counted under; "" for an admission."""
-        return "" if self.ok else self.cause
 
 
 class CodecCost:
@@ -216,7 +201,7 @@ class RealtimeCapacity:
 
     def room_with(
         self, live: Sequence[StreamOutlook], newcomers: Sequence[StreamOutlook]
-    ) -> Verdict:
+    ) -> Admission:
         """Whether the `live` streams and the `newcomers` all stay in real time: by their
         outlook where pages are priced (and the codec's budget), else by their count
         (`room_for`). Streams without a listener among them count at their share (a batch
@@ -225,12 +210,12 @@ class RealtimeCapacity:
         streams = _listeners(everyone)
         load = math.ceil(sum(s.share for s in everyone if not s.listened) - 1e-9) + streams
         if streams <= 1:
-            return Verdict(True)
+            return Admission(True)
         if self.page_s <= 0:
             return self.room_for(load)
         turn = self._turn_model()
         if turn is None:
-            return Verdict(True)
+            return Admission(True)
         inputs = OutlookInputs(
             everyone,
             turn,
@@ -240,7 +225,7 @@ class RealtimeCapacity:
         )
         short = inputs.shortfall()
         if short is not None:
-            return Verdict(
+            return Admission(
                 False,
                 f"no real-time capacity: with {streams} streams"
                 f"{_beside(len(everyone) - streams)} one would run {short.behind_s:.2f} s "
@@ -257,16 +242,16 @@ class RealtimeCapacity:
             return None
         return TurnModel(self.steps.predict_rows, self.page_s, self.page_tokens, self.max_num_seqs)
 
-    def room_for(self, streams: int) -> Verdict:
+    def room_for(self, streams: int) -> Admission:
         """Whether `streams` streams (the newcomer included) all stay in real time. A lone
         stream is always admitted: it pushes no one behind, and it is the best the engine can
         do (the warm-up logs a warning when even one stream cannot keep up)."""
         if streams <= 1:
-            return Verdict(True)
+            return Admission(True)
         limit = REALTIME_LOAD * self.seconds_per_token
         interval = self.token_interval(streams)
         if interval is not None and interval > limit:
-            return Verdict(
+            return Admission(
                 False,
                 f"no real-time capacity: {streams} streams would get a token every "
                 f"{1000 * interval:.1f} ms (measured turn costs) for "
@@ -275,16 +260,16 @@ class RealtimeCapacity:
             )
         return self._codec_verdict(streams)
 
-    def _codec_verdict(self, streams: int) -> Verdict:
+    def _codec_verdict(self, streams: int) -> Admission:
         load = self.codec_load(streams)
         if load is not None and load > REALTIME_LOAD:
-            return Verdict(
+            return Admission(
                 False,
                 f"no real-time capacity: the codec would be busy {100 * load:.0f} % of real "
                 f"time decoding {streams} streams (measured job costs); try again shortly",
                 RefusalCause.CODEC,
             )
-        return Verdict(True)
+        return Admission(True)
 
 
 def _listeners(streams: Sequence[StreamOutlook]) -> int:

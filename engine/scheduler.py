@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from engine.block_manager import Admission, BlockManager
+from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.listener_guard import ListenerGuard, listener_health
 from engine.outputs import AdmissionStats, ScheduledChunk, SchedulerOutput
-from engine.realtime_capacity import RealtimeCapacity, Verdict
+from engine.realtime_capacity import RealtimeCapacity
 from engine.realtime_outlook import StreamOutlook
-from engine.refusal_causes import RefusalCause
+from engine.refusal_causes import Admission, RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams, Token
 from engine.speech_lengths import SpeechLengths
 
@@ -255,9 +255,8 @@ class Scheduler:
         """Reserve the request's whole length. Idle conversations' kept KV never stands in
         the way: it is evicted (least recently kept first) to make room. A request of a
         conversation starts with the KV of its prompt's common prefix with the kept one."""
-        verdict = self.real_time_room(request.arrival_time, request)
-        self._note_admission(verdict, request.arrival_time)
-        decision = Admission(verdict.ok, verdict.reason, verdict.cause, verdict.outlook)
+        decision = self.real_time_room(request.arrival_time, request)
+        self._note_admission(decision, request.arrival_time)
         if decision.ok:
             decision = self.blocks.can_admit(
                 request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
@@ -277,7 +276,7 @@ class Scheduler:
             self.requests[request.request_id] = request
         return decision
 
-    def real_time_room(self, now: float, request: Request | None = None) -> Verdict:
+    def real_time_room(self, now: float, request: Request | None = None) -> Admission:
         """With real-time admission: whether every stream stays in real time with one more
         (`request`, or one of the live streams' typical length). Judged twice: by the turn
         cost fitted from live turns of every size (`capacity`, seeded at warm-up) and, where
@@ -287,9 +286,9 @@ class Scheduler:
         (engine/listener_guard.py), which see what the fit cannot: the gateway or another
         process taking the cores."""
         if not self.config.realtime_admission or self.calibrating:
-            return Verdict(True)
+            return Admission(True)
         if request is not None and not request.realtime:
-            return Verdict(True)  # no deadline: it runs in the room real-time streams leave
+            return Admission(True)  # no deadline: it runs in the room real-time streams leave
         live = self._realtime_streams()
         outlooks = self._outlooks(live, now)
         newcomer = self._newcomer(request, live)
@@ -305,8 +304,8 @@ class Scheduler:
         refusal = self.listener_guard.refusal(health, now, carries)
         if refusal is not None:
             cause, why = refusal
-            return Verdict(False, f"no real-time capacity: {why}; try again shortly", cause)
-        return Verdict(True)
+            return Admission(False, f"no real-time capacity: {why}; try again shortly", cause)
+        return Admission(True)
 
     def room(self, now: float) -> int | None:
         """The most streams real-time admission predicts the engine carries now: the live
@@ -362,7 +361,7 @@ class Scheduler:
         length = statistics.median_low(self._expected_tokens(r) for r in live)
         return StreamOutlook(prompt, length, 0.0)
 
-    def _note_admission(self, verdict: Verdict, now: float) -> None:
+    def _note_admission(self, verdict: Admission, now: float) -> None:
         """Count a refusal by cause; log when admission closes and when it opens again."""
         if not verdict.ok:
             self.refusals[verdict.cause] = self.refusals.get(verdict.cause, 0) + 1
@@ -401,7 +400,7 @@ class Scheduler:
             and 0 <= now - cached[0] < ADMISSION_VIEW_S
         ):
             return cached[1], cached[2]
-        refusal = self.real_time_room(now).refusal_cause
+        refusal = self.real_time_room(now).cause
         admission = self.admission_stats(now)
         self._admission_view = (now, refusal, admission)
         return refusal, admission

@@ -433,14 +433,14 @@ def test_the_scheduler_refuses_by_the_listeners_whatever_the_model_predicts():
     now = 100.0
     for _ in range(10):
         playing(sched, now, played_s=5.0, lead_s=2.0)
-    assert sched.real_time_room(now).ok and sched.real_time_room(now).refusal_cause == ""
+    assert sched.real_time_room(now).ok and sched.real_time_room(now).cause == ""
     for _ in range(2):
         playing(sched, now, played_s=5.0, lead_s=0.1)
     verdict = sched.real_time_room(now)
-    assert not verdict.ok and verdict.cause == verdict.refusal_cause == "listeners"
+    assert not verdict.ok and verdict.cause == "listeners"
     assert "2 of the 12 streams playing are running short of audio" in verdict.reason
     # Asking (EngineStats.realtime_refusal, polled) counts nothing: only a refused request.
-    assert sched.real_time_room(now).refusal_cause == "listeners"
+    assert sched.real_time_room(now).cause == "listeners"
     assert sched.admission_stats(now).refusals == {}
     refused = Request([1] * 8, SamplingParams(max_tokens=50), now)
     assert not sched.admit(refused).ok
