@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
@@ -167,19 +168,32 @@ class RealtimeSim:
         self._codec(result)
 
     def _codec(self, result: SimResult) -> None:
-        sched, now = self.scheduler, self.now
-        for request in sched.schedule_detok(now):
+        now = self.now
+
+        def heard(request: Request) -> None:  # its listener's lead as the chunk comes out
             if request.first_audio_time is not None:
                 lead = request.audio_lead_s(now)
                 result.worst_lead_s = min(result.worst_lead_s, lead)
                 if lead < 0:
                     result.late_streams.add(request.request_id)
-            seconds = request.pending_detok_tokens * self.facts.seconds_per_token
-            request.num_detokenized = len(request.output_ids)
-            if seconds:
-                sched.audio_out(request, now, seconds)
-            if request.finished:
-                sched.remove(request.request_id)
+
+        decode_instantly(self.scheduler, now, heard)
+
+
+def decode_instantly(
+    sched: Scheduler, now: float, before_audio: Callable[[Request], None] | None = None
+) -> None:
+    """The codec's pick at `now` decoded in no time: each picked request's pending tokens go
+    out as audio at once (`before_audio` sees it just before), and a finished one leaves."""
+    for request in sched.schedule_detok(now):
+        if before_audio is not None:
+            before_audio(request)
+        seconds = request.pending_detok_tokens * sched.facts.seconds_per_token
+        request.num_detokenized = len(request.output_ids)
+        if seconds:
+            sched.audio_out(request, now, seconds)
+        if request.finished:
+            sched.remove(request.request_id)
 
 
 def steady_arrivals(count: int, per_second: float, start_s: float = 0.0) -> list[float]:

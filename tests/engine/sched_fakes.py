@@ -9,6 +9,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
+from voxbench.realtime_sim import decode_instantly
 
 DUMMY_TOKEN = 7
 
@@ -74,10 +75,4 @@ def fake_step(sched: Scheduler, now: float) -> None:
     """One step the way the engine core does it: the LLM's, then an instant codec job of the
     steady pick whose audio goes out at once."""
     apply_llm_step(sched, now)
-    for request in sched.schedule_detok(now):
-        seconds = request.pending_detok_tokens * sched.facts.seconds_per_token
-        request.num_detokenized = len(request.output_ids)
-        if seconds:
-            sched.audio_out(request, now, seconds)
-        if request.finished:
-            sched.remove(request.request_id)
+    decode_instantly(sched, now)
