@@ -5,9 +5,9 @@ At warm-up the engine prices a page at its bytes over the device's copy bandwidt
 attention kernels (the codec's kernels on the same SMs, their precision, the batch), and it
 moves with them: Orpheus' capacity points on an H200 fitted 0.217-0.250 µs a page, and at a
 peak's 43,000 pages every 0.01 µs is 0.4 ms of a 14-ms turn (BENCHMARKS.md). So the price is
-refitted from the live turns: turn seconds = fixed + per row × rows + price × pages, least squares over the last
-`PRICE_WINDOW` turns, fitted twice so that turns far off the first line (a collection, a page
-fault) move nothing. Only where the turns read widely different numbers of pages at like rows
+refitted from the live turns: turn seconds = fixed + per row × rows + price × pages, least
+squares over the last `PRICE_WINDOW` turns, fitted twice so that turns far off the first line
+(a collection, a page fault) move nothing. Only where the turns read widely different numbers of pages at like rows
 can the two parts be told apart (while contexts grow, or streams of different ages share the
 batch): until the fit's standard error on the price is within `MAX_PRICE_ERROR` of the
 warm-up's, over at least `MIN_TURNS` turns, the warm-up's price stands. The learned price
