@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models.checkpoint_errors import CheckpointError
+from models.special_tokens import numbered_run, special_id
 
 PREFIX = ("[gMASK]", "<sop>")
 SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
@@ -58,15 +58,9 @@ class GlmVoiceIds:
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> GlmVoiceIds:
         def need(name: str) -> int:
-            i = tokenizer.token_to_id(name)
-            if i is None:
-                raise CheckpointError(f"the tokenizer lacks GLM-4-Voice's special token {name}")
-            return int(i)
+            return special_id(tokenizer, name, "GLM-4-Voice")
 
-        base = need(audio_token(0))
-        n = 1
-        while tokenizer.token_to_id(audio_token(n)) == base + n:
-            n += 1
+        base, n = numbered_run(tokenizer, audio_token, "GLM-4-Voice")
         return cls(
             prefix=tuple(need(t) for t in PREFIX),
             system=need(SYSTEM),

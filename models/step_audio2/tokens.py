@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.checkpoint_errors import CheckpointError
+from models.special_tokens import numbered_run, special_id
 from models.step_audio2.tool_format import CALL_END, CALL_START
 
 BOT, EOT = "<|BOT|>", "<|EOT|>"
@@ -64,15 +65,9 @@ class StepAudio2Ids:
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> StepAudio2Ids:
         def need(name: str) -> int:
-            i = tokenizer.token_to_id(name)
-            if i is None:
-                raise CheckpointError(f"the tokenizer lacks Step-Audio 2's special token {name}")
-            return int(i)
+            return special_id(tokenizer, name, "Step-Audio 2")
 
-        base = need(audio_token(0))
-        n = 1
-        while tokenizer.token_to_id(audio_token(n)) == base + n:
-            n += 1
+        base, n = numbered_run(tokenizer, audio_token, "Step-Audio 2")
         if n < 2:
             raise CheckpointError("the tokenizer has fewer than two <audio_i> tokens")
         return cls(
