@@ -199,6 +199,9 @@ class Scheduler:
         # Short texts get half a second of audio as slack.
         self.lengths = SpeechLengths(slack_tokens=math.ceil(0.5 / facts.seconds_per_token))
         self.calibrating = False  # the core's warm-up measures costs: nothing is refused
+        # The warm-up's decode turns (rows, seconds, KV pages), measured as live turns are: the
+        # warm-up reads them (engine/warm_up_calibration.py) instead of admission.
+        self.calibration_turns: list[tuple[int, float, int]] = []
         # Requests refused, by cause (real-time admission's turn_cost, codec, slow_start,
         # listeners; kv), and
         # whether the last one asked was admitted (a change of mind is logged once).
@@ -230,9 +233,11 @@ class Scheduler:
 
     def observe_step(self, batch_size: int, interval_s: float, kv_pages: int = 0) -> None:
         """A decode-only turn's seconds at its rows, having read `kv_pages` KV pages (the core
-        reports each): the samples real-time admission's turn cost is fitted to. The
-        warm-up's bursts seed it instead."""
-        if not self.calibrating:
+        reports each): the samples real-time admission's turn cost is fitted to. While the
+        warm-up calibrates they are its bursts' (calibration_turns)."""
+        if self.calibrating:
+            self.calibration_turns.append((batch_size, interval_s, kv_pages))
+        else:
             self.capacity.observe_turn(batch_size, interval_s, kv_pages)
 
     def measured_costs(self) -> MeasuredCosts:

@@ -4,9 +4,12 @@ what a decode turn costs by its rows, and what a KV page in use adds to it.
 - A KV page is priced from the device's memory bandwidth (engine/memory_bandwidth.py; 0 on a
   CPU, where a turn is judged by its rows).
 - Bursts of requests at batch sizes 1, 2, 4, … up to max_num_seqs, each stepped to its end
-  (the codec's chunks included), give the mean turn at each size: the turn cost's seeds
-  (engine/turn_cost.py), each less the pages its turns read at that price, as live turns are
-  booked.
+  (the codec's chunks included), give the median decode turn at each size, measured as live
+  turns are (the time between two LLM steps' starts while the loop is busy, each less the
+  pages it read at that price): the turn cost's seeds (engine/turn_cost.py). The loop's
+  turns after the last token, which only wait for the codec's last chunks, are no decode
+  turns: counted in, as a burst's mean did, they made a large burst's turns dearer by the
+  size of its last codec job (a steeper line by rows than served turns have).
 
 Live turns of every size refine both once the engine serves (engine/realtime_capacity.py,
 engine/page_price.py).
@@ -15,6 +18,7 @@ engine/page_price.py).
 from __future__ import annotations
 
 import logging
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,12 +48,12 @@ def warm_up_request(facts: ModelFacts) -> SpeechRequest:
 
 @dataclass(frozen=True)
 class Burst:
-    """A burst's decode turns (prefill excluded): their mean seconds and the mean KV pages a
-    turn read."""
+    """A burst's decode turns at its size (prefill and the codec's tail excluded): the median
+    turn, and the median turn less the KV pages it read (its part by rows)."""
 
     rows: int
     interval_s: float
-    pages: float
+    by_rows_s: float
 
 
 class WarmUpCalibration:
@@ -81,15 +85,13 @@ class WarmUpCalibration:
             sched.calibrating = False
             sched.restore_costs(kept)
         for burst in bursts:
-            self.capacity.steps.seed(
-                burst.rows, max(0.0, burst.interval_s - self.capacity.page_s * burst.pages)
-            )
+            self.capacity.steps.seed(burst.rows, burst.by_rows_s)
         self._report()
 
     def _turn_bursts(self) -> list[Burst]:
         """Bursts at 1, 2, 4, … rows up to max_num_seqs; stops at the first size that already
         falls behind real time (larger ones are refused anyway), when the KV pool cannot
-        hold the burst, or after BUDGET_S."""
+        hold the burst (or it ran no decode turn at its size), or after BUDGET_S."""
         core = self.core
         max_rows = core.config.max_num_seqs
         sizes = sorted({min(2**i, max_rows) for i in range(12)})
@@ -114,7 +116,7 @@ class WarmUpCalibration:
 
     def _burst(self, size: int) -> Burst | None:
         """`size` warm-up requests stepped together to their end; None when the KV pool
-        cannot hold them all."""
+        cannot hold them all, or no decode turn ran at `size` rows."""
         core = self.core
         requests = []
         try:
@@ -126,14 +128,22 @@ class WarmUpCalibration:
             while core.has_work():
                 core.step()
             return None
-        core.step()  # the prefill
-        start = core.clock()
-        pages = []
+        turns = core.scheduler.calibration_turns
+        turns.clear()
         while core.has_work():
-            pages.append(sum(len(r.block_table) for r in requests if not r.finished))
             core.step()
-        turns = max(len(pages), 1)
-        return Burst(size, (core.clock() - start) / turns, sum(pages) / turns)
+        page_s = self.capacity.page_s
+        at_size = [
+            (seconds, seconds - page_s * pages) for rows, seconds, pages in turns if rows == size
+        ]
+        turns.clear()
+        if not at_size:
+            return None
+        return Burst(
+            size,
+            statistics.median(seconds for seconds, _ in at_size),
+            max(0.0, statistics.median(by_rows for _, by_rows in at_size)),
+        )
 
     def _report(self) -> None:
         core, facts = self.core, self.core.model.facts

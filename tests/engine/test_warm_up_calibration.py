@@ -28,14 +28,11 @@ class DeviceClock:
         self.now += self.fixed_s + self.row_s * len(running) + self.page_s * pages
 
 
-def test_the_bursts_seed_the_turn_cost_less_their_pages(monkeypatch, caplog):
-    """tiny-orpheus on the CPU, on a clock that turns as a GPU's decode would (a part by rows
-    and a price a KV page read), its pages priced at that price: the seeds are the bursts'
-    turns less their pages, so the turn cost's line by rows is the clock's."""
+def warm_up_on(clock: DeviceClock, monkeypatch, page_s: float) -> EngineCore:
+    """tiny-orpheus (max_num_seqs 16) warmed up on the CPU with its steps timed by `clock`
+    and its KV pages priced at `page_s` (the caller closes it)."""
     from models.registry import load_model
 
-    page_s = 5e-6  # dear, so that a seed booked with its pages would show
-    clock = DeviceClock(page_s)
     step = EngineCore.step
 
     def timed_step(core: EngineCore):
@@ -44,12 +41,22 @@ def test_the_bursts_seed_the_turn_cost_less_their_pages(monkeypatch, caplog):
 
     monkeypatch.setattr(EngineCore, "step", timed_step)
     monkeypatch.setattr(warm_up_calibration, "page_seconds", lambda device, nbytes: page_s)
-    threads = torch.get_num_threads()
     model = load_model("tiny-orpheus")
     core = EngineCore(model, EngineConfig(max_num_seqs=16), torch.device("cpu"), "sdpa", clock)
+    core.warm_up()
+    return core
+
+
+def test_the_bursts_seed_the_turn_cost_less_their_pages(monkeypatch, caplog):
+    """tiny-orpheus on the CPU, on a clock that turns as a GPU's decode would (a part by rows
+    and a price a KV page read), its pages priced at that price: the seeds are the bursts'
+    turns less their pages, so the turn cost's line by rows is the clock's."""
+    page_s = 5e-6  # dear, so that a seed booked with its pages would show
+    clock = DeviceClock(page_s)
+    threads = torch.get_num_threads()
+    with caplog.at_level("INFO", logger="voxgate.engine"):
+        core = warm_up_on(clock, monkeypatch, page_s)
     try:
-        with caplog.at_level("INFO", logger="voxgate.engine"):
-            core.warm_up()
         capacity = core.scheduler.capacity
         assert capacity.page_s == page_s
         assert capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
@@ -61,6 +68,47 @@ def test_the_bursts_seed_the_turn_cost_less_their_pages(monkeypatch, caplog):
         assert core.scheduler.requests == {} and core.blocks.num_used == 0
         assert core.scheduler.refusals == {}
         assert capacity.steps.live_turns == 0 and not capacity.pages.learned
+    finally:
+        core.close()
+        torch.set_num_threads(threads)
+
+
+class CodecTailClock(DeviceClock):
+    """A DeviceClock whose codec runs on a thread of its own, as on a GPU: once a burst's
+    requests are done the loop turns `tail_turns` more times, only waiting for the codec's last
+    chunks, each wait longer the larger the burst was (`tail_row_s` a row)."""
+
+    def __init__(self, page_s: float, tail_turns: int = 4, tail_row_s: float = 0.002) -> None:
+        super().__init__(page_s)
+        self.tail_turns, self.tail_row_s = tail_turns, tail_row_s
+        self.last_rows, self.tail_left = 0, 0
+
+    def turn(self, core: EngineCore) -> None:
+        rows = len(core.scheduler.requests)
+        if rows:
+            self.last_rows, self.tail_left = rows, self.tail_turns
+            super().turn(core)
+        elif self.tail_left:
+            self.tail_left -= 1
+            self.now += self.tail_row_s * self.last_rows
+
+
+def test_a_bursts_wait_for_its_last_codec_chunks_is_no_decode_turn(monkeypatch):
+    """The turns a burst's loop spends after its last token, waiting for the codec's last
+    chunks (longer for larger bursts), are not decode turns: the seeds are the decode turns'
+    alone, so the line by rows is the device's, not steeper by the codec's tail (counted in,
+    it doubled the slope here)."""
+    page_s = 1e-6
+    clock = CodecTailClock(page_s)
+    has_work = EngineCore.has_work
+    monkeypatch.setattr(EngineCore, "has_work", lambda core: has_work(core) or clock.tail_left > 0)
+    threads = torch.get_num_threads()
+    core = warm_up_on(clock, monkeypatch, page_s)
+    try:
+        fit = core.scheduler.capacity.steps.fit()
+        assert core.scheduler.capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
+        assert fit.per_unit_s == pytest.approx(clock.row_s, rel=0.02)
+        assert fit.fixed_s == pytest.approx(clock.fixed_s, rel=0.02)
     finally:
         core.close()
         torch.set_num_threads(threads)
