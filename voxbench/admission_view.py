@@ -103,11 +103,14 @@ def peak_turn(
     fits: dict[str, list[float]], steps: dict[str, dict[str, float]], min_steps_per_s: float
 ) -> dict[str, Any] | None:
     """How each second's turn fit (`turn_fit_by_second`: its line, not the floors above it)
-    priced the point's dearest loaded second (`steps_by_second`, at least `min_steps_per_s`
-    LLM steps, with its KV pages): that second, its rows, pages and measured turn, and each
-    earlier second's prediction of it in % over the measured. A refusal waits for the streams'
-    dearest turns, so the error of the fit it was judged by, at the seconds it refused, says
-    by how much the outlook over- or under-priced the streams it refused. None without a
+    priced the point's dearest loaded second (`steps_by_second`: the longest loop turn of the
+    seconds with at least `min_steps_per_s` LLM steps and their KV pages): that second, its
+    rows, pages and interval between LLM steps (what a stream that runs every step waits for
+    its token, as admission's turn means it; the loop's mean turn is shorter, by its turns
+    without a step), and each earlier second's prediction of it in % over that interval. A
+    refusal is judged by the streams' dearest turns to come, so the error of the fit it was
+    judged by says by how much the outlook over- or under-priced the streams it refused (a
+    little over: the fit reads the pages in use, a turn only its rows'). None without a
     loaded second or a fit before it."""
     loaded = [
         (int(second), v)
@@ -117,20 +120,21 @@ def peak_turn(
     if not loaded:
         return None
     second, dearest = max(loaded, key=lambda item: item[1]["turn_ms"])
+    interval_ms = 1e3 / dearest["steps_per_s"]
     errors = {}
     for at, fit in fits.items():
         if int(at) > second:
             continue
         page_us = fit[2] if len(fit) > 2 else 0.0
         predicted = fit[0] + fit[1] * dearest["rows"] + 1e-3 * page_us * dearest["kv_pages"]
-        errors[at] = round(100.0 * (predicted / dearest["turn_ms"] - 1.0), 1)
+        errors[at] = round(100.0 * (predicted / interval_ms - 1.0), 1)
     if not errors:
         return None
     return {
         "second": second,
         "rows": dearest["rows"],
         "kv_pages": dearest["kv_pages"],
-        "turn_ms": dearest["turn_ms"],
+        "interval_ms": round(interval_ms, 2),
         "error_pct_by_second": errors,
     }
 
@@ -181,8 +185,8 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
     if peak:
         lines.append(
             f"admission's price of the dearest second's turn ({peak['second']}s: "
-            f"{peak['rows']:g} rows, {peak['kv_pages']:g} KV pages, {peak['turn_ms']:g} ms) "
-            "by each second's fit, % over the measured (the line, not its floors): "
+            f"{peak['rows']:g} rows, {peak['kv_pages']:g} KV pages, {peak['interval_ms']:g} ms "
+            "between LLM steps) by each second's fit, % over it (the line, not its floors): "
             + " ".join(f"{s}s:{e:+g}" for s, e in peak["error_pct_by_second"].items())
         )
     return lines
