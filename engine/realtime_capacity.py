@@ -137,10 +137,10 @@ class RealtimeCapacity:
         """Seconds a KV page in use adds to a decode turn (0: unpriced)."""
         return self.pages.seconds()
 
-    @page_s.setter
-    def page_s(self, seconds: float) -> None:
-        """The warm-up's price, which the live turns refine. Pages are priced on a GPU, whose
-        warm-up bursts bound a turn's growth by rows (engine/turn_cost.py)."""
+    def price_pages(self, seconds: float) -> None:
+        """The warm-up's price of a KV page (0: pages unpriced, as on a CPU), which the live
+        turns refine. Pages are priced on a GPU, whose warm-up bursts also bound a turn's
+        growth by rows (engine/turn_cost.py, slope_bound_by_bursts): one decision, made here."""
         self.pages.prior_s = seconds
         self.steps.slope_bound_by_bursts = seconds > 0
 

@@ -67,7 +67,7 @@ class WarmUpCalibration:
     def run(self) -> None:
         core = self.core
         bandwidth_s = page_seconds(core.device, core.kv_bytes_per_block)
-        self.capacity.page_s = bandwidth_s
+        self.capacity.price_pages(bandwidth_s)
         if bandwidth_s > 0:
             log.info(
                 "real-time admission: a KV page in use costs %.3f µs a step (%d bytes at the "

@@ -92,7 +92,7 @@ class RealtimeSim:
         for rows, seconds in (seeds or {}).items():
             self.scheduler.capacity.steps.seed(rows, seconds)
         if priced_pages:
-            self.scheduler.capacity.page_s = cost.per_page_s
+            self.scheduler.capacity.price_pages(cost.per_page_s)
         self.now = 0.0
         self._stops_at = 0  # tokens after which a stream stops by itself (run's stream_tokens)
         self._jitter = random.Random(0)
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             max_num_seqs=args.max_num_seqs,
         )
         if args.prior_page_us is not None:
-            sim.scheduler.capacity.page_s = args.prior_page_us * 1e-6
+            sim.scheduler.capacity.price_pages(args.prior_page_us * 1e-6)
         arrivals = [args.stagger_s * i / n for i in range(n)]
         result = sim.run(
             arrivals,

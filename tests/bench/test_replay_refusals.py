@@ -24,7 +24,7 @@ def refused_trace(path: Path) -> None:
     capacity = RealtimeCapacity(
         TOKEN_S, 28, max_num_seqs=320, max_detok_batch=64, threaded_codec=False
     )
-    capacity.page_s = 0.24e-6
+    capacity.price_pages(0.24e-6)
     for rows in (1, 8, 64, 256):
         capacity.steps.seed(rows, 0.003 + 6e-6 * rows)
     live = [StreamOutlook(1000 + 4 * i, 1500, 0.5) for i in range(300)]

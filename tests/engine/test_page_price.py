@@ -73,7 +73,7 @@ def test_the_learned_price_stays_within_bounds_of_the_warm_ups():
 
 def test_admission_books_live_turns_at_the_learned_price():
     capacity = RealtimeCapacity(0.01, 8, 512, 64, threaded_codec=True)
-    capacity.page_s = 0.257e-6
+    capacity.price_pages(0.257e-6)
     assert capacity.page_s == 0.257e-6
     jitter = random.Random(0)
     for _ in range(MIN_TURNS + REFIT_TURNS):
@@ -97,7 +97,7 @@ def run_paged(learn: bool, monkeypatch) -> tuple[RealtimeSim, object]:
         monkeypatch.setattr(page_price, "MIN_TURNS", 10**9)
     seeds = {rows: PAGED.seen(rows, 0, 2 * rows) for rows in (1, 8, 64, 128)}
     sim = RealtimeSim(PAGED, FACTS, seeds)
-    sim.scheduler.capacity.page_s = 1.2 * PAGED.per_page_s
+    sim.scheduler.capacity.price_pages(1.2 * PAGED.per_page_s)
     return sim, sim.run(steady_arrivals(300, 10), stream_tokens=800, until_s=30)
 
 

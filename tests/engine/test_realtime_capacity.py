@@ -280,7 +280,7 @@ def test_on_a_gpu_a_live_slope_steeper_than_the_bursts_takes_theirs_through_the_
         return model
 
     capacity = RealtimeCapacity(TOKEN_S, 8, 512, 64, threaded_codec=True)
-    capacity.page_s = 0.25e-6
+    capacity.price_pages(0.25e-6)
     gpu = observed(capacity.steps)
     fit = gpu.fit()
     assert fit.per_unit_s == pytest.approx(0.000008)
@@ -458,7 +458,7 @@ def test_priced_pages_judge_the_streams_by_their_outlook_not_their_count():
     capacity.steps.seed(1, 0.0081)
     capacity.steps.seed(64, 0.0144)
     assert capacity.room_for(151).ok
-    capacity.page_s = 6e-6
+    capacity.price_pages(6e-6)
     newcomer = StreamOutlook(16, 800, 0.0)
     verdict = capacity.room_with([StreamOutlook(16, 800, 0.5)] * 150, [newcomer])
     assert not verdict.ok and verdict.cause == "turn_cost"
@@ -478,7 +478,7 @@ def test_a_refusal_says_its_cause_and_what_the_outlook_read():
     sched = Scheduler(EngineConfig(), BlockManager(num_blocks=65536, block_size=16), FACTS)
     sched.capacity.steps.seed(1, 0.0081)
     sched.capacity.steps.seed(64, 0.0144)
-    sched.capacity.page_s = 6e-6
+    sched.capacity.price_pages(6e-6)
     decision = None
     for i in range(200):
         now = 100.0 + 0.001 * i
@@ -506,7 +506,7 @@ def test_stats_reuse_admissions_view_only_where_pages_are_priced():
         sched = make_scheduler()
         sched.capacity.steps.seed(1, 0.2 * TOKEN_S)
         sched.capacity.steps.seed(16, 0.6 * TOKEN_S)
-        sched.capacity.page_s = page_s
+        sched.capacity.price_pages(page_s)
         assert burst(sched, 3)[0] == 3
         refusal, first = sched.admission_view(100.0)
         assert refusal == "" and first.streams == 3 and first.capacity_streams > 3

@@ -153,7 +153,7 @@ def test_a_refusal_keeps_what_the_outlook_read_and_its_record_judges_the_same():
     capacity = RealtimeCapacity(
         1 / 82.03, 28, max_num_seqs=320, max_detok_batch=64, threaded_codec=False
     )
-    capacity.page_s = ORPHEUS_LIKE.page_s
+    capacity.price_pages(ORPHEUS_LIKE.page_s)
     for rows in (1, 8, 64, 256):
         capacity.steps.seed(rows, float(ORPHEUS_LIKE.by_rows(np.array([rows]))[0]))
     for _ in range(8):  # a size whose median floors the larger ones: a step off the line

@@ -172,7 +172,7 @@ def test_real_time_admission_counts_unheard_requests_at_their_floor():
     sched = Scheduler(EngineConfig(max_num_seqs=256), blocks, FACTS)
     sched.capacity.steps.seed(1, 0.00402)
     sched.capacity.steps.seed(64, 0.0144)
-    sched.capacity.page_s = 1e-7
+    sched.capacity.price_pages(1e-7)
     now = 100.0
     for i in range(8):
         streaming(sched, arrival=now - 2.0 + 0.01 * i, now=now, buffered_s=2.0)
