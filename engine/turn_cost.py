@@ -9,11 +9,12 @@ rows, fitted by weighted least squares to the last `window` live turns of every 
 size's median turn, weighing as many turns as it has), and extrapolated along the measured
 slope:
 
-- **Seeded by the warm-up's bursts** (`seed`): each figure weighs as much as
-  `PRIOR_WEIGHT` live turns while the window fills, and fades out as it does. Burst figures
-  are dearer than steady turns (every first chunk hits the codec at once), so once live
-  turns of several sizes are in, they alone decide; live turns of a single size say nothing
-  about the slope, so the bursts then keep a weight of one turn each to anchor it.
+- **Seeded by the warm-up's bursts** (`seed`: each burst's median decode turn,
+  engine/warm_up_calibration.py): each figure weighs as much as `PRIOR_WEIGHT` live turns
+  while the window fills, and fades out as it does. Burst figures are dearer than steady
+  turns (every first chunk hits the codec at once), so once live turns of several sizes are
+  in, they alone decide; live turns of a single size say nothing about the slope, so the
+  bursts then keep a weight of one turn each to anchor it.
 - **No steeper than the bursts on a GPU** (`slope_bound_by_bursts`, set where KV pages are
   priced): a burst's turns are the dearer ones at every size there (each row's first chunk
   hits the codec in the same turns), so where the live turns' slope comes out steeper than
@@ -22,7 +23,8 @@ slope:
   weighted mean: their level, the bursts' growth. On an H200 serving Orpheus, windows of the
   ramp's turns fitted 0.019-0.023 ms a row where the bursts' was 0.008-0.010 and the served
   points' 0.004-0.006, and admission, pricing 336 rows along them, let in 154-211 streams
-  where 336 hold (BENCHMARKS.md). On a CPU the live turns may rightly be the steeper (the
+  where 336 hold (BENCHMARKS.md). On an H100 the bursts' median turns grow 0.005-0.006 ms
+  a row, the served points' least squares -0.003 to +0.003. On a CPU the live turns may rightly be the steeper (the
   gateway's encoding shares the cores): there the live line stands within the live sizes,
   and only past the largest a prediction grows from it at the bursts' slope (`Reach`).
 - **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
