@@ -277,6 +277,10 @@ class ChunkEncoder(abc.ABC):
 
     source_rate: int
     spec: AudioSpec
+    # When the listener will need the audio of the next call, in time.monotonic() seconds (the
+    # reply's playback clock: ReplyLifecycle.play sets it); None: not known. Encoders in
+    # worker processes run the calls that wait together by it (gateway.codec_workers).
+    needed_by: Callable[[], float] | None = None
 
     @abc.abstractmethod
     async def encode(self, pcm: np.ndarray) -> list[bytes]:

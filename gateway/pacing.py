@@ -62,6 +62,14 @@ class PlaybackClock:
             return 0.0
         return max(0.0, min(self.sent_s, self._clock() - self._origin))
 
+    def runs_dry_at(self) -> float:
+        """When the client will have played every frame sent so far, on this clock: when the
+        next frame is needed. Before the first frame, now (a listener waits for first audio)."""
+        now = self._clock()
+        if self._origin is None:
+            return now
+        return max(now, self._origin + self.sent_s)
+
     def delay(self) -> float:
         """Seconds to wait before the next frame may be sent."""
         if self._origin is None:

@@ -360,6 +360,8 @@ class ReplyLifecycle:
         encoder: ChunkEncoder | None = None
         try:
             opened = self._open_encoder(self._output, self._engine.facts.sample_rate)
+            if self._clock is not None:  # paced: the clock knows when each chunk is needed
+                opened.needed_by = self._clock.runs_dry_at
             encoder = at_speed(opened, self.time.speed)
             await body(encoder)
         except CodecProcessFailed as exc:  # --encode-processes: its worker is gone

@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from gateway_testkit import (
 )
 
 from gateway.audio import make_off_loop_encoder
-from gateway.codec_workers import CodecProcessFailed, CodecWorkers
+from gateway.codec_workers import CodecProcessFailed, CodecWorkers, _worker_main, in_need_order
 from gateway.protocol import AudioFormat, AudioSpec
 from tests.orphans import kill_left, spawned_children, wait_gone
 
@@ -99,6 +100,54 @@ async def test_calls_made_together_travel_together_and_come_back_right():
             e.close()
     finally:
         pool.close()
+
+
+def call(op: str, eid: int, seq: int, submitted: float, needed_by: float | None) -> tuple:
+    return (op, eid, seq, None, submitted, needed_by)
+
+
+def test_a_batch_runs_opens_then_calls_by_need_then_closes():
+    """Of the calls that reach a worker together, the one whose listener needs its audio first
+    runs first (a call without a need by when it was made); an encoder's calls keep their
+    order even where a later one is needed sooner (its state follows them); opens run before
+    every call, closes after."""
+    batch = [
+        call("encode", 1, 0, submitted=10.0, needed_by=13.0),
+        ("open", 3, None, RATE, 32000, None),
+        call("encode", 2, 1, submitted=10.0, needed_by=11.0),
+        ("close", 4),
+        call("encode", 3, 2, submitted=10.0, needed_by=12.0),
+        call("flush", 2, 3, submitted=10.1, needed_by=None),  # its encode's need holds it back
+        call("decode", 5, 4, submitted=10.5, needed_by=None),
+        call("encode", 1, 5, submitted=10.2, needed_by=9.0),  # after encoder 1's first
+    ]
+    order = [m[0] if m[0] in ("open", "close") else m[2] for m in in_need_order(batch)]
+    assert order == ["open", 4, 1, 3, 2, 0, 5, "close"]
+
+
+def test_a_worker_encodes_a_batch_for_the_listener_that_needs_it_first():
+    """A worker's process loop, fed one batch over its pipe: the encodes' replies come back in
+    the order of their listeners' need, not the order they were made, each the bytes the
+    encoder gives alone."""
+    ours, theirs = multiprocessing.Pipe()
+    worker = threading.Thread(target=_worker_main, args=(theirs,), daemon=True)
+    worker.start()
+    spec = AudioSpec(format=AudioFormat.OPUS)
+    pcm = [noise(0.2, seed) for seed in range(3)]
+    opens = [("open", eid, spec, RATE, 32000, None) for eid in range(3)]
+    needs = [12.0, 10.0, 11.0]
+    calls = [("encode", eid, eid, pcm[eid], 1.0, needs[eid]) for eid in range(3)]
+    ours.send(opens + calls)
+    replies = []
+    while len(replies) < 3:
+        assert ours.poll(10), "the worker did not answer"
+        replies += ours.recv()
+    ours.send([("stop",)])
+    worker.join(10)
+    assert [reply[1] for reply in replies] == [1, 2, 0]
+    for status, seq, frames, _, _ in replies:
+        assert status == "ok"
+        assert frames == asyncio.run(make_off_loop_encoder(spec, RATE).encode(pcm[seq]))
 
 
 async def test_a_worker_hurries_a_call_by_how_long_it_waited(workers):

@@ -76,6 +76,21 @@ def test_playback_clock_paces_to_the_lead():
     assert pc.delay() == 0.0
 
 
+def test_the_next_frame_is_needed_when_the_client_has_played_all_it_was_sent():
+    """What a reply's encodes are ranked by (gateway.codec_workers.in_need_order): before the
+    first frame the listener waits for it (needed now), then when what was sent runs out, and
+    once a listener ran dry, now."""
+    clock = FakeClock()
+    pc = PlaybackClock(lead_s=1.0, clock=clock)
+    assert pc.runs_dry_at() == 100.0
+    for _ in range(15):  # a first chunk of 300 ms, sent at once
+        pc.mark_sent(0.02)
+    clock.now += 0.1
+    assert pc.runs_dry_at() == pytest.approx(100.3)
+    clock.now += 0.5  # ran dry 0.3 s ago
+    assert pc.runs_dry_at() == pytest.approx(100.6)
+
+
 def test_a_full_lead_releases_frames_in_groups():
     """Once the lead is full, the clock waits until release_s more has played, and the frames
     then go together: never more than the lead ahead, never less than lead - release_s - a frame."""

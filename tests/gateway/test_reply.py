@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -363,6 +364,34 @@ async def test_what_the_user_heard_is_their_report_capped_at_what_was_sent():
     assert reply.heard_s(0.04) == pytest.approx(0.04)
     assert reply.heard_s(5.0) == pytest.approx(0.1)
     assert 0 <= reply.heard_s(None) <= 0.1  # the send clock: time since the first frame
+
+
+async def test_a_paced_replys_encoder_knows_when_its_listener_needs_the_next_chunk():
+    """A paced reply hands its encoder its playback clock's need (the encoder processes rank
+    the calls waiting together by it); an unpaced one has none to give."""
+    engine, client, metrics = RecordingEngine(), Client(), GatewayMetrics(lambda: None)
+    encoders: list[ChunkEncoder] = []
+
+    def opened(spec, rate):
+        encoders.append(make_off_loop_encoder(spec, rate))
+        return encoders[-1]
+
+    needs: list[float | None] = []
+
+    async def play(encoder: ChunkEncoder) -> None:
+        needs.append(encoders[-1].needed_by() if encoders[-1].needed_by else None)
+        await reply.send([bytes(960)] * 10)  # 200 ms, within the lead: at once
+        needs.append(encoders[-1].needed_by())
+
+    reply = make_reply(engine, client, metrics, opened, lead_s=1.0)
+    reply.start()
+    start = time.monotonic()
+    await reply.play(play)
+    assert start <= needs[0] <= time.monotonic()  # no audio yet: needed now
+    assert needs[1] == pytest.approx(start + 0.2, abs=0.05)  # when the 200 ms run out
+    unpaced = make_reply(engine, client, metrics, opened, lead_s=None)
+    await unpaced.play(lambda encoder: asyncio.sleep(0))
+    assert encoders[-1].needed_by is None
 
 
 async def test_an_unpaced_reply_sends_as_frames_come():
