@@ -160,7 +160,12 @@ class EngineCore:
         self.scheduler.capacity.clear_live()
         self.scheduler.refusals.clear()
         self.steps = 0
-        self._last_llm_start = None  # the first served turn is timed from its own start
+        self.restart_turn_timing()  # the first served turn is timed from its own start
+
+    def restart_turn_timing(self) -> None:
+        """The next LLM step's turn is timed from its own start: the time since the last step
+        (the warm-up's, another burst's) is no turn of what comes next, nor booked to it."""
+        self._last_llm_start = None
 
     # --- requests --------------------------------------------------------------------------------
     @on_llm_stream

@@ -9,8 +9,8 @@ rows, fitted by weighted least squares to the last `window` live turns of every 
 size's median turn, weighing as many turns as it has), and extrapolated along the measured
 slope:
 
-- **Seeded by the warm-up's bursts** (`seed`: each burst's median decode turn,
-  engine/warm_up_calibration.py): each figure weighs as much as `PRIOR_WEIGHT` live turns
+- **Seeded by the warm-up's bursts** (`seed`: each burst's decode turns' mean, or median
+  beside a threaded codec: engine/warm_up_calibration.py): each figure weighs as much as `PRIOR_WEIGHT` live turns
   while the window fills, and fades out as it does. Burst figures are dearer than steady
   turns (every first chunk hits the codec at once), so once live turns of several sizes are
   in, they alone decide; live turns of a single size say nothing about the slope, so the

@@ -4,12 +4,21 @@ what a decode turn costs by its rows, and what a KV page in use adds to it.
 - A KV page is priced from the device's memory bandwidth (engine/memory_bandwidth.py; 0 on a
   CPU, where a turn is judged by its rows).
 - Bursts of requests at batch sizes 1, 2, 4, … up to max_num_seqs, each stepped to its end
-  (the codec's chunks included), give the median decode turn at each size, measured as live
-  turns are (the time between two LLM steps' starts while the loop is busy, each less the
-  pages it read at that price): the turn cost's seeds (engine/turn_cost.py). The loop's
-  turns after the last token, which only wait for the codec's last chunks, are no decode
-  turns: counted in, as a burst's mean did, they made a large burst's turns dearer by the
-  size of its last codec job (a steeper line by rows than served turns have).
+  (the codec's chunks included), give a decode turn at each size, measured as live turns are
+  (the time between two LLM steps' starts while the loop is busy, each less the pages it
+  read at that price): the turn cost's seeds (engine/turn_cost.py). The loop's turns after
+  the last token, which only wait for the codec's last chunks, are no decode turns: counted
+  in, they made a large burst's turns dearer by the size of its last codec job (on an H100
+  serving Orpheus, a line by rows 0.0076-0.0157 ms a row steep where the served points'
+  fitted -0.003 to +0.003).
+- Which turn: where the codec runs inline (a CPU), a turn that runs a codec job is a turn
+  every stream waits for, so the figure is the burst's mean turn. Where it runs on a thread
+  of its own (CUDA), a burst's first chunks all reach it at once and slow the few turns
+  beside that one large job, which steady serving spreads thin: the figure is the median
+  turn (on the H100, bursts' lines of 0.0048-0.0062 ms a row, and admission's turn within a
+  few % of the served turns to come: BENCHMARKS.md). The median on a CPU had dropped the
+  codec's turns and let in a fifth fewer voxgate-tiny streams (a steeper line from cheaper
+  small bursts).
 
 Live turns of every size refine both once the engine serves (engine/realtime_capacity.py,
 engine/page_price.py).
@@ -48,8 +57,9 @@ def warm_up_request(facts: ModelFacts) -> SpeechRequest:
 
 @dataclass(frozen=True)
 class Burst:
-    """A burst's decode turns at its size (prefill and the codec's tail excluded): the median
-    turn, and the median turn less the KV pages it read (its part by rows)."""
+    """A burst's decode turns at its size (prefill and the codec's tail excluded): their
+    figure (the median or the mean: the module's notes), and that of the turns less the KV
+    pages each read (the part by rows)."""
 
     rows: int
     interval_s: float
@@ -130,6 +140,7 @@ class WarmUpCalibration:
             return None
         turns = core.scheduler.calibration_turns
         turns.clear()
+        core.restart_turn_timing()  # the step before the burst's is none of its turns
         while core.has_work():
             core.step()
         page_s = self.capacity.page_s
@@ -139,10 +150,11 @@ class WarmUpCalibration:
         turns.clear()
         if not at_size:
             return None
+        figure = statistics.median if self.capacity.threaded_codec else statistics.fmean
         return Burst(
             size,
-            statistics.median(seconds for seconds, _ in at_size),
-            max(0.0, statistics.median(by_rows for _, by_rows in at_size)),
+            figure(seconds for seconds, _ in at_size),
+            max(0.0, figure(by_rows for _, by_rows in at_size)),
         )
 
     def _report(self) -> None:

@@ -28,9 +28,12 @@ class DeviceClock:
         self.now += self.fixed_s + self.row_s * len(running) + self.page_s * pages
 
 
-def warm_up_on(clock: DeviceClock, monkeypatch, page_s: float) -> EngineCore:
-    """tiny-orpheus (max_num_seqs 16) warmed up on the CPU with its steps timed by `clock`
-    and its KV pages priced at `page_s` (the caller closes it)."""
+def warm_up_on(
+    clock: DeviceClock, monkeypatch, page_s: float, threaded_codec: bool = False
+) -> EngineCore:
+    """tiny-orpheus (max_num_seqs 16) warmed up on the CPU with its steps timed by `clock`,
+    its KV pages priced at `page_s`, and admission judging its codec as one on a thread of
+    its own (as on CUDA) or inline (the caller closes it)."""
     from models.registry import load_model
 
     step = EngineCore.step
@@ -43,6 +46,7 @@ def warm_up_on(clock: DeviceClock, monkeypatch, page_s: float) -> EngineCore:
     monkeypatch.setattr(warm_up_calibration, "page_seconds", lambda device, nbytes: page_s)
     model = load_model("tiny-orpheus")
     core = EngineCore(model, EngineConfig(max_num_seqs=16), torch.device("cpu"), "sdpa", clock)
+    core.scheduler.capacity.threaded_codec = threaded_codec
     core.warm_up()
     return core
 
@@ -109,6 +113,46 @@ def test_a_bursts_wait_for_its_last_codec_chunks_is_no_decode_turn(monkeypatch):
         assert core.scheduler.capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
         assert fit.per_unit_s == pytest.approx(clock.row_s, rel=0.02)
         assert fit.fixed_s == pytest.approx(clock.fixed_s, rel=0.02)
+    finally:
+        core.close()
+        torch.set_num_threads(threads)
+
+
+class CodecJobClock(DeviceClock):
+    """A DeviceClock whose every `every`-th turn with requests running also runs a codec job
+    of `job_s` (the burst's chunks)."""
+
+    def __init__(self, page_s: float, every: int = 10, job_s: float = 0.008) -> None:
+        super().__init__(page_s)
+        self.every, self.job_s, self.turns = every, job_s, 0
+
+    def turn(self, core: EngineCore) -> None:
+        super().turn(core)
+        if core.scheduler.requests:
+            self.turns += 1
+            if self.turns % self.every == 0:
+                self.now += self.job_s
+
+
+@pytest.mark.parametrize("threaded_codec", [False, True])
+def test_an_inline_codecs_turns_count_in_a_burst_and_a_threaded_ones_first_chunks_do_not(
+    monkeypatch, threaded_codec
+):
+    """A turn that runs a codec job inline is one every stream waits for: the seeds are the
+    bursts' mean turns, the codec's share spread over them. Beside a codec on its own thread
+    a burst's few turns that its chunks slow are left to the median: the seeds are the
+    device's line."""
+    page_s = 1e-6
+    clock = CodecJobClock(page_s)
+    threads = torch.get_num_threads()
+    core = warm_up_on(clock, monkeypatch, page_s, threaded_codec)
+    try:
+        fit = core.scheduler.capacity.steps.fit()
+        if threaded_codec:
+            assert fit.fixed_s == pytest.approx(clock.fixed_s, rel=0.02)
+        else:  # a job every 10 turns: 0.8 ms more a turn
+            assert fit.fixed_s == pytest.approx(clock.fixed_s + clock.job_s / 10, rel=0.05)
+        assert fit.per_unit_s == pytest.approx(clock.row_s, rel=0.05)
     finally:
         core.close()
         torch.set_num_threads(threads)
