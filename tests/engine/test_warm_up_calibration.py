@@ -12,9 +12,10 @@ from engine.core import EngineCore
 
 
 class DeviceClock:
-    """The engine's clock, advanced by each step as a GPU's turn would take: a fixed part, a
-    part a row and `page_s` a KV page the step's rows read. Nothing else moves it, so the
-    warm-up's measurements are exact and the machine's load does not matter."""
+    """The engine's clock, advanced after each step that ran the LLM as a GPU's turn would
+    take: a fixed part, a part for each of the step's rows and `page_s` a KV page its
+    requests hold. Nothing else moves it, so the warm-up's measurements are exact whatever
+    the machine's load does to the engine's own choices (a step's rows are its own)."""
 
     def __init__(self, page_s: float, fixed_s: float = 0.004, row_s: float = 0.0002) -> None:
         self.now, self.page_s, self.fixed_s, self.row_s = 0.0, page_s, fixed_s, row_s
@@ -23,9 +24,10 @@ class DeviceClock:
         return self.now
 
     def turn(self, core: EngineCore) -> None:
-        running = list(core.scheduler.requests.values())
-        pages = sum(len(r.block_table) for r in running)
-        self.now += self.fixed_s + self.row_s * len(running) + self.page_s * pages
+        rows = core.last_timing.batch_size if core.last_timing is not None else 0
+        if rows:
+            pages = sum(len(r.block_table) for r in core.scheduler.requests.values())
+            self.now += self.fixed_s + self.row_s * rows + self.page_s * pages
 
 
 def warm_up_on(
@@ -39,8 +41,9 @@ def warm_up_on(
     step = EngineCore.step
 
     def timed_step(core: EngineCore):
+        events = step(core)
         clock.turn(core)
-        return step(core)
+        return events
 
     monkeypatch.setattr(EngineCore, "step", timed_step)
     monkeypatch.setattr(warm_up_calibration, "page_seconds", lambda device, nbytes: page_s)
@@ -88,7 +91,7 @@ class CodecTailClock(DeviceClock):
         self.last_rows, self.tail_left = 0, 0
 
     def turn(self, core: EngineCore) -> None:
-        rows = len(core.scheduler.requests)
+        rows = core.last_timing.batch_size if core.last_timing is not None else 0
         if rows:
             self.last_rows, self.tail_left = rows, self.tail_turns
             super().turn(core)
@@ -119,17 +122,19 @@ def test_a_bursts_wait_for_its_last_codec_chunks_is_no_decode_turn(monkeypatch):
 
 
 class CodecJobClock(DeviceClock):
-    """A DeviceClock whose every `every`-th turn with requests running also runs a codec job
-    of `job_s` (the burst's chunks)."""
+    """A DeviceClock whose every `every`-th LLM turn at a batch size also runs a codec job of
+    `job_s` (the burst's chunks): the same share of each burst's turns."""
 
     def __init__(self, page_s: float, every: int = 10, job_s: float = 0.008) -> None:
         super().__init__(page_s)
-        self.every, self.job_s, self.turns = every, job_s, 0
+        self.every, self.job_s, self.turns, self.rows = every, job_s, 0, 0
 
     def turn(self, core: EngineCore) -> None:
         super().turn(core)
-        if core.scheduler.requests:
-            self.turns += 1
+        rows = core.last_timing.batch_size if core.last_timing is not None else 0
+        if rows:
+            self.turns = self.turns + 1 if rows == self.rows else 1
+            self.rows = rows
             if self.turns % self.every == 0:
                 self.now += self.job_s
 
