@@ -24,9 +24,15 @@ slope:
   ramp's turns fitted 0.019-0.023 ms a row where the bursts' was 0.008-0.010 and the served
   points' 0.004-0.006, and admission, pricing 336 rows along them, let in 154-211 streams
   where 336 hold (BENCHMARKS.md). On an H100 the bursts' median turns grow 0.005-0.006 ms
-  a row, the served points' least squares -0.003 to +0.003. On a CPU the live turns may rightly be the steeper (the
-  gateway's encoding shares the cores): there the live line stands within the live sizes,
-  and only past the largest a prediction grows from it at the bursts' slope (`Reach`).
+  a row, the served points' least squares -0.003 to +0.003.
+- **No shallower than the live turns on a CPU**: there the live turns are rightly the
+  steeper, since every stream's audio is encoded and sent by the gateway on the same cores,
+  work the bursts (no listeners) do not have. voxgate-tiny's bursts grew 0.5 ms a row, its
+  live turns 2-3 ms (a core of its own, the bench's clients on the other). In a ramp's first
+  seconds the live turns, all of a few rows, barely moved a line anchored by bursts of up to
+  64: it priced room for ~50 streams, 14-16 went in and 6-10 of them ran late (by up to
+  1.8 s). So once the live turns span two sizes, a slope of theirs steeper than the fit's
+  replaces the fit, beyond their sizes too: 13-14 went in, 0-1 late (79 ms).
 - **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
   of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
   never costs less per step than a smaller one did); the slope is never negative. The floor
@@ -41,7 +47,6 @@ gateway's thread): readers fit a copy of the window.
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 from collections import deque
@@ -64,23 +69,6 @@ class CostLine:
 
     def at(self, size: float) -> float:
         return self.fixed_s + self.per_unit_s * size
-
-
-@dataclass(frozen=True)
-class Reach:
-    """How far a turn line fitted to live turns holds: up to `rows` (the largest size the
-    live turns measured), and beyond it growing by `slope` a row (the warm-up bursts'), where
-    the live slope came out steeper than theirs. Unbounded by default."""
-
-    rows: float = math.inf
-    slope: float = 0.0
-
-    def at(self, line: CostLine, rows: float) -> float:
-        return line.at(min(rows, self.rows)) + self.slope * max(0.0, rows - self.rows)
-
-    def at_rows(self, line: CostLine, rows: np.ndarray) -> np.ndarray:
-        inside = np.minimum(rows, self.rows)
-        return line.fixed_s + line.per_unit_s * inside + self.slope * (rows - inside)
 
 
 class SampleWindow:
@@ -122,8 +110,7 @@ class TurnCostModel:
         self._prior_version = 0
         self._live = SampleWindow(window)
         self._cache: (
-            tuple[tuple[int, int, bool], CostLine | None, tuple[tuple[int, float], ...], Reach]
-            | None
+            tuple[tuple[int, int, bool], CostLine | None, tuple[tuple[int, float], ...]] | None
         ) = None
 
     def seed(self, rows: int, seconds: float) -> None:
@@ -159,10 +146,10 @@ class TurnCostModel:
 
     def predict(self, rows: int) -> float | None:
         """Expected seconds of a turn of `rows` rows; None while nothing is measured."""
-        fit, floors, reach = self._model()
+        fit, floors = self._model()
         if fit is None:
             return None
-        cost = reach.at(fit, rows)
+        cost = fit.at(rows)
         for size, median in floors:
             if size > rows:
                 break
@@ -171,10 +158,10 @@ class TurnCostModel:
 
     def predict_rows(self, rows: np.ndarray) -> np.ndarray | None:
         """`predict` at each of `rows` (an int array) at once; None while nothing is measured."""
-        fit, floors, reach = self._model()
+        fit, floors = self._model()
         if fit is None:
             return None
-        cost = reach.at_rows(fit, rows.astype(np.float64))
+        cost = fit.fixed_s + fit.per_unit_s * rows.astype(np.float64)
         if floors:
             sizes = np.array([size for size, _ in floors])
             highest = np.maximum.accumulate(np.array([median for _, median in floors]))
@@ -183,35 +170,36 @@ class TurnCostModel:
         return cost
 
     # --- the fit ---------------------------------------------------------------------------------
-    def _model(self) -> tuple[CostLine | None, tuple[tuple[int, float], ...], Reach]:
+    def _model(self) -> tuple[CostLine | None, tuple[tuple[int, float], ...]]:
         cache = self._cache
         if cache is not None and cache[0] == self._inputs_version(self._live.version):
-            return cache[1], cache[2], cache[3]
+            return cache[1], cache[2]
         live_version, live = self._live.snapshot()
         version = self._inputs_version(live_version)
         prior = dict(self._prior)
         by_size = _by_size(live)
         # Each size's median turn, weighing as many turns as it has: one slow turn (a
         # garbage collection, a page fault) moves nothing.
-        points = [(rows, statistics.median(times), len(times)) for rows, times in by_size]
+        measured = [(rows, statistics.median(times), len(times)) for rows, times in by_size]
         weight = self._prior_weight(live)
-        points += [(rows, seconds, weight) for rows, seconds in prior.items()]
+        points = measured + [(rows, seconds, weight) for rows, seconds in prior.items()]
         fit = weighted_line(points)
-        reach = Reach()
         if fit is not None and by_size and len(prior) > 1:
-            bursts = weighted_line([(rows, seconds, 1.0) for rows, seconds in prior.items()])
-            if bursts is not None and fit.per_unit_s > bursts.per_unit_s:
-                if self.slope_bound_by_bursts:
+            if self.slope_bound_by_bursts:
+                bursts = weighted_line([(rows, seconds, 1.0) for rows, seconds in prior.items()])
+                if bursts is not None and fit.per_unit_s > bursts.per_unit_s:
                     fit = line_with_slope(points, bursts.per_unit_s)
-                else:
-                    reach = Reach(by_size[-1][0], bursts.per_unit_s)
+            elif len(by_size) > 1:
+                alone = weighted_line(measured)
+                if alone is not None and alone.per_unit_s > fit.per_unit_s:
+                    fit = alone
         floors = tuple(
             (rows, statistics.median(times))
             for rows, times in by_size
             if len(times) >= FLOOR_SAMPLES
         )
-        self._cache = (version, fit, floors, reach)
-        return fit, floors, reach
+        self._cache = (version, fit, floors)
+        return fit, floors
 
     def _inputs_version(self, live_version: int) -> tuple[int, int, bool]:
         """What a fit depends on: the live turns, the seeds and whether they bound the slope."""
