@@ -449,9 +449,10 @@ class EngineCore:
             return
         # The pages the step reads are its rows' only: streams sitting it out (the lead caps)
         # and idle conversations' kept KV hold pages the step does not read. Counted (a pass
-        # over the rows) only where admission prices them.
-        priced = self.scheduler.capacity.page_s > 0
-        recent.append((len(plan.chunks), plan.pages_read if priced else 0))
+        # over the rows) only where admission prices them, or the warm-up measures their price.
+        sched = self.scheduler
+        counted = sched.capacity.page_s > 0 or sched.calibrating
+        recent.append((len(plan.chunks), plan.pages_read if counted else 0))
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:
         """Bookkeeping known at launch: the KV the step writes, and one more token in flight

@@ -51,8 +51,9 @@ def copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES) -> float:
 
 def page_seconds(device: torch.device, page_bytes: int) -> float:
     """What a KV page in use adds to a decode step on `device`: its bytes at the measured
-    bandwidth. 0 on the CPU, where a step's cost is its arithmetic and launches rather than
-    its KV reads (voxgate-tiny's pages are a few KB), and a turn is judged by its rows."""
+    bandwidth. 0 on the CPU, where attention over a page is arithmetic rather than a copy of
+    its bytes (voxgate-tiny's pages are a few KB): the warm-up measures it there
+    (engine/warm_up_calibration.py)."""
     if device.type != "cuda":
         return 0.0
     for nbytes in (COPY_BYTES, COPY_BYTES // 4):

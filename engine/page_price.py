@@ -1,7 +1,8 @@
 """What a KV page in use adds to a decode turn, learned from the live turns (no torch).
 
 At warm-up the engine prices a page at its bytes over the device's copy bandwidth
-(engine/memory_bandwidth.py). What a page really costs served depends on what runs beside the
+(engine/memory_bandwidth.py), or on a CPU by measuring turns over short and long contexts
+(engine/warm_up_calibration.py). What a page really costs served depends on what runs beside the
 attention kernels (the codec's kernels on the same SMs, their precision, the batch), and it
 moves with them: Orpheus' capacity points on an H200 fitted 0.217-0.250 µs a page, and at a
 peak's 43,000 pages every 0.01 µs is 0.4 ms of a 14-ms turn (BENCHMARKS.md). So the price is
@@ -56,7 +57,7 @@ class PagePrice:
 
     def seconds(self) -> float:
         """The price of a page in use: learned from the live turns where they tell it, else
-        the warm-up's (0: pages unpriced, as on a CPU)."""
+        the warm-up's (0: pages unpriced)."""
         if self.prior_s <= 0:
             return 0.0
         if self._turns.version - self._fitted_version >= REFIT_TURNS:

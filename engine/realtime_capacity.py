@@ -18,8 +18,8 @@ are added, so the most streams that fit (`capacity`, the metrics' room) is found
 bisection. Where nothing is measured at all, the model cannot be judged and admission leaves
 it to the KV pool (and the listeners' buffers: engine/listener_guard.py).
 
-Where the KV pages a step reads are priced (`page_s`, from the device's memory bandwidth at
-warm-up, then from the live turns: engine/page_price.py), the turn is its part by rows plus its
+Where the KV pages a step reads are priced (`page_s`, at warm-up from the device's memory
+bandwidth, or measured on a CPU, then from the live turns: engine/page_price.py), the turn is its part by rows plus its
 pages, and a count of streams no longer says
 enough: the streams' contexts grow as they run, so `room_with` judges the streams themselves
 through their outlook (engine/realtime_outlook.py): every one, the newcomer included, must
@@ -137,12 +137,13 @@ class RealtimeCapacity:
         """Seconds a KV page in use adds to a decode turn (0: unpriced)."""
         return self.pages.seconds()
 
-    def price_pages(self, seconds: float) -> None:
-        """The warm-up's price of a KV page (0: pages unpriced, as on a CPU), which the live
-        turns refine. Pages are priced on a GPU, whose warm-up bursts also bound a turn's
-        growth by rows (engine/turn_cost.py, slope_bound_by_bursts): one decision, made here."""
+    def price_pages(self, seconds: float, bursts_bound_slope: bool = True) -> None:
+        """The warm-up's price of a KV page (0: pages unpriced), which the live turns refine.
+        On a GPU (the price from its copy bandwidth) the warm-up bursts also bound a turn's
+        growth by rows (engine/turn_cost.py, slope_bound_by_bursts); on a CPU
+        (`bursts_bound_slope` False: a measured price) the live turns' steeper growth stands."""
         self.pages.prior_s = seconds
-        self.steps.slope_bound_by_bursts = seconds > 0
+        self.steps.slope_bound_by_bursts = seconds > 0 and bursts_bound_slope
 
     def observe_turn(self, rows: int, seconds: float, pages: int) -> None:
         """A live decode turn of `rows` rows that took `seconds` reading `pages` KV pages:

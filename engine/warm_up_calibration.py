@@ -1,8 +1,16 @@
 """Real-time admission's warm-up measurements (EngineCore.warm_up, before the engine serves):
 what a decode turn costs by its rows, and what a KV page in use adds to it.
 
-- A KV page is priced from the device's memory bandwidth (engine/memory_bandwidth.py; 0 on a
-  CPU, where a turn is judged by its rows).
+- A KV page is priced from the device's memory bandwidth on a GPU (engine/memory_bandwidth.py).
+  On a CPU attention over a context is arithmetic, not a copy, and is measured: two bursts of
+  `PAGE_BURST_ROWS` requests, short prompts and long ones (`LONG_PROMPT_CHARS`), their median
+  decode turns' difference over the difference of the pages they read. voxgate-tiny's
+  turns at 21 rows grew from 39 to 58 ms as its streams' contexts grew over 20 s; with pages
+  unpriced, a ramp of 32 listeners on 2 cores let in 20-21 streams and 12-21 of them ran late.
+  Measured at ~470-token prompts a page costs it 50-54 µs, more than the 19-38 µs the live
+  turns of a whole run fit (a CPU's attention costs more a page the longer the context), so
+  it prices the dearest turns, near the streams' ends: 13-14 went in, none late
+  (BENCHMARKS.md).
 - Bursts of requests at batch sizes 1, 2, 4, … up to max_num_seqs, each stepped to its end
   (the codec's chunks included), give a decode turn at each size, measured as live turns are
   (the time between two LLM steps' starts while the loop is busy, each less the pages it
@@ -26,12 +34,14 @@ engine/page_price.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.api import EngineOverloaded
+from engine.api import EngineOverloaded, ModelInputError
 from engine.memory_bandwidth import page_seconds
 from engine.outputs import SpeechRequest
 from engine.realtime_capacity import REALTIME_LOAD
@@ -45,14 +55,26 @@ log = logging.getLogger("voxgate.engine")
 
 BUDGET_S = 20.0  # the bursts stop after this long
 WARM_TEXT = "Warming up."
+# A CPU's page price: two bursts of this many requests, each making PAGE_BURST_TOKENS tokens,
+# one with the warm-up text and one with a prompt of about LONG_PROMPT_CHARS characters (halved
+# until the model takes it), priced only when the long burst reads MIN_PAGE_SPREAD more pages
+# a row (below that a turn's noise outweighs the pages' part).
+PAGE_BURST_ROWS = 8
+PAGE_BURST_TOKENS = 24
+LONG_PROMPT_CHARS = 480
+MIN_PAGE_SPREAD = 4
 
 
 def warm_up_request(facts: ModelFacts) -> SpeechRequest:
     """The warm-up's request: a short text held to a first chunk and one more, so that it runs
     every stage (prefill, decode, the codec's first and steady chunks) and no further."""
-    tokens = facts.first_chunk_tokens + facts.chunk_tokens
+    return _held_request(facts, WARM_TEXT, facts.first_chunk_tokens + facts.chunk_tokens)
+
+
+def _held_request(facts: ModelFacts, text: str, tokens: int) -> SpeechRequest:
+    """A request for `text` held to exactly `tokens` tokens."""
     params = SamplingParams(max_tokens=tokens, min_tokens=tokens, seed=0)
-    return SpeechRequest(WARM_TEXT, facts.default_voice, params)
+    return SpeechRequest(text, facts.default_voice, params)
 
 
 @dataclass(frozen=True)
@@ -76,20 +98,12 @@ class WarmUpCalibration:
 
     def run(self) -> None:
         core = self.core
-        bandwidth_s = page_seconds(core.device, core.kv_bytes_per_block)
-        self.capacity.price_pages(bandwidth_s)
-        if bandwidth_s > 0:
-            log.info(
-                "real-time admission: a KV page in use costs %.3f µs a step (%d bytes at the "
-                "measured copy bandwidth)",
-                1e6 * bandwidth_s,
-                core.kv_bytes_per_block,
-            )
         sched = core.scheduler
         self.capacity.clear_live()  # the warm-up request's turns (first-use compiles)
         kept = sched.measured_costs()  # the bursts must not move what sizes first chunks
         sched.calibrating = True
         try:
+            self._price_pages()
             bursts = self._turn_bursts()
         finally:
             sched.calibrating = False
@@ -97,6 +111,89 @@ class WarmUpCalibration:
         for burst in bursts:
             self.capacity.steps.seed(burst.rows, burst.by_rows_s)
         self._report()
+
+    def _price_pages(self) -> None:
+        """A KV page's price: its bytes at the copy bandwidth on a GPU, whose bursts then also
+        bound a turn's growth by rows (engine/turn_cost.py); measured on a CPU."""
+        core = self.core
+        bandwidth_s = page_seconds(core.device, core.kv_bytes_per_block)
+        if bandwidth_s > 0:
+            self.capacity.price_pages(bandwidth_s)
+            log.info(
+                "real-time admission: a KV page in use costs %.3f µs a step (%d bytes at the "
+                "measured copy bandwidth)",
+                1e6 * bandwidth_s,
+                core.kv_bytes_per_block,
+            )
+            return
+        if core.device.type != "cpu":
+            return  # a GPU with no memory left to measure: streams judged by their count
+        measured = self._measured_page_s()
+        self.capacity.price_pages(measured, bursts_bound_slope=False)
+        if measured > 0:
+            log.info(
+                "real-time admission: a KV page in use costs %.1f µs a step (measured: "
+                "attention over a longer context)",
+                1e6 * measured,
+            )
+
+    def _measured_page_s(self) -> float:
+        """What a page adds to a decode turn on this device: bursts of PAGE_BURST_ROWS
+        requests with short and long prompts, the difference of their median turns over the
+        difference of their mean pages read; 0 where the model takes no prompt long enough to
+        tell, or the engine cannot hold the burst."""
+        core = self.core
+        facts = core.model.facts
+        rows = min(PAGE_BURST_ROWS, core.config.max_num_seqs)
+        try:
+            short = self._burst_turns(
+                rows, functools.partial(_held_request, facts, WARM_TEXT, PAGE_BURST_TOKENS)
+            )
+        except ModelInputError:
+            return 0.0  # its context cannot hold even the short burst's requests
+        chars = LONG_PROMPT_CHARS
+        while short and chars >= 4 * len(WARM_TEXT):
+            text = " ".join([WARM_TEXT] * (chars // (len(WARM_TEXT) + 1)))
+            try:
+                long = self._burst_turns(
+                    rows, functools.partial(_held_request, facts, text, PAGE_BURST_TOKENS)
+                )
+            except ModelInputError:
+                chars //= 2  # longer than the model takes
+                continue
+            if not long:
+                return 0.0
+            spread = statistics.fmean(p for _, p in long) - statistics.fmean(p for _, p in short)
+            if spread < MIN_PAGE_SPREAD * rows:
+                return 0.0
+            turn_s = statistics.median(s for s, _ in long) - statistics.median(s for s, _ in short)
+            return max(0.0, turn_s / spread)
+        return 0.0
+
+    def _burst_turns(self, size: int, make: Callable[[], SpeechRequest]) -> list[tuple[float, int]]:
+        """`size` requests from `make` stepped together to their end: the (seconds, KV pages)
+        of each decode turn at `size` rows; none when the KV pool cannot hold them all."""
+        core = self.core
+        requests = []
+        try:
+            for _ in range(size):
+                requests.append(core.add_request(make()))
+        except (EngineOverloaded, ModelInputError) as refused:
+            for request in requests:
+                core.cancel(request.request_id)
+            while core.has_work():
+                core.step()
+            if isinstance(refused, ModelInputError):
+                raise
+            return []
+        turns = core.scheduler.calibration_turns
+        turns.clear()
+        core.restart_turn_timing()  # the step before the burst's is none of its turns
+        while core.has_work():
+            core.step()
+        at_size = [(seconds, pages) for rows, seconds, pages in turns if rows == size]
+        turns.clear()
+        return at_size
 
     def _turn_bursts(self) -> list[Burst]:
         """Bursts at 1, 2, 4, … rows up to max_num_seqs; stops at the first size that already
@@ -127,27 +224,10 @@ class WarmUpCalibration:
     def _burst(self, size: int) -> Burst | None:
         """`size` warm-up requests stepped together to their end; None when the KV pool
         cannot hold them all, or no decode turn ran at `size` rows."""
-        core = self.core
-        requests = []
-        try:
-            for _ in range(size):
-                requests.append(core.add_request(warm_up_request(core.model.facts)))
-        except EngineOverloaded:
-            for request in requests:
-                core.cancel(request.request_id)
-            while core.has_work():
-                core.step()
-            return None
-        turns = core.scheduler.calibration_turns
-        turns.clear()
-        core.restart_turn_timing()  # the step before the burst's is none of its turns
-        while core.has_work():
-            core.step()
+        facts = self.core.model.facts
+        turns = self._burst_turns(size, lambda: warm_up_request(facts))
         page_s = self.capacity.page_s
-        at_size = [
-            (seconds, seconds - page_s * pages) for rows, seconds, pages in turns if rows == size
-        ]
-        turns.clear()
+        at_size = [(seconds, seconds - page_s * pages) for seconds, pages in turns]
         if not at_size:
             return None
         figure = statistics.median if self.capacity.threaded_codec else statistics.fmean

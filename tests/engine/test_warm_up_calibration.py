@@ -163,3 +163,46 @@ def test_an_inline_codecs_turns_count_in_a_burst_and_a_threaded_ones_first_chunk
     finally:
         core.close()
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("long_chars", [warm_up_calibration.LONG_PROMPT_CHARS, 100_000])
+def test_on_a_cpu_a_page_is_priced_by_turns_over_short_and_long_contexts(
+    monkeypatch, caplog, long_chars
+):
+    """No copy bandwidth prices a page on a CPU: the warm-up times a burst with short prompts
+    and one with long prompts, and prices a page at their turns' difference over their
+    pages'. On a clock charging 20 µs a page, that is the price found, the bursts' seeds are
+    their turns less it, and they do not bound the live slope (a CPU's live turns carry the
+    gateway's work). A prompt longer than the model's context is halved until it fits."""
+    page_s = 20e-6
+    clock = DeviceClock(page_s)
+    monkeypatch.setattr(warm_up_calibration, "LONG_PROMPT_CHARS", long_chars)
+    threads = torch.get_num_threads()
+    with caplog.at_level("INFO", logger="voxgate.engine"):
+        core = warm_up_on(clock, monkeypatch, page_s=0.0)
+    try:
+        capacity = core.scheduler.capacity
+        assert capacity.page_s == pytest.approx(page_s, rel=0.1)
+        assert "a KV page in use costs" in caplog.text and "(measured:" in caplog.text
+        assert not capacity.steps.slope_bound_by_bursts
+        fit = capacity.steps.fit()
+        assert fit.per_unit_s == pytest.approx(clock.row_s, rel=0.1)
+        assert core.scheduler.requests == {} and core.blocks.num_used == 0
+    finally:
+        core.close()
+        torch.set_num_threads(threads)
+
+
+def test_on_a_cpu_a_model_without_room_for_a_longer_prompt_leaves_pages_unpriced(monkeypatch):
+    """Where even the shortest long prompt does not fit the model's context (or gives no more
+    pages a row than MIN_PAGE_SPREAD), the pages stay unpriced: turns judged by their rows."""
+    clock = DeviceClock(20e-6)
+    monkeypatch.setattr(warm_up_calibration, "MIN_PAGE_SPREAD", 10_000)
+    threads = torch.get_num_threads()
+    core = warm_up_on(clock, monkeypatch, page_s=0.0)
+    try:
+        assert core.scheduler.capacity.page_s == 0.0
+        assert core.scheduler.capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
+    finally:
+        core.close()
+        torch.set_num_threads(threads)

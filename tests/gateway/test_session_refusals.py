@@ -20,11 +20,14 @@ GATEWAY = "voxgate_gateway_admission_refusals_total"
 def admitting_engine():
     """tiny-orpheus with real-time admission on (the default), its turn cost set as a warm-up
     measures it on a machine that cannot carry two streams in real time (this one measures
-    ~50 ms a token for 12 ms of audio: set, so the verdict does not hang on the machine)."""
+    ~50 ms a token for 12 ms of audio: set, so the verdict does not hang on the machine), its
+    KV pages unpriced so that streams are judged by their count (priced, the outlook would
+    also weigh what the speaking stream has banked against its predicted length)."""
     from engine.config import EngineConfig
     from engine.factory import build_engine
 
     eng = build_engine("tiny-orpheus", config=EngineConfig(kv_cache_mb=8, max_num_seqs=4))
+    eng.core.scheduler.capacity.price_pages(0.0)
     spt = eng.facts.seconds_per_token
     for rows in range(1, 5):
         eng.core.scheduler.capacity.steps.seed(rows, 2 * spt * rows)
