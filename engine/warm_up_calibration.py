@@ -9,7 +9,7 @@ what a decode turn costs by its rows, and what a KV page in use adds to it.
   unpriced, a ramp of 32 listeners on 2 cores let in 20-21 streams and 12-21 of them ran late.
   Measured at ~470-token prompts a page costs it 50-54 µs, more than the 19-38 µs the live
   turns of a whole run fit (a CPU's attention costs more a page the longer the context), so
-  it prices the dearest turns, near the streams' ends: 13-14 went in, none late
+  it prices the dearest turns, near the streams' ends: 13-15 went in, none late
   (BENCHMARKS.md).
 - Bursts of requests at batch sizes 1, 2, 4, … up to max_num_seqs, each stepped to its end
   (the codec's chunks included), give a decode turn at each size, measured as live turns are
