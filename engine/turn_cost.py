@@ -25,14 +25,14 @@ slope:
   points' 0.004-0.006, and admission, pricing 336 rows along them, let in 154-211 streams
   where 336 hold (BENCHMARKS.md). On an H100 the bursts' median turns grow 0.005-0.006 ms
   a row, the served points' least squares -0.003 to +0.003.
-- **No shallower than the live turns on a CPU**: there the live turns are rightly the
+- **No shallower than the live turns on a CPU**: there the live turns may rightly be the
   steeper, since every stream's audio is encoded and sent by the gateway on the same cores,
-  work the bursts (no listeners) do not have. voxgate-tiny's bursts grew 0.5 ms a row, its
-  live turns 2-3 ms (a core of its own, the bench's clients on the other). In a ramp's first
-  seconds the live turns, all of a few rows, barely moved a line anchored by bursts of up to
-  64: it priced room for ~50 streams, 14-16 went in and 6-10 of them ran late (by up to
-  1.8 s). So once the live turns span two sizes, a slope of theirs steeper than the fit's
-  replaces the fit, beyond their sizes too: 13-14 went in, 0-1 late (79 ms).
+  work the bursts (no listeners) do not have. So once the live turns span two sizes, a slope
+  of theirs steeper than the fit with the bursts replaces it, beyond their sizes too. With
+  pages unpriced, voxgate-tiny's live turns grew 2-3 ms a row (their contexts too) where its
+  bursts grew 0.5: anchored by the bursts, a ramp on one core priced room for ~50 streams in
+  its first seconds, let in 14-16 and 6-10 of them ran late; with the live slope, 13-14 went
+  in and 0-1 ran late (BENCHMARKS.md).
 - **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
   of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
   never costs less per step than a smaller one did); the slope is never negative. The floor
