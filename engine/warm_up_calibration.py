@@ -145,22 +145,24 @@ class WarmUpCalibration:
         core = self.core
         facts = core.model.facts
         rows = min(PAGE_BURST_ROWS, core.config.max_num_seqs)
+
+        def burst(text: str) -> list[tuple[float, int]]:
+            make = functools.partial(_held_request, facts, text, PAGE_BURST_TOKENS)
+            return self._burst_turns(rows, make)
+
         try:
-            short = self._burst_turns(
-                rows, functools.partial(_held_request, facts, WARM_TEXT, PAGE_BURST_TOKENS)
-            )
-        except ModelInputError:
-            return 0.0  # its context cannot hold even the short burst's requests
+            short = burst(WARM_TEXT)
+        except (EngineOverloaded, ModelInputError):
+            return 0.0  # the pool or the model's context cannot hold even the short burst
         chars = LONG_PROMPT_CHARS
         while short and chars >= 4 * len(WARM_TEXT):
-            text = " ".join([WARM_TEXT] * (chars // (len(WARM_TEXT) + 1)))
             try:
-                long = self._burst_turns(
-                    rows, functools.partial(_held_request, facts, text, PAGE_BURST_TOKENS)
-                )
+                long = burst(" ".join([WARM_TEXT] * (chars // (len(WARM_TEXT) + 1))))
             except ModelInputError:
                 chars //= 2  # longer than the model takes
                 continue
+            except EngineOverloaded:
+                return 0.0
             if not long:
                 return 0.0
             spread = statistics.fmean(p for _, p in long) - statistics.fmean(p for _, p in short)
@@ -172,20 +174,19 @@ class WarmUpCalibration:
 
     def _burst_turns(self, size: int, make: Callable[[], SpeechRequest]) -> list[tuple[float, int]]:
         """`size` requests from `make` stepped together to their end: the (seconds, KV pages)
-        of each decode turn at `size` rows; none when the KV pool cannot hold them all."""
+        of each decode turn at `size` rows. Raises EngineOverloaded (the KV pool cannot hold
+        them all) or ModelInputError (the model refuses the request), the engine left idle."""
         core = self.core
         requests = []
         try:
             for _ in range(size):
                 requests.append(core.add_request(make()))
-        except (EngineOverloaded, ModelInputError) as refused:
+        except (EngineOverloaded, ModelInputError):
             for request in requests:
                 core.cancel(request.request_id)
             while core.has_work():
                 core.step()
-            if isinstance(refused, ModelInputError):
-                raise
-            return []
+            raise
         turns = core.scheduler.calibration_turns
         turns.clear()
         core.restart_turn_timing()  # the step before the burst's is none of its turns
@@ -225,7 +226,10 @@ class WarmUpCalibration:
         """`size` warm-up requests stepped together to their end; None when the KV pool
         cannot hold them all, or no decode turn ran at `size` rows."""
         facts = self.core.model.facts
-        turns = self._burst_turns(size, lambda: warm_up_request(facts))
+        try:
+            turns = self._burst_turns(size, lambda: warm_up_request(facts))
+        except EngineOverloaded:
+            return None
         page_s = self.capacity.page_s
         at_size = [(seconds, seconds - page_s * pages) for seconds, pages in turns]
         if not at_size:
