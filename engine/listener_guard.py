@@ -6,8 +6,8 @@ does not time, nor a cost that grows faster than the line it fits. The listeners
 see all of it (from the gateway's playback reports where the client sends them). A stream
 counts once it has played for `SETTLED_AFTER_S` (before that it holds its first chunk's
 cover, short by design). Its lead is the audio generated for it and not yet played, tokens
-still waiting for the codec included (so the chunk-by-chunk sawtooth of the audio delivered
-does not count); it is short below the cover the scheduler gives a first chunk
+waiting for a chunk or in a codec job in flight included (Request.undecoded_tokens: the
+chunk-by-chunk sawtooth of the audio delivered does not count); it is short below the cover the scheduler gives a first chunk
 (Scheduler.first_chunk_cover_s: the time to make the next chunk, times the first-audio
 margin), since a healthy stream starts with that much and only gains: one below it has lost
 ground (Scheduler.guard_short_below_s; this "short" is not the scheduler's contention, a
@@ -84,7 +84,7 @@ def listener_health(
             unsettled += 1
             continue
         settled += 1
-        lead = request.audio_lead_s(now) + request.pending_detok_tokens * token_s
+        lead = request.audio_lead_s(now) + request.undecoded_tokens * token_s
         # A first chunk let out early (the first-audio budget) starts the stream lower.
         line = min(short_below_s, request.first_chunk_s or short_below_s)
         if lead < line:

@@ -147,6 +147,8 @@ class Request:
     num_detokenized: int = 0
     detok_done: bool = False
     detok_in_flight: bool = False  # a detokenizer job holds this request's stream state
+    # ... and took this many of its tokens, whose audio is not out yet (0 with no job).
+    detok_in_flight_tokens: int = 0
     error: str | None = None
     # Conversations (prefix reuse): the KV of this request is kept under `conversation_id`
     # when it ends; `num_reused` prompt tokens had their KV from the previous request of it.
@@ -228,6 +230,14 @@ class Request:
     @property
     def pending_detok_tokens(self) -> int:
         return len(self.output_ids) - self.num_detokenized
+
+    @property
+    def undecoded_tokens(self) -> int:
+        """Tokens made whose audio has not gone out yet: those waiting for a chunk and those
+        a codec job in flight is decoding. Real-time admission counts them as the listener's
+        audio (a stream is no shorter while its chunk is decoded: a Qwen3-TTS chunk in
+        flight holds 0.32-0.64 s of it)."""
+        return self.pending_detok_tokens + self.detok_in_flight_tokens
 
     def all_ids(self) -> list[Token]:
         return self.prompt_ids + self.output_ids

@@ -341,8 +341,10 @@ class Scheduler:
         remaining = self._expected_tokens(request) - request.num_generated
         if not request.realtime:
             return StreamOutlook(request.num_tokens, remaining, 0.0, share=UNHEARD_FLOOR_RATE)
-        pending = request.pending_detok_tokens * self.facts.seconds_per_token
-        return StreamOutlook(request.num_tokens, remaining, request.buffered_audio_s(now) + pending)
+        undecoded = request.undecoded_tokens * self.facts.seconds_per_token
+        return StreamOutlook(
+            request.num_tokens, remaining, request.buffered_audio_s(now) + undecoded
+        )
 
     def _expected_tokens(self, request: Request) -> int:
         """The most tokens the outlook expects `request` to make: its text's learned bound

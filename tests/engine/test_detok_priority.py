@@ -98,3 +98,28 @@ def test_chunks_ready_during_a_job_wait_and_go_together_first_chunks_first(model
         a.request_id: (first + 40) * samples_per_token,
         b.request_id: (first + 5) * samples_per_token,
     }
+
+
+def test_a_chunk_in_flight_counts_as_undecoded_until_its_audio_is_out(model):
+    """Real-time admission counts a stream's tokens as its listener's audio from when they are
+    made (Request.undecoded_tokens): a job taking them leaves the count as it was until its
+    audio goes out, where a stream's decoding chunk would otherwise look like a listener
+    running short."""
+    ticks = itertools.count()
+    clock = lambda: next(ticks) * 1e-3  # noqa: E731 - a fake clock, 1 ms a reading
+    config = EngineConfig(num_kv_blocks=64, first_audio_margin=0.0)
+    core = EngineCore(model, config, torch.device("cpu"), "sdpa", clock)
+    held = HeldDetokenizer(model, clock)
+    core.detok = held
+    first = model.facts.first_chunk_tokens
+    a = core.add_request(SpeechRequest("Hello there.", None, greedy(first + 10)))
+    while not held.jobs:
+        core.step()
+    assert a.detok_in_flight_tokens == first and a.pending_detok_tokens == 0
+    core.step()  # more tokens while the chunk is decoded: both kinds counted
+    assert a.pending_detok_tokens > 0
+    assert a.undecoded_tokens == len(a.output_ids) and a.first_audio_time is None
+    held.release()
+    core.step()
+    assert a.first_audio_time is not None and a.detok_in_flight_tokens == 0
+    assert a.undecoded_tokens == a.pending_detok_tokens

@@ -354,11 +354,13 @@ def test_listener_health_counts_settled_streams_short_of_audio():
     fine = playing(sched, now, played_s=5.0, lead_s=0.8)
     short = playing(sched, now, played_s=5.0, lead_s=0.3)
     covered = playing(sched, now, played_s=5.0, lead_s=0.3)
-    covered.output_ids = [7] * 9  # 8 tokens (320 ms) waiting for the codec
+    covered.output_ids = [7] * 9  # 8 tokens (320 ms) waiting for a chunk
+    decoding = playing(sched, now, played_s=5.0, lead_s=0.3)
+    decoding.detok_in_flight, decoding.detok_in_flight_tokens = True, 8  # its chunk, decoding
     playing(sched, now, played_s=0.5, lead_s=0.1)  # not settled yet
     health = listener_health(sched.requests.values(), now, 0.5, TOKEN_S)
     counts = (health.settled, health.short, health.unsettled, health.playing)
-    assert counts == (3, 1, 1, 4) and health.shortest == pytest.approx((0.3, 0.5))
+    assert counts == (4, 1, 1, 5) and health.shortest == pytest.approx((0.3, 0.5))
     short.first_chunk_s = 0.2  # let out early: it started lower, and has gained since
     assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
     short.first_chunk_s = 0.4
@@ -474,6 +476,22 @@ def test_priced_pages_judge_the_streams_by_their_outlook_not_their_count():
     room = capacity.capacity(ending, StreamOutlook(16, 50, 0.0))
     assert 151 <= room <= capacity.capacity()  # never more than the count allows
     assert capacity.capacity([StreamOutlook(16, 800, 0.5)] * 150, newcomer) == 150  # no room
+
+
+def test_the_outlook_counts_a_chunk_the_codec_is_decoding_as_banked_audio():
+    """A stream whose chunk is in a codec job holds that chunk's audio as surely as one whose
+    tokens wait for a chunk: the outlook banks both (the guard's lead alike, above)."""
+    sched = make_scheduler()
+    now = 100.0
+    waiting = playing(sched, now, played_s=5.0, lead_s=0.3)
+    waiting.output_ids = [7] * 9  # 8 tokens waiting for a chunk
+    decoding = playing(sched, now, played_s=5.0, lead_s=0.3)
+    decoding.output_ids = [7] * 9
+    decoding.num_detokenized = 9
+    decoding.detok_in_flight, decoding.detok_in_flight_tokens = True, 8
+    bare = playing(sched, now, played_s=5.0, lead_s=0.3)
+    banked = [sched._outlook(r, now).banked_s for r in (waiting, decoding, bare)]
+    assert banked == pytest.approx([0.3 + 8 * TOKEN_S, 0.3 + 8 * TOKEN_S, 0.3])
 
 
 def test_a_refusal_says_its_cause_and_what_the_outlook_read():
