@@ -4,9 +4,11 @@ lead caps and codec choices) driven by a fake clock, with an LLM whose turn cost
 play their audio in real time from their first chunk, and arrivals over time that try again
 after a refusal.
 
-The codec is inline and free (its cost is inside the turn's), as on a CPU; the turn's time is
-reported to the scheduler the way EngineCore does (Scheduler.observe_llm_turn and
-observe_step), except for
+The codec is inline and free (its cost is inside the turn's), as on a CPU, unless a `SimCodec`
+is given: then it runs beside the LLM as a GPU's codec thread does, one steady job at a time
+(and one first-chunk lane job, if it has a lane), each taking its cost of rows, its tokens
+the listener's only once the job is done. The turn's time is reported to the scheduler the
+way EngineCore does (Scheduler.observe_llm_turn and observe_step), except for
 `unseen_per_row_s`: work per stream that takes the wall clock but not the engine's turns
 (the gateway's encoding on the same cores), which only the listeners' buffers reveal.
 
@@ -20,6 +22,7 @@ how many were admitted and how many ran dry:
     python -m voxbench.realtime_sim --listeners 336,400 --noise-ms 1
     python -m voxbench.realtime_sim --listeners 400 --prior-page-us 0.25   # the warm-up dear
     python -m voxbench.realtime_sim --listeners 380 --no-admission          # what holds
+    python -m voxbench.realtime_sim --listeners 336 --codec-ms 4,0.05       # SNAC on a thread
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
@@ -63,6 +66,30 @@ class TurnCost:
         return math.floor((token_s - self.fixed_s) / (self.per_row_s + self.unseen_per_row_s))
 
 
+@dataclass(frozen=True)
+class SimCodec:
+    """A threaded codec's job costs on the simulated device: a steady job of r rows takes
+    `fixed_s + per_row_s x r`; with `lane_rows`, first chunks go out as lane jobs of up to
+    that many rows, of `lane_fixed_s + per_row_s x r` (engine/detok_threads.py)."""
+
+    fixed_s: float
+    per_row_s: float
+    lane_rows: int = 0
+    lane_fixed_s: float = 0.0
+
+    def job_s(self, rows: int, lane: bool) -> float:
+        return (self.lane_fixed_s if lane else self.fixed_s) + self.per_row_s * rows
+
+
+@dataclass
+class _Job:
+    """A codec job in flight: when it is done, and each request's tokens and last-chunk flag."""
+
+    done_at: float
+    lane: bool
+    rows: list[tuple[Request, int, bool]]
+
+
 @dataclass
 class SimResult:
     admitted: int = 0
@@ -79,13 +106,16 @@ class RealtimeSim:
         facts: ChunkingFacts,
         seeds: dict[int, float] | None = None,
         priced_pages: bool = True,
+        codec: SimCodec | None = None,
         **config: object,
     ) -> None:
         """`seeds`: the warm-up bursts' figures (rows → seconds a turn); `priced_pages`:
         admission knows the cost's price of a KV page, as the engine's warm-up measures it
-        on a GPU."""
+        on a GPU; `codec`: a threaded codec's costs (None: inline and free)."""
         self.cost = cost
         self.facts = facts
+        self.codec = codec
+        self._jobs: list[_Job] = []
         self.scheduler = Scheduler(
             EngineConfig(**config), BlockManager(num_blocks=65536, block_size=16), facts
         )
@@ -100,7 +130,7 @@ class RealtimeSim:
     def run(
         self,
         arrivals: list[float],
-        stream_tokens: int,
+        stream_tokens: int | Sequence[int],
         until_s: float,
         retry_s: float | None = 1.0,
         prompt_tokens: int = 16,
@@ -108,19 +138,22 @@ class RealtimeSim:
         text_chars: int = 0,
     ) -> SimResult:
         """Listeners arrive at `arrivals` (seconds), each for a stream of `stream_tokens`
-        tokens; a refused one tries again `retry_s` later (None: gives up). With `max_tokens`
-        above `stream_tokens` a stream asks for that ceiling and stops by itself at its
-        length, as a real model's do, for a text of `text_chars` characters."""
-        self._stops_at = stream_tokens
+        tokens (or listener i for `stream_tokens[i]`, its whole request); a refused one tries
+        again `retry_s` later (None: gives up). With `max_tokens` above `stream_tokens` a
+        stream asks for that ceiling and stops by itself at its length, as a real model's do,
+        for a text of `text_chars` characters."""
+        lengths = None if isinstance(stream_tokens, int) else list(stream_tokens)
+        self._stops_at = max(lengths) if lengths else stream_tokens
         sched, result = self.scheduler, SimResult()
         queue = [(t, i) for i, t in enumerate(arrivals)]
         heapq.heapify(queue)
         while self.now < until_s:
             while queue and queue[0][0] <= self.now:
                 _, listener = heapq.heappop(queue)
+                length = lengths[listener] if lengths else max(self._stops_at, max_tokens or 0)
                 request = Request(
                     [1] * prompt_tokens,
-                    SamplingParams(max_tokens=max(stream_tokens, max_tokens or 0)),
+                    SamplingParams(max_tokens=length),
                     self.now,
                     text_chars=text_chars,
                 )
@@ -177,7 +210,47 @@ class RealtimeSim:
                 if lead < 0:
                     result.late_streams.add(request.request_id)
 
-        decode_instantly(self.scheduler, now, heard)
+        if self.codec is None:
+            decode_instantly(self.scheduler, now, heard)
+            return
+        self._finish_jobs(heard)
+        self._submit_jobs()
+
+    def _finish_jobs(self, before_audio: Callable[[Request], None]) -> None:
+        """The jobs done by now: their audio out (AudioOut.collect's bookkeeping)."""
+        sched, now = self.scheduler, self.now
+        for job in [j for j in self._jobs if j.done_at <= now]:
+            self._jobs.remove(job)
+            made_s = sum(tokens for _, tokens, _ in job.rows) * sched.facts.seconds_per_token
+            sched.observe_codec_job(self.codec.job_s(len(job.rows), job.lane), made_s, job.lane)
+            for request, tokens, final in job.rows:
+                request.detok_in_flight = False
+                request.detok_in_flight_tokens = 0
+                before_audio(request)
+                if tokens:
+                    sched.audio_out(request, now, tokens * sched.facts.seconds_per_token)
+                if final:
+                    request.detok_done = True
+                    sched.remove(request.request_id)
+
+    def _submit_jobs(self) -> None:
+        """New jobs where the steady job or the lane is free (Worker.detok_job's bookkeeping)."""
+        sched, now, codec = self.scheduler, self.now, self.codec
+        steady_free = not any(not j.lane for j in self._jobs)
+        lane_free = codec.lane_rows > 0 and not any(j.lane for j in self._jobs)
+        plan = sched.schedule_detok_jobs(
+            now, steady_free, codec.lane_rows if lane_free else 0, has_lane=codec.lane_rows > 0
+        )
+        for lane, picked in ((True, plan.lane), (False, plan.steady)):
+            if not picked:
+                continue
+            rows = []
+            for request in picked:
+                tokens = request.pending_detok_tokens
+                request.num_detokenized = len(request.output_ids)
+                request.detok_in_flight, request.detok_in_flight_tokens = True, tokens
+                rows.append((request, tokens, request.finished))
+            self._jobs.append(_Job(now + codec.job_s(len(rows), lane), lane, rows))
 
 
 def decode_instantly(
@@ -199,6 +272,15 @@ def decode_instantly(
 def steady_arrivals(count: int, per_second: float, start_s: float = 0.0) -> list[float]:
     """`count` listeners arriving one every 1/per_second seconds."""
     return [start_s + i / per_second for i in range(count)]
+
+
+def poisson_arrivals(per_second: float, span_s: float, seed: int = 0) -> list[float]:
+    """Listeners arriving at random over `span_s` at `per_second` on average (the goodput
+    benchmark's arrivals), seeded."""
+    rng, times, t = random.Random(seed), [], 0.0
+    while (t := t + rng.expovariate(per_second)) < span_s:
+        times.append(t)
+    return times
 
 
 # Orpheus on an H200 (BENCHMARKS.md, the Orpheus table's capacity points): SNAC's frame of 2,048
@@ -240,14 +322,26 @@ def main(argv: list[str] | None = None) -> int:
         help="ms a row of the warm-up bursts' turns (default 0.0101, as measured)",
     )
     ap.add_argument("--noise-ms", type=float, default=0.0, help="the turns' jitter (normal, sd)")
+    ap.add_argument(
+        "--codec-ms",
+        help="a codec thread beside the LLM whose steady job takes FIXED,PER_ROW ms "
+        "(default: inline and free, as on a CPU)",
+    )
     ap.add_argument("--max-num-seqs", type=int, default=336)
     ap.add_argument("--no-admission", action="store_true", help="real-time admission off")
     args = ap.parse_args(argv)
     try:
         counts = [int(n) for n in args.listeners.split(",")]
         fixed_ms, per_row_ms = (float(x) for x in args.turn_ms.split(","))
+        codec = None
+        if args.codec_ms:
+            codec_fixed_ms, codec_row_ms = (float(x) for x in args.codec_ms.split(","))
+            codec = SimCodec(codec_fixed_ms / 1e3, codec_row_ms / 1e3)
     except ValueError:
-        ap.error("--listeners takes counts like 336,400 and --turn-ms FIXED,PER_ROW in ms")
+        ap.error(
+            "--listeners takes counts like 336,400, and --turn-ms and --codec-ms "
+            "FIXED,PER_ROW in ms"
+        )
     if min(counts) < 1 or args.stagger_s < 0 or args.stream_s <= 0:
         ap.error("--listeners must be >= 1, --stagger-s >= 0 and --stream-s > 0")
     cost = TurnCost(
@@ -264,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             cost,
             ORPHEUS_FACTS,
             seeds,
+            codec=codec,
             realtime_admission=not args.no_admission,
             max_num_seqs=args.max_num_seqs,
         )

@@ -8,6 +8,7 @@ voxgate-tiny engine to check its warm-up's calibration."""
 from __future__ import annotations
 
 import asyncio
+import random
 
 import numpy as np
 import pytest
@@ -29,7 +30,13 @@ from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel
-from voxbench.realtime_sim import RealtimeSim, TurnCost, steady_arrivals
+from voxbench.realtime_sim import (
+    RealtimeSim,
+    SimCodec,
+    TurnCost,
+    poisson_arrivals,
+    steady_arrivals,
+)
 
 TOKEN_S = 0.04  # voxgate-tiny's 25 tokens a second
 FACTS = ChunkingFacts(first_chunk_tokens=4, chunk_tokens=8, seconds_per_token=TOKEN_S)
@@ -636,6 +643,52 @@ def test_simulated_engine_with_work_the_turns_do_not_see_is_held_by_the_listener
     assert sim.scheduler.refusals.get("listeners", 0) > 0
     assert result.peak_streams <= 1.05 * capacity, result
     assert not result.late_streams
+
+
+# Qwen3-TTS-like, on a GPU: 80-ms frames, chunks of 4 beside a codec thread whose steady jobs
+# take 50 ms + 2 ms a row (a chunk in flight holds 0.32 s of a stream's audio), first chunks on
+# a lane; the goodput benchmark's random arrivals of streams of 2-11 s.
+FRAMES_FACTS = ChunkingFacts(
+    first_chunk_tokens=2, chunk_tokens=4, seconds_per_token=0.08, first_audio_margin=2.0
+)
+FRAMES_TURN = TurnCost(fixed_s=0.020, per_row_s=0.0003, prompt_token_s=2e-5, noise_s=0.003)
+FRAMES_CODEC = SimCodec(fixed_s=0.05, per_row_s=0.002, lane_rows=8, lane_fixed_s=0.02)
+
+
+def frames_run(seed: int, monkeypatch=None, **config) -> tuple[RealtimeSim, object]:
+    """25 arrivals a second for 60 s (seeded) through the Qwen3-TTS-like engine; with
+    `monkeypatch`, admission reads a stream's audio without the chunk its codec job holds."""
+    if monkeypatch is not None:
+        monkeypatch.setattr(Request, "undecoded_tokens", property(lambda r: r.pending_detok_tokens))
+    arrivals = poisson_arrivals(25, 60, seed)
+    rng = random.Random(seed)
+    lengths = [rng.randint(25, 140) for _ in arrivals]
+    seeds = {rows: FRAMES_TURN.seen(rows, 0) for rows in (1, 8, 32, 64, 128)}
+    sim = RealtimeSim(
+        FRAMES_TURN, FRAMES_FACTS, seeds, priced_pages=False, codec=FRAMES_CODEC, **config
+    )
+    return sim, sim.run(arrivals, lengths, until_s=75, retry_s=None)
+
+
+def test_a_chunk_the_codec_is_decoding_is_audio_the_listener_has(monkeypatch):
+    """With a threaded codec, a stream's lead counts the chunk in its codec job: a load every
+    stream of which plays on time is admitted whole. Read without it, streams whose chunk is
+    being decoded look short of audio and the listener guard refuses servable streams."""
+    sim, result = frames_run(seed=1)
+    assert result.refusals == 0 and not result.late_streams
+    sim, misread = frames_run(seed=1, monkeypatch=monkeypatch)
+    assert sim.scheduler.refusals.get(RefusalCause.LISTENERS, 0) > 0
+    assert misread.admitted < result.admitted and not misread.late_streams
+
+
+def test_beyond_what_the_codec_and_the_llm_carry_admission_refuses_and_none_is_late():
+    """The same engine under a load it cannot carry whole (seed 0): without admission streams
+    run dry; with it the outlook refuses a few and every admitted listener plays on time."""
+    _, unguarded = frames_run(seed=0, realtime_admission=False)
+    assert len(unguarded.late_streams) > 50
+    sim, guarded = frames_run(seed=0)
+    assert 0 < guarded.refusals < 50 and not guarded.late_streams
+    assert set(sim.scheduler.refusals) == {RefusalCause.TURN_COST}
 
 
 def test_a_true_burst_goes_in_by_halves_of_the_prediction_and_none_falls_behind():
