@@ -56,15 +56,20 @@ def greedy(n: int) -> SamplingParams:
     return SamplingParams(temperature=0.0, repetition_penalty=1.0, max_tokens=n, min_tokens=n)
 
 
-def test_chunks_ready_during_a_job_wait_and_go_together_first_chunks_first(model):
+def held_core(model) -> tuple[EngineCore, HeldDetokenizer]:
+    """An engine on a fake clock (1 ms a reading) whose detokenizer jobs stay in flight until
+    released. No cover margin: a first chunk goes out at first_chunk_tokens (the cover rule
+    has its own tests in test_scheduler.py)."""
     ticks = itertools.count()
-    clock = lambda: next(ticks) * 1e-3  # noqa: E731 - a fake clock, 1 ms a reading
-    # No cover margin: the first chunk goes out at first_chunk_tokens (the cover rule has its
-    # own tests in test_scheduler.py).
+    clock = lambda: next(ticks) * 1e-3  # noqa: E731 - a fake clock
     config = EngineConfig(num_kv_blocks=64, first_audio_margin=0.0)
     core = EngineCore(model, config, torch.device("cpu"), "sdpa", clock)
-    held = HeldDetokenizer(model, clock)
-    core.detok = held
+    core.detok = held = HeldDetokenizer(model, clock)
+    return core, held
+
+
+def test_chunks_ready_during_a_job_wait_and_go_together_first_chunks_first(model):
+    core, held = held_core(model)
     audio: dict[str, int] = {}
 
     def step() -> None:
@@ -105,12 +110,7 @@ def test_a_chunk_in_flight_counts_as_undecoded_until_its_audio_is_out(model):
     made (Request.undecoded_tokens): a job taking them leaves the count as it was until its
     audio goes out, where a stream's decoding chunk would otherwise look like a listener
     running short."""
-    ticks = itertools.count()
-    clock = lambda: next(ticks) * 1e-3  # noqa: E731 - a fake clock, 1 ms a reading
-    config = EngineConfig(num_kv_blocks=64, first_audio_margin=0.0)
-    core = EngineCore(model, config, torch.device("cpu"), "sdpa", clock)
-    held = HeldDetokenizer(model, clock)
-    core.detok = held
+    core, held = held_core(model)
     first = model.facts.first_chunk_tokens
     a = core.add_request(SpeechRequest("Hello there.", None, greedy(first + 10)))
     while not held.jobs:
