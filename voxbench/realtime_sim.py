@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if min(counts) < 1 or args.stagger_s < 0 or args.stream_s <= 0:
         ap.error("--listeners must be >= 1, --stagger-s >= 0 and --stream-s > 0")
+    if codec is not None and min(codec.fixed_s, codec.per_row_s) < 0:
+        ap.error("--codec-ms takes costs >= 0")
     cost = TurnCost(
         fixed_s=fixed_ms / 1e3,
         per_row_s=per_row_ms / 1e3,
