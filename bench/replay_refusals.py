@@ -15,19 +15,27 @@ rows 10 % lower, the banked audio credited up to 30 s (the default `--max-lead-s
 cap while no listener is short), the whole of a token's playback as the budget (not
 REALTIME_LOAD of it). A variant that admits most refusals names the input that decided. Only
 refusals the record reproduces (judged again as recorded, still refused) are counted.
+
+The listener guard's refusals (engine/listener_guard.py) carry no outlook: for each moment
+they came, the streams' timelines say what the settled listeners held then, the audio
+delivered to them and the audio in codec jobs not yet out, beside the line the refusal
+names, so a guard that refused while its listeners were comfortable shows as such.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from collections.abc import Callable
 
 import numpy as np
 
+from engine.listener_guard import SETTLED_AFTER_S
 from engine.realtime_capacity import REALTIME_LOAD
 from engine.realtime_outlook import OutlookInputs, TurnModel
-from engine.request_trace import read_refusals
+from engine.refusal_causes import RefusalCause
+from engine.request_trace import read_refusals, read_traces
 
 Variant = Callable[[OutlookInputs], OutlookInputs]
 
@@ -114,6 +122,63 @@ def replay(refusals: list[dict], variants: dict[str, Variant]) -> list[str]:
     return lines
 
 
+# The guard's refusals of one moment (a burst of arrivals, each refused) are read once.
+GUARD_MOMENT_S = 0.1
+GUARD_LINE = re.compile(r"under its ([0-9.]+)-s line")
+
+
+def listener_refusals(refusals: list[dict], traces: list[dict], shown: int = 3) -> list[str]:
+    """Lines of a report: at each moment the listener guard refused, the settled listeners'
+    leads from the streams' timelines (delivered audio less what played since the first
+    chunk, and the audio of chunks a codec job held then), the `shown` lowest first, and how
+    many were under the refusal's line without and with the chunks being decoded. Tokens not
+    yet in a chunk are not in a timeline, so a lead here is at most the guard's."""
+    guard = [r for r in refusals if r["cause"] == RefusalCause.LISTENERS]
+    moments: list[dict] = []
+    for refusal in guard:
+        if not moments or refusal["arrival"] - moments[-1]["arrival"] > GUARD_MOMENT_S:
+            moments.append(refusal)
+    if not moments:
+        return []
+    start = guard[0]["arrival"]
+    lines = [f"{len(guard)} refusals by the listener guard, at {len(moments)} moment(s):"]
+    for refusal in moments:
+        now = refusal["arrival"]
+        leads = sorted(lead for t in traces if (lead := _settled_lead(t, now)) is not None)
+        match = GUARD_LINE.search(refusal["reason"])
+        head = f"+{now - start:6.2f} s  {len(leads)} settled listeners"
+        if leads:
+            low = ", ".join(f"{d:.2f} (+{f:.2f} decoding)" for d, f in leads[:shown])
+            head += f", the lowest {low} s"
+        if match:
+            line = float(match.group(1))
+            under = sum(d < line for d, _ in leads)
+            still = sum(d + f < line for d, f in leads)
+            head += f"; under the {line:.2f}-s line: {under}, {still} with what was decoding"
+        lines.append(head)
+    return lines
+
+
+def _settled_lead(trace: dict, now: float) -> tuple[float, float] | None:
+    """A request's listener at `now` (engine clock), if settled and its stream generating:
+    (audio delivered and not yet played, audio in codec jobs not yet out), seconds."""
+    chunks = [c for c in trace.get("chunks", []) if c.get("out_ms") is not None]
+    if not chunks or trace.get("last_token_ms") is None:
+        return None
+    arrival = trace["arrival"]
+    first_out = arrival + chunks[0]["out_ms"] / 1e3
+    if now - first_out < SETTLED_AFTER_S or arrival + trace["last_token_ms"] / 1e3 < now:
+        return None
+    delivered = decoding = 0.0
+    for chunk in chunks:
+        submitted, out = (arrival + chunk[k] / 1e3 for k in ("submitted_ms", "out_ms"))
+        if out <= now:
+            delivered += chunk["audio_ms"] / 1e3
+        elif submitted <= now:
+            decoding += chunk["audio_ms"] / 1e3
+    return delivered - (now - first_out), decoding
+
+
 def _other_causes(refusals: list[dict]) -> str:
     """The refusals not by the outlook, counted by cause."""
     counts: dict[str, int] = {}
@@ -147,9 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         variants = standard_variants()
     try:
         refusals = read_refusals(args.trace)
-    except (OSError, ValueError) as exc:
+        traces = read_traces(args.trace)
+    except (OSError, ValueError, KeyError) as exc:
         ap.exit(2, f"error: cannot read {args.trace} as a request trace file: {exc}\n")
-    print("\n".join(replay(refusals, variants)))
+    print("\n".join(replay(refusals, variants) + listener_refusals(refusals, traces)))
     return 0
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from engine.realtime_capacity import RealtimeCapacity
 from engine.realtime_outlook import StreamOutlook
-from engine.request_trace import TraceWriter
+from engine.request_trace import RequestTrace, TraceWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -71,3 +71,40 @@ def test_the_standard_variants_and_a_file_that_is_no_trace(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(path), "--turn-ms", "3"])
     assert "FIXED,PER_ROW" in capsys.readouterr().err
+
+
+def timeline(arrival: float, chunks: list[tuple[float, float, float]], last_token: float):
+    """A request's timeline: its chunks as (submitted, out, seconds of audio), engine clock;
+    None for `out` leaves a chunk in its codec job to the end."""
+    trace = RequestTrace(arrival, prompt_tokens=8)
+    trace.token(arrival + 0.05, 1)
+    for submitted, out, audio_s in chunks:
+        trace.submitted(submitted, 4, False, 1)
+        if out is not None:
+            trace.out(out, submitted, audio_s, 0.0)
+    trace.token(last_token, 100)
+    return trace
+
+
+def test_the_guards_refusals_show_what_the_settled_listeners_held(tmp_path, capsys):
+    """At 10 s the guard refused (a listener under its 0.50-s line): the timelines show the
+    settled, generating listener 0.4 s ahead by its delivered audio and 1.0 s more in a codec
+    job, so none was under the line with it; a listener not yet settled, and one done
+    generating, are not counted."""
+    path = tmp_path / "run.trace.jsonl"
+    writer = TraceWriter(path)
+    writer.write("a", timeline(0.0, [(0.9, 1.0, 9.4), (9.95, 10.05, 1.0)], last_token=12.0))
+    writer.write("settling", timeline(9.0, [(9.4, 9.5, 2.0)], last_token=12.0))
+    writer.write("done", timeline(0.0, [(0.9, 1.0, 20.0)], last_token=5.0))
+    reason = "listeners ran short of audio 0.0 s ago (the furthest short held 0.40 s of audio, "
+    reason += "under its 0.50-s line) and 1 newer stream(s) have not settled yet"
+    for arrival in (10.0, 10.02, 13.0):  # two moments: a burst of two, then one
+        writer.write_refusal(arrival, "listeners", reason, None)
+    writer.close()
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 refusals, 0 by the streams' outlook (others: listeners 3)" in out
+    assert "3 refusals by the listener guard, at 2 moment(s):" in out
+    assert "+  0.00 s  1 settled listeners, the lowest 0.40 (+1.00 decoding) s; " in out
+    assert "under the 0.50-s line: 1, 0 with what was decoding" in out
+    assert "+  3.00 s  0 settled listeners; under the 0.50-s line: 0, 0" in out
