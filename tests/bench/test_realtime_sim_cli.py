@@ -26,9 +26,24 @@ def test_admission_keeps_every_listener_in_audio_where_without_it_they_run_dry(c
     assert 4 <= admitted < 24 and refused == 24 - admitted and late == 0
 
 
+def test_a_codec_on_a_thread_holds_each_chunk_until_its_job_is_done(capsys):
+    """With a codec thread beside the LLM (jobs of 20 ms + 1 ms a row), the same device's
+    admission still keeps every admitted listener in audio."""
+    assert main(["--listeners", "24", *SMALL, "--codec-ms", "20,1"]) == 0
+    admitted, refused, late = counts(capsys.readouterr().out)
+    assert 4 <= admitted < 24 and refused == 24 - admitted and late == 0
+
+
 def test_bad_arguments_are_refused_with_a_message(capsys):
-    for bad in (["--listeners", "0"], ["--turn-ms", "3"], ["--listeners", "a"]):
+    for bad in (
+        ["--listeners", "0"],
+        ["--turn-ms", "3"],
+        ["--listeners", "a"],
+        ["--codec-ms", "20"],
+        ["--codec-ms=-1,0"],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(bad)
         assert exit_info.value.code == 2
-    assert "--turn-ms" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--turn-ms" in err and "--codec-ms takes costs >= 0" in err
