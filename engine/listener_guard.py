@@ -7,7 +7,9 @@ see all of it (from the gateway's playback reports where the client sends them).
 counts once it has played for `SETTLED_AFTER_S` (before that it holds its first chunk's
 cover, short by design). Its lead is the audio generated for it and not yet played, tokens
 waiting for a chunk or in a codec job in flight included (Request.undecoded_tokens: the
-chunk-by-chunk sawtooth of the audio delivered does not count); it is short below the
+chunk-by-chunk sawtooth of the audio delivered does not count; a job's chunk only once the
+audio delivered outlasts a job, since a listener that runs dry first is short whatever the
+job brings); it is short below the
 cover the scheduler gives a first chunk (Scheduler.first_chunk_cover_s: the time to make
 the next chunk, times the first-audio margin), since a healthy stream starts with that
 much and only gains: one below it has lost ground (Scheduler.guard_short_below_s; this
@@ -69,10 +71,16 @@ class ListenerHealth:
 
 
 def listener_health(
-    requests: Iterable[Request], now: float, short_below_s: float, token_s: float
+    requests: Iterable[Request],
+    now: float,
+    short_below_s: float,
+    token_s: float,
+    codec_s: float = 0.0,
 ) -> ListenerHealth:
     """The generating `requests`' leads at `now` (`token_s`: a token's audio); short: less
-    than `short_below_s`."""
+    than `short_below_s`. A chunk in a codec job counts once the audio delivered outlasts
+    the job (`codec_s`, a job's time): a listener that would run dry before it comes out is
+    short whatever the job brings."""
     settled = short = unsettled = playing = 0
     shortest: tuple[float, float] | None = None
     for request in requests:
@@ -84,7 +92,9 @@ def listener_health(
             unsettled += 1
             continue
         settled += 1
-        lead = request.audio_lead_s(now) + request.undecoded_tokens * token_s
+        delivered = request.audio_lead_s(now)
+        tokens = request.undecoded_tokens if delivered >= codec_s else request.pending_detok_tokens
+        lead = delivered + tokens * token_s
         # A first chunk let out early (the first-audio budget) starts the stream lower.
         line = min(short_below_s, request.first_chunk_s or short_below_s)
         if lead < line:

@@ -301,7 +301,7 @@ class Scheduler:
         if not verdict.ok:
             return verdict
         health = listener_health(
-            live, now, self.guard_short_below_s(), self.facts.seconds_per_token
+            live, now, self.guard_short_below_s(), self.facts.seconds_per_token, self.detok_time_s
         )
         carries = None
         if self.capacity.calibrated:
@@ -418,7 +418,7 @@ class Scheduler:
         fit = self.capacity.steps.fit()
         codec = self.capacity.codec.fit()
         health = listener_health(
-            live, now, self.guard_short_below_s(), self.facts.seconds_per_token
+            live, now, self.guard_short_below_s(), self.facts.seconds_per_token, self.detok_time_s
         )
         return AdmissionStats(
             streams=len(live),

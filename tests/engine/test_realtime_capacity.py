@@ -368,6 +368,9 @@ def test_listener_health_counts_settled_streams_short_of_audio():
     health = listener_health(sched.requests.values(), now, 0.5, TOKEN_S)
     counts = (health.settled, health.short, health.unsettled, health.playing)
     assert counts == (4, 1, 1, 5) and health.shortest == pytest.approx((0.3, 0.5))
+    # A codec job slower than the delivered audio lasts: that listener runs dry first.
+    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S, codec_s=0.2).short == 1
+    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S, codec_s=0.35).short == 2
     short.first_chunk_s = 0.2  # let out early: it started lower, and has gained since
     assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
     short.first_chunk_s = 0.4
@@ -683,12 +686,13 @@ def test_a_chunk_the_codec_is_decoding_is_audio_the_listener_has(monkeypatch):
 
 def test_beyond_what_the_codec_and_the_llm_carry_admission_refuses_and_none_is_late():
     """The same engine under a load it cannot carry whole (seed 0): without admission streams
-    run dry; with it the outlook refuses a few and every admitted listener plays on time."""
+    run dry; with it the outlook refuses a few (and the guard, where a listener's delivered
+    audio ran under a codec job's time), and every admitted listener plays on time."""
     _, unguarded = frames_run(seed=0, realtime_admission=False)
     assert len(unguarded.late_streams) > 50
     sim, guarded = frames_run(seed=0)
     assert 0 < guarded.refusals < 50 and not guarded.late_streams
-    assert set(sim.scheduler.refusals) == {RefusalCause.TURN_COST}
+    assert sim.scheduler.refusals.get(RefusalCause.TURN_COST, 0) > 0
 
 
 def test_a_true_burst_goes_in_by_halves_of_the_prediction_and_none_falls_behind():
