@@ -91,8 +91,7 @@ class AudioOut:
             if job.error is not None:
                 raise RuntimeError(f"detokenizer failed: {job.error}") from job.error
             for request, pcm, final in zip(job.requests, job.audio, job.final, strict=True):
-                request.detok_in_flight = False
-                request.detok_in_flight_tokens = 0
+                request.codec_returned()
                 if request.request_id not in self.scheduler.requests:
                     continue  # cancelled while its chunk was being decoded
                 if request.trace is not None:

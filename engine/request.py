@@ -239,6 +239,18 @@ class Request:
         flight holds 0.32-0.64 s of it)."""
         return self.pending_detok_tokens + self.detok_in_flight_tokens
 
+    def hand_to_codec(self) -> list[Token]:
+        """The tokens made since the last chunk, now a codec job's: the request is in that
+        job (detok_in_flight) until codec_returned, and its tokens stay undecoded_tokens."""
+        fresh = self.output_ids[self.num_detokenized :]
+        self.num_detokenized = len(self.output_ids)
+        self.detok_in_flight, self.detok_in_flight_tokens = True, len(fresh)
+        return fresh
+
+    def codec_returned(self) -> None:
+        """Its codec job is done: the job's audio is out (or the request was cancelled)."""
+        self.detok_in_flight, self.detok_in_flight_tokens = False, 0
+
     def all_ids(self) -> list[Token]:
         return self.prompt_ids + self.output_ids
 

@@ -393,10 +393,7 @@ class Worker:
                 raise RuntimeError(
                     f"request {r.request_id} already has a detokenizer job in flight"
                 )
-            fresh = r.output_ids[r.num_detokenized :]
-            r.num_detokenized = len(r.output_ids)
-            r.detok_in_flight = True
-            r.detok_in_flight_tokens = len(fresh)
+            fresh = r.hand_to_codec()
             new_tokens.append([t for t in fresh if t not in stop_ids])
         states = [self._streams[r.request_id] for r in requests]
         return DetokJob(requests, states, new_tokens, [r.finished for r in requests])

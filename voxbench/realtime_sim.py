@@ -224,8 +224,7 @@ class RealtimeSim:
             made_s = sum(tokens for _, tokens, _ in job.rows) * sched.facts.seconds_per_token
             sched.observe_codec_job(self.codec.job_s(len(job.rows), job.lane), made_s, job.lane)
             for request, tokens, final in job.rows:
-                request.detok_in_flight = False
-                request.detok_in_flight_tokens = 0
+                request.codec_returned()
                 before_audio(request)
                 if tokens:
                     sched.audio_out(request, now, tokens * sched.facts.seconds_per_token)
@@ -246,9 +245,7 @@ class RealtimeSim:
                 continue
             rows = []
             for request in picked:
-                tokens = request.pending_detok_tokens
-                request.num_detokenized = len(request.output_ids)
-                request.detok_in_flight, request.detok_in_flight_tokens = True, tokens
+                tokens = len(request.hand_to_codec())
                 rows.append((request, tokens, request.finished))
             self._jobs.append(_Job(now + codec.job_s(len(rows), lane), lane, rows))
 
@@ -261,8 +258,8 @@ def decode_instantly(
     for request in sched.schedule_detok(now):
         if before_audio is not None:
             before_audio(request)
-        seconds = request.pending_detok_tokens * sched.facts.seconds_per_token
-        request.num_detokenized = len(request.output_ids)
+        seconds = len(request.hand_to_codec()) * sched.facts.seconds_per_token
+        request.codec_returned()  # decoded in no time
         if seconds:
             sched.audio_out(request, now, seconds)
         if request.finished:
