@@ -9,13 +9,13 @@ cover, short by design). Its lead is the audio generated for it and not yet play
 waiting for a chunk or in a codec job in flight included (Request.undecoded_tokens: the
 chunk-by-chunk sawtooth of the audio delivered does not count; a job's chunk only once the
 audio delivered outlasts a job, since a listener that runs dry first is short whatever the
-job brings); it is short below the
-cover the scheduler gives a first chunk (Scheduler.first_chunk_cover_s: the time to make
-the next chunk, times the first-audio margin), since a healthy stream starts with that
-much and only gains: one below it has lost ground (Scheduler.guard_short_below_s; this
-"short" is not the scheduler's contention, a listener under `urgent_buffer_s` or waiting for
-its first chunk). A stream whose first chunk was let out with less (the first-audio budget
-ran out, under load) is short below its first chunk's audio. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a
+job brings); it is short below the cover the scheduler gives a first chunk
+(Scheduler.first_chunk_cover_s: the time to make the next chunk, times the first-audio
+margin), since a healthy stream starts with that much and only gains: one below it has lost
+ground (Scheduler.guard_short_below_s; this "short" is not the scheduler's contention, a
+listener under `urgent_buffer_s` or waiting for its first chunk). A stream whose first chunk
+was let out with less (the first-audio budget ran out, under load) is short below its first
+chunk's audio. (A fixed line does not fit every model: voxgate-tiny's 3-token chunks start a
 stream with ~0.15 s, Orpheus's with ~1 s.) No newcomer is admitted
 
 - beyond half the streams the cost model predicts, or twice the most streams heard playing

@@ -39,7 +39,7 @@ from typing import Any
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.listener_guard import ListenerGuard, listener_health
+from engine.listener_guard import ListenerGuard, ListenerHealth, listener_health
 from engine.outputs import AdmissionStats, ScheduledChunk, SchedulerOutput
 from engine.realtime_capacity import RealtimeCapacity
 from engine.realtime_outlook import StreamOutlook
@@ -300,9 +300,7 @@ class Scheduler:
         verdict = self.capacity.room_with(outlooks, [newcomer])
         if not verdict.ok:
             return verdict
-        health = listener_health(
-            live, now, self.guard_short_below_s(), self.facts.seconds_per_token, self.detok_time_s
-        )
+        health = self._listener_health(live, now)
         carries = None
         if self.capacity.calibrated:
             carries = functools.partial(self.capacity.carries, outlooks, newcomer)
@@ -311,6 +309,13 @@ class Scheduler:
             cause, why = refusal
             return Admission(False, f"no real-time capacity: {why}; try again shortly", cause)
         return Admission(True)
+
+    def _listener_health(self, live: list[Request], now: float) -> ListenerHealth:
+        """The `live` listeners' leads against the guard's line (engine/listener_guard.py),
+        a chunk in a codec job counted once their delivered audio outlasts a steady job."""
+        return listener_health(
+            live, now, self.guard_short_below_s(), self.facts.seconds_per_token, self.detok_time_s
+        )
 
     def room(self, now: float) -> int | None:
         """The most streams real-time admission predicts the engine carries now: the live
@@ -417,9 +422,7 @@ class Scheduler:
         live = self._realtime_streams()
         fit = self.capacity.steps.fit()
         codec = self.capacity.codec.fit()
-        health = listener_health(
-            live, now, self.guard_short_below_s(), self.facts.seconds_per_token, self.detok_time_s
-        )
+        health = self._listener_health(live, now)
         return AdmissionStats(
             streams=len(live),
             capacity_streams=self.room(now) or 0,
