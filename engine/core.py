@@ -149,7 +149,7 @@ class EngineCore:
             self.add_request(warm_up_request(facts))
         except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first requests may be slower")
-            self.scheduler.refusals.clear()  # the warm-up's refusal refused no client
+            self.scheduler.admission.refusals.clear()  # the warm-up's refusal refused no client
             return
         while self.has_work():
             self.step()
@@ -157,8 +157,8 @@ class EngineCore:
             WarmUpCalibration(self).run()
         # The warm-up's own turns (first-use compiles) say nothing about serving, and a burst
         # the KV pool could not hold refused no client.
-        self.scheduler.capacity.clear_live()
-        self.scheduler.refusals.clear()
+        self.scheduler.admission.capacity.clear_live()
+        self.scheduler.admission.refusals.clear()
         self.steps = 0
         self.restart_turn_timing()  # the first served turn is timed from its own start
 
@@ -311,7 +311,7 @@ class EngineCore:
 
     def stats(self, stepping: bool = True) -> EngineStats:
         now = self.clock()
-        refusal, admission = self.scheduler.admission_view(now)
+        refusal, admission = self.scheduler.admission.view(now)
         return EngineStats(
             running=self.scheduler.num_running,
             waiting=self.scheduler.num_waiting,
@@ -451,7 +451,7 @@ class EngineCore:
         # and idle conversations' kept KV hold pages the step does not read. Counted (a pass
         # over the rows) only where admission prices them, or the warm-up measures their price.
         sched = self.scheduler
-        counted = sched.capacity.page_s > 0 or sched.calibrating
+        counted = sched.admission.capacity.page_s > 0 or sched.admission.calibrating
         recent.append((len(plan.chunks), plan.pages_read if counted else 0))
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:

@@ -22,16 +22,15 @@ out while any listener is short of audio, unless it falls behind its floor), is 
 by real-time admission (which counts it at its floor's share when it judges a listener), and
 hands the codec its cheapest chunks.
 
-KV pages are reserved for a request's whole length (prompt + max_tokens) at admission, so a
-running request never has to be preempted: preempting a stream would be an audible gap.
+A request is admitted (admit) once real-time admission finds room for it
+(engine/realtime_admission.py: refuse rather than let the listeners fall behind) and its KV
+pages are reserved for its whole length (prompt + max_tokens), so a running request never has
+to be preempted: preempting a stream would be an audible gap.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -39,15 +38,10 @@ from typing import Any
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.listener_guard import ListenerGuard, ListenerHealth, listener_health
-from engine.outputs import AdmissionStats, ScheduledChunk, SchedulerOutput
-from engine.realtime_capacity import RealtimeCapacity
-from engine.realtime_outlook import StreamOutlook
+from engine.outputs import ScheduledChunk, SchedulerOutput
+from engine.realtime_admission import UNHEARD_FLOOR_RATE, RealtimeAdmission
 from engine.refusal_causes import Admission, RefusalCause
-from engine.request import Request, RequestStatus, SamplingParams, Token
-from engine.speech_lengths import SpeechLengths
-
-log = logging.getLogger("voxgate.engine")
+from engine.request import Request, RequestStatus, Token
 
 # How a request of a conversation may end and still leave its KV for the next turn.
 _KEEPS_KV = (
@@ -55,14 +49,6 @@ _KEEPS_KV = (
     RequestStatus.FINISHED_LENGTH,
     RequestStatus.FINISHED_CANCELLED,
 )
-
-# A request without a listener yields to listeners short of audio, but not for ever: once the
-# audio its tokens make falls below this share of the time since it came, it decodes after
-# the listeners even while one is short. Under a steady stream of arrivals some listener is
-# always short (a newcomer waits for its first chunk), so without a floor a batch job would
-# never finish on a busy server; at a quarter of real time it takes at most ~4× its audio's
-# length there, and as a real-time stream it costs a quarter of one.
-UNHEARD_FLOOR_RATE = 0.25
 
 
 def ema(old: float, new: float, weight: float = 0.2) -> float:
@@ -73,9 +59,6 @@ def ema(old: float, new: float, weight: float = 0.2) -> float:
 # Past the first-audio budget a first chunk waits for the tokens that spare its listener a gap
 # when the wait costs at most this many times the gap (Scheduler._closes_gap_soon).
 GAP_WEIGHT = 2.0
-
-# How long stats reuse real-time admission's view where it judges outlooks (admission_view).
-ADMISSION_VIEW_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -183,33 +166,15 @@ class Scheduler:
         # times leaves out: waiting for a codec job already in flight, the async pipeline's
         # step of lag, a busy loop. 0 until a request has had two chunks.
         self.second_chunk_gap_s = 0.0
-        # Real-time admission's turn cost by rows (engine/realtime_capacity.py): seeded at
-        # warm-up, fitted from every live decode turn.
-        self.capacity = RealtimeCapacity(
+        # Whether one more stream keeps every listener in real time (engine/realtime_admission.py).
+        self.admission = RealtimeAdmission(
+            config,
+            self,
             facts.seconds_per_token,
             facts.chunk_tokens,
-            config.max_num_seqs,
-            config.max_detok_batch,
-            threaded_codec,
             blocks.block_size,
-            min(config.contended_lead_s, config.max_lead_s),
+            threaded_codec,
         )
-        # How long a text's speech runs, learned from requests that stopped by themselves:
-        # the outlook's length of a stream instead of its max_tokens (engine/speech_lengths.py).
-        # Short texts get half a second of audio as slack.
-        self.lengths = SpeechLengths(slack_tokens=math.ceil(0.5 / facts.seconds_per_token))
-        self.calibrating = False  # the core's warm-up measures costs: nothing is refused
-        # The warm-up's decode turns (rows, seconds, KV pages), measured as live turns are: the
-        # warm-up reads them (engine/warm_up_calibration.py) instead of admission.
-        self.calibration_turns: list[tuple[int, float, int]] = []
-        # Requests refused, by cause (real-time admission's turn_cost, codec, slow_start,
-        # listeners; kv), and
-        # whether the last one asked was admitted (a change of mind is logged once).
-        self.refusals: dict[str, int] = {}
-        self.listener_guard = ListenerGuard()
-        self._admitting = True
-        # (when, refusal cause, figures): the view stats reuse (admission_view)
-        self._admission_view: tuple[float, str, AdmissionStats] | None = None
 
     # --- what the core measures ------------------------------------------------------------------
     def observe_llm_turn(self, token_interval_s: float) -> None:
@@ -229,16 +194,13 @@ class Scheduler:
             )
             return
         self.detok_time_s = ema(self.detok_time_s, seconds)
-        self.capacity.codec.observe(audio_s, seconds)
+        self.admission.capacity.codec.observe(audio_s, seconds)
 
     def observe_step(self, batch_size: int, interval_s: float, kv_pages: int = 0) -> None:
         """A decode-only turn's seconds at its rows, having read `kv_pages` KV pages (the core
         reports each): the samples real-time admission's turn cost is fitted to. While the
         warm-up calibrates they are its bursts' (calibration_turns)."""
-        if self.calibrating:
-            self.calibration_turns.append((batch_size, interval_s, kv_pages))
-        else:
-            self.capacity.observe_turn(batch_size, interval_s, kv_pages)
+        self.admission.observe_turn(batch_size, interval_s, kv_pages)
 
     def measured_costs(self) -> MeasuredCosts:
         """The running estimates the observe_* calls move, to put back with restore_costs
@@ -260,14 +222,13 @@ class Scheduler:
         """Reserve the request's whole length. Idle conversations' kept KV never stands in
         the way: it is evicted (least recently kept first) to make room. A request of a
         conversation starts with the KV of its prompt's common prefix with the kept one."""
-        decision = self.real_time_room(request.arrival_time, request)
-        self._note_admission(decision, request.arrival_time)
+        decision = self.admission.judge(request)
         if decision.ok:
             decision = self.blocks.can_admit(
                 request.num_prompt_tokens + request.sampling.max_tokens, self._reserved_blocks
             )
             if not decision.ok:
-                self.refusals[RefusalCause.KV] = self.refusals.get(RefusalCause.KV, 0) + 1
+                self.admission.count_refusal(RefusalCause.KV)
         if decision.ok:
             if request.conversation_id is not None:
                 request.num_reused = self.blocks.claim(
@@ -281,172 +242,11 @@ class Scheduler:
             self.requests[request.request_id] = request
         return decision
 
-    def real_time_room(self, now: float, request: Request | None = None) -> Admission:
-        """With real-time admission: whether every stream stays in real time with one more
-        (`request`, or one of the live streams' typical length). Judged twice: by the turn
-        cost fitted from live turns of every size (`capacity`, seeded at warm-up) and, where
-        KV pages are priced, every stream's outlook to its end as contexts grow, so a burst
-        of arrivals is cut at the size that would fall behind rather than after it has
-        (streams admitted but not yet prefilled count too); and by the listeners' buffers
-        (engine/listener_guard.py), which see what the fit cannot: the gateway or another
-        process taking the cores."""
-        if not self.config.realtime_admission or self.calibrating:
-            return Admission(True)
-        if request is not None and not request.realtime:
-            return Admission(True)  # no deadline: it runs in the room real-time streams leave
-        live = self._realtime_streams()
-        outlooks = self._outlooks(live, now)
-        newcomer = self._newcomer(request, live)
-        verdict = self.capacity.room_with(outlooks, [newcomer])
-        if not verdict.ok:
-            return verdict
-        health = self._listener_health(live, now)
-        carries = None
-        if self.capacity.calibrated:
-            carries = functools.partial(self.capacity.carries, outlooks, newcomer)
-        refusal = self.listener_guard.refusal(health, now, carries)
-        if refusal is not None:
-            cause, why = refusal
-            return Admission(False, f"no real-time capacity: {why}; try again shortly", cause)
-        return Admission(True)
-
-    def _listener_health(self, live: list[Request], now: float) -> ListenerHealth:
-        """The `live` listeners' leads against the guard's line (engine/listener_guard.py),
-        a chunk in a codec job counted once their delivered audio outlasts a steady job."""
-        return listener_health(
-            live, now, self.guard_short_below_s(), self.facts.seconds_per_token, self.detok_time_s
-        )
-
-    def room(self, now: float) -> int | None:
-        """The most streams real-time admission predicts the engine carries now: the live
-        ones and as many more of their typical length as fit (None while unmeasured). Where
-        pages are priced, a bisection over the streams' outlooks (a few ms at hundreds of
-        streams): stats ask through admission_view."""
-        live = self._realtime_streams()
-        return self.capacity.capacity(self._outlooks(live, now), self._newcomer(None, live))
-
-    def _realtime_streams(self) -> list[Request]:
-        """The live streams someone plays as they are made: what real-time admission keeps in
-        real time (a request without a listener yields to them instead). From a copy:
-        EngineCore.stats() asks from the gateway's thread while the engine's adds."""
-        return [r for r in list(self.requests.values()) if r.wants_tokens and r.realtime]
-
-    def _outlooks(self, live: list[Request], now: float) -> list[StreamOutlook]:
-        """Real-time admission's view of the engine's load: the `live` listeners' streams and
-        the requests without a listener."""
-        unheard = [r for r in list(self.requests.values()) if r.wants_tokens and not r.realtime]
-        return [self._outlook(r, now) for r in (*live, *unheard)]
-
-    def _outlook(self, request: Request, now: float) -> StreamOutlook:
-        """A live request as real-time admission's outlook sees it: its context, the most
-        tokens it may still make, and the audio it holds (played out or not yet decoded); a
-        request without a listener holds none to keep up and counts at its floor's share (it
-        makes at least UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its
-        cost to them)."""
-        remaining = self._expected_tokens(request) - request.num_generated
-        if not request.realtime:
-            return StreamOutlook(request.num_tokens, remaining, 0.0, share=UNHEARD_FLOOR_RATE)
-        undecoded = request.undecoded_tokens * self.facts.seconds_per_token
-        return StreamOutlook(
-            request.num_tokens, remaining, request.buffered_audio_s(now) + undecoded
-        )
-
-    def _expected_tokens(self, request: Request) -> int:
-        """The most tokens the outlook expects `request` to make: its text's learned bound
-        (engine/speech_lengths.py) within [min_tokens, max_tokens], or max_tokens where there
-        is none, or once it ran past it."""
-        ceiling = request.sampling.max_tokens
-        bound = self.lengths.bound(request.text_chars)
-        if bound is None:
-            return ceiling
-        bound = max(bound, request.sampling.min_tokens)
-        return ceiling if request.num_generated >= bound else min(bound, ceiling)
-
-    def _newcomer(self, request: Request | None, live: list[Request]) -> StreamOutlook:
-        """The stream a newcomer would be: `request` itself, or (asked without one, for the
-        metrics' room) the live streams' median prompt and length, or a default request's."""
-        if request is not None:
-            return StreamOutlook(request.num_prompt_tokens, self._expected_tokens(request), 0.0)
-        if not live:
-            return StreamOutlook(0, SamplingParams().max_tokens, 0.0)
-        prompt = statistics.median_low(r.num_prompt_tokens for r in live)
-        length = statistics.median_low(self._expected_tokens(r) for r in live)
-        return StreamOutlook(prompt, length, 0.0)
-
-    def _note_admission(self, verdict: Admission, now: float) -> None:
-        """Count a refusal by cause; log when admission closes and when it opens again."""
-        if not verdict.ok:
-            self.refusals[verdict.cause] = self.refusals.get(verdict.cause, 0) + 1
-        if verdict.ok == self._admitting:
-            return
-        self._admitting = verdict.ok
-        streams = sum(1 for r in self.requests.values() if r.wants_tokens)
-        fit = self.capacity.steps.fit()
-        turn = (
-            f"turn {1e3 * fit.fixed_s:.2f} ms + {1e3 * fit.per_unit_s:.3f} ms/row"
-            if fit
-            else "turn cost not measured"
-        )
-        if verdict.ok:
-            log.info(
-                "real-time admission open again: %d streams, room for %s (%s)",
-                streams,
-                self.room(now),
-                turn,
-            )
-        else:
-            log.info(
-                "real-time admission closed at %d streams (%s): %s", streams, turn, verdict.reason
-            )
-
-    def admission_view(self, now: float) -> tuple[str, AdmissionStats]:
-        """Real-time admission's verdict on one more stream (its refusal cause, "" when it
-        would admit) and its figures, for stats, which go out every 50 ms from the loop's
-        thread. Where KV pages are priced both judge every live stream's outlook (the verdict
-        ~1.6 ms at 300 streams, the room a bisection of such judgements), so the view is
-        reused for ADMISSION_VIEW_S; each admission itself is judged fresh (admit)."""
-        cached = self._admission_view
-        if (
-            cached is not None
-            and self.capacity.page_s > 0
-            and 0 <= now - cached[0] < ADMISSION_VIEW_S
-        ):
-            return cached[1], cached[2]
-        refusal = self.real_time_room(now).cause
-        admission = self.admission_stats(now)
-        self._admission_view = (now, refusal, admission)
-        return refusal, admission
-
-    def admission_stats(self, now: float) -> AdmissionStats:
-        """Real-time admission's figures for /metrics (EngineStats.admission), computed now."""
-        live = self._realtime_streams()
-        fit = self.capacity.steps.fit()
-        codec = self.capacity.codec.fit()
-        health = self._listener_health(live, now)
-        return AdmissionStats(
-            streams=len(live),
-            capacity_streams=self.room(now) or 0,
-            turn_fixed_s=fit.fixed_s if fit else 0.0,
-            turn_per_row_s=fit.per_unit_s if fit else 0.0,
-            turn_per_page_s=self.capacity.page_s,
-            live_turns=self.capacity.steps.live_turns,
-            codec_fixed_s=codec.fixed_s if codec else 0.0,
-            codec_per_audio_s=codec.per_unit_s if codec else 0.0,
-            settled_listeners=health.settled,
-            short_listeners=health.short,
-            tokens_per_char=self.lengths.tokens_per_char() or 0.0,
-            length_samples=self.lengths.samples,
-            refusals=dict(self.refusals),
-        )
-
     def finish_generation(self, request: Request, status: RequestStatus) -> None:
         """The LLM is done with `request`: its KV pages go back to the pool at once. It stays
         live until the detokenizer has flushed its last audio."""
         request.status = status
-        if status == RequestStatus.FINISHED_STOPPED and not self.calibrating:
-            # A stop token ended it: the model chose its length (past any min_tokens, which a
-            # model's own length rule sets too). A request held to max_tokens teaches nothing.
-            self.lengths.observe(request.text_chars, len(request.output_ids))
+        self.admission.observe_finished(request)
         self._release_kv(request)
 
     def remove(self, request_id: str) -> Request | None:

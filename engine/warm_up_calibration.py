@@ -94,19 +94,19 @@ class WarmUpCalibration:
 
     def __init__(self, core: EngineCore) -> None:
         self.core = core
-        self.capacity = core.scheduler.capacity
+        self.capacity = core.scheduler.admission.capacity
 
     def run(self) -> None:
         core = self.core
         sched = core.scheduler
         self.capacity.clear_live()  # the warm-up request's turns (first-use compiles)
         kept = sched.measured_costs()  # the bursts must not move what sizes first chunks
-        sched.calibrating = True
+        sched.admission.calibrating = True
         try:
             self._price_pages()
             bursts = self._turn_bursts()
         finally:
-            sched.calibrating = False
+            sched.admission.calibrating = False
             sched.restore_costs(kept)
         for burst in bursts:
             self.capacity.steps.seed(burst.rows, burst.by_rows_s)
@@ -187,7 +187,7 @@ class WarmUpCalibration:
             while core.has_work():
                 core.step()
             raise
-        turns = core.scheduler.calibration_turns
+        turns = core.scheduler.admission.calibration_turns
         turns.clear()
         core.restart_turn_timing()  # the step before the burst's is none of its turns
         while core.has_work():
@@ -250,7 +250,7 @@ class WarmUpCalibration:
                 "streams until live turns refine it",
                 1e3 * fit.fixed_s,
                 1e3 * fit.per_unit_s,
-                core.scheduler.room(core.clock()),
+                core.scheduler.admission.room(core.clock()),
             )
         one = self.capacity.token_interval(1)
         if one is not None and one > self._real_time_limit():

@@ -120,9 +120,9 @@ class RealtimeSim:
             EngineConfig(**config), BlockManager(num_blocks=65536, block_size=16), facts
         )
         for rows, seconds in (seeds or {}).items():
-            self.scheduler.capacity.steps.seed(rows, seconds)
+            self.scheduler.admission.capacity.steps.seed(rows, seconds)
         if priced_pages:
-            self.scheduler.capacity.price_pages(cost.per_page_s)
+            self.scheduler.admission.capacity.price_pages(cost.per_page_s)
         self.now = 0.0
         self._stops_at = 0  # tokens after which a stream stops by itself (run's stream_tokens)
         self._jitter = random.Random(0)
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             max_num_seqs=args.max_num_seqs,
         )
         if args.prior_page_us is not None:
-            sim.scheduler.capacity.price_pages(args.prior_page_us * 1e-6)
+            sim.scheduler.admission.capacity.price_pages(args.prior_page_us * 1e-6)
         arrivals = [args.stagger_s * i / n for i in range(n)]
         result = sim.run(
             arrivals,
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{n} listeners: {result.admitted} admitted, {result.refusals} refused, "
             f"{len(result.late_streams)} late (worst lead {result.worst_lead_s:.2f} s), "
-            f"page priced {1e6 * sim.scheduler.capacity.page_s:.3f} µs at the end"
+            f"page priced {1e6 * sim.scheduler.admission.capacity.page_s:.3f} µs at the end"
         )
     return 0
 

@@ -97,7 +97,7 @@ def run_paged(learn: bool, monkeypatch) -> tuple[RealtimeSim, object]:
         monkeypatch.setattr(page_price, "MIN_TURNS", 10**9)
     seeds = {rows: PAGED.seen(rows, 0, 2 * rows) for rows in (1, 8, 64, 128)}
     sim = RealtimeSim(PAGED, FACTS, seeds)
-    sim.scheduler.capacity.price_pages(1.2 * PAGED.per_page_s)
+    sim.scheduler.admission.capacity.price_pages(1.2 * PAGED.per_page_s)
     return sim, sim.run(steady_arrivals(300, 10), stream_tokens=800, until_s=30)
 
 
@@ -105,8 +105,8 @@ def test_a_page_priced_too_dear_at_warm_up_is_learned_and_admission_lets_more_in
     with monkeypatch.context() as unlearned:
         _, dear = run_paged(False, unlearned)
     sim, learned = run_paged(True, monkeypatch)
-    assert sim.scheduler.capacity.pages.learned
-    assert sim.scheduler.capacity.page_s == pytest.approx(PAGED.per_page_s, rel=0.03)
+    assert sim.scheduler.admission.capacity.pages.learned
+    assert sim.scheduler.admission.capacity.page_s == pytest.approx(PAGED.per_page_s, rel=0.03)
     assert learned.admitted > dear.admitted
     for result in (dear, learned):
         assert not result.late_streams and result.worst_lead_s == 0.0

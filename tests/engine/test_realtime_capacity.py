@@ -101,7 +101,7 @@ def test_a_burst_is_cut_at_the_size_that_would_fall_behind():
     requests count)."""
     sched = make_scheduler()
     for size, cost in ((1, 0.3 * TOKEN_S), (4, 0.6 * TOKEN_S), (8, 1.2 * TOKEN_S)):
-        sched.capacity.steps.seed(size, cost)
+        sched.admission.capacity.steps.seed(size, cost)
     admitted, reason = burst(sched, 24)
     assert admitted == 6
     assert "7 streams would get a token every" in reason and "try again" in reason
@@ -109,7 +109,7 @@ def test_a_burst_is_cut_at_the_size_that_would_fall_behind():
 
 def test_streams_beyond_max_num_seqs_share_full_steps():
     sched = make_scheduler(max_num_seqs=4)
-    sched.capacity.steps.seed(4, 0.4 * TOKEN_S)
+    sched.admission.capacity.steps.seed(4, 0.4 * TOKEN_S)
     # 9 streams: 9 / 4 full steps a token = 0.9 token times; a tenth makes it 1.0.
     assert burst(sched, 20)[0] == 9
 
@@ -122,12 +122,12 @@ def test_live_steps_refine_the_calibration():
     to 1.022 at 16, which passes 0.95 at 14.7 streams (and the median 1.1 measured at 16
     floors every larger size)."""
     sched = make_scheduler()
-    sched.capacity.steps.seed(1, 0.2 * TOKEN_S)
-    sched.capacity.steps.seed(16, 0.6 * TOKEN_S)
+    sched.admission.capacity.steps.seed(1, 0.2 * TOKEN_S)
+    sched.admission.capacity.steps.seed(16, 0.6 * TOKEN_S)
     assert burst(sched, 40)[0] == 29  # extrapolated along the seeds' slope
     live = make_scheduler()
-    live.capacity.steps.seed(1, 0.2 * TOKEN_S)
-    live.capacity.steps.seed(16, 0.6 * TOKEN_S)
+    live.admission.capacity.steps.seed(1, 0.2 * TOKEN_S)
+    live.admission.capacity.steps.seed(16, 0.6 * TOKEN_S)
     for _ in range(20):
         live.observe_step(16, 1.1 * TOKEN_S)
     assert burst(live, 40)[0] == 14
@@ -138,8 +138,8 @@ def test_a_codec_beside_the_llm_has_its_own_budget():
     max_detok_batch (4) rows of a chunk (8 tokens, 320 ms): at 20 ms a job + 100 ms a second
     of audio that is 0.1156 x n of real time, under 0.95 up to 8 streams."""
     sched = make_scheduler(threaded_codec=True, max_detok_batch=4)
-    sched.capacity.steps.seed(1, 0.1 * TOKEN_S)
-    sched.capacity.steps.seed(64, 0.2 * TOKEN_S)
+    sched.admission.capacity.steps.seed(1, 0.1 * TOKEN_S)
+    sched.admission.capacity.steps.seed(64, 0.2 * TOKEN_S)
     for _ in range(3):
         sched.observe_codec_job(0.020 + 0.100 * 1.28, audio_s=1.28)
         sched.observe_codec_job(0.020 + 0.100 * 0.32, audio_s=0.32)
@@ -168,10 +168,10 @@ def test_admission_is_on_by_default_and_off_only_when_asked():
     on = RealtimeCapacity(TOKEN_S, 8, 128, 64, threaded_codec=False)
     assert on.room_for(1000).ok  # an engine never measured: the KV pool decides
     sched = make_scheduler()
-    sched.capacity.steps.seed(1, 2 * TOKEN_S)
+    sched.admission.capacity.steps.seed(1, 2 * TOKEN_S)
     assert burst(sched, 3)[0] == 1  # a lone stream pushes no one behind
     off = make_scheduler(realtime_admission=False)
-    off.capacity.steps.seed(1, 2 * TOKEN_S)
+    off.admission.capacity.steps.seed(1, 2 * TOKEN_S)
     assert burst(off, 3)[0] == 3
 
 
@@ -184,7 +184,7 @@ def test_warm_up_calibrates_the_step_costs_of_a_real_engine():
     threads = torch.get_num_threads()  # voxgate-tiny's engine sets this process's own
     engine = build_engine("voxgate-tiny", config=EngineConfig(engine_process=False))
     try:
-        curve = engine.core.scheduler.capacity.steps
+        curve = engine.core.scheduler.admission.capacity.steps
         assert curve.seed_sizes[0] == 1 and all(curve.predict(s) > 0 for s in curve.seed_sizes)
         # Each size doubles the last until one falls behind real time (or max_num_seqs).
         assert curve.seed_sizes == [2**i for i in range(len(curve.seed_sizes))]
@@ -445,23 +445,23 @@ def test_the_slow_start_trusts_a_prediction_halfway_until_its_streams_are_heard(
 
 def test_the_scheduler_refuses_by_the_listeners_whatever_the_model_predicts():
     sched = make_scheduler()
-    sched.capacity.steps.seed(1, 0.01 * TOKEN_S)
-    sched.capacity.steps.seed(64, 0.02 * TOKEN_S)  # room for thousands, by the model
+    sched.admission.capacity.steps.seed(1, 0.01 * TOKEN_S)
+    sched.admission.capacity.steps.seed(64, 0.02 * TOKEN_S)  # room for thousands, by the model
     now = 100.0
     for _ in range(10):
         playing(sched, now, played_s=5.0, lead_s=2.0)
-    assert sched.real_time_room(now).ok and sched.real_time_room(now).cause == ""
+    assert sched.admission.verdict(now).ok and sched.admission.verdict(now).cause == ""
     for _ in range(2):
         playing(sched, now, played_s=5.0, lead_s=0.1)
-    verdict = sched.real_time_room(now)
+    verdict = sched.admission.verdict(now)
     assert not verdict.ok and verdict.cause == "listeners"
     assert "2 of the 12 streams playing are running short of audio" in verdict.reason
     # Asking (EngineStats.realtime_refusal, polled) counts nothing: only a refused request.
-    assert sched.real_time_room(now).cause == "listeners"
-    assert sched.admission_stats(now).refusals == {}
+    assert sched.admission.verdict(now).cause == "listeners"
+    assert sched.admission.stats(now).refusals == {}
     refused = Request([1] * 8, SamplingParams(max_tokens=50), now)
     assert not sched.admit(refused).ok
-    stats = sched.admission_stats(now)
+    stats = sched.admission.stats(now)
     assert stats.refusals == {"listeners": 1}
     assert (stats.streams, stats.settled_listeners, stats.short_listeners) == (12, 12, 2)
     assert stats.capacity_streams > 1000
@@ -500,7 +500,7 @@ def test_the_outlook_counts_a_chunk_the_codec_is_decoding_as_banked_audio():
     decoding.num_detokenized = 9
     decoding.detok_in_flight, decoding.detok_in_flight_tokens = True, 8
     bare = playing(sched, now, played_s=5.0, lead_s=0.3)
-    banked = [sched._outlook(r, now).banked_s for r in (waiting, decoding, bare)]
+    banked = [sched.admission.outlook(r, now).banked_s for r in (waiting, decoding, bare)]
     assert banked == pytest.approx([0.3 + 8 * TOKEN_S, 0.3 + 8 * TOKEN_S, 0.3])
 
 
@@ -509,9 +509,9 @@ def test_a_refusal_says_its_cause_and_what_the_outlook_read():
     outlook's inputs (EngineCore writes both to the request trace); a refusal by the KV pool
     carries its own cause and no outlook."""
     sched = Scheduler(EngineConfig(), BlockManager(num_blocks=65536, block_size=16), FACTS)
-    sched.capacity.steps.seed(1, 0.0081)
-    sched.capacity.steps.seed(64, 0.0144)
-    sched.capacity.price_pages(6e-6)
+    sched.admission.capacity.steps.seed(1, 0.0081)
+    sched.admission.capacity.steps.seed(64, 0.0144)
+    sched.admission.capacity.price_pages(6e-6)
     decision = None
     for i in range(200):
         now = 100.0 + 0.001 * i
@@ -533,19 +533,19 @@ def test_stats_reuse_admissions_view_only_where_pages_are_priced():
     """Stats (every 50 ms) reuse the verdict and figures for ADMISSION_VIEW_S where the
     outlooks are judged (pages priced: milliseconds at hundreds of streams); on the CPU, where
     the count decides, and for every admission, they are judged fresh."""
-    from engine.scheduler import ADMISSION_VIEW_S
+    from engine.realtime_admission import ADMISSION_VIEW_S
 
     for page_s in (0.0, 1e-6):
         sched = make_scheduler()
-        sched.capacity.steps.seed(1, 0.2 * TOKEN_S)
-        sched.capacity.steps.seed(16, 0.6 * TOKEN_S)
-        sched.capacity.price_pages(page_s)
+        sched.admission.capacity.steps.seed(1, 0.2 * TOKEN_S)
+        sched.admission.capacity.steps.seed(16, 0.6 * TOKEN_S)
+        sched.admission.capacity.price_pages(page_s)
         assert burst(sched, 3)[0] == 3
-        refusal, first = sched.admission_view(100.0)
+        refusal, first = sched.admission.view(100.0)
         assert refusal == "" and first.streams == 3 and first.capacity_streams > 3
         assert burst(sched, 2)[0] == 2  # two more live streams
-        _, soon = sched.admission_view(100.0 + ADMISSION_VIEW_S / 2)
-        _, later = sched.admission_view(100.0 + ADMISSION_VIEW_S)
+        _, soon = sched.admission.view(100.0 + ADMISSION_VIEW_S / 2)
+        _, later = sched.admission.view(100.0 + ADMISSION_VIEW_S)
         assert later.streams == 5
         assert soon.streams == (3 if page_s else 5)
 
@@ -605,7 +605,7 @@ def test_simulated_engine_admits_near_its_capacity_and_no_stream_falls_behind(co
     result = sim.run(steady_arrivals(int(1.5 * capacity), 10), stream_tokens=1000, until_s=30)
     assert 0.85 * capacity <= result.peak_streams <= capacity, result
     assert not result.late_streams and result.worst_lead_s == 0.0
-    assert sim.scheduler.refusals.get("turn_cost", 0) > 0
+    assert sim.scheduler.admission.refusals.get("turn_cost", 0) > 0
 
 
 def test_simulated_engine_falls_behind_without_admission():
@@ -628,7 +628,7 @@ def test_simulated_engine_under_lead_caps_extrapolates_from_small_turns():
     result = sim.run(arrivals, stream_tokens=1200, until_s=32)
     assert 0.85 * capacity <= result.peak_streams <= capacity, result
     assert not result.late_streams
-    fit = sim.scheduler.capacity.steps.fit()
+    fit = sim.scheduler.admission.capacity.steps.fit()
     assert fit.per_unit_s == pytest.approx(GPU_LIKE.per_row_s, rel=0.05)
 
 
@@ -643,7 +643,7 @@ def test_simulated_engine_with_work_the_turns_do_not_see_is_held_by_the_listener
     seeds = {rows: cost.seen(rows, 0) for rows in (1, 4, 16)}
     sim = RealtimeSim(cost, FACTS, seeds)
     result = sim.run(steady_arrivals(int(1.5 * capacity), 5), stream_tokens=1000, until_s=40)
-    assert sim.scheduler.refusals.get("listeners", 0) > 0
+    assert sim.scheduler.admission.refusals.get("listeners", 0) > 0
     assert result.peak_streams <= 1.05 * capacity, result
     assert not result.late_streams
 
@@ -680,7 +680,7 @@ def test_a_chunk_the_codec_is_decoding_is_audio_the_listener_has(monkeypatch):
     sim, result = frames_run(seed=1)
     assert result.refusals == 0 and not result.late_streams
     sim, misread = frames_run(seed=1, monkeypatch=monkeypatch)
-    assert sim.scheduler.refusals.get(RefusalCause.LISTENERS, 0) > 0
+    assert sim.scheduler.admission.refusals.get(RefusalCause.LISTENERS, 0) > 0
     assert misread.admitted < result.admitted and not misread.late_streams
 
 
@@ -692,7 +692,7 @@ def test_beyond_what_the_codec_and_the_llm_carry_admission_refuses_and_none_is_l
     assert len(unguarded.late_streams) > 50
     sim, guarded = frames_run(seed=0)
     assert 0 < guarded.refusals < 50 and not guarded.late_streams
-    assert sim.scheduler.refusals.get(RefusalCause.TURN_COST, 0) > 0
+    assert sim.scheduler.admission.refusals.get(RefusalCause.TURN_COST, 0) > 0
 
 
 def test_a_true_burst_goes_in_by_halves_of_the_prediction_and_none_falls_behind():
@@ -707,7 +707,7 @@ def test_a_true_burst_goes_in_by_halves_of_the_prediction_and_none_falls_behind(
     sim = RealtimeSim(GPU_LIKE, FACTS, seeds)
     first = sim.run([0.0] * int(1.5 * capacity), stream_tokens=400, until_s=0.5)
     assert first.admitted == predicted // 2
-    assert sim.scheduler.refusals == {"slow_start": first.refusals}
+    assert sim.scheduler.admission.refusals == {"slow_start": first.refusals}
     sim = RealtimeSim(GPU_LIKE, FACTS, seeds)
     result = sim.run([0.0] * int(1.5 * capacity), stream_tokens=400, until_s=10)
     assert result.admitted == result.peak_streams == predicted
@@ -737,8 +737,10 @@ def test_a_page_bound_engine_is_judged_by_its_streams_outlook():
     sim, priced = run(180)
     assert 0.85 * 120 <= priced.peak_streams <= 130, priced
     assert not priced.late_streams and priced.worst_lead_s == 0.0
-    assert sim.scheduler.refusals.get("turn_cost", 0) > 0
-    fit = sim.scheduler.capacity.steps.fit()  # the turns' part by rows, their pages taken out
+    assert sim.scheduler.admission.refusals.get("turn_cost", 0) > 0
+    fit = (
+        sim.scheduler.admission.capacity.steps.fit()
+    )  # the turns' part by rows, their pages taken out
     assert fit.per_unit_s == pytest.approx(PAGE_BOUND.per_row_s, rel=0.05)
     _, counted = run(180, priced_pages=False)
     assert counted.peak_streams > 120 and counted.late_streams

@@ -546,7 +546,7 @@ def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
         sched.observe_step(1, 2 * token_s)  # overloaded, but nothing is running: admit
     first = admit(sched, prompt_len=20, arrival=0.0, max_tokens=30)
     heard_playing(first, now=0.1)  # settled: the slow start lets the next one in
-    sched.capacity.steps.clear_live()
+    sched.admission.capacity.steps.clear_live()
     for _ in range(3):
         sched.observe_step(2, 0.85 * token_s)  # within the limit
     second = admit(sched, prompt_len=20, arrival=0.1, max_tokens=30)
@@ -559,7 +559,7 @@ def test_realtime_admission_refuses_a_stream_once_steps_near_playback_time():
     assert not decision.ok and "real-time capacity" in decision.reason
     assert "3 streams would get a token every" in decision.reason
     assert sched.reserved_blocks == reserved and late.request_id not in sched.requests
-    assert sched.refusals == {"turn_cost": 1}
+    assert sched.admission.refusals == {"turn_cost": 1}
     for request in (first, second):
         sched.finish_generation(request, RequestStatus.FINISHED_LENGTH)
     assert sched.admit(late).ok  # nothing generates any more

@@ -57,34 +57,34 @@ def scheduler_with(min_tokens: int = 0) -> Scheduler:
 
 def test_requests_that_stop_by_themselves_teach_the_scheduler_their_pace():
     sched = scheduler_with()
-    bound = sched.lengths.bound(100)
+    bound = sched.admission.lengths.bound(100)
     assert 300 < bound < 1200
     ahead = Request([1] * 8, SamplingParams(max_tokens=1200), 0.0, text_chars=100)
-    assert sched._outlook(ahead, 0.0).remaining_tokens == bound
+    assert sched.admission.outlook(ahead, 0.0).remaining_tokens == bound
     ahead.output_ids = [7] * 100
-    assert sched._outlook(ahead, 0.0).remaining_tokens == bound - 100
+    assert sched.admission.outlook(ahead, 0.0).remaining_tokens == bound - 100
     # Past its bound a stream is judged by its ceiling again.
     ahead.output_ids = [7] * bound
-    assert sched._outlook(ahead, 0.0).remaining_tokens == 1200 - bound
+    assert sched.admission.outlook(ahead, 0.0).remaining_tokens == 1200 - bound
     # A text of no known length (a conversation's turns, streamed text) has its ceiling ...
     unknown = Request([1] * 8, SamplingParams(max_tokens=1200), 0.0)
-    assert sched._outlook(unknown, 0.0).remaining_tokens == 1200
+    assert sched.admission.outlook(unknown, 0.0).remaining_tokens == 1200
     # ... and a length the request asked for is what it makes.
     exact = Request([1] * 8, SamplingParams(min_tokens=900, max_tokens=900), 0.0, text_chars=100)
-    assert sched._outlook(exact, 0.0).remaining_tokens == 900
+    assert sched.admission.outlook(exact, 0.0).remaining_tokens == 900
     short = Request([1] * 8, SamplingParams(max_tokens=200), 0.0, text_chars=100)
-    assert sched._outlook(short, 0.0).remaining_tokens == 200
+    assert sched.admission.outlook(short, 0.0).remaining_tokens == 200
 
 
 def test_only_requests_that_stopped_by_themselves_teach():
     """A stop token after a model's own floor (CosyVoice 2's 2 a text token, as min_tokens)
     teaches; a request ended by its max_tokens (a benchmark's fixed length) does not."""
-    assert scheduler_with(min_tokens=200).lengths.samples == MIN_SAMPLES
+    assert scheduler_with(min_tokens=200).admission.lengths.samples == MIN_SAMPLES
     sched = scheduler_with()
     ran_out = Request([1] * 8, SamplingParams(max_tokens=50), 0.0, text_chars=100)
     ran_out.output_ids = [7] * 50
     sched.finish_generation(ran_out, RequestStatus.FINISHED_LENGTH)
-    assert sched.lengths.samples == MIN_SAMPLES
+    assert sched.admission.lengths.samples == MIN_SAMPLES
 
 
 # A device whose decode turns grow with the KV pages they read (a GPU at hundreds of streams),
@@ -101,7 +101,7 @@ def serve(learn: bool, exact: bool = False):
     seeds = {rows: PAGED.seen(rows, 0, 30 * rows) for rows in (1, 8, 64, 128, 256)}
     sim = RealtimeSim(PAGED, PAGED_FACTS, seeds, max_num_seqs=512)
     if not learn:
-        sim.scheduler.lengths.min_samples = 10**9
+        sim.scheduler.admission.lengths.min_samples = 10**9
     ceiling = {} if exact else {"max_tokens": 1200, "text_chars": 40}
     result = sim.run(
         steady_arrivals(960, 120), stream_tokens=215, until_s=8, prompt_tokens=60, **ceiling
@@ -117,7 +117,7 @@ def test_admission_learns_how_long_streams_run_and_lets_in_what_the_device_carri
     _, known = serve(learn=True, exact=True)
     _, ceiling = serve(learn=False)
     sim, learned = serve(learn=True)
-    assert sim.scheduler.lengths.samples >= MIN_SAMPLES
+    assert sim.scheduler.admission.lengths.samples >= MIN_SAMPLES
     assert ceiling.peak_streams < 0.5 * known.peak_streams
     assert learned.peak_streams >= 0.75 * known.peak_streams
     for result in (known, ceiling, learned):

@@ -8,8 +8,9 @@ import math
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.realtime_admission import UNHEARD_FLOOR_RATE
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.scheduler import UNHEARD_FLOOR_RATE, ChunkingFacts, Scheduler
+from engine.scheduler import ChunkingFacts, Scheduler
 from tests.engine import sched_fakes
 from tests.engine.sched_fakes import admit, streaming
 
@@ -148,7 +149,7 @@ def test_real_time_admission_never_refuses_an_unheard_request():
     times at one row): a second listener is refused, a batch request is not, and a lone
     listener is admitted whatever the batch requests running (they yield to it)."""
     sched = make_scheduler()
-    sched.capacity.steps.seed(1, 2 * TOKEN_S)
+    sched.admission.capacity.steps.seed(1, 2 * TOKEN_S)
     now = 100.0
     for i in range(3):
         streaming(sched, arrival=now + i, now=now + 5, buffered_s=2.0, realtime=False)
@@ -158,7 +159,7 @@ def test_real_time_admission_never_refuses_an_unheard_request():
     verdict = sched.admit(second)
     assert not verdict.ok and "try again" in verdict.reason
     assert sched.admit(Request([1] * 10, SamplingParams(max_tokens=50), now, realtime=False)).ok
-    assert sched.admission_stats(now).streams == 1
+    assert sched.admission.stats(now).streams == 1
 
 
 def test_real_time_admission_counts_unheard_requests_at_their_floor():
@@ -170,22 +171,22 @@ def test_real_time_admission_counts_unheard_requests_at_their_floor():
     beside them, and admitted once they are gone."""
     blocks = BlockManager(num_blocks=65536, block_size=16)  # room for the batch's pages
     sched = Scheduler(EngineConfig(max_num_seqs=256), blocks, FACTS)
-    sched.capacity.steps.seed(1, 0.00402)
-    sched.capacity.steps.seed(64, 0.0144)
-    sched.capacity.price_pages(1e-7)
+    sched.admission.capacity.steps.seed(1, 0.00402)
+    sched.admission.capacity.steps.seed(64, 0.0144)
+    sched.admission.capacity.price_pages(1e-7)
     now = 100.0
     for i in range(8):
         streaming(sched, arrival=now - 2.0 + 0.01 * i, now=now, buffered_s=2.0)
     newcomer = Request([1] * 10, SamplingParams(max_tokens=400), now, realtime=True)
-    assert sched.real_time_room(now, newcomer).ok
+    assert sched.admission.verdict(now, newcomer).ok
     batch = [
         streaming(sched, now - 1.0, now, buffered_s=0.0, realtime=False, max_tokens=4000)
         for _ in range(160)
     ]
-    verdict = sched.real_time_room(now, newcomer)
+    verdict = sched.admission.verdict(now, newcomer)
     assert not verdict.ok and verdict.cause == "turn_cost"
     assert "with 9 streams (beside 160 requests without a listener)" in verdict.reason
-    assert sched.admission_stats(now).streams == 8  # the stats count listeners
+    assert sched.admission.stats(now).streams == 8  # the stats count listeners
     for request in batch:
         sched.remove(request.request_id)
-    assert sched.real_time_room(now, newcomer).ok
+    assert sched.admission.verdict(now, newcomer).ok

@@ -49,7 +49,7 @@ def warm_up_on(
     monkeypatch.setattr(warm_up_calibration, "page_seconds", lambda device, nbytes: page_s)
     model = load_model("tiny-orpheus")
     core = EngineCore(model, EngineConfig(max_num_seqs=16), torch.device("cpu"), "sdpa", clock)
-    core.scheduler.capacity.threaded_codec = threaded_codec
+    core.scheduler.admission.capacity.threaded_codec = threaded_codec
     core.warm_up()
     return core
 
@@ -66,7 +66,7 @@ def test_the_bursts_seed_the_turn_cost_less_their_pages(monkeypatch, caplog):
     with caplog.at_level("INFO", logger="voxgate.engine"):
         core = warm_up_on(clock, monkeypatch, page_s, threaded_codec=True)
     try:
-        capacity = core.scheduler.capacity
+        capacity = core.scheduler.admission.capacity
         assert capacity.page_s == page_s
         assert capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
         fit = capacity.steps.fit()
@@ -75,7 +75,7 @@ def test_the_bursts_seed_the_turn_cost_less_their_pages(monkeypatch, caplog):
         assert "batch 16 takes" in caplog.text
         # The engine is left as it was: nothing running, no page held, no client refused.
         assert core.scheduler.requests == {} and core.blocks.num_used == 0
-        assert core.scheduler.refusals == {}
+        assert core.scheduler.admission.refusals == {}
         assert capacity.steps.live_turns == 0 and not capacity.pages.learned
     finally:
         core.close()
@@ -115,8 +115,8 @@ def test_a_bursts_wait_for_its_last_codec_chunks_is_no_decode_turn(monkeypatch):
     threads = torch.get_num_threads()
     core = warm_up_on(clock, monkeypatch, page_s, threaded_codec=True)  # a tail needs a thread
     try:
-        fit = core.scheduler.capacity.steps.fit()
-        assert core.scheduler.capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
+        fit = core.scheduler.admission.capacity.steps.fit()
+        assert core.scheduler.admission.capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
         assert fit.per_unit_s == pytest.approx(clock.row_s, rel=0.02)
         assert fit.fixed_s == pytest.approx(clock.fixed_s, rel=0.02)
     finally:
@@ -154,7 +154,7 @@ def test_an_inline_codecs_turns_count_in_a_burst_and_a_threaded_ones_first_chunk
     threads = torch.get_num_threads()
     core = warm_up_on(clock, monkeypatch, page_s, threaded_codec)
     try:
-        fit = core.scheduler.capacity.steps.fit()
+        fit = core.scheduler.admission.capacity.steps.fit()
         if threaded_codec:
             assert fit.fixed_s == pytest.approx(clock.fixed_s, rel=0.02)
         else:  # a job every 10 turns: 0.8 ms more a turn
@@ -181,7 +181,7 @@ def test_on_a_cpu_a_page_is_priced_by_turns_over_short_and_long_contexts(
     with caplog.at_level("INFO", logger="voxgate.engine"):
         core = warm_up_on(clock, monkeypatch, page_s=0.0)
     try:
-        capacity = core.scheduler.capacity
+        capacity = core.scheduler.admission.capacity
         assert capacity.page_s == pytest.approx(page_s, rel=0.1)
         assert "a KV page in use costs" in caplog.text and "(measured:" in caplog.text
         assert not capacity.steps.slope_bound_by_bursts
@@ -201,8 +201,8 @@ def test_on_a_cpu_a_model_without_room_for_a_longer_prompt_leaves_pages_unpriced
     threads = torch.get_num_threads()
     core = warm_up_on(clock, monkeypatch, page_s=0.0)
     try:
-        assert core.scheduler.capacity.page_s == 0.0
-        assert core.scheduler.capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
+        assert core.scheduler.admission.capacity.page_s == 0.0
+        assert core.scheduler.admission.capacity.steps.seed_sizes == [1, 2, 4, 8, 16]
     finally:
         core.close()
         torch.set_num_threads(threads)

@@ -27,10 +27,10 @@ def admitting_engine():
     from engine.factory import build_engine
 
     eng = build_engine("tiny-orpheus", config=EngineConfig(kv_cache_mb=8, max_num_seqs=4))
-    eng.core.scheduler.capacity.price_pages(0.0)
+    eng.core.scheduler.admission.capacity.price_pages(0.0)
     spt = eng.facts.seconds_per_token
     for rows in range(1, 5):
-        eng.core.scheduler.capacity.steps.seed(rows, 2 * spt * rows)
+        eng.core.scheduler.admission.capacity.steps.seed(rows, 2 * spt * rows)
     yield eng
     asyncio.run(eng.shutdown())
 

@@ -1,0 +1,282 @@
+"""Real-time admission: refuse a stream rather than let the listeners already served fall
+behind (no torch).
+
+One more stream is admitted when two judges agree:
+
+- the turn cost (engine/realtime_capacity.py): every live stream's outlook to its end
+  (engine/realtime_outlook.py: its context, the tokens it may still make, the audio it holds),
+  with the newcomer's, priced by the cost of a decode turn fitted at warm-up and from live
+  turns (rows, and KV pages read where they are priced), and by the codec's time;
+- the listeners' buffers (engine/listener_guard.py), which see what the fit cannot: the
+  gateway or another process taking the cores, a codec slower than measured.
+
+A stream's length in the outlook is the bound learned from the texts that stopped by
+themselves (engine/speech_lengths.py), not its max_tokens. A request no one plays as it is
+made (SpeechRequest.realtime False) is never refused: it counts in the outlook at its floor's
+share (UNHEARD_FLOOR_RATE), the room it takes from the listeners while it runs.
+
+The scheduler owns one (Scheduler.admission) and asks it at each admit; it reads the
+scheduler's live requests and timing through the `ListenerLedger` protocol.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import statistics
+from typing import Protocol
+
+from engine.config import EngineConfig
+from engine.listener_guard import ListenerGuard, ListenerHealth, listener_health
+from engine.outputs import AdmissionStats
+from engine.realtime_capacity import RealtimeCapacity
+from engine.realtime_outlook import StreamOutlook
+from engine.refusal_causes import Admission
+from engine.request import Request, RequestStatus, SamplingParams
+from engine.speech_lengths import SpeechLengths
+
+log = logging.getLogger("voxgate.engine")
+
+# A request without a listener yields to listeners short of audio, but not for ever: once the
+# audio its tokens make falls below this share of the time since it came, it decodes after
+# the listeners even while one is short (Scheduler._behind_floor). Under a steady stream of
+# arrivals some listener is always short (a newcomer waits for its first chunk), so without a
+# floor a batch job would never finish on a busy server; at a quarter of real time it takes at
+# most ~4× its audio's length there, and as a real-time stream it costs a quarter of one.
+UNHEARD_FLOOR_RATE = 0.25
+
+# How long stats reuse real-time admission's view where it judges outlooks (view).
+ADMISSION_VIEW_S = 0.25
+
+
+class ListenerLedger(Protocol):
+    """What admission reads of the scheduler: its live requests (in arrival order), the
+    codec's measured job time and the line under which a settled listener counts short."""
+
+    requests: dict[str, Request]
+    detok_time_s: float
+
+    def guard_short_below_s(self) -> float: ...
+
+
+class RealtimeAdmission:
+    def __init__(
+        self,
+        config: EngineConfig,
+        ledger: ListenerLedger,
+        seconds_per_token: float,
+        chunk_tokens: int,
+        block_size: int,
+        threaded_codec: bool,
+    ) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.seconds_per_token = seconds_per_token
+        # The turn cost by rows: seeded at warm-up, fitted from every live decode turn.
+        self.capacity = RealtimeCapacity(
+            seconds_per_token,
+            chunk_tokens,
+            config.max_num_seqs,
+            config.max_detok_batch,
+            threaded_codec,
+            block_size,
+            min(config.contended_lead_s, config.max_lead_s),
+        )
+        # How long a text's speech runs, learned from requests that stopped by themselves.
+        # Short texts get half a second of audio as slack.
+        self.lengths = SpeechLengths(slack_tokens=math.ceil(0.5 / seconds_per_token))
+        self.listener_guard = ListenerGuard()
+        self.calibrating = False  # the core's warm-up measures costs: nothing is refused
+        # The warm-up's decode turns (rows, seconds, KV pages), measured as live turns are: the
+        # warm-up reads them (engine/warm_up_calibration.py) instead of the fit.
+        self.calibration_turns: list[tuple[int, float, int]] = []
+        # Requests refused, by cause (engine/refusal_causes.py), and whether the last one asked
+        # was admitted (a change of mind is logged once).
+        self.refusals: dict[str, int] = {}
+        self._admitting = True
+        # (when, refusal cause, figures): the view stats reuse (view)
+        self._view: tuple[float, str, AdmissionStats] | None = None
+
+    # --- what the engine measures ----------------------------------------------------------------
+    def observe_turn(self, rows: int, seconds: float, kv_pages: int) -> None:
+        """A decode-only turn's seconds at its rows: a sample of the turn cost, or while the
+        warm-up calibrates, one of its bursts' (calibration_turns)."""
+        if self.calibrating:
+            self.calibration_turns.append((rows, seconds, kv_pages))
+        else:
+            self.capacity.observe_turn(rows, seconds, kv_pages)
+
+    def observe_finished(self, request: Request) -> None:
+        """A request the LLM is done with: one that a stop token ended teaches its text's
+        speech length (the model chose it, past any min_tokens); one held to max_tokens, or a
+        warm-up's, teaches nothing."""
+        if request.status == RequestStatus.FINISHED_STOPPED and not self.calibrating:
+            self.lengths.observe(request.text_chars, len(request.output_ids))
+
+    def count_refusal(self, cause: str) -> None:
+        self.refusals[cause] = self.refusals.get(cause, 0) + 1
+
+    # --- the verdict -----------------------------------------------------------------------------
+    def judge(self, request: Request) -> Admission:
+        """The verdict on `request`, counted and logged (what Scheduler.admit asks)."""
+        verdict = self.verdict(request.arrival_time, request)
+        self._note(verdict, request.arrival_time)
+        return verdict
+
+    def verdict(self, now: float, request: Request | None = None) -> Admission:
+        """Whether every stream stays in real time with one more (`request`, or one of the
+        live streams' typical length). Judged by the turn cost over every stream's outlook
+        to its end as contexts grow, so a burst of arrivals is cut at the size that would
+        fall behind rather than after it has (streams admitted but not yet prefilled count
+        too); then by the listeners' buffers."""
+        if not self.config.realtime_admission or self.calibrating:
+            return Admission(True)
+        if request is not None and not request.realtime:
+            return Admission(True)  # no deadline: it runs in the room real-time streams leave
+        live = self._realtime_streams()
+        outlooks = self._outlooks(live, now)
+        newcomer = self._newcomer(request, live)
+        verdict = self.capacity.room_with(outlooks, [newcomer])
+        if not verdict.ok:
+            return verdict
+        health = self._listener_health(live, now)
+        carries = None
+        if self.capacity.calibrated:
+            carries = functools.partial(self.capacity.carries, outlooks, newcomer)
+        refusal = self.listener_guard.refusal(health, now, carries)
+        if refusal is not None:
+            cause, why = refusal
+            return Admission(False, f"no real-time capacity: {why}; try again shortly", cause)
+        return Admission(True)
+
+    def room(self, now: float) -> int | None:
+        """The most streams admission predicts the engine carries now: the live ones and as
+        many more of their typical length as fit (None while unmeasured). Where pages are
+        priced, a bisection over the streams' outlooks (a few ms at hundreds of streams):
+        stats ask through view."""
+        live = self._realtime_streams()
+        return self.capacity.capacity(self._outlooks(live, now), self._newcomer(None, live))
+
+    def view(self, now: float) -> tuple[str, AdmissionStats]:
+        """The verdict on one more stream (its refusal cause, "" when it would admit) and the
+        figures, for stats, which go out every 50 ms from the loop's thread. Where KV pages
+        are priced both judge every live stream's outlook (the verdict ~1.6 ms at 300
+        streams, the room a bisection of such judgements), so the view is reused for
+        ADMISSION_VIEW_S; each admission itself is judged fresh (judge)."""
+        cached = self._view
+        if (
+            cached is not None
+            and self.capacity.page_s > 0
+            and 0 <= now - cached[0] < ADMISSION_VIEW_S
+        ):
+            return cached[1], cached[2]
+        refusal = self.verdict(now).cause
+        figures = self.stats(now)
+        self._view = (now, refusal, figures)
+        return refusal, figures
+
+    def stats(self, now: float) -> AdmissionStats:
+        """Admission's figures for /metrics (EngineStats.admission), computed now."""
+        live = self._realtime_streams()
+        fit = self.capacity.steps.fit()
+        codec = self.capacity.codec.fit()
+        health = self._listener_health(live, now)
+        return AdmissionStats(
+            streams=len(live),
+            capacity_streams=self.room(now) or 0,
+            turn_fixed_s=fit.fixed_s if fit else 0.0,
+            turn_per_row_s=fit.per_unit_s if fit else 0.0,
+            turn_per_page_s=self.capacity.page_s,
+            live_turns=self.capacity.steps.live_turns,
+            codec_fixed_s=codec.fixed_s if codec else 0.0,
+            codec_per_audio_s=codec.per_unit_s if codec else 0.0,
+            settled_listeners=health.settled,
+            short_listeners=health.short,
+            tokens_per_char=self.lengths.tokens_per_char() or 0.0,
+            length_samples=self.lengths.samples,
+            refusals=dict(self.refusals),
+        )
+
+    # --- how it sees the streams -----------------------------------------------------------------
+    def outlook(self, request: Request, now: float) -> StreamOutlook:
+        """A live request as the outlook sees it: its context, the most tokens it may still
+        make, and the audio it holds (played out, decoding or not yet decoded); a request
+        without a listener holds none to keep up and counts at its floor's share (it makes at
+        least UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its cost to
+        them)."""
+        remaining = self._expected_tokens(request) - request.num_generated
+        if not request.realtime:
+            return StreamOutlook(request.num_tokens, remaining, 0.0, share=UNHEARD_FLOOR_RATE)
+        undecoded = request.undecoded_tokens * self.seconds_per_token
+        return StreamOutlook(
+            request.num_tokens, remaining, request.buffered_audio_s(now) + undecoded
+        )
+
+    def _listener_health(self, live: list[Request], now: float) -> ListenerHealth:
+        """The `live` listeners' leads against the guard's line, a chunk in a codec job
+        counted once their delivered audio outlasts a steady job."""
+        ledger = self.ledger
+        return listener_health(
+            live, now, ledger.guard_short_below_s(), self.seconds_per_token, ledger.detok_time_s
+        )
+
+    def _realtime_streams(self) -> list[Request]:
+        """The live streams someone plays as they are made: what admission keeps in real time
+        (a request without a listener yields to them instead). From a copy: EngineCore.stats()
+        asks from the gateway's thread while the engine's adds."""
+        return [r for r in list(self.ledger.requests.values()) if r.wants_tokens and r.realtime]
+
+    def _outlooks(self, live: list[Request], now: float) -> list[StreamOutlook]:
+        """The engine's load: the `live` listeners' streams and the requests without one."""
+        requests = list(self.ledger.requests.values())
+        unheard = [r for r in requests if r.wants_tokens and not r.realtime]
+        return [self.outlook(r, now) for r in (*live, *unheard)]
+
+    def _expected_tokens(self, request: Request) -> int:
+        """The most tokens the outlook expects `request` to make: its text's learned bound
+        within [min_tokens, max_tokens], or max_tokens where there is none, or once it ran
+        past it."""
+        ceiling = request.sampling.max_tokens
+        bound = self.lengths.bound(request.text_chars)
+        if bound is None:
+            return ceiling
+        bound = max(bound, request.sampling.min_tokens)
+        return ceiling if request.num_generated >= bound else min(bound, ceiling)
+
+    def _newcomer(self, request: Request | None, live: list[Request]) -> StreamOutlook:
+        """The stream a newcomer would be: `request` itself, or (asked without one, for the
+        metrics' room) the live streams' median prompt and length, or a default request's."""
+        if request is not None:
+            return StreamOutlook(request.num_prompt_tokens, self._expected_tokens(request), 0.0)
+        if not live:
+            return StreamOutlook(0, SamplingParams().max_tokens, 0.0)
+        prompt = statistics.median_low(r.num_prompt_tokens for r in live)
+        length = statistics.median_low(self._expected_tokens(r) for r in live)
+        return StreamOutlook(prompt, length, 0.0)
+
+    def _note(self, verdict: Admission, now: float) -> None:
+        """Count a refusal by cause; log when admission closes and when it opens again."""
+        if not verdict.ok:
+            self.count_refusal(verdict.cause)
+        if verdict.ok == self._admitting:
+            return
+        self._admitting = verdict.ok
+        streams = sum(1 for r in self.ledger.requests.values() if r.wants_tokens)
+        fit = self.capacity.steps.fit()
+        turn = (
+            f"turn {1e3 * fit.fixed_s:.2f} ms + {1e3 * fit.per_unit_s:.3f} ms/row"
+            if fit
+            else "turn cost not measured"
+        )
+        if verdict.ok:
+            log.info(
+                "real-time admission open again: %d streams, room for %s (%s)",
+                streams,
+                self.room(now),
+                turn,
+            )
+        else:
+            log.info(
+                "real-time admission closed at %d streams (%s): %s", streams, turn, verdict.reason
+            )
