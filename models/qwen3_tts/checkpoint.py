@@ -234,6 +234,24 @@ def _seeded_clip_encoder(codec_cfg: dict) -> ClipEncoder:
 
 
 @torch.no_grad()
+def random_decoder(decoder_config: dict, seed: int) -> SpeechDecoder:
+    """A speech decoder of `decoder_config`'s shape with random weights that make audio (on
+    the CPU; continues torch's global random stream, as seeded by the caller). Codebooks start
+    as zeros in a fresh codec (EMA sums), which would make every code decode alike: random
+    centroids make codes matter; then convolutions that carry them to the audio (make_audible:
+    PyTorch's own init left the audio within 1 % whatever the codes)."""
+    decoder = SpeechDecoder(DecoderConfig.from_json(decoder_config))
+    for pname, param in decoder.named_parameters():
+        if pname.endswith("embedding_sum"):
+            param.normal_()
+        elif pname.endswith("cluster_usage"):
+            param.uniform_(0.5, 1.5)
+        elif param.dim() == 1 and not pname.endswith("bias"):
+            param.add_(torch.randn_like(param) * 0.05)  # Snake α/β, norms, layer scales
+    return make_audible(decoder, seed)
+
+
+@torch.no_grad()
 def write_checkpoint(folder: Path, cfg: dict, codec_cfg: dict, seed: int, tokenizer=None) -> None:
     """A checkpoint in the published layout with seeded random weights. `tokenizer(folder)`
     writes the tokenizer files (the tiny preset's; real-shape random checkpoints need one)."""
@@ -261,18 +279,7 @@ def write_checkpoint(folder: Path, cfg: dict, codec_cfg: dict, seed: int, tokeni
         tokenizer(folder)
     sub = folder / SPEECH_TOKENIZER
     sub.mkdir()
-    decoder = SpeechDecoder(DecoderConfig.from_json(codec_cfg["decoder_config"]))
-    # Codebooks start as zeros in a fresh codec (EMA sums), which would make every code decode
-    # alike: random centroids make codes matter; then convolutions that carry them to the
-    # audio (make_audible: PyTorch's own init left the audio within 1 % whatever the codes).
-    for pname, param in decoder.named_parameters():
-        if pname.endswith("embedding_sum"):
-            param.normal_()
-        elif pname.endswith("cluster_usage"):
-            param.uniform_(0.5, 1.5)
-        elif param.dim() == 1 and not pname.endswith("bias"):
-            param.add_(torch.randn_like(param) * 0.05)  # Snake α/β, norms, layer scales
-    make_audible(decoder, seed)
+    decoder = random_decoder(codec_cfg["decoder_config"], seed)
     tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}
     if "encoder_config" in codec_cfg:
         tensors.update(_seeded_clip_encoder(codec_cfg).published_state())
