@@ -94,7 +94,6 @@ class EngineCore:
                 if type(model).first_chunk_audio_s is SpeechModel.first_chunk_audio_s
                 else model.first_chunk_audio_s
             ),
-            lane_rows=self.detok.lane_rows,
         )
         # Jobs out to it and events back, with finished requests' timelines when asked for.
         traces = TraceWriter(config.trace_path) if config.trace_path else None

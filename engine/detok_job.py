@@ -72,11 +72,6 @@ class Detokenizer:
         """Whether first chunks have a lane at all (busy or not)."""
         return False
 
-    @property
-    def lane_rows(self) -> int:
-        """The most rows a lane job takes (0: no lane)."""
-        return 0
-
     def submit(self, job: DetokJob) -> None:
         raise NotImplementedError
 

@@ -164,10 +164,6 @@ class ThreadedDetokenizer(Detokenizer):
         return self.lane is not None
 
     @property
-    def lane_rows(self) -> int:
-        return 0 if self.lane is None else self.lane.max_rows
-
-    @property
     def lane_room(self) -> int:
         if self.lane is None or self._pending[True]:
             return 0

@@ -69,7 +69,6 @@ class RealtimeAdmission:
         chunk_tokens: int,
         block_size: int,
         threaded_codec: bool,
-        lane_rows: int = 0,
     ) -> None:
         self.config = config
         self.ledger = ledger
@@ -83,7 +82,6 @@ class RealtimeAdmission:
             threaded_codec,
             block_size,
             min(config.contended_lead_s, config.max_lead_s),
-            lane_rows,
         )
         # How long a text's speech runs, learned from requests that stopped by themselves.
         # Short texts get half a second of audio as slack.

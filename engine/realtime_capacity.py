@@ -13,11 +13,7 @@ by rows is fitted from live turns (engine/turn_cost.py). A codec that runs besid
 thread of its own, on CUDA) has its own budget: every stream needs a second of audio a
 second, in jobs of at most `max_detok_batch` rows of a chunk each, and a job costs a fixed
 part plus a part per second of audio it makes (`CodecCost`), so the codec's busy share grows
-with the streams and must stay under `REALTIME_LOAD`. Where the codec has a first-chunk lane
-(a second context on its own thread: engine/detok_threads.py), the lane decodes first chunks
-and the chunks whose listener would run dry waiting for a steady job, beside the steady jobs:
-the audio it makes at `REALTIME_LOAD` of its time, in jobs of the size it has been running,
-is taken off what the steady jobs must make. Both predictions never fall as streams
+with the streams and must stay under `REALTIME_LOAD`. Both predictions never fall as streams
 are added, so the most streams that fit (`capacity`, the metrics' room) is found by
 bisection. Where nothing is measured at all, the model cannot be judged and admission leaves
 it to the KV pool (and the listeners' buffers: engine/listener_guard.py).
@@ -94,28 +90,13 @@ class CodecCost:
         self._cache = (version, fit)
         return fit
 
-    def typical_audio_s(self) -> float | None:
-        """The median audio of the window's jobs (None while unmeasured)."""
-        _, jobs = self._jobs.snapshot()
-        return statistics.median(a for a, _ in jobs) if jobs else None
-
-    def audio_rate(self, job_audio_s: float, share: float) -> float:
-        """Seconds of audio a second the codec makes, busy `share` of the time with jobs of
-        `job_audio_s` each (0 while unmeasured)."""
-        fit = self.fit()
-        if fit is None or job_audio_s <= 0:
-            return 0.0
-        return share * job_audio_s / (fit.fixed_s + fit.per_unit_s * job_audio_s)
-
-    def busy_share(self, streams: float, rows_per_job: int, chunk_s: float) -> float | None:
+    def busy_share(self, streams: int, rows_per_job: int, chunk_s: float) -> float | None:
         """The share of real time the codec would be busy giving `streams` streams their
         audio, in jobs of up to `rows_per_job` rows of `chunk_s` seconds each (the steady
         chunk: the smaller, dearer one); None while unmeasured. Never less for more streams."""
         fit = self.fit()
         if fit is None:
             return None
-        if streams <= 0:
-            return 0.0
         jobs_per_s = streams / (chunk_s * min(streams, rows_per_job))
         return jobs_per_s * fit.fixed_s + streams * fit.per_unit_s
 
@@ -132,7 +113,6 @@ class RealtimeCapacity:
         threaded_codec: bool,
         page_tokens: int = 16,
         lead_cap_s: float = math.inf,
-        lane_rows: int = 0,
     ) -> None:
         self.seconds_per_token = seconds_per_token
         self.chunk_tokens = chunk_tokens
@@ -150,11 +130,7 @@ class RealtimeCapacity:
         # Set before live turns are observed: they are booked less their pages.
         self.pages = PagePrice()
         self.steps = TurnCostModel()  # a decode turn's seconds by rows (less its pages)
-        self.codec = CodecCost()  # steady codec job seconds by audio made (threaded codec only)
-        # The first-chunk lane's jobs (at most `lane_rows` rows; 0: no lane), which take part
-        # of the streams' audio off the steady jobs (codec_load).
-        self.lane_rows = lane_rows
-        self.lane_codec = CodecCost()
+        self.codec = CodecCost()  # codec job seconds by audio made (threaded codec only)
 
     @property
     def page_s(self) -> float:
@@ -217,26 +193,12 @@ class RealtimeCapacity:
         return self.room_for(n).ok
 
     def codec_load(self, streams: int) -> float | None:
-        """Predicted share of real time the steady codec jobs are busy with `streams` streams
-        (threaded codec; None otherwise, or while unmeasured), less the audio the lane makes
-        (lane_audio_rate)."""
+        """Predicted share of real time the codec is busy with `streams` streams (threaded
+        codec; None otherwise, or while unmeasured)."""
         if not self.threaded_codec:
             return None
         chunk_s = self.chunk_tokens * self.seconds_per_token
-        steady = streams - self.lane_audio_rate()
-        return self.codec.busy_share(steady, self.max_detok_batch, chunk_s)
-
-    def lane_audio_rate(self) -> float:
-        """Seconds of audio a second the first-chunk lane makes busy REALTIME_LOAD of the
-        time, in jobs of the audio its recent ones made (at most `lane_rows` chunks): what
-        the steady jobs need not make. Its jobs grow as chunks come due while steady jobs
-        run, so at light load (a first chunk a job) this is small and grows with the load;
-        0 without a lane or while unmeasured."""
-        typical = self.lane_codec.typical_audio_s()
-        if not self.lane_rows or typical is None:
-            return 0.0
-        most = self.lane_rows * self.chunk_tokens * self.seconds_per_token
-        return self.lane_codec.audio_rate(min(typical, most), REALTIME_LOAD)
+        return self.codec.busy_share(streams, self.max_detok_batch, chunk_s)
 
     def room_with(
         self, live: Sequence[StreamOutlook], newcomers: Sequence[StreamOutlook]
@@ -305,15 +267,10 @@ class RealtimeCapacity:
             return Admission(
                 False,
                 f"no real-time capacity: the codec would be busy {100 * load:.0f} % of real "
-                f"time decoding {streams} streams{self._lane_note()} (measured job costs); "
-                "try again shortly",
+                f"time decoding {streams} streams (measured job costs); try again shortly",
                 RefusalCause.CODEC,
             )
         return Admission(True)
-
-    def _lane_note(self) -> str:
-        rate = self.lane_audio_rate()
-        return f", beside the lane's {rate:.0f} s of audio a second" if rate > 0 else ""
 
 
 def _listeners(streams: Sequence[StreamOutlook]) -> int:

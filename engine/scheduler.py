@@ -128,9 +128,7 @@ class Scheduler:
         threaded_codec: bool = False,
         codec_would_emit: Callable[[Request], bool] | None = None,
         first_audio_s: Callable[[Sequence[Token], int], float | None] | None = None,
-        lane_rows: int = 0,
     ) -> None:
-        """`lane_rows`: the most rows a first-chunk lane job takes (0: no lane)."""
         self.config = config
         self.first_audio_margin = config.first_audio_margin_for(
             threaded_codec, facts.first_audio_margin
@@ -176,7 +174,6 @@ class Scheduler:
             facts.chunk_tokens,
             blocks.block_size,
             threaded_codec,
-            lane_rows,
         )
 
     # --- what the core measures ------------------------------------------------------------------
@@ -195,7 +192,6 @@ class Scheduler:
             self.lane_time_s = (
                 seconds if self.lane_time_s is None else ema(self.lane_time_s, seconds)
             )
-            self.admission.capacity.lane_codec.observe(audio_s, seconds)
             return
         self.detok_time_s = ema(self.detok_time_s, seconds)
         self.admission.capacity.codec.observe(audio_s, seconds)

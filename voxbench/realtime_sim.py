@@ -117,11 +117,7 @@ class RealtimeSim:
         self.codec = codec
         self._jobs: list[_Job] = []
         self.scheduler = Scheduler(
-            EngineConfig(**config),
-            BlockManager(num_blocks=65536, block_size=16),
-            facts,
-            threaded_codec=codec is not None,
-            lane_rows=codec.lane_rows if codec is not None else 0,
+            EngineConfig(**config), BlockManager(num_blocks=65536, block_size=16), facts
         )
         for rows, seconds in (seeds or {}).items():
             self.scheduler.admission.capacity.steps.seed(rows, seconds)

@@ -42,10 +42,9 @@ TOKEN_S = 0.04  # voxgate-tiny's 25 tokens a second
 FACTS = ChunkingFacts(first_chunk_tokens=4, chunk_tokens=8, seconds_per_token=TOKEN_S)
 
 
-def make_scheduler(threaded_codec: bool = False, lane_rows: int = 0, **overrides) -> Scheduler:
+def make_scheduler(threaded_codec: bool = False, **overrides) -> Scheduler:
     config = EngineConfig(**overrides)
-    blocks = BlockManager(num_blocks=4096, block_size=16)
-    return Scheduler(config, blocks, FACTS, threaded_codec, lane_rows=lane_rows)
+    return Scheduler(config, BlockManager(num_blocks=4096, block_size=16), FACTS, threaded_codec)
 
 
 def burst(sched: Scheduler, count: int) -> tuple[int, str]:
@@ -146,37 +145,6 @@ def test_a_codec_beside_the_llm_has_its_own_budget():
         sched.observe_codec_job(0.020 + 0.100 * 0.32, audio_s=0.32)
     admitted, reason = burst(sched, 20)
     assert admitted == 8 and "the codec would be busy" in reason
-
-
-def codec_with_lane(lane_rows: int, lane_jobs_audio_s: tuple[float, ...]) -> Scheduler:
-    """The budget test's codec (0.1156 x n of real time for n streams' steady jobs) with a
-    first-chunk lane of `lane_rows` rows whose jobs made `lane_jobs_audio_s`, at 30 ms a job
-    + 150 ms a second of audio (dearer than the steady jobs: small, and beside them)."""
-    sched = make_scheduler(threaded_codec=True, lane_rows=lane_rows, max_detok_batch=4)
-    sched.admission.capacity.steps.seed(1, 0.1 * TOKEN_S)
-    sched.admission.capacity.steps.seed(64, 0.2 * TOKEN_S)
-    for _ in range(3):
-        sched.observe_codec_job(0.020 + 0.100 * 1.28, audio_s=1.28)
-        sched.observe_codec_job(0.020 + 0.100 * 0.32, audio_s=0.32)
-        for audio in lane_jobs_audio_s:
-            sched.observe_codec_job(0.030 + 0.150 * audio, audio_s=audio, lane=True)
-    return sched
-
-
-def test_the_lanes_audio_is_taken_off_the_codec_budget():
-    """The lane decodes beside the steady jobs: busy 0.95 of the time with jobs of two chunks
-    (0.64 s, the median of its jobs, at 0.126 s a job) it makes 4.83 s of audio a second,
-    which the steady jobs need not make: 13 streams fit where 8 did. Its jobs' size is what
-    they have been (a first chunk of 0.16 s at light load: 2.8 s a second, 11 streams), never
-    more than its rows' chunks (one row: 0.32 s, 3.9 s a second, 12 streams); a codec without
-    a lane counts none of it."""
-    busy = (0.64, 0.64, 0.32)
-    admitted, reason = burst(codec_with_lane(lane_rows=2, lane_jobs_audio_s=busy), 20)
-    assert admitted == 13 and "beside the lane's 5 s of audio a second" in reason
-    light = (0.16, 0.16, 0.32)
-    assert burst(codec_with_lane(lane_rows=2, lane_jobs_audio_s=light), 20)[0] == 11
-    assert burst(codec_with_lane(lane_rows=1, lane_jobs_audio_s=busy), 20)[0] == 12
-    assert burst(codec_with_lane(lane_rows=0, lane_jobs_audio_s=busy), 20)[0] == 8
 
 
 def test_a_long_flush_or_a_stall_leaves_the_room_where_the_costs_put_it():
