@@ -137,13 +137,9 @@ class RealtimeCapacity:
         """Seconds a KV page in use adds to a decode turn (0: unpriced)."""
         return self.pages.seconds()
 
-    def price_pages(self, seconds: float, bursts_bound_slope: bool = True) -> None:
-        """The warm-up's price of a KV page (0: pages unpriced), which the live turns refine.
-        On a GPU (the price from its copy bandwidth) the warm-up bursts also bound a turn's
-        growth by rows (engine/turn_cost.py, slope_bound_by_bursts); on a CPU
-        (`bursts_bound_slope` False: a measured price) the live turns' steeper growth stands."""
+    def price_pages(self, seconds: float) -> None:
+        """The warm-up's price of a KV page (0: pages unpriced), which the live turns refine."""
         self.pages.prior_s = seconds
-        self.steps.slope_bound_by_bursts = seconds > 0 and bursts_bound_slope
 
     def observe_turn(self, rows: int, seconds: float, pages: int) -> None:
         """A live decode turn of `rows` rows that took `seconds` reading `pages` KV pages:

@@ -15,8 +15,8 @@ slope:
   turns (every first chunk hits the codec at once), so once live turns of several sizes are
   in, they alone decide; live turns of a single size say nothing about the slope, so the
   bursts then keep a weight of one turn each to anchor it.
-- **No steeper than the bursts on a GPU** (`slope_bound_by_bursts`, set where KV pages are
-  priced): a burst's turns are the dearer ones at every size there (each row's first chunk
+- **No steeper than the bursts on a GPU** (`slope_bound_by_bursts`, set by the warm-up where
+  it prices KV pages from the device's bandwidth: engine/warm_up_calibration.py): a burst's turns are the dearer ones at every size there (each row's first chunk
   hits the codec in the same turns), so where the live turns' slope comes out steeper than
   the bursts' (turns of a narrow range of sizes, noisy, or dearer for a while as arrivals'
   first chunks crowd the codec), the line takes the bursts' slope through the live turns'

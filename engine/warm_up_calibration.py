@@ -114,11 +114,14 @@ class WarmUpCalibration:
 
     def _price_pages(self) -> None:
         """A KV page's price: its bytes at the copy bandwidth on a GPU, whose bursts then also
-        bound a turn's growth by rows (engine/turn_cost.py); measured on a CPU."""
+        bound a turn's growth by rows (engine/turn_cost.py, slope_bound_by_bursts: a fact of
+        the device, where the bursts are the dearer turns); measured on a CPU, where the live
+        turns' steeper growth stands."""
         core = self.core
         bandwidth_s = page_seconds(core.device, core.kv_bytes_per_block)
         if bandwidth_s > 0:
             self.capacity.price_pages(bandwidth_s)
+            self.capacity.steps.slope_bound_by_bursts = True
             log.info(
                 "real-time admission: a KV page in use costs %.3f µs a step (%d bytes at the "
                 "measured copy bandwidth)",
@@ -129,7 +132,7 @@ class WarmUpCalibration:
         if core.device.type != "cpu":
             return  # a GPU with no memory left to measure: streams judged by their count
         measured = self._measured_page_s()
-        self.capacity.price_pages(measured, bursts_bound_slope=False)
+        self.capacity.price_pages(measured)
         if measured > 0:
             log.info(
                 "real-time admission: a KV page in use costs %.1f µs a step (measured: "

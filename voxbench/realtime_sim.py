@@ -121,8 +121,9 @@ class RealtimeSim:
         )
         for rows, seconds in (seeds or {}).items():
             self.scheduler.admission.capacity.steps.seed(rows, seconds)
-        if priced_pages:
+        if priced_pages:  # a GPU's warm-up: pages priced, the bursts bounding the slope
             self.scheduler.admission.capacity.price_pages(cost.per_page_s)
+            self.scheduler.admission.capacity.steps.slope_bound_by_bursts = True
         self.now = 0.0
         self._stops_at = 0  # tokens after which a stream stops by itself (run's stream_tokens)
         self._jitter = random.Random(0)

@@ -294,6 +294,7 @@ def test_on_a_gpu_a_live_slope_steeper_than_the_bursts_takes_theirs_through_the_
 
     capacity = RealtimeCapacity(TOKEN_S, 8, 512, 64, threaded_codec=True)
     capacity.price_pages(0.25e-6)
+    capacity.steps.slope_bound_by_bursts = True  # as the warm-up sets it on a GPU
     gpu = observed(capacity.steps)
     fit = gpu.fit()
     assert fit.per_unit_s == pytest.approx(0.000008)
