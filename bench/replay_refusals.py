@@ -13,8 +13,11 @@ recorded and under each variant, and says how many each variant would have admit
 With no variant given it tries a standard set: the page's price 10 % lower, the turn's part by
 rows 10 % lower, the banked audio credited up to 30 s (the default `--max-lead-s`, the lead
 cap while no listener is short), the whole of a token's playback as the budget (not
-REALTIME_LOAD of it). A variant that admits most refusals names the input that decided. Only
-refusals the record reproduces (judged again as recorded, still refused) are counted.
+REALTIME_LOAD of it), and where the records carry the turn's fitted line, the turn as that
+line alone, without the floors that turns measured at smaller sizes set (engine/turn_cost.py:
+in a ramp they can be the dear turns of one crowded second). A variant that admits most
+refusals names the input that decided. Only refusals the record reproduces (judged again as
+recorded, still refused) are counted.
 
 The listener guard's refusals (engine/listener_guard.py) carry no outlook: for each moment
 they came, the streams' timelines say what the settled listeners held then, the audio
@@ -73,13 +76,26 @@ def budget_scale(factor: float) -> Variant:
     return lambda o: dataclasses.replace(o, budget_s=o.budget_s * factor)
 
 
-def standard_variants() -> dict[str, Variant]:
-    return {
+def without_floors(o: OutlookInputs) -> OutlookInputs:
+    """The turn by rows as its fitted line alone, without the floors of the sizes measured
+    (records that carry the line: traces written since it was recorded)."""
+    if o.turn.line_s is None:
+        raise ValueError("the record has no turn line")
+    return turn_line(*o.turn.line_s)(o)
+
+
+def standard_variants(with_line: bool = False) -> dict[str, Variant]:
+    """The what-ifs every report shows; `with_line`: the records carry the turn's fitted line,
+    so the floors' part can be taken out too."""
+    variants = {
         "page price -10 %": page_scale(0.9),
         "turn by rows -10 %": turn_scale(0.9),
         "lead credited to 30 s": lead_cap(30.0),
         "budget at 100 %": budget_scale(1.0 / REALTIME_LOAD),
     }
+    if with_line:
+        variants["turn without its floors"] = without_floors
+    return variants
 
 
 def replay(refusals: list[dict], variants: dict[str, Variant]) -> list[str]:
@@ -208,13 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         variants[f"turn {fixed}+{per_row}/row ms"] = turn_line(fixed / 1e3, per_row / 1e3)
     if args.lead_cap_s is not None:
         variants[f"lead cap {args.lead_cap_s} s"] = lead_cap(args.lead_cap_s)
-    if not variants:
-        variants = standard_variants()
     try:
         refusals = read_refusals(args.trace)
         traces = read_traces(args.trace)
     except (OSError, ValueError, KeyError) as exc:
         ap.exit(2, f"error: cannot read {args.trace} as a request trace file: {exc}\n")
+    if not variants:
+        judged = [r["outlook"] for r in refusals if r.get("outlook")]
+        variants = standard_variants(bool(judged) and all(o.get("turn_line_s") for o in judged))
     print("\n".join(replay(refusals, variants) + listener_refusals(refusals, traces)))
     return 0
 

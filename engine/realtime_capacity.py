@@ -237,7 +237,11 @@ class RealtimeCapacity:
     def _turn_model(self) -> TurnModel | None:
         if not self.calibrated:
             return None
-        return TurnModel(self.steps.predict_rows, self.page_s, self.page_tokens, self.max_num_seqs)
+        fit = self.steps.fit()
+        line = None if fit is None else (fit.fixed_s, fit.per_unit_s)
+        return TurnModel(
+            self.steps.predict_rows, self.page_s, self.page_tokens, self.max_num_seqs, line
+        )
 
     def room_for(self, streams: int) -> Admission:
         """Whether `streams` streams (the newcomer included) all stay in real time. A lone

@@ -81,6 +81,10 @@ class TurnModel:
     page_s: float
     page_tokens: int
     max_rows: int
+    # The fitted line under `by_rows` (fixed seconds, seconds a row), without the floors that
+    # turns measured at smaller sizes set (engine/turn_cost.py): recorded, so that a replay can
+    # tell what the floors cost (bench/replay_refusals.py). None where there is none.
+    line_s: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class OutlookInputs:
             "page_tokens": self.turn.page_tokens,
             "max_rows": self.turn.max_rows,
             "turn_by_rows_s": [round(float(seconds), 7) for seconds in by_rows],
+            "turn_line_s": None if self.turn.line_s is None else list(self.turn.line_s),
             "streams": [
                 [s.context_tokens, s.remaining_tokens, round(s.banked_s, 4), s.share]
                 for s in self.streams
@@ -135,6 +140,7 @@ class OutlookInputs:
             record["page_s"],
             record["page_tokens"],
             record["max_rows"],
+            tuple(record["turn_line_s"]) if record.get("turn_line_s") else None,
         )
         streams = [StreamOutlook(int(c), int(r), b, s) for c, r, b, s in record["streams"]]
         cap = record["lead_cap_s"]

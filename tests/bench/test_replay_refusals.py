@@ -5,6 +5,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.realtime_capacity import RealtimeCapacity
@@ -61,6 +62,7 @@ def test_the_standard_variants_and_a_file_that_is_no_trace(tmp_path, capsys):
         "turn by rows -10 %",
         "lead credited to 30 s",
         "budget at 100 %",
+        "turn without its floors",  # the record carries the fitted line
     ):
         assert name in out
     bad = tmp_path / "bad.jsonl"
@@ -71,6 +73,36 @@ def test_the_standard_variants_and_a_file_that_is_no_trace(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(path), "--turn-ms", "3"])
     assert "FIXED,PER_ROW" in capsys.readouterr().err
+
+
+def test_the_turns_floors_are_recorded_apart_from_its_line_and_replayed_without():
+    """Turns measured 2.5 ms dear at 151 rows (a ramp's crowded second) floor every larger size
+    above the line the other sizes' turns fit: the record keeps that line beside the floored
+    turn, and the outlook that refused 240 streams with the floor admits them without it."""
+    from replay_refusals import without_floors
+
+    from engine.realtime_outlook import OutlookInputs
+    from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW
+
+    capacity = RealtimeCapacity(
+        TOKEN_S, 28, max_num_seqs=320, max_detok_batch=64, threaded_codec=False
+    )
+    capacity.price_pages(0.24e-6)
+    for rows in (1, 8, 64, 256):
+        capacity.steps.seed(rows, 0.003 + 6e-6 * rows)
+    for i in range(LIVE_WINDOW - FLOOR_SAMPLES):
+        rows = 20 + i % 170
+        rows = 150 if rows == 151 else rows
+        capacity.steps.observe(rows, 0.003 + 6e-6 * rows)
+    for _ in range(FLOOR_SAMPLES):
+        capacity.steps.observe(151, 0.003 + 6e-6 * 151 + 0.0025)
+    live = [StreamOutlook(600 + 2 * i, 1200, 0.8) for i in range(240)]
+    verdict = capacity.room_with(live, [StreamOutlook(40, 1200, 0.0)])
+    assert not verdict.ok
+    record = OutlookInputs.from_record(verdict.outlook.to_record())
+    fixed, per_row = record.turn.line_s
+    assert record.turn.by_rows(np.array([200.0]))[0] > fixed + per_row * 200 + 0.0015
+    assert record.shortfall() is not None and without_floors(record).shortfall() is None
 
 
 def timeline(arrival: float, chunks: list[tuple[float, float, float]], last_token: float):
