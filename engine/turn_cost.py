@@ -39,7 +39,10 @@ slope:
   at `rows` is the highest of every smaller size's median, and the highest of dozens of
   noisy medians sits above all of their means: so each median must be of enough turns to be
   steady (a ramp's turns spread over dozens of sizes; BENCHMARKS.md has what 3 turns a size
-  cost admission in the simulator).
+  cost admission in the simulator). Even 8 turns of a size can all come from one crowded
+  second of a ramp: on an H100 such a floor stood 1.4 ms over the line at 214 rows and
+  kept ~35 of 248 listeners out (docs/benchmark-history.md, 2026-12-07); the outlook's
+  records keep the line beside the floored turn so a replay shows what floors cost.
 
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
 gateway's thread): readers fit a copy of the window.
