@@ -149,16 +149,13 @@ class EngineCore:
             self.add_request(warm_up_request(facts))
         except EngineOverloaded:  # a pool too small for even this: serve cold rather than fail
             log.warning("KV pool too small to warm the engine up; first requests may be slower")
-            self.scheduler.admission.refusals.clear()  # the warm-up's refusal refused no client
+            self.scheduler.admission.forget_warm_up()
             return
         while self.has_work():
             self.step()
         if self.config.realtime_admission:
             WarmUpCalibration(self).run()
-        # The warm-up's own turns (first-use compiles) say nothing about serving, and a burst
-        # the KV pool could not hold refused no client.
-        self.scheduler.admission.capacity.clear_live()
-        self.scheduler.admission.refusals.clear()
+        self.scheduler.admission.forget_warm_up()  # a burst the KV pool could not hold too
         self.steps = 0
         self.restart_turn_timing()  # the first served turn is timed from its own start
 
@@ -450,8 +447,7 @@ class EngineCore:
         # The pages the step reads are its rows' only: streams sitting it out (the lead caps)
         # and idle conversations' kept KV hold pages the step does not read. Counted (a pass
         # over the rows) only where admission prices them, or the warm-up measures their price.
-        sched = self.scheduler
-        counted = sched.admission.capacity.page_s > 0 or sched.admission.calibrating
+        counted = self.scheduler.admission.counts_pages
         recent.append((len(plan.chunks), plan.pages_read if counted else 0))
 
     def _mark_launched(self, chunks, launched: LaunchedStep) -> None:

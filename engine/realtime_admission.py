@@ -114,6 +114,21 @@ class RealtimeAdmission:
         if request.status == RequestStatus.FINISHED_STOPPED and not self.calibrating:
             self.lengths.observe(request.text_chars, len(request.output_ids))
 
+    def observe_codec_job(self, audio_s: float, seconds: float) -> None:
+        """A threaded codec's steady job: `audio_s` of audio in `seconds` (the codec's budget)."""
+        self.capacity.codec.observe(audio_s, seconds)
+
+    @property
+    def counts_pages(self) -> bool:
+        """Whether the KV pages a turn reads matter: priced, or the warm-up measuring them."""
+        return self.capacity.page_s > 0 or self.calibrating
+
+    def forget_warm_up(self) -> None:
+        """The warm-up's own turns (first-use compiles) say nothing about serving, and a
+        request it could not fit refused no client."""
+        self.capacity.clear_live()
+        self.refusals.clear()
+
     def count_refusal(self, cause: str) -> None:
         self.refusals[cause] = self.refusals.get(cause, 0) + 1
 

@@ -29,11 +29,11 @@ learned bound (engine/speech_lengths.py) or, without one, its `max_tokens`, less
 
 A request without a listener (a file returned whole, a batch job) has no audio to keep up, but
 it takes rows: while some listener is short it sits out unless it is behind its floor, so it
-makes at least its `share` of a token a round (engine/realtime_admission.py's UNHEARD_FLOOR_RATE of real
-time). The outlook counts it at that share: a share of a row and of its pages in every round,
-its context growing a share of a token a round, until its remaining tokens are made. That is
-the least it costs the listeners; while they are comfortable it runs every turn and costs more,
-but then they bank audio.
+makes at least its `share` of a token a round (UNHEARD_FLOOR_RATE of real time:
+engine/realtime_admission.py). The outlook counts it at that share: a share of a row and of its
+pages in every round, its context growing a share of a token a round, until its remaining tokens
+are made. That is the least it costs the listeners; while they are comfortable it runs every
+turn and costs more, but then they bank audio.
 """
 
 from __future__ import annotations

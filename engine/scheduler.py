@@ -194,7 +194,7 @@ class Scheduler:
             )
             return
         self.detok_time_s = ema(self.detok_time_s, seconds)
-        self.admission.capacity.codec.observe(audio_s, seconds)
+        self.admission.observe_codec_job(audio_s, seconds)
 
     def observe_step(self, batch_size: int, interval_s: float, kv_pages: int = 0) -> None:
         """A decode-only turn's seconds at its rows, having read `kv_pages` KV pages (the core

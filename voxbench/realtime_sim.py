@@ -225,13 +225,7 @@ class RealtimeSim:
             made_s = sum(tokens for _, tokens, _ in job.rows) * sched.facts.seconds_per_token
             sched.observe_codec_job(self.codec.job_s(len(job.rows), job.lane), made_s, job.lane)
             for request, tokens, final in job.rows:
-                request.codec_returned()
-                before_audio(request)
-                if tokens:
-                    sched.audio_out(request, now, tokens * sched.facts.seconds_per_token)
-                if final:
-                    request.detok_done = True
-                    sched.remove(request.request_id)
+                deliver(sched, request, now, tokens, final, before_audio)
 
     def _submit_jobs(self) -> None:
         """New jobs where the steady job or the lane is free (Worker.detok_job's bookkeeping)."""
@@ -257,14 +251,28 @@ def decode_instantly(
     """The codec's pick at `now` decoded in no time: each picked request's pending tokens go
     out as audio at once (`before_audio` sees it just before), and a finished one leaves."""
     for request in sched.schedule_detok(now):
-        if before_audio is not None:
-            before_audio(request)
-        seconds = len(request.hand_to_codec()) * sched.facts.seconds_per_token
-        request.codec_returned()  # decoded in no time
-        if seconds:
-            sched.audio_out(request, now, seconds)
-        if request.finished:
-            sched.remove(request.request_id)
+        deliver(sched, request, now, len(request.hand_to_codec()), request.finished, before_audio)
+
+
+def deliver(
+    sched: Scheduler,
+    request: Request,
+    now: float,
+    tokens: int,
+    final: bool,
+    before_audio: Callable[[Request], None] | None = None,
+) -> None:
+    """A chunk of `tokens` decoded, as AudioOut.collect books it: the codec done with the
+    request, its listener's lead read just before the audio lands (`before_audio`), the audio
+    out, and after its last chunk the request gone."""
+    request.codec_returned()
+    if before_audio is not None:
+        before_audio(request)
+    if tokens:
+        sched.audio_out(request, now, tokens * sched.facts.seconds_per_token)
+    if final:
+        request.detok_done = True
+        sched.remove(request.request_id)
 
 
 def steady_arrivals(count: int, per_second: float, start_s: float = 0.0) -> list[float]:
