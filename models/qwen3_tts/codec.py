@@ -208,6 +208,14 @@ class SpeechDecoder(nn.Module):
             ]
         )
 
+    def repeated_blocks(self) -> list[nn.Module]:
+        """The Snake activations: what --compile-codec compiles (cuda_graphs.compile_regions:
+        one program for all of them), each a fused kernel in a replay where eager runs ~8
+        elementwise ones. Measured on an H100 at the 1.7B decoder's shape, a steady job of
+        28 streams × 4 frames takes 15.2 ms compiled against 19.3 ms eager
+        (bench/qwen3_codec_profile.py)."""
+        return [m for m in self.modules() if isinstance(m, SnakeBeta)]
+
     def state_layout(self) -> list[tuple[int, tuple[int, ...]]]:
         """(cache key, per-stream shape) of every block with a past, in module order: a
         stream's whole decoder state (codec_streams.py keeps it as one row)."""

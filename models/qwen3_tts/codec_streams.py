@@ -194,9 +194,11 @@ class CodecStreams:
     @torch.inference_mode()
     def enable_cuda_graphs(self, graphs) -> None:
         """Capture every (graph_rows, GRAPH_FRAMES) call with the engine's CallableGraphs
-        (largest first, so the smaller ones reuse its pool's memory); their state input is a
-        view of one staging buffer of the most rows."""
+        (largest first, so the smaller ones reuse its pool's memory), the decoder's repeated
+        blocks compiled first where the graphs compile (SpeechDecoder.repeated_blocks); their
+        state input is a view of one staging buffer of the most rows."""
         self.graphs = graphs
+        graphs.compile_regions(self.decoder.repeated_blocks())
         # Rows for as many streams as the largest call, taken now, before the engine sizes its
         # KV pool from the memory left; more streams grow the buffer while serving.
         self.slots.size_for(GRAPH_ROWS[-1])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from models.qwen3_tts import codec_streams
+from models.qwen3_tts.codec_layers import SnakeBeta
 from models.qwen3_tts.codec_streams import CodecStreams
 from tests.cpu_graphs import EagerGraphs
 
@@ -88,6 +89,9 @@ def test_replayed_calls_stream_as_the_eager_ones(model, top):
     graphs = EagerGraphs(deferred=True)  # traces only the keys that run
     replayed, eager = CodecStreams(model.decoder, rows), CodecStreams(model.decoder)
     replayed.enable_cuda_graphs(graphs)
+    # The Snake activations are what a GPU's graphs compile (--compile-codec), every one.
+    snakes = [m for m in model.decoder.modules() if isinstance(m, SnakeBeta)]
+    assert snakes and graphs.regions == snakes
     codes = [random_codes(model, 15, seed=10 + i) for i in range(5)]
     heard: dict[str, list[list[np.ndarray]]] = {}
     for name, codec in (("replayed", replayed), ("eager", eager)):
