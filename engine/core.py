@@ -156,6 +156,11 @@ class EngineCore:
         if self.config.realtime_admission:
             WarmUpCalibration(self).run()
         self.scheduler.admission.forget_warm_up()  # a burst the KV pool could not hold too
+        if self.audio.traces is not None:  # what the turn cost model serves from
+            capacity = self.scheduler.admission.capacity
+            self.audio.traces.write_turn_model(
+                capacity.steps.seeds, capacity.pages.prior_s, capacity.steps.slope_bound_by_bursts
+            )
         self.steps = 0
         self.restart_turn_timing()  # the first served turn is timed from its own start
 
@@ -441,6 +446,9 @@ class EngineCore:
         if gap is not None and len(recent) >= back and recent[-back] is not None:
             rows, pages = recent[-back]
             self.scheduler.observe_step(rows, gap, pages)
+            traces = self.audio.traces
+            if traces is not None and not self.scheduler.admission.calibrating:
+                traces.write_turn(self.clock(), rows, pages, gap)
         if plan.num_tokens != len(plan.chunks):
             recent.append(None)
             return

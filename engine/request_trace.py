@@ -12,6 +12,12 @@ A request refused at submit is written too, as a line of its own (`"refused"`: w
 where the streams' outlook refused it, what the outlook read: engine/realtime_outlook.py), so a
 run's refusals can be judged again offline (bench/replay_refusals.py).
 
+So is every decode turn real-time admission measures, after the warm-up (`"turns"` lines of
+[time, rows, KV pages read, seconds], `TURNS_PER_LINE` a line), with one `"turn_model"` line
+first: the warm-up's burst figures, its page price and whether the bursts bound the slope. With
+them the turn cost model can be replayed offline over the very turns it saw, and its
+predictions set against the turns that followed (bench/turn_replay.py).
+
 Times are the engine's clock (time.monotonic, the same clock across the machine's processes):
 `arrival` is absolute, every other time is milliseconds after it. Plain data, no torch: the
 scheduler and core fill it in; nothing here changes what they decide.
@@ -28,6 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine.realtime_outlook import OutlookInputs
+
+TURNS_PER_LINE = 256  # decode turns a "turns" line carries
 
 
 @dataclass
@@ -100,6 +108,7 @@ class TraceWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = open(self.path, "a", buffering=1)  # noqa: SIM115 - kept open
+        self._turns: list[list[float]] = []  # measured turns not yet written
 
     def write(self, request_id: str, trace: RequestTrace) -> None:
         if self._file is not None:
@@ -119,8 +128,37 @@ class TraceWriter:
             }
             self._file.write(json.dumps({"refused": record}, separators=(",", ":")) + "\n")
 
+    def write_turn_model(
+        self, seeds: dict[int, float], page_s: float, slope_bound_by_bursts: bool
+    ) -> None:
+        """What the turn cost model starts serving from (engine/turn_cost.py): the warm-up's
+        burst figures by rows (seconds less their pages), the warm-up's KV page price, and
+        whether the bursts bound the live slope."""
+        if self._file is not None:
+            record = {
+                "seeds": [[rows, seconds] for rows, seconds in sorted(seeds.items())],
+                "page_s": page_s,
+                "slope_bound_by_bursts": slope_bound_by_bursts,
+            }
+            self._file.write(json.dumps({"turn_model": record}, separators=(",", ":")) + "\n")
+
+    def write_turn(self, now: float, rows: int, pages: int, seconds: float) -> None:
+        """A decode turn real-time admission measured: at `now` (engine clock), `rows` rows,
+        `pages` KV pages read, `seconds` long (written TURNS_PER_LINE at a time)."""
+        if self._file is None:
+            return
+        self._turns.append([round(now, 4), rows, pages, round(seconds, 7)])
+        if len(self._turns) >= TURNS_PER_LINE:
+            self._flush_turns()
+
+    def _flush_turns(self) -> None:
+        if self._file is not None and self._turns:
+            self._file.write(json.dumps({"turns": self._turns}, separators=(",", ":")) + "\n")
+        self._turns = []
+
     def close(self) -> None:
         if self._file is not None:
+            self._flush_turns()
             self._file.close()
             self._file = None
 
@@ -128,12 +166,32 @@ class TraceWriter:
 def read_traces(path: str | Path, since: float = -math.inf, until: float = math.inf) -> list[dict]:
     """The timelines in `path` (gzipped if it ends in .gz, as bench/results keeps them) of
     requests that arrived in [since, until) (engine clock)."""
-    return [t for t in _lines(path) if "refused" not in t and since <= t["arrival"] < until]
+    return [t for t in _lines(path) if "request_id" in t and since <= t["arrival"] < until]
 
 
 def read_refusals(path: str | Path) -> list[dict[str, Any]]:
     """The refusals in `path` (TraceWriter.write_refusal's records), in the order written."""
     return [line["refused"] for line in _lines(path) if "refused" in line]
+
+
+@dataclass(frozen=True)
+class TurnLog:
+    """A trace's measured decode turns (TraceWriter.write_turn) and what the turn cost model
+    started from (write_turn_model; None in a trace without it)."""
+
+    model: dict[str, Any] | None
+    turns: list[tuple[float, int, int, float]]  # (engine clock, rows, pages read, seconds)
+
+
+def read_turns(path: str | Path) -> TurnLog:
+    """The turns in `path`, in the order measured."""
+    model, turns = None, []
+    for line in _lines(path):
+        if "turn_model" in line:
+            model = line["turn_model"]
+        elif "turns" in line:
+            turns += [(float(t), int(r), int(p), float(s)) for t, r, p, s in line["turns"]]
+    return TurnLog(model, turns)
 
 
 def _lines(path: str | Path) -> Iterator[dict[str, Any]]:

@@ -140,6 +140,11 @@ class TurnCostModel:
         return sorted(self._prior)
 
     @property
+    def seeds(self) -> dict[int, float]:
+        """The warm-up's figures by rows (`seed`)."""
+        return dict(self._prior)
+
+    @property
     def live_turns(self) -> int:
         return len(self._live)
 
