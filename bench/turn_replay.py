@@ -60,7 +60,7 @@ def replay(
         max_detok_batch=1,
         threaded_codec=True,
     )
-    capacity.steps = turn_cost.TurnCostModel(window=window)
+    capacity.steps = turn_cost.TurnCostModel(window=window, page_price=capacity.pages.seconds)
     if log.model is not None:
         capacity.price_pages(log.model["page_s"])
         capacity.steps.slope_bound_by_bursts = bool(log.model["slope_bound_by_bursts"])
@@ -132,11 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         horizons = [float(h) for h in args.horizons.split(",")]
-        log = read_turns(args.trace)
     except ValueError as exc:
         parser.error(f"--horizons: {exc}")
-    except OSError as exc:
-        parser.exit(2, f"error: cannot read {args.trace}: {exc}\n")
+    try:
+        log = read_turns(args.trace)
+    except (OSError, ValueError, KeyError) as exc:
+        parser.exit(2, f"error: cannot read {args.trace} as a request trace: {exc}\n")
     if not log.turns:
         parser.exit(
             2,

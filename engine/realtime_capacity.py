@@ -127,9 +127,9 @@ class RealtimeCapacity:
         # Seconds a KV page in use adds to a decode turn: priced at warm-up (the page's bytes
         # at the device's memory bandwidth), then learned from the live turns
         # (engine/page_price.py); 0 while unpriced, when the turn is judged by its rows alone.
-        # Set before live turns are observed: they are booked less their pages.
         self.pages = PagePrice()
-        self.steps = TurnCostModel()  # a decode turn's seconds by rows (less its pages)
+        # A decode turn's seconds by rows, less its pages at their price.
+        self.steps = TurnCostModel(page_price=self.pages.seconds)
         self.codec = CodecCost()  # codec job seconds by audio made (threaded codec only)
 
     @property
@@ -145,7 +145,7 @@ class RealtimeCapacity:
         """A live decode turn of `rows` rows that took `seconds` reading `pages` KV pages:
         it refines the page's price, and its part by rows goes to the turn cost's fit."""
         self.pages.observe(rows, pages, seconds)
-        self.steps.observe(rows, max(0.0, seconds - self.page_s * pages))
+        self.steps.observe(rows, seconds, pages)
 
     def clear_live(self) -> None:
         """Forget the live turns (the warm-up's own, with their one-off compiles)."""

@@ -53,6 +53,7 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,15 +106,25 @@ class SampleWindow:
 
 
 class TurnCostModel:
-    def __init__(self, window: int = LIVE_WINDOW, prior_weight: float = PRIOR_WEIGHT) -> None:
+    def __init__(
+        self,
+        window: int = LIVE_WINDOW,
+        prior_weight: float = PRIOR_WEIGHT,
+        page_price: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self.window = window
         self.prior_weight = prior_weight
+        # Seconds a KV page read adds to a turn (engine/page_price.py): each live turn is
+        # booked less its pages at the price of the fit, not of the turn, so that a price
+        # learned later applies to every turn in the window alike.
+        self.page_price = page_price
         self.slope_bound_by_bursts = False  # a GPU's: see the module's notes
         self._prior: dict[int, float] = {}
         self._prior_version = 0
         self._live = SampleWindow(window)
         self._cache: (
-            tuple[tuple[int, int, bool], CostLine | None, tuple[tuple[int, float], ...]] | None
+            tuple[tuple[int, int, bool, float], CostLine | None, tuple[tuple[int, float], ...]]
+            | None
         ) = None
 
     def seed(self, rows: int, seconds: float) -> None:
@@ -122,10 +133,10 @@ class TurnCostModel:
             self._prior[rows] = seconds
             self._prior_version += 1
 
-    def observe(self, rows: int, seconds: float) -> None:
-        """A live decode turn of `rows` rows that took `seconds`."""
+    def observe(self, rows: int, seconds: float, pages: int = 0) -> None:
+        """A live decode turn of `rows` rows that took `seconds`, reading `pages` KV pages."""
         if rows >= 1 and seconds >= 0:
-            self._live.append(rows, seconds)
+            self._live.append(rows, seconds, pages)
 
     def clear_live(self) -> None:
         """Forget the live turns (the warm-up's own, with their one-off compiles)."""
@@ -179,11 +190,13 @@ class TurnCostModel:
 
     # --- the fit ---------------------------------------------------------------------------------
     def _model(self) -> tuple[CostLine | None, tuple[tuple[int, float], ...]]:
+        price = self.page_price()
         cache = self._cache
-        if cache is not None and cache[0] == self._inputs_version(self._live.version):
+        if cache is not None and cache[0] == self._inputs_version(self._live.version, price):
             return cache[1], cache[2]
-        live_version, live = self._live.snapshot()
-        version = self._inputs_version(live_version)
+        live_version, turns = self._live.snapshot()
+        version = self._inputs_version(live_version, price)
+        live = tuple((rows, max(0.0, seconds - price * pages)) for rows, seconds, pages in turns)
         prior = dict(self._prior)
         by_size = _by_size(live)
         # Each size's median turn, weighing as many turns as it has: one slow turn (a
@@ -209,9 +222,10 @@ class TurnCostModel:
         self._cache = (version, fit, floors)
         return fit, floors
 
-    def _inputs_version(self, live_version: int) -> tuple[int, int, bool]:
-        """What a fit depends on: the live turns, the seeds and whether they bound the slope."""
-        return live_version, self._prior_version, self.slope_bound_by_bursts
+    def _inputs_version(self, live_version: int, price: float) -> tuple[int, int, bool, float]:
+        """What a fit depends on: the live turns, the seeds, whether they bound the slope and
+        a KV page's price."""
+        return live_version, self._prior_version, self.slope_bound_by_bursts, price
 
     def _prior_weight(self, live: tuple[tuple[int, float], ...]) -> float:
         fading = self.prior_weight * max(0.0, 1.0 - len(live) / self.window)

@@ -14,7 +14,14 @@ from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.outputs import AudioChunk, SpeechRequest
 from engine.request import SamplingParams
-from engine.request_trace import RequestTrace, TraceWriter, main, read_traces, summarize
+from engine.request_trace import (
+    RequestTrace,
+    TraceWriter,
+    main,
+    read_traces,
+    read_turns,
+    summarize,
+)
 from models.registry import load_model
 
 
@@ -126,6 +133,13 @@ def test_the_engine_writes_each_requests_timeline(model, tmp_path):
     assert t["first_token_ms"] < t["last_token_ms"] <= t["chunks"][-1]["submitted_ms"]
     s = summarize(list(lines.values()))
     assert s["requests"] == 2 and s["first_audio"]["n"] == 1
+    # The decode turns real-time admission measured, in order, at the rows that ran them.
+    log = read_turns(path)
+    assert log.model is None  # no warm-up ran: the model started from nothing
+    assert len(log.turns) >= 50
+    times = [t for t, _, _, _ in log.turns]
+    assert times == sorted(times)
+    assert all(1 <= rows <= 2 and seconds > 0 for _, rows, _, seconds in log.turns)
 
 
 def test_a_refused_request_is_traced_with_its_cause_and_never_read_as_a_timeline(model, tmp_path):
