@@ -338,8 +338,12 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys, 
         loop = point["engine_loop"]
         assert loop["llm_steps_per_s"] > 0 and loop["rows_per_step"] >= 1
         assert loop["codec_jobs"] > 0 and loop["audio_x_realtime"] > 0
-        shares = loop["gpu_share_by_second"]  # /metrics sampled each second of the point
-        assert shares and all(int(s) >= 0 and 0 <= v <= 400 for s, v in shares.items())
+        # /metrics sampled each second of the point: the LLM's and the codec's busy time, each
+        # booked when its step or job ends, so one second may carry a job begun in the one
+        # before; over the point no more than the three (LLM, steady codec, lane) at once.
+        shares = loop["gpu_share_by_second"]
+        assert shares and all(int(s) >= 0 and v >= 0 for s, v in shares.items())
+        assert sum(shares.values()) <= 300 * len(shares)
         steps = loop["steps_by_second"]  # the step's pace against the KV pages in use
         assert steps and all(v["steps_per_s"] > 0 and v["rows"] >= 1 for v in steps.values())
         # the KV pages in use, read at each interval's end (0 once the point's streams ended)
