@@ -12,8 +12,8 @@ recorded and under each variant, and says how many each variant would have admit
 
 With no variant given it tries a standard set: the page's price 10 % lower, the turn's part by
 rows 10 % lower, the banked audio credited up to 30 s (the default `--max-lead-s`, the lead
-cap while no listener is short), the whole of a token's playback as the budget (not
-REALTIME_LOAD of it), and where the records carry the turn's fitted line, the turn as that
+cap while no listener is short), the budget 5 % larger than REALTIME_LOAD of a token's
+playback, and where the records carry the turn's fitted line, the turn as that
 line alone, without the floors that turns measured at smaller sizes set (engine/turn_cost.py:
 in a ramp they can be the dear turns of one crowded second). A variant that admits most
 refusals names the input that decided. Only refusals the record reproduces (judged again as
@@ -35,7 +35,6 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.listener_guard import SETTLED_AFTER_S
-from engine.realtime_capacity import REALTIME_LOAD
 from engine.realtime_outlook import OutlookInputs, TurnModel
 from engine.refusal_causes import RefusalCause
 from engine.request_trace import read_refusals, read_traces
@@ -91,7 +90,7 @@ def standard_variants(with_line: bool = False) -> dict[str, Variant]:
         "page price -10 %": page_scale(0.9),
         "turn by rows -10 %": turn_scale(0.9),
         "lead credited to 30 s": lead_cap(30.0),
-        "budget at 100 %": budget_scale(1.0 / REALTIME_LOAD),
+        "budget 5 % larger": budget_scale(1.05),
     }
     if with_line:
         variants["turn without its floors"] = without_floors

@@ -61,7 +61,7 @@ def test_the_standard_variants_and_a_file_that_is_no_trace(tmp_path, capsys):
         "page price -10 %",
         "turn by rows -10 %",
         "lead credited to 30 s",
-        "budget at 100 %",
+        "budget 5 % larger",
         "turn without its floors",  # the record carries the fitted line
     ):
         assert name in out
@@ -78,7 +78,7 @@ def test_the_standard_variants_and_a_file_that_is_no_trace(tmp_path, capsys):
 def test_the_turns_floors_are_recorded_apart_from_its_line_and_replayed_without():
     """Turns measured 2.5 ms dear at 151 rows (a ramp's crowded second) floor every larger size
     above the line the other sizes' turns fit: the record keeps that line beside the floored
-    turn, and the outlook that refused 240 streams with the floor admits them without it."""
+    turn, and the outlook that refused 264 streams with the floor admits them without it."""
     from replay_refusals import without_floors
 
     from engine.realtime_outlook import OutlookInputs
@@ -96,7 +96,7 @@ def test_the_turns_floors_are_recorded_apart_from_its_line_and_replayed_without(
         capacity.steps.observe(rows, 0.003 + 6e-6 * rows)
     for _ in range(FLOOR_SAMPLES):
         capacity.steps.observe(151, 0.003 + 6e-6 * 151 + 0.0025)
-    live = [StreamOutlook(600 + 2 * i, 1200, 0.8) for i in range(240)]
+    live = [StreamOutlook(600 + 2 * i, 1200, 0.8) for i in range(264)]
     verdict = capacity.room_with(live, [StreamOutlook(40, 1200, 0.0)])
     assert not verdict.ok
     record = OutlookInputs.from_record(verdict.outlook.to_record())

@@ -166,8 +166,8 @@ def test_real_time_admission_counts_unheard_requests_at_their_floor():
     """Where KV pages are priced, admission judges the listeners' outlook with each request
     without a listener at UNHEARD_FLOOR_RATE of a stream (a share of a row and of its pages
     a round: what it takes from the listeners while they are short). Turns of 4 ms + 0.165
-    ms a row carry 8 listeners and a newcomer (5.3 ms); 160 long batch requests, a quarter
-    of a row each, add 40 rows (~11.9 ms, past a token's ~11.6): the newcomer is refused
+    ms a row carry 8 listeners and a newcomer (5.3 ms); 180 long batch requests, a quarter
+    of a row each, add 45 rows (~12.8 ms, past a token's ~12.2): the newcomer is refused
     beside them, and admitted once they are gone."""
     blocks = BlockManager(num_blocks=65536, block_size=16)  # room for the batch's pages
     sched = Scheduler(EngineConfig(max_num_seqs=256), blocks, FACTS)
@@ -181,11 +181,11 @@ def test_real_time_admission_counts_unheard_requests_at_their_floor():
     assert sched.admission.verdict(now, newcomer).ok
     batch = [
         streaming(sched, now - 1.0, now, buffered_s=0.0, realtime=False, max_tokens=4000)
-        for _ in range(160)
+        for _ in range(180)
     ]
     verdict = sched.admission.verdict(now, newcomer)
     assert not verdict.ok and verdict.cause == "turn_cost"
-    assert "with 9 streams (beside 160 requests without a listener)" in verdict.reason
+    assert "with 9 streams (beside 180 requests without a listener)" in verdict.reason
     assert sched.admission.stats(now).streams == 8  # the stats count listeners
     for request in batch:
         sched.remove(request.request_id)
