@@ -13,7 +13,8 @@ where the streams' outlook refused it, what the outlook read: engine/realtime_ou
 run's refusals can be judged again offline (bench/replay_refusals.py).
 
 So is every decode turn real-time admission measures, after the warm-up (`"turns"` lines of
-[time, rows, KV pages read, seconds], `TURNS_PER_LINE` a line), with one `"turn_model"` line
+[time, rows, KV pages read, seconds], up to `TURNS_PER_LINE` a line, written before each
+request's timeline), with one `"turn_model"` line
 first: the warm-up's burst figures, its page price and whether the bursts bound the slope. With
 them the turn cost model can be replayed offline over the very turns it saw, and its
 predictions set against the turns that followed (bench/turn_replay.py).
@@ -111,7 +112,10 @@ class TraceWriter:
         self._turns: list[list[float]] = []  # measured turns not yet written
 
     def write(self, request_id: str, trace: RequestTrace) -> None:
+        """A finished request's timeline, after the turns measured so far (so a reader that
+        has a point's last request has its turns too)."""
         if self._file is not None:
+            self._flush_turns()
             self._file.write(trace.to_json(request_id) + "\n")
 
     def write_refusal(

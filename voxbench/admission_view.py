@@ -181,6 +181,13 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
             "admission turn fit by second (ms + ms/row [+ µs/page]): "
             + " ".join(f"{s}s:{_fit_text(fit)}" for s, fit in view["turn_fit_by_second"].items())
         )
+    foreseen = view.get("turn_model_vs_measured") or {}
+    if any(ratio is not None for ratio in foreseen.values()):
+        lines.append(
+            "admission's turn model against the point's turns (predicted over measured, "
+            "turn-weighted), by how far ahead it predicted: "
+            + " ".join(f"{ahead}:{ratio:.3f}" for ahead, ratio in foreseen.items() if ratio)
+        )
     peak = view.get("peak_turn")
     if peak:
         lines.append(

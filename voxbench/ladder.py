@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.request_trace import read_traces
+from engine.request_trace import read_traces, read_turns
 from engine.request_trace import summarize as summarize_traces
 from voxbench import report, servers
 from voxbench.admission_view import (
@@ -44,6 +44,7 @@ from voxbench.engine_loop import (
 from voxbench.loadgen import LoadGenerator
 from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
 from voxbench.metrics_sampler import MetricsSampler
+from voxbench.turn_accuracy import accuracy
 
 log = logging.getLogger("voxgate.bench")
 
@@ -283,6 +284,10 @@ class ServerProfile:
         """After the server has gone idle: the point's `engine_loop`, `admission`,
         `server_pauses` and `engine_trace`."""
         point["engine_loop"] = self.engine_loop
+        if self.admission is not None and self.trace is not None and self.trace.exists():
+            turns = read_turns(self.trace)
+            if turns.turns:  # how well the turn cost model foresaw this point's turns
+                self.admission["turn_model_vs_measured"] = accuracy(turns, self.began, self.ended)
         point["admission"] = self.admission
         for line in describe_loop(self.engine_loop) + describe_admission(self.admission):
             log.info("  %s", line)

@@ -354,6 +354,10 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys, 
         assert point["admission"]["capacity_streams"] >= 0
         room = point["admission"]["room_by_second"]  # read through the point, not only at its end
         assert room and all(int(s) >= 0 and n >= 1 for s, n in room.items())
+        # The turn cost model replayed over the point's traced turns (voxbench/turn_accuracy.py).
+        foreseen = point["admission"]["turn_model_vs_measured"]
+        assert set(foreseen) == {"1s", "5s", "10s", "20s"}
+        assert all(ratio is None or ratio > 0 for ratio in foreseen.values())
     assert system["capacity"] == 2  # both held under the relaxed bar
 
 

@@ -1,5 +1,5 @@
-"""bench/turn_replay.py: the turn cost model replayed over a trace's measured turns, its
-predictions set against the turns that came."""
+"""voxbench/turn_accuracy.py and bench/turn_replay.py: the turn cost model replayed over a
+trace's measured turns, its predictions set against the turns that came."""
 
 import sys
 from pathlib import Path
@@ -12,7 +12,9 @@ from engine.request_trace import TraceWriter, TurnLog, read_turns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from turn_replay import by_second, main, replay  # noqa: E402
+from turn_replay import main  # noqa: E402
+
+from voxbench.turn_accuracy import accuracy, by_second, replay  # noqa: E402
 
 PAGE_S = 0.3e-6
 
@@ -92,3 +94,23 @@ def test_what_ifs_and_a_trace_without_turns(tmp_path, capsys, monkeypatch):
 
 def test_an_empty_log_replays_to_nothing():
     assert replay(TurnLog(None, [])) == []
+
+
+def test_a_points_accuracy_weighs_its_own_turns_only(tmp_path):
+    """The turns of [since, until) are judged, the model fed every turn before them: the
+    steady stretch after a dear ramp reads as predicted from 5 s before inside the ramp (over
+    1.3) and as measured from 1 s before."""
+    path = tmp_path / "run.trace.jsonl"
+    write_run(path, dearer_first_s=5.0)
+    log = read_turns(path)
+    early = accuracy(log, since=17.0, until=20.0)
+    assert early["5s"] > 1.3 and early["1s"] < 1.2
+    late = accuracy(log, since=24.0, until=30.0)
+    assert late["1s"] == pytest.approx(1.0, abs=0.05) and late["5s"] == pytest.approx(1.0, abs=0.05)
+    assert late["20s"] is None  # no prediction was made 20 s before 24 s (the run began at 10)
+    assert accuracy(log, since=100.0, until=110.0) == {
+        "1s": None,
+        "5s": None,
+        "10s": None,
+        "20s": None,
+    }
