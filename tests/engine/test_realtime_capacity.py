@@ -110,22 +110,22 @@ def test_a_burst_is_cut_at_the_size_that_would_fall_behind():
 def test_streams_beyond_max_num_seqs_share_full_steps():
     sched = make_scheduler(max_num_seqs=4)
     sched.admission.capacity.steps.seed(4, 0.4 * TOKEN_S)
-    # 10 streams: 10 / 4 full steps a token = 1.0 token times, the whole budget; an eleventh
-    # makes it 1.1.
-    assert burst(sched, 20)[0] == 10
+    # 9 streams: 9 / 4 full steps a token = 0.9 token times; a tenth makes it 1.0, past the
+    # budget of 0.98.
+    assert burst(sched, 20)[0] == 9
 
 
 def test_live_steps_refine_the_calibration():
     """A calibration that was too hopeful (the gateway's own work shares the cores) is
     corrected by the decode turns that follow: fewer streams are admitted after them.
-    Seeds 0.2 at 1 and 0.6 at 16 token times: a whole token time is reached at 31 streams.
+    Seeds 0.2 at 1 and 0.6 at 16 token times: the budget of 0.98 is reached at 30 streams.
     After 20 live turns of 1.1 at 16, each seed weighs 4 x (1 - 20/256) turns: the line runs
-    from 0.2 at 1 to 1.022 at 16, which passes 1.0 at 15.6 streams, and the median 1.1
+    from 0.2 at 1 to 1.022 at 16, which passes 0.98 at 15.2 streams, and the median 1.1
     measured at 16 floors every larger size."""
     sched = make_scheduler()
     sched.admission.capacity.steps.seed(1, 0.2 * TOKEN_S)
     sched.admission.capacity.steps.seed(16, 0.6 * TOKEN_S)
-    assert burst(sched, 40)[0] == 31  # extrapolated along the seeds' slope
+    assert burst(sched, 40)[0] == 30  # extrapolated along the seeds' slope
     live = make_scheduler()
     live.admission.capacity.steps.seed(1, 0.2 * TOKEN_S)
     live.admission.capacity.steps.seed(16, 0.6 * TOKEN_S)
