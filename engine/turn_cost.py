@@ -147,10 +147,6 @@ class TurnCostModel:
         return bool(self._prior) or bool(self._live)
 
     @property
-    def seed_sizes(self) -> list[int]:
-        return sorted(self._prior)
-
-    @property
     def seeds(self) -> dict[int, float]:
         """The warm-up's figures by rows (`seed`)."""
         return dict(self._prior)
