@@ -16,7 +16,8 @@ slope:
   in, they alone decide; live turns of a single size say nothing about the slope, so the
   bursts then keep a weight of one turn each to anchor it.
 - **No steeper than the bursts on a GPU** (`slope_bound_by_bursts`, set by the warm-up where
-  it prices KV pages from the device's bandwidth: engine/warm_up_calibration.py): a burst's turns are the dearer ones at every size there (each row's first chunk
+  it prices KV pages from the device's bandwidth: engine/warm_up_calibration.py): a burst's
+  turns are the dearer ones at every size there (each row's first chunk
   hits the codec in the same turns), so where the live turns' slope comes out steeper than
   the bursts' (turns of a narrow range of sizes, noisy, or dearer for a while as arrivals'
   first chunks crowd the codec), the line takes the bursts' slope through the live turns'
@@ -39,9 +40,9 @@ slope:
   at `rows` is the highest of every smaller size's median, and the highest of dozens of
   noisy medians sits above all of their means: so each median must be of enough turns to be
   steady (a ramp's turns spread over dozens of sizes; BENCHMARKS.md has what 3 turns a size
-  cost admission in the simulator). Even 8 turns of a size can all come from one crowded
-  second of a ramp: on an H100 such a floor stood 1.4 ms over the line at 214 rows and
-  kept ~35 of 248 listeners out (docs/benchmark-history.md, 2026-12-07); the outlook's
+  cost admission in the simulator). Even 8 turns of a size can come from one crowded second
+  of a ramp, but on an H100 at 248 listeners the floors decided 7 of 56 refusals, and 32
+  turns a size admitted no more (docs/benchmark-history.md, 2026-12-07); the outlook's
   records keep the line beside the floored turn so a replay shows what floors cost.
 
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the

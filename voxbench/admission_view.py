@@ -10,8 +10,8 @@ the engine's stats answered at `session.start`, plus not_ready, waiting, max_ses
 key_sessions). Together they add up to what the clients counted as refused. With the turn
 cost the engine predicted capacity from (gateway/metrics.py ADMISSION_GAUGES) they say whether
 the cost model, the listeners' buffer guard or a gateway limit held the surplus back, and how
-many streams it thought would fit; `peak_turn` how far each second's fit was off the point's
-dearest turn. Two readings around a point give the refusals during it;
+many streams it thought would fit; how well its turn model foresaw the point's turns comes
+from the point's request trace (voxbench/turn_accuracy.py). Two readings around a point give the refusals during it;
 the gauges are the reading at its end, and the room by second (`room_by_second`) and the turn
 cost's fit by second (`turn_fit_by_second`) how the prediction moved through the point: at its
 end the turn-cost window holds the tail's small turns, so the end's figure alone says little
@@ -99,46 +99,6 @@ def turn_fit_by_second(
     return fits
 
 
-def peak_turn(
-    fits: dict[str, list[float]], steps: dict[str, dict[str, float]], min_steps_per_s: float
-) -> dict[str, Any] | None:
-    """How each second's turn fit (`turn_fit_by_second`: its line, not the floors above it)
-    priced the point's dearest loaded second (`steps_by_second`: the longest loop turn of the
-    seconds with at least `min_steps_per_s` LLM steps and their KV pages): that second, its
-    rows, pages and interval between LLM steps (what a stream that runs every step waits for
-    its token, as admission's turn means it; the loop's mean turn is shorter, by its turns
-    without a step), and each earlier second's prediction of it in % over that interval. A
-    refusal is judged by the streams' dearest turns to come, so the error of the fit it was
-    judged by says by how much the outlook over- or under-priced the streams it refused (a
-    little over: the fit reads the pages in use, a turn only its rows'). None without a
-    loaded second or a fit before it."""
-    loaded = [
-        (int(second), v)
-        for second, v in steps.items()
-        if "kv_pages" in v and v["steps_per_s"] >= min_steps_per_s and v["turn_ms"] > 0
-    ]
-    if not loaded:
-        return None
-    second, dearest = max(loaded, key=lambda item: item[1]["turn_ms"])
-    interval_ms = 1e3 / dearest["steps_per_s"]
-    errors = {}
-    for at, fit in fits.items():
-        if int(at) > second:
-            continue
-        page_us = fit[2] if len(fit) > 2 else 0.0
-        predicted = fit[0] + fit[1] * dearest["rows"] + 1e-3 * page_us * dearest["kv_pages"]
-        errors[at] = round(100.0 * (predicted / interval_ms - 1.0), 1)
-    if not errors:
-        return None
-    return {
-        "second": second,
-        "rows": dearest["rows"],
-        "kv_pages": dearest["kv_pages"],
-        "interval_ms": round(interval_ms, 2),
-        "error_pct_by_second": errors,
-    }
-
-
 def _fit_text(fit: tuple[float, ...] | list[float]) -> str:
     text = f"{fit[0]:g}+{fit[1]:g}"
     return text + f"+{fit[2]:g}us" if len(fit) > 2 else text
@@ -187,13 +147,5 @@ def describe_admission(view: dict[str, Any] | None) -> list[str]:
             "admission's turn model against the point's turns (predicted over measured, "
             "turn-weighted), by how far ahead it predicted: "
             + " ".join(f"{ahead}:{ratio:.3f}" for ahead, ratio in foreseen.items() if ratio)
-        )
-    peak = view.get("peak_turn")
-    if peak:
-        lines.append(
-            f"admission's price of the dearest second's turn ({peak['second']}s: "
-            f"{peak['rows']:g} rows, {peak['kv_pages']:g} KV pages, {peak['interval_ms']:g} ms "
-            "between LLM steps) by each second's fit, % over it (the line, not its floors): "
-            + " ".join(f"{s}s:{e:+g}" for s, e in peak["error_pct_by_second"].items())
         )
     return lines

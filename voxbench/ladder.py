@@ -29,12 +29,10 @@ from voxbench import report, servers
 from voxbench.admission_view import (
     admission_during,
     describe_admission,
-    peak_turn,
     room_by_second,
     turn_fit_by_second,
 )
 from voxbench.engine_loop import (
-    FIT_MIN_STEPS_PER_S,
     describe_loop,
     gpu_shares,
     loop_profile,
@@ -269,12 +267,6 @@ class ServerProfile:
             self.admission["room_by_second"] = {str(s): n for s, n in room.items()}
             fits = turn_fit_by_second(views)
             self.admission["turn_fit_by_second"] = {str(s): list(f) for s, f in fits.items()}
-            if self.engine_loop is not None:
-                self.admission["peak_turn"] = peak_turn(
-                    self.admission["turn_fit_by_second"],
-                    self.engine_loop["steps_by_second"],
-                    FIT_MIN_STEPS_PER_S,
-                )
 
     @property
     def wall_s(self) -> float:

@@ -11,7 +11,6 @@ from voxbench.admission_view import (
     admission_during,
     describe_admission,
     parse_admission,
-    peak_turn,
 )
 
 
@@ -89,40 +88,12 @@ def test_a_server_without_the_gateway_family_reads_as_none_refused_there():
     assert "3 in all" in line and "at session start: none" in line
 
 
-def test_each_seconds_fit_is_judged_at_the_points_dearest_turn():
-    """The dearest loaded second (the longest loop turn of those with enough steps and their
-    pages) is the one each earlier fit is judged at, in % over its interval between LLM steps
-    (what a stream waits for a token); later fits and idle seconds are left out, and a fit
-    without a page price (its turn by rows alone) is read as it is."""
-    steps = {
-        "3": {"steps_per_s": 150.0, "turn_ms": 6.0, "rows": 100.0, "kv_pages": 5000.0},
-        "8": {"steps_per_s": 80.0, "turn_ms": 11.0, "rows": 200.0, "kv_pages": 20000.0},
-        "9": {"steps_per_s": 5.0, "turn_ms": 30.0, "rows": 2.0, "kv_pages": 10.0},  # idle
-        "10": {"steps_per_s": 90.0, "turn_ms": 10.0, "rows": 150.0, "kv_pages": 15000.0},
-    }
-    fits = {  # the dearest second's interval: 12.5 ms
-        "2": [3.0, 0.01, 0.3],  # 3 + 2 + 6 = 11 ms: 12 % under
-        "5": [3.5, 0.0, 0.45],  # 3.5 + 9 = 12.5 ms: exact
-        "6": [4.0, 0.025],  # by rows alone: 9 ms, 28 % under
-        "9": [1.0, 0.0, 0.1],  # after the dearest second: not judged
-    }
-    peak = peak_turn(fits, steps, min_steps_per_s=20.0)
-    assert (peak["second"], peak["rows"], peak["kv_pages"], peak["interval_ms"]) == (
-        8,
-        200.0,
-        20000.0,
-        12.5,
-    )
-    assert peak["error_pct_by_second"] == {"2": -12.0, "5": 0.0, "6": -28.0}
-    line = describe_admission(
-        {
-            "capacity_streams": 300,
-            "refusals": {},
-            "turn_fixed_s": 0.003,
-            "turn_per_row_s": 0.0,
-            "peak_turn": peak,
-        }
-    )[-1]
-    assert "(8s: 200 rows, 20000 KV pages, 12.5 ms between LLM steps)" in line
-    assert "2s:-12 5s:+0 6s:-28" in line
-    assert peak_turn(fits, {"9": steps["9"]}, min_steps_per_s=20.0) is None
+def test_the_turn_models_foresight_is_a_line_of_its_own():
+    """The point's `turn_model_vs_measured` (voxbench/turn_accuracy.py), horizons without a
+    prediction left out; none at all, no line."""
+    view = {"capacity_streams": 300, "refusals": {}, "turn_fixed_s": 0.003, "turn_per_row_s": 0.0}
+    foreseen = {"1s": 0.987, "5s": 0.97, "10s": None, "20s": None}
+    line = describe_admission({**view, "turn_model_vs_measured": foreseen})[-1]
+    assert line.endswith("by how far ahead it predicted: 1s:0.987 5s:0.970")
+    none = {h: None for h in foreseen}
+    assert len(describe_admission({**view, "turn_model_vs_measured": none})) == 1
