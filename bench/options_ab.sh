@@ -22,7 +22,7 @@
 # Env: VARIANTS: space-separated NAME:ARGS, ARGS the variant's server arguments separated by
 # commas (empty for the defaults; a variant that runs the checkout is best named after its
 # commit, since REV in BENCH_ARGS, as in "--commit REV", becomes each run's variant name). ORDER: the variant names in run order (default: ABBA over
-# the first two). BENCH_ARGS: the bench's arguments after --serve. WARMUP (default 1): first a
+# the first two; one run when VARIANTS names one). BENCH_ARGS: the bench's arguments after --serve. WARMUP (default 1): first a
 # run of the first variant whose result is dropped. PREFAULT_GIB (default 48): host memory
 # touched once first (the VM's memory grows as it is used). RUN_S: each run's time limit
 # (default 300). WARMUP_RUN_S: the warm-up's (default RUN_S; a fresh machine's first server
@@ -44,7 +44,11 @@ for variant in $VARIANTS; do
     ARGS[$name]=${variant#*:}
     names+=("$name")
 done
-ORDER=${ORDER:-"${names[0]} ${names[1]:-${names[0]}} ${names[1]:-${names[0]}} ${names[0]}"}
+if [ ${#names[@]} -eq 1 ]; then
+    ORDER=${ORDER:-${names[0]}}
+else
+    ORDER=${ORDER:-"${names[0]} ${names[1]} ${names[1]} ${names[0]}"}
+fi
 for name in $ORDER; do
     [ -n "${ARGS[$name]+set}" ] || { echo "ORDER names $name, which VARIANTS does not" >&2; exit 2; }
 done
