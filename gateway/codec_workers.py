@@ -1,6 +1,7 @@
 """Audio codec work in processes of the gateway's own: output encoding (`voxgate serve
---encode-processes N`; by default 4 when the engine runs on a CUDA GPU, none on a CPU) and, in
-a pool of its own, full-duplex microphones' decoding (`--decode-processes`, below).
+--encode-processes N`; by default half the host's cores, 4 to 16, when the engine runs on a
+CUDA GPU, none on a CPU) and, in a pool of its own, full-duplex microphones' decoding
+(`--decode-processes`, below).
 
 Why: on worker threads (`audio.OffLoopEncoder`) encodes share the gateway's GIL with its event
 loop and the engine-event reader, and each return from C waits for it. Under a GPU engine's
@@ -42,6 +43,7 @@ import itertools
 import logging
 import math
 import multiprocessing as mp
+import os
 import queue
 import threading
 import time
@@ -64,11 +66,17 @@ START_TIMEOUT_S = 60.0
 RESTART_DELAY_S = 1.0
 RESTART_WINDOW_S = 60.0
 MAX_RESTART_DELAY_S = 60.0
-# Worker processes when --encode-processes is not given and the engine runs on a CUDA GPU: 4
-# keep every encode under 20 ms with CosyVoice 2 at its 12 req/s on an H200, where threads let
-# some run longer and a few streams come late (BENCHMARKS.md). On a CPU-only machine the engine
-# needs the cores, and its few streams never convoy, so threads stay the default there.
-GPU_DEFAULT_PROCESSES = 4
+# Worker processes when --encode-processes is not given and the engine runs on a CUDA GPU:
+# half the host's usable cores, at least GPU_MIN_PROCESSES and at most GPU_MAX_PROCESSES. An
+# Orpheus stream's Opus at full complexity costs ~1.2 % of a core (0.23 ms a 20-ms frame), so
+# 300 streams keep ~3.5 cores encoding and more while new streams bank audio faster than real
+# time: on H100 and H200 hosts (16 cores) four workers let 23-43 % of encodes wait 20 ms or
+# more at 280-336 streams, and those waits made young streams' second chunks late
+# (BENCHMARKS.md). Four are the least: with them CosyVoice 2's 12 req/s on an H200 keeps
+# every encode under 20 ms. On a CPU-only machine the engine needs the cores, and its few
+# streams never convoy, so threads stay the default there.
+GPU_MIN_PROCESSES = 4
+GPU_MAX_PROCESSES = 16
 # Microphone decoder processes when --decode-processes is not given and the engine runs on a
 # CUDA GPU: 128 full-duplex sessions' packets take ~0.2 of a core to decode; two keep a
 # session's decoder alive elsewhere if one process dies.
@@ -78,15 +86,31 @@ GPU_DEFAULT_DECODE_PROCESSES = 2
 REPLY_EVERY_S = 0.002
 
 
-def process_count(
-    asked: int | None, device: str | None, gpu_default: int = GPU_DEFAULT_PROCESSES
-) -> int:
-    """How many worker processes to start: `asked` if given, else `gpu_default` when the
-    engine runs on CUDA (`device`: the engine's `--device`; None means CUDA if a GPU is
-    visible), else none."""
+def gpu_default_encode_processes(cores: int | None = None) -> int:
+    """Encode workers beside a CUDA engine: half the host's usable `cores` (default: those
+    this process may run on), within GPU_MIN_PROCESSES..GPU_MAX_PROCESSES."""
+    if cores is None:
+        cores = usable_cores()
+    return min(GPU_MAX_PROCESSES, max(GPU_MIN_PROCESSES, cores // 2))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, as a container's CPU set limits it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # platforms without affinity (macOS)
+        return os.cpu_count() or 1
+
+
+def process_count(asked: int | None, device: str | None, gpu_default: int | None = None) -> int:
+    """How many worker processes to start: `asked` if given, else `gpu_default` (None: the
+    encoders' default, gpu_default_encode_processes) when the engine runs on CUDA (`device`:
+    the engine's `--device`; None means CUDA if a GPU is visible), else none."""
     if asked is not None:
         return asked
-    return gpu_default if _runs_on_cuda(device) else 0
+    if not _runs_on_cuda(device):
+        return 0
+    return gpu_default_encode_processes() if gpu_default is None else gpu_default
 
 
 def _runs_on_cuda(device: str | None) -> bool:

@@ -259,7 +259,8 @@ class GatewaySettings:
         metadata=cli(
             "--encode-processes",
             "encode output audio in this many processes of their own, or on the gateway's worker "
-            "threads (0) (default: 4 when the engine runs on a CUDA GPU, else 0)",
+            "threads (0) (default: half the host's cores, 4 to 16, when the engine runs on a "
+            "CUDA GPU, else 0)",
             group=LIMITS,
         ),
     )

@@ -323,16 +323,31 @@ def test_settings_refuse_a_negative_count():
 def test_processes_by_default_only_beside_a_cuda_engine(monkeypatch):
     import torch
 
-    from gateway.codec_workers import GPU_DEFAULT_PROCESSES, process_count
+    from gateway.codec_workers import gpu_default_encode_processes, process_count
 
-    assert process_count(None, "cuda") == process_count(None, "cuda:1") == GPU_DEFAULT_PROCESSES
+    default = gpu_default_encode_processes()
+    assert process_count(None, "cuda") == process_count(None, "cuda:1") == default
     assert process_count(None, "cpu") == 0
     assert process_count(0, "cuda") == 0 and process_count(2, "cpu") == 2  # asked: as asked
     # No --device: the engine takes CUDA when a GPU is visible, and so do the encoders.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert process_count(None, None) == GPU_DEFAULT_PROCESSES
+    assert process_count(None, None) == default
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert process_count(None, None) == 0
+
+
+def test_the_gpu_default_grows_with_the_host_within_bounds(monkeypatch):
+    """Half the usable cores, never fewer than 4 (a 2-core VM beside a GPU) nor more than 16
+    (a 128-core host), and the affinity's cores, not the machine's, are the ones counted."""
+    from gateway import codec_workers
+    from gateway.codec_workers import gpu_default_encode_processes
+
+    assert [gpu_default_encode_processes(n) for n in (1, 2, 8, 9, 16, 24, 32, 128)] == [
+        4, 4, 4, 4, 8, 12, 16, 16,
+    ]  # fmt: skip
+    monkeypatch.setattr(codec_workers.os, "sched_getaffinity", lambda pid: set(range(20)))
+    assert gpu_default_encode_processes() == 10
+    assert codec_workers.process_count(None, "cuda") == 10
 
 
 def test_the_gateway_gives_its_sessions_encoders_its_hurry_threshold():
