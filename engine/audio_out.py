@@ -9,6 +9,7 @@ inline, or on worker threads — belongs to the core (`EngineCore.detok`), which
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from engine.detok_job import Detokenizer, DetokJob
@@ -99,7 +100,7 @@ class AudioOut:
                 if len(pcm):
                     self.scheduler.audio_out(request, now, len(pcm) / rate)
                     self.totals.audio_s += len(pcm) / rate
-                    events.append(AudioChunk(request.request_id, pcm, rate))
+                    events.append(AudioChunk(request.request_id, pcm, rate, time.monotonic()))
                 if final:
                     request.detok_done = True
                     self.scheduler.remove(request.request_id)

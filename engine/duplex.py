@@ -347,7 +347,7 @@ class DuplexEngine:
                 if request.first_audio_time is None:
                     request.first_audio_time = self.clock()
                 request.audio_emitted_s += len(pcm) / rate
-                events.append(AudioChunk(request.request_id, pcm, rate))
+                events.append(AudioChunk(request.request_id, pcm, rate, time.monotonic()))
             if len(request.output_ids) >= request.sampling.max_tokens:
                 events += self._end(request.request_id, FinishReason.LENGTH)
         return events

@@ -183,6 +183,10 @@ class AudioChunk:
     request_id: str
     pcm: np.ndarray  # float32 [n_samples], mono, at `sample_rate`
     sample_rate: int
+    # When the engine had the audio (time.monotonic of the engine's host), so that a gateway on
+    # the same host can time its delivery (voxgate_audio_delivery_seconds); None where the
+    # clocks differ (a Ray replica's events).
+    made_s: float | None = None
 
     @property
     def duration_s(self) -> float:

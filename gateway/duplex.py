@@ -349,7 +349,7 @@ class DuplexConversation:
         """The conversation's output, sent as it comes: the engine's frame clock paces it."""
         async for event in stream:
             if isinstance(event, AudioChunk):
-                await reply.send(await encoder.encode(event.pcm))
+                await reply.send(await encoder.encode(event.pcm), event.made_s)
             elif isinstance(event, TextDelta):
                 self._emit.event(TranscriptDelta(reply.response_id, event.text))
             else:

@@ -419,6 +419,14 @@ class GatewayMetrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
+        self.audio_delivery = Histogram(
+            "voxgate_audio_delivery_seconds",
+            "From the engine having a chunk of audio to its first frame leaving the gateway: the "
+            "engine's event transport, the encode's queue and run, the event loop (an engine on "
+            "this host only)",
+            buckets=LAG_BUCKETS_S,
+            registry=r,
+        )
         self.encode_hurried = Histogram(
             "voxgate_encode_hurried_seconds",
             "How long the encodes that ran hurried (Opus complexity 6: the encoders were behind, "

@@ -372,9 +372,13 @@ class ReplyLifecycle:
                 encoder.close()
             self.cancel_engine_requests()
 
-    async def send(self, frames: list[bytes]) -> bool:
+    async def send(self, frames: list[bytes], made_s: float | None = None) -> bool:
         """Send frames in order, each once its pacing slot comes. False once the reply was
-        cancelled or its engine lost: the frames not yet sent are dropped."""
+        cancelled or its engine lost: the frames not yet sent are dropped. `made_s`: when the
+        engine had the audio of the first of them (AudioChunk.made_s), to time its delivery
+        up to here (voxgate_audio_delivery_seconds; pacing is no delay, so not counted)."""
+        if made_s is not None and frames:
+            self._metrics.audio_delivery.observe(max(time.monotonic() - made_s, 0.0))
         frame_ms = self._output.frame_ms
         for frame in frames:
             if not await self._slot(frame_ms / 1000):

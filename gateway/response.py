@@ -357,9 +357,11 @@ class ResponseRunner:
             event = await segment.events.get()
             if isinstance(event, AudioChunk):
                 self._model_audio_s += event.duration_s
+                made_s = event.made_s  # the chunk's delivery is timed at its first part
                 async for frames in encoder.encode_parts(event.pcm):
-                    if not await self.reply.send(frames):
+                    if not await self.reply.send(frames, made_s):
                         break  # cancelled, or the engine lost: encode no more of it
+                    made_s = None
                     self._words.release(self.reply.audio_ms)
                 continue
             if isinstance(event, WordTimings):

@@ -212,6 +212,7 @@ _HISTOGRAMS = {  # what server_pauses reads: /metrics histogram, the series' lab
     "encode_queue": ("voxgate_encode_queue_seconds", "", "encodes queued"),
     "encode_run": ("voxgate_encode_run_seconds", "", "encodes run"),
     "encode_hurried": ("voxgate_encode_hurried_seconds", "", "encodes hurried (their waits)"),
+    "audio_delivery": ("voxgate_audio_delivery_seconds", "", "chunks from engine to socket"),
 }
 
 
@@ -236,10 +237,10 @@ def metrics_body(http: str) -> str | None:
 
 def server_pauses(http: str) -> dict[str, dict[str, float]] | None:
     """From the server's /metrics, so far: its full (generation-2) garbage collections, its
-    event loop's lag samples, its output encodes' time queued and running, and the waits of
-    those that ran hurried (gateway.audio HURRIED_COMPLEXITY), each as how many, how many over
-    each of PAUSE_THRESHOLDS, and their total milliseconds. None when the server does not
-    answer."""
+    event loop's lag samples, its output encodes' time queued and running, the waits of
+    those that ran hurried (gateway.audio HURRIED_COMPLEXITY), and its chunks' delivery from
+    the engine to the socket, each as how many, how many over each of PAUSE_THRESHOLDS, and
+    their total milliseconds. None when the server does not answer."""
     body = metrics_body(http)
     return None if body is None else parse_server_pauses(body)
 

@@ -123,8 +123,13 @@ def test_bench_end_to_end(tmp_path, tiny_orpheus_dirs, capsys, served_bench):
             "encode_queue",
             "encode_run",
             "encode_hurried",
+            "audio_delivery",
         }
         assert pauses["encode_run"]["count"] >= 4 and pauses["encode_run"]["ms"] > 0
+        # Every chunk of an engine on this host is timed from the engine to the socket, and
+        # each chunk is at least one encode.
+        delivered = pauses["audio_delivery"]
+        assert 4 <= delivered["count"] <= pauses["encode_run"]["count"] and delivered["ms"] > 0
         for p in pauses.values():
             assert set(p) == {"count", "over_20ms", "over_100ms", "ms"}
             assert 0 <= p["over_100ms"] <= p["over_20ms"] <= p["count"] and p["ms"] >= 0

@@ -65,6 +65,7 @@ def test_metrics_show_full_collections_and_the_bench_reads_them_back():
     metrics.loop_lag.observe(0.15)
     metrics.observe_encode(0.05, 0.002, True)  # an encode that waited, then ran hurried
     metrics.observe_encode(0.001, 0.004, False)
+    metrics.audio_delivery.observe(0.12)  # a chunk that took 120 ms from engine to socket
     between = pauses_between(first, parse_server_pauses(metrics.render().decode()))
     full = between["full_gc"]
     assert full["count"] >= 2 and full["ms"] > 0
@@ -72,10 +73,12 @@ def test_metrics_show_full_collections_and_the_bench_reads_them_back():
     assert between["loop_lag"] == {"count": 2, "over_20ms": 2, "over_100ms": 1, "ms": 180.0}
     assert between["encode_queue"]["count"] == 2 and between["encode_run"]["count"] == 2
     assert between["encode_hurried"] == {"count": 1, "over_20ms": 1, "over_100ms": 0, "ms": 50.0}
+    assert between["audio_delivery"] == {"count": 1, "over_20ms": 1, "over_100ms": 1, "ms": 120.0}
     lines = describe_pauses(between)  # the bench's log, a line a histogram
     assert (
         lines[0] == "server event-loop lag samples: 2, 2 over 20 ms, 1 over 100 ms, 180 ms in all"
     )
-    assert len(lines) == 5 and describe_pauses(None) == []
+    assert len(lines) == 6 and describe_pauses(None) == []
+    assert "server chunks from engine to socket: 1, 1 over 20 ms, 1 over 100 ms" in lines[-1]
     assert parse_server_pauses("voxgate_sessions 0\n") == {}  # a server without them
     assert pauses_between(None, first) is None

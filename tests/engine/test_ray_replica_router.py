@@ -1,7 +1,7 @@
 """A replica shared by several callers (engine/ray_replica.py, without Ray): each caller's
 batches of commands are applied in its own numbering, each batch's in its order, its tokens
 never collide with another's, it gets the answers to its commands and the events of its own
-requests only, stats reach everyone, a caller that leaves has its requests cancelled, and an
+requests only (audio without the engine host's clock), stats reach everyone, a caller that leaves has its requests cancelled, and an
 engine that dies without a word is told to every caller."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def answer(command, token: int | None, events: queue.Queue) -> None:
     match command:
         case Submit(request):
             events.put(Answered(token, Applied(request.text)))
-            chunk = AudioChunk(request.text, np.zeros(4, np.float32), 24_000)
+            chunk = AudioChunk(request.text, np.zeros(4, np.float32), 24_000, time.monotonic())
             words = WordTimings(request.text, (WordTiming("hi", 0.0, 0.2),))
             events.put(StepEvents((chunk, words)))
         case Cancel(request_id):
@@ -90,6 +90,8 @@ def test_each_caller_gets_its_own_answers_and_events_in_its_own_order():
         AudioChunk,
         WordTimings,
     ]
+    # The engine's clock stays on its host: a caller elsewhere could not read it.
+    assert a[1].made_s is None and len(a[1].pcm) == 4
     assert b[0] == Answered(0, Applied("rb")) and {m.request_id for m in b[1:]} == {"rb"}
     assert {m.request_id for m in a[1:]} == {"ra"}
     order = [
