@@ -59,6 +59,8 @@ class ListenerLedger(Protocol):
 
     def guard_short_below_s(self) -> float: ...
 
+    def frame_floor_s(self) -> float: ...
+
 
 class RealtimeAdmission:
     def __init__(
@@ -82,6 +84,7 @@ class RealtimeAdmission:
             threaded_codec,
             block_size,
             min(config.contended_lead_s, config.max_lead_s),
+            ledger.frame_floor_s,
         )
         # How long a text's speech runs, learned from requests that stopped by themselves.
         # Short texts get half a second of audio as slack.

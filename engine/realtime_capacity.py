@@ -119,6 +119,7 @@ class RealtimeCapacity:
         threaded_codec: bool,
         page_tokens: int = 16,
         lead_cap_s: float = math.inf,
+        floor_s: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.seconds_per_token = seconds_per_token
         self.chunk_tokens = chunk_tokens
@@ -130,6 +131,9 @@ class RealtimeCapacity:
         # scheduler's contended lead cap): a newcomer always does, so the outlook credits a
         # stream's cheap early turns only up to this lead.
         self.lead_cap_s = lead_cap_s
+        # The lead under which a listener's next codec frame comes late (a frame's tokens and
+        # a codec job: the scheduler's frame_floor_s), read at each judgement.
+        self.floor_s = floor_s
         # Seconds a KV page in use adds to a decode turn: priced at warm-up (the page's bytes
         # at the device's memory bandwidth), then learned from the live turns
         # (engine/page_price.py); 0 while unpriced, when the turn is judged by its rows alone.
@@ -225,6 +229,7 @@ class RealtimeCapacity:
             REALTIME_LOAD * self.seconds_per_token,
             self.lead_cap_s,
             OUTLOOK_END_STEP,
+            self.floor_s(),
         )
         short = inputs.shortfall()
         if short is not None:

@@ -24,6 +24,14 @@ that; their contexts, the tokens they may still make and the audio they hold can
   point is at a segment's start or end, and a pass over the segments, all streams at once,
   finds every listener's lowest lead exactly.
 
+A listener hears its audio in whole codec frames, each out a codec job after its last token:
+so while its lead (tokens made and not yet played) is under a frame and a job, the next frame
+cannot reach it in time, and the outlook counts a listener short below that `floor_s`. Its
+low points are where its lead has been falling: not now (a newcomer starts with nothing
+banked and gains until its first audio; a stream already thin is the listeners' guard's,
+engine/listener_guard.py), and not a lead still rising. (At a stream's very end its last tokens go out whether or not
+they fill a frame; a frame before it the floor holds, and the lead then is hardly more.)
+
 The remaining tokens are what the scheduler expects a request may still make: its text's
 learned bound (engine/speech_lengths.py) or, without one, its `max_tokens`, less what it made.
 
@@ -98,9 +106,12 @@ class OutlookInputs:
     budget_s: float
     lead_cap_s: float
     end_step: int
+    floor_s: float = 0.0  # the lead under which a listener's next frame comes late
 
     def shortfall(self) -> Shortfall | None:
-        return shortfall(self.streams, self.turn, self.budget_s, self.lead_cap_s, self.end_step)
+        return shortfall(
+            self.streams, self.turn, self.budget_s, self.lead_cap_s, self.end_step, self.floor_s
+        )
 
     def to_record(self) -> dict[str, Any]:
         """Plain data for a JSON line: the turn's part by rows at every row count from 1 to
@@ -114,6 +125,7 @@ class OutlookInputs:
             "budget_s": self.budget_s,
             "lead_cap_s": None if math.isinf(self.lead_cap_s) else self.lead_cap_s,
             "end_step": self.end_step,
+            "floor_s": self.floor_s,
             "page_s": self.turn.page_s,
             "page_tokens": self.turn.page_tokens,
             "max_rows": self.turn.max_rows,
@@ -145,7 +157,12 @@ class OutlookInputs:
         streams = [StreamOutlook(int(c), int(r), b, s) for c, r, b, s in record["streams"]]
         cap = record["lead_cap_s"]
         return cls(
-            streams, turn, record["budget_s"], math.inf if cap is None else cap, record["end_step"]
+            streams,
+            turn,
+            record["budget_s"],
+            math.inf if cap is None else cap,
+            record["end_step"],
+            record.get("floor_s", 0.0),  # traces written before the floor judged against 0
         )
 
 
@@ -155,13 +172,15 @@ def shortfall(
     budget_s: float,
     lead_cap_s: float = math.inf,
     end_step: int = 1,
+    floor_s: float = 0.0,
 ) -> Shortfall | None:
     """The largest lack of audio any listener among `streams` would see before its end,
     each stream making its share of a token a round (a listener one) against `budget_s` of
     playback a token, none banking more than `lead_cap_s` ahead (or its own bank, if
-    larger); None if none runs dry. Ends are rounded up to a multiple of `end_step` rounds
-    (fewer segments; a stream then counts as running a little longer, which errs on the
-    safe side)."""
+    larger); None if none runs short: below `floor_s` of lead at a low point (where its
+    lead has been falling: the module's note says why). Ends are rounded up to a multiple of
+    `end_step` rounds (fewer segments; a stream then counts as running a little longer,
+    which errs on the safe side)."""
     live = [s for s in streams if s.remaining_tokens > 0]
     if not any(s.listened for s in live):
         return None
@@ -193,12 +212,15 @@ def shortfall(
     gain = _rounds_sum(starts, turning, budget_s - a, -b)
     loss = _rounds_sum(turning, stops, budget_s - a, -b)
     elapsed = np.cumsum(_rounds_sum(starts, stops, a, b))
-    worst, worst_at = np.where(listened, lead, np.inf), np.zeros(len(live), dtype=np.int64)
+    worst, worst_at = np.full(len(live), np.inf), np.zeros(len(live), dtype=np.int64)
     for j in range(len(stops)):
         on = running[j] & listened
         lead = np.where(on, np.minimum(cap, lead + gain[j]) + loss[j], lead)
-        lower = on & (lead < worst)
-        worst = np.where(lower, lead, worst)
+        # A lead still rising at a segment's end is above where it was; one that fell into
+        # it is a low point.
+        margin = lead - floor_s
+        lower = on & (loss[j] < 0) & (margin < worst)
+        worst = np.where(lower, margin, worst)
         worst_at = np.where(lower, j, worst_at)
     i = int(np.argmin(worst))
     if worst[i] >= 0:

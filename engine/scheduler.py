@@ -534,6 +534,13 @@ class Scheduler:
         ground (guard_short_below_s), so a change here moves admission too."""
         return self.first_audio_margin * self.next_chunk_wait_s()
 
+    def frame_floor_s(self) -> float:
+        """The lead (tokens made and not yet played) under which a listener's next audio comes
+        late: the codec makes audio of whole frames (past its look-ahead), and a frame's audio
+        is out a codec job after its last token. Real-time admission's outlook keeps every
+        listener's low points above it (engine/realtime_outlook.py)."""
+        return self.facts.frame_tokens * self.facts.seconds_per_token + self.detok_time_s
+
     def guard_short_below_s(self) -> float:
         """The lead below which the listener guard counts a settled listener short
         (engine/listener_guard.py): the first chunk's cover, since a healthy stream starts

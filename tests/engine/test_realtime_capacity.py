@@ -8,6 +8,7 @@ voxgate-tiny engine to check its warm-up's calibration."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import numpy as np
@@ -25,7 +26,7 @@ from engine.listener_guard import (
 )
 from engine.memory_bandwidth import copy_bandwidth, page_seconds
 from engine.realtime_capacity import REALTIME_LOAD, CodecCost, RealtimeCapacity
-from engine.realtime_outlook import StreamOutlook
+from engine.realtime_outlook import OutlookInputs, StreamOutlook
 from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
@@ -527,6 +528,16 @@ def test_a_refusal_says_its_cause_and_what_the_outlook_read():
     short = decision.outlook.shortfall()
     assert short is not None and f"{short.behind_s:.2f} s short" in decision.reason
     assert decision.outlook.streams[-1].remaining_tokens == 800  # the newcomer, last
+    # The outlook judged low points against the scheduler's frame floor: a frame's tokens and
+    # a codec job, read as the judgement was made.
+    assert decision.outlook.floor_s == pytest.approx(
+        FACTS.frame_tokens * FACTS.seconds_per_token + sched.detok_time_s
+    )
+    assert decision.outlook.floor_s == sched.frame_floor_s() > 0
+    record = json.loads(json.dumps(decision.outlook.to_record()))
+    assert OutlookInputs.from_record(record).floor_s == decision.outlook.floor_s
+    del record["floor_s"]  # a trace written before the floor: judged against none
+    assert OutlookInputs.from_record(record).floor_s == 0.0
     full = make_scheduler(realtime_admission=False)
     kv = full.admit(Request([1] * 16, SamplingParams(max_tokens=4096 * 16), 0.0))
     assert not kv.ok and kv.cause == RefusalCause.KV and kv.outlook is None

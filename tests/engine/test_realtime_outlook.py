@@ -23,16 +23,18 @@ def walked(
     budget_s: float,
     lead_cap_s: float = math.inf,
     end_step: int = 1,
+    floor_s: float = 0.0,
 ) -> float:
     """The largest lack of audio, round by round: every stream with tokens left makes its
     share of one a round (a listener a whole one), a round reads each one's context so far
     plus half a page, by its share, and a listener's lead grows by a token's budget less the
-    round, up to the cap (or its own bank)."""
+    round, up to the cap (or its own bank); a lead that fell in a round must stay at
+    `floor_s` or above."""
     ends = [math.ceil(s.remaining_tokens / s.share) for s in streams]
     ends = [-(-end // end_step) * end_step for end in ends]
     leads = [s.banked_s for s in streams]
     caps = [max(s.banked_s, lead_cap_s) for s in streams]
-    worst = [lead if s.listened else math.inf for lead, s in zip(leads, streams, strict=True)]
+    worst = [math.inf] * len(streams)
     for k in range(1, max(ends) + 1):
         active = [i for i, end in enumerate(ends) if end >= k]
         rows = sum(streams[i].share for i in active)
@@ -45,12 +47,13 @@ def walked(
         round_s = turns * float(turn.by_rows(min(rows, turn.max_rows))) + turn.page_s * pages
         for i in active:
             if streams[i].listened:
-                leads[i] = min(caps[i], leads[i] + budget_s - round_s)
-                worst[i] = min(worst[i], leads[i])
+                before, leads[i] = leads[i], min(caps[i], leads[i] + budget_s - round_s)
+                if leads[i] < before:
+                    worst[i] = min(worst[i], leads[i] - floor_s)
     return max(0.0, -min(worst))
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", range(32))
 def test_the_closed_form_equals_walking_the_rounds(seed):
     rng = random.Random(seed)
     streams = [
@@ -71,8 +74,9 @@ def test_the_closed_form_equals_walking_the_rounds(seed):
     budget = rng.uniform(0.004, 0.012)
     cap = rng.choice([math.inf, 0.05, 0.3])
     step = rng.choice([1, 8])
-    lack = walked(streams, turn, budget, cap, step)
-    short = shortfall(streams, turn, budget, cap, step)
+    floor = rng.choice([0.0, 0.0, 0.02, 0.1])
+    lack = walked(streams, turn, budget, cap, step, floor)
+    short = shortfall(streams, turn, budget, cap, step, floor)
     if lack <= 1e-12:
         assert short is None
     else:
@@ -175,3 +179,32 @@ def test_a_refusal_keeps_what_the_outlook_read_and_its_record_judges_the_same():
     assert replayed.behind_s == pytest.approx(recorded.behind_s, rel=1e-4)
     # With room for all, nothing is kept.
     assert capacity.room_with(live[:20], [StreamOutlook(40, 1500, 0.0)]).outlook is None
+
+
+FRAME_FLOOR = 7 / 82.03 + 0.01  # an Orpheus frame's 7 tokens and a 10-ms codec job
+
+
+def test_a_low_point_under_a_frame_and_a_codec_job_is_short():
+    """A listener whose lead falls to 50 ms holds by the audio it has, but its next frame
+    (85 ms of tokens and a codec job) cannot reach it in time: short by the floor's rest."""
+    turn = TurnModel(line(0.0125, 0.0), 0.0, 16, 8)  # a turn 0.5 ms over the token budget
+    falling = StreamOutlook(0, 400, 0.25)  # loses 0.5 ms a round: 50 ms left at its end
+    assert shortfall([falling], turn, 0.012) is None
+    short = shortfall([falling], turn, 0.012, floor_s=FRAME_FLOOR)
+    assert short is not None
+    assert short.behind_s == pytest.approx(FRAME_FLOOR - (0.25 - 400 * 0.0005))
+    # With the audio for the floor banked, it holds.
+    banked = StreamOutlook(0, 400, 0.25 + short.behind_s + 1e-6)
+    assert shortfall([banked], turn, 0.012, floor_s=FRAME_FLOOR) is None
+
+
+def test_a_newcomer_below_the_floor_while_its_lead_grows_is_not_short():
+    """A newcomer has nothing banked, and neither has a stream just past its first audio:
+    under the floor now, but gaining; only where a lead has been falling is it a low point."""
+    turn = TurnModel(line(0.008, 0.0), 0.0, 16, 8)  # 4 ms a token to spare
+    newcomer, thin = StreamOutlook(0, 300, 0.0), StreamOutlook(40, 300, 0.03)
+    assert shortfall([newcomer, thin], turn, 0.012, floor_s=FRAME_FLOOR) is None
+    # The same streams once the turns outgrow the budget are short at once.
+    slow = TurnModel(line(0.013, 0.0), 0.0, 16, 8)
+    short = shortfall([newcomer, thin], slow, 0.012, floor_s=FRAME_FLOOR)
+    assert short is not None and short.behind_s == pytest.approx(FRAME_FLOOR + 0.3)
