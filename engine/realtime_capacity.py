@@ -120,6 +120,7 @@ class RealtimeCapacity:
         page_tokens: int = 16,
         lead_cap_s: float = math.inf,
         floor_s: Callable[[], float] = lambda: 0.0,
+        turn_window: int = LIVE_WINDOW,
     ) -> None:
         self.seconds_per_token = seconds_per_token
         self.chunk_tokens = chunk_tokens
@@ -138,8 +139,9 @@ class RealtimeCapacity:
         # at the device's memory bandwidth), then learned from the live turns
         # (engine/page_price.py); 0 while unpriced, when the turn is judged by its rows alone.
         self.pages = PagePrice()
-        # A decode turn's seconds by rows, less its pages at their price.
-        self.steps = TurnCostModel(page_price=self.pages.seconds)
+        # A decode turn's seconds by rows, less its pages at their price, fitted to the last
+        # `turn_window` live turns.
+        self.steps = TurnCostModel(window=turn_window, page_price=self.pages.seconds)
         self.codec = CodecCost()  # codec job seconds by audio made (threaded codec only)
 
     @property

@@ -49,8 +49,8 @@ def replay(
         max_num_seqs=1,
         max_detok_batch=1,
         threaded_codec=True,
+        turn_window=window,
     )
-    capacity.steps = turn_cost.TurnCostModel(window=window, page_price=capacity.pages.seconds)
     if log.model is not None:
         capacity.price_pages(log.model["page_s"])
         capacity.steps.slope_bound_by_bursts = bool(log.model["slope_bound_by_bursts"])
