@@ -186,6 +186,7 @@ class ReplyLifecycle:
         self._requests: dict[str, RequestState] = {}
         self._submits: dict[str, asyncio.Future] = {}  # submits in flight, by request id
         self._first_submit: float | None = None
+        self._first_frame_at: float | None = None  # when the first frame left (monotonic)
 
     @property
     def cancelled(self) -> bool:
@@ -360,8 +361,12 @@ class ReplyLifecycle:
         encoder: ChunkEncoder | None = None
         try:
             opened = self._open_encoder(self._output, self._engine.facts.sample_rate)
-            if self._clock is not None:  # paced: the clock knows when each chunk is needed
-                opened.needed_by = self._clock.runs_dry_at
+            # When the listener needs the next chunk (the encoder processes run the calls
+            # waiting together by it): a paced reply's clock knows; otherwise its listener
+            # plays from the first frame, so no later than when what was sent runs out.
+            opened.needed_by = (
+                self._clock.runs_dry_at if self._clock is not None else self._runs_dry_at
+            )
             encoder = at_speed(opened, self.time.speed)
             await body(encoder)
         except CodecProcessFailed as exc:  # --encode-processes: its worker is gone
@@ -387,11 +392,20 @@ class ReplyLifecycle:
             self.audio_ms += frame_ms
             self._metrics.audio_sent.inc(frame_ms / 1000)
             if self.ttfa_ms is None:
+                self._first_frame_at = time.monotonic()
                 start = self._first_submit if self._first_submit is not None else time.monotonic()
-                ttfa_s = time.monotonic() - start
+                ttfa_s = self._first_frame_at - start
                 self.ttfa_ms = round(ttfa_s * 1000)
                 self._metrics.ttfa.observe(ttfa_s)
         return True
+
+    def _runs_dry_at(self) -> float:
+        """An unpaced reply's need: when a listener playing from the first frame in real time
+        has played all that was sent (now before the first frame: first audio is due now)."""
+        now = time.monotonic()
+        if self._first_frame_at is None:
+            return now
+        return max(now, self._first_frame_at + self.audio_ms / 1000)
 
     async def _slot(self, frame_s: float) -> bool:
         """Wait until the next frame may leave; False once a barge-in stopped the reply or its

@@ -366,9 +366,11 @@ async def test_what_the_user_heard_is_their_report_capped_at_what_was_sent():
     assert 0 <= reply.heard_s(None) <= 0.1  # the send clock: time since the first frame
 
 
-async def test_a_paced_replys_encoder_knows_when_its_listener_needs_the_next_chunk():
-    """A paced reply hands its encoder its playback clock's need (the encoder processes rank
-    the calls waiting together by it); an unpaced one has none to give."""
+@pytest.mark.parametrize("lead_s", [1.0, None])
+async def test_a_replys_encoder_knows_when_its_listener_needs_the_next_chunk(lead_s):
+    """A reply hands its encoder its listener's need (the encoder processes rank the calls
+    waiting together by it): a paced reply by its playback clock, an unpaced one as its
+    listener plays from the first frame; both now, before any audio."""
     engine, client, metrics = RecordingEngine(), Client(), GatewayMetrics(lambda: None)
     encoders: list[ChunkEncoder] = []
 
@@ -383,15 +385,12 @@ async def test_a_paced_replys_encoder_knows_when_its_listener_needs_the_next_chu
         await reply.send([bytes(960)] * 10)  # 200 ms, within the lead: at once
         needs.append(encoders[-1].needed_by())
 
-    reply = make_reply(engine, client, metrics, opened, lead_s=1.0)
+    reply = make_reply(engine, client, metrics, opened, lead_s=lead_s)
     reply.start()
     start = time.monotonic()
     await reply.play(play)
     assert start <= needs[0] <= time.monotonic()  # no audio yet: needed now
     assert needs[1] == pytest.approx(start + 0.2, abs=0.05)  # when the 200 ms run out
-    unpaced = make_reply(engine, client, metrics, opened, lead_s=None)
-    await unpaced.play(lambda encoder: asyncio.sleep(0))
-    assert encoders[-1].needed_by is None
 
 
 async def test_an_unpaced_reply_sends_as_frames_come():
