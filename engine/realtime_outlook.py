@@ -29,8 +29,9 @@ so while its lead (tokens made and not yet played) is under a frame and a job, t
 cannot reach it in time, and the outlook counts a listener short below that `floor_s`. Its
 low points are where its lead has been falling: not now (a newcomer starts with nothing
 banked and gains until its first audio; a stream already thin is the listeners' guard's,
-engine/listener_guard.py), and not a lead still rising. (At a stream's very end its last tokens go out whether or not
-they fill a frame; a frame before it the floor holds, and the lead then is hardly more.)
+engine/listener_guard.py), and not a lead still rising. (At a stream's very end its last
+tokens go out whether or not they fill a frame; a frame before it the floor holds, and the
+lead then is hardly more.)
 
 The remaining tokens are what the scheduler expects a request may still make: its text's
 learned bound (engine/speech_lengths.py) or, without one, its `max_tokens`, less what it made.
