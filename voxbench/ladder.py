@@ -39,6 +39,7 @@ from voxbench.engine_loop import (
     steps_by_second,
     turn_fit,
 )
+from voxbench.late_chunks import describe_late_chunks, late_chunk_timing
 from voxbench.loadgen import LoadGenerator
 from voxbench.metrics import EPS_MS, distribution, frame_lateness, percentile
 from voxbench.metrics_sampler import MetricsSampler
@@ -235,10 +236,12 @@ class ServerProfile:
     """The server's view of one point: its /metrics sampled through it (the engine loop's
     profile, the GPU's shares and the steps' pace and cost by second, real-time admission's
     refusals by cause and its predicted room by second), its pauses and, for a server started
-    here, its request traces."""
+    here, its request traces (and, matched to the clients' records, where its late streams'
+    first late chunks lost their time: voxbench/late_chunks.py)."""
 
-    def __init__(self, http: str, trace: Path | None) -> None:
+    def __init__(self, http: str, trace: Path | None, buffer_ms: float = 0.0) -> None:
         self.http, self.trace = http, trace
+        self.buffer_ms = buffer_ms  # the clients' playback buffer (late_chunk_timing's frames)
         self._pauses = servers.server_pauses(http)
         self._sampler = MetricsSampler(http)
         self.began = time.monotonic()
@@ -289,9 +292,12 @@ class ServerProfile:
         for line in servers.describe_pauses(pauses):
             log.info("  %s", line)
         if self.trace is not None and self.trace.exists():
-            point["engine_trace"] = summarize_traces(
-                read_traces(self.trace, self.began, self.ended)
-            )
+            traces = read_traces(self.trace, self.began, self.ended)
+            point["engine_trace"] = summarize_traces(traces)
+            late = late_chunk_timing(point.get("records") or [], traces, self.buffer_ms)
+            point["late_chunks"] = late
+            for line in describe_late_chunks(late):
+                log.info("  %s", line)
 
 
 def ladder_stops(misses: int, stop_after_failures: int) -> bool:
@@ -411,7 +417,7 @@ class LadderRun(abc.ABC):
         misses = 0
         runs = [(n, r) for n in sorted(set(c.counts)) for r in range(1, c.repeats + 1)]
         for n, repeat in runs:
-            profile = ServerProfile(http, trace)
+            profile = ServerProfile(http, trace, c.buffer_ms)
             point = self.measure(url, n)
             profile.load_ended()
             if c.repeats > 1:

@@ -177,7 +177,7 @@ async def _request(
                     rec.frame_ms = frame_ms
                     rec.durations_ms = [] if frame_ms is None else None
                     await _sleep_until(start_at + plan.offset_s)
-                    sent = time.monotonic()
+                    sent = rec.sent_at = time.monotonic()
                     rec.sent_s = sent - start_at
                     if opts.mic_packets:
                         mic = asyncio.create_task(_speak(ws, opts, plan.item.audio_seconds, sent))
@@ -185,6 +185,8 @@ async def _request(
                         await ws.send(
                             json.dumps({"type": "text", "text": plan.item.text, "final": True})
                         )
+                elif kind == "response.started":
+                    rec.response_id = event.get("response_id")
                 elif kind == "response.done":
                     rec.done = {k: event.get(k) for k in ("status", "audio_ms", "ttfa_ms")}
                     break

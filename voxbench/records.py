@@ -33,6 +33,10 @@ class RequestRecord:
     exception: str | None = None  # client-side failure (refused handshake, timeout, …)
     aborted: bool = False  # stopped by the benchmark itself (early stop)
     late: bool = False  # some frame missed its deadline t0 + b + o (seen live)
+    # response.started's id (the server's request traces are named after it), and sent_s on
+    # the monotonic clock: a served point's engine shares it (voxbench/late_chunks.py).
+    response_id: str | None = None
+    sent_at: float | None = None
 
     # --- derived ---------------------------------------------------------------------------
     @property

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from engine.request_trace import read_traces
 from gateway.cli import main
 from gateway.metrics import LOOP_TOTALS
 from voxbench.capacity import (
@@ -349,6 +350,14 @@ def test_capacity_ladder_served_on_the_cpu(tmp_path, tiny_orpheus_dirs, capsys, 
         # the KV pages in use, read at each interval's end (0 once the point's streams ended)
         assert all(v["kv_pages"] >= 0 for v in steps.values())
         assert point["engine_trace"]["requests"] >= s["listeners"]
+        # Each record names its response, whose first segment's trace is in the point, and its
+        # send time on the clock the engine shares (voxbench/late_chunks.py reads them).
+        trace = path.with_name(f"{path.stem}.voxgate-slack.trace.jsonl")
+        traced = {t["request_id"] for t in read_traces(trace)}
+        for record in point["records"]:
+            assert f"{record['response_id']}-s0" in traced
+            assert record["sent_at"] > 0
+        assert "late_chunks" in point  # None: no stream was late enough to look at
         assert point["admission"]["refusals"] == {}  # none refused, by any cause
         assert point["admission"]["gateway_refusals"] == {}
         assert point["admission"]["capacity_streams"] >= 0
