@@ -6,7 +6,7 @@
 # its time went (voxbench's capacity, engine loop and admission lines, and the output encodes'
 # waits and runs), a goodput point's verdict, its first audio's parts and the throughput, and why
 # a system was not measured.
-SERVED_RUN_LINES="ready after\|rate [0-9.]* req/s\|engine p50 ms\|goodput [0-9.]* req/s\|RTF \|listeners:\|conversations:\|late frames by second\|audio a running stream got\|late streams:\|engine loop\|engine codec\|LLM + codec by second\|LLM steps by second\|turn by rows and KV pages\|engine admission\|admission room by second\|admission turn fit by second\|server encodes\|not measured\|^error:"
+SERVED_RUN_LINES="ready after\|rate [0-9.]* req/s\|engine p50 ms\|goodput [0-9.]* req/s\|RTF \|listeners:\|conversations:\|late frames by second\|audio a running stream got\|late streams:\|engine loop\|engine codec\|LLM + codec by second\|LLM steps by second\|turn by rows and KV pages\|engine admission\|admission room by second\|admission turn fit by second\|server encodes\|server chunks from engine\|first late chunks\|not measured\|^error:"
 
 # A bench's server, by its command line (voxbench/servers.py). Anchored on the python
 # executable that runs it: `pkill -f` matches whole command lines, and a shell's (this script's
