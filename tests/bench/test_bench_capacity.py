@@ -122,7 +122,7 @@ def test_repeats_run_each_count_on_one_server_and_stop_as_points_fail(monkeypatc
     from voxbench.cli import capacity_config_from_args
 
     class NoProfile:
-        def __init__(self, http, trace):
+        def __init__(self, http, trace, buffer_ms):
             pass
 
         def load_ended(self):
