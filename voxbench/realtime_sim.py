@@ -10,7 +10,11 @@ is given: then it runs beside the LLM as a GPU's codec thread does, one steady j
 the listener's only once the job is done. The turn's time is reported to the scheduler the
 way EngineCore does (Scheduler.observe_llm_turn and observe_step), except for
 `unseen_per_row_s`: work per stream that takes the wall clock but not the engine's turns
-(the gateway's encoding on the same cores), which only the listeners' buffers reveal.
+(the gateway's encoding on the same cores), which only the listeners' buffers reveal. With a
+`SimDelivery`, each chunk then takes its way to the listener (the gateway's event transport,
+encode and socket: `voxgate_audio_delivery_seconds` measures it), and a listener plays from
+its first chunk's arrival: a chunk that arrives after the audio before it has played is late
+there, whatever the engine's view of its buffer said.
 
 The tests (tests/engine/test_realtime_capacity.py and others) drive it; so can a person, to
 see what a change to admission's rules or a wrong warm-up figure costs at a GPU's scale
@@ -23,6 +27,7 @@ how many were admitted and how many ran dry:
     python -m voxbench.realtime_sim --listeners 400 --prior-page-us 0.25   # the warm-up dear
     python -m voxbench.realtime_sim --listeners 380 --no-admission          # what holds
     python -m voxbench.realtime_sim --listeners 336 --codec-ms 4,0.05       # SNAC on a thread
+    python -m voxbench.realtime_sim --listeners 336 --codec-ms 4,0.05 --delivery-ms 40,30
 """
 
 from __future__ import annotations
@@ -81,6 +86,25 @@ class SimCodec:
         return (self.lane_fixed_s if lane else self.fixed_s) + self.per_row_s * rows
 
 
+@dataclass(frozen=True)
+class SimDelivery:
+    """Each chunk's way from the codec to its listener: `mean_s` with a normal spread of `sd_s`
+    (at least 0, seeded), a stream's chunks arriving in the order made."""
+
+    mean_s: float
+    sd_s: float = 0.0
+
+
+@dataclass
+class _Listener:
+    """A listener's side with a SimDelivery: when it began to play, the audio arrived before
+    the chunk now on its way, and when the last chunk arrived."""
+
+    playing_from: float
+    arrived_s: float
+    last_arrival: float
+
+
 @dataclass
 class _Job:
     """A codec job in flight: when it is done, and each request's tokens and last-chunk flag."""
@@ -107,14 +131,19 @@ class RealtimeSim:
         seeds: dict[int, float] | None = None,
         priced_pages: bool = True,
         codec: SimCodec | None = None,
+        delivery: SimDelivery | None = None,
         **config: object,
     ) -> None:
         """`seeds`: the warm-up bursts' figures (rows → seconds a turn); `priced_pages`:
         admission knows the cost's price of a KV page, as the engine's warm-up measures it
-        on a GPU; `codec`: a threaded codec's costs (None: inline and free)."""
+        on a GPU; `codec`: a threaded codec's costs (None: inline and free); `delivery`: the
+        chunks' way to their listeners (None: none, the engine's view is the listener's)."""
         self.cost = cost
         self.facts = facts
         self.codec = codec
+        self.delivery = delivery
+        self._listeners: dict[str, _Listener] = {}
+        self._ways = random.Random(1)
         self._jobs: list[_Job] = []
         self.scheduler = Scheduler(
             EngineConfig(**config), BlockManager(num_blocks=65536, block_size=16), facts
@@ -204,8 +233,10 @@ class RealtimeSim:
     def _codec(self, result: SimResult) -> None:
         now = self.now
 
-        def heard(request: Request) -> None:  # its listener's lead as the chunk comes out
-            if request.first_audio_time is not None:
+        def heard(request: Request, tokens: int) -> None:  # a chunk of `tokens` comes out
+            if self.delivery is not None:
+                self._arrive(request, tokens * self.facts.seconds_per_token, result)
+            elif request.first_audio_time is not None:  # the listener's lead as it comes out
                 lead = request.audio_lead_s(now)
                 result.worst_lead_s = min(result.worst_lead_s, lead)
                 if lead < 0:
@@ -217,7 +248,27 @@ class RealtimeSim:
         self._finish_jobs(heard)
         self._submit_jobs()
 
-    def _finish_jobs(self, before_audio: Callable[[Request], None]) -> None:
+    def _arrive(self, request: Request, audio_s: float, result: SimResult) -> None:
+        """A chunk of `audio_s` on its way to `request`'s listener (SimDelivery): late if it
+        arrives after the audio before it has played."""
+        if audio_s <= 0:
+            return
+        way = self.delivery
+        assert way is not None
+        at = self.now + max(0.0, self._ways.gauss(way.mean_s, way.sd_s))
+        seen = self._listeners.get(request.request_id)
+        if seen is None:
+            self._listeners[request.request_id] = _Listener(at, audio_s, at)
+            return
+        at = max(at, seen.last_arrival)  # a stream's chunks arrive in order
+        lead = seen.playing_from + seen.arrived_s - at
+        result.worst_lead_s = min(result.worst_lead_s, lead)
+        if lead < 0:
+            result.late_streams.add(request.request_id)
+        seen.arrived_s += audio_s
+        seen.last_arrival = at
+
+    def _finish_jobs(self, before_audio: Callable[[Request, int], None]) -> None:
         """The jobs done by now: their audio out (AudioOut.collect's bookkeeping)."""
         sched, now = self.scheduler, self.now
         for job in [j for j in self._jobs if j.done_at <= now]:
@@ -246,7 +297,7 @@ class RealtimeSim:
 
 
 def decode_instantly(
-    sched: Scheduler, now: float, before_audio: Callable[[Request], None] | None = None
+    sched: Scheduler, now: float, before_audio: Callable[[Request, int], None] | None = None
 ) -> None:
     """The codec's pick at `now` decoded in no time: each picked request's pending tokens go
     out as audio at once (`before_audio` sees it just before), and a finished one leaves."""
@@ -260,14 +311,14 @@ def deliver(
     now: float,
     tokens: int,
     final: bool,
-    before_audio: Callable[[Request], None] | None = None,
+    before_audio: Callable[[Request, int], None] | None = None,
 ) -> None:
     """A chunk of `tokens` decoded, as AudioOut.collect books it: the codec done with the
-    request, its listener's lead read just before the audio lands (`before_audio`), the audio
-    out, and after its last chunk the request gone."""
+    request, its listener's lead read just before the audio lands (`before_audio`, given the
+    chunk's tokens), the audio out, and after its last chunk the request gone."""
     request.codec_returned()
     if before_audio is not None:
-        before_audio(request)
+        before_audio(request, tokens)
     if tokens:
         sched.audio_out(request, now, tokens * sched.facts.seconds_per_token)
     if final:
@@ -333,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a codec thread beside the LLM whose steady job takes FIXED,PER_ROW ms "
         "(default: inline and free, as on a CPU)",
     )
+    ap.add_argument(
+        "--delivery-ms",
+        help="each chunk's way from the codec to its listener, MEAN,SD ms (normal, at least 0; "
+        "default: none)",
+    )
     ap.add_argument("--max-num-seqs", type=int, default=336)
     ap.add_argument("--no-admission", action="store_true", help="real-time admission off")
     args = ap.parse_args(argv)
@@ -343,15 +399,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.codec_ms:
             codec_fixed_ms, codec_row_ms = (float(x) for x in args.codec_ms.split(","))
             codec = SimCodec(codec_fixed_ms / 1e3, codec_row_ms / 1e3)
+        delivery = None
+        if args.delivery_ms:
+            mean_ms, sd_ms = (float(x) for x in args.delivery_ms.split(","))
+            delivery = SimDelivery(mean_ms / 1e3, sd_ms / 1e3)
     except ValueError:
         ap.error(
-            "--listeners takes counts like 336,400, and --turn-ms and --codec-ms "
-            "FIXED,PER_ROW in ms"
+            "--listeners takes counts like 336,400, --turn-ms and --codec-ms FIXED,PER_ROW "
+            "in ms, and --delivery-ms MEAN,SD in ms"
         )
     if min(counts) < 1 or args.stagger_s < 0 or args.stream_s <= 0:
         ap.error("--listeners must be >= 1, --stagger-s >= 0 and --stream-s > 0")
     if codec is not None and min(codec.fixed_s, codec.per_row_s) < 0:
         ap.error("--codec-ms takes costs >= 0")
+    if delivery is not None and min(delivery.mean_s, delivery.sd_s) < 0:
+        ap.error("--delivery-ms takes times >= 0")
     cost = TurnCost(
         fixed_s=fixed_ms / 1e3,
         per_row_s=per_row_ms / 1e3,
@@ -367,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             ORPHEUS_FACTS,
             seeds,
             codec=codec,
+            delivery=delivery,
             realtime_admission=not args.no_admission,
             max_num_seqs=args.max_num_seqs,
         )

@@ -41,9 +41,31 @@ def test_bad_arguments_are_refused_with_a_message(capsys):
         ["--listeners", "a"],
         ["--codec-ms", "20"],
         ["--codec-ms=-1,0"],
+        ["--delivery-ms", "40"],
+        ["--delivery-ms=40,-1"],
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(bad)
         assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--turn-ms" in err and "--codec-ms takes costs >= 0" in err
+    assert "--delivery-ms MEAN,SD" in err and "--delivery-ms takes times >= 0" in err
+
+
+def test_the_way_to_the_listener_makes_chunks_late_by_its_spread_not_its_length(capsys):
+    """A chunk's way from the codec to its listener (--delivery-ms): a constant one delays the
+    listener's whole timeline alike and leaves every verdict the engine's own; one that varies
+    makes chunks late where the engine had them in time. Without admission, on a device that
+    falls behind a little at the streams' end."""
+    overloaded = [
+        "--listeners", "40", "--stream-s", "6", "--stagger-s", "4", "--turn-ms", "6,0.2",
+        "--noise-ms", "0.3", "--codec-ms", "4,0.5", "--max-num-seqs", "64", "--no-admission",
+    ]  # fmt: skip
+    outs = []
+    for way in ([], ["--delivery-ms", "40,0"], ["--delivery-ms", "40,40"]):
+        assert main([*overloaded, *way]) == 0
+        outs.append(capsys.readouterr().out)
+    engine, constant, varying = (counts(out)[2] for out in outs)
+    worst = [re.search(r"worst lead (-?[0-9.]+) s", out)[1] for out in outs]
+    assert 0 < engine == constant < varying
+    assert worst[0] == worst[1] and float(worst[2]) < float(worst[0])
