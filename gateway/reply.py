@@ -30,11 +30,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from engine.api import (
+    AudioChunk,
     EngineClient,
     EngineDead,
     EngineOverloaded,
@@ -176,7 +178,11 @@ class ReplyLifecycle:
         self.generated_tokens = 0  # by the reply's engine requests, as they finish
         self._engine, self._output, self._emit = engine, output, emit
         self._metrics, self._open_encoder, self._log = metrics, open_encoder, log
-        self._clock = PlaybackClock(lead_s) if lead_s is not None else None
+        # The listener's playback as the server can tell (from the first frame, in real time):
+        # a paced reply releases its frames by it; every reply's encoder ranks its calls by
+        # when it runs dry (`needed_by`).
+        self._paced = lead_s is not None
+        self._playback = PlaybackClock(lead_s if lead_s is not None else math.inf)
         # audio_ms, the pacing and heard_s are played time; the engine's requests model time.
         self.time = PlayedTime(speed)
         self._stopped = asyncio.Event()  # set by a barge-in: no more audio goes out
@@ -186,7 +192,6 @@ class ReplyLifecycle:
         self._requests: dict[str, RequestState] = {}
         self._submits: dict[str, asyncio.Future] = {}  # submits in flight, by request id
         self._first_submit: float | None = None
-        self._first_frame_at: float | None = None  # when the first frame left (monotonic)
 
     @property
     def cancelled(self) -> bool:
@@ -195,11 +200,11 @@ class ReplyLifecycle:
     @property
     def paced(self) -> bool:
         """Frames leave on a playback clock (heard_s can say how much the user heard)."""
-        return self._clock is not None
+        return self._paced
 
     @property
     def underruns(self) -> int:
-        return self._clock.underruns if self._clock is not None else 0
+        return self._playback.underruns if self._paced else 0
 
     # --- the two events ----------------------------------------------------------------------
     def start(self) -> None:
@@ -361,12 +366,9 @@ class ReplyLifecycle:
         encoder: ChunkEncoder | None = None
         try:
             opened = self._open_encoder(self._output, self._engine.facts.sample_rate)
-            # When the listener needs the next chunk (the encoder processes run the calls
-            # waiting together by it): a paced reply's clock knows; otherwise its listener
-            # plays from the first frame, so no later than when what was sent runs out.
-            opened.needed_by = (
-                self._clock.runs_dry_at if self._clock is not None else self._runs_dry_at
-            )
+            # When the listener needs the next chunk: the encoder processes run the calls
+            # waiting together by it.
+            opened.needed_by = self._playback.runs_dry_at
             encoder = at_speed(opened, self.time.speed)
             await body(encoder)
         except CodecProcessFailed as exc:  # --encode-processes: its worker is gone
@@ -376,6 +378,24 @@ class ReplyLifecycle:
             if encoder is not None:
                 encoder.close()
             self.cancel_engine_requests()
+
+    async def send_chunk(
+        self,
+        encoder: ChunkEncoder,
+        chunk: AudioChunk,
+        after_part: Callable[[], None] | None = None,
+    ) -> bool:
+        """Encode an engine chunk and send it part by part as the encoder makes them (its first
+        part soonest), `after_part` called after each; its delivery is timed at its first.
+        False once the reply was cancelled or its engine lost: the rest is not encoded."""
+        made_s = chunk.made_s
+        async for frames in encoder.encode_parts(chunk.pcm):
+            if not await self.send(frames, made_s):
+                return False
+            made_s = None
+            if after_part is not None:
+                after_part()
+        return True
 
     async def send(self, frames: list[bytes], made_s: float | None = None) -> bool:
         """Send frames in order, each once its pacing slot comes. False once the reply was
@@ -392,29 +412,22 @@ class ReplyLifecycle:
             self.audio_ms += frame_ms
             self._metrics.audio_sent.inc(frame_ms / 1000)
             if self.ttfa_ms is None:
-                self._first_frame_at = time.monotonic()
                 start = self._first_submit if self._first_submit is not None else time.monotonic()
-                ttfa_s = self._first_frame_at - start
+                ttfa_s = time.monotonic() - start
                 self.ttfa_ms = round(ttfa_s * 1000)
                 self._metrics.ttfa.observe(ttfa_s)
+        if not self._paced and frames:  # they left at once: one mark for them all
+            self._playback.mark_sent(len(frames) * frame_ms / 1000)
         return True
-
-    def _runs_dry_at(self) -> float:
-        """An unpaced reply's need: when a listener playing from the first frame in real time
-        has played all that was sent (now before the first frame: first audio is due now)."""
-        now = time.monotonic()
-        if self._first_frame_at is None:
-            return now
-        return max(now, self._first_frame_at + self.audio_ms / 1000)
 
     async def _slot(self, frame_s: float) -> bool:
         """Wait until the next frame may leave; False once a barge-in stopped the reply or its
         engine was lost."""
         if self._halted.is_set():
             return False
-        if self._clock is None:
+        if not self._paced:
             return True
-        pause = self._clock.wait_s()
+        pause = self._playback.wait_s()
         if pause > 0:
             try:
                 async with asyncio.timeout(pause):
@@ -422,7 +435,7 @@ class ReplyLifecycle:
                 return False
             except TimeoutError:
                 pass
-        if self._clock.mark_sent(frame_s):
+        if self._playback.mark_sent(frame_s):
             self._metrics.underruns.inc()
         return True
 
@@ -434,7 +447,7 @@ class ReplyLifecycle:
     def heard_s(self, reported_s: float | None) -> float:
         """How much of the reply the user has heard, in played time: the client's playback
         report when there is one (never more than was sent), else the server's send clock."""
-        assert self._clock is not None, "only a paced reply keeps a playback clock"
+        assert self._paced, "only a paced reply's send clock tells what was heard"
         if reported_s is not None:
-            return min(reported_s, self._clock.sent_s)
-        return self._clock.position()
+            return min(reported_s, self._playback.sent_s)
+        return self._playback.position()

@@ -142,11 +142,7 @@ class TurnReply:
                 self._emit.event(TranscriptDelta(self.response_id, event.text))
             else:
                 assert isinstance(event, AudioChunk)
-                made_s = event.made_s  # the chunk's delivery is timed at its first part
-                async for frames in encoder.encode_parts(event.pcm):
-                    if not await self.reply.send(frames, made_s):
-                        break  # barge-in: encode no more of it
-                    made_s = None
+                await self.reply.send_chunk(encoder, event)  # a barge-in stops it midway
 
     def done(self, details: str) -> ResponseStatus:
         """`response.done`; raises EngineDead when the engine loop has stopped."""
