@@ -139,6 +139,12 @@ class Response:
         return None
 
 
+def segment_request_id(response_id: str, index: int) -> str:
+    """The engine request of a response's `index`-th sentence segment: its request trace's
+    name too (voxbench/late_chunks.py finds a response's first by it)."""
+    return f"{response_id}-s{index}"
+
+
 @dataclass(eq=False)
 class Segment:
     """One engine request of a response."""
@@ -270,7 +276,7 @@ class ResponseRunner:
         slots = asyncio.Semaphore(self._settings.segment_pipeline_depth)
         while (text := await self.response.next_segment()) is not None:
             await slots.acquire()
-            segment = Segment(f"{self.response.response_id}-s{len(self.segments)}")
+            segment = Segment(segment_request_id(self.response.response_id, len(self.segments)))
             self.segments.append(segment)
             opts = self._options
             sampling = opts.sampling
@@ -357,12 +363,10 @@ class ResponseRunner:
             event = await segment.events.get()
             if isinstance(event, AudioChunk):
                 self._model_audio_s += event.duration_s
-                made_s = event.made_s  # the chunk's delivery is timed at its first part
-                async for frames in encoder.encode_parts(event.pcm):
-                    if not await self.reply.send(frames, made_s):
-                        break  # cancelled, or the engine lost: encode no more of it
-                    made_s = None
-                    self._words.release(self.reply.audio_ms)
+                # Cancelled or the engine lost midway: the rest of it is not encoded.
+                await self.reply.send_chunk(
+                    encoder, event, lambda: self._words.release(self.reply.audio_ms)
+                )
                 continue
             if isinstance(event, WordTimings):
                 self._words.add(segment.start_s, event.words)

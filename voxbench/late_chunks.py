@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from gateway.response import segment_request_id
 from voxbench.metrics import distribution, frame_lateness
 
 
@@ -30,17 +31,14 @@ def late_chunk_timing(
 ) -> dict[str, Any] | None:
     """The late streams' first late chunks (module docstring); None when no late stream can be
     matched to its trace (no late stream, or records without a response id or send time). A
-    response's engine requests are its segments (`<response id>-s<n>`); its audio starts with
-    the first."""
-    first_segment = {}
-    for trace in traces:
-        response_id, _, segment = str(trace["request_id"]).rpartition("-s")
-        if response_id and segment == "0":
-            first_segment[response_id] = trace
+    response's engine requests are its sentence segments; its audio starts with the first."""
+    by_id = {trace["request_id"]: trace for trace in traces}
     leads, deliveries, lateness = [], [], []
     for record in records:
-        trace = first_segment.get(record.get("response_id") or "")
-        if not record.get("late") or trace is None or record.get("sent_at") is None:
+        if not record.get("late") or not record.get("response_id"):
+            continue
+        trace = by_id.get(segment_request_id(record["response_id"], 0))
+        if trace is None or record.get("sent_at") is None:
             continue
         found = _first_late_chunk(record, trace, buffer_ms)
         if found is not None:
