@@ -273,20 +273,25 @@ class _Worker:
         self.process.start()
         theirs.close()
         self._conn = ours
-        # Wait for the worker's imports, so the first response does not pay for them.
-        ours.send([("ping",)])
-        if not ours.poll(START_TIMEOUT_S):
-            self.process.terminate()
-            raise CodecProcessFailed(f"{self.name} did not start in {START_TIMEOUT_S:.0f} s")
-        ours.recv()
+        ours.send([("ping",)])  # answered once the worker's imports are done (wait_started)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future, float]] = {}
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self.failure: str | None = None
         self.batches_sent = 0  # messages to the worker, each a batch of calls
+
+    def wait_started(self) -> _Worker:
+        """Wait for the worker's imports (so the first response does not pay for them), then
+        start the threads that talk to it. Separate from __init__ so that a pool's processes
+        import side by side rather than one after another."""
+        if not self._conn.poll(START_TIMEOUT_S):
+            self.process.terminate()
+            raise CodecProcessFailed(f"{self.name} did not start in {START_TIMEOUT_S:.0f} s")
+        self._conn.recv()
         threading.Thread(target=self._send_loop, name=f"{self.name}-send", daemon=True).start()
         threading.Thread(target=self._read_loop, name=f"{self.name}-read", daemon=True).start()
+        return self
 
     def post(self, message: tuple) -> None:
         """A message that wants no answer (open, close, stop)."""
@@ -490,10 +495,15 @@ class CodecWorkers:
     def start(self) -> CodecWorkers:
         # spawn, not fork: the gateway's process has threads (and CUDA, in tests and embedders).
         self._ctx = mp.get_context("spawn")
+        launched: list[_Worker] = []
         try:
             for i in range(self.processes):
-                self._workers.append(_Worker(self._ctx, i, self._replace, self.role))
+                launched.append(_Worker(self._ctx, i, self._replace, self.role))
+            for worker in launched:
+                self._workers.append(worker.wait_started())
         except BaseException:
+            for worker in launched[len(self._workers) :]:
+                worker.process.terminate()  # launched but never started: no threads to stop
             self.close()  # the ones that did start
             raise
         log.info("%s in %d worker processes", self.role.purpose, self.processes)
@@ -518,7 +528,7 @@ class CodecWorkers:
         if self._closing:
             return
         try:
-            successor = _Worker(self._ctx, dead.index, self._replace, self.role)
+            successor = _Worker(self._ctx, dead.index, self._replace, self.role).wait_started()
         except Exception as exc:  # cannot start one: the slot stays empty, the others serve
             log.error("could not restart %s process %s: %s", self.role.kind, dead.name, exc)
             return
