@@ -2,20 +2,16 @@
 
 The architecture is the `snac` package's `SNAC`; snac_checkpoint loads and saves it in the
 published layout, snac_noise makes its decoder's noise deterministic, snac_streaming runs its
-decoder with each conv's state carried from one call to the next, and this module plans each
-request's chunks and batches the streams' calls. A frame is 7 codes in SNAC hierarchical order
-`[l0, l1a, l1b, l2a, l2b, l2c, l2d]` (one level-0, two level-1, four level-2 codes) and decodes to
-2048 samples (4 latent steps of 512). Orpheus interleaves its 7 tokens differently; reordering
-them is the Orpheus model's job.
-
-Chunks: a stream's audio comes out in chunks of frames that ramp up 1, 1, 2, 4 (each at most
-`chunk_ramp` of the audio already out), then 8 (`large_chunk_frames`) whenever that many are in.
-Chunk [s, e) is due once frames up to e + R exist (R = `lookahead_frames`, 2); the stateful
-decoder is then fed up to e + R and emits every sample whose inputs are all in: a sample depends
-on `delay_samples` (4,757, 2.32 frames) of input after it, so a chunk's audio comes out 661
-samples (28 ms) short, which follow with the next chunk, and a stream's end flushes the rest.
-Each frame is decoded once, and a stream's audio equals one whole decode of its frames (float
-rounding: ~1e-6 of its RMS).
+decoder with each conv's state carried from one call to the next, snac_plan says which frames
+come out as audio when (chunks ramping 1, 1, 2, 4, then 8, each due once its 2 look-ahead frames
+are in), and this module follows that plan for each request and batches the streams' calls. A
+frame is 7 codes in SNAC hierarchical order `[l0, l1a, l1b, l2a, l2b, l2c, l2d]` (one level-0,
+two level-1, four level-2 codes) and decodes to 2048 samples (4 latent steps of 512). Orpheus
+interleaves its 7 tokens differently; reordering them is the Orpheus model's job. A chunk's
+audio comes out 661 samples (28 ms) short (the decoder's delay, 4,757 samples, less the
+look-ahead's), which follow with the next chunk, and a stream's end flushes the rest. Each frame
+is decoded once, and a stream's audio equals one whole decode of its frames (float rounding:
+~1e-6 of its RMS).
 
 Decoding each chunk again in a window with L + R context frames (3 + 2: 8 frames cost 13, 4
 cost 9) was the alternative. Beside it this decoder costs 2-8 % less a frame alone in 8-frame
@@ -52,6 +48,7 @@ from models.codecs.snac_noise import (
     install_positional_noise,
     positional_normal,
 )
+from models.codecs.snac_plan import SnacChunkPlan
 from models.codecs.snac_streaming import NO_END, StreamingSnacDecoder
 from models.device_util import download, gemms_in_conv_precision, upload
 
@@ -145,33 +142,13 @@ class SnacDetokenizer:
             raise ValueError(
                 f"SnacDetokenizer needs vq_strides [4, 2, 1] (snac_24khz), got {strides}"
             )
-        for name, value, least in (
-            ("lookahead_frames", lookahead_frames, 0),
-            ("chunk_frames", chunk_frames, 1),
-            ("first_chunk_frames", first_chunk_frames, 1),
-            ("large_chunk_frames", large_chunk_frames, chunk_frames),
-        ):
-            if not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-        if not 0 < chunk_ramp <= 1:
-            raise ValueError(f"snac chunk_ramp must be in (0, 1], got {chunk_ramp!r}")
+        self.plan = SnacChunkPlan(
+            lookahead_frames, chunk_frames, first_chunk_frames, large_chunk_frames, chunk_ramp
+        )
         self.model = model.eval()
         self.noise = install_positional_noise(model)
         fold_weight_norm(model)
         self.decoder = StreamingSnacDecoder(model)  # SNAC's decoder, stepped with its state
-        self.right = lookahead_frames
-        self.chunk = chunk_frames
-        self.first_chunk = first_chunk_frames
-        # When this many steady frames (and their look-ahead) are in, they go out as one chunk:
-        # one call of 8 frames costs less a frame than two of 4 (bench/snac_cost.py). The
-        # engine lets a stream with a comfortable buffer wait for them
-        # (ModelFacts.large_chunk_tokens).
-        self.large_chunk = large_chunk_frames
-        # Past the first chunk, a chunk holds at most this share of the audio already out (whole
-        # frames, rounded up): 1 lets a chunk match it (1, 1, 2, 4 …), less keeps a young
-        # stream's chunks smaller than its buffer (0.75: 1, 1, 2, 3, 4 …), for when making a
-        # frame takes nearly a frame's playback (a loaded GPU's turns).
-        self.chunk_ramp = chunk_ramp
         self.latent_per_frame = strides[0]  # 4 latent steps of 512 samples
         self.device = next(model.parameters()).device
         self.graphs = None  # engine.cuda_graphs.CallableGraphs, once enable_cuda_graphs ran
@@ -190,10 +167,30 @@ class SnacDetokenizer:
         """Frames past a stream's end that bring out its last samples."""
         return math.ceil(self.decoder.delay_samples / self.samples_per_frame)
 
+    # The plan's settings by the names the models read (models/codecs/snac_plan.py). The large
+    # chunk and the ramp are serving options (models/orpheus/serving_options.py), which replace
+    # the plan; the engine lets a stream with a comfortable buffer wait for a large chunk
+    # (ModelFacts.large_chunk_tokens): one call of 8 frames costs less a frame than two of 4.
+    @property
+    def right(self) -> int:
+        return self.plan.lookahead_frames
+
+    @property
+    def chunk(self) -> int:
+        return self.plan.chunk_frames
+
+    @property
+    def first_chunk(self) -> int:
+        return self.plan.first_chunk_frames
+
+    @property
+    def large_chunk(self) -> int:
+        return self.plan.large_chunk_frames
+
     @property
     def first_audio_frames(self) -> int:
         """Frames a stream must have before its first (non-final) audio comes out."""
-        return self.first_chunk + self.right
+        return self.plan.first_audio_frames
 
     def new_stream(self, seed: int = 0) -> SnacStream:
         """A fresh stream; `seed` picks its noise (only the low 32 bits matter)."""
@@ -223,50 +220,11 @@ class SnacDetokenizer:
 
     def would_emit(self, stream: SnacStream, new_frames: int) -> bool:
         """Whether a (non-final) decode would emit audio once `new_frames` more frames are
-        pushed: past its first chunks a stream emits whole chunks only, so one or two new
-        frames may give nothing yet. _chunk_plan's first chunk, without the plan: the engine
-        asks this of hundreds of streams a step. (A large chunk is taken only where it fits,
-        so the plan has a chunk exactly when the ramp's next one and its look-ahead fit.)"""
-        start = stream.emitted
-        return start + self._chunk_size(start) + self.right <= stream.total + new_frames
-
-    def _chunk_size(self, start: int) -> int:
-        """The ramp's chunk from frame `start` (before a large chunk replaces a full one)."""
-        if start == 0:
-            return self.first_chunk
-        # At most chunk_ramp of the frames out, rounded up (the float's error aside).
-        ramped = math.ceil(self.chunk_ramp * start - 1e-9)
-        return min(self.chunk, max(self.first_chunk, ramped))
+        pushed (SnacChunkPlan.would_emit)."""
+        return self.plan.would_emit(stream.emitted, stream.total, new_frames)
 
     def _chunks(self, stream: SnacStream, final: bool) -> list[tuple[int, int]]:
-        return self._chunk_plan(stream.emitted, stream.total, final)
-
-    def _chunk_plan(self, emitted: int, total: int, final: bool) -> list[tuple[int, int]]:
-        """[start, end) of each chunk emittable from a stream that has emitted `emitted` of
-        its `total` frames. Chunk lengths ramp from first_chunk_frames up to chunk_frames, each
-        at most `chunk_ramp` of the audio already out: early chunks stay small while the
-        listener's buffer is small, later ones amortise a call's fixed cost; a steady chunk is
-        large_chunk_frames whenever that many frames are ready."""
-        chunks, start = [], emitted
-        while start < total:
-            size = self._chunk_size(start)
-            if size == self.chunk and start + self.large_chunk + self.right <= total:
-                size = self.large_chunk
-            end = start + size
-            if end + self.right > total:
-                if not final:
-                    break  # wait for the lookahead frames
-                end = min(end, total)  # the whole decode has no more right context either
-            chunks.append((start, end))
-            start = end
-        if emitted == 0 and chunks and not final and total - self.right > start:
-            # A stream's first job emits every frame it has (all but the look-ahead), not
-            # only whole ramp chunks: its audio is the listener's cover until the next chunk,
-            # and the engine sizes a first chunk by the whole frames it holds
-            # (ChunkingFacts.first_chunk_audio_tokens). With whole chunks only, 7-9 frames
-            # gave 314 ms where the engine counted on 390-561 ms.
-            chunks.append((start, total - self.right))
-        return chunks
+        return self.plan.chunks(stream.emitted, stream.total, final)
 
     def decode(self, streams: list[SnacStream], final: list[bool]) -> list[np.ndarray]:
         """Emit each stream's newly ready audio (float32 mono, possibly empty) and advance it:
@@ -396,7 +354,7 @@ class SnacDetokenizer:
         if self.device.type == "cuda":
             self.decoder.use_triton_kernels()
         graphs.compile_regions(self.repeated_blocks())
-        chunks = self._schedule_chunks(12)
+        chunks = self.plan.schedule(12)
         lengths = {chunks[0][1] + self.right, self.chunk, self.flush_frames, 1}
         lengths |= {e - s for s, e in chunks[1:]}
         self._graph_lengths = sorted(lengths, reverse=True)
@@ -429,11 +387,6 @@ class SnacDetokenizer:
         Triton kernels run all but the two symmetric convs (StreamingSnacDecoder.
         repeated_blocks)."""
         return self.decoder.repeated_blocks()
-
-    def _schedule_chunks(self, n_chunks: int) -> list[tuple[int, int]]:
-        """[start, end) of the first n_chunks non-final chunks of a long stream."""
-        stream = SnacStream(frames=np.zeros((10_000, 7), dtype=np.int64))
-        return self._chunks(stream, final=False)[:n_chunks]
 
     def _graph_bucket(self, n: int, length: int) -> int | None:
         if self.graphs is None:

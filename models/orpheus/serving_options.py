@@ -64,8 +64,11 @@ class OrpheusLoadOptions(CodecCompileOption):
             raise CheckpointError(
                 f"--snac-large-chunk-frames must be at least the codec's chunk ({detok.chunk})"
             )
-        detok.large_chunk = self.snac_large_chunk_frames
-        detok.chunk_ramp = self.snac_chunk_ramp
+        detok.plan = dataclasses.replace(
+            detok.plan,
+            large_chunk_frames=self.snac_large_chunk_frames,
+            chunk_ramp=self.snac_chunk_ramp,
+        )
         large = model.facts.frame_tokens * detok.large_chunk
         model.facts = dataclasses.replace(
             model.facts, large_chunk_tokens=large, compile_codec=self.compile_codec

@@ -211,16 +211,16 @@ def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
     assert default.facts.large_chunk_tokens == 8 * T.CODES_PER_FRAME
     model = load_model("tiny-orpheus", options={"snac_large_chunk_frames": 16})
     assert model.facts.large_chunk_tokens == 16 * T.CODES_PER_FRAME
-    assert max(e - s for s, e in model.detok._schedule_chunks(12)) == 16
+    assert max(e - s for s, e in model.detok.plan.schedule(12)) == 16
     # `--snac-fp16` (the default) is CUDA's: on the CPU SNAC stays float32.
     assert {p.dtype for p in default.detok.model.parameters()} == {torch.float32}
     with pytest.raises(ValueError, match="snac_large_chunk_frames must be 4-16"):
         load_model("tiny-orpheus", options={"snac_large_chunk_frames": 2})
     # `--snac-chunk-ramp` reaches the chunk schedule: after 4 frames out, a 3-frame chunk.
-    assert default.detok.chunk_ramp == 1.0
+    assert default.detok.plan.chunk_ramp == 1.0
     ramped = load_model("tiny-orpheus", options={"snac_chunk_ramp": 0.75})
-    assert ramped.detok.chunk_ramp == 0.75
-    assert (4, 7) in ramped.detok._schedule_chunks(12)
+    assert ramped.detok.plan.chunk_ramp == 0.75
+    assert (4, 7) in ramped.detok.plan.schedule(12)
     with pytest.raises(ValueError, match=r"snac_chunk_ramp must be in \(0, 1\]"):
         load_model("tiny-orpheus", options={"snac_chunk_ramp": 1.2})
     with pytest.raises(CheckpointError, match="is for Orpheus models"):

@@ -265,6 +265,22 @@ def test_a_ramp_below_one_keeps_a_young_streams_chunks_under_its_audio_out(model
         SnacDetokenizer(model, chunk_ramp=1.5)
 
 
+@pytest.mark.parametrize("ramp", [1.0, 0.75])
+def test_the_plan_counts_the_audio_a_stream_has_out(model, ramp):
+    """SnacChunkPlan.samples_out, the arithmetic the simulator books a listener's audio by, is
+    what the decoder returned so far: after every non-final decode (the first chunk's delay
+    held back, each later chunk's audio in whole frames) and after the final flush."""
+    det = SnacDetokenizer(model, chunk_ramp=ramp)
+    spf, delay = det.samples_per_frame, det.decoder.delay_samples
+    stream, rng, out = det.new_stream(), np.random.default_rng(3), 0
+    for seed in range(12):
+        det.push(stream, _frames(int(rng.integers(1, 5)), seed=seed).tolist())
+        out += len(det.decode([stream], [False])[0])
+        assert out == det.plan.samples_out(stream.emitted, stream.total, False, spf, delay)
+    out += len(det.decode([stream], [True])[0])
+    assert out == det.plan.samples_out(stream.emitted, stream.total, True, spf, delay)
+
+
 def test_streamed_matches_whole_with_a_ramp_below_one(model):
     """The ramp moves where calls start, not what the decoder sees: still the whole decode."""
     utterances = [_frames(n, seed=n) for n in (19, 7)]
