@@ -25,5 +25,5 @@ BENCH_ARGS="--model orpheus-3b --random-weights --capacity $CAP --no-early-stop 
   --drain-timeout 30 --server-arg=--kv-cache-dtype=fp8 --server-arg=--max-num-seqs=$CAP
   --commit REV" \
   bash "$(dirname "$0")/options_ab.sh"
-grep -E "^== run|listeners:|engine admission|late streams:|first late chunks|engine to socket|encodes queued" "$OUT/summary.txt" | cut -c1-400
+grep -E "^== run|listeners:|engine admission|late streams:|first late chunks|engine to socket|encodes queued|engine loop between" "$OUT/summary.txt" | cut -c1-600
 save_kernels

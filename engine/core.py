@@ -36,6 +36,7 @@ from engine.outputs import (
     EngineEvent,
     EngineStats,
     FinishReason,
+    LoopTotals,
     SchedulerOutput,
     SpeechRequest,
     StepTiming,
@@ -212,7 +213,9 @@ class EngineCore:
             if spec.request_id in self.scheduler.requests:
                 raise ModelInputError(f"request id {spec.request_id!r} is already in use")
             request.request_id = spec.request_id
+        judged = time.perf_counter()
         decision = self.scheduler.admit(request)
+        self.audio.totals.admission_s += time.perf_counter() - judged
         if not decision.ok:
             if self.audio.traces is not None:
                 self.audio.traces.write_refusal(
@@ -311,7 +314,18 @@ class EngineCore:
             or self._in_flight is not None
         )
 
+    @property
+    def totals(self) -> LoopTotals:
+        return self.audio.totals
+
     def stats(self, stepping: bool = True) -> EngineStats:
+        started = time.perf_counter()
+        try:
+            return self._stats(stepping)
+        finally:
+            self.audio.totals.stats_s += time.perf_counter() - started
+
+    def _stats(self, stepping: bool) -> EngineStats:
         now = self.clock()
         refusal, admission = self.scheduler.admission.view(now)
         return EngineStats(

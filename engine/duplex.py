@@ -264,6 +264,10 @@ class DuplexEngine:
             kv_blocks_per_session=self.blocks.blocks_for(self.model.facts.max_context),
         )
 
+    @property
+    def totals(self) -> LoopTotals:
+        return self.loop_totals
+
     def _totals_now(self) -> LoopTotals:
         """A snapshot of the loop's counters (the loop goes on), with the frame accounting
         and this process's full collections."""

@@ -14,6 +14,7 @@ by the model's facts (`engine/factory.py:build_core`); the clients drive either 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,14 +43,16 @@ from engine.api import (
     TurnFromText,
     TurnFromToolCall,
     TurnFromToolOutputs,
+    VoiceCommand,
 )
-from engine.outputs import EngineEvent, EngineStats, SpeechRequest
+from engine.outputs import EngineEvent, EngineStats, LoopTotals, SpeechRequest
 from engine.request import Request
 from models.base import ModelInputError, SpeechModel
 
 
 class EngineLoop(Protocol):
     model: SpeechModel
+    totals: LoopTotals  # where the loop's time went (EngineStats.totals reads a snapshot)
 
     def add_request(self, spec: SpeechRequest) -> Request:
         """Raises ModelInputError (bad input) or EngineOverloaded (no room now)."""
@@ -96,7 +99,18 @@ def apply(loop: EngineLoop, command: Command) -> Applied:
     for the client to hand to its caller. Turn commands touch the model alone, not the loop's
     state: a client may run them off the loop's thread; so may voice commands. An
     AddClipVoice that gives back a PendingVoice is not done: the client then applies
-    InstallClipVoice on the loop's thread (engine/client.py, engine/engine_host.py)."""
+    InstallClipVoice on the loop's thread (engine/client.py, engine/engine_host.py). The
+    time a command of the loop's own state takes counts in the loop's `commands_s`."""
+    if isinstance(command, TurnCommand | VoiceCommand):  # model work, possibly off the loop
+        return _apply(loop, command)
+    started = time.perf_counter()
+    try:
+        return _apply(loop, command)
+    finally:
+        loop.totals.commands_s += time.perf_counter() - started
+
+
+def _apply(loop: EngineLoop, command: Command) -> Applied:
     match command:
         case Submit(request):
             return Applied(loop.add_request(request).request_id)

@@ -96,6 +96,13 @@ class LoopTotals:
     lane_rows: int = 0
     lane_s: float = 0.0
     audio_s: float = 0.0  # audio handed to listeners
+    # The loop's time between its turns: the commands it applied (Submit, Cancel, playback
+    # reports …; turn preparation runs off the loop and is not counted), of that the real-time
+    # admission verdicts on submits, and the stats snapshots (admission's view of one more
+    # stream included). The rest of the wall time outside turns is waiting for work.
+    commands_s: float = 0.0
+    admission_s: float = 0.0
+    stats_s: float = 0.0
     # Full-duplex engines (engine/frame_scheduler.py): which of the frames they stepped were
     # late, and why. `frames_late`: finished after the frame was due (the engine's own
     # lateness); `input_late`: stepped on silence because the user's audio for the frame had

@@ -84,6 +84,18 @@ class EngineCollector(Collector):
 LOOP_TOTALS = {
     "voxgate_engine_loop_turns": ("Engine loop turns", "loop_turns"),
     "voxgate_engine_loop_seconds": ("Time inside engine loop turns", "loop_s"),
+    "voxgate_engine_command_seconds": (
+        "Time the engine loop spent applying commands between its turns",
+        "commands_s",
+    ),
+    "voxgate_engine_admission_seconds": (
+        "Of the commands' time, real-time admission's verdicts on submitted requests",
+        "admission_s",
+    ),
+    "voxgate_engine_stats_seconds": (
+        "Time the engine loop spent on stats snapshots (admission's view included)",
+        "stats_s",
+    ),
     "voxgate_engine_llm_steps": ("LLM steps run", "llm_steps"),
     "voxgate_engine_llm_seconds": ("LLM launch and wait time", "llm_s"),
     "voxgate_engine_llm_rows": ("Requests advanced, summed over LLM steps", "rows"),

@@ -24,6 +24,11 @@ def read_loop_totals(http: str) -> dict[str, float] | None:
     return None if body is None else parse_loop_totals(body)
 
 
+# Counters of the loop's time between its turns, which builds before them lack (a bench
+# comparing builds reads those without them): absent, not zero, where a server has none.
+BETWEEN_TURNS = ("commands_s", "admission_s", "stats_s")
+
+
 def parse_loop_totals(body: str) -> dict[str, float] | None:
     fields = {f"{name}_total": attr for name, (_, attr) in LOOP_TOTALS.items()}
     found: dict[str, float] = {}
@@ -31,7 +36,8 @@ def parse_loop_totals(body: str) -> dict[str, float] | None:
         name, _, value = line.partition(" ")
         if name in fields:
             found[fields[name]] = float(value)
-    return found if len(found) == len(fields) else None
+    missing = set(fields.values()) - set(found)
+    return found if missing <= set(BETWEEN_TURNS) else None
 
 
 def gpu_shares(samples: list[tuple[float, dict[str, float]]]) -> dict[int, int]:
@@ -71,6 +77,12 @@ def steps_by_second(
             "turn_ms": round(1e3 * d["loop_s"] / d["loop_turns"], 2) if d["loop_turns"] else 0.0,
             "rows": round(d["rows"] / d["llm_steps"], 1),
         }
+        if all(k in a and k in b for k in BETWEEN_TURNS):  # the loop's time outside its turns
+            # A turn's time lands in the reading after its end: a short interval may hold
+            # more than its length of turns.
+            second["outside_pct"] = max(0, round(100 * (1 - d["loop_s"] / (t1 - t0))))
+            for key in BETWEEN_TURNS:
+                second[f"{key[:-2]}_pct"] = round(100 * (b[key] - a[key]) / (t1 - t0))
         if b.get("frames_out", 0) > a.get("frames_out", 0):  # full duplex: which went late
             for key in ("frames_late", "input_late", "gc_full"):
                 second[key] = int(b[key] - a[key])
@@ -162,6 +174,8 @@ def loop_profile(
         "gpu_share": round(_gpu_busy_s(d) / wall_s, 3),  # the LLM's and the codec's, added
         "gc_full": int(d["gc_full"]),
         "gc_full_ms": round(1e3 * d["gc_full_s"], 1),
+        # The loop's time between turns: commands (of them, admission's verdicts) and stats.
+        **{f"{k[:-2]}_busy": round(d[k] / wall_s, 3) for k in BETWEEN_TURNS if k in d},
         "duplex": ({k: int(d[k]) for k in _DUPLEX_FRAMES} if d["frames_out"] > 0 else None),
     }
 
@@ -199,6 +213,18 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
         lines.append(
             "LLM + codec by second of the point (%): "
             + " ".join(f"{s}s:{v}" for s, v in p["gpu_share_by_second"].items())
+        )
+    between = {s: v for s, v in (p.get("steps_by_second") or {}).items() if "outside_pct" in v}
+    if "commands_busy" in p:
+        lines.append(
+            f"engine loop between its turns: commands {100 * p['commands_busy']:.1f} % of the "
+            f"point (admission's verdicts {100 * p['admission_busy']:.1f} %), stats "
+            f"{100 * p['stats_busy']:.1f} %; by second (% outside turns|commands|admission|"
+            "stats): "
+            + " ".join(
+                f"{s}s:{v['outside_pct']}|{v['commands_pct']}|{v['admission_pct']}|{v['stats_pct']}"
+                for s, v in between.items()
+            )
         )
     if p.get("steps_by_second"):
         lines.append(

@@ -181,6 +181,12 @@ def test_loop_profile_from_two_metrics_readings():
     assert profile["gpu_share"] == pytest.approx(shares, abs=1e-3)
     assert f"LLM + codec {100 * shares:.0f} % of the point" in describe_loop(profile)[1]
     assert parse_loop_totals("voxgate_engine_steps_total 3") is None  # an older server
+    between = ("commands_s", "admission_s", "stats_s")
+    newer = {f"{name}_total" for name, (_, attr) in LOOP_TOTALS.items() if attr in between}
+    older = "\n".join(x for x in body(1.0).splitlines() if x.split(" ")[0] not in newer)
+    read = parse_loop_totals(older)  # a build from before the between-turns counters
+    assert read is not None and not set(between) & set(read)
+    assert "commands_busy" not in loop_profile(read, read, 2.0)
     assert profile.get("gpu_share_by_second") is None  # only a sampled point has it
 
 
@@ -225,6 +231,29 @@ def test_steps_by_second_from_sampled_totals():
     lines = describe_loop({**loop_profile_fixture(), **profile})
     (line,) = [x for x in lines if x.startswith("LLM steps by second")]
     assert line.endswith("0s:100|6|8|200|9000.0 2s:80|12.5|12.5|270|36000.0")
+
+
+def test_the_loop_time_between_turns_by_second():
+    """Where a sampled second's loop time outside its turns went: the commands it applied (of
+    them, admission's verdicts) and the stats snapshots, as shares of the second; a server
+    without those counters gives none."""
+    from voxbench.engine_loop import steps_by_second
+
+    def totals(loop_s, commands_s, admission_s, stats_s):
+        return {"llm_steps": 100 * loop_s, "llm_s": loop_s / 2, "loop_turns": 100 * loop_s,
+                "loop_s": loop_s, "rows": 0.0, "commands_s": commands_s,
+                "admission_s": admission_s, "stats_s": stats_s}  # fmt: skip
+
+    samples = [(0.0, totals(0, 0, 0, 0)), (1.0, totals(0.7, 0.2, 0.15, 0.03))]
+    got = steps_by_second(samples)[0]
+    assert (got["outside_pct"], got["commands_pct"], got["admission_pct"]) == (30, 20, 15)
+    assert got["stats_pct"] == 3
+    profile = {**loop_profile_fixture(), "steps_by_second": {"0": got}}
+    (line,) = [x for x in describe_loop(profile) if x.startswith("engine loop between")]
+    assert line.endswith("(% outside turns|commands|admission|stats): 0s:30|20|15|3")
+    old = [(t, {k: v for k, v in x.items() if not k.endswith(("commands_s", "n_s", "stats_s"))})
+           for t, x in samples]  # fmt: skip
+    assert "outside_pct" not in steps_by_second(old)[0]
 
 
 def test_a_full_duplex_point_says_which_frames_went_late_and_why():
