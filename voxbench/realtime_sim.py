@@ -28,6 +28,12 @@ how many were admitted and how many ran dry:
     python -m voxbench.realtime_sim --listeners 380 --no-admission          # what holds
     python -m voxbench.realtime_sim --listeners 336 --codec-ms 4,0.05       # SNAC on a thread
     python -m voxbench.realtime_sim --listeners 336 --codec-ms 4,0.05 --delivery-ms 40,30
+    python -m voxbench.realtime_sim --listeners 336 --codec-ms 6.5,0.9 --arrival-ms 10
+
+Orpheus' codec is SNAC, whose chunk plan (models/codecs/snac_plan.py) decides when a stream's
+tokens become audio: its first chunk plays its frames less 2 of look-ahead and the decoder's
+delay, later ones come in whole ramp chunks (`--snac-chunk-ramp` as served). Without it the
+young listeners' cover would be ~200 ms more than they get.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
+from models.codecs.snac_plan import SnacChunkPlan
 
 IDLE_TICK_S = 0.002  # the loop's wait when every stream sits out (lead caps)
 
@@ -56,6 +63,9 @@ class TurnCost:
     unseen_per_row_s: float = 0.0  # wall time the engine's turn timing does not see
     per_page_s: float = 0.0  # each KV page the step reads (a GPU's decode: its rows')
     noise_s: float = 0.0  # the turns' jitter: normal, this standard deviation (seeded)
+    # The loop's time an arrival takes outside any turn (admission's verdict, the submit's
+    # bookkeeping): the engine's turns do not see it, its streams wait through it.
+    per_arrival_s: float = 0.0
 
     def seen(self, rows: int, prompt_tokens: int, pages: int = 0) -> float:
         return (
@@ -95,6 +105,32 @@ class SimDelivery:
     sd_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class SimSnac:
+    """Orpheus' codec's chunking (models/codecs/snac_plan.py, the plan the real detokenizer
+    follows): which of a stream's tokens have become audio after each codec job. Without it the
+    simulator books every token handed to the codec as audio at once; SNAC keeps a stream's
+    newest frames back as look-ahead and its decoder's delay with them, so a young stream's
+    first chunk plays ~200 ms less than its tokens, and past its first chunk only whole ramp
+    chunks come out (the scheduler asks, as OrpheusModel.codec_would_emit does)."""
+
+    plan: SnacChunkPlan = SnacChunkPlan()
+    frame_tokens: int = 7
+    samples_per_frame: int = 2048
+    sample_rate: int = 24000
+    delay_samples: int = 4757  # SNAC 24 kHz's decoder (StreamingSnacDecoder.delay_samples)
+
+
+@dataclass
+class _SnacStream:
+    """A request's codec stream under SimSnac: tokens handed so far, frames emitted, samples
+    out."""
+
+    tokens: int = 0
+    emitted: int = 0
+    samples: int = 0
+
+
 @dataclass
 class _Listener:
     """A listener's side with a SimDelivery: when it began to play, the audio arrived before
@@ -132,21 +168,28 @@ class RealtimeSim:
         priced_pages: bool = True,
         codec: SimCodec | None = None,
         delivery: SimDelivery | None = None,
+        snac: SimSnac | None = None,
         **config: object,
     ) -> None:
         """`seeds`: the warm-up bursts' figures (rows → seconds a turn); `priced_pages`:
         admission knows the cost's price of a KV page, as the engine's warm-up measures it
         on a GPU; `codec`: a threaded codec's costs (None: inline and free); `delivery`: the
-        chunks' way to their listeners (None: none, the engine's view is the listener's)."""
+        chunks' way to their listeners (None: none, the engine's view is the listener's);
+        `snac`: the codec's chunking (None: every token handed to it is audio at once)."""
         self.cost = cost
         self.facts = facts
         self.codec = codec
         self.delivery = delivery
+        self.snac = snac
+        self._streams: dict[str, _SnacStream] = {}
         self._listeners: dict[str, _Listener] = {}
         self._ways = random.Random(1)
         self._jobs: list[_Job] = []
         self.scheduler = Scheduler(
-            EngineConfig(**config), BlockManager(num_blocks=65536, block_size=16), facts
+            EngineConfig(**config),
+            BlockManager(num_blocks=65536, block_size=16),
+            facts,
+            codec_would_emit=None if snac is None else self._would_emit,
         )
         for rows, seconds in (seeds or {}).items():
             self.scheduler.admission.capacity.steps.seed(rows, seconds)
@@ -156,6 +199,7 @@ class RealtimeSim:
         self.now = 0.0
         self._stops_at = 0  # tokens after which a stream stops by itself (run's stream_tokens)
         self._jitter = random.Random(0)
+        self._last_step_start: float | None = None
 
     def run(
         self,
@@ -188,6 +232,7 @@ class RealtimeSim:
                     text_chars=text_chars,
                 )
                 decision = sched.admit(request)
+                self.now += self.cost.per_arrival_s
                 if decision.ok:
                     result.admitted += 1
                 else:
@@ -212,8 +257,8 @@ class RealtimeSim:
             seen = self.cost.seen(rows, prompt, pages)
             if self.cost.noise_s:
                 seen = max(0.2 * seen, seen + self._jitter.gauss(0.0, self.cost.noise_s))
+            sched.observe_llm_turn(self._token_interval(seen))
             self.now += seen + self.cost.unseen_per_row_s * rows
-            sched.observe_llm_turn(seen)
             if plan.num_tokens == rows:
                 sched.observe_step(rows, seen, pages)
         else:
@@ -230,12 +275,20 @@ class RealtimeSim:
                     sched.finish_generation(request, RequestStatus.FINISHED_STOPPED)
         self._codec(result)
 
+    def _token_interval(self, seen: float) -> float:
+        """EngineCore._token_interval: the time since the last step's start (arrivals' loop
+        time included) while the loop is busy, else the turn itself."""
+        last, self._last_step_start = self._last_step_start, self.now
+        if last is None or self.now - last > 4 * max(seen, self.scheduler.step_time_s):
+            return seen
+        return self.now - last
+
     def _codec(self, result: SimResult) -> None:
         now = self.now
 
-        def heard(request: Request, tokens: int) -> None:  # a chunk of `tokens` comes out
+        def heard(request: Request, audio_s: float) -> None:  # a chunk of `audio_s` comes out
             if self.delivery is not None:
-                self._arrive(request, tokens * self.facts.seconds_per_token, result)
+                self._arrive(request, audio_s, result)
             elif request.first_audio_time is not None:  # the listener's lead as it comes out
                 lead = request.audio_lead_s(now)
                 result.worst_lead_s = min(result.worst_lead_s, lead)
@@ -243,7 +296,10 @@ class RealtimeSim:
                     result.late_streams.add(request.request_id)
 
         if self.codec is None:
-            decode_instantly(self.scheduler, now, heard)
+            for request in self.scheduler.schedule_detok(now):
+                final = request.finished
+                audio_s = self._audio_of(request, len(request.hand_to_codec()), final)
+                deliver(self.scheduler, request, now, audio_s, final, heard)
             return
         self._finish_jobs(heard)
         self._submit_jobs()
@@ -268,15 +324,47 @@ class RealtimeSim:
         seen.arrived_s += audio_s
         seen.last_arrival = at
 
-    def _finish_jobs(self, before_audio: Callable[[Request, int], None]) -> None:
+    def _would_emit(self, request: Request) -> bool:
+        """OrpheusModel.codec_would_emit under SimSnac: whether the request's pending tokens
+        would give audio now."""
+        snac = self.snac
+        assert snac is not None
+        stream = self._streams.get(request.request_id, _SnacStream())
+        frames = stream.tokens // snac.frame_tokens
+        partial = stream.tokens % snac.frame_tokens
+        new_frames = (partial + request.pending_detok_tokens) // snac.frame_tokens
+        return snac.plan.would_emit(stream.emitted, frames, new_frames)
+
+    def _audio_of(self, request: Request, tokens: int, final: bool) -> float:
+        """Seconds of audio a codec job makes of `tokens` more of the request's tokens: all of
+        them without SimSnac, else what its chunk plan lets out."""
+        snac = self.snac
+        if snac is None:
+            return tokens * self.facts.seconds_per_token
+        stream = self._streams.setdefault(request.request_id, _SnacStream())
+        stream.tokens += tokens
+        total = stream.tokens // snac.frame_tokens
+        chunks = snac.plan.chunks(stream.emitted, total, final)
+        if chunks:
+            stream.emitted = chunks[-1][1]
+        samples = snac.plan.samples_out(
+            stream.emitted, total, final, snac.samples_per_frame, snac.delay_samples
+        )
+        made, stream.samples = samples - stream.samples, samples
+        if final:
+            del self._streams[request.request_id]
+        return made / snac.sample_rate
+
+    def _finish_jobs(self, before_audio: Callable[[Request, float], None]) -> None:
         """The jobs done by now: their audio out (AudioOut.collect's bookkeeping)."""
         sched, now = self.scheduler, self.now
         for job in [j for j in self._jobs if j.done_at <= now]:
             self._jobs.remove(job)
-            made_s = sum(tokens for _, tokens, _ in job.rows) * sched.facts.seconds_per_token
+            audio = [(r, self._audio_of(r, tokens, final), final) for r, tokens, final in job.rows]
+            made_s = sum(audio_s for _, audio_s, _ in audio)
             sched.observe_codec_job(self.codec.job_s(len(job.rows), job.lane), made_s, job.lane)
-            for request, tokens, final in job.rows:
-                deliver(sched, request, now, tokens, final, before_audio)
+            for request, audio_s, final in audio:
+                deliver(sched, request, now, audio_s, final, before_audio)
 
     def _submit_jobs(self) -> None:
         """New jobs where the steady job or the lane is free (Worker.detok_job's bookkeeping)."""
@@ -296,31 +384,30 @@ class RealtimeSim:
             self._jobs.append(_Job(now + codec.job_s(len(rows), lane), lane, rows))
 
 
-def decode_instantly(
-    sched: Scheduler, now: float, before_audio: Callable[[Request, int], None] | None = None
-) -> None:
+def decode_instantly(sched: Scheduler, now: float) -> None:
     """The codec's pick at `now` decoded in no time: each picked request's pending tokens go
-    out as audio at once (`before_audio` sees it just before), and a finished one leaves."""
+    out as audio at once, and a finished one leaves."""
     for request in sched.schedule_detok(now):
-        deliver(sched, request, now, len(request.hand_to_codec()), request.finished, before_audio)
+        audio_s = len(request.hand_to_codec()) * sched.facts.seconds_per_token
+        deliver(sched, request, now, audio_s, request.finished)
 
 
 def deliver(
     sched: Scheduler,
     request: Request,
     now: float,
-    tokens: int,
+    audio_s: float,
     final: bool,
-    before_audio: Callable[[Request, int], None] | None = None,
+    before_audio: Callable[[Request, float], None] | None = None,
 ) -> None:
-    """A chunk of `tokens` decoded, as AudioOut.collect books it: the codec done with the
+    """A chunk of `audio_s` decoded, as AudioOut.collect books it: the codec done with the
     request, its listener's lead read just before the audio lands (`before_audio`, given the
-    chunk's tokens), the audio out, and after its last chunk the request gone."""
+    chunk's audio), the audio out, and after its last chunk the request gone."""
     request.codec_returned()
     if before_audio is not None:
-        before_audio(request, tokens)
-    if tokens:
-        sched.audio_out(request, now, tokens * sched.facts.seconds_per_token)
+        before_audio(request, audio_s)
+    if audio_s > 0:
+        sched.audio_out(request, now, audio_s)
     if final:
         request.detok_done = True
         sched.remove(request.request_id)
@@ -341,10 +428,11 @@ def poisson_arrivals(per_second: float, span_s: float, seed: int = 0) -> list[fl
 
 
 # Orpheus on an H200 (BENCHMARKS.md, the Orpheus table's capacity points): SNAC's frame of 2,048
-# samples at 24 kHz is 7 tokens; chunks of 4 frames, large ones of 8; a capacity point's turn fit.
+# samples at 24 kHz is 7 tokens; a first chunk once 3 frames are in (1 and its 2 look-ahead),
+# chunks of 4 frames, large ones of 8 (OrpheusModel's facts, SnacChunkPlan's defaults).
 ORPHEUS_TOKEN_S = 2048 / 24000 / 7
 ORPHEUS_FACTS = ChunkingFacts(
-    first_chunk_tokens=28,
+    first_chunk_tokens=21,
     chunk_tokens=28,
     seconds_per_token=ORPHEUS_TOKEN_S,
     frame_tokens=7,
@@ -389,6 +477,19 @@ def main(argv: list[str] | None = None) -> int:
         help="each chunk's way from the codec to its listener, MEAN,SD ms (normal, at least 0; "
         "default: none)",
     )
+    ap.add_argument(
+        "--arrival-ms",
+        type=float,
+        default=0.0,
+        help="the loop's time each arrival takes outside any turn (admission's verdict, the "
+        "submit), which the turns do not see (default 0)",
+    )
+    ap.add_argument(
+        "--snac-chunk-ramp",
+        type=float,
+        default=1.0,
+        help="SNAC's chunk ramp, as `voxgate serve --snac-chunk-ramp` (default 1)",
+    )
     ap.add_argument("--max-num-seqs", type=int, default=336)
     ap.add_argument("--no-admission", action="store_true", help="real-time admission off")
     args = ap.parse_args(argv)
@@ -414,12 +515,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--codec-ms takes costs >= 0")
     if delivery is not None and min(delivery.mean_s, delivery.sd_s) < 0:
         ap.error("--delivery-ms takes times >= 0")
+    if args.arrival_ms < 0:
+        ap.error("--arrival-ms takes a time >= 0")
+    try:
+        snac = SimSnac(SnacChunkPlan(chunk_ramp=args.snac_chunk_ramp))
+    except ValueError as exc:
+        ap.error(f"--snac-chunk-ramp: {exc}")
     cost = TurnCost(
         fixed_s=fixed_ms / 1e3,
         per_row_s=per_row_ms / 1e3,
         prompt_token_s=2e-6,
         per_page_s=args.page_us * 1e-6,
         noise_s=args.noise_ms / 1e3,
+        per_arrival_s=args.arrival_ms / 1e3,
     )
     seeds = {r: (fixed_ms + args.burst_slope_ms * r) / 1e3 for r in (1, 16, 64, 128, 256)}
     stream_tokens = round(args.stream_s / ORPHEUS_TOKEN_S)
@@ -430,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds,
             codec=codec,
             delivery=delivery,
+            snac=snac,
             realtime_admission=not args.no_admission,
             max_num_seqs=args.max_num_seqs,
         )
