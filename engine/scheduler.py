@@ -60,6 +60,14 @@ def ema(old: float, new: float, weight: float = 0.2) -> float:
 # when the wait costs at most this many times the gap (Scheduler._closes_gap_soon).
 GAP_WEIGHT = 2.0
 
+# A chunk's way from the codec to its listener: the gateway's encode and send, which the
+# listener's buffer (booked when the engine has the audio) does not see. A listener short of a
+# full chunk gets the frames there are once waiting would leave it less than a codec job and
+# this. In the simulator at an H200's costs, with each arrival taking 10 ms of the loop, the
+# last arrivals of a 336-listener ramp ran late (12) where they had only the codec job's
+# margin, 7 with this and SNAC's ramp at 1, none with both at 0.75 (docs/benchmark-history.md).
+DELIVERY_ALLOWANCE_S = 0.04
+
 
 @dataclass(frozen=True)
 class MeasuredCosts:
@@ -495,14 +503,15 @@ class Scheduler:
             return pending >= self.facts.large_chunk_tokens or not self._can_wait_for_large(
                 request, now
             )
-        # Waiting for a full chunk would leave this listener without audio: decode the whole
-        # frames there are now, if the codec makes audio of them (SNAC past a stream's first
+        # Waiting for a full chunk would leave this listener without audio by the time it
+        # reached it (a codec job and its way there): decode the whole frames there are now,
+        # if the codec makes audio of them (SNAC past a stream's first
         # chunks does not, and a request sent anyway sits out the next job for nothing). Full
         # chunks stay the rule while buffers are comfortable, since each codec call has a
         # fixed cost (a flow + HiFT window's context frames, SNAC's launches).
         return (
             pending >= self.facts.frame_tokens
-            and self.slack(request, now) < self.detok_time_s
+            and self.slack(request, now) < self.detok_time_s + DELIVERY_ALLOWANCE_S
             and (self.codec_would_emit is None or self.codec_would_emit(request))
         )
 

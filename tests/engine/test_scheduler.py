@@ -63,6 +63,25 @@ def test_a_listener_about_to_run_dry_gets_the_frames_there_are():
     assert sched.schedule_detok(now) == []
 
 
+def test_the_frames_there_are_go_while_they_can_still_reach_the_listener():
+    """The early frames go once waiting for the full chunk would leave the listener less than
+    a codec job and the chunk's way to it (DELIVERY_ALLOWANCE_S), not only less than the job:
+    its buffer is booked when the engine has the audio, before the gateway encodes and sends
+    it."""
+    from engine.scheduler import DELIVERY_ALLOWANCE_S
+
+    now = 40.0
+    sched = make_scheduler("slack")
+    wait_s = (FACTS.chunk_tokens - FACTS.frame_tokens) * sched.step_time_s + sched.detok_time_s
+    margin_s = sched.detok_time_s + DELIVERY_ALLOWANCE_S
+    close = streaming(sched, arrival=1.0, buffered_s=wait_s + margin_s - 0.005, now=now)
+    clear = streaming(sched, arrival=2.0, buffered_s=wait_s + margin_s + 0.005, now=now)
+    for req in (close, clear):
+        req.output_ids += [7] * FACTS.frame_tokens
+    assert sched.detok_time_s < sched.slack(close, now) < margin_s < sched.slack(clear, now)
+    assert sched.schedule_detok(now) == [close]
+
+
 def test_a_comfortable_listener_waits_for_a_large_chunk_a_short_one_does_not():
     """With a large chunk (SNAC: 8 frames for one window's context), a listener with seconds
     buffered waits for it; one near the urgent buffer takes the ordinary chunk at once; and
