@@ -118,8 +118,13 @@ def _engine_processes() -> set[int]:
 async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts(monkeypatch, caplog):
     # The server process exits a grace after the supervisor gives up: here into `exits`.
     exits: list[int] = []
+    exited_at: list[float] = []
     monkeypatch.setattr(supervisor_module, "GAVE_UP_EXIT_GRACE_S", 0.5)
-    monkeypatch.setattr(supervisor_module, "_exit_process", exits.append)
+    monkeypatch.setattr(
+        supervisor_module,
+        "_exit_process",
+        lambda status: (exits.append(status), exited_at.append(time.monotonic())),
+    )
     attempts = []
 
     def factory():
@@ -129,11 +134,18 @@ async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts(monkeypatch, 
         return _tiny(engine_process=False)
 
     supervised = await SupervisedEngine.start(factory, FAST)
+    gave_up_at: list[float] = []
+    exit_after_grace = supervised.on_gave_up
+
+    async def on_gave_up():  # when the supervisor itself gave up, not when the test saw it
+        gave_up_at.append(time.monotonic())
+        await exit_after_grace()
+
+    supervised.on_gave_up = on_gave_up
     try:
         supervised.engine.core.step = lambda: 1 / 0
         await supervised.submit(SpeechRequest("Hi.", sampling=SamplingParams(max_tokens=20)))
         await _until(lambda: not supervised.healthy, timeout=30)
-        gave_up = time.monotonic()
         assert not supervised.ready and supervised.record.restarts == 0
         assert "CUDA out of memory" in supervised.record.last_reason
         # The death and two failed rebuilds make three failures; then nothing more is tried.
@@ -150,7 +162,8 @@ async def test_a_crash_loop_ends_in_unhealthy_and_no_more_attempts(monkeypatch, 
         # /health failed meanwhile (healthy False); after the grace the process exits, non-zero.
         assert exits == []
         await _until(lambda: exits, timeout=10)
-        assert exits == [1] and time.monotonic() - gave_up >= 0.5
+        # The grace is an asyncio sleep of 0.5 s from the give-up (a clock tick's slack).
+        assert exits == [1] and exited_at[0] - gave_up_at[0] >= 0.49
         (line,) = [r.getMessage() for r in caplog.records if "exiting with status" in r.message]
         assert "exiting with status 1: the engine kept dying" in line
         assert "CUDA out of memory" in line
