@@ -142,6 +142,8 @@ class SnacDetokenizer:
             raise ValueError(
                 f"SnacDetokenizer needs vq_strides [4, 2, 1] (snac_24khz), got {strides}"
             )
+        # Which frames come out as audio when; Orpheus' serving options replace it
+        # (models/orpheus/serving_options.py: the large chunk, the ramp).
         self.plan = SnacChunkPlan(
             lookahead_frames, chunk_frames, first_chunk_frames, large_chunk_frames, chunk_ramp
         )
@@ -166,31 +168,6 @@ class SnacDetokenizer:
     def flush_frames(self) -> int:
         """Frames past a stream's end that bring out its last samples."""
         return math.ceil(self.decoder.delay_samples / self.samples_per_frame)
-
-    # The plan's settings by the names the models read (models/codecs/snac_plan.py). The large
-    # chunk and the ramp are serving options (models/orpheus/serving_options.py), which replace
-    # the plan; the engine lets a stream with a comfortable buffer wait for a large chunk
-    # (ModelFacts.large_chunk_tokens): one call of 8 frames costs less a frame than two of 4.
-    @property
-    def right(self) -> int:
-        return self.plan.lookahead_frames
-
-    @property
-    def chunk(self) -> int:
-        return self.plan.chunk_frames
-
-    @property
-    def first_chunk(self) -> int:
-        return self.plan.first_chunk_frames
-
-    @property
-    def large_chunk(self) -> int:
-        return self.plan.large_chunk_frames
-
-    @property
-    def first_audio_frames(self) -> int:
-        """Frames a stream must have before its first (non-final) audio comes out."""
-        return self.plan.first_audio_frames
 
     def new_stream(self, seed: int = 0) -> SnacStream:
         """A fresh stream; `seed` picks its noise (only the low 32 bits matter)."""
@@ -241,7 +218,7 @@ class SnacDetokenizer:
             if not chunks and not flush:
                 continue
             emitted = chunks[-1][1] if chunks else stream.emitted
-            upto = stream.total if fin else min(stream.total, emitted + self.right)
+            upto = stream.total if fin else min(stream.total, emitted + self.plan.lookahead_frames)
             pieces.append(self._pieces(_Feed(i, stream.fed, upto, fin, emitted)))
         audio: list[list[np.ndarray]] = [[] for _ in streams]
         for round_ in range(max(map(len, pieces), default=0)):
@@ -355,7 +332,8 @@ class SnacDetokenizer:
             self.decoder.use_triton_kernels()
         graphs.compile_regions(self.repeated_blocks())
         chunks = self.plan.schedule(12)
-        lengths = {chunks[0][1] + self.right, self.chunk, self.flush_frames, 1}
+        plan = self.plan
+        lengths = {chunks[0][1] + plan.lookahead_frames, plan.chunk_frames, self.flush_frames, 1}
         lengths |= {e - s for s, e in chunks[1:]}
         self._graph_lengths = sorted(lengths, reverse=True)
         with torch.inference_mode():

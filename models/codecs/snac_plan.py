@@ -28,6 +28,8 @@ class SnacChunkPlan:
     lookahead_frames: int = 2
     chunk_frames: int = 4
     first_chunk_frames: int = 1
+    # A comfortable listener's chunk: one call of 8 frames costs less a frame than two of 4
+    # (bench/snac_cost.py); the engine lets such a listener wait for it.
     large_chunk_frames: int = 8
     chunk_ramp: float = 1.0
 

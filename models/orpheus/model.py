@@ -77,9 +77,9 @@ class OrpheusModel(SpeechModel):
             sample_rate=detok.sample_rate,
             token_rate_hz=frame_rate * T.CODES_PER_FRAME,
             stop_token_ids=(T.END_OF_SPEECH,),
-            first_chunk_tokens=T.CODES_PER_FRAME * detok.first_audio_frames,
-            chunk_tokens=T.CODES_PER_FRAME * detok.chunk,
-            large_chunk_tokens=T.CODES_PER_FRAME * detok.large_chunk,
+            first_chunk_tokens=T.CODES_PER_FRAME * detok.plan.first_audio_frames,
+            chunk_tokens=T.CODES_PER_FRAME * detok.plan.chunk_frames,
+            large_chunk_tokens=T.CODES_PER_FRAME * detok.plan.large_chunk_frames,
             frame_tokens=T.CODES_PER_FRAME,
             # A chunk's audio lags its codes by the decoder's delay (2.32 frames), rounded up
             # to whole tokens (17): the first chunk's audio is that much shorter than its codes.

@@ -60,16 +60,16 @@ class OrpheusLoadOptions(CodecCompileOption):
             from models.codecs.snac_precision import to_half_if_faithful
 
             to_half_if_faithful(detok.model)
-        if self.snac_large_chunk_frames < detok.chunk:
+        if self.snac_large_chunk_frames < detok.plan.chunk_frames:
             raise CheckpointError(
-                f"--snac-large-chunk-frames must be at least the codec's chunk ({detok.chunk})"
+                f"--snac-large-chunk-frames must be at least the codec's chunk ({detok.plan.chunk_frames})"
             )
         detok.plan = dataclasses.replace(
             detok.plan,
             large_chunk_frames=self.snac_large_chunk_frames,
             chunk_ramp=self.snac_chunk_ramp,
         )
-        large = model.facts.frame_tokens * detok.large_chunk
+        large = model.facts.frame_tokens * detok.plan.large_chunk_frames
         model.facts = dataclasses.replace(
             model.facts, large_chunk_tokens=large, compile_codec=self.compile_codec
         )

@@ -196,7 +196,7 @@ def test_first_chunk_audio_the_scheduler_counts_on_is_what_snac_emits():
     )
     samples_per_token = detok.samples_per_frame / T.CODES_PER_FRAME
     stream = detok.new_stream()
-    detok.push(stream, np.zeros((detok.first_audio_frames, 7), dtype=np.int64).tolist())
+    detok.push(stream, np.zeros((detok.plan.first_audio_frames, 7), dtype=np.int64).tolist())
     (audio,) = detok.decode([stream], [False])
     counted = chunking.first_chunk_audio_tokens(facts.first_chunk_tokens)
     assert facts.held_back_tokens == 17

@@ -186,7 +186,7 @@ def test_frames_ready_ramps_chunks_and_waits_for_lookahead(model):
     assert det.frames_ready(stream, final=False) == 0  # frame 0 still lacks 2 frames lookahead
     assert det.frames_ready(stream, final=True) == 2
     det.push(stream, _frames(1, seed=0).tolist())
-    assert det.first_audio_frames == 3 and det.frames_ready(stream, final=False) == 1
+    assert det.plan.first_audio_frames == 3 and det.frames_ready(stream, final=False) == 1
     # 16 frames: chunks 1, 1, 2 and a large one of 8, and as a stream's first job emits all
     # it has, the 2 frames left short of another chunk (+2 ahead)
     det.push(stream, _frames(13, seed=0).tolist())
@@ -407,7 +407,7 @@ def test_each_chunk_comes_out_short_of_the_decoders_delay(model):
     its chunks' less 661 samples (28 ms: the decoder's delay past the 2 frames of look-ahead),
     which come with the next chunk, and the end's call brings out the rest."""
     det = SnacDetokenizer(model)
-    short = det.decoder.delay_samples - det.right * SPF
+    short = det.decoder.delay_samples - det.plan.lookahead_frames * SPF
     assert short == 661
     frames, stream, out = _frames(20, seed=3), det.new_stream(seed=0), 0
     for i in range(len(frames)):
