@@ -50,7 +50,7 @@ def test_the_model_familys_options_among_the_server_args_reach_the_model():
     )
     core, model = host_engine(args)
     try:
-        assert model.detok.large_chunk == 16
+        assert model.detok.plan.large_chunk_frames == 16
         assert model.facts.large_chunk_tokens == 16 * 7
     finally:
         core.close()
