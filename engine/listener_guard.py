@@ -49,8 +49,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from engine.refusal_causes import RefusalCause
 from engine.request import Request
+from engine.stream_columns import StreamColumns, gather
 
 SETTLED_AFTER_S = 1.0
 SHORT_SHARE = 0.05
@@ -81,27 +84,41 @@ def listener_health(
     than `short_below_s`. A chunk in a codec job counts once the audio delivered outlasts
     the job (`codec_s`, a job's time): a listener that would run dry before it comes out is
     short whatever the job brings."""
-    settled = short = unsettled = playing = 0
-    shortest: tuple[float, float] | None = None
-    for request in requests:
-        if not request.wants_tokens:
-            continue
-        first = request.playing_since
-        playing += first is not None
-        if first is None or now - first < SETTLED_AFTER_S:
-            unsettled += 1
-            continue
-        settled += 1
-        delivered = request.audio_lead_s(now)
-        tokens = request.undecoded_tokens if delivered >= codec_s else request.pending_detok_tokens
-        lead = delivered + tokens * token_s
-        # A first chunk let out early (the first-audio budget) starts the stream lower.
-        line = min(short_below_s, request.first_chunk_s or short_below_s)
-        if lead < line:
-            short += 1
-            if shortest is None or lead - line < shortest[0] - shortest[1]:
-                shortest = (lead, line)
-    return ListenerHealth(settled, short, unsettled, playing, shortest)
+    return health_of(gather(requests, now), now, short_below_s, token_s, codec_s)
+
+
+def health_of(
+    streams: StreamColumns,
+    now: float,
+    short_below_s: float,
+    token_s: float,
+    codec_s: float = 0.0,
+) -> ListenerHealth:
+    """listener_health of requests already gathered (engine/stream_columns.py) at `now`."""
+    since = streams.playing_since
+    playing = ~np.isnan(since)
+    with np.errstate(invalid="ignore"):
+        settled = playing & (now - since >= SETTLED_AFTER_S)
+    delivered = streams.lead_s
+    tokens = np.where(delivered >= codec_s, streams.undecoded_tokens, streams.waiting_tokens)
+    lead = delivered + tokens * token_s
+    # A first chunk let out early (the first-audio budget) starts the stream lower.
+    first = streams.first_chunk_s
+    line = np.minimum(short_below_s, np.where(first > 0, first, short_below_s))
+    short = settled & (lead < line)
+    shortest = None
+    if short.any():
+        under = np.where(short, lead - line, np.inf)
+        i = int(np.argmin(under))
+        shortest = (float(lead[i]), float(line[i]))
+    count = int(np.count_nonzero(settled))
+    return ListenerHealth(
+        count,
+        int(np.count_nonzero(short)),
+        len(streams) - count,
+        int(np.count_nonzero(playing)),
+        shortest,
+    )
 
 
 def _shortest_text(shortest: tuple[float, float] | None) -> str:

@@ -24,17 +24,19 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import statistics
 from typing import Protocol
 
+import numpy as np
+
 from engine.config import EngineConfig
-from engine.listener_guard import ListenerGuard, ListenerHealth, listener_health
+from engine.listener_guard import ListenerGuard, ListenerHealth, health_of
 from engine.outputs import AdmissionStats
 from engine.realtime_capacity import RealtimeCapacity
-from engine.realtime_outlook import StreamOutlook
+from engine.realtime_outlook import StreamOutlook, Streams
 from engine.refusal_causes import Admission
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.speech_lengths import SpeechLengths
+from engine.stream_columns import StreamColumns, gather
 
 log = logging.getLogger("voxgate.engine")
 
@@ -100,6 +102,7 @@ class RealtimeAdmission:
         self._admitting = True
         # (when, refusal cause, figures): the view stats reuse (view)
         self._view: tuple[float, str, AdmissionStats] | None = None
+        self._last_room: int | None = None  # where the next room's search starts (_room)
 
     # --- what the engine measures ----------------------------------------------------------------
     def observe_turn(self, rows: int, seconds: float, kv_pages: int) -> None:
@@ -148,20 +151,29 @@ class RealtimeAdmission:
         to its end as contexts grow, so a burst of arrivals is cut at the size that would
         fall behind rather than after it has (streams admitted but not yet prefilled count
         too); then by the listeners' buffers."""
-        if not self.config.realtime_admission or self.calibrating:
+        if not self._judges(request):
             return Admission(True)
-        if request is not None and not request.realtime:
-            return Admission(True)  # no deadline: it runs in the room real-time streams leave
-        live = self._realtime_streams()
-        outlooks = self._outlooks(live, now)
-        newcomer = self._newcomer(request, live)
-        verdict = self.capacity.room_with(outlooks, [newcomer])
+        return self._verdict(self._gather(now), now, request)
+
+    def _judges(self, request: Request | None) -> bool:
+        """Whether a verdict is asked of the streams: admission is on and not calibrating,
+        and `request` (if any) has a listener (one without has no deadline: it runs in the
+        room real-time streams leave)."""
+        if not self.config.realtime_admission or self.calibrating:
+            return False
+        return request is None or request.realtime
+
+    def _verdict(self, requests: StreamColumns, now: float, request: Request | None) -> Admission:
+        live = requests.where(requests.realtime)
+        streams = self._streams(requests)
+        newcomer = self._newcomer(request, live, now)
+        verdict = self.capacity.room_with(streams, [newcomer])
         if not verdict.ok:
             return verdict
         health = self._listener_health(live, now)
         carries = None
         if self.capacity.calibrated:
-            carries = functools.partial(self.capacity.carries, outlooks, newcomer)
+            carries = functools.partial(self.capacity.carries, streams, newcomer)
         refusal = self.listener_guard.refusal(health, now, carries)
         if refusal is not None:
             cause, why = refusal
@@ -173,15 +185,21 @@ class RealtimeAdmission:
         many more of their typical length as fit (None while unmeasured). Where pages are
         priced, a bisection over the streams' outlooks (a few ms at hundreds of streams):
         stats ask through view."""
-        live = self._realtime_streams()
-        return self.capacity.capacity(self._outlooks(live, now), self._newcomer(None, live))
+        return self._room(self._gather(now), now)
+
+    def _room(self, requests: StreamColumns, now: float) -> int | None:
+        live = requests.where(requests.realtime)
+        newcomer = self._newcomer(None, live, now)
+        room = self.capacity.capacity(self._streams(requests), newcomer, near=self._last_room)
+        self._last_room = room
+        return room
 
     def view(self, now: float) -> tuple[str, AdmissionStats]:
         """The verdict on one more stream (its refusal cause, "" when it would admit) and the
         figures, for stats, which go out every 50 ms from the loop's thread. Where KV pages
-        are priced both judge every live stream's outlook (the verdict ~1.6 ms at 300
-        streams, the room a bisection of such judgements), so the view is reused for
-        ADMISSION_VIEW_S; each admission itself is judged fresh (judge)."""
+        are priced both judge every live stream's outlook (the room a bisection of such
+        judgements), so the view is reused for ADMISSION_VIEW_S; each admission itself is
+        judged fresh (judge)."""
         cached = self._view
         if (
             cached is not None
@@ -189,20 +207,24 @@ class RealtimeAdmission:
             and 0 <= now - cached[0] < ADMISSION_VIEW_S
         ):
             return cached[1], cached[2]
-        refusal = self.verdict(now).cause
-        figures = self.stats(now)
+        requests = self._gather(now)
+        refusal = self._verdict(requests, now, None).cause if self._judges(None) else ""
+        figures = self._stats(requests, now)
         self._view = (now, refusal, figures)
         return refusal, figures
 
     def stats(self, now: float) -> AdmissionStats:
         """Admission's figures for /metrics (EngineStats.admission), computed now."""
-        live = self._realtime_streams()
+        return self._stats(self._gather(now), now)
+
+    def _stats(self, requests: StreamColumns, now: float) -> AdmissionStats:
+        live = requests.where(requests.realtime)
         fit = self.capacity.steps.fit()
         codec = self.capacity.codec.fit()
         health = self._listener_health(live, now)
         return AdmissionStats(
             streams=len(live),
-            capacity_streams=self.room(now) or 0,
+            capacity_streams=self._room(requests, now) or 0,
             turn_fixed_s=fit.fixed_s if fit else 0.0,
             turn_per_row_s=fit.per_unit_s if fit else 0.0,
             turn_per_page_s=self.capacity.page_s,
@@ -218,60 +240,66 @@ class RealtimeAdmission:
 
     # --- how it sees the streams -----------------------------------------------------------------
     def outlook(self, request: Request, now: float) -> StreamOutlook:
-        """A live request as the outlook sees it: its context, the most tokens it may still
-        make, and the audio it holds (played out, decoding or not yet decoded); a request
-        without a listener holds none to keep up and counts at its floor's share (it makes at
-        least UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its cost to
+        """A live request as the outlook sees it (_streams)."""
+        return self._streams(gather([request], now))[0]
+
+    def _gather(self, now: float) -> StreamColumns:
+        """The live requests' figures at `now`. From a copy: EngineCore.stats() asks from the
+        gateway's thread while the engine's adds."""
+        return gather(list(self.ledger.requests.values()), now)
+
+    def _streams(self, requests: StreamColumns) -> Streams:
+        """The engine's load as the outlook sees it: the listeners' streams, then the
+        requests without one. Each: its context, the most tokens it may still make, and the
+        audio it holds (played out, decoding or not yet decoded); a request without a
+        listener holds none to keep up and counts at its floor's share (it makes at least
+        UNHEARD_FLOOR_RATE of real time's tokens while listeners are short: its cost to
         them)."""
-        remaining = self._expected_tokens(request) - request.num_generated
-        if not request.realtime:
-            return StreamOutlook(request.num_tokens, remaining, 0.0, share=UNHEARD_FLOOR_RATE)
-        undecoded = request.undecoded_tokens * self.seconds_per_token
-        return StreamOutlook(
-            request.num_tokens, remaining, request.buffered_audio_s(now) + undecoded
+        heard = requests.realtime
+        ordered = requests.where(np.concatenate([np.flatnonzero(heard), np.flatnonzero(~heard)]))
+        heard = ordered.realtime
+        expected = self._expected_tokens(ordered)
+        audio = np.maximum(ordered.lead_s, 0.0) + ordered.undecoded_tokens * self.seconds_per_token
+        return Streams(
+            ordered.context_tokens,
+            expected - ordered.generated,
+            np.where(heard, audio, 0.0),
+            np.where(heard, 1.0, UNHEARD_FLOOR_RATE),
         )
 
-    def _listener_health(self, live: list[Request], now: float) -> ListenerHealth:
+    def _listener_health(self, live: StreamColumns, now: float) -> ListenerHealth:
         """The `live` listeners' leads against the guard's line, a chunk in a codec job
         counted once their delivered audio outlasts a steady job."""
         ledger = self.ledger
-        return listener_health(
+        return health_of(
             live, now, ledger.guard_short_below_s(), self.seconds_per_token, ledger.detok_time_s
         )
 
-    def _realtime_streams(self) -> list[Request]:
-        """The live streams someone plays as they are made: what admission keeps in real time
-        (a request without a listener yields to them instead). From a copy: EngineCore.stats()
-        asks from the gateway's thread while the engine's adds."""
-        return [r for r in list(self.ledger.requests.values()) if r.wants_tokens and r.realtime]
-
-    def _outlooks(self, live: list[Request], now: float) -> list[StreamOutlook]:
-        """The engine's load: the `live` listeners' streams and the requests without one."""
-        requests = list(self.ledger.requests.values())
-        unheard = [r for r in requests if r.wants_tokens and not r.realtime]
-        return [self.outlook(r, now) for r in (*live, *unheard)]
-
-    def _expected_tokens(self, request: Request) -> int:
-        """The most tokens the outlook expects `request` to make: its text's learned bound
-        within [min_tokens, max_tokens], or max_tokens where there is none, or once it ran
-        past it."""
-        ceiling = request.sampling.max_tokens
-        bound = self.lengths.bound(request.text_chars)
+    def _expected_tokens(self, requests: StreamColumns) -> np.ndarray:
+        """The most tokens the outlook expects each of `requests` to make: its text's
+        learned bound within [min_tokens, max_tokens], or max_tokens where there is none, or
+        once it ran past it."""
+        ceiling = requests.max_tokens
+        bound = self.lengths.bounds(requests.text_chars)
         if bound is None:
             return ceiling
-        bound = max(bound, request.sampling.min_tokens)
-        return ceiling if request.num_generated >= bound else min(bound, ceiling)
+        bound = np.maximum(bound, requests.min_tokens)
+        unbounded = (requests.text_chars <= 0) | (requests.generated >= bound)
+        return np.where(unbounded, ceiling, np.minimum(bound, ceiling))
 
-    def _newcomer(self, request: Request | None, live: list[Request]) -> StreamOutlook:
+    def _newcomer(self, request: Request | None, live: StreamColumns, now: float) -> StreamOutlook:
         """The stream a newcomer would be: `request` itself, or (asked without one, for the
         metrics' room) the live streams' median prompt and length, or a default request's."""
         if request is not None:
-            return StreamOutlook(request.num_prompt_tokens, self._expected_tokens(request), 0.0)
-        if not live:
+            asked = gather([request], now)
+            return StreamOutlook(
+                int(asked.prompt_tokens[0]), int(self._expected_tokens(asked)[0]), 0.0
+            )
+        if not len(live):
             return StreamOutlook(0, SamplingParams().max_tokens, 0.0)
-        prompt = statistics.median_low(r.num_prompt_tokens for r in live)
-        length = statistics.median_low(self._expected_tokens(r) for r in live)
-        return StreamOutlook(prompt, length, 0.0)
+        return StreamOutlook(
+            _median_low(live.prompt_tokens), _median_low(self._expected_tokens(live)), 0.0
+        )
 
     def _note(self, verdict: Admission, now: float) -> None:
         """Count a refusal by cause; log when admission closes and when it opens again."""
@@ -298,3 +326,8 @@ class RealtimeAdmission:
             log.info(
                 "real-time admission closed at %d streams (%s): %s", streams, turn, verdict.reason
             )
+
+
+def _median_low(values: np.ndarray) -> int:
+    """statistics.median_low of `values` (not empty)."""
+    return int(np.sort(values)[(len(values) - 1) // 2])

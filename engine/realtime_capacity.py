@@ -30,10 +30,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from engine.page_price import PagePrice
-from engine.realtime_outlook import OutlookInputs, StreamOutlook, TurnModel
+from engine.realtime_outlook import (
+    OutlookInputs,
+    StreamOutlook,
+    Streams,
+    StreamsLike,
+    TurnModel,
+)
 from engine.refusal_causes import Admission, RefusalCause
 from engine.turn_cost import LIVE_WINDOW, CostLine, SampleWindow, TurnCostModel, weighted_line
 
@@ -178,26 +184,36 @@ class RealtimeCapacity:
 
     def capacity(
         self,
-        live: Sequence[StreamOutlook] = (),
+        live: StreamsLike = (),
         newcomer: StreamOutlook | None = None,
         cap: int = 100_000,
+        near: int | None = None,
     ) -> int | None:
         """The most streams predicted to stay in real time (at least 1: a lone stream is
         always admitted); None while nothing is measured. With pages priced and a `newcomer`
         to add: the `live` streams and as many such newcomers as their outlook allows (the
-        live ones alone, when even they fall short)."""
+        live ones alone, when even they fall short), searched for from `near` (the last
+        answer: it moves little between asks, and each try judges every stream)."""
         if not self.calibrated:
             return None
         if self.page_s > 0 and newcomer is not None:
-            extra = _most(lambda m: self.room_with(live, [newcomer] * m).ok, cap)
-            return max(1, _listeners(live) + (extra or 0))
+            streams = Streams.of(live)
+            listeners = streams.listeners()
+            extra = _most(
+                lambda m: self.room_with(streams, Streams.like(newcomer, m)).ok,
+                cap,
+                near=None if near is None else near - listeners,
+            )
+            return max(1, listeners + (extra or 0))
         return _most(lambda n: self.room_for(n).ok, cap, least=1)
 
-    def carries(self, live: Sequence[StreamOutlook], newcomer: StreamOutlook, n: int) -> bool:
+    def carries(self, live: StreamsLike, newcomer: StreamOutlook, n: int) -> bool:
         """Whether `n` streams stay in real time: the `live` ones and newcomers like
         `newcomer` up to n, by their outlook where pages are priced, else by the count."""
         if self.page_s > 0:
-            return self.room_with(live, [newcomer] * max(0, n - _listeners(live))).ok
+            streams = Streams.of(live)
+            more = max(0, n - streams.listeners())
+            return self.room_with(streams, Streams.like(newcomer, more)).ok
         return self.room_for(n).ok
 
     def codec_load(self, streams: int) -> float | None:
@@ -208,16 +224,15 @@ class RealtimeCapacity:
         chunk_s = self.chunk_tokens * self.seconds_per_token
         return self.codec.busy_share(streams, self.max_detok_batch, chunk_s)
 
-    def room_with(
-        self, live: Sequence[StreamOutlook], newcomers: Sequence[StreamOutlook]
-    ) -> Admission:
+    def room_with(self, live: StreamsLike, newcomers: StreamsLike) -> Admission:
         """Whether the `live` streams and the `newcomers` all stay in real time: by their
         outlook where pages are priced (and the codec's budget), else by their count
         (`room_for`). Streams without a listener among them count at their share (a batch
         request at its floor is a quarter of a stream); a lone listener is always admitted."""
-        everyone = [*live, *newcomers]
-        streams = _listeners(everyone)
-        load = math.ceil(sum(s.share for s in everyone if not s.listened) - 1e-9) + streams
+        everyone = Streams.of(live).plus(Streams.of(newcomers))
+        streams = everyone.listeners()
+        unheard = everyone.share[~everyone.listened].sum()
+        load = math.ceil(unheard - 1e-9) + streams
         if streams <= 1:
             return Admission(True)
         if self.page_s <= 0:
@@ -286,24 +301,39 @@ class RealtimeCapacity:
         return Admission(True)
 
 
-def _listeners(streams: Sequence[StreamOutlook]) -> int:
-    return sum(1 for s in streams if s.listened)
-
-
 def _beside(unheard: int) -> str:
     """A refusal's note of the requests without a listener counted beside the streams."""
     return f" (beside {unheard} requests without a listener)" if unheard else ""
 
 
-def _most(fits: Callable[[int], bool], cap: int, least: int = 0) -> int | None:
+def _most(
+    fits: Callable[[int], bool], cap: int, least: int = 0, near: int | None = None
+) -> int | None:
     """The largest n in [least, cap] for which `fits(n)` (True up to some n, False after);
-    None when not even `least` fits."""
-    if not fits(least):
-        return None
-    lo, hi = least, max(2 * least, 1)
-    while hi <= cap and fits(hi):
-        lo, hi = hi, 2 * hi
-    hi = min(hi, cap + 1)
+    None when not even `least` fits. `near`: a guess, searched out from in steps that double
+    (a guess close to the answer takes a few tries, where a search from `least` takes
+    about twice log2 of the answer)."""
+    if near is None or not least < near <= cap:
+        if not fits(least):
+            return None
+        lo, hi = least, max(2 * least, 1)
+        while hi <= cap and fits(hi):
+            lo, hi = hi, 2 * hi
+        hi = min(hi, cap + 1)
+    elif fits(near):
+        lo, step = near, 1
+        while lo + step <= cap and fits(lo + step):
+            lo, step = lo + step, 2 * step
+        hi = min(lo + step, cap + 1)
+    else:
+        hi, step = near, 1
+        while hi - step > least and not fits(hi - step):
+            hi, step = hi - step, 2 * step
+        lo = hi - step
+        if lo <= least:
+            if not fits(least):
+                return None
+            lo = least
     while hi - lo > 1:  # fits(lo), not fits(hi)
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)

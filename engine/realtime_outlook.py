@@ -48,7 +48,7 @@ turn and costs more, but then they bank audio.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,80 @@ class StreamOutlook:
     @property
     def listened(self) -> bool:
         return self.share >= 1.0
+
+
+@dataclass(frozen=True)
+class Streams:
+    """Streams as the outlook sees them, one array a figure (a StreamOutlook's, one entry a
+    stream): what the outlook works on, all streams at once. Admission builds them from its
+    live requests in one pass (engine/stream_columns.py), not a StreamOutlook each, since it
+    judges every stream at each arrival."""
+
+    context_tokens: np.ndarray  # int64
+    remaining_tokens: np.ndarray  # int64
+    banked_s: np.ndarray  # float64
+    share: np.ndarray  # float64
+
+    @classmethod
+    def of(cls, streams: StreamsLike) -> Streams:
+        """`streams` as columns (as they are, if they are already)."""
+        if isinstance(streams, Streams):
+            return streams
+        rows = [(s.context_tokens, s.remaining_tokens, s.banked_s, s.share) for s in streams]
+        if not rows:
+            return cls.like(StreamOutlook(0, 0, 0.0), 0)
+        context, remaining, banked, share = zip(*rows, strict=True)
+        return cls(
+            np.array(context, dtype=np.int64),
+            np.array(remaining, dtype=np.int64),
+            np.array(banked, dtype=np.float64),
+            np.array(share, dtype=np.float64),
+        )
+
+    @classmethod
+    def like(cls, stream: StreamOutlook, count: int) -> Streams:
+        """`count` streams like `stream`."""
+        return cls(
+            np.full(count, stream.context_tokens, dtype=np.int64),
+            np.full(count, stream.remaining_tokens, dtype=np.int64),
+            np.full(count, stream.banked_s, dtype=np.float64),
+            np.full(count, stream.share, dtype=np.float64),
+        )
+
+    def plus(self, other: Streams) -> Streams:
+        """These streams, then `other`'s."""
+        return Streams(
+            np.concatenate([self.context_tokens, other.context_tokens]),
+            np.concatenate([self.remaining_tokens, other.remaining_tokens]),
+            np.concatenate([self.banked_s, other.banked_s]),
+            np.concatenate([self.share, other.share]),
+        )
+
+    @property
+    def listened(self) -> np.ndarray:
+        """Whether each stream has a listener (StreamOutlook.listened)."""
+        return self.share >= 1.0
+
+    def listeners(self) -> int:
+        return int(np.count_nonzero(self.listened))
+
+    def __len__(self) -> int:
+        return len(self.share)
+
+    def __getitem__(self, i: int) -> StreamOutlook:
+        return StreamOutlook(
+            int(self.context_tokens[i]),
+            int(self.remaining_tokens[i]),
+            float(self.banked_s[i]),
+            float(self.share[i]),
+        )
+
+    def __iter__(self) -> Iterator[StreamOutlook]:
+        return (self[i] for i in range(len(self)))
+
+
+# What the outlook takes: columns, or any sequence of single streams (tests, the simulator).
+StreamsLike = Streams | Sequence[StreamOutlook]
 
 
 @dataclass(frozen=True)
@@ -102,7 +176,7 @@ class OutlookInputs:
     refused request (engine/request_trace.py) says what decided it and can be judged again
     offline with one input changed (bench/replay_refusals.py)."""
 
-    streams: Sequence[StreamOutlook]  # the live streams, then the newcomers
+    streams: StreamsLike  # the live streams, then the newcomers
     turn: TurnModel
     budget_s: float
     lead_cap_s: float
@@ -134,7 +208,7 @@ class OutlookInputs:
             "turn_line_s": None if self.turn.line_s is None else list(self.turn.line_s),
             "streams": [
                 [s.context_tokens, s.remaining_tokens, round(s.banked_s, 4), s.share]
-                for s in self.streams
+                for s in Streams.of(self.streams)
             ],
         }
 
@@ -168,7 +242,7 @@ class OutlookInputs:
 
 
 def shortfall(
-    streams: Sequence[StreamOutlook],
+    streams: StreamsLike,
     turn: TurnModel,
     budget_s: float,
     lead_cap_s: float = math.inf,
@@ -182,16 +256,17 @@ def shortfall(
     lead has been falling: the module's note says why). Ends are rounded up to a multiple of
     `end_step` rounds (fewer segments; a stream then counts as running a little longer,
     which errs on the safe side)."""
-    live = [s for s in streams if s.remaining_tokens > 0]
-    if not any(s.listened for s in live):
+    columns = Streams.of(streams)
+    going = columns.remaining_tokens > 0
+    share = columns.share[going]
+    listened = share >= 1.0
+    if not listened.any():
         return None
-    share = np.array([s.share for s in live], dtype=np.float64)
-    ends = np.ceil(np.array([s.remaining_tokens for s in live]) / share).astype(np.int64)
+    ends = np.ceil(columns.remaining_tokens[going] / share).astype(np.int64)
     ends = -(-ends // end_step) * end_step
-    context = np.array([s.context_tokens for s in live], dtype=np.float64)
-    lead = np.array([s.banked_s for s in live], dtype=np.float64)
+    context = columns.context_tokens[going].astype(np.float64)
+    lead = columns.banked_s[going]
     cap = np.maximum(lead, lead_cap_s)
-    listened = np.array([s.listened for s in live])
     stops = np.unique(ends)
     starts = np.concatenate([[0], stops[:-1]])
     # Segment j: rounds (starts[j], stops[j]], run by the streams whose end is at least stops[j].
@@ -213,16 +288,18 @@ def shortfall(
     gain = _rounds_sum(starts, turning, budget_s - a, -b)
     loss = _rounds_sum(turning, stops, budget_s - a, -b)
     elapsed = np.cumsum(_rounds_sum(starts, stops, a, b))
-    worst, worst_at = np.full(len(live), np.inf), np.zeros(len(live), dtype=np.int64)
-    for j in range(len(stops)):
-        on = running[j] & listened
-        lead = np.where(on, np.minimum(cap, lead + gain[j]) + loss[j], lead)
-        # A lead still rising at a segment's end is above where it was; one that fell into
-        # it is a low point.
-        margin = lead - floor_s
-        lower = on & (loss[j] < 0) & (margin < worst)
-        worst = np.where(lower, margin, worst)
-        worst_at = np.where(lower, j, worst_at)
+    # A running stream's lead after segment j is min(cap, lead before + gain_j) + loss_j: with
+    # S_j the segments' gains and losses summed to j, that is S_j + min(its lead now,
+    # cap + min over k <= j of (loss_k - S_k)), for every segment and stream at once.
+    total = np.cumsum(gain + loss)
+    lowest = np.minimum.accumulate(loss - total)
+    leads = total[:, None] + np.minimum(lead[None, :], cap[None, :] + lowest[:, None])
+    # A lead still rising at a segment's end is above where it was; one that fell into it is
+    # a low point. A stream's low points are in the segments it runs in.
+    low_point = running & listened[None, :] & (loss < 0)[:, None]
+    margins = np.where(low_point, leads - floor_s, np.inf)
+    worst_at = np.argmin(margins, axis=0)
+    worst = margins[worst_at, np.arange(len(lead))]
     i = int(np.argmin(worst))
     if worst[i] >= 0:
         return None

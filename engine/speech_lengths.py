@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from engine.turn_cost import SampleWindow
 
 LENGTH_WINDOW = 512  # the latest requests the ratio is learned from
@@ -69,7 +71,16 @@ class SpeechLengths:
     def bound(self, text_chars: int) -> int | None:
         """The most tokens a text of `text_chars` characters is expected to take; None
         while nothing is learned or without a text."""
-        ratio = self.tokens_per_char()
-        if ratio is None or text_chars <= 0:
+        if text_chars <= 0:
             return None
-        return math.ceil(MARGIN * ratio * text_chars) + self.slack_tokens
+        bounds = self.bounds(np.array([text_chars], dtype=np.int64))
+        return None if bounds is None else int(bounds[0])
+
+    def bounds(self, text_chars: np.ndarray) -> np.ndarray | None:
+        """`bound` of each of `text_chars` at once, 0 where there is no text; None while
+        nothing is learned."""
+        ratio = self.tokens_per_char()
+        if ratio is None:
+            return None
+        tokens = np.ceil(MARGIN * ratio * text_chars).astype(np.int64) + self.slack_tokens
+        return np.where(text_chars > 0, tokens, 0)

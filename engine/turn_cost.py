@@ -51,7 +51,6 @@ gateway's thread): readers fit a copy of the window.
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -193,29 +192,24 @@ class TurnCostModel:
             return cache[1], cache[2]
         live_version, turns = self._live.snapshot()
         version = self._inputs_version(live_version, price)
-        live = tuple((rows, max(0.0, seconds - price * pages)) for rows, seconds, pages in turns)
         prior = dict(self._prior)
-        by_size = _by_size(live)
-        # Each size's median turn, weighing as many turns as it has: one slow turn (a
-        # garbage collection, a page fault) moves nothing.
-        measured = [(rows, statistics.median(times), len(times)) for rows, times in by_size]
-        weight = self._prior_weight(live)
+        # Each size's median turn (its pages at the price taken off), weighing as many turns
+        # as it has: one slow turn (a garbage collection, a page fault) moves nothing.
+        sizes, medians, counts = _medians_by_size(turns, price)
+        measured = list(zip(sizes.tolist(), medians.tolist(), counts.tolist(), strict=True))
+        weight = self._prior_weight(len(turns), len(sizes))
         points = measured + [(rows, seconds, weight) for rows, seconds in prior.items()]
         fit = weighted_line(points)
-        if fit is not None and by_size and len(prior) > 1:
+        if fit is not None and measured and len(prior) > 1:
             if self.slope_bound_by_bursts:
                 bursts = weighted_line([(rows, seconds, 1.0) for rows, seconds in prior.items()])
                 if bursts is not None and fit.per_unit_s > bursts.per_unit_s:
                     fit = line_with_slope(points, bursts.per_unit_s)
-            elif len(by_size) > 1:
+            elif len(measured) > 1:
                 alone = weighted_line(measured)
                 if alone is not None and alone.per_unit_s > fit.per_unit_s:
                     fit = alone
-        floors = tuple(
-            (rows, statistics.median(times))
-            for rows, times in by_size
-            if len(times) >= FLOOR_SAMPLES
-        )
+        floors = tuple((rows, median) for rows, median, count in measured if count >= FLOOR_SAMPLES)
         self._cache = (version, fit, floors)
         return fit, floors
 
@@ -224,10 +218,9 @@ class TurnCostModel:
         a KV page's price."""
         return live_version, self._prior_version, self.slope_bound_by_bursts, price
 
-    def _prior_weight(self, live: tuple[tuple[int, float], ...]) -> float:
-        fading = self.prior_weight * max(0.0, 1.0 - len(live) / self.window)
-        sizes = {rows for rows, _ in live}
-        return max(fading, 1.0) if len(sizes) < 2 else fading
+    def _prior_weight(self, live_turns: int, live_sizes: int) -> float:
+        fading = self.prior_weight * max(0.0, 1.0 - live_turns / self.window)
+        return max(fading, 1.0) if live_sizes < 2 else fading
 
 
 def weighted_line(points: list[tuple[float, float, float]]) -> CostLine | None:
@@ -266,9 +259,19 @@ def _weighted_means(points: list[tuple[float, float, float]]) -> tuple[float, fl
     return sum(w * r for r, _, w in points) / total, sum(w * s for _, s, w in points) / total
 
 
-def _by_size(live: tuple[tuple[int, float], ...]) -> list[tuple[int, list[float]]]:
-    """The live turns' seconds grouped by rows, by rows."""
-    by_size: dict[int, list[float]] = {}
-    for rows, seconds in live:
-        by_size.setdefault(rows, []).append(seconds)
-    return sorted(by_size.items())
+def _medians_by_size(
+    turns: tuple[tuple[float, ...], ...], page_s: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The live turns (rows, seconds, pages) grouped by rows, each turn less its pages at
+    `page_s` (at least 0): the sizes in order, each one's median seconds
+    (statistics.median's) and its number of turns."""
+    if not turns:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+    rows, seconds, pages = np.array(turns, dtype=np.float64).T
+    seconds = np.maximum(0.0, seconds - page_s * pages)
+    order = np.lexsort((seconds, rows))
+    rows, seconds = rows[order].astype(np.int64), seconds[order]
+    sizes, starts, counts = np.unique(rows, return_index=True, return_counts=True)
+    upper = starts + counts // 2
+    lower = np.where(counts % 2 == 1, upper, upper - 1)
+    return sizes, (seconds[lower] + seconds[upper]) / 2.0, counts

@@ -30,6 +30,7 @@ from engine.realtime_outlook import OutlookInputs, StreamOutlook
 from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
+from engine.stream_columns import StreamColumns
 from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel
 from voxbench.realtime_sim import (
     RealtimeSim,
@@ -676,7 +677,7 @@ def frames_run(seed: int, monkeypatch=None, **config) -> tuple[RealtimeSim, obje
     """25 arrivals a second for 60 s (seeded) through the Qwen3-TTS-like engine; with
     `monkeypatch`, admission reads a stream's audio without the chunk its codec job holds."""
     if monkeypatch is not None:
-        monkeypatch.setattr(Request, "undecoded_tokens", property(lambda r: r.pending_detok_tokens))
+        monkeypatch.setattr(StreamColumns, "undecoded_tokens", property(lambda c: c.waiting_tokens))
     arrivals = poisson_arrivals(25, 60, seed)
     rng = random.Random(seed)
     lengths = [rng.randint(25, 140) for _ in arrivals]
