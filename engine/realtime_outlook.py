@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -129,7 +129,18 @@ class Streams:
     def __len__(self) -> int:
         return len(self.share)
 
-    def __getitem__(self, i: int) -> StreamOutlook:
+    @overload
+    def __getitem__(self, i: int) -> StreamOutlook: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Streams: ...
+
+    def __getitem__(self, i: int | slice) -> StreamOutlook | Streams:
+        """One stream, or the streams of a slice (as columns)."""
+        if isinstance(i, slice):
+            return Streams(
+                self.context_tokens[i], self.remaining_tokens[i], self.banked_s[i], self.share[i]
+            )
         return StreamOutlook(
             int(self.context_tokens[i]),
             int(self.remaining_tokens[i]),
