@@ -505,10 +505,11 @@ class Scheduler:
             )
         # Waiting for a full chunk would leave this listener without audio by the time it
         # reached it (a codec job and its way there): decode the whole frames there are now,
-        # if the codec makes audio of them (SNAC past a stream's first
-        # chunks does not, and a request sent anyway sits out the next job for nothing). Full
-        # chunks stay the rule while buffers are comfortable, since each codec call has a
-        # fixed cost (a flow + HiFT window's context frames, SNAC's launches).
+        # if the codec makes audio of them (codec_would_emit: frames still inside a codec's
+        # look-ahead give none, and a request sent anyway sits out the next job for nothing;
+        # SNAC lets out every frame past its look-ahead from a job handed less than a chunk).
+        # Full chunks stay the rule while buffers are comfortable, since each codec call has
+        # a fixed cost (a flow + HiFT window's context frames, SNAC's launches).
         return (
             pending >= self.facts.frame_tokens
             and self.slack(request, now) < self.detok_time_s + DELIVERY_ALLOWANCE_S

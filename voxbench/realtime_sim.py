@@ -112,7 +112,8 @@ class SimSnac:
     simulator books every token handed to the codec as audio at once; SNAC keeps a stream's
     newest frames back as look-ahead and its decoder's delay with them, so a young stream's
     first chunk plays ~200 ms less than its tokens, and past its first chunk only whole ramp
-    chunks come out (the scheduler asks, as OrpheusModel.codec_would_emit does)."""
+    chunks come out, unless a job hands a stream less than a chunk (the scheduler's rule for a
+    listener about to run dry, asking as OrpheusModel.codec_would_emit does)."""
 
     plan: SnacChunkPlan = SnacChunkPlan()
     frame_tokens: int = 7
@@ -333,7 +334,7 @@ class RealtimeSim:
         frames = stream.tokens // snac.frame_tokens
         partial = stream.tokens % snac.frame_tokens
         new_frames = (partial + request.pending_detok_tokens) // snac.frame_tokens
-        return snac.plan.would_emit(stream.emitted, frames, new_frames)
+        return snac.plan.would_emit(stream.emitted, frames, new_frames, hurry=True)
 
     def _audio_of(self, request: Request, tokens: int, final: bool) -> float:
         """Seconds of audio a codec job makes of `tokens` more of the request's tokens: all of
@@ -344,7 +345,9 @@ class RealtimeSim:
         stream = self._streams.setdefault(request.request_id, _SnacStream())
         stream.tokens += tokens
         total = stream.tokens // snac.frame_tokens
-        chunks = snac.plan.chunks(stream.emitted, total, final)
+        # As OrpheusModel.detokenize: a job handed less than a chunk is in a hurry.
+        hurry = not final and tokens < snac.plan.chunk_frames * snac.frame_tokens
+        chunks = snac.plan.chunks(stream.emitted, total, final, hurry)
         if chunks:
             stream.emitted = chunks[-1][1]
         samples = snac.plan.samples_out(

@@ -195,23 +195,29 @@ class SnacDetokenizer:
         chunks = self._chunks(stream, final)
         return chunks[-1][1] - stream.emitted if chunks else 0
 
-    def would_emit(self, stream: SnacStream, new_frames: int) -> bool:
+    def would_emit(self, stream: SnacStream, new_frames: int, hurry: bool = False) -> bool:
         """Whether a (non-final) decode would emit audio once `new_frames` more frames are
         pushed (SnacChunkPlan.would_emit)."""
-        return self.plan.would_emit(stream.emitted, stream.total, new_frames)
+        return self.plan.would_emit(stream.emitted, stream.total, new_frames, hurry)
 
-    def _chunks(self, stream: SnacStream, final: bool) -> list[tuple[int, int]]:
-        return self.plan.chunks(stream.emitted, stream.total, final)
+    def _chunks(
+        self, stream: SnacStream, final: bool, hurry: bool = False
+    ) -> list[tuple[int, int]]:
+        return self.plan.chunks(stream.emitted, stream.total, final, hurry)
 
-    def decode(self, streams: list[SnacStream], final: list[bool]) -> list[np.ndarray]:
+    def decode(
+        self, streams: list[SnacStream], final: list[bool], hurry: list[bool] | None = None
+    ) -> list[np.ndarray]:
         """Emit each stream's newly ready audio (float32 mono, possibly empty) and advance it:
         a stream whose chunk [s, e) is due is fed up to frame e + R (all it has when final,
-        then flush frames past its end). With graphs, a stream's frames go in pieces of the
+        then flush frames past its end); one in a `hurry` emits every frame past its
+        look-ahead (SnacChunkPlan.chunks). With graphs, a stream's frames go in pieces of the
         captured lengths, one piece a round (a piece starts from the previous one's state);
         rows fed the same number of frames in a round share a call."""
+        hurry = hurry or [False] * len(streams)
         pieces: list[list[_Feed]] = []
-        for i, (stream, fin) in enumerate(zip(streams, final, strict=True)):
-            chunks = self._chunks(stream, fin)
+        for i, (stream, fin, rush) in enumerate(zip(streams, final, hurry, strict=True)):
+            chunks = self._chunks(stream, fin, rush)
             # A stream's end always flushes: its last samples wait for the decoder's delay
             # even when every chunk is out (no look-ahead frames held back).
             flush = fin and not stream.finished and stream.total > 0

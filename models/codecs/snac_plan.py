@@ -12,7 +12,8 @@ Chunks ramp 1, 1, 2, 4 frames (each at most `chunk_ramp` of the frames already o
 e + R exist (R = `lookahead_frames`); the stateful decoder is then fed up to e + R and emits
 every sample whose inputs are all in. A sample depends on the decoder's delay of input after
 it, so a non-final stream's audio ends `delay - R x frame` samples short of its emitted frames
-(SNAC 24 kHz: 4,757 - 4,096 = 661 samples, 28 ms); its end flushes the rest.
+(SNAC 24 kHz: 4,757 - 4,096 = 661 samples, 28 ms); its end flushes the rest. A stream in a
+hurry (its listener about to run dry) emits every frame it has past the look-ahead instead.
 """
 
 from __future__ import annotations
@@ -58,12 +59,18 @@ class SnacChunkPlan:
         ramped = math.ceil(self.chunk_ramp * start - 1e-9)
         return min(self.chunk_frames, max(self.first_chunk_frames, ramped))
 
-    def chunks(self, emitted: int, total: int, final: bool) -> list[tuple[int, int]]:
+    def chunks(
+        self, emitted: int, total: int, final: bool, hurry: bool = False
+    ) -> list[tuple[int, int]]:
         """[start, end) of each chunk emittable from a stream that has emitted `emitted` of
         its `total` frames. Early chunks stay small while the listener's buffer is small, later
         ones amortise a call's fixed cost; a steady chunk is large_chunk_frames whenever that
-        many frames are ready."""
+        many frames are ready. `hurry`: the listener is about to run dry (the engine hands
+        such a stream fewer frames than a chunk): every frame past the look-ahead comes out
+        now, as one chunk, rather than none until the next whole chunk is in."""
         right = self.lookahead_frames
+        if hurry and not final:
+            return [(emitted, total - right)] if total - right > emitted else []
         chunks, start = [], emitted
         while start < total:
             size = self.chunk_size(start)
@@ -85,13 +92,15 @@ class SnacChunkPlan:
             chunks.append((start, total - right))
         return chunks
 
-    def would_emit(self, emitted: int, total: int, new_frames: int) -> bool:
+    def would_emit(self, emitted: int, total: int, new_frames: int, hurry: bool = False) -> bool:
         """Whether a (non-final) decode would emit audio once `new_frames` more frames are
         pushed: past its first chunks a stream emits whole chunks only, so one or two new
-        frames may give nothing yet. chunks()' first chunk, without the plan: the engine asks
-        this of hundreds of streams a step. (A large chunk is taken only where it fits, so the
-        plan has a chunk exactly when the ramp's next one and its look-ahead fit.)"""
-        return emitted + self.chunk_size(emitted) + self.lookahead_frames <= total + new_frames
+        frames may give nothing yet (in a `hurry`, any frame past the look-ahead does).
+        chunks()' first chunk, without the plan: the engine asks this of hundreds of streams a
+        step. (A large chunk is taken only where it fits, so the plan has a chunk exactly when
+        the ramp's next one and its look-ahead fit.)"""
+        size = 1 if hurry else self.chunk_size(emitted)
+        return emitted + size + self.lookahead_frames <= total + new_frames
 
     def schedule(self, n_chunks: int) -> list[tuple[int, int]]:
         """[start, end) of the first n_chunks non-final chunks of a long stream."""

@@ -163,15 +163,25 @@ class OrpheusModel(SpeechModel):
         return OrpheusStream(snac=self.detok.new_stream())
 
     def codec_would_emit(self, state: StreamState, new_tokens: int) -> bool:
-        """SNAC emits whole chunks (4 frames, past a stream's first ones) with 2 frames of
-        look-ahead: a short listener's one or two new frames alone may give no audio."""
+        """SNAC keeps 2 frames of look-ahead: a listener's new tokens give audio once a whole
+        frame is past it. (Past a stream's first chunks SNAC emits whole chunks of 4 frames,
+        but a job handed fewer, which the engine does only for a listener about to run dry,
+        emits the frames there are: detokenize.)"""
         assert isinstance(state, OrpheusStream)
         frames = (len(state.partial) + new_tokens) // T.CODES_PER_FRAME
-        return self.detok.would_emit(state.snac, frames)
+        return self.detok.would_emit(state.snac, frames, hurry=True)
 
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
     ) -> list[np.ndarray]:
+        # A stream handed fewer tokens than a chunk, not at its end: the engine decodes it
+        # early because its listener is about to run dry, so SNAC lets out every frame it has
+        # past the look-ahead rather than none until the chunk is whole.
+        chunk_tokens = self.detok.plan.chunk_frames * T.CODES_PER_FRAME
+        hurry = [
+            not fin and len(toks) < chunk_tokens
+            for toks, fin in zip(new_tokens, final, strict=True)
+        ]
         for state, toks in zip(states, new_tokens, strict=True):
             assert isinstance(state, OrpheusStream)
             frames = []
@@ -186,4 +196,4 @@ class OrpheusModel(SpeechModel):
                     state.partial = []
             if frames:
                 self.detok.push(state.snac, frames)
-        return self.detok.decode([s.snac for s in states], final)  # type: ignore[attr-defined]
+        return self.detok.decode([s.snac for s in states], final, hurry)  # type: ignore[attr-defined]

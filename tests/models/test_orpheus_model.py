@@ -203,6 +203,24 @@ def test_first_chunk_audio_the_scheduler_counts_on_is_what_snac_emits():
     assert 0 <= len(audio) - counted * samples_per_token < samples_per_token
 
 
+def test_a_job_of_less_than_a_chunk_past_the_first_gives_its_frames_at_once():
+    """The engine hands SNAC fewer tokens than a chunk, past a stream's first job, only for a
+    listener about to run dry (Scheduler._detok_ready): those frames come out then, not when
+    the chunk is whole; a full chunk's job and the first job are as before."""
+    model = load_model("tiny-orpheus")
+    code = T.AUDIO_BASE  # a valid code at each of a frame's 7 positions, offset by position
+    frame = [code + i * T.CODEBOOK_SIZE for i in range(T.CODES_PER_FRAME)]
+    state = model.new_stream_state()
+    (first,) = model.detokenize([state], [frame * 6], [False])
+    assert len(first) > 0 and state.snac.emitted == 4
+    assert not model.detok.would_emit(state.snac, 3)  # whole chunks only, by the plan
+    assert model.codec_would_emit(state, 3 * T.CODES_PER_FRAME)  # but a hurried job gives audio
+    (hurried,) = model.detokenize([state], [frame * 3], [False])
+    assert len(hurried) == 3 * model.detok.samples_per_frame and state.snac.emitted == 7
+    (steady,) = model.detokenize([state], [frame * 4], [False])  # a full chunk: 4 frames
+    assert len(steady) == 4 * model.detok.samples_per_frame and state.snac.emitted == 11
+
+
 def test_snac_options_set_the_large_chunk_and_refuse_what_cannot_run():
     """`--snac-large-chunk-frames` reaches the codec's chunk schedule and the engine's facts
     (a comfortable listener waits for that many frames); `--snac-fp16` is a GPU's; the frame

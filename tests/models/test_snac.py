@@ -288,6 +288,29 @@ def test_streamed_matches_whole_with_a_ramp_below_one(model):
     _assert_streamed_is_whole(det, model, utterances, 1e-4)
 
 
+def test_a_stream_in_a_hurry_emits_every_frame_past_its_lookahead(model):
+    """Past its first job a stream emits whole chunks only; in a hurry (its listener about to
+    run dry) the frames it has past the look-ahead come out at once, would_emit says so, and
+    the audio still joins up with what follows into the whole decode."""
+    det = SnacDetokenizer(model, lookahead_frames=2, chunk_frames=4)
+    frames = _frames(16, seed=9)
+    stream = det.new_stream(seed=0)
+    det.push(stream, frames[:6].tolist())
+    first = det.decode([stream], [False])[0]  # the first job: 4 frames out, 2 ahead
+    assert stream.emitted == 4
+    det.push(stream, frames[6:9].tolist())  # 3 new frames: short of a 4-frame chunk
+    assert not det.would_emit(stream, 0) and det.would_emit(stream, 0, hurry=True)
+    assert len(det.decode([copy.deepcopy(stream)], [False])[0]) == 0
+    hurried = det.decode([stream], [False], hurry=[True])[0]
+    assert stream.emitted == 7 and len(hurried) == 3 * SPF
+    assert not det.would_emit(stream, 0, hurry=True)  # nothing past the look-ahead is left
+    det.push(stream, frames[9:].tolist())
+    rest = det.decode([stream], [True])[0]
+    streamed = np.concatenate([first, hurried, rest])
+    assert len(streamed) == len(frames) * SPF
+    assert _relative_error(streamed, _whole(model, frames, seed=0)) < 1e-4
+
+
 def test_push_rejects_bad_frames(model):
     det = SnacDetokenizer(model)
     stream = det.new_stream()
