@@ -186,14 +186,16 @@ def test_cancel_frees_pages_at_once_and_finishes_the_stream(tiny_orpheus_dirs):
     assert core.blocks.num_used == 0
 
 
-def test_a_short_listener_is_sent_to_the_codec_only_when_it_gives_audio(
+def test_a_short_listener_sent_to_the_codec_early_gets_audio_from_each_job(
     tiny_orpheus_dirs, tmp_path
 ):
     """An engine far behind real time (its clock runs 50x): every listener is short of audio,
-    so the scheduler sends it to the codec as soon as it has a new frame, but SNAC emits whole
-    4-frame chunks past a stream's first ones. With the model's codec_would_emit the requests
-    join only jobs that give them audio (none but the final flush is empty); without it most
-    of their job parts gave nothing, and the audio is the same either way."""
+    so the scheduler sends it to the codec as soon as it has a new frame past SNAC's
+    look-ahead (the model's codec_would_emit), fewer than a 4-frame chunk. Such a hurried job
+    lets out the frames it has, so no job but each request's final flush is empty, whether
+    the scheduler asks codec_would_emit or not (before, SNAC emitted whole chunks only, and
+    without the hook most of those job parts gave nothing); the audio is the same either
+    way."""
     import time
 
     import numpy as np
@@ -228,7 +230,7 @@ def test_a_short_listener_is_sent_to_the_codec_only_when_it_gives_audio(
         core.close()
         empty[hooked] = summarize(read_traces(trace))["empty_chunks"]
         audio[hooked] = [np.concatenate(pieces[r.request_id]) for r in reqs]
-    assert empty[True] <= 3 < empty[False]  # at most each request's final flush
+    assert empty[True] <= 3 and empty[False] <= 3  # at most each request's final flush
     for with_hook, without in zip(audio[True], audio[False], strict=True):
         assert with_hook.shape == without.shape
         rms = float(np.sqrt(np.mean(without**2)))
