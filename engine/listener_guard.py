@@ -46,14 +46,13 @@ slowly, streams admitted meanwhile can still end up behind (voxbench/realtime_si
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from engine.refusal_causes import RefusalCause
-from engine.request import Request
-from engine.stream_columns import StreamColumns, gather
+from engine.stream_columns import StreamColumns
 
 SETTLED_AFTER_S = 1.0
 SHORT_SHARE = 0.05
@@ -73,20 +72,6 @@ class ListenerHealth:
     shortest: tuple[float, float] | None = None
 
 
-def listener_health(
-    requests: Iterable[Request],
-    now: float,
-    short_below_s: float,
-    token_s: float,
-    codec_s: float = 0.0,
-) -> ListenerHealth:
-    """The generating `requests`' leads at `now` (`token_s`: a token's audio); short: less
-    than `short_below_s`. A chunk in a codec job counts once the audio delivered outlasts
-    the job (`codec_s`, a job's time): a listener that would run dry before it comes out is
-    short whatever the job brings."""
-    return health_of(gather(requests, now), now, short_below_s, token_s, codec_s)
-
-
 def health_of(
     streams: StreamColumns,
     now: float,
@@ -94,7 +79,10 @@ def health_of(
     token_s: float,
     codec_s: float = 0.0,
 ) -> ListenerHealth:
-    """listener_health of requests already gathered (engine/stream_columns.py) at `now`."""
+    """The generating `streams`' leads at `now` (gathered then: engine/stream_columns.py;
+    `token_s`: a token's audio); short: less than `short_below_s`. A chunk in a codec job
+    counts once the audio delivered outlasts the job (`codec_s`, a job's time): a listener
+    that would run dry before it comes out is short whatever the job brings."""
     since = streams.playing_since
     playing = ~np.isnan(since)
     with np.errstate(invalid="ignore"):

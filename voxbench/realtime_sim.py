@@ -345,8 +345,7 @@ class RealtimeSim:
         stream = self._streams.setdefault(request.request_id, _SnacStream())
         stream.tokens += tokens
         total = stream.tokens // snac.frame_tokens
-        # As OrpheusModel.detokenize: a job handed less than a chunk is in a hurry.
-        hurry = not final and tokens < snac.plan.chunk_frames * snac.frame_tokens
+        hurry = snac.plan.hurried(tokens / snac.frame_tokens, final)  # as OrpheusModel's
         chunks = snac.plan.chunks(stream.emitted, total, final, hurry)
         if chunks:
             stream.emitted = chunks[-1][1]

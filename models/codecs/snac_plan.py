@@ -92,6 +92,13 @@ class SnacChunkPlan:
             chunks.append((start, total - right))
         return chunks
 
+    def hurried(self, new_frames: float, final: bool) -> bool:
+        """Whether a job that hands a stream `new_frames` frames (a part of one counts) is in a hurry: fewer than a
+        chunk, not its end. The engine hands a listener less than a chunk only when it is
+        about to run dry (Scheduler._detok_ready), so such a job lets out every frame it has
+        past the look-ahead (chunks) rather than none until the chunk is whole."""
+        return not final and new_frames < self.chunk_frames
+
     def would_emit(self, emitted: int, total: int, new_frames: int, hurry: bool = False) -> bool:
         """Whether a (non-final) decode would emit audio once `new_frames` more frames are
         pushed: past its first chunks a stream emits whole chunks only, so one or two new

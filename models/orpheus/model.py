@@ -174,12 +174,11 @@ class OrpheusModel(SpeechModel):
     def detokenize(
         self, states: list[StreamState], new_tokens: list[list[int]], final: list[bool]
     ) -> list[np.ndarray]:
-        # A stream handed fewer tokens than a chunk, not at its end: the engine decodes it
-        # early because its listener is about to run dry, so SNAC lets out every frame it has
-        # past the look-ahead rather than none until the chunk is whole.
-        chunk_tokens = self.detok.plan.chunk_frames * T.CODES_PER_FRAME
+        # A stream handed less than a chunk is decoded early, its listener about to run dry
+        # (SnacChunkPlan.hurried).
+        plan = self.detok.plan
         hurry = [
-            not fin and len(toks) < chunk_tokens
+            plan.hurried(len(toks) / T.CODES_PER_FRAME, fin)
             for toks, fin in zip(new_tokens, final, strict=True)
         ]
         for state, toks in zip(states, new_tokens, strict=True):

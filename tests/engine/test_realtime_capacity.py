@@ -22,7 +22,7 @@ from engine.listener_guard import (
     STRAIN_MEMORY_S,
     ListenerGuard,
     ListenerHealth,
-    listener_health,
+    health_of,
 )
 from engine.memory_bandwidth import copy_bandwidth, page_seconds
 from engine.realtime_capacity import REALTIME_LOAD, CodecCost, RealtimeCapacity
@@ -30,7 +30,7 @@ from engine.realtime_outlook import OutlookInputs, StreamOutlook
 from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
-from engine.stream_columns import StreamColumns
+from engine.stream_columns import StreamColumns, gather
 from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel
 from voxbench.realtime_sim import (
     RealtimeSim,
@@ -370,18 +370,22 @@ def test_listener_health_counts_settled_streams_short_of_audio():
     decoding = playing(sched, now, played_s=5.0, lead_s=0.3)
     decoding.detok_in_flight, decoding.detok_in_flight_tokens = True, 8  # its chunk, decoding
     playing(sched, now, played_s=0.5, lead_s=0.1)  # not settled yet
-    health = listener_health(sched.requests.values(), now, 0.5, TOKEN_S)
+    health = health_of(gather(sched.requests.values(), now), now, 0.5, TOKEN_S)
     counts = (health.settled, health.short, health.unsettled, health.playing)
     assert counts == (4, 1, 1, 5) and health.shortest == pytest.approx((0.3, 0.5))
     # A codec job slower than the delivered audio lasts: that listener runs dry first.
-    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S, codec_s=0.2).short == 1
-    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S, codec_s=0.35).short == 2
+    assert (
+        health_of(gather(sched.requests.values(), now), now, 0.5, TOKEN_S, codec_s=0.2).short == 1
+    )
+    assert (
+        health_of(gather(sched.requests.values(), now), now, 0.5, TOKEN_S, codec_s=0.35).short == 2
+    )
     short.first_chunk_s = 0.2  # let out early: it started lower, and has gained since
-    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
+    assert health_of(gather(sched.requests.values(), now), now, 0.5, TOKEN_S).short == 0
     short.first_chunk_s = 0.4
-    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 1
+    assert health_of(gather(sched.requests.values(), now), now, 0.5, TOKEN_S).short == 1
     sched.finish_generation(short, RequestStatus.FINISHED_LENGTH)  # no longer generating
-    assert listener_health(sched.requests.values(), now, 0.5, TOKEN_S).short == 0
+    assert health_of(gather(sched.requests.values(), now), now, 0.5, TOKEN_S).short == 0
     assert fine.wants_tokens
 
 

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from engine.listener_guard import SETTLED_AFTER_S, ListenerHealth, health_of, listener_health
+from engine.listener_guard import SETTLED_AFTER_S, ListenerHealth, health_of
 from engine.realtime_capacity import _most
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.stream_columns import StreamColumns, gather
@@ -109,7 +109,7 @@ def test_the_listeners_health_from_columns_is_each_listeners_reading(seed):
     for codec_s in (0.0, 0.05, 0.3):
         expected = health_by_request(requests, 0.5, 0.012, codec_s)
         shorts += expected.short
-        got = listener_health(requests, NOW, 0.5, 0.012, codec_s)
+        got = health_of(gather(requests, NOW), NOW, 0.5, 0.012, codec_s)
         assert got.settled == expected.settled and got.short == expected.short
         assert (got.unsettled, got.playing) == (expected.unsettled, expected.playing)
         assert got.shortest == pytest.approx(expected.shortest)
