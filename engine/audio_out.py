@@ -66,6 +66,8 @@ class AudioOut:
         for lane, requests in ((True, plan.lane), (False, plan.steady)):
             if not requests:
                 continue
+            if not lane:
+                self.totals.early_rows += sum(map(self._early, requests))
             job = self.worker.detok_job(requests, stops)
             for request, tokens in zip(requests, job.new_tokens, strict=True):
                 if request.trace is not None:
@@ -75,6 +77,15 @@ class AudioOut:
             else:
                 detok.submit(job)
         return bool(plan.lane or plan.steady)
+
+    def _early(self, request: Request) -> bool:
+        """Whether the request rides a steady job with less than a chunk, neither its first
+        chunk nor its last (LoopTotals.early_rows)."""
+        return (
+            not request.finished
+            and request.num_detokenized > 0
+            and request.pending_detok_tokens < self.model.facts.chunk_tokens
+        )
 
     def collect(self, jobs: list[DetokJob]) -> list[EngineEvent]:
         """Finished jobs → audio events, and `Finished` for requests whose last chunk it was."""

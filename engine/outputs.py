@@ -95,6 +95,9 @@ class LoopTotals:
     lane_jobs: int = 0  # first-chunk lane jobs
     lane_rows: int = 0
     lane_s: float = 0.0
+    # Rows of steady jobs handed less than a chunk, not their first nor their last: a listener
+    # about to run dry, or streamed text run out (Scheduler._detok_ready).
+    early_rows: int = 0
     audio_s: float = 0.0  # audio handed to listeners
     # The loop's time between its turns: the commands it applied (Submit, Cancel, playback
     # reports …; turn preparation runs off the loop and is not counted), of that the real-time

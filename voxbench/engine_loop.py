@@ -168,6 +168,7 @@ def loop_profile(
         "codec_job_ms": _per(d["codec_s"], d["codec_jobs"], 1e3),
         "codec_rows_per_job": _per(d["codec_rows"], d["codec_jobs"]),
         "codec_busy": round(d["codec_s"] / wall_s, 3),
+        "codec_early_rows": int(d.get("early_rows", 0)),
         "lane_jobs": int(d["lane_jobs"]),
         "lane_job_ms": _per(d["lane_s"], d["lane_jobs"], 1e3),
         "audio_x_realtime": round(d["audio_s"] / wall_s, 2),
@@ -204,7 +205,8 @@ def describe_loop(profile: dict[str, Any] | None) -> list[str]:
             else ""
         ),
         f"engine codec: {p['codec_jobs']} jobs of {p['codec_job_ms']} ms and "
-        f"{p['codec_rows_per_job']} rows (busy {100 * p['codec_busy']:.0f} %), "
+        f"{p['codec_rows_per_job']} rows (busy {100 * p['codec_busy']:.0f} %; "
+        f"{p.get('codec_early_rows', 0)} rows sent early, short of a chunk), "
         f"{p['lane_jobs']} lane jobs of {p['lane_job_ms']} ms; audio out "
         f"{p['audio_x_realtime']}x real time; LLM + codec {100 * p['gpu_share']:.0f} % of the "
         "point",

@@ -204,7 +204,7 @@ def test_a_short_listener_sent_to_the_codec_early_gets_audio_from_each_job(
     from engine.request_trace import read_traces, summarize
 
     model = load(tiny_orpheus_dirs, constrain=True)
-    empty, audio = {}, {}
+    empty, audio, early = {}, {}, {}
     for hooked in (True, False):
         trace = tmp_path / f"trace-{hooked}.jsonl"
         config = EngineConfig(num_kv_blocks=256, trace_path=str(trace), realtime_admission=False)
@@ -227,10 +227,14 @@ def test_a_short_listener_sent_to_the_codec_early_gets_audio_from_each_job(
             for event in core.step():
                 if isinstance(event, AudioChunk):
                     pieces[event.request_id].append(event.pcm)
+        totals = core.audio.totals
+        early[hooked] = (totals.early_rows, totals.codec_rows)
         core.close()
         empty[hooked] = summarize(read_traces(trace))["empty_chunks"]
         audio[hooked] = [np.concatenate(pieces[r.request_id]) for r in reqs]
     assert empty[True] <= 3 and empty[False] <= 3  # at most each request's final flush
+    for early_rows, codec_rows in early.values():  # the loop counts the rows it hurried
+        assert 0 < early_rows < codec_rows
     for with_hook, without in zip(audio[True], audio[False], strict=True):
         assert with_hook.shape == without.shape
         rms = float(np.sqrt(np.mean(without**2)))
