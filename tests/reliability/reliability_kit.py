@@ -7,12 +7,20 @@ full sizes (the figures docs/gateway.md promises) run with
     VOXGATE_RELIABILITY_FULL=1 pytest tests/reliability
 
 and the soak with `VOXGATE_SOAK_S=1800 pytest tests/reliability/test_soak.py`.
+
+The crash and stop tests serve tiny-orpheus on the CPU; `VOXGATE_RELIABILITY_SERVE` gives them
+another server's arguments instead, and `VOXGATE_RELIABILITY_KILL_SESSIONS` the native sessions
+mid-response at an engine kill, e.g. on a GPU machine (docs/gateway.md):
+
+    VOXGATE_RELIABILITY_SERVE="--model orpheus-3b --random-weights --engine-process" \
+    VOXGATE_RELIABILITY_KILL_SESSIONS=96 pytest tests/reliability/test_engine_crash.py -k mid_stream
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -35,12 +43,28 @@ class Sizes:
     fuzz_frames: int  # fuzzed frames on /v1/stream (a quarter of it on each other endpoint)
     fuzz_sessions: int  # sessions the fuzzed frames are spread over
     kills: int  # engine kills survived in a row
+    killed_mid_stream: int  # native sessions mid-response at each kill
 
 
+_KILLED_MID_STREAM = int(os.environ.get("VOXGATE_RELIABILITY_KILL_SESSIONS", "3"))
 SIZES = (
-    Sizes(sessions=1000, disconnects=500, fuzz_frames=100_000, fuzz_sessions=200, kills=3)
+    Sizes(
+        sessions=1000,
+        disconnects=500,
+        fuzz_frames=100_000,
+        fuzz_sessions=200,
+        kills=3,
+        killed_mid_stream=_KILLED_MID_STREAM,
+    )
     if FULL
-    else Sizes(sessions=48, disconnects=24, fuzz_frames=2_000, fuzz_sessions=8, kills=1)
+    else Sizes(
+        sessions=48,
+        disconnects=24,
+        fuzz_frames=2_000,
+        fuzz_sessions=8,
+        kills=1,
+        killed_mid_stream=_KILLED_MID_STREAM,
+    )
 )
 
 _LISTENING = re.compile(r"Uvicorn running on http://[\d.]+:(\d+)")
@@ -50,13 +74,13 @@ _LISTENING = re.compile(r"Uvicorn running on http://[\d.]+:(\d+)")
 # process, which the crash and kill tests end. Real-time admission is off: on a shared CI core
 # even one tiny-orpheus stream is slower than real time, and these tests need several streams
 # mid-response at once.
-ORPHEUS_ENGINE_PROCESS = (
-    "--model",
-    "tiny-orpheus",
-    "--engine-process",
-    "--no-realtime-admission",
-    "--kv-cache-mb",
-    "64",
+ORPHEUS_ENGINE_PROCESS = tuple(
+    shlex.split(
+        os.environ.get(
+            "VOXGATE_RELIABILITY_SERVE",
+            "--model tiny-orpheus --engine-process --no-realtime-admission --kv-cache-mb 64",
+        )
+    )
 )
 
 

@@ -77,7 +77,9 @@ async def test_engine_killed_mid_stream_comes_back(orpheus_server):
     base = await metrics(server)
     restarts = base.get("voxgate_engine_restarts_total", 0)
     for kill in range(SIZES.kills):
-        natives = [await native_mid_response(server) for _ in range(3)]
+        natives = await asyncio.gather(
+            *(native_mid_response(server) for _ in range(SIZES.killed_mid_stream))
+        )
         realtime = await realtime_mid_response(server)
         twilio = await twilio_mid_response(server)
         dead = server.kill_engine()
@@ -87,11 +89,12 @@ async def test_engine_killed_mid_stream_comes_back(orpheus_server):
         )
         for code, after_s, _events in results:
             assert code == 1011 and after_s < TOLD_WITHIN_S, (code, after_s)
-        for _, _, events in results[:3]:  # native: error internal (fatal) before the close
+        *native_results, (_, _, realtime_events), (_, _, twilio_events) = results
+        for _, _, events in native_results:  # native: error internal (fatal) before the close
             errors = [e for e in events if e["type"] == "error"]
             assert errors[-1]["code"] == "internal" and errors[-1]["fatal"], events
-        assert any(e["type"] == "error" for e in results[3][2])  # realtime: an error event
-        assert all("event" in e for e in results[4][2])  # Twilio: no error message, the close
+        assert any(e["type"] == "error" for e in realtime_events)  # realtime: an error event
+        assert all("event" in e for e in twilio_events)  # Twilio: no error message, the close
         # Liveness holds while the engine restarts; readiness says it is not serving.
         assert await probe(server, "/health") == 200
         assert await probe(server, "/ready") == 503
