@@ -43,28 +43,14 @@ class Sizes:
     fuzz_frames: int  # fuzzed frames on /v1/stream (a quarter of it on each other endpoint)
     fuzz_sessions: int  # sessions the fuzzed frames are spread over
     kills: int  # engine kills survived in a row
-    killed_mid_stream: int  # native sessions mid-response at each kill
+    # Native sessions mid-response at each kill.
+    killed_mid_stream: int = int(os.environ.get("VOXGATE_RELIABILITY_KILL_SESSIONS", "3"))
 
 
-_KILLED_MID_STREAM = int(os.environ.get("VOXGATE_RELIABILITY_KILL_SESSIONS", "3"))
 SIZES = (
-    Sizes(
-        sessions=1000,
-        disconnects=500,
-        fuzz_frames=100_000,
-        fuzz_sessions=200,
-        kills=3,
-        killed_mid_stream=_KILLED_MID_STREAM,
-    )
+    Sizes(sessions=1000, disconnects=500, fuzz_frames=100_000, fuzz_sessions=200, kills=3)
     if FULL
-    else Sizes(
-        sessions=48,
-        disconnects=24,
-        fuzz_frames=2_000,
-        fuzz_sessions=8,
-        kills=1,
-        killed_mid_stream=_KILLED_MID_STREAM,
-    )
+    else Sizes(sessions=48, disconnects=24, fuzz_frames=2_000, fuzz_sessions=8, kills=1)
 )
 
 _LISTENING = re.compile(r"Uvicorn running on http://[\d.]+:(\d+)")
