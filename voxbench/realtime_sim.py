@@ -201,6 +201,10 @@ class RealtimeSim:
         self._stops_at = 0  # tokens after which a stream stops by itself (run's stream_tokens)
         self._jitter = random.Random(0)
         self._last_step_start: float | None = None
+        # The last turn's rows, pages and unseen seconds while it ran decode alone (None: it
+        # ran prompts): the next turn's token interval, less the unseen time, is booked at
+        # them, as EngineCore._observe_turn books the time between step starts.
+        self._last_decode: tuple[int, int, float] | None = None
 
     def run(
         self,
@@ -258,10 +262,14 @@ class RealtimeSim:
             seen = self.cost.seen(rows, prompt, pages)
             if self.cost.noise_s:
                 seen = max(0.2 * seen, seen + self._jitter.gauss(0.0, self.cost.noise_s))
-            sched.observe_llm_turn(self._token_interval(seen))
-            self.now += seen + self.cost.unseen_per_row_s * rows
-            if plan.num_tokens == rows:
-                sched.observe_step(rows, seen, pages)
+            interval, busy = self._token_interval(seen)
+            sched.observe_llm_turn(interval)
+            if busy and self._last_decode is not None:  # the last turn, arrivals' time in it
+                rows_then, pages_then, unseen_then = self._last_decode
+                sched.observe_step(rows_then, interval - unseen_then, pages_then)
+            unseen = self.cost.unseen_per_row_s * rows
+            self._last_decode = (rows, pages, unseen) if plan.num_tokens == rows else None
+            self.now += seen + unseen
         else:
             self.now += IDLE_TICK_S
         for chunk in plan.chunks:
@@ -276,13 +284,13 @@ class RealtimeSim:
                     sched.finish_generation(request, RequestStatus.FINISHED_STOPPED)
         self._codec(result)
 
-    def _token_interval(self, seen: float) -> float:
+    def _token_interval(self, seen: float) -> tuple[float, bool]:
         """EngineCore._token_interval: the time since the last step's start (arrivals' loop
-        time included) while the loop is busy, else the turn itself."""
+        time included) while the loop is busy, else the turn itself; and whether it was busy."""
         last, self._last_step_start = self._last_step_start, self.now
         if last is None or self.now - last > 4 * max(seen, self.scheduler.step_time_s):
-            return seen
-        return self.now - last
+            return seen, False
+        return self.now - last, True
 
     def _codec(self, result: SimResult) -> None:
         now = self.now
