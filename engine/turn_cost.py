@@ -34,16 +34,18 @@ slope:
   bursts grew 0.5: anchored by the bursts, a ramp on one core priced room for ~50 streams in
   its first seconds, let in 14-16 and 6-10 of them ran late; with the live slope, 13-14 went
   in and 0-1 ran late (BENCHMARKS.md).
-- **Never cheaper than measured**: the prediction at `rows` is at least the median live turn
-  of every size up to `rows` that has `FLOOR_SAMPLES` turns in the window (a larger batch
-  never costs less per step than a smaller one did); the slope is never negative. The floor
-  at `rows` is the highest of every smaller size's median, and the highest of dozens of
-  noisy medians sits above all of their means: so each median must be of enough turns to be
-  steady (a ramp's turns spread over dozens of sizes; BENCHMARKS.md has what 3 turns a size
-  cost admission in the simulator). Even 8 turns of a size can come from one crowded second
-  of a ramp, but on an H100 at 248 listeners the floors decided 7 of 56 refusals, and 32
-  turns a size admitted no more (docs/benchmark-history.md, 2026-12-07); the outlook's
-  records keep the line beside the floored turn so a replay shows what floors cost.
+- **Never cheaper than measured, in the large**: a larger batch never costs less per step
+  than a smaller one, so the sizes' median live turns (each of `FLOOR_SAMPLES` turns or more
+  in the window) floor the prediction at every size above them, made non-decreasing first by
+  pooling adjacent violators (`rising`: where a size's median sits above a larger size's,
+  both become their mean, weighted by their turns). The highest of dozens of noisy medians
+  sits above all of their means, and one crowded moment of a ramp (a burst of arrivals'
+  verdicts, a collection) can make one size dear among cheaper ones: as the running maximum,
+  8 turns at 155 rows 1.3-2 ms over their neighbours priced an H100's ~250-row turns 1.0 ms
+  dear and decided every one of a run's 19 refusals at submit, where the pooled floors let
+  13 of them in (docs/benchmark-history.md, 2026-12-08). A step up that larger sizes confirm
+  stands. The outlook's records keep the line beside the floored turn, so a replay shows what
+  floors cost.
 
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
 gateway's thread): readers fit a copy of the window.
@@ -209,7 +211,14 @@ class TurnCostModel:
                 alone = weighted_line(measured)
                 if alone is not None and alone.per_unit_s > fit.per_unit_s:
                     fit = alone
-        floors = tuple((rows, median) for rows, median, count in measured if count >= FLOOR_SAMPLES)
+        steady = counts >= FLOOR_SAMPLES
+        floors = tuple(
+            zip(
+                sizes[steady].tolist(),
+                rising(medians[steady], counts[steady]).tolist(),
+                strict=True,
+            )
+        )
         self._cache = (version, fit, floors)
         return fit, floors
 
@@ -257,6 +266,21 @@ def _weighted_means(points: list[tuple[float, float, float]]) -> tuple[float, fl
     add up to more than 0."""
     total = sum(w for _, _, w in points)
     return sum(w * r for r, _, w in points) / total, sum(w * s for _, s, w in points) / total
+
+
+def rising(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence nearest to `values` in least squares weighted by `weights`
+    (isotonic regression by pooling adjacent violators): where a value sits above one after
+    it, both become their weighted mean."""
+    blocks: list[tuple[float, float, int]] = []  # (mean, weight, values pooled)
+    for value, weight in zip(values.tolist(), weights.tolist(), strict=True):
+        mean, total, pooled = value, weight, 1
+        while blocks and blocks[-1][0] > mean:
+            before, before_weight, before_pooled = blocks.pop()
+            mean = (before * before_weight + mean * total) / (before_weight + total)
+            total, pooled = before_weight + total, before_pooled + pooled
+        blocks.append((mean, total, pooled))
+    return np.repeat([b[0] for b in blocks], [b[2] for b in blocks]).astype(np.float64)
 
 
 def _medians_by_size(

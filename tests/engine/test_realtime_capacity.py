@@ -31,7 +31,7 @@ from engine.refusal_causes import RefusalCause
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import ChunkingFacts, Scheduler
 from engine.stream_columns import StreamColumns, gather
-from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel
+from engine.turn_cost import FLOOR_SAMPLES, LIVE_WINDOW, TurnCostModel, rising
 from voxbench.realtime_sim import (
     RealtimeSim,
     SimCodec,
@@ -315,28 +315,31 @@ def test_on_a_gpu_a_live_slope_steeper_than_the_bursts_takes_theirs_through_the_
     assert cpu.predict(336) == pytest.approx(steep[0] + steep[1] * 336, rel=0.01)
 
 
-def test_a_larger_batch_is_never_predicted_cheaper_than_a_smaller_one_measured():
-    """Live turns with a falling trend: the slope is clamped at 0 and every size is at least
-    the median turn measured at any smaller size (FLOOR_SAMPLES turns of a size needed, so a
-    few slow turns of a rare size do not floor everything). A slow turn moves no size's
-    median."""
+def test_a_larger_batch_is_never_predicted_cheaper_than_a_smaller_one():
+    """Live turns with a falling trend: the slope is clamped at 0, and the sizes' medians,
+    pooled where a smaller size's sits above a larger one's, floor every size above them:
+    no larger batch is predicted cheaper than a smaller one. A slow turn moves no size's
+    median; FLOOR_SAMPLES turns of a size are needed before it floors anything."""
     model = TurnCostModel()
     for _ in range(FLOOR_SAMPLES):
         model.observe(8, 0.030)
         model.observe(16, 0.020)
     assert model.fit().per_unit_s == 0.0
-    assert model.predict(16) == pytest.approx(0.030)  # the median at 8 floors it
-    assert model.predict(100) == pytest.approx(0.030)
-    model.observe(8, 1.0)  # a garbage collection's turn
-    assert model.predict(8) == pytest.approx(0.030)
+    assert model.predict(8) == pytest.approx(0.025)  # the two sizes pooled
+    assert model.predict(16) == pytest.approx(0.025)
+    assert model.predict(100) == pytest.approx(0.025)
+    model.observe(8, 1.0)  # a garbage collection's turn: one more turn at its size's median
+    assert model.predict(16) == pytest.approx((9 * 0.030 + 8 * 0.020) / 17)
     model.observe(2, 1.0)  # one slow turn of a new size: no floor yet
     assert model.predict(4) < 0.2
 
 
-def test_a_size_floors_the_turn_only_once_it_has_enough_turns_to_trust():
-    """The highest of many sizes' medians is biased upward where turns are noisy, so a size's
-    median floors the prediction only from FLOOR_SAMPLES turns: one turn fewer, at a dearer
-    cost than the line's, moves larger sizes by the line alone."""
+def test_one_dear_size_is_pooled_with_the_cheaper_larger_ones_not_raised_to_a_floor():
+    """The turns of one crowded moment (arrivals' verdicts, a collection) make one size dear
+    among cheaper ones around it: its median is pooled with the larger sizes' (weighted by
+    their turns), not made the floor of every larger size, which priced an H100's ~250-row
+    turns 1.0 ms dear from 8 turns at 155 rows (docs/benchmark-history.md, 2026-12-08). One
+    turn short of FLOOR_SAMPLES, the dear size counts in the line alone."""
     model = TurnCostModel()
     for _ in range(40):
         model.observe(8, 0.030)
@@ -345,7 +348,44 @@ def test_a_size_floors_the_turn_only_once_it_has_enough_turns_to_trust():
         model.observe(12, 0.040)
     assert model.predict(16) < 0.032
     model.observe(12, 0.040)
+    pooled = (FLOOR_SAMPLES * 0.040 + 40 * 0.030) / (FLOOR_SAMPLES + 40)
+    assert model.predict(12) == pytest.approx(pooled)
+    assert model.predict(16) == pytest.approx(pooled)
+    assert model.predict(200) == pytest.approx(pooled)
+
+
+def test_a_step_up_that_larger_sizes_confirm_floors_them():
+    """Where the larger sizes are as dear as the one before them, the step stands: every size
+    above is priced at least at it, though a few cheap turns of a larger size (too few to
+    floor anything) bend the line below it."""
+    model = TurnCostModel()
+    for _ in range(40):
+        model.observe(8, 0.030)
+    for _ in range(FLOOR_SAMPLES):
+        for rows in (12, 14, 16):
+            model.observe(rows, 0.040)
+    for _ in range(3):
+        model.observe(24, 0.030)
+    assert model.fit().at(16) < 0.039
     assert model.predict(16) == pytest.approx(0.040)
+    assert model.predict(20) >= 0.040
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rising_is_the_nearest_non_decreasing_sequence(seed):
+    """Pooling adjacent violators gives a non-decreasing sequence that keeps the weighted
+    total, and none of a sample of other non-decreasing sequences is nearer."""
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=12).cumsum() * rng.choice([-1, 1])
+    weights = rng.integers(1, 20, size=12).astype(float)
+    fit = rising(values, weights)
+    assert np.all(np.diff(fit) >= -1e-12)
+    assert float(weights @ fit) == pytest.approx(float(weights @ values))
+    loss = float(weights @ (fit - values) ** 2)
+    for _ in range(200):
+        other = np.sort(fit + rng.normal(scale=0.3, size=12))
+        assert float(weights @ (other - values) ** 2) >= loss - 1e-9
+    assert rising(np.array([1.0, 3.0, 2.0]), np.ones(3)).tolist() == [1.0, 2.5, 2.5]
 
 
 # --- the listeners' buffers (engine/listener_guard.py) ----------------------------------------
