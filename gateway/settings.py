@@ -51,6 +51,8 @@ OTHER_ENVIRONMENT = frozenset(
         "VOXGATE_REFERENCE_DIR",  # tests: reference implementations, the soak, screenshots
         "VOXGATE_SOAK_S",
         "VOXGATE_RELIABILITY_FULL",
+        "VOXGATE_RELIABILITY_SERVE",  # tests/reliability: the crash tests' server, on a GPU too
+        "VOXGATE_RELIABILITY_KILL_SESSIONS",
         "VOXGATE_BROWSER_SCREENSHOT",
     }
 )
