@@ -850,3 +850,18 @@ def test_streams_beyond_max_num_seqs_take_turns_and_keep_up(cost, max_num_seqs, 
         steady_arrivals(int(1.3 * carried), 10), stream_tokens=stream_tokens, until_s=30
     )
     assert crowd.late_streams
+
+
+def test_the_simulator_books_admissions_turns_as_the_engine_does():
+    """Admission's turn samples are the time between step starts, an arrival's loop time in
+    the turn it fell in (EngineCore._observe_turn): with 10 ms an arrival, the turns that
+    had one are booked that much dearer than the device's turn, the others at its cost."""
+    cost = TurnCost(fixed_s=0.020, per_row_s=0.0, per_arrival_s=0.010)
+    seeds = {rows: cost.seen(rows, 0) for rows in (1, 4, 16)}
+    sim = RealtimeSim(cost, FACTS, seeds)
+    sim.run(steady_arrivals(12, 3), stream_tokens=200, until_s=6)
+    _, turns = sim.scheduler.admission.capacity.steps._live.snapshot()
+    seconds = np.array([t[1] for t in turns])
+    assert len(seconds) > 50
+    assert np.all(seconds >= 0.020 - 1e-9)
+    assert np.any(np.isclose(seconds, 0.030)) and np.any(np.isclose(seconds, 0.020))
