@@ -64,7 +64,8 @@ class TurnCost:
     per_page_s: float = 0.0  # each KV page the step reads (a GPU's decode: its rows')
     noise_s: float = 0.0  # the turns' jitter: normal, this standard deviation (seeded)
     # The loop's time an arrival takes outside any turn (admission's verdict, the submit's
-    # bookkeeping): the engine's turns do not see it, its streams wait through it.
+    # bookkeeping): its streams wait through it, and admission's turn samples (the time
+    # between step starts) hold it, as the engine's do.
     per_arrival_s: float = 0.0
 
     def seen(self, rows: int, prompt_tokens: int, pages: int = 0) -> float:
@@ -492,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="the loop's time each arrival takes outside any turn (admission's verdict, the "
-        "submit), which the turns do not see (default 0)",
+        "submit), which the streams wait through and admission's turn samples hold (default 0)",
     )
     ap.add_argument(
         "--snac-chunk-ramp",

@@ -12,7 +12,8 @@ The crash and stop tests serve tiny-orpheus on the CPU; `VOXGATE_RELIABILITY_SER
 another server's arguments instead, and `VOXGATE_RELIABILITY_KILL_SESSIONS` the native sessions
 mid-response at an engine kill, e.g. on a GPU machine (docs/gateway.md):
 
-    VOXGATE_RELIABILITY_SERVE="--model orpheus-3b --random-weights --engine-process" \
+    VOXGATE_RELIABILITY_SERVE="--model orpheus-3b --random-weights --engine-process \
+        --no-realtime-admission" \
     VOXGATE_RELIABILITY_KILL_SESSIONS=96 pytest tests/reliability/test_engine_crash.py -k mid_stream
 """
 
