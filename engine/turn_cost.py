@@ -47,6 +47,17 @@ slope:
   stands. The outlook's records keep the line beside the floored turn, so a replay shows what
   floors cost.
 
+- **Bent where the bursts bend, past the live sizes** (a GPU's, with `slope_bound_by_bursts`):
+  a GPU's GEMMs turn compute-bound past the roofline's ridge, and the turn grows faster from
+  there: an H200's Orpheus bursts grew 0.007 ms a row up to 256 rows and ~0.024 from 256 to
+  336 (an H100's ridge, ~300 rows, lies past its edge). The live line, fitted to the ramp's
+  small batches, misses that when it prices the plateau, so past the largest live size the
+  prediction adds what the bursts grew beyond their own slope there (their figures joined by
+  straight lines): nothing where they grow straight, the bend where they turn up. In the
+  simulator with such a ridge (`--ridge 256,0.02`, H200 costs; 320 hold), the line alone
+  let in 331 of 336 with 5 late and 348 of 380 all late; bent, 308 and 313, none late; on a
+  straight device it changes nothing (docs/benchmark-history.md, 2026-12-08).
+
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
 gateway's thread): readers fit a copy of the window.
 """
@@ -75,6 +86,37 @@ class CostLine:
 
     def at(self, size: float) -> float:
         return self.fixed_s + self.per_unit_s * size
+
+
+@dataclass(frozen=True)
+class _Model:
+    """A fit of the window: the line, the floors (the sizes with enough turns, their medians
+    made non-decreasing), the largest live size, and the warm-up bursts' figures by rows
+    where they shape the turn past it (a GPU's)."""
+
+    fit: CostLine | None
+    floor_sizes: np.ndarray
+    floors: np.ndarray
+    reach: int | None
+    burst_sizes: np.ndarray | None
+    burst_s: np.ndarray | None
+
+
+def _bend(sizes: np.ndarray, seconds: np.ndarray, reach: float, rows: np.ndarray) -> np.ndarray:
+    """What the bursts (their figures joined by straight lines, past the last along the last
+    two's slope) grew from `reach` to each of `rows` beyond their own slope at `reach`: 0 up to
+    `reach` and wherever they grow no steeper than there; past a GPU's roofline ridge, the
+    extra cost of a row (`rows` an array)."""
+    slopes = np.diff(seconds) / np.diff(sizes)
+    segment = np.clip(np.searchsorted(sizes, reach, side="right") - 1, 0, len(slopes) - 1)
+    last = len(slopes) - 1
+
+    def along(r: np.ndarray) -> np.ndarray:
+        inside = np.interp(r, sizes, seconds)
+        return np.where(r > sizes[-1], seconds[-1] + slopes[last] * (r - sizes[-1]), inside)
+
+    grown = along(rows) - along(np.array([reach])) - slopes[segment] * (rows - reach)
+    return np.where(rows > reach, np.maximum(grown, 0.0), 0.0)
 
 
 class SampleWindow:
@@ -124,10 +166,7 @@ class TurnCostModel:
         self._prior: dict[int, float] = {}
         self._prior_version = 0
         self._live = SampleWindow(window)
-        self._cache: (
-            tuple[tuple[int, int, bool, float], CostLine | None, tuple[tuple[int, float], ...]]
-            | None
-        ) = None
+        self._cache: tuple[tuple[int, int, bool, float], _Model] | None = None
 
     def seed(self, rows: int, seconds: float) -> None:
         """A warm-up burst's mean turn at `rows` (replaces an earlier figure at that size)."""
@@ -159,39 +198,42 @@ class TurnCostModel:
 
     def fit(self) -> CostLine | None:
         """The fitted line, None while nothing is measured."""
-        return self._model()[0]
+        return self._model().fit
 
     def predict(self, rows: int) -> float | None:
         """Expected seconds of a turn of `rows` rows; None while nothing is measured."""
-        fit, floors = self._model()
-        if fit is None:
-            return None
-        cost = fit.at(rows)
-        for size, median in floors:
-            if size > rows:
-                break
-            cost = max(cost, median)
-        return cost
+        cost = self.predict_rows(np.array([rows]))
+        return None if cost is None else float(cost[0])
 
     def predict_rows(self, rows: np.ndarray) -> np.ndarray | None:
-        """`predict` at each of `rows` (an int array) at once; None while nothing is measured."""
-        fit, floors = self._model()
-        if fit is None:
+        """Expected seconds of a turn at each of `rows` (an int array); None while nothing is
+        measured: the line, at least the floors of the sizes up to each, and past the largest
+        live size the bend the bursts took there (`_bend`)."""
+        model = self._model()
+        if model.fit is None:
             return None
-        cost = fit.fixed_s + fit.per_unit_s * rows.astype(np.float64)
-        if floors:
-            sizes = np.array([size for size, _ in floors])
-            highest = np.maximum.accumulate(np.array([median for _, median in floors]))
-            at = np.searchsorted(sizes, rows, side="right") - 1  # the largest size <= rows
-            cost = np.where(at >= 0, np.maximum(cost, highest[np.maximum(at, 0)]), cost)
+        at = rows.astype(np.float64)
+        cost = self._floored(model, at)
+        if model.burst_sizes is not None and model.reach is not None:
+            cost = cost + _bend(model.burst_sizes, model.burst_s, float(model.reach), at)
+        return cost
+
+    @staticmethod
+    def _floored(model: _Model, rows: np.ndarray) -> np.ndarray:
+        """The line at `rows`, at least the floors of the sizes up to each."""
+        assert model.fit is not None
+        cost = model.fit.fixed_s + model.fit.per_unit_s * rows
+        if len(model.floor_sizes):
+            at = np.searchsorted(model.floor_sizes, rows, side="right") - 1
+            cost = np.where(at >= 0, np.maximum(cost, model.floors[np.maximum(at, 0)]), cost)
         return cost
 
     # --- the fit ---------------------------------------------------------------------------------
-    def _model(self) -> tuple[CostLine | None, tuple[tuple[int, float], ...]]:
+    def _model(self) -> _Model:
         price = self.page_price()
         cache = self._cache
         if cache is not None and cache[0] == self._inputs_version(self._live.version, price):
-            return cache[1], cache[2]
+            return cache[1]
         live_version, turns = self._live.snapshot()
         version = self._inputs_version(live_version, price)
         prior = dict(self._prior)
@@ -212,15 +254,18 @@ class TurnCostModel:
                 if alone is not None and alone.per_unit_s > fit.per_unit_s:
                     fit = alone
         steady = counts >= FLOOR_SAMPLES
-        floors = tuple(
-            zip(
-                sizes[steady].tolist(),
-                rising(medians[steady], counts[steady]).tolist(),
-                strict=True,
-            )
+        shaped = self.slope_bound_by_bursts and len(prior) > 1
+        burst_sizes = np.array(sorted(prior), dtype=np.float64) if shaped else None
+        model = _Model(
+            fit,
+            sizes[steady],
+            rising(medians[steady], counts[steady]),
+            int(sizes[-1]) if len(sizes) else None,
+            burst_sizes,
+            None if burst_sizes is None else np.array([prior[int(r)] for r in burst_sizes]),
         )
-        self._cache = (version, fit, floors)
-        return fit, floors
+        self._cache = (version, model)
+        return model
 
     def _inputs_version(self, live_version: int, price: float) -> tuple[int, int, bool, float]:
         """What a fit depends on: the live turns, the seeds, whether they bound the slope and

@@ -67,11 +67,17 @@ class TurnCost:
     # bookkeeping): its streams wait through it, and admission's turn samples (the time
     # between step starts) hold it, as the engine's do.
     per_arrival_s: float = 0.0
+    # A GPU's GEMMs past the roofline's ridge: each row beyond `ridge_rows` costs
+    # `past_ridge_s` more (an H200's warm-up bursts for Orpheus: 0.007 ms a row up to 256
+    # rows, ~0.024 from 256 to 336).
+    ridge_rows: int = 0
+    past_ridge_s: float = 0.0
 
     def seen(self, rows: int, prompt_tokens: int, pages: int = 0) -> float:
         return (
             self.fixed_s
             + self.per_row_s * rows
+            + self.past_ridge_s * max(0, rows - self.ridge_rows)
             + self.prompt_token_s * prompt_tokens
             + self.per_page_s * pages
         )
@@ -502,11 +508,18 @@ def main(argv: list[str] | None = None) -> int:
         help="SNAC's chunk ramp, as `voxgate serve --snac-chunk-ramp` (default 1)",
     )
     ap.add_argument("--max-num-seqs", type=int, default=336)
+    ap.add_argument(
+        "--ridge",
+        help="ROWS,PER_ROW: each row of a turn beyond ROWS costs PER_ROW ms more, the warm-up "
+        "bursts' too (a GPU's GEMMs past the roofline's ridge; an H200's Orpheus: 256,0.02)",
+    )
     ap.add_argument("--no-admission", action="store_true", help="real-time admission off")
     args = ap.parse_args(argv)
     try:
         counts = [int(n) for n in args.listeners.split(",")]
         fixed_ms, per_row_ms = (float(x) for x in args.turn_ms.split(","))
+        ridge, past_ridge_ms = args.ridge.split(",") if args.ridge else ("0", "0")
+        ridge_rows, past_ridge_ms = int(ridge), float(past_ridge_ms)
         codec = None
         if args.codec_ms:
             codec_fixed_ms, codec_row_ms = (float(x) for x in args.codec_ms.split(","))
@@ -518,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         ap.error(
             "--listeners takes counts like 336,400, --turn-ms and --codec-ms FIXED,PER_ROW "
-            "in ms, and --delivery-ms MEAN,SD in ms"
+            "in ms, --ridge ROWS,PER_ROW (ms) and --delivery-ms MEAN,SD in ms"
         )
     if min(counts) < 1 or args.stagger_s < 0 or args.stream_s <= 0:
         ap.error("--listeners must be >= 1, --stagger-s >= 0 and --stream-s > 0")
@@ -528,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--delivery-ms takes times >= 0")
     if args.arrival_ms < 0:
         ap.error("--arrival-ms takes a time >= 0")
+    if min(ridge_rows, past_ridge_ms) < 0:
+        ap.error("--ridge takes rows and a cost >= 0")
     try:
         snac = SimSnac(SnacChunkPlan(chunk_ramp=args.snac_chunk_ramp))
     except ValueError as exc:
@@ -539,8 +554,14 @@ def main(argv: list[str] | None = None) -> int:
         per_page_s=args.page_us * 1e-6,
         noise_s=args.noise_ms / 1e3,
         per_arrival_s=args.arrival_ms / 1e3,
+        ridge_rows=ridge_rows,
+        past_ridge_s=past_ridge_ms / 1e3,
     )
-    seeds = {r: (fixed_ms + args.burst_slope_ms * r) / 1e3 for r in (1, 16, 64, 128, 256)}
+    # The warm-up's bursts, up to the largest batch (the engine's: up to max_num_seqs).
+    seeds = {
+        r: (fixed_ms + args.burst_slope_ms * r + past_ridge_ms * max(0, r - ridge_rows)) / 1e3
+        for r in (1, 16, 64, 128, 256, args.max_num_seqs or max(counts))
+    }
     stream_tokens = round(args.stream_s / ORPHEUS_TOKEN_S)
     for n in counts:
         sim = RealtimeSim(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -369,6 +370,58 @@ def test_a_step_up_that_larger_sizes_confirm_floors_them():
     assert model.fit().at(16) < 0.039
     assert model.predict(16) == pytest.approx(0.040)
     assert model.predict(20) >= 0.040
+
+
+def bursts_model(seeds: dict[int, float]) -> TurnCostModel:
+    """A GPU's model: the bursts `seeds` bound the slope and bend the turn; live turns of 20
+    to 100 rows on a line of 3 ms + 0.005 ms a row."""
+    model = TurnCostModel()
+    model.slope_bound_by_bursts = True
+    for rows, seconds in seeds.items():
+        model.seed(rows, seconds)
+    for rows in range(20, 101, 10):
+        for _ in range(FLOOR_SAMPLES):
+            model.observe(rows, 0.003 + 0.000005 * rows)
+    return model
+
+
+def test_past_the_live_sizes_the_turn_bends_where_the_bursts_bend():
+    """Bursts that turn steep past 256 rows (a GPU's GEMMs past the roofline's ridge): up to
+    the largest live size (100) the line; past it, the line plus what the bursts grew beyond
+    their slope at 100 (that of their 64-128 segment): nothing up to 256, then the bend."""
+    bent = {1: 0.0030, 64: 0.0033, 128: 0.0036, 256: 0.0042, 336: 0.0062}
+    model = bursts_model(bent)
+    line = model.fit()
+    assert model.predict(100) == pytest.approx(line.at(100))
+    assert model.predict(256) == pytest.approx(line.at(256))
+    beyond_slope = 0.0062 - 0.0042 - (0.0003 / 64) * 80  # 256 -> 336, less the 64-128 slope
+    assert model.predict(336) == pytest.approx(line.at(336) + beyond_slope)
+    assert model.predict(400) > model.predict(336) + (0.0020 / 80) * 60  # along the last segment
+    straight = bursts_model({rows: 0.0030 + 0.0000047 * rows for rows in (1, 64, 128, 256, 336)})
+    assert straight.predict(336) == pytest.approx(straight.fit().at(336))
+
+
+def test_bent_turns_keep_admission_on_a_device_past_its_ridge(monkeypatch, capsys):
+    """The simulator's Orpheus on an H200-like device whose turns, and bursts, grow 0.02 ms a
+    row faster past 256 rows: 380 listeners collapse with admission off; bent turns let in
+    what holds and none runs late, where the line alone let in more and they ran late."""
+    import engine.turn_cost as turn_cost
+    from voxbench import realtime_sim
+
+    args = "--listeners 380 --turn-ms 3.26,0.0053 --page-us 0.224 --noise-ms 0.3 --codec-ms "
+    args += "6.5,0.9 --delivery-ms 20,10 --arrival-ms 1.5 --max-num-seqs 336 --ridge 256,0.02"
+
+    def run(*extra: str) -> tuple[int, int]:
+        realtime_sim.main(args.split() + list(extra))
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        admitted, late = (int(n) for n in re.findall(r"(\d+) (?:admitted|late)", line))
+        return admitted, late
+
+    assert run("--no-admission")[1] > 300
+    admitted, late = run()
+    assert late == 0 and 280 <= admitted <= 330
+    monkeypatch.setattr(turn_cost, "_bend", lambda sizes, seconds, reach, rows: 0 * rows)
+    assert run()[1] > 0
 
 
 @pytest.mark.parametrize("seed", range(20))
