@@ -52,8 +52,10 @@ slope:
   there: an H200's Orpheus bursts grew 0.007 ms a row up to 256 rows and ~0.024 from 256 to
   336 (an H100's ridge, ~300 rows, lies past its edge). The live line, fitted to the ramp's
   small batches, misses that when it prices the plateau, so past the largest live size the
-  prediction adds what the bursts grew beyond their own slope there (their figures joined by
-  straight lines): nothing where they grow straight, the bend where they turn up. In the
+  prediction adds what the bursts grew beyond their mean slope over the live sizes (their
+  figures joined by straight lines): nothing where they grow straight, the bend where they
+  turn up, also once the live sizes pass the ridge while the line is still the smaller
+  batches'. In the
   simulator with such a ridge (`--ridge 256,0.02`, H200 costs; 320 hold), the line alone
   let in 331 of 336 with 5 late and 348 of 380 all late; bent, 308 and 313, none late; on a
   straight device it changes nothing (docs/benchmark-history.md, 2026-12-08).
@@ -97,25 +99,31 @@ class _Model:
     fit: CostLine | None
     floor_sizes: np.ndarray
     floors: np.ndarray
-    reach: int | None
+    live: tuple[int, int] | None  # the smallest and largest live sizes
     burst_sizes: np.ndarray | None
     burst_s: np.ndarray | None
 
 
-def _bend(sizes: np.ndarray, seconds: np.ndarray, reach: float, rows: np.ndarray) -> np.ndarray:
+def _bend(
+    sizes: np.ndarray, seconds: np.ndarray, live: tuple[int, int], rows: np.ndarray
+) -> np.ndarray:
     """What the bursts (their figures joined by straight lines, past the last along the last
-    two's slope) grew from `reach` to each of `rows` beyond their own slope at `reach`: 0 up to
-    `reach` and wherever they grow no steeper than there; past a GPU's roofline ridge, the
-    extra cost of a row (`rows` an array)."""
+    two's slope) grew from the largest live size to each of `rows` beyond their mean slope
+    over the live sizes `live` (smallest, largest), the range the live line was fitted on: 0
+    up to the largest live size and wherever they grow no steeper than there; past a GPU's
+    roofline ridge, the extra cost of a row (`rows` an array)."""
     slopes = np.diff(seconds) / np.diff(sizes)
-    segment = np.clip(np.searchsorted(sizes, reach, side="right") - 1, 0, len(slopes) - 1)
-    last = len(slopes) - 1
 
     def along(r: np.ndarray) -> np.ndarray:
         inside = np.interp(r, sizes, seconds)
-        return np.where(r > sizes[-1], seconds[-1] + slopes[last] * (r - sizes[-1]), inside)
+        return np.where(r > sizes[-1], seconds[-1] + slopes[-1] * (r - sizes[-1]), inside)
 
-    grown = along(rows) - along(np.array([reach])) - slopes[segment] * (rows - reach)
+    lowest, reach = (np.array([float(size)]) for size in live)
+    if reach[0] > lowest[0]:
+        slope = (along(reach) - along(lowest)) / (reach - lowest)
+    else:  # one live size: the bursts' slope just below it
+        slope = slopes[np.clip(np.searchsorted(sizes, reach, side="left") - 1, 0, len(slopes) - 1)]
+    grown = along(rows) - along(reach) - slope * (rows - reach)
     return np.where(rows > reach, np.maximum(grown, 0.0), 0.0)
 
 
@@ -214,8 +222,8 @@ class TurnCostModel:
             return None
         at = rows.astype(np.float64)
         cost = self._floored(model, at)
-        if model.burst_sizes is not None and model.reach is not None:
-            cost = cost + _bend(model.burst_sizes, model.burst_s, float(model.reach), at)
+        if model.burst_sizes is not None and model.live is not None:
+            cost = cost + _bend(model.burst_sizes, model.burst_s, model.live, at)
         return cost
 
     @staticmethod
@@ -260,7 +268,7 @@ class TurnCostModel:
             fit,
             sizes[steady],
             rising(medians[steady], counts[steady]),
-            int(sizes[-1]) if len(sizes) else None,
+            (int(sizes[0]), int(sizes[-1])) if len(sizes) else None,
             burst_sizes,
             None if burst_sizes is None else np.array([prior[int(r)] for r in burst_sizes]),
         )

@@ -388,15 +388,26 @@ def bursts_model(seeds: dict[int, float]) -> TurnCostModel:
 def test_past_the_live_sizes_the_turn_bends_where_the_bursts_bend():
     """Bursts that turn steep past 256 rows (a GPU's GEMMs past the roofline's ridge): up to
     the largest live size (100) the line; past it, the line plus what the bursts grew beyond
-    their slope at 100 (that of their 64-128 segment): nothing up to 256, then the bend."""
+    their mean slope over the live sizes (20-100): nothing up to 256, then the bend; also
+    once a few live turns pass the ridge, the line still the smaller batches'. Straight
+    bursts bend nothing."""
     bent = {1: 0.0030, 64: 0.0033, 128: 0.0036, 256: 0.0042, 336: 0.0062}
+
+    def burst(rows: float) -> float:  # the bursts joined by straight lines
+        return float(np.interp(rows, list(bent), list(bent.values())))
+
     model = bursts_model(bent)
     line = model.fit()
     assert model.predict(100) == pytest.approx(line.at(100))
     assert model.predict(256) == pytest.approx(line.at(256))
-    beyond_slope = 0.0062 - 0.0042 - (0.0003 / 64) * 80  # 256 -> 336, less the 64-128 slope
-    assert model.predict(336) == pytest.approx(line.at(336) + beyond_slope)
+    live_slope = (burst(100) - burst(20)) / 80
+    bend = burst(336) - burst(100) - live_slope * 236
+    assert bend > 0.0015
+    assert model.predict(336) == pytest.approx(line.at(336) + bend)
     assert model.predict(400) > model.predict(336) + (0.0020 / 80) * 60  # along the last segment
+    for _ in range(FLOOR_SAMPLES):  # live turns just past the ridge, at the line's cost
+        model.observe(260, line.at(260))
+    assert model.predict(336) > model.fit().at(336) + 0.0010
     straight = bursts_model({rows: 0.0030 + 0.0000047 * rows for rows in (1, 64, 128, 256, 336)})
     assert straight.predict(336) == pytest.approx(straight.fit().at(336))
 
