@@ -93,7 +93,7 @@ class CostLine:
 @dataclass(frozen=True)
 class _Model:
     """A fit of the window: the line, the floors (the sizes with enough turns, their medians
-    made non-decreasing), the largest live size, and the warm-up bursts' figures by rows
+    made non-decreasing), the live sizes' range, and the warm-up bursts' figures by rows
     where they shape the turn past it (a GPU's)."""
 
     fit: CostLine | None
