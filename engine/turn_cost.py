@@ -55,10 +55,10 @@ slope:
   prediction adds what the bursts grew beyond their mean slope over the live sizes (their
   figures joined by straight lines): nothing where they grow straight, the bend where they
   turn up, also once the live sizes pass the ridge while the line is still the smaller
-  batches'. In the
-  simulator with such a ridge (`--ridge 256,0.02`, H200 costs; 320 hold), the line alone
-  let in 331 of 336 with 5 late and 348 of 380 all late; bent, 308 and 313, none late; on a
-  straight device it changes nothing (docs/benchmark-history.md, 2026-12-08).
+  batches'. In the simulator with such a ridge (`--ridge 256,0.02`, H200 costs; 320 hold),
+  the line alone let in 331 of 336 with 5 late and 348 of 380 all late; bent, 308 and 313,
+  none late; on a straight device it changes nothing (docs/benchmark-history.md,
+  2026-12-08).
 
 Thread-safe for one writer (the engine loop) and readers elsewhere (stats from the
 gateway's thread): readers fit a copy of the window.

@@ -43,6 +43,8 @@ def test_bad_arguments_are_refused_with_a_message(capsys):
         ["--codec-ms=-1,0"],
         ["--delivery-ms", "40"],
         ["--delivery-ms=40,-1"],
+        ["--ridge", "256"],
+        ["--ridge=256,-1"],
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(bad)
@@ -50,6 +52,31 @@ def test_bad_arguments_are_refused_with_a_message(capsys):
     err = capsys.readouterr().err
     assert "--turn-ms" in err and "--codec-ms takes costs >= 0" in err
     assert "--delivery-ms MEAN,SD" in err and "--delivery-ms takes times >= 0" in err
+    assert "--ridge ROWS,PER_ROW" in err and "--ridge takes rows and a cost >= 0" in err
+
+
+def test_bent_turns_keep_admission_on_a_device_past_its_ridge(monkeypatch, capsys):
+    """Orpheus on an H200-like device whose turns, and bursts, grow 0.02 ms a row faster past
+    256 rows (--ridge): 380 listeners collapse with admission off; the turn model's bend
+    (engine/turn_cost.py) lets in what holds and none runs late, where the line alone let in
+    more and they ran late."""
+    import engine.turn_cost as turn_cost
+
+    h200 = [
+        "--listeners", "380", "--turn-ms", "3.26,0.0053", "--page-us", "0.224",
+        "--noise-ms", "0.3", "--codec-ms", "6.5,0.9", "--delivery-ms", "20,10",
+        "--arrival-ms", "1.5", "--max-num-seqs", "336", "--ridge", "256,0.02",
+    ]  # fmt: skip
+
+    def run(*extra: str) -> tuple[int, int, int]:
+        assert main([*h200, *extra]) == 0
+        return counts(capsys.readouterr().out)
+
+    assert run("--no-admission")[2] > 300
+    admitted, _, late = run()
+    assert late == 0 and 280 <= admitted <= 330
+    monkeypatch.setattr(turn_cost, "_bend", lambda sizes, seconds, live, rows: 0 * rows)
+    assert run()[2] > 0
 
 
 def test_the_way_to_the_listener_makes_chunks_late_by_its_spread_not_its_length(capsys):
